@@ -1,0 +1,115 @@
+/*
+ * hyperpar/core.h — status codes, caller-owned errors, checked size math, arenas, logging.
+ *
+ * Every fallible function returns an hp_status and, on failure, fills a caller-owned hp_err with one
+ * full sentence: where (file, JSON path with line:col, tensor, rank), what (found vs expected), and what to
+ * do. HP_ASSERT is for our own bugs only: nothing a user file can trigger may reach it.
+ */
+#ifndef HYPERPAR_CORE_H
+#define HYPERPAR_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hp_status {
+    HP_OK = 0,
+    HP_ERR_INPUT,   /* bad input file, bad arguments, impossible request: CLI exit 2 */
+    HP_ERR_IO,      /* the environment failed us (open, write, rename, mmap): CLI exit 1 */
+    HP_ERR_NOMEM,   /* allocation failed: CLI exit 1 */
+    HP_ERR_VERIFY,  /* a numeric verification failed: CLI exit 3 */
+} hp_status;
+
+#define HP_ERR_MSG_MAX 2048
+
+typedef struct hp_err {
+    hp_status status;
+    char msg[HP_ERR_MSG_MAX];
+} hp_err;
+
+/* Fills err (which may be NULL) with a formatted message and returns status, so that callers can write
+ * `return hp_err_set(err, HP_ERR_INPUT, "...");`. */
+hp_status hp_err_set(hp_err *err, hp_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prefixes the current message with "<prefix>: " (used to add a file name at an outer level). */
+void hp_err_prefix(hp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void hp_err_clear(hp_err *err);
+
+/* The CLI exit code for a status: 0, 2 (input), 1 (runtime), 3 (verification). */
+int hp_status_exit_code(hp_status status);
+
+const char *hp_status_name(hp_status status);
+
+/* Always-on assertion for programming errors; prints file:line and aborts. */
+#define HP_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) hp__assert_fail(#cond, __FILE__, __LINE__);                                   \
+    } while (0)
+void hp__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+
+/* ---- checked size math: each returns false on overflow (or a negative operand) ---- */
+bool hp_mul_i64(int64_t a, int64_t b, int64_t *out);
+bool hp_add_i64(int64_t a, int64_t b, int64_t *out);
+bool hp_mul_size(size_t a, size_t b, size_t *out);
+bool hp_add_size(size_t a, size_t b, size_t *out);
+
+/* Allocation wrappers that never return NULL for a zero size and zero-fill (calloc semantics). */
+void *hp_calloc(size_t n, size_t size);
+char *hp_strdup(const char *s);
+
+/* ---- arena: bump allocation in chunks, freed in one call ---- */
+typedef struct hp_arena_chunk hp_arena_chunk;
+typedef struct hp_arena {
+    hp_arena_chunk *head;
+    size_t bytes_used;
+} hp_arena;
+
+void hp_arena_init(hp_arena *a);
+void hp_arena_free(hp_arena *a);
+/* Returns 16-byte aligned zeroed memory, or NULL when out of memory. */
+void *hp_arena_alloc(hp_arena *a, size_t n);
+char *hp_arena_strdup(hp_arena *a, const char *s);
+char *hp_arena_strndup(hp_arena *a, const char *s, size_t n);
+char *hp_arena_printf(hp_arena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- growable string buffer ---- */
+typedef struct hp_buf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} hp_buf;
+
+void hp_buf_init(hp_buf *b);
+void hp_buf_free(hp_buf *b);
+void hp_buf_append(hp_buf *b, const void *data, size_t n);
+void hp_buf_puts(hp_buf *b, const char *s);
+void hp_buf_printf(hp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- logging to stderr ---- */
+typedef enum { HP_LOG_ERROR = 0, HP_LOG_WARN, HP_LOG_INFO, HP_LOG_DEBUG } hp_log_level;
+void hp_log_set_level(hp_log_level level);
+hp_log_level hp_log_get_level(void);
+void hp_log(hp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
+const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap);
+/* Thousands separators ("46,702,792,704") into buf; returns buf. */
+const char *hp_format_count(uint64_t n, char *buf, size_t cap);
+
+/* Numeric-aware comparison: "layers.2" < "layers.10"; digit runs compare as numbers. */
+int hp_natural_cmp(const char *a, const char *b);
+
+/* Shell-style glob on dotted names: '*' matches any run (including dots), '?' one character. */
+bool hp_glob_match(const char *pattern, const char *text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,345 @@
+/*
+ * core.c — errors, checked math, allocation helpers, string buffer, logging, formatting.
+ *
+ * Nothing here knows about models or files; every other module builds on it.
+ */
+#include "hyperpar/core.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hp_status hp_err_set(hp_err *err, hp_status status, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->status = status;
+    }
+    return status;
+}
+
+void hp_err_prefix(hp_err *err, const char *fmt, ...)
+{
+    if (!err) return;
+    char prefix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    char old[HP_ERR_MSG_MAX];
+    memcpy(old, err->msg, sizeof old);
+    int room = (int)(sizeof err->msg - strlen(prefix) - 3);
+    snprintf(err->msg, sizeof err->msg, "%s: %.*s", prefix, room > 0 ? room : 0, old);
+}
+
+void hp_err_clear(hp_err *err)
+{
+    if (!err) return;
+    err->status = HP_OK;
+    err->msg[0] = '\0';
+}
+
+int hp_status_exit_code(hp_status status)
+{
+    switch (status) {
+    case HP_OK: return 0;
+    case HP_ERR_INPUT: return 2;
+    case HP_ERR_VERIFY: return 3;
+    case HP_ERR_IO:
+    case HP_ERR_NOMEM: return 1;
+    }
+    return 1;
+}
+
+const char *hp_status_name(hp_status status)
+{
+    switch (status) {
+    case HP_OK: return "ok";
+    case HP_ERR_INPUT: return "bad input";
+    case HP_ERR_IO: return "i/o error";
+    case HP_ERR_NOMEM: return "out of memory";
+    case HP_ERR_VERIFY: return "verification failed";
+    }
+    return "unknown";
+}
+
+void hp__assert_fail(const char *expr, const char *file, int line)
+{
+    fprintf(stderr, "hyperpar: internal error: assertion '%s' failed at %s:%d; please report this bug\n",
+            expr, file, line);
+    abort();
+}
+
+bool hp_mul_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+bool hp_add_i64(int64_t a, int64_t b, int64_t *out)
+{
+    if (a < 0 || b < 0) return false;
+    return !__builtin_add_overflow(a, b, out);
+}
+
+bool hp_mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+bool hp_add_size(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+void *hp_calloc(size_t n, size_t size)
+{
+    if (n == 0 || size == 0) n = size = 1;
+    return calloc(n, size);
+}
+
+char *hp_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* ---- arena ---- */
+
+struct hp_arena_chunk {
+    hp_arena_chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+/* 64 KiB chunks keep malloc calls rare for parse trees of thousands of names. */
+#define HP_ARENA_CHUNK 65536
+
+void hp_arena_init(hp_arena *a)
+{
+    a->head = NULL;
+    a->bytes_used = 0;
+}
+
+void hp_arena_free(hp_arena *a)
+{
+    if (!a) return;
+    hp_arena_chunk *c = a->head;
+    while (c) {
+        hp_arena_chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+    a->bytes_used = 0;
+}
+
+void *hp_arena_alloc(hp_arena *a, size_t n)
+{
+    size_t need = (n + 15) & ~(size_t)15;
+    if (need < n) return NULL;
+    hp_arena_chunk *c = a->head;
+    if (!c || c->cap - c->used < need) {
+        size_t cap = need > HP_ARENA_CHUNK ? need : HP_ARENA_CHUNK;
+        size_t total;
+        if (!hp_add_size(sizeof(hp_arena_chunk), cap, &total)) return NULL;
+        c = malloc(total);
+        if (!c) return NULL;
+        c->used = 0;
+        c->cap = cap;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = c->data + c->used;
+    c->used += need;
+    a->bytes_used += need;
+    memset(p, 0, n);
+    return p;
+}
+
+char *hp_arena_strndup(hp_arena *a, const char *s, size_t n)
+{
+    char *p = hp_arena_alloc(a, n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *hp_arena_strdup(hp_arena *a, const char *s) { return hp_arena_strndup(a, s, strlen(s)); }
+
+char *hp_arena_printf(hp_arena *a, const char *fmt, ...)
+{
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        return NULL;
+    }
+    char *p = hp_arena_alloc(a, (size_t)n + 1);
+    if (p) vsnprintf(p, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    return p;
+}
+
+/* ---- buffer ---- */
+
+void hp_buf_init(hp_buf *b) { memset(b, 0, sizeof *b); }
+
+void hp_buf_free(hp_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+void hp_buf_append(hp_buf *b, const void *data, size_t n)
+{
+    if (b->oom) return;
+    size_t need;
+    if (!hp_add_size(b->len, n + 1, &need)) {
+        b->oom = true;
+        return;
+    }
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < need) cap *= 2;
+        char *p = realloc(b->data, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->data = p;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void hp_buf_puts(hp_buf *b, const char *s) { hp_buf_append(b, s, strlen(s)); }
+
+void hp_buf_printf(hp_buf *b, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        va_end(ap2);
+        b->oom = true;
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        hp_buf_append(b, small, (size_t)n);
+    } else {
+        char *big = malloc((size_t)n + 1);
+        if (!big) {
+            b->oom = true;
+        } else {
+            vsnprintf(big, (size_t)n + 1, fmt, ap2);
+            hp_buf_append(b, big, (size_t)n);
+            free(big);
+        }
+    }
+    va_end(ap2);
+}
+
+/* ---- logging ---- */
+
+static hp_log_level g_log_level = HP_LOG_WARN;
+
+void hp_log_set_level(hp_log_level level) { g_log_level = level; }
+hp_log_level hp_log_get_level(void) { return g_log_level; }
+
+void hp_log(hp_log_level level, const char *fmt, ...)
+{
+    if (level > g_log_level) return;
+    static const char *names[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "hyperpar: %s: ", names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, cap, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+const char *hp_format_count(uint64_t n, char *buf, size_t cap)
+{
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)n);
+    char out[48];
+    int o = 0;
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0) out[o++] = ',';
+        out[o++] = digits[i];
+    }
+    out[o] = '\0';
+    snprintf(buf, cap, "%s", out);
+    return buf;
+}
+
+int hp_natural_cmp(const char *a, const char *b)
+{
+    while (*a && *b) {
+        if (isdigit((unsigned char)*a) && isdigit((unsigned char)*b)) {
+            while (*a == '0' && isdigit((unsigned char)a[1])) a++;
+            while (*b == '0' && isdigit((unsigned char)b[1])) b++;
+            size_t la = 0, lb = 0;
+            while (isdigit((unsigned char)a[la])) la++;
+            while (isdigit((unsigned char)b[lb])) lb++;
+            if (la != lb) return la < lb ? -1 : 1;
+            int c = memcmp(a, b, la);
+            if (c) return c < 0 ? -1 : 1;
+            a += la;
+            b += lb;
+        } else {
+            if (*a != *b) return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+            a++;
+            b++;
+        }
+    }
+    if (*a) return 1;
+    if (*b) return -1;
+    return 0;
+}
+
+bool hp_glob_match(const char *p, const char *t)
+{
+    const char *star_p = NULL, *star_t = NULL;
+    while (*t) {
+        if (*p == '*') {
+            star_p = ++p;
+            star_t = t;
+        } else if (*p == '?' || *p == *t) {
+            p++;
+            t++;
+        } else if (star_p) {
+            p = star_p;
+            t = ++star_t;
+        } else {
+            return false;
+        }
+    }
+    while (*p == '*') p++;
+    return *p == '\0';
+}
