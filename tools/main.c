@@ -1,1 +1,108 @@
-int main(void){return 0;}
+/*
+ * main.c — the hyperpar command-line tool: dispatches to one subcommand per file (cmd_*.c).
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command g_commands[] = {
+    {"inspect", cmd_inspect, "summarise a checkpoint folder, .safetensors file or config.json"},
+    {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
+    {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hyperpar [-v|--verbose] [--version] <command> [options]\n"
+            "\n"
+            "Plans, shards and runs Hugging Face transformer checkpoints across ranks.\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
+        fprintf(out, "  %-10s %s\n", g_commands[i].name, g_commands[i].summary);
+    fprintf(out,
+            "\n"
+            "Run 'hyperpar <command> --help' for a command's options.\n"
+            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 numeric verification failed.\n");
+}
+
+int cli_fail(const hp_err *err)
+{
+    fprintf(stderr, "hyperpar: error: %s\n", err->msg);
+    return hp_status_exit_code(err->status);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hyperpar: error: %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nRun 'hyperpar %s --help' for usage.\n", cmd);
+    return HP_EXIT_USAGE;
+}
+
+bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < min || v > max) {
+        cli_usage_error(cmd, "%s expects an integer in [%lld, %lld], got '%s'", opt, (long long)min, (long long)max,
+                        s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cli_bad_option(const char *cmd, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    return cli_usage_error(cmd, "unknown option or missing value near '%s'", arg);
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return HP_EXIT_OK;
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("hyperpar 0.1.0\n");
+            return HP_EXIT_OK;
+        } else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
+            hp_log_set_level(HP_LOG_INFO);
+        } else {
+            fprintf(stderr, "hyperpar: error: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return HP_EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return HP_EXIT_USAGE;
+    }
+    if (!strcmp(argv[i], "help")) {
+        usage(stdout);
+        return HP_EXIT_OK;
+    }
+    for (size_t c = 0; c < sizeof g_commands / sizeof *g_commands; c++)
+        if (!strcmp(argv[i], g_commands[c].name)) {
+            optind = 1;
+            return g_commands[c].run(argc - i, argv + i);
+        }
+    fprintf(stderr, "hyperpar: error: unknown command '%s'\n", argv[i]);
+    usage(stderr);
+    return HP_EXIT_USAGE;
+}

@@ -97,7 +97,9 @@ const char *hp_st_metadata_get(const hp_st_file *f, const char *key);
 
 /* ---- writer: header padded to 8 bytes, tensors in the order added, written atomically ---- */
 
-/* Fills dst with nbytes of the tensor's data; return HP_OK or an error. */
+/* Fills dst with the next nbytes of the tensor's data; return HP_OK or an error. hp_st_writer_write calls it
+ * repeatedly with successive pieces of at most 4 MiB (each a whole number of elements), in order, until the
+ * tensor is complete. */
 typedef hp_status (*hp_st_fill_fn)(void *ctx, void *dst, size_t nbytes, hp_err *err);
 
 typedef struct hp_st_writer hp_st_writer;

@@ -1,0 +1,43 @@
+/*
+ * hyperpar/gen.h — tiny random checkpoints of any supported family (config.json + model.safetensors).
+ *
+ * Values are a pure function of (seed, logical weight, element index): an expert's gate, up and down
+ * matrices get the same numbers whether they are written per expert or stacked into the batched
+ * gate_up_proj / down_proj tensors, so a per-expert and a batched checkpoint of one seed hold the same model.
+ */
+#ifndef HYPERPAR_GEN_H
+#define HYPERPAR_GEN_H
+
+#include "hyperpar/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_gen_opts {
+    const char *family;          /* model_type, e.g. "qwen3_moe" */
+    int64_t layers;              /* num_hidden_layers (2) */
+    int64_t hidden;              /* hidden_size (64) */
+    int64_t heads, kv_heads, head_dim; /* 4, 2, 16 */
+    int64_t intermediate;        /* dense MLP width (128); Mixtral / gpt-oss experts use it too (96 / 48) */
+    int64_t moe_intermediate;    /* expert width (32) */
+    int64_t experts, top_k;      /* 8, 2 */
+    int64_t vocab;               /* 128 */
+    hp_dtype dtype;              /* F32 or BF16 (F32) */
+    hp_expert_layout layout;     /* per-expert (default) or batched */
+    uint64_t seed;               /* 0 */
+    bool force;                  /* overwrite a non-empty output folder */
+} hp_gen_opts;
+
+void hp_gen_opts_default(hp_gen_opts *o);
+
+/* Writes out_dir/config.json and out_dir/model.safetensors (each atomically). */
+hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *err);
+
+/* The config.json text gen would write (malloc'd, NUL-terminated). */
+hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,148 @@
+/*
+ * hyperpar/model.h — the model as the planner sees it: a parameter table and a module tree.
+ *
+ * A model comes from a real checkpoint (tensors read from safetensors, any architecture) or, in meta mode,
+ * from config.json alone (shapes synthesised for the known families, no weights). Either way:
+ *
+ *   hp_model
+ *    ├─ cfg          hyperparameters read from config.json (0 / defaults where absent)
+ *    ├─ params[]     one row per parameter: FQN, dtype, shape, storage, trainable; deterministic order
+ *    └─ modules[]    the module tree derived from the dotted names; modules[0] is the root ""
+ *
+ * Order: transformers' registration order for the names it knows (embed_tokens, layers, norm, lm_head;
+ * self_attn before mlp before the norms; q, k, v, o; weight before bias), numeric-aware natural order
+ * otherwise, so `layers.2` comes before `layers.10`. Same input, same order, whatever the file order.
+ */
+#ifndef HYPERPAR_MODEL_H
+#define HYPERPAR_MODEL_H
+
+#include "hyperpar/core.h"
+#include "hyperpar/safetensors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hp_expert_layout {
+    HP_LAYOUT_PER_EXPERT = 0, /* hub names: mlp.experts.{e}.gate_proj.weight (the default) */
+    HP_LAYOUT_BATCHED,        /* transformers >= 5: mlp.experts.gate_up_proj [E, 2I, H] */
+} hp_expert_layout;
+
+const char *hp_expert_layout_name(hp_expert_layout l);
+bool hp_expert_layout_parse(const char *s, hp_expert_layout *out);
+
+/* Hyperparameters. Integer fields are 0 when the config does not give them (and no default applies). */
+typedef struct hp_model_config {
+    int64_t hidden_size;           /* H */
+    int64_t intermediate_size;     /* I of dense MLPs */
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;   /* nH */
+    int64_t num_key_value_heads;   /* nKV (defaults to nH) */
+    int64_t head_dim;              /* config head_dim, else H / nH */
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    int64_t n_experts;             /* routed experts E (num_local_experts / num_experts / n_routed_experts) */
+    int64_t num_experts_per_tok;   /* K */
+    int64_t moe_intermediate_size; /* mI (gpt-oss and Mixtral: intermediate_size) */
+    int64_t shared_intermediate_size; /* sI (0: no shared expert) */
+    int64_t n_shared_experts;
+    int64_t first_k_dense_replace;
+    int64_t decoder_sparse_step;
+    int64_t n_group, topk_group;
+    int64_t q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim;
+    double routed_scaling_factor;
+    double swiglu_limit;
+    bool norm_topk_prob;
+    bool tie_word_embeddings;
+    hp_dtype dtype;                /* torch_dtype (BF16 when absent) */
+    int64_t n_mlp_only_layers;
+    int64_t mlp_only_layers[64];   /* qwen2/3-moe: layers forced dense */
+    int n_flags;                   /* boolean top-level config keys as written (attention_bias, ...) */
+    struct {
+        char key[48];
+        bool value;
+    } flags[32];
+} hp_model_config;
+
+typedef struct hp_param {
+    const char *name;      /* fully qualified: model.layers.0.self_attn.q_proj.weight */
+    hp_dtype dtype;
+    int n_dims;
+    int64_t shape[HP_MAX_DIMS];
+    int64_t n_elems;
+    uint64_t nbytes;
+    int file_index;        /* index into the checkpoint's files; -1 in meta mode */
+    uint64_t offset;       /* absolute byte offset in that file; 0 in meta mode */
+    bool trainable;
+    int module;            /* owning module (index into modules) */
+} hp_param;
+
+typedef struct hp_module {
+    const char *name;      /* FQN; "" for the root */
+    const char *leaf;      /* last dotted segment; "" for the root */
+    int parent;            /* -1 for the root */
+    int depth;             /* root 0 */
+    int first_child, next_sibling; /* -1 when none; children in parameter order */
+    int n_params;          /* parameters directly owned */
+    const int *params;     /* their indices into hp_model.params, in order */
+} hp_module;
+
+typedef struct hp_family hp_family;
+
+typedef struct hp_model {
+    const char *path;          /* what was opened */
+    bool meta;                 /* shapes from config.json only, no weights */
+    const char *architecture;  /* config architectures[0] as written ("MixtralForCausalLM"), or "" */
+    const char *model_type;    /* config model_type, or "" */
+    const char *arch;          /* canonical name per spec §3.1 ("mixtral", "deepseekv3") */
+    const hp_family *family;   /* NULL when the family is not known */
+    hp_expert_layout layout;   /* detected from names (real) or requested (meta) */
+    hp_model_config cfg;
+    size_t n_params;
+    hp_param *params;
+    size_t n_modules;
+    hp_module *modules;
+    hp_ckpt *ckpt;             /* NULL in meta mode */
+    hp_arena arena;            /* owns every string above */
+} hp_model;
+
+typedef struct hp_model_opts {
+    hp_expert_layout layout;   /* meta mode only */
+} hp_model_opts;
+
+/* path: a checkpoint folder (with config.json beside the safetensors), a .safetensors file, an index json,
+ * a config.json (meta mode), or a folder holding only config.json (meta mode). opts may be NULL. */
+hp_status hp_model_open(hp_model **out, const char *path, const hp_model_opts *opts, hp_err *err);
+void hp_model_close(hp_model *m);
+
+/* Builds a model from a config.json text (meta mode); label names it in messages. */
+hp_status hp_model_from_config_text(hp_model **out, const char *text, size_t len, const char *label,
+                                    const hp_model_opts *opts, hp_err *err);
+
+const hp_param *hp_model_find_param(const hp_model *m, const char *name);
+int hp_model_find_module(const hp_model *m, const char *name); /* -1 when absent */
+/* Layers of the decoder stack that hold a sparse (MoE) block. */
+bool hp_model_layer_is_sparse(const hp_model *m, int64_t layer);
+/* Marks parameters matching the glob non-trainable; returns how many matched. */
+size_t hp_model_freeze(hp_model *m, const char *glob);
+
+uint64_t hp_model_num_params(const hp_model *m);  /* total element count */
+uint64_t hp_model_total_bytes(const hp_model *m);
+
+/* ---- families: transformers naming and shape rules as data ---- */
+
+const hp_family *hp_family_find(const char *name); /* model_type, architecture or canonical arch */
+const char *hp_family_name(const hp_family *f);    /* model_type spelling, e.g. "qwen3_moe" */
+bool hp_family_is_moe(const hp_family *f);
+/* Comma-separated list of known model types, for messages. */
+const char *hp_family_known_list(void);
+size_t hp_family_count(void);
+const hp_family *hp_family_at(size_t i);
+
+/* Canonical architecture name per spec §3.1 into buf: lower-cased, one suffix stripped. */
+const char *hp_arch_canonical(const char *architecture, const char *model_type, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

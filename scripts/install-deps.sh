@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# install-deps.sh — every Debian 12 package hyperpar needs to build, test and fuzz. Run as root (or with sudo).
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake pkg-config   # C11 compiler, build system
+  libjansson-dev                     # JSON: config.json, safetensors headers, plans
+  libyaml-dev                        # YAML plan overrides
+  libopenblas-dev                    # GEMM for the MoE runtime
+  libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
+  clang                              # libFuzzer targets
+)
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+echo "install-deps: installed ${PACKAGES[*]}" | tr -s ' '

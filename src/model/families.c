@@ -1,0 +1,203 @@
+/*
+ * families.c — the family table: transformers naming and shape rules for the supported families, as data.
+ *
+ * Sources: spec/hf_reference.md §1 (FQNs and shapes, NEW batched and OLD per-expert layouts) and §4
+ * (config.json keys). One record per family; shape synthesis (synth.c) and the planner read the records and
+ * never compare family names themselves.
+ */
+#include "model/family.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define NEVER {HP_OPT_NEVER, NULL, false}
+#define ALWAYS {HP_OPT_ALWAYS, NULL, true}
+#define CONFIG(key, dflt) {HP_OPT_CONFIG, key, dflt}
+#define SWIGLU_NAMES {"gate_proj", "up_proj", "down_proj"}
+
+static const hp_family g_families[] = {
+    {
+        .model_type = "llama", .architecture = "LlamaForCausalLM", .canonical = "llama",
+        .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", false),
+        .o_bias = CONFIG("attention_bias", false), .qk_norm = NEVER,
+        .mlp_bias = CONFIG("mlp_bias", false),
+        .gen_extra = "{\"attention_bias\": false, \"mlp_bias\": false}",
+    },
+    {
+        .model_type = "mistral", .architecture = "MistralForCausalLM", .canonical = "mistral",
+        .attn = HP_ATTN_GQA, .qkv_bias = NEVER, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
+        .gen_extra = "{}",
+    },
+    {
+        .model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .canonical = "qwen2",
+        .attn = HP_ATTN_GQA, .qkv_bias = ALWAYS, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
+        .gen_extra = "{}",
+    },
+    {
+        .model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .canonical = "qwen3",
+        .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", false),
+        .o_bias = CONFIG("attention_bias", false), .qk_norm = ALWAYS, .mlp_bias = NEVER,
+        .gen_extra = "{\"attention_bias\": false}",
+    },
+    {
+        .model_type = "mixtral", .architecture = "MixtralForCausalLM", .canonical = "mixtral",
+        .moe = true, .attn = HP_ATTN_GQA, .qkv_bias = NEVER, .o_bias = NEVER, .qk_norm = NEVER,
+        .sparse = HP_SPARSE_ALL, .per_expert_block = "block_sparse_moe", .router = "gate",
+        .expert_proj = {"w1", "w3", "w2"}, .experts = HP_EXPERTS_CONCAT, .has_per_expert_layout = true,
+        .shared = HP_SHARED_NONE, .moe_inter_is_intermediate = true,
+        .suggested_archetype = "mixtral_topk_router",
+        .experts_key = "num_local_experts",
+        .gen_extra = "{\"router_jitter_noise\": 0.0}",
+    },
+    {
+        .model_type = "qwen2_moe", .architecture = "Qwen2MoeForCausalLM", .canonical = "qwen2moe",
+        .moe = true, .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("qkv_bias", true), .o_bias = NEVER,
+        .qk_norm = NEVER, .mlp_bias = NEVER, .sparse = HP_SPARSE_STEP, .per_expert_block = "mlp",
+        .router = "gate", .expert_proj = SWIGLU_NAMES, .experts = HP_EXPERTS_CONCAT,
+        .has_per_expert_layout = true, .shared = HP_SHARED_GATED,
+        .suggested_archetype = "qwen2moe_shared_expert_gate",
+        .experts_key = "num_experts",
+        .gen_extra = "{\"norm_topk_prob\": false, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"qkv_bias\": true}",
+    },
+    {
+        .model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM", .canonical = "qwen3moe",
+        .moe = true, .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", false),
+        .o_bias = CONFIG("attention_bias", false), .qk_norm = ALWAYS, .mlp_bias = NEVER,
+        .sparse = HP_SPARSE_STEP, .per_expert_block = "mlp", .router = "gate",
+        .expert_proj = SWIGLU_NAMES, .experts = HP_EXPERTS_CONCAT, .has_per_expert_layout = true,
+        .shared = HP_SHARED_NONE, .suggested_archetype = "qwen3moe_topk_router",
+        .experts_key = "num_experts",
+        .gen_extra = "{\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"attention_bias\": false}",
+    },
+    {
+        .model_type = "deepseek_v3", .architecture = "DeepseekV3ForCausalLM", .canonical = "deepseekv3",
+        .moe = true, .attn = HP_ATTN_MLA, .qkv_bias = CONFIG("attention_bias", false),
+        .o_bias = CONFIG("attention_bias", false), .qk_norm = NEVER, .mlp_bias = NEVER,
+        .sparse = HP_SPARSE_AFTER_DENSE, .per_expert_block = "mlp", .router = "gate",
+        .correction_bias = true, .expert_proj = SWIGLU_NAMES, .experts = HP_EXPERTS_CONCAT,
+        .has_per_expert_layout = true, .shared = HP_SHARED_MULTI,
+        .suggested_archetype = "deepseekv3_sigmoid_group_shared",
+        .experts_key = "n_routed_experts",
+        .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": false, \"n_shared_experts\": 1, \"q_lora_rank\": 32, \"kv_lora_rank\": 24, \"qk_rope_head_dim\": 8, \"qk_nope_head_dim\": 16, \"v_head_dim\": 16}",
+    },
+    {
+        .model_type = "glm4_moe", .architecture = "Glm4MoeForCausalLM", .canonical = "glm4moe",
+        .moe = true, .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", false), .o_bias = NEVER,
+        .qk_norm = CONFIG("use_qk_norm", false), .mlp_bias = NEVER, .sparse = HP_SPARSE_AFTER_DENSE,
+        .per_expert_block = "mlp", .router = "gate", .correction_bias = true,
+        .expert_proj = SWIGLU_NAMES, .experts = HP_EXPERTS_CONCAT, .has_per_expert_layout = true,
+        .shared = HP_SHARED_MULTI, .suggested_archetype = "deepseekv3_sigmoid_group_shared",
+        .experts_key = "n_routed_experts",
+        .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 1.0, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": true, \"use_qk_norm\": false, \"partial_rotary_factor\": 0.5, \"n_shared_experts\": 1}",
+    },
+    {
+        .model_type = "gpt_oss", .architecture = "GptOssForCausalLM", .canonical = "gptoss",
+        .moe = true, .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", true),
+        .o_bias = CONFIG("attention_bias", true), .qk_norm = NEVER, .mlp_bias = NEVER,
+        .attn_sinks = true, .sparse = HP_SPARSE_ALL, .per_expert_block = "mlp", .router = "router",
+        .router_bias = true, .experts = HP_EXPERTS_GPTOSS, .has_per_expert_layout = false,
+        .shared = HP_SHARED_NONE, .moe_inter_is_intermediate = true,
+        .suggested_archetype = "gptoss_topk_router",
+        .experts_key = "num_local_experts",
+        .gen_extra = "{\"attention_bias\": true, \"swiglu_limit\": 7.0}",
+    },
+};
+
+#define N_FAMILIES (sizeof g_families / sizeof g_families[0])
+
+size_t hp_family_count(void) { return N_FAMILIES; }
+const hp_family *hp_family_at(size_t i) { return i < N_FAMILIES ? &g_families[i] : NULL; }
+const char *hp_family_name(const hp_family *f) { return f ? f->model_type : ""; }
+bool hp_family_is_moe(const hp_family *f) { return f && f->moe; }
+
+const char *hp_family_known_list(void)
+{
+    static char list[512];
+    if (!list[0]) {
+        size_t o = 0;
+        for (size_t i = 0; i < N_FAMILIES && o < sizeof list; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", g_families[i].model_type);
+    }
+    return list;
+}
+
+static const char *const g_arch_suffixes[] = {"forcausallm", "forconditionalgeneration",
+                                              "forsequenceclassification", "forimagetexttotext"};
+
+const char *hp_arch_canonical(const char *architecture, const char *model_type, char *buf, size_t cap)
+{
+    const char *src = (architecture && *architecture) ? architecture : (model_type ? model_type : "");
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        char c = src[i];
+        buf[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+    }
+    buf[n] = '\0';
+    for (size_t s = 0; s < sizeof g_arch_suffixes / sizeof *g_arch_suffixes; s++) {
+        size_t ls = strlen(g_arch_suffixes[s]);
+        if (n > ls && strcmp(buf + n - ls, g_arch_suffixes[s]) == 0) {
+            buf[n - ls] = '\0';
+            break;
+        }
+    }
+    return buf;
+}
+
+const hp_family *hp_family_find(const char *name)
+{
+    if (!name || !*name) return NULL;
+    char canon[128];
+    hp_arch_canonical(name, NULL, canon, sizeof canon);
+    for (size_t i = 0; i < N_FAMILIES; i++) {
+        const hp_family *f = &g_families[i];
+        if (strcmp(name, f->model_type) == 0 || strcmp(canon, f->canonical) == 0 ||
+            strcmp(canon, f->model_type) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+bool hp__family_layer_sparse(const hp_family *f, const hp_model_config *cfg, int64_t layer)
+{
+    if (!f || !f->moe || cfg->n_experts <= 0) return false;
+    switch (f->sparse) {
+    case HP_SPARSE_NONE: return false;
+    case HP_SPARSE_ALL: return true;
+    case HP_SPARSE_STEP: {
+        for (int64_t i = 0; i < cfg->n_mlp_only_layers; i++)
+            if (cfg->mlp_only_layers[i] == layer) return false;
+        int64_t step = cfg->decoder_sparse_step > 0 ? cfg->decoder_sparse_step : 1;
+        return (layer + 1) % step == 0;
+    }
+    case HP_SPARSE_AFTER_DENSE: return layer >= cfg->first_k_dense_replace;
+    }
+    return false;
+}
+
+/*
+ * Registration order of the names transformers' modules declare, siblings compared by their position in
+ * this list (decoder: self_attn, mlp, norms; attention: q, k, v, o; MoE: router, experts, shared expert).
+ * Names that never meet as siblings may share the list without conflict.
+ */
+static const char *const g_segment_order[] = {
+    "model", "transformer", "gpt_neox", "lm_head",
+    "embed_tokens", "wte", "wpe", "embed_in", "word_embeddings", "layers", "h", "norm", "ln_f",
+    "final_layer_norm",
+    "self_attn", "attention", "attn", "mlp", "block_sparse_moe", "input_layernorm",
+    "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm",
+    "q_proj", "q_a_proj", "q_a_layernorm", "q_b_proj", "k_proj", "v_proj", "kv_a_proj_with_mqa",
+    "kv_a_layernorm", "kv_b_proj", "o_proj", "q_norm", "k_norm", "sinks",
+    "gate", "router", "experts", "shared_expert", "shared_expert_gate", "shared_experts",
+    "gate_proj", "up_proj", "gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias",
+    "w1", "w2", "w3",
+    "weight", "bias", "e_score_correction_bias",
+};
+
+int hp__segment_rank(const char *segment, size_t len)
+{
+    for (size_t i = 0; i < sizeof g_segment_order / sizeof *g_segment_order; i++)
+        if (strlen(g_segment_order[i]) == len && memcmp(g_segment_order[i], segment, len) == 0)
+            return (int)i;
+    return -1;
+}

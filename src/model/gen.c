@@ -1,0 +1,331 @@
+/*
+ * gen.c — deterministic tiny checkpoints for tests and the demo.
+ *
+ * value(seed, key, i) = uniform in [-1, 1) from splitmix64(hash(seed, key) + i), where key names the
+ * logical weight: "L<layer>.E<expert>.<gate|up|down>" for expert matrices, the tensor name otherwise.
+ * Scales: linear weights 1/sqrt(fan_in) (fan_in = the input width), norms 1 + 0.1·u, biases 0.1·u.
+ */
+#include "hyperpar/gen.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "io/json.h"
+#include "model/family.h"
+
+void hp_gen_opts_default(hp_gen_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->family = "qwen3_moe";
+    o->layers = 2;
+    o->hidden = 64;
+    o->heads = 4;
+    o->kv_heads = 2;
+    o->head_dim = 16;
+    o->intermediate = 128;
+    o->moe_intermediate = 32;
+    o->experts = 8;
+    o->top_k = 2;
+    o->vocab = 128;
+    o->dtype = HP_DT_F32;
+    o->layout = HP_LAYOUT_PER_EXPERT;
+}
+
+static const char *torch_dtype_name(hp_dtype dt)
+{
+    switch (dt) {
+    case HP_DT_BF16: return "bfloat16";
+    case HP_DT_F16: return "float16";
+    default: return "float32";
+    }
+}
+
+hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
+{
+    *out = NULL;
+    const hp_family *f = hp_family_find(o->family);
+    if (!f)
+        return hp_err_set(err, HP_ERR_INPUT, "unknown family \"%s\"; known families: %s", o->family,
+                          hp_family_known_list());
+    if (o->dtype != HP_DT_F32 && o->dtype != HP_DT_BF16 && o->dtype != HP_DT_F16)
+        return hp_err_set(err, HP_ERR_INPUT, "gen writes f32, bf16 or f16 weights, not %s", hp_dtype_name(o->dtype));
+    const int64_t dims[] = {o->layers, o->hidden, o->heads, o->kv_heads, o->head_dim, o->intermediate, o->vocab};
+    const char *names[] = {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--intermediate", "--vocab"};
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        if (dims[i] <= 0 || dims[i] > 65536)
+            return hp_err_set(err, HP_ERR_INPUT, "%s %lld is out of range (1..65536 for a generated model)", names[i],
+                              (long long)dims[i]);
+    if (o->heads % o->kv_heads != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "--heads %lld must be a multiple of --kv-heads %lld",
+                          (long long)o->heads, (long long)o->kv_heads);
+    if (f->moe && (o->experts < 1 || o->experts > 4096 || o->top_k < 1 || o->top_k > o->experts))
+        return hp_err_set(err, HP_ERR_INPUT, "--experts %lld and --top-k %lld: need 1 <= top-k <= experts <= 4096",
+                          (long long)o->experts, (long long)o->top_k);
+    if (f->moe && (o->moe_intermediate <= 0 || o->moe_intermediate > 65536))
+        return hp_err_set(err, HP_ERR_INPUT, "--moe-intermediate %lld is out of range", (long long)o->moe_intermediate);
+
+    json_t *c = json_object();
+    json_object_set_new(c, "architectures", json_pack("[s]", f->architecture));
+    json_object_set_new(c, "model_type", json_string(f->model_type));
+    json_object_set_new(c, "hidden_size", json_integer(o->hidden));
+    json_object_set_new(c, "intermediate_size", json_integer(o->intermediate));
+    json_object_set_new(c, "num_hidden_layers", json_integer(o->layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(o->heads));
+    json_object_set_new(c, "num_key_value_heads", json_integer(o->kv_heads));
+    json_object_set_new(c, "head_dim", json_integer(o->head_dim));
+    json_object_set_new(c, "vocab_size", json_integer(o->vocab));
+    json_object_set_new(c, "rms_norm_eps", json_real(1e-6));
+    json_object_set_new(c, "rope_theta", json_real(10000.0));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "max_position_embeddings", json_integer(4096));
+    json_object_set_new(c, "tie_word_embeddings", json_false());
+    json_object_set_new(c, "torch_dtype", json_string(torch_dtype_name(o->dtype)));
+    if (f->moe) {
+        json_object_set_new(c, f->experts_key, json_integer(o->experts));
+        json_object_set_new(c, "num_experts_per_tok", json_integer(o->top_k));
+        if (!f->moe_inter_is_intermediate)
+            json_object_set_new(c, "moe_intermediate_size", json_integer(o->moe_intermediate));
+        if (f->shared == HP_SHARED_GATED)
+            json_object_set_new(c, "shared_expert_intermediate_size", json_integer(2 * o->moe_intermediate));
+        if (f->correction_bias) {
+            /* Grouped routing needs groups of at least two experts: the largest of 4, 2, 1 that allows it. */
+            int64_t g = 4;
+            while (g > 1 && (o->experts % g != 0 || o->experts / g < 2)) g /= 2;
+            json_object_set_new(c, "n_group", json_integer(g));
+            json_object_set_new(c, "topk_group", json_integer(g > 1 ? g / 2 : 1));
+        }
+        if (f->experts == HP_EXPERTS_GPTOSS) json_object_set_new(c, "experts_per_token", json_integer(o->top_k));
+    }
+    json_error_t je;
+    json_t *extra = json_loads(f->gen_extra, 0, &je);
+    HP_ASSERT(extra != NULL);
+    json_object_update(c, extra);
+    json_decref(extra);
+    *out = json_dumps(c, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(c);
+    if (!*out) return hp_err_set(err, HP_ERR_NOMEM, "out of memory writing config.json");
+    return HP_OK;
+}
+
+/* ---- values ---- */
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t key_hash(uint64_t seed, const char *key)
+{
+    uint64_t h = 1469598103934665603ull ^ splitmix64(seed);
+    for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    return h;
+}
+
+static float uniform(uint64_t key, uint64_t i)
+{
+    return (float)((double)(splitmix64(key + i * 0xD1B54A32D192ED03ull) >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+}
+
+typedef struct gen_tensor {
+    char *name;
+    hp_dtype dt;
+    int n_dims;
+    int64_t shape[3];
+    hp_synth_tag tag;
+} gen_tensor;
+
+typedef struct gen_list {
+    gen_tensor *v;
+    size_t n, cap;
+} gen_list;
+
+typedef struct gen_fill {
+    const gen_tensor *t;
+    uint64_t seed;
+    int64_t done; /* elements already produced: the writer may fill a large tensor in several calls */
+} gen_fill;
+
+static hp_status record(void *ctx, const char *name, hp_dtype dt, int n_dims, const int64_t *shape,
+                        const hp_synth_tag *tag, hp_err *err)
+{
+    gen_list *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        gen_tensor *p = realloc(l->v, cap * sizeof *p);
+        if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        l->v = p;
+        l->cap = cap;
+    }
+    gen_tensor *t = &l->v[l->n];
+    t->name = hp_strdup(name);
+    if (!t->name) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    t->dt = dt;
+    t->n_dims = n_dims;
+    memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
+    t->tag = *tag;
+    l->n++;
+    return HP_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* One expert matrix element: kind, layer, expert, flat index within the per-expert matrix, fan-in. */
+static float expert_value(uint64_t seed, int64_t layer, int64_t expert, const char *kind, int64_t idx, int64_t fan_in)
+{
+    char key[96];
+    snprintf(key, sizeof key, "L%lld.E%lld.%s", (long long)layer, (long long)expert, kind);
+    return uniform(key_hash(seed, key), (uint64_t)idx) / sqrtf((float)fan_in);
+}
+
+/* Fills n f32 values of tensor t starting at flat element `start`. */
+static void tensor_values(const gen_tensor *t, uint64_t seed, int64_t start, int64_t n, float *out)
+{
+    const hp_synth_tag *g = &t->tag;
+    if (g->kind == HP_TAG_NONE) {
+        uint64_t k = key_hash(seed, t->name);
+        bool norm = ends_with(t->name, "norm.weight");
+        bool vec = t->n_dims == 1 || ends_with(t->name, "_bias");
+        float scale = t->n_dims >= 2 ? 1.0f / sqrtf((float)t->shape[t->n_dims - 1]) : 0.1f;
+        for (int64_t i = 0; i < n; i++) {
+            float u = uniform(k, (uint64_t)(start + i));
+            out[i] = norm ? 1.0f + 0.1f * u : (vec ? 0.1f * u : scale * u);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t flat = start + i;
+        if (g->expert >= 0) { /* per-expert [out, in] */
+            const char *kind = g->kind == HP_TAG_GATE ? "gate" : g->kind == HP_TAG_UP ? "up" : "down";
+            out[i] = expert_value(seed, g->layer, g->expert, kind, flat, t->shape[1]);
+            continue;
+        }
+        const int64_t d1 = t->shape[1], d2 = t->shape[2], per = d1 * d2;
+        const int64_t e = flat / per, r = (flat % per) / d2, c = flat % d2;
+        if (g->kind == HP_TAG_GATE_UP && g->interleaved) {
+            /* gpt-oss [E, H, 2I], used as x @ W: column 2j is gate j, 2j+1 is up j; fan-in H. */
+            out[i] = expert_value(seed, g->layer, e, c % 2 == 0 ? "gate" : "up", (c / 2) * d1 + r, d1);
+        } else if (g->kind == HP_TAG_GATE_UP) {
+            /* [E, 2I, H]: rows < I are expert e's gate matrix, rows >= I its up matrix. */
+            const int64_t I = d1 / 2;
+            out[i] = r < I ? expert_value(seed, g->layer, e, "gate", r * d2 + c, d2)
+                           : expert_value(seed, g->layer, e, "up", (r - I) * d2 + c, d2);
+        } else if (g->interleaved) {
+            /* gpt-oss down [E, I, H], used as h @ W: the per-expert [H, I] matrix transposed; fan-in I. */
+            out[i] = expert_value(seed, g->layer, e, "down", c * d1 + r, d1);
+        } else {
+            /* down [E, H, I]: expert e's [H, I] matrix; fan-in I. */
+            out[i] = expert_value(seed, g->layer, e, "down", r * d2 + c, d2);
+        }
+    }
+}
+
+static hp_status fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
+{
+    gen_fill *gf = ctx;
+    const gen_tensor *t = gf->t;
+    int bytes = hp_dtype_bits(t->dt) / 8;
+    int64_t n = (int64_t)(nbytes / (size_t)bytes);
+    float buf[4096];
+    unsigned char *out = dst;
+    for (int64_t off = 0; off < n; off += 4096) {
+        int64_t m = n - off < 4096 ? n - off : 4096;
+        tensor_values(t, gf->seed, gf->done + off, m, buf);
+        hp_status st = hp_dtype_from_f32(t->dt, buf, out + off * bytes, m, err);
+        if (st != HP_OK) return st;
+    }
+    gf->done += n;
+    return HP_OK;
+}
+
+static hp_status prepare_dir(const char *dir, bool force, hp_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (mkdir(dir, 0755) != 0)
+            return hp_err_set(err, HP_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
+        return HP_OK;
+    }
+    if (!S_ISDIR(st.st_mode)) return hp_err_set(err, HP_ERR_INPUT, "%s exists and is not a folder", dir);
+    DIR *d = opendir(dir);
+    if (!d) return hp_err_set(err, HP_ERR_IO, "%s: cannot read the folder: %s", dir, strerror(errno));
+    bool empty = true;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
+    closedir(d);
+    if (!empty && !force)
+        return hp_err_set(err, HP_ERR_INPUT, "%s is not empty; choose another --out or pass --force to overwrite", dir);
+    return HP_OK;
+}
+
+static hp_status write_text_atomic(const char *path, const char *text, hp_err *err)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return hp_err_set(err, HP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return hp_err_set(err, HP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    return HP_OK;
+}
+
+hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *err)
+{
+    char *text = NULL;
+    hp_status st = hp_gen_config_text(o, &text, err);
+    if (st != HP_OK) return st;
+
+    hp_model *m = NULL;
+    hp_model_opts mo = {.layout = o->layout};
+    st = hp_model_from_config_text(&m, text, strlen(text), "generated config.json", &mo, err);
+    gen_list l = {0};
+    gen_fill *fills = NULL;
+    hp_st_writer *w = NULL;
+    if (st == HP_OK) st = hp__synth_params(m->family, &m->cfg, m->layout, record, &l, err);
+    if (st == HP_OK) st = prepare_dir(out_dir, o->force, err);
+    if (st == HP_OK) {
+        w = hp_st_writer_create();
+        fills = calloc(l.n ? l.n : 1, sizeof *fills);
+        if (!w || !fills) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
+    for (size_t i = 0; i < l.n && st == HP_OK; i++) {
+        fills[i].t = &l.v[i];
+        fills[i].seed = o->seed;
+        st = hp_st_writer_add_fill(w, l.v[i].name, l.v[i].dt, l.v[i].n_dims, l.v[i].shape, fill, &fills[i], err);
+    }
+    char path[4096];
+    if (st == HP_OK) {
+        snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+        st = hp_st_writer_write(w, path, err);
+    }
+    if (st == HP_OK) {
+        snprintf(path, sizeof path, "%s/config.json", out_dir);
+        st = write_text_atomic(path, text, err);
+    }
+    hp_st_writer_destroy(w);
+    free(fills);
+    for (size_t i = 0; i < l.n; i++) free(l.v[i].name);
+    free(l.v);
+    hp_model_close(m);
+    free(text);
+    return st;
+}

@@ -1,0 +1,37 @@
+# lib.sh — helpers for CLI tests. Each test script: source this, call checks, end with `finish`.
+# Usage of a test script: bash test_x.sh /path/to/hyperpar /path/to/tests
+set -u
+HP="$1"
+TESTS="$2"
+WORK=$(mktemp -d /tmp/hp_cli_XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+PASSED=0
+FAILED=0
+
+# expect CODE SUBSTRING -- command...   : exit code must be CODE and stdout+stderr must contain SUBSTRING.
+expect() {
+    local code="$1" needle="$2"
+    shift 3
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -ne "$code" ]; then
+        echo "FAIL: '$*' exited $rc, expected $code"; echo "$out" | head -20; FAILED=$((FAILED + 1)); return
+    fi
+    if [ -n "$needle" ] && ! grep -qF -- "$needle" <<<"$out"; then
+        echo "FAIL: '$*' output lacks '$needle'"; echo "$out" | head -20; FAILED=$((FAILED + 1)); return
+    fi
+    PASSED=$((PASSED + 1))
+}
+
+# check NAME CONDITION-COMMAND... : passes when the command succeeds.
+check() {
+    local name="$1"
+    shift
+    if "$@"; then PASSED=$((PASSED + 1)); else echo "FAIL: $name"; FAILED=$((FAILED + 1)); fi
+}
+
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" -eq 0 ] && [ "$PASSED" -gt 0 ]
+}

@@ -1,0 +1,32 @@
+/*
+ * cli.h — shared pieces of the hyperpar command-line tool: subcommand table, error reporting, exit codes.
+ *
+ * Exit codes: 0 success, 1 runtime failure, 2 bad input or usage, 3 a numeric verification failed.
+ */
+#ifndef HP_TOOLS_CLI_H
+#define HP_TOOLS_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "hyperpar/core.h"
+
+#define HP_EXIT_OK 0
+#define HP_EXIT_RUNTIME 1
+#define HP_EXIT_USAGE 2
+#define HP_EXIT_VERIFY 3
+
+/* Prints "hyperpar: error: <msg>" and returns the exit code for err->status. */
+int cli_fail(const hp_err *err);
+/* Prints "hyperpar <cmd>: <msg>" plus a hint to run --help; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Parses a positive integer option value; on failure prints a usage error and returns false. */
+bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
+/* Standard handling of an unknown option / missing argument reported by getopt_long. */
+int cli_bad_option(const char *cmd, char **argv);
+
+int cmd_inspect(int argc, char **argv);
+int cmd_gen(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+#endif

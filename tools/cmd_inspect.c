@@ -1,0 +1,226 @@
+/*
+ * cmd_inspect.c — `hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors]`.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "hyperpar/model.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors]\n"
+            "                        [--expert-layout per-expert|batched]\n"
+            "\n"
+            "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
+            "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
+            "\n"
+            "  --json            one JSON object: architecture, model_type, num_params, num_tensors,\n"
+            "                    total_bytes, dtypes (dtype -> bytes), layers, experts, ...\n"
+            "  --tree            the module tree with parameter counts per module\n"
+            "  --depth N         limit --tree to N levels below the root\n"
+            "  --tensors         list every tensor: name, dtype, shape\n"
+            "  --expert-layout L meta mode: per-expert (hub names, default) or batched\n");
+}
+
+static void shape_str(const hp_param *p, char *buf, size_t cap)
+{
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < p->n_dims && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", d ? ", " : "", (long long)p->shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static int64_t count_sparse(const hp_model *m)
+{
+    int64_t n = 0;
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) n += hp_model_layer_is_sparse(m, l);
+    return n;
+}
+
+/* Subtree parameter totals, computed bottom-up (modules are in pre-order, children after parents). */
+static uint64_t *subtree_totals(const hp_model *m)
+{
+    uint64_t *tot = calloc(m->n_modules ? m->n_modules : 1, sizeof *tot);
+    if (!tot) return NULL;
+    for (size_t i = 0; i < m->n_params; i++) tot[m->params[i].module] += (uint64_t)m->params[i].n_elems;
+    for (size_t i = m->n_modules; i-- > 1;) tot[m->modules[i].parent] += tot[i];
+    return tot;
+}
+
+static void print_param_line(const hp_model *m, const hp_param *p, const char *rel, int indent)
+{
+    char cnt[32], shp[128];
+    shape_str(p, shp, sizeof shp);
+    printf("%*s%-*s %15s  %s %s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, rel,
+           hp_format_count((uint64_t)p->n_elems, cnt, sizeof cnt), hp_dtype_name(p->dtype), shp);
+}
+
+/* Prints module i and, in registration order, its parameters and children. Modules without child
+ * modules (a Linear, a norm) are folded into their parent's listing as "q_proj.weight" lines, so the tree
+ * shows structure rather than one line per weight. */
+static void print_module(const hp_model *m, const uint64_t *tot, int i, int max_depth)
+{
+    const hp_module *mod = &m->modules[i];
+    int indent = 2 * mod->depth;
+    char cnt[32];
+    printf("%*s%-*s %15s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, i == 0 ? "(model)" : mod->leaf,
+           hp_format_count(tot[i], cnt, sizeof cnt));
+    if ((max_depth >= 0 && mod->depth + 1 > max_depth) || mod->depth >= 200) return;
+    size_t skip = i ? strlen(mod->name) + 1 : 0;
+    for (int k = 0; k < mod->n_params; k++) {
+        const hp_param *p = &m->params[mod->params[k]];
+        print_param_line(m, p, p->name + skip, indent + 2);
+    }
+    for (int ch = mod->first_child; ch >= 0; ch = m->modules[ch].next_sibling) {
+        const hp_module *cm = &m->modules[ch];
+        if (cm->first_child >= 0) {
+            print_module(m, tot, ch, max_depth);
+            continue;
+        }
+        for (int k = 0; k < cm->n_params; k++) {
+            const hp_param *p = &m->params[cm->params[k]];
+            print_param_line(m, p, p->name + skip, indent + 2);
+        }
+    }
+}
+
+static void print_tree(const hp_model *m, int max_depth)
+{
+    uint64_t *tot = subtree_totals(m);
+    if (!tot) return;
+    print_module(m, tot, 0, max_depth);
+    free(tot);
+}
+
+static void dtype_bytes(const hp_model *m, uint64_t by[HP_DT_COUNT])
+{
+    memset(by, 0, HP_DT_COUNT * sizeof *by);
+    for (size_t i = 0; i < m->n_params; i++) by[m->params[i].dtype] += m->params[i].nbytes;
+}
+
+static int print_json(const hp_model *m, bool tensors)
+{
+    uint64_t by[HP_DT_COUNT];
+    dtype_bytes(m, by);
+    json_t *o = json_object();
+    json_object_set_new(o, "path", json_string(m->path));
+    json_object_set_new(o, "mode", json_string(m->meta ? "meta" : "checkpoint"));
+    json_object_set_new(o, "architecture", json_string(m->architecture));
+    json_object_set_new(o, "model_type", json_string(m->model_type));
+    json_object_set_new(o, "arch", json_string(m->arch));
+    json_object_set_new(o, "family", m->family ? json_string(hp_family_name(m->family)) : json_null());
+    json_object_set_new(o, "num_params", json_integer((json_int_t)hp_model_num_params(m)));
+    json_object_set_new(o, "num_tensors", json_integer((json_int_t)m->n_params));
+    json_object_set_new(o, "total_bytes", json_integer((json_int_t)hp_model_total_bytes(m)));
+    json_t *d = json_object();
+    for (int t = 0; t < HP_DT_COUNT; t++)
+        if (by[t]) json_object_set_new(d, hp_dtype_name((hp_dtype)t), json_integer((json_int_t)by[t]));
+    json_object_set_new(o, "dtypes", d);
+    json_object_set_new(o, "layers", json_integer(m->cfg.num_hidden_layers));
+    json_object_set_new(o, "sparse_layers", json_integer(count_sparse(m)));
+    json_object_set_new(o, "experts", json_integer(m->cfg.n_experts));
+    json_object_set_new(o, "experts_per_tok", json_integer(m->cfg.num_experts_per_tok));
+    json_object_set_new(o, "expert_layout", json_string(hp_expert_layout_name(m->layout)));
+    json_object_set_new(o, "hidden_size", json_integer(m->cfg.hidden_size));
+    json_object_set_new(o, "num_modules", json_integer((json_int_t)m->n_modules));
+    if (tensors) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < m->n_params; i++) {
+            const hp_param *p = &m->params[i];
+            json_t *shape = json_array();
+            for (int k = 0; k < p->n_dims; k++) json_array_append_new(shape, json_integer(p->shape[k]));
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", p->name, "dtype",
+                                                 hp_dtype_name(p->dtype), "shape", shape));
+        }
+        json_object_set_new(o, "tensors", arr);
+    }
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s) return HP_EXIT_RUNTIME;
+    puts(s);
+    free(s);
+    return HP_EXIT_OK;
+}
+
+static void print_summary(const hp_model *m)
+{
+    uint64_t by[HP_DT_COUNT];
+    dtype_bytes(m, by);
+    char a[48], b[48];
+    printf("%-13s %s%s\n", "model", m->path, m->meta ? "  (meta mode: shapes from config.json, no weights)" : "");
+    printf("%-13s %s (model_type %s, family %s)\n", "architecture", *m->architecture ? m->architecture : "?",
+           *m->model_type ? m->model_type : "?", m->family ? hp_family_name(m->family) : "unknown");
+    if (m->cfg.num_hidden_layers)
+        printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld / kv %lld, head_dim %lld\n", "layers",
+               (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
+               (long long)m->cfg.num_attention_heads, (long long)m->cfg.num_key_value_heads,
+               (long long)m->cfg.head_dim);
+    if (m->cfg.n_experts)
+        printf("%-13s %lld routed, top-%lld, width %lld, layout %s\n", "experts", (long long)m->cfg.n_experts,
+               (long long)m->cfg.num_experts_per_tok, (long long)m->cfg.moe_intermediate_size,
+               hp_expert_layout_name(m->layout));
+    printf("%-13s %s\n", "parameters", hp_format_count(hp_model_num_params(m), a, sizeof a));
+    printf("%-13s %zu in %zu modules\n", "tensors", m->n_params, m->n_modules);
+    printf("%-13s %s (%s bytes)\n", "size", hp_format_bytes(hp_model_total_bytes(m), a, sizeof a),
+           hp_format_count(hp_model_total_bytes(m), b, sizeof b));
+    for (int t = 0; t < HP_DT_COUNT; t++)
+        if (by[t]) printf("%-13s   %-6s %s\n", "", hp_dtype_name((hp_dtype)t), hp_format_bytes(by[t], a, sizeof a));
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"json", no_argument, NULL, 'j'},   {"tree", no_argument, NULL, 't'},
+        {"depth", required_argument, NULL, 'd'}, {"tensors", no_argument, NULL, 'T'},
+        {"expert-layout", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    bool json = false, tree = false, tensors = false;
+    int64_t depth = -1;
+    hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = true; break;
+        case 't': tree = true; break;
+        case 'T': tensors = true; break;
+        case 'd':
+            if (!cli_parse_i64("inspect", "--depth", optarg, 0, 1000, &depth)) return HP_EXIT_USAGE;
+            break;
+        case 'L':
+            if (!hp_expert_layout_parse(optarg, &mo.layout))
+                return cli_usage_error("inspect", "--expert-layout must be per-expert or batched, got '%s'", optarg);
+            break;
+        case 'h': usage(stdout); return HP_EXIT_OK;
+        default: return cli_bad_option("inspect", argv);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error("inspect", "expected exactly one PATH");
+
+    hp_err err;
+    hp_model *m = NULL;
+    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) return cli_fail(&err);
+    int rc = HP_EXIT_OK;
+    if (json) {
+        rc = print_json(m, tensors);
+    } else {
+        print_summary(m);
+        if (tree) {
+            printf("\n");
+            print_tree(m, (int)depth);
+        }
+        if (tensors) {
+            char shp[128];
+            printf("\n");
+            for (size_t i = 0; i < m->n_params; i++) {
+                shape_str(&m->params[i], shp, sizeof shp);
+                printf("%s %s %s\n", m->params[i].name, hp_dtype_name(m->params[i].dtype), shp);
+            }
+        }
+    }
+    hp_model_close(m);
+    return rc;
+}
