@@ -27,6 +27,7 @@ int cli_bad_option(const char *cmd, char **argv);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 
 #endif

@@ -2,7 +2,7 @@
  * cmd_demo.c — `hyperpar demo [--out DIR] [--family F]`: the main job end to end on a tiny generated model.
  *
  * Today: gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode
- * synthesises exactly the checkpoint's tensors. Each later capability adds its step here.
+ * synthesises exactly the checkpoint's tensors → plan (tp=2, ep=2). Each later capability adds its step.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -117,9 +117,19 @@ int cmd_demo(int argc, char **argv)
         rc = cli_fail(&err);
         goto done;
     }
-    rc = compare_tables(real, meta);
+    if ((rc = compare_tables(real, meta)) != HP_EXIT_OK) goto done;
 
-    printf("\nNot built yet: plan (sharding plan), shard/merge (per-rank files), moe (MoE over MPI).\n");
+    step(4, "plan: tp=2 with TP-extend-EP over 2 ranks (one MoE boundary shown)");
+    printf("$ hyperpar plan %s --tp 2 --ep 2 --format explain --fqn model.layers.0.mlp\n", model_dir);
+    fflush(stdout);
+    {
+        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--format", "explain", "--fqn",
+                        "model.layers.0.mlp", NULL};
+        optind = 1;
+        if ((rc = cmd_plan(10, args)) != HP_EXIT_OK) goto done;
+    }
+
+    printf("\nNot built yet: shard/merge (per-rank files), moe (MoE over MPI).\n");
 done:
     hp_model_close(real);
     hp_model_close(meta);

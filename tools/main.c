@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command g_commands[] = {
     {"inspect", cmd_inspect, "summarise a checkpoint folder, .safetensors file or config.json"},
+    {"plan", cmd_plan, "derive the sharding plan for a mesh (json, explain, hf)"},
     {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
     {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
 };

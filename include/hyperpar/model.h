@@ -85,6 +85,8 @@ typedef struct hp_module {
     int first_child, next_sibling; /* -1 when none; children in parameter order */
     int n_params;          /* parameters directly owned */
     const int *params;     /* their indices into hp_model.params, in order */
+    int subtree_first;     /* parameters of the whole subtree: the contiguous range */
+    int subtree_end;       /* [subtree_first, subtree_end) of hp_model.params (empty when equal) */
 } hp_module;
 
 typedef struct hp_family hp_family;
@@ -102,6 +104,7 @@ typedef struct hp_model {
     hp_param *params;
     size_t n_modules;
     hp_module *modules;
+    const int *name_index;     /* params sorted by name, for O(log n) lookup */
     hp_ckpt *ckpt;             /* NULL in meta mode */
     hp_arena arena;            /* owns every string above */
 } hp_model;
@@ -134,6 +137,10 @@ uint64_t hp_model_total_bytes(const hp_model *m);
 const hp_family *hp_family_find(const char *name); /* model_type, architecture or canonical arch */
 const char *hp_family_name(const hp_family *f);    /* model_type spelling, e.g. "qwen3_moe" */
 bool hp_family_is_moe(const hp_family *f);
+/* The EP compute archetype suggested for the family ("qwen3moe_topk_router"), or NULL for dense ones. */
+const char *hp_family_suggested_archetype(const hp_family *f);
+/* Batched experts stored transposed for x @ W with gate/up interleaved (gpt-oss: gate_up [E, H, 2I]). */
+bool hp_family_experts_transposed(const hp_family *f);
 /* Comma-separated list of known model types, for messages. */
 const char *hp_family_known_list(void);
 size_t hp_family_count(void);

@@ -171,6 +171,12 @@ static int seg_cmp(const node *a, const node *b)
 }
 
 static const node *g_sort_nodes; /* qsort has no context argument in C11 */
+static const hp_param *g_sort_params;
+
+static int name_cmp(const void *x, const void *y)
+{
+    return strcmp(g_sort_params[*(const int *)x].name, g_sort_params[*(const int *)y].name);
+}
 
 static int child_cmp(const void *x, const void *y)
 {
@@ -310,6 +316,29 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
         hp_module *mod = &m->modules[m->params[i].module];
         ((int *)mod->params)[mod->n_params++] = (int)i;
     }
+    /* Subtree ranges: the walk emits a subtree's parameters contiguously; children follow parents. */
+    for (size_t i = 0; i < n_mod; i++) {
+        hp_module *mod = &m->modules[i];
+        mod->subtree_first = mod->n_params ? mod->params[0] : INT32_MAX;
+        mod->subtree_end = mod->n_params ? mod->params[mod->n_params - 1] + 1 : -1;
+    }
+    for (size_t i = n_mod; i-- > 1;) {
+        hp_module *mod = &m->modules[i], *par = &m->modules[mod->parent];
+        if (mod->subtree_first < par->subtree_first) par->subtree_first = mod->subtree_first;
+        if (mod->subtree_end > par->subtree_end) par->subtree_end = mod->subtree_end;
+    }
+    for (size_t i = 0; i < n_mod; i++)
+        if (m->modules[i].subtree_end < 0) m->modules[i].subtree_first = m->modules[i].subtree_end = 0;
+
+    int *index = hp_arena_alloc(&m->arena, (n_par ? n_par : 1) * sizeof *index);
+    if (!index) {
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory indexing parameter names");
+        goto done;
+    }
+    for (size_t i = 0; i < n_par; i++) index[i] = (int)i;
+    g_sort_params = m->params;
+    qsort(index, n_par, sizeof *index, name_cmp);
+    m->name_index = index;
 
 done:
     free(t.nodes);
@@ -582,16 +611,39 @@ void hp_model_close(hp_model *m)
 
 const hp_param *hp_model_find_param(const hp_model *m, const char *name)
 {
-    for (size_t i = 0; i < m->n_params; i++)
-        if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    size_t lo = 0, hi = m->n_params;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const hp_param *p = &m->params[m->name_index[mid]];
+        int c = strcmp(p->name, name);
+        if (c == 0) return p;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 
+/* Walks the tree from the root along the dotted segments of name. */
 int hp_model_find_module(const hp_model *m, const char *name)
 {
-    for (size_t i = 0; i < m->n_modules; i++)
-        if (strcmp(m->modules[i].name, name) == 0) return (int)i;
-    return -1;
+    if (m->n_modules == 0) return -1;
+    if (!*name) return 0;
+    int cur = 0;
+    const char *seg = name;
+    for (;;) {
+        const char *dot = strchr(seg, '.');
+        size_t len = dot ? (size_t)(dot - seg) : strlen(seg);
+        int next = -1;
+        for (int c = m->modules[cur].first_child; c >= 0; c = m->modules[c].next_sibling)
+            if (strlen(m->modules[c].leaf) == len && strncmp(m->modules[c].leaf, seg, len) == 0) {
+                next = c;
+                break;
+            }
+        if (next < 0) return -1;
+        cur = next;
+        if (!dot) return cur;
+        seg = dot + 1;
+    }
 }
 
 bool hp_model_layer_is_sparse(const hp_model *m, int64_t layer)

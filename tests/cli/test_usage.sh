@@ -4,7 +4,7 @@ expect 0 "commands:" -- "$HP" --help
 expect 0 "hyperpar 0." -- "$HP" --version
 expect 2 "usage:" -- "$HP"
 expect 2 "unknown command 'frobnicate'" -- "$HP" frobnicate
-for cmd in inspect gen demo; do
+for cmd in inspect plan gen demo; do
     expect 0 "usage: hyperpar $cmd" -- "$HP" "$cmd" --help
 done
 expect 2 "expected exactly one PATH" -- "$HP" inspect

@@ -1,0 +1,224 @@
+/*
+ * hyperpar/plan.h — the sharding planner: roles, boundaries, placements, the mesh, and the plan.
+ *
+ * Reproduces hyper_parallel's planner (spec/hyper_parallel.md §1-§8): every parameter gets a role
+ * (Phase 1), parameters are grouped into boundaries (Phase 2), each boundary gets a type (Phase 3) and a
+ * template-derived contract (Phase 4), MoE boundaries are EP-marked (§6.8), then finalisation and lints
+ * (§7.3-§8) run.
+ *
+ *   hp_plan
+ *    ├─ mesh, dims[]            the mesh; dims = its tp/cp/ep axes of size > 1, in mesh order (never dp)
+ *    ├─ boundaries[]            forward (module registration) order
+ *    │    ├─ params[]           relative path -> {axis: placement}
+ *    │    ├─ in_src/in_dst      input name -> {axis: placement}
+ *    │    ├─ out_src/out_dst    output name -> {axis: placement}, or null (no exit communication)
+ *    │    └─ ep_size, ep_stack, deferred biases, TP-local attributes, local_compute_fn, ...
+ *    ├─ roles[]                 one per model parameter
+ *    ├─ special handlers, tied pairs, warnings
+ *    └─ arena                   owns everything
+ */
+#ifndef HYPERPAR_PLAN_H
+#define HYPERPAR_PLAN_H
+
+#include "hyperpar/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- roles (§3.2) ---- */
+typedef enum hp_role {
+    HP_ROLE_COLWISE,
+    HP_ROLE_ROWWISE,
+    HP_ROLE_NORM,
+    HP_ROLE_EMBED,
+    HP_ROLE_LM_HEAD,
+    HP_ROLE_MOE_GATE,
+    HP_ROLE_MOE_EXPERT,
+    HP_ROLE_SHARED_EXPERT,
+    HP_ROLE_FUSED_QKV,
+    HP_ROLE_FUSED_GATE_UP,
+    HP_ROLE_BIAS,
+    HP_ROLE_REPLICATED,
+    HP_ROLE_SPECIAL,
+    HP_ROLE_SKIP,
+    HP_ROLE_COUNT
+} hp_role;
+
+const char *hp_role_name(hp_role r); /* "COLWISE", ... as in §3.2 */
+
+/* ---- boundary types (§5, §6.2) ---- */
+typedef enum hp_btype {
+    HP_BT_ATTENTION,
+    HP_BT_LINEAR_ATTENTION,
+    HP_BT_MLP,
+    HP_BT_NORM,
+    HP_BT_EMBED,
+    HP_BT_LM_HEAD,
+    HP_BT_MOE_GATE,
+    HP_BT_MOE_MLP,
+    HP_BT_UNKNOWN,
+    HP_BT_COUNT
+} hp_btype;
+
+const char *hp_btype_name(hp_btype t); /* "attention", ... */
+
+/* ---- placements (§1.1) ---- */
+typedef enum hp_pl_kind {
+    HP_PL_ABSENT = 0, /* the axis key is not in the map */
+    HP_PL_R,          /* Replicate */
+    HP_PL_P,          /* Partial (sum) */
+    HP_PL_S,          /* Shard(dim); dim may be negative (-1 = last) */
+    HP_PL_S2,         /* packed Shard(dim) of a fused [gate; up] weight: "S(d)x2" (--packed-fused) */
+} hp_pl_kind;
+
+typedef struct hp_placement {
+    int8_t kind; /* hp_pl_kind */
+    int8_t dim;  /* for HP_PL_S / HP_PL_S2 */
+} hp_placement;
+
+/* The axes a plan's placements use. dp never appears (§1.2). */
+typedef enum hp_axis { HP_AXIS_TP = 0, HP_AXIS_CP, HP_AXIS_EP, HP_AXIS_COUNT } hp_axis;
+const char *hp_axis_name(hp_axis a); /* "tp", "cp", "ep" */
+
+/* A NamedPlacement: {axis name -> placement}; absent axes have kind HP_PL_ABSENT. */
+typedef struct hp_nplace {
+    hp_placement ax[HP_AXIS_COUNT];
+} hp_nplace;
+
+hp_placement hp_pl_r(void);
+hp_placement hp_pl_p(void);
+hp_placement hp_pl_s(int dim);
+bool hp_placement_eq(hp_placement a, hp_placement b);
+/* "R", "P", "S(0)", "S(-1)", "S(0)x2"; buf of at least 12 bytes. */
+const char *hp_placement_str(hp_placement p, char *buf, size_t cap);
+
+/* An I/O contract: input or output name -> NamedPlacement. is_null: the field is None (out_* only). */
+#define HP_MAX_IO 4
+typedef struct hp_io_entry {
+    char name[32];
+    hp_nplace pl;
+} hp_io_entry;
+typedef struct hp_io_map {
+    bool is_null;
+    int n;
+    hp_io_entry e[HP_MAX_IO];
+} hp_io_map;
+
+/* ---- boundaries (§1.3) ---- */
+typedef struct hp_param_spec {
+    const char *rel; /* path relative to the boundary ("q_proj.weight"), or stacked name ("experts.gate_proj") */
+    hp_nplace pl;
+} hp_param_spec;
+
+typedef struct hp_ep_stack {
+    const char *name;     /* stacked name relative to the boundary: "experts.gate_proj" */
+    int n_src;
+    const char **src;     /* per-expert relative sources in expert order: "experts.0.gate_proj.weight" */
+} hp_ep_stack;
+
+typedef struct hp_tp_attr {
+    const char *name;     /* "num_attention_heads" */
+    int64_t global, local;
+    bool user;            /* declared via tp_divide_attrs (overrides) rather than auto (D-17) */
+} hp_tp_attr;
+
+typedef struct hp_boundary {
+    const char *fqn;          /* module FQN; "" = root */
+    hp_btype type;
+    int module;               /* index into the model's modules, -1 when not a module */
+    bool is_boundary;         /* false: parameter-only spec (no I/O wrapping) */
+    bool terminal;            /* Phase 5: last boundary in registration order */
+    bool needs_cp_attn;       /* attention templates */
+    int n_params;
+    hp_param_spec *params;
+    hp_io_map in_src, in_dst, out_src, out_dst;
+    int ep_size;              /* D-10: extended EP group size; > 0 => expert params on the expert mesh */
+    int n_ep_stack;
+    hp_ep_stack *ep_stack;
+    int n_deferred;
+    const char **deferred_biases; /* D-22: relative bias paths added once after the exit reduction */
+    int n_tp_attrs;
+    hp_tp_attr *tp_attrs;     /* D-17: TP-local attribute plan */
+    const char *local_compute_fn; /* EP archetype key (overrides), or NULL */
+    int8_t region_dispatch;   /* -1 None, 0 false, 1 true */
+    bool injected;            /* set by overrides */
+} hp_boundary;
+
+/* ---- mesh ---- */
+#define HP_MESH_MAX_DIMS 8
+typedef struct hp_mesh {
+    int n_dims;
+    char names[HP_MESH_MAX_DIMS][16]; /* in mesh order, e.g. dp, cp, tp */
+    int64_t sizes[HP_MESH_MAX_DIMS];
+    int64_t ep;      /* requested EP size: the ep axis (old style) or the virtual D-10 group size */
+    bool ep_axis;    /* an explicit ep axis is in the mesh (old-style EP) */
+} hp_mesh;
+
+/* "dp=2,cp=1,tp=4" (names in order; product = world). */
+hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err);
+/* Builds (dp, cp, tp) [+ ep when ep_axis] from sizes; sizes of 1 are kept. */
+void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis);
+int64_t hp_mesh_size(const hp_mesh *m, const char *name); /* 1 when absent */
+int64_t hp_mesh_world(const hp_mesh *m);
+/* "dp=2,tp=4 (world 8), ep=4 (TP-extend-EP)" */
+const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap);
+
+/* ---- planning ---- */
+typedef struct hp_plan_opts {
+    hp_mesh mesh;
+    bool sequence_parallel;   /* default true */
+    bool loss_parallel;       /* default false */
+    bool allow_uncovered;     /* F4b warns instead of failing */
+    bool packed_fused;        /* fused gate/up weights get "S(d)x2" instead of an error */
+    bool derive;              /* default true; false = the plan holds only overrides (issue 4) */
+    int64_t seq_len;          /* for compatibility checks (cp); 0 = not given */
+} hp_plan_opts;
+
+void hp_plan_opts_default(hp_plan_opts *o);
+
+typedef struct hp_special {
+    const char *param;   /* full FQN */
+    const char *handler; /* "gated_delta_tp_shard" or "default" */
+} hp_special;
+
+typedef struct hp_plan {
+    const hp_model *model;
+    hp_mesh mesh;
+    int n_dims;
+    hp_axis dims[HP_AXIS_COUNT]; /* mesh_dim_names: tp/cp/ep axes of size > 1 in mesh order */
+    int64_t tp, cp, ep;          /* sizes (1 when inactive) */
+    bool sequence_parallel, loss_parallel;
+    size_t n_boundaries;
+    hp_boundary *boundaries;     /* forward order */
+    hp_role *roles;              /* [model->n_params] */
+    int n_special;
+    hp_special *special;
+    int n_tied;
+    const char *tied[1][2];      /* (embed, lm_head) */
+    int n_warnings;
+    const char **warnings;
+    hp_arena arena;
+} hp_plan;
+
+hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o, hp_err *err);
+void hp_plan_free(hp_plan *p);
+
+/* Boundary by FQN, or NULL. */
+const hp_boundary *hp_plan_find(const hp_plan *p, const char *fqn);
+/* The boundary declaring the parameter (full FQN) and its placement; NULL when uncovered. */
+const hp_boundary *hp_plan_param_placement(const hp_plan *p, const char *param_fqn, hp_nplace *out);
+
+/* Outputs (plan_json.c, explain.c, hf.c); out is appended to. */
+hp_status hp_plan_to_json(const hp_plan *p, hp_buf *out, hp_err *err);
+hp_status hp_plan_explain(const hp_plan *p, const char *fqn, hp_buf *out, hp_err *err);
+hp_status hp_plan_to_hf(const hp_plan *p, hp_buf *out, hp_err *err);
+
+/* §8.9: heads, kv heads, expert width, experts, sequence length against the mesh. */
+hp_status hp_plan_check_compat(const hp_model *m, int64_t tp, int64_t cp, int64_t ep, int64_t seq_len,
+                               hp_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

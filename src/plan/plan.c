@@ -1,0 +1,365 @@
+/*
+ * plan.c — the planner pipeline (spec §2): mesh dims, Phase 1-4, EP marking, finalisation, lints.
+ *
+ *   hp_plan_derive(model, opts)
+ *     mesh check + dims           tp/cp/ep axes of size > 1 in mesh order; dp and pp never appear
+ *     compatibility (§8.9)        heads, kv heads, experts, expert width, sequence length
+ *     Phase 1  roles[]            classify.c
+ *     Phase 2  groups             group.c (registration order)
+ *     Phase 3+4 boundaries        infer.c + templates.c; "unknown" groups warn and stay uncovered
+ *     §6.8     EP marking         ep.c, for moe_mlp boundaries when ep > 1
+ *     §7.3-§8  finalise + lints   lints.c
+ *     normalise                   axes that are not plan dims are dropped from every placement map,
+ *                                 except an ep Shard (EP-marked params carry ep although D-10 has no ep dim)
+ *
+ * Also the small value helpers of plan.h: placements, axis names, the mesh.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/planner_int.h"
+
+/* ---- values ---- */
+
+hp_placement hp_pl_r(void) { return (hp_placement){HP_PL_R, 0}; }
+hp_placement hp_pl_p(void) { return (hp_placement){HP_PL_P, 0}; }
+hp_placement hp_pl_s(int dim) { return (hp_placement){HP_PL_S, (int8_t)dim}; }
+
+bool hp_placement_eq(hp_placement a, hp_placement b)
+{
+    if (a.kind != b.kind) return false;
+    return (a.kind != HP_PL_S && a.kind != HP_PL_S2) || a.dim == b.dim;
+}
+
+const char *hp_placement_str(hp_placement p, char *buf, size_t cap)
+{
+    switch (p.kind) {
+    case HP_PL_R: snprintf(buf, cap, "R"); break;
+    case HP_PL_P: snprintf(buf, cap, "P"); break;
+    case HP_PL_S: snprintf(buf, cap, "S(%d)", p.dim); break;
+    case HP_PL_S2: snprintf(buf, cap, "S(%d)x2", p.dim); break;
+    default: snprintf(buf, cap, "-"); break;
+    }
+    return buf;
+}
+
+const char *hp_axis_name(hp_axis a)
+{
+    static const char *const names[] = {"tp", "cp", "ep"};
+    return a < HP_AXIS_COUNT ? names[a] : "?";
+}
+
+/* ---- mesh ---- */
+
+/* Canonical axis names (§1.2); anything else in a mesh is a typo worth refusing. */
+static const char *const g_mesh_axes[] = {"dp", "cp", "tp", "ep", "pp", "dp_replicate", "dp_shard", "dp_cp",
+                                          "ep_shard"};
+
+static bool known_axis(const char *name)
+{
+    for (size_t i = 0; i < sizeof g_mesh_axes / sizeof *g_mesh_axes; i++)
+        if (strcmp(name, g_mesh_axes[i]) == 0) return true;
+    return false;
+}
+
+hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->ep = 1;
+    const char *s = spec;
+    while (*s) {
+        const char *eq = strchr(s, '='), *comma = strchr(s, ',');
+        if (!comma) comma = s + strlen(s);
+        if (!eq || eq > comma)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': expected NAME=SIZE items separated by commas, e.g. "
+                              "dp=2,cp=1,tp=4", spec);
+        if (out->n_dims == HP_MESH_MAX_DIMS)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': at most %d axes", spec, HP_MESH_MAX_DIMS);
+        size_t nlen = (size_t)(eq - s);
+        char name[16];
+        if (nlen == 0 || nlen >= sizeof name)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': bad axis name", spec);
+        memcpy(name, s, nlen);
+        name[nlen] = '\0';
+        if (!known_axis(name))
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': unknown axis '%s'; known axes: dp, cp, tp, ep, pp, "
+                              "dp_replicate, dp_shard, dp_cp, ep_shard", spec, name);
+        for (int i = 0; i < out->n_dims; i++)
+            if (strcmp(out->names[i], name) == 0)
+                return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': axis '%s' appears twice", spec, name);
+        char *end = NULL;
+        long long v = strtoll(eq + 1, &end, 10);
+        if (end != comma || v < 1 || v > (1 << 20))
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': size of '%s' must be an integer in [1, 1048576]", spec,
+                              name);
+        snprintf(out->names[out->n_dims], sizeof out->names[0], "%s", name);
+        out->sizes[out->n_dims++] = v;
+        if (strcmp(name, "ep") == 0) {
+            out->ep_axis = true;
+            out->ep = v;
+        }
+        s = *comma ? comma + 1 : comma;
+    }
+    if (out->n_dims == 0) return hp_err_set(err, HP_ERR_INPUT, "--mesh is empty; e.g. --mesh dp=2,tp=4");
+    return HP_OK;
+}
+
+void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis)
+{
+    memset(out, 0, sizeof *out);
+    const char *names[] = {"dp", "cp", "tp"};
+    const int64_t sizes[] = {dp, cp, tp};
+    for (int i = 0; i < 3; i++) {
+        snprintf(out->names[out->n_dims], sizeof out->names[0], "%s", names[i]);
+        out->sizes[out->n_dims++] = sizes[i] > 0 ? sizes[i] : 1;
+    }
+    out->ep = ep > 0 ? ep : 1;
+    out->ep_axis = ep_axis;
+    if (ep_axis) {
+        snprintf(out->names[out->n_dims], sizeof out->names[0], "ep");
+        out->sizes[out->n_dims++] = out->ep;
+    }
+}
+
+int64_t hp_mesh_size(const hp_mesh *m, const char *name)
+{
+    for (int i = 0; i < m->n_dims; i++)
+        if (strcmp(m->names[i], name) == 0) return m->sizes[i];
+    return 1;
+}
+
+int64_t hp_mesh_world(const hp_mesh *m)
+{
+    int64_t w = 1;
+    for (int i = 0; i < m->n_dims; i++) w *= m->sizes[i];
+    return w;
+}
+
+const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_dims && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s=%lld", i ? "," : "", m->names[i], (long long)m->sizes[i]);
+    if (o < cap) o += (size_t)snprintf(buf + o, cap - o, " (world %lld)", (long long)hp_mesh_world(m));
+    if (m->ep > 1 && !m->ep_axis && o < cap)
+        snprintf(buf + o, cap - o, ", ep=%lld (TP-extend-EP)", (long long)m->ep);
+    return buf;
+}
+
+/* ---- plan helpers ---- */
+
+bool hp__plan_has_dim(const hp_plan *p, hp_axis a)
+{
+    for (int i = 0; i < p->n_dims; i++)
+        if (p->dims[i] == a) return true;
+    return false;
+}
+
+void hp__plan_warn(hp_plan *p, const char *fmt, ...)
+{
+    char buf[HP_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    hp_log(HP_LOG_WARN, "%s", buf);
+    const char **w = hp_arena_alloc(&p->arena, (size_t)(p->n_warnings + 1) * sizeof *w);
+    char *copy = hp_arena_strdup(&p->arena, buf);
+    if (!w || !copy) return;
+    if (p->n_warnings) memcpy(w, p->warnings, (size_t)p->n_warnings * sizeof *w);
+    w[p->n_warnings++] = copy;
+    p->warnings = w;
+}
+
+const hp_boundary *hp_plan_find(const hp_plan *p, const char *fqn)
+{
+    for (size_t i = 0; i < p->n_boundaries; i++)
+        if (strcmp(p->boundaries[i].fqn, fqn) == 0) return &p->boundaries[i];
+    return NULL;
+}
+
+const hp_boundary *hp_plan_param_placement(const hp_plan *p, const char *param_fqn, hp_nplace *out)
+{
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        const hp_boundary *b = &p->boundaries[i];
+        size_t n = strlen(b->fqn);
+        if (n && (strncmp(param_fqn, b->fqn, n) != 0 || param_fqn[n] != '.')) continue;
+        const char *rel = param_fqn + (n ? n + 1 : 0);
+        for (int k = 0; k < b->n_params; k++)
+            if (strcmp(b->params[k].rel, rel) == 0) {
+                if (out) *out = b->params[k].pl;
+                return b;
+            }
+        for (int s = 0; s < b->n_ep_stack; s++)
+            for (int k = 0; k < b->ep_stack[s].n_src; k++)
+                if (strcmp(b->ep_stack[s].src[k], rel) == 0) {
+                    for (int q = 0; q < b->n_params && out; q++)
+                        if (strcmp(b->params[q].rel, b->ep_stack[s].name) == 0) *out = b->params[q].pl;
+                    return b;
+                }
+    }
+    return NULL;
+}
+
+void hp_plan_opts_default(hp_plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    hp_mesh_from_sizes(&o->mesh, 1, 1, 1, 1, false);
+    o->sequence_parallel = true;
+    o->derive = true;
+}
+
+/* ---- compatibility (§8.9) ---- */
+
+hp_status hp_plan_check_compat(const hp_model *m, int64_t tp, int64_t cp, int64_t ep, int64_t seq_len, hp_err *err)
+{
+    const hp_model_config *c = &m->cfg;
+    if (tp > 1) {
+        if (c->num_attention_heads && c->num_attention_heads % tp)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "num_attention_heads (%lld) is not divisible by tp (%lld): tensor parallelism splits "
+                              "whole heads; choose a tp that divides %lld",
+                              (long long)c->num_attention_heads, (long long)tp, (long long)c->num_attention_heads);
+        if (c->num_key_value_heads && c->num_key_value_heads % tp)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "num_key_value_heads (%lld) is not divisible by tp (%lld): key/value heads are split "
+                              "whole; choose a tp that divides %lld",
+                              (long long)c->num_key_value_heads, (long long)tp, (long long)c->num_key_value_heads);
+        if (ep > 1 && c->moe_intermediate_size && c->moe_intermediate_size % tp)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "moe_intermediate_size (%lld) is not divisible by tp (%lld)",
+                              (long long)c->moe_intermediate_size, (long long)tp);
+    }
+    if (cp > 1 && seq_len > 0 && seq_len % (2 * cp))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "sequence length %lld is not divisible by 2*cp (%lld): context parallelism splits the "
+                          "sequence into 2*cp load-balanced chunks",
+                          (long long)seq_len, (long long)(2 * cp));
+    if (ep > 1) {
+        if (c->n_experts <= 0)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "EP>1 requires MoE model (num_experts > 0); %s has no routed experts", m->path);
+        if (c->n_experts % ep)
+            return hp_err_set(err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by EP (%lld)",
+                              (long long)c->n_experts, (long long)ep);
+    }
+    return HP_OK;
+}
+
+/* ---- the pipeline ---- */
+
+static hp_status setup_mesh(hp_plan *p, const hp_plan_opts *o, hp_err *err)
+{
+    p->mesh = o->mesh;
+    p->tp = hp_mesh_size(&o->mesh, "tp");
+    p->cp = hp_mesh_size(&o->mesh, "cp");
+    p->ep = o->mesh.ep_axis ? hp_mesh_size(&o->mesh, "ep") : (o->mesh.ep > 0 ? o->mesh.ep : 1);
+    if (hp_mesh_size(&o->mesh, "pp") > 1)
+        return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
+                          (long long)hp_mesh_size(&o->mesh, "pp"));
+    for (int i = 0; i < o->mesh.n_dims; i++) {
+        const char *n = o->mesh.names[i];
+        hp_axis a = strcmp(n, "tp") == 0 ? HP_AXIS_TP : strcmp(n, "cp") == 0 ? HP_AXIS_CP
+                  : strcmp(n, "ep") == 0 ? HP_AXIS_EP : HP_AXIS_COUNT;
+        if (a != HP_AXIS_COUNT && o->mesh.sizes[i] > 1) p->dims[p->n_dims++] = a;
+    }
+    return HP_OK;
+}
+
+/* Drops axes that are not plan dims (an ep Shard stays: EP-marked params carry it under D-10). */
+static void mask_nplace(const hp_plan *p, hp_nplace *pl)
+{
+    for (int a = 0; a < HP_AXIS_COUNT; a++) {
+        if (hp__plan_has_dim(p, (hp_axis)a)) continue;
+        if (a == HP_AXIS_EP && pl->ax[a].kind == HP_PL_S && p->ep > 1) continue;
+        pl->ax[a].kind = HP_PL_ABSENT;
+        pl->ax[a].dim = 0;
+    }
+}
+
+static void mask_io(const hp_plan *p, hp_io_map *m)
+{
+    for (int i = 0; i < m->n; i++) mask_nplace(p, &m->e[i].pl);
+}
+
+static void normalise(hp_plan *p)
+{
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        hp_boundary *b = &p->boundaries[i];
+        for (int k = 0; k < b->n_params; k++) mask_nplace(p, &b->params[k].pl);
+        mask_io(p, &b->in_src);
+        mask_io(p, &b->in_dst);
+        mask_io(p, &b->out_src);
+        mask_io(p, &b->out_dst);
+    }
+}
+
+static hp_status derive_boundaries(hp_plan *p, hp_err *err)
+{
+    const hp_model *m = p->model;
+    hp__group *groups = NULL;
+    size_t n_groups = 0;
+    hp_status st = hp__group_params(m, p->roles, &p->arena, &groups, &n_groups, err);
+    if (st != HP_OK) return st;
+    p->boundaries = hp_arena_alloc(&p->arena, (n_groups ? n_groups : 1) * sizeof *p->boundaries);
+    if (!p->boundaries) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_role *gr = malloc((m->n_params ? m->n_params : 1) * sizeof *gr);
+    if (!gr) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t g = 0; g < n_groups && st == HP_OK; g++) {
+        for (int k = 0; k < groups[g].n; k++) gr[k] = p->roles[groups[g].params[k]];
+        hp_btype t = hp__infer_type(groups[g].fqn, gr, groups[g].n);
+        if (!hp__has_template(t)) {
+            hp__plan_warn(p, "No template for boundary_type=%s at %s", hp_btype_name(t),
+                          groups[g].fqn[0] ? groups[g].fqn : "(root)");
+            continue;
+        }
+        hp_boundary *b = &p->boundaries[p->n_boundaries];
+        memset(b, 0, sizeof *b);
+        b->fqn = groups[g].fqn;
+        b->type = t;
+        b->module = hp_model_find_module(m, b->fqn);
+        st = hp__build_from_template(p, b, groups[g].params, groups[g].n, err);
+        if (st == HP_OK && t == HP_BT_MOE_MLP && p->ep > 1) st = hp__mark_moe_ep(p, b, err);
+        if (st == HP_OK) p->n_boundaries++;
+    }
+    free(gr);
+    return st;
+}
+
+hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o, hp_err *err)
+{
+    *out = NULL;
+    hp_plan *p = hp_calloc(1, sizeof *p);
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_arena_init(&p->arena);
+    p->model = m;
+    p->sequence_parallel = o->sequence_parallel;
+    p->loss_parallel = o->loss_parallel;
+    hp_status st = setup_mesh(p, o, err);
+    if (st == HP_OK && p->ep > 1 && !o->mesh.ep_axis) st = hp__validate_ep_extend(p, err);
+    if (st == HP_OK) st = hp_plan_check_compat(m, p->tp, p->cp, p->ep, o->seq_len, err);
+    if (st == HP_OK) {
+        p->roles = hp_arena_alloc(&p->arena, (m->n_params ? m->n_params : 1) * sizeof *p->roles);
+        if (!p->roles) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; st == HP_OK && i < m->n_params; i++) p->roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
+    if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
+    if (st == HP_OK) st = hp__finalize(p, o, err);
+    if (st == HP_OK) normalise(p);
+    if (st != HP_OK) {
+        hp_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return HP_OK;
+}
+
+void hp_plan_free(hp_plan *p)
+{
+    if (!p) return;
+    hp_arena_free(&p->arena);
+    free(p);
+}
