@@ -508,6 +508,87 @@ TEST(fused_gate_up_guard_and_packed)
     hp_plan_free(p);
 }
 
+TEST(scenario_14_head_counts)
+{
+    hp_err err;
+    /* q/k/v S(0) -> head counts divided by tp; mlp and norms have none; tp=1 (no tp dim) has none. */
+    hp_plan *p = plan("data/configs/qwen3-30b-a3b.json", (setup){.tp = 4}, NULL, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (p) {
+        const hp_boundary *a = hp_plan_find(p, "model.layers.3.self_attn");
+        CHECK(a && a->n_tp_attrs == 2);
+        if (a && a->n_tp_attrs == 2) {
+            CHECK_STR_EQ(a->tp_attrs[0].name, "num_attention_heads");
+            CHECK(a->tp_attrs[0].global == 32 && a->tp_attrs[0].local == 8 && !a->tp_attrs[0].user);
+            CHECK_STR_EQ(a->tp_attrs[1].name, "num_key_value_heads");
+            CHECK(a->tp_attrs[1].global == 4 && a->tp_attrs[1].local == 1);
+        }
+        CHECK_EQ_INT(hp_plan_find(p, "model.layers.3.mlp")->n_tp_attrs, 0);
+        CHECK_EQ_INT(hp_plan_find(p, "model.norm")->n_tp_attrs, 0);
+    }
+    hp_plan_free(p);
+    /* MLA: q_b_proj S(0) is head-sharded too. */
+    p = plan("data/golden/deepseek_v3_per_expert_f32", (setup){.tp = 2}, NULL, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (p) {
+        const hp_boundary *a = hp_plan_find(p, "model.layers.1.self_attn");
+        CHECK(a && a->n_tp_attrs >= 1 && a->tp_attrs[0].local == 2);
+        CHECK_EQ_INT(a ? a->n_params : 0, 5);
+        CHECK_STR_EQ(param_pl(p, "model.layers.1.self_attn", "q_a_proj.weight", HP_AXIS_TP), "R");
+        CHECK_STR_EQ(param_pl(p, "model.layers.1.self_attn", "kv_b_proj.weight", HP_AXIS_TP), "S(0)");
+    }
+    hp_plan_free(p);
+    p = plan("data/configs/qwen3-30b-a3b.json", (setup){.cp = 2}, NULL, &err);
+    CHECK(p != NULL);
+    if (p) CHECK_EQ_INT(hp_plan_find(p, "model.layers.3.self_attn")->n_tp_attrs, 0);
+    hp_plan_free(p);
+}
+
+TEST(scenario_17_only_lm_head_is_terminal)
+{
+    hp_err err;
+    hp_plan *p = plan("data/golden/glm4_moe_batched_bf16", (setup){.tp = 2, .ep = 2}, NULL, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (!p) return;
+    for (size_t i = 0; i < p->n_boundaries; i++)
+        CHECK_MSG(p->boundaries[i].terminal == !strcmp(p->boundaries[i].fqn, "lm_head"), "%s",
+                  p->boundaries[i].fqn);
+    CHECK_STR_EQ(p->boundaries[p->n_boundaries - 1].fqn, "lm_head");
+    CHECK_STR_EQ(p->boundaries[0].fqn, "model.embed_tokens");
+    hp_plan_free(p);
+}
+
+/* Beyond the seed: gpt-oss expert biases shard with their experts; under TP the transposed experts split
+ * their output (gate_up) and input (down) dims, and the down bias is deferred. */
+TEST(gpt_oss_experts_and_biases)
+{
+    hp_err err;
+    hp_plan *p = plan("data/golden/gpt_oss_batched_f32", (setup){.tp = 2, .ep = 2}, NULL, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (p) {
+        const char *mlp = "model.layers.0.mlp";
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.gate_up_proj_bias", HP_AXIS_EP), "S(0)");
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.down_proj_bias", HP_AXIS_EP), "S(0)");
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.gate_up_proj", HP_AXIS_EP), "S(0)");
+        CHECK(hp_plan_find(p, mlp)->ep_size == 2);
+        CHECK(hp_plan_find(p, "model.layers.0.mlp.router") && hp_plan_find(p, "model.layers.0.mlp.router")->type == HP_BT_MOE_GATE);
+        CHECK_STR_EQ(param_pl(p, "model.layers.0.self_attn", "sinks", HP_AXIS_TP), "S(0)");
+    }
+    hp_plan_free(p);
+    p = plan("data/golden/gpt_oss_batched_f32", (setup){.tp = 2}, NULL, &err);
+    CHECK_MSG(p != NULL, "%s", err.msg);
+    if (p) {
+        const char *mlp = "model.layers.0.mlp";
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.gate_up_proj", HP_AXIS_TP), "S(2)");
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.gate_up_proj_bias", HP_AXIS_TP), "S(1)");
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.down_proj", HP_AXIS_TP), "S(1)");
+        CHECK_STR_EQ(param_pl(p, mlp, "experts.down_proj_bias", HP_AXIS_TP), "R");
+        const hp_boundary *b = hp_plan_find(p, mlp);
+        CHECK(b && b->n_deferred == 1 && !strcmp(b->deferred_biases[0], "experts.down_proj_bias"));
+    }
+    hp_plan_free(p);
+}
+
 static const char *g_configs[] = {"mixtral-8x7b.json", "qwen1.5-moe-a2.7b.json", "qwen3-30b-a3b.json", "deepseek-v3.json",
                                   "glm-4.5-air.json", "llama-3-8b.json", "qwen2.5-7b.json", "gpt-oss-20b.json"};
 
