@@ -659,8 +659,8 @@ TEST(scenario_04_inference_table)
                   hp_btype_name(cases[i].type));
     }
     static const char *names[] = {"attention", "linear_attention", "mlp",      "norm",   "embed",
-                                  "lm_head",   "moe_gate",         "moe_mlp", "unknown"};
-    CHECK_EQ_INT(HP_BT_COUNT, 9);
+                                  "lm_head",   "moe_gate",         "moe_mlp", "unknown", "custom"};
+    CHECK_EQ_INT(HP_BT_COUNT, 10);
     for (int t = 0; t < HP_BT_COUNT; t++) CHECK_STR_EQ(hp_btype_name((hp_btype)t), names[t]);
     CHECK_STR_EQ(hp_btype_name(HP_BT_COUNT), "?");
 }

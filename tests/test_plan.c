@@ -70,6 +70,10 @@ typedef struct setup {
     hp_expert_layout layout;
 } setup;
 
+/* A plan points into its model, so a model opened for a caller that does not keep it stays open until the
+ * next such call (and the last one until the final test). */
+static hp_model *g_kept_model;
+
 static hp_plan *plan(const char *path, setup s, hp_model **mo, hp_err *err)
 {
     hp_model_opts o = {.layout = s.layout};
@@ -84,8 +88,14 @@ static hp_plan *plan(const char *path, setup s, hp_model **mo, hp_err *err)
     po.allow_uncovered = s.uncovered;
     hp_plan *p = NULL;
     hp_plan_derive(&p, m, &po, err);
-    if (!p || !mo) hp_model_close(m);
-    else *mo = m;
+    if (!p) {
+        hp_model_close(m);
+    } else if (mo) {
+        *mo = m;
+    } else {
+        hp_model_close(g_kept_model);
+        g_kept_model = m;
+    }
     return p;
 }
 
@@ -708,6 +718,8 @@ TEST(deterministic_json)
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_base());
     CHECK(system(cmd) == 0);
+    hp_model_close(g_kept_model);
+    g_kept_model = NULL;
 }
 
 TEST_MAIN()

@@ -256,7 +256,9 @@ TEST(json_ep_and_packed_placements)
     CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(params, "experts.down_proj"), "tp")), "S(1)x2");
     CHECK_EQ_INT(json_integer_value(json_object_get(jb, "ep_size")), 4);
     CHECK(json_is_true(json_object_get(jb, "region_dispatch")));
-    CHECK_STR_EQ(json_string_value(json_object_get(jb, "local_compute_fn")), "recipes.qwen3moe_topk_router");
+    json_t *fn = json_object_get(jb, "local_compute_fn");
+    CHECK_STR_EQ(json_string_value(json_object_get(fn, "_target_")), "recipes.qwen3moe_topk_router");
+    CHECK(json_object_get(fn, "capacity_factor") == NULL); /* only options that were set */
     CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "mesh"), "ep_mode")), "tp-extend-ep");
     json_decref(j);
     free(text);

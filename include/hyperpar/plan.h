@@ -58,6 +58,7 @@ typedef enum hp_btype {
     HP_BT_MOE_GATE,
     HP_BT_MOE_MLP,
     HP_BT_UNKNOWN,
+    HP_BT_CUSTOM, /* inserted by an override: the contract is the user's */
     HP_BT_COUNT
 } hp_btype;
 
@@ -105,6 +106,14 @@ typedef struct hp_io_map {
     hp_io_entry e[HP_MAX_IO];
 } hp_io_map;
 
+/* Options of an EP compute archetype (overrides' local_compute_fn). */
+typedef struct hp_compute_opts {   /* all zero: nothing set */
+    bool has_use_grouped_gemm, use_grouped_gemm;
+    bool has_overlap_shared_expert, overlap_shared_expert;
+    bool has_fix_router, fix_router;
+    double capacity_factor;       /* 0 = unset */
+} hp_compute_opts;
+
 /* ---- boundaries (§1.3) ---- */
 typedef struct hp_param_spec {
     const char *rel; /* path relative to the boundary ("q_proj.weight"), or stacked name ("experts.gate_proj") */
@@ -141,6 +150,7 @@ typedef struct hp_boundary {
     int n_tp_attrs;
     hp_tp_attr *tp_attrs;     /* D-17: TP-local attribute plan */
     const char *local_compute_fn; /* EP archetype key (overrides), or NULL */
+    hp_compute_opts compute;  /* the archetype's options (with local_compute_fn) */
     int8_t region_dispatch;   /* -1 None, 0 false, 1 true */
     bool injected;            /* set by overrides */
 } hp_boundary;

@@ -20,7 +20,7 @@
 #include "plan/planner.h"
 
 static const char *const g_btype_names[HP_BT_COUNT] = {
-    "attention", "linear_attention", "mlp", "norm", "embed", "lm_head", "moe_gate", "moe_mlp", "unknown",
+    "attention", "linear_attention", "mlp", "norm", "embed", "lm_head", "moe_gate", "moe_mlp", "unknown", "custom",
 };
 
 const char *hp_btype_name(hp_btype t)

@@ -121,8 +121,20 @@ static json_t *boundary_json(jb *b, const hp_plan *p, const hp_boundary *bd)
     }
     jb_set(b, o, "tp_local_attrs", attrs);
 
-    jb_set(b, o, "local_compute_fn",
-           bd->local_compute_fn ? jb_str(b, bd->local_compute_fn) : jb_chk(b, json_null()));
+    if (bd->local_compute_fn) {
+        /* {"_target_": archetype, options...}: the YAML override's shape, only the options that were set. */
+        json_t *fn = jb_obj(b);
+        jb_set(b, fn, "_target_", jb_str(b, bd->local_compute_fn));
+        const hp_compute_opts *c = &bd->compute;
+        if (c->has_use_grouped_gemm) jb_set(b, fn, "use_grouped_gemm", jb_chk(b, json_boolean(c->use_grouped_gemm)));
+        if (c->has_overlap_shared_expert)
+            jb_set(b, fn, "overlap_shared_expert", jb_chk(b, json_boolean(c->overlap_shared_expert)));
+        if (c->has_fix_router) jb_set(b, fn, "fix_router", jb_chk(b, json_boolean(c->fix_router)));
+        if (c->capacity_factor > 0) jb_set(b, fn, "capacity_factor", jb_chk(b, json_real(c->capacity_factor)));
+        jb_set(b, o, "local_compute_fn", fn);
+    } else {
+        jb_set(b, o, "local_compute_fn", jb_chk(b, json_null()));
+    }
     jb_set(b, o, "region_dispatch",
            bd->region_dispatch < 0 ? jb_chk(b, json_null()) : jb_chk(b, json_boolean(bd->region_dispatch > 0)));
     jb_set(b, o, "needs_cp_attn", jb_chk(b, json_boolean(bd->needs_cp_attn)));
