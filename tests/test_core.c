@@ -62,6 +62,11 @@ TEST(glob)
     CHECK(!hp_glob_match("model.layers.?.mlp", "model.layers.10.mlp"));
     CHECK(hp_glob_match("*", ""));
     CHECK(!hp_glob_match("a*b", "ac"));
+    CHECK(hp_glob_match("model.layers.[12].mlp", "model.layers.2.mlp"));
+    CHECK(!hp_glob_match("model.layers.[12].mlp", "model.layers.3.mlp"));
+    CHECK(hp_glob_match("layers.[!0].x", "layers.5.x") && !hp_glob_match("layers.[!0].x", "layers.0.x"));
+    CHECK(hp_glob_match("l[0-9]*", "l7abc") && !hp_glob_match("l[0-9]", "lx"));
+    CHECK(hp_glob_match("a[b", "a[b")); /* malformed class: literal */
 }
 
 TEST(format)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
 static void usage(FILE *out)
@@ -16,7 +17,8 @@ static void usage(FILE *out)
             "                     [--world N] [--no-sequence-parallel] [--loss-parallel]\n"
             "                     [--format json|explain|hf] [--fqn FQN] [-o FILE] [--freeze GLOB]...\n"
             "                     [--allow-uncovered] [--packed-fused] [--seq-len N]\n"
-            "                     [--expert-layout per-expert|batched]\n"
+            "                     [--expert-layout per-expert|batched] [--overrides FILE] [--no-derive]\n"
+            "                     [--suggest-overrides]\n"
             "\n"
             "Derives the tensor/sequence/context/expert-parallel sharding plan of MODEL (a checkpoint folder,\n"
             ".safetensors file or config.json) for a device mesh. Same input, byte-identical output.\n"
@@ -37,7 +39,13 @@ static void usage(FILE *out)
             "  --allow-uncovered    uncovered trainable parameters warn instead of failing\n"
             "  --packed-fused       fused gate/up weights get a packed S(d)x2 placement instead of an error\n"
             "  --seq-len N          also check the sequence length against cp (divisible by 2*cp)\n"
-            "  --expert-layout L    meta mode: per-expert (default) or batched expert names\n");
+            "  --expert-layout L    meta mode: per-expert (default) or batched expert names\n"
+            "  --overrides FILE     plan overrides (YAML or JSON list of entries: match, when, params, in_src,\n"
+            "                       in_dst, out_src, out_dst, out_names, tp_divide_attrs, is_boundary,\n"
+            "                       region_dispatch, local_compute_fn {_target_: ARCHETYPE, ...})\n"
+            "  --no-derive          derive=false: the plan holds only the overrides\n"
+            "  --suggest-overrides  print the YAML that declares the EP compute of every EP-marked boundary\n"
+            "                       (the family's suggested archetype); review it, then pass it with --overrides\n");
 }
 
 static int write_output(const char *path, const char *data, size_t len)
@@ -66,7 +74,7 @@ static int write_output(const char *path, const char *data, size_t len)
 int cmd_plan(int argc, char **argv)
 {
     enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_WORLD, O_NOSP, O_LP, O_FORMAT, O_FQN, O_FREEZE,
-           O_UNCOV, O_PACKED, O_SEQ, O_LAYOUT };
+           O_UNCOV, O_PACKED, O_SEQ, O_LAYOUT, O_OVERRIDES, O_NODERIVE, O_SUGGEST };
     static const struct option opts[] = {
         {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
         {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
@@ -77,12 +85,15 @@ int cmd_plan(int argc, char **argv)
         {"freeze", required_argument, NULL, O_FREEZE}, {"allow-uncovered", no_argument, NULL, O_UNCOV},
         {"packed-fused", no_argument, NULL, O_PACKED}, {"seq-len", required_argument, NULL, O_SEQ},
         {"expert-layout", required_argument, NULL, O_LAYOUT}, {"help", no_argument, NULL, 'h'},
+        {"overrides", required_argument, NULL, O_OVERRIDES}, {"no-derive", no_argument, NULL, O_NODERIVE},
+        {"suggest-overrides", no_argument, NULL, O_SUGGEST},
         {NULL, 0, NULL, 0},
     };
     hp_plan_opts po;
     hp_plan_opts_default(&po);
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    const char *mesh_spec = NULL, *format = "json", *fqn = NULL, *output = NULL;
+    const char *mesh_spec = NULL, *format = "json", *fqn = NULL, *output = NULL, *overrides = NULL;
+    bool suggest = false;
     const char *freeze[64];
     int n_freeze = 0;
     int64_t dp = 1, cp = 1, tp = 1, ep = 1, world = 0;
@@ -118,6 +129,9 @@ int cmd_plan(int argc, char **argv)
             if (!hp_expert_layout_parse(optarg, &mo.layout))
                 return cli_usage_error("plan", "--expert-layout must be per-expert or batched, got '%s'", optarg);
             break;
+        case O_OVERRIDES: overrides = optarg; break;
+        case O_NODERIVE: po.derive = false; break;
+        case O_SUGGEST: suggest = true; break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("plan", argv);
         }
@@ -149,8 +163,14 @@ int cmd_plan(int argc, char **argv)
         return cli_fail(&err);
     }
 
+    hp_overrides *ov = NULL;
+    if (overrides && hp_overrides_load(&ov, overrides, &err) != HP_OK) return cli_fail(&err);
+    po.overrides = ov;
     hp_model *m = NULL;
-    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) return cli_fail(&err);
+    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) {
+        hp_overrides_free(ov);
+        return cli_fail(&err);
+    }
     for (int i = 0; i < n_freeze; i++)
         if (hp_model_freeze(m, freeze[i]) == 0)
             fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", freeze[i]);
@@ -161,7 +181,8 @@ int cmd_plan(int argc, char **argv)
     } else {
         hp_buf b;
         hp_buf_init(&b);
-        hp_status st = !strcmp(format, "json")      ? hp_plan_to_json(p, &b, &err)
+        hp_status st = suggest                      ? hp_plan_suggest_overrides(p, &b, &err)
+                       : !strcmp(format, "json")    ? hp_plan_to_json(p, &b, &err)
                        : !strcmp(format, "explain") ? hp_plan_explain(p, fqn, &b, &err)
                                                     : hp_plan_to_hf(p, &b, &err);
         if (st != HP_OK) rc = cli_fail(&err);
@@ -171,5 +192,6 @@ int cmd_plan(int argc, char **argv)
     }
     hp_plan_free(p);
     hp_model_close(m);
+    hp_overrides_free(ov);
     return rc;
 }

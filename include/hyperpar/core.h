@@ -106,7 +106,7 @@ const char *hp_format_count(uint64_t n, char *buf, size_t cap);
 /* Numeric-aware comparison: "layers.2" < "layers.10"; digit runs compare as numbers. */
 int hp_natural_cmp(const char *a, const char *b);
 
-/* Shell-style glob on dotted names: '*' matches any run (including dots), '?' one character. */
+/* Shell-style glob on dotted names (fnmatchcase): '*' any run (dots included), '?' one character, [a-z] [!x]. */
 bool hp_glob_match(const char *pattern, const char *text);
 
 #ifdef __cplusplus

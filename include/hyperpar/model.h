@@ -130,6 +130,8 @@ bool hp_model_layer_is_sparse(const hp_model *m, int64_t layer);
 size_t hp_model_freeze(hp_model *m, const char *glob);
 
 uint64_t hp_model_num_params(const hp_model *m);  /* total element count */
+/* An integer hyperparameter by its config.json key ("hidden_size"); false when not an integer field. */
+bool hp_model_config_int(const hp_model *m, const char *key, int64_t *out);
 uint64_t hp_model_total_bytes(const hp_model *m);
 
 /* ---- families: transformers naming and shape rules as data ---- */

@@ -149,6 +149,10 @@ typedef struct hp_boundary {
     const char **deferred_biases; /* D-22: relative bias paths added once after the exit reduction */
     int n_tp_attrs;
     hp_tp_attr *tp_attrs;     /* D-17: TP-local attribute plan */
+    int n_user_attrs;
+    const char **user_attrs;  /* tp_divide_attrs declared by overrides (validated in finalisation) */
+    int n_out_names;
+    const char **out_names;   /* tuple order of a multi-output module (overrides), or none */
     const char *local_compute_fn; /* EP archetype key (overrides), or NULL */
     hp_compute_opts compute;  /* the archetype's options (with local_compute_fn) */
     int8_t region_dispatch;   /* -1 None, 0 false, 1 true */
@@ -183,6 +187,7 @@ typedef struct hp_plan_opts {
     bool packed_fused;        /* fused gate/up weights get "S(d)x2" instead of an error */
     bool derive;              /* default true; false = the plan holds only overrides (issue 4) */
     int64_t seq_len;          /* for compatibility checks (cp); 0 = not given */
+    const struct hp_overrides *overrides; /* plan overrides (hyperpar/overrides.h), or NULL */
 } hp_plan_opts;
 
 void hp_plan_opts_default(hp_plan_opts *o);

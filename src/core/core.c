@@ -323,6 +323,29 @@ int hp_natural_cmp(const char *a, const char *b)
     return 0;
 }
 
+/* Matches one [...] class at p against c; returns the position after ']' or NULL when malformed. */
+static const char *glob_class(const char *p, char c, bool *hit)
+{
+    bool neg = *p == '!' || *p == '^';
+    if (neg) p++;
+    bool in = false;
+    const char *start = p;
+    while (*p && (*p != ']' || p == start)) {
+        if (p[1] == '-' && p[2] && p[2] != ']') {
+            in |= (unsigned char)c >= (unsigned char)p[0] && (unsigned char)c <= (unsigned char)p[2];
+            p += 3;
+        } else {
+            in |= *p == c;
+            p++;
+        }
+    }
+    if (*p != ']') return NULL;
+    *hit = in != neg;
+    return p + 1;
+}
+
+/* fnmatchcase semantics: '*' any run (dots included), '?' one character, [abc] [a-z] [!x] classes; a
+ * malformed class matches its '[' literally. */
 bool hp_glob_match(const char *p, const char *t)
 {
     const char *star_p = NULL, *star_t = NULL;
@@ -330,15 +353,24 @@ bool hp_glob_match(const char *p, const char *t)
         if (*p == '*') {
             star_p = ++p;
             star_t = t;
-        } else if (*p == '?' || *p == *t) {
+            continue;
+        }
+        bool hit = false;
+        const char *after = NULL;
+        if (*p == '[' && (after = glob_class(p + 1, *t, &hit)) != NULL) {
+            if (hit) {
+                p = after;
+                t++;
+                continue;
+            }
+        } else if (*p && (*p == '?' || *p == *t)) {
             p++;
             t++;
-        } else if (star_p) {
-            p = star_p;
-            t = ++star_t;
-        } else {
-            return false;
+            continue;
         }
+        if (!star_p) return false;
+        p = star_p;
+        t = ++star_t;
     }
     while (*p == '*') p++;
     return *p == '\0';

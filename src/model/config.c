@@ -223,3 +223,13 @@ void hp__config_apply_family(const hp_family *f, hp_model_config *cfg)
     }
     if (f->shared == HP_SHARED_NONE) cfg->shared_intermediate_size = 0;
 }
+
+bool hp_model_config_int(const hp_model *m, const char *key, int64_t *out)
+{
+    for (size_t i = 0; i < sizeof g_fields / sizeof *g_fields; i++)
+        if (g_fields[i].kind == F_INT && strcmp(g_fields[i].key, key) == 0) {
+            *out = *(const int64_t *)((const char *)&m->cfg + g_fields[i].offset);
+            return *out > 0;
+        }
+    return false;
+}

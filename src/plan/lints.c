@@ -79,48 +79,97 @@ static hp_status virtual_ep(hp_plan *p, hp_err *err)
     return marked ? hp__validate_ep_extend(p, err) : HP_OK;
 }
 
+/* §7.4 user: tp_divide_attrs from overrides: plain int hyperparameters, disjoint from auto, divisible. */
+static hp_status user_attrs(hp_plan *p, hp_boundary *b, hp_err *err)
+{
+    static const char *const reserved[] = {"head_dim", "attention_head_size", "head_size", "num_key_value_groups",
+                                           "training", "dtype", "device"};
+    for (int i = 0; i < b->n_user_attrs; i++) {
+        const char *a = b->user_attrs[i];
+        bool bad = strncmp(a, "_hp_", 4) == 0;
+        for (size_t r = 0; r < sizeof reserved / sizeof *reserved; r++) bad |= strcmp(a, reserved[r]) == 0;
+        if (bad)
+            return hp_err_set(err, HP_ERR_INPUT, "boundary '%s': tp_divide_attrs may not name '%s' (reserved: "
+                              "head_dim and per-head sizes stay global)", b->fqn, a);
+        for (int k = 0; k < b->n_tp_attrs; k++)
+            if (!strcmp(b->tp_attrs[k].name, a))
+                return hp_err_set(err, HP_ERR_INPUT,
+                                  "boundary '%s': tp_divide_attrs names '%s', which the planner already divides "
+                                  "(D-17 head counts); remove it from tp_divide_attrs",
+                                  b->fqn, a);
+        int64_t v;
+        if (!hp_model_config_int(p->model, a, &v))
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary '%s': tp_divide_attrs names '%s', which is not a plain int hyperparameter of "
+                              "this model (config.json integer field)", b->fqn, a);
+        if (p->tp > 1 && v % p->tp)
+            return hp_err_set(err, HP_ERR_INPUT, "boundary '%s': %s=%lld is incompatible with tp_size=%lld (not "
+                              "divisible)", b->fqn, a, (long long)v, (long long)p->tp);
+        hp_tp_attr *t = hp_arena_alloc(&p->arena, (size_t)(b->n_tp_attrs + 1) * sizeof *t);
+        if (!t) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        if (b->n_tp_attrs) memcpy(t, b->tp_attrs, (size_t)b->n_tp_attrs * sizeof *t);
+        t[b->n_tp_attrs].name = a;
+        t[b->n_tp_attrs].global = v;
+        t[b->n_tp_attrs].local = p->tp > 1 ? v / p->tp : v;
+        t[b->n_tp_attrs].user = true;
+        b->tp_attrs = t;
+        b->n_tp_attrs++;
+    }
+    return HP_OK;
+}
+
 /* §7.4 auto: attention boundaries whose q/k/v weight is tp S(0) run with head counts divided by tp. */
-static hp_status tp_local_attrs(hp_plan *p, hp_err *err)
+static hp_status auto_attrs(hp_plan *p, hp_boundary *b, const hp_model_config *c, hp_err *err)
 {
     static const char *const head_weights[] = {"q_proj.weight", "q_b_proj.weight", "k_proj.weight",
                                                "v_proj.weight", "qkv_proj.weight", "linear_qkv.weight",
                                                "qkv.weight"};
-    if (!hp__plan_has_dim(p, HP_AXIS_TP)) return HP_OK;
-    const hp_model_config *c = &p->model->cfg;
-    for (size_t i = 0; i < p->n_boundaries; i++) {
-        hp_boundary *b = &p->boundaries[i];
-        bool head_sharded = false;
-        for (int k = 0; k < b->n_params && !head_sharded; k++) {
-            const hp_placement tp = b->params[k].pl.ax[HP_AXIS_TP];
-            if (tp.kind != HP_PL_S || tp.dim != 0) continue;
-            for (size_t h = 0; h < sizeof head_weights / sizeof *head_weights; h++) {
-                const char *rel = b->params[k].rel;
-                size_t lr = strlen(rel), lh = strlen(head_weights[h]);
-                if (lr >= lh && strcmp(rel + lr - lh, head_weights[h]) == 0 &&
-                    (lr == lh || rel[lr - lh - 1] == '.'))
-                    head_sharded = true;
-            }
+    bool head_sharded = false;
+    for (int k = 0; k < b->n_params && !head_sharded; k++) {
+        const hp_placement tp = b->params[k].pl.ax[HP_AXIS_TP];
+        if (tp.kind != HP_PL_S || tp.dim != 0) continue;
+        for (size_t h = 0; h < sizeof head_weights / sizeof *head_weights; h++) {
+            const char *rel = b->params[k].rel;
+            size_t lr = strlen(rel), lh = strlen(head_weights[h]);
+            if (lr >= lh && strcmp(rel + lr - lh, head_weights[h]) == 0 &&
+                (lr == lh || rel[lr - lh - 1] == '.'))
+                head_sharded = true;
         }
-        if (!head_sharded) continue;
-        const char *names[2] = {"num_attention_heads", "num_key_value_heads"};
-        const int64_t vals[2] = {c->num_attention_heads, c->num_key_value_heads};
-        b->tp_attrs = hp_arena_alloc(&p->arena, 2 * sizeof *b->tp_attrs);
-        if (!b->tp_attrs) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        for (int a = 0; a < 2; a++) {
-            if (vals[a] <= 0) continue;
-            if (vals[a] % p->tp != 0) {
-                hp__plan_warn(p, "%s: %s=%lld is not divisible by tp=%lld; left unchanged", b->fqn, names[a],
-                              (long long)vals[a], (long long)p->tp);
-                continue;
-            }
-            hp_tp_attr *t = &b->tp_attrs[b->n_tp_attrs++];
-            t->name = names[a];
-            t->global = vals[a];
-            t->local = vals[a] / p->tp;
+    }
+    if (!head_sharded) return HP_OK;
+    const char *names[2] = {"num_attention_heads", "num_key_value_heads"};
+    const int64_t vals[2] = {c->num_attention_heads, c->num_key_value_heads};
+    b->tp_attrs = hp_arena_alloc(&p->arena, 2 * sizeof *b->tp_attrs);
+    if (!b->tp_attrs) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int a = 0; a < 2; a++) {
+        if (vals[a] <= 0) continue;
+        if (vals[a] % p->tp != 0) {
+            hp__plan_warn(p, "%s: %s=%lld is not divisible by tp=%lld; left unchanged", b->fqn, names[a],
+                          (long long)vals[a], (long long)p->tp);
+            continue;
         }
+        hp_tp_attr *t = &b->tp_attrs[b->n_tp_attrs++];
+        t->name = names[a];
+        t->global = vals[a];
+        t->local = vals[a] / p->tp;
     }
     return HP_OK;
 }
+
+/* §7.4: the TP-local attribute plan of every boundary. */
+static hp_status tp_local_attrs(hp_plan *p, hp_err *err)
+{
+    const hp_model_config *c = &p->model->cfg;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        hp_boundary *b = &p->boundaries[i];
+        hp_status st = HP_OK;
+        if (hp__plan_has_dim(p, HP_AXIS_TP)) st = auto_attrs(p, b, c, err);
+        if (st == HP_OK) st = user_attrs(p, b, err);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
 
 /* §7.5 (D-22): a row-wise Linear's bias under a Partial output is added once, after the reduction. */
 static hp_status deferred_biases(hp_plan *p, hp_err *err)

@@ -8,6 +8,7 @@
  *     Phase 2  groups             group.c (registration order)
  *     Phase 3+4 boundaries        infer.c + templates.c; "unknown" groups warn and stay uncovered
  *     §6.8     EP marking         ep.c, for moe_mlp boundaries when ep > 1
+ *     §7.1     overrides          overrides.c (merge / insert / glob; derive=false inserts only)
  *     §7.3-§8  finalise + lints   lints.c
  *     normalise                   axes that are not plan dims are dropped from every placement map,
  *                                 except an ep Shard (EP-marked params carry ep although D-10 has no ep dim)
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan/overrides.h"
 #include "plan/planner_int.h"
 
 /* ---- values ---- */
@@ -347,6 +349,8 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     }
     for (size_t i = 0; st == HP_OK && i < m->n_params; i++) p->roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
     if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
+    if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
+    if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);
     if (st == HP_OK) st = hp__finalize(p, o, err);
     if (st == HP_OK) normalise(p);
     if (st != HP_OK) {

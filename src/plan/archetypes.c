@@ -1,0 +1,175 @@
+/*
+ * archetypes.c — the EP compute archetype registry (spec §10.2), preflight, and suggested overrides.
+ *
+ * An archetype names how a MoE block computes under expert parallelism: which router, which shared expert.
+ * The planner knows each archetype's key, the hyper_parallel factory paths that name it in existing YAML
+ * files, and the submodules the block must have (the seed's interface assertion). The runtime (src/moe)
+ * implements the same keys. The EP runtime is never chosen silently: an EP-marked boundary without
+ * local_compute_fn fails preflight with a ready-to-paste YAML override.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan/overrides.h"
+
+typedef struct archetype {
+    const char *key;
+    const char *factories[2];   /* hyper_parallel factory paths (function names are unique) */
+    const char *children[5];    /* expected submodules, NULL-terminated */
+} archetype;
+
+#define RECIPES "hyper_parallel.distributed.expert_parallel.recipes."
+
+static const archetype g_archetypes[] = {
+    {"routed_only_softmax_topk", {RECIPES "routed_only_ep_compute_fn", NULL}, {"gate", "experts", NULL}},
+    {"mixtral_topk_router", {RECIPES "mixtral_ep_compute_fn", NULL}, {"gate", "experts", NULL}},
+    {"qwen2moe_shared_expert_gate", {RECIPES "qwen2moe_ep_compute_fn", NULL},
+     {"gate", "experts", "shared_expert", "shared_expert_gate", NULL}},
+    {"deepseekv3_sigmoid_group_shared", {RECIPES "deepseekv3_ep_compute_fn", NULL},
+     {"gate", "experts", "shared_experts", NULL}},
+    {"qwen3moe_topk_router",
+     {"hyper_parallel.models.qwen3_moe.adapter.distributed.expert_parallel.qwen3moe_ep_compute_fn", NULL},
+     {"gate", "experts", NULL}},
+    {"gptoss_topk_router", {NULL, NULL}, {"router", "experts", NULL}},
+};
+
+#define N_ARCH (sizeof g_archetypes / sizeof *g_archetypes)
+
+size_t hp_archetype_count(void) { return N_ARCH; }
+const char *hp_archetype_key(size_t i) { return i < N_ARCH ? g_archetypes[i].key : NULL; }
+
+const char *hp_archetype_list(void)
+{
+    static char buf[256];
+    if (!buf[0]) {
+        size_t o = 0;
+        for (size_t i = 0; i < N_ARCH && o < sizeof buf; i++)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", g_archetypes[i].key);
+    }
+    return buf;
+}
+
+/* The key itself, a full factory path, or any dotted suffix of one ("recipes.qwen2moe_ep_compute_fn"). */
+const char *hp_archetype_resolve(const char *target)
+{
+    for (size_t i = 0; i < N_ARCH; i++) {
+        if (!strcmp(target, g_archetypes[i].key)) return g_archetypes[i].key;
+        for (int f = 0; f < 2 && g_archetypes[i].factories[f]; f++) {
+            const char *path = g_archetypes[i].factories[f];
+            size_t lp = strlen(path), lt = strlen(target);
+            if (lt <= lp && !strcmp(path + lp - lt, target) && (lt == lp || path[lp - lt - 1] == '.'))
+                return g_archetypes[i].key;
+        }
+    }
+    return NULL;
+}
+
+const char *const *hp__archetype_children(const char *key)
+{
+    for (size_t i = 0; i < N_ARCH; i++)
+        if (!strcmp(key, g_archetypes[i].key)) return g_archetypes[i].children;
+    return NULL;
+}
+
+const char *hp_archetype_suggest(const hp_model *m)
+{
+    const char *s = hp_family_suggested_archetype(m->family);
+    return s ? s : "routed_only_softmax_topk";
+}
+
+/* Layer and expert indices become '*': model.layers.7.mlp -> model.layers.*.mlp */
+static void globify(const char *fqn, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const char *s = fqn; *s && o + 2 < cap;) {
+        bool seg_start = s == fqn || s[-1] == '.';
+        if (seg_start && isdigit((unsigned char)*s)) {
+            const char *e = s;
+            while (isdigit((unsigned char)*e)) e++;
+            if (*e == '.' || *e == '\0') {
+                out[o++] = '*';
+                s = e;
+                continue;
+            }
+        }
+        out[o++] = *s++;
+    }
+    out[o] = '\0';
+}
+
+static bool needs_compute(const hp_boundary *b) { return b->ep_size > 0 && !b->local_compute_fn; }
+
+/* Patterns for the boundaries that need a compute: a glob when it hits only such boundaries, else exact. */
+static void suggestion_yaml(const hp_plan *p, hp_buf *out)
+{
+    const char *arch = hp_archetype_suggest(p->model);
+    hp_buf_printf(out, "# hyperpar plan overrides for %s (ep=%lld): declare the EP compute of every MoE boundary.\n",
+                  p->model->path, (long long)p->ep);
+    hp_buf_printf(out, "# Review, then pass with: hyperpar plan ... --overrides FILE\n");
+    char done[64][160];
+    int n_done = 0;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        const hp_boundary *b = &p->boundaries[i];
+        if (!needs_compute(b)) continue;
+        char pat[160];
+        globify(b->fqn, pat, sizeof pat);
+        bool glob_ok = true;
+        for (size_t k = 0; k < p->n_boundaries && glob_ok; k++)
+            if (hp_glob_match(pat, p->boundaries[k].fqn) && !needs_compute(&p->boundaries[k])) glob_ok = false;
+        const char *m = glob_ok ? pat : b->fqn;
+        bool seen = false;
+        for (int k = 0; k < n_done; k++) seen |= !strcmp(done[k], m);
+        if (seen) continue;
+        if (n_done < 64) snprintf(done[n_done++], sizeof done[0], "%s", m);
+        hp_buf_printf(out,
+                      "- match: \"%s\"\n"
+                      "  when: ep\n"
+                      "  region_dispatch: false\n"
+                      "  local_compute_fn:\n"
+                      "    _target_: %s\n",
+                      m, arch);
+    }
+}
+
+hp_status hp_plan_suggest_overrides(const hp_plan *p, hp_buf *out, hp_err *err)
+{
+    suggestion_yaml(p, out);
+    if (out->oom) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    return HP_OK;
+}
+
+hp_status hp_plan_preflight(const hp_plan *p, hp_err *err)
+{
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        const hp_boundary *b = &p->boundaries[i];
+        if (b->local_compute_fn && b->region_dispatch < 0)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary '%s' declares local_compute_fn=%s without region_dispatch; add "
+                              "'region_dispatch: false' (compute on local tensors) to its override",
+                              b->fqn, b->local_compute_fn);
+        if (!b->local_compute_fn && b->region_dispatch > 0)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary '%s' sets region_dispatch=true without any injection; it is redundant — "
+                              "remove it or declare a local_compute_fn",
+                              b->fqn);
+    }
+    int n = 0;
+    const char *first = NULL;
+    for (size_t i = 0; i < p->n_boundaries; i++)
+        if (needs_compute(&p->boundaries[i])) {
+            if (!first) first = p->boundaries[i].fqn;
+            n++;
+        }
+    if (!n) return HP_OK;
+    hp_buf y;
+    hp_buf_init(&y);
+    suggestion_yaml(p, &y);
+    hp_status st = hp_err_set(err, HP_ERR_INPUT,
+                              "%d EP-marked boundar%s (first: '%s') ha%s no local_compute_fn: the expert-parallel "
+                              "compute is never chosen silently; declare it with region_dispatch in an overrides "
+                              "file, e.g. (hyper_parallel's recipes.qwen2moe_ep_compute_fn style):\n%s",
+                              n, n == 1 ? "y" : "ies", first, n == 1 ? "s" : "ve", y.data ? y.data : "");
+    hp_buf_free(&y);
+    return st;
+}

@@ -1,0 +1,21 @@
+# plan --overrides / --suggest-overrides / --no-derive end to end.
+source "$(dirname "$0")/lib.sh"
+D="$TESTS/data"
+expect 0 "_target_: qwen3moe_topk_router" -- "$HP" plan "$D/golden/qwen3_moe_batched_bf16" --tp 2 --ep 2 --suggest-overrides
+"$HP" plan "$D/golden/qwen3_moe_batched_bf16" --tp 2 --ep 2 --suggest-overrides > "$WORK/ov.yaml"
+expect 0 "injection: local_compute_fn=qwen3moe_topk_router; region_dispatch=False" -- \
+    "$HP" plan "$D/golden/qwen3_moe_batched_bf16" --tp 2 --ep 2 --overrides "$WORK/ov.yaml" --format explain
+expect 0 '"_target_": "deepseekv3_sigmoid_group_shared"' -- \
+    "$HP" plan "$D/golden/deepseek_v3_per_expert_f32" --tp 2 --ep 2 --overrides "$D/overrides/deepseek_v3_ep.yaml"
+(cd "$TESTS" && "$HP" plan data/golden/mixtral_per_expert_f32 --tp 2 --ep 2 --overrides data/overrides/mixtral_ep.yaml) > "$WORK/m.json"
+check "golden mixtral plan via the CLI" cmp -s "$WORK/m.json" "$D/plans/mixtral_tp2_ep2.json"
+printf -- '- match: model.layers.0.self_attn\n  params: {q_proj.weight: {tp: shard(x)}}\n' > "$WORK/bad.yaml"
+expect 2 "bad.yaml:2:" -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --overrides "$WORK/bad.yaml"
+printf -- '- match: model.layers.0.selfattn\n  region_dispatch: false\n' > "$WORK/typo.yaml"
+expect 2 "named_modules" -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --overrides "$WORK/typo.yaml"
+expect 2 "cannot open" -- "$HP" plan "$D/configs/llama-3-8b.json" --overrides "$WORK/missing.yaml"
+printf -- '- match: model.layers.0.mlp\n  params: {gate_proj.weight: {tp: shard(0)}, up_proj.weight: {tp: shard(0)}, down_proj.weight: {tp: shard(1)}}\n  in_src: {hidden_states: {tp: replicate}}\n  in_dst: {hidden_states: {tp: replicate}}\n  out_src: {tp: partial}\n  out_dst: {tp: replicate}\n' > "$WORK/only.yaml"
+expect 0 '"boundaries": [' -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --no-derive --overrides "$WORK/only.yaml"
+n=$("$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --no-derive --overrides "$WORK/only.yaml" | grep -c '"fqn"')
+check "derive=false plan holds only the override (got $n boundaries)" test "$n" -eq 1
+finish
