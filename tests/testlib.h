@@ -14,11 +14,11 @@
 #include <string.h>
 
 typedef void (*hp_test_fn)(void);
-static struct {
+static __attribute__((unused)) struct {
     const char *name;
     hp_test_fn fn;
 } hp__tests[512];
-static int hp__n_tests;
+static __attribute__((unused)) int hp__n_tests;
 static int hp__failed_checks;
 
 #define TEST(tname)                                                                                 \

@@ -1,0 +1,68 @@
+/*
+ * hyperpar/comm.h — the communication layer: MPI when launched by mpirun, one process otherwise.
+ *
+ * Only src/comm/comm_mpi.c includes <mpi.h>. Every other module talks to an hp_comm, so the same code runs
+ * from one rank on a laptop (no mpirun, no MPI_Init) to many nodes. Counts are bytes in size_t; messages
+ * larger than an MPI int are split into pieces, never truncated.
+ *
+ * Error agreement: hp_comm_agree() is a collective that every rank calls at a phase boundary with its own
+ * status; when any rank failed, every rank returns the failing rank's status and message (prefixed with
+ * "rank R"), so one rank's bad input ends all ranks cleanly instead of leaving them waiting in a collective.
+ */
+#ifndef HYPERPAR_COMM_H
+#define HYPERPAR_COMM_H
+
+#include "hyperpar/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_comm hp_comm;
+typedef struct hp_comm_req hp_comm_req;
+
+/* The world: MPI_COMM_WORLD under a launcher (mpirun sets OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK),
+ * the one-process backend otherwise. Free the world last; it finalizes MPI. */
+hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err);
+/* The one-process backend, whatever the environment (tests). */
+hp_status hp_comm_self(hp_comm **out, hp_err *err);
+void hp_comm_free(hp_comm *c);
+
+int hp_comm_rank(const hp_comm *c);
+int hp_comm_size(const hp_comm *c);
+bool hp_comm_is_mpi(const hp_comm *c);
+/* "MPI (Open MPI 4.1.4)" or "single process". */
+const char *hp_comm_backend(const hp_comm *c);
+double hp_comm_wtime(void);
+
+/* Ranks with the same color form a communicator, ordered by key then rank. Collective. */
+hp_status hp_comm_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
+
+/* Collective error agreement (see above). Returns HP_OK only when every rank passed HP_OK. */
+hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err);
+
+hp_status hp_comm_barrier(const hp_comm *c, hp_err *err);
+hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);
+/* recv holds size * bytes: rank r's block at r * bytes. */
+hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
+/* Every rank sends `bytes` to each rank: send and recv hold size * bytes. */
+hp_status hp_comm_alltoall(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
+/* Byte counts and displacements per peer (arrays of size entries). */
+hp_status hp_comm_alltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                            void *recv, const size_t *rcounts, const size_t *rdispls, hp_err *err);
+/* Non-blocking alltoallv: the buffers and count arrays must stay valid until hp_comm_wait returns. */
+hp_status hp_comm_ialltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                             void *recv, const size_t *rcounts, const size_t *rdispls, hp_comm_req **req,
+                             hp_err *err);
+/* Completes and frees req. */
+hp_status hp_comm_wait(hp_comm_req *req, hp_err *err);
+hp_status hp_comm_allreduce_sum_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
+hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
+/* Root receives every rank's block (rcounts/rdispls in bytes, meaningful at root only). */
+hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
+                          const size_t *rdispls, int root, hp_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,229 @@
+/*
+ * comm.c — hp_comm dispatch, the collectives built on the backend primitives (agreement, alltoall), and
+ * the one-process backend used when no launcher started us (so every non-MPI test runs without mpirun).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_int.h"
+
+/* ---- one process: every collective is a copy ---- */
+
+struct hp_comm_req {
+    const hp_comm *c;
+};
+
+static const char *self_name(void) { return "single process"; }
+
+static hp_status self_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
+
+static hp_status self_barrier(const hp_comm *c, hp_err *err)
+{
+    (void)c, (void)err;
+    return HP_OK;
+}
+
+static hp_status self_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err)
+{
+    (void)c, (void)buf, (void)bytes, (void)root, (void)err;
+    return HP_OK;
+}
+
+static hp_status self_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err)
+{
+    (void)c, (void)err;
+    if (bytes) memmove(recv, send, bytes);
+    return HP_OK;
+}
+
+static hp_comm_req g_self_req;
+
+static hp_status self_ialltoallv(const hp_comm *c, const void *send, const size_t *sc, const size_t *sd, void *recv,
+                                 const size_t *rc, const size_t *rd, hp_comm_req **req, hp_err *err)
+{
+    if (sc[0] != rc[0])
+        return hp_err_set(err, HP_ERR_INPUT, "alltoallv on one process: sending %zu bytes but expecting %zu", sc[0],
+                          rc[0]);
+    if (sc[0]) memmove((char *)recv + rd[0], (const char *)send + sd[0], sc[0]);
+    g_self_req.c = c;
+    *req = &g_self_req;
+    return HP_OK;
+}
+
+static hp_status self_wait(hp_comm_req *req, hp_err *err)
+{
+    (void)req, (void)err;
+    return HP_OK;
+}
+
+static hp_status self_allreduce(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err)
+{
+    (void)c, (void)buf, (void)n, (void)op, (void)err;
+    return HP_OK;
+}
+
+static hp_status self_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
+                              const size_t *rd, int root, hp_err *err)
+{
+    (void)c, (void)rc, (void)root, (void)err;
+    if (bytes) memmove((char *)recv + rd[0], send, bytes);
+    return HP_OK;
+}
+
+static void self_free(hp_comm *c) { free(c); }
+
+static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
+                                       self_ialltoallv, self_wait, self_allreduce, self_gatherv, self_free};
+
+hp_status hp_comm_self(hp_comm **out, hp_err *err)
+{
+    hp_comm *c = hp_calloc(1, sizeof *c);
+    if (!c) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    c->ops = &g_self_ops;
+    c->rank = 0;
+    c->size = 1;
+    *out = c;
+    return HP_OK;
+}
+
+static hp_status self_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err)
+{
+    (void)c, (void)color, (void)key;
+    return hp_comm_self(out, err);
+}
+
+/* ---- dispatch ---- */
+
+hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
+{
+    *out = NULL;
+    if (hp__mpi_launched()) return hp__mpi_world(out, argc, argv, err);
+    hp_status st = hp_comm_self(out, err);
+    if (st == HP_OK) (*out)->world = true;
+    return st;
+}
+
+void hp_comm_free(hp_comm *c)
+{
+    if (c) c->ops->free(c);
+}
+
+int hp_comm_rank(const hp_comm *c) { return c->rank; }
+int hp_comm_size(const hp_comm *c) { return c->size; }
+bool hp_comm_is_mpi(const hp_comm *c) { return c->ops != &g_self_ops; }
+const char *hp_comm_backend(const hp_comm *c) { return c->ops->name(); }
+
+double hp_comm_wtime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+hp_status hp_comm_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err)
+{
+    *out = NULL;
+    return c->ops->split(c, color, key, out, err);
+}
+
+hp_status hp_comm_barrier(const hp_comm *c, hp_err *err) { return c->ops->barrier(c, err); }
+
+hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err)
+{
+    return c->ops->bcast(c, buf, bytes, root, err);
+}
+
+hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err)
+{
+    return c->ops->allgather(c, send, bytes, recv, err);
+}
+
+hp_status hp_comm_ialltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                             void *recv, const size_t *rcounts, const size_t *rdispls, hp_comm_req **req,
+                             hp_err *err)
+{
+    *req = NULL;
+    return c->ops->ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, req, err);
+}
+
+hp_status hp_comm_wait(hp_comm_req *req, hp_err *err)
+{
+    if (!req) return HP_OK;
+    return req->c->ops->wait(req, err);
+}
+
+hp_status hp_comm_alltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
+                            void *recv, const size_t *rcounts, const size_t *rdispls, hp_err *err)
+{
+    hp_comm_req *req = NULL;
+    hp_status st = hp_comm_ialltoallv(c, send, scounts, sdispls, recv, rcounts, rdispls, &req, err);
+    if (st != HP_OK) return st;
+    return hp_comm_wait(req, err);
+}
+
+/* alltoall with equal blocks: the counts arrays live on the stack for small worlds. */
+hp_status hp_comm_alltoall(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err)
+{
+    size_t stack[2 * 64] = {0};
+    size_t *a = c->size <= 64 ? stack : calloc(2 * (size_t)c->size, sizeof *a);
+    if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    size_t *cnt = a, *dsp = a + c->size;
+    for (int r = 0; r < c->size; r++) {
+        cnt[r] = bytes;
+        dsp[r] = (size_t)r * bytes;
+    }
+    hp_status st = hp_comm_alltoallv(c, send, cnt, dsp, recv, cnt, dsp, err);
+    if (a != stack) free(a);
+    return st;
+}
+
+hp_status hp_comm_allreduce_sum_f64(const hp_comm *c, double *buf, size_t n, hp_err *err)
+{
+    return c->ops->allreduce_f64(c, buf, n, HP_RED_SUM, err);
+}
+
+hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_err *err)
+{
+    return c->ops->allreduce_f64(c, buf, n, HP_RED_MAX, err);
+}
+
+hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
+                          const size_t *rdispls, int root, hp_err *err)
+{
+    return c->ops->gatherv(c, send, bytes, recv, rcounts, rdispls, root, err);
+}
+
+/* The lowest failing rank is found with one max-reduction of (size - rank) over failing ranks; it then
+ * broadcasts its status and message. */
+hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err)
+{
+    double who = local != HP_OK ? (double)(c->size - c->rank) : 0.0;
+    hp_err tmp;
+    hp_status st = hp_comm_allreduce_max_f64(c, &who, 1, &tmp);
+    if (st != HP_OK) {
+        if (err) *err = tmp;
+        return st;
+    }
+    if (who == 0.0) return HP_OK;
+    int root = c->size - (int)who;
+    struct {
+        int32_t status;
+        char msg[HP_ERR_MSG_MAX];
+    } pkt;
+    memset(&pkt, 0, sizeof pkt);
+    if (c->rank == root) {
+        pkt.status = (int32_t)local;
+        if (err) snprintf(pkt.msg, sizeof pkt.msg, "%s", err->msg);
+    }
+    st = hp_comm_bcast(c, &pkt, sizeof pkt, root, &tmp);
+    if (st != HP_OK) {
+        if (err) *err = tmp;
+        return st;
+    }
+    if (c->rank == root) return local; /* keep the original message */
+    if (c->size > 1)
+        return hp_err_set(err, (hp_status)pkt.status, "rank %d: %s", root, pkt.msg);
+    return (hp_status)pkt.status;
+}

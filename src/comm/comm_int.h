@@ -1,0 +1,38 @@
+/*
+ * comm_int.h — internal: the backend table behind hp_comm (comm.c: dispatch and the one-process backend;
+ * comm_mpi.c: MPI, the only file that includes <mpi.h>).
+ */
+#ifndef HP_COMM_INT_H
+#define HP_COMM_INT_H
+
+#include "hyperpar/comm.h"
+
+typedef enum { HP_RED_SUM, HP_RED_MAX } hp_red_op;
+
+typedef struct hp_comm_ops {
+    const char *(*name)(void);
+    hp_status (*split)(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
+    hp_status (*barrier)(const hp_comm *c, hp_err *err);
+    hp_status (*bcast)(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);
+    hp_status (*allgather)(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
+    hp_status (*ialltoallv)(const hp_comm *c, const void *send, const size_t *sc, const size_t *sd, void *recv,
+                            const size_t *rc, const size_t *rd, hp_comm_req **req, hp_err *err);
+    hp_status (*wait)(hp_comm_req *req, hp_err *err);
+    hp_status (*allreduce_f64)(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err);
+    hp_status (*gatherv)(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
+                         const size_t *rd, int root, hp_err *err);
+    void (*free)(hp_comm *c);
+} hp_comm_ops;
+
+struct hp_comm {
+    const hp_comm_ops *ops;
+    int rank, size;
+    bool world;  /* freeing it finalizes the backend */
+    void *impl;
+};
+
+/* comm_mpi.c */
+bool hp__mpi_launched(void);
+hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err);
+
+#endif

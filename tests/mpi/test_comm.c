@@ -1,0 +1,182 @@
+/*
+ * test_comm.c — the comm module under mpirun (1, 2, 4 ranks) and, run without a launcher, on the
+ * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, gatherv,
+ * reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
+ * pieces, the path that splits messages larger than an MPI int.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpar/comm.h"
+#include "testlib.h"
+
+static hp_comm *W;
+
+/* Rank r sends (r + 1) * (p + 1) bytes to rank p, each byte = 16 * r + p (mod 251). */
+static void check_alltoallv(bool nonblocking)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    size_t *sc = calloc((size_t)n, sizeof *sc), *sd = calloc((size_t)n, sizeof *sd);
+    size_t *rc = calloc((size_t)n, sizeof *rc), *rd = calloc((size_t)n, sizeof *rd);
+    size_t st = 0, rt = 0;
+    for (int p = 0; p < n; p++) {
+        sc[p] = (size_t)(r + 1) * (size_t)(p + 1);
+        sd[p] = st;
+        st += sc[p];
+        rc[p] = (size_t)(p + 1) * (size_t)(r + 1);
+        rd[p] = rt;
+        rt += rc[p];
+    }
+    unsigned char *send = malloc(st + 1), *recv = calloc(rt + 1, 1);
+    for (int p = 0; p < n; p++) memset(send + sd[p], (16 * r + p) % 251, sc[p]);
+    hp_err err;
+    if (nonblocking) {
+        hp_comm_req *req = NULL;
+        CHECK(hp_comm_ialltoallv(W, send, sc, sd, recv, rc, rd, &req, &err) == HP_OK);
+        CHECK(hp_comm_wait(req, &err) == HP_OK);
+    } else {
+        CHECK(hp_comm_alltoallv(W, send, sc, sd, recv, rc, rd, &err) == HP_OK);
+    }
+    for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < rc[p]; i++) CHECK_EQ_INT(recv[rd[p] + i], (16 * p + r) % 251);
+    free(send);
+    free(recv);
+    free(sc);
+    free(sd);
+    free(rc);
+    free(rd);
+}
+
+static void test_alltoallv(void)
+{
+    check_alltoallv(false);
+    check_alltoallv(true);
+}
+
+static void test_alltoall_and_allgather(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    int64_t *send = malloc((size_t)n * sizeof *send), *recv = malloc((size_t)n * sizeof *recv);
+    for (int p = 0; p < n; p++) send[p] = 1000 * r + p;
+    hp_err err;
+    CHECK(hp_comm_alltoall(W, send, sizeof *send, recv, &err) == HP_OK);
+    for (int p = 0; p < n; p++) CHECK_EQ_INT(recv[p], 1000 * p + r);
+    int64_t me = 7 * r + 1;
+    CHECK(hp_comm_allgather(W, &me, sizeof me, recv, &err) == HP_OK);
+    for (int p = 0; p < n; p++) CHECK_EQ_INT(recv[p], 7 * p + 1);
+    free(send);
+    free(recv);
+}
+
+static void test_reductions_gatherv_bcast(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    double v[2] = {(double)r, (double)(10 - r)};
+    hp_err err;
+    CHECK(hp_comm_allreduce_sum_f64(W, v, 2, &err) == HP_OK);
+    CHECK(v[0] == (double)(n * (n - 1) / 2) && v[1] == (double)(10 * n - n * (n - 1) / 2));
+    double m = (double)r;
+    CHECK(hp_comm_allreduce_max_f64(W, &m, 1, &err) == HP_OK && m == (double)(n - 1));
+    /* rank p contributes p + 1 ints equal to p */
+    int mine[8];
+    for (int i = 0; i <= r; i++) mine[i] = r;
+    size_t rc[8], rd[8], off = 0;
+    for (int p = 0; p < n; p++) {
+        rc[p] = (size_t)(p + 1) * sizeof(int);
+        rd[p] = off;
+        off += rc[p];
+    }
+    int all[64] = {0};
+    CHECK(hp_comm_gatherv(W, mine, (size_t)(r + 1) * sizeof(int), all, rc, rd, 0, &err) == HP_OK);
+    if (r == 0) {
+        int k = 0;
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i <= p; i++) CHECK_EQ_INT(all[k++], p);
+    }
+    char word[16] = "";
+    if (r == n - 1) snprintf(word, sizeof word, "hello");
+    CHECK(hp_comm_bcast(W, word, sizeof word, n - 1, &err) == HP_OK);
+    CHECK_STR_EQ(word, "hello");
+}
+
+static void test_split(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_comm *sub = NULL;
+    hp_err err;
+    CHECK(hp_comm_split(W, r % 2, -r, &sub, &err) == HP_OK); /* reversed order inside each color */
+    if (!sub) return;
+    int expect_size = (n + 1 - r % 2) / 2;
+    CHECK_EQ_INT(hp_comm_size(sub), expect_size);
+    int64_t me = r, got[8];
+    CHECK(hp_comm_allgather(sub, &me, sizeof me, got, &err) == HP_OK);
+    for (int i = 1; i < hp_comm_size(sub); i++) CHECK(got[i] < got[i - 1]);
+    hp_comm_free(sub);
+}
+
+/* One rank's failure reaches every rank with that rank's message. */
+static void test_agree(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_err err;
+    hp_err_clear(&err);
+    CHECK(hp_comm_agree(W, HP_OK, &err) == HP_OK);
+    int bad = n - 1;
+    hp_status local = HP_OK;
+    if (r == bad) local = hp_err_set(&err, HP_ERR_INPUT, "model.safetensors is truncated");
+    hp_status st = hp_comm_agree(W, local, &err);
+    CHECK(st == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "model.safetensors is truncated");
+    if (r != bad && n > 1) {
+        char want[32];
+        snprintf(want, sizeof want, "rank %d:", bad);
+        CHECK_STR_CONTAINS(err.msg, want);
+    }
+    /* Two failing ranks: the lowest wins. */
+    local = r >= n - 2 ? hp_err_set(&err, HP_ERR_IO, "failure on rank %d", r) : HP_OK;
+    st = hp_comm_agree(W, local, &err);
+    CHECK(st == HP_ERR_IO);
+    char want[32];
+    snprintf(want, sizeof want, "failure on rank %d", n >= 2 ? n - 2 : 0);
+    CHECK_STR_CONTAINS(err.msg, want);
+}
+
+int main(int argc, char **argv)
+{
+    hp_err err;
+    if (hp_comm_world(&W, &argc, &argv, &err) != HP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    if (hp_comm_size(W) > 8) {
+        hp_comm_free(W);
+        return 0;
+    }
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } tests[] = {{"alltoallv", test_alltoallv},
+                 {"alltoall_and_allgather", test_alltoall_and_allgather},
+                 {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
+                 {"split", test_split},
+                 {"agree", test_agree}};
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
+        int before = hp__failed_checks;
+        tests[i].fn();
+        if (hp__failed_checks == before) passed++;
+        else {
+            failed++;
+            fprintf(stderr, "rank %d: FAIL %s\n", hp_comm_rank(W), tests[i].name);
+        }
+    }
+    double f = failed;
+    hp_comm_allreduce_max_f64(W, &f, 1, &err);
+    if (hp_comm_rank(W) == 0)
+        printf("%d passed, %d failed (%d ranks, %s)\n", passed, (int)f ? (int)f : failed, hp_comm_size(W),
+               hp_comm_backend(W));
+    int rc = f > 0 ? 1 : 0;
+    hp_comm_free(W);
+    return rc;
+}
