@@ -18,6 +18,8 @@ static const command g_commands[] = {
     {"plan", cmd_plan, "derive the sharding plan for a mesh (json, explain, hf)"},
     {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
     {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
+    {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
+    {"bench", cmd_bench, "benchmarks: bench moe (one MoE layer at real shapes vs sgemm / memcpy)"},
 };
 
 static void usage(FILE *out)

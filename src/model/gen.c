@@ -137,6 +137,7 @@ static float uniform(uint64_t key, uint64_t i)
 
 typedef struct gen_tensor {
     char *name;
+    char *key;      /* the value key: the name with the hub MoE block renamed to "mlp", so both layouts agree */
     hp_dtype dt;
     int n_dims;
     int64_t shape[3];
@@ -146,6 +147,7 @@ typedef struct gen_tensor {
 typedef struct gen_list {
     gen_tensor *v;
     size_t n, cap;
+    const char *block; /* the family's hub MoE block name ("block_sparse_moe"), or NULL */
 } gen_list;
 
 typedef struct gen_fill {
@@ -167,7 +169,20 @@ static hp_status record(void *ctx, const char *name, hp_dtype dt, int n_dims, co
     }
     gen_tensor *t = &l->v[l->n];
     t->name = hp_strdup(name);
-    if (!t->name) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    t->key = hp_strdup(name);
+    if (!t->name || !t->key) {
+        free(t->name);
+        free(t->key);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    /* ".block_sparse_moe." -> ".mlp." (the key only: the tensor keeps its hub name) */
+    char pat[64];
+    snprintf(pat, sizeof pat, ".%s.", l->block ? l->block : "mlp");
+    char *hit = strcmp(pat, ".mlp.") ? strstr(t->key, pat) : NULL;
+    if (hit) {
+        memcpy(hit, ".mlp.", 5);
+        memmove(hit + 5, hit + strlen(pat), strlen(hit + strlen(pat)) + 1);
+    }
     t->dt = dt;
     t->n_dims = n_dims;
     memcpy(t->shape, shape, (size_t)n_dims * sizeof *shape);
@@ -195,7 +210,7 @@ static void tensor_values(const gen_tensor *t, uint64_t seed, int64_t start, int
 {
     const hp_synth_tag *g = &t->tag;
     if (g->kind == HP_TAG_NONE) {
-        uint64_t k = key_hash(seed, t->name);
+        uint64_t k = key_hash(seed, t->key);
         bool norm = ends_with(t->name, "norm.weight");
         bool vec = t->n_dims == 1 || ends_with(t->name, "_bias");
         float scale = t->n_dims >= 2 ? 1.0f / sqrtf((float)t->shape[t->n_dims - 1]) : 0.1f;
@@ -299,7 +314,10 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
     gen_list l = {0};
     gen_fill *fills = NULL;
     hp_st_writer *w = NULL;
-    if (st == HP_OK) st = hp__synth_params(m->family, &m->cfg, m->layout, record, &l, err);
+    if (st == HP_OK) {
+        l.block = m->family->per_expert_block;
+        st = hp__synth_params(m->family, &m->cfg, m->layout, record, &l, err);
+    }
     if (st == HP_OK) st = prepare_dir(out_dir, o->force, err);
     if (st == HP_OK) {
         w = hp_st_writer_create();
@@ -323,7 +341,10 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
     }
     hp_st_writer_destroy(w);
     free(fills);
-    for (size_t i = 0; i < l.n; i++) free(l.v[i].name);
+    for (size_t i = 0; i < l.n; i++) {
+        free(l.v[i].name);
+        free(l.v[i].key);
+    }
     free(l.v);
     hp_model_close(m);
     free(text);

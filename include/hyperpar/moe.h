@@ -1,0 +1,263 @@
+/*
+ * hyperpar/moe.h — the MoE layer runtime: routers of every archetype, capacity factor, expert-major
+ * dispatch, grouped-GEMM experts (SwiGLU or gpt-oss's clamped variant), weighted combine, shared experts.
+ *
+ * One sparse layer runs as a pipeline of stages. Each stage is a public function so that the MPI runtime
+ * can put the all-to-all exchanges between them without changing any of them:
+ *
+ *   x [T, H] ──route──▶ topk_idx [T, K], topk_w [T, K]      (per row sorted by expert id ascending)
+ *            ──capacity (optional)──▶ keep [T*K]
+ *            ──dispatch_prepare──▶ counts [n_local], row_slot [N], slot_row [T*K]   (expert-major, stable)
+ *            ──gather──▶ rows [N, H] ──experts_forward──▶ out [N, H]
+ *            ──combine──▶ y [T, H] = Σ_k w[t,k]·out[row(t,k)]   (k ascending, f32)
+ *            ──shared_forward──▶ y += (σ(x·w_sg)) · shared(x)
+ *
+ * hp_moe_forward composes the stages for one process. All scratch memory lives in an hp_moe_ws created
+ * for a maximum token count; no stage allocates. Weights are f32 in one canonical layout whatever the
+ * checkpoint stores (see hp_moe_layer); routing is computed in f64 (the golden reference sums in f64).
+ * Semantics: spec/hyper_parallel.md §10.2–§10.10, spec/hf_reference.md §3, golden/README.md.
+ */
+#ifndef HYPERPAR_MOE_H
+#define HYPERPAR_MOE_H
+
+#include "hyperpar/core.h"
+#include "hyperpar/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- archetypes (spec §10.2): which router, which shared expert, which activation ---- */
+
+typedef enum hp_moe_archetype {
+    HP_MOE_ROUTED_ONLY_SOFTMAX_TOPK = 0, /* softmax top-k, renormalised unless norm_topk_prob is false */
+    HP_MOE_MIXTRAL_TOPK_ROUTER,          /* softmax top-k, always renormalised */
+    HP_MOE_QWEN2MOE_SHARED_EXPERT_GATE,  /* softmax top-k (+norm_topk_prob), σ-gated shared expert */
+    HP_MOE_DEEPSEEKV3_SIGMOID_GROUP_SHARED, /* sigmoid, group-limited, routed scaling, shared experts */
+    HP_MOE_QWEN3MOE_TOPK_ROUTER,         /* softmax top-k (+norm_topk_prob), no shared expert */
+    HP_MOE_GPTOSS_TOPK_ROUTER,           /* router bias, top-k on logits, softmax over k, clamped GLU */
+    HP_MOE_ARCHETYPE_COUNT
+} hp_moe_archetype;
+
+typedef enum hp_moe_router_kind {
+    HP_MOE_ROUTER_SOFTMAX_TOPK = 0, /* p = softmax(x·Wᵀ); top-k of p; optional renormalisation */
+    HP_MOE_ROUTER_SIGMOID_GROUP,    /* DeepSeek-V3 / GLM4-MoE */
+    HP_MOE_ROUTER_TOPK_SOFTMAX,     /* gpt-oss: top-k of x·Wᵀ + b, softmax over the k */
+} hp_moe_router_kind;
+
+typedef enum hp_moe_shared_kind {
+    HP_MOE_SHARED_NONE = 0,
+    HP_MOE_SHARED_GATED, /* Qwen2-MoE: shared_expert + shared_expert_gate [1, H] */
+    HP_MOE_SHARED_PLAIN, /* DeepSeek-V3 / GLM4-MoE: shared_experts, added as is */
+} hp_moe_shared_kind;
+
+typedef enum hp_moe_act {
+    HP_MOE_ACT_SWIGLU = 0, /* silu(g) ⊙ u */
+    HP_MOE_ACT_GPTOSS,     /* g'=min(g,lim), u'=clamp(u,±lim), (u'+1) ⊙ g'·σ(1.702·g') */
+} hp_moe_act;
+
+const char *hp_moe_archetype_name(hp_moe_archetype a); /* "qwen3moe_topk_router" */
+bool hp_moe_archetype_parse(const char *name, hp_moe_archetype *out);
+const char *hp_moe_archetype_list(void); /* comma-separated names, for messages */
+hp_moe_router_kind hp_moe_archetype_router(hp_moe_archetype a);
+hp_moe_shared_kind hp_moe_archetype_shared(hp_moe_archetype a);
+hp_moe_act hp_moe_archetype_act(hp_moe_archetype a);
+
+/* ---- one sparse layer, loaded ---- */
+
+typedef struct hp_moe_layer {
+    hp_moe_archetype archetype;
+    hp_moe_router_kind router;
+    hp_moe_shared_kind shared;
+    hp_moe_act act;
+    int64_t layer;          /* decoder layer index L (-1 for a layer built in memory) */
+    int64_t n_hidden;       /* H */
+    int64_t n_experts;      /* E, routed experts of the whole layer */
+    int64_t top_k;          /* K */
+    int64_t d_expert;       /* I, width of one routed expert */
+    int64_t d_shared;       /* sI, width of the shared expert (0: none) */
+    int64_t first_expert;   /* this layer object holds experts [first_expert, first_expert + n_local) */
+    int64_t n_local;
+    /* Router settings (from config.json, defaults per transformers). */
+    bool norm_topk_prob;        /* renormalise the k weights */
+    double routed_scaling_factor; /* sigmoid router: weights × this */
+    int64_t n_group, topk_group;  /* sigmoid router: group-limited selection (1, 1: off) */
+    float swiglu_limit;           /* gpt-oss clamp (7.0) */
+    float swiglu_alpha;           /* gpt-oss σ slope (1.702, hard-coded in transformers) */
+    /* Router: widened to f64 so that selection matches the f64 reference exactly. */
+    double *w_router;      /* [n_experts, n_hidden] */
+    double *b_router;      /* [n_experts] or NULL (gpt-oss router.bias) */
+    double *b_correction;  /* [n_experts] or NULL (gate.e_score_correction_bias, selection only) */
+    /* Local routed experts, canonical layout: row j < I of gate_up is gate row j, row I + j is up row j. */
+    const float *w_gate_up; /* [n_local, 2*d_expert, n_hidden] */
+    const float *b_gate_up; /* [n_local, 2*d_expert] or NULL (gpt-oss) */
+    const float *w_down;    /* [n_local, n_hidden, d_expert] */
+    const float *b_down;    /* [n_local, n_hidden] or NULL (gpt-oss) */
+    /* Shared expert(s), same canonical layout. */
+    float *ws_gate_up;      /* [2*d_shared, n_hidden] or NULL */
+    float *ws_down;         /* [n_hidden, d_shared] or NULL */
+    float *ws_gate;         /* [n_hidden] or NULL (Qwen2-MoE shared_expert_gate) */
+    /* Where the weights came from, for messages and statistics. */
+    char prefix[96];        /* "model.layers.1.mlp." */
+    const char *storage;    /* "per-expert", "batched", "batched gpt-oss", "memory" */
+    hp_dtype dtype;         /* storage dtype of the expert weights */
+    bool zero_copy;         /* expert weights point into the checkpoint mapping (f32, aligned) */
+    void *owned;            /* internal: allocations to free */
+} hp_moe_layer;
+
+typedef struct hp_moe_load_opts {
+    int archetype;          /* an hp_moe_archetype, or -1: the family's suggested archetype */
+    int64_t first_expert;   /* local expert range; n_local 0 means all experts */
+    int64_t n_local;
+    bool no_zero_copy;      /* always copy, even when the mapping could be used directly */
+} hp_moe_load_opts;
+
+void hp_moe_load_opts_default(hp_moe_load_opts *o);
+
+/* Loads sparse layer `layer` of a checkpoint model. Reads only the local experts' bytes; bf16/f16 are
+ * widened to f32. When the checkpoint stores f32 in the canonical batched layout the expert weights point
+ * into the mapping (the model must then stay open until hp_moe_layer_free). Errors (HP_ERR_INPUT): a meta
+ * model, a layer out of range or dense, a tensor the archetype needs that is missing (the message lists
+ * what the layer has), shapes that disagree with config.json, an unsupported dtype. */
+hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer, const hp_moe_load_opts *opts,
+                            hp_err *err);
+
+/* Dimensions of a layer built in memory (benchmarks, tests). */
+typedef struct hp_moe_dims {
+    int64_t n_hidden, n_experts, top_k, d_expert, d_shared;
+    int64_t first_expert, n_local; /* n_local 0: all */
+    int64_t n_group, topk_group;   /* 0 → 1 */
+    double routed_scaling_factor;  /* 0 → 1 */
+    bool norm_topk_prob;
+} hp_moe_dims;
+
+/* Allocates a layer with zeroed weights (and the biases / shared tensors the archetype needs) for the
+ * caller to fill through the (cast away const) weight pointers. */
+hp_status hp_moe_layer_create(hp_moe_layer **out, hp_moe_archetype a, const hp_moe_dims *dims, hp_err *err);
+void hp_moe_layer_free(hp_moe_layer *l);
+
+/* Bytes of local routed-expert weights (f32) the layer holds. */
+uint64_t hp_moe_layer_expert_bytes(const hp_moe_layer *l);
+
+/* ---- workspace and run options ---- */
+
+typedef enum hp_moe_cap_policy {
+    HP_MOE_CAP_SCORE = 0, /* an over-capacity expert keeps its heaviest slots (ties: lower slot first) */
+    HP_MOE_CAP_FIRST,     /* it keeps its first slots in token order */
+} hp_moe_cap_policy;
+
+bool hp_moe_cap_policy_parse(const char *s, hp_moe_cap_policy *out);
+
+typedef struct hp_moe_run_opts {
+    double capacity_factor;    /* <= 0: off */
+    hp_moe_cap_policy policy;
+    bool balanced_router;      /* §10.4: replace the indices so every expert gets T*K/E slots (bench only) */
+} hp_moe_run_opts;
+
+typedef struct hp_moe_stats {
+    int64_t n_tokens;          /* T of the last forward */
+    int64_t n_slots;           /* T*K */
+    int64_t n_dropped;         /* slots dropped by the capacity limit */
+    int64_t capacity;          /* per-expert capacity (0: off) */
+    int64_t n_rows;            /* rows computed by the local experts */
+    int64_t n_active;          /* local experts that received at least one row */
+} hp_moe_stats;
+
+/* Scratch for one layer and at most max_tokens tokens per call. Every array is owned. */
+typedef struct hp_moe_ws {
+    int64_t max_tokens;        /* Tmax */
+    int64_t n_hidden, n_experts, top_k, n_local, d_expert, d_shared;
+    double *x64;               /* [Tmax, H]  input widened for the router */
+    double *logits;            /* [Tmax, E]  router logits, then scores */
+    double *sel;               /* [2*E]      one row's selection scores, then its group scores */
+    int32_t *topk_idx;         /* [Tmax, K]  routing result of the last forward */
+    float *topk_w;             /* [Tmax, K] */
+    uint8_t *keep;             /* [Tmax*K]   capacity mask */
+    int32_t *cap_scratch;      /* [hp_moe_capacity_scratch_count(Tmax, K, E)] */
+    int64_t *counts;           /* [n_local]  rows per local expert of the last forward */
+    int64_t *offsets;          /* [n_local + 1] prefix sums of counts */
+    int32_t *row_slot;         /* [Tmax*K]   flat slot t*K+k of each dispatched row */
+    int32_t *slot_row;         /* [Tmax*K]   dispatched row of each slot, -1 when not dispatched */
+    float *rows;               /* [Tmax*K, H] gathered inputs, overwritten by the expert outputs */
+    int n_threads;             /* threads at creation: experts run in parallel, one act buffer each */
+    float *act;                /* [n_threads, Tmax, 2*I] gate/up of one expert's chunk of rows */
+    float *shared_act;         /* [Tmax, 2*sI] or NULL */
+    float *shared_out;         /* [Tmax, H] or NULL */
+    hp_moe_stats stats;
+} hp_moe_ws;
+
+hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err);
+void hp_moe_ws_destroy(hp_moe_ws *ws);
+
+/* ---- stages ---- */
+
+/* Fails with the row and column of the first NaN or Inf in x [T, H] (name labels the tensor). */
+hp_status hp_moe_check_finite(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name, hp_err *err);
+
+/* Router of the layer's kind: topk_idx [T, K] and topk_w [T, K], each row sorted by expert id ascending.
+ * Ties in every top-k: the lower index first. T <= ws->max_tokens. */
+hp_status hp_moe_route(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
+                       int32_t *topk_idx, float *topk_w, hp_err *err);
+
+/* §10.4 balanced router: slot s = t*K + k goes to expert (s mod Q)·L + ((s div Q) mod L), Q = E / L,
+ * keeping the weights of the real router; rows are re-sorted by expert id. E % L != 0: HP_ERR_INPUT. */
+hp_status hp_moe_route_balance(int32_t *topk_idx, float *topk_w, int64_t n_tokens, int64_t top_k,
+                               int64_t n_experts, int64_t n_local, hp_err *err);
+
+/* Int32 elements of scratch hp_moe_capacity needs. */
+int64_t hp_moe_capacity_scratch_count(int64_t n_tokens, int64_t top_k, int64_t n_experts);
+
+/* Capacity limit (§10.10, golden README): capacity = ceil(factor·T·K / E); an expert routed more slots keeps
+ * `capacity` of them by policy. keep [T*K] gets 1/0; *dropped the number of dropped slots; *capacity_out
+ * (may be NULL) the capacity. factor <= 0 keeps everything. topk_w may be NULL (then policy first). */
+hp_status hp_moe_capacity(const int32_t *topk_idx, const float *topk_w, int64_t n_tokens, int64_t top_k,
+                          int64_t n_experts, double factor, hp_moe_cap_policy policy, uint8_t *keep,
+                          int32_t *scratch, int64_t *dropped, int64_t *capacity_out, hp_err *err);
+
+/* Expert-major permutation of the kept slots whose expert lies in [first, first + n_local): counts
+ * [n_local], offsets [n_local + 1], row_slot [N] (flat slot of each row; ties in slot order: stable),
+ * slot_row [T*K] (row of each slot or -1). keep may be NULL. Returns N. */
+int64_t hp_moe_dispatch_prepare(const int32_t *topk_idx, const uint8_t *keep, int64_t n_tokens, int64_t top_k,
+                                int64_t first, int64_t n_local, int64_t *counts, int64_t *offsets,
+                                int32_t *row_slot, int32_t *slot_row);
+
+/* rows[i] = x[row_slot[i] / K] for i < n_rows; x [T, H], rows [n_rows, H]. */
+void hp_moe_gather(const float *x, int64_t n_hidden, int64_t top_k, const int32_t *row_slot, int64_t n_rows,
+                   float *rows);
+
+/* Local experts on expert-major rows [N, H] with counts [n_local]: per non-empty expert one sgemm for
+ * gate/up ([c,H]·[2I,H]ᵀ), the activation, one sgemm for down ([c,I]·[H,I]ᵀ), in chunks of at most
+ * ws->max_tokens rows. out [N, H] may be rows itself. */
+hp_status hp_moe_experts_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *rows, const int64_t *counts,
+                                 float *out, hp_err *err);
+
+/* y[t] = Σ_{k ascending} topk_w[t,k] · out[slot_row[t*K+k]] (slots with row -1 contribute nothing). */
+void hp_moe_combine(const float *out, const int32_t *slot_row, const float *topk_w, int64_t n_tokens,
+                    int64_t top_k, int64_t n_hidden, float *y);
+
+/* y [T, H] += shared part of the archetype (nothing for routed-only archetypes). */
+hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
+                                float *y, hp_err *err);
+
+/* The one-process layer: checks x (width n_hidden must equal H, values finite), routes, applies the
+ * capacity limit, dispatches, runs the experts, combines, adds the shared part. Needs every expert local
+ * (first_expert 0, n_local E). topk_idx / topk_w of the call stay in ws; statistics in ws->stats.
+ * opts may be NULL. */
+hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
+                         int64_t n_hidden, float *y, const hp_moe_run_opts *opts, hp_err *err);
+
+/* ---- threads and machine reference figures (benchmarks) ---- */
+
+/* Sets OpenMP and BLAS threads (n <= 0: leave as is); returns the BLAS thread count in effect. */
+int hp_moe_set_threads(int n);
+/* "Haswell (OpenBLAS 0.3.21, 2 threads)". */
+const char *hp_moe_blas_info(char *buf, size_t cap);
+/* Same-run references: one big n×n×n sgemm (best of reps), GFLOP/s; memcpy of nbytes, GB/s (best of reps).
+ * Both allocate: call them outside timed regions. Return < 0 when out of memory. */
+double hp_moe_ref_sgemm_gflops(int64_t n, int reps);
+double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

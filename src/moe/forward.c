@@ -1,0 +1,145 @@
+/*
+ * forward.c — the workspace and the one-process composition of the stages (hp_moe_forward).
+ *
+ * The workspace is sized once for max_tokens (Tmax) tokens; a forward call allocates nothing:
+ *
+ *   route ─▶ [balanced] ─▶ [capacity] ─▶ dispatch_prepare ─▶ gather ─▶ experts_forward (in place)
+ *         ─▶ combine ─▶ shared_forward
+ *
+ * The MPI runtime calls the same stages with the all-to-all exchanges between dispatch and experts and
+ * between experts and combine; nothing here is specific to one process except the check that every expert
+ * is local.
+ */
+#include "moe/moe_internal.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hp_moe_ws_destroy(hp_moe_ws *ws)
+{
+    if (!ws) return;
+    free(ws->x64);
+    free(ws->logits);
+    free(ws->sel);
+    free(ws->topk_idx);
+    free(ws->topk_w);
+    free(ws->keep);
+    free(ws->cap_scratch);
+    free(ws->counts);
+    free(ws->offsets);
+    free(ws->row_slot);
+    free(ws->slot_row);
+    free(ws->rows);
+    free(ws->act);
+    free(ws->shared_act);
+    free(ws->shared_out);
+    free(ws);
+}
+
+/* n elements of size sz, overflow-checked; sets *ok false on failure. */
+static void *arr(int64_t n, size_t sz, bool *ok)
+{
+    size_t bytes;
+    if (!*ok || n < 0 || !hp_mul_size((size_t)n, sz, &bytes)) {
+        *ok = false;
+        return NULL;
+    }
+    void *p = hp_calloc(bytes ? bytes : 1, 1);
+    if (!p) *ok = false;
+    return p;
+}
+
+hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err)
+{
+    *out = NULL;
+    int64_t slots, rows_f;
+    if (max_tokens < 1 || !hp_mul_i64(max_tokens, l->top_k, &slots) || slots > INT32_MAX ||
+        !hp_mul_i64(slots, l->n_hidden, &rows_f))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "workspace for %lld tokens: need 1 <= tokens and tokens x top_k (%lld) below 2^31",
+                          (long long)max_tokens, (long long)l->top_k);
+    hp_moe_ws *ws = hp_calloc(1, sizeof *ws);
+    if (!ws) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    ws->max_tokens = max_tokens;
+    ws->n_hidden = l->n_hidden;
+    ws->n_experts = l->n_experts;
+    ws->top_k = l->top_k;
+    ws->n_local = l->n_local;
+    ws->d_expert = l->d_expert;
+    ws->d_shared = l->d_shared;
+    int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts;
+    bool ok = true;
+    ws->x64 = arr(T * H, sizeof(double), &ok);
+    ws->logits = arr(T * E, sizeof(double), &ok);
+    ws->sel = arr(2 * E, sizeof(double), &ok);
+    ws->topk_idx = arr(slots, sizeof(int32_t), &ok);
+    ws->topk_w = arr(slots, sizeof(float), &ok);
+    ws->keep = arr(slots, 1, &ok);
+    ws->cap_scratch = arr(hp_moe_capacity_scratch_count(T, l->top_k, E), sizeof(int32_t), &ok);
+    ws->counts = arr(l->n_local, sizeof(int64_t), &ok);
+    ws->offsets = arr(l->n_local + 1, sizeof(int64_t), &ok);
+    ws->row_slot = arr(slots, sizeof(int32_t), &ok);
+    ws->slot_row = arr(slots, sizeof(int32_t), &ok);
+    ws->rows = arr(rows_f, sizeof(float), &ok);
+    ws->n_threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+    ws->act = arr(ws->n_threads * T * 2 * l->d_expert, sizeof(float), &ok);
+    if (l->d_shared > 0) {
+        ws->shared_act = arr(T * 2 * l->d_shared, sizeof(float), &ok);
+        ws->shared_out = arr(T * H, sizeof(float), &ok);
+    }
+    if (!ok) {
+        hp_moe_ws_destroy(ws);
+        char b[32];
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating an MoE workspace for %lld tokens (%s of rows)",
+                          (long long)T, hp_format_bytes((uint64_t)rows_f * sizeof(float), b, sizeof b));
+    }
+    *out = ws;
+    return HP_OK;
+}
+
+hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens, int64_t n_hidden,
+                         float *y, const hp_moe_run_opts *opts, hp_err *err)
+{
+    static const hp_moe_run_opts none = {0};
+    if (!opts) opts = &none;
+    int64_t T = n_tokens, H = l->n_hidden, K = l->top_k;
+    if (n_hidden != H)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "input x has %lld columns but layer %lld (%s) has hidden size %lld; pass the "
+                          "post-attention hidden states of this model",
+                          (long long)n_hidden, (long long)l->layer, l->prefix, (long long)H);
+    if (l->first_expert != 0 || l->n_local != l->n_experts)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "hp_moe_forward runs every expert in one process, but this layer holds experts [%lld, %lld) "
+                          "of %lld; use the stage functions with an exchange between them",
+                          (long long)l->first_expert, (long long)(l->first_expert + l->n_local),
+                          (long long)l->n_experts);
+    if (T < 0 || T > ws->max_tokens)
+        return hp_err_set(err, HP_ERR_INPUT, "%lld tokens exceed the workspace's %lld; create it for more",
+                          (long long)T, (long long)ws->max_tokens);
+    hp_status st = hp_moe_check_finite(x, T, H, "input x", err);
+    if (st) return st;
+    memset(&ws->stats, 0, sizeof ws->stats);
+    ws->stats.n_tokens = T;
+    ws->stats.n_slots = T * K;
+    if ((st = hp_moe_route(l, ws, x, T, ws->topk_idx, ws->topk_w, err))) return st;
+    if (opts->balanced_router &&
+        (st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, l->n_experts, l->n_local, err)))
+        return st;
+    const uint8_t *keep = NULL;
+    if (opts->capacity_factor > 0) {
+        if ((st = hp_moe_capacity(ws->topk_idx, ws->topk_w, T, K, l->n_experts, opts->capacity_factor, opts->policy,
+                                  ws->keep, ws->cap_scratch, &ws->stats.n_dropped, &ws->stats.capacity, err)))
+            return st;
+        keep = ws->keep;
+    }
+    int64_t n = hp_moe_dispatch_prepare(ws->topk_idx, keep, T, K, l->first_expert, l->n_local, ws->counts,
+                                        ws->offsets, ws->row_slot, ws->slot_row);
+    ws->stats.n_rows = n;
+    for (int64_t e = 0; e < l->n_local; e++) ws->stats.n_active += ws->counts[e] > 0;
+    hp_moe_gather(x, H, K, ws->row_slot, n, ws->rows);
+    if ((st = hp_moe_experts_forward(l, ws, ws->rows, ws->counts, ws->rows, err))) return st;
+    hp_moe_combine(ws->rows, ws->slot_row, ws->topk_w, T, K, H, y);
+    return hp_moe_shared_forward(l, ws, x, T, y, err);
+}

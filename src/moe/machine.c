@@ -1,0 +1,88 @@
+/*
+ * machine.c — threads and the same-run reference figures benchmarks compare against: the GFLOP/s of one
+ * big square sgemm (what this BLAS reaches on this machine at best) and memcpy bandwidth (what streaming
+ * weights from memory can reach at best). Absolute numbers on a shared machine are noise; ratios to these
+ * are the figures benchmarks print.
+ */
+#include "moe/moe_internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int hp_moe_set_threads(int n)
+{
+    if (n > 0) {
+        omp_set_num_threads(n);
+        openblas_set_num_threads(n);
+    }
+    return openblas_get_num_threads();
+}
+
+const char *hp_moe_blas_info(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s (%s, %d BLAS threads, %d OpenMP threads)", openblas_get_corename(),
+             openblas_get_config(), openblas_get_num_threads(), omp_get_max_threads());
+    return buf;
+}
+
+double hp_moe_ref_sgemm_gflops(int64_t n, int reps)
+{
+    size_t sz = (size_t)(n * n);
+    float *a = malloc(sz * sizeof *a), *b = malloc(sz * sizeof *b), *c = malloc(sz * sizeof *c);
+    double best = -1.0;
+    if (a && b && c) {
+        for (size_t i = 0; i < sz; i++) {
+            a[i] = (float)((i * 7) % 13) * 0.01f;
+            b[i] = (float)((i * 5) % 11) * 0.01f;
+        }
+        for (int r = 0; r < reps + 1; r++) { /* the first run warms the threads and caches up */
+            double t0 = now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)n, (int)n, 1.0f, a, (int)n, b, (int)n,
+                        0.0f, c, (int)n);
+            double g = 2.0 * (double)n * (double)n * (double)n / (now_s() - t0) * 1e-9;
+            if (r > 0 && g > best) best = g;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
+
+double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps)
+{
+    char *a = malloc(nbytes), *b = malloc(nbytes);
+    double best = -1.0;
+    if (a && b) {
+        memset(a, 1, nbytes);
+        memset(b, 2, nbytes);
+        for (int r = 0; r < reps + 1; r++) {
+            double t0 = now_s();
+            /* Every OpenMP thread copies its share, as the layer reads weights with every thread. */
+#pragma omp parallel
+            {
+                size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+                size_t lo = nbytes / nt * id, hi = id + 1 == nt ? nbytes : nbytes / nt * (id + 1);
+                memcpy(b + lo, a + lo, hi - lo);
+            }
+            /* Bytes read per second: the figure compared with expert bytes read by the layer. */
+            double g = (double)nbytes / (now_s() - t0) * 1e-9;
+            if (r > 0 && g > best) best = g;
+            a[(size_t)r % nbytes] ^= b[((size_t)r * 31) % nbytes]; /* keep the copies observable */
+        }
+    }
+    free(a);
+    free(b);
+    return best;
+}

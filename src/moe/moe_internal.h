@@ -1,0 +1,31 @@
+/*
+ * moe_internal.h — internal to src/moe: the archetype records and helpers shared by the stage files.
+ */
+#ifndef HP_MOE_INTERNAL_H
+#define HP_MOE_INTERNAL_H
+
+#include "hyperpar/moe.h"
+
+/* How the top-k weights of a softmax router are renormalised. */
+typedef enum {
+    HP__NORM_NEVER = 0,
+    HP__NORM_ALWAYS,       /* Mixtral */
+    HP__NORM_CONFIG,       /* config.json norm_topk_prob, false when absent (Qwen2/3-MoE, DeepSeek/GLM) */
+    HP__NORM_DEFAULT_TRUE, /* config.json norm_topk_prob, true when absent (§10.3 default adapter) */
+} hp__norm_rule;
+
+#define HP__MOE_MAX_NEEDS 4
+
+typedef struct hp__moe_archetype_info {
+    const char *name;
+    hp_moe_router_kind router;
+    hp_moe_shared_kind shared;
+    hp_moe_act act;
+    hp__norm_rule norm;
+    /* Child modules of the MoE block the interface assertion requires; "a|b" accepts either name. */
+    const char *needs[HP__MOE_MAX_NEEDS];
+} hp__moe_archetype_info;
+
+const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a);
+
+#endif

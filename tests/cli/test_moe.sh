@@ -1,0 +1,51 @@
+# moe: every golden folder and sparse layer through the CLI with --compare, output file contents, capacity
+# variants, the suggested-archetype note, and bad input (exit 2) / verification failure (exit 3).
+source "$(dirname "$0")/lib.sh"
+G="$TESTS/data/golden"
+while read -r dir layers; do
+    for L in $layers; do
+        expect 0 "topk_w max diff" -- "$HP" moe "$G/$dir" --layer "$L" --input "$G/$dir/moe_io.safetensors" \
+            --output "$WORK/y_${dir}_$L.safetensors" --compare "$G/$dir/moe_io.safetensors"
+        check "$dir layer $L wrote y/topk_idx/topk_w" \
+            bash -c "\"$HP\" inspect \"$WORK/y_${dir}_$L.safetensors\" --tensors | grep -q 'topk_idx I32'"
+    done
+done <<'LIST'
+deepseek_v3_per_expert_f32 1 2
+glm4_moe_batched_bf16 1
+gpt_oss_batched_f32 0
+mixtral_batched_bf16 0 1
+mixtral_per_expert_f32 0 1
+qwen2_moe_per_expert_f32 0 1
+qwen3_moe_batched_bf16 0 1
+LIST
+Q="$G/qwen3_moe_batched_bf16"
+expect 0 "archetype qwen3moe_topk_router (suggested for family qwen3_moe" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors"
+expect 0 "tokens per expert:" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors" --threads 1
+for cf in 0.5 1.0; do
+    expect 0 "capacity factor $cf (score)" -- "$HP" moe "$Q" --layer 0 --input "$Q/moe_io.safetensors" --capacity-factor $cf --compare "$Q/moe_io.safetensors"
+done
+expect 0 "dropped" -- "$HP" moe "$G/deepseek_v3_per_expert_f32" --layer 2 --input "$G/deepseek_v3_per_expert_f32/moe_io.safetensors" --capacity-factor 1.0 --compare "$G/deepseek_v3_per_expert_f32/moe_io.safetensors"
+# Verification failures exit 3: another layer's reference, or the first-come policy against score output.
+expect 3 "differs from" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors" --ref-prefix layers.0.
+expect 3 "MISMATCH" -- "$HP" moe "$Q" --layer 0 --input "$Q/moe_io.safetensors" --capacity-factor 0.5 --capacity-policy first --compare "$Q/moe_io.safetensors"
+# Bad input: exit 2 with the reason.
+expect 2 "layer 0 of" -- "$HP" moe "$G/deepseek_v3_per_expert_f32" --layer 0 --input "$Q/moe_io.safetensors" --output "$WORK/o.safetensors"
+# x with a NaN at row 1, column 3 (a hand-written safetensors file: 8-byte header length, JSON, data).
+hdr='{"x":{"dtype":"F32","shape":[2,64],"data_offsets":[0,512]}}'
+{ printf "\x$(printf %02x ${#hdr})\x00\x00\x00\x00\x00\x00\x00%s" "$hdr"; head -c 268 /dev/zero
+  printf '\x00\x00\xc0\x7f'; head -c 240 /dev/zero; } > "$WORK/nan.safetensors"
+expect 2 "input x row 1 column 3 holds NaN" -- "$HP" moe "$Q" --layer 1 --input "$WORK/nan.safetensors" --output "$WORK/o.safetensors"
+M="$G/mixtral_per_expert_f32"
+printf '%s' "$("$HP" gen --family mixtral --out "$WORK/wide" --hidden 48 2>&1)" > /dev/null
+expect 2 "but layer 1 has hidden size 48; expected [T, 48]" -- "$HP" moe "$WORK/wide" --layer 1 --input "$M/moe_io.safetensors" --output "$WORK/o.safetensors"
+expect 2 "lacks shared_experts, which archetype deepseekv3_sigmoid_group_shared needs" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --output "$WORK/o.safetensors" --archetype deepseekv3_sigmoid_group_shared
+expect 2 "unknown archetype 'qwen'" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --output "$WORK/o.safetensors" --archetype qwen
+expect 2 "--capacity-policy expects score or first" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --output "$WORK/o.safetensors" --capacity-policy last
+expect 2 "missing --layer" -- "$HP" moe "$Q" --input "$Q/moe_io.safetensors" --output "$WORK/o.safetensors"
+expect 2 "no tensor 'x'" -- "$HP" moe "$Q" --layer 1 --input "$Q/model.safetensors" --output "$WORK/o.safetensors"
+check "no output left behind on failure" test ! -e "$WORK/o.safetensors"
+expect 0 "usage: hyperpar moe MODEL" -- "$HP" moe --help
+expect 0 "usage: hyperpar bench moe" -- "$HP" bench moe --help
+expect 2 "unknown preset 'llama'" -- "$HP" bench moe --preset llama --tokens 4
+expect 2 "unknown benchmark 'mpi'" -- "$HP" bench mpi
+finish

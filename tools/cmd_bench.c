@@ -1,0 +1,319 @@
+/*
+ * cmd_bench.c — `hyperpar bench moe --preset P --tokens T [...]`: one MoE layer at a real model's shapes
+ * with random weights built in memory, timed, and compared with figures measured in the same run: the
+ * GFLOP/s of one big sgemm, and memcpy bandwidth. Benchmarks print ratios, never pass/fail.
+ *
+ * Memory: expert weights are f32 in memory (the runtime computes in f32). A preset whose experts exceed
+ * --max-gib (default 6) is run as one rank of an expert-parallel group: the layer holds E/ep experts and
+ * the balanced router gives that rank exactly its T*K/ep slots, so the compute per expert is the real one.
+ * DeepSeek-V3 (256 x 3 x 7168 x 2048 f32 = 42 GiB of experts) runs as rank 0 of ep = 8 by default.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "hyperpar/moe.h"
+
+typedef struct preset {
+    const char *name;
+    hp_moe_archetype archetype;
+    int64_t H, E, K, I, sI, n_group, topk_group;
+    double rsf;
+    bool norm;
+} preset;
+
+/* Shapes from spec/hf_reference.md §4 (the published config.json files). */
+static const preset g_presets[] = {
+    {"qwen3-30b-a3b", HP_MOE_QWEN3MOE_TOPK_ROUTER, 2048, 128, 8, 768, 0, 1, 1, 1.0, true},
+    {"mixtral-8x7b", HP_MOE_MIXTRAL_TOPK_ROUTER, 4096, 8, 2, 14336, 0, 1, 1, 1.0, true},
+    {"deepseek-v3", HP_MOE_DEEPSEEKV3_SIGMOID_GROUP_SHARED, 7168, 256, 8, 2048, 2048, 8, 4, 2.5, true},
+    {"gpt-oss-20b", HP_MOE_GPTOSS_TOPK_ROUTER, 2880, 32, 4, 2880, 0, 1, 1, 1.0, false},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hyperpar bench moe --preset P --tokens T [--dtype bf16|f32] [--json] [--threads N]\n"
+            "                          [--router balanced|real] [--reps R] [--max-gib G] [--ep N]\n"
+            "\n"
+            "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
+            "next to figures measured in the same run: one big sgemm (GFLOP/s) and memcpy (GB/s).\n"
+            "\n"
+            "  --preset P     qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b\n"
+            "  --tokens T     tokens per forward\n"
+            "  --dtype D      storage dtype the weights are generated in and widened from (f32 default)\n"
+            "  --router R     balanced (default: T*K/E slots per expert, benchmark only) or real (the\n"
+            "                 archetype's router on random weights)\n"
+            "  --reps R       timed forwards (default: as many as fit in ~2 s, 3 to 50)\n"
+            "  --max-gib G    expert weights allowed in memory (6); above it, run one rank of ep ranks\n"
+            "  --ep N         force the simulated expert-parallel group size\n"
+            "  --json         one JSON object instead of text\n");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* xorshift64* uniform in [-a, a). */
+static float urand(uint64_t *s, float a)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return a * ((float)((*s * 2685821657736338717ull) >> 40) / (float)(1ull << 23) - 1.0f);
+}
+
+/* Fills n floats with uniform values in [-a, a); for bf16 the values go through bf16 storage and the
+ * runtime's widening (timed into *widen_s). */
+static hp_status fill(float *dst, int64_t n, float a, uint64_t seed, hp_dtype dt, double *widen_s, hp_err *err)
+{
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    if (dt == HP_DT_F32) {
+        for (int64_t i = 0; i < n; i++) dst[i] = urand(&s, a);
+        return HP_OK;
+    }
+    enum { CH = 1 << 20 };
+    static uint16_t stage[CH];
+    float tmp[256];
+    for (int64_t o = 0; o < n; o += CH) {
+        int64_t m = n - o < CH ? n - o : CH;
+        for (int64_t i = 0; i < m; i += 256) {
+            int64_t k = m - i < 256 ? m - i : 256;
+            for (int64_t j = 0; j < k; j++) tmp[j] = urand(&s, a);
+            hp_status st = hp_dtype_from_f32(HP_DT_BF16, tmp, stage + i, k, err);
+            if (st) return st;
+        }
+        double t0 = now_s();
+        hp_status st = hp_dtype_to_f32(HP_DT_BF16, stage, dst + o, m, err);
+        *widen_s += now_s() - t0;
+        if (st) return st;
+    }
+    return HP_OK;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct bench_args {
+    const preset *p;
+    int64_t tokens, threads, reps, ep;
+    double max_gib;
+    hp_dtype dtype;
+    bool json, real_router;
+} bench_args;
+
+/* One rank's forward through the stages (ep > 1), or hp_moe_forward (ep == 1). */
+static hp_status forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t T, float *y, bool balanced,
+                         hp_err *err)
+{
+    if (l->n_local == l->n_experts) {
+        hp_moe_run_opts ro = {.balanced_router = balanced};
+        return hp_moe_forward(l, ws, x, T, l->n_hidden, y, &ro, err);
+    }
+    int64_t K = l->top_k, H = l->n_hidden;
+    hp_status st = hp_moe_route(l, ws, x, T, ws->topk_idx, ws->topk_w, err);
+    if (!st && balanced) st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, l->n_experts, l->n_local, err);
+    if (st) return st;
+    int64_t n = hp_moe_dispatch_prepare(ws->topk_idx, NULL, T, K, l->first_expert, l->n_local, ws->counts,
+                                        ws->offsets, ws->row_slot, ws->slot_row);
+    ws->stats.n_rows = n;
+    ws->stats.n_active = 0;
+    for (int64_t e = 0; e < l->n_local; e++) ws->stats.n_active += ws->counts[e] > 0;
+    hp_moe_gather(x, H, K, ws->row_slot, n, ws->rows);
+    if ((st = hp_moe_experts_forward(l, ws, ws->rows, ws->counts, ws->rows, err))) return st;
+    hp_moe_combine(ws->rows, ws->slot_row, ws->topk_w, T, K, H, y);
+    return hp_moe_shared_forward(l, ws, x, T, y, err);
+}
+
+static int run(const bench_args *a)
+{
+    const preset *p = a->p;
+    hp_err err;
+    int threads = hp_moe_set_threads((int)a->threads);
+    double expert_gib = (double)p->E * 3.0 * (double)p->H * (double)p->I * 4.0 / (1u << 30);
+    int64_t ep = a->ep;
+    if (ep <= 0)
+        for (ep = 1; ep < p->E && expert_gib / (double)ep > a->max_gib; ep *= 2) {
+        }
+    if (p->E % ep)
+        return cli_usage_error("bench", "--ep %lld does not divide the %lld experts of %s", (long long)ep,
+                               (long long)p->E, p->name);
+    hp_moe_dims d = {.n_hidden = p->H, .n_experts = p->E, .top_k = p->K, .d_expert = p->I, .d_shared = p->sI,
+                     .n_local = p->E / ep, .n_group = p->n_group, .topk_group = p->topk_group,
+                     .routed_scaling_factor = p->rsf, .norm_topk_prob = p->norm};
+    hp_moe_layer *l = NULL;
+    hp_moe_ws *ws = NULL;
+    float *x = NULL, *y = NULL;
+    hp_status st = hp_moe_layer_create(&l, p->archetype, &d, &err);
+    double widen_s = 0, t_build = now_s();
+    int64_t H = p->H, I = p->I, T = a->tokens, nl = l ? l->n_local : 0;
+    if (!st) {
+        float gu = 1.0f / sqrtf((float)H), dn = 1.0f / sqrtf((float)I);
+        for (int64_t e = 0; e < nl && !st; e++) {
+            st = fill((float *)l->w_gate_up + e * 2 * I * H, 2 * I * H, gu, 100 + (uint64_t)e, a->dtype, &widen_s,
+                      &err);
+            if (!st) st = fill((float *)l->w_down + e * H * I, H * I, dn, 900 + (uint64_t)e, a->dtype, &widen_s, &err);
+        }
+        uint64_t s = 7;
+        for (int64_t i = 0; i < p->E * H; i++) l->w_router[i] = urand(&s, gu);
+        if (l->b_gate_up)
+            for (int64_t i = 0; i < nl * 2 * I; i++) ((float *)l->b_gate_up)[i] = urand(&s, 0.1f);
+        if (l->b_down)
+            for (int64_t i = 0; i < nl * H; i++) ((float *)l->b_down)[i] = urand(&s, 0.1f);
+        if (l->ws_gate_up) {
+            for (int64_t i = 0; i < 2 * p->sI * H; i++) l->ws_gate_up[i] = urand(&s, gu);
+            for (int64_t i = 0; i < p->sI * H; i++) l->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->sI));
+        }
+    }
+    t_build = now_s() - t_build;
+    if (!st) st = hp_moe_ws_create(&ws, l, T, &err);
+    if (!st && (!(x = malloc((size_t)(T * H) * sizeof *x)) || !(y = malloc((size_t)(T * H) * sizeof *y))))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if (st) goto done;
+    uint64_t s = 99;
+    for (int64_t i = 0; i < T * H; i++) x[i] = urand(&s, 1.0f);
+    bool balanced = !a->real_router;
+    /* Warm-up (threads, page faults of the workspace), then timed forwards. */
+    if ((st = forward(l, ws, x, T, y, balanced, &err))) goto done;
+    enum { MAXR = 50 };
+    double times[MAXR];
+    int reps = 0;
+    double t_all = now_s();
+    while (reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || now_s() - t_all < 2.0))) {
+        double t0 = now_s();
+        if ((st = forward(l, ws, x, T, y, balanced, &err))) goto done;
+        times[reps++] = now_s() - t0;
+    }
+    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    double med = times[reps / 2];
+    /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
+    double flops = 6.0 * (double)H * (double)I * (double)ws->stats.n_rows + 6.0 * (double)H * (double)p->sI * (double)T;
+    double gflops = flops / med * 1e-9;
+    double bytes = (double)ws->stats.n_active * 3.0 * (double)H * (double)I * 4.0 + 3.0 * (double)H * (double)p->sI * 4.0;
+    double gbps = bytes / med * 1e-9;
+    double peak = hp_moe_ref_sgemm_gflops(2048, 3);
+    double mem = hp_moe_ref_memcpy_gbps((size_t)512 << 20, 3);
+    char blas[256];
+    hp_moe_blas_info(blas, sizeof blas);
+    double tok_s = (double)T / med;
+    if (a->json) {
+        printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
+               "\"router\": \"%s\", \"dtype\": \"%s\", \"reps\": %d, \"median_s\": %.6g, \"tokens_per_s\": %.6g, "
+               "\"gflops\": %.6g, \"sgemm_gflops\": %.6g, \"sgemm_ratio\": %.4f, \"expert_bytes\": %.6g, "
+               "\"expert_gbps\": %.6g, \"memcpy_gbps\": %.6g, \"bandwidth_ratio\": %.4f, \"rows\": %lld, "
+               "\"active_experts\": %lld, \"blas\": \"%s\", \"threads\": %d}\n",
+               p->name, hp_moe_archetype_name(p->archetype), (long long)T, (long long)ep, (long long)nl,
+               balanced ? "balanced" : "real", a->dtype == HP_DT_BF16 ? "bf16" : "f32", reps, med, tok_s, gflops,
+               peak, gflops / peak, bytes, gbps, mem, gbps / mem, (long long)ws->stats.n_rows,
+               (long long)ws->stats.n_active, blas, threads);
+    } else {
+        printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
+               hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->E, (long long)p->K, (long long)I,
+               p->sI ? ", shared expert" : "", (long long)T);
+        if (ep > 1)
+            printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
+                   "--max-gib %.1f)\n",
+                   (long long)nl, (long long)p->E, (long long)ep, (long long)p->E, expert_gib, a->max_gib);
+        printf("  weights  : %s generated, f32 in memory (%.1f GiB of experts), built in %.1f s", 
+               a->dtype == HP_DT_BF16 ? "bf16" : "f32", expert_gib / (double)ep, t_build);
+        if (a->dtype == HP_DT_BF16)
+            printf(", bf16 -> f32 widening %.2f GB/s of f32", expert_gib / (double)ep * 1.073741824 / widen_s);
+        printf("\n  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
+                                              : "real (archetype router, random weights)");
+        printf("  BLAS     : %s\n", blas);
+        printf("  layer    : %.3f ms median of %d -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld experts)\n",
+               med * 1e3, reps, tok_s, gflops, (long long)ws->stats.n_rows, (long long)ws->stats.n_active);
+        printf("  sgemm    : %.1f GFLOP/s (2048^3, same run)      ratio %.2f\n", peak, gflops / peak);
+        printf("  weights  : %.3f GB touched per forward, %.1f GB/s; memcpy %.1f GB/s (same run)   ratio %.2f\n",
+               bytes * 1e-9, gbps, mem, gbps / mem);
+    }
+done:
+    free(x);
+    free(y);
+    hp_moe_ws_destroy(ws);
+    hp_moe_layer_free(l);
+    return st ? cli_fail(&err) : HP_EXIT_OK;
+}
+
+static int bench_moe(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'T'},
+        {"dtype", required_argument, 0, 'd'},  {"json", no_argument, 0, 'j'},
+        {"threads", required_argument, 0, 't'}, {"router", required_argument, 0, 'r'},
+        {"reps", required_argument, 0, 'R'},   {"max-gib", required_argument, 0, 'm'},
+        {"ep", required_argument, 0, 'e'},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    bench_args a = {.dtype = HP_DT_F32, .max_gib = 6.0};
+    const char *preset_name = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': preset_name = optarg; break;
+        case 'T':
+            if (!cli_parse_i64("bench", "--tokens", optarg, 1, 1 << 20, &a.tokens)) return HP_EXIT_USAGE;
+            break;
+        case 'd':
+            if (!strcmp(optarg, "bf16"))
+                a.dtype = HP_DT_BF16;
+            else if (strcmp(optarg, "f32"))
+                return cli_usage_error("bench", "--dtype expects bf16 or f32, got '%s'", optarg);
+            break;
+        case 'j': a.json = true; break;
+        case 't':
+            if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
+            break;
+        case 'r':
+            if (!strcmp(optarg, "real"))
+                a.real_router = true;
+            else if (strcmp(optarg, "balanced"))
+                return cli_usage_error("bench", "--router expects balanced or real, got '%s'", optarg);
+            break;
+        case 'R':
+            if (!cli_parse_i64("bench", "--reps", optarg, 1, 50, &a.reps)) return HP_EXIT_USAGE;
+            break;
+        case 'm': {
+            char *end = NULL;
+            a.max_gib = strtod(optarg, &end);
+            if (!*optarg || *end || !(a.max_gib > 0))
+                return cli_usage_error("bench", "--max-gib expects a positive number, got '%s'", optarg);
+            break;
+        }
+        case 'e':
+            if (!cli_parse_i64("bench", "--ep", optarg, 1, 1 << 16, &a.ep)) return HP_EXIT_USAGE;
+            break;
+        case 'h': usage(stdout); return HP_EXIT_OK;
+        default: return cli_bad_option("bench", argv);
+        }
+    }
+    if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    if (!preset_name) return cli_usage_error("bench", "missing --preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b)");
+    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
+        if (!strcmp(preset_name, g_presets[i].name)) a.p = &g_presets[i];
+    if (!a.p)
+        return cli_usage_error("bench", "unknown preset '%s'; known: qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, "
+                                        "gpt-oss-20b", preset_name);
+    if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
+    return run(&a);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return HP_EXIT_OK;
+    }
+    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe)");
+    if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
+    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe", argv[1]);
+}
