@@ -29,6 +29,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_shard(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
 int cmd_moe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 

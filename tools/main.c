@@ -18,6 +18,8 @@ static const command g_commands[] = {
     {"plan", cmd_plan, "derive the sharding plan for a mesh (json, explain, hf)"},
     {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
     {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
+    {"shard", cmd_shard, "write per-rank safetensors files for a mesh (from a plan)"},
+    {"merge", cmd_merge, "rebuild the original checkpoint from a shard folder"},
     {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
     {"bench", cmd_bench, "benchmarks: bench moe (one MoE layer at real shapes vs sgemm / memcpy)"},
 };

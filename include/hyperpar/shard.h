@@ -1,0 +1,129 @@
+/*
+ * hyperpar/shard.h — per-rank safetensors files from a plan, and the exact merge back.
+ *
+ *   checkpoint ──hp_shard_write(model, plan)──▶ DIR/rank-00000.safetensors ... rank-<world-1>.safetensors
+ *        ▲                                       DIR/manifest.json   (docs/shard-format.md)
+ *        └────────────hp_shard_merge(DIR)─────── DIR/config.json     (copied from the source, when present)
+ *
+ * Ranks: rank r <-> mesh coordinates row-major over the mesh dims in mesh order (last axis fastest);
+ * world = product of all mesh sizes, dp included. Per axis a rank's index is its tp / cp coordinate; for
+ * ep, the ep coordinate when the mesh has an explicit ep axis, else (TP-extend-EP, spec §10.1) its position
+ * in its EP group of ep consecutive ranks of the dense region: rank % ep.
+ *
+ * Placement -> local slice, per axis of size n with index i: S(d) keeps [i·L/n, (i+1)·L/n) of dim d;
+ * S(d)x2 keeps that block of each half of dim d, first half's block first; R or absent keeps the whole
+ * dim. Axes compose (tp and ep on one stacked expert tensor). A stacked expert parameter (ep_stack) is
+ * written as one [n_local_experts, ...] tensor under the stacked name; merge restores the per-expert names.
+ *
+ * dp replicas (ranks with identical content) are one file plus hard links (a copy where link() fails).
+ * Output folders are written as "<DIR>.tmp.<pid>" and renamed when complete.
+ */
+#ifndef HYPERPAR_SHARD_H
+#define HYPERPAR_SHARD_H
+
+#include "hyperpar/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A rank-file name needs five digits; larger meshes are refused. */
+#define HP_SHARD_MAX_WORLD 65536
+/* Slices of one tensor: at most two per dim (a packed S(d)x2 dim has two). */
+#define HP_SHARD_MAX_SLICES (2 * HP_MAX_DIMS)
+
+/* A contiguous block [offset, offset + length) of the global tensor along dim. */
+typedef struct hp_shard_slice {
+    int dim;
+    int64_t offset, length;
+} hp_shard_slice;
+
+/* One tensor of a rank file. */
+typedef struct hp_shard_tensor {
+    const char *name;           /* name in the rank file: the parameter, or boundary fqn + "." + stacked name */
+    int n_globals;              /* 1, or the experts of a stack */
+    const char *const *globals; /* global names: the parameter, or the per-expert names in expert order */
+    const int *params;          /* [n_globals] indices into the model's params */
+    bool stacked;               /* an ep_stack: global shape is [n_globals, per-expert shape...] */
+    hp_dtype dtype;
+    int n_dims;
+    int64_t global_shape[HP_MAX_DIMS];
+    int64_t local_shape[HP_MAX_DIMS];
+    int n_slices; /* only the dims the rank does not hold whole, in dim order */
+    hp_shard_slice slices[HP_SHARD_MAX_SLICES];
+    int64_t expert_first, expert_count; /* experts held (stacked or ep-sliced); count 0 otherwise */
+    uint64_t nbytes;                    /* local bytes */
+    hp_nplace pl; /* the plan's placement (all absent when the plan leaves the tensor uncovered) */
+    int ep_size;  /* the ep group size that applies to this tensor (1 when none) */
+} hp_shard_tensor;
+
+typedef struct hp_shard_rank {
+    int64_t rank;
+    int64_t coords[HP_MESH_MAX_DIMS]; /* in mesh order */
+    int64_t file_rank;                /* lowest rank with identical content: its file is linked (itself when unique) */
+    uint64_t nbytes;                  /* tensor bytes of the rank file */
+} hp_shard_rank;
+
+/* Which tensors every rank holds. tensors[] describes the global side (local_shape = global, no slices);
+ * hp_shard_rank_tensor gives one rank's view of tensor i. */
+typedef struct hp_shard_layout {
+    hp_mesh mesh;
+    int64_t world;
+    int64_t tp, cp, ep; /* sizes (1 when inactive); ep is the explicit axis or the D-10 group size */
+    size_t n_tensors;   /* model parameter order; a stack sits at its first member's position */
+    hp_shard_tensor *tensors;
+    size_t n_uncovered;   /* parameters the plan does not cover: written whole to every rank */
+    hp_shard_rank *ranks; /* [world] */
+    hp_arena arena;
+} hp_shard_layout;
+
+hp_status hp_shard_layout_build(hp_shard_layout **out, const hp_model *m, const hp_plan *p, hp_err *err);
+void hp_shard_layout_free(hp_shard_layout *l);
+/* Rank r's slice of tensor i (slices, local shape, experts, bytes). */
+hp_status hp_shard_rank_tensor(const hp_shard_layout *l, int64_t rank, size_t i, hp_shard_tensor *out, hp_err *err);
+/* "dp=1,tp=0" into buf. */
+const char *hp_shard_coords_str(const hp_shard_layout *l, int64_t rank, char *buf, size_t cap);
+
+/* Reads a plan written by `hyperpar plan` ("hyperpar-plan", version 1) for model m. A plan for other
+ * tensors or shapes is HP_ERR_INPUT listing the first differences (up to 10). text_out (may be NULL)
+ * receives the file text (malloc'd) for fingerprinting. */
+hp_status hp_shard_read_plan(hp_plan **out, const hp_model *m, const char *path, char **text_out, hp_err *err);
+
+typedef struct hp_shard_stats {
+    uint64_t bytes_written; /* tensor bytes written to distinct files */
+    uint64_t files;         /* distinct files written (rank files or merged shards) */
+    uint64_t links;         /* rank files that are hard links (or copies) of a replica */
+    double seconds;
+} hp_shard_stats;
+
+typedef struct hp_shard_opts {
+    int threads;           /* worker threads over rank files; <= 0 means 1 */
+    bool force;            /* replace a non-empty output folder */
+    bool progress;         /* a progress line on stderr */
+    const char *plan_file; /* the plan's file name for the manifest, or NULL when derived */
+    const char *plan_text; /* its JSON text (fingerprinted); NULL: the plan is serialised */
+} hp_shard_opts;
+
+/* Writes every rank file, manifest.json and config.json (when the source folder has one) into out_dir,
+ * atomically. stats may be NULL. */
+hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_dir, const hp_shard_opts *o,
+                         hp_shard_stats *stats, hp_err *err);
+
+typedef struct hp_merge_opts {
+    uint64_t max_shard_size; /* bytes per output file; 0 = 5 GB (transformers' default) */
+    bool force;
+    bool progress;
+} hp_merge_opts;
+
+/* Validates dir (manifest, every rank file), rebuilds the original tensors and writes out_dir/model.safetensors
+ * or model-0000i-of-0000n.safetensors + model.safetensors.index.json, plus config.json. Atomic. */
+hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_opts *o, hp_shard_stats *stats,
+                         hp_err *err);
+
+/* Parses "5GB", "500MB", "2GiB", "123" (bytes) into *out; false when malformed or zero. */
+bool hp_shard_parse_size(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

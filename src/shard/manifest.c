@@ -1,0 +1,384 @@
+/*
+ * manifest.c — DIR/manifest.json: what every rank file holds and where it came from (docs/shard-format.md).
+ *
+ *   {"format": "hyperpar-shards", "version": 1,
+ *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>"},
+ *    "mesh":    {"dims": [{"name", "size"}], "world", "ep", "ep_mode"},
+ *    "source":  {"path", "files", "total_bytes", "model_type", "architecture"},
+ *    "tensors": [{"name", "dtype", "shape"}]                      every parameter, model order
+ *    "ranks":   [{"rank", "coords": {"dp": 0, ...}, "file", "file_rank",
+ *                 "tensors": [{"name", "global", "global_shape", "dtype", "slices": [{"dim", "offset", "length"}],
+ *                              "experts": [first, count]}]}]}
+ *
+ * The reader is strict: wrong types, unknown dtypes, out-of-range numbers and file names with a '/' are
+ * HP_ERR_INPUT naming the JSON path (ranks[3].tensors[2].slices[0].dim). Unknown keys are ignored.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/json.h"
+#include "shard/shard_int.h"
+
+/* ---- writer ---- */
+
+typedef struct jb {
+    bool ok;
+} jb;
+
+static json_t *chk(jb *b, json_t *v)
+{
+    if (!v) b->ok = false;
+    return v;
+}
+static void set(jb *b, json_t *o, const char *k, json_t *v)
+{
+    if (json_object_set_new(o, k, v) != 0) b->ok = false;
+}
+static void push(jb *b, json_t *a, json_t *v)
+{
+    if (json_array_append_new(a, v) != 0) b->ok = false;
+}
+static json_t *jint(jb *b, int64_t v)
+{
+    return chk(b, json_integer((json_int_t)v));
+}
+static json_t *jstr(jb *b, const char *s)
+{
+    return chk(b, json_string(s ? s : ""));
+}
+
+static json_t *shape_json(jb *b, int n, const int64_t *shape)
+{
+    json_t *a = chk(b, json_array());
+    for (int d = 0; d < n; d++) push(b, a, jint(b, shape[d]));
+    return a;
+}
+
+static json_t *rank_tensor_json(jb *b, const hp_shard_tensor *t)
+{
+    json_t *o = chk(b, json_object());
+    set(b, o, "name", jstr(b, t->name));
+    if (t->stacked) {
+        json_t *g = chk(b, json_array());
+        for (int e = 0; e < t->n_globals; e++) push(b, g, jstr(b, t->globals[e]));
+        set(b, o, "global", g);
+    } else {
+        set(b, o, "global", jstr(b, t->globals[0]));
+    }
+    set(b, o, "global_shape", shape_json(b, t->n_dims, t->global_shape));
+    set(b, o, "dtype", jstr(b, hp_dtype_name(t->dtype)));
+    json_t *sl = chk(b, json_array());
+    for (int i = 0; i < t->n_slices; i++) {
+        json_t *s = chk(b, json_object());
+        set(b, s, "dim", jint(b, t->slices[i].dim));
+        set(b, s, "offset", jint(b, t->slices[i].offset));
+        set(b, s, "length", jint(b, t->slices[i].length));
+        push(b, sl, s);
+    }
+    set(b, o, "slices", sl);
+    if (t->expert_count > 0) {
+        json_t *e = chk(b, json_array());
+        push(b, e, jint(b, t->expert_first));
+        push(b, e, jint(b, t->expert_count));
+        set(b, o, "experts", e);
+    }
+    return o;
+}
+
+hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const char *plan_file, const char *plan_fp,
+                             const char *path, hp_err *err)
+{
+    jb b = {.ok = true};
+    json_t *root = chk(&b, json_object());
+    set(&b, root, "format", jstr(&b, "hyperpar-shards"));
+    set(&b, root, "version", jint(&b, 1));
+    json_t *plan = chk(&b, json_object());
+    set(&b, plan, "file", plan_file ? jstr(&b, plan_file) : chk(&b, json_null()));
+    set(&b, plan, "fingerprint", jstr(&b, plan_fp));
+    set(&b, root, "plan", plan);
+
+    json_t *mesh = chk(&b, json_object()), *dims = chk(&b, json_array());
+    for (int d = 0; d < l->mesh.n_dims; d++) {
+        json_t *o = chk(&b, json_object());
+        set(&b, o, "name", jstr(&b, l->mesh.names[d]));
+        set(&b, o, "size", jint(&b, l->mesh.sizes[d]));
+        push(&b, dims, o);
+    }
+    set(&b, mesh, "dims", dims);
+    set(&b, mesh, "world", jint(&b, l->world));
+    set(&b, mesh, "ep", jint(&b, l->ep));
+    set(&b, mesh, "ep_mode", jstr(&b, l->mesh.ep_axis ? "ep-axis" : l->ep > 1 ? "tp-extend-ep" : "none"));
+    set(&b, root, "mesh", mesh);
+
+    json_t *src = chk(&b, json_object());
+    set(&b, src, "path", jstr(&b, m->path));
+    set(&b, src, "files", jint(&b, (int64_t)hp_ckpt_file_count(m->ckpt)));
+    set(&b, src, "total_bytes", jint(&b, (int64_t)hp_model_total_bytes(m)));
+    set(&b, src, "model_type", jstr(&b, m->model_type));
+    set(&b, src, "architecture", jstr(&b, m->architecture));
+    set(&b, root, "source", src);
+
+    json_t *tensors = chk(&b, json_array());
+    for (size_t i = 0; i < m->n_params; i++) {
+        const hp_param *p = &m->params[i];
+        json_t *o = chk(&b, json_object());
+        set(&b, o, "name", jstr(&b, p->name));
+        set(&b, o, "dtype", jstr(&b, hp_dtype_name(p->dtype)));
+        set(&b, o, "shape", shape_json(&b, p->n_dims, p->shape));
+        push(&b, tensors, o);
+    }
+    set(&b, root, "tensors", tensors);
+
+    hp_status st = HP_OK;
+    json_t *ranks = chk(&b, json_array());
+    for (int64_t r = 0; r < l->world && st == HP_OK && b.ok; r++) {
+        json_t *o = chk(&b, json_object()), *coords = chk(&b, json_object()), *ts = chk(&b, json_array());
+        char file[64];
+        snprintf(file, sizeof file, "rank-%05lld.safetensors", (long long)r);
+        set(&b, o, "rank", jint(&b, r));
+        for (int d = 0; d < l->mesh.n_dims; d++) set(&b, coords, l->mesh.names[d], jint(&b, l->ranks[r].coords[d]));
+        set(&b, o, "coords", coords);
+        set(&b, o, "file", jstr(&b, file));
+        set(&b, o, "file_rank", jint(&b, l->ranks[r].file_rank));
+        for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
+            hp_shard_tensor t;
+            st = hp_shard_rank_tensor(l, r, i, &t, err);
+            if (st == HP_OK) push(&b, ts, rank_tensor_json(&b, &t));
+        }
+        set(&b, o, "tensors", ts);
+        push(&b, ranks, o);
+    }
+    set(&b, root, "ranks", ranks);
+    char *text = st == HP_OK && b.ok ? json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1)) : NULL;
+    json_decref(root);
+    if (st != HP_OK) return st;
+    if (!text) return hp_err_set(err, HP_ERR_NOMEM, "manifest.json: out of memory, or a tensor name that is not UTF-8");
+    size_t n = strlen(text);
+    text[n] = '\n'; /* json_dumps' NUL becomes the final newline; the length below excludes nothing else */
+    st = hp__write_text(path, text, n + 1, err);
+    free(text);
+    return st;
+}
+
+/* ---- reader ---- */
+
+typedef struct rd {
+    const char *label;
+    hp_arena *a;
+    hp_err *err;
+} rd;
+
+static hp_status bad(rd *r, const char *where, const char *what)
+{
+    return hp_err_set(r->err, HP_ERR_INPUT,
+                      "%s: %s: %s; the folder is not a complete hyperpar shard output "
+                      "(re-run 'hyperpar shard')",
+                      r->label, where, what);
+}
+
+static hp_status get_int(rd *r, json_t *o, const char *key, const char *where, int64_t lo, int64_t hi, int64_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    char w[512];
+    snprintf(w, sizeof w, "%s.%s", where, key);
+    if (!v || !json_is_integer(v)) return bad(r, w, v ? "expected an integer" : "missing");
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) return bad(r, w, "out of range");
+    *out = x;
+    return HP_OK;
+}
+
+static hp_status get_str(rd *r, json_t *o, const char *key, const char *where, const char **out)
+{
+    json_t *v = json_object_get(o, key);
+    char w[512];
+    snprintf(w, sizeof w, "%s.%s", where, key);
+    if (!v || !json_is_string(v)) return bad(r, w, v ? "expected a string" : "missing");
+    *out = hp_arena_strdup(r->a, json_string_value(v));
+    return *out ? HP_OK : hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+}
+
+static hp_status get_dtype(rd *r, json_t *o, const char *where, hp_dtype *out)
+{
+    const char *s = NULL;
+    hp_status st = get_str(r, o, "dtype", where, &s);
+    if (st == HP_OK && !hp_dtype_parse(s, out)) return bad(r, where, "unknown dtype");
+    return st;
+}
+
+static hp_status get_shape(rd *r, json_t *o, const char *key, const char *where, int *n, int64_t *shape)
+{
+    json_t *v = json_object_get(o, key);
+    char w[512];
+    snprintf(w, sizeof w, "%s.%s", where, key);
+    if (!v || !json_is_array(v)) return bad(r, w, v ? "expected an array of integers" : "missing");
+    if (json_array_size(v) > HP_MAX_DIMS) return bad(r, w, "more than 8 dims");
+    *n = (int)json_array_size(v);
+    int64_t total = 1;
+    for (int d = 0; d < *n; d++) {
+        json_t *x = json_array_get(v, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0) return bad(r, w, "expected non-negative integers");
+        shape[d] = json_integer_value(x);
+        if (!hp_mul_i64(total, shape[d], &total)) return bad(r, w, "element count overflows");
+    }
+    return HP_OK;
+}
+
+static hp_status read_rank_tensor(rd *r, json_t *o, const char *where, hp__mtensor *t)
+{
+    if (!json_is_object(o)) return bad(r, where, "expected an object");
+    hp_status st = get_str(r, o, "name", where, &t->name);
+    if (st == HP_OK) st = get_dtype(r, o, where, &t->dtype);
+    if (st == HP_OK) st = get_shape(r, o, "global_shape", where, &t->n_dims, t->global_shape);
+    if (st != HP_OK) return st;
+    json_t *g = json_object_get(o, "global");
+    char w[512];
+    snprintf(w, sizeof w, "%s.global", where);
+    if (json_is_string(g)) {
+        t->n_globals = 1;
+        t->globals = hp_arena_alloc(r->a, sizeof *t->globals);
+        if (!t->globals) return hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+        t->globals[0] = hp_arena_strdup(r->a, json_string_value(g));
+    } else if (json_is_array(g) && json_array_size(g) > 0) {
+        t->stacked = true;
+        t->n_globals = (int)json_array_size(g);
+        if (t->n_dims < 1 || t->global_shape[0] != t->n_globals)
+            return bad(r, w, "a stack's global_shape must start with its number of experts");
+        t->globals = hp_arena_alloc(r->a, (size_t)t->n_globals * sizeof *t->globals);
+        if (!t->globals) return hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+        for (int e = 0; e < t->n_globals; e++) {
+            json_t *x = json_array_get(g, (size_t)e);
+            if (!json_is_string(x)) return bad(r, w, "expected an array of tensor names");
+            t->globals[e] = hp_arena_strdup(r->a, json_string_value(x));
+        }
+    } else {
+        return bad(r, w, g ? "expected a name or a non-empty array of names" : "missing");
+    }
+    json_t *sl = json_object_get(o, "slices");
+    snprintf(w, sizeof w, "%s.slices", where);
+    if (!json_is_array(sl)) return bad(r, w, sl ? "expected an array" : "missing");
+    if (json_array_size(sl) > HP_SHARD_MAX_SLICES) return bad(r, w, "too many slices");
+    t->n_slices = (int)json_array_size(sl);
+    for (int i = 0; i < t->n_slices && st == HP_OK; i++) {
+        json_t *s = json_array_get(sl, (size_t)i);
+        char ws[600];
+        snprintf(ws, sizeof ws, "%s.slices[%d]", where, i);
+        if (!json_is_object(s)) return bad(r, ws, "expected an object");
+        int64_t dim = 0, off = 0, len = 0;
+        st = get_int(r, s, "dim", ws, 0, t->n_dims - 1, &dim);
+        if (st == HP_OK) st = get_int(r, s, "offset", ws, 0, t->global_shape[dim], &off);
+        if (st == HP_OK) st = get_int(r, s, "length", ws, 1, t->global_shape[dim] - off, &len);
+        t->slices[i] = (hp_shard_slice){(int)dim, off, len};
+    }
+    return st;
+}
+
+static hp_status read_rank(rd *r, json_t *o, int64_t idx, hp__mrank *rk)
+{
+    char where[64];
+    snprintf(where, sizeof where, "ranks[%lld]", (long long)idx);
+    if (!json_is_object(o)) return bad(r, where, "expected an object");
+    hp_status st = get_int(r, o, "rank", where, idx, idx, &rk->rank);
+    if (st == HP_OK) st = get_str(r, o, "file", where, &rk->file);
+    if (st != HP_OK) return st;
+    if (!rk->file[0] || strchr(rk->file, '/') || !strcmp(rk->file, ".") || !strcmp(rk->file, ".."))
+        return bad(r, where, "file must be a plain file name inside the folder");
+    json_t *ts = json_object_get(o, "tensors");
+    if (!json_is_array(ts)) return bad(r, where, "tensors must be an array");
+    rk->n_tensors = json_array_size(ts);
+    rk->tensors = hp_arena_alloc(r->a, (rk->n_tensors ? rk->n_tensors : 1) * sizeof *rk->tensors);
+    if (!rk->tensors) return hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < rk->n_tensors && st == HP_OK; i++) {
+        char w[128];
+        snprintf(w, sizeof w, "%s.tensors[%zu]", where, i);
+        st = read_rank_tensor(r, json_array_get(ts, i), w, &rk->tensors[i]);
+    }
+    return st;
+}
+
+static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
+{
+    if (!json_is_object(root)) return bad(r, "(top level)", "expected an object");
+    json_t *fmt = json_object_get(root, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "hyperpar-shards") != 0)
+        return hp_err_set(r->err, HP_ERR_INPUT,
+                          "%s: \"format\" is not \"hyperpar-shards\"; this is not a manifest "
+                          "written by 'hyperpar shard'",
+                          r->label);
+    json_t *ver = json_object_get(root, "version");
+    if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+        return hp_err_set(r->err, HP_ERR_INPUT,
+                          "%s: unsupported \"version\" (this hyperpar reads version 1); "
+                          "re-shard with this version or merge with the hyperpar that wrote it",
+                          r->label);
+    json_t *mesh = json_object_get(root, "mesh");
+    if (!json_is_object(mesh)) return bad(r, "mesh", "missing or not an object");
+    hp_status st = get_int(r, mesh, "world", "mesh", 1, HP_SHARD_MAX_WORLD, &m->world);
+    if (st != HP_OK) return st;
+
+    json_t *gt = json_object_get(root, "tensors");
+    if (!json_is_array(gt)) return bad(r, "tensors", "missing or not an array");
+    m->n_globals = json_array_size(gt);
+    m->globals = hp_arena_alloc(r->a, (m->n_globals ? m->n_globals : 1) * sizeof *m->globals);
+    if (!m->globals) return hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_globals && st == HP_OK; i++) {
+        char w[64];
+        snprintf(w, sizeof w, "tensors[%zu]", i);
+        json_t *o = json_array_get(gt, i);
+        if (!json_is_object(o)) return bad(r, w, "expected an object");
+        st = get_str(r, o, "name", w, &m->globals[i].name);
+        if (st == HP_OK) st = get_dtype(r, o, w, &m->globals[i].dtype);
+        if (st == HP_OK) st = get_shape(r, o, "shape", w, &m->globals[i].n_dims, m->globals[i].shape);
+    }
+    json_t *ranks = json_object_get(root, "ranks");
+    if (st != HP_OK) return st;
+    if (!json_is_array(ranks)) return bad(r, "ranks", "missing or not an array");
+    if ((int64_t)json_array_size(ranks) != m->world) {
+        char what[128];
+        snprintf(what, sizeof what, "lists %zu ranks but mesh.world is %lld", json_array_size(ranks),
+                 (long long)m->world);
+        return bad(r, "ranks", what);
+    }
+    m->n_ranks = (size_t)m->world;
+    m->ranks = hp_arena_alloc(r->a, m->n_ranks * sizeof *m->ranks);
+    if (!m->ranks) return hp_err_set(r->err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_ranks && st == HP_OK; i++)
+        st = read_rank(r, json_array_get(ranks, i), (int64_t)i, &m->ranks[i]);
+    return st;
+}
+
+hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    hp_status st = hp__read_file(path, HP_JSON_MAX_FILE, &text, &len, err);
+    if (st != HP_OK) return st;
+    json_t *root = NULL;
+    st = hp__json_parse(text, len, path, &root, err);
+    free(text);
+    if (st != HP_OK) return st;
+    hp__manifest *m = hp_calloc(1, sizeof *m);
+    if (!m) {
+        json_decref(root);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    hp_arena_init(&m->arena);
+    rd r = {.label = path, .a = &m->arena, .err = err};
+    st = read_root(&r, root, m);
+    json_decref(root);
+    if (st != HP_OK) {
+        hp__manifest_free(m);
+        return st;
+    }
+    *out = m;
+    return HP_OK;
+}
+
+void hp__manifest_free(hp__manifest *m)
+{
+    if (!m) return;
+    hp_arena_free(&m->arena);
+    free(m);
+}

@@ -1,0 +1,229 @@
+/*
+ * write.c — hp_shard_write: one safetensors file per distinct rank, hard links for dp replicas, the manifest.
+ *
+ *   layout (layout.c) ──▶ distinct ranks (file_rank == rank) ──OpenMP over files──▶ DIR.tmp.<pid>/rank-r.safetensors
+ *                                                                                   │ each tensor: hp__gather over the
+ *                                                                                   │ mmap'd source (copy.c)
+ *   replicas: link(rank-file_rank, rank-r), a copy where link() fails ─────────────▶ rank-r.safetensors
+ *   manifest.json, config.json ──────────────────────────────────────────────────▶ rename to DIR
+ *
+ * Every source byte a rank needs is read once, straight from the mapping, and written once per distinct file;
+ * nothing holds a whole tensor. A failure anywhere removes the temporary folder.
+ */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shard/shard_int.h"
+
+typedef struct job {
+    const hp_model *m;
+    const hp_shard_layout *l;
+    const char *tmp;
+    hp__progress *progress;
+} job;
+
+/* "0,2" and "dp=0,tp=0;dp=1,tp=0": every rank that shares file_rank's file. */
+static void replica_lists(const hp_shard_layout *l, int64_t file_rank, hp_buf *ranks, hp_buf *coords)
+{
+    char c[256];
+    bool first = true;
+    for (int64_t r = file_rank; r < l->world; r++) {
+        if (l->ranks[r].file_rank != file_rank) continue;
+        hp_buf_printf(ranks, "%s%lld", first ? "" : ",", (long long)r);
+        hp_buf_printf(coords, "%s%s", first ? "" : ";", hp_shard_coords_str(l, r, c, sizeof c));
+        first = false;
+    }
+    hp_buf_append(ranks, "", 1);
+    hp_buf_append(coords, "", 1);
+}
+
+static hp_status source_ptr(const hp_model *m, int param, const uint8_t **out, hp_err *err)
+{
+    const hp_ckpt_tensor *ct = hp_ckpt_find(m->ckpt, m->params[param].name);
+    if (!ct) return hp_err_set(err, HP_ERR_INPUT, "tensor '%s' is missing from the checkpoint", m->params[param].name);
+    *out = hp_st_data(ct->file, ct->t);
+    return HP_OK;
+}
+
+static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
+{
+    const hp_shard_layout *l = j->l;
+    hp_st_writer *w = hp_st_writer_create();
+    hp__gather *g = hp_calloc(l->n_tensors ? l->n_tensors : 1, sizeof *g);
+    const uint8_t ***experts = hp_calloc(l->n_tensors ? l->n_tensors : 1, sizeof *experts);
+    hp_buf ranks, coords;
+    hp_buf_init(&ranks);
+    hp_buf_init(&coords);
+    hp_status st = (w && g && experts) ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    char mesh[256] = "", world[32];
+    for (int d = 0; d < l->mesh.n_dims; d++)
+        snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%lld", d ? "," : "", l->mesh.names[d],
+                 (long long)l->mesh.sizes[d]);
+    snprintf(world, sizeof world, "%lld", (long long)l->world);
+    replica_lists(l, rank, &ranks, &coords);
+    if (st == HP_OK && (ranks.oom || coords.oom)) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_rank", ranks.data, err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_world", world, err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_mesh", mesh, err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_coords", coords.data, err);
+    for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
+        hp_shard_tensor t;
+        hp__segs s;
+        hp__geom geom;
+        st = hp_shard_rank_tensor(l, rank, i, &t, err);
+        if (st == HP_OK) st = hp__segs_from_tensor(&t, &s, err);
+        if (st == HP_OK) st = hp__geom_make(t.name, t.dtype, &s, &geom, err);
+        const uint8_t *base = NULL;
+        if (st == HP_OK && t.stacked) {
+            experts[i] = hp_calloc((size_t)t.n_globals, sizeof *experts[i]);
+            if (!experts[i]) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            for (int e = 0; e < t.n_globals && st == HP_OK; e++)
+                st = source_ptr(j->m, t.params[e], &experts[i][e], err);
+        } else if (st == HP_OK) {
+            st = source_ptr(j->m, t.params[0], &base, err);
+        }
+        if (st != HP_OK) break;
+        hp__gather_init(&g[i], &geom, base, (const uint8_t *const *)experts[i], j->progress);
+        st = hp_st_writer_add_fill(w, t.name, t.dtype, t.n_dims, t.local_shape, hp__gather_fill, &g[i], err);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank-%05lld.safetensors", j->tmp, (long long)rank);
+    if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+    if (st != HP_OK) hp_err_prefix(err, "rank %lld", (long long)rank);
+    hp_st_writer_destroy(w);
+    for (size_t i = 0; experts && i < l->n_tensors; i++) free(experts[i]);
+    free(experts);
+    free(g);
+    hp_buf_free(&ranks);
+    hp_buf_free(&coords);
+    return st;
+}
+
+static hp_status link_replicas(const hp_shard_layout *l, const char *tmp, uint64_t *links, hp_err *err)
+{
+    for (int64_t r = 0; r < l->world; r++) {
+        int64_t f = l->ranks[r].file_rank;
+        if (f == r) continue;
+        char src[4200], dst[4200];
+        snprintf(src, sizeof src, "%s/rank-%05lld.safetensors", tmp, (long long)f);
+        snprintf(dst, sizeof dst, "%s/rank-%05lld.safetensors", tmp, (long long)r);
+        if (link(src, dst) != 0) {
+            hp_status st = hp__copy_file(src, dst, err); /* file systems without hard links */
+            if (st != HP_OK) return st;
+        }
+        (*links)++;
+    }
+    return HP_OK;
+}
+
+static hp_status plan_fingerprint(const hp_plan *p, const char *text, char *fp, hp_err *err)
+{
+    if (text) {
+        hp__fnv1a_hex(text, strlen(text), fp);
+        return HP_OK;
+    }
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_status st = hp_plan_to_json(p, &b, err);
+    if (st == HP_OK) hp__fnv1a_hex(b.data ? b.data : "", b.len, fp);
+    hp_buf_free(&b);
+    return st;
+}
+
+static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const char *tmp,
+                           const hp_shard_opts *o, hp_shard_stats *stats, hp_err *err)
+{
+    int64_t *files = malloc((size_t)l->world * sizeof *files);
+    if (!files) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    int64_t n_files = 0;
+    uint64_t total = 0;
+    for (int64_t r = 0; r < l->world; r++)
+        if (l->ranks[r].file_rank == r) {
+            files[n_files++] = r;
+            total += l->ranks[r].nbytes;
+        }
+    hp__progress prog;
+    hp__progress_init(&prog, o->progress, "sharding", total);
+    job j = {.m = m, .l = l, .tmp = tmp, .progress = &prog};
+    int threads = o->threads > 0 ? o->threads : 1;
+    if (threads > n_files) threads = (int)n_files;
+    hp_status st = HP_OK;
+    int failed = 0;
+    int64_t failed_at = n_files;
+    hp_err first_err;
+    hp_err_clear(&first_err);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t f = 0; f < n_files; f++) {
+        hp_err e;
+        hp_err_clear(&e);
+        int skip;
+#pragma omp atomic read
+        skip = failed; /* after a failure the remaining files are not worth writing */
+        if (skip) continue;
+        hp_status s = write_rank(&j, files[f], &e);
+        if (s != HP_OK) {
+#pragma omp critical(hp_shard_err)
+            {
+                if (f < failed_at) {
+                    failed_at = f;
+                    first_err = e;
+                    st = s;
+                }
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+    }
+    hp__progress_end(&prog);
+    free(files);
+    if (st != HP_OK) {
+        if (err) *err = first_err;
+        return st;
+    }
+    if (stats) {
+        stats->bytes_written = total;
+        stats->files = (uint64_t)n_files;
+    }
+    uint64_t links = 0;
+    st = link_replicas(l, tmp, &links, err);
+    if (stats) stats->links = links;
+
+    char fp[17], path[4200];
+    if (st == HP_OK) st = plan_fingerprint(p, o->plan_text, fp, err);
+    snprintf(path, sizeof path, "%s/manifest.json", tmp);
+    if (st == HP_OK) st = hp__manifest_write(l, m, o->plan_file, fp, path, err);
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", hp_ckpt_dir(m->ckpt));
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (st == HP_OK && hp__file_exists(cfg)) st = hp__copy_file(cfg, path, err);
+    return st;
+}
+
+hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_dir, const hp_shard_opts *o,
+                         hp_shard_stats *stats, hp_err *err)
+{
+    hp_shard_opts defaults = {0};
+    if (!o) o = &defaults;
+    if (stats) memset(stats, 0, sizeof *stats);
+    int64_t t0 = hp__now_ns();
+    hp_status st = hp__check_out_dir(out_dir, o->force, err);
+    if (st != HP_OK) return st;
+    hp_shard_layout *l = NULL;
+    st = hp_shard_layout_build(&l, m, p, err);
+    if (st != HP_OK) return st;
+    char tmp[4096];
+    st = hp__tmpdir_create(out_dir, tmp, sizeof tmp, err);
+    if (st == HP_OK) {
+        st = write_all(m, p, l, tmp, o, stats, err);
+        if (st == HP_OK) st = hp__install_dir(tmp, out_dir, err);
+        if (st != HP_OK) hp__rm_tree(tmp);
+    }
+    hp_shard_layout_free(l);
+    if (stats) stats->seconds = (double)(hp__now_ns() - t0) / 1e9;
+    return st;
+}

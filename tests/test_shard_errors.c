@@ -1,0 +1,275 @@
+/*
+ * test_shard_errors.c — every error of shard / merge / the plan reader: status, a stable part of the message,
+ * and no output folder (nor a temporary one) left behind. Also the --plan path and merge's split output.
+ */
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hyperpar/shard.h"
+#include "testlib.h"
+
+static char g_work[64];
+
+static const char *work(void)
+{
+    if (!g_work[0]) {
+        strcpy(g_work, "/tmp/hp_shard_err_XXXXXX");
+        if (!mkdtemp(g_work)) abort();
+    }
+    return g_work;
+}
+
+static char *path(char *buf, const char *name)
+{
+    snprintf(buf, 256, "%s/%s", work(), name);
+    return buf;
+}
+
+/* Runs a shell command built from fmt; the test fails when it does. */
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    CHECK_MSG(system(cmd) == 0, "command failed: %s", cmd);
+}
+
+/* Neither dir nor any "<dir>.tmp.*" exists. */
+static bool no_leftovers(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) return false;
+    const char *base = strrchr(dir, '/') + 1;
+    DIR *d = opendir(work());
+    struct dirent *e;
+    bool clean = true;
+    while (d && (e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, base, strlen(base)) && strstr(e->d_name, ".tmp.")) clean = false;
+    if (d) closedir(d);
+    return clean;
+}
+
+typedef struct fixture {
+    hp_model *m;
+    hp_plan *p;
+} fixture;
+
+static fixture open_planned(const char *golden, int64_t dp, int64_t tp, int64_t ep)
+{
+    fixture f = {0};
+    char dir[256];
+    hp_err err;
+    snprintf(dir, sizeof dir, "data/golden/%s", golden);
+    CHECK_MSG(hp_model_open(&f.m, dir, NULL, &err) == HP_OK, "%s", err.msg);
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, dp, 1, tp, ep, false);
+    if (f.m) CHECK_MSG(hp_plan_derive(&f.p, f.m, &po, &err) == HP_OK, "%s", err.msg);
+    return f;
+}
+
+static void close_fixture(fixture *f)
+{
+    hp_plan_free(f->p);
+    hp_model_close(f->m);
+}
+
+/* A valid shard folder of mixtral (dp=2, tp=2) at work()/<name>. */
+static void make_shards(const char *name)
+{
+    fixture f = open_planned("mixtral_per_expert_f32", 2, 2, 1);
+    char out[256];
+    hp_err err;
+    CHECK_MSG(hp_shard_write(f.m, f.p, path(out, name), NULL, NULL, &err) == HP_OK, "%s", err.msg);
+    close_fixture(&f);
+}
+
+TEST(non_empty_out_is_refused_without_force)
+{
+    fixture f = open_planned("mixtral_per_expert_f32", 1, 2, 1);
+    char out[256], keep[300];
+    path(out, "full");
+    mkdir(out, 0755);
+    snprintf(keep, sizeof keep, "%s/keep.txt", out);
+    FILE *k = fopen(keep, "w");
+    if (k) fclose(k);
+    hp_err err;
+    CHECK_EQ_INT(hp_shard_write(f.m, f.p, out, NULL, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "is not empty; choose another --out or pass --force");
+    CHECK(access(keep, F_OK) == 0);
+    hp_shard_opts so = {.force = true};
+    CHECK(hp_shard_write(f.m, f.p, out, &so, NULL, &err) == HP_OK);
+    CHECK(access(keep, F_OK) != 0);
+    hp_merge_opts mo = {0};
+    CHECK_EQ_INT(hp_shard_merge(out, out, &mo, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "is not empty");
+    close_fixture(&f);
+}
+
+TEST(plan_file_round_trip_and_mismatch)
+{
+    fixture q = open_planned("qwen3_moe_batched_bf16", 1, 2, 2);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_err err;
+    CHECK(hp_plan_to_json(q.p, &b, &err) == HP_OK);
+    char plan[256], out[256], merged[256];
+    FILE *f = fopen(path(plan, "plan.json"), "wb");
+    if (f) {
+        fwrite(b.data, 1, b.len, f);
+        fclose(f);
+    }
+    hp_buf_free(&b);
+
+    hp_plan *p = NULL;
+    char *text = NULL;
+    CHECK_MSG(hp_shard_read_plan(&p, q.m, plan, &text, &err) == HP_OK, "%s", err.msg);
+    CHECK(text != NULL && p != NULL && p->ep == 2 && p->tp == 2);
+    hp_shard_opts so = {.plan_file = "plan.json", .plan_text = text};
+    CHECK_MSG(p && hp_shard_write(q.m, p, path(out, "fromplan"), &so, NULL, &err) == HP_OK, "%s", err.msg);
+    /* The split merge: an index and numbered files, still the same tensors. */
+    hp_merge_opts mo = {.max_shard_size = 100000};
+    CHECK_MSG(hp_shard_merge(out, path(merged, "split"), &mo, NULL, &err) == HP_OK, "%s", err.msg);
+    hp_ckpt *c = NULL;
+    CHECK(hp_ckpt_open(&c, merged, &err) == HP_OK);
+    CHECK(c && hp_ckpt_file_count(c) > 1 && hp_ckpt_count(c) == q.m->n_params);
+    for (size_t i = 0; c && i < q.m->n_params; i++) {
+        const hp_ckpt_tensor *x = hp_ckpt_find(c, q.m->params[i].name),
+                             *y = hp_ckpt_find(q.m->ckpt, q.m->params[i].name);
+        CHECK(x && x->t->end - x->t->begin == y->t->end - y->t->begin &&
+              !memcmp(hp_st_data(x->file, x->t), hp_st_data(y->file, y->t), y->t->end - y->t->begin));
+    }
+    hp_ckpt_close(c);
+    hp_plan_free(p);
+    free(text);
+
+    /* The same plan against another model: refused with the first differences. */
+    fixture mx = open_planned("mixtral_per_expert_f32", 1, 2, 1);
+    CHECK_EQ_INT(hp_shard_read_plan(&p, mx.m, plan, NULL, &err), HP_ERR_INPUT);
+    CHECK(p == NULL);
+    CHECK_STR_CONTAINS(err.msg, "does not match the checkpoint");
+    CHECK_STR_CONTAINS(err.msg,
+                       "tensor 'model.layers.0.mlp.experts.gate_up_proj' is in the plan but not in the checkpoint");
+    CHECK_STR_CONTAINS(err.msg, "(the first 10)");
+    close_fixture(&mx);
+    close_fixture(&q);
+}
+
+static void plan_error(const char *json, const char *needle)
+{
+    fixture f = open_planned("mixtral_per_expert_f32", 1, 2, 1);
+    char plan[256];
+    FILE *fp = fopen(path(plan, "bad_plan.json"), "wb");
+    if (fp) {
+        fputs(json, fp);
+        fclose(fp);
+    }
+    hp_plan *p = NULL;
+    hp_err err;
+    CHECK_EQ_INT(hp_shard_read_plan(&p, f.m, plan, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, needle);
+    close_fixture(&f);
+}
+
+TEST(plan_reader_errors)
+{
+    plan_error("{\"format\": \"hyperpar-hf-tp-plan\", \"version\": 1}", "not \"hyperpar-plan\"");
+    plan_error("{\"format\": \"hyperpar-plan\", \"version\": 2}", "plan format version 2 is not supported");
+    plan_error("{\"format\": \"hyperpar-plan\", \"version\": 1}", "mesh.dims: missing");
+    plan_error(
+        "{\"format\": \"hyperpar-plan\", \"version\": 1, \"mesh\": {\"dims\": [{\"name\": \"tq\", \"size\": 2}], "
+        "\"ep\": 1, \"ep_mode\": \"none\"}}",
+        "unknown axis 'tq'");
+    plan_error(
+        "{\"format\": \"hyperpar-plan\", \"version\": 1, \"mesh\": {\"dims\": [{\"name\": \"tp\", \"size\": 2}], "
+        "\"ep\": 1, \"ep_mode\": \"none\"}, \"mesh_dim_names\": [\"tp\"], \"boundaries\": [{\"fqn\": \"lm_head\", "
+        "\"params\": {\"weight\": {\"tp\": \"S(zero)\"}}}]}",
+        "placements must be");
+    plan_error(
+        "{\"format\": \"hyperpar-plan\", \"version\": 1, \"mesh\": {\"dims\": [{\"name\": \"tp\", \"size\": 2}], "
+        "\"ep\": 1, \"ep_mode\": \"none\"}, \"mesh_dim_names\": [\"tp\"], \"boundaries\": [{\"fqn\": \"lm_head\", "
+        "\"params\": {\"nope\": {\"tp\": \"S(0)\"}}}]}",
+        "tensor 'lm_head.nope' is in the plan but not in the checkpoint");
+    plan_error("{\"format\": ", "bad_plan.json:1:");
+}
+
+TEST(indivisible_plan_is_refused)
+{
+    /* A hand-edited plan that shards lm_head [vocab, H] on dim 1 over tp=3: H is not divisible by 3. */
+    fixture f = open_planned("mixtral_per_expert_f32", 1, 1, 1);
+    char plan[256], out[256];
+    FILE *fp = fopen(path(plan, "tp3.json"), "wb");
+    if (fp) {
+        fputs(
+            "{\"format\": \"hyperpar-plan\", \"version\": 1, \"mesh\": {\"dims\": [{\"name\": \"tp\", \"size\": 3}], "
+            "\"ep\": 1, \"ep_mode\": \"none\"}, \"mesh_dim_names\": [\"tp\"], \"boundaries\": [{\"fqn\": \"lm_head\", "
+            "\"params\": {\"weight\": {\"tp\": \"S(1)\"}}}]}",
+            fp);
+        fclose(fp);
+    }
+    hp_plan *p = NULL;
+    hp_err err;
+    CHECK_MSG(hp_shard_read_plan(&p, f.m, plan, NULL, &err) == HP_OK, "%s", err.msg);
+    CHECK_EQ_INT(hp_shard_write(f.m, p, path(out, "tp3"), NULL, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "tensor 'lm_head.weight': dim 1 (64) is not divisible by tp=3");
+    CHECK(no_leftovers(out));
+    hp_plan_free(p);
+    close_fixture(&f);
+}
+
+static void merge_error(const char *dir, const char *needle)
+{
+    char out[256];
+    hp_err err;
+    hp_merge_opts mo = {0};
+    CHECK_EQ_INT(hp_shard_merge(dir, path(out, "merged_bad"), &mo, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, needle);
+    CHECK(no_leftovers(out));
+}
+
+TEST(merge_errors)
+{
+    char g[256], b[256];
+    make_shards("good");
+    path(g, "good");
+    path(b, "bad");
+
+    sh("cp -r %s %s && truncate -s 200 %s/manifest.json", g, b, b);
+    merge_error(b, "manifest.json:");
+    sh("rm -rf %s && cp -r %s %s && sed -i 's/\"version\": 1/\"version\": 9/' %s/manifest.json", b, g, b, b);
+    merge_error(b, "unsupported \"version\"");
+    sh("rm -rf %s && cp -r %s %s && sed -i '0,/\"dim\": 0/s//\"dim\": 7/' %s/manifest.json", b, g, b, b);
+    merge_error(b, ".slices[0].dim: out of range");
+    sh("rm -rf %s && cp -r %s %s && rm %s/rank-00002.safetensors", b, g, b, b);
+    merge_error(b, "rank 2: ");
+    merge_error(b, "rank-00002.safetensors is missing");
+    sh("rm -rf %s && cp -r %s %s && rm %s/rank-00001.safetensors", b, g, b, b);
+    sh("head -c 4000 %s/rank-00001.safetensors > %s/rank-00001.safetensors", g, b);
+    merge_error(b, "rank 1: ");
+    sh("rm -rf %s && cp -r %s %s && rm %s/rank-00003.safetensors", b, g, b, b);
+    sh("cp %s/rank-00000.safetensors %s/rank-00003.safetensors", b, b);
+    merge_error(b, "belongs to another shard folder");
+    sh("rm -rf %s", b);
+
+    char nothing[256];
+    merge_error(path(nothing, "nothing"), "no such folder");
+    mkdir(nothing, 0755);
+    merge_error(nothing, "manifest.json is missing");
+}
+
+TEST(cleanup)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", work());
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN()

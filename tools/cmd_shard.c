@@ -1,0 +1,188 @@
+/*
+ * cmd_shard.c — `hyperpar shard MODEL (--plan plan.json | plan flags) --out DIR` and
+ * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "hyperpar/shard.h"
+
+static void shard_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hyperpar shard MODEL --out DIR (--plan plan.json | [--mesh SPEC | --dp N --cp N --tp N]\n"
+            "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--packed-fused]\n"
+            "                      [--allow-uncovered] [--freeze GLOB]...) [--threads N] [--force] [--quiet]\n"
+            "\n"
+            "Writes DIR/rank-XXXXX.safetensors for every rank of the mesh (world = product of the mesh, dp\n"
+            "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
+            "DIR/manifest.json (docs/shard-format.md) and config.json. dp replicas are hard links to one file.\n"
+            "The source is read through mmap, one streaming pass; DIR appears only when complete.\n"
+            "\n"
+            "  --out DIR            output folder (refused when non-empty unless --force)\n"
+            "  --plan FILE          a plan written by 'hyperpar plan --format json' for this checkpoint\n"
+            "  --mesh, --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --packed-fused,\n"
+            "  --allow-uncovered, --freeze   derive the plan as 'hyperpar plan' does (see its --help)\n"
+            "  --threads N          write N rank files at a time (1)\n"
+            "  --force              replace a non-empty DIR (the old one is removed after the new one is complete)\n"
+            "  --quiet              no progress line (it is shown only on a terminal anyway)\n");
+}
+
+static void merge_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hyperpar merge DIR --out OUT [--max-shard-size 5GB] [--force] [--quiet]\n"
+            "\n"
+            "Rebuilds the original checkpoint from a 'hyperpar shard' folder: every rank file is validated,\n"
+            "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
+            "Writes OUT/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json\n"
+            "when the total is over --max-shard-size, plus config.json.\n"
+            "\n"
+            "  --out OUT            output folder (refused when non-empty unless --force)\n"
+            "  --max-shard-size S   bytes per output file: 5GB (default), 500MB, 2GiB, ...\n"
+            "  --force              replace a non-empty OUT\n"
+            "  --quiet              no progress line\n");
+}
+
+static int report(const char *what, const char *out, const hp_shard_stats *s)
+{
+    char b[32], r[32], links[64] = "";
+    double rate = s->seconds > 0 ? (double)s->bytes_written / s->seconds : 0;
+    if (s->links)
+        snprintf(links, sizeof links, " + %llu replica link%s", (unsigned long long)s->links, s->links == 1 ? "" : "s");
+    fprintf(stderr, "%s %s: %llu file%s%s, %s in %.2fs (%s/s)\n", what, out, (unsigned long long)s->files,
+            s->files == 1 ? "" : "s", links, hp_format_bytes(s->bytes_written, b, sizeof b), s->seconds,
+            hp_format_bytes((uint64_t)rate, r, sizeof r));
+    return HP_EXIT_OK;
+}
+
+int cmd_shard(int argc, char **argv)
+{
+    enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_NOSP, O_FREEZE, O_UNCOV, O_PACKED, O_PLAN, O_THREADS,
+           O_FORCE, O_QUIET };
+    static const struct option opts[] = {
+        {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
+        {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
+        {"ep", required_argument, NULL, O_EP},       {"ep-axis", no_argument, NULL, O_EP_AXIS},
+        {"no-sequence-parallel", no_argument, NULL, O_NOSP}, {"freeze", required_argument, NULL, O_FREEZE},
+        {"allow-uncovered", no_argument, NULL, O_UNCOV}, {"packed-fused", no_argument, NULL, O_PACKED},
+        {"plan", required_argument, NULL, O_PLAN},   {"threads", required_argument, NULL, O_THREADS},
+        {"out", required_argument, NULL, 'o'},       {"force", no_argument, NULL, O_FORCE},
+        {"quiet", no_argument, NULL, O_QUIET},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_shard_opts so = {.threads = 1, .progress = isatty(2)};
+    const char *mesh_spec = NULL, *plan_path = NULL, *out = NULL;
+    const char *freeze[64];
+    int n_freeze = 0;
+    int64_t dp = 1, cp = 1, tp = 1, ep = 1, threads = 1;
+    bool sizes_given = false, ep_axis = false, plan_flags = false;
+    hp_err err;
+    int c;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MESH: mesh_spec = optarg; plan_flags = true; break;
+        case O_DP: if (!cli_parse_i64("shard", "--dp", optarg, 1, 1 << 20, &dp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_CP: if (!cli_parse_i64("shard", "--cp", optarg, 1, 1 << 20, &cp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_TP: if (!cli_parse_i64("shard", "--tp", optarg, 1, 1 << 20, &tp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_EP: if (!cli_parse_i64("shard", "--ep", optarg, 1, 1 << 20, &ep)) return HP_EXIT_USAGE; plan_flags = true; break;
+        case O_EP_AXIS: ep_axis = true; plan_flags = true; break;
+        case O_NOSP: po.sequence_parallel = false; plan_flags = true; break;
+        case O_FREEZE:
+            if (n_freeze == 64) return cli_usage_error("shard", "at most 64 --freeze patterns");
+            freeze[n_freeze++] = optarg;
+            plan_flags = true;
+            break;
+        case O_UNCOV: po.allow_uncovered = true; plan_flags = true; break;
+        case O_PACKED: po.packed_fused = true; plan_flags = true; break;
+        case O_PLAN: plan_path = optarg; break;
+        case O_THREADS: if (!cli_parse_i64("shard", "--threads", optarg, 1, 256, &threads)) return HP_EXIT_USAGE; break;
+        case 'o': out = optarg; break;
+        case O_FORCE: so.force = true; break;
+        case O_QUIET: so.progress = false; break;
+        case 'h': shard_usage(stdout); return HP_EXIT_OK;
+        default: return cli_bad_option("shard", argv);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error("shard", "expected exactly one MODEL");
+    if (!out) return cli_usage_error("shard", "--out DIR is required");
+    if (plan_path && (plan_flags || sizes_given))
+        return cli_usage_error("shard", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
+    if (mesh_spec && sizes_given) return cli_usage_error("shard", "give either --mesh or --dp/--cp/--tp, not both");
+    so.threads = (int)threads;
+    if (mesh_spec) {
+        if (hp_mesh_parse(mesh_spec, &po.mesh, &err) != HP_OK) return cli_fail(&err);
+        if (po.mesh.ep_axis) {
+            if (ep > 1 && ep != po.mesh.ep)
+                return cli_usage_error("shard", "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)ep,
+                                       (long long)po.mesh.ep);
+        } else if (ep_axis) {
+            return cli_usage_error("shard", "--ep-axis needs an ep axis in --mesh (e.g. --mesh tp=2,ep=2)");
+        } else {
+            po.mesh.ep = ep;
+        }
+    } else {
+        hp_mesh_from_sizes(&po.mesh, dp, cp, tp, ep, ep_axis);
+    }
+
+    hp_model *m = NULL;
+    hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
+    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) return cli_fail(&err);
+    for (int i = 0; i < n_freeze; i++)
+        if (hp_model_freeze(m, freeze[i]) == 0)
+            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", freeze[i]);
+    hp_plan *p = NULL;
+    char *plan_text = NULL;
+    hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
+    hp_shard_stats stats;
+    if (st == HP_OK) {
+        if (plan_path) {
+            const char *slash = strrchr(plan_path, '/');
+            so.plan_file = slash ? slash + 1 : plan_path;
+        }
+        so.plan_text = plan_text;
+        st = hp_shard_write(m, p, out, &so, &stats, &err);
+    }
+    int rc = st == HP_OK ? report("sharded into", out, &stats) : cli_fail(&err);
+    free(plan_text);
+    hp_plan_free(p);
+    hp_model_close(m);
+    return rc;
+}
+
+int cmd_merge(int argc, char **argv)
+{
+    enum { O_MAX = 1000, O_FORCE, O_QUIET };
+    static const struct option opts[] = {
+        {"out", required_argument, NULL, 'o'},   {"max-shard-size", required_argument, NULL, O_MAX},
+        {"force", no_argument, NULL, O_FORCE},   {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    hp_merge_opts mo = {.progress = isatty(2)};
+    const char *out = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case O_MAX:
+            if (!hp_shard_parse_size(optarg, &mo.max_shard_size))
+                return cli_usage_error("merge", "--max-shard-size expects a size such as 5GB, 500MB or 2GiB, got '%s'",
+                                       optarg);
+            break;
+        case O_FORCE: mo.force = true; break;
+        case O_QUIET: mo.progress = false; break;
+        case 'h': merge_usage(stdout); return HP_EXIT_OK;
+        default: return cli_bad_option("merge", argv);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error("merge", "expected exactly one shard folder DIR");
+    if (!out) return cli_usage_error("merge", "--out OUT is required");
+    hp_err err;
+    hp_shard_stats stats;
+    if (hp_shard_merge(argv[optind], out, &mo, &stats, &err) != HP_OK) return cli_fail(&err);
+    return report("merged into", out, &stats);
+}
