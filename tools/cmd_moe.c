@@ -9,7 +9,10 @@
 #include <time.h>
 
 #include "cli.h"
+#include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/overrides.h"
+#include "hyperpar/plan.h"
 
 static void usage(FILE *out)
 {
@@ -17,6 +20,8 @@ static void usage(FILE *out)
             "usage: hyperpar moe MODEL --layer L --input X.safetensors --output Y.safetensors\n"
             "                    [--archetype A] [--capacity-factor F] [--capacity-policy score|first]\n"
             "                    [--threads N] [--compare REF.safetensors [--ref-prefix P]]\n"
+            "       mpirun -np N hyperpar moe MODEL --layer L --ep E [--mesh SPEC] [--overrides FILE]\n"
+            "                    [--overlap] --input X --output Y [...]\n"
             "\n"
             "Runs the MoE block of sparse layer L of a checkpoint on the rows of X's tensor 'x' [T, H] (f32)\n"
             "and writes 'y' [T, H] f32, 'topk_idx' [T, K] i32 and 'topk_w' [T, K] f32 (each row sorted by\n"
@@ -32,7 +37,17 @@ static void usage(FILE *out)
             "  --threads N             OpenMP and BLAS threads\n"
             "  --compare REF           verify against REF's <P>y (or <P>y_cf<F>), <P>topk_idx, <P>topk_w:\n"
             "                          |y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not\n"
-            "  --ref-prefix P          key prefix in REF (default 'layers.L.')\n"
+            "  --ref-prefix P          key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)\n"
+            "  --compare-rtol R        tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5\n"
+            "\n"
+            "Expert parallelism (under mpirun): rank r takes the r-th contiguous block of input rows; EP groups\n"
+            "are E consecutive ranks of the mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads\n"
+            "only its E/ep experts; rank 0 writes the output rows in the original order.\n"
+            "  --ep E                  EP group size (default: every rank)\n"
+            "  --mesh SPEC             the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N\n"
+            "  --overrides FILE        plan overrides declaring the layer's local_compute_fn (the archetype);\n"
+            "                          with --ep > 1 the archetype must be chosen explicitly: --archetype or this\n"
+            "  --overlap               non-blocking token exchange; the shared expert runs while it is in flight\n"
             "\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
             hp_moe_archetype_list());
@@ -66,9 +81,11 @@ static hp_status read_tensor(const hp_st_file *f, const char *name, hp_dtype dt,
 
 typedef struct moe_args {
     const char *model, *input, *output, *compare, *prefix, *archetype, *cf_text;
-    int64_t layer, threads;
-    double cf;
+    const char *mesh, *overrides;
+    int64_t layer, threads, ep;
+    double cf, rtol;
     hp_moe_cap_policy policy;
+    bool overlap;
 } moe_args;
 
 /* Compares the outputs with the reference; HP_ERR_VERIFY with the figures on a mismatch. */
@@ -89,6 +106,7 @@ static hp_status compare(const moe_args *a, const hp_moe_ws *ws, const float *y,
     if (a->cf > 0) {
         snprintf(key, sizeof key, "%sy_cf%s", pfx, a->cf_text);
         if (!hp_st_find(f, key)) snprintf(key, sizeof key, "%sy_cf%.1f", pfx, a->cf);
+        if (!hp_st_find(f, key)) snprintf(key, sizeof key, "%sy", pfx); /* an output file of hyperpar moe */
     } else {
         snprintf(key, sizeof key, "%sy", pfx);
     }
@@ -121,11 +139,12 @@ static hp_status compare(const moe_args *a, const hp_moe_ws *ws, const float *y,
             if (ws->topk_idx[s] != ri[s] && bad_idx++ == 0) first_bad = s;
             dw = fmax(dw, fabs((double)ws->topk_w[s] - rw[s]));
         }
-        double tol = 1e-4 * mx;
-        bool ok = dy <= tol && bad_idx == 0 && dw <= 1e-5;
+        double rtol = a->rtol > 0 ? a->rtol : 1e-4, wtol = a->rtol > 0 ? a->rtol : 1e-5;
+        double tol = rtol * mx;
+        bool ok = dy <= tol && bad_idx == 0 && dw <= wtol;
         fprintf(stderr, "compare %s (%s*): y max diff %.3g (tolerance %.3g), topk_idx %lld of %lld differ, "
-                        "topk_w max diff %.3g (tolerance 1e-05): %s\n",
-                a->compare, pfx, dy, tol, (long long)bad_idx, (long long)(T * K), dw, ok ? "OK" : "MISMATCH");
+                        "topk_w max diff %.3g (tolerance %.0e): %s\n",
+                a->compare, pfx, dy, tol, (long long)bad_idx, (long long)(T * K), dw, wtol, ok ? "OK" : "MISMATCH");
         if (!ok)
             st = hp_err_set(err, HP_ERR_VERIFY,
                             "layer %lld differs from %s: y max diff %.3g (tolerance %.3g), %lld topk_idx entries "
@@ -231,6 +250,265 @@ static int run(const moe_args *a)
     return st ? cli_fail(&err) : HP_EXIT_OK;
 }
 
+
+/* ---- expert parallelism over MPI ---- */
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* What every rank must agree on before any exchange: model shape, layer, archetype, options, mesh. */
+static uint64_t fingerprint(const hp_model *m, const moe_args *a, int archetype, const char *mesh)
+{
+    uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
+    int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
+                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep};
+    h = fnv(h, v, sizeof v);
+    h = fnv(h, &a->cf, sizeof a->cf);
+    h = fnv(h, mesh, strlen(mesh));
+    return h;
+}
+
+/* The archetype of layer L from the plan (overrides), or explicitly; with EP it is never chosen silently. */
+static hp_status choose_archetype(const moe_args *a, const hp_model *m, const hp_mesh *mesh, int *arch,
+                                  double *cf_from_plan, hp_err *err)
+{
+    *arch = -1;
+    if (a->archetype) {
+        hp_moe_archetype x;
+        if (!hp_moe_archetype_parse(a->archetype, &x))
+            return hp_err_set(err, HP_ERR_INPUT, "unknown archetype '%s'; known: %s", a->archetype,
+                              hp_moe_archetype_list());
+        *arch = (int)x;
+        return HP_OK;
+    }
+    if (a->ep <= 1 && !a->overrides) return HP_OK; /* one process per expert set: the family's suggestion */
+    hp_overrides *ov = NULL;
+    hp_status st = a->overrides ? hp_overrides_load(&ov, a->overrides, err) : HP_OK;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    po.mesh = *mesh;
+    po.overrides = ov;
+    po.allow_uncovered = true;
+    po.packed_fused = true;
+    hp_plan *p = NULL;
+    if (st == HP_OK) st = hp_plan_derive(&p, m, &po, err);
+    if (st == HP_OK) st = hp_plan_preflight(p, err);
+    if (st == HP_OK && !a->overrides) st = hp_err_set(err, HP_ERR_INPUT, "internal: no archetype");
+    if (st == HP_ERR_INPUT && !a->overrides) hp_err_prefix(err, "choose the EP compute with --archetype A or --overrides FILE");
+    if (st == HP_OK) {
+        char pfx[64];
+        snprintf(pfx, sizeof pfx, "model.layers.%lld.", (long long)a->layer);
+        const hp_boundary *hit = NULL;
+        for (size_t i = 0; i < p->n_boundaries; i++)
+            if (!strncmp(p->boundaries[i].fqn, pfx, strlen(pfx)) && p->boundaries[i].local_compute_fn)
+                hit = &p->boundaries[i];
+        hp_moe_archetype x;
+        if (!hit)
+            st = hp_err_set(err, HP_ERR_INPUT, "%s declares no local_compute_fn for layer %lld; add an entry matching "
+                            "its MoE block", a->overrides, (long long)a->layer);
+        else if (!hp_moe_archetype_parse(hit->local_compute_fn, &x))
+            st = hp_err_set(err, HP_ERR_INPUT, "archetype '%s' has no runtime", hit->local_compute_fn);
+        else {
+            *arch = (int)x;
+            *cf_from_plan = hit->compute.capacity_factor;
+        }
+    }
+    hp_plan_free(p);
+    hp_overrides_free(ov);
+    return st;
+}
+
+static int run_ep(moe_args *a, int *argc, char ***argv)
+{
+    hp_err err;
+    hp_err_clear(&err);
+    hp_comm *world = NULL, *grp = NULL;
+    if (hp_comm_world(&world, argc, argv, &err) != HP_OK) return cli_fail(&err);
+    const int N = hp_comm_size(world), R = hp_comm_rank(world);
+    hp_model *m = NULL;
+    hp_moe_layer *l = NULL;
+    hp_moe_ep *ep = NULL;
+    hp_st_file *in = NULL;
+    float *x = NULL, *y = NULL, *yall = NULL, *wall = NULL;
+    int32_t *iall = NULL;
+    size_t *cnt = NULL;
+    hp_mesh mesh;
+    hp_status st = HP_OK;
+
+    /* Mesh and EP groups: rank coordinates row-major over the mesh. */
+    if (a->mesh) st = hp_mesh_parse(a->mesh, &mesh, &err);
+    else hp_mesh_from_sizes(&mesh, N, 1, 1, 1, false);
+    if (st == HP_OK && mesh.ep_axis) {
+        if (a->ep > 1 && a->ep != mesh.ep)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)a->ep,
+                            (long long)mesh.ep);
+        a->ep = mesh.ep;
+    }
+    if (st == HP_OK && a->ep <= 0) a->ep = N;
+    if (st == HP_OK && !mesh.ep_axis) mesh.ep = a->ep;
+    char mstr[160];
+    if (st == HP_OK) hp_mesh_str(&mesh, mstr, sizeof mstr);
+    if (st == HP_OK && hp_mesh_world(&mesh) != N)
+        st = hp_err_set(&err, HP_ERR_INPUT, "the mesh %s has %lld ranks but mpirun started %d; the product of the "
+                        "mesh sizes must equal the number of ranks", mstr, (long long)hp_mesh_world(&mesh), N);
+    if (st == HP_OK && (N % a->ep != 0))
+        st = hp_err_set(&err, HP_ERR_INPUT, "ep_size (%lld) must divide the dense region (%d ranks)", (long long)a->ep, N);
+    int color = 0, ep_rank = 0;
+    if (st == HP_OK) {
+        if (mesh.ep_axis) {
+            /* groups: ranks sharing every coordinate but ep */
+            int64_t rest = R, c = 0, mul = 1;
+            for (int d = mesh.n_dims - 1; d >= 0; d--) {
+                int64_t coord = rest % mesh.sizes[d];
+                rest /= mesh.sizes[d];
+                if (!strcmp(mesh.names[d], "ep")) ep_rank = (int)coord;
+                else {
+                    c += coord * mul;
+                    mul *= mesh.sizes[d];
+                }
+            }
+            color = (int)c;
+        } else {
+            color = R / (int)a->ep;
+            ep_rank = R % (int)a->ep;
+        }
+    }
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    if ((st = hp_comm_split(world, color, ep_rank, &grp, &err)) != HP_OK) goto done;
+
+    st = hp_model_open(&m, a->model, NULL, &err);
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    int arch = -1;
+    double cf_plan = 0;
+    st = choose_archetype(a, m, &mesh, &arch, &cf_plan, &err);
+    if (st == HP_OK && a->cf <= 0 && cf_plan > 0) {
+        a->cf = cf_plan;
+        a->cf_text = "plan";
+    }
+    if (st == HP_OK && m->cfg.n_experts % a->ep != 0)
+        st = hp_err_set(&err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by ep_size (%lld)",
+                        (long long)m->cfg.n_experts, (long long)a->ep);
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+
+    /* Every rank must run the same model, layer, options and mesh. */
+    uint64_t fp = fingerprint(m, a, arch, mstr), *fps = calloc((size_t)N, sizeof *fps);
+    if (!fps) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = hp_comm_allgather(world, &fp, sizeof fp, fps, &err);
+    for (int r = 0; st == HP_OK && r < N; r++)
+        if (fps[r] != fps[0])
+            st = hp_err_set(&err, HP_ERR_INPUT,
+                            "rank %d disagrees with rank 0 on the model, layer, archetype, options or mesh; every "
+                            "rank must be given the same command",
+                            r);
+    free(fps);
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+
+    hp_moe_load_opts lo;
+    hp_moe_load_opts_default(&lo);
+    lo.archetype = arch;
+    int64_t Lloc = m->cfg.n_experts / a->ep;
+    lo.first_expert = ep_rank * Lloc;
+    lo.n_local = Lloc;
+    st = hp_moe_layer_load(&l, m, a->layer, &lo, &err);
+    if (st == HP_OK && R == 0 && arch < 0)
+        fprintf(stderr, "hyperpar moe: archetype %s (suggested for family %s; choose another with --archetype)\n",
+                hp_moe_archetype_name(l->archetype), m->model_type);
+    const hp_st_tensor *xt = NULL;
+    float *xall = NULL;
+    if (st == HP_OK) st = hp_st_open(&in, a->input, &err);
+    if (st == HP_OK) st = read_tensor(in, "x", HP_DT_F32, 2, (void **)&xall, &xt, &err);
+    int64_t T = xt ? xt->shape[0] : 0, H = l ? l->n_hidden : 0, K = l ? l->top_k : 0;
+    if (st == HP_OK && xt->shape[1] != H)
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' is [%lld, %lld] but layer %lld has hidden size %lld",
+                        a->input, (long long)T, (long long)xt->shape[1], (long long)a->layer, (long long)H);
+    if (st == HP_OK && T < N) st = hp_err_set(&err, HP_ERR_INPUT, "%s: %lld rows for %d ranks", a->input, (long long)T, N);
+    /* Rank r: rows [T*r/N, T*(r+1)/N): block sizes differ by at most one. */
+    int64_t lo_row = T * R / N, hi_row = T * (R + 1) / N, Tl = hi_row - lo_row;
+    if (st == HP_OK) {
+        x = xall + lo_row * H;
+        y = malloc((size_t)((Tl ? Tl : 1) * H) * sizeof *y);
+        if (!y) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    }
+    if (st == HP_OK) st = hp_moe_ep_create(&ep, l, grp, Tl > 0 ? Tl : 1, &err);
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
+        free(xall);
+        goto done;
+    }
+    hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy};
+    double t0 = hp_comm_wtime();
+    st = hp_moe_ep_forward(ep, x, Tl, y, &ro, a->overlap, &err);
+    double t1 = hp_comm_wtime();
+    if (st != HP_OK) {
+        free(xall);
+        goto done;
+    }
+    /* Rank 0 gathers y, topk_idx, topk_w in the original row order. */
+    cnt = calloc(2 * (size_t)N, sizeof *cnt);
+    if (R == 0) {
+        yall = malloc((size_t)(T * H) * sizeof *yall);
+        iall = malloc((size_t)(T * K) * sizeof *iall);
+        wall = malloc((size_t)(T * K) * sizeof *wall);
+    }
+    if (!cnt || (R == 0 && (!yall || !iall || !wall))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
+        free(xall);
+        goto done;
+    }
+    const hp_moe_ws *ws = hp_moe_ep_ws(ep);
+    size_t *rc = cnt, *rd = cnt + N;
+    for (int r = 0; r < N; r++) {
+        rc[r] = (size_t)((T * (r + 1) / N - T * r / N) * H) * sizeof(float);
+        rd[r] = (size_t)((T * r / N) * H) * sizeof(float);
+    }
+    st = hp_comm_gatherv(world, y, (size_t)(Tl * H) * sizeof(float), yall, rc, rd, 0, &err);
+    for (int r = 0; r < N; r++) {
+        rc[r] = (size_t)((T * (r + 1) / N - T * r / N) * K) * sizeof(int32_t);
+        rd[r] = (size_t)((T * r / N) * K) * sizeof(int32_t);
+    }
+    if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_idx, (size_t)(Tl * K) * sizeof(int32_t), iall, rc, rd, 0, &err);
+    if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_w, (size_t)(Tl * K) * sizeof(float), wall, rc, rd, 0, &err);
+    /* Statistics: rows and dropped slots summed over ranks; the slowest rank's time. */
+    const hp_moe_ep_stats *es = hp_moe_ep_get_stats(ep);
+    double agg[4] = {(double)es->rows_recv, (double)es->n_dropped, (double)es->bytes_exchanged, 0};
+    double tmax = t1 - t0;
+    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(world, agg, 3, &err);
+    if (st == HP_OK) st = hp_comm_allreduce_max_f64(world, &tmax, 1, &err);
+    if (st == HP_OK && R == 0) {
+        char b1[32];
+        fprintf(stderr,
+                "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s; %.3f ms "
+                "(slowest rank)\n"
+                "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
+                (long long)a->layer, hp_moe_archetype_name(l->archetype), (long long)T, N, (long long)a->ep,
+                (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", tmax * 1e3, agg[0], agg[1],
+                (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
+        hp_moe_ws tmp = *ws;
+        tmp.topk_idx = iall;
+        tmp.topk_w = wall;
+        if (a->output) st = write_output(a->output, l, &tmp, yall, T, &err);
+        if (st == HP_OK && a->compare) st = compare(a, &tmp, yall, T, H, K, &err);
+    }
+    free(xall);
+    st = hp_comm_agree(world, st, &err);
+done:
+    free(y);
+    free(yall);
+    free(iall);
+    free(wall);
+    free(cnt);
+    hp_st_close(in);
+    hp_moe_ep_destroy(ep);
+    hp_moe_layer_free(l);
+    hp_model_close(m);
+    hp_comm_free(grp);
+    hp_comm_free(world);
+    return st ? cli_fail(&err) : HP_EXIT_OK;
+}
+
 int cmd_moe(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -239,6 +517,9 @@ int cmd_moe(int argc, char **argv)
         {"capacity-factor", required_argument, 0, 'c'}, {"capacity-policy", required_argument, 0, 'p'},
         {"threads", required_argument, 0, 't'},         {"compare", required_argument, 0, 'C'},
         {"ref-prefix", required_argument, 0, 'P'},      {"help", no_argument, 0, 'h'},
+        {"ep", required_argument, 0, 'e'},              {"mesh", required_argument, 0, 'm'},
+        {"overrides", required_argument, 0, 'O'},       {"overlap", no_argument, 0, 'v'},
+        {"compare-rtol", required_argument, 0, 'R'},
         {0, 0, 0, 0},
     };
     moe_args a = {.layer = -1};
@@ -268,6 +549,19 @@ int cmd_moe(int argc, char **argv)
             break;
         case 'C': a.compare = optarg; break;
         case 'P': a.prefix = optarg; break;
+        case 'e':
+            if (!cli_parse_i64("moe", "--ep", optarg, 1, 1 << 20, &a.ep)) return HP_EXIT_USAGE;
+            break;
+        case 'm': a.mesh = optarg; break;
+        case 'O': a.overrides = optarg; break;
+        case 'v': a.overlap = true; break;
+        case 'R': {
+            char *end = NULL;
+            a.rtol = strtod(optarg, &end);
+            if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
+                return cli_usage_error("moe", "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
+            break;
+        }
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("moe", argv);
         }
@@ -279,5 +573,9 @@ int cmd_moe(int argc, char **argv)
     if (!a.input) return cli_usage_error("moe", "missing --input X.safetensors");
     if (!a.output && !a.compare) return cli_usage_error("moe", "missing --output Y.safetensors (or --compare REF)");
     if (a.threads > 0) hp_moe_set_threads((int)a.threads);
+    /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || a.ep || a.mesh ||
+        a.overrides || a.overlap)
+        return run_ep(&a, &argc, &argv);
     return run(&a);
 }

@@ -21,6 +21,7 @@
 #define HYPERPAR_MOE_H
 
 #include "hyperpar/core.h"
+#include "hyperpar/comm.h"
 #include "hyperpar/model.h"
 
 #ifdef __cplusplus
@@ -245,6 +246,38 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
  * opts may be NULL. */
 hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
                          int64_t n_hidden, float *y, const hp_moe_run_opts *opts, hp_err *err);
+
+/* ---- expert parallelism over a communicator (spec §10.5-§10.11) ----
+ *
+ * Each rank of an EP group of P ranks holds experts [r·E/P, (r+1)·E/P) and its own tokens. A forward:
+ *
+ *   route local tokens ─▶ capacity (own slots) ─▶ expert-major order = grouped by destination rank
+ *   ─▶ alltoall per-expert counts ─▶ alltoallv rows ─▶ local experts (expert-major over all sources)
+ *   ─▶ alltoallv back ─▶ weighted combine in token order ─▶ + shared expert
+ *
+ * With overlap the row exchange is non-blocking and the shared expert runs while it is in flight; the
+ * numbers are identical either way. All buffers are sized at creation for max_tokens local tokens (the
+ * receive side for the worst case, every peer routing every slot here): a forward allocates nothing.
+ */
+typedef struct hp_moe_ep hp_moe_ep;
+
+typedef struct hp_moe_ep_stats {
+    int64_t n_tokens, n_slots, n_dropped;
+    int64_t rows_sent, rows_recv;      /* rows of the forward exchange (the return moves the same) */
+    int64_t bytes_exchanged;           /* bytes this rank sent in both exchanges */
+    double t_route, t_dispatch, t_experts, t_return, t_combine, t_shared, t_wait; /* seconds */
+} hp_moe_ep_stats;
+
+/* l holds the rank's experts (first_expert = rank·L, n_local = L = E / size of comm); comm is the EP group,
+ * borrowed. Collective over comm. */
+hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, hp_err *err);
+void hp_moe_ep_destroy(hp_moe_ep *ep);
+/* Collective over the EP group. x [T, H] are this rank's tokens (T may differ between ranks and may be 0);
+ * y [T, H]; topk_idx / topk_w of the call are in hp_moe_ep_ws(ep). */
+hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y, const hp_moe_run_opts *opts,
+                            bool overlap, hp_err *err);
+const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
+const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 
 /* ---- threads and machine reference figures (benchmarks) ---- */
 
