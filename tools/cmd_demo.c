@@ -1,10 +1,12 @@
 /*
  * cmd_demo.c — `hyperpar demo [--out DIR] [--family F]`: the main job end to end on a tiny generated model.
  *
- * Today: gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode
- * synthesises exactly the checkpoint's tensors → plan (tp=2, ep=2). Each later capability adds its step.
+ * gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode synthesises
+ * exactly the checkpoint's tensors → plan (tp=2, ep=2) → shard for dp=2 x ep=2 and merge back (byte-exact)
+ * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -42,6 +44,87 @@ static int compare_tables(const hp_model *real, const hp_model *meta)
     }
     printf("meta mode reproduces all %zu tensors of the checkpoint (names, order, shapes, dtypes)\n",
            real->n_params);
+    return HP_EXIT_OK;
+}
+
+/* The merged checkpoint must hold exactly the source's tensors: names, dtypes, shapes, bytes. */
+static int same_tensors(const char *a, const char *b)
+{
+    hp_st_file *fa = NULL, *fb = NULL;
+    hp_err err;
+    int rc = HP_EXIT_OK;
+    if (hp_st_open(&fa, a, &err) != HP_OK || hp_st_open(&fb, b, &err) != HP_OK) {
+        rc = cli_fail(&err);
+    } else if (hp_st_count(fa) != hp_st_count(fb)) {
+        printf("MISMATCH: %zu tensors vs %zu\n", hp_st_count(fa), hp_st_count(fb));
+        rc = HP_EXIT_VERIFY;
+    } else {
+        for (size_t i = 0; i < hp_st_count(fa) && rc == HP_EXIT_OK; i++) {
+            const hp_st_tensor *t = hp_st_tensor_at(fa, i), *u = hp_st_find(fb, t->name);
+            if (!u || u->dtype != t->dtype || u->end - u->begin != t->end - t->begin ||
+                memcmp(hp_st_data(fa, t), hp_st_data(fb, u), t->end - t->begin) != 0) {
+                printf("MISMATCH: tensor %s\n", t->name);
+                rc = HP_EXIT_VERIFY;
+            }
+        }
+        if (rc == HP_EXIT_OK)
+            printf("merge restored all %zu tensors byte for byte\n", hp_st_count(fa));
+    }
+    hp_st_close(fa);
+    hp_st_close(fb);
+    return rc;
+}
+
+/* x [T, H] f32 with deterministic values. */
+static int write_input(const char *path, int64_t T, int64_t H)
+{
+    float *x = malloc((size_t)(T * H) * sizeof *x);
+    hp_st_writer *w = hp_st_writer_create();
+    hp_err err;
+    int rc = HP_EXIT_OK;
+    if (!x || !w) {
+        rc = HP_EXIT_RUNTIME;
+    } else {
+        for (int64_t i = 0; i < T * H; i++) x[i] = (float)sin(0.7 * (double)i + 0.3);
+        int64_t shape[2] = {T, H};
+        if (hp_st_writer_add(w, "x", HP_DT_F32, 2, shape, x, &err) != HP_OK || hp_st_writer_write(w, path, &err) != HP_OK)
+            rc = cli_fail(&err);
+    }
+    hp_st_writer_destroy(w);
+    free(x);
+    return rc;
+}
+
+/* Runs this executable under mpirun on 2 ranks and compares with the one-process output. */
+static int run_mpi_moe(const char *model_dir, const char *ep_yaml, const char *xfile, const char *y1)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        printf("skipped: cannot locate this executable to launch it under mpirun\n");
+        return HP_EXIT_OK;
+    }
+    self[n] = '\0';
+    if (system("command -v mpirun >/dev/null 2>&1") != 0) {
+        printf("skipped: mpirun is not installed (scripts/install-deps.sh installs Open MPI)\n");
+        return HP_EXIT_OK;
+    }
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd,
+             "mpirun %s--oversubscribe -np 2 '%s' moe '%s' --layer 0 --ep 2 --overrides '%s' "
+             "--input '%s' --compare '%s' --ref-prefix '' --compare-rtol 1e-5",
+             geteuid() == 0 ? "--allow-run-as-root " : "", self, model_dir, ep_yaml, xfile, y1);
+    printf("$ mpirun -np 2 hyperpar moe %s --layer 0 --ep 2 --overrides %s --input %s \\\n"
+           "      --compare %s --ref-prefix '' --compare-rtol 1e-5\n",
+           model_dir, ep_yaml, xfile, y1);
+    fflush(stdout);
+    fflush(stderr);
+    int st = system(cmd);
+    if (st != 0) {
+        printf("FAILED: the 2-rank run did not match the one-process run (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
+    printf("2 MPI ranks (each holding 4 of 8 experts) match the one-process layer within 1e-5\n");
     return HP_EXIT_OK;
 }
 
@@ -119,17 +202,66 @@ int cmd_demo(int argc, char **argv)
     }
     if ((rc = compare_tables(real, meta)) != HP_EXIT_OK) goto done;
 
-    step(4, "plan: tp=2 with TP-extend-EP over 2 ranks (one MoE boundary shown)");
-    printf("$ hyperpar plan %s --tp 2 --ep 2 --format explain --fqn model.layers.0.mlp\n", model_dir);
+    step(4, "plan: tp=2 with TP-extend-EP over 2 ranks; the EP compute is declared explicitly");
+    char ep_yaml[700];
+    snprintf(ep_yaml, sizeof ep_yaml, "%s/ep.yaml", out);
+    printf("$ hyperpar plan %s --tp 2 --ep 2 --suggest-overrides -o %s\n", model_dir, ep_yaml);
     fflush(stdout);
     {
-        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--format", "explain", "--fqn",
-                        "model.layers.0.mlp", NULL};
+        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--suggest-overrides", "-o", ep_yaml, NULL};
         optind = 1;
-        if ((rc = cmd_plan(10, args)) != HP_EXIT_OK) goto done;
+        if ((rc = cmd_plan(9, args)) != HP_EXIT_OK) goto done;
+        FILE *f = fopen(ep_yaml, "r");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) printf("    %s", line);
+        if (f) fclose(f);
+    }
+    printf("$ hyperpar plan %s --tp 2 --ep 2 --overrides %s --format explain --fqn model.layers.0.mlp\n", model_dir,
+           ep_yaml);
+    fflush(stdout);
+    {
+        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--overrides", ep_yaml, "--format", "explain",
+                        "--fqn", "model.layers.0.mlp", NULL};
+        optind = 1;
+        if ((rc = cmd_plan(12, args)) != HP_EXIT_OK) goto done;
     }
 
-    printf("\nNot built yet: shard/merge (per-rank files), moe (MoE over MPI).\n");
+    step(5, "shard: per-rank files for dp=2 with TP-extend-EP over 2 ranks, then merge back");
+    char shards[600], merged[600], src_file[700], merged_file[700];
+    snprintf(shards, sizeof shards, "%s/shards", out);
+    snprintf(merged, sizeof merged, "%s/merged", out);
+    printf("$ hyperpar shard %s --dp 2 --ep 2 --out %s --force\n", model_dir, shards);
+    fflush(stdout);
+    {
+        char *args[] = {"shard", model_dir, "--dp", "2", "--ep", "2", "--out", shards, "--force", "--quiet", NULL};
+        optind = 1;
+        if ((rc = cmd_shard(10, args)) != HP_EXIT_OK) goto done;
+    }
+    printf("$ hyperpar merge %s --out %s --force\n", shards, merged);
+    fflush(stdout);
+    {
+        char *args[] = {"merge", shards, "--out", merged, "--force", "--quiet", NULL};
+        optind = 1;
+        if ((rc = cmd_merge(6, args)) != HP_EXIT_OK) goto done;
+    }
+    snprintf(src_file, sizeof src_file, "%s/model.safetensors", model_dir);
+    snprintf(merged_file, sizeof merged_file, "%s/model.safetensors", merged);
+    if ((rc = same_tensors(src_file, merged_file)) != HP_EXIT_OK) goto done;
+
+    step(6, "moe: the layer-0 MoE block in one process, then over 2 MPI ranks");
+    char xfile[700], y1[700];
+    snprintf(xfile, sizeof xfile, "%s/x.safetensors", out);
+    snprintf(y1, sizeof y1, "%s/y_one.safetensors", out);
+    if ((rc = write_input(xfile, 16, g.hidden)) != HP_EXIT_OK) goto done;
+    printf("$ hyperpar moe %s --layer 0 --archetype qwen3moe_topk_router --input %s --output %s\n", model_dir, xfile, y1);
+    fflush(stdout);
+    {
+        char *args[] = {"moe", model_dir, "--layer", "0", "--archetype", "qwen3moe_topk_router", "--input", xfile,
+                        "--output", y1, NULL};
+        optind = 1;
+        if ((rc = cmd_moe(10, args)) != HP_EXIT_OK) goto done;
+    }
+    rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1);
 done:
     hp_model_close(real);
     hp_model_close(meta);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "hyperpar/overrides.h"
 #include "hyperpar/shard.h"
 
 static void shard_usage(FILE *out)
@@ -14,7 +15,8 @@ static void shard_usage(FILE *out)
     fprintf(out,
             "usage: hyperpar shard MODEL --out DIR (--plan plan.json | [--mesh SPEC | --dp N --cp N --tp N]\n"
             "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--packed-fused]\n"
-            "                      [--allow-uncovered] [--freeze GLOB]...) [--threads N] [--force] [--quiet]\n"
+            "                      [--allow-uncovered] [--freeze GLOB]... [--overrides FILE]) [--threads N]\n"
+            "                      [--force] [--quiet]\n"
             "\n"
             "Writes DIR/rank-XXXXX.safetensors for every rank of the mesh (world = product of the mesh, dp\n"
             "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
@@ -24,7 +26,7 @@ static void shard_usage(FILE *out)
             "  --out DIR            output folder (refused when non-empty unless --force)\n"
             "  --plan FILE          a plan written by 'hyperpar plan --format json' for this checkpoint\n"
             "  --mesh, --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --packed-fused,\n"
-            "  --allow-uncovered, --freeze   derive the plan as 'hyperpar plan' does (see its --help)\n"
+            "  --allow-uncovered, --freeze, --overrides   derive the plan as 'hyperpar plan' does (see its --help)\n"
             "  --threads N          write N rank files at a time (1)\n"
             "  --force              replace a non-empty DIR (the old one is removed after the new one is complete)\n"
             "  --quiet              no progress line (it is shown only on a terminal anyway)\n");
@@ -61,7 +63,7 @@ static int report(const char *what, const char *out, const hp_shard_stats *s)
 int cmd_shard(int argc, char **argv)
 {
     enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_NOSP, O_FREEZE, O_UNCOV, O_PACKED, O_PLAN, O_THREADS,
-           O_FORCE, O_QUIET };
+           O_FORCE, O_QUIET, O_OVERRIDES };
     static const struct option opts[] = {
         {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
         {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
@@ -71,12 +73,13 @@ int cmd_shard(int argc, char **argv)
         {"plan", required_argument, NULL, O_PLAN},   {"threads", required_argument, NULL, O_THREADS},
         {"out", required_argument, NULL, 'o'},       {"force", no_argument, NULL, O_FORCE},
         {"quiet", no_argument, NULL, O_QUIET},       {"help", no_argument, NULL, 'h'},
+        {"overrides", required_argument, NULL, O_OVERRIDES},
         {NULL, 0, NULL, 0},
     };
     hp_plan_opts po;
     hp_plan_opts_default(&po);
     hp_shard_opts so = {.threads = 1, .progress = isatty(2)};
-    const char *mesh_spec = NULL, *plan_path = NULL, *out = NULL;
+    const char *mesh_spec = NULL, *plan_path = NULL, *out = NULL, *overrides = NULL;
     const char *freeze[64];
     int n_freeze = 0;
     int64_t dp = 1, cp = 1, tp = 1, ep = 1, threads = 1;
@@ -100,6 +103,7 @@ int cmd_shard(int argc, char **argv)
         case O_UNCOV: po.allow_uncovered = true; plan_flags = true; break;
         case O_PACKED: po.packed_fused = true; plan_flags = true; break;
         case O_PLAN: plan_path = optarg; break;
+        case O_OVERRIDES: overrides = optarg; plan_flags = true; break;
         case O_THREADS: if (!cli_parse_i64("shard", "--threads", optarg, 1, 256, &threads)) return HP_EXIT_USAGE; break;
         case 'o': out = optarg; break;
         case O_FORCE: so.force = true; break;
@@ -129,9 +133,15 @@ int cmd_shard(int argc, char **argv)
         hp_mesh_from_sizes(&po.mesh, dp, cp, tp, ep, ep_axis);
     }
 
+    hp_overrides *ov = NULL;
+    if (overrides && hp_overrides_load(&ov, overrides, &err) != HP_OK) return cli_fail(&err);
+    po.overrides = ov;
     hp_model *m = NULL;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) return cli_fail(&err);
+    if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) {
+        hp_overrides_free(ov);
+        return cli_fail(&err);
+    }
     for (int i = 0; i < n_freeze; i++)
         if (hp_model_freeze(m, freeze[i]) == 0)
             fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", freeze[i]);
@@ -140,6 +150,9 @@ int cmd_shard(int argc, char **argv)
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
     hp_shard_stats stats;
     if (st == HP_OK) {
+        /* Sharding does not execute the plan: a missing EP compute declaration is only a warning here. */
+        hp_err w;
+        if (hp_plan_preflight(p, &w) != HP_OK) fprintf(stderr, "hyperpar: warning: %s\n", w.msg);
         if (plan_path) {
             const char *slash = strrchr(plan_path, '/');
             so.plan_file = slash ? slash + 1 : plan_path;
@@ -151,6 +164,7 @@ int cmd_shard(int argc, char **argv)
     free(plan_text);
     hp_plan_free(p);
     hp_model_close(m);
+    hp_overrides_free(ov);
     return rc;
 }
 

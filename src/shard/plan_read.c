@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "io/json.h"
+#include "hyperpar/overrides.h"
 #include "shard/shard_int.h"
 
 #define MAX_DIFFS 10
@@ -136,6 +137,15 @@ static hp_status read_boundary(hp_plan *p, const char *path, size_t idx, json_t 
     b->region_dispatch = -1;
     b->ep_size = eps ? (int)json_integer_value(eps) : 0;
     if (b->ep_size < 0 || b->ep_size > (1 << 20)) return fail(err, path, where, "ep_size out of range");
+    /* The EP compute declaration, so that preflight sees what the plan declared. */
+    json_t *rd = json_object_get(o, "region_dispatch"), *fn = json_object_get(o, "local_compute_fn");
+    if (json_is_boolean(rd)) b->region_dispatch = json_is_true(rd) ? 1 : 0;
+    json_t *target = json_is_object(fn) ? json_object_get(fn, "_target_") : fn;
+    if (json_is_string(target)) {
+        b->local_compute_fn = hp_archetype_resolve(json_string_value(target));
+        if (!b->local_compute_fn)
+            return fail(err, path, where, "local_compute_fn names an unknown EP archetype");
+    }
     b->params = hp_arena_alloc(&p->arena, (json_object_size(params) + 1) * sizeof *b->params);
     b->ep_stack = hp_arena_alloc(&p->arena, (json_object_size(stack) + 1) * sizeof *b->ep_stack);
     if (!b->fqn || !b->params || !b->ep_stack) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
