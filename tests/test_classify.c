@@ -514,15 +514,9 @@ TEST(scenario_04_grouping_golden_batched)
     }
 }
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-/* Meta mode at full size: DeepSeek-V3 has 45,395 parameters in ~60k modules; the sweep is linear. */
-TEST(scenario_04_grouping_meta_deepseek_v3_is_fast)
+/* Meta mode at full size: DeepSeek-V3 has 45,395 parameters in ~60k modules. (Speed is measured by
+ * bench/bench_plan, never by a timed test.) */
+TEST(scenario_04_grouping_meta_deepseek_v3)
 {
     hp_model *m = NULL;
     hp_err err;
@@ -539,18 +533,7 @@ TEST(scenario_04_grouping_meta_deepseek_v3_is_fast)
         return;
     }
     for (size_t i = 0; i < m->n_params; i++) x.roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
-    double best = 1e9;
-    for (int rep = 0; rep < 3; rep++) {
-        hp_arena_free(&x.arena);
-        hp_arena_init(&x.arena);
-        double t0 = now_ms();
-        CHECK(hp__group_params(m, x.roles, &x.arena, &x.g, &x.n, &err) == HP_OK);
-        double dt = now_ms() - t0;
-        if (dt < best) best = dt;
-    }
-    /* Linear-time grouping takes a few ms here; a quadratic sweep over 60k modules takes seconds. The
-     * bound leaves room for sanitizer builds. */
-    CHECK_MSG(best < 100.0, "grouping took %.1f ms", best);
+    CHECK(hp__group_params(m, x.roles, &x.arena, &x.g, &x.n, &err) == HP_OK);
     CHECK_EQ_INT(x.n, 427); /* 61 x (attention, 2 MLA norms, mlp, 2 norms) + 58 shared + 3 */
     int counts[HP_BT_COUNT] = {0};
     for (size_t k = 0; k < x.n; k++) {

@@ -22,6 +22,11 @@ int cli_fail(const hp_err *err);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Parses a positive integer option value; on failure prints a usage error and returns false. */
 bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
+/* The mesh from --mesh SPEC or from --dp/--cp/--tp sizes, with --ep and --ep-axis; prints the error and
+ * returns its exit code, or HP_EXIT_OK. */
+struct hp_mesh;
+int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis,
+             struct hp_mesh *out);
 /* Standard handling of an unknown option / missing argument reported by getopt_long. */
 int cli_bad_option(const char *cmd, char **argv);
 
@@ -33,5 +38,6 @@ int cmd_shard(int argc, char **argv);
 int cmd_merge(int argc, char **argv);
 int cmd_moe(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+struct hp_moe_dims; int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d)); /* bench_ep.c */
 
 #endif

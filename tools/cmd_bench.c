@@ -49,7 +49,9 @@ static void usage(FILE *out)
             "  --reps R       timed forwards (default: as many as fit in ~2 s, 3 to 50)\n"
             "  --max-gib G    expert weights allowed in memory (6); above it, run one rank of ep ranks\n"
             "  --ep N         force the simulated expert-parallel group size\n"
-            "  --json         one JSON object instead of text\n");
+            "  --json         one JSON object instead of text\n"
+            "\n"
+            "hyperpar bench ep --help: the expert-parallel layer over MPI ranks against a bare all-to-all.\n");
 }
 
 static double now_s(void)
@@ -307,13 +309,29 @@ static int bench_moe(int argc, char **argv)
     return run(&a);
 }
 
+/* Preset lookup for `bench ep` (tools/bench_ep.c): the dimensions of the whole layer (all experts). */
+static bool find_preset(const char *name, int *archetype, hp_moe_dims *d)
+{
+    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++) {
+        const preset *p = &g_presets[i];
+        if (strcmp(name, p->name)) continue;
+        *archetype = (int)p->archetype;
+        *d = (hp_moe_dims){.n_hidden = p->H, .n_experts = p->E, .top_k = p->K, .d_expert = p->I, .d_shared = p->sI,
+                           .n_group = p->n_group, .topk_group = p->topk_group, .routed_scaling_factor = p->rsf,
+                           .norm_topk_prob = p->norm};
+        return true;
+    }
+    return false;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
         return HP_EXIT_OK;
     }
-    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe)");
+    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe, ep)");
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe", argv[1]);
+    if (!strcmp(argv[1], "ep")) return cmd_bench_ep(argc - 1, argv + 1, find_preset);
+    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe, ep", argv[1]);
 }

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -25,7 +26,8 @@ static void usage(FILE *out)
             "\n"
             "Runs the MoE block of sparse layer L of a checkpoint on the rows of X's tensor 'x' [T, H] (f32)\n"
             "and writes 'y' [T, H] f32, 'topk_idx' [T, K] i32 and 'topk_w' [T, K] f32 (each row sorted by\n"
-            "expert id ascending). Statistics go to stderr.\n"
+            "expert id ascending). Statistics go to stderr. MODEL may also be a folder written by 'hyperpar\n"
+            "shard' (it holds manifest.json): each rank then loads its own rank file (docs/moe.md).\n"
             "\n"
             "  --layer L               decoder layer index (must be sparse)\n"
             "  --input X               safetensors file holding 'x'\n"
@@ -77,6 +79,29 @@ static hp_status read_tensor(const hp_st_file *f, const char *name, hp_dtype dt,
     memcpy(*out, hp_st_data(f, t), bytes);
     if (tout) *tout = t;
     return HP_OK;
+}
+
+/* A folder written by `hyperpar shard`: it holds manifest.json. */
+static bool is_shard_dir(const char *path)
+{
+    char man[4200];
+    struct stat sb;
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(man, &sb) == 0;
+}
+
+/* The model: a checkpoint, or a shard folder's config.json (the weights then come from a rank file). */
+static hp_status open_model(const char *path, hp_model **m, hp_err *err)
+{
+    return is_shard_dir(path) ? hp_moe_shard_config_open(m, path, err) : hp_model_open(m, path, NULL, err);
+}
+
+/* Layer L with the local experts of lo: from the checkpoint, or from rank `rank`'s file of a shard folder. */
+static hp_status load_layer(const char *path, const hp_model *m, int64_t rank, int64_t layer,
+                            const hp_moe_load_opts *lo, hp_moe_layer **l, hp_err *err)
+{
+    return is_shard_dir(path) ? hp_moe_layer_load_shard(l, path, m, rank, layer, lo, err)
+                              : hp_moe_layer_load(l, m, layer, lo, err);
 }
 
 typedef struct moe_args {
@@ -206,7 +231,7 @@ static int run(const moe_args *a)
     float *x = NULL, *y = NULL;
     hp_moe_load_opts lo;
     hp_moe_load_opts_default(&lo);
-    hp_status st = hp_model_open(&m, a->model, NULL, &err);
+    hp_status st = open_model(a->model, &m, &err);
     if (!st && a->archetype) {
         hp_moe_archetype arch = HP_MOE_ROUTED_ONLY_SOFTMAX_TOPK;
         if (!hp_moe_archetype_parse(a->archetype, &arch))
@@ -214,7 +239,7 @@ static int run(const moe_args *a)
                             hp_moe_archetype_list());
         lo.archetype = (int)arch;
     }
-    if (!st) st = hp_moe_layer_load(&l, m, a->layer, &lo, &err);
+    if (!st) st = load_layer(a->model, m, 0, a->layer, &lo, &l, &err);
     if (!st && !a->archetype)
         fprintf(stderr, "hyperpar moe: archetype %s (suggested for family %s; choose another with --archetype)\n",
                 hp_moe_archetype_name(l->archetype), m->model_type);
@@ -380,7 +405,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
     if ((st = hp_comm_split(world, color, ep_rank, &grp, &err)) != HP_OK) goto done;
 
-    st = hp_model_open(&m, a->model, NULL, &err);
+    st = open_model(a->model, &m, &err);
     if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
     int arch = -1;
     double cf_plan = 0;
@@ -413,7 +438,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     int64_t Lloc = m->cfg.n_experts / a->ep;
     lo.first_expert = ep_rank * Lloc;
     lo.n_local = Lloc;
-    st = hp_moe_layer_load(&l, m, a->layer, &lo, &err);
+    st = load_layer(a->model, m, R, a->layer, &lo, &l, &err);
     if (st == HP_OK && R == 0 && arch < 0)
         fprintf(stderr, "hyperpar moe: archetype %s (suggested for family %s; choose another with --archetype)\n",
                 hp_moe_archetype_name(l->archetype), m->model_type);

@@ -139,20 +139,8 @@ int cmd_plan(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("plan", "expected exactly one MODEL");
     if (mesh_spec && sizes_given) return cli_usage_error("plan", "give either --mesh or --dp/--cp/--tp, not both");
 
-    if (mesh_spec) {
-        if (hp_mesh_parse(mesh_spec, &po.mesh, &err) != HP_OK) return cli_fail(&err);
-        if (po.mesh.ep_axis) {
-            if (ep > 1 && ep != po.mesh.ep)
-                return cli_usage_error("plan", "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)ep,
-                                       (long long)po.mesh.ep);
-        } else if (ep_axis) {
-            return cli_usage_error("plan", "--ep-axis needs an ep axis in --mesh (e.g. --mesh tp=2,ep=2)");
-        } else {
-            po.mesh.ep = ep;
-        }
-    } else {
-        hp_mesh_from_sizes(&po.mesh, dp, cp, tp, ep, ep_axis);
-    }
+    int mrc = cli_mesh("plan", mesh_spec, dp, cp, tp, ep, ep_axis, &po.mesh);
+    if (mrc != HP_EXIT_OK) return mrc;
     if (world && hp_mesh_world(&po.mesh) != world) {
         char buf[256];
         err.status = HP_ERR_INPUT;

@@ -118,20 +118,8 @@ int cmd_shard(int argc, char **argv)
         return cli_usage_error("shard", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
     if (mesh_spec && sizes_given) return cli_usage_error("shard", "give either --mesh or --dp/--cp/--tp, not both");
     so.threads = (int)threads;
-    if (mesh_spec) {
-        if (hp_mesh_parse(mesh_spec, &po.mesh, &err) != HP_OK) return cli_fail(&err);
-        if (po.mesh.ep_axis) {
-            if (ep > 1 && ep != po.mesh.ep)
-                return cli_usage_error("shard", "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)ep,
-                                       (long long)po.mesh.ep);
-        } else if (ep_axis) {
-            return cli_usage_error("shard", "--ep-axis needs an ep axis in --mesh (e.g. --mesh tp=2,ep=2)");
-        } else {
-            po.mesh.ep = ep;
-        }
-    } else {
-        hp_mesh_from_sizes(&po.mesh, dp, cp, tp, ep, ep_axis);
-    }
+    int mrc = cli_mesh("shard", mesh_spec, dp, cp, tp, ep, ep_axis, &po.mesh);
+    if (mrc != HP_EXIT_OK) return mrc;
 
     hp_overrides *ov = NULL;
     if (overrides && hp_overrides_load(&ov, overrides, &err) != HP_OK) return cli_fail(&err);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "hyperpar/plan.h"
 
 typedef struct command {
     const char *name;
@@ -68,6 +69,27 @@ bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min,
     }
     *out = v;
     return true;
+}
+
+int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis,
+             hp_mesh *out)
+{
+    hp_err err;
+    if (!mesh_spec) {
+        hp_mesh_from_sizes(out, dp, cp, tp, ep, ep_axis);
+        return HP_EXIT_OK;
+    }
+    if (hp_mesh_parse(mesh_spec, out, &err) != HP_OK) return cli_fail(&err);
+    if (out->ep_axis) {
+        if (ep > 1 && ep != out->ep)
+            return cli_usage_error(cmd, "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)ep,
+                                   (long long)out->ep);
+    } else if (ep_axis) {
+        return cli_usage_error(cmd, "--ep-axis needs an ep axis in --mesh (e.g. --mesh tp=2,ep=2)");
+    } else {
+        out->ep = ep;
+    }
+    return HP_EXIT_OK;
 }
 
 int cli_bad_option(const char *cmd, char **argv)

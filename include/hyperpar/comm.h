@@ -54,8 +54,11 @@ hp_status hp_comm_alltoallv(const hp_comm *c, const void *send, const size_t *sc
 hp_status hp_comm_ialltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,
                              void *recv, const size_t *rcounts, const size_t *rdispls, hp_comm_req **req,
                              hp_err *err);
-/* Completes and frees req. */
+/* Completes req (it may not be used afterwards). */
 hp_status hp_comm_wait(hp_comm_req *req, hp_err *err);
+/* Lets the library progress req without blocking (MPI only moves data inside MPI calls); *done tells
+ * whether it completed. hp_comm_wait must still be called. */
+hp_status hp_comm_test(hp_comm_req *req, bool *done, hp_err *err);
 hp_status hp_comm_allreduce_sum_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
 hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
 /* Root receives every rank's block (rcounts/rdispls in bytes, meaningful at root only). */

@@ -103,6 +103,11 @@ const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap);
 /* Thousands separators ("46,702,792,704") into buf; returns buf. */
 const char *hp_format_count(uint64_t n, char *buf, size_t cap);
 
+/* Case-insensitive matching against a lower-case pattern (names are never copied to lower case):
+ * hp_eq_ci compares n bytes; hp_contains_ci finds pat anywhere in the NUL-terminated s. */
+bool hp_eq_ci(const char *s, const char *lower_pat, size_t n);
+bool hp_contains_ci(const char *s, const char *lower_pat);
+
 /* Numeric-aware comparison: "layers.2" < "layers.10"; digit runs compare as numbers. */
 int hp_natural_cmp(const char *a, const char *b);
 

@@ -123,6 +123,22 @@ void hp_moe_load_opts_default(hp_moe_load_opts *o);
 hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer, const hp_moe_load_opts *opts,
                             hp_err *err);
 
+/* Loads sparse layer `layer` from rank `rank`'s file of a shard folder written by `hyperpar shard`
+ * (docs/shard-format.md, docs/moe.md): dir/rank-XXXXX.safetensors through dir/manifest.json, the
+ * hyperparameters from dir/config.json (cfg: that file opened by hp_moe_shard_config_open, or NULL to open it
+ * here). The router and shared expert must be whole in the rank file; the experts come from the stacked
+ * per-expert tensors (<block>.experts.gate_proj [n_local, I, H]) or the batched tensors cut on dim 0, and the
+ * experts the file holds must be exactly opts' range [first_expert, first_expert + n_local) (n_local 0: all).
+ * Reads straight from the mapped rank file, widening bf16 / f16 as hp_moe_layer_load does; the weights are
+ * bitwise those hp_moe_layer_load gives for the same range of the source checkpoint. Errors (HP_ERR_INPUT)
+ * besides hp_moe_layer_load's: a missing or foreign manifest, config.json or rank file; a TP-sliced router or
+ * shared expert (the message names the tensor and its slice); an expert range other than the one needed
+ * (both ranges named). */
+hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_model *cfg, int64_t rank,
+                                  int64_t layer, const hp_moe_load_opts *opts, hp_err *err);
+/* dir/config.json of a shard folder as a config-only (meta) model; a clear error when it is missing. */
+hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err);
+
 /* Dimensions of a layer built in memory (benchmarks, tests). */
 typedef struct hp_moe_dims {
     int64_t n_hidden, n_experts, top_k, d_expert, d_shared;

@@ -120,6 +120,30 @@ typedef struct hp_merge_opts {
 hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_opts *o, hp_shard_stats *stats,
                          hp_err *err);
 
+/* ---- one rank's file, for readers (the MoE runtime loads a layer's local experts from it) ---- */
+
+/* A rank file of a shard folder, mapped and checked against manifest.json: its __metadata__ names this rank
+ * of the manifest's world, and every tensor has the dtype and the local shape its manifest entry gives. */
+typedef struct hp_shard_rank_file {
+    const char *dir;          /* the folder as given */
+    int64_t rank, world;
+    const char *path;         /* dir + "/rank-XXXXX.safetensors" */
+    hp_st_file *file;         /* the mapped file (hp_st_data reads straight from it) */
+    size_t n_tensors;         /* manifest order */
+    hp_shard_tensor *tensors; /* the manifest's entry per tensor: name, globals, stacked, dtype, global and local
+                                 shape, slices, experts [expert_first, +expert_count), nbytes; params NULL,
+                                 pl absent, ep_size 0 */
+    void *internal;
+} hp_shard_rank_file;
+
+/* Opens rank `rank`'s file of the shard folder dir. HP_ERR_INPUT: manifest.json missing or malformed, a rank
+ * outside the manifest's world, the rank file missing, corrupt, from another folder or unlike the manifest. */
+hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err);
+void hp_shard_rank_close(hp_shard_rank_file *f);
+/* The tensor holding global parameter `name`: the tensor of that name, or the stack that lists it (then
+ * *expert, when not NULL, gets its expert index in the stack; -1 otherwise). NULL when neither is there. */
+const hp_shard_tensor *hp_shard_rank_find(const hp_shard_rank_file *f, const char *name, int64_t *expert);
+
 /* Parses "5GB", "500MB", "2GiB", "123" (bytes) into *out; false when malformed or zero. */
 bool hp_shard_parse_size(const char *s, uint64_t *out);
 

@@ -58,6 +58,13 @@ static hp_status self_wait(hp_comm_req *req, hp_err *err)
     return HP_OK;
 }
 
+static hp_status self_test(hp_comm_req *req, bool *done, hp_err *err)
+{
+    (void)req, (void)err;
+    *done = true;
+    return HP_OK;
+}
+
 static hp_status self_allreduce(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err)
 {
     (void)c, (void)buf, (void)n, (void)op, (void)err;
@@ -75,7 +82,8 @@ static hp_status self_gatherv(const hp_comm *c, const void *send, size_t bytes, 
 static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
-                                       self_ialltoallv, self_wait, self_allreduce, self_gatherv, self_free};
+                                       self_ialltoallv, self_wait, self_test, self_allreduce, self_gatherv,
+                                       self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
 {
@@ -152,6 +160,15 @@ hp_status hp_comm_wait(hp_comm_req *req, hp_err *err)
 {
     if (!req) return HP_OK;
     return req->c->ops->wait(req, err);
+}
+
+hp_status hp_comm_test(hp_comm_req *req, bool *done, hp_err *err)
+{
+    if (!req) {
+        *done = true;
+        return HP_OK;
+    }
+    return req->c->ops->test(req, done, err);
 }
 
 hp_status hp_comm_alltoallv(const hp_comm *c, const void *send, const size_t *scounts, const size_t *sdispls,

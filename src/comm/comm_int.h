@@ -18,6 +18,7 @@ typedef struct hp_comm_ops {
     hp_status (*ialltoallv)(const hp_comm *c, const void *send, const size_t *sc, const size_t *sd, void *recv,
                             const size_t *rc, const size_t *rd, hp_comm_req **req, hp_err *err);
     hp_status (*wait)(hp_comm_req *req, hp_err *err);
+    hp_status (*test)(hp_comm_req *req, bool *done, hp_err *err);
     hp_status (*allreduce_f64)(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err);
     hp_status (*gatherv)(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                          const size_t *rd, int root, hp_err *err);

@@ -170,6 +170,14 @@ static hp_status mpi_wait(hp_comm_req *r, hp_err *err)
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Waitall");
 }
 
+static hp_status mpi_test(hp_comm_req *r, bool *done, hp_err *err)
+{
+    int flag = 1;
+    int code = r->n_reqs ? MPI_Testall(r->n_reqs, r->reqs, &flag, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+    *done = flag != 0;
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Testall");
+}
+
 static hp_status mpi_allreduce(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err)
 {
     if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "allreduce of %zu values is too large", n);
@@ -205,7 +213,7 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
 }
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
-                                      mpi_ialltoallv, mpi_wait, mpi_allreduce, mpi_gatherv, mpi_free};
+                                      mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_gatherv, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {

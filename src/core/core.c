@@ -298,6 +298,21 @@ const char *hp_format_count(uint64_t n, char *buf, size_t cap)
     return buf;
 }
 
+bool hp_eq_ci(const char *s, const char *lower_pat, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tolower((unsigned char)s[i]) != (unsigned char)lower_pat[i]) return false;
+    return true;
+}
+
+bool hp_contains_ci(const char *s, const char *lower_pat)
+{
+    size_t n = strlen(lower_pat);
+    for (; *s; s++)
+        if (hp_eq_ci(s, lower_pat, n)) return true;
+    return n == 0;
+}
+
 int hp_natural_cmp(const char *a, const char *b)
 {
     while (*a && *b) {

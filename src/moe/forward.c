@@ -37,8 +37,7 @@ void hp_moe_ws_destroy(hp_moe_ws *ws)
     free(ws);
 }
 
-/* n elements of size sz, overflow-checked; sets *ok false on failure. */
-static void *arr(int64_t n, size_t sz, bool *ok)
+void *hp__moe_alloc(int64_t n, size_t sz, bool *ok)
 {
     size_t bytes;
     if (!*ok || n < 0 || !hp_mul_size((size_t)n, sz, &bytes)) {
@@ -70,23 +69,23 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->d_shared = l->d_shared;
     int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts;
     bool ok = true;
-    ws->x64 = arr(T * H, sizeof(double), &ok);
-    ws->logits = arr(T * E, sizeof(double), &ok);
-    ws->sel = arr(2 * E, sizeof(double), &ok);
-    ws->topk_idx = arr(slots, sizeof(int32_t), &ok);
-    ws->topk_w = arr(slots, sizeof(float), &ok);
-    ws->keep = arr(slots, 1, &ok);
-    ws->cap_scratch = arr(hp_moe_capacity_scratch_count(T, l->top_k, E), sizeof(int32_t), &ok);
-    ws->counts = arr(l->n_local, sizeof(int64_t), &ok);
-    ws->offsets = arr(l->n_local + 1, sizeof(int64_t), &ok);
-    ws->row_slot = arr(slots, sizeof(int32_t), &ok);
-    ws->slot_row = arr(slots, sizeof(int32_t), &ok);
-    ws->rows = arr(rows_f, sizeof(float), &ok);
+    ws->x64 = hp__moe_alloc(T * H, sizeof(double), &ok);
+    ws->logits = hp__moe_alloc(T * E, sizeof(double), &ok);
+    ws->sel = hp__moe_alloc(2 * E, sizeof(double), &ok);
+    ws->topk_idx = hp__moe_alloc(slots, sizeof(int32_t), &ok);
+    ws->topk_w = hp__moe_alloc(slots, sizeof(float), &ok);
+    ws->keep = hp__moe_alloc(slots, 1, &ok);
+    ws->cap_scratch = hp__moe_alloc(hp_moe_capacity_scratch_count(T, l->top_k, E), sizeof(int32_t), &ok);
+    ws->counts = hp__moe_alloc(l->n_local, sizeof(int64_t), &ok);
+    ws->offsets = hp__moe_alloc(l->n_local + 1, sizeof(int64_t), &ok);
+    ws->row_slot = hp__moe_alloc(slots, sizeof(int32_t), &ok);
+    ws->slot_row = hp__moe_alloc(slots, sizeof(int32_t), &ok);
+    ws->rows = hp__moe_alloc(rows_f, sizeof(float), &ok);
     ws->n_threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
-    ws->act = arr(ws->n_threads * T * 2 * l->d_expert, sizeof(float), &ok);
+    ws->act = hp__moe_alloc(ws->n_threads * T * 2 * l->d_expert, sizeof(float), &ok);
     if (l->d_shared > 0) {
-        ws->shared_act = arr(T * 2 * l->d_shared, sizeof(float), &ok);
-        ws->shared_out = arr(T * H, sizeof(float), &ok);
+        ws->shared_act = hp__moe_alloc(T * 2 * l->d_shared, sizeof(float), &ok);
+        ws->shared_out = hp__moe_alloc(T * H, sizeof(float), &ok);
     }
     if (!ok) {
         hp_moe_ws_destroy(ws);

@@ -28,4 +28,8 @@ typedef struct hp__moe_archetype_info {
 
 const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a);
 
+/* n zeroed elements of size sz, overflow-checked; on failure returns NULL and sets *ok false (a no-op
+ * once *ok is false, so a run of allocations needs one check at the end). */
+void *hp__moe_alloc(int64_t n, size_t sz, bool *ok);
+
 #endif

@@ -142,19 +142,6 @@ static const struct {
 /* ---- matching ---- */
 
 /* Patterns are lower-case; names are compared through this, so no lower-cased copy is ever made. */
-static inline char lower(char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
-
-/* True when the n bytes at s equal the lower-case pat, ignoring the case of s. */
-static bool eq_ci(const char *s, const char *pat, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (lower(s[i]) != pat[i]) return false;
-    return true;
-}
-
 static bool has_upper(const char *s)
 {
     for (; *s; s++)
@@ -169,7 +156,7 @@ static bool contains_ci(const char *s, bool lo, const char *pat)
     if (lo) return strstr(s, pat) != NULL;
     size_t lp = strlen(pat), ls = strlen(s);
     for (size_t i = 0; i + lp <= ls; i++)
-        if (eq_ci(s + i, pat, lp)) return true;
+        if (hp_eq_ci(s + i, pat, lp)) return true;
     return false;
 }
 
@@ -181,10 +168,10 @@ static bool seg_match(const char *s, const char *pat, bool exact)
         const char *dot = strchr(s, '.');
         size_t ls = dot ? (size_t)(dot - s) : strlen(s);
         if (exact) {
-            if (ls == lp && eq_ci(s, pat, lp)) return true;
+            if (ls == lp && hp_eq_ci(s, pat, lp)) return true;
         } else {
             for (size_t i = 0; i + lp <= ls; i++)
-                if (eq_ci(s + i, pat, lp)) return true;
+                if (hp_eq_ci(s + i, pat, lp)) return true;
         }
         if (!dot) return false;
         s = dot + 1;

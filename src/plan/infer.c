@@ -62,18 +62,6 @@ static const char *const g_mlp_patterns[] = {"mlp", "ffn", "feed_forward", NULL}
 
 /* ---- case-insensitive matching over [s, s + n) ---- */
 
-static inline char lower(char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
-}
-
-static bool eq_ci(const char *s, const char *pat, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (lower(s[i]) != pat[i]) return false;
-    return true;
-}
-
 /* True when the lower-case pat occurs in the n bytes at s, ignoring the case of s. s[n] is '\0' (every s
  * here is a suffix of the FQN), so an all-lower-case s takes libc's strstr, the common and fast path. */
 static bool contains_ci(const char *s, size_t n, bool s_lower, const char *pat)
@@ -81,7 +69,7 @@ static bool contains_ci(const char *s, size_t n, bool s_lower, const char *pat)
     if (s_lower) return strstr(s, pat) != NULL;
     size_t lp = strlen(pat);
     for (size_t i = 0; i + lp <= n; i++)
-        if (eq_ci(s + i, pat, lp)) return true;
+        if (hp_eq_ci(s + i, pat, lp)) return true;
     return false;
 }
 
@@ -111,7 +99,7 @@ hp_btype hp__infer_type(const char *fqn, const hp_role *roles, int n)
 
     /* 2. Leaf-segment guard: the whole last segment equals a guarded name. */
     for (const char *const *g = g_leaf_guard; *g; g++)
-        if (strlen(*g) == seg_len && eq_ci(seg, *g, seg_len)) return HP_BT_UNKNOWN;
+        if (strlen(*g) == seg_len && hp_eq_ci(seg, *g, seg_len)) return HP_BT_UNKNOWN;
 
     /* 3. Numeric guard: a non-empty all-digit segment (per-expert containers experts.N). */
     if (seg_len > 0) {

@@ -60,20 +60,9 @@ static const tmpl *find_template(hp_btype t)
 
 bool hp__has_template(hp_btype t) { return find_template(t) != NULL; }
 
-static bool contains_ci(const char *hay, const char *needle)
-{
-    size_t n = strlen(needle);
-    for (const char *h = hay; *h; h++) {
-        size_t i = 0;
-        while (i < n && h[i] && tolower((unsigned char)h[i]) == needle[i]) i++;
-        if (i == n) return true;
-    }
-    return false;
-}
-
 bool hp__rowwise_by_name(const char *rel)
 {
-    return contains_ci(rel, "w2") || contains_ci(rel, "down_proj") || contains_ci(rel, "down.");
+    return hp_contains_ci(rel, "w2") || hp_contains_ci(rel, "down_proj") || hp_contains_ci(rel, "down.");
 }
 
 hp_placement hp__expert_tp_placement(const char *rel, int ndim, bool transposed)

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "io/json.h"
 #include "shard/shard_int.h"
@@ -271,6 +272,18 @@ static hp_status read_rank_tensor(rd *r, json_t *o, const char *where, hp__mtens
         if (st == HP_OK) st = get_int(r, s, "length", ws, 1, t->global_shape[dim] - off, &len);
         t->slices[i] = (hp_shard_slice){(int)dim, off, len};
     }
+    json_t *ex = json_object_get(o, "experts");
+    if (st == HP_OK && ex) {
+        snprintf(w, sizeof w, "%s.experts", where);
+        json_t *f = json_array_get(ex, 0), *n = json_array_get(ex, 1);
+        int64_t E = t->global_shape[0];
+        if (!json_is_array(ex) || json_array_size(ex) != 2 || !json_is_integer(f) || !json_is_integer(n) ||
+            t->n_dims < 1 || json_integer_value(f) < 0 || json_integer_value(n) < 1 ||
+            json_integer_value(f) > E - json_integer_value(n))
+            return bad(r, w, "expected [first, count] within dim 0 of global_shape");
+        t->expert_first = json_integer_value(f);
+        t->expert_count = json_integer_value(n);
+    }
     return st;
 }
 
@@ -381,4 +394,205 @@ void hp__manifest_free(hp__manifest *m)
     if (!m) return;
     hp_arena_free(&m->arena);
     free(m);
+}
+
+/* ---- one rank's file for readers ---- */
+
+typedef struct rank_index {
+    const char *name; /* a global name */
+    size_t tensor;    /* index into the rank file's tensors */
+    int64_t expert;   /* index in a stack, -1 for a plain tensor */
+} rank_index;
+
+typedef struct rank_file_int {
+    hp__manifest *man;
+    rank_index *index; /* sorted by name: tensor names first-class, then every global of every tensor */
+    size_t n_index;
+    hp_arena arena;
+} rank_file_int;
+
+static int index_cmp(const void *a, const void *b)
+{
+    const rank_index *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    /* A tensor's own name sorts before a stack member of the same name (the former wins lookups). */
+    return c ? c : (x->expert > y->expert) - (x->expert < y->expert);
+}
+
+/* Fills out from manifest entry mt: local shape and bytes from the slices. */
+static hp_status rank_tensor_from(const hp__mtensor *mt, hp_shard_tensor *out, hp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->name = mt->name;
+    out->n_globals = mt->n_globals;
+    out->globals = (const char *const *)mt->globals;
+    out->stacked = mt->stacked;
+    out->dtype = mt->dtype;
+    out->n_dims = mt->n_dims;
+    memcpy(out->global_shape, mt->global_shape, sizeof out->global_shape);
+    out->n_slices = mt->n_slices;
+    memcpy(out->slices, mt->slices, sizeof out->slices);
+    out->expert_first = mt->expert_first;
+    out->expert_count = mt->expert_count;
+    out->ep_size = 0;
+    hp__segs s;
+    hp_status st = hp__segs_from_tensor(out, &s, err);
+    if (st != HP_OK) return st;
+    int64_t n = 1;
+    for (int d = 0; d < out->n_dims; d++) {
+        int64_t len = 0;
+        for (int q = 0; q < s.n[d]; q++) len += s.len[d][q];
+        out->local_shape[d] = len;
+        if (!hp_mul_i64(n, len, &n)) return hp_err_set(err, HP_ERR_INPUT, "tensor '%s': size overflows", mt->name);
+    }
+    int64_t bytes = 0;
+    if (!hp_dtype_nbytes(out->dtype, n, &bytes))
+        return hp_err_set(err, HP_ERR_INPUT, "tensor '%s': size overflows", mt->name);
+    out->nbytes = (uint64_t)bytes;
+    return HP_OK;
+}
+
+/* Checks the opened file against the manifest's rank entry (as merge does for every rank). */
+static hp_status rank_file_check(hp_shard_rank_file *f, const hp__mrank *rk, hp_err *err)
+{
+    const char *world = hp_st_metadata_get(f->file, "hyperpar_world");
+    const char *ranks = hp_st_metadata_get(f->file, "hyperpar_rank");
+    char want[32];
+    snprintf(want, sizeof want, "%lld", (long long)f->world);
+    bool listed = false;
+    for (const char *s = ranks; s && *s;) {
+        char *end = NULL;
+        long long v = strtoll(s, &end, 10);
+        if (end == s) break;
+        if (v == (long long)f->rank) listed = true;
+        s = *end == ',' ? end + 1 : end;
+    }
+    if (!world || strcmp(world, want) != 0 || !listed)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "rank %lld: %s: its __metadata__ (hyperpar_rank \"%s\", hyperpar_world \"%s\") does not "
+                          "name rank %lld of a world of %s; the file belongs to another shard folder",
+                          (long long)f->rank, f->path, ranks ? ranks : "(none)", world ? world : "(none)",
+                          (long long)f->rank, want);
+    if (hp_st_count(f->file) != rk->n_tensors)
+        return hp_err_set(err, HP_ERR_INPUT, "rank %lld: %s holds %zu tensors but the manifest lists %zu",
+                          (long long)f->rank, f->path, hp_st_count(f->file), rk->n_tensors);
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const hp_shard_tensor *t = &f->tensors[i];
+        const hp_st_tensor *ft = hp_st_find(f->file, t->name);
+        bool ok = ft && ft->dtype == t->dtype && ft->n_dims == t->n_dims &&
+                  !memcmp(ft->shape, t->local_shape, (size_t)t->n_dims * sizeof(int64_t));
+        if (!ok)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "rank %lld: %s: tensor '%s' is %s in the file but the manifest expects %s with the "
+                              "shape its slices give; the file does not match the manifest",
+                              (long long)f->rank, f->path, t->name, ft ? "different" : "missing",
+                              hp_dtype_name(t->dtype));
+    }
+    return HP_OK;
+}
+
+static hp_status rank_file_index(hp_shard_rank_file *f, rank_file_int *in, hp_err *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->n_tensors; i++)
+        if (!hp_add_size(n, 1 + (f->tensors[i].stacked ? (size_t)f->tensors[i].n_globals : 0), &n))
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    in->index = hp_arena_alloc(&in->arena, (n ? n : 1) * sizeof *in->index);
+    if (!in->index) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const hp_shard_tensor *t = &f->tensors[i];
+        in->index[in->n_index++] = (rank_index){t->name, i, -1};
+        for (int e = 0; t->stacked && e < t->n_globals; e++)
+            in->index[in->n_index++] = (rank_index){t->globals[e], i, e};
+    }
+    qsort(in->index, in->n_index, sizeof *in->index, index_cmp);
+    return HP_OK;
+}
+
+hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err)
+{
+    *out = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: manifest.json is missing; this is not a complete 'hyperpar shard' "
+                          "output", dir);
+    hp_shard_rank_file *f = hp_calloc(1, sizeof *f);
+    rank_file_int *in = hp_calloc(1, sizeof *in);
+    if (!f || !in) {
+        free(f);
+        free(in);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    hp_arena_init(&in->arena);
+    f->internal = in;
+    hp_status st = hp__manifest_read(path, &in->man, err);
+    if (st == HP_OK && (rank < 0 || rank >= in->man->world))
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "%s: rank %lld has no file: the folder was sharded for a world of %lld ranks; run with the "
+                        "mesh it was sharded for, or shard again for this one",
+                        dir, (long long)rank, (long long)in->man->world);
+    const hp__mrank *rk = st == HP_OK ? &in->man->ranks[rank] : NULL;
+    if (st == HP_OK) {
+        f->rank = rank;
+        f->world = in->man->world;
+        f->dir = hp_arena_strdup(&in->arena, dir);
+        snprintf(path, sizeof path, "%s/%s", dir, rk->file);
+        f->path = hp_arena_strdup(&in->arena, path);
+        f->n_tensors = rk->n_tensors;
+        f->tensors = hp_arena_alloc(&in->arena, (f->n_tensors ? f->n_tensors : 1) * sizeof *f->tensors);
+        if (!f->dir || !f->path || !f->tensors) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; st == HP_OK && i < f->n_tensors; i++) {
+        st = rank_tensor_from(&rk->tensors[i], &f->tensors[i], err);
+        if (st != HP_OK) hp_err_prefix(err, "%s/manifest.json: rank %lld", dir, (long long)rank);
+    }
+    if (st == HP_OK && stat(f->path, &sb) != 0)
+        st = hp_err_set(err, HP_ERR_INPUT, "rank %lld: %s is missing; the shard folder is incomplete (re-run 'hyperpar "
+                        "shard')", (long long)rank, f->path);
+    if (st == HP_OK) {
+        st = hp_st_open(&f->file, f->path, err);
+        if (st != HP_OK) hp_err_prefix(err, "rank %lld", (long long)rank);
+    }
+    if (st == HP_OK) st = rank_file_check(f, rk, err);
+    if (st == HP_OK) st = rank_file_index(f, in, err);
+    if (st != HP_OK) {
+        hp_shard_rank_close(f);
+        return st;
+    }
+    *out = f;
+    return HP_OK;
+}
+
+void hp_shard_rank_close(hp_shard_rank_file *f)
+{
+    if (!f) return;
+    rank_file_int *in = f->internal;
+    hp_st_close(f->file);
+    if (in) {
+        hp__manifest_free(in->man);
+        hp_arena_free(&in->arena);
+        free(in);
+    }
+    free(f);
+}
+
+const hp_shard_tensor *hp_shard_rank_find(const hp_shard_rank_file *f, const char *name, int64_t *expert)
+{
+    const rank_file_int *in = f->internal;
+    size_t lo = 0, hi = in->n_index;
+    while (lo < hi) { /* the first entry of that name: a tensor's own name sorts before stack members */
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(in->index[mid].name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == in->n_index || strcmp(in->index[lo].name, name) != 0) {
+        if (expert) *expert = -1;
+        return NULL;
+    }
+    if (expert) *expert = in->index[lo].expert;
+    return &f->tensors[in->index[lo].tensor];
 }

@@ -105,6 +105,7 @@ typedef struct hp__mtensor {
     int64_t global_shape[HP_MAX_DIMS];
     int n_slices;
     hp_shard_slice slices[HP_SHARD_MAX_SLICES];
+    int64_t expert_first, expert_count; /* the optional "experts" key; count 0 when absent */
 } hp__mtensor;
 
 typedef struct hp__mrank {

@@ -13,7 +13,7 @@ expect() {
     local code="$1" needle="$2"
     shift 3
     local out rc
-    out=$("$@" 2>&1)
+    out=$("$@" 2>&1 </dev/null)
     rc=$?
     if [ "$rc" -ne "$code" ]; then
         echo "FAIL: '$*' exited $rc, expected $code"; echo "$out" | head -20; FAILED=$((FAILED + 1)); return

@@ -5,7 +5,7 @@ cd "$TESTS"
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 while read -r dir layer arch; do
     G=data/golden/$dir
-    "$HP" moe "$G" --layer "$layer" --archetype "$arch" --input "$G/moe_io.safetensors" --output "$WORK/one.st" 2>/dev/null
+    "$HP" moe "$G" --layer "$layer" --archetype "$arch" --input "$G/moe_io.safetensors" --output "$WORK/one.st" 2>/dev/null </dev/null
     for np in 2 4; do
         expect 0 "OK" -- $MPI -np $np "$HP" moe "$G" --layer "$layer" --ep $np --archetype "$arch" \
             --input "$G/moe_io.safetensors" --compare "$G/moe_io.safetensors"
@@ -16,7 +16,7 @@ while read -r dir layer arch; do
         --input "$G/moe_io.safetensors" --compare "$G/moe_io.safetensors"
     # --overlap gives the same numbers as without it.
     $MPI -np 2 "$HP" moe "$G" --layer "$layer" --ep 2 --archetype "$arch" --input "$G/moe_io.safetensors" \
-        --output "$WORK/plain.st" 2>/dev/null
+        --output "$WORK/plain.st" 2>/dev/null </dev/null
     expect 0 "OK" -- $MPI -np 2 "$HP" moe "$G" --layer "$layer" --ep 2 --archetype "$arch" --overlap \
         --input "$G/moe_io.safetensors" --compare "$WORK/plain.st" --ref-prefix "" --compare-rtol 1e-30
 done <<'LIST'
