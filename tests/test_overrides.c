@@ -326,6 +326,26 @@ TEST(scenario_22_tp_local_attributes)
     run_free(&r);
 }
 
+TEST(scenario_23_region_dispatch_and_ep_mesh)
+{
+    /* D-10 clears region_dispatch (None) for per-expert and batched layouts; ep=1 keeps the template's false. */
+    run r = plan_with(QWEN2MOE, NULL, 1, 2, 2, true);
+    if (r.p) CHECK_EQ_INT(hp_plan_find(r.p, "model.layers.0.mlp")->region_dispatch, -1);
+    run_free(&r);
+    r = plan_with(QWEN3MOE, NULL, 1, 2, 2, true);
+    if (r.p) CHECK_EQ_INT(hp_plan_find(r.p, "model.layers.0.mlp")->region_dispatch, -1);
+    run_free(&r);
+    r = plan_with(QWEN2MOE, NULL, 1, 2, 1, true);
+    if (r.p) CHECK_EQ_INT(hp_plan_find(r.p, "model.layers.0.mlp")->region_dispatch, 0);
+    run_free(&r);
+    /* The expert mesh is the framework's to pass: configuring it in local_compute_fn is refused. */
+    r = plan_with(QWEN2MOE, "- match: \"*.mlp\"\n  local_compute_fn: {_target_: qwen2moe_shared_expert_gate, ep_mesh: x}\n",
+                  1, 2, 2, true);
+    CHECK(r.st == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(r.err.msg, "ep_mesh");
+    run_free(&r);
+}
+
 TEST(scenario_24_preflight)
 {
     run r = plan_with(QWEN2MOE, NULL, 1, 2, 2, true);

@@ -299,7 +299,7 @@ TEST(explain_header)
     free(r);
 }
 
-TEST(explain_attention_sp)
+TEST(scenario_31_compiled_collectives_attention_sp)
 {
     toy t;
     toy_init(&t, true, false);
@@ -370,7 +370,7 @@ TEST(explain_lm_head_loss_parallel)
     free(r);
 }
 
-TEST(explain_moe_gate_redistribute)
+TEST(scenario_31_compiled_collectives_moe_gate_redistribute)
 {
     static hp_param_spec gate_params[] = {{"weight", NP(R_, R_, R_)}};
     hp_boundary b = {.fqn = "model.layers.0.mlp.router", .type = HP_BT_MOE_GATE, .module = -1, .is_boundary = true,

@@ -373,6 +373,9 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
                             (long long)mesh.ep);
         a->ep = mesh.ep;
     }
+    if (st == HP_OK && hp_mesh_size(&mesh, "pp") > 1)
+        st = hp_err_set(&err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
+                        (long long)hp_mesh_size(&mesh, "pp"));
     if (st == HP_OK && a->ep <= 0) a->ep = N;
     if (st == HP_OK && !mesh.ep_axis) mesh.ep = a->ep;
     char mstr[160];
