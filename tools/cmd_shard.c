@@ -27,7 +27,7 @@ static void shard_usage(FILE *out)
             "  --plan FILE          a plan written by 'hyperpar plan --format json' for this checkpoint\n"
             "  --mesh, --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --packed-fused,\n"
             "  --allow-uncovered, --freeze, --overrides   derive the plan as 'hyperpar plan' does (see its --help)\n"
-            "  --threads N          write N rank files at a time (1)\n"
+            "  --threads N          threads over rank files, or over the tensors of a file (1)\n"
             "  --force              replace a non-empty DIR (the old one is removed after the new one is complete)\n"
             "  --quiet              no progress line (it is shown only on a terminal anyway)\n");
 }

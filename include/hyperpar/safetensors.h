@@ -113,6 +113,9 @@ hp_status hp_st_writer_add(hp_st_writer *w, const char *name, hp_dtype dt, int n
 /* Like add, but the bytes are produced by fill(ctx, ...) while writing (streaming). */
 hp_status hp_st_writer_add_fill(hp_st_writer *w, const char *name, hp_dtype dt, int n_dims,
                                 const int64_t *shape, hp_st_fill_fn fill, void *ctx, hp_err *err);
+/* Tensors are produced by n threads in parallel (each at its own offset of the file), 1 by default.
+ * Fill callbacks of different tensors must then be safe to run concurrently. */
+void hp_st_writer_set_threads(hp_st_writer *w, int n);
 /* Writes to "<path>.tmp.<pid>" then renames to path; on failure removes the temporary. */
 hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err);
 

@@ -97,7 +97,8 @@ typedef struct hp_shard_stats {
 } hp_shard_stats;
 
 typedef struct hp_shard_opts {
-    int threads;           /* worker threads over rank files; <= 0 means 1 */
+    int threads;           /* worker threads: over rank files, or over the tensors of each file when there are
+                            * fewer files than threads; <= 0 means 1 */
     bool force;            /* replace a non-empty output folder */
     bool progress;         /* a progress line on stderr */
     const char *plan_file; /* the plan's file name for the manifest, or NULL when derived */

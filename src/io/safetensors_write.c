@@ -42,7 +42,10 @@ struct hp_st_writer {
     size_t n_slots;
     char **meta_keys, **meta_values; /* [n_meta] */
     size_t n_meta, cap_meta;
+    int threads; /* > 1: tensors are produced in parallel and written with pwrite at their offsets */
 };
+
+void hp_st_writer_set_threads(hp_st_writer *w, int n) { w->threads = n; }
 
 static uint64_t name_hash(const char *s)
 {
@@ -272,6 +275,78 @@ static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const
     return HP_OK;
 }
 
+/* pwrite all of buf at off (short writes continue). */
+static bool pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t k = pwrite(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return true;
+}
+
+/* The data section with w->threads threads: the file is sized first, then every tensor is produced (in
+ * chunks, one buffer per thread) and written at its own offset; tensors go to threads dynamically since
+ * their sizes differ by orders of magnitude. The first error (in tensor order) wins. */
+static hp_status write_parallel(const hp_st_writer *w, FILE *fp, uint64_t data_start, const char *path,
+                                const char *tmp, size_t chunk_size, hp_err *err)
+{
+    if (fflush(fp) != 0) return write_error(tmp, "write", errno, err);
+    int fd = fileno(fp);
+    uint64_t *offs = malloc(w->n * sizeof *offs), end = data_start;
+    if (!offs) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", path);
+    for (size_t i = 0; i < w->n; i++) {
+        offs[i] = end;
+        end += (uint64_t)w->t[i].nbytes;
+    }
+    if (ftruncate(fd, (off_t)end) != 0) {
+        free(offs);
+        return write_error(tmp, "size", errno, err);
+    }
+    hp_status st = HP_OK;
+    size_t failed_at = w->n;
+    hp_err first;
+    hp_err_clear(&first);
+#pragma omp parallel num_threads(w->threads)
+    {
+        unsigned char *buf = malloc(chunk_size ? chunk_size : 1);
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < w->n; i++) {
+            const st_wtensor *t = &w->t[i];
+            hp_err e;
+            hp_status s = buf ? HP_OK : hp_err_set(&e, HP_ERR_NOMEM, "%s: out of memory.", path);
+            for (int64_t done = 0; s == HP_OK && done < t->nbytes;) {
+                size_t n = (size_t)(t->nbytes - done) < HP_ST_FILL_CHUNK ? (size_t)(t->nbytes - done) : HP_ST_FILL_CHUNK;
+                const void *src = t->data ? (const unsigned char *)t->data + done : buf;
+                if (!t->data) {
+                    s = t->fill(t->ctx, buf, n, &e);
+                    if (s != HP_OK) hp_err_prefix(&e, "%s: tensor '%s'", path, t->name);
+                }
+                if (s == HP_OK && !pwrite_all(fd, src, n, offs[i] + (uint64_t)done))
+                    s = write_error(tmp, "write", errno, &e);
+                done += (int64_t)n;
+            }
+            if (s != HP_OK) {
+#pragma omp critical(hp_st_write_err)
+                if (i < failed_at) {
+                    failed_at = i;
+                    first = e;
+                    st = s;
+                }
+            }
+        }
+        free(buf);
+    }
+    free(offs);
+    if (st != HP_OK && err) *err = first;
+    return st;
+}
+
 hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
 {
     char *hdr;
@@ -316,7 +391,9 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
         st = write_error(tmp, "write", errno, err);
         goto out;
     }
-    for (size_t i = 0; i < w->n && st == HP_OK; i++) {
+    if (w->threads > 1 && w->n > 1)
+        st = write_parallel(w, fp, 8 + (uint64_t)padded, path, tmp, chunk_size, err);
+    for (size_t i = 0; i < w->n && st == HP_OK && !(w->threads > 1 && w->n > 1); i++) {
         const st_wtensor *t = &w->t[i];
         if (t->nbytes == 0) continue;
         if (t->fill)

@@ -3,7 +3,7 @@
  * activation and the child modules the interface assertion requires.
  *
  * The archetype is chosen by the caller (CLI --archetype, a plan's local_compute_fn, or the family's
- * suggestion); nothing here compares family names. The loader (layer.c) checks the layer's children
+ * suggestion); nothing here compares family names. The loader (load.c) checks the layer's children
  * against `needs` before reading any tensor.
  */
 #include "moe/moe_internal.h"

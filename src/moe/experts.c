@@ -110,7 +110,7 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
 {
     if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up) return HP_OK;
     int64_t H = l->n_hidden, sI = l->d_shared, chunk = ws->max_tokens;
-    if (ws->d_shared != sI || !ws->shared_act)
+    if (ws->d_shared != sI || ws->n_hidden != H || !ws->shared_act)
         return hp_err_set(err, HP_ERR_INPUT, "the workspace was created for another layer shape");
     for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         int64_t m = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;

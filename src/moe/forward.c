@@ -52,12 +52,27 @@ void *hp__moe_alloc(int64_t n, size_t sz, bool *ok)
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err)
 {
     *out = NULL;
-    int64_t slots, rows_f;
-    if (max_tokens < 1 || !hp_mul_i64(max_tokens, l->top_k, &slots) || slots > INT32_MAX ||
-        !hp_mul_i64(slots, l->n_hidden, &rows_f))
+    int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts, K = l->top_k, I = l->d_expert, sI = l->d_shared;
+    if (T < 1 || H < 1 || E < 1 || K < 1 || K > E || l->n_local < 1 || l->n_local > E || I < 1 || sI < 0)
         return hp_err_set(err, HP_ERR_INPUT,
-                          "workspace for %lld tokens: need 1 <= tokens and tokens x top_k (%lld) below 2^31",
-                          (long long)max_tokens, (long long)l->top_k);
+                          "workspace for %lld tokens of a layer with H %lld, E %lld, K %lld, %lld local experts of "
+                          "width %lld: every count must be positive (K and the local experts at most E)",
+                          (long long)T, (long long)H, (long long)E, (long long)K, (long long)l->n_local, (long long)I);
+    /* Slot and row indices are int32 (row_slot, slot_row) and BLAS takes int dimensions and leading
+     * dimensions (H, E, 2I, 2sI, and chunks of at most T rows); every buffer size is overflow-checked. */
+    int n_threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
+    int64_t slots, rows_f, n_th, n_logits, n_act, n_sact, n_cap;
+    bool fits = H <= INT32_MAX && E <= INT32_MAX && I <= INT32_MAX / 2 && sI <= INT32_MAX / 2 &&
+                hp_mul_i64(T, K, &slots) && slots <= INT32_MAX && hp_mul_i64(slots, H, &rows_f) &&
+                hp_mul_i64(T, H, &n_th) && hp_mul_i64(T, E, &n_logits) && hp_mul_i64(T, 2 * I, &n_act) &&
+                hp_mul_i64(n_act, n_threads, &n_act) && hp_mul_i64(T, 2 * sI, &n_sact) &&
+                (n_cap = hp_moe_capacity_scratch_count(T, K, E)) > 0;
+    if (!fits)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "workspace for %lld tokens of a layer with H %lld, E %lld, K %lld, I %lld: too large "
+                          "(tokens x top_k must stay below 2^31, H, E and 2I below 2^31 for BLAS, and every buffer "
+                          "size must fit)",
+                          (long long)T, (long long)H, (long long)E, (long long)K, (long long)I);
     hp_moe_ws *ws = hp_calloc(1, sizeof *ws);
     if (!ws) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     ws->max_tokens = max_tokens;
@@ -67,25 +82,24 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->n_local = l->n_local;
     ws->d_expert = l->d_expert;
     ws->d_shared = l->d_shared;
-    int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts;
     bool ok = true;
-    ws->x64 = hp__moe_alloc(T * H, sizeof(double), &ok);
-    ws->logits = hp__moe_alloc(T * E, sizeof(double), &ok);
+    ws->x64 = hp__moe_alloc(n_th, sizeof(double), &ok);
+    ws->logits = hp__moe_alloc(n_logits, sizeof(double), &ok);
     ws->sel = hp__moe_alloc(2 * E, sizeof(double), &ok);
     ws->topk_idx = hp__moe_alloc(slots, sizeof(int32_t), &ok);
     ws->topk_w = hp__moe_alloc(slots, sizeof(float), &ok);
     ws->keep = hp__moe_alloc(slots, 1, &ok);
-    ws->cap_scratch = hp__moe_alloc(hp_moe_capacity_scratch_count(T, l->top_k, E), sizeof(int32_t), &ok);
+    ws->cap_scratch = hp__moe_alloc(n_cap, sizeof(int32_t), &ok);
     ws->counts = hp__moe_alloc(l->n_local, sizeof(int64_t), &ok);
     ws->offsets = hp__moe_alloc(l->n_local + 1, sizeof(int64_t), &ok);
     ws->row_slot = hp__moe_alloc(slots, sizeof(int32_t), &ok);
     ws->slot_row = hp__moe_alloc(slots, sizeof(int32_t), &ok);
     ws->rows = hp__moe_alloc(rows_f, sizeof(float), &ok);
-    ws->n_threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
-    ws->act = hp__moe_alloc(ws->n_threads * T * 2 * l->d_expert, sizeof(float), &ok);
-    if (l->d_shared > 0) {
-        ws->shared_act = hp__moe_alloc(T * 2 * l->d_shared, sizeof(float), &ok);
-        ws->shared_out = hp__moe_alloc(T * H, sizeof(float), &ok);
+    ws->n_threads = n_threads;
+    ws->act = hp__moe_alloc(n_act, sizeof(float), &ok);
+    if (sI > 0) {
+        ws->shared_act = hp__moe_alloc(n_sact, sizeof(float), &ok);
+        ws->shared_out = hp__moe_alloc(n_th, sizeof(float), &ok);
     }
     if (!ok) {
         hp_moe_ws_destroy(ws);

@@ -38,8 +38,11 @@ const char *hp_moe_blas_info(char *buf, size_t cap)
 
 double hp_moe_ref_sgemm_gflops(int64_t n, int reps)
 {
-    size_t sz = (size_t)(n * n);
-    float *a = malloc(sz * sizeof *a), *b = malloc(sz * sizeof *b), *c = malloc(sz * sizeof *c);
+    /* n must be a valid BLAS int and n·n floats a valid size; otherwise there is no figure. */
+    size_t sz, bytes;
+    if (n < 1 || n > INT32_MAX || !hp_mul_size((size_t)n, (size_t)n, &sz) || !hp_mul_size(sz, sizeof(float), &bytes))
+        return -1.0;
+    float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
     double best = -1.0;
     if (a && b && c) {
         for (size_t i = 0; i < sz; i++) {
@@ -62,6 +65,7 @@ double hp_moe_ref_sgemm_gflops(int64_t n, int reps)
 
 double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps)
 {
+    if (nbytes == 0) return -1.0; /* nothing to copy: no figure (and the loop below indexes modulo nbytes) */
     char *a = malloc(nbytes), *b = malloc(nbytes);
     double best = -1.0;
     if (a && b) {

@@ -32,4 +32,30 @@ const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a);
  * once *ok is false, so a run of allocations needs one check at the end). */
 void *hp__moe_alloc(int64_t n, size_t sz, bool *ok);
 
+/* n zeroed floats / doubles, overflow-checked; NULL on failure. */
+static inline float *hp__moe_alloc_f32(int64_t n)
+{
+    bool ok = true;
+    return hp__moe_alloc(n, sizeof(float), &ok);
+}
+
+static inline double *hp__moe_alloc_f64(int64_t n)
+{
+    bool ok = true;
+    return hp__moe_alloc(n, sizeof(double), &ok);
+}
+
+/* Allocations a layer owns besides the pointers of hp_moe_layer itself (hp_moe_layer.owned). */
+typedef struct hp__moe_owned {
+    float *w_gate_up, *b_gate_up, *w_down, *b_down;
+    struct hp_shard_rank_file *rf; /* a shard folder's rank file the expert weights point into, or NULL */
+} hp__moe_owned;
+
+/* Layer settings shared by the loader (load.c) and hp_moe_layer_create (layer.c). */
+void hp__moe_layer_apply_archetype(hp_moe_layer *l, hp_moe_archetype a);
+/* top_k, n_group and topk_group against n_experts; HP_ERR_INPUT naming the config key. */
+hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err);
+/* Sets the local range [first, first + n_local) (n_local 0: the rest); HP_ERR_INPUT when outside the layer. */
+hp_status hp__moe_layer_set_range(hp_moe_layer *l, int64_t first, int64_t n_local, hp_err *err);
+
 #endif

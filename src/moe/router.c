@@ -10,13 +10,16 @@
  *                   idx = top-k(c); w = s[idx]; if norm: w /= (Σw + 1e-20); w *= routed_scaling_factor
  *   top-k softmax   l = logits + b_r; idx = top-k(l); w = softmax(l[idx])   (gpt-oss)
  *
- * Every top-k (experts and groups) orders by value descending, ties to the lower index. The K selected
+ * Every top-k (experts and groups) orders by value descending, ties to the lower index. Comparisons with a
+ * NaN are false, so NaNs only perturb the order: every selection is still K distinct indices in range (the
+ * loader refuses non-finite router weights; layers built in memory may hold anything). The K selected
  * (idx, w) pairs of a row are then sorted by expert id ascending, the order the golden files and the
  * combine stage use.
  */
 #include "moe/moe_internal.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -86,9 +89,13 @@ static void route_sigmoid(const hp_moe_layer *l, double *row, double *sel, int32
                     b = sel[e];
                 }
             }
-            gscore[g] = per >= 2 ? a + b : a;
+            double sc = per >= 2 ? a + b : a;
+            /* +inf is the "kept" mark below, so a score must never equal it: an infinite score ranks as the
+             * largest finite one (ties to the lower group), a NaN score (inf - inf) below every other. */
+            gscore[g] = isnan(sc) ? -INFINITY : sc == INFINITY ? DBL_MAX : sc;
         }
-        /* Keep the topk_group best groups (repeated arg-max: ties to the lower group), marked +inf. */
+        /* Keep the topk_group best groups (repeated arg-max: ties to the lower group), marked +inf. There
+         * are topk_group < G rounds and one more unmarked group each round, so best is always found. */
         for (int64_t t = 0; t < l->topk_group; t++) {
             int64_t best = -1;
             for (int64_t g = 0; g < G; g++)
@@ -159,7 +166,11 @@ hp_status hp_moe_route(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int
 hp_status hp_moe_route_balance(int32_t *topk_idx, float *topk_w, int64_t n_tokens, int64_t top_k, int64_t n_experts,
                                int64_t n_local, hp_err *err)
 {
-    if (n_local < 1 || n_experts % n_local)
+    if (n_local < 1 || n_experts < n_local) /* Q = E / L below must be positive: it is a divisor */
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "balanced router: %lld experts and %lld local experts per rank; need 1 <= local <= experts",
+                          (long long)n_experts, (long long)n_local);
+    if (n_experts % n_local)
         return hp_err_set(err, HP_ERR_INPUT,
                           "balanced router: %lld experts are not a multiple of the %lld local experts per rank",
                           (long long)n_experts, (long long)n_local);

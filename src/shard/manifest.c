@@ -185,7 +185,15 @@ static hp_status get_int(rd *r, json_t *o, const char *key, const char *where, i
     snprintf(w, sizeof w, "%s.%s", where, key);
     if (!v || !json_is_integer(v)) return bad(r, w, v ? "expected an integer" : "missing");
     json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi) return bad(r, w, "out of range");
+    if (x < lo || x > hi) {
+        char what[128];
+        if (lo > hi)
+            snprintf(what, sizeof what, "out of range (%lld; nothing fits)", (long long)x);
+        else
+            snprintf(what, sizeof what, "out of range (%lld, expected %lld to %lld)", (long long)x, (long long)lo,
+                     (long long)hi);
+        return bad(r, w, what);
+    }
     *out = x;
     return HP_OK;
 }
@@ -204,7 +212,12 @@ static hp_status get_dtype(rd *r, json_t *o, const char *where, hp_dtype *out)
 {
     const char *s = NULL;
     hp_status st = get_str(r, o, "dtype", where, &s);
-    if (st == HP_OK && !hp_dtype_parse(s, out)) return bad(r, where, "unknown dtype");
+    if (st == HP_OK && !hp_dtype_parse(s, out)) {
+        char w[512], what[80];
+        snprintf(w, sizeof w, "%s.dtype", where);
+        snprintf(what, sizeof what, "unknown dtype \"%.40s\"", s);
+        return bad(r, w, what);
+    }
     return st;
 }
 
@@ -270,6 +283,12 @@ static hp_status read_rank_tensor(rd *r, json_t *o, const char *where, hp__mtens
         st = get_int(r, s, "dim", ws, 0, t->n_dims - 1, &dim);
         if (st == HP_OK) st = get_int(r, s, "offset", ws, 0, t->global_shape[dim], &off);
         if (st == HP_OK) st = get_int(r, s, "length", ws, 1, t->global_shape[dim] - off, &len);
+        if (st != HP_OK) break;
+        /* In dim order, and along one dim ascending without overlap (as the writer emits them): the blocks of
+         * a dim then add up to at most its size, which keeps every sum over them in range. */
+        const hp_shard_slice *pv = i ? &t->slices[i - 1] : NULL;
+        if (pv && (dim < pv->dim || (dim == pv->dim && off < pv->offset + pv->length)))
+            return bad(r, ws, "slices must be in dim order, and ascending without overlap along one dim");
         t->slices[i] = (hp_shard_slice){(int)dim, off, len};
     }
     json_t *ex = json_object_get(o, "experts");
@@ -361,16 +380,11 @@ static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
     return st;
 }
 
-hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err)
+hp_status hp__manifest_parse(const char *text, size_t len, const char *label, hp__manifest **out, hp_err *err)
 {
     *out = NULL;
-    char *text = NULL;
-    size_t len = 0;
-    hp_status st = hp__read_file(path, HP_JSON_MAX_FILE, &text, &len, err);
-    if (st != HP_OK) return st;
     json_t *root = NULL;
-    st = hp__json_parse(text, len, path, &root, err);
-    free(text);
+    hp_status st = hp__json_parse(text, len, label, &root, err);
     if (st != HP_OK) return st;
     hp__manifest *m = hp_calloc(1, sizeof *m);
     if (!m) {
@@ -378,7 +392,7 @@ hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err)
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
     hp_arena_init(&m->arena);
-    rd r = {.label = path, .a = &m->arena, .err = err};
+    rd r = {.label = label, .a = &m->arena, .err = err};
     st = read_root(&r, root, m);
     json_decref(root);
     if (st != HP_OK) {
@@ -387,6 +401,18 @@ hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err)
     }
     *out = m;
     return HP_OK;
+}
+
+hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    hp_status st = hp__read_file(path, HP_JSON_MAX_FILE, &text, &len, err);
+    if (st != HP_OK) return st;
+    st = hp__manifest_parse(text, len, path, out, err);
+    free(text);
+    return st;
 }
 
 void hp__manifest_free(hp__manifest *m)
@@ -419,8 +445,7 @@ static int index_cmp(const void *a, const void *b)
     return c ? c : (x->expert > y->expert) - (x->expert < y->expert);
 }
 
-/* Fills out from manifest entry mt: local shape and bytes from the slices. */
-static hp_status rank_tensor_from(const hp__mtensor *mt, hp_shard_tensor *out, hp_err *err)
+hp_status hp__manifest_tensor(const hp__mtensor *mt, hp_shard_tensor *out, hp_err *err)
 {
     memset(out, 0, sizeof *out);
     out->name = mt->name;
@@ -447,7 +472,9 @@ static hp_status rank_tensor_from(const hp__mtensor *mt, hp_shard_tensor *out, h
     }
     int64_t bytes = 0;
     if (!hp_dtype_nbytes(out->dtype, n, &bytes))
-        return hp_err_set(err, HP_ERR_INPUT, "tensor '%s': size overflows", mt->name);
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "tensor '%s': %lld %s elements overflow or are not a whole number of bytes", mt->name,
+                          (long long)n, hp_dtype_name(out->dtype));
     out->nbytes = (uint64_t)bytes;
     return HP_OK;
 }
@@ -545,7 +572,7 @@ hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t 
         if (!f->dir || !f->path || !f->tensors) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
     for (size_t i = 0; st == HP_OK && i < f->n_tensors; i++) {
-        st = rank_tensor_from(&rk->tensors[i], &f->tensors[i], err);
+        st = hp__manifest_tensor(&rk->tensors[i], &f->tensors[i], err);
         if (st != HP_OK) hp_err_prefix(err, "%s/manifest.json: rank %lld", dir, (long long)rank);
     }
     if (st == HP_OK && stat(f->path, &sb) != 0)

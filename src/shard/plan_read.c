@@ -36,15 +36,27 @@ static hp_status fail(hp_err *err, const char *path, const char *where, const ch
                       where, what);
 }
 
+/* "R", "P", "S(d)" or "S(d)x2" with -HP_MAX_DIMS <= d < HP_MAX_DIMS (negative dims count from the end).
+ * Parsed by hand: sscanf's %d has undefined behaviour on a number that does not fit an int. */
 static bool parse_placement(const char *s, hp_placement *out)
 {
     if (!strcmp(s, "R")) return *out = hp_pl_r(), true;
     if (!strcmp(s, "P")) return *out = hp_pl_p(), true;
-    int d = 0, n = 0;
-    if (sscanf(s, "S(%d)%n", &d, &n) == 1 && d >= -HP_MAX_DIMS && d < HP_MAX_DIMS) {
-        if (s[n] == '\0') return *out = hp_pl_s(d), true;
-        if (!strcmp(s + n, "x2")) return *out = (hp_placement){HP_PL_S2, (int8_t)d}, true;
+    if (strncmp(s, "S(", 2) != 0) return false;
+    const char *q = s + 2;
+    bool neg = *q == '-';
+    if (neg) q++;
+    if (*q < '0' || *q > '9') return false;
+    int d = 0;
+    for (; *q >= '0' && *q <= '9'; q++) {
+        if (d > HP_MAX_DIMS) return false; /* already out of range: stop before it can grow */
+        d = d * 10 + (*q - '0');
     }
+    if (*q++ != ')') return false;
+    if (neg) d = -d;
+    if (d < -HP_MAX_DIMS || d >= HP_MAX_DIMS) return false;
+    if (*q == '\0') return *out = hp_pl_s(d), true;
+    if (!strcmp(q, "x2")) return *out = (hp_placement){HP_PL_S2, (int8_t)d}, true;
     return false;
 }
 
@@ -61,8 +73,12 @@ static hp_status read_nplace(const char *path, const char *where, json_t *v, hp_
                 : !strcmp(key, "ep") ? HP_AXIS_EP
                                      : -1;
         if (a < 0) continue; /* an axis this version does not place on */
-        if (!json_is_string(x) || !parse_placement(json_string_value(x), &pl->ax[a]))
-            return fail(err, path, where, "placements must be \"R\", \"P\", \"S(d)\" or \"S(d)x2\"");
+        if (!json_is_string(x) || !parse_placement(json_string_value(x), &pl->ax[a])) {
+            char found[64], what[200];
+            snprintf(what, sizeof what, "placements must be \"R\", \"P\", \"S(d)\" or \"S(d)x2\" with -8 <= d < 8, "
+                     "not %s", hp__json_describe(x, found, sizeof found));
+            return fail(err, path, where, what);
+        }
     }
     return HP_OK;
 }
@@ -72,24 +88,39 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
     json_t *mesh = json_object_get(root, "mesh"), *dims = json_object_get(mesh, "dims");
     if (!json_is_object(mesh) || !json_is_array(dims) || json_array_size(dims) == 0)
         return fail(err, path, "mesh.dims", "missing or not a non-empty array");
+    if (json_array_size(dims) > HP_MESH_MAX_DIMS)
+        return fail(err, path, "mesh.dims", "more than 8 mesh axes");
+    /* The dims become a --mesh spec for hp_mesh_parse, which checks axis names and sizes; a name holding
+     * ',' or '=' would change the spec's items, so such names are refused first. */
     hp_buf spec;
     hp_buf_init(&spec);
-    hp_status st = HP_OK;
-    for (size_t i = 0; i < json_array_size(dims) && st == HP_OK; i++) {
+    for (size_t i = 0; i < json_array_size(dims); i++) {
         json_t *d = json_array_get(dims, i), *n = json_object_get(d, "name"), *s = json_object_get(d, "size");
-        if (!json_is_string(n) || !json_is_integer(s))
-            st = fail(err, path, "mesh.dims", "each dim needs a name and a size");
-        else
-            hp_buf_printf(&spec, "%s%s=%lld", i ? "," : "", json_string_value(n), (long long)json_integer_value(s));
+        char w[64];
+        snprintf(w, sizeof w, "mesh.dims[%zu]", i);
+        const char *what = !json_is_string(n) || !json_is_integer(s) ? "each dim needs a name and a size"
+                           : !json_string_value(n)[0] || strpbrk(json_string_value(n), ",=")
+                               ? "a dim name is an axis name such as \"tp\", without ',' or '='"
+                               : NULL;
+        if (what) {
+            hp_buf_free(&spec);
+            return fail(err, path, w, what);
+        }
+        hp_buf_printf(&spec, "%s%s=%lld", i ? "," : "", json_string_value(n), (long long)json_integer_value(s));
     }
-    if (st == HP_OK && spec.oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_buf_append(&spec, "", 1);
-    if (st == HP_OK) st = hp_mesh_parse(spec.data, &p->mesh, err);
+    hp_status st = spec.oom ? hp_err_set(err, HP_ERR_NOMEM, "out of memory") : hp_mesh_parse(spec.data, &p->mesh, err);
     hp_buf_free(&spec);
     if (st != HP_OK) {
-        hp_err_prefix(err, "%s: mesh", path);
+        if (st == HP_ERR_INPUT) hp_err_prefix(err, "%s: mesh", path);
         return st;
     }
+    /* Bounded as the shard layout bounds it, so that no product of sizes here or later can overflow. */
+    int64_t world = 1;
+    for (int d = 0; d < p->mesh.n_dims; d++)
+        if (!hp_mul_i64(world, p->mesh.sizes[d], &world) || world > HP_SHARD_MAX_WORLD)
+            return fail(err, path, "mesh.dims", "the mesh has more than 65536 ranks (rank files are numbered with "
+                        "five digits)");
     json_t *ep = json_object_get(mesh, "ep"), *mode = json_object_get(mesh, "ep_mode");
     if (!json_is_integer(ep) || json_integer_value(ep) < 1 || json_integer_value(ep) > (1 << 20) ||
         !json_is_string(mode))
@@ -135,8 +166,9 @@ static hp_status read_boundary(hp_plan *p, const char *path, size_t idx, json_t 
     b->is_boundary = true;
     b->module = -1;
     b->region_dispatch = -1;
+    if (eps && (json_integer_value(eps) < 0 || json_integer_value(eps) > (1 << 20)))
+        return fail(err, path, where, "ep_size out of range (0 to 1048576)");
     b->ep_size = eps ? (int)json_integer_value(eps) : 0;
-    if (b->ep_size < 0 || b->ep_size > (1 << 20)) return fail(err, path, where, "ep_size out of range");
     /* The EP compute declaration, so that preflight sees what the plan declared. */
     json_t *rd = json_object_get(o, "region_dispatch"), *fn = json_object_get(o, "local_compute_fn");
     if (json_is_boolean(rd)) b->region_dispatch = json_is_true(rd) ? 1 : 0;
@@ -165,6 +197,13 @@ static hp_status read_boundary(hp_plan *p, const char *path, size_t idx, json_t 
         hp_ep_stack *s = &b->ep_stack[b->n_ep_stack++];
         if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > (1 << 20))
             return fail(err, path, where, "ep_stack entries must be non-empty arrays of names");
+        /* A stack stands for one of the boundary's params (the writer never emits another): this keeps the
+         * stack-to-param matching here and in the layout linear in the plan's size. */
+        if (!json_object_get(params, key)) {
+            char w[512];
+            snprintf(w, sizeof w, "%s.ep_stack.%s", where, key);
+            return fail(err, path, w, "a stacked name must also be a key of the boundary's params");
+        }
         s->name = hp_arena_strdup(&p->arena, key);
         s->n_src = (int)json_array_size(v);
         s->src = hp_arena_alloc(&p->arena, (size_t)s->n_src * sizeof *s->src);
@@ -198,21 +237,21 @@ static hp_status compare(const hp_plan *p, hp_arena *a, const hp_model *m, const
             if (!json_object_get(roles, m->params[i].name))
                 diff_add(&d, "tensor '%s' is in the checkpoint but not in the plan", m->params[i].name, 0, 0);
     }
+    /* Every stack is a key of its boundary's params (read_boundary), so each stack is checked once, and each
+     * param that is not a stack once: linear in the plan. */
     for (size_t b = 0; b < p->n_boundaries; b++) {
         const hp_boundary *bd = &p->boundaries[b];
-        for (int k = 0; k < bd->n_params; k++) {
-            bool stacked = false;
-            for (int s = 0; s < bd->n_ep_stack; s++) {
-                if (strcmp(bd->ep_stack[s].name, bd->params[k].rel)) continue;
-                stacked = true;
-                for (int e = 0; e < bd->ep_stack[s].n_src; e++) {
-                    const char *n = full_name(a, bd->fqn, bd->ep_stack[s].src[e]);
-                    if (n && !hp_model_find_param(m, n) && !json_object_get(roles, n))
-                        diff_add(&d, "expert tensor '%s' is in the plan but not in the checkpoint", n, 0, 0);
-                }
+        for (int s = 0; s < bd->n_ep_stack; s++)
+            for (int e = 0; e < bd->ep_stack[s].n_src; e++) {
+                const char *n = full_name(a, bd->fqn, bd->ep_stack[s].src[e]);
+                if (n && !hp_model_find_param(m, n) && !json_object_get(roles, n))
+                    diff_add(&d, "expert tensor '%s' is in the plan but not in the checkpoint", n, 0, 0);
             }
+        json_t *stacks = json_object_get(json_array_get(json_object_get(root, "boundaries"), b), "ep_stack");
+        for (int k = 0; k < bd->n_params; k++) {
+            if (json_object_get(stacks, bd->params[k].rel)) continue; /* a stack: its experts are checked above */
             const char *n = full_name(a, bd->fqn, bd->params[k].rel);
-            if (!stacked && n && !hp_model_find_param(m, n) && !json_object_get(roles, n))
+            if (n && !hp_model_find_param(m, n) && !json_object_get(roles, n))
                 diff_add(&d, "tensor '%s' is in the plan but not in the checkpoint", n, 0, 0);
         }
     }
@@ -244,11 +283,18 @@ static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json
                           "'hyperpar plan --format json'",
                           path, json_is_string(fmt) ? "\"" : "",
                           json_is_string(fmt) ? json_string_value(fmt) : "missing", json_is_string(fmt) ? "\"" : "");
-    if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+    if (!json_is_integer(ver)) {
+        char found[64];
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: \"version\" is %s, not an integer (this hyperpar reads version 1); regenerate the plan "
+                          "with this hyperpar",
+                          path, ver ? hp__json_describe(ver, found, sizeof found) : "missing");
+    }
+    if (json_integer_value(ver) != 1)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: plan format version %lld is not supported (this hyperpar reads "
                           "version 1); regenerate the plan with this hyperpar",
-                          path, json_is_integer(ver) ? (long long)json_integer_value(ver) : -1LL);
+                          path, (long long)json_integer_value(ver));
     hp_status st = read_mesh(p, path, root, err);
     if (st != HP_OK) return st;
     json_t *bds = json_object_get(root, "boundaries");
@@ -263,6 +309,30 @@ static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json
     return st;
 }
 
+hp_status hp__shard_plan_parse(hp_plan **out, const hp_model *m, const char *text, size_t len, const char *label,
+                               hp_err *err)
+{
+    *out = NULL;
+    json_t *root = NULL;
+    hp_status st = hp__json_parse(text, len, label, &root, err);
+    hp_plan *p = st == HP_OK ? hp_calloc(1, sizeof *p) : NULL;
+    if (st == HP_OK && !p) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) {
+        hp_arena_init(&p->arena);
+        p->model = m;
+        p->sequence_parallel = json_is_true(json_object_get(root, "sequence_parallel"));
+        p->loss_parallel = json_is_true(json_object_get(root, "loss_parallel"));
+        st = read_plan(p, m, label, root, err);
+    }
+    json_decref(root);
+    if (st != HP_OK) {
+        hp_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return HP_OK;
+}
+
 hp_status hp_shard_read_plan(hp_plan **out, const hp_model *m, const char *path, char **text_out, hp_err *err)
 {
     *out = NULL;
@@ -271,27 +341,10 @@ hp_status hp_shard_read_plan(hp_plan **out, const hp_model *m, const char *path,
     size_t len = 0;
     hp_status st = hp__read_file(path, HP_JSON_MAX_FILE, &text, &len, err);
     if (st != HP_OK) return st;
-    json_t *root = NULL;
-    st = hp__json_parse(text, len, path, &root, err);
-    hp_plan *p = st == HP_OK ? hp_calloc(1, sizeof *p) : NULL;
-    if (st == HP_OK && !p) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK) {
-        hp_arena_init(&p->arena);
-        p->model = m;
-        p->sequence_parallel = json_is_true(json_object_get(root, "sequence_parallel"));
-        p->loss_parallel = json_is_true(json_object_get(root, "loss_parallel"));
-        st = read_plan(p, m, path, root, err);
-    }
-    json_decref(root);
-    if (st != HP_OK) {
-        hp_plan_free(p);
-        free(text);
-        return st;
-    }
-    if (text_out)
+    st = hp__shard_plan_parse(out, m, text, len, path, err);
+    if (st == HP_OK && text_out)
         *text_out = text;
     else
         free(text);
-    *out = p;
-    return HP_OK;
+    return st;
 }

@@ -131,7 +131,18 @@ typedef struct hp__manifest {
     hp_arena arena;
 } hp__manifest;
 
+/* Parses manifest text (len bytes; label names it in messages): HP_ERR_INPUT naming the JSON path on anything
+ * malformed, and then *out is NULL. hp__manifest_read reads the file and parses it. */
+hp_status hp__manifest_parse(const char *text, size_t len, const char *label, hp__manifest **out, hp_err *err);
 hp_status hp__manifest_read(const char *path, hp__manifest **out, hp_err *err);
 void hp__manifest_free(hp__manifest *m);
+/* A rank-file tensor from its manifest entry: local shape and bytes from the slices (params NULL, pl absent,
+ * ep_size 0). HP_ERR_INPUT when the slices do not fit the global shape or the size overflows. */
+hp_status hp__manifest_tensor(const hp__mtensor *mt, hp_shard_tensor *out, hp_err *err);
+
+/* ---- plan JSON (plan_read.c) ---- */
+/* hp_shard_read_plan on text already in memory (len bytes; label names it in messages). */
+hp_status hp__shard_plan_parse(hp_plan **out, const hp_model *m, const char *text, size_t len, const char *label,
+                               hp_err *err);
 
 #endif

@@ -24,6 +24,7 @@ typedef struct job {
     const hp_shard_layout *l;
     const char *tmp;
     hp__progress *progress;
+    int writer_threads; /* threads over the tensors of one file */
 } job;
 
 /* "0,2" and "dp=0,tp=0;dp=1,tp=0": every rank that shares file_rank's file. */
@@ -93,7 +94,10 @@ static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/rank-%05lld.safetensors", j->tmp, (long long)rank);
-    if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+    if (st == HP_OK) {
+        hp_st_writer_set_threads(w, j->writer_threads);
+        st = hp_st_writer_write(w, path, err);
+    }
     if (st != HP_OK) hp_err_prefix(err, "rank %lld", (long long)rank);
     hp_st_writer_destroy(w);
     for (size_t i = 0; experts && i < l->n_tensors; i++) free(experts[i]);
@@ -149,9 +153,14 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
         }
     hp__progress prog;
     hp__progress_init(&prog, o->progress, "sharding", total);
-    job j = {.m = m, .l = l, .tmp = tmp, .progress = &prog};
+    /* Threads go over files when there are enough of them, otherwise over the tensors of each file (one
+     * file at a time): nested parallel regions would run single-threaded. */
     int threads = o->threads > 0 ? o->threads : 1;
-    if (threads > n_files) threads = (int)n_files;
+    job j = {.m = m, .l = l, .tmp = tmp, .progress = &prog, .writer_threads = 1};
+    if (threads > n_files) {
+        j.writer_threads = threads;
+        threads = 1;
+    }
     hp_status st = HP_OK;
     int failed = 0;
     int64_t failed_at = n_files;

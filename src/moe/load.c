@@ -1,0 +1,477 @@
+/*
+ * load.c — assembling one sparse layer of a checkpoint or shard folder into the canonical f32 layout.
+ *
+ * Storage layouts accepted (golden/README.md, spec/hf_reference.md §1):
+ *
+ *   per-expert   <block>.experts.{e}.{gate_proj|w1, up_proj|w3, down_proj|w2}.weight   [I, H], [I, H], [H, I]
+ *   batched      <block>.experts.gate_up_proj [E, 2I, H] (gate rows first), down_proj [E, H, I]
+ *   gpt-oss      <block>.experts.gate_up_proj [E, H, 2I] (even column = gate, odd = up) + gate_up_proj_bias
+ *                [E, 2I], down_proj [E, I, H] + down_proj_bias [E, H]
+ *
+ * whatever the layout, the layer holds, for its local experts [first, first + n_local):
+ *
+ *   w_gate_up [n_local, 2I, H]   rows 0..I-1 = gate, rows I..2I-1 = up   (so G = X·W_guᵀ)
+ *   w_down    [n_local, H, I]                                           (so Y = A·W_dᵀ)
+ *
+ * Only the local experts' bytes are read. bf16 / f16 / f64 are converted to f32; an f32 batched tensor whose
+ * data is 4-byte aligned in the mapping is used in place (zero copy). The router weight is widened to f64.
+ * The tensors come through a source (source.c), so one loader serves checkpoints and shard rank files.
+ * Invariant after a successful load: every pointer the archetype needs is non-NULL and sized as commented
+ * in hyperpar/moe.h; H equals config.json hidden_size; K <= E; E % n_group == 0.
+ */
+#include "moe/source.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool config_has_flag(const hp_model_config *c, const char *key, bool *value)
+{
+    for (int i = 0; i < c->n_flags; i++)
+        if (!strcmp(c->flags[i].key, key)) {
+            *value = c->flags[i].value;
+            return true;
+        }
+    return false;
+}
+
+/* n = a·b·c with an overflow check; false when it does not fit in int64. */
+static bool count3(int64_t a, int64_t b, int64_t c, int64_t *n)
+{
+    return hp_mul_i64(a, b, n) && hp_mul_i64(*n, c, n);
+}
+
+/* The expert width I read from tensor `name` against config.json (I_cfg 0: not given). */
+static hp_status check_expert_width(hp__moe_src *ld, const char *name, int64_t I, int64_t I_cfg)
+{
+    if (I < 1)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' gives the experts of layer %lld a width of %lld; an expert needs a positive "
+                          "width (the checkpoint is corrupt)",
+                          name, (long long)ld->l->layer, (long long)I);
+    if (I_cfg > 0 && I != I_cfg)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' gives the experts a width of %lld but config.json moe_intermediate_size is %lld "
+                          "(Mixtral and gpt-oss: intermediate_size); the checkpoint and config.json disagree",
+                          name, (long long)I, (long long)I_cfg);
+    return HP_OK;
+}
+
+/* Router values are ranked, so a NaN or Inf would make the selection meaningless: refuse them at load,
+ * naming the first one (row and column for a matrix of `cols` columns, cols 0 for a vector). */
+static hp_status check_router_finite(hp__moe_src *ld, const char *name, const double *v, int64_t n, int64_t cols)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (isfinite(v[i])) continue;
+        char where[80] = "";
+        if (cols > 0)
+            snprintf(where, sizeof where, " (row %lld, column %lld)", (long long)(i / cols), (long long)(i % cols));
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' holds %s at element %lld%s; the router cannot rank experts with non-finite "
+                          "values: the checkpoint is corrupt (re-export or re-download it)",
+                          name, isnan(v[i]) ? "NaN" : "Inf", (long long)i, where);
+    }
+    return HP_OK;
+}
+
+/* ---- interface assertion ---- */
+
+/* Checks the block module has every child the archetype needs; the error lists what it has. */
+static hp_status check_interface(hp__moe_src *ld, const hp__moe_archetype_info *info)
+{
+    char leaf[HP__MOE_MAX_CHILDREN][48];
+    int n = hp__moe_src_children(ld, leaf);
+    char have[512] = "";
+    for (int k = 0; k < n; k++)
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%.47s", k ? ", " : "", leaf[k]);
+    char missing[256] = "";
+    for (int i = 0; i < HP__MOE_MAX_NEEDS && info->needs[i]; i++) {
+        bool found = false;
+        char alts[64];
+        snprintf(alts, sizeof alts, "%s", info->needs[i]);
+        for (char *save = NULL, *a = strtok_r(alts, "|", &save); a && !found; a = strtok_r(NULL, "|", &save))
+            for (int k = 0; k < n && !found; k++) found = !strcmp(leaf[k], a);
+        if (!found)
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s", missing[0] ? ", " : "",
+                     info->needs[i]);
+    }
+    if (!missing[0]) return HP_OK;
+    return hp_err_set(ld->err, HP_ERR_INPUT,
+                      "layer %lld (%s) lacks %s, which archetype %s needs; the block has: %s. Choose the archetype "
+                      "that matches the checkpoint (--archetype; the family suggests %s) or supply the missing "
+                      "tensors",
+                      (long long)ld->l->layer, ld->block, missing, info->name, have[0] ? have : "(nothing)",
+                      ld->m->family && hp_family_suggested_archetype(ld->m->family)
+                          ? hp_family_suggested_archetype(ld->m->family)
+                          : "none");
+}
+
+/* ---- experts ---- */
+
+static hp_status load_batched(hp__moe_src *ld, hp__moe_owned *ow, bool zero_copy_ok, int64_t I_cfg)
+{
+    hp_moe_layer *l = ld->l;
+    int64_t E = l->n_experts, H = l->n_hidden, n = l->n_local, f = l->first_expert;
+    hp__moe_tview gu = {0}, dn = {0}, gub = {0}, dnb = {0};
+    hp__moe_src_find(ld, "experts.gate_up_proj", &gu); /* present: the caller chose this layout by it */
+    hp_status st;
+    bool gptoss = l->act == HP_MOE_ACT_GPTOSS;
+    /* I from the tensor: [E, 2I, H] or gpt-oss [E, H, 2I]. */
+    int64_t two_i = gu.n_dims == 3 ? gu.shape[gptoss ? 2 : 1] : 0;
+    if (two_i <= 0 || two_i % 2)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' must be 3-D with an even gate/up axis (%s), found %d dims; archetype %s",
+                          gu.name, gptoss ? "[E, H, 2I]" : "[E, 2I, H]", gu.n_dims,
+                          hp_moe_archetype_name(l->archetype));
+    int64_t I = two_i / 2;
+    if ((st = check_expert_width(ld, gu.name, I, I_cfg))) return st;
+    l->d_expert = I;
+    int64_t s_gu[3] = {E, 2 * I, H}, s_dn[3] = {E, H, I};
+    if (gptoss) {
+        int64_t g_gu[3] = {E, H, 2 * I}, g_dn[3] = {E, I, H}, s_gub[2] = {E, 2 * I}, s_dnb[2] = {E, H};
+        if ((st = hp__moe_src_need(ld, "experts.gate_up_proj", 3, g_gu, &gu)) ||
+            (st = hp__moe_src_need(ld, "experts.down_proj", 3, g_dn, &dn)) ||
+            (st = hp__moe_src_need(ld, "experts.gate_up_proj_bias", 2, s_gub, &gub)) ||
+            (st = hp__moe_src_need(ld, "experts.down_proj_bias", 2, s_dnb, &dnb)))
+            return st;
+        l->storage = "batched gpt-oss";
+    } else {
+        if ((st = hp__moe_src_need(ld, "experts.gate_up_proj", 3, s_gu, &gu)) ||
+            (st = hp__moe_src_need(ld, "experts.down_proj", 3, s_dn, &dn)))
+            return st;
+        l->storage = "batched";
+    }
+    l->dtype = gu.dtype;
+    /* n <= E, so these are at most the element counts of the tensors need() just checked. */
+    int64_t n_gu = n * 2 * I * H, n_dn = n * H * I;
+    if (!gptoss) {
+        l->w_gate_up = hp__moe_src_mapped_f32(&gu, f * 2 * I * H, n_gu, zero_copy_ok);
+        l->w_down = hp__moe_src_mapped_f32(&dn, f * H * I, n_dn, zero_copy_ok);
+        l->zero_copy = l->w_gate_up && l->w_down;
+        if (!l->w_gate_up) {
+            if (!(ow->w_gate_up = hp__moe_alloc_f32(n_gu))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+            if ((st = hp__moe_src_read_f32(ld, &gu, f * 2 * I * H, n_gu, ow->w_gate_up))) return st;
+            l->w_gate_up = ow->w_gate_up;
+        }
+        if (!l->w_down) {
+            if (!(ow->w_down = hp__moe_alloc_f32(n_dn))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+            if ((st = hp__moe_src_read_f32(ld, &dn, f * H * I, n_dn, ow->w_down))) return st;
+            l->w_down = ow->w_down;
+        }
+        return HP_OK;
+    }
+    /* gpt-oss: de-interleave and transpose one expert at a time through a scratch matrix. */
+    float *tmp = hp__moe_alloc_f32(2 * I * H);
+    float *tb = hp__moe_alloc_f32(2 * I);
+    ow->w_gate_up = hp__moe_alloc_f32(n_gu);
+    ow->w_down = hp__moe_alloc_f32(n_dn);
+    ow->b_gate_up = hp__moe_alloc_f32(n * 2 * I);
+    ow->b_down = hp__moe_alloc_f32(n * H);
+    st = (tmp && tb && ow->w_gate_up && ow->w_down && ow->b_gate_up && ow->b_down)
+             ? HP_OK
+             : hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory loading layer %lld", (long long)l->layer);
+    for (int64_t e = 0; st == HP_OK && e < n; e++) {
+        float *wgu = ow->w_gate_up + e * 2 * I * H, *wdn = ow->w_down + e * H * I;
+        if ((st = hp__moe_src_read_f32(ld, &gu, (f + e) * H * 2 * I, H * 2 * I, tmp))) break;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < I; j++) {
+                wgu[j * H + h] = tmp[h * 2 * I + 2 * j];
+                wgu[(I + j) * H + h] = tmp[h * 2 * I + 2 * j + 1];
+            }
+        if ((st = hp__moe_src_read_f32(ld, &gub, (f + e) * 2 * I, 2 * I, tb))) break;
+        for (int64_t j = 0; j < I; j++) {
+            ow->b_gate_up[e * 2 * I + j] = tb[2 * j];
+            ow->b_gate_up[e * 2 * I + I + j] = tb[2 * j + 1];
+        }
+        if ((st = hp__moe_src_read_f32(ld, &dn, (f + e) * I * H, I * H, tmp))) break;
+        for (int64_t i = 0; i < I; i++)
+            for (int64_t h = 0; h < H; h++) wdn[h * I + i] = tmp[i * H + h];
+        if ((st = hp__moe_src_read_f32(ld, &dnb, (f + e) * H, H, ow->b_down + e * H))) break;
+    }
+    free(tmp);
+    free(tb);
+    l->w_gate_up = ow->w_gate_up;
+    l->w_down = ow->w_down;
+    l->b_gate_up = ow->b_gate_up;
+    l->b_down = ow->b_down;
+    return st;
+}
+
+static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_cfg)
+{
+    hp_moe_layer *l = ld->l;
+    int64_t H = l->n_hidden, f = l->first_expert;
+    /* Projection names: transformers' gate_proj/up_proj/down_proj, or Mixtral's w1/w3/w2. */
+    static const char *names[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
+    int which = 0;
+    char sfx[128];
+    snprintf(sfx, sizeof sfx, "experts.%lld.w1.weight", (long long)f);
+    if (hp__moe_src_has(ld, sfx)) which = 1;
+    snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)f, names[which][0]);
+    hp__moe_tview g0;
+    if (!hp__moe_src_find(ld, sfx, &g0))
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s.%s' is missing; archetype %s needs the experts of layer %lld "
+                          "(per-expert names or a batched experts.gate_up_proj)",
+                          ld->block, sfx, hp_moe_archetype_name(l->archetype), (long long)l->layer);
+    /* I from the first expert's gate; a gate that is not a matrix shows need()'s shape error. */
+    int64_t I = g0.n_dims == 2 ? g0.shape[0] : I_cfg;
+    int64_t s_in[2] = {I, H}, s_out[2] = {H, I};
+    hp_status st = g0.n_dims == 2 ? check_expert_width(ld, g0.name, I, I_cfg)
+                                  : hp__moe_src_need(ld, sfx, 2, s_in, &g0);
+    if (st) return st;
+    l->d_expert = I;
+    l->storage = "per-expert";
+    l->dtype = g0.dtype;
+    /* Every local expert's three tensors exist with their shapes before anything is allocated, so a
+     * checkpoint missing experts is an input error however large the buffers would have been. */
+    hp__moe_tview t;
+    for (int64_t e = 0; e < l->n_local; e++)
+        for (int p = 0; p < 3; p++) {
+            snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)(f + e), names[which][p]);
+            if ((st = hp__moe_src_need(ld, sfx, 2, p < 2 ? s_in : s_out, &t))) return st;
+        }
+    int64_t n_gu, n_dn;
+    if (!count3(l->n_local, 2 * I, H, &n_gu) || !count3(l->n_local, H, I, &n_dn))
+        return hp_err_set(ld->err, HP_ERR_INPUT, "layer %lld: %lld experts of %lld x %lld weights overflow a size",
+                          (long long)l->layer, (long long)l->n_local, (long long)I, (long long)H);
+    if (!(ow->w_gate_up = hp__moe_alloc_f32(n_gu)) || !(ow->w_down = hp__moe_alloc_f32(n_dn)))
+        return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory loading layer %lld", (long long)l->layer);
+    for (int64_t e = 0; e < l->n_local; e++) {
+        float *wgu = ow->w_gate_up + e * 2 * I * H;
+        for (int p = 0; p < 3; p++) {
+            snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)(f + e), names[which][p]);
+            hp__moe_src_find(ld, sfx, &t); /* present with its shape: checked above */
+            float *dst = p == 0 ? wgu : p == 1 ? wgu + I * H : ow->w_down + e * H * I;
+            if ((st = hp__moe_src_read_f32(ld, &t, 0, I * H, dst))) return st;
+        }
+    }
+    l->w_gate_up = ow->w_gate_up;
+    l->w_down = ow->w_down;
+    return HP_OK;
+}
+
+/* Shared expert(s): <block>.<name>.{gate,up,down}_proj.weight, and Qwen2-MoE's shared_expert_gate. */
+static hp_status load_shared(hp__moe_src *ld)
+{
+    hp_moe_layer *l = ld->l;
+    if (l->shared == HP_MOE_SHARED_NONE) return HP_OK;
+    const char *mod = l->shared == HP_MOE_SHARED_GATED ? "shared_expert" : "shared_experts";
+    int64_t H = l->n_hidden;
+    char sfx[128];
+    snprintf(sfx, sizeof sfx, "%s.gate_proj.weight", mod);
+    hp__moe_tview g, u, d;
+    bool g_found = hp__moe_src_find(ld, sfx, &g);
+    int64_t sI = g_found && g.n_dims == 2 ? g.shape[0] : 1;
+    int64_t s_in[2] = {sI, H}, s_out[2] = {H, sI}, sI_cfg = ld->m->cfg.shared_intermediate_size;
+    hp_status st;
+    if ((st = hp__moe_src_need(ld, sfx, 2, s_in, &g))) return st;
+    if (sI < 1)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' has 0 rows; a shared expert needs a positive width (the checkpoint is corrupt)",
+                          g.name);
+    if (sI_cfg > 0 && sI != sI_cfg)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s' has %lld rows but config.json gives the shared expert width %lld "
+                          "(shared_expert_intermediate_size, or moe_intermediate_size x n_shared_experts); the "
+                          "checkpoint and config.json disagree",
+                          g.name, (long long)sI, (long long)sI_cfg);
+    snprintf(sfx, sizeof sfx, "%s.up_proj.weight", mod);
+    if ((st = hp__moe_src_need(ld, sfx, 2, s_in, &u))) return st;
+    snprintf(sfx, sizeof sfx, "%s.down_proj.weight", mod);
+    if ((st = hp__moe_src_need(ld, sfx, 2, s_out, &d))) return st;
+    l->d_shared = sI;
+    if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * sI * H)) || !(l->ws_down = hp__moe_alloc_f32(H * sI)))
+        return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+    /* sI·H is the element count of a tensor need() checked; 2·sI·H is two of them. */
+    if ((st = hp__moe_src_read_f32(ld, &g, 0, sI * H, l->ws_gate_up)) ||
+        (st = hp__moe_src_read_f32(ld, &u, 0, sI * H, l->ws_gate_up + sI * H)) ||
+        (st = hp__moe_src_read_f32(ld, &d, 0, H * sI, l->ws_down)))
+        return st;
+    if (l->shared == HP_MOE_SHARED_GATED) {
+        int64_t s_g[2] = {1, H};
+        if ((st = hp__moe_src_need(ld, "shared_expert_gate.weight", 2, s_g, &g))) return st;
+        if (!(l->ws_gate = hp__moe_alloc_f32(H))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+        if ((st = hp__moe_src_read_f32(ld, &g, 0, H, l->ws_gate))) return st;
+    }
+    return HP_OK;
+}
+
+static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
+{
+    const hp_model *m = ld->m;
+    hp_moe_layer *l = ld->l;
+    hp_err *err = ld->err;
+    const hp_model_config *c = &m->cfg;
+    if (!ld->rf && (m->meta || !m->ckpt))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s is a config-only (meta) model; running an MoE layer needs a checkpoint with weights",
+                          m->path);
+    if (l->layer < 0 || l->layer >= c->num_hidden_layers)
+        return hp_err_set(err, HP_ERR_INPUT, "layer %lld is out of range: the model has %lld layers (0..%lld)",
+                          (long long)l->layer, (long long)c->num_hidden_layers, (long long)c->num_hidden_layers - 1);
+    if (!hp_model_layer_is_sparse(m, l->layer)) {
+        char sparse[256] = "";
+        for (int64_t i = 0; i < c->num_hidden_layers && strlen(sparse) < 200; i++)
+            if (hp_model_layer_is_sparse(m, i))
+                snprintf(sparse + strlen(sparse), sizeof sparse - strlen(sparse), "%s%lld", sparse[0] ? ", " : "",
+                         (long long)i);
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "layer %lld of %s is dense (a plain MLP, no routed experts); choose a sparse layer: %s",
+                          (long long)l->layer, m->path, sparse[0] ? sparse : "none");
+    }
+    hp_moe_archetype a;
+    if (o->archetype < -1 || o->archetype >= HP_MOE_ARCHETYPE_COUNT)
+        return hp_err_set(err, HP_ERR_INPUT, "unknown archetype %d in the load options; known: %s (or -1: the "
+                          "family's suggestion)",
+                          o->archetype, hp_moe_archetype_list());
+    if (o->archetype >= 0) {
+        a = (hp_moe_archetype)o->archetype;
+    } else {
+        const char *s = m->family ? hp_family_suggested_archetype(m->family) : NULL;
+        if (!s || !hp_moe_archetype_parse(s, &a))
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "no archetype given and the family '%s' suggests none; choose one of: %s",
+                              m->model_type, hp_moe_archetype_list());
+    }
+    hp__moe_layer_apply_archetype(l, a);
+    const hp__moe_archetype_info *info = hp__moe_archetype_info_of(a);
+
+    /* The block: transformers >= 5 names it mlp; Mixtral hub checkpoints block_sparse_moe. */
+    snprintf(ld->block, sizeof ld->block, "model.layers.%lld.block_sparse_moe", (long long)l->layer);
+    if (!hp__moe_src_has_module(ld, ld->block))
+        snprintf(ld->block, sizeof ld->block, "model.layers.%lld.mlp", (long long)l->layer);
+    snprintf(l->prefix, sizeof l->prefix, "%s.", ld->block);
+    hp_status st = check_interface(ld, info);
+    if (st) return st;
+
+    /* Router. */
+    const char *rname = hp__moe_src_has(ld, "gate.weight") ? "gate" : "router";
+    char sfx[64];
+    snprintf(sfx, sizeof sfx, "%s.weight", rname);
+    hp__moe_tview rw;
+    if (!hp__moe_src_find(ld, sfx, &rw) || rw.n_dims != 2)
+        return hp_err_set(err, HP_ERR_INPUT, "tensor '%s.%s' must exist with shape [E, H] for archetype %s", ld->block,
+                          sfx, info->name);
+    l->n_experts = rw.shape[0];
+    l->n_hidden = rw.shape[1];
+    if (c->hidden_size && c->hidden_size != l->n_hidden)
+        return hp_err_set(err, HP_ERR_INPUT, "tensor '%s' has %lld columns but config.json hidden_size is %lld",
+                          rw.name, (long long)l->n_hidden, (long long)c->hidden_size);
+    if (c->n_experts && c->n_experts != l->n_experts)
+        return hp_err_set(err, HP_ERR_INPUT, "tensor '%s' has %lld rows but config.json says %lld routed experts",
+                          rw.name, (long long)l->n_experts, (long long)c->n_experts);
+    if (l->n_experts < 1 || l->n_hidden < 1)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "tensor '%s' has shape [%lld, %lld]; an MoE layer needs at least one expert and a positive "
+                          "hidden size (the checkpoint is corrupt)",
+                          rw.name, (long long)l->n_experts, (long long)l->n_hidden);
+    l->top_k = c->num_experts_per_tok ? c->num_experts_per_tok : 2; /* §10.3: K defaults to 2 */
+    l->n_group = c->n_group > 0 ? c->n_group : 1;
+    l->topk_group = c->topk_group > 0 ? c->topk_group : 1;
+    l->routed_scaling_factor = c->routed_scaling_factor > 0 ? c->routed_scaling_factor : 1.0;
+    if (c->swiglu_limit > 0) l->swiglu_limit = (float)c->swiglu_limit;
+    bool flag = false, given = config_has_flag(c, "norm_topk_prob", &flag);
+    l->norm_topk_prob = info->norm == HP__NORM_ALWAYS || ((info->norm == HP__NORM_CONFIG ||
+                                                           info->norm == HP__NORM_DEFAULT_TRUE) && given && flag) ||
+                        (info->norm == HP__NORM_DEFAULT_TRUE && !given);
+    if ((st = hp__moe_layer_check_router(l, err)) ||
+        (st = hp__moe_layer_set_range(l, o->first_expert, o->n_local, err)))
+        return st;
+    int64_t E = l->n_experts, H = l->n_hidden; /* E·H: the element count of the router tensor */
+    if ((st = hp__moe_src_read_f64(ld, &rw, E * H, &l->w_router)) ||
+        (st = check_router_finite(ld, rw.name, l->w_router, E * H, H)))
+        return st;
+    if (l->router == HP_MOE_ROUTER_TOPK_SOFTMAX) {
+        snprintf(sfx, sizeof sfx, "%s.bias", rname);
+        hp__moe_tview rb;
+        if ((st = hp__moe_src_need(ld, sfx, 1, &E, &rb)) || (st = hp__moe_src_read_f64(ld, &rb, E, &l->b_router)) ||
+            (st = check_router_finite(ld, rb.name, l->b_router, E, 0)))
+            return st;
+    }
+    if (l->router == HP_MOE_ROUTER_SIGMOID_GROUP && hp__moe_src_has(ld, "gate.e_score_correction_bias")) {
+        hp__moe_tview cb;
+        if ((st = hp__moe_src_need(ld, "gate.e_score_correction_bias", 1, &E, &cb)) ||
+            (st = hp__moe_src_read_f64(ld, &cb, E, &l->b_correction)) ||
+            (st = check_router_finite(ld, cb.name, l->b_correction, E, 0)))
+            return st;
+    }
+    if (ld->rf && (st = hp__moe_src_check_experts(ld))) return st;
+
+    /* Experts. */
+    hp__moe_owned *ow = hp_calloc(1, sizeof *ow);
+    if (!ow) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    l->owned = ow;
+    if (hp__moe_src_has(ld, "experts.gate_up_proj")) {
+        st = load_batched(ld, ow, !o->no_zero_copy, c->moe_intermediate_size);
+    } else if (l->act == HP_MOE_ACT_GPTOSS) {
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "tensor '%s.experts.gate_up_proj' [E, H, 2I] is missing; archetype %s needs gpt-oss's "
+                        "batched, interleaved experts with biases",
+                        ld->block, info->name);
+    } else {
+        st = load_per_expert(ld, ow, c->moe_intermediate_size);
+    }
+    if (st) return st;
+    return load_shared(ld);
+}
+
+hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer, const hp_moe_load_opts *opts,
+                            hp_err *err)
+{
+    *out = NULL;
+    hp_moe_load_opts dflt;
+    if (!opts) {
+        hp_moe_load_opts_default(&dflt);
+        opts = &dflt;
+    }
+    hp_moe_layer *l = hp_calloc(1, sizeof *l);
+    if (!l) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    l->layer = layer;
+    hp__moe_src ld = {.m = m, .l = l, .err = err};
+    hp_status st = load(&ld, opts);
+    if (st) {
+        hp_moe_layer_free(l);
+        return st;
+    }
+    *out = l;
+    return HP_OK;
+}
+
+hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_model *cfg, int64_t rank,
+                                  int64_t layer, const hp_moe_load_opts *opts, hp_err *err)
+{
+    *out = NULL;
+    hp_moe_load_opts dflt;
+    if (!opts) {
+        hp_moe_load_opts_default(&dflt);
+        opts = &dflt;
+    }
+    hp_model *own_cfg = NULL;
+    hp_shard_rank_file *rf = NULL;
+    hp_status st = cfg ? HP_OK : hp_moe_shard_config_open(&own_cfg, dir, err);
+    if (st == HP_OK) st = hp_shard_rank_open(&rf, dir, rank, err);
+    hp_moe_layer *l = NULL;
+    if (st == HP_OK && !(l = hp_calloc(1, sizeof *l))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) {
+        l->layer = layer;
+        hp__moe_src ld = {.m = cfg ? cfg : own_cfg, .rf = rf, .l = l, .err = err};
+        st = load(&ld, opts);
+    }
+    if (st == HP_OK && l->zero_copy) { /* the expert weights point into the rank file: it lives with the layer */
+        ((hp__moe_owned *)l->owned)->rf = rf;
+        rf = NULL;
+    }
+    if (st == HP_OK) l->storage = !strcmp(l->storage, "per-expert") ? "stacked per-expert (shard)"
+                                  : !strcmp(l->storage, "batched")  ? "batched (shard)"
+                                                                    : "batched gpt-oss (shard)";
+    hp_shard_rank_close(rf);
+    hp_model_close(own_cfg);
+    if (st != HP_OK) {
+        hp_moe_layer_free(l);
+        return st;
+    }
+    *out = l;
+    return HP_OK;
+}

@@ -1,0 +1,303 @@
+/*
+ * source.c — where a sparse layer's tensors come from: a checkpoint, or one rank file of a shard folder.
+ *
+ * The loader (load.c) never touches a file directly. It asks for `<block>.<suffix>` and gets a view
+ * (hp__moe_tview) that gives the tensor's global name and shape and maps global element indices to the
+ * stored ones:
+ *
+ *   checkpoint   hp_model + its hp_ckpt: every tensor whole                       stored = global
+ *   shard folder rank-XXXXX.safetensors of `hyperpar shard` (hp_shard_rank_file) + config.json (meta model):
+ *                plain tensors whole (router, shared expert)                      stored = global
+ *                batched experts cut on dim 0: [E, ...] held as [f0, f0 + n0)     stored = global - f0·inner
+ *                per-expert names stacked: <block>.experts.gate_proj [n0, I, H]   expert e's element j is
+ *                                                                                 stored at (e - f0)·I·H + j
+ *
+ * Invariant: a view holds the global elements [lo, hi); reading outside them (a TP-sliced router or shared
+ * expert, an expert of another rank) is an error that names the tensor and its slice, never a silent zero.
+ * Shapes come from readers that overflow-checked their element counts (hp_st_open, hp_shard_rank_open), so
+ * products of one tensor's dims fit in int64.
+ */
+#include "moe/source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- tensor access ---- */
+
+static int64_t prod(const int64_t *shape, int from, int to)
+{
+    int64_t n = 1;
+    for (int d = from; d < to; d++) n *= shape[d]; /* shapes are overflow-checked by their readers */
+    return n;
+}
+
+/* "dim 0 [8, 16), dim 1 [0, 32)" of a manifest entry into buf. */
+static const char *slices_str(const hp_shard_tensor *sh, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    for (int i = 0; i < sh->n_slices; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%sdim %d [%lld, %lld)", i ? ", " : "", sh->slices[i].dim,
+                 (long long)sh->slices[i].offset, (long long)(sh->slices[i].offset + sh->slices[i].length));
+    return buf;
+}
+
+static const char *shape_str(int n_dims, const int64_t *shape, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "[");
+    for (int d = 0; d < n_dims; d++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%lld", d ? ", " : "", (long long)shape[d]);
+    snprintf(buf + strlen(buf), cap - strlen(buf), "]");
+    return buf;
+}
+
+/* The view of global tensor `name` in a shard rank file; false when the file holds no such tensor. */
+static bool view_shard(const hp_shard_rank_file *rf, const char *name, hp__moe_tview *v)
+{
+    int64_t e = -1;
+    const hp_shard_tensor *sh = hp_shard_rank_find(rf, name, &e);
+    if (!sh) return false;
+    memset(v, 0, sizeof *v);
+    v->sh = sh;
+    v->file = rf->file;
+    v->t = hp_st_find(rf->file, sh->name); /* present: hp_shard_rank_open checked every entry */
+    v->dtype = sh->dtype;
+    /* Dim 0 held: its one slice, or whole. */
+    int64_t f0 = 0, n0 = sh->global_shape[0];
+    bool other = false; /* slices beyond one on dim 0 */
+    for (int i = 0; i < sh->n_slices; i++) {
+        if (sh->slices[i].dim == 0 && i == 0) {
+            f0 = sh->slices[i].offset;
+            n0 = sh->slices[i].length;
+        } else {
+            other = true;
+        }
+    }
+    if (e >= 0) { /* one expert of a stack [E, per-expert shape...] */
+        v->name = sh->globals[e];
+        v->n_dims = sh->n_dims - 1;
+        memcpy(v->shape, sh->global_shape + 1, (size_t)v->n_dims * sizeof *v->shape);
+        int64_t per = prod(v->shape, 0, v->n_dims);
+        bool held = !other && e >= f0 && e < f0 + n0;
+        v->lo = 0;
+        v->hi = held ? per : 0;
+        v->shift = (e - f0) * per;
+    } else {
+        v->name = sh->globals[0];
+        v->n_dims = sh->n_dims;
+        memcpy(v->shape, sh->global_shape, (size_t)v->n_dims * sizeof *v->shape);
+        int64_t inner = prod(v->shape, 1, v->n_dims);
+        v->lo = other ? 0 : f0 * inner;
+        v->hi = other ? 0 : (f0 + n0) * inner;
+        v->shift = -v->lo;
+    }
+    return true;
+}
+
+bool hp__moe_src_find(hp__moe_src *ld, const char *suffix, hp__moe_tview *v)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", ld->block, suffix);
+    if (ld->rf) return view_shard(ld->rf, name, v);
+    const hp_ckpt_tensor *ct = hp_ckpt_find(ld->m->ckpt, name);
+    if (!ct) return false;
+    memset(v, 0, sizeof *v);
+    v->name = ct->t->name;
+    v->file = ct->file;
+    v->t = ct->t;
+    v->dtype = ct->t->dtype;
+    v->n_dims = ct->t->n_dims;
+    memcpy(v->shape, ct->t->shape, (size_t)v->n_dims * sizeof *v->shape);
+    v->lo = 0;
+    v->hi = ct->t->n_elems;
+    return true;
+}
+
+bool hp__moe_src_has(hp__moe_src *ld, const char *suffix)
+{
+    hp__moe_tview v;
+    return hp__moe_src_find(ld, suffix, &v);
+}
+
+hp_status hp__moe_src_need(hp__moe_src *ld, const char *suffix, int n_dims, const int64_t *shape, hp__moe_tview *out)
+{
+    char want[96], got[96];
+    shape_str(n_dims, shape, want, sizeof want);
+    if (!hp__moe_src_find(ld, suffix, out))
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s.%s' %s is missing%s%s; archetype %s needs it for layer %lld "
+                          "(check the checkpoint is complete, or choose another --archetype)",
+                          ld->block, suffix, want, ld->rf ? " from " : "", ld->rf ? ld->rf->path : "",
+                          hp_moe_archetype_name(ld->l->archetype), (long long)ld->l->layer);
+    bool ok = out->n_dims == n_dims;
+    for (int d = 0; ok && d < n_dims; d++) ok = out->shape[d] == shape[d];
+    if (!ok)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "tensor '%s.%s' has shape %s but layer %lld of this config needs %s; the checkpoint and "
+                          "config.json disagree",
+                          ld->block, suffix, shape_str(out->n_dims, out->shape, got, sizeof got),
+                          (long long)ld->l->layer, want);
+    return HP_OK;
+}
+
+/* Elements [elem_off, elem_off + n) of v must be held; the error explains a rank file's slice. */
+static hp_status check_held(hp__moe_src *ld, const hp__moe_tview *v, int64_t elem_off, int64_t n)
+{
+    if (elem_off >= v->lo && n <= v->hi - elem_off) return HP_OK;
+    char sl[160], gs[96];
+    if (!v->sh)
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s': elements [%lld, %lld) are outside the tensor", v->name,
+                          (long long)elem_off, (long long)(elem_off + n));
+    return hp_err_set(ld->err, HP_ERR_INPUT,
+                      "%s: tensor '%s'%s is held only as the slice %s of global shape %s (rank %lld's file holds "
+                      "no whole copy), but the MoE runtime needs the router and shared experts whole and every "
+                      "local expert whole; shards made with tp > 1 slice them: shard with --tp 1 for MoE runs "
+                      "(e.g. hyperpar shard MODEL --dp N --ep N), or run from the full checkpoint",
+                      ld->rf->path, v->sh->name, v->sh->stacked ? " (a stack of per-expert weights)" : "",
+                      v->sh->n_slices ? slices_str(v->sh, sl, sizeof sl) : "(none)",
+                      shape_str(v->sh->n_dims, v->sh->global_shape, gs, sizeof gs), (long long)ld->rf->rank);
+}
+
+/* Widens n elements starting at global element elem_off of v into dst (f32). */
+hp_status hp__moe_src_read_f32(hp__moe_src *ld, const hp__moe_tview *v, int64_t elem_off, int64_t n, float *dst)
+{
+    hp_status st = check_held(ld, v, elem_off, n);
+    if (st) return st;
+    int64_t bytes_off;
+    if (!hp_dtype_nbytes(v->dtype, elem_off + v->shift, &bytes_off))
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s': offset overflow", v->name);
+    const uint8_t *src = (const uint8_t *)hp_st_data(v->file, v->t) + bytes_off;
+    st = hp_dtype_to_f32(v->dtype, src, dst, n, ld->err);
+    if (st != HP_OK)
+        hp_err_prefix(ld->err, "tensor '%s' (%s): the MoE runtime reads BF16, F16, F32 or F64 weights", v->name,
+                      hp_dtype_name(v->dtype));
+    return st;
+}
+
+hp_status hp__moe_src_read_f64(hp__moe_src *ld, const hp__moe_tview *v, int64_t n, double **out)
+{
+    float *tmp = hp__moe_alloc_f32(n);
+    *out = hp__moe_alloc_f64(n);
+    if (!tmp || !*out) {
+        free(tmp);
+        return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory reading '%s'", v->name);
+    }
+    hp_status st = hp__moe_src_read_f32(ld, v, 0, n, tmp);
+    for (int64_t i = 0; st == HP_OK && i < n; i++) (*out)[i] = tmp[i];
+    free(tmp);
+    return st;
+}
+
+/* A pointer into the mapping when the n elements from elem_off are held, f32 and aligned (zero copy), else
+ * NULL (the caller then reads, which reports a slice that is not held). */
+const float *hp__moe_src_mapped_f32(const hp__moe_tview *v, int64_t elem_off, int64_t n, bool allowed)
+{
+    if (!allowed || v->dtype != HP_DT_F32 || elem_off < v->lo || n > v->hi - elem_off) return NULL;
+    const uint8_t *p = (const uint8_t *)hp_st_data(v->file, v->t) + (size_t)(elem_off + v->shift) * sizeof(float);
+    return ((uintptr_t)p % sizeof(float)) ? NULL : (const float *)p;
+}
+
+/* ---- the block's modules ---- */
+
+/* Leaf names of the block's child modules, in parameter order: from the module tree of a checkpoint, or
+ * from the global names a rank file lists (a stack lists every expert, so the rank file names them all). */
+int hp__moe_src_children(hp__moe_src *ld, char leaf[][48])
+{
+    int n = 0;
+    if (!ld->rf) {
+        int mod = hp_model_find_module(ld->m, ld->block);
+        for (int ch = mod >= 0 ? ld->m->modules[mod].first_child : -1; ch >= 0 && n < HP__MOE_MAX_CHILDREN;
+             ch = ld->m->modules[ch].next_sibling)
+            snprintf(leaf[n++], 48, "%s", ld->m->modules[ch].leaf);
+        return n;
+    }
+    size_t bl = strlen(ld->block);
+    for (size_t i = 0; i < ld->rf->n_tensors; i++) {
+        const hp_shard_tensor *t = &ld->rf->tensors[i];
+        for (int g = 0; g < t->n_globals; g++) {
+            const char *name = t->globals[g];
+            if (strncmp(name, ld->block, bl) != 0 || name[bl] != '.') continue;
+            const char *a = name + bl + 1, *dot = strchr(a, '.');
+            int len = dot ? (int)(dot - a) : (int)strlen(a);
+            bool seen = len >= 48;
+            for (int k = 0; k < n && !seen; k++)
+                seen = (int)strlen(leaf[k]) == len && !strncmp(leaf[k], a, (size_t)len);
+            if (!seen && n < HP__MOE_MAX_CHILDREN) snprintf(leaf[n++], 48, "%.*s", len, a);
+            if (t->stacked) break; /* one member names the stack's module */
+        }
+    }
+    return n;
+}
+
+/* Whether the source has a module of that name (a checkpoint) or tensors under it (a rank file). */
+bool hp__moe_src_has_module(hp__moe_src *ld, const char *name)
+{
+    if (!ld->rf) return hp_model_find_module(ld->m, name) >= 0;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < ld->rf->n_tensors; i++)
+        if (!strncmp(ld->rf->tensors[i].globals[0], name, len) && ld->rf->tensors[i].globals[0][len] == '.')
+            return true;
+    return false;
+}
+
+
+/* Shard mode: the experts the rank file holds (dim 0 of the layer's first stacked or batched expert tensor)
+ * must be exactly the local range this process needs. Per-expert names that were not stacked (shards made
+ * without ep) hold every expert whole and pass. */
+hp_status hp__moe_src_check_experts(hp__moe_src *ld)
+{
+    const hp_moe_layer *l = ld->l;
+    char pfx[100];
+    snprintf(pfx, sizeof pfx, "%s.experts.", ld->block);
+    const hp_shard_tensor *t = NULL;
+    for (size_t i = 0; i < ld->rf->n_tensors && !t; i++) {
+        const hp_shard_tensor *x = &ld->rf->tensors[i];
+        bool under = !strncmp(x->globals[0], pfx, strlen(pfx));
+        bool stack = x->stacked && under;                                                 /* experts.gate_proj */
+        bool batched = !x->stacked && under && !strchr(x->globals[0] + strlen(pfx), '.'); /* experts.down_proj */
+        if ((stack || batched) && x->n_dims >= 1 && x->global_shape[0] == l->n_experts) t = x;
+    }
+    if (!t) return HP_OK;
+    int64_t f0 = 0, n0 = t->global_shape[0];
+    if (t->n_slices > 0 && t->slices[0].dim == 0) {
+        f0 = t->slices[0].offset;
+        n0 = t->slices[0].length;
+    }
+    if (f0 == l->first_expert && n0 == l->n_local) return HP_OK;
+    int64_t E = l->n_experts, ep_run = E / l->n_local, ep_file = n0 > 0 && E % n0 == 0 ? E / n0 : 0;
+    char hint[200];
+    if (l->n_local == E)
+        snprintf(hint, sizeof hint, "a run without mpirun needs every expert in rank 0's file: shard with ep=1, or run "
+                 "under mpirun with --ep %lld", (long long)(ep_file ? ep_file : 1));
+    else
+        snprintf(hint, sizeof hint, "run with the ep the folder was sharded for (--ep %lld), or shard again with "
+                 "--ep %lld", (long long)(ep_file ? ep_file : 1), (long long)ep_run);
+    return hp_err_set(ld->err, HP_ERR_INPUT,
+                      "%s: rank %lld's file holds experts [%lld, %lld) of layer %lld's %lld ('%s'), but this process "
+                      "needs experts [%lld, %lld) (ep=%lld, ep rank %lld); %s",
+                      ld->rf->path, (long long)ld->rf->rank, (long long)f0, (long long)(f0 + n0), (long long)l->layer,
+                      (long long)E, t->name, (long long)l->first_expert, (long long)(l->first_expert + l->n_local),
+                      (long long)ep_run, (long long)(l->first_expert / l->n_local), hint);
+}
+
+hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err)
+{
+    *out = NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: config.json is missing; loading an MoE layer from a shard folder needs the model's "
+                          "hyperparameters (hyperpar shard copies config.json when the source folder has one: copy "
+                          "it there)",
+                          dir);
+    fclose(f);
+    hp_status st = hp_model_open(out, path, NULL, err);
+    if (st == HP_OK && !(*out)->meta) { /* a config.json is always opened in meta mode; guard the invariant */
+        hp_model_close(*out);
+        *out = NULL;
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: expected a config.json", path);
+    }
+    return st;
+}

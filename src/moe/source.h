@@ -1,0 +1,57 @@
+/*
+ * source.h — internal to src/moe: where a layer's tensors come from (source.c), for the loader (load.c).
+ *
+ * A source is a checkpoint (hp_model + its hp_ckpt) or one rank file of a shard folder
+ * (hp_shard_rank_file + the folder's config.json as a meta model). Tensors are reached through a view that
+ * gives the global name and shape and maps global element indices to the stored ones; see source.c.
+ */
+#ifndef HP_MOE_SOURCE_H
+#define HP_MOE_SOURCE_H
+
+#include "moe/moe_internal.h"
+
+#include "hyperpar/shard.h"
+
+/* One load in progress: the source, the layer being filled and the caller's error. */
+typedef struct hp__moe_src {
+    const hp_model *m;            /* the checkpoint, or a shard folder's config.json (meta model) */
+    const hp_shard_rank_file *rf; /* shard mode: the rank file the tensors come from; NULL: m->ckpt */
+    hp_moe_layer *l;
+    char block[80]; /* "model.layers.1.mlp" */
+    hp_err *err;
+} hp__moe_src;
+
+/* A tensor as the loader sees it (see source.c's file comment). */
+typedef struct hp__moe_tview {
+    const char *name;             /* global name, for messages */
+    const hp_st_file *file;       /* where the bytes are */
+    const hp_st_tensor *t;        /* the stored tensor */
+    hp_dtype dtype;
+    int n_dims;
+    int64_t shape[HP_MAX_DIMS];   /* global shape (one expert's, for a member of a stack) */
+    int64_t lo, hi;               /* global elements held */
+    int64_t shift;                /* stored element index = global element index + shift */
+    const hp_shard_tensor *sh;    /* shard mode: the rank file's manifest entry; NULL for a checkpoint */
+} hp__moe_tview;
+
+#define HP__MOE_MAX_CHILDREN 32
+
+/* The view of `<block>.<suffix>`; false when the source has no such tensor. */
+bool hp__moe_src_find(hp__moe_src *s, const char *suffix, hp__moe_tview *v);
+bool hp__moe_src_has(hp__moe_src *s, const char *suffix);
+/* The tensor `<block>.<suffix>` with exactly the given shape; errors name it and what was expected. */
+hp_status hp__moe_src_need(hp__moe_src *s, const char *suffix, int n_dims, const int64_t *shape, hp__moe_tview *out);
+/* Widens n elements starting at global element elem_off of v into dst (f32); elements not held are an error. */
+hp_status hp__moe_src_read_f32(hp__moe_src *s, const hp__moe_tview *v, int64_t elem_off, int64_t n, float *dst);
+/* The first n elements of v widened to a new f64 array (*out owned by the caller, also on failure). */
+hp_status hp__moe_src_read_f64(hp__moe_src *s, const hp__moe_tview *v, int64_t n, double **out);
+/* A pointer into the mapping when the n elements from elem_off are held, f32 and aligned (zero copy), else NULL. */
+const float *hp__moe_src_mapped_f32(const hp__moe_tview *v, int64_t elem_off, int64_t n, bool allowed);
+/* Leaf names of the block's child modules (at most HP__MOE_MAX_CHILDREN of 48 bytes); returns the count. */
+int hp__moe_src_children(hp__moe_src *s, char leaf[][48]);
+/* Whether the source has a module of that name (a checkpoint) or tensors under it (a rank file). */
+bool hp__moe_src_has_module(hp__moe_src *s, const char *name);
+/* Shard mode: the experts the rank file holds must be exactly the layer's local range. */
+hp_status hp__moe_src_check_experts(hp__moe_src *s);
+
+#endif
