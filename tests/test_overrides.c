@@ -42,6 +42,16 @@ static void run_free(run *r)
     hp_model_close(r->m);
 }
 
+/* Plans with the overrides and expects HP_ERR_INPUT whose message holds needle. */
+static void expect_plan_error(const char *path, const char *yaml, int64_t tp, int64_t ep, bool derive,
+                              const char *needle)
+{
+    run r = plan_with(path, yaml, 1, tp, ep, derive);
+    CHECK_MSG(r.st == HP_ERR_INPUT, "expected an error containing '%s'", needle);
+    CHECK_STR_CONTAINS(r.err.msg, needle);
+    run_free(&r);
+}
+
 static const char *pl(hp_placement x)
 {
     static char buf[8][16];
@@ -105,10 +115,7 @@ TEST(scenario_18_merge_keeps_internal_fields_and_sentinels)
     }
     run_free(&r);
     /* {} on params strips the derived sharding: the mlp weights are then uncovered. */
-    r = plan_with(LLAMA, "- match: model.layers.3.mlp\n  params: {}\n", 1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "coverage check failed");
-    run_free(&r);
+    expect_plan_error(LLAMA, "- match: model.layers.3.mlp\n  params: {}\n", 2, 1, true, "coverage check failed");
 }
 
 TEST(scenario_18_ep_internal_fields_are_inherited)
@@ -272,18 +279,10 @@ TEST(scenario_21_derive_false)
         CHECK_STR_EQ(ppl(r.p, "model.layers.0.self_attn", "o_proj.weight", HP_AXIS_TP), "S(1)");
     }
     run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0.self_attn\n  region_dispatch: false\n", 1, 2, 1, false);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "hit no planner-derived boundary");
-    run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0.self_attn\n  params: auto\n", 1, 2, 1, false);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "derive=False");
-    run_free(&r);
-    r = plan_with(LLAMA, "- match: \"*.self_attn\"\n  region_dispatch: false\n", 1, 2, 1, false);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "derive=False");
-    run_free(&r);
+    expect_plan_error(LLAMA, "- match: model.layers.0.self_attn\n  region_dispatch: false\n", 2, 1, false,
+                      "hit no planner-derived boundary");
+    expect_plan_error(LLAMA, "- match: model.layers.0.self_attn\n  params: auto\n", 2, 1, false, "derive=False");
+    expect_plan_error(LLAMA, "- match: \"*.self_attn\"\n  region_dispatch: false\n", 2, 1, false, "derive=False");
 }
 
 TEST(scenario_22_tp_local_attributes)
@@ -301,18 +300,12 @@ TEST(scenario_22_tp_local_attributes)
         }
     }
     run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0.self_attn\n  tp_divide_attrs: [num_attention_heads]\n", 1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "D-17");
-    run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0.self_attn\n  tp_divide_attrs: [num_wheels]\n", 1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "plain int");
-    run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0.mlp\n  tp_divide_attrs: [head_dim]\n", 1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "tp_divide_attrs");
-    run_free(&r);
+    expect_plan_error(LLAMA, "- match: model.layers.0.self_attn\n  tp_divide_attrs: [num_attention_heads]\n", 2, 1,
+                      true, "D-17");
+    expect_plan_error(LLAMA, "- match: model.layers.0.self_attn\n  tp_divide_attrs: [num_wheels]\n", 2, 1, true,
+                      "plain int");
+    expect_plan_error(LLAMA, "- match: model.layers.0.mlp\n  tp_divide_attrs: [head_dim]\n", 2, 1, true,
+                      "tp_divide_attrs");
     /* Same match: later tp_divide_attrs: [] replaces the earlier list. */
     r = plan_with(LLAMA,
                   "- match: model.layers.0.mlp\n  tp_divide_attrs: [intermediate_size]\n"
@@ -339,11 +332,9 @@ TEST(scenario_23_region_dispatch_and_ep_mesh)
     if (r.p) CHECK_EQ_INT(hp_plan_find(r.p, "model.layers.0.mlp")->region_dispatch, 0);
     run_free(&r);
     /* The expert mesh is the framework's to pass: configuring it in local_compute_fn is refused. */
-    r = plan_with(QWEN2MOE, "- match: \"*.mlp\"\n  local_compute_fn: {_target_: qwen2moe_shared_expert_gate, ep_mesh: x}\n",
-                  1, 2, 2, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "ep_mesh");
-    run_free(&r);
+    expect_plan_error(QWEN2MOE,
+                      "- match: \"*.mlp\"\n  local_compute_fn: {_target_: qwen2moe_shared_expert_gate, ep_mesh: x}\n", 2,
+                      2, true, "ep_mesh");
 }
 
 TEST(scenario_24_preflight)
@@ -441,27 +432,18 @@ TEST(archetypes_interface_assertion_and_factory_paths)
 TEST(scenario_17_nested_boundaries)
 {
     /* An outer insert may own params nothing else declares, but not a nested boundary's. */
-    run r = plan_with(LLAMA,
+    expect_plan_error(LLAMA,
                       "- match: model.layers.0\n  params: {self_attn.q_proj.weight: {tp: shard(0)}}\n"
                       "  in_src: {hidden_states: {tp: replicate}}\n  in_dst: {hidden_states: {tp: replicate}}\n",
-                      1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "exactly one boundary");
-    run_free(&r);
-    r = plan_with(LLAMA,
-                  "- match: model.layers.0.self_attn.q_proj\n  params: {weight: {tp: shard(0)}}\n"
-                  "  in_src: {hidden_states: {tp: replicate}}\n  in_dst: {hidden_states: {tp: replicate}}\n",
-                  1, 2, 1, true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "exactly one boundary");
-    run_free(&r);
-    r = plan_with(LLAMA, "- match: model.layers.0\n  params: {}\n  in_dst: {hidden_states: {tp: replicate}}\n", 1, 2, 1,
-                  true);
-    CHECK(r.st == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(r.err.msg, "in_src");
-    run_free(&r);
+                      2, 1, true, "exactly one boundary");
+    expect_plan_error(LLAMA,
+                      "- match: model.layers.0.self_attn.q_proj\n  params: {weight: {tp: shard(0)}}\n"
+                      "  in_src: {hidden_states: {tp: replicate}}\n  in_dst: {hidden_states: {tp: replicate}}\n",
+                      2, 1, true, "exactly one boundary");
+    expect_plan_error(LLAMA, "- match: model.layers.0\n  params: {}\n  in_dst: {hidden_states: {tp: replicate}}\n", 2,
+                      1, true, "in_src");
     /* Outer nested boundary with params {} is fine; only lm_head is terminal; root "" is allowed. */
-    r = plan_with(LLAMA,
+    run r = plan_with(LLAMA,
                   "- match: model.layers.0\n  params: {}\n  in_src: {hidden_states: {tp: shard(1)}}\n"
                   "  in_dst: {hidden_states: {tp: shard(1)}}\n"
                   "- match: \"\"\n  params: {}\n  in_src: {input: {tp: replicate}}\n  in_dst: {input: {tp: replicate}}\n",
