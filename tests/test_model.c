@@ -281,6 +281,9 @@ TEST(config_errors_are_positioned)
     m = open_text("{\"model_type\": 7}", &err);
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(err.msg, "\"model_type\" must be a string");
+    m = open_text("{\"model_type\": \"qwen3_moe\", \"num_experts\": 8,\n \"num_experts_per_tok\": 0}", &err);
+    CHECK(m == NULL);
+    CHECK_STR_CONTAINS(err.msg, "config.json:2:25: field \"num_experts_per_tok\" must be at least 1");
     m = open_text("{\"model_type\": \"qwen3_moe\", \"mlp_only_layers\": [\"a\"]}", &err);
     CHECK(m == NULL);
     CHECK_STR_CONTAINS(err.msg, "mlp_only_layers");

@@ -195,6 +195,10 @@ hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_a
         snprintf(cfg->flags[cfg->n_flags].key, sizeof cfg->flags[0].key, "%s", key);
         cfg->flags[cfg->n_flags++].value = json_is_true(v);
     }
+    /* An explicit top-k of 0 with routed experts is not "absent" (which means the family default). */
+    json_t *k = json_object_get(root, "num_experts_per_tok");
+    if (st == HP_OK && k && json_is_integer(k) && json_integer_value(k) == 0 && cfg->n_experts > 0)
+        st = type_error(text, len, label, "num_experts_per_tok", k, "at least 1 for a model with routed experts", err);
     json_decref(root);
     if (st != HP_OK) return st;
 
