@@ -7,6 +7,8 @@
  *     counts (forward, then the reverse), same reps; the ratio bare / ep is the figure;
  *   - with --overlap: the same forward without and with overlap, and how much of the shared expert's time
  *     the overlap took off the critical path;
+ *   - with --dispatch-chunks C: the same forward in C pipelined chunks (with overlap when --overlap) next to
+ *     one chunk, and how much of the row exchange's wait the pipeline removed;
  *   - resident expert bytes per rank next to the whole layer's.
  *
  * Weights are small deterministic values (a hash of the element index), the same on every rank for the
@@ -22,7 +24,7 @@
 
 typedef struct ep_args {
     const char *preset;
-    int64_t tokens, reps, threads, local_experts;
+    int64_t tokens, reps, threads, local_experts, chunks;
     double max_gib;
     bool json, overlap, real_router;
 } ep_args;
@@ -32,7 +34,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: mpirun -np N hyperpar bench ep --preset P --tokens T [--json] [--overlap] [--reps R]\n"
             "                                      [--router balanced|real] [--threads N] [--max-gib G]\n"
-            "                                      [--local-experts L]\n"
+            "                                      [--local-experts L] [--dispatch-chunks C]\n"
             "\n"
             "Runs one MoE layer expert-parallel over all N ranks (each holds E/N experts and T local tokens) and\n"
             "prints the dispatch + return exchange time next to a bare all-to-all of the same bytes measured in\n"
@@ -44,6 +46,8 @@ static void usage(FILE *out)
             "  --router R        balanced (default: every rank receives the same rows; benchmark only) or real\n"
             "  --reps R          timed forwards (5)\n"
             "  --overlap         also run with the shared expert computed during the row exchange\n"
+            "  --dispatch-chunks C  also run with the tokens exchanged in C pipelined chunks (1..64; with\n"
+            "                    --overlap, overlapped too) and compare with one chunk\n"
             "  --threads N       BLAS / OpenMP threads per rank\n"
             "  --max-gib G       expert weights allowed per rank (6); a preset above it is refused\n"
             "  --local-experts L hold L experts per rank (the layer gets L*N experts; shapes, top-k, shared\n"
@@ -92,15 +96,15 @@ enum { MAX_REPS = 50 };
 
 /* Warm-up, then reps forwards; med[PH_N] gets the median over reps of the slowest rank's phase times. */
 static hp_status time_forward(hp_comm *c, hp_moe_ep *ep, const float *x, int64_t T, float *y,
-                              const hp_moe_run_opts *ro, bool overlap, int reps, double *med, hp_err *err)
+                              const hp_moe_run_opts *ro, bool overlap, int chunks, int reps, double *med, hp_err *err)
 {
     double rows[MAX_REPS * PH_N];
-    hp_status st = hp_moe_ep_forward(ep, x, T, y, ro, overlap, err);
+    hp_status st = hp_moe_ep_forward_chunks(ep, x, T, y, ro, overlap, chunks, err);
     if ((st = hp_comm_agree(c, st, err))) return st;
     for (int r = 0; r < reps; r++) {
         if ((st = hp_comm_barrier(c, err))) return st;
         double t0 = hp_comm_wtime();
-        st = hp_moe_ep_forward(ep, x, T, y, ro, overlap, err);
+        st = hp_moe_ep_forward_chunks(ep, x, T, y, ro, overlap, chunks, err);
         double t = hp_comm_wtime() - t0;
         if ((st = hp_comm_agree(c, st, err))) return st;
         const hp_moe_ep_stats *s = hp_moe_ep_get_stats(ep);
@@ -194,7 +198,7 @@ static double hidden_exchange(const double *no, const double *ov)
 }
 
 typedef struct ep_result {
-    double ph[PH_N], ph_ov[PH_N], bare[2], bytes_ep, bytes_bare, resident, layer_bytes;
+    double ph[PH_N], ph_ov[PH_N], ph_ch[PH_N], bare[2], bytes_ep, bytes_bare, resident, layer_bytes;
     double rows_recv_max, rows_recv_min;
 } ep_result;
 
@@ -237,6 +241,17 @@ static void print_text(const ep_args *a, const char *name, hp_moe_archetype arch
         printf("; the real layer is %s", hp_format_bytes((uint64_t)(r->layer_bytes / (double)l->n_experts *
                                                                     (double)E_preset), b2, sizeof b2));
     printf("\n");
+    if (a->chunks > 1) {
+        /* Like for like: with --overlap both runs overlap the shared expert. */
+        const double *one = a->overlap ? r->ph_ov : ph, *ch = r->ph_ch;
+        printf("  chunks   : %lld dispatch chunks%s: forward %.3f ms vs %.3f ms in one chunk   ratio one/chunked "
+               "%.2f\n"
+               "             row exchange wait %.3f ms vs %.3f ms (%.2f of it removed); dispatch + return %.3f ms vs "
+               "%.3f ms, experts %.3f ms vs %.3f ms\n",
+               (long long)a->chunks, a->overlap ? " with overlap" : "", ch[PH_TOTAL] * 1e3, one[PH_TOTAL] * 1e3,
+               one[PH_TOTAL] / ch[PH_TOTAL], ch[PH_WAIT] * 1e3, one[PH_WAIT] * 1e3, hidden_exchange(one, ch),
+               ch[PH_COMM] * 1e3, one[PH_COMM] * 1e3, ch[PH_EXPERTS] * 1e3, one[PH_EXPERTS] * 1e3);
+    }
     if (!a->overlap) return;
     if (!l->d_shared) {
         printf("  overlap  : %s has no shared expert: overlap has nothing to hide (forward %.3f ms without, %.3f ms "
@@ -283,6 +298,15 @@ static void print_json(const ep_args *a, const char *name, hp_moe_archetype arch
                    hidden_exchange(r->ph, r->ph_ov),
                    clamp01((r->ph[PH_TOTAL] - r->ph_ov[PH_TOTAL]) / r->ph[PH_SHARED]));
         printf("}");
+    }
+    if (a->chunks > 1) {
+        const double *one = a->overlap ? r->ph_ov : r->ph, *ch = r->ph_ch;
+        printf(", \"chunks\": {\"n\": %lld, \"overlap\": %s, \"total_s\": %.6g, \"total_one_s\": %.6g, "
+               "\"ratio_one_over_chunked\": %.4f, \"wait_s\": %.6g, \"wait_one_s\": %.6g, \"wait_removed\": %.4f, "
+               "\"comm_s\": %.6g, \"comm_one_s\": %.6g, \"experts_s\": %.6g, \"experts_one_s\": %.6g}",
+               (long long)a->chunks, a->overlap ? "true" : "false", ch[PH_TOTAL], one[PH_TOTAL],
+               one[PH_TOTAL] / ch[PH_TOTAL], ch[PH_WAIT], one[PH_WAIT], hidden_exchange(one, ch), ch[PH_COMM],
+               one[PH_COMM], ch[PH_EXPERTS], one[PH_EXPERTS]);
     }
     printf("}\n");
 }
@@ -348,11 +372,13 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
             st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld tokens", (long long)T);
         else fill(x, T * H, 5000 + (uint64_t)R, 1.0f);
     }
-    if (st == HP_OK) st = hp_moe_ep_create(&ep, l, c, T, &err);
+    /* With chunks the creation is a collective: agree first so that every rank reaches it. */
+    if ((st = hp_comm_agree(c, st, &err))) goto done;
+    st = hp_moe_ep_create_chunked(&ep, l, c, T, (int)a->chunks, &err);
     if ((st = hp_comm_agree(c, st, &err))) goto done;
 
     hp_moe_run_opts ro = {.balanced_router = !a->real_router};
-    if ((st = time_forward(c, ep, x, T, y, &ro, false, (int)reps, res.ph, &err))) goto done;
+    if ((st = time_forward(c, ep, x, T, y, &ro, false, 1, (int)reps, res.ph, &err))) goto done;
     const hp_moe_ep_stats *s = hp_moe_ep_get_stats(ep);
     double agg[3] = {(double)s->bytes_exchanged, (double)hp_moe_layer_expert_bytes(l), 0};
     double rr[2] = {(double)s->rows_recv, -(double)s->rows_recv};
@@ -366,7 +392,10 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
     if ((st = time_bare(c, ep, l, T, (int)reps, res.bare, &agg[2], &err))) goto done;
     if ((st = hp_comm_allreduce_sum_f64(c, &agg[2], 1, &err))) goto done;
     res.bytes_bare = agg[2];
-    if (a->overlap && (st = time_forward(c, ep, x, T, y, &ro, true, (int)reps, res.ph_ov, &err))) goto done;
+    if (a->overlap && (st = time_forward(c, ep, x, T, y, &ro, true, 1, (int)reps, res.ph_ov, &err))) goto done;
+    if (a->chunks > 1 &&
+        (st = time_forward(c, ep, x, T, y, &ro, a->overlap, (int)a->chunks, (int)reps, res.ph_ch, &err)))
+        goto done;
 
     if (R == 0) {
         char blas[256];
@@ -402,6 +431,7 @@ int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *ar
         {"reps", required_argument, 0, 'R'},    {"router", required_argument, 0, 'r'},
         {"threads", required_argument, 0, 't'}, {"max-gib", required_argument, 0, 'm'},
         {"local-experts", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
+        {"dispatch-chunks", required_argument, 0, 'D'},
         {0, 0, 0, 0},
     };
     ep_args a = {.max_gib = 6.0};
@@ -435,6 +465,9 @@ int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *ar
         }
         case 'L':
             if (!cli_parse_i64("bench", "--local-experts", optarg, 1, 1 << 16, &a.local_experts)) return HP_EXIT_USAGE;
+            break;
+        case 'D':
+            if (!cli_parse_i64("bench", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("bench", argv);

@@ -22,7 +22,7 @@ static void usage(FILE *out)
             "                    [--archetype A] [--capacity-factor F] [--capacity-policy score|first]\n"
             "                    [--threads N] [--compare REF.safetensors [--ref-prefix P]]\n"
             "       mpirun -np N hyperpar moe MODEL --layer L --ep E [--mesh SPEC] [--overrides FILE]\n"
-            "                    [--overlap] --input X --output Y [...]\n"
+            "                    [--overlap] [--dispatch-chunks C] --input X --output Y [...]\n"
             "\n"
             "Runs the MoE block of sparse layer L of a checkpoint on the rows of X's tensor 'x' [T, H] (f32)\n"
             "and writes 'y' [T, H] f32, 'topk_idx' [T, K] i32 and 'topk_w' [T, K] f32 (each row sorted by\n"
@@ -50,6 +50,9 @@ static void usage(FILE *out)
             "  --overrides FILE        plan overrides declaring the layer's local_compute_fn (the archetype);\n"
             "                          with --ep > 1 the archetype must be chosen explicitly: --archetype or this\n"
             "  --overlap               non-blocking token exchange; the shared expert runs while it is in flight\n"
+            "  --dispatch-chunks C     exchange the local tokens in C chunks (1..64, default 1), chunk c+1's rows\n"
+            "                          in flight while chunk c's experts run; same routing and capacity, y within\n"
+            "                          1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)\n"
             "\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
             hp_moe_archetype_list());
@@ -107,7 +110,7 @@ static hp_status load_layer(const char *path, const hp_model *m, int64_t rank, i
 typedef struct moe_args {
     const char *model, *input, *output, *compare, *prefix, *archetype, *cf_text;
     const char *mesh, *overrides;
-    int64_t layer, threads, ep;
+    int64_t layer, threads, ep, chunks;
     double cf, rtol;
     hp_moe_cap_policy policy;
     bool overlap;
@@ -290,7 +293,7 @@ static uint64_t fingerprint(const hp_model *m, const moe_args *a, int archetype,
 {
     uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
     int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
-                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep};
+                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep, a->chunks > 1 ? a->chunks : 1};
     h = fnv(h, v, sizeof v);
     h = fnv(h, &a->cf, sizeof a->cf);
     h = fnv(h, mesh, strlen(mesh));
@@ -461,14 +464,22 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
         y = malloc((size_t)((Tl ? Tl : 1) * H) * sizeof *y);
         if (!y) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
     }
-    if (st == HP_OK) st = hp_moe_ep_create(&ep, l, grp, Tl > 0 ? Tl : 1, &err);
+    /* With chunks the creation is a collective of the EP group: every rank gets there or none does. Blocks
+     * differ by at most one row, which the chunk buffers allow for. */
+    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
+        free(xall);
+        goto done;
+    }
+    const int chunks = a->chunks > 1 ? (int)a->chunks : 1;
+    /* Every rank is sized for the largest block (ceil(T/N) rows): a peer may route all its slots here. */
+    st = hp_moe_ep_create_chunked(&ep, l, grp, (T + N - 1) / N, chunks, &err);
     if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
         free(xall);
         goto done;
     }
     hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy};
     double t0 = hp_comm_wtime();
-    st = hp_moe_ep_forward(ep, x, Tl, y, &ro, a->overlap, &err);
+    st = hp_moe_ep_forward_chunks(ep, x, Tl, y, &ro, a->overlap, chunks, &err);
     double t1 = hp_comm_wtime();
     if (st != HP_OK) {
         free(xall);
@@ -506,14 +517,15 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     if (st == HP_OK) st = hp_comm_allreduce_sum_f64(world, agg, 3, &err);
     if (st == HP_OK) st = hp_comm_allreduce_max_f64(world, &tmax, 1, &err);
     if (st == HP_OK && R == 0) {
-        char b1[32];
+        char b1[32], cbuf[32] = "";
+        if (chunks > 1) snprintf(cbuf, sizeof cbuf, ", %d dispatch chunks", chunks);
         fprintf(stderr,
-                "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s; %.3f ms "
+                "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s%s; %.3f ms "
                 "(slowest rank)\n"
                 "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
                 (long long)a->layer, hp_moe_archetype_name(l->archetype), (long long)T, N, (long long)a->ep,
-                (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", tmax * 1e3, agg[0], agg[1],
-                (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
+                (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", cbuf, tmax * 1e3, agg[0],
+                agg[1], (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
         hp_moe_ws tmp = *ws;
         tmp.topk_idx = iall;
         tmp.topk_w = wall;
@@ -547,7 +559,7 @@ int cmd_moe(int argc, char **argv)
         {"ref-prefix", required_argument, 0, 'P'},      {"help", no_argument, 0, 'h'},
         {"ep", required_argument, 0, 'e'},              {"mesh", required_argument, 0, 'm'},
         {"overrides", required_argument, 0, 'O'},       {"overlap", no_argument, 0, 'v'},
-        {"compare-rtol", required_argument, 0, 'R'},
+        {"compare-rtol", required_argument, 0, 'R'},   {"dispatch-chunks", required_argument, 0, 'D'},
         {0, 0, 0, 0},
     };
     moe_args a = {.layer = -1};
@@ -583,6 +595,9 @@ int cmd_moe(int argc, char **argv)
         case 'm': a.mesh = optarg; break;
         case 'O': a.overrides = optarg; break;
         case 'v': a.overlap = true; break;
+        case 'D':
+            if (!cli_parse_i64("moe", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;
+            break;
         case 'R': {
             char *end = NULL;
             a.rtol = strtod(optarg, &end);
@@ -603,7 +618,7 @@ int cmd_moe(int argc, char **argv)
     if (a.threads > 0) hp_moe_set_threads((int)a.threads);
     /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
     if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || a.ep || a.mesh ||
-        a.overrides || a.overlap)
+        a.overrides || a.overlap || a.chunks)
         return run_ep(&a, &argc, &argv);
     return run(&a);
 }

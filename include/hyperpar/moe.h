@@ -274,6 +274,11 @@ hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
  * With overlap the row exchange is non-blocking and the shared expert runs while it is in flight; the
  * numbers are identical either way. All buffers are sized at creation for max_tokens local tokens (the
  * receive side for the worst case, every peer routing every slot here): a forward allocates nothing.
+ *
+ * Dispatch chunks (hp_moe_ep_forward_chunks, C > 1): routing and capacity run once over all local tokens,
+ * then the tokens cross the exchange in C contiguous chunks, chunk c+1's rows in flight (on a second
+ * communicator) while chunk c's experts compute. Each row's expert result does not depend on C except
+ * through the BLAS call it is computed in (see docs/moe.md for how close the outputs are).
  */
 typedef struct hp_moe_ep hp_moe_ep;
 
@@ -292,6 +297,20 @@ void hp_moe_ep_destroy(hp_moe_ep *ep);
  * y [T, H]; topk_idx / topk_w of the call are in hp_moe_ep_ws(ep). */
 hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y, const hp_moe_run_opts *opts,
                             bool overlap, hp_err *err);
+
+/* hp_moe_ep_create that also readies forwards of up to max_chunks dispatch chunks (max_chunks <= 1: exactly
+ * hp_moe_ep_create). Chunk buffers hold ceil((max_tokens + 1) / 2) tokens per stage, so every peer may hold
+ * up to max_tokens + 1 local tokens (more is refused by the forward, on every rank). With max_chunks > 1 it
+ * is a collective over comm: every rank must call it; the ranks agree on the local checks before splitting
+ * off the second communicator, so one rank's failure fails them all. */
+hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                   int max_chunks, hp_err *err);
+/* hp_moe_ep_forward in `chunks` dispatch chunks (chunks <= 1: exactly hp_moe_ep_forward). Every rank of the
+ * group must pass the same chunks (checked: HP_ERR_INPUT on every rank otherwise), at most the max_chunks of
+ * creation; a rank's chunk boundaries come from its own token count, and a rank with an empty chunk still
+ * takes part in its exchanges. Statistics sum over the chunks. */
+hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
+                                   const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err);
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 

@@ -12,6 +12,21 @@
  *
  * The order of the rows a rank sends is fixed by hp_moe_dispatch_prepare (stable, expert-major), so the
  * rows that come back line up with slot_row and hp_moe_combine finishes exactly as in one process.
+ *
+ * Dispatch chunks (hp_moe_ep_forward_chunks, C > 1): routing and the capacity limit run once over all T
+ * local tokens; then the tokens go through the exchange in C contiguous chunks [T·c/C, T·(c+1)/C), two
+ * stages alternating between two communicators (the MPI backend allows one exchange in flight on each):
+ *
+ *             stage 0 (comm)            stage 1 (comm2)
+ *   post 0    counts, rows in flight
+ *   c = 0     wait, experts, return     post 1: counts, rows in flight
+ *   c = 1     post 2: counts, rows      wait, experts, return
+ *   ...
+ *
+ * so chunk c+1's rows travel while chunk c's experts compute. A stage is a view into the buffers above:
+ * send and recv hold two stages of Th = ceil((Tmax + 1) / 2) tokens each (Tmax + 1: a peer may hold one
+ * token more than this rank, as the CLI's row blocks do), xrows is shared (one chunk's experts run at a
+ * time), and each chunk keeps its slot_row / row_slot in the chunk's own range of the workspace's arrays.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +45,23 @@ struct hp_moe_ep {
     size_t *sc, *sd, *rc, *rd;         /* [P] byte counts / displacements of the forward exchange */
     float *send, *recv, *xrows, *y_shared;
     hp_moe_ep_stats stats;
+    /* Dispatch chunks (max_chunks > 1 only). */
+    int max_chunks;
+    int64_t Th;                        /* tokens per chunk a stage holds */
+    hp_comm *comm2;                    /* hp_comm_split of comm: stage 1's exchanges */
+    int64_t *stage_cnt;                /* [2 stages][2][P * L] cnt_send, cnt_recv */
+    size_t *stage_sz;                  /* [2 stages][4][P] sc, sd, rc, rd */
 };
+
+/* One chunk's exchange: views into the hp_moe_ep buffers, and the chunk's tokens [t0, t0 + n). */
+typedef struct ep_stage {
+    hp_comm *comm;
+    float *send, *recv;                /* [Th*K, H], [P*Th*K, H] */
+    int64_t *cnt_send, *cnt_recv;      /* [P * L] */
+    size_t *sc, *sd, *rc, *rd;         /* [P] */
+    hp_comm_req *req;                  /* the row exchange in flight, or NULL */
+    int64_t t0, n, n_send, n_recv;
+} ep_stage;
 
 void hp_moe_ep_destroy(hp_moe_ep *ep)
 {
@@ -46,10 +77,15 @@ void hp_moe_ep_destroy(hp_moe_ep *ep)
     free(ep->recv);
     free(ep->xrows);
     free(ep->y_shared);
+    free(ep->stage_cnt);
+    free(ep->stage_sz);
+    hp_comm_free(ep->comm2);
     free(ep);
 }
 
-hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, hp_err *err)
+/* The rank-local part of creation: checks and buffers (max_chunks > 1: two stages' worth). No collective. */
+static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, int max_chunks,
+                          hp_err *err)
 {
     *out = NULL;
     const int P = hp_comm_size(comm), r = hp_comm_rank(comm);
@@ -73,13 +109,23 @@ hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm
     ep->K = l->top_k;
     ep->H = l->n_hidden;
     ep->Tmax = max_tokens;
+    ep->max_chunks = max_chunks > 1 ? max_chunks : 1;
     hp_status st = hp_moe_ws_create(&ep->ws, l, max_tokens, err);
     if (st != HP_OK) {
         hp_moe_ep_destroy(ep);
         return st;
     }
     bool ok = true;
-    int64_t slots = max_tokens * ep->K, recv_rows;
+    /* Chunked: send and recv hold two stages of Th tokens (2·Th >= Tmax + 1, so the plain path fits too). */
+    int64_t tb = max_tokens;
+    if (ep->max_chunks > 1) {
+        ep->Th = (max_tokens + 2) / 2;
+        tb = 2 * ep->Th;
+        ep->stage_cnt = hp__moe_alloc(4 * (int64_t)P * L, sizeof(int64_t), &ok);
+        ep->stage_sz = hp__moe_alloc(8 * (int64_t)P, sizeof(size_t), &ok);
+    }
+    int64_t slots = 0, recv_rows = 0;
+    if (!hp_mul_i64(tb, ep->K, &slots)) ok = false;
     if (!hp_mul_i64(slots, P, &recv_rows)) ok = false;
     ep->counts_all = hp__moe_alloc(ep->E, sizeof(int64_t), &ok);
     ep->offsets_all = hp__moe_alloc(ep->E + 1, sizeof(int64_t), &ok);
@@ -108,6 +154,26 @@ hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm
     return HP_OK;
 }
 
+hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, hp_err *err)
+{
+    return ep_build(out, l, comm, max_tokens, 1, err);
+}
+
+hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                   int max_chunks, hp_err *err)
+{
+    if (max_chunks <= 1) return ep_build(out, l, comm, max_tokens, 1, err);
+    hp_status st = ep_build(out, l, comm, max_tokens, max_chunks, err);
+    /* Every rank must reach the split: agree on the local part first. */
+    st = hp_comm_agree(comm, st, err);
+    if (st == HP_OK) st = hp_comm_split(comm, 0, hp_comm_rank(comm), &(*out)->comm2, err);
+    if (st != HP_OK) {
+        hp_moe_ep_destroy(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep) { return ep->ws; }
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep) { return &ep->stats; }
 
@@ -130,8 +196,8 @@ static hp_status shared_chunked(hp_moe_ep *ep, const float *x, int64_t T, float 
 }
 
 /* recv (blocks per source, each expert-major) <-> xrows (expert-major over sources). to_x picks the
- * direction; row offsets are recomputed from cnt_recv both ways. */
-static void reorder(hp_moe_ep *ep, bool to_x)
+ * direction; row offsets are recomputed from cnt_recv [P * L] both ways. */
+static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to_x)
 {
     const int64_t L = ep->L, H = ep->H;
     int64_t x_off = 0;
@@ -139,17 +205,84 @@ static void reorder(hp_moe_ep *ep, bool to_x)
         int64_t src_off = 0;
         for (int s = 0; s < ep->P; s++) {
             int64_t before = 0;
-            for (int64_t k = 0; k < e; k++) before += ep->cnt_recv[(int64_t)s * L + k];
-            int64_t n = ep->cnt_recv[(int64_t)s * L + e];
-            float *a = ep->recv + (src_off + before) * H, *b = ep->xrows + x_off * H;
+            for (int64_t k = 0; k < e; k++) before += cnt_recv[(int64_t)s * L + k];
+            int64_t n = cnt_recv[(int64_t)s * L + e];
+            float *a = recv + (src_off + before) * H, *b = ep->xrows + x_off * H;
             if (n) {
                 if (to_x) memcpy(b, a, (size_t)(n * H) * sizeof(float));
                 else memcpy(a, b, (size_t)(n * H) * sizeof(float));
             }
             x_off += n;
-            for (int64_t k = 0; k < L; k++) src_off += ep->cnt_recv[(int64_t)s * L + k];
+            for (int64_t k = 0; k < L; k++) src_off += cnt_recv[(int64_t)s * L + k];
         }
     }
+}
+
+/* Byte counts and displacements of the row exchange from the per-(peer, local expert) row counts; returns
+ * the rows received, *bytes the bytes sent plus received. */
+static int64_t plan_exchange(const hp_moe_ep *ep, const int64_t *cnt_send, const int64_t *cnt_recv, size_t *sc,
+                             size_t *sd, size_t *rc, size_t *rd, int64_t *bytes)
+{
+    const int64_t L = ep->L;
+    const size_t row_bytes = (size_t)ep->H * sizeof(float);
+    size_t so = 0, ro = 0;
+    int64_t n_recv = 0;
+    for (int p = 0; p < ep->P; p++) {
+        int64_t ns = 0, nr = 0;
+        for (int64_t e = 0; e < L; e++) {
+            ns += cnt_send[(int64_t)p * L + e];
+            nr += cnt_recv[(int64_t)p * L + e];
+        }
+        sc[p] = (size_t)ns * row_bytes;
+        sd[p] = so;
+        rc[p] = (size_t)nr * row_bytes;
+        rd[p] = ro;
+        so += sc[p];
+        ro += rc[p];
+        n_recv += nr;
+    }
+    *bytes = (int64_t)(so + ro);
+    return n_recv;
+}
+
+/* cnt_local[e] = rows for local expert e over all sources. */
+static void count_local(hp_moe_ep *ep, const int64_t *cnt_recv)
+{
+    for (int64_t e = 0; e < ep->L; e++) {
+        ep->cnt_local[e] = 0;
+        for (int p = 0; p < ep->P; p++) ep->cnt_local[e] += cnt_recv[(int64_t)p * ep->L + e];
+    }
+}
+
+/* The rank-local start of a forward, identical with and without chunks: checks x, routes all T tokens,
+ * applies the capacity limit to this rank's slots (*keep: the mask or NULL). Resets the statistics; *t0
+ * is when routing began. No collective: the caller agrees on the status. */
+static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_moe_run_opts *opts,
+                             const uint8_t **keep, double *t0, hp_err *err)
+{
+    const hp_moe_layer *l = ep->l;
+    hp_moe_ws *ws = ep->ws;
+    const int64_t K = ep->K, H = ep->H, E = ep->E, L = ep->L;
+    hp_status st = HP_OK;
+    if (T < 0 || T > ep->Tmax)
+        st = hp_err_set(err, HP_ERR_INPUT, "%lld local tokens exceed the %lld the EP buffers were sized for",
+                        (long long)T, (long long)ep->Tmax);
+    if (st == HP_OK) st = hp_moe_check_finite(x, T, H, "input x", err);
+    memset(&ep->stats, 0, sizeof ep->stats);
+    ep->stats.n_tokens = T;
+    ep->stats.n_slots = T * K;
+
+    *t0 = hp_comm_wtime();
+    if (st == HP_OK && T > 0) st = hp_moe_route(l, ws, x, T, ws->topk_idx, ws->topk_w, err);
+    if (st == HP_OK && T > 0 && opts->balanced_router)
+        st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, E, L, err);
+    *keep = NULL;
+    if (st == HP_OK && T > 0 && opts->capacity_factor > 0) {
+        st = hp_moe_capacity(ws->topk_idx, ws->topk_w, T, K, E, opts->capacity_factor, opts->policy, ws->keep,
+                             ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
+        *keep = ws->keep;
+    }
+    return st;
 }
 
 hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y, const hp_moe_run_opts *opts,
@@ -160,26 +293,9 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     const hp_moe_layer *l = ep->l;
     hp_moe_ws *ws = ep->ws;
     const int64_t T = n_tokens, K = ep->K, H = ep->H, E = ep->E, L = ep->L;
-    const int P = ep->P;
-    hp_status st = HP_OK;
-    if (T < 0 || T > ep->Tmax)
-        st = hp_err_set(err, HP_ERR_INPUT, "%lld local tokens exceed the %lld the EP buffers were sized for",
-                        (long long)T, (long long)ep->Tmax);
-    if (st == HP_OK) st = hp_moe_check_finite(x, T, H, "input x", err);
-    memset(&ep->stats, 0, sizeof ep->stats);
-    ep->stats.n_tokens = T;
-    ep->stats.n_slots = T * K;
-
-    double t0 = hp_comm_wtime();
-    if (st == HP_OK && T > 0) st = hp_moe_route(l, ws, x, T, ws->topk_idx, ws->topk_w, err);
-    if (st == HP_OK && T > 0 && opts->balanced_router)
-        st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, E, L, err);
     const uint8_t *keep = NULL;
-    if (st == HP_OK && T > 0 && opts->capacity_factor > 0) {
-        st = hp_moe_capacity(ws->topk_idx, ws->topk_w, T, K, E, opts->capacity_factor, opts->policy, ws->keep,
-                             ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
-        keep = ws->keep;
-    }
+    double t0 = 0;
+    hp_status st = route_local(ep, x, T, opts, &keep, &t0, err);
     /* Every rank must reach the exchanges, so agree on the local checks first. */
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
@@ -192,30 +308,20 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     ep->stats.t_route = t1 - t0;
 
     if ((st = hp_comm_alltoall(ep->comm, ep->cnt_send, (size_t)L * sizeof(int64_t), ep->cnt_recv, err))) return st;
-    size_t so = 0, ro = 0;
-    int64_t n_recv = 0;
-    const size_t row_bytes = (size_t)H * sizeof(float);
-    for (int p = 0; p < P; p++) {
-        int64_t ns = 0, nr = 0;
-        for (int64_t e = 0; e < L; e++) {
-            ns += ep->cnt_send[(int64_t)p * L + e];
-            nr += ep->cnt_recv[(int64_t)p * L + e];
-        }
-        ep->sc[p] = (size_t)ns * row_bytes;
-        ep->sd[p] = so;
-        ep->rc[p] = (size_t)nr * row_bytes;
-        ep->rd[p] = ro;
-        so += ep->sc[p];
-        ro += ep->rc[p];
-        n_recv += nr;
-    }
-    for (int64_t e = 0; e < L; e++) {
-        ep->cnt_local[e] = 0;
-        for (int p = 0; p < P; p++) ep->cnt_local[e] += ep->cnt_recv[(int64_t)p * L + e];
-    }
+    int64_t n_recv = plan_exchange(ep, ep->cnt_send, ep->cnt_recv, ep->sc, ep->sd, ep->rc, ep->rd,
+                                   &ep->stats.bytes_exchanged);
+    count_local(ep, ep->cnt_recv);
     ep->stats.rows_sent = n_send;
     ep->stats.rows_recv = n_recv;
-    ep->stats.bytes_exchanged = (int64_t)(so + ro);
+    /* The receive side holds P·Tmax·K rows: enough unless a peer has more tokens than this rank was sized
+     * for. Refuse (on every rank) rather than overrun. */
+    if (n_recv > (int64_t)ep->P * ep->Tmax * K)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "EP rank %d would receive %lld rows but was sized for %lld tokens per rank (%lld rows); "
+                        "create every rank of the group with the largest per-rank token count",
+                        ep->rank, (long long)n_recv, (long long)ep->Tmax,
+                        (long long)((int64_t)ep->P * ep->Tmax * K));
+    if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     hp_comm_req *req = NULL;
     if ((st = hp_comm_ialltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd, &req, err))) return st;
@@ -234,9 +340,9 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     ep->stats.t_dispatch = (t3 - t1) - ep->stats.t_shared; /* counts + rows exchange, shared compute excluded */
 
     if (st == HP_OK) {
-        reorder(ep, true);
+        reorder(ep, ep->cnt_recv, ep->recv, true);
         st = hp_moe_experts_forward(l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
-        if (st == HP_OK) reorder(ep, false);
+        if (st == HP_OK) reorder(ep, ep->cnt_recv, ep->recv, false);
     }
     ep->stats.t_experts = hp_comm_wtime() - t3;
     /* A failing expert compute must not leave peers in the return exchange. The return is timed after
@@ -260,5 +366,169 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     ws->stats.n_slots = T * K;
     ws->stats.n_dropped = ep->stats.n_dropped;
     ws->stats.n_rows = n_recv;
+    return st;
+}
+
+/* ---- dispatch chunks ---- */
+
+/* Stage i (0 or 1) of the pipeline: its communicator and its views into the shared buffers. */
+static void stage_init(hp_moe_ep *ep, int i, ep_stage *s)
+{
+    const int64_t PL = (int64_t)ep->P * ep->L, rows = ep->Th * ep->K;
+    memset(s, 0, sizeof *s);
+    s->comm = i ? ep->comm2 : ep->comm;
+    s->send = ep->send + (int64_t)i * rows * ep->H;
+    s->recv = ep->recv + (int64_t)i * ep->P * rows * ep->H;
+    s->cnt_send = ep->stage_cnt + (int64_t)i * 2 * PL;
+    s->cnt_recv = s->cnt_send + PL;
+    s->sc = ep->stage_sz + (int64_t)i * 4 * ep->P;
+    s->sd = s->sc + ep->P;
+    s->rc = s->sd + ep->P;
+    s->rd = s->rc + ep->P;
+}
+
+/* Dispatches chunk [t0, t0 + n) on stage s: expert-major order of its kept slots (slot_row / row_slot in
+ * the chunk's range of the workspace's arrays), gather, counts exchange, and the row exchange posted
+ * non-blocking. A rank whose chunk is empty still takes part in both exchanges. */
+static hp_status stage_post(hp_moe_ep *ep, ep_stage *s, const float *x, const uint8_t *keep, int64_t t0, int64_t n,
+                            hp_err *err)
+{
+    hp_moe_ws *ws = ep->ws;
+    const int64_t K = ep->K, H = ep->H;
+    double ta = hp_comm_wtime();
+    s->t0 = t0;
+    s->n = n;
+    s->n_send = hp_moe_dispatch_prepare(ws->topk_idx + t0 * K, keep ? keep + t0 * K : NULL, n, K, 0, ep->E,
+                                        ep->counts_all, ep->offsets_all, ws->row_slot + t0 * K, ws->slot_row + t0 * K);
+    if (s->n_send) hp_moe_gather(x + t0 * H, H, K, ws->row_slot + t0 * K, s->n_send, s->send);
+    memcpy(s->cnt_send, ep->counts_all, (size_t)ep->E * sizeof(int64_t));
+    double tb = hp_comm_wtime();
+    ep->stats.t_route += tb - ta;
+    hp_status st = hp_comm_alltoall(s->comm, s->cnt_send, (size_t)ep->L * sizeof(int64_t), s->cnt_recv, err);
+    if (st != HP_OK) return st;
+    int64_t bytes = 0;
+    s->n_recv = plan_exchange(ep, s->cnt_send, s->cnt_recv, s->sc, s->sd, s->rc, s->rd, &bytes);
+    ep->stats.rows_sent += s->n_send;
+    ep->stats.rows_recv += s->n_recv;
+    ep->stats.bytes_exchanged += bytes;
+    st = hp_comm_ialltoallv(s->comm, s->send, s->sc, s->sd, s->recv, s->rc, s->rd, &s->req, err);
+    ep->stats.t_dispatch += hp_comm_wtime() - tb;
+    return st;
+}
+
+/* Waits for stage s's row exchange if it is in flight (the error path: nothing may stay in flight). */
+static void stage_drain(ep_stage *s)
+{
+    hp_err e2;
+    if (s->req) (void)hp_comm_wait(s->req, &e2);
+    s->req = NULL;
+}
+
+/* Chunk c's row exchange completes, the local experts run on its rows, the ranks agree, and the outputs
+ * go back and are combined into y's rows [t0, t0 + n). st is the status so far (a failed shared expert
+ * under overlap): the collectives still run so that every rank reaches the agreement. */
+static hp_status stage_finish(hp_moe_ep *ep, ep_stage *s, float *y, hp_status st, hp_err *err)
+{
+    hp_moe_ws *ws = ep->ws;
+    const int64_t K = ep->K, H = ep->H;
+    double tw = hp_comm_wtime();
+    hp_status wst = hp_comm_wait(s->req, err);
+    s->req = NULL;
+    double t3 = hp_comm_wtime();
+    ep->stats.t_wait += t3 - tw;
+    ep->stats.t_dispatch += t3 - tw;
+    if (st == HP_OK) st = wst;
+    if (st == HP_OK) {
+        count_local(ep, s->cnt_recv);
+        reorder(ep, s->cnt_recv, s->recv, true);
+        st = hp_moe_experts_forward(ep->l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
+        if (st == HP_OK) reorder(ep, s->cnt_recv, s->recv, false);
+        ws->stats.n_rows += s->n_recv;
+    }
+    ep->stats.t_experts += hp_comm_wtime() - t3;
+    if ((st = hp_comm_agree(s->comm, st, err)) != HP_OK) return st;
+    double t4 = hp_comm_wtime();
+    if ((st = hp_comm_alltoallv(s->comm, s->recv, s->rc, s->rd, s->send, s->sc, s->sd, err))) return st;
+    double t5 = hp_comm_wtime();
+    ep->stats.t_return += t5 - t4;
+    if (s->n > 0) hp_moe_combine(s->send, ws->slot_row + s->t0 * K, ws->topk_w + s->t0 * K, s->n, K, H, y + s->t0 * H);
+    ep->stats.t_combine += hp_comm_wtime() - t5;
+    return HP_OK;
+}
+
+hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
+                                   const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err)
+{
+    if (chunks <= 1) return hp_moe_ep_forward(ep, x, n_tokens, y, opts, overlap, err);
+    static const hp_moe_run_opts none = {0};
+    if (!opts) opts = &none;
+    hp_moe_ws *ws = ep->ws;
+    const int64_t T = n_tokens, H = ep->H, C = chunks;
+    const uint8_t *keep = NULL;
+    double t0 = 0;
+    hp_status st = route_local(ep, x, T, opts, &keep, &t0, err);
+    ep->stats.t_route = hp_comm_wtime() - t0;
+    /* One reduction: every peer's largest chunk, ceil(T_peer / C), must fit this rank's stages, and the
+     * ranks must agree on C (a rank with another C would post a different sequence of exchanges). */
+    double red[3] = {(double)(T > 0 ? T : 0), (double)C, -(double)C};
+    hp_status rst = hp_comm_allreduce_max_f64(ep->comm, red, 3, err);
+    if (rst != HP_OK) return rst;
+    const int64_t peak = (int64_t)red[0], peak_chunk = (peak + C - 1) / C;
+    if (st == HP_OK && red[1] != -red[2])
+        st = hp_err_set(err, HP_ERR_INPUT, "the ranks of the EP group disagree on the number of dispatch chunks "
+                        "(%g to %g); every rank must use the same", -red[2], red[1]);
+    else if (st == HP_OK && chunks > ep->max_chunks)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "%d dispatch chunks requested but the EP runtime was created for at most %d; create it "
+                        "with hp_moe_ep_create_chunked and max_chunks >= %d",
+                        chunks, ep->max_chunks, chunks);
+    else if (st == HP_OK && peak_chunk > ep->Th)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "a rank of the EP group holds %lld local tokens: its chunks of up to %lld tokens exceed the "
+                        "%lld this rank's chunk buffers hold (created for %lld tokens); create every rank's EP "
+                        "runtime for the largest local token count",
+                        (long long)peak, (long long)peak_chunk, (long long)ep->Th, (long long)ep->Tmax);
+    if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
+    ws->stats.n_rows = 0;
+
+    ep_stage stage[2];
+    stage_init(ep, 0, &stage[0]);
+    stage_init(ep, 1, &stage[1]);
+    if ((st = stage_post(ep, &stage[0], x, keep, 0, T / C, err)) != HP_OK) {
+        stage_drain(&stage[0]);
+        return st;
+    }
+    if (overlap) {
+        /* The shared expert needs only local tokens: run it while the first chunk's rows are in flight. */
+        double ts = hp_comm_wtime();
+        memset(ep->y_shared, 0, (size_t)(T * H) * sizeof(float));
+        st = shared_chunked(ep, x, T, ep->y_shared, stage[0].req, err);
+        ep->stats.t_shared = hp_comm_wtime() - ts;
+    }
+    for (int64_t c = 0; c < C; c++) {
+        ep_stage *cur = &stage[c & 1], *next = &stage[(c + 1) & 1];
+        hp_status pst = HP_OK;
+        /* Chunk c + 1 goes out on the other communicator before chunk c's experts run. */
+        if (c + 1 < C) pst = stage_post(ep, next, x, keep, T * (c + 1) / C, T * (c + 2) / C - T * (c + 1) / C, err);
+        if (pst != HP_OK) {
+            stage_drain(cur);
+            stage_drain(next);
+            return pst;
+        }
+        if ((st = stage_finish(ep, cur, y, st, err)) != HP_OK) {
+            stage_drain(next);
+            return st;
+        }
+    }
+    double t6 = hp_comm_wtime();
+    if (overlap) {
+        for (int64_t i = 0; i < T * H; i++) y[i] += ep->y_shared[i];
+    } else {
+        st = shared_chunked(ep, x, T, y, NULL, err);
+        ep->stats.t_shared = hp_comm_wtime() - t6;
+    }
+    ws->stats.n_tokens = T;
+    ws->stats.n_slots = T * ep->K;
+    ws->stats.n_dropped = ep->stats.n_dropped;
     return st;
 }

@@ -4,6 +4,14 @@
  * layer applied to that block (max |Δy| <= 1e-5 · max|y|, topk_idx identical) — without a capacity factor
  * and with capacity factors 1.0 and 1.5 applied per rank to its own slots — and --overlap gives exactly the
  * same numbers as without it. Also an EP group split out of the world (two groups at 4 ranks).
+ *
+ * Dispatch chunks: 2 and 3 chunks, with and without overlap, against one chunk on the same rank. Routing,
+ * capacity (topk_idx, dropped slots) and the rows exchanged are identical. y is NOT bitwise identical:
+ * OpenBLAS 0.3.21's sgemm gives bitwise-different rows for different row counts m (its kernels for the m
+ * tail accumulate in another order; a chunk hands each expert fewer rows per call), so y is checked to
+ * max |Δy| <= 1e-6 · max|y| (seen: at most 6.2e-7 over the golden folders at 1, 2 and 4 ranks). With
+ * the same chunking, overlap is bitwise identical. Also: ranks with different token counts (one with none,
+ * chunks emptier than others), and the errors every rank must share.
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +27,38 @@ static hp_comm *W;
 static const char *g_golden[] = {"deepseek_v3_per_expert_f32", "glm4_moe_batched_bf16", "gpt_oss_batched_f32",
                                  "mixtral_batched_bf16", "mixtral_per_expert_f32", "qwen2_moe_per_expert_f32",
                                  "qwen3_moe_batched_bf16"};
+
+/* Dispatch chunks 2 and 3, without and with overlap, against y of one chunk: same routing, same dropped
+ * slots, same rows exchanged; y within 1e-6 · max|y| (see the file header); overlap bitwise equal to its
+ * chunking without overlap. rows_sent < 0: not checked. yo, yv: scratch of T·H floats. */
+static void check_chunks(hp_moe_ep *ep, const char *what, int64_t layer, double cf, const float *x, int64_t T,
+                         const float *y, const int32_t *topk_ref, int64_t K, int64_t H, const hp_moe_run_opts *ro,
+                         int64_t rows_sent, float *yo)
+{
+    hp_err err;
+    float *yv = calloc((size_t)((T + 1) * H), sizeof *yv);
+    CHECK(yv != NULL);
+    if (!yv) return;
+    for (int C = 2; C <= 3; C++) {
+        for (int ov = 0; ov < 2; ov++) {
+            float *out = ov ? yv : yo;
+            CHECK_MSG(hp_moe_ep_forward_chunks(ep, x, T, out, ro, ov, C, &err) == HP_OK, "%s", err.msg);
+            double mx = 0, d = 0;
+            for (int64_t i = 0; i < T * H; i++) {
+                mx = fmax(mx, fabs(y[i]));
+                d = fmax(d, fabs((double)out[i] - y[i]));
+            }
+            CHECK_MSG(d <= 1e-6 * mx, "%s layer %lld cf %.1f: %d chunks%s: max diff %.3g vs %.3g", what,
+                      (long long)layer, cf, C, ov ? " with overlap" : "", d, 1e-6 * mx);
+            CHECK(memcmp(topk_ref, hp_moe_ep_ws(ep)->topk_idx, (size_t)(T * K) * sizeof(int32_t)) == 0);
+            if (rows_sent >= 0) CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->rows_sent, rows_sent);
+        }
+        bool same = true;
+        for (int64_t i = 0; i < T * H; i++) same &= yo[i] == yv[i];
+        CHECK_MSG(same, "%s layer %lld cf %.1f: %d chunks: overlap differs", what, (long long)layer, cf, C);
+    }
+    free(yv);
+}
 
 /* One layer on group g (size P, rank r): block of x, EP vs one process, three capacity settings, overlap. */
 static void check_layer(hp_comm *g, const hp_model *m, int64_t layer, const float *x, int64_t T)
@@ -38,7 +78,7 @@ static void check_layer(hp_comm *g, const hp_model *m, int64_t layer, const floa
     const int64_t H = m->cfg.hidden_size, lo_row = T * r / P, hi_row = T * (r + 1) / P, Tl = hi_row - lo_row;
     const int64_t K = full ? full->top_k : 1;
     if (st == HP_OK) st = hp_moe_ws_create(&ws, full, Tl > 0 ? Tl : 1, &err);
-    if (st == HP_OK) st = hp_moe_ep_create(&ep, local, g, Tl > 0 ? Tl : 1, &err);
+    if (st == HP_OK) st = hp_moe_ep_create_chunked(&ep, local, g, Tl > 0 ? Tl : 1, 3, &err);
     CHECK_MSG(st == HP_OK, "%s", err.msg);
     float *yref = calloc((size_t)((Tl + 1) * H), sizeof *yref), *y = calloc((size_t)((Tl + 1) * H), sizeof *y);
     float *yo = calloc((size_t)((Tl + 1) * H), sizeof *yo);
@@ -61,6 +101,12 @@ static void check_layer(hp_comm *g, const hp_model *m, int64_t layer, const floa
         bool same = true;
         for (int64_t i = 0; i < Tl * H; i++) same &= yo[i] == y[i];
         CHECK_MSG(same, "%s layer %lld: overlap differs", m->path, (long long)layer);
+        /* One chunk through hp_moe_ep_forward_chunks is hp_moe_ep_forward exactly. */
+        CHECK(hp_moe_ep_forward_chunks(ep, x + lo_row * H, Tl, yo, &ro, false, 1, &err) == HP_OK);
+        for (int64_t i = 0; i < Tl * H; i++) same &= yo[i] == y[i];
+        CHECK_MSG(same, "%s layer %lld: one chunk differs from the plain forward", m->path, (long long)layer);
+        const int64_t rows_sent = hp_moe_ep_get_stats(ep)->rows_sent;
+        check_chunks(ep, m->path, layer, factors[f], x + lo_row * H, Tl, y, ws->topk_idx, K, H, &ro, rows_sent, yo);
     }
     free(yref);
     free(y);
@@ -96,6 +142,125 @@ static void run_on(hp_comm *g)
 
 static void test_world_group(void) { run_on(W); }
 
+/* qwen2_moe layer 0 (shared expert, 8 experts) for the tests below: the whole layer and rank r's experts
+ * of the world group. Returns the model and the input file (x [32, 64]); NULL pieces on failure. */
+static void open_qwen2(hp_model **m, hp_st_file **f, hp_moe_layer **full, hp_moe_layer **local)
+{
+    hp_err err;
+    const int P = hp_comm_size(W), r = hp_comm_rank(W);
+    const char *dir = "data/golden/qwen2_moe_per_expert_f32";
+    char io[160];
+    snprintf(io, sizeof io, "%s/moe_io.safetensors", dir);
+    *m = NULL, *f = NULL, *full = NULL, *local = NULL;
+    CHECK(hp_model_open(m, dir, NULL, &err) == HP_OK);
+    CHECK(hp_st_open(f, io, &err) == HP_OK);
+    if (!*m || !*f) return;
+    CHECK(hp_moe_layer_load(full, *m, 0, NULL, &err) == HP_OK);
+    hp_moe_load_opts lo;
+    hp_moe_load_opts_default(&lo);
+    lo.first_expert = r * (8 / P);
+    lo.n_local = 8 / P;
+    CHECK_MSG(hp_moe_layer_load(local, *m, 0, &lo, &err) == HP_OK, "%s", err.msg);
+}
+
+static void close_qwen2(hp_model *m, hp_st_file *f, hp_moe_layer *full, hp_moe_layer *local)
+{
+    hp_moe_layer_free(local);
+    hp_moe_layer_free(full);
+    hp_st_close(f);
+    hp_model_close(m);
+}
+
+/* Ranks with different token counts: rank r holds {0, 7, 3, 9}[r % 4] rows (rank 0 none; 9 on one rank
+ * alone), every rank's
+ * runtime sized for 9, so chunks differ in size between ranks and some are empty (8 chunks of 3 tokens).
+ * Chunked equals one chunk (1e-6 · max|y|) and one chunk equals the one-process layer (1e-5). */
+static void test_chunks_uneven(void)
+{
+    static const int64_t n_of[4] = {0, 7, 3, 9}, first_of[4] = {0, 0, 7, 10};
+    const int r = hp_comm_rank(W), who = hp_comm_size(W) == 1 ? 3 : r % 4;
+    hp_model *m;
+    hp_st_file *f;
+    hp_moe_layer *full, *local;
+    open_qwen2(&m, &f, &full, &local);
+    const hp_st_tensor *t = f ? hp_st_find(f, "x") : NULL;
+    hp_err err;
+    hp_moe_ep *ep = NULL;
+    hp_moe_ws *ws = NULL;
+    const int64_t H = 64, K = full ? full->top_k : 1, T = n_of[who];
+    const float *x = t ? (const float *)hp_st_data(f, t) + (first_of[who] + 16 * (r / 4)) * H : NULL;
+    CHECK(full && local && t);
+    if (full && local && t) {
+        CHECK(hp_moe_ws_create(&ws, full, 9, &err) == HP_OK);
+        CHECK_MSG(hp_moe_ep_create_chunked(&ep, local, W, 9, 8, &err) == HP_OK, "%s", err.msg);
+    }
+    float *yref = calloc(10 * 64, sizeof *yref), *y = calloc(10 * 64, sizeof *y), *yo = calloc(10 * 64, sizeof *yo);
+    static const double factors[] = {0.0, 1.0};
+    for (size_t fi = 0; ep && ws && fi < 2; fi++) {
+        hp_moe_run_opts ro = {.capacity_factor = factors[fi]};
+        if (T > 0) CHECK(hp_moe_forward(full, ws, x, T, H, yref, &ro, &err) == HP_OK);
+        CHECK_MSG(hp_moe_ep_forward(ep, x, T, y, &ro, false, &err) == HP_OK, "%s", err.msg);
+        double mx = 0, d = 0;
+        for (int64_t i = 0; i < T * H; i++) {
+            mx = fmax(mx, fabs(yref[i]));
+            d = fmax(d, fabs((double)y[i] - yref[i]));
+        }
+        CHECK_MSG(d <= 1e-5 * mx, "uneven rank %d cf %.1f: max diff %.3g", r, factors[fi], d);
+        int64_t rows = hp_moe_ep_get_stats(ep)->rows_sent;
+        check_chunks(ep, "uneven", 0, factors[fi], x, T, y, ws->topk_idx, K, H, &ro, rows, yo);
+        /* More chunks than a rank has tokens: empty chunks still join every exchange. */
+        CHECK_MSG(hp_moe_ep_forward_chunks(ep, x, T, yo, &ro, true, 8, &err) == HP_OK, "%s", err.msg);
+        d = 0;
+        for (int64_t i = 0; i < T * H; i++) d = fmax(d, fabs((double)yo[i] - y[i]));
+        CHECK_MSG(d <= 1e-6 * mx, "uneven rank %d: 8 chunks: max diff %.3g", r, d);
+        CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->rows_sent, rows);
+    }
+    free(yref);
+    free(y);
+    free(yo);
+    hp_moe_ep_destroy(ep);
+    hp_moe_ws_destroy(ws);
+    close_qwen2(m, f, full, local);
+}
+
+/* Errors of the chunked forward end every rank with the same status, and the runtime stays usable. */
+static void test_chunks_errors(void)
+{
+    const int P = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_model *m;
+    hp_st_file *f;
+    hp_moe_layer *full, *local;
+    open_qwen2(&m, &f, &full, &local);
+    const hp_st_tensor *t = f ? hp_st_find(f, "x") : NULL;
+    hp_err err;
+    hp_moe_ep *ep = NULL, *plain = NULL;
+    const float *x = t ? (const float *)hp_st_data(f, t) + r * 8 * 64 : NULL;
+    float *y = calloc(8 * 64, sizeof *y);
+    if (!(full && local && t && y)) goto out;
+    /* Rank 0 is sized for 1 token, the others for 8: their 2-chunk halves (4) do not fit rank 0's stages. */
+    CHECK_MSG(hp_moe_ep_create_chunked(&ep, local, W, r == 0 ? 1 : 8, 2, &err) == HP_OK, "%s", err.msg);
+    CHECK(hp_moe_ep_create(&plain, local, W, 8, &err) == HP_OK);
+    if (!ep || !plain) goto out;
+    CHECK_EQ_INT(hp_moe_ep_forward_chunks(plain, x, 8 * (r > 0), y, NULL, false, 2, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "created for at most 1; create it with hp_moe_ep_create_chunked");
+    CHECK_EQ_INT(hp_moe_ep_forward_chunks(ep, x, 0, y, NULL, false, 3, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "3 dispatch chunks requested but the EP runtime was created for at most 2");
+    if (P > 1) {
+        CHECK_EQ_INT(hp_moe_ep_forward_chunks(ep, x, 0, y, NULL, false, r == 0 ? 2 : 3, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "disagree on the number of dispatch chunks (2 to 3)");
+        CHECK_EQ_INT(hp_moe_ep_forward_chunks(ep, x, 8 * (r > 0), y, NULL, true, 2, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "holds 8 local tokens: its chunks of up to 4 tokens exceed the 1 this rank's");
+        if (r > 0) CHECK_STR_CONTAINS(err.msg, "rank 0: ");
+    }
+    /* Nothing stayed in flight: the same runtime still works, here with one token per rank. */
+    CHECK_MSG(hp_moe_ep_forward_chunks(ep, x, 1, y, NULL, true, 2, &err) == HP_OK, "%s", err.msg);
+out:
+    free(y);
+    hp_moe_ep_destroy(ep);
+    hp_moe_ep_destroy(plain);
+    close_qwen2(m, f, full, local);
+}
+
 /* Two EP groups of consecutive ranks (TP-extend-EP with tp = 2): each group exchanges only internally. */
 static void test_split_groups(void)
 {
@@ -105,6 +270,36 @@ static void test_split_groups(void)
     CHECK(hp_comm_split(W, hp_comm_rank(W) / 2, hp_comm_rank(W) % 2, &g, &err) == HP_OK);
     if (g) run_on(g);
     hp_comm_free(g);
+}
+
+/* A rank sized for fewer tokens than a peer sends it is refused on every rank, never overrun. */
+static void test_undersized_receiver(void)
+{
+    if (hp_comm_size(W) != 2) return;
+    const int r = hp_comm_rank(W);
+    hp_err err;
+    hp_model *m = NULL;
+    hp_moe_layer *l = NULL;
+    hp_moe_ep *ep = NULL;
+    CHECK(hp_model_open(&m, "data/golden/qwen3_moe_batched_bf16", NULL, &err) == HP_OK);
+    hp_moe_load_opts lo;
+    hp_moe_load_opts_default(&lo);
+    lo.first_expert = r * 8;
+    lo.n_local = 8;
+    if (m) CHECK(hp_moe_layer_load(&l, m, 1, &lo, &err) == HP_OK);
+    const int64_t T = r == 0 ? 1 : 4, H = 64;
+    if (l) CHECK(hp_moe_ep_create(&ep, l, W, T, &err) == HP_OK);
+    if (ep) {
+        float x[4 * 64], y[4 * 64];
+        for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 17) * 0.05f - 0.4f;
+        hp_moe_run_opts ro = {.balanced_router = true};
+        CHECK(hp_moe_ep_forward(ep, x, T, y, &ro, false, &err) == HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "was sized for 1 tokens per rank");
+        (void)H;
+    }
+    hp_moe_ep_destroy(ep);
+    hp_moe_layer_free(l);
+    hp_model_close(m);
 }
 
 int main(int argc, char **argv)
@@ -118,7 +313,10 @@ int main(int argc, char **argv)
     struct {
         const char *name;
         void (*fn)(void);
-    } tests[] = {{"world_group", test_world_group}, {"split_groups", test_split_groups}};
+    } tests[] = {{"undersized_receiver", test_undersized_receiver}, {"world_group", test_world_group},
+                 {"split_groups", test_split_groups},
+                 {"chunks_uneven", test_chunks_uneven},
+                 {"chunks_errors", test_chunks_errors}};
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
         int before = hp__failed_checks;
