@@ -449,20 +449,14 @@ int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *ar
             if (!cli_parse_i64("bench", "--reps", optarg, 1, MAX_REPS, &a.reps)) return HP_EXIT_USAGE;
             break;
         case 'r':
-            if (!strcmp(optarg, "real")) a.real_router = true;
-            else if (strcmp(optarg, "balanced"))
-                return cli_usage_error("bench", "--router expects balanced or real, got '%s'", optarg);
+            if (!cli_parse_router("bench", optarg, &a.real_router)) return HP_EXIT_USAGE;
             break;
         case 't':
             if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
             break;
-        case 'm': {
-            char *end = NULL;
-            a.max_gib = strtod(optarg, &end);
-            if (!*optarg || *end || !(a.max_gib > 0))
-                return cli_usage_error("bench", "--max-gib expects a positive number, got '%s'", optarg);
+        case 'm':
+            if (!cli_parse_positive("bench", "--max-gib", optarg, &a.max_gib)) return HP_EXIT_USAGE;
             break;
-        }
         case 'L':
             if (!cli_parse_i64("bench", "--local-experts", optarg, 1, 1 << 16, &a.local_experts)) return HP_EXIT_USAGE;
             break;

@@ -27,6 +27,10 @@ bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min,
 struct hp_mesh;
 int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis,
              struct hp_mesh *out);
+/* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
+bool cli_parse_router(const char *cmd, const char *s, bool *real);
+/* A finite number > 0; prints a usage error naming opt and returns false otherwise. */
+bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
 /* Standard handling of an unknown option / missing argument reported by getopt_long. */
 int cli_bad_option(const char *cmd, char **argv);
 

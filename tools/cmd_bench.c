@@ -276,21 +276,14 @@ static int bench_moe(int argc, char **argv)
             if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
             break;
         case 'r':
-            if (!strcmp(optarg, "real"))
-                a.real_router = true;
-            else if (strcmp(optarg, "balanced"))
-                return cli_usage_error("bench", "--router expects balanced or real, got '%s'", optarg);
+            if (!cli_parse_router("bench", optarg, &a.real_router)) return HP_EXIT_USAGE;
             break;
         case 'R':
             if (!cli_parse_i64("bench", "--reps", optarg, 1, 50, &a.reps)) return HP_EXIT_USAGE;
             break;
-        case 'm': {
-            char *end = NULL;
-            a.max_gib = strtod(optarg, &end);
-            if (!*optarg || *end || !(a.max_gib > 0))
-                return cli_usage_error("bench", "--max-gib expects a positive number, got '%s'", optarg);
+        case 'm':
+            if (!cli_parse_positive("bench", "--max-gib", optarg, &a.max_gib)) return HP_EXIT_USAGE;
             break;
-        }
         case 'e':
             if (!cli_parse_i64("bench", "--ep", optarg, 1, 1 << 16, &a.ep)) return HP_EXIT_USAGE;
             break;

@@ -92,6 +92,28 @@ int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int
     return HP_EXIT_OK;
 }
 
+bool cli_parse_router(const char *cmd, const char *s, bool *real)
+{
+    if (!strcmp(s, "real") || !strcmp(s, "balanced")) {
+        *real = !strcmp(s, "real");
+        return true;
+    }
+    cli_usage_error(cmd, "--router expects balanced or real, got '%s'", s);
+    return false;
+}
+
+bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v > 0) || v > 1e300) {
+        cli_usage_error(cmd, "%s expects a positive number, got '%s'", opt, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
 int cli_bad_option(const char *cmd, char **argv)
 {
     const char *arg = optind > 0 ? argv[optind - 1] : "?";

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "hyperpar/comm.h"
-#include "testlib.h"
+#include "mpitest.h"
 
 static hp_comm *W;
 
@@ -153,30 +153,12 @@ int main(int argc, char **argv)
         hp_comm_free(W);
         return 0;
     }
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {{"alltoallv", test_alltoallv},
+    static const mpi_test tests[] = {{"alltoallv", test_alltoallv},
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
                  {"agree", test_agree}};
-    int passed = 0, failed = 0;
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        int before = hp__failed_checks;
-        tests[i].fn();
-        if (hp__failed_checks == before) passed++;
-        else {
-            failed++;
-            fprintf(stderr, "rank %d: FAIL %s\n", hp_comm_rank(W), tests[i].name);
-        }
-    }
-    double f = failed;
-    hp_comm_allreduce_max_f64(W, &f, 1, &err);
-    if (hp_comm_rank(W) == 0)
-        printf("%d passed, %d failed (%d ranks, %s)\n", passed, (int)f ? (int)f : failed, hp_comm_size(W),
-               hp_comm_backend(W));
-    int rc = f > 0 ? 1 : 0;
+    int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
 }

@@ -20,7 +20,7 @@
 
 #include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
-#include "testlib.h"
+#include "mpitest.h"
 
 static hp_comm *W;
 
@@ -310,27 +310,11 @@ int main(int argc, char **argv)
         return 1;
     }
     hp_moe_set_threads(1);
-    struct {
-        const char *name;
-        void (*fn)(void);
-    } tests[] = {{"undersized_receiver", test_undersized_receiver}, {"world_group", test_world_group},
+    static const mpi_test tests[] = {{"undersized_receiver", test_undersized_receiver}, {"world_group", test_world_group},
                  {"split_groups", test_split_groups},
                  {"chunks_uneven", test_chunks_uneven},
                  {"chunks_errors", test_chunks_errors}};
-    int passed = 0, failed = 0;
-    for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
-        int before = hp__failed_checks;
-        tests[i].fn();
-        if (hp__failed_checks == before) passed++;
-        else {
-            failed++;
-            fprintf(stderr, "rank %d: FAIL %s\n", hp_comm_rank(W), tests[i].name);
-        }
-    }
-    double f = failed;
-    hp_comm_allreduce_max_f64(W, &f, 1, &err);
-    if (hp_comm_rank(W) == 0) printf("%d passed, %d failed (%d ranks)\n", passed, (int)f, hp_comm_size(W));
-    int rc = f > 0 ? 1 : 0;
+    int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
 }
