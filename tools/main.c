@@ -1,6 +1,7 @@
 /*
  * main.c — the hyperpar command-line tool: dispatches to one subcommand per file (cmd_*.c).
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,7 @@ int cli_bad_option(const char *cmd, char **argv)
     return cli_usage_error(cmd, "unknown option or missing value near '%s'", arg);
 }
 
-int main(int argc, char **argv)
+static int run_main(int argc, char **argv)
 {
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
@@ -154,4 +155,22 @@ int main(int argc, char **argv)
     fprintf(stderr, "hyperpar: error: unknown command '%s'\n", argv[i]);
     usage(stderr);
     return HP_EXIT_USAGE;
+}
+
+/* Output that did not reach its destination (a full disk, /dev/full, a closed pipe) is a failure: every
+ * command's stdout is flushed and closed here, and a write error turns a success into exit 1. */
+int main(int argc, char **argv)
+{
+    int rc = run_main(argc, argv);
+    errno = 0;
+    bool bad = ferror(stdout) != 0;
+    int e = errno;
+    if (fflush(stdout) != 0) bad = true, e = errno;
+    if (fclose(stdout) != 0) bad = true, e = e ? e : errno;
+    if (bad) {
+        fprintf(stderr, "hyperpar: error: cannot write to standard output: %s\n",
+                e ? strerror(e) : "write error");
+        if (rc == HP_EXIT_OK) rc = HP_EXIT_RUNTIME;
+    }
+    return rc;
 }

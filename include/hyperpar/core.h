@@ -111,6 +111,14 @@ bool hp_contains_ci(const char *s, const char *lower_pat);
 /* Numeric-aware comparison: "layers.2" < "layers.10"; digit runs compare as numbers. */
 int hp_natural_cmp(const char *a, const char *b);
 
+/* ---- files ---- */
+/* Opens a regular file read-only (O_CLOEXEC) without ever blocking: a FIFO, a device, a socket, a folder, a
+ * symbolic-link loop or a missing path is refused with HP_ERR_INPUT and a sentence naming what it is. */
+hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err);
+/* What a path is, as the end of a sentence ("does not exist", "is a FIFO (named pipe), not a regular file",
+ * "is a folder", "is a symbolic-link loop ..."); buf holds the text for unusual errno values. */
+const char *hp_path_describe(const char *path, char *buf, size_t cap);
+
 /* Shell-style glob on dotted names (fnmatchcase): '*' any run (dots included), '?' one character, [a-z] [!x]. */
 bool hp_glob_match(const char *pattern, const char *text);
 
