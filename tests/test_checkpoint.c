@@ -4,6 +4,7 @@
 #include "testlib.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char tmpdir[64];
@@ -192,7 +193,7 @@ TEST(index_disagreements)
     put_text(IDX, "{\"weight_map\": {\"z.first\": \"" S1 "\", \"a.second\": \"" S1 "\", \"m.third\": \"" S2
                   "\", \"b.fourth\": \"" S2 "\", \"q\": \"model-00003-of-00003.safetensors\"}}");
     EXPECT_BAD(idx, "the weight_map lists shard model-00003-of-00003.safetensors but");
-    EXPECT_BAD(idx, "is missing or not a regular file; the checkpoint is incomplete");
+    EXPECT_BAD(idx, "model-00003-of-00003.safetensors does not exist; the checkpoint is incomplete");
 
     /* A corrupt shard: the reader's message comes through. */
     put_text(S2, "garbage!");
@@ -231,13 +232,11 @@ TEST(index_format_errors)
     put_text(IDX, "{\"weight_map\": {\"a\": \"" S1 "\", \"a\": \"" S2 "\"}}");
     EXPECT_BAD(idx, "duplicate object key");
 
-    /* An empty weight_map is an empty checkpoint. */
+    /* An empty weight_map lists no tensor: not a checkpoint (it used to open as "parameters 0"). */
     put_text(IDX, "{\"weight_map\": {}}");
-    hp_ckpt *c = NULL;
-    hp_err e;
-    CHECK(hp_ckpt_open(&c, idx, &e) == HP_OK);
-    CHECK(c && hp_ckpt_count(c) == 0 && hp_ckpt_file_count(c) == 0);
-    hp_ckpt_close(c);
+    EXPECT_BAD(idx, "\"weight_map\" is empty, so the checkpoint holds no tensors");
+    put_text(IDX, "{\"weight_map\": {}, \"metadata\": {\"total_size\": 0}}");
+    EXPECT_BAD(dir, "\"weight_map\" is empty");
     remove_tmpdir();
 }
 
@@ -264,9 +263,73 @@ TEST(folder_discovery)
 
     char p[256];
     snprintf(p, sizeof p, "%s/missing", dir);
-    EXPECT_BAD(p, "missing: cannot open: No such file or directory; pass a checkpoint folder");
+    EXPECT_BAD(p, "missing: cannot open: the path does not exist; pass a checkpoint folder");
     snprintf(p, sizeof p, "%s/missing.index.json", dir);
-    EXPECT_BAD(p, "cannot open: No such file or directory");
+    EXPECT_BAD(p, "cannot open: the path does not exist");
+    remove_tmpdir();
+}
+
+/* transformers loads model.safetensors when a folder also holds an index; so do we, and we say so. */
+TEST(folder_with_single_file_and_index_prefers_the_single_file)
+{
+    const char *dir = make_tmpdir();
+    put_two_shards();
+    put_shard("model.safetensors", "m1,m2,m3");
+    hp_ckpt *c = NULL;
+    hp_err e;
+    CHECK_MSG(hp_ckpt_open(&c, dir, &e) == HP_OK, "%s", e.msg);
+    if (c) {
+        CHECK_EQ_INT(hp_ckpt_count(c), 3);
+        CHECK(hp_ckpt_find(c, "m1") != NULL && hp_ckpt_find(c, "z.first") == NULL);
+        CHECK_STR_CONTAINS(hp_ckpt_source(c), "/model.safetensors");
+        CHECK(hp_ckpt_ignored(c) != NULL);
+        if (hp_ckpt_ignored(c)) CHECK_STR_CONTAINS(hp_ckpt_ignored(c), "/" IDX);
+    }
+    hp_ckpt_close(c);
+    /* Without the single file the index is used, and nothing is ignored. */
+    char p[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(unlink(p) == 0);
+    CHECK_MSG(hp_ckpt_open(&c, dir, &e) == HP_OK, "%s", e.msg);
+    if (c) {
+        CHECK_EQ_INT(hp_ckpt_count(c), 4);
+        CHECK_STR_CONTAINS(hp_ckpt_source(c), IDX);
+        CHECK(hp_ckpt_ignored(c) == NULL);
+    }
+    hp_ckpt_close(c);
+    remove_tmpdir();
+}
+
+/* A FIFO, a dangling link or a folder where a checkpoint file should be: refused at once, by what it is
+ * (a FIFO used to block open() forever). */
+TEST(non_regular_inputs_never_block)
+{
+    const char *dir = make_tmpdir();
+    char p[256], q[256];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(mkfifo(p, 0600) == 0);
+    EXPECT_BAD(dir, "model.safetensors: cannot open: the path is a FIFO (named pipe), not a regular file");
+    EXPECT_BAD(p, "is a FIFO");
+    CHECK(unlink(p) == 0);
+    snprintf(q, sizeof q, "%s/" IDX, dir);
+    CHECK(mkfifo(q, 0600) == 0);
+    EXPECT_BAD(dir, IDX ": cannot open: the path is a FIFO");
+    EXPECT_BAD(q, "is a FIFO");
+    CHECK(unlink(q) == 0);
+    CHECK(symlink("nowhere.safetensors", p) == 0);
+    EXPECT_BAD(dir, "is a dangling symbolic link");
+    CHECK(unlink(p) == 0);
+    CHECK(symlink("loop_b", p) == 0);
+    snprintf(q, sizeof q, "%s/loop_b", dir);
+    CHECK(symlink("model.safetensors", q) == 0);
+    EXPECT_BAD(dir, "symbolic-link loop");
+    EXPECT_BAD(p, "symbolic-link loop");
+    CHECK(unlink(p) == 0 && unlink(q) == 0);
+    /* A shard of an index that is a FIFO. */
+    put_two_shards();
+    snprintf(p, sizeof p, "%s/" S2, dir);
+    CHECK(unlink(p) == 0 && mkfifo(p, 0600) == 0);
+    EXPECT_BAD(dir, S2 " is a FIFO (named pipe)");
     remove_tmpdir();
 }
 

@@ -255,10 +255,18 @@ TEST(config_errors_are_positioned)
     CHECK(m == NULL && err.status == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "known families: llama, mistral");
 
+    /* A missing size takes the config class's default (LlamaConfig: 32 layers, intermediate 11008), as in
+     * transformers; an explicit 0 is refused. */
     m = open_text("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"vocab_size\": 8}",
                   &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    if (m) CHECK(m->cfg.num_hidden_layers == 32 && m->cfg.intermediate_size == 11008);
+    hp_model_close(m);
+    m = open_text("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, \"vocab_size\": 8, "
+                  "\"num_hidden_layers\": 0}",
+                  &err);
     CHECK(m == NULL);
-    CHECK_STR_CONTAINS(err.msg, "\"num_hidden_layers\" is missing");
+    CHECK_STR_CONTAINS(err.msg, "\"num_hidden_layers\" is 0, but it must be at least 1");
 
     m = open_text("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 1, "
                   "\"num_attention_heads\": 5, \"vocab_size\": 8, \"intermediate_size\": 8}",

@@ -640,9 +640,20 @@ TEST(open_from_disk_errors)
     hp_st_file *f = (hp_st_file *)1;
     hp_err e;
     CHECK(hp_st_open(&f, "data/golden/no-such.safetensors", &e) == HP_ERR_INPUT && f == NULL);
-    CHECK_STR_CONTAINS(e.msg, "data/golden/no-such.safetensors: cannot open: No such file or directory");
+    CHECK_STR_CONTAINS(e.msg, "data/golden/no-such.safetensors: cannot open: the path does not exist");
     CHECK(hp_st_open(&f, "data/golden", &e) == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(e.msg, "data/golden: not a regular file");
+    CHECK_STR_CONTAINS(e.msg, "data/golden: cannot open: the path is a folder");
+    /* A FIFO used to block open() forever; now it is refused at once, by what it is. */
+    {
+        char *fd = make_tmpdir();
+        char fifo[256];
+        snprintf(fifo, sizeof fifo, "%s/pipe.safetensors", fd);
+        CHECK(mkfifo(fifo, 0600) == 0);
+        CHECK(hp_st_open(&f, fifo, &e) == HP_ERR_INPUT && f == NULL);
+        CHECK_STR_CONTAINS(e.msg, "pipe.safetensors: cannot open: the path is a FIFO (named pipe)");
+        unlink(fifo);
+        rmdir(fd);
+    }
     char *dir = make_tmpdir();
     char p[256];
     snprintf(p, sizeof p, "%s/small.safetensors", dir);

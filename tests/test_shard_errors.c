@@ -17,11 +17,21 @@
 
 static char g_work[64];
 
+/* The scratch folder goes when the program ends (atexit), whichever tests ran: a cleanup "test" asserted
+ * nothing and was counted as a pass. */
+static void remove_work(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_work);
+    if (g_work[0] && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_work);
+}
+
 static const char *work(void)
 {
     if (!g_work[0]) {
         strcpy(g_work, "/tmp/hp_shard_err_XXXXXX");
         if (!mkdtemp(g_work)) abort();
+        atexit(remove_work);
     }
     return g_work;
 }
@@ -44,11 +54,9 @@ static void sh(const char *fmt, ...)
     CHECK_MSG(system(cmd) == 0, "command failed: %s", cmd);
 }
 
-/* Neither dir nor any "<dir>.tmp.*" exists. */
-static bool no_leftovers(const char *dir)
+/* No "<dir>.tmp.*" exists. */
+static bool no_leftovers_tmp(const char *dir)
 {
-    struct stat st;
-    if (stat(dir, &st) == 0) return false;
     const char *base = strrchr(dir, '/') + 1;
     DIR *d = opendir(work());
     struct dirent *e;
@@ -57,6 +65,13 @@ static bool no_leftovers(const char *dir)
         if (!strncmp(e->d_name, base, strlen(base)) && strstr(e->d_name, ".tmp.")) clean = false;
     if (d) closedir(d);
     return clean;
+}
+
+/* Neither dir nor any "<dir>.tmp.*" exists. */
+static bool no_leftovers(const char *dir)
+{
+    struct stat st;
+    return stat(dir, &st) != 0 && no_leftovers_tmp(dir);
 }
 
 typedef struct fixture {
@@ -107,12 +122,22 @@ TEST(non_empty_out_is_refused_without_force)
     CHECK_EQ_INT(hp_shard_write(f.m, f.p, out, NULL, NULL, &err), HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "is not empty; choose another --out or pass --force");
     CHECK(access(keep, F_OK) == 0);
+    /* --force replaces only an earlier hyperpar output, never a folder of the user's. */
     hp_shard_opts so = {.force = true};
-    CHECK(hp_shard_write(f.m, f.p, out, &so, NULL, &err) == HP_OK);
-    CHECK(access(keep, F_OK) != 0);
-    hp_merge_opts mo = {0};
+    CHECK_EQ_INT(hp_shard_write(f.m, f.p, out, &so, NULL, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "is not empty and was not written by hyperpar; --force replaces only a folder");
+    CHECK(access(keep, F_OK) == 0);
+    CHECK(no_leftovers_tmp(out));
+    unlink(keep);
+    CHECK_MSG(hp_shard_write(f.m, f.p, out, NULL, NULL, &err) == HP_OK, "%s", err.msg); /* empty: allowed */
+    CHECK_MSG(hp_shard_write(f.m, f.p, out, &so, NULL, &err) == HP_OK, "%s", err.msg);  /* ours: replaced */
+    char marker[300];
+    snprintf(marker, sizeof marker, "%s/" HP_SHARD_MARKER, out);
+    CHECK(access(marker, F_OK) == 0);
+    hp_merge_opts mo = {.force = true};
     CHECK_EQ_INT(hp_shard_merge(out, out, &mo, NULL, &err), HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(err.msg, "is not empty");
+    CHECK_STR_CONTAINS(err.msg, "is the input");
+    CHECK(access(marker, F_OK) == 0);
     close_fixture(&f);
 }
 
@@ -290,6 +315,10 @@ static char *read_text(const char *file, size_t *len)
     return t;
 }
 
+/* Version-2 manifest pieces: an identity and a rank's file_rank / bytes / checksum. */
+#define ID32 "0123456789abcdef0123456789abcdef"
+#define RANK_V2 "\"file_rank\": 0, \"bytes\": 0, \"checksum\": \"xxh64:0000000000000000\", "
+
 static void manifest_error(const char *text, const char *needle)
 {
     hp__manifest dummy, *m = &dummy; /* must come back NULL */
@@ -304,8 +333,8 @@ static void manifest_slices_error(const char *shape, const char *slices, const c
 {
     char json[1024];
     snprintf(json, sizeof json,
-             "{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": {\"world\": 1}, \"tensors\": [], "
-             "\"ranks\": [{\"rank\": 0, \"file\": \"rank-00000.safetensors\", \"tensors\": [{\"name\": \"w\", "
+             "{\"format\": \"hyperpar-shards\", \"version\": 2, \"identity\": \"" ID32 "\", \"mesh\": {\"world\": 1}, \"tensors\": [], "
+             "\"ranks\": [{\"rank\": 0, " RANK_V2 "\"file\": \"rank-00000.safetensors\", \"tensors\": [{\"name\": \"w\", "
              "\"global\": \"w\", \"global_shape\": %s, \"dtype\": \"BF16\", \"slices\": [%s]}]}]}",
              shape, slices);
     manifest_error(json, needle);
@@ -339,8 +368,8 @@ TEST(manifest_reader_corrupt_inputs)
     manifest_slices_error("[-8, 8]", "", "ranks[0].tensors[0].global_shape: expected non-negative integers");
     manifest_slices_error("[4294967296, 4294967296]", "", "global_shape: element count overflows");
     /* Adjacent blocks are fine; the local shape is their sum. */
-    const char *ok = "{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": {\"world\": 1}, \"tensors\": [], "
-                     "\"ranks\": [{\"rank\": 0, \"file\": \"r\", \"tensors\": [{\"name\": \"w\", \"global\": \"w\", "
+    const char *ok = "{\"format\": \"hyperpar-shards\", \"version\": 2, \"identity\": \"" ID32 "\", \"mesh\": {\"world\": 1}, \"tensors\": [], "
+                     "\"ranks\": [{\"rank\": 0, " RANK_V2 "\"file\": \"r\", \"tensors\": [{\"name\": \"w\", \"global\": \"w\", "
                      "\"global_shape\": [8, 8], \"dtype\": \"F32\", \"slices\": [{\"dim\": 0, \"offset\": 0, "
                      "\"length\": 2}, {\"dim\": 0, \"offset\": 2, \"length\": 2}, {\"dim\": 1, \"offset\": 4, "
                      "\"length\": 4}]}]}]}";
@@ -352,13 +381,13 @@ TEST(manifest_reader_corrupt_inputs)
     CHECK(m && t.local_shape[0] == 4 && t.local_shape[1] == 4 && t.nbytes == 64);
     hp__manifest_free(m);
 
-    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": {\"world\": 1}, \"tensors\": "
+    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 2, \"identity\": \"" ID32 "\", \"mesh\": {\"world\": 1}, \"tensors\": "
                    "[{\"name\": \"w\", \"dtype\": \"F128\", \"shape\": [1]}]}",
                    "manifest.json: tensors[0].dtype: unknown dtype \"F128\"");
-    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": {\"world\": 9223372036854775807}}",
+    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 2, \"identity\": \"" ID32 "\", \"mesh\": {\"world\": 9223372036854775807}}",
                    "mesh.world: out of range (9223372036854775807, expected 1 to 65536)");
-    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": [" , "manifest.json:1:");
-    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 1, \"mesh\": {\"world\": \"\xff\"}}",
+    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 2, \"mesh\": [" , "manifest.json:1:");
+    manifest_error("{\"format\": \"hyperpar-shards\", \"version\": 2, \"mesh\": {\"world\": \"\xff\"}}",
                    "manifest.json:1:");
 }
 
@@ -431,7 +460,7 @@ TEST(merge_errors)
 
     sh("cp -r %s %s && truncate -s 200 %s/manifest.json", g, b, b);
     merge_error(b, "manifest.json:");
-    sh("rm -rf %s && cp -r %s %s && sed -i 's/\"version\": 1/\"version\": 9/' %s/manifest.json", b, g, b, b);
+    sh("rm -rf %s && cp -r %s %s && sed -i 's/\"version\": 2/\"version\": 9/' %s/manifest.json", b, g, b, b);
     merge_error(b, "unsupported \"version\"");
     sh("rm -rf %s && cp -r %s %s && sed -i '0,/\"dim\": 0/s//\"dim\": 7/' %s/manifest.json", b, g, b, b);
     merge_error(b, ".slices[0].dim: out of range");
@@ -443,20 +472,13 @@ TEST(merge_errors)
     merge_error(b, "rank 1: ");
     sh("rm -rf %s && cp -r %s %s && rm %s/rank-00003.safetensors", b, g, b, b);
     sh("cp %s/rank-00000.safetensors %s/rank-00003.safetensors", b, b);
-    merge_error(b, "belongs to another shard folder");
+    merge_error(b, "rank-00003.safetensors is misnamed: it is this folder's file for rank 0,2");
     sh("rm -rf %s", b);
 
     char nothing[256];
     merge_error(path(nothing, "nothing"), "no such folder");
     mkdir(nothing, 0755);
     merge_error(nothing, "manifest.json is missing");
-}
-
-TEST(cleanup)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", work());
-    CHECK(system(cmd) == 0);
 }
 
 TEST_MAIN()

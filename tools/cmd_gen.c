@@ -1,10 +1,37 @@
 /*
  * cmd_gen.c — `hyperpar gen --family F --out DIR [...]`: a tiny deterministic random checkpoint.
  */
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cli.h"
 #include "hyperpar/gen.h"
+
+/* Integer options, their help text and the range gen accepts (the same bounds hp_gen_config_text checks). */
+typedef struct int_opt {
+    int code;
+    const char *name, *help;
+    size_t offset;       /* into hp_gen_opts */
+    int64_t min, max;
+} int_opt;
+
+#define OPT(c, n, h, m, hi) {c, n, h, offsetof(hp_gen_opts, m), 1, hi}
+static const int_opt g_int_opts[] = {
+    OPT('l', "--layers", "decoder layers", layers, HP_GEN_MAX_DIM),
+    OPT('H', "--hidden", "hidden size", hidden, HP_GEN_MAX_DIM),
+    OPT('a', "--heads", "attention heads", heads, HP_GEN_MAX_DIM),
+    OPT('k', "--kv-heads", "key/value heads, a divisor of --heads (DeepSeek-V3: equal to --heads)", kv_heads,
+        HP_GEN_MAX_DIM),
+    OPT('D', "--head-dim", "head dimension", head_dim, HP_GEN_MAX_DIM),
+    OPT('i', "--intermediate", "dense MLP width; Mixtral and gpt-oss experts use it too", intermediate,
+        HP_GEN_MAX_DIM),
+    OPT('m', "--moe-intermediate", "expert width", moe_intermediate, HP_GEN_MAX_DIM),
+    OPT('e', "--experts", "routed experts", experts, HP_GEN_MAX_EXPERTS),
+    OPT('K', "--top-k", "experts per token, at most --experts", top_k, HP_GEN_MAX_EXPERTS),
+    OPT('V', "--vocab", "vocabulary size", vocab, HP_GEN_MAX_DIM),
+};
+#define N_INT_OPTS (sizeof g_int_opts / sizeof *g_int_opts)
 
 static void usage(FILE *out, const hp_gen_opts *d)
 {
@@ -13,24 +40,33 @@ static void usage(FILE *out, const hp_gen_opts *d)
             "\n"
             "Writes DIR/config.json and DIR/model.safetensors: a tiny model of family F with random\n"
             "weights, the same bytes for the same options and seed. Families: %s.\n"
-            "\n"
-            "  --layers N           decoder layers (%lld)\n"
-            "  --hidden H           hidden size (%lld)\n"
-            "  --heads N            attention heads (%lld)\n"
-            "  --kv-heads N         key/value heads (%lld)\n"
-            "  --head-dim D         head dimension (%lld)\n"
-            "  --intermediate I     dense MLP width; Mixtral and gpt-oss experts use it too (%lld)\n"
-            "  --moe-intermediate I expert width (%lld)\n"
-            "  --experts E          routed experts (%lld)\n"
-            "  --top-k K            experts per token (%lld)\n"
-            "  --vocab V            vocabulary size (%lld)\n"
+            "\n",
+            hp_family_known_list());
+    for (size_t i = 0; i < N_INT_OPTS; i++) {
+        const int_opt *o = &g_int_opts[i];
+        fprintf(out, "  %-20s %s, %lld..%lld (%lld)\n", o->name, o->help, (long long)o->min, (long long)o->max,
+                (long long)*(const int64_t *)((const char *)d + o->offset));
+    }
+    fprintf(out,
             "  --dtype f32|bf16|f16 storage dtype (f32)\n"
-            "  --expert-layout L    per-expert (hub names, default) or batched\n"
-            "  --seed S             random seed (0)\n"
-            "  --force              write into a non-empty DIR\n",
-            hp_family_known_list(), (long long)d->layers, (long long)d->hidden, (long long)d->heads,
-            (long long)d->kv_heads, (long long)d->head_dim, (long long)d->intermediate,
-            (long long)d->moe_intermediate, (long long)d->experts, (long long)d->top_k, (long long)d->vocab);
+            "  --expert-layout L    per-expert (hub names, default) or batched; gpt-oss is always batched\n"
+            "  --seed S             random seed, 0..18446744073709551615 (0)\n"
+            "  --force              write into a non-empty DIR\n");
+}
+
+/* A seed is any unsigned 64-bit value, in decimal: no sign, no spaces, nothing clamped. */
+static bool parse_seed(const char *s, uint64_t *out)
+{
+    if (!*s) return false;
+    uint64_t v = 0;
+    for (const char *c = s; *c; c++) {
+        if (*c < '0' || *c > '9') return false;
+        unsigned d = (unsigned)(*c - '0');
+        if (v > (UINT64_MAX - d) / 10) return false; /* would overflow */
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
 }
 
 int cmd_gen(int argc, char **argv)
@@ -50,24 +86,20 @@ int cmd_gen(int argc, char **argv)
     hp_gen_opts_default(&o);
     o.family = NULL;
     const char *out = NULL;
+    bool layout_given = false;
     int c;
-    int64_t seed;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        int64_t *dst = NULL;
-        const char *name = NULL;
+        const int_opt *io = NULL;
+        for (size_t i = 0; i < N_INT_OPTS; i++)
+            if (g_int_opts[i].code == c) io = &g_int_opts[i];
+        if (io) {
+            if (!cli_parse_i64("gen", io->name, optarg, io->min, io->max, (int64_t *)((char *)&o + io->offset)))
+                return HP_EXIT_USAGE;
+            continue;
+        }
         switch (c) {
         case 'f': o.family = optarg; break;
         case 'o': out = optarg; break;
-        case 'l': dst = &o.layers, name = "--layers"; break;
-        case 'H': dst = &o.hidden, name = "--hidden"; break;
-        case 'a': dst = &o.heads, name = "--heads"; break;
-        case 'k': dst = &o.kv_heads, name = "--kv-heads"; break;
-        case 'D': dst = &o.head_dim, name = "--head-dim"; break;
-        case 'i': dst = &o.intermediate, name = "--intermediate"; break;
-        case 'm': dst = &o.moe_intermediate, name = "--moe-intermediate"; break;
-        case 'e': dst = &o.experts, name = "--experts"; break;
-        case 'K': dst = &o.top_k, name = "--top-k"; break;
-        case 'V': dst = &o.vocab, name = "--vocab"; break;
         case 't':
             if (!strcmp(optarg, "f32")) o.dtype = HP_DT_F32;
             else if (!strcmp(optarg, "bf16")) o.dtype = HP_DT_BF16;
@@ -77,10 +109,12 @@ int cmd_gen(int argc, char **argv)
         case 'L':
             if (!hp_expert_layout_parse(optarg, &o.layout))
                 return cli_usage_error("gen", "--expert-layout must be per-expert or batched, got '%s'", optarg);
+            layout_given = true;
             break;
         case 's':
-            if (!cli_parse_i64("gen", "--seed", optarg, 0, INT64_MAX, &seed)) return HP_EXIT_USAGE;
-            o.seed = (uint64_t)seed;
+            if (!parse_seed(optarg, &o.seed))
+                return cli_usage_error("gen", "--seed expects an integer in [0, 18446744073709551615], got '%s'",
+                                       optarg);
             break;
         case 'F': o.force = true; break;
         case 'h': {
@@ -91,14 +125,16 @@ int cmd_gen(int argc, char **argv)
         }
         default: return cli_bad_option("gen", argv);
         }
-        if (dst && !cli_parse_i64("gen", name, optarg, 1, 65536, dst)) return HP_EXIT_USAGE;
     }
     if (optind != argc) return cli_usage_error("gen", "unexpected argument '%s'", argv[optind]);
     if (!o.family) return cli_usage_error("gen", "--family is required (one of %s)", hp_family_known_list());
     if (!out) return cli_usage_error("gen", "--out DIR is required");
+    if (!*out) return cli_usage_error("gen", "--out is empty; give the name of the folder to create");
     hp_err err;
     if (hp_gen_checkpoint(&o, out, &err) != HP_OK) return cli_fail(&err);
-    fprintf(stderr, "hyperpar gen: wrote %s/config.json and %s/model.safetensors (%s, %s, layout %s, seed %llu)\n",
-            out, out, o.family, hp_dtype_name(o.dtype), hp_expert_layout_name(o.layout), (unsigned long long)o.seed);
+    hp_expert_layout written = hp_gen_layout(&o);
+    fprintf(stderr, "hyperpar gen: wrote %s/config.json and %s/model.safetensors (%s, %s, layout %s%s, seed %llu)\n",
+            out, out, o.family, hp_dtype_name(o.dtype), hp_expert_layout_name(written),
+            layout_given && written != o.layout ? ": the family has no other" : "", (unsigned long long)o.seed);
     return HP_EXIT_OK;
 }

@@ -25,6 +25,52 @@ static void usage(FILE *out)
             "  --expert-layout L meta mode: per-expert (hub names, default) or batched\n");
 }
 
+/*
+ * Names come from files: a tensor name may hold escape sequences that would drive the terminal. Text output
+ * shows every byte that is not printable as \xNN: C0 controls, DEL, bytes of invalid UTF-8, C1 controls
+ * (U+0080..U+009F, which some terminals obey as ESC [) and the bidirectional overrides (U+202A..U+202E,
+ * U+2066..U+2069) that reorder what is shown. A backslash is doubled, so the output is unambiguous. JSON
+ * output needs none of this: jansson escapes control characters itself.
+ */
+static size_t utf8_len(const unsigned char *s, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    if (!n || c > 0xF4) return 0;
+    uint32_t v = c & (0x7F >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
+    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return n;
+}
+
+static const char *esc(hp_buf *b, const char *text)
+{
+    b->len = 0;
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    while (*s) {
+        uint32_t cp = 0;
+        size_t n = *s >= 0x80 ? utf8_len(s, &cp) : 1;
+        bool shown = n > 1 ? !(cp <= 0x9F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069))
+                           : n == 1 && *s >= 0x20 && *s != 0x7F;
+        if (n == 1 && *s == '\\') {
+            hp_buf_puts(b, "\\\\");
+        } else if (shown) {
+            hp_buf_append(b, s, n);
+        } else {
+            if (!n) n = 1;
+            for (size_t i = 0; i < n; i++) hp_buf_printf(b, "\\x%02X", s[i]);
+        }
+        s += n;
+    }
+    hp_buf_append(b, "", 1);
+    return b->oom || !b->data ? "?" : b->data;
+}
+
 static void shape_str(const hp_param *p, char *buf, size_t cap)
 {
     size_t o = (size_t)snprintf(buf, cap, "[");
@@ -53,9 +99,12 @@ static uint64_t *subtree_totals(const hp_model *m)
 static void print_param_line(const hp_model *m, const hp_param *p, const char *rel, int indent)
 {
     char cnt[32], shp[128];
+    hp_buf b;
+    hp_buf_init(&b);
     shape_str(p, shp, sizeof shp);
-    printf("%*s%-*s %15s  %s %s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, rel,
+    printf("%*s%-*s %15s  %s %s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, esc(&b, rel),
            hp_format_count((uint64_t)p->n_elems, cnt, sizeof cnt), hp_dtype_name(p->dtype), shp);
+    hp_buf_free(&b);
 }
 
 /* Prints module i and, in registration order, its parameters and children. Modules without child
@@ -66,8 +115,11 @@ static void print_module(const hp_model *m, const uint64_t *tot, int i, int max_
     const hp_module *mod = &m->modules[i];
     int indent = 2 * mod->depth;
     char cnt[32];
-    printf("%*s%-*s %15s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, i == 0 ? "(model)" : mod->leaf,
+    hp_buf b;
+    hp_buf_init(&b);
+    printf("%*s%-*s %15s\n", indent, "", 48 - indent > 1 ? 48 - indent : 1, i == 0 ? "(model)" : esc(&b, mod->leaf),
            hp_format_count(tot[i], cnt, sizeof cnt));
+    hp_buf_free(&b);
     if ((max_depth >= 0 && mod->depth + 1 > max_depth) || mod->depth >= 200) return;
     size_t skip = i ? strlen(mod->name) + 1 : 0;
     for (int k = 0; k < mod->n_params; k++) {
@@ -126,6 +178,11 @@ static int print_json(const hp_model *m, bool tensors)
     json_object_set_new(o, "expert_layout", json_string(hp_expert_layout_name(m->layout)));
     json_object_set_new(o, "hidden_size", json_integer(m->cfg.hidden_size));
     json_object_set_new(o, "num_modules", json_integer((json_int_t)m->n_modules));
+    if (m->ckpt) {
+        json_object_set_new(o, "weights", json_string(hp_ckpt_source(m->ckpt)));
+        const char *ign = hp_ckpt_ignored(m->ckpt);
+        json_object_set_new(o, "weights_ignored", ign ? json_string(ign) : json_null());
+    }
     if (tensors) {
         json_t *arr = json_array();
         for (size_t i = 0; i < m->n_params; i++) {
@@ -150,9 +207,25 @@ static void print_summary(const hp_model *m)
     uint64_t by[HP_DT_COUNT];
     dtype_bytes(m, by);
     char a[48], b[48];
-    printf("%-13s %s%s\n", "model", m->path, m->meta ? "  (meta mode: shapes from config.json, no weights)" : "");
-    printf("%-13s %s (model_type %s, family %s)\n", "architecture", *m->architecture ? m->architecture : "?",
-           *m->model_type ? m->model_type : "?", m->family ? hp_family_name(m->family) : "unknown");
+    hp_buf e1, e2;
+    hp_buf_init(&e1);
+    hp_buf_init(&e2);
+    printf("%-13s %s%s\n", "model", esc(&e1, m->path),
+           m->meta ? "  (meta mode: shapes from config.json, no weights)" : "");
+    printf("%-13s %s (model_type %s, family %s)\n", "architecture", *m->architecture ? esc(&e1, m->architecture) : "?",
+           *m->model_type ? esc(&e2, m->model_type) : "?", m->family ? hp_family_name(m->family) : "unknown");
+    if (m->ckpt) {
+        /* Which file was read; a folder holding both model.safetensors and an index reads the single file,
+         * as transformers does, and says so. */
+        const char *src = hp_ckpt_source(m->ckpt), *ign = hp_ckpt_ignored(m->ckpt);
+        src = strrchr(src, '/') ? strrchr(src, '/') + 1 : src; /* the folder is on the "model" line */
+        if (ign) ign = strrchr(ign, '/') ? strrchr(ign, '/') + 1 : ign;
+        printf("%-13s %s (%zu file%s)%s%s%s\n", "weights", esc(&e1, src),
+               hp_ckpt_file_count(m->ckpt), hp_ckpt_file_count(m->ckpt) == 1 ? "" : "s", ign ? "; " : "",
+               ign ? esc(&e2, ign) : "", ign ? " ignored, as transformers does" : "");
+    }
+    hp_buf_free(&e1);
+    hp_buf_free(&e2);
     if (m->cfg.num_hidden_layers)
         printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld / kv %lld, head_dim %lld\n", "layers",
                (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
@@ -214,11 +287,14 @@ int cmd_inspect(int argc, char **argv)
         }
         if (tensors) {
             char shp[128];
+            hp_buf b;
+            hp_buf_init(&b);
             printf("\n");
             for (size_t i = 0; i < m->n_params; i++) {
                 shape_str(&m->params[i], shp, sizeof shp);
-                printf("%s %s %s\n", m->params[i].name, hp_dtype_name(m->params[i].dtype), shp);
+                printf("%s %s %s\n", esc(&b, m->params[i].name), hp_dtype_name(m->params[i].dtype), shp);
             }
+            hp_buf_free(&b);
         }
     }
     hp_model_close(m);

@@ -1,7 +1,8 @@
 /*
  * cmd_moe.c — `hyperpar moe MODEL --layer L --input X.safetensors --output Y.safetensors ...`: runs one
- * sparse layer in one process and writes y, topk_idx and topk_w; optionally verifies them against a
- * reference file (golden moe_io.safetensors) and exits 3 on a mismatch.
+ * sparse layer in one process, or expert-parallel under mpirun (run_ep: row blocks, agreement on what each
+ * rank read, gather to rank 0, errors printed once), and writes y, topk_idx and topk_w; optionally verifies
+ * them against a reference file (golden moe_io.safetensors) and exits 3 on a mismatch.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -42,9 +43,11 @@ static void usage(FILE *out)
             "  --ref-prefix P          key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)\n"
             "  --compare-rtol R        tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5\n"
             "\n"
-            "Expert parallelism (under mpirun): rank r takes the r-th contiguous block of input rows; EP groups\n"
-            "are E consecutive ranks of the mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads\n"
-            "only its E/ep experts; rank 0 writes the output rows in the original order.\n"
+            "Expert parallelism (under mpirun): every rank reads the same X and MODEL (checked: rows, a hash\n"
+            "of X and of the weights) and takes the r-th contiguous block of rows, the first T mod N ranks one\n"
+            "row more (ranks past the end of a short X hold none); EP groups are E consecutive ranks of the\n"
+            "mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads only its E/ep experts and\n"
+            "applies the capacity factor to its own block; rank 0 writes the output rows in the original order.\n"
             "  --ep E                  EP group size (default: every rank)\n"
             "  --mesh SPEC             the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N\n"
             "  --overrides FILE        plan overrides declaring the layer's local_compute_fn (the archetype);\n"
@@ -54,6 +57,7 @@ static void usage(FILE *out)
             "                          in flight while chunk c's experts run; same routing and capacity, y within\n"
             "                          1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)\n"
             "\n"
+            "A non-finite output is an error naming the row and its likely cause (exit 2).\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
             hp_moe_archetype_list());
 }
@@ -281,10 +285,18 @@ static int run(const moe_args *a)
 
 /* ---- expert parallelism over MPI ---- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+/* A 64-bit hash of n bytes continuing h, 8 bytes a step (the input x can be hundreds of MB). */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
@@ -294,9 +306,9 @@ static uint64_t fingerprint(const hp_model *m, const moe_args *a, int archetype,
     uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
     int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
                    a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep, a->chunks > 1 ? a->chunks : 1};
-    h = fnv(h, v, sizeof v);
-    h = fnv(h, &a->cf, sizeof a->cf);
-    h = fnv(h, mesh, strlen(mesh));
+    h = hash_bytes(h, v, sizeof v);
+    h = hash_bytes(h, &a->cf, sizeof a->cf);
+    h = hash_bytes(h, mesh, strlen(mesh));
     return h;
 }
 
@@ -350,6 +362,91 @@ static hp_status choose_archetype(const moe_args *a, const hp_model *m, const hp
     return st;
 }
 
+/* Agreement at a phase boundary; *agreed records that a failure is now known to every rank. */
+static hp_status agree(const hp_comm *w, hp_status st, hp_err *err, bool *agreed)
+{
+    st = hp_comm_agree(w, st, err);
+    *agreed = st != HP_OK;
+    return st;
+}
+
+/* How a run under mpirun ends: an agreed error is the same on every rank, so rank 0 prints it once (the
+ * others wait at a barrier so that mpirun does not end rank 0 before it has printed); an error only this
+ * rank has (a failed split or collective) is printed by this rank, named. */
+static int ep_exit(hp_comm *w, hp_status st, hp_err *err, bool agreed)
+{
+    if (st == HP_OK) return HP_EXIT_OK;
+    const int R = hp_comm_rank(w), N = hp_comm_size(w);
+    int code = hp_status_exit_code(st);
+    if (!agreed || R == 0) {
+        if (!agreed && N > 1) hp_err_prefix(err, "rank %d", R);
+        code = cli_fail(err);
+    }
+    if (agreed && N > 1) {
+        fflush(stderr);
+        hp_err e2;
+        (void)hp_comm_barrier(w, &e2);
+    }
+    return code;
+}
+
+/* Byte counts and displacements of N blocks of T rows (the first T mod N blocks one row more) of `row`
+ * bytes each. */
+static void block_counts(int64_t T, int N, int64_t row, size_t *cnt, size_t *dsp)
+{
+    const int64_t q = T / N, rem = T % N;
+    for (int r = 0; r < N; r++) {
+        int64_t lo = r * q + (r < rem ? r : rem), n = q + (r < rem ? 1 : 0);
+        cnt[r] = (size_t)(n * row);
+        dsp[r] = (size_t)(lo * row);
+    }
+}
+
+/* "rank 3" or "ranks 0..2". */
+static const char *ranks_str(int64_t a, int64_t b, char *buf, size_t cap)
+{
+    if (a == b) snprintf(buf, cap, "rank %lld", (long long)a);
+    else snprintf(buf, cap, "ranks %lld..%lld", (long long)a, (long long)b);
+    return buf;
+}
+
+/* What a rank read on its own, compared over the world before any exchange. */
+typedef struct ident {
+    int64_t rows;    /* rows of x */
+    uint64_t x_hash; /* x's bytes */
+    uint64_t w_hash; /* hp_moe_layer_identity */
+} ident;
+
+/* Every rank must hold the same input and weights as rank 0; the message names the first rank that does
+ * not and what differs. Every rank sees every identity, so every rank reaches the same verdict. */
+static hp_status check_idents(const hp_comm *w, const ident *me, const moe_args *a, hp_err *err)
+{
+    const int N = hp_comm_size(w);
+    ident *all = calloc((size_t)N, sizeof *all);
+    if (!all) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = hp_comm_allgather(w, me, sizeof *me, all, err);
+    for (int r = 1; st == HP_OK && r < N; r++) {
+        if (all[r].rows != all[0].rows)
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "rank %d read %lld rows of x but rank 0 read %lld; under mpirun every rank must be given "
+                            "the same --input (each rank takes its own block of its rows)",
+                            r, (long long)all[r].rows, (long long)all[0].rows);
+        else if (all[r].x_hash != all[0].x_hash)
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "rank %d read an input x with the same shape as rank 0's but other values; under mpirun "
+                            "every rank must be given the same --input",
+                            r);
+        else if (all[r].w_hash != all[0].w_hash)
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "rank %d loaded other weights for layer %lld than rank 0 (router, shared expert or the "
+                            "checkpoint's tensors differ, though the config agrees); every rank must run the same "
+                            "checkpoint or shard folder (%s on this rank)",
+                            r, (long long)a->layer, a->model);
+    }
+    free(all);
+    return st;
+}
+
 static int run_ep(moe_args *a, int *argc, char ***argv)
 {
     hp_err err;
@@ -361,8 +458,9 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     hp_moe_layer *l = NULL;
     hp_moe_ep *ep = NULL;
     hp_st_file *in = NULL;
-    float *x = NULL, *y = NULL, *yall = NULL, *wall = NULL;
+    float *x = NULL, *xall = NULL, *y = NULL, *yall = NULL, *wall = NULL;
     int32_t *iall = NULL;
+    bool agreed = false;
     size_t *cnt = NULL;
     hp_mesh mesh;
     hp_status st = HP_OK;
@@ -387,7 +485,10 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_INPUT, "the mesh %s has %lld ranks but mpirun started %d; the product of the "
                         "mesh sizes must equal the number of ranks", mstr, (long long)hp_mesh_world(&mesh), N);
     if (st == HP_OK && (N % a->ep != 0))
-        st = hp_err_set(&err, HP_ERR_INPUT, "ep_size (%lld) must divide the dense region (%d ranks)", (long long)a->ep, N);
+        st = hp_err_set(&err, HP_ERR_INPUT,
+                        "ep_size (--ep %lld) must divide the %d ranks mpirun started (the EP groups tile the "
+                        "ranks); start a multiple of %lld ranks or choose an --ep that divides %d",
+                        (long long)a->ep, N, (long long)a->ep, N);
     int color = 0, ep_rank = 0;
     if (st == HP_OK) {
         if (mesh.ep_axis) {
@@ -408,11 +509,11 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
             ep_rank = R % (int)a->ep;
         }
     }
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
     if ((st = hp_comm_split(world, color, ep_rank, &grp, &err)) != HP_OK) goto done;
 
     st = open_model(a->model, &m, &err);
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
     int arch = -1;
     double cf_plan = 0;
     st = choose_archetype(a, m, &mesh, &arch, &cf_plan, &err);
@@ -423,7 +524,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     if (st == HP_OK && m->cfg.n_experts % a->ep != 0)
         st = hp_err_set(&err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by ep_size (%lld)",
                         (long long)m->cfg.n_experts, (long long)a->ep);
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
 
     /* Every rank must run the same model, layer, options and mesh. */
     uint64_t fp = fingerprint(m, a, arch, mstr), *fps = calloc((size_t)N, sizeof *fps);
@@ -436,7 +537,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
                             "rank must be given the same command",
                             r);
     free(fps);
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) goto done;
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
 
     hp_moe_load_opts lo;
     hp_moe_load_opts_default(&lo);
@@ -449,42 +550,41 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
         fprintf(stderr, "hyperpar moe: archetype %s (suggested for family %s; choose another with --archetype)\n",
                 hp_moe_archetype_name(l->archetype), m->model_type);
     const hp_st_tensor *xt = NULL;
-    float *xall = NULL;
     if (st == HP_OK) st = hp_st_open(&in, a->input, &err);
     if (st == HP_OK) st = read_tensor(in, "x", HP_DT_F32, 2, (void **)&xall, &xt, &err);
     int64_t T = xt ? xt->shape[0] : 0, H = l ? l->n_hidden : 0, K = l ? l->top_k : 0;
     if (st == HP_OK && xt->shape[1] != H)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' is [%lld, %lld] but layer %lld has hidden size %lld",
                         a->input, (long long)T, (long long)xt->shape[1], (long long)a->layer, (long long)H);
-    if (st == HP_OK && T < N) st = hp_err_set(&err, HP_ERR_INPUT, "%s: %lld rows for %d ranks", a->input, (long long)T, N);
-    /* Rank r: rows [T*r/N, T*(r+1)/N): block sizes differ by at most one. */
-    int64_t lo_row = T * R / N, hi_row = T * (R + 1) / N, Tl = hi_row - lo_row;
+    if (st == HP_OK && T < 1) st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' has no rows", a->input);
+    /* What this rank read on its own: the input's shape and bytes, and the weights' identity. */
+    ident me = {0};
     if (st == HP_OK) {
-        x = xall + lo_row * H;
-        y = malloc((size_t)((Tl ? Tl : 1) * H) * sizeof *y);
-        if (!y) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+        me.rows = T;
+        me.x_hash = hash_bytes(1469598103934665603ull, xall, (size_t)(T * H) * sizeof(float));
+        st = hp_moe_layer_identity(l, m, is_shard_dir(a->model) ? a->model : NULL, &me.w_hash, &err);
     }
-    /* With chunks the creation is a collective of the EP group: every rank gets there or none does. Blocks
-     * differ by at most one row, which the chunk buffers allow for. */
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
-        free(xall);
-        goto done;
-    }
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
+    if ((st = agree(world, check_idents(world, &me, a, &err), &err, &agreed)) != HP_OK) goto done;
+
+    /* Rank r takes rows [lo_row, hi_row): the first T mod N ranks one row more (numpy.array_split); ranks past
+     * the end of a short input hold none and still take part in every exchange. */
+    const int64_t q = T / N, rem = T % N;
+    const int64_t lo_row = R * q + (R < rem ? R : rem), Tl = q + (R < rem ? 1 : 0), Tmax = q + (rem > 0);
+    x = xall + lo_row * H;
+    if (!(y = malloc((size_t)((Tl ? Tl : 1) * H) * sizeof *y))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    /* With chunks the creation is a collective of the EP group: every rank gets there or none does. */
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
     const int chunks = a->chunks > 1 ? (int)a->chunks : 1;
-    /* Every rank is sized for the largest block (ceil(T/N) rows): a peer may route all its slots here. */
-    st = hp_moe_ep_create_chunked(&ep, l, grp, (T + N - 1) / N, chunks, &err);
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
-        free(xall);
-        goto done;
-    }
-    hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy};
+    /* Every rank is sized for the largest block (Tmax rows): a peer may route all its slots here. */
+    st = hp_moe_ep_create_chunked(&ep, l, grp, Tmax, chunks, &err);
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
+    hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy, .row_base = lo_row};
     double t0 = hp_comm_wtime();
     st = hp_moe_ep_forward_chunks(ep, x, Tl, y, &ro, a->overlap, chunks, &err);
     double t1 = hp_comm_wtime();
-    if (st != HP_OK) {
-        free(xall);
-        goto done;
-    }
+    /* The forward agrees within its EP group; the other groups of the world must stop too. */
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
     /* Rank 0 gathers y, topk_idx, topk_w in the original row order. */
     cnt = calloc(2 * (size_t)N, sizeof *cnt);
     if (R == 0) {
@@ -493,21 +593,13 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
         wall = malloc((size_t)(T * K) * sizeof *wall);
     }
     if (!cnt || (R == 0 && (!yall || !iall || !wall))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    if ((st = hp_comm_agree(world, st, &err)) != HP_OK) {
-        free(xall);
-        goto done;
-    }
+    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
     const hp_moe_ws *ws = hp_moe_ep_ws(ep);
     size_t *rc = cnt, *rd = cnt + N;
-    for (int r = 0; r < N; r++) {
-        rc[r] = (size_t)((T * (r + 1) / N - T * r / N) * H) * sizeof(float);
-        rd[r] = (size_t)((T * r / N) * H) * sizeof(float);
-    }
+    /* Block sizes from the agreed T (every rank holds the same input); hp_comm_gatherv checks them again. */
+    block_counts(T, N, H * (int64_t)sizeof(float), rc, rd);
     st = hp_comm_gatherv(world, y, (size_t)(Tl * H) * sizeof(float), yall, rc, rd, 0, &err);
-    for (int r = 0; r < N; r++) {
-        rc[r] = (size_t)((T * (r + 1) / N - T * r / N) * K) * sizeof(int32_t);
-        rd[r] = (size_t)((T * r / N) * K) * sizeof(int32_t);
-    }
+    block_counts(T, N, K * (int64_t)sizeof(int32_t), rc, rd);
     if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_idx, (size_t)(Tl * K) * sizeof(int32_t), iall, rc, rd, 0, &err);
     if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_w, (size_t)(Tl * K) * sizeof(float), wall, rc, rd, 0, &err);
     /* Statistics: rows and dropped slots summed over ranks; the slowest rank's time. */
@@ -522,19 +614,25 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
         fprintf(stderr,
                 "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s%s; %.3f ms "
                 "(slowest rank)\n"
-                "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
-                (long long)a->layer, hp_moe_archetype_name(l->archetype), (long long)T, N, (long long)a->ep,
-                (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", cbuf, tmax * 1e3, agg[0],
-                agg[1], (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
+                "rows per rank: %lld", (long long)a->layer, hp_moe_archetype_name(l->archetype), (long long)T, N,
+                (long long)a->ep, (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", cbuf,
+                tmax * 1e3, (long long)q + (rem > 0));
+        char r1[48], r2[48];
+        if (rem > 0)
+            fprintf(stderr, " on %s, %lld on %s", ranks_str(0, rem - 1, r1, sizeof r1), (long long)q,
+                    ranks_str(rem, N - 1, r2, sizeof r2));
+        fprintf(stderr, " (rank r takes the r-th contiguous block)\n"
+                        "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
+                agg[0], agg[1], (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
         hp_moe_ws tmp = *ws;
         tmp.topk_idx = iall;
         tmp.topk_w = wall;
         if (a->output) st = write_output(a->output, l, &tmp, yall, T, &err);
         if (st == HP_OK && a->compare) st = compare(a, &tmp, yall, T, H, K, &err);
     }
-    free(xall);
-    st = hp_comm_agree(world, st, &err);
+    st = agree(world, st, &err, &agreed);
 done:
+    free(xall);
     free(y);
     free(yall);
     free(iall);
@@ -545,8 +643,9 @@ done:
     hp_moe_layer_free(l);
     hp_model_close(m);
     hp_comm_free(grp);
+    int code = ep_exit(world, st, &err, agreed);
     hp_comm_free(world);
-    return st ? cli_fail(&err) : HP_EXIT_OK;
+    return code;
 }
 
 int cmd_moe(int argc, char **argv)

@@ -2,8 +2,10 @@
  * cmd_plan.c — `hyperpar plan MODEL [mesh flags] [--format json|explain|hf] [-o FILE]`.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -33,8 +35,9 @@ static void usage(FILE *out)
             "  --loss-parallel      keep lm_head logits vocab-sharded\n"
             "  --format F           json (default, docs/plan-format.md), explain (report with the compiled\n"
             "                       boundary collectives), hf (transformers base_model_tp_plan style)\n"
-            "  --fqn FQN            with --format explain: only this boundary\n"
-            "  -o, --output FILE    write there (atomically) instead of stdout\n"
+            "  --fqn FQN            with --format explain: only this boundary (or the one declaring this\n"
+            "                       parameter or module)\n"
+            "  -o, --output FILE    write there (atomically) instead of stdout; never over an input\n"
             "  --freeze GLOB        mark matching parameters non-trainable (repeatable)\n"
             "  --allow-uncovered    uncovered trainable parameters warn instead of failing\n"
             "  --packed-fused       fused gate/up weights get a packed S(d)x2 placement instead of an error\n"
@@ -43,38 +46,190 @@ static void usage(FILE *out)
             "  --overrides FILE     plan overrides (YAML or JSON list of entries: match, when, params, in_src,\n"
             "                       in_dst, out_src, out_dst, out_names, tp_divide_attrs, is_boundary,\n"
             "                       region_dispatch, local_compute_fn {_target_: ARCHETYPE, ...})\n"
-            "  --no-derive          derive=false: the plan holds only the overrides\n"
+            "  --no-derive          derive=false: the plan holds only the overrides (needs --overrides)\n"
             "  --suggest-overrides  print the YAML that declares the EP compute of every EP-marked boundary\n"
             "                       (the family's suggested archetype); review it, then pass it with --overrides\n");
 }
 
+/* cli_parse_i64 for plan's counts, which are plain digits: strtoll would also take " 2" and "+2". */
+static bool parse_count(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
+{
+    bool digits = s[0] != '\0';
+    for (const char *q = s; *q && digits; q++) digits = *q >= '0' && *q <= '9';
+    if (!digits) {
+        cli_usage_error("plan", "%s expects an integer in [%lld, %lld] written as plain digits, got '%s'", opt,
+                        (long long)min, (long long)max, s);
+        return false;
+    }
+    return cli_parse_i64("plan", opt, s, min, max, out);
+}
+
+/* Whether two paths name the same existing file. */
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* -o must name a file that is not one of the inputs, in a folder that exists: the rename at the end would
+ * otherwise replace the model's config or weights, or the overrides file. Prints the error; 0 when fine. */
+static int check_output(const char *path, const char *model, const char *overrides)
+{
+    if (!path[0]) return cli_usage_error("plan", "-o needs a file name, got an empty string");
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return cli_usage_error("plan", "-o '%s' is %s, not a regular file; give the name of the plan file to write "
+                               "(without -o the plan goes to standard output)", path,
+                               S_ISDIR(st.st_mode) ? "a folder" : "a device, FIFO or socket");
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_usage_error("plan", "-o '%s': the folder '%s' does not exist; create it first", path, dir);
+    const char *base = slash ? slash + 1 : path;
+    bool in_model = stat(model, &st) == 0 && S_ISDIR(st.st_mode) && same_file(dir, model);
+    static const char *const inputs[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
+    bool clash = same_file(path, model) || same_file(path, overrides) ||
+                 (in_model && (ends_with(base, ".safetensors") || ends_with(base, ".index.json")));
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs && !clash; i++) {
+        char in[4200];
+        snprintf(in, sizeof in, "%s/%s", model, inputs[i]);
+        clash = same_file(path, in) || (in_model && !strcmp(base, inputs[i]));
+    }
+    if (clash)
+        return cli_usage_error("plan", "-o '%s' is one of the inputs (the model's files or the overrides); writing "
+                               "there would replace it. Choose another file name", path);
+    return HP_EXIT_OK;
+}
+
+/* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
+ * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind. */
 static int write_output(const char *path, const char *data, size_t len)
 {
     if (!path) {
-        fwrite(data, 1, len, stdout);
+        fwrite(data, 1, len, stdout); /* main() checks stdout's errors */
         return HP_EXIT_OK;
     }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, "hyperpar: error: %s: cannot create: %s\n", tmp, strerror(errno));
-        return HP_EXIT_RUNTIME;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a leftover of an earlier process with our pid */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "hyperpar: error: %s: cannot create the temporary output: %s\n", tmp, strerror(e));
+        return e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
     }
-    bool ok = fwrite(data, 1, len, f) == len;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "hyperpar: error: %s: write failed: %s\n", path, strerror(errno));
+    int e = 0;
+    for (size_t off = 0; off < len && !e;) {
+        ssize_t n = write(fd, data + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) e = n < 0 ? errno : EIO;
+        else off += (size_t)n;
+    }
+    if (!e && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: no sync on /dev/shm etc. */
+    if (close(fd) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) {
+        fprintf(stderr, "hyperpar: error: %s: writing the plan failed: %s; nothing was written\n", path, strerror(e));
         unlink(tmp);
         return HP_EXIT_RUNTIME;
     }
     return HP_EXIT_OK;
 }
 
+/* Edit distance of a and b, or limit + 1 when it is larger than limit (names of at most 255 bytes). */
+static size_t distance(const char *a, const char *b, size_t limit)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 255 || nb > 255 || (na > nb ? na - nb : nb - na) > limit) return limit + 1;
+    size_t row[256];
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0], best = row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j], v = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < v) v = up + 1;
+            if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+            row[j] = v;
+            diag = up;
+            if (v < best) best = v;
+        }
+        if (best > limit) return limit + 1;
+    }
+    return row[nb];
+}
+
+typedef struct near {
+    const char *name[3];
+    size_t d[3];
+} near;
+
+static void near_add(near *n, const char *name, const char *want, size_t limit)
+{
+    size_t d = distance(name, want, limit);
+    if (d > limit) return;
+    for (int i = 0; i < 3; i++) {
+        if (n->name[i] && !strcmp(n->name[i], name)) return;
+        if (!n->name[i] || d < n->d[i]) {
+            for (int k = 2; k > i; k--) n->name[k] = n->name[k - 1], n->d[k] = n->d[k - 1];
+            n->name[i] = name;
+            n->d[i] = d;
+            return;
+        }
+    }
+}
+
+/* The boundary --fqn names: a boundary, the boundary that declares a parameter, or the one that declares a
+ * module's parameters. Prints the error (with close names) and returns NULL when there is none. */
+static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *fqn)
+{
+    if (hp_plan_find(p, fqn)) return fqn;
+    const hp_boundary *b = NULL;
+    const char *kind = NULL;
+    if (hp_model_find_param(m, fqn)) {
+        kind = "parameter";
+        b = hp_plan_param_placement(p, fqn, NULL);
+    } else if (hp_model_find_module(m, fqn) >= 0) {
+        kind = "module";
+        size_t n = strlen(fqn);
+        for (size_t i = 0; i < m->n_params && !b; i++)
+            if (!strncmp(m->params[i].name, fqn, n) && (n == 0 || m->params[i].name[n] == '.'))
+                b = hp_plan_param_placement(p, m->params[i].name, NULL);
+    }
+    if (b) {
+        fprintf(stderr, "hyperpar: note: --fqn '%s' is a %s, not a boundary; explaining the boundary '%s' that "
+                "declares %s\n", fqn, kind, b->fqn, !strcmp(kind, "module") ? "its parameters" : "it");
+        return b->fqn;
+    }
+    if (kind) {
+        fprintf(stderr, "hyperpar: error: --fqn '%s' is a %s of %s, but no boundary of this plan declares %s (it "
+                "is not covered); run --format explain without --fqn to list the boundaries\n", fqn, kind, m->path,
+                !strcmp(kind, "module") ? "its parameters" : "it");
+        return NULL;
+    }
+    size_t limit = strlen(fqn) / 3 + 2;
+    near nr = {{NULL}, {0}};
+    for (size_t i = 0; i < p->n_boundaries; i++) near_add(&nr, p->boundaries[i].fqn, fqn, limit);
+    for (size_t i = 0; i < m->n_modules; i++) near_add(&nr, m->modules[i].name, fqn, limit);
+    for (size_t i = 0; i < m->n_params; i++) near_add(&nr, m->params[i].name, fqn, limit);
+    fprintf(stderr, "hyperpar: error: --fqn '%s' names no boundary, module or parameter of %s", fqn, m->path);
+    for (int i = 0; i < 3 && nr.name[i]; i++)
+        fprintf(stderr, "%s'%s'", i ? ", " : "; close names: ", nr.name[i]);
+    fprintf(stderr, "; run --format explain without --fqn to list the boundaries\n");
+    return NULL;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_WORLD, O_NOSP, O_LP, O_FORMAT, O_FQN, O_FREEZE,
-           O_UNCOV, O_PACKED, O_SEQ, O_LAYOUT, O_OVERRIDES, O_NODERIVE, O_SUGGEST };
+           O_UNCOV, O_PACKED, O_SEQ, O_LAYOUT, O_OVERRIDES, O_NODERIVE, O_SUGGEST, O_END };
     static const struct option opts[] = {
         {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
         {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
@@ -93,54 +248,93 @@ int cmd_plan(int argc, char **argv)
     hp_plan_opts_default(&po);
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
     const char *mesh_spec = NULL, *format = "json", *fqn = NULL, *output = NULL, *overrides = NULL;
-    bool suggest = false;
+    bool suggest = false, format_given = false;
     const char *freeze[64];
     int n_freeze = 0;
     int64_t dp = 1, cp = 1, tp = 1, ep = 1, world = 0;
     bool sizes_given = false, ep_axis = false;
+    /* Options that take one value: a second one would silently replace the first (a second --overrides file
+     * dropped, say), so repeating one is a usage error. --freeze is the one repeatable option. */
+    bool seen[O_END - O_MESH + 1] = {false};
     hp_err err;
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        int slot = c == 'o' ? O_END - O_MESH : c >= O_MESH && c < O_END ? c - O_MESH : -1;
+        if (slot >= 0 && c != O_FREEZE) {
+            const char *name = "-o";
+            for (int k = 0; opts[k].name; k++)
+                if (opts[k].val == c && c != 'o') name = opts[k].name;
+            if (seen[slot]) return cli_usage_error("plan", "%s%s is given twice; give it once", c == 'o' ? "" : "--", name);
+            seen[slot] = true;
+        }
         switch (c) {
         case O_MESH: mesh_spec = optarg; break;
-        case O_DP: if (!cli_parse_i64("plan", "--dp", optarg, 1, 1 << 20, &dp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_CP: if (!cli_parse_i64("plan", "--cp", optarg, 1, 1 << 20, &cp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_TP: if (!cli_parse_i64("plan", "--tp", optarg, 1, 1 << 20, &tp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_EP: if (!cli_parse_i64("plan", "--ep", optarg, 1, 1 << 20, &ep)) return HP_EXIT_USAGE; break;
+        case O_DP: if (!parse_count("--dp", optarg, 1, HP_MESH_MAX_SIZE, &dp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_CP: if (!parse_count("--cp", optarg, 1, HP_MESH_MAX_SIZE, &cp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_TP: if (!parse_count("--tp", optarg, 1, HP_MESH_MAX_SIZE, &tp)) return HP_EXIT_USAGE; sizes_given = true; break;
+        case O_EP: if (!parse_count("--ep", optarg, 1, HP_MESH_MAX_SIZE, &ep)) return HP_EXIT_USAGE; break;
         case O_EP_AXIS: ep_axis = true; break;
-        case O_WORLD: if (!cli_parse_i64("plan", "--world", optarg, 1, 1 << 30, &world)) return HP_EXIT_USAGE; break;
+        case O_WORLD: if (!parse_count("--world", optarg, 1, HP_MESH_MAX_WORLD, &world)) return HP_EXIT_USAGE; break;
         case O_NOSP: po.sequence_parallel = false; break;
         case O_LP: po.loss_parallel = true; break;
         case O_FORMAT:
             if (strcmp(optarg, "json") && strcmp(optarg, "explain") && strcmp(optarg, "hf"))
                 return cli_usage_error("plan", "--format must be json, explain or hf, got '%s'", optarg);
             format = optarg;
+            format_given = true;
             break;
-        case O_FQN: fqn = optarg; break;
+        case O_FQN:
+            if (!optarg[0]) return cli_usage_error("plan", "--fqn needs a boundary name, got an empty string");
+            fqn = optarg;
+            break;
         case 'o': output = optarg; break;
-        case O_FREEZE:
+        case O_FREEZE: {
+            size_t bad = 0;
+            const char *why = NULL;
             if (n_freeze == 64) return cli_usage_error("plan", "at most 64 --freeze patterns");
+            if (!optarg[0]) return cli_usage_error("plan", "--freeze needs a glob, got an empty string");
+            if (!hp_glob_valid(optarg, &bad, &why))
+                return cli_usage_error("plan", "--freeze '%s' is not a valid glob: %s at character %zu", optarg, why,
+                                       bad + 1);
             freeze[n_freeze++] = optarg;
             break;
+        }
         case O_UNCOV: po.allow_uncovered = true; break;
         case O_PACKED: po.packed_fused = true; break;
-        case O_SEQ: if (!cli_parse_i64("plan", "--seq-len", optarg, 1, INT64_MAX / 4, &po.seq_len)) return HP_EXIT_USAGE; break;
+        case O_SEQ: if (!parse_count("--seq-len", optarg, 1, INT64_MAX / 4, &po.seq_len)) return HP_EXIT_USAGE; break;
         case O_LAYOUT:
             if (!hp_expert_layout_parse(optarg, &mo.layout))
                 return cli_usage_error("plan", "--expert-layout must be per-expert or batched, got '%s'", optarg);
             break;
-        case O_OVERRIDES: overrides = optarg; break;
+        case O_OVERRIDES:
+            if (!optarg[0]) return cli_usage_error("plan", "--overrides needs a file name, got an empty string");
+            overrides = optarg;
+            break;
         case O_NODERIVE: po.derive = false; break;
         case O_SUGGEST: suggest = true; break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("plan", argv);
         }
     }
-    if (optind != argc - 1) return cli_usage_error("plan", "expected exactly one MODEL");
+    if (optind == argc) return cli_usage_error("plan", "expected a MODEL (a checkpoint folder or config.json)");
+    if (optind != argc - 1) return cli_usage_error("plan", "expected exactly one MODEL, got '%s' too", argv[optind + 1]);
     if (mesh_spec && sizes_given) return cli_usage_error("plan", "give either --mesh or --dp/--cp/--tp, not both");
+    if (fqn && (suggest || strcmp(format, "explain") != 0))
+        return cli_usage_error("plan", "--fqn selects the boundary that --format explain reports; add --format "
+                               "explain%s", suggest ? " and drop --suggest-overrides" : "");
+    if (suggest && format_given)
+        return cli_usage_error("plan", "--suggest-overrides prints YAML overrides; it does not combine with --format");
+    if (!po.derive && !overrides)
+        return cli_usage_error("plan", "--no-derive makes a plan of the overrides only, and none were given: the "
+                               "plan would cover nothing. Give --overrides FILE, or drop --no-derive");
+    if (output) {
+        int orc = check_output(output, argv[optind], overrides);
+        if (orc != HP_EXIT_OK) return orc;
+    }
 
     int mrc = cli_mesh("plan", mesh_spec, dp, cp, tp, ep, ep_axis, &po.mesh);
     if (mrc != HP_EXIT_OK) return mrc;
+    if (hp_mesh_check(&po.mesh, &err) != HP_OK) return cli_fail(&err);
     if (world && hp_mesh_world(&po.mesh) != world) {
         char buf[256];
         err.status = HP_ERR_INPUT;
@@ -166,6 +360,8 @@ int cmd_plan(int argc, char **argv)
     int rc = HP_EXIT_OK;
     if (hp_plan_derive(&p, m, &po, &err) != HP_OK) {
         rc = cli_fail(&err);
+    } else if (fqn && !(fqn = resolve_fqn(p, m, fqn))) {
+        rc = HP_EXIT_USAGE;
     } else {
         hp_buf b;
         hp_buf_init(&b);

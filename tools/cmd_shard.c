@@ -2,6 +2,7 @@
  * cmd_shard.c — `hyperpar shard MODEL (--plan plan.json | plan flags) --out DIR` and
  * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back.
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,14 +29,19 @@ static void shard_usage(FILE *out)
             "  --mesh, --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --packed-fused,\n"
             "  --allow-uncovered, --freeze, --overrides   derive the plan as 'hyperpar plan' does (see its --help)\n"
             "  --threads N          threads over rank files, or over the tensors of a file (1)\n"
-            "  --force              replace a non-empty DIR (the old one is removed after the new one is complete)\n"
-            "  --quiet              no progress line (it is shown only on a terminal anyway)\n");
+            "  --force              replace an earlier hyperpar output in DIR (one holding its .hyperpar-output\n"
+            "                       marker and nothing else); never any other folder. The old one is removed\n"
+            "                       after the new one is complete\n"
+            "  --quiet              no progress line (it is shown only on a terminal anyway)\n"
+            "\n"
+            "DIR may not be, contain or lie inside MODEL, its files, --plan or --overrides. SIGINT / SIGTERM stop\n"
+            "the run and remove its unfinished output.\n");
 }
 
 static void merge_usage(FILE *out)
 {
     fprintf(out,
-            "usage: hyperpar merge DIR --out OUT [--max-shard-size 5GB] [--force] [--quiet]\n"
+            "usage: hyperpar merge DIR --out OUT [--max-shard-size 5GB] [--verify] [--force] [--quiet]\n"
             "\n"
             "Rebuilds the original checkpoint from a 'hyperpar shard' folder: every rank file is validated,\n"
             "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
@@ -44,8 +50,44 @@ static void merge_usage(FILE *out)
             "\n"
             "  --out OUT            output folder (refused when non-empty unless --force)\n"
             "  --max-shard-size S   bytes per output file: 5GB (default), 500MB, 2GiB, ...\n"
-            "  --force              replace a non-empty OUT\n"
+            "  --verify             also check every rank file's checksum from manifest.json (reads each rank\n"
+            "                       file once more); without it, identity, sizes, shapes and layouts are checked\n"
+            "  --force              replace an earlier hyperpar output in OUT (never any other folder)\n"
             "  --quiet              no progress line\n");
+}
+
+/* SIGINT / SIGTERM / SIGHUP while shard or merge writes: the library stops at its next piece and removes its
+ * temporary folder; the signal is then re-raised with its default action, so the exit status says how the
+ * process ended (130 for ^C in a shell). */
+static const int g_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction g_old[3];
+
+static void on_signal(int sig) { hp_shard_interrupt(sig); }
+
+static void signals_catch(void)
+{
+    hp_shard_interrupt(0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++) {
+        sigaction(g_sigs[i], NULL, &g_old[i]);
+        if (g_old[i].sa_handler != SIG_IGN) sigaction(g_sigs[i], &sa, NULL); /* nohup and `cmd &` stay as they are */
+    }
+}
+
+/* Restores the old actions; re-raises a signal that arrived (after the error, if any, was printed). */
+static int signals_release(int rc)
+{
+    for (int i = 0; i < 3; i++) sigaction(g_sigs[i], &g_old[i], NULL);
+    int sig = hp_shard_interrupted();
+    if (sig) {
+        fflush(stderr);
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    return rc;
 }
 
 static int report(const char *what, const char *out, const hp_shard_stats *s)
@@ -137,6 +179,7 @@ int cmd_shard(int argc, char **argv)
     char *plan_text = NULL;
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
     hp_shard_stats stats;
+    bool caught = false;
     if (st == HP_OK) {
         /* Sharding does not execute the plan: a missing EP compute declaration is only a warning here. */
         hp_err w;
@@ -146,9 +189,18 @@ int cmd_shard(int argc, char **argv)
             so.plan_file = slash ? slash + 1 : plan_path;
         }
         so.plan_text = plan_text;
+        const char *inputs[2];
+        int n_inputs = 0;
+        if (plan_path) inputs[n_inputs++] = plan_path;
+        if (overrides) inputs[n_inputs++] = overrides;
+        so.inputs = inputs;
+        so.n_inputs = n_inputs;
+        signals_catch();
+        caught = true;
         st = hp_shard_write(m, p, out, &so, &stats, &err);
     }
     int rc = st == HP_OK ? report("sharded into", out, &stats) : cli_fail(&err);
+    if (caught) rc = signals_release(rc);
     free(plan_text);
     hp_plan_free(p);
     hp_model_close(m);
@@ -158,10 +210,11 @@ int cmd_shard(int argc, char **argv)
 
 int cmd_merge(int argc, char **argv)
 {
-    enum { O_MAX = 1000, O_FORCE, O_QUIET };
+    enum { O_MAX = 1000, O_FORCE, O_QUIET, O_VERIFY };
     static const struct option opts[] = {
         {"out", required_argument, NULL, 'o'},   {"max-shard-size", required_argument, NULL, O_MAX},
         {"force", no_argument, NULL, O_FORCE},   {"quiet", no_argument, NULL, O_QUIET},
+        {"verify", no_argument, NULL, O_VERIFY},
         {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     hp_merge_opts mo = {.progress = isatty(2)};
@@ -177,6 +230,7 @@ int cmd_merge(int argc, char **argv)
             break;
         case O_FORCE: mo.force = true; break;
         case O_QUIET: mo.progress = false; break;
+        case O_VERIFY: mo.verify = true; break;
         case 'h': merge_usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("merge", argv);
         }
@@ -185,6 +239,8 @@ int cmd_merge(int argc, char **argv)
     if (!out) return cli_usage_error("merge", "--out OUT is required");
     hp_err err;
     hp_shard_stats stats;
-    if (hp_shard_merge(argv[optind], out, &mo, &stats, &err) != HP_OK) return cli_fail(&err);
-    return report("merged into", out, &stats);
+    signals_catch();
+    int rc = hp_shard_merge(argv[optind], out, &mo, &stats, &err) == HP_OK ? report("merged into", out, &stats)
+                                                                           : cli_fail(&err);
+    return signals_release(rc);
 }

@@ -61,7 +61,9 @@ hp_status hp_comm_wait(hp_comm_req *req, hp_err *err);
 hp_status hp_comm_test(hp_comm_req *req, bool *done, hp_err *err);
 hp_status hp_comm_allreduce_sum_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
 hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_err *err);
-/* Root receives every rank's block (rcounts/rdispls in bytes, meaningful at root only). */
+/* Root receives every rank's block (rcounts/rdispls in bytes, meaningful at root only). Collective: the
+ * ranks first check every rank's `bytes` against the root's rcounts, and a mismatch fails every rank with
+ * HP_ERR_INPUT naming the rank (never a short or overrun receive). */
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err);
 

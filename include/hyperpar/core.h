@@ -121,6 +121,9 @@ const char *hp_path_describe(const char *path, char *buf, size_t cap);
 
 /* Shell-style glob on dotted names (fnmatchcase): '*' any run (dots included), '?' one character, [a-z] [!x]. */
 bool hp_glob_match(const char *pattern, const char *text);
+/* Whether every [...] class of pattern is closed and has no reversed range. When not: *bad_pos is the 0-based
+ * offset of the offending '[' (or range) and *why a phrase saying what is wrong ("a '[' that opens ..."). */
+bool hp_glob_valid(const char *pattern, size_t *bad_pos, const char **why);
 
 #ifdef __cplusplus
 }

@@ -29,9 +29,19 @@ typedef struct hp_gen_opts {
     bool force;                  /* overwrite a non-empty output folder */
 } hp_gen_opts;
 
+/* Ranges gen accepts (the CLI --help prints them from here): every size 1..HP_GEN_MAX_DIM, experts
+ * 1..HP_GEN_MAX_EXPERTS (a generated per-expert model stores 3 tensors per expert and layer), top-k 1..experts. */
+#define HP_GEN_MAX_DIM 65536
+#define HP_GEN_MAX_EXPERTS 4096
+
 void hp_gen_opts_default(hp_gen_opts *o);
 
-/* Writes out_dir/config.json and out_dir/model.safetensors (each atomically). */
+/* The expert layout gen writes for o: o->layout, except for families that only have the batched one
+ * (gpt-oss). */
+hp_expert_layout hp_gen_layout(const hp_gen_opts *o);
+
+/* Writes out_dir/config.json and out_dir/model.safetensors (each atomically). out_dir must name a folder:
+ * "", ".", ".." or a path ending in "/." or "/.." is HP_ERR_INPUT. */
 hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *err);
 
 /* The config.json text gen would write (malloc'd, NUL-terminated). */

@@ -57,6 +57,10 @@ typedef struct hp_model_config {
     hp_dtype dtype;                /* torch_dtype (BF16 when absent) */
     int64_t n_mlp_only_layers;
     int64_t mlp_only_layers[64];   /* qwen2/3-moe: layers forced dense */
+    int64_t n_nextn_layers;        /* num_nextn_predict_layers: MTP layers after the stack (DeepSeek, GLM) */
+    bool quantized;                /* config.json has a quantization_config (weights may be packed) */
+    bool explicit_shape;           /* config.json itself gives hidden_size and num_hidden_layers */
+    bool explicit_experts;         /* config.json itself gives the routed-expert count */
     int n_flags;                   /* boolean top-level config keys as written (attention_bias, ...) */
     struct {
         char key[48];
@@ -114,7 +118,11 @@ typedef struct hp_model_opts {
 } hp_model_opts;
 
 /* path: a checkpoint folder (with config.json beside the safetensors), a .safetensors file, an index json,
- * a config.json (meta mode), or a folder holding only config.json (meta mode). opts may be NULL. */
+ * a config.json (meta mode), or a folder holding only config.json (meta mode). opts may be NULL.
+ * Keys config.json leaves out take the defaults of the family's transformers config class; impossible values
+ * are HP_ERR_INPUT. With a known family, a checkpoint whose config.json does not describe its weights (layer
+ * count, expert count, shapes) is HP_ERR_INPUT naming the first differences; so is a checkpoint without
+ * tensors. A path that is not a file or folder (a FIFO, a device) is refused without blocking. */
 hp_status hp_model_open(hp_model **out, const char *path, const hp_model_opts *opts, hp_err *err);
 void hp_model_close(hp_model *m);
 

@@ -139,6 +139,15 @@ hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_
 /* dir/config.json of a shard folder as a config-only (meta) model; a clear error when it is missing. */
 hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err);
 
+/* A 64-bit digest of what every rank of an EP group running layer l must hold identically: the layer's
+ * settings, its replicated weights as loaded (router, biases, shared expert), and the source's identity —
+ * for a checkpoint m (shard_dir NULL) its tensor table and the layer's routed-expert bytes (all of them up to
+ * 64 MiB, else 64 bytes at the start of every expert), for a shard folder its manifest.json. Ranks compare it
+ * before any exchange (hyperpar moe under mpirun) so that ranks started on different checkpoints are
+ * refused. Cost: the replicated weights plus at most 64 MiB read; see src/moe/identity.c. */
+hp_status hp_moe_layer_identity(const hp_moe_layer *l, const hp_model *m, const char *shard_dir, uint64_t *out,
+                                hp_err *err);
+
 /* Dimensions of a layer built in memory (benchmarks, tests). */
 typedef struct hp_moe_dims {
     int64_t n_hidden, n_experts, top_k, d_expert, d_shared;
@@ -169,6 +178,8 @@ typedef struct hp_moe_run_opts {
     double capacity_factor;    /* <= 0: off */
     hp_moe_cap_policy policy;
     bool balanced_router;      /* §10.4: replace the indices so every expert gets T*K/E slots (bench only) */
+    int64_t row_base;          /* index of this call's first token in error messages (a rank's block: its
+                                  first row in the whole input); 0 by default */
 } hp_moe_run_opts;
 
 typedef struct hp_moe_stats {
@@ -259,7 +270,9 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
 /* The one-process layer: checks x (width n_hidden must equal H, values finite), routes, applies the
  * capacity limit, dispatches, runs the experts, combines, adds the shared part. Needs every expert local
  * (first_expert 0, n_local E). topk_idx / topk_w of the call stay in ws; statistics in ws->stats.
- * opts may be NULL. */
+ * opts may be NULL. A non-finite value in y is never returned as a result: HP_ERR_INPUT names the first bad
+ * row and its likely cause (non-finite routing weights, e.g. from routed_scaling_factor; a non-finite expert
+ * or shared-expert weight, named by expert, row and column; else the input's magnitude overflowing f32). */
 hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
                          int64_t n_hidden, float *y, const hp_moe_run_opts *opts, hp_err *err);
 

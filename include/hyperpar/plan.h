@@ -161,6 +161,8 @@ typedef struct hp_boundary {
 
 /* ---- mesh ---- */
 #define HP_MESH_MAX_DIMS 8
+#define HP_MESH_MAX_SIZE (1 << 20)  /* the largest size of one axis */
+#define HP_MESH_MAX_WORLD (1 << 30) /* the largest product of the sizes (--world accepts up to this) */
 typedef struct hp_mesh {
     int n_dims;
     char names[HP_MESH_MAX_DIMS][16]; /* in mesh order, e.g. dp, cp, tp */
@@ -169,12 +171,16 @@ typedef struct hp_mesh {
     bool ep_axis;    /* an explicit ep axis is in the mesh (old-style EP) */
 } hp_mesh;
 
-/* "dp=2,cp=1,tp=4" (names in order; product = world). */
+/* "dp=2,cp=1,tp=4" (names in order; product = world). Strict: known axis names, each once; sizes plain
+ * digits in [1, HP_MESH_MAX_SIZE]; product <= HP_MESH_MAX_WORLD; no spaces, no empty items. */
 hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err);
 /* Builds (dp, cp, tp) [+ ep when ep_axis] from sizes; sizes of 1 are kept. */
 void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis);
 int64_t hp_mesh_size(const hp_mesh *m, const char *name); /* 1 when absent */
-int64_t hp_mesh_world(const hp_mesh *m);
+int64_t hp_mesh_world(const hp_mesh *m); /* saturates at INT64_MAX */
+/* HP_ERR_INPUT unless 1..HP_MESH_MAX_DIMS axes with sizes in [1, HP_MESH_MAX_SIZE], product <= HP_MESH_MAX_WORLD,
+ * and ep in [0 (unset), HP_MESH_MAX_SIZE] (what hp_mesh_parse guarantees; for meshes built with hp_mesh_from_sizes). */
+hp_status hp_mesh_check(const hp_mesh *m, hp_err *err);
 /* "dp=2,tp=4 (world 8), ep=4 (TP-extend-EP)" */
 const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap);
 

@@ -129,12 +129,16 @@ typedef struct hp_ckpt_tensor {
 
 typedef struct hp_ckpt hp_ckpt;
 
-/* path: a folder holding model.safetensors.index.json or model.safetensors (or exactly one *.safetensors),
- * an index .json file, or one .safetensors file. A tensor in the index but missing from its shard, or in a
- * shard but absent from the index, is HP_ERR_INPUT. */
+/* path: a folder holding model.safetensors or model.safetensors.index.json (or exactly one *.safetensors),
+ * an index .json file, or one .safetensors file. As in transformers, a folder holding both model.safetensors
+ * and an index loads model.safetensors (a warning is logged and hp_ckpt_ignored names the index). A tensor in
+ * the index but missing from its shard, in a shard but absent from the index, or an empty weight_map is
+ * HP_ERR_INPUT. Inputs that are not regular files (a FIFO, a device) are refused without blocking. */
 hp_status hp_ckpt_open(hp_ckpt **out, const char *path, hp_err *err);
 void hp_ckpt_close(hp_ckpt *c);
 const char *hp_ckpt_dir(const hp_ckpt *c); /* folder holding the files (for config.json) */
+const char *hp_ckpt_source(const hp_ckpt *c);  /* the file read: the index or the single .safetensors */
+const char *hp_ckpt_ignored(const hp_ckpt *c); /* an index the folder also holds, not used; NULL when none */
 size_t hp_ckpt_count(const hp_ckpt *c);
 const hp_ckpt_tensor *hp_ckpt_at(const hp_ckpt *c, size_t i);
 const hp_ckpt_tensor *hp_ckpt_find(const hp_ckpt *c, const char *name);

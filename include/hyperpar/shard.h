@@ -16,7 +16,12 @@
  * written as one [n_local_experts, ...] tensor under the stacked name; merge restores the per-expert names.
  *
  * dp replicas (ranks with identical content) are one file plus hard links (a copy where link() fails).
- * Output folders are written as "<DIR>.tmp.<pid>" and renamed when complete.
+ *
+ * Output folders (docs/shard-format.md §6): written as "<DIR>.tmp.<pid>" (marked with HP_SHARD_MARKER) and
+ * renamed when complete, never over a folder that appeared meanwhile. DIR may not be, contain or lie inside
+ * an input. force replaces only an earlier hyperpar output (marker, nothing but hyperpar's file names).
+ * A shard folder has an identity (source + plan) in its manifest and in every rank file; merge and
+ * hp_shard_rank_open refuse rank files of another folder, edited manifests and slices that do not tile.
  */
 #ifndef HYPERPAR_SHARD_H
 #define HYPERPAR_SHARD_H
@@ -26,6 +31,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The file hyperpar writes into every output folder (shard and merge) to recognise it later. */
+#define HP_SHARD_MARKER ".hyperpar-output"
 
 /* A rank-file name needs five digits; larger meshes are refused. */
 #define HP_SHARD_MAX_WORLD 65536
@@ -103,10 +111,14 @@ typedef struct hp_shard_opts {
     bool progress;         /* a progress line on stderr */
     const char *plan_file; /* the plan's file name for the manifest, or NULL when derived */
     const char *plan_text; /* its JSON text (fingerprinted); NULL: the plan is serialised */
+    const char *const *inputs; /* further files the output must not be, contain or lie in (--plan,
+                                * --overrides); the checkpoint's own files are added by hp_shard_write */
+    int n_inputs;
 } hp_shard_opts;
 
 /* Writes every rank file, manifest.json and config.json (when the source folder has one) into out_dir,
- * atomically. stats may be NULL. */
+ * atomically. stats may be NULL. A source that changes while it is read (SIGBUS on its mapping, or a new
+ * size, mtime or inode at the end) is HP_ERR_IO "the source changed while reading"; nothing is left behind. */
 hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_dir, const hp_shard_opts *o,
                          hp_shard_stats *stats, hp_err *err);
 
@@ -114,12 +126,20 @@ typedef struct hp_merge_opts {
     uint64_t max_shard_size; /* bytes per output file; 0 = 5 GB (transformers' default) */
     bool force;
     bool progress;
+    bool verify; /* also check every rank file's XXH64 checksum against the manifest (one more read of each) */
 } hp_merge_opts;
 
 /* Validates dir (manifest, every rank file), rebuilds the original tensors and writes out_dir/model.safetensors
  * or model-0000i-of-0000n.safetensors + model.safetensors.index.json, plus config.json. Atomic. */
 hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_opts *o, hp_shard_stats *stats,
                          hp_err *err);
+
+/* Stops a running hp_shard_write / hp_shard_merge at its next piece (at most 4 MiB of copying): it removes
+ * its temporary folder and fails with HP_ERR_IO "interrupted". Async-signal-safe: call it from a SIGINT /
+ * SIGTERM handler, then re-raise the signal once the call returned. 0 clears the request. */
+void hp_shard_interrupt(int sig);
+/* The signal recorded by hp_shard_interrupt, 0 when none. */
+int hp_shard_interrupted(void);
 
 /* ---- one rank's file, for readers (the MoE runtime loads a layer's local experts from it) ---- */
 
@@ -138,7 +158,8 @@ typedef struct hp_shard_rank_file {
 } hp_shard_rank_file;
 
 /* Opens rank `rank`'s file of the shard folder dir. HP_ERR_INPUT: manifest.json missing or malformed, a rank
- * outside the manifest's world, the rank file missing, corrupt, from another folder or unlike the manifest. */
+ * outside the manifest's world, the rank file missing, corrupt, misnamed (another rank's file), from another
+ * folder (identity), of another size, or unlike the manifest (tensors, or the layout digest of its slices). */
 hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err);
 void hp_shard_rank_close(hp_shard_rank_file *f);
 /* The tensor holding global parameter `name`: the tensor of that name, or the stack that lists it (then

@@ -206,9 +206,33 @@ hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_
     return c->ops->allreduce_f64(c, buf, n, HP_RED_MAX, err);
 }
 
+/* Every rank's byte count is checked against the root's rcounts before any data moves (an allgather of the
+ * counts, then an agreement): a rank sending more than the root expects would overrun recv, one sending less
+ * would leave the root waiting. A mismatch fails every rank with the same HP_ERR_INPUT. */
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err)
 {
+    if (root < 0 || root >= c->size)
+        return hp_err_set(err, HP_ERR_INPUT, "gather: root %d is outside the %d ranks", root, c->size);
+    uint64_t mine = bytes, one, *all = c->size == 1 ? &one : calloc((size_t)c->size, sizeof *all);
+    hp_status st = c->size == 1 ? HP_OK
+                                : hp_comm_agree(c, all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
+    if (st == HP_OK) st = hp_comm_allgather(c, &mine, sizeof mine, all, err);
+    if (st != HP_OK) {
+        if (all != &one) free(all);
+        return st;
+    }
+    hp_status chk = HP_OK;
+    for (int r = 0; c->rank == root && r < c->size && chk == HP_OK; r++)
+        if (all[r] != rcounts[r])
+            chk = hp_err_set(err, HP_ERR_INPUT,
+                             "gather to rank %d: rank %d sends %llu bytes but rank %d expects %zu from it; the ranks "
+                             "disagree on the size of their blocks (every rank must hold the block the root sized "
+                             "for it)",
+                             root, r, (unsigned long long)all[r], root, rcounts[r]);
+    if (all != &one) free(all);
+    if (st == HP_OK) st = hp_comm_agree(c, chk, err);
+    if (st != HP_OK) return st;
     return c->ops->gatherv(c, send, bytes, recv, rcounts, rdispls, root, err);
 }
 
@@ -240,7 +264,10 @@ hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err)
         return st;
     }
     if (c->rank == root) return local; /* keep the original message */
-    if (c->size > 1)
+    char own[24];
+    snprintf(own, sizeof own, "rank %d: ", root);
+    if (c->size > 1 && strncmp(pkt.msg, own, strlen(own)) != 0) /* name the rank once */
         return hp_err_set(err, (hp_status)pkt.status, "rank %d: %s", root, pkt.msg);
+    if (c->size > 1) return hp_err_set(err, (hp_status)pkt.status, "%s", pkt.msg);
     return (hp_status)pkt.status;
 }

@@ -359,8 +359,38 @@ static const char *glob_class(const char *p, char c, bool *hit)
     return p + 1;
 }
 
+bool hp_glob_valid(const char *p, size_t *bad_pos, const char **why)
+{
+    for (const char *s = p; *s; s++) {
+        if (*s != '[') continue;
+        const char *q = s + 1;
+        if (*q == '!' || *q == '^') q++;
+        const char *start = q;
+        /* The class ends at the first ']' that is not its first member (as glob_class reads it). */
+        while (*q && (*q != ']' || q == start)) {
+            if (q[1] == '-' && q[2] && q[2] != ']') {
+                if ((unsigned char)q[0] > (unsigned char)q[2]) {
+                    if (bad_pos) *bad_pos = (size_t)(q - p);
+                    if (why) *why = "a reversed range in a [...] class (it matches nothing)";
+                    return false;
+                }
+                q += 3;
+            } else {
+                q++;
+            }
+        }
+        if (*q != ']') {
+            if (bad_pos) *bad_pos = (size_t)(s - p);
+            if (why) *why = "a '[' that opens a character class never closed by ']'";
+            return false;
+        }
+        s = q;
+    }
+    return true;
+}
+
 /* fnmatchcase semantics: '*' any run (dots included), '?' one character, [abc] [a-z] [!x] classes; a
- * malformed class matches its '[' literally. */
+ * malformed class matches its '[' literally (hp_glob_valid refuses such patterns where users write them). */
 bool hp_glob_match(const char *p, const char *t)
 {
     const char *star_p = NULL, *star_t = NULL;

@@ -36,6 +36,7 @@ static const char *errno_kind(int e, char *buf, size_t cap)
     case ENOTDIR: return "does not exist (a component of the path is not a folder)";
     case ENAMETOOLONG: return "is too long a path";
     case EACCES: return "cannot be read: permission denied";
+    case ENXIO: return "is a socket or a device that cannot be opened for reading";
     default: snprintf(buf, cap, "cannot be opened: %s", strerror(e)); return buf;
     }
 }
@@ -44,8 +45,26 @@ const char *hp_path_describe(const char *path, char *buf, size_t cap)
 {
     struct stat st;
     if (!path || !*path) return "is an empty path";
-    if (stat(path, &st) != 0) return errno_kind(errno, buf, cap);
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        /* A symbolic link whose target is missing: stat says ENOENT, lstat finds the link itself. */
+        if (e == ENOENT && lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+            return "is a dangling symbolic link (its target does not exist)";
+        return errno_kind(e, buf, cap);
+    }
     return mode_kind(st.st_mode);
+}
+
+/* The advice that follows "PATH <what it is>" in an open error. */
+static const char *hint_for_errno(int e)
+{
+    switch (e) {
+    case ENOENT:
+    case ENOTDIR: return "; check the path";
+    case ELOOP: return "; fix the symbolic links or give the real file";
+    case EACCES: return "; check the file's permissions";
+    default: return "";
+    }
 }
 
 hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err)
@@ -61,9 +80,9 @@ hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err)
                         e == EISDIR || e == ENXIO)
                            ? HP_ERR_INPUT
                            : HP_ERR_IO;
-        if (e == EISDIR) return hp_err_set(err, st, "%s is a folder; a file was expected here", path);
-        if (e == ENXIO) return hp_err_set(err, st, "%s is a socket or a device without a reader; give a regular file", path);
-        return hp_err_set(err, st, "%s %s", path, errno_kind(e, why, sizeof why));
+        if (e == EISDIR) return hp_err_set(err, st, "%s: cannot open: the path is a folder; a file was expected here", path);
+        const char *what = e == ENOENT ? hp_path_describe(path, why, sizeof why) : errno_kind(e, why, sizeof why);
+        return hp_err_set(err, st, "%s: cannot open: the path %s%s", path, what, hint_for_errno(e));
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
@@ -73,8 +92,11 @@ hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err)
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        if (S_ISDIR(sb.st_mode)) return hp_err_set(err, HP_ERR_INPUT, "%s is a folder; a file was expected here", path);
-        return hp_err_set(err, HP_ERR_INPUT, "%s %s; hyperpar reads inputs it can seek and map: save it to a file first",
+        if (S_ISDIR(sb.st_mode))
+            return hp_err_set(err, HP_ERR_INPUT, "%s: cannot open: the path is a folder; a file was expected here", path);
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: cannot open: the path %s; hyperpar reads inputs it can seek and map: save it to a "
+                          "regular file first",
                           path, mode_kind(sb.st_mode));
     }
     int flags = fcntl(fd, F_GETFL);

@@ -2,7 +2,8 @@
  * checkpoint.c — one or more safetensors files seen as one tensor list.
  *
  * A checkpoint is found from a path that is
- *   - a folder: model.safetensors.index.json if present, else model.safetensors, else its only *.safetensors;
+ *   - a folder: model.safetensors if present (as transformers: a folder also holding an index loads the
+ *     single file, with a warning), else model.safetensors.index.json, else its only *.safetensors;
  *   - an index (*.json): {"metadata": {...}, "weight_map": {"<tensor>": "<shard file>", ...}}, shards
  *     resolved next to the index (spec/hf_reference.md §5.2);
  *   - any other file: one safetensors file.
@@ -15,6 +16,8 @@
  *     sorted by name gives O(log n) lookup.
  */
 #include "hyperpar/safetensors.h"
+
+#include "io/json.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +34,8 @@ struct hp_ckpt {
     hp_ckpt_tensor *tensors; /* [n], file order then header order */
     size_t n;
     const hp_ckpt_tensor **by_name; /* [n], sorted by name */
+    char *source;          /* what was read: the index, or the single .safetensors file */
+    char *ignored;         /* an index a folder also holds, ignored in favour of model.safetensors; or NULL */
 };
 
 #define INDEX_NAME "model.safetensors.index.json"
@@ -166,15 +171,18 @@ static hp_status check_agreement(hp_ckpt *c, const char *idx, json_t *wm, char *
 
 static hp_status open_index(hp_ckpt *c, const char *idx, hp_err *err)
 {
+    /* Read through hp__read_file: never a blocking open (a FIFO is refused by name), and a size limit. */
+    char *text = NULL;
+    size_t len = 0;
+    hp_status rst = hp__read_file(idx, HP_JSON_MAX_FILE, &text, &len, err);
+    if (rst != HP_OK) return rst;
     json_error_t je;
-    json_t *root = json_load_file(idx, JSON_REJECT_DUPLICATES, &je);
-    if (!root) {
-        if (json_error_code(&je) == json_error_cannot_open_file)
-            return hp_err_set(err, HP_ERR_INPUT, "%s: cannot read the index: %s; check the path.", idx, je.text);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    free(text);
+    if (!root)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the index is not valid JSON: %s (line %d, column %d); re-download or regenerate it.",
                           idx, je.text, je.line, je.column);
-    }
     hp_status st = HP_OK;
     char **names = NULL;
     json_t *wm = json_object_get(root, "weight_map");
@@ -191,6 +199,11 @@ static hp_status open_index(hp_ckpt *c, const char *idx, hp_err *err)
     }
     if (meta && !json_is_object(meta)) {
         st = hp_err_set(err, HP_ERR_INPUT, "%s: \"metadata\" is not an object; the index is corrupt.", idx);
+        goto done;
+    }
+    if (json_object_size(wm) == 0) {
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: \"weight_map\" is empty, so the checkpoint holds no tensors; the "
+                        "index is truncated or corrupt (re-download it, or point hyperpar at a .safetensors file).", idx);
         goto done;
     }
     size_t n_map = json_object_size(wm), n_names = 0;
@@ -232,8 +245,9 @@ static hp_status open_index(hp_ckpt *c, const char *idx, hp_err *err)
             goto done;
         }
         if (!is_regular(p)) {
-            st = hp_err_set(err, HP_ERR_INPUT, "%s: the weight_map lists shard %s but %s is missing or not a "
-                            "regular file; the checkpoint is incomplete (download every shard).", idx, names[i], p);
+            char why[256];
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: the weight_map lists shard %s but %s %s; the checkpoint is "
+                            "incomplete (download every shard).", idx, names[i], p, hp_path_describe(p, why, sizeof why));
             free(p);
             goto done;
         }
@@ -300,14 +314,55 @@ static hp_status open_only_file(hp_ckpt *c, const char *dir, hp_err *err)
     return st;
 }
 
+/* Whether something exists at path (a dangling symbolic link counts: opening it then says what it is). */
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/* A folder: model.safetensors first, then the index, then its only *.safetensors file. transformers
+ * (modeling_utils, _get_resolved_checkpoint_files) checks model.safetensors before the index, so a folder
+ * holding both loads the single file; we do the same and say so. */
+static hp_status open_folder(hp_ckpt *c, const char *path, hp_err *err)
+{
+    char *idx = path_join(path, INDEX_NAME), *single = path_join(path, SINGLE_NAME);
+    hp_status st;
+    if (!idx || !single) {
+        st = nomem(err);
+    } else if (exists(single)) {
+        /* hp_st_open refuses a FIFO, a folder or a dangling link named model.safetensors by what it is. */
+        st = open_single(c, single, err);
+        if (st == HP_OK && exists(idx)) {
+            hp_log(HP_LOG_WARN, "%s holds both %s and %s; using %s as transformers does (the index is ignored)", path,
+                   SINGLE_NAME, INDEX_NAME, SINGLE_NAME);
+            c->ignored = hp_strdup(idx);
+            if (!c->ignored) st = nomem(err);
+        }
+        if (st == HP_OK && !(c->source = hp_strdup(single))) st = nomem(err);
+    } else if (exists(idx)) {
+        st = open_index(c, idx, err);
+        if (st == HP_OK && !(c->source = hp_strdup(idx))) st = nomem(err);
+    } else {
+        st = open_only_file(c, path, err);
+        if (st == HP_OK && !(c->source = hp_strdup(hp_st_path(c->files[0])))) st = nomem(err);
+    }
+    free(idx);
+    free(single);
+    return st;
+}
+
 hp_status hp_ckpt_open(hp_ckpt **out, const char *path, hp_err *err)
 {
     *out = NULL;
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return hp_err_set(err, errno == ENOENT || errno == ENOTDIR ? HP_ERR_INPUT : HP_ERR_IO,
-                          "%s: cannot open: %s; pass a checkpoint folder, a %s or a .safetensors file.", path,
-                          strerror(errno), INDEX_NAME);
+    if (stat(path, &sb) != 0) {
+        char why[256];
+        int e = errno;
+        return hp_err_set(err, e == ENOENT || e == ENOTDIR || e == ELOOP || e == EACCES ? HP_ERR_INPUT : HP_ERR_IO,
+                          "%s: cannot open: the path %s; pass a checkpoint folder, a %s or a .safetensors file.", path,
+                          hp_path_describe(path, why, sizeof why), INDEX_NAME);
+    }
     hp_ckpt *c = hp_calloc(1, sizeof *c);
     if (!c) return nomem(err);
     hp_status st;
@@ -316,21 +371,10 @@ hp_status hp_ckpt_open(hp_ckpt **out, const char *path, hp_err *err)
     if (!c->dir) {
         st = nomem(err);
     } else if (is_dir) {
-        char *idx = path_join(path, INDEX_NAME), *single = path_join(path, SINGLE_NAME);
-        if (!idx || !single)
-            st = nomem(err);
-        else if (is_regular(idx))
-            st = open_index(c, idx, err);
-        else if (is_regular(single))
-            st = open_single(c, single, err);
-        else
-            st = open_only_file(c, path, err);
-        free(idx);
-        free(single);
-    } else if (ends_with(path, ".json")) {
-        st = open_index(c, path, err);
+        st = open_folder(c, path, err);
     } else {
-        st = open_single(c, path, err);
+        st = ends_with(path, ".json") ? open_index(c, path, err) : open_single(c, path, err);
+        if (st == HP_OK && !(c->source = hp_strdup(path))) st = nomem(err);
     }
     if (st == HP_OK) st = build_list(c, err);
     if (st) {
@@ -349,10 +393,14 @@ void hp_ckpt_close(hp_ckpt *c)
     free(c->tensors);
     free(c->by_name);
     free(c->dir);
+    free(c->source);
+    free(c->ignored);
     free(c);
 }
 
 const char *hp_ckpt_dir(const hp_ckpt *c) { return c->dir; }
+const char *hp_ckpt_source(const hp_ckpt *c) { return c->source; }
+const char *hp_ckpt_ignored(const hp_ckpt *c) { return c->ignored; }
 size_t hp_ckpt_count(const hp_ckpt *c) { return c->n; }
 const hp_ckpt_tensor *hp_ckpt_at(const hp_ckpt *c, size_t i) { return i < c->n ? &c->tensors[i] : NULL; }
 size_t hp_ckpt_file_count(const hp_ckpt *c) { return c->n_files; }

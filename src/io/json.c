@@ -8,38 +8,45 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 hp_status hp__read_file(const char *path, size_t max_size, char **out, size_t *len, hp_err *err)
 {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        return hp_err_set(err, errno == ENOENT ? HP_ERR_INPUT : HP_ERR_IO, "%s: cannot open: %s", path,
-                          strerror(errno));
-    }
+    /* hp_open_regular never blocks: a FIFO, a device or a folder is refused with a sentence saying what it is. */
+    int fd = -1;
+    hp_status st0 = hp_open_regular(path, &fd, err);
+    if (st0 != HP_OK) return st0;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return hp_err_set(err, HP_ERR_INPUT, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return hp_err_set(err, HP_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
     if ((uint64_t)st.st_size > max_size) {
-        fclose(f);
+        close(fd);
         return hp_err_set(err, HP_ERR_INPUT, "%s: %lld bytes is larger than the %zu-byte limit for this kind of file",
                           path, (long long)st.st_size, max_size);
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
     }
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int rerr = ferror(f);
-    fclose(f);
-    if (got != n || rerr) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != n) {
         free(buf);
-        return hp_err_set(err, HP_ERR_IO, "%s: read failed (%zu of %zu bytes)", path, got, n);
+        return hp_err_set(err, HP_ERR_IO, "%s: read failed (%zu of %zu bytes); the file changed while reading", path,
+                          got, n);
     }
     buf[n] = '\0';
     *out = buf;

@@ -434,22 +434,15 @@ hp_status hp_st_open_memory(hp_st_file **out, const void *buf, size_t len, const
 hp_status hp_st_open(hp_st_file **out, const char *path, hp_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        if (e == ENOENT || e == ENOTDIR)
-            return hp_err_set(err, HP_ERR_INPUT, "%s: cannot open: %s; check the path.", path, strerror(e));
-        return hp_err_set(err, HP_ERR_IO, "%s: cannot open: %s.", path, strerror(e));
-    }
+    /* Never a blocking open: a FIFO given as a checkpoint would hang forever; it is refused by name. */
+    int fd = -1;
+    hp_status ost = hp_open_regular(path, &fd, err);
+    if (ost != HP_OK) return ost;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return hp_err_set(err, HP_ERR_IO, "%s: cannot stat: %s.", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return hp_err_set(err, HP_ERR_INPUT, "%s: not a regular file; pass a .safetensors file.", path);
     }
     hp_st_file *f = file_new(path);
     if (!f) {

@@ -2,7 +2,11 @@
  * families.c — the family table: transformers naming and shape rules for the supported families, as data.
  *
  * Sources: spec/hf_reference.md §1 (FQNs and shapes, NEW batched and OLD per-expert layouts) and §4
- * (config.json keys). One record per family; shape synthesis (synth.c) and the planner read the records and
+ * (config.json keys); the defaults are the field defaults of transformers' configuration_<family>.py
+ * (5.x: LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig,
+ * DeepseekV3Config, Glm4MoeConfig, GptOssConfig). Traps they hold: Qwen3 head_dim 128 (not H/nH), Mistral and
+ * Mixtral 8 kv heads, Qwen2 / Qwen3 32, Qwen3-MoE 4 (not nH), DeepSeek-V3 routed_scaling_factor 2.5 and
+ * norm_topk_prob true, gpt-oss head_dim 64. One record per family; shape synthesis (synth.c) and the planner read the records and
  * never compare family names themselves.
  */
 #include "model/family.h"
@@ -22,22 +26,27 @@ static const hp_family g_families[] = {
         .o_bias = CONFIG("attention_bias", false), .qk_norm = NEVER,
         .mlp_bias = CONFIG("mlp_bias", false),
         .gen_extra = "{\"attention_bias\": false, \"mlp_bias\": false}",
+        .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false}",
+        .heads_divide_hidden = true,
     },
     {
         .model_type = "mistral", .architecture = "MistralForCausalLM", .canonical = "mistral",
         .attn = HP_ATTN_GQA, .qkv_bias = NEVER, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
         .gen_extra = "{}",
+        .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false}",
     },
     {
         .model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .canonical = "qwen2",
         .attn = HP_ATTN_GQA, .qkv_bias = ALWAYS, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
         .gen_extra = "{}",
+        .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false}",
     },
     {
         .model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .canonical = "qwen3",
         .attn = HP_ATTN_GQA, .qkv_bias = CONFIG("attention_bias", false),
         .o_bias = CONFIG("attention_bias", false), .qk_norm = ALWAYS, .mlp_bias = NEVER,
         .gen_extra = "{\"attention_bias\": false}",
+        .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"head_dim\": 128, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false}",
     },
     {
         .model_type = "mixtral", .architecture = "MixtralForCausalLM", .canonical = "mixtral",
@@ -48,6 +57,7 @@ static const hp_family g_families[] = {
         .suggested_archetype = "mixtral_topk_router",
         .experts_key = "num_local_experts",
         .gen_extra = "{\"router_jitter_noise\": 0.0}",
+        .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"num_experts_per_tok\": 2, \"num_local_experts\": 8}",
     },
     {
         .model_type = "qwen2_moe", .architecture = "Qwen2MoeForCausalLM", .canonical = "qwen2moe",
@@ -58,6 +68,7 @@ static const hp_family g_families[] = {
         .suggested_archetype = "qwen2moe_shared_expert_gate",
         .experts_key = "num_experts",
         .gen_extra = "{\"norm_topk_prob\": false, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"qkv_bias\": true}",
+        .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 2048, \"intermediate_size\": 5632, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false, \"decoder_sparse_step\": 1, \"moe_intermediate_size\": 1408, \"shared_expert_intermediate_size\": 5632, \"num_experts_per_tok\": 4, \"num_experts\": 60, \"norm_topk_prob\": false}",
     },
     {
         .model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM", .canonical = "qwen3moe",
@@ -68,6 +79,7 @@ static const hp_family g_families[] = {
         .shared = HP_SHARED_NONE, .suggested_archetype = "qwen3moe_topk_router",
         .experts_key = "num_experts",
         .gen_extra = "{\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"attention_bias\": false}",
+        .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 2048, \"intermediate_size\": 6144, \"num_hidden_layers\": 24, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false, \"decoder_sparse_step\": 1, \"moe_intermediate_size\": 768, \"num_experts_per_tok\": 8, \"num_experts\": 128, \"norm_topk_prob\": false}",
     },
     {
         .model_type = "deepseek_v3", .architecture = "DeepseekV3ForCausalLM", .canonical = "deepseekv3",
@@ -79,6 +91,7 @@ static const hp_family g_families[] = {
         .suggested_archetype = "deepseekv3_sigmoid_group_shared",
         .experts_key = "n_routed_experts",
         .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": false, \"n_shared_experts\": 1, \"q_lora_rank\": 32, \"kv_lora_rank\": 24, \"qk_rope_head_dim\": 8, \"qk_nope_head_dim\": 16, \"v_head_dim\": 16}",
+        .defaults = "{\"vocab_size\": 129280, \"hidden_size\": 7168, \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048, \"num_hidden_layers\": 61, \"num_attention_heads\": 128, \"num_key_value_heads\": 128, \"n_shared_experts\": 1, \"n_routed_experts\": 256, \"routed_scaling_factor\": 2.5, \"kv_lora_rank\": 512, \"q_lora_rank\": 1536, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"qk_nope_head_dim\": 128, \"n_group\": 8, \"topk_group\": 4, \"num_experts_per_tok\": 8, \"first_k_dense_replace\": 3, \"norm_topk_prob\": true, \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false}",
     },
     {
         .model_type = "glm4_moe", .architecture = "Glm4MoeForCausalLM", .canonical = "glm4moe",
@@ -89,6 +102,7 @@ static const hp_family g_families[] = {
         .shared = HP_SHARED_MULTI, .suggested_archetype = "deepseekv3_sigmoid_group_shared",
         .experts_key = "n_routed_experts",
         .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 1.0, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": true, \"use_qk_norm\": false, \"partial_rotary_factor\": 0.5, \"n_shared_experts\": 1}",
+        .defaults = "{\"vocab_size\": 151552, \"hidden_size\": 4096, \"intermediate_size\": 10944, \"num_hidden_layers\": 46, \"num_attention_heads\": 96, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"moe_intermediate_size\": 1408, \"num_experts_per_tok\": 8, \"n_shared_experts\": 1, \"n_routed_experts\": 128, \"routed_scaling_factor\": 1.0, \"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 1, \"norm_topk_prob\": true}",
     },
     {
         .model_type = "gpt_oss", .architecture = "GptOssForCausalLM", .canonical = "gptoss",
@@ -100,6 +114,7 @@ static const hp_family g_families[] = {
         .suggested_archetype = "gptoss_topk_router",
         .experts_key = "num_local_experts",
         .gen_extra = "{\"attention_bias\": true, \"swiglu_limit\": 7.0}",
+        .defaults = "{\"num_hidden_layers\": 36, \"num_local_experts\": 128, \"vocab_size\": 201088, \"hidden_size\": 2880, \"intermediate_size\": 2880, \"head_dim\": 64, \"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"num_experts_per_tok\": 4, \"swiglu_limit\": 7.0}",
     },
 };
 

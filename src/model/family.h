@@ -63,6 +63,11 @@ struct hp_family {
     const char *suggested_archetype;/* EP compute archetype the planner suggests */
     const char *experts_key;        /* config key of the routed-expert count */
     const char *gen_extra;          /* JSON object text of family keys `gen` writes (router settings) */
+    /* transformers' <Family>Config defaults for keys config.json leaves out, as JSON object text with the
+     * config.json key names (configuration_<family>.py). A key missing here has no default there (None):
+     * num_key_value_heads then means num_attention_heads and head_dim means hidden_size // heads. */
+    const char *defaults;
+    bool heads_divide_hidden;       /* the config class refuses hidden_size % num_attention_heads != 0 (Llama) */
 };
 
 /* Synthesis callback: one parameter; tag says which expert weight it is (for deterministic generation). */
@@ -83,6 +88,12 @@ hp_status hp__synth_params(const hp_family *f, const hp_model_config *cfg, hp_ex
 
 /* Registration-order rank of a dotted name segment among its siblings (lower first); -1 when unknown. */
 int hp__segment_rank(const char *segment, size_t len);
+
+/* Compares a real checkpoint's tensors (m, table built) with what its config.json implies for m->family: a
+ * missing layer or expert, a tensor of another shape, a layer or expert beyond the config's counts. Extra
+ * tensors of other kinds (quantization scales, rotary buffers) are ignored; a quantized checkpoint is only
+ * checked for its layer count. cfg_label names the config.json in the message. */
+hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_err *err);
 
 /* Whether layer i is sparse for this family and config. */
 bool hp__family_layer_sparse(const hp_family *f, const hp_model_config *cfg, int64_t layer);

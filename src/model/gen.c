@@ -58,17 +58,18 @@ hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
     const int64_t dims[] = {o->layers, o->hidden, o->heads, o->kv_heads, o->head_dim, o->intermediate, o->vocab};
     const char *names[] = {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--intermediate", "--vocab"};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
-        if (dims[i] <= 0 || dims[i] > 65536)
-            return hp_err_set(err, HP_ERR_INPUT, "%s %lld is out of range (1..65536 for a generated model)", names[i],
-                              (long long)dims[i]);
+        if (dims[i] <= 0 || dims[i] > HP_GEN_MAX_DIM)
+            return hp_err_set(err, HP_ERR_INPUT, "%s %lld is out of range (1..%d for a generated model)", names[i],
+                              (long long)dims[i], HP_GEN_MAX_DIM);
     if (o->heads % o->kv_heads != 0)
         return hp_err_set(err, HP_ERR_INPUT, "--heads %lld must be a multiple of --kv-heads %lld",
                           (long long)o->heads, (long long)o->kv_heads);
-    if (f->moe && (o->experts < 1 || o->experts > 4096 || o->top_k < 1 || o->top_k > o->experts))
-        return hp_err_set(err, HP_ERR_INPUT, "--experts %lld and --top-k %lld: need 1 <= top-k <= experts <= 4096",
-                          (long long)o->experts, (long long)o->top_k);
-    if (f->moe && (o->moe_intermediate <= 0 || o->moe_intermediate > 65536))
-        return hp_err_set(err, HP_ERR_INPUT, "--moe-intermediate %lld is out of range", (long long)o->moe_intermediate);
+    if (f->moe && (o->experts < 1 || o->experts > HP_GEN_MAX_EXPERTS || o->top_k < 1 || o->top_k > o->experts))
+        return hp_err_set(err, HP_ERR_INPUT, "--experts %lld and --top-k %lld: need 1 <= top-k <= experts <= %d",
+                          (long long)o->experts, (long long)o->top_k, HP_GEN_MAX_EXPERTS);
+    if (f->moe && (o->moe_intermediate <= 0 || o->moe_intermediate > HP_GEN_MAX_DIM))
+        return hp_err_set(err, HP_ERR_INPUT, "--moe-intermediate %lld is out of range (1..%d)",
+                          (long long)o->moe_intermediate, HP_GEN_MAX_DIM);
 
     json_t *c = json_object();
     json_object_set_new(c, "architectures", json_pack("[s]", f->architecture));
@@ -77,7 +78,8 @@ hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
     json_object_set_new(c, "intermediate_size", json_integer(o->intermediate));
     json_object_set_new(c, "num_hidden_layers", json_integer(o->layers));
     json_object_set_new(c, "num_attention_heads", json_integer(o->heads));
-    json_object_set_new(c, "num_key_value_heads", json_integer(o->kv_heads));
+    /* MLA (DeepSeek-V3) expands k and v to every head: transformers needs num_key_value_heads == heads. */
+    json_object_set_new(c, "num_key_value_heads", json_integer(f->attn == HP_ATTN_MLA ? o->heads : o->kv_heads));
     json_object_set_new(c, "head_dim", json_integer(o->head_dim));
     json_object_set_new(c, "vocab_size", json_integer(o->vocab));
     json_object_set_new(c, "rms_norm_eps", json_real(1e-6));
@@ -265,8 +267,32 @@ static hp_status fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     return HP_OK;
 }
 
+hp_expert_layout hp_gen_layout(const hp_gen_opts *o)
+{
+    const hp_family *f = hp_family_find(o->family);
+    return f && !f->has_per_expert_layout ? HP_LAYOUT_BATCHED : o->layout;
+}
+
+/* "", ".", "..", "/" or a path whose last component is "." or "..": not a folder gen may fill. */
+static bool names_no_folder(const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "a/b/" is "a/b" */
+    if (n == 0 || (n == 1 && dir[0] == '/')) return true;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    const char *last = dir + b;
+    size_t ln = n - b;
+    return (ln == 1 && last[0] == '.') || (ln == 2 && last[0] == '.' && last[1] == '.');
+}
+
 static hp_status prepare_dir(const char *dir, bool force, hp_err *err)
 {
+    if (names_no_folder(dir))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "--out '%s' does not name a folder of its own (an empty path, '.', '..' or '/'); give the "
+                          "name of the folder to create, e.g. --out ./tiny-model",
+                          dir);
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (mkdir(dir, 0755) != 0)

@@ -15,6 +15,7 @@
  */
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +25,8 @@
 #include "model/family.h"
 
 hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_arena *arena, hp_model_config *cfg,
-                           const char **architecture, const char **model_type, hp_err *err);
-void hp__config_apply_family(const hp_family *f, hp_model_config *cfg);
+                           const char **architecture, const char **model_type, const hp_family **family,
+                           hp_err *err);
 
 /* Meta mode refuses configs that would synthesise far more tensors than any published model has
  * (DeepSeek-V3 per-expert has 45k): 4M rows already take about 1 GB for the table. Fuzz targets lower it. */
@@ -394,7 +395,9 @@ static hp_status check_meta_config(const hp_model *m, const char *label, hp_err 
         if (any_dense && any_sparse) break;
     }
     if (any_dense && (st = need(m, label, c->intermediate_size, "intermediate_size", err))) return st;
-    if (f->moe) {
+    /* Qwen-MoE with num_experts 0 is a dense model (transformers' sparse rule needs num_experts > 0); the
+     * other MoE families build their routed block on every sparse layer, so they need experts. */
+    if (f->moe && (f->sparse != HP_SPARSE_STEP || c->n_experts > 0)) {
         if ((st = need(m, label, c->n_experts, f->experts == HP_EXPERTS_GPTOSS || f->per_expert_block[0] == 'b'
                                                      ? "num_local_experts"
                                                      : "num_experts or n_routed_experts",
@@ -413,11 +416,9 @@ static hp_status check_meta_config(const hp_model *m, const char *label, hp_err 
 static hp_status open_meta(hp_model *m, const char *text, size_t len, const char *label,
                            const hp_model_opts *opts, hp_err *err)
 {
-    hp_status st = hp__config_parse(text, len, label, &m->arena, &m->cfg, &m->architecture, &m->model_type, err);
+    hp_status st = hp__config_parse(text, len, label, &m->arena, &m->cfg, &m->architecture, &m->model_type,
+                                    &m->family, err);
     if (st != HP_OK) return st;
-    m->family = hp_family_find(m->model_type);
-    if (!m->family) m->family = hp_family_find(m->architecture);
-    hp__config_apply_family(m->family, &m->cfg);
     if (!m->family) {
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: model_type \"%s\" (architecture \"%s\") is not a family hyperpar can synthesise from "
@@ -441,16 +442,11 @@ static hp_status open_meta(hp_model *m, const char *text, size_t len, const char
 
 /* ---- real checkpoints ---- */
 
-static bool is_dir(const char *path)
+/* Something is at path (a FIFO, a dangling link): reading it then refuses it by what it is, never silently. */
+static bool exists(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static bool is_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return lstat(path, &st) == 0;
 }
 
 static bool ends_with(const char *s, const char *suffix);
@@ -490,17 +486,16 @@ static hp_status open_real(hp_model *m, const char *path, hp_err *err)
 
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hp_ckpt_dir(m->ckpt));
-    if (is_file(cfg_path)) {
+    bool have_config = exists(cfg_path);
+    if (have_config) {
         char *text = NULL;
         size_t len = 0;
         if ((st = hp__read_file(cfg_path, HP_JSON_MAX_FILE, &text, &len, err)) != HP_OK) return st;
-        st = hp__config_parse(text, len, cfg_path, &m->arena, &m->cfg, &m->architecture, &m->model_type, err);
+        st = hp__config_parse(text, len, cfg_path, &m->arena, &m->cfg, &m->architecture, &m->model_type,
+                              &m->family, err);
         free(text);
         if (st != HP_OK) return st;
-        m->family = hp_family_find(m->model_type);
-        if (!m->family) m->family = hp_family_find(m->architecture);
     }
-    hp__config_apply_family(m->family, &m->cfg);
 
     raw_list raw = {.arena = &m->arena};
     for (size_t i = 0; i < hp_ckpt_count(m->ckpt); i++) {
@@ -513,8 +508,17 @@ static hp_status open_real(hp_model *m, const char *path, hp_err *err)
         p->file_index = ct->file_index;
         p->offset = hp_st_data_offset(ct->file) + ct->t->begin;
     }
+    if (raw.n == 0) {
+        free(raw.v);
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: the checkpoint holds no tensors (%s); there is nothing to inspect, plan or shard. "
+                          "Re-download the weights, or point hyperpar at the config.json for meta mode",
+                          path, hp_ckpt_source(m->ckpt));
+    }
     if ((st = build_table(m, &raw, err)) != HP_OK) return st;
     m->layout = detect_layout(m);
+    /* config.json must describe these weights (layers, experts, shapes), or every plan is wrong. */
+    if (have_config && m->family) return hp__model_check_weights(m, cfg_path, err);
     return HP_OK;
 }
 
@@ -559,19 +563,34 @@ hp_status hp_model_open(hp_model **out, const char *path, const hp_model_opts *o
     *out = NULL;
     char cfg_path[4096];
     bool meta = false;
-    if (is_dir(path)) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        char why[256];
+        const char *what = hp_path_describe(path, why, sizeof why);
+        if (errno == ENOENT && strcmp(what, "does not exist") == 0)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "%s: no such file or folder; point hyperpar at a Hugging Face checkpoint folder, a "
+                              ".safetensors file or a config.json",
+                              path);
+        return hp_err_set(err, HP_ERR_INPUT, "%s: cannot open: the path %s", path, what);
+    }
+    if (S_ISDIR(sb.st_mode)) {
         /* A folder is a checkpoint when it holds weights; a folder with only config.json is meta mode. */
         snprintf(cfg_path, sizeof cfg_path, "%s/config.json", path);
         if (!dir_has_safetensors(path)) {
-            if (!is_file(cfg_path))
+            if (!exists(cfg_path))
                 return hp_err_set(err, HP_ERR_INPUT,
                                   "%s: the folder holds neither *.safetensors files nor a config.json; point "
                                   "hyperpar at a Hugging Face checkpoint folder, a .safetensors file or a config.json",
                                   path);
             meta = true;
         }
-    } else if (!is_file(path)) {
-        return hp_err_set(err, HP_ERR_INPUT, "%s: no such file or folder", path);
+    } else if (!S_ISREG(sb.st_mode)) {
+        char why[256];
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: the path %s; hyperpar reads a checkpoint folder, a .safetensors file or a config.json "
+                          "(save the data to a regular file first)",
+                          path, hp_path_describe(path, why, sizeof why));
     } else if (ends_with(path, ".json") && !ends_with(path, ".index.json")) {
         snprintf(cfg_path, sizeof cfg_path, "%s", path);
         meta = true;

@@ -28,6 +28,7 @@
  * token more than this rank, as the CLI's row blocks do), xrows is shared (one chunk's experts run at a
  * time), and each chunk keeps its slot_row / row_slot in the chunk's own range of the workspace's arrays.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -218,6 +219,36 @@ static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to
     }
 }
 
+/* The expert outputs in xrows (expert-major over sources) must be finite; the inputs of the same rows are
+ * still in recv (blocks per source, each expert-major). The first bad row fails with its expert, source rank
+ * and likely cause (hp__moe_expert_nonfinite). */
+static hp_status check_expert_rows(const hp_moe_ep *ep, const int64_t *cnt_recv, const float *recv, hp_err *err)
+{
+    const int64_t L = ep->L, H = ep->H;
+    int64_t n = 0;
+    for (int64_t i = 0; i < (int64_t)ep->P * L; i++) n += cnt_recv[i];
+    if (hp__moe_first_nonfinite(ep->xrows, n * H) < 0) return HP_OK;
+    int64_t x_off = 0;
+    for (int64_t e = 0; e < L; e++) {
+        int64_t src_off = 0;
+        for (int s = 0; s < ep->P; s++) {
+            int64_t before = 0;
+            for (int64_t k = 0; k < e; k++) before += cnt_recv[(int64_t)s * L + k];
+            for (int64_t j = 0; j < cnt_recv[(int64_t)s * L + e]; j++) {
+                const float *out = ep->xrows + (x_off + j) * H;
+                if (hp__moe_first_nonfinite(out, H) >= 0) {
+                    char whose[64];
+                    snprintf(whose, sizeof whose, "a token of EP rank %d", s);
+                    return hp__moe_expert_nonfinite(ep->l, e, recv + (src_off + before + j) * H, out, whose, err);
+                }
+            }
+            x_off += cnt_recv[(int64_t)s * L + e];
+            for (int64_t k = 0; k < L; k++) src_off += cnt_recv[(int64_t)s * L + k];
+        }
+    }
+    return HP_OK;
+}
+
 /* Byte counts and displacements of the row exchange from the per-(peer, local expert) row counts; returns
  * the rows received, *bytes the bytes sent plus received. */
 static int64_t plan_exchange(const hp_moe_ep *ep, const int64_t *cnt_send, const int64_t *cnt_recv, size_t *sc,
@@ -267,7 +298,7 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
     if (T < 0 || T > ep->Tmax)
         st = hp_err_set(err, HP_ERR_INPUT, "%lld local tokens exceed the %lld the EP buffers were sized for",
                         (long long)T, (long long)ep->Tmax);
-    if (st == HP_OK) st = hp_moe_check_finite(x, T, H, "input x", err);
+    if (st == HP_OK) st = hp__moe_check_finite_at(x, T, H, "input x", opts->row_base, err);
     memset(&ep->stats, 0, sizeof ep->stats);
     ep->stats.n_tokens = T;
     ep->stats.n_slots = T * K;
@@ -283,6 +314,16 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
         *keep = ws->keep;
     }
     return st;
+}
+
+/* The end of every forward: y must be finite (hp__moe_check_output), and the ranks agree on the outcome, so
+ * that a rank's failing shared expert or non-finite row ends the call on every rank with the same status. */
+static hp_status finish(hp_moe_ep *ep, const float *x, int64_t T, const float *y, const uint8_t *keep,
+                        const hp_moe_run_opts *opts, hp_status st, hp_err *err)
+{
+    if (st == HP_OK && T > 0)
+        st = hp__moe_check_output(ep->l, x, y, T, ep->ws->topk_idx, ep->ws->topk_w, keep, opts->row_base, err);
+    return hp_comm_agree(ep->comm, st, err);
 }
 
 hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y, const hp_moe_run_opts *opts,
@@ -317,10 +358,11 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
      * for. Refuse (on every rank) rather than overrun. */
     if (n_recv > (int64_t)ep->P * ep->Tmax * K)
         st = hp_err_set(err, HP_ERR_INPUT,
-                        "EP rank %d would receive %lld rows but was sized for %lld tokens per rank (%lld rows); "
-                        "create every rank of the group with the largest per-rank token count",
-                        ep->rank, (long long)n_recv, (long long)ep->Tmax,
-                        (long long)((int64_t)ep->P * ep->Tmax * K));
+                        "EP rank %d would receive %lld rows but its buffers hold %lld (its runtime was created "
+                        "for %lld tokens per rank): a peer holds more tokens than that; pass the largest token "
+                        "count any rank of the group holds as max_tokens to hp_moe_ep_create on every rank",
+                        ep->rank, (long long)n_recv, (long long)((int64_t)ep->P * ep->Tmax * K),
+                        (long long)ep->Tmax);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     hp_comm_req *req = NULL;
@@ -342,6 +384,7 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     if (st == HP_OK) {
         reorder(ep, ep->cnt_recv, ep->recv, true);
         st = hp_moe_experts_forward(l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
+        if (st == HP_OK) st = check_expert_rows(ep, ep->cnt_recv, ep->recv, err);
         if (st == HP_OK) reorder(ep, ep->cnt_recv, ep->recv, false);
     }
     ep->stats.t_experts = hp_comm_wtime() - t3;
@@ -366,7 +409,7 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     ws->stats.n_slots = T * K;
     ws->stats.n_dropped = ep->stats.n_dropped;
     ws->stats.n_rows = n_recv;
-    return st;
+    return finish(ep, x, T, y, keep, opts, st, err);
 }
 
 /* ---- dispatch chunks ---- */
@@ -442,6 +485,7 @@ static hp_status stage_finish(hp_moe_ep *ep, ep_stage *s, float *y, hp_status st
         count_local(ep, s->cnt_recv);
         reorder(ep, s->cnt_recv, s->recv, true);
         st = hp_moe_experts_forward(ep->l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
+        if (st == HP_OK) st = check_expert_rows(ep, s->cnt_recv, s->recv, err);
         if (st == HP_OK) reorder(ep, s->cnt_recv, s->recv, false);
         ws->stats.n_rows += s->n_recv;
     }
@@ -485,8 +529,8 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
     else if (st == HP_OK && peak_chunk > ep->Th)
         st = hp_err_set(err, HP_ERR_INPUT,
                         "a rank of the EP group holds %lld local tokens: its chunks of up to %lld tokens exceed the "
-                        "%lld this rank's chunk buffers hold (created for %lld tokens); create every rank's EP "
-                        "runtime for the largest local token count",
+                        "%lld this rank's chunk buffers hold (created for %lld tokens); pass the largest token count "
+                        "any rank of the group holds as max_tokens to hp_moe_ep_create_chunked on every rank",
                         (long long)peak, (long long)peak_chunk, (long long)ep->Th, (long long)ep->Tmax);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
     ws->stats.n_rows = 0;
@@ -530,5 +574,5 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
     ws->stats.n_tokens = T;
     ws->stats.n_slots = T * ep->K;
     ws->stats.n_dropped = ep->stats.n_dropped;
-    return st;
+    return finish(ep, x, T, y, keep, opts, st, err);
 }

@@ -154,5 +154,6 @@ hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
     hp_moe_gather(x, H, K, ws->row_slot, n, ws->rows);
     if ((st = hp_moe_experts_forward(l, ws, ws->rows, ws->counts, ws->rows, err))) return st;
     hp_moe_combine(ws->rows, ws->slot_row, ws->topk_w, T, K, H, y);
-    return hp_moe_shared_forward(l, ws, x, T, y, err);
+    if ((st = hp_moe_shared_forward(l, ws, x, T, y, err))) return st;
+    return hp__moe_check_output(l, x, y, T, ws->topk_idx, ws->topk_w, keep, opts->row_base, err);
 }

@@ -10,6 +10,8 @@
  */
 #include "moe/moe_internal.h"
 
+#include <float.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +56,13 @@ hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "num_experts_per_tok (%lld) must be between 1 and the %lld experts",
                           (long long)l->top_k, (long long)l->n_experts);
     if (l->router != HP_MOE_ROUTER_SIGMOID_GROUP) return HP_OK;
+    /* The weights are scores in [0, 1] (renormalised: summing to 1) times the factor, rounded to f32. */
+    if (!(l->routed_scaling_factor <= FLT_MAX))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "routed_scaling_factor %.3g (config.json) takes the routing weights past f32's range "
+                          "(3.4e38), so every output would be non-finite; use the model's real factor (DeepSeek-V3: "
+                          "2.5, GLM-4.5: 2.5)",
+                          l->routed_scaling_factor);
     if (l->n_group < 1 || l->n_experts % l->n_group)
         return hp_err_set(err, HP_ERR_INPUT, "n_group (%lld) must divide the %lld routed experts",
                           (long long)l->n_group, (long long)l->n_experts);

@@ -21,6 +21,8 @@
  */
 #include "moe/source.h"
 
+#include <sys/stat.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,17 @@ static hp_status check_router_finite(hp__moe_src *ld, const char *name, const do
                           name, isnan(v[i]) ? "NaN" : "Inf", (long long)i, where);
     }
     return HP_OK;
+}
+
+/* Shared-expert tensor `name` [rows, cols] as read (f32): small, so checked whole at load. */
+static hp_status check_shared_finite(hp__moe_src *ld, const char *name, const float *v, int64_t rows, int64_t cols)
+{
+    int64_t i = hp__moe_first_nonfinite(v, rows * cols);
+    if (i < 0) return HP_OK;
+    return hp_err_set(ld->err, HP_ERR_INPUT,
+                      "tensor '%s' holds %s at element %lld (row %lld, column %lld); the shared expert would turn "
+                      "every output row non-finite: the checkpoint is corrupt (re-export or re-download it)",
+                      name, isnan(v[i]) ? "NaN" : "Inf", (long long)i, (long long)(i / cols), (long long)(i % cols));
 }
 
 /* ---- interface assertion ---- */
@@ -286,14 +299,19 @@ static hp_status load_shared(hp__moe_src *ld)
         return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
     /* sI·H is the element count of a tensor need() checked; 2·sI·H is two of them. */
     if ((st = hp__moe_src_read_f32(ld, &g, 0, sI * H, l->ws_gate_up)) ||
+        (st = check_shared_finite(ld, g.name, l->ws_gate_up, sI, H)) ||
         (st = hp__moe_src_read_f32(ld, &u, 0, sI * H, l->ws_gate_up + sI * H)) ||
-        (st = hp__moe_src_read_f32(ld, &d, 0, H * sI, l->ws_down)))
+        (st = check_shared_finite(ld, u.name, l->ws_gate_up + sI * H, sI, H)) ||
+        (st = hp__moe_src_read_f32(ld, &d, 0, H * sI, l->ws_down)) ||
+        (st = check_shared_finite(ld, d.name, l->ws_down, H, sI)))
         return st;
     if (l->shared == HP_MOE_SHARED_GATED) {
         int64_t s_g[2] = {1, H};
         if ((st = hp__moe_src_need(ld, "shared_expert_gate.weight", 2, s_g, &g))) return st;
         if (!(l->ws_gate = hp__moe_alloc_f32(H))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
-        if ((st = hp__moe_src_read_f32(ld, &g, 0, H, l->ws_gate))) return st;
+        if ((st = hp__moe_src_read_f32(ld, &g, 0, H, l->ws_gate)) ||
+            (st = check_shared_finite(ld, g.name, l->ws_gate, 1, H)))
+            return st;
     }
     return HP_OK;
 }
@@ -308,6 +326,18 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s is a config-only (meta) model; running an MoE layer needs a checkpoint with weights",
                           m->path);
+    if (c->num_hidden_layers < 1) {
+        /* A weights-only folder opens with no config (every hyperparameter 0): say that, not "0 layers". */
+        char cfg[4200];
+        struct stat sb;
+        snprintf(cfg, sizeof cfg, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : m->path);
+        bool has_cfg = m->meta || stat(cfg, &sb) == 0;
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s declares no decoder layers: %s; the MoE runtime reads the layer count, hidden size "
+                          "and expert settings from config.json: put the model's config.json next to its weights",
+                          m->path, has_cfg ? "its config.json lacks num_hidden_layers (or gives 0)"
+                                           : "the folder has no config.json");
+    }
     if (l->layer < 0 || l->layer >= c->num_hidden_layers)
         return hp_err_set(err, HP_ERR_INPUT, "layer %lld is out of range: the model has %lld layers (0..%lld)",
                           (long long)l->layer, (long long)c->num_hidden_layers, (long long)c->num_hidden_layers - 1);
@@ -317,9 +347,15 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
             if (hp_model_layer_is_sparse(m, i))
                 snprintf(sparse + strlen(sparse), sizeof sparse - strlen(sparse), "%s%lld", sparse[0] ? ", " : "",
                          (long long)i);
+        if (!sparse[0])
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "layer %lld of %s is dense, and so is every layer: the model has no routed experts "
+                              "(num_experts is %lld in its config.json); hyperpar moe runs the MoE layers of "
+                              "mixture-of-experts models only",
+                              (long long)l->layer, m->path, (long long)c->n_experts);
         return hp_err_set(err, HP_ERR_INPUT,
                           "layer %lld of %s is dense (a plain MLP, no routed experts); choose a sparse layer: %s",
-                          (long long)l->layer, m->path, sparse[0] ? sparse : "none");
+                          (long long)l->layer, m->path, sparse);
     }
     hp_moe_archetype a;
     if (o->archetype < -1 || o->archetype >= HP_MOE_ARCHETYPE_COUNT)

@@ -58,4 +58,22 @@ hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err);
 /* Sets the local range [first, first + n_local) (n_local 0: the rest); HP_ERR_INPUT when outside the layer. */
 hp_status hp__moe_layer_set_range(hp_moe_layer *l, int64_t first, int64_t n_local, hp_err *err);
 
+/* identity.c: a 64-bit hash of n bytes continuing h (8 bytes a step; not cryptographic). */
+uint64_t hp__moe_hash(uint64_t h, const void *p, size_t n);
+/* hp_moe_check_finite with rows numbered from row_base (router.c). */
+hp_status hp__moe_check_finite_at(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name,
+                                  int64_t row_base, hp_err *err);
+/* finite.c: the index of the first non-finite of v[0..n), or -1. */
+int64_t hp__moe_first_nonfinite(const float *v, int64_t n);
+/* Expert output row out_row [H] of local expert e (input in_row [H]) is not finite: HP_ERR_INPUT naming the
+ * expert, `whose` row ("a token of EP rank 1") and the cause (its non-finite weight, else the magnitudes). */
+hp_status hp__moe_expert_nonfinite(const hp_moe_layer *l, int64_t e, const float *in_row, const float *out_row,
+                                   const char *whose, hp_err *err);
+/* HP_OK when y [T, H] is finite; otherwise HP_ERR_INPUT naming the first bad row (row_base + t) and its likely
+ * cause: non-finite routing weights, a non-finite weight of a local expert the row used or of the shared
+ * expert, else the input's and the routing weights' magnitudes. keep may be NULL. */
+hp_status hp__moe_check_output(const hp_moe_layer *l, const float *x, const float *y, int64_t n_tokens,
+                               const int32_t *topk_idx, const float *topk_w, const uint8_t *keep, int64_t row_base,
+                               hp_err *err);
+
 #endif

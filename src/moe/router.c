@@ -124,7 +124,8 @@ static void route_topk_softmax(const hp_moe_layer *l, double *row, int32_t *idx,
     for (int64_t j = 0; j < K; j++) w[j] = (float)(exp(row[idx[j]] - mx) / sum);
 }
 
-hp_status hp_moe_check_finite(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name, hp_err *err)
+hp_status hp__moe_check_finite_at(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name,
+                                  int64_t row_base, hp_err *err)
 {
     for (int64_t t = 0; t < n_tokens; t++)
         for (int64_t h = 0; h < n_hidden; h++)
@@ -132,8 +133,14 @@ hp_status hp_moe_check_finite(const float *x, int64_t n_tokens, int64_t n_hidden
                 return hp_err_set(err, HP_ERR_INPUT,
                                   "%s row %lld column %lld holds %s; the MoE layer needs finite inputs (check the "
                                   "producer of this tensor)",
-                                  name, (long long)t, (long long)h, isnan(x[t * n_hidden + h]) ? "NaN" : "Inf");
+                                  name, (long long)(row_base + t), (long long)h,
+                                  isnan(x[t * n_hidden + h]) ? "NaN" : "Inf");
     return HP_OK;
+}
+
+hp_status hp_moe_check_finite(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name, hp_err *err)
+{
+    return hp__moe_check_finite_at(x, n_tokens, n_hidden, name, 0, err);
 }
 
 hp_status hp_moe_route(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens, int32_t *topk_idx,

@@ -19,9 +19,12 @@
  */
 #include "moe/source.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- tensor access ---- */
 
@@ -265,13 +268,21 @@ hp_status hp__moe_src_check_experts(hp__moe_src *ld)
     }
     if (f0 == l->first_expert && n0 == l->n_local) return HP_OK;
     int64_t E = l->n_experts, ep_run = E / l->n_local, ep_file = n0 > 0 && E % n0 == 0 ? E / n0 : 0;
-    char hint[200];
-    if (l->n_local == E)
+    char hint[400];
+    if (ep_file == 0)
+        snprintf(hint, sizeof hint, "%lld experts per rank divide no EP size of %lld experts: the folder is corrupt "
+                 "or was edited; shard the source again", (long long)n0, (long long)E);
+    else if (l->n_local == E)
         snprintf(hint, sizeof hint, "a run without mpirun needs every expert in rank 0's file: shard with ep=1, or run "
-                 "under mpirun with --ep %lld", (long long)(ep_file ? ep_file : 1));
+                 "under mpirun with --ep %lld", (long long)ep_file);
+    else if (ep_file != ep_run)
+        snprintf(hint, sizeof hint, "the folder was sharded for ep=%lld: run with --ep %lld, or shard again with "
+                 "--ep %lld", (long long)ep_file, (long long)ep_file, (long long)ep_run);
     else
-        snprintf(hint, sizeof hint, "run with the ep the folder was sharded for (--ep %lld), or shard again with "
-                 "--ep %lld", (long long)(ep_file ? ep_file : 1), (long long)ep_run);
+        snprintf(hint, sizeof hint, "the folder was sharded for this same ep=%lld, so the rank files are not where "
+                 "the manifest puts them: the mesh of this run orders the ranks differently from the one the folder "
+                 "was sharded with (run with that --mesh), or the rank files were swapped, renamed or edited (shard "
+                 "the source again)", (long long)ep_file);
     return hp_err_set(ld->err, HP_ERR_INPUT,
                       "%s: rank %lld's file holds experts [%lld, %lld) of layer %lld's %lld ('%s'), but this process "
                       "needs experts [%lld, %lld) (ep=%lld, ep rank %lld); %s",
@@ -285,15 +296,18 @@ hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err)
     *out = NULL;
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: config.json is missing; loading an MoE layer from a shard folder needs the model's "
                           "hyperparameters (hyperpar shard copies config.json when the source folder has one: copy "
                           "it there)",
                           dir);
-    fclose(f);
-    hp_status st = hp_model_open(out, path, NULL, err);
+    int fd = -1; /* a FIFO or a folder named config.json is refused here, without blocking */
+    hp_status st = hp_open_regular(path, &fd, err);
+    if (st != HP_OK) return st;
+    close(fd);
+    st = hp_model_open(out, path, NULL, err);
     if (st == HP_OK && !(*out)->meta) { /* a config.json is always opened in meta mode; guard the invariant */
         hp_model_close(*out);
         *out = NULL;

@@ -13,7 +13,10 @@
  *                     fix_router: bool, capacity_factor: number > 0}
  *   placement        replicate | partial | shard(N)   (case-insensitive, whitespace ignored, N >= 0)
  *
- * Checks made here, each with file:line:col: unknown keys, DP placements ("declaring a DP placement is not
+ * Top level: a list of entries, or a mapping whose only key is plan_overrides; a null document or a null
+ * plan_overrides is refused ([] is the empty list).
+ *
+ * Checks made here, each with file:line:col: unknown keys, malformed globs (hp_glob_valid), DP placements ("declaring a DP placement is not
  * allowed"), unknown axes, malformed placements, sentinel typos, archetype names, option types.
  */
 #include <ctype.h>
@@ -264,6 +267,11 @@ static hp_status parse_entry(pctx *c, const hp_ynode *n, hp_override *e)
     if (!v || v->kind != HP_Y_SCALAR) return at(c, n, "an override entry needs match: <module FQN or glob>");
     e->match = v->str;
     e->glob = strpbrk(v->str, "*?[") != NULL;
+    size_t bad = 0;
+    const char *why = NULL;
+    if (e->glob && !hp_glob_valid(v->str, &bad, &why))
+        return at(c, v, "match '%s' is not a valid glob: %s at character %zu; fix the pattern (a literal '[' is "
+                  "written [[])", v->str, why, bad + 1);
     hp_status st = HP_OK;
     if ((v = hp__ymap_get(n, "when")) && !hp__yscalar_is_null(v)) {
         if (v->kind != HP_Y_SCALAR ||
@@ -309,11 +317,22 @@ hp_status hp_overrides_parse(hp_overrides **out, const char *text, size_t len, c
     hp_ynode *root = NULL;
     hp_status st = hp__yaml_parse(text, len, c.label, &o->arena, &root, err);
     const hp_ynode *list = root;
+    if (st == HP_OK && hp__yscalar_is_null(root))
+        st = at(&c, root, "the overrides document is null ('%s'); an overrides file holds a list of override entries, "
+                "or a mapping with a plan_overrides list ([] for none)", root->str);
     if (st == HP_OK && root->kind == HP_Y_MAP) {
+        /* The transport has one top-level key; anything else is a typo that would silently drop entries. */
+        for (int i = 0; i < root->n && st == HP_OK; i++)
+            if (strcmp(root->keys[i], "plan_overrides") != 0)
+                st = at(&c, root->items[i], "unknown top-level key '%s'; the only top-level key is plan_overrides "
+                        "(or make the whole document the list of entries)", root->keys[i]);
         list = hp__ymap_get(root, "plan_overrides");
-        if (!list) st = at(&c, root, "expected a list of override entries, or a mapping with a plan_overrides list");
+        if (st == HP_OK && !list)
+            st = at(&c, root, "expected a list of override entries, or a mapping with a plan_overrides list");
     }
-    if (st == HP_OK && list->kind != HP_Y_SEQ && !hp__yscalar_is_null(list))
+    if (st == HP_OK && list != root && hp__yscalar_is_null(list))
+        st = at(&c, list, "plan_overrides is null; give a list of override entries ([] for none)");
+    if (st == HP_OK && list->kind != HP_Y_SEQ)
         st = at(&c, list, "plan_overrides must be a list of entries, got %s", kind_word(list));
     if (st == HP_OK && list->kind == HP_Y_SEQ) {
         o->e = hp_arena_alloc(&o->arena, (size_t)(list->n ? list->n : 1) * sizeof *o->e);

@@ -66,23 +66,54 @@ static bool known_axis(const char *name)
     return false;
 }
 
+/* Reads one SIZE of a --mesh item: a plain decimal integer in [1, HP_MESH_MAX_SIZE], no sign, no spaces, no
+ * leading zero. Digits are accumulated by hand so that no overflow is possible (strtoll would skip spaces
+ * and accept a sign). */
+static bool mesh_size(const char *s, size_t n, int64_t *out)
+{
+    if (n == 0 || s[0] == '0') return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+        if (v > HP_MESH_MAX_SIZE) return false;
+    }
+    *out = v;
+    return true;
+}
+
 hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err)
 {
     memset(out, 0, sizeof *out);
     out->ep = 1;
+    if (!spec[0]) return hp_err_set(err, HP_ERR_INPUT, "--mesh is empty; e.g. --mesh dp=2,tp=4");
+    for (const char *w = spec; *w; w++)
+        if (isspace((unsigned char)*w) || !isprint((unsigned char)*w))
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': a space or control character at position %d; write "
+                              "NAME=SIZE items separated by commas without spaces, e.g. dp=2,cp=1,tp=4",
+                              spec, (int)(w - spec) + 1);
     const char *s = spec;
-    while (*s) {
-        const char *eq = strchr(s, '='), *comma = strchr(s, ',');
+    int item = 1;
+    int64_t world = 1;
+    for (;; item++) {
+        const char *comma = strchr(s, ',');
         if (!comma) comma = s + strlen(s);
-        if (!eq || eq > comma)
-            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': expected NAME=SIZE items separated by commas, e.g. "
-                              "dp=2,cp=1,tp=4", spec);
+        size_t ilen = (size_t)(comma - s);
+        if (ilen == 0)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': item %d is empty (a %s comma); write NAME=SIZE "
+                              "items separated by single commas, e.g. dp=2,cp=1,tp=4",
+                              spec, item, item == 1 ? "leading" : *comma ? "doubled" : "trailing");
+        const char *eq = memchr(s, '=', ilen);
+        if (!eq)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': item %d ('%.*s') is not NAME=SIZE; expected NAME=SIZE "
+                              "items separated by commas, e.g. dp=2,cp=1,tp=4", spec, item, (int)ilen, s);
         if (out->n_dims == HP_MESH_MAX_DIMS)
             return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': at most %d axes", spec, HP_MESH_MAX_DIMS);
         size_t nlen = (size_t)(eq - s);
         char name[16];
         if (nlen == 0 || nlen >= sizeof name)
-            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': bad axis name", spec);
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': item %d has %s axis name; known axes: dp, cp, tp, ep, "
+                              "pp, dp_replicate, dp_shard, dp_cp, ep_shard", spec, item, nlen ? "an unknown" : "no");
         memcpy(name, s, nlen);
         name[nlen] = '\0';
         if (!known_axis(name))
@@ -90,21 +121,50 @@ hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err)
                               "dp_replicate, dp_shard, dp_cp, ep_shard", spec, name);
         for (int i = 0; i < out->n_dims; i++)
             if (strcmp(out->names[i], name) == 0)
-                return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': axis '%s' appears twice", spec, name);
-        char *end = NULL;
-        long long v = strtoll(eq + 1, &end, 10);
-        if (end != comma || v < 1 || v > (1 << 20))
-            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': size of '%s' must be an integer in [1, 1048576]", spec,
-                              name);
+                return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': axis '%s' appears twice; give each axis once",
+                                  spec, name);
+        int64_t v = 0;
+        if (!mesh_size(eq + 1, (size_t)(comma - eq - 1), &v))
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': size of '%s' must be an integer in [1, %d] written "
+                              "as plain digits, got '%.*s'", spec, name, HP_MESH_MAX_SIZE, (int)(comma - eq - 1),
+                              eq + 1);
+        if (!hp_mul_i64(world, v, &world) || world > HP_MESH_MAX_WORLD)
+            return hp_err_set(err, HP_ERR_INPUT, "--mesh '%s': the mesh has more than %d ranks (the product of the "
+                              "sizes); choose smaller sizes", spec, HP_MESH_MAX_WORLD);
         snprintf(out->names[out->n_dims], sizeof out->names[0], "%s", name);
         out->sizes[out->n_dims++] = v;
         if (strcmp(name, "ep") == 0) {
             out->ep_axis = true;
             out->ep = v;
         }
-        s = *comma ? comma + 1 : comma;
+        if (!*comma) break;
+        s = comma + 1;
     }
-    if (out->n_dims == 0) return hp_err_set(err, HP_ERR_INPUT, "--mesh is empty; e.g. --mesh dp=2,tp=4");
+    return HP_OK;
+}
+
+hp_status hp_mesh_check(const hp_mesh *m, hp_err *err)
+{
+    char buf[256];
+    if (m->n_dims < 1 || m->n_dims > HP_MESH_MAX_DIMS)
+        return hp_err_set(err, HP_ERR_INPUT, "the mesh has %d axes; give 1 to %d", m->n_dims, HP_MESH_MAX_DIMS);
+    int64_t world = 1;
+    for (int i = 0; i < m->n_dims; i++) {
+        if (m->sizes[i] < 1 || m->sizes[i] > HP_MESH_MAX_SIZE)
+            return hp_err_set(err, HP_ERR_INPUT, "mesh axis '%.16s' has size %lld; sizes must be in [1, %d]",
+                              m->names[i], (long long)m->sizes[i], HP_MESH_MAX_SIZE);
+        if (!hp_mul_i64(world, m->sizes[i], &world) || world > HP_MESH_MAX_WORLD) {
+            size_t o = 0;
+            for (int k = 0; k < m->n_dims && o < sizeof buf; k++)
+                o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%.16s=%lld", k ? "," : "", m->names[k],
+                                      (long long)m->sizes[k]);
+            return hp_err_set(err, HP_ERR_INPUT, "the mesh %s has more than %d ranks (the product of the sizes); "
+                              "choose smaller sizes", buf, HP_MESH_MAX_WORLD);
+        }
+    }
+    if (m->ep < 0 || m->ep > HP_MESH_MAX_SIZE) /* 0: unset, taken as 1 */
+        return hp_err_set(err, HP_ERR_INPUT, "ep %lld is out of range; it must be in [1, %d]", (long long)m->ep,
+                          HP_MESH_MAX_SIZE);
     return HP_OK;
 }
 
@@ -135,7 +195,8 @@ int64_t hp_mesh_size(const hp_mesh *m, const char *name)
 int64_t hp_mesh_world(const hp_mesh *m)
 {
     int64_t w = 1;
-    for (int i = 0; i < m->n_dims; i++) w *= m->sizes[i];
+    for (int i = 0; i < m->n_dims && i < HP_MESH_MAX_DIMS; i++)
+        if (!hp_mul_i64(w, m->sizes[i], &w)) return INT64_MAX; /* saturates: sizes from callers are not checked */
     return w;
 }
 
@@ -255,6 +316,8 @@ hp_status hp_plan_check_compat(const hp_model *m, int64_t tp, int64_t cp, int64_
 
 static hp_status setup_mesh(hp_plan *p, const hp_plan_opts *o, hp_err *err)
 {
+    hp_status st = hp_mesh_check(&o->mesh, err);
+    if (st != HP_OK) return st;
     p->mesh = o->mesh;
     p->tp = hp_mesh_size(&o->mesh, "tp");
     p->cp = hp_mesh_size(&o->mesh, "cp");
@@ -351,6 +414,15 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
     if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
     if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);
+    /* A plan of no boundary shards nothing, and `shard --plan` would copy the model to every rank: with
+     * derive=False that means no override applied, which is a mistake worth stopping on. */
+    if (st == HP_OK && !o->derive && p->n_boundaries == 0)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "derive=False: the plan holds only the overrides, and %s; the plan would cover nothing. "
+                        "Give overrides that declare boundaries (and check their 'when'), or derive the plan",
+                        !o->overrides || !hp_overrides_count(o->overrides)
+                            ? "no override entry was given"
+                            : "no override entry applied (each one's 'when' is inactive on this mesh)");
     if (st == HP_OK) st = hp__finalize(p, o, err);
     if (st == HP_OK) normalise(p);
     if (st != HP_OK) {

@@ -11,6 +11,7 @@
  * Runs come in the slice's local row-major order, which is the rank file's layout; the writer's fill
  * callback copies them into its pieces (≤ 4 MiB) without ever holding a whole tensor. A stacked expert
  * tensor has one source buffer per expert: dim 0 picks the buffer, so a run never crosses experts.
+ * Every copy out of the mapping is guarded (guard.c): a source truncated meanwhile is an error, not SIGBUS.
  * Also here: the byte geometry of sub-byte dtypes, FNV-1a fingerprints and the progress line.
  */
 #include <inttypes.h>
@@ -162,11 +163,18 @@ hp_status hp__gather_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     hp__gather *c = ctx;
     uint8_t *out = dst;
     size_t left = nbytes;
+    if (hp__interrupted()) {
+        c->failed = HP__FAIL_INTERRUPT;
+        return hp__interrupt_error(err);
+    }
     while (left) {
         if (c->run_left == 0 && !next_run(c))
             return hp_err_set(err, HP_ERR_IO, "internal error: a slice ran out of bytes while writing");
         size_t n = (size_t)c->run_left < left ? (size_t)c->run_left : left;
-        memcpy(out, c->run, n);
+        if (!hp__guarded_copy(out, c->run, n)) {
+            c->failed = HP__FAIL_FAULT;
+            return hp_err_set(err, HP_ERR_IO, "the source changed while reading");
+        }
         out += n;
         c->run += n;
         c->run_left -= (int64_t)n;

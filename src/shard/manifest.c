@@ -1,17 +1,18 @@
 /*
  * manifest.c — DIR/manifest.json: what every rank file holds and where it came from (docs/shard-format.md).
  *
- *   {"format": "hyperpar-shards", "version": 1,
+ *   {"format": "hyperpar-shards", "version": 2, "identity": "<32 hex digits>",
  *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>"},
  *    "mesh":    {"dims": [{"name", "size"}], "world", "ep", "ep_mode"},
  *    "source":  {"path", "files", "total_bytes", "model_type", "architecture"},
  *    "tensors": [{"name", "dtype", "shape"}]                      every parameter, model order
- *    "ranks":   [{"rank", "coords": {"dp": 0, ...}, "file", "file_rank",
+ *    "ranks":   [{"rank", "coords": {"dp": 0, ...}, "file", "file_rank", "bytes", "checksum": "xxh64:<16 hex>",
  *                 "tensors": [{"name", "global", "global_shape", "dtype", "slices": [{"dim", "offset", "length"}],
  *                              "experts": [first, count]}]}]}
  *
  * The reader is strict: wrong types, unknown dtypes, out-of-range numbers and file names with a '/' are
- * HP_ERR_INPUT naming the JSON path (ranks[3].tensors[2].slices[0].dim). Unknown keys are ignored.
+ * HP_ERR_INPUT naming the JSON path (ranks[3].tensors[2].slices[0].dim). Unknown keys are ignored. Version 1
+ * (before identities and checksums) is refused with the way out: shard again.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -88,12 +89,14 @@ static json_t *rank_tensor_json(jb *b, const hp_shard_tensor *t)
 }
 
 hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const char *plan_file, const char *plan_fp,
-                             const char *path, hp_err *err)
+                             const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
+                             hp_err *err)
 {
     jb b = {.ok = true};
     json_t *root = chk(&b, json_object());
     set(&b, root, "format", jstr(&b, "hyperpar-shards"));
-    set(&b, root, "version", jint(&b, 1));
+    set(&b, root, "version", jint(&b, HP__MANIFEST_VERSION));
+    set(&b, root, "identity", jstr(&b, identity));
     json_t *plan = chk(&b, json_object());
     set(&b, plan, "file", plan_file ? jstr(&b, plan_file) : chk(&b, json_null()));
     set(&b, plan, "fingerprint", jstr(&b, plan_fp));
@@ -142,6 +145,10 @@ hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const 
         set(&b, o, "coords", coords);
         set(&b, o, "file", jstr(&b, file));
         set(&b, o, "file_rank", jint(&b, l->ranks[r].file_rank));
+        char sum[40], hex[17];
+        snprintf(sum, sizeof sum, "xxh64:%s", hp__hex64(sums[r], hex));
+        set(&b, o, "bytes", jint(&b, (int64_t)bytes[r]));
+        set(&b, o, "checksum", jstr(&b, sum));
         for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
             hp_shard_tensor t;
             st = hp_shard_rank_tensor(l, r, i, &t, err);
@@ -302,6 +309,15 @@ static hp_status read_rank_tensor(rd *r, json_t *o, const char *where, hp__mtens
             return bad(r, w, "expected [first, count] within dim 0 of global_shape");
         t->expert_first = json_integer_value(f);
         t->expert_count = json_integer_value(n);
+        /* The expert range is the dim-0 block the slices give (whole when dim 0 is not cut). */
+        int64_t lo = 0, len = E;
+        if (t->n_slices > 0 && t->slices[0].dim == 0) {
+            lo = t->slices[0].offset;
+            len = t->slices[0].length;
+            if (t->n_slices > 1 && t->slices[1].dim == 0) len = -1; /* two blocks: not one expert range */
+        }
+        if (lo != t->expert_first || len != t->expert_count)
+            return bad(r, w, "the expert range disagrees with the tensor's slices on dim 0");
     }
     return st;
 }
@@ -313,7 +329,20 @@ static hp_status read_rank(rd *r, json_t *o, int64_t idx, hp__mrank *rk)
     if (!json_is_object(o)) return bad(r, where, "expected an object");
     hp_status st = get_int(r, o, "rank", where, idx, idx, &rk->rank);
     if (st == HP_OK) st = get_str(r, o, "file", where, &rk->file);
+    if (st == HP_OK) st = get_int(r, o, "file_rank", where, 0, idx, &rk->file_rank);
+    int64_t bytes = 0;
+    if (st == HP_OK) st = get_int(r, o, "bytes", where, 0, INT64_MAX, &bytes);
+    const char *sum = NULL;
+    if (st == HP_OK) st = get_str(r, o, "checksum", where, &sum);
     if (st != HP_OK) return st;
+    rk->bytes = (uint64_t)bytes;
+    char *end = NULL;
+    if (strncmp(sum, "xxh64:", 6) != 0 || strlen(sum) != 22 || strspn(sum + 6, "0123456789abcdef") != 16) {
+        char w[96];
+        snprintf(w, sizeof w, "%s.checksum", where);
+        return bad(r, w, "expected \"xxh64:\" and 16 lower-case hex digits");
+    }
+    rk->checksum = strtoull(sum + 6, &end, 16);
     if (!rk->file[0] || strchr(rk->file, '/') || !strcmp(rk->file, ".") || !strcmp(rk->file, ".."))
         return bad(r, where, "file must be a plain file name inside the folder");
     json_t *ts = json_object_get(o, "tensors");
@@ -339,14 +368,24 @@ static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
                           "written by 'hyperpar shard'",
                           r->label);
     json_t *ver = json_object_get(root, "version");
-    if (!json_is_integer(ver) || json_integer_value(ver) != 1)
+    if (json_is_integer(ver) && json_integer_value(ver) == 1)
         return hp_err_set(r->err, HP_ERR_INPUT,
-                          "%s: unsupported \"version\" (this hyperpar reads version 1); "
-                          "re-shard with this version or merge with the hyperpar that wrote it",
+                          "%s: unsupported \"version\" 1: the folder was written by an older hyperpar, without the "
+                          "folder identity and checksums this one checks; shard the checkpoint again (or merge with "
+                          "the hyperpar that wrote it)",
                           r->label);
+    if (!json_is_integer(ver) || json_integer_value(ver) != HP__MANIFEST_VERSION)
+        return hp_err_set(r->err, HP_ERR_INPUT,
+                          "%s: unsupported \"version\" (this hyperpar reads version %d); "
+                          "re-shard with this version or merge with the hyperpar that wrote it",
+                          r->label, HP__MANIFEST_VERSION);
+    hp_status st = get_str(r, root, "identity", "(top level)", &m->identity);
+    if (st != HP_OK) return st;
+    if (strlen(m->identity) != 32 || strspn(m->identity, "0123456789abcdef") != 32)
+        return bad(r, "identity", "expected 32 lower-case hex digits");
     json_t *mesh = json_object_get(root, "mesh");
     if (!json_is_object(mesh)) return bad(r, "mesh", "missing or not an object");
-    hp_status st = get_int(r, mesh, "world", "mesh", 1, HP_SHARD_MAX_WORLD, &m->world);
+    st = get_int(r, mesh, "world", "mesh", 1, HP_SHARD_MAX_WORLD, &m->world);
     if (st != HP_OK) return st;
 
     json_t *gt = json_object_get(root, "tensors");
@@ -479,45 +518,6 @@ hp_status hp__manifest_tensor(const hp__mtensor *mt, hp_shard_tensor *out, hp_er
     return HP_OK;
 }
 
-/* Checks the opened file against the manifest's rank entry (as merge does for every rank). */
-static hp_status rank_file_check(hp_shard_rank_file *f, const hp__mrank *rk, hp_err *err)
-{
-    const char *world = hp_st_metadata_get(f->file, "hyperpar_world");
-    const char *ranks = hp_st_metadata_get(f->file, "hyperpar_rank");
-    char want[32];
-    snprintf(want, sizeof want, "%lld", (long long)f->world);
-    bool listed = false;
-    for (const char *s = ranks; s && *s;) {
-        char *end = NULL;
-        long long v = strtoll(s, &end, 10);
-        if (end == s) break;
-        if (v == (long long)f->rank) listed = true;
-        s = *end == ',' ? end + 1 : end;
-    }
-    if (!world || strcmp(world, want) != 0 || !listed)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "rank %lld: %s: its __metadata__ (hyperpar_rank \"%s\", hyperpar_world \"%s\") does not "
-                          "name rank %lld of a world of %s; the file belongs to another shard folder",
-                          (long long)f->rank, f->path, ranks ? ranks : "(none)", world ? world : "(none)",
-                          (long long)f->rank, want);
-    if (hp_st_count(f->file) != rk->n_tensors)
-        return hp_err_set(err, HP_ERR_INPUT, "rank %lld: %s holds %zu tensors but the manifest lists %zu",
-                          (long long)f->rank, f->path, hp_st_count(f->file), rk->n_tensors);
-    for (size_t i = 0; i < f->n_tensors; i++) {
-        const hp_shard_tensor *t = &f->tensors[i];
-        const hp_st_tensor *ft = hp_st_find(f->file, t->name);
-        bool ok = ft && ft->dtype == t->dtype && ft->n_dims == t->n_dims &&
-                  !memcmp(ft->shape, t->local_shape, (size_t)t->n_dims * sizeof(int64_t));
-        if (!ok)
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "rank %lld: %s: tensor '%s' is %s in the file but the manifest expects %s with the "
-                              "shape its slices give; the file does not match the manifest",
-                              (long long)f->rank, f->path, t->name, ft ? "different" : "missing",
-                              hp_dtype_name(t->dtype));
-    }
-    return HP_OK;
-}
-
 static hp_status rank_file_index(hp_shard_rank_file *f, rank_file_int *in, hp_err *err)
 {
     size_t n = 0;
@@ -575,14 +575,13 @@ hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t 
         st = hp__manifest_tensor(&rk->tensors[i], &f->tensors[i], err);
         if (st != HP_OK) hp_err_prefix(err, "%s/manifest.json: rank %lld", dir, (long long)rank);
     }
-    if (st == HP_OK && stat(f->path, &sb) != 0)
-        st = hp_err_set(err, HP_ERR_INPUT, "rank %lld: %s is missing; the shard folder is incomplete (re-run 'hyperpar "
-                        "shard')", (long long)rank, f->path);
+    if (st == HP_OK && stat(f->path, &sb) != 0) st = hp__rank_file_missing(dir, rank, f->path, err);
     if (st == HP_OK) {
         st = hp_st_open(&f->file, f->path, err);
         if (st != HP_OK) hp_err_prefix(err, "rank %lld", (long long)rank);
     }
-    if (st == HP_OK) st = rank_file_check(f, rk, err);
+    if (st == HP_OK)
+        st = hp__rank_file_check(in->man, hp__globals_digest_manifest(in->man), rank, f->file, f->path, err);
     if (st == HP_OK) st = rank_file_index(f, in, err);
     if (st != HP_OK) {
         hp_shard_rank_close(f);

@@ -1,15 +1,18 @@
 /*
  * merge.c — hp_shard_merge: rebuilds the original checkpoint from a shard folder, byte for byte.
  *
- *   manifest.json ──strict read──▶ ranks[] ──hp_st_open every rank file, check every tensor's dtype and
- *                                           local shape against its slices──▶ pieces per rank tensor
- *                                           (replicas with equal slices deduplicated: any one suffices)
+ *   manifest.json ──strict read──▶ pieces per rank tensor (replicas with equal slices deduplicated: any one
+ *                                  suffices) ──▶ the distinct pieces of every tensor tile it exactly once
+ *   every rank file ──hp_st_open, hp__rank_file_check: identity, rank (misnamed?), size, every tensor's dtype
+ *                      and local shape, layout digest of its manifest entry──▶ (--verify: XXH64 of each file)
  *   for each global tensor, model order:  runs of the output, row-major, each copied from the piece that
  *                                           covers it (a per-expert tensor reads dim 0 = e of its stack)
  *   ──▶ OUT.tmp.<pid>/model.safetensors (or model-0000i-of-0000n + index) + config.json ──rename──▶ OUT
  *
  * Invariants: the output holds exactly manifest.tensors, in that order, with their dtypes and shapes; an
- * element no rank file covers is an error, never a zero.
+ * element no rank file covers, or two ranks claim, is an error found before anything is written. Copies out of
+ * the mapped rank files are guarded (a file truncated meanwhile is an error), and their size / mtime / inode
+ * are compared again before the output is installed.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -22,6 +25,7 @@
 
 typedef struct piece {
     const hp__mtensor *mt;
+    int64_t rank; /* the first rank holding it */
     const uint8_t *data;
     hp__geom geom;                /* byte geometry of the global (virtual) tensor and this piece's segments */
     int64_t lstride[HP_MAX_DIMS]; /* byte strides of the piece's local layout */
@@ -40,6 +44,7 @@ typedef struct gmap {
 
 typedef struct merge_ctx {
     const hp__manifest *man;
+    const char *dir;
     hp_st_file **files; /* [world] */
     vtensor *vt;
     size_t n_vt;
@@ -78,69 +83,52 @@ static bool same_slices(const hp__mtensor *a, const hp__mtensor *b)
     return true;
 }
 
-/* Opens rank r's file and checks it against the manifest. */
-static hp_status open_rank(merge_ctx *c, const char *dir, size_t r, hp_err *err)
+/* Opens rank r's file and checks it against the manifest (hp__rank_file_check). */
+static hp_status open_rank(merge_ctx *c, uint64_t globals, size_t r, hp_err *err)
 {
     const hp__mrank *rk = &c->man->ranks[r];
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, rk->file);
+    snprintf(path, sizeof path, "%s/%s", c->dir, rk->file);
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "rank %zu: %s is missing; the shard folder is incomplete (re-run 'hyperpar "
-                          "shard')",
-                          r, path);
+    if (stat(path, &sb) != 0) return hp__rank_file_missing(c->dir, (int64_t)r, path, err);
     hp_status st = hp_st_open(&c->files[r], path, err);
     if (st != HP_OK) {
         hp_err_prefix(err, "rank %zu", r);
         return st;
     }
-    const hp_st_file *f = c->files[r];
-    const char *world = hp_st_metadata_get(f, "hyperpar_world"), *ranks = hp_st_metadata_get(f, "hyperpar_rank");
-    char want[32];
-    snprintf(want, sizeof want, "%lld", (long long)c->man->world);
-    bool listed = false;
-    for (const char *s = ranks; s && *s;) {
-        char *end = NULL;
-        long long v = strtoll(s, &end, 10);
-        if (end == s) break;
-        if (v == (long long)r) listed = true;
-        s = *end == ',' ? end + 1 : end;
-    }
-    if (!world || strcmp(world, want) != 0 || !listed)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "rank %zu: %s: its __metadata__ (hyperpar_rank \"%s\", hyperpar_world \"%s\") "
-                          "does not name rank %zu of a world of %s; the file belongs to another shard folder",
-                          r, path, ranks ? ranks : "(none)", world ? world : "(none)", r, want);
-    if (hp_st_count(f) != rk->n_tensors)
-        return hp_err_set(err, HP_ERR_INPUT, "rank %zu: %s holds %zu tensors but the manifest lists %zu", r, path,
-                          hp_st_count(f), rk->n_tensors);
-    for (size_t i = 0; i < rk->n_tensors; i++) {
-        const hp__mtensor *mt = &rk->tensors[i];
-        const hp_st_tensor *t = hp_st_find(f, mt->name);
-        hp__segs s;
-        st = mt_segs(mt, &s, err);
-        if (st != HP_OK) {
-            hp_err_prefix(err, "manifest.json: rank %zu", r);
-            return st;
+    return hp__rank_file_check(c->man, globals, (int64_t)r, c->files[r], path, err);
+}
+
+/* --verify: every distinct rank file read in full against its manifest checksum. */
+static hp_status verify_ranks(merge_ctx *c, hp_err *err)
+{
+    const hp__manifest *m = c->man;
+    for (size_t r = 0; r < m->n_ranks; r++) {
+        const hp__mrank *rk = &m->ranks[r];
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", c->dir, rk->file);
+        if ((int64_t)r != rk->file_rank) { /* a replica: skip it when it is its file_rank's file (a hard link) */
+            char fpath[4200];
+            struct stat a, b;
+            snprintf(fpath, sizeof fpath, "%s/%s", c->dir, m->ranks[rk->file_rank].file);
+            if (stat(path, &a) == 0 && stat(fpath, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) continue;
         }
-        bool ok = t && t->dtype == mt->dtype && t->n_dims == mt->n_dims;
-        for (int d = 0; ok && d < mt->n_dims; d++) {
-            int64_t len = 0;
-            for (int q = 0; q < s.n[d]; q++) len += s.len[d][q];
-            ok = t->shape[d] == len;
-        }
-        if (!ok)
+        uint64_t sum = 0, size = 0;
+        hp_status st = hp__file_checksum(path, &sum, &size, err);
+        if (st != HP_OK) return st;
+        if (sum != rk->checksum || size != rk->bytes) {
+            char got[17], want[17];
             return hp_err_set(err, HP_ERR_INPUT,
-                              "rank %zu: %s: tensor '%s' is %s in the file but the manifest expects "
-                              "%s with the shape its slices give; the file does not match the manifest",
-                              r, path, mt->name, t ? "different" : "missing", hp_dtype_name(mt->dtype));
+                              "rank %zu: %s: its content checksum is xxh64:%s but manifest.json records xxh64:%s; the "
+                              "file is corrupt or was modified after 'hyperpar shard' wrote it",
+                              r, path, hp__hex64(sum, got), hp__hex64(rk->checksum, want));
+        }
     }
     return HP_OK;
 }
 
 /* Adds rank tensor mt as a piece of v unless a piece with the same slices is there (a replica). */
-static hp_status add_piece(vtensor *v, const hp__mtensor *mt, const hp_st_file *f, hp_err *err)
+static hp_status add_piece(vtensor *v, const hp__mtensor *mt, int64_t rank, hp_err *err)
 {
     for (int i = 0; i < v->n_pieces; i++)
         if (same_slices(v->pieces[i].mt, mt)) return HP_OK;
@@ -151,7 +139,7 @@ static hp_status add_piece(vtensor *v, const hp__mtensor *mt, const hp_st_file *
     if (st == HP_OK) st = hp__geom_make(mt->name, mt->dtype, &s, &p.geom, err);
     if (st != HP_OK) return st;
     p.mt = mt;
-    p.data = hp_st_data(f, hp_st_find(f, mt->name));
+    p.rank = rank;
     int64_t stride = p.geom.esize;
     for (int d = p.geom.n_dims - 1; d >= 0; d--) {
         p.lstride[d] = stride;
@@ -255,10 +243,43 @@ static hp_status build_pieces(merge_ctx *c, hp_arena *a, hp_err *err)
                                   "manifest.json: rank %zu tensor %zu ('%s') disagrees with rank 0 "
                                   "('%s') in name, dtype, global shape or global names",
                                   r, v, rk->tensors[v].name, c->vt[v].mt->name);
-            st = add_piece(&c->vt[v], &rk->tensors[v], c->files[r], err);
+            st = add_piece(&c->vt[v], &rk->tensors[v], (int64_t)r, err);
         }
     }
+    /* Every tensor's distinct pieces tile it exactly once. */
+    const hp__segs **segs = malloc(((size_t)m->world + 1) * sizeof *segs);
+    int64_t *ranks = malloc(((size_t)m->world + 1) * sizeof *ranks);
+    if (st == HP_OK && (!segs || !ranks)) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t v = 0; v < c->n_vt && st == HP_OK; v++) {
+        const vtensor *vt = &c->vt[v];
+        hp__segs *own = malloc(((size_t)vt->n_pieces + 1) * sizeof *own);
+        if (!own) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        for (int i = 0; i < vt->n_pieces && st == HP_OK; i++) {
+            st = mt_segs(vt->pieces[i].mt, &own[i], err);
+            segs[i] = &own[i];
+            ranks[i] = vt->pieces[i].rank;
+        }
+        if (st == HP_OK)
+            st = hp__check_tiling(vt->mt->name, vt->mt->global_shape, vt->mt->n_dims, vt->n_pieces, segs, ranks, err);
+        free(own);
+    }
+    free(segs);
+    free(ranks);
     return st;
+}
+
+/* Points every piece at its bytes in the first rank file holding it. */
+static void attach_data(merge_ctx *c)
+{
+    for (size_t v = 0; v < c->n_vt; v++)
+        for (int i = 0; i < c->vt[v].n_pieces; i++) {
+            piece *p = &c->vt[v].pieces[i];
+            const hp_st_file *f = c->files[p->rank];
+            p->data = hp_st_data(f, hp_st_find(f, p->mt->name)); /* present: hp__rank_file_check */
+        }
 }
 
 /* ---- assembling one global tensor ---- */
@@ -276,7 +297,11 @@ typedef struct assemble {
     const uint8_t *run;
     int64_t run_left;
     hp__progress *progress;
+    int failed;        /* HP__FAIL_*, or HP__FAIL_HOLE with the message in fill_err */
+    const char *dir;   /* the shard folder, for messages */
+    hp_err *fill_err;  /* the writer runs one thread here, so one error slot is shared */
 } assemble;
+#define HP__FAIL_HOLE 3
 
 static void assemble_init(assemble *s, const vtensor *v, const char *name, int expert, hp__progress *progress)
 {
@@ -351,10 +376,12 @@ static hp_status next_run(assemble *s, hp_err *err)
         }
         return HP_OK;
     }
-    return hp_err_set(err, HP_ERR_INPUT,
-                      "tensor '%s': no rank file holds index %lld along dim %d (with the dims before "
-                      "it at their current position); the shard folder does not cover the tensor",
-                      s->name, (long long)s->p, s->k);
+    /* Unreachable after hp__check_tiling; kept as an error, never a zero. */
+    s->failed = HP__FAIL_HOLE;
+    return hp_err_set(s->fill_err, HP_ERR_INPUT,
+                      "%s: tensor '%s': no rank file holds index %lld along dim %d (with the dims before it at their "
+                      "current position); the shard folder does not cover the tensor",
+                      s->dir, s->name, (long long)s->p, s->k);
 }
 
 static hp_status assemble_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
@@ -362,6 +389,10 @@ static hp_status assemble_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     assemble *s = ctx;
     uint8_t *out = dst;
     size_t left = nbytes;
+    if (hp__interrupted()) {
+        s->failed = HP__FAIL_INTERRUPT;
+        return hp__interrupt_error(err);
+    }
     while (left) {
         if (s->run_left == 0) {
             if (s->done) return hp_err_set(err, HP_ERR_IO, "internal error: tensor '%s' ran out of bytes", s->name);
@@ -369,7 +400,10 @@ static hp_status assemble_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
             if (st != HP_OK) return st;
         }
         size_t n = (size_t)s->run_left < left ? (size_t)s->run_left : left;
-        memcpy(out, s->run, n);
+        if (!hp__guarded_copy(out, s->run, n)) {
+            s->failed = HP__FAIL_FAULT;
+            return hp_err_set(err, HP_ERR_IO, "a rank file changed while reading");
+        }
         out += n;
         s->run += n;
         s->run_left -= (int64_t)n;
@@ -381,9 +415,11 @@ static hp_status assemble_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
 
 /* ---- output ---- */
 
+/* *why gets HP__FAIL_* when a fill failed (then fill_err holds a hole's message). */
 static hp_status write_outputs(merge_ctx *c, const char *tmp, uint64_t max_size, hp__progress *prog,
-                               hp_shard_stats *stats, hp_err *err)
+                               hp_shard_stats *stats, int *why, hp_err *fill_err, hp_err *err)
 {
+    *why = 0;
     const hp__manifest *m = c->man;
     size_t n = m->n_globals;
     uint64_t *nbytes = malloc((n + 1) * sizeof *nbytes);
@@ -425,12 +461,18 @@ static hp_status write_outputs(merge_ctx *c, const char *tmp, uint64_t max_size,
             const hp__mglobal *gl = &m->globals[g];
             const vtensor *v = &c->vt[c->gm[g].v];
             assemble_init(&as[g], v, gl->name, c->gm[g].expert, prog);
+            as[g].dir = c->dir;
+            as[g].fill_err = fill_err;
             st = hp_st_writer_add_fill(w, gl->name, gl->dtype, gl->n_dims, gl->shape, assemble_fill, &as[g], err);
             if (st == HP_OK && json_object_set_new(wmap, gl->name, json_string(name)) != 0)
                 st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         }
         snprintf(path, sizeof path, "%s/%s", tmp, name);
+        size_t g0 = g;
+        while (g0 > 0 && file_of[g0 - 1] == f) g0--;
         if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+        for (size_t k = g0; st != HP_OK && k < g; k++)
+            if (as[k].failed) *why = as[k].failed;
         hp_st_writer_destroy(w);
     }
     if (st == HP_OK && n_files > 1) {
@@ -464,44 +506,73 @@ hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_op
     if (stats) memset(stats, 0, sizeof *stats);
     int64_t t0 = hp__now_ns();
     uint64_t max_size = o->max_shard_size ? o->max_shard_size : 5000000000ull; /* transformers' "5GB" */
-    hp_status st = hp__check_out_dir(out_dir, o->force, err);
-    if (st != HP_OK) return st;
+    hp__outdir *od = hp_calloc(1, sizeof *od);
+    if (!od) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    const char *inputs[1] = {dir};
+    hp_status st = hp__out_prepare(od, "merge", out_dir, o->force, inputs, 1, err);
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return hp_err_set(err, HP_ERR_INPUT, "%s: no such folder; merge reads the folder 'hyperpar shard' wrote", dir);
-    if (stat(path, &sb) != 0)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: manifest.json is missing; this is not a complete 'hyperpar shard' "
-                          "output",
-                          dir);
+    if (st == HP_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: no such folder; merge reads the folder 'hyperpar shard' wrote", dir);
+    if (st == HP_OK && stat(path, &sb) != 0)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "%s: manifest.json is missing; this is not a complete 'hyperpar shard' output", dir);
     hp__manifest *man = NULL;
-    st = hp__manifest_read(path, &man, err);
-    if (st != HP_OK) return st;
-    merge_ctx c = {.man = man};
+    if (st == HP_OK) st = hp__manifest_read(path, &man, err);
+    if (st != HP_OK) {
+        free(od);
+        return st;
+    }
+    merge_ctx c = {.man = man, .dir = dir};
     hp_arena a;
     hp_arena_init(&a);
+    hp__snap snap = {0};
+    const char **paths = hp_calloc((size_t)man->world, sizeof *paths);
+    uint64_t *sizes = hp_calloc((size_t)man->world, sizeof *sizes);
     c.files = hp_calloc((size_t)man->world, sizeof *c.files);
-    if (!c.files) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    for (size_t r = 0; r < man->n_ranks && st == HP_OK; r++) st = open_rank(&c, dir, r, err);
-    if (st == HP_OK) st = build_pieces(&c, &a, err);
-    char tmp[4096];
-    if (st == HP_OK) st = hp__tmpdir_create(out_dir, tmp, sizeof tmp, err);
+    if (!c.files || !paths || !sizes) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = build_pieces(&c, &a, err); /* the manifest alone: consistency and tiling */
+    uint64_t globals = hp__globals_digest_manifest(man);
+    for (size_t r = 0; r < man->n_ranks && st == HP_OK; r++) {
+        st = open_rank(&c, globals, r, err);
+        paths[r] = c.files[r] ? hp_st_path(c.files[r]) : "";
+        sizes[r] = c.files[r] ? hp_st_file_size(c.files[r]) : 0;
+    }
+    if (st == HP_OK) attach_data(&c);
+    if (st == HP_OK) st = hp__snap_take(&snap, paths, sizes, man->n_ranks, err);
+    if (st == HP_OK && o->verify) st = verify_ranks(&c, err);
+    hp__guard_enter();
+    if (st == HP_OK) st = hp__out_begin(od, err);
     if (st == HP_OK) {
         hp__progress prog;
         hp__progress_init(&prog, o->progress, "merging", 0);
-        st = write_outputs(&c, tmp, max_size, &prog, stats, err);
+        int why = 0;
+        hp_err fill_err;
+        hp_err_clear(&fill_err);
+        st = write_outputs(&c, od->tmp, max_size, &prog, stats, &why, &fill_err, err);
         hp__progress_end(&prog);
+        if (why == HP__FAIL_FAULT) st = hp__fault_error(&snap, "rank file", err);
+        if (why == HP__FAIL_HOLE && err) *err = fill_err;
+        if (why == HP__FAIL_INTERRUPT || (st == HP_OK && hp__interrupted())) st = hp__interrupt_error(err);
         char cfg[4300], dst[4300];
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-        snprintf(dst, sizeof dst, "%s/config.json", tmp);
+        snprintf(dst, sizeof dst, "%s/config.json", od->tmp);
         if (st == HP_OK && hp__file_exists(cfg)) st = hp__copy_file(cfg, dst, err);
-        if (st == HP_OK) st = hp__install_dir(tmp, out_dir, err);
-        if (st != HP_OK) hp__rm_tree(tmp);
+        if (st == HP_OK) st = hp__snap_check(&snap, "rank file", err);
+        if (st == HP_OK) st = hp__out_commit(od, err);
+        if (st != HP_OK) {
+            hp__out_fix_msg(od, err);
+            hp__out_abort(od);
+        }
     }
+    hp__guard_leave();
+    hp__snap_free(&snap);
     for (size_t r = 0; c.files && r < man->n_ranks; r++) hp_st_close(c.files[r]);
     free(c.files);
+    free(paths);
+    free(sizes);
+    free(od);
     hp_arena_free(&a);
     hp__manifest_free(man);
     if (stats) stats->seconds = (double)(hp__now_ns() - t0) / 1e9;

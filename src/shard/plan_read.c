@@ -7,8 +7,16 @@
  * additive-change rule). The plan-vs-checkpoint check compares the plan's param_roles (every parameter
  * name), the names its boundaries and stacks use, and model.num_params (a shape that differs changes the
  * element count); the first 10 differences are listed.
+ *
+ * Then validate() holds the plan to what the writer (src/plan/plan_json.c) can produce and to itself, so that
+ * a hand edit is either one `hyperpar plan` could have made or an error naming its JSON path: mesh.world and
+ * ep_mode agree with the dims, mesh_dim_names is exactly the tp/cp/ep axes of size > 1, boundaries are
+ * non-empty with unique module fqns, placement maps use only the plan's axes (an ep Shard only on an
+ * EP-marked boundary of a TP-extend-EP plan) with Shard dims that fit the tensor, and no parameter is declared
+ * twice. Absent optional keys stay allowed (a hand-written plan may omit what sharding does not use).
  */
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +102,8 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
      * ',' or '=' would change the spec's items, so such names are refused first. */
     hp_buf spec;
     hp_buf_init(&spec);
+    int64_t world = 1;
+    bool world_big = false;
     for (size_t i = 0; i < json_array_size(dims); i++) {
         json_t *d = json_array_get(dims, i), *n = json_object_get(d, "name"), *s = json_object_get(d, "size");
         char w[64];
@@ -107,6 +117,16 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
             return fail(err, path, w, what);
         }
         hp_buf_printf(&spec, "%s%s=%lld", i ? "," : "", json_string_value(n), (long long)json_integer_value(s));
+        /* Bounded as the shard layout bounds it, so that no product of sizes here or later can overflow; checked
+         * before hp_mesh_parse so that the message names the shard limit. */
+        int64_t v = json_integer_value(s);
+        if (v >= 1 && v <= HP_MESH_MAX_SIZE && (!hp_mul_i64(world, v, &world) || world > HP_SHARD_MAX_WORLD))
+            world_big = true;
+    }
+    if (world_big) {
+        hp_buf_free(&spec);
+        return fail(err, path, "mesh.dims", "the mesh has more than 65536 ranks (rank files are numbered with "
+                    "five digits)");
     }
     hp_buf_append(&spec, "", 1);
     hp_status st = spec.oom ? hp_err_set(err, HP_ERR_NOMEM, "out of memory") : hp_mesh_parse(spec.data, &p->mesh, err);
@@ -115,12 +135,6 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
         if (st == HP_ERR_INPUT) hp_err_prefix(err, "%s: mesh", path);
         return st;
     }
-    /* Bounded as the shard layout bounds it, so that no product of sizes here or later can overflow. */
-    int64_t world = 1;
-    for (int d = 0; d < p->mesh.n_dims; d++)
-        if (!hp_mul_i64(world, p->mesh.sizes[d], &world) || world > HP_SHARD_MAX_WORLD)
-            return fail(err, path, "mesh.dims", "the mesh has more than 65536 ranks (rank files are numbered with "
-                        "five digits)");
     json_t *ep = json_object_get(mesh, "ep"), *mode = json_object_get(mesh, "ep_mode");
     if (!json_is_integer(ep) || json_integer_value(ep) < 1 || json_integer_value(ep) > (1 << 20) ||
         !json_is_string(mode))
@@ -273,6 +287,345 @@ static hp_status compare(const hp_plan *p, hp_arena *a, const hp_model *m, const
     return st;
 }
 
+/* ---- consistency: what the writer (src/plan/plan_json.c) can produce, and what agrees with itself ---- */
+
+static int axis_of(const char *key)
+{
+    return !strcmp(key, "tp") ? HP_AXIS_TP : !strcmp(key, "cp") ? HP_AXIS_CP : !strcmp(key, "ep") ? HP_AXIS_EP : -1;
+}
+
+static bool in_dims(const hp_plan *p, int a)
+{
+    for (int i = 0; i < p->n_dims; i++)
+        if ((int)p->dims[i] == a) return true;
+    return false;
+}
+
+/* fail() with a formatted "what". */
+static hp_status failf(hp_err *err, const char *path, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static hp_status failf(hp_err *err, const char *path, const char *where, const char *fmt, ...)
+{
+    char what[HP_ERR_MSG_MAX / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return fail(err, path, where, what);
+}
+
+/* One placement map (a param's when ndim >= 0, else an I/O entry's): its axes are tp, cp and ep only, and
+ * only those the writer keeps (plan.c normalise): an axis of mesh_dim_names, or an ep Shard of a TP-extend-EP
+ * plan, which for a param needs an EP-marked boundary. "S(d)x2" is a tp placement; d fits the tensor. */
+static hp_status check_map(const hp_plan *p, const hp_boundary *b, const char *path, const char *where, json_t *map,
+                           bool param, int ndim, hp_err *err)
+{
+    if (!json_is_object(map)) return fail(err, path, where, "expected a placement map {axis: placement}");
+    hp_nplace pl;
+    hp_status st = read_nplace(path, where, map, &pl, err);
+    if (st != HP_OK) return st;
+    const char *key;
+    json_t *v;
+    json_object_foreach(map, key, v)
+    {
+        int a = axis_of(key);
+        if (a < 0)
+            return failf(err, path, where, "unknown axis '%.40s' in a placement map; plans place on tp, cp and ep "
+                         "only (dp and pp never appear)", key);
+        hp_placement x = pl.ax[a];
+        bool ep_extend = a == HP_AXIS_EP && !p->mesh.ep_axis && p->ep > 1;
+        if (!in_dims(p, a) && !ep_extend)
+            return a == HP_AXIS_EP
+                       ? failf(err, path, where, "an 'ep' placement, but the plan has no expert parallelism "
+                               "(mesh.ep is %lld%s)", (long long)p->ep,
+                               p->mesh.ep_axis ? " on its ep axis" : ", ep_mode \"none\"")
+                       : failf(err, path, where, "a '%s' placement, but '%s' is not in mesh_dim_names (its mesh "
+                               "size is %lld); placements use the plan's axes only", key, key,
+                               (long long)hp_mesh_size(&p->mesh, key));
+        if (x.kind == HP_PL_S2 && a != HP_AXIS_TP)
+            return failf(err, path, where, "\"S(d)x2\" (packed fused halves) is a tp placement, not a %s one", key);
+        if (ep_extend && x.kind != HP_PL_S)
+            return fail(err, path, where, "an 'ep' placement other than S(d) on a TP-extend-EP plan (ep_mode "
+                        "\"tp-extend-ep\"); only expert-sharded tensors carry ep there");
+        if (ep_extend && param && b->ep_size == 0)
+            return fail(err, path, where, "an 'ep' Shard on a boundary whose ep_size is 0; an EP-marked boundary "
+                        "has ep_size equal to mesh.ep");
+        if ((x.kind == HP_PL_S || x.kind == HP_PL_S2) && ndim >= 0 && (x.dim < -ndim || x.dim >= ndim))
+            return failf(err, path, where, "%s placement S(%d) is out of range for a %d-dim tensor (dims %d to %d)",
+                         key, x.dim, ndim, -ndim, ndim - 1);
+    }
+    return HP_OK;
+}
+
+static hp_status check_io(const hp_plan *p, const hp_boundary *b, const char *path, const char *where, json_t *io,
+                          bool nullable, hp_err *err)
+{
+    if (!io || (nullable && json_is_null(io))) return HP_OK;
+    if (!json_is_object(io) || json_object_size(io) > HP_MAX_IO)
+        return failf(err, path, where, "expected %s{name: {axis: placement}} with at most %d names",
+                     nullable ? "null or " : "", HP_MAX_IO);
+    const char *key;
+    json_t *v;
+    json_object_foreach(io, key, v)
+    {
+        char w[512];
+        snprintf(w, sizeof w, "%.200s.%.200s", where, key);
+        if (!key[0] || strlen(key) >= sizeof b->in_src.e[0].name)
+            return failf(err, path, w, "I/O names are 1 to %zu characters", sizeof b->in_src.e[0].name - 1);
+        hp_status st = check_map(p, b, path, w, v, false, -1, err);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
+/* The fields the reader does not use still have the writer's types (a hand edit that breaks them is refused
+ * rather than half-read). Absent fields are allowed: a hand-written plan may omit what sharding does not use. */
+static hp_status check_boundary_fields(const hp_plan *p, const hp_boundary *b, const char *path, const char *where,
+                                       json_t *o, hp_err *err)
+{
+    static const char *const bools[] = {"is_boundary", "terminal", "needs_cp_attn"};
+    char w[160];
+    for (size_t i = 0; i < sizeof bools / sizeof *bools; i++) {
+        json_t *v = json_object_get(o, bools[i]);
+        snprintf(w, sizeof w, "%s.%s", where, bools[i]);
+        if (v && !json_is_boolean(v)) return fail(err, path, w, "expected true or false");
+    }
+    json_t *t = json_object_get(o, "type");
+    snprintf(w, sizeof w, "%s.type", where);
+    if (t && (!json_is_string(t) || b->type == HP_BT_UNKNOWN) &&
+        !(json_is_string(t) && !strcmp(json_string_value(t), hp_btype_name(HP_BT_UNKNOWN))))
+        return fail(err, path, w, "not a boundary type (attention, linear_attention, mlp, norm, embed, lm_head, "
+                    "moe_gate, moe_mlp, unknown, custom)");
+    json_t *rd = json_object_get(o, "region_dispatch");
+    snprintf(w, sizeof w, "%s.region_dispatch", where);
+    if (rd && !json_is_boolean(rd) && !json_is_null(rd)) return fail(err, path, w, "expected true, false or null");
+    json_t *fn = json_object_get(o, "local_compute_fn");
+    snprintf(w, sizeof w, "%s.local_compute_fn", where);
+    if (fn && !json_is_null(fn) && !json_is_string(fn) &&
+        !(json_is_object(fn) && json_is_string(json_object_get(fn, "_target_"))))
+        return fail(err, path, w, "expected null or {\"_target_\": ARCHETYPE, options...}");
+    static const char *const ios[] = {"in_src", "in_dst", "out_src", "out_dst"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(w, sizeof w, "%s.%s", where, ios[i]);
+        hp_status st = check_io(p, b, path, w, json_object_get(o, ios[i]), i >= 2, err);
+        if (st != HP_OK) return st;
+    }
+    json_t *db = json_object_get(o, "deferred_biases"), *ta = json_object_get(o, "tp_local_attrs");
+    bool ok = !db || json_is_array(db);
+    for (size_t i = 0; ok && i < json_array_size(db); i++) ok = json_is_string(json_array_get(db, i));
+    snprintf(w, sizeof w, "%s.deferred_biases", where);
+    if (!ok) return fail(err, path, w, "expected an array of parameter names");
+    snprintf(w, sizeof w, "%s.tp_local_attrs", where);
+    if (ta && !json_is_object(ta)) return fail(err, path, w, "expected an object {attribute: {global, local, source}}");
+    return HP_OK;
+}
+
+typedef struct owned {
+    const char *name; /* full parameter name */
+    size_t b;         /* boundary index */
+} owned;
+
+static int owned_cmp(const void *x, const void *y)
+{
+    const owned *a = x, *b = y;
+    int c = strcmp(a->name, b->name);
+    return c ? c : (a->b > b->b) - (a->b < b->b);
+}
+
+/* Every parameter (or stacked expert) is declared by one boundary, and the boundaries declare at least one. */
+static hp_status check_ownership(const hp_plan *p, json_t *bds, const char *path, hp_err *err)
+{
+    size_t n = 0;
+    for (size_t b = 0; b < p->n_boundaries; b++) {
+        const hp_boundary *bd = &p->boundaries[b];
+        n += (size_t)bd->n_params;
+        for (int s = 0; s < bd->n_ep_stack; s++) n += (size_t)bd->ep_stack[s].n_src;
+    }
+    if (n == 0)
+        return fail(err, path, "boundaries", "no boundary declares a parameter; the plan would shard nothing");
+    owned *o = malloc(n * sizeof *o);
+    if (!o) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_arena a;
+    hp_arena_init(&a);
+    size_t k = 0;
+    bool oom = false;
+    for (size_t b = 0; b < p->n_boundaries; b++) {
+        const hp_boundary *bd = &p->boundaries[b];
+        json_t *stacks = json_object_get(json_array_get(bds, b), "ep_stack"); /* hashed: linear in the plan */
+        for (int i = 0; i < bd->n_params; i++)
+            if (!json_object_get(stacks, bd->params[i].rel))
+                o[k++] = (owned){full_name(&a, bd->fqn, bd->params[i].rel), b};
+        for (int s = 0; s < bd->n_ep_stack; s++)
+            for (int e = 0; e < bd->ep_stack[s].n_src; e++)
+                o[k++] = (owned){full_name(&a, bd->fqn, bd->ep_stack[s].src[e]), b};
+    }
+    for (size_t i = 0; i < k; i++) oom |= o[i].name == NULL;
+    hp_status st = oom ? hp_err_set(err, HP_ERR_NOMEM, "out of memory") : HP_OK;
+    if (st == HP_OK) qsort(o, k, sizeof *o, owned_cmp);
+    for (size_t i = 1; st == HP_OK && i < k; i++)
+        if (!strcmp(o[i - 1].name, o[i].name)) {
+            char w[64];
+            snprintf(w, sizeof w, "boundaries[%zu]", o[i].b);
+            st = o[i].b == o[i - 1].b
+                     ? failf(err, path, w, "parameter '%.300s' is declared twice by this boundary ('%.200s'); each "
+                             "parameter belongs to exactly one boundary", o[i].name, p->boundaries[o[i].b].fqn)
+                     : failf(err, path, w, "parameter '%.300s' is declared by this boundary ('%.200s') and by "
+                             "boundaries[%zu] ('%.200s'); each parameter belongs to exactly one boundary", o[i].name,
+                             p->boundaries[o[i].b].fqn, o[i - 1].b, p->boundaries[o[i - 1].b].fqn);
+        }
+    hp_arena_free(&a);
+    free(o);
+    return st;
+}
+
+/* A module has at most one boundary: sorted, so that a plan of many boundaries stays fast. */
+static hp_status check_unique_fqns(const hp_plan *p, const char *path, hp_err *err)
+{
+    owned *o = malloc((p->n_boundaries ? p->n_boundaries : 1) * sizeof *o);
+    if (!o) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < p->n_boundaries; i++) o[i] = (owned){p->boundaries[i].fqn, i};
+    qsort(o, p->n_boundaries, sizeof *o, owned_cmp);
+    hp_status st = HP_OK;
+    for (size_t i = 1; st == HP_OK && i < p->n_boundaries; i++)
+        if (!strcmp(o[i - 1].name, o[i].name)) {
+            char where[64];
+            snprintf(where, sizeof where, "boundaries[%zu]", o[i].b);
+            st = failf(err, path, where, "fqn '%.300s' is also the fqn of boundaries[%zu]; a module has at most one "
+                       "boundary", o[i].name, o[i - 1].b);
+        }
+    free(o);
+    return st;
+}
+
+static hp_status check_boundary(const hp_plan *p, const hp_model *m, const char *path, size_t i, json_t *o,
+                                hp_err *err)
+{
+    const hp_boundary *b = &p->boundaries[i];
+    char where[64], w[600];
+    snprintf(where, sizeof where, "boundaries[%zu]", i);
+    if (b->fqn[0] && hp_model_find_module(m, b->fqn) < 0)
+        return failf(err, path, where, "fqn '%.300s' is not a module of the checkpoint %.300s", b->fqn, m->path);
+    if (b->ep_size && (p->mesh.ep_axis || b->ep_size != p->ep))
+        return failf(err, path, where, "ep_size %d, but %s; an EP-marked boundary of a TP-extend-EP plan has ep_size "
+                     "= mesh.ep, every other boundary 0", b->ep_size,
+                     p->mesh.ep_axis ? "the plan uses an ep mesh axis (ep_mode \"ep-axis\")" : "mesh.ep differs");
+    if (b->n_ep_stack && p->ep <= 1)
+        return fail(err, path, where, "ep_stack, but the plan has no expert parallelism (mesh.ep is 1)");
+    hp_status st = check_boundary_fields(p, b, path, where, o, err);
+    for (int k = 0; st == HP_OK && k < b->n_params; k++) {
+        const hp_param_spec *ps = &b->params[k];
+        snprintf(w, sizeof w, "%s.params.%.400s", where, ps->rel);
+        int ndim = -1;
+        json_t *stack = json_object_get(json_object_get(o, "ep_stack"), ps->rel); /* hashed, not a scan */
+        const char *member = stack ? json_string_value(json_array_get(stack, 0)) : ps->rel;
+        const char *full = full_name((hp_arena *)&p->arena, b->fqn, member);
+        const hp_param *par = full ? hp_model_find_param(m, full) : NULL;
+        if (!full) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        if (par) ndim = par->n_dims + (stack ? 1 : 0);
+        if (!ps->rel[0]) return fail(err, path, w, "an empty parameter name");
+        if (stack && full && hp_model_find_param(m, full_name((hp_arena *)&p->arena, b->fqn, ps->rel)))
+            return fail(err, path, w, "a stacked name that is also a tensor of the checkpoint");
+        st = check_map(p, b, path, w, json_object_get(json_object_get(o, "params"), ps->rel), true, ndim, err);
+        if (st == HP_OK && stack) {
+            hp_placement e = ps->pl.ax[HP_AXIS_EP];
+            if (e.kind != HP_PL_S || (e.dim != 0 && e.dim != -ndim))
+                st = fail(err, path, w, "a stack of experts is split over ep along its expert dim: its ep placement "
+                          "must be S(0)");
+            else if (json_array_size(stack) % (size_t)p->ep)
+                st = failf(err, path, w, "%zu stacked experts do not split over ep=%lld", json_array_size(stack),
+                           (long long)p->ep);
+        }
+    }
+    return st;
+}
+
+/* After compare(): the plan is for this checkpoint; now it must agree with itself, field by field. */
+static hp_status validate(const hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
+{
+    static const char *const flags[] = {"sequence_parallel", "loss_parallel"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, flags[i]);
+        if (v && !json_is_boolean(v)) return fail(err, path, flags[i], "expected true or false");
+    }
+    json_t *model = json_object_get(root, "model"), *roles = json_object_get(root, "param_roles");
+    if (model && !json_is_object(model)) return fail(err, path, "model", "expected an object");
+    json_t *nt = json_object_get(model, "num_tensors"), *np = json_object_get(model, "num_params");
+    if ((nt && !json_is_integer(nt)) || (np && !json_is_integer(np)))
+        return fail(err, path, "model", "num_params and num_tensors are integers");
+    if (nt && json_integer_value(nt) != (json_int_t)m->n_params)
+        return failf(err, path, "model.num_tensors", "the plan counts %lld tensors, the checkpoint %zu; the plan was "
+                     "made for another model", (long long)json_integer_value(nt), m->n_params);
+    if (roles && !json_is_object(roles)) return fail(err, path, "param_roles", "expected an object {param: ROLE}");
+    const char *key;
+    json_t *v;
+    json_object_foreach(roles, key, v)
+    {
+        bool ok = false;
+        for (int r = 0; r < HP_ROLE_COUNT && json_is_string(v); r++)
+            ok |= !strcmp(json_string_value(v), hp_role_name((hp_role)r));
+        if (!ok) {
+            char w[400];
+            snprintf(w, sizeof w, "param_roles.%.300s", key);
+            return fail(err, path, w, "not a role name (COLWISE, ROWWISE, NORM, EMBED, ...)");
+        }
+    }
+    static const char *const lists[] = {"tied_pairs", "warnings"};
+    for (int i = 0; i < 2; i++) {
+        json_t *l = json_object_get(root, lists[i]);
+        if (l && !json_is_array(l)) return fail(err, path, lists[i], "expected an array");
+    }
+    json_t *sh = json_object_get(root, "special_handlers");
+    if (sh && !json_is_object(sh)) return fail(err, path, "special_handlers", "expected an object {param: handler}");
+
+    /* The mesh: world, the EP mode, and mesh_dim_names as plan.c's setup_mesh derives them. */
+    json_t *mesh = json_object_get(root, "mesh"), *w = json_object_get(mesh, "world");
+    int64_t world = hp_mesh_world(&p->mesh);
+    if (w && (!json_is_integer(w) || json_integer_value(w) != world))
+        return failf(err, path, "mesh.world", "%s%lld, but the product of mesh.dims sizes is %lld; the world size "
+                     "is that product", json_is_integer(w) ? "" : "not an integer: ",
+                     json_is_integer(w) ? (long long)json_integer_value(w) : 0LL, (long long)world);
+    if (hp_mesh_size(&p->mesh, "pp") > 1)
+        return failf(err, path, "mesh.dims", "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
+                     (long long)hp_mesh_size(&p->mesh, "pp"));
+    const char *mode = json_string_value(json_object_get(mesh, "ep_mode"));
+    int64_t ep_json = json_integer_value(json_object_get(mesh, "ep"));
+    if (p->mesh.ep_axis && ep_json != p->ep)
+        return failf(err, path, "mesh.ep", "%lld, but the ep mesh axis has size %lld; they are the same number",
+                     (long long)ep_json, (long long)p->ep);
+    if (!p->mesh.ep_axis && strcmp(mode, p->ep > 1 ? "tp-extend-ep" : "none") != 0)
+        return failf(err, path, "mesh.ep_mode", "\"%.40s\" with ep %lld and no ep axis; it is \"%s\"", mode,
+                     (long long)p->ep, p->ep > 1 ? "tp-extend-ep" : "none");
+    if (!p->mesh.ep_axis && p->ep > 1 && world % p->ep)
+        return failf(err, path, "mesh.ep", "ep %lld does not divide the dense region (world %lld); TP-extend-EP groups "
+                     "are ep consecutive ranks", (long long)p->ep, (long long)world);
+    if (p->ep > 1 && (m->cfg.n_experts <= 0 || m->cfg.n_experts % p->ep))
+        return failf(err, path, "mesh.ep", "ep %lld, but the checkpoint has %lld routed experts; ep must divide the "
+                     "expert count", (long long)p->ep, (long long)m->cfg.n_experts);
+    int n_expect = 0;
+    hp_axis expect[HP_AXIS_COUNT];
+    for (int d = 0; d < p->mesh.n_dims; d++) {
+        int a = axis_of(p->mesh.names[d]);
+        if (a >= 0 && p->mesh.sizes[d] > 1 && n_expect < HP_AXIS_COUNT) expect[n_expect++] = (hp_axis)a;
+    }
+    bool same = n_expect == p->n_dims;
+    for (int i = 0; same && i < n_expect; i++) same = expect[i] == p->dims[i];
+    if (!same) {
+        char want[32] = "", got[32] = "";
+        for (int i = 0; i < n_expect; i++) snprintf(want + strlen(want), 8, "%s%s", i ? "," : "", hp_axis_name(expect[i]));
+        for (int i = 0; i < p->n_dims; i++) snprintf(got + strlen(got), 8, "%s%s", i ? "," : "", hp_axis_name(p->dims[i]));
+        return failf(err, path, "mesh_dim_names", "[%s], but the mesh's tp/cp/ep axes of size > 1, in mesh order, are "
+                     "[%s]; mesh_dim_names lists exactly those", got, want);
+    }
+
+    json_t *bds = json_object_get(root, "boundaries");
+    if (p->n_boundaries == 0)
+        return fail(err, path, "boundaries", "empty; a plan without boundaries shards nothing");
+    hp_status st = check_unique_fqns(p, path, err);
+    for (size_t i = 0; st == HP_OK && i < p->n_boundaries; i++) st = check_boundary(p, m, path, i, json_array_get(bds, i), err);
+    if (st != HP_OK) return st;
+    return check_ownership(p, bds, path, err);
+}
+
 static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
 {
     if (!json_is_object(root)) return fail(err, path, "(top level)", "expected an object");
@@ -306,6 +659,7 @@ static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json
         if (st == HP_OK) p->n_boundaries++;
     }
     if (st == HP_OK) st = compare(p, &p->arena, m, path, root, err);
+    if (st == HP_OK) st = validate(p, m, path, root, err);
     return st;
 }
 

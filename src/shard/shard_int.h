@@ -7,7 +7,12 @@
  *   write.c      hp_shard_write: rank files, hard links, manifest, atomic folder
  *   manifest.c   manifest.json writer and strict reader
  *   merge.c      hp_shard_merge
- *   fsutil.c     folder helpers: temporary folder, install by rename, recursive removal, file copy, progress
+ *   fsutil.c     file helpers: recursive removal, file copy, text files
+ *   outdir.c     the output folder's life: --out checks (never an input, --force only over our own output),
+ *                the temporary folder and its marker, stale temporaries, the race-free install
+ *   guard.c      reading mapped inputs safely: SIGBUS guard, input snapshots, the interrupt flag
+ *   hash.c       XXH64 (identities and checksums)
+ *   identity.c   folder identity, per-rank layout digests, rank-file checks, slice tiling, --verify
  */
 #ifndef HP_SHARD_INT_H
 #define HP_SHARD_INT_H
@@ -70,7 +75,10 @@ typedef struct hp__gather {
     const uint8_t *run; /* current run and bytes left in it */
     int64_t run_left;
     hp__progress *progress;
+    int failed; /* HP__FAIL_*: why the last fill failed, so that the caller can word the error */
 } hp__gather;
+#define HP__FAIL_FAULT 1     /* the mapping faulted: the file shrank */
+#define HP__FAIL_INTERRUPT 2 /* hp_shard_interrupt was called */
 void hp__gather_init(hp__gather *c, const hp__geom *g, const uint8_t *base, const uint8_t *const *experts,
                      hp__progress *progress);
 hp_status hp__gather_fill(void *ctx, void *dst, size_t nbytes, hp_err *err);
@@ -78,22 +86,89 @@ hp_status hp__gather_fill(void *ctx, void *dst, size_t nbytes, hp_err *err);
 /* FNV-1a 64 of bytes, as 16 hex digits into buf (17 bytes). */
 const char *hp__fnv1a_hex(const void *data, size_t n, char *buf);
 
-/* ---- folders ---- */
-/* "<dir>.tmp.<pid>", freshly created (an old one of the same name is removed first). */
-hp_status hp__tmpdir_create(const char *dir, char *tmp, size_t cap, hp_err *err);
-/* Refuses an existing non-empty dir (or a non-folder) unless force; label names the option. */
-hp_status hp__check_out_dir(const char *dir, bool force, hp_err *err);
-/* Moves tmp to dir: an existing dir (empty, or any with force) is replaced only after tmp is complete. */
-hp_status hp__install_dir(const char *tmp, const char *dir, hp_err *err);
-/* Removes a folder tree (no symlinks followed); silent. */
+/* ---- XXH64 (hash.c) ---- */
+typedef struct hp__xxh64 {
+    uint64_t v[4], seed, total;
+    uint8_t buf[32];
+    unsigned n_buf;
+} hp__xxh64;
+void hp__xxh64_init(hp__xxh64 *s, uint64_t seed);
+void hp__xxh64_update(hp__xxh64 *s, const void *data, size_t n);
+uint64_t hp__xxh64_digest(const hp__xxh64 *s);
+uint64_t hp__xxh64_once(const void *data, size_t n, uint64_t seed);
+/* 16 lower-case hex digits into buf (17 bytes). */
+const char *hp__hex64(uint64_t v, char *buf);
+
+/* ---- the output folder (outdir.c) ---- */
+#define HP__PATH_MAX 4096
+typedef struct hp__outdir {
+    const char *cmd;          /* "shard" or "merge", for messages and the marker */
+    const char *out;          /* --out as given */
+    char canon[HP__PATH_MAX]; /* its absolute form: realpath of the existing part + the rest */
+    char tmp[HP__PATH_MAX];   /* "<out>.tmp.<pid>" once created */
+    bool force;
+    int state;                /* at the start: 0 absent, 1 an empty folder, 2 our earlier output (force) */
+    uint64_t dev, ino;        /* of OUT at the start when it existed */
+    bool tmp_made, installed;
+    int n_created;            /* parent folders created for OUT, deepest last */
+    char created[8][HP__PATH_MAX];
+} hp__outdir;
+
+/* Checks --out before anything is touched: a usable name (not "", ".", "..", "/", a mount point, nor below a
+ * file), not an input, not inside one and holding none (inputs: paths that must not be written; missing ones
+ * are skipped), and either absent, an empty folder, or with force a folder hyperpar wrote (HP_SHARD_MARKER or
+ * a hyperpar manifest, and only file names hyperpar writes). HP_ERR_INPUT naming the conflict otherwise. */
+hp_status hp__out_prepare(hp__outdir *o, const char *cmd, const char *out, bool force, const char *const *inputs,
+                          size_t n_inputs, hp_err *err);
+/* Removes stale "<out>.tmp.<pid>" / "<out>.old.<pid>" folders of processes that no longer run (only those
+ * holding our marker; each named on stderr), creates missing parents and "<out>.tmp.<pid>" with the marker. */
+hp_status hp__out_begin(hp__outdir *o, hp_err *err);
+/* Installs the temporary folder as OUT without ever replacing something that appeared or changed meanwhile:
+ * renameat2(RENAME_NOREPLACE) onto an absent OUT, RENAME_EXCHANGE with a re-verified earlier output under
+ * force. HP_ERR_INPUT when OUT changed while the command ran (nothing replaced). */
+hp_status hp__out_commit(hp__outdir *o, hp_err *err);
+/* After a failure: removes the temporary folder and the parents created for it. Idempotent. */
+void hp__out_abort(hp__outdir *o);
+/* Rewrites a message that names the temporary folder (or a writer's "<file>.tmp.<pid>") to name OUT. */
+void hp__out_fix_msg(const hp__outdir *o, hp_err *err);
+
+/* ---- guarded reads of mapped files, input snapshots, interruption (guard.c) ---- */
+/* Installs the SIGBUS handler for the duration of a shard or merge (nested calls count). */
+void hp__guard_enter(void);
+void hp__guard_leave(void);
+/* memcpy from a mapping; false when the mapping faulted (the file shrank under us). */
+bool hp__guarded_copy(void *dst, const void *src, size_t n);
+/* The signal recorded by hp_shard_interrupt, 0 when none. */
+int hp__interrupted(void);
+hp_status hp__interrupt_error(hp_err *err);
+/* size / mtime / inode of the files read, taken at the start and compared at the end. */
+typedef struct hp__snap {
+    size_t n;
+    const char **paths;
+    uint64_t *sig; /* [n][4]: dev, ino, size, mtime ns */
+} hp__snap;
+/* sizes (may be NULL): each file's size when it was mapped, so that a change before the snapshot counts. */
+hp_status hp__snap_take(hp__snap *s, const char *const *paths, const uint64_t *sizes, size_t n, hp_err *err);
+/* HP_ERR_IO "the source changed while reading" naming the first file that differs (what is "source" or
+ * "rank file"); HP_OK when none does. */
+hp_status hp__snap_check(const hp__snap *s, const char *what, hp_err *err);
+void hp__snap_free(hp__snap *s);
+/* The error for a faulted guarded copy: names the changed file when the snapshot finds it. */
+hp_status hp__fault_error(const hp__snap *s, const char *what, hp_err *err);
+
+/* Removes a folder tree (no symlinks followed); silent. Only for folders hyperpar created. */
 void hp__rm_tree(const char *dir);
 hp_status hp__copy_file(const char *src, const char *dst, hp_err *err);
 hp_status hp__write_text(const char *path, const char *text, size_t len, hp_err *err);
 bool hp__file_exists(const char *path);
 
 /* ---- manifest (manifest.c) ---- */
+/* The manifest version this hyperpar writes and reads (1: before identities and checksums, refused). */
+#define HP__MANIFEST_VERSION 2
+/* bytes / sums: per rank, the size and XXH64 of its file (replicas repeat their file_rank's values). */
 hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const char *plan_file, const char *plan_fp,
-                             const char *path, hp_err *err);
+                             const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
+                             hp_err *err);
 
 typedef struct hp__mtensor {
     const char *name;
@@ -110,6 +185,9 @@ typedef struct hp__mtensor {
 
 typedef struct hp__mrank {
     int64_t rank;
+    int64_t file_rank; /* the rank whose file this is (itself, or the first of its dp replicas) */
+    uint64_t bytes;    /* file size */
+    uint64_t checksum; /* XXH64 of the whole file */
     const char *file;
     size_t n_tensors;
     hp__mtensor *tensors;
@@ -123,6 +201,7 @@ typedef struct hp__mglobal {
 } hp__mglobal;
 
 typedef struct hp__manifest {
+    const char *identity; /* 32 hex digits: the folder's identity, also in every rank file's __metadata__ */
     int64_t world;
     size_t n_globals;
     hp__mglobal *globals; /* model parameter order */
@@ -139,6 +218,31 @@ void hp__manifest_free(hp__manifest *m);
 /* A rank-file tensor from its manifest entry: local shape and bytes from the slices (params NULL, pl absent,
  * ep_size 0). HP_ERR_INPUT when the slices do not fit the global shape or the size overflows. */
 hp_status hp__manifest_tensor(const hp__mtensor *mt, hp_shard_tensor *out, hp_err *err);
+
+/* ---- identity, layout digests, checks (identity.c) ---- */
+/* The shard folder's identity (out: 33 bytes): 32 hex digits (two XXH64 lanes) over the mesh, every rank's
+ * layout digest, and every source tensor's name, dtype, shape and a content sample (first, middle and last
+ * 4 KiB). */
+hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, hp_err *err);
+/* Digest of the global tensor list (names, dtypes, shapes in order): the start of every rank's layout digest. */
+uint64_t hp__globals_digest_model(const hp_model *m);
+uint64_t hp__globals_digest_manifest(const hp__manifest *man);
+/* Layout digest of one rank: what its manifest entry says it holds (names, globals, shapes, slices, experts). */
+uint64_t hp__rank_layout(uint64_t globals, const hp__mtensor *ts, size_t n);
+/* A manifest tensor entry from a layout tensor (borrowing its strings). */
+void hp__mtensor_from(const hp_shard_tensor *t, hp__mtensor *mt);
+/* Checks an opened rank file against the manifest: identity, rank and world (a rank file of this folder under
+ * another rank's name is "misnamed"), size, tensors (dtype and local shape), layout digest. */
+hp_status hp__rank_file_check(const hp__manifest *man, uint64_t globals, int64_t r, const hp_st_file *f,
+                              const char *path, hp_err *err);
+/* The error for a missing rank file, naming *.safetensors files of dir that are not rank-NNNNN names. */
+hp_status hp__rank_file_missing(const char *dir, int64_t r, const char *path, hp_err *err);
+/* XXH64 of a whole file by read(2), with its size. */
+hp_status hp__file_checksum(const char *path, uint64_t *sum, uint64_t *size, hp_err *err);
+/* The distinct blocks held of one tensor (segs[i], held by ranks[i]) tile its global shape exactly once:
+ * HP_ERR_INPUT naming the tensor, the ranks and the overlap or the part no rank holds. */
+hp_status hp__check_tiling(const char *name, const int64_t *shape, int n_dims, int n, const hp__segs *const *segs,
+                           const int64_t *ranks, hp_err *err);
 
 /* ---- plan JSON (plan_read.c) ---- */
 /* hp_shard_read_plan on text already in memory (len bytes; label names it in messages). */

@@ -5,10 +5,13 @@
  *                                                                                   │ each tensor: hp__gather over the
  *                                                                                   │ mmap'd source (copy.c)
  *   replicas: link(rank-file_rank, rank-r), a copy where link() fails ─────────────▶ rank-r.safetensors
- *   manifest.json, config.json ──────────────────────────────────────────────────▶ rename to DIR
+ *   each distinct file is read back once for its XXH64 checksum (manifest "checksum")
+ *   manifest.json, config.json ──────────────────────────────────────────────────▶ rename to DIR (outdir.c)
  *
- * Every source byte a rank needs is read once, straight from the mapping, and written once per distinct file;
- * nothing holds a whole tensor. A failure anywhere removes the temporary folder.
+ * Every source byte a rank needs is read once, straight from the mapping (guarded: a source truncated
+ * meanwhile is an error), and written once per distinct file; nothing holds a whole tensor. Every rank file's
+ * __metadata__ carries the folder identity and its layout digest (identity.c). A failure anywhere, an
+ * interrupt, or a source whose size / mtime / inode changed by the end removes the temporary folder.
  */
 #include <errno.h>
 #include <omp.h>
@@ -25,6 +28,9 @@ typedef struct job {
     const char *tmp;
     hp__progress *progress;
     int writer_threads; /* threads over the tensors of one file */
+    const char *identity;
+    uint64_t globals;        /* hp__globals_digest_model */
+    uint64_t *bytes, *sums;  /* [world]: each distinct file's size and checksum, filled by write_rank */
 } job;
 
 /* "0,2" and "dp=0,tp=0;dp=1,tp=0": every rank that shares file_rank's file. */
@@ -50,8 +56,11 @@ static hp_status source_ptr(const hp_model *m, int param, const uint8_t **out, h
     return HP_OK;
 }
 
-static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
+/* Writes rank's file. *why gets HP__FAIL_* when a copy faulted or was interrupted (0 otherwise). */
+static hp_status write_rank(const job *j, int64_t rank, int *why, hp_err *err)
 {
+    *why = 0;
+    hp__mtensor *mts = hp_calloc(j->l->n_tensors ? j->l->n_tensors : 1, sizeof *mts);
     const hp_shard_layout *l = j->l;
     hp_st_writer *w = hp_st_writer_create();
     hp__gather *g = hp_calloc(l->n_tensors ? l->n_tensors : 1, sizeof *g);
@@ -59,7 +68,7 @@ static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
     hp_buf ranks, coords;
     hp_buf_init(&ranks);
     hp_buf_init(&coords);
-    hp_status st = (w && g && experts) ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = (w && g && experts && mts) ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     char mesh[256] = "", world[32];
     for (int d = 0; d < l->mesh.n_dims; d++)
         snprintf(mesh + strlen(mesh), sizeof mesh - strlen(mesh), "%s%s=%lld", d ? "," : "", l->mesh.names[d],
@@ -72,6 +81,15 @@ static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_world", world, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_mesh", mesh, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_coords", coords.data, err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_identity", j->identity, err);
+    for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
+        hp_shard_tensor t;
+        st = hp_shard_rank_tensor(l, rank, i, &t, err);
+        if (st == HP_OK) hp__mtensor_from(&t, &mts[i]);
+    }
+    char layout[17];
+    hp__hex64(hp__rank_layout(j->globals, mts, l->n_tensors), layout);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_layout", layout, err);
     for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
         hp_shard_tensor t;
         hp__segs s;
@@ -97,9 +115,13 @@ static hp_status write_rank(const job *j, int64_t rank, hp_err *err)
     if (st == HP_OK) {
         hp_st_writer_set_threads(w, j->writer_threads);
         st = hp_st_writer_write(w, path, err);
+        for (size_t i = 0; st != HP_OK && i < l->n_tensors; i++)
+            if (g[i].failed) *why = g[i].failed;
     }
+    if (st == HP_OK) st = hp__file_checksum(path, &j->sums[rank], &j->bytes[rank], err);
     if (st != HP_OK) hp_err_prefix(err, "rank %lld", (long long)rank);
     hp_st_writer_destroy(w);
+    free(mts);
     for (size_t i = 0; experts && i < l->n_tensors; i++) free(experts[i]);
     free(experts);
     free(g);
@@ -113,6 +135,7 @@ static hp_status link_replicas(const hp_shard_layout *l, const char *tmp, uint64
     for (int64_t r = 0; r < l->world; r++) {
         int64_t f = l->ranks[r].file_rank;
         if (f == r) continue;
+        if (hp__interrupted()) return hp__interrupt_error(err);
         char src[4200], dst[4200];
         snprintf(src, sizeof src, "%s/rank-%05lld.safetensors", tmp, (long long)f);
         snprintf(dst, sizeof dst, "%s/rank-%05lld.safetensors", tmp, (long long)r);
@@ -139,11 +162,17 @@ static hp_status plan_fingerprint(const hp_plan *p, const char *text, char *fp, 
     return st;
 }
 
-static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const char *tmp,
-                           const hp_shard_opts *o, hp_shard_stats *stats, hp_err *err)
+static hp_status write_all(const hp_model *m, const hp_shard_layout *l, const char *tmp, const char *identity,
+                           const char *plan_fp, const hp_shard_opts *o, hp_shard_stats *stats, int *why, hp_err *err)
 {
     int64_t *files = malloc((size_t)l->world * sizeof *files);
-    if (!files) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    uint64_t *bytes = hp_calloc((size_t)l->world, sizeof *bytes), *sums = hp_calloc((size_t)l->world, sizeof *sums);
+    if (!files || !bytes || !sums) {
+        free(files);
+        free(bytes);
+        free(sums);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
     int64_t n_files = 0;
     uint64_t total = 0;
     for (int64_t r = 0; r < l->world; r++)
@@ -156,13 +185,14 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
     /* Threads go over files when there are enough of them, otherwise over the tensors of each file (one
      * file at a time): nested parallel regions would run single-threaded. */
     int threads = o->threads > 0 ? o->threads : 1;
-    job j = {.m = m, .l = l, .tmp = tmp, .progress = &prog, .writer_threads = 1};
+    job j = {.m = m, .l = l, .tmp = tmp, .progress = &prog, .writer_threads = 1, .identity = identity,
+             .globals = hp__globals_digest_model(m), .bytes = bytes, .sums = sums};
     if (threads > n_files) {
         j.writer_threads = threads;
         threads = 1;
     }
     hp_status st = HP_OK;
-    int failed = 0;
+    int failed = 0, first_why = 0;
     int64_t failed_at = n_files;
     hp_err first_err;
     hp_err_clear(&first_err);
@@ -170,11 +200,11 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
     for (int64_t f = 0; f < n_files; f++) {
         hp_err e;
         hp_err_clear(&e);
-        int skip;
+        int skip, w = 0;
 #pragma omp atomic read
         skip = failed; /* after a failure the remaining files are not worth writing */
         if (skip) continue;
-        hp_status s = write_rank(&j, files[f], &e);
+        hp_status s = write_rank(&j, files[f], &w, &e);
         if (s != HP_OK) {
 #pragma omp critical(hp_shard_err)
             {
@@ -183,6 +213,7 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
                     first_err = e;
                     st = s;
                 }
+                if (w) first_why = w;
 #pragma omp atomic write
                 failed = 1;
             }
@@ -190,8 +221,11 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
     }
     hp__progress_end(&prog);
     free(files);
+    *why = first_why;
     if (st != HP_OK) {
         if (err) *err = first_err;
+        free(bytes);
+        free(sums);
         return st;
     }
     if (stats) {
@@ -201,16 +235,34 @@ static hp_status write_all(const hp_model *m, const hp_plan *p, const hp_shard_l
     uint64_t links = 0;
     st = link_replicas(l, tmp, &links, err);
     if (stats) stats->links = links;
-
-    char fp[17], path[4200];
-    if (st == HP_OK) st = plan_fingerprint(p, o->plan_text, fp, err);
+    for (int64_t r = 0; r < l->world; r++) { /* replicas share their file's size and checksum */
+        bytes[r] = bytes[l->ranks[r].file_rank];
+        sums[r] = sums[l->ranks[r].file_rank];
+    }
+    char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", tmp);
-    if (st == HP_OK) st = hp__manifest_write(l, m, o->plan_file, fp, path, err);
+    if (st == HP_OK) st = hp__manifest_write(l, m, o->plan_file, plan_fp, identity, bytes, sums, path, err);
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", hp_ckpt_dir(m->ckpt));
     snprintf(path, sizeof path, "%s/config.json", tmp);
     if (st == HP_OK && hp__file_exists(cfg)) st = hp__copy_file(cfg, path, err);
+    free(bytes);
+    free(sums);
     return st;
+}
+
+/* The paths the output must keep clear of: the checkpoint as given, its files, config.json, the caller's. */
+static const char **input_list(const hp_model *m, const hp_shard_opts *o, hp_arena *a, size_t *n)
+{
+    size_t nf = hp_ckpt_file_count(m->ckpt), cap = nf + 2 + (o->n_inputs > 0 ? (size_t)o->n_inputs : 0);
+    const char **v = hp_arena_alloc(a, cap * sizeof *v);
+    if (!v) return NULL;
+    *n = 0;
+    v[(*n)++] = m->path;
+    v[(*n)++] = hp_arena_printf(a, "%s/config.json", hp_ckpt_dir(m->ckpt));
+    for (size_t i = 0; i < nf; i++) v[(*n)++] = hp_st_path(hp_ckpt_file(m->ckpt, i));
+    for (int i = 0; i < o->n_inputs; i++) v[(*n)++] = o->inputs[i];
+    return v;
 }
 
 hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_dir, const hp_shard_opts *o,
@@ -220,19 +272,53 @@ hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_di
     if (!o) o = &defaults;
     if (stats) memset(stats, 0, sizeof *stats);
     int64_t t0 = hp__now_ns();
-    hp_status st = hp__check_out_dir(out_dir, o->force, err);
-    if (st != HP_OK) return st;
+    if (m->meta || !m->ckpt)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s holds no weights (config.json only); shard needs a checkpoint with safetensors files",
+                          m->path);
+    hp_arena a;
+    hp_arena_init(&a);
+    size_t n_in = 0;
+    const char **inputs = input_list(m, o, &a, &n_in);
+    hp__outdir *od = hp_calloc(1, sizeof *od);
+    hp_status st = inputs && od ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = hp__out_prepare(od, "shard", out_dir, o->force, inputs, n_in, err);
     hp_shard_layout *l = NULL;
-    st = hp_shard_layout_build(&l, m, p, err);
-    if (st != HP_OK) return st;
-    char tmp[4096];
-    st = hp__tmpdir_create(out_dir, tmp, sizeof tmp, err);
-    if (st == HP_OK) {
-        st = write_all(m, p, l, tmp, o, stats, err);
-        if (st == HP_OK) st = hp__install_dir(tmp, out_dir, err);
-        if (st != HP_OK) hp__rm_tree(tmp);
+    if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, err);
+    hp__snap snap = {0};
+    const char **files = NULL;
+    uint64_t *sizes = NULL;
+    size_t nf = st == HP_OK ? hp_ckpt_file_count(m->ckpt) : 0;
+    if (st == HP_OK && (!(files = hp_arena_alloc(&a, (nf ? nf : 1) * sizeof *files)) ||
+                        !(sizes = hp_arena_alloc(&a, (nf ? nf : 1) * sizeof *sizes))))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == HP_OK && i < nf; i++) {
+        files[i] = hp_st_path(hp_ckpt_file(m->ckpt, i));
+        sizes[i] = hp_st_file_size(hp_ckpt_file(m->ckpt, i));
     }
+    if (st == HP_OK) st = hp__snap_take(&snap, files, sizes, nf, err);
+    hp__guard_enter();
+    char fp[17], identity[33];
+    if (st == HP_OK) st = plan_fingerprint(p, o->plan_text, fp, err);
+    if (st == HP_OK) st = hp__identity(m, l, identity, err);
+    if (st == HP_OK) st = hp__out_begin(od, err);
+    int why = 0;
+    if (st == HP_OK) {
+        st = write_all(m, l, od->tmp, identity, fp, o, stats, &why, err);
+        if (why == HP__FAIL_FAULT) st = hp__fault_error(&snap, "source", err);
+        if (why == HP__FAIL_INTERRUPT || (st == HP_OK && hp__interrupted())) st = hp__interrupt_error(err);
+        if (st == HP_OK) st = hp__snap_check(&snap, "source", err);
+        if (st == HP_OK) st = hp__out_commit(od, err);
+        if (st != HP_OK) {
+            hp__out_fix_msg(od, err);
+            hp__out_abort(od);
+        }
+    }
+    hp__guard_leave();
+    hp__snap_free(&snap);
     hp_shard_layout_free(l);
+    free(od);
+    hp_arena_free(&a);
     if (stats) stats->seconds = (double)(hp__now_ns() - t0) / 1e9;
     return st;
 }

@@ -13,4 +13,39 @@ expect 0 "wrote" -- "$HP" gen --family mixtral --out "$WORK/mb" --force
 expect 0 "meta mode reproduces all" -- "$HP" demo
 expect 0 "files kept in $WORK/demo" -- "$HP" demo --out "$WORK/demo"
 check "demo leaves its model" test -f "$WORK/demo/model/model.safetensors"
+
+# --seed takes every uint64 value; above INT64_MAX it is a distinct seed, never clamped.
+expect 0 "seed 18446744073709551615" -- "$HP" gen --family llama --out "$WORK/s1" --seed 18446744073709551615
+expect 0 "seed 9223372036854775807" -- "$HP" gen --family llama --out "$WORK/s2" --seed 9223372036854775807
+expect 0 "seed 9223372036854775808" -- "$HP" gen --family llama --out "$WORK/s3" --seed 9223372036854775808
+differ() { ! cmp -s "$1" "$2"; }
+check "seeds above INT64_MAX are not clamped" differ "$WORK/s2/model.safetensors" "$WORK/s3/model.safetensors"
+check "seeds above INT64_MAX differ from each other" differ "$WORK/s1/model.safetensors" "$WORK/s3/model.safetensors"
+for bad in 18446744073709551616 -1 +5 " 5" 1e3 0x10 ""; do
+    expect 2 "--seed expects an integer in [0, 18446744073709551615]" -- "$HP" gen --family llama --out "$WORK/sb" --seed "$bad"
+done
+# gpt-oss has only the batched layout: gen says so instead of echoing the request.
+expect 0 "layout batched: the family has no other" -- "$HP" gen --family gpt_oss --out "$WORK/go" --expert-layout per-expert
+expect 0 "layout batched" -- "$HP" gen --family gpt_oss --out "$WORK/go2"
+expect 0 "layout batched" -- "$HP" inspect "$WORK/go"
+# --help and the checks agree on every range: each documented maximum is accepted by the parser, one above
+# is a usage error naming the same range.
+"$HP" gen --help > "$WORK/help.txt"
+while read -r opt max; do
+    check "gen --help documents $opt as 1..$max" grep -q -- "$opt .*1\.\.$max" "$WORK/help.txt"
+    expect 2 "$opt expects an integer in [1, $max]" -- "$HP" gen --family llama --out "$WORK/r" "$opt" $((max + 1))
+done <<'LIST'
+--experts 4096
+--top-k 4096
+--layers 65536
+--hidden 65536
+--vocab 65536
+--kv-heads 65536
+LIST
+expect 2 "--experts 8 and --top-k 9: need 1 <= top-k <= experts <= 4096" -- "$HP" gen --family qwen3_moe --out "$WORK/r" --experts 8 --top-k 9
+# --out must name a folder of its own: a usage error (exit 2), not ENOENT/EBUSY (exit 1).
+expect 2 "--out is empty" -- "$HP" gen --family llama --out ""
+for out in . .. / "$WORK/x/." "$WORK/x/.."; do
+    expect 2 "does not name a folder of its own" -- "$HP" gen --family llama --out "$out" --force
+done
 finish

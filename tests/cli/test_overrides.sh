@@ -18,4 +18,23 @@ printf -- '- match: model.layers.0.mlp\n  params: {gate_proj.weight: {tp: shard(
 expect 0 '"boundaries": [' -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --no-derive --overrides "$WORK/only.yaml"
 n=$("$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --no-derive --overrides "$WORK/only.yaml" | grep -c '"fqn"')
 check "derive=false plan holds only the override (got $n boundaries)" test "$n" -eq 1
+# Issue 10, item 16: the top level holds plan_overrides only; a null document or list is refused; a malformed
+# glob is an error at parse time, with its position.
+L="$D/configs/llama-3-8b.json"
+printf 'plan_overrides:\n  - match: model.norm\n    params: {weight: {tp: replicate}}\nbogus: 1\n' > "$WORK/top.yaml"
+expect 2 "top.yaml:4:8: unknown top-level key 'bogus'; the only top-level key is plan_overrides" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/top.yaml"
+printf '~\n' > "$WORK/null.yaml"
+expect 2 "null.yaml:1:1: the overrides document is null" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/null.yaml"
+printf 'plan_overrides: ~\n' > "$WORK/nulllist.yaml"
+expect 2 "plan_overrides is null" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/nulllist.yaml"
+printf -- '- match: "[*"\n  params: {}\n' > "$WORK/glob.yaml"
+expect 2 "glob.yaml:1:10: match '[*' is not a valid glob" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/glob.yaml"
+printf '[]\n' > "$WORK/none.yaml"
+expect 0 '"boundaries": [' -- "$HP" plan "$L" --tp 2 --overrides "$WORK/none.yaml"
+expect 2 "no override entry was given" -- "$HP" plan "$L" --tp 2 --no-derive --overrides "$WORK/none.yaml"
+printf -- '- match: model.norm\n  when: cp\n  params: {weight: {tp: replicate}}\n' > "$WORK/inactive.yaml"
+expect 2 "no override entry applied" -- "$HP" plan "$L" --tp 2 --no-derive --overrides "$WORK/inactive.yaml"
+expect 2 "--overrides is given twice" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/none.yaml" --overrides "$WORK/only.yaml"
+expect 2 "is one of the inputs" -- "$HP" plan "$L" --tp 2 --overrides "$WORK/only.yaml" -o "$WORK/only.yaml"
+check "the overrides file is untouched" grep -q "match: model.layers.0.mlp" "$WORK/only.yaml"
 finish

@@ -1,6 +1,7 @@
 # plan: formats, determinism, mesh errors with the spec's teaching messages, exit codes.
 source "$(dirname "$0")/lib.sh"
 D="$TESTS/data"
+G="$D/golden"
 expect 0 '"format": "hyperpar-plan"' -- "$HP" plan "$D/golden/qwen3_moe_batched_bf16" --tp 2 --ep 2
 expect 0 '"version": 1' -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh dp=2,cp=1,tp=4
 expect 0 '"mesh_dim_names"' -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 4
@@ -34,4 +35,49 @@ expect 2 "--format must be" -- "$HP" plan "$D/configs/llama-3-8b.json" --format 
 expect 0 "usage: hyperpar plan" -- "$HP" plan --help
 # --freeze exempts parameters from coverage; an unmatched pattern warns.
 expect 0 "matched no parameter" -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --freeze 'nothing.*'
+# Issue 10, item 16: --mesh items are NAME=SIZE, each axis once, sizes plain digits; nonsense is exit 2.
+L="$D/configs/llama-3-8b.json"
+expect 2 "item 2 is empty (a trailing comma)" -- "$HP" plan "$L" --mesh tp=2,
+expect 2 "item 1 is empty (a leading comma)" -- "$HP" plan "$L" --mesh ,tp=2
+expect 2 "item 2 is empty (a doubled comma)" -- "$HP" plan "$L" --mesh dp=2,,tp=2
+expect 2 "a space or control character at position 4" -- "$HP" plan "$L" --mesh "tp= 2"
+expect 2 "written as plain digits, got '+2'" -- "$HP" plan "$L" --mesh tp=+2
+expect 2 "written as plain digits, got '0'" -- "$HP" plan "$L" --mesh tp=0
+expect 2 "written as plain digits, got '-2'" -- "$HP" plan "$L" --mesh tp=-2
+expect 2 "must be an integer in [1, 1048576]" -- "$HP" plan "$L" --mesh tp=99999999999999999999
+expect 2 "axis 'tp' appears twice" -- "$HP" plan "$L" --mesh tp=2,tp=2
+expect 2 "has more than 1073741824 ranks" -- "$HP" plan "$L" --mesh dp=1048576,cp=1048576
+expect 2 "has more than 1073741824 ranks" -- "$HP" plan "$L" --dp 1048576 --cp 1048576 --tp 1048576 --ep 1048576 --ep-axis
+expect 2 "--tp expects an integer in [1, 1048576] written as plain digits, got ' 2'" -- "$HP" plan "$L" --tp " 2"
+expect 2 "--world expects an integer" -- "$HP" plan "$L" --world 8x
+expect 2 "--tp is given twice" -- "$HP" plan "$L" --tp 2 --tp 4
+expect 2 "--mesh is given twice" -- "$HP" plan "$L" --mesh tp=2 --mesh tp=4
+expect 2 "--format is given twice" -- "$HP" plan "$L" --format json --format hf
+expect 2 "expected exactly one MODEL" -- "$HP" plan "$L" "$L"
+# --fqn: a boundary, a parameter or module inside one (its boundary is explained), else exit 2 with close names.
+expect 2 "--fqn 'nothing.here' names no boundary, module or parameter" -- "$HP" plan "$L" --tp 2 --format explain --fqn nothing.here
+expect 2 "close names: 'model.layers.0.self_attn'" -- "$HP" plan "$L" --tp 2 --format explain --fqn model.layers.0.self_atn
+expect 0 "explaining the boundary 'model.layers.0.self_attn'" -- "$HP" plan "$L" --tp 2 --format explain --fqn model.layers.0.self_attn.q_proj.weight
+expect 0 "[model.layers.0.self_attn]" -- "$HP" plan "$L" --tp 2 --format explain --fqn model.layers.0.self_attn.q_proj
+expect 2 "--fqn selects the boundary that --format explain reports" -- "$HP" plan "$L" --tp 2 --fqn model.layers.0.self_attn
+expect 2 "--suggest-overrides prints YAML overrides; it does not combine with --format" -- "$HP" plan "$G/qwen3_moe_batched_bf16" --tp 2 --ep 2 --suggest-overrides --format json
+expect 2 "--freeze '[abc' is not a valid glob" -- "$HP" plan "$L" --tp 2 --freeze '[abc'
+# --no-derive alone would give a plan that covers nothing.
+expect 2 "--no-derive makes a plan of the overrides only, and none were given" -- "$HP" plan "$L" --tp 2 --no-derive
+# -o: a file, not one of the inputs; written atomically.
+mkdir -p "$WORK/m" && cp "$L" "$WORK/m/config.json"
+expect 2 "-o '$WORK' is a folder" -- "$HP" plan "$L" --tp 2 -o "$WORK"
+expect 2 "-o needs a file name" -- "$HP" plan "$L" --tp 2 -o ""
+expect 2 "does not exist; create it first" -- "$HP" plan "$L" --tp 2 -o "$WORK/none/p.json"
+expect 2 "is one of the inputs" -- "$HP" plan "$WORK/m" --tp 2 -o "$WORK/m/config.json"
+expect 2 "is one of the inputs" -- "$HP" plan "$WORK/m/config.json" --tp 2 -o "$WORK/m/config.json"
+expect 2 "is one of the inputs" -- "$HP" plan "$WORK/m" --tp 2 -o "$WORK/m/model-00001-of-00002.safetensors"
+check "the model's config.json is untouched" cmp -s "$L" "$WORK/m/config.json"
+expect 0 "" -- "$HP" plan "$WORK/m" --tp 2 -o "$WORK/m/plan.json"
+check "a plan beside the model is fine" grep -q '"hyperpar-plan"' "$WORK/m/plan.json"
+if [ -e /dev/full ]; then
+    ln -sf /dev/full "$WORK/full.json"
+    expect 2 "is a device, FIFO or socket, not a regular file" -- "$HP" plan "$L" --tp 2 -o "$WORK/full.json"
+fi
+check "no temporary file left by the refused runs" test -z "$(ls "$WORK" "$WORK/m" | grep '\.tmp\.')"
 finish

@@ -46,13 +46,17 @@ check "index written" test -f "$W/split/model.safetensors.index.json"
 check "numbered files" test -f "$W/split/model-00001-of-00005.safetensors"
 expect 0 "\"num_tensors\": 25," -- "$HP" inspect "$W/split" --json
 
-# --force replaces a non-empty folder; without it, exit 2 and the folder is untouched.
+# Without --force a non-empty folder is refused (exit 2) and untouched; --force replaces only an earlier
+# hyperpar output, never a folder of the user's.
 mkdir -p "$W/full" && echo keep > "$W/full/keep.txt"
 expect 2 "is not empty; choose another --out or pass --force" -- "$HP" shard "$G/mixtral_per_expert_f32" --tp 2 --out "$W/full"
 check "non-empty folder untouched" test -f "$W/full/keep.txt"
 check "no temporary folder left" test -z "$(ls -d "$W"/full.tmp.* 2>/dev/null)"
-expect 0 "sharded into" -- "$HP" shard "$G/mixtral_per_expert_f32" --tp 2 --out "$W/full" --force
-check "--force replaced the folder" test ! -e "$W/full/keep.txt" -a -f "$W/full/manifest.json"
+expect 2 "was not written by hyperpar; --force replaces only a folder" -- "$HP" shard "$G/mixtral_per_expert_f32" --tp 2 --out "$W/full" --force
+check "--force left the user's folder alone" test -f "$W/full/keep.txt"
+expect 0 "sharded into" -- "$HP" shard "$G/mixtral_per_expert_f32" --tp 2 --out "$W/ours"
+expect 0 "sharded into" -- "$HP" shard "$G/mixtral_per_expert_f32" --dp 2 --tp 2 --out "$W/ours" --force
+check "--force replaced an earlier output" test -f "$W/ours/rank-00003.safetensors" -a -f "$W/ours/.hyperpar-output"
 expect 2 "is not empty; choose another --out or pass --force" -- "$HP" merge "$W/dp" --out "$W/full"
 
 # A plan for another model: exit 2, the first differences listed, no output.

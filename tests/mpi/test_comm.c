@@ -142,6 +142,55 @@ static void test_agree(void)
     CHECK_STR_CONTAINS(err.msg, want);
 }
 
+/* A message that already names its rank ("rank 1: ...") is not prefixed a second time. */
+static void test_agree_names_rank_once(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_err err;
+    hp_err_clear(&err);
+    hp_status local = r == n - 1 ? hp_err_set(&err, HP_ERR_INPUT, "rank %d: the file is misnamed", r) : HP_OK;
+    CHECK_EQ_INT(hp_comm_agree(W, local, &err), HP_ERR_INPUT);
+    char want[64], twice[64];
+    snprintf(want, sizeof want, "rank %d: the file is misnamed", n - 1);
+    snprintf(twice, sizeof twice, "rank %d: rank %d:", n - 1, n - 1);
+    CHECK_STR_CONTAINS(err.msg, want);
+    CHECK(strstr(err.msg, twice) == NULL);
+}
+
+/* Issue 10 item 3: a rank sending another byte count than the root expects fails every rank with
+ * HP_ERR_INPUT naming it, before any data moves (the root's buffer is exactly what it expects: ASan sees an
+ * overrun), and a correct gather afterwards works. */
+static void test_gatherv_count_mismatch(void)
+{
+    int n = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_err err;
+    size_t *rc = calloc((size_t)n, sizeof *rc), *rd = calloc((size_t)n, sizeof *rd);
+    int *all = calloc((size_t)n * 4, sizeof *all), mine[5] = {r, r, r, r, r};
+    CHECK(rc && rd && all);
+    if (!rc || !rd || !all) goto out;
+    for (int p = 0; p < n; p++) {
+        rc[p] = 4 * sizeof(int);
+        rd[p] = (size_t)p * 4 * sizeof(int);
+    }
+    /* The last rank sends 5 ints where 4 are expected (more), then 3 (fewer). */
+    for (int extra = 1; extra >= -1; extra -= 2) {
+        size_t bytes = (size_t)(4 + (r == n - 1 ? extra : 0)) * sizeof(int);
+        hp_status st = hp_comm_gatherv(W, mine, bytes, all, rc, rd, 0, &err);
+        CHECK_EQ_INT(st, HP_ERR_INPUT);
+        char want[96];
+        snprintf(want, sizeof want, "rank %d sends %zu bytes but rank 0 expects %zu", n - 1,
+                 (size_t)(4 + extra) * sizeof(int), 4 * sizeof(int));
+        if (st != HP_OK) CHECK_STR_CONTAINS(err.msg, want);
+    }
+    CHECK(hp_comm_gatherv(W, mine, 4 * sizeof(int), all, rc, rd, 0, &err) == HP_OK);
+    if (r == 0)
+        for (int p = 0; p < n; p++) CHECK_EQ_INT(all[p * 4 + 3], p);
+out:
+    free(rc);
+    free(rd);
+    free(all);
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -157,7 +206,9 @@ int main(int argc, char **argv)
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
-                 {"agree", test_agree}};
+                 {"agree", test_agree},
+                 {"agree_names_rank_once", test_agree_names_rank_once},
+                 {"gatherv_count_mismatch", test_gatherv_count_mismatch}};
     int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
