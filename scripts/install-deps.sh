@@ -8,6 +8,7 @@ PACKAGES=(
   libopenblas-dev                    # GEMM for the MoE runtime
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
+  python3                            # test scripts that hand-craft hostile files
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -253,6 +253,25 @@ TEST(boundaries_cover_once)
                                     "input_layernorm.weight", "tp", "R"));
     REFUSED(j, "parameter 'model.layers.0.input_layernorm.weight' is declared by this boundary ('model.layers.0') "
                "and by boundaries[");
+    /* A removed boundary (or a parameter removed from one) leaves trainable parameters uncovered: refused,
+     * unless the plan says it was made with --allow-uncovered. */
+    j = json_deep_copy(f.j);
+    json_array_remove(json_object_get(j, "boundaries"), find(j, "model.layers.0.self_attn"));
+    REFUSED(j, "parameter 'model.layers.0.self_attn.q_proj.weight' is declared by no boundary");
+    j = json_deep_copy(f.j);
+    json_object_del(params(j, find(j, "model.layers.0.self_attn")), "o_proj.weight");
+    REFUSED(j, "parameter 'model.layers.0.self_attn.o_proj.weight' is declared by no boundary");
+    j = json_deep_copy(f.j);
+    json_array_remove(json_object_get(j, "boundaries"), find(j, "model.layers.0.self_attn"));
+    json_object_set_new(j, "allow_uncovered_params", json_true());
+    {
+        hp_err err;
+        CHECK_MSG(read_back(&f, j, &err) == HP_OK, "%s", err.msg);
+    }
+    json_decref(j);
+    j = json_deep_copy(f.j);
+    json_object_set_new(j, "allow_uncovered_params", json_string("yes"));
+    REFUSED(j, "allow_uncovered_params: expected true or false");
     /* fqn and type name real things. */
     j = json_deep_copy(f.j);
     json_object_set_new(bd(j, 0), "fqn", json_string("model.embed"));

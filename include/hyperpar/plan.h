@@ -210,6 +210,7 @@ typedef struct hp_plan {
     hp_axis dims[HP_AXIS_COUNT]; /* mesh_dim_names: tp/cp/ep axes of size > 1 in mesh order */
     int64_t tp, cp, ep;          /* sizes (1 when inactive) */
     bool sequence_parallel, loss_parallel;
+    bool allow_uncovered;        /* trainable parameters may lack a boundary (replicated, unsharded) */
     size_t n_boundaries;
     hp_boundary *boundaries;     /* forward order */
     hp_role *roles;              /* [model->n_params] */

@@ -403,6 +403,7 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     p->model = m;
     p->sequence_parallel = o->sequence_parallel;
     p->loss_parallel = o->loss_parallel;
+    p->allow_uncovered = o->allow_uncovered;
     hp_status st = setup_mesh(p, o, err);
     if (st == HP_OK && p->ep > 1 && !o->mesh.ep_axis) st = hp__validate_ep_extend(p, err);
     if (st == HP_OK) st = hp_plan_check_compat(m, p->tp, p->cp, p->ep, o->seq_len, err);

@@ -190,6 +190,7 @@ hp_status hp_plan_to_json(const hp_plan *p, hp_buf *out, hp_err *err)
     jb_set(&b, root, "mesh_dim_names", dims);
     jb_set(&b, root, "sequence_parallel", jb_chk(&b, json_boolean(p->sequence_parallel)));
     jb_set(&b, root, "loss_parallel", jb_chk(&b, json_boolean(p->loss_parallel)));
+    if (p->allow_uncovered) jb_set(&b, root, "allow_uncovered_params", jb_chk(&b, json_true()));
 
     json_t *bds = jb_arr(&b);
     for (size_t i = 0; i < p->n_boundaries; i++) jb_push(&b, bds, boundary_json(&b, p, &p->boundaries[i]));

@@ -433,7 +433,7 @@ static int owned_cmp(const void *x, const void *y)
 }
 
 /* Every parameter (or stacked expert) is declared by one boundary, and the boundaries declare at least one. */
-static hp_status check_ownership(const hp_plan *p, json_t *bds, const char *path, hp_err *err)
+static hp_status check_ownership(const hp_plan *p, json_t *bds, bool complete, const char *path, hp_err *err)
 {
     size_t n = 0;
     for (size_t b = 0; b < p->n_boundaries; b++) {
@@ -473,6 +473,24 @@ static hp_status check_ownership(const hp_plan *p, json_t *bds, const char *path
                              "boundaries[%zu] ('%.200s'); each parameter belongs to exactly one boundary", o[i].name,
                              p->boundaries[o[i].b].fqn, o[i - 1].b, p->boundaries[o[i - 1].b].fqn);
         }
+    /* A plan `hyperpar plan` wrote (it lists every parameter in param_roles) gives every trainable parameter a
+     * boundary, unless made with --allow-uncovered: a deleted boundary would otherwise leave its parameters
+     * silently replicated. A hand-written plan without param_roles declares only what it shards. o is sorted. */
+    for (size_t i = 0; st == HP_OK && complete && !p->allow_uncovered && i < p->model->n_params; i++) {
+        const hp_param *q = &p->model->params[i];
+        if (!q->trainable) continue;
+        owned key = {q->name, 0};
+        size_t lo = 0, hi = k;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(o[mid].name, key.name) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == k || strcmp(o[lo].name, q->name) != 0)
+            st = failf(err, path, "boundaries", "parameter '%.300s' is declared by no boundary (was a boundary "
+                       "removed?); every trainable parameter belongs to one, unless the plan was made with "
+                       "--allow-uncovered (\"allow_uncovered_params\": true)", q->name);
+    }
     hp_arena_free(&a);
     free(o);
     return st;
@@ -542,8 +560,8 @@ static hp_status check_boundary(const hp_plan *p, const hp_model *m, const char 
 /* After compare(): the plan is for this checkpoint; now it must agree with itself, field by field. */
 static hp_status validate(const hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
 {
-    static const char *const flags[] = {"sequence_parallel", "loss_parallel"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const flags[] = {"sequence_parallel", "loss_parallel", "allow_uncovered_params"};
+    for (int i = 0; i < 3; i++) {
         json_t *v = json_object_get(root, flags[i]);
         if (v && !json_is_boolean(v)) return fail(err, path, flags[i], "expected true or false");
     }
@@ -623,7 +641,7 @@ static hp_status validate(const hp_plan *p, const hp_model *m, const char *path,
     hp_status st = check_unique_fqns(p, path, err);
     for (size_t i = 0; st == HP_OK && i < p->n_boundaries; i++) st = check_boundary(p, m, path, i, json_array_get(bds, i), err);
     if (st != HP_OK) return st;
-    return check_ownership(p, bds, path, err);
+    return check_ownership(p, bds, roles != NULL, path, err);
 }
 
 static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
@@ -676,6 +694,7 @@ hp_status hp__shard_plan_parse(hp_plan **out, const hp_model *m, const char *tex
         p->model = m;
         p->sequence_parallel = json_is_true(json_object_get(root, "sequence_parallel"));
         p->loss_parallel = json_is_true(json_object_get(root, "loss_parallel"));
+        p->allow_uncovered = json_is_true(json_object_get(root, "allow_uncovered_params"));
         st = read_plan(p, m, label, root, err);
     }
     json_decref(root);
