@@ -33,6 +33,15 @@ bool cli_parse_router(const char *cmd, const char *s, bool *real);
 bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
 /* Standard handling of an unknown option / missing argument reported by getopt_long. */
 int cli_bad_option(const char *cmd, char **argv);
+/* An output FILE name (plan -o, moe --output) checked before any work: not empty, not a folder or device, in
+ * an existing folder, and none of the inputs (MODEL, a name in MODEL's folder the reader would pick up, or
+ * any of inputs[], NULL entries skipped), links included. Prints the error; 0 when fine, else exit code 2. */
+int cli_check_output_file(const char *cmd, const char *opt, const char *path, const char *model,
+                          const char *const *inputs, int n_inputs);
+/* The same check, the problem written to msg (true when there is one): for paths that go through a rank
+ * agreement under MPI, so that the error is printed once. */
+bool cli_output_problem(const char *opt, const char *path, const char *model, const char *const *inputs,
+                        int n_inputs, char *msg, size_t cap);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);

@@ -5,8 +5,12 @@
  * exactly the checkpoint's tensors → plan (tp=2, ep=2) → shard for dp=2 x ep=2 and merge back (byte-exact)
  * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <string.h>
@@ -128,6 +132,44 @@ static int run_mpi_moe(const char *model_dir, const char *ep_yaml, const char *x
     return HP_EXIT_OK;
 }
 
+/* The marker demo leaves in its --out: a later demo may write there again, nothing else is ever overwritten. */
+#define DEMO_MARKER ".hyperpar-demo"
+
+/* --out DIR: created when absent; an existing folder must be empty or an earlier demo's (it holds DEMO_MARKER),
+ * because the demo writes files of fixed names there. Marks the folder. Prints the error; 0 when fine. */
+static int prepare_out(const char *out)
+{
+    if (!out[0]) return cli_usage_error("demo", "--out is empty; give the folder to write, e.g. --out demo");
+    struct stat st;
+    char marker[4200];
+    snprintf(marker, sizeof marker, "%s/" DEMO_MARKER, out);
+    if (stat(out, &st) != 0) {
+        if (mkdir(out, 0755) != 0) {
+            fprintf(stderr, "hyperpar: error: %s: cannot create the folder: %s\n", out, strerror(errno));
+            return errno == ENOENT || errno == ENOTDIR ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        return cli_usage_error("demo", "--out '%s' exists and is not a folder", out);
+    } else if (access(marker, F_OK) != 0) {
+        DIR *d = opendir(out);
+        bool empty = d != NULL;
+        for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
+        if (d) closedir(d);
+        if (!empty)
+            return cli_usage_error("demo", "--out '%s' is not empty and is not an earlier demo's folder (it has no %s); "
+                                   "the demo writes files of fixed names there, so give a new or empty folder", out,
+                                   DEMO_MARKER);
+    }
+    int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "hyperpar: error: %s: cannot write: %s\n", marker, strerror(errno));
+        return HP_EXIT_RUNTIME;
+    }
+    close(fd);
+    return HP_EXIT_OK;
+}
+
 int cmd_demo(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -159,9 +201,9 @@ int cmd_demo(int argc, char **argv)
             return HP_EXIT_RUNTIME;
         }
         out = tmp;
-    } else if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "hyperpar: error: %s: cannot create the folder: %s\n", out, strerror(errno));
-        return HP_EXIT_RUNTIME;
+    } else {
+        int orc = prepare_out(out);
+        if (orc != HP_EXIT_OK) return orc;
     }
     g.force = true;
     char model_dir[512], cfg[600];

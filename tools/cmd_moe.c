@@ -465,8 +465,13 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     hp_mesh mesh;
     hp_status st = HP_OK;
 
+    /* --output is none of the inputs (checked on every rank, agreed below, so printed once). */
+    char omsg[8400];
+    const char *const inputs[] = {a->input, a->compare, a->overrides};
+    if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 3, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "moe: %s", omsg);
     /* Mesh and EP groups: rank coordinates row-major over the mesh. */
-    if (a->mesh) st = hp_mesh_parse(a->mesh, &mesh, &err);
+    if (st == HP_OK && a->mesh) st = hp_mesh_parse(a->mesh, &mesh, &err);
     else hp_mesh_from_sizes(&mesh, N, 1, 1, 1, false);
     if (st == HP_OK && mesh.ep_axis) {
         if (a->ep > 1 && a->ep != mesh.ep)
@@ -718,6 +723,11 @@ int cmd_moe(int argc, char **argv)
     /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
     if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || a.ep || a.mesh ||
         a.overrides || a.overlap || a.chunks)
-        return run_ep(&a, &argc, &argv);
+        return run_ep(&a, &argc, &argv); /* checks --output itself, inside the rank agreement */
+    if (a.output) {
+        const char *const inputs[] = {a.input, a.compare, a.overrides};
+        int orc = cli_check_output_file("moe", "--output", a.output, a.model, inputs, 3);
+        if (orc != HP_EXIT_OK) return orc;
+    }
     return run(&a);
 }

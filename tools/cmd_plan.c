@@ -64,50 +64,6 @@ static bool parse_count(const char *opt, const char *s, int64_t min, int64_t max
     return cli_parse_i64("plan", opt, s, min, max, out);
 }
 
-/* Whether two paths name the same existing file. */
-static bool same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* -o must name a file that is not one of the inputs, in a folder that exists: the rename at the end would
- * otherwise replace the model's config or weights, or the overrides file. Prints the error; 0 when fine. */
-static int check_output(const char *path, const char *model, const char *overrides)
-{
-    if (!path[0]) return cli_usage_error("plan", "-o needs a file name, got an empty string");
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return cli_usage_error("plan", "-o '%s' is %s, not a regular file; give the name of the plan file to write "
-                               "(without -o the plan goes to standard output)", path,
-                               S_ISDIR(st.st_mode) ? "a folder" : "a device, FIFO or socket");
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return cli_usage_error("plan", "-o '%s': the folder '%s' does not exist; create it first", path, dir);
-    const char *base = slash ? slash + 1 : path;
-    bool in_model = stat(model, &st) == 0 && S_ISDIR(st.st_mode) && same_file(dir, model);
-    static const char *const inputs[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
-    bool clash = same_file(path, model) || same_file(path, overrides) ||
-                 (in_model && (ends_with(base, ".safetensors") || ends_with(base, ".index.json")));
-    for (size_t i = 0; i < sizeof inputs / sizeof *inputs && !clash; i++) {
-        char in[4200];
-        snprintf(in, sizeof in, "%s/%s", model, inputs[i]);
-        clash = same_file(path, in) || (in_model && !strcmp(base, inputs[i]));
-    }
-    if (clash)
-        return cli_usage_error("plan", "-o '%s' is one of the inputs (the model's files or the overrides); writing "
-                               "there would replace it. Choose another file name", path);
-    return HP_EXIT_OK;
-}
-
 /* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
  * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind. */
 static int write_output(const char *path, const char *data, size_t len)
@@ -328,7 +284,8 @@ int cmd_plan(int argc, char **argv)
         return cli_usage_error("plan", "--no-derive makes a plan of the overrides only, and none were given: the "
                                "plan would cover nothing. Give --overrides FILE, or drop --no-derive");
     if (output) {
-        int orc = check_output(output, argv[optind], overrides);
+        const char *const inputs[] = {overrides};
+        int orc = cli_check_output_file("plan", "-o", output, argv[optind], inputs, 1);
         if (orc != HP_EXIT_OK) return orc;
     }
 

@@ -286,8 +286,33 @@ static bool names_no_folder(const char *dir)
     return (ln == 1 && last[0] == '.') || (ln == 2 && last[0] == '.' && last[1] == '.');
 }
 
-static hp_status prepare_dir(const char *dir, bool force, hp_err *err)
+/* The metadata key gen writes into model.safetensors: what --force looks for before it replaces anything. */
+#define GEN_MARKER "hyperpar_gen"
+
+/* Whether the folder's entry `name` may be replaced by --force: config.json, or a model.safetensors that gen
+ * wrote (it carries GEN_MARKER). */
+static bool ours(const char *dir, const char *name)
 {
+    if (!strcmp(name, "config.json")) return true;
+    if (strcmp(name, "model.safetensors") != 0) return false;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    hp_st_file *f = NULL;
+    hp_err e;
+    if (hp_st_open(&f, path, &e) != HP_OK) return false;
+    bool marked = hp_st_metadata_get(f, GEN_MARKER) != NULL;
+    hp_st_close(f);
+    return marked;
+}
+
+/* --out: created when absent (*made = true); an existing folder must be empty, or with --force hold only what
+ * an earlier `hyperpar gen` wrote there (config.json and a marked model.safetensors): gen never overwrites a
+ * file it did not write. */
+static hp_status prepare_dir(const char *dir, bool force, bool *made, hp_err *err)
+{
+    *made = false;
     if (names_no_folder(dir))
         return hp_err_set(err, HP_ERR_INPUT,
                           "--out '%s' does not name a folder of its own (an empty path, '.', '..' or '/'); give the "
@@ -296,19 +321,33 @@ static hp_status prepare_dir(const char *dir, bool force, hp_err *err)
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (mkdir(dir, 0755) != 0)
-            return hp_err_set(err, HP_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
+            return hp_err_set(err, errno == ENOENT || errno == ENOTDIR ? HP_ERR_INPUT : HP_ERR_IO,
+                              "%s: cannot create the folder: %s", dir, strerror(errno));
+        *made = true;
         return HP_OK;
     }
     if (!S_ISDIR(st.st_mode)) return hp_err_set(err, HP_ERR_INPUT, "%s exists and is not a folder", dir);
     DIR *d = opendir(dir);
     if (!d) return hp_err_set(err, HP_ERR_IO, "%s: cannot read the folder: %s", dir, strerror(errno));
     bool empty = true;
+    char foreign[256] = "";
     struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        empty = false;
+        if (!foreign[0] && !ours(dir, e->d_name)) snprintf(foreign, sizeof foreign, "%s", e->d_name);
+    }
     closedir(d);
-    if (!empty && !force)
-        return hp_err_set(err, HP_ERR_INPUT, "%s is not empty; choose another --out or pass --force to overwrite", dir);
+    if (empty) return HP_OK;
+    if (!force)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s is not empty; choose another --out, or pass --force to replace an earlier 'hyperpar "
+                          "gen' output there", dir);
+    if (foreign[0])
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s holds '%s', which 'hyperpar gen' did not write; --force replaces only an earlier gen "
+                          "output (config.json and a model.safetensors marked %s), never other files. Choose "
+                          "another --out", dir, foreign, GEN_MARKER);
     return HP_OK;
 }
 
@@ -344,13 +383,15 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
         l.block = m->family->per_expert_block;
         st = hp__synth_params(m->family, &m->cfg, m->layout, record, &l, err);
     }
-    if (st == HP_OK) st = prepare_dir(out_dir, o->force, err);
+    bool made = false, wrote_model = false;
+    if (st == HP_OK) st = prepare_dir(out_dir, o->force, &made, err);
     if (st == HP_OK) {
         w = hp_st_writer_create();
         fills = calloc(l.n ? l.n : 1, sizeof *fills);
         if (!w || !fills) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, GEN_MARKER, "1", err);
     for (size_t i = 0; i < l.n && st == HP_OK; i++) {
         fills[i].t = &l.v[i];
         fills[i].seed = o->seed;
@@ -360,10 +401,18 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
     if (st == HP_OK) {
         snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
         st = hp_st_writer_write(w, path, err);
+        wrote_model = st == HP_OK;
     }
     if (st == HP_OK) {
         snprintf(path, sizeof path, "%s/config.json", out_dir);
         st = write_text_atomic(path, text, err);
+    }
+    if (st != HP_OK && made) { /* nothing half-made stays behind: what this run created goes */
+        if (wrote_model) {
+            snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+            unlink(path);
+        }
+        rmdir(out_dir);
     }
     hp_st_writer_destroy(w);
     free(fills);
