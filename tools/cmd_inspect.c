@@ -272,6 +272,7 @@ int cmd_inspect(int argc, char **argv)
         }
     }
     if (optind != argc - 1) return cli_usage_error("inspect", "expected exactly one PATH");
+    if (depth >= 0 && !tree) return cli_usage_error("inspect", "--depth limits the --tree listing; add --tree");
 
     hp_err err;
     hp_model *m = NULL;

@@ -40,6 +40,7 @@ expect 0 "shared_expert_gate.weight" -- "$HP" inspect "$D/golden/qwen2_moe_per_e
 expect 0 "experts       16 routed, top-4" -- "$HP" inspect "$D/golden/qwen3_moe_batched_bf16"
 
 # Bad input: exit 2 with a message naming the problem.
+expect 2 "--depth limits the --tree listing; add --tree" -- "$HP" inspect "$D/golden/mixtral_batched_bf16" --depth 2
 expect 2 "no such file or folder" -- "$HP" inspect "$WORK/nothing"
 printf 'PK\003\004 this is a zip' > "$WORK/zip.safetensors"
 expect 2 "zip" -- "$HP" inspect "$WORK/zip.safetensors"
