@@ -6,6 +6,7 @@ PACKAGES=(
   libjansson-dev                     # JSON: config.json, safetensors headers, plans
   libyaml-dev                        # YAML plan overrides
   libopenblas-dev                    # GEMM for the MoE runtime
+  libdnnl-dev                        # oneDNN: the GEMM layer's backend (src/linalg)
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
   python3                            # test scripts that hand-craft hostile files

@@ -1,0 +1,207 @@
+/*
+ * bench_gemm.c — the GEMM layer (src/linalg, oneDNN + the bf16 streaming kernel) against OpenBLAS's
+ * cblas_sgemm on the same shapes, in the same run, and against a read-only memory sweep.
+ *
+ * Shapes: M ∈ {1, 16, 128, 512} rows × (N=768, K=2048) and (N=2048, K=768) — a Qwen3-30B-A3B expert's
+ * down and gate/up projections — with F32 and BF16 weights. Each weight set is a stack of matrices larger
+ * than the last-level cache (--mib, 96 MiB by default) and each timed sweep multiplies by every matrix of
+ * it once, so small M reads its weights from memory, as decode does. OpenBLAS always gets the f32 copy of
+ * the weights (what hyperpar does with a bf16 checkpoint today: widen at load, then sgemm; sgemv at M=1).
+ *
+ * Printed per row: GFLOP/s of the layer, of OpenBLAS, their ratio, and for the layer the weight bytes read
+ * per second as a fraction of the read-only bandwidth measured in the same run.
+ *
+ *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB]
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hyperpar/linalg.h"
+#include "linalg/linalg_int.h" /* hp__linear_force: the crossover table */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what, const hp_err *err)
+{
+    fprintf(stderr, "bench_gemm: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+/* Best-of-reps read-only bandwidth over nbytes, every OpenMP thread summing its share (GB/s). `omp simd`
+ * lets the compiler keep several partial sums in vectors, so the adds keep up with memory (one dependent
+ * chain of float adds would measure the adder instead). */
+static double read_gbps(size_t nbytes, int reps)
+{
+    size_t n = nbytes / sizeof(float);
+    float *x = malloc(n * sizeof *x);
+    if (!x) return -1.0;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7);
+    double best = 0.0;
+    volatile float sink = 0.0f;
+    for (int r = 0; r < reps + 1; r++) {
+        double t0 = now();
+        float total = 0.0f;
+#pragma omp parallel for simd reduction(+ : total) schedule(static)
+        for (size_t i = 0; i < n; i++) total += x[i];
+        double g = (double)(n * sizeof *x) / (now() - t0) * 1e-9;
+        sink += total;
+        if (r > 0 && g > best) best = g;
+    }
+    free(x);
+    return best;
+}
+
+typedef struct shape {
+    int64_t n, k;
+} shape;
+
+int main(int argc, char **argv)
+{
+    int reps = 5, threads = 0;
+    double mib = 96.0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB]\n");
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    if (threads > 0) {
+        hp_linalg_set_threads(threads);
+        openblas_set_num_threads(threads);
+    }
+    hp_err err;
+    hp_linalg *ctx = NULL;
+    if (hp_linalg_create(&ctx, &err) != HP_OK) die("context", &err);
+    char desc[512], isa[128];
+    printf("layer:    %s\n", hp_linalg_describe(ctx, desc, sizeof desc));
+    printf("cpu isa:  %s\n", hp_linalg_cpu_isa(isa, sizeof isa)[0] ? isa : "(no avx2)");
+    printf("OpenBLAS: %s, core %s, %d threads\n", openblas_get_config(), openblas_get_corename(),
+           openblas_get_num_threads());
+    double bw = read_gbps((size_t)(mib * 2 * 1048576.0), reps);
+    printf("read-only sweep over %.0f MiB: %.1f GB/s\n", mib * 2, bw);
+    printf("weights: stacks of %.0f MiB per set (swept once per timing), best of %d sweeps\n\n", mib, reps);
+    printf("%-5s %-11s %5s %10s %10s %7s %9s %6s  %s\n", "W", "N x K", "M", "layer", "OpenBLAS", "ratio",
+           "W GB/s", "of bw", "layer path");
+
+    const shape shapes[] = {{768, 2048}, {2048, 768}};
+    const int64_t Ms[] = {1, 16, 128, 512};
+    for (size_t si = 0; si < 2; si++) {
+        int64_t n = shapes[si].n, k = shapes[si].k;
+        int64_t g32 = (int64_t)(mib * 1048576.0 / (double)(n * k * 4)) + 1, g16 = 2 * g32;
+        size_t n32 = (size_t)(g32 * n * k), n16 = (size_t)(g16 * n * k);
+        float *w32 = malloc(n32 * sizeof *w32);
+        uint16_t *w16 = malloc(n16 * sizeof *w16);
+        float *w16f = malloc(n16 * sizeof *w16f); /* the f32 copy OpenBLAS gets for the bf16 set */
+        float *a = malloc((size_t)(512 * k) * sizeof *a), *c = malloc((size_t)(512 * n) * sizeof *c);
+        if (!w32 || !w16 || !w16f || !a || !c) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < n32; i++) w32[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
+        for (size_t i = 0; i < n16; i++) {
+            w16f[i] = (float)((i * 5) % 11) * 0.01f - 0.05f;
+            uint32_t u;
+            memcpy(&u, &w16f[i], 4);
+            w16[i] = (uint16_t)(u >> 16);
+            u &= 0xffff0000u;
+            memcpy(&w16f[i], &u, 4);
+        }
+        for (int64_t i = 0; i < 512 * k; i++) a[i] = (float)(i % 17) * 0.03f - 0.2f;
+        /* Where the streaming kernel stops paying: bf16 weights at small M, kernel vs widen + oneDNN. */
+        {
+            hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = g16, .dtype = HP_DT_BF16, .w = w16};
+            hp_linear *lin = NULL;
+            if (hp_linear_init(&lin, ctx, &d, &err) != HP_OK) die("linear", &err);
+            printf("BF16  %lldx%lld crossover, GFLOP/s: M     kernel  widen+oneDNN\n", (long long)n, (long long)k);
+            const int64_t cm[] = {1, 2, 4, 8, 12, 16, 24, 32};
+            for (size_t mi = 0; mi < sizeof cm / sizeof cm[0]; mi++) {
+                double g[2];
+                for (int path = 0; path < 2; path++) {
+                    hp__linear_force(lin, hp__isa_best(), path == 0 ? INT64_MAX : 0, &err);
+                    double best = 1e30;
+                    for (int r = 0; r < reps + 1; r++) {
+                        double t0 = now();
+                        for (int64_t e = 0; e < g16; e++)
+                            if (hp_linear_forward(lin, e, cm[mi], a, k, c, n, false, &err) != HP_OK)
+                                die("forward", &err);
+                        double t = (now() - t0) / (double)g16;
+                        if (r > 0 && t < best) best = t;
+                    }
+                    g[path] = 2.0 * (double)(cm[mi] * n * k) / best * 1e-9;
+                }
+                printf("%39lld %10.1f %13.1f\n", (long long)cm[mi], g[0], g[1]);
+            }
+            hp_linear_free(lin);
+        }
+        for (int dt = 0; dt < 2; dt++) {
+            bool bf16 = dt == 1;
+            int64_t nm = bf16 ? g16 : g32;
+            hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = nm, .dtype = bf16 ? HP_DT_BF16 : HP_DT_F32,
+                                .w = bf16 ? (const void *)w16 : (const void *)w32};
+            hp_linear *lin = NULL;
+            if (hp_linear_init(&lin, ctx, &d, &err) != HP_OK) die("linear", &err);
+            hp_linear_info info;
+            hp_linear_get_info(lin, &info);
+            const float *wf = bf16 ? w16f : w32;
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                int64_t m = Ms[mi];
+                /* Fewer matrices per sweep at large M: compute-bound there, and the cache no longer matters. */
+                int64_t sweep = m >= 128 ? (nm < 4 ? nm : 4) : nm;
+                double best_l = 1e30, best_b = 1e30;
+                for (int r = 0; r < reps + 1; r++) {
+                    double t0 = now();
+                    for (int64_t e = 0; e < sweep; e++)
+                        if (hp_linear_forward(lin, e, m, a, k, c, n, false, &err) != HP_OK) die("forward", &err);
+                    double t = (now() - t0) / (double)sweep;
+                    if (r > 0 && t < best_l) best_l = t;
+                }
+                for (int r = 0; r < reps + 1; r++) {
+                    double t0 = now();
+                    for (int64_t e = 0; e < sweep; e++) {
+                        const float *we = wf + e * n * k;
+                        if (m == 1)
+                            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, 1.0f, we, (int)k, a, 1, 0.0f, c,
+                                        1);
+                        else
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, a,
+                                        (int)k, we, (int)k, 0.0f, c, (int)n);
+                    }
+                    double t = (now() - t0) / (double)sweep;
+                    if (r > 0 && t < best_b) best_b = t;
+                }
+                double flop = 2.0 * (double)m * (double)n * (double)k, gl = flop / best_l * 1e-9,
+                       gb = flop / best_b * 1e-9;
+                double wgbs = (double)(n * k) * (bf16 ? 2.0 : 4.0) / best_l * 1e-9;
+                char nk[32];
+                snprintf(nk, sizeof nk, "%lldx%lld", (long long)n, (long long)k);
+                printf("%-5s %-11s %5lld %10.1f %10.1f %7.2f %9.1f %6.2f  %s\n", bf16 ? "BF16" : "F32", nk,
+                       (long long)m, gl, gb, gl / gb, wgbs, wgbs / bw,
+                       m <= info.small_m_max ? info.small_path : info.large_path);
+            }
+            hp_linear_free(lin);
+        }
+        free(w32);
+        free(w16);
+        free(w16f);
+        free(a);
+        free(c);
+    }
+    printf("\nGFLOP/s = 2·M·N·K / time per matrix; ratio = layer / OpenBLAS (sgemv at M = 1; bf16 rows:\n"
+           "OpenBLAS on the f32 copy); W GB/s = the layer's weight bytes read per second; of bw = that / the\n"
+           "read-only sweep.\n");
+    hp_linalg_destroy(ctx);
+    return 0;
+}

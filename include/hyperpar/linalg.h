@@ -1,0 +1,129 @@
+/*
+ * hyperpar/linalg.h — the GEMM layer: every matrix product of the runtimes goes through here, and only
+ * src/linalg/ calls a BLAS (oneDNN).
+ *
+ * A linear is one weight, or a stack of same-shape weights (the experts of a MoE layer), prepared once:
+ *
+ *   W    [n_mats, N, K]  row-major, in the weight's own dtype (F32 or BF16; F16 is widened to f32 once)
+ *   bias [n_mats, N]     f32, optional
+ *
+ * and applied as often as needed to f32 activations with any row count:
+ *
+ *   C [M, N] (ldc)  =  A [M, K] (lda) · W[mat]ᵀ (+ bias[mat])          accumulate = false
+ *   C [M, N] (ldc) +=  A [M, K] (lda) · W[mat]ᵀ (+ bias[mat])          accumulate = true
+ *
+ * Numerics (hp_linalg_mode):
+ *   EXACT (default)  A stays f32; a BF16 weight is widened exactly (bf16 → f32 is a 16-bit shift) inside the
+ *                    kernel; f32 accumulation. Only the summation order differs from a plain loop.
+ *   BF16             A is rounded to bf16 (nearest, ties to even) first, as PyTorch does for a bf16 model;
+ *                    the weight as stored; f32 accumulation. Each product then carries A's rounding error,
+ *                    at most 2^-9 relative.
+ *
+ * Memory: F32 and BF16 weights are borrowed — the caller keeps them alive and unchanged until
+ * hp_linear_free (an mmap'd checkpoint is fine) — unless oneDNN prefers a blocked layout, in which case
+ * init reorders each matrix once into an owned copy of the same dtype (hp_linear_info says which, and how
+ * many bytes each side holds). BF16 is never copied to f32. F16 weights and all biases are copied at init.
+ *
+ * Threads: a context (hp_linalg) holds oneDNN's engine and stream, the primitives shared by every linear of
+ * the same shape, and one scratch buffer sized at init. One thread at a time calls into a context and
+ * its linears; inside a call, oneDNN and the bf16 kernels use the process's OpenMP pool (libgomp, the
+ * pool the rest of hyperpar uses). The layer allocates nothing on the forward path, and the streaming
+ * kernel (few rows, bf16 weights) makes no heap allocation at all; oneDNN 2.6 still allocates inside its
+ * own calls (argument descriptors, gemm:jit's packing buffers: measured in docs/kernels.md).
+ */
+#ifndef HYPERPAR_LINALG_H
+#define HYPERPAR_LINALG_H
+
+#include "hyperpar/core.h"
+#include "hyperpar/safetensors.h" /* hp_dtype */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_linalg hp_linalg;
+typedef struct hp_linear hp_linear;
+
+typedef enum hp_linalg_mode {
+    HP_LINALG_EXACT = 0, /* f32 activations, exact bf16 widening, f32 accumulation */
+    HP_LINALG_BF16,      /* activations rounded to bf16, f32 accumulation */
+} hp_linalg_mode;
+
+/* Whether init may reorder a weight into oneDNN's preferred layout (an owned copy of the same dtype). */
+typedef enum hp_linear_pack {
+    HP_LINEAR_PACK_AUTO = 0, /* when oneDNN's preferred layout is blocked (what its brgemm kernels want) */
+    HP_LINEAR_PACK_NEVER,    /* never copy: use the caller's [N, K] rows as they are */
+    HP_LINEAR_PACK_ALWAYS,   /* whenever oneDNN's preferred layout differs from [N, K] rows */
+} hp_linear_pack;
+
+typedef struct hp_linear_desc {
+    int64_t n_out;       /* N: output features (rows of W) */
+    int64_t n_in;        /* K: input features (columns of W) */
+    int64_t n_mats;      /* stacked matrices (experts); 0 counts as 1 */
+    hp_dtype dtype;      /* HP_DT_F32, HP_DT_BF16 or HP_DT_F16 */
+    const void *w;       /* [n_mats, n_out, n_in] row-major, naturally aligned for dtype */
+    const float *bias;   /* [n_mats, n_out] or NULL */
+    hp_linalg_mode mode;
+    hp_linear_pack pack;
+} hp_linear_desc;
+
+/* One product of a grouped call: C_g = A_g · W[mat]ᵀ (+ bias[mat]), m rows (0 is allowed). */
+typedef struct hp_linear_group {
+    int64_t mat;     /* which matrix of the stack */
+    int64_t m;       /* rows of A and C */
+    const float *a;  /* [m, lda] */
+    int64_t lda;     /* ≥ K */
+    float *c;        /* [m, ldc]; the C blocks of one call must not overlap */
+    int64_t ldc;     /* ≥ N */
+} hp_linear_group;
+
+/* What a linear does, for benchmarks and resident-memory reports. The strings live as long as the linear. */
+typedef struct hp_linear_info {
+    hp_dtype dtype;          /* the dtype the kernels read: F32 (also for F16 input) or BF16 */
+    hp_linalg_mode mode;
+    bool packed;             /* weights reordered into an owned copy at init */
+    size_t owned_bytes;      /* bytes this linear allocated: packed or widened weights, bias */
+    size_t borrowed_bytes;   /* caller bytes it reads on every call (weights not copied) */
+    int64_t small_m_max;     /* row counts 1..small_m_max run the streaming kernel, larger ones oneDNN */
+    const char *small_path;  /* e.g. "avx2+fma bf16 dot" ("none" when small_m_max is 0) */
+    const char *large_path;  /* e.g. "oneDNN gemm:jit f32, bf16 widened in blocks of 256 rows" */
+} hp_linear_info;
+
+/* ---- the context ---- */
+hp_status hp_linalg_create(hp_linalg **out, hp_err *err);
+/* Frees the context; every linear made from it must have been freed. Accepts NULL. */
+void hp_linalg_destroy(hp_linalg *ctx);
+
+/* "oneDNN 2.6.3 (isa avx2), cpu AMD EPYC: avx2 fma, no avx512f avx512_bf16 amx, 2 OpenMP threads". */
+const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap);
+/* The CPU features this process may use, a space-separated subset of "avx2 fma avx512f avx512bw avx512_bf16
+ * amx_bf16 amx_tile" ("" when none), into buf; cpuid and the OS's saved-register state both checked. */
+const char *hp_linalg_cpu_isa(char *buf, size_t cap);
+/* Sets the OpenMP threads of later calls (n <= 0: leave as is); returns the count in effect. Set it before
+ * creating linears: some oneDNN kernels fix their thread count when the primitive is made. */
+int hp_linalg_set_threads(int n);
+
+/* ---- linears ---- */
+/* Checks the description (dtype, positive N and K, sizes that fit, alignment), prepares the primitives (one
+ * per shape, dtype and mode, shared through ctx) and grows ctx's scratch. HP_ERR_INPUT for a bad
+ * description, with a sentence naming the field; HP_ERR_NOMEM; HP_ERR_IO when oneDNN refuses a shape. */
+hp_status hp_linear_init(hp_linear **out, hp_linalg *ctx, const hp_linear_desc *d, hp_err *err);
+/* Accepts NULL. */
+void hp_linear_free(hp_linear *lin);
+
+/* C = A · W[mat]ᵀ (+ bias), or C += that with accumulate. m = 0 does nothing. HP_ERR_INPUT for a bad mat,
+ * m < 0, lda < K or ldc < N, or NULL A / C with m > 0. */
+hp_status hp_linear_forward(hp_linear *lin, int64_t mat, int64_t m, const float *a, int64_t lda, float *c,
+                            int64_t ldc, bool accumulate, hp_err *err);
+/* The products of n_groups groups in one call (the experts of a MoE layer): groups with few rows share one
+ * parallel pass of the streaming kernel, the others reuse the one oneDNN primitive in turn. The result
+ * equals n_groups calls of hp_linear_forward. */
+hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups,
+                                    bool accumulate, hp_err *err);
+
+void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,148 @@
+/*
+ * linalg_int.h — internal to src/linalg: the context and linear records, the oneDNN wrapper (gemm_dnnl.c,
+ * the only file that includes <oneapi/dnnl/dnnl.h>), the streaming kernels (kernel.c), CPU detection
+ * (cpu.c), the f64 reference (ref.c) and the test hooks.
+ *
+ * Paths a linear can take (chosen once, at init):
+ *
+ *   rows m      F32 weight              BF16 weight, EXACT               BF16 weight, BF16 mode
+ *   1..small    oneDNN f32 (small = 0)  dot kernel: widen W, f32 FMA     A rounded, dot kernel
+ *   > small     oneDNN f32 matmul       W widened in row blocks into     oneDNN bf16×bf16 where it exists,
+ *                                       scratch, oneDNN f32 on each      else A rounded + the EXACT path
+ *
+ * In BF16 mode an F32 weight takes the F32 column with A rounded to bf16 first.
+ */
+#ifndef HP_LINALG_INT_H
+#define HP_LINALG_INT_H
+
+#include "hyperpar/linalg.h"
+
+/* ---- CPU features (cpu.c) ---- */
+typedef struct hp__cpu {
+    bool avx2, fma, avx512f, avx512bw, avx512_bf16, amx_bf16, amx_tile;
+    char brand[49]; /* cpuid's processor name, trimmed; "" when the CPU has none */
+} hp__cpu;
+void hp__cpu_detect(hp__cpu *cpu);
+
+/* The streaming kernel's instruction sets. */
+typedef enum hp__isa {
+    HP__ISA_PORTABLE = 0, /* plain C, sequential f32 sums over k */
+    HP__ISA_AVX2,         /* AVX2 + FMA, 8 lanes */
+    HP__ISA_AVX512,       /* AVX-512F, 16 lanes */
+    HP__ISA_COUNT
+} hp__isa;
+bool hp__isa_available(hp__isa isa);
+const char *hp__isa_name(hp__isa isa);
+hp__isa hp__isa_best(void);
+
+/* ---- streaming kernels (kernel.c) ---- */
+/* C[r, j] = Σ_k A[r, k]·W[j, k] (C += with accumulate) for r < m, j < n. W holds n rows of k elements of
+ * wdt (HP_DT_F32 or HP_DT_BF16), contiguous; A [m, lda] f32. Sums are f32; products are exact for bf16 W. */
+void hp__dot_rows(hp__isa isa, hp_dtype wdt, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                  const void *w, float *c, int64_t ldc, bool accumulate);
+/* dst[i] = the f32 value of bf16 src[i] (exact). */
+void hp__bf16_widen(hp__isa isa, const uint16_t *src, float *dst, int64_t n);
+/* Round-to-nearest-even f32 → bf16, NaN kept quiet: as bits, or as the f32 value the bf16 stands for. */
+uint16_t hp__bf16_from_f32(float x);
+float hp__bf16_to_f32(uint16_t b);
+void hp__round_rows_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst);   /* [m, k] */
+void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst); /* [m, k] */
+
+/* ---- oneDNN (gemm_dnnl.c) ---- */
+typedef struct hp__dnnl hp__dnnl;       /* engine + stream */
+typedef struct hp__dnnl_mm hp__dnnl_mm; /* one matmul primitive, runtime M */
+
+#define HP__DNNL_RUNTIME_N (-1)
+
+typedef struct hp__dnnl_mm_key {
+    hp_dtype src, wei; /* HP_DT_F32 or HP_DT_BF16 each; dst is always f32 */
+    int64_t n;         /* N, or HP__DNNL_RUNTIME_N (then the weight is plain [N, K] rows) */
+    int64_t k;
+    bool beta;         /* C += A·Wᵀ (a sum post-op) instead of C = A·Wᵀ */
+    bool packed;       /* weights in oneDNN's preferred layout (format_tag_any) instead of [N, K] rows */
+} hp__dnnl_mm_key;
+
+/* What oneDNN would like the weights of this key to look like. */
+typedef enum hp__dnnl_layout {
+    HP__LAYOUT_UNSUPPORTED = 0, /* no implementation for these data types on this CPU */
+    HP__LAYOUT_ROWS,            /* [N, K] rows: the caller's layout */
+    HP__LAYOUT_PLAIN_OTHER,     /* another plain (strided) layout, e.g. [K, N] */
+    HP__LAYOUT_BLOCKED,         /* a blocked layout (inner blocks) */
+} hp__dnnl_layout;
+
+hp_status hp__dnnl_create(hp__dnnl **out, hp_err *err);
+void hp__dnnl_destroy(hp__dnnl *d);
+/* "oneDNN 2.6.3 (isa avx2)". */
+const char *hp__dnnl_version(char *buf, size_t cap);
+/* The preferred weight layout for key (key->packed is ignored: asks with format_tag_any). */
+hp__dnnl_layout hp__dnnl_preferred(hp__dnnl *d, const hp__dnnl_mm_key *key);
+/* Creates the primitive. *unsupported (may be NULL) is set when oneDNN has no implementation for it; that
+ * and every other refusal return HP_ERR_IO with oneDNN's status named. */
+hp_status hp__dnnl_mm_create(hp__dnnl *d, const hp__dnnl_mm_key *key, hp__dnnl_mm **out, bool *unsupported,
+                             hp_err *err);
+void hp__dnnl_mm_destroy(hp__dnnl_mm *mm);
+const hp__dnnl_mm_key *hp__dnnl_mm_key_of(const hp__dnnl_mm *mm);
+const char *hp__dnnl_mm_impl(const hp__dnnl_mm *mm); /* oneDNN's implementation name, e.g. "gemm:jit" */
+size_t hp__dnnl_mm_scratch_bytes(const hp__dnnl_mm *mm);
+size_t hp__dnnl_mm_packed_bytes(const hp__dnnl_mm *mm); /* one matrix in the packed layout (packed keys) */
+bool hp__dnnl_mm_same_weights(const hp__dnnl_mm *a, const hp__dnnl_mm *b); /* the same weight layout */
+/* Reorders one [N, K] matrix (key's wei dtype) into the packed layout of mm. */
+hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, void *w_packed, hp_err *err);
+/* C [m, n] (ldc) (+)= A [m, k] (lda) · Wᵀ. n must equal the key's N unless that is runtime. scratch holds
+ * hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). */
+hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a, int64_t lda,
+                          const void *w, float *c, int64_t ldc, void *scratch, hp_err *err);
+
+/* ---- records ---- */
+typedef enum hp__large {
+    HP__LARGE_F32 = 0, /* oneDNN f32 × f32 on the (possibly packed) f32 weight */
+    HP__LARGE_WIDEN,   /* bf16 weight widened in blocks of widen_rows rows, oneDNN f32 on each block */
+    HP__LARGE_BF16,    /* oneDNN bf16 × bf16 (BF16 mode only) */
+} hp__large;
+
+struct hp_linalg {
+    hp__dnnl *dnnl;
+    hp__dnnl_mm **mms; /* the primitive cache: one per key, shared by every linear */
+    int64_t n_mms, cap_mms;
+    void *scratch;     /* 64-byte aligned, scratch_bytes, grown only by hp_linear_init */
+    size_t scratch_bytes;
+    int64_t n_linears; /* live linears (hp_linalg_destroy checks it) */
+};
+
+struct hp_linear {
+    hp_linalg *ctx;
+    int64_t n, k, n_mats;
+    hp_dtype wdt;            /* F32 or BF16: what the kernels read */
+    hp_linalg_mode mode;
+    const void *w;           /* [n_mats, n, k] rows: the caller's, or w_owned */
+    void *w_owned;           /* F16 widened to f32 */
+    void *packed;            /* [n_mats] × packed_mat_bytes, or NULL */
+    size_t packed_mat_bytes;
+    float *bias;             /* [n_mats, n] owned copy, or NULL */
+    hp__large large;
+    const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
+    int64_t widen_rows;
+    int64_t small_m_max;
+    hp__isa isa;
+    size_t owned_bytes;
+    char small_desc[64], large_desc[192];
+};
+
+/* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
+#define HP__ROW_CHUNK 256
+/* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). */
+#define HP__SMALL_M_MAX 16
+
+/* ---- test hooks ---- */
+/* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
+ * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
+hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
+
+/* ---- the reference (ref.c) ---- */
+/* c[r, j] = Σ_k a[r, k]·w[j, k] (+ bias[j]) summed in f64, with A rounded to bf16 first when round_a; and
+ * abs_sum[r, j] = Σ_k |a[r, k]·w[j, k]| (+ |bias[j]|), the scale of the rounding error (may be NULL).
+ * w is [n, k] rows of wdt (F32, BF16 or F16); c and abs_sum are [m, n] dense. */
+void hp__gemm_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, hp_dtype wdt, const void *w,
+                  const float *bias, bool round_a, double *c, double *abs_sum);
+
+#endif

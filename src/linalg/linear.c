@@ -1,0 +1,545 @@
+/*
+ * linear.c — the GEMM layer's objects: the context (engine, primitive cache, scratch) and linears (a weight
+ * or a stack of experts' weights), their init-time path choice and the forward calls.
+ *
+ * A forward call splits its work by row count (see linalg_int.h for the table of paths):
+ *
+ *   groups ──▶ m = 0            skipped
+ *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
+ *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
+ *                               static schedule, so each thread streams one contiguous run of W
+ *          ──▶ m > small_m_max  one oneDNN call per group (per row chunk in BF16 mode; per block of W rows
+ *                               when a bf16 weight is widened), all through the one cached primitive
+ *
+ * Bias: written into C before the product, which then accumulates (beta = 1); without bias and without
+ * accumulate the beta = 0 primitive writes C directly.
+ *
+ * Scratch (one buffer in the context, sized by hp_linear_init for the largest linear, 64-byte aligned parts):
+ *
+ *   [ pieces: HP__ROW_CHUNK records ][ A rounded to bf16: HP__ROW_CHUNK × K f32 ][ W block: widen_rows × K
+ *   f32 ][ oneDNN scratchpad ]        (the middle two only when the linear's mode and dtype need them)
+ */
+#include "linalg/linalg_int.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    ALIGN = 64,      /* scratch parts and packed weights: a cache line, what oneDNN asks for */
+    TILE = 16,       /* W rows per work item of the streaming kernel: 4 register tiles */
+};
+/* Below this many multiply-adds a batch runs on the calling thread: a parallel region costs a few µs. */
+#define PAR_MIN_WORK ((int64_t)1 << 15)
+/* Target bytes of one widened block of W (f32). Measured here (N = 768, K = 2048, M = 17..512): blocks of
+ * 256 rows (2 MiB) ran at 80–98% of the f32 matmul on an f32 copy of W, blocks of 32 rows at 62–80%
+ * (docs/kernels.md). */
+#define WIDEN_BLOCK_BYTES ((int64_t)2 << 20)
+
+typedef struct piece {
+    const float *a;
+    int64_t lda;
+    float *c;
+    int64_t ldc;
+    int64_t m;
+    const void *w;      /* the matrix's first row */
+    const float *bias;  /* [N] or NULL */
+} piece;
+
+static size_t align_up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+static size_t dtype_size(hp_dtype dt)
+{
+    return dt == HP_DT_F32 ? 4 : 2;
+}
+
+/* ---- the context ---- */
+
+hp_status hp_linalg_create(hp_linalg **out, hp_err *err)
+{
+    *out = NULL;
+    hp_linalg *ctx = hp_calloc(1, sizeof *ctx);
+    if (!ctx) return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating the GEMM context");
+    hp_status st = hp__dnnl_create(&ctx->dnnl, err);
+    if (st != HP_OK) {
+        free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return HP_OK;
+}
+
+void hp_linalg_destroy(hp_linalg *ctx)
+{
+    if (!ctx) return;
+    HP_ASSERT(ctx->n_linears == 0);
+    for (int64_t i = 0; i < ctx->n_mms; i++) hp__dnnl_mm_destroy(ctx->mms[i]);
+    free(ctx->mms);
+    free(ctx->scratch);
+    hp__dnnl_destroy(ctx->dnnl);
+    free(ctx);
+}
+
+const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap)
+{
+    char v[64], isa[128];
+    hp__cpu cpu;
+    hp__cpu_detect(&cpu);
+    hp_linalg_cpu_isa(isa, sizeof isa);
+    snprintf(buf, cap, "%s, cpu %s [%s], bf16 kernel %s, %d OpenMP threads", hp__dnnl_version(v, sizeof v),
+             cpu.brand[0] ? cpu.brand : "unknown", isa[0] ? isa : "no avx2", hp__isa_name(hp__isa_best()),
+             omp_get_max_threads());
+    return buf;
+}
+
+static bool key_eq(const hp__dnnl_mm_key *a, const hp__dnnl_mm_key *b)
+{
+    return a->src == b->src && a->wei == b->wei && a->n == b->n && a->k == b->k && a->beta == b->beta &&
+           a->packed == b->packed;
+}
+
+/* The cached primitive of key, made on first use. */
+static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out, hp_err *err)
+{
+    for (int64_t i = 0; i < ctx->n_mms; i++) {
+        if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), key)) {
+            *out = ctx->mms[i];
+            return HP_OK;
+        }
+    }
+    if (ctx->n_mms == ctx->cap_mms) {
+        int64_t cap = ctx->cap_mms ? 2 * ctx->cap_mms : 8;
+        hp__dnnl_mm **p = realloc(ctx->mms, (size_t)cap * sizeof *p);
+        if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory growing the primitive cache");
+        ctx->mms = p;
+        ctx->cap_mms = cap;
+    }
+    hp__dnnl_mm *mm = NULL;
+    hp_status st = hp__dnnl_mm_create(ctx->dnnl, key, &mm, NULL, err);
+    if (st != HP_OK) return st;
+    ctx->mms[ctx->n_mms++] = mm;
+    *out = mm;
+    return HP_OK;
+}
+
+static hp_status reserve_scratch(hp_linalg *ctx, size_t bytes, hp_err *err)
+{
+    if (bytes <= ctx->scratch_bytes) return HP_OK;
+    void *p = aligned_alloc(ALIGN, align_up(bytes));
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory reserving %zu bytes of GEMM scratch", bytes);
+    free(ctx->scratch);
+    ctx->scratch = p;
+    ctx->scratch_bytes = bytes;
+    return HP_OK;
+}
+
+/* ---- linears ---- */
+
+/* Scratch parts of lin, as byte offsets from the context's buffer. */
+typedef struct layout {
+    size_t pieces, a, w, dnnl, total;
+} layout;
+
+static layout layout_of(const hp_linear *lin)
+{
+    layout l;
+    l.pieces = 0;
+    l.a = align_up(l.pieces + HP__ROW_CHUNK * sizeof(piece));
+    size_t a_bytes = lin->mode == HP_LINALG_BF16 ? (size_t)HP__ROW_CHUNK * (size_t)lin->k * sizeof(float) : 0;
+    l.w = align_up(l.a + a_bytes);
+    size_t w_bytes = lin->large == HP__LARGE_WIDEN ? (size_t)lin->widen_rows * (size_t)lin->k * sizeof(float) : 0;
+    l.dnnl = align_up(l.w + w_bytes);
+    size_t d = 0;
+    for (int b = 0; b < 2; b++)
+        if (lin->mm[b] && hp__dnnl_mm_scratch_bytes(lin->mm[b]) > d) d = hp__dnnl_mm_scratch_bytes(lin->mm[b]);
+    l.total = l.dnnl + d;
+    return l;
+}
+
+static void describe(hp_linear *lin)
+{
+    if (lin->small_m_max > 0)
+        snprintf(lin->small_desc, sizeof lin->small_desc, "%s %s dot%s", hp__isa_name(lin->isa),
+                 lin->wdt == HP_DT_BF16 ? "bf16" : "f32", lin->mode == HP_LINALG_BF16 ? ", A rounded to bf16" : "");
+    else
+        snprintf(lin->small_desc, sizeof lin->small_desc, "none");
+    const char *impl = hp__dnnl_mm_impl(lin->mm[1]);
+    const char *round = lin->mode == HP_LINALG_BF16 ? ", A rounded to bf16" : "";
+    const char *packed = lin->packed ? ", weights packed" : "";
+    switch (lin->large) {
+    case HP__LARGE_WIDEN:
+        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
+                 impl, (long long)lin->widen_rows, round);
+        break;
+    case HP__LARGE_BF16:
+        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s bf16 x bf16%s%s", impl, packed, round);
+        break;
+    default:
+        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32%s%s", impl, packed, round);
+        break;
+    }
+}
+
+static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_bytes, hp_err *err)
+{
+    if (!d) return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: no description (NULL) was given.");
+    if (d->dtype != HP_DT_F32 && d->dtype != HP_DT_BF16 && d->dtype != HP_DT_F16)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "hp_linear_init: weight dtype %s is not supported; the GEMM layer takes F32, BF16 or "
+                          "F16 weights (convert other dtypes first).",
+                          hp_dtype_name(d->dtype));
+    if (d->n_out <= 0 || d->n_in <= 0)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "hp_linear_init: weight shape [N=%lld, K=%lld] has a dimension <= 0; both must be "
+                          "at least 1.",
+                          (long long)d->n_out, (long long)d->n_in);
+    if (d->n_mats < 0)
+        return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: n_mats is %lld; it must be >= 1 (0 counts as 1).",
+                          (long long)d->n_mats);
+    if ((unsigned)d->mode > HP_LINALG_BF16 || (unsigned)d->pack > HP_LINEAR_PACK_ALWAYS)
+        return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: unknown mode (%d) or pack (%d) value.", (int)d->mode,
+                          (int)d->pack);
+    *n_mats = d->n_mats ? d->n_mats : 1;
+    /* Element counts and the largest byte count anyone computes (f32, widened F16) must fit int64 and size_t. */
+    int64_t nk, total, bytes;
+    if (!hp_mul_i64(d->n_out, d->n_in, &nk) || !hp_mul_i64(nk, *n_mats, &total) || !hp_mul_i64(total, 4, &bytes) ||
+        (uint64_t)bytes > (uint64_t)SIZE_MAX || !hp_mul_i64(d->n_in, HP__ROW_CHUNK * 4, &bytes))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "hp_linear_init: weights [%lld, %lld, %lld] of %s overflow a 64-bit byte count; the shape "
+                          "is corrupt or far too large.",
+                          (long long)*n_mats, (long long)d->n_out, (long long)d->n_in, hp_dtype_name(d->dtype));
+    *w_bytes = (size_t)total * dtype_size(d->dtype);
+    if (!d->w) return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: the weight pointer is NULL.");
+    if ((uintptr_t)d->w % dtype_size(d->dtype) != 0)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "hp_linear_init: the %s weights at %p are not %zu-byte aligned; copy them to aligned "
+                          "memory first.",
+                          hp_dtype_name(d->dtype), d->w, dtype_size(d->dtype));
+    if (d->bias && (uintptr_t)d->bias % sizeof(float) != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: the bias at %p is not 4-byte aligned.",
+                          (const void *)d->bias);
+    return HP_OK;
+}
+
+/* Chooses the large path and makes its primitives; packs the weights when that is the choice. */
+static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
+{
+    hp_linalg *ctx = lin->ctx;
+    hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
+    lin->large = HP__LARGE_F32;
+    if (lin->wdt == HP_DT_BF16) {
+        key.src = key.wei = HP_DT_BF16;
+        if (lin->mode == HP_LINALG_BF16 && hp__dnnl_preferred(ctx->dnnl, &key) != HP__LAYOUT_UNSUPPORTED) {
+            lin->large = HP__LARGE_BF16;
+        } else {
+            /* oneDNN 2.6 has no f32 × bf16 matmul (and no bf16 one without avx512_core): widen. */
+            lin->large = HP__LARGE_WIDEN;
+            key.src = key.wei = HP_DT_F32;
+            key.n = HP__DNNL_RUNTIME_N;
+            int64_t rows = WIDEN_BLOCK_BYTES / (4 * lin->k) / 16 * 16;
+            lin->widen_rows = rows < 16 ? 16 : rows > lin->n ? lin->n : rows;
+        }
+    }
+    if (key.n != HP__DNNL_RUNTIME_N && pack != HP_LINEAR_PACK_NEVER) {
+        hp__dnnl_layout l = hp__dnnl_preferred(ctx->dnnl, &key);
+        key.packed = l == HP__LAYOUT_BLOCKED || (pack == HP_LINEAR_PACK_ALWAYS && l == HP__LAYOUT_PLAIN_OTHER);
+    }
+    hp_status st = get_mm(ctx, &key, &lin->mm[1], err);
+    if (st != HP_OK) return st;
+    if (!lin->bias) {
+        key.beta = false;
+        st = get_mm(ctx, &key, &lin->mm[0], err);
+        if (st != HP_OK) return st;
+        /* A packed layout chosen per primitive could differ between the two; then only beta = 1 is used. */
+        if (key.packed && !hp__dnnl_mm_same_weights(lin->mm[0], lin->mm[1])) lin->mm[0] = NULL;
+    }
+    if (key.packed) {
+        size_t per = hp__dnnl_mm_packed_bytes(lin->mm[1]), total;
+        if (!hp_mul_size(align_up(per), (size_t)lin->n_mats, &total))
+            return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: the packed weights overflow a byte count");
+        lin->packed_mat_bytes = align_up(per);
+        lin->packed = aligned_alloc(ALIGN, total ? total : ALIGN);
+        if (!lin->packed) return hp_err_set(err, HP_ERR_NOMEM, "out of memory packing %zu bytes of weights", total);
+        lin->owned_bytes += total;
+        size_t es = dtype_size(lin->wdt);
+        for (int64_t e = 0; e < lin->n_mats; e++) {
+            const char *src = (const char *)lin->w + (size_t)e * (size_t)(lin->n * lin->k) * es;
+            st = hp__dnnl_pack(ctx->dnnl, lin->mm[1], src, (char *)lin->packed + (size_t)e * lin->packed_mat_bytes,
+                               err);
+            if (st != HP_OK) return st;
+        }
+    }
+    return HP_OK;
+}
+
+hp_status hp_linear_init(hp_linear **out, hp_linalg *ctx, const hp_linear_desc *d, hp_err *err)
+{
+    *out = NULL;
+    int64_t n_mats = 1;
+    size_t w_bytes = 0;
+    if (!ctx) return hp_err_set(err, HP_ERR_INPUT, "hp_linear_init: no context (NULL) was given.");
+    hp_status st = check_desc(d, &n_mats, &w_bytes, err);
+    if (st != HP_OK) return st;
+    hp_linear *lin = hp_calloc(1, sizeof *lin);
+    if (!lin) return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating a linear");
+    lin->ctx = ctx;
+    ctx->n_linears++;
+    lin->n = d->n_out;
+    lin->k = d->n_in;
+    lin->n_mats = n_mats;
+    lin->mode = d->mode;
+    lin->w = d->w;
+    lin->wdt = d->dtype == HP_DT_BF16 ? HP_DT_BF16 : HP_DT_F32;
+    int64_t total = n_mats * d->n_out * d->n_in;
+    if (d->dtype == HP_DT_F16) {
+        lin->w_owned = malloc((size_t)total * sizeof(float));
+        if (!lin->w_owned) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory widening %zu bytes of F16 weights", w_bytes);
+            goto fail;
+        }
+        hp_dtype_to_f32(HP_DT_F16, d->w, lin->w_owned, total, NULL);
+        lin->w = lin->w_owned;
+        lin->owned_bytes += (size_t)total * sizeof(float);
+    }
+    if (d->bias) {
+        size_t nb = (size_t)(n_mats * d->n_out) * sizeof(float);
+        lin->bias = malloc(nb);
+        if (!lin->bias) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory copying the bias");
+            goto fail;
+        }
+        memcpy(lin->bias, d->bias, nb);
+        lin->owned_bytes += nb;
+    }
+    lin->isa = hp__isa_best();
+    lin->small_m_max = lin->wdt == HP_DT_BF16 ? HP__SMALL_M_MAX : 0;
+    st = prepare_large(lin, d->pack, err);
+    if (st != HP_OK) goto fail;
+    st = reserve_scratch(ctx, layout_of(lin).total, err);
+    if (st != HP_OK) goto fail;
+    describe(lin);
+    *out = lin;
+    return HP_OK;
+fail:
+    hp_linear_free(lin);
+    return st;
+}
+
+void hp_linear_free(hp_linear *lin)
+{
+    if (!lin) return;
+    lin->ctx->n_linears--;
+    free(lin->w_owned);
+    free(lin->packed);
+    free(lin->bias);
+    free(lin);
+}
+
+void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info)
+{
+    memset(info, 0, sizeof *info);
+    info->dtype = lin->wdt;
+    info->mode = lin->mode;
+    info->packed = lin->packed != NULL;
+    info->owned_bytes = lin->owned_bytes;
+    /* The caller's weights are read unless every path reads an owned copy. */
+    bool reads_caller = lin->w != lin->w_owned && (!lin->packed || lin->small_m_max > 0);
+    info->borrowed_bytes = reads_caller ? (size_t)(lin->n_mats * lin->n * lin->k) * dtype_size(lin->wdt) : 0;
+    info->small_m_max = lin->small_m_max;
+    info->small_path = lin->small_desc;
+    info->large_path = lin->large_desc;
+}
+
+hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err)
+{
+    if ((unsigned)isa >= HP__ISA_COUNT || !hp__isa_available(isa))
+        return hp_err_set(err, HP_ERR_INPUT, "this CPU cannot run the %s kernel", hp__isa_name(isa));
+    lin->isa = isa;
+    lin->small_m_max = small_m_max < 0 ? 0 : small_m_max;
+    describe(lin);
+    return HP_OK;
+}
+
+/* ---- forward ---- */
+
+static const void *mat_rows(const hp_linear *lin, int64_t mat)
+{
+    return (const char *)lin->w + (size_t)(mat * lin->n * lin->k) * dtype_size(lin->wdt);
+}
+
+/* Before a beta = 1 product: C = bias (or C += bias with accumulate), or C = 0 when neither. */
+static void prefill(int64_t m, int64_t n, const float *bias, float *c, int64_t ldc, bool acc)
+{
+    for (int64_t r = 0; r < m; r++) {
+        float *cr = c + r * ldc;
+        if (bias && acc)
+            for (int64_t j = 0; j < n; j++) cr[j] += bias[j];
+        else if (bias)
+            memcpy(cr, bias, (size_t)n * sizeof *cr);
+        else if (!acc)
+            memset(cr, 0, (size_t)n * sizeof *cr);
+    }
+}
+
+/* The streaming kernel over a batch of pieces: one parallel loop over (piece, tile of TILE W rows). */
+static void run_pieces(const hp_linear *lin, const piece *p, int64_t n_pieces, int64_t rows, bool acc)
+{
+    int64_t n = lin->n, k = lin->k, tiles = (n + TILE - 1) / TILE, items = n_pieces * tiles;
+    size_t es = dtype_size(lin->wdt);
+    bool par = (double)rows * (double)n * (double)k >= (double)PAR_MIN_WORK;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t it = 0; it < items; it++) {
+        const piece *q = &p[it / tiles];
+        int64_t j0 = it % tiles * TILE, nn = n - j0 < TILE ? n - j0 : TILE;
+        float *c = q->c + j0;
+        bool a2 = acc;
+        if (q->bias) {
+            prefill(q->m, nn, q->bias + j0, c, q->ldc, acc);
+            a2 = true;
+        }
+        hp__dot_rows(lin->isa, lin->wdt, q->m, nn, k, q->a, q->lda, (const char *)q->w + (size_t)(j0 * k) * es, c,
+                     q->ldc, a2);
+    }
+}
+
+/* One group through oneDNN: m > small_m_max rows. */
+static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, hp_err *err)
+{
+    hp_linalg *ctx = lin->ctx;
+    layout l = layout_of(lin);
+    char *scratch = ctx->scratch;
+    const float *bias = lin->bias ? lin->bias + g->mat * lin->n : NULL;
+    bool beta = bias || acc || !lin->mm[0];
+    const hp__dnnl_mm *mm = lin->mm[beta];
+    const void *w = lin->packed ? (const char *)lin->packed + (size_t)g->mat * lin->packed_mat_bytes
+                                : mat_rows(lin, g->mat);
+    int64_t chunk = lin->mode == HP_LINALG_BF16 ? HP__ROW_CHUNK : g->m;
+    for (int64_t r0 = 0; r0 < g->m; r0 += chunk) {
+        int64_t m = g->m - r0 < chunk ? g->m - r0 : chunk;
+        const void *a = g->a + r0 * g->lda;
+        int64_t lda = g->lda;
+        float *c = g->c + r0 * g->ldc;
+        if (lin->mode == HP_LINALG_BF16) {
+            if (lin->large == HP__LARGE_BF16)
+                hp__round_rows_bf16(m, lin->k, a, lda, (uint16_t *)(scratch + l.a));
+            else
+                hp__round_rows_bf16_f32(m, lin->k, a, lda, (float *)(scratch + l.a));
+            a = scratch + l.a;
+            lda = lin->k;
+        }
+        if (beta) prefill(m, lin->n, bias, c, g->ldc, acc);
+        hp_status st = HP_OK;
+        if (lin->large != HP__LARGE_WIDEN) {
+            st = hp__dnnl_mm_run(ctx->dnnl, mm, m, lin->n, a, lda, w, c, g->ldc, scratch + l.dnnl, err);
+        } else {
+            float *wb = (float *)(scratch + l.w);
+            for (int64_t n0 = 0; n0 < lin->n && st == HP_OK; n0 += lin->widen_rows) {
+                int64_t bn = lin->n - n0 < lin->widen_rows ? lin->n - n0 : lin->widen_rows;
+                const uint16_t *src = (const uint16_t *)w + n0 * lin->k;
+#pragma omp parallel for schedule(static) if (bn * lin->k >= PAR_MIN_WORK)
+                for (int64_t j = 0; j < bn; j++) hp__bf16_widen(lin->isa, src + j * lin->k, wb + j * lin->k, lin->k);
+                st = hp__dnnl_mm_run(ctx->dnnl, mm, m, bn, a, lda, wb, c + n0, g->ldc, scratch + l.dnnl, err);
+            }
+        }
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
+static hp_status check_group(const hp_linear *lin, const hp_linear_group *g, int64_t i, hp_err *err)
+{
+    if (g->mat < 0 || g->mat >= lin->n_mats)
+        return hp_err_set(err, HP_ERR_INPUT, "linear forward: group %lld asks for matrix %lld of a stack of %lld.",
+                          (long long)i, (long long)g->mat, (long long)lin->n_mats);
+    if (g->m < 0) return hp_err_set(err, HP_ERR_INPUT, "linear forward: group %lld has %lld rows.", (long long)i,
+                                    (long long)g->m);
+    if (g->m == 0) return HP_OK;
+    if (!g->a || !g->c)
+        return hp_err_set(err, HP_ERR_INPUT, "linear forward: group %lld has %lld rows but a NULL %s.", (long long)i,
+                          (long long)g->m, g->a ? "C" : "A");
+    int64_t span;
+    if (g->lda < lin->k || g->ldc < lin->n || !hp_mul_i64(g->m, g->lda, &span) || !hp_mul_i64(g->m, g->ldc, &span))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "linear forward: group %lld has lda %lld and ldc %lld for %lld rows; they must be at least "
+                          "K = %lld and N = %lld.",
+                          (long long)i, (long long)g->lda, (long long)g->ldc, (long long)g->m, (long long)lin->k,
+                          (long long)lin->n);
+    return HP_OK;
+}
+
+hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
+                                    hp_err *err)
+{
+    if (n_groups < 0 || (n_groups > 0 && !groups))
+        return hp_err_set(err, HP_ERR_INPUT, "linear forward: %lld groups at %p.", (long long)n_groups,
+                          (const void *)groups);
+    for (int64_t i = 0; i < n_groups; i++) {
+        hp_status st = check_group(lin, &groups[i], i, err);
+        if (st != HP_OK) return st;
+    }
+    layout l = layout_of(lin);
+    char *scratch = lin->ctx->scratch;
+    piece *pieces = (piece *)(scratch + l.pieces);
+    bool round = lin->mode == HP_LINALG_BF16;
+    int64_t g = 0, done = 0; /* group g, of which `done` rows are already computed */
+    while (g < n_groups) {
+        const hp_linear_group *gr = &groups[g];
+        if (gr->m == 0) {
+            g++;
+            continue;
+        }
+        if (gr->m > lin->small_m_max) {
+            hp_status st = run_large(lin, gr, acc, err);
+            if (st != HP_OK) return st;
+            g++;
+            continue;
+        }
+        /* A batch: consecutive small groups, cut into pieces; in BF16 mode their rounded rows share the
+         * HP__ROW_CHUNK rows of scratch, so a group may be split across batches. */
+        int64_t n_pieces = 0, rows = 0;
+        while (g < n_groups && n_pieces < HP__ROW_CHUNK) {
+            gr = &groups[g];
+            if (gr->m == 0) {
+                g++;
+                continue;
+            }
+            if (gr->m > lin->small_m_max) break;
+            int64_t take = gr->m - done;
+            if (round && take > HP__ROW_CHUNK - rows) take = HP__ROW_CHUNK - rows;
+            if (take == 0) break;
+            piece *p = &pieces[n_pieces++];
+            p->a = gr->a + done * gr->lda;
+            p->lda = gr->lda;
+            p->c = gr->c + done * gr->ldc;
+            p->ldc = gr->ldc;
+            p->m = take;
+            p->w = mat_rows(lin, gr->mat);
+            p->bias = lin->bias ? lin->bias + gr->mat * lin->n : NULL;
+            if (round) {
+                float *dst = (float *)(scratch + l.a) + rows * lin->k;
+                hp__round_rows_bf16_f32(take, lin->k, p->a, p->lda, dst);
+                p->a = dst;
+                p->lda = lin->k;
+            }
+            rows += take;
+            done += take;
+            if (done == gr->m) {
+                g++;
+                done = 0;
+            }
+        }
+        run_pieces(lin, pieces, n_pieces, rows, acc);
+    }
+    return HP_OK;
+}
+
+hp_status hp_linear_forward(hp_linear *lin, int64_t mat, int64_t m, const float *a, int64_t lda, float *c,
+                            int64_t ldc, bool accumulate, hp_err *err)
+{
+    hp_linear_group g = {.mat = mat, .m = m, .a = a, .lda = lda, .c = c, .ldc = ldc};
+    return hp_linear_forward_grouped(lin, &g, 1, accumulate, err);
+}

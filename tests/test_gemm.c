@@ -1,0 +1,520 @@
+/*
+ * test_gemm.c — the GEMM layer (src/linalg) against the plain C f64 reference (hp__gemm_ref), on odd shapes:
+ * M = 0, 1, 7, 33, 130; K = 19, 65, 200; N = 1, 23, 96 (none a multiple of 16); F32, BF16 and F16 weights
+ * in stacks of 3; with and without bias; accumulate on and off; lda and ldc equal to and larger than K and N;
+ * both numeric modes; the grouped form; and every path: the default choice, the streaming kernel of each
+ * instruction set this CPU has (forced for every row count) and oneDNN alone (forced for every row count).
+ *
+ * Bounds, per output element, with S = Σ_k |a_k·w_k| + |bias| + |C before| (the scale of the sum):
+ *   EXACT   |C − ref| ≤ 1e-5·S         (an f32 sum of k ≤ 200 terms: worst case k·2^-24·S ≈ 1.2e-5·S,
+ *                                        typical √k·2^-24·S ≈ 1e-6·S)
+ *   BF16    |C − ref| ≤ (2^-8 + 1e-5)·S  against the reference on unrounded A (each product carries A's
+ *                                        bf16 rounding, ≤ 2^-9 relative, plus the f32 sum), and
+ *           |C − ref_r| ≤ 1e-5·S         against the reference on A rounded to bf16 (the products are then
+ *                                        exact in f32: only the sum's rounding is left).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpar/linalg.h"
+#include "linalg/linalg_int.h"
+#include "testlib.h"
+
+enum { G = 3 }; /* matrices per stack: the tests use the last one, so the stack offsets are exercised */
+
+static const int64_t Ms[] = {0, 1, 7, 33, 130};
+static const int64_t Ks[] = {19, 65, 200};
+static const int64_t Ns[] = {1, 23, 96};
+
+#define EXACT_TOL 1e-5
+#define BF16_TOL (1.0 / 256 + 1e-5)
+
+static hp_linalg *ctx_or_die(void)
+{
+    hp_err err;
+    hp_linalg *ctx = NULL;
+    if (hp_linalg_create(&ctx, &err) != HP_OK) {
+        fprintf(stderr, "hp_linalg_create: %s\n", err.msg);
+        exit(1);
+    }
+    return ctx;
+}
+
+/* Smooth values of mixed sign and magnitude (some not representable in bf16, so rounding shows). */
+static float val(int64_t i, double f, double scale)
+{
+    return (float)(scale * sin(f * (double)i + 0.3) * (1.0 + 0.5 * cos(0.013 * (double)i)));
+}
+
+/* W [G, N, K] in dtype dt, from f32 values (narrowed to bf16 / f16 with round-to-nearest). */
+static void *make_w(hp_dtype dt, int64_t n, int64_t k)
+{
+    int64_t total = G * n * k;
+    float *f = malloc((size_t)total * sizeof *f);
+    for (int64_t i = 0; i < total; i++) f[i] = val(i, 0.71, 0.5);
+    if (dt == HP_DT_F32) return f;
+    void *w = malloc((size_t)total * 2);
+    hp_dtype_from_f32(dt, f, w, total, NULL);
+    free(f);
+    return w;
+}
+
+static float *make_f(int64_t n, double freq, double scale)
+{
+    float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
+    for (int64_t i = 0; i < n; i++) x[i] = val(i, freq, scale);
+    return x;
+}
+
+static const void *mat_of(hp_dtype dt, const void *w, int64_t mat, int64_t n, int64_t k)
+{
+    return (const char *)w + (size_t)(mat * n * k) * (size_t)(hp_dtype_bits(dt) / 8);
+}
+
+/* Compares c [m, ldc] with c0 (the values before, for accumulate) + ref. Returns the worst error / bound. */
+static double compare(int64_t m, int64_t n, const float *c, int64_t ldc, const float *c0, bool acc,
+                      const double *ref, const double *abs_sum, double tol)
+{
+    double worst = 0.0;
+    for (int64_t r = 0; r < m; r++) {
+        for (int64_t j = 0; j < n; j++) {
+            double before = acc ? c0[r * ldc + j] : 0.0;
+            double want = before + ref[r * n + j];
+            double bound = tol * (abs_sum[r * n + j] + fabs(before)) + 1e-30;
+            double e = fabs((double)c[r * ldc + j] - want) / bound;
+            if (!(e <= worst)) worst = e; /* NaN counts as the worst */
+        }
+    }
+    return worst;
+}
+
+typedef struct path {
+    const char *name;
+    bool force;
+    hp__isa isa;
+    int64_t small; /* small_m_max when forced */
+} path;
+
+/* The paths to run on this CPU: default, each ISA's kernel for every m, oneDNN for every m. */
+static int paths_of(path *p)
+{
+    static bool told;
+    int n = 0;
+    p[n++] = (path){"default", false, HP__ISA_PORTABLE, 0};
+    for (int isa = 0; isa < HP__ISA_COUNT; isa++) {
+        if (!hp__isa_available((hp__isa)isa)) {
+            if (!told) printf("  (the %s kernel is not available on this CPU: skipped)\n", hp__isa_name((hp__isa)isa));
+            continue;
+        }
+        p[n++] = (path){hp__isa_name((hp__isa)isa), true, (hp__isa)isa, INT64_MAX};
+    }
+    p[n++] = (path){"oneDNN only", true, hp__isa_best(), 0};
+    told = true;
+    return n;
+}
+
+/* One linear (K, N, dtype, mode, bias) through every path, every M, accumulate off and on, tight and padded
+ * strides. */
+static void run_linear(hp_linalg *ctx, int64_t k, int64_t n, hp_dtype dt, hp_linalg_mode mode, bool with_bias)
+{
+    hp_err err;
+    void *w = make_w(dt, n, k);
+    float *bias = with_bias ? make_f(G * n, 0.37, 0.25) : NULL;
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = dt, .w = w, .bias = bias, .mode = mode};
+    const int64_t mat = G - 1, mmax = 130, pad_a = 5, pad_c = 3;
+    float *a = make_f(mmax * (k + pad_a), 0.113, 1.0);
+    size_t c_bytes = (size_t)(mmax * (n + pad_c)) * sizeof(float);
+    float *c = malloc(c_bytes), *c0 = malloc(c_bytes);
+    double *ref = malloc((size_t)(mmax * n) * sizeof *ref), *abs_sum = malloc((size_t)(mmax * n) * sizeof *abs_sum);
+    double *ref_r = malloc((size_t)(mmax * n) * sizeof *ref_r);
+    const void *wm = mat_of(dt, w, mat, n, k);
+    const float *bm = bias ? bias + mat * n : NULL;
+    path paths[HP__ISA_COUNT + 2];
+    int n_paths = paths_of(paths);
+    for (int pad = 0; pad < 2; pad++) {
+        int64_t lda = k + (pad ? pad_a : 0), ldc = n + (pad ? pad_c : 0);
+        /* The references for the largest M hold those of every smaller M in their first rows. */
+        hp__gemm_ref(mmax, n, k, a, lda, dt, wm, bm, false, ref, abs_sum);
+        if (mode == HP_LINALG_BF16) hp__gemm_ref(mmax, n, k, a, lda, dt, wm, bm, true, ref_r, NULL);
+        hp_linear *lin = NULL; /* fresh, so the first path is the default choice */
+        CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+        for (int pi = 0; lin && pi < n_paths; pi++) {
+            const path *p = &paths[pi];
+            if (p->force) CHECK(hp__linear_force(lin, p->isa, p->small, &err) == HP_OK);
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+                int64_t m = Ms[mi];
+                for (int acc = 0; acc < 2; acc++) {
+                    for (int64_t i = 0; i < mmax * ldc; i++) c0[i] = c[i] = val(i, 0.29, 2.0);
+                    hp_status st = hp_linear_forward(lin, mat, m, a, lda, c, ldc, acc, &err);
+                    CHECK_MSG(st == HP_OK, "%s", err.msg);
+                    double tol = mode == HP_LINALG_BF16 ? BF16_TOL : EXACT_TOL;
+                    double e = compare(m, n, c, ldc, c0, acc, ref, abs_sum, tol);
+                    double er = mode == HP_LINALG_BF16 ? compare(m, n, c, ldc, c0, acc, ref_r, abs_sum, EXACT_TOL) : 0;
+                    CHECK_MSG(e <= 1.0 && er <= 1.0,
+                              "%s, %s W, %s mode, bias %d, M=%lld K=%lld N=%lld lda=%lld ldc=%lld accumulate %d: error "
+                              "%.3g and %.3g of the bound",
+                              p->name, hp_dtype_name(dt), mode ? "bf16" : "exact", with_bias, (long long)m,
+                              (long long)k, (long long)n, (long long)lda, (long long)ldc, acc, e, er);
+                    /* Rows past m and columns past N are never written. */
+                    bool untouched = true;
+                    for (int64_t r = 0; r < mmax; r++)
+                        for (int64_t j = 0; j < ldc; j++)
+                            if ((r >= m || j >= n) && c[r * ldc + j] != c0[r * ldc + j]) untouched = false;
+                    CHECK_MSG(untouched, "%s: M=%lld N=%lld wrote outside C", p->name, (long long)m, (long long)n);
+                }
+            }
+        }
+        hp_linear_free(lin);
+    }
+    free(w);
+    free(bias);
+    free(a);
+    free(c);
+    free(c0);
+    free(ref);
+    free(abs_sum);
+    free(ref_r);
+}
+
+TEST(every_shape_dtype_mode_and_path)
+{
+    hp_linalg *ctx = ctx_or_die();
+    const hp_dtype dts[] = {HP_DT_F32, HP_DT_BF16, HP_DT_F16};
+    int before = hp__failed_checks;
+    for (size_t ki = 0; ki < 3; ki++)
+        for (size_t ni = 0; ni < 3; ni++)
+            for (size_t di = 0; di < 3; di++)
+                for (int mode = 0; mode < 2; mode++)
+                    for (int bias = 0; bias < 2; bias++) {
+                        run_linear(ctx, Ks[ki], Ns[ni], dts[di], (hp_linalg_mode)mode, bias);
+                        if (hp__failed_checks - before > 20) goto out; /* enough to diagnose */
+                    }
+out:
+    hp_linalg_destroy(ctx);
+}
+
+/* Groups of M = 0, 1, 5, 40 on different matrices, one call, against separate references; through the
+ * default paths and with every row count forced through each kernel and through oneDNN. */
+static void run_grouped(hp_linalg *ctx, hp_dtype dt, hp_linalg_mode mode, bool with_bias, bool acc)
+{
+    enum { NG = 4 };
+    const int64_t k = 65, n = 23, gm[NG] = {0, 1, 5, 40}, gmat[NG] = {1, 0, 2, 1}, lda = 70, ldc = 29;
+    hp_err err;
+    void *w = make_w(dt, n, k);
+    float *bias = with_bias ? make_f(G * n, 0.37, 0.25) : NULL;
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = dt, .w = w, .bias = bias, .mode = mode};
+    hp_linear *lin = NULL;
+    CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+    path paths[HP__ISA_COUNT + 2];
+    int n_paths = paths_of(paths);
+    float *a[NG], *c[NG], *c0[NG];
+    double *ref[NG], *abs_sum[NG];
+    hp_linear_group g[NG];
+    for (int i = 0; i < NG; i++) {
+        a[i] = make_f(gm[i] * lda, 0.05 + 0.01 * i, 1.0);
+        c[i] = make_f(gm[i] * ldc, 0.3, 1.0);
+        c0[i] = make_f(gm[i] * ldc, 0.3, 1.0);
+        ref[i] = malloc((size_t)(gm[i] * n + 1) * sizeof(double));
+        abs_sum[i] = malloc((size_t)(gm[i] * n + 1) * sizeof(double));
+        hp__gemm_ref(gm[i], n, k, a[i], lda, dt, mat_of(dt, w, gmat[i], n, k), bias ? bias + gmat[i] * n : NULL,
+                     false, ref[i], abs_sum[i]);
+        g[i] = (hp_linear_group){.mat = gmat[i], .m = gm[i], .a = a[i], .lda = lda, .c = c[i], .ldc = ldc};
+    }
+    for (int pi = 0; lin && pi < n_paths; pi++) {
+        if (paths[pi].force) CHECK(hp__linear_force(lin, paths[pi].isa, paths[pi].small, &err) == HP_OK);
+        for (int i = 0; i < NG; i++) memcpy(c[i], c0[i], (size_t)(gm[i] * ldc) * sizeof(float));
+        CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc, &err) == HP_OK, "%s", err.msg);
+        for (int i = 0; i < NG; i++) {
+            double e = compare(gm[i], n, c[i], ldc, c0[i], acc, ref[i], abs_sum[i],
+                               mode == HP_LINALG_BF16 ? BF16_TOL : EXACT_TOL);
+            CHECK_MSG(e <= 1.0, "grouped, %s, %s W, %s mode, bias %d, accumulate %d, group %d (M=%lld): error %.3g of "
+                      "the bound", paths[pi].name, hp_dtype_name(dt), mode ? "bf16" : "exact", with_bias, acc, i,
+                      (long long)gm[i], e);
+        }
+    }
+    hp_linear_free(lin);
+    for (int i = 0; i < NG; i++) {
+        free(a[i]);
+        free(c[i]);
+        free(c0[i]);
+        free(ref[i]);
+        free(abs_sum[i]);
+    }
+    free(w);
+    free(bias);
+}
+
+TEST(grouped_equals_separate_products)
+{
+    hp_linalg *ctx = ctx_or_die();
+    const hp_dtype dts[] = {HP_DT_F32, HP_DT_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int bias = 0; bias < 2; bias++)
+                for (int acc = 0; acc < 2; acc++) run_grouped(ctx, dts[di], (hp_linalg_mode)mode, bias, acc);
+    hp_linalg_destroy(ctx);
+}
+
+/* Many small groups in BF16 mode: their rounded rows exceed the scratch's HP__ROW_CHUNK rows, so batches
+ * split (a group may straddle two); and one group of 300 rows forced through the kernel. Each result must
+ * equal hp_linear_forward group by group exactly (same kernel, same order of sums). */
+TEST(grouped_batches_split_at_the_scratch_size)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    enum { NG = 200 };
+    const int64_t k = 40, n = 19;
+    void *w = make_w(HP_DT_BF16, n, k);
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = HP_DT_BF16, .w = w, .mode = HP_LINALG_BF16};
+    hp_linear *lin = NULL;
+    CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+    int64_t total = 0, gm[NG + 1];
+    for (int i = 0; i < NG; i++) total += gm[i] = i % 3; /* 0, 1, 2, ...: 199 rows with empty groups between */
+    gm[NG] = 300;
+    total += gm[NG];
+    float *a = make_f(total * k, 0.07, 1.0), *c = malloc((size_t)(total * n) * sizeof *c);
+    float *c1 = malloc((size_t)(total * n) * sizeof *c1);
+    hp_linear_group g[NG + 1];
+    for (int force = 0; lin && force < 2; force++) {
+        if (force) CHECK(hp__linear_force(lin, hp__isa_best(), INT64_MAX, &err) == HP_OK);
+        int64_t off = 0;
+        for (int i = 0; i <= NG; i++) {
+            g[i] = (hp_linear_group){.mat = i % G, .m = gm[i], .a = a + off * k, .lda = k, .c = c + off * n, .ldc = n};
+            CHECK(hp_linear_forward(lin, i % G, gm[i], a + off * k, k, c1 + off * n, n, false, &err) == HP_OK);
+            off += gm[i];
+        }
+        CHECK_MSG(hp_linear_forward_grouped(lin, g, NG + 1, false, &err) == HP_OK, "%s", err.msg);
+        CHECK(memcmp(c, c1, (size_t)(total * n) * sizeof *c) == 0);
+    }
+    hp_linear_free(lin);
+    free(w);
+    free(a);
+    free(c);
+    free(c1);
+    hp_linalg_destroy(ctx);
+}
+
+TEST(m_zero_is_a_no_op)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    float w[4 * 3] = {0}, c[2] = {7.0f, 8.0f};
+    hp_linear_desc d = {.n_out = 4, .n_in = 3, .dtype = HP_DT_F32, .w = w};
+    hp_linear *lin = NULL;
+    CHECK(hp_linear_init(&lin, ctx, &d, &err) == HP_OK);
+    CHECK(hp_linear_forward(lin, 0, 0, NULL, 3, c, 4, false, &err) == HP_OK);
+    CHECK(c[0] == 7.0f && c[1] == 8.0f);
+    CHECK(hp_linear_forward_grouped(lin, NULL, 0, false, &err) == HP_OK);
+    hp_linear_free(lin);
+    hp_linalg_destroy(ctx);
+}
+
+TEST(bf16_rounding_is_nearest_even)
+{
+    struct {
+        float x;
+        uint16_t b;
+    } t[] = {
+        {1.0f, 0x3f80},
+        {1.0f + 0x1p-8f, 0x3f80},         /* a tie: to the even 0x3f80 */
+        {1.0f + 3 * 0x1p-8f, 0x3f82},     /* a tie: to the even 0x3f82 */
+        {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81}, /* above the tie */
+        {-2.0f, 0xc000},
+        {FLT_MAX, 0x7f80},                /* rounds up to infinity */
+        {INFINITY, 0x7f80},
+        {-INFINITY, 0xff80},
+        {1e-45f, 0x0000},                 /* the smallest subnormal rounds to zero */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        CHECK_MSG(hp__bf16_from_f32(t[i].x) == t[i].b, "%a -> 0x%04x, want 0x%04x", t[i].x, hp__bf16_from_f32(t[i].x),
+                  t[i].b);
+    uint16_t nan = hp__bf16_from_f32(NAN);
+    CHECK((nan & 0x7f80) == 0x7f80 && (nan & 0x007f) != 0);
+    CHECK(isnan(hp__bf16_to_f32(nan)));
+}
+
+/* BF16 mode rounds A: on A values that bf16 cannot hold, its result differs from EXACT's. */
+TEST(bf16_mode_differs_from_exact)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    const int64_t k = 64, n = 8, m = 3;
+    float *w = make_w(HP_DT_F32, n, k), *a = make_f(m * k, 0.113, 1.0), c1[3 * 8], c2[3 * 8];
+    hp_linear *l1 = NULL, *l2 = NULL;
+    hp_linear_desc d = {.n_out = n, .n_in = k, .dtype = HP_DT_F32, .w = w};
+    CHECK(hp_linear_init(&l1, ctx, &d, &err) == HP_OK);
+    d.mode = HP_LINALG_BF16;
+    CHECK(hp_linear_init(&l2, ctx, &d, &err) == HP_OK);
+    CHECK(l1 && l2 && hp_linear_forward(l1, 0, m, a, k, c1, n, false, &err) == HP_OK);
+    CHECK(l1 && l2 && hp_linear_forward(l2, 0, m, a, k, c2, n, false, &err) == HP_OK);
+    CHECK(memcmp(c1, c2, sizeof c1) != 0);
+    hp_linear_free(l1);
+    hp_linear_free(l2);
+    free(w);
+    free(a);
+    hp_linalg_destroy(ctx);
+}
+
+/* PACK_ALWAYS reorders the weights into an owned copy (oneDNN's preferred layout on this CPU differs from
+ * [N, K] rows at this shape), PACK_NEVER keeps the caller's; both compute the same product. */
+TEST(packing_owns_a_copy_and_matches)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    const int64_t k = 65, n = 96, m = 33;
+    float *w = make_w(HP_DT_F32, n, k), *a = make_f(m * k, 0.113, 1.0);
+    float *c1 = malloc((size_t)(m * n) * sizeof *c1), *c2 = malloc((size_t)(m * n) * sizeof *c2);
+    double *ref = malloc((size_t)(m * n) * sizeof *ref), *abs_sum = malloc((size_t)(m * n) * sizeof *abs_sum);
+    hp_linear *never = NULL, *always = NULL;
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = HP_DT_F32, .w = w, .pack = HP_LINEAR_PACK_NEVER};
+    CHECK(hp_linear_init(&never, ctx, &d, &err) == HP_OK);
+    d.pack = HP_LINEAR_PACK_ALWAYS;
+    CHECK(hp_linear_init(&always, ctx, &d, &err) == HP_OK);
+    hp_linear_info in, ia;
+    if (never && always) {
+        hp_linear_get_info(never, &in);
+        hp_linear_get_info(always, &ia);
+        CHECK(!in.packed && in.owned_bytes == 0 && in.borrowed_bytes == (size_t)(G * n * k) * 4);
+        CHECK(ia.packed && ia.owned_bytes >= (size_t)(G * n * k) * 4 && ia.borrowed_bytes == 0);
+        CHECK_STR_CONTAINS(ia.large_path, "weights packed");
+        hp__gemm_ref(m, n, k, a, k, HP_DT_F32, mat_of(HP_DT_F32, w, 1, n, k), NULL, false, ref, abs_sum);
+        CHECK(hp_linear_forward(never, 1, m, a, k, c1, n, false, &err) == HP_OK);
+        CHECK(hp_linear_forward(always, 1, m, a, k, c2, n, false, &err) == HP_OK);
+        CHECK(compare(m, n, c1, n, NULL, false, ref, abs_sum, EXACT_TOL) <= 1.0);
+        CHECK(compare(m, n, c2, n, NULL, false, ref, abs_sum, EXACT_TOL) <= 1.0);
+    }
+    hp_linear_free(never);
+    hp_linear_free(always);
+    free(w);
+    free(a);
+    free(c1);
+    free(c2);
+    free(ref);
+    free(abs_sum);
+    hp_linalg_destroy(ctx);
+}
+
+/* BF16 weights stay bf16: nothing widened is kept, the caller's bytes are read. */
+TEST(bf16_weights_are_borrowed_not_widened)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    const int64_t k = 200, n = 96;
+    void *w = make_w(HP_DT_BF16, n, k);
+    hp_linear *lin = NULL;
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = HP_DT_BF16, .w = w};
+    CHECK(hp_linear_init(&lin, ctx, &d, &err) == HP_OK);
+    if (lin) {
+        hp_linear_info info;
+        hp_linear_get_info(lin, &info);
+        CHECK(info.dtype == HP_DT_BF16);
+        CHECK(info.borrowed_bytes == (size_t)(G * n * k) * 2);
+        CHECK(info.owned_bytes < (size_t)(G * n * k) * 2);
+        CHECK(info.small_m_max == HP__SMALL_M_MAX);
+        CHECK_STR_CONTAINS(info.small_path, "bf16 dot");
+        CHECK_STR_CONTAINS(info.large_path, "oneDNN");
+        printf("  bf16 linear: small rows: %s; large rows: %s\n", info.small_path, info.large_path);
+    }
+    hp_linear_free(lin);
+    free(w);
+    hp_linalg_destroy(ctx);
+}
+
+TEST(describe_names_backend_and_cpu)
+{
+    hp_linalg *ctx = ctx_or_die();
+    char buf[512], isa[128];
+    hp_linalg_describe(ctx, buf, sizeof buf);
+    printf("  %s\n", buf);
+    CHECK_STR_CONTAINS(buf, "oneDNN ");
+    CHECK_STR_CONTAINS(buf, "(isa ");
+    CHECK_STR_CONTAINS(buf, "OpenMP threads");
+    hp_linalg_cpu_isa(isa, sizeof isa);
+    CHECK(hp__isa_available(HP__ISA_AVX2) == (strstr(isa, "avx2") != NULL && strstr(isa, "fma") != NULL));
+    char tiny[3];
+    hp_linalg_cpu_isa(tiny, sizeof tiny); /* truncates, stays terminated */
+    CHECK(strlen(tiny) < sizeof tiny);
+    int was = hp_linalg_set_threads(0);
+    CHECK(was >= 1);
+    CHECK(hp_linalg_set_threads(1) == 1);
+    CHECK(hp_linalg_set_threads(was) == was);
+    hp_linalg_destroy(ctx);
+}
+
+TEST(bad_descriptions_are_input_errors)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    float w[8] = {0};
+    hp_linear *lin = NULL;
+    hp_linear_desc d = {.n_out = 2, .n_in = 4, .dtype = HP_DT_I32, .w = w};
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "weight dtype I32 is not supported");
+    CHECK(lin == NULL);
+    d.dtype = HP_DT_F32;
+    d.n_out = 0;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "[N=0, K=4] has a dimension <= 0");
+    d.n_out = 2;
+    d.n_in = -3;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "[N=2, K=-3] has a dimension <= 0");
+    d.n_in = (int64_t)1 << 32;
+    d.n_out = (int64_t)1 << 30;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "overflow a 64-bit byte count");
+    d.n_in = 4;
+    d.n_out = 2;
+    d.n_mats = -1;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "n_mats is -1");
+    d.n_mats = 1;
+    d.w = (const char *)w + 2;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "not 4-byte aligned");
+    d.w = NULL;
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, &d, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "weight pointer is NULL");
+    CHECK_EQ_INT(hp_linear_init(&lin, ctx, NULL, &err), HP_ERR_INPUT);
+    CHECK(lin == NULL);
+    hp_linalg_destroy(ctx); /* no linear was left behind by the failures */
+}
+
+TEST(bad_forward_arguments_are_input_errors)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    float w[3 * 2 * 4] = {0}, a[8] = {0}, c[8] = {0};
+    hp_linear *lin = NULL;
+    hp_linear_desc d = {.n_out = 2, .n_in = 4, .n_mats = 3, .dtype = HP_DT_F32, .w = w};
+    CHECK(hp_linear_init(&lin, ctx, &d, &err) == HP_OK);
+    if (lin) {
+        CHECK_EQ_INT(hp_linear_forward(lin, 3, 1, a, 4, c, 2, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "group 0 asks for matrix 3 of a stack of 3");
+        CHECK_EQ_INT(hp_linear_forward(lin, 0, -1, a, 4, c, 2, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "group 0 has -1 rows");
+        CHECK_EQ_INT(hp_linear_forward(lin, 0, 2, a, 3, c, 2, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "they must be at least K = 4 and N = 2");
+        CHECK_EQ_INT(hp_linear_forward(lin, 0, 2, a, 4, c, 1, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "ldc 1");
+        CHECK_EQ_INT(hp_linear_forward(lin, 0, 1, NULL, 4, c, 2, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "a NULL A");
+        hp_linear_group g[2] = {{.mat = 0, .m = 1, .a = a, .lda = 4, .c = c, .ldc = 2},
+                                {.mat = 1, .m = 1, .a = a, .lda = 4, .c = NULL, .ldc = 2}};
+        CHECK_EQ_INT(hp_linear_forward_grouped(lin, g, 2, false, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "group 1 has 1 rows but a NULL C");
+        CHECK_EQ_INT(hp_linear_forward_grouped(lin, g, -1, false, &err), HP_ERR_INPUT);
+        if (!hp__isa_available(HP__ISA_AVX512)) {
+            CHECK_EQ_INT(hp__linear_force(lin, HP__ISA_AVX512, 16, &err), HP_ERR_INPUT);
+            CHECK_STR_CONTAINS(err.msg, "cannot run the avx512f kernel");
+        }
+    }
+    hp_linear_free(lin);
+    hp_linalg_destroy(ctx);
+}
+
+TEST_MAIN()
