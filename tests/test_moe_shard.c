@@ -100,8 +100,10 @@ static void check_same_layer(const hp_moe_layer *a, const hp_moe_layer *b, const
     CHECK_MSG(same_f64(a->w_router, b->w_router, E * H), "%s: router weight differs", label);
     CHECK_MSG(same_f64(a->b_router, b->b_router, E), "%s: router bias differs", label);
     CHECK_MSG(same_f64(a->b_correction, b->b_correction, E), "%s: correction bias differs", label);
-    CHECK_MSG(same_f32(a->w_gate_up, b->w_gate_up, n * 2 * I * H), "%s: w_gate_up differs", label);
-    CHECK_MSG(same_f32(a->w_down, b->w_down, n * H * I), "%s: w_down differs", label);
+    CHECK_MSG(a->w_dtype == b->w_dtype, "%s: resident dtypes differ", label);
+    size_t el = a->w_dtype == HP_DT_BF16 ? 2 : 4;
+    CHECK_MSG(!memcmp(a->w_gate_up, b->w_gate_up, (size_t)(n * 2 * I * H) * el), "%s: w_gate_up differs", label);
+    CHECK_MSG(!memcmp(a->w_down, b->w_down, (size_t)(n * H * I) * el), "%s: w_down differs", label);
     CHECK_MSG(same_f32(a->b_gate_up, b->b_gate_up, n * 2 * I), "%s: b_gate_up differs", label);
     CHECK_MSG(same_f32(a->b_down, b->b_down, n * H), "%s: b_down differs", label);
     CHECK_MSG(same_f32(a->ws_gate_up, b->ws_gate_up, 2 * sI * H), "%s: shared gate/up differs", label);

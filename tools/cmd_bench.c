@@ -70,29 +70,22 @@ static float urand(uint64_t *s, float a)
     return a * ((float)((*s * 2685821657736338717ull) >> 40) / (float)(1ull << 23) - 1.0f);
 }
 
-/* Fills n floats with uniform values in [-a, a); for bf16 the values go through bf16 storage and the
- * runtime's widening (timed into *widen_s). */
-static hp_status fill(float *dst, int64_t n, float a, uint64_t seed, hp_dtype dt, double *widen_s, hp_err *err)
+/* Fills n weights with uniform values in [-a, a): f32, or (dt bf16) bf16 values held as bf16, as a bf16
+ * checkpoint's experts are resident (no widened copy). */
+static hp_status fill(void *dst, int64_t n, float a, uint64_t seed, hp_dtype dt, hp_err *err)
 {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
     if (dt == HP_DT_F32) {
-        for (int64_t i = 0; i < n; i++) dst[i] = urand(&s, a);
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = urand(&s, a);
         return HP_OK;
     }
-    enum { CH = 1 << 20 };
-    static uint16_t stage[CH];
     float tmp[256];
-    for (int64_t o = 0; o < n; o += CH) {
-        int64_t m = n - o < CH ? n - o : CH;
-        for (int64_t i = 0; i < m; i += 256) {
-            int64_t k = m - i < 256 ? m - i : 256;
-            for (int64_t j = 0; j < k; j++) tmp[j] = urand(&s, a);
-            hp_status st = hp_dtype_from_f32(HP_DT_BF16, tmp, stage + i, k, err);
-            if (st) return st;
-        }
-        double t0 = now_s();
-        hp_status st = hp_dtype_to_f32(HP_DT_BF16, stage, dst + o, m, err);
-        *widen_s += now_s() - t0;
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t k = n - i < 256 ? n - i : 256;
+        for (int64_t j = 0; j < k; j++) tmp[j] = urand(&s, a);
+        hp_status st = hp_dtype_from_f32(HP_DT_BF16, tmp, d + i, k, err);
         if (st) return st;
     }
     return HP_OK;
@@ -140,7 +133,8 @@ static int run(const bench_args *a)
     const preset *p = a->p;
     hp_err err;
     int threads = hp_moe_set_threads((int)a->threads);
-    double expert_gib = (double)p->E * 3.0 * (double)p->H * (double)p->I * 4.0 / (1u << 30);
+    const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
+    double expert_gib = (double)p->E * 3.0 * (double)p->H * (double)p->I * wbytes / (1u << 30);
     int64_t ep = a->ep;
     if (ep <= 0)
         for (ep = 1; ep < p->E && expert_gib / (double)ep > a->max_gib; ep *= 2) {
@@ -150,19 +144,21 @@ static int run(const bench_args *a)
                                (long long)p->E, p->name);
     hp_moe_dims d = {.n_hidden = p->H, .n_experts = p->E, .top_k = p->K, .d_expert = p->I, .d_shared = p->sI,
                      .n_local = p->E / ep, .n_group = p->n_group, .topk_group = p->topk_group,
-                     .routed_scaling_factor = p->rsf, .norm_topk_prob = p->norm};
+                     .routed_scaling_factor = p->rsf, .norm_topk_prob = p->norm,
+                     .bf16_weights = a->dtype == HP_DT_BF16};
     hp_moe_layer *l = NULL;
     hp_moe_ws *ws = NULL;
     float *x = NULL, *y = NULL;
     hp_status st = hp_moe_layer_create(&l, p->archetype, &d, &err);
-    double widen_s = 0, t_build = now_s();
+    double t_build = now_s();
     int64_t H = p->H, I = p->I, T = a->tokens, nl = l ? l->n_local : 0;
     if (!st) {
         float gu = 1.0f / sqrtf((float)H), dn = 1.0f / sqrtf((float)I);
         for (int64_t e = 0; e < nl && !st; e++) {
-            st = fill((float *)l->w_gate_up + e * 2 * I * H, 2 * I * H, gu, 100 + (uint64_t)e, a->dtype, &widen_s,
+            size_t el = a->dtype == HP_DT_BF16 ? 2 : 4;
+            st = fill((char *)l->w_gate_up + (size_t)(e * 2 * I * H) * el, 2 * I * H, gu, 100 + (uint64_t)e, a->dtype,
                       &err);
-            if (!st) st = fill((float *)l->w_down + e * H * I, H * I, dn, 900 + (uint64_t)e, a->dtype, &widen_s, &err);
+            if (!st) st = fill((char *)l->w_down + (size_t)(e * H * I) * el, H * I, dn, 900 + (uint64_t)e, a->dtype, &err);
         }
         uint64_t s = 7;
         for (int64_t i = 0; i < p->E * H; i++) l->w_router[i] = urand(&s, gu);
@@ -199,7 +195,7 @@ static int run(const bench_args *a)
     /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
     double flops = 6.0 * (double)H * (double)I * (double)ws->stats.n_rows + 6.0 * (double)H * (double)p->sI * (double)T;
     double gflops = flops / med * 1e-9;
-    double bytes = (double)ws->stats.n_active * 3.0 * (double)H * (double)I * 4.0 + 3.0 * (double)H * (double)p->sI * 4.0;
+    double bytes = (double)ws->stats.n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->sI * 4.0;
     double gbps = bytes / med * 1e-9;
     double peak = hp_moe_ref_sgemm_gflops(2048, 3);
     double mem = hp_moe_ref_memcpy_gbps((size_t)512 << 20, 3);
@@ -224,10 +220,9 @@ static int run(const bench_args *a)
             printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
                    "--max-gib %.1f)\n",
                    (long long)nl, (long long)p->E, (long long)ep, (long long)p->E, expert_gib, a->max_gib);
-        printf("  weights  : %s generated, f32 in memory (%.1f GiB of experts), built in %.1f s", 
-               a->dtype == HP_DT_BF16 ? "bf16" : "f32", expert_gib / (double)ep, t_build);
-        if (a->dtype == HP_DT_BF16)
-            printf(", bf16 -> f32 widening %.2f GB/s of f32", expert_gib / (double)ep * 1.073741824 / widen_s);
+        printf("  weights  : %s generated, %s in memory (%.1f GiB of experts resident), built in %.1f s",
+               a->dtype == HP_DT_BF16 ? "bf16" : "f32", a->dtype == HP_DT_BF16 ? "bf16" : "f32",
+               (double)hp_moe_layer_expert_bytes(l) / (1u << 30), t_build);
         printf("\n  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
                                               : "real (archetype router, random weights)");
         printf("  BLAS     : %s\n", blas);

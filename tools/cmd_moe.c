@@ -38,6 +38,9 @@ static void usage(FILE *out)
             "  --capacity-factor F     capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)\n"
             "  --capacity-policy P     score (keep the heaviest slots, default) or first (token order)\n"
             "  --threads N             OpenMP and BLAS threads\n"
+            "  --compute M             exact (default: f32 activations, bf16 weights widened exactly, f32 sums)\n"
+            "                          or bf16 (activations rounded to bf16 for the expert products, f32 sums;\n"
+            "                          what PyTorch does for a bf16 model; docs/kernels.md gives its error)\n"
             "  --compare REF           verify against REF's <P>y (or <P>y_cf<F>), <P>topk_idx, <P>topk_w:\n"
             "                          |y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not\n"
             "  --ref-prefix P          key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)\n"
@@ -117,6 +120,7 @@ typedef struct moe_args {
     int64_t layer, threads, ep, chunks;
     double cf, rtol;
     hp_moe_cap_policy policy;
+    hp_linalg_mode compute;
     bool overlap;
 } moe_args;
 
@@ -212,9 +216,14 @@ static hp_status write_output(const char *path, const hp_moe_layer *l, const hp_
 static void print_stats(const hp_moe_layer *l, const hp_moe_ws *ws, const moe_args *a, double secs)
 {
     const hp_moe_stats *s = &ws->stats;
-    fprintf(stderr, "layer %lld (%s): %lld tokens, top-%lld of %lld experts, %s %s weights -> f32, %.3f ms\n",
+    char rb[32];
+    fprintf(stderr,
+            "layer %lld (%s): %lld tokens, top-%lld of %lld experts, %s %s weights, resident %s (%s%s), "
+            "compute %s, %.3f ms\n",
             (long long)l->layer, hp_moe_archetype_name(l->archetype), (long long)s->n_tokens, (long long)l->top_k,
-            (long long)l->n_experts, l->storage, hp_dtype_name(l->dtype), secs * 1e3);
+            (long long)l->n_experts, l->storage, hp_dtype_name(l->dtype), l->w_dtype == HP_DT_BF16 ? "bf16" : "f32",
+            hp_format_bytes(hp_moe_layer_expert_bytes(l), rb, sizeof rb), l->zero_copy ? ", mapped" : "",
+            l->compute == HP_LINALG_BF16 ? "bf16" : "exact", secs * 1e3);
     fprintf(stderr, "tokens per expert:");
     for (int64_t e = 0; e < l->n_local; e++)
         fprintf(stderr, "%s%lld:%lld", e % 16 ? " " : "\n  ", (long long)(l->first_expert + e),
@@ -238,6 +247,7 @@ static int run(const moe_args *a)
     float *x = NULL, *y = NULL;
     hp_moe_load_opts lo;
     hp_moe_load_opts_default(&lo);
+    lo.compute = a->compute;
     hp_status st = open_model(a->model, &m, &err);
     if (!st && a->archetype) {
         hp_moe_archetype arch = HP_MOE_ROUTED_ONLY_SOFTMAX_TOPK;
@@ -305,7 +315,8 @@ static uint64_t fingerprint(const hp_model *m, const moe_args *a, int archetype,
 {
     uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
     int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
-                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep, a->chunks > 1 ? a->chunks : 1};
+                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep, a->chunks > 1 ? a->chunks : 1,
+                   (int64_t)a->compute};
     h = hash_bytes(h, v, sizeof v);
     h = hash_bytes(h, &a->cf, sizeof a->cf);
     h = hash_bytes(h, mesh, strlen(mesh));
@@ -546,6 +557,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
 
     hp_moe_load_opts lo;
     hp_moe_load_opts_default(&lo);
+    lo.compute = a->compute;
     lo.archetype = arch;
     int64_t Lloc = m->cfg.n_experts / a->ep;
     lo.first_expert = ep_rank * Lloc;
@@ -664,6 +676,7 @@ int cmd_moe(int argc, char **argv)
         {"ep", required_argument, 0, 'e'},              {"mesh", required_argument, 0, 'm'},
         {"overrides", required_argument, 0, 'O'},       {"overlap", no_argument, 0, 'v'},
         {"compare-rtol", required_argument, 0, 'R'},   {"dispatch-chunks", required_argument, 0, 'D'},
+        {"compute", required_argument, 0, 'X'},
         {0, 0, 0, 0},
     };
     moe_args a = {.layer = -1};
@@ -709,6 +722,11 @@ int cmd_moe(int argc, char **argv)
                 return cli_usage_error("moe", "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
             break;
         }
+        case 'X':
+            if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
+            else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
+            else return cli_usage_error("moe", "--compute expects exact or bf16, got '%s'", optarg);
+            break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("moe", argv);
         }

@@ -123,6 +123,17 @@ hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *group
 
 void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info);
 
+/* ---- f64 and OpenBLAS (blas.c) ---- */
+/* C [m, n] = A [m, k] · Bᵀ (B [n, k]), all f64 row-major (the router's exact logits). Dimensions must fit an
+ * int (the caller checks). */
+void hp_linalg_dgemm_nt(int64_t m, int64_t n, int64_t k, const double *a, int64_t lda, const double *b, int64_t ldb,
+                        double *c, int64_t ldc);
+/* Sets OpenBLAS's threads (n <= 0: leave as is); returns the count in effect. */
+int hp_linalg_blas_threads(int n);
+/* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
+ * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
+const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);
+
 #ifdef __cplusplus
 }
 #endif

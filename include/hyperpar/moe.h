@@ -13,8 +13,10 @@
  *            ──shared_forward──▶ y += (σ(x·w_sg)) · shared(x)
  *
  * hp_moe_forward composes the stages for one process. All scratch memory lives in an hp_moe_ws created
- * for a maximum token count; no stage allocates. Weights are f32 in one canonical layout whatever the
- * checkpoint stores (see hp_moe_layer); routing is computed in f64 (the golden reference sums in f64).
+ * for a maximum token count; no stage allocates. Expert weights are held in one canonical layout whatever
+ * the checkpoint stores, in the checkpoint's own dtype when it is bf16 (else f32; see hp_moe_layer), and every
+ * expert and shared-expert product runs through the GEMM layer (hyperpar/linalg.h); routing is computed in f64
+ * (the golden reference sums in f64, and top-k must not depend on how many rows a call has).
  * Semantics: spec/hyper_parallel.md §10.2–§10.10, spec/hf_reference.md §3, golden/README.md.
  */
 #ifndef HYPERPAR_MOE_H
@@ -22,6 +24,7 @@
 
 #include "hyperpar/core.h"
 #include "hyperpar/comm.h"
+#include "hyperpar/linalg.h"
 #include "hyperpar/model.h"
 
 #ifdef __cplusplus
@@ -89,10 +92,12 @@ typedef struct hp_moe_layer {
     double *w_router;      /* [n_experts, n_hidden] */
     double *b_router;      /* [n_experts] or NULL (gpt-oss router.bias) */
     double *b_correction;  /* [n_experts] or NULL (gate.e_score_correction_bias, selection only) */
-    /* Local routed experts, canonical layout: row j < I of gate_up is gate row j, row I + j is up row j. */
-    const float *w_gate_up; /* [n_local, 2*d_expert, n_hidden] */
+    /* Local routed experts, canonical layout: row j < I of gate_up is gate row j, row I + j is up row j.
+     * The elements are w_dtype: HP_DT_BF16 (uint16_t, the checkpoint's bytes) or HP_DT_F32 (float). */
+    hp_dtype w_dtype;
+    const void *w_gate_up;  /* [n_local, 2*d_expert, n_hidden] */
     const float *b_gate_up; /* [n_local, 2*d_expert] or NULL (gpt-oss) */
-    const float *w_down;    /* [n_local, n_hidden, d_expert] */
+    const void *w_down;     /* [n_local, n_hidden, d_expert] */
     const float *b_down;    /* [n_local, n_hidden] or NULL (gpt-oss) */
     /* Shared expert(s), same canonical layout. */
     float *ws_gate_up;      /* [2*d_shared, n_hidden] or NULL */
@@ -101,8 +106,9 @@ typedef struct hp_moe_layer {
     /* Where the weights came from, for messages and statistics. */
     char prefix[96];        /* "model.layers.1.mlp." */
     const char *storage;    /* "per-expert", "batched", "batched gpt-oss", "memory" */
-    hp_dtype dtype;         /* storage dtype of the expert weights */
-    bool zero_copy;         /* expert weights point into the checkpoint mapping (f32, aligned) */
+    hp_dtype dtype;         /* storage dtype of the expert weights in the checkpoint */
+    bool zero_copy;         /* expert weights point into the checkpoint mapping (f32 or bf16, aligned) */
+    hp_linalg_mode compute; /* GEMM numerics of workspaces created for this layer (default exact) */
     void *owned;            /* internal: allocations to free */
 } hp_moe_layer;
 
@@ -111,13 +117,15 @@ typedef struct hp_moe_load_opts {
     int64_t first_expert;   /* local expert range; n_local 0 means all experts */
     int64_t n_local;
     bool no_zero_copy;      /* always copy, even when the mapping could be used directly */
+    bool widen_f32;         /* hold bf16 expert weights widened to f32 (2x the memory; off by default) */
+    hp_linalg_mode compute; /* the layer's GEMM numerics (HP_LINALG_EXACT by default) */
 } hp_moe_load_opts;
 
 void hp_moe_load_opts_default(hp_moe_load_opts *o);
 
-/* Loads sparse layer `layer` of a checkpoint model. Reads only the local experts' bytes; bf16/f16 are
- * widened to f32. When the checkpoint stores f32 in the canonical batched layout the expert weights point
- * into the mapping (the model must then stay open until hp_moe_layer_free). Errors (HP_ERR_INPUT): a meta
+/* Loads sparse layer `layer` of a checkpoint model. Reads only the local experts' bytes; bf16 expert weights
+ * stay bf16 (unless opts->widen_f32), f16 / f64 are widened to f32. When the checkpoint stores f32 or bf16 in
+ * the canonical batched layout the expert weights point into the mapping (the model must then stay open until hp_moe_layer_free). Errors (HP_ERR_INPUT): a meta
  * model, a layer out of range or dense, a tensor the archetype needs that is missing (the message lists
  * what the layer has), shapes that disagree with config.json, an unsupported dtype. */
 hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer, const hp_moe_load_opts *opts,
@@ -155,14 +163,16 @@ typedef struct hp_moe_dims {
     int64_t n_group, topk_group;   /* 0 → 1 */
     double routed_scaling_factor;  /* 0 → 1 */
     bool norm_topk_prob;
+    bool bf16_weights;             /* expert weights held as bf16 (uint16_t) instead of f32 */
 } hp_moe_dims;
 
-/* Allocates a layer with zeroed weights (and the biases / shared tensors the archetype needs) for the
- * caller to fill through the (cast away const) weight pointers. */
+/* Allocates a layer with zeroed weights (f32, or bf16 expert weights with dims->bf16_weights; the biases and
+ * shared tensors the archetype needs) for the caller to fill through the (cast away const) weight pointers
+ * before it creates a workspace (a workspace may pack the weights). */
 hp_status hp_moe_layer_create(hp_moe_layer **out, hp_moe_archetype a, const hp_moe_dims *dims, hp_err *err);
 void hp_moe_layer_free(hp_moe_layer *l);
 
-/* Bytes of local routed-expert weights (f32) the layer holds. */
+/* Bytes of local routed-expert weights the layer holds (resident, in w_dtype). */
 uint64_t hp_moe_layer_expert_bytes(const hp_moe_layer *l);
 
 /* ---- workspace and run options ---- */
@@ -207,10 +217,17 @@ typedef struct hp_moe_ws {
     int32_t *row_slot;         /* [Tmax*K]   flat slot t*K+k of each dispatched row */
     int32_t *slot_row;         /* [Tmax*K]   dispatched row of each slot, -1 when not dispatched */
     float *rows;               /* [Tmax*K, H] gathered inputs, overwritten by the expert outputs */
-    int n_threads;             /* threads at creation: experts run in parallel, one act buffer each */
-    float *act;                /* [n_threads, Tmax, 2*I] gate/up of one expert's chunk of rows */
+    int64_t act_rows;          /* Tmax*K: rows one grouped expert pass holds */
+    float *act;                /* [act_rows, 2*I] gate/up of a pass's rows */
     float *shared_act;         /* [Tmax, 2*sI] or NULL */
     float *shared_out;         /* [Tmax, H] or NULL */
+    float *shared_g;           /* [Tmax] shared-expert gate logits, or NULL */
+    /* The GEMM layer: one context per workspace (one thread at a time uses a workspace), the experts as
+     * stacked linears, the shared expert and its gate as single ones; groups [n_local] for grouped calls. */
+    hp_linalg *la;
+    hp_linear *lin_gate_up, *lin_down, *lin_sh_gate_up, *lin_sh_down, *lin_sh_gate;
+    hp_linear_group *groups;   /* [n_local] */
+    int64_t *pass_row0;        /* [n_local] first row (in rows) of each group of a pass */
     hp_moe_stats stats;
 } hp_moe_ws;
 

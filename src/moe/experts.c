@@ -1,42 +1,28 @@
 /*
  * experts.c — local expert compute (spec §10.7) and the shared expert(s) (§10.2 combine functions).
  *
- * For local expert e with c rows X_e [c, H] (a contiguous block of the expert-major rows), in chunks of at
- * most ws->max_tokens rows:
+ * For local expert e with c rows X_e [c, H] (a contiguous block of the expert-major rows):
  *
- *   G   = X_e · W_gu[e]ᵀ (+ b_gu[e])        [c, 2I]   one sgemm (sgemv when c == 1)
+ *   G   = X_e · W_gu[e]ᵀ (+ b_gu[e])        [c, 2I]   the layer's stacked gate/up linear, matrix e
  *   A   = act(G[:, :I], G[:, I:])            [c, I]    written over G's first half (row stride 2I)
- *   Y_e = A · W_d[e]ᵀ (+ b_d[e])             [c, H]    one sgemm (sgemv when c == 1)
+ *   Y_e = A · W_d[e]ᵀ (+ b_d[e])             [c, H]    the stacked down linear, matrix e
+ *
+ * The experts go in passes of at most ws->act_rows rows (Tmax·K, every row of a one-process call): one grouped
+ * gate/up call for every expert of the pass, one activation over the pass's rows, one grouped down call. An
+ * expert with more rows than a pass (an EP rank receiving from many ranks) is split over passes. The weights
+ * are read in their resident dtype (bf16 stays bf16) by the GEMM layer (hyperpar/linalg.h).
  *
  *   SwiGLU   act(g, u) = g·σ(g) · u
  *   gpt-oss  act(g, u) = (clamp(u, ±lim) + 1) · g'·σ(α·g'),  g' = min(g, lim)   (α = 1.702, lim = 7)
  *
- * Y_e may overwrite X_e (X_e is consumed by the first product). Experts with no rows are skipped.
- * Threads: the BLAS calls use OpenBLAS's threads; the activations use OpenMP.
+ * Y_e may overwrite X_e (a pass's gate/up products all run before its down products). Experts with no rows
+ * are skipped. Threads: the GEMM layer and the activations use the OpenMP pool.
  */
 #include "moe/moe_internal.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
-
-/* C [m, n] = A [m, k] · Wᵀ (W [n, k]) (+ bias): sgemm, or for m = 1 a matrix-vector product that reads
- * the weight once without packing it (the decode case). */
-static void linear(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *w, const float *bias,
-                   float *c, int64_t ldc)
-{
-    float beta = 0.0f;
-    if (bias) {
-        for (int64_t r = 0; r < m; r++) memcpy(c + r * ldc, bias, (size_t)n * sizeof *c);
-        beta = 1.0f;
-    }
-    if (m == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, 1.0f, w, (int)k, a, 1, beta, c, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, w, (int)k,
-                    beta, c, (int)ldc);
-}
 
 static void activate(hp_moe_act act, float lim, float alpha, float *g, int64_t m, int64_t d)
 {
@@ -55,54 +41,60 @@ static void activate(hp_moe_act act, float lim, float alpha, float *g, int64_t m
     }
 }
 
-/* Expert e's rows [off, off + count) in chunks of at most `chunk` rows through the scratch act. */
-static void run_expert(const hp_moe_layer *l, int64_t e, const float *rows, int64_t off, int64_t count,
-                       int64_t chunk, float *act, float *out)
+/* One pass: groups ws->groups[0..n_g) hold each piece's matrix, row count and first row (in a, as a row index
+ * into rows/out; c, as a row index into act). Runs gate/up, the activation, then down. */
+static hp_status run_pass(const hp_moe_layer *l, hp_moe_ws *ws, const float *rows, float *out, int64_t n_g,
+                          int64_t pass_rows, const int64_t *row0, hp_err *err)
 {
     int64_t H = l->n_hidden, di = l->d_expert;
-    const float *wgu = l->w_gate_up + e * 2 * di * H, *wd = l->w_down + e * H * di;
-    const float *bgu = l->b_gate_up ? l->b_gate_up + e * 2 * di : NULL;
-    const float *bd = l->b_down ? l->b_down + e * H : NULL;
-    for (int64_t r0 = 0; r0 < count; r0 += chunk) {
-        int64_t m = count - r0 < chunk ? count - r0 : chunk;
-        linear(m, 2 * di, H, rows + (off + r0) * H, H, wgu, bgu, act, 2 * di);
-        activate(l->act, l->swiglu_limit, l->swiglu_alpha, act, m, di);
-        linear(m, H, di, act, 2 * di, wd, bd, out + (off + r0) * H, H);
+    hp_linear_group *g = ws->groups;
+    for (int64_t i = 0; i < n_g; i++) {
+        int64_t act0 = g[i].ldc; /* stashed by the caller: the piece's first row in act */
+        g[i].a = rows + row0[i] * H;
+        g[i].lda = H;
+        g[i].c = ws->act + act0 * 2 * di;
+        g[i].ldc = 2 * di;
     }
+    hp_status st = hp_linear_forward_grouped(ws->lin_gate_up, g, n_g, false, err);
+    if (st != HP_OK) return st;
+    activate(l->act, l->swiglu_limit, l->swiglu_alpha, ws->act, pass_rows, di);
+    for (int64_t i = 0; i < n_g; i++) {
+        g[i].a = g[i].c;
+        g[i].lda = 2 * di;
+        g[i].c = out + row0[i] * H;
+        g[i].ldc = H;
+    }
+    return hp_linear_forward_grouped(ws->lin_down, g, n_g, false, err);
 }
 
 hp_status hp_moe_experts_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *rows, const int64_t *counts,
                                  float *out, hp_err *err)
 {
-    int64_t H = l->n_hidden, di = l->d_expert, chunk = ws->max_tokens, n = l->n_local;
-    if (ws->n_hidden != H || ws->d_expert != di || ws->n_local != n)
+    int64_t H = l->n_hidden, di = l->d_expert, n = l->n_local, cap = ws->act_rows;
+    if (ws->n_hidden != H || ws->d_expert != di || ws->n_local != n || !ws->lin_gate_up || !ws->lin_down)
         return hp_err_set(err, HP_ERR_INPUT, "the workspace was created for another layer shape");
-    int64_t n_active = 0;
     ws->offsets[0] = 0;
-    for (int64_t e = 0; e < n; e++) {
-        ws->offsets[e + 1] = ws->offsets[e] + counts[e];
-        n_active += counts[e] > 0;
+    for (int64_t e = 0; e < n; e++) ws->offsets[e + 1] = ws->offsets[e] + counts[e];
+    /* A pass holds at most one piece per expert (it ends before an expert would repeat), so n groups. */
+    int64_t n_g = 0, pass_rows = 0, *row0 = ws->pass_row0;
+    hp_status st = HP_OK;
+    for (int64_t e = 0; e < n && st == HP_OK; e++) {
+        for (int64_t done = 0; done < counts[e] && st == HP_OK;) {
+            if (pass_rows == cap || n_g == n) {
+                st = run_pass(l, ws, rows, out, n_g, pass_rows, row0, err);
+                n_g = pass_rows = 0;
+                if (st != HP_OK) break;
+            }
+            int64_t m = counts[e] - done < cap - pass_rows ? counts[e] - done : cap - pass_rows;
+            ws->groups[n_g] = (hp_linear_group){.mat = e, .m = m, .ldc = pass_rows};
+            row0[n_g] = ws->offsets[e] + done;
+            n_g++;
+            pass_rows += m;
+            done += m;
+        }
     }
-    int nt = ws->n_threads;
-    /* Few rows per expert (decode): matrix-vector products are memory bound and BLAS's own threads split
-     * each weight read evenly; the expert-parallel schedule pays off once the products are compute bound. */
-    bool many_rows = n_active > 0 && ws->offsets[n] >= 8 * n_active;
-    if (nt > 1 && n_active >= nt && many_rows && !omp_in_parallel()) {
-        /* Experts in parallel, one BLAS thread each: while one core streams an expert's weights into its
-         * packing buffers the other computes, instead of all cores packing then all computing. */
-        int saved = openblas_get_num_threads();
-        openblas_set_num_threads(1);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-        for (int64_t e = 0; e < n; e++)
-            if (counts[e])
-                run_expert(l, e, rows, ws->offsets[e], counts[e], chunk,
-                           ws->act + (int64_t)omp_get_thread_num() * chunk * 2 * di, out);
-        openblas_set_num_threads(saved);
-    } else {
-        for (int64_t e = 0; e < n; e++)
-            if (counts[e]) run_expert(l, e, rows, ws->offsets[e], counts[e], chunk, ws->act, out);
-    }
-    return HP_OK;
+    if (st == HP_OK && n_g) st = run_pass(l, ws, rows, out, n_g, pass_rows, row0, err);
+    return st;
 }
 
 hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens, float *y,
@@ -110,27 +102,27 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
 {
     if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up) return HP_OK;
     int64_t H = l->n_hidden, sI = l->d_shared, chunk = ws->max_tokens;
-    if (ws->d_shared != sI || ws->n_hidden != H || !ws->shared_act)
+    if (ws->d_shared != sI || ws->n_hidden != H || !ws->shared_act || !ws->lin_sh_gate_up || !ws->lin_sh_down ||
+        (l->ws_gate && (!ws->lin_sh_gate || !ws->shared_g)))
         return hp_err_set(err, HP_ERR_INPUT, "the workspace was created for another layer shape");
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+    hp_status st = HP_OK;
+    for (int64_t t0 = 0; t0 < n_tokens && st == HP_OK; t0 += chunk) {
         int64_t m = n_tokens - t0 < chunk ? n_tokens - t0 : chunk;
         const float *xt = x + t0 * H;
-        linear(m, 2 * sI, H, xt, H, l->ws_gate_up, NULL, ws->shared_act, 2 * sI);
+        st = hp_linear_forward(ws->lin_sh_gate_up, 0, m, xt, H, ws->shared_act, 2 * sI, false, err);
+        if (st != HP_OK) break;
         activate(HP_MOE_ACT_SWIGLU, 0.0f, 0.0f, ws->shared_act, m, sI);
-        linear(m, H, sI, ws->shared_act, 2 * sI, l->ws_down, NULL, ws->shared_out, H);
+        st = hp_linear_forward(ws->lin_sh_down, 0, m, ws->shared_act, 2 * sI, ws->shared_out, H, false, err);
+        /* Qwen2-MoE: σ(shared_expert_gate · x), one scalar per token. */
+        if (st == HP_OK && l->ws_gate) st = hp_linear_forward(ws->lin_sh_gate, 0, m, xt, H, ws->shared_g, 1, false, err);
+        if (st != HP_OK) break;
 #pragma omp parallel for schedule(static) if (m * H > 65536)
         for (int64_t t = 0; t < m; t++) {
-            float g = 1.0f;
-            if (l->ws_gate) {
-                /* Qwen2-MoE: σ(shared_expert_gate · x), one scalar per token (dot in f64). */
-                double d = 0.0;
-                for (int64_t h = 0; h < H; h++) d += (double)xt[t * H + h] * l->ws_gate[h];
-                g = (float)(1.0 / (1.0 + exp(-d)));
-            }
+            float g = l->ws_gate ? (float)(1.0 / (1.0 + exp(-(double)ws->shared_g[t]))) : 1.0f;
             float *yt = y + (t0 + t) * H;
-            const float *st = ws->shared_out + t * H;
-            for (int64_t h = 0; h < H; h++) yt[h] += g * st[h];
+            const float *so = ws->shared_out + t * H;
+            for (int64_t h = 0; h < H; h++) yt[h] += g * so[h];
         }
     }
-    return HP_OK;
+    return st;
 }

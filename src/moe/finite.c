@@ -47,15 +47,31 @@ static bool find_bad(const float *w, int64_t rows, int64_t cols, char *buf, size
     return true;
 }
 
+/* The same for a [rows, cols] matrix of w_dtype elements (bf16: exponent bits all ones is NaN or Inf). */
+static bool find_bad_w(const hp_moe_layer *l, const void *base, int64_t off, int64_t rows, int64_t cols, char *buf,
+                       size_t cap)
+{
+    if (!base) return false;
+    if (l->w_dtype != HP_DT_BF16) return find_bad((const float *)base + off, rows, cols, buf, cap);
+    const uint16_t *w = (const uint16_t *)base + off;
+    for (int64_t i = 0; i < rows * cols; i++)
+        if ((w[i] & 0x7f80u) == 0x7f80u) {
+            snprintf(buf, cap, "holds %s at row %lld, column %lld", (w[i] & 0x007fu) ? "NaN" : "Inf",
+                     (long long)(i / cols), (long long)(i % cols));
+            return true;
+        }
+    return false;
+}
+
 /* Local expert e's weights: a sentence naming the first non-finite one into buf; false when all are finite. */
 static bool expert_weights_bad(const hp_moe_layer *l, int64_t e, char *buf, size_t cap)
 {
     const int64_t H = l->n_hidden, I = l->d_expert;
     char at[96];
     const char *what = NULL;
-    if (find_bad(l->w_gate_up + e * 2 * I * H, 2 * I, H, at, sizeof at)) what = "gate/up projection [2I, H]";
+    if (find_bad_w(l, l->w_gate_up, e * 2 * I * H, 2 * I, H, at, sizeof at)) what = "gate/up projection [2I, H]";
     else if (l->b_gate_up && find_bad(l->b_gate_up + e * 2 * I, 1, 2 * I, at, sizeof at)) what = "gate/up bias";
-    else if (find_bad(l->w_down + e * H * I, H, I, at, sizeof at)) what = "down projection [H, I]";
+    else if (find_bad_w(l, l->w_down, e * H * I, H, I, at, sizeof at)) what = "down projection [H, I]";
     else if (l->b_down && find_bad(l->b_down + e * H, 1, H, at, sizeof at)) what = "down bias";
     if (!what) return false;
     snprintf(buf, cap,

@@ -34,6 +34,15 @@ void hp_moe_ws_destroy(hp_moe_ws *ws)
     free(ws->act);
     free(ws->shared_act);
     free(ws->shared_out);
+    free(ws->shared_g);
+    hp_linear_free(ws->lin_gate_up);
+    hp_linear_free(ws->lin_down);
+    hp_linear_free(ws->lin_sh_gate_up);
+    hp_linear_free(ws->lin_sh_down);
+    hp_linear_free(ws->lin_sh_gate);
+    hp_linalg_destroy(ws->la);
+    free(ws->groups);
+    free(ws->pass_row0);
     free(ws);
 }
 
@@ -49,6 +58,35 @@ void *hp__moe_alloc(int64_t n, size_t sz, bool *ok)
     return p;
 }
 
+/* One linear of the workspace: n_mats matrices [n, k] of dtype at w (borrowed from the layer). */
+static hp_status linear(hp_linear **out, hp_linalg *la, const hp_moe_layer *l, int64_t n_mats, int64_t n, int64_t k,
+                        hp_dtype dtype, const void *w, const float *bias, hp_err *err)
+{
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = n_mats, .dtype = dtype, .w = w, .bias = bias,
+                        .mode = l->compute, .pack = HP_LINEAR_PACK_AUTO};
+    return hp_linear_init(out, la, &d, err);
+}
+
+/* The GEMM layer's objects for the layer's products: the local experts' gate/up [n_local, 2I, H] and down
+ * [n_local, H, I] in the layer's weight dtype, the shared expert's [2sI, H] and [H, sI] and its gate [1, H]. */
+static hp_status linears_init(hp_moe_ws *ws, const hp_moe_layer *l, hp_err *err)
+{
+    int64_t H = l->n_hidden, I = l->d_expert, sI = l->d_shared, n = l->n_local;
+    hp_status st = hp_linalg_create(&ws->la, err);
+    if (st == HP_OK && (!l->w_gate_up || !l->w_down))
+        st = hp_err_set(err, HP_ERR_INPUT, "the layer has no expert weights");
+    if (st == HP_OK)
+        st = linear(&ws->lin_gate_up, ws->la, l, n, 2 * I, H, l->w_dtype, l->w_gate_up, l->b_gate_up, err);
+    if (st == HP_OK) st = linear(&ws->lin_down, ws->la, l, n, H, I, l->w_dtype, l->w_down, l->b_down, err);
+    if (st == HP_OK && sI > 0 && l->ws_gate_up && l->ws_down) {
+        st = linear(&ws->lin_sh_gate_up, ws->la, l, 1, 2 * sI, H, HP_DT_F32, l->ws_gate_up, NULL, err);
+        if (st == HP_OK) st = linear(&ws->lin_sh_down, ws->la, l, 1, H, sI, HP_DT_F32, l->ws_down, NULL, err);
+        if (st == HP_OK && l->ws_gate) st = linear(&ws->lin_sh_gate, ws->la, l, 1, 1, H, HP_DT_F32, l->ws_gate, NULL, err);
+    }
+    if (st != HP_OK) hp_err_prefix(err, "layer %lld: preparing its products", (long long)l->layer);
+    return st;
+}
+
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err)
 {
     *out = NULL;
@@ -60,12 +98,11 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
                           (long long)T, (long long)H, (long long)E, (long long)K, (long long)l->n_local, (long long)I);
     /* Slot and row indices are int32 (row_slot, slot_row) and BLAS takes int dimensions and leading
      * dimensions (H, E, 2I, 2sI, and chunks of at most T rows); every buffer size is overflow-checked. */
-    int n_threads = omp_get_max_threads() > 0 ? omp_get_max_threads() : 1;
     int64_t slots, rows_f, n_th, n_logits, n_act, n_sact, n_cap;
     bool fits = H <= INT32_MAX && E <= INT32_MAX && I <= INT32_MAX / 2 && sI <= INT32_MAX / 2 &&
                 hp_mul_i64(T, K, &slots) && slots <= INT32_MAX && hp_mul_i64(slots, H, &rows_f) &&
-                hp_mul_i64(T, H, &n_th) && hp_mul_i64(T, E, &n_logits) && hp_mul_i64(T, 2 * I, &n_act) &&
-                hp_mul_i64(n_act, n_threads, &n_act) && hp_mul_i64(T, 2 * sI, &n_sact) &&
+                hp_mul_i64(T, H, &n_th) && hp_mul_i64(T, E, &n_logits) && hp_mul_i64(slots, 2 * I, &n_act) &&
+                hp_mul_i64(T, 2 * sI, &n_sact) &&
                 (n_cap = hp_moe_capacity_scratch_count(T, K, E)) > 0;
     if (!fits)
         return hp_err_set(err, HP_ERR_INPUT,
@@ -95,17 +132,25 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->row_slot = hp__moe_alloc(slots, sizeof(int32_t), &ok);
     ws->slot_row = hp__moe_alloc(slots, sizeof(int32_t), &ok);
     ws->rows = hp__moe_alloc(rows_f, sizeof(float), &ok);
-    ws->n_threads = n_threads;
+    ws->act_rows = slots;
     ws->act = hp__moe_alloc(n_act, sizeof(float), &ok);
+    ws->groups = hp__moe_alloc(l->n_local, sizeof(hp_linear_group), &ok);
+    ws->pass_row0 = hp__moe_alloc(l->n_local, sizeof(int64_t), &ok);
     if (sI > 0) {
         ws->shared_act = hp__moe_alloc(n_sact, sizeof(float), &ok);
         ws->shared_out = hp__moe_alloc(n_th, sizeof(float), &ok);
+        if (l->ws_gate) ws->shared_g = hp__moe_alloc(T, sizeof(float), &ok);
     }
     if (!ok) {
         hp_moe_ws_destroy(ws);
         char b[32];
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating an MoE workspace for %lld tokens (%s of rows)",
                           (long long)T, hp_format_bytes((uint64_t)rows_f * sizeof(float), b, sizeof b));
+    }
+    hp_status st = linears_init(ws, l, err);
+    if (st != HP_OK) {
+        hp_moe_ws_destroy(ws);
+        return st;
     }
     *out = ws;
     return HP_OK;

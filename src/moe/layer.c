@@ -47,7 +47,8 @@ void hp_moe_layer_free(hp_moe_layer *l)
 
 uint64_t hp_moe_layer_expert_bytes(const hp_moe_layer *l)
 {
-    return (uint64_t)l->n_local * (uint64_t)(3 * l->d_expert) * (uint64_t)l->n_hidden * sizeof(float);
+    size_t el = l->w_dtype == HP_DT_BF16 ? 2 : sizeof(float);
+    return (uint64_t)l->n_local * (uint64_t)(3 * l->d_expert) * (uint64_t)l->n_hidden * el;
 }
 
 hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err)
@@ -147,8 +148,12 @@ hp_status hp_moe_layer_create(hp_moe_layer **out, hp_moe_archetype a, const hp_m
                           "layer dimensions overflow a size (H %lld, E %lld, I %lld, shared %lld, %lld local experts)",
                           (long long)H, (long long)E, (long long)I, (long long)sI, (long long)n);
     }
-    bool ok = (l->w_router = hp__moe_alloc_f64(n_router)) && (ow->w_gate_up = hp__moe_alloc_f32(n_gu)) &&
-              (ow->w_down = hp__moe_alloc_f32(n_dn));
+    size_t el = d->bf16_weights ? sizeof(uint16_t) : sizeof(float);
+    l->w_dtype = d->bf16_weights ? HP_DT_BF16 : HP_DT_F32;
+    l->dtype = l->w_dtype;
+    bool ok = true;
+    ok = (l->w_router = hp__moe_alloc_f64(n_router)) && (ow->w_gate_up = hp__moe_alloc(n_gu, el, &ok)) &&
+         (ow->w_down = hp__moe_alloc(n_dn, el, &ok));
     if (ok && l->router == HP_MOE_ROUTER_TOPK_SOFTMAX) ok = (l->b_router = hp__moe_alloc_f64(E)) != NULL;
     if (ok && l->router == HP_MOE_ROUTER_SIGMOID_GROUP) ok = (l->b_correction = hp__moe_alloc_f64(E)) != NULL;
     if (ok && l->act == HP_MOE_ACT_GPTOSS)

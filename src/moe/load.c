@@ -156,52 +156,61 @@ static hp_status load_batched(hp__moe_src *ld, hp__moe_owned *ow, bool zero_copy
         l->storage = "batched";
     }
     l->dtype = gu.dtype;
+    if (dn.dtype != gu.dtype)
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s' is %s but '%s' is %s; a layer's experts share one dtype",
+                          dn.name, hp_dtype_name(dn.dtype), gu.name, hp_dtype_name(gu.dtype));
+    const hp_dtype wdt = l->w_dtype = hp__moe_src_wdtype(ld, gu.dtype);
+    const size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
     /* n <= E, so these are at most the element counts of the tensors need() just checked. */
     int64_t n_gu = n * 2 * I * H, n_dn = n * H * I;
+    bool ok = true;
     if (!gptoss) {
-        l->w_gate_up = hp__moe_src_mapped_f32(&gu, f * 2 * I * H, n_gu, zero_copy_ok);
-        l->w_down = hp__moe_src_mapped_f32(&dn, f * H * I, n_dn, zero_copy_ok);
+        l->w_gate_up = hp__moe_src_mapped(&gu, wdt, f * 2 * I * H, n_gu, zero_copy_ok);
+        l->w_down = hp__moe_src_mapped(&dn, wdt, f * H * I, n_dn, zero_copy_ok);
         l->zero_copy = l->w_gate_up && l->w_down;
         if (!l->w_gate_up) {
-            if (!(ow->w_gate_up = hp__moe_alloc_f32(n_gu))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
-            if ((st = hp__moe_src_read_f32(ld, &gu, f * 2 * I * H, n_gu, ow->w_gate_up))) return st;
+            if (!(ow->w_gate_up = hp__moe_alloc(n_gu, el, &ok))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+            if ((st = hp__moe_src_read_w(ld, &gu, wdt, f * 2 * I * H, n_gu, ow->w_gate_up))) return st;
             l->w_gate_up = ow->w_gate_up;
         }
         if (!l->w_down) {
-            if (!(ow->w_down = hp__moe_alloc_f32(n_dn))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
-            if ((st = hp__moe_src_read_f32(ld, &dn, f * H * I, n_dn, ow->w_down))) return st;
+            if (!(ow->w_down = hp__moe_alloc(n_dn, el, &ok))) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+            if ((st = hp__moe_src_read_w(ld, &dn, wdt, f * H * I, n_dn, ow->w_down))) return st;
             l->w_down = ow->w_down;
         }
         return HP_OK;
     }
-    /* gpt-oss: de-interleave and transpose one expert at a time through a scratch matrix. */
-    float *tmp = hp__moe_alloc_f32(2 * I * H);
+    /* gpt-oss: de-interleave and transpose one expert at a time through a scratch matrix, element by element
+     * in the resident dtype (bf16 moves as its 2 bytes, unchanged). */
+    uint8_t *tmp = hp__moe_alloc(2 * I * H, el, &ok);
     float *tb = hp__moe_alloc_f32(2 * I);
-    ow->w_gate_up = hp__moe_alloc_f32(n_gu);
-    ow->w_down = hp__moe_alloc_f32(n_dn);
+    ow->w_gate_up = hp__moe_alloc(n_gu, el, &ok);
+    ow->w_down = hp__moe_alloc(n_dn, el, &ok);
     ow->b_gate_up = hp__moe_alloc_f32(n * 2 * I);
     ow->b_down = hp__moe_alloc_f32(n * H);
     st = (tmp && tb && ow->w_gate_up && ow->w_down && ow->b_gate_up && ow->b_down)
              ? HP_OK
              : hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory loading layer %lld", (long long)l->layer);
+#define EL(base, i) ((base) + (size_t)(i) * el)
     for (int64_t e = 0; st == HP_OK && e < n; e++) {
-        float *wgu = ow->w_gate_up + e * 2 * I * H, *wdn = ow->w_down + e * H * I;
-        if ((st = hp__moe_src_read_f32(ld, &gu, (f + e) * H * 2 * I, H * 2 * I, tmp))) break;
+        uint8_t *wgu = EL((uint8_t *)ow->w_gate_up, e * 2 * I * H), *wdn = EL((uint8_t *)ow->w_down, e * H * I);
+        if ((st = hp__moe_src_read_w(ld, &gu, wdt, (f + e) * H * 2 * I, H * 2 * I, tmp))) break;
         for (int64_t h = 0; h < H; h++)
             for (int64_t j = 0; j < I; j++) {
-                wgu[j * H + h] = tmp[h * 2 * I + 2 * j];
-                wgu[(I + j) * H + h] = tmp[h * 2 * I + 2 * j + 1];
+                memcpy(EL(wgu, j * H + h), EL(tmp, h * 2 * I + 2 * j), el);
+                memcpy(EL(wgu, (I + j) * H + h), EL(tmp, h * 2 * I + 2 * j + 1), el);
             }
         if ((st = hp__moe_src_read_f32(ld, &gub, (f + e) * 2 * I, 2 * I, tb))) break;
         for (int64_t j = 0; j < I; j++) {
             ow->b_gate_up[e * 2 * I + j] = tb[2 * j];
             ow->b_gate_up[e * 2 * I + I + j] = tb[2 * j + 1];
         }
-        if ((st = hp__moe_src_read_f32(ld, &dn, (f + e) * I * H, I * H, tmp))) break;
+        if ((st = hp__moe_src_read_w(ld, &dn, wdt, (f + e) * I * H, I * H, tmp))) break;
         for (int64_t i = 0; i < I; i++)
-            for (int64_t h = 0; h < H; h++) wdn[h * I + i] = tmp[i * H + h];
+            for (int64_t h = 0; h < H; h++) memcpy(EL(wdn, h * I + i), EL(tmp, i * H + h), el);
         if ((st = hp__moe_src_read_f32(ld, &dnb, (f + e) * H, H, ow->b_down + e * H))) break;
     }
+#undef EL
     free(tmp);
     free(tb);
     l->w_gate_up = ow->w_gate_up;
@@ -237,6 +246,8 @@ static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_c
     l->d_expert = I;
     l->storage = "per-expert";
     l->dtype = g0.dtype;
+    const hp_dtype wdt = l->w_dtype = hp__moe_src_wdtype(ld, g0.dtype);
+    const size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
     /* Every local expert's three tensors exist with their shapes before anything is allocated, so a
      * checkpoint missing experts is an input error however large the buffers would have been. */
     hp__moe_tview t;
@@ -249,15 +260,18 @@ static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_c
     if (!count3(l->n_local, 2 * I, H, &n_gu) || !count3(l->n_local, H, I, &n_dn))
         return hp_err_set(ld->err, HP_ERR_INPUT, "layer %lld: %lld experts of %lld x %lld weights overflow a size",
                           (long long)l->layer, (long long)l->n_local, (long long)I, (long long)H);
-    if (!(ow->w_gate_up = hp__moe_alloc_f32(n_gu)) || !(ow->w_down = hp__moe_alloc_f32(n_dn)))
+    bool ok = true;
+    if (!(ow->w_gate_up = hp__moe_alloc(n_gu, el, &ok)) || !(ow->w_down = hp__moe_alloc(n_dn, el, &ok)))
         return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory loading layer %lld", (long long)l->layer);
     for (int64_t e = 0; e < l->n_local; e++) {
-        float *wgu = ow->w_gate_up + e * 2 * I * H;
+        uint8_t *wgu = (uint8_t *)ow->w_gate_up + (size_t)(e * 2 * I * H) * el;
         for (int p = 0; p < 3; p++) {
             snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)(f + e), names[which][p]);
             hp__moe_src_find(ld, sfx, &t); /* present with its shape: checked above */
-            float *dst = p == 0 ? wgu : p == 1 ? wgu + I * H : ow->w_down + e * H * I;
-            if ((st = hp__moe_src_read_f32(ld, &t, 0, I * H, dst))) return st;
+            void *dst = p == 0   ? (void *)wgu
+                        : p == 1 ? (void *)(wgu + (size_t)(I * H) * el)
+                                 : (void *)((uint8_t *)ow->w_down + (size_t)(e * H * I) * el);
+            if ((st = hp__moe_src_read_w(ld, &t, wdt, 0, I * H, dst))) return st;
         }
     }
     l->w_gate_up = ow->w_gate_up;
@@ -450,6 +464,7 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
         st = load_per_expert(ld, ow, c->moe_intermediate_size);
     }
     if (st) return st;
+    l->compute = o->compute;
     return load_shared(ld);
 }
 
@@ -465,7 +480,7 @@ hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer
     hp_moe_layer *l = hp_calloc(1, sizeof *l);
     if (!l) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     l->layer = layer;
-    hp__moe_src ld = {.m = m, .l = l, .err = err};
+    hp__moe_src ld = {.m = m, .l = l, .widen = opts->widen_f32, .err = err};
     hp_status st = load(&ld, opts);
     if (st) {
         hp_moe_layer_free(l);
@@ -492,7 +507,7 @@ hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_
     if (st == HP_OK && !(l = hp_calloc(1, sizeof *l))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
         l->layer = layer;
-        hp__moe_src ld = {.m = cfg ? cfg : own_cfg, .rf = rf, .l = l, .err = err};
+        hp__moe_src ld = {.m = cfg ? cfg : own_cfg, .rf = rf, .l = l, .widen = opts->widen_f32, .err = err};
         st = load(&ld, opts);
     }
     if (st == HP_OK && l->zero_copy) { /* the expert weights point into the rank file: it lives with the layer */

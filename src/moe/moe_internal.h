@@ -47,7 +47,8 @@ static inline double *hp__moe_alloc_f64(int64_t n)
 
 /* Allocations a layer owns besides the pointers of hp_moe_layer itself (hp_moe_layer.owned). */
 typedef struct hp__moe_owned {
-    float *w_gate_up, *b_gate_up, *w_down, *b_down;
+    void *w_gate_up, *w_down;   /* in the layer's w_dtype */
+    float *b_gate_up, *b_down;
     struct hp_shard_rank_file *rf; /* a shard folder's rank file the expert weights point into, or NULL */
 } hp__moe_owned;
 

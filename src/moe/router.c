@@ -18,7 +18,6 @@
  */
 #include "moe/moe_internal.h"
 
-#include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -154,8 +153,7 @@ hp_status hp_moe_route(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int
         return hp_err_set(err, HP_ERR_INPUT, "the workspace was created for another layer shape");
     if (T == 0) return HP_OK;
     for (int64_t i = 0; i < T * H; i++) ws->x64[i] = x[i];
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)E, (int)H, 1.0, ws->x64, (int)H, l->w_router,
-                (int)H, 0.0, ws->logits, (int)E);
+    hp_linalg_dgemm_nt(T, E, H, ws->x64, H, l->w_router, H, ws->logits, E);
     for (int64_t t = 0; t < T; t++) {
         double *row = ws->logits + t * E;
         int32_t *idx = topk_idx + t * K;

@@ -191,13 +191,32 @@ hp_status hp__moe_src_read_f64(hp__moe_src *ld, const hp__moe_tview *v, int64_t 
     return st;
 }
 
-/* A pointer into the mapping when the n elements from elem_off are held, f32 and aligned (zero copy), else
- * NULL (the caller then reads, which reports a slice that is not held). */
-const float *hp__moe_src_mapped_f32(const hp__moe_tview *v, int64_t elem_off, int64_t n, bool allowed)
+/* A pointer into the mapping when the n elements from elem_off are held, stored as wdt (F32 or BF16) and
+ * aligned for it (zero copy), else NULL (the caller then reads, which reports a slice that is not held). */
+const void *hp__moe_src_mapped(const hp__moe_tview *v, hp_dtype wdt, int64_t elem_off, int64_t n, bool allowed)
 {
-    if (!allowed || v->dtype != HP_DT_F32 || elem_off < v->lo || n > v->hi - elem_off) return NULL;
-    const uint8_t *p = (const uint8_t *)hp_st_data(v->file, v->t) + (size_t)(elem_off + v->shift) * sizeof(float);
-    return ((uintptr_t)p % sizeof(float)) ? NULL : (const float *)p;
+    size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
+    if (!allowed || v->dtype != wdt || (wdt != HP_DT_F32 && wdt != HP_DT_BF16) || elem_off < v->lo ||
+        n > v->hi - elem_off)
+        return NULL;
+    const uint8_t *p = (const uint8_t *)hp_st_data(v->file, v->t) + (size_t)(elem_off + v->shift) * el;
+    return ((uintptr_t)p % el) ? NULL : p;
+}
+
+/* n elements from global element elem_off of v into dst as wdt: F32 widens (hp__moe_src_read_f32); BF16
+ * copies the stored bf16 bytes as they are (v must be BF16). */
+hp_status hp__moe_src_read_w(hp__moe_src *ld, const hp__moe_tview *v, hp_dtype wdt, int64_t elem_off, int64_t n,
+                             void *dst)
+{
+    if (wdt == HP_DT_F32) return hp__moe_src_read_f32(ld, v, elem_off, n, dst);
+    if (wdt != HP_DT_BF16 || v->dtype != HP_DT_BF16)
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s' is %s where the layer's other expert weights are %s; "
+                          "a layer's experts share one dtype", v->name, hp_dtype_name(v->dtype), hp_dtype_name(wdt));
+    hp_status st = check_held(ld, v, elem_off, n);
+    if (st) return st;
+    const uint8_t *src = (const uint8_t *)hp_st_data(v->file, v->t) + (size_t)(elem_off + v->shift) * 2;
+    memcpy(dst, src, (size_t)n * 2);
+    return HP_OK;
 }
 
 /* ---- the block's modules ---- */

@@ -18,6 +18,7 @@ typedef struct hp__moe_src {
     const hp_shard_rank_file *rf; /* shard mode: the rank file the tensors come from; NULL: m->ckpt */
     hp_moe_layer *l;
     char block[80]; /* "model.layers.1.mlp" */
+    bool widen;     /* hold bf16 expert weights as f32 (hp_moe_load_opts.widen_f32) */
     hp_err *err;
 } hp__moe_src;
 
@@ -45,8 +46,17 @@ hp_status hp__moe_src_need(hp__moe_src *s, const char *suffix, int n_dims, const
 hp_status hp__moe_src_read_f32(hp__moe_src *s, const hp__moe_tview *v, int64_t elem_off, int64_t n, float *dst);
 /* The first n elements of v widened to a new f64 array (*out owned by the caller, also on failure). */
 hp_status hp__moe_src_read_f64(hp__moe_src *s, const hp__moe_tview *v, int64_t n, double **out);
-/* A pointer into the mapping when the n elements from elem_off are held, f32 and aligned (zero copy), else NULL. */
-const float *hp__moe_src_mapped_f32(const hp__moe_tview *v, int64_t elem_off, int64_t n, bool allowed);
+/* A pointer into the mapping when the n elements from elem_off are held, stored as wdt (F32 or BF16) and
+ * aligned (zero copy), else NULL. */
+const void *hp__moe_src_mapped(const hp__moe_tview *v, hp_dtype wdt, int64_t elem_off, int64_t n, bool allowed);
+/* n elements into dst as wdt: F32 widens like hp__moe_src_read_f32, BF16 copies a BF16 tensor's bytes. */
+hp_status hp__moe_src_read_w(hp__moe_src *s, const hp__moe_tview *v, hp_dtype wdt, int64_t elem_off, int64_t n,
+                             void *dst);
+/* The resident dtype of expert weights stored as dt: BF16 stays BF16 unless s->widen, the rest is F32. */
+static inline hp_dtype hp__moe_src_wdtype(const hp__moe_src *s, hp_dtype dt)
+{
+    return dt == HP_DT_BF16 && !s->widen ? HP_DT_BF16 : HP_DT_F32;
+}
 /* Leaf names of the block's child modules (at most HP__MOE_MAX_CHILDREN of 48 bytes); returns the count. */
 int hp__moe_src_children(hp__moe_src *s, char leaf[][48]);
 /* Whether the source has a module of that name (a checkpoint) or tensors under it (a rank file). */
