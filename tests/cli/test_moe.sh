@@ -25,6 +25,13 @@ for cf in 0.5 1.0; do
     expect 0 "capacity factor $cf (score)" -- "$HP" moe "$Q" --layer 0 --input "$Q/moe_io.safetensors" --capacity-factor $cf --compare "$Q/moe_io.safetensors"
 done
 expect 0 "dropped" -- "$HP" moe "$G/deepseek_v3_per_expert_f32" --layer 2 --input "$G/deepseek_v3_per_expert_f32/moe_io.safetensors" --capacity-factor 1.0 --compare "$G/deepseek_v3_per_expert_f32/moe_io.safetensors"
+# Weights resident in the checkpoint's dtype, and --compute: exact by default; bf16 rounds the activations of
+# the expert products (within 1e-2 * max|ref| of the goldens, but not within the exact mode's 1e-4).
+expect 0 "resident bf16 (288.00 KiB, mapped), compute exact" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors"
+expect 0 "resident f32" -- "$HP" moe "$G/mixtral_per_expert_f32" --layer 1 --input "$G/mixtral_per_expert_f32/moe_io.safetensors" --compare "$G/mixtral_per_expert_f32/moe_io.safetensors"
+expect 0 "compute bf16" -- "$HP" moe "$Q" --layer 1 --compute bf16 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors" --compare-rtol 1e-2
+expect 3 "MISMATCH" -- "$HP" moe "$Q" --layer 1 --compute bf16 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors"
+expect 2 "--compute expects exact or bf16, got 'f16'" -- "$HP" moe "$Q" --layer 1 --compute f16 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors"
 # Verification failures exit 3: another layer's reference, or the first-come policy against score output.
 expect 3 "differs from" -- "$HP" moe "$Q" --layer 1 --input "$Q/moe_io.safetensors" --compare "$Q/moe_io.safetensors" --ref-prefix layers.0.
 expect 3 "MISMATCH" -- "$HP" moe "$Q" --layer 0 --input "$Q/moe_io.safetensors" --capacity-factor 0.5 --capacity-policy first --compare "$Q/moe_io.safetensors"

@@ -81,4 +81,13 @@ expect 2 "disagrees with rank 0" -- $MPI \
 expect 2 "pipeline parallelism (pp=2) is not supported" -- $MPI -np 2 "$HP" moe "$G" --layer 1 --mesh pp=2 --ep 1 \
     --archetype qwen3moe_topk_router --input "$G/moe_io.safetensors" --output "$WORK/y.st"
 check "no output left behind by failed runs" test ! -e "$WORK/y.st"
+# --compute bf16 under EP: equal to the one-process bf16 run, within its bound of the golden, and agreed on.
+"$HP" moe "$G" --layer 1 --compute bf16 --input "$G/moe_io.safetensors" --output "$WORK/b16.st" 2>/dev/null </dev/null
+expect 0 "OK" -- $MPI -np 2 "$HP" moe "$G" --layer 1 --ep 2 --archetype qwen3moe_topk_router --compute bf16 \
+    --input "$G/moe_io.safetensors" --compare "$WORK/b16.st" --ref-prefix "" --compare-rtol 1e-5
+expect 0 "OK" -- $MPI -np 2 "$HP" moe "$G" --layer 1 --ep 2 --archetype qwen3moe_topk_router --compute bf16 \
+    --input "$G/moe_io.safetensors" --compare "$G/moe_io.safetensors" --compare-rtol 1e-2
+expect 2 "rank 1 disagrees with rank 0" -- $MPI \
+    -np 1 "$HP" moe "$G" --layer 1 --ep 2 --archetype qwen3moe_topk_router --input "$G/moe_io.safetensors" --output "$WORK/y.st" : \
+    -np 1 "$HP" moe "$G" --layer 1 --ep 2 --archetype qwen3moe_topk_router --compute bf16 --input "$G/moe_io.safetensors" --output "$WORK/y.st"
 finish
