@@ -17,31 +17,8 @@
 
 #define GOLDEN "data/golden"
 
-static char g_work[64]; /* one temporary folder for the whole run */
-
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
-
-/* Removes the temporary folder when the process exits (registered by work(); not a TEST, which would be
- * counted as a pass while asserting nothing). */
-static void cleanup(void)
-{
-    if (g_work[0]) rm_rf(g_work);
-}
-
-static const char *work(void)
-{
-    if (!g_work[0]) {
-        strcpy(g_work, "/tmp/hp_moe_shard_XXXXXX");
-        HP_ASSERT(mkdtemp(g_work) != NULL);
-        atexit(cleanup);
-    }
-    return g_work;
-}
+#define rm_rf test_rm_rf
+static const char *work(void) { return test_work_dir("moe_shard"); }
 
 /* Shards model_dir for the mesh dp x tp with ep (TP-extend-EP) into out; false (with a failed check) when the
  * plan or the write fails. */

@@ -15,26 +15,7 @@
 #include "shard/shard_int.h"
 #include "testlib.h"
 
-static char g_work[64];
-
-/* The scratch folder goes when the program ends (atexit), whichever tests ran: a cleanup "test" asserted
- * nothing and was counted as a pass. */
-static void remove_work(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_work);
-    if (g_work[0] && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_work);
-}
-
-static const char *work(void)
-{
-    if (!g_work[0]) {
-        strcpy(g_work, "/tmp/hp_shard_err_XXXXXX");
-        if (!mkdtemp(g_work)) abort();
-        atexit(remove_work);
-    }
-    return g_work;
-}
+static const char *work(void) { return test_work_dir("shard_err"); }
 
 static char *path(char *buf, const char *name)
 {
@@ -42,17 +23,7 @@ static char *path(char *buf, const char *name)
     return buf;
 }
 
-/* Runs a shell command built from fmt; the test fails when it does. */
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    CHECK_MSG(system(cmd) == 0, "command failed: %s", cmd);
-}
+#define sh test_sh
 
 /* No "<dir>.tmp.*" exists. */
 static bool no_leftovers_tmp(const char *dir)

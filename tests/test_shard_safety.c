@@ -25,24 +25,7 @@
 #include "shard/shard_int.h"
 #include "testlib.h"
 
-static char g_work[64];
-
-static void remove_work(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_work);
-    if (g_work[0] && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_work);
-}
-
-static const char *work(void)
-{
-    if (!g_work[0]) {
-        strcpy(g_work, "/tmp/hp_shard_safe_XXXXXX");
-        if (!mkdtemp(g_work)) abort();
-        atexit(remove_work);
-    }
-    return g_work;
-}
+static const char *work(void) { return test_work_dir("shard_safe"); }
 
 static char *wpath(char *buf, const char *name)
 {
@@ -50,16 +33,7 @@ static char *wpath(char *buf, const char *name)
     return buf;
 }
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    CHECK_MSG(system(cmd) == 0, "command failed: %s", cmd);
-}
+#define sh test_sh
 
 static bool exists(const char *p)
 {

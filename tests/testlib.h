@@ -9,6 +9,7 @@
 #define HP_TESTLIB_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,5 +97,45 @@ static int hp__failed_checks;
         printf("%d passed, %d failed\n", passed, failed);                                          \
         return (failed || passed == 0) ? 1 : 0;                                                    \
     }
+
+/* ---- scratch folders and shell steps ---- */
+
+static char hp__test_work[64];
+
+static inline void test_rm_rf(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static inline void hp__test_remove_work(void)
+{
+    if (hp__test_work[0]) test_rm_rf(hp__test_work);
+}
+
+/* One scratch folder /tmp/hp_<tag>_XXXXXX for the whole run, made on first use and removed when the program
+ * ends (atexit), whichever tests ran: a cleanup "test" would assert nothing and count as a pass. */
+static inline const char *test_work_dir(const char *tag)
+{
+    if (!hp__test_work[0]) {
+        snprintf(hp__test_work, sizeof hp__test_work, "/tmp/hp_%.20s_XXXXXX", tag);
+        if (!mkdtemp(hp__test_work)) abort();
+        atexit(hp__test_remove_work);
+    }
+    return hp__test_work;
+}
+
+/* Runs a shell command built from fmt; the test fails when it does. */
+static inline void test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void test_sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    CHECK_MSG(system(cmd) == 0, "command failed: %s", cmd);
+}
 
 #endif
