@@ -552,19 +552,12 @@ hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_op
         hp_err_clear(&fill_err);
         st = write_outputs(&c, od->tmp, max_size, &prog, stats, &why, &fill_err, err);
         hp__progress_end(&prog);
-        if (why == HP__FAIL_FAULT) st = hp__fault_error(&snap, "rank file", err);
         if (why == HP__FAIL_HOLE && err) *err = fill_err;
-        if (why == HP__FAIL_INTERRUPT || (st == HP_OK && hp__interrupted())) st = hp__interrupt_error(err);
         char cfg[4300], dst[4300];
         snprintf(cfg, sizeof cfg, "%s/config.json", dir);
         snprintf(dst, sizeof dst, "%s/config.json", od->tmp);
-        if (st == HP_OK && hp__file_exists(cfg)) st = hp__copy_file(cfg, dst, err);
-        if (st == HP_OK) st = hp__snap_check(&snap, "rank file", err);
-        if (st == HP_OK) st = hp__out_commit(od, err);
-        if (st != HP_OK) {
-            hp__out_fix_msg(od, err);
-            hp__out_abort(od);
-        }
+        if (st == HP_OK && !hp__interrupted() && hp__file_exists(cfg)) st = hp__copy_file(cfg, dst, err);
+        st = hp__out_finish(od, &snap, "rank file", why, st, err);
     }
     hp__guard_leave();
     hp__snap_free(&snap);

@@ -524,6 +524,21 @@ hp_status hp__out_commit(hp__outdir *o, hp_err *err)
     return st;
 }
 
+/* ---- the end of a run ---- */
+
+hp_status hp__out_finish(hp__outdir *o, const hp__snap *snap, const char *what, int why, hp_status st, hp_err *err)
+{
+    if (why == HP__FAIL_FAULT) st = hp__fault_error(snap, what, err);
+    if (why == HP__FAIL_INTERRUPT || (st == HP_OK && hp__interrupted())) st = hp__interrupt_error(err);
+    if (st == HP_OK) st = hp__snap_check(snap, what, err);
+    if (st == HP_OK) st = hp__out_commit(o, err);
+    if (st != HP_OK) {
+        hp__out_fix_msg(o, err);
+        hp__out_abort(o);
+    }
+    return st;
+}
+
 /* ---- messages ---- */
 
 static void replace_all(char *msg, size_t cap, const char *from, const char *to)

@@ -147,6 +147,10 @@ typedef struct hp__snap {
     const char **paths;
     uint64_t *sig; /* [n][4]: dev, ino, size, mtime ns */
 } hp__snap;
+/* The end of a run that wrote into o->tmp with status st: a fault or interrupt (why, HP__FAIL_*) becomes its
+ * error, the inputs (snap: `what` names them, "source" or "rank file") must be unchanged, then the install; on
+ * any failure the message names --out (never the temporary) and the temporary folder goes. */
+hp_status hp__out_finish(hp__outdir *o, const hp__snap *snap, const char *what, int why, hp_status st, hp_err *err);
 /* sizes (may be NULL): each file's size when it was mapped, so that a change before the snapshot counts. */
 hp_status hp__snap_take(hp__snap *s, const char *const *paths, const uint64_t *sizes, size_t n, hp_err *err);
 /* HP_ERR_IO "the source changed while reading" naming the first file that differs (what is "source" or

@@ -305,14 +305,7 @@ hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_di
     int why = 0;
     if (st == HP_OK) {
         st = write_all(m, l, od->tmp, identity, fp, o, stats, &why, err);
-        if (why == HP__FAIL_FAULT) st = hp__fault_error(&snap, "source", err);
-        if (why == HP__FAIL_INTERRUPT || (st == HP_OK && hp__interrupted())) st = hp__interrupt_error(err);
-        if (st == HP_OK) st = hp__snap_check(&snap, "source", err);
-        if (st == HP_OK) st = hp__out_commit(od, err);
-        if (st != HP_OK) {
-            hp__out_fix_msg(od, err);
-            hp__out_abort(od);
-        }
+        st = hp__out_finish(od, &snap, "source", why, st, err);
     }
     hp__guard_leave();
     hp__snap_free(&snap);
