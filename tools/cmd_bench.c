@@ -1,12 +1,21 @@
 /*
  * cmd_bench.c — `hyperpar bench moe --preset P --tokens T [...]`: one MoE layer at a real model's shapes
- * with random weights built in memory, timed, and compared with figures measured in the same run: the
- * GFLOP/s of one big sgemm, and memcpy bandwidth. Benchmarks print ratios, never pass/fail.
+ * with random weights built in memory, timed, and compared with limits measured in the same run:
  *
- * Memory: expert weights are f32 in memory (the runtime computes in f32). A preset whose experts exceed
- * --max-gib (default 6) is run as one rank of an expert-parallel group: the layer holds E/ep experts and
- * the balanced router gives that rank exactly its T*K/ep slots, so the compute per expert is the real one.
- * DeepSeek-V3 (256 x 3 x 7168 x 2048 f32 = 42 GiB of experts) runs as rank 0 of ep = 8 by default.
+ *   dense  one dense gate/up + down product with the layer's FLOPs (M = the routed rows) through the same
+ *          GEMM layer, weight dtype and compute mode: the compute limit (prefill)
+ *   read   a read-only sweep over 512 MiB, every thread summing its share: the memory limit for reading
+ *          the expert weights (decode)
+ *
+ * It also prints which kernels ran (oneDNN's implementation, the streaming kernel's ISA, OpenBLAS's core
+ * for the router, with a warning on stderr when OpenBLAS runs a generic kernel on an AVX2/AVX-512 CPU) and
+ * the resident expert bytes. Benchmarks print ratios, never pass/fail.
+ *
+ * Memory: expert weights are resident in the generated dtype (--dtype bf16 holds bf16, as a bf16 checkpoint
+ * is held; f32 stays f32). A preset whose experts exceed --max-gib (default 6) is run as one rank of an
+ * expert-parallel group: the layer holds E/ep experts and the balanced router gives that rank exactly its
+ * T*K/ep slots, so the compute per expert is the real one. DeepSeek-V3 (256 x 3 x 7168 x 2048 f32 = 42 GiB
+ * of experts) runs as rank 0 of ep = 8 by default (ep = 4 with bf16).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,20 +44,24 @@ static const preset g_presets[] = {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hyperpar bench moe --preset P --tokens T [--dtype bf16|f32] [--json] [--threads N]\n"
-            "                          [--router balanced|real] [--reps R] [--max-gib G] [--ep N]\n"
+            "usage: hyperpar bench moe --preset P --tokens T [--dtype bf16|f32] [--compute exact|bf16] [--json]\n"
+            "                          [--threads N] [--router balanced|real] [--reps R] [--max-gib G] [--ep N]\n"
             "\n"
             "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
-            "next to figures measured in the same run: one big sgemm (GFLOP/s) and memcpy (GB/s).\n"
+            "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
+            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s).\n"
             "\n"
             "  --preset P     qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b\n"
             "  --tokens T     tokens per forward\n"
-            "  --dtype D      storage dtype the weights are generated in and widened from (f32 default)\n"
+            "  --dtype D      dtype the expert weights are generated and held in (f32 default; bf16 stays bf16)\n"
+            "  --compute M    exact (default: f32 activations, bf16 weights widened exactly, f32 sums) or bf16\n"
+            "                 (activations rounded to bf16 for the products, f32 sums)\n"
             "  --router R     balanced (default: T*K/E slots per expert, benchmark only) or real (the\n"
             "                 archetype's router on random weights)\n"
             "  --reps R       timed forwards (default: as many as fit in ~2 s, 3 to 50)\n"
             "  --max-gib G    expert weights allowed in memory (6); above it, run one rank of ep ranks\n"
             "  --ep N         force the simulated expert-parallel group size\n"
+            "  --threads N    OpenMP threads (oneDNN, the kernels and the MoE loop share one pool)\n"
             "  --json         one JSON object instead of text\n"
             "\n"
             "hyperpar bench ep --help: the expert-parallel layer over MPI ranks against a bare all-to-all.\n");
@@ -102,6 +115,7 @@ typedef struct bench_args {
     int64_t tokens, threads, reps, ep;
     double max_gib;
     hp_dtype dtype;
+    hp_linalg_mode compute;
     bool json, real_router;
 } bench_args;
 
@@ -127,6 +141,75 @@ static hp_status forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
     hp_moe_combine(ws->rows, ws->slot_row, ws->topk_w, T, K, H, y);
     return hp_moe_shared_forward(l, ws, x, T, y, err);
 }
+
+/* s as a JSON string (quotes, backslashes and control characters escaped). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* A figure, or null when it was not measured (< 0). */
+static void json_num(const char *key, double v)
+{
+    if (v < 0)
+        printf(", \"%s\": null", key);
+    else
+        printf(", \"%s\": %.6g", key, v);
+}
+
+static double ratio(double x, double limit)
+{
+    return x >= 0 && limit > 0 ? x / limit : -1.0;
+}
+
+/* "0.87", or "n/a" when there is no figure. */
+static const char *fmt_ratio(char *buf, size_t cap, double r)
+{
+    if (r < 0)
+        snprintf(buf, cap, "n/a");
+    else
+        snprintf(buf, cap, "%.2f", r);
+    return buf;
+}
+
+/* "1.50 GiB", "12.0 MiB", "0 B". */
+static const char *fmt_bytes(char *buf, size_t cap, double b)
+{
+    if (b >= (double)(1u << 30))
+        snprintf(buf, cap, "%.2f GiB", b / (1u << 30));
+    else if (b >= (double)(1u << 20))
+        snprintf(buf, cap, "%.1f MiB", b / (1u << 20));
+    else if (b >= 1024.0)
+        snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else
+        snprintf(buf, cap, "%.0f B", b);
+    return buf;
+}
+
+/* One linear's paths as text: "m <= 16: <small>; m > 16: <large>" (only the large one without a small path). */
+static void print_paths(const char *what, const hp_linear_info *in, int64_t n, int64_t k, int64_t n_mats)
+{
+    printf("  %-9s: %lld x [%lld, %lld]: ", what, (long long)n_mats, (long long)n, (long long)k);
+    if (in->small_m_max > 0)
+        printf("m <= %lld: %s; m > %lld: %s", (long long)in->small_m_max, in->small_path, (long long)in->small_m_max,
+               in->large_path);
+    else
+        printf("%s", in->large_path);
+    printf("%s\n", in->packed ? " (packed at init)" : "");
+}
+
+/* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
+#define READ_SWEEP_BYTES ((size_t)512 << 20)
 
 static int run(const bench_args *a)
 {
@@ -170,6 +253,8 @@ static int run(const bench_args *a)
             for (int64_t i = 0; i < 2 * p->sI * H; i++) l->ws_gate_up[i] = urand(&s, gu);
             for (int64_t i = 0; i < p->sI * H; i++) l->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->sI));
         }
+        /* The numerics of the workspace's products: set before the workspace prepares them. */
+        l->compute = a->compute;
     }
     t_build = now_s() - t_build;
     if (!st) st = hp_moe_ws_create(&ws, l, T, &err);
@@ -192,26 +277,73 @@ static int run(const bench_args *a)
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
     double med = times[reps / 2];
+    int64_t n_rows = ws->stats.n_rows, n_active = ws->stats.n_active;
     /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
-    double flops = 6.0 * (double)H * (double)I * (double)ws->stats.n_rows + 6.0 * (double)H * (double)p->sI * (double)T;
+    double flops = 6.0 * (double)H * (double)I * (double)n_rows + 6.0 * (double)H * (double)p->sI * (double)T;
     double gflops = flops / med * 1e-9;
-    double bytes = (double)ws->stats.n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->sI * 4.0;
+    double bytes = (double)n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->sI * 4.0;
     double gbps = bytes / med * 1e-9;
-    double peak = hp_moe_ref_sgemm_gflops(2048, 3);
-    double mem = hp_moe_ref_memcpy_gbps((size_t)512 << 20, 3);
-    char blas[256];
+    /* The limits, measured after the layer so that they do not disturb its timings. The dense product has the
+     * layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert (whose weights are f32). */
+    enum { LIMIT_REPS = 3 };
+    int64_t dense_m = n_rows + (p->sI ? (T * p->sI + I - 1) / I : 0);
+    char dense_path[256];
+    double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
+                                           sizeof dense_path);
+    double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    char blas[1024], openblas[512];
+    bool generic = false;
     hp_moe_blas_info(blas, sizeof blas);
+    hp_linalg_blas_describe(openblas, sizeof openblas, &generic);
+    if (generic) {
+        /* hp_linalg_blas_describe starts "OpenBLAS <core> kernels". */
+        char core[64] = "?";
+        sscanf(openblas, "OpenBLAS %63s kernels", core);
+        fprintf(stderr, "hyperpar: warning: OpenBLAS runs its generic %s kernels on a CPU with AVX2/AVX-512 (this "
+                        "OpenBLAS does not know the CPU), so the router's f64 product runs far below this machine's "
+                        "speed; set OPENBLAS_CORETYPE=Haswell (AVX2) or SkylakeX (AVX-512), or use an OpenBLAS that "
+                        "knows the CPU\n",
+                core);
+    }
+    hp_linear_info gu_info, dn_info;
+    hp_linear_get_info(ws->lin_gate_up, &gu_info);
+    hp_linear_get_info(ws->lin_down, &dn_info);
+    /* Resident: the layer's expert weights plus whatever the GEMM layer copied (packed layouts, biases),
+     * against the bytes the generated dtype stores (a checkpoint's expert bytes in that dtype). */
+    double owned = (double)gu_info.owned_bytes + (double)dn_info.owned_bytes;
+    double resident = (double)hp_moe_layer_expert_bytes(l) + owned;
+    double stored = (double)nl * 3.0 * (double)H * (double)I * wbytes;
     double tok_s = (double)T / med;
+    const char *dt = a->dtype == HP_DT_BF16 ? "bf16" : "f32", *cm = a->compute == HP_LINALG_BF16 ? "bf16" : "exact";
+    char r1[16], r2[16], b1[32], b2[32], b3[32];
     if (a->json) {
         printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
-               "\"router\": \"%s\", \"dtype\": \"%s\", \"reps\": %d, \"median_s\": %.6g, \"tokens_per_s\": %.6g, "
-               "\"gflops\": %.6g, \"sgemm_gflops\": %.6g, \"sgemm_ratio\": %.4f, \"expert_bytes\": %.6g, "
-               "\"expert_gbps\": %.6g, \"memcpy_gbps\": %.6g, \"bandwidth_ratio\": %.4f, \"rows\": %lld, "
-               "\"active_experts\": %lld, \"blas\": \"%s\", \"threads\": %d}\n",
+               "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g, "
+               "\"tokens_per_s\": %.6g, \"gflops\": %.6g",
                p->name, hp_moe_archetype_name(p->archetype), (long long)T, (long long)ep, (long long)nl,
-               balanced ? "balanced" : "real", a->dtype == HP_DT_BF16 ? "bf16" : "f32", reps, med, tok_s, gflops,
-               peak, gflops / peak, bytes, gbps, mem, gbps / mem, (long long)ws->stats.n_rows,
-               (long long)ws->stats.n_active, blas, threads);
+               balanced ? "balanced" : "real", dt, cm, reps, med, tok_s, gflops);
+        json_num("dense_gflops", dense);
+        json_num("dense_ratio", ratio(gflops, dense));
+        printf(", \"dense_rows\": %lld, \"dense_path\": ", (long long)dense_m);
+        json_str(dense_path);
+        printf(", \"expert_bytes\": %.6g, \"expert_gbps\": %.6g", bytes, gbps);
+        json_num("read_gbps", read);
+        json_num("read_ratio", ratio(gbps, read));
+        printf(", \"read_sweep_bytes\": %zu, \"resident_expert_bytes\": %.0f, \"stored_expert_bytes\": %.0f, "
+               "\"resident_ratio\": %.4f, \"linear_owned_bytes\": %.0f, \"linear_borrowed_bytes\": %.0f, "
+               "\"small_m_max\": %lld, \"gate_up_small_path\": ",
+               READ_SWEEP_BYTES, resident, stored, resident / stored, owned,
+               (double)gu_info.borrowed_bytes + (double)dn_info.borrowed_bytes, (long long)gu_info.small_m_max);
+        json_str(gu_info.small_path);
+        printf(", \"gate_up_large_path\": ");
+        json_str(gu_info.large_path);
+        printf(", \"down_small_path\": ");
+        json_str(dn_info.small_path);
+        printf(", \"down_large_path\": ");
+        json_str(dn_info.large_path);
+        printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)n_rows, (long long)n_active);
+        json_str(blas);
+        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d}\n", generic ? "true" : "false", threads);
     } else {
         printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
                hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->E, (long long)p->K, (long long)I,
@@ -220,17 +352,34 @@ static int run(const bench_args *a)
             printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
                    "--max-gib %.1f)\n",
                    (long long)nl, (long long)p->E, (long long)ep, (long long)p->E, expert_gib, a->max_gib);
-        printf("  weights  : %s generated, %s in memory (%.1f GiB of experts resident), built in %.1f s",
-               a->dtype == HP_DT_BF16 ? "bf16" : "f32", a->dtype == HP_DT_BF16 ? "bf16" : "f32",
-               (double)hp_moe_layer_expert_bytes(l) / (1u << 30), t_build);
-        printf("\n  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
+        printf("  weights  : %s generated and held, built in %.1f s; resident %s of experts = %.2f x their %s "
+               "bytes (the GEMM layer owns %s of it)\n",
+               dt, t_build, fmt_bytes(b1, sizeof b1, resident), resident / stored, dt,
+               fmt_bytes(b2, sizeof b2, owned));
+        printf("  compute  : %s (%s)\n", cm,
+               a->compute == HP_LINALG_BF16 ? "activations rounded to bf16 for the products, f32 sums"
+                                            : "f32 activations, bf16 weights widened exactly, f32 sums");
+        printf("  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
                                               : "real (archetype router, random weights)");
-        printf("  BLAS     : %s\n", blas);
+        printf("  kernels  : %s\n", blas);
+        print_paths("gate/up", &gu_info, 2 * I, H, nl);
+        print_paths("down", &dn_info, H, I, nl);
         printf("  layer    : %.3f ms median of %d -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld experts)\n",
-               med * 1e3, reps, tok_s, gflops, (long long)ws->stats.n_rows, (long long)ws->stats.n_active);
-        printf("  sgemm    : %.1f GFLOP/s (2048^3, same run)      ratio %.2f\n", peak, gflops / peak);
-        printf("  weights  : %.3f GB touched per forward, %.1f GB/s; memcpy %.1f GB/s (same run)   ratio %.2f\n",
-               bytes * 1e-9, gbps, mem, gbps / mem);
+               med * 1e3, reps, tok_s, gflops, (long long)n_rows, (long long)n_active);
+        if (dense >= 0)
+            printf("  dense    : %.1f GFLOP/s, one %lld-row gate/up + down, %s %s, best of %d (%s)   ratio %s\n",
+                   dense, (long long)dense_m, dt, cm, LIMIT_REPS, dense_path,
+                   fmt_ratio(r1, sizeof r1, ratio(gflops, dense)));
+        else
+            printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
+        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", fmt_bytes(b3, sizeof b3, bytes),
+               gbps);
+        if (read >= 0)
+            printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", read,
+                   fmt_bytes(b2, sizeof b2, (double)READ_SWEEP_BYTES), LIMIT_REPS,
+                   fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
+        else
+            printf("read sweep n/a (out of memory)\n");
     }
 done:
     free(x);
@@ -247,10 +396,11 @@ static int bench_moe(int argc, char **argv)
         {"dtype", required_argument, 0, 'd'},  {"json", no_argument, 0, 'j'},
         {"threads", required_argument, 0, 't'}, {"router", required_argument, 0, 'r'},
         {"reps", required_argument, 0, 'R'},   {"max-gib", required_argument, 0, 'm'},
-        {"ep", required_argument, 0, 'e'},     {"help", no_argument, 0, 'h'},
+        {"ep", required_argument, 0, 'e'},     {"compute", required_argument, 0, 'X'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    bench_args a = {.dtype = HP_DT_F32, .max_gib = 6.0};
+    bench_args a = {.dtype = HP_DT_F32, .compute = HP_LINALG_EXACT, .max_gib = 6.0};
     const char *preset_name = NULL;
     int c;
     optind = 1;
@@ -265,6 +415,14 @@ static int bench_moe(int argc, char **argv)
                 a.dtype = HP_DT_BF16;
             else if (strcmp(optarg, "f32"))
                 return cli_usage_error("bench", "--dtype expects bf16 or f32, got '%s'", optarg);
+            break;
+        case 'X':
+            if (!strcmp(optarg, "exact"))
+                a.compute = HP_LINALG_EXACT;
+            else if (!strcmp(optarg, "bf16"))
+                a.compute = HP_LINALG_BF16;
+            else
+                return cli_usage_error("bench", "--compute expects exact or bf16, got '%s'", optarg);
             break;
         case 'j': a.json = true; break;
         case 't':

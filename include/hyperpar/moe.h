@@ -348,12 +348,26 @@ const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 
 /* Sets OpenMP and BLAS threads (n <= 0: leave as is); returns the BLAS thread count in effect. */
 int hp_moe_set_threads(int n);
-/* "Haswell (OpenBLAS 0.3.21, 2 threads)". */
+/* The kernels that run: hp_linalg_describe's oneDNN version, CPU, ISA, bf16 kernel and threads, then
+ * "; router: " and hp_linalg_blas_describe's OpenBLAS core (with its warning on a generic fallback kernel). */
 const char *hp_moe_blas_info(char *buf, size_t cap);
 /* Same-run references: one big n×n×n sgemm (best of reps), GFLOP/s; memcpy of nbytes, GB/s (best of reps).
  * Both allocate: call them outside timed regions. Return < 0 when out of memory. */
 double hp_moe_ref_sgemm_gflops(int64_t n, int reps);
 double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps);
+/* The same-run dense limit of a layer's experts: m rows through one gate/up product [m, H]·[2I, H]ᵀ and one
+ * down product [m, I]·[H, I]ᵀ (the down input read at row stride 2I, as the layer reads it), 6·m·H·I flops,
+ * through the GEMM layer with weights of dtype (HP_DT_F32 or HP_DT_BF16) in mode, packed as the layer's are:
+ * the layer's backend, kernels and numerics without the split into experts. Best of reps after a warm-up,
+ * GFLOP/s. path (may be NULL) gets the gate/up product's path for m rows (hp_linear_info's small_path or
+ * large_path). Allocates about 4·m·(2H + 2I) bytes plus the two weights: call it outside timed regions.
+ * Returns < 0 when m, H or I < 1, dtype is another, or memory or the GEMM layer fails. */
+double hp_moe_ref_dense_gflops(int64_t m, int64_t n_hidden, int64_t d_inner, hp_dtype dtype, hp_linalg_mode mode,
+                               int reps, char *path, size_t cap);
+/* Read-only bandwidth over nbytes (larger than the caches to measure memory): every OpenMP thread sums its
+ * share, best of reps after a warm-up, GB/s. The limit for reading weights (memcpy moves each byte twice).
+ * Allocates nbytes; < 0 when nbytes < 4 or out of memory. */
+double hp_moe_ref_read_gbps(size_t nbytes, int reps);
 
 #ifdef __cplusplus
 }

@@ -55,4 +55,9 @@ expect 0 "usage: hyperpar moe MODEL" -- "$HP" moe --help
 expect 0 "usage: hyperpar bench moe" -- "$HP" bench moe --help
 expect 2 "unknown preset 'llama'" -- "$HP" bench moe --preset llama --tokens 4
 expect 2 "unknown benchmark 'mpi'" -- "$HP" bench mpi
+# bench moe: the compute mode, and bf16 experts resident as exactly their bf16 bytes (exact mode never hands
+# bf16 weights to oneDNN, so nothing is packed or widened into an owned copy).
+expect 0 "compute  : bf16 (activations rounded to bf16" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1
+expect 0 '"compute": "bf16", "reps": 1' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1 --json
+expect 0 '"resident_ratio": 1.0000, "linear_owned_bytes": 0' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 1 --json
 finish

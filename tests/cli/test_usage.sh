@@ -16,5 +16,6 @@ expect 2 "--layers expects an integer" -- "$HP" gen --family llama --out "$WORK/
 expect 2 "--dtype must be" -- "$HP" gen --family llama --out "$WORK/x" --dtype f8
 expect 2 "unknown family \"gpt2\"" -- "$HP" gen --family gpt2 --out "$WORK/x"
 expect 2 "--router expects balanced or real, got 'fast'" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --router fast
+expect 2 "--compute expects exact or bf16, got 'fp8'" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --compute fp8
 expect 2 "--max-gib expects a positive number, got '-1'" -- "$HP" bench ep --preset qwen3-30b-a3b --tokens 4 --max-gib -1
 finish
