@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "hyperpar/linalg.h"
+#include "hyperpar/moe.h"
 #include "linalg/linalg_int.h" /* hp__linear_force: the crossover table */
 
 static double now(void)
@@ -34,30 +35,6 @@ static void die(const char *what, const hp_err *err)
 {
     fprintf(stderr, "bench_gemm: %s: %s\n", what, err->msg);
     exit(1);
-}
-
-/* Best-of-reps read-only bandwidth over nbytes, every OpenMP thread summing its share (GB/s). `omp simd`
- * lets the compiler keep several partial sums in vectors, so the adds keep up with memory (one dependent
- * chain of float adds would measure the adder instead). */
-static double read_gbps(size_t nbytes, int reps)
-{
-    size_t n = nbytes / sizeof(float);
-    float *x = malloc(n * sizeof *x);
-    if (!x) return -1.0;
-    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7);
-    double best = 0.0;
-    volatile float sink = 0.0f;
-    for (int r = 0; r < reps + 1; r++) {
-        double t0 = now();
-        float total = 0.0f;
-#pragma omp parallel for simd reduction(+ : total) schedule(static)
-        for (size_t i = 0; i < n; i++) total += x[i];
-        double g = (double)(n * sizeof *x) / (now() - t0) * 1e-9;
-        sink += total;
-        if (r > 0 && g > best) best = g;
-    }
-    free(x);
-    return best;
 }
 
 typedef struct shape {
@@ -90,7 +67,7 @@ int main(int argc, char **argv)
     printf("cpu isa:  %s\n", hp_linalg_cpu_isa(isa, sizeof isa)[0] ? isa : "(no avx2)");
     printf("OpenBLAS: %s, core %s, %d threads\n", openblas_get_config(), openblas_get_corename(),
            openblas_get_num_threads());
-    double bw = read_gbps((size_t)(mib * 2 * 1048576.0), reps);
+    double bw = hp_moe_ref_read_gbps((size_t)(mib * 2 * 1048576.0), reps); /* the library's read sweep */
     printf("read-only sweep over %.0f MiB: %.1f GB/s\n", mib * 2, bw);
     printf("weights: stacks of %.0f MiB per set (swept once per timing), best of %d sweeps\n\n", mib, reps);
     printf("%-5s %-11s %5s %10s %10s %7s %9s %6s  %s\n", "W", "N x K", "M", "layer", "OpenBLAS", "ratio",
