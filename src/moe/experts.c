@@ -41,19 +41,19 @@ static void activate(hp_moe_act act, float lim, float alpha, float *g, int64_t m
     }
 }
 
-/* One pass: groups ws->groups[0..n_g) hold each piece's matrix, row count and first row (in a, as a row index
- * into rows/out; c, as a row index into act). Runs gate/up, the activation, then down. */
+/* One pass: groups ws->groups[0..n_g) hold each piece's matrix and row count, row0[i] piece i's first row in
+ * rows/out. The pieces lie one after another in act. Runs gate/up, the activation, then down. */
 static hp_status run_pass(const hp_moe_layer *l, hp_moe_ws *ws, const float *rows, float *out, int64_t n_g,
-                          int64_t pass_rows, const int64_t *row0, hp_err *err)
+                          const int64_t *row0, hp_err *err)
 {
-    int64_t H = l->n_hidden, di = l->d_expert;
+    int64_t H = l->n_hidden, di = l->d_expert, pass_rows = 0;
     hp_linear_group *g = ws->groups;
     for (int64_t i = 0; i < n_g; i++) {
-        int64_t act0 = g[i].ldc; /* stashed by the caller: the piece's first row in act */
         g[i].a = rows + row0[i] * H;
         g[i].lda = H;
-        g[i].c = ws->act + act0 * 2 * di;
+        g[i].c = ws->act + pass_rows * 2 * di;
         g[i].ldc = 2 * di;
+        pass_rows += g[i].m;
     }
     hp_status st = hp_linear_forward_grouped(ws->lin_gate_up, g, n_g, false, err);
     if (st != HP_OK) return st;
@@ -81,19 +81,19 @@ hp_status hp_moe_experts_forward(const hp_moe_layer *l, hp_moe_ws *ws, const flo
     for (int64_t e = 0; e < n && st == HP_OK; e++) {
         for (int64_t done = 0; done < counts[e] && st == HP_OK;) {
             if (pass_rows == cap || n_g == n) {
-                st = run_pass(l, ws, rows, out, n_g, pass_rows, row0, err);
+                st = run_pass(l, ws, rows, out, n_g, row0, err);
                 n_g = pass_rows = 0;
                 if (st != HP_OK) break;
             }
             int64_t m = counts[e] - done < cap - pass_rows ? counts[e] - done : cap - pass_rows;
-            ws->groups[n_g] = (hp_linear_group){.mat = e, .m = m, .ldc = pass_rows};
+            ws->groups[n_g] = (hp_linear_group){.mat = e, .m = m};
             row0[n_g] = ws->offsets[e] + done;
             n_g++;
             pass_rows += m;
             done += m;
         }
     }
-    if (st == HP_OK && n_g) st = run_pass(l, ws, rows, out, n_g, pass_rows, row0, err);
+    if (st == HP_OK && n_g) st = run_pass(l, ws, rows, out, n_g, row0, err);
     return st;
 }
 
