@@ -23,6 +23,7 @@ static const command g_commands[] = {
     {"shard", cmd_shard, "write per-rank safetensors files for a mesh (from a plan)"},
     {"merge", cmd_merge, "rebuild the original checkpoint from a shard folder"},
     {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
+    {"run", cmd_run, "run the whole forward pass across MPI ranks as the plan says"},
     {"bench", cmd_bench, "benchmarks: bench moe (one MoE layer at real shapes vs sgemm / memcpy)"},
 };
 

@@ -64,6 +64,11 @@ hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_
 /* Root receives every rank's block (rcounts/rdispls in bytes, meaningful at root only). Collective: the
  * ranks first check every rank's `bytes` against the root's rcounts, and a mismatch fails every rank with
  * HP_ERR_INPUT naming the rank (never a short or overrun receive). */
+/* f32 in place over every rank of c (sum or max). */
+hp_status hp_comm_allreduce_sum_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
+hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
+/* send holds size(c) blocks of n floats; rank r receives the sum over ranks of block r into recv [n]. */
+hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err);
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err);
 

@@ -130,6 +130,10 @@ void hp_linalg_dgemm_nt(int64_t m, int64_t n, int64_t k, const double *a, int64_
                         double *c, int64_t ldc);
 /* Sets OpenBLAS's threads (n <= 0: leave as is); returns the count in effect. */
 int hp_linalg_blas_threads(int n);
+/* C = alpha·A·B + beta·C (trans_b: A·Bᵀ), f32 row-major with leading dimensions: attention's Q·Kᵀ and P·V,
+ * products of two activations (no weight to pre-pack, so plain BLAS). */
+void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

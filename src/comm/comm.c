@@ -71,6 +71,19 @@ static hp_status self_allreduce(const hp_comm *c, double *buf, size_t n, hp_red_
     return HP_OK;
 }
 
+static hp_status self_allreduce_f32(const hp_comm *c, float *buf, size_t n, hp_red_op op, hp_err *err)
+{
+    (void)c, (void)buf, (void)n, (void)op, (void)err;
+    return HP_OK;
+}
+
+static hp_status self_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
+{
+    (void)c, (void)err;
+    if (n && send != recv) memmove(recv, send, n * sizeof *recv);
+    return HP_OK;
+}
+
 static hp_status self_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                               const size_t *rd, int root, hp_err *err)
 {
@@ -82,7 +95,8 @@ static hp_status self_gatherv(const hp_comm *c, const void *send, size_t bytes, 
 static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
-                                       self_ialltoallv, self_wait, self_test, self_allreduce, self_gatherv,
+                                       self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
+                                       self_reduce_scatter_f32, self_gatherv,
                                        self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
@@ -204,6 +218,21 @@ hp_status hp_comm_allreduce_sum_f64(const hp_comm *c, double *buf, size_t n, hp_
 hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_err *err)
 {
     return c->ops->allreduce_f64(c, buf, n, HP_RED_MAX, err);
+}
+
+hp_status hp_comm_allreduce_sum_f32(const hp_comm *c, float *buf, size_t n, hp_err *err)
+{
+    return c->ops->allreduce_f32(c, buf, n, HP_RED_SUM, err);
+}
+
+hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_err *err)
+{
+    return c->ops->allreduce_f32(c, buf, n, HP_RED_MAX, err);
+}
+
+hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
+{
+    return c->ops->reduce_scatter_f32(c, send, recv, n, err);
 }
 
 /* Every rank's byte count is checked against the root's rcounts before any data moves (an allgather of the

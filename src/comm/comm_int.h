@@ -20,6 +20,8 @@ typedef struct hp_comm_ops {
     hp_status (*wait)(hp_comm_req *req, hp_err *err);
     hp_status (*test)(hp_comm_req *req, bool *done, hp_err *err);
     hp_status (*allreduce_f64)(const hp_comm *c, double *buf, size_t n, hp_red_op op, hp_err *err);
+    hp_status (*allreduce_f32)(const hp_comm *c, float *buf, size_t n, hp_red_op op, hp_err *err);
+    hp_status (*reduce_scatter_f32)(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err);
     hp_status (*gatherv)(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                          const size_t *rd, int root, hp_err *err);
     void (*free)(hp_comm *c);

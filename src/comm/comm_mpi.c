@@ -185,6 +185,20 @@ static hp_status mpi_allreduce(const hp_comm *c, double *buf, size_t n, hp_red_o
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Allreduce");
 }
 
+static hp_status mpi_allreduce_f32(const hp_comm *c, float *buf, size_t n, hp_red_op op, hp_err *err)
+{
+    if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "allreduce of %zu values is too large", n);
+    int code = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op == HP_RED_SUM ? MPI_SUM : MPI_MAX, mc(c));
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Allreduce");
+}
+
+static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
+{
+    if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "reduce-scatter of %zu values is too large", n);
+    int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
+}
+
 /* Root receives each rank's block with point-to-point messages (sizes beyond int are split). */
 static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                              const size_t *rd, int root, hp_err *err)
@@ -213,7 +227,8 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
 }
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
-                                      mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_gatherv, mpi_free};
+                                      mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
+                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {

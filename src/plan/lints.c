@@ -416,14 +416,15 @@ static hp_status divisibility(hp_plan *p, hp_err *err)
                     return hp_err_set(err, HP_ERR_INPUT, "param '%s': Shard dim %d is out of range for a %d-d tensor",
                                       full_name(b, b->params[k].rel, full, sizeof full), pl.dim, ndim);
                 int64_t parts = pl.kind == HP_PL_S2 ? 2 * size : size;
-                if (shape[dim] % parts != 0)
+                if (shape[dim] % parts != 0) {
+                    full_name(b, b->params[k].rel, full, sizeof full); /* before role_of reads it */
                     return hp_err_set(err, HP_ERR_INPUT,
                                       "param '%s' (role %s): dim %d of size %lld is not divisible by %s size %lld%s; "
                                       "check the parameter's classification or choose a mesh that divides it",
-                                      full_name(b, b->params[k].rel, full, sizeof full),
-                                      hp_role_name(role_of(p, full)),
+                                      full, hp_role_name(role_of(p, full)),
                                       dim, (long long)shape[dim], hp_axis_name((hp_axis)a), (long long)size,
                                       pl.kind == HP_PL_S2 ? " (x2, packed halves)" : "");
+                }
             }
         }
     }

@@ -1,0 +1,94 @@
+/*
+ * hyperpar/run.h — the runtime: a model's forward pass across MPI ranks, executed as its plan says.
+ *
+ *   hp_runner_create(world, model, plan)   each rank loads only its slices of the weights
+ *   hp_runner_forward(ids [B,S])           logits (gathered on rank 0) and the loss (every rank)
+ *
+ * The mesh is the plan's: world = dp·cp·tp (rank = row-major over the mesh dims, tp fastest, as
+ * `hyperpar shard` numbers its rank files). Every rank calls every function with the same arguments; a
+ * failure on any rank fails all of them with its message (nothing hangs). Design: docs/run.md.
+ */
+#ifndef HYPERPAR_RUN_H
+#define HYPERPAR_RUN_H
+
+#include "hyperpar/comm.h"
+#include "hyperpar/linalg.h"
+#include "hyperpar/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hp_runner hp_runner;
+
+/* Collective kinds the runtime counts (bytes each rank sends into them). */
+typedef enum hp_run_coll {
+    HP_RUN_ALL_GATHER = 0,
+    HP_RUN_ALL_REDUCE,
+    HP_RUN_REDUCE_SCATTER,
+    HP_RUN_GATHER,   /* the logits (and validate's tensors) to rank 0 */
+    HP_RUN_COLL_COUNT
+} hp_run_coll;
+
+const char *hp_run_coll_name(hp_run_coll k); /* "all-gather", ... */
+
+/* Called on rank 0 after a boundary's exit (validate mode): `what` is "<fqn>" or "<fqn>:in" (its input after
+ * the entry redistribution); `t` is the whole tensor [B, S, X] of the batch, reassembled from every rank. */
+typedef void (*hp_run_record_fn)(void *ctx, const char *what, const char *collective, const float *t, int64_t B,
+                                 int64_t S, int64_t X);
+
+typedef struct hp_run_opts {
+    const char *shards;      /* a `hyperpar shard` folder of the same model and mesh, or NULL: slice the checkpoint */
+    hp_linalg_mode compute;  /* HP_LINALG_EXACT (default) or HP_LINALG_BF16 */
+    hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
+    void *record_ctx;
+} hp_run_opts;
+
+typedef struct hp_run_stats {
+    double seconds;                      /* the last forward, wall time */
+    double compute_s, comm_s;            /* its split (communication = time inside collectives) */
+    uint64_t bytes[HP_RUN_COLL_COUNT];   /* bytes this rank sent into each kind, last forward */
+    uint64_t calls[HP_RUN_COLL_COUNT];
+    uint64_t resident_bytes;             /* weight bytes this rank holds */
+    uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
+    int64_t tokens;                      /* B·S of the last forward (the whole batch) */
+} hp_run_stats;
+
+typedef struct hp_run_output {
+    float *logits;  /* rank 0: [B, S, V] (malloc'd, the caller frees); NULL elsewhere */
+    int64_t B, S, V;
+    double loss;    /* every rank: mean next-token cross-entropy over B·(S−1) positions */
+} hp_run_output;
+
+/* The plan must be for m (hp_plan_derive or hp_shard_read_plan) with world = the size of `world`. */
+hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model *m, const hp_plan *p,
+                           const hp_run_opts *o, hp_err *err);
+void hp_runner_free(hp_runner *r);
+
+/* ids [B, S] row-major, the same on every rank. Ids outside [0, V) are HP_ERR_INPUT naming row and position. */
+hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err);
+
+const hp_run_stats *hp_runner_stats(const hp_runner *r);
+/* "dp=1,cp=1,tp=2 rank 1 (dp 0, cp 0, tp 1)" */
+const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap);
+
+/* ---- the one tolerance check (run --compare, validate, the tests) ---- */
+typedef struct hp_tol {
+    bool ok;
+    double max_diff;  /* max |got − ref| (NaN/inf anywhere: infinity) */
+    double max_ref;   /* max |ref| */
+    double tol;       /* rtol · max|ref| */
+    int64_t worst;    /* flat index of the largest difference */
+    int n_dims;
+    int64_t shape[HP_MAX_DIMS];
+} hp_tol;
+
+/* max|got − ref| ≤ rtol·max|ref| over n = prod(shape) values; worst coordinates in the result. */
+bool hp_tol_check(const float *got, const float *ref, int n_dims, const int64_t *shape, double rtol, hp_tol *out);
+/* "max diff 3.1e-07 at [1, 4, 17] (tolerance 1.2e-04 = 1e-04 x max|ref| 1.2): OK" */
+const char *hp_tol_str(const hp_tol *t, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

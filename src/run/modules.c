@@ -1,0 +1,104 @@
+/*
+ * modules.c — the module computations on local tensors: RMSNorm, rotary embedding, causal (windowed) GQA
+ * attention over the keys a rank holds, SwiGLU, and the cross-entropy of local logits.
+ *
+ * Semantics are transformers' (shared/spec/transformers_forward.md): RMSNorm w·(x·rsqrt(mean(x²)+eps)); rotary
+ * rotate_half over the first `rot` channels of each head; eager attention softmax(q·kᵀ·hd^-½ + mask)·v with kv
+ * head j serving query heads j·rep .. (j+1)·rep-1; a window W keeps keys j > q − W; silu(g)·u.
+ * Reductions that decide the output's accuracy (norm means, softmax sums) run in double.
+ */
+#include "run/modules.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double eps, float *out)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * H;
+        double ss = 0;
+        for (int64_t i = 0; i < H; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)H + eps));
+        float *o = out + r * H;
+        for (int64_t i = 0; i < H; i++) o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+void hp__rope_apply(float *x, int64_t tokens, int64_t heads, int64_t hd, int64_t rot, const float *cos_t,
+                    const float *sin_t)
+{
+    int64_t half = rot / 2;
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = x + (t * heads + h) * hd;
+            for (int64_t i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+hp_status hp__attention(const hp__attn_args *a, hp_err *err)
+{
+    int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
+    float *sc = hp_calloc((size_t)(Sq * Sk) + 1, sizeof *sc);
+    if (!sc) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention scores [%lld, %lld]", (long long)Sq,
+                               (long long)Sk);
+    float scale = (float)(1.0 / sqrt((double)hd));
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *q = a->q + (b * Sq * nh + h) * hd;
+            const float *k = a->k + (b * Sk * nkv + h / rep) * hd;
+            const float *v = a->v + (b * Sk * nkv + h / rep) * hd;
+            float *o = a->out + (b * Sq * nh + h) * hd;
+            hp_linalg_sgemm(true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, sc, Sk);
+            for (int64_t i = 0; i < Sq; i++) {
+                int64_t qp = a->q_pos0 + i;
+                float *row = sc + i * Sk;
+                float mx = -INFINITY;
+                for (int64_t j = 0; j < Sk; j++) {
+                    int64_t kp = a->k_pos0 + j;
+                    bool ok = kp <= qp && (a->window <= 0 || kp > qp - a->window);
+                    if (!ok) row[j] = -INFINITY;
+                    else if (row[j] > mx) mx = row[j];
+                }
+                double sum = 0;
+                for (int64_t j = 0; j < Sk; j++) {
+                    float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+                    row[j] = e;
+                    sum += e;
+                }
+                float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+                for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
+            }
+            hp_linalg_sgemm(false, Sq, hd, Sk, 1.0f, sc, Sk, v, nkv * hd, 0.0f, o, nh * hd);
+        }
+    free(sc);
+    return HP_OK;
+}
+
+void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,
+                int64_t ldo)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            float x = g[r * ldg + i];
+            out[r * ldo + i] = x / (1.0f + expf(-x)) * u[r * ldu + i];
+        }
+}
+
+void hp__row_max_sumexp(const float *z, int64_t n, float mx_in, bool use_mx, float *mx, double *sumexp)
+{
+    float m = -INFINITY;
+    if (use_mx) m = mx_in;
+    else
+        for (int64_t i = 0; i < n; i++) m = z[i] > m ? z[i] : m;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += exp((double)z[i] - (double)m);
+    *mx = m;
+    *sumexp = s;
+}

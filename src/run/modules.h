@@ -1,0 +1,37 @@
+/*
+ * modules.h — internal to src/run: the module computations on local tensors (modules.c).
+ */
+#ifndef HP_RUN_MODULES_H
+#define HP_RUN_MODULES_H
+
+#include "hyperpar/core.h"
+#include "hyperpar/linalg.h"
+
+/* out [rows, H] = w · (x · rsqrt(mean(x²) + eps)); out may be x. */
+void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double eps, float *out);
+
+/* In place on x [tokens, heads, hd]: rotate_half rotary on the first rot channels; cos/sin [tokens, rot/2]. */
+void hp__rope_apply(float *x, int64_t tokens, int64_t heads, int64_t hd, int64_t rot, const float *cos_t,
+                    const float *sin_t);
+
+typedef struct hp__attn_args {
+    int64_t B, sq, sk;      /* batch rows, query tokens, key tokens (per row) */
+    int64_t nh, nkv, hd;    /* local query heads, local kv heads, head dim */
+    const float *q;         /* [B, sq, nh, hd] (after rope) */
+    const float *k, *v;     /* [B, sk, nkv, hd] */
+    int64_t q_pos0, k_pos0; /* global positions of the first query and the first key */
+    int64_t window;         /* keys j > q − window; 0 = none */
+    float *out;             /* [B, sq, nh, hd] */
+} hp__attn_args;
+
+/* Causal softmax attention (eager semantics), scaling hd^-½. */
+hp_status hp__attention(const hp__attn_args *a, hp_err *err);
+
+/* out[r, i] = silu(g[r, i]) · u[r, i] for i < n. */
+void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,
+                int64_t ldo);
+
+/* Max (or mx_in when use_mx) and Σ exp(z − max) of z [n]. */
+void hp__row_max_sumexp(const float *z, int64_t n, float mx_in, bool use_mx, float *mx, double *sumexp);
+
+#endif

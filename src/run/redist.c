@@ -1,0 +1,400 @@
+/*
+ * redist.c — activations and their layouts, and the lowering of layout transitions to collectives.
+ *
+ * An activation is the local block of a global [B, S, X] tensor (B = this dp replica's rows). Its layout has a
+ * placement per axis (tp, cp). The block a rank holds along dim d: cp's block of the dim if cp shards it, then
+ * tp's block of that if tp shards it (nested cp-major, spec §9.6). Transitions (docs/run.md, lowering table):
+ *
+ *   S(d) -> R     all-gather along d (blocks padded to the largest; uneven splits work)
+ *   P    -> R     all-reduce
+ *   P    -> S(d)  reduce-scatter along d (even blocks: one MPI_Reduce_scatter_block; else all-reduce + slice)
+ *   R    -> S(d)  local slice
+ *
+ * Everything else is refused with the transition named. A cp transition of a dim tp also shards would break
+ * the nesting (the result would be tp-major) and is refused too.
+ */
+#include "run/run_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const k_axis[HP__NAX] = {"tp", "cp"};
+
+const char *hp_run_coll_name(hp_run_coll k)
+{
+    static const char *const n[HP_RUN_COLL_COUNT] = {"all-gather", "all-reduce", "reduce-scatter", "gather"};
+    return (unsigned)k < HP_RUN_COLL_COUNT ? n[k] : "?";
+}
+
+const char *hp__lay_str(const hp__lay *l, char *buf, size_t cap)
+{
+    char a[16], b[16];
+    snprintf(buf, cap, "{tp: %s, cp: %s}", hp_placement_str(l->ax[HP__TP], a, sizeof a),
+             hp_placement_str(l->ax[HP__CP], b, sizeof b));
+    return buf;
+}
+
+bool hp__lay_eq(const hp__lay *a, const hp__lay *b)
+{
+    for (int i = 0; i < HP__NAX; i++)
+        if (!hp_placement_eq(a->ax[i], b->ax[i])) return false;
+    return true;
+}
+
+static hp_placement norm_pl(hp_placement p)
+{
+    if (p.kind == HP_PL_ABSENT) return hp_pl_r();
+    if ((p.kind == HP_PL_S || p.kind == HP_PL_S2) && p.dim < 0) p.dim = (int8_t)(p.dim + 3);
+    return p;
+}
+
+hp__lay hp__lay_from(const hp_nplace *pl)
+{
+    hp__lay l;
+    l.ax[HP__TP] = norm_pl(pl->ax[HP_AXIS_TP]);
+    l.ax[HP__CP] = norm_pl(pl->ax[HP_AXIS_CP]);
+    return l;
+}
+
+static bool shards(hp_placement p, int d)
+{
+    return p.kind == HP_PL_S && p.dim == d;
+}
+
+void hp__lay_range(const hp__ctx *x, const hp__lay *lay, const int64_t g[3], int d, int64_t tp_i, int64_t cp_i,
+                   int64_t *lo, int64_t *n)
+{
+    int64_t a = 0, L = g[d];
+    if (shards(lay->ax[HP__CP], d)) {
+        int64_t b0 = hp__blk_lo(L, x->ax[HP__CP].n, cp_i), b1 = hp__blk_lo(L, x->ax[HP__CP].n, cp_i + 1);
+        a += b0;
+        L = b1 - b0;
+    }
+    if (shards(lay->ax[HP__TP], d)) {
+        int64_t b0 = hp__blk_lo(L, x->ax[HP__TP].n, tp_i), b1 = hp__blk_lo(L, x->ax[HP__TP].n, tp_i + 1);
+        a += b0;
+        L = b1 - b0;
+    }
+    *lo = a;
+    *n = L;
+}
+
+void hp__act_shape(const hp__ctx *x, hp__act *a)
+{
+    for (int d = 0; d < 3; d++) hp__lay_range(x, &a->lay, a->g, d, x->ax[HP__TP].r, x->ax[HP__CP].r, &a->lo[d], &a->n[d]);
+}
+
+int64_t hp__act_count(const hp__act *a)
+{
+    return a->n[0] * a->n[1] * a->n[2];
+}
+
+static hp_status reserve(hp__act *a, size_t n, hp_err *err)
+{
+    if (n <= a->cap) return HP_OK;
+    float *p = realloc(a->d, n * sizeof *p);
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for an activation of %zu floats", n);
+    a->d = p;
+    a->cap = n;
+    return HP_OK;
+}
+
+hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err)
+{
+    a->g[0] = B, a->g[1] = S, a->g[2] = X;
+    a->lay = lay;
+    hp__act_shape(x, a);
+    size_t n = (size_t)hp__act_count(a);
+    return reserve(a, n ? n : 1, err);
+}
+
+void hp__act_free(hp__act *a)
+{
+    free(a->d);
+    memset(a, 0, sizeof *a);
+}
+
+/* ---- timed collectives ---- */
+
+static void count(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0)
+{
+    x->st.comm_s += hp_comm_wtime() - t0;
+    x->st.bytes[k] += bytes;
+    x->st.calls[k]++;
+}
+
+hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err)
+{
+    double t0 = hp_comm_wtime();
+    hp_status st = hp_comm_allreduce_sum_f32(c, buf, n, err);
+    count(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0);
+    return st;
+}
+
+hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err)
+{
+    double t0 = hp_comm_wtime();
+    hp_status st = hp_comm_allreduce_max_f32(c, buf, n, err);
+    count(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0);
+    return st;
+}
+
+/* ---- block copies along one dim of a local [n0, n1, n2] block ---- */
+
+typedef struct geom {
+    int64_t outer, len, inner; /* dims before d, dim d, dims after d */
+} geom;
+
+static geom geom_of(const int64_t n[3], int d)
+{
+    geom g = {1, n[d], 1};
+    for (int i = 0; i < d; i++) g.outer *= n[i];
+    for (int i = d + 1; i < 3; i++) g.inner *= n[i];
+    return g;
+}
+
+/* dst [outer, cnt, inner] <- src rows [off, off+cnt) of [outer, len, inner]. */
+static void take(float *dst, const float *src, geom g, int64_t off, int64_t cnt)
+{
+    if (cnt <= 0) return;
+    for (int64_t o = 0; o < g.outer; o++)
+        memcpy(dst + o * cnt * g.inner, src + (o * g.len + off) * g.inner, (size_t)(cnt * g.inner) * sizeof *dst);
+}
+
+/* dst rows [off, off+cnt) of [outer, len, inner] <- src [outer, cnt, inner]. */
+static void put(float *dst, const float *src, geom g, int64_t off, int64_t cnt)
+{
+    if (cnt <= 0) return;
+    for (int64_t o = 0; o < g.outer; o++)
+        memcpy(dst + (o * g.len + off) * g.inner, src + o * cnt * g.inner, (size_t)(cnt * g.inner) * sizeof *dst);
+}
+
+/* The blocks of the group members along dim d after the transition (to = the new layout on that axis): member
+ * i holds [lo[i], lo[i] + n[i]) of the range the rank holds before, relative to its start. */
+static void member_blocks(const hp__ctx *x, const hp__act *a, int ax, const hp__lay *sharded, int d, int64_t *lo,
+                          int64_t *n)
+{
+    int64_t self_lo, self_n; /* the all-gather subtracts member 0's start instead (its range is the result's) */
+    hp__lay_range(x, &a->lay, a->g, d, x->ax[HP__TP].r, x->ax[HP__CP].r, &self_lo, &self_n);
+    for (int64_t i = 0; i < x->ax[ax].n; i++) {
+        int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r;
+        hp__lay_range(x, sharded, a->g, d, t, c, &lo[i], &n[i]);
+        lo[i] -= self_lo;
+    }
+    (void)self_n;
+}
+
+static hp_status refuse(const hp__ctx *x, const hp__act *a, const hp__lay *to, int ax, const char *what,
+                        const char *why, hp_err *err)
+{
+    char s1[64], s2[64];
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "%s: the transition %s -> %s on the %s axis is not one the runtime lowers (%s); change the "
+                      "boundary's contract with an override (docs/overrides.md) so that each transition is "
+                      "S(d)->R, P->R, P->S(d), R->S(d) or none",
+                      what, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
+}
+
+/* One axis: a's placement on ax becomes `dst`. */
+static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, const char *what, const char **coll,
+                          hp_err *err)
+{
+    hp_placement src = a->lay.ax[ax];
+    if (hp_placement_eq(src, dst)) return HP_OK;
+    hp__lay to = a->lay;
+    to.ax[ax] = dst;
+    int other = ax == HP__TP ? HP__CP : HP__TP;
+    const hp__grp *gr = &x->ax[ax];
+    bool s_src = src.kind == HP_PL_S, s_dst = dst.kind == HP_PL_S;
+    if (src.kind == HP_PL_S2 || dst.kind == HP_PL_S2) return refuse(x, a, &to, ax, what, "a packed placement", err);
+    if ((s_src && src.dim > 2) || (s_dst && dst.dim > 2))
+        return refuse(x, a, &to, ax, what, "an activation has 3 dims", err);
+    int d = s_src ? src.dim : s_dst ? dst.dim : -1;
+    if (ax == HP__CP && d >= 0 && shards(a->lay.ax[other], d))
+        return refuse(x, a, &to, ax, what, "tp shards the same dim; the cp-major nesting would break", err);
+    int64_t *lo = hp_calloc((size_t)gr->n * 2, sizeof *lo);
+    if (!lo) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    int64_t *n = lo + gr->n;
+    hp_status st = HP_OK;
+    hp__act b = {0};
+
+    if (s_src && dst.kind == HP_PL_R) { /* all-gather along d */
+        *coll = "all-gather";
+        member_blocks(x, a, ax, &a->lay, d, lo, n);
+        int64_t mx = 0, base = lo[0];
+        for (int64_t i = 0; i < gr->n; i++) mx = n[i] > mx ? n[i] : mx;
+        geom g = geom_of(a->n, d);
+        size_t blk = (size_t)(g.outer * mx * g.inner);
+        float *send = hp_calloc(blk ? blk : 1, sizeof *send), *recv = hp_calloc(blk * (size_t)gr->n + 1, sizeof *recv);
+        if (!send || !recv) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for an all-gather");
+        if (st == HP_OK) {
+            take(send, a->d, g, 0, a->n[d]);
+            double t0 = hp_comm_wtime();
+            st = hp_comm_allgather(gr->c, send, blk * sizeof *send, recv, err);
+            count(x, HP_RUN_ALL_GATHER, blk * sizeof *send, t0);
+        }
+        if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
+        if (st == HP_OK) {
+            geom gb = geom_of(b.n, d);
+            for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
+        }
+        free(send);
+        free(recv);
+    } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) { /* all-reduce */
+        *coll = "all-reduce";
+        st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
+        if (st == HP_OK) a->lay = to;
+        goto done;
+    } else if (s_dst && (src.kind == HP_PL_P || src.kind == HP_PL_R)) { /* reduce-scatter or slice along d */
+        member_blocks(x, a, ax, &to, d, lo, n);
+        geom g = geom_of(a->n, d);
+        bool even = true;
+        for (int64_t i = 1; i < gr->n; i++) even = even && n[i] == n[0];
+        if ((st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err)) != HP_OK) goto done;
+        int64_t me = gr->r;
+        if (src.kind == HP_PL_R) {
+            *coll = "slice";
+            take(b.d, a->d, g, lo[me], n[me]);
+        } else if (even) {
+            *coll = "reduce-scatter";
+            size_t blk = (size_t)(g.outer * n[0] * g.inner);
+            float *send = hp_calloc(blk * (size_t)gr->n + 1, sizeof *send);
+            if (!send) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for a reduce-scatter");
+            if (st == HP_OK) {
+                for (int64_t i = 0; i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
+                double t0 = hp_comm_wtime();
+                st = hp_comm_reduce_scatter_sum_f32(gr->c, send, b.d, blk, err);
+                count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof *send, t0);
+            }
+            free(send);
+        } else { /* uneven blocks: all-reduce, then keep this rank's block */
+            *coll = "reduce-scatter (all-reduce + slice)";
+            st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
+            if (st == HP_OK) take(b.d, a->d, g, lo[me], n[me]);
+        }
+    } else {
+        st = refuse(x, a, &to, ax, what,
+                    src.kind == HP_PL_S && dst.kind == HP_PL_S ? "a shard-to-shard move is an all-to-all"
+                    : dst.kind == HP_PL_P                      ? "nothing produces a partial sum"
+                                                               : "no collective for it",
+                    err);
+        goto done;
+    }
+    if (st == HP_OK) {
+        float *t = a->d;
+        size_t cap = a->cap;
+        *a = b;
+        b.d = t;
+        b.cap = cap;
+    }
+    hp__act_free(&b);
+done:
+    free(lo);
+    return st;
+}
+
+hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char *what, const char **coll,
+                           hp_err *err)
+{
+    static char label[96];
+    const char *parts[HP__NAX] = {NULL, NULL};
+    hp_status st = HP_OK;
+    /* tp first: it is the inner split, so a cp transition never sees a tp-sharded dim it must not touch
+     * unless the layouts really nest that way (then it is refused). */
+    for (int ax = 0; ax < HP__NAX && st == HP_OK; ax++) st = one_axis(x, a, ax, to->ax[ax], what, &parts[ax], err);
+    if (coll) {
+        if (!parts[0] && !parts[1]) *coll = "identity";
+        else if (parts[0] && parts[1]) {
+            snprintf(label, sizeof label, "%s (tp) + %s (cp)", parts[0], parts[1]);
+            *coll = label;
+        } else *coll = parts[0] ? parts[0] : parts[1];
+    }
+    return st;
+}
+
+/* ---- the whole tensor on rank 0 ---- */
+
+/* Rank r's coordinate on the named mesh axis (row-major over the mesh dims, last fastest). */
+static int64_t coord_of(const hp_mesh *m, int64_t rank, const char *axis)
+{
+    int64_t c = rank;
+    for (int i = m->n_dims - 1; i >= 0; i--) {
+        if (!strcmp(m->names[i], axis)) return c % m->sizes[i];
+        c /= m->sizes[i];
+    }
+    return 0;
+}
+
+int64_t hp__mesh_coord(const hp_mesh *m, int64_t rank, const char *axis)
+{
+    return coord_of(m, rank, axis);
+}
+
+hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
+                          hp_err *err)
+{
+    *out = NULL;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_P)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: a partial sum cannot be gathered (reduce it first)", x->where);
+    const hp_mesh *mesh = x->mesh;
+    int world = hp_comm_size(x->world), me = hp_comm_rank(x->world);
+    /* A rank sends its block when it is the first holder of it: index 0 on every axis that replicates. */
+    bool sender = true;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_R && x->ax[ax].r != 0) sender = false;
+    size_t mine = sender ? (size_t)hp__act_count(a) * sizeof(float) : 0;
+    size_t *rc = NULL, *rd = NULL;
+    float *recv = NULL, *full = NULL;
+    hp_status st = HP_OK;
+    int64_t X = a->g[2], S = a->g[1];
+    if (me == 0) {
+        rc = hp_calloc((size_t)world * 2, sizeof *rc);
+        full = hp_calloc((size_t)(B_all * S * X) + 1, sizeof *full);
+        if (!rc || !full) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gathered tensor");
+        rd = rc ? rc + world : NULL;
+        size_t tot = 0;
+        for (int r = 0; st == HP_OK && r < world; r++) {
+            int64_t t = coord_of(mesh, r, "tp"), c = coord_of(mesh, r, "cp"), dpi = coord_of(mesh, r, "dp");
+            bool snd = true;
+            if (a->lay.ax[HP__TP].kind == HP_PL_R && t) snd = false;
+            if (a->lay.ax[HP__CP].kind == HP_PL_R && c) snd = false;
+            if (coord_of(mesh, r, "ep")) snd = false;
+            int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo, n1, n2, n0;
+            hp__lay_range(x, &a->lay, g, 0, t, c, &lo, &n0);
+            hp__lay_range(x, &a->lay, g, 1, t, c, &lo, &n1);
+            hp__lay_range(x, &a->lay, g, 2, t, c, &lo, &n2);
+            rd[r] = tot;
+            rc[r] = snd ? (size_t)(n0 * n1 * n2) * sizeof(float) : 0;
+            tot += rc[r];
+        }
+        if (st == HP_OK && !(recv = hp_calloc(tot / sizeof(float) + 1, sizeof *recv)))
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gathered tensor");
+    }
+    st = hp_comm_agree(x->world, st, err);
+    if (st == HP_OK) {
+        double t0 = hp_comm_wtime();
+        st = hp_comm_gatherv(x->world, a->d, mine, recv, rc, rd, 0, err);
+        count(x, HP_RUN_GATHER, mine, t0);
+    }
+    if (st == HP_OK && me == 0) {
+        for (int r = 0; r < world; r++) {
+            if (!rc[r]) continue;
+            int64_t t = coord_of(mesh, r, "tp"), c = coord_of(mesh, r, "cp"), dpi = coord_of(mesh, r, "dp");
+            int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo[3], n[3];
+            for (int d = 0; d < 3; d++) hp__lay_range(x, &a->lay, g, d, t, c, &lo[d], &n[d]);
+            const float *src = recv + rd[r] / sizeof(float);
+            for (int64_t b = 0; b < n[0]; b++)
+                for (int64_t s = 0; s < n[1]; s++)
+                    memcpy(full + ((dp_rows[dpi] + lo[0] + b) * S + lo[1] + s) * X + lo[2],
+                           src + (b * n[1] + s) * n[2], (size_t)n[2] * sizeof *full);
+        }
+        *out = full;
+        full = NULL;
+    }
+    free(rc);
+    free(recv);
+    free(full);
+    return st;
+}

@@ -1,0 +1,110 @@
+/*
+ * run_int.h — internal to src/run: activations with their layout, the axis groups and their collectives
+ * (redist.c), the family semantics read from config.json (rcfg.c), local weights (weights.c), the module
+ * computations (modules.c) and the executor (runner.c). Design: docs/run.md.
+ */
+#ifndef HP_RUN_INT_H
+#define HP_RUN_INT_H
+
+#include "hyperpar/run.h"
+#include "hyperpar/shard.h"
+
+/* The mesh axes an activation can be laid out over (dp splits the batch before anything runs). */
+enum { HP__TP = 0, HP__CP = 1, HP__NAX = 2 };
+
+/* An activation's layout: a placement per axis (R, P or S(d) with d in 0..2 of [B, S, X]). */
+typedef struct hp__lay {
+    hp_placement ax[HP__NAX];
+} hp__lay;
+
+/* One axis group: the ranks that differ only in that coordinate. */
+typedef struct hp__grp {
+    hp_comm *c;
+    int64_t n, r; /* size and this rank's index */
+} hp__grp;
+
+/* A local block of a global [B, S, X] f32 tensor. */
+typedef struct hp__act {
+    float *d;
+    size_t cap;    /* floats allocated */
+    int64_t g[3];  /* global dims */
+    hp__lay lay;
+    int64_t lo[3], n[3]; /* the local block (hp__act_shape) */
+} hp__act;
+
+/* Statistics and timers shared by the collectives. */
+typedef struct hp__comm_stats {
+    double comm_s;
+    uint64_t bytes[HP_RUN_COLL_COUNT];
+    uint64_t calls[HP_RUN_COLL_COUNT];
+} hp__comm_stats;
+
+typedef struct hp__ctx {
+    const hp_comm *world;
+    const hp_mesh *mesh;
+    hp__grp ax[HP__NAX];
+    hp_comm *dp_c;
+    int64_t dp, dp_r;
+    hp__comm_stats st;
+    const char *where; /* the boundary being executed, for messages */
+    /* the batch of the forward in progress */
+    int64_t B_all, S_orig, S_pad;
+    int64_t *dp_rows; /* [dp + 1]: replica i holds rows [dp_rows[i], dp_rows[i+1]) */
+} hp__ctx;
+
+/* Block i of n of a length L: [i·L/n, (i+1)·L/n) (as the shard layout cuts weights). */
+static inline int64_t hp__blk_lo(int64_t L, int64_t n, int64_t i)
+{
+    return (int64_t)((__int128)L * i / n);
+}
+
+/* Rank's coordinate on the named mesh axis (0 when the mesh has no such axis). */
+int64_t hp__mesh_coord(const hp_mesh *m, int64_t rank, const char *axis);
+
+const char *hp__lay_str(const hp__lay *l, char *buf, size_t cap); /* "{tp: S(1), cp: S(1)}" */
+bool hp__lay_eq(const hp__lay *a, const hp__lay *b);
+/* The layout a plan's NamedPlacement gives (absent axes are R; S(-1) becomes S(2)). */
+hp__lay hp__lay_from(const hp_nplace *pl);
+
+/* Sets a->lo/n from a->g and a->lay for this rank (nested cp-major when both axes shard one dim). */
+void hp__act_shape(const hp__ctx *x, hp__act *a);
+int64_t hp__act_count(const hp__act *a);
+/* Sizes a for global dims g and layout lay, (re)allocating its buffer; contents undefined. */
+hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err);
+void hp__act_free(hp__act *a);
+/* Global range [lo, lo+n) of dim d held by (tp index, cp index) under layout lay. */
+void hp__lay_range(const hp__ctx *x, const hp__lay *lay, const int64_t g[3], int d, int64_t tp_i, int64_t cp_i,
+                   int64_t *lo, int64_t *n);
+
+/* Converts a from its layout to `to`, by the lowering table of docs/run.md; `what` names the transition for
+ * errors ("entry of model.layers.0.self_attn input hidden_states"). *coll receives the collective's label. */
+hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char *what, const char **coll,
+                           hp_err *err);
+
+/* Timed, counted collectives on an axis group (or the world). */
+hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err);
+hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err);
+/* Gathers an activation to rank 0 of the world as the whole [B_all, S, X] (B_all = sum over dp); rank 0 gets
+ * *out (malloc'd). Partial layouts are refused. Collective over the world. */
+hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
+                          hp_err *err);
+
+/* ---- the family's forward semantics from config.json (rcfg.c) ---- */
+typedef enum { HP__ROPE_DEFAULT, HP__ROPE_LINEAR, HP__ROPE_LLAMA3 } hp__rope_type;
+
+typedef struct hp__rcfg {
+    int64_t H, L, nh, nkv, hd, V, I;
+    double eps;
+    hp__rope_type rope;
+    double theta, factor, low, high, partial, attn_scale;
+    int64_t orig_max;
+    int64_t rot;     /* rotary channels per head (hd · partial_rotary_factor, even) */
+    int64_t *window; /* [L]: sliding window W (keys j > q - W), 0 = none */
+} hp__rcfg;
+
+hp_status hp__rcfg_read(const hp_model *m, const char *config_path, hp__rcfg *c, hp_err *err);
+void hp__rcfg_free(hp__rcfg *c);
+/* cos/sin [n, rot/2] for positions pos0..pos0+n-1 (f32 as transformers computes them, times attn_scale). */
+hp_status hp__rope_table(const hp__rcfg *c, int64_t pos0, int64_t n, float **cos_out, float **sin_out, hp_err *err);
+
+#endif

@@ -1,0 +1,932 @@
+/*
+ * runner.c — the executor: the decoder's forward graph, each module run through its boundary's contract.
+ *
+ *   embed → for each layer: input_layernorm → self_attn → (+ residual) → post_attention_layernorm → mlp →
+ *   (+ residual) → norm → lm_head → loss
+ *
+ * For every module call (docs/run.md): the incoming layout must equal in_src; entry redistribution to in_dst;
+ * the computation on local tensors, whose result layout follows from the weights' placements and must equal
+ * out_src; exit redistribution to out_dst; deferred biases. Nothing about the family decides a collective:
+ * an override that changes a contract changes what runs.
+ */
+#include "run/modules.h"
+#include "run/run_int.h"
+#include "run/weights.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A boundary's single-input, single-output contract as layouts. */
+typedef struct contract {
+    const char *fqn;
+    bool has_in, has_out;
+    hp__lay in_src, in_dst, out_src, out_dst;
+} contract;
+
+typedef struct attn_w {
+    contract c;
+    hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn;
+    hp_linear *q, *k, *v, *o;
+    int64_t nh, nkv; /* local heads */
+    bool split;      /* tp shards the heads */
+    bool bo_deferred;
+} attn_w;
+
+typedef struct mlp_w {
+    contract c;
+    hp__w wg, wu, wgu, wd, bg, bu, bgu, bd;
+    hp_linear *gate, *up, *gate_up, *down;
+    int64_t I; /* local width */
+    bool split;
+    bool bd_deferred;
+} mlp_w;
+
+typedef struct norm_w {
+    contract c;
+    bool planned; /* has a boundary; else it runs on whatever layout arrives */
+    hp__w w;
+} norm_w;
+
+typedef struct layer_w {
+    norm_w in, post;
+    attn_w at;
+    mlp_w mlp;
+} layer_w;
+
+struct hp_runner {
+    hp__ctx x;
+    const hp_model *m;
+    const hp_plan *p;
+    hp_run_opts o;
+    hp__rcfg cfg;
+    hp_linalg *la;
+    hp_shard_layout *layout;
+    hp_shard_rank_file *rf;
+    hp__wsrc ws;
+    contract c_embed;
+    hp__w embed;
+    bool embed_split;
+    layer_w *layers;
+    norm_w fnorm;
+    contract c_head;
+    hp__w head_w; /* unused when tied (the embedding's slice is the head) */
+    bool tied, head_split;
+    hp_linear *head;
+    hp_run_stats stats;
+    float *rope_cos, *rope_sin; /* the last rotary table and its positions */
+    int64_t rope_pos0, rope_n;
+    char desc[160];
+};
+
+/* ---- contracts ---- */
+
+static const hp_io_entry *io_entry(const hp_io_map *m)
+{
+    return !m->is_null && m->n > 0 ? &m->e[0] : NULL;
+}
+
+static contract contract_of(const hp_boundary *b)
+{
+    contract c = {.fqn = b->fqn};
+    const hp_io_entry *is = io_entry(&b->in_src), *id = io_entry(&b->in_dst);
+    hp_nplace none = {0};
+    if (is || id) {
+        c.has_in = true;
+        c.in_src = hp__lay_from(is ? &is->pl : &none);
+        c.in_dst = hp__lay_from(id ? &id->pl : &none);
+    }
+    const hp_io_entry *os = io_entry(&b->out_src), *od = io_entry(&b->out_dst);
+    if (os && od) {
+        c.has_out = true;
+        c.out_src = hp__lay_from(&os->pl);
+        c.out_dst = hp__lay_from(&od->pl);
+    } else if (os) { /* no exit communication, but the computed layout is still declared */
+        c.has_out = true;
+        c.out_src = c.out_dst = hp__lay_from(&os->pl);
+    }
+    return c;
+}
+
+static bool deferred(const hp_boundary *b, const char *rel)
+{
+    for (int i = 0; i < b->n_deferred; i++)
+        if (!strcmp(b->deferred_biases[i], rel)) return true;
+    return false;
+}
+
+static hp_status enter(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
+{
+    r->x.where = c->fqn;
+    if (!c->has_in) return HP_OK;
+    if (!hp__lay_eq(&a->lay, &c->in_src)) {
+        char s1[64], s2[64];
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
+                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
+                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->in_src, s2, sizeof s2));
+    }
+    char what[200];
+    snprintf(what, sizeof what, "boundary %s (entry)", c->fqn);
+    const char *coll;
+    return hp__redistribute(&r->x, a, &c->in_dst, what, &coll, err);
+}
+
+static hp_status leave(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
+{
+    if (!c->has_out) return HP_OK;
+    if (!hp__lay_eq(&a->lay, &c->out_src)) {
+        char s1[64], s2[64];
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
+                          "out_src says %s; make the override of its params and out_src agree",
+                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->out_src, s2, sizeof s2));
+    }
+    char what[200];
+    snprintf(what, sizeof what, "boundary %s (exit)", c->fqn);
+    const char *coll;
+    return hp__redistribute(&r->x, a, &c->out_dst, what, &coll, err);
+}
+
+static hp_status need_layout(const hp_runner *r, const contract *c, const hp__act *a, bool seq_ok, hp_err *err)
+{
+    char s[64];
+    for (int ax = 0; ax < HP__NAX; ax++) {
+        hp_placement p = a->lay.ax[ax];
+        bool bad = p.kind == HP_PL_P || p.kind == HP_PL_S2 || (p.kind == HP_PL_S && p.dim == 2) ||
+                   (p.kind == HP_PL_S && p.dim == 1 && !seq_ok && ax == HP__TP) || (p.kind == HP_PL_S && p.dim == 0 && ax == HP__TP);
+        if (bad)
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary %s: its computation cannot run on an input laid out %s (%s axis); its "
+                              "in_dst must keep whole rows%s",
+                              c->fqn, hp__lay_str(&a->lay, s, sizeof s), ax == HP__TP ? "tp" : "cp",
+                              seq_ok ? "" : " and the whole sequence on tp");
+    }
+    (void)r;
+    return HP_OK;
+}
+
+/* Adds bias[lo2 + i] to every row; on an axis where a is a partial sum only index 0 adds it. */
+static void add_bias(const hp_runner *r, hp__act *a, const hp__w *b)
+{
+    if (!b->present) return;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_P && r->x.ax[ax].r != 0) return;
+    const float *bv = b->d;
+    int64_t rows = a->n[0] * a->n[1], X = a->n[2], lo = a->lo[2];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < X; j++) a->d[i * X + j] += bv[lo + j];
+}
+
+static hp_status record(hp_runner *r, const char *what, const char *coll, const hp__act *a, hp_err *err)
+{
+    if (!r->o.record) return HP_OK;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
+    float *full = NULL;
+    hp_status st = hp__gather_full(&r->x, a, r->x.B_all, r->x.dp_rows, &full, err);
+    if (st == HP_OK && full) r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, r->x.S_orig, a->g[2]);
+    free(full);
+    return st;
+}
+
+/* ---- loading ---- */
+
+static hp_status linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err)
+{
+    hp_linear_desc d = {.n_out = w->shape[0], .n_in = w->shape[1], .n_mats = 1, .dtype = w->dt, .w = w->d,
+                        .bias = bias && bias->present ? bias->d : NULL, .mode = r->o.compute};
+    return hp_linear_init(out, r->la, &d, err);
+}
+
+/* The weight's tp placement: 'R' (whole), '0' (S(0)), '1' (S(1)), '2' (packed S(0)x2); tp = 1 holds all whole. */
+static char tp_kind(const hp_runner *r, const hp__w *w)
+{
+    hp_placement p = w->pl.ax[HP_AXIS_TP];
+    if (r->x.ax[HP__TP].n == 1 || p.kind == HP_PL_ABSENT || p.kind == HP_PL_R) return 'R';
+    int d = p.dim < 0 ? p.dim + w->n_dims : p.dim;
+    if (p.kind == HP_PL_S2) return d == 0 ? '2' : '?';
+    if (p.kind == HP_PL_S) return d == 0 ? '0' : d == 1 ? '1' : '?';
+    return '?';
+}
+
+static hp_status pattern_error(const char *fqn, const char *what, hp_err *err)
+{
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "boundary %s: the runtime computes it column-parallel into row-parallel (%s) or fully "
+                      "replicated; its params' tp placements are neither (change the override)",
+                      fqn, what);
+}
+
+typedef struct loader {
+    hp_runner *r;
+    char name[256];
+    hp_err *err;
+} loader;
+
+static hp_status load(loader *L, const char *fqn, const char *rel, bool required, bool keep_bf16, hp__w *w)
+{
+    snprintf(L->name, sizeof L->name, "%s.%s", fqn, rel);
+    return hp__w_load(&L->r->ws, L->name, required, keep_bf16, w, L->err);
+}
+
+/* A vector (bias, norm weight) as f32 of the expected local length. */
+static hp_status load_vec(loader *L, const char *fqn, const char *rel, bool required, int64_t n, hp__w *w)
+{
+    hp_status st = load(L, fqn, rel, required, false, w);
+    if (st == HP_OK && w->present && (w->n_dims != 1 || w->shape[0] != n))
+        st = hp_err_set(L->err, HP_ERR_INPUT, "'%s' holds %lld values on this rank where %lld are needed",
+                        L->name, (long long)(w->n_dims ? w->shape[0] : 1), (long long)n);
+    return st;
+}
+
+static const hp_boundary *need_boundary(const hp_runner *r, const char *fqn, hp_err *err)
+{
+    const hp_boundary *b = hp_plan_find(r->p, fqn);
+    if (!b || !b->is_boundary)
+        hp_err_set(err, HP_ERR_INPUT,
+                   "the plan has no boundary for %s; the runtime executes modules through their boundaries "
+                   "(derive the plan again, or add one with an override)",
+                   fqn);
+    return b && b->is_boundary ? b : NULL;
+}
+
+static int64_t local_attr(const hp_boundary *b, const char *name, int64_t dflt)
+{
+    for (int i = 0; i < b->n_tp_attrs; i++)
+        if (!strcmp(b->tp_attrs[i].name, name)) return b->tp_attrs[i].local;
+    return dflt;
+}
+
+static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
+{
+    hp_runner *r = L->r;
+    hp_err *err = L->err;
+    const hp__rcfg *c = &r->cfg;
+    const hp_boundary *b = need_boundary(r, fqn, err);
+    if (!b) return HP_ERR_INPUT;
+    a->c = contract_of(b);
+    int64_t tp = r->x.ax[HP__TP].n;
+    /* Shapes first from the slices, then the pattern. */
+    hp_status st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
+    if (st == HP_OK) st = load(L, fqn, "k_proj.weight", true, true, &a->wk);
+    if (st == HP_OK) st = load(L, fqn, "v_proj.weight", true, true, &a->wv);
+    if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
+    if (st != HP_OK) return st;
+    char kq = tp_kind(r, &a->wq), kk = tp_kind(r, &a->wk), kv = tp_kind(r, &a->wv), ko = tp_kind(r, &a->wo);
+    if (kq == '0' && kk == '0' && kv == '0' && ko == '1') a->split = true;
+    else if (!(kq == 'R' && kk == 'R' && kv == 'R' && ko == 'R'))
+        return pattern_error(fqn, "q/k/v_proj S(0), o_proj S(1)", err);
+    a->nh = a->split ? c->nh / tp : c->nh;
+    a->nkv = a->split ? c->nkv / tp : c->nkv;
+    if (a->split && (c->nh % tp || c->nkv % tp))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld query / %lld kv heads do not split over tp=%lld", fqn,
+                          (long long)c->nh, (long long)c->nkv, (long long)tp);
+    if (local_attr(b, "num_attention_heads", a->nh) != a->nh || local_attr(b, "num_key_value_heads", a->nkv) != a->nkv)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: the plan's TP-local head counts (%lld/%lld) disagree with its weights' slices "
+                          "(%lld/%lld heads on this rank)",
+                          fqn, (long long)local_attr(b, "num_attention_heads", a->nh),
+                          (long long)local_attr(b, "num_key_value_heads", a->nkv), (long long)a->nh, (long long)a->nkv);
+    int64_t hd = c->hd, H = c->H;
+    if (a->wq.shape[0] != a->nh * hd || a->wq.shape[1] != H || a->wk.shape[0] != a->nkv * hd || a->wk.shape[1] != H ||
+        a->wv.shape[0] != a->nkv * hd || a->wo.shape[0] != H || a->wo.shape[1] != a->nh * hd)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: the projections' shapes on this rank do not fit %lld heads of %lld (q %lldx%lld, k "
+                          "%lldx%lld, o %lldx%lld; check head_dim in config.json)",
+                          fqn, (long long)a->nh, (long long)hd, (long long)a->wq.shape[0], (long long)a->wq.shape[1],
+                          (long long)a->wk.shape[0], (long long)a->wk.shape[1], (long long)a->wo.shape[0],
+                          (long long)a->wo.shape[1]);
+    st = load_vec(L, fqn, "q_proj.bias", false, a->nh * hd, &a->bq);
+    if (st == HP_OK) st = load_vec(L, fqn, "k_proj.bias", false, a->nkv * hd, &a->bk);
+    if (st == HP_OK) st = load_vec(L, fqn, "v_proj.bias", false, a->nkv * hd, &a->bv);
+    if (st == HP_OK) st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo);
+    if (st == HP_OK) st = load_vec(L, fqn, "q_norm.weight", false, hd, &a->qn);
+    if (st == HP_OK) st = load_vec(L, fqn, "k_norm.weight", false, hd, &a->kn);
+    if (st != HP_OK) return st;
+    a->bo_deferred = deferred(b, "o_proj.bias");
+    if (st == HP_OK) st = linear(r, &a->wq, &a->bq, &a->q, err);
+    if (st == HP_OK) st = linear(r, &a->wk, &a->bk, &a->k, err);
+    if (st == HP_OK) st = linear(r, &a->wv, &a->bv, &a->v, err);
+    if (st == HP_OK) st = linear(r, &a->wo, NULL, &a->o, err);
+    return st;
+}
+
+static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
+{
+    hp_runner *r = L->r;
+    hp_err *err = L->err;
+    const hp_boundary *b = need_boundary(r, fqn, err);
+    if (!b) return HP_ERR_INPUT;
+    m->c = contract_of(b);
+    int64_t H = r->cfg.H;
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.gate_up_proj.weight", fqn);
+    bool fused = hp_model_find_param(r->m, tmp) != NULL;
+    hp_status st = HP_OK;
+    if (fused) {
+        st = load(L, fqn, "gate_up_proj.weight", true, true, &m->wgu);
+    } else {
+        st = load(L, fqn, "gate_proj.weight", true, true, &m->wg);
+        if (st == HP_OK) st = load(L, fqn, "up_proj.weight", true, true, &m->wu);
+    }
+    if (st == HP_OK) st = load(L, fqn, "down_proj.weight", true, true, &m->wd);
+    if (st != HP_OK) return st;
+    char kd = tp_kind(r, &m->wd);
+    if (fused) {
+        char k = tp_kind(r, &m->wgu);
+        if (k == '2' && kd == '1') m->split = true;
+        else if (k == '0' && kd == '1')
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary %s: gate_up_proj is fused and S(0) would give one rank only gate rows; "
+                              "plan with --packed-fused (S(0)x2)",
+                              fqn);
+        else if (!(k == 'R' && kd == 'R')) return pattern_error(fqn, "gate_up_proj S(0)x2, down_proj S(1)", err);
+        m->I = m->wgu.shape[0] / 2;
+        if (m->wgu.shape[0] % 2 || m->wgu.shape[1] != H)
+            return hp_err_set(err, HP_ERR_INPUT, "%s.gate_up_proj.weight has an odd row count or a width other than "
+                              "hidden_size", fqn);
+    } else {
+        char kg = tp_kind(r, &m->wg), ku = tp_kind(r, &m->wu);
+        if (kg == '0' && ku == '0' && kd == '1') m->split = true;
+        else if (!(kg == 'R' && ku == 'R' && kd == 'R'))
+            return pattern_error(fqn, "gate/up_proj S(0), down_proj S(1)", err);
+        m->I = m->wg.shape[0];
+        if (m->wg.shape[1] != H || m->wu.shape[0] != m->I || m->wu.shape[1] != H)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: gate_proj and up_proj shapes disagree on this rank", fqn);
+    }
+    if (m->wd.shape[0] != H || m->wd.shape[1] != m->I)
+        return hp_err_set(err, HP_ERR_INPUT, "%s.down_proj.weight is [%lld, %lld] on this rank where [%lld, %lld] "
+                          "is needed", fqn, (long long)m->wd.shape[0], (long long)m->wd.shape[1], (long long)H,
+                          (long long)m->I);
+    if (fused) st = load_vec(L, fqn, "gate_up_proj.bias", false, 2 * m->I, &m->bgu);
+    else {
+        st = load_vec(L, fqn, "gate_proj.bias", false, m->I, &m->bg);
+        if (st == HP_OK) st = load_vec(L, fqn, "up_proj.bias", false, m->I, &m->bu);
+    }
+    if (st == HP_OK) st = load_vec(L, fqn, "down_proj.bias", false, H, &m->bd);
+    if (st != HP_OK) return st;
+    m->bd_deferred = deferred(b, "down_proj.bias");
+    if (fused) st = linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
+    else {
+        st = linear(r, &m->wg, &m->bg, &m->gate, err);
+        if (st == HP_OK) st = linear(r, &m->wu, &m->bu, &m->up, err);
+    }
+    if (st == HP_OK) st = linear(r, &m->wd, NULL, &m->down, err);
+    return st;
+}
+
+static hp_status load_norm(loader *L, const char *fqn, norm_w *n)
+{
+    const hp_boundary *b = hp_plan_find(L->r->p, fqn);
+    n->planned = b && b->is_boundary;
+    if (n->planned) n->c = contract_of(b);
+    else n->c = (contract){.fqn = fqn};
+    return load_vec(L, fqn, "weight", true, L->r->cfg.H, &n->w);
+}
+
+static hp_status load_all(hp_runner *r, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    const hp__rcfg *c = &r->cfg;
+    const hp_boundary *be = need_boundary(r, "model.embed_tokens", err);
+    if (!be) return HP_ERR_INPUT;
+    r->c_embed = contract_of(be);
+    hp_status st = load(&L, "model.embed_tokens", "weight", true, true, &r->embed);
+    if (st != HP_OK) return st;
+    char ke = tp_kind(r, &r->embed);
+    if (ke != '0' && ke != 'R')
+        return pattern_error("model.embed_tokens", "weight S(0): vocab-parallel", err);
+    r->embed_split = ke == '0';
+    if (r->embed.n_dims != 2 || r->embed.shape[1] != c->H || r->embed.global[0] != c->V)
+        return hp_err_set(err, HP_ERR_INPUT, "model.embed_tokens.weight is not [vocab_size, hidden_size]");
+    r->layers = hp_calloc((size_t)c->L, sizeof *r->layers);
+    if (!r->layers) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
+        char fq[128];
+        layer_w *w = &r->layers[l];
+        snprintf(fq, sizeof fq, "model.layers.%lld.input_layernorm", (long long)l);
+        st = load_norm(&L, fq, &w->in);
+        snprintf(fq, sizeof fq, "model.layers.%lld.post_attention_layernorm", (long long)l);
+        if (st == HP_OK) st = load_norm(&L, fq, &w->post);
+        snprintf(fq, sizeof fq, "model.layers.%lld.self_attn", (long long)l);
+        if (st == HP_OK) st = load_attn(&L, fq, &w->at);
+        snprintf(fq, sizeof fq, "model.layers.%lld.mlp", (long long)l);
+        if (st == HP_OK) st = load_mlp(&L, fq, &w->mlp);
+    }
+    if (st == HP_OK) st = load_norm(&L, "model.norm", &r->fnorm);
+    if (st != HP_OK) return st;
+    /* The head: lm_head's boundary, or (tied, no lm_head.weight) the embedding's slice under the
+     * column-parallel head contract. */
+    r->tied = !hp_model_find_param(r->m, "lm_head.weight");
+    const hp__w *hw = &r->embed;
+    if (!r->tied) {
+        const hp_boundary *bh = need_boundary(r, "lm_head", err);
+        if (!bh) return HP_ERR_INPUT;
+        r->c_head = contract_of(bh);
+        if ((st = load(&L, "lm_head", "weight", true, true, &r->head_w)) != HP_OK) return st;
+        if (r->head_w.n_dims != 2 || r->head_w.shape[1] != c->H || r->head_w.global[0] != c->V)
+            return hp_err_set(err, HP_ERR_INPUT, "lm_head.weight is not [vocab_size, hidden_size]");
+        char kh = tp_kind(r, &r->head_w);
+        if (kh != '0' && kh != 'R') return pattern_error("lm_head", "weight S(0): vocab-parallel", err);
+        r->head_split = kh == '0';
+        hw = &r->head_w;
+    } else {
+        r->head_split = r->embed_split; /* its contract is set from the arriving layout (head_apply) */
+    }
+    hp__w hcopy = *hw;
+    return linear(r, &hcopy, NULL, &r->head, err);
+}
+
+/* ---- forward ---- */
+
+static hp_status act_copy(const hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
+{
+    hp_status st = hp__act_alloc(&r->x, dst, src->g[0], src->g[1], src->g[2], src->lay, err);
+    if (st == HP_OK) memcpy(dst->d, src->d, (size_t)hp__act_count(src) * sizeof *dst->d);
+    return st;
+}
+
+static hp_status lin_fwd(hp_linear *l, int64_t rows, const float *a, int64_t lda, float *c, int64_t ldc, hp_err *err)
+{
+    return hp_linear_forward(l, 0, rows, a, lda, c, ldc, false, err);
+}
+
+/* The module's output [B, S, X] on the input's rows, laid out {tp: tp_pl, cp: the input's}. */
+static hp_status out_like(const hp_runner *r, const hp__act *in, int64_t X, hp_placement tp_pl, hp__act *out,
+                          hp_err *err)
+{
+    hp__lay l = {{tp_pl, in->lay.ax[HP__CP]}};
+    return hp__act_alloc(&r->x, out, in->g[0], in->g[1], X, l, err);
+}
+
+static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err)
+{
+    hp_status st = act_copy(r, out, in, err);
+    if (st == HP_OK) st = enter(r, &n->c, out, err);
+    if (st == HP_OK) st = need_layout(r, &n->c, out, true, err);
+    if (st != HP_OK) return st;
+    hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->cfg.eps, out->d);
+    if ((st = leave(r, &n->c, out, err)) != HP_OK) return st;
+    return record(r, n->c.fqn, "", out, err);
+}
+
+static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
+{
+    if (r->rope_cos && r->rope_pos0 == pos0 && r->rope_n == n) return HP_OK;
+    free(r->rope_cos);
+    free(r->rope_sin);
+    r->rope_cos = r->rope_sin = NULL;
+    hp_status st = hp__rope_table(&r->cfg, pos0, n, &r->rope_cos, &r->rope_sin, err);
+    r->rope_pos0 = pos0;
+    r->rope_n = n;
+    return st;
+}
+
+static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
+{
+    const hp__rcfg *c = &r->cfg;
+    hp_status st = enter(r, &a->c, t, err);
+    if (st == HP_OK) st = need_layout(r, &a->c, t, false, err);
+    if (st != HP_OK) return st;
+    if (t->lay.ax[HP__TP].kind != HP_PL_R)
+        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on tp "
+                          "(in_dst tp R)", a->c.fqn);
+    int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
+    hp__act k = {0}, v = {0};
+    float *q = hp_calloc((size_t)(rows * nh * hd) + 1, sizeof *q), *o = hp_calloc((size_t)(rows * nh * hd) + 1, sizeof *o);
+    hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
+    if (!q || !o) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention");
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &k, t->g[0], t->g[1], nkv * hd, kl, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &v, t->g[0], t->g[1], nkv * hd, kl, err);
+    if (st == HP_OK) st = lin_fwd(a->q, rows, t->d, H, q, nh * hd, err);
+    if (st == HP_OK) st = lin_fwd(a->k, rows, t->d, H, k.d, nkv * hd, err);
+    if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v.d, nkv * hd, err);
+    if (st == HP_OK && a->qn.present) hp__rmsnorm(q, rows * nh, hd, a->qn.d, c->eps, q);
+    if (st == HP_OK && a->kn.present) hp__rmsnorm(k.d, rows * nkv, hd, a->kn.d, c->eps, k.d);
+    if (st == HP_OK) st = rope_for(r, t->lo[1], sq, err);
+    if (st == HP_OK)
+        for (int64_t b = 0; b < Bl; b++) {
+            hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->rope_cos, r->rope_sin);
+            hp__rope_apply(k.d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->rope_cos, r->rope_sin);
+        }
+    /* CP: every rank of the group needs the keys and values of the whole sequence (after rope). */
+    hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
+    const char *coll;
+    char what[200];
+    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->c.fqn);
+    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, &k, &whole, what, &coll, err);
+    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, &v, &whole, what, &coll, err);
+    if (st == HP_OK) {
+        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k.n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k.d,
+                            .v = v.d, .q_pos0 = t->lo[1], .k_pos0 = k.lo[1], .window = c->window[layer], .out = o};
+        st = hp__attention(&aa, err);
+    }
+    if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
+    free(q);
+    free(o);
+    hp__act_free(&k);
+    hp__act_free(&v);
+    if (st != HP_OK) return st;
+    if (!a->bo_deferred) add_bias(r, out, &a->bo);
+    if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
+    if (a->bo_deferred) add_bias(r, out, &a->bo);
+    return record(r, a->c.fqn, "", out, err);
+}
+
+static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
+{
+    hp_status st = enter(r, &m->c, t, err);
+    if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
+    if (st != HP_OK) return st;
+    int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, I = m->I;
+    float *gu = hp_calloc((size_t)(rows * 2 * I) + 1, sizeof *gu), *h = hp_calloc((size_t)(rows * I) + 1, sizeof *h);
+    if (!gu || !h) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the MLP");
+    if (st == HP_OK && m->gate_up) st = lin_fwd(m->gate_up, rows, t->d, H, gu, 2 * I, err);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, rows, t->d, H, gu, 2 * I, err);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, rows, t->d, H, gu + I, 2 * I, err);
+    if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, rows, I, h, I);
+    if (st == HP_OK) st = out_like(r, t, H, m->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = lin_fwd(m->down, rows, h, I, out->d, H, err);
+    free(gu);
+    free(h);
+    if (st != HP_OK) return st;
+    if (!m->bd_deferred) add_bias(r, out, &m->bd);
+    if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
+    if (m->bd_deferred) add_bias(r, out, &m->bd);
+    return record(r, m->c.fqn, "", out, err);
+}
+
+/* h += branch, the branch first brought to the residual stream's layout. */
+static hp_status residual(hp_runner *r, hp__act *h, hp__act *br, const char *after, hp_err *err)
+{
+    char what[200];
+    snprintf(what, sizeof what, "the residual add after %s", after);
+    const char *coll;
+    hp_status st = hp__redistribute(&r->x, br, &h->lay, what, &coll, err);
+    if (st != HP_OK) return st;
+    int64_t n = hp__act_count(h);
+    for (int64_t i = 0; i < n; i++) h->d[i] += br->d[i];
+    return HP_OK;
+}
+
+static hp_status embed_apply(hp_runner *r, const int64_t *ids, int64_t S, hp__act *h, hp_err *err)
+{
+    const contract *c = &r->c_embed;
+    r->x.where = c->fqn;
+    hp__lay il = c->has_in ? c->in_dst : (hp__lay){{hp_pl_r(), hp_pl_r()}};
+    if (c->has_in && !hp__lay_eq(&c->in_src, &c->in_dst)) {
+        /* the ids arrive as in_src from the data pipeline; only cp may split them (D-05) */
+        char s1[64], s2[64];
+        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: the ids' entry %s -> %s is not supported (the ids "
+                          "arrive as the data pipeline cuts them)", c->fqn, hp__lay_str(&c->in_src, s1, sizeof s1),
+                          hp__lay_str(&c->in_dst, s2, sizeof s2));
+    }
+    if (il.ax[HP__TP].kind != HP_PL_R || (il.ax[HP__CP].kind == HP_PL_S && il.ax[HP__CP].dim != 1) ||
+        il.ax[HP__CP].kind == HP_PL_P) {
+        char s1[64];
+        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: the ids can be laid out {tp: R, cp: S(1) or R}, not %s",
+                          c->fqn, hp__lay_str(&il, s1, sizeof s1));
+    }
+    int64_t H = r->cfg.H, dp_lo = r->x.dp_rows[r->x.dp_r], Bl = r->x.dp_rows[r->x.dp_r + 1] - dp_lo;
+    hp__lay ol = {{r->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}};
+    hp_status st = hp__act_alloc(&r->x, h, Bl, r->x.S_pad, H, ol, err);
+    if (st != HP_OK) return st;
+    int64_t vlo = r->embed.lo[0], vn = r->embed.shape[0];
+    for (int64_t b = 0; b < h->n[0]; b++)
+        for (int64_t s = 0; s < h->n[1]; s++) {
+            int64_t p = h->lo[1] + s;
+            int64_t id = p < S ? ids[(dp_lo + h->lo[0] + b) * S + p] : 0;
+            float *o = h->d + (b * h->n[1] + s) * H;
+            if (id < vlo || id >= vlo + vn) {
+                memset(o, 0, (size_t)H * sizeof *o);
+                continue;
+            }
+            if (r->embed.dt == HP_DT_F32) memcpy(o, (const float *)r->embed.d + (id - vlo) * H, (size_t)H * sizeof *o);
+            else if ((st = hp_dtype_to_f32(r->embed.dt, (const uint16_t *)r->embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
+                return st;
+        }
+    if ((st = leave(r, c, h, err)) != HP_OK) return st;
+    return record(r, c->fqn, "", h, err);
+}
+
+static hp_status head_apply(hp_runner *r, hp__act *t, hp__act *out, hp_err *err)
+{
+    if (r->tied) { /* no boundary: the column-parallel head contract on whatever the final norm gives */
+        hp_placement cpl = t->lay.ax[HP__CP];
+        r->c_head = (contract){.fqn = "lm_head (tied to model.embed_tokens)", .has_in = true, .has_out = true};
+        r->c_head.in_src = t->lay;
+        r->c_head.in_dst = (hp__lay){{hp_pl_r(), cpl}};
+        r->c_head.out_src = (hp__lay){{r->head_split ? hp_pl_s(2) : hp_pl_r(), cpl}};
+        r->c_head.out_dst = (hp__lay){{r->head_split && r->p->loss_parallel ? hp_pl_s(2) : hp_pl_r(), cpl}};
+    }
+    hp_status st = enter(r, &r->c_head, t, err);
+    if (st == HP_OK) st = need_layout(r, &r->c_head, t, true, err);
+    if (st != HP_OK) return st;
+    int64_t rows = t->n[0] * t->n[1];
+    if ((st = out_like(r, t, r->cfg.V, r->head_split ? hp_pl_s(2) : hp_pl_r(), out, err)) != HP_OK) return st;
+    if ((st = lin_fwd(r->head, rows, t->d, r->cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
+    if ((st = leave(r, &r->c_head, out, err)) != HP_OK) return st;
+    return record(r, r->c_head.fqn, "", out, err);
+}
+
+/* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
+static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int64_t S, double *loss, hp_err *err)
+{
+    int64_t rows = z->n[0] * z->n[1], vn = z->n[2], vlo = z->lo[2];
+    int64_t dp_lo = r->x.dp_rows[r->x.dp_r];
+    bool vsplit = z->lay.ax[HP__TP].kind == HP_PL_S && r->x.ax[HP__TP].n > 1;
+    if (z->lay.ax[HP__TP].kind == HP_PL_P || z->lay.ax[HP__CP].kind == HP_PL_P || (z->lay.ax[HP__TP].kind == HP_PL_S && z->lay.ax[HP__TP].dim != 2))
+        return hp_err_set(err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
+    float *mx = hp_calloc((size_t)rows + 1, sizeof *mx);
+    double *se = hp_calloc((size_t)rows * 2 + 2, sizeof *se);
+    if (!mx || !se) {
+        free(mx), free(se);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss");
+    }
+    double *tg = se + rows;
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t b = i / z->n[1], s = i % z->n[1], p = z->lo[1] + s;
+        const float *zr = z->d + i * vn;
+        float m = -INFINITY;
+        for (int64_t j = 0; j < vn; j++) m = zr[j] > m ? zr[j] : m;
+        mx[i] = m;
+        tg[i] = 0;
+        if (p + 1 < S) {
+            int64_t lab = ids[(dp_lo + z->lo[0] + b) * S + p + 1];
+            if (lab >= vlo && lab < vlo + vn) tg[i] = zr[lab - vlo];
+        }
+    }
+    hp_status st = HP_OK;
+    if (vsplit) st = hp__allreduce_max(&r->x, r->x.ax[HP__TP].c, mx, (size_t)rows, err);
+    for (int64_t i = 0; st == HP_OK && i < rows; i++) {
+        float m;
+        hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
+    }
+    if (st == HP_OK && vsplit) {
+        double t0 = hp_comm_wtime();
+        st = hp_comm_allreduce_sum_f64(r->x.ax[HP__TP].c, se, (size_t)rows * 2, err);
+        r->x.st.comm_s += hp_comm_wtime() - t0;
+        r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)rows * 2 * sizeof(double);
+        r->x.st.calls[HP_RUN_ALL_REDUCE]++;
+    }
+    double acc[2] = {0, 0};
+    bool contrib = r->x.ax[HP__TP].r == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.ax[HP__CP].r == 0);
+    for (int64_t i = 0; st == HP_OK && contrib && i < rows; i++) {
+        int64_t p = z->lo[1] + i % z->n[1];
+        if (p + 1 >= S) continue;
+        acc[0] += (double)mx[i] + log(se[i]) - tg[i];
+        acc[1] += 1;
+    }
+    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(r->x.world, acc, 2, err);
+    free(mx);
+    free(se);
+    *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    return st;
+}
+
+static uint64_t ids_hash(const int64_t *ids, int64_t n, int64_t B, int64_t S)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)B ^ ((uint64_t)S << 32);
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint64_t)ids[i]) * 1099511628211ull;
+    return h;
+}
+
+static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_err *err)
+{
+    hp_status st = HP_OK;
+    if (B < 1 || S < 1) st = hp_err_set(err, HP_ERR_INPUT, "input_ids is [%lld, %lld]; it needs at least one row and "
+                                        "one position", (long long)B, (long long)S);
+    for (int64_t i = 0; st == HP_OK && i < B * S; i++)
+        if (ids[i] < 0 || ids[i] >= r->cfg.V)
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "input_ids[%lld][%lld] = %lld is outside the vocabulary [0, %lld) of the model",
+                            (long long)(i / S), (long long)(i % S), (long long)ids[i], (long long)r->cfg.V);
+    if (st == HP_OK && B < r->x.dp)
+        st = hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
+                        "least one row (use a smaller dp or a larger batch)", (long long)B, (long long)r->x.dp);
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st != HP_OK) return st;
+    int world = hp_comm_size(r->x.world);
+    uint64_t mine = ids_hash(ids, B * S, B, S), *all = hp_calloc((size_t)world, sizeof *all);
+    if (!all) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st == HP_OK) st = hp_comm_allgather(r->x.world, &mine, sizeof mine, all, err);
+    for (int i = 0; st == HP_OK && i < world; i++)
+        if (all[i] != all[0])
+            st = hp_err_set(err, HP_ERR_INPUT, "rank %d was given other input ids than rank 0 (every rank must read "
+                            "the same input)", i);
+    free(all);
+    return st;
+}
+
+hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    double t0 = hp_comm_wtime();
+    memset(&r->x.st, 0, sizeof r->x.st);
+    hp_status st = check_ids(r, ids, B, S, err);
+    if (st != HP_OK) return st;
+    int64_t cp = r->x.ax[HP__CP].n;
+    r->x.B_all = B;
+    r->x.S_orig = S;
+    r->x.S_pad = cp > 1 ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
+    for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
+    hp__act h = {0}, t = {0}, a = {0};
+    st = embed_apply(r, ids, S, &h, err);
+    for (int64_t l = 0; st == HP_OK && l < r->cfg.L; l++) {
+        layer_w *w = &r->layers[l];
+        st = norm_apply(r, &w->in, &h, &t, err);
+        if (st == HP_OK) st = attn_apply(r, l, &w->at, &t, &a, err);
+        if (st == HP_OK) st = residual(r, &h, &a, w->at.c.fqn, err);
+        if (st == HP_OK) st = norm_apply(r, &w->post, &h, &t, err);
+        if (st == HP_OK) st = mlp_apply(r, &w->mlp, &t, &a, err);
+        if (st == HP_OK) st = residual(r, &h, &a, w->mlp.c.fqn, err);
+        char key[64];
+        snprintf(key, sizeof key, "model.layers.%lld", (long long)l);
+        if (st == HP_OK) st = record(r, key, "", &h, err);
+    }
+    if (st == HP_OK) st = norm_apply(r, &r->fnorm, &h, &t, err);
+    if (st == HP_OK) st = head_apply(r, &t, &a, err);
+    if (st == HP_OK) st = loss_of(r, &a, ids, S, &out->loss, err);
+    float *full = NULL;
+    if (st == HP_OK) st = hp__gather_full(&r->x, &a, B, r->x.dp_rows, &full, err);
+    if (st == HP_OK && full) {
+        int64_t V = r->cfg.V, Sp = r->x.S_pad;
+        if (Sp != S)
+            for (int64_t b = 0; b < B; b++) memmove(full + b * S * V, full + b * Sp * V, (size_t)(S * V) * sizeof *full);
+        out->logits = full;
+    }
+    out->B = B, out->S = S, out->V = r->cfg.V;
+    hp__act_free(&h);
+    hp__act_free(&t);
+    hp__act_free(&a);
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st != HP_OK) {
+        free(out->logits);
+        out->logits = NULL;
+        return st;
+    }
+    hp_run_stats *s = &r->stats;
+    s->seconds = hp_comm_wtime() - t0;
+    s->comm_s = r->x.st.comm_s;
+    s->compute_s = s->seconds - s->comm_s;
+    memcpy(s->bytes, r->x.st.bytes, sizeof s->bytes);
+    memcpy(s->calls, r->x.st.calls, sizeof s->calls);
+    s->tokens = B * S;
+    return HP_OK;
+}
+
+/* ---- create / free ---- */
+
+static bool dense_family(const hp_model *m)
+{
+    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        if (m->family && !strcmp(hp_family_name(m->family), ok[i])) return true;
+    return false;
+}
+
+static hp_status split_groups(hp_runner *r, hp_err *err)
+{
+    const hp_mesh *mesh = &r->p->mesh;
+    int64_t rank = hp_comm_rank(r->x.world);
+    int64_t tp = hp_mesh_size(mesh, "tp"), cp = hp_mesh_size(mesh, "cp"), dp = hp_mesh_size(mesh, "dp");
+    int64_t ti = hp__mesh_coord(mesh, rank, "tp"), ci = hp__mesh_coord(mesh, rank, "cp"),
+            di = hp__mesh_coord(mesh, rank, "dp");
+    r->x.ax[HP__TP] = (hp__grp){NULL, tp, ti};
+    r->x.ax[HP__CP] = (hp__grp){NULL, cp, ci};
+    r->x.dp = dp;
+    r->x.dp_r = di;
+    hp_status st = hp_comm_split(r->x.world, (int)(di * cp + ci), (int)ti, &r->x.ax[HP__TP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)(di * tp + ti), (int)ci, &r->x.ax[HP__CP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)(ci * tp + ti), (int)di, &r->x.dp_c, err);
+    return st;
+}
+
+static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
+{
+    const hp_model *m = r->m;
+    const hp_plan *p = r->p;
+    int world = hp_comm_size(r->x.world);
+    if (!dense_family(m))
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: the runtime runs dense decoders today (llama, mistral, qwen2, qwen3); %s%s", m->path,
+                          m->family ? hp_family_name(m->family) : "this architecture",
+                          m->family && hp_family_is_moe(m->family)
+                              ? " is an MoE model: run its MoE layers with 'hyperpar moe'"
+                              : " is not one of them");
+    if (m->meta && !o->shards)
+        return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
+                          "shard folder", m->path);
+    if (hp_mesh_world(&p->mesh) != world)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "the plan's mesh has %lld ranks but %d processes run it; start it with mpirun -np %lld "
+                          "or give a mesh of %d ranks",
+                          (long long)hp_mesh_world(&p->mesh), world, (long long)hp_mesh_world(&p->mesh), world);
+    if (hp_mesh_size(&p->mesh, "ep") > 1 || p->ep > 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
+                          m->path, (long long)(p->ep > 1 ? p->ep : hp_mesh_size(&p->mesh, "ep")));
+    r->x.mesh = &p->mesh;
+    hp_status st = split_groups(r, err);
+    if (st != HP_OK) return st;
+    if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    char cfg_path[4200];
+    if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
+    else snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hp_ckpt_dir(m->ckpt));
+    if ((st = hp__rcfg_read(m, cfg_path, &r->cfg, err)) != HP_OK) return st;
+    if ((st = hp_linalg_create(&r->la, err)) != HP_OK) return st;
+    if ((st = hp_shard_layout_build(&r->layout, m, p, err)) != HP_OK) return st;
+    int64_t rank = hp_comm_rank(r->x.world);
+    if (o->shards) {
+        if ((st = hp_shard_rank_open(&r->rf, o->shards, rank, err)) != HP_OK) return st;
+        if (r->rf->world != world)
+            return hp_err_set(err, HP_ERR_INPUT, "%s was sharded for %lld ranks; %d run it", o->shards,
+                              (long long)r->rf->world, world);
+    }
+    r->ws = (hp__wsrc){.m = m, .layout = r->layout, .rank = rank, .rf = r->rf};
+    if ((st = load_all(r, err)) != HP_OK) return st;
+    r->stats.resident_bytes = r->ws.resident;
+    r->stats.share_bytes = r->ws.share;
+    snprintf(r->desc, sizeof r->desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
+             (long long)r->x.dp_r, (long long)r->x.ax[HP__CP].r, (long long)r->x.ax[HP__TP].r);
+    return HP_OK;
+}
+
+hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model *m, const hp_plan *p,
+                           const hp_run_opts *o, hp_err *err)
+{
+    *out = NULL;
+    hp_run_opts dflt = {0};
+    if (!o) o = &dflt;
+    hp_runner *r = hp_calloc(1, sizeof *r);
+    hp_status st = r ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) {
+        r->x.world = world;
+        r->m = m;
+        r->p = p;
+        r->o = *o;
+        st = create(r, o, err);
+    }
+    st = hp_comm_agree(world, st, err);
+    if (st != HP_OK) {
+        hp_runner_free(r);
+        return st;
+    }
+    *out = r;
+    return HP_OK;
+}
+
+static void free_attn(attn_w *a)
+{
+    hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
+    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn};
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
+}
+
+static void free_mlp(mlp_w *m)
+{
+    hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
+    hp__w *w[] = {&m->wg, &m->wu, &m->wgu, &m->wd, &m->bg, &m->bu, &m->bgu, &m->bd};
+    for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
+}
+
+void hp_runner_free(hp_runner *r)
+{
+    if (!r) return;
+    for (int64_t l = 0; r->layers && l < r->cfg.L; l++) {
+        free_attn(&r->layers[l].at);
+        free_mlp(&r->layers[l].mlp);
+        hp__w_free(&r->layers[l].in.w);
+        hp__w_free(&r->layers[l].post.w);
+    }
+    free(r->layers);
+    hp__w_free(&r->fnorm.w);
+    hp__w_free(&r->embed);
+    hp__w_free(&r->head_w);
+    hp_linear_free(r->head);
+    hp_linalg_destroy(r->la);
+    hp_shard_rank_close(r->rf);
+    hp_shard_layout_free(r->layout);
+    hp__rcfg_free(&r->cfg);
+    for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.ax[ax].c);
+    hp_comm_free(r->x.dp_c);
+    free(r->x.dp_rows);
+    free(r->rope_cos);
+    free(r->rope_sin);
+    free(r);
+}
+
+const hp_run_stats *hp_runner_stats(const hp_runner *r)
+{
+    return &r->stats;
+}
+
+const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", r->desc);
+    return buf;
+}

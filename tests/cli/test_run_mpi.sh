@@ -1,0 +1,82 @@
+# hyperpar run under mpirun: every dense golden at tp=2, cp=2, tp=2 x cp=2, dp=2 x tp=2, SP off, loss-parallel,
+# against the golden (1e-4 * max|ref|, loss 1e-5) and against one process (1e-5); overrides that change a
+# contract give the same logits; a generated model with uneven splits (odd S, vocab 132, bf16 weights) at tp=4
+# and cp=2; a shard folder; failures end every rank with the cause. Each run is bounded by a timeout.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+F=data/forward
+MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
+for fam in llama mistral qwen2 qwen3; do
+    G=$F/$fam
+    "$HP" run $G --input $G/forward_io.safetensors --output "$WORK/$fam.one.st" 2>/dev/null </dev/null
+    while read -r np flags; do
+        expect 0 "OK" -- $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags \
+            --compare $G/forward_io.safetensors
+        expect 0 "OK" -- $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags \
+            --compare "$WORK/$fam.one.st" --compare-rtol 1e-5
+    done <<'LIST'
+2 --tp 2
+2 --tp 2 --no-sequence-parallel
+2 --tp 2 --loss-parallel
+2 --cp 2
+4 --cp 2 --tp 2
+4 --cp 2 --tp 2 --loss-parallel --no-sequence-parallel
+4 --dp 2 --tp 2
+LIST
+done
+# The executor follows the plan: contracts changed by overrides, same logits.
+for ov in attn_out_replicate mlp_replicated; do
+    expect 0 "OK" -- $MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 \
+        --overrides data/overrides/$ov.yaml --compare "$WORK/llama.one.st" --compare-rtol 1e-5
+done
+# ... and its communication changes with it: the replicated MLPs do no reduce-scatter of their own.
+out=$($MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 2>&1)
+out2=$($MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 \
+    --overrides data/overrides/mlp_replicated.yaml 2>&1)
+rs() { grep -o 'reduce-scatter [^,]* in [0-9]* calls' <<<"$1" | grep -o '[0-9]* calls'; }
+check "default plan: 5 reduce-scatters (embed, 2 attn, 2 mlp)" test "$(rs "$out")" = "5 calls"
+check "replicated MLPs: 3 reduce-scatters" test "$(rs "$out2")" = "3 calls"
+# A transition the runtime does not lower is refused by name.
+expect 2 "S(2)" -- $MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 \
+    --overrides data/overrides/attn_out_feature_shard.yaml
+
+# A generated model with uneven splits: S = 15 (odd: SP blocks 8/7, cp pads to 16), vocab 132 over tp=4, kv heads 4, bf16 weights.
+"$HP" gen --family llama --out "$WORK/gen" --heads 8 --kv-heads 4 --head-dim 8 --vocab 132 --dtype bf16 \
+    --layers 2 --seed 7 >/dev/null 2>&1
+python3 - "$WORK/ids.st" <<'PY'
+import json, struct, sys
+ids = [(i * 37 + 11) % 132 for i in range(3 * 15)]
+raw = struct.pack("<%dq" % len(ids), *ids)
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [3, 15], "data_offsets": [0, len(raw)]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PY
+"$HP" run "$WORK/gen" --input "$WORK/ids.st" --output "$WORK/gen.one.st" 2>/dev/null </dev/null
+while read -r np flags; do
+    expect 0 "OK" -- $MPI -np $np "$HP" run "$WORK/gen" --input "$WORK/ids.st" $flags --compare "$WORK/gen.one.st" \
+        --compare-rtol 1e-5
+done <<'LIST'
+4 --tp 4
+4 --tp 4 --loss-parallel
+2 --cp 2
+4 --cp 2 --tp 2
+3 --dp 3
+4 --cp 4
+LIST
+# From a shard folder of the same mesh: the same logits; of another mesh: refused.
+"$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
+expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
+    --compare-rtol 1e-5
+expect 2 "another mesh" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --cp 2
+expect 2 "sharded for 2 ranks" -- $MPI -np 4 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 4
+# A bad id ends every rank with the cause (exit 2, printed once).
+python3 - "$WORK/bad.st" <<'PY'
+import json, struct, sys
+raw = struct.pack("<4q", 1, 2, 999, 3)
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [2, 2], "data_offsets": [0, len(raw)]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PY
+expect 2 "input_ids[1][0] = 999" -- $MPI -np 2 "$HP" run $F/llama --input "$WORK/bad.st" --tp 2
+out=$($MPI -np 2 "$HP" run $F/llama --input "$WORK/bad.st" --tp 2 2>&1)
+check "the error is printed once" test "$(grep -c 'error:' <<<"$out")" = 1
+expect 2 "the batch has 2 rows for dp=3" -- $MPI -np 3 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --dp 3
+finish

@@ -1,0 +1,314 @@
+/*
+ * cmd_run.c — `hyperpar run MODEL --input IDS [--output OUT] [--compare REF] [mesh flags]`: the whole forward
+ * pass across the ranks of mpirun (or one process), executed as the plan says (src/run, docs/run.md).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "hyperpar/comm.h"
+#include "hyperpar/moe.h"
+#include "hyperpar/overrides.h"
+#include "hyperpar/run.h"
+#include "hyperpar/safetensors.h"
+#include "hyperpar/shard.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: [mpirun -np N] hyperpar run MODEL --input IDS.safetensors [--output OUT.safetensors]\n"
+            "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
+            "                      [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--plan plan.json]\n"
+            "                      [--compute exact|bf16] [--threads N]\n"
+            "\n"
+            "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
+            "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
+            "collective is the one a boundary's contract asks for (docs/run.md). Dense decoders: llama,\n"
+            "mistral, qwen2, qwen3.\n"
+            "\n"
+            "  MODEL                a checkpoint folder (each rank slices it through its mapping), or a folder\n"
+            "                       written by 'hyperpar shard' for the same mesh (each rank reads its file)\n"
+            "  --input IDS          safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank\n"
+            "  --output OUT         rank 0 writes logits F32 [B, S, V] and loss F32 [] (atomically)\n"
+            "  --compare REF        check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
+            "                       against REF's 'logits' and 'loss'; exit 3 on a mismatch\n"
+            "  --compare-rtol R     tolerances R * max|ref| for the logits and R * |ref| for the loss instead\n"
+            "                       of 1e-4 and 1e-5\n"
+            "  --mesh, --dp/--cp/--tp  the mesh (default: --tp = the number of processes)\n"
+            "  --no-sequence-parallel, --loss-parallel, --overrides F   derive the plan as 'hyperpar plan' does\n"
+            "  --plan plan.json     a plan written by 'hyperpar plan' instead of deriving one\n"
+            "  --compute M          exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
+            "                       (activations rounded to bf16 for the GEMMs)\n"
+            "  --threads N          threads per rank for the GEMMs\n"
+            "\n"
+            "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
+            "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n");
+}
+
+typedef struct run_args {
+    const char *model, *input, *output, *compare, *plan, *overrides, *mesh_spec;
+    int64_t dp, cp, tp;
+    bool sizes, no_sp, loss_parallel;
+    double rtol;
+    int threads;
+    hp_linalg_mode compute;
+} run_args;
+
+static bool is_shard_dir(const char *path)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/manifest.json", path);
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* input_ids [B, S] as int64 (I64 or I32 stored). */
+static hp_status read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    *ids = NULL;
+    hp_st_file *f = NULL;
+    hp_status st = hp_st_open(&f, path, err);
+    if (st != HP_OK) return st;
+    const hp_st_tensor *t = hp_st_find(f, "input_ids");
+    if (!t) st = hp_err_set(err, HP_ERR_INPUT, "%s: no tensor 'input_ids' (I64 [B, S])", path);
+    else if (t->n_dims != 2 || (t->dtype != HP_DT_I64 && t->dtype != HP_DT_I32))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is %s with %d dims; expected I64 (or I32) [B, S]", path,
+                        hp_dtype_name(t->dtype), t->n_dims);
+    else if (t->shape[0] < 1 || t->shape[1] < 1)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is [%lld, %lld]; it needs at least one token", path,
+                        (long long)t->shape[0], (long long)t->shape[1]);
+    if (st == HP_OK) {
+        int64_t n = t->shape[0] * t->shape[1];
+        *ids = malloc((size_t)n * sizeof **ids);
+        if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
+        const void *d = st == HP_OK ? hp_st_data(f, t) : NULL;
+        for (int64_t i = 0; st == HP_OK && i < n; i++) {
+            if (t->dtype == HP_DT_I64) memcpy(&(*ids)[i], (const char *)d + i * 8, 8);
+            else {
+                int32_t v;
+                memcpy(&v, (const char *)d + i * 4, 4);
+                (*ids)[i] = v;
+            }
+        }
+        *B = t->shape[0];
+        *S = t->shape[1];
+    }
+    hp_st_close(f);
+    return st;
+}
+
+static hp_status write_output(const char *path, const hp_run_output *o, hp_err *err)
+{
+    hp_st_writer *w = hp_st_writer_create();
+    if (!w) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    int64_t shape[3] = {o->B, o->S, o->V};
+    float loss = (float)o->loss;
+    hp_status st = hp_st_writer_add(w, "logits", HP_DT_F32, 3, shape, o->logits, err);
+    if (st == HP_OK) st = hp_st_writer_add(w, "loss", HP_DT_F32, 0, shape, &loss, err);
+    if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+    hp_st_writer_destroy(w);
+    return st;
+}
+
+static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
+{
+    hp_st_file *f = NULL;
+    hp_status st = hp_st_open(&f, a->compare, err);
+    if (st != HP_OK) return st;
+    const hp_st_tensor *tl = hp_st_find(f, "logits"), *ts = hp_st_find(f, "loss");
+    if (!tl || tl->dtype != HP_DT_F32 || tl->n_dims != 3 || tl->shape[0] != o->B || tl->shape[1] != o->S ||
+        tl->shape[2] != o->V)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs 'logits' F32 [%lld, %lld, %lld] to compare with", a->compare,
+                        (long long)o->B, (long long)o->S, (long long)o->V);
+    else if (!ts || ts->dtype != HP_DT_F32 || ts->n_elems != 1)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs a scalar 'loss' F32 to compare with", a->compare);
+    if (st == HP_OK) {
+        int64_t n = o->B * o->S * o->V;
+        float *ref = malloc((size_t)n * sizeof *ref), rl;
+        if (!ref) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        if (st == HP_OK) {
+            memcpy(ref, hp_st_data(f, tl), (size_t)n * sizeof *ref);
+            memcpy(&rl, hp_st_data(f, ts), sizeof rl);
+            int64_t shape[3] = {o->B, o->S, o->V};
+            hp_tol t;
+            bool ok = hp_tol_check(o->logits, ref, 3, shape, a->rtol > 0 ? a->rtol : 1e-4, &t);
+            double dl = o->loss - (double)rl, ltol = (a->rtol > 0 ? a->rtol : 1e-5) * (rl < 0 ? -rl : rl);
+            bool lok = (dl < 0 ? -dl : dl) <= ltol;
+            char buf[300];
+            fprintf(stderr, "compare %s: logits %s\n", a->compare, hp_tol_str(&t, buf, sizeof buf));
+            fprintf(stderr, "compare %s: loss %.7g vs %.7g, diff %.3g (tolerance %.3g): %s\n", a->compare, o->loss,
+                    (double)rl, dl, ltol, lok ? "OK" : "MISMATCH");
+            if (!ok || !lok)
+                st = hp_err_set(err, HP_ERR_VERIFY, "the forward pass differs from %s (%s%s%s)", a->compare,
+                                ok ? "" : "logits", !ok && !lok ? ", " : "", lok ? "" : "loss");
+        }
+        free(ref);
+    }
+    hp_st_close(f);
+    return st;
+}
+
+static void human(uint64_t b, char *buf, size_t cap)
+{
+    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (double)(1ull << 20));
+    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
+    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+}
+
+static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
+{
+    const hp_run_stats *s = hp_runner_stats(r);
+    double v[4] = {s->seconds, s->comm_s, (double)s->resident_bytes, (double)s->share_bytes};
+    hp_err e;
+    (void)hp_comm_allreduce_max_f64(w, v, 4, &e);
+    if (hp_comm_rank(w) != 0) return;
+    char mesh[128], b1[32], b2[32];
+    fprintf(stderr, "run: %s, %lld tokens in %.3f s (%.1f tokens/s); slowest rank: compute %.3f s, communication "
+                    "%.3f s\n",
+            hp_mesh_str(&p->mesh, mesh, sizeof mesh), (long long)s->tokens, v[0], v[0] > 0 ? (double)s->tokens / v[0] : 0.0,
+            v[0] - v[1], v[1]);
+    fprintf(stderr, "run: rank 0 sent");
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        human(s->bytes[k], b1, sizeof b1);
+        fprintf(stderr, "%s %s %s in %llu calls", k ? "," : "", hp_run_coll_name((hp_run_coll)k), b1,
+                (unsigned long long)s->calls[k]);
+    }
+    human((uint64_t)v[2], b1, sizeof b1);
+    human((uint64_t)v[3], b2, sizeof b2);
+    fprintf(stderr, "\nrun: resident weights %s on the largest rank (its plan share as stored: %s)\n", b1, b2);
+}
+
+static int finish(hp_comm *w, hp_status st, hp_err *err)
+{
+    int code = HP_EXIT_OK;
+    if (st != HP_OK) {
+        /* every failure here went through an agreement: the same message on every rank, printed once */
+        if (hp_comm_rank(w) == 0) code = cli_fail(err);
+        else code = hp_status_exit_code(st);
+        fflush(stderr);
+        hp_err e2;
+        if (hp_comm_size(w) > 1) (void)hp_comm_barrier(w, &e2);
+    }
+    hp_comm_free(w);
+    return code;
+}
+
+static int run(run_args *a, int *argc, char ***argv)
+{
+    hp_err err;
+    hp_err_clear(&err);
+    hp_comm *w = NULL;
+    if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
+    int N = hp_comm_size(w);
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_overrides *ov = NULL;
+    hp_runner *r = NULL;
+    int64_t *ids = NULL, B = 0, S = 0;
+    hp_run_output o = {0};
+    hp_status st = HP_OK;
+    char omsg[8400];
+    const char *const inputs[] = {a->input, a->compare, a->overrides, a->plan};
+    if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    bool shard = is_shard_dir(a->model);
+    if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
+    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
+    if (st == HP_OK && !a->plan) {
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        if (a->mesh_spec) st = hp_mesh_parse(a->mesh_spec, &po.mesh, &err);
+        else hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->sizes ? a->tp : N, 0, false);
+        po.sequence_parallel = !a->no_sp;
+        po.loss_parallel = a->loss_parallel;
+        if (st == HP_OK && a->overrides) st = hp_overrides_load(&ov, a->overrides, &err);
+        po.overrides = ov;
+        if (st == HP_OK) st = hp_plan_derive(&p, m, &po, &err);
+    }
+    if (st == HP_OK) st = read_ids(a->input, &ids, &B, &S, &err);
+    st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK) {
+        if (a->threads > 0) {
+            hp_linalg_set_threads(a->threads);
+            hp_linalg_blas_threads(a->threads);
+        }
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute};
+        st = hp_runner_create(&r, w, m, p, &ro, &err);
+    }
+    if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
+    if (st == HP_OK) print_stats(w, r, p);
+    if (st == HP_OK && hp_comm_rank(w) == 0) {
+        fprintf(stderr, "run: loss %.7g over %lld positions\n", o.loss, (long long)(B * (S - 1)));
+        if (a->output) st = write_output(a->output, &o, &err);
+        if (st == HP_OK && a->compare) st = compare(a, &o, &err);
+    }
+    st = hp_comm_agree(w, st, &err);
+    free(o.logits);
+    free(ids);
+    hp_runner_free(r);
+    hp_plan_free(p);
+    hp_overrides_free(ov);
+    hp_model_close(m);
+    return finish(w, st, &err);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    enum { O_MESH = 300, O_DP, O_CP, O_TP, O_NOSP, O_LP, O_OV, O_PLAN, O_COMPUTE, O_RTOL };
+    static const struct option opts[] = {
+        {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
+        {"output", required_argument, 0, 'o'}, {"compare", required_argument, 0, 'C'},
+        {"threads", required_argument, 0, 't'}, {"mesh", required_argument, 0, O_MESH},
+        {"dp", required_argument, 0, O_DP},    {"cp", required_argument, 0, O_CP},
+        {"tp", required_argument, 0, O_TP},    {"no-sequence-parallel", no_argument, 0, O_NOSP},
+        {"loss-parallel", no_argument, 0, O_LP}, {"overrides", required_argument, 0, O_OV},
+        {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
+        {"compare-rtol", required_argument, 0, O_RTOL}, {0, 0, 0, 0}};
+    run_args a = {.dp = 1, .cp = 1, .tp = 1};
+    int64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "hi:o:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return HP_EXIT_OK;
+        case 'i': a.input = optarg; break;
+        case 'o': a.output = optarg; break;
+        case 'C': a.compare = optarg; break;
+        case 't':
+            if (!cli_parse_i64("run", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
+            a.threads = (int)v;
+            break;
+        case O_MESH: a.mesh_spec = optarg; break;
+        case O_DP: if (!cli_parse_i64("run", "--dp", optarg, 1, 1 << 20, &a.dp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_CP: if (!cli_parse_i64("run", "--cp", optarg, 1, 1 << 20, &a.cp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_TP: if (!cli_parse_i64("run", "--tp", optarg, 1, 1 << 20, &a.tp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_NOSP: a.no_sp = true; break;
+        case O_LP: a.loss_parallel = true; break;
+        case O_OV: a.overrides = optarg; break;
+        case O_PLAN: a.plan = optarg; break;
+        case O_COMPUTE:
+            if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
+            else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
+            else return cli_usage_error("run", "--compute expects exact or bf16, got '%s'", optarg);
+            break;
+        case O_RTOL: {
+            char *end;
+            a.rtol = strtod(optarg, &end);
+            if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
+                return cli_usage_error("run", "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
+            break;
+        }
+        default: return cli_bad_option("run", argv);
+        }
+    }
+    if (optind >= argc) return cli_usage_error("run", "missing MODEL");
+    if (optind + 1 < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
+    a.model = argv[optind];
+    if (!a.input) return cli_usage_error("run", "missing --input IDS.safetensors");
+    if (a.mesh_spec && a.sizes) return cli_usage_error("run", "give either --mesh or --dp/--cp/--tp, not both");
+    if (a.plan && (a.mesh_spec || a.sizes || a.no_sp || a.loss_parallel || a.overrides))
+        return cli_usage_error("run", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
+    return run(&a, &argc, &argv);
+}
