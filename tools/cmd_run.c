@@ -2,6 +2,7 @@
  * cmd_run.c — `hyperpar run MODEL --input IDS [--output OUT] [--compare REF] [mesh flags]`: the whole forward
  * pass across the ranks of mpirun (or one process), executed as the plan says (src/run, docs/run.md).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -53,6 +54,7 @@ typedef struct run_args {
     double rtol;
     int threads;
     hp_linalg_mode compute;
+    bool validate;
 } run_args;
 
 static bool is_shard_dir(const char *path)
@@ -195,6 +197,33 @@ static int finish(hp_comm *w, hp_status st, hp_err *err)
     return code;
 }
 
+/* validate's table on stdout (rank 0). */
+static hp_status report(const hp_validate_report *rep, double rtol, hp_err *err)
+{
+    printf("%-44s %-34s %12s %12s  %s\n", "boundary", "collective (distributed)", "max |diff|", "rel", "");
+    for (int i = 0; i < rep->n; i++) {
+        const hp_validate_row *w = &rep->rows[i];
+        double rel = w->max_ref > 0 ? w->max_diff / w->max_ref : w->max_diff;
+        printf("%-44s %-34s %12.3g %12.3g  %s%s\n", w->what, w->coll, w->max_diff, rel, w->ok ? "ok" : "DIVERGES",
+               i == rep->first_bad ? "  <- first divergence" : "");
+    }
+    double dl = rep->loss - rep->loss_ref;
+    bool lok = fabs(dl) <= rtol * fabs(rep->loss_ref);
+    printf("loss: distributed %.7g, one process %.7g, diff %.3g: %s\n", rep->loss, rep->loss_ref, dl,
+           lok ? "ok" : "DIVERGES");
+    fflush(stdout);
+    if (rep->first_bad >= 0)
+        return hp_err_set(err, HP_ERR_VERIFY,
+                          "the distributed run diverges from one process first at %s (after %s): max |diff| %.3g "
+                          "> %.0e x max|ref| %.4g; check that boundary's placements and overrides "
+                          "(hyperpar plan --format explain --fqn %s)",
+                          rep->rows[rep->first_bad].what, rep->rows[rep->first_bad].coll,
+                          rep->rows[rep->first_bad].max_diff, rtol, rep->rows[rep->first_bad].max_ref,
+                          rep->rows[rep->first_bad].what);
+    if (!lok) return hp_err_set(err, HP_ERR_VERIFY, "the distributed loss differs from one process");
+    return HP_OK;
+}
+
 static int run(run_args *a, int *argc, char ***argv)
 {
     hp_err err;
@@ -227,6 +256,18 @@ static int run(run_args *a, int *argc, char ***argv)
         po.overrides = ov;
         if (st == HP_OK) st = hp_plan_derive(&p, m, &po, &err);
     }
+    hp_plan *p1 = NULL; /* validate: the one-process plan */
+    if (st == HP_OK && a->validate && shard)
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s is a shard folder; validate runs the one-process model too, which "
+                        "needs the checkpoint (run validate on the checkpoint with the same mesh flags)", a->model);
+    if (st == HP_OK && a->validate) {
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        hp_mesh_from_sizes(&po.mesh, 1, 1, 1, 0, false);
+        po.sequence_parallel = p->sequence_parallel;
+        po.loss_parallel = p->loss_parallel;
+        st = hp_plan_derive(&p1, m, &po, &err);
+    }
     if (st == HP_OK) st = read_ids(a->input, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
@@ -235,6 +276,20 @@ static int run(run_args *a, int *argc, char ***argv)
             hp_linalg_blas_threads(a->threads);
         }
         hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute};
+        if (a->validate) {
+            hp_validate_report rep;
+            double rtol = a->rtol > 0 ? a->rtol : 1e-5;
+            st = hp_validate(w, m, p, p1, &ro, ids, B, S, rtol, &rep, &err);
+            if (st == HP_OK && hp_comm_rank(w) == 0) st = report(&rep, rtol, &err);
+            hp_validate_report_free(&rep);
+            st = hp_comm_agree(w, st, &err);
+            free(ids);
+            hp_plan_free(p1);
+            hp_plan_free(p);
+            hp_overrides_free(ov);
+            hp_model_close(m);
+            return finish(w, st, &err);
+        }
         st = hp_runner_create(&r, w, m, p, &ro, &err);
     }
     if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
@@ -248,14 +303,34 @@ static int run(run_args *a, int *argc, char ***argv)
     free(o.logits);
     free(ids);
     hp_runner_free(r);
+    hp_plan_free(p1);
     hp_plan_free(p);
     hp_overrides_free(ov);
     hp_model_close(m);
     return finish(w, st, &err);
 }
 
-int cmd_run(int argc, char **argv)
+static void usage_validate(FILE *out)
 {
+    fprintf(out,
+            "usage: [mpirun -np N] hyperpar validate MODEL --input IDS.safetensors [--mesh SPEC | --dp N --cp N\n"
+            "                           --tp N] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                           [--plan plan.json] [--rtol R] [--threads N]\n"
+            "\n"
+            "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"
+            "the same input; every boundary's output (and each layer's residual stream) is reassembled to the full\n"
+            "layout and compared. Prints a table (boundary, its exit collective, max error) and names the first\n"
+            "boundary that diverges, so a wrong override or placement is found in one run.\n"
+            "\n"
+            "  --rtol R             a boundary diverges when max|diff| > R * max|one-process output| (1e-5)\n"
+            "  other flags          as 'hyperpar run' (see its --help)\n"
+            "\n"
+            "Exit codes: 0 every boundary agrees, 1 runtime failure, 2 bad input, 3 a boundary diverges.\n");
+}
+
+static int parse(int argc, char **argv, bool validate)
+{
+    const char *cmd = validate ? "validate" : "run";
     enum { O_MESH = 300, O_DP, O_CP, O_TP, O_NOSP, O_LP, O_OV, O_PLAN, O_COMPUTE, O_RTOL };
     static const struct option opts[] = {
         {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
@@ -265,25 +340,26 @@ int cmd_run(int argc, char **argv)
         {"tp", required_argument, 0, O_TP},    {"no-sequence-parallel", no_argument, 0, O_NOSP},
         {"loss-parallel", no_argument, 0, O_LP}, {"overrides", required_argument, 0, O_OV},
         {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
-        {"compare-rtol", required_argument, 0, O_RTOL}, {0, 0, 0, 0}};
-    run_args a = {.dp = 1, .cp = 1, .tp = 1};
+        {"compare-rtol", required_argument, 0, O_RTOL}, {"rtol", required_argument, 0, O_RTOL},
+        {0, 0, 0, 0}};
+    run_args a = {.dp = 1, .cp = 1, .tp = 1, .validate = validate};
     int64_t v;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "hi:o:", opts, NULL)) != -1) {
         switch (c) {
-        case 'h': usage(stdout); return HP_EXIT_OK;
+        case 'h': validate ? usage_validate(stdout) : usage(stdout); return HP_EXIT_OK;
         case 'i': a.input = optarg; break;
         case 'o': a.output = optarg; break;
         case 'C': a.compare = optarg; break;
         case 't':
-            if (!cli_parse_i64("run", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64(cmd, "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
             a.threads = (int)v;
             break;
         case O_MESH: a.mesh_spec = optarg; break;
-        case O_DP: if (!cli_parse_i64("run", "--dp", optarg, 1, 1 << 20, &a.dp)) return HP_EXIT_USAGE; a.sizes = true; break;
-        case O_CP: if (!cli_parse_i64("run", "--cp", optarg, 1, 1 << 20, &a.cp)) return HP_EXIT_USAGE; a.sizes = true; break;
-        case O_TP: if (!cli_parse_i64("run", "--tp", optarg, 1, 1 << 20, &a.tp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_DP: if (!cli_parse_i64(cmd, "--dp", optarg, 1, 1 << 20, &a.dp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_CP: if (!cli_parse_i64(cmd, "--cp", optarg, 1, 1 << 20, &a.cp)) return HP_EXIT_USAGE; a.sizes = true; break;
+        case O_TP: if (!cli_parse_i64(cmd, "--tp", optarg, 1, 1 << 20, &a.tp)) return HP_EXIT_USAGE; a.sizes = true; break;
         case O_NOSP: a.no_sp = true; break;
         case O_LP: a.loss_parallel = true; break;
         case O_OV: a.overrides = optarg; break;
@@ -291,24 +367,36 @@ int cmd_run(int argc, char **argv)
         case O_COMPUTE:
             if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
             else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
-            else return cli_usage_error("run", "--compute expects exact or bf16, got '%s'", optarg);
+            else return cli_usage_error(cmd, "--compute expects exact or bf16, got '%s'", optarg);
             break;
         case O_RTOL: {
             char *end;
             a.rtol = strtod(optarg, &end);
             if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
-                return cli_usage_error("run", "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
+                return cli_usage_error(cmd, "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
             break;
         }
-        default: return cli_bad_option("run", argv);
+        default: return cli_bad_option(cmd, argv);
         }
     }
-    if (optind >= argc) return cli_usage_error("run", "missing MODEL");
-    if (optind + 1 < argc) return cli_usage_error("run", "unexpected argument '%s'", argv[optind + 1]);
+    if (optind >= argc) return cli_usage_error(cmd, "missing MODEL");
+    if (optind + 1 < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];
-    if (!a.input) return cli_usage_error("run", "missing --input IDS.safetensors");
-    if (a.mesh_spec && a.sizes) return cli_usage_error("run", "give either --mesh or --dp/--cp/--tp, not both");
+    if (!a.input) return cli_usage_error(cmd, "missing --input IDS.safetensors");
+    if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT))
+        return cli_usage_error(cmd, "--output, --compare and --compute belong to 'hyperpar run'");
+    if (a.mesh_spec && a.sizes) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp, not both");
     if (a.plan && (a.mesh_spec || a.sizes || a.no_sp || a.loss_parallel || a.overrides))
-        return cli_usage_error("run", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
+        return cli_usage_error(cmd, "give either --plan or the plan flags (--mesh, --tp, ...), not both");
     return run(&a, &argc, &argv);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    return parse(argc, argv, false);
+}
+
+int cmd_validate(int argc, char **argv)
+{
+    return parse(argc, argv, true);
 }

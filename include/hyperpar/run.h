@@ -72,6 +72,29 @@ const hp_run_stats *hp_runner_stats(const hp_runner *r);
 /* "dp=1,cp=1,tp=2 rank 1 (dp 0, cp 0, tp 1)" */
 const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap);
 
+/* ---- validate mode: the distributed run against one process, boundary by boundary ---- */
+typedef struct hp_validate_row {
+    char what[128];      /* boundary FQN, or "model.layers.<l>" for a layer's residual stream */
+    char coll[96];       /* the distributed run's exit collective for it */
+    double max_diff, max_ref;
+    bool ok;
+} hp_validate_row;
+
+typedef struct hp_validate_report {
+    int n;
+    hp_validate_row *rows; /* in execution order (rank 0; malloc'd, hp_validate_report_free) */
+    int first_bad;         /* index of the first row over the tolerance, -1 when none */
+    double loss, loss_ref;
+    hp_run_stats stats;    /* the distributed run's */
+} hp_validate_report;
+
+/* Runs plan p across `world` and, on rank 0, the one-process plan p1 (a world-1 plan of the same model),
+ * recording every boundary's output of both; rank 0 compares them with hp_tol_check at rtol. Collective. */
+hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                      const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                      hp_validate_report *rep, hp_err *err);
+void hp_validate_report_free(hp_validate_report *rep);
+
 /* ---- the one tolerance check (run --compare, validate, the tests) ---- */
 typedef struct hp_tol {
     bool ok;

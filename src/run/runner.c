@@ -77,6 +77,8 @@ struct hp_runner {
     hp_run_stats stats;
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
     int64_t rope_pos0, rope_n;
+    char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
+    const char *perturb; /* test hook HP_TEST_PERTURB_BOUNDARY: that boundary's output is nudged (validate's test) */
     char desc[160];
 };
 
@@ -135,6 +137,7 @@ static hp_status enter(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
 
 static hp_status leave(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
 {
+    snprintf(r->exit_coll, sizeof r->exit_coll, "none");
     if (!c->has_out) return HP_OK;
     if (!hp__lay_eq(&a->lay, &c->out_src)) {
         char s1[64], s2[64];
@@ -145,8 +148,10 @@ static hp_status leave(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
     }
     char what[200];
     snprintf(what, sizeof what, "boundary %s (exit)", c->fqn);
-    const char *coll;
-    return hp__redistribute(&r->x, a, &c->out_dst, what, &coll, err);
+    const char *coll = "identity";
+    hp_status st = hp__redistribute(&r->x, a, &c->out_dst, what, &coll, err);
+    snprintf(r->exit_coll, sizeof r->exit_coll, "%s", coll);
+    return st;
 }
 
 static hp_status need_layout(const hp_runner *r, const contract *c, const hp__act *a, bool seq_ok, hp_err *err)
@@ -179,9 +184,11 @@ static void add_bias(const hp_runner *r, hp__act *a, const hp__w *b)
         for (int64_t j = 0; j < X; j++) a->d[i * X + j] += bv[lo + j];
 }
 
-static hp_status record(hp_runner *r, const char *what, const char *coll, const hp__act *a, hp_err *err)
+static hp_status record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
 {
     if (!r->o.record) return HP_OK;
+    if (r->perturb && !strcmp(r->perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
+        a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
     float *full = NULL;
@@ -469,7 +476,7 @@ static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act 
     if (st != HP_OK) return st;
     hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->cfg.eps, out->d);
     if ((st = leave(r, &n->c, out, err)) != HP_OK) return st;
-    return record(r, n->c.fqn, "", out, err);
+    return record(r, n->c.fqn, r->exit_coll, out, err);
 }
 
 static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
@@ -533,7 +540,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
     if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
     if (a->bo_deferred) add_bias(r, out, &a->bo);
-    return record(r, a->c.fqn, "", out, err);
+    return record(r, a->c.fqn, r->exit_coll, out, err);
 }
 
 static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
@@ -556,7 +563,7 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
     if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
     if (m->bd_deferred) add_bias(r, out, &m->bd);
-    return record(r, m->c.fqn, "", out, err);
+    return record(r, m->c.fqn, r->exit_coll, out, err);
 }
 
 /* h += branch, the branch first brought to the residual stream's layout. */
@@ -609,7 +616,7 @@ static hp_status embed_apply(hp_runner *r, const int64_t *ids, int64_t S, hp__ac
                 return st;
         }
     if ((st = leave(r, c, h, err)) != HP_OK) return st;
-    return record(r, c->fqn, "", h, err);
+    return record(r, c->fqn, r->exit_coll, h, err);
 }
 
 static hp_status head_apply(hp_runner *r, hp__act *t, hp__act *out, hp_err *err)
@@ -629,7 +636,7 @@ static hp_status head_apply(hp_runner *r, hp__act *t, hp__act *out, hp_err *err)
     if ((st = out_like(r, t, r->cfg.V, r->head_split ? hp_pl_s(2) : hp_pl_r(), out, err)) != HP_OK) return st;
     if ((st = lin_fwd(r->head, rows, t->d, r->cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
     if ((st = leave(r, &r->c_head, out, err)) != HP_OK) return st;
-    return record(r, r->c_head.fqn, "", out, err);
+    return record(r, r->c_head.fqn, r->exit_coll, out, err);
 }
 
 /* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
@@ -746,7 +753,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         if (st == HP_OK) st = residual(r, &h, &a, w->mlp.c.fqn, err);
         char key[64];
         snprintf(key, sizeof key, "model.layers.%lld", (long long)l);
-        if (st == HP_OK) st = record(r, key, "", &h, err);
+        if (st == HP_OK) st = record(r, key, "residual add", &h, err);
     }
     if (st == HP_OK) st = norm_apply(r, &r->fnorm, &h, &t, err);
     if (st == HP_OK) st = head_apply(r, &t, &a, err);
@@ -869,6 +876,7 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         r->m = m;
         r->p = p;
         r->o = *o;
+        r->perturb = getenv("HP_TEST_PERTURB_BOUNDARY");
         st = create(r, o, err);
     }
     st = hp_comm_agree(world, st, err);

@@ -58,4 +58,8 @@ expect 2 "is an MoE model" -- "$HP" run data/golden/mixtral_per_expert_f32 --inp
 # Meta mode (config.json alone) has no weights.
 expect 2 "holds no weights" -- "$HP" run $F/llama/config.json --input "$WORK/i32.st"
 expect 0 "usage: [mpirun -np N] hyperpar run" -- "$HP" run --help
+expect 0 "usage: [mpirun -np N] hyperpar validate" -- "$HP" validate --help
+# validate in one process: trivially equal, still a full table.
+expect 0 "lm_head" -- "$HP" validate $F/qwen2 --input $F/qwen2/forward_io.safetensors
+expect 2 "belong to 'hyperpar run'" -- "$HP" validate $F/qwen2 --input $F/qwen2/forward_io.safetensors --output "$WORK/x.st"
 finish

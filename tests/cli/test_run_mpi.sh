@@ -40,6 +40,17 @@ check "replicated MLPs: 3 reduce-scatters" test "$(rs "$out2")" = "3 calls"
 expect 2 "S(2)" -- $MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 \
     --overrides data/overrides/attn_out_feature_shard.yaml
 
+# validate: every boundary agrees at tp=2 x cp=2 and with overrides; a nudged boundary is named first (exit 3).
+expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate $F/qwen3 --input $F/qwen3/forward_io.safetensors --cp 2 --tp 2
+expect 0 "model.layers.1.mlp" -- $MPI -np 2 "$HP" validate $F/mistral --input $F/mistral/forward_io.safetensors --tp 2 \
+    --overrides data/overrides/attn_out_replicate.yaml
+expect 3 "first at model.layers.1.mlp (after reduce-scatter)" -- $MPI -np 2 -x HP_TEST_PERTURB_BOUNDARY=model.layers.1.mlp \
+    "$HP" validate $F/llama --input $F/llama/forward_io.safetensors --tp 2
+out=$($MPI -np 2 -x HP_TEST_PERTURB_BOUNDARY=model.layers.0.self_attn "$HP" validate $F/llama \
+    --input $F/llama/forward_io.safetensors --tp 2 2>&1)
+check "the table flags the first divergence" grep -q "model.layers.0.self_attn .*DIVERGES  <- first divergence" <<<"$out"
+check "boundaries before it agree" grep -q "model.layers.0.input_layernorm .* ok" <<<"$out"
+
 # A generated model with uneven splits: S = 15 (odd: SP blocks 8/7, cp pads to 16), vocab 132 over tp=4, kv heads 4, bf16 weights.
 "$HP" gen --family llama --out "$WORK/gen" --heads 8 --kv-heads 4 --head-dim 8 --vocab 132 --dtype bf16 \
     --layers 2 --seed 7 >/dev/null 2>&1

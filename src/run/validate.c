@@ -1,0 +1,127 @@
+/*
+ * validate.c — the seed's validate mode: the plan run distributed and the model run in one process on the
+ * same input, every boundary's output reassembled to the full layout and compared, the first boundary that
+ * diverges named. Recording happens on rank 0 (hp_run_opts.record); the one-process run is rank 0's alone.
+ */
+#include "hyperpar/run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rec {
+    char what[128], coll[96];
+    float *t;
+    int64_t n;
+} rec;
+
+typedef struct tape {
+    rec *v;
+    int n, cap;
+    bool oom;
+} tape;
+
+static void on_record(void *ctx, const char *what, const char *coll, const float *t, int64_t B, int64_t S, int64_t X)
+{
+    tape *tp = ctx;
+    if (tp->oom) return;
+    if (tp->n == tp->cap) {
+        int cap = tp->cap ? 2 * tp->cap : 64;
+        rec *v = realloc(tp->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            tp->oom = true;
+            return;
+        }
+        tp->v = v;
+        tp->cap = cap;
+    }
+    rec *r = &tp->v[tp->n];
+    memset(r, 0, sizeof *r);
+    snprintf(r->what, sizeof r->what, "%s", what);
+    snprintf(r->coll, sizeof r->coll, "%s", coll);
+    r->n = B * S * X;
+    if (!(r->t = malloc((size_t)r->n * sizeof *r->t + 1))) {
+        tp->oom = true;
+        return;
+    }
+    memcpy(r->t, t, (size_t)r->n * sizeof *r->t);
+    tp->n++;
+}
+
+static void tape_free(tape *t)
+{
+    for (int i = 0; i < t->n; i++) free(t->v[i].t);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+static hp_status run_one(const hp_comm *c, const hp_model *m, const hp_plan *p, const hp_run_opts *o, tape *t,
+                         const int64_t *ids, int64_t B, int64_t S, double *loss, hp_run_stats *stats, hp_err *err)
+{
+    hp_run_opts ro = *o;
+    ro.record = on_record;
+    ro.record_ctx = t;
+    hp_runner *r = NULL;
+    hp_run_output out = {0};
+    hp_status st = hp_runner_create(&r, c, m, p, &ro, err);
+    if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &out, err);
+    if (st == HP_OK && t->oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory recording the boundaries");
+    if (st == HP_OK && stats) *stats = *hp_runner_stats(r);
+    *loss = out.loss;
+    free(out.logits);
+    hp_runner_free(r);
+    return st;
+}
+
+hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                      const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                      hp_validate_report *rep, hp_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->first_bad = -1;
+    tape dist = {0}, one = {0};
+    hp_status st = run_one(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
+    if (st == HP_OK && hp_comm_rank(world) == 0) {
+        hp_comm *self = NULL;
+        hp_run_opts o1 = *o;
+        o1.shards = NULL; /* the one-process model reads the checkpoint whole */
+        st = hp_comm_self(&self, err);
+        if (st == HP_OK) st = run_one(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
+        hp_comm_free(self);
+        if (st == HP_OK && one.n != dist.n)
+            st = hp_err_set(err, HP_ERR_INPUT, "the distributed run recorded %d boundaries, one process %d", dist.n,
+                            one.n);
+        if (st == HP_OK && !(rep->rows = calloc((size_t)one.n + 1, sizeof *rep->rows)))
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (int i = 0; st == HP_OK && i < one.n; i++) {
+            hp_validate_row *row = &rep->rows[i];
+            snprintf(row->what, sizeof row->what, "%s", dist.v[i].what);
+            snprintf(row->coll, sizeof row->coll, "%s", dist.v[i].coll);
+            if (strcmp(dist.v[i].what, one.v[i].what) || dist.v[i].n != one.v[i].n) {
+                st = hp_err_set(err, HP_ERR_INPUT, "boundary %d is %s distributed but %s in one process", i,
+                                dist.v[i].what, one.v[i].what);
+                break;
+            }
+            hp_tol t;
+            int64_t shape[1] = {one.v[i].n};
+            row->ok = hp_tol_check(dist.v[i].t, one.v[i].t, 1, shape, rtol, &t);
+            row->max_diff = t.max_diff;
+            row->max_ref = t.max_ref;
+            if (!row->ok && rep->first_bad < 0) rep->first_bad = i;
+            rep->n = i + 1;
+        }
+    }
+    tape_free(&dist);
+    tape_free(&one);
+    st = hp_comm_agree(world, st, err);
+    if (st != HP_OK) hp_validate_report_free(rep);
+    return st;
+}
+
+void hp_validate_report_free(hp_validate_report *rep)
+{
+    free(rep->rows);
+    rep->rows = NULL;
+    rep->n = 0;
+}
