@@ -73,6 +73,50 @@ done <<'LIST'
 3 --dp 3
 4 --cp 4
 LIST
+# Biases on every projection (llama attention_bias + mlp_bias): o_proj's and down_proj's are row-parallel and
+# deferred (D-22), added once after the exit reduction, so tp=2 equals one process.
+python3 - $F/llama "$WORK/bias" <<'PY'
+import json, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst, exist_ok=True)
+cfg = json.load(open(src + "/config.json")); cfg["attention_bias"] = True; cfg["mlp_bias"] = True
+json.dump(cfg, open(dst + "/config.json", "w"))
+raw = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+tensors = {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in hdr.items() if k != "__metadata__"}
+H, hd, nh, nkv, I = cfg["hidden_size"], cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["intermediate_size"]
+seed = [12345]
+def vec(n):
+    out = []
+    for _ in range(n):
+        seed[0] = (seed[0] * 1103515245 + 12345) % (1 << 31)
+        out.append((seed[0] / (1 << 31) - 0.5) * 0.2)
+    return struct.pack("<%df" % n, *out)
+for l in range(cfg["num_hidden_layers"]):
+    p = "model.layers.%d." % l
+    for name, n_ in (("self_attn.q_proj", nh * hd), ("self_attn.k_proj", nkv * hd), ("self_attn.v_proj", nkv * hd),
+                     ("self_attn.o_proj", H), ("mlp.gate_proj", I), ("mlp.up_proj", I), ("mlp.down_proj", H)):
+        tensors[p + name + ".bias"] = ("F32", [n_], vec(n_))
+out, off, body = {}, 0, b""
+for k in sorted(tensors):
+    dt, shape, b = tensors[k]
+    out[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}; off += len(b); body += b
+h = json.dumps(out).encode()
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + body)
+PY
+"$HP" run "$WORK/bias" --input $F/llama/forward_io.safetensors --output "$WORK/bias.one.st" 2>/dev/null </dev/null
+check "the biases change the logits" test "$("$HP" run "$WORK/bias" --input $F/llama/forward_io.safetensors \
+    --compare $F/llama/forward_io.safetensors 2>&1 </dev/null | grep -c MISMATCH)" -ge 1
+while read -r np flags; do
+    expect 0 "OK" -- $MPI -np $np "$HP" run "$WORK/bias" --input $F/llama/forward_io.safetensors $flags \
+        --compare "$WORK/bias.one.st" --compare-rtol 1e-5
+done <<'LIST'
+2 --tp 2
+2 --tp 2 --no-sequence-parallel
+4 --cp 2 --tp 2
+LIST
+expect 0 "deferred" -- "$HP" plan "$WORK/bias" --tp 2 --format explain
+
 # From a shard folder of the same mesh: the same logits; of another mesh: refused.
 "$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
 expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
