@@ -3,7 +3,8 @@
  *
  * gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode synthesises
  * exactly the checkpoint's tensors → plan (tp=2, ep=2) → shard for dp=2 x ep=2 and merge back (byte-exact)
- * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process.
+ * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process
+ * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -99,36 +100,114 @@ static int write_input(const char *path, int64_t T, int64_t H)
     return rc;
 }
 
-/* Runs this executable under mpirun on 2 ranks and compares with the one-process output. */
-static int run_mpi_moe(const char *model_dir, const char *ep_yaml, const char *xfile, const char *y1)
+/* Runs this executable under mpirun on 2 ranks with args (already quoted); shown is what the user would type.
+ * *skipped is set (and 0 returned) when mpirun or this executable cannot be found. */
+static int mpi_self(const char *shown, const char *args, bool *skipped)
 {
+    *skipped = false;
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
         printf("skipped: cannot locate this executable to launch it under mpirun\n");
-        return HP_EXIT_OK;
+        *skipped = true;
+        return 0;
     }
     self[n] = '\0';
     if (system("command -v mpirun >/dev/null 2>&1") != 0) {
         printf("skipped: mpirun is not installed (scripts/install-deps.sh installs Open MPI)\n");
-        return HP_EXIT_OK;
+        *skipped = true;
+        return 0;
     }
     char cmd[16384];
-    snprintf(cmd, sizeof cmd,
-             "mpirun %s--oversubscribe -np 2 '%s' moe '%s' --layer 0 --ep 2 --overrides '%s' "
-             "--input '%s' --compare '%s' --ref-prefix '' --compare-rtol 1e-5",
-             geteuid() == 0 ? "--allow-run-as-root " : "", self, model_dir, ep_yaml, xfile, y1);
-    printf("$ mpirun -np 2 hyperpar moe %s --layer 0 --ep 2 --overrides %s --input %s \\\n"
-           "      --compare %s --ref-prefix '' --compare-rtol 1e-5\n",
-           model_dir, ep_yaml, xfile, y1);
+    snprintf(cmd, sizeof cmd, "mpirun %s--oversubscribe -np 2 '%s' %s", geteuid() == 0 ? "--allow-run-as-root " : "",
+             self, args);
+    printf("$ mpirun -np 2 hyperpar %s\n", shown);
     fflush(stdout);
     fflush(stderr);
-    int st = system(cmd);
+    return system(cmd);
+}
+
+/* The MoE layer on 2 ranks compared with the one-process output. */
+static int run_mpi_moe(const char *model_dir, const char *ep_yaml, const char *xfile, const char *y1)
+{
+    char args[8192], shown[8192];
+    snprintf(args, sizeof args,
+             "moe '%s' --layer 0 --ep 2 --overrides '%s' --input '%s' --compare '%s' --ref-prefix '' --compare-rtol 1e-5",
+             model_dir, ep_yaml, xfile, y1);
+    snprintf(shown, sizeof shown, "moe %s --layer 0 --ep 2 --overrides %s --input %s \\\n      --compare %s "
+             "--ref-prefix '' --compare-rtol 1e-5", model_dir, ep_yaml, xfile, y1);
+    bool skipped;
+    int st = mpi_self(shown, args, &skipped);
+    if (skipped) return HP_EXIT_OK;
     if (st != 0) {
         printf("FAILED: the 2-rank run did not match the one-process run (status %d)\n", st);
         return HP_EXIT_VERIFY;
     }
     printf("2 MPI ranks (each holding 4 of 8 experts) match the one-process layer within 1e-5\n");
+    return HP_EXIT_OK;
+}
+
+/* input_ids I64 [B, S] with deterministic ids below vocab. */
+static int write_ids(const char *path, int64_t B, int64_t S, int64_t vocab)
+{
+    int64_t *ids = malloc((size_t)(B * S) * sizeof *ids);
+    hp_st_writer *w = hp_st_writer_create();
+    hp_err err;
+    int rc = HP_EXIT_OK;
+    if (!ids || !w) {
+        rc = HP_EXIT_RUNTIME;
+    } else {
+        for (int64_t i = 0; i < B * S; i++) ids[i] = (i * 37 + 11) % vocab;
+        int64_t shape[2] = {B, S};
+        if (hp_st_writer_add(w, "input_ids", HP_DT_I64, 2, shape, ids, &err) != HP_OK ||
+            hp_st_writer_write(w, path, &err) != HP_OK)
+            rc = cli_fail(&err);
+    }
+    hp_st_writer_destroy(w);
+    free(ids);
+    return rc;
+}
+
+/* The whole forward pass of a dense decoder: one process, then tp=2 with SP on 2 ranks, then validate. */
+static int run_dense(const char *out)
+{
+    char dense[600], ids[700], one[700], args[8192], shown[8192];
+    snprintf(dense, sizeof dense, "%s/dense", out);
+    snprintf(ids, sizeof ids, "%s/ids.safetensors", out);
+    snprintf(one, sizeof one, "%s/logits_one.safetensors", out);
+    hp_gen_opts g;
+    hp_gen_opts_default(&g);
+    g.family = "llama";
+    g.force = true;
+    hp_err err;
+    printf("$ hyperpar gen --family llama --out %s\n", dense);
+    if (hp_gen_checkpoint(&g, dense, &err) != HP_OK) return cli_fail(&err);
+    int rc = write_ids(ids, 2, 16, g.vocab);
+    if (rc != HP_EXIT_OK) return rc;
+    printf("$ hyperpar run %s --input %s --output %s\n", dense, ids, one);
+    fflush(stdout);
+    {
+        char *a[] = {"run", dense, "--input", ids, "--output", one, NULL};
+        optind = 1;
+        if ((rc = cmd_run(6, a)) != HP_EXIT_OK) return rc;
+    }
+    snprintf(args, sizeof args, "run '%s' --input '%s' --tp 2 --compare '%s' --compare-rtol 1e-5", dense, ids, one);
+    snprintf(shown, sizeof shown, "run %s --input %s --tp 2 --compare %s --compare-rtol 1e-5", dense, ids, one);
+    bool skipped;
+    int st = mpi_self(shown, args, &skipped);
+    if (skipped) return HP_EXIT_OK;
+    if (st != 0) {
+        printf("FAILED: the 2-rank forward pass did not match one process (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
+    printf("2 MPI ranks (tp=2, sequence-parallel) give the one-process logits and loss within 1e-5\n");
+    snprintf(args, sizeof args, "validate '%s' --input '%s' --tp 2", dense, ids);
+    snprintf(shown, sizeof shown, "validate %s --input %s --tp 2", dense, ids);
+    st = mpi_self(shown, args, &skipped);
+    if (st != 0) {
+        printf("FAILED: validate found a boundary that diverges (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
     return HP_EXIT_OK;
 }
 
@@ -303,7 +382,10 @@ int cmd_demo(int argc, char **argv)
         optind = 1;
         if ((rc = cmd_moe(10, args)) != HP_EXIT_OK) goto done;
     }
-    rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1);
+    if ((rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1)) != HP_EXIT_OK) goto done;
+
+    step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate");
+    rc = run_dense(out);
 done:
     hp_model_close(real);
     hp_model_close(meta);

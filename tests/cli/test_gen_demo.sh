@@ -13,6 +13,10 @@ expect 0 "wrote" -- "$HP" gen --family mixtral --out "$WORK/mb" --force
 expect 0 "meta mode reproduces all" -- "$HP" demo
 expect 0 "files kept in $WORK/demo" -- "$HP" demo --out "$WORK/demo"
 check "demo leaves its model" test -f "$WORK/demo/model/model.safetensors"
+out=$("$HP" demo --out "$WORK/demo" 2>&1)
+check "demo runs the dense forward pass on 2 ranks" grep -q "2 MPI ranks (tp=2, sequence-parallel) give the one-process logits" <<<"$out"
+check "demo validates every boundary" grep -q "loss: distributed .*: ok" <<<"$out"
+check "demo's validate table has no divergence" test "$(grep -c DIVERGES <<<"$out")" = 0
 
 # --seed takes every uint64 value; above INT64_MAX it is a distinct seed, never clamped.
 expect 0 "seed 18446744073709551615" -- "$HP" gen --family llama --out "$WORK/s1" --seed 18446744073709551615
