@@ -49,6 +49,8 @@ typedef struct hp_run_stats {
     double compute_s, comm_s;            /* its split (communication = time inside collectives) */
     uint64_t bytes[HP_RUN_COLL_COUNT];   /* bytes this rank sent into each kind, last forward */
     uint64_t calls[HP_RUN_COLL_COUNT];
+    double coll_s[HP_RUN_COLL_COUNT];    /* time in each kind: the whole transition (packing, the MPI call,
+                                            unpacking), what a bare MPI collective of the same bytes is compared to */
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */

@@ -117,18 +117,27 @@ void hp__act_free(hp__act *a)
 
 /* ---- timed collectives ---- */
 
-static void count(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0)
+/* One collective: its bytes and calls; its time counts as communication. The kind's time (coll_s) is the
+ * whole transition and is added by the caller (one_axis), or here for a bare call (t_kind true). */
+static void count_kind(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0, bool t_kind)
 {
-    x->st.comm_s += hp_comm_wtime() - t0;
+    double dt = hp_comm_wtime() - t0;
+    x->st.comm_s += dt;
+    if (t_kind) x->st.coll_s[k] += dt;
     x->st.bytes[k] += bytes;
     x->st.calls[k]++;
+}
+
+static void count(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0)
+{
+    count_kind(x, k, bytes, t0, false);
 }
 
 hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err)
 {
     double t0 = hp_comm_wtime();
     hp_status st = hp_comm_allreduce_sum_f32(c, buf, n, err);
-    count(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0);
+    count_kind(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0, true);
     return st;
 }
 
@@ -136,7 +145,7 @@ hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, 
 {
     double t0 = hp_comm_wtime();
     hp_status st = hp_comm_allreduce_max_f32(c, buf, n, err);
-    count(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0);
+    count_kind(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0, true);
     return st;
 }
 
@@ -219,6 +228,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
     hp_status st = HP_OK;
     hp__act b = {0};
 
+    double t_all = hp_comm_wtime();
     if (s_src && dst.kind == HP_PL_R) { /* all-gather along d */
         *coll = "all-gather";
         member_blocks(x, a, ax, &a->lay, d, lo, n);
@@ -241,6 +251,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         }
         free(send);
         free(recv);
+        x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
     } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) { /* all-reduce */
         *coll = "all-reduce";
         st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
@@ -268,6 +279,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
                 count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof *send, t0);
             }
             free(send);
+            x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;
         } else { /* uneven blocks: all-reduce, then keep this rank's block */
             *coll = "reduce-scatter (all-reduce + slice)";
             st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
@@ -376,7 +388,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     if (st == HP_OK) {
         double t0 = hp_comm_wtime();
         st = hp_comm_gatherv(x->world, a->d, mine, recv, rc, rd, 0, err);
-        count(x, HP_RUN_GATHER, mine, t0);
+        count_kind(x, HP_RUN_GATHER, mine, t0, true);
     }
     if (st == HP_OK && me == 0) {
         for (int r = 0; r < world; r++) {

@@ -37,6 +37,7 @@ typedef struct hp__comm_stats {
     double comm_s;
     uint64_t bytes[HP_RUN_COLL_COUNT];
     uint64_t calls[HP_RUN_COLL_COUNT];
+    double coll_s[HP_RUN_COLL_COUNT];
 } hp__comm_stats;
 
 typedef struct hp__ctx {

@@ -676,6 +676,7 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
         double t0 = hp_comm_wtime();
         st = hp_comm_allreduce_sum_f64(r->x.ax[HP__TP].c, se, (size_t)rows * 2, err);
         r->x.st.comm_s += hp_comm_wtime() - t0;
+        r->x.st.coll_s[HP_RUN_ALL_REDUCE] += hp_comm_wtime() - t0;
         r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)rows * 2 * sizeof(double);
         r->x.st.calls[HP_RUN_ALL_REDUCE]++;
     }
@@ -782,6 +783,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     s->compute_s = s->seconds - s->comm_s;
     memcpy(s->bytes, r->x.st.bytes, sizeof s->bytes);
     memcpy(s->calls, r->x.st.calls, sizeof s->calls);
+    memcpy(s->coll_s, r->x.st.coll_s, sizeof s->coll_s);
     s->tokens = B * S;
     return HP_OK;
 }
