@@ -149,6 +149,9 @@ const char *hp_family_name(const hp_family *f);    /* model_type spelling, e.g. 
 bool hp_family_is_moe(const hp_family *f);
 /* The EP compute archetype suggested for the family ("qwen3moe_topk_router"), or NULL for dense ones. */
 const char *hp_family_suggested_archetype(const hp_family *f);
+/* What the planner suggests and the MoE runtime runs when nothing is declared: the family's archetype, else
+ * "routed_only_softmax_topk" (one rule for both, tests/test_archetypes.c). */
+const char *hp_model_suggested_archetype(const hp_model *m);
 /* Batched experts stored transposed for x @ W with gate/up interleaved (gpt-oss: gate_up [E, H, 2I]). */
 bool hp_family_experts_transposed(const hp_family *f);
 /* Comma-separated list of known model types, for messages. */

@@ -125,6 +125,12 @@ const hp_family *hp_family_at(size_t i) { return i < N_FAMILIES ? &g_families[i]
 const char *hp_family_name(const hp_family *f) { return f ? f->model_type : ""; }
 bool hp_family_is_moe(const hp_family *f) { return f && f->moe; }
 const char *hp_family_suggested_archetype(const hp_family *f) { return f ? f->suggested_archetype : NULL; }
+
+const char *hp_model_suggested_archetype(const hp_model *m)
+{
+    const char *s = hp_family_suggested_archetype(m->family);
+    return s ? s : "routed_only_softmax_topk"; /* an unknown family: plain softmax top-k over gate + experts */
+}
 bool hp_family_experts_transposed(const hp_family *f) { return f && f->experts == HP_EXPERTS_GPTOSS; }
 
 const char *hp_family_known_list(void)

@@ -8,25 +8,16 @@
  */
 #include "moe/moe_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
+/* The shared table (src/core/archetypes.def); the planner's factory paths are not the runtime's business. */
+#define HP_ARCHETYPE(id, key, factory, router, shared, act, norm, n0, n1, n2, n3) \
+    [id] = {key, router, shared, act, norm, {n0, n1, n2, n3}},
 static const hp__moe_archetype_info g_info[HP_MOE_ARCHETYPE_COUNT] = {
-    [HP_MOE_ROUTED_ONLY_SOFTMAX_TOPK] = {"routed_only_softmax_topk", HP_MOE_ROUTER_SOFTMAX_TOPK,
-                                         HP_MOE_SHARED_NONE, HP_MOE_ACT_SWIGLU, HP__NORM_DEFAULT_TRUE,
-                                         {"gate|router", "experts"}},
-    [HP_MOE_MIXTRAL_TOPK_ROUTER] = {"mixtral_topk_router", HP_MOE_ROUTER_SOFTMAX_TOPK, HP_MOE_SHARED_NONE,
-                                    HP_MOE_ACT_SWIGLU, HP__NORM_ALWAYS, {"gate", "experts"}},
-    [HP_MOE_QWEN2MOE_SHARED_EXPERT_GATE] = {"qwen2moe_shared_expert_gate", HP_MOE_ROUTER_SOFTMAX_TOPK,
-                                            HP_MOE_SHARED_GATED, HP_MOE_ACT_SWIGLU, HP__NORM_CONFIG,
-                                            {"gate", "experts", "shared_expert", "shared_expert_gate"}},
-    [HP_MOE_DEEPSEEKV3_SIGMOID_GROUP_SHARED] = {"deepseekv3_sigmoid_group_shared", HP_MOE_ROUTER_SIGMOID_GROUP,
-                                                HP_MOE_SHARED_PLAIN, HP_MOE_ACT_SWIGLU, HP__NORM_CONFIG,
-                                                {"gate", "experts", "shared_experts"}},
-    [HP_MOE_QWEN3MOE_TOPK_ROUTER] = {"qwen3moe_topk_router", HP_MOE_ROUTER_SOFTMAX_TOPK, HP_MOE_SHARED_NONE,
-                                     HP_MOE_ACT_SWIGLU, HP__NORM_CONFIG, {"gate", "experts"}},
-    [HP_MOE_GPTOSS_TOPK_ROUTER] = {"gptoss_topk_router", HP_MOE_ROUTER_TOPK_SOFTMAX, HP_MOE_SHARED_NONE,
-                                   HP_MOE_ACT_GPTOSS, HP__NORM_NEVER, {"router", "experts"}},
+#include "core/archetypes.def"
 };
+#undef HP_ARCHETYPE
 
 const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a)
 {
@@ -51,8 +42,11 @@ bool hp_moe_archetype_parse(const char *name, hp_moe_archetype *out)
 
 const char *hp_moe_archetype_list(void)
 {
-    return "routed_only_softmax_topk, mixtral_topk_router, qwen2moe_shared_expert_gate, "
-           "deepseekv3_sigmoid_group_shared, qwen3moe_topk_router, gptoss_topk_router";
+    static char buf[256];
+    if (!buf[0])
+        for (int a = 0; a < HP_MOE_ARCHETYPE_COUNT; a++)
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", a ? ", " : "", g_info[a].name);
+    return buf;
 }
 
 hp_moe_router_kind hp_moe_archetype_router(hp_moe_archetype a) { return hp__moe_archetype_info_of(a)->router; }

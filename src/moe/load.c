@@ -115,9 +115,7 @@ static hp_status check_interface(hp__moe_src *ld, const hp__moe_archetype_info *
                       "that matches the checkpoint (--archetype; the family suggests %s) or supply the missing "
                       "tensors",
                       (long long)ld->l->layer, ld->block, missing, info->name, have[0] ? have : "(nothing)",
-                      ld->m->family && hp_family_suggested_archetype(ld->m->family)
-                          ? hp_family_suggested_archetype(ld->m->family)
-                          : "none");
+                      hp_model_suggested_archetype(ld->m));
 }
 
 /* ---- experts ---- */
@@ -379,11 +377,9 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
     if (o->archetype >= 0) {
         a = (hp_moe_archetype)o->archetype;
     } else {
-        const char *s = m->family ? hp_family_suggested_archetype(m->family) : NULL;
-        if (!s || !hp_moe_archetype_parse(s, &a))
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "no archetype given and the family '%s' suggests none; choose one of: %s",
-                              m->model_type, hp_moe_archetype_list());
+        const char *s = hp_model_suggested_archetype(m); /* the planner's suggestion too */
+        if (!hp_moe_archetype_parse(s, &a))
+            return hp_err_set(err, HP_ERR_INPUT, "internal: archetype '%s' has no runtime", s);
     }
     hp__moe_layer_apply_archetype(l, a);
     const hp__moe_archetype_info *info = hp__moe_archetype_info_of(a);

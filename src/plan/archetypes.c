@@ -15,24 +15,16 @@
 
 typedef struct archetype {
     const char *key;
-    const char *factories[2];   /* hyper_parallel factory paths (function names are unique) */
-    const char *children[5];    /* expected submodules, NULL-terminated */
+    const char *factory;        /* the hyper_parallel factory path that names it (function names are unique) */
+    const char *children[5];    /* expected submodules ("a|b": either), NULL-terminated */
 } archetype;
 
-#define RECIPES "hyper_parallel.distributed.expert_parallel.recipes."
-
+/* The shared table (src/core/archetypes.def); the runtime's columns are not the planner's business. */
+#define HP_ARCHETYPE(id, key, factory, router, shared, act, norm, n0, n1, n2, n3) {key, factory, {n0, n1, n2, n3, NULL}},
 static const archetype g_archetypes[] = {
-    {"routed_only_softmax_topk", {RECIPES "routed_only_ep_compute_fn", NULL}, {"gate", "experts", NULL}},
-    {"mixtral_topk_router", {RECIPES "mixtral_ep_compute_fn", NULL}, {"gate", "experts", NULL}},
-    {"qwen2moe_shared_expert_gate", {RECIPES "qwen2moe_ep_compute_fn", NULL},
-     {"gate", "experts", "shared_expert", "shared_expert_gate", NULL}},
-    {"deepseekv3_sigmoid_group_shared", {RECIPES "deepseekv3_ep_compute_fn", NULL},
-     {"gate", "experts", "shared_experts", NULL}},
-    {"qwen3moe_topk_router",
-     {"hyper_parallel.models.qwen3_moe.adapter.distributed.expert_parallel.qwen3moe_ep_compute_fn", NULL},
-     {"gate", "experts", NULL}},
-    {"gptoss_topk_router", {NULL, NULL}, {"router", "experts", NULL}},
+#include "core/archetypes.def"
 };
+#undef HP_ARCHETYPE
 
 #define N_ARCH (sizeof g_archetypes / sizeof *g_archetypes)
 
@@ -55,8 +47,8 @@ const char *hp_archetype_resolve(const char *target)
 {
     for (size_t i = 0; i < N_ARCH; i++) {
         if (!strcmp(target, g_archetypes[i].key)) return g_archetypes[i].key;
-        for (int f = 0; f < 2 && g_archetypes[i].factories[f]; f++) {
-            const char *path = g_archetypes[i].factories[f];
+        for (int f = 0; f < 1 && g_archetypes[i].factory; f++) {
+            const char *path = g_archetypes[i].factory;
             size_t lp = strlen(path), lt = strlen(target);
             if (lt <= lp && !strcmp(path + lp - lt, target) && (lt == lp || path[lp - lt - 1] == '.'))
                 return g_archetypes[i].key;
@@ -74,8 +66,7 @@ const char *const *hp__archetype_children(const char *key)
 
 const char *hp_archetype_suggest(const hp_model *m)
 {
-    const char *s = hp_family_suggested_archetype(m->family);
-    return s ? s : "routed_only_softmax_topk";
+    return hp_model_suggested_archetype(m);
 }
 
 /* Layer and expert indices become '*': model.layers.7.mlp -> model.layers.*.mlp */

@@ -111,8 +111,11 @@ static hp_status check_archetype(actx *c, const hp_override *e, const hp_boundar
         if (lh < sizeof have) lh += (size_t)snprintf(have + lh, sizeof have - lh, "%s%s", lh ? ", " : "", m->modules[ch].leaf);
     for (int k = 0; need[k]; k++) {
         bool found = false;
-        for (int ch = m->modules[b->module].first_child; ch >= 0 && !found; ch = m->modules[ch].next_sibling)
-            found = !strcmp(m->modules[ch].leaf, need[k]);
+        char alts[96];
+        snprintf(alts, sizeof alts, "%s", need[k]); /* "a|b": either name */
+        for (char *save = NULL, *a = strtok_r(alts, "|", &save); a && !found; a = strtok_r(NULL, "|", &save))
+            for (int ch = m->modules[b->module].first_child; ch >= 0 && !found; ch = m->modules[ch].next_sibling)
+                found = !strcmp(m->modules[ch].leaf, a);
         if (!found && lm < sizeof missing)
             lm += (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%s", lm ? ", " : "", need[k]);
     }
