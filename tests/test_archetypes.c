@@ -8,6 +8,7 @@
 
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
+#include "hyperpar/shard.h"
 #include "testlib.h"
 
 TEST(same_keys_same_order)
@@ -59,6 +60,50 @@ TEST(unknown_family_falls_back_alike)
     }
     CHECK_STR_EQ(hp_archetype_suggest(m), "routed_only_softmax_topk");
     CHECK_STR_EQ(hp_model_suggested_archetype(m), hp_archetype_suggest(m));
+    hp_model_close(m);
+}
+
+/* Which experts a rank holds is said in one place: the shard layout's cut equals hp_ep_local_experts of the
+ * rank's hp_mesh_ep_index, for TP-extend-EP and for an explicit ep axis. */
+TEST(ep_slots_one_place)
+{
+    hp_model *m = NULL;
+    hp_err err;
+    if (hp_model_open(&m, "data/golden/mixtral_per_expert_f32", NULL, &err) != HP_OK) {
+        CHECK_MSG(false, "%s", err.msg);
+        return;
+    }
+    static const char *const meshes[] = {"dp=2,tp=2", "dp=2,ep=2", "ep=2,tp=2"};
+    static const int64_t eps[] = {2, 2, 2};
+    for (size_t k = 0; k < 3; k++) {
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        CHECK(hp_mesh_parse(meshes[k], &po.mesh, &err) == HP_OK);
+        if (!po.mesh.ep_axis) po.mesh.ep = eps[k];
+        po.allow_uncovered = true;
+        hp_plan *p = NULL;
+        hp_shard_layout *l = NULL;
+        if (hp_plan_derive(&p, m, &po, &err) != HP_OK || hp_shard_layout_build(&l, m, p, &err) != HP_OK) {
+            CHECK_MSG(false, "%s: %s", meshes[k], err.msg);
+            hp_plan_free(p);
+            continue;
+        }
+        int checked = 0;
+        for (int64_t r = 0; r < l->world; r++)
+            for (size_t i = 0; i < l->n_tensors; i++) {
+                hp_shard_tensor t;
+                if (!l->tensors[i].stacked || hp_shard_rank_tensor(l, r, i, &t, &err) != HP_OK) continue;
+                int64_t g, idx, first, n;
+                hp_mesh_ep_index(&po.mesh, eps[k], r, &g, &idx);
+                hp_ep_local_experts(m->cfg.n_experts, eps[k], idx, &first, &n);
+                CHECK_EQ_INT(t.expert_first, first);
+                CHECK_EQ_INT(t.expert_count, n);
+                checked++;
+            }
+        CHECK_MSG(checked > 0, "%s: no stacked expert tensor", meshes[k]);
+        hp_shard_layout_free(l);
+        hp_plan_free(p);
+    }
     hp_model_close(m);
 }
 

@@ -505,28 +505,10 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
                         "ep_size (--ep %lld) must divide the %d ranks mpirun started (the EP groups tile the "
                         "ranks); start a multiple of %lld ranks or choose an --ep that divides %d",
                         (long long)a->ep, N, (long long)a->ep, N);
-    int color = 0, ep_rank = 0;
-    if (st == HP_OK) {
-        if (mesh.ep_axis) {
-            /* groups: ranks sharing every coordinate but ep */
-            int64_t rest = R, c = 0, mul = 1;
-            for (int d = mesh.n_dims - 1; d >= 0; d--) {
-                int64_t coord = rest % mesh.sizes[d];
-                rest /= mesh.sizes[d];
-                if (!strcmp(mesh.names[d], "ep")) ep_rank = (int)coord;
-                else {
-                    c += coord * mul;
-                    mul *= mesh.sizes[d];
-                }
-            }
-            color = (int)c;
-        } else {
-            color = R / (int)a->ep;
-            ep_rank = R % (int)a->ep;
-        }
-    }
+    int64_t color = 0, ep_rank = 0;
+    if (st == HP_OK) hp_mesh_ep_index(&mesh, a->ep, R, &color, &ep_rank);
     if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    if ((st = hp_comm_split(world, color, ep_rank, &grp, &err)) != HP_OK) goto done;
+    if ((st = hp_comm_split(world, (int)color, (int)ep_rank, &grp, &err)) != HP_OK) goto done;
 
     st = open_model(a->model, &m, &err);
     if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
@@ -559,8 +541,8 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     hp_moe_load_opts_default(&lo);
     lo.compute = a->compute;
     lo.archetype = arch;
-    int64_t Lloc = m->cfg.n_experts / a->ep;
-    lo.first_expert = ep_rank * Lloc;
+    int64_t Lloc;
+    hp_ep_local_experts(m->cfg.n_experts, a->ep, ep_rank, &lo.first_expert, &Lloc);
     lo.n_local = Lloc;
     st = load_layer(a->model, m, R, a->layer, &lo, &l, &err);
     if (st == HP_OK && R == 0 && arch < 0)

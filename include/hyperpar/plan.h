@@ -178,6 +178,14 @@ hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err);
 void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis);
 int64_t hp_mesh_size(const hp_mesh *m, const char *name); /* 1 when absent */
 int64_t hp_mesh_world(const hp_mesh *m); /* saturates at INT64_MAX */
+/* Rank's coordinate on the named axis (row-major over the mesh dims, last fastest); 0 when absent. */
+int64_t hp_mesh_coord(const hp_mesh *m, int64_t rank, const char *axis);
+/* Rank's EP group and its index in it: with an explicit ep axis its ep coordinate (the group: the ranks sharing
+ * every other coordinate), else TP-extend-EP's flat blocks of `ep` consecutive ranks (spec §10.1). The one
+ * place that says which EP slot a rank is (the shard layout, the MoE runtime and the CLI ask here). */
+void hp_mesh_ep_index(const hp_mesh *m, int64_t ep, int64_t rank, int64_t *group, int64_t *index);
+/* The experts EP slot `index` of `ep` holds: [first, first + count), block index of n_experts. */
+void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *first, int64_t *count);
 /* HP_ERR_INPUT unless 1..HP_MESH_MAX_DIMS axes with sizes in [1, HP_MESH_MAX_SIZE], product <= HP_MESH_MAX_WORLD,
  * and ep in [0 (unset), HP_MESH_MAX_SIZE] (what hp_mesh_parse guarantees; for meshes built with hp_mesh_from_sizes). */
 hp_status hp_mesh_check(const hp_mesh *m, hp_err *err);

@@ -192,6 +192,46 @@ int64_t hp_mesh_size(const hp_mesh *m, const char *name)
     return 1;
 }
 
+int64_t hp_mesh_coord(const hp_mesh *m, int64_t rank, const char *axis)
+{
+    int64_t c = rank;
+    for (int i = m->n_dims - 1; i >= 0; i--) {
+        if (!strcmp(m->names[i], axis)) return c % m->sizes[i];
+        c /= m->sizes[i];
+    }
+    return 0;
+}
+
+void hp_mesh_ep_index(const hp_mesh *m, int64_t ep, int64_t rank, int64_t *group, int64_t *index)
+{
+    if (m->ep_axis) { /* the group: ranks sharing every coordinate but ep */
+        int64_t rest = rank, g = 0, mul = 1;
+        *index = 0;
+        for (int d = m->n_dims - 1; d >= 0; d--) {
+            int64_t c = rest % m->sizes[d];
+            rest /= m->sizes[d];
+            if (!strcmp(m->names[d], "ep")) *index = c;
+            else {
+                g += c * mul;
+                mul *= m->sizes[d];
+            }
+        }
+        *group = g;
+        return;
+    }
+    if (ep < 1) ep = 1; /* TP-extend-EP (spec §10.1): flat blocks of ep consecutive ranks */
+    *group = rank / ep;
+    *index = rank % ep;
+}
+
+void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *first, int64_t *count)
+{
+    if (ep < 1) ep = 1;
+    int64_t a = (int64_t)((__int128)n_experts * index / ep), b = (int64_t)((__int128)n_experts * (index + 1) / ep);
+    *first = a;
+    *count = b - a;
+}
+
 int64_t hp_mesh_world(const hp_mesh *m)
 {
     int64_t w = 1;

@@ -327,20 +327,9 @@ hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char
 
 /* ---- the whole tensor on rank 0 ---- */
 
-/* Rank r's coordinate on the named mesh axis (row-major over the mesh dims, last fastest). */
 static int64_t coord_of(const hp_mesh *m, int64_t rank, const char *axis)
 {
-    int64_t c = rank;
-    for (int i = m->n_dims - 1; i >= 0; i--) {
-        if (!strcmp(m->names[i], axis)) return c % m->sizes[i];
-        c /= m->sizes[i];
-    }
-    return 0;
-}
-
-int64_t hp__mesh_coord(const hp_mesh *m, int64_t rank, const char *axis)
-{
-    return coord_of(m, rank, axis);
+    return hp_mesh_coord(m, rank, axis);
 }
 
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,

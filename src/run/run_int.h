@@ -59,9 +59,6 @@ static inline int64_t hp__blk_lo(int64_t L, int64_t n, int64_t i)
     return (int64_t)((__int128)L * i / n);
 }
 
-/* Rank's coordinate on the named mesh axis (0 when the mesh has no such axis). */
-int64_t hp__mesh_coord(const hp_mesh *m, int64_t rank, const char *axis);
-
 const char *hp__lay_str(const hp__lay *l, char *buf, size_t cap); /* "{tp: S(1), cp: S(1)}" */
 bool hp__lay_eq(const hp__lay *a, const hp__lay *b);
 /* The layout a plan's NamedPlacement gives (absent axes are R; S(-1) becomes S(2)). */

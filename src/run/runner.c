@@ -803,8 +803,8 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
     const hp_mesh *mesh = &r->p->mesh;
     int64_t rank = hp_comm_rank(r->x.world);
     int64_t tp = hp_mesh_size(mesh, "tp"), cp = hp_mesh_size(mesh, "cp"), dp = hp_mesh_size(mesh, "dp");
-    int64_t ti = hp__mesh_coord(mesh, rank, "tp"), ci = hp__mesh_coord(mesh, rank, "cp"),
-            di = hp__mesh_coord(mesh, rank, "dp");
+    int64_t ti = hp_mesh_coord(mesh, rank, "tp"), ci = hp_mesh_coord(mesh, rank, "cp"),
+            di = hp_mesh_coord(mesh, rank, "dp");
     r->x.ax[HP__TP] = (hp__grp){NULL, tp, ti};
     r->x.ax[HP__CP] = (hp__grp){NULL, cp, ci};
     r->x.dp = dp;

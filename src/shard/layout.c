@@ -26,12 +26,7 @@ typedef struct pinfo {
 
 static int64_t coord_of(const hp_mesh *m, int64_t rank, const char *axis)
 {
-    int64_t inner = 1;
-    for (int d = m->n_dims - 1; d >= 0; d--) {
-        if (strcmp(m->names[d], axis) == 0) return (rank / inner) % m->sizes[d];
-        inner *= m->sizes[d];
-    }
-    return 0;
+    return hp_mesh_coord(m, rank, axis);
 }
 
 const char *hp_shard_coords_str(const hp_shard_layout *l, int64_t rank, char *buf, size_t cap)
@@ -54,13 +49,10 @@ static void axis_index(const hp_shard_layout *l, const hp_shard_tensor *t, int64
     } else if (a == HP_AXIS_CP) {
         *size = l->cp;
         *idx = coord_of(&l->mesh, rank, "cp");
-    } else if (l->mesh.ep_axis) {
-        *size = l->ep;
-        *idx = coord_of(&l->mesh, rank, "ep");
     } else {
-        /* TP-extend-EP (spec §10.1): EP group g = flat positions [g·ep, (g+1)·ep) of the dense region. */
-        *size = t->ep_size > 1 ? t->ep_size : 1;
-        *idx = rank % *size;
+        int64_t group;
+        *size = l->mesh.ep_axis ? l->ep : t->ep_size > 1 ? t->ep_size : 1;
+        hp_mesh_ep_index(&l->mesh, *size, rank, &group, idx);
     }
 }
 

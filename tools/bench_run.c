@@ -1,0 +1,707 @@
+/*
+ * bench_run.c — `hyperpar bench run --preset llama-3-8b [...]`: the runtime's whole forward pass
+ * (hp_runner_forward: embedding, decoder layers, norm, lm_head, loss) at a real model's layer shapes, over
+ * the ranks of mpirun, timed, and compared with figures measured in the same run on the same ranks:
+ *
+ *   - each collective kind's time inside the runtime (hp_run_stats.coll_s: the whole transition, packing,
+ *     the MPI call and unpacking) next to a bare hp_comm collective of the same bytes per call, called as
+ *     many times, on the same group, right after: ratio bare / runtime (target >= 0.8);
+ *   - resident weight bytes on the largest rank next to the checkpoint's weight bytes / tp (target: within 5%).
+ *
+ * The checkpoint is random: rank 0 writes it into a fresh temporary folder (mkdtemp under $TMPDIR or /tmp)
+ * with hp_gen_checkpoint, every rank opens it and derives the plan for the mesh (dp, cp, tp; tp fastest), and
+ * the folder is removed at the end, also on failure. gen accepts sizes up to HP_GEN_MAX_DIM (65536) and
+ * Llama-3's vocabulary is 128256, so a larger --vocab is written here instead: gen's config.json for that
+ * vocabulary, the tensors of its meta model, values with gen's scales (write_big_vocab). All ranks must see
+ * rank 0's folder: one machine, or a TMPDIR shared by every node.
+ *
+ * Groups of the bare collectives: the runtime counts each kind over both its tp and cp groups (and the loss
+ * sums over the world), so the bare ones run on the tp group (split(world, rank / tp, rank % tp), the
+ * runtime's rank order for a dp,cp,tp mesh), on the cp group when tp = 1 and cp > 1, on the world otherwise;
+ * the gather of the logits goes to rank 0 over the world, each rank sending its own bytes per call.
+ * Bytes per call are each kind's bytes / calls (its mean), so the bare run moves the same total bytes in the
+ * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
+ * Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
+ *
+ * Test-only options --hidden, --intermediate, --heads, --kv-heads and --head-dim replace the preset's shapes
+ * so that the CLI tests run in seconds.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "hyperpar/comm.h"
+#include "hyperpar/gen.h"
+#include "hyperpar/run.h"
+
+typedef struct preset {
+    const char *name, *family;
+    int64_t hidden, intermediate, heads, kv_heads, head_dim, vocab;
+} preset;
+
+/* meta-llama/Meta-Llama-3-8B config.json. */
+static const preset g_presets[] = {
+    {"llama-3-8b", "llama", 4096, 14336, 32, 8, 128, 128256},
+};
+
+#define PRESET_NAMES "llama-3-8b"
+enum { MAX_REPS = 50 };
+#define MAX_VOCAB (1 << 20) /* above every published vocabulary (262144 is the largest we know) */
+#define RATIO_TARGET 0.8    /* bare / runtime per collective kind */
+#define RESIDENT_TOL 0.05   /* |resident / (checkpoint / tp) - 1| */
+
+typedef struct rb_args {
+    const preset *p;
+    int64_t layers, tokens, vocab, dp, cp, tp, reps, threads;
+    int64_t hidden, intermediate, heads, kv_heads, head_dim;
+    bool tp_given, json;
+    hp_dtype dtype;
+} rb_args;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: [mpirun -np N] hyperpar bench run --preset llama-3-8b [--layers L] [--tokens T] [--vocab V]\n"
+            "                                         [--tp N] [--dp N] [--cp N] [--dtype bf16|f32] [--reps R]\n"
+            "                                         [--threads N] [--json]\n"
+            "\n"
+            "Runs the runtime's whole forward pass (embedding, L decoder layers, norm, lm_head, loss) on a random\n"
+            "checkpoint with the preset's layer shapes over all N ranks, as 'hyperpar run' does, and prints prefill\n"
+            "tokens/s, the slowest rank's compute and communication time, each collective kind's time next to a\n"
+            "bare MPI collective of the same bytes and calls measured in the same run (ratio bare/runtime, target\n"
+            ">= %.1f), and the resident weight bytes per rank next to the checkpoint's / tp (target within %.0f%%).\n"
+            "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
+            "every rank must see it. Also runs as one process without mpirun.\n"
+            "\n"
+            "  --preset P     llama-3-8b (H 4096, I 14336, 32 heads, 8 kv heads x 128, vocab 128256)\n"
+            "  --layers L     decoder layers (1)\n"
+            "  --tokens T     sequence length of the one-row batch [1, T] (256)\n"
+            "  --vocab V      vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
+            "                 smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
+            "                 with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)\n"
+            "  --tp, --dp, --cp N  the mesh dp,cp,tp (default: --tp = the number of processes)\n"
+            "  --dtype D      dtype the weights are generated and held in: bf16 (default) or f32\n"
+            "  --reps R       timed forwards after one warm-up (3); the median is reported\n"
+            "  --threads N    threads per rank for the GEMMs (default: OpenMP's)\n"
+            "  --json         one JSON object instead of text\n"
+            "  --hidden, --intermediate, --heads, --kv-heads, --head-dim N  replace the preset's shapes (tests)\n",
+            RATIO_TARGET, RESIDENT_TOL * 100);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median over reps of column c of rows [reps][ncol]. */
+static double median_col(const double *rows, int reps, int ncol, int c)
+{
+    double v[MAX_REPS];
+    for (int i = 0; i < reps; i++) v[i] = rows[i * ncol + c];
+    qsort(v, (size_t)reps, sizeof *v, cmp_double);
+    return reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+}
+
+/* ---- the temporary checkpoint ---- */
+
+/* Removes the files of a folder this run created (gen writes no subfolders), then the folder. */
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        char path[4200];
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (unlink(path) != 0) fprintf(stderr, "hyperpar bench: could not remove %s: %s\n", path, strerror(errno));
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0) fprintf(stderr, "hyperpar bench: could not remove %s: %s\n", dir, strerror(errno));
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* One tensor of write_big_vocab: values scale * u, u uniform in [-1, 1) from (the name's hash, index);
+ * norms 1 + 0.1 u, other vectors 0.1 u, matrices u / sqrt(fan_in), as gen writes them. */
+typedef struct big_fill {
+    const hp_param *p;
+    uint64_t key;
+    int64_t done; /* elements already produced (the writer fills a tensor in pieces, in order) */
+} big_fill;
+
+static hp_status big_fill_fn(void *ctx, void *dst, size_t nbytes, hp_err *err)
+{
+    big_fill *f = ctx;
+    const hp_param *p = f->p;
+    size_t el = (size_t)hp_dtype_bits(p->dtype) / 8;
+    int64_t n = (int64_t)(nbytes / el);
+    size_t len = strlen(p->name);
+    bool norm = len >= 11 && !strcmp(p->name + len - 11, "norm.weight");
+    float scale = p->n_dims >= 2 ? 1.0f / sqrtf((float)p->shape[p->n_dims - 1]) : 0.1f, buf[4096];
+    for (int64_t off = 0; off < n; off += 4096) {
+        int64_t m = n - off < 4096 ? n - off : 4096;
+        for (int64_t i = 0; i < m; i++) {
+            uint64_t z = splitmix64(f->key + (uint64_t)(f->done + off + i) * 0xD1B54A32D192ED03ull);
+            float u = (float)((double)(z >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+            buf[i] = norm ? 1.0f + 0.1f * u : scale * u;
+        }
+        hp_status st = hp_dtype_from_f32(p->dtype, buf, (char *)dst + (size_t)off * el, m, err);
+        if (st != HP_OK) return st;
+    }
+    f->done += n;
+    return HP_OK;
+}
+
+/* A checkpoint whose vocabulary is above gen's HP_GEN_MAX_DIM: gen's config.json for vocab HP_GEN_MAX_DIM
+ * with vocab_size rewritten to o->vocab, and the tensors its meta model lists, into the (empty) folder dir. */
+static hp_status write_big_vocab(const hp_gen_opts *o, const char *dir, int threads, hp_err *err)
+{
+    hp_gen_opts g = *o;
+    g.vocab = HP_GEN_MAX_DIM;
+    char *text = NULL, *cfg = NULL;
+    hp_status st = hp_gen_config_text(&g, &text, err);
+    if (st != HP_OK) return st;
+    const char *key = strstr(text, "\"vocab_size\":");
+    char *digits = key ? (char *)key + strlen("\"vocab_size\":") : NULL;
+    while (digits && *digits == ' ') digits++;
+    size_t n_digits = digits ? strspn(digits, "0123456789") : 0;
+    size_t cap = strlen(text) + 32;
+    if (!n_digits) st = hp_err_set(err, HP_ERR_IO, "gen's config.json text has no vocab_size to rewrite");
+    else if (!(cfg = malloc(cap))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK)
+        snprintf(cfg, cap, "%.*s%lld%s", (int)(digits - text), text, (long long)o->vocab, digits + n_digits);
+    free(text);
+    hp_model *m = NULL;
+    hp_st_writer *w = NULL;
+    big_fill *fills = NULL;
+    if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, err);
+    if (st == HP_OK) {
+        w = hp_st_writer_create();
+        fills = calloc(m->n_params ? m->n_params : 1, sizeof *fills);
+        if (!w || !fills) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
+    for (size_t i = 0; st == HP_OK && i < m->n_params; i++) {
+        const hp_param *p = &m->params[i];
+        uint64_t h = 1469598103934665603ull ^ splitmix64(o->seed);
+        for (const char *c = p->name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        fills[i] = (big_fill){.p = p, .key = h};
+        st = hp_st_writer_add_fill(w, p->name, p->dtype, p->n_dims, p->shape, big_fill_fn, &fills[i], err);
+    }
+    char path[4200];
+    if (st == HP_OK) {
+        hp_st_writer_set_threads(w, threads);
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st = hp_st_writer_write(w, path, err);
+    }
+    if (st == HP_OK) { /* config.json last, under a temporary name: a folder without one is no checkpoint */
+        char tmp[4300];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        bool ok = f && fputs(cfg, f) != EOF && fputc('\n', f) != EOF;
+        ok = (f && fclose(f) == 0) && ok;
+        if (!ok || rename(tmp, path) != 0)
+            st = hp_err_set(err, HP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    hp_st_writer_destroy(w);
+    free(fills);
+    hp_model_close(m);
+    free(cfg);
+    return st;
+}
+
+/* Rank 0: a fresh folder with the checkpoint of a (path into dir, *made when the folder exists). */
+static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *made, double *seconds, hp_err *err)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/hp-bench-run-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(dir))
+        return hp_err_set(err, HP_ERR_IO, "%s: cannot create the temporary folder: %s (set TMPDIR to a writable "
+                          "folder with room for the checkpoint)", dir, strerror(errno));
+    *made = true;
+    hp_gen_opts g;
+    hp_gen_opts_default(&g);
+    g.family = a->p->family;
+    g.layers = a->layers;
+    g.hidden = a->hidden;
+    g.heads = a->heads;
+    g.kv_heads = a->kv_heads;
+    g.head_dim = a->head_dim;
+    g.intermediate = a->intermediate;
+    g.vocab = a->vocab;
+    g.dtype = a->dtype;
+    double t0 = hp_comm_wtime();
+    hp_status st = a->vocab <= HP_GEN_MAX_DIM ? hp_gen_checkpoint(&g, dir, err)
+                                              : write_big_vocab(&g, dir, hp_linalg_set_threads(0), err);
+    *seconds = hp_comm_wtime() - t0;
+    return st;
+}
+
+/* ---- measurements ---- */
+
+/* Columns of one timed forward (slowest rank each). */
+enum { C_WALL, C_SECONDS, C_COMPUTE, C_COMM, C_COLL, C_N = C_COLL + HP_RUN_COLL_COUNT };
+
+typedef struct rb_result {
+    double med[C_N];                    /* medians over reps of the slowest rank's figures */
+    double bytes[HP_RUN_COLL_COUNT];    /* per rank per forward (max over ranks) */
+    double calls[HP_RUN_COLL_COUNT];    /* per forward (max over ranks) */
+    double bare[HP_RUN_COLL_COUNT];     /* bare collectives: median slowest-rank time of all calls */
+    double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
+    double gen_s;
+    uint64_t ckpt_bytes;
+} rb_result;
+
+/* Warm-up, then reps forwards of ids [1, T]; rows[r][C_N] the slowest rank's figures of rep r. */
+static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids, int64_t T, int reps, double *rows,
+                              hp_err *err)
+{
+    hp_status st = HP_OK;
+    for (int k = -1; k < reps && st == HP_OK; k++) {
+        hp_run_output o = {0};
+        if ((st = hp_comm_barrier(c, err))) break;
+        double t0 = hp_comm_wtime();
+        st = hp_runner_forward(r, ids, 1, T, &o, err);
+        double t = hp_comm_wtime() - t0;
+        free(o.logits);
+        if ((st = hp_comm_agree(c, st, err)) || k < 0) continue;
+        const hp_run_stats *s = hp_runner_stats(r);
+        double *v = rows + k * C_N;
+        v[C_WALL] = t;
+        v[C_SECONDS] = s->seconds;
+        v[C_COMPUTE] = s->compute_s;
+        v[C_COMM] = s->comm_s;
+        for (int j = 0; j < HP_RUN_COLL_COUNT; j++) v[C_COLL + j] = s->coll_s[j];
+        st = hp_comm_allreduce_max_f64(c, v, C_N, err);
+    }
+    return st;
+}
+
+/* The bare collectives of kind k: `calls` calls of `per_call` bytes (gather: this rank's own bytes) on g
+ * (the world for the gather), warm-up then reps; *med the median slowest-rank time of all calls of a rep. */
+static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k, int64_t calls, size_t per_call,
+                           int reps, double *med, hp_err *err)
+{
+    const int P = hp_comm_size(world), G = hp_comm_size(g);
+    size_t nf = (per_call + sizeof(float) - 1) / sizeof(float); /* floats per call (per block for the scatter) */
+    if (k == HP_RUN_REDUCE_SCATTER) nf = (nf + (size_t)G - 1) / (size_t)G;
+    size_t *cnt = NULL;
+    float *send = NULL, *recv = NULL;
+    size_t n_send = 0, n_recv = 0;
+    hp_status st = HP_OK;
+    switch (k) {
+    case HP_RUN_ALL_GATHER: n_send = nf, n_recv = nf * (size_t)G; break;
+    case HP_RUN_ALL_REDUCE: n_send = nf; break;
+    case HP_RUN_REDUCE_SCATTER: n_send = nf * (size_t)G, n_recv = nf; break;
+    default: /* gather: rank 0 learns every rank's bytes per call */
+        n_send = nf;
+        if (!(cnt = calloc(2 * (size_t)P, sizeof *cnt))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        break;
+    }
+    if ((st = hp_comm_agree(world, st, err))) return st;
+    if (k == HP_RUN_GATHER) {
+        size_t mine = nf * sizeof(float);
+        st = hp_comm_allgather(world, &mine, sizeof mine, cnt, err);
+        for (int p = 0; st == HP_OK && p < P; p++) {
+            cnt[P + p] = n_recv * sizeof(float);
+            n_recv += cnt[p] / sizeof(float);
+        }
+        if (hp_comm_rank(world) != 0) n_recv = 0;
+    }
+    if (st == HP_OK && (!(send = calloc(n_send + 1, sizeof *send)) || !(recv = calloc(n_recv + 1, sizeof *recv))))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the bare %s buffers", hp_run_coll_name(k));
+    double t[MAX_REPS];
+    for (int r = -1; r < reps; r++) {
+        if ((st = hp_comm_agree(world, st, err))) break;
+        if ((st = hp_comm_barrier(world, err))) break;
+        double t0 = hp_comm_wtime();
+        for (int64_t i = 0; i < calls && st == HP_OK; i++) {
+            switch (k) {
+            case HP_RUN_ALL_GATHER: st = hp_comm_allgather(g, send, nf * sizeof *send, recv, err); break;
+            case HP_RUN_ALL_REDUCE: st = hp_comm_allreduce_sum_f32(g, send, nf, err); break;
+            case HP_RUN_REDUCE_SCATTER: st = hp_comm_reduce_scatter_sum_f32(g, send, recv, nf, err); break;
+            default: st = hp_comm_gatherv(world, send, nf * sizeof *send, recv, cnt, cnt + P, 0, err); break;
+            }
+        }
+        double dt = hp_comm_wtime() - t0;
+        if ((st = hp_comm_agree(world, st, err))) break;
+        if ((st = hp_comm_allreduce_max_f64(world, &dt, 1, err))) break;
+        if (r >= 0) t[r] = dt;
+    }
+    if (st == HP_OK) *med = median_col(t, reps, 1, 0);
+    free(send);
+    free(recv);
+    free(cnt);
+    return st;
+}
+
+/* ---- output ---- */
+
+/* s as a JSON string (quotes, backslashes and control characters escaped). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+typedef struct rb_info {
+    char mesh[128], backend[128], kernels[512], blas[512], group[16];
+    int ranks, threads, reps;
+    bool torch;
+    double gemm_flop; /* 2 T x the linear layers' weights: the GEMM work of one forward */
+} rb_info;
+
+static const char *dtype_str(hp_dtype dt) { return dt == HP_DT_BF16 ? "bf16" : "f32"; }
+
+static const char *torch_note(const rb_info *in)
+{
+    return in->torch ? "PyTorch eager: not measured here (torch is installed, but this benchmark runs only hyperpar)"
+                     : "PyTorch eager: not measured here (not installed: python3 cannot import torch)";
+}
+
+static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
+{
+    const double *m = r->med;
+    char b1[32], b2[32], b3[32];
+    double expect = r->total / (double)a->tp;
+    printf("bench run: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch 1 x "
+           "%lld tokens\n",
+           a->p->name, a->p->family, (long long)a->layers, a->layers == 1 ? "" : "s", (long long)a->hidden,
+           (long long)a->intermediate, (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim,
+           (long long)a->vocab, dtype_str(a->dtype), (long long)a->tokens);
+    printf("  checkpoint: %s random, written by rank 0 in %.1f s (%s) to a temporary folder, removed at the end\n",
+           hp_format_bytes(r->ckpt_bytes, b1, sizeof b1), r->gen_s,
+           a->vocab <= HP_GEN_MAX_DIM ? "hp_gen_checkpoint" : "gen's config and scales, vocab above gen's limit");
+    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank, compute exact\n", in->mesh, in->ranks,
+           in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s");
+    printf("  kernels   : %s\n", in->kernels);
+    printf("  attention : %s\n", in->blas);
+    printf("  forward   : %.3f ms median of %d (slowest rank) -> %.1f tokens/s prefill; GEMM work %.1f GFLOP -> "
+           "%.1f GFLOP/s over all ranks\n",
+           m[C_WALL] * 1e3, in->reps, (double)a->tokens / m[C_WALL], in->gemm_flop * 1e-9,
+           in->gemm_flop / m[C_WALL] * 1e-9);
+    printf("  split     : slowest rank compute %.3f ms, communication %.3f ms (%.2f of its forward)\n",
+           m[C_COMPUTE] * 1e3, m[C_COMM] * 1e3, m[C_SECONDS] > 0 ? m[C_COMM] / m[C_SECONDS] : 0.0);
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        const char *name = hp_run_coll_name((hp_run_coll)k);
+        if (r->calls[k] == 0) {
+            printf("  %-15s: none in this forward\n", name);
+            continue;
+        }
+        const char *grp = k == HP_RUN_GATHER ? "world to rank 0" : in->group;
+        printf("  %-15s: runtime %.3f ms, %s in %.0f calls per rank; bare %.3f ms (%s, same bytes and calls)   ratio "
+               "bare/runtime %.2f (target >= %.1f)\n",
+               name, m[C_COLL + k] * 1e3, hp_format_bytes((uint64_t)r->bytes[k], b1, sizeof b1), r->calls[k],
+               r->bare[k] * 1e3, grp, m[C_COLL + k] > 0 ? r->bare[k] / m[C_COLL + k] : 0.0, RATIO_TARGET);
+    }
+    printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "
+           "%.4f (target within %.0f%%)\n",
+           hp_format_bytes((uint64_t)r->resident, b1, sizeof b1), hp_format_bytes((uint64_t)r->share, b2, sizeof b2),
+           hp_format_bytes((uint64_t)r->total, b3, sizeof b3), (long long)a->tp,
+           hp_format_bytes((uint64_t)expect, b2, sizeof b2), r->resident / expect, RESIDENT_TOL * 100);
+    printf("  %s\n", torch_note(in));
+}
+
+static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
+{
+    const double *m = r->med;
+    double expect = r->total / (double)a->tp;
+    printf("{\"bench\": \"run\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
+           "\"intermediate\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, \"vocab\": %lld, "
+           "\"dtype\": \"%s\", \"batch\": 1, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
+           "\"threads\": %d, \"reps\": %d, \"checkpoint_bytes\": %llu, \"gen_s\": %.6g, \"mesh\": ",
+           a->p->name, a->p->family, (long long)a->layers, (long long)a->hidden, (long long)a->intermediate,
+           (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim, (long long)a->vocab,
+           dtype_str(a->dtype), (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
+           in->threads, in->reps, (unsigned long long)r->ckpt_bytes, r->gen_s);
+    json_str(in->mesh);
+    printf(", \"backend\": ");
+    json_str(in->backend);
+    printf(", \"kernels\": ");
+    json_str(in->kernels);
+    printf(", \"blas\": ");
+    json_str(in->blas);
+    printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
+           "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
+           m[C_WALL], (double)a->tokens / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
+           m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
+               hp_run_coll_name((hp_run_coll)k), r->bytes[k], r->calls[k], m[C_COLL + k]);
+        if (r->calls[k] > 0 && m[C_COLL + k] > 0)
+            printf(", \"bare_s\": %.6g, \"ratio_bare_over_runtime\": %.4f}", r->bare[k], r->bare[k] / m[C_COLL + k]);
+        else
+            printf(", \"bare_s\": null, \"ratio_bare_over_runtime\": null}");
+    }
+    printf("}, \"resident_bytes\": %.0f, \"share_bytes\": %.0f, \"checkpoint_weight_bytes\": %.0f, "
+           "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
+           "\"pytorch_eager\": null, \"pytorch_note\": ",
+           r->resident, r->share, r->total, expect, r->resident / expect, RESIDENT_TOL);
+    json_str(torch_note(in));
+    printf("}\n");
+}
+
+/* ---- the run ---- */
+
+static uint64_t dir_bytes(const char *dir)
+{
+    uint64_t n = 0;
+    DIR *d = opendir(dir);
+    char path[4200];
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        FILE *f;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (e->d_name[0] != '.' && (f = fopen(path, "rb"))) {
+            if (fseek(f, 0, SEEK_END) == 0) n += (uint64_t)ftell(f);
+            fclose(f);
+        }
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* This process is rank 0 of the launch, or not started by a launcher (read before MPI starts). */
+static bool launch_rank0(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v) return !strcmp(v, "0");
+    }
+    return true;
+}
+
+static int run(rb_args *a, int *argc, char ***argv)
+{
+    /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
+    bool torch = launch_rank0() && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    hp_err err;
+    hp_err_clear(&err);
+    hp_comm *w = NULL;
+    if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
+    const int P = hp_comm_size(w), R = hp_comm_rank(w);
+    if (a->threads) {
+        hp_linalg_set_threads((int)a->threads);
+        hp_linalg_blas_threads((int)a->threads);
+    }
+    if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
+    char dir[4096] = "";
+    bool made = false;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_runner *r = NULL;
+    hp_comm *tpg = NULL, *cpg = NULL;
+    int64_t *ids = NULL;
+    hp_linalg *la = NULL;
+    rb_result res = {0};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch};
+    double *rows = NULL;
+    hp_status st = HP_OK;
+    if (a->dp * a->cp * a->tp != P)
+        st = hp_err_set(&err, HP_ERR_INPUT,
+                        "the mesh dp=%lld,cp=%lld,tp=%lld has %lld ranks but %d process%s run it; start it with "
+                        "mpirun -np %lld or change --dp/--cp/--tp",
+                        (long long)a->dp, (long long)a->cp, (long long)a->tp, (long long)(a->dp * a->cp * a->tp), P,
+                        P == 1 ? "" : "es", (long long)(a->dp * a->cp * a->tp));
+    if (st == HP_OK && !(ids = malloc((size_t)a->tokens * sizeof *ids)))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)a->tokens);
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+
+    /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
+    if (R == 0) st = make_checkpoint(a, dir, sizeof dir, &made, &res.gen_s, &err);
+    if (R == 0 && st == HP_OK) res.ckpt_bytes = dir_bytes(dir);
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+    if ((st = hp_comm_bcast(w, dir, sizeof dir, 0, &err))) goto done;
+    st = hp_model_open(&m, dir, NULL, &err);
+    if (st == HP_OK) {
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->tp, 0, false);
+        st = hp_plan_derive(&p, m, &po, &err);
+    }
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+    hp_run_opts ro = {.compute = HP_LINALG_EXACT};
+    if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
+
+    /* ids [1, T]: deterministic, spread over the vocabulary, all < V. */
+    for (int64_t i = 0; i < a->tokens; i++) ids[i] = (int64_t)(((uint64_t)i * 2654435761u + 1) % (uint64_t)a->vocab);
+    if (!(rows = calloc((size_t)a->reps * C_N, sizeof *rows))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+    if ((st = time_forward(w, r, ids, a->tokens, (int)a->reps, rows, &err))) goto done;
+    for (int c = 0; c < C_N; c++) res.med[c] = median_col(rows, (int)a->reps, C_N, c);
+
+    /* Bytes and calls of the last forward (the same every forward), the largest rank's; resident bytes. */
+    const hp_run_stats *s = hp_runner_stats(r);
+    double v[2 * HP_RUN_COLL_COUNT + 2];
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        v[k] = (double)s->bytes[k];
+        v[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
+    }
+    v[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
+    v[2 * HP_RUN_COLL_COUNT + 1] = (double)s->share_bytes;
+    if ((st = hp_comm_allreduce_max_f64(w, v, 2 * HP_RUN_COLL_COUNT + 2, &err))) goto done;
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        res.bytes[k] = v[k];
+        res.calls[k] = v[HP_RUN_COLL_COUNT + k];
+    }
+    res.resident = v[2 * HP_RUN_COLL_COUNT];
+    res.share = v[2 * HP_RUN_COLL_COUNT + 1];
+    res.total = (double)hp_model_total_bytes(m);
+
+    /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
+    if ((st = hp_comm_split(w, R / (int)a->tp, R % (int)a->tp, &tpg, &err))) goto done;
+    if ((st = hp_comm_split(w, R / (int)(a->tp * a->cp) * (int)a->tp + R % (int)a->tp, R / (int)a->tp % (int)a->cp,
+                            &cpg, &err)))
+        goto done;
+    const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
+    snprintf(in.group, sizeof in.group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        if (res.calls[k] == 0) continue;
+        /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
+        double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
+        size_t per_call = (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]);
+        if ((st = time_bare(w, k == HP_RUN_GATHER ? w : g, (hp_run_coll)k, (int64_t)res.calls[k], per_call,
+                            (int)a->reps, &res.bare[k], &err)))
+            goto done;
+    }
+
+    if (R == 0) {
+        int64_t H = a->hidden, qd = a->heads * a->head_dim, kvd = a->kv_heads * a->head_dim;
+        double lin = (double)a->layers * ((double)H * (double)(2 * qd + 2 * kvd) + 3.0 * (double)H * (double)a->intermediate);
+        in.gemm_flop = 2.0 * (double)a->tokens * (lin + (double)a->vocab * (double)H);
+        in.threads = hp_linalg_set_threads(0);
+        hp_mesh_str(&p->mesh, in.mesh, sizeof in.mesh);
+        snprintf(in.backend, sizeof in.backend, "%s", hp_comm_backend(w));
+        if (hp_linalg_create(&la, &err) == HP_OK) hp_linalg_describe(la, in.kernels, sizeof in.kernels);
+        else snprintf(in.kernels, sizeof in.kernels, "unknown (%.400s)", err.msg);
+        hp_linalg_blas_describe(in.blas, sizeof in.blas, NULL);
+        if (a->json) print_json(a, &in, &res);
+        else print_text(a, &in, &res);
+        fflush(stdout);
+    }
+done:
+    free(rows);
+    free(ids);
+    hp_linalg_destroy(la);
+    hp_comm_free(cpg);
+    hp_comm_free(tpg);
+    hp_runner_free(r);
+    hp_plan_free(p);
+    hp_model_close(m);
+    /* Every rank has closed the checkpoint before rank 0 removes it (every failure above is agreed, so all
+     * ranks are here); rank 0 prints a failure before any rank exits, since mpirun may end the job as soon as
+     * one rank exits with a non-zero status. */
+    hp_err e2;
+    if (P > 1) (void)hp_comm_barrier(w, &e2);
+    if (made) remove_dir(dir);
+    int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : hp_status_exit_code(st);
+    if (st != HP_OK && P > 1) {
+        fflush(stderr);
+        (void)hp_comm_barrier(w, &e2);
+    }
+    hp_comm_free(w);
+    return code;
+}
+
+int cmd_bench_run(int argc, char **argv)
+{
+    enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP };
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
+        {"tokens", required_argument, 0, 'T'},  {"vocab", required_argument, 0, 'V'},
+        {"tp", required_argument, 0, O_TP},     {"dp", required_argument, 0, O_DP},
+        {"cp", required_argument, 0, O_CP},     {"dtype", required_argument, 0, 'd'},
+        {"reps", required_argument, 0, 'R'},    {"threads", required_argument, 0, 't'},
+        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+        {"hidden", required_argument, 0, O_HIDDEN}, {"intermediate", required_argument, 0, O_INTER},
+        {"heads", required_argument, 0, O_HEADS}, {"kv-heads", required_argument, 0, O_KV},
+        {"head-dim", required_argument, 0, O_HD},
+        {0, 0, 0, 0},
+    };
+    rb_args a = {.layers = 1, .tokens = 256, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16};
+    int64_t shape[5] = {0}; /* hidden, intermediate, heads, kv heads, head dim: 0 = the preset's */
+    const char *preset_name = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'p': preset_name = optarg; break;
+        case 'L':
+            if (!cli_parse_i64("bench", "--layers", optarg, 1, 1024, &a.layers)) return HP_EXIT_USAGE;
+            break;
+        case 'T':
+            if (!cli_parse_i64("bench", "--tokens", optarg, 1, 65536, &a.tokens)) return HP_EXIT_USAGE;
+            break;
+        case 'V':
+            if (!cli_parse_i64("bench", "--vocab", optarg, 1, MAX_VOCAB, &a.vocab)) return HP_EXIT_USAGE;
+            break;
+        case O_TP:
+            if (!cli_parse_i64("bench", "--tp", optarg, 1, HP_MESH_MAX_SIZE, &a.tp)) return HP_EXIT_USAGE;
+            a.tp_given = true;
+            break;
+        case O_DP:
+            if (!cli_parse_i64("bench", "--dp", optarg, 1, HP_MESH_MAX_SIZE, &a.dp)) return HP_EXIT_USAGE;
+            break;
+        case O_CP:
+            if (!cli_parse_i64("bench", "--cp", optarg, 1, HP_MESH_MAX_SIZE, &a.cp)) return HP_EXIT_USAGE;
+            break;
+        case 'd':
+            if (!strcmp(optarg, "bf16")) a.dtype = HP_DT_BF16;
+            else if (!strcmp(optarg, "f32")) a.dtype = HP_DT_F32;
+            else return cli_usage_error("bench", "--dtype expects bf16 or f32, got '%s'", optarg);
+            break;
+        case 'R':
+            if (!cli_parse_i64("bench", "--reps", optarg, 1, MAX_REPS, &a.reps)) return HP_EXIT_USAGE;
+            break;
+        case 't':
+            if (!cli_parse_i64("bench", "--threads", optarg, 1, 1024, &a.threads)) return HP_EXIT_USAGE;
+            break;
+        case 'j': a.json = true; break;
+        case O_HIDDEN: case O_INTER: case O_HEADS: case O_KV: case O_HD: {
+            static const char *const names[] = {"--hidden", "--intermediate", "--heads", "--kv-heads", "--head-dim"};
+            if (!cli_parse_i64("bench", names[c - O_HIDDEN], optarg, 1, HP_GEN_MAX_DIM, &shape[c - O_HIDDEN]))
+                return HP_EXIT_USAGE;
+            break;
+        }
+        case 'h': usage(stdout); return HP_EXIT_OK;
+        default: return cli_bad_option("bench", argv);
+        }
+    }
+    if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    if (!preset_name) return cli_usage_error("bench", "missing --preset (" PRESET_NAMES ")");
+    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
+        if (!strcmp(preset_name, g_presets[i].name)) a.p = &g_presets[i];
+    if (!a.p) return cli_usage_error("bench", "unknown preset '%s'; known: " PRESET_NAMES, preset_name);
+    a.hidden = shape[0] ? shape[0] : a.p->hidden;
+    a.intermediate = shape[1] ? shape[1] : a.p->intermediate;
+    a.heads = shape[2] ? shape[2] : a.p->heads;
+    a.kv_heads = shape[3] ? shape[3] : a.p->kv_heads;
+    a.head_dim = shape[4] ? shape[4] : a.p->head_dim;
+    if (!a.vocab) a.vocab = a.p->vocab;
+    if (a.heads % a.kv_heads)
+        return cli_usage_error("bench", "--heads %lld must be a multiple of --kv-heads %lld", (long long)a.heads,
+                               (long long)a.kv_heads);
+    return run(&a, &argc, &argv);
+}
