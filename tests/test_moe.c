@@ -12,6 +12,7 @@
 
 #include "hyperpar/gen.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/run.h"
 #include "testlib.h"
 
 #define GOLDEN "data/golden"
@@ -101,10 +102,13 @@ static int check_golden_folder_with(const char *name, const golden_run *gr)
         }
         int64_t K = l->top_k;
         CHECK_MSG(hp_moe_forward(l, ws, x, T, H, y, NULL, &err) == HP_OK, "%s", err.msg);
-        double tol = gr->rtol * max_abs(ref, T * H), d = max_diff(y, ref, T * H);
-        if (gr->worst && d / max_abs(ref, T * H) > *gr->worst) *gr->worst = d / max_abs(ref, T * H);
-        CHECK_MSG(d <= tol, "%s layer %lld (%s): max|y - ref| = %.3g > %.3g", name, (long long)L,
-                  hp_moe_archetype_name(l->archetype), d, tol);
+        hp_tol yt; /* the library's one tolerance check */
+        int64_t shape[2] = {T, H};
+        hp_tol_check(y, ref, 2, shape, gr->rtol, &yt);
+        if (gr->worst && yt.max_diff / yt.max_ref > *gr->worst) *gr->worst = yt.max_diff / yt.max_ref;
+        char tb[256];
+        CHECK_MSG(yt.ok, "%s layer %lld (%s): y %s", name, (long long)L, hp_moe_archetype_name(l->archetype),
+                  hp_tol_str(&yt, tb, sizeof tb));
         snprintf(key, sizeof key, "layers.%lld.topk_idx", (long long)L);
         int32_t *ri = read_i32(f, key);
         snprintf(key, sizeof key, "layers.%lld.topk_w", (long long)L);
@@ -128,8 +132,9 @@ static int check_golden_folder_with(const char *name, const golden_run *gr)
             hp_moe_run_opts ro = {.capacity_factor = atof(t->name + pl), .policy = HP_MOE_CAP_SCORE};
             float *rc = read_f32(f, t->name, NULL);
             CHECK_MSG(hp_moe_forward(l, ws, x, T, H, y, &ro, &err) == HP_OK, "%s", err.msg);
-            double dc = max_diff(y, rc, T * H), tc = gr->rtol * max_abs(rc, T * H);
-            CHECK_MSG(dc <= tc, "%s %s: max diff %.3g > %.3g (dropped %lld)", name, t->name, dc, tc,
+            hp_tol ct;
+            hp_tol_check(y, rc, 2, shape, gr->rtol, &ct);
+            CHECK_MSG(ct.ok, "%s %s: %s (dropped %lld)", name, t->name, hp_tol_str(&ct, tb, sizeof tb),
                       (long long)ws->stats.n_dropped);
             CHECK(ws->stats.n_dropped >= 0 && ws->stats.capacity > 0);
             free(rc);

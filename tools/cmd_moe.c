@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/run.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
@@ -165,19 +166,18 @@ static hp_status compare(const moe_args *a, const hp_moe_ws *ws, const float *y,
                             (long long)t->n_elems, (long long)(T * K));
     }
     if (!st) {
-        double mx = 0, dy = 0, dw = 0;
+        double dw = 0;
         int64_t bad_idx = 0, first_bad = -1;
-        for (int64_t i = 0; i < T * H; i++) {
-            mx = fmax(mx, fabs(ry[i]));
-            dy = fmax(dy, fabs((double)y[i] - ry[i]));
-        }
         for (int64_t s = 0; s < T * K; s++) {
             if (ws->topk_idx[s] != ri[s] && bad_idx++ == 0) first_bad = s;
             dw = fmax(dw, fabs((double)ws->topk_w[s] - rw[s]));
         }
         double rtol = a->rtol > 0 ? a->rtol : 1e-4, wtol = a->rtol > 0 ? a->rtol : 1e-5;
-        double tol = rtol * mx;
-        bool ok = dy <= tol && bad_idx == 0 && dw <= wtol;
+        hp_tol yt; /* the one tolerance check (hyperpar/run.h), as run --compare and validate use it */
+        int64_t shape[2] = {T, H};
+        hp_tol_check(y, ry, 2, shape, rtol, &yt);
+        double dy = yt.max_diff, tol = yt.tol;
+        bool ok = yt.ok && bad_idx == 0 && dw <= wtol;
         fprintf(stderr, "compare %s (%s*): y max diff %.3g (tolerance %.3g), topk_idx %lld of %lld differ, "
                         "topk_w max diff %.3g (tolerance %.0e): %s\n",
                 a->compare, pfx, dy, tol, (long long)bad_idx, (long long)(T * K), dw, wtol, ok ? "OK" : "MISMATCH");

@@ -1,0 +1,125 @@
+/*
+ * test_run.c — pieces of the runtime on their own: the tolerance check's worst coordinates, the config-default
+ * traps the forward pass reads (Mistral's window when absent, Qwen's use_sliding_window / max_window_layers,
+ * explicit layer_types, rope_scaling replacing rope_theta's dict), llama3 rope in its three bands against the
+ * formula, and the nested cp-major sequence layout of spec §9.6.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpar/run.h"
+#include "run/run_int.h"
+#include "testlib.h"
+
+TEST(tolerance_worst_coordinates)
+{
+    float ref[2 * 3 * 4], got[2 * 3 * 4];
+    for (int i = 0; i < 24; i++) ref[i] = got[i] = (float)(i - 10);
+    got[1 * 12 + 2 * 4 + 3] += 0.5f; /* [1, 2, 3] */
+    int64_t shape[3] = {2, 3, 4};
+    hp_tol t;
+    CHECK(!hp_tol_check(got, ref, 3, shape, 1e-4, &t));
+    CHECK(fabs(t.max_diff - 0.5) < 1e-6 && t.max_ref == 13);
+    char buf[256];
+    CHECK_STR_CONTAINS(hp_tol_str(&t, buf, sizeof buf), "at [1, 2, 3]");
+    CHECK_STR_CONTAINS(buf, "MISMATCH");
+    CHECK(hp_tol_check(got, ref, 3, shape, 0.5 / 13 + 1e-9, &t));
+    got[0] = NAN;
+    CHECK(!hp_tol_check(got, ref, 3, shape, 1.0, &t)); /* a NaN never passes */
+}
+
+/* Windows per layer from a config text (meta model of the family). */
+static bool windows(const char *text, int64_t *w, int64_t L)
+{
+    hp_model *m = NULL;
+    hp_err err;
+    char path[] = "/tmp/hp_test_run_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return false;
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+    bool ok = hp_model_from_config_text(&m, text, strlen(text), path, NULL, &err) == HP_OK;
+    hp__rcfg c;
+    ok = ok && hp__rcfg_read(m, path, &c, &err) == HP_OK;
+    if (!ok) fprintf(stderr, "  %s\n", err.msg);
+    for (int64_t i = 0; ok && i < L; i++) w[i] = c.window[i];
+    if (ok) hp__rcfg_free(&c);
+    hp_model_close(m);
+    remove(path);
+    return ok;
+}
+
+#define BASE "\"hidden_size\": 64, \"num_hidden_layers\": 3, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, " \
+             "\"intermediate_size\": 128, \"vocab_size\": 128"
+
+TEST(sliding_window_defaults)
+{
+    int64_t w[3];
+    CHECK(windows("{\"model_type\": \"mistral\", " BASE "}", w, 3));
+    CHECK(w[0] == 4096 && w[2] == 4096); /* MistralConfig's default when the key is absent */
+    CHECK(windows("{\"model_type\": \"mistral\", \"sliding_window\": null, " BASE "}", w, 3));
+    CHECK(w[0] == 0 && w[1] == 0);
+    CHECK(windows("{\"model_type\": \"qwen2\", \"sliding_window\": 8, " BASE "}", w, 3));
+    CHECK(w[0] == 0 && w[2] == 0); /* use_sliding_window false by default */
+    CHECK(windows("{\"model_type\": \"qwen2\", \"use_sliding_window\": true, \"sliding_window\": 8, "
+                  "\"max_window_layers\": 1, " BASE "}", w, 3));
+    CHECK(w[0] == 0 && w[1] == 8 && w[2] == 8);
+    CHECK(windows("{\"model_type\": \"qwen3\", \"sliding_window\": 5, \"layer_types\": [\"sliding_attention\", "
+                  "\"full_attention\", \"sliding_attention\"], " BASE "}", w, 3));
+    CHECK(w[0] == 5 && w[1] == 0 && w[2] == 5); /* explicit layer_types win */
+    CHECK(windows("{\"model_type\": \"llama\", \"sliding_window\": 8, " BASE "}", w, 3));
+    CHECK(w[0] == 0); /* llama has no window */
+    CHECK(!windows("{\"model_type\": \"llama\", \"layer_types\": [\"x\"], " BASE "}", w, 3));
+    CHECK(!windows("{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"longrope\"}, " BASE "}", w, 3));
+    CHECK(!windows("{\"model_type\": \"llama\", \"hidden_act\": \"relu\", " BASE "}", w, 3));
+}
+
+TEST(llama3_rope_bands)
+{
+    hp__rcfg c = {.hd = 16, .rot = 16, .theta = 10000, .rope = HP__ROPE_LLAMA3, .factor = 8, .low = 1, .high = 4,
+                  .orig_max = 256, .attn_scale = 1};
+    float *co, *si;
+    hp_err err;
+    CHECK(hp__rope_table(&c, 3, 2, &co, &si, &err) == HP_OK);
+    int bands[3] = {0, 0, 0};
+    for (int i = 0; i < 8; i++) {
+        double inv = 1.0 / pow(10000.0, 2.0 * i / 16), wl = 2 * M_PI / inv, v = inv;
+        if (wl > 256.0 / 1) v = inv / 8, bands[2]++;
+        else if (wl < 256.0 / 4) bands[0]++;
+        else {
+            double sm = (256.0 / wl - 1) / (4 - 1);
+            v = (1 - sm) * inv / 8 + sm * inv;
+            bands[1]++;
+        }
+        for (int p = 0; p < 2; p++) CHECK(fabs(co[p * 8 + i] - cos(v * (3 + p))) < 2e-6);
+    }
+    CHECK(bands[0] && bands[1] && bands[2]); /* all three bands occur */
+    free(co);
+    free(si);
+}
+
+TEST(nested_cp_major_layout)
+{
+    hp__ctx x = {0};
+    x.ax[HP__TP].n = 2;
+    x.ax[HP__CP].n = 2;
+    hp__lay l = {{hp_pl_s(1), hp_pl_s(1)}};
+    int64_t g[3] = {1, 16, 8};
+    /* chunk id cp_rank * tp + tp_rank holds [4 id, 4 id + 4) */
+    for (int c = 0; c < 2; c++)
+        for (int t = 0; t < 2; t++) {
+            int64_t lo, n;
+            hp__lay_range(&x, &l, g, 1, t, c, &lo, &n);
+            CHECK_EQ_INT(lo, 4 * (c * 2 + t));
+            CHECK_EQ_INT(n, 4);
+        }
+    int64_t g2[3] = {1, 15, 8}, lo, n; /* uneven: cp blocks 7/8, then tp */
+    hp__lay_range(&x, &l, g2, 1, 1, 1, &lo, &n);
+    CHECK_EQ_INT(lo, 11);
+    CHECK_EQ_INT(n, 4);
+}
+
+TEST_MAIN()
