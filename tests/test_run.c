@@ -122,4 +122,52 @@ TEST(nested_cp_major_layout)
     CHECK_EQ_INT(n, 4);
 }
 
+/* keep_activations: each layer's input is the golden residual stream (embed, layer.0, ...) in one process,
+ * also a per-layer check of the forward against transformers' semantics. */
+TEST(kept_activations_are_the_golden_stream)
+{
+    static const char *const fams[] = {"llama", "mistral", "qwen2", "qwen3"};
+    for (size_t k = 0; k < 4; k++) {
+        char dir[128], io[160];
+        snprintf(dir, sizeof dir, "data/forward/%s", fams[k]);
+        snprintf(io, sizeof io, "%s/forward_io.safetensors", dir);
+        hp_err err;
+        hp_model *m = NULL;
+        hp_plan *p = NULL;
+        hp_comm *c = NULL;
+        hp_runner *r = NULL;
+        hp_st_file *f = NULL;
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
+                  hp_comm_self(&c, &err) == HP_OK && hp_st_open(&f, io, &err) == HP_OK;
+        hp_run_opts ro = {.keep_activations = true};
+        ok = ok && hp_runner_create(&r, c, m, p, &ro, &err) == HP_OK;
+        const hp_st_tensor *ti = ok ? hp_st_find(f, "input_ids") : NULL;
+        hp_run_output out = {0};
+        ok = ok && ti && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &out, &err) == HP_OK;
+        CHECK_MSG(ok, "%s: %s", fams[k], err.msg);
+        for (int64_t l = 0; ok && l <= m->cfg.num_hidden_layers; l++) {
+            char key[32];
+            if (l == 0) snprintf(key, sizeof key, "embed");
+            else snprintf(key, sizeof key, "layer.%lld", (long long)(l - 1));
+            const hp_st_tensor *t = hp_st_find(f, key);
+            int64_t g[3], lo[3], n[3];
+            const float *a = hp_runner_activation(r, l, g, lo, n);
+            CHECK(t && a && n[0] * n[1] * n[2] == t->n_elems);
+            if (!t || !a) continue;
+            hp_tol tol;
+            CHECK_MSG(hp_tol_check(a, hp_st_data(f, t), 1, &t->n_elems, 1e-4, &tol), "%s %s: %.3g", fams[k], key,
+                      tol.max_diff);
+        }
+        CHECK(!r || !hp_runner_activation(r, 99, (int64_t[3]){0}, (int64_t[3]){0}, (int64_t[3]){0}));
+        free(out.logits);
+        hp_runner_free(r);
+        hp_st_close(f);
+        hp_comm_free(c);
+        hp_plan_free(p);
+        hp_model_close(m);
+    }
+}
+
 TEST_MAIN()

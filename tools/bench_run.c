@@ -86,7 +86,8 @@ static void usage(FILE *out)
             "  --tp, --dp, --cp N  the mesh dp,cp,tp (default: --tp = the number of processes)\n"
             "  --dtype D      dtype the weights are generated and held in: bf16 (default) or f32\n"
             "  --reps R       timed forwards after one warm-up (3); the median is reported\n"
-            "  --threads N    threads per rank for the GEMMs (default: OpenMP's)\n"
+            "  --threads N    threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
+            "                 the ranks on this node)\n"
             "  --json         one JSON object instead of text\n"
             "  --hidden, --intermediate, --heads, --kv-heads, --head-dim N  replace the preset's shapes (tests)\n",
             RATIO_TARGET, RESIDENT_TOL * 100);
@@ -252,14 +253,17 @@ static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *
 
 /* ---- measurements ---- */
 
-/* Columns of one timed forward (slowest rank each). */
-enum { C_WALL, C_SECONDS, C_COMPUTE, C_COMM, C_COLL, C_N = C_COLL + HP_RUN_COLL_COUNT };
+/* Columns of one timed forward: the slowest rank's figures, then each kind's time on the rank that spent the
+ * least in it, i.e. the one that reached its collectives last (without the wait for a slower rank). */
+enum { C_WALL, C_SECONDS, C_COMPUTE, C_COMM, C_COLL, C_COLL_MIN = C_COLL + HP_RUN_COLL_COUNT,
+       C_N = C_COLL_MIN + HP_RUN_COLL_COUNT };
 
 typedef struct rb_result {
     double med[C_N];                    /* medians over reps of the slowest rank's figures */
     double bytes[HP_RUN_COLL_COUNT];    /* per rank per forward (max over ranks) */
     double calls[HP_RUN_COLL_COUNT];    /* per forward (max over ranks) */
     double bare[HP_RUN_COLL_COUNT];     /* bare collectives: median slowest-rank time of all calls */
+    double bare_min[HP_RUN_COLL_COUNT]; /* and of the rank that spent the least in them */
     double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
     double gen_s;
     uint64_t ckpt_bytes;
@@ -284,14 +288,19 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
         v[C_SECONDS] = s->seconds;
         v[C_COMPUTE] = s->compute_s;
         v[C_COMM] = s->comm_s;
-        for (int j = 0; j < HP_RUN_COLL_COUNT; j++) v[C_COLL + j] = s->coll_s[j];
+        for (int j = 0; j < HP_RUN_COLL_COUNT; j++) {
+            v[C_COLL + j] = s->coll_s[j];
+            v[C_COLL_MIN + j] = -s->coll_s[j]; /* min over ranks = -max(-x) */
+        }
         st = hp_comm_allreduce_max_f64(c, v, C_N, err);
+        for (int j = 0; j < HP_RUN_COLL_COUNT; j++) v[C_COLL_MIN + j] = -v[C_COLL_MIN + j];
     }
     return st;
 }
 
 /* The bare collectives of kind k: `calls` calls of `per_call` bytes (gather: this rank's own bytes) on g
- * (the world for the gather), warm-up then reps; *med the median slowest-rank time of all calls of a rep. */
+ * (the world for the gather), warm-up then reps; med[0] the median slowest-rank time of all calls of a rep,
+ * med[1] the median time of the rank that spent the least in them. */
 static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k, int64_t calls, size_t per_call,
                            int reps, double *med, hp_err *err)
 {
@@ -323,7 +332,7 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
     }
     if (st == HP_OK && (!(send = calloc(n_send + 1, sizeof *send)) || !(recv = calloc(n_recv + 1, sizeof *recv))))
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the bare %s buffers", hp_run_coll_name(k));
-    double t[MAX_REPS];
+    double t[2 * MAX_REPS];
     for (int r = -1; r < reps; r++) {
         if ((st = hp_comm_agree(world, st, err))) break;
         if ((st = hp_comm_barrier(world, err))) break;
@@ -336,12 +345,13 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
             default: st = hp_comm_gatherv(world, send, nf * sizeof *send, recv, cnt, cnt + P, 0, err); break;
             }
         }
-        double dt = hp_comm_wtime() - t0;
+        double dt[2] = {hp_comm_wtime() - t0, 0};
+        dt[1] = -dt[0];
         if ((st = hp_comm_agree(world, st, err))) break;
-        if ((st = hp_comm_allreduce_max_f64(world, &dt, 1, err))) break;
-        if (r >= 0) t[r] = dt;
+        if ((st = hp_comm_allreduce_max_f64(world, dt, 2, err))) break;
+        if (r >= 0) t[2 * r] = dt[0], t[2 * r + 1] = -dt[1];
     }
-    if (st == HP_OK) *med = median_col(t, reps, 1, 0);
+    if (st == HP_OK) med[0] = median_col(t, reps, 2, 0), med[1] = median_col(t, reps, 2, 1);
     free(send);
     free(recv);
     free(cnt);
@@ -372,6 +382,8 @@ typedef struct rb_info {
     bool torch;
     double gemm_flop; /* 2 T x the linear layers' weights: the GEMM work of one forward */
 } rb_info;
+
+static double ratio(double bare, double runtime) { return runtime > 0 ? bare / runtime : 0.0; }
 
 static const char *dtype_str(hp_dtype dt) { return dt == HP_DT_BF16 ? "bf16" : "f32"; }
 
@@ -414,7 +426,11 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
         printf("  %-15s: runtime %.3f ms, %s in %.0f calls per rank; bare %.3f ms (%s, same bytes and calls)   ratio "
                "bare/runtime %.2f (target >= %.1f)\n",
                name, m[C_COLL + k] * 1e3, hp_format_bytes((uint64_t)r->bytes[k], b1, sizeof b1), r->calls[k],
-               r->bare[k] * 1e3, grp, m[C_COLL + k] > 0 ? r->bare[k] / m[C_COLL + k] : 0.0, RATIO_TARGET);
+               r->bare[k] * 1e3, grp, ratio(r->bare[k], m[C_COLL + k]), RATIO_TARGET);
+        if (in->ranks > 1)
+            printf("  %-15s  last rank in (no wait for a slower rank): runtime %.3f ms, bare %.3f ms   ratio "
+                   "bare/runtime %.2f\n",
+                   "", m[C_COLL_MIN + k] * 1e3, r->bare_min[k] * 1e3, ratio(r->bare_min[k], m[C_COLL_MIN + k]));
     }
     printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "
            "%.4f (target within %.0f%%)\n",
@@ -450,10 +466,14 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
                hp_run_coll_name((hp_run_coll)k), r->bytes[k], r->calls[k], m[C_COLL + k]);
-        if (r->calls[k] > 0 && m[C_COLL + k] > 0)
-            printf(", \"bare_s\": %.6g, \"ratio_bare_over_runtime\": %.4f}", r->bare[k], r->bare[k] / m[C_COLL + k]);
+        if (r->calls[k] > 0 && m[C_COLL + k] > 0 && m[C_COLL_MIN + k] > 0)
+            printf(", \"bare_s\": %.6g, \"ratio_bare_over_runtime\": %.4f, \"last_in_runtime_s\": %.6g, "
+                   "\"last_in_bare_s\": %.6g, \"last_in_ratio\": %.4f}",
+                   r->bare[k], r->bare[k] / m[C_COLL + k], m[C_COLL_MIN + k], r->bare_min[k],
+                   r->bare_min[k] / m[C_COLL_MIN + k]);
         else
-            printf(", \"bare_s\": null, \"ratio_bare_over_runtime\": null}");
+            printf(", \"bare_s\": null, \"ratio_bare_over_runtime\": null, \"last_in_runtime_s\": null, "
+                   "\"last_in_bare_s\": null, \"last_in_ratio\": null}");
     }
     printf("}, \"resident_bytes\": %.0f, \"share_bytes\": %.0f, \"checkpoint_weight_bytes\": %.0f, "
            "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
@@ -493,6 +513,15 @@ static bool launch_rank0(void)
     return true;
 }
 
+/* OpenMP's thread count shared by the ranks of this node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), at least 1. */
+static int default_threads(void)
+{
+    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = v ? strtol(v, NULL, 10) : 1;
+    int n = hp_linalg_set_threads(0) / (int)(local > 0 ? local : 1);
+    return n > 0 ? n : 1;
+}
+
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
@@ -502,10 +531,11 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_comm *w = NULL;
     if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
     const int P = hp_comm_size(w), R = hp_comm_rank(w);
-    if (a->threads) {
-        hp_linalg_set_threads((int)a->threads);
-        hp_linalg_blas_threads((int)a->threads);
-    }
+    /* Both pools get the count explicitly: left to its defaults, this OpenBLAS (pthreads) competes with the
+     * OpenMP pool and the forward runs several times slower (docs/run.md, Benchmark). */
+    int threads = a->threads ? (int)a->threads : default_threads();
+    hp_linalg_set_threads(threads);
+    hp_linalg_blas_threads(threads);
     if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
     char dir[4096] = "";
     bool made = false;
@@ -582,9 +612,12 @@ static int run(rb_args *a, int *argc, char ***argv)
         /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
         double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
         size_t per_call = (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]);
+        double med[2];
         if ((st = time_bare(w, k == HP_RUN_GATHER ? w : g, (hp_run_coll)k, (int64_t)res.calls[k], per_call,
-                            (int)a->reps, &res.bare[k], &err)))
+                            (int)a->reps, med, &err)))
             goto done;
+        res.bare[k] = med[0];
+        res.bare_min[k] = med[1];
     }
 
     if (R == 0) {

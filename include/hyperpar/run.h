@@ -42,6 +42,7 @@ typedef struct hp_run_opts {
     hp_linalg_mode compute;  /* HP_LINALG_EXACT (default) or HP_LINALG_BF16 */
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
     void *record_ctx;
+    bool keep_activations;   /* keep each layer's input (the residual stream, local block) for a backward pass */
 } hp_run_opts;
 
 typedef struct hp_run_stats {
@@ -71,6 +72,11 @@ void hp_runner_free(hp_runner *r);
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err);
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r);
+
+/* With keep_activations: the local block of layer l's input residual stream of the last forward (l = L: the
+ * final norm's input), global dims g [B_dp, S_padded, H] and the block's offset lo and extent n per dim.
+ * NULL without keep_activations or before a forward. */
+const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], int64_t lo[3], int64_t n[3]);
 /* "dp=1,cp=1,tp=2 rank 1 (dp 0, cp 0, tp 1)" */
 const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap);
 

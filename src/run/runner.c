@@ -77,6 +77,7 @@ struct hp_runner {
     hp_run_stats stats;
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
     int64_t rope_pos0, rope_n;
+    hp__act *kept;      /* keep_activations: [L + 1] layer inputs of the last forward */
     char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
     const char *perturb; /* test hook HP_TEST_PERTURB_BOUNDARY: that boundary's output is nudged (validate's test) */
     char desc[160];
@@ -744,7 +745,9 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
     hp__act h = {0}, t = {0}, a = {0};
     st = embed_apply(r, ids, S, &h, err);
-    for (int64_t l = 0; st == HP_OK && l < r->cfg.L; l++) {
+    for (int64_t l = 0; st == HP_OK && l <= r->cfg.L; l++) {
+        if (r->kept) st = act_copy(r, &r->kept[l], &h, err); /* the layer's input, for a backward pass */
+        if (st != HP_OK || l == r->cfg.L) break;
         layer_w *w = &r->layers[l];
         st = norm_apply(r, &w->in, &h, &t, err);
         if (st == HP_OK) st = attn_apply(r, l, &w->at, &t, &a, err);
@@ -858,6 +861,8 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     }
     r->ws = (hp__wsrc){.m = m, .layout = r->layout, .rank = rank, .rf = r->rf};
     if ((st = load_all(r, err)) != HP_OK) return st;
+    if (o->keep_activations && !(r->kept = hp_calloc((size_t)r->cfg.L + 1, sizeof *r->kept)))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     r->stats.resident_bytes = r->ws.resident;
     r->stats.share_bytes = r->ws.share;
     snprintf(r->desc, sizeof r->desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
@@ -927,7 +932,17 @@ void hp_runner_free(hp_runner *r)
     free(r->x.dp_rows);
     free(r->rope_cos);
     free(r->rope_sin);
+    for (int64_t l = 0; r->kept && l <= r->cfg.L; l++) hp__act_free(&r->kept[l]);
+    free(r->kept);
     free(r);
+}
+
+const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], int64_t lo[3], int64_t n[3])
+{
+    if (!r->kept || l < 0 || l > r->cfg.L || !r->kept[l].d) return NULL;
+    const hp__act *a = &r->kept[l];
+    for (int d = 0; d < 3; d++) g[d] = a->g[d], lo[d] = a->lo[d], n[d] = a->n[d];
+    return a->d;
 }
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r)
