@@ -21,6 +21,7 @@
 
 #include "cli.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/plan.h"
 
 typedef struct ep_args {
     const char *preset;
@@ -350,8 +351,7 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
         st = hp_err_set(&err, HP_ERR_INPUT, "--local-experts %lld over %d rank(s) gives %lld experts, fewer than top-k %lld",
                         (long long)L, P, (long long)d.n_experts, (long long)d.top_k);
     if ((st = hp_comm_agree(c, st, &err))) goto done;
-    d.first_expert = R * L;
-    d.n_local = L;
+    hp_ep_local_experts(d.n_experts, P, R, &d.first_expert, &d.n_local); /* the one rule for every EP slot */
     st = hp_moe_layer_create(&l, arch, &d, &err);
     if (st == HP_OK) {
         float gu = 1.0f / sqrtf((float)H), dn = 1.0f / sqrtf((float)I);

@@ -293,93 +293,7 @@ static int run(const moe_args *a)
 }
 
 
-/* ---- expert parallelism over MPI ---- */
-
-/* A 64-bit hash of n bytes continuing h, 8 bytes a step (the input x can be hundreds of MB). */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-/* What every rank must agree on before any exchange: model shape, layer, archetype, options, mesh. */
-static uint64_t fingerprint(const hp_model *m, const moe_args *a, int archetype, const char *mesh)
-{
-    uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
-    int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
-                   a->layer, archetype, (int64_t)a->policy, a->overlap, a->ep, a->chunks > 1 ? a->chunks : 1,
-                   (int64_t)a->compute};
-    h = hash_bytes(h, v, sizeof v);
-    h = hash_bytes(h, &a->cf, sizeof a->cf);
-    h = hash_bytes(h, mesh, strlen(mesh));
-    return h;
-}
-
-/* The archetype of layer L from the plan (overrides), or explicitly; with EP it is never chosen silently. */
-static hp_status choose_archetype(const moe_args *a, const hp_model *m, const hp_mesh *mesh, int *arch,
-                                  double *cf_from_plan, hp_err *err)
-{
-    *arch = -1;
-    if (a->archetype) {
-        hp_moe_archetype x;
-        if (!hp_moe_archetype_parse(a->archetype, &x))
-            return hp_err_set(err, HP_ERR_INPUT, "unknown archetype '%s'; known: %s", a->archetype,
-                              hp_moe_archetype_list());
-        *arch = (int)x;
-        return HP_OK;
-    }
-    if (a->ep <= 1 && !a->overrides) return HP_OK; /* one process per expert set: the family's suggestion */
-    hp_overrides *ov = NULL;
-    hp_status st = a->overrides ? hp_overrides_load(&ov, a->overrides, err) : HP_OK;
-    hp_plan_opts po;
-    hp_plan_opts_default(&po);
-    po.mesh = *mesh;
-    po.overrides = ov;
-    po.allow_uncovered = true;
-    po.packed_fused = true;
-    hp_plan *p = NULL;
-    if (st == HP_OK) st = hp_plan_derive(&p, m, &po, err);
-    if (st == HP_OK) st = hp_plan_preflight(p, err);
-    if (st == HP_OK && !a->overrides) st = hp_err_set(err, HP_ERR_INPUT, "internal: no archetype");
-    if (st == HP_ERR_INPUT && !a->overrides) hp_err_prefix(err, "choose the EP compute with --archetype A or --overrides FILE");
-    if (st == HP_OK) {
-        char pfx[64];
-        snprintf(pfx, sizeof pfx, "model.layers.%lld.", (long long)a->layer);
-        const hp_boundary *hit = NULL;
-        for (size_t i = 0; i < p->n_boundaries; i++)
-            if (!strncmp(p->boundaries[i].fqn, pfx, strlen(pfx)) && p->boundaries[i].local_compute_fn)
-                hit = &p->boundaries[i];
-        hp_moe_archetype x;
-        if (!hit)
-            st = hp_err_set(err, HP_ERR_INPUT, "%s declares no local_compute_fn for layer %lld; add an entry matching "
-                            "its MoE block", a->overrides, (long long)a->layer);
-        else if (!hp_moe_archetype_parse(hit->local_compute_fn, &x))
-            st = hp_err_set(err, HP_ERR_INPUT, "archetype '%s' has no runtime", hit->local_compute_fn);
-        else {
-            *arch = (int)x;
-            *cf_from_plan = hit->compute.capacity_factor;
-        }
-    }
-    hp_plan_free(p);
-    hp_overrides_free(ov);
-    return st;
-}
-
-/* Agreement at a phase boundary; *agreed records that a failure is now known to every rank. */
-static hp_status agree(const hp_comm *w, hp_status st, hp_err *err, bool *agreed)
-{
-    st = hp_comm_agree(w, st, err);
-    *agreed = st != HP_OK;
-    return st;
-}
+/* ---- expert parallelism over MPI (the orchestration is the runtime's hp_run_moe) ---- */
 
 /* How a run under mpirun ends: an agreed error is the same on every rank, so rank 0 prints it once (the
  * others wait at a barrier so that mpirun does not end rank 0 before it has printed); an error only this
@@ -401,18 +315,6 @@ static int ep_exit(hp_comm *w, hp_status st, hp_err *err, bool agreed)
     return code;
 }
 
-/* Byte counts and displacements of N blocks of T rows (the first T mod N blocks one row more) of `row`
- * bytes each. */
-static void block_counts(int64_t T, int N, int64_t row, size_t *cnt, size_t *dsp)
-{
-    const int64_t q = T / N, rem = T % N;
-    for (int r = 0; r < N; r++) {
-        int64_t lo = r * q + (r < rem ? r : rem), n = q + (r < rem ? 1 : 0);
-        cnt[r] = (size_t)(n * row);
-        dsp[r] = (size_t)(lo * row);
-    }
-}
-
 /* "rank 3" or "ranks 0..2". */
 static const char *ranks_str(int64_t a, int64_t b, char *buf, size_t cap)
 {
@@ -421,59 +323,41 @@ static const char *ranks_str(int64_t a, int64_t b, char *buf, size_t cap)
     return buf;
 }
 
-/* What a rank read on its own, compared over the world before any exchange. */
-typedef struct ident {
-    int64_t rows;    /* rows of x */
-    uint64_t x_hash; /* x's bytes */
-    uint64_t w_hash; /* hp_moe_layer_identity */
-} ident;
-
-/* Every rank must hold the same input and weights as rank 0; the message names the first rank that does
- * not and what differs. Every rank sees every identity, so every rank reaches the same verdict. */
-static hp_status check_idents(const hp_comm *w, const ident *me, const moe_args *a, hp_err *err)
+static void print_ep_stats(const moe_args *a, const hp_run_moe_result *res, int N, const char *backend)
 {
-    const int N = hp_comm_size(w);
-    ident *all = calloc((size_t)N, sizeof *all);
-    if (!all) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    hp_status st = hp_comm_allgather(w, me, sizeof *me, all, err);
-    for (int r = 1; st == HP_OK && r < N; r++) {
-        if (all[r].rows != all[0].rows)
-            st = hp_err_set(err, HP_ERR_INPUT,
-                            "rank %d read %lld rows of x but rank 0 read %lld; under mpirun every rank must be given "
-                            "the same --input (each rank takes its own block of its rows)",
-                            r, (long long)all[r].rows, (long long)all[0].rows);
-        else if (all[r].x_hash != all[0].x_hash)
-            st = hp_err_set(err, HP_ERR_INPUT,
-                            "rank %d read an input x with the same shape as rank 0's but other values; under mpirun "
-                            "every rank must be given the same --input",
-                            r);
-        else if (all[r].w_hash != all[0].w_hash)
-            st = hp_err_set(err, HP_ERR_INPUT,
-                            "rank %d loaded other weights for layer %lld than rank 0 (router, shared expert or the "
-                            "checkpoint's tensors differ, though the config agrees); every rank must run the same "
-                            "checkpoint or shard folder (%s on this rank)",
-                            r, (long long)a->layer, a->model);
-    }
-    free(all);
-    return st;
+    const int64_t T = res->T, q = T / N, rem = T % N;
+    char b1[32], cbuf[32] = "";
+    if (a->chunks > 1) snprintf(cbuf, sizeof cbuf, ", %d dispatch chunks", (int)a->chunks);
+    if (res->archetype_suggested)
+        fprintf(stderr, "hyperpar moe: archetype %s (suggested for this family; choose another with --archetype)\n",
+                hp_moe_archetype_name(res->archetype));
+    fprintf(stderr,
+            "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s%s; %.3f ms "
+            "(slowest rank)\n"
+            "rows per rank: %lld", (long long)res->layer, hp_moe_archetype_name(res->archetype), (long long)T, N,
+            (long long)res->ep, (long long)res->n_local, backend, a->overlap ? ", overlap" : "", cbuf,
+            res->seconds * 1e3, (long long)q + (rem > 0));
+    char r1[48], r2[48];
+    if (rem > 0)
+        fprintf(stderr, " on %s, %lld on %s", ranks_str(0, rem - 1, r1, sizeof r1), (long long)q,
+                ranks_str(rem, N - 1, r2, sizeof r2));
+    fprintf(stderr, " (rank r takes the r-th contiguous block)\n"
+                    "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
+            res->rows_computed, res->slots_dropped, (long long)(T * res->K),
+            hp_format_bytes((uint64_t)res->bytes_exchanged, b1, sizeof b1));
 }
 
 static int run_ep(moe_args *a, int *argc, char ***argv)
 {
     hp_err err;
     hp_err_clear(&err);
-    hp_comm *world = NULL, *grp = NULL;
+    hp_comm *world = NULL;
     if (hp_comm_world(&world, argc, argv, &err) != HP_OK) return cli_fail(&err);
     const int N = hp_comm_size(world), R = hp_comm_rank(world);
-    hp_model *m = NULL;
-    hp_moe_layer *l = NULL;
-    hp_moe_ep *ep = NULL;
     hp_st_file *in = NULL;
-    float *x = NULL, *xall = NULL, *y = NULL, *yall = NULL, *wall = NULL;
-    int32_t *iall = NULL;
+    float *xall = NULL;
+    hp_run_moe_result res = {0};
     bool agreed = false;
-    size_t *cnt = NULL;
-    hp_mesh mesh;
     hp_status st = HP_OK;
 
     /* --output is none of the inputs (checked on every rank, agreed below, so printed once). */
@@ -481,167 +365,39 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     const char *const inputs[] = {a->input, a->compare, a->overrides};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 3, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "moe: %s", omsg);
-    /* Mesh and EP groups: rank coordinates row-major over the mesh. */
-    if (st == HP_OK && a->mesh) st = hp_mesh_parse(a->mesh, &mesh, &err);
-    else hp_mesh_from_sizes(&mesh, N, 1, 1, 1, false);
-    if (st == HP_OK && mesh.ep_axis) {
-        if (a->ep > 1 && a->ep != mesh.ep)
-            st = hp_err_set(&err, HP_ERR_INPUT, "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)a->ep,
-                            (long long)mesh.ep);
-        a->ep = mesh.ep;
-    }
-    if (st == HP_OK && hp_mesh_size(&mesh, "pp") > 1)
-        st = hp_err_set(&err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
-                        (long long)hp_mesh_size(&mesh, "pp"));
-    if (st == HP_OK && a->ep <= 0) a->ep = N;
-    if (st == HP_OK && !mesh.ep_axis) mesh.ep = a->ep;
-    char mstr[160];
-    if (st == HP_OK) hp_mesh_str(&mesh, mstr, sizeof mstr);
-    if (st == HP_OK && hp_mesh_world(&mesh) != N)
-        st = hp_err_set(&err, HP_ERR_INPUT, "the mesh %s has %lld ranks but mpirun started %d; the product of the "
-                        "mesh sizes must equal the number of ranks", mstr, (long long)hp_mesh_world(&mesh), N);
-    if (st == HP_OK && (N % a->ep != 0))
-        st = hp_err_set(&err, HP_ERR_INPUT,
-                        "ep_size (--ep %lld) must divide the %d ranks mpirun started (the EP groups tile the "
-                        "ranks); start a multiple of %lld ranks or choose an --ep that divides %d",
-                        (long long)a->ep, N, (long long)a->ep, N);
-    int64_t color = 0, ep_rank = 0;
-    if (st == HP_OK) hp_mesh_ep_index(&mesh, a->ep, R, &color, &ep_rank);
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    if ((st = hp_comm_split(world, (int)color, (int)ep_rank, &grp, &err)) != HP_OK) goto done;
-
-    st = open_model(a->model, &m, &err);
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    int arch = -1;
-    double cf_plan = 0;
-    st = choose_archetype(a, m, &mesh, &arch, &cf_plan, &err);
-    if (st == HP_OK && a->cf <= 0 && cf_plan > 0) {
-        a->cf = cf_plan;
-        a->cf_text = "plan";
-    }
-    if (st == HP_OK && m->cfg.n_experts % a->ep != 0)
-        st = hp_err_set(&err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by ep_size (%lld)",
-                        (long long)m->cfg.n_experts, (long long)a->ep);
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-
-    /* Every rank must run the same model, layer, options and mesh. */
-    uint64_t fp = fingerprint(m, a, arch, mstr), *fps = calloc((size_t)N, sizeof *fps);
-    if (!fps) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK) st = hp_comm_allgather(world, &fp, sizeof fp, fps, &err);
-    for (int r = 0; st == HP_OK && r < N; r++)
-        if (fps[r] != fps[0])
-            st = hp_err_set(&err, HP_ERR_INPUT,
-                            "rank %d disagrees with rank 0 on the model, layer, archetype, options or mesh; every "
-                            "rank must be given the same command",
-                            r);
-    free(fps);
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-
-    hp_moe_load_opts lo;
-    hp_moe_load_opts_default(&lo);
-    lo.compute = a->compute;
-    lo.archetype = arch;
-    int64_t Lloc;
-    hp_ep_local_experts(m->cfg.n_experts, a->ep, ep_rank, &lo.first_expert, &Lloc);
-    lo.n_local = Lloc;
-    st = load_layer(a->model, m, R, a->layer, &lo, &l, &err);
-    if (st == HP_OK && R == 0 && arch < 0)
-        fprintf(stderr, "hyperpar moe: archetype %s (suggested for family %s; choose another with --archetype)\n",
-                hp_moe_archetype_name(l->archetype), m->model_type);
     const hp_st_tensor *xt = NULL;
     if (st == HP_OK) st = hp_st_open(&in, a->input, &err);
     if (st == HP_OK) st = read_tensor(in, "x", HP_DT_F32, 2, (void **)&xall, &xt, &err);
-    int64_t T = xt ? xt->shape[0] : 0, H = l ? l->n_hidden : 0, K = l ? l->top_k : 0;
-    if (st == HP_OK && xt->shape[1] != H)
-        st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' is [%lld, %lld] but layer %lld has hidden size %lld",
-                        a->input, (long long)T, (long long)xt->shape[1], (long long)a->layer, (long long)H);
-    if (st == HP_OK && T < 1) st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' has no rows", a->input);
-    /* What this rank read on its own: the input's shape and bytes, and the weights' identity. */
-    ident me = {0};
+    if (st == HP_OK && xt->shape[0] < 1) st = hp_err_set(&err, HP_ERR_INPUT, "%s: tensor 'x' has no rows", a->input);
+    st = hp_comm_agree(world, st, &err);
+    agreed = st != HP_OK;
     if (st == HP_OK) {
-        me.rows = T;
-        me.x_hash = hash_bytes(1469598103934665603ull, xall, (size_t)(T * H) * sizeof(float));
-        st = hp_moe_layer_identity(l, m, is_shard_dir(a->model) ? a->model : NULL, &me.w_hash, &err);
+        hp_run_moe_opts ro = {.model = a->model, .layer = a->layer, .mesh = a->mesh, .ep = a->ep,
+                              .archetype = a->archetype, .overrides = a->overrides, .capacity_factor = a->cf,
+                              .policy = a->policy, .overlap = a->overlap, .chunks = a->chunks, .compute = a->compute};
+        st = hp_run_moe(world, &ro, xall, xt->shape[0], xt->shape[1], &res, &err);
+        agreed = res.agreed;
+        if (st == HP_ERR_INPUT && strstr(err.msg, "tensor 'x'") == err.msg) hp_err_prefix(&err, "%s", a->input);
     }
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    if ((st = agree(world, check_idents(world, &me, a, &err), &err, &agreed)) != HP_OK) goto done;
-
-    /* Rank r takes rows [lo_row, hi_row): the first T mod N ranks one row more (numpy.array_split); ranks past
-     * the end of a short input hold none and still take part in every exchange. */
-    const int64_t q = T / N, rem = T % N;
-    const int64_t lo_row = R * q + (R < rem ? R : rem), Tl = q + (R < rem ? 1 : 0), Tmax = q + (rem > 0);
-    x = xall + lo_row * H;
-    if (!(y = malloc((size_t)((Tl ? Tl : 1) * H) * sizeof *y))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    /* With chunks the creation is a collective of the EP group: every rank gets there or none does. */
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    const int chunks = a->chunks > 1 ? (int)a->chunks : 1;
-    /* Every rank is sized for the largest block (Tmax rows): a peer may route all its slots here. */
-    st = hp_moe_ep_create_chunked(&ep, l, grp, Tmax, chunks, &err);
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy, .row_base = lo_row};
-    double t0 = hp_comm_wtime();
-    st = hp_moe_ep_forward_chunks(ep, x, Tl, y, &ro, a->overlap, chunks, &err);
-    double t1 = hp_comm_wtime();
-    /* The forward agrees within its EP group; the other groups of the world must stop too. */
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    /* Rank 0 gathers y, topk_idx, topk_w in the original row order. */
-    cnt = calloc(2 * (size_t)N, sizeof *cnt);
-    if (R == 0) {
-        yall = malloc((size_t)(T * H) * sizeof *yall);
-        iall = malloc((size_t)(T * K) * sizeof *iall);
-        wall = malloc((size_t)(T * K) * sizeof *wall);
+    bool ran = st == HP_OK; /* a failure inside hp_run_moe that is this rank's alone is not agreed again */
+    if (st == HP_OK && res.cf_from_plan) {
+        a->cf = res.capacity_factor;
+        a->cf_text = "plan";
     }
-    if (!cnt || (R == 0 && (!yall || !iall || !wall))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    if ((st = agree(world, st, &err, &agreed)) != HP_OK) goto done;
-    const hp_moe_ws *ws = hp_moe_ep_ws(ep);
-    size_t *rc = cnt, *rd = cnt + N;
-    /* Block sizes from the agreed T (every rank holds the same input); hp_comm_gatherv checks them again. */
-    block_counts(T, N, H * (int64_t)sizeof(float), rc, rd);
-    st = hp_comm_gatherv(world, y, (size_t)(Tl * H) * sizeof(float), yall, rc, rd, 0, &err);
-    block_counts(T, N, K * (int64_t)sizeof(int32_t), rc, rd);
-    if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_idx, (size_t)(Tl * K) * sizeof(int32_t), iall, rc, rd, 0, &err);
-    if (st == HP_OK) st = hp_comm_gatherv(world, ws->topk_w, (size_t)(Tl * K) * sizeof(float), wall, rc, rd, 0, &err);
-    /* Statistics: rows and dropped slots summed over ranks; the slowest rank's time. */
-    const hp_moe_ep_stats *es = hp_moe_ep_get_stats(ep);
-    double agg[4] = {(double)es->rows_recv, (double)es->n_dropped, (double)es->bytes_exchanged, 0};
-    double tmax = t1 - t0;
-    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(world, agg, 3, &err);
-    if (st == HP_OK) st = hp_comm_allreduce_max_f64(world, &tmax, 1, &err);
     if (st == HP_OK && R == 0) {
-        char b1[32], cbuf[32] = "";
-        if (chunks > 1) snprintf(cbuf, sizeof cbuf, ", %d dispatch chunks", chunks);
-        fprintf(stderr,
-                "layer %lld (%s): %lld tokens on %d ranks (EP groups of %lld, %lld experts each), %s%s%s; %.3f ms "
-                "(slowest rank)\n"
-                "rows per rank: %lld", (long long)a->layer, hp_moe_archetype_name(l->archetype), (long long)T, N,
-                (long long)a->ep, (long long)Lloc, hp_comm_backend(world), a->overlap ? ", overlap" : "", cbuf,
-                tmax * 1e3, (long long)q + (rem > 0));
-        char r1[48], r2[48];
-        if (rem > 0)
-            fprintf(stderr, " on %s, %lld on %s", ranks_str(0, rem - 1, r1, sizeof r1), (long long)q,
-                    ranks_str(rem, N - 1, r2, sizeof r2));
-        fprintf(stderr, " (rank r takes the r-th contiguous block)\n"
-                        "rows computed %.0f, slots dropped %.0f of %lld, bytes exchanged %s\n",
-                agg[0], agg[1], (long long)(T * K), hp_format_bytes((uint64_t)agg[2], b1, sizeof b1));
-        hp_moe_ws tmp = *ws;
-        tmp.topk_idx = iall;
-        tmp.topk_w = wall;
-        if (a->output) st = write_output(a->output, l, &tmp, yall, T, &err);
-        if (st == HP_OK && a->compare) st = compare(a, &tmp, yall, T, H, K, &err);
+        print_ep_stats(a, &res, N, hp_comm_backend(world));
+        hp_moe_ws tmp = {.topk_idx = res.topk_idx, .topk_w = res.topk_w};
+        hp_moe_layer meta = {.n_hidden = res.H, .top_k = res.K, .layer = res.layer, .archetype = res.archetype};
+        if (a->output) st = write_output(a->output, &meta, &tmp, res.y, res.T, &err);
+        if (st == HP_OK && a->compare) st = compare(a, &tmp, res.y, res.T, res.H, res.K, &err);
     }
-    st = agree(world, st, &err, &agreed);
-done:
+    if (ran) {
+        st = hp_comm_agree(world, st, &err);
+        agreed = st != HP_OK;
+    }
     free(xall);
-    free(y);
-    free(yall);
-    free(iall);
-    free(wall);
-    free(cnt);
     hp_st_close(in);
-    hp_moe_ep_destroy(ep);
-    hp_moe_layer_free(l);
-    hp_model_close(m);
-    hp_comm_free(grp);
+    hp_run_moe_result_free(&res);
     int code = ep_exit(world, st, &err, agreed);
     hp_comm_free(world);
     return code;

@@ -13,6 +13,7 @@
 
 #include "hyperpar/comm.h"
 #include "hyperpar/linalg.h"
+#include "hyperpar/moe.h"
 #include "hyperpar/plan.h"
 
 #ifdef __cplusplus
@@ -79,6 +80,44 @@ const hp_run_stats *hp_runner_stats(const hp_runner *r);
 const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], int64_t lo[3], int64_t n[3]);
 /* "dp=1,cp=1,tp=2 rank 1 (dp 0, cp 0, tp 1)" */
 const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap);
+
+/* ---- one MoE layer under expert parallelism (hyperpar moe over MPI) ---- */
+typedef struct hp_run_moe_opts {
+    const char *model;        /* a checkpoint folder, or a `hyperpar shard` folder (each rank reads its file) */
+    int64_t layer;
+    const char *mesh;         /* a mesh spec, or NULL: dp = the world (TP-extend-EP over every rank) */
+    int64_t ep;               /* EP group size; 0: the mesh's ep axis, else the world */
+    const char *archetype;    /* the EP compute; NULL: the plan's local_compute_fn (overrides), or with one rank
+                                 and no overrides the family's suggestion; with EP it is never chosen silently */
+    const char *overrides;
+    double capacity_factor;   /* 0: the plan's, else off */
+    hp_moe_cap_policy policy;
+    bool overlap;
+    int64_t chunks;           /* dispatch chunks (0 or 1: one) */
+    hp_linalg_mode compute;
+} hp_run_moe_opts;
+
+typedef struct hp_run_moe_result {
+    float *y;                 /* rank 0: [T, H] in row order (malloc'd, hp_run_moe_result_free) */
+    int32_t *topk_idx;        /* rank 0: [T, K] */
+    float *topk_w;            /* rank 0: [T, K] */
+    int64_t T, H, K;
+    int64_t layer, n_experts, ep, n_local;
+    hp_moe_archetype archetype;
+    bool archetype_suggested; /* chosen as the family's suggestion (one rank, nothing declared) */
+    double capacity_factor;   /* what ran (0: off) */
+    bool cf_from_plan;
+    double seconds;           /* the forward, slowest rank */
+    double rows_computed, slots_dropped, bytes_exchanged; /* summed over ranks */
+    bool agreed;              /* a failure is known to every rank (print it once); false: this rank's alone */
+} hp_run_moe_result;
+
+/* Splits the world into EP groups (hp_mesh_ep_index), loads each rank's experts of the layer, checks that every
+ * rank runs the same command, input and weights, gives rank r the r-th contiguous block of x's T rows, runs the
+ * EP forward and gathers y, topk_idx, topk_w on rank 0. x [T, H] is the whole input on every rank. Collective. */
+hp_status hp_run_moe(const hp_comm *world, const hp_run_moe_opts *o, const float *x, int64_t T, int64_t H,
+                     hp_run_moe_result *res, hp_err *err);
+void hp_run_moe_result_free(hp_run_moe_result *res);
 
 /* ---- validate mode: the distributed run against one process, boundary by boundary ---- */
 typedef struct hp_validate_row {
