@@ -27,6 +27,42 @@ bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min,
 struct hp_mesh;
 int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis,
              struct hp_mesh *out);
+/* ---- the plan and mesh flags plan, shard, moe and run share (planflags.c) ---- */
+enum {
+    CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
+    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_END
+};
+/* The getopt_long entries of the shared flags (a command lists the ones it takes). */
+#define CLI_OPT_MESH {"mesh", required_argument, NULL, CLI_O_MESH}, {"dp", required_argument, NULL, CLI_O_DP}, \
+                     {"cp", required_argument, NULL, CLI_O_CP}, {"tp", required_argument, NULL, CLI_O_TP}
+#define CLI_OPT_EP {"ep", required_argument, NULL, CLI_O_EP}, {"ep-axis", no_argument, NULL, CLI_O_EP_AXIS}
+#define CLI_OPT_PLAN {"no-sequence-parallel", no_argument, NULL, CLI_O_NOSP}, \
+                     {"loss-parallel", no_argument, NULL, CLI_O_LP}, {"freeze", required_argument, NULL, CLI_O_FREEZE}, \
+                     {"allow-uncovered", no_argument, NULL, CLI_O_UNCOV}, \
+                     {"packed-fused", no_argument, NULL, CLI_O_PACKED}, \
+                     {"overrides", required_argument, NULL, CLI_O_OVERRIDES}
+
+#include "hyperpar/plan.h"
+typedef struct cli_plan_flags {
+    const char *mesh_spec, *overrides;
+    int64_t dp, cp, tp, ep;
+    bool sizes_given, ep_given, ep_axis;
+    bool any;                 /* some plan flag was given (they exclude --plan FILE) */
+    bool seen[CLI_O_END - CLI_O_MESH];
+    const char *freeze[64];
+    int n_freeze;
+    hp_plan_opts po;          /* sequence_parallel, loss_parallel, allow_uncovered, packed_fused; mesh after _mesh */
+} cli_plan_flags;
+
+void cli_plan_flags_init(cli_plan_flags *f);
+/* Option c of getopt_long with its argument: 1 taken, 0 not a plan flag, -1 a usage error (printed). */
+int cli_plan_flag(const char *cmd, int c, const char *arg, cli_plan_flags *f);
+/* The mesh into f->po.mesh (default_tp when neither --mesh nor sizes are given); prints; an exit code. */
+int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp);
+/* Loads --overrides into *ov (freed by the caller) and f->po, and applies --freeze to m. */
+struct hp_overrides;
+hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrides **ov, hp_err *err);
+
 /* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
 bool cli_parse_router(const char *cmd, const char *s, bool *real);
 /* A finite number > 0; prints a usage error naming opt and returns false otherwise. */

@@ -411,14 +411,16 @@ int cmd_moe(int argc, char **argv)
         {"capacity-factor", required_argument, 0, 'c'}, {"capacity-policy", required_argument, 0, 'p'},
         {"threads", required_argument, 0, 't'},         {"compare", required_argument, 0, 'C'},
         {"ref-prefix", required_argument, 0, 'P'},      {"help", no_argument, 0, 'h'},
-        {"ep", required_argument, 0, 'e'},              {"mesh", required_argument, 0, 'm'},
-        {"overrides", required_argument, 0, 'O'},       {"overlap", no_argument, 0, 'v'},
+        {"ep", required_argument, 0, CLI_O_EP},         {"mesh", required_argument, 0, CLI_O_MESH},
+        {"overrides", required_argument, 0, CLI_O_OVERRIDES}, {"overlap", no_argument, 0, 'v'},
         {"compare-rtol", required_argument, 0, 'R'},   {"dispatch-chunks", required_argument, 0, 'D'},
         {"compute", required_argument, 0, 'X'},
         {0, 0, 0, 0},
     };
     moe_args a = {.layer = -1};
     int c;
+    cli_plan_flags pf;
+    cli_plan_flags_init(&pf);
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'l':
@@ -444,11 +446,12 @@ int cmd_moe(int argc, char **argv)
             break;
         case 'C': a.compare = optarg; break;
         case 'P': a.prefix = optarg; break;
-        case 'e':
-            if (!cli_parse_i64("moe", "--ep", optarg, 1, 1 << 20, &a.ep)) return HP_EXIT_USAGE;
+        case CLI_O_EP: case CLI_O_MESH: case CLI_O_OVERRIDES: /* the shared plan-flag parser */
+            if (cli_plan_flag("moe", c, optarg, &pf) < 0) return HP_EXIT_USAGE;
+            a.ep = pf.ep_given ? pf.ep : 0;
+            a.mesh = pf.mesh_spec;
+            a.overrides = pf.overrides;
             break;
-        case 'm': a.mesh = optarg; break;
-        case 'O': a.overrides = optarg; break;
         case 'v': a.overlap = true; break;
         case 'D':
             if (!cli_parse_i64("moe", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;

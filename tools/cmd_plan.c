@@ -184,39 +184,34 @@ static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *
 
 int cmd_plan(int argc, char **argv)
 {
-    enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_WORLD, O_NOSP, O_LP, O_FORMAT, O_FQN, O_FREEZE,
-           O_UNCOV, O_PACKED, O_SEQ, O_LAYOUT, O_OVERRIDES, O_NODERIVE, O_SUGGEST, O_END };
+    enum { O_WORLD = 1000, O_FORMAT, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
     static const struct option opts[] = {
-        {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
-        {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
-        {"ep", required_argument, NULL, O_EP},       {"ep-axis", no_argument, NULL, O_EP_AXIS},
-        {"world", required_argument, NULL, O_WORLD}, {"no-sequence-parallel", no_argument, NULL, O_NOSP},
-        {"loss-parallel", no_argument, NULL, O_LP},  {"format", required_argument, NULL, O_FORMAT},
+        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
+        {"world", required_argument, NULL, O_WORLD}, {"format", required_argument, NULL, O_FORMAT},
         {"fqn", required_argument, NULL, O_FQN},     {"output", required_argument, NULL, 'o'},
-        {"freeze", required_argument, NULL, O_FREEZE}, {"allow-uncovered", no_argument, NULL, O_UNCOV},
-        {"packed-fused", no_argument, NULL, O_PACKED}, {"seq-len", required_argument, NULL, O_SEQ},
+        {"seq-len", required_argument, NULL, O_SEQ},
         {"expert-layout", required_argument, NULL, O_LAYOUT}, {"help", no_argument, NULL, 'h'},
-        {"overrides", required_argument, NULL, O_OVERRIDES}, {"no-derive", no_argument, NULL, O_NODERIVE},
+        {"no-derive", no_argument, NULL, O_NODERIVE},
         {"suggest-overrides", no_argument, NULL, O_SUGGEST},
         {NULL, 0, NULL, 0},
     };
-    hp_plan_opts po;
-    hp_plan_opts_default(&po);
+    cli_plan_flags pf;
+    cli_plan_flags_init(&pf);
+    hp_plan_opts *pp = &pf.po;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    const char *mesh_spec = NULL, *format = "json", *fqn = NULL, *output = NULL, *overrides = NULL;
+    const char *format = "json", *fqn = NULL, *output = NULL;
     bool suggest = false, format_given = false;
-    const char *freeze[64];
-    int n_freeze = 0;
-    int64_t dp = 1, cp = 1, tp = 1, ep = 1, world = 0;
-    bool sizes_given = false, ep_axis = false;
-    /* Options that take one value: a second one would silently replace the first (a second --overrides file
-     * dropped, say), so repeating one is a usage error. --freeze is the one repeatable option. */
-    bool seen[O_END - O_MESH + 1] = {false};
-    hp_err err;
+    int64_t world = 0;
+    /* Options that take one value: a second one would silently replace the first, so repeating one is a usage
+     * error (the shared plan flags check their own; --freeze is the one repeatable option). */
+    bool seen[O_END - O_WORLD + 1] = {false};
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-        int slot = c == 'o' ? O_END - O_MESH : c >= O_MESH && c < O_END ? c - O_MESH : -1;
-        if (slot >= 0 && c != O_FREEZE) {
+        int pr = cli_plan_flag("plan", c, optarg, &pf);
+        if (pr < 0) return HP_EXIT_USAGE;
+        if (pr > 0) continue;
+        int slot = c == 'o' ? O_END - O_WORLD : c >= O_WORLD && c < O_END ? c - O_WORLD : -1;
+        if (slot >= 0) {
             const char *name = "-o";
             for (int k = 0; opts[k].name; k++)
                 if (opts[k].val == c && c != 'o') name = opts[k].name;
@@ -224,15 +219,7 @@ int cmd_plan(int argc, char **argv)
             seen[slot] = true;
         }
         switch (c) {
-        case O_MESH: mesh_spec = optarg; break;
-        case O_DP: if (!parse_count("--dp", optarg, 1, HP_MESH_MAX_SIZE, &dp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_CP: if (!parse_count("--cp", optarg, 1, HP_MESH_MAX_SIZE, &cp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_TP: if (!parse_count("--tp", optarg, 1, HP_MESH_MAX_SIZE, &tp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_EP: if (!parse_count("--ep", optarg, 1, HP_MESH_MAX_SIZE, &ep)) return HP_EXIT_USAGE; break;
-        case O_EP_AXIS: ep_axis = true; break;
         case O_WORLD: if (!parse_count("--world", optarg, 1, HP_MESH_MAX_WORLD, &world)) return HP_EXIT_USAGE; break;
-        case O_NOSP: po.sequence_parallel = false; break;
-        case O_LP: po.loss_parallel = true; break;
         case O_FORMAT:
             if (strcmp(optarg, "json") && strcmp(optarg, "explain") && strcmp(optarg, "hf"))
                 return cli_usage_error("plan", "--format must be json, explain or hf, got '%s'", optarg);
@@ -244,29 +231,12 @@ int cmd_plan(int argc, char **argv)
             fqn = optarg;
             break;
         case 'o': output = optarg; break;
-        case O_FREEZE: {
-            size_t bad = 0;
-            const char *why = NULL;
-            if (n_freeze == 64) return cli_usage_error("plan", "at most 64 --freeze patterns");
-            if (!optarg[0]) return cli_usage_error("plan", "--freeze needs a glob, got an empty string");
-            if (!hp_glob_valid(optarg, &bad, &why))
-                return cli_usage_error("plan", "--freeze '%s' is not a valid glob: %s at character %zu", optarg, why,
-                                       bad + 1);
-            freeze[n_freeze++] = optarg;
-            break;
-        }
-        case O_UNCOV: po.allow_uncovered = true; break;
-        case O_PACKED: po.packed_fused = true; break;
-        case O_SEQ: if (!parse_count("--seq-len", optarg, 1, INT64_MAX / 4, &po.seq_len)) return HP_EXIT_USAGE; break;
+        case O_SEQ: if (!parse_count("--seq-len", optarg, 1, INT64_MAX / 4, &pp->seq_len)) return HP_EXIT_USAGE; break;
         case O_LAYOUT:
             if (!hp_expert_layout_parse(optarg, &mo.layout))
                 return cli_usage_error("plan", "--expert-layout must be per-expert or batched, got '%s'", optarg);
             break;
-        case O_OVERRIDES:
-            if (!optarg[0]) return cli_usage_error("plan", "--overrides needs a file name, got an empty string");
-            overrides = optarg;
-            break;
-        case O_NODERIVE: po.derive = false; break;
+        case O_NODERIVE: pp->derive = false; break;
         case O_SUGGEST: suggest = true; break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("plan", argv);
@@ -274,13 +244,13 @@ int cmd_plan(int argc, char **argv)
     }
     if (optind == argc) return cli_usage_error("plan", "expected a MODEL (a checkpoint folder or config.json)");
     if (optind != argc - 1) return cli_usage_error("plan", "expected exactly one MODEL, got '%s' too", argv[optind + 1]);
-    if (mesh_spec && sizes_given) return cli_usage_error("plan", "give either --mesh or --dp/--cp/--tp, not both");
     if (fqn && (suggest || strcmp(format, "explain") != 0))
         return cli_usage_error("plan", "--fqn selects the boundary that --format explain reports; add --format "
                                "explain%s", suggest ? " and drop --suggest-overrides" : "");
     if (suggest && format_given)
         return cli_usage_error("plan", "--suggest-overrides prints YAML overrides; it does not combine with --format");
-    if (!po.derive && !overrides)
+    const char *overrides = pf.overrides;
+    if (!pp->derive && !overrides)
         return cli_usage_error("plan", "--no-derive makes a plan of the overrides only, and none were given: the "
                                "plan would cover nothing. Give --overrides FILE, or drop --no-derive");
     if (output) {
@@ -289,9 +259,10 @@ int cmd_plan(int argc, char **argv)
         if (orc != HP_EXIT_OK) return orc;
     }
 
-    int mrc = cli_mesh("plan", mesh_spec, dp, cp, tp, ep, ep_axis, &po.mesh);
+    int mrc = cli_plan_flags_mesh("plan", &pf, 1);
     if (mrc != HP_EXIT_OK) return mrc;
-    if (hp_mesh_check(&po.mesh, &err) != HP_OK) return cli_fail(&err);
+    hp_plan_opts po = pf.po;
+    hp_err err;
     if (world && hp_mesh_world(&po.mesh) != world) {
         char buf[256];
         err.status = HP_ERR_INPUT;
@@ -303,16 +274,16 @@ int cmd_plan(int argc, char **argv)
     }
 
     hp_overrides *ov = NULL;
-    if (overrides && hp_overrides_load(&ov, overrides, &err) != HP_OK) return cli_fail(&err);
+    if (cli_plan_flags_apply(&pf, NULL, &ov, &err) != HP_OK) return cli_fail(&err);
     po.overrides = ov;
     hp_model *m = NULL;
     if (hp_model_open(&m, argv[optind], &mo, &err) != HP_OK) {
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < n_freeze; i++)
-        if (hp_model_freeze(m, freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", freeze[i]);
+    for (int i = 0; i < pf.n_freeze; i++)
+        if (hp_model_freeze(m, pf.freeze[i]) == 0)
+            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
     hp_plan *p = NULL;
     int rc = HP_EXIT_OK;
     if (hp_plan_derive(&p, m, &po, &err) != HP_OK) {

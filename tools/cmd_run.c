@@ -20,7 +20,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: [mpirun -np N] hyperpar run MODEL --input IDS.safetensors [--output OUT.safetensors]\n"
             "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                      [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--plan plan.json]\n"
+            "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
             "                      [--compute exact|bf16] [--threads N]\n"
             "\n"
             "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
@@ -37,7 +38,8 @@ static void usage(FILE *out)
             "  --compare-rtol R     tolerances R * max|ref| for the logits and R * |ref| for the loss instead\n"
             "                       of 1e-4 and 1e-5\n"
             "  --mesh, --dp/--cp/--tp  the mesh (default: --tp = the number of processes)\n"
-            "  --no-sequence-parallel, --loss-parallel, --overrides F   derive the plan as 'hyperpar plan' does\n"
+            "  --no-sequence-parallel, --loss-parallel, --overrides F, --packed-fused, --allow-uncovered,\n"
+            "  --freeze GLOB        derive the plan as 'hyperpar plan' does (the flags parser is plan's)\n"
             "  --plan plan.json     a plan written by 'hyperpar plan' instead of deriving one\n"
             "  --compute M          exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
             "                       (activations rounded to bf16 for the GEMMs)\n"
@@ -48,9 +50,9 @@ static void usage(FILE *out)
 }
 
 typedef struct run_args {
-    const char *model, *input, *output, *compare, *plan, *overrides, *mesh_spec;
-    int64_t dp, cp, tp;
-    bool sizes, no_sp, loss_parallel;
+    const char *model, *input, *output, *compare, *plan;
+    cli_plan_flags pf;  /* the shared plan and mesh flags */
+    bool default_mesh; /* no mesh flags: every process a tp rank */
     double rtol;
     int threads;
     hp_linalg_mode compute;
@@ -239,22 +241,16 @@ static int run(run_args *a, int *argc, char ***argv)
     hp_run_output o = {0};
     hp_status st = HP_OK;
     char omsg[8400];
-    const char *const inputs[] = {a->input, a->compare, a->overrides, a->plan};
+    const char *const inputs[] = {a->input, a->compare, a->pf.overrides, a->plan};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     bool shard = is_shard_dir(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
     if (st == HP_OK && !a->plan) {
-        hp_plan_opts po;
-        hp_plan_opts_default(&po);
-        if (a->mesh_spec) st = hp_mesh_parse(a->mesh_spec, &po.mesh, &err);
-        else hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->sizes ? a->tp : N, 0, false);
-        po.sequence_parallel = !a->no_sp;
-        po.loss_parallel = a->loss_parallel;
-        if (st == HP_OK && a->overrides) st = hp_overrides_load(&ov, a->overrides, &err);
-        po.overrides = ov;
-        if (st == HP_OK) st = hp_plan_derive(&p, m, &po, &err);
+        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
+        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
+        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
     }
     hp_plan *p1 = NULL; /* validate: the one-process plan */
     if (st == HP_OK && a->validate && shard)
@@ -331,22 +327,23 @@ static void usage_validate(FILE *out)
 static int parse(int argc, char **argv, bool validate)
 {
     const char *cmd = validate ? "validate" : "run";
-    enum { O_MESH = 300, O_DP, O_CP, O_TP, O_NOSP, O_LP, O_OV, O_PLAN, O_COMPUTE, O_RTOL };
+    enum { O_PLAN = 300, O_COMPUTE, O_RTOL };
     static const struct option opts[] = {
         {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
         {"output", required_argument, 0, 'o'}, {"compare", required_argument, 0, 'C'},
-        {"threads", required_argument, 0, 't'}, {"mesh", required_argument, 0, O_MESH},
-        {"dp", required_argument, 0, O_DP},    {"cp", required_argument, 0, O_CP},
-        {"tp", required_argument, 0, O_TP},    {"no-sequence-parallel", no_argument, 0, O_NOSP},
-        {"loss-parallel", no_argument, 0, O_LP}, {"overrides", required_argument, 0, O_OV},
+        {"threads", required_argument, 0, 't'}, CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
         {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
         {"compare-rtol", required_argument, 0, O_RTOL}, {"rtol", required_argument, 0, O_RTOL},
         {0, 0, 0, 0}};
-    run_args a = {.dp = 1, .cp = 1, .tp = 1, .validate = validate};
+    run_args a = {.validate = validate};
+    cli_plan_flags_init(&a.pf);
     int64_t v;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "hi:o:", opts, NULL)) != -1) {
+        int pr = cli_plan_flag(cmd, c, optarg, &a.pf);
+        if (pr < 0) return HP_EXIT_USAGE;
+        if (pr > 0) continue;
         switch (c) {
         case 'h': validate ? usage_validate(stdout) : usage(stdout); return HP_EXIT_OK;
         case 'i': a.input = optarg; break;
@@ -356,13 +353,6 @@ static int parse(int argc, char **argv, bool validate)
             if (!cli_parse_i64(cmd, "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
             a.threads = (int)v;
             break;
-        case O_MESH: a.mesh_spec = optarg; break;
-        case O_DP: if (!cli_parse_i64(cmd, "--dp", optarg, 1, 1 << 20, &a.dp)) return HP_EXIT_USAGE; a.sizes = true; break;
-        case O_CP: if (!cli_parse_i64(cmd, "--cp", optarg, 1, 1 << 20, &a.cp)) return HP_EXIT_USAGE; a.sizes = true; break;
-        case O_TP: if (!cli_parse_i64(cmd, "--tp", optarg, 1, 1 << 20, &a.tp)) return HP_EXIT_USAGE; a.sizes = true; break;
-        case O_NOSP: a.no_sp = true; break;
-        case O_LP: a.loss_parallel = true; break;
-        case O_OV: a.overrides = optarg; break;
         case O_PLAN: a.plan = optarg; break;
         case O_COMPUTE:
             if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
@@ -385,9 +375,13 @@ static int parse(int argc, char **argv, bool validate)
     if (!a.input) return cli_usage_error(cmd, "missing --input IDS.safetensors");
     if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT))
         return cli_usage_error(cmd, "--output, --compare and --compute belong to 'hyperpar run'");
-    if (a.mesh_spec && a.sizes) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp, not both");
-    if (a.plan && (a.mesh_spec || a.sizes || a.no_sp || a.loss_parallel || a.overrides))
+    if (a.plan && a.pf.any)
         return cli_usage_error(cmd, "give either --plan or the plan flags (--mesh, --tp, ...), not both");
+    a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
+    if (!a.default_mesh) {
+        int rc = cli_plan_flags_mesh(cmd, &a.pf, 1);
+        if (rc != HP_EXIT_OK) return rc;
+    }
     return run(&a, &argc, &argv);
 }
 

@@ -104,48 +104,27 @@ static int report(const char *what, const char *out, const hp_shard_stats *s)
 
 int cmd_shard(int argc, char **argv)
 {
-    enum { O_MESH = 1000, O_DP, O_CP, O_TP, O_EP, O_EP_AXIS, O_NOSP, O_FREEZE, O_UNCOV, O_PACKED, O_PLAN, O_THREADS,
-           O_FORCE, O_QUIET, O_OVERRIDES };
+    enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET };
     static const struct option opts[] = {
-        {"mesh", required_argument, NULL, O_MESH},   {"dp", required_argument, NULL, O_DP},
-        {"cp", required_argument, NULL, O_CP},       {"tp", required_argument, NULL, O_TP},
-        {"ep", required_argument, NULL, O_EP},       {"ep-axis", no_argument, NULL, O_EP_AXIS},
-        {"no-sequence-parallel", no_argument, NULL, O_NOSP}, {"freeze", required_argument, NULL, O_FREEZE},
-        {"allow-uncovered", no_argument, NULL, O_UNCOV}, {"packed-fused", no_argument, NULL, O_PACKED},
+        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
         {"plan", required_argument, NULL, O_PLAN},   {"threads", required_argument, NULL, O_THREADS},
         {"out", required_argument, NULL, 'o'},       {"force", no_argument, NULL, O_FORCE},
         {"quiet", no_argument, NULL, O_QUIET},       {"help", no_argument, NULL, 'h'},
-        {"overrides", required_argument, NULL, O_OVERRIDES},
         {NULL, 0, NULL, 0},
     };
-    hp_plan_opts po;
-    hp_plan_opts_default(&po);
+    cli_plan_flags pf;
+    cli_plan_flags_init(&pf);
     hp_shard_opts so = {.threads = 1, .progress = isatty(2)};
-    const char *mesh_spec = NULL, *plan_path = NULL, *out = NULL, *overrides = NULL;
-    const char *freeze[64];
-    int n_freeze = 0;
-    int64_t dp = 1, cp = 1, tp = 1, ep = 1, threads = 1;
-    bool sizes_given = false, ep_axis = false, plan_flags = false;
+    const char *plan_path = NULL, *out = NULL;
+    int64_t threads = 1;
     hp_err err;
     int c;
     while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+        int pr = cli_plan_flag("shard", c, optarg, &pf);
+        if (pr < 0) return HP_EXIT_USAGE;
+        if (pr > 0) continue;
         switch (c) {
-        case O_MESH: mesh_spec = optarg; plan_flags = true; break;
-        case O_DP: if (!cli_parse_i64("shard", "--dp", optarg, 1, 1 << 20, &dp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_CP: if (!cli_parse_i64("shard", "--cp", optarg, 1, 1 << 20, &cp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_TP: if (!cli_parse_i64("shard", "--tp", optarg, 1, 1 << 20, &tp)) return HP_EXIT_USAGE; sizes_given = true; break;
-        case O_EP: if (!cli_parse_i64("shard", "--ep", optarg, 1, 1 << 20, &ep)) return HP_EXIT_USAGE; plan_flags = true; break;
-        case O_EP_AXIS: ep_axis = true; plan_flags = true; break;
-        case O_NOSP: po.sequence_parallel = false; plan_flags = true; break;
-        case O_FREEZE:
-            if (n_freeze == 64) return cli_usage_error("shard", "at most 64 --freeze patterns");
-            freeze[n_freeze++] = optarg;
-            plan_flags = true;
-            break;
-        case O_UNCOV: po.allow_uncovered = true; plan_flags = true; break;
-        case O_PACKED: po.packed_fused = true; plan_flags = true; break;
         case O_PLAN: plan_path = optarg; break;
-        case O_OVERRIDES: overrides = optarg; plan_flags = true; break;
         case O_THREADS: if (!cli_parse_i64("shard", "--threads", optarg, 1, 256, &threads)) return HP_EXIT_USAGE; break;
         case 'o': out = optarg; break;
         case O_FORCE: so.force = true; break;
@@ -156,15 +135,16 @@ int cmd_shard(int argc, char **argv)
     }
     if (optind != argc - 1) return cli_usage_error("shard", "expected exactly one MODEL");
     if (!out) return cli_usage_error("shard", "--out DIR is required");
-    if (plan_path && (plan_flags || sizes_given))
+    if (plan_path && pf.any)
         return cli_usage_error("shard", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
-    if (mesh_spec && sizes_given) return cli_usage_error("shard", "give either --mesh or --dp/--cp/--tp, not both");
     so.threads = (int)threads;
-    int mrc = cli_mesh("shard", mesh_spec, dp, cp, tp, ep, ep_axis, &po.mesh);
+    int mrc = cli_plan_flags_mesh("shard", &pf, 1);
     if (mrc != HP_EXIT_OK) return mrc;
+    hp_plan_opts po = pf.po;
+    const char *overrides = pf.overrides;
 
     hp_overrides *ov = NULL;
-    if (overrides && hp_overrides_load(&ov, overrides, &err) != HP_OK) return cli_fail(&err);
+    if (cli_plan_flags_apply(&pf, NULL, &ov, &err) != HP_OK) return cli_fail(&err);
     po.overrides = ov;
     hp_model *m = NULL;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
@@ -172,9 +152,9 @@ int cmd_shard(int argc, char **argv)
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < n_freeze; i++)
-        if (hp_model_freeze(m, freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", freeze[i]);
+    for (int i = 0; i < pf.n_freeze; i++)
+        if (hp_model_freeze(m, pf.freeze[i]) == 0)
+            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
     hp_plan *p = NULL;
     char *plan_text = NULL;
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
