@@ -236,16 +236,25 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         for (int64_t i = 0; i < gr->n; i++) mx = n[i] > mx ? n[i] : mx;
         geom g = geom_of(a->n, d);
         size_t blk = (size_t)(g.outer * mx * g.inner);
-        float *send = hp_calloc(blk ? blk : 1, sizeof *send), *recv = hp_calloc(blk * (size_t)gr->n + 1, sizeof *recv);
-        if (!send || !recv) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for an all-gather");
+        bool even = true;
+        for (int64_t i = 0; i < gr->n; i++) even = even && n[i] == mx;
+        /* Even blocks of an outermost dim (outer 1: B = 1, or the batch dim) are already contiguous: MPI
+         * gathers straight from the block into the result, no packing. */
+        bool direct = even && g.outer == 1;
+        float *send = NULL, *recv = NULL;
+        if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
+        if (st == HP_OK && !direct) {
+            send = hp_calloc(blk ? blk : 1, sizeof *send);
+            recv = hp_calloc(blk * (size_t)gr->n + 1, sizeof *recv);
+            if (!send || !recv) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for an all-gather");
+        }
         if (st == HP_OK) {
-            take(send, a->d, g, 0, a->n[d]);
+            if (!direct) take(send, a->d, g, 0, a->n[d]);
             double t0 = hp_comm_wtime();
-            st = hp_comm_allgather(gr->c, send, blk * sizeof *send, recv, err);
+            st = hp_comm_allgather(gr->c, direct ? a->d : send, blk * sizeof *send, direct ? b.d : recv, err);
             count(x, HP_RUN_ALL_GATHER, blk * sizeof *send, t0);
         }
-        if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
-        if (st == HP_OK) {
+        if (st == HP_OK && !direct) {
             geom gb = geom_of(b.n, d);
             for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
@@ -270,13 +279,14 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         } else if (even) {
             *coll = "reduce-scatter";
             size_t blk = (size_t)(g.outer * n[0] * g.inner);
-            float *send = hp_calloc(blk * (size_t)gr->n + 1, sizeof *send);
-            if (!send) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for a reduce-scatter");
+            bool direct = g.outer == 1; /* the blocks are contiguous in a already: no packing */
+            float *send = direct ? NULL : hp_calloc(blk * (size_t)gr->n + 1, sizeof *send);
+            if (!direct && !send) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for a reduce-scatter");
             if (st == HP_OK) {
-                for (int64_t i = 0; i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
+                for (int64_t i = 0; !direct && i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
-                st = hp_comm_reduce_scatter_sum_f32(gr->c, send, b.d, blk, err);
-                count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof *send, t0);
+                st = hp_comm_reduce_scatter_sum_f32(gr->c, direct ? a->d : send, b.d, blk, err);
+                count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof(float), t0);
             }
             free(send);
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;

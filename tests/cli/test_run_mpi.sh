@@ -117,6 +117,24 @@ done <<'LIST'
 LIST
 expect 0 "deferred" -- "$HP" plan "$WORK/bias" --tp 2 --format explain
 
+# One row (B = 1, as in prefill): the collectives gather and scatter in place, without packing.
+python3 - "$WORK/ids1.st" <<'PY'
+import json, struct, sys
+ids = [(i * 53 + 5) % 132 for i in range(16)]
+raw = struct.pack("<%dq" % len(ids), *ids)
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [1, 16], "data_offsets": [0, len(raw)]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PY
+"$HP" run "$WORK/gen" --input "$WORK/ids1.st" --output "$WORK/gen1.one.st" 2>/dev/null </dev/null
+while read -r np flags; do
+    expect 0 "OK" -- $MPI -np $np "$HP" run "$WORK/gen" --input "$WORK/ids1.st" $flags --compare "$WORK/gen1.one.st" \
+        --compare-rtol 1e-5
+done <<'LIST'
+2 --tp 2
+4 --tp 4 --loss-parallel
+4 --cp 2 --tp 2
+LIST
+
 # From a shard folder of the same mesh: the same logits; of another mesh: refused.
 "$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
 expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
