@@ -79,7 +79,7 @@ static void usage(FILE *out)
             "\n"
             "  --preset P     llama-3-8b (H 4096, I 14336, 32 heads, 8 kv heads x 128, vocab 128256)\n"
             "  --layers L     decoder layers (1)\n"
-            "  --tokens T     sequence length of the one-row batch [1, T] (256)\n"
+            "  --tokens T     sequence length T of the batch [dp, T]: one row per dp replica (256)\n"
             "  --vocab V      vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
             "                 smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
             "                 with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)\n"
@@ -180,9 +180,9 @@ static hp_status write_big_vocab(const hp_gen_opts *o, const char *dir, int thre
     size_t n_digits = digits ? strspn(digits, "0123456789") : 0;
     size_t cap = strlen(text) + 32;
     if (!n_digits) st = hp_err_set(err, HP_ERR_IO, "gen's config.json text has no vocab_size to rewrite");
-    else if (!(cfg = malloc(cap))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK)
+    else if ((cfg = malloc(cap)) != NULL)
         snprintf(cfg, cap, "%.*s%lld%s", (int)(digits - text), text, (long long)o->vocab, digits + n_digits);
+    else st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     free(text);
     hp_model *m = NULL;
     hp_st_writer *w = NULL;
@@ -228,10 +228,11 @@ static hp_status write_big_vocab(const hp_gen_opts *o, const char *dir, int thre
 static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *made, double *seconds, hp_err *err)
 {
     const char *base = getenv("TMPDIR");
-    snprintf(dir, cap, "%s/hp-bench-run-XXXXXX", base && *base ? base : "/tmp");
+    base = base && *base ? base : "/tmp";
+    snprintf(dir, cap, "%s/hp-bench-run-XXXXXX", base);
     if (!mkdtemp(dir))
-        return hp_err_set(err, HP_ERR_IO, "%s: cannot create the temporary folder: %s (set TMPDIR to a writable "
-                          "folder with room for the checkpoint)", dir, strerror(errno));
+        return hp_err_set(err, HP_ERR_IO, "%s: cannot create the temporary folder for the checkpoint there: %s (set "
+                          "TMPDIR to a writable folder with room for it)", base, strerror(errno));
     *made = true;
     hp_gen_opts g;
     hp_gen_opts_default(&g);
@@ -264,21 +265,22 @@ typedef struct rb_result {
     double calls[HP_RUN_COLL_COUNT];    /* per forward (max over ranks) */
     double bare[HP_RUN_COLL_COUNT];     /* bare collectives: median slowest-rank time of all calls */
     double bare_min[HP_RUN_COLL_COUNT]; /* and of the rank that spent the least in them */
+    double sync[HP_RUN_COLL_COUNT];     /* the runtime's per kind with a barrier before each call (wait excluded) */
     double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
     double gen_s;
     uint64_t ckpt_bytes;
 } rb_result;
 
-/* Warm-up, then reps forwards of ids [1, T]; rows[r][C_N] the slowest rank's figures of rep r. */
-static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids, int64_t T, int reps, double *rows,
-                              hp_err *err)
+/* Warm-up, then reps forwards of ids [B, T]; rows[r][C_N] the slowest rank's figures of rep r. */
+static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids, int64_t B, int64_t T, int reps,
+                              double *rows, hp_err *err)
 {
     hp_status st = HP_OK;
     for (int k = -1; k < reps && st == HP_OK; k++) {
         hp_run_output o = {0};
         if ((st = hp_comm_barrier(c, err))) break;
         double t0 = hp_comm_wtime();
-        st = hp_runner_forward(r, ids, 1, T, &o, err);
+        st = hp_runner_forward(r, ids, B, T, &o, err);
         double t = hp_comm_wtime() - t0;
         free(o.logits);
         if ((st = hp_comm_agree(c, st, err)) || k < 0) continue;
@@ -398,11 +400,11 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
     const double *m = r->med;
     char b1[32], b2[32], b3[32];
     double expect = r->total / (double)a->tp;
-    printf("bench run: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch 1 x "
+    printf("bench run: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch %lld x "
            "%lld tokens\n",
            a->p->name, a->p->family, (long long)a->layers, a->layers == 1 ? "" : "s", (long long)a->hidden,
            (long long)a->intermediate, (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim,
-           (long long)a->vocab, dtype_str(a->dtype), (long long)a->tokens);
+           (long long)a->vocab, dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens);
     printf("  checkpoint: %s random, written by rank 0 in %.1f s (%s) to a temporary folder, removed at the end\n",
            hp_format_bytes(r->ckpt_bytes, b1, sizeof b1), r->gen_s,
            a->vocab <= HP_GEN_MAX_DIM ? "hp_gen_checkpoint" : "gen's config and scales, vocab above gen's limit");
@@ -412,9 +414,10 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
     printf("  attention : %s\n", in->blas);
     printf("  forward   : %.3f ms median of %d (slowest rank) -> %.1f tokens/s prefill; GEMM work %.1f GFLOP -> "
            "%.1f GFLOP/s over all ranks\n",
-           m[C_WALL] * 1e3, in->reps, (double)a->tokens / m[C_WALL], in->gemm_flop * 1e-9,
+           m[C_WALL] * 1e3, in->reps, (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9,
            in->gemm_flop / m[C_WALL] * 1e-9);
-    printf("  split     : slowest rank compute %.3f ms, communication %.3f ms (%.2f of its forward)\n",
+    printf("  split     : compute %.3f ms, communication %.3f ms (each the slowest rank's; communication %.2f of the "
+           "runner's forward)\n",
            m[C_COMPUTE] * 1e3, m[C_COMM] * 1e3, m[C_SECONDS] > 0 ? m[C_COMM] / m[C_SECONDS] : 0.0);
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         const char *name = hp_run_coll_name((hp_run_coll)k);
@@ -427,10 +430,14 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
                "bare/runtime %.2f (target >= %.1f)\n",
                name, m[C_COLL + k] * 1e3, hp_format_bytes((uint64_t)r->bytes[k], b1, sizeof b1), r->calls[k],
                r->bare[k] * 1e3, grp, ratio(r->bare[k], m[C_COLL + k]), RATIO_TARGET);
-        if (in->ranks > 1)
+        if (in->ranks > 1 && k != HP_RUN_GATHER) { /* a gather's last rank in is a non-root sending little */
             printf("  %-15s  last rank in (no wait for a slower rank): runtime %.3f ms, bare %.3f ms   ratio "
                    "bare/runtime %.2f\n",
                    "", m[C_COLL_MIN + k] * 1e3, r->bare_min[k] * 1e3, ratio(r->bare_min[k], m[C_COLL_MIN + k]));
+            printf("  %-15s  synchronized (a barrier before each call, its wait excluded): runtime %.3f ms, bare "
+                   "%.3f ms   ratio bare/runtime %.2f (target >= %.1f)\n",
+                   "", r->sync[k] * 1e3, r->bare[k] * 1e3, ratio(r->bare[k], r->sync[k]), RATIO_TARGET);
+        }
     }
     printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "
            "%.4f (target within %.0f%%)\n",
@@ -446,11 +453,11 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     double expect = r->total / (double)a->tp;
     printf("{\"bench\": \"run\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
            "\"intermediate\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, \"vocab\": %lld, "
-           "\"dtype\": \"%s\", \"batch\": 1, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
+           "\"dtype\": \"%s\", \"batch\": %lld, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
            "\"threads\": %d, \"reps\": %d, \"checkpoint_bytes\": %llu, \"gen_s\": %.6g, \"mesh\": ",
            a->p->name, a->p->family, (long long)a->layers, (long long)a->hidden, (long long)a->intermediate,
            (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim, (long long)a->vocab,
-           dtype_str(a->dtype), (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
+           dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
            in->threads, in->reps, (unsigned long long)r->ckpt_bytes, r->gen_s);
     json_str(in->mesh);
     printf(", \"backend\": ");
@@ -461,19 +468,20 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     json_str(in->blas);
     printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
            "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
-           m[C_WALL], (double)a->tokens / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
+           m[C_WALL], (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
            m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
                hp_run_coll_name((hp_run_coll)k), r->bytes[k], r->calls[k], m[C_COLL + k]);
-        if (r->calls[k] > 0 && m[C_COLL + k] > 0 && m[C_COLL_MIN + k] > 0)
-            printf(", \"bare_s\": %.6g, \"ratio_bare_over_runtime\": %.4f, \"last_in_runtime_s\": %.6g, "
-                   "\"last_in_bare_s\": %.6g, \"last_in_ratio\": %.4f}",
-                   r->bare[k], r->bare[k] / m[C_COLL + k], m[C_COLL_MIN + k], r->bare_min[k],
-                   r->bare_min[k] / m[C_COLL_MIN + k]);
+        if (r->calls[k] > 0 && m[C_COLL + k] > 0)
+            printf(", \"bare_s\": %.6g, \"ratio_bare_over_runtime\": %.4f", r->bare[k], r->bare[k] / m[C_COLL + k]);
         else
-            printf(", \"bare_s\": null, \"ratio_bare_over_runtime\": null, \"last_in_runtime_s\": null, "
-                   "\"last_in_bare_s\": null, \"last_in_ratio\": null}");
+            printf(", \"bare_s\": null, \"ratio_bare_over_runtime\": null");
+        if (r->calls[k] > 0 && m[C_COLL_MIN + k] > 0 && k != HP_RUN_GATHER)
+            printf(", \"last_in_runtime_s\": %.6g, \"last_in_bare_s\": %.6g, \"last_in_ratio\": %.4f}",
+                   m[C_COLL_MIN + k], r->bare_min[k], r->bare_min[k] / m[C_COLL_MIN + k]);
+        else
+            printf(", \"last_in_runtime_s\": null, \"last_in_bare_s\": null, \"last_in_ratio\": null}");
     }
     printf("}, \"resident_bytes\": %.0f, \"share_bytes\": %.0f, \"checkpoint_weight_bytes\": %.0f, "
            "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
@@ -531,8 +539,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_comm *w = NULL;
     if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
     const int P = hp_comm_size(w), R = hp_comm_rank(w);
-    /* Both pools get the count explicitly: left to its defaults, this OpenBLAS (pthreads) competes with the
-     * OpenMP pool and the forward runs several times slower (docs/run.md, Benchmark). */
+    /* Both pools (OpenMP for oneDNN and the kernels, OpenBLAS for attention) get the count explicitly, so that
+     * the count printed is the one used and the ranks of one node share its cores instead of each taking all. */
     int threads = a->threads ? (int)a->threads : default_threads();
     hp_linalg_set_threads(threads);
     hp_linalg_blas_threads(threads);
@@ -555,8 +563,10 @@ static int run(rb_args *a, int *argc, char ***argv)
                         "mpirun -np %lld or change --dp/--cp/--tp",
                         (long long)a->dp, (long long)a->cp, (long long)a->tp, (long long)(a->dp * a->cp * a->tp), P,
                         P == 1 ? "" : "es", (long long)(a->dp * a->cp * a->tp));
-    if (st == HP_OK && !(ids = malloc((size_t)a->tokens * sizeof *ids)))
-        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)a->tokens);
+    /* One row per dp replica (the runtime gives each replica at least one row). */
+    const int64_t B = a->dp, T = a->tokens;
+    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
@@ -575,12 +585,20 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_run_opts ro = {.compute = HP_LINALG_EXACT};
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
 
-    /* ids [1, T]: deterministic, spread over the vocabulary, all < V. */
-    for (int64_t i = 0; i < a->tokens; i++) ids[i] = (int64_t)(((uint64_t)i * 2654435761u + 1) % (uint64_t)a->vocab);
+    /* ids [B, T]: deterministic, spread over the vocabulary, all < V. */
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (int64_t)(((uint64_t)i * 2654435761u + 1) % (uint64_t)a->vocab);
     if (!(rows = calloc((size_t)a->reps * C_N, sizeof *rows))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
     if ((st = hp_comm_agree(w, st, &err))) goto done;
-    if ((st = time_forward(w, r, ids, a->tokens, (int)a->reps, rows, &err))) goto done;
+    if ((st = time_forward(w, r, ids, B, T, (int)a->reps, rows, &err))) goto done;
     for (int c = 0; c < C_N; c++) res.med[c] = median_col(rows, (int)a->reps, C_N, c);
+    /* Again with a barrier before each collective: the collectives' own cost, without the wait for a slower
+     * rank's compute (hp_run_opts.sync_collectives; the barrier time is not in coll_s). */
+    if (P > 1) {
+        hp_runner_sync_collectives(r, true);
+        if ((st = time_forward(w, r, ids, B, T, (int)a->reps, rows, &err))) goto done;
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) res.sync[k] = median_col(rows, (int)a->reps, C_N, C_COLL + k);
+        hp_runner_sync_collectives(r, false);
+    }
 
     /* Bytes and calls of the last forward (the same every forward), the largest rank's; resident bytes. */
     const hp_run_stats *s = hp_runner_stats(r);
@@ -623,7 +641,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     if (R == 0) {
         int64_t H = a->hidden, qd = a->heads * a->head_dim, kvd = a->kv_heads * a->head_dim;
         double lin = (double)a->layers * ((double)H * (double)(2 * qd + 2 * kvd) + 3.0 * (double)H * (double)a->intermediate);
-        in.gemm_flop = 2.0 * (double)a->tokens * (lin + (double)a->vocab * (double)H);
+        in.gemm_flop = 2.0 * (double)(B * T) * (lin + (double)a->vocab * (double)H);
         in.threads = hp_linalg_set_threads(0);
         hp_mesh_str(&p->mesh, in.mesh, sizeof in.mesh);
         snprintf(in.backend, sizeof in.backend, "%s", hp_comm_backend(w));

@@ -44,6 +44,8 @@ typedef struct hp_run_opts {
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
     void *record_ctx;
     bool keep_activations;   /* keep each layer's input (the residual stream, local block) for a backward pass */
+    bool sync_collectives;   /* benchmarks: a barrier of the group before each collective, timed as wait_s, so
+                                coll_s is the collective alone (no wait for a slower rank's compute) */
 } hp_run_opts;
 
 typedef struct hp_run_stats {
@@ -53,6 +55,7 @@ typedef struct hp_run_stats {
     uint64_t calls[HP_RUN_COLL_COUNT];
     double coll_s[HP_RUN_COLL_COUNT];    /* time in each kind: the whole transition (packing, the MPI call,
                                             unpacking), what a bare MPI collective of the same bytes is compared to */
+    double wait_s;                       /* sync_collectives: time in the barriers before them */
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */
@@ -73,6 +76,8 @@ void hp_runner_free(hp_runner *r);
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err);
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r);
+/* Turns hp_run_opts.sync_collectives on or off for the next forwards. */
+void hp_runner_sync_collectives(hp_runner *r, bool on);
 
 /* With keep_activations: the local block of layer l's input residual stream of the last forward (l = L: the
  * final norm's input), global dims g [B_dp, S_padded, H] and the block's offset lo and extent n per dim.

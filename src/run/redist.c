@@ -115,6 +115,32 @@ void hp__act_free(hp__act *a)
     memset(a, 0, sizeof *a);
 }
 
+void hp__ctx_free(hp__ctx *x)
+{
+    hp__act_free(&x->spare);
+    for (int i = 0; i < 2; i++) {
+        free(x->scratch[i]);
+        x->scratch[i] = NULL;
+        x->scratch_cap[i] = 0;
+    }
+}
+
+/* Scratch buffer i of at least n floats (contents undefined), kept for later calls. */
+static float *scratch(hp__ctx *x, int i, size_t n, hp_err *err)
+{
+    if (n == 0) n = 1;
+    if (n > x->scratch_cap[i]) {
+        float *p = realloc(x->scratch[i], n * sizeof *p);
+        if (!p) {
+            hp_err_set(err, HP_ERR_NOMEM, "out of memory for a collective's buffer of %zu floats", n);
+            return NULL;
+        }
+        x->scratch[i] = p;
+        x->scratch_cap[i] = n;
+    }
+    return x->scratch[i];
+}
+
 /* ---- timed collectives ---- */
 
 /* One collective: its bytes and calls; its time counts as communication. The kind's time (coll_s) is the
@@ -128,6 +154,19 @@ static void count_kind(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0, boo
     x->st.calls[k]++;
 }
 
+/* sync_collectives: waits for the group; the seconds spent go to wait_s (and communication), not a kind. */
+static double sync_wait(hp__ctx *x, const hp_comm *c)
+{
+    if (!x->sync || hp_comm_size(c) < 2) return 0;
+    double t0 = hp_comm_wtime();
+    hp_err e;
+    (void)hp_comm_barrier(c, &e); /* a failure shows in the collective that follows */
+    double dt = hp_comm_wtime() - t0;
+    x->st.wait_s += dt;
+    x->st.comm_s += dt;
+    return dt;
+}
+
 static void count(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0)
 {
     count_kind(x, k, bytes, t0, false);
@@ -135,6 +174,7 @@ static void count(hp__ctx *x, hp_run_coll k, uint64_t bytes, double t0)
 
 hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err)
 {
+    sync_wait(x, c);
     double t0 = hp_comm_wtime();
     hp_status st = hp_comm_allreduce_sum_f32(c, buf, n, err);
     count_kind(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0, true);
@@ -143,6 +183,7 @@ hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_e
 
 hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err)
 {
+    sync_wait(x, c);
     double t0 = hp_comm_wtime();
     hp_status st = hp_comm_allreduce_max_f32(c, buf, n, err);
     count_kind(x, HP_RUN_ALL_REDUCE, n * sizeof *buf, t0, true);
@@ -226,9 +267,10 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
     if (!lo) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     int64_t *n = lo + gr->n;
     hp_status st = HP_OK;
-    hp__act b = {0};
+    hp__act b = x->spare; /* the result goes into the spare buffer; a's becomes the spare */
+    memset(&x->spare, 0, sizeof x->spare);
 
-    double t_all = hp_comm_wtime();
+    double waited = sync_wait(x, gr->c), t_all = hp_comm_wtime();
     if (s_src && dst.kind == HP_PL_R) { /* all-gather along d */
         *coll = "all-gather";
         member_blocks(x, a, ax, &a->lay, d, lo, n);
@@ -244,9 +286,10 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         float *send = NULL, *recv = NULL;
         if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
         if (st == HP_OK && !direct) {
-            send = hp_calloc(blk ? blk : 1, sizeof *send);
-            recv = hp_calloc(blk * (size_t)gr->n + 1, sizeof *recv);
-            if (!send || !recv) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for an all-gather");
+            send = scratch(x, 0, blk, err);
+            recv = send ? scratch(x, 1, blk * (size_t)gr->n, err) : NULL;
+            if (!send || !recv) st = HP_ERR_NOMEM;
+            else if (blk > (size_t)hp__act_count(a)) memset(send, 0, blk * sizeof *send); /* the padding */
         }
         if (st == HP_OK) {
             if (!direct) take(send, a->d, g, 0, a->n[d]);
@@ -258,9 +301,8 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             geom gb = geom_of(b.n, d);
             for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
-        free(send);
-        free(recv);
         x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
+        (void)waited;
     } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) { /* all-reduce */
         *coll = "all-reduce";
         st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
@@ -280,15 +322,14 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             *coll = "reduce-scatter";
             size_t blk = (size_t)(g.outer * n[0] * g.inner);
             bool direct = g.outer == 1; /* the blocks are contiguous in a already: no packing */
-            float *send = direct ? NULL : hp_calloc(blk * (size_t)gr->n + 1, sizeof *send);
-            if (!direct && !send) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for a reduce-scatter");
+            float *send = direct ? NULL : scratch(x, 0, blk * (size_t)gr->n, err);
+            if (!direct && !send) st = HP_ERR_NOMEM;
             if (st == HP_OK) {
                 for (int64_t i = 0; !direct && i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
                 st = hp_comm_reduce_scatter_sum_f32(gr->c, direct ? a->d : send, b.d, blk, err);
                 count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof(float), t0);
             }
-            free(send);
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;
         } else { /* uneven blocks: all-reduce, then keep this rank's block */
             *coll = "reduce-scatter (all-reduce + slice)";
@@ -303,15 +344,16 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
                     err);
         goto done;
     }
-    if (st == HP_OK) {
+    if (st == HP_OK) { /* the result becomes a; a's buffer the spare */
         float *t = a->d;
         size_t cap = a->cap;
         *a = b;
         b.d = t;
         b.cap = cap;
     }
-    hp__act_free(&b);
 done:
+    if (!x->spare.d) x->spare = b; /* kept for the next transition */
+    else hp__act_free(&b);
     free(lo);
     return st;
 }
@@ -380,8 +422,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
             rc[r] = snd ? (size_t)(n0 * n1 * n2) * sizeof(float) : 0;
             tot += rc[r];
         }
-        if (st == HP_OK && !(recv = hp_calloc(tot / sizeof(float) + 1, sizeof *recv)))
-            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gathered tensor");
+        if (st == HP_OK && !(recv = scratch(x, 1, tot / sizeof(float) + 1, err))) st = HP_ERR_NOMEM;
     }
     st = hp_comm_agree(x->world, st, err);
     if (st == HP_OK) {
@@ -405,7 +446,6 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
         full = NULL;
     }
     free(rc);
-    free(recv);
     free(full);
     return st;
 }

@@ -38,6 +38,7 @@ typedef struct hp__comm_stats {
     uint64_t bytes[HP_RUN_COLL_COUNT];
     uint64_t calls[HP_RUN_COLL_COUNT];
     double coll_s[HP_RUN_COLL_COUNT];
+    double wait_s;
 } hp__comm_stats;
 
 typedef struct hp__ctx {
@@ -47,7 +48,12 @@ typedef struct hp__ctx {
     hp_comm *dp_c;
     int64_t dp, dp_r;
     hp__comm_stats st;
+    bool sync;          /* a barrier before each collective (hp_run_opts.sync_collectives) */
     const char *where; /* the boundary being executed, for messages */
+    /* buffers the transitions reuse across calls and forwards (no fresh pages per collective) */
+    hp__act spare;             /* the other activation of a transition; swapped with the result */
+    float *scratch[2];         /* packed send / receive blocks */
+    size_t scratch_cap[2];     /* floats */
     /* the batch of the forward in progress */
     int64_t B_all, S_orig, S_pad;
     int64_t *dp_rows; /* [dp + 1]: replica i holds rows [dp_rows[i], dp_rows[i+1]) */
@@ -70,6 +76,8 @@ int64_t hp__act_count(const hp__act *a);
 /* Sizes a for global dims g and layout lay, (re)allocating its buffer; contents undefined. */
 hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err);
 void hp__act_free(hp__act *a);
+/* The context's reusable buffers (hp__ctx_free releases them). */
+void hp__ctx_free(hp__ctx *x);
 /* Global range [lo, lo+n) of dim d held by (tp index, cp index) under layout lay. */
 void hp__lay_range(const hp__ctx *x, const hp__lay *lay, const int64_t g[3], int d, int64_t tp_i, int64_t cp_i,
                    int64_t *lo, int64_t *n);

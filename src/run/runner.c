@@ -78,6 +78,9 @@ struct hp_runner {
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
     int64_t rope_pos0, rope_n;
     hp__act *kept;      /* keep_activations: [L + 1] layer inputs of the last forward */
+    hp__act h, t, a, k, v; /* the forward's activations, kept across forwards (warm pages) */
+    float *buf[4];         /* attention's q and output, the MLP's gate/up and hidden: kept likewise */
+    size_t buf_cap[4];
     char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
     const char *perturb; /* test hook HP_TEST_PERTURB_BOUNDARY: that boundary's output is nudged (validate's test) */
     char desc[160];
@@ -449,6 +452,22 @@ static hp_status load_all(hp_runner *r, hp_err *err)
 
 /* ---- forward ---- */
 
+/* Runner buffer i of at least n floats (contents undefined), kept across calls. */
+static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
+{
+    size_t want = (size_t)(n > 0 ? n : 1);
+    if (want > r->buf_cap[i]) {
+        float *p = realloc(r->buf[i], want * sizeof *p);
+        if (!p) {
+            hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats", want);
+            return NULL;
+        }
+        r->buf[i] = p;
+        r->buf_cap[i] = want;
+    }
+    return r->buf[i];
+}
+
 static hp_status act_copy(const hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
 {
     hp_status st = hp__act_alloc(&r->x, dst, src->g[0], src->g[1], src->g[2], src->lay, err);
@@ -502,41 +521,37 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
         return hp_err_set(err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on tp "
                           "(in_dst tp R)", a->c.fqn);
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
-    hp__act k = {0}, v = {0};
-    float *q = hp_calloc((size_t)(rows * nh * hd) + 1, sizeof *q), *o = hp_calloc((size_t)(rows * nh * hd) + 1, sizeof *o);
+    hp__act *k = &r->k, *v = &r->v;
+    float *q = rbuf(r, 0, rows * nh * hd, err), *o = q ? rbuf(r, 1, rows * nh * hd, err) : NULL;
     hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
-    if (!q || !o) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention");
-    if (st == HP_OK) st = hp__act_alloc(&r->x, &k, t->g[0], t->g[1], nkv * hd, kl, err);
-    if (st == HP_OK) st = hp__act_alloc(&r->x, &v, t->g[0], t->g[1], nkv * hd, kl, err);
+    if (!q || !o) st = HP_ERR_NOMEM;
+    if (st == HP_OK) st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nkv * hd, kl, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, v, t->g[0], t->g[1], nkv * hd, kl, err);
     if (st == HP_OK) st = lin_fwd(a->q, rows, t->d, H, q, nh * hd, err);
-    if (st == HP_OK) st = lin_fwd(a->k, rows, t->d, H, k.d, nkv * hd, err);
-    if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v.d, nkv * hd, err);
+    if (st == HP_OK) st = lin_fwd(a->k, rows, t->d, H, k->d, nkv * hd, err);
+    if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v->d, nkv * hd, err);
     if (st == HP_OK && a->qn.present) hp__rmsnorm(q, rows * nh, hd, a->qn.d, c->eps, q);
-    if (st == HP_OK && a->kn.present) hp__rmsnorm(k.d, rows * nkv, hd, a->kn.d, c->eps, k.d);
+    if (st == HP_OK && a->kn.present) hp__rmsnorm(k->d, rows * nkv, hd, a->kn.d, c->eps, k->d);
     if (st == HP_OK) st = rope_for(r, t->lo[1], sq, err);
     if (st == HP_OK)
         for (int64_t b = 0; b < Bl; b++) {
             hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->rope_cos, r->rope_sin);
-            hp__rope_apply(k.d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->rope_cos, r->rope_sin);
+            hp__rope_apply(k->d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->rope_cos, r->rope_sin);
         }
     /* CP: every rank of the group needs the keys and values of the whole sequence (after rope). */
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
     const char *coll;
     char what[200];
     snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->c.fqn);
-    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, &k, &whole, what, &coll, err);
-    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, &v, &whole, what, &coll, err);
+    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
+    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     if (st == HP_OK) {
-        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k.n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k.d,
-                            .v = v.d, .q_pos0 = t->lo[1], .k_pos0 = k.lo[1], .window = c->window[layer], .out = o};
+        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k->d,
+                            .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o};
         st = hp__attention(&aa, err);
     }
     if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
-    free(q);
-    free(o);
-    hp__act_free(&k);
-    hp__act_free(&v);
     if (st != HP_OK) return st;
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
     if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
@@ -550,16 +565,14 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
     if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, I = m->I;
-    float *gu = hp_calloc((size_t)(rows * 2 * I) + 1, sizeof *gu), *h = hp_calloc((size_t)(rows * I) + 1, sizeof *h);
-    if (!gu || !h) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the MLP");
+    float *gu = rbuf(r, 2, rows * 2 * I, err), *h = gu ? rbuf(r, 3, rows * I, err) : NULL;
+    if (!gu || !h) st = HP_ERR_NOMEM;
     if (st == HP_OK && m->gate_up) st = lin_fwd(m->gate_up, rows, t->d, H, gu, 2 * I, err);
     if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, rows, t->d, H, gu, 2 * I, err);
     if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, rows, t->d, H, gu + I, 2 * I, err);
     if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, rows, I, h, I);
     if (st == HP_OK) st = out_like(r, t, H, m->split ? hp_pl_p() : hp_pl_r(), out, err);
     if (st == HP_OK) st = lin_fwd(m->down, rows, h, I, out->d, H, err);
-    free(gu);
-    free(h);
     if (st != HP_OK) return st;
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
     if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
@@ -743,27 +756,27 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     r->x.S_orig = S;
     r->x.S_pad = cp > 1 ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
     for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
-    hp__act h = {0}, t = {0}, a = {0};
-    st = embed_apply(r, ids, S, &h, err);
+    hp__act *h = &r->h, *t = &r->t, *a = &r->a; /* kept across forwards: warm pages */
+    st = embed_apply(r, ids, S, h, err);
     for (int64_t l = 0; st == HP_OK && l <= r->cfg.L; l++) {
-        if (r->kept) st = act_copy(r, &r->kept[l], &h, err); /* the layer's input, for a backward pass */
+        if (r->kept) st = act_copy(r, &r->kept[l], h, err); /* the layer's input, for a backward pass */
         if (st != HP_OK || l == r->cfg.L) break;
         layer_w *w = &r->layers[l];
-        st = norm_apply(r, &w->in, &h, &t, err);
-        if (st == HP_OK) st = attn_apply(r, l, &w->at, &t, &a, err);
-        if (st == HP_OK) st = residual(r, &h, &a, w->at.c.fqn, err);
-        if (st == HP_OK) st = norm_apply(r, &w->post, &h, &t, err);
-        if (st == HP_OK) st = mlp_apply(r, &w->mlp, &t, &a, err);
-        if (st == HP_OK) st = residual(r, &h, &a, w->mlp.c.fqn, err);
+        st = norm_apply(r, &w->in, h, t, err);
+        if (st == HP_OK) st = attn_apply(r, l, &w->at, t, a, err);
+        if (st == HP_OK) st = residual(r, h, a, w->at.c.fqn, err);
+        if (st == HP_OK) st = norm_apply(r, &w->post, h, t, err);
+        if (st == HP_OK) st = mlp_apply(r, &w->mlp, t, a, err);
+        if (st == HP_OK) st = residual(r, h, a, w->mlp.c.fqn, err);
         char key[64];
         snprintf(key, sizeof key, "model.layers.%lld", (long long)l);
-        if (st == HP_OK) st = record(r, key, "residual add", &h, err);
+        if (st == HP_OK) st = record(r, key, "residual add", h, err);
     }
-    if (st == HP_OK) st = norm_apply(r, &r->fnorm, &h, &t, err);
-    if (st == HP_OK) st = head_apply(r, &t, &a, err);
-    if (st == HP_OK) st = loss_of(r, &a, ids, S, &out->loss, err);
+    if (st == HP_OK) st = norm_apply(r, &r->fnorm, h, t, err);
+    if (st == HP_OK) st = head_apply(r, t, a, err);
+    if (st == HP_OK) st = loss_of(r, a, ids, S, &out->loss, err);
     float *full = NULL;
-    if (st == HP_OK) st = hp__gather_full(&r->x, &a, B, r->x.dp_rows, &full, err);
+    if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) {
         int64_t V = r->cfg.V, Sp = r->x.S_pad;
         if (Sp != S)
@@ -771,9 +784,6 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         out->logits = full;
     }
     out->B = B, out->S = S, out->V = r->cfg.V;
-    hp__act_free(&h);
-    hp__act_free(&t);
-    hp__act_free(&a);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) {
         free(out->logits);
@@ -788,6 +798,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memcpy(s->calls, r->x.st.calls, sizeof s->calls);
     memcpy(s->coll_s, r->x.st.coll_s, sizeof s->coll_s);
     s->tokens = B * S;
+    s->wait_s = r->x.st.wait_s;
     return HP_OK;
 }
 
@@ -884,6 +895,7 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         r->p = p;
         r->o = *o;
         r->perturb = getenv("HP_TEST_PERTURB_BOUNDARY");
+        r->x.sync = o->sync_collectives;
         st = create(r, o, err);
     }
     st = hp_comm_agree(world, st, err);
@@ -930,9 +942,13 @@ void hp_runner_free(hp_runner *r)
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.ax[ax].c);
     hp_comm_free(r->x.dp_c);
     free(r->x.dp_rows);
+    hp__ctx_free(&r->x);
     free(r->rope_cos);
     free(r->rope_sin);
     for (int64_t l = 0; r->kept && l <= r->cfg.L; l++) hp__act_free(&r->kept[l]);
+    hp__act *acts[] = {&r->h, &r->t, &r->a, &r->k, &r->v};
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
+    for (int i = 0; i < 4; i++) free(r->buf[i]);
     free(r->kept);
     free(r);
 }
@@ -943,6 +959,11 @@ const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], i
     const hp__act *a = &r->kept[l];
     for (int d = 0; d < 3; d++) g[d] = a->g[d], lo[d] = a->lo[d], n[d] = a->n[d];
     return a->d;
+}
+
+void hp_runner_sync_collectives(hp_runner *r, bool on)
+{
+    r->x.sync = on;
 }
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r)

@@ -1,0 +1,74 @@
+# bench run: the runtime's forward pass benchmark at small shapes (the preset's are replaced by the test-only
+# shape options) in one process and on 2 MPI ranks: the figures are printed (tokens/s, the bare/runtime ratio
+# lines, the resident line), --json parses, a vocabulary above gen's limit is written by the bench itself,
+# the temporary checkpoint is removed on success and on failure, and bad options exit 2. Timings are never
+# checked: only that they are there.
+source "$(dirname "$0")/lib.sh"
+MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
+SMALL="--preset llama-3-8b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512"
+mkdir -p "$WORK/tmp"
+export TMPDIR="$WORK/tmp"
+left() { [ -z "$(ls -A "$WORK/tmp" | grep hp-bench-run)" ]; }
+
+expect 0 "usage: [mpirun -np N] hyperpar bench run --preset llama-3-8b" -- "$HP" bench run --help
+expect 0 "hyperpar bench run --help" -- "$HP" bench --help
+
+# One process: the gather of the logits is its only collective.
+out=$("$HP" bench run $SMALL --reps 2 2>&1 </dev/null)
+check "1 process: exit 0" test $? -eq 0
+check "1 process: tokens/s line" grep -q "forward   : .* ms median of 2 (slowest rank) -> .* tokens/s prefill" <<<"$out"
+check "1 process: gather ratio line" grep -q "gather         : runtime .* ratio bare/runtime .* (target >= 0.8)" <<<"$out"
+check "1 process: resident line" grep -q "resident  : .* / tp 1 = .* ratio 1.0.* (target within 5%)" <<<"$out"
+check "1 process: no all-gather" grep -q "all-gather     : none in this forward" <<<"$out"
+check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here" <<<"$out"
+check "1 process: the temporary checkpoint is gone" left
+"$HP" bench run $SMALL --json --reps 1 >"$WORK/one.json" 2>/dev/null </dev/null
+check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/null
+check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0' "$WORK/one.json"
+expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
+# A vocabulary above gen's 65536 (Llama-3's 128256 is): the bench writes that checkpoint itself.
+expect 0 "vocab above gen's limit" -- "$HP" bench run $SMALL --vocab 70000 --reps 1
+check "big vocab: the temporary checkpoint is gone" left
+
+# Two ranks, tp = 2: every collective kind the runtime uses next to its bare twin.
+out=$($MPI -np 2 "$HP" bench run $SMALL --threads 1 2>&1 </dev/null)
+check "2 ranks: exit 0" test $? -eq 0
+check "2 ranks: tokens/s line" grep -q "tokens/s prefill" <<<"$out"
+check "2 ranks: mesh tp=2" grep -q "mesh      : dp=1,cp=1,tp=2 (world 2), 2 ranks, MPI" <<<"$out"
+check "2 ranks: all-gather ratio line" grep -q "all-gather     : runtime .* (tp group, same bytes and calls)   ratio bare/runtime" <<<"$out"
+check "2 ranks: reduce-scatter ratio line" grep -q "reduce-scatter : runtime .* ratio bare/runtime" <<<"$out"
+check "2 ranks: last-in line" grep -q "last rank in (no wait for a slower rank): runtime .* ratio bare/runtime" <<<"$out"
+check "2 ranks: gather ratio line" grep -q "gather         : runtime .* (world to rank 0, same bytes and calls)" <<<"$out"
+check "2 ranks: resident line, tp 2" grep -q "resident  : .* / tp 2 = .* ratio 1.0" <<<"$out"
+check "2 ranks: printed once" test "$(grep -c 'tokens/s prefill' <<<"$out")" -eq 1
+check "2 ranks: the temporary checkpoint is gone" left
+$MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --json >"$WORK/two.json" 2>/dev/null </dev/null
+check "2 ranks: --json parses" python3 -m json.tool "$WORK/two.json" >/dev/null
+check "2 ranks: --json has the all-gather ratio" grep -q '"all-gather": {"bytes": [0-9]*, "calls": [1-9]' "$WORK/two.json"
+expect 0 "mesh      : dp=2,cp=1,tp=1" -- $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --dp 2
+expect 0 "(cp group, same bytes and calls)" -- $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --cp 2
+
+# Failures end every rank with the cause, and leave no checkpoint behind.
+expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench run $SMALL --tp 4
+expect 2 "hidden_size 64 is not divisible by num_attention_heads 3" -- $MPI -np 2 "$HP" bench run $SMALL --heads 3 --kv-heads 3 --threads 1
+expect 2 "num_key_value_heads (1) is not divisible by tp (2)" -- $MPI -np 2 "$HP" bench run $SMALL --kv-heads 1 --threads 1
+check "failures: the temporary checkpoint is gone" left
+expect 2 "has 2 ranks but 1 process run it" -- "$HP" bench run $SMALL --tp 2
+expect 1 "cannot create the temporary folder" -- env TMPDIR="$WORK/absent" "$HP" bench run $SMALL
+
+# Bad options: exit 2 with the reason.
+expect 2 "missing --preset (llama-3-8b)" -- "$HP" bench run --tokens 4
+expect 2 "unknown preset 'llama'; known: llama-3-8b" -- "$HP" bench run --preset llama
+expect 2 "--tokens expects an integer in [1, 65536], got '0'" -- "$HP" bench run $SMALL --tokens 0
+expect 2 "--vocab expects an integer in [1, 1048576], got '-3'" -- "$HP" bench run $SMALL --vocab -3
+expect 2 "--layers expects an integer in [1, 1024], got 'x'" -- "$HP" bench run $SMALL --layers x
+expect 2 "--reps expects an integer in [1, 50], got '51'" -- "$HP" bench run $SMALL --reps 51
+expect 2 "--threads expects an integer in [1, 1024], got '0'" -- "$HP" bench run $SMALL --threads 0
+expect 2 "--tp expects an integer in [1, 1048576], got '0'" -- "$HP" bench run $SMALL --tp 0
+expect 2 "--hidden expects an integer in [1, 65536], got '65537'" -- "$HP" bench run $SMALL --hidden 65537
+expect 2 "--dtype expects bf16 or f32, got 'f16'" -- "$HP" bench run $SMALL --dtype f16
+expect 2 "--heads 6 must be a multiple of --kv-heads 4" -- "$HP" bench run $SMALL --heads 6 --kv-heads 4
+expect 2 "unexpected argument 'extra'" -- "$HP" bench run $SMALL extra
+expect 2 "" -- "$HP" bench run $SMALL --no-such-option
+expect 2 "unknown benchmark 'walk'; known: moe, ep, run" -- "$HP" bench walk
+finish
