@@ -161,7 +161,7 @@ TEST(kept_activations_are_the_golden_stream)
                       tol.max_diff);
         }
         CHECK(!r || !hp_runner_activation(r, 99, (int64_t[3]){0}, (int64_t[3]){0}, (int64_t[3]){0}));
-        free(out.logits);
+        hp_run_output_free(&out);
         hp_runner_free(r);
         hp_st_close(f);
         hp_comm_free(c);

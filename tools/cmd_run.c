@@ -110,6 +110,12 @@ static hp_status write_output(const char *path, const hp_run_output *o, hp_err *
     float loss = (float)o->loss;
     hp_status st = hp_st_writer_add(w, "logits", HP_DT_F32, 3, shape, o->logits, err);
     if (st == HP_OK) st = hp_st_writer_add(w, "loss", HP_DT_F32, 0, shape, &loss, err);
+    char key[64];
+    for (int i = 0; st == HP_OK && i < o->n_moe; i++) {
+        int64_t ks[2] = {o->B * o->S, o->K};
+        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+        st = hp_st_writer_add(w, key, HP_DT_I32, 2, ks, o->topk_idx[i], err);
+    }
     if (st == HP_OK) st = hp_st_writer_write(w, path, err);
     hp_st_writer_destroy(w);
     return st;
@@ -143,9 +149,30 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
             fprintf(stderr, "compare %s: logits %s\n", a->compare, hp_tol_str(&t, buf, sizeof buf));
             fprintf(stderr, "compare %s: loss %.7g vs %.7g, diff %.3g (tolerance %.3g): %s\n", a->compare, o->loss,
                     (double)rl, dl, ltol, lok ? "OK" : "MISMATCH");
-            if (!ok || !lok)
-                st = hp_err_set(err, HP_ERR_VERIFY, "the forward pass differs from %s (%s%s%s)", a->compare,
-                                ok ? "" : "logits", !ok && !lok ? ", " : "", lok ? "" : "loss");
+            /* the routed experts of every sparse layer the reference has: exactly equal */
+            int64_t bad_layers = 0;
+            for (int i = 0; i < o->n_moe; i++) {
+                char key[64];
+                snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+                const hp_st_tensor *tk = hp_st_find(f, key);
+                if (!tk) continue;
+                int64_t nk = o->B * o->S * o->K, diff = 0;
+                if (tk->dtype != HP_DT_I32 || tk->n_elems != nk) diff = nk;
+                else {
+                    const char *d = hp_st_data(f, tk);
+                    for (int64_t j = 0; j < nk; j++) {
+                        int32_t v;
+                        memcpy(&v, d + j * 4, 4);
+                        diff += v != o->topk_idx[i][j];
+                    }
+                }
+                fprintf(stderr, "compare %s: %s %lld of %lld entries differ: %s\n", a->compare, key, (long long)diff,
+                        (long long)nk, diff ? "MISMATCH" : "OK");
+                bad_layers += diff > 0;
+            }
+            if (!ok || !lok || bad_layers)
+                st = hp_err_set(err, HP_ERR_VERIFY, "the forward pass differs from %s (%s%s%s%s)", a->compare,
+                                ok ? "" : "logits ", lok ? "" : "loss ", bad_layers ? "topk_idx" : "", "");
         }
         free(ref);
     }
@@ -296,7 +323,7 @@ static int run(run_args *a, int *argc, char ***argv)
         if (st == HP_OK && a->compare) st = compare(a, &o, &err);
     }
     st = hp_comm_agree(w, st, &err);
-    free(o.logits);
+    hp_run_output_free(&o);
     free(ids);
     hp_runner_free(r);
     hp_plan_free(p1);

@@ -62,10 +62,18 @@ typedef struct hp_run_stats {
 } hp_run_stats;
 
 typedef struct hp_run_output {
-    float *logits;  /* rank 0: [B, S, V] (malloc'd, the caller frees); NULL elsewhere */
+    float *logits;  /* rank 0: [B, S, V] (malloc'd); NULL elsewhere */
     int64_t B, S, V;
     double loss;    /* every rank: mean next-token cross-entropy over B·(S−1) positions */
+    /* MoE models, rank 0: the routed experts of every sparse layer, moe.<l>.topk_idx as in forward_io */
+    int n_moe;
+    int64_t K;
+    int64_t *moe_layer;  /* [n_moe] layer indices */
+    int32_t **topk_idx;  /* [n_moe] of [B·S, K], rows b·S + s, sorted ascending within a row */
 } hp_run_output;
+
+/* Frees what hp_runner_forward put in out (logits, the MoE routing). */
+void hp_run_output_free(hp_run_output *out);
 
 /* The plan must be for m (hp_plan_derive or hp_shard_read_plan) with world = the size of `world`. */
 hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model *m, const hp_plan *p,

@@ -394,7 +394,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     const hp_mesh *mesh = x->mesh;
     int world = hp_comm_size(x->world), me = hp_comm_rank(x->world);
     /* A rank sends its block when it is the first holder of it: index 0 on every axis that replicates. */
-    bool sender = true;
+    bool sender = hp_mesh_coord(mesh, me, "ep") == 0; /* an explicit ep axis replicates the dense activations */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_R && x->ax[ax].r != 0) sender = false;
     size_t mine = sender ? (size_t)hp__act_count(a) * sizeof(float) : 0;

@@ -13,6 +13,8 @@
 #include "run/run_int.h"
 #include "run/weights.h"
 
+#include "hyperpar/overrides.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,10 +51,22 @@ typedef struct norm_w {
     hp__w w;
 } norm_w;
 
+/* A sparse (MoE) block: its EP compute runs the existing EP runtime on the rank's local rows (issue 13). */
+typedef struct moe_w {
+    contract c;
+    hp_moe_layer *l;
+    hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
+    int64_t max_tokens;
+    double cf;          /* the boundary's capacity factor (0: off) */
+    hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
+} moe_w;
+
 typedef struct layer_w {
     norm_w in, post;
     attn_w at;
+    bool sparse;
     mlp_w mlp;
+    moe_w moe;
 } layer_w;
 
 struct hp_runner {
@@ -74,6 +88,8 @@ struct hp_runner {
     hp__w head_w; /* unused when tied (the embedding's slice is the head) */
     bool tied, head_split;
     hp_linear *head;
+    hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
+    int64_t ep, ep_index;
     hp_run_stats stats;
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
     int64_t rope_pos0, rope_n;
@@ -388,6 +404,51 @@ static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
     return st;
 }
 
+static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
+{
+    hp_runner *r = L->r;
+    hp_err *err = L->err;
+    char fqn[96];
+    snprintf(fqn, sizeof fqn, "model.layers.%lld.block_sparse_moe", (long long)layer);
+    if (hp_model_find_module(r->m, fqn) < 0 && !hp_plan_find(r->p, fqn))
+        snprintf(fqn, sizeof fqn, "model.layers.%lld.mlp", (long long)layer);
+    const hp_boundary *b = need_boundary(r, fqn, err);
+    if (!b) return HP_ERR_INPUT;
+    w->c = contract_of(b);
+    w->c.fqn = b->fqn;
+    for (int i = 0; i < b->n_params; i++) {
+        hp_placement t = b->params[i].pl.ax[HP_AXIS_TP];
+        if (r->x.ax[HP__TP].n > 1 && (t.kind == HP_PL_S || t.kind == HP_PL_S2))
+            return hp_err_set(err, HP_ERR_INPUT,
+                              "boundary %s: '%s' is sharded over tp; the runtime runs MoE blocks with whole "
+                              "experts per rank (expert parallelism): plan with --ep",
+                              fqn, b->params[i].rel);
+    }
+    if (b->ep_size > 0 && b->ep_size != r->ep)
+        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its EP group has %d ranks but the mesh's has %lld", fqn,
+                          b->ep_size, (long long)r->ep);
+    hp_moe_load_opts lo;
+    hp_moe_load_opts_default(&lo);
+    lo.compute = r->o.compute;
+    lo.archetype = -1;
+    if (b->local_compute_fn) {
+        hp_moe_archetype a;
+        if (!hp_moe_archetype_parse(b->local_compute_fn, &a))
+            return hp_err_set(err, HP_ERR_INPUT, "boundary %s: archetype '%s' has no runtime", fqn,
+                              b->local_compute_fn);
+        lo.archetype = (int)a;
+    }
+    hp_ep_local_experts(r->m->cfg.n_experts, r->ep, r->ep_index, &lo.first_expert, &lo.n_local);
+    hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world), layer,
+                                                         &lo, err)
+                               : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
+    if (st != HP_OK) return st;
+    w->cf = b->compute.capacity_factor;
+    r->ws.resident += hp_moe_layer_expert_bytes(w->l);
+    r->ws.share += hp_moe_layer_expert_bytes(w->l);
+    return HP_OK;
+}
+
 static hp_status load_norm(loader *L, const char *fqn, norm_w *n)
 {
     const hp_boundary *b = hp_plan_find(L->r->p, fqn);
@@ -424,7 +485,8 @@ static hp_status load_all(hp_runner *r, hp_err *err)
         snprintf(fq, sizeof fq, "model.layers.%lld.self_attn", (long long)l);
         if (st == HP_OK) st = load_attn(&L, fq, &w->at);
         snprintf(fq, sizeof fq, "model.layers.%lld.mlp", (long long)l);
-        if (st == HP_OK) st = load_mlp(&L, fq, &w->mlp);
+        w->sparse = r->m->family && hp_family_is_moe(r->m->family) && hp_model_layer_is_sparse(r->m, l);
+        if (st == HP_OK) st = w->sparse ? load_moe(&L, l, &w->moe) : load_mlp(&L, fq, &w->mlp);
     }
     if (st == HP_OK) st = load_norm(&L, "model.norm", &r->fnorm);
     if (st != HP_OK) return st;
@@ -580,6 +642,36 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
     return record(r, m->c.fqn, r->exit_coll, out, err);
 }
 
+/* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
+static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
+{
+    hp_status st = enter(r, &m->c, t, err);
+    if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
+    if (st != HP_OK) return st;
+    int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, K = m->l->top_k;
+    if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
+        hp_moe_ep_destroy(m->ep);
+        m->ep = NULL;
+        st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
+        m->max_tokens = max_rows;
+    }
+    if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
+    hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE};
+    if (st == HP_OK) st = hp_moe_ep_forward(m->ep, t->d, rows, out->d, &ro, false, err);
+    if (st == HP_OK) { /* the token exchange counts as communication */
+        const hp_moe_ep_stats *es = hp_moe_ep_get_stats(m->ep);
+        r->x.st.comm_s += es->t_dispatch + es->t_return + es->t_wait;
+    }
+    /* every group must stop when one fails: the next collectives mix the EP groups */
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &m->topk, t->g[0], t->g[1], K, t->lay, err);
+    if (st != HP_OK) return st;
+    const int32_t *ti = hp_moe_ep_ws(m->ep)->topk_idx;
+    for (int64_t i = 0; i < rows * K; i++) m->topk.d[i] = (float)ti[i];
+    if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
+    return record(r, m->c.fqn, r->exit_coll, out, err);
+}
+
 /* h += branch, the branch first brought to the residual stream's layout. */
 static hp_status residual(hp_runner *r, hp__act *h, hp__act *br, const char *after, hp_err *err)
 {
@@ -709,6 +801,50 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
     return st;
 }
 
+/* Rank 0 gets every sparse layer's routed experts as moe.<l>.topk_idx [B·S, K]. Collective. */
+static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
+{
+    int n = 0;
+    for (int64_t l = 0; l < r->cfg.L; l++) n += r->layers[l].sparse;
+    if (!n) return HP_OK;
+    bool root = hp_comm_rank(r->x.world) == 0;
+    if (root && (!(out->moe_layer = calloc((size_t)n, sizeof *out->moe_layer)) ||
+                 !(out->topk_idx = calloc((size_t)n, sizeof *out->topk_idx))))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = HP_OK;
+    for (int64_t l = 0; l < r->cfg.L && st == HP_OK; l++) {
+        moe_w *m = &r->layers[l].moe;
+        if (!r->layers[l].sparse) continue;
+        float *full = NULL;
+        int64_t K = m->l->top_k, Sp = r->x.S_pad;
+        st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
+        if (st == HP_OK && root) {
+            int32_t *ti = malloc((size_t)(B * S * K) * sizeof *ti + 1);
+            if (!ti) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            for (int64_t b = 0; ti && b < B; b++)
+                for (int64_t s = 0; s < S; s++)
+                    for (int64_t k = 0; k < K; k++) ti[(b * S + s) * K + k] = (int32_t)full[(b * Sp + s) * K + k];
+            out->moe_layer[out->n_moe] = l;
+            out->topk_idx[out->n_moe++] = ti;
+            out->K = K;
+        }
+        free(full);
+    }
+    return st;
+}
+
+void hp_run_output_free(hp_run_output *out)
+{
+    free(out->logits);
+    for (int i = 0; i < out->n_moe; i++) free(out->topk_idx[i]);
+    free(out->topk_idx);
+    free(out->moe_layer);
+    out->logits = NULL;
+    out->topk_idx = NULL;
+    out->moe_layer = NULL;
+    out->n_moe = 0;
+}
+
 static uint64_t ids_hash(const int64_t *ids, int64_t n, int64_t B, int64_t S)
 {
     uint64_t h = 1469598103934665603ull ^ (uint64_t)B ^ ((uint64_t)S << 32);
@@ -757,6 +893,10 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     r->x.S_pad = cp > 1 ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
     for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
     hp__act *h = &r->h, *t = &r->t, *a = &r->a; /* kept across forwards: warm pages */
+    int64_t max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */
+    for (int64_t i = 0; i < r->x.dp; i++)
+        if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > max_rows) max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
+    max_rows *= r->x.S_pad;
     st = embed_apply(r, ids, S, h, err);
     for (int64_t l = 0; st == HP_OK && l <= r->cfg.L; l++) {
         if (r->kept) st = act_copy(r, &r->kept[l], h, err); /* the layer's input, for a backward pass */
@@ -766,7 +906,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         if (st == HP_OK) st = attn_apply(r, l, &w->at, t, a, err);
         if (st == HP_OK) st = residual(r, h, a, w->at.c.fqn, err);
         if (st == HP_OK) st = norm_apply(r, &w->post, h, t, err);
-        if (st == HP_OK) st = mlp_apply(r, &w->mlp, t, a, err);
+        if (st == HP_OK)
+            st = w->sparse ? moe_apply(r, &w->moe, t, a, max_rows, err) : mlp_apply(r, &w->mlp, t, a, err);
         if (st == HP_OK) st = residual(r, h, a, w->mlp.c.fqn, err);
         char key[64];
         snprintf(key, sizeof key, "model.layers.%lld", (long long)l);
@@ -784,10 +925,10 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         out->logits = full;
     }
     out->B = B, out->S = S, out->V = r->cfg.V;
+    if (st == HP_OK) st = gather_topk(r, B, S, out, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) {
-        free(out->logits);
-        out->logits = NULL;
+        hp_run_output_free(out);
         return st;
     }
     hp_run_stats *s = &r->stats;
@@ -806,10 +947,21 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 
 static bool dense_family(const hp_model *m)
 {
-    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3"};
+    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (m->family && !strcmp(hp_family_name(m->family), ok[i])) return true;
     return false;
+}
+
+/* The group of ranks that differ from rank only on `axis`: rank with that coordinate set to 0. */
+static int axis_color(const hp_mesh *m, int64_t rank, const char *axis)
+{
+    int64_t stride = 1;
+    for (int d = m->n_dims - 1; d >= 0; d--) {
+        if (!strcmp(m->names[d], axis)) return (int)(rank - hp_mesh_coord(m, rank, axis) * stride);
+        stride *= m->sizes[d];
+    }
+    return (int)rank; /* no such axis: a group of one */
 }
 
 static hp_status split_groups(hp_runner *r, hp_err *err)
@@ -823,9 +975,9 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
     r->x.ax[HP__CP] = (hp__grp){NULL, cp, ci};
     r->x.dp = dp;
     r->x.dp_r = di;
-    hp_status st = hp_comm_split(r->x.world, (int)(di * cp + ci), (int)ti, &r->x.ax[HP__TP].c, err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)(di * tp + ti), (int)ci, &r->x.ax[HP__CP].c, err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)(ci * tp + ti), (int)di, &r->x.dp_c, err);
+    hp_status st = hp_comm_split(r->x.world, axis_color(mesh, rank, "tp"), (int)ti, &r->x.ax[HP__TP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, axis_color(mesh, rank, "cp"), (int)ci, &r->x.ax[HP__CP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, axis_color(mesh, rank, "dp"), (int)di, &r->x.dp_c, err);
     return st;
 }
 
@@ -836,10 +988,11 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     int world = hp_comm_size(r->x.world);
     if (!dense_family(m))
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: the runtime runs dense decoders today (llama, mistral, qwen2, qwen3); %s%s", m->path,
+                          "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe "
+                          "decoders today; %s%s", m->path,
                           m->family ? hp_family_name(m->family) : "this architecture",
                           m->family && hp_family_is_moe(m->family)
-                              ? " is an MoE model: run its MoE layers with 'hyperpar moe'"
+                              ? " (MLA, sinks or partial rotary) is not yet: run its MoE layers with 'hyperpar moe'"
                               : " is not one of them");
     if (m->meta && !o->shards)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
@@ -849,12 +1002,19 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
                           "the plan's mesh has %lld ranks but %d processes run it; start it with mpirun -np %lld "
                           "or give a mesh of %d ranks",
                           (long long)hp_mesh_world(&p->mesh), world, (long long)hp_mesh_world(&p->mesh), world);
-    if (hp_mesh_size(&p->mesh, "ep") > 1 || p->ep > 1)
+    bool moe = m->family && hp_family_is_moe(m->family);
+    if (!moe && (hp_mesh_size(&p->mesh, "ep") > 1 || p->ep > 1))
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)(p->ep > 1 ? p->ep : hp_mesh_size(&p->mesh, "ep")));
     r->x.mesh = &p->mesh;
-    hp_status st = split_groups(r, err);
+    /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
+    hp_status st = moe && (p->ep > 1 || hp_mesh_size(&p->mesh, "ep") > 1) ? hp_plan_preflight(p, err) : HP_OK;
+    if (st == HP_OK) st = split_groups(r, err);
     if (st != HP_OK) return st;
+    int64_t group;
+    r->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1;
+    hp_mesh_ep_index(&p->mesh, r->ep, hp_comm_rank(r->x.world), &group, &r->ep_index);
+    if ((st = hp_comm_split(r->x.world, (int)group, (int)r->ep_index, &r->ep_grp, err)) != HP_OK) return st;
     if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     char cfg_path[4200];
@@ -927,6 +1087,9 @@ void hp_runner_free(hp_runner *r)
     for (int64_t l = 0; r->layers && l < r->cfg.L; l++) {
         free_attn(&r->layers[l].at);
         free_mlp(&r->layers[l].mlp);
+        hp_moe_ep_destroy(r->layers[l].moe.ep);
+        hp_moe_layer_free(r->layers[l].moe.l);
+        hp__act_free(&r->layers[l].moe.topk);
         hp__w_free(&r->layers[l].in.w);
         hp__w_free(&r->layers[l].post.w);
     }
@@ -941,6 +1104,7 @@ void hp_runner_free(hp_runner *r)
     hp__rcfg_free(&r->cfg);
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.ax[ax].c);
     hp_comm_free(r->x.dp_c);
+    hp_comm_free(r->ep_grp);
     free(r->x.dp_rows);
     hp__ctx_free(&r->x);
     free(r->rope_cos);

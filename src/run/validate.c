@@ -69,7 +69,7 @@ static hp_status run_one(const hp_comm *c, const hp_model *m, const hp_plan *p, 
     if (st == HP_OK && t->oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory recording the boundaries");
     if (st == HP_OK && stats) *stats = *hp_runner_stats(r);
     *loss = out.loss;
-    free(out.logits);
+    hp_run_output_free(&out);
     hp_runner_free(r);
     return st;
 }
