@@ -59,14 +59,14 @@ hp_status hp__attention(const hp__attn_args *a, hp_err *err)
             for (int64_t i = 0; i < Sq; i++) {
                 int64_t qp = a->q_pos0 + i;
                 float *row = sc + i * Sk;
-                float mx = -INFINITY;
+                float mx = a->sinks ? a->sinks[h] : -INFINITY; /* the sink is never masked */
                 for (int64_t j = 0; j < Sk; j++) {
                     int64_t kp = a->k_pos0 + j;
                     bool ok = kp <= qp && (a->window <= 0 || kp > qp - a->window);
                     if (!ok) row[j] = -INFINITY;
                     else if (row[j] > mx) mx = row[j];
                 }
-                double sum = 0;
+                double sum = a->sinks ? exp((double)a->sinks[h] - (double)mx) : 0; /* its column, then dropped */
                 for (int64_t j = 0; j < Sk; j++) {
                     float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
                     row[j] = e;

@@ -21,6 +21,7 @@ typedef struct hp__attn_args {
     const float *k, *v;     /* [B, sk, nkv, hd] */
     int64_t q_pos0, k_pos0; /* global positions of the first query and the first key */
     int64_t window;         /* keys j > q − window; 0 = none */
+    const float *sinks;     /* [nh] gpt-oss attention sinks (a softmax column per head, then dropped), or NULL */
     float *out;             /* [B, sq, nh, hd] */
 } hp__attn_args;
 

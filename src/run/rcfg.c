@@ -47,7 +47,9 @@ static hp_status read_rope(const json_t *root, const char *label, const hp_model
     const json_t *t = d ? json_object_get(d, "rope_type") : NULL;
     if (!t && d) t = json_object_get(d, "type");
     if (t && json_is_string(t)) type = json_string_value(t);
-    c->partial = num(d, "partial_rotary_factor", num(root, "partial_rotary_factor", 1.0, NULL), NULL);
+    /* GLM4-MoE's config sets partial_rotary_factor 0.5 when config.json lacks it */
+    double pdef = !strcmp(m->model_type, "glm4_moe") ? 0.5 : 1.0;
+    c->partial = num(d, "partial_rotary_factor", num(root, "partial_rotary_factor", pdef, NULL), NULL);
     if (!(c->partial > 0.0 && c->partial <= 1.0)) return bad(label, "partial_rotary_factor", "must be in (0, 1]", err);
     c->factor = num(d, "factor", 1.0, NULL);
     c->orig_max = (int64_t)num(d, "original_max_position_embeddings", (double)m->cfg.max_position_embeddings, NULL);
@@ -62,9 +64,26 @@ static hp_status read_rope(const json_t *root, const char *label, const hp_model
         c->high = num(d, "high_freq_factor", 4.0, NULL);
         if (!(c->high > c->low) || !(c->low > 0)) return bad(label, "rope_scaling", "needs high_freq_factor > low_freq_factor > 0", err);
         if (c->orig_max < 1) return bad(label, "original_max_position_embeddings", "must be positive", err);
+    } else if (!strcmp(type, "yarn")) {
+        c->rope = HP__ROPE_YARN;
+        c->beta_fast = num(d, "beta_fast", 32.0, NULL);
+        c->beta_slow = num(d, "beta_slow", 1.0, NULL);
+        const json_t *tr = json_object_get(d, "truncate");
+        c->truncate = !tr || json_is_true(tr); /* yarn's default when the key is absent */
+        if (c->orig_max < 1) return bad(label, "original_max_position_embeddings", "must be positive", err);
+        /* attention_factor scales cos and sin: given, else from mscale / mscale_all_dim (modeling_rope_utils) */
+        bool g1, g2, g3;
+        double af = num(d, "attention_factor", 0, &g1), ms = num(d, "mscale", 0, &g2), msa = num(d, "mscale_all_dim", 0, &g3);
+        double f = c->factor;
+#define HP__MSCALE(scale, m) ((scale) <= 1 ? 1.0 : 0.1 * (m) * log(scale) + 1.0)
+        if (g1) c->attn_scale = af;
+        else if (g2 && g3 && ms != 0 && msa != 0) c->attn_scale = HP__MSCALE(f, ms) / HP__MSCALE(f, msa);
+        else c->attn_scale = HP__MSCALE(f, 1.0);
+#undef HP__MSCALE
     } else {
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: rope type \"%s\" is not supported by the runtime yet (default, linear and llama3 are)",
+                          "%s: rope type \"%s\" is not supported by the runtime yet (default, linear, llama3 and "
+                          "yarn are)",
                           label, type);
     }
     if (!(c->factor > 0) || !isfinite(c->factor)) return bad(label, "rope_scaling.factor", "must be a number > 0", err);
@@ -97,14 +116,22 @@ static hp_status read_windows(const json_t *root, const char *label, const hp_mo
         }
         return HP_OK;
     }
+    const json_t *u = json_object_get(root, "use_sliding_window");
+    bool use = u && json_is_true(u);
+    int64_t mwl = (int64_t)num(root, "max_window_layers", 28, NULL);
     if (is_type(m, "mistral", NULL)) {
         if (!sw) W = 4096; /* MistralConfig's default when the key is absent; only null disables it */
         for (int64_t i = 0; i < L; i++) c->window[i] = W;
-    } else if (is_type(m, "qwen2", "qwen3") || is_type(m, "qwen2_moe", "qwen3_moe")) {
-        const json_t *u = json_object_get(root, "use_sliding_window");
-        bool use = u && json_is_true(u);
-        int64_t from = (int64_t)num(root, "max_window_layers", 28, NULL);
-        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 && i >= from ? W : 0;
+    } else if (is_type(m, "mixtral", NULL)) { /* MixtralConfig: None when absent; every layer otherwise */
+        for (int64_t i = 0; i < L; i++) c->window[i] = W;
+    } else if (is_type(m, "qwen2", "qwen3")) { /* sliding from layer max_window_layers on */
+        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 && i >= mwl ? W : 0;
+    } else if (is_type(m, "qwen2_moe", NULL)) { /* (i+1) % 2 and i < max_window_layers */
+        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 && (i + 1) % 2 && i < mwl ? W : 0;
+    } else if (is_type(m, "qwen3_moe", NULL)) { /* use_sliding_window applies the window to every layer */
+        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 ? W : 0;
+    } else if (is_type(m, "gpt_oss", NULL)) { /* layer_types default: alternating, sliding first */
+        for (int64_t i = 0; i < L; i++) c->window[i] = i % 2 == 0 ? W : 0;
     }
     return HP_OK;
 }
@@ -169,6 +196,22 @@ static void inv_freq(const hp__rcfg *c, float *inv)
     }
     if (c->rope == HP__ROPE_LINEAR) {
         for (int64_t i = 0; i < dim / 2; i++) inv[i] /= (float)c->factor;
+    } else if (c->rope == HP__ROPE_YARN) { /* _compute_yarn_parameters, in f32 as torch computes it */
+        float base = (float)c->theta, f = (float)c->factor;
+        double lo = (double)dim * log((double)c->orig_max / (c->beta_fast * 2 * M_PI)) / (2 * log(c->theta));
+        double hi = (double)dim * log((double)c->orig_max / (c->beta_slow * 2 * M_PI)) / (2 * log(c->theta));
+        if (c->truncate) lo = floor(lo), hi = ceil(hi);
+        if (lo < 0) lo = 0;
+        if (hi > (double)(dim - 1)) hi = (double)(dim - 1);
+        if (lo == hi) hi += 0.001;
+        for (int64_t i = 0; i < dim / 2; i++) {
+            float pos = powf(base, (float)(2 * i) / (float)dim);
+            float extra = 1.0f / pos, inter = 1.0f / (f * pos);
+            float ramp = (float)(((double)i - lo) / (hi - lo));
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float ef = 1.0f - ramp; /* inv_freq_extrapolation_factor */
+            inv[i] = inter * (1.0f - ef) + extra * ef;
+        }
     } else if (c->rope == HP__ROPE_LLAMA3) {
         float old = (float)c->orig_max, lo = (float)c->low, hi = (float)c->high, f = (float)c->factor;
         float low_wl = old / lo, high_wl = old / hi;

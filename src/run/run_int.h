@@ -96,13 +96,15 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
                           hp_err *err);
 
 /* ---- the family's forward semantics from config.json (rcfg.c) ---- */
-typedef enum { HP__ROPE_DEFAULT, HP__ROPE_LINEAR, HP__ROPE_LLAMA3 } hp__rope_type;
+typedef enum { HP__ROPE_DEFAULT, HP__ROPE_LINEAR, HP__ROPE_LLAMA3, HP__ROPE_YARN } hp__rope_type;
 
 typedef struct hp__rcfg {
     int64_t H, L, nh, nkv, hd, V, I;
     double eps;
     hp__rope_type rope;
     double theta, factor, low, high, partial, attn_scale;
+    double beta_fast, beta_slow; /* yarn */
+    bool truncate;               /* yarn: floor/ceil the correction range (default true) */
     int64_t orig_max;
     int64_t rot;     /* rotary channels per head (hd · partial_rotary_factor, even) */
     int64_t *window; /* [L]: sliding window W (keys j > q - W), 0 = none */

@@ -29,7 +29,7 @@ typedef struct contract {
 
 typedef struct attn_w {
     contract c;
-    hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn;
+    hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, sinks;
     hp_linear *q, *k, *v, *o;
     int64_t nh, nkv; /* local heads */
     bool split;      /* tp shards the heads */
@@ -331,6 +331,7 @@ static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
     if (st == HP_OK) st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo);
     if (st == HP_OK) st = load_vec(L, fqn, "q_norm.weight", false, hd, &a->qn);
     if (st == HP_OK) st = load_vec(L, fqn, "k_norm.weight", false, hd, &a->kn);
+    if (st == HP_OK) st = load_vec(L, fqn, "sinks", false, a->nh, &a->sinks); /* gpt-oss, cut with the heads */
     if (st != HP_OK) return st;
     a->bo_deferred = deferred(b, "o_proj.bias");
     if (st == HP_OK) st = linear(r, &a->wq, &a->bq, &a->q, err);
@@ -609,7 +610,8 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     if (st == HP_OK) {
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k->d,
-                            .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o};
+                            .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o,
+                            .sinks = a->sinks.present ? a->sinks.d : NULL};
         st = hp__attention(&aa, err);
     }
     if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
@@ -947,7 +949,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 
 static bool dense_family(const hp_model *m)
 {
-    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
+    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
+                                     "glm4_moe", "gpt_oss"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (m->family && !strcmp(hp_family_name(m->family), ok[i])) return true;
     return false;
@@ -1070,7 +1073,7 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
 static void free_attn(attn_w *a)
 {
     hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
-    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn};
+    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn, &a->sinks};
     for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
 }
 

@@ -54,7 +54,7 @@ expect 2 "not both" -- "$HP" run $F/llama --input "$WORK/i32.st" --plan "$WORK/p
 expect 2 "--output" -- "$HP" run $F/llama --input "$WORK/i32.st" --output "$WORK/i32.st"
 check "input kept" test -s "$WORK/i32.st"
 # MoE families the runtime does not run yet are refused with a pointer to what runs them.
-expect 2 "hyperpar moe" -- "$HP" run data/golden/gpt_oss_batched_f32 --input "$WORK/i32.st"
+expect 2 "hyperpar moe" -- "$HP" run data/golden/deepseek_v3_per_expert_f32 --input "$WORK/i32.st"
 # Meta mode (config.json alone) has no weights.
 expect 2 "holds no weights" -- "$HP" run $F/llama/config.json --input "$WORK/i32.st"
 expect 0 "usage: [mpirun -np N] hyperpar run" -- "$HP" run --help

@@ -1,4 +1,4 @@
-# hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe): the sparse blocks run the EP runtime inside the
+# hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe, glm4_moe with partial rotary, gpt_oss with sinks and yarn): the sparse blocks run the EP runtime inside the
 # layer loop on each rank's SP/CP-local rows. Every golden at 1 process and under mpirun with TP-extend-EP
 # (tp=2 x ep=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis: logits 1e-4 * max|ref|, loss
 # 1e-5, moe.<l>.topk_idx exact; the distributed runs equal one process within 1e-5; from a shard folder;
@@ -7,10 +7,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
-for fam in mixtral qwen2_moe qwen3_moe; do
+for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss; do
     G=$F/$fam
     OV=data/overrides/${fam}_ep.yaml
-    expect 0 "moe.0.topk_idx 0 of" -- "$HP" run $G --input $G/forward_io.safetensors --compare $G/forward_io.safetensors
+    expect 0 "topk_idx 0 of" -- "$HP" run $G --input $G/forward_io.safetensors --compare $G/forward_io.safetensors
     "$HP" run $G --input $G/forward_io.safetensors --output "$WORK/$fam.one.st" 2>/dev/null </dev/null
     while read -r np flags; do
         expect 0 "topk_idx 0 of" -- $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags --overrides $OV \
