@@ -28,11 +28,17 @@ void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double
 void hp__rope_apply(float *x, int64_t tokens, int64_t heads, int64_t hd, int64_t rot, const float *cos_t,
                     const float *sin_t)
 {
+    hp__rope_apply_at(x, tokens, heads, hd, 0, rot, cos_t, sin_t);
+}
+
+void hp__rope_apply_at(float *x, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                       const float *cos_t, const float *sin_t)
+{
     int64_t half = rot / 2;
     for (int64_t t = 0; t < tokens; t++) {
         const float *c = cos_t + t * half, *s = sin_t + t * half;
         for (int64_t h = 0; h < heads; h++) {
-            float *v = x + (t * heads + h) * hd;
+            float *v = x + (t * heads + h) * stride + off;
             for (int64_t i = 0; i < half; i++) {
                 float a = v[i], b = v[i + half];
                 v[i] = a * c[i] - b * s[i];
@@ -42,19 +48,39 @@ void hp__rope_apply(float *x, int64_t tokens, int64_t heads, int64_t hd, int64_t
     }
 }
 
+void hp__rope_apply_pairs(float *x, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                          const float *cos_t, const float *sin_t)
+{
+    int64_t half = rot / 2;
+    float tmp[512];
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = x + (t * heads + h) * stride + off;
+            for (int64_t i = 0; i < half && i < 256; i++) {
+                float a = v[2 * i], b = v[2 * i + 1];
+                tmp[i] = a * c[i] - b * s[i];
+                tmp[i + half] = b * c[i] + a * s[i];
+            }
+            memcpy(v, tmp, (size_t)rot * sizeof *v);
+        }
+    }
+}
+
 hp_status hp__attention(const hp__attn_args *a, hp_err *err)
 {
     int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
+    int64_t hdv = a->hdv > 0 ? a->hdv : hd;
     float *sc = hp_calloc((size_t)(Sq * Sk) + 1, sizeof *sc);
     if (!sc) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention scores [%lld, %lld]", (long long)Sq,
                                (long long)Sk);
-    float scale = (float)(1.0 / sqrt((double)hd));
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
     for (int64_t b = 0; b < a->B; b++)
         for (int64_t h = 0; h < nh; h++) {
             const float *q = a->q + (b * Sq * nh + h) * hd;
             const float *k = a->k + (b * Sk * nkv + h / rep) * hd;
-            const float *v = a->v + (b * Sk * nkv + h / rep) * hd;
-            float *o = a->out + (b * Sq * nh + h) * hd;
+            const float *v = a->v + (b * Sk * nkv + h / rep) * hdv;
+            float *o = a->out + (b * Sq * nh + h) * hdv;
             hp_linalg_sgemm(true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, sc, Sk);
             for (int64_t i = 0; i < Sq; i++) {
                 int64_t qp = a->q_pos0 + i;
@@ -75,7 +101,7 @@ hp_status hp__attention(const hp__attn_args *a, hp_err *err)
                 float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
                 for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
             }
-            hp_linalg_sgemm(false, Sq, hd, Sk, 1.0f, sc, Sk, v, nkv * hd, 0.0f, o, nh * hd);
+            hp_linalg_sgemm(false, Sq, hdv, Sk, 1.0f, sc, Sk, v, nkv * hdv, 0.0f, o, nh * hdv);
         }
     free(sc);
     return HP_OK;

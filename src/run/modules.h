@@ -14,15 +14,25 @@ void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double
 void hp__rope_apply(float *x, int64_t tokens, int64_t heads, int64_t hd, int64_t rot, const float *cos_t,
                     const float *sin_t);
 
+/* In place on the channels [off, off + rot) of each head of x [tokens, heads, stride]: DeepSeek's interleaved
+ * rope: pair i = (x[2i], x[2i+1]) rotated by frequency i, written de-interleaved (evens' results first). */
+void hp__rope_apply_pairs(float *x, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                          const float *cos_t, const float *sin_t);
+/* hp__rope_apply on the channels [off, off + rot) of heads of `stride` channels. */
+void hp__rope_apply_at(float *x, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                       const float *cos_t, const float *sin_t);
+
 typedef struct hp__attn_args {
     int64_t B, sq, sk;      /* batch rows, query tokens, key tokens (per row) */
-    int64_t nh, nkv, hd;    /* local query heads, local kv heads, head dim */
+    int64_t nh, nkv, hd;    /* local query heads, local kv heads, head dim of q and k */
+    int64_t hdv;            /* head dim of v and the output (0: hd) */
+    double scale;           /* softmax scale (0: hd^-½) */
     const float *q;         /* [B, sq, nh, hd] (after rope) */
-    const float *k, *v;     /* [B, sk, nkv, hd] */
+    const float *k, *v;     /* [B, sk, nkv, hd] and [B, sk, nkv, hdv] */
     int64_t q_pos0, k_pos0; /* global positions of the first query and the first key */
     int64_t window;         /* keys j > q − window; 0 = none */
     const float *sinks;     /* [nh] gpt-oss attention sinks (a softmax column per head, then dropped), or NULL */
-    float *out;             /* [B, sq, nh, hd] */
+    float *out;             /* [B, sq, nh, hdv] */
 } hp__attn_args;
 
 /* Causal softmax attention (eager semantics), scaling hd^-½. */

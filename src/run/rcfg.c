@@ -76,6 +76,7 @@ static hp_status read_rope(const json_t *root, const char *label, const hp_model
         double af = num(d, "attention_factor", 0, &g1), ms = num(d, "mscale", 0, &g2), msa = num(d, "mscale_all_dim", 0, &g3);
         double f = c->factor;
 #define HP__MSCALE(scale, m) ((scale) <= 1 ? 1.0 : 0.1 * (m) * log(scale) + 1.0)
+        c->mscale_all_dim = g3 ? msa : 0;
         if (g1) c->attn_scale = af;
         else if (g2 && g3 && ms != 0 && msa != 0) c->attn_scale = HP__MSCALE(f, ms) / HP__MSCALE(f, msa);
         else c->attn_scale = HP__MSCALE(f, 1.0);
@@ -170,6 +171,11 @@ hp_status hp__rcfg_read(const hp_model *m, const char *config_path, hp__rcfg *c,
                         config_path, a);
     if (st == HP_OK) st = read_rope(root, config_path, m, c, err);
     if (st == HP_OK) st = read_windows(root, config_path, m, c, err);
+    if (st == HP_OK && !strcmp(m->model_type, "deepseek_v3")) { /* rope_interleave: true when absent */
+        const json_t *ri = json_object_get(root, "rope_interleave");
+        c->interleave = !ri || json_is_true(ri);
+        if (c->hd > 512) st = bad(config_path, "qk_rope_head_dim", "is above the 512 rope channels the runtime rotates", err);
+    }
     if (st == HP_OK) {
         c->rot = (int64_t)((double)c->hd * c->partial);
         c->rot -= c->rot % 2;

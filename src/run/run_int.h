@@ -104,6 +104,8 @@ typedef struct hp__rcfg {
     hp__rope_type rope;
     double theta, factor, low, high, partial, attn_scale;
     double beta_fast, beta_slow; /* yarn */
+    double mscale_all_dim;       /* yarn: DeepSeek's softmax scale factor m² (0: none) */
+    bool interleave;             /* rope on adjacent pairs (DeepSeek rope_interleave, default true there) */
     bool truncate;               /* yarn: floor/ceil the correction range (default true) */
     int64_t orig_max;
     int64_t rot;     /* rotary channels per head (hd · partial_rotary_factor, even) */

@@ -31,6 +31,11 @@ typedef struct attn_w {
     contract c;
     hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, sinks;
     hp_linear *q, *k, *v, *o;
+    /* MLA (DeepSeek-V3): q = q_b(q_a_norm(q_a(x))) or q_proj(x) in wq/q; kv_a -> latent | k_rot; kv_b -> k_nope | v */
+    bool mla;
+    hp__w wqa, qan, wkva, kvan, wkvb;
+    hp_linear *qa, *kva, *kvb;
+    int64_t nope, rope, vd, ql, kvl;
     int64_t nh, nkv; /* local heads */
     bool split;      /* tp shards the heads */
     bool bo_deferred;
@@ -286,6 +291,59 @@ static int64_t local_attr(const hp_boundary *b, const char *name, int64_t dflt)
     return dflt;
 }
 
+static hp_status load_mla(loader *L, const char *fqn, const hp_boundary *b, attn_w *a)
+{
+    hp_runner *r = L->r;
+    hp_err *err = L->err;
+    const hp_model_config *mc = &r->m->cfg;
+    int64_t tp = r->x.ax[HP__TP].n, H = r->cfg.H, nh = r->cfg.nh;
+    a->mla = true;
+    a->nope = mc->qk_nope_head_dim, a->rope = mc->qk_rope_head_dim, a->vd = mc->v_head_dim;
+    a->ql = mc->q_lora_rank, a->kvl = mc->kv_lora_rank;
+    int64_t qk = a->nope + a->rope;
+    hp_status st = HP_OK;
+    if (a->ql > 0) {
+        st = load(L, fqn, "q_a_proj.weight", true, true, &a->wqa);
+        if (st == HP_OK) st = load_vec(L, fqn, "q_a_layernorm.weight", true, a->ql, &a->qan);
+        if (st == HP_OK) st = load(L, fqn, "q_b_proj.weight", true, true, &a->wq);
+    } else {
+        st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
+    }
+    if (st == HP_OK) st = load(L, fqn, "kv_a_proj_with_mqa.weight", true, true, &a->wkva);
+    if (st == HP_OK) st = load_vec(L, fqn, "kv_a_layernorm.weight", true, a->kvl, &a->kvan);
+    if (st == HP_OK) st = load(L, fqn, "kv_b_proj.weight", true, true, &a->wkvb);
+    if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
+    if (st != HP_OK) return st;
+    char kq = tp_kind(r, &a->wq), kb = tp_kind(r, &a->wkvb), ko = tp_kind(r, &a->wo);
+    char ka = tp_kind(r, &a->wkva), kqa = a->ql > 0 ? tp_kind(r, &a->wqa) : 'R';
+    if (kq == '0' && kb == '0' && ko == '1' && ka == 'R' && kqa == 'R') a->split = true;
+    else if (!(kq == 'R' && kb == 'R' && ko == 'R' && ka == 'R' && kqa == 'R'))
+        return pattern_error(fqn, "q_b_proj / kv_b_proj S(0) by heads, o_proj S(1), the latent projections R", err);
+    a->nh = a->nkv = a->split ? nh / tp : nh;
+    if (a->split && nh % tp)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld heads do not split over tp=%lld", fqn, (long long)nh,
+                          (long long)tp);
+    if (local_attr(b, "num_attention_heads", a->nh) != a->nh)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the plan's TP-local head count disagrees with its weights' slices",
+                          fqn);
+    int64_t qin = a->ql > 0 ? a->ql : H;
+    if ((a->ql > 0 && (a->wqa.shape[0] != a->ql || a->wqa.shape[1] != H)) || a->wq.shape[0] != a->nh * qk ||
+        a->wq.shape[1] != qin || a->wkva.shape[0] != a->kvl + a->rope || a->wkva.shape[1] != H ||
+        a->wkvb.shape[0] != a->nh * (a->nope + a->vd) || a->wkvb.shape[1] != a->kvl || a->wo.shape[0] != H ||
+        a->wo.shape[1] != a->nh * a->vd)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the MLA projections' shapes on this rank do not fit %lld heads of "
+                          "nope %lld + rope %lld, v %lld, q_lora %lld, kv_lora %lld (check config.json)", fqn,
+                          (long long)a->nh, (long long)a->nope, (long long)a->rope, (long long)a->vd,
+                          (long long)a->ql, (long long)a->kvl);
+    if ((st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo)) != HP_OK) return st;
+    a->bo_deferred = deferred(b, "o_proj.bias");
+    if (a->ql > 0 && (st = linear(r, &a->wqa, NULL, &a->qa, err)) != HP_OK) return st;
+    if ((st = linear(r, &a->wq, NULL, &a->q, err)) != HP_OK) return st;
+    if ((st = linear(r, &a->wkva, NULL, &a->kva, err)) != HP_OK) return st;
+    if ((st = linear(r, &a->wkvb, NULL, &a->kvb, err)) != HP_OK) return st;
+    return linear(r, &a->wo, NULL, &a->o, err);
+}
+
 static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
 {
     hp_runner *r = L->r;
@@ -295,6 +353,9 @@ static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
     if (!b) return HP_ERR_INPUT;
     a->c = contract_of(b);
     int64_t tp = r->x.ax[HP__TP].n;
+    char mla_name[300];
+    snprintf(mla_name, sizeof mla_name, "%s.kv_a_proj_with_mqa.weight", fqn);
+    if (hp_model_find_param(r->m, mla_name)) return load_mla(L, fqn, b, a);
     /* Shapes first from the slices, then the pattern. */
     hp_status st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
     if (st == HP_OK) st = load(L, fqn, "k_proj.weight", true, true, &a->wk);
@@ -574,6 +635,78 @@ static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
     return st;
 }
 
+/* DeepSeek-V3's multi-head latent attention on local tensors (spec/transformers_forward.md, DeepSeek-V3). */
+static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
+{
+    const hp__rcfg *c = &r->cfg;
+    int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, H = c->H, nh = a->nh;
+    int64_t nope = a->nope, rope = a->rope, vd = a->vd, qk = nope + rope, kvl = a->kvl;
+    hp_status st = HP_OK;
+    hp__act *k = &r->k, *v = &r->v;
+    hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
+    int64_t lat = kvl + rope, qa_n = a->ql > 0 ? a->ql : 0;
+    float *q = rbuf(r, 0, rows * nh * qk, err), *o = q ? rbuf(r, 1, rows * nh * vd, err) : NULL;
+    float *tmp = o ? rbuf(r, 2, rows * (lat + qa_n + kvl + nh * (nope + vd)), err) : NULL;
+    if (!tmp) return HP_ERR_NOMEM;
+    float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n, *kv = ckv + rows * kvl;
+    if (a->ql > 0) {
+        st = lin_fwd(a->qa, rows, t->d, H, qa, a->ql, err);
+        if (st == HP_OK) hp__rmsnorm(qa, rows, a->ql, a->qan.d, 1e-6, qa); /* DeepseekV3RMSNorm's default eps */
+        if (st == HP_OK) st = lin_fwd(a->q, rows, qa, a->ql, q, nh * qk, err);
+    } else {
+        st = lin_fwd(a->q, rows, t->d, H, q, nh * qk, err);
+    }
+    if (st == HP_OK) st = lin_fwd(a->kva, rows, t->d, H, kva, lat, err);
+    if (st != HP_OK) return st;
+    for (int64_t i = 0; i < rows; i++) memcpy(ckv + i * kvl, kva + i * lat, (size_t)kvl * sizeof *ckv);
+    hp__rmsnorm(ckv, rows, kvl, a->kvan.d, 1e-6, ckv);
+    if ((st = lin_fwd(a->kvb, rows, ckv, kvl, kv, nh * (nope + vd), err)) != HP_OK) return st;
+    if ((st = rope_for(r, t->lo[1], sq, err)) != HP_OK) return st;
+    /* k_rot: one head, rotated, then broadcast to every head; q's rope channels rotated per head */
+    for (int64_t b = 0; b < Bl; b++) {
+        float *kr = kva + b * sq * lat + kvl;
+        float *qb = q + b * sq * nh * qk;
+        if (c->interleave) {
+            hp__rope_apply_pairs(kr, sq, 1, lat, 0, rope, r->rope_cos, r->rope_sin);
+            hp__rope_apply_pairs(qb, sq, nh, qk, nope, rope, r->rope_cos, r->rope_sin);
+        } else {
+            hp__rope_apply_at(kr, sq, 1, lat, 0, rope, r->rope_cos, r->rope_sin);
+            hp__rope_apply_at(qb, sq, nh, qk, nope, rope, r->rope_cos, r->rope_sin);
+        }
+    }
+    if ((st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nh * qk, kl, err)) != HP_OK) return st;
+    if ((st = hp__act_alloc(&r->x, v, t->g[0], t->g[1], nh * vd, kl, err)) != HP_OK) return st;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *src = kv + (i * nh + h) * (nope + vd);
+            float *kd = k->d + (i * nh + h) * qk;
+            memcpy(kd, src, (size_t)nope * sizeof *kd);
+            memcpy(kd + nope, kva + i * lat + kvl, (size_t)rope * sizeof *kd);
+            memcpy(v->d + (i * nh + h) * vd, src + nope, (size_t)vd * sizeof *kd);
+        }
+    hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
+    const char *coll;
+    char what[200];
+    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->c.fqn);
+    if (kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
+    if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
+    /* softmax scale: qk_head_dim^-½, times m² with yarn's mscale_all_dim (yarn_apply_mscale) */
+    double scale = 1.0 / sqrt((double)qk);
+    if (c->rope != HP__ROPE_DEFAULT && c->mscale_all_dim != 0 && c->factor > 1) {
+        double mm = 0.1 * c->mscale_all_dim * log(c->factor) + 1.0;
+        scale *= mm * mm;
+    }
+    if (st == HP_OK) {
+        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
+                            .scale = scale, .q = q, .k = k->d, .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1],
+                            .window = c->window[layer], .out = o};
+        st = hp__attention(&aa, err);
+    }
+    if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * vd, out->d, H, err);
+    return st;
+}
+
 static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
 {
     const hp__rcfg *c = &r->cfg;
@@ -583,6 +716,13 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (t->lay.ax[HP__TP].kind != HP_PL_R)
         return hp_err_set(err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on tp "
                           "(in_dst tp R)", a->c.fqn);
+    if (a->mla) {
+        if ((st = mla_apply(r, layer, a, t, out, err)) != HP_OK) return st;
+        if (!a->bo_deferred) add_bias(r, out, &a->bo);
+        if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
+        if (a->bo_deferred) add_bias(r, out, &a->bo);
+        return record(r, a->c.fqn, r->exit_coll, out, err);
+    }
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
     hp__act *k = &r->k, *v = &r->v;
     float *q = rbuf(r, 0, rows * nh * hd, err), *o = q ? rbuf(r, 1, rows * nh * hd, err) : NULL;
@@ -950,7 +1090,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 static bool dense_family(const hp_model *m)
 {
     static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
-                                     "glm4_moe", "gpt_oss"};
+                                     "glm4_moe", "gpt_oss", "deepseek_v3"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (m->family && !strcmp(hp_family_name(m->family), ok[i])) return true;
     return false;
@@ -991,11 +1131,11 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     int world = hp_comm_size(r->x.world);
     if (!dense_family(m))
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe "
-                          "decoders today; %s%s", m->path,
+                          "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
+                          "glm4_moe, gpt_oss and deepseek_v3 decoders; %s%s", m->path,
                           m->family ? hp_family_name(m->family) : "this architecture",
                           m->family && hp_family_is_moe(m->family)
-                              ? " (MLA, sinks or partial rotary) is not yet: run its MoE layers with 'hyperpar moe'"
+                              ? " is not yet: run its MoE layers with 'hyperpar moe'"
                               : " is not one of them");
     if (m->meta && !o->shards)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
@@ -1073,7 +1213,9 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
 static void free_attn(attn_w *a)
 {
     hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
-    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn, &a->sinks};
+    hp_linear_free(a->qa), hp_linear_free(a->kva), hp_linear_free(a->kvb);
+    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn, &a->sinks,
+                  &a->wqa, &a->qan, &a->wkva, &a->kvan, &a->wkvb};
     for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
 }
 

@@ -53,8 +53,10 @@ expect 2 "not both" -- "$HP" run $F/llama --input "$WORK/i32.st" --plan "$WORK/p
 # --output never over an input.
 expect 2 "--output" -- "$HP" run $F/llama --input "$WORK/i32.st" --output "$WORK/i32.st"
 check "input kept" test -s "$WORK/i32.st"
-# MoE families the runtime does not run yet are refused with a pointer to what runs them.
-expect 2 "hyperpar moe" -- "$HP" run data/golden/deepseek_v3_per_expert_f32 --input "$WORK/i32.st"
+# An architecture the runtime does not know is refused by name.
+mkdir -p "$WORK/foo" && cp $F/llama/model.safetensors "$WORK/foo/" &&
+    sed -e 's/"llama"/"foo"/' -e 's/LlamaForCausalLM/FooForCausalLM/' $F/llama/config.json > "$WORK/foo/config.json"
+expect 2 "is not one of them" -- "$HP" run "$WORK/foo" --input "$WORK/i32.st"
 # Meta mode (config.json alone) has no weights.
 expect 2 "holds no weights" -- "$HP" run $F/llama/config.json --input "$WORK/i32.st"
 expect 0 "usage: [mpirun -np N] hyperpar run" -- "$HP" run --help

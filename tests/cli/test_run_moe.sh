@@ -1,4 +1,5 @@
-# hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe, glm4_moe with partial rotary, gpt_oss with sinks and yarn): the sparse blocks run the EP runtime inside the
+# hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe, glm4_moe with partial rotary, gpt_oss with sinks and
+# yarn, deepseek_v3 with MLA, interleaved rope and yarn's mscale): the sparse blocks run the EP runtime inside the
 # layer loop on each rank's SP/CP-local rows. Every golden at 1 process and under mpirun with TP-extend-EP
 # (tp=2 x ep=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis: logits 1e-4 * max|ref|, loss
 # 1e-5, moe.<l>.topk_idx exact; the distributed runs equal one process within 1e-5; from a shard folder;
@@ -7,9 +8,10 @@ source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
-for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss; do
+for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
     G=$F/$fam
     OV=data/overrides/${fam}_ep.yaml
+    [ $fam = deepseek_v3 ] && OV=data/overrides/deepseek_v3_forward_ep.yaml # deepseek_v3_ep.yaml sets a capacity
     expect 0 "topk_idx 0 of" -- "$HP" run $G --input $G/forward_io.safetensors --compare $G/forward_io.safetensors
     "$HP" run $G --input $G/forward_io.safetensors --output "$WORK/$fam.one.st" 2>/dev/null </dev/null
     while read -r np flags; do
@@ -42,6 +44,10 @@ expect 2 "local_compute_fn" -- $MPI -np 2 "$HP" run $F/qwen3_moe --input $F/qwen
 # Experts sharded over tp (an explicit ep axis with tp) are refused by name.
 expect 2 "is sharded over tp" -- $MPI -np 4 "$HP" run $F/mixtral --input $F/mixtral/forward_io.safetensors \
     --mesh dp=1,tp=2,ep=2 --ep-axis --overrides data/overrides/mixtral_ep.yaml
-# The families with MLA, sinks or partial rotary are not run yet, and say so.
-expect 2 "is not yet" -- "$HP" run data/golden/deepseek_v3_per_expert_f32 --input $F/qwen3_moe/forward_io.safetensors
+# TP splits MLA by heads (q_b_proj, kv_b_proj S(0), o_proj S(1)) and gpt-oss's sinks with them: tp=4 x ep=4.
+expect 0 "topk_idx 0 of" -- $MPI -np 4 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 4 \
+    --ep 4 --overrides data/overrides/deepseek_v3_forward_ep.yaml --compare $F/deepseek_v3/forward_io.safetensors
+# A capacity factor in the declared compute applies per rank block: with 1.25 some slots drop and the logits move.
+expect 3 "MISMATCH" -- $MPI -np 2 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 2 \
+    --ep 2 --overrides data/overrides/deepseek_v3_ep.yaml --compare $F/deepseek_v3/forward_io.safetensors
 finish
