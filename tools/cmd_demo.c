@@ -4,7 +4,8 @@
  * gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode synthesises
  * exactly the checkpoint's tensors → plan (tp=2, ep=2) → shard for dp=2 x ep=2 and merge back (byte-exact)
  * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process
- * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate.
+ * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate
+ * → the MoE model's whole forward pass in one process, over 2 ranks (tp=2 x ep=2) compared with it, and validate.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -211,6 +212,45 @@ static int run_dense(const char *out)
     return HP_EXIT_OK;
 }
 
+/* The whole forward pass of the MoE model: one process, then tp=2 x ep=2 (TP-extend-EP over 2 ranks, the EP
+ * compute declared in ep_yaml), then validate. */
+static int run_moe_model(const char *out, const char *model_dir, const char *ep_yaml, int64_t vocab)
+{
+    char ids[700], one[700], args[8192], shown[8192];
+    snprintf(ids, sizeof ids, "%s/moe_ids.safetensors", out);
+    snprintf(one, sizeof one, "%s/moe_logits_one.safetensors", out);
+    int rc = write_ids(ids, 2, 16, vocab);
+    if (rc != HP_EXIT_OK) return rc;
+    printf("$ hyperpar run %s --input %s --output %s\n", model_dir, ids, one);
+    fflush(stdout);
+    {
+        char *a[] = {"run", (char *)model_dir, "--input", ids, "--output", one, NULL};
+        optind = 1;
+        if ((rc = cmd_run(6, a)) != HP_EXIT_OK) return rc;
+    }
+    snprintf(args, sizeof args, "run '%s' --input '%s' --tp 2 --ep 2 --overrides '%s' --compare '%s' --compare-rtol 1e-5",
+             model_dir, ids, ep_yaml, one);
+    snprintf(shown, sizeof shown, "run %s --input %s --tp 2 --ep 2 --overrides %s --compare %s --compare-rtol 1e-5",
+             model_dir, ids, ep_yaml, one);
+    bool skipped;
+    int st = mpi_self(shown, args, &skipped);
+    if (skipped) return HP_EXIT_OK;
+    if (st != 0) {
+        printf("FAILED: the 2-rank MoE forward pass did not match one process (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
+    printf("2 MPI ranks (tp=2 x ep=2: 4 of 8 experts each, sequence-parallel) give the one-process logits, loss and "
+           "routed experts\n");
+    snprintf(args, sizeof args, "validate '%s' --input '%s' --tp 2 --ep 2 --overrides '%s'", model_dir, ids, ep_yaml);
+    snprintf(shown, sizeof shown, "validate %s --input %s --tp 2 --ep 2 --overrides %s", model_dir, ids, ep_yaml);
+    st = mpi_self(shown, args, &skipped);
+    if (st != 0) {
+        printf("FAILED: validate found a boundary of the MoE model that diverges (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
+    return HP_EXIT_OK;
+}
+
 /* The marker demo leaves in its --out: a later demo may write there again, nothing else is ever overwritten. */
 #define DEMO_MARKER ".hyperpar-demo"
 
@@ -385,7 +425,10 @@ int cmd_demo(int argc, char **argv)
     if ((rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1)) != HP_EXIT_OK) goto done;
 
     step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate");
-    rc = run_dense(out);
+    if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
+
+    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate");
+    rc = run_moe_model(out, model_dir, ep_yaml, g.vocab);
 done:
     hp_model_close(real);
     hp_model_close(meta);

@@ -811,6 +811,12 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     const int32_t *ti = hp_moe_ep_ws(m->ep)->topk_idx;
     for (int64_t i = 0; i < rows * K; i++) m->topk.d[i] = (float)ti[i];
     if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
+    if (r->ep > 1) { /* the token exchange inside the region is what validate's table should name */
+        char ex[40];
+        snprintf(ex, sizeof ex, "%.39s", r->exit_coll);
+        snprintf(r->exit_coll, sizeof r->exit_coll, "EP all-to-all x2%s%.39s", strcmp(ex, "none") ? ", then " : "",
+                 strcmp(ex, "none") ? ex : "");
+    }
     return record(r, m->c.fqn, r->exit_coll, out, err);
 }
 

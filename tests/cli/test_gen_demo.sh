@@ -17,6 +17,8 @@ out=$("$HP" demo --out "$WORK/demo" 2>&1)
 check "demo runs the dense forward pass on 2 ranks" grep -q "2 MPI ranks (tp=2, sequence-parallel) give the one-process logits" <<<"$out"
 check "demo validates every boundary" grep -q "loss: distributed .*: ok" <<<"$out"
 check "demo's validate table has no divergence" test "$(grep -c DIVERGES <<<"$out")" = 0
+check "demo runs the MoE model on tp=2 x ep=2" grep -q "2 MPI ranks (tp=2 x ep=2" <<<"$out"
+check "demo validates the MoE model" test "$(grep -c "loss: distributed .*: ok" <<<"$out")" = 2
 
 # --seed takes every uint64 value; above INT64_MAX it is a distinct seed, never clamped.
 expect 0 "seed 18446744073709551615" -- "$HP" gen --family llama --out "$WORK/s1" --seed 18446744073709551615
