@@ -362,21 +362,6 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
 
 /* ---- output ---- */
 
-/* s as a JSON string (quotes, backslashes and control characters escaped). */
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
 
 typedef struct rb_info {
     char mesh[128], backend[128], kernels[512], blas[512], group[16];
@@ -459,13 +444,13 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
            (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim, (long long)a->vocab,
            dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
            in->threads, in->reps, (unsigned long long)r->ckpt_bytes, r->gen_s);
-    json_str(in->mesh);
+    cli_json_str(in->mesh);
     printf(", \"backend\": ");
-    json_str(in->backend);
+    cli_json_str(in->backend);
     printf(", \"kernels\": ");
-    json_str(in->kernels);
+    cli_json_str(in->kernels);
     printf(", \"blas\": ");
-    json_str(in->blas);
+    cli_json_str(in->blas);
     printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
            "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
            m[C_WALL], (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
@@ -487,7 +472,7 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
            "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
            "\"pytorch_eager\": null, \"pytorch_note\": ",
            r->resident, r->share, r->total, expect, r->resident / expect, RESIDENT_TOL);
-    json_str(torch_note(in));
+    cli_json_str(torch_note(in));
     printf("}\n");
 }
 

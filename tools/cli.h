@@ -79,6 +79,9 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
 bool cli_output_problem(const char *opt, const char *path, const char *model, const char *const *inputs,
                         int n_inputs, char *msg, size_t cap);
 
+/* Prints s to stdout as a JSON string (quotes, backslashes and control characters escaped). */
+void cli_json_str(const char *s);
+
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -143,21 +143,6 @@ static hp_status forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
     return hp_moe_shared_forward(l, ws, x, T, y, err);
 }
 
-/* s as a JSON string (quotes, backslashes and control characters escaped). */
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
 
 /* A figure, or null when it was not measured (< 0). */
 static void json_num(const char *key, double v)
@@ -326,7 +311,7 @@ static int run(const bench_args *a)
         json_num("dense_gflops", dense);
         json_num("dense_ratio", ratio(gflops, dense));
         printf(", \"dense_rows\": %lld, \"dense_path\": ", (long long)dense_m);
-        json_str(dense_path);
+        cli_json_str(dense_path);
         printf(", \"expert_bytes\": %.6g, \"expert_gbps\": %.6g", bytes, gbps);
         json_num("read_gbps", read);
         json_num("read_ratio", ratio(gbps, read));
@@ -335,15 +320,15 @@ static int run(const bench_args *a)
                "\"small_m_max\": %lld, \"gate_up_small_path\": ",
                READ_SWEEP_BYTES, resident, stored, resident / stored, owned,
                (double)gu_info.borrowed_bytes + (double)dn_info.borrowed_bytes, (long long)gu_info.small_m_max);
-        json_str(gu_info.small_path);
+        cli_json_str(gu_info.small_path);
         printf(", \"gate_up_large_path\": ");
-        json_str(gu_info.large_path);
+        cli_json_str(gu_info.large_path);
         printf(", \"down_small_path\": ");
-        json_str(dn_info.small_path);
+        cli_json_str(dn_info.small_path);
         printf(", \"down_large_path\": ");
-        json_str(dn_info.large_path);
+        cli_json_str(dn_info.large_path);
         printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)n_rows, (long long)n_active);
-        json_str(blas);
+        cli_json_str(blas);
         printf(", \"openblas_generic_fallback\": %s, \"threads\": %d}\n", generic ? "true" : "false", threads);
     } else {
         printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,

@@ -76,3 +76,18 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
     if (cli_output_problem(opt, path, model, inputs, n_inputs, msg, sizeof msg)) return cli_usage_error(cmd, "%s", msg);
     return HP_EXIT_OK;
 }
+
+void cli_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}

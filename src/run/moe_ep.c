@@ -11,6 +11,8 @@
  *
  * Every phase ends in an agreement over the world, so one rank's failure ends every rank with its message.
  */
+#include "moe/moe_internal.h"
+
 #include "hyperpar/overrides.h"
 #include "hyperpar/run.h"
 #include "hyperpar/shard.h"
@@ -28,19 +30,10 @@ static bool is_shard_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(man, &sb) == 0;
 }
 
-/* A 64-bit hash of n bytes continuing h, 8 bytes a step (the input x can be hundreds of MB). */
+/* The MoE runtime's 64-bit hash (8 bytes a step: the input x can be hundreds of MB). */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
+    return hp__moe_hash(h, p, n);
 }
 
 /* What every rank must agree on before any exchange: model shape, layer, archetype, options, mesh. */
