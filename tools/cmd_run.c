@@ -22,7 +22,7 @@ static void usage(FILE *out)
             "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
             "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
             "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
-            "                      [--compute exact|bf16] [--threads N]\n"
+            "                      [--compute exact|bf16] [--overlap] [--threads N]\n"
             "\n"
             "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
             "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
@@ -43,6 +43,8 @@ static void usage(FILE *out)
             "  --plan plan.json     a plan written by 'hyperpar plan' instead of deriving one\n"
             "  --compute M          exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
             "                       (activations rounded to bf16 for the GEMMs)\n"
+            "  --overlap            MoE blocks run the shared expert while their tokens are exchanged (also\n"
+            "                       when the declared compute sets overlap_shared_expert); the same numbers\n"
             "  --threads N          threads per rank for the GEMMs\n"
             "\n"
             "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
@@ -57,6 +59,7 @@ typedef struct run_args {
     int threads;
     hp_linalg_mode compute;
     bool validate;
+    bool overlap;
 } run_args;
 
 static bool is_shard_dir(const char *path)
@@ -298,7 +301,7 @@ static int run(run_args *a, int *argc, char ***argv)
             hp_linalg_set_threads(a->threads);
             hp_linalg_blas_threads(a->threads);
         }
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute};
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap};
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;
@@ -354,13 +357,14 @@ static void usage_validate(FILE *out)
 static int parse(int argc, char **argv, bool validate)
 {
     const char *cmd = validate ? "validate" : "run";
-    enum { O_PLAN = 300, O_COMPUTE, O_RTOL };
+    enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP };
     static const struct option opts[] = {
         {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
         {"output", required_argument, 0, 'o'}, {"compare", required_argument, 0, 'C'},
         {"threads", required_argument, 0, 't'}, CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
         {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
         {"compare-rtol", required_argument, 0, O_RTOL}, {"rtol", required_argument, 0, O_RTOL},
+        {"overlap", no_argument, 0, O_OVERLAP},
         {0, 0, 0, 0}};
     run_args a = {.validate = validate};
     cli_plan_flags_init(&a.pf);
@@ -381,6 +385,7 @@ static int parse(int argc, char **argv, bool validate)
             a.threads = (int)v;
             break;
         case O_PLAN: a.plan = optarg; break;
+        case O_OVERLAP: a.overlap = true; break;
         case O_COMPUTE:
             if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
             else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;

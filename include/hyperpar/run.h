@@ -44,6 +44,8 @@ typedef struct hp_run_opts {
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
     void *record_ctx;
     bool keep_activations;   /* keep each layer's input (the residual stream, local block) for a backward pass */
+    bool overlap;            /* MoE blocks hide the shared expert behind the token exchange (also when a block's
+                                declared compute sets overlap_shared_expert); the numbers are the same */
     bool sync_collectives;   /* benchmarks: a barrier of the group before each collective, timed as wait_s, so
                                 coll_s is the collective alone (no wait for a slower rank's compute) */
 } hp_run_opts;

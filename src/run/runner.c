@@ -63,6 +63,7 @@ typedef struct moe_w {
     hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
     int64_t max_tokens;
     double cf;          /* the boundary's capacity factor (0: off) */
+    bool overlap;       /* hide the shared expert behind the exchange */
     hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
 } moe_w;
 
@@ -506,6 +507,7 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
                                : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
     if (st != HP_OK) return st;
     w->cf = b->compute.capacity_factor;
+    w->overlap = r->o.overlap || (b->compute.has_overlap_shared_expert && b->compute.overlap_shared_expert);
     r->ws.resident += hp_moe_layer_expert_bytes(w->l);
     r->ws.share += hp_moe_layer_expert_bytes(w->l);
     return HP_OK;
@@ -799,7 +801,7 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     }
     if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE};
-    if (st == HP_OK) st = hp_moe_ep_forward(m->ep, t->d, rows, out->d, &ro, false, err);
+    if (st == HP_OK) st = hp_moe_ep_forward(m->ep, t->d, rows, out->d, &ro, m->overlap, err);
     if (st == HP_OK) { /* the token exchange counts as communication */
         const hp_moe_ep_stats *es = hp_moe_ep_get_stats(m->ep);
         r->x.st.comm_s += es->t_dispatch + es->t_return + es->t_wait;

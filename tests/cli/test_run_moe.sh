@@ -27,6 +27,15 @@ for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
 2 --mesh dp=1,ep=2 --ep-axis
 LIST
 done
+# --overlap hides the shared expert behind the exchange: the same numbers (qwen2_moe's gated shared expert,
+# deepseek_v3's plain one).
+for fam in qwen2_moe deepseek_v3; do
+    OV=data/overrides/${fam}_ep.yaml
+    [ $fam = deepseek_v3 ] && OV=data/overrides/deepseek_v3_forward_ep.yaml
+    expect 0 "OK" -- $MPI -np 2 "$HP" run $F/$fam --input $F/$fam/forward_io.safetensors --tp 2 --ep 2 --overrides $OV \
+        --overlap --compare "$WORK/$fam.one.st" --compare-rtol 1e-5
+done
+
 # The output file holds moe.<l>.topk_idx I32 [B*S, K] as forward_io does.
 expect 0 "moe.0.topk_idx" -- "$HP" inspect "$WORK/qwen3_moe.one.st" --tensors
 # From a shard folder of the same mesh.
