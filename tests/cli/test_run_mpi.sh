@@ -135,6 +135,31 @@ done <<'LIST'
 4 --cp 2 --tp 2
 LIST
 
+# A fused gate_up_proj (llama's gate and up rows concatenated): packed S(0)x2 under tp=2 equals the golden.
+python3 - $F/llama "$WORK/fused" <<'PY'
+import json, os, struct, sys
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst, exist_ok=True)
+open(dst + "/config.json", "w").write(open(src + "/config.json").read())
+raw = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]; hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+t = {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in hdr.items() if k != "__metadata__"}
+for l in range(2):
+    p = "model.layers.%d.mlp." % l
+    g, u = t.pop(p + "gate_proj.weight"), t.pop(p + "up_proj.weight")
+    t[p + "gate_up_proj.weight"] = (g[0], [2 * g[1][0], g[1][1]], g[2] + u[2])
+out, off, body = {}, 0, b""
+for k in sorted(t):
+    dt, shape, b = t[k]
+    out[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(b)]}; off += len(b); body += b
+h = json.dumps(out).encode()
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + body)
+PY
+expect 0 "OK" -- "$HP" run "$WORK/fused" --input $F/llama/forward_io.safetensors --compare $F/llama/forward_io.safetensors
+expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/fused" --input $F/llama/forward_io.safetensors --tp 2 --packed-fused \
+    --compare $F/llama/forward_io.safetensors
+expect 2 "--packed-fused" -- $MPI -np 2 "$HP" run "$WORK/fused" --input $F/llama/forward_io.safetensors --tp 2
+
 # From a shard folder of the same mesh: the same logits; of another mesh: refused.
 "$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
 expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
