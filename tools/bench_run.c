@@ -1,30 +1,39 @@
 /*
- * bench_run.c — `hyperpar bench run --preset llama-3-8b [...]`: the runtime's whole forward pass
- * (hp_runner_forward: embedding, decoder layers, norm, lm_head, loss) at a real model's layer shapes, over
- * the ranks of mpirun, timed, and compared with figures measured in the same run on the same ranks:
+ * bench_run.c — `hyperpar bench run --preset P [...]`: the runtime's whole forward pass (hp_runner_forward:
+ * embedding, decoder layers, norm, lm_head, loss) at a real model's layer shapes, dense (llama-3-8b) or MoE
+ * (qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3), over the ranks of mpirun, timed, and compared with
+ * figures measured in the same run on the same ranks:
  *
  *   - each collective kind's time inside the runtime (hp_run_stats.coll_s: the whole transition, packing,
- *     the MPI call and unpacking) next to a bare hp_comm collective of the same bytes per call, called as
- *     many times, on the same group, right after: ratio bare / runtime (target >= 0.8);
- *   - resident weight bytes on the largest rank next to the checkpoint's weight bytes / tp (target: within 5%).
+ *     the MPI call and unpacking; for the all-to-all the MoE token exchange, dispatch and return) next to a
+ *     bare hp_comm collective of the same bytes per call, called as many times, on the same group, right
+ *     after: ratio bare / runtime (target >= 0.8);
+ *   - resident weight bytes on the largest rank next to the plan's share: the checkpoint's weight bytes / tp,
+ *     for MoE dense bytes / tp + routed-expert bytes (names with ".experts.") / ep (target: within 5%);
+ *   - MoE: the phase times of the EP forward (route ... shared) summed over the sparse layers.
  *
  * The checkpoint is random: rank 0 writes it into a fresh temporary folder (mkdtemp under $TMPDIR or /tmp)
- * with hp_gen_checkpoint, every rank opens it and derives the plan for the mesh (dp, cp, tp; tp fastest), and
- * the folder is removed at the end, also on failure. gen accepts sizes up to HP_GEN_MAX_DIM (65536) and
- * Llama-3's vocabulary is 128256, so a larger --vocab is written here instead: gen's config.json for that
- * vocabulary, the tensors of its meta model, values with gen's scales (write_big_vocab). All ranks must see
- * rank 0's folder: one machine, or a TMPDIR shared by every node.
+ * and every rank opens it and derives the plan for the mesh (dp, cp, tp; tp fastest; MoE: TP-extend-EP with
+ * ep = tp unless --ep, the EP compute declared by the overrides hp_plan_suggest_overrides writes, as
+ * `hyperpar plan --suggest-overrides` prints them); the folder is removed at the end, also on failure. A dense
+ * preset up to gen's HP_GEN_MAX_DIM (65536) is written by hp_gen_checkpoint. Llama-3's vocabulary is 128256,
+ * and gen's DeepSeek-V3 config holds small MLA ranks and groups, so those and every MoE preset are written
+ * here instead (write_from_config): gen's config.json text with vocab_size and the preset's MoE fields
+ * rewritten, the tensors of its meta model, values with gen's scales. All ranks must see rank 0's folder: one
+ * machine, or a TMPDIR shared by every node.
  *
  * Groups of the bare collectives: the runtime counts each kind over both its tp and cp groups (and the loss
  * sums over the world), so the bare ones run on the tp group (split(world, rank / tp, rank % tp), the
  * runtime's rank order for a dp,cp,tp mesh), on the cp group when tp = 1 and cp > 1, on the world otherwise;
- * the gather of the logits goes to rank 0 over the world, each rank sending its own bytes per call.
+ * the gather of the logits goes to rank 0 over the world, each rank sending its own bytes per call; the
+ * all-to-all runs on the EP group (hp_mesh_ep_index, as the runner splits it), per_call / G bytes to each rank.
  * Bytes per call are each kind's bytes / calls (its mean), so the bare run moves the same total bytes in the
  * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
  * Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
  *
  * Test-only options --hidden, --intermediate, --heads, --kv-heads and --head-dim replace the preset's shapes
- * so that the CLI tests run in seconds.
+ * so that the CLI tests run in seconds (--experts and --dense-layers are real options: the real DeepSeek-V3
+ * sparse layer needs more memory than a 24 GiB machine has).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,19 +45,28 @@
 #include "cli.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/gen.h"
+#include "hyperpar/overrides.h"
 #include "hyperpar/run.h"
 
 typedef struct preset {
     const char *name, *family;
     int64_t hidden, intermediate, heads, kv_heads, head_dim, vocab;
+    int64_t experts, top_k, moe_intermediate; /* 0: dense */
+    int64_t first_dense, n_group, topk_group; /* DeepSeek-V3: first_k_dense_replace, group-limited routing */
+    int64_t q_lora, kv_lora, nope, rope, v_head; /* MLA (0: none) */
 } preset;
 
-/* meta-llama/Meta-Llama-3-8B config.json. */
+/* The config.json files of meta-llama/Meta-Llama-3-8B, Qwen/Qwen3-30B-A3B, mistralai/Mixtral-8x7B-v0.1,
+ * openai/gpt-oss-20b and deepseek-ai/DeepSeek-V3 (also in shared/configs/). */
 static const preset g_presets[] = {
-    {"llama-3-8b", "llama", 4096, 14336, 32, 8, 128, 128256},
+    {"llama-3-8b", "llama", 4096, 14336, 32, 8, 128, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", "qwen3_moe", 2048, 6144, 32, 4, 128, 151936, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"mixtral-8x7b", "mixtral", 4096, 14336, 32, 8, 128, 32000, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"gpt-oss-20b", "gpt_oss", 2880, 2880, 64, 8, 64, 201088, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"deepseek-v3", "deepseek_v3", 7168, 18432, 128, 128, 128, 129280, 256, 8, 2048, 3, 8, 4, 1536, 512, 128, 64, 128},
 };
 
-#define PRESET_NAMES "llama-3-8b"
+#define PRESET_NAMES "llama-3-8b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3"
 enum { MAX_REPS = 50 };
 #define MAX_VOCAB (1 << 20) /* above every published vocabulary (262144 is the largest we know) */
 #define RATIO_TARGET 0.8    /* bare / runtime per collective kind */
@@ -58,38 +76,61 @@ typedef struct rb_args {
     const preset *p;
     int64_t layers, tokens, vocab, dp, cp, tp, reps, threads;
     int64_t hidden, intermediate, heads, kv_heads, head_dim;
+    int64_t experts, moe_intermediate, first_dense, ep; /* MoE presets; ep 0: = tp */
+    int64_t n_group, topk_group;                         /* DeepSeek-V3's routing groups for `experts` */
     bool tp_given, json;
     hp_dtype dtype;
 } rb_args;
 
+static bool is_moe(const rb_args *a) { return a->p->experts > 0; }
+
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: [mpirun -np N] hyperpar bench run --preset llama-3-8b [--layers L] [--tokens T] [--vocab V]\n"
-            "                                         [--tp N] [--dp N] [--cp N] [--dtype bf16|f32] [--reps R]\n"
+            "usage: [mpirun -np N] hyperpar bench run --preset P [--layers L] [--tokens T] [--vocab V]\n"
+            "                                         [--tp N] [--dp N] [--cp N] [--ep N] [--experts E]\n"
+            "                                         [--dense-layers N] [--dtype bf16|f32] [--reps R]\n"
             "                                         [--threads N] [--json]\n"
             "\n"
             "Runs the runtime's whole forward pass (embedding, L decoder layers, norm, lm_head, loss) on a random\n"
             "checkpoint with the preset's layer shapes over all N ranks, as 'hyperpar run' does, and prints prefill\n"
             "tokens/s, the slowest rank's compute and communication time, each collective kind's time next to a\n"
             "bare MPI collective of the same bytes and calls measured in the same run (ratio bare/runtime, target\n"
-            ">= %.1f), and the resident weight bytes per rank next to the checkpoint's / tp (target within %.0f%%).\n"
+            ">= %.1f), and the resident weight bytes per rank next to the plan's share (target within %.0f%%): the\n"
+            "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
+            "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n"
             "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
             "every rank must see it. Also runs as one process without mpirun.\n"
             "\n"
-            "  --preset P     llama-3-8b (H 4096, I 14336, 32 heads, 8 kv heads x 128, vocab 128256)\n"
-            "  --layers L     decoder layers (1)\n"
+            "  --preset P     llama-3-8b    (H 4096, I 14336, 32 heads, 8 kv heads x 128, vocab 128256)\n"
+            "                 qwen3-30b-a3b (H 2048, 32 heads, 4 kv x 128, 128 experts top-8 x 768, vocab 151936)\n"
+            "                 mixtral-8x7b  (H 4096, 32 heads, 8 kv x 128, 8 experts top-2 x 14336, vocab 32000)\n"
+            "                 gpt-oss-20b   (H 2880, 64 heads, 8 kv x 64, 32 experts top-4 x 2880, vocab 201088)\n"
+            "                 deepseek-v3   (H 7168, 128 heads MLA q_lora 1536 kv_lora 512 nope 128 rope 64 v 128,\n"
+            "                                256 experts top-8 x 2048 in 8 groups top-4, 1 shared expert, dense\n"
+            "                                I 18432 in the first 3 layers, vocab 129280)\n"
+            "  --layers L     decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)\n"
             "  --tokens T     sequence length T of the batch [dp, T]: one row per dp replica (256)\n"
             "  --vocab V      vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
             "                 smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
             "                 with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)\n"
             "  --tp, --dp, --cp N  the mesh dp,cp,tp (default: --tp = the number of processes)\n"
+            "  --ep N         MoE presets: expert parallelism, TP-extend-EP over groups of N consecutive ranks\n"
+            "                 (default: N = tp, the experts spread over the tp group); with N > 1 the EP compute is\n"
+            "                 declared as 'hyperpar plan MODEL --tp N --ep N --suggest-overrides' prints it. The\n"
+            "                 runtime runs whole experts: tp > 1 with ep 1 (experts sharded over tp) is refused\n"
+            "  --experts E    MoE presets: routed experts per sparse layer instead of the preset's (its top-k, widths\n"
+            "                 and shared expert unchanged), a multiple of ep. DeepSeek-V3's real sparse layer is\n"
+            "                 ~21 GiB in bf16 (256 x 3 x 7168 x 2048) and does not fit a 24 GiB machine: shrink it,\n"
+            "                 e.g. --experts 16 (routing groups: min(8, E/2), half of them picked)\n"
+            "  --dense-layers N  deepseek-v3: leading dense layers instead of first_k_dense_replace 3\n"
             "  --dtype D      dtype the weights are generated and held in: bf16 (default) or f32\n"
             "  --reps R       timed forwards after one warm-up (3); the median is reported\n"
             "  --threads N    threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
             "                 the ranks on this node)\n"
             "  --json         one JSON object instead of text\n"
-            "  --hidden, --intermediate, --heads, --kv-heads, --head-dim N  replace the preset's shapes (tests)\n",
+            "  --hidden, --intermediate, --heads, --kv-heads, --head-dim N  replace the preset's shapes (tests;\n"
+            "                 for MoE presets --intermediate replaces the dense and the expert width)\n",
             RATIO_TARGET, RESIDENT_TOL * 100);
 }
 
@@ -134,7 +175,7 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-/* One tensor of write_big_vocab: values scale * u, u uniform in [-1, 1) from (the name's hash, index);
+/* One tensor of write_from_config: values scale * u, u uniform in [-1, 1) from (the name's hash, index);
  * norms 1 + 0.1 u, other vectors 0.1 u, matrices u / sqrt(fan_in), as gen writes them. */
 typedef struct big_fill {
     const hp_param *p;
@@ -165,25 +206,48 @@ static hp_status big_fill_fn(void *ctx, void *dst, size_t nbytes, hp_err *err)
     return HP_OK;
 }
 
-/* A checkpoint whose vocabulary is above gen's HP_GEN_MAX_DIM: gen's config.json for vocab HP_GEN_MAX_DIM
- * with vocab_size rewritten to o->vocab, and the tensors its meta model lists, into the (empty) folder dir. */
-static hp_status write_big_vocab(const hp_gen_opts *o, const char *dir, int threads, hp_err *err)
+/* Replaces the integer value of "key" in the config.json text *text (malloc'd; reallocated). */
+static hp_status patch_int(char **text, const char *key, int64_t value, hp_err *err)
 {
-    hp_gen_opts g = *o;
-    g.vocab = HP_GEN_MAX_DIM;
-    char *text = NULL, *cfg = NULL;
-    hp_status st = hp_gen_config_text(&g, &text, err);
-    if (st != HP_OK) return st;
-    const char *key = strstr(text, "\"vocab_size\":");
-    char *digits = key ? (char *)key + strlen("\"vocab_size\":") : NULL;
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(*text, pat);
+    char *digits = at ? (char *)at + strlen(pat) : NULL;
     while (digits && *digits == ' ') digits++;
     size_t n_digits = digits ? strspn(digits, "0123456789") : 0;
-    size_t cap = strlen(text) + 32;
-    if (!n_digits) st = hp_err_set(err, HP_ERR_IO, "gen's config.json text has no vocab_size to rewrite");
-    else if ((cfg = malloc(cap)) != NULL)
-        snprintf(cfg, cap, "%.*s%lld%s", (int)(digits - text), text, (long long)o->vocab, digits + n_digits);
-    else st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    free(text);
+    if (!n_digits) return hp_err_set(err, HP_ERR_IO, "gen's config.json text has no integer %s to rewrite", key);
+    size_t cap = strlen(*text) + 32;
+    char *out = malloc(cap);
+    if (!out) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    snprintf(out, cap, "%.*s%lld%s", (int)(digits - *text), *text, (long long)value, digits + n_digits);
+    free(*text);
+    *text = out;
+    return HP_OK;
+}
+
+/* Whether hp_gen_checkpoint writes the checkpoint: dense presets up to gen's HP_GEN_MAX_DIM. MoE presets are
+ * written here (write_from_config): gen's DeepSeek-V3 config holds small MLA ranks, routing groups and one
+ * leading dense layer, and gen writes real-sized MoE layers slowly (one qwen3-30b-a3b layer, 1.19 GiB: 207 s
+ * on the 2-core VM; write_from_config's threaded writer takes seconds). */
+static bool gen_fits(const rb_args *a) { return a->vocab <= HP_GEN_MAX_DIM && !is_moe(a); }
+
+/* A checkpoint gen cannot write itself (gen_fits false): gen's config.json text for o (vocab at most
+ * HP_GEN_MAX_DIM) with vocab_size and the DeepSeek-V3 fields rewritten to the preset's, and the tensors its
+ * meta model lists (dense and MoE families alike), into the (empty) folder dir. */
+static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const char *dir, int threads, hp_err *err)
+{
+    hp_gen_opts g = *o;
+    g.vocab = o->vocab < HP_GEN_MAX_DIM ? o->vocab : HP_GEN_MAX_DIM;
+    char *cfg = NULL;
+    hp_status st = hp_gen_config_text(&g, &cfg, err);
+    if (st == HP_OK) st = patch_int(&cfg, "vocab_size", o->vocab, err);
+    if (a->p->q_lora) {
+        const char *keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                              "n_group", "topk_group", "first_k_dense_replace"};
+        const int64_t vals[] = {a->p->q_lora, a->p->kv_lora, a->p->nope, a->p->rope, a->p->v_head,
+                                a->n_group, a->topk_group, a->first_dense};
+        for (size_t i = 0; st == HP_OK && i < sizeof keys / sizeof *keys; i++) st = patch_int(&cfg, keys[i], vals[i], err);
+    }
     hp_model *m = NULL;
     hp_st_writer *w = NULL;
     big_fill *fills = NULL;
@@ -245,9 +309,14 @@ static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *
     g.intermediate = a->intermediate;
     g.vocab = a->vocab;
     g.dtype = a->dtype;
+    if (is_moe(a)) {
+        g.experts = a->experts;
+        g.top_k = a->p->top_k;
+        g.moe_intermediate = a->moe_intermediate;
+    }
     double t0 = hp_comm_wtime();
-    hp_status st = a->vocab <= HP_GEN_MAX_DIM ? hp_gen_checkpoint(&g, dir, err)
-                                              : write_big_vocab(&g, dir, hp_linalg_set_threads(0), err);
+    hp_status st = gen_fits(a) ? hp_gen_checkpoint(&g, dir, err)
+                               : write_from_config(a, &g, dir, hp_linalg_set_threads(0), err);
     *seconds = hp_comm_wtime() - t0;
     return st;
 }
@@ -256,8 +325,9 @@ static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *
 
 /* Columns of one timed forward: the slowest rank's figures, then each kind's time on the rank that spent the
  * least in it, i.e. the one that reached its collectives last (without the wait for a slower rank). */
-enum { C_WALL, C_SECONDS, C_COMPUTE, C_COMM, C_COLL, C_COLL_MIN = C_COLL + HP_RUN_COLL_COUNT,
-       C_N = C_COLL_MIN + HP_RUN_COLL_COUNT };
+enum { C_WALL, C_SECONDS, C_COMPUTE, C_COMM, C_PHASE, C_COLL = C_PHASE + 6,
+       C_COLL_MIN = C_COLL + HP_RUN_COLL_COUNT, C_N = C_COLL_MIN + HP_RUN_COLL_COUNT };
+static const char *const g_phase_names[6] = {"route", "dispatch", "experts", "return", "combine", "shared"};
 
 typedef struct rb_result {
     double med[C_N];                    /* medians over reps of the slowest rank's figures */
@@ -267,6 +337,8 @@ typedef struct rb_result {
     double bare_min[HP_RUN_COLL_COUNT]; /* and of the rank that spent the least in them */
     double sync[HP_RUN_COLL_COUNT];     /* the runtime's per kind with a barrier before each call (wait excluded) */
     double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
+    double expert_bytes;                /* the checkpoint's routed-expert bytes (names holding ".experts.") */
+    double expect;                      /* (total - expert_bytes) / tp + expert_bytes / ep */
     double gen_s;
     uint64_t ckpt_bytes;
 } rb_result;
@@ -290,6 +362,7 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
         v[C_SECONDS] = s->seconds;
         v[C_COMPUTE] = s->compute_s;
         v[C_COMM] = s->comm_s;
+        for (int j = 0; j < 6; j++) v[C_PHASE + j] = s->moe_phase_s[j];
         for (int j = 0; j < HP_RUN_COLL_COUNT; j++) {
             v[C_COLL + j] = s->coll_s[j];
             v[C_COLL_MIN + j] = -s->coll_s[j]; /* min over ranks = -max(-x) */
@@ -300,15 +373,15 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
     return st;
 }
 
-/* The bare collectives of kind k: `calls` calls of `per_call` bytes (gather: this rank's own bytes) on g
- * (the world for the gather), warm-up then reps; med[0] the median slowest-rank time of all calls of a rep,
+/* The bare collectives of kind k: `calls` calls of `per_call` bytes (gather: this rank's own bytes; all-to-all:
+ * per_call / G to each of the G ranks of g) on g (the world for the gather, the EP group for the all-to-all), warm-up then reps; med[0] the median slowest-rank time of all calls of a rep,
  * med[1] the median time of the rank that spent the least in them. */
 static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k, int64_t calls, size_t per_call,
                            int reps, double *med, hp_err *err)
 {
     const int P = hp_comm_size(world), G = hp_comm_size(g);
     size_t nf = (per_call + sizeof(float) - 1) / sizeof(float); /* floats per call (per block for the scatter) */
-    if (k == HP_RUN_REDUCE_SCATTER) nf = (nf + (size_t)G - 1) / (size_t)G;
+    if (k == HP_RUN_REDUCE_SCATTER || k == HP_RUN_ALL_TO_ALL) nf = (nf + (size_t)G - 1) / (size_t)G;
     size_t *cnt = NULL;
     float *send = NULL, *recv = NULL;
     size_t n_send = 0, n_recv = 0;
@@ -317,6 +390,7 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
     case HP_RUN_ALL_GATHER: n_send = nf, n_recv = nf * (size_t)G; break;
     case HP_RUN_ALL_REDUCE: n_send = nf; break;
     case HP_RUN_REDUCE_SCATTER: n_send = nf * (size_t)G, n_recv = nf; break;
+    case HP_RUN_ALL_TO_ALL: n_send = n_recv = nf * (size_t)G; break; /* nf per peer */
     default: /* gather: rank 0 learns every rank's bytes per call */
         n_send = nf;
         if (!(cnt = calloc(2 * (size_t)P, sizeof *cnt))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -344,6 +418,7 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
             case HP_RUN_ALL_GATHER: st = hp_comm_allgather(g, send, nf * sizeof *send, recv, err); break;
             case HP_RUN_ALL_REDUCE: st = hp_comm_allreduce_sum_f32(g, send, nf, err); break;
             case HP_RUN_REDUCE_SCATTER: st = hp_comm_reduce_scatter_sum_f32(g, send, recv, nf, err); break;
+            case HP_RUN_ALL_TO_ALL: st = hp_comm_alltoall(g, send, nf * sizeof *send, recv, err); break;
             default: st = hp_comm_gatherv(world, send, nf * sizeof *send, recv, cnt, cnt + P, 0, err); break;
             }
         }
@@ -365,7 +440,8 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
 
 typedef struct rb_info {
     char mesh[128], backend[128], kernels[512], blas[512], group[16];
-    int ranks, threads, reps;
+    int ranks, threads, reps, n_overrides;
+    int64_t n_sparse;  /* sparse decoder layers */
     bool torch;
     double gemm_flop; /* 2 T x the linear layers' weights: the GEMM work of one forward */
 } rb_info;
@@ -383,8 +459,8 @@ static const char *torch_note(const rb_info *in)
 static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
 {
     const double *m = r->med;
-    char b1[32], b2[32], b3[32];
-    double expect = r->total / (double)a->tp;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    double expect = r->expect;
     printf("bench run: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch %lld x "
            "%lld tokens\n",
            a->p->name, a->p->family, (long long)a->layers, a->layers == 1 ? "" : "s", (long long)a->hidden,
@@ -392,9 +468,23 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
            (long long)a->vocab, dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens);
     printf("  checkpoint: %s random, written by rank 0 in %.1f s (%s) to a temporary folder, removed at the end\n",
            hp_format_bytes(r->ckpt_bytes, b1, sizeof b1), r->gen_s,
-           a->vocab <= HP_GEN_MAX_DIM ? "hp_gen_checkpoint" : "gen's config and scales, vocab above gen's limit");
+           gen_fits(a)                 ? "hp_gen_checkpoint"
+           : a->vocab > HP_GEN_MAX_DIM ? "gen's config and scales, vocab above gen's limit"
+                                       : "gen's config, the preset's MoE fields, gen's scales");
     printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank, compute exact\n", in->mesh, in->ranks,
            in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s");
+    if (is_moe(a)) {
+        printf("  moe       : %lld experts%s, top-%lld, expert width %lld%s, %lld sparse layer%s of %lld; ep %lld", (long long)a->experts,
+               a->experts == a->p->experts ? "" : " (--experts; the preset has more)", (long long)a->p->top_k,
+               (long long)a->moe_intermediate, a->p->q_lora ? ", 1 shared expert" : "", (long long)in->n_sparse,
+               in->n_sparse == 1 ? "" : "s", (long long)a->layers, (long long)a->ep);
+        if (a->ep > 1)
+            printf(" (TP-extend-EP, EP group: %lld consecutive ranks), compute declared by the %d override%s "
+                   "'hyperpar plan --suggest-overrides' prints\n",
+                   (long long)a->ep, in->n_overrides, in->n_overrides == 1 ? "" : "s");
+        else
+            printf(" (each rank holds every expert and runs its own rows)\n");
+    }
     printf("  kernels   : %s\n", in->kernels);
     printf("  attention : %s\n", in->blas);
     printf("  forward   : %.3f ms median of %d (slowest rank) -> %.1f tokens/s prefill; GEMM work %.1f GFLOP -> "
@@ -404,13 +494,18 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
     printf("  split     : compute %.3f ms, communication %.3f ms (each the slowest rank's; communication %.2f of the "
            "runner's forward)\n",
            m[C_COMPUTE] * 1e3, m[C_COMM] * 1e3, m[C_SECONDS] > 0 ? m[C_COMM] / m[C_SECONDS] : 0.0);
+    if (is_moe(a))
+        printf("  moe phases: route %.3f, dispatch %.3f, experts %.3f, return %.3f, combine %.3f, shared %.3f ms (summed "
+               "over the %lld sparse layer%s, slowest rank per phase)\n",
+               m[C_PHASE] * 1e3, m[C_PHASE + 1] * 1e3, m[C_PHASE + 2] * 1e3, m[C_PHASE + 3] * 1e3, m[C_PHASE + 4] * 1e3,
+               m[C_PHASE + 5] * 1e3, (long long)in->n_sparse, in->n_sparse == 1 ? "" : "s");
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         const char *name = hp_run_coll_name((hp_run_coll)k);
         if (r->calls[k] == 0) {
             printf("  %-15s: none in this forward\n", name);
             continue;
         }
-        const char *grp = k == HP_RUN_GATHER ? "world to rank 0" : in->group;
+        const char *grp = k == HP_RUN_GATHER ? "world to rank 0" : k == HP_RUN_ALL_TO_ALL ? "ep group" : in->group;
         printf("  %-15s: runtime %.3f ms, %s in %.0f calls per rank; bare %.3f ms (%s, same bytes and calls)   ratio "
                "bare/runtime %.2f (target >= %.1f)\n",
                name, m[C_COLL + k] * 1e3, hp_format_bytes((uint64_t)r->bytes[k], b1, sizeof b1), r->calls[k],
@@ -424,18 +519,26 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
                    "", r->sync[k] * 1e3, r->bare[k] * 1e3, ratio(r->bare[k], r->sync[k]), RATIO_TARGET);
         }
     }
-    printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "
-           "%.4f (target within %.0f%%)\n",
-           hp_format_bytes((uint64_t)r->resident, b1, sizeof b1), hp_format_bytes((uint64_t)r->share, b2, sizeof b2),
-           hp_format_bytes((uint64_t)r->total, b3, sizeof b3), (long long)a->tp,
-           hp_format_bytes((uint64_t)expect, b2, sizeof b2), r->resident / expect, RESIDENT_TOL * 100);
+    if (!is_moe(a))
+        printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "
+               "%.4f (target within %.0f%%)\n",
+               hp_format_bytes((uint64_t)r->resident, b1, sizeof b1), hp_format_bytes((uint64_t)r->share, b2, sizeof b2),
+               hp_format_bytes((uint64_t)r->total, b3, sizeof b3), (long long)a->tp,
+               hp_format_bytes((uint64_t)expect, b5, sizeof b5), r->resident / expect, RESIDENT_TOL * 100);
+    else
+        printf("  resident  : %s of weights on the largest rank (plan share %s); dense %s / tp %lld + experts %s / ep "
+               "%lld = %s   ratio %.4f (target within %.0f%%)\n",
+               hp_format_bytes((uint64_t)r->resident, b1, sizeof b1), hp_format_bytes((uint64_t)r->share, b2, sizeof b2),
+               hp_format_bytes((uint64_t)(r->total - r->expert_bytes), b3, sizeof b3), (long long)a->tp,
+               hp_format_bytes((uint64_t)r->expert_bytes, b4, sizeof b4), (long long)a->ep,
+               hp_format_bytes((uint64_t)expect, b5, sizeof b5), r->resident / expect, RESIDENT_TOL * 100);
     printf("  %s\n", torch_note(in));
 }
 
 static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
 {
     const double *m = r->med;
-    double expect = r->total / (double)a->tp;
+    double expect = r->expect;
     printf("{\"bench\": \"run\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
            "\"intermediate\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, \"vocab\": %lld, "
            "\"dtype\": \"%s\", \"batch\": %lld, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
@@ -451,6 +554,14 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     cli_json_str(in->kernels);
     printf(", \"blas\": ");
     cli_json_str(in->blas);
+    if (is_moe(a)) {
+        printf(", \"moe\": {\"experts\": %lld, \"experts_preset\": %lld, \"top_k\": %lld, \"moe_intermediate\": %lld, "
+               "\"sparse_layers\": %lld, \"ep\": %lld, \"overrides\": %d, \"expert_bytes\": %.0f, \"phases_s\": {",
+               (long long)a->experts, (long long)a->p->experts, (long long)a->p->top_k, (long long)a->moe_intermediate,
+               (long long)in->n_sparse, (long long)a->ep, in->n_overrides, r->expert_bytes);
+        for (int j = 0; j < 6; j++) printf("%s\"%s\": %.6g", j ? ", " : "", g_phase_names[j], m[C_PHASE + j]);
+        printf("}}");
+    }
     printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
            "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
            m[C_WALL], (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
@@ -477,6 +588,25 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
 }
 
 /* ---- the run ---- */
+
+/* Weights one token goes through in the forward's GEMMs: attention (MLA's five projections), the dense MLPs,
+ * per sparse layer the router, top-k experts and the shared expert, and lm_head. */
+static double gemm_weights(const rb_args *a)
+{
+    const preset *p = a->p;
+    double H = (double)a->hidden, nh = (double)a->heads, att;
+    if (p->q_lora)
+        att = H * (double)p->q_lora + (double)p->q_lora * nh * (double)(p->nope + p->rope) +
+              H * (double)(p->kv_lora + p->rope) + (double)p->kv_lora * nh * (double)(p->nope + p->v_head) +
+              nh * (double)p->v_head * H;
+    else
+        att = H * (double)(2 * a->heads * a->head_dim + 2 * a->kv_heads * a->head_dim);
+    int64_t sparse = is_moe(a) ? a->layers - a->first_dense : 0;
+    double dense_mlp = 3.0 * H * (double)a->intermediate;
+    double moe = H * (double)a->experts + 3.0 * H * (double)a->moe_intermediate * (double)(p->top_k + (p->q_lora ? 1 : 0));
+    return (double)a->layers * att + (double)(a->layers - sparse) * dense_mlp + (double)sparse * moe +
+           (double)a->vocab * H;
+}
 
 static uint64_t dir_bytes(const char *dir)
 {
@@ -530,12 +660,14 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_linalg_set_threads(threads);
     hp_linalg_blas_threads(threads);
     if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
+    if (is_moe(a) && !a->ep) a->ep = a->tp;
     char dir[4096] = "";
     bool made = false;
     hp_model *m = NULL;
     hp_plan *p = NULL;
     hp_runner *r = NULL;
-    hp_comm *tpg = NULL, *cpg = NULL;
+    hp_comm *tpg = NULL, *cpg = NULL, *epg = NULL;
+    hp_overrides *ov = NULL;
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
@@ -548,6 +680,10 @@ static int run(rb_args *a, int *argc, char ***argv)
                         "mpirun -np %lld or change --dp/--cp/--tp",
                         (long long)a->dp, (long long)a->cp, (long long)a->tp, (long long)(a->dp * a->cp * a->tp), P,
                         P == 1 ? "" : "es", (long long)(a->dp * a->cp * a->tp));
+    else if (is_moe(a) && a->experts % a->ep)
+        st = hp_err_set(&err, HP_ERR_INPUT, "--experts %lld is not a multiple of ep %lld: every rank of an EP group "
+                        "holds the same number of experts; change --experts or --ep", (long long)a->experts,
+                        (long long)a->ep);
     /* One row per dp replica (the runtime gives each replica at least one row). */
     const int64_t B = a->dp, T = a->tokens;
     if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
@@ -563,8 +699,23 @@ static int run(rb_args *a, int *argc, char ***argv)
     if (st == HP_OK) {
         hp_plan_opts po;
         hp_plan_opts_default(&po);
-        hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->tp, 0, false);
+        hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->tp, a->ep > 1 ? a->ep : 0, false);
         st = hp_plan_derive(&p, m, &po, &err);
+        if (st == HP_OK && a->ep > 1) {
+            /* With EP the compute is declared, never chosen silently: the overrides `hyperpar plan MODEL --tp N
+             * --ep N --suggest-overrides` prints, parsed from that text, and the plan derived again with them. */
+            hp_buf b;
+            hp_buf_init(&b);
+            st = hp_plan_suggest_overrides(p, &b, &err);
+            if (st == HP_OK && b.oom) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for the overrides");
+            if (st == HP_OK) st = hp_overrides_parse(&ov, b.data ? b.data : "", b.len, "suggested overrides", &err);
+            hp_buf_free(&b);
+            hp_plan_free(p);
+            p = NULL;
+            po.overrides = ov;
+            if (st == HP_OK) st = hp_plan_derive(&p, m, &po, &err);
+            in.n_overrides = ov ? (int)hp_overrides_count(ov) : 0;
+        }
     }
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     hp_run_opts ro = {.compute = HP_LINALG_EXACT};
@@ -602,6 +753,9 @@ static int run(rb_args *a, int *argc, char ***argv)
     res.resident = v[2 * HP_RUN_COLL_COUNT];
     res.share = v[2 * HP_RUN_COLL_COUNT + 1];
     res.total = (double)hp_model_total_bytes(m);
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strstr(m->params[i].name, ".experts.")) res.expert_bytes += (double)m->params[i].nbytes;
+    res.expect = (res.total - res.expert_bytes) / (double)a->tp + res.expert_bytes / (double)(a->ep > 1 ? a->ep : 1);
 
     /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
     if ((st = hp_comm_split(w, R / (int)a->tp, R % (int)a->tp, &tpg, &err))) goto done;
@@ -610,13 +764,18 @@ static int run(rb_args *a, int *argc, char ***argv)
         goto done;
     const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
     snprintf(in.group, sizeof in.group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");
+    /* The EP group, as the runner splits it (TP-extend-EP: ep consecutive ranks; the tp group when ep = tp). */
+    int64_t ep_n = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1, eg, ei;
+    hp_mesh_ep_index(&p->mesh, ep_n, R, &eg, &ei);
+    if ((st = hp_comm_split(w, (int)eg, (int)ei, &epg, &err))) goto done;
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         if (res.calls[k] == 0) continue;
         /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
         double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
         size_t per_call = (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]);
         double med[2];
-        if ((st = time_bare(w, k == HP_RUN_GATHER ? w : g, (hp_run_coll)k, (int64_t)res.calls[k], per_call,
+        const hp_comm *bg = k == HP_RUN_GATHER ? w : k == HP_RUN_ALL_TO_ALL ? epg : g;
+        if ((st = time_bare(w, bg, (hp_run_coll)k, (int64_t)res.calls[k], per_call,
                             (int)a->reps, med, &err)))
             goto done;
         res.bare[k] = med[0];
@@ -624,9 +783,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     }
 
     if (R == 0) {
-        int64_t H = a->hidden, qd = a->heads * a->head_dim, kvd = a->kv_heads * a->head_dim;
-        double lin = (double)a->layers * ((double)H * (double)(2 * qd + 2 * kvd) + 3.0 * (double)H * (double)a->intermediate);
-        in.gemm_flop = 2.0 * (double)(B * T) * (lin + (double)a->vocab * (double)H);
+        in.n_sparse = is_moe(a) ? a->layers - a->first_dense : 0;
+        in.gemm_flop = 2.0 * (double)(B * T) * gemm_weights(a);
         in.threads = hp_linalg_set_threads(0);
         hp_mesh_str(&p->mesh, in.mesh, sizeof in.mesh);
         snprintf(in.backend, sizeof in.backend, "%s", hp_comm_backend(w));
@@ -641,10 +799,12 @@ done:
     free(rows);
     free(ids);
     hp_linalg_destroy(la);
+    hp_comm_free(epg);
     hp_comm_free(cpg);
     hp_comm_free(tpg);
     hp_runner_free(r);
     hp_plan_free(p);
+    hp_overrides_free(ov);
     hp_model_close(m);
     /* Every rank has closed the checkpoint before rank 0 removes it (every failure above is agreed, so all
      * ranks are here); rank 0 prints a failure before any rank exits, since mpirun may end the job as soon as
@@ -663,7 +823,7 @@ done:
 
 int cmd_bench_run(int argc, char **argv)
 {
-    enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP };
+    enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE };
     static const struct option opts[] = {
         {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
         {"tokens", required_argument, 0, 'T'},  {"vocab", required_argument, 0, 'V'},
@@ -673,10 +833,11 @@ int cmd_bench_run(int argc, char **argv)
         {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {"hidden", required_argument, 0, O_HIDDEN}, {"intermediate", required_argument, 0, O_INTER},
         {"heads", required_argument, 0, O_HEADS}, {"kv-heads", required_argument, 0, O_KV},
-        {"head-dim", required_argument, 0, O_HD},
+        {"head-dim", required_argument, 0, O_HD}, {"ep", required_argument, 0, O_EP},
+        {"experts", required_argument, 0, O_EXPERTS}, {"dense-layers", required_argument, 0, O_DENSE},
         {0, 0, 0, 0},
     };
-    rb_args a = {.layers = 1, .tokens = 256, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16};
+    rb_args a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16};
     int64_t shape[5] = {0}; /* hidden, intermediate, heads, kv heads, head dim: 0 = the preset's */
     const char *preset_name = NULL;
     int c;
@@ -702,6 +863,15 @@ int cmd_bench_run(int argc, char **argv)
             break;
         case O_CP:
             if (!cli_parse_i64("bench", "--cp", optarg, 1, HP_MESH_MAX_SIZE, &a.cp)) return HP_EXIT_USAGE;
+            break;
+        case O_EP:
+            if (!cli_parse_i64("bench", "--ep", optarg, 1, HP_MESH_MAX_SIZE, &a.ep)) return HP_EXIT_USAGE;
+            break;
+        case O_EXPERTS:
+            if (!cli_parse_i64("bench", "--experts", optarg, 1, HP_GEN_MAX_EXPERTS, &a.experts)) return HP_EXIT_USAGE;
+            break;
+        case O_DENSE:
+            if (!cli_parse_i64("bench", "--dense-layers", optarg, 0, 1023, &a.first_dense)) return HP_EXIT_USAGE;
             break;
         case 'd':
             if (!strcmp(optarg, "bf16")) a.dtype = HP_DT_BF16;
@@ -736,6 +906,39 @@ int cmd_bench_run(int argc, char **argv)
     a.kv_heads = shape[3] ? shape[3] : a.p->kv_heads;
     a.head_dim = shape[4] ? shape[4] : a.p->head_dim;
     if (!a.vocab) a.vocab = a.p->vocab;
+    const preset *p = a.p;
+    if (!is_moe(&a) && (a.ep || a.experts || a.first_dense >= 0))
+        return cli_usage_error("bench", "%s is dense: --ep, --experts and --dense-layers apply to the MoE presets (%s)",
+                               p->name, "qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3");
+    if (a.first_dense >= 0 && !p->first_dense)
+        return cli_usage_error("bench", "--dense-layers applies to deepseek-v3 (%s has no leading dense layers)",
+                               p->name);
+    if (a.first_dense < 0) a.first_dense = p->first_dense;
+    if (!a.layers) a.layers = is_moe(&a) ? a.first_dense + 1 : 1;
+    if (is_moe(&a) && a.layers <= a.first_dense)
+        return cli_usage_error("bench", "--layers %lld has no sparse layer: %s's first %lld layer%s dense; give "
+                               "--layers %lld or more, or fewer --dense-layers", (long long)a.layers, p->name,
+                               (long long)a.first_dense, a.first_dense == 1 ? " is" : "s are",
+                               (long long)a.first_dense + 1);
+    if (is_moe(&a)) {
+        if (!a.experts) a.experts = p->experts;
+        a.moe_intermediate = shape[1] ? shape[1] : p->moe_intermediate;
+        if (a.experts < p->top_k)
+            return cli_usage_error("bench", "--experts %lld is below %s's top-%lld: each token goes to %lld experts",
+                                   (long long)a.experts, p->name, (long long)p->top_k, (long long)p->top_k);
+        if (p->n_group) { /* the real 8 groups, top-4 of them; fewer when E is small (groups of at least 2) */
+            int64_t g = p->n_group;
+            while (g > 1 && (a.experts % g || a.experts / g < 2)) g /= 2;
+            a.n_group = g;
+            a.topk_group = g > 1 ? g * p->topk_group / p->n_group : 1;
+            if (a.topk_group * (a.experts / g) < p->top_k)
+                return cli_usage_error("bench", "--experts %lld is too few for %s's group-limited top-%lld: %lld "
+                                       "groups of %lld, top-%lld groups, hold %lld experts; give --experts %lld or more",
+                                       (long long)a.experts, p->name, (long long)p->top_k, (long long)g,
+                                       (long long)(a.experts / g), (long long)a.topk_group,
+                                       (long long)(a.topk_group * (a.experts / g)), (long long)(2 * p->top_k));
+        }
+    }
     if (a.heads % a.kv_heads)
         return cli_usage_error("bench", "--heads %lld must be a multiple of --kv-heads %lld", (long long)a.heads,
                                (long long)a.kv_heads);

@@ -28,6 +28,7 @@ typedef enum hp_run_coll {
     HP_RUN_ALL_REDUCE,
     HP_RUN_REDUCE_SCATTER,
     HP_RUN_GATHER,   /* the logits (and validate's tensors) to rank 0 */
+    HP_RUN_ALL_TO_ALL, /* the MoE token exchange of the EP group: dispatch and return, 2 calls per sparse layer */
     HP_RUN_COLL_COUNT
 } hp_run_coll;
 
@@ -61,6 +62,8 @@ typedef struct hp_run_stats {
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */
+    double moe_phase_s[6];               /* MoE, summed over the sparse layers of the last forward: route,
+                                            dispatch, experts, return, combine, shared (hp_moe_ep_stats) */
 } hp_run_stats;
 
 typedef struct hp_run_output {

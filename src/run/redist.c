@@ -23,7 +23,8 @@ static const char *const k_axis[HP__NAX] = {"tp", "cp"};
 
 const char *hp_run_coll_name(hp_run_coll k)
 {
-    static const char *const n[HP_RUN_COLL_COUNT] = {"all-gather", "all-reduce", "reduce-scatter", "gather"};
+    static const char *const n[HP_RUN_COLL_COUNT] = {"all-gather", "all-reduce", "reduce-scatter", "gather",
+                                                      "all-to-all"};
     return (unsigned)k < HP_RUN_COLL_COUNT ? n[k] : "?";
 }
 

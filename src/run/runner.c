@@ -801,10 +801,31 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     }
     if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE};
+    /* sync_collectives: the exchanges have no barrier of their own, so one before the block (the routing in
+     * front of the dispatch is the same work on every rank); its time goes to wait_s, as redist's do. */
+    if (st == HP_OK && r->x.sync && hp_comm_size(r->ep_grp) > 1) {
+        double tb = hp_comm_wtime();
+        hp_err e;
+        (void)hp_comm_barrier(r->ep_grp, &e); /* a failure shows in the exchange that follows */
+        tb = hp_comm_wtime() - tb;
+        r->x.st.wait_s += tb;
+        r->x.st.comm_s += tb;
+    }
     if (st == HP_OK) st = hp_moe_ep_forward(m->ep, t->d, rows, out->d, &ro, m->overlap, err);
-    if (st == HP_OK) { /* the token exchange counts as communication */
+    if (st == HP_OK) { /* the token exchange counts as communication, as the all-to-all kind */
         const hp_moe_ep_stats *es = hp_moe_ep_get_stats(m->ep);
-        r->x.st.comm_s += es->t_dispatch + es->t_return + es->t_wait;
+        double ex = es->t_dispatch + es->t_return; /* t_dispatch holds the wait for the rows (t_wait) */
+        r->x.st.comm_s += ex;
+        r->x.st.coll_s[HP_RUN_ALL_TO_ALL] += ex;
+        r->x.st.bytes[HP_RUN_ALL_TO_ALL] += (uint64_t)es->bytes_exchanged;
+        r->x.st.calls[HP_RUN_ALL_TO_ALL] += 2;
+        /* Phase times, summed over the sparse layers: the first one of the forward starts the sums. */
+        int64_t first = 0;
+        while (first < r->cfg.L && !r->layers[first].sparse) first++;
+        double *ph = r->stats.moe_phase_s;
+        if (first < r->cfg.L && m == &r->layers[first].moe) memset(ph, 0, sizeof r->stats.moe_phase_s);
+        ph[0] += es->t_route, ph[1] += es->t_dispatch, ph[2] += es->t_experts;
+        ph[3] += es->t_return, ph[4] += es->t_combine, ph[5] += es->t_shared;
     }
     /* every group must stop when one fails: the next collectives mix the EP groups */
     st = hp_comm_agree(r->x.world, st, err);

@@ -1,8 +1,10 @@
 # bench run: the runtime's forward pass benchmark at small shapes (the preset's are replaced by the test-only
 # shape options) in one process and on 2 MPI ranks: the figures are printed (tokens/s, the bare/runtime ratio
 # lines, the resident line), --json parses, a vocabulary above gen's limit is written by the bench itself,
-# the temporary checkpoint is removed on success and on failure, and bad options exit 2. Timings are never
-# checked: only that they are there.
+# the temporary checkpoint is removed on success and on failure, and bad options exit 2. MoE presets at small
+# shapes with --experts: the EP exchange as the all-to-all kind next to a bare all-to-all on the EP group, the
+# MoE phase times, resident bytes against dense / tp + experts / ep, the EP compute declared with ep > 1.
+# Timings are never checked: only that they are there.
 source "$(dirname "$0")/lib.sh"
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 SMALL="--preset llama-3-8b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512"
@@ -10,7 +12,12 @@ mkdir -p "$WORK/tmp"
 export TMPDIR="$WORK/tmp"
 left() { [ -z "$(ls -A "$WORK/tmp" | grep hp-bench-run)" ]; }
 
-expect 0 "usage: [mpirun -np N] hyperpar bench run --preset llama-3-8b" -- "$HP" bench run --help
+MOE="--preset qwen3-30b-a3b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512 --experts 8"
+expect 0 "usage: [mpirun -np N] hyperpar bench run --preset P" -- "$HP" bench run --help
+for p in llama-3-8b qwen3-30b-a3b mixtral-8x7b gpt-oss-20b deepseek-v3; do
+    check "--help lists $p" grep -q -- "^ .* $p " <<<"$("$HP" bench run --help)"
+done
+expect 0 "does not fit a 24 GiB machine" -- "$HP" bench run --help
 expect 0 "hyperpar bench run --help" -- "$HP" bench --help
 
 # One process: the gather of the logits is its only collective.
@@ -48,6 +55,37 @@ check "2 ranks: --json has the all-gather ratio" grep -q '"all-gather": {"bytes"
 expect 0 "mesh      : dp=2,cp=1,tp=1" -- $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --dp 2
 expect 0 "(cp group, same bytes and calls)" -- $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --cp 2
 
+# MoE, one process: the EP exchange (an EP group of one) is the all-to-all kind, next to its bare twin.
+out=$("$HP" bench run $MOE --reps 2 2>&1 </dev/null)
+check "moe 1 process: exit 0" test $? -eq 0
+check "moe 1 process: moe line" grep -q "moe       : 8 experts (--experts; the preset has more), top-8, .* ep 1 " <<<"$out"
+check "moe 1 process: phases line" grep -q "moe phases: route .*, dispatch .*, experts .*, return .*, combine .*, shared .* ms (summed over the 1 sparse layer" <<<"$out"
+check "moe 1 process: all-to-all ratio line" grep -q "all-to-all     : runtime .* in 2 calls per rank; bare .* (ep group, same bytes and calls)   ratio bare/runtime" <<<"$out"
+check "moe 1 process: resident against dense / tp + experts / ep" grep -Eq "resident  : .* dense .* / tp 1 \+ experts .* / ep 1 = .* ratio (0\.9[5-9]|1\.0[0-4])" <<<"$out"
+check "moe 1 process: the temporary checkpoint is gone" left
+# A vocabulary above gen's limit for a MoE family (gpt-oss: batched experts, router bias, sinks).
+expect 0 "vocab above gen's limit" -- "$HP" bench run ${MOE/qwen3-30b-a3b/gpt-oss-20b} --vocab 70000 --reps 1
+# MoE, two ranks: TP-extend-EP over the tp group with the suggested compute declared.
+out=$($MPI -np 2 "$HP" bench run $MOE --threads 1 2>&1 </dev/null)
+check "moe 2 ranks: exit 0" test $? -eq 0
+check "moe 2 ranks: ep = tp, compute declared" grep -q "ep 2 (TP-extend-EP, EP group: 2 consecutive ranks), compute declared by the 1 override" <<<"$out"
+check "moe 2 ranks: all-to-all ratio line" grep -q "all-to-all     : runtime .* in 2 calls per rank; bare .* (ep group" <<<"$out"
+check "moe 2 ranks: all-to-all synchronized line" test "$(grep -c "synchronized (a barrier before each call" <<<"$out")" -eq 3
+check "moe 2 ranks: resident, experts / ep 2" grep -Eq "resident  : .* / tp 2 \+ experts .* / ep 2 = .* ratio (0\.9[5-9]|1\.0[0-4])" <<<"$out"
+check "moe 2 ranks: the temporary checkpoint is gone" left
+$MPI -np 2 "$HP" bench run $MOE --threads 1 --reps 1 --json >"$WORK/moe.json" 2>/dev/null </dev/null
+check "moe 2 ranks: --json parses" python3 -m json.tool "$WORK/moe.json" >/dev/null
+check "moe 2 ranks: --json has the all-to-all" grep -q '"all-to-all": {"bytes": [1-9][0-9]*, "calls": 2' "$WORK/moe.json"
+check "moe 2 ranks: --json has the phases" grep -q '"moe": {"experts": 8, "experts_preset": 128, .*"ep": 2, "overrides": 1, .*"phases_s": {"route": ' "$WORK/moe.json"
+# --ep 1 at tp 2: the plan shards the experts over tp, which the runtime refuses (it runs whole experts).
+expect 2 "is sharded over tp; the runtime runs MoE blocks with whole experts per rank" -- $MPI -np 2 "$HP" bench run $MOE \
+    --threads 1 --reps 1 --ep 1
+# DeepSeek-V3's MLA, routing groups and shared expert, one dense layer before the sparse one.
+expect 0 "1 shared expert, 1 sparse layer of 2; ep 2" -- $MPI -np 2 "$HP" bench run ${MOE/qwen3-30b-a3b/deepseek-v3} \
+    --experts 16 --dense-layers 1 --layers 2 --threads 1 --reps 1
+expect 2 "--experts 3 is not a multiple of ep 2" -- $MPI -np 2 "$HP" bench run ${MOE/qwen3-30b-a3b/mixtral-8x7b} --experts 3 --threads 1
+check "moe failures: the temporary checkpoint is gone" left
+
 # Failures end every rank with the cause, and leave no checkpoint behind.
 expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench run $SMALL --tp 4
 expect 2 "hidden_size 64 is not divisible by num_attention_heads 3" -- $MPI -np 2 "$HP" bench run $SMALL --heads 3 --kv-heads 3 --threads 1
@@ -57,8 +95,17 @@ expect 2 "has 2 ranks but 1 process run it" -- "$HP" bench run $SMALL --tp 2
 expect 1 "cannot create the temporary folder" -- env TMPDIR="$WORK/absent" "$HP" bench run $SMALL
 
 # Bad options: exit 2 with the reason.
-expect 2 "missing --preset (llama-3-8b)" -- "$HP" bench run --tokens 4
-expect 2 "unknown preset 'llama'; known: llama-3-8b" -- "$HP" bench run --preset llama
+expect 2 "missing --preset (llama-3-8b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3)" -- "$HP" bench run --tokens 4
+expect 2 "unknown preset 'llama'; known: llama-3-8b, qwen3-30b-a3b" -- "$HP" bench run --preset llama
+expect 2 "llama-3-8b is dense: --ep, --experts and --dense-layers apply to the MoE presets" -- "$HP" bench run $SMALL --ep 2
+expect 2 "llama-3-8b is dense" -- "$HP" bench run $SMALL --experts 8
+expect 2 "--ep expects an integer in [1, 1048576], got '0'" -- "$HP" bench run $MOE --ep 0
+expect 2 "--experts expects an integer in [1, 4096], got '4097'" -- "$HP" bench run $MOE --experts 4097
+expect 2 "--dense-layers expects an integer in [0, 1023], got '-1'" -- "$HP" bench run $MOE --dense-layers -1
+expect 2 "--dense-layers applies to deepseek-v3" -- "$HP" bench run $MOE --dense-layers 0
+expect 2 "--experts 4 is below qwen3-30b-a3b's top-8" -- "$HP" bench run $MOE --experts 4
+expect 2 "--experts 8 is too few for deepseek-v3's group-limited top-8" -- "$HP" bench run --preset deepseek-v3 --experts 8
+expect 2 "--layers 2 has no sparse layer: deepseek-v3's first 3 layers are dense" -- "$HP" bench run --preset deepseek-v3 --experts 16 --layers 2
 expect 2 "--tokens expects an integer in [1, 65536], got '0'" -- "$HP" bench run $SMALL --tokens 0
 expect 2 "--vocab expects an integer in [1, 1048576], got '-3'" -- "$HP" bench run $SMALL --vocab -3
 expect 2 "--layers expects an integer in [1, 1024], got 'x'" -- "$HP" bench run $SMALL --layers x
