@@ -1,7 +1,7 @@
 # hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe, glm4_moe with partial rotary, gpt_oss with sinks and
 # yarn, deepseek_v3 with MLA, interleaved rope and yarn's mscale): the sparse blocks run the EP runtime inside the
 # layer loop on each rank's SP/CP-local rows. Every golden at 1 process and under mpirun with TP-extend-EP
-# (tp=2 x ep=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis: logits 1e-4 * max|ref|, loss
+# (tp=2 x ep=2, and ep=4 over dp=2 x tp=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis (ep 2, 4): logits 1e-4 * max|ref|, loss
 # 1e-5, moe.<l>.topk_idx exact; the distributed runs equal one process within 1e-5; from a shard folder;
 # validate; an EP compute that is not declared is refused with the YAML to add.
 source "$(dirname "$0")/lib.sh"
@@ -25,6 +25,8 @@ for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
 2 --tp 2 --ep 2 --no-sequence-parallel
 4 --cp 2 --tp 2 --ep 2 --loss-parallel
 2 --mesh dp=1,ep=2 --ep-axis
+4 --dp 2 --tp 2 --ep 4
+4 --mesh dp=1,ep=4 --ep-axis
 LIST
 done
 # --overlap hides the shared expert behind the exchange: the same numbers (qwen2_moe's gated shared expert,
