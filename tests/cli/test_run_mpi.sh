@@ -160,6 +160,23 @@ expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/fused" --input $F/llama/forward_io.
     --compare $F/llama/forward_io.safetensors
 expect 2 "--packed-fused" -- $MPI -np 2 "$HP" run "$WORK/fused" --input $F/llama/forward_io.safetensors --tp 2
 
+# One position (S = 1): no position is scored, the loss is NaN on both sides and still compares equal; SP and
+# CP blocks of zero tokens take part in every collective.
+python3 - "$WORK/s1.st" <<'PY'
+import json, struct, sys
+raw = struct.pack("<q", 5)
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, len(raw)]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PY
+"$HP" run $F/llama --input "$WORK/s1.st" --output "$WORK/s1.one.st" 2>/dev/null </dev/null
+while read -r np flags; do
+    expect 0 "OK" -- $MPI -np $np "$HP" run $F/llama --input "$WORK/s1.st" $flags --compare "$WORK/s1.one.st" \
+        --compare-rtol 1e-5
+done <<'LIST'
+2 --tp 2
+4 --cp 2 --tp 2 --loss-parallel
+LIST
+
 # From a shard folder of the same mesh: the same logits; of another mesh: refused.
 "$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
 expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
