@@ -91,6 +91,7 @@ int cmd_merge(int argc, char **argv);
 int cmd_moe(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
+int cmd_cost(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 struct hp_moe_dims; int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d)); /* bench_ep.c */

@@ -1,0 +1,45 @@
+# hyperpar cost (first slice of issue 14): every rank's weight bytes equal the tensor bytes of its
+# `hyperpar shard` file — dense and MoE, TP, EP (TP-extend and the explicit axis), packed fused weights, tied
+# embeddings — in text and JSON; meta mode from config.json alone; bad input exits 2.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+F=data/forward
+# Sums of the tensor bytes in each rank file of a shard folder, as "rank bytes" lines.
+shard_bytes() {
+    python3 - "$1" <<'PY'
+import glob, json, struct, sys
+for path in sorted(glob.glob(sys.argv[1] + "/rank-*.safetensors")):
+    raw = open(path, "rb").read(8)
+    n = struct.unpack("<Q", raw)[0]
+    hdr = json.loads(open(path, "rb").read(8 + n)[8:])
+    total = sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in hdr.items() if k != "__metadata__")
+    print(int(path.split("rank-")[1].split(".")[0]), total)
+PY
+}
+cost_bytes() {
+    python3 -c 'import json,sys; d=json.load(sys.stdin); [print(r["rank"], r["weight_bytes"]) for r in d["ranks"]]'
+}
+n=0
+while read -r model flags; do
+    n=$((n + 1))
+    "$HP" shard $model $flags --out "$WORK/s$n" --quiet >/dev/null 2>&1
+    a=$(shard_bytes "$WORK/s$n")
+    b=$("$HP" cost $model $flags --format json 2>/dev/null | cost_bytes)
+    check "cost = shard file bytes: $model $flags" test -n "$a" -a "$a" = "$b"
+done <<'LIST'
+data/forward/llama --tp 2
+data/forward/qwen2 --tp 2 --dp 2
+data/forward/qwen3_moe --tp 2 --ep 2 --overrides data/overrides/qwen3_moe_ep.yaml
+data/forward/deepseek_v3 --dp 2 --tp 2 --ep 4 --overrides data/overrides/deepseek_v3_forward_ep.yaml
+data/forward/mixtral --mesh dp=1,ep=2 --ep-axis --overrides data/overrides/mixtral_ep.yaml
+data/forward/gpt_oss --tp 2 --ep 2 --overrides data/overrides/gpt_oss_ep.yaml
+data/forward/qwen3_moe --tp 2 --packed-fused
+LIST
+expect 0 "most-loaded rank" -- "$HP" cost $F/llama --tp 2
+expect 0 "\"max_rank\"" -- "$HP" cost $F/mixtral/config.json --tp 2 --format json
+expect 0 "world 256" -- "$HP" cost data/configs/deepseek-v3.json --dp 8 --tp 32 --ep 32
+expect 2 "--format must be text or json" -- "$HP" cost $F/llama --format yaml
+expect 2 "not both" -- "$HP" cost $F/llama --plan x.json --tp 2
+expect 2 "" -- "$HP" cost $F/llama --tp 3
+expect 0 "usage: hyperpar cost" -- "$HP" cost --help
+finish
