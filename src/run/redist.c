@@ -271,7 +271,8 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
     hp__act b = x->spare; /* the result goes into the spare buffer; a's becomes the spare */
     memset(&x->spare, 0, sizeof x->spare);
 
-    double waited = sync_wait(x, gr->c), t_all = hp_comm_wtime();
+    sync_wait(x, gr->c); /* its time is wait_s, not the kind's */
+    double t_all = hp_comm_wtime();
     if (s_src && dst.kind == HP_PL_R) { /* all-gather along d */
         *coll = "all-gather";
         member_blocks(x, a, ax, &a->lay, d, lo, n);
@@ -303,7 +304,6 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
         x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
-        (void)waited;
     } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) { /* all-reduce */
         *coll = "all-reduce";
         st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
@@ -380,11 +380,6 @@ hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char
 
 /* ---- the whole tensor on rank 0 ---- */
 
-static int64_t coord_of(const hp_mesh *m, int64_t rank, const char *axis)
-{
-    return hp_mesh_coord(m, rank, axis);
-}
-
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err)
 {
@@ -410,11 +405,11 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
         rd = rc ? rc + world : NULL;
         size_t tot = 0;
         for (int r = 0; st == HP_OK && r < world; r++) {
-            int64_t t = coord_of(mesh, r, "tp"), c = coord_of(mesh, r, "cp"), dpi = coord_of(mesh, r, "dp");
+            int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
             bool snd = true;
             if (a->lay.ax[HP__TP].kind == HP_PL_R && t) snd = false;
             if (a->lay.ax[HP__CP].kind == HP_PL_R && c) snd = false;
-            if (coord_of(mesh, r, "ep")) snd = false;
+            if (hp_mesh_coord(mesh, r, "ep")) snd = false;
             int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo, n1, n2, n0;
             hp__lay_range(x, &a->lay, g, 0, t, c, &lo, &n0);
             hp__lay_range(x, &a->lay, g, 1, t, c, &lo, &n1);
@@ -434,7 +429,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     if (st == HP_OK && me == 0) {
         for (int r = 0; r < world; r++) {
             if (!rc[r]) continue;
-            int64_t t = coord_of(mesh, r, "tp"), c = coord_of(mesh, r, "cp"), dpi = coord_of(mesh, r, "dp");
+            int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
             int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo[3], n[3];
             for (int d = 0; d < 3; d++) hp__lay_range(x, &a->lay, g, d, t, c, &lo[d], &n[d]);
             const float *src = recv + rd[r] / sizeof(float);

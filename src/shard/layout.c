@@ -24,10 +24,6 @@ typedef struct pinfo {
     int expert;   /* position inside the stack */
 } pinfo;
 
-static int64_t coord_of(const hp_mesh *m, int64_t rank, const char *axis)
-{
-    return hp_mesh_coord(m, rank, axis);
-}
 
 const char *hp_shard_coords_str(const hp_shard_layout *l, int64_t rank, char *buf, size_t cap)
 {
@@ -45,10 +41,10 @@ static void axis_index(const hp_shard_layout *l, const hp_shard_tensor *t, int64
 {
     if (a == HP_AXIS_TP) {
         *size = l->tp;
-        *idx = coord_of(&l->mesh, rank, "tp");
+        *idx = hp_mesh_coord(&l->mesh, rank, "tp");
     } else if (a == HP_AXIS_CP) {
         *size = l->cp;
-        *idx = coord_of(&l->mesh, rank, "cp");
+        *idx = hp_mesh_coord(&l->mesh, rank, "cp");
     } else {
         int64_t group;
         *size = l->mesh.ep_axis ? l->ep : t->ep_size > 1 ? t->ep_size : 1;
