@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
   python3                            # test scripts that hand-craft hostile files
+  chromium                           # renders the HTML pages of cost and advise (tests/cli/test_html.sh)
 )
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -79,8 +79,40 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
 bool cli_output_problem(const char *opt, const char *path, const char *model, const char *const *inputs,
                         int n_inputs, char *msg, size_t cap);
 
+/* Writes data to path atomically (a temporary next to it, synced, renamed over path; never left behind), or
+ * to stdout when path is NULL. `what` names it in errors ("the plan"). Returns an exit code. */
+int cli_write_atomic(const char *path, const char *data, size_t len, const char *what);
+
 /* Prints s to stdout as a JSON string (quotes, backslashes and control characters escaped). */
 void cli_json_str(const char *s);
+void cli_json_fstr(FILE *f, const char *s); /* the same to f */
+
+/* ---- cost and advise pictures (html.c): one self-contained HTML page, inline SVG, no network ---- */
+struct hp_cost;
+struct hp_mesh;
+
+/* One mesh `hyperpar advise` considered. */
+typedef struct cli_advise_cand {
+    char mesh[128];         /* "dp=2,cp=1,tp=4 ep=8 (TP-extend)" */
+    int64_t dp, cp, tp, ep;
+    bool ep_axis;           /* ep is its own mesh axis (else TP-extend-EP over dp x tp, or none) */
+    bool ok;                /* accepted; else reason says why not */
+    char reason[240];
+    uint64_t max_bytes;     /* the most-loaded rank's memory: weights + activations + state */
+    uint64_t weight_bytes, act_bytes, state_bytes; /* of that rank; state = KV cache (infer) or training state */
+    uint64_t net_bytes;     /* that rank's bytes per step into collectives of more than one rank */
+    double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
+    char command[600];      /* the hyperpar plan + shard command line for it */
+} cli_advise_cand;
+
+/* `hyperpar cost --format html`: the mesh as a grid of ranks coloured by total memory against budget (0: against
+ * the most-loaded rank), a stacked bar per rank (weights, activations, KV cache or training state), and per layer
+ * the collectives with their bytes (of rank c->max_rank). title: the model and mesh. Returns 0, or -1 on a write
+ * error. */
+int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh, uint64_t budget);
+/* `hyperpar advise --format html`: the accepted candidates side by side (memory against budget, predicted step
+ * time, communication), best first, and the rejected ones with their reasons. */
+int cli_html_advise(FILE *f, const char *title, const cli_advise_cand *c, int n, uint64_t budget);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
@@ -92,6 +124,8 @@ int cmd_moe(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
+int cmd_advise(int argc, char **argv);
+int cmd_bench_advise(int argc, char **argv); /* cmd_advise.c */
 int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 struct hp_moe_dims; int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d)); /* bench_ep.c */

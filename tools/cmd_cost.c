@@ -1,16 +1,21 @@
 /*
- * cmd_cost.c — `hyperpar cost MODEL [plan flags] [--format text|json]`: what a plan costs each rank.
+ * cmd_cost.c — `hyperpar cost MODEL [plan flags] [--batch B --seq S] [--mode infer|train] [--format F]`: what a
+ * plan costs each rank (docs/cost.md).
  *
- * This first slice reports the weight bytes each rank holds, exactly: the bytes of the tensors in that rank's
- * `hyperpar shard` file, from the same shard layout (so it works in meta mode too, from config.json alone).
- * Communication, activations and training state come next (issue 14).
+ * Exact: the weight bytes (the rank's shard file) and the communication of one forward step (the dry executor
+ * of src/run/cost.c: what `hyperpar run` counts, boundary by boundary). Estimates, marked so: activations, KV
+ * cache, training state, FLOPs and the predicted step time, and the MoE exchange of a real router (the
+ * balanced router's, unless --routing gives the routing).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "costflags.h"
+#include "hyperpar/cost.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
+#include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
 static void usage(FILE *out)
@@ -18,83 +23,258 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar cost MODEL [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
-            "                     [--allow-uncovered] [--freeze GLOB]... [--plan plan.json] [--format text|json]\n"
+            "                     [--allow-uncovered] [--freeze GLOB]... [--plan plan.json]\n"
+            "                     [--batch B --seq S | --input IDS] [--routing FILE] [--mode infer|train]\n"
+            "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint or a config.json (meta mode).\n"
-            "Today: the weight bytes of every rank, exact (the tensors of its 'hyperpar shard' file, in the\n"
-            "checkpoint's dtypes), and the most-loaded rank. Communication, activations and training state\n"
-            "are not reported yet.\n"
+            "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors) and the communication of\n"
+            "one forward step, boundary by boundary (each collective's kind, group and bytes: what 'hyperpar run'\n"
+            "counts on the same batch). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
+            "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
+            "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
             "\n"
-            "  --format F   text (default) or json: {\"world\", \"total_weight_bytes\", \"max_weight_bytes\",\n"
-            "               \"max_rank\", \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\"}, ...]}\n"
-            "  plan flags   as 'hyperpar plan' (see its --help); --plan reads a plan file instead\n");
+            "  --input IDS             take B and S from IDS's input_ids [B, S]\n"
+            "  --routing FILE          the routed experts: moe.<layer>.topk_idx I32 [B*S, K] (a forward_io file or\n"
+            "                          'hyperpar run --output'); B and S from its input_ids when it has them\n"
+            "  --rank R                the rank whose collectives are listed (default: the most-loaded)\n"
+            "  --detail                list every layer's collectives (default: the first layers, then sums)\n"
+            "%s"
+            "  plan flags              as 'hyperpar plan' (see its --help); --plan reads a plan file instead\n"
+            "\n"
+            "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model},\n"
+            "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"kv_cache_bytes\",\n"
+            "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
+            "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"net_bytes\", \"flops\", \"t_compute\",\n"
+            "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n",
+            cli_cost_model_usage());
 }
 
-static int report(const hp_model *m, const hp_plan *p, const hp_shard_layout *l, bool json)
+static const char *mb(uint64_t b, char *buf, size_t cap)
 {
-    int64_t max_r = 0;
-    uint64_t total = hp_model_total_bytes(m);
-    for (int64_t r = 0; r < l->world; r++)
-        if (l->ranks[r].nbytes > l->ranks[max_r].nbytes) max_r = r;
-    char mesh[160], coords[160], b1[32], b2[32];
+    return hp_format_bytes(b, buf, cap);
+}
+
+static void json_model(FILE *o, const hp_cost_model *m)
+{
+    fprintf(o, "{\"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, \"kv_bytes\": %d, "
+           "\"gemm_flops\": %.6g, \"bw_intra\": %.6g, \"bw_inter\": %.6g, \"lat_intra\": %.6g, \"lat_inter\": %.6g, "
+           "\"ranks_per_node\": %lld}",
+           m->grad_bytes, m->master_bytes, m->optim_bytes, m->zero, m->kv_bytes, m->gemm_flops, m->bw_intra,
+           m->bw_inter, m->lat_intra, m->lat_inter, (long long)m->ranks_per_node);
+}
+
+static void json_kinds(FILE *o, const uint64_t *v)
+{
+    fprintf(o, "{");
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+        fprintf(o, "%s\"%s\": %llu", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), (unsigned long long)v[k]);
+    fprintf(o, "}");
+}
+
+static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri)
+{
+    char mesh[160], coords[160];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
-    if (json) {
-        printf("{\"model\": ");
-        cli_json_str(m->path);
-        printf(", \"mesh\": ");
-        cli_json_str(mesh);
-        printf(", \"world\": %lld, \"total_weight_bytes\": %llu, \"max_weight_bytes\": %llu, \"max_rank\": %lld, "
-               "\"ranks\": [",
-               (long long)l->world, (unsigned long long)total, (unsigned long long)l->ranks[max_r].nbytes,
-               (long long)max_r);
-        for (int64_t r = 0; r < l->world; r++) {
-            printf("%s{\"rank\": %lld, \"coords\": ", r ? ", " : "", (long long)r);
-            cli_json_str(hp_shard_coords_str(l, r, coords, sizeof coords));
-            printf(", \"weight_bytes\": %llu}", (unsigned long long)l->ranks[r].nbytes);
-        }
-        printf("]}\n");
-        return HP_EXIT_OK;
+    fprintf(o, "{\"model_path\": ");
+    cli_json_fstr(o, m->path);
+    fprintf(o, ", \"mesh\": ");
+    cli_json_fstr(o, mesh);
+    fprintf(o, ", \"world\": %lld, \"batch\": %lld, \"seq\": %lld, \"seq_padded\": %lld, \"mode\": \"%s\", "
+           "\"total_weight_bytes\": %llu, \"max_rank\": %lld, \"model\": ",
+           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, c->train ? "train" : "infer",
+           (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
+    json_model(o, &c->mdl);
+    fprintf(o, ", \"refused\": ");
+    if (c->refused[0]) cli_json_fstr(o, c->refused);
+    else fprintf(o, "null");
+    fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
+           "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
+    for (int64_t i = 0; i < c->n_ranks; i++) {
+        const hp_cost_rank *r = &c->ranks[i];
+        fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
+        cli_json_fstr(o, hp_shard_coords_str(l, r->rank, coords, sizeof coords));
+        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"kv_cache_bytes\": %llu, "
+               "\"grad_bytes\": %llu, \"optim_bytes\": %llu, \"master_bytes\": %llu, \"saved_bytes\": %llu, "
+               "\"total_bytes\": %llu, \"comm\": {\"bytes\": ",
+               (long long)r->ep, (unsigned long long)r->weight_bytes, (unsigned long long)r->act_bytes,
+               (unsigned long long)r->kv_bytes, (unsigned long long)r->grad_bytes, (unsigned long long)r->optim_bytes,
+               (unsigned long long)r->master_bytes, (unsigned long long)r->saved_bytes,
+               (unsigned long long)r->total_bytes);
+        json_kinds(o, r->bytes);
+        fprintf(o, ", \"calls\": ");
+        json_kinds(o, r->calls);
+        fprintf(o, "}, \"net_bytes\": %llu, \"flops\": %.6g, \"t_compute\": %.6g, \"t_comm\": %.6g, \"t_step\": %.6g, "
+               "\"ep_estimated\": %s}",
+               (unsigned long long)r->net_bytes, r->flops, r->t_compute, r->t_comm, r->t_step,
+               r->ep_estimated ? "true" : "false");
     }
-    printf("model    %s (%s)\nmesh     %s\nweights  %s in the checkpoint; per rank (exact: its shard file's tensors):\n",
-           m->path, m->model_type[0] ? m->model_type : "?", mesh, hp_format_bytes(total, b1, sizeof b1));
-    int64_t shown = l->world < 64 ? l->world : 64;
-    for (int64_t r = 0; r < shown; r++)
-        printf("  rank %-6lld %-28s %12s  %5.1f%%\n", (long long)r, hp_shard_coords_str(l, r, coords, sizeof coords),
-               hp_format_bytes(l->ranks[r].nbytes, b1, sizeof b1),
-               total ? 100.0 * (double)l->ranks[r].nbytes / (double)total : 0.0);
-    if (shown < l->world) printf("  ... %lld more ranks (--format json lists them all)\n", (long long)(l->world - shown));
-    printf("most-loaded rank %lld: %s (an even split of the %s checkpoint over all %lld ranks would be %s)\n",
-           (long long)max_r, hp_format_bytes(l->ranks[max_r].nbytes, b1, sizeof b1),
-           hp_format_bytes(total, b2, sizeof b2), (long long)l->world,
-           hp_format_bytes(total / (uint64_t)l->world, coords, sizeof coords));
-    printf("not reported yet: communication per step, activations and KV cache, training state\n");
-    return HP_EXIT_OK;
+    const hp_cost_rank *r = &c->ranks[ri];
+    fprintf(o, "\n], \"events_rank\": %lld, \"events\": [", (long long)r->rank);
+    for (size_t i = 0; i < r->n_ev; i++) {
+        const hp_cost_event *e = &r->ev[i];
+        fprintf(o, "%s\n  {\"layer\": %d, \"where\": ", i ? "," : "", e->layer);
+        cli_json_fstr(o, e->where);
+        fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %d, \"bytes\": %llu, "
+               "\"estimated\": %s, \"seconds\": %.6g}",
+               e->step, hp_run_coll_name(e->kind), e->axis, e->group, e->calls, (unsigned long long)e->bytes,
+               e->estimated ? "true" : "false", e->seconds);
+    }
+    fprintf(o, "\n]}\n");
+}
+
+static void event_line(FILE *o, const hp_cost_event *e)
+{
+    char b[32];
+    fprintf(o, "  %5s  %-44.44s %-18s %-14s %2s=%-5d %3d  %12s%s %9.3g ms\n", "", e->where, e->step,
+           hp_run_coll_name(e->kind), e->axis, e->group, e->calls, mb(e->bytes, b, sizeof b), e->estimated ? "*" : " ",
+           e->seconds * 1e3);
+}
+
+static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
+{
+    uint64_t by[HP_RUN_COLL_COUNT] = {0};
+    double t = 0;
+    for (size_t i = 0; i < r->n_ev; i++)
+        if (r->ev[i].layer == layer) by[r->ev[i].kind] += r->ev[i].bytes, t += r->ev[i].seconds;
+    char b[32], name[24];
+    snprintf(name, sizeof name, layer < 0 ? "outside" : "layer %d", layer);
+    fprintf(o, "  %-13s", name);
+    bool any = false;
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+        if (by[k]) fprintf(o, "%s%s %s", any ? ", " : " ", hp_run_coll_name((hp_run_coll)k), mb(by[k], b, sizeof b)), any = true;
+    fprintf(o, "%s   (%.3g ms*)\n", any ? "" : " no collective", t * 1e3);
+}
+
+static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
+                        bool detail, uint64_t budget, bool routed)
+{
+    char mesh[160], coords[160], b[8][32];
+    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    fprintf(o, "model    %s (%s)\nmesh     %s\nbatch    %lld x %lld (%s)%s; the MoE exchange: %s\n", m->path,
+           m->model_type[0] ? m->model_type : "?", mesh, (long long)c->B, (long long)c->S,
+           c->train ? "training step: forward and backward" : "inference: one forward",
+           c->S_pad != c->S ? " (padded for cp)" : "",
+           !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
+           : routed                                    ? "the given routing (exact)"
+                                                       : "the balanced router's (estimate*)");
+    fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights", "activations*",
+           c->train ? "state*" : "KV cache*", "total", "comm/step", "network", "GFLOP*", "step*");
+    int64_t shown = c->n_ranks < 64 ? c->n_ranks : 64;
+    for (int64_t i = 0; i < shown; i++) {
+        const hp_cost_rank *r = &c->ranks[i];
+        uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
+        fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %7.3g ms\n", (long long)r->rank,
+               hp_shard_coords_str(l, r->rank, coords, sizeof coords), mb(r->weight_bytes, b[0], 32),
+               mb(r->act_bytes, b[1], 32), mb(st, b[2], 32), mb(r->total_bytes, b[3], 32), mb(all, b[4], 32),
+               mb(r->net_bytes, b[5], 32), r->flops / 1e9, r->t_step * 1e3);
+    }
+    if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
+    const hp_cost_rank *mx = &c->ranks[c->max_rank];
+    fprintf(o, "most-loaded rank %lld: %s (weights %s exact + activations %s*", (long long)mx->rank,
+           mb(mx->total_bytes, b[0], 32), mb(mx->weight_bytes, b[1], 32), mb(mx->act_bytes, b[2], 32));
+    if (c->train)
+        fprintf(o, " + gradients %s* + optimizer %s* + master %s* + saved activations %s*", mb(mx->grad_bytes, b[3], 32),
+               mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
+    fprintf(o, ")%s", c->train ? "" : "");
+    if (!c->train) fprintf(o, "; a KV cache of the %lld positions would add %s*", (long long)c->S, mb(mx->kv_bytes, b[3], 32));
+    fprintf(o, "\n");
+    if (budget)
+        fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
+               100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
+
+    if (c->refused[0]) {
+        fprintf(o, "\ncommunication, activations, FLOPs and time are not derived: 'hyperpar run' refuses this plan:\n  %s\n",
+                c->refused);
+        return;
+    }
+    const hp_cost_rank *r = &c->ranks[ri];
+    fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,
+           c->train ? "training step (the backward's marked *)" : "forward step");
+    fprintf(o, "  %5s  %-44s %-18s %-14s %-8s %5s %12s  %12s\n", "layer", "boundary", "step", "collective", "group",
+           "calls", "bytes", "time");
+    int32_t L = (int32_t)m->cfg.num_hidden_layers, first_sparse = -1;
+    for (int32_t i = 0; i < L && first_sparse < 0; i++)
+        for (size_t k = 0; k < r->n_ev; k++)
+            if (r->ev[k].layer == i && r->ev[k].kind == HP_RUN_ALL_TO_ALL) first_sparse = i;
+    for (int32_t layer = -1; layer <= L; layer++) {
+        int32_t lk = layer == L ? -1 : layer; /* -1 twice: before the layers (embed) and after (head, loss) */
+        bool full = detail || L <= 4 || layer <= 0 || layer == first_sparse || layer == L;
+        if (layer == L) fprintf(o, "  after the layers\n");
+        if (full) {
+            for (size_t k = 0; k < r->n_ev; k++) {
+                const hp_cost_event *e = &r->ev[k];
+                bool before = e->where && (strstr(e->where, "embed_tokens") != NULL);
+                if (e->layer != lk || (lk < 0 && (layer == -1) != before)) continue;
+                event_line(o, e);
+            }
+        }
+        if (layer >= 0 && layer < L) layer_sum(o, layer, r);
+    }
+    uint64_t tot = 0;
+    fprintf(o, "step total of rank %lld:", (long long)r->rank);
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        tot += r->bytes[k];
+        fprintf(o, "%s %s %s in %llu calls", k ? "," : "", hp_run_coll_name((hp_run_coll)k), mb(r->bytes[k], b[0], 32),
+               (unsigned long long)r->calls[k]);
+    }
+    fprintf(o, "\n  = %s, of which %s in groups of more than one rank\n", mb(tot, b[0], 32), mb(r->net_bytes, b[1], 32));
+    fprintf(o, "predicted step of rank %lld*: %.3g ms = compute %.3g ms (%.3g GFLOP at %.3g GFLOP/s) + communication %.3g ms\n",
+           (long long)r->rank, r->t_step * 1e3, r->t_compute * 1e3, r->flops / 1e9, c->mdl.gemm_flops / 1e9,
+           r->t_comm * 1e3);
+    fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the model flags, see --help)%s\n",
+           mx->ep_estimated ? "; the MoE exchange assumes the balanced router (give --routing for the exact bytes)" : "");
+}
+
+static hp_status write_html(const char *path, const hp_model *m, const hp_plan *p, const hp_cost *c, uint64_t budget,
+                            hp_err *err)
+{
+    char *buf = NULL, mesh[160], title[400];
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    snprintf(title, sizeof title, "%s on %s", m->path, mesh);
+    int rc = cli_html_cost(f, title, c, &p->mesh, budget);
+    fclose(f);
+    hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
+    if (st == HP_OK && cli_write_atomic(path, buf, len, "the page") != HP_EXIT_OK)
+        st = hp_err_set(err, HP_ERR_IO, "%s: the page was not written", path ? path : "stdout");
+    free(buf);
+    return st;
 }
 
 int cmd_cost(int argc, char **argv)
 {
-    enum { O_PLAN = 1000, O_FORMAT };
+    enum { O_PLAN = 1000, O_INPUT, O_ROUTING, O_RANK, O_DETAIL };
     static const struct option opts[] = {
-        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
-        {"plan", required_argument, NULL, O_PLAN}, {"format", required_argument, NULL, O_FORMAT},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN, CLI_OPT_COST,
+        {"plan", required_argument, NULL, O_PLAN}, {"input", required_argument, NULL, O_INPUT},
+        {"routing", required_argument, NULL, O_ROUTING}, {"rank", required_argument, NULL, O_RANK},
+        {"detail", no_argument, NULL, O_DETAIL}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
-    const char *plan_path = NULL;
-    bool json = false;
+    cli_cost_flags cf;
+    cli_cost_flags_init(&cf);
+    const char *plan_path = NULL, *input = NULL, *routing = NULL;
+    int64_t want_rank = -1;
+    bool detail = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
         int pr = cli_plan_flag("cost", c, optarg, &pf);
+        if (pr == 0) pr = cli_cost_flag("cost", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
         switch (c) {
         case O_PLAN: plan_path = optarg; break;
-        case O_FORMAT:
-            if (strcmp(optarg, "text") && strcmp(optarg, "json"))
-                return cli_usage_error("cost", "--format must be text or json, got '%s'", optarg);
-            json = !strcmp(optarg, "json");
+        case O_INPUT: input = optarg; break;
+        case O_ROUTING: routing = optarg; break;
+        case O_DETAIL: detail = true; break;
+        case O_RANK:
+            if (!cli_parse_i64("cost", "--rank", optarg, 0, HP_MESH_MAX_WORLD, &want_rank)) return HP_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("cost", argv);
@@ -103,24 +283,69 @@ int cmd_cost(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("cost", "expected exactly one MODEL");
     if (plan_path && pf.any)
         return cli_usage_error("cost", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
+    if (input && (cf.batch_given || cf.seq_given))
+        return cli_usage_error("cost", "give either --input or --batch/--seq, not both");
     int rc = cli_plan_flags_mesh("cost", &pf, 1);
     if (rc != HP_EXIT_OK) return rc;
+    const char *const inputs[] = {plan_path, input, routing, pf.overrides};
+    if (cf.output && cli_check_output_file("cost", "--output", cf.output, argv[optind], inputs, 4) != 0)
+        return HP_EXIT_USAGE;
     hp_err err;
     hp_overrides *ov = NULL;
     hp_model *m = NULL;
     hp_plan *p = NULL;
     hp_shard_layout *l = NULL;
+    hp_cost *cost = NULL;
+    hp_st_file *sf = NULL;
     hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
+    if (st == HP_OK && input && (st = hp_st_open(&sf, input, &err)) == HP_OK) {
+        const hp_st_tensor *t = hp_st_find(sf, "input_ids");
+        if (!t || t->n_dims != 2 || t->shape[0] < 1 || t->shape[1] < 1)
+            st = hp_err_set(&err, HP_ERR_INPUT, "%s: no input_ids [B, S] with B, S >= 1", input);
+        else cf.co.B = t->shape[0], cf.co.S = t->shape[1], cf.batch_given = cf.seq_given = true;
+        hp_st_close(sf);
+    }
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
     for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)
             fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
+    if (st == HP_OK && routing) {
+        if (!(m->family && hp_family_is_moe(m->family)))
+            st = hp_err_set(&err, HP_ERR_INPUT, "--routing: %s is a dense model; it has no routing", m->path);
+        else st = cli_cost_read_routing(&cf, m, routing, &err);
+    }
     if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
-    rc = st == HP_OK ? report(m, p, l, json) : cli_fail(&err);
+    if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_size(&p->mesh, "dp"))
+        cf.co.B = hp_mesh_size(&p->mesh, "dp"); /* the default batch: a row per replica */
+    if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
+    if (st == HP_OK && want_rank >= cost->world)
+        st = hp_err_set(&err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)want_rank,
+                        (long long)cost->world);
+    if (st == HP_OK) {
+        int64_t ri = want_rank >= 0 ? want_rank : cost->max_rank;
+        if (cf.format == 2) st = write_html(cf.output, m, p, cost, cf.budget, &err);
+        else {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *mem = cf.output ? open_memstream(&buf, &len) : NULL, *o = mem ? mem : stdout;
+            if (cf.output && !mem) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+            else if (cf.format == 1) report_json(o, m, p, l, cost, ri);
+            else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL);
+            if (mem) {
+                fclose(mem);
+                if (cli_write_atomic(cf.output, buf, len, "the report") != HP_EXIT_OK)
+                    st = hp_err_set(&err, HP_ERR_IO, "%s: not written", cf.output);
+                free(buf);
+            }
+        }
+    }
+    rc = st == HP_OK ? HP_EXIT_OK : cli_fail(&err);
+    hp_cost_free(cost);
     hp_shard_layout_free(l);
     hp_plan_free(p);
     hp_model_close(m);
     hp_overrides_free(ov);
+    cli_cost_flags_free(&cf);
     return rc;
 }

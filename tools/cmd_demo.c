@@ -19,7 +19,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include <jansson.h>
+
 #include "hyperpar/gen.h"
+#include "hyperpar/run.h"
 #include "hyperpar/model.h"
 
 static void usage(FILE *out)
@@ -228,10 +231,10 @@ static int run_moe_model(const char *out, const char *model_dir, const char *ep_
         optind = 1;
         if ((rc = cmd_run(6, a)) != HP_EXIT_OK) return rc;
     }
-    snprintf(args, sizeof args, "run '%s' --input '%s' --tp 2 --ep 2 --overrides '%s' --compare '%s' --compare-rtol 1e-5",
-             model_dir, ids, ep_yaml, one);
-    snprintf(shown, sizeof shown, "run %s --input %s --tp 2 --ep 2 --overrides %s --compare %s --compare-rtol 1e-5",
-             model_dir, ids, ep_yaml, one);
+    snprintf(args, sizeof args, "run '%s' --input '%s' --tp 2 --ep 2 --overrides '%s' --compare '%s' --compare-rtol 1e-5 "
+             "--stats-json '%s/moe_run_stats.json'", model_dir, ids, ep_yaml, one, out);
+    snprintf(shown, sizeof shown, "run %s --input %s --tp 2 --ep 2 --overrides %s --compare %s --compare-rtol 1e-5 "
+             "--stats-json %s/moe_run_stats.json", model_dir, ids, ep_yaml, one, out);
     bool skipped;
     int st = mpi_self(shown, args, &skipped);
     if (skipped) return HP_EXIT_OK;
@@ -248,6 +251,77 @@ static int run_moe_model(const char *out, const char *model_dir, const char *ep_
         printf("FAILED: validate found a boundary of the MoE model that diverges (status %d)\n", st);
         return HP_EXIT_VERIFY;
     }
+    return HP_EXIT_OK;
+}
+
+/* Every rank's bytes per collective kind in a JSON file of run --stats-json ("bytes") or cost ("comm"."bytes"):
+ * [rank][kind] into v (at most 8 ranks); the rank count, or -1. */
+static int comm_bytes(const char *path, bool cost, double v[8][HP_RUN_COLL_COUNT])
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je), *ranks = root ? json_object_get(root, "ranks") : NULL;
+    int n = ranks && json_is_array(ranks) && json_array_size(ranks) <= 8 ? (int)json_array_size(ranks) : -1;
+    for (int r = 0; r < n; r++) {
+        json_t *o = json_array_get(ranks, (size_t)r), *b = json_object_get(o, cost ? "comm" : "bytes");
+        if (cost) b = json_object_get(b, "bytes");
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) v[r][k] = json_number_value(json_object_get(b, hp_run_coll_name((hp_run_coll)k)));
+    }
+    json_decref(root);
+    return n;
+}
+
+/* Step 9: what tp=2 x ep=2 costs each rank (its communication checked against what step 8's run counted, with
+ * the routing step 8 wrote), which mesh of 4 ranks to pick, and both as HTML pages. */
+static int cost_step(const char *out, const char *model_dir, const char *ep_yaml)
+{
+    char ids[700], one[700], stats[700], cj[700], ch[700], ah[700];
+    snprintf(ids, sizeof ids, "%s/moe_ids.safetensors", out);
+    snprintf(one, sizeof one, "%s/moe_logits_one.safetensors", out);
+    snprintf(stats, sizeof stats, "%s/moe_run_stats.json", out);
+    snprintf(cj, sizeof cj, "%s/moe_cost.json", out);
+    snprintf(ch, sizeof ch, "%s/cost.html", out);
+    snprintf(ah, sizeof ah, "%s/advise.html", out);
+    printf("$ hyperpar cost %s --tp 2 --ep 2 --overrides %s --input %s --routing %s\n", model_dir, ep_yaml, ids, one);
+    fflush(stdout);
+    char *a1[] = {"cost", (char *)model_dir, "--tp", "2", "--ep", "2", "--overrides", (char *)ep_yaml, "--input", ids,
+                  "--routing", one, NULL};
+    optind = 1;
+    int rc = cmd_cost(12, a1);
+    if (rc != HP_EXIT_OK) return rc;
+    char *a2[] = {"cost", (char *)model_dir, "--tp", "2", "--ep", "2", "--overrides", (char *)ep_yaml, "--input", ids,
+                  "--routing", one, "--format", "json", "-o", cj, NULL};
+    optind = 1;
+    if ((rc = cmd_cost(16, a2)) != HP_EXIT_OK) return rc;
+    double r[8][HP_RUN_COLL_COUNT], c[8][HP_RUN_COLL_COUNT];
+    int nr = comm_bytes(stats, false, r), nc = comm_bytes(cj, true, c);
+    if (nr < 0) printf("(no statistics of the 2-rank run to compare with: it was skipped)\n");
+    else {
+        bool same = nr == nc;
+        for (int i = 0; same && i < nr; i++)
+            for (int k = 0; k < HP_RUN_COLL_COUNT; k++) same = same && r[i][k] == c[i][k];
+        if (!same) {
+            printf("FAILED: the predicted communication differs from what step 8's run counted (%s, %s)\n", stats, cj);
+            return HP_EXIT_VERIFY;
+        }
+        printf("the predicted bytes of every rank and collective kind equal what step 8's 2-rank run counted\n");
+    }
+    char *a3[] = {"cost", (char *)model_dir, "--tp", "2", "--ep", "2", "--overrides", (char *)ep_yaml, "--input", ids,
+                  "--routing", one, "--mem-per-rank", "8MiB", "--format", "html", "-o", ch, NULL};
+    optind = 1;
+    if ((rc = cmd_cost(18, a3)) != HP_EXIT_OK) return rc;
+    printf("wrote %s (the mesh, memory per rank, collectives per layer)\n", ch);
+    printf("\n$ hyperpar advise %s --world 4 --mem-per-rank 8MiB --batch 2 --seq 16 --overrides %s --top 3\n", model_dir,
+           ep_yaml);
+    fflush(stdout);
+    char *a4[] = {"advise", (char *)model_dir, "--world", "4", "--mem-per-rank", "8MiB", "--batch", "2", "--seq", "16",
+                  "--overrides", (char *)ep_yaml, "--top", "3", NULL};
+    optind = 1;
+    if ((rc = cmd_advise(14, a4)) != HP_EXIT_OK) return rc;
+    char *a5[] = {"advise", (char *)model_dir, "--world", "4", "--mem-per-rank", "8MiB", "--batch", "2", "--seq", "16",
+                  "--overrides", (char *)ep_yaml, "--format", "html", "-o", ah, NULL};
+    optind = 1;
+    if ((rc = cmd_advise(16, a5)) != HP_EXIT_OK) return rc;
+    printf("wrote %s (the candidates side by side)\n", ah);
     return HP_EXIT_OK;
 }
 
@@ -428,7 +502,10 @@ int cmd_demo(int argc, char **argv)
     if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
 
     step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate");
-    rc = run_moe_model(out, model_dir, ep_yaml, g.vocab);
+    if ((rc = run_moe_model(out, model_dir, ep_yaml, g.vocab)) != HP_EXIT_OK) goto done;
+
+    step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");
+    rc = cost_step(out, model_dir, ep_yaml);
 done:
     hp_model_close(real);
     hp_model_close(meta);

@@ -64,42 +64,6 @@ static bool parse_count(const char *opt, const char *s, int64_t min, int64_t max
     return cli_parse_i64("plan", opt, s, min, max, out);
 }
 
-/* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
- * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind. */
-static int write_output(const char *path, const char *data, size_t len)
-{
-    if (!path) {
-        fwrite(data, 1, len, stdout); /* main() checks stdout's errors */
-        return HP_EXIT_OK;
-    }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a leftover of an earlier process with our pid */
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        int e = errno;
-        fprintf(stderr, "hyperpar: error: %s: cannot create the temporary output: %s\n", tmp, strerror(e));
-        return e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
-    }
-    int e = 0;
-    for (size_t off = 0; off < len && !e;) {
-        ssize_t n = write(fd, data + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) e = n < 0 ? errno : EIO;
-        else off += (size_t)n;
-    }
-    if (!e && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: no sync on /dev/shm etc. */
-    if (close(fd) != 0 && !e) e = errno;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
-        fprintf(stderr, "hyperpar: error: %s: writing the plan failed: %s; nothing was written\n", path, strerror(e));
-        unlink(tmp);
-        return HP_EXIT_RUNTIME;
-    }
-    return HP_EXIT_OK;
-}
-
 /* Edit distance of a and b, or limit + 1 when it is larger than limit (names of at most 255 bytes). */
 static size_t distance(const char *a, const char *b, size_t limit)
 {
@@ -299,7 +263,7 @@ int cmd_plan(int argc, char **argv)
                                                     : hp_plan_to_hf(p, &b, &err);
         if (st != HP_OK) rc = cli_fail(&err);
         else if (b.oom) rc = HP_EXIT_RUNTIME;
-        else rc = write_output(output, b.data ? b.data : "", b.len);
+        else rc = cli_write_atomic(output, b.data ? b.data : "", b.len, "the plan");
         hp_buf_free(&b);
     }
     hp_plan_free(p);

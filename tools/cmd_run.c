@@ -3,6 +3,9 @@
  * pass across the ranks of mpirun (or one process), executed as the plan says (src/run, docs/run.md).
  */
 #include <math.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -46,6 +49,11 @@ static void usage(FILE *out)
             "  --overlap            MoE blocks run the shared expert while their tokens are exchanged (also\n"
             "                       when the declared compute sets overlap_shared_expert); the same numbers\n"
             "  --threads N          threads per rank for the GEMMs\n"
+            "  --router R           real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
+            "                       expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
+            "                       model's): for benchmarks and to check 'hyperpar cost' exchange bytes\n"
+            "  --stats-json FILE    rank 0 writes every rank's statistics (bytes and calls per collective kind,\n"
+            "                       resident weights, anonymous memory grown) as JSON, atomically\n"
             "\n"
             "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n");
@@ -60,6 +68,8 @@ typedef struct run_args {
     hp_linalg_mode compute;
     bool validate;
     bool overlap;
+    bool balanced;          /* --router balanced */
+    const char *stats_json; /* --stats-json FILE */
 } run_args;
 
 static bool is_shard_dir(const char *path)
@@ -215,6 +225,68 @@ static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
     fprintf(stderr, "\nrun: resident weights %s on the largest rank (its plan share as stored: %s)\n", b1, b2);
 }
 
+/* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB, or -1 where there is none.
+ * Freed heap is given back first (glibc keeps it otherwise), so the figure is the memory in use. */
+static int64_t anon_kib(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+/* --stats-json: every rank's statistics to rank 0, written there atomically. Collective. */
+static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
+                             hp_err *err)
+{
+    enum { NV = 2 * HP_RUN_COLL_COUNT + 3 };
+    const hp_run_stats *s = hp_runner_stats(r);
+    double mine[NV];
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
+    mine[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 1] = anon_kib_grown >= 0 ? (double)anon_kib_grown * 1024.0 : -1;
+    mine[2 * HP_RUN_COLL_COUNT + 2] = s->seconds;
+    int n = hp_comm_size(w);
+    double *all = hp_calloc((size_t)n * NV, sizeof *all);
+    hp_status st = all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK) st = hp_comm_allgather(w, mine, sizeof mine, all, err);
+    if (st == HP_OK && hp_comm_rank(w) == 0) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else fprintf(f, "{\"world\": %d, \"ranks\": [\n  ", n);
+        for (int i = 0; f && i < n; i++) {
+            const double *v = all + (size_t)i * NV;
+            fprintf(f, "%s{\"rank\": %d, \"bytes\": {", i ? ",\n  " : "", i);
+            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[k]);
+            fprintf(f, "}, \"calls\": {");
+            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[HP_RUN_COLL_COUNT + k]);
+            fprintf(f, "}, \"resident_bytes\": %.0f, \"anon_bytes_grown\": %.0f, \"seconds\": %.6f}",
+                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 1], v[2 * HP_RUN_COLL_COUNT + 2]);
+        }
+        if (f) {
+            fprintf(f, "\n]}\n");
+            fclose(f);
+            if (cli_write_atomic(path, buf, len, "the statistics") != HP_EXIT_OK)
+                st = hp_err_set(err, HP_ERR_IO, "%s: the statistics were not written", path);
+        }
+        free(buf);
+    }
+    free(all);
+    return st;
+}
+
 static int finish(hp_comm *w, hp_status st, hp_err *err)
 {
     int code = HP_EXIT_OK;
@@ -272,9 +344,15 @@ static int run(run_args *a, int *argc, char ***argv)
     hp_run_output o = {0};
     hp_status st = HP_OK;
     char omsg[8400];
-    const char *const inputs[] = {a->input, a->compare, a->pf.overrides, a->plan};
+    const char *const inputs[] = {a->input, a->compare, a->pf.overrides, a->plan, a->output};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->stats_json && a->output && !strcmp(a->stats_json, a->output))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json and --output name the same file '%s'", a->output);
+    if (st == HP_OK && a->stats_json &&
+        cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 5, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    int64_t anon0 = anon_kib();
     bool shard = is_shard_dir(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
@@ -302,7 +380,8 @@ static int run(run_args *a, int *argc, char ***argv)
             hp_linalg_set_threads(a->threads);
             hp_linalg_blas_threads(a->threads);
         }
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap};
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
+                          .balanced_router = a->balanced};
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;
@@ -321,6 +400,7 @@ static int run(run_args *a, int *argc, char ***argv)
     }
     if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
     if (st == HP_OK) print_stats(w, r, p);
+    if (st == HP_OK && a->stats_json) st = write_stats(w, r, a->stats_json, anon_kib() - anon0, &err);
     if (st == HP_OK && hp_comm_rank(w) == 0) {
         fprintf(stderr, "run: loss %.7g over %lld positions\n", o.loss, (long long)(B * (S - 1)));
         if (a->output) st = write_output(a->output, &o, &err);
@@ -358,14 +438,15 @@ static void usage_validate(FILE *out)
 static int parse(int argc, char **argv, bool validate)
 {
     const char *cmd = validate ? "validate" : "run";
-    enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP };
+    enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS };
     static const struct option opts[] = {
         {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
         {"output", required_argument, 0, 'o'}, {"compare", required_argument, 0, 'C'},
         {"threads", required_argument, 0, 't'}, CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
         {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
         {"compare-rtol", required_argument, 0, O_RTOL}, {"rtol", required_argument, 0, O_RTOL},
-        {"overlap", no_argument, 0, O_OVERLAP},
+        {"overlap", no_argument, 0, O_OVERLAP}, {"router", required_argument, 0, O_ROUTER},
+        {"stats-json", required_argument, 0, O_STATS},
         {0, 0, 0, 0}};
     run_args a = {.validate = validate};
     cli_plan_flags_init(&a.pf);
@@ -387,6 +468,12 @@ static int parse(int argc, char **argv, bool validate)
             break;
         case O_PLAN: a.plan = optarg; break;
         case O_OVERLAP: a.overlap = true; break;
+        case O_STATS: a.stats_json = optarg; break;
+        case O_ROUTER:
+            if (strcmp(optarg, "real") && strcmp(optarg, "balanced"))
+                return cli_usage_error(cmd, "--router expects real or balanced, got '%s'", optarg);
+            a.balanced = !strcmp(optarg, "balanced");
+            break;
         case O_COMPUTE:
             if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
             else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
@@ -406,8 +493,10 @@ static int parse(int argc, char **argv, bool validate)
     if (optind + 1 < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];
     if (!a.input) return cli_usage_error(cmd, "missing --input IDS.safetensors");
-    if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT))
-        return cli_usage_error(cmd, "--output, --compare and --compute belong to 'hyperpar run'");
+    if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT || a.balanced || a.stats_json))
+        return cli_usage_error(cmd, "--output, --compare, --compute, --router and --stats-json belong to 'hyperpar run'");
+    if (a.balanced && a.compare)
+        return cli_usage_error(cmd, "--router balanced changes the outputs; it cannot be --compare'd with a reference");
     if (a.plan && a.pf.any)
         return cli_usage_error(cmd, "give either --plan or the plan flags (--mesh, --tp, ...), not both");
     a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;

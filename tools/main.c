@@ -25,7 +25,8 @@ static const command g_commands[] = {
     {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
     {"run", cmd_run, "run the whole forward pass across MPI ranks as the plan says"},
     {"validate", cmd_validate, "run the plan distributed and in one process, compare every boundary"},
-    {"cost", cmd_cost, "what a plan costs each rank (today: its weight bytes, exact)"},
+    {"cost", cmd_cost, "what a plan costs each rank: memory, communication, FLOPs, step time"},
+    {"advise", cmd_advise, "which mesh of N ranks to pick: every mesh ranked, the others rejected with why"},
     {"bench", cmd_bench, "benchmarks: bench moe (one MoE layer at real shapes vs sgemm / memcpy)"},
 };
 

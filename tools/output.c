@@ -8,6 +8,9 @@
  * "<path>.tmp.<pid>" and renamed into place (atomic), by the command.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -77,17 +80,58 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
     return HP_EXIT_OK;
 }
 
-void cli_json_str(const char *s)
+void cli_json_fstr(FILE *f, const char *s)
 {
-    putchar('"');
+    fputc('"', f);
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
+            fprintf(f, "\\%c", ch);
         else if (ch < 0x20)
-            printf("\\u%04x", ch);
+            fprintf(f, "\\u%04x", ch);
         else
-            putchar(ch);
+            fputc(ch, f);
     }
-    putchar('"');
+    fputc('"', f);
+}
+
+void cli_json_str(const char *s)
+{
+    cli_json_fstr(stdout, s);
+}
+
+/* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
+ * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind. */
+int cli_write_atomic(const char *path, const char *data, size_t len, const char *what)
+{
+    if (!path) {
+        fwrite(data, 1, len, stdout); /* main() checks stdout's errors */
+        return HP_EXIT_OK;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a leftover of an earlier process with our pid */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "hyperpar: error: %s: cannot create the temporary output: %s\n", tmp, strerror(e));
+        return e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
+    }
+    int e = 0;
+    for (size_t off = 0; off < len && !e;) {
+        ssize_t n = write(fd, data + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) e = n < 0 ? errno : EIO;
+        else off += (size_t)n;
+    }
+    if (!e && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: no sync on /dev/shm etc. */
+    if (close(fd) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) {
+        fprintf(stderr, "hyperpar: error: %s: writing %s failed: %s; nothing was written\n", path, what, strerror(e));
+        unlink(tmp);
+        return HP_EXIT_RUNTIME;
+    }
+    return HP_EXIT_OK;
 }

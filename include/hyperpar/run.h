@@ -49,6 +49,9 @@ typedef struct hp_run_opts {
                                 declared compute sets overlap_shared_expert); the numbers are the same */
     bool sync_collectives;   /* benchmarks: a barrier of the group before each collective, timed as wait_s, so
                                 coll_s is the collective alone (no wait for a slower rank's compute) */
+    bool balanced_router;    /* MoE blocks replace the routed experts by the balanced router of spec §10.4 (slot
+                                s of a rank's tokens goes to expert (s mod Q)·L + (s div Q) mod L): benchmarks and
+                                checks of hyperpar cost's exchange; the outputs are not the model's */
 } hp_run_opts;
 
 typedef struct hp_run_stats {

@@ -58,6 +58,33 @@ hp__lay hp__lay_from(const hp_nplace *pl)
     return l;
 }
 
+static const hp_io_entry *io_entry(const hp_io_map *m)
+{
+    return !m->is_null && m->n > 0 ? &m->e[0] : NULL;
+}
+
+hp__contract hp__contract_of(const hp_boundary *b)
+{
+    hp__contract c = {.fqn = b->fqn};
+    const hp_io_entry *is = io_entry(&b->in_src), *id = io_entry(&b->in_dst);
+    hp_nplace none = {0};
+    if (is || id) {
+        c.has_in = true;
+        c.in_src = hp__lay_from(is ? &is->pl : &none);
+        c.in_dst = hp__lay_from(id ? &id->pl : &none);
+    }
+    const hp_io_entry *os = io_entry(&b->out_src), *od = io_entry(&b->out_dst);
+    if (os && od) {
+        c.has_out = true;
+        c.out_src = hp__lay_from(&os->pl);
+        c.out_dst = hp__lay_from(&od->pl);
+    } else if (os) { /* no exit communication, but the computed layout is still declared */
+        c.has_out = true;
+        c.out_src = c.out_dst = hp__lay_from(&os->pl);
+    }
+    return c;
+}
+
 static bool shards(hp_placement p, int d)
 {
     return p.kind == HP_PL_S && p.dim == d;
@@ -247,23 +274,78 @@ static hp_status refuse(const hp__ctx *x, const hp__act *a, const hp__lay *to, i
                       what, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
 }
 
-/* One axis: a's placement on ax becomes `dst`. */
+hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst)
+{
+    hp__low w = {.kind = HP__LOW_NONE, .d = -1, .bytes = 0, .why = NULL};
+    hp_placement src = from->ax[ax];
+    if (hp_placement_eq(src, dst)) return w;
+    int other = ax == HP__TP ? HP__CP : HP__TP;
+    bool s_src = src.kind == HP_PL_S, s_dst = dst.kind == HP_PL_S;
+    w.kind = HP__LOW_REFUSE;
+    if (src.kind == HP_PL_S2 || dst.kind == HP_PL_S2) return w.why = "a packed placement", w;
+    if ((s_src && src.dim > 2) || (s_dst && dst.dim > 2)) return w.why = "an activation has 3 dims", w;
+    int d = s_src ? src.dim : s_dst ? dst.dim : -1;
+    if (ax == HP__CP && d >= 0 && shards(from->ax[other], d))
+        return w.why = "tp shards the same dim; the cp-major nesting would break", w;
+    w.d = d;
+    int64_t n[3], lo;
+    for (int i = 0; i < 3; i++) hp__lay_range(x, from, g, i, x->ax[HP__TP].r, x->ax[HP__CP].r, &lo, &n[i]);
+    int64_t gn = x->ax[ax].n, oi = 1; /* oi: the block's elements outside dim d */
+    for (int i = 0; i < 3; i++) oi *= i == d ? 1 : n[i];
+    hp__lay to = *from;
+    to.ax[ax] = dst;
+    if (s_src && dst.kind == HP_PL_R) { /* all-gather: every member sends the largest block (padded) */
+        int64_t mx = 0;
+        for (int64_t i = 0; i < gn; i++) {
+            int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r, bl;
+            hp__lay_range(x, from, g, d, t, c, &lo, &bl);
+            mx = bl > mx ? bl : mx;
+        }
+        w.kind = HP__LOW_ALL_GATHER;
+        w.bytes = (uint64_t)(oi * mx) * sizeof(float);
+    } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) {
+        w.kind = HP__LOW_ALL_REDUCE;
+        w.bytes = (uint64_t)(n[0] * n[1] * n[2]) * sizeof(float);
+    } else if (s_dst && src.kind == HP_PL_R) {
+        w.kind = HP__LOW_SLICE;
+    } else if (s_dst && src.kind == HP_PL_P) { /* reduce-scatter: even blocks, else all-reduce + slice */
+        bool even = true;
+        int64_t b0 = 0;
+        for (int64_t i = 0; i < gn; i++) {
+            int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r, bl;
+            hp__lay_range(x, &to, g, d, t, c, &lo, &bl);
+            if (i == 0) b0 = bl;
+            even = even && bl == b0;
+        }
+        w.kind = even ? HP__LOW_REDUCE_SCATTER : HP__LOW_RS_UNEVEN;
+        w.bytes = even ? (uint64_t)(oi * b0 * gn) * sizeof(float) : (uint64_t)(n[0] * n[1] * n[2]) * sizeof(float);
+    } else {
+        w.why = src.kind == HP_PL_S && dst.kind == HP_PL_S ? "a shard-to-shard move is an all-to-all"
+                : dst.kind == HP_PL_P                      ? "nothing produces a partial sum"
+                                                           : "no collective for it";
+    }
+    return w;
+}
+
+hp_run_coll hp__low_coll(hp__low_kind k)
+{
+    return k == HP__LOW_ALL_GATHER       ? HP_RUN_ALL_GATHER
+           : k == HP__LOW_REDUCE_SCATTER ? HP_RUN_REDUCE_SCATTER
+           : k == HP__LOW_ALL_REDUCE || k == HP__LOW_RS_UNEVEN ? HP_RUN_ALL_REDUCE
+                                                               : HP_RUN_COLL_COUNT;
+}
+
+/* One axis: a's placement on ax becomes `dst`, as hp__lower_axis decides (its bytes are what is counted). */
 static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, const char *what, const char **coll,
                           hp_err *err)
 {
-    hp_placement src = a->lay.ax[ax];
-    if (hp_placement_eq(src, dst)) return HP_OK;
+    hp__low lw = hp__lower_axis(x, &a->lay, a->g, ax, dst);
+    if (lw.kind == HP__LOW_NONE) return HP_OK;
     hp__lay to = a->lay;
     to.ax[ax] = dst;
-    int other = ax == HP__TP ? HP__CP : HP__TP;
+    if (lw.kind == HP__LOW_REFUSE) return refuse(x, a, &to, ax, what, lw.why, err);
     const hp__grp *gr = &x->ax[ax];
-    bool s_src = src.kind == HP_PL_S, s_dst = dst.kind == HP_PL_S;
-    if (src.kind == HP_PL_S2 || dst.kind == HP_PL_S2) return refuse(x, a, &to, ax, what, "a packed placement", err);
-    if ((s_src && src.dim > 2) || (s_dst && dst.dim > 2))
-        return refuse(x, a, &to, ax, what, "an activation has 3 dims", err);
-    int d = s_src ? src.dim : s_dst ? dst.dim : -1;
-    if (ax == HP__CP && d >= 0 && shards(a->lay.ax[other], d))
-        return refuse(x, a, &to, ax, what, "tp shards the same dim; the cp-major nesting would break", err);
+    int d = lw.d;
     int64_t *lo = hp_calloc((size_t)gr->n * 2, sizeof *lo);
     if (!lo) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     int64_t *n = lo + gr->n;
@@ -273,7 +355,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
 
     sync_wait(x, gr->c); /* its time is wait_s, not the kind's */
     double t_all = hp_comm_wtime();
-    if (s_src && dst.kind == HP_PL_R) { /* all-gather along d */
+    if (lw.kind == HP__LOW_ALL_GATHER) {
         *coll = "all-gather";
         member_blocks(x, a, ax, &a->lay, d, lo, n);
         int64_t mx = 0, base = lo[0];
@@ -297,29 +379,27 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             if (!direct) take(send, a->d, g, 0, a->n[d]);
             double t0 = hp_comm_wtime();
             st = hp_comm_allgather(gr->c, direct ? a->d : send, blk * sizeof *send, direct ? b.d : recv, err);
-            count(x, HP_RUN_ALL_GATHER, blk * sizeof *send, t0);
+            count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
         }
         if (st == HP_OK && !direct) {
             geom gb = geom_of(b.n, d);
             for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
         x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
-    } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) { /* all-reduce */
+    } else if (lw.kind == HP__LOW_ALL_REDUCE) {
         *coll = "all-reduce";
         st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
         if (st == HP_OK) a->lay = to;
         goto done;
-    } else if (s_dst && (src.kind == HP_PL_P || src.kind == HP_PL_R)) { /* reduce-scatter or slice along d */
+    } else { /* reduce-scatter or slice along d */
         member_blocks(x, a, ax, &to, d, lo, n);
         geom g = geom_of(a->n, d);
-        bool even = true;
-        for (int64_t i = 1; i < gr->n; i++) even = even && n[i] == n[0];
         if ((st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err)) != HP_OK) goto done;
         int64_t me = gr->r;
-        if (src.kind == HP_PL_R) {
+        if (lw.kind == HP__LOW_SLICE) {
             *coll = "slice";
             take(b.d, a->d, g, lo[me], n[me]);
-        } else if (even) {
+        } else if (lw.kind == HP__LOW_REDUCE_SCATTER) {
             *coll = "reduce-scatter";
             size_t blk = (size_t)(g.outer * n[0] * g.inner);
             bool direct = g.outer == 1; /* the blocks are contiguous in a already: no packing */
@@ -329,7 +409,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
                 for (int64_t i = 0; !direct && i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
                 st = hp_comm_reduce_scatter_sum_f32(gr->c, direct ? a->d : send, b.d, blk, err);
-                count(x, HP_RUN_REDUCE_SCATTER, blk * (size_t)gr->n * sizeof(float), t0);
+                count(x, HP_RUN_REDUCE_SCATTER, lw.bytes, t0);
             }
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;
         } else { /* uneven blocks: all-reduce, then keep this rank's block */
@@ -337,13 +417,6 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
             if (st == HP_OK) take(b.d, a->d, g, lo[me], n[me]);
         }
-    } else {
-        st = refuse(x, a, &to, ax, what,
-                    src.kind == HP_PL_S && dst.kind == HP_PL_S ? "a shard-to-shard move is an all-to-all"
-                    : dst.kind == HP_PL_P                      ? "nothing produces a partial sum"
-                                                               : "no collective for it",
-                    err);
-        goto done;
     }
     if (st == HP_OK) { /* the result becomes a; a's buffer the spare */
         float *t = a->d;

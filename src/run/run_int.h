@@ -17,6 +17,15 @@ typedef struct hp__lay {
     hp_placement ax[HP__NAX];
 } hp__lay;
 
+/* A boundary's single-input, single-output contract as layouts (has_in / has_out: it declares them). */
+typedef struct hp__contract {
+    const char *fqn;
+    bool has_in, has_out;
+    hp__lay in_src, in_dst, out_src, out_dst;
+} hp__contract;
+
+hp__contract hp__contract_of(const hp_boundary *b);
+
 /* One axis group: the ranks that differ only in that coordinate. */
 typedef struct hp__grp {
     hp_comm *c;
@@ -81,6 +90,31 @@ void hp__ctx_free(hp__ctx *x);
 /* Global range [lo, lo+n) of dim d held by (tp index, cp index) under layout lay. */
 void hp__lay_range(const hp__ctx *x, const hp__lay *lay, const int64_t g[3], int d, int64_t tp_i, int64_t cp_i,
                    int64_t *lo, int64_t *n);
+
+/* The lowering of one axis's transition (docs/run.md's table), decided without moving data: what
+ * hp__redistribute runs for it and the bytes this rank sends into it (what the statistics count).
+ * The dry executor (cost.c) asks the same question for any rank of the mesh. */
+typedef enum hp__low_kind {
+    HP__LOW_NONE,           /* the placements are equal */
+    HP__LOW_ALL_GATHER,     /* S(d) -> R */
+    HP__LOW_ALL_REDUCE,     /* P -> R */
+    HP__LOW_REDUCE_SCATTER, /* P -> S(d), even blocks */
+    HP__LOW_RS_UNEVEN,      /* P -> S(d), uneven: all-reduce + slice (counted as the all-reduce) */
+    HP__LOW_SLICE,          /* R -> S(d): local */
+    HP__LOW_REFUSE          /* not lowered; why says so */
+} hp__low_kind;
+
+typedef struct hp__low {
+    hp__low_kind kind;
+    int d;          /* the dim, or -1 */
+    uint64_t bytes; /* this rank's bytes into the collective */
+    const char *why;
+} hp__low;
+
+/* x supplies the group sizes and this rank's index on each axis (x->ax[].n, .r); nothing else is read. */
+hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst);
+/* The statistics kind of a lowering (HP_RUN_COLL_COUNT: no collective). */
+hp_run_coll hp__low_coll(hp__low_kind k);
 
 /* Converts a from its layout to `to`, by the lowering table of docs/run.md; `what` names the transition for
  * errors ("entry of model.layers.0.self_attn input hidden_states"). *coll receives the collective's label. */

@@ -20,12 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A boundary's single-input, single-output contract as layouts. */
-typedef struct contract {
-    const char *fqn;
-    bool has_in, has_out;
-    hp__lay in_src, in_dst, out_src, out_dst;
-} contract;
+typedef hp__contract contract;
 
 typedef struct attn_w {
     contract c;
@@ -109,33 +104,6 @@ struct hp_runner {
 };
 
 /* ---- contracts ---- */
-
-static const hp_io_entry *io_entry(const hp_io_map *m)
-{
-    return !m->is_null && m->n > 0 ? &m->e[0] : NULL;
-}
-
-static contract contract_of(const hp_boundary *b)
-{
-    contract c = {.fqn = b->fqn};
-    const hp_io_entry *is = io_entry(&b->in_src), *id = io_entry(&b->in_dst);
-    hp_nplace none = {0};
-    if (is || id) {
-        c.has_in = true;
-        c.in_src = hp__lay_from(is ? &is->pl : &none);
-        c.in_dst = hp__lay_from(id ? &id->pl : &none);
-    }
-    const hp_io_entry *os = io_entry(&b->out_src), *od = io_entry(&b->out_dst);
-    if (os && od) {
-        c.has_out = true;
-        c.out_src = hp__lay_from(&os->pl);
-        c.out_dst = hp__lay_from(&od->pl);
-    } else if (os) { /* no exit communication, but the computed layout is still declared */
-        c.has_out = true;
-        c.out_src = c.out_dst = hp__lay_from(&os->pl);
-    }
-    return c;
-}
 
 static bool deferred(const hp_boundary *b, const char *rel)
 {
@@ -352,7 +320,7 @@ static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
     const hp__rcfg *c = &r->cfg;
     const hp_boundary *b = need_boundary(r, fqn, err);
     if (!b) return HP_ERR_INPUT;
-    a->c = contract_of(b);
+    a->c = hp__contract_of(b);
     int64_t tp = r->x.ax[HP__TP].n;
     char mla_name[300];
     snprintf(mla_name, sizeof mla_name, "%s.kv_a_proj_with_mqa.weight", fqn);
@@ -409,7 +377,7 @@ static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
     hp_err *err = L->err;
     const hp_boundary *b = need_boundary(r, fqn, err);
     if (!b) return HP_ERR_INPUT;
-    m->c = contract_of(b);
+    m->c = hp__contract_of(b);
     int64_t H = r->cfg.H;
     char tmp[300];
     snprintf(tmp, sizeof tmp, "%s.gate_up_proj.weight", fqn);
@@ -477,7 +445,7 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
         snprintf(fqn, sizeof fqn, "model.layers.%lld.mlp", (long long)layer);
     const hp_boundary *b = need_boundary(r, fqn, err);
     if (!b) return HP_ERR_INPUT;
-    w->c = contract_of(b);
+    w->c = hp__contract_of(b);
     w->c.fqn = b->fqn;
     for (int i = 0; i < b->n_params; i++) {
         hp_placement t = b->params[i].pl.ax[HP_AXIS_TP];
@@ -517,7 +485,7 @@ static hp_status load_norm(loader *L, const char *fqn, norm_w *n)
 {
     const hp_boundary *b = hp_plan_find(L->r->p, fqn);
     n->planned = b && b->is_boundary;
-    if (n->planned) n->c = contract_of(b);
+    if (n->planned) n->c = hp__contract_of(b);
     else n->c = (contract){.fqn = fqn};
     return load_vec(L, fqn, "weight", true, L->r->cfg.H, &n->w);
 }
@@ -528,7 +496,7 @@ static hp_status load_all(hp_runner *r, hp_err *err)
     const hp__rcfg *c = &r->cfg;
     const hp_boundary *be = need_boundary(r, "model.embed_tokens", err);
     if (!be) return HP_ERR_INPUT;
-    r->c_embed = contract_of(be);
+    r->c_embed = hp__contract_of(be);
     hp_status st = load(&L, "model.embed_tokens", "weight", true, true, &r->embed);
     if (st != HP_OK) return st;
     char ke = tp_kind(r, &r->embed);
@@ -561,7 +529,7 @@ static hp_status load_all(hp_runner *r, hp_err *err)
     if (!r->tied) {
         const hp_boundary *bh = need_boundary(r, "lm_head", err);
         if (!bh) return HP_ERR_INPUT;
-        r->c_head = contract_of(bh);
+        r->c_head = hp__contract_of(bh);
         if ((st = load(&L, "lm_head", "weight", true, true, &r->head_w)) != HP_OK) return st;
         if (r->head_w.n_dims != 2 || r->head_w.shape[1] != c->H || r->head_w.global[0] != c->V)
             return hp_err_set(err, HP_ERR_INPUT, "lm_head.weight is not [vocab_size, hidden_size]");
@@ -800,7 +768,8 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
         m->max_tokens = max_rows;
     }
     if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
-    hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE};
+    hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
+                          .balanced_router = r->o.balanced_router};
     /* sync_collectives: the exchanges have no barrier of their own, so one before the block (the routing in
      * front of the dispatch is the same work on every rank); its time goes to wait_s, as redist's do. */
     if (st == HP_OK && r->x.sync && hp_comm_size(r->ep_grp) > 1) {

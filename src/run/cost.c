@@ -1,0 +1,902 @@
+/*
+ * cost.c — the dry executor: what a plan costs each rank, without weights, data or MPI (docs/cost.md).
+ *
+ * For every rank of the mesh it walks the forward hp_runner_forward executes (embed, per layer input norm,
+ * attention with its CP K/V all-gathers, residual, post norm, MLP or MoE, residual, final norm, head, loss,
+ * the logits and routing gathers to rank 0), carrying only each activation's global dims and layout. Every
+ * transition is asked of hp__lower_axis, the function the runtime's redistribution itself lowers with, for that
+ * rank's coordinates: the communication is the runtime's by construction, boundary by boundary, and an
+ * override that changes a contract changes the cost. The plan is refused for the same reasons the runtime
+ * refuses it. The MoE token exchange is counted as the EP runtime counts it (rows sent plus rows received in
+ * the dispatch, times H·4 bytes), from a given routing or the balanced router of spec §10.4.
+ */
+#include "run/run_int.h"
+
+#include "hyperpar/cost.h"
+#include "hyperpar/shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hp_cost_model_default(hp_cost_model *m)
+{
+    *m = (hp_cost_model){.grad_bytes = 4, .master_bytes = 4, .optim_bytes = 8, .zero = 0, .kv_bytes = 2,
+                         .gemm_flops = 100e9, .bw_intra = 10e9, .bw_inter = 1.25e9, .lat_intra = 5e-6,
+                         .lat_inter = 20e-6, .ranks_per_node = 0};
+}
+
+void hp_cost_opts_default(hp_cost_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->B = 1;
+    o->S = 4096;
+    hp_cost_model_default(&o->mdl);
+}
+
+/* ---- what the walk needs of the plan, the same for every rank ---- */
+
+typedef struct lay_info {
+    hp__contract in, post, at, ff; /* norms without a boundary: no fqn transitions (has_in/has_out false) */
+    bool at_split, ff_split, sparse, mla;
+    int64_t nh, nkv;   /* TP-local heads */
+    int64_t kw, vw;    /* K and V widths per token (local) */
+    int64_t I;         /* the dense MLP's local width */
+    double cf;         /* the MoE boundary's capacity factor */
+    hp__lay moe_lay;   /* the MoE block's input after its entry (set by the walk) */
+} lay_info;
+
+typedef struct hp_cost_plan hp_cost_plan_t;
+
+typedef struct walk {
+    const hp_cost_plan_t *k;
+    const hp_model *m;
+    const hp_plan *p;
+    const hp_cost_opts *o;
+    hp__rcfg cfg;
+    hp__contract c_embed, c_fnorm, c_head;
+    bool embed_split, tied, head_split;
+    lay_info *ly;
+    int64_t tp, cp, dp, ep, E, K, mI, sI;
+    int64_t *owner;    /* [E]: the EP index holding expert e */
+    int64_t *ecnt;     /* [E]: scratch, slots per expert */
+    const hp_mesh *mesh; /* the plan's, or opts.mesh */
+    int64_t *dp_rows;  /* [dp + 1] */
+    hp__ctx x;         /* only ax[].n / ax[].r are read by the lowering */
+    hp_cost_rank *cr;  /* the rank being walked */
+    size_t ev_cap;
+    hp_err *err;
+    /* the rank's working-set model (floats) */
+    int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
+} walk;
+
+static bool tp_split(const walk *w, const hp_boundary *b, const char *rel, int want_dim)
+{
+    if (w->tp == 1) return false;
+    for (int i = 0; i < b->n_params; i++) {
+        if (strcmp(b->params[i].rel, rel)) continue;
+        hp_placement pl = b->params[i].pl.ax[HP_AXIS_TP];
+        int d = pl.dim < 0 ? pl.dim + 2 : pl.dim;
+        return (pl.kind == HP_PL_S || pl.kind == HP_PL_S2) && d == want_dim;
+    }
+    return false;
+}
+
+/* The contract as this walk sees it: with another mesh (advise), an axis of size 1 places nothing (a plan
+ * derived for that mesh has no placement on it). */
+static hp__contract contract(const walk *w, const hp_boundary *b)
+{
+    hp__contract c = hp__contract_of(b);
+    if (!w->o->mesh) return c;
+    hp__lay *ls[4] = {&c.in_src, &c.in_dst, &c.out_src, &c.out_dst};
+    for (int i = 0; i < 4; i++) {
+        if (w->tp == 1) ls[i]->ax[HP__TP] = hp_pl_r();
+        if (w->cp == 1) ls[i]->ax[HP__CP] = hp_pl_r();
+    }
+    return c;
+}
+
+static hp__contract norm_contract(const walk *w, const hp_boundary *b, const char *fqn)
+{
+    if (b) return contract(w, b);
+    return (hp__contract){.fqn = fqn};
+}
+
+static int64_t local_attr(const hp_boundary *b, const char *name, int64_t dflt)
+{
+    for (int i = 0; i < b->n_tp_attrs; i++)
+        if (!strcmp(b->tp_attrs[i].name, name)) return b->tp_attrs[i].local;
+    return dflt;
+}
+
+/* The plan's boundaries the walk visits, found once (hp_cost_plan_create). */
+typedef struct scan_layer {
+    const hp_boundary *in, *post, *at, *ff; /* norms without a boundary: NULL */
+    bool mla, sparse;
+} scan_layer;
+
+struct hp_cost_plan {
+    const hp_model *m;
+    const hp_plan *p;
+    hp__rcfg cfg;
+    const hp_boundary *embed, *fnorm, *head;
+    bool tied;
+    scan_layer *ly;
+};
+
+static const hp_boundary *planned(const hp_plan *p, const char *fqn)
+{
+    const hp_boundary *b = hp_plan_find(p, fqn);
+    return b && b->is_boundary ? b : NULL;
+}
+
+static hp_status scan(hp_cost_plan *k, hp_err *err)
+{
+    const hp_model *m = k->m;
+    const hp_plan *p = k->p;
+    int64_t L = k->cfg.L;
+    bool moe = m->family && hp_family_is_moe(m->family);
+    const char *missing = NULL;
+    char fq[128], pn[300];
+    if (!(k->ly = hp_calloc((size_t)L, sizeof *k->ly))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (!(k->embed = planned(p, "model.embed_tokens"))) missing = "model.embed_tokens";
+    for (int64_t l = 0; l < L && !missing; l++) {
+        scan_layer *y = &k->ly[l];
+        snprintf(fq, sizeof fq, "model.layers.%lld.input_layernorm", (long long)l);
+        y->in = planned(p, fq);
+        snprintf(fq, sizeof fq, "model.layers.%lld.post_attention_layernorm", (long long)l);
+        y->post = planned(p, fq);
+        snprintf(fq, sizeof fq, "model.layers.%lld.self_attn", (long long)l);
+        if (!(y->at = planned(p, fq))) missing = fq;
+        snprintf(pn, sizeof pn, "%s.kv_a_proj_with_mqa.weight", fq);
+        y->mla = hp_model_find_param(m, pn) != NULL;
+        y->sparse = moe && hp_model_layer_is_sparse(m, l);
+        snprintf(fq, sizeof fq, "model.layers.%lld.block_sparse_moe", (long long)l);
+        if (!y->sparse || (hp_model_find_module(m, fq) < 0 && !hp_plan_find(p, fq)))
+            snprintf(fq, sizeof fq, "model.layers.%lld.mlp", (long long)l);
+        if (!missing && !(y->ff = planned(p, fq))) missing = fq;
+    }
+    k->fnorm = planned(p, "model.norm");
+    k->tied = !hp_model_find_param(m, "lm_head.weight");
+    if (!missing && !k->tied && !(k->head = planned(p, "lm_head"))) missing = "lm_head";
+    if (missing)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "the plan has no boundary for %s; the runtime executes modules through their boundaries "
+                          "(derive the plan again, or add one with an override)", missing);
+    return HP_OK;
+}
+
+static hp_status prepare(walk *w)
+{
+    const hp_cost_plan *k = w->k;
+    const hp_model *m = w->m;
+    const hp_model_config *mc = &m->cfg;
+    const hp__rcfg *c = &w->cfg;
+    hp_err *err = w->err;
+    w->c_embed = contract(w, k->embed);
+    w->embed_split = tp_split(w, k->embed, "weight", 0);
+    if (!(w->ly = hp_calloc((size_t)c->L, sizeof *w->ly))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    bool moe = m->family && hp_family_is_moe(m->family);
+    for (int64_t l = 0; l < c->L; l++) {
+        lay_info *y = &w->ly[l];
+        const scan_layer *sy = &k->ly[l];
+        const hp_boundary *ba = sy->at, *bm = sy->ff;
+        y->in = norm_contract(w, sy->in, "input_layernorm");
+        y->post = norm_contract(w, sy->post, "post_attention_layernorm");
+        y->at = contract(w, ba);
+        y->mla = sy->mla;
+        if (y->mla) {
+            y->at_split = tp_split(w, ba, mc->q_lora_rank > 0 ? "q_b_proj.weight" : "q_proj.weight", 0);
+            y->nh = y->nkv = y->at_split ? c->nh / w->tp : c->nh;
+            y->kw = y->nh * (mc->qk_nope_head_dim + mc->qk_rope_head_dim);
+            y->vw = y->nh * mc->v_head_dim;
+        } else {
+            y->at_split = tp_split(w, ba, "q_proj.weight", 0);
+            y->nh = y->at_split ? c->nh / w->tp : c->nh;
+            y->nkv = y->at_split ? c->nkv / w->tp : c->nkv;
+            y->kw = y->vw = y->nkv * c->hd;
+        }
+        if (y->at_split && (c->nh % w->tp || (!y->mla && c->nkv % w->tp)))
+            return hp_err_set(err, HP_ERR_INPUT, "%s: %lld query / %lld kv heads do not split over tp=%lld", ba->fqn,
+                              (long long)c->nh, (long long)c->nkv, (long long)w->tp);
+        if (!w->o->mesh && local_attr(ba, "num_attention_heads", y->nh) != y->nh)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: the plan's TP-local head count disagrees with its weights' "
+                              "slices", ba->fqn);
+        y->sparse = sy->sparse;
+        y->ff = contract(w, bm);
+        if (y->sparse) {
+            for (int i = 0; i < bm->n_params && w->tp > 1; i++) {
+                hp_placement t = bm->params[i].pl.ax[HP_AXIS_TP];
+                if (t.kind == HP_PL_S || t.kind == HP_PL_S2)
+                    return hp_err_set(err, HP_ERR_INPUT,
+                                      "boundary %s: '%s' is sharded over tp; the runtime runs MoE blocks with whole "
+                                      "experts per rank (expert parallelism): plan with --ep", bm->fqn,
+                                      bm->params[i].rel);
+            }
+            y->cf = bm->compute.capacity_factor;
+        } else {
+            y->ff_split = tp_split(w, bm, "down_proj.weight", 1);
+            y->I = y->ff_split ? hp__blk_lo(c->I, w->tp, 1) - hp__blk_lo(c->I, w->tp, 0) : c->I;
+        }
+    }
+    w->c_fnorm = norm_contract(w, k->fnorm, "model.norm");
+    w->tied = k->tied;
+    if (!w->tied) {
+        w->c_head = contract(w, k->head);
+        w->head_split = tp_split(w, k->head, "weight", 0);
+    } else {
+        w->head_split = w->embed_split;
+    }
+    if (moe && w->E > 0) {
+        if (w->E % w->ep)
+            return hp_err_set(err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by ep (%lld)",
+                              (long long)w->E, (long long)w->ep);
+        if (!(w->owner = hp_calloc((size_t)w->E * 2, sizeof *w->owner)))
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (int64_t q = 0; q < w->ep; q++) {
+            int64_t first, n;
+            hp_ep_local_experts(w->E, w->ep, q, &first, &n);
+            for (int64_t e = first; e < first + n && e < w->E; e++) w->owner[e] = q;
+        }
+        w->ecnt = w->owner + w->E;
+    }
+    return HP_OK;
+}
+
+/* ---- the walk of one rank ---- */
+
+typedef struct dact {
+    int64_t g[3];
+    hp__lay lay;
+} dact;
+
+static int64_t count_of(const walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
+{
+    int64_t c = 1, lo, n;
+    for (int d = 0; d < 3; d++) {
+        hp__lay_range(&w->x, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
+        c *= n;
+    }
+    return c;
+}
+
+static int64_t local_count(const walk *w, const dact *a)
+{
+    return count_of(w, a, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r);
+}
+
+static void track(walk *w, const dact *a)
+{
+    int64_t n = local_count(w, a);
+    if (a->g[2] == w->cfg.H) w->w_hidden = n > w->w_hidden ? n : w->w_hidden;
+    else w->w_wide = n > w->w_wide ? n : w->w_wide;
+}
+
+static hp_status add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,
+                           const char *axis, int64_t group, int calls, uint64_t bytes, bool est)
+{
+    hp_cost_rank *r = w->cr;
+    if (r->n_ev == w->ev_cap) {
+        size_t nc = w->ev_cap ? w->ev_cap * 2 : 64;
+        hp_cost_event *ne = realloc(r->ev, nc * sizeof *ne);
+        if (!ne) return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
+        r->ev = ne;
+        w->ev_cap = nc;
+    }
+    r->ev[r->n_ev++] = (hp_cost_event){.layer = layer, .where = where, .step = step, .kind = kind, .axis = axis,
+                                       .group = (int32_t)group, .calls = calls, .bytes = bytes, .estimated = est};
+    r->bytes[kind] += bytes;
+    r->calls[kind] += (uint64_t)calls;
+    if (group > 1) r->net_bytes += bytes;
+    return HP_OK;
+}
+
+/* a -> to, axis by axis (tp first), as hp__redistribute does; each collective becomes an event. */
+static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const char *where, const char *step)
+{
+    static const char *const axn[HP__NAX] = {"tp", "cp"};
+    for (int ax = 0; ax < HP__NAX; ax++) {
+        hp__low lw = hp__lower_axis(&w->x, &a->lay, a->g, ax, to->ax[ax]);
+        if (lw.kind == HP__LOW_REFUSE) {
+            char s1[64], s2[64];
+            hp__lay t2 = a->lay;
+            t2.ax[ax] = to->ax[ax];
+            return hp_err_set(w->err, HP_ERR_INPUT,
+                              "boundary %s (%s): the transition %s -> %s on the %s axis is not one the runtime "
+                              "lowers (%s)", where, step, hp__lay_str(&a->lay, s1, sizeof s1),
+                              hp__lay_str(&t2, s2, sizeof s2), axn[ax], lw.why);
+        }
+        hp_run_coll k = hp__low_coll(lw.kind);
+        if (lw.kind != HP__LOW_NONE && lw.kind != HP__LOW_ALL_REDUCE) { /* a new buffer; the source one is spare */
+            int64_t src = local_count(w, a);
+            w->w_spare = src > w->w_spare ? src : w->w_spare;
+        }
+        if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
+            int64_t blk = (int64_t)(lw.bytes / sizeof(float));
+            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? blk * w->x.ax[ax].n : blk;
+            if (blk > w->w_s0 && lw.kind == HP__LOW_ALL_GATHER) w->w_s0 = blk;
+            if (s1 > w->w_s1) w->w_s1 = s1;
+        }
+        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->x.ax[ax].n, 1, lw.bytes, false)
+                                             : HP_OK;
+        if (st != HP_OK) return st;
+        a->lay.ax[ax] = to->ax[ax];
+        track(w, a);
+    }
+    return HP_OK;
+}
+
+static hp_status enter(walk *w, const hp__contract *c, dact *a, int32_t layer)
+{
+    if (!c->has_in) return HP_OK;
+    if (!hp__lay_eq(&a->lay, &c->in_src)) {
+        char s1[64], s2[64];
+        return hp_err_set(w->err, HP_ERR_INPUT,
+                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
+                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
+                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->in_src, s2, sizeof s2));
+    }
+    return trans(w, a, &c->in_dst, layer, c->fqn, "entry");
+}
+
+static hp_status leave(walk *w, const hp__contract *c, dact *a, int32_t layer)
+{
+    if (!c->has_out) return HP_OK;
+    if (!hp__lay_eq(&a->lay, &c->out_src)) {
+        char s1[64], s2[64];
+        return hp_err_set(w->err, HP_ERR_INPUT,
+                          "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
+                          "out_src says %s; make the override of its params and out_src agree",
+                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->out_src, s2, sizeof s2));
+    }
+    return trans(w, a, &c->out_dst, layer, c->fqn, "exit");
+}
+
+static hp_status rows_layout(walk *w, const hp__contract *c, const dact *a)
+{
+    for (int ax = 0; ax < HP__NAX; ax++) {
+        hp_placement p = a->lay.ax[ax];
+        if (p.kind == HP_PL_P || p.kind == HP_PL_S2 || (p.kind == HP_PL_S && p.dim == 2) ||
+            (p.kind == HP_PL_S && p.dim == 0 && ax == HP__TP)) {
+            char s[64];
+            return hp_err_set(w->err, HP_ERR_INPUT,
+                              "boundary %s: its computation cannot run on an input laid out %s (%s axis); its "
+                              "in_dst must keep whole rows", c->fqn, hp__lay_str(&a->lay, s, sizeof s),
+                              ax == HP__TP ? "tp" : "cp");
+        }
+    }
+    return HP_OK;
+}
+
+/* The token rows [b, s] rank (tp_i, cp_i, dp_i) holds of an activation laid out lay. */
+static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_i, int64_t cp_i, int64_t *b0,
+                    int64_t *nb, int64_t *s0, int64_t *ns)
+{
+    int64_t g[3] = {w->dp_rows[dp_i + 1] - w->dp_rows[dp_i], w->x.S_pad, w->cfg.H};
+    hp__lay_range(&w->x, lay, g, 0, tp_i, cp_i, b0, nb);
+    hp__lay_range(&w->x, lay, g, 1, tp_i, cp_i, s0, ns);
+    *b0 += w->dp_rows[dp_i];
+}
+
+/* Slots of n that the balanced router (spec §10.4; hp_moe_route_balance) sends to EP index q of P, kept under a
+ * capacity of cap per expert: slot s goes to expert (s mod P)·L + (s div P) mod L, so EP index q gets the slots
+ * s ≡ q (mod P), and its local expert j every L-th of them. */
+static int64_t balanced_to(int64_t n, int64_t P, int64_t L, int64_t q, int64_t cap)
+{
+    int64_t nq = n > q ? (n - q - 1) / P + 1 : 0;
+    if (cap == INT64_MAX) return nq;
+    int64_t kept = 0;
+    for (int64_t j = 0; j < L; j++) {
+        int64_t c = nq > j ? (nq - j - 1) / L + 1 : 0;
+        kept += c < cap ? c : cap;
+    }
+    return kept;
+}
+
+/* capacity = ceil(factor·T·K / E) per expert (hp_moe_capacity), or none. */
+static int64_t capacity_of(const walk *w, const lay_info *y, int64_t T)
+{
+    if (!(y->cf > 0) || T <= 0) return INT64_MAX;
+    double c = y->cf * (double)T * (double)w->K / (double)w->E;
+    int64_t cap = (int64_t)c;
+    return (double)cap < c ? cap + 1 : cap;
+}
+
+/* The slots member `rank` sends to EP index q (all q when q < 0: the sum), kept under the capacity factor. */
+static int64_t member_sends(const walk *w, const lay_info *y, int64_t layer, const hp__lay *lay, int64_t rank,
+                            int64_t q, bool *est)
+{
+    const hp_mesh *mesh = w->mesh;
+    int64_t b0, nb, s0, ns, K = w->K, E = w->E, P = w->ep, L = E / P;
+    rows_of(w, lay, hp_mesh_coord(mesh, rank, "dp"), hp_mesh_coord(mesh, rank, "tp"), hp_mesh_coord(mesh, rank, "cp"),
+            &b0, &nb, &s0, &ns);
+    int64_t T = nb * ns, cap = capacity_of(w, y, T), n = 0;
+    const int32_t *rt = w->o->routing && layer < w->o->routing_layers ? w->o->routing[layer] : NULL;
+    if (!rt) { /* the balanced router, in closed form */
+        *est = true;
+        for (int64_t d = q < 0 ? 0 : q; d < (q < 0 ? P : q + 1); d++) n += balanced_to(T * K, P, L, d, cap);
+        return n;
+    }
+    int64_t *ecnt = w->ecnt;
+    memset(ecnt, 0, (size_t)E * sizeof *ecnt);
+    for (int64_t t = 0; t < T; t++) {
+        int64_t b = b0 + t / ns, s = s0 + t % ns;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e;
+            if (s < w->o->S) {
+                e = rt[(b * w->o->S + s) * K + k];
+            } else { /* a padded position (CP): its routing is not in the file; balanced */
+                int64_t slot = t * K + k;
+                *est = true;
+                e = (slot % P) * L + (slot / P) % L;
+            }
+            ecnt[e]++;
+        }
+    }
+    for (int64_t e = 0; e < E; e++)
+        if (q < 0 || w->owner[e] == q) n += ecnt[e] < cap ? ecnt[e] : cap;
+    return n;
+}
+
+static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const dact *t)
+{
+    const hp_mesh *mesh = w->mesh;
+    int64_t me = w->cr->rank, P = w->ep, grp, idx, world = hp_mesh_world(mesh);
+    hp_mesh_ep_index(mesh, P, me, &grp, &idx);
+    bool est = false;
+    int64_t sent = member_sends(w, y, layer, &t->lay, me, -1, &est), recv = 0;
+    if (P == 1) recv = sent;
+    for (int64_t r = 0; r < world && P > 1; r++) { /* the members of this rank's EP group */
+        int64_t g2, i2;
+        hp_mesh_ep_index(mesh, P, r, &g2, &i2);
+        if (g2 == grp) recv += member_sends(w, y, layer, &t->lay, r, idx, &est);
+    }
+    int64_t H = w->cfg.H, T = local_count(w, t) / H;
+    /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
+     * the expert activations (received · 2I), y_shared, the router's f64 copies */
+    int64_t moe = T * w->K * H * 2 + recv * H * 2 + recv * 2 * w->mI + T * H + 2 * (T * H + T * w->E) +
+                  (w->sI > 0 ? T * 2 * w->sI : 0);
+    w->w_moe += moe;
+    w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)w->mI +
+                    6.0 * (double)T * (double)H * (double)w->sI;
+    w->cr->ep_estimated = w->cr->ep_estimated || est;
+    return add_event(w, (int32_t)layer, y->ff.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
+                     (uint64_t)(sent + recv) * (uint64_t)H * sizeof(float), est);
+}
+
+static void hidden_like(const dact *t, int64_t X, hp_placement tp_pl, dact *out)
+{
+    out->g[0] = t->g[0], out->g[1] = t->g[1], out->g[2] = X;
+    out->lay = (hp__lay){{tp_pl, t->lay.ax[HP__CP]}};
+}
+
+static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
+{
+    lay_info *y = &w->ly[l];
+    const hp__rcfg *c = &w->cfg;
+    const hp_model_config *mc = &w->m->cfg;
+    hp_status st = enter(w, &y->at, t, (int32_t)l);
+    if (st == HP_OK) st = rows_layout(w, &y->at, t);
+    if (st != HP_OK) return st;
+    if (t->lay.ax[HP__TP].kind != HP_PL_R || (t->lay.ax[HP__TP].kind == HP_PL_S && t->lay.ax[HP__TP].dim == 1))
+        return hp_err_set(w->err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on "
+                          "tp (in_dst tp R)", y->at.fqn);
+    int64_t rows = local_count(w, t) / c->H, H = c->H;
+    dact k = {{t->g[0], t->g[1], y->kw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}};
+    dact v = {{t->g[0], t->g[1], y->vw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}};
+    hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
+    if (k.lay.ax[HP__CP].kind == HP_PL_S) {
+        if ((st = trans(w, &k, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
+        if ((st = trans(w, &v, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
+    }
+    int64_t kvn = local_count(w, &k) + local_count(w, &v), lb = 1, lo;
+    w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
+    /* the keys each query row sees: the K block's rows per local batch row */
+    hp__lay_range(&w->x, &t->lay, t->g, 0, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &lb);
+    int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
+    double f;
+    if (y->mla) {
+        int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
+        int64_t qk = mc->qk_nope_head_dim + rope, vd = mc->v_head_dim, nh = y->nh;
+        f = (ql ? 2.0 * H * ql + 2.0 * ql * nh * qk : 2.0 * H * nh * qk) + 2.0 * H * (kvl + rope) +
+            2.0 * kvl * nh * (mc->qk_nope_head_dim + vd) + 2.0 * (double)sk * nh * (qk + vd) + 2.0 * nh * vd * H;
+        int64_t q = rows * nh * qk, tmp = rows * (kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
+        w->w_q = q > w->w_q ? q : w->w_q;
+        w->w_o = rows * nh * vd > w->w_o ? rows * nh * vd : w->w_o;
+        w->w_gu = tmp > w->w_gu ? tmp : w->w_gu;
+    } else {
+        int64_t nh = y->nh, hd = c->hd;
+        f = 2.0 * H * (nh + 2 * y->nkv) * hd + 4.0 * (double)sk * nh * hd + 2.0 * nh * hd * H;
+        w->w_q = rows * nh * hd > w->w_q ? rows * nh * hd : w->w_q;
+        w->w_o = w->w_q;
+    }
+    w->cr->flops += f * (double)rows;
+    hidden_like(t, H, y->at_split ? hp_pl_p() : hp_pl_r(), out);
+    track(w, out);
+    return leave(w, &y->at, out, (int32_t)l);
+}
+
+static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
+{
+    lay_info *y = &w->ly[l];
+    int64_t H = w->cfg.H;
+    hp_status st = enter(w, &y->ff, t, (int32_t)l);
+    if (st == HP_OK) st = rows_layout(w, &y->ff, t);
+    if (st != HP_OK) return st;
+    int64_t rows = local_count(w, t) / H;
+    if (y->sparse) {
+        y->moe_lay = t->lay; /* the routing is laid out so (gather_topk); the same on every rank */
+        if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
+        hidden_like(t, H, t->lay.ax[HP__TP], out);
+    } else {
+        w->cr->flops += 6.0 * (double)rows * (double)H * (double)y->I;
+        w->w_gu = rows * 2 * y->I > w->w_gu ? rows * 2 * y->I : w->w_gu;
+        w->w_h = rows * y->I > w->w_h ? rows * y->I : w->w_h;
+        hidden_like(t, H, y->ff_split ? hp_pl_p() : hp_pl_r(), out);
+    }
+    track(w, out);
+    return leave(w, &y->ff, out, (int32_t)l);
+}
+
+static hp_status norm(walk *w, const hp__contract *c, const dact *h, dact *t, int32_t layer)
+{
+    *t = *h;
+    hp_status st = enter(w, c, t, layer);
+    if (st == HP_OK && c->has_in) st = rows_layout(w, c, t);
+    return st == HP_OK ? leave(w, c, t, layer) : st;
+}
+
+/* The gather of an activation to rank 0 (hp__gather_full): a sender is the first holder of its block. */
+static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer)
+{
+    const hp_cost_rank *r = w->cr;
+    bool sender = hp_mesh_coord(w->mesh, r->rank, "ep") == 0;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_R && w->x.ax[ax].r != 0) sender = false;
+    uint64_t b = sender ? (uint64_t)local_count(w, a) * sizeof(float) : 0;
+    return add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
+}
+
+static hp_status walk_rank(walk *w)
+{
+    const hp__rcfg *c = &w->cfg;
+    hp_cost_rank *r = w->cr;
+    hp_status st = HP_OK;
+    int64_t H = c->H, Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp];
+    /* embed */
+    const hp__contract *ce = &w->c_embed;
+    hp__lay il = ce->has_in ? ce->in_dst : (hp__lay){{hp_pl_r(), hp_pl_r()}};
+    dact h = {{Bl, w->x.S_pad, H}, {{w->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}}}, t, a;
+    track(w, &h);
+    if ((st = leave(w, ce, &h, -1)) != HP_OK) return st;
+    for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
+        lay_info *y = &w->ly[l];
+        st = norm(w, &y->in, &h, &t, (int32_t)l);
+        if (st == HP_OK) st = attention(w, l, &t, &a);
+        if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->at.fqn, "residual");
+        if (st == HP_OK) st = norm(w, &y->post, &h, &t, (int32_t)l);
+        if (st == HP_OK) st = feed_forward(w, l, &t, &a);
+        if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->ff.fqn, "residual");
+    }
+    if (st == HP_OK) st = norm(w, &w->c_fnorm, &h, &t, -1);
+    if (st != HP_OK) return st;
+    /* head */
+    hp__contract hc = w->c_head;
+    if (w->tied) {
+        hp_placement cpl = t.lay.ax[HP__CP];
+        hc = (hp__contract){.fqn = "lm_head (tied to model.embed_tokens)", .has_in = true, .has_out = true};
+        hc.in_src = t.lay;
+        hc.in_dst = (hp__lay){{hp_pl_r(), cpl}};
+        hc.out_src = (hp__lay){{w->head_split ? hp_pl_s(2) : hp_pl_r(), cpl}};
+        hc.out_dst = (hp__lay){{w->head_split && w->p->loss_parallel ? hp_pl_s(2) : hp_pl_r(), cpl}};
+    }
+    if ((st = enter(w, &hc, &t, -1)) != HP_OK) return st;
+    if ((st = rows_layout(w, &hc, &t)) != HP_OK) return st;
+    int64_t rows = local_count(w, &t) / H;
+    dact z;
+    hidden_like(&t, c->V, w->head_split ? hp_pl_s(2) : hp_pl_r(), &z);
+    track(w, &z);
+    int64_t vloc = local_count(w, &z) / (rows ? rows : 1);
+    w->cr->flops += 2.0 * (double)rows * (double)H * (double)(rows ? vloc : 0);
+    if ((st = leave(w, &hc, &z, -1)) != HP_OK) return st;
+    /* loss: the vocab-parallel max and (sum-exp, target) all-reduces */
+    hp_placement zt = z.lay.ax[HP__TP];
+    if (zt.kind == HP_PL_P || z.lay.ax[HP__CP].kind == HP_PL_P || (zt.kind == HP_PL_S && zt.dim != 2))
+        return hp_err_set(w->err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
+    int64_t zrows = local_count(w, &z) / c->V;
+    if (zt.kind == HP_PL_S && w->tp > 1) {
+        int64_t lo, nv;
+        hp__lay_range(&w->x, &z.lay, z.g, 2, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &nv);
+        zrows = nv ? local_count(w, &z) / nv : 0;
+        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1, (uint64_t)zrows * sizeof(float),
+                            false)) != HP_OK)
+            return st;
+        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
+                            (uint64_t)zrows * 2 * sizeof(double), false)) != HP_OK)
+            return st;
+    }
+    if ((st = gather(w, &z, "logits", -1)) != HP_OK) return st;
+    return HP_OK;
+}
+
+/* The routing gathers (gather_topk) need each sparse layer's entry layout: a second, short pass. */
+static hp_status topk_gathers(walk *w, const hp__lay *moe_lay, int64_t l)
+{
+    int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
+    dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay};
+    return gather(w, &tk, w->ly[l].ff.fqn, (int32_t)l);
+}
+
+/* ---- predicted time ---- */
+
+static double coll_time(const walk *w, const hp_cost_event *e, bool inter)
+{
+    const hp_cost_model *md = &w->o->mdl;
+    int64_t n = e->group;
+    if (n <= 1 || e->bytes == 0) return 0;
+    double bw = inter ? md->bw_inter : md->bw_intra, a = inter ? md->lat_inter : md->lat_intra;
+    double b = (double)e->bytes, nn = (double)n;
+    switch (e->kind) {
+    case HP_RUN_ALL_GATHER: return (nn - 1) * (a + b / bw);                   /* ring: n-1 blocks in */
+    case HP_RUN_REDUCE_SCATTER: return (nn - 1) * (a + b / nn / bw);          /* ring: n-1 of n blocks */
+    case HP_RUN_ALL_REDUCE: return 2 * (nn - 1) * (a + b / nn / bw);          /* reduce-scatter + all-gather */
+    case HP_RUN_ALL_TO_ALL: return e->calls * (nn - 1) * a + b / 2 * (nn - 1) / nn / bw; /* off-rank share */
+    case HP_RUN_GATHER: return a + b / bw;
+    default: return 0;
+    }
+}
+
+/* Whether rank's group of the event spans nodes (ranks_per_node R: node = rank / R). A tp, cp or dp group
+ * is the ranks that differ from rank on that coordinate only; an EP group is hp_mesh_ep_index's. */
+static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
+{
+    int64_t R = w->o->mdl.ranks_per_node;
+    const hp_mesh *m = w->mesh;
+    int64_t world = hp_mesh_world(m);
+    if (R <= 0 || e->group <= 1 || world <= R) return false;
+    if (!strcmp(e->axis, "all")) return true;
+    if (!strcmp(e->axis, "ep")) {
+        int64_t g0, i0;
+        hp_mesh_ep_index(m, w->ep, rank, &g0, &i0);
+        for (int64_t r = 0; r < world; r++) {
+            int64_t g, i;
+            hp_mesh_ep_index(m, w->ep, r, &g, &i);
+            if (g == g0 && r / R != rank / R) return true;
+        }
+        return false;
+    }
+    int64_t stride = 1;
+    for (int d = m->n_dims - 1; d >= 0; d--) {
+        if (!strcmp(m->names[d], e->axis)) {
+            int64_t lo = rank - hp_mesh_coord(m, rank, e->axis) * stride;
+            return lo / R != (lo + (m->sizes[d] - 1) * stride) / R;
+        }
+        stride *= m->sizes[d];
+    }
+    return false;
+}
+
+static void predict(walk *w, hp_cost_rank *r)
+{
+    r->t_comm = 0;
+    for (size_t i = 0; i < r->n_ev; i++) {
+        hp_cost_event *e = &r->ev[i];
+        e->seconds = coll_time(w, e, spans_nodes(w, r->rank, e));
+        r->t_comm += e->seconds;
+    }
+    r->t_compute = w->o->mdl.gemm_flops > 0 ? r->flops / w->o->mdl.gemm_flops : 0;
+    r->t_step = r->t_compute + r->t_comm;
+}
+
+/* ---- memory ---- */
+
+/* The GEMM layer's scratch (a widened 2 MiB block of bf16 weights, oneDNN's scratchpad) and the libraries'
+ * working memory: a constant, measured as the anonymous memory a forward of the smallest golden adds beyond its
+ * buffers (docs/cost.md). */
+#define HP__COST_RUNTIME_SCRATCH ((uint64_t)4 << 20)
+
+static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
+{
+    const hp__rcfg *c = &w->cfg;
+    const hp_model_config *mc = &w->m->cfg;
+    /* h and t hold hidden-width blocks, a the widest block (the logits), the transitions' spare the largest
+     * block a transition started from; k, v; the module buffers; the collectives' two scratch blocks; the MoE
+     * buffers of every sparse layer */
+    int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
+    int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
+    if (r->rank == 0) { /* the gathered logits, received into the second scratch block (reused when large enough) */
+        full = o->B * w->x.S_pad * c->V;
+        s1 = full > s1 ? full : s1;
+    }
+    int64_t f = 2 * w->w_hidden + wide + spare + w->w_kv + w->w_q + w->w_o + w->w_gu + w->w_h + w->w_s0 + s1 + full +
+                w->w_moe;
+    r->act_bytes = (uint64_t)f * sizeof(float) + HP__COST_RUNTIME_SCRATCH;
+    /* KV cache (decode): every layer's K and V of the rank's positions (MLA: the latent and the rope key) */
+    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->x.S_pad / w->cp;
+    if (mc->kv_lora_rank > 0)
+        r->kv_bytes = (uint64_t)(c->L * Bl * sl * (mc->kv_lora_rank + mc->qk_rope_head_dim)) * (uint64_t)o->mdl.kv_bytes;
+    else {
+        int64_t kvh = w->ly[0].at_split ? c->nkv / w->tp : c->nkv;
+        r->kv_bytes = (uint64_t)(2 * c->L * Bl * sl * kvh * c->hd) * (uint64_t)o->mdl.kv_bytes;
+    }
+    r->total_bytes = r->weight_bytes + r->act_bytes;
+    if (!o->train) return;
+    int es = hp_dtype_bits(mc->dtype) >= 8 ? hp_dtype_bits(mc->dtype) / 8 : 2;
+    uint64_t numel = r->weight_bytes / (uint64_t)es;
+    uint64_t dp = (uint64_t)w->dp;
+    r->grad_bytes = numel * (uint64_t)o->mdl.grad_bytes / (o->mdl.zero >= 2 ? dp : 1);
+    r->optim_bytes = numel * (uint64_t)o->mdl.optim_bytes / (o->mdl.zero >= 1 ? dp : 1);
+    r->master_bytes = (es == 4 ? 0 : numel * (uint64_t)o->mdl.master_bytes) / (o->mdl.zero >= 1 ? dp : 1);
+    /* activations kept for the backward: every layer's input (recomputation inside the layer) */
+    r->saved_bytes = (uint64_t)((c->L + 1) * w->w_hidden) * sizeof(float);
+    r->total_bytes += r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes;
+}
+
+/* Train: the backward moves what the forward moved, twice over (the input and weight gradients' transposed
+ * collectives), and dp all-reduces the gradients (estimates, added as events). */
+static hp_status train_events(walk *w, hp_cost_rank *r)
+{
+    size_t n = r->n_ev;
+    uint64_t fwd[HP_RUN_COLL_COUNT];
+    memcpy(fwd, r->bytes, sizeof fwd);
+    for (size_t i = 0; i < n; i++) {
+        hp_cost_event e = r->ev[i];
+        if (e.kind == HP_RUN_GATHER) continue;
+        hp_status st = add_event(w, e.layer, e.where, "backward", e.kind, e.axis, e.group, e.calls, e.bytes, true);
+        if (st != HP_OK) return st;
+    }
+    int es = hp_dtype_bits(w->m->cfg.dtype) >= 8 ? hp_dtype_bits(w->m->cfg.dtype) / 8 : 2;
+    uint64_t gb = r->weight_bytes / (uint64_t)es * (uint64_t)w->o->mdl.grad_bytes;
+    if (w->dp > 1) return add_event(w, -1, "gradients", "dp all-reduce", HP_RUN_ALL_REDUCE, "dp", w->dp, 1, gb, true);
+    (void)fwd;
+    return HP_OK;
+}
+
+/* ---- entry ---- */
+
+static const char *config_path(const hp_model *m, char *buf, size_t cap)
+{
+    size_t n = strlen(m->path);
+    if (m->meta && n > 5 && !strcmp(m->path + n - 5, ".json")) snprintf(buf, cap, "%s", m->path);
+    else snprintf(buf, cap, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : m->path);
+    return buf;
+}
+
+void hp_cost_free(hp_cost *c)
+{
+    if (!c) return;
+    for (int64_t r = 0; r < c->n_ranks && c->ranks; r++) free(c->ranks[r].ev);
+    free(c->ranks);
+    free(c);
+}
+
+void hp_cost_plan_free(hp_cost_plan *k)
+{
+    if (!k) return;
+    hp__rcfg_free(&k->cfg);
+    free(k->ly);
+    free(k);
+}
+
+hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_plan *p, hp_err *err)
+{
+    *out = NULL;
+    hp_cost_plan *k = hp_calloc(1, sizeof *k);
+    if (!k) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    k->m = m, k->p = p;
+    char cfgp[4200];
+    hp_status st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
+    if (st == HP_OK) st = scan(k, err);
+    if (st != HP_OK) {
+        hp_cost_plan_free(k);
+        return st;
+    }
+    *out = k;
+    return HP_OK;
+}
+
+hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err)
+{
+    hp_cost_plan *k = NULL;
+    hp_status st = hp_cost_plan_create(&k, m, p, err);
+    if (st == HP_OK) st = hp_cost_eval(out, k, o, err);
+    hp_cost_plan_free(k);
+    return st;
+}
+
+hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
+{
+    *out = NULL;
+    const hp_model *m = k->m;
+    const hp_plan *p = k->p;
+    if (o->B < 1 || o->S < 1)
+        return hp_err_set(err, HP_ERR_INPUT, "the batch is %lld x %lld; it needs at least one row and one position",
+                          (long long)o->B, (long long)o->S);
+    const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
+    walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .cfg = k->cfg};
+    w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_size(mesh, "dp");
+    w.ep = mesh->ep_axis ? hp_mesh_size(mesh, "ep") : o->mesh ? (mesh->ep > 1 ? mesh->ep : 1) : p->ep > 1 ? p->ep : 1;
+    w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
+    w.sI = m->cfg.shared_intermediate_size;
+    if (o->B < w.dp)
+        return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
+                          "least one row (use a smaller dp or a larger --batch)", (long long)o->B, (long long)w.dp);
+    hp_status st = HP_OK;
+    hp_shard_layout *lay = NULL;
+    hp_cost *c = NULL;
+    if (st == HP_OK && !o->weights_given) st = hp_shard_layout_build(&lay, m, p, err);
+    int64_t world = hp_mesh_world(mesh), n_eval = o->n_ranks > 0 ? o->n_ranks : world;
+    for (int64_t i = 0; st == HP_OK && o->n_ranks > 0 && i < o->n_ranks; i++)
+        if (o->ranks[i] < 0 || o->ranks[i] >= world)
+            st = hp_err_set(err, HP_ERR_INPUT, "rank %lld is outside the mesh of %lld ranks", (long long)o->ranks[i],
+                            (long long)world);
+    if (st == HP_OK && (!(c = hp_calloc(1, sizeof *c)) || !(c->ranks = hp_calloc((size_t)n_eval, sizeof *c->ranks)) ||
+                        !(w.dp_rows = hp_calloc((size_t)w.dp + 1, sizeof *w.dp_rows))))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) {
+        c->world = world, c->n_ranks = n_eval, c->B = o->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
+        w.x.S_orig = o->S;
+        w.x.S_pad = w.cp > 1 ? (o->S + 2 * w.cp - 1) / (2 * w.cp) * (2 * w.cp) : o->S;
+        w.x.B_all = o->B;
+        c->S_pad = w.x.S_pad;
+        for (int64_t i = 0; i <= w.dp; i++) w.dp_rows[i] = hp__blk_lo(o->B, w.dp, i);
+        w.x.dp = w.dp;
+        w.x.dp_rows = w.dp_rows;
+    }
+    /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
+    hp_status wst = st == HP_OK ? prepare(&w) : HP_OK;
+    for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
+        int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
+        hp_cost_rank *r = &c->ranks[ri];
+        int64_t grp;
+        r->rank = rk;
+        r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
+        hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
+        r->weight_bytes = lay ? lay->ranks[rk].nbytes : o->weight_bytes;
+        w.x.ax[HP__TP] = (hp__grp){NULL, w.tp, r->tp};
+        w.x.ax[HP__CP] = (hp__grp){NULL, w.cp, r->cp};
+        w.x.dp_r = r->dp;
+        w.cr = r;
+        w.ev_cap = 0;
+        w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
+        r->total_bytes = r->weight_bytes;
+        if (wst == HP_OK) wst = walk_rank(&w);
+        /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry */
+        for (int64_t l = 0; wst == HP_OK && l < w.cfg.L; l++) {
+            if (!w.ly[l].sparse) continue;
+            wst = topk_gathers(&w, &w.ly[l].moe_lay, l);
+        }
+        if (wst == HP_OK) memory(&w, r, o);
+        if (wst == HP_OK && o->train) {
+            r->flops *= 3; /* backward: twice the forward's GEMMs */
+            wst = train_events(&w, r);
+        }
+        if (wst == HP_OK) predict(&w, r);
+    }
+    if (st == HP_OK && wst != HP_OK) {
+        if (wst != HP_ERR_INPUT) st = wst;
+        snprintf(c->refused, sizeof c->refused, "%s", err->msg);
+        for (int64_t ri = 0; ri < n_eval; ri++) { /* only the weights stand */
+            hp_cost_rank *r = &c->ranks[ri];
+            free(r->ev);
+            uint64_t wb = r->weight_bytes;
+            int64_t rk = r->rank, d = r->dp, cc = r->cp, t = r->tp, e = r->ep;
+            memset(r, 0, sizeof *r);
+            r->rank = rk, r->dp = d, r->cp = cc, r->tp = t, r->ep = e;
+            r->weight_bytes = r->total_bytes = wb;
+        }
+        hp_err_clear(err);
+    }
+    if (st == HP_OK) {
+        for (int64_t ri = 1; ri < n_eval; ri++)
+            if (c->ranks[ri].total_bytes > c->ranks[c->max_rank].total_bytes) c->max_rank = ri;
+        *out = c;
+        c = NULL;
+    }
+    hp_cost_free(c);
+    hp_shard_layout_free(lay);
+    free(w.ly);
+    free(w.owner);
+    free(w.dp_rows);
+    return st;
+}

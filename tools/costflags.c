@@ -1,0 +1,184 @@
+/*
+ * costflags.c — the flags `hyperpar cost` and `hyperpar advise` share: the batch, the mode, the stated byte and
+ * time model (docs/cost.md), sizes such as 80GB, and the routing file.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "costflags.h"
+#include "hyperpar/safetensors.h"
+
+void cli_cost_flags_init(cli_cost_flags *f)
+{
+    memset(f, 0, sizeof *f);
+    hp_cost_opts_default(&f->co);
+}
+
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    static const struct {
+        const char *suf;
+        double mul;
+    } u[] = {{"", 1},           {"B", 1},           {"K", 1024.0},   {"KiB", 1024.0},          {"KB", 1e3},
+             {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},     {"G", 1073741824.0},      {"GiB", 1073741824.0},
+             {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+    if (end != s && isfinite(v) && v > 0)
+        for (size_t i = 0; i < sizeof u / sizeof *u; i++)
+            if (!strcmp(end, u[i].suf) && v * u[i].mul < 1.8e19) {
+                *out = (uint64_t)(v * u[i].mul);
+                return *out > 0;
+            }
+    cli_usage_error(cmd, "%s expects a size such as 80GB, 80GiB (= 80G) or 512MiB, got '%s'", opt, s);
+    return false;
+}
+
+int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
+{
+    int64_t v;
+    double d;
+    hp_cost_model *m = &f->co.mdl;
+    switch (c) {
+    case CLI_O_BATCH:
+        if (!cli_parse_i64(cmd, "--batch", arg, 1, INT32_MAX, &v)) return -1;
+        f->co.B = v, f->batch_given = true;
+        return 1;
+    case CLI_O_SEQ:
+        if (!cli_parse_i64(cmd, "--seq", arg, 1, INT32_MAX, &v)) return -1;
+        f->co.S = v, f->seq_given = true;
+        return 1;
+    case CLI_O_MODE:
+        if (strcmp(arg, "infer") && strcmp(arg, "train"))
+            return cli_usage_error(cmd, "--mode expects infer or train, got '%s'", arg), -1;
+        f->co.train = !strcmp(arg, "train");
+        return 1;
+    case CLI_O_GEMM:
+        if (!cli_parse_positive(cmd, "--gemm-gflops", arg, &d)) return -1;
+        m->gemm_flops = d * 1e9;
+        return 1;
+    case CLI_O_INTRA_BW:
+        if (!cli_parse_positive(cmd, "--intra-bw", arg, &d)) return -1;
+        m->bw_intra = d * 1e9;
+        return 1;
+    case CLI_O_INTER_BW:
+        if (!cli_parse_positive(cmd, "--inter-bw", arg, &d)) return -1;
+        m->bw_inter = d * 1e9;
+        return 1;
+    case CLI_O_INTRA_LAT:
+        if (!cli_parse_positive(cmd, "--intra-latency-us", arg, &d)) return -1;
+        m->lat_intra = d * 1e-6;
+        return 1;
+    case CLI_O_INTER_LAT:
+        if (!cli_parse_positive(cmd, "--inter-latency-us", arg, &d)) return -1;
+        m->lat_inter = d * 1e-6;
+        return 1;
+    case CLI_O_RPN:
+        if (!cli_parse_i64(cmd, "--ranks-per-node", arg, 1, HP_MESH_MAX_WORLD, &v)) return -1;
+        m->ranks_per_node = v;
+        return 1;
+    case CLI_O_GRAD:
+        if (!cli_parse_i64(cmd, "--grad-bytes", arg, 0, 16, &v)) return -1;
+        m->grad_bytes = (int)v;
+        return 1;
+    case CLI_O_MASTER:
+        if (!cli_parse_i64(cmd, "--master-bytes", arg, 0, 16, &v)) return -1;
+        m->master_bytes = (int)v;
+        return 1;
+    case CLI_O_OPTIM:
+        if (!cli_parse_i64(cmd, "--optim-bytes", arg, 0, 64, &v)) return -1;
+        m->optim_bytes = (int)v;
+        return 1;
+    case CLI_O_ZERO:
+        if (!cli_parse_i64(cmd, "--zero", arg, 0, 2, &v)) return -1;
+        m->zero = (int)v;
+        return 1;
+    case CLI_O_KV:
+        if (!cli_parse_i64(cmd, "--kv-bytes", arg, 1, 8, &v)) return -1;
+        m->kv_bytes = (int)v;
+        return 1;
+    case CLI_O_BUDGET:
+        if (!cli_parse_size(cmd, "--mem-per-rank", arg, &f->budget)) return -1;
+        return 1;
+    case CLI_O_FORMAT:
+        if (strcmp(arg, "text") && strcmp(arg, "json") && strcmp(arg, "html"))
+            return cli_usage_error(cmd, "--format expects text, json or html, got '%s'", arg), -1;
+        f->format = !strcmp(arg, "json") ? 1 : !strcmp(arg, "html") ? 2 : 0;
+        return 1;
+    case CLI_O_OUT: f->output = arg; return 1;
+    default: return 0;
+    }
+}
+
+const char *cli_cost_model_usage(void)
+{
+    return "  --batch B, --seq S      the batch of one step (default: one row per dp replica, 4096 positions)\n"
+           "  --mode M                infer (default: weights, activations, KV cache) or train (adds gradients,\n"
+           "                          optimizer state, master weights, saved activations, the backward)\n"
+           "  --gemm-gflops G         GEMM rate per rank for the predicted time (default 100)\n"
+           "  --intra-bw G, --inter-bw G   link bandwidth in GB/s inside a node and between nodes (10, 1.25)\n"
+           "  --intra-latency-us L, --inter-latency-us L   per message (5, 20)\n"
+           "  --ranks-per-node R      ranks 0..R-1 share a node, and so on (default: all on one node)\n"
+           "  --grad-bytes N, --master-bytes N, --optim-bytes N   train: bytes per parameter (4, 4, 8)\n"
+           "  --zero Z                train: 1 splits optimizer state and master weights over dp, 2 gradients too\n"
+           "  --kv-bytes N            KV cache bytes per element (2)\n"
+           "  --mem-per-rank SIZE     the memory budget of a rank (80GB = 80e9 bytes, 80GiB = 80G = 80*2^30)\n"
+           "  --format F              text (default), json, or html (one self-contained page)\n"
+           "  -o, --output FILE       write there (atomically) instead of stdout\n";
+}
+
+/* Reads moe.<l>.topk_idx [B·S, K] I32 of every sparse layer from path into f (and B, S from input_ids when the
+ * file has them and no --batch/--seq/--input was given). */
+hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err)
+{
+    hp_st_file *sf = NULL;
+    hp_status st = hp_st_open(&sf, path, err);
+    if (st != HP_OK) return st;
+    const hp_st_tensor *ids = hp_st_find(sf, "input_ids");
+    if (ids && ids->n_dims == 2 && !f->batch_given && !f->seq_given) f->co.B = ids->shape[0], f->co.S = ids->shape[1];
+    int64_t L = m->cfg.num_hidden_layers, K = m->cfg.num_experts_per_tok, E = m->cfg.n_experts, found = 0;
+    if (!(f->routing = hp_calloc((size_t)L + 1, sizeof *f->routing))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; st == HP_OK && l < L; l++) {
+        char key[48];
+        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)l);
+        const hp_st_tensor *t = hp_st_find(sf, key);
+        if (!t) continue;
+        int64_t rows = f->co.B * f->co.S;
+        if (t->dtype != HP_DT_I32 || t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != K) {
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: '%s' is %s [%lld, %lld]; expected I32 [%lld, %lld] (B·S rows of "
+                            "the batch %lld x %lld, K = num_experts_per_tok)", path, key, hp_dtype_name(t->dtype),
+                            (long long)(t->n_dims > 0 ? t->shape[0] : 0), (long long)(t->n_dims > 1 ? t->shape[1] : 0),
+                            (long long)rows, (long long)K, (long long)f->co.B, (long long)f->co.S);
+            break;
+        }
+        int32_t *v = malloc((size_t)(rows * K) * sizeof *v + 1);
+        if (!v) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(v, hp_st_data(sf, t), (size_t)(rows * K) * sizeof *v);
+        for (int64_t i = 0; i < rows * K && st == HP_OK; i++)
+            if (v[i] < 0 || v[i] >= E)
+                st = hp_err_set(err, HP_ERR_INPUT, "%s: %s[%lld] = %d is not an expert of the %lld", path, key,
+                                (long long)(i / K), v[i], (long long)E);
+        f->routing[l] = v;
+        found++;
+    }
+    if (st == HP_OK && !found)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s holds no moe.<layer>.topk_idx tensor (write one with 'hyperpar run "
+                        "--output', or use a forward_io file)", path);
+    hp_st_close(sf);
+    f->n_routing = L;
+    f->co.routing = (const int32_t *const *)f->routing;
+    f->co.routing_layers = L;
+    return st;
+}
+
+void cli_cost_flags_free(cli_cost_flags *f)
+{
+    for (int64_t l = 0; f->routing && l < f->n_routing; l++) free(f->routing[l]);
+    free(f->routing);
+    f->routing = NULL;
+}

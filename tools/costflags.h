@@ -1,0 +1,46 @@
+/*
+ * costflags.h — the flags `hyperpar cost` and `hyperpar advise` share (costflags.c).
+ */
+#ifndef HP_TOOLS_COSTFLAGS_H
+#define HP_TOOLS_COSTFLAGS_H
+
+#include "hyperpar/cost.h"
+
+enum {
+    CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
+    CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
+    CLI_O_FORMAT, CLI_O_OUT
+};
+
+#define CLI_OPT_COST                                                                                               \
+    {"batch", required_argument, NULL, CLI_O_BATCH}, {"seq", required_argument, NULL, CLI_O_SEQ},                  \
+        {"mode", required_argument, NULL, CLI_O_MODE}, {"gemm-gflops", required_argument, NULL, CLI_O_GEMM},       \
+        {"intra-bw", required_argument, NULL, CLI_O_INTRA_BW}, {"inter-bw", required_argument, NULL, CLI_O_INTER_BW}, \
+        {"intra-latency-us", required_argument, NULL, CLI_O_INTRA_LAT},                                            \
+        {"inter-latency-us", required_argument, NULL, CLI_O_INTER_LAT},                                            \
+        {"ranks-per-node", required_argument, NULL, CLI_O_RPN}, {"grad-bytes", required_argument, NULL, CLI_O_GRAD}, \
+        {"master-bytes", required_argument, NULL, CLI_O_MASTER}, {"optim-bytes", required_argument, NULL, CLI_O_OPTIM}, \
+        {"zero", required_argument, NULL, CLI_O_ZERO}, {"kv-bytes", required_argument, NULL, CLI_O_KV},            \
+        {"mem-per-rank", required_argument, NULL, CLI_O_BUDGET}, {"format", required_argument, NULL, CLI_O_FORMAT}, \
+        {"output", required_argument, NULL, CLI_O_OUT}
+
+typedef struct cli_cost_flags {
+    hp_cost_opts co;
+    bool batch_given, seq_given;
+    uint64_t budget;    /* --mem-per-rank, 0 when not given */
+    int format;         /* 0 text, 1 json, 2 html */
+    const char *output; /* -o */
+    int32_t **routing;  /* --routing: per layer, owned */
+    int64_t n_routing;
+} cli_cost_flags;
+
+void cli_cost_flags_init(cli_cost_flags *f);
+/* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
+int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
+const char *cli_cost_model_usage(void);
+/* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096" bytes; prints a usage error and returns false otherwise. */
+bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
+hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
+void cli_cost_flags_free(cli_cost_flags *f);
+
+#endif

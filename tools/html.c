@@ -1,0 +1,730 @@
+/*
+ * html.c — the pictures of `hyperpar cost --format html` and `hyperpar advise --format html`: one self-contained
+ * HTML5 page each, inline CSS and inline SVG only (nothing from the network; the one script marks <body> with
+ * data-hp-error when the page raises an error, for tests).
+ *
+ * cost: the mesh as a grid of ranks coloured by memory against the budget (green, yellow, red; dark red over
+ * it), a stacked bar per rank (weights, activations, KV cache or training state) against the budget line, and
+ * per layer the collectives of the most-loaded rank (a stacked bar each, and a table). advise: the accepted
+ * meshes side by side (memory against the budget, predicted step time), then tables of the accepted and the
+ * rejected ones. Estimates (docs/cost.md) carry an asterisk.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "hyperpar/cost.h"
+
+#define GRID_MAX_CELLS 1024 /* ranks drawn in the mesh grid */
+#define GRID_MAX_COLS 128   /* wider rows wrap */
+#define BARS_MAX_RANKS 64   /* ranks drawn as bars */
+#define BARS_MAX_LAYERS 256 /* layers drawn as bars */
+#define ADVISE_MAX_DRAWN 16 /* candidates drawn in the chart */
+#define EST "*"             /* marks an estimate */
+
+_Static_assert(HP_RUN_COLL_COUNT == 5, "one colour per collective kind");
+static const char *const coll_colour[HP_RUN_COLL_COUNT] = {"#4e79a7", "#f28e2b", "#76b7b2", "#b07aa1", "#e15759"};
+/* weights, activations, KV cache or training state */
+static const char *const mem_colour[3] = {"#4e79a7", "#f28e2b", "#59a14f"};
+#define BUDGET_COLOUR "#c0002a"
+#define TIME_COLOUR "#7f7f7f"
+
+/* A short formatted figure, returned by value (valid until the end of the full expression that uses it). */
+typedef struct txt {
+    char s[48];
+} txt;
+
+static txt fbytes(uint64_t b)
+{
+    txt t;
+    hp_format_bytes(b, t.s, sizeof t.s);
+    return t;
+}
+
+static txt fsec(double s)
+{
+    txt t;
+    if (!(s > 0))
+        snprintf(t.s, sizeof t.s, "0 s");
+    else if (s < 1e-3)
+        snprintf(t.s, sizeof t.s, "%.1f \xc2\xb5s", s * 1e6);
+    else if (s < 1)
+        snprintf(t.s, sizeof t.s, "%.2f ms", s * 1e3);
+    else
+        snprintf(t.s, sizeof t.s, "%.3f s", s);
+    return t;
+}
+
+static txt fpct(double frac)
+{
+    txt t;
+    snprintf(t.s, sizeof t.s, "%.0f%%", frac >= 0 ? frac * 100 : 0);
+    return t;
+}
+
+/* ---- text, escaped for HTML (element content and attribute values alike) ---- */
+
+static void esc(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static void vesc(FILE *f, const char *fmt, va_list ap)
+{
+    char buf[1024];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    esc(f, buf);
+}
+
+/* printf, escaped */
+static void escf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void escf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vesc(f, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- colour ---- */
+
+/* frac of the budget: green (0) through yellow (0.5) to red (1); dark red beyond (over the budget). */
+static txt heat(double frac)
+{
+    static const int stop[3][3] = {{46, 160, 67}, {240, 200, 40}, {215, 48, 39}};
+    txt t;
+    if (!(frac >= 0)) frac = 0;
+    if (frac > 1) {
+        snprintf(t.s, sizeof t.s, "#7a0019");
+        return t;
+    }
+    int i = frac < 0.5 ? 0 : 1;
+    double u = frac < 0.5 ? frac * 2 : (frac - 0.5) * 2;
+    int rgb[3];
+    for (int k = 0; k < 3; k++) rgb[k] = (int)(stop[i][k] + u * (stop[i + 1][k] - stop[i][k]) + 0.5);
+    snprintf(t.s, sizeof t.s, "#%02x%02x%02x", rgb[0], rgb[1], rgb[2]);
+    return t;
+}
+
+/* ---- SVG pieces ---- */
+
+static void svg_open(FILE *f, double w, double h, const char *label)
+{
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "role=\"img\" aria-label=\"", w, h, w, h);
+    esc(f, label);
+    fputs("\">\n", f);
+}
+
+static void rect(FILE *f, double x, double y, double w, double h, const char *fill)
+{
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x, y, w, h, fill);
+}
+
+/* A rectangle with a tooltip (its SVG <title>). */
+static void rect_tip(FILE *f, double x, double y, double w, double h, const char *fill, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static void rect_tip(FILE *f, double x, double y, double w, double h, const char *fill, const char *fmt, ...)
+{
+    fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>", x, y, w, h, fill);
+    va_list ap;
+    va_start(ap, fmt);
+    vesc(f, fmt, ap);
+    va_end(ap);
+    fputs("</title></rect>\n", f);
+}
+
+/* anchor: start, middle or end; cls: a class of the page's style ("" none). */
+static void text(FILE *f, double x, double y, const char *anchor, const char *cls, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void text(FILE *f, double x, double y, const char *anchor, const char *cls, const char *fmt, ...)
+{
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\"%s%s%s>", x, y, anchor, cls[0] ? " class=\"" : "", cls,
+            cls[0] ? "\"" : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vesc(f, fmt, ap);
+    va_end(ap);
+    fputs("</text>\n", f);
+}
+
+static void line(FILE *f, double x1, double y1, double x2, double y2, const char *stroke, bool dashed)
+{
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", x1, y1,
+            x2, y2, stroke, dashed ? "2" : "1", dashed ? " stroke-dasharray=\"6 3\"" : "");
+}
+
+/* One part of a stacked bar. */
+typedef struct seg {
+    uint64_t v;
+    const char *colour, *name;
+    bool est;
+} seg;
+
+/* A horizontal stacked bar from x at y, scale pixels per byte, a tooltip per part naming `who`; returns its end. */
+static double hbar(FILE *f, double x, double y, double h, double scale, const seg *s, int n, const char *who)
+{
+    for (int i = 0; i < n; i++) {
+        double w = (double)s[i].v * scale;
+        if (w <= 0) continue;
+        rect_tip(f, x, y, w, h, s[i].colour, "%s: %s %s%s", who, s[i].name, fbytes(s[i].v).s, s[i].est ? EST : "");
+        x += w;
+    }
+    return x;
+}
+
+/* A vertical stacked bar standing on base (y grows downwards). */
+static void vbar(FILE *f, double x, double base, double w, double scale, const seg *s, int n, const char *who)
+{
+    for (int i = 0; i < n; i++) {
+        double h = (double)s[i].v * scale;
+        if (h <= 0) continue;
+        base -= h;
+        rect_tip(f, x, base, w, h, s[i].colour, "%s: %s %s%s", who, s[i].name, fbytes(s[i].v).s, s[i].est ? EST : "");
+    }
+}
+
+/* ---- the page ---- */
+
+static const char page_style[] =
+    "body{font-family:sans-serif;margin:24px;color:#222;background:#fff}\n"
+    "h1{font-size:22px;margin:0 0 6px}h2{font-size:17px;margin:28px 0 8px}\n"
+    "p.sum,p.note{margin:4px 0;color:#444}p.note{font-size:13px}\n"
+    ".key{display:inline-block;margin:0 14px 6px 0;font-size:13px}\n"
+    ".key i{display:inline-block;width:14px;height:14px;margin-right:5px;vertical-align:-2px;border:1px solid #999}\n"
+    "table{border-collapse:collapse;font-size:13px;margin:6px 0}\n"
+    "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}\n"
+    "th{background:#f0f0f0}td.n{text-align:right;white-space:nowrap}\n"
+    "code{font-size:12px;white-space:pre-wrap;word-break:break-all}\n"
+    "svg{display:block;margin:6px 0}svg text{font-size:11px;fill:#222}\n"
+    "svg text.in{pointer-events:none;font-size:10px}svg text.hot{fill:#fff}svg text.b{fill:" BUDGET_COLOUR "}\n";
+
+static void page_open(FILE *f, const char *kind, const char *title)
+{
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>hyperpar ", f);
+    escf(f, "%s: %s", kind, title ? title : "");
+    fprintf(f, "</title>\n<style>\n%s</style>\n", page_style);
+    fputs("<script>window.addEventListener('error',function(){document.body.setAttribute('data-hp-error','1')});"
+          "</script>\n</head>\n<body data-hp-ok=\"1\">\n<h1>hyperpar ", f);
+    escf(f, "%s: %s", kind, title ? title : "");
+    fputs("</h1>\n", f);
+}
+
+static int page_close(FILE *f)
+{
+    fputs("<p class=\"note\">" EST " estimate (docs/cost.md)</p>\n</body>\n</html>\n", f);
+    return fflush(f) != 0 || ferror(f) ? -1 : 0;
+}
+
+static void key(FILE *f, const char *colour, const char *label)
+{
+    fprintf(f, "<span class=\"key\"><i style=\"background:%s\"></i>", colour);
+    esc(f, label);
+    fputs("</span>\n", f);
+}
+
+/* ---- cost ---- */
+
+static uint64_t state_bytes(const hp_cost *c, const hp_cost_rank *r)
+{
+    return c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
+}
+
+static const char *state_name(const hp_cost *c)
+{
+    return c->train ? "training state" : "KV cache";
+}
+
+/* The reference of the colours: the budget, or else the most-loaded rank. */
+static uint64_t cost_ref(const hp_cost *c, uint64_t budget)
+{
+    return budget ? budget : c->ranks[c->max_rank].total_bytes;
+}
+
+static void mem_segs(const hp_cost *c, const hp_cost_rank *r, seg s[3])
+{
+    s[0] = (seg){r->weight_bytes, mem_colour[0], "weights", false};
+    s[1] = (seg){r->act_bytes, mem_colour[1], "activations", true};
+    s[2] = (seg){state_bytes(c, r), mem_colour[2], state_name(c), true};
+}
+
+/* "dp=0, cp=1, tp=3" */
+static const char *coords_str(const hp_mesh *mesh, int64_t rank, int first, int last, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int d = first; mesh && d < last && n < cap; d++) {
+        int k = snprintf(buf + n, cap - n, "%s%s=%lld", n ? ", " : "", mesh->names[d],
+                         (long long)hp_mesh_coord(mesh, rank, mesh->names[d]));
+        if (k < 0) break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t budget)
+{
+    char ms[256] = "";
+    if (mesh) hp_mesh_str(mesh, ms, sizeof ms);
+    const hp_cost_rank *m = &c->ranks[c->max_rank];
+    fputs("<p class=\"sum\">", f);
+    escf(f, "mesh %s; world %lld; batch B=%lld, S=%lld", ms[0] ? ms : "?", (long long)c->world, (long long)c->B,
+         (long long)c->S);
+    if (c->S_pad != c->S) escf(f, " (padded to %lld)", (long long)c->S_pad);
+    escf(f, "; %s", c->train ? "training (forward and backward)" : "inference (one forward step)");
+    fputs("</p>\n<p class=\"sum\">", f);
+    escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)c->max_rank,
+         fbytes(m->total_bytes).s, c->train ? " + training state" : "",
+         budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
+    if (budget) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
+    fputs("</p>\n", f);
+}
+
+static void cost_legend(FILE *f, const hp_cost *c, uint64_t budget)
+{
+    char s[64];
+    fputs("<div>\n", f);
+    key(f, mem_colour[0], "weights (exact)");
+    key(f, mem_colour[1], "activations" EST);
+    snprintf(s, sizeof s, "%s" EST, state_name(c));
+    key(f, mem_colour[2], s);
+    if (budget) key(f, BUDGET_COLOUR, "budget");
+    fputs("</div>\n<div>\n", f);
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) key(f, coll_colour[k], hp_run_coll_name((hp_run_coll)k));
+    fputs("</div>\n", f);
+    /* the heat scale of the grid */
+    svg_open(f, 440, 34, "memory colour scale");
+    for (int i = 0; i < 20; i++) rect(f, 60 + i * 15, 4, 15, 14, heat((i + 0.5) / 20).s);
+    rect(f, 376, 4, 30, 14, heat(2).s);
+    text(f, 0, 15, "start", "", "memory:");
+    text(f, 60, 30, "start", "", "0%%");
+    text(f, 210, 30, "middle", "", "50%%");
+    text(f, 360, 30, "end", "", "100%%");
+    text(f, 391, 30, "middle", "", ">100%%");
+    fputs("</svg>\n", f);
+}
+
+/* Mesh geometry of the grid: columns = the last dim (wrapped beyond GRID_MAX_COLS). */
+static int64_t grid_cols(const hp_cost *c, const hp_mesh *mesh)
+{
+    int64_t cols = mesh && mesh->n_dims > 0 ? mesh->sizes[mesh->n_dims - 1] : c->world;
+    if (cols < 1 || cols > c->world) cols = c->world;
+    return cols > GRID_MAX_COLS ? GRID_MAX_COLS : cols;
+}
+
+static void grid_cell(FILE *f, const hp_cost *c, const hp_mesh *mesh, int64_t r, double x, double y, double cell,
+                      uint64_t ref)
+{
+    const hp_cost_rank *k = &c->ranks[r];
+    double frac = ref ? (double)k->total_bytes / (double)ref : 0;
+    char co[256];
+    coords_str(mesh, r, 0, mesh ? mesh->n_dims : 0, co, sizeof co);
+    rect_tip(f, x, y, cell, cell, heat(frac).s, "rank %lld (%s): %s" EST " of %s (%s)", (long long)r, co,
+             fbytes(k->total_bytes).s, fbytes(ref).s, fpct(frac).s);
+    if (cell >= 26)
+        text(f, x + cell / 2, y + cell / 2 + 4, "middle", frac > 1 ? "in hot" : "in", "%lld", (long long)r);
+}
+
+static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t budget)
+{
+    int64_t cols = grid_cols(c, mesh), drawn = c->world < GRID_MAX_CELLS ? c->world : GRID_MAX_CELLS;
+    int64_t rows = (drawn + cols - 1) / cols;
+    bool wrapped = mesh && mesh->n_dims > 0 && mesh->sizes[mesh->n_dims - 1] > cols;
+    bool row_labels = mesh && mesh->n_dims > 1 && !wrapped;
+    double x0 = row_labels ? 150 : 10, y0 = 20, cell = (1100 - x0) / (double)cols;
+    if (cell > 44) cell = 44;
+    if (cell < 7) cell = 7;
+    double gap = cell >= 12 ? 2 : 1;
+    int64_t label_every = 1; /* rows from one row label to the next, so that they do not overlap */
+    while ((double)label_every * (cell + gap) < 13) label_every++;
+    fputs("<h2>Memory per rank on the mesh</h2>\n<p class=\"note\">", f);
+    escf(f, "Each cell a rank, coloured by its memory (weights + activations%s" EST ") against %s. ",
+         c->train ? " + training state" : "", budget ? "the budget" : "the most-loaded rank");
+    if (mesh && mesh->n_dims > 1)
+        escf(f, "Rows: the coordinates of the axes before %s; columns: %s. ", mesh->names[mesh->n_dims - 1],
+             mesh->names[mesh->n_dims - 1]);
+    if (wrapped) escf(f, "Rows wrap every %lld ranks. ", (long long)cols);
+    if (drawn < c->world) escf(f, "Showing the first %lld of %lld ranks.", (long long)drawn, (long long)c->world);
+    fputs("</p>\n", f);
+    svg_open(f, x0 + (double)cols * (cell + gap) + 10, y0 + (double)rows * (cell + gap) + 10, "mesh grid");
+    if (mesh && mesh->n_dims > 0 && !wrapped && cell >= 16)
+        for (int64_t j = 0; j < cols; j++)
+            text(f, x0 + (double)j * (cell + gap) + cell / 2, 14, "middle", "", "%s%s%lld",
+                 j ? "" : mesh->names[mesh->n_dims - 1], j ? "" : " ", (long long)j);
+    uint64_t ref = cost_ref(c, budget);
+    for (int64_t r = 0; r < drawn; r++) {
+        int64_t i = r / cols, j = r % cols;
+        double y = y0 + (double)i * (cell + gap);
+        if (j == 0 && row_labels && i % label_every == 0) {
+            char co[256];
+            text(f, x0 - 8, y + cell / 2 + 4, "end", "", "%s", coords_str(mesh, r, 0, mesh->n_dims - 1, co, sizeof co));
+        }
+        grid_cell(f, c, mesh, r, x0 + (double)j * (cell + gap), y, cell, ref);
+    }
+    fputs("</svg>\n", f);
+}
+
+static void cost_bars(FILE *f, const hp_cost *c, uint64_t budget)
+{
+    int64_t drawn = c->world < BARS_MAX_RANKS ? c->world : BARS_MAX_RANKS;
+    uint64_t top = budget;
+    seg s[3];
+    for (int64_t r = 0; r < drawn; r++) {
+        mem_segs(c, &c->ranks[r], s);
+        if (s[0].v + s[1].v + s[2].v > top) top = s[0].v + s[1].v + s[2].v;
+    }
+    double x0 = 80, width = 820, h = 16, pitch = 20, y0 = 24;
+    double scale = top ? width / (double)top : 0;
+    fputs("<h2>Memory of each rank</h2>\n<p class=\"note\">", f);
+    escf(f, "Weights, activations" EST " and %s" EST " of each rank%s.", state_name(c),
+         budget ? ", against the budget (the red line)" : "");
+    if (drawn < c->world) escf(f, " Showing the first %lld of %lld ranks.", (long long)drawn, (long long)c->world);
+    fputs("</p>\n", f);
+    svg_open(f, x0 + width + 130, y0 + (double)drawn * pitch + 10, "memory per rank");
+    for (int64_t r = 0; r < drawn; r++) {
+        double y = y0 + (double)r * pitch;
+        char who[32];
+        snprintf(who, sizeof who, "rank %lld", (long long)r);
+        mem_segs(c, &c->ranks[r], s);
+        text(f, x0 - 8, y + h - 4, "end", "", "%s", who);
+        double end = hbar(f, x0, y, h, scale, s, 3, who);
+        text(f, end + 6, y + h - 4, "start", "", "%s" EST, fbytes(s[0].v + s[1].v + s[2].v).s);
+    }
+    if (budget) {
+        double x = x0 + (double)budget * scale;
+        line(f, x, y0 - 6, x, y0 + (double)drawn * pitch, BUDGET_COLOUR, true);
+        text(f, x, y0 - 10, "middle", "b", "budget %s", fbytes(budget).s);
+    }
+    fputs("</svg>\n", f);
+}
+
+/* The bytes per kind of rank r's events in layer l, and whether they hold an estimate. False when l has none. */
+static bool layer_sums(const hp_cost_rank *r, int32_t l, uint64_t sum[HP_RUN_COLL_COUNT], bool est[HP_RUN_COLL_COUNT])
+{
+    bool any = false;
+    memset(sum, 0, sizeof(uint64_t) * HP_RUN_COLL_COUNT);
+    memset(est, 0, sizeof(bool) * HP_RUN_COLL_COUNT);
+    for (size_t i = 0; i < r->n_ev; i++) {
+        const hp_cost_event *e = &r->ev[i];
+        if (e->layer != l) continue;
+        any = true;
+        if ((unsigned)e->kind >= HP_RUN_COLL_COUNT) continue;
+        sum[e->kind] += e->bytes;
+        est[e->kind] = est[e->kind] || e->estimated;
+    }
+    return any;
+}
+
+static int32_t last_layer(const hp_cost_rank *r)
+{
+    int32_t l = -1;
+    for (size_t i = 0; i < r->n_ev; i++)
+        if (r->ev[i].layer > l) l = r->ev[i].layer;
+    return l;
+}
+
+static txt layer_name(int32_t l)
+{
+    txt t;
+    if (l < 0)
+        snprintf(t.s, sizeof t.s, "outside layers");
+    else
+        snprintf(t.s, sizeof t.s, "layer %d", (int)l);
+    return t;
+}
+
+static void layer_bar(FILE *f, int32_t l, const uint64_t sum[HP_RUN_COLL_COUNT], const bool est[HP_RUN_COLL_COUNT],
+                      double y, double scale)
+{
+    seg s[HP_RUN_COLL_COUNT];
+    uint64_t all = 0;
+    bool any_est = false;
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        s[k] = (seg){sum[k], coll_colour[k], hp_run_coll_name((hp_run_coll)k), est[k]};
+        all += sum[k];
+        any_est = any_est || est[k];
+    }
+    text(f, 102, y + 11, "end", "", "%s", layer_name(l).s);
+    double end = hbar(f, 110, y, 14, scale, s, HP_RUN_COLL_COUNT, layer_name(l).s);
+    text(f, end + 6, y + 11, "start", "", "%s%s", fbytes(all).s, any_est ? EST : "");
+}
+
+static void layer_chart(FILE *f, const hp_cost_rank *r)
+{
+    int32_t last = last_layer(r);
+    uint64_t sum[HP_RUN_COLL_COUNT], top = 0;
+    bool est[HP_RUN_COLL_COUNT];
+    int n = 0;
+    for (int32_t l = -1; l <= last && n < BARS_MAX_LAYERS; l++) {
+        if (!layer_sums(r, l, sum, est)) continue;
+        uint64_t all = 0;
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += sum[k];
+        if (all > top) top = all;
+        n++;
+    }
+    double scale = top ? 760.0 / (double)top : 0, y = 8;
+    svg_open(f, 1000, 16 + n * 18.0, "collective bytes per layer");
+    int drawn = 0;
+    for (int32_t l = -1; l <= last && drawn < n; l++) {
+        if (!layer_sums(r, l, sum, est)) continue;
+        layer_bar(f, l, sum, est, y, scale);
+        y += 18;
+        drawn++;
+    }
+    fputs("</svg>\n", f);
+    int total = 0;
+    for (int32_t l = -1; l <= last; l++) total += layer_sums(r, l, sum, est);
+    if (total > n) fprintf(f, "<p class=\"note\">Showing the first %d of %d layers.</p>\n", n, total);
+}
+
+static bool same_row(const hp_cost_event *a, const hp_cost_event *b)
+{
+    return a->layer == b->layer && a->kind == b->kind && !strcmp(a->axis ? a->axis : "", b->axis ? b->axis : "");
+}
+
+/* One table row: the events of layer, kind and axis of e (the first of them), summed. */
+static void layer_row(FILE *f, const hp_cost_rank *r, size_t first)
+{
+    const hp_cost_event *e = &r->ev[first];
+    uint64_t bytes = 0, calls = 0;
+    bool est = false;
+    for (size_t i = first; i < r->n_ev; i++) {
+        if (!same_row(&r->ev[i], e)) continue;
+        bytes += r->ev[i].bytes;
+        calls += (uint64_t)(r->ev[i].calls > 0 ? r->ev[i].calls : 0);
+        est = est || r->ev[i].estimated;
+    }
+    fputs("<tr><td>", f);
+    esc(f, layer_name(e->layer).s);
+    fputs("</td><td>", f);
+    esc(f, hp_run_coll_name(e->kind));
+    fputs("</td><td>", f);
+    esc(f, e->axis ? e->axis : "?");
+    fprintf(f, "</td><td class=\"n\">%d</td><td class=\"n\">%llu</td><td class=\"n\">", (int)e->group,
+            (unsigned long long)calls);
+    escf(f, "%s%s", fbytes(bytes).s, est ? EST : "");
+    fprintf(f, "</td><td class=\"n\">%llu</td></tr>\n", (unsigned long long)bytes);
+}
+
+static void layer_table(FILE *f, const hp_cost_rank *r)
+{
+    fputs("<table>\n<tr><th>layer</th><th>collective</th><th>axis</th><th>group size</th><th>calls</th>"
+          "<th>bytes</th><th>bytes (exact count)</th></tr>\n", f);
+    int32_t last = last_layer(r);
+    for (int32_t l = -1; l <= last; l++)
+        for (size_t i = 0; i < r->n_ev; i++) {
+            if (r->ev[i].layer != l) continue;
+            bool seen = false;
+            for (size_t j = 0; j < i && !seen; j++) seen = same_row(&r->ev[j], &r->ev[i]);
+            if (!seen) layer_row(f, r, i);
+        }
+    fputs("</table>\n", f);
+}
+
+static void cost_layers(FILE *f, const hp_cost *c)
+{
+    const hp_cost_rank *r = &c->ranks[c->max_rank];
+    fputs("<h2>Collectives per layer</h2>\n<p class=\"note\">", f);
+    escf(f, "Rank %lld (the most-loaded), bytes it sends into each kind of collective in one %s. Total:",
+         (long long)c->max_rank, c->train ? "training step" : "forward step");
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+        if (r->calls[k] || r->bytes[k])
+            escf(f, " %s %s in %llu calls;", hp_run_coll_name((hp_run_coll)k), fbytes(r->bytes[k]).s,
+                 (unsigned long long)r->calls[k]);
+    escf(f, " into groups of more than one rank: %s%s.", fbytes(r->net_bytes).s, r->ep_estimated ? EST : "");
+    fputs("</p>\n", f);
+    if (!r->n_ev) {
+        fputs("<p>No collectives.</p>\n", f);
+        return;
+    }
+    layer_chart(f, r);
+    layer_table(f, r);
+}
+
+int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh, uint64_t budget)
+{
+    page_open(f, "cost", title);
+    if (!c || c->world < 1 || !c->ranks || c->max_rank < 0 || c->max_rank >= c->world) {
+        fputs("<p>No ranks.</p>\n", f);
+        return page_close(f);
+    }
+    cost_summary(f, c, mesh, budget);
+    cost_legend(f, c, budget);
+    cost_grid(f, c, mesh, budget);
+    cost_bars(f, c, budget);
+    cost_layers(f, c);
+    return page_close(f);
+}
+
+/* ---- advise ---- */
+
+static void cand_segs(const cli_advise_cand *a, seg s[3])
+{
+    s[0] = (seg){a->weight_bytes, mem_colour[0], "weights", false};
+    s[1] = (seg){a->act_bytes, mem_colour[1], "activations", true};
+    s[2] = (seg){a->state_bytes, mem_colour[2], "KV cache or training state", true};
+}
+
+static uint64_t cand_mem(const cli_advise_cand *a)
+{
+    uint64_t sum = a->weight_bytes + a->act_bytes + a->state_bytes;
+    return sum > a->max_bytes ? sum : a->max_bytes;
+}
+
+/* The scales' tops over the first `drawn` accepted candidates. */
+static int advise_tops(const cli_advise_cand *c, int n, uint64_t budget, uint64_t *mem_top, double *t_top)
+{
+    int drawn = 0;
+    *mem_top = budget;
+    *t_top = 0;
+    for (int i = 0; i < n && drawn < ADVISE_MAX_DRAWN; i++) {
+        if (!c[i].ok) continue;
+        if (cand_mem(&c[i]) > *mem_top) *mem_top = cand_mem(&c[i]);
+        if (c[i].t_step > *t_top) *t_top = c[i].t_step;
+        drawn++;
+    }
+    return drawn;
+}
+
+/* Gridlines with the memory scale on the left and the time scale on the right. */
+static void advise_axes(FILE *f, double x0, double x1, double base, double ph, uint64_t mem_top, double t_top)
+{
+    for (int g = 0; g <= 4; g++) {
+        double y = base - ph * g / 4;
+        line(f, x0, y, x1, y, g ? "#e0e0e0" : "#888", false);
+        text(f, x0 - 6, y + 4, "end", "", "%s", fbytes((uint64_t)((double)mem_top * g / 4)).s);
+        text(f, x1 + 6, y + 4, "start", "", "%s", fsec(t_top * g / 4).s);
+    }
+    text(f, x0 - 6, base - ph - 12, "end", "", "memory");
+    text(f, x1 + 6, base - ph - 12, "start", "", "step time" EST);
+}
+
+static void advise_group(FILE *f, const cli_advise_cand *a, int idx, double gx, double gw, double base, double ph,
+                         uint64_t mem_top, double t_top)
+{
+    double bw = gw * 0.32 > 40 ? 40 : gw * 0.32, x = gx + gw / 2 - bw - 2;
+    char who[sizeof a->mesh + 48];
+    snprintf(who, sizeof who, "#%d %.*s", idx, (int)sizeof a->mesh, a->mesh);
+    seg s[3];
+    cand_segs(a, s);
+    vbar(f, x, base, bw, mem_top ? ph / (double)mem_top : 0, s, 3, who);
+    double th = t_top > 0 ? a->t_step / t_top * ph : 0;
+    rect_tip(f, x + bw + 4, base - th, bw, th, TIME_COLOUR,
+             "%s: step %s" EST " (compute %s" EST ", communication %s" EST ")", who, fsec(a->t_step).s,
+             fsec(a->t_compute).s, fsec(a->t_comm).s);
+    text(f, gx + gw / 2, base + 16, "middle", "", "#%d", idx);
+    if (gw >= 220) text(f, gx + gw / 2, base + 30, "middle", "", "%s", a->mesh);
+    if (gw >= 110) { /* the figures above the bars, away from each other */
+        double mh = mem_top ? (double)cand_mem(a) / (double)mem_top * ph : 0;
+        text(f, x + bw, base - mh - 4, "end", "", "%s", fbytes(cand_mem(a)).s);
+        text(f, x + bw + 4, base - th - 4, "start", "", "%s", fsec(a->t_step).s);
+    }
+}
+
+static void advise_chart(FILE *f, const cli_advise_cand *c, int n, uint64_t budget)
+{
+    uint64_t mem_top;
+    double t_top;
+    int drawn = advise_tops(c, n, budget, &mem_top, &t_top), accepted = 0;
+    for (int i = 0; i < n; i++) accepted += c[i].ok;
+    fputs("<h2>Accepted meshes, best first</h2>\n", f);
+    if (!drawn) {
+        fputs("<p>No mesh fits.</p>\n", f);
+        return;
+    }
+    fputs("<div>\n", f);
+    key(f, mem_colour[0], "weights");
+    key(f, mem_colour[1], "activations" EST);
+    key(f, mem_colour[2], "KV cache or training state" EST);
+    key(f, TIME_COLOUR, "predicted step time" EST);
+    if (budget) key(f, BUDGET_COLOUR, "budget");
+    fputs("</div>\n", f);
+    if (accepted > drawn)
+        fprintf(f, "<p class=\"note\">Showing the first %d of %d accepted meshes.</p>\n", drawn, accepted);
+    double x0 = 90, pw = 880, ph = 300, base = 40 + ph, gw = pw / drawn;
+    mem_top = mem_top + mem_top / 10;
+    t_top *= 1.1;
+    svg_open(f, x0 + pw + 90, base + 40, "accepted meshes: memory and step time");
+    advise_axes(f, x0, x0 + pw, base, ph, mem_top, t_top);
+    for (int i = 0, k = 0; i < n && k < drawn; i++)
+        if (c[i].ok) {
+            advise_group(f, &c[i], k + 1, x0 + k * gw, gw, base, ph, mem_top, t_top);
+            k++;
+        }
+    if (budget && mem_top) {
+        double y = base - (double)budget / (double)mem_top * ph;
+        line(f, x0, y, x0 + pw, y, BUDGET_COLOUR, true);
+        text(f, x0 + pw - 4, y - 4, "end", "b", "budget %s", fbytes(budget).s);
+    }
+    fputs("</svg>\n", f);
+}
+
+static void accepted_table(FILE *f, const cli_advise_cand *c, int n)
+{
+    fputs("<table>\n<tr><th>#</th><th>mesh</th><th>memory" EST " (weights + activations + state)</th>"
+          "<th>net bytes</th><th>step time" EST " (compute + communication)</th><th>command</th></tr>\n", f);
+    for (int i = 0, k = 0; i < n; i++) {
+        const cli_advise_cand *a = &c[i];
+        if (!a->ok) continue;
+        fprintf(f, "<tr><td class=\"n\">%d</td><td>", ++k);
+        esc(f, a->mesh);
+        fputs("</td><td class=\"n\">", f);
+        escf(f, "%s" EST " (%s + %s + %s)", fbytes(a->max_bytes).s, fbytes(a->weight_bytes).s, fbytes(a->act_bytes).s,
+             fbytes(a->state_bytes).s);
+        fputs("</td><td class=\"n\">", f);
+        esc(f, fbytes(a->net_bytes).s);
+        fputs("</td><td class=\"n\">", f);
+        escf(f, "%s" EST " (%s + %s)", fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_comm).s);
+        fputs("</td><td><code>", f);
+        esc(f, a->command);
+        fputs("</code></td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void rejected_table(FILE *f, const cli_advise_cand *c, int n)
+{
+    int rejected = 0;
+    for (int i = 0; i < n; i++) rejected += !c[i].ok;
+    fputs("<h2>Rejected meshes</h2>\n", f);
+    if (!rejected) {
+        fputs("<p>None.</p>\n", f);
+        return;
+    }
+    fputs("<table>\n<tr><th>mesh</th><th>why not</th></tr>\n", f);
+    for (int i = 0; i < n; i++) {
+        if (c[i].ok) continue;
+        fputs("<tr><td>", f);
+        esc(f, c[i].mesh);
+        fputs("</td><td>", f);
+        esc(f, c[i].reason);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+int cli_html_advise(FILE *f, const char *title, const cli_advise_cand *c, int n, uint64_t budget)
+{
+    page_open(f, "advise", title);
+    if (!c || n < 0) n = 0;
+    int accepted = 0;
+    for (int i = 0; i < n; i++) accepted += c[i].ok;
+    fputs("<p class=\"sum\">", f);
+    escf(f, "%d meshes considered: %d accepted, %d rejected; memory per rank budget %s.", n, accepted, n - accepted,
+         budget ? fbytes(budget).s : "none");
+    fputs("</p>\n", f);
+    advise_chart(f, c, n, budget);
+    if (accepted) accepted_table(f, c, n);
+    rejected_table(f, c, n);
+    return page_close(f);
+}
