@@ -248,6 +248,20 @@ static int by_time(const void *a, const void *b)
     return x->max_bytes < y->max_bytes ? -1 : x->max_bytes > y->max_bytes;
 }
 
+/* The divisors of N, ascending, into d (room for 2·sqrt(N) + 2); their count. */
+static int divisors(int64_t N, int64_t *d)
+{
+    int n = 0, m = 0;
+    int64_t hi[2100];
+    for (int64_t e = 1; e * e <= N; e++)
+        if (N % e == 0) {
+            d[n++] = e;
+            if (e != N / e) hi[m++] = N / e;
+        }
+    while (m > 0) d[n++] = hi[--m];
+    return n;
+}
+
 /* Every (dp, cp, tp[, ep]) of N ranks, evaluated; *out sorted best first, rejected last. */
 static hp_status enumerate(const ctx *x, int64_t N, cli_advise_cand **out, int *n_out, hp_err *err)
 {
@@ -256,12 +270,16 @@ static hp_status enumerate(const ctx *x, int64_t N, cli_advise_cand **out, int *
     int cap = 64, n = 0;
     cli_advise_cand *v = malloc((size_t)cap * sizeof *v);
     if (!v) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    for (int64_t tp = 1; tp <= N; tp++) {
-        if (N % tp) continue;
-        for (int64_t cp = 1; cp <= N / tp; cp++) {
+    int64_t dv[2100];
+    int nd = divisors(N, dv);
+    for (int i = 0; i < nd; i++) {
+        int64_t tp = dv[i];
+        for (int j = 0; j < nd; j++) {
+            int64_t cp = dv[j];
             if ((N / tp) % cp) continue;
             int64_t rest = N / tp / cp; /* dp, or dp x ep on its own axis */
-            for (int64_t e = 1; e <= (moe ? N : 1); e++) {
+            for (int q = 0; q < (moe ? nd : 1); q++) {
+                int64_t e = dv[q];
                 for (int axis = 0; axis < 2; axis++) {
                     cli_advise_cand c = {.cp = cp, .tp = tp, .ep = e, .ep_axis = axis == 1};
                     if (axis == 0) { /* ep = 1, or TP-extend-EP over the whole dense region */
@@ -313,10 +331,11 @@ static void print_text(FILE *o, const ctx *x, const cli_advise_cand *v, int n, i
                 co->train ? "state*" : "KV cache*", "links/step", "step*");
         for (int i = 0; i < ok && i < top; i++) {
             const cli_advise_cand *c = &v[i];
-            fprintf(o, "  %-4d %-40s %11s %11s %11s %11s %12s %8.3g ms\n", i + 1, c->mesh,
+            char ts[24];
+            fprintf(o, "  %-4d %-40s %11s %11s %11s %11s %12s %10s\n", i + 1, c->mesh,
                     hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(c->weight_bytes, b[1], 32),
                     hp_format_bytes(c->act_bytes, b[2], 32), hp_format_bytes(c->state_bytes, b[3], 32),
-                    hp_format_bytes(c->net_bytes, b[4], 32), c->t_step * 1e3);
+                    hp_format_bytes(c->net_bytes, b[4], 32), cli_seconds(c->t_step, ts, sizeof ts));
         }
         fprintf(o, "\nmake the plan and the shards of #1:\n  %s\n", v[0].command);
         char fl[200];

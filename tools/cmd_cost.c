@@ -126,9 +126,10 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
 static void event_line(FILE *o, const hp_cost_event *e)
 {
     char b[32];
-    fprintf(o, "  %5s  %-44.44s %-18s %-14s %2s=%-5d %3d  %12s%s %9.3g ms\n", "", e->where, e->step,
+    char ts[24];
+    fprintf(o, "  %5s  %-44.44s %-18s %-14s %2s=%-5d %3d  %12s%s %11s\n", "", e->where, e->step,
            hp_run_coll_name(e->kind), e->axis, e->group, e->calls, mb(e->bytes, b, sizeof b), e->estimated ? "*" : " ",
-           e->seconds * 1e3);
+           cli_seconds(e->seconds, ts, sizeof ts));
 }
 
 static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
@@ -143,7 +144,8 @@ static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
     bool any = false;
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
         if (by[k]) fprintf(o, "%s%s %s", any ? ", " : " ", hp_run_coll_name((hp_run_coll)k), mb(by[k], b, sizeof b)), any = true;
-    fprintf(o, "%s   (%.3g ms*)\n", any ? "" : " no collective", t * 1e3);
+    char ts[24];
+    fprintf(o, "%s   (%s*)\n", any ? "" : " no collective", cli_seconds(t, ts, sizeof ts));
 }
 
 static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
@@ -165,10 +167,11 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         const hp_cost_rank *r = &c->ranks[i];
         uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
         for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
-        fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %7.3g ms\n", (long long)r->rank,
+        char ts[24];
+        fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %10s\n", (long long)r->rank,
                hp_shard_coords_str(l, r->rank, coords, sizeof coords), mb(r->weight_bytes, b[0], 32),
                mb(r->act_bytes, b[1], 32), mb(st, b[2], 32), mb(r->total_bytes, b[3], 32), mb(all, b[4], 32),
-               mb(r->net_bytes, b[5], 32), r->flops / 1e9, r->t_step * 1e3);
+               mb(r->net_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
@@ -220,9 +223,10 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                (unsigned long long)r->calls[k]);
     }
     fprintf(o, "\n  = %s, of which %s in groups of more than one rank\n", mb(tot, b[0], 32), mb(r->net_bytes, b[1], 32));
-    fprintf(o, "predicted step of rank %lld*: %.3g ms = compute %.3g ms (%.3g GFLOP at %.3g GFLOP/s) + communication %.3g ms\n",
-           (long long)r->rank, r->t_step * 1e3, r->t_compute * 1e3, r->flops / 1e9, c->mdl.gemm_flops / 1e9,
-           r->t_comm * 1e3);
+    char t1[24], t2[24], t3[24];
+    fprintf(o, "predicted step of rank %lld*: %s = compute %s (%.3g GFLOP at %.3g GFLOP/s) + communication %s\n",
+           (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), cli_seconds(r->t_compute, t2, sizeof t2),
+           r->flops / 1e9, c->mdl.gemm_flops / 1e9, cli_seconds(r->t_comm, t3, sizeof t3));
     fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the model flags, see --help)%s\n",
            mx->ep_estimated ? "; the MoE exchange assumes the balanced router (give --routing for the exact bytes)" : "");
 }

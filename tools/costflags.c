@@ -182,3 +182,11 @@ void cli_cost_flags_free(cli_cost_flags *f)
     free(f->routing);
     f->routing = NULL;
 }
+
+const char *cli_seconds(double s, char *buf, size_t cap)
+{
+    if (s >= 1.0) snprintf(buf, cap, "%.3g s", s);
+    else if (s >= 1e-3 || s == 0) snprintf(buf, cap, "%.3g ms", s * 1e3);
+    else snprintf(buf, cap, "%.3g us", s * 1e6);
+    return buf;
+}

@@ -42,5 +42,7 @@ const char *cli_cost_model_usage(void);
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
 void cli_cost_flags_free(cli_cost_flags *f);
+/* "2.5 s", "12.3 ms" or "45 us". */
+const char *cli_seconds(double s, char *buf, size_t cap);
 
 #endif

@@ -378,6 +378,19 @@ static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_
     *b0 += w->dp_rows[dp_i];
 }
 
+/* The rank holding EP index i of rank's EP group (hp_mesh_ep_index's groups): the ep coordinate set to i on an
+ * explicit ep axis, else the i-th of the group's consecutive ranks. */
+static int64_t ep_member(const hp_mesh *m, int64_t P, int64_t rank, int64_t i)
+{
+    if (!m->ep_axis) return rank / P * P + i;
+    int64_t stride = 1;
+    for (int d = m->n_dims - 1; d >= 0; d--) {
+        if (!strcmp(m->names[d], "ep")) return rank + (i - hp_mesh_coord(m, rank, "ep")) * stride;
+        stride *= m->sizes[d];
+    }
+    return rank;
+}
+
 /* Slots of n that the balanced router (spec §10.4; hp_moe_route_balance) sends to EP index q of P, kept under a
  * capacity of cap per expert: slot s goes to expert (s mod P)·L + (s div P) mod L, so EP index q gets the slots
  * s ≡ q (mod P), and its local expert j every L-th of them. */
@@ -441,16 +454,13 @@ static int64_t member_sends(const walk *w, const lay_info *y, int64_t layer, con
 static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const dact *t)
 {
     const hp_mesh *mesh = w->mesh;
-    int64_t me = w->cr->rank, P = w->ep, grp, idx, world = hp_mesh_world(mesh);
+    int64_t me = w->cr->rank, P = w->ep, grp, idx;
     hp_mesh_ep_index(mesh, P, me, &grp, &idx);
     bool est = false;
     int64_t sent = member_sends(w, y, layer, &t->lay, me, -1, &est), recv = 0;
     if (P == 1) recv = sent;
-    for (int64_t r = 0; r < world && P > 1; r++) { /* the members of this rank's EP group */
-        int64_t g2, i2;
-        hp_mesh_ep_index(mesh, P, r, &g2, &i2);
-        if (g2 == grp) recv += member_sends(w, y, layer, &t->lay, r, idx, &est);
-    }
+    for (int64_t i = 0; i < P && P > 1; i++) /* the members of this rank's EP group */
+        recv += member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est);
     int64_t H = w->cfg.H, T = local_count(w, t) / H;
     /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
      * the expert activations (received · 2I), y_shared, the router's f64 copies */
@@ -656,13 +666,8 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
     if (R <= 0 || e->group <= 1 || world <= R) return false;
     if (!strcmp(e->axis, "all")) return true;
     if (!strcmp(e->axis, "ep")) {
-        int64_t g0, i0;
-        hp_mesh_ep_index(m, w->ep, rank, &g0, &i0);
-        for (int64_t r = 0; r < world; r++) {
-            int64_t g, i;
-            hp_mesh_ep_index(m, w->ep, r, &g, &i);
-            if (g == g0 && r / R != rank / R) return true;
-        }
+        for (int64_t i = 0; i < w->ep; i++)
+            if (ep_member(m, w->ep, rank, i) / R != rank / R) return true;
         return false;
     }
     int64_t stride = 1;
