@@ -329,27 +329,15 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
 static hp_status enter(walk *w, const hp__contract *c, dact *a, int32_t layer)
 {
     if (!c->has_in) return HP_OK;
-    if (!hp__lay_eq(&a->lay, &c->in_src)) {
-        char s1[64], s2[64];
-        return hp_err_set(w->err, HP_ERR_INPUT,
-                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
-                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
-                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->in_src, s2, sizeof s2));
-    }
-    return trans(w, a, &c->in_dst, layer, c->fqn, "entry");
+    hp_status st = hp__contract_check(c, &a->lay, true, w->err);
+    return st == HP_OK ? trans(w, a, &c->in_dst, layer, c->fqn, "entry") : st;
 }
 
 static hp_status leave(walk *w, const hp__contract *c, dact *a, int32_t layer)
 {
     if (!c->has_out) return HP_OK;
-    if (!hp__lay_eq(&a->lay, &c->out_src)) {
-        char s1[64], s2[64];
-        return hp_err_set(w->err, HP_ERR_INPUT,
-                          "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
-                          "out_src says %s; make the override of its params and out_src agree",
-                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->out_src, s2, sizeof s2));
-    }
-    return trans(w, a, &c->out_dst, layer, c->fqn, "exit");
+    hp_status st = hp__contract_check(c, &a->lay, false, w->err);
+    return st == HP_OK ? trans(w, a, &c->out_dst, layer, c->fqn, "exit") : st;
 }
 
 static hp_status rows_layout(walk *w, const hp__contract *c, const dact *a)

@@ -85,6 +85,24 @@ hp__contract hp__contract_of(const hp_boundary *b)
     return c;
 }
 
+hp_status hp__contract_check(const hp__contract *c, const hp__lay *l, bool in, hp_err *err)
+{
+    const hp__lay *want = in ? &c->in_src : &c->out_src;
+    if (hp__lay_eq(l, want)) return HP_OK;
+    char s1[64], s2[64];
+    hp__lay_str(l, s1, sizeof s1);
+    hp__lay_str(want, s2, sizeof s2);
+    if (in)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
+                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
+                          c->fqn, s1, s2);
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
+                      "out_src says %s; make the override of its params and out_src agree",
+                      c->fqn, s1, s2);
+}
+
 static bool shards(hp_placement p, int d)
 {
     return p.kind == HP_PL_S && p.dim == d;

@@ -25,6 +25,8 @@ typedef struct hp__contract {
 } hp__contract;
 
 hp__contract hp__contract_of(const hp_boundary *b);
+/* l must be c's in_src (in) or out_src (!in); else HP_ERR_INPUT naming the boundary and both layouts. */
+hp_status hp__contract_check(const hp__contract *c, const hp__lay *l, bool in, hp_err *err);
 
 /* One axis group: the ranks that differ only in that coordinate. */
 typedef struct hp__grp {

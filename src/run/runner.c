@@ -116,13 +116,8 @@ static hp_status enter(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
 {
     r->x.where = c->fqn;
     if (!c->has_in) return HP_OK;
-    if (!hp__lay_eq(&a->lay, &c->in_src)) {
-        char s1[64], s2[64];
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
-                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
-                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->in_src, s2, sizeof s2));
-    }
+    hp_status cs = hp__contract_check(c, &a->lay, true, err);
+    if (cs != HP_OK) return cs;
     char what[200];
     snprintf(what, sizeof what, "boundary %s (entry)", c->fqn);
     const char *coll;
@@ -133,13 +128,8 @@ static hp_status leave(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
 {
     snprintf(r->exit_coll, sizeof r->exit_coll, "none");
     if (!c->has_out) return HP_OK;
-    if (!hp__lay_eq(&a->lay, &c->out_src)) {
-        char s1[64], s2[64];
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
-                          "out_src says %s; make the override of its params and out_src agree",
-                          c->fqn, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(&c->out_src, s2, sizeof s2));
-    }
+    hp_status cs = hp__contract_check(c, &a->lay, false, err);
+    if (cs != HP_OK) return cs;
     char what[200];
     snprintf(what, sizeof what, "boundary %s (exit)", c->fqn);
     const char *coll = "identity";

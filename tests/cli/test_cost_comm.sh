@@ -74,6 +74,13 @@ expect 0 "the given routing (exact)" -- "$HP" cost $F/qwen3_moe --tp 2 --ep 2 \
     --overrides data/overrides/qwen3_moe_ep.yaml --routing $F/qwen3_moe/forward_io.safetensors
 expect 0 "balanced router's (estimate*)" -- "$HP" cost $F/qwen3_moe --tp 2 --ep 2 \
     --overrides data/overrides/qwen3_moe_ep.yaml --batch 2 --seq 16
+# A plan the runtime refuses: cost gives its weights and the runtime's reason (the one run exits 2 with).
+expect 0 "is not one the runtime lowers (a shard-to-shard move is an all-to-all)" -- "$HP" cost $F/llama --tp 2 \
+    --overrides data/overrides/attn_out_feature_shard.yaml
+expect 2 "is not one the runtime lowers (a shard-to-shard move is an all-to-all)" -- $MPI -np 2 "$HP" run $F/llama \
+    --input $F/llama/forward_io.safetensors --tp 2 --overrides data/overrides/attn_out_feature_shard.yaml
+expect 0 "runs MoE blocks with whole experts per rank" -- "$HP" cost $F/mixtral --tp 2
+expect 0 '"refused": null' -- "$HP" cost $F/mixtral --tp 2 --ep 2 --format json
 # Bad input: exit 2, no output file left behind.
 expect 2 "dense model" -- "$HP" cost $F/llama --routing $F/qwen3_moe/forward_io.safetensors
 expect 2 "expected I32" -- "$HP" cost $F/qwen3_moe --batch 3 --seq 16 --routing $F/qwen3_moe/forward_io.safetensors

@@ -4,6 +4,12 @@
 # weights, vocab 8192, 512 tokens), dense and MoE, at tp, cp, dp x tp, loss-parallel and EP.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
+if [ "${HP_SANITIZED:-0}" = 1 ]; then
+    echo "SKIP: a sanitizer build: its memory is not the runtime's"
+    check "skipped under the sanitizers" true
+    finish
+    exit $?
+fi
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 "$HP" gen --family llama --out "$WORK/dense" --layers 2 --hidden 512 --heads 8 --kv-heads 4 --head-dim 64 \
     --intermediate 1536 --vocab 8192 --dtype bf16 >/dev/null
