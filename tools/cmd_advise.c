@@ -400,6 +400,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
     int n = 0;
     hp_status st = cli_plan_flags_apply(pf, NULL, &ov, &err);
     if (st == HP_OK) st = hp_model_open(&m, model_arg, NULL, &err);
+    if (st == HP_OK && !quiet) st = cli_cost_measure(cf, m, &err);
     struct timespec a, b, c2;
     clock_gettime(CLOCK_MONOTONIC, &a);
     if (st == HP_OK) st = build_template(&t, m, pf, &err);

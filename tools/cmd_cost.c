@@ -313,6 +313,7 @@ int cmd_cost(int argc, char **argv)
     for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)
             fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
+    if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
         if (!(m->family && hp_family_is_moe(m->family)))
             st = hp_err_set(&err, HP_ERR_INPUT, "--routing: %s is a dense model; it has no routing", m->path);

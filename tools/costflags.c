@@ -8,7 +8,10 @@
 
 #include "cli.h"
 #include "costflags.h"
+#include "hyperpar/linalg.h"
 #include "hyperpar/safetensors.h"
+
+#include <time.h>
 
 void cli_cost_flags_init(cli_cost_flags *f)
 {
@@ -108,6 +111,7 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         f->format = !strcmp(arg, "json") ? 1 : !strcmp(arg, "html") ? 2 : 0;
         return 1;
     case CLI_O_OUT: f->output = arg; return 1;
+    case CLI_O_MEASURE: f->measure = true; return 1;
     default: return 0;
     }
 }
@@ -118,6 +122,7 @@ const char *cli_cost_model_usage(void)
            "  --mode M                infer (default: weights, activations, KV cache) or train (adds gradients,\n"
            "                          optimizer state, master weights, saved activations, the backward)\n"
            "  --gemm-gflops G         GEMM rate per rank for the predicted time (default 100)\n"
+           "  --measure-gemm          measure it here instead: the GEMM layer at the model's hidden size\n"
            "  --intra-bw G, --inter-bw G   link bandwidth in GB/s inside a node and between nodes (10, 1.25)\n"
            "  --intra-latency-us L, --inter-latency-us L   per message (5, 20)\n"
            "  --ranks-per-node R      ranks 0..R-1 share a node, and so on (default: all on one node)\n"
@@ -189,4 +194,60 @@ const char *cli_seconds(double s, char *buf, size_t cap)
     else if (s >= 1e-3 || s == 0) snprintf(buf, cap, "%.3g ms", s * 1e3);
     else snprintf(buf, cap, "%.3g us", s * 1e6);
     return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t cap, hp_err *err)
+{
+    int64_t K = m->cfg.hidden_size > 0 ? m->cfg.hidden_size : 1024, N = 4 * K, M = 512;
+    if (K > 8192) K = 8192, N = 4 * K;
+    hp_dtype dt = m->cfg.dtype == HP_DT_F32 ? HP_DT_F32 : HP_DT_BF16;
+    size_t es = dt == HP_DT_F32 ? 4 : 2;
+    void *w = calloc((size_t)(N * K), es);
+    float *a = malloc((size_t)(M * K) * sizeof *a), *c = malloc((size_t)(M * N) * sizeof *c);
+    hp_linalg *la = NULL;
+    hp_linear *lin = NULL;
+    hp_status st = w && a && c ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory for the GEMM measurement");
+    for (int64_t i = 0; st == HP_OK && i < M * K; i++) a[i] = (float)(i % 7) * 0.125f;
+    if (st == HP_OK) st = hp_linalg_create(&la, err);
+    hp_linear_desc d = {.n_out = N, .n_in = K, .n_mats = 1, .dtype = dt, .w = w, .mode = HP_LINALG_EXACT};
+    if (st == HP_OK) st = hp_linear_init(&lin, la, &d, err);
+    double best = 0;
+    for (int rep = 0; st == HP_OK && rep < 5; rep++) {
+        double t0 = now_s();
+        st = hp_linear_forward(lin, 0, M, a, K, c, N, false, err);
+        double dt_s = now_s() - t0;
+        if (st == HP_OK && rep > 0 && dt_s > 0 && 2.0 * M * N * K / dt_s > best) best = 2.0 * M * N * K / dt_s; /* rep 0 warms up */
+    }
+    if (st == HP_OK) {
+        char ld[200];
+        *flops = best;
+        snprintf(desc, cap, "%s weights, [%lld x %lld] x [%lld x %lld], best of 4: %s", dt == HP_DT_F32 ? "f32" : "bf16",
+                 (long long)M, (long long)K, (long long)K, (long long)N, hp_linalg_describe(la, ld, sizeof ld));
+    }
+    hp_linear_free(lin);
+    hp_linalg_destroy(la);
+    free(w);
+    free(a);
+    free(c);
+    return st;
+}
+
+hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err)
+{
+    if (!f->measure) return HP_OK;
+    char desc[400];
+    double r = 0;
+    hp_status st = cli_measure_gemm(m, &r, desc, sizeof desc, err);
+    if (st == HP_OK && r > 0) {
+        f->co.mdl.gemm_flops = r;
+        fprintf(stderr, "hyperpar: measured GEMM rate %.1f GFLOP/s (%s)\n", r / 1e9, desc);
+    }
+    return st;
 }

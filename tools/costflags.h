@@ -9,7 +9,7 @@
 enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
-    CLI_O_FORMAT, CLI_O_OUT
+    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE
 };
 
 #define CLI_OPT_COST                                                                                               \
@@ -22,7 +22,7 @@ enum {
         {"master-bytes", required_argument, NULL, CLI_O_MASTER}, {"optim-bytes", required_argument, NULL, CLI_O_OPTIM}, \
         {"zero", required_argument, NULL, CLI_O_ZERO}, {"kv-bytes", required_argument, NULL, CLI_O_KV},            \
         {"mem-per-rank", required_argument, NULL, CLI_O_BUDGET}, {"format", required_argument, NULL, CLI_O_FORMAT}, \
-        {"output", required_argument, NULL, CLI_O_OUT}
+        {"output", required_argument, NULL, CLI_O_OUT}, {"measure-gemm", no_argument, NULL, CLI_O_MEASURE}
 
 typedef struct cli_cost_flags {
     hp_cost_opts co;
@@ -30,6 +30,7 @@ typedef struct cli_cost_flags {
     uint64_t budget;    /* --mem-per-rank, 0 when not given */
     int format;         /* 0 text, 1 json, 2 html */
     const char *output; /* -o */
+    bool measure;       /* --measure-gemm */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;
@@ -42,6 +43,11 @@ const char *cli_cost_model_usage(void);
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
 void cli_cost_flags_free(cli_cost_flags *f);
+/* The GEMM layer's rate on this machine at the model's hidden size (512 rows x H x 4H, its dtype), into *flops
+ * (FLOP/s), and what ran into desc. */
+hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t cap, hp_err *err);
+/* --measure-gemm: cli_measure_gemm into f's model (the rate printed on stderr); nothing otherwise. */
+hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err);
 /* "2.5 s", "12.3 ms" or "45 us". */
 const char *cli_seconds(double s, char *buf, size_t cap);
 

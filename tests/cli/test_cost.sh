@@ -41,5 +41,6 @@ expect 0 "world 256" -- "$HP" cost data/configs/deepseek-v3.json --dp 8 --tp 32 
 expect 2 "--format expects text, json or html" -- "$HP" cost $F/llama --format yaml
 expect 2 "not both" -- "$HP" cost $F/llama --plan x.json --tp 2
 expect 2 "" -- "$HP" cost $F/llama --tp 3
+expect 0 "measured GEMM rate" -- "$HP" cost $F/llama --tp 2 --measure-gemm
 expect 0 "usage: hyperpar cost" -- "$HP" cost --help
 finish
