@@ -515,14 +515,12 @@ int cmd_bench_advise(int argc, char **argv)
     if (N < 1) return cli_usage_error("bench advise", "missing --world N");
     if (!cf.budget) cf.budget = UINT64_MAX / 2;
     double best_mesh = 0, best_plan = 0;
-    int n_meshes = 0;
     for (int64_t i = 0; i < reps; i++) {
         double per = 0, plan = 0;
         int rc = cli_advise_run(argv[optind], &pf, &cf, N, 1, &per, &plan, true);
         if (rc != HP_EXIT_OK) return rc;
         if (!i || per < best_mesh) best_mesh = per;
         if (!i || plan < best_plan) best_plan = plan;
-        (void)n_meshes;
     }
     printf("bench advise: %s, world %lld, batch %lld x %lld\n", argv[optind], (long long)N, (long long)cf.co.B,
            (long long)cf.co.S);

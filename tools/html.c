@@ -288,6 +288,12 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
          budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
     if (budget) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
     fputs("</p>\n", f);
+    if (c->refused[0]) {
+        fputs("<p class=\"sum\">", f);
+        esc(f, "Only the weights are derived: 'hyperpar run' refuses this plan: ");
+        esc(f, c->refused);
+        fputs("</p>\n", f);
+    }
 }
 
 static void cost_legend(FILE *f, const hp_cost *c, uint64_t budget)

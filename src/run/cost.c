@@ -725,13 +725,11 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     r->total_bytes += r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes;
 }
 
-/* Train: the backward moves what the forward moved, twice over (the input and weight gradients' transposed
- * collectives), and dp all-reduces the gradients (estimates, added as events). */
+/* Train: the backward runs every forward collective once more (its transpose: an all-gather's is a
+ * reduce-scatter of the same bytes, and so on), and dp all-reduces the gradients (estimates, added as events). */
 static hp_status train_events(walk *w, hp_cost_rank *r)
 {
     size_t n = r->n_ev;
-    uint64_t fwd[HP_RUN_COLL_COUNT];
-    memcpy(fwd, r->bytes, sizeof fwd);
     for (size_t i = 0; i < n; i++) {
         hp_cost_event e = r->ev[i];
         if (e.kind == HP_RUN_GATHER) continue;
@@ -741,7 +739,6 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
     int es = hp_dtype_bits(w->m->cfg.dtype) >= 8 ? hp_dtype_bits(w->m->cfg.dtype) / 8 : 2;
     uint64_t gb = r->weight_bytes / (uint64_t)es * (uint64_t)w->o->mdl.grad_bytes;
     if (w->dp > 1) return add_event(w, -1, "gradients", "dp all-reduce", HP_RUN_ALL_REDUCE, "dp", w->dp, 1, gb, true);
-    (void)fwd;
     return HP_OK;
 }
 
