@@ -116,6 +116,7 @@ typedef struct scan_layer {
 } scan_layer;
 
 struct hp_cost_plan {
+    char refused[2048]; /* the runtime cannot run the model or plan (why), else "" */
     const hp_model *m;
     const hp_plan *p;
     hp__rcfg cfg;
@@ -775,8 +776,18 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
     if (!k) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     k->m = m, k->p = p;
     char cfgp[4200];
-    hp_status st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
+    hp_status st = HP_OK;
+    if (!hp__run_family_ok(m))
+        st = hp_err_set(err, HP_ERR_INPUT, "the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, "
+                        "qwen3_moe, glm4_moe, gpt_oss and deepseek_v3 decoders; %s is not one of them",
+                        m->family ? hp_family_name(m->family) : m->model_type[0] ? m->model_type : "this architecture");
+    if (st == HP_OK) st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
     if (st == HP_OK) st = scan(k, err);
+    if (st == HP_ERR_INPUT) { /* a model or plan the runtime cannot run: its weights are still costed */
+        snprintf(k->refused, sizeof k->refused, "%s", err->msg);
+        hp_err_clear(err);
+        st = HP_OK;
+    }
     if (st != HP_OK) {
         hp_cost_plan_free(k);
         return st;
@@ -834,7 +845,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.x.dp_rows = w.dp_rows;
     }
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
-    hp_status wst = st == HP_OK ? prepare(&w) : HP_OK;
+    hp_status wst = st != HP_OK ? HP_OK : k->refused[0] ? hp_err_set(err, HP_ERR_INPUT, "%s", k->refused) : prepare(&w);
     for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
         int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
         hp_cost_rank *r = &c->ranks[ri];

@@ -131,6 +131,9 @@ hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, 
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err);
 
+/* The runtime runs this model's family (the ten decoder families of docs/run.md). */
+bool hp__run_family_ok(const hp_model *m);
+
 /* ---- the family's forward semantics from config.json (rcfg.c) ---- */
 typedef enum { HP__ROPE_DEFAULT, HP__ROPE_LINEAR, HP__ROPE_LLAMA3, HP__ROPE_YARN } hp__rope_type;
 

@@ -1075,7 +1075,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 
 /* ---- create / free ---- */
 
-static bool dense_family(const hp_model *m)
+bool hp__run_family_ok(const hp_model *m)
 {
     static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
                                      "glm4_moe", "gpt_oss", "deepseek_v3"};
@@ -1117,7 +1117,7 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     const hp_model *m = r->m;
     const hp_plan *p = r->p;
     int world = hp_comm_size(r->x.world);
-    if (!dense_family(m))
+    if (!hp__run_family_ok(m))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
                           "glm4_moe, gpt_oss and deepseek_v3 decoders; %s%s", m->path,

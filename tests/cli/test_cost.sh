@@ -42,5 +42,17 @@ expect 2 "--format expects text, json or html" -- "$HP" cost $F/llama --format y
 expect 2 "not both" -- "$HP" cost $F/llama --plan x.json --tp 2
 expect 2 "" -- "$HP" cost $F/llama --tp 3
 expect 0 "measured GEMM rate" -- "$HP" cost $F/llama --tp 2 --measure-gemm
+# An architecture the runtime does not run: its weights are still costed, and the rest says why not.
+mkdir -p "$WORK/gpt2"
+python3 - "$WORK/gpt2" <<'PY'
+import json, struct, sys
+h = json.dumps({"transformer.h.0.attn.c_attn.weight": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1] + "/model.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + b"\0" * 64)
+json.dump({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 4, "n_layer": 1, "n_head": 1,
+           "vocab_size": 10}, open(sys.argv[1] + "/config.json", "w"))
+PY
+expect 0 "gpt2 is not one of them" -- "$HP" cost "$WORK/gpt2" --allow-uncovered
+expect 0 '"weight_bytes": 64' -- "$HP" cost "$WORK/gpt2" --allow-uncovered --format json
 expect 0 "usage: hyperpar cost" -- "$HP" cost --help
 finish
