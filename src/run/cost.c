@@ -6,9 +6,10 @@
  * the logits and routing gathers to rank 0), carrying only each activation's global dims and layout. Every
  * transition is asked of hp__lower_axis, the function the runtime's redistribution itself lowers with, for that
  * rank's coordinates: the communication is the runtime's by construction, boundary by boundary, and an
- * override that changes a contract changes the cost. The plan is refused for the same reasons the runtime
- * refuses it. The MoE token exchange is counted as the EP runtime counts it (rows sent plus rows received in
- * the dispatch, times H·4 bytes), from a given routing or the balanced router of spec §10.4.
+ * override that changes a contract changes the cost. A plan the runtime refuses gets its weights only, with
+ * the runtime's reason (hp_cost.refused). The MoE token exchange is counted as the EP runtime counts it (rows
+ * sent plus rows received in the dispatch, times H·4 bytes), from a given routing or the balanced router of
+ * spec §10.4.
  */
 #include "run/run_int.h"
 
@@ -46,10 +47,8 @@ typedef struct lay_info {
     hp__lay moe_lay;   /* the MoE block's input after its entry (set by the walk) */
 } lay_info;
 
-typedef struct hp_cost_plan hp_cost_plan_t;
-
 typedef struct walk {
-    const hp_cost_plan_t *k;
+    const hp_cost_plan *k;
     const hp_model *m;
     const hp_plan *p;
     const hp_cost_opts *o;
