@@ -2,9 +2,10 @@
  * plan_read.c — reads a plan JSON written by `hyperpar plan` (docs/plan-format.md, "hyperpar-plan" v1) back
  * into an hp_plan, and checks that it was made for the checkpoint at hand.
  *
- * Only what sharding needs is read: the mesh, mesh_dim_names, and per boundary its fqn, type, params
- * (placement maps), ep_size and ep_stack. Keys this reader does not know are ignored (the format's
- * additive-change rule). The plan-vs-checkpoint check compares the plan's param_roles (every parameter
+ * Read: the mesh, mesh_dim_names, sequence_parallel and loss_parallel, and per boundary everything the shard
+ * layout and the runtime use: fqn, type, is_boundary, params (placement maps), the I/O contracts, ep_size and
+ * ep_stack, deferred biases, TP-local attributes, and the EP compute with its options. Keys this reader does not
+ * know are ignored (the format's additive-change rule). The plan-vs-checkpoint check compares the plan's param_roles (every parameter
  * name), the names its boundaries and stacks use, and model.num_params (a shape that differs changes the
  * element count); the first 10 differences are listed.
  *
@@ -162,6 +163,105 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
     return HP_OK;
 }
 
+/* An I/O contract {name: {axis: placement}}; null: is_null; absent: none. The shapes were checked by validate's
+ * check_io only later, so this reads what it can and leaves the errors to it. */
+static hp_status read_io(hp_plan *p, const char *path, const char *where, json_t *v, hp_io_map *m, hp_err *err)
+{
+    (void)p;
+    memset(m, 0, sizeof *m);
+    if (!v) return HP_OK;
+    if (json_is_null(v)) {
+        m->is_null = true;
+        return HP_OK;
+    }
+    if (!json_is_object(v) || json_object_size(v) > HP_MAX_IO) return HP_OK; /* refused by check_io */
+    const char *key;
+    json_t *x;
+    json_object_foreach(v, key, x)
+    {
+        if (!key[0] || strlen(key) >= sizeof m->e[0].name) return HP_OK; /* refused by check_io */
+        char w[512];
+        snprintf(w, sizeof w, "%s.%s", where, key);
+        snprintf(m->e[m->n].name, sizeof m->e[m->n].name, "%s", key);
+        hp_status st = read_nplace(path, w, x, &m->e[m->n].pl, err);
+        if (st != HP_OK) return st;
+        m->n++;
+    }
+    return HP_OK;
+}
+
+/* What the runtime executes besides the params: the I/O contracts, deferred biases, TP-local attributes and
+ * the EP compute's options (the writer's shapes; check_boundary_fields refuses other types). */
+static hp_status read_runtime_fields(hp_plan *p, const char *path, const char *where, json_t *o, hp_boundary *b,
+                                     hp_err *err)
+{
+    static const char *const ios[] = {"in_src", "in_dst", "out_src", "out_dst"};
+    hp_io_map *maps[] = {&b->in_src, &b->in_dst, &b->out_src, &b->out_dst};
+    for (int i = 0; i < 4; i++) {
+        char w[160];
+        snprintf(w, sizeof w, "%s.%s", where, ios[i]);
+        hp_status st = read_io(p, path, w, json_object_get(o, ios[i]), maps[i], err);
+        if (st != HP_OK) return st;
+    }
+    json_t *v = json_object_get(o, "is_boundary");
+    if (json_is_boolean(v)) b->is_boundary = json_is_true(v);
+    b->terminal = json_is_true(json_object_get(o, "terminal"));
+    b->needs_cp_attn = json_is_true(json_object_get(o, "needs_cp_attn"));
+    json_t *db = json_object_get(o, "deferred_biases");
+    if (json_is_array(db) && json_array_size(db) > 0) {
+        b->deferred_biases = hp_arena_alloc(&p->arena, json_array_size(db) * sizeof *b->deferred_biases);
+        if (!b->deferred_biases) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < json_array_size(db); i++) {
+            json_t *x = json_array_get(db, i);
+            if (!json_is_string(x)) continue; /* refused by check_boundary_fields */
+            if (!(b->deferred_biases[b->n_deferred++] = hp_arena_strdup(&p->arena, json_string_value(x))))
+                return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        }
+    }
+    json_t *ta = json_object_get(o, "tp_local_attrs");
+    if (json_is_object(ta) && json_object_size(ta) > 0) {
+        b->tp_attrs = hp_arena_alloc(&p->arena, json_object_size(ta) * sizeof *b->tp_attrs);
+        if (!b->tp_attrs) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        const char *key;
+        json_t *x;
+        json_object_foreach(ta, key, x)
+        {
+            json_t *g = json_object_get(x, "global"), *l = json_object_get(x, "local"), *src = json_object_get(x, "source");
+            if (!json_is_integer(g) || !json_is_integer(l)) {
+                char w[600];
+                snprintf(w, sizeof w, "%.300s.tp_local_attrs.%.200s", where, key);
+                return fail(err, path, w, "expected {\"global\": N, \"local\": N, \"source\": \"auto\" or \"user\"}");
+            }
+            hp_tp_attr *t = &b->tp_attrs[b->n_tp_attrs++];
+            t->name = hp_arena_strdup(&p->arena, key);
+            t->global = json_integer_value(g);
+            t->local = json_integer_value(l);
+            t->user = json_is_string(src) && !strcmp(json_string_value(src), "user");
+            if (!t->name) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        }
+    }
+    json_t *fn = json_object_get(o, "local_compute_fn");
+    if (json_is_object(fn)) {
+        hp_compute_opts *c = &b->compute;
+        json_t *x;
+        if (json_is_boolean(x = json_object_get(fn, "use_grouped_gemm")))
+            c->has_use_grouped_gemm = true, c->use_grouped_gemm = json_is_true(x);
+        if (json_is_boolean(x = json_object_get(fn, "overlap_shared_expert")))
+            c->has_overlap_shared_expert = true, c->overlap_shared_expert = json_is_true(x);
+        if (json_is_boolean(x = json_object_get(fn, "fix_router"))) c->has_fix_router = true, c->fix_router = json_is_true(x);
+        if (json_is_number(x = json_object_get(fn, "capacity_factor"))) {
+            double cf = json_number_value(x);
+            if (!(cf > 0 && cf <= 1e6)) {
+                char w[400];
+                snprintf(w, sizeof w, "%.300s.local_compute_fn.capacity_factor", where);
+                return fail(err, path, w, "expected a number in (0, 1e6]");
+            }
+            c->capacity_factor = cf;
+        }
+    }
+    return HP_OK;
+}
+
 static hp_status read_boundary(hp_plan *p, const char *path, size_t idx, json_t *o, hp_boundary *b, hp_err *err)
 {
     char where[96];
@@ -192,6 +292,8 @@ static hp_status read_boundary(hp_plan *p, const char *path, size_t idx, json_t 
         if (!b->local_compute_fn)
             return fail(err, path, where, "local_compute_fn names an unknown EP archetype");
     }
+    hp_status rst = read_runtime_fields(p, path, where, o, b, err);
+    if (rst != HP_OK) return rst;
     b->params = hp_arena_alloc(&p->arena, (json_object_size(params) + 1) * sizeof *b->params);
     b->ep_stack = hp_arena_alloc(&p->arena, (json_object_size(stack) + 1) * sizeof *b->ep_stack);
     if (!b->fqn || !b->params || !b->ep_stack) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");

@@ -69,6 +69,25 @@ mixtral 4 --dp 2 --tp 2 --ep 2
 gpt_oss 2 --mesh dp=1,ep=2 --ep-axis
 deepseek_v3 2 deepseek_v3_ep.yaml
 LIST
+# A plan file (hyperpar plan -o) carries everything the runtime and cost execute: contracts, deferred biases,
+# TP-local attributes, the EP compute and its capacity factor, loss-parallel. run --plan and cost --plan agree.
+while read -r fam np flags; do
+    n=$((n + 1))
+    G=$F/$fam
+    "$HP" plan $G $flags -o "$WORK/p$n.json" 2>/dev/null
+    $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors --plan "$WORK/p$n.json" --router balanced \
+        --stats-json "$WORK/r$n.json" >/dev/null 2>"$WORK/r$n.err" </dev/null
+    "$HP" cost $G --input $G/forward_io.safetensors --plan "$WORK/p$n.json" --format json -o "$WORK/c$n.json"
+    check "cost --plan = run --plan: $fam $flags" same_comm "$WORK/r$n.json" "$WORK/c$n.json"
+    # the same numbers as the plan derived from the flags (DeepSeek's capacity factor 1.25 included)
+    $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags --output "$WORK/f$n.st" >/dev/null 2>&1 </dev/null
+    expect 0 "OK" -- $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors --plan "$WORK/p$n.json" \
+        --compare "$WORK/f$n.st" --compare-rtol 1e-6
+done <<'LIST'
+llama 4 --cp 2 --tp 2 --loss-parallel
+gpt_oss 2 --tp 2 --ep 2 --overrides data/overrides/gpt_oss_ep.yaml
+deepseek_v3 2 --tp 2 --ep 2 --overrides data/overrides/deepseek_v3_ep.yaml
+LIST
 # The golden's own routing file gives the same exchange as the run's (the run reproduces it exactly).
 expect 0 "the given routing (exact)" -- "$HP" cost $F/qwen3_moe --tp 2 --ep 2 \
     --overrides data/overrides/qwen3_moe_ep.yaml --routing $F/qwen3_moe/forward_io.safetensors
