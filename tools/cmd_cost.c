@@ -180,7 +180,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->train)
         fprintf(o, " + gradients %s* + optimizer %s* + master %s* + saved activations %s*", mb(mx->grad_bytes, b[3], 32),
                mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
-    fprintf(o, ")%s", c->train ? "" : "");
+    fprintf(o, ")");
     if (!c->train) fprintf(o, "; a KV cache of the %lld positions would add %s*", (long long)c->S, mb(mx->kv_bytes, b[3], 32));
     fprintf(o, "\n");
     if (budget)
@@ -323,6 +323,7 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
     if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_size(&p->mesh, "dp"))
         cf.co.B = hp_mesh_size(&p->mesh, "dp"); /* the default batch: a row per replica */
+    cf.co.layout = l; /* built once: for the coordinates shown and the weights */
     if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
     if (st == HP_OK && want_rank >= cost->world)
         st = hp_err_set(&err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)want_rank,

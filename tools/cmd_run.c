@@ -469,11 +469,12 @@ static int parse(int argc, char **argv, bool validate)
         case O_PLAN: a.plan = optarg; break;
         case O_OVERLAP: a.overlap = true; break;
         case O_STATS: a.stats_json = optarg; break;
-        case O_ROUTER:
-            if (strcmp(optarg, "real") && strcmp(optarg, "balanced"))
-                return cli_usage_error(cmd, "--router expects real or balanced, got '%s'", optarg);
-            a.balanced = !strcmp(optarg, "balanced");
+        case O_ROUTER: {
+            bool real;
+            if (!cli_parse_router(cmd, optarg, &real)) return HP_EXIT_USAGE;
+            a.balanced = !real;
             break;
+        }
         case O_COMPUTE:
             if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
             else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;

@@ -283,7 +283,7 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
     if (c->S_pad != c->S) escf(f, " (padded to %lld)", (long long)c->S_pad);
     escf(f, "; %s", c->train ? "training (forward and backward)" : "inference (one forward step)");
     fputs("</p>\n<p class=\"sum\">", f);
-    escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)c->max_rank,
+    escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)m->rank,
          fbytes(m->total_bytes).s, c->train ? " + training state" : "",
          budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
     if (budget) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
@@ -542,7 +542,7 @@ static void cost_layers(FILE *f, const hp_cost *c)
     const hp_cost_rank *r = &c->ranks[c->max_rank];
     fputs("<h2>Collectives per layer</h2>\n<p class=\"note\">", f);
     escf(f, "Rank %lld (the most-loaded), bytes it sends into each kind of collective in one %s. Total:",
-         (long long)c->max_rank, c->train ? "training step" : "forward step");
+         (long long)r->rank, c->train ? "training step" : "forward step");
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
         if (r->calls[k] || r->bytes[k])
             escf(f, " %s %s in %llu calls;", hp_run_coll_name((hp_run_coll)k), fbytes(r->bytes[k]).s,

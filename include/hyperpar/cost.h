@@ -51,6 +51,7 @@ typedef struct hp_cost_opts {
     const int64_t *ranks;
     bool weights_given;
     uint64_t weight_bytes;      /* every evaluated rank's, when weights_given */
+    const struct hp_shard_layout *layout; /* p's shard layout when the caller has built it (NULL: built here) */
 } hp_cost_opts;
 
 void hp_cost_opts_default(hp_cost_opts *o);

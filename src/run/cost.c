@@ -294,17 +294,15 @@ static hp_status add_event(walk *w, int32_t layer, const char *where, const char
 /* a -> to, axis by axis (tp first), as hp__redistribute does; each collective becomes an event. */
 static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const char *where, const char *step)
 {
-    static const char *const axn[HP__NAX] = {"tp", "cp"};
+    static const char *const axn[HP__NAX] = {"tp", "cp"}; /* the event's axis */
     for (int ax = 0; ax < HP__NAX; ax++) {
         hp__low lw = hp__lower_axis(&w->x, &a->lay, a->g, ax, to->ax[ax]);
         if (lw.kind == HP__LOW_REFUSE) {
-            char s1[64], s2[64];
+            char what[300];
             hp__lay t2 = a->lay;
             t2.ax[ax] = to->ax[ax];
-            return hp_err_set(w->err, HP_ERR_INPUT,
-                              "boundary %s (%s): the transition %s -> %s on the %s axis is not one the runtime "
-                              "lowers (%s)", where, step, hp__lay_str(&a->lay, s1, sizeof s1),
-                              hp__lay_str(&t2, s2, sizeof s2), axn[ax], lw.why);
+            snprintf(what, sizeof what, "boundary %s (%s)", where, step);
+            return hp__refuse(&a->lay, &t2, ax, what, lw.why, w->err);
         }
         hp_run_coll k = hp__low_coll(lw.kind);
         if (lw.kind != HP__LOW_NONE && lw.kind != HP__LOW_ALL_REDUCE) { /* a new buffer; the source one is spare */
@@ -683,6 +681,13 @@ static void predict(walk *w, hp_cost_rank *r)
 
 /* ---- memory ---- */
 
+/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): weight bytes / this = the rank's elements. */
+static uint64_t param_bytes(const hp_model *m)
+{
+    int bits = hp_dtype_bits(m->cfg.dtype);
+    return bits >= 8 ? (uint64_t)bits / 8 : 2;
+}
+
 /* The GEMM layer's scratch (a widened 2 MiB block of bf16 weights, oneDNN's scratchpad) and the libraries'
  * working memory: a constant, measured as the anonymous memory a forward of the smallest golden adds beyond its
  * buffers (docs/cost.md). */
@@ -714,12 +719,11 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     }
     r->total_bytes = r->weight_bytes + r->act_bytes;
     if (!o->train) return;
-    int es = hp_dtype_bits(mc->dtype) >= 8 ? hp_dtype_bits(mc->dtype) / 8 : 2;
-    uint64_t numel = r->weight_bytes / (uint64_t)es;
+    uint64_t numel = r->weight_bytes / param_bytes(w->m);
     uint64_t dp = (uint64_t)w->dp;
     r->grad_bytes = numel * (uint64_t)o->mdl.grad_bytes / (o->mdl.zero >= 2 ? dp : 1);
     r->optim_bytes = numel * (uint64_t)o->mdl.optim_bytes / (o->mdl.zero >= 1 ? dp : 1);
-    r->master_bytes = (es == 4 ? 0 : numel * (uint64_t)o->mdl.master_bytes) / (o->mdl.zero >= 1 ? dp : 1);
+    r->master_bytes = (param_bytes(w->m) == 4 ? 0 : numel * (uint64_t)o->mdl.master_bytes) / (o->mdl.zero >= 1 ? dp : 1);
     /* activations kept for the backward: every layer's input (recomputation inside the layer) */
     r->saved_bytes = (uint64_t)((c->L + 1) * w->w_hidden) * sizeof(float);
     r->total_bytes += r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes;
@@ -736,8 +740,7 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         hp_status st = add_event(w, e.layer, e.where, "backward", e.kind, e.axis, e.group, e.calls, e.bytes, true);
         if (st != HP_OK) return st;
     }
-    int es = hp_dtype_bits(w->m->cfg.dtype) >= 8 ? hp_dtype_bits(w->m->cfg.dtype) / 8 : 2;
-    uint64_t gb = r->weight_bytes / (uint64_t)es * (uint64_t)w->o->mdl.grad_bytes;
+    uint64_t gb = r->weight_bytes / param_bytes(w->m) * (uint64_t)w->o->mdl.grad_bytes;
     if (w->dp > 1) return add_event(w, -1, "gradients", "dp all-reduce", HP_RUN_ALL_REDUCE, "dp", w->dp, 1, gb, true);
     return HP_OK;
 }
@@ -824,7 +827,9 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     hp_status st = HP_OK;
     hp_shard_layout *lay = NULL;
     hp_cost *c = NULL;
-    if (st == HP_OK && !o->weights_given) st = hp_shard_layout_build(&lay, m, p, err);
+    const hp_shard_layout *lay_use = o->layout;
+    if (st == HP_OK && !o->weights_given && !lay_use && (st = hp_shard_layout_build(&lay, m, p, err)) == HP_OK)
+        lay_use = lay;
     int64_t world = hp_mesh_world(mesh), n_eval = o->n_ranks > 0 ? o->n_ranks : world;
     for (int64_t i = 0; st == HP_OK && o->n_ranks > 0 && i < o->n_ranks; i++)
         if (o->ranks[i] < 0 || o->ranks[i] >= world)
@@ -852,7 +857,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         r->rank = rk;
         r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
         hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
-        r->weight_bytes = lay ? lay->ranks[rk].nbytes : o->weight_bytes;
+        r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
         w.x.ax[HP__TP] = (hp__grp){NULL, w.tp, r->tp};
         w.x.ax[HP__CP] = (hp__grp){NULL, w.cp, r->cp};
         w.x.dp_r = r->dp;

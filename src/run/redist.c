@@ -281,15 +281,14 @@ static void member_blocks(const hp__ctx *x, const hp__act *a, int ax, const hp__
     (void)self_n;
 }
 
-static hp_status refuse(const hp__ctx *x, const hp__act *a, const hp__lay *to, int ax, const char *what,
-                        const char *why, hp_err *err)
+hp_status hp__refuse(const hp__lay *from, const hp__lay *to, int ax, const char *what, const char *why, hp_err *err)
 {
     char s1[64], s2[64];
     return hp_err_set(err, HP_ERR_INPUT,
                       "%s: the transition %s -> %s on the %s axis is not one the runtime lowers (%s); change the "
                       "boundary's contract with an override (docs/overrides.md) so that each transition is "
                       "S(d)->R, P->R, P->S(d), R->S(d) or none",
-                      what, hp__lay_str(&a->lay, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
+                      what, hp__lay_str(from, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
 }
 
 hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst)
@@ -361,7 +360,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
     if (lw.kind == HP__LOW_NONE) return HP_OK;
     hp__lay to = a->lay;
     to.ax[ax] = dst;
-    if (lw.kind == HP__LOW_REFUSE) return refuse(x, a, &to, ax, what, lw.why, err);
+    if (lw.kind == HP__LOW_REFUSE) return hp__refuse(&a->lay, &to, ax, what, lw.why, err);
     const hp__grp *gr = &x->ax[ax];
     int d = lw.d;
     int64_t *lo = hp_calloc((size_t)gr->n * 2, sizeof *lo);

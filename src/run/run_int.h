@@ -115,6 +115,8 @@ typedef struct hp__low {
 
 /* x supplies the group sizes and this rank's index on each axis (x->ax[].n, .r); nothing else is read. */
 hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst);
+/* The error for a transition the lowering refuses on axis ax (`what` names it, `why` is hp__low.why). */
+hp_status hp__refuse(const hp__lay *from, const hp__lay *to, int ax, const char *what, const char *why, hp_err *err);
 /* The statistics kind of a lowering (HP_RUN_COLL_COUNT: no collective). */
 hp_run_coll hp__low_coll(hp__low_kind k);
 
