@@ -157,8 +157,10 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
             hp_tol t;
             bool ok = hp_tol_check(o->logits, ref, 3, shape, a->rtol > 0 ? a->rtol : 1e-4, &t);
             double dl = o->loss - (double)rl, ltol = (a->rtol > 0 ? a->rtol : 1e-5) * (rl < 0 ? -rl : rl);
-            /* no scored position (S = 1): both losses are the mean of nothing, NaN, and agree */
-            bool lok = (isnan(o->loss) && isnan(rl)) || (dl < 0 ? -dl : dl) <= ltol;
+            /* no scored position (S = 1): both losses are the mean of nothing, NaN, and agree; otherwise a NaN
+             * on either side is a mismatch (NaN compares false) */
+            bool none = o->B * (o->S - 1) == 0;
+            bool lok = none ? isnan(o->loss) && isnan(rl) : (dl < 0 ? -dl : dl) <= ltol;
             char buf[300];
             fprintf(stderr, "compare %s: logits %s\n", a->compare, hp_tol_str(&t, buf, sizeof buf));
             fprintf(stderr, "compare %s: loss %.7g vs %.7g, diff %.3g (tolerance %.3g): %s\n", a->compare, o->loss,
@@ -184,9 +186,13 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
                         (long long)nk, diff ? "MISMATCH" : "OK");
                 bad_layers += diff > 0;
             }
-            if (!ok || !lok || bad_layers)
-                st = hp_err_set(err, HP_ERR_VERIFY, "the forward pass differs from %s (%s%s%s%s)", a->compare,
-                                ok ? "" : "logits ", lok ? "" : "loss ", bad_layers ? "topk_idx" : "", "");
+            if (!ok || !lok || bad_layers) {
+                char what[80] = "";
+                if (!ok) strcat(what, "logits");
+                if (!lok) strcat(what, *what ? ", loss" : "loss");
+                if (bad_layers) strcat(what, *what ? ", routed experts" : "routed experts");
+                st = hp_err_set(err, HP_ERR_VERIFY, "the forward pass differs from %s in its %s", a->compare, what);
+            }
         }
         free(ref);
     }
@@ -303,7 +309,7 @@ static int finish(hp_comm *w, hp_status st, hp_err *err)
 }
 
 /* validate's table on stdout (rank 0). */
-static hp_status report(const hp_validate_report *rep, double rtol, hp_err *err)
+static hp_status report(const hp_validate_report *rep, double rtol, bool scored, hp_err *err)
 {
     printf("%-44s %-34s %12s %12s  %s\n", "boundary", "collective (distributed)", "max |diff|", "rel", "");
     for (int i = 0; i < rep->n; i++) {
@@ -313,9 +319,12 @@ static hp_status report(const hp_validate_report *rep, double rtol, hp_err *err)
                i == rep->first_bad ? "  <- first divergence" : "");
     }
     double dl = rep->loss - rep->loss_ref;
-    bool lok = (isnan(rep->loss) && isnan(rep->loss_ref)) || fabs(dl) <= rtol * fabs(rep->loss_ref);
-    printf("loss: distributed %.7g, one process %.7g, diff %.3g: %s\n", rep->loss, rep->loss_ref, dl,
-           lok ? "ok" : "DIVERGES");
+    /* NaN is never ok: a NaN loss fails the comparison (NaN <= x is false); no scored position has no loss */
+    bool lok = !scored || fabs(dl) <= rtol * fabs(rep->loss_ref);
+    if (scored)
+        printf("loss: distributed %.7g, one process %.7g, diff %.3g: %s\n", rep->loss, rep->loss_ref, dl,
+               lok ? "ok" : "DIVERGES");
+    else printf("loss: none (no scored position: every row has one token)\n");
     fflush(stdout);
     if (rep->first_bad >= 0)
         return hp_err_set(err, HP_ERR_VERIFY,
@@ -386,7 +395,7 @@ static int run(run_args *a, int *argc, char ***argv)
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;
             st = hp_validate(w, m, p, p1, &ro, ids, B, S, rtol, &rep, &err);
-            if (st == HP_OK && hp_comm_rank(w) == 0) st = report(&rep, rtol, &err);
+            if (st == HP_OK && hp_comm_rank(w) == 0) st = report(&rep, rtol, B * (S - 1) > 0, &err);
             hp_validate_report_free(&rep);
             st = hp_comm_agree(w, st, &err);
             free(ids);
@@ -484,7 +493,8 @@ static int parse(int argc, char **argv, bool validate)
             char *end;
             a.rtol = strtod(optarg, &end);
             if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
-                return cli_usage_error(cmd, "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
+                return cli_usage_error(cmd, "%s expects a number in (0, 1], got '%s'",
+                                       validate ? "--rtol" : "--compare-rtol", optarg);
             break;
         }
         default: return cli_bad_option(cmd, argv);

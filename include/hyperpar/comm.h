@@ -40,6 +40,11 @@ hp_status hp_comm_split(const hp_comm *c, int color, int key, hp_comm **out, hp_
 
 /* Collective error agreement (see above). Returns HP_OK only when every rank passed HP_OK. */
 hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err);
+/* Every rank found, from data they all gathered, that the ranks were given different commands (the same
+ * verdict on every rank, each holding its message): from now on hp_comm_agree returns the caller's failing
+ * status at once, without communicating, because ranks running different commands may reach a different
+ * number of agreements on their way out. Other collectives (the CLI's last barrier) still communicate. */
+void hp_comm_diverged(const hp_comm *c);
 
 hp_status hp_comm_barrier(const hp_comm *c, hp_err *err);
 hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);

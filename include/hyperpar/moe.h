@@ -190,6 +190,8 @@ typedef struct hp_moe_run_opts {
     bool balanced_router;      /* §10.4: replace the indices so every expert gets T*K/E slots (bench only) */
     int64_t row_base;          /* index of this call's first token in error messages (a rank's block: its
                                   first row in the whole input); 0 by default */
+    bool caller_checks_finite; /* skip the finiteness checks of x, the expert rows and y: the caller scans what
+                                  it gets (the decoder's runner names the first non-finite boundary itself) */
 } hp_moe_run_opts;
 
 typedef struct hp_moe_stats {

@@ -267,8 +267,17 @@ hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void
 
 /* The lowest failing rank is found with one max-reduction of (size - rank) over failing ranks; it then
  * broadcasts its status and message. */
+void hp_comm_diverged(const hp_comm *c)
+{
+    ((hp_comm *)c)->diverged = true; /* every hp_comm is created non-const (hp_comm_world, split, self) */
+}
+
 hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err)
 {
+    if (c->diverged) {
+        if (local != HP_OK) return local;
+        return hp_err_set(err, HP_ERR_INPUT, "the ranks were given different commands (see rank 0's message)");
+    }
     double who = local != HP_OK ? (double)(c->size - c->rank) : 0.0;
     hp_err tmp;
     hp_status st = hp_comm_allreduce_max_f64(c, &who, 1, &tmp);

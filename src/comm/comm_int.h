@@ -31,6 +31,7 @@ struct hp_comm {
     const hp_comm_ops *ops;
     int rank, size;
     bool world;  /* freeing it finalizes the backend */
+    bool diverged; /* hp_comm_diverged: every rank holds the same verdict; agreements return it at once */
     void *impl;
 };
 

@@ -298,7 +298,8 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
     if (T < 0 || T > ep->Tmax)
         st = hp_err_set(err, HP_ERR_INPUT, "%lld local tokens exceed the %lld the EP buffers were sized for",
                         (long long)T, (long long)ep->Tmax);
-    if (st == HP_OK) st = hp__moe_check_finite_at(x, T, H, "input x", opts->row_base, err);
+    if (st == HP_OK && !opts->caller_checks_finite)
+        st = hp__moe_check_finite_at(x, T, H, "input x", opts->row_base, err);
     memset(&ep->stats, 0, sizeof ep->stats);
     ep->stats.n_tokens = T;
     ep->stats.n_slots = T * K;
@@ -321,7 +322,7 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
 static hp_status finish(hp_moe_ep *ep, const float *x, int64_t T, const float *y, const uint8_t *keep,
                         const hp_moe_run_opts *opts, hp_status st, hp_err *err)
 {
-    if (st == HP_OK && T > 0)
+    if (st == HP_OK && T > 0 && !opts->caller_checks_finite)
         st = hp__moe_check_output(ep->l, x, y, T, ep->ws->topk_idx, ep->ws->topk_w, keep, opts->row_base, err);
     return hp_comm_agree(ep->comm, st, err);
 }
@@ -384,7 +385,7 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     if (st == HP_OK) {
         reorder(ep, ep->cnt_recv, ep->recv, true);
         st = hp_moe_experts_forward(l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
-        if (st == HP_OK) st = check_expert_rows(ep, ep->cnt_recv, ep->recv, err);
+        if (st == HP_OK && !opts->caller_checks_finite) st = check_expert_rows(ep, ep->cnt_recv, ep->recv, err);
         if (st == HP_OK) reorder(ep, ep->cnt_recv, ep->recv, false);
     }
     ep->stats.t_experts = hp_comm_wtime() - t3;
@@ -470,7 +471,7 @@ static void stage_drain(ep_stage *s)
 /* Chunk c's row exchange completes, the local experts run on its rows, the ranks agree, and the outputs
  * go back and are combined into y's rows [t0, t0 + n). st is the status so far (a failed shared expert
  * under overlap): the collectives still run so that every rank reaches the agreement. */
-static hp_status stage_finish(hp_moe_ep *ep, ep_stage *s, float *y, hp_status st, hp_err *err)
+static hp_status stage_finish(hp_moe_ep *ep, ep_stage *s, float *y, bool check, hp_status st, hp_err *err)
 {
     hp_moe_ws *ws = ep->ws;
     const int64_t K = ep->K, H = ep->H;
@@ -485,7 +486,7 @@ static hp_status stage_finish(hp_moe_ep *ep, ep_stage *s, float *y, hp_status st
         count_local(ep, s->cnt_recv);
         reorder(ep, s->cnt_recv, s->recv, true);
         st = hp_moe_experts_forward(ep->l, ws, ep->xrows, ep->cnt_local, ep->xrows, err);
-        if (st == HP_OK) st = check_expert_rows(ep, s->cnt_recv, s->recv, err);
+        if (st == HP_OK && check) st = check_expert_rows(ep, s->cnt_recv, s->recv, err);
         if (st == HP_OK) reorder(ep, s->cnt_recv, s->recv, false);
         ws->stats.n_rows += s->n_recv;
     }
@@ -559,7 +560,7 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
             stage_drain(next);
             return pst;
         }
-        if ((st = stage_finish(ep, cur, y, st, err)) != HP_OK) {
+        if ((st = stage_finish(ep, cur, y, !opts->caller_checks_finite, st, err)) != HP_OK) {
             stage_drain(next);
             return st;
         }

@@ -95,6 +95,26 @@ static bool shared_weights_bad(const hp_moe_layer *l, char *buf, size_t cap)
     return true;
 }
 
+bool hp__moe_layer_weights_bad(const hp_moe_layer *l, char *buf, size_t cap)
+{
+    const int64_t E = l->n_experts, H = l->n_hidden;
+    for (int64_t i = 0; l->w_router && i < E * H; i++)
+        if (!isfinite(l->w_router[i])) {
+            snprintf(buf, cap, "the router weight of %s holds %s at row %lld, column %lld", l->prefix,
+                     isnan(l->w_router[i]) ? "NaN" : "Inf", (long long)(i / H), (long long)(i % H));
+            return true;
+        }
+    for (int64_t i = 0; l->b_router && i < E; i++)
+        if (!isfinite(l->b_router[i])) {
+            snprintf(buf, cap, "the router bias of %s holds %s at %lld", l->prefix, isnan(l->b_router[i]) ? "NaN" : "Inf",
+                     (long long)i);
+            return true;
+        }
+    for (int64_t e = 0; e < l->n_local; e++)
+        if (expert_weights_bad(l, e, buf, cap)) return true;
+    return shared_weights_bad(l, buf, cap);
+}
+
 /* The magnitude sentence of cause 4. */
 static void overflow_cause(const hp_moe_layer *l, float x_max, float w_max, char *buf, size_t cap)
 {

@@ -64,6 +64,9 @@ uint64_t hp__moe_hash(uint64_t h, const void *p, size_t n);
 /* hp_moe_check_finite with rows numbered from row_base (router.c). */
 hp_status hp__moe_check_finite_at(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name,
                                   int64_t row_base, hp_err *err);
+/* finite.c: a sentence naming the first non-finite weight the layer object holds (router, its bias, the local
+ * experts, the shared expert) into buf; false when every one is finite. */
+bool hp__moe_layer_weights_bad(const hp_moe_layer *l, char *buf, size_t cap);
 /* finite.c: the index of the first non-finite of v[0..n), or -1. */
 int64_t hp__moe_first_nonfinite(const float *v, int64_t n);
 /* Expert output row out_row [H] of local expert e (input in_row [H]) is not finite: HP_ERR_INPUT naming the

@@ -9,6 +9,8 @@
  * out_src; exit redistribution to out_dst; deferred biases. Nothing about the family decides a collective:
  * an override that changes a contract changes what runs.
  */
+#include "run/agree.h"
+#include "run/finite.h"
 #include "run/modules.h"
 #include "run/run_int.h"
 #include "run/weights.h"
@@ -99,6 +101,8 @@ struct hp_runner {
     float *buf[4];         /* attention's q and output, the MLP's gate/up and hidden: kept likewise */
     size_t buf_cap[4];
     char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
+    hp__wreg wreg;      /* the rank's weights with their names (a non-finite activation's cause) */
+    hp__nf nf;          /* the first non-finite boundary output of the forward in progress */
     const char *perturb; /* test hook HP_TEST_PERTURB_BOUNDARY: that boundary's output is nudged (validate's test) */
     char desc[160];
 };
@@ -170,6 +174,7 @@ static void add_bias(const hp_runner *r, hp__act *a, const hp__w *b)
 
 static hp_status record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
 {
+    hp__nf_watch(&r->nf, what, a, r->x.dp_rows[r->x.dp_r]);
     if (!r->o.record) return HP_OK;
     if (r->perturb && !strcmp(r->perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
         a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
@@ -219,7 +224,9 @@ typedef struct loader {
 static hp_status load(loader *L, const char *fqn, const char *rel, bool required, bool keep_bf16, hp__w *w)
 {
     snprintf(L->name, sizeof L->name, "%s.%s", fqn, rel);
-    return hp__w_load(&L->r->ws, L->name, required, keep_bf16, w, L->err);
+    hp_status st = hp__w_load(&L->r->ws, L->name, required, keep_bf16, w, L->err);
+    if (st == HP_OK && w->present) st = hp__wreg_add(&L->r->wreg, w, NULL, L->name, L->err);
+    return st;
 }
 
 /* A vector (bias, norm weight) as f32 of the expected local length. */
@@ -463,6 +470,7 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
     hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world), layer,
                                                          &lo, err)
                                : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
+    if (st == HP_OK) st = hp__wreg_add(&r->wreg, NULL, w->l, fqn, err);
     if (st != HP_OK) return st;
     w->cf = b->compute.capacity_factor;
     w->overlap = r->o.overlap || (b->compute.has_overlap_shared_expert && b->compute.overlap_shared_expert);
@@ -759,7 +767,10 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     }
     if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
-                          .balanced_router = r->o.balanced_router};
+                          .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
+    /* This rank's forward is already non-finite (its verdict comes at the end): route zeros instead of NaN. */
+    for (int64_t i = 0; r->nf.idx >= 0 && i < rows * H; i++)
+        if (!isfinite(t->d[i])) t->d[i] = 0.0f;
     /* sync_collectives: the exchanges have no barrier of their own, so one before the block (the routing in
      * front of the dispatch is the same work on every rank); its time goes to wait_s, as redist's do. */
     if (st == HP_OK && r->x.sync && hp_comm_size(r->ep_grp) > 1) {
@@ -1017,6 +1028,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memset(&r->x.st, 0, sizeof r->x.st);
     hp_status st = check_ids(r, ids, B, S, err);
     if (st != HP_OK) return st;
+    hp__nf_reset(&r->nf);
     int64_t cp = r->x.ax[HP__CP].n;
     r->x.B_all = B;
     r->x.S_orig = S;
@@ -1046,6 +1058,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     if (st == HP_OK) st = norm_apply(r, &r->fnorm, h, t, err);
     if (st == HP_OK) st = head_apply(r, t, a, err);
     if (st == HP_OK) st = loss_of(r, a, ids, S, &out->loss, err);
+    if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->nf, "the loss", out->loss);
     float *full = NULL;
     if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) {
@@ -1056,6 +1069,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     }
     out->B = B, out->S = S, out->V = r->cfg.V;
     if (st == HP_OK) st = gather_topk(r, B, S, out, err);
+    st = hp__nf_verdict(r->x.world, &r->nf, &r->wreg, r->desc, st, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) {
         hp_run_output_free(out);
@@ -1112,7 +1126,9 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
     return st;
 }
 
-static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
+/* What a rank can check and read on its own, before any collective: the family, the mesh's size, the
+ * declared EP compute, the runtime's config and (shard mode) the rank's file. */
+static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
 {
     const hp_model *m = r->m;
     const hp_plan *p = r->p;
@@ -1140,20 +1156,11 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     r->x.mesh = &p->mesh;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
     hp_status st = moe && (p->ep > 1 || hp_mesh_size(&p->mesh, "ep") > 1) ? hp_plan_preflight(p, err) : HP_OK;
-    if (st == HP_OK) st = split_groups(r, err);
     if (st != HP_OK) return st;
-    int64_t group;
-    r->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1;
-    hp_mesh_ep_index(&p->mesh, r->ep, hp_comm_rank(r->x.world), &group, &r->ep_index);
-    if ((st = hp_comm_split(r->x.world, (int)group, (int)r->ep_index, &r->ep_grp, err)) != HP_OK) return st;
-    if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
     else snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hp_ckpt_dir(m->ckpt));
     if ((st = hp__rcfg_read(m, cfg_path, &r->cfg, err)) != HP_OK) return st;
-    if ((st = hp_linalg_create(&r->la, err)) != HP_OK) return st;
-    if ((st = hp_shard_layout_build(&r->layout, m, p, err)) != HP_OK) return st;
     int64_t rank = hp_comm_rank(r->x.world);
     if (o->shards) {
         if ((st = hp_shard_rank_open(&r->rf, o->shards, rank, err)) != HP_OK) return st;
@@ -1161,7 +1168,26 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
             return hp_err_set(err, HP_ERR_INPUT, "%s was sharded for %lld ranks; %d run it", o->shards,
                               (long long)r->rf->world, world);
     }
-    r->ws = (hp__wsrc){.m = m, .layout = r->layout, .rank = rank, .rf = r->rf};
+    return HP_OK;
+}
+
+/* After the ranks agreed on what they run: the axis and EP groups (collectives), then the weights. */
+static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
+{
+    const hp_plan *p = r->p;
+    int world = hp_comm_size(r->x.world);
+    hp_status st = split_groups(r, err);
+    if (st != HP_OK) return st;
+    int64_t group;
+    r->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1;
+    hp_mesh_ep_index(&p->mesh, r->ep, hp_comm_rank(r->x.world), &group, &r->ep_index);
+    if ((st = hp_comm_split(r->x.world, (int)group, (int)r->ep_index, &r->ep_grp, err)) != HP_OK) return st;
+    if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if ((st = hp_linalg_create(&r->la, err)) != HP_OK) return st;
+    if ((st = hp_shard_layout_build(&r->layout, r->m, p, err)) != HP_OK) return st;
+    int64_t rank = hp_comm_rank(r->x.world);
+    r->ws = (hp__wsrc){.m = r->m, .layout = r->layout, .rank = rank, .rf = r->rf};
     if ((st = load_all(r, err)) != HP_OK) return st;
     if (o->keep_activations && !(r->kept = hp_calloc((size_t)r->cfg.L + 1, sizeof *r->kept)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -1187,8 +1213,11 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         r->o = *o;
         r->perturb = getenv("HP_TEST_PERTURB_BOUNDARY");
         r->x.sync = o->sync_collectives;
-        st = create(r, o, err);
+        st = prepare(r, o, err);
     }
+    /* Every rank was given the same thing as rank 0, before the first collective that depends on it. */
+    st = hp__run_agree(world, m, p, o, r ? &r->cfg : NULL, r ? r->rf : NULL, st, err);
+    if (st == HP_OK) st = create(r, o, err);
     st = hp_comm_agree(world, st, err);
     if (st != HP_OK) {
         hp_runner_free(r);
@@ -1235,6 +1264,7 @@ void hp_runner_free(hp_runner *r)
     hp_shard_rank_close(r->rf);
     hp_shard_layout_free(r->layout);
     hp__rcfg_free(&r->cfg);
+    hp__wreg_free(&r->wreg);
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.ax[ax].c);
     hp_comm_free(r->x.dp_c);
     hp_comm_free(r->ep_grp);
