@@ -104,18 +104,35 @@ static hp_status weights_hash(const hp_model *m, const hp_shard_rank_file *rf, u
     return st;
 }
 
-/* The plan's JSON without the "path" of its model (ranks may reach the same checkpoint by other paths). */
+/* Hashes s with the text from `key` up to (not including) the next `until` cut out (to the end if none). */
+static uint64_t mix_without(uint64_t h, const char *s, const char *key, const char *until)
+{
+    const char *k = strstr(s, key);
+    if (!k) return mix(h, s, strlen(s));
+    const char *e = strstr(k, until);
+    h = mix(h, s, (size_t)(k - s));
+    return e ? mix(h, e, strlen(e)) : h;
+}
+
+/* The plan's JSON without the model's "path" (ranks may reach one checkpoint by other paths) and without the
+ * "param_roles" (the planner's classification, which a plan file does not carry and the runtime never reads):
+ * a plan derived from flags and the same plan read from its file agree. */
 static hp_status plan_hash(const hp_plan *p, uint64_t *out, hp_err *err)
 {
     hp_buf b = {0};
     hp_status st = hp_plan_to_json(p, &b, err);
+    if (st == HP_OK && b.oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
         const char *s = b.data ? b.data : "";
-        const char *path = strstr(s, "\"path\":");
-        const char *eol = path ? strchr(path, '\n') : NULL;
-        uint64_t h = path ? mix(FNV0, s, (size_t)(path - s)) : mix(FNV0, s, strlen(s));
-        if (eol) h = mix(h, eol, strlen(eol));
-        *out = h;
+        const char *roles = strstr(s, "\"param_roles\":");
+        char *a = strndup(s, roles ? (size_t)(roles - s) : strlen(s));
+        if (!a) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else {
+            uint64_t h = mix_without(FNV0, a, "\"path\":", "\n"); /* the model's path: one line */
+            if (roles) h = mix_without(h, roles, "\"param_roles\":", "\n  \""); /* to the next top-level key */
+            *out = h;
+        }
+        free(a);
     }
     hp_buf_free(&b);
     return st;
