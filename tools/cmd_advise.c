@@ -434,7 +434,8 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         }
         int ok = 0;
         for (int i = 0; i < n; i++) ok += v[i].ok;
-        if (rc == HP_EXIT_OK && !ok && batch_err.status != HP_OK) { /* the batch is the cause, whatever the mesh */
+        if (rc == HP_EXIT_OK && !ok && batch_err.status != HP_OK && !(n && v[0].max_bytes)) {
+            /* no mesh got figures, and the batch itself was refused: that is the cause */
             rc = cli_fail(&batch_err);
         } else if (rc == HP_EXIT_OK && !ok) { /* the report lists every reason; the request as given cannot be met */
             char fb[32];
