@@ -128,6 +128,7 @@ typedef struct ctx {
     const cli_plan_flags *pf;
     const char *model_arg;
     uint64_t budget;
+    hp_err *batch_err; /* the first refusal of the batch itself by the dry executor (e.g. past 64 bits), if any */
 } ctx;
 
 /* The plan flags that make candidate c. */
@@ -200,7 +201,10 @@ static bool evaluate(const ctx *x, cli_advise_cand *c)
     o.weights_given = true;
     o.weight_bytes = weight_bytes(x->t, c->tp, c->cp, c->ep_axis || c->ep > 1 ? c->ep : 1);
     hp_cost *k = NULL;
-    if (hp_cost_eval(&k, x->t->k, &o, &err) != HP_OK) return reject(c, "%s", err.msg);
+    if (hp_cost_eval(&k, x->t->k, &o, &err) != HP_OK) {
+        if (err.status == HP_ERR_INPUT && x->batch_err->status == HP_OK) *x->batch_err = err;
+        return reject(c, "%s", err.msg);
+    }
     if (k->refused[0]) {
         reject(c, "%s", k->refused);
         hp_cost_free(k);
@@ -405,7 +409,8 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
     clock_gettime(CLOCK_MONOTONIC, &a);
     if (st == HP_OK) st = build_template(&t, m, pf, &err);
     clock_gettime(CLOCK_MONOTONIC, &b);
-    ctx x = {.m = m, .t = &t, .cf = cf, .pf = pf, .model_arg = model_arg, .budget = cf->budget};
+    hp_err batch_err = {.status = HP_OK};
+    ctx x = {.m = m, .t = &t, .cf = cf, .pf = pf, .model_arg = model_arg, .budget = cf->budget, .batch_err = &batch_err};
     if (st == HP_OK) st = enumerate(&x, N, &v, &n, &err);
     clock_gettime(CLOCK_MONOTONIC, &c2);
     double secs = (double)(c2.tv_sec - b.tv_sec) + (double)(c2.tv_nsec - b.tv_nsec) * 1e-9;
@@ -427,6 +432,19 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
             if (rc == HP_EXIT_OK) rc = cli_write_atomic(cf->output, buf, len, "the advice");
             free(buf);
         }
+        int ok = 0;
+        for (int i = 0; i < n; i++) ok += v[i].ok;
+        if (rc == HP_EXIT_OK && !ok && batch_err.status != HP_OK && !(n && v[0].max_bytes)) {
+            /* no mesh got figures, and the batch itself was refused: that is the cause */
+            rc = cli_fail(&batch_err);
+        } else if (rc == HP_EXIT_OK && !ok) { /* the report lists every reason; the request as given cannot be met */
+            char fb[32];
+            hp_err_set(&err, HP_ERR_INPUT, "no mesh of %lld ranks fits in %s per rank (all %d rejected%s%s); give more "
+                       "memory per rank (--mem-per-rank), another --world, or a smaller --batch / --seq",
+                       (long long)N, hp_format_bytes(cf->budget, fb, sizeof fb), n, n ? "; the nearest: " : "",
+                       n ? v[0].reason : "");
+            rc = cli_fail(&err);
+        }
     }
     free(v);
     hp_cost_plan_free(t.k);
@@ -434,6 +452,16 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
     hp_model_close(m);
     hp_overrides_free(ov);
     return rc;
+}
+
+/* --ranks-per-node R must tile the world in whole nodes (R divides N), or hold it all (R >= N). */
+static bool rpn_divides(const char *cmd, int64_t rpn, int64_t N)
+{
+    if (rpn <= 0 || rpn >= N || N % rpn == 0) return true;
+    cli_usage_error(cmd, "--ranks-per-node %lld does not divide --world %lld (the last node would hold %lld ranks); "
+                    "give a divisor of %lld, or %lld or more for one node", (long long)rpn, (long long)N,
+                    (long long)(N % rpn), (long long)N, (long long)N);
+    return false;
 }
 
 int cmd_advise(int argc, char **argv)
@@ -469,6 +497,7 @@ int cmd_advise(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("advise", "missing --world N (the number of ranks)");
     if (!cf.budget) return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB)");
+    if (!rpn_divides("advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
     const char *const inputs[] = {pf.overrides};
     if (cf.output && cli_check_output_file("advise", "--output", cf.output, argv[optind], inputs, 1) != 0)
         return HP_EXIT_USAGE;
@@ -513,6 +542,7 @@ int cmd_bench_advise(int argc, char **argv)
     }
     if (optind != argc - 1) return cli_usage_error("bench advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("bench advise", "missing --world N");
+    if (!rpn_divides("bench advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
     if (!cf.budget) cf.budget = UINT64_MAX / 2;
     double best_mesh = 0, best_plan = 0;
     for (int64_t i = 0; i < reps; i++) {

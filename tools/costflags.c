@@ -26,16 +26,28 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *o
     static const struct {
         const char *suf;
         double mul;
-    } u[] = {{"", 1},           {"B", 1},           {"K", 1024.0},   {"KiB", 1024.0},          {"KB", 1e3},
+    } u[] = {{"B", 1},           {"K", 1024.0},   {"KiB", 1024.0},          {"KB", 1e3},
              {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},     {"G", 1073741824.0},      {"GiB", 1073741824.0},
              {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+    /* A bare number is refused: '--mem-per-rank 80' far more likely means 80 GB than 80 bytes. */
+    if (end != s && !*end && isfinite(v) && v > 0) {
+        cli_usage_error(cmd, "%s %s has no unit; write %sGB (%s x 10^9 bytes), %sGiB (%s x 2^30 bytes), or %sB if "
+                        "bytes are meant", opt, s, s, s, s, s, s);
+        return false;
+    }
     if (end != s && isfinite(v) && v > 0)
         for (size_t i = 0; i < sizeof u / sizeof *u; i++)
-            if (!strcmp(end, u[i].suf) && v * u[i].mul < 1.8e19) {
+            if (!strcmp(end, u[i].suf)) {
+                if (!(v * u[i].mul < 18446744073709549568.0)) { /* the largest double below 2^64 */
+                    cli_usage_error(cmd, "%s %s is past what 64 bits of bytes hold", opt, s);
+                    return false;
+                }
+                if (v * u[i].mul < 1) break; /* less than one byte */
                 *out = (uint64_t)(v * u[i].mul);
-                return *out > 0;
+                return true;
             }
-    cli_usage_error(cmd, "%s expects a size such as 80GB, 80GiB (= 80G) or 512MiB, got '%s'", opt, s);
+    cli_usage_error(cmd, "%s expects a size with a unit such as 80GB, 80GiB (= 80G), 512MiB or 4096B, got '%s'",
+                    opt, s);
     return false;
 }
 
@@ -125,11 +137,13 @@ const char *cli_cost_model_usage(void)
            "  --measure-gemm          measure it here instead: the GEMM layer at the model's hidden size\n"
            "  --intra-bw G, --inter-bw G   link bandwidth in GB/s inside a node and between nodes (10, 1.25)\n"
            "  --intra-latency-us L, --inter-latency-us L   per message (5, 20)\n"
-           "  --ranks-per-node R      ranks 0..R-1 share a node, and so on (default: all on one node)\n"
+           "  --ranks-per-node R      ranks 0..R-1 share a node, and so on: a divisor of the world, or at least\n"
+           "                          the world (one node); default: all on one node\n"
            "  --grad-bytes N, --master-bytes N, --optim-bytes N   train: bytes per parameter (4, 4, 8)\n"
            "  --zero Z                train: 1 splits optimizer state and master weights over dp, 2 gradients too\n"
            "  --kv-bytes N            KV cache bytes per element (2)\n"
-           "  --mem-per-rank SIZE     the memory budget of a rank (80GB = 80e9 bytes, 80GiB = 80G = 80*2^30)\n"
+           "  --mem-per-rank SIZE     the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"
+           "                          80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes\n"
            "  --format F              text (default), json, or html (one self-contained page)\n"
            "  -o, --output FILE       write there (atomically) instead of stdout\n";
 }

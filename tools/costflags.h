@@ -39,7 +39,8 @@ void cli_cost_flags_init(cli_cost_flags *f);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
 const char *cli_cost_model_usage(void);
-/* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096" bytes; prints a usage error and returns false otherwise. */
+/* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken
+ * as 80 bytes); prints a usage error and returns false otherwise. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
 void cli_cost_flags_free(cli_cost_flags *f);

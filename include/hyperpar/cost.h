@@ -99,7 +99,10 @@ typedef struct hp_cost {
 } hp_cost;
 
 /* Every rank of p's mesh (or opts' ranks of opts' mesh). When the runtime would refuse the plan, the weights are
- * still there and c->refused gives the runtime's reason. HP_ERR_INPUT: a bad batch or rank list. */
+ * still there and c->refused gives the runtime's reason. HP_ERR_INPUT: a bad batch or rank list, ranks_per_node
+ * that neither divides the world nor holds it all, or a batch past what 64 bits hold ("... is past what the cost
+ * model can hold"): every figure is computed with checked arithmetic, and every byte figure, the sum a rank's
+ * report prints (total_bytes + kv_bytes, the communication bytes over all kinds) included, fits a uint64_t. */
 hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err);
 
 /* The same in two steps, for many meshes of one plan (advise): the plan's boundaries and the model's runtime

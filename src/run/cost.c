@@ -67,7 +67,52 @@ typedef struct walk {
     hp_err *err;
     /* the rank's working-set model (floats) */
     int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
+    const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
 } walk;
+
+/* ---- checked size math ----
+ *
+ * Every product and sum of the batch's sizes (B, S and the widths they multiply) goes through these: a figure
+ * that 64 bits cannot hold saturates and marks the walk with what it was, and hp_cost_eval refuses the batch
+ * instead of printing a wrapped number. Estimates in FLOPs and seconds are doubles and need no check. */
+
+static int64_t ck_mul(walk *w, const char *what, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (hp_mul_i64(a, b, &r)) return r;
+    if (!w->ovf) w->ovf = what;
+    return INT64_MAX;
+}
+
+static int64_t ck_mul3(walk *w, const char *what, int64_t a, int64_t b, int64_t c)
+{
+    return ck_mul(w, what, ck_mul(w, what, a, b), c);
+}
+
+static int64_t ck_add(walk *w, const char *what, int64_t a, int64_t b)
+{
+    int64_t r;
+    if (hp_add_i64(a, b, &r)) return r;
+    if (!w->ovf) w->ovf = what;
+    return INT64_MAX;
+}
+
+/* Elements n as bytes of esize each, or UINT64_MAX (marked) past 64 bits. */
+static uint64_t ck_bytes(walk *w, const char *what, int64_t n, uint64_t esize)
+{
+    uint64_t r;
+    if (n >= 0 && !__builtin_mul_overflow((uint64_t)n, esize, &r)) return r;
+    if (!w->ovf) w->ovf = what;
+    return UINT64_MAX;
+}
+
+static uint64_t ck_addu(walk *w, const char *what, uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    if (!__builtin_add_overflow(a, b, &r)) return r;
+    if (!w->ovf) w->ovf = what;
+    return UINT64_MAX;
+}
 
 static bool tp_split(const walk *w, const hp_boundary *b, const char *rel, int want_dim)
 {
@@ -250,17 +295,17 @@ typedef struct dact {
     hp__lay lay;
 } dact;
 
-static int64_t count_of(const walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
+static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 {
     int64_t c = 1, lo, n;
     for (int d = 0; d < 3; d++) {
         hp__lay_range(&w->x, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
-        c *= n;
+        c = ck_mul(w, "activation blocks", c, n);
     }
     return c;
 }
 
-static int64_t local_count(const walk *w, const dact *a)
+static int64_t local_count(walk *w, const dact *a)
 {
     return count_of(w, a, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r);
 }
@@ -285,9 +330,11 @@ static hp_status add_event(walk *w, int32_t layer, const char *where, const char
     }
     r->ev[r->n_ev++] = (hp_cost_event){.layer = layer, .where = where, .step = step, .kind = kind, .axis = axis,
                                        .group = (int32_t)group, .calls = calls, .bytes = bytes, .estimated = est};
-    r->bytes[kind] += bytes;
+    r->bytes[kind] = ck_addu(w, "collective bytes", r->bytes[kind], bytes);
     r->calls[kind] += (uint64_t)calls;
-    if (group > 1) r->net_bytes += bytes;
+    if (group > 1) r->net_bytes = ck_addu(w, "collective bytes", r->net_bytes, bytes);
+    uint64_t all = 0; /* the reports print the sum over kinds: it must fit too */
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all = ck_addu(w, "collective bytes", all, r->bytes[k]);
     return HP_OK;
 }
 
@@ -309,9 +356,10 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
             int64_t src = local_count(w, a);
             w->w_spare = src > w->w_spare ? src : w->w_spare;
         }
+        if (lw.bytes == UINT64_MAX && !w->ovf) w->ovf = "collective bytes"; /* saturated (redist.c) */
         if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
-            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? blk * w->x.ax[ax].n : blk;
+            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->x.ax[ax].n) : blk;
             if (blk > w->w_s0 && lw.kind == HP__LOW_ALL_GATHER) w->w_s0 = blk;
             if (s1 > w->w_s1) w->w_s1 = s1;
         }
@@ -395,25 +443,27 @@ static int64_t balanced_to(int64_t n, int64_t P, int64_t L, int64_t q, int64_t c
 /* capacity = ceil(factor·T·K / E) per expert (hp_moe_capacity), or none. */
 static int64_t capacity_of(const walk *w, const lay_info *y, int64_t T)
 {
-    if (!(y->cf > 0) || T <= 0) return INT64_MAX;
+    if (!(y->cf > 0) || T <= 0 || w->E <= 0) return INT64_MAX;
     double c = y->cf * (double)T * (double)w->K / (double)w->E;
+    if (!(c < 9.2e18)) return INT64_MAX; /* past int64: no expert can reach it */
     int64_t cap = (int64_t)c;
     return (double)cap < c ? cap + 1 : cap;
 }
 
 /* The slots member `rank` sends to EP index q (all q when q < 0: the sum), kept under the capacity factor. */
-static int64_t member_sends(const walk *w, const lay_info *y, int64_t layer, const hp__lay *lay, int64_t rank,
+static int64_t member_sends(walk *w, const lay_info *y, int64_t layer, const hp__lay *lay, int64_t rank,
                             int64_t q, bool *est)
 {
     const hp_mesh *mesh = w->mesh;
     int64_t b0, nb, s0, ns, K = w->K, E = w->E, P = w->ep, L = E / P;
     rows_of(w, lay, hp_mesh_coord(mesh, rank, "dp"), hp_mesh_coord(mesh, rank, "tp"), hp_mesh_coord(mesh, rank, "cp"),
             &b0, &nb, &s0, &ns);
-    int64_t T = nb * ns, cap = capacity_of(w, y, T), n = 0;
+    int64_t T = ck_mul(w, "MoE rows", nb, ns), cap = capacity_of(w, y, T), n = 0;
     const int32_t *rt = w->o->routing && layer < w->o->routing_layers ? w->o->routing[layer] : NULL;
     if (!rt) { /* the balanced router, in closed form */
         *est = true;
-        for (int64_t d = q < 0 ? 0 : q; d < (q < 0 ? P : q + 1); d++) n += balanced_to(T * K, P, L, d, cap);
+        int64_t slots = ck_mul(w, "MoE routed slots", T, K);
+        for (int64_t d = q < 0 ? 0 : q; d < (q < 0 ? P : q + 1); d++) n += balanced_to(slots, P, L, d, cap);
         return n;
     }
     int64_t *ecnt = w->ecnt;
@@ -446,18 +496,25 @@ static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const d
     int64_t sent = member_sends(w, y, layer, &t->lay, me, -1, &est), recv = 0;
     if (P == 1) recv = sent;
     for (int64_t i = 0; i < P && P > 1; i++) /* the members of this rank's EP group */
-        recv += member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est);
+        recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est));
     int64_t H = w->cfg.H, T = local_count(w, t) / H;
     /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
      * the expert activations (received · 2I), y_shared, the router's f64 copies */
-    int64_t moe = T * w->K * H * 2 + recv * H * 2 + recv * 2 * w->mI + T * H + 2 * (T * H + T * w->E) +
-                  (w->sI > 0 ? T * 2 * w->sI : 0);
-    w->w_moe += moe;
+    const char *mb = "MoE buffers";
+    int64_t th = ck_mul(w, mb, T, H), terms[6] = {
+        ck_mul3(w, mb, th, w->K, 2), ck_mul3(w, mb, recv, H, 2), ck_mul3(w, mb, recv, 2, w->mI), th,
+        ck_mul(w, mb, 2, ck_add(w, mb, th, ck_mul(w, mb, T, w->E))), w->sI > 0 ? ck_mul3(w, mb, T, 2, w->sI) : 0};
+    int64_t moe = 0;
+    for (int i = 0; i < 6; i++) moe = ck_add(w, mb, moe, terms[i]);
+    w->w_moe = ck_add(w, mb, w->w_moe, moe);
     w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)w->mI +
                     6.0 * (double)T * (double)H * (double)w->sI;
     w->cr->ep_estimated = w->cr->ep_estimated || est;
     return add_event(w, (int32_t)layer, y->ff.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
-                     (uint64_t)(sent + recv) * (uint64_t)H * sizeof(float), est);
+                     ck_bytes(w, "MoE exchange", ck_mul(w, "MoE exchange",
+                                                                    ck_add(w, "MoE exchange", sent, recv), H),
+                              sizeof(float)),
+                     est);
 }
 
 static void hidden_like(const dact *t, int64_t X, hp_placement tp_pl, dact *out)
@@ -485,7 +542,7 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
         if ((st = trans(w, &k, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
         if ((st = trans(w, &v, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
     }
-    int64_t kvn = local_count(w, &k) + local_count(w, &v), lb = 1, lo;
+    int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
     /* the keys each query row sees: the K block's rows per local batch row */
     hp__lay_range(&w->x, &t->lay, t->g, 0, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &lb);
@@ -496,14 +553,17 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
         int64_t qk = mc->qk_nope_head_dim + rope, vd = mc->v_head_dim, nh = y->nh;
         f = (ql ? 2.0 * H * ql + 2.0 * ql * nh * qk : 2.0 * H * nh * qk) + 2.0 * H * (kvl + rope) +
             2.0 * kvl * nh * (mc->qk_nope_head_dim + vd) + 2.0 * (double)sk * nh * (qk + vd) + 2.0 * nh * vd * H;
-        int64_t q = rows * nh * qk, tmp = rows * (kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
+        const char *ab = "attention buffers";
+        int64_t q = ck_mul3(w, ab, rows, nh, qk), o = ck_mul3(w, ab, rows, nh, vd);
+        int64_t tmp = ck_mul(w, ab, rows, kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
         w->w_q = q > w->w_q ? q : w->w_q;
-        w->w_o = rows * nh * vd > w->w_o ? rows * nh * vd : w->w_o;
+        w->w_o = o > w->w_o ? o : w->w_o;
         w->w_gu = tmp > w->w_gu ? tmp : w->w_gu;
     } else {
         int64_t nh = y->nh, hd = c->hd;
         f = 2.0 * H * (nh + 2 * y->nkv) * hd + 4.0 * (double)sk * nh * hd + 2.0 * nh * hd * H;
-        w->w_q = rows * nh * hd > w->w_q ? rows * nh * hd : w->w_q;
+        int64_t q = ck_mul3(w, "attention buffers", rows, nh, hd);
+        w->w_q = q > w->w_q ? q : w->w_q;
         w->w_o = w->w_q;
     }
     w->cr->flops += f * (double)rows;
@@ -526,8 +586,9 @@ static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
         hidden_like(t, H, t->lay.ax[HP__TP], out);
     } else {
         w->cr->flops += 6.0 * (double)rows * (double)H * (double)y->I;
-        w->w_gu = rows * 2 * y->I > w->w_gu ? rows * 2 * y->I : w->w_gu;
-        w->w_h = rows * y->I > w->w_h ? rows * y->I : w->w_h;
+        int64_t gu = ck_mul3(w, "MLP buffers", rows, 2, y->I), hh = ck_mul(w, "MLP buffers", rows, y->I);
+        w->w_gu = gu > w->w_gu ? gu : w->w_gu;
+        w->w_h = hh > w->w_h ? hh : w->w_h;
         hidden_like(t, H, y->ff_split ? hp_pl_p() : hp_pl_r(), out);
     }
     track(w, out);
@@ -549,7 +610,7 @@ static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer
     bool sender = hp_mesh_coord(w->mesh, r->rank, "ep") == 0;
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_R && w->x.ax[ax].r != 0) sender = false;
-    uint64_t b = sender ? (uint64_t)local_count(w, a) * sizeof(float) : 0;
+    uint64_t b = sender ? ck_bytes(w, "gathers", local_count(w, a), sizeof(float)) : 0;
     return add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
 }
 
@@ -604,11 +665,11 @@ static hp_status walk_rank(walk *w)
         int64_t lo, nv;
         hp__lay_range(&w->x, &z.lay, z.g, 2, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &nv);
         zrows = nv ? local_count(w, &z) / nv : 0;
-        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1, (uint64_t)zrows * sizeof(float),
-                            false)) != HP_OK)
+        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
+                            ck_bytes(w, "loss all-reduces", zrows, sizeof(float)), false)) != HP_OK)
             return st;
         if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
-                            (uint64_t)zrows * 2 * sizeof(double), false)) != HP_OK)
+                            ck_bytes(w, "loss all-reduces", zrows, 2 * sizeof(double)), false)) != HP_OK)
             return st;
     }
     if ((st = gather(w, &z, "logits", -1)) != HP_OK) return st;
@@ -702,31 +763,40 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
      * buffers of every sparse layer */
     int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
     int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
+    const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
     if (r->rank == 0) { /* the gathered logits, received into the second scratch block (reused when large enough) */
-        full = o->B * w->x.S_pad * c->V;
+        full = ck_mul3(w, "gathered logits", o->B, w->x.S_pad, c->V);
         s1 = full > s1 ? full : s1;
     }
-    int64_t f = 2 * w->w_hidden + wide + spare + w->w_kv + w->w_q + w->w_o + w->w_gu + w->w_h + w->w_s0 + s1 + full +
-                w->w_moe;
-    r->act_bytes = (uint64_t)f * sizeof(float) + HP__COST_RUNTIME_SCRATCH;
+    int64_t terms[] = {w->w_hidden, w->w_hidden, wide, spare, w->w_kv, w->w_q, w->w_o, w->w_gu, w->w_h, w->w_s0,
+                       s1, full, w->w_moe}, f = 0;
+    for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
+    r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
     /* KV cache (decode): every layer's K and V of the rank's positions (MLA: the latent and the rope key) */
-    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->x.S_pad / w->cp;
+    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->x.S_pad / w->cp, pos = ck_mul3(w, kb, c->L, Bl, sl);
     if (mc->kv_lora_rank > 0)
-        r->kv_bytes = (uint64_t)(c->L * Bl * sl * (mc->kv_lora_rank + mc->qk_rope_head_dim)) * (uint64_t)o->mdl.kv_bytes;
+        r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, pos, mc->kv_lora_rank + mc->qk_rope_head_dim),
+                               (uint64_t)o->mdl.kv_bytes);
     else {
         int64_t kvh = w->ly[0].at_split ? c->nkv / w->tp : c->nkv;
-        r->kv_bytes = (uint64_t)(2 * c->L * Bl * sl * kvh * c->hd) * (uint64_t)o->mdl.kv_bytes;
+        r->kv_bytes = ck_bytes(w, kb, ck_mul3(w, kb, ck_mul(w, kb, 2, pos), kvh, c->hd), (uint64_t)o->mdl.kv_bytes);
     }
-    r->total_bytes = r->weight_bytes + r->act_bytes;
+    r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
+    (void)ck_addu(w, tb, r->total_bytes, r->kv_bytes); /* advise counts the KV cache against the budget */
     if (!o->train) return;
     uint64_t numel = r->weight_bytes / param_bytes(w->m);
     uint64_t dp = (uint64_t)w->dp;
-    r->grad_bytes = numel * (uint64_t)o->mdl.grad_bytes / (o->mdl.zero >= 2 ? dp : 1);
-    r->optim_bytes = numel * (uint64_t)o->mdl.optim_bytes / (o->mdl.zero >= 1 ? dp : 1);
-    r->master_bytes = (param_bytes(w->m) == 4 ? 0 : numel * (uint64_t)o->mdl.master_bytes) / (o->mdl.zero >= 1 ? dp : 1);
+    /* numel: the weights' elements, below 2^64 / 2 (a byte or more each); the state is at most 64 bytes each */
+    r->grad_bytes = ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.grad_bytes) / (o->mdl.zero >= 2 ? dp : 1);
+    r->optim_bytes = ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.optim_bytes) / (o->mdl.zero >= 1 ? dp : 1);
+    r->master_bytes = (param_bytes(w->m) == 4 ? 0 : ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.master_bytes)) /
+                      (o->mdl.zero >= 1 ? dp : 1);
     /* activations kept for the backward: every layer's input (recomputation inside the layer) */
-    r->saved_bytes = (uint64_t)((c->L + 1) * w->w_hidden) * sizeof(float);
-    r->total_bytes += r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes;
+    r->saved_bytes = ck_bytes(w, "saved activations", ck_mul(w, "saved activations", c->L + 1, w->w_hidden),
+                              sizeof(float));
+    uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes), ck_addu(w, tb, r->master_bytes,
+                                                                                      r->saved_bytes));
+    r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
 }
 
 /* Train: the backward runs every forward collective once more (its transpose: an all-gather's is a
@@ -740,7 +810,8 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         hp_status st = add_event(w, e.layer, e.where, "backward", e.kind, e.axis, e.group, e.calls, e.bytes, true);
         if (st != HP_OK) return st;
     }
-    uint64_t gb = r->weight_bytes / param_bytes(w->m) * (uint64_t)w->o->mdl.grad_bytes;
+    uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)(r->weight_bytes / param_bytes(w->m)),
+                           (uint64_t)w->o->mdl.grad_bytes);
     if (w->dp > 1) return add_event(w, -1, "gradients", "dp all-reduce", HP_RUN_ALL_REDUCE, "dp", w->dp, 1, gb, true);
     return HP_OK;
 }
@@ -807,6 +878,16 @@ hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, co
     return st;
 }
 
+/* The refusal of a batch whose figures 64 bits cannot hold (what: the first such figure, of rank rk when >= 0). */
+static hp_status past_64_bits(const hp_cost_opts *o, int64_t rk, const char *what, hp_err *err)
+{
+    char who[48] = "";
+    if (rk >= 0) snprintf(who, sizeof who, "rank %lld's ", (long long)rk);
+    return hp_err_set(err, HP_ERR_INPUT, "the batch %lld x %lld (--batch x --seq) is past what the cost model can "
+                      "hold: %s%s would need more than 2^64 bytes (or 2^63 elements); use a smaller batch or sequence",
+                      (long long)o->B, (long long)o->S, who, what);
+}
+
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
 {
     *out = NULL;
@@ -824,13 +905,22 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     if (o->B < w.dp)
         return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
                           "least one row (use a smaller dp or a larger --batch)", (long long)o->B, (long long)w.dp);
+    int64_t rpn = o->mdl.ranks_per_node, world = hp_mesh_world(mesh);
+    if (rpn < 0 || (rpn > 0 && rpn < world && world % rpn))
+        return hp_err_set(err, HP_ERR_INPUT, "--ranks-per-node %lld does not divide the world of %lld ranks (the last "
+                          "node would hold %lld); give a divisor of %lld, or %lld or more for one node", (long long)rpn,
+                          (long long)world, (long long)(rpn > 0 ? world % rpn : 0), (long long)world,
+                          (long long)world);
+    int64_t S_pad = o->S; /* cp > 1: a multiple of 2·cp (the load-balanced halves) */
+    if (w.cp > 1 && (!hp_add_i64(o->S, 2 * w.cp - 1, &S_pad) || (S_pad = S_pad / (2 * w.cp) * (2 * w.cp)) < o->S))
+        return past_64_bits(o, -1, "the padded sequence", err);
     hp_status st = HP_OK;
     hp_shard_layout *lay = NULL;
     hp_cost *c = NULL;
     const hp_shard_layout *lay_use = o->layout;
     if (st == HP_OK && !o->weights_given && !lay_use && (st = hp_shard_layout_build(&lay, m, p, err)) == HP_OK)
         lay_use = lay;
-    int64_t world = hp_mesh_world(mesh), n_eval = o->n_ranks > 0 ? o->n_ranks : world;
+    int64_t n_eval = o->n_ranks > 0 ? o->n_ranks : world;
     for (int64_t i = 0; st == HP_OK && o->n_ranks > 0 && i < o->n_ranks; i++)
         if (o->ranks[i] < 0 || o->ranks[i] >= world)
             st = hp_err_set(err, HP_ERR_INPUT, "rank %lld is outside the mesh of %lld ranks", (long long)o->ranks[i],
@@ -841,7 +931,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     if (st == HP_OK) {
         c->world = world, c->n_ranks = n_eval, c->B = o->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
         w.x.S_orig = o->S;
-        w.x.S_pad = w.cp > 1 ? (o->S + 2 * w.cp - 1) / (2 * w.cp) * (2 * w.cp) : o->S;
+        w.x.S_pad = S_pad;
         w.x.B_all = o->B;
         c->S_pad = w.x.S_pad;
         for (int64_t i = 0; i <= w.dp; i++) w.dp_rows[i] = hp__blk_lo(o->B, w.dp, i);
@@ -864,6 +954,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.cr = r;
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
+        w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);
         /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry */
@@ -877,6 +968,9 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             wst = train_events(&w, r);
         }
         if (wst == HP_OK) predict(&w, r);
+        if (w.ovf) { /* a batch too large to count is the caller's input, whatever the plan: not a refused plan */
+            st = past_64_bits(o, rk, w.ovf, err);
+        }
     }
     if (st == HP_OK && wst != HP_OK) {
         if (wst != HP_ERR_INPUT) st = wst;

@@ -139,7 +139,11 @@ int64_t hp__act_count(const hp__act *a)
 static hp_status reserve(hp__act *a, size_t n, hp_err *err)
 {
     if (n <= a->cap) return HP_OK;
-    float *p = realloc(a->d, n * sizeof *p);
+    size_t bytes;
+    if (!hp_mul_size(n, sizeof(float), &bytes))
+        return hp_err_set(err, HP_ERR_INPUT, "an activation of %zu floats is past what this machine can address; use "
+                          "a smaller batch or sequence", n);
+    float *p = realloc(a->d, bytes);
     if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for an activation of %zu floats", n);
     a->d = p;
     a->cap = n;
@@ -151,8 +155,12 @@ hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int6
     a->g[0] = B, a->g[1] = S, a->g[2] = X;
     a->lay = lay;
     hp__act_shape(x, a);
-    size_t n = (size_t)hp__act_count(a);
-    return reserve(a, n ? n : 1, err);
+    int64_t n;
+    if (!hp_mul_i64(a->n[0], a->n[1], &n) || !hp_mul_i64(n, a->n[2], &n))
+        return hp_err_set(err, HP_ERR_INPUT, "an activation block of [%lld, %lld, %lld] is past what 64-bit sizes "
+                          "hold; use a smaller batch or sequence", (long long)a->n[0], (long long)a->n[1],
+                          (long long)a->n[2]);
+    return reserve(a, n ? (size_t)n : 1, err);
 }
 
 void hp__act_free(hp__act *a)
@@ -175,8 +183,13 @@ void hp__ctx_free(hp__ctx *x)
 static float *scratch(hp__ctx *x, int i, size_t n, hp_err *err)
 {
     if (n == 0) n = 1;
+    size_t bytes;
+    if (!hp_mul_size(n, sizeof(float), &bytes)) {
+        hp_err_set(err, HP_ERR_INPUT, "a collective's buffer of %zu floats is past what this machine can address", n);
+        return NULL;
+    }
     if (n > x->scratch_cap[i]) {
-        float *p = realloc(x->scratch[i], n * sizeof *p);
+        float *p = realloc(x->scratch[i], bytes);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for a collective's buffer of %zu floats", n);
             return NULL;
@@ -291,6 +304,16 @@ hp_status hp__refuse(const hp__lay *from, const hp__lay *to, int ax, const char 
                       what, hp__lay_str(from, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
 }
 
+/* n[0]·n[1]·n[2] floats as bytes, or UINT64_MAX past 64 bits (hp__low.bytes). */
+static uint64_t f32_bytes(int64_t a, int64_t b, int64_t c)
+{
+    int64_t n;
+    uint64_t r;
+    if (!hp_mul_i64(a, b, &n) || !hp_mul_i64(n, c, &n) || __builtin_mul_overflow((uint64_t)n, sizeof(float), &r))
+        return UINT64_MAX;
+    return r;
+}
+
 hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst)
 {
     hp__low w = {.kind = HP__LOW_NONE, .d = -1, .bytes = 0, .why = NULL};
@@ -307,8 +330,9 @@ hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3]
     w.d = d;
     int64_t n[3], lo;
     for (int i = 0; i < 3; i++) hp__lay_range(x, from, g, i, x->ax[HP__TP].r, x->ax[HP__CP].r, &lo, &n[i]);
-    int64_t gn = x->ax[ax].n, oi = 1; /* oi: the block's elements outside dim d */
-    for (int i = 0; i < 3; i++) oi *= i == d ? 1 : n[i];
+    int64_t gn = x->ax[ax].n, oi = 1; /* oi: the block's elements outside dim d (saturated: bytes UINT64_MAX) */
+    for (int i = 0; i < 3; i++)
+        if (i != d && !hp_mul_i64(oi, n[i], &oi)) oi = INT64_MAX;
     hp__lay to = *from;
     to.ax[ax] = dst;
     if (s_src && dst.kind == HP_PL_R) { /* all-gather: every member sends the largest block (padded) */
@@ -319,10 +343,10 @@ hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3]
             mx = bl > mx ? bl : mx;
         }
         w.kind = HP__LOW_ALL_GATHER;
-        w.bytes = (uint64_t)(oi * mx) * sizeof(float);
+        w.bytes = f32_bytes(oi, mx, 1);
     } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) {
         w.kind = HP__LOW_ALL_REDUCE;
-        w.bytes = (uint64_t)(n[0] * n[1] * n[2]) * sizeof(float);
+        w.bytes = f32_bytes(n[0], n[1], n[2]);
     } else if (s_dst && src.kind == HP_PL_R) {
         w.kind = HP__LOW_SLICE;
     } else if (s_dst && src.kind == HP_PL_P) { /* reduce-scatter: even blocks, else all-reduce + slice */
@@ -335,7 +359,7 @@ hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3]
             even = even && bl == b0;
         }
         w.kind = even ? HP__LOW_REDUCE_SCATTER : HP__LOW_RS_UNEVEN;
-        w.bytes = even ? (uint64_t)(oi * b0 * gn) * sizeof(float) : (uint64_t)(n[0] * n[1] * n[2]) * sizeof(float);
+        w.bytes = even ? f32_bytes(oi, b0, gn) : f32_bytes(n[0], n[1], n[2]);
     } else {
         w.why = src.kind == HP_PL_S && dst.kind == HP_PL_S ? "a shard-to-shard move is an all-to-all"
                 : dst.kind == HP_PL_P                      ? "nothing produces a partial sum"

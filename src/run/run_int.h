@@ -109,7 +109,7 @@ typedef enum hp__low_kind {
 typedef struct hp__low {
     hp__low_kind kind;
     int d;          /* the dim, or -1 */
-    uint64_t bytes; /* this rank's bytes into the collective */
+    uint64_t bytes; /* this rank's bytes into the collective (UINT64_MAX: past what 64 bits hold) */
     const char *why;
 } hp__low;
 

@@ -1021,6 +1021,27 @@ static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t 
     return st;
 }
 
+/* Every buffer the forward sizes is some of the batch's B·S_pad tokens times a per-token width. One checked product
+ * of all the tokens (rank 0 gathers every row's logits), a width at least the widest of them (their sum) and 16
+ * (bytes per float, and the small factors the buffers multiply by) refuses a batch whose buffers 64-bit sizes
+ * cannot hold, before anything is sized. */
+static hp_status buffers_fit(const hp_runner *r, int64_t B, int64_t S, hp_err *err)
+{
+    const hp_model_config *mc = &r->m->cfg;
+    const hp__rcfg *c = &r->cfg;
+    int64_t K = mc->num_experts_per_tok, mI = mc->moe_intermediate_size;
+    int64_t ws[] = {c->V, c->H, 2 * c->I, 2 * (c->nh + c->nkv) * c->hd, mc->n_experts, (K + 2) * c->H, 2 * K * mI,
+                    2 * mc->shared_intermediate_size, mc->q_lora_rank + 2 * mc->kv_lora_rank + mc->qk_rope_head_dim,
+                    2 * c->nh * (mc->qk_nope_head_dim + mc->qk_rope_head_dim + mc->v_head_dim)};
+    int64_t width = 0, n;
+    bool ok = hp_mul_i64(B, r->x.S_pad, &n);
+    for (size_t i = 0; ok && i < sizeof ws / sizeof *ws; i++) ok = hp_add_i64(width, ws[i] > 0 ? ws[i] : 0, &width);
+    if (ok && hp_mul_i64(n, width, &n) && hp_mul_i64(n, 16, &n)) return HP_OK;
+    return hp_err_set(err, HP_ERR_INPUT, "the batch %lld x %lld (input_ids) is past what the runtime's buffers can "
+                      "hold: its tokens times the model's widths exceed 64-bit sizes; use a smaller batch or sequence",
+                      (long long)B, (long long)S);
+}
+
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -1032,7 +1053,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     int64_t cp = r->x.ax[HP__CP].n;
     r->x.B_all = B;
     r->x.S_orig = S;
-    r->x.S_pad = cp > 1 ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
+    r->x.S_pad = cp > 1 && S <= INT64_MAX - 2 * cp ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
+    if ((st = buffers_fit(r, B, S, err)) != HP_OK) return st;
     for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
     hp__act *h = &r->h, *t = &r->t, *a = &r->a; /* kept across forwards: warm pages */
     int64_t max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */

@@ -1,7 +1,8 @@
 # hyperpar advise: every mesh of N ranks, rejected ones with the reason, the accepted ranked; each accepted
 # candidate (the template plan's cost at its sizes) agrees with `hyperpar cost` on its own plan: weight bytes
 # and network bytes exactly, activations within 2% — for dense and MoE families, TP-extend-EP and the ep axis,
-# inference and training. Rejections: tp vs heads, ep vs experts, memory, TP across nodes, the batch vs dp.
+# inference and training. Rejections: tp vs heads, ep vs experts, memory, TP across nodes, the batch vs dp. No mesh
+# fitting is exit 2 (the report still printed); --mem-per-rank needs a unit; --ranks-per-node divides the world.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -54,7 +55,15 @@ expect 0 "replicas but the batch has 1 rows" -- "$HP" advise $L3 --world 4 --mem
 expect 0 "make the plan and the shards of #1" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --seq 4096
 expect 0 "num_experts (8) must be divisible" -- "$HP" advise data/configs/mixtral-8x7b.json --world 16 --mem-per-rank 80GB \
     --seq 4096 --top 3
-expect 0 "no mesh of 2 ranks fits" -- "$HP" advise $L3 --world 2 --mem-per-rank 1GB
+# No mesh fits: the report (every reason) still printed, but exit 2 with the nearest miss on stderr.
+expect 2 "no mesh of 2 ranks fits; the reasons follow" -- "$HP" advise $L3 --world 2 --mem-per-rank 1GB
+expect 2 "hyperpar: error: no mesh of 2 ranks fits in 953.67 MiB per rank (all 3 rejected; the nearest: the most-loaded" \
+    -- "$HP" advise $L3 --world 2 --mem-per-rank 1GB
+expect 2 "no mesh of 4 ranks fits" -- "$HP" advise $L3 --world 4 --mem-per-rank 1GB --format json
+check "no fit: the JSON report is still written whole" bash -c "! '$HP' advise $L3 --world 2 --mem-per-rank 1GB --format json \
+    -o '$WORK/none.json' 2>/dev/null && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); \
+    sys.exit(0 if d[\"candidates\"] and not any(c[\"ok\"] for c in d[\"candidates\"]) else 1)' '$WORK/none.json'"
+expect 0 "accepted" -- "$HP" advise $L3 --world 2 --mem-per-rank 80GB
 expect 0 "(ep axis)" -- "$HP" advise data/configs/qwen3-30b-a3b.json --world 8 --mem-per-rank 80GB --format json
 # The printed command makes that plan.
 cmd=$("$HP" advise $F/llama --world 4 --mem-per-rank 1GB --batch 4 --seq 16 | grep -A1 "shards of #1" | tail -1 |
@@ -68,6 +77,25 @@ expect 0 "advise, per mesh" -- "$HP" bench advise data/configs/deepseek-v3.json 
 expect 2 "missing --world" -- "$HP" advise $L3 --mem-per-rank 80GB
 expect 2 "missing --mem-per-rank" -- "$HP" advise $L3 --world 8
 expect 2 "expects a size" -- "$HP" advise $L3 --world 8 --mem-per-rank lots
+# A size needs its unit: a bare 80 is not taken as 80 bytes (that rejected every mesh, exit 0).
+expect 2 "--mem-per-rank 80 has no unit; write 80GB" -- "$HP" advise $L3 --world 8 --mem-per-rank 80
+expect 2 "has no unit" -- "$HP" advise $L3 --world 8 --mem-per-rank 0.5
+expect 2 "has no unit" -- "$HP" cost $L3 --tp 2 --mem-per-rank 4096
+expect 2 "expects a size" -- "$HP" advise $L3 --world 8 --mem-per-rank 0B
+expect 2 "expects a size" -- "$HP" advise $L3 --world 8 --mem-per-rank -80GB
+expect 2 "past what 64 bits" -- "$HP" advise $L3 --world 8 --mem-per-rank 1e10TB
+expect 0 "80.00 GiB per rank" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GiB --seq 4096
+expect 0 "80.00 GiB per rank" -- "$HP" advise $L3 --world 8 --mem-per-rank 80G --seq 4096
+expect 0 "74.51 GiB per rank" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --seq 4096
+expect 2 "the most-loaded rank needs" -- "$HP" advise $L3 --world 8 --mem-per-rank 4096B
+# --ranks-per-node tiles the world in whole nodes (or holds it all).
+expect 2 "--ranks-per-node 3 does not divide --world 8" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB \
+    --ranks-per-node 3
+expect 2 "--ranks-per-node 3 does not divide --world 8" -- "$HP" bench advise $L3 --world 8 --ranks-per-node 3
+expect 2 "--ranks-per-node 4 does not divide the world of 6 ranks" -- "$HP" cost $L3 --dp 3 --tp 2 --ranks-per-node 4
+expect 0 "16 ranks per node" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --ranks-per-node 16 --seq 4096
+expect 0 "2 ranks per node" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --ranks-per-node 2 --seq 4096
+expect 0 "most-loaded rank" -- "$HP" cost $L3 --dp 3 --tp 2 --ranks-per-node 3
 expect 2 "" -- "$HP" advise $L3 --world 0 --mem-per-rank 80GB
 expect 0 "usage: hyperpar advise" -- "$HP" advise --help
 finish
