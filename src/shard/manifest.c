@@ -4,7 +4,8 @@
  *   {"format": "hyperpar-shards", "version": 2, "identity": "<32 hex digits>",
  *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>"},
  *    "mesh":    {"dims": [{"name", "size"}], "world", "ep", "ep_mode"},
- *    "source":  {"path", "files", "total_bytes", "model_type", "architecture"},
+ *    "source":  {"path", "files", "total_bytes", "model_type", "architecture", "config_checksum": "xxh64:<16 hex>"
+ *                (the config.json written beside the rank files; absent when the source had none)},
  *    "tensors": [{"name", "dtype", "shape"}]                      every parameter, model order
  *    "ranks":   [{"rank", "coords": {"dp": 0, ...}, "file", "file_rank", "bytes", "checksum": "xxh64:<16 hex>",
  *                 "tensors": [{"name", "global", "global_shape", "dtype", "slices": [{"dim", "offset", "length"}],
