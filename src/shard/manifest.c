@@ -564,6 +564,10 @@ hp_status hp_shard_check_config(const char *dir, hp_err *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
+    struct stat sb; /* lstat: a FIFO or a dangling link is named for what it is by the read */
+    if (lstat(path, &sb) != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: manifest.json is missing; this is not a complete 'hyperpar shard' "
+                          "output", dir);
     hp__manifest *man = NULL;
     hp_status st = hp__manifest_read(path, &man, err);
     if (st != HP_OK) return st;
