@@ -266,10 +266,51 @@ TEST(config_that_contradicts_the_weights_is_refused)
     EXPECT_OPEN_REFUSED(dir, "tensor 'model.layers.0.mlp.experts.0.gate_proj.weight' is [32, 64] in the weights but "
                         "[16, 64] by config.json", NULL);
 
-    /* The generated checkpoints themselves open (and so do the golden ones, see test_model). */
-    dir = gen_into("fine", "deepseek_v3", 2, 8);
+    /* The layer layout: which layers are sparse (each family's rule), optional tensors, the output head. */
+    dir = gen_into("step", "qwen3_moe", 2, 8);
+    CHECK(dir && set_key(dir, "decoder_sparse_step", "2"));
+    EXPECT_OPEN_REFUSED(dir, "config.json does not describe the weights beside it",
+                        "layer 0 is dense by config.json (decoder_sparse_step 2) but the weights hold experts for it");
+    dir = gen_into("mlp_only", "qwen2_moe", 3, 8);
+    CHECK(dir && set_key(dir, "mlp_only_layers", "[2]"));
+    EXPECT_OPEN_REFUSED(dir, "layer 2 is dense by config.json (decoder_sparse_step 1, mlp_only_layers [2])", NULL);
+    dir = gen_into("first_k", "deepseek_v3", 3, 8);
+    CHECK(dir && set_key(dir, "first_k_dense_replace", "5"));
+    EXPECT_OPEN_REFUSED(dir, "layer 1 is dense by config.json (first_k_dense_replace 5)", "(2 in all)");
+    dir = gen_into("first_k0", "glm4_moe", 2, 8);
+    CHECK(dir && set_key(dir, "first_k_dense_replace", "0"));
+    EXPECT_OPEN_REFUSED(dir, "layer 0 is sparse by config.json (first_k_dense_replace 0) but the weights hold no "
+                        "experts for it", NULL);
+    dir = gen_into("bias", "llama", 2, 8);
+    CHECK(dir && set_key(dir, "attention_bias", "true"));
+    EXPECT_OPEN_REFUSED(dir, "attention_bias is true, but the weights hold no '*.self_attn.q_proj.bias' tensor", NULL);
+    dir = gen_into("bias_mla", "deepseek_v3", 2, 8);
+    CHECK(dir && set_key(dir, "attention_bias", "true"));
+    EXPECT_OPEN_REFUSED(dir, "attention_bias is true, but the weights hold no '*.self_attn.q_a_proj.bias' tensor", NULL);
+    dir = gen_into("bias_off", "gpt_oss", 2, 8);
+    CHECK(dir && set_key(dir, "attention_bias", "false"));
+    EXPECT_OPEN_REFUSED(dir, "the weights hold 'model.layers.0.self_attn.q_proj.bias', but attention_bias is false",
+                        NULL);
+    dir = gen_into("qkv_bias", "qwen2_moe", 2, 8);
+    CHECK(dir && set_key(dir, "qkv_bias", "false"));
+    EXPECT_OPEN_REFUSED(dir, "but qkv_bias is false", NULL);
+    dir = gen_into("qk_norm", "glm4_moe", 2, 8);
+    CHECK(dir && set_key(dir, "use_qk_norm", "true"));
+    EXPECT_OPEN_REFUSED(dir, "use_qk_norm is true, but the weights hold no '*.self_attn.q_norm.weight' tensor", NULL);
+    dir = gen_into("tied", "mixtral", 2, 8);
+    CHECK(dir && set_key(dir, "tie_word_embeddings", "true"));
+    EXPECT_OPEN_REFUSED(dir, "tie_word_embeddings is true (lm_head shares model.embed_tokens.weight) but the weights "
+                        "hold a separate lm_head.weight", NULL);
+    /* qwen2 has q/k/v biases without a flag: a config saying attention_bias changes nothing (the flag is not
+     * qwen2's), and its generated weights open. */
+    dir = gen_into("qwen2", "qwen2", 2, 8);
     hp_model *m = NULL;
     hp_err err;
+    CHECK_MSG(dir && hp_model_open(&m, dir, NULL, &err) == HP_OK, "%s", err.msg);
+    hp_model_close(m);
+
+    /* The generated checkpoints themselves open (and so do the golden ones, see test_model). */
+    dir = gen_into("fine", "deepseek_v3", 2, 8);
     CHECK_MSG(dir && hp_model_open(&m, dir, NULL, &err) == HP_OK, "%s", err.msg);
     hp_model_close(m);
     /* A config that names only the family says nothing to disagree with. */

@@ -76,8 +76,8 @@ static bool is_shard_dir(const char *path)
 {
     char p[4200];
     snprintf(p, sizeof p, "%s/manifest.json", path);
-    struct stat sb;
-    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+    struct stat sb; /* anything named manifest.json (a FIFO, a link) marks a shard folder; reading it names it */
+    return lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
 }
 
 /* input_ids [B, S] as int64 (I64 or I32 stored). */

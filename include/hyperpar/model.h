@@ -98,6 +98,7 @@ typedef struct hp_family hp_family;
 typedef struct hp_model {
     const char *path;          /* what was opened */
     bool meta;                 /* shapes from config.json only, no weights */
+    bool has_config;           /* a config.json was read (meta mode, or the one beside the weights) */
     const char *architecture;  /* config architectures[0] as written ("MixtralForCausalLM"), or "" */
     const char *model_type;    /* config model_type, or "" */
     const char *arch;          /* canonical name per spec §3.1 ("mixtral", "deepseekv3") */

@@ -161,6 +161,10 @@ typedef struct hp_shard_rank_file {
  * outside the manifest's world, the rank file missing, corrupt, misnamed (another rank's file), from another
  * folder (identity), of another size, or unlike the manifest (tensors, or the layout digest of its slices). */
 hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err);
+/* dir/config.json against the checksum manifest.json recorded when the folder was written. HP_ERR_INPUT: the
+ * manifest missing or malformed (a FIFO or a folder named for what it is), or config.json changed after sharding
+ * (said in those words). A folder whose manifest records no checksum passes. */
+hp_status hp_shard_check_config(const char *dir, hp_err *err);
 void hp_shard_rank_close(hp_shard_rank_file *f);
 /* The tensor holding global parameter `name`: the tensor of that name, or the stack that lists it (then
  * *expert, when not NULL, gets its expert index in the stack; -1 otherwise). NULL when neither is there. */

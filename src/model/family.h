@@ -95,6 +95,9 @@ int hp__segment_rank(const char *segment, size_t len);
  * checked for its layer count. cfg_label names the config.json in the message. */
 hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_err *err);
 
+/* A boolean top-level config.json key as written, or dflt when config.json leaves it out (the opt rules). */
+bool hp__config_bool(const hp_model_config *c, const char *key, bool dflt);
+
 /* Whether layer i is sparse for this family and config. */
 bool hp__family_layer_sparse(const hp_family *f, const hp_model_config *cfg, int64_t layer);
 

@@ -428,6 +428,7 @@ static hp_status open_meta(hp_model *m, const char *text, size_t len, const char
     }
     if ((st = check_meta_config(m, label, err)) != HP_OK) return st;
     m->meta = true;
+    m->has_config = true;
     m->layout = opts ? opts->layout : HP_LAYOUT_PER_EXPERT;
     if (!m->family->has_per_expert_layout) m->layout = HP_LAYOUT_BATCHED;
     raw_list raw = {.arena = &m->arena};
@@ -487,6 +488,7 @@ static hp_status open_real(hp_model *m, const char *path, hp_err *err)
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hp_ckpt_dir(m->ckpt));
     bool have_config = exists(cfg_path);
+    m->has_config = have_config;
     if (have_config) {
         char *text = NULL;
         size_t len = 0;

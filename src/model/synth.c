@@ -158,9 +158,6 @@ static hp_status sparse_block(synth *s, int64_t layer, hp_expert_layout layout)
     return HP_OK;
 }
 
-/* Resolves the opt rules against config booleans stored by config.c. */
-bool hp__config_bool(const hp_model_config *c, const char *key, bool dflt);
-
 hp_status hp__synth_params(const hp_family *f, const hp_model_config *c, hp_expert_layout layout,
                            hp_synth_emit_fn emit, void *ctx, hp_err *err)
 {

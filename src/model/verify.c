@@ -120,6 +120,174 @@ static int64_t weight_experts(const hp_model *m, char *how, size_t cap)
     return n;
 }
 
+/* ---- the layer layout: which layers are sparse, which optional tensors exist, where the output head is ---- */
+
+/* What makes a layer dense or sparse for this family, in config.json's words: "decoder_sparse_step 2". */
+static void sparse_rule_text(const hp_model *m, char *buf, size_t cap)
+{
+    const hp_model_config *c = &m->cfg;
+    switch (m->family->sparse) {
+    case HP_SPARSE_STEP: {
+        size_t o = (size_t)snprintf(buf, cap, "decoder_sparse_step %lld", (long long)c->decoder_sparse_step);
+        for (int64_t i = 0; i < c->n_mlp_only_layers && o < cap; i++)
+            o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? ", " : ", mlp_only_layers [",
+                                  (long long)c->mlp_only_layers[i]);
+        if (c->n_mlp_only_layers && o < cap) snprintf(buf + o, cap - o, "]");
+        return;
+    }
+    case HP_SPARSE_AFTER_DENSE:
+        snprintf(buf, cap, "first_k_dense_replace %lld", (long long)c->first_k_dense_replace);
+        return;
+    case HP_SPARSE_ALL: snprintf(buf, cap, "every %s layer is sparse", hp_family_name(m->family)); return;
+    case HP_SPARSE_NONE: break;
+    }
+    snprintf(buf, cap, "a dense family");
+}
+
+/* Every layer below num_hidden_layers that the weights hold is sparse (holds routed experts) exactly when the
+ * family's rule says so (hp__family_layer_sparse, the one function the planner, runtime and cost ask). The
+ * names are walked in sorted order, where each layer's tensors are contiguous; differences are reported from
+ * the lowest layer up. */
+static void check_sparse_layers(verify *v)
+{
+    const hp_model *m = v->m;
+    const int64_t L = m->cfg.num_hidden_layers;
+    int64_t bad[MAX_LISTED];
+    const char *example[MAX_LISTED];
+    bool has_bad[MAX_LISTED];
+    size_t n_bad = 0, n_all = 0;
+    for (size_t i = 0; i < m->n_params;) {
+        const char *name = m->params[m->name_index[i]].name;
+        int64_t l = strncmp(name, "model.layers.", 13) == 0 ? index_after(name, "model.layers.") : -1;
+        const char *expert = NULL;
+        size_t j = i;
+        for (; j < m->n_params; j++) {
+            const char *n = m->params[m->name_index[j]].name;
+            if (l < 0 || index_after(n, "model.layers.") != l || strncmp(n, "model.layers.", 13) != 0) break;
+            if (!expert && strstr(n, ".experts.")) expert = n;
+        }
+        if (j == i) j = i + 1;
+        i = j;
+        if (l < 0 || l >= L) continue;
+        bool want = hp__family_layer_sparse(m->family, &m->cfg, l), have = expert != NULL;
+        if (want == have) continue;
+        n_all++;
+        /* Keep the MAX_LISTED lowest layers, sorted. */
+        size_t k = n_bad < MAX_LISTED ? n_bad++ : MAX_LISTED;
+        if (k == MAX_LISTED && l > bad[MAX_LISTED - 1]) continue;
+        if (k == MAX_LISTED) k = MAX_LISTED - 1;
+        for (; k > 0 && bad[k - 1] > l; k--) {
+            bad[k] = bad[k - 1], example[k] = example[k - 1], has_bad[k] = has_bad[k - 1];
+        }
+        bad[k] = l, example[k] = expert, has_bad[k] = have;
+    }
+    char rule[256];
+    if (n_all) sparse_rule_text(m, rule, sizeof rule);
+    for (size_t k = 0; k < n_bad; k++)
+        if (has_bad[k])
+            note(v, "layer %lld is dense by config.json (%s) but the weights hold experts for it ('%s')",
+                 (long long)bad[k], rule, example[k]);
+        else
+            note(v, "layer %lld is sparse by config.json (%s) but the weights hold no experts for it",
+                 (long long)bad[k], rule);
+    v->n_diff += n_all - n_bad; /* counted, not listed */
+}
+
+static bool config_has_flag(const hp_model_config *c, const char *key)
+{
+    for (int i = 0; i < c->n_flags; i++)
+        if (strcmp(c->flags[i].key, key) == 0) return true;
+    return false;
+}
+
+/* The first tensor of the decoder stack whose name ends with suffix, or NULL. */
+static const char *layer_tensor(const hp_model *m, const char *suffix)
+{
+    size_t ls = strlen(suffix);
+    for (size_t i = 0; i < m->n_params; i++) {
+        const char *n = m->params[i].name;
+        size_t ln = strlen(n);
+        if (strncmp(n, "model.layers.", 13) == 0 && ln > ls && strcmp(n + ln - ls, suffix) == 0) return n;
+    }
+    return NULL;
+}
+
+/* One optional tensor kind: the family's rule for it (family.h hp_opt_rule) and a name suffix that finds it. */
+typedef struct optional {
+    const hp_opt_rule *r;
+    const char *suffix;
+    bool applies; /* the model has the module that would hold it */
+} optional;
+
+static bool same_rule(const hp_opt_rule *a, const hp_opt_rule *b)
+{
+    return a == b || (a->kind == HP_OPT_CONFIG && b->kind == HP_OPT_CONFIG && !strcmp(a->key, b->key));
+}
+
+/* An optional tensor kind is in the weights exactly when its rule, read from config.json, says so. Kinds
+ * under one rule (attention_bias: q, k, v and o biases) give one difference, for the first kind that differs. */
+static void check_optional(verify *v, const optional *o, size_t n)
+{
+    const hp_model *m = v->m;
+    bool done[16] = {false};
+    for (size_t i = 0; i < n && i < 16; i++) {
+        if (done[i]) continue;
+        const hp_opt_rule *r = o[i].r;
+        bool want = r->kind == HP_OPT_ALWAYS || (r->kind == HP_OPT_CONFIG && hp__config_bool(&m->cfg, r->key, r->dflt));
+        const char *first_missing = NULL, *first_extra = NULL;
+        for (size_t j = i; j < n && j < 16; j++) {
+            if (done[j] || !same_rule(r, o[j].r)) continue;
+            done[j] = true;
+            if (!o[j].applies) continue;
+            const char *have = layer_tensor(m, o[j].suffix);
+            if (want && !have && !first_missing) first_missing = o[j].suffix;
+            if (!want && have && !first_extra) first_extra = have;
+        }
+        if (!first_missing && !first_extra) continue;
+        char why[200];
+        if (r->kind == HP_OPT_CONFIG)
+            snprintf(why, sizeof why, "%s is %s%s", r->key, want ? "true" : "false",
+                     config_has_flag(&m->cfg, r->key) ? "" : " (its default: config.json leaves it out)");
+        else
+            snprintf(why, sizeof why, "a %s model %s has them", hp_family_name(m->family), want ? "always" : "never");
+        if (first_missing) note(v, "%s, but the weights hold no '*%s' tensor", why, first_missing);
+        else note(v, "the weights hold '%s', but %s", first_extra, why);
+    }
+}
+
+/* Which layers are sparse, the optional attention and MLP tensors, and the output head against
+ * tie_word_embeddings: the differences a shape comparison cannot see (a missing tensor alone is allowed). */
+static void check_layout(verify *v)
+{
+    const hp_model *m = v->m;
+    const hp_family *f = m->family;
+    const hp_model_config *c = &m->cfg;
+    if (f->moe) check_sparse_layers(v);
+    if (c->quantized) return; /* packed tensors under other names: only the layer structure is compared */
+    bool any_layer = layer_tensor(m, ".weight") != NULL;
+    bool any_dense = false;
+    for (int64_t l = 0; l < c->num_hidden_layers && !any_dense; l++) any_dense = !hp__family_layer_sparse(f, c, l);
+    const bool mla = f->attn == HP_ATTN_MLA;
+    static const hp_opt_rule always = {HP_OPT_ALWAYS, NULL, true}, never = {HP_OPT_NEVER, NULL, false};
+    const optional kinds[] = {
+        {&f->qkv_bias, mla ? ".self_attn.q_a_proj.bias" : ".self_attn.q_proj.bias", any_layer && (!mla || c->q_lora_rank > 0)},
+        {&f->qkv_bias, mla ? ".self_attn.kv_a_proj_with_mqa.bias" : ".self_attn.k_proj.bias", any_layer},
+        {&f->qkv_bias, mla ? ".self_attn.kv_a_proj_with_mqa.bias" : ".self_attn.v_proj.bias", any_layer},
+        {&f->o_bias, ".self_attn.o_proj.bias", any_layer},
+        {&f->qk_norm, ".self_attn.q_norm.weight", any_layer && !mla}, /* MLA's q/k norms are not optional */
+        {&f->mlp_bias, ".mlp.gate_proj.bias", any_layer && any_dense},
+        {f->attn_sinks ? &always : &never, ".self_attn.sinks", any_layer},
+    };
+    check_optional(v, kinds, sizeof kinds / sizeof *kinds);
+    bool head = hp_model_find_param(m, "lm_head.weight") != NULL;
+    if (c->tie_word_embeddings && head)
+        note(v, "tie_word_embeddings is true (lm_head shares model.embed_tokens.weight) but the weights hold a "
+             "separate lm_head.weight");
+    else if (!c->tie_word_embeddings && !head && hp_model_find_param(m, "model.embed_tokens.weight"))
+        note(v, "tie_word_embeddings is false%s but the weights hold no lm_head.weight",
+             config_has_flag(c, "tie_word_embeddings") ? "" : " (its default: config.json leaves it out)");
+}
+
 hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_err *err)
 {
     const hp_model_config *c = &m->cfg;
@@ -141,6 +309,7 @@ hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_e
     verify v = {.m = m};
     hp_buf_init(&v.list);
     hp_status st = HP_OK;
+    if (c->explicit_shape && L > 0) check_layout(&v);
     if (c->explicit_shape && !c->quantized && L > 0 && c->hidden_size > 0) {
         v.seen = calloc(m->n_params ? m->n_params : 1, sizeof *v.seen);
         if (!v.seen) {
@@ -148,9 +317,15 @@ hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_e
             hp_buf_free(&v.list);
             return hp_err_set(err, HP_ERR_NOMEM, "out of memory comparing config.json with the weights");
         }
+        size_t n_layout = v.n_diff, len_layout = v.list.len;
         hp_err serr;
-        /* A config meta mode could not synthesise (a size the family needs is absent) is not compared. */
-        if (hp__synth_params(f, c, m->layout, on_synth, &v, &serr) != HP_OK) v.n_diff = 0;
+        /* A config meta mode could not synthesise (a size the family needs is absent) is not compared; what
+         * the layout check found stays. */
+        if (hp__synth_params(f, c, m->layout, on_synth, &v, &serr) != HP_OK) {
+            v.n_diff = n_layout;
+            v.list.len = len_layout;
+            if (v.list.data) v.list.data[len_layout] = '\0';
+        }
         for (size_t i = 0; i < m->n_params && v.n_synth; i++) {
             if (v.seen[i]) continue;
             const char *name = m->params[i].name;

@@ -318,15 +318,16 @@ hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err)
     struct stat sb;
     if (stat(path, &sb) != 0 && errno == ENOENT)
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: config.json is missing; loading an MoE layer from a shard folder needs the model's "
-                          "hyperparameters (hyperpar shard copies config.json when the source folder has one: copy "
-                          "it there)",
+                          "%s: config.json is missing from this shard folder; running or loading from it needs the "
+                          "model's hyperparameters (hyperpar shard copies config.json when the source folder has "
+                          "one): copy the source checkpoint's config.json there",
                           dir);
     int fd = -1; /* a FIFO or a folder named config.json is refused here, without blocking */
     hp_status st = hp_open_regular(path, &fd, err);
     if (st != HP_OK) return st;
     close(fd);
-    st = hp_model_open(out, path, NULL, err);
+    st = hp_shard_check_config(dir, err); /* an edited config.json is named as such, before its values mislead */
+    if (st == HP_OK) st = hp_model_open(out, path, NULL, err);
     if (st == HP_OK && !(*out)->meta) { /* a config.json is always opened in meta mode; guard the invariant */
         hp_model_close(*out);
         *out = NULL;

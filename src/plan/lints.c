@@ -119,7 +119,7 @@ static hp_status user_attrs(hp_plan *p, hp_boundary *b, hp_err *err)
 }
 
 /* §7.4 auto: attention boundaries whose q/k/v weight is tp S(0) run with head counts divided by tp. */
-static hp_status auto_attrs(hp_plan *p, hp_boundary *b, const hp_model_config *c, hp_err *err)
+static hp_status auto_attrs(hp_plan *p, hp_boundary *b, const hp_model_config *c, bool warn, hp_err *err)
 {
     static const char *const head_weights[] = {"q_proj.weight", "q_b_proj.weight", "k_proj.weight",
                                                "v_proj.weight", "qkv_proj.weight", "linear_qkv.weight",
@@ -144,7 +144,8 @@ static hp_status auto_attrs(hp_plan *p, hp_boundary *b, const hp_model_config *c
     for (int a = 0; a < 2; a++) {
         if (vals[a] <= 0) continue;
         if (vals[a] % p->tp != 0) {
-            hp__plan_warn(p, "%s: %s=%lld is not divisible by tp=%lld; left unchanged", b->fqn, names[a],
+            if (warn)
+                hp__plan_warn(p, "%s: %s=%lld is not divisible by tp=%lld; left unchanged", b->fqn, names[a],
                           (long long)vals[a], (long long)p->tp);
             continue;
         }
@@ -163,7 +164,7 @@ static hp_status tp_local_attrs(hp_plan *p, hp_err *err)
     for (size_t i = 0; i < p->n_boundaries; i++) {
         hp_boundary *b = &p->boundaries[i];
         hp_status st = HP_OK;
-        if (hp__plan_has_dim(p, HP_AXIS_TP)) st = auto_attrs(p, b, c, err);
+        if (hp__plan_has_dim(p, HP_AXIS_TP)) st = auto_attrs(p, b, c, true, err);
         if (st == HP_OK) st = user_attrs(p, b, err);
         if (st != HP_OK) return st;
     }
@@ -172,88 +173,121 @@ static hp_status tp_local_attrs(hp_plan *p, hp_err *err)
 
 
 /* §7.5 (D-22): a row-wise Linear's bias under a Partial output is added once, after the reduction. */
-static hp_status deferred_biases(hp_plan *p, hp_err *err)
+static hp_status deferred_of(hp_plan *p, hp_boundary *b, hp_err *err)
 {
-    if (!hp__plan_has_dim(p, HP_AXIS_TP)) return HP_OK;
     const hp_model *m = p->model;
-    for (size_t i = 0; i < p->n_boundaries; i++) {
-        hp_boundary *b = &p->boundaries[i];
-        b->n_deferred = 0;
-        if (!b->is_boundary || b->module < 0) continue;
-        int n_partial = 0;
-        if (!b->out_src.is_null)
-            for (int k = 0; k < b->out_src.n; k++) n_partial += b->out_src.e[k].pl.ax[HP_AXIS_TP].kind == HP_PL_P;
-        size_t skip = b->fqn[0] ? strlen(b->fqn) + 1 : 0;
-        const hp_module *mod = &m->modules[b->module];
-        for (int q = mod->subtree_first; q < mod->subtree_end; q++) {
-            const char *rel = m->params[q].name + skip;
-            if (strcmp(rel, "bias") != 0 && !ends_with(rel, ".bias")) continue;
-            char weight[1024];
-            size_t owner_len = strlen(rel) - 4; /* keeps the dot */
-            snprintf(weight, sizeof weight, "%.*sweight", (int)owner_len, rel);
-            hp_param_spec *ws = find_spec_param(b, weight);
-            if (!ws) continue;
-            hp_placement wt = ws->pl.ax[HP_AXIS_TP];
-            if (wt.kind != HP_PL_S && wt.kind != HP_PL_S2) continue;
-            char wfull[1024];
-            const hp_param *wp = hp_model_find_param(m, full_name(b, weight, wfull, sizeof wfull));
-            if (!wp) continue;
-            int wdim = wt.dim < 0 ? wt.dim + wp->n_dims : wt.dim;
-            hp_param_spec *bs = find_spec_param(b, rel);
-            if (wdim == wp->n_dims - 1) {
-                if (n_partial == 0) continue;
-                if (b->out_src.n > 1)
-                    return hp_err_set(err, HP_ERR_INPUT,
-                                      "boundary '%s': deferred row-wise bias '%s' only supports single-output "
-                                      "boundaries (out_src has %d outputs)",
-                                      b->fqn, rel, b->out_src.n);
-                if (bs && bs->pl.ax[HP_AXIS_TP].kind != HP_PL_R && bs->pl.ax[HP_AXIS_TP].kind != HP_PL_ABSENT)
-                    return hp_err_set(err, HP_ERR_INPUT,
-                                      "boundary '%s': bias '%s' of a row-wise sharded weight must be declared "
-                                      "Replicate on tp (it is added once after the reduction)",
-                                      b->fqn, rel);
-                if (wp->n_dims != 2) {
-                    hp__plan_warn(p, "%s: owner of '%s' is not nn.Linear-shaped; bias not deferred", b->fqn, rel);
-                    continue;
-                }
-                if (!b->deferred_biases) {
-                    b->deferred_biases = hp_arena_alloc(&p->arena, 8 * sizeof *b->deferred_biases);
-                    if (!b->deferred_biases) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-                }
-                if (b->n_deferred < 8) b->deferred_biases[b->n_deferred++] = rel;
-            } else {
-                bool ok = bs && (bs->pl.ax[HP_AXIS_TP].kind == HP_PL_S || bs->pl.ax[HP_AXIS_TP].kind == HP_PL_S2);
-                if (ok) {
-                    int bd = bs->pl.ax[HP_AXIS_TP].dim;
-                    ok = (bd < 0 ? bd + m->params[q].n_dims : bd) == (wdim == 0 ? 0 : wdim);
-                }
-                if (!ok)
-                    return hp_err_set(err, HP_ERR_INPUT,
-                                      "boundary '%s': bias '%s' is not sharded like its column-sharded weight "
-                                      "'%s' (template mismatch); declare the bias Shard(%d) or classify it with "
-                                      "its weight",
-                                      b->fqn, rel, weight, wdim);
+    b->n_deferred = 0;
+    if (!b->is_boundary || b->module < 0) return HP_OK;
+    int n_partial = 0;
+    if (!b->out_src.is_null)
+        for (int k = 0; k < b->out_src.n; k++) n_partial += b->out_src.e[k].pl.ax[HP_AXIS_TP].kind == HP_PL_P;
+    size_t skip = b->fqn[0] ? strlen(b->fqn) + 1 : 0;
+    const hp_module *mod = &m->modules[b->module];
+    for (int q = mod->subtree_first; q < mod->subtree_end; q++) {
+        const char *rel = m->params[q].name + skip;
+        if (strcmp(rel, "bias") != 0 && !ends_with(rel, ".bias")) continue;
+        char weight[1024];
+        size_t owner_len = strlen(rel) - 4; /* keeps the dot */
+        snprintf(weight, sizeof weight, "%.*sweight", (int)owner_len, rel);
+        hp_param_spec *ws = find_spec_param(b, weight);
+        if (!ws) continue;
+        hp_placement wt = ws->pl.ax[HP_AXIS_TP];
+        if (wt.kind != HP_PL_S && wt.kind != HP_PL_S2) continue;
+        char wfull[1024];
+        const hp_param *wp = hp_model_find_param(m, full_name(b, weight, wfull, sizeof wfull));
+        if (!wp) continue;
+        int wdim = wt.dim < 0 ? wt.dim + wp->n_dims : wt.dim;
+        hp_param_spec *bs = find_spec_param(b, rel);
+        if (wdim == wp->n_dims - 1) {
+            if (n_partial == 0) continue;
+            if (b->out_src.n > 1)
+                return hp_err_set(err, HP_ERR_INPUT,
+                                  "boundary '%s': deferred row-wise bias '%s' only supports single-output "
+                                  "boundaries (out_src has %d outputs)",
+                                  b->fqn, rel, b->out_src.n);
+            if (bs && bs->pl.ax[HP_AXIS_TP].kind != HP_PL_R && bs->pl.ax[HP_AXIS_TP].kind != HP_PL_ABSENT)
+                return hp_err_set(err, HP_ERR_INPUT,
+                                  "boundary '%s': bias '%s' of a row-wise sharded weight must be declared "
+                                  "Replicate on tp (it is added once after the reduction)",
+                                  b->fqn, rel);
+            if (wp->n_dims != 2) {
+                hp__plan_warn(p, "%s: owner of '%s' is not nn.Linear-shaped; bias not deferred", b->fqn, rel);
+                continue;
             }
+            if (!b->deferred_biases) {
+                b->deferred_biases = hp_arena_alloc(&p->arena, 8 * sizeof *b->deferred_biases);
+                if (!b->deferred_biases) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            }
+            if (b->n_deferred < 8) b->deferred_biases[b->n_deferred++] = rel;
+        } else {
+            bool ok = bs && (bs->pl.ax[HP_AXIS_TP].kind == HP_PL_S || bs->pl.ax[HP_AXIS_TP].kind == HP_PL_S2);
+            if (ok) {
+                int bd = bs->pl.ax[HP_AXIS_TP].dim;
+                ok = (bd < 0 ? bd + m->params[q].n_dims : bd) == (wdim == 0 ? 0 : wdim);
+            }
+            if (!ok)
+                return hp_err_set(err, HP_ERR_INPUT,
+                                  "boundary '%s': bias '%s' is not sharded like its column-sharded weight "
+                                  "'%s' (template mismatch); declare the bias Shard(%d) or classify it with "
+                                  "its weight",
+                                  b->fqn, rel, weight, wdim);
         }
     }
     return HP_OK;
 }
 
+static hp_status deferred_biases(hp_plan *p, hp_err *err)
+{
+    if (!hp__plan_has_dim(p, HP_AXIS_TP)) return HP_OK;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        hp_status st = deferred_of(p, &p->boundaries[i], err);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
 /* gpt-oss: the down bias of row-split experts is added once, after the reduction, like a Linear's. */
+static hp_status deferred_expert_of(hp_plan *p, hp_boundary *b, hp_err *err)
+{
+    hp_param_spec *w = find_spec_param(b, "experts.down_proj"), *bias = find_spec_param(b, "experts.down_proj_bias");
+    if (!w || !bias || w->pl.ax[HP_AXIS_TP].kind != HP_PL_S || b->ep_size) return HP_OK;
+    const char **d = hp_arena_alloc(&p->arena, (size_t)(b->n_deferred + 1) * sizeof *d);
+    if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (b->n_deferred) memcpy(d, b->deferred_biases, (size_t)b->n_deferred * sizeof *d);
+    d[b->n_deferred++] = bias->rel;
+    b->deferred_biases = d;
+    return HP_OK;
+}
+
 static hp_status deferred_expert_bias(hp_plan *p, hp_err *err)
 {
     if (!hp__plan_has_dim(p, HP_AXIS_TP) || !hp_family_experts_transposed(p->model->family)) return HP_OK;
     for (size_t i = 0; i < p->n_boundaries; i++) {
-        hp_boundary *b = &p->boundaries[i];
-        hp_param_spec *w = find_spec_param(b, "experts.down_proj"), *bias = find_spec_param(b, "experts.down_proj_bias");
-        if (!w || !bias || w->pl.ax[HP_AXIS_TP].kind != HP_PL_S || b->ep_size) continue;
-        const char **d = hp_arena_alloc(&p->arena, (size_t)(b->n_deferred + 1) * sizeof *d);
-        if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        if (b->n_deferred) memcpy(d, b->deferred_biases, (size_t)b->n_deferred * sizeof *d);
-        d[b->n_deferred++] = bias->rel;
-        b->deferred_biases = d;
+        hp_status st = deferred_expert_of(p, &p->boundaries[i], err);
+        if (st != HP_OK) return st;
     }
     return HP_OK;
+}
+
+hp_status hp__boundary_finals(hp_plan *p, const hp_boundary *b, hp_boundary *out, hp_err *err)
+{
+    *out = *b;
+    out->n_tp_attrs = 0;
+    out->tp_attrs = NULL;
+    out->n_deferred = 0;
+    out->deferred_biases = NULL;
+    out->n_user_attrs = 0;
+    out->user_attrs = b->n_tp_attrs ? hp_arena_alloc(&p->arena, (size_t)b->n_tp_attrs * sizeof *out->user_attrs) : NULL;
+    if (b->n_tp_attrs && !out->user_attrs) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < b->n_tp_attrs; i++)
+        if (b->tp_attrs[i].user) out->user_attrs[out->n_user_attrs++] = b->tp_attrs[i].name;
+    if (out->module < 0) out->module = hp_model_find_module(p->model, b->fqn);
+    const bool tp = hp__plan_has_dim(p, HP_AXIS_TP);
+    hp_status st = tp ? auto_attrs(p, out, &p->model->cfg, false, err) : HP_OK;
+    if (st == HP_OK) st = user_attrs(p, out, err);
+    if (st == HP_OK && tp) st = deferred_of(p, out, err);
+    if (st == HP_OK && tp && hp_family_experts_transposed(p->model->family)) st = deferred_expert_of(p, out, err);
+    return st;
 }
 
 /* Dense fused gate/up: mlp.gate_up_proj.weight; fused experts: experts[.<e>].gate_up_proj[.weight] ... */

@@ -28,6 +28,11 @@ hp_status hp__validate_ep_extend(const hp_plan *p, hp_err *err);
 
 /* lints.c: §7.3-§8 in order. */
 hp_status hp__finalize(hp_plan *p, const hp_plan_opts *o, hp_err *err);
+/* What finalisation derives for one boundary from its params, I/O contracts, the mesh and the model: the
+ * TP-local attributes (auto head counts; b's "user" attributes checked and recomputed as tp_divide_attrs) and
+ * the deferred biases, into *out (a copy of *b; allocations in p's arena). A plan read back from a file must
+ * hold exactly these (src/shard/plan_read.c). HP_ERR_INPUT as finalisation's own messages. */
+hp_status hp__boundary_finals(hp_plan *p, const hp_boundary *b, hp_boundary *out, hp_err *err);
 
 /* Shape of a boundary parameter (model param, or an ep_stack entry); false when unknown. */
 bool hp__param_shape(const hp_plan *p, const hp_boundary *b, const char *rel, int *ndim, int64_t *shape);

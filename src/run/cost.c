@@ -850,7 +850,10 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
     k->m = m, k->p = p;
     char cfgp[4200];
     hp_status st = HP_OK;
-    if (!hp__run_family_ok(m))
+    if (!m->has_config)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: config.json is missing; the runtime needs the model's "
+                        "hyperparameters (family, heads, norms, rotary settings) from it", m->path);
+    else if (!hp__run_family_ok(m))
         st = hp_err_set(err, HP_ERR_INPUT, "the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, "
                         "qwen3_moe, glm4_moe, gpt_oss and deepseek_v3 decoders; %s is not one of them",
                         m->family ? hp_family_name(m->family) : m->model_type[0] ? m->model_type : "this architecture");

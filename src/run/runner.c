@@ -1155,6 +1155,11 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
     const hp_model *m = r->m;
     const hp_plan *p = r->p;
     int world = hp_comm_size(r->x.world);
+    if (!m->has_config)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: config.json is missing; the runtime needs the model's hyperparameters (family, "
+                          "heads, norms, rotary settings) from it: copy the model's config.json next to the weights",
+                          m->path);
     if (!hp__run_family_ok(m))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "

@@ -197,6 +197,18 @@ hp_status hp__rank_file_check(const hp__manifest *man, uint64_t globals, int64_t
     const hp__mrank *rk = &man->ranks[r];
     const char *id = hp_st_metadata_get(f, "hyperpar_identity");
     const char *world = hp_st_metadata_get(f, "hyperpar_world"), *ranks = hp_st_metadata_get(f, "hyperpar_rank");
+    uint64_t sum = 0, fsize = 0;
+    hp_err cerr;
+    /* The rank file is byte for byte the one this manifest was written with (its checksum), so the manifest's
+     * identity is what was edited: said once, about the manifest, whichever rank file shows it. */
+    if (id && strcmp(id, man->identity) != 0 && hp__file_checksum(path, &sum, &fsize, &cerr) == HP_OK &&
+        sum == rk->checksum && fsize == rk->bytes)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%.*smanifest.json's identity is %s (%s), but the rank files it lists carry %s and match its "
+                          "checksums: the manifest was edited after 'hyperpar shard' wrote it. Put back the "
+                          "identity %s (or the original manifest.json), or shard again",
+                          strrchr(path, '/') ? (int)(strrchr(path, '/') - path + 1) : 0, path, man->identity,
+                          strspn(man->identity, "0") == 32 ? "zeroed" : "edited", id, id);
     if (!id || strcmp(id, man->identity) != 0)
         return hp_err_set(err, HP_ERR_INPUT,
                           "rank %lld: %s belongs to another shard folder: its identity is %s, this folder's is %s "

@@ -4,7 +4,8 @@
  *   {"format": "hyperpar-shards", "version": 2, "identity": "<32 hex digits>",
  *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>"},
  *    "mesh":    {"dims": [{"name", "size"}], "world", "ep", "ep_mode"},
- *    "source":  {"path", "files", "total_bytes", "model_type", "architecture"},
+ *    "source":  {"path", "files", "total_bytes", "model_type", "architecture", "config_checksum": "xxh64:<16 hex>"
+ *                (the config.json written beside the rank files; absent when the source had none)},
  *    "tensors": [{"name", "dtype", "shape"}]                      every parameter, model order
  *    "ranks":   [{"rank", "coords": {"dp": 0, ...}, "file", "file_rank", "bytes", "checksum": "xxh64:<16 hex>",
  *                 "tensors": [{"name", "global", "global_shape", "dtype", "slices": [{"dim", "offset", "length"}],
@@ -121,6 +122,21 @@ hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const 
     set(&b, src, "total_bytes", jint(&b, (int64_t)hp_model_total_bytes(m)));
     set(&b, src, "model_type", jstr(&b, m->model_type));
     set(&b, src, "architecture", jstr(&b, m->architecture));
+    /* The checksum of the config.json shard copies beside the rank files: an edit of it afterwards is named as
+     * such (hp_shard_check_config), not found later as a layout "made for another plan". */
+    char cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", hp_ckpt_dir(m->ckpt));
+    if (hp__file_exists(cfg)) {
+        uint64_t csum = 0, csize = 0;
+        hp_status cst = hp__file_checksum(cfg, &csum, &csize, err);
+        if (cst != HP_OK) {
+            json_decref(root);
+            return cst;
+        }
+        char sum[40], hex[17];
+        snprintf(sum, sizeof sum, "xxh64:%s", hp__hex64(csum, hex));
+        set(&b, src, "config_checksum", jstr(&b, sum));
+    }
     set(&b, root, "source", src);
 
     json_t *tensors = chk(&b, json_array());
@@ -383,6 +399,14 @@ static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
     if (st != HP_OK) return st;
     if (strlen(m->identity) != 32 || strspn(m->identity, "0123456789abcdef") != 32)
         return bad(r, "identity", "expected 32 lower-case hex digits");
+    json_t *cs = json_object_get(json_object_get(root, "source"), "config_checksum");
+    if (cs) { /* optional: folders written before it was recorded have none */
+        const char *sum = json_string_value(cs);
+        if (!sum || strncmp(sum, "xxh64:", 6) != 0 || strlen(sum) != 22 || strspn(sum + 6, "0123456789abcdef") != 16)
+            return bad(r, "source.config_checksum", "expected \"xxh64:\" and 16 lower-case hex digits");
+        m->config_checksum = strtoull(sum + 6, NULL, 16);
+        m->has_config_checksum = true;
+    }
     json_t *mesh = json_object_get(root, "mesh");
     if (!json_is_object(mesh)) return bad(r, "mesh", "missing or not an object");
     st = get_int(r, mesh, "world", "mesh", 1, HP_SHARD_MAX_WORLD, &m->world);
@@ -534,6 +558,33 @@ static hp_status rank_file_index(hp_shard_rank_file *f, rank_file_int *in, hp_er
     }
     qsort(in->index, in->n_index, sizeof *in->index, index_cmp);
     return HP_OK;
+}
+
+hp_status hp_shard_check_config(const char *dir, hp_err *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    struct stat sb; /* lstat: a FIFO or a dangling link is named for what it is by the read */
+    if (lstat(path, &sb) != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: manifest.json is missing; this is not a complete 'hyperpar shard' "
+                          "output", dir);
+    hp__manifest *man = NULL;
+    hp_status st = hp__manifest_read(path, &man, err);
+    if (st != HP_OK) return st;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    uint64_t sum = 0, size = 0;
+    if (man->has_config_checksum && (st = hp__file_checksum(path, &sum, &size, err)) == HP_OK &&
+        sum != man->config_checksum) {
+        char want[17], got[17];
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "%s was changed after sharding (it no longer matches the config.json the folder was written "
+                        "with: manifest.json records xxh64 %s, the file is now %s); the rank files hold the weights "
+                        "of the original configuration. Put back the source checkpoint's config.json, or shard the "
+                        "checkpoint again with the edited one",
+                        path, hp__hex64(man->config_checksum, want), hp__hex64(sum, got));
+    }
+    hp__manifest_free(man);
+    return st;
 }
 
 hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err)

@@ -15,6 +15,11 @@
  * non-empty with unique module fqns, placement maps use only the plan's axes (an ep Shard only on an
  * EP-marked boundary of a TP-extend-EP plan) with Shard dims that fit the tensor, and no parameter is declared
  * twice. Absent optional keys stay allowed (a hand-written plan may omit what sharding does not use).
+ *
+ * What finalisation derives from the rest (the TP-local head counts, tp_divide_attrs, deferred biases, terminal)
+ * is derived again here by the planner's own code (hp__boundary_finals) for this model and mesh: a key the plan
+ * gives must equal it (else the error names boundaries[i].tp_local_attrs.NAME and the value `hyperpar plan`
+ * writes), and a key it leaves out takes it, so shard, cost and run never use a figure the planner would not.
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -23,6 +28,7 @@
 
 #include "io/json.h"
 #include "hyperpar/overrides.h"
+#include "plan/planner_int.h"
 #include "shard/shard_int.h"
 
 #define MAX_DIFFS 10
@@ -227,7 +233,9 @@ static hp_status read_runtime_fields(hp_plan *p, const char *path, const char *w
         json_object_foreach(ta, key, x)
         {
             json_t *g = json_object_get(x, "global"), *l = json_object_get(x, "local"), *src = json_object_get(x, "source");
-            if (!json_is_integer(g) || !json_is_integer(l)) {
+            bool src_ok = !src || (json_is_string(src) && (!strcmp(json_string_value(src), "auto") ||
+                                                           !strcmp(json_string_value(src), "user")));
+            if (!json_is_integer(g) || !json_is_integer(l) || !src_ok) {
                 char w[600];
                 snprintf(w, sizeof w, "%.300s.tp_local_attrs.%.200s", where, key);
                 return fail(err, path, w, "expected {\"global\": N, \"local\": N, \"source\": \"auto\" or \"user\"}");
@@ -617,7 +625,83 @@ static hp_status check_unique_fqns(const hp_plan *p, const char *path, hp_err *e
     return st;
 }
 
-static hp_status check_boundary(const hp_plan *p, const hp_model *m, const char *path, size_t i, json_t *o,
+static const hp_tp_attr *find_attr(const hp_tp_attr *a, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(a[i].name, name)) return &a[i];
+    return NULL;
+}
+
+static bool has_str(const char *const *a, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(a[i], s)) return true;
+    return false;
+}
+
+/* What finalisation derives from the boundary's params and contracts, the mesh and the model
+ * (hp__boundary_finals, the planner's own code): the TP-local attributes and the deferred biases. A key the plan
+ * gives must hold exactly what `hyperpar plan` writes; a key it leaves out takes the derived value, so that the
+ * runtime and cost never compute with a head count or a bias placement the planner would not have chosen. */
+static hp_status check_finals(hp_plan *p, size_t i, json_t *o, const char *path, hp_err *err)
+{
+    hp_boundary *b = &p->boundaries[i], d;
+    char where[64], w[600];
+    snprintf(where, sizeof where, "boundaries[%zu]", i);
+    hp_err e = {0};
+    hp_status st = hp__boundary_finals(p, b, &d, &e);
+    if (st == HP_ERR_NOMEM) return hp_err_set(err, st, "%s", e.msg);
+    if (st != HP_OK) {
+        snprintf(w, sizeof w, "%s.tp_local_attrs", where);
+        return failf(err, path, json_object_get(o, "tp_local_attrs") && strstr(e.msg, "tp_divide_attrs") ? w : where,
+                     "%s", e.msg);
+    }
+    const long long tp = (long long)p->tp;
+    if (json_object_get(o, "tp_local_attrs")) {
+        for (int k = 0; k < b->n_tp_attrs; k++) {
+            const hp_tp_attr *t = &b->tp_attrs[k], *x = find_attr(d.tp_attrs, d.n_tp_attrs, t->name);
+            snprintf(w, sizeof w, "%s.tp_local_attrs.%.400s", where, t->name);
+            if (!x)
+                return failf(err, path, w, "{global %lld, local %lld}, but hyperpar plan writes no '%.200s' for this "
+                             "boundary at tp=%lld (the TP-local head counts belong to attention boundaries whose "
+                             "q/k/v weights are split over tp along dim 0, and only when tp divides them)",
+                             (long long)t->global, (long long)t->local, t->name, tp);
+            if (x->global != t->global || x->local != t->local)
+                return failf(err, path, w, "{global %lld, local %lld}, but hyperpar plan writes {global %lld, local "
+                             "%lld} for this model at tp=%lld (global: config.json's value; local: global / tp)",
+                             (long long)t->global, (long long)t->local, (long long)x->global, (long long)x->local, tp);
+        }
+        for (int k = 0; k < d.n_tp_attrs; k++)
+            if (!find_attr(b->tp_attrs, b->n_tp_attrs, d.tp_attrs[k].name)) {
+                snprintf(w, sizeof w, "%s.tp_local_attrs", where);
+                return failf(err, path, w, "'%s' is missing; hyperpar plan writes {global %lld, local %lld} for this "
+                             "model at tp=%lld (the runtime would otherwise run every head on each rank's slice)",
+                             d.tp_attrs[k].name, (long long)d.tp_attrs[k].global, (long long)d.tp_attrs[k].local, tp);
+            }
+    }
+    b->n_tp_attrs = d.n_tp_attrs;
+    b->tp_attrs = d.tp_attrs;
+    if (json_object_get(o, "deferred_biases")) {
+        snprintf(w, sizeof w, "%s.deferred_biases", where);
+        for (int k = 0; k < b->n_deferred; k++)
+            if (!has_str(d.deferred_biases, d.n_deferred, b->deferred_biases[k]))
+                return failf(err, path, w, "'%.300s' is not a bias hyperpar plan defers here (only the bias of a "
+                             "weight split over tp along its input dim, under a Partial output, is added after the "
+                             "reduction)", b->deferred_biases[k]);
+        for (int k = 0; k < d.n_deferred; k++)
+            if (!has_str(b->deferred_biases, b->n_deferred, d.deferred_biases[k]))
+                return failf(err, path, w, "'%.300s' is missing; hyperpar plan defers it (its weight is split over "
+                             "tp along its input dim, so the bias is added once, after the reduction)",
+                             d.deferred_biases[k]);
+        if (b->n_deferred != d.n_deferred)
+            return fail(err, path, w, "a bias is listed twice");
+    }
+    b->n_deferred = d.n_deferred;
+    b->deferred_biases = d.deferred_biases;
+    return HP_OK;
+}
+
+static hp_status check_boundary(hp_plan *p, const hp_model *m, const char *path, size_t i, json_t *o,
                                 hp_err *err)
 {
     const hp_boundary *b = &p->boundaries[i];
@@ -660,7 +744,7 @@ static hp_status check_boundary(const hp_plan *p, const hp_model *m, const char 
 }
 
 /* After compare(): the plan is for this checkpoint; now it must agree with itself, field by field. */
-static hp_status validate(const hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
+static hp_status validate(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
 {
     static const char *const flags[] = {"sequence_parallel", "loss_parallel", "allow_uncovered_params"};
     for (int i = 0; i < 3; i++) {
@@ -742,8 +826,25 @@ static hp_status validate(const hp_plan *p, const hp_model *m, const char *path,
         return fail(err, path, "boundaries", "empty; a plan without boundaries shards nothing");
     hp_status st = check_unique_fqns(p, path, err);
     for (size_t i = 0; st == HP_OK && i < p->n_boundaries; i++) st = check_boundary(p, m, path, i, json_array_get(bds, i), err);
-    if (st != HP_OK) return st;
-    return check_ownership(p, bds, roles != NULL, path, err);
+    if (st == HP_OK) st = check_ownership(p, bds, roles != NULL, path, err);
+    for (size_t i = 0; st == HP_OK && i < p->n_boundaries; i++) st = check_finals(p, i, json_array_get(bds, i), path, err);
+    /* terminal: the last real boundary (lints.c terminal()); a plan that says otherwise was edited. */
+    size_t last = p->n_boundaries;
+    for (size_t i = 0; i < p->n_boundaries; i++)
+        if (p->boundaries[i].is_boundary) last = i;
+    for (size_t i = 0; st == HP_OK && i < p->n_boundaries; i++) {
+        json_t *t = json_object_get(json_array_get(bds, i), "terminal");
+        char tw[64];
+        snprintf(tw, sizeof tw, "boundaries[%zu].terminal", i);
+        if (t && json_is_true(t) != (i == last))
+            st = failf(err, path, tw, "%s, but %s; terminal marks the last boundary with is_boundary true",
+                       json_is_true(t) ? "true" : "false",
+                       last == p->n_boundaries ? "no boundary has is_boundary true"
+                       : i == last             ? "this is the last boundary with is_boundary true"
+                                               : "a later boundary has is_boundary true");
+        p->boundaries[i].terminal = i == last;
+    }
+    return st;
 }
 
 static hp_status read_plan(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)

@@ -206,6 +206,8 @@ typedef struct hp__mglobal {
 
 typedef struct hp__manifest {
     const char *identity; /* 32 hex digits: the folder's identity, also in every rank file's __metadata__ */
+    bool has_config_checksum;
+    uint64_t config_checksum; /* source.config_checksum: XXH64 of the config.json written beside the rank files */
     int64_t world;
     size_t n_globals;
     hp__mglobal *globals; /* model parameter order */

@@ -29,6 +29,49 @@ refused mdn "mesh_dim_names: [cp], but the mesh's tp/cp/ep axes of size > 1, in 
 bad dim 's/"S(1)"/"S(4)"/'
 refused dim "placement S(4) is out of range for a 2-dim tensor"
 
+# What finalisation derives (TP-local head counts, tp_divide_attrs, deferred biases, terminal) must be exactly
+# what hyperpar plan writes for this model and mesh; shard and cost refuse anything else, naming the JSON path.
+edit() { # edit NAME PYTHON [FILE]: a copy of the plan edited by a Python statement on q (the parsed plan)
+    python3 - "${3:-$WORK/p.json}" "$WORK/$1.json" "$2" <<'PY'
+import json, sys
+q = json.load(open(sys.argv[1]))
+attn = [b for b in q["boundaries"] if b.get("tp_local_attrs")]
+exec(sys.argv[3])
+json.dump(q, open(sys.argv[2], "w"))
+PY
+}
+refused_cost() { # refused_cost NAME NEEDLE: cost --plan refuses what shard refuses
+    refused "$1" "$2"
+    expect 2 "$2" -- "$HP" cost "$M" --plan "$WORK/$1.json"
+}
+HEADS='tp_local_attrs.num_attention_heads: {global 4, local'
+edit neg 'attn[0]["tp_local_attrs"]["num_attention_heads"]["local"] = -2'
+refused_cost neg "boundaries[1].$HEADS -2}, but hyperpar plan writes {global 4, local 2} for this model at tp=2"
+edit zero 'attn[1]["tp_local_attrs"]["num_attention_heads"]["local"] = 0'
+refused_cost zero "$HEADS 0}, but hyperpar plan writes {global 4, local 2}"
+edit global 'attn[0]["tp_local_attrs"]["num_attention_heads"]["global"] = 1000'
+refused_cost global "num_attention_heads: {global 1000, local 2}, but hyperpar plan writes {global 4, local 2}"
+edit kv 'attn[0]["tp_local_attrs"]["num_key_value_heads"] = {"global": 2, "local": 2, "source": "auto"}'
+refused_cost kv "num_key_value_heads: {global 2, local 2}, but hyperpar plan writes {global 2, local 1}"
+edit missing 'del attn[0]["tp_local_attrs"]["num_key_value_heads"]'
+refused_cost missing "tp_local_attrs: 'num_key_value_heads' is missing; hyperpar plan writes {global 2, local 1}"
+edit extra 'q["boundaries"][0]["tp_local_attrs"] = {"num_attention_heads": {"global": 4, "local": 2, "source": "auto"}}'
+refused_cost extra "boundaries[0].tp_local_attrs.num_attention_heads: {global 4, local 2}, but hyperpar plan writes no"
+edit user 'attn[0]["tp_local_attrs"]["vocab_size"] = {"global": 128, "local": 7, "source": "user"}'
+refused_cost user "tp_local_attrs.vocab_size: {global 128, local 7}, but hyperpar plan writes {global 128, local 64}"
+edit user_auto 'attn[0]["tp_local_attrs"]["num_attention_heads"]["source"] = "user"'
+refused_cost user_auto "names 'num_attention_heads', which the planner already divides"
+edit source 'attn[0]["tp_local_attrs"]["num_attention_heads"]["source"] = "guess"'
+refused_cost source 'expected {"global": N, "local": N, "source": "auto" or "user"}'
+edit deferred 'attn[0]["deferred_biases"] = ["o_proj.bias"]'
+refused_cost deferred "deferred_biases: 'o_proj.bias' is not a bias hyperpar plan defers here"
+edit terminal 'q["boundaries"][0]["terminal"] = True'
+refused_cost terminal "boundaries[0].terminal: true, but a later boundary has is_boundary true"
+# Leaving the derived keys out is allowed: they take what hyperpar plan derives, so the layout is the same.
+edit omitted 'for b in q["boundaries"]: b.pop("tp_local_attrs", None); b.pop("deferred_biases", None); b.pop("terminal", None)'
+expect 0 "sharded into" -- "$HP" shard "$M" --plan "$WORK/omitted.json" --out "$WORK/ok_omitted"
+check "omitted keys: the same rank files" cmp "$WORK/ok/rank-00001.safetensors" "$WORK/ok_omitted/rank-00001.safetensors"
+
 # Small hand-written plans for lm_head.
 plan() { # plan NAME BOUNDARIES-JSON
     printf '{"format": "hyperpar-plan", "version": 1, "mesh": {"dims": [{"name": "tp", "size": 2}], "world": 2, "ep": 1, "ep_mode": "none"}, "mesh_dim_names": ["tp"], "boundaries": [%s]}\n' "$2" > "$WORK/$1.json"
