@@ -165,6 +165,13 @@ static volatile sig_atomic_t g_signal;
 void hp_interrupt(int sig) { g_signal = sig; }
 int hp_interrupted(void) { return (int)g_signal; }
 
+hp_status hp__interrupt_error(hp_err *err)
+{
+    int s = (int)g_signal;
+    return hp_err_set(err, HP_ERR_IO, "interrupted by signal %d (%s); the unfinished output was removed", s,
+                      strsignal(s));
+}
+
 /* ---- test pause points ---- */
 
 void hp__test_pause(const char *env, bool once)

@@ -26,6 +26,10 @@ bool hp__guarded_copy(void *dst, const void *src, size_t n);
 int hp__guard_map(const void *base, size_t len, const char *path);
 void hp__guard_unmap(int slot);
 
+/* HP_ERR_IO "interrupted by signal N (NAME); the unfinished output was removed", for the signal hp_interrupt
+ * recorded. */
+hp_status hp__interrupt_error(hp_err *err);
+
 /* Test hook: when the environment variable `env` names a path P, creates P.ready and waits until P.go exists,
  * a signal was recorded (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a signal at
  * exactly this point instead of guessing with sleeps. With `once`, only the first such call in the process

@@ -25,13 +25,6 @@ void hp_shard_interrupt(int sig) { hp_interrupt(sig); }
 int hp_shard_interrupted(void) { return hp_interrupted(); }
 int hp__interrupted(void) { return hp_interrupted(); }
 
-hp_status hp__interrupt_error(hp_err *err)
-{
-    int s = hp_interrupted();
-    return hp_err_set(err, HP_ERR_IO, "interrupted by signal %d (%s); the unfinished output was removed", s,
-                      strsignal(s));
-}
-
 /* ---- snapshots ---- */
 
 static bool stat_sig(const char *path, uint64_t *sig)

@@ -138,7 +138,6 @@ void hp__out_fix_msg(const hp__outdir *o, hp_err *err);
  * copy loops). */
 /* The signal recorded by hp_shard_interrupt, 0 when none. */
 int hp__interrupted(void);
-hp_status hp__interrupt_error(hp_err *err);
 /* size / mtime / inode of the files read, taken at the start and compared at the end. */
 typedef struct hp__snap {
     size_t n;
