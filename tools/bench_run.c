@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -285,6 +286,27 @@ static hp_status patch_int(char **text, const char *key, int64_t value, hp_err *
  * on the 2-core VM; write_from_config's threaded writer takes seconds). */
 static bool gen_fits(const rb_args *a) { return a->vocab <= HP_GEN_MAX_DIM && !is_moe(a); }
 
+/* The checkpoint must fit in the free space of dir's filesystem (TMPDIR): refused before writing, as a usage
+ * error (the sizes asked for are the cause), instead of filling the disk. Byte sums overflow-checked. */
+static hp_status check_room(const hp_model *m, const char *dir, hp_err *err)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        if (m->params[i].nbytes > UINT64_MAX - bytes)
+            return hp_err_set(err, HP_ERR_INPUT, "the checkpoint would be more than 2^64 bytes; choose smaller sizes");
+        bytes += m->params[i].nbytes;
+    }
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0 || (sv.f_frsize && sv.f_bavail > UINT64_MAX / sv.f_frsize)) return HP_OK;
+    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (bytes <= room) return HP_OK;
+    char need[32], have[32];
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "%s: the checkpoint would be %s but the filesystem has %s free; choose smaller sizes (--layers, "
+                      "--vocab, --experts, ...) or set TMPDIR to a folder with room for it",
+                      dir, hp_format_bytes(bytes, need, sizeof need), hp_format_bytes(room, have, sizeof have));
+}
+
 /* A checkpoint gen cannot write itself (gen_fits false): gen's config.json text for o (vocab at most
  * HP_GEN_MAX_DIM) with vocab_size and the DeepSeek-V3 fields rewritten to the preset's, and the tensors its
  * meta model lists (dense and MoE families alike), into the (empty) folder dir. */
@@ -306,6 +328,7 @@ static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const
     hp_st_writer *w = NULL;
     big_fill *fills = NULL;
     if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, err);
+    if (st == HP_OK) st = check_room(m, dir, err);
     if (st == HP_OK) {
         w = hp_st_writer_create();
         fills = calloc(m->n_params ? m->n_params : 1, sizeof *fills);
@@ -1027,5 +1050,11 @@ int cmd_bench_run(int argc, char **argv)
     if (a.heads % a.kv_heads)
         return cli_usage_error("bench", "--heads %lld must be a multiple of --kv-heads %lld", (long long)a.heads,
                                (long long)a.kv_heads);
+    /* Per-expert checkpoints hold 3 tensors per expert and sparse layer: more than a safetensors header holds
+     * is refused before any work (--layers <= 1024 and --experts <= 4096, so the product cannot overflow). */
+    if (is_moe(&a) && p->family && a.layers * 3 * a.experts > HP_GEN_MAX_TENSORS)
+        return cli_usage_error("bench", "--layers %lld x --experts %lld would write more than %d tensors, more than a "
+                               "safetensors header holds; give fewer --layers or --experts", (long long)a.layers,
+                               (long long)a.experts, HP_GEN_MAX_TENSORS);
     return run(&a, &argc, &argv);
 }
