@@ -5,7 +5,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- helpers ---- */
@@ -669,6 +671,68 @@ TEST(open_from_disk_errors)
     CHECK(hp_st_open(&f, p, &e) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(e.msg, "small.safetensors: tensor 'a': data_offsets end 4 is past the data section (2 bytes)");
     free(b);
+    remove_tmpdir(dir);
+}
+
+/* A file truncated by another process after hp_st_open: hp_st_read of the lost part is HP_ERR_IO "changed while
+ * reading" (not SIGBUS), reads of what is left still work, and a read outside the tensor is HP_ERR_INPUT. A
+ * direct read through hp_st_data of the lost part ends the process with exit 1 and the file's name (the
+ * guard's last resort), never signal 7. */
+TEST(read_of_a_file_truncated_meanwhile_is_an_error)
+{
+    char *dir = make_tmpdir();
+    char p[256];
+    snprintf(p, sizeof p, "%s/t.safetensors", dir);
+    enum { N = 64 << 10 }; /* 256 KiB of f32: several pages */
+    float *v = malloc(N * sizeof *v);
+    for (int i = 0; i < N; i++) v[i] = (float)i;
+    hp_st_writer *w = hp_st_writer_create();
+    hp_err e;
+    int64_t shape[1] = {N};
+    CHECK(hp_st_writer_add(w, "w", HP_DT_F32, 1, shape, v, &e) == HP_OK && hp_st_writer_write(w, p, &e) == HP_OK);
+    hp_st_writer_destroy(w);
+    hp_st_file *f = NULL;
+    CHECK(hp_st_open(&f, p, &e) == HP_OK);
+    const hp_st_tensor *t = f ? hp_st_find(f, "w") : NULL;
+    CHECK(t != NULL);
+    float got[1024];
+    if (t) {
+        CHECK(hp_st_read(f, t, 4096 * sizeof(float), got, sizeof got, &e) == HP_OK && got[7] == 4096 + 7);
+        CHECK(truncate(p, 8192) == 0);
+        CHECK_EQ_INT(hp_st_read(f, t, (N - 1024) * sizeof(float), got, sizeof got, &e), HP_ERR_IO);
+        CHECK_STR_CONTAINS(e.msg, "t.safetensors changed while reading (truncated or rewritten by another process)");
+        CHECK_STR_CONTAINS(e.msg, "tensor 'w'");
+        CHECK(hp_st_read(f, t, 0, got, 16, &e) == HP_OK && got[3] == 3); /* the guard keeps working */
+        CHECK_EQ_INT(hp_st_read(f, t, N * sizeof(float) - 8, got, 16, &e), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(e.msg, "outside its 262144 bytes");
+        int pipefd[2];
+        CHECK(pipe(pipefd) == 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(pipefd[1], 2);
+            volatile float x = ((const float *)hp_st_data(f, t))[N - 1]; /* past the new end */
+            (void)x;
+            _exit(0);
+        }
+        close(pipefd[1]);
+        char msg[1024] = "";
+        size_t len = 0;
+        for (ssize_t k; len < sizeof msg - 1 && (k = read(pipefd[0], msg + len, sizeof msg - 1 - len)) > 0;)
+            len += (size_t)k;
+        msg[len] = '\0';
+        close(pipefd[0]);
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+        CHECK_STR_CONTAINS(msg, "hyperpar: error: ");
+        CHECK_STR_CONTAINS(msg, "t.safetensors changed while reading");
+    }
+    hp_st_close(f);
+    /* Closed: the guard is gone with the last mapping, and the file opens as what it now is. */
+    CHECK_EQ_INT(hp_st_open(&f, p, &e), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(e.msg, "the file looks truncated");
+    free(v);
     remove_tmpdir(dir);
 }
 

@@ -12,10 +12,13 @@
  *     for MoE dense bytes / tp + routed-expert bytes (names with ".experts.") / ep (target: within 5%);
  *   - MoE: the phase times of the EP forward (route ... shared) summed over the sparse layers.
  *
- * The checkpoint is random: rank 0 writes it into a fresh temporary folder (mkdtemp under $TMPDIR or /tmp)
+ * The checkpoint is random: rank 0 writes it into a fresh temporary folder (mkdtemp under $TMPDIR or /tmp:
+ * hp-bench-run-XXXXXX/ holds the file "owner", naming the host and PID of the run, and model/, the checkpoint)
  * and every rank opens it and derives the plan for the mesh (dp, cp, tp; tp fastest; MoE: TP-extend-EP with
  * ep = tp unless --ep, the EP compute declared by the overrides hp_plan_suggest_overrides writes, as
- * `hyperpar plan --suggest-overrides` prints them); the folder is removed at the end, also on failure. A dense
+ * `hyperpar plan --suggest-overrides` prints them); the folder is removed at the end, also on failure and on
+ * SIGINT / SIGTERM / SIGHUP (rank 0's handler removes it and re-raises the signal), and a later run removes
+ * the folders of runs killed outright (kill -9: their owner names this host and a PID that no longer runs). A dense
  * preset up to gen's HP_GEN_MAX_DIM (65536) is written by hp_gen_checkpoint. Llama-3's vocabulary is 128256,
  * and gen's DeepSeek-V3 config holds small MLA ranks and groups, so those and every MoE preset are written
  * here instead (write_from_config): gen's config.json text with vocab_size and the preset's MoE fields
@@ -38,11 +41,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "signals.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/gen.h"
 #include "hyperpar/overrides.h"
@@ -167,6 +174,54 @@ static void remove_dir(const char *dir)
     if (rmdir(dir) != 0) fprintf(stderr, "hyperpar bench: could not remove %s: %s\n", dir, strerror(errno));
 }
 
+/* Removes what a run folder root holds (model/ with the checkpoint files, the owner file), then root; only the
+ * names bench run and the writers it calls create, so a folder holding anything else stays. Silent. */
+static void remove_run(const char *root)
+{
+    char model[4200], path[4600];
+    snprintf(model, sizeof model, "%s/model", root);
+    DIR *d = opendir(model);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, "model.safetensors", 17) && strncmp(e->d_name, "config.json", 11)) continue;
+        snprintf(path, sizeof path, "%s/%s", model, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(model);
+    snprintf(path, sizeof path, "%s/owner", root);
+    unlink(path);
+    rmdir(root);
+}
+
+/* Removes the run folders under base of bench runs that were killed outright (kill -9, a crash): their owner
+ * file names this host and a PID that no longer runs. Another host's folder (a shared TMPDIR) stays. */
+static void remove_stale_runs(const char *base)
+{
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    DIR *d = opendir(base);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, "hp-bench-run-", 13) || strlen(e->d_name) != 19) continue;
+        char root[4200], path[4300], text[512] = "", h[256];
+        snprintf(root, sizeof root, "%s/%s", base, e->d_name);
+        snprintf(path, sizeof path, "%s/owner", root);
+        struct stat sb;
+        if (lstat(root, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) continue;
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        if (f) fclose(f);
+        text[n] = '\0';
+        long pid = 0;
+        if (sscanf(text, "hyperpar bench run host %255s pid %ld", h, &pid) != 2 || strcmp(h, host) != 0 || pid <= 0 ||
+            pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        remove_run(root);
+        fprintf(stderr, "hyperpar bench: removed %s, left by bench run process %ld, which no longer runs\n", root,
+                pid);
+    }
+    if (d) closedir(d);
+}
+
 static uint64_t splitmix64(uint64_t x)
 {
     x += 0x9E3779B97F4A7C15ull;
@@ -231,6 +286,27 @@ static hp_status patch_int(char **text, const char *key, int64_t value, hp_err *
  * on the 2-core VM; write_from_config's threaded writer takes seconds). */
 static bool gen_fits(const rb_args *a) { return a->vocab <= HP_GEN_MAX_DIM && !is_moe(a); }
 
+/* The checkpoint must fit in the free space of dir's filesystem (TMPDIR): refused before writing, as a usage
+ * error (the sizes asked for are the cause), instead of filling the disk. Byte sums overflow-checked. */
+static hp_status check_room(const hp_model *m, const char *dir, hp_err *err)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_params; i++) {
+        if (m->params[i].nbytes > UINT64_MAX - bytes)
+            return hp_err_set(err, HP_ERR_INPUT, "the checkpoint would be more than 2^64 bytes; choose smaller sizes");
+        bytes += m->params[i].nbytes;
+    }
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0 || (sv.f_frsize && sv.f_bavail > UINT64_MAX / sv.f_frsize)) return HP_OK;
+    uint64_t room = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (bytes <= room) return HP_OK;
+    char need[32], have[32];
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "%s: the checkpoint would be %s but the filesystem has %s free; choose smaller sizes (--layers, "
+                      "--vocab, --experts, ...) or set TMPDIR to a folder with room for it",
+                      dir, hp_format_bytes(bytes, need, sizeof need), hp_format_bytes(room, have, sizeof have));
+}
+
 /* A checkpoint gen cannot write itself (gen_fits false): gen's config.json text for o (vocab at most
  * HP_GEN_MAX_DIM) with vocab_size and the DeepSeek-V3 fields rewritten to the preset's, and the tensors its
  * meta model lists (dense and MoE families alike), into the (empty) folder dir. */
@@ -252,6 +328,7 @@ static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const
     hp_st_writer *w = NULL;
     big_fill *fills = NULL;
     if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, err);
+    if (st == HP_OK) st = check_room(m, dir, err);
     if (st == HP_OK) {
         w = hp_st_writer_create();
         fills = calloc(m->n_params ? m->n_params : 1, sizeof *fills);
@@ -288,16 +365,42 @@ static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const
     return st;
 }
 
-/* Rank 0: a fresh folder with the checkpoint of a (path into dir, *made when the folder exists). */
-static hp_status make_checkpoint(const rb_args *a, char *dir, size_t cap, bool *made, double *seconds, hp_err *err)
+/* Rank 0: a fresh run folder root (*made once it exists) with the owner file and the checkpoint of a in
+ * dir = root/model. From the moment root exists until cli_signals_release, a signal removes it (every name the
+ * writers use in it) and ends the process with that signal. */
+static hp_status make_checkpoint(const rb_args *a, char *root, char *dir, size_t cap, bool *made, double *seconds,
+                                 hp_err *err)
 {
     const char *base = getenv("TMPDIR");
     base = base && *base ? base : "/tmp";
-    snprintf(dir, cap, "%s/hp-bench-run-XXXXXX", base);
-    if (!mkdtemp(dir))
+    remove_stale_runs(base);
+    snprintf(root, cap, "%s/hp-bench-run-XXXXXX", base);
+    if (!mkdtemp(root))
         return hp_err_set(err, HP_ERR_IO, "%s: cannot create the temporary folder for the checkpoint there: %s (set "
                           "TMPDIR to a writable folder with room for it)", base, strerror(errno));
     *made = true;
+    char paths[8][4200];
+    const long pid = (long)getpid();
+    snprintf(dir, cap, "%s/model", root);
+    snprintf(paths[0], sizeof paths[0], "%s/model.safetensors", dir);
+    snprintf(paths[1], sizeof paths[1], "%s/model.safetensors.tmp.%ld", dir, pid);
+    snprintf(paths[2], sizeof paths[2], "%s/config.json", dir);
+    snprintf(paths[3], sizeof paths[3], "%s/config.json.tmp", dir);
+    snprintf(paths[4], sizeof paths[4], "%s/config.json.tmp.%ld", dir, pid);
+    snprintf(paths[5], sizeof paths[5], "%s", dir);
+    snprintf(paths[6], sizeof paths[6], "%s/owner", root);
+    snprintf(paths[7], sizeof paths[7], "%s", root);
+    const char *const list[8] = {paths[0], paths[1], paths[2], paths[3], paths[4], paths[5], paths[6], paths[7]};
+    cli_signals_catch();
+    cli_signals_remove_on_signal(list, 8);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    FILE *f = fopen(paths[6], "w");
+    bool ok = f && fprintf(f, "hyperpar bench run host %s pid %ld\n", host[0] ? host : "unknown", pid) > 0;
+    ok = (f && fclose(f) == 0) && ok;
+    if (!ok || mkdir(dir, 0700) != 0)
+        return hp_err_set(err, HP_ERR_IO, "%s: cannot write the temporary folder: %s (set TMPDIR to a writable "
+                          "folder with room for it)", root, strerror(errno));
     hp_gen_opts g;
     hp_gen_opts_default(&g);
     g.family = a->p->family;
@@ -661,7 +764,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_linalg_blas_threads(threads);
     if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
     if (is_moe(a) && !a->ep) a->ep = a->tp;
-    char dir[4096] = "";
+    char dir[4096] = "", root[4096] = "";
     bool made = false;
     hp_model *m = NULL;
     hp_plan *p = NULL;
@@ -691,7 +794,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
-    if (R == 0) st = make_checkpoint(a, dir, sizeof dir, &made, &res.gen_s, &err);
+    if (R == 0) st = make_checkpoint(a, root, dir, sizeof dir, &made, &res.gen_s, &err);
     if (R == 0 && st == HP_OK) res.ckpt_bytes = dir_bytes(dir);
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     if ((st = hp_comm_bcast(w, dir, sizeof dir, 0, &err))) goto done;
@@ -811,7 +914,12 @@ done:
      * one rank exits with a non-zero status. */
     hp_err e2;
     if (P > 1) (void)hp_comm_barrier(w, &e2);
-    if (made) remove_dir(dir);
+    if (made) {
+        if (access(dir, F_OK) == 0) remove_dir(dir);
+        remove_run(root);
+        if (access(root, F_OK) == 0) fprintf(stderr, "hyperpar bench: could not remove %s\n", root);
+        cli_signals_release(0); /* a signal during the removal: re-raised now */
+    }
     int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : hp_status_exit_code(st);
     if (st != HP_OK && P > 1) {
         fflush(stderr);
@@ -942,5 +1050,11 @@ int cmd_bench_run(int argc, char **argv)
     if (a.heads % a.kv_heads)
         return cli_usage_error("bench", "--heads %lld must be a multiple of --kv-heads %lld", (long long)a.heads,
                                (long long)a.kv_heads);
+    /* Per-expert checkpoints hold 3 tensors per expert and sparse layer: more than a safetensors header holds
+     * is refused before any work (--layers <= 1024 and --experts <= 4096, so the product cannot overflow). */
+    if (is_moe(&a) && p->family && a.layers * 3 * a.experts > HP_GEN_MAX_TENSORS)
+        return cli_usage_error("bench", "--layers %lld x --experts %lld would write more than %d tensors, more than a "
+                               "safetensors header holds; give fewer --layers or --experts", (long long)a.layers,
+                               (long long)a.experts, HP_GEN_MAX_TENSORS);
     return run(&a, &argc, &argv);
 }

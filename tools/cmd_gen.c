@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "signals.h"
 #include "hyperpar/gen.h"
 
 /* Integer options, their help text and the range gen accepts (the same bounds hp_gen_config_text checks). */
@@ -131,7 +132,11 @@ int cmd_gen(int argc, char **argv)
     if (!out) return cli_usage_error("gen", "--out DIR is required");
     if (!*out) return cli_usage_error("gen", "--out is empty; give the name of the folder to create");
     hp_err err;
-    if (hp_gen_checkpoint(&o, out, &err) != HP_OK) return cli_fail(&err);
+    /* SIGINT / SIGTERM / SIGHUP: gen stops within one piece, removes its temporary (and the folder it made),
+     * and the signal is re-raised, so the exit status is the signal's. */
+    cli_signals_catch();
+    if (hp_gen_checkpoint(&o, out, &err) != HP_OK) return cli_signals_release(cli_fail(&err));
+    cli_signals_release(0);
     hp_expert_layout written = hp_gen_layout(&o);
     fprintf(stderr, "hyperpar gen: wrote %s/config.json and %s/model.safetensors (%s, %s, layout %s%s, seed %llu)\n",
             out, out, o.family, hp_dtype_name(o.dtype), hp_expert_layout_name(written),

@@ -87,7 +87,12 @@ static hp_status read_tensor(const hp_st_file *f, const char *name, hp_dtype dt,
     size_t bytes = (size_t)(t->end - t->begin);
     *out = malloc(bytes ? bytes : 1);
     if (!*out) return hp_err_set(err, HP_ERR_NOMEM, "out of memory reading '%s'", name);
-    memcpy(*out, hp_st_data(f, t), bytes);
+    hp_status st = hp_st_read(f, t, 0, *out, bytes, err); /* a file truncated meanwhile: an error, not SIGBUS */
+    if (st != HP_OK) {
+        free(*out);
+        *out = NULL;
+        return st;
+    }
     if (tout) *tout = t;
     return HP_OK;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "signals.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/shard.h"
 
@@ -54,40 +55,6 @@ static void merge_usage(FILE *out)
             "                       file once more); without it, identity, sizes, shapes and layouts are checked\n"
             "  --force              replace an earlier hyperpar output in OUT (never any other folder)\n"
             "  --quiet              no progress line\n");
-}
-
-/* SIGINT / SIGTERM / SIGHUP while shard or merge writes: the library stops at its next piece and removes its
- * temporary folder; the signal is then re-raised with its default action, so the exit status says how the
- * process ended (130 for ^C in a shell). */
-static const int g_sigs[] = {SIGINT, SIGTERM, SIGHUP};
-static struct sigaction g_old[3];
-
-static void on_signal(int sig) { hp_shard_interrupt(sig); }
-
-static void signals_catch(void)
-{
-    hp_shard_interrupt(0);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++) {
-        sigaction(g_sigs[i], NULL, &g_old[i]);
-        if (g_old[i].sa_handler != SIG_IGN) sigaction(g_sigs[i], &sa, NULL); /* nohup and `cmd &` stay as they are */
-    }
-}
-
-/* Restores the old actions; re-raises a signal that arrived (after the error, if any, was printed). */
-static int signals_release(int rc)
-{
-    for (int i = 0; i < 3; i++) sigaction(g_sigs[i], &g_old[i], NULL);
-    int sig = hp_shard_interrupted();
-    if (sig) {
-        fflush(stderr);
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-    return rc;
 }
 
 static int report(const char *what, const char *out, const hp_shard_stats *s)
@@ -175,12 +142,12 @@ int cmd_shard(int argc, char **argv)
         if (overrides) inputs[n_inputs++] = overrides;
         so.inputs = inputs;
         so.n_inputs = n_inputs;
-        signals_catch();
+        cli_signals_catch();
         caught = true;
         st = hp_shard_write(m, p, out, &so, &stats, &err);
     }
     int rc = st == HP_OK ? report("sharded into", out, &stats) : cli_fail(&err);
-    if (caught) rc = signals_release(rc);
+    if (caught) rc = cli_signals_release(rc);
     free(plan_text);
     hp_plan_free(p);
     hp_model_close(m);
@@ -219,8 +186,8 @@ int cmd_merge(int argc, char **argv)
     if (!out) return cli_usage_error("merge", "--out OUT is required");
     hp_err err;
     hp_shard_stats stats;
-    signals_catch();
+    cli_signals_catch();
     int rc = hp_shard_merge(argv[optind], out, &mo, &stats, &err) == HP_OK ? report("merged into", out, &stats)
                                                                            : cli_fail(&err);
-    return signals_release(rc);
+    return cli_signals_release(rc);
 }

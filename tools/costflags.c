@@ -177,7 +177,7 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
             st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
             break;
         }
-        memcpy(v, hp_st_data(sf, t), (size_t)(rows * K) * sizeof *v);
+        st = hp_st_read(sf, t, 0, v, (size_t)(rows * K) * sizeof *v, err); /* truncated meanwhile: an error */
         for (int64_t i = 0; i < rows * K && st == HP_OK; i++)
             if (v[i] < 0 || v[i] >= E)
                 st = hp_err_set(err, HP_ERR_INPUT, "%s: %s[%lld] = %d is not an expert of the %lld", path, key,

@@ -125,6 +125,15 @@ bool hp_glob_match(const char *pattern, const char *text);
  * offset of the offending '[' (or range) and *why a phrase saying what is wrong ("a '[' that opens ..."). */
 bool hp_glob_valid(const char *pattern, size_t *bad_pos, const char **why);
 
+/* ---- interruption ---- */
+/* Records a signal (0 clears); async-signal-safe, so a SIGINT / SIGTERM / SIGHUP handler calls it. Long work
+ * that writes output (shard, merge, the safetensors writer, gen) checks hp_interrupted for every piece of at
+ * most 4 MiB, removes its temporaries and fails with HP_ERR_IO "interrupted"; the caller then re-raises the
+ * signal. hp_shard_interrupt is the same flag. */
+void hp_interrupt(int sig);
+/* The signal recorded by hp_interrupt, 0 when none. */
+int hp_interrupted(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,9 @@ typedef struct hp_gen_opts {
  * 1..HP_GEN_MAX_EXPERTS (a generated per-expert model stores 3 tensors per expert and layer), top-k 1..experts. */
 #define HP_GEN_MAX_DIM 65536
 #define HP_GEN_MAX_EXPERTS 4096
+/* At most this many tensors (checked before anything is built): safetensors headers are limited to 100 MB,
+ * about 100 bytes per tensor entry. */
+#define HP_GEN_MAX_TENSORS (1 << 20)
 
 void hp_gen_opts_default(hp_gen_opts *o);
 
@@ -41,7 +44,11 @@ void hp_gen_opts_default(hp_gen_opts *o);
 hp_expert_layout hp_gen_layout(const hp_gen_opts *o);
 
 /* Writes out_dir/config.json and out_dir/model.safetensors (each atomically). out_dir must name a folder:
- * "", ".", ".." or a path ending in "/." or "/.." is HP_ERR_INPUT. */
+ * "", ".", ".." or a path ending in "/." or "/.." is HP_ERR_INPUT; so are options whose products of sizes
+ * overflow, exceed HP_GEN_MAX_TENSORS tensors or do not fit in out_dir's free space (checked before writing).
+ * Temporaries "<file>.tmp.<pid>" that a killed gen left in out_dir (the PID no longer runs, the file carries
+ * gen's marker) are removed first. A signal recorded by hp_interrupt stops the write: the temporary goes (and
+ * out_dir when this call created it), and the call fails with HP_ERR_IO "interrupted". */
 hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *err);
 
 /* The config.json text gen would write (malloc'd, NUL-terminated). */

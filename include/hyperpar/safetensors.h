@@ -88,7 +88,15 @@ uint64_t hp_st_data_offset(const hp_st_file *f); /* 8 + N */
 size_t hp_st_count(const hp_st_file *f);
 const hp_st_tensor *hp_st_tensor_at(const hp_st_file *f, size_t i);
 const hp_st_tensor *hp_st_find(const hp_st_file *f, const char *name);
-/* Zero-copy pointer to a tensor's bytes inside the mapping. */
+/* Copies n bytes of tensor t (of f) starting at byte off of the tensor into dst. The way to read a mapped
+ * file: when another process truncated it since hp_st_open, the copy faults and this returns HP_ERR_IO
+ * "FILE changed while reading (truncated or rewritten by another process): reading tensor 'T' faulted ..."
+ * instead of the process dying of SIGBUS. [off, off + n) outside the tensor: HP_ERR_INPUT. Thread-safe. */
+hp_status hp_st_read(const hp_st_file *f, const hp_st_tensor *t, uint64_t off, void *dst, size_t n, hp_err *err);
+/* Zero-copy pointer to a tensor's bytes inside the mapping. Reading through it is not guarded: a file
+ * truncated meanwhile ends the process (exit 1, the file named on stderr: the last resort of the SIGBUS
+ * guard, which is installed while any mapped file is open). Copy with hp_st_read instead wherever an error
+ * can be returned; keep the pointer only for zero-copy compute. */
 const void *hp_st_data(const hp_st_file *f, const hp_st_tensor *t);
 /* __metadata__ entries (string -> string). */
 size_t hp_st_metadata_count(const hp_st_file *f);

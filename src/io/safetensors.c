@@ -32,11 +32,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/guard.h"
+
 struct hp_st_file {
     char *label;              /* path or caller's label, for messages and hp_st_path */
     const unsigned char *buf; /* the whole file */
     size_t size;
-    void *map; /* non-NULL when buf is our own mapping */
+    void *map; /* non-NULL when buf is our own mapping: the SIGBUS guard is entered while it lives */
+    int guard_slot; /* the mapping's entry in the guard's registry (hp__guard_map), -1 when none */
     uint64_t data_offset;
     hp_st_tensor *tensors; /* [n_tensors], header order */
     size_t n_tensors;
@@ -308,49 +311,85 @@ static hp_status parse_metadata(hp_st_file *f, const json_t *m, hp_err *err)
     return HP_OK;
 }
 
-/* Parses and validates f->buf[0, f->size). */
+/* Copies n bytes at byte offset off of the file into dst; false when the mapping faulted (the file was
+ * truncated since it was mapped). */
+static bool fetch(const hp_st_file *f, uint64_t off, void *dst, size_t n)
+{
+    if (!f->map) {
+        memcpy(dst, f->buf + off, n);
+        return true;
+    }
+    return hp__guarded_copy(dst, f->buf + off, n);
+}
+
+static hp_status changed_error(const hp_st_file *f, const char *what, hp_err *err)
+{
+    return hp_err_set(err, HP_ERR_IO,
+                      "%s changed while reading (truncated or rewritten by another process): reading %s faulted. "
+                      "Run again once no other program writes to it.", f->label, what);
+}
+
+/* Parses and validates the file f->buf[0, f->size). The length and the JSON header are copied out of the
+ * mapping first (guarded), so a file truncated between open and parse is an error, not SIGBUS. */
 static hp_status parse(hp_st_file *f, hp_err *err)
 {
     const char *lab = f->label;
-    const unsigned char *b = f->buf;
     if (f->size < 8)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the file is %zu bytes, smaller than the 8-byte header length; not a safetensors "
                           "file.", lab, f->size);
+    unsigned char b[9] = {0}; /* the length field and the header's first byte */
+    const size_t nb = f->size < sizeof b ? f->size : sizeof b;
+    if (!fetch(f, 0, b, nb)) return changed_error(f, "the header length", err);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | b[i];
     if (n > HP_ST_MAX_HEADER)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: header length %llu is larger than the %llu-byte limit; the file is corrupt or not a "
                           "safetensors file.%s", lab, (unsigned long long)n, HP_ST_MAX_HEADER,
-                          magic_hint(b, f->size));
+                          magic_hint(b, nb));
     if (n > f->size - 8)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: header length %llu runs past the end of the file (%zu bytes, %zu after the length "
                           "field); the file looks truncated.%s", lab, (unsigned long long)n, f->size, f->size - 8,
-                          magic_hint(b, f->size));
-    if (n == 0 || b[8] != '{')
+                          magic_hint(b, nb));
+    if (n == 0 || b[8] != '{') /* n > 0: the file has at least 9 bytes, so b[8] was read */
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the JSON header must begin with '{' but %s; not a safetensors file.%s", lab,
-                          n == 0 ? "it is empty" : "it does not", magic_hint(b, f->size));
+                          n == 0 ? "it is empty" : "it does not", magic_hint(b, nb));
     f->data_offset = 8 + n;
-    const char *hdr = (const char *)b + 8;
+    char *copy = NULL;
+    const char *hdr = (const char *)f->buf + 8;
+    if (f->map) {
+        copy = malloc((size_t)n);
+        if (!copy) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory for the %llu-byte header.", lab,
+                                     (unsigned long long)n);
+        if (!fetch(f, 8, copy, (size_t)n)) {
+            free(copy);
+            return changed_error(f, "the JSON header", err);
+        }
+        hdr = copy;
+    }
 
     json_error_t je;
     json_t *root = json_loadb(hdr, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+    hp_status st = HP_OK;
     if (!root) {
         if (json_error_code(&je) == json_error_duplicate_key) {
             char name[512];
             duplicate_key_name(hdr, (size_t)je.position, name, sizeof name, je.text);
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "%s: tensor '%s' appears twice in the header (line %d, column %d); names must be "
-                              "unique. The file is corrupt.", lab, name, je.line, je.column);
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "%s: tensor '%s' appears twice in the header (line %d, column %d); names must be "
+                            "unique. The file is corrupt.", lab, name, je.line, je.column);
+        } else {
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "%s: the header is not valid JSON: %s (line %d, column %d); the file is corrupt or not "
+                            "a safetensors file.", lab, je.text, je.line, je.column);
         }
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: the header is not valid JSON: %s (line %d, column %d); the file is corrupt or not a "
-                          "safetensors file.", lab, je.text, je.line, je.column);
+        free(copy);
+        return st;
     }
-    hp_status st = HP_OK;
+    free(copy); /* jansson keeps its own copies of names and strings */
     if (!json_is_object(root)) {
         st = hp_err_set(err, HP_ERR_INPUT,
                         "%s: the header is a JSON %s, not an object of tensors; not a safetensors file.", lab,
@@ -407,6 +446,7 @@ static hp_st_file *file_new(const char *label)
     hp_st_file *f = hp_calloc(1, sizeof *f);
     if (!f) return NULL;
     hp_arena_init(&f->arena);
+    f->guard_slot = -1;
     f->label = hp_strdup(label ? label : "(memory)");
     if (!f->label) {
         free(f);
@@ -462,6 +502,8 @@ hp_status hp_st_open(hp_st_file **out, const char *path, hp_err *err)
         }
         f->map = m;
         f->buf = m;
+        hp__guard_enter();
+        f->guard_slot = hp__guard_map(m, f->size, path);
     }
     close(fd);
     hp_status st = parse(f, err);
@@ -476,7 +518,11 @@ hp_status hp_st_open(hp_st_file **out, const char *path, hp_err *err)
 void hp_st_close(hp_st_file *f)
 {
     if (!f) return;
-    if (f->map) munmap(f->map, f->size);
+    if (f->map) {
+        hp__guard_unmap(f->guard_slot);
+        munmap(f->map, f->size);
+        hp__guard_leave();
+    }
     free(f->tensors);
     free(f->by_name);
     hp_arena_free(&f->arena);
@@ -510,6 +556,23 @@ const hp_st_tensor *hp_st_find(const hp_st_file *f, const char *name)
 }
 
 const void *hp_st_data(const hp_st_file *f, const hp_st_tensor *t) { return f->buf + f->data_offset + t->begin; }
+
+hp_status hp_st_read(const hp_st_file *f, const hp_st_tensor *t, uint64_t off, void *dst, size_t n, hp_err *err)
+{
+    const uint64_t bytes = t->end - t->begin;
+    if (off > bytes || n > bytes - off)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "%s: tensor '%s': bytes [%llu, %llu) asked for are outside its %llu bytes.", f->label,
+                          t->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)bytes);
+    if (n == 0) return HP_OK;
+    /* Test hook: HP_TEST_PAUSE_BEFORE_READ=P pauses the first read of a mapped file (P.ready, then P.go), so a
+     * test truncates the file at exactly this point. */
+    if (f->map) hp__test_pause("HP_TEST_PAUSE_BEFORE_READ", true);
+    if (fetch(f, f->data_offset + t->begin + off, dst, n)) return HP_OK;
+    char what[600];
+    snprintf(what, sizeof what, "tensor '%s'", t->name);
+    return changed_error(f, what, err);
+}
 
 size_t hp_st_metadata_count(const hp_st_file *f) { return f->n_meta; }
 

@@ -5,6 +5,9 @@
  *   u64 LE N | compact JSON header padded with spaces to a multiple of 8 | tensors in the order added
  *
  * to "<path>.tmp.<pid>" and renames it over path, so a reader never sees a half-written file. The header
+ * (with the caller's __metadata__, e.g. gen's marker) is flushed before any data, so that a later run can
+ * tell a temporary left by a killed writer. A signal recorded by hp_interrupt stops the write within one
+ * piece (at most 4 MiB): the temporary is removed and the write fails with "interrupted". The header
  * lists "__metadata__" first (when set), then each tensor as {"dtype","shape","data_offsets"}; offsets run
  * back to back from 0, so the result passes hp_st_open's layout checks by construction.
  *
@@ -18,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "core/guard.h"
 
 /* Fill callbacks get pieces of at most this size, so streaming a tensor of any size needs only 4 MiB. A
  * multiple of 24 bytes so that every piece holds whole elements of every dtype (8-byte types and the 3-byte
@@ -263,6 +268,7 @@ static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const
                               unsigned char *chunk, hp_err *err)
 {
     for (int64_t done = 0; done < t->nbytes;) {
+        if (hp_interrupted()) return hp__interrupt_error(err);
         size_t n = (size_t)(t->nbytes - done) < HP_ST_FILL_CHUNK ? (size_t)(t->nbytes - done) : HP_ST_FILL_CHUNK;
         hp_status st = t->fill(t->ctx, chunk, n, err);
         if (st) {
@@ -321,6 +327,10 @@ static hp_status write_parallel(const hp_st_writer *w, FILE *fp, uint64_t data_s
             hp_err e;
             hp_status s = buf ? HP_OK : hp_err_set(&e, HP_ERR_NOMEM, "%s: out of memory.", path);
             for (int64_t done = 0; s == HP_OK && done < t->nbytes;) {
+                if (hp_interrupted()) {
+                    s = hp__interrupt_error(&e);
+                    break;
+                }
                 size_t n = (size_t)(t->nbytes - done) < HP_ST_FILL_CHUNK ? (size_t)(t->nbytes - done) : HP_ST_FILL_CHUNK;
                 const void *src = t->data ? (const unsigned char *)t->data + done : buf;
                 if (!t->data) {
@@ -391,16 +401,26 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
         st = write_error(tmp, "write", errno, err);
         goto out;
     }
+    if (fflush(fp) != 0) { /* the header, with its metadata, is on disk before any data */
+        st = write_error(tmp, "write", errno, err);
+        goto out;
+    }
+    /* Test hook: HP_TEST_PAUSE_MID_WRITE=P pauses with the temporary holding its header (P.ready, then P.go or
+     * a signal), so tests interrupt or kill a writer at exactly this point. */
+    hp__test_pause("HP_TEST_PAUSE_MID_WRITE", false);
     if (w->threads > 1 && w->n > 1)
         st = write_parallel(w, fp, 8 + (uint64_t)padded, path, tmp, chunk_size, err);
     for (size_t i = 0; i < w->n && st == HP_OK && !(w->threads > 1 && w->n > 1); i++) {
         const st_wtensor *t = &w->t[i];
         if (t->nbytes == 0) continue;
-        if (t->fill)
+        if (hp_interrupted())
+            st = hp__interrupt_error(err);
+        else if (t->fill)
             st = write_filled(fp, path, tmp, t, chunk, err);
         else if (fwrite(t->data, 1, (size_t)t->nbytes, fp) != (size_t)t->nbytes)
             st = write_error(tmp, "write", errno, err);
     }
+    if (st == HP_OK && hp_interrupted()) st = hp__interrupt_error(err);
     if (st) goto out;
     FILE *done = fp;
     fp = NULL;

@@ -8,14 +8,18 @@
 #include "hyperpar/gen.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <dirent.h>
 
+#include "core/guard.h"
 #include "io/json.h"
 #include "model/family.h"
 
@@ -289,6 +293,84 @@ static bool names_no_folder(const char *dir)
 /* The metadata key gen writes into model.safetensors: what --force looks for before it replaces anything. */
 #define GEN_MARKER "hyperpar_gen"
 
+/* ---- temporaries of killed runs ---- */
+
+/* The PID of "<stem>.tmp.<pid>" when name is one for stem, else 0. */
+static long temp_pid(const char *name, const char *stem)
+{
+    size_t n = strlen(stem);
+    if (strncmp(name, stem, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0) return 0;
+    const char *d = name + n + 5;
+    if (!*d || strlen(d) > 9 || strspn(d, "0123456789") != strlen(d)) return 0;
+    return strtol(d, NULL, 10);
+}
+
+/* A process that no longer runs (kill reports ESRCH; EPERM means it runs under another user). */
+static bool pid_dead(long pid)
+{
+    return pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Whether the file's JSON object (a safetensors header at byte 8 when st, else the whole file) was written by
+ * gen: a model's header carries GEN_MARKER in __metadata__, a config.json has "architectures" and
+ * "model_type". An empty file counts too: a writer killed before its first byte left it, and it holds nothing. */
+static bool gen_wrote(const char *path, bool st)
+{
+    int fd = -1;
+    hp_err e;
+    if (hp_open_regular(path, &fd, &e) != HP_OK) return false;
+    struct stat sb;
+    bool ok = false;
+    unsigned char len8[8];
+    uint64_t n = 0, at = 0;
+    if (fstat(fd, &sb) != 0) goto out;
+    if (sb.st_size == 0) {
+        ok = true;
+        goto out;
+    }
+    if (st) {
+        if (pread(fd, len8, 8, 0) != 8) goto out;
+        for (int i = 7; i >= 0; i--) n = (n << 8) | len8[i];
+        at = 8;
+    } else {
+        n = (uint64_t)sb.st_size;
+    }
+    if (n == 0 || n > ((uint64_t)1 << 27) || n > (uint64_t)sb.st_size - at) goto out; /* not one of ours */
+    char *text = malloc((size_t)n);
+    if (text && pread(fd, text, (size_t)n, (off_t)at) == (ssize_t)n) {
+        json_t *root = json_loadb(text, (size_t)n, 0, NULL);
+        json_t *meta = st ? json_object_get(root, "__metadata__") : NULL;
+        ok = st ? json_is_string(json_object_get(meta, GEN_MARKER))
+                : json_object_get(root, "architectures") && json_object_get(root, "model_type");
+        json_decref(root);
+    }
+    free(text);
+out:
+    close(fd);
+    return ok;
+}
+
+/* Removes dir's "model.safetensors.tmp.<pid>" and "config.json.tmp.<pid>" left by gen runs that were killed
+ * (kill -9, a crash): the PID no longer runs and the file is gen's (gen_wrote). Anything else stays. */
+static void remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pm = temp_pid(e->d_name, "model.safetensors"), pc = temp_pid(e->d_name, "config.json");
+        long pid = pm ? pm : pc;
+        if (!pid_dead(pid)) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || !gen_wrote(path, pm != 0)) continue;
+        if (unlink(path) == 0)
+            hp_log(HP_LOG_WARN, "removed %s, left by 'hyperpar gen' process %ld, which no longer runs", path, pid);
+    }
+    closedir(d);
+}
+
 /* Whether the folder's entry `name` may be replaced by --force: config.json, or a model.safetensors that gen
  * wrote (it carries GEN_MARKER). */
 static bool ours(const char *dir, const char *name)
@@ -327,6 +409,7 @@ static hp_status prepare_dir(const char *dir, bool force, bool *made, hp_err *er
         return HP_OK;
     }
     if (!S_ISDIR(st.st_mode)) return hp_err_set(err, HP_ERR_INPUT, "%s exists and is not a folder", dir);
+    remove_stale(dir);
     DIR *d = opendir(dir);
     if (!d) return hp_err_set(err, HP_ERR_IO, "%s: cannot read the folder: %s", dir, strerror(errno));
     bool empty = true;
@@ -367,11 +450,64 @@ static hp_status write_text_atomic(const char *path, const char *text, hp_err *e
     return HP_OK;
 }
 
+/* Refuses, before anything is built, options whose tensor count no safetensors header holds: every size is
+ * in range, but products of them (--layers x --experts per-expert tensors) are not checked by the ranges. */
+static hp_status check_count(const hp_gen_opts *o, hp_err *err)
+{
+    const hp_family *f = hp_family_find(o->family);
+    int64_t per_layer = 1, n;
+    if (f && f->moe && hp_gen_layout(o) == HP_LAYOUT_PER_EXPERT) per_layer = 3 * o->experts;
+    if (!hp_mul_i64(o->layers, per_layer, &n) || n > HP_GEN_MAX_TENSORS)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "--layers %lld with %lld tensors per layer would write more than %d tensors, more than "
+                          "a safetensors header holds; give fewer --layers or --experts, or --expert-layout batched",
+                          (long long)o->layers, (long long)per_layer, HP_GEN_MAX_TENSORS);
+    return HP_OK;
+}
+
+/* The data bytes of the tensors listed, overflow-checked (HP_ERR_INPUT past 2^63). */
+static hp_status data_bytes(const gen_list *l, int64_t *out, hp_err *err)
+{
+    int64_t total = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        int64_t n = 1, b;
+        for (int d = 0; d < l->v[i].n_dims; d++)
+            if (!hp_mul_i64(n, l->v[i].shape[d], &n)) n = -1;
+        if (n < 0 || !hp_dtype_nbytes(l->v[i].dt, n, &b) || !hp_add_i64(total, b, &total))
+            return hp_err_set(err, HP_ERR_INPUT, "the options ask for a model of more than 2^63 bytes (tensor '%s' "
+                              "and those before it); choose smaller sizes", l->v[i].name);
+    }
+    *out = total;
+    return HP_OK;
+}
+
+/* The model must fit in the free space of dir's filesystem: refused before writing (a usage error, the sizes
+ * asked for are the cause), instead of filling the disk and failing at the end. */
+static hp_status check_room(const char *dir, int64_t bytes, hp_err *err)
+{
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return HP_OK; /* unknown: the write itself reports a full disk */
+    uint64_t room = 0;
+    if (sv.f_frsize && sv.f_bavail > UINT64_MAX / sv.f_frsize) return HP_OK;
+    room = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if ((uint64_t)bytes <= room) return HP_OK;
+    char need[32], have[32];
+    return hp_err_set(err, HP_ERR_INPUT,
+                      "%s: the model would be %s (%lld bytes) but the filesystem has %s free; choose smaller sizes "
+                      "(--layers, --hidden, --intermediate, --vocab, --experts) or another --out",
+                      dir, hp_format_bytes((uint64_t)bytes, need, sizeof need), (long long)bytes,
+                      hp_format_bytes(room, have, sizeof have));
+}
+
 hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *err)
 {
     char *text = NULL;
     hp_status st = hp_gen_config_text(o, &text, err);
-    if (st != HP_OK) return st;
+    if (st == HP_OK) st = check_count(o, err);
+    if (st != HP_OK) {
+        free(text);
+        return st;
+    }
 
     hp_model *m = NULL;
     hp_model_opts mo = {.layout = o->layout};
@@ -384,7 +520,10 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
         st = hp__synth_params(m->family, &m->cfg, m->layout, record, &l, err);
     }
     bool made = false, wrote_model = false;
+    int64_t bytes = 0;
+    if (st == HP_OK) st = data_bytes(&l, &bytes, err);
     if (st == HP_OK) st = prepare_dir(out_dir, o->force, &made, err);
+    if (st == HP_OK) st = check_room(out_dir, bytes, err);
     if (st == HP_OK) {
         w = hp_st_writer_create();
         fills = calloc(l.n ? l.n : 1, sizeof *fills);
@@ -403,6 +542,7 @@ hp_status hp_gen_checkpoint(const hp_gen_opts *o, const char *out_dir, hp_err *e
         st = hp_st_writer_write(w, path, err);
         wrote_model = st == HP_OK;
     }
+    if (st == HP_OK && hp_interrupted()) st = hp__interrupt_error(err); /* between the two files */
     if (st == HP_OK) {
         snprintf(path, sizeof path, "%s/config.json", out_dir);
         st = write_text_atomic(path, text, err);

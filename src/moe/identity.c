@@ -59,9 +59,27 @@ static uint64_t hash_f32(uint64_t h, const float *v, int64_t n)
     return v ? hp__moe_hash(h, v, (size_t)n * sizeof *v) : hash_i64(h, -1);
 }
 
-/* The checkpoint's tensor table, then the layer's routed-expert bytes (all, or one window per expert). */
-static uint64_t hash_checkpoint(uint64_t h, const hp_moe_layer *l, const hp_ckpt *ck)
+/* Hashes bytes [off, off + len) of tensor t, copied out of the mapping in pieces of ID_PIECE bytes (a multiple
+ * of 8, so the digest equals hashing the bytes in one call) with hp_st_read: a file truncated meanwhile is an
+ * error, not SIGBUS. */
+#define ID_PIECE ((size_t)1 << 20)
+static hp_status hash_bytes(uint64_t *h, const hp_st_file *f, const hp_st_tensor *t, uint64_t off, uint64_t len,
+                            unsigned char *buf, hp_err *err)
 {
+    for (uint64_t done = 0; done < len;) {
+        size_t n = len - done < ID_PIECE ? (size_t)(len - done) : ID_PIECE;
+        hp_status st = hp_st_read(f, t, off + done, buf, n, err);
+        if (st != HP_OK) return st;
+        *h = hp__moe_hash(*h, buf, n);
+        done += n;
+    }
+    return HP_OK;
+}
+
+/* The checkpoint's tensor table, then the layer's routed-expert bytes (all, or one window per expert). */
+static hp_status hash_checkpoint(uint64_t *hp, const hp_moe_layer *l, const hp_ckpt *ck, hp_err *err)
+{
+    uint64_t h = *hp;
     char pfx[128];
     snprintf(pfx, sizeof pfx, "%sexperts.", l->prefix);
     const size_t pl = strlen(pfx), n = hp_ckpt_count(ck);
@@ -75,26 +93,30 @@ static uint64_t hash_checkpoint(uint64_t h, const hp_moe_layer *l, const hp_ckpt
         if (!strncmp(t->name, pfx, pl)) expert_bytes += t->end - t->begin;
     }
     const bool all = expert_bytes <= HP__ID_FULL_BYTES;
-    for (size_t i = 0; i < n; i++) {
+    unsigned char *buf = malloc(ID_PIECE);
+    if (!buf) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = HP_OK;
+    for (size_t i = 0; i < n && st == HP_OK; i++) {
         const hp_ckpt_tensor *ct = hp_ckpt_at(ck, i);
         const hp_st_tensor *t = ct->t;
         if (strncmp(t->name, pfx, pl) != 0) continue;
-        const unsigned char *p = hp_st_data(ct->file, t);
         const uint64_t bytes = t->end - t->begin;
         if (all) {
-            h = hp__moe_hash(h, p, bytes);
+            st = hash_bytes(&h, ct->file, t, 0, bytes, buf, err);
             continue;
         }
         /* A batched tensor [E, ...] holds E experts: one window at the start of each; a per-expert one, its
          * start. */
         const int64_t parts = t->n_dims == 3 && t->shape[0] > 0 ? t->shape[0] : 1;
         const uint64_t step = bytes / (uint64_t)parts;
-        for (int64_t e = 0; e < parts; e++) {
+        for (int64_t e = 0; e < parts && st == HP_OK; e++) {
             uint64_t off = (uint64_t)e * step, len = step < HP__ID_WINDOW ? step : HP__ID_WINDOW;
-            h = hp__moe_hash(h, p + off, len);
+            st = hash_bytes(&h, ct->file, t, off, len, buf, err);
         }
     }
-    return h;
+    free(buf);
+    *hp = h;
+    return st;
 }
 
 /* dir/manifest.json whole. */
@@ -143,7 +165,8 @@ hp_status hp_moe_layer_identity(const hp_moe_layer *l, const hp_model *m, const 
         hp_status st = hash_manifest(&h, shard_dir, err);
         if (st != HP_OK) return st;
     } else if (m && m->ckpt) {
-        h = hash_checkpoint(h, l, m->ckpt);
+        hp_status st = hash_checkpoint(&h, l, m->ckpt, err);
+        if (st != HP_OK) return st;
     }
     *out = h;
     return HP_OK;

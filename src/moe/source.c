@@ -161,19 +161,35 @@ static hp_status check_held(hp__moe_src *ld, const hp__moe_tview *v, int64_t ele
                       shape_str(v->sh->n_dims, v->sh->global_shape, gs, sizeof gs), (long long)ld->rf->rank);
 }
 
-/* Widens n elements starting at global element elem_off of v into dst (f32). */
+/* Widens n elements starting at global element elem_off of v into dst (f32). The stored bytes are copied out
+ * of the mapping with hp_st_read (a file truncated meanwhile is an error, not SIGBUS): F32 straight into dst,
+ * other dtypes through a bounce buffer of READ_PIECE bytes. */
+#define READ_PIECE ((size_t)64 << 10)
 hp_status hp__moe_src_read_f32(hp__moe_src *ld, const hp__moe_tview *v, int64_t elem_off, int64_t n, float *dst)
 {
     hp_status st = check_held(ld, v, elem_off, n);
     if (st) return st;
-    int64_t bytes_off;
-    if (!hp_dtype_nbytes(v->dtype, elem_off + v->shift, &bytes_off))
+    int64_t bytes_off, n_bytes;
+    if (!hp_dtype_nbytes(v->dtype, elem_off + v->shift, &bytes_off) || !hp_dtype_nbytes(v->dtype, n, &n_bytes))
         return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s': offset overflow", v->name);
-    const uint8_t *src = (const uint8_t *)hp_st_data(v->file, v->t) + bytes_off;
-    st = hp_dtype_to_f32(v->dtype, src, dst, n, ld->err);
-    if (st != HP_OK)
+    if (v->dtype == HP_DT_F32) return hp_st_read(v->file, v->t, (uint64_t)bytes_off, dst, (size_t)n_bytes, ld->err);
+    const int bits = hp_dtype_bits(v->dtype);
+    if (bits % 8 || (v->dtype != HP_DT_BF16 && v->dtype != HP_DT_F16 && v->dtype != HP_DT_F64)) {
+        st = hp_err_set(ld->err, HP_ERR_INPUT, "%s is not a float dtype the runtime widens", hp_dtype_name(v->dtype));
         hp_err_prefix(ld->err, "tensor '%s' (%s): the MoE runtime reads BF16, F16, F32 or F64 weights", v->name,
                       hp_dtype_name(v->dtype));
+        return st;
+    }
+    const size_t el = (size_t)bits / 8, per = READ_PIECE / el;
+    unsigned char *buf = malloc(READ_PIECE);
+    if (!buf) return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory reading '%s'", v->name);
+    for (int64_t done = 0; st == HP_OK && done < n;) {
+        int64_t m = n - done < (int64_t)per ? n - done : (int64_t)per;
+        st = hp_st_read(v->file, v->t, (uint64_t)bytes_off + (uint64_t)done * el, buf, (size_t)m * el, ld->err);
+        if (st == HP_OK) st = hp_dtype_to_f32(v->dtype, buf, dst + done, m, ld->err);
+        done += m;
+    }
+    free(buf);
     return st;
 }
 
@@ -192,7 +208,10 @@ hp_status hp__moe_src_read_f64(hp__moe_src *ld, const hp__moe_tview *v, int64_t 
 }
 
 /* A pointer into the mapping when the n elements from elem_off are held, stored as wdt (F32 or BF16) and
- * aligned for it (zero copy), else NULL (the caller then reads, which reports a slice that is not held). */
+ * aligned for it (zero copy), else NULL (the caller then reads, which reports a slice that is not held). The
+ * GEMM reads it in place: a file truncated meanwhile cannot be returned as an error there, so the SIGBUS
+ * guard's last resort ends the process with exit 1 naming the file (core/guard.c); hp_moe_opts.no_zero_copy
+ * avoids it. */
 const void *hp__moe_src_mapped(const hp__moe_tview *v, hp_dtype wdt, int64_t elem_off, int64_t n, bool allowed)
 {
     size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
@@ -214,9 +233,7 @@ hp_status hp__moe_src_read_w(hp__moe_src *ld, const hp__moe_tview *v, hp_dtype w
                           "a layer's experts share one dtype", v->name, hp_dtype_name(v->dtype), hp_dtype_name(wdt));
     hp_status st = check_held(ld, v, elem_off, n);
     if (st) return st;
-    const uint8_t *src = (const uint8_t *)hp_st_data(v->file, v->t) + (size_t)(elem_off + v->shift) * 2;
-    memcpy(dst, src, (size_t)n * 2);
-    return HP_OK;
+    return hp_st_read(v->file, v->t, (uint64_t)(elem_off + v->shift) * 2, dst, (size_t)n * 2, ld->err);
 }
 
 /* ---- the block's modules ---- */

@@ -18,21 +18,26 @@ typedef struct seg {
     int64_t off, len;
 } seg;
 
-/* Copies the elements of src (global shape g, n dims) selected by segs into dst, row-major. */
-static uint8_t *copy_rec(const uint8_t *src, const int64_t *g, int n, int d, seg segs[][2], const int *nseg,
-                         int64_t base, size_t es, uint8_t *dst)
+/* Copies the elements of tensor t of file f (global shape g, n dims) selected by segs into *dst, row-major,
+ * advancing *dst. Every read goes through hp_st_read: a file truncated meanwhile is an error, not SIGBUS. */
+static hp_status copy_rec(const hp_st_file *f, const hp_st_tensor *t, const int64_t *g, int n, int d,
+                          seg segs[][2], const int *nseg, int64_t base, size_t es, uint8_t **dst, hp_err *err)
 {
     for (int k = 0; k < nseg[d]; k++) {
         if (d == n - 1) {
             size_t b = (size_t)segs[d][k].len * es;
-            memcpy(dst, src + (size_t)(base + segs[d][k].off) * es, b);
-            dst += b;
+            hp_status st = hp_st_read(f, t, (uint64_t)(base + segs[d][k].off) * es, *dst, b, err);
+            if (st != HP_OK) return st;
+            *dst += b;
             continue;
         }
-        for (int64_t i = 0; i < segs[d][k].len; i++)
-            dst = copy_rec(src, g, n, d + 1, segs, nseg, (base + segs[d][k].off + i) * g[d + 1], es, dst);
+        for (int64_t i = 0; i < segs[d][k].len; i++) {
+            hp_status st = copy_rec(f, t, g, n, d + 1, segs, nseg, (base + segs[d][k].off + i) * g[d + 1], es, dst,
+                                    err);
+            if (st != HP_OK) return st;
+        }
     }
-    return dst;
+    return HP_OK;
 }
 
 static int find_tensor(const hp_shard_layout *l, const char *name)
@@ -74,7 +79,8 @@ hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf1
     if (es == 0 || hp_dtype_bits(t.dtype) % 8)
         return hp_err_set(err, HP_ERR_INPUT, "'%s' is stored as %s, which the runtime cannot compute with", name,
                           hp_dtype_name(t.dtype));
-    const uint8_t *src = NULL;
+    const hp_st_file *src_file = NULL;
+    const hp_st_tensor *src_t = NULL;
     bool whole = false; /* the source already holds exactly the rank's cut */
     if (s->rf) {
         const hp_shard_tensor *sh = hp_shard_rank_find(s->rf, name, NULL);
@@ -85,7 +91,8 @@ hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf1
                               "folder's mesh)",
                               s->rf->dir, (long long)s->rank, sh ? "does not hold" : "lacks", name);
         const hp_st_tensor *ft = hp_st_find(s->rf->file, sh->name);
-        src = hp_st_data(s->rf->file, ft);
+        src_file = s->rf->file;
+        src_t = ft;
         whole = true;
         t.dtype = ft->dtype; /* a meta model's dtype is config.json's; the file's is what is stored */
         es = (size_t)hp_dtype_bits(t.dtype) / 8;
@@ -96,14 +103,15 @@ hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf1
     } else {
         const hp_ckpt_tensor *ct = hp_ckpt_find(s->m->ckpt, name);
         if (!ct) return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' is missing", s->m->path, name);
-        src = hp_st_data(ct->file, ct->t);
+        src_file = ct->file;
+        src_t = ct->t;
     }
     bool keep = t.dtype == HP_DT_F32 || (t.dtype == HP_DT_BF16 && keep_bf16);
     size_t raw_bytes = (size_t)n * es;
     uint8_t *raw = hp_calloc(raw_bytes ? raw_bytes : 1, 1);
     if (!raw) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for '%s' (%zu bytes)", name, raw_bytes);
     if (whole) {
-        memcpy(raw, src, raw_bytes);
+        st = hp_st_read(src_file, src_t, 0, raw, raw_bytes, err);
     } else {
         seg segs[HP_MAX_DIMS][2];
         int nseg[HP_MAX_DIMS];
@@ -114,8 +122,13 @@ hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf1
                     segs[d][nseg[d]++] = (seg){t.slices[k].offset, t.slices[k].length};
             if (!nseg[d]) segs[d][nseg[d]++] = (seg){0, t.global_shape[d]};
         }
-        if (t.n_dims == 0) memcpy(raw, src, es);
-        else copy_rec(src, t.global_shape, t.n_dims, 0, segs, nseg, 0, es, raw);
+        uint8_t *at = raw;
+        if (t.n_dims == 0) st = hp_st_read(src_file, src_t, 0, raw, es, err);
+        else st = copy_rec(src_file, src_t, t.global_shape, t.n_dims, 0, segs, nseg, 0, es, &at, err);
+    }
+    if (st != HP_OK) {
+        free(raw);
+        return st;
     }
     out->n_dims = t.n_dims;
     for (int d = 0; d < t.n_dims; d++) {

@@ -1,28 +1,16 @@
 /*
- * guard.c — reading mapped inputs safely while shard and merge run, and stopping cleanly on a signal.
+ * guard.c — shard and merge's side of reading mapped inputs safely: snapshots of the inputs, the fault and
+ * interrupt errors.
  *
- * A source (or rank file) is read through mmap. When another process truncates the file meanwhile, touching
- * a page past the new end raises SIGBUS in the thread that touched it, which used to kill hyperpar (exit 135)
- * and leave "<out>.tmp.<pid>" behind. Every copy out of a mapping therefore runs inside hp__guarded_copy:
+ * Copies out of a mapping are guarded by the core (core/guard.c: a fault becomes a false return, not SIGBUS).
+ * A file rewritten in place without shrinking faults nothing, so the size, modification time and inode of
+ * every input are also compared at the end (hp__snap).
  *
- *   thread-local jmp = &jb;  memcpy(...);  jmp = NULL          SIGBUS handler: jmp set?  siglongjmp(jmp)
- *                                                                              not set?  restore the old
- *                                                                              action and return (the fault
- *                                                                              repeats and takes it)
- *
- * SIGBUS is synchronous: it is delivered to the faulting thread, so a thread-local jump buffer is enough
- * under OpenMP. memcpy holds no lock, so leaving it by a jump is safe. The caller turns the fault into an
- * error and removes its temporary folder. A file rewritten in place without shrinking faults nothing, so the
- * size, modification time and inode of every input are also compared at the end (hp__snap).
- *
- * Interruption: hp_shard_interrupt (async-signal-safe) records a signal; the copy callbacks check it for
- * every piece (at most 4 MiB), so a run stops within one piece, removes its temporary folder and returns.
+ * Interruption: hp_shard_interrupt (async-signal-safe) records a signal in the core's flag (hp_interrupt); the
+ * copy callbacks check it for every piece (at most 4 MiB), so a run stops within one piece, removes its
+ * temporary folder and returns.
  */
 #define _GNU_SOURCE
-#include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,71 +18,12 @@
 
 #include "shard/shard_int.h"
 
-/* volatile: the stores around memcpy must happen in program order as the handler sees them. */
-static _Thread_local sigjmp_buf *volatile t_jump;
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_refs;
-static struct sigaction g_old;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-    (void)si;
-    (void)uc;
-    if (t_jump) siglongjmp(*t_jump, 1);
-    /* Not a guarded copy: our own bug or another mapping; let the previous action handle the repeat. */
-    sigaction(sig, &g_old, NULL);
-}
-
-void hp__guard_enter(void)
-{
-    pthread_mutex_lock(&g_mu);
-    if (g_refs++ == 0) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_sigbus;
-        sa.sa_flags = SA_SIGINFO | SA_NODEFER; /* SA_NODEFER: the jump out leaves SIGBUS unblocked */
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGBUS, &sa, &g_old);
-    }
-    pthread_mutex_unlock(&g_mu);
-}
-
-void hp__guard_leave(void)
-{
-    pthread_mutex_lock(&g_mu);
-    if (g_refs > 0 && --g_refs == 0) sigaction(SIGBUS, &g_old, NULL);
-    pthread_mutex_unlock(&g_mu);
-}
-
-bool hp__guarded_copy(void *dst, const void *src, size_t n)
-{
-    sigjmp_buf jb;
-    if (sigsetjmp(jb, 0)) {
-        t_jump = NULL;
-        return false;
-    }
-    t_jump = &jb;
-    atomic_signal_fence(memory_order_seq_cst);
-    memcpy(dst, src, n);
-    atomic_signal_fence(memory_order_seq_cst);
-    t_jump = NULL;
-    return true;
-}
-
 /* ---- interruption ---- */
 
-static volatile sig_atomic_t g_signal;
-
-void hp_shard_interrupt(int sig) { g_signal = sig; }
-int hp_shard_interrupted(void) { return (int)g_signal; }
-int hp__interrupted(void) { return (int)g_signal; }
-
-hp_status hp__interrupt_error(hp_err *err)
-{
-    int s = (int)g_signal;
-    return hp_err_set(err, HP_ERR_IO, "interrupted by signal %d (%s); the unfinished output was removed", s,
-                      strsignal(s));
-}
+/* The flag is the core's (hp_interrupt): the safetensors writer and gen stop on the same signal. */
+void hp_shard_interrupt(int sig) { hp_interrupt(sig); }
+int hp_shard_interrupted(void) { return hp_interrupted(); }
+int hp__interrupted(void) { return hp_interrupted(); }
 
 /* ---- snapshots ---- */
 

@@ -445,21 +445,10 @@ static bool same_node(const char *p, uint64_t dev, uint64_t ino)
     return lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && (uint64_t)sb.st_dev == dev && (uint64_t)sb.st_ino == ino;
 }
 
-/* Test hook: HP_TEST_PAUSE_BEFORE_COMMIT=P makes a run pause with its output complete in its temporary folder:
- * it creates P.ready, then waits until P.go exists or a signal arrives (at most 120 s). Tests deliver a signal
- * or change --out at exactly this point instead of guessing with sleeps. */
-static void test_pause_point(void)
-{
-    const char *p = getenv("HP_TEST_PAUSE_BEFORE_COMMIT");
-    if (!p || !*p || strlen(p) > HP__PATH_MAX) return;
-    char ready[HP__PATH_MAX + 8], go[HP__PATH_MAX + 8];
-    snprintf(ready, sizeof ready, "%s.ready", p);
-    snprintf(go, sizeof go, "%s.go", p);
-    int fd = open(ready, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) close(fd);
-    const struct timespec tick = {0, 10 * 1000 * 1000};
-    for (int i = 0; i < 12000 && !hp__interrupted() && access(go, F_OK) != 0; i++) nanosleep(&tick, NULL);
-}
+/* Test hook: HP_TEST_PAUSE_BEFORE_COMMIT=P makes a run pause with its output complete in its temporary folder
+ * (hp__test_pause: P.ready, then wait for P.go or a signal). Tests deliver a signal or change --out at exactly
+ * this point instead of guessing with sleeps. */
+static void test_pause_point(void) { hp__test_pause("HP_TEST_PAUSE_BEFORE_COMMIT", false); }
 
 hp_status hp__out_commit(hp__outdir *o, hp_err *err)
 {

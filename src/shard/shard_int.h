@@ -10,7 +10,7 @@
  *   fsutil.c     file helpers: recursive removal, file copy, text files
  *   outdir.c     the output folder's life: --out checks (never an input, --force only over our own output),
  *                the temporary folder and its marker, stale temporaries, the race-free install
- *   guard.c      reading mapped inputs safely: SIGBUS guard, input snapshots, the interrupt flag
+ *   guard.c      input snapshots, fault and interrupt errors (the SIGBUS guard itself: core/guard.c)
  *   hash.c       XXH64 (identities and checksums)
  *   identity.c   folder identity, per-rank layout digests, rank-file checks, slice tiling, --verify
  */
@@ -19,6 +19,7 @@
 
 #include <stdatomic.h>
 
+#include "core/guard.h"
 #include "hyperpar/shard.h"
 
 /* Segments held along each dim: global blocks [off, off + len) in local order. A whole dim is one
@@ -133,14 +134,10 @@ void hp__out_abort(hp__outdir *o);
 void hp__out_fix_msg(const hp__outdir *o, hp_err *err);
 
 /* ---- guarded reads of mapped files, input snapshots, interruption (guard.c) ---- */
-/* Installs the SIGBUS handler for the duration of a shard or merge (nested calls count). */
-void hp__guard_enter(void);
-void hp__guard_leave(void);
-/* memcpy from a mapping; false when the mapping faulted (the file shrank under us). */
-bool hp__guarded_copy(void *dst, const void *src, size_t n);
+/* hp__guard_enter / hp__guard_leave / hp__guarded_copy: core/guard.h (shard and merge enter around their
+ * copy loops). */
 /* The signal recorded by hp_shard_interrupt, 0 when none. */
 int hp__interrupted(void);
-hp_status hp__interrupt_error(hp_err *err);
 /* size / mtime / inode of the files read, taken at the start and compared at the end. */
 typedef struct hp__snap {
     size_t n;

@@ -1,0 +1,190 @@
+/*
+ * guard.c — reading mapped inputs safely, the interrupt flag, and the test pause points.
+ *
+ * Inputs (safetensors files, shard rank files) are read through mmap. When another process truncates a file
+ * meanwhile, touching a page past its new end raises SIGBUS in the thread that touched it, which used to kill
+ * hyperpar (exit 135) and leave temporaries behind. Every copy out of a mapping therefore runs inside
+ * hp__guarded_copy:
+ *
+ *   thread-local jmp = &jb;  memcpy(...);  jmp = NULL          SIGBUS handler: jmp set?  siglongjmp(jmp)
+ *                                                             fault inside a registered mapping?  print its
+ *                                                                 name, _exit(1)
+ *                                                             otherwise: restore the old action and return
+ *                                                                 (the fault repeats and takes it)
+ *
+ * SIGBUS is synchronous: it is delivered to the faulting thread, so a thread-local jump buffer is enough
+ * under OpenMP. memcpy holds no lock, so leaving it by a jump is safe. The caller turns the fault into an
+ * error ("changed while reading") and cleans up. The second branch is the last resort for a pointer into a
+ * mapping handed to code we do not control (a zero-copy weight read by a BLAS thread): there is no way back
+ * into that code, so the process ends with the runtime-failure status and a message naming the file, using
+ * only async-signal-safe calls.
+ *
+ * The registry is a fixed table written under a mutex and read by the handler without one: a slot's bounds
+ * are published after its name and cleared before it is reused.
+ *
+ * Interruption: hp_interrupt (async-signal-safe) records a signal; long loops (shard and merge copies, the
+ * safetensors writer) check hp_interrupted for every piece (at most 4 MiB), stop, remove their temporaries
+ * and return an error; the CLI then re-raises the signal.
+ */
+#define _GNU_SOURCE
+#include "core/guard.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* volatile: the stores around memcpy must happen in program order as the handler sees them. */
+static _Thread_local sigjmp_buf *volatile t_jump;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_refs;
+static struct sigaction g_old;
+
+/* Registered mappings. 1024: more files than the largest published checkpoint has shards (DeepSeek-V3: 163)
+ * plus the rank files of a shard folder open at once; a file beyond it is still covered by its guarded reads. */
+#define N_MAPS 1024
+#define MAP_NAME 256
+typedef struct map_slot {
+    _Atomic uintptr_t lo, hi; /* [lo, hi); hi == 0: free */
+    char name[MAP_NAME];
+} map_slot;
+static map_slot g_maps[N_MAPS];
+
+static size_t cstrlen(const char *s)
+{
+    size_t n = 0;
+    while (s[n]) n++;
+    return n;
+}
+
+/* The last resort (see the header): async-signal-safe only. The message is put together first and written
+ * in one call, so that it does not interleave with another thread's output. */
+static void fatal_fault(const char *name)
+{
+    static const char a[] = "hyperpar: error: ", b[] =
+        " changed while reading (truncated or rewritten by another process); reading its mapping faulted. Run "
+        "again once no other program writes to it.\n";
+    char msg[sizeof a + MAP_NAME + sizeof b];
+    size_t n = 0, k = cstrlen(name);
+    memcpy(msg, a, sizeof a - 1);
+    n += sizeof a - 1;
+    memcpy(msg + n, name, k);
+    n += k;
+    memcpy(msg + n, b, sizeof b - 1);
+    n += sizeof b - 1;
+    ssize_t r = write(2, msg, n);
+    (void)r;
+    _exit(1);
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    if (t_jump) siglongjmp(*t_jump, 1);
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < N_MAPS; i++) {
+        uintptr_t hi = atomic_load(&g_maps[i].hi);
+        if (hi && a >= atomic_load(&g_maps[i].lo) && a < hi) fatal_fault(g_maps[i].name);
+    }
+    /* Not a mapped input: our own bug or another mapping; let the previous action handle the repeat. */
+    sigaction(sig, &g_old, NULL);
+}
+
+void hp__guard_enter(void)
+{
+    pthread_mutex_lock(&g_mu);
+    if (g_refs++ == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER; /* SA_NODEFER: the jump out leaves SIGBUS unblocked */
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_old);
+    }
+    pthread_mutex_unlock(&g_mu);
+}
+
+void hp__guard_leave(void)
+{
+    pthread_mutex_lock(&g_mu);
+    if (g_refs > 0 && --g_refs == 0) sigaction(SIGBUS, &g_old, NULL);
+    pthread_mutex_unlock(&g_mu);
+}
+
+bool hp__guarded_copy(void *dst, const void *src, size_t n)
+{
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0)) {
+        t_jump = NULL;
+        return false;
+    }
+    t_jump = &jb;
+    atomic_signal_fence(memory_order_seq_cst);
+    memcpy(dst, src, n);
+    atomic_signal_fence(memory_order_seq_cst);
+    t_jump = NULL;
+    return true;
+}
+
+int hp__guard_map(const void *base, size_t len, const char *path)
+{
+    if (!base || !len) return -1;
+    int slot = -1;
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < N_MAPS && slot < 0; i++) {
+        if (atomic_load(&g_maps[i].hi) != 0) continue;
+        slot = i;
+        snprintf(g_maps[i].name, MAP_NAME, "%s", path ? path : "a mapped file");
+        atomic_store(&g_maps[i].lo, (uintptr_t)base);
+        atomic_store(&g_maps[i].hi, (uintptr_t)base + len);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return slot;
+}
+
+void hp__guard_unmap(int slot)
+{
+    if (slot < 0 || slot >= N_MAPS) return;
+    pthread_mutex_lock(&g_mu);
+    atomic_store(&g_maps[slot].hi, 0);
+    atomic_store(&g_maps[slot].lo, 0);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- interruption ---- */
+
+static volatile sig_atomic_t g_signal;
+
+void hp_interrupt(int sig) { g_signal = sig; }
+int hp_interrupted(void) { return (int)g_signal; }
+
+hp_status hp__interrupt_error(hp_err *err)
+{
+    int s = (int)g_signal;
+    return hp_err_set(err, HP_ERR_IO, "interrupted by signal %d (%s); the unfinished output was removed", s,
+                      strsignal(s));
+}
+
+/* ---- test pause points ---- */
+
+void hp__test_pause(const char *env, bool once)
+{
+    static _Atomic int paused;
+    const char *p = getenv(env);
+    if (!p || !*p || strlen(p) > 4000) return;
+    if (once && atomic_exchange(&paused, 1)) return;
+    char ready[4100], go[4100];
+    snprintf(ready, sizeof ready, "%s.ready", p);
+    snprintf(go, sizeof go, "%s.go", p);
+    int fd = open(ready, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+    const struct timespec tick = {0, 10 * 1000 * 1000};
+    for (int i = 0; i < 12000 && !hp_interrupted() && access(go, F_OK) != 0; i++) nanosleep(&tick, NULL);
+}

@@ -1,0 +1,39 @@
+/*
+ * core/guard.h — internal: reading mapped files without dying of SIGBUS, and the test pause points.
+ *
+ * A file read through mmap that another process truncates meanwhile raises SIGBUS at the first touch of a
+ * page past its new end. hp__guarded_copy turns that into a false return (the caller reports "changed while
+ * reading"); mappings registered with hp__guard_map are also covered where a pointer into them is used
+ * directly (a zero-copy GEMM operand): a fault there prints the file's name and ends the process with exit
+ * status 1 instead of a bare "Bus error" (135). See guard.c for the mechanism.
+ */
+#ifndef HP_CORE_GUARD_H
+#define HP_CORE_GUARD_H
+
+#include "hyperpar/core.h"
+
+/* Installs the SIGBUS handler (nested calls count; the last leave restores the previous action). Both are
+ * thread-safe. hp_st_open enters for every mapped file and hp_st_close leaves, so reads of an open file are
+ * always covered; shard and merge also enter around their copy loops. */
+void hp__guard_enter(void);
+void hp__guard_leave(void);
+/* memcpy from a mapping; false when the mapping faulted (the file shrank under us). Needs the guard entered. */
+bool hp__guarded_copy(void *dst, const void *src, size_t n);
+/* Registers [base, base + len) as the mapping of path (a copy of the name is kept): a fault inside it outside
+ * any guarded copy ends the process with exit status 1 and "hyperpar: error: PATH changed while reading ...".
+ * Returns a slot to pass to hp__guard_unmap, or -1 when the table is full (the file is then covered by its
+ * guarded copies only). */
+int hp__guard_map(const void *base, size_t len, const char *path);
+void hp__guard_unmap(int slot);
+
+/* HP_ERR_IO "interrupted by signal N (NAME); the unfinished output was removed", for the signal hp_interrupt
+ * recorded. */
+hp_status hp__interrupt_error(hp_err *err);
+
+/* Test hook: when the environment variable `env` names a path P, creates P.ready and waits until P.go exists,
+ * a signal was recorded (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a signal at
+ * exactly this point instead of guessing with sleeps. With `once`, only the first such call in the process
+ * pauses. */
+void hp__test_pause(const char *env, bool once);
+
+#endif

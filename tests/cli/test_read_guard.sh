@@ -1,0 +1,62 @@
+# A checkpoint truncated by another process while a command reads it: exit 1 with "changed while reading",
+# never SIGBUS (exit 135), and no output file. HP_TEST_PAUSE_BEFORE_READ=P makes the first read of a mapped
+# file create P.ready and wait for P.go, so the truncation happens at exactly that point.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+
+# truncated_while NAME SIZE FILE -- command... : runs the command paused before its first read, truncates FILE
+# to SIZE bytes, lets it go; the exit status must be 1 with the message naming FILE.
+truncated_while() {
+    local name="$1" size="$2" file="$3"
+    shift 4
+    rm -f "$WORK/$name".*
+    HP_TEST_PAUSE_BEFORE_READ="$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 </dev/null &
+    local pid=$! i
+    for i in $(seq 600); do [ -e "$WORK/$name.ready" ] && break; sleep 0.05; done
+    check "$name: paused before reading" test -e "$WORK/$name.ready"
+    truncate -s "$size" "$file"
+    touch "$WORK/$name.go"
+    wait "$pid"
+    local rc=$?
+    check "$name: exit 1, not $rc" test "$rc" -eq 1
+    check "$name: the message names the file" grep -qF "$(basename "$file") changed while reading (truncated or rewritten by another process)" "$WORK/$name.log"
+    grep -q "changed while reading" "$WORK/$name.log" || cat "$WORK/$name.log"
+}
+
+# run: the weight loader (sliced from the checkpoint), one process and a tensor cut (tp 1 of 1 loads whole
+# tensors; the slicing path is the same hp_st_read).
+for size in 0 4096 200000; do
+    rm -rf "$WORK/m" && cp -r data/forward/llama "$WORK/m"
+    truncated_while "run$size" $size "$WORK/m/model.safetensors" -- \
+        "$HP" run "$WORK/m" --input data/forward/llama/forward_io.safetensors --output "$WORK/out$size.st"
+    check "run$size: no output file" test ! -e "$WORK/out$size.st"
+    check "run$size: no temporary left" bash -c "! ls '$WORK'/out$size.st.tmp.* 2>/dev/null | grep -q ."
+done
+
+# run from a shard folder: the rank file is what is truncated.
+rm -rf "$WORK/m" "$WORK/s" && cp -r data/forward/llama "$WORK/m"
+"$HP" shard "$WORK/m" --tp 1 --out "$WORK/s" --quiet >/dev/null 2>&1
+rankfile=$(ls "$WORK"/s/*.safetensors | head -1)
+truncated_while "runshard" 4096 "$rankfile" -- \
+    "$HP" run "$WORK/s" --input data/forward/llama/forward_io.safetensors --output "$WORK/outs.st"
+check "runshard: no output file" test ! -e "$WORK/outs.st"
+
+# The same model untouched still runs (the hook only pauses).
+rm -rf "$WORK/m" && cp -r data/forward/llama "$WORK/m"
+rm -f "$WORK"/ok.*
+(sleep 0.5; touch "$WORK/ok.go") &
+HP_TEST_PAUSE_BEFORE_READ="$WORK/ok" "$HP" run "$WORK/m" --input data/forward/llama/forward_io.safetensors \
+    --compare data/forward/llama/forward_io.safetensors >"$WORK/ok.log" 2>&1
+check "untouched: exit 0" test $? -eq 0
+wait
+
+# moe: the MoE loader and the layer identity read through hp_st_read too (bf16, batched: copied, and the
+# per-expert f32 checkpoint), the input x separately (the pause comes at the first read, x's; the model is
+# already open then, so its truncation is seen by the loader).
+for g in qwen3_moe_batched_bf16 mixtral_per_expert_f32; do
+    rm -rf "$WORK/q" && cp -r "data/golden/$g" "$WORK/q" && mv "$WORK/q/moe_io.safetensors" "$WORK/io.st"
+    truncated_while "moe_$g" 4096 "$WORK/q/model.safetensors" -- \
+        "$HP" moe "$WORK/q" --layer 1 --input "$WORK/io.st" --output "$WORK/y.st"
+    check "moe_$g: no output file" test ! -e "$WORK/y.st"
+done
+finish
