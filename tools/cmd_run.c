@@ -99,14 +99,13 @@ static hp_status read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *
         int64_t n = t->shape[0] * t->shape[1];
         *ids = malloc((size_t)n * sizeof **ids);
         if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
-        const void *d = st == HP_OK ? hp_st_data(f, t) : NULL;
-        for (int64_t i = 0; st == HP_OK && i < n; i++) {
-            if (t->dtype == HP_DT_I64) memcpy(&(*ids)[i], (const char *)d + i * 8, 8);
-            else {
-                int32_t v;
-                memcpy(&v, (const char *)d + i * 4, 4);
-                (*ids)[i] = v;
-            }
+        /* guarded: a file truncated meanwhile is an error, not SIGBUS; I32 widened in place from the end */
+        size_t es = t->dtype == HP_DT_I64 ? 8 : 4;
+        if (st == HP_OK) st = hp_st_read(f, t, 0, *ids, (size_t)n * es, err);
+        for (int64_t i = n - 1; st == HP_OK && es == 4 && i >= 0; i--) {
+            int32_t v;
+            memcpy(&v, (const char *)*ids + i * 4, 4);
+            (*ids)[i] = v;
         }
         *B = t->shape[0];
         *S = t->shape[1];
@@ -151,8 +150,10 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
         float *ref = malloc((size_t)n * sizeof *ref), rl;
         if (!ref) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         if (st == HP_OK) {
-            memcpy(ref, hp_st_data(f, tl), (size_t)n * sizeof *ref);
-            memcpy(&rl, hp_st_data(f, ts), sizeof rl);
+            st = hp_st_read(f, tl, 0, ref, (size_t)n * sizeof *ref, err);
+            if (st == HP_OK) st = hp_st_read(f, ts, 0, &rl, sizeof rl, err);
+        }
+        if (st == HP_OK) {
             int64_t shape[3] = {o->B, o->S, o->V};
             hp_tol t;
             bool ok = hp_tol_check(o->logits, ref, 3, shape, a->rtol > 0 ? a->rtol : 1e-4, &t);
@@ -173,20 +174,19 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
                 const hp_st_tensor *tk = hp_st_find(f, key);
                 if (!tk) continue;
                 int64_t nk = o->B * o->S * o->K, diff = 0;
+                int32_t *ref_idx = NULL;
                 if (tk->dtype != HP_DT_I32 || tk->n_elems != nk) diff = nk;
-                else {
-                    const char *d = hp_st_data(f, tk);
-                    for (int64_t j = 0; j < nk; j++) {
-                        int32_t v;
-                        memcpy(&v, d + j * 4, 4);
-                        diff += v != o->topk_idx[i][j];
-                    }
-                }
+                else if (!(ref_idx = malloc((size_t)nk * sizeof *ref_idx + 1)))
+                    st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+                else if ((st = hp_st_read(f, tk, 0, ref_idx, (size_t)nk * sizeof *ref_idx, err)) == HP_OK)
+                    for (int64_t j = 0; j < nk; j++) diff += ref_idx[j] != o->topk_idx[i][j];
+                free(ref_idx);
+                if (st != HP_OK) break;
                 fprintf(stderr, "compare %s: %s %lld of %lld entries differ: %s\n", a->compare, key, (long long)diff,
                         (long long)nk, diff ? "MISMATCH" : "OK");
                 bad_layers += diff > 0;
             }
-            if (!ok || !lok || bad_layers) {
+            if (st == HP_OK && (!ok || !lok || bad_layers)) {
                 char what[80] = "";
                 if (!ok) strcat(what, "logits");
                 if (!lok) strcat(what, *what ? ", loss" : "loss");

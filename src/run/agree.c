@@ -26,7 +26,6 @@
  */
 #include "run/agree.h"
 
-#include "shard/shard_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +80,6 @@ static hp_status weights_hash(const hp_model *m, const hp_shard_rank_file *rf, u
     size_t n = ck ? hp_ckpt_count(ck) : 0;
     unsigned char buf[WINDOW];
     hp_status st = HP_OK;
-    hp__guard_enter();
     for (size_t i = 0; st == HP_OK && i < n; i++) {
         const hp_ckpt_tensor *ct = hp_ckpt_at(ck, i);
         const hp_st_tensor *t = ct->t;
@@ -89,17 +87,12 @@ static hp_status weights_hash(const hp_model *m, const hp_shard_rank_file *rf, u
         h = mix_i64(h, t->dtype);
         for (int d = 0; d < t->n_dims; d++) h = mix_i64(h, t->shape[d]);
         const uint64_t bytes = t->end - t->begin;
-        const unsigned char *p = hp_st_data(ct->file, t);
         const uint64_t at[3] = {0, bytes / 2, bytes > WINDOW ? bytes - WINDOW : 0};
         for (int k = 0; st == HP_OK && k < 3 && bytes > 0; k++) {
             size_t len = bytes - at[k] < WINDOW ? (size_t)(bytes - at[k]) : WINDOW;
-            if (!hp__guarded_copy(buf, p + at[k], len))
-                st = hp_err_set(err, HP_ERR_IO, "%s: changed while reading (truncated or rewritten by another "
-                                "process)", hp_st_path(ct->file));
-            else h = mix(h, buf, len);
+            if ((st = hp_st_read(ct->file, t, at[k], buf, len, err)) == HP_OK) h = mix(h, buf, len);
         }
     }
-    hp__guard_leave();
     *out = h;
     return st;
 }
