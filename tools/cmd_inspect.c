@@ -220,7 +220,8 @@ int cmd_inspect(int argc, char **argv)
     int64_t depth = -1;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "inspect", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'j': json = true; break;
         case 't': tree = true; break;
