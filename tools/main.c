@@ -265,6 +265,9 @@ static int run_main(int argc, char **argv)
             return HP_EXIT_USAGE;
         }
     }
+    /* The library's warnings (hp_log) are the same on every rank: under mpirun, rank 0 prints them (-v keeps
+     * every rank's). */
+    if (cli_rank_is_quiet() && hp_log_get_level() == HP_LOG_WARN) hp_log_set_level(HP_LOG_ERROR);
     if (i >= argc) {
         usage(stderr);
         return HP_EXIT_USAGE;

@@ -100,6 +100,14 @@ once "unknown option or missing value near '--bogus'" -- "$HP" moe "$W/gl" --bog
 once "--mesh 'tp=x'" -- "$HP" run "$W/gl" --mesh tp=x --input "$W/ids.st"
 out=$($MPI -np 2 "$HP" run "$W/gl" --bogus 2>&1 </dev/null)
 check "mpirun: getopt's own complaint printed once" test "$(grep -c "unrecognized option" <<<"$out")" -eq 1
+# A warning before the ranks agree (the library's: an unknown torch_dtype, with an ESC in it): once, escaped.
+cp -r "$W/gl" "$W/gw"
+python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["torch_dtype"] = "int8\x1b[1m"; json.dump(c, open(p, "w"))' \
+    "$W/gw/config.json"
+out=$($MPI -np 2 "$HP" run "$W/gw" --input "$W/ids.st" 2>&1 </dev/null); rc=$?
+check "mpirun warning: the run succeeds (rc $rc)" test "$rc" -eq 0
+check "mpirun warning: printed once" test "$(grep -c 'torch_dtype "int8\\x1B\[1m" is not one of' <<<"$out")" -eq 1
+check "mpirun warning: no raw ESC" bash -c '! LC_ALL=C grep -q $'"'"'\x1b'"'"' <<<"$1"' _ "$out"
 # The launcher's variables decide without mpirun too: rank 1 keeps quiet, rank 0 or none prints; all exit 2.
 for v in OMPI_COMM_WORLD_RANK PMIX_RANK PMI_RANK; do
     out=$(env "$v=1" "$HP" plan "$W/gl" --tp 2 --tp 4 2>&1); rc=$?
