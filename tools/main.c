@@ -76,7 +76,7 @@ bool cli_rank_is_quiet(void)
 
 static void msg_print(const char *head, const char *fmt, va_list ap)
 {
-    char msg[HP_ERR_MSG_MAX * 2];
+    char msg[16384]; /* a usage error may quote a path of PATH_MAX bytes and more */
     vsnprintf(msg, sizeof msg, fmt, ap);
     hp_buf b;
     hp_buf_init(&b);
@@ -130,7 +130,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
         g_kept_quiet = true;
         return HP_EXIT_USAGE;
     }
-    char msg[HP_ERR_MSG_MAX];
+    char msg[12288];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -247,6 +247,18 @@ int cli_bad_option(const char *cmd, char **argv)
     return cli_usage_error(cmd, "unknown option or missing value near '%s'", arg);
 }
 
+/* A usage error of the tool itself (no command, or an unknown one): the message, then the usage. */
+static int main_usage_error(const char *fmt, const char *arg)
+{
+    if (cli_rank_is_quiet()) {
+        g_kept_quiet = true;
+        return HP_EXIT_USAGE;
+    }
+    if (fmt) cli_error(fmt, arg);
+    usage(stderr);
+    return HP_EXIT_USAGE;
+}
+
 static int run_main(int argc, char **argv)
 {
     int i = 1;
@@ -260,18 +272,13 @@ static int run_main(int argc, char **argv)
         } else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
             hp_log_set_level(HP_LOG_INFO);
         } else {
-            fprintf(stderr, "hyperpar: error: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return HP_EXIT_USAGE;
+            return main_usage_error("unknown option '%s'", argv[i]);
         }
     }
     /* The library's warnings (hp_log) are the same on every rank: under mpirun, rank 0 prints them (-v keeps
      * every rank's). */
     if (cli_rank_is_quiet() && hp_log_get_level() == HP_LOG_WARN) hp_log_set_level(HP_LOG_ERROR);
-    if (i >= argc) {
-        usage(stderr);
-        return HP_EXIT_USAGE;
-    }
+    if (i >= argc) return main_usage_error(NULL, NULL);
     if (!strcmp(argv[i], "help")) {
         usage(stdout);
         return HP_EXIT_OK;
@@ -281,9 +288,7 @@ static int run_main(int argc, char **argv)
             optind = 1;
             return g_commands[c].run(argc - i, argv + i);
         }
-    fprintf(stderr, "hyperpar: error: unknown command '%s'\n", argv[i]);
-    usage(stderr);
-    return HP_EXIT_USAGE;
+    return main_usage_error("unknown command '%s'", argv[i]);
 }
 
 /* Output that did not reach its destination (a full disk, /dev/full, a closed pipe) is a failure: every

@@ -98,6 +98,8 @@ once "--compare-rtol expects a number in (0, 1], got '-1'" -- "$HP" validate "$W
 once "--input is given twice" -- "$HP" run "$W/gl" --input "$W/ids.st" --input "$W/ids.st"
 once "unknown option or missing value near '--bogus'" -- "$HP" moe "$W/gl" --bogus
 once "--mesh 'tp=x'" -- "$HP" run "$W/gl" --mesh tp=x --input "$W/ids.st"
+once "unknown command 'frobnicate'" -- "$HP" frobnicate
+once "--layers expects an integer" -- "$HP" gen --family llama --out "$W/gm" --layers 0
 out=$($MPI -np 2 "$HP" run "$W/gl" --bogus 2>&1 </dev/null)
 check "mpirun: getopt's own complaint printed once" test "$(grep -c "unrecognized option" <<<"$out")" -eq 1
 # A warning before the ranks agree (the library's: an unknown torch_dtype, with an ESC in it): once, escaped.
