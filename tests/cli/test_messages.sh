@@ -168,6 +168,7 @@ unwritable /sys/x.txt -- "$HP" cost "$W/gl" --output /sys/x.txt
 unwritable /proc/x.json -- "$HP" plan "$W/gl" -o /proc/x.json
 unwritable /sys/x.st -- "$HP" run "$W/gl" --input "$W/ids.st" --output /sys/x.st
 unwritable /sys/stats.json -- "$HP" run "$W/gl" --input "$W/ids.st" --stats-json /sys/stats.json
+unwritable /sys/shards -- "$HP" shard "$W/gl" --tp 2 --out /sys/shards
 unwritable /sys/x.html -- "$HP" advise "$W/gl" --world 2 --mem-per-rank 80GB -o /sys/x.html
 out=$($MPI -np 2 "$HP" run "$W/gl" --input "$W/ids.st" --output /sys/x.st 2>&1 </dev/null); rc=$?
 check "mpirun run --output /sys/x.st: exit 2 (rc $rc)" test "$rc" -eq 2
@@ -180,6 +181,7 @@ if mount -t tmpfs -o size=64k,ro tmpfs "$W/ro" 2>/dev/null; then
     unwritable "$W/ro/x.st" -- "$HP" run "$W/gl" --input "$W/ids.st" --output "$W/ro/x.st"
     unwritable "$W/ro/p.json" -- "$HP" plan "$W/gl" -o "$W/ro/p.json"
     unwritable "$W/ro/c.html" -- "$HP" cost "$W/gl" -o "$W/ro/c.html" --format html
+    unwritable "$W/ro/shards" -- "$HP" shard "$W/gl" --tp 2 --out "$W/ro/shards"
 else
     echo "note: cannot mount a tmpfs here; the read-only file system cases are skipped"
 fi
