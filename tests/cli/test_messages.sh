@@ -143,6 +143,19 @@ for mode in rename extra dtype; do
     noesc "$needle" -- "$HP" run "$W/e_$mode" --input "$W/ids.st"
     noesc "$needle" -- "$HP" validate "$W/e_$mode" --input "$W/ids.st"
 done
+# An index whose weight_map lists a tensor (with an ESC in its name) that the shard does not hold.
+mkdir "$W/e_index" && cp "$W/gl/config.json" "$W/e_index/" && cp "$W/gl/model.safetensors" "$W/e_index/model-00001-of-00001.safetensors"
+python3 - "$W/e_index" <<'EOF2'
+import json, struct, sys
+d = sys.argv[1]
+b = open(d + "/model-00001-of-00001.safetensors", "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+wm = {k: "model-00001-of-00001.safetensors" for k in h if k != "__metadata__"}
+wm["ghost\x1b[31m.weight"] = "model-00001-of-00001.safetensors"
+json.dump({"metadata": {}, "weight_map": wm}, open(d + "/model.safetensors.index.json", "w"))
+EOF2
+noesc 'ghost\x1B[31m.weight' -- "$HP" inspect "$W/e_index"
+noesc 'ghost\x1B[31m.weight' -- "$HP" plan "$W/e_index" --tp 2
 noesc "ids_esc.st" -- "$HP" run "$W/gl" --input "$W/ids_esc.st"
 noesc "ids_esc.st" -- "$HP" cost "$W/gl" --input "$W/ids_esc.st"
 # A name the user typed is escaped as well (it is echoed in the message).
