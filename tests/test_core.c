@@ -78,4 +78,41 @@ TEST(format)
     CHECK_STR_EQ(hp_format_bytes(12, buf, sizeof buf), "12 B");
 }
 
+/* Text from files shown on a terminal: controls, DEL, C1, bidi overrides and invalid UTF-8 become \xNN; printable
+ * ASCII and other UTF-8 pass unchanged; a backslash is doubled only on request; a cut never splits an escape. */
+TEST(escape_text_from_files)
+{
+    char buf[256];
+    CHECK_STR_EQ(hp_escape("model.layers.0.mlp.up_proj.weight", buf, sizeof buf), "model.layers.0.mlp.up_proj.weight");
+    CHECK_STR_EQ(hp_escape("up\x1b[31mproj", buf, sizeof buf), "up\\x1B[31mproj");
+    CHECK_STR_EQ(hp_escape("a\nb\tc\x7f\x07", buf, sizeof buf), "a\\x0Ab\\x09c\\x7F\\x07");
+    CHECK_STR_EQ(hp_escape("caf\xc3\xa9 \xe6\x97\xa5", buf, sizeof buf), "caf\xc3\xa9 \xe6\x97\xa5"); /* UTF-8 kept */
+    CHECK_STR_EQ(hp_escape("\xc2\x9b" "2J", buf, sizeof buf), "\\xC2\\x9B2J");             /* C1 CSI */
+    CHECK_STR_EQ(hp_escape("x\xe2\x80\xaey", buf, sizeof buf), "x\\xE2\\x80\\xAEy");      /* U+202E */
+    CHECK_STR_EQ(hp_escape("\xff\xc3", buf, sizeof buf), "\\xFF\\xC3");                      /* invalid, cut */
+    CHECK_STR_EQ(hp_escape("\xc0\xaf", buf, sizeof buf), "\\xC0\\xAF");                      /* overlong */
+    CHECK_STR_EQ(hp_escape("a\\b", buf, sizeof buf), "a\\b");
+    CHECK_STR_EQ(hp_escape(NULL, buf, sizeof buf), "");
+    /* Cut to fit: whole escapes only, ending in "...". */
+    char small[10];
+    CHECK_STR_EQ(hp_escape("\x1b\x1b\x1b\x1b", small, sizeof small), "\\x1B...");
+    CHECK_STR_EQ(hp_escape("abcdefghijkl", small, sizeof small), "abcdef...");
+    CHECK_STR_EQ(hp_escape("abcdefghi", small, sizeof small), "abcdefghi");
+    char tiny[3];
+    CHECK(strlen(hp_escape("\x1b", tiny, sizeof tiny)) < sizeof tiny && !strchr(tiny, 0x1b));
+
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_buf_escape(&b, "a\\b\x1b\n", HP_ESC_BACKSLASH);
+    hp_buf_append(&b, "", 1);
+    CHECK_STR_EQ(b.data, "a\\\\b\\x1B\\x0A");
+    b.len = 0;
+    hp_buf_escape(&b, "line 1\n\tline \x1b[2J2", HP_ESC_KEEP_LINES);
+    hp_buf_append(&b, "", 1);
+    CHECK_STR_EQ(b.data, "line 1\n\tline \\x1B[2J2");
+    hp_buf_free(&b);
+    CHECK(hp_is_safe_text("plain \xc3\xa9", 0) && !hp_is_safe_text("e\x1b", 0) && !hp_is_safe_text("a\nb", 0));
+    CHECK(hp_is_safe_text("a\nb", HP_ESC_KEEP_LINES) && !hp_is_safe_text("a\\b", HP_ESC_BACKSLASH));
+}
+
 TEST_MAIN()

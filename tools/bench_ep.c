@@ -437,7 +437,8 @@ int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *ar
     ep_args a = {.max_gib = 6.0};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'p': a.preset = optarg; break;
         case 'T':

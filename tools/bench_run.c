@@ -950,7 +950,8 @@ int cmd_bench_run(int argc, char **argv)
     const char *preset_name = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'p': preset_name = optarg; break;
         case 'L':

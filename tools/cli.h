@@ -16,10 +16,22 @@
 #define HP_EXIT_USAGE 2
 #define HP_EXIT_VERIFY 3
 
+/* Every message is printed escaped (control characters, invalid UTF-8, ... as \xNN; line breaks kept): what it
+ * quotes from a file can never drive the terminal. */
 /* Prints "hyperpar: error: <msg>" and returns the exit code for err->status. */
 int cli_fail(const hp_err *err);
-/* Prints "hyperpar <cmd>: <msg>" plus a hint to run --help; returns 2. */
+/* The same for an error every rank meets alike before MPI starts (the command line): printed on rank 0 only. */
+int cli_fail_once(const hp_err *err);
+/* Prints "hyperpar: error: <cmd>: <msg>" plus a hint to run --help (on rank 0 only under mpirun); returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "hyperpar: error: <msg>", for errors that are not an hp_err. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "hyperpar: warning: <msg>", on rank 0 only under mpirun (warnings are the same on every rank). */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "hyperpar: note: ", the same way */
+/* Whether the launcher's environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK) names a rank other than 0:
+ * such a rank keeps quiet about what every rank would print alike. False when no launcher says. */
+bool cli_rank_is_quiet(void);
 /* Parses a positive integer option value; on failure prints a usage error and returns false. */
 bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min, int64_t max, int64_t *out);
 /* The mesh from --mesh SPEC or from --dp/--cp/--tp sizes, with --ep and --ep-axis; prints the error and
@@ -48,7 +60,6 @@ typedef struct cli_plan_flags {
     int64_t dp, cp, tp, ep;
     bool sizes_given, ep_given, ep_axis;
     bool any;                 /* some plan flag was given (they exclude --plan FILE) */
-    bool seen[CLI_O_END - CLI_O_MESH];
     const char *freeze[64];
     int n_freeze;
     hp_plan_opts po;          /* sequence_parallel, loss_parallel, allow_uncovered, packed_fused; mesh after _mesh */
@@ -67,10 +78,23 @@ hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrid
 bool cli_parse_router(const char *cmd, const char *s, bool *real);
 /* A finite number > 0; prints a usage error naming opt and returns false otherwise. */
 bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
+/* The options a command has seen so far (cli_getopt); start from {0}. */
+#define CLI_MAX_OPTS 64
+typedef struct cli_seen {
+    int n;
+    int val[CLI_MAX_OPTS];
+    const char *arg[CLI_MAX_OPTS];
+} cli_seen;
+/* getopt_long for every command: an option given a second time is a usage error ("run: --input is given twice
+ * ('A' and 'B'); give it once"), since the last would silently win; only --freeze repeats. A short option counts
+ * as the long option of the same value (-o and --output), and aliases of one value as one option. On that error
+ * it prints the message and returns '?', and cli_bad_option then returns 2 without a second message. */
+int cli_getopt(cli_seen *seen, const char *cmd, int argc, char **argv, const char *shortopts,
+               const struct option *longopts);
 /* Standard handling of an unknown option / missing argument reported by getopt_long. */
 int cli_bad_option(const char *cmd, char **argv);
 /* An output FILE name (plan -o, moe --output) checked before any work: not empty, not a folder or device, in
- * an existing folder, and none of the inputs (MODEL, a name in MODEL's folder the reader would pick up, or
+ * an existing folder that takes a new file (probed), and none of the inputs (MODEL, a name in MODEL's folder the reader would pick up, or
  * any of inputs[], NULL entries skipped), links included. Prints the error; 0 when fine, else exit code 2. */
 int cli_check_output_file(const char *cmd, const char *opt, const char *path, const char *model,
                           const char *const *inputs, int n_inputs);
@@ -82,6 +106,8 @@ bool cli_output_problem(const char *opt, const char *path, const char *model, co
 /* Writes data to path atomically (a temporary next to it, synced, renamed over path; never left behind), or
  * to stdout when path is NULL. `what` names it in errors ("the plan"). Returns an exit code. */
 int cli_write_atomic(const char *path, const char *data, size_t len, const char *what);
+/* The same, the error (naming path, never the temporary) into err instead of printed. */
+hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, const char *what, hp_err *err);
 
 /* Prints s to stdout as a JSON string (quotes, backslashes and control characters escaped). */
 void cli_json_str(const char *s);

@@ -478,7 +478,8 @@ int cmd_advise(int argc, char **argv)
     int64_t N = 0, top = 5;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "advise", argc, argv, "ho:", opts)) != -1) {
         int pr = cli_plan_flag("advise", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("advise", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;
@@ -520,7 +521,8 @@ int cmd_bench_advise(int argc, char **argv)
     int64_t N = 0, reps = 3;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "bench advise", argc, argv, "h", opts)) != -1) {
         int pr = cli_plan_flag("bench advise", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("bench advise", c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;

@@ -286,11 +286,10 @@ static int run(const bench_args *a)
         /* hp_linalg_blas_describe starts "OpenBLAS <core> kernels". */
         char core[64] = "?";
         sscanf(openblas, "OpenBLAS %63s kernels", core);
-        fprintf(stderr, "hyperpar: warning: OpenBLAS runs its generic %s kernels on a CPU with AVX2/AVX-512 (this "
-                        "OpenBLAS does not know the CPU), so the router's f64 product runs far below this machine's "
-                        "speed; set OPENBLAS_CORETYPE=Haswell (AVX2) or SkylakeX (AVX-512), or use an OpenBLAS that "
-                        "knows the CPU\n",
-                core);
+        cli_warn("OpenBLAS runs its generic %s kernels on a CPU with AVX2/AVX-512 (this OpenBLAS does not know the "
+                 "CPU), so the router's f64 product runs far below this machine's speed; set "
+                 "OPENBLAS_CORETYPE=Haswell (AVX2) or SkylakeX (AVX-512), or use an OpenBLAS that knows the CPU",
+                 core);
     }
     hp_linear_info gu_info, dn_info;
     hp_linear_get_info(ws->lin_gate_up, &gu_info);
@@ -391,7 +390,8 @@ static int bench_moe(int argc, char **argv)
     const char *preset_name = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'p': preset_name = optarg; break;
         case 'T':

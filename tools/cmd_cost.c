@@ -243,8 +243,7 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
     int rc = cli_html_cost(f, title, c, &p->mesh, budget);
     fclose(f);
     hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
-    if (st == HP_OK && cli_write_atomic(path, buf, len, "the page") != HP_EXIT_OK)
-        st = hp_err_set(err, HP_ERR_IO, "%s: the page was not written", path ? path : "stdout");
+    if (st == HP_OK) st = cli_write_atomic_err(path, buf, len, "the page", err);
     free(buf);
     return st;
 }
@@ -267,7 +266,8 @@ int cmd_cost(int argc, char **argv)
     bool detail = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "cost", argc, argv, "ho:", opts)) != -1) {
         int pr = cli_plan_flag("cost", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("cost", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;
@@ -312,7 +312,7 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
     for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
+            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
         if (!(m->family && hp_family_is_moe(m->family)))
@@ -340,8 +340,7 @@ int cmd_cost(int argc, char **argv)
             else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL);
             if (mem) {
                 fclose(mem);
-                if (cli_write_atomic(cf.output, buf, len, "the report") != HP_EXIT_OK)
-                    st = hp_err_set(&err, HP_ERR_IO, "%s: not written", cf.output);
+                st = cli_write_atomic_err(cf.output, buf, len, "the report", &err);
                 free(buf);
             }
         }

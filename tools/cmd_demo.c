@@ -360,8 +360,9 @@ static int prepare_out(const char *out)
     snprintf(marker, sizeof marker, "%s/" DEMO_MARKER, out);
     if (stat(out, &st) != 0) {
         if (mkdir(out, 0755) != 0) {
-            fprintf(stderr, "hyperpar: error: %s: cannot create the folder: %s\n", out, strerror(errno));
-            return errno == ENOENT || errno == ENOTDIR ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
+            int e = errno;
+            cli_error("%s: cannot create the folder: %s", out, strerror(e));
+            return e == ENOENT || e == ENOTDIR ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
         }
     } else if (!S_ISDIR(st.st_mode)) {
         return cli_usage_error("demo", "--out '%s' exists and is not a folder", out);
@@ -378,7 +379,7 @@ static int prepare_out(const char *out)
     }
     int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fprintf(stderr, "hyperpar: error: %s: cannot write: %s\n", marker, strerror(errno));
+        cli_error("%s: cannot write: %s", marker, strerror(errno));
         return HP_EXIT_RUNTIME;
     }
     close(fd);
@@ -397,7 +398,8 @@ int cmd_demo(int argc, char **argv)
     hp_gen_opts g;
     hp_gen_opts_default(&g);
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "demo", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'f': g.family = optarg; break;

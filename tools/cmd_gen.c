@@ -89,7 +89,8 @@ int cmd_gen(int argc, char **argv)
     const char *out = NULL;
     bool layout_given = false;
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "gen", argc, argv, "h", opts)) != -1) {
         const int_opt *io = NULL;
         for (size_t i = 0; i < N_INT_OPTS; i++)
             if (g_int_opts[i].code == c) io = &g_int_opts[i];
@@ -138,8 +139,11 @@ int cmd_gen(int argc, char **argv)
     if (hp_gen_checkpoint(&o, out, &err) != HP_OK) return cli_signals_release(cli_fail(&err));
     cli_signals_release(0);
     hp_expert_layout written = hp_gen_layout(&o);
-    fprintf(stderr, "hyperpar gen: wrote %s/config.json and %s/model.safetensors (%s, %s, layout %s%s, seed %llu)\n",
-            out, out, o.family, hp_dtype_name(o.dtype), hp_expert_layout_name(written),
-            layout_given && written != o.layout ? ": the family has no other" : "", (unsigned long long)o.seed);
+    char layout[96] = ""; /* a dense family has no experts: nothing to say about their layout */
+    if (hp_family_is_moe(hp_family_find(o.family)))
+        snprintf(layout, sizeof layout, ", layout %s%s", hp_expert_layout_name(written),
+                 layout_given && written != o.layout ? ": the family has no other" : "");
+    fprintf(stderr, "hyperpar gen: wrote %s/config.json and %s/model.safetensors (%s, %s%s, seed %llu)\n", out, out,
+            o.family, hp_dtype_name(o.dtype), layout, (unsigned long long)o.seed);
     return HP_EXIT_OK;
 }

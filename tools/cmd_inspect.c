@@ -25,48 +25,13 @@ static void usage(FILE *out)
             "  --expert-layout L meta mode: per-expert (hub names, default) or batched\n");
 }
 
-/*
- * Names come from files: a tensor name may hold escape sequences that would drive the terminal. Text output
- * shows every byte that is not printable as \xNN: C0 controls, DEL, bytes of invalid UTF-8, C1 controls
- * (U+0080..U+009F, which some terminals obey as ESC [) and the bidirectional overrides (U+202A..U+202E,
- * U+2066..U+2069) that reorder what is shown. A backslash is doubled, so the output is unambiguous. JSON
- * output needs none of this: jansson escapes control characters itself.
- */
-static size_t utf8_len(const unsigned char *s, uint32_t *cp)
-{
-    unsigned char c = s[0];
-    size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-    if (!n || c > 0xF4) return 0;
-    uint32_t v = c & (0x7F >> n);
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
-    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return n;
-}
-
+/* Names come from files: a tensor name may hold escape sequences that would drive the terminal. Text output
+ * shows them escaped (hp_buf_escape), a backslash doubled so that the output is unambiguous. JSON output needs
+ * none of this: jansson escapes control characters itself. */
 static const char *esc(hp_buf *b, const char *text)
 {
     b->len = 0;
-    const unsigned char *s = (const unsigned char *)(text ? text : "");
-    while (*s) {
-        uint32_t cp = 0;
-        size_t n = *s >= 0x80 ? utf8_len(s, &cp) : 1;
-        bool shown = n > 1 ? !(cp <= 0x9F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069))
-                           : n == 1 && *s >= 0x20 && *s != 0x7F;
-        if (n == 1 && *s == '\\') {
-            hp_buf_puts(b, "\\\\");
-        } else if (shown) {
-            hp_buf_append(b, s, n);
-        } else {
-            if (!n) n = 1;
-            for (size_t i = 0; i < n; i++) hp_buf_printf(b, "\\x%02X", s[i]);
-        }
-        s += n;
-    }
+    hp_buf_escape(b, text, HP_ESC_BACKSLASH);
     hp_buf_append(b, "", 1);
     return b->oom || !b->data ? "?" : b->data;
 }
@@ -255,7 +220,8 @@ int cmd_inspect(int argc, char **argv)
     int64_t depth = -1;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
     int c;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "inspect", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'j': json = true; break;
         case 't': tree = true; break;

@@ -426,7 +426,8 @@ int cmd_moe(int argc, char **argv)
     int c;
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "moe", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'l':
             if (!cli_parse_i64("moe", "--layer", optarg, 0, 1 << 20, &a.layer)) return HP_EXIT_USAGE;

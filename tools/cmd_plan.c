@@ -124,14 +124,14 @@ static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *
                 b = hp_plan_param_placement(p, m->params[i].name, NULL);
     }
     if (b) {
-        fprintf(stderr, "hyperpar: note: --fqn '%s' is a %s, not a boundary; explaining the boundary '%s' that "
-                "declares %s\n", fqn, kind, b->fqn, !strcmp(kind, "module") ? "its parameters" : "it");
+        cli_note("--fqn '%s' is a %s, not a boundary; explaining the boundary '%s' that declares %s", fqn, kind,
+                 b->fqn, !strcmp(kind, "module") ? "its parameters" : "it");
         return b->fqn;
     }
     if (kind) {
-        fprintf(stderr, "hyperpar: error: --fqn '%s' is a %s of %s, but no boundary of this plan declares %s (it "
-                "is not covered); run --format explain without --fqn to list the boundaries\n", fqn, kind, m->path,
-                !strcmp(kind, "module") ? "its parameters" : "it");
+        cli_error("--fqn '%s' is a %s of %s, but no boundary of this plan declares %s (it is not covered); run "
+                  "--format explain without --fqn to list the boundaries", fqn, kind, m->path,
+                  !strcmp(kind, "module") ? "its parameters" : "it");
         return NULL;
     }
     size_t limit = strlen(fqn) / 3 + 2;
@@ -139,10 +139,12 @@ static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *
     for (size_t i = 0; i < p->n_boundaries; i++) near_add(&nr, p->boundaries[i].fqn, fqn, limit);
     for (size_t i = 0; i < m->n_modules; i++) near_add(&nr, m->modules[i].name, fqn, limit);
     for (size_t i = 0; i < m->n_params; i++) near_add(&nr, m->params[i].name, fqn, limit);
-    fprintf(stderr, "hyperpar: error: --fqn '%s' names no boundary, module or parameter of %s", fqn, m->path);
-    for (int i = 0; i < 3 && nr.name[i]; i++)
-        fprintf(stderr, "%s'%s'", i ? ", " : "; close names: ", nr.name[i]);
-    fprintf(stderr, "; run --format explain without --fqn to list the boundaries\n");
+    hp_buf close;
+    hp_buf_init(&close);
+    for (int i = 0; i < 3 && nr.name[i]; i++) hp_buf_printf(&close, "%s'%s'", i ? ", " : "; close names: ", nr.name[i]);
+    cli_error("--fqn '%s' names no boundary, module or parameter of %s%.*s; run --format explain without --fqn to "
+              "list the boundaries", fqn, m->path, (int)close.len, close.data && !close.oom ? close.data : "");
+    hp_buf_free(&close);
     return NULL;
 }
 
@@ -166,22 +168,12 @@ int cmd_plan(int argc, char **argv)
     const char *format = "json", *fqn = NULL, *output = NULL;
     bool suggest = false, format_given = false;
     int64_t world = 0;
-    /* Options that take one value: a second one would silently replace the first, so repeating one is a usage
-     * error (the shared plan flags check their own; --freeze is the one repeatable option). */
-    bool seen[O_END - O_WORLD + 1] = {false};
     int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "plan", argc, argv, "ho:", opts)) != -1) {
         int pr = cli_plan_flag("plan", c, optarg, &pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
-        int slot = c == 'o' ? O_END - O_WORLD : c >= O_WORLD && c < O_END ? c - O_WORLD : -1;
-        if (slot >= 0) {
-            const char *name = "-o";
-            for (int k = 0; opts[k].name; k++)
-                if (opts[k].val == c && c != 'o') name = opts[k].name;
-            if (seen[slot]) return cli_usage_error("plan", "%s%s is given twice; give it once", c == 'o' ? "" : "--", name);
-            seen[slot] = true;
-        }
         switch (c) {
         case O_WORLD: if (!parse_count("--world", optarg, 1, HP_MESH_MAX_WORLD, &world)) return HP_EXIT_USAGE; break;
         case O_FORMAT:
@@ -247,7 +239,7 @@ int cmd_plan(int argc, char **argv)
     }
     for (int i = 0; i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
+            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
     hp_plan *p = NULL;
     int rc = HP_EXIT_OK;
     if (hp_plan_derive(&p, m, &po, &err) != HP_OK) {

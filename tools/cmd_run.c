@@ -462,7 +462,8 @@ static int parse(int argc, char **argv, bool validate)
     int64_t v;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "hi:o:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, cmd, argc, argv, "hi:o:", opts)) != -1) {
         int pr = cli_plan_flag(cmd, c, optarg, &a.pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;

@@ -86,7 +86,8 @@ int cmd_shard(int argc, char **argv)
     int64_t threads = 1;
     hp_err err;
     int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "shard", argc, argv, "ho:", opts)) != -1) {
         int pr = cli_plan_flag("shard", c, optarg, &pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
@@ -121,7 +122,7 @@ int cmd_shard(int argc, char **argv)
     }
     for (int i = 0; i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", pf.freeze[i]);
+            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
     hp_plan *p = NULL;
     char *plan_text = NULL;
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
@@ -130,7 +131,7 @@ int cmd_shard(int argc, char **argv)
     if (st == HP_OK) {
         /* Sharding does not execute the plan: a missing EP compute declaration is only a warning here. */
         hp_err w;
-        if (hp_plan_preflight(p, &w) != HP_OK) fprintf(stderr, "hyperpar: warning: %s\n", w.msg);
+        if (hp_plan_preflight(p, &w) != HP_OK) cli_warn("%s", w.msg);
         if (plan_path) {
             const char *slash = strrchr(plan_path, '/');
             so.plan_file = slash ? slash + 1 : plan_path;
@@ -167,7 +168,8 @@ int cmd_merge(int argc, char **argv)
     hp_merge_opts mo = {.progress = isatty(2)};
     const char *out = NULL;
     int c;
-    while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "merge", argc, argv, "ho:", opts)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case O_MAX:

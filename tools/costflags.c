@@ -122,6 +122,7 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
             return cli_usage_error(cmd, "--format expects text, json or html, got '%s'", arg), -1;
         f->format = !strcmp(arg, "json") ? 1 : !strcmp(arg, "html") ? 2 : 0;
         return 1;
+    case 'o': /* --output and -o are one option */
     case CLI_O_OUT: f->output = arg; return 1;
     case CLI_O_MEASURE: f->measure = true; return 1;
     default: return 0;

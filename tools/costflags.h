@@ -22,7 +22,7 @@ enum {
         {"master-bytes", required_argument, NULL, CLI_O_MASTER}, {"optim-bytes", required_argument, NULL, CLI_O_OPTIM}, \
         {"zero", required_argument, NULL, CLI_O_ZERO}, {"kv-bytes", required_argument, NULL, CLI_O_KV},            \
         {"mem-per-rank", required_argument, NULL, CLI_O_BUDGET}, {"format", required_argument, NULL, CLI_O_FORMAT}, \
-        {"output", required_argument, NULL, CLI_O_OUT}, {"measure-gemm", no_argument, NULL, CLI_O_MEASURE}
+        {"output", required_argument, NULL, 'o'}, {"measure-gemm", no_argument, NULL, CLI_O_MEASURE}
 
 typedef struct cli_cost_flags {
     hp_cost_opts co;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "hyperpar/plan.h"
@@ -46,20 +47,95 @@ static void usage(FILE *out)
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 numeric verification failed.\n");
 }
 
+/*
+ * Every message the CLI prints goes through msg_print: it escapes what a message may quote from a file
+ * (control characters, ESC above all, invalid UTF-8, C1 controls, bidi overrides; hp_buf_escape) so that no
+ * name in a checkpoint can drive the terminal, whatever the message and whoever built it. Line breaks and
+ * tabs of multi-line messages stay.
+ *
+ * Under mpirun every rank parses the same command line: a usage error, or a warning printed before the ranks
+ * agree, would be printed once per rank. Those are printed only where the launcher's environment says the rank
+ * is 0, or says nothing (cli_rank_is_quiet); every rank still returns the same exit code.
+ */
+/* Set when this rank kept an error to itself (rank 0 prints it). */
+static bool g_kept_quiet;
+
+bool cli_rank_is_quiet(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long r = strtol(v, &end, 10);
+        if (*end) continue; /* not a number: ask the next variable */
+        return r != 0;
+    }
+    return false;
+}
+
+static void msg_print(const char *head, const char *fmt, va_list ap)
+{
+    char msg[16384]; /* a usage error may quote a path of PATH_MAX bytes and more */
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_buf_escape(&b, msg, HP_ESC_KEEP_LINES);
+    fprintf(stderr, "%s%.*s\n", head, (int)b.len, b.data && !b.oom ? b.data : msg);
+    hp_buf_free(&b);
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    msg_print("hyperpar: error: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_note(const char *fmt, ...)
+{
+    if (cli_rank_is_quiet()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    msg_print("hyperpar: note: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_warn(const char *fmt, ...)
+{
+    if (cli_rank_is_quiet()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    msg_print("hyperpar: warning: ", fmt, ap);
+    va_end(ap);
+}
+
 int cli_fail(const hp_err *err)
 {
-    fprintf(stderr, "hyperpar: error: %s\n", err->msg);
+    cli_error("%s", err->msg);
+    return hp_status_exit_code(err->status);
+}
+
+int cli_fail_once(const hp_err *err)
+{
+    if (cli_rank_is_quiet()) g_kept_quiet = true;
+    else cli_error("%s", err->msg);
     return hp_status_exit_code(err->status);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
+    if (cli_rank_is_quiet()) {
+        g_kept_quiet = true;
+        return HP_EXIT_USAGE;
+    }
+    char msg[12288];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "hyperpar: error: %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nRun 'hyperpar %s --help' for usage.\n", cmd);
+    cli_error("%s: %s\nRun 'hyperpar %s --help' for usage.", cmd, msg, cmd);
     return HP_EXIT_USAGE;
 }
 
@@ -84,7 +160,7 @@ int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int
         hp_mesh_from_sizes(out, dp, cp, tp, ep, ep_axis);
         return HP_EXIT_OK;
     }
-    if (hp_mesh_parse(mesh_spec, out, &err) != HP_OK) return cli_fail(&err);
+    if (hp_mesh_parse(mesh_spec, out, &err) != HP_OK) return cli_fail_once(&err);
     if (out->ep_axis) {
         if (ep > 1 && ep != out->ep)
             return cli_usage_error(cmd, "--ep %lld disagrees with the mesh's ep axis (%lld)", (long long)ep,
@@ -119,10 +195,68 @@ bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double 
     return true;
 }
 
+/* Set when cli_getopt has printed why it returned '?', so that cli_bad_option does not print a second error. */
+static bool g_opt_reported;
+
+/* Options that may be given more than once, by long name: each occurrence adds one (--freeze GLOB). */
+static bool repeatable(int c, const struct option *longopts)
+{
+    static const char *const names[] = {"freeze"};
+    for (const struct option *o = longopts; o && o->name; o++)
+        if (o->val == c && !o->flag)
+            for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+                if (!strcmp(o->name, names[i])) return true;
+    return false;
+}
+
+int cli_getopt(cli_seen *seen, const char *cmd, int argc, char **argv, const char *shortopts,
+               const struct option *longopts)
+{
+    opterr = !cli_rank_is_quiet(); /* getopt's own messages, too, once under mpirun */
+    int li = -1;
+    int c = getopt_long(argc, argv, shortopts, longopts, &li);
+    if (c == -1 || c == '?' || c == ':' || repeatable(c, longopts)) return c;
+    /* A short option is the long option with the same value (-o and --output); an alias is its target. */
+    char name[80];
+    for (const struct option *o = longopts; li < 0 && o && o->name; o++)
+        if (o->val == c && !o->flag) li = (int)(o - longopts);
+    if (li >= 0) snprintf(name, sizeof name, "--%.60s", longopts[li].name);
+    else snprintf(name, sizeof name, "-%c", c);
+    for (int i = 0; i < seen->n; i++) {
+        if (seen->val[i] != c) continue;
+        if (seen->arg[i] && optarg)
+            cli_usage_error(cmd, "%s is given twice ('%s' and '%s'); give it once", name, seen->arg[i], optarg);
+        else
+            cli_usage_error(cmd, "%s is given twice; give it once", name);
+        g_opt_reported = true;
+        return '?';
+    }
+    HP_ASSERT(seen->n < CLI_MAX_OPTS); /* more distinct options than any table holds: our bug */
+    seen->val[seen->n] = c;
+    seen->arg[seen->n++] = optarg;
+    return c;
+}
+
 int cli_bad_option(const char *cmd, char **argv)
 {
+    if (g_opt_reported) { /* cli_getopt said why */
+        g_opt_reported = false;
+        return HP_EXIT_USAGE;
+    }
     const char *arg = optind > 0 ? argv[optind - 1] : "?";
     return cli_usage_error(cmd, "unknown option or missing value near '%s'", arg);
+}
+
+/* A usage error of the tool itself (no command, or an unknown one): the message, then the usage. */
+static int main_usage_error(const char *fmt, const char *arg)
+{
+    if (cli_rank_is_quiet()) {
+        g_kept_quiet = true;
+        return HP_EXIT_USAGE;
+    }
+    if (fmt) cli_error(fmt, arg);
+    usage(stderr);
+    return HP_EXIT_USAGE;
 }
 
 static int run_main(int argc, char **argv)
@@ -138,15 +272,13 @@ static int run_main(int argc, char **argv)
         } else if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--verbose")) {
             hp_log_set_level(HP_LOG_INFO);
         } else {
-            fprintf(stderr, "hyperpar: error: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return HP_EXIT_USAGE;
+            return main_usage_error("unknown option '%s'", argv[i]);
         }
     }
-    if (i >= argc) {
-        usage(stderr);
-        return HP_EXIT_USAGE;
-    }
+    /* The library's warnings (hp_log) are the same on every rank: under mpirun, rank 0 prints them (-v keeps
+     * every rank's). */
+    if (cli_rank_is_quiet() && hp_log_get_level() == HP_LOG_WARN) hp_log_set_level(HP_LOG_ERROR);
+    if (i >= argc) return main_usage_error(NULL, NULL);
     if (!strcmp(argv[i], "help")) {
         usage(stdout);
         return HP_EXIT_OK;
@@ -156,9 +288,7 @@ static int run_main(int argc, char **argv)
             optind = 1;
             return g_commands[c].run(argc - i, argv + i);
         }
-    fprintf(stderr, "hyperpar: error: unknown command '%s'\n", argv[i]);
-    usage(stderr);
-    return HP_EXIT_USAGE;
+    return main_usage_error("unknown command '%s'", argv[i]);
 }
 
 /* Output that did not reach its destination (a full disk, /dev/full, a closed pipe) is a failure: every
@@ -166,6 +296,12 @@ static int run_main(int argc, char **argv)
 int main(int argc, char **argv)
 {
     int rc = run_main(argc, argv);
+    if (g_kept_quiet) {
+        /* mpirun ends the whole job when the first rank fails: a rank that kept its error to itself lets rank 0
+         * print it first. */
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     errno = 0;
     bool bad = ferror(stdout) != 0;
     int e = errno;

@@ -4,8 +4,10 @@
  * the command's inputs. "An input" is any file given on the command line (compared by device and inode, so a
  * symbolic or hard link to an input counts), and, when the model is a folder, every name in it that the
  * checkpoint reader would pick up (config.json, *.safetensors, *.index.json, manifest.json): writing there
- * would replace the model's files or change what the folder means. The output itself is then written to
- * "<path>.tmp.<pid>" and renamed into place (atomic), by the command.
+ * would replace the model's files or change what the folder means. Last, the folder must take a new file: the
+ * check creates and removes "<path>.tmp.<pid>", the temporary the output is later written to before it is
+ * renamed into place (atomic), so that a read-only file system, /sys or /proc is refused before any work and
+ * not after a whole run. Every message names the user's path, never the temporary.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -69,6 +71,18 @@ bool cli_output_problem(const char *opt, const char *path, const char *model, co
     if (clash)
         return snprintf(msg, cap, "%s '%s' is one of the inputs (the model's files, or a file given with another "
                         "option); writing there would replace it. Choose another file name", opt, path), true;
+    /* The folder takes a new file: probe with the temporary's own name (EEXIST: something is there, so the
+     * folder took files before; the write itself will tell). */
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST)
+        return snprintf(msg, cap, "%s '%s': cannot create a file in the folder '%s' (%s); choose a writable "
+                        "location", opt, path, dir, strerror(errno)), true;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
     return false;
 }
 
@@ -101,12 +115,13 @@ void cli_json_str(const char *s)
 }
 
 /* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
- * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind. */
-int cli_write_atomic(const char *path, const char *data, size_t len, const char *what)
+ * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind.
+ * Messages name path, not the temporary. */
+hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, const char *what, hp_err *err)
 {
     if (!path) {
         fwrite(data, 1, len, stdout); /* main() checks stdout's errors */
-        return HP_EXIT_OK;
+        return HP_OK;
     }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -115,8 +130,10 @@ int cli_write_atomic(const char *path, const char *data, size_t len, const char 
         fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd < 0) {
         int e = errno;
-        fprintf(stderr, "hyperpar: error: %s: cannot create the temporary output: %s\n", tmp, strerror(e));
-        return e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_EXIT_USAGE : HP_EXIT_RUNTIME;
+        return hp_err_set(err, e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_ERR_INPUT
+                                                                                              : HP_ERR_IO,
+                          "%s: cannot write %s: cannot create a file in its folder (%s); nothing was written", path,
+                          what, strerror(e));
     }
     int e = 0;
     for (size_t off = 0; off < len && !e;) {
@@ -129,9 +146,14 @@ int cli_write_atomic(const char *path, const char *data, size_t len, const char 
     if (close(fd) != 0 && !e) e = errno;
     if (!e && rename(tmp, path) != 0) e = errno;
     if (e) {
-        fprintf(stderr, "hyperpar: error: %s: writing %s failed: %s; nothing was written\n", path, what, strerror(e));
         unlink(tmp);
-        return HP_EXIT_RUNTIME;
+        return hp_err_set(err, HP_ERR_IO, "%s: writing %s failed: %s; nothing was written", path, what, strerror(e));
     }
-    return HP_EXIT_OK;
+    return HP_OK;
+}
+
+int cli_write_atomic(const char *path, const char *data, size_t len, const char *what)
+{
+    hp_err err;
+    return cli_write_atomic_err(path, data, len, what, &err) == HP_OK ? HP_EXIT_OK : cli_fail(&err);
 }

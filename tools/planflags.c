@@ -1,8 +1,8 @@
 /*
  * planflags.c — the one parser of the plan and mesh flags that plan, shard, moe and run share: --mesh,
  * --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --loss-parallel, --freeze, --allow-uncovered,
- * --packed-fused, --overrides. Sizes are plain digits in [1, HP_MESH_MAX_SIZE]; an option given twice is a
- * usage error (a second --overrides would silently replace the first), except the repeatable --freeze.
+ * --packed-fused, --overrides. Sizes are plain digits in [1, HP_MESH_MAX_SIZE]. An option given twice is
+ * refused by cli_getopt, which every command parses with (--freeze is the one that repeats).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +34,6 @@ static bool count(const char *cmd, const char *opt, const char *s, int64_t max, 
 int cli_plan_flag(const char *cmd, int c, const char *arg, cli_plan_flags *f)
 {
     if (c < CLI_O_MESH || c >= CLI_O_END) return 0;
-    static const char *const names[] = {"--mesh", "--dp", "--cp", "--tp", "--ep", "--ep-axis",
-                                        "--no-sequence-parallel", "--loss-parallel", "--freeze",
-                                        "--allow-uncovered", "--packed-fused", "--overrides"};
-    int slot = c - CLI_O_MESH;
-    if (c != CLI_O_FREEZE && f->seen[slot]) {
-        cli_usage_error(cmd, "%s is given twice; give it once", names[slot]);
-        return -1;
-    }
-    f->seen[slot] = true;
     f->any = true;
     switch (c) {
     case CLI_O_MESH: f->mesh_spec = arg; break;
@@ -80,7 +71,7 @@ int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp)
     int rc = cli_mesh(cmd, f->mesh_spec, f->dp, f->cp, tp, f->ep, f->ep_axis, &f->po.mesh);
     if (rc != HP_EXIT_OK) return rc;
     hp_err err;
-    if (hp_mesh_check(&f->po.mesh, &err) != HP_OK) return cli_fail(&err);
+    if (hp_mesh_check(&f->po.mesh, &err) != HP_OK) return cli_fail_once(&err);
     return HP_EXIT_OK;
 }
 
@@ -94,6 +85,6 @@ hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrid
     f->po.overrides = *ov;
     for (int i = 0; m && i < f->n_freeze; i++)
         if (hp_model_freeze(m, f->freeze[i]) == 0)
-            fprintf(stderr, "hyperpar: warning: --freeze '%s' matched no parameter\n", f->freeze[i]);
+            cli_warn("--freeze '%s' matched no parameter", f->freeze[i]);
     return HP_OK;
 }

@@ -92,10 +92,27 @@ void hp_buf_append(hp_buf *b, const void *data, size_t n);
 void hp_buf_puts(hp_buf *b, const char *s);
 void hp_buf_printf(hp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- text read from files, made safe to show on a terminal ----
+ * Names and strings from files (tensor names, JSON keys and values, dtype strings, metadata) may hold bytes
+ * that drive a terminal. Escaping shows every byte that is not printable as \xNN: C0 controls (ESC
+ * included), DEL, bytes of invalid UTF-8, the C1 controls U+0080..U+009F (which some terminals obey as
+ * ESC [) and the bidirectional overrides U+202A..U+202E, U+2066..U+2069 (which reorder what is shown).
+ * Printable ASCII and other valid UTF-8 pass unchanged. */
+#define HP_ESC_BACKSLASH 1u  /* a backslash becomes \\, so that the result is unambiguous (listings) */
+#define HP_ESC_KEEP_LINES 2u /* '\n' and '\t' pass unchanged (a whole message of several lines) */
+/* Appends s (NULL: "") escaped as above to b. */
+void hp_buf_escape(hp_buf *b, const char *s, unsigned flags);
+/* s escaped (flags 0) into buf of cap bytes, for quoting a name inside a message; when it does not fit it is
+ * cut at a whole character and ends in "...". Returns buf. */
+const char *hp_escape(const char *s, char *buf, size_t cap);
+/* Whether s needs no escaping (flags as for hp_buf_escape). */
+bool hp_is_safe_text(const char *s, unsigned flags);
+
 /* ---- logging to stderr ---- */
 typedef enum { HP_LOG_ERROR = 0, HP_LOG_WARN, HP_LOG_INFO, HP_LOG_DEBUG } hp_log_level;
 void hp_log_set_level(hp_log_level level);
 hp_log_level hp_log_get_level(void);
+/* "hyperpar: <level>: <message>" on stderr, the message escaped (HP_ESC_KEEP_LINES). */
 void hp_log(hp_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Human-readable byte count ("1.50 GiB") into buf; returns buf. */

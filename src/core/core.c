@@ -259,12 +259,112 @@ void hp_log(hp_log_level level, const char *fmt, ...)
 {
     if (level > g_log_level) return;
     static const char *names[] = {"error", "warning", "info", "debug"};
-    fprintf(stderr, "hyperpar: %s: ", names[level]);
+    char msg[HP_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_buf_escape(&b, msg, HP_ESC_KEEP_LINES);
+    fprintf(stderr, "hyperpar: %s: %.*s\n", names[level], (int)b.len, b.data && !b.oom ? b.data : "?");
+    hp_buf_free(&b);
+}
+
+/* ---- escaping text from files ---- */
+
+/* The length of the valid UTF-8 sequence of 2..4 bytes at s and its code point, or 0 when s does not start
+ * one (overlong forms, surrogates and values past U+10FFFF are not UTF-8). */
+static size_t utf8_len(const unsigned char *s, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+    if (!n) return 0;
+    uint32_t v = c & (0x7F >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the terminating NUL */
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10FFFF)) || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return n;
+}
+
+/* One character of s as shown: writes at most 16 bytes to out and returns how many; *used gets the bytes of s
+ * it stands for (at least 1). */
+static size_t esc_char(const unsigned char *s, unsigned flags, char *out, size_t *used)
+{
+    uint32_t cp = 0;
+    size_t n = *s >= 0x80 ? utf8_len(s, &cp) : 1;
+    bool shown;
+    if (n > 1)
+        shown = !(cp <= 0x9F || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069));
+    else
+        shown = n == 1 && ((*s >= 0x20 && *s != 0x7F) ||
+                           ((flags & HP_ESC_KEEP_LINES) && (*s == '\n' || *s == '\t')));
+    if (!n) n = 1;
+    *used = n;
+    if (n == 1 && *s == '\\' && (flags & HP_ESC_BACKSLASH)) {
+        memcpy(out, "\\\\", 2);
+        return 2;
+    }
+    if (shown) {
+        memcpy(out, s, n);
+        return n;
+    }
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < n; i++) {
+        out[4 * i] = '\\', out[4 * i + 1] = 'x';
+        out[4 * i + 2] = hex[s[i] >> 4], out[4 * i + 3] = hex[s[i] & 15];
+    }
+    return 4 * n;
+}
+
+void hp_buf_escape(hp_buf *b, const char *text, unsigned flags)
+{
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    char out[16];
+    while (*s) {
+        size_t used = 1, k = esc_char(s, flags, out, &used);
+        hp_buf_append(b, out, k);
+        s += used;
+    }
+}
+
+const char *hp_escape(const char *text, char *buf, size_t cap)
+{
+    if (!cap) return buf;
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    char out[16];
+    size_t o = 0, starts[4]; /* where the last four characters shown begin: a cut backs off whole ones */
+    unsigned n_starts = 0;
+    while (*s) {
+        size_t used = 1, k = esc_char(s, 0, out, &used);
+        if (o + k + 1 > cap) {
+            for (unsigned back = 0; o + 4 > cap && back < 4 && back < n_starts; back++)
+                o = starts[(n_starts - 1 - back) % 4];
+            if (o + 4 <= cap) memcpy(buf + o, "...", 3), o += 3;
+            break;
+        }
+        starts[n_starts++ % 4] = o;
+        memcpy(buf + o, out, k);
+        o += k;
+        s += used;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+bool hp_is_safe_text(const char *text, unsigned flags)
+{
+    const unsigned char *s = (const unsigned char *)(text ? text : "");
+    char out[16];
+    while (*s) {
+        size_t used = 1, k = esc_char(s, flags, out, &used);
+        if (k != used || memcmp(out, s, k) != 0) return false;
+        s += used;
+    }
+    return true;
 }
 
 const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap)

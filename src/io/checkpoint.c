@@ -111,10 +111,11 @@ static hp_status build_list(hp_ckpt *c, hp_err *err)
     qsort(c->by_name, c->n, sizeof *c->by_name, cmp_tensor_name);
     for (size_t i = 1; i < c->n; i++) {
         const hp_ckpt_tensor *a = c->by_name[i - 1], *b = c->by_name[i];
+        char en[256];
         if (strcmp(a->t->name, b->t->name) == 0)
             return hp_err_set(err, HP_ERR_INPUT,
                               "tensor '%s' appears in both %s and %s; a tensor must live in exactly one file.",
-                              a->t->name, hp_st_path(a->file), hp_st_path(b->file));
+                              hp_escape(a->t->name, en, sizeof en), hp_st_path(a->file), hp_st_path(b->file));
     }
     return HP_OK;
 }
@@ -141,6 +142,7 @@ static hp_status check_agreement(hp_ckpt *c, const char *idx, json_t *wm, char *
 {
     const char *key;
     json_t *v;
+    char en[256], ef[256], em[256]; /* names from the files, escaped for the messages */
     json_object_foreach(wm, key, v) {
         const char *fname = json_string_value(v);
         char **hit = bsearch(&fname, names, c->n_files, sizeof *names, cmp_str);
@@ -149,7 +151,7 @@ static hp_status check_agreement(hp_ckpt *c, const char *idx, json_t *wm, char *
             return hp_err_set(err, HP_ERR_INPUT,
                               "%s: tensor '%s' is listed in %s for shard %s but %s does not contain it; the index "
                               "and the shards disagree (re-download the checkpoint or regenerate the index).",
-                              idx, key, base_of(idx), fname, fname);
+                              idx, hp_escape(key, en, sizeof en), base_of(idx), hp_escape(fname, ef, sizeof ef), ef);
     }
     for (size_t i = 0; i < c->n_files; i++) {
         for (size_t j = 0; j < hp_st_count(c->files[i]); j++) {
@@ -158,12 +160,13 @@ static hp_status check_agreement(hp_ckpt *c, const char *idx, json_t *wm, char *
             if (!mapped)
                 return hp_err_set(err, HP_ERR_INPUT,
                                   "%s: shard %s contains tensor '%s', which the weight_map of %s does not list; the "
-                                  "index and the shards disagree (regenerate the index).", idx, names[i], name,
-                                  base_of(idx));
+                                  "index and the shards disagree (regenerate the index).", idx,
+                                  hp_escape(names[i], ef, sizeof ef), hp_escape(name, en, sizeof en), base_of(idx));
             if (strcmp(mapped, names[i]) != 0)
                 return hp_err_set(err, HP_ERR_INPUT,
                                   "%s: tensor '%s' appears in both shard %s and shard %s (the index maps it to %s); "
-                                  "a tensor must live in exactly one shard.", idx, name, names[i], mapped, mapped);
+                                  "a tensor must live in exactly one shard.", idx, hp_escape(name, en, sizeof en),
+                                  hp_escape(names[i], ef, sizeof ef), hp_escape(mapped, em, sizeof em), em);
         }
     }
     return HP_OK;
@@ -217,14 +220,16 @@ static hp_status open_index(hp_ckpt *c, const char *idx, hp_err *err)
     json_object_foreach(wm, key, v) {
         const char *fname = json_string_value(v);
         if (!fname) {
+            char en[256];
             st = hp_err_set(err, HP_ERR_INPUT, "%s: weight_map entry for tensor '%s' is not a string; it must name "
-                            "the shard file holding the tensor.", idx, key);
+                            "the shard file holding the tensor.", idx, hp_escape(key, en, sizeof en));
             goto done;
         }
         if (!plain_file_name(fname)) {
+            char en[256], ef[256];
             st = hp_err_set(err, HP_ERR_INPUT, "%s: weight_map maps tensor '%s' to '%s', which is not a plain file "
                             "name; shard names must not contain '/' or be '..' (they live next to the index).",
-                            idx, key, fname);
+                            idx, hp_escape(key, en, sizeof en), hp_escape(fname, ef, sizeof ef));
             goto done;
         }
         names[n_names++] = (char *)fname;

@@ -120,10 +120,13 @@ static const char *known_dtypes(void)
            "U16, F16, BF16, I32, U32, F32, C64, F64, I64, U64";
 }
 
-/* Validates one tensor entry and fills t (name set by the caller). */
-static hp_status parse_tensor(const char *lab, const char *name, const json_t *v, hp_st_tensor *t,
+/* Validates one tensor entry and fills t (name set by the caller). Names and strings from the file are quoted
+ * escaped (hp_escape). */
+static hp_status parse_tensor(const char *lab, const char *raw_name, const json_t *v, hp_st_tensor *t,
                               hp_err *err)
 {
+    char name[256], dt[96];
+    hp_escape(raw_name, name, sizeof name);
     if (!json_is_object(v))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: tensor '%s': the header entry is a JSON %s, not an object with dtype, shape and "
@@ -135,8 +138,9 @@ static hp_status parse_tensor(const char *lab, const char *name, const json_t *v
                           "corrupt.", lab, name, jd ? json_kind(jd) : "missing");
     if (!hp_dtype_parse(json_string_value(jd), &t->dtype))
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: tensor '%s': unknown dtype '%.64s'; known dtypes are %s. The file was written by "
-                          "a newer or different tool.", lab, name, json_string_value(jd), known_dtypes());
+                          "%s: tensor '%s': unknown dtype '%s'; known dtypes are %s. The file was written by "
+                          "a newer or different tool.", lab, name, hp_escape(json_string_value(jd), dt, sizeof dt),
+                          known_dtypes());
 
     const json_t *js = json_object_get(v, "shape");
     if (!json_is_array(js))
@@ -241,32 +245,35 @@ static hp_status check_layout(hp_st_file *f, uint64_t data_size, hp_err *err)
     qsort(s, n, sizeof *s, cmp_by_begin);
     hp_status st = HP_OK;
     uint64_t at = 0;
+    char a[256], b[256]; /* the names, escaped */
     for (size_t i = 0; i < n && st == HP_OK; i++) {
         const hp_st_tensor *t = s[i];
+        hp_escape(t->name, b, sizeof b);
+        hp_escape(i ? s[i - 1]->name : "", a, sizeof a);
         if (t->begin > at && i == 0)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: tensor '%s' begins at byte %llu but the first tensor must begin at 0; bytes [0, "
-                            "%llu) of the data section belong to no tensor. The file is corrupt.", lab, t->name,
+                            "%llu) of the data section belong to no tensor. The file is corrupt.", lab, b,
                             (unsigned long long)t->begin, (unsigned long long)t->begin);
         else if (t->begin > at)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: bytes [%llu, %llu) of the data section, between tensor '%s' (ends at %llu) and "
                             "tensor '%s' (begins at %llu), belong to no tensor; the data section must have no "
                             "holes. The file is corrupt.", lab, (unsigned long long)at,
-                            (unsigned long long)t->begin, s[i - 1]->name, (unsigned long long)at, t->name,
+                            (unsigned long long)t->begin, a, (unsigned long long)at, b,
                             (unsigned long long)t->begin);
         else if (t->begin < at)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the data section; the "
-                            "file is corrupt.", lab, s[i - 1]->name, (unsigned long long)s[i - 1]->begin,
-                            (unsigned long long)s[i - 1]->end, t->name, (unsigned long long)t->begin,
+                            "file is corrupt.", lab, a, (unsigned long long)s[i - 1]->begin,
+                            (unsigned long long)s[i - 1]->end, b, (unsigned long long)t->begin,
                             (unsigned long long)t->end);
         at = t->end;
     }
     if (st == HP_OK && at > data_size)
         st = hp_err_set(err, HP_ERR_INPUT,
                         "%s: tensor '%s': data_offsets end %llu is past the data section (%llu bytes); the file "
-                        "looks truncated.", lab, s[n - 1]->name, (unsigned long long)at,
+                        "looks truncated.", lab, hp_escape(s[n - 1]->name, b, sizeof b), (unsigned long long)at,
                         (unsigned long long)data_size);
     if (st == HP_OK && at < data_size) {
         if (n == 0)
@@ -277,7 +284,8 @@ static hp_status check_layout(hp_st_file *f, uint64_t data_size, hp_err *err)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: %llu trailing bytes follow the last tensor '%s' (which ends at %llu of a %llu-byte "
                             "data section); the file is corrupt or was appended to.", lab,
-                            (unsigned long long)(data_size - at), s[n - 1]->name, (unsigned long long)at,
+                            (unsigned long long)(data_size - at), hp_escape(s[n - 1]->name, b, sizeof b),
+                            (unsigned long long)at,
                             (unsigned long long)data_size);
     }
     free(s);
@@ -297,11 +305,12 @@ static hp_status parse_metadata(hp_st_file *f, const json_t *m, hp_err *err)
         return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->label);
     const char *k;
     json_t *v;
+    char mk[256];
     json_object_foreach((json_t *)m, k, v) {
         if (!json_is_string(v))
             return hp_err_set(err, HP_ERR_INPUT,
                               "%s: __metadata__ key '%s' holds a JSON %s, but metadata values must be strings; "
-                              "the file is corrupt.", f->label, k, json_kind(v));
+                              "the file is corrupt.", f->label, hp_escape(k, mk, sizeof mk), json_kind(v));
         const char *ks = hp_arena_strdup(&f->arena, k);
         const char *vs = hp_arena_strdup(&f->arena, json_string_value(v));
         if (!ks || !vs) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->label);
@@ -376,8 +385,9 @@ static hp_status parse(hp_st_file *f, hp_err *err)
     hp_status st = HP_OK;
     if (!root) {
         if (json_error_code(&je) == json_error_duplicate_key) {
-            char name[512];
-            duplicate_key_name(hdr, (size_t)je.position, name, sizeof name, je.text);
+            char raw[512], name[512];
+            duplicate_key_name(hdr, (size_t)je.position, raw, sizeof raw, je.text);
+            hp_escape(raw, name, sizeof name);
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: tensor '%s' appears twice in the header (line %d, column %d); names must be "
                             "unique. The file is corrupt.", lab, name, je.line, je.column);
@@ -431,8 +441,9 @@ static hp_status parse(hp_st_file *f, hp_err *err)
     qsort(f->by_name, f->n_tensors, sizeof *f->by_name, cmp_by_name);
     for (size_t i = 1; i < f->n_tensors; i++) {
         if (strcmp(f->by_name[i - 1]->name, f->by_name[i]->name) == 0) { /* jansson should have caught it */
+            char dup[256];
             st = hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' appears twice in the header; names must be "
-                            "unique. The file is corrupt.", lab, f->by_name[i]->name);
+                            "unique. The file is corrupt.", lab, hp_escape(f->by_name[i]->name, dup, sizeof dup));
             goto done;
         }
     }

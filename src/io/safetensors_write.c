@@ -258,6 +258,7 @@ static hp_status build_header(const hp_st_writer *w, char **out, hp_err *err)
     return HP_OK;
 }
 
+/* Names the file being written (path), never its temporary "<path>.tmp.<pid>": that name means nothing to the user. */
 static hp_status write_error(const char *path, const char *what, int e, hp_err *err)
 {
     return hp_err_set(err, HP_ERR_IO, "%s: cannot %s: %s.", path, what, strerror(e));
@@ -275,7 +276,7 @@ static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const
             hp_err_prefix(err, "%s: tensor '%s'", path, t->name);
             return st;
         }
-        if (fwrite(chunk, 1, n, fp) != n) return write_error(tmp, "write", errno, err);
+        if (fwrite(chunk, 1, n, fp) != n) return write_error(path, "write", errno, err);
         done += (int64_t)n;
     }
     return HP_OK;
@@ -302,7 +303,7 @@ static bool pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 static hp_status write_parallel(const hp_st_writer *w, FILE *fp, uint64_t data_start, const char *path,
                                 const char *tmp, size_t chunk_size, hp_err *err)
 {
-    if (fflush(fp) != 0) return write_error(tmp, "write", errno, err);
+    if (fflush(fp) != 0) return write_error(path, "write", errno, err);
     int fd = fileno(fp);
     uint64_t *offs = malloc(w->n * sizeof *offs), end = data_start;
     if (!offs) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", path);
@@ -312,7 +313,7 @@ static hp_status write_parallel(const hp_st_writer *w, FILE *fp, uint64_t data_s
     }
     if (ftruncate(fd, (off_t)end) != 0) {
         free(offs);
-        return write_error(tmp, "size", errno, err);
+        return write_error(path, "size", errno, err);
     }
     hp_status st = HP_OK;
     size_t failed_at = w->n;
@@ -338,7 +339,7 @@ static hp_status write_parallel(const hp_st_writer *w, FILE *fp, uint64_t data_s
                     if (s != HP_OK) hp_err_prefix(&e, "%s: tensor '%s'", path, t->name);
                 }
                 if (s == HP_OK && !pwrite_all(fd, src, n, offs[i] + (uint64_t)done))
-                    s = write_error(tmp, "write", errno, &e);
+                    s = write_error(path, "write", errno, &e);
                 done += (int64_t)n;
             }
             if (s != HP_OK) {
@@ -390,7 +391,7 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
     hp_status st = HP_OK;
     FILE *fp = fopen(tmp, "wb");
     if (!fp) {
-        st = write_error(tmp, "create", errno, err);
+        st = write_error(path, "create", errno, err);
         goto out;
     }
     unsigned char len8[8];
@@ -398,7 +399,7 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
     static const char spaces[8] = "        ";
     if (fwrite(len8, 1, 8, fp) != 8 || fwrite(hdr, 1, hlen, fp) != hlen ||
         fwrite(spaces, 1, padded - hlen, fp) != padded - hlen) {
-        st = write_error(tmp, "write", errno, err);
+        st = write_error(path, "write", errno, err);
         goto out;
     }
     if (fflush(fp) != 0) { /* the header, with its metadata, is on disk before any data */
@@ -418,14 +419,14 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
         else if (t->fill)
             st = write_filled(fp, path, tmp, t, chunk, err);
         else if (fwrite(t->data, 1, (size_t)t->nbytes, fp) != (size_t)t->nbytes)
-            st = write_error(tmp, "write", errno, err);
+            st = write_error(path, "write", errno, err);
     }
     if (st == HP_OK && hp_interrupted()) st = hp__interrupt_error(err);
     if (st) goto out;
     FILE *done = fp;
     fp = NULL;
     if (fclose(done) != 0) {
-        st = write_error(tmp, "write", errno, err);
+        st = write_error(path, "write", errno, err);
         goto out;
     }
     if (rename(tmp, path) != 0) st = write_error(path, "rename the temporary file into place", errno, err);

@@ -439,7 +439,7 @@ static hp_status write_text_atomic(const char *path, const char *text, hp_err *e
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
-    if (!f) return hp_err_set(err, HP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) return hp_err_set(err, HP_ERR_IO, "%s: cannot create: %s", path, strerror(errno)); /* not tmp's name */
     size_t n = strlen(text);
     bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
     ok = (fclose(f) == 0) && ok;

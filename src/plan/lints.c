@@ -491,7 +491,11 @@ static hp_status coverage(hp_plan *p, const hp_plan_opts *o, hp_err *err)
     size_t n = 0;
     for (size_t i = 0; i < m->n_params; i++) {
         if (covered[i] || !m->params[i].trainable) continue;
-        if (n < 20) hp_buf_printf(&list, "\n  %s (role %s)", m->params[i].name, hp_role_name(p->roles[i]));
+        if (n < 20) { /* one name a line: escaped, so that a name can neither drive the terminal nor add lines */
+            hp_buf_puts(&list, "\n  ");
+            hp_buf_escape(&list, m->params[i].name, 0);
+            hp_buf_printf(&list, " (role %s)", hp_role_name(p->roles[i]));
+        }
         n++;
     }
     free(covered);

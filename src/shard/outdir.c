@@ -398,8 +398,9 @@ hp_status hp__out_begin(hp__outdir *o, hp_err *err)
     if (st != HP_OK) hp__out_abort(o);
     return st;
 mkdir_failed:;
-    hp_status st2 = hp_err_set(err, HP_ERR_IO, "%s: cannot create the temporary folder %s: %s", o->cmd, o->tmp,
-                               strerror(errno));
+    int e = errno; /* the user's --out named, not the temporary "<out>.tmp.<pid>" beside it */
+    hp_status st2 = hp_err_set(err, HP_ERR_IO, "%s: cannot create --out %s: its folder does not take a new folder (%s)",
+                               o->cmd, o->out, strerror(e));
     hp__out_abort(o);
     return st2;
 }

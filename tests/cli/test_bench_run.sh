@@ -11,6 +11,15 @@ SMALL="--preset llama-3-8b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2
 mkdir -p "$WORK/tmp"
 export TMPDIR="$WORK/tmp"
 left() { [ -z "$(ls -A "$WORK/tmp" | grep hp-bench-run)" ]; }
+# but "BASE" OPT...: the words of BASE without the options OPT and their values (an option may be given once).
+but() {
+    local base=($1) out=() i
+    shift
+    for ((i = 0; i < ${#base[@]}; i++)); do
+        if [[ " $* " == *" ${base[i]} "* ]]; then i=$((i + 1)); else out+=("${base[i]}"); fi
+    done
+    echo "${out[@]}"
+}
 
 MOE="--preset qwen3-30b-a3b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512 --experts 8"
 expect 0 "usage: [mpirun -np N] hyperpar bench run --preset P" -- "$HP" bench run --help
@@ -34,7 +43,7 @@ check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/nul
 check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0' "$WORK/one.json"
 expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
 # A vocabulary above gen's 65536 (Llama-3's 128256 is): the bench writes that checkpoint itself.
-expect 0 "vocab above gen's limit" -- "$HP" bench run $SMALL --vocab 70000 --reps 1
+expect 0 "vocab above gen's limit" -- "$HP" bench run $(but "$SMALL" --vocab) --vocab 70000 --reps 1
 check "big vocab: the temporary checkpoint is gone" left
 
 # Two ranks, tp = 2: every collective kind the runtime uses next to its bare twin.
@@ -64,7 +73,7 @@ check "moe 1 process: all-to-all ratio line" grep -q "all-to-all     : runtime .
 check "moe 1 process: resident against dense / tp + experts / ep" grep -Eq "resident  : .* dense .* / tp 1 \+ experts .* / ep 1 = .* ratio (0\.9[5-9]|1\.0[0-4])" <<<"$out"
 check "moe 1 process: the temporary checkpoint is gone" left
 # A vocabulary above gen's limit for a MoE family (gpt-oss: batched experts, router bias, sinks).
-expect 0 "vocab above gen's limit" -- "$HP" bench run ${MOE/qwen3-30b-a3b/gpt-oss-20b} --vocab 70000 --reps 1
+expect 0 "vocab above gen's limit" -- "$HP" bench run $(but "${MOE/qwen3-30b-a3b/gpt-oss-20b}" --vocab) --vocab 70000 --reps 1
 # MoE, two ranks: TP-extend-EP over the tp group with the suggested compute declared.
 out=$($MPI -np 2 "$HP" bench run $MOE --threads 1 2>&1 </dev/null)
 check "moe 2 ranks: exit 0" test $? -eq 0
@@ -81,15 +90,15 @@ check "moe 2 ranks: --json has the phases" grep -q '"moe": {"experts": 8, "exper
 expect 2 "is sharded over tp; the runtime runs MoE blocks with whole experts per rank" -- $MPI -np 2 "$HP" bench run $MOE \
     --threads 1 --reps 1 --ep 1
 # DeepSeek-V3's MLA, routing groups and shared expert, one dense layer before the sparse one.
-expect 0 "1 shared expert, 1 sparse layer of 2; ep 2" -- $MPI -np 2 "$HP" bench run ${MOE/qwen3-30b-a3b/deepseek-v3} \
+expect 0 "1 shared expert, 1 sparse layer of 2; ep 2" -- $MPI -np 2 "$HP" bench run $(but "${MOE/qwen3-30b-a3b/deepseek-v3}" --experts --layers) \
     --experts 16 --dense-layers 1 --layers 2 --threads 1 --reps 1
-expect 2 "--experts 3 is not a multiple of ep 2" -- $MPI -np 2 "$HP" bench run ${MOE/qwen3-30b-a3b/mixtral-8x7b} --experts 3 --threads 1
+expect 2 "--experts 3 is not a multiple of ep 2" -- $MPI -np 2 "$HP" bench run $(but "${MOE/qwen3-30b-a3b/mixtral-8x7b}" --experts) --experts 3 --threads 1
 check "moe failures: the temporary checkpoint is gone" left
 
 # Failures end every rank with the cause, and leave no checkpoint behind.
 expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench run $SMALL --tp 4
-expect 2 "hidden_size 64 is not divisible by num_attention_heads 3" -- $MPI -np 2 "$HP" bench run $SMALL --heads 3 --kv-heads 3 --threads 1
-expect 2 "num_key_value_heads (1) is not divisible by tp (2)" -- $MPI -np 2 "$HP" bench run $SMALL --kv-heads 1 --threads 1
+expect 2 "hidden_size 64 is not divisible by num_attention_heads 3" -- $MPI -np 2 "$HP" bench run $(but "$SMALL" --heads --kv-heads) --heads 3 --kv-heads 3 --threads 1
+expect 2 "num_key_value_heads (1) is not divisible by tp (2)" -- $MPI -np 2 "$HP" bench run $(but "$SMALL" --kv-heads) --kv-heads 1 --threads 1
 check "failures: the temporary checkpoint is gone" left
 expect 2 "has 2 ranks but 1 process run it" -- "$HP" bench run $SMALL --tp 2
 expect 1 "cannot create the temporary folder" -- env TMPDIR="$WORK/absent" "$HP" bench run $SMALL
@@ -100,21 +109,21 @@ expect 2 "unknown preset 'llama'; known: llama-3-8b, qwen3-30b-a3b" -- "$HP" ben
 expect 2 "llama-3-8b is dense: --ep, --experts and --dense-layers apply to the MoE presets" -- "$HP" bench run $SMALL --ep 2
 expect 2 "llama-3-8b is dense" -- "$HP" bench run $SMALL --experts 8
 expect 2 "--ep expects an integer in [1, 1048576], got '0'" -- "$HP" bench run $MOE --ep 0
-expect 2 "--experts expects an integer in [1, 4096], got '4097'" -- "$HP" bench run $MOE --experts 4097
+expect 2 "--experts expects an integer in [1, 4096], got '4097'" -- "$HP" bench run $(but "$MOE" --experts) --experts 4097
 expect 2 "--dense-layers expects an integer in [0, 1023], got '-1'" -- "$HP" bench run $MOE --dense-layers -1
 expect 2 "--dense-layers applies to deepseek-v3" -- "$HP" bench run $MOE --dense-layers 0
-expect 2 "--experts 4 is below qwen3-30b-a3b's top-8" -- "$HP" bench run $MOE --experts 4
+expect 2 "--experts 4 is below qwen3-30b-a3b's top-8" -- "$HP" bench run $(but "$MOE" --experts) --experts 4
 expect 2 "--experts 8 is too few for deepseek-v3's group-limited top-8" -- "$HP" bench run --preset deepseek-v3 --experts 8
 expect 2 "--layers 2 has no sparse layer: deepseek-v3's first 3 layers are dense" -- "$HP" bench run --preset deepseek-v3 --experts 16 --layers 2
-expect 2 "--tokens expects an integer in [1, 65536], got '0'" -- "$HP" bench run $SMALL --tokens 0
-expect 2 "--vocab expects an integer in [1, 1048576], got '-3'" -- "$HP" bench run $SMALL --vocab -3
-expect 2 "--layers expects an integer in [1, 1024], got 'x'" -- "$HP" bench run $SMALL --layers x
+expect 2 "--tokens expects an integer in [1, 65536], got '0'" -- "$HP" bench run $(but "$SMALL" --tokens) --tokens 0
+expect 2 "--vocab expects an integer in [1, 1048576], got '-3'" -- "$HP" bench run $(but "$SMALL" --vocab) --vocab -3
+expect 2 "--layers expects an integer in [1, 1024], got 'x'" -- "$HP" bench run $(but "$SMALL" --layers) --layers x
 expect 2 "--reps expects an integer in [1, 50], got '51'" -- "$HP" bench run $SMALL --reps 51
 expect 2 "--threads expects an integer in [1, 1024], got '0'" -- "$HP" bench run $SMALL --threads 0
 expect 2 "--tp expects an integer in [1, 1048576], got '0'" -- "$HP" bench run $SMALL --tp 0
-expect 2 "--hidden expects an integer in [1, 65536], got '65537'" -- "$HP" bench run $SMALL --hidden 65537
+expect 2 "--hidden expects an integer in [1, 65536], got '65537'" -- "$HP" bench run $(but "$SMALL" --hidden) --hidden 65537
 expect 2 "--dtype expects bf16 or f32, got 'f16'" -- "$HP" bench run $SMALL --dtype f16
-expect 2 "--heads 6 must be a multiple of --kv-heads 4" -- "$HP" bench run $SMALL --heads 6 --kv-heads 4
+expect 2 "--heads 6 must be a multiple of --kv-heads 4" -- "$HP" bench run $(but "$SMALL" --heads --kv-heads) --heads 6 --kv-heads 4
 expect 2 "unexpected argument 'extra'" -- "$HP" bench run $SMALL extra
 expect 2 "" -- "$HP" bench run $SMALL --no-such-option
 expect 2 "unknown benchmark 'walk'; known: moe, ep, run" -- "$HP" bench walk
