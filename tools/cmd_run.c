@@ -284,8 +284,7 @@ static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *p
         if (f) {
             fprintf(f, "\n]}\n");
             fclose(f);
-            if (cli_write_atomic(path, buf, len, "the statistics") != HP_EXIT_OK)
-                st = hp_err_set(err, HP_ERR_IO, "%s: the statistics were not written", path);
+            st = cli_write_atomic_err(path, buf, len, "the statistics", err);
         }
         free(buf);
     }
