@@ -577,8 +577,10 @@ hp_status hp_st_read(const hp_st_file *f, const hp_st_tensor *t, uint64_t off, v
                           t->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)bytes);
     if (n == 0) return HP_OK;
     /* Test hook: HP_TEST_PAUSE_BEFORE_READ=P pauses the first read of a mapped file (P.ready, then P.go), so a
-     * test truncates the file at exactly this point. */
-    if (f->map) hp__test_pause("HP_TEST_PAUSE_BEFORE_READ", true);
+     * test truncates the file at exactly this point; with HP_TEST_PAUSE_READ_OF=NAME only a file whose path
+     * holds NAME counts (the input ids are read before a shard folder's rank file is opened). */
+    const char *of = getenv("HP_TEST_PAUSE_READ_OF");
+    if (f->map && (!of || strstr(hp_st_path(f), of))) hp__test_pause("HP_TEST_PAUSE_BEFORE_READ", true);
     if (fetch(f, f->data_offset + t->begin + off, dst, n)) return HP_OK;
     char what[600];
     snprintf(what, sizeof what, "tensor '%s'", t->name);

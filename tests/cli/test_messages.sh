@@ -94,7 +94,7 @@ once() { # once NEEDLE -- command...
     check "mpirun: '$*' one error line" test "$(grep -c 'hyperpar: error' <<<"$out")" -eq 1
 }
 once "give either --plan or the plan flags" -- "$HP" run "$W/gl" --plan "$W/p.json" --tp 2 --input "$W/ids.st"
-once "--compare-rtol expects a number in (0, 1], got '-1'" -- "$HP" validate "$W/gl" --rtol -1 --input "$W/ids.st"
+once "--rtol expects a number in (0, 1], got '-1'" -- "$HP" validate "$W/gl" --rtol -1 --input "$W/ids.st"
 once "--input is given twice" -- "$HP" run "$W/gl" --input "$W/ids.st" --input "$W/ids.st"
 once "unknown option or missing value near '--bogus'" -- "$HP" moe "$W/gl" --bogus
 once "--mesh 'tp=x'" -- "$HP" run "$W/gl" --mesh tp=x --input "$W/ids.st"
@@ -201,8 +201,9 @@ fi
 if mount -t tmpfs -o size=64k tmpfs "$W/full" 2>/dev/null; then
     MOUNTS+=("$W/full")
     out=$("$HP" gen --family llama --out "$W/full/g" 2>&1); rc=$?
-    check "gen on a full disk: exit 1 (rc $rc)" test "$rc" -eq 1
-    check "gen on a full disk: names the file" grep -qF "$W/full/g/model.safetensors: cannot write: No space left" <<<"$out"
+    # gen measures the free space first: a model that cannot fit is refused before anything is written
+    check "gen on a full disk: exit 2 (rc $rc)" test "$rc" -eq 2
+    check "gen on a full disk: names the folder and the space" grep -qF "$W/full/g: the model would be" <<<"$out"
     check "gen on a full disk: never the temporary" bash -c '! grep -q "\.tmp\." <<<"$1"' _ "$out"
     check "gen on a full disk: nothing left behind" test -z "$(ls -A "$W/full")"
     dd if=/dev/zero of="$W/full/fill" bs=1k count=100 2>/dev/null

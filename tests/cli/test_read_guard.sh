@@ -5,12 +5,13 @@ source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 
 # truncated_while NAME SIZE FILE -- command... : runs the command paused before its first read, truncates FILE
-# to SIZE bytes, lets it go; the exit status must be 1 with the message naming FILE.
+# to SIZE bytes, lets it go; the exit status must be 1 with the message naming FILE. The pause is at the first
+# read of FILE itself (HP_TEST_PAUSE_READ_OF), after it was opened and checked.
 truncated_while() {
     local name="$1" size="$2" file="$3"
     shift 4
     rm -f "$WORK/$name".*
-    HP_TEST_PAUSE_BEFORE_READ="$WORK/$name" "$@" >"$WORK/$name.log" 2>&1 </dev/null &
+    HP_TEST_PAUSE_BEFORE_READ="$WORK/$name" HP_TEST_PAUSE_READ_OF="$(basename "$file")" "$@" >"$WORK/$name.log" 2>&1 </dev/null &
     local pid=$! i
     for i in $(seq 600); do [ -e "$WORK/$name.ready" ] && break; sleep 0.05; done
     check "$name: paused before reading" test -e "$WORK/$name.ready"
