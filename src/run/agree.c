@@ -21,8 +21,8 @@
  *
  * The parts are gathered from every rank (one allgather of a few hundred bytes each); every rank sees every
  * fingerprint and so reaches the same verdict, which names the first rank that differs from rank 0 and, in
- * that order, the first part that differs with both values where they are words. The cost is a page of each
- * tensor's header and the plan's JSON: milliseconds even for DeepSeek-V3.
+ * that order, the first part that differs with both values where they are words. The cost is three small
+ * reads per tensor (at most three pages each) and one serialisation of the plan.
  */
 #include "run/agree.h"
 
