@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "hyperpar/model.h"
+#include "fuzz.h"
 
 extern size_t hp__meta_max_tensors;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "shard/shard_int.h"
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hyperpar/overrides.h"
+#include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

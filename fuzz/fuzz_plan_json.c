@@ -15,6 +15,7 @@
 
 #include "hyperpar/overrides.h"
 #include "shard/shard_int.h"
+#include "fuzz.h"
 
 static const char g_config[] =
     "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 64,"

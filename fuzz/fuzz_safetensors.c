@@ -7,11 +7,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "fuzz.h"
 
 /* Small tensors are converted too; 4096 elements keeps each run fast. */
 #define FUZZ_MAX_CONVERT 4096
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -279,6 +279,7 @@ static int write_pages(const char *cost_path, const char *advise_path)
 }
 
 #define main run_checks
+static int run_checks(int argc, char **argv);
 TEST_MAIN()
 #undef main
 
