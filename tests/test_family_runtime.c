@@ -15,6 +15,7 @@
 
 #include "hyperpar/gen.h"
 #include "hyperpar/model.h"
+#include "model/family.h"
 #include "run/run_int.h"
 #include "testlib.h"
 
@@ -232,6 +233,131 @@ TEST(golden_forward_rcfg_unchanged)
     fclose(in);
 #endif
     CHECK_EQ_INT(n, 10); /* the ten golden families */
+}
+
+/* The forward facts of every family, as shared/spec/transformers_forward.md states them. */
+static const struct {
+    const char *family;
+    bool interleave;         /* rope_interleave absent: DeepSeek-V3 rotates adjacent pairs */
+    double partial;          /* partial_rotary_factor absent: GLM4-MoE's setdefault 0.5 */
+    int64_t w_absent[4];     /* windows of 4 layers, sliding_window absent, use_sliding_window absent */
+    int64_t w_given[4];      /* sliding_window 8, use_sliding_window absent */
+    int64_t w_use[4];        /* sliding_window 8, use_sliding_window true, max_window_layers 2 */
+} g_spec[] = {
+    {"llama", false, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {"mistral", false, 1.0, {4096, 4096, 4096, 4096}, {8, 8, 8, 8}, {8, 8, 8, 8}},       /* 4096 when absent */
+    {"qwen2", false, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 8, 8}},                    /* i >= max_window_layers */
+    {"qwen3", false, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 8, 8}},                    /* as Qwen2 */
+    {"mixtral", false, 1.0, {0, 0, 0, 0}, {8, 8, 8, 8}, {8, 8, 8, 8}},                  /* None when absent */
+    {"qwen2_moe", false, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {8, 0, 0, 0}},                /* (i+1)%2, i < mwl */
+    {"qwen3_moe", false, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {8, 8, 8, 8}},                /* every layer */
+    {"deepseek_v3", true, 1.0, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {"glm4_moe", false, 0.5, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}},
+    {"gpt_oss", false, 1.0, {0, 0, 0, 0}, {8, 0, 8, 0}, {8, 0, 8, 0}},                  /* sliding first */
+};
+
+/* A meta model of family fam (four layers) from gen's config with its rope and window keys removed, plus
+ * extra keys. */
+static hp_model *spec_model(const char *fam, const char *extra)
+{
+    hp_gen_opts go;
+    hp_gen_opts_default(&go);
+    go.family = fam;
+    go.layers = 4;
+    char *text = NULL;
+    hp_err err;
+    if (hp_gen_config_text(&go, &text, &err) != HP_OK) return NULL;
+    json_error_t je;
+    json_t *root = json_loads(text, 0, &je), *add = json_loads(extra, 0, &je);
+    free(text);
+    if (!root || !add) {
+        json_decref(root);
+        json_decref(add);
+        return NULL;
+    }
+    json_object_del(root, "partial_rotary_factor");
+    json_object_update(root, add);
+    json_decref(add);
+    text = json_dumps(root, 0);
+    json_decref(root);
+    hp_model *m = NULL;
+    if (hp_model_from_config_text(&m, text, strlen(text), "spec.json", NULL, &err) != HP_OK) {
+        fprintf(stderr, "  %s: %s\n", fam, err.msg);
+        m = NULL;
+    }
+    free(text);
+    return m;
+}
+
+static bool windows_are(const char *fam, const char *extra, const int64_t want[4])
+{
+    hp_model *m = spec_model(fam, extra);
+    hp__rcfg c;
+    hp_err err;
+    bool ok = m && hp__rcfg_read(m, NULL, &c, &err) == HP_OK;
+    for (int i = 0; ok && i < 4; i++) ok = c.window[i] == want[i];
+    if (m && ok) hp__rcfg_free(&c);
+    hp_model_close(m);
+    return ok;
+}
+
+TEST(family_table_forward_facts)
+{
+    CHECK_EQ_INT(hp_family_count(), sizeof g_spec / sizeof *g_spec); /* a new family gets a row here */
+    for (size_t i = 0; i < sizeof g_spec / sizeof *g_spec; i++) {
+        const char *fam = g_spec[i].family;
+        const hp_family *f = hp_family_find(fam);
+        CHECK_MSG(f != NULL, "%s", fam);
+        if (!f) continue;
+        CHECK_MSG(hp_family_runs(f), "%s runs in the runtime", fam);
+        hp_model *m = spec_model(fam, "{}");
+        CHECK_MSG(m != NULL, "%s", fam);
+        if (!m) continue;
+        hp__rcfg c;
+        hp_err err;
+        CHECK_MSG(hp__run_family_check(m, &err) == HP_OK, "%s", fam);
+        bool ok = hp__rcfg_read(m, NULL, &c, &err) == HP_OK;
+        CHECK_MSG(ok, "%s: %s", fam, err.msg);
+        if (ok) {
+            CHECK_MSG(c.interleave == g_spec[i].interleave, "%s: interleave %d", fam, (int)c.interleave);
+            CHECK_MSG(c.partial == g_spec[i].partial, "%s: partial %g", fam, c.partial);
+            CHECK_MSG(c.rot == (int64_t)(16 * g_spec[i].partial) || f == hp_family_find("deepseek_v3"), "%s: rot %lld",
+                      fam, (long long)c.rot); /* gen's head_dim 16; DeepSeek's is qk_rope_head_dim */
+            hp__rcfg_free(&c);
+        }
+        hp_model_close(m);
+        CHECK_MSG(windows_are(fam, "{}", g_spec[i].w_absent), "%s: windows, sliding_window absent", fam);
+        CHECK_MSG(windows_are(fam, "{\"sliding_window\": 8}", g_spec[i].w_given), "%s: windows, sliding_window 8", fam);
+        CHECK_MSG(windows_are(fam, "{\"sliding_window\": 8, \"use_sliding_window\": true, \"max_window_layers\": 2}",
+                              g_spec[i].w_use),
+                  "%s: windows, use_sliding_window", fam);
+        static const int64_t none[4] = {0, 0, 0, 0}, lt[4] = {5, 0, 0, 5};
+        CHECK_MSG(windows_are(fam, "{\"sliding_window\": null}", none), "%s: windows, sliding_window null", fam);
+        CHECK_MSG(windows_are(fam, "{\"sliding_window\": 5, \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+                                   "\"full_attention\", \"sliding_attention\"]}", lt),
+                  "%s: explicit layer_types win", fam);
+        /* the dict's and the top level's partial_rotary_factor win over the family's default */
+        m = spec_model(fam, "{\"partial_rotary_factor\": 0.25, \"rope_interleave\": false}");
+        ok = m && hp__rcfg_read(m, NULL, &c, &err) == HP_OK;
+        CHECK_MSG(ok && c.partial == 0.25 && !c.interleave, "%s: explicit partial / interleave", fam);
+        if (ok) hp__rcfg_free(&c);
+        hp_model_close(m);
+    }
+}
+
+/* A family the runtime does not run is refused, naming it and the families that run (drawn from the table). */
+TEST(unknown_family_refused_with_the_table_list)
+{
+    hp_model *m = spec_model("llama", "{}"); /* then made a model of a family the table does not know */
+    CHECK(m != NULL);
+    if (!m) return;
+    m->family = NULL;
+    m->model_type = "gpt2";
+    hp_err err;
+    CHECK(hp__run_family_check(m, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "gpt2 is not one of them");
+    for (size_t i = 0; i < hp_family_count(); i++) CHECK_STR_CONTAINS(err.msg, hp_family_name(hp_family_at(i)));
+    hp_model_close(m);
 }
 
 TEST_MAIN()
