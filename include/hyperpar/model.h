@@ -31,6 +31,49 @@ typedef enum hp_expert_layout {
 const char *hp_expert_layout_name(hp_expert_layout l);
 bool hp_expert_layout_parse(const char *s, hp_expert_layout *out);
 
+/* A number as config.json writes it: given is false when the key is absent or not a number. */
+typedef struct hp_config_num {
+    bool given;
+    double value;
+} hp_config_num;
+
+/* How config.json writes a key the runtime checks itself. */
+typedef enum hp_config_kind {
+    HP_CFG_ABSENT = 0, /* not written */
+    HP_CFG_NULL,       /* written as null (transformers' None) */
+    HP_CFG_VALUE,      /* written with a value of the expected type */
+    HP_CFG_WRONG,      /* written with a value the runtime refuses */
+} hp_config_kind;
+
+/* A layer_types entry. */
+typedef enum hp_layer_attn { HP_LAYER_FULL = 0, HP_LAYER_SLIDING, HP_LAYER_OTHER } hp_layer_attn;
+
+/* What the forward pass reads beyond the shapes (norm eps, activation, rotary parameters, sliding windows), as
+ * config.json writes it, kept from the one parse of config.json. The family's defaults (the family table) and
+ * the runtime's checks apply when the runtime reads them (src/run/rcfg.c), so a model the runtime refuses still
+ * opens and plans. The rope dict is rope_scaling when that is an object, else rope_parameters. */
+typedef struct hp_model_forward {
+    hp_config_num rms_norm_eps;
+    const char *hidden_act;           /* NULL: absent or not a string */
+    hp_config_num rope_theta;         /* top level */
+    hp_config_num partial_rotary_factor; /* top level */
+    hp_config_kind rope;              /* the rope dict (HP_CFG_WRONG: neither an object nor null) */
+    const char *rope_type;            /* the dict's "rope_type" (else its "type") when a string; NULL otherwise */
+    hp_config_num dict_rope_theta, dict_partial_rotary_factor; /* the dict's; they win over the top level */
+    hp_config_num factor, original_max_position_embeddings, low_freq_factor, high_freq_factor;
+    hp_config_num beta_fast, beta_slow, attention_factor, mscale, mscale_all_dim;
+    bool truncate;                    /* the dict's "truncate": true unless written and not true */
+    hp_config_kind sliding_window;    /* HP_CFG_VALUE: a positive integer in sliding_window_value */
+    int64_t sliding_window_value;
+    hp_config_kind layer_types;       /* HP_CFG_VALUE: an array (its entries in layer_type) */
+    int64_t n_layer_types;
+    const uint8_t *layer_type;        /* [n_layer_types] hp_layer_attn (the model's arena) */
+    bool use_sliding_window;          /* written true */
+    hp_config_num max_window_layers;
+    bool rope_interleave_written;     /* the key is there (null included) */
+    bool rope_interleave;             /* written true */
+} hp_model_forward;
+
 /* Hyperparameters. Integer fields are 0 when the config does not give them (and no default applies). */
 typedef struct hp_model_config {
     int64_t hidden_size;           /* H */
@@ -66,6 +109,7 @@ typedef struct hp_model_config {
         char key[48];
         bool value;
     } flags[32];
+    hp_model_forward fwd;          /* what the forward pass reads, as written */
 } hp_model_config;
 
 typedef struct hp_param {
@@ -148,6 +192,8 @@ uint64_t hp_model_total_bytes(const hp_model *m);
 const hp_family *hp_family_find(const char *name); /* model_type, architecture or canonical arch */
 const char *hp_family_name(const hp_family *f);    /* model_type spelling, e.g. "qwen3_moe" */
 bool hp_family_is_moe(const hp_family *f);
+/* The decoder runtime (hyperpar run, cost's walk of the forward) runs the family (docs/run.md). */
+bool hp_family_runs(const hp_family *f);
 /* The EP compute archetype suggested for the family ("qwen3moe_topk_router"), or NULL for dense ones. */
 const char *hp_family_suggested_archetype(const hp_family *f);
 /* What the planner suggests and the MoE runtime runs when nothing is declared: the family's archetype, else

@@ -11,6 +11,10 @@
  * An explicit 0 is never "absent": a zero size, head count or group count is refused with the key's
  * line:col, and so are values that contradict each other (more kv heads than heads, top-k above the expert
  * count, groups that do not divide the experts, model_type naming another family than architectures[0]).
+ *
+ * What only the forward pass reads (rms_norm_eps, hidden_act, the rope dict, sliding_window, layer_types, ...)
+ * is kept as written in cfg->fwd, from this one parse: the runtime (src/run/rcfg.c) applies the family's
+ * defaults from the family table and refuses what it cannot run, so such a model still opens and plans.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +242,87 @@ static hp_status check_consistency(const parse_ctx *p, const hp_family *f, const
     return HP_OK;
 }
 
+/* ---- what the forward pass reads (hp_model_forward): kept as written, checked by the runtime ---- */
+
+static hp_config_num num_of(const json_t *o, const char *key)
+{
+    const json_t *v = o ? json_object_get(o, key) : NULL;
+    hp_config_num n = {false, 0.0};
+    if (v && json_is_number(v)) n.given = true, n.value = json_number_value(v);
+    return n;
+}
+
+static hp_config_kind kind_of(const json_t *v)
+{
+    return !v ? HP_CFG_ABSENT : json_is_null(v) ? HP_CFG_NULL : HP_CFG_VALUE;
+}
+
+/* Fills cfg->fwd from root; the strings and the layer_types entries live in arena. */
+static hp_status read_forward(const json_t *root, hp_arena *arena, hp_model_config *cfg, hp_err *err)
+{
+    hp_model_forward *w = &cfg->fwd;
+    w->rms_norm_eps = num_of(root, "rms_norm_eps");
+    const json_t *act = json_object_get(root, "hidden_act");
+    if (act && json_is_string(act) && !(w->hidden_act = hp_arena_strdup(arena, json_string_value(act))))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    w->rope_theta = num_of(root, "rope_theta");
+    w->partial_rotary_factor = num_of(root, "partial_rotary_factor");
+
+    /* The hub's rope_scaling, else transformers 5's rope_parameters. */
+    const json_t *d = json_object_get(root, "rope_scaling");
+    if (!json_is_object(d)) d = json_object_get(root, "rope_parameters");
+    w->rope = kind_of(d);
+    if (w->rope == HP_CFG_VALUE && !json_is_object(d)) w->rope = HP_CFG_WRONG;
+    if (w->rope != HP_CFG_VALUE) d = NULL;
+    const json_t *t = d ? json_object_get(d, "rope_type") : NULL;
+    if (!t && d) t = json_object_get(d, "type");
+    if (t && json_is_string(t) && !(w->rope_type = hp_arena_strdup(arena, json_string_value(t))))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    w->dict_rope_theta = num_of(d, "rope_theta");
+    w->dict_partial_rotary_factor = num_of(d, "partial_rotary_factor");
+    w->factor = num_of(d, "factor");
+    w->original_max_position_embeddings = num_of(d, "original_max_position_embeddings");
+    w->low_freq_factor = num_of(d, "low_freq_factor");
+    w->high_freq_factor = num_of(d, "high_freq_factor");
+    w->beta_fast = num_of(d, "beta_fast");
+    w->beta_slow = num_of(d, "beta_slow");
+    w->attention_factor = num_of(d, "attention_factor");
+    w->mscale = num_of(d, "mscale");
+    w->mscale_all_dim = num_of(d, "mscale_all_dim");
+    const json_t *tr = d ? json_object_get(d, "truncate") : NULL;
+    w->truncate = !tr || json_is_true(tr);
+
+    const json_t *sw = json_object_get(root, "sliding_window");
+    w->sliding_window = kind_of(sw);
+    if (w->sliding_window == HP_CFG_VALUE) {
+        if (json_is_integer(sw) && json_integer_value(sw) > 0) w->sliding_window_value = json_integer_value(sw);
+        else w->sliding_window = HP_CFG_WRONG;
+    }
+    const json_t *lt = json_object_get(root, "layer_types");
+    w->layer_types = kind_of(lt);
+    if (w->layer_types == HP_CFG_VALUE && !json_is_array(lt)) w->layer_types = HP_CFG_WRONG;
+    if (w->layer_types == HP_CFG_VALUE) {
+        size_t n = json_array_size(lt);
+        uint8_t *e = n ? hp_arena_alloc(arena, n) : NULL;
+        if (n && !e) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *x = json_array_get(lt, i);
+            const char *s = json_is_string(x) ? json_string_value(x) : "";
+            e[i] = !strcmp(s, "sliding_attention") ? HP_LAYER_SLIDING
+                 : !strcmp(s, "full_attention")    ? HP_LAYER_FULL
+                                                   : HP_LAYER_OTHER;
+        }
+        w->n_layer_types = (int64_t)n;
+        w->layer_type = e;
+    }
+    w->use_sliding_window = json_is_true(json_object_get(root, "use_sliding_window"));
+    w->max_window_layers = num_of(root, "max_window_layers");
+    const json_t *ri = json_object_get(root, "rope_interleave");
+    w->rope_interleave_written = ri != NULL;
+    w->rope_interleave = json_is_true(ri);
+    return HP_OK;
+}
+
 /* Parses the config text; fills cfg, the architecture / model_type strings (arena-owned) and the family
  * (NULL when neither names a known one). */
 hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_arena *arena, hp_model_config *cfg,
@@ -351,6 +436,7 @@ hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_a
         snprintf(cfg->flags[cfg->n_flags].key, sizeof cfg->flags[0].key, "%s", key);
         cfg->flags[cfg->n_flags++].value = json_is_true(v);
     }
+    if (st == HP_OK) st = read_forward(root, arena, cfg, err);
     /* An explicit top-k of 0 with routed experts is not "absent" (which means the family default). */
     json_t *k = json_object_get(root, "num_experts_per_tok");
     if (st == HP_OK && k && json_is_integer(k) && json_integer_value(k) == 0 && cfg->n_experts > 0)

@@ -28,18 +28,21 @@ static const hp_family g_families[] = {
         .gen_extra = "{\"attention_bias\": false, \"mlp_bias\": false}",
         .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 11008, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"max_position_embeddings\": 2048, \"tie_word_embeddings\": false}",
         .heads_divide_hidden = true,
+        .runs = true, .window = HP_WINDOW_NONE,
     },
     {
         .model_type = "mistral", .architecture = "MistralForCausalLM", .canonical = "mistral",
         .attn = HP_ATTN_GQA, .qkv_bias = NEVER, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
         .gen_extra = "{}",
         .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false}",
+        .runs = true, .window = HP_WINDOW_EVERY, .sliding_window = 4096, /* MistralConfig: only null disables */
     },
     {
         .model_type = "qwen2", .architecture = "Qwen2ForCausalLM", .canonical = "qwen2",
         .attn = HP_ATTN_GQA, .qkv_bias = ALWAYS, .o_bias = NEVER, .qk_norm = NEVER, .mlp_bias = NEVER,
         .gen_extra = "{}",
         .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false}",
+        .runs = true, .window = HP_WINDOW_FROM_MAX, .max_window_layers = 28,
     },
     {
         .model_type = "qwen3", .architecture = "Qwen3ForCausalLM", .canonical = "qwen3",
@@ -47,6 +50,7 @@ static const hp_family g_families[] = {
         .o_bias = CONFIG("attention_bias", false), .qk_norm = ALWAYS, .mlp_bias = NEVER,
         .gen_extra = "{\"attention_bias\": false}",
         .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 4096, \"intermediate_size\": 22016, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 32, \"head_dim\": 128, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false}",
+        .runs = true, .window = HP_WINDOW_FROM_MAX, .max_window_layers = 28,
     },
     {
         .model_type = "mixtral", .architecture = "MixtralForCausalLM", .canonical = "mixtral",
@@ -58,6 +62,7 @@ static const hp_family g_families[] = {
         .experts_key = "num_local_experts",
         .gen_extra = "{\"router_jitter_noise\": 0.0}",
         .defaults = "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"num_experts_per_tok\": 2, \"num_local_experts\": 8}",
+        .runs = true, .window = HP_WINDOW_EVERY, /* MixtralConfig: None when absent */
     },
     {
         .model_type = "qwen2_moe", .architecture = "Qwen2MoeForCausalLM", .canonical = "qwen2moe",
@@ -69,6 +74,7 @@ static const hp_family g_families[] = {
         .experts_key = "num_experts",
         .gen_extra = "{\"norm_topk_prob\": false, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"qkv_bias\": true}",
         .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 2048, \"intermediate_size\": 5632, \"num_hidden_layers\": 24, \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false, \"decoder_sparse_step\": 1, \"moe_intermediate_size\": 1408, \"shared_expert_intermediate_size\": 5632, \"num_experts_per_tok\": 4, \"num_experts\": 60, \"norm_topk_prob\": false}",
+        .runs = true, .window = HP_WINDOW_ODD_BELOW_MAX, .max_window_layers = 28,
     },
     {
         .model_type = "qwen3_moe", .architecture = "Qwen3MoeForCausalLM", .canonical = "qwen3moe",
@@ -80,6 +86,7 @@ static const hp_family g_families[] = {
         .experts_key = "num_experts",
         .gen_extra = "{\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"attention_bias\": false}",
         .defaults = "{\"vocab_size\": 151936, \"hidden_size\": 2048, \"intermediate_size\": 6144, \"num_hidden_layers\": 24, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, \"max_position_embeddings\": 32768, \"tie_word_embeddings\": false, \"decoder_sparse_step\": 1, \"moe_intermediate_size\": 768, \"num_experts_per_tok\": 8, \"num_experts\": 128, \"norm_topk_prob\": false}",
+        .runs = true, .window = HP_WINDOW_EVERY_IF_USE, .max_window_layers = 28,
     },
     {
         .model_type = "deepseek_v3", .architecture = "DeepseekV3ForCausalLM", .canonical = "deepseekv3",
@@ -92,6 +99,7 @@ static const hp_family g_families[] = {
         .experts_key = "n_routed_experts",
         .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 2.5, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": false, \"n_shared_experts\": 1, \"q_lora_rank\": 32, \"kv_lora_rank\": 24, \"qk_rope_head_dim\": 8, \"qk_nope_head_dim\": 16, \"v_head_dim\": 16}",
         .defaults = "{\"vocab_size\": 129280, \"hidden_size\": 7168, \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048, \"num_hidden_layers\": 61, \"num_attention_heads\": 128, \"num_key_value_heads\": 128, \"n_shared_experts\": 1, \"n_routed_experts\": 256, \"routed_scaling_factor\": 2.5, \"kv_lora_rank\": 512, \"q_lora_rank\": 1536, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"qk_nope_head_dim\": 128, \"n_group\": 8, \"topk_group\": 4, \"num_experts_per_tok\": 8, \"first_k_dense_replace\": 3, \"norm_topk_prob\": true, \"max_position_embeddings\": 4096, \"tie_word_embeddings\": false}",
+        .runs = true, .window = HP_WINDOW_NONE, .rope_interleave = CONFIG("rope_interleave", true),
     },
     {
         .model_type = "glm4_moe", .architecture = "Glm4MoeForCausalLM", .canonical = "glm4moe",
@@ -101,8 +109,9 @@ static const hp_family g_families[] = {
         .expert_proj = SWIGLU_NAMES, .experts = HP_EXPERTS_CONCAT, .has_per_expert_layout = true,
         .shared = HP_SHARED_MULTI, .suggested_archetype = "deepseekv3_sigmoid_group_shared",
         .experts_key = "n_routed_experts",
-        .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 1.0, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": true, \"use_qk_norm\": false, \"partial_rotary_factor\": 0.5, \"n_shared_experts\": 1}",
+        .gen_extra = "{\"norm_topk_prob\": true, \"routed_scaling_factor\": 1.0, \"first_k_dense_replace\": 1, \"topk_method\": \"noaux_tc\", \"scoring_func\": \"sigmoid\", \"attention_bias\": true, \"use_qk_norm\": false, \"n_shared_experts\": 1}",
         .defaults = "{\"vocab_size\": 151552, \"hidden_size\": 4096, \"intermediate_size\": 10944, \"num_hidden_layers\": 46, \"num_attention_heads\": 96, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"moe_intermediate_size\": 1408, \"num_experts_per_tok\": 8, \"n_shared_experts\": 1, \"n_routed_experts\": 128, \"routed_scaling_factor\": 1.0, \"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 1, \"norm_topk_prob\": true}",
+        .runs = true, .window = HP_WINDOW_NONE, .partial_rotary = 0.5, /* Glm4MoeConfig's setdefault */
     },
     {
         .model_type = "gpt_oss", .architecture = "GptOssForCausalLM", .canonical = "gptoss",
@@ -115,6 +124,7 @@ static const hp_family g_families[] = {
         .experts_key = "num_local_experts",
         .gen_extra = "{\"attention_bias\": true, \"swiglu_limit\": 7.0}",
         .defaults = "{\"num_hidden_layers\": 36, \"num_local_experts\": 128, \"vocab_size\": 201088, \"hidden_size\": 2880, \"intermediate_size\": 2880, \"head_dim\": 64, \"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"max_position_embeddings\": 131072, \"tie_word_embeddings\": false, \"num_experts_per_tok\": 4, \"swiglu_limit\": 7.0}",
+        .runs = true, .window = HP_WINDOW_ALTERNATE, /* layer_types default: sliding first */
     },
 };
 
@@ -131,6 +141,45 @@ const char *hp_model_suggested_archetype(const hp_model *m)
     const char *s = hp_family_suggested_archetype(m->family);
     return s ? s : "routed_only_softmax_topk"; /* an unknown family: plain softmax top-k over gate + experts */
 }
+bool hp_family_runs(const hp_family *f) { return f && f->runs; }
+
+bool hp__family_rope_interleave(const hp_family *f, const hp_model_config *cfg)
+{
+    const hp_opt_rule *r = f ? &f->rope_interleave : NULL;
+    if (!r || r->kind == HP_OPT_NEVER) return false;
+    if (r->kind == HP_OPT_ALWAYS) return true;
+    /* transformers reads the key as written: null or false is rotate_half; only an absent key takes the default */
+    return cfg->fwd.rope_interleave_written ? cfg->fwd.rope_interleave : r->dflt;
+}
+
+double hp__family_partial_rotary(const hp_family *f, const hp_model_config *cfg)
+{
+    const hp_model_forward *w = &cfg->fwd;
+    if (w->dict_partial_rotary_factor.given) return w->dict_partial_rotary_factor.value;
+    if (w->partial_rotary_factor.given) return w->partial_rotary_factor.value;
+    return f && f->partial_rotary > 0 ? f->partial_rotary : 1.0;
+}
+
+int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer)
+{
+    const hp_model_forward *w = &cfg->fwd;
+    if (!f) return 0;
+    int64_t W = w->sliding_window == HP_CFG_VALUE    ? w->sliding_window_value
+              : w->sliding_window == HP_CFG_ABSENT ? f->sliding_window
+                                                   : 0;
+    int64_t mwl = w->max_window_layers.given ? (int64_t)w->max_window_layers.value : f->max_window_layers;
+    bool use = w->use_sliding_window && W > 0;
+    switch (f->window) {
+    case HP_WINDOW_NONE: return 0;
+    case HP_WINDOW_EVERY: return W;
+    case HP_WINDOW_FROM_MAX: return use && layer >= mwl ? W : 0;
+    case HP_WINDOW_ODD_BELOW_MAX: return use && (layer + 1) % 2 && layer < mwl ? W : 0;
+    case HP_WINDOW_EVERY_IF_USE: return use ? W : 0;
+    case HP_WINDOW_ALTERNATE: return layer % 2 == 0 ? W : 0;
+    }
+    return 0;
+}
+
 bool hp_family_experts_transposed(const hp_family *f) { return f && f->experts == HP_EXPERTS_GPTOSS; }
 
 const char *hp_family_known_list(void)

@@ -4,7 +4,9 @@
  * Each record answers the questions shape synthesis and, later, the planner ask of a family: which
  * attention (GQA or MLA) and which optional tensors it has (biases, q/k norms, sinks), which decoder layers
  * are sparse, how its routers and experts are named in the hub (per-expert) and batched layouts, and which
- * shared expert it carries. The records live in families.c; nothing else spells a family name.
+ * shared expert it carries, and what its forward pass reads from config.json beyond the shapes (rope style,
+ * partial rotary default, sliding-window rule and defaults) and whether the runtime runs it. The records live
+ * in families.c; nothing else spells a family name.
  */
 #ifndef HP_MODEL_FAMILY_H
 #define HP_MODEL_FAMILY_H
@@ -39,6 +41,17 @@ typedef enum {
     HP_EXPERTS_GPTOSS,      /* gate_up_proj [E, H, 2I] interleaved, down_proj [E, I, H], with biases */
 } hp_experts_kind;
 
+/* Which layers slide when config.json has no layer_types (explicit layer_types always win). W is the
+ * sliding_window as written, else the family's default; null means None (no window). */
+typedef enum {
+    HP_WINDOW_NONE = 0,      /* no layer (Llama, DeepSeek-V3, GLM4-MoE) */
+    HP_WINDOW_EVERY,         /* every layer when W is not None (Mistral, Mixtral) */
+    HP_WINDOW_FROM_MAX,      /* Qwen2/Qwen3: use_sliding_window and layer >= max_window_layers */
+    HP_WINDOW_ODD_BELOW_MAX, /* Qwen2-MoE: use_sliding_window, (layer+1) % 2 and layer < max_window_layers */
+    HP_WINDOW_EVERY_IF_USE,  /* Qwen3-MoE: use_sliding_window applies W to every layer */
+    HP_WINDOW_ALTERNATE,     /* gpt-oss: alternating, sliding first (layer 0, 2, ...) */
+} hp_window_rule;
+
 struct hp_family {
     const char *model_type;      /* config model_type: "qwen3_moe" */
     const char *architecture;    /* architectures[0] written by `gen`: "Qwen3MoeForCausalLM" */
@@ -68,6 +81,13 @@ struct hp_family {
      * num_key_value_heads then means num_attention_heads and head_dim means hidden_size // heads. */
     const char *defaults;
     bool heads_divide_hidden;       /* the config class refuses hidden_size % num_attention_heads != 0 (Llama) */
+    /* The forward pass (shared/spec/transformers_forward.md), read by the runtime (src/run/rcfg.c), cost and gen. */
+    bool runs;                      /* the decoder runtime runs the family (docs/run.md) */
+    hp_opt_rule rope_interleave;    /* rope on adjacent pairs (DeepSeek-V3) instead of rotate_half's halves */
+    double partial_rotary;          /* partial_rotary_factor when config.json has none (GLM4-MoE 0.5); 0: 1 */
+    hp_window_rule window;
+    int64_t sliding_window;         /* sliding_window when the key is absent (Mistral 4096); 0: None */
+    int64_t max_window_layers;      /* max_window_layers when absent (the Qwen configs' 28) */
 };
 
 /* Synthesis callback: one parameter; tag says which expert weight it is (for deterministic generation). */
@@ -97,6 +117,14 @@ hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_e
 
 /* A boolean top-level config.json key as written, or dflt when config.json leaves it out (the opt rules). */
 bool hp__config_bool(const hp_model_config *c, const char *key, bool dflt);
+
+/* The forward facts of family f (NULL: an unknown family: rotate_half over the whole head, no windows)
+ * for the config cfg, config.json's values (cfg->fwd) over the family's defaults. */
+bool hp__family_rope_interleave(const hp_family *f, const hp_model_config *cfg);
+double hp__family_partial_rotary(const hp_family *f, const hp_model_config *cfg);
+/* Layer i's sliding window (keys j > q - W; 0: none) when config.json has no layer_types. The caller has
+ * refused a sliding_window that is not a positive integer or null. */
+int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer);
 
 /* Whether layer i is sparse for this family and config. */
 bool hp__family_layer_sparse(const hp_family *f, const hp_model_config *cfg, int64_t layer);

@@ -113,6 +113,9 @@ hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
     HP_ASSERT(extra != NULL);
     json_object_update(c, extra);
     json_decref(extra);
+    /* The family's rotary share written out (GLM4-MoE 0.5), so the config says what the runtime will use. */
+    if (f->partial_rotary > 0 && f->partial_rotary < 1)
+        json_object_set_new(c, "partial_rotary_factor", json_real(f->partial_rotary));
     *out = json_dumps(c, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(c);
     if (!*out) return hp_err_set(err, HP_ERR_NOMEM, "out of memory writing config.json");

@@ -853,10 +853,8 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
     if (!m->has_config)
         st = hp_err_set(err, HP_ERR_INPUT, "%s: config.json is missing; the runtime needs the model's "
                         "hyperparameters (family, heads, norms, rotary settings) from it", m->path);
-    else if (!hp__run_family_ok(m))
-        st = hp_err_set(err, HP_ERR_INPUT, "the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, "
-                        "qwen3_moe, glm4_moe, gpt_oss and deepseek_v3 decoders; %s is not one of them",
-                        m->family ? hp_family_name(m->family) : m->model_type[0] ? m->model_type : "this architecture");
+    else
+        st = hp__run_family_check(m, err);
     if (st == HP_OK) st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
     if (st == HP_OK) st = scan(k, err);
     if (st == HP_ERR_INPUT) { /* a model or plan the runtime cannot run: its weights are still costed */

@@ -1,32 +1,34 @@
 /*
  * rcfg.c — what the forward pass reads from config.json beyond the planner's hyperparameters: norm eps, the
  * rotary parameters, sliding windows per layer and the activation, with transformers' defaults and traps
- * (shared/spec/transformers_forward.md, golden/README.md):
+ * (shared/spec/transformers_forward.md, golden/README.md). config.json is parsed once, by hp_model_open: the
+ * values come as written from the model's config (hp_model_forward) and the family's facts from the family
+ * table (src/model/families.c: rope style, partial rotary default, window rule and defaults, which families
+ * run); this file applies the generic rules and refuses what the runtime cannot run:
  *
  *   rope          rope_scaling (or rope_parameters) replaces the default; "type" is accepted for "rope_type";
  *                 rope_theta from the dict, else top level, else 10000; llama3/yarn original_max_position_
- *                 embeddings defaults to max_position_embeddings; partial_rotary_factor (top level or dict)
- *   mistral       sliding_window 4096 when absent, null disables; every layer
- *   qwen2/qwen3   sliding only if use_sliding_window, from layer max_window_layers (28) on; explicit
- *                 layer_types win
- *   others        explicit layer_types with sliding_window; none otherwise
+ *                 embeddings defaults to max_position_embeddings; partial_rotary_factor (dict, top level, or
+ *                 the family's default)
+ *   windows       explicit layer_types with sliding_window win; otherwise the family's rule
  *
  * Rotary tables are built in f32 as transformers builds them (rope.c's callers get cos/sin per position).
  */
 #include "run/run_int.h"
 
-#include "io/json.h"
+#include "model/family.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static double num(const json_t *o, const char *key, double dflt, bool *given)
+static double num(hp_config_num v, double dflt) { return v.given ? v.value : dflt; }
+
+/* A count from a config number, clamped so that the conversion is defined for any value a file holds. */
+static int64_t count_of(double v)
 {
-    const json_t *v = o ? json_object_get(o, key) : NULL;
-    if (given) *given = v && json_is_number(v);
-    return v && json_is_number(v) ? json_number_value(v) : dflt;
+    return v > 4e18 ? (int64_t)4e18 : v < -4e18 ? -(int64_t)4e18 : (int64_t)v;
 }
 
 static hp_status bad(const char *label, const char *key, const char *what, hp_err *err)
@@ -34,25 +36,17 @@ static hp_status bad(const char *label, const char *key, const char *what, hp_er
     return hp_err_set(err, HP_ERR_INPUT, "%s: \"%s\" %s; fix the config.json", label, key, what);
 }
 
-static hp_status read_rope(const json_t *root, const char *label, const hp_model *m, hp__rcfg *c, hp_err *err)
+static hp_status read_rope(const char *label, const hp_model *m, hp__rcfg *c, hp_err *err)
 {
-    const json_t *d = json_object_get(root, "rope_scaling");
-    if (!json_is_object(d)) d = json_object_get(root, "rope_parameters");
-    if (d && !json_is_object(d) && !json_is_null(d))
-        return bad(label, "rope_scaling", "must be an object or null", err);
-    if (d && !json_is_object(d)) d = NULL;
-    c->theta = num(d, "rope_theta", num(root, "rope_theta", 10000.0, NULL), NULL);
+    const hp_model_forward *w = &m->cfg.fwd;
+    if (w->rope == HP_CFG_WRONG) return bad(label, "rope_scaling", "must be an object or null", err);
+    c->theta = num(w->dict_rope_theta, num(w->rope_theta, 10000.0));
     if (!(c->theta > 1.0) || !isfinite(c->theta)) return bad(label, "rope_theta", "must be a number > 1", err);
-    const char *type = "default";
-    const json_t *t = d ? json_object_get(d, "rope_type") : NULL;
-    if (!t && d) t = json_object_get(d, "type");
-    if (t && json_is_string(t)) type = json_string_value(t);
-    /* GLM4-MoE's config sets partial_rotary_factor 0.5 when config.json lacks it */
-    double pdef = !strcmp(m->model_type, "glm4_moe") ? 0.5 : 1.0;
-    c->partial = num(d, "partial_rotary_factor", num(root, "partial_rotary_factor", pdef, NULL), NULL);
+    const char *type = w->rope_type ? w->rope_type : "default";
+    c->partial = hp__family_partial_rotary(m->family, &m->cfg);
     if (!(c->partial > 0.0 && c->partial <= 1.0)) return bad(label, "partial_rotary_factor", "must be in (0, 1]", err);
-    c->factor = num(d, "factor", 1.0, NULL);
-    c->orig_max = (int64_t)num(d, "original_max_position_embeddings", (double)m->cfg.max_position_embeddings, NULL);
+    c->factor = num(w->factor, 1.0);
+    c->orig_max = count_of(num(w->original_max_position_embeddings, (double)m->cfg.max_position_embeddings));
     c->attn_scale = 1.0;
     if (!strcmp(type, "default")) {
         c->rope = HP__ROPE_DEFAULT;
@@ -60,25 +54,24 @@ static hp_status read_rope(const json_t *root, const char *label, const hp_model
         c->rope = HP__ROPE_LINEAR;
     } else if (!strcmp(type, "llama3")) {
         c->rope = HP__ROPE_LLAMA3;
-        c->low = num(d, "low_freq_factor", 1.0, NULL);
-        c->high = num(d, "high_freq_factor", 4.0, NULL);
+        c->low = num(w->low_freq_factor, 1.0);
+        c->high = num(w->high_freq_factor, 4.0);
         if (!(c->high > c->low) || !(c->low > 0)) return bad(label, "rope_scaling", "needs high_freq_factor > low_freq_factor > 0", err);
         if (c->orig_max < 1) return bad(label, "original_max_position_embeddings", "must be positive", err);
     } else if (!strcmp(type, "yarn")) {
         c->rope = HP__ROPE_YARN;
-        c->beta_fast = num(d, "beta_fast", 32.0, NULL);
-        c->beta_slow = num(d, "beta_slow", 1.0, NULL);
-        const json_t *tr = json_object_get(d, "truncate");
-        c->truncate = !tr || json_is_true(tr); /* yarn's default when the key is absent */
+        c->beta_fast = num(w->beta_fast, 32.0);
+        c->beta_slow = num(w->beta_slow, 1.0);
+        c->truncate = w->truncate; /* yarn's default when the key is absent: true */
         if (c->orig_max < 1) return bad(label, "original_max_position_embeddings", "must be positive", err);
         /* attention_factor scales cos and sin: given, else from mscale / mscale_all_dim (modeling_rope_utils) */
-        bool g1, g2, g3;
-        double af = num(d, "attention_factor", 0, &g1), ms = num(d, "mscale", 0, &g2), msa = num(d, "mscale_all_dim", 0, &g3);
+        double af = num(w->attention_factor, 0), ms = num(w->mscale, 0), msa = num(w->mscale_all_dim, 0);
         double f = c->factor;
 #define HP__MSCALE(scale, m) ((scale) <= 1 ? 1.0 : 0.1 * (m) * log(scale) + 1.0)
-        c->mscale_all_dim = g3 ? msa : 0;
-        if (g1) c->attn_scale = af;
-        else if (g2 && g3 && ms != 0 && msa != 0) c->attn_scale = HP__MSCALE(f, ms) / HP__MSCALE(f, msa);
+        c->mscale_all_dim = w->mscale_all_dim.given ? msa : 0;
+        if (w->attention_factor.given) c->attn_scale = af;
+        else if (w->mscale.given && w->mscale_all_dim.given && ms != 0 && msa != 0)
+            c->attn_scale = HP__MSCALE(f, ms) / HP__MSCALE(f, msa);
         else c->attn_scale = HP__MSCALE(f, 1.0);
 #undef HP__MSCALE
     } else {
@@ -91,56 +84,52 @@ static hp_status read_rope(const json_t *root, const char *label, const hp_model
     return HP_OK;
 }
 
-static bool is_type(const hp_model *m, const char *a, const char *b)
+static hp_status read_windows(const char *label, const hp_model *m, hp__rcfg *c, hp_err *err)
 {
-    return !strcmp(m->model_type, a) || (b && !strcmp(m->model_type, b));
-}
-
-static hp_status read_windows(const json_t *root, const char *label, const hp_model *m, hp__rcfg *c, hp_err *err)
-{
+    const hp_model_forward *w = &m->cfg.fwd;
     int64_t L = c->L;
-    const json_t *sw = json_object_get(root, "sliding_window");
-    bool sw_null = !sw || json_is_null(sw);
-    if (sw && !sw_null && !(json_is_integer(sw) && json_integer_value(sw) > 0))
+    if (w->sliding_window == HP_CFG_WRONG)
         return bad(label, "sliding_window", "must be a positive integer or null", err);
-    int64_t W = sw_null ? 0 : (int64_t)json_integer_value(sw);
-    const json_t *lt = json_object_get(root, "layer_types");
-    if (lt && !json_is_null(lt)) {
-        if (!json_is_array(lt) || (int64_t)json_array_size(lt) != L)
-            return bad(label, "layer_types", "must list one type per layer", err);
+    if (w->layer_types == HP_CFG_WRONG || (w->layer_types == HP_CFG_VALUE && w->n_layer_types != L))
+        return bad(label, "layer_types", "must list one type per layer", err);
+    if (w->layer_types == HP_CFG_VALUE) { /* explicit layer_types win over the family's rule */
+        int64_t W = w->sliding_window == HP_CFG_VALUE ? w->sliding_window_value : 0;
         for (int64_t i = 0; i < L; i++) {
-            const json_t *e = json_array_get(lt, (size_t)i);
-            const char *s = json_is_string(e) ? json_string_value(e) : "";
-            if (!strcmp(s, "sliding_attention")) c->window[i] = W;
-            else if (!strcmp(s, "full_attention")) c->window[i] = 0;
-            else return bad(label, "layer_types", "entries must be \"sliding_attention\" or \"full_attention\"", err);
+            if (w->layer_type[i] == HP_LAYER_OTHER)
+                return bad(label, "layer_types", "entries must be \"sliding_attention\" or \"full_attention\"", err);
+            c->window[i] = w->layer_type[i] == HP_LAYER_SLIDING ? W : 0;
         }
         return HP_OK;
     }
-    const json_t *u = json_object_get(root, "use_sliding_window");
-    bool use = u && json_is_true(u);
-    int64_t mwl = (int64_t)num(root, "max_window_layers", 28, NULL);
-    if (is_type(m, "mistral", NULL)) {
-        if (!sw) W = 4096; /* MistralConfig's default when the key is absent; only null disables it */
-        for (int64_t i = 0; i < L; i++) c->window[i] = W;
-    } else if (is_type(m, "mixtral", NULL)) { /* MixtralConfig: None when absent; every layer otherwise */
-        for (int64_t i = 0; i < L; i++) c->window[i] = W;
-    } else if (is_type(m, "qwen2", "qwen3")) { /* sliding from layer max_window_layers on */
-        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 && i >= mwl ? W : 0;
-    } else if (is_type(m, "qwen2_moe", NULL)) { /* (i+1) % 2 and i < max_window_layers */
-        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 && (i + 1) % 2 && i < mwl ? W : 0;
-    } else if (is_type(m, "qwen3_moe", NULL)) { /* use_sliding_window applies the window to every layer */
-        for (int64_t i = 0; i < L; i++) c->window[i] = use && W > 0 ? W : 0;
-    } else if (is_type(m, "gpt_oss", NULL)) { /* layer_types default: alternating, sliding first */
-        for (int64_t i = 0; i < L; i++) c->window[i] = i % 2 == 0 ? W : 0;
-    }
+    for (int64_t i = 0; i < L; i++) c->window[i] = hp__family_layer_window(m->family, &m->cfg, i);
     return HP_OK;
 }
 
-hp_status hp__rcfg_read(const hp_model *m, const char *config_path, hp__rcfg *c, hp_err *err)
+hp_status hp__run_family_check(const hp_model *m, hp_err *err)
+{
+    if (hp_family_runs(m->family)) return HP_OK;
+    char list[512];
+    size_t o = 0, n = 0, k = 0;
+    for (size_t i = 0; i < hp_family_count(); i++) n += hp_family_runs(hp_family_at(i));
+    for (size_t i = 0; i < hp_family_count() && o < sizeof list; i++) {
+        const hp_family *f = hp_family_at(i);
+        if (!hp_family_runs(f)) continue;
+        k++;
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", k == 1 ? "" : k == n ? " and " : ", ",
+                              hp_family_name(f));
+    }
+    const char *name = m->family ? hp_family_name(m->family) : m->model_type[0] ? m->model_type : "this architecture";
+    return hp_err_set(err, HP_ERR_INPUT, "%s: the runtime runs %s decoders; %s%s", m->path, list, name,
+                      m->family && hp_family_is_moe(m->family) ? " is not yet: run its MoE layers with 'hyperpar moe'"
+                                                               : " is not one of them");
+}
+
+hp_status hp__rcfg_read(const hp_model *m, const char *label, hp__rcfg *c, hp_err *err)
 {
     memset(c, 0, sizeof *c);
     const hp_model_config *mc = &m->cfg;
+    const hp_model_forward *w = &mc->fwd;
+    if (!label) label = m->path;
     c->H = mc->hidden_size;
     c->L = mc->num_hidden_layers;
     c->nh = mc->num_attention_heads;
@@ -150,38 +139,27 @@ hp_status hp__rcfg_read(const hp_model *m, const char *config_path, hp__rcfg *c,
     c->I = mc->intermediate_size;
     if (c->H < 1 || c->L < 1 || c->nh < 1 || c->hd < 1 || c->V < 1 || c->nh % c->nkv)
         return hp_err_set(err, HP_ERR_INPUT, "%s: the model's shape (hidden %lld, layers %lld, heads %lld/%lld, "
-                          "head_dim %lld, vocab %lld) cannot run", config_path, (long long)c->H, (long long)c->L,
+                          "head_dim %lld, vocab %lld) cannot run", label, (long long)c->H, (long long)c->L,
                           (long long)c->nh, (long long)c->nkv, (long long)c->hd, (long long)c->V);
-    char *text = NULL;
-    size_t len = 0;
-    json_t *root = NULL;
-    hp_status st = hp__read_file(config_path, HP_JSON_MAX_FILE, &text, &len, err);
-    if (st == HP_OK) st = hp__json_parse(text, len, config_path, &root, err);
-    free(text);
-    if (st != HP_OK) return st;
+    hp_status st = HP_OK;
     c->window = hp_calloc((size_t)c->L, sizeof *c->window);
     if (!c->window) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    bool given = false;
-    c->eps = num(root, "rms_norm_eps", 1e-6, &given);
-    if (st == HP_OK && !(c->eps > 0) ) st = bad(config_path, "rms_norm_eps", "must be a number > 0", err);
-    const json_t *act = json_object_get(root, "hidden_act");
-    const char *a = act && json_is_string(act) ? json_string_value(act) : "silu";
+    c->eps = num(w->rms_norm_eps, 1e-6);
+    if (st == HP_OK && !(c->eps > 0) ) st = bad(label, "rms_norm_eps", "must be a number > 0", err);
+    const char *a = w->hidden_act ? w->hidden_act : "silu";
     if (st == HP_OK && strcmp(a, "silu") && strcmp(a, "swish"))
         st = hp_err_set(err, HP_ERR_INPUT, "%s: hidden_act \"%s\" is not supported by the runtime (silu is)",
-                        config_path, a);
-    if (st == HP_OK) st = read_rope(root, config_path, m, c, err);
-    if (st == HP_OK) st = read_windows(root, config_path, m, c, err);
-    if (st == HP_OK && !strcmp(m->model_type, "deepseek_v3")) { /* rope_interleave: true when absent */
-        const json_t *ri = json_object_get(root, "rope_interleave");
-        c->interleave = !ri || json_is_true(ri);
-        if (c->hd > 512) st = bad(config_path, "qk_rope_head_dim", "is above the 512 rope channels the runtime rotates", err);
-    }
+                        label, a);
+    if (st == HP_OK) st = read_rope(label, m, c, err);
+    if (st == HP_OK) st = read_windows(label, m, c, err);
+    if (st == HP_OK) c->interleave = hp__family_rope_interleave(m->family, mc);
+    if (st == HP_OK && c->interleave && c->hd > 512)
+        st = bad(label, "qk_rope_head_dim", "is above the 512 rope channels the runtime rotates", err);
     if (st == HP_OK) {
         c->rot = (int64_t)((double)c->hd * c->partial);
         c->rot -= c->rot % 2;
-        if (c->rot < 2) st = bad(config_path, "partial_rotary_factor", "leaves no rotary channels", err);
+        if (c->rot < 2) st = bad(label, "partial_rotary_factor", "leaves no rotary channels", err);
     }
-    json_decref(root);
     if (st != HP_OK) hp__rcfg_free(c);
     return st;
 }

@@ -133,8 +133,9 @@ hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, 
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err);
 
-/* The runtime runs this model's family (the ten decoder families of docs/run.md). */
-bool hp__run_family_ok(const hp_model *m);
+/* HP_OK when the runtime runs this model's family (the family table's `runs`: the ten decoder families of
+ * docs/run.md); else HP_ERR_INPUT naming the model, its family and the families that run. */
+hp_status hp__run_family_check(const hp_model *m, hp_err *err);
 
 /* ---- the family's forward semantics from config.json (rcfg.c) ---- */
 typedef enum { HP__ROPE_DEFAULT, HP__ROPE_LINEAR, HP__ROPE_LLAMA3, HP__ROPE_YARN } hp__rope_type;
@@ -153,7 +154,9 @@ typedef struct hp__rcfg {
     int64_t *window; /* [L]: sliding window W (keys j > q - W), 0 = none */
 } hp__rcfg;
 
-hp_status hp__rcfg_read(const hp_model *m, const char *config_path, hp__rcfg *c, hp_err *err);
+/* From the model's one parse of config.json (m->cfg.fwd) and its family's facts (family table); label names
+ * the config.json in messages (NULL: the model's path). HP_ERR_INPUT for what the runtime cannot run. */
+hp_status hp__rcfg_read(const hp_model *m, const char *label, hp__rcfg *c, hp_err *err);
 void hp__rcfg_free(hp__rcfg *c);
 /* cos/sin [n, rot/2] for positions pos0..pos0+n-1 (f32 as transformers computes them, times attn_scale). */
 hp_status hp__rope_table(const hp__rcfg *c, int64_t pos0, int64_t n, float **cos_out, float **sin_out, hp_err *err);

@@ -1111,15 +1111,6 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 
 /* ---- create / free ---- */
 
-bool hp__run_family_ok(const hp_model *m)
-{
-    static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe",
-                                     "glm4_moe", "gpt_oss", "deepseek_v3"};
-    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
-        if (m->family && !strcmp(hp_family_name(m->family), ok[i])) return true;
-    return false;
-}
-
 /* The group of ranks that differ from rank only on `axis`: rank with that coordinate set to 0. */
 static int axis_color(const hp_mesh *m, int64_t rank, const char *axis)
 {
@@ -1160,14 +1151,8 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
                           "%s: config.json is missing; the runtime needs the model's hyperparameters (family, "
                           "heads, norms, rotary settings) from it: copy the model's config.json next to the weights",
                           m->path);
-    if (!hp__run_family_ok(m))
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: the runtime runs llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-                          "glm4_moe, gpt_oss and deepseek_v3 decoders; %s%s", m->path,
-                          m->family ? hp_family_name(m->family) : "this architecture",
-                          m->family && hp_family_is_moe(m->family)
-                              ? " is not yet: run its MoE layers with 'hyperpar moe'"
-                              : " is not one of them");
+    hp_status st = hp__run_family_check(m, err);
+    if (st != HP_OK) return st;
     if (m->meta && !o->shards)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
                           "shard folder", m->path);
@@ -1182,7 +1167,7 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
                           m->path, (long long)(p->ep > 1 ? p->ep : hp_mesh_size(&p->mesh, "ep")));
     r->x.mesh = &p->mesh;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
-    hp_status st = moe && (p->ep > 1 || hp_mesh_size(&p->mesh, "ep") > 1) ? hp_plan_preflight(p, err) : HP_OK;
+    st = moe && (p->ep > 1 || hp_mesh_size(&p->mesh, "ep") > 1) ? hp_plan_preflight(p, err) : HP_OK;
     if (st != HP_OK) return st;
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
