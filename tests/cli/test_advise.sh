@@ -50,6 +50,12 @@ check "advise = cost: deepseek_v3" agree $F/deepseek_v3 4 --batch 4 --seq 16 \
 check "advise = cost: gpt_oss" agree $F/gpt_oss 4 --batch 4 --seq 16 --overrides data/overrides/gpt_oss_ep.yaml
 # Reasons.
 L3=data/configs/llama-3-8b.json
+# The bytes: what a rank puts into collectives (sent) and what the ring sends over links (wire), the JSON without
+# the old name net_bytes.
+expect 0 "sent/step   wire/step" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --seq 4096
+check "advise JSON: sent_bytes and wire_bytes, no net_bytes" bash -c "'$HP' advise $L3 --world 8 --mem-per-rank 80GB \
+    --seq 4096 --format json | python3 -c 'import json,sys; c=[c for c in json.load(sys.stdin)[\"candidates\"] if c[\"ok\"]]; \
+    sys.exit(0 if c and all(\"wire_bytes\" in x and \"sent_bytes\" in x and \"net_bytes\" not in x for x in c) else 1)'"
 expect 0 "num_key_value_heads (8) is not divisible by tp (16)" -- "$HP" advise $L3 --world 16 --mem-per-rank 80GB --seq 4096
 expect 0 "the most-loaded rank needs" -- "$HP" advise $L3 --world 2 --mem-per-rank 20GB --seq 4096
 expect 0 "does not fit inside a node of 4 ranks" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --ranks-per-node 4
