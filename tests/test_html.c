@@ -20,13 +20,13 @@
 #define TITLE_ESC "tiny &lt;llama&gt; &amp; &#39;q&#39; &quot;x&quot;"
 
 static hp_cost_event events[] = {
-    {-1, "model.embed_tokens", "exit", HP_RUN_ALL_REDUCE, "tp", 4, 1, 4096, false, 1e-5},
-    {0, "model.layers.0.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1000, false, 1e-5},
-    {0, "model.layers.0.mlp", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 24, false, 1e-5},
-    {0, "model.layers.0.self_attn", "exit", HP_RUN_REDUCE_SCATTER, "tp", 4, 2, 2048, false, 1e-5},
-    {1, "model.layers.1.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1024, false, 1e-5},
-    {1, "model.layers.1.mlp", "EP dispatch+return", HP_RUN_ALL_TO_ALL, "tp", 4, 2, 8192, true, 1e-4},
-    {-1, "logits", "gather", HP_RUN_GATHER, "all", 8, 1, 65536, false, 1e-4},
+    {-1, "model.embed_tokens", "exit", HP_RUN_ALL_REDUCE, "tp", 4, 1, 4096, false, 1e-5, 0},
+    {0, "model.layers.0.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1000, false, 1e-5, 0},
+    {0, "model.layers.0.mlp", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 24, false, 1e-5, 0},
+    {0, "model.layers.0.self_attn", "exit", HP_RUN_REDUCE_SCATTER, "tp", 4, 2, 2048, false, 1e-5, 0},
+    {1, "model.layers.1.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1024, false, 1e-5, 0},
+    {1, "model.layers.1.mlp", "EP dispatch+return", HP_RUN_ALL_TO_ALL, "tp", 4, 2, 8192, true, 1e-4, 0},
+    {-1, "logits", "gather", HP_RUN_GATHER, "all", 8, 1, 65536, false, 1e-4, 0},
 };
 
 /* 8 ranks of dp=2,tp=4, rank 5 the most loaded (over a 2 GiB budget); the events on every rank. */
@@ -51,7 +51,8 @@ static hp_cost *fake_cost(hp_mesh *mesh, int64_t dp, int64_t tp, bool train)
             k->bytes[events[i].kind] += events[i].bytes;
             k->calls[events[i].kind] += (uint64_t)events[i].calls;
         }
-        k->net_bytes = 4096 + 1000 + 24 + 2048 + 1024 + 8192 + 65536;
+        k->sent_bytes = 4096 + 1000 + 24 + 2048 + 1024 + 8192 + 65536;
+        k->wire_bytes = 3 * k->sent_bytes;
     }
     c->ranks[5].weight_bytes = 2 * GiB;
     c->ranks[5].total_bytes = 2 * GiB + GiB / 8;
@@ -64,26 +65,34 @@ static void free_cost(hp_cost *c)
     free(c);
 }
 
-static void fake_cands(cli_advise_cand c[5])
+/* 5 candidates (3 accepted, 2 rejected) and their commands. */
+static hp_advise_cand cands5[5];
+static char cmds5[5][CLI_ADVISE_COMMAND_MAX];
+static const char *cmd_ptrs5[5];
+
+static void fake_cands(hp_advice *a, uint64_t budget)
 {
-    memset(c, 0, 5 * sizeof *c);
+    memset(cands5, 0, sizeof cands5);
     const char *mesh[5] = {"dp=1,cp=1,tp=8", "dp=2,cp=1,tp=4", "dp=4,cp=1,tp=2 ep=2 (TP-extend-EP)",
                            "dp=8,cp=1,tp=1", "dp=1,cp=8,tp=1"};
     for (int i = 0; i < 5; i++) {
-        cli_advise_cand *a = &c[i];
-        snprintf(a->mesh, sizeof a->mesh, "%s", mesh[i]);
-        a->ok = i == 0 || i == 1 || i == 3;
-        a->weight_bytes = (uint64_t)(i + 1) * GiB / 2;
-        a->act_bytes = GiB / 4;
-        a->state_bytes = GiB / 8;
-        a->max_bytes = a->weight_bytes + a->act_bytes + a->state_bytes;
-        a->net_bytes = (uint64_t)(5 - i) << 20;
-        a->t_compute = 0.010 * (i + 1), a->t_comm = 0.002 * (5 - i), a->t_step = a->t_compute + a->t_comm;
-        snprintf(a->command, sizeof a->command, "hyperpar plan m --mesh %s -o p.json && hyperpar shard m --plan p.json "
+        hp_advise_cand *c = &cands5[i];
+        snprintf(c->mesh, sizeof c->mesh, "%s", mesh[i]);
+        c->ok = i == 0 || i == 1 || i == 3;
+        c->weight_bytes = (uint64_t)(i + 1) * GiB / 2;
+        c->act_bytes = GiB / 4;
+        c->state_bytes = GiB / 8;
+        c->max_bytes = c->weight_bytes + c->act_bytes + c->state_bytes;
+        c->sent_bytes = (uint64_t)(5 - i) << 20;
+        c->wire_bytes = (uint64_t)(7 - i) << 20;
+        c->t_compute = 0.010 * (i + 1), c->t_comm = 0.002 * (5 - i), c->t_step = c->t_compute + c->t_comm;
+        snprintf(cmds5[i], sizeof cmds5[i], "hyperpar plan m --mesh %s -o p.json && hyperpar shard m --plan p.json "
                  "--out shards", mesh[i]);
+        cmd_ptrs5[i] = cmds5[i];
     }
-    snprintf(c[2].reason, sizeof c[2].reason, "rank 0 needs 3.1 GiB > budget <2 GiB>");
-    snprintf(c[4].reason, sizeof c[4].reason, "cp=8 does not divide S=12 & 2*cp");
+    snprintf(cands5[2].reason, sizeof cands5[2].reason, "rank 0 needs 3.1 GiB > budget <2 GiB>");
+    snprintf(cands5[4].reason, sizeof cands5[4].reason, "cp=8 does not divide S=12 & 2*cp");
+    *a = (hp_advice){.world = 8, .mem_per_rank = budget, .n_cands = 5, .n_ok = 3, .cands = cands5};
 }
 
 /* The page a writer produces, read back (freed by the caller). */
@@ -115,29 +124,31 @@ static int write_cost(FILE *f, void *ctx)
 
 static int write_advise(FILE *f, void *ctx)
 {
-    cli_advise_cand c[5];
-    fake_cands(c);
-    return cli_html_advise(f, TITLE, c, 5, *(uint64_t *)ctx);
+    hp_advice a;
+    fake_cands(&a, *(uint64_t *)ctx);
+    return cli_html_advise(f, TITLE, &a, cmd_ptrs5);
 }
 
 /* One candidate, rejected. */
 static int write_none_fits(FILE *f, void *ctx)
 {
-    cli_advise_cand none = {.ok = false};
+    hp_advise_cand none = {.ok = false, .why = HP_ADVISE_MEMORY};
     snprintf(none.mesh, sizeof none.mesh, "dp=1,cp=1,tp=1");
     snprintf(none.reason, sizeof none.reason, "rank 0 needs 9 GiB");
-    return cli_html_advise(f, "m", &none, 1, GiB);
+    hp_advice a = {.world = 1, .mem_per_rank = GiB, .n_cands = 1, .cands = &none};
+    return cli_html_advise(f, "m", &a, NULL);
 }
 
 /* More accepted candidates than the chart draws. */
 static int write_many(FILE *f, void *ctx)
 {
-    static cli_advise_cand c[20];
+    static hp_advise_cand c[20];
     for (int i = 0; i < 20; i++) {
-        c[i] = (cli_advise_cand){.ok = true, .weight_bytes = GiB, .max_bytes = GiB, .t_step = 0.01 * (i + 1)};
+        c[i] = (hp_advise_cand){.ok = true, .weight_bytes = GiB, .max_bytes = GiB, .t_step = 0.01 * (i + 1)};
         snprintf(c[i].mesh, sizeof c[i].mesh, "dp=%d,cp=1,tp=1", i + 1);
     }
-    return cli_html_advise(f, "many", c, 20, 0);
+    hp_advice a = {.world = 20, .n_cands = 20, .n_ok = 20, .cands = c};
+    return cli_html_advise(f, "many", &a, NULL);
 }
 
 static int count(const char *hay, const char *needle)
@@ -229,6 +240,8 @@ TEST(advise_page)
     CHECK_STR_CONTAINS(p, "does not divide S=12 &amp; 2*cp");
     CHECK_STR_CONTAINS(p, "#3 dp=8,cp=1,tp=1: step"); /* the third accepted, drawn */
     CHECK_STR_CONTAINS(p, "budget 2.00 GiB");
+    /* the first accepted row: its sent and wire bytes, then its step time */
+    CHECK_STR_CONTAINS(p, "<td class=\"n\">5.00 MiB</td><td class=\"n\">7.00 MiB</td>");
     free(p);
     p = page_of(write_none_fits, NULL, &rc);
     CHECK_EQ_INT(rc, 0);

@@ -117,28 +117,20 @@ void cli_json_fstr(FILE *f, const char *s); /* the same to f */
 struct hp_cost;
 struct hp_mesh;
 
-/* One mesh `hyperpar advise` considered. */
-typedef struct cli_advise_cand {
-    char mesh[128];         /* "dp=2,cp=1,tp=4 ep=8 (TP-extend)" */
-    int64_t dp, cp, tp, ep;
-    bool ep_axis;           /* ep is its own mesh axis (else TP-extend-EP over dp x tp, or none) */
-    bool ok;                /* accepted; else reason says why not */
-    char reason[240];
-    uint64_t max_bytes;     /* the most-loaded rank's memory: weights + activations + state */
-    uint64_t weight_bytes, act_bytes, state_bytes; /* of that rank; state = KV cache (infer) or training state */
-    uint64_t net_bytes;     /* that rank's bytes per step into collectives of more than one rank */
-    double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
-    char command[600];      /* the hyperpar plan + shard command line for it */
-} cli_advise_cand;
+struct hp_advice;
+
+/* Room for one candidate's `hyperpar plan ... && hyperpar shard ...` command line. */
+#define CLI_ADVISE_COMMAND_MAX 600
 
 /* `hyperpar cost --format html`: the mesh as a grid of ranks coloured by total memory against budget (0: against
  * the most-loaded rank), a stacked bar per rank (weights, activations, KV cache or training state), and per layer
  * the collectives with their bytes (of rank c->max_rank). title: the model and mesh. Returns 0, or -1 on a write
  * error. */
 int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh, uint64_t budget);
-/* `hyperpar advise --format html`: the accepted candidates side by side (memory against budget, predicted step
- * time, communication), best first, and the rejected ones with their reasons. */
-int cli_html_advise(FILE *f, const char *title, const cli_advise_cand *c, int n, uint64_t budget);
+/* `hyperpar advise --format html`: the library's advice (hp_advise): the accepted candidates side by side (memory
+ * against a->mem_per_rank, predicted step time, communication), best first, and the rejected ones with their
+ * reasons. commands[i] (or commands NULL): the command line that makes candidate i, shown for the accepted. */
+int cli_html_advise(FILE *f, const char *title, const struct hp_advice *a, const char *const *commands);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
@@ -151,7 +143,10 @@ int cmd_run(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_advise(int argc, char **argv);
-int cmd_bench_advise(int argc, char **argv); /* cmd_advise.c */
+int cmd_bench_advise(int argc, char **argv); /* cmd_bench.c */
+/* --ranks-per-node R tiles --world N in whole nodes (R divides N) or holds it all (R >= N); else a usage error of
+ * cmd, printed (cmd_advise.c). */
+bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 struct hp_moe_dims; int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d)); /* bench_ep.c */

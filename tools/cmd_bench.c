@@ -23,7 +23,10 @@
 #include <time.h>
 
 #include "cli.h"
+#include "costflags.h"
+#include "hyperpar/cost.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/overrides.h"
 
 typedef struct preset {
     const char *name;
@@ -455,6 +458,81 @@ static bool find_preset(const char *name, int *archetype, hp_moe_dims *d)
         return true;
     }
     return false;
+}
+
+/* `hyperpar bench advise MODEL --world N [advise flags]`: the time hp_advise takes per mesh against one plan
+ * derivation of the same model in the same run (its template's, with the shard layout), as hp_advise measures
+ * them (hp_advice.plan_seconds, search_seconds). */
+int cmd_bench_advise(int argc, char **argv)
+{
+    enum { O_WORLD = 1000, O_REPS };
+    static const struct option opts[] = {
+        CLI_OPT_PLAN, CLI_OPT_COST, {"world", required_argument, NULL, O_WORLD}, {"reps", required_argument, NULL, O_REPS},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
+    };
+    cli_plan_flags pf;
+    cli_plan_flags_init(&pf);
+    cli_cost_flags cf;
+    cli_cost_flags_init(&cf);
+    int64_t N = 0, reps = 3;
+    int c;
+    optind = 1;
+    cli_seen seen = {0};
+    while ((c = cli_getopt(&seen, "bench advise", argc, argv, "h", opts)) != -1) {
+        int pr = cli_plan_flag("bench advise", c, optarg, &pf);
+        if (pr == 0) pr = cli_cost_flag("bench advise", c, optarg, &cf);
+        if (pr < 0) return HP_EXIT_USAGE;
+        if (pr > 0) continue;
+        switch (c) {
+        case O_WORLD:
+            if (!cli_parse_i64("bench advise", "--world", optarg, 1, 1 << 20, &N)) return HP_EXIT_USAGE;
+            break;
+        case O_REPS:
+            if (!cli_parse_i64("bench advise", "--reps", optarg, 1, 100, &reps)) return HP_EXIT_USAGE;
+            break;
+        case 'h':
+            printf("usage: hyperpar bench advise MODEL --world N [--reps R] [advise flags]\n\n"
+                   "Times 'hyperpar advise' over every mesh of N ranks (the best of R runs) against one plan\n"
+                   "derivation of MODEL in the same run, and prints both and their ratio.\n");
+            return HP_EXIT_OK;
+        default: return cli_bad_option("bench advise", argv);
+        }
+    }
+    if (optind != argc - 1) return cli_usage_error("bench advise", "expected exactly one MODEL");
+    if (N < 1) return cli_usage_error("bench advise", "missing --world N");
+    if (!cli_advise_rpn_divides("bench advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
+    hp_err err;
+    hp_model *m = NULL;
+    hp_overrides *ov = NULL;
+    hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
+    if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
+    hp_advise_opts ao;
+    hp_advise_opts_default(&ao);
+    ao.world = N;
+    ao.mem_per_rank = cf.budget; /* 0 without --mem-per-rank: every mesh the model takes is evaluated in full */
+    ao.cost = cf.co;
+    ao.plan = pf.po;
+    double best_mesh = 0, best_plan = 0;
+    int n = 0;
+    for (int64_t i = 0; st == HP_OK && i < reps; i++) {
+        hp_advice *a = NULL;
+        if ((st = hp_advise(&a, m, &ao, &err)) != HP_OK) break;
+        double per = a->n_cands ? a->search_seconds / a->n_cands : 0;
+        if (!i || per < best_mesh) best_mesh = per;
+        if (!i || a->plan_seconds < best_plan) best_plan = a->plan_seconds;
+        n = a->n_cands;
+        hp_advice_free(a);
+    }
+    hp_model_close(m);
+    hp_overrides_free(ov);
+    cli_cost_flags_free(&cf);
+    if (st != HP_OK) return cli_fail(&err);
+    printf("bench advise: %s, world %lld, batch %lld x %lld, %d meshes\n", argv[optind], (long long)N,
+           (long long)cf.co.B, (long long)cf.co.S, n);
+    printf("  one plan (the template, with its shard layout): %9.3f ms\n", best_plan * 1e3);
+    printf("  advise, per mesh:                               %9.3f ms   (%.4f of one plan; best of %lld)\n",
+           best_mesh * 1e3, best_plan > 0 ? best_mesh / best_plan : 0.0, (long long)reps);
+    return HP_EXIT_OK;
 }
 
 int cmd_bench(int argc, char **argv)

@@ -45,7 +45,8 @@ static void usage(FILE *out)
             "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model},\n"
             "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"kv_cache_bytes\",\n"
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
-            "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"net_bytes\", \"flops\", \"t_compute\",\n"
+            "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
+            "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
             "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n",
             cli_cost_model_usage());
 }
@@ -104,9 +105,11 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         json_kinds(o, r->bytes);
         fprintf(o, ", \"calls\": ");
         json_kinds(o, r->calls);
-        fprintf(o, "}, \"net_bytes\": %llu, \"flops\": %.6g, \"t_compute\": %.6g, \"t_comm\": %.6g, \"t_step\": %.6g, "
+        fprintf(o, "}, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"net_bytes\": %llu", (unsigned long long)r->sent_bytes,
+                (unsigned long long)r->wire_bytes, (unsigned long long)r->sent_bytes); /* net_bytes: sent_bytes' old name */
+        fprintf(o, ", \"flops\": %.6g, \"t_compute\": %.6g, \"t_comm\": %.6g, \"t_step\": %.6g, "
                "\"ep_estimated\": %s}",
-               (unsigned long long)r->net_bytes, r->flops, r->t_compute, r->t_comm, r->t_step,
+               r->flops, r->t_compute, r->t_comm, r->t_step,
                r->ep_estimated ? "true" : "false");
     }
     const hp_cost_rank *r = &c->ranks[ri];
@@ -116,8 +119,9 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "%s\n  {\"layer\": %d, \"where\": ", i ? "," : "", e->layer);
         cli_json_fstr(o, e->where);
         fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %d, \"bytes\": %llu, "
-               "\"estimated\": %s, \"seconds\": %.6g}",
+               "\"wire_bytes\": %llu, \"estimated\": %s, \"seconds\": %.6g}",
                e->step, hp_run_coll_name(e->kind), e->axis, e->group, e->calls, (unsigned long long)e->bytes,
+               (unsigned long long)e->wire_bytes,
                e->estimated ? "true" : "false", e->seconds);
     }
     fprintf(o, "\n]}\n");
@@ -161,7 +165,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
            : routed                                    ? "the given routing (exact)"
                                                        : "the balanced router's (estimate*)");
     fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights", "activations*",
-           c->train ? "state*" : "KV cache*", "total", "comm/step", "network", "GFLOP*", "step*");
+           c->train ? "state*" : "KV cache*", "total", "comm/step", "wire/step", "GFLOP*", "step*");
     int64_t shown = c->n_ranks < 64 ? c->n_ranks : 64;
     for (int64_t i = 0; i < shown; i++) {
         const hp_cost_rank *r = &c->ranks[i];
@@ -171,7 +175,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %10s\n", (long long)r->rank,
                hp_shard_coords_str(l, r->rank, coords, sizeof coords), mb(r->weight_bytes, b[0], 32),
                mb(r->act_bytes, b[1], 32), mb(st, b[2], 32), mb(r->total_bytes, b[3], 32), mb(all, b[4], 32),
-               mb(r->net_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
+               mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
@@ -222,7 +226,8 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "%s %s %s in %llu calls", k ? "," : "", hp_run_coll_name((hp_run_coll)k), mb(r->bytes[k], b[0], 32),
                (unsigned long long)r->calls[k]);
     }
-    fprintf(o, "\n  = %s, of which %s in groups of more than one rank\n", mb(tot, b[0], 32), mb(r->net_bytes, b[1], 32));
+    fprintf(o, "\n  = %s, of which %s in groups of more than one rank; %s over links (ring algorithms)\n",
+            mb(tot, b[0], 32), mb(r->sent_bytes, b[1], 32), mb(r->wire_bytes, b[2], 32));
     char t1[24], t2[24], t3[24];
     fprintf(o, "predicted step of rank %lld*: %s = compute %s (%.3g GFLOP at %.3g GFLOP/s) + communication %s\n",
            (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), cli_seconds(r->t_compute, t2, sizeof t2),

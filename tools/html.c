@@ -547,7 +547,8 @@ static void cost_layers(FILE *f, const hp_cost *c)
         if (r->calls[k] || r->bytes[k])
             escf(f, " %s %s in %llu calls;", hp_run_coll_name((hp_run_coll)k), fbytes(r->bytes[k]).s,
                  (unsigned long long)r->calls[k]);
-    escf(f, " into groups of more than one rank: %s%s.", fbytes(r->net_bytes).s, r->ep_estimated ? EST : "");
+    escf(f, " into groups of more than one rank: %s%s; sent over links (ring algorithms): %s%s.",
+         fbytes(r->sent_bytes).s, r->ep_estimated ? EST : "", fbytes(r->wire_bytes).s, r->ep_estimated ? EST : "");
     fputs("</p>\n", f);
     if (!r->n_ev) {
         fputs("<p>No collectives.</p>\n", f);
@@ -574,21 +575,21 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
 
 /* ---- advise ---- */
 
-static void cand_segs(const cli_advise_cand *a, seg s[3])
+static void cand_segs(const hp_advise_cand *a, seg s[3])
 {
     s[0] = (seg){a->weight_bytes, mem_colour[0], "weights", false};
     s[1] = (seg){a->act_bytes, mem_colour[1], "activations", true};
     s[2] = (seg){a->state_bytes, mem_colour[2], "KV cache or training state", true};
 }
 
-static uint64_t cand_mem(const cli_advise_cand *a)
+static uint64_t cand_mem(const hp_advise_cand *a)
 {
     uint64_t sum = a->weight_bytes + a->act_bytes + a->state_bytes;
     return sum > a->max_bytes ? sum : a->max_bytes;
 }
 
 /* The scales' tops over the first `drawn` accepted candidates. */
-static int advise_tops(const cli_advise_cand *c, int n, uint64_t budget, uint64_t *mem_top, double *t_top)
+static int advise_tops(const hp_advise_cand *c, int n, uint64_t budget, uint64_t *mem_top, double *t_top)
 {
     int drawn = 0;
     *mem_top = budget;
@@ -615,7 +616,7 @@ static void advise_axes(FILE *f, double x0, double x1, double base, double ph, u
     text(f, x1 + 6, base - ph - 12, "start", "", "step time" EST);
 }
 
-static void advise_group(FILE *f, const cli_advise_cand *a, int idx, double gx, double gw, double base, double ph,
+static void advise_group(FILE *f, const hp_advise_cand *a, int idx, double gx, double gw, double base, double ph,
                          uint64_t mem_top, double t_top)
 {
     double bw = gw * 0.32 > 40 ? 40 : gw * 0.32, x = gx + gw / 2 - bw - 2;
@@ -637,7 +638,7 @@ static void advise_group(FILE *f, const cli_advise_cand *a, int idx, double gx, 
     }
 }
 
-static void advise_chart(FILE *f, const cli_advise_cand *c, int n, uint64_t budget)
+static void advise_chart(FILE *f, const hp_advise_cand *c, int n, uint64_t budget)
 {
     uint64_t mem_top;
     double t_top;
@@ -675,12 +676,13 @@ static void advise_chart(FILE *f, const cli_advise_cand *c, int n, uint64_t budg
     fputs("</svg>\n", f);
 }
 
-static void accepted_table(FILE *f, const cli_advise_cand *c, int n)
+static void accepted_table(FILE *f, const hp_advise_cand *c, int n, const char *const *commands)
 {
     fputs("<table>\n<tr><th>#</th><th>mesh</th><th>memory" EST " (weights + activations + state)</th>"
-          "<th>net bytes</th><th>step time" EST " (compute + communication)</th><th>command</th></tr>\n", f);
+          "<th>sent bytes</th><th>wire bytes</th><th>step time" EST " (compute + communication)</th>"
+          "<th>command</th></tr>\n", f);
     for (int i = 0, k = 0; i < n; i++) {
-        const cli_advise_cand *a = &c[i];
+        const hp_advise_cand *a = &c[i];
         if (!a->ok) continue;
         fprintf(f, "<tr><td class=\"n\">%d</td><td>", ++k);
         esc(f, a->mesh);
@@ -688,17 +690,19 @@ static void accepted_table(FILE *f, const cli_advise_cand *c, int n)
         escf(f, "%s" EST " (%s + %s + %s)", fbytes(a->max_bytes).s, fbytes(a->weight_bytes).s, fbytes(a->act_bytes).s,
              fbytes(a->state_bytes).s);
         fputs("</td><td class=\"n\">", f);
-        esc(f, fbytes(a->net_bytes).s);
+        esc(f, fbytes(a->sent_bytes).s);
+        fputs("</td><td class=\"n\">", f);
+        esc(f, fbytes(a->wire_bytes).s);
         fputs("</td><td class=\"n\">", f);
         escf(f, "%s" EST " (%s + %s)", fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_comm).s);
         fputs("</td><td><code>", f);
-        esc(f, a->command);
+        esc(f, commands && commands[i] ? commands[i] : "");
         fputs("</code></td></tr>\n", f);
     }
     fputs("</table>\n", f);
 }
 
-static void rejected_table(FILE *f, const cli_advise_cand *c, int n)
+static void rejected_table(FILE *f, const hp_advise_cand *c, int n)
 {
     int rejected = 0;
     for (int i = 0; i < n; i++) rejected += !c[i].ok;
@@ -719,10 +723,12 @@ static void rejected_table(FILE *f, const cli_advise_cand *c, int n)
     fputs("</table>\n", f);
 }
 
-int cli_html_advise(FILE *f, const char *title, const cli_advise_cand *c, int n, uint64_t budget)
+int cli_html_advise(FILE *f, const char *title, const hp_advice *adv, const char *const *commands)
 {
     page_open(f, "advise", title);
-    if (!c || n < 0) n = 0;
+    const hp_advise_cand *c = adv ? adv->cands : NULL;
+    int n = adv && c && adv->n_cands > 0 ? adv->n_cands : 0;
+    uint64_t budget = adv ? adv->mem_per_rank : 0;
     int accepted = 0;
     for (int i = 0; i < n; i++) accepted += c[i].ok;
     fputs("<p class=\"sum\">", f);
@@ -730,7 +736,7 @@ int cli_html_advise(FILE *f, const char *title, const cli_advise_cand *c, int n,
          budget ? fbytes(budget).s : "none");
     fputs("</p>\n", f);
     advise_chart(f, c, n, budget);
-    if (accepted) accepted_table(f, c, n);
+    if (accepted) accepted_table(f, c, n, commands);
     rejected_table(f, c, n);
     return page_close(f);
 }

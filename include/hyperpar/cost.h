@@ -68,13 +68,18 @@ typedef struct hp_cost_event {
     uint64_t bytes;       /* this rank's bytes into it (as hp_run_stats counts them) */
     bool estimated;       /* the MoE exchange under the balanced model of a real router, or padded positions */
     double seconds;       /* predicted (estimate) */
+    uint64_t wire_bytes;  /* the bytes this rank sends over links for it under the ring algorithms (docs/cost.md
+                             "Wire bytes"): all-gather (n-1)·bytes, reduce-scatter (n-1)/n·bytes, all-reduce
+                             2(n-1)/n·bytes, all-to-all (n-1)/n·bytes, gather bytes (0 on the root); 0 when n = 1 */
 } hp_cost_event;
 
 typedef struct hp_cost_rank {
     int64_t rank, dp, cp, tp, ep; /* coordinates (ep: the EP group index) */
     uint64_t weight_bytes;        /* exact: its shard file's tensors */
     uint64_t bytes[HP_RUN_COLL_COUNT], calls[HP_RUN_COLL_COUNT]; /* exact communication of one forward */
-    uint64_t net_bytes;           /* of those, in groups of more than one rank */
+    uint64_t sent_bytes;          /* of those, the bytes put into groups of more than one rank (not wire traffic:
+                                     a reduce-scatter counts its whole input; formerly net_bytes) */
+    uint64_t wire_bytes;          /* the bytes it sends over links (Σ of its events' wire_bytes; docs/cost.md) */
     uint64_t act_bytes;           /* estimate: the forward's working buffers (docs/cost.md) */
     uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions */
     uint64_t grad_bytes, optim_bytes, master_bytes, saved_bytes; /* train estimates (0 for inference) */
@@ -112,6 +117,81 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err);
 void hp_cost_plan_free(hp_cost_plan *k);
 void hp_cost_free(hp_cost *c);
+
+/* ---- hyperpar advise: which mesh of N ranks to pick (src/run/advise.c, docs/cost.md "hyperpar advise") ----
+ *
+ *   hp_advise(&a, model, opts)   every dp x cp x tp (x ep) mesh of opts.world ranks, each accepted or rejected
+ *                                with its reason, the accepted ranked best first
+ *
+ * One plan is derived, on a template mesh where every axis the model can use is active (tp, cp, and EP over the
+ * dense region). Its contracts and placements do not depend on the axis sizes, so each candidate is the template's
+ * cost at the candidate's sizes: hp_cost_eval with the candidate's mesh for ranks 0 and N-1 (communication,
+ * activations, FLOPs, time), and the weight bytes from the template's shard layout, tensor by tensor divided by
+ * the sizes of the axes that shard it. */
+
+typedef struct hp_advise_opts {
+    int64_t world;              /* N, the ranks in all (>= 1) */
+    uint64_t mem_per_rank;      /* the budget of the most-loaded rank; 0: none */
+    hp_cost_opts cost;          /* the batch, the mode, the byte and time model, the routing (its mesh, ranks,
+                                   weight and layout fields are advise's own and ignored) */
+    hp_plan_opts plan;          /* the planner's options (SP, loss-parallel, overrides; the mesh is advise's) */
+} hp_advise_opts;
+
+void hp_advise_opts_default(hp_advise_opts *o);
+
+/* Why a mesh was rejected, in the order the rules are tried (HP_ADVISE_OK: accepted). */
+typedef enum hp_advise_why {
+    HP_ADVISE_OK = 0,
+    HP_ADVISE_COMPAT,      /* the planner's hp_plan_check_compat: tp vs heads (and moe_I with EP), S vs 2·cp, ep vs E */
+    HP_ADVISE_EP_AXIS_TP,  /* an explicit ep axis with tp > 1 (the runtime runs whole experts per rank) */
+    HP_ADVISE_MOE_TP,      /* a MoE model with tp > 1 and no EP (the same) */
+    HP_ADVISE_DP_ROWS,     /* dp above the batch rows */
+    HP_ADVISE_TP_NODE,     /* tp does not fit inside a node (cost.mdl.ranks_per_node) */
+    HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */
+    HP_ADVISE_EVAL,        /* the cost model refused it: the runtime refuses the plan, or the batch is past 64 bits */
+    HP_ADVISE_MEMORY,      /* the most-loaded rank needs more than mem_per_rank */
+} hp_advise_why;
+
+/* One mesh advise considered. Figures are set once the mesh was evaluated (accepted, or HP_ADVISE_MEMORY);
+ * else they are 0. Every figure is the worst of ranks 0 and N-1. */
+typedef struct hp_advise_cand {
+    int64_t dp, cp, tp, ep;     /* ep: 1 when there is no expert parallelism */
+    bool ep_axis;               /* ep is its own mesh axis (else TP-extend-EP over dp x tp, or none) */
+    bool ok;                    /* accepted; else why and reason say why not */
+    hp_advise_why why;
+    char mesh[128];             /* "dp=2,cp=1,tp=4 ep=8 (TP-extend)" */
+    char reason[512];
+    uint64_t max_bytes;         /* the most-loaded rank's memory: weights + activations + training state, or
+                                   + KV cache in inference (serving keeps the batch's cache) */
+    uint64_t weight_bytes, act_bytes, state_bytes; /* of that rank; state: KV cache (infer) or training state */
+    uint64_t sent_bytes;        /* bytes per step into collectives of more than one rank (hp_cost_rank.sent_bytes) */
+    uint64_t wire_bytes;        /* bytes per step sent over links, ring algorithms (hp_cost_rank.wire_bytes) */
+    double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
+} hp_advise_cand;
+
+typedef struct hp_advice {
+    int64_t world;
+    uint64_t mem_per_rank;
+    int64_t B, S;
+    bool train;
+    int n_cands, n_ok;          /* cands[0..n_ok) accepted, the rest rejected */
+    /* Best first: accepted by predicted step time; times within 1% of each other tie, and fewer wire_bytes, then
+     * less max_bytes decide. Then the rejected: the evaluated (nearest misses, least max_bytes first), then the
+     * rest in enumeration order (tp, then cp, then ep ascending). */
+    hp_advise_cand *cands;
+    hp_err batch_err;           /* HP_OK, or the first refusal of the batch itself by the cost model */
+    double plan_seconds;        /* the template's derivation, with its shard layout */
+    double search_seconds;      /* the enumeration and every evaluation */
+} hp_advice;
+
+/* Every mesh of o->world ranks for m. HP_ERR_INPUT: world < 1 or past HP_MESH_MAX_SIZE^2, or a template plan the
+ * planner refuses (its message). A mesh the model, the runtime or the budget cannot take is not an error: it is
+ * rejected in the advice, with its reason. */
+hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o, hp_err *err);
+/* HP_OK when some mesh was accepted; else HP_ERR_INPUT with the cause into err: the batch's refusal when no mesh
+ * got figures because of it, or "no mesh of N ranks fits in SIZE per rank (all K rejected; the nearest: ...)". */
+hp_status hp_advice_verdict(const hp_advice *a, hp_err *err);
+void hp_advice_free(hp_advice *a);
 
 #ifdef __cplusplus
 }

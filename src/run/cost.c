@@ -317,6 +317,32 @@ static void track(walk *w, const dact *a)
     else w->w_wide = n > w->w_wide ? n : w->w_wide;
 }
 
+/* (n-1)/n of b, without the product passing 64 bits. */
+static uint64_t share(uint64_t b, uint64_t n)
+{
+    return b / n * (n - 1) + b % n * (n - 1) / n;
+}
+
+/* The bytes the walked rank sends over links for one collective of `bytes` (what it puts in, as hp_run_stats
+ * counts) in a group of n, under the ring algorithms (docs/cost.md "Wire bytes"). An all-gather's input is the
+ * rank's block of the n·bytes result, and the ring forwards n-1 blocks; a reduce-scatter's input is the whole
+ * tensor, and the ring sends n-1 of its n chunks; an all-reduce is the two; an all-to-all keeps its own share of
+ * what it sends (the EP exchange counts the dispatch and the return together); a gather's senders send their
+ * block to rank 0, which sends nothing. */
+static uint64_t wire_of(walk *w, hp_run_coll kind, int64_t group, uint64_t bytes)
+{
+    if (group <= 1) return 0;
+    uint64_t n = (uint64_t)group;
+    switch (kind) {
+    case HP_RUN_ALL_GATHER: return ck_bytes(w, "wire bytes", (int64_t)(n - 1), bytes);
+    case HP_RUN_REDUCE_SCATTER: return share(bytes, n);
+    case HP_RUN_ALL_REDUCE: return ck_addu(w, "wire bytes", share(bytes, n), share(bytes, n));
+    case HP_RUN_ALL_TO_ALL: return share(bytes, n);
+    case HP_RUN_GATHER: return w->cr->rank == 0 ? 0 : bytes;
+    default: return 0;
+    }
+}
+
 static hp_status add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,
                            const char *axis, int64_t group, int calls, uint64_t bytes, bool est)
 {
@@ -328,11 +354,14 @@ static hp_status add_event(walk *w, int32_t layer, const char *where, const char
         r->ev = ne;
         w->ev_cap = nc;
     }
+    uint64_t wire = wire_of(w, kind, group, bytes);
     r->ev[r->n_ev++] = (hp_cost_event){.layer = layer, .where = where, .step = step, .kind = kind, .axis = axis,
-                                       .group = (int32_t)group, .calls = calls, .bytes = bytes, .estimated = est};
+                                       .group = (int32_t)group, .calls = calls, .bytes = bytes, .estimated = est,
+                                       .wire_bytes = wire};
     r->bytes[kind] = ck_addu(w, "collective bytes", r->bytes[kind], bytes);
     r->calls[kind] += (uint64_t)calls;
-    if (group > 1) r->net_bytes = ck_addu(w, "collective bytes", r->net_bytes, bytes);
+    if (group > 1) r->sent_bytes = ck_addu(w, "collective bytes", r->sent_bytes, bytes);
+    r->wire_bytes = ck_addu(w, "wire bytes", r->wire_bytes, wire);
     uint64_t all = 0; /* the reports print the sum over kinds: it must fit too */
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all = ck_addu(w, "collective bytes", all, r->bytes[k]);
     return HP_OK;

@@ -1,6 +1,6 @@
 # hyperpar advise: every mesh of N ranks, rejected ones with the reason, the accepted ranked; each accepted
-# candidate (the template plan's cost at its sizes) agrees with `hyperpar cost` on its own plan: weight bytes
-# and network bytes exactly, activations within 2% — for dense and MoE families, TP-extend-EP and the ep axis,
+# candidate (the template plan's cost at its sizes) agrees with `hyperpar cost` on its own plan: weight bytes,
+# sent bytes (into collectives of more than one rank) and wire bytes (over links, ring algorithms) exactly, activations within 2% — for dense and MoE families, TP-extend-EP and the ep axis,
 # inference and training. Rejections: tp vs heads, ep vs experts, memory, TP across nodes, the batch vs dp. No mesh
 # fitting is exit 2 (the report still printed); --mem-per-rank needs a unit; --ranks-per-node divides the world.
 source "$(dirname "$0")/lib.sh"
@@ -29,11 +29,13 @@ for c in adv["candidates"]:
     ends = [k["ranks"][0], k["ranks"][-1]]
     mx = max(k["ranks"], key=lambda q: q["total_bytes"])
     w = max(q["weight_bytes"] for q in k["ranks"])
-    net = max(q["net_bytes"] for q in ends)
-    if not (w == c["weight_bytes"] and net == c["net_bytes"] and
+    sent = max(q["sent_bytes"] for q in ends)
+    wire = max(q["wire_bytes"] for q in ends)
+    if not (w == c["weight_bytes"] and sent == c["sent_bytes"] and wire == c["wire_bytes"] and
             abs(mx["activation_bytes"] - c["activation_bytes"]) <= 0.02 * mx["activation_bytes"]):
         bad += 1
-        print("MISMATCH", c["mesh"], "weights", w, c["weight_bytes"], "net", net, c["net_bytes"],
+        print("MISMATCH", c["mesh"], "weights", w, c["weight_bytes"], "sent", sent, c["sent_bytes"], "wire", wire,
+              c["wire_bytes"],
               "act", mx["activation_bytes"], c["activation_bytes"])
 print(n, "candidates checked against their own plans,", bad, "disagree")
 sys.exit(0 if n > 0 and bad == 0 else 1)
@@ -48,6 +50,12 @@ check "advise = cost: deepseek_v3" agree $F/deepseek_v3 4 --batch 4 --seq 16 \
 check "advise = cost: gpt_oss" agree $F/gpt_oss 4 --batch 4 --seq 16 --overrides data/overrides/gpt_oss_ep.yaml
 # Reasons.
 L3=data/configs/llama-3-8b.json
+# The bytes: what a rank puts into collectives (sent) and what the ring sends over links (wire), the JSON without
+# the old name net_bytes.
+expect 0 "sent/step   wire/step" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --seq 4096
+check "advise JSON: sent_bytes and wire_bytes, no net_bytes" bash -c "'$HP' advise $L3 --world 8 --mem-per-rank 80GB \
+    --seq 4096 --format json | python3 -c 'import json,sys; c=[c for c in json.load(sys.stdin)[\"candidates\"] if c[\"ok\"]]; \
+    sys.exit(0 if c and all(\"wire_bytes\" in x and \"sent_bytes\" in x and \"net_bytes\" not in x for x in c) else 1)'"
 expect 0 "num_key_value_heads (8) is not divisible by tp (16)" -- "$HP" advise $L3 --world 16 --mem-per-rank 80GB --seq 4096
 expect 0 "the most-loaded rank needs" -- "$HP" advise $L3 --world 2 --mem-per-rank 20GB --seq 4096
 expect 0 "does not fit inside a node of 4 ranks" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --ranks-per-node 4

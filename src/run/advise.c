@@ -1,0 +1,405 @@
+/*
+ * advise.c — which mesh of N ranks to pick (hp_advise, docs/cost.md "hyperpar advise"): every mesh of N ranks the
+ * model accepts, the others rejected with their reason, the accepted ranked by predicted step time, then by the
+ * bytes sent over links, then by memory.
+ *
+ * One plan is derived, on a template mesh where every axis the model can use is active (tp, cp, and EP over the
+ * dense region). Its contracts and placements do not depend on the axis sizes, so each candidate is the
+ * template's cost at the candidate's sizes: the dry executor (hp_cost_eval with another mesh) for the
+ * communication, activations and FLOPs of rank 0 and the last rank, and the weight bytes from the template's
+ * shard layout, tensor by tensor divided by the sizes of the axes that shard it (the layout refuses uneven
+ * splits, so the division is exact).
+ *
+ *   template tensors ──(mask of the axes that shard each: tp | cp | ep)──> bytes[mask]
+ *   candidate (dp, cp, tp, ep) ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget ──> accepted
+ */
+#include "hyperpar/cost.h"
+#include "hyperpar/model.h"
+#include "hyperpar/plan.h"
+#include "hyperpar/shard.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void hp_advise_opts_default(hp_advise_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    hp_cost_opts_default(&o->cost);
+    hp_plan_opts_default(&o->plan);
+}
+
+/* ---- the template: one plan, its tensors grouped by the axes that shard them ---- */
+
+enum { M_TP = 1, M_CP = 2, M_EP = 4 };
+
+/* At most this many distinct split requirements are kept; a model has a handful (heads, widths, experts, vocab). */
+#define MAX_REQ 64
+
+typedef struct dimreq { /* a dim some tensor shards: its length must divide by (2x) the axis size */
+    int mask;
+    int64_t len;
+    bool packed;
+    char name[200];
+} dimreq;
+
+typedef struct tmpl {
+    hp_plan *p;
+    hp_cost_plan *k;    /* the dry executor's view of p */
+    uint64_t bytes[8];  /* global bytes of the tensors sharded on exactly the axes of the mask */
+    dimreq req[MAX_REQ];
+    int n_req;
+} tmpl;
+
+static void add_req(tmpl *t, int mask, int64_t len, bool packed, const char *name)
+{
+    for (int i = 0; i < t->n_req; i++)
+        if (t->req[i].mask == mask && t->req[i].len == len && t->req[i].packed == packed) return;
+    if (t->n_req == MAX_REQ) return;
+    dimreq *r = &t->req[t->n_req++];
+    *r = (dimreq){.mask = mask, .len = len, .packed = packed};
+    snprintf(r->name, sizeof r->name, "%s", name);
+}
+
+static bool is_moe(const hp_model *m)
+{
+    return m->family && hp_family_is_moe(m->family) && m->cfg.n_experts > 1;
+}
+
+static hp_status build_template(tmpl *t, const hp_model *m, const hp_plan_opts *po_in, hp_err *err)
+{
+    const hp_model_config *c = &m->cfg;
+    int64_t nkv = c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads;
+    int64_t tp = c->num_attention_heads % 2 == 0 && nkv % 2 == 0 ? 2 : 1;
+    int64_t ep = is_moe(m) && c->n_experts % 2 == 0 ? 2 : 0;
+    hp_plan_opts po = *po_in;
+    hp_mesh_from_sizes(&po.mesh, 1, 2, tp, 0, false);
+    po.mesh.ep = ep;
+    hp_status st = hp_plan_derive(&t->p, m, &po, err);
+    if (st != HP_OK) return st;
+    hp_shard_layout *l = NULL;
+    if ((st = hp_cost_plan_create(&t->k, m, t->p, err)) != HP_OK) return st;
+    if ((st = hp_shard_layout_build(&l, m, t->p, err)) != HP_OK) return st;
+    for (size_t i = 0; i < l->n_tensors; i++) {
+        const hp_shard_tensor *x = &l->tensors[i];
+        int mask = 0;
+        for (int a = 0; a < HP_AXIS_COUNT; a++) {
+            hp_placement pl = x->pl.ax[a];
+            if (pl.kind != HP_PL_S && pl.kind != HP_PL_S2) continue;
+            int bit = a == HP_AXIS_TP ? M_TP : a == HP_AXIS_CP ? M_CP : M_EP;
+            if (bit == M_EP && !(x->ep_size > 1 || l->mesh.ep_axis)) continue;
+            mask |= bit;
+            int d = pl.dim < 0 ? pl.dim + x->n_dims : pl.dim;
+            if (d >= 0 && d < x->n_dims) add_req(t, bit, x->global_shape[d], pl.kind == HP_PL_S2, x->name);
+        }
+        int64_t nb = 0, n = 1;
+        for (int d = 0; d < x->n_dims; d++) n *= x->global_shape[d]; /* the layout checked these sizes */
+        if (hp_dtype_nbytes(x->dtype, n, &nb)) t->bytes[mask] += (uint64_t)nb;
+    }
+    hp_shard_layout_free(l);
+    return HP_OK;
+}
+
+static uint64_t weight_bytes(const tmpl *t, int64_t tp, int64_t cp, int64_t ep)
+{
+    uint64_t w = 0;
+    for (int mask = 0; mask < 8; mask++) {
+        uint64_t d = 1;
+        if (mask & M_TP) d *= (uint64_t)tp;
+        if (mask & M_CP) d *= (uint64_t)cp;
+        if (mask & M_EP) d *= (uint64_t)ep;
+        w += t->bytes[mask] / d;
+    }
+    return w;
+}
+
+/* ---- candidates ---- */
+
+typedef struct ctx {
+    const hp_model *m;
+    const tmpl *t;
+    const hp_advise_opts *o;
+    hp_err *batch_err; /* the first refusal of the batch itself by the dry executor (e.g. past 64 bits), if any */
+} ctx;
+
+static bool reject(hp_advise_cand *c, hp_advise_why why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool reject(hp_advise_cand *c, hp_advise_why why, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->reason, sizeof c->reason, fmt, ap);
+    va_end(ap);
+    c->ok = false;
+    c->why = why;
+    return false;
+}
+
+static void name_mesh(hp_advise_cand *c)
+{
+    if (c->ep_axis)
+        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld,ep=%lld (ep axis)", (long long)c->dp,
+                 (long long)c->cp, (long long)c->tp, (long long)c->ep);
+    else if (c->ep > 1)
+        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld ep=%lld (TP-extend)", (long long)c->dp,
+                 (long long)c->cp, (long long)c->tp, (long long)c->ep);
+    else
+        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld", (long long)c->dp, (long long)c->cp,
+                 (long long)c->tp);
+}
+
+/* The rules that need no evaluation, in docs/cost.md's order: false (c rejected) at the first that fails. */
+static bool admissible(const ctx *x, hp_advise_cand *c)
+{
+    const hp_model *m = x->m;
+    const hp_cost_opts *co = &x->o->cost;
+    int64_t rpn = co->mdl.ranks_per_node;
+    hp_err err;
+    if (hp_plan_check_compat(m, c->tp, c->cp, c->ep, co->S, &err) != HP_OK)
+        return reject(c, HP_ADVISE_COMPAT, "%s", err.msg);
+    if (c->ep_axis && c->tp > 1)
+        return reject(c, HP_ADVISE_EP_AXIS_TP, "an explicit ep axis with tp=%lld: the runtime runs whole experts per "
+                      "rank (experts would be sharded over tp); use TP-extend-EP (--ep) or tp=1", (long long)c->tp);
+    if (is_moe(m) && c->tp > 1 && c->ep < 2)
+        return reject(c, HP_ADVISE_MOE_TP, "tp=%lld without expert parallelism would shard the experts over tp; the "
+                      "runtime runs whole experts per rank (add --ep)", (long long)c->tp);
+    if (co->B < c->dp)
+        return reject(c, HP_ADVISE_DP_ROWS, "dp=%lld replicas but the batch has %lld rows", (long long)c->dp,
+                      (long long)co->B);
+    if (rpn > 0 && (c->tp > rpn || rpn % c->tp))
+        return reject(c, HP_ADVISE_TP_NODE, "tp=%lld does not fit inside a node of %lld ranks (TP stays inside a "
+                      "node)", (long long)c->tp, (long long)rpn);
+    for (int i = 0; i < x->t->n_req; i++) {
+        const dimreq *r = &x->t->req[i];
+        int64_t size = r->mask == M_TP ? c->tp : r->mask == M_CP ? c->cp : c->ep, parts = r->packed ? 2 * size : size;
+        if (size > 1 && r->len % parts)
+            return reject(c, HP_ADVISE_SPLIT, "'%s' has a dim of %lld that does not split into %s%s=%lld", r->name,
+                          (long long)r->len, r->packed ? "2 x " : "",
+                          r->mask == M_TP ? "tp" : r->mask == M_CP ? "cp" : "ep", (long long)size);
+    }
+    return true;
+}
+
+/* Evaluates candidate c (sizes set): accepted, or rejected with the reason. */
+static bool evaluate(const ctx *x, hp_advise_cand *c)
+{
+    const hp_cost_opts *co = &x->o->cost;
+    name_mesh(c);
+    if (!admissible(x, c)) return false;
+    hp_mesh mesh;
+    hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep_axis ? c->ep : 0, c->ep_axis);
+    if (!c->ep_axis) mesh.ep = c->ep > 1 ? c->ep : 0;
+    hp_cost_opts o = *co;
+    int64_t world = hp_mesh_world(&mesh), ranks[2] = {0, world - 1};
+    o.mesh = &mesh;
+    o.ranks = ranks;
+    o.n_ranks = world > 1 ? 2 : 1;
+    o.weights_given = true;
+    o.weight_bytes = weight_bytes(x->t, c->tp, c->cp, c->ep);
+    o.layout = NULL;
+    hp_cost *k = NULL;
+    hp_err err;
+    if (hp_cost_eval(&k, x->t->k, &o, &err) != HP_OK) {
+        if (err.status == HP_ERR_INPUT && x->batch_err->status == HP_OK) *x->batch_err = err;
+        return reject(c, HP_ADVISE_EVAL, "%s", err.msg);
+    }
+    if (k->refused[0]) {
+        reject(c, HP_ADVISE_EVAL, "%s", k->refused);
+        hp_cost_free(k);
+        return false;
+    }
+    const hp_cost_rank *r = &k->ranks[k->max_rank];
+    c->max_bytes = r->total_bytes;
+    c->weight_bytes = r->weight_bytes;
+    c->act_bytes = r->act_bytes;
+    c->state_bytes = k->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
+    if (!k->train) c->max_bytes += r->kv_bytes; /* serving: the KV cache of the batch counts against the budget */
+    for (int64_t i = 0; i < k->n_ranks; i++) {
+        const hp_cost_rank *q = &k->ranks[i];
+        if (q->sent_bytes > c->sent_bytes) c->sent_bytes = q->sent_bytes;
+        if (q->wire_bytes > c->wire_bytes) c->wire_bytes = q->wire_bytes;
+        if (q->t_step > c->t_step) c->t_step = q->t_step, c->t_compute = q->t_compute, c->t_comm = q->t_comm;
+    }
+    hp_cost_free(k);
+    uint64_t budget = x->o->mem_per_rank;
+    if (budget && c->max_bytes > budget) {
+        char b[5][32];
+        return reject(c, HP_ADVISE_MEMORY, "the most-loaded rank needs %s of %s (weights %s + activations %s + %s %s)",
+                      hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(budget, b[1], 32),
+                      hp_format_bytes(c->weight_bytes, b[2], 32), hp_format_bytes(c->act_bytes, b[3], 32),
+                      co->train ? "training state" : "KV cache", hp_format_bytes(c->state_bytes, b[4], 32));
+    }
+    c->ok = true;
+    c->why = HP_ADVISE_OK;
+    return true;
+}
+
+/* The ranking (hp_advice.cands): accepted first, by time (within 1%: a tie), wire bytes, memory; then the
+ * rejected, the nearest misses (evaluated, least memory) first, then the rest as found (qsort is not stable:
+ * the enumeration index decides). */
+typedef struct ranked {
+    hp_advise_cand c;
+    int idx;
+} ranked;
+
+static int by_rank(const void *a, const void *b)
+{
+    const ranked *rx = a, *ry = b;
+    const hp_advise_cand *x = &rx->c, *y = &ry->c;
+    if (x->ok != y->ok) return x->ok ? -1 : 1;
+    if (x->ok) {
+        double hi = x->t_step > y->t_step ? x->t_step : y->t_step;
+        if (fabs(x->t_step - y->t_step) > 0.01 * hi) return x->t_step < y->t_step ? -1 : 1;
+        if (x->wire_bytes != y->wire_bytes) return x->wire_bytes < y->wire_bytes ? -1 : 1;
+    } else if ((x->max_bytes > 0) != (y->max_bytes > 0)) {
+        return x->max_bytes > 0 ? -1 : 1;
+    }
+    if (x->max_bytes != y->max_bytes) return x->max_bytes < y->max_bytes ? -1 : 1;
+    return rx->idx < ry->idx ? -1 : rx->idx > ry->idx;
+}
+
+/* The divisors of N, ascending, into a new array; their count into *n. */
+static int64_t *divisors(int64_t N, int *n)
+{
+    int cap = 16;
+    int64_t *d = malloc((size_t)cap * sizeof *d);
+    *n = 0;
+    for (int64_t e = 1; d && e <= N; e++) {
+        if (N % e) continue;
+        if (*n == cap) {
+            int64_t *nd = realloc(d, (size_t)(cap *= 2) * sizeof *nd);
+            if (!nd) {
+                free(d);
+                return NULL;
+            }
+            d = nd;
+        }
+        d[(*n)++] = e;
+    }
+    return d;
+}
+
+/* Every (dp, cp, tp[, ep]) of N ranks, evaluated, into a->cands (sorted). */
+static hp_status enumerate(const ctx *x, int64_t N, hp_advice *a, hp_err *err)
+{
+    bool moe = is_moe(x->m);
+    int nd = 0;
+    int64_t *dv = divisors(N, &nd);
+    size_t cap = 64, n = 0;
+    ranked *v = dv ? malloc(cap * sizeof *v) : NULL;
+    if (!v) {
+        free(dv);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < nd; i++) {
+        int64_t tp = dv[i];
+        for (int j = 0; j < nd; j++) {
+            int64_t cp = dv[j];
+            if ((N / tp) % cp) continue;
+            int64_t rest = N / tp / cp; /* dp, or dp x ep on its own axis */
+            for (int q = 0; q < (moe ? nd : 1); q++) {
+                int64_t e = dv[q];
+                for (int axis = 0; axis < 2; axis++) {
+                    hp_advise_cand c = {.cp = cp, .tp = tp, .ep = e, .ep_axis = axis == 1};
+                    if (axis == 0) { /* ep = 1, or TP-extend-EP over the whole dense region */
+                        if (N % e) continue;
+                        c.dp = rest;
+                    } else {
+                        if (e < 2 || rest % e) continue;
+                        c.dp = rest / e;
+                    }
+                    if (n == cap) {
+                        ranked *nv = realloc(v, (cap *= 2) * sizeof *nv);
+                        if (!nv) {
+                            free(v);
+                            free(dv);
+                            return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+                        }
+                        v = nv;
+                    }
+                    evaluate(x, &c);
+                    v[n] = (ranked){c, (int)n};
+                    n++;
+                }
+            }
+        }
+    }
+    free(dv);
+    qsort(v, n, sizeof *v, by_rank);
+    a->cands = malloc((n ? n : 1) * sizeof *a->cands);
+    if (!a->cands) {
+        free(v);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        a->cands[i] = v[i].c;
+        a->n_ok += v[i].c.ok;
+    }
+    a->n_cands = (int)n;
+    free(v);
+    return HP_OK;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o, hp_err *err)
+{
+    *out = NULL;
+    if (o->world < 1 || o->world > HP_MESH_MAX_SIZE)
+        return hp_err_set(err, HP_ERR_INPUT, "advise: a world of %lld ranks; give between 1 and %d ranks",
+                          (long long)o->world, HP_MESH_MAX_SIZE);
+    hp_advice *a = calloc(1, sizeof *a);
+    if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    a->world = o->world, a->mem_per_rank = o->mem_per_rank, a->B = o->cost.B, a->S = o->cost.S;
+    a->train = o->cost.train;
+    a->batch_err.status = HP_OK;
+    a->batch_err.msg[0] = '\0';
+    tmpl *t = calloc(1, sizeof *t);
+    hp_status st = t ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (st == HP_OK) st = build_template(t, m, &o->plan, err);
+    a->plan_seconds = seconds_since(&t0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ctx x = {.m = m, .t = t, .o = o, .batch_err = &a->batch_err};
+    if (st == HP_OK) st = enumerate(&x, o->world, a, err);
+    a->search_seconds = seconds_since(&t0);
+    if (t) {
+        hp_cost_plan_free(t->k);
+        hp_plan_free(t->p);
+        free(t);
+    }
+    if (st != HP_OK) {
+        hp_advice_free(a);
+        return st;
+    }
+    *out = a;
+    return HP_OK;
+}
+
+hp_status hp_advice_verdict(const hp_advice *a, hp_err *err)
+{
+    if (a->n_ok > 0) return HP_OK;
+    bool figures = a->n_cands > 0 && a->cands[0].max_bytes > 0; /* the nearest miss was evaluated */
+    if (a->batch_err.status != HP_OK && !figures) /* no mesh got figures, and the batch itself was refused */
+        return hp_err_set(err, a->batch_err.status, "%s", a->batch_err.msg);
+    char fb[32];
+    return hp_err_set(err, HP_ERR_INPUT, "no mesh of %lld ranks fits in %s per rank (all %d rejected%s%.520s); give "
+                      "more memory per rank (--mem-per-rank), another --world, or a smaller --batch / --seq",
+                      (long long)a->world, hp_format_bytes(a->mem_per_rank, fb, sizeof fb), a->n_cands,
+                      a->n_cands ? "; the nearest: " : "", a->n_cands ? a->cands[0].reason : "");
+}
+
+void hp_advice_free(hp_advice *a)
+{
+    if (!a) return;
+    free(a->cands);
+    free(a);
+}
