@@ -362,7 +362,7 @@ static void print_json(FILE *o, const ctx *x, const cli_advise_cand *v, int n, i
     fprintf(o, "{\"model_path\": ");
     cli_json_fstr(o, x->m->path);
     fprintf(o, ", \"world\": %lld, \"mem_per_rank\": %llu, \"batch\": %lld, \"seq\": %lld, \"mode\": \"%s\", "
-               "\"seconds\": %.6f, \"candidates\": [",
+               "\"seconds\": %.17g, \"candidates\": [",
             (long long)N, (unsigned long long)x->budget, (long long)x->cf->co.B, (long long)x->cf->co.S,
             x->cf->co.train ? "train" : "infer", secs);
     for (int i = 0; i < n; i++) {
@@ -374,7 +374,7 @@ static void print_json(FILE *o, const ctx *x, const cli_advise_cand *v, int n, i
                 c->ok ? "true" : "false");
         if (c->ok || c->max_bytes) {
             fprintf(o, ", \"max_bytes\": %llu, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"state_bytes\": "
-                       "%llu, \"net_bytes\": %llu, \"t_step\": %.6g, \"t_compute\": %.6g, \"t_comm\": %.6g",
+                       "%llu, \"net_bytes\": %llu, \"t_step\": %.17g, \"t_compute\": %.17g, \"t_comm\": %.17g",
                     (unsigned long long)c->max_bytes, (unsigned long long)c->weight_bytes,
                     (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
                     (unsigned long long)c->net_bytes, c->t_step, c->t_compute, c->t_comm);
