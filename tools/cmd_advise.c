@@ -125,7 +125,7 @@ static void print_json(FILE *o, const ctx *x)
     fprintf(o, "{\"model_path\": ");
     cli_json_fstr(o, x->m->path);
     fprintf(o, ", \"world\": %lld, \"mem_per_rank\": %llu, \"batch\": %lld, \"seq\": %lld, \"mode\": \"%s\", "
-               "\"seconds\": %.6f, \"candidates\": [",
+               "\"seconds\": %.17g, \"candidates\": [",
             (long long)a->world, (unsigned long long)a->mem_per_rank, (long long)a->B, (long long)a->S,
             a->train ? "train" : "infer", a->search_seconds);
     for (int i = 0; i < a->n_cands; i++) {
@@ -137,8 +137,8 @@ static void print_json(FILE *o, const ctx *x)
                 c->ok ? "true" : "false");
         if (c->ok || c->max_bytes) {
             fprintf(o, ", \"max_bytes\": %llu, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"state_bytes\": "
-                       "%llu, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"t_step\": %.6g, \"t_compute\": %.6g, "
-                       "\"t_comm\": %.6g",
+                       "%llu, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"t_step\": %.17g, \"t_compute\": %.17g, "
+                       "\"t_comm\": %.17g",
                     (unsigned long long)c->max_bytes, (unsigned long long)c->weight_bytes,
                     (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
                     (unsigned long long)c->sent_bytes, (unsigned long long)c->wire_bytes, c->t_step, c->t_compute,

@@ -42,7 +42,7 @@ static void usage(FILE *out)
             "%s"
             "  plan flags              as 'hyperpar plan' (see its --help); --plan reads a plan file instead\n"
             "\n"
-            "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model},\n"
+            "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model}, \"note\",\n"
             "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"kv_cache_bytes\",\n"
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
@@ -59,10 +59,17 @@ static const char *mb(uint64_t b, char *buf, size_t cap)
 static void json_model(FILE *o, const hp_cost_model *m)
 {
     fprintf(o, "{\"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, \"kv_bytes\": %d, "
-           "\"gemm_flops\": %.6g, \"bw_intra\": %.6g, \"bw_inter\": %.6g, \"lat_intra\": %.6g, \"lat_inter\": %.6g, "
-           "\"ranks_per_node\": %lld}",
-           m->grad_bytes, m->master_bytes, m->optim_bytes, m->zero, m->kv_bytes, m->gemm_flops, m->bw_intra,
-           m->bw_inter, m->lat_intra, m->lat_inter, (long long)m->ranks_per_node);
+            "\"gemm_flops\": ", m->grad_bytes, m->master_bytes, m->optim_bytes, m->zero, m->kv_bytes);
+    cli_json_real(o, m->gemm_flops);
+    fprintf(o, ", \"bw_intra\": ");
+    cli_json_real(o, m->bw_intra);
+    fprintf(o, ", \"bw_inter\": ");
+    cli_json_real(o, m->bw_inter);
+    fprintf(o, ", \"lat_intra\": ");
+    cli_json_real(o, m->lat_intra);
+    fprintf(o, ", \"lat_inter\": ");
+    cli_json_real(o, m->lat_inter);
+    fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
 }
 
 static void json_kinds(FILE *o, const uint64_t *v)
@@ -89,6 +96,9 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     fprintf(o, ", \"refused\": ");
     if (c->refused[0]) cli_json_fstr(o, c->refused);
     else fprintf(o, "null");
+    fprintf(o, ", \"note\": ");
+    if (c->note[0]) cli_json_fstr(o, c->note);
+    else fprintf(o, "null");
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
            "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
@@ -105,12 +115,17 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         json_kinds(o, r->bytes);
         fprintf(o, ", \"calls\": ");
         json_kinds(o, r->calls);
-        fprintf(o, "}, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"net_bytes\": %llu", (unsigned long long)r->sent_bytes,
-                (unsigned long long)r->wire_bytes, (unsigned long long)r->sent_bytes); /* net_bytes: sent_bytes' old name */
-        fprintf(o, ", \"flops\": %.6g, \"t_compute\": %.6g, \"t_comm\": %.6g, \"t_step\": %.6g, "
-               "\"ep_estimated\": %s}",
-               r->flops, r->t_compute, r->t_comm, r->t_step,
-               r->ep_estimated ? "true" : "false");
+        fprintf(o, "}, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"net_bytes\": %llu, \"flops\": ",
+                (unsigned long long)r->sent_bytes, (unsigned long long)r->wire_bytes,
+                (unsigned long long)r->sent_bytes); /* net_bytes: sent_bytes' old name */
+        cli_json_count(o, r->flops);
+        fprintf(o, ", \"t_compute\": ");
+        cli_json_real(o, r->t_compute);
+        fprintf(o, ", \"t_comm\": ");
+        cli_json_real(o, r->t_comm);
+        fprintf(o, ", \"t_step\": ");
+        cli_json_real(o, r->t_step);
+        fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
     }
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\n], \"events_rank\": %lld, \"events\": [", (long long)r->rank);
@@ -119,10 +134,11 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "%s\n  {\"layer\": %d, \"where\": ", i ? "," : "", e->layer);
         cli_json_fstr(o, e->where);
         fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %d, \"bytes\": %llu, "
-               "\"wire_bytes\": %llu, \"estimated\": %s, \"seconds\": %.6g}",
+               "\"wire_bytes\": %llu, \"estimated\": %s, \"seconds\": ",
                e->step, hp_run_coll_name(e->kind), e->axis, e->group, e->calls, (unsigned long long)e->bytes,
-               (unsigned long long)e->wire_bytes,
-               e->estimated ? "true" : "false", e->seconds);
+               (unsigned long long)e->wire_bytes, e->estimated ? "true" : "false");
+        cli_json_real(o, e->seconds);
+        fprintf(o, "}");
     }
     fprintf(o, "\n]}\n");
 }
@@ -196,6 +212,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                 c->refused);
         return;
     }
+    if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,
            c->train ? "training step (the backward's marked *)" : "forward step");

@@ -141,7 +141,8 @@ const char *cli_cost_model_usage(void)
            "  --ranks-per-node R      ranks 0..R-1 share a node, and so on: a divisor of the world, or at least\n"
            "                          the world (one node); default: all on one node\n"
            "  --grad-bytes N, --master-bytes N, --optim-bytes N   train: bytes per parameter (4, 4, 8)\n"
-           "  --zero Z                train: 1 splits optimizer state and master weights over dp, 2 gradients too\n"
+           "  --zero Z                train: 1 splits optimizer state and master weights over the data-parallel\n"
+           "                          group (experts: the ranks holding the same experts), 2 gradients too\n"
            "  --kv-bytes N            KV cache bytes per element (2)\n"
            "  --mem-per-rank SIZE     the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"
            "                          80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes\n"
@@ -201,6 +202,19 @@ void cli_cost_flags_free(cli_cost_flags *f)
     for (int64_t l = 0; f->routing && l < f->n_routing; l++) free(f->routing[l]);
     free(f->routing);
     f->routing = NULL;
+}
+
+void cli_json_count(FILE *o, double v)
+{
+    if (!isfinite(v)) fprintf(o, "null");
+    else if (v == floor(v) && fabs(v) < 9007199254740992.0) fprintf(o, "%.0f", v); /* below 2^53: exact */
+    else fprintf(o, "%.17g", v);
+}
+
+void cli_json_real(FILE *o, double v)
+{
+    if (!isfinite(v)) fprintf(o, "null");
+    else fprintf(o, "%.17g", v);
 }
 
 const char *cli_seconds(double s, char *buf, size_t cap)

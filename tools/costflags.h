@@ -4,6 +4,8 @@
 #ifndef HP_TOOLS_COSTFLAGS_H
 #define HP_TOOLS_COSTFLAGS_H
 
+#include <stdio.h>
+
 #include "hyperpar/cost.h"
 
 enum {
@@ -49,6 +51,11 @@ void cli_cost_flags_free(cli_cost_flags *f);
 hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t cap, hp_err *err);
 /* --measure-gemm: cli_measure_gemm into f's model (the rate printed on stderr); nothing otherwise. */
 hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err);
+/* JSON numbers of doubles, never rounded to a few digits: a count (FLOPs) as an integer while a double holds it
+ * exactly, else with every digit a double has (17 significant); a real (seconds, rates) with 17 significant
+ * digits, which read back to the same double. Not finite: null. */
+void cli_json_count(FILE *o, double v);
+void cli_json_real(FILE *o, double v);
 /* "2.5 s", "12.3 ms" or "45 us". */
 const char *cli_seconds(double s, char *buf, size_t cap);
 

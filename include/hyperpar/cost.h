@@ -26,7 +26,8 @@ typedef struct hp_cost_model {
     int grad_bytes;        /* train: bytes per gradient element (4: f32 main grads) */
     int master_bytes;      /* train: bytes per master-weight element (4; 0 when the weights are f32) */
     int optim_bytes;       /* train: optimizer state per element (8: Adam's two f32 moments) */
-    int zero;              /* train: 0 none; 1 optimizer state and master split over dp; 2 gradients too */
+    int zero;              /* train: 0 none; 1 optimizer state and master split over the data-parallel group
+                            * (experts: the expert-data-parallel group); 2 gradients too */
     int kv_bytes;          /* KV cache bytes per element (2: bf16) */
     double gemm_flops;     /* per rank, FLOP/s */
     double bw_intra, bw_inter;   /* link bandwidth, bytes/s, inside a node and between nodes */
@@ -82,7 +83,11 @@ typedef struct hp_cost_rank {
     uint64_t wire_bytes;          /* the bytes it sends over links (Σ of its events' wire_bytes; docs/cost.md) */
     uint64_t act_bytes;           /* estimate: the forward's working buffers (docs/cost.md) */
     uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions */
-    uint64_t grad_bytes, optim_bytes, master_bytes, saved_bytes; /* train estimates (0 for inference) */
+    /* train estimates (0 for inference): Megatron's byte model (docs/cost.md). ZeRO-1 splits the optimizer state
+     * and master weights, ZeRO-2 the gradients too, over the data-parallel group of each parameter: world / tp
+     * for the dense ones, the expert-data-parallel group (the ranks holding the same experts) for the experts.
+     * saved_bytes: the residual stream's local block at every layer's input and the final norm's. */
+    uint64_t grad_bytes, optim_bytes, master_bytes, saved_bytes;
     uint64_t total_bytes;         /* weights + activations (+ training state) */
     double flops;                 /* forward (x3 with train), estimate */
     double t_compute, t_comm, t_step; /* predicted seconds */
@@ -100,6 +105,8 @@ typedef struct hp_cost {
     int64_t max_rank;             /* index into ranks of the one with the most total_bytes */
     char refused[2048];           /* non-empty: the runtime refuses the plan, and why; then only the weights are
                                      derived (everything else is 0) */
+    char note[768];               /* non-empty: a warning about the plan's cost (MoE blocks that every tp rank runs
+                                     whole, without sequence parallelism) */
     hp_cost_rank *ranks;
 } hp_cost;
 

@@ -4,7 +4,8 @@
  *   virtual-EP marking (§7.3) -> TP-local attribute plans (§7.4, D-17) -> deferred row-wise biases (§7.5,
  *   D-22) -> fused gate/up TP guard (§7.6, or packed placements with --packed-fused) -> full declaration
  *   (§8.1) -> parameter uniqueness (§8.2) -> terminal marking (§8.3) -> special handlers (§8.4) -> shard
- *   divisibility F4a (§8.5) -> coverage F4b (§8.6) -> tied pairs (§8.8).
+ *   divisibility F4a (§8.5) -> coverage F4b (§8.6) -> tied pairs (§8.8) -> MoE without sequence parallelism
+ *   (a warning).
  *
  * Every failure is HP_ERR_INPUT with the seed's wording (tests match on it) plus what to do.
  */
@@ -530,6 +531,35 @@ static void tied_pairs(hp_plan *p)
     }
 }
 
+/* A MoE block under tp > 1 without sequence parallelism takes every token's whole hidden state on each tp rank:
+ * unless its experts are themselves sharded over tp, every tp rank routes and runs the experts of every token
+ * (the expert FLOPs and the token exchange are tp times those with sequence parallelism). Megatron-LM refuses
+ * this combination; the plan runs, so it is a warning, given once for the first such block. */
+static void moe_without_sp(hp_plan *p)
+{
+    if (p->tp <= 1 || p->sequence_parallel || !p->roles) return;
+    const hp_model *m = p->model;
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        const hp_boundary *b = &p->boundaries[i];
+        bool experts = false, on_tp = false;
+        for (int k = 0; k < b->n_params; k++) {
+            char full[1024];
+            const hp_param *par = hp_model_find_param(m, full_name(b, b->params[k].rel, full, sizeof full));
+            bool ex = !par || p->roles[par - m->params] == HP_ROLE_MOE_EXPERT; /* a stacked name is experts */
+            if (par && !ex) continue;
+            if (!par && b->n_ep_stack == 0) continue;
+            experts = true;
+            hp_placement t = b->params[k].pl.ax[HP_AXIS_TP];
+            if (t.kind == HP_PL_S || t.kind == HP_PL_S2) on_tp = true;
+        }
+        if (!experts || on_tp) continue;
+        hp__plan_warn(p, "%s: a MoE block with tp=%lld and sequence parallelism off: every tp rank routes and runs "
+                      "the experts of every token (expert FLOPs and the token exchange x%lld); drop "
+                      "--no-sequence-parallel", b->fqn, (long long)p->tp, (long long)p->tp);
+        return;
+    }
+}
+
 hp_status hp__finalize(hp_plan *p, const hp_plan_opts *o, hp_err *err)
 {
     hp_status st;
@@ -540,5 +570,6 @@ hp_status hp__finalize(hp_plan *p, const hp_plan_opts *o, hp_err *err)
     if ((st = special_handlers(p, err)) || (st = divisibility(p, err))) return st;
     if (o->derive && (st = coverage(p, o, err))) return st;
     tied_pairs(p);
+    moe_without_sp(p);
     return HP_OK;
 }

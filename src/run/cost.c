@@ -67,6 +67,9 @@ typedef struct walk {
     hp_err *err;
     /* the rank's working-set model (floats) */
     int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
+    int64_t w_saved;   /* train: the residual stream's local blocks the backward keeps (L layer inputs + final) */
+    const char *moe_whole; /* a sparse block whose input is whole on tp > 1 (every tp rank runs every token's
+                              experts), or NULL */
     const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
 } walk;
 
@@ -159,6 +162,9 @@ typedef struct scan_layer {
     bool mla, sparse;
 } scan_layer;
 
+/* The mask of the mesh axes that shard a tensor (experts_scan): bits of tp, cp and ep. */
+enum { M_TP = 1, M_CP = 2, M_EP = 4, M_COUNT = 8 };
+
 struct hp_cost_plan {
     char refused[2048]; /* the runtime cannot run the model or plan (why), else "" */
     const hp_model *m;
@@ -167,6 +173,11 @@ struct hp_cost_plan {
     const hp_boundary *embed, *fnorm, *head;
     bool tied;
     scan_layer *ly;
+    /* The routed experts' tensors (an ep_stack, an ep placement or the MOE_EXPERT role): their global bytes by
+     * the mask of the axes that shard them. A rank holds bytes / (the product of those axes' sizes) of each,
+     * and the ranks holding the same slice, world / that product, are the expert-data-parallel group that
+     * reduces its gradients and shares its ZeRO state. */
+    uint64_t expert_bytes[M_COUNT];
 };
 
 static const hp_boundary *planned(const hp_plan *p, const char *fqn)
@@ -209,6 +220,51 @@ static hp_status scan(hp_cost_plan *k, hp_err *err)
                           "the plan has no boundary for %s; the runtime executes modules through their boundaries "
                           "(derive the plan again, or add one with an override)", missing);
     return HP_OK;
+}
+
+static int mask_of(const hp_nplace *pl)
+{
+    int mask = 0;
+    for (int a = 0; a < HP_AXIS_COUNT; a++) {
+        hp_pl_kind kd = pl->ax[a].kind;
+        if (kd != HP_PL_S && kd != HP_PL_S2) continue;
+        mask |= a == HP_AXIS_TP ? M_TP : a == HP_AXIS_CP ? M_CP : M_EP;
+    }
+    return mask;
+}
+
+/* k->expert_bytes from the plan's boundaries (one pass over their parameter specs). */
+static void experts_scan(hp_cost_plan *k)
+{
+    const hp_model *m = k->m;
+    const hp_plan *p = k->p;
+    char full[1200];
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        const hp_boundary *b = &p->boundaries[i];
+        for (int s = 0; s < b->n_params; s++) {
+            const hp_param_spec *ps = &b->params[s];
+            int mask = mask_of(&ps->pl);
+            uint64_t bytes = 0;
+            bool expert = (mask & M_EP) != 0, stacked = false;
+            for (int q = 0; q < b->n_ep_stack && !stacked; q++) {
+                if (strcmp(b->ep_stack[q].name, ps->rel)) continue;
+                stacked = expert = true;
+                for (int e = 0; e < b->ep_stack[q].n_src; e++) {
+                    snprintf(full, sizeof full, "%s%s%s", b->fqn, b->fqn[0] ? "." : "", b->ep_stack[q].src[e]);
+                    const hp_param *par = hp_model_find_param(m, full);
+                    if (par) bytes += par->nbytes;
+                }
+            }
+            if (!stacked) {
+                snprintf(full, sizeof full, "%s%s%s", b->fqn, b->fqn[0] ? "." : "", ps->rel);
+                const hp_param *par = hp_model_find_param(m, full);
+                if (!par) continue;
+                if (p->roles && p->roles[par - m->params] == HP_ROLE_MOE_EXPERT) expert = true;
+                bytes = par->nbytes;
+            }
+            if (expert) k->expert_bytes[mask] += bytes;
+        }
+    }
 }
 
 static hp_status prepare(walk *w)
@@ -611,6 +667,10 @@ static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
     int64_t rows = local_count(w, t) / H;
     if (y->sparse) {
         y->moe_lay = t->lay; /* the routing is laid out so (gather_topk); the same on every rank */
+        bool experts_on_tp = false; /* experts sharded over tp split the work instead of repeating it */
+        for (int mask = 0; mask < M_COUNT; mask++)
+            if ((mask & M_TP) && w->k->expert_bytes[mask]) experts_on_tp = true;
+        if (w->tp > 1 && t->lay.ax[HP__TP].kind == HP_PL_R && !experts_on_tp && !w->moe_whole) w->moe_whole = y->ff.fqn;
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
         hidden_like(t, H, t->lay.ax[HP__TP], out);
     } else {
@@ -657,6 +717,7 @@ static hp_status walk_rank(walk *w)
     if ((st = leave(w, ce, &h, -1)) != HP_OK) return st;
     for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
         lay_info *y = &w->ly[l];
+        w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h)); /* layer l's input */
         st = norm(w, &y->in, &h, &t, (int32_t)l);
         if (st == HP_OK) st = attention(w, l, &t, &a);
         if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->at.fqn, "residual");
@@ -664,6 +725,7 @@ static hp_status walk_rank(walk *w)
         if (st == HP_OK) st = feed_forward(w, l, &t, &a);
         if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->ff.fqn, "residual");
     }
+    w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h)); /* the final norm's input */
     if (st == HP_OK) st = norm(w, &w->c_fnorm, &h, &t, -1);
     if (st != HP_OK) return st;
     /* head */
@@ -701,7 +763,8 @@ static hp_status walk_rank(walk *w)
                             ck_bytes(w, "loss all-reduces", zrows, 2 * sizeof(double)), false)) != HP_OK)
             return st;
     }
-    if ((st = gather(w, &z, "logits", -1)) != HP_OK) return st;
+    /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where they lie */
+    if (!w->o->train && (st = gather(w, &z, "logits", -1)) != HP_OK) return st;
     return HP_OK;
 }
 
@@ -711,6 +774,45 @@ static hp_status topk_gathers(walk *w, const hp__lay *moe_lay, int64_t l)
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
     dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay};
     return gather(w, &tk, w->ly[l].ff.fqn, (int32_t)l);
+}
+
+/* ---- the training state's classes ---- */
+
+/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): weight bytes / this = the rank's elements. */
+static uint64_t param_bytes(const hp_model *m)
+{
+    int bits = hp_dtype_bits(m->cfg.dtype);
+    return bits >= 8 ? (uint64_t)bits / 8 : 2;
+}
+
+/* A class of a rank's weights for the training state: its elements on the rank, and the data-parallel group that
+ * reduces their gradients and shares their ZeRO state (mask: the axes that shard it; -1 the dense parameters). */
+typedef struct zclass {
+    uint64_t numel;
+    int64_t group;
+    int mask;
+} zclass;
+
+/* Rank r's classes (Megatron's model): the dense parameters, whose group is every rank with r's tp coordinate
+ * (world / tp: dp, cp and an explicit ep axis), then the routed experts by the axes that shard them, whose group
+ * is the ranks holding the same slice (world / (those axes' sizes): the expert-data-parallel group). Elements are
+ * bytes / bytes(torch_dtype). Returns the count; z[0] is the dense class. */
+static int zero_classes(const walk *w, const hp_cost_rank *r, zclass *z)
+{
+    uint64_t pb = param_bytes(w->m), numel = r->weight_bytes / pb, ex = 0;
+    int64_t world = hp_mesh_world(w->mesh);
+    int n = 1;
+    for (int mask = 0; mask < M_COUNT; mask++) {
+        uint64_t b = w->k->expert_bytes[mask];
+        if (!b) continue;
+        int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
+        uint64_t e = b / (uint64_t)div / pb;
+        if (e > numel - ex) e = numel - ex; /* a plan whose weights the layout counted otherwise: never below 0 */
+        z[n++] = (zclass){e, world / div > 0 ? world / div : 1, mask};
+        ex += e;
+    }
+    z[0] = (zclass){numel - ex, world / w->tp > 0 ? world / w->tp : 1, -1};
+    return n;
 }
 
 /* ---- predicted time ---- */
@@ -741,6 +843,26 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
     int64_t world = hp_mesh_world(m);
     if (R <= 0 || e->group <= 1 || world <= R) return false;
     if (!strcmp(e->axis, "all")) return true;
+    if (!strcmp(e->axis, "dp") || !strcmp(e->axis, "edp")) { /* the gradients' groups (zero_classes) */
+        zclass z[1 + M_COUNT];
+        int nz = zero_classes(w, w->cr, z), c = 0;
+        for (int i = 1; i < nz && !strcmp(e->axis, "edp"); i++)
+            if (z[i].group == e->group) { c = i; break; }
+        int mask = z[c].mask < 0 ? M_TP : z[c].mask; /* dense: the ranks with rank's tp coordinate */
+        int64_t t = hp_mesh_coord(m, rank, "tp"), cc = hp_mesh_coord(m, rank, "cp"), g, q, q2;
+        hp_mesh_ep_index(m, w->ep, rank, &g, &q);
+        for (int64_t o = 0; o < world; o++) { /* a member on another node */
+            if (o / R == rank / R) continue;
+            if ((mask & M_TP) && hp_mesh_coord(m, o, "tp") != t) continue;
+            if ((mask & M_CP) && hp_mesh_coord(m, o, "cp") != cc) continue;
+            if (mask & M_EP) {
+                hp_mesh_ep_index(m, w->ep, o, &g, &q2);
+                if (q2 != q) continue;
+            }
+            return true;
+        }
+        return false;
+    }
     if (!strcmp(e->axis, "ep")) {
         for (int64_t i = 0; i < w->ep; i++)
             if (ep_member(m, w->ep, rank, i) / R != rank / R) return true;
@@ -771,13 +893,6 @@ static void predict(walk *w, hp_cost_rank *r)
 
 /* ---- memory ---- */
 
-/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): weight bytes / this = the rank's elements. */
-static uint64_t param_bytes(const hp_model *m)
-{
-    int bits = hp_dtype_bits(m->cfg.dtype);
-    return bits >= 8 ? (uint64_t)bits / 8 : 2;
-}
-
 /* The GEMM layer's scratch (a widened 2 MiB block of bf16 weights, oneDNN's scratchpad) and the libraries'
  * working memory: a constant, measured as the anonymous memory a forward of the smallest golden adds beyond its
  * buffers (docs/cost.md). */
@@ -793,7 +908,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
     int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
     const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
-    if (r->rank == 0) { /* the gathered logits, received into the second scratch block (reused when large enough) */
+    if (r->rank == 0 && !o->train) { /* the gathered logits, received into the second scratch block (reused when large enough) */
         full = ck_mul3(w, "gathered logits", o->B, w->x.S_pad, c->V);
         s1 = full > s1 ? full : s1;
     }
@@ -813,16 +928,22 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
     (void)ck_addu(w, tb, r->total_bytes, r->kv_bytes); /* advise counts the KV cache against the budget */
     if (!o->train) return;
-    uint64_t numel = r->weight_bytes / param_bytes(w->m);
-    uint64_t dp = (uint64_t)w->dp;
-    /* numel: the weights' elements, below 2^64 / 2 (a byte or more each); the state is at most 64 bytes each */
-    r->grad_bytes = ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.grad_bytes) / (o->mdl.zero >= 2 ? dp : 1);
-    r->optim_bytes = ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.optim_bytes) / (o->mdl.zero >= 1 ? dp : 1);
-    r->master_bytes = (param_bytes(w->m) == 4 ? 0 : ck_bytes(w, tb, (int64_t)numel, (uint64_t)o->mdl.master_bytes)) /
-                      (o->mdl.zero >= 1 ? dp : 1);
-    /* activations kept for the backward: every layer's input (recomputation inside the layer) */
-    r->saved_bytes = ck_bytes(w, "saved activations", ck_mul(w, "saved activations", c->L + 1, w->w_hidden),
-                              sizeof(float));
+    zclass z[1 + M_COUNT];
+    int nz = zero_classes(w, r, z);
+    uint64_t pb = param_bytes(w->m), g = 0, op = 0, ms = 0;
+    int zero = o->mdl.zero;
+    /* ZeRO-1 splits the optimizer state and the master weights over each class's data-parallel group, ZeRO-2 the
+     * gradients too; a rank keeps ceil(elements / group) of a class (the shards are padded to whole elements) */
+    for (int i = 0; i < nz; i++) {
+        uint64_t n = z[i].numel, g1 = zero >= 1 ? (uint64_t)z[i].group : 1, g2 = zero >= 2 ? (uint64_t)z[i].group : 1;
+        g = ck_addu(w, tb, g, ck_bytes(w, tb, (int64_t)((n + g2 - 1) / g2), (uint64_t)o->mdl.grad_bytes));
+        op = ck_addu(w, tb, op, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.optim_bytes));
+        if (pb != 4) ms = ck_addu(w, tb, ms, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.master_bytes));
+    }
+    r->grad_bytes = g, r->optim_bytes = op, r->master_bytes = ms;
+    /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
+     * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
+    r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
     uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes), ck_addu(w, tb, r->master_bytes,
                                                                                       r->saved_bytes));
     r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
@@ -839,9 +960,17 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         hp_status st = add_event(w, e.layer, e.where, "backward", e.kind, e.axis, e.group, e.calls, e.bytes, true);
         if (st != HP_OK) return st;
     }
-    uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)(r->weight_bytes / param_bytes(w->m)),
-                           (uint64_t)w->o->mdl.grad_bytes);
-    if (w->dp > 1) return add_event(w, -1, "gradients", "dp all-reduce", HP_RUN_ALL_REDUCE, "dp", w->dp, 1, gb, true);
+    /* the gradients' all-reduce: the dense parameters' over the data-parallel group, the experts' over the
+     * expert-data-parallel group (the ranks holding the same experts) */
+    zclass z[1 + M_COUNT];
+    int nz = zero_classes(w, r, z);
+    for (int i = 0; i < nz; i++) {
+        if (z[i].group <= 1 || !z[i].numel) continue;
+        uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].numel, (uint64_t)w->o->mdl.grad_bytes);
+        hp_status st = add_event(w, -1, i ? "expert gradients" : "gradients", i ? "edp all-reduce" : "dp all-reduce",
+                                 HP_RUN_ALL_REDUCE, i ? "edp" : "dp", z[i].group, 1, gb, true);
+        if (st != HP_OK) return st;
+    }
     return HP_OK;
 }
 
@@ -886,6 +1015,7 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
         st = hp__run_family_check(m, err);
     if (st == HP_OK) st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
     if (st == HP_OK) st = scan(k, err);
+    experts_scan(k);
     if (st == HP_ERR_INPUT) { /* a model or plan the runtime cannot run: its weights are still costed */
         snprintf(k->refused, sizeof k->refused, "%s", err->msg);
         hp_err_clear(err);
@@ -984,11 +1114,13 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.cr = r;
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
+        w.w_saved = 0;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);
-        /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry */
-        for (int64_t l = 0; wst == HP_OK && l < w.cfg.L; l++) {
+        /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry (an
+         * output of inference; training gathers none) */
+        for (int64_t l = 0; wst == HP_OK && !o->train && l < w.cfg.L; l++) {
             if (!w.ly[l].sparse) continue;
             wst = topk_gathers(&w, &w.ly[l].moe_lay, l);
         }
@@ -1002,6 +1134,11 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             st = past_64_bits(o, rk, w.ovf, err);
         }
     }
+    if (st == HP_OK && wst == HP_OK && w.moe_whole)
+        snprintf(c->note, sizeof c->note, "the MoE blocks (%s, ...) take every token's whole hidden state on each of "
+                 "the tp=%lld ranks (sequence parallelism is off): every tp rank routes and runs the experts of every "
+                 "token, so the expert FLOPs and the token exchange are tp times what they are with sequence "
+                 "parallelism; plan without --no-sequence-parallel", w.moe_whole, (long long)w.tp);
     if (st == HP_OK && wst != HP_OK) {
         if (wst != HP_ERR_INPUT) st = wst;
         snprintf(c->refused, sizeof c->refused, "%s", err->msg);
