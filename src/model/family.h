@@ -115,6 +115,12 @@ int hp__segment_rank(const char *segment, size_t len);
  * checked for its layer count. cfg_label names the config.json in the message. */
 hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_err *err);
 
+/* Parses config.json's text (config.c): fills cfg, the architecture / model_type strings (arena-owned) and the
+ * family (NULL when neither names a known one). label names the file in messages. */
+hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_arena *arena, hp_model_config *cfg,
+                           const char **architecture, const char **model_type, const hp_family **family,
+                           hp_err *err);
+
 /* A boolean top-level config.json key as written, or dflt when config.json leaves it out (the opt rules). */
 bool hp__config_bool(const hp_model_config *c, const char *key, bool dflt);
 

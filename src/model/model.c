@@ -24,10 +24,6 @@
 #include "io/json.h"
 #include "model/family.h"
 
-hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_arena *arena, hp_model_config *cfg,
-                           const char **architecture, const char **model_type, const hp_family **family,
-                           hp_err *err);
-
 /* Meta mode refuses configs that would synthesise far more tensors than any published model has
  * (DeepSeek-V3 per-expert has 45k): 4M rows already take about 1 GB for the table. Fuzz targets lower it. */
 size_t hp__meta_max_tensors = 4u << 20;
