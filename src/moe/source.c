@@ -186,9 +186,10 @@ static hp_status check_held(hp__moe_src *ld, const hp__moe_tview *v, int64_t ele
                           (long long)elem_off, (long long)(elem_off + n));
     return hp_err_set(ld->err, HP_ERR_INPUT,
                       "%s: tensor '%s'%s is held only as the slice %s of global shape %s (rank %lld's file holds "
-                      "no whole copy), but the MoE runtime needs the router and shared experts whole and every "
-                      "local expert whole; shards made with tp > 1 slice them: shard with --tp 1 for MoE runs "
-                      "(e.g. hyperpar shard MODEL --dp N --ep N), or run from the full checkpoint",
+                      "no whole copy), but this load needs it whole (the router always; the experts and the shared "
+                      "expert unless the load cuts them over tp, as hyperpar run does for a plan that cuts them): "
+                      "shard with --tp 1 for MoE runs of whole experts (e.g. hyperpar shard MODEL --dp N --ep N), "
+                      "shard again with the flags of the run, or run from the full checkpoint",
                       ld->rf->path, v->sh->name, v->sh->stacked ? " (a stack of per-expert weights)" : "",
                       v->sh->n_slices ? slices_str(v->sh, sl, sizeof sl) : "(none)",
                       shape_str(v->sh->n_dims, v->sh->global_shape, gs, sizeof gs), (long long)ld->rf->rank);
