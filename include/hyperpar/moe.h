@@ -119,6 +119,15 @@ typedef struct hp_moe_load_opts {
     bool no_zero_copy;      /* always copy, even when the mapping could be used directly */
     bool widen_f32;         /* hold bf16 expert weights widened to f32 (2x the memory; off by default) */
     hp_linalg_mode compute; /* the layer's GEMM numerics (HP_LINALG_EXACT by default) */
+    /* Tensor-parallel cut (the plan's experts over tp: gate/up column-parallel, down row-parallel): with
+     * tp_size > 1 the layer holds block tp_rank of tp_size of the width of every local routed expert, columns
+     * [r·I/n, (r+1)·I/n) as hyperpar shard cuts them, and likewise of the shared expert's width, so d_expert
+     * and d_shared are the local widths and every output of the layer is a partial sum over the tp group (the
+     * caller reduces it). gpt-oss's interleaved gate/up columns are cut as the layout cuts 2I (a cut that splits
+     * a gate/up pair is refused), and its down_proj_bias is held by tp rank 0 only (zeros elsewhere), so the
+     * reduction adds it once. The router, its biases and Qwen2-MoE's shared_expert_gate stay whole. Read from a
+     * checkpoint, or from a shard folder whose rank file holds exactly that cut (the same plan). 0: whole. */
+    int64_t tp_size, tp_rank;
 } hp_moe_load_opts;
 
 void hp_moe_load_opts_default(hp_moe_load_opts *o);

@@ -218,6 +218,156 @@ static hp_status load_batched(hp__moe_src *ld, hp__moe_owned *ow, bool zero_copy
     return st;
 }
 
+/* Block o->tp_rank of o->tp_size of a width w: [r·w/n, (r+1)·w/n), as the shard layout cuts (hp__blk_lo). */
+static hp_status tp_cut(hp__moe_src *ld, const char *what, int64_t w, const hp_moe_load_opts *o, int64_t *lo,
+                        int64_t *n)
+{
+    int64_t a, b;
+    if (o->tp_rank < 0 || o->tp_rank >= o->tp_size || !hp_mul_i64(w, o->tp_rank + 1, &b))
+        return hp_err_set(ld->err, HP_ERR_INPUT, "layer %lld: tp rank %lld of %lld is not a block of %s (%lld)",
+                          (long long)ld->l->layer, (long long)o->tp_rank, (long long)o->tp_size, what, (long long)w);
+    a = w * o->tp_rank / o->tp_size; /* w·r <= w·(r+1), which fits */
+    b /= o->tp_size;
+    if (b - a < 1)
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "layer %lld: %s (%lld) is narrower than tp=%lld, so tp rank %lld holds no column of it; "
+                          "choose a tp of at most %lld", (long long)ld->l->layer, what, (long long)w,
+                          (long long)o->tp_size, (long long)o->tp_rank, (long long)w);
+    *lo = a, *n = b - a;
+    return HP_OK;
+}
+
+/* The routed experts cut over tp: columns [c0, c0 + n) of every local expert's width I, from any of the three
+ * storages, through box reads (a checkpoint's whole tensors, or a rank file's cut of the same plan). Never zero
+ * copy: the local block of a checkpoint tensor is not contiguous. */
+static hp_status load_experts_cut(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_cfg, const hp_moe_load_opts *o)
+{
+    hp_moe_layer *l = ld->l;
+    const int64_t H = l->n_hidden, f = l->first_expert, nl = l->n_local, E = l->n_experts;
+    bool gptoss = l->act == HP_MOE_ACT_GPTOSS, batched = hp__moe_src_has(ld, "experts.gate_up_proj");
+    static const char *names[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
+    char sfx[128];
+    hp__moe_tview gu = {0}, dn = {0}, gub = {0}, dnb = {0}, g0 = {0};
+    hp_status st;
+    int which = 0;
+    int64_t I;
+    if (batched) {
+        hp__moe_src_find(ld, "experts.gate_up_proj", &gu);
+        int64_t two_i = gu.n_dims == 3 ? gu.shape[gptoss ? 2 : 1] : 0;
+        if (two_i <= 0 || two_i % 2)
+            return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s' must be 3-D with an even gate/up axis (%s), found %d "
+                              "dims; archetype %s", gu.name, gptoss ? "[E, H, 2I]" : "[E, 2I, H]", gu.n_dims,
+                              hp_moe_archetype_name(l->archetype));
+        I = two_i / 2;
+        if ((st = check_expert_width(ld, gu.name, I, I_cfg))) return st;
+        int64_t s_gu[3] = {E, 2 * I, H}, s_dn[3] = {E, H, I}, g_gu[3] = {E, H, 2 * I}, g_dn[3] = {E, I, H};
+        int64_t s_gub[2] = {E, 2 * I}, s_dnb[2] = {E, H};
+        if ((st = hp__moe_src_need(ld, "experts.gate_up_proj", 3, gptoss ? g_gu : s_gu, &gu)) ||
+            (st = hp__moe_src_need(ld, "experts.down_proj", 3, gptoss ? g_dn : s_dn, &dn)))
+            return st;
+        if (gptoss && ((st = hp__moe_src_need(ld, "experts.gate_up_proj_bias", 2, s_gub, &gub)) ||
+                       (st = hp__moe_src_need(ld, "experts.down_proj_bias", 2, s_dnb, &dnb))))
+            return st;
+        l->storage = gptoss ? "batched gpt-oss" : "batched";
+    } else if (gptoss) {
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s.experts.gate_up_proj' [E, H, 2I] is missing; archetype %s "
+                          "needs gpt-oss's batched, interleaved experts with biases", ld->block,
+                          hp_moe_archetype_name(l->archetype));
+    } else {
+        snprintf(sfx, sizeof sfx, "experts.%lld.w1.weight", (long long)f);
+        if (hp__moe_src_has(ld, sfx)) which = 1;
+        snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)f, names[which][0]);
+        if (!hp__moe_src_find(ld, sfx, &g0) || g0.n_dims != 2)
+            return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s.%s' [I, H] is missing; archetype %s needs the experts "
+                              "of layer %lld", ld->block, sfx, hp_moe_archetype_name(l->archetype), (long long)l->layer);
+        I = g0.shape[0];
+        if ((st = check_expert_width(ld, g0.name, I, I_cfg))) return st;
+        int64_t s_in[2] = {I, H}, s_out[2] = {H, I};
+        for (int64_t e = 0; e < nl; e++)
+            for (int p = 0; p < 3; p++) {
+                snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)(f + e), names[which][p]);
+                if ((st = hp__moe_src_need(ld, sfx, 2, p < 2 ? s_in : s_out, &gu))) return st;
+            }
+        l->storage = "per-expert";
+    }
+    int64_t c0, n;
+    if ((st = tp_cut(ld, "the experts' width", gptoss ? 2 * I : I, o, &c0, &n))) return st;
+    if (gptoss) { /* the layout cuts the interleaved 2I: whole gate/up pairs only */
+        if (c0 % 2 || n % 2)
+            return hp_err_set(ld->err, HP_ERR_INPUT,
+                              "layer %lld: tp=%lld cuts gpt-oss's interleaved gate/up axis (2I = %lld) at column %lld, "
+                              "between a gate column and its up column; choose a tp that divides the expert width I "
+                              "(%lld)", (long long)l->layer, (long long)o->tp_size, (long long)(2 * I),
+                              (long long)(n % 2 ? c0 + n : c0), (long long)I);
+        c0 /= 2, n /= 2;
+    }
+    hp__moe_tview *dt_of = batched ? &gu : &g0;
+    l->dtype = dt_of->dtype;
+    const hp_dtype wdt = l->w_dtype = hp__moe_src_wdtype(ld, dt_of->dtype);
+    const size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
+    l->d_expert = n;
+    bool ok = true;
+    ow->w_gate_up = hp__moe_alloc(nl * 2 * n * H, el, &ok);
+    ow->w_down = hp__moe_alloc(nl * H * n, el, &ok);
+    uint8_t *tmp = hp__moe_alloc(2 * n * H, el, &ok);
+    float *tb = gptoss ? hp__moe_alloc_f32(2 * n) : NULL;
+    if (gptoss) {
+        ow->b_gate_up = hp__moe_alloc_f32(nl * 2 * n);
+        ow->b_down = hp__moe_alloc_f32(nl * H);
+    }
+    st = ow->w_gate_up && ow->w_down && tmp && (!gptoss || (tb && ow->b_gate_up && ow->b_down))
+             ? HP_OK
+             : hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory loading layer %lld", (long long)l->layer);
+#define EL(base, i) ((base) + (size_t)(i) * el)
+    for (int64_t e = 0; st == HP_OK && e < nl; e++) {
+        uint8_t *wgu = EL((uint8_t *)ow->w_gate_up, e * 2 * n * H), *wdn = EL((uint8_t *)ow->w_down, e * H * n);
+        if (batched && !gptoss) { /* [E, 2I, H] gate rows then up rows; [E, H, I] */
+            int64_t lg[3] = {f + e, c0, 0}, lu[3] = {f + e, I + c0, 0}, nr[3] = {1, n, H};
+            int64_t ld3[3] = {f + e, 0, c0}, nd3[3] = {1, H, n};
+            if ((st = hp__moe_src_read_box(ld, &gu, wdt, lg, nr, wgu)) ||
+                (st = hp__moe_src_read_box(ld, &gu, wdt, lu, nr, EL(wgu, n * H))) ||
+                (st = hp__moe_src_read_box(ld, &dn, wdt, ld3, nd3, wdn)))
+                break;
+        } else if (batched) { /* gpt-oss: [E, H, 2I] interleaved pairs, [E, 2I] bias, [E, I, H] down, [E, H] bias */
+            int64_t lg[3] = {f + e, 0, 2 * c0}, ng[3] = {1, H, 2 * n}, lb[2] = {f + e, 2 * c0}, nb[2] = {1, 2 * n};
+            int64_t ld3[3] = {f + e, c0, 0}, nd3[3] = {1, n, H};
+            if ((st = hp__moe_src_read_box(ld, &gu, wdt, lg, ng, tmp))) break;
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < n; j++) {
+                    memcpy(EL(wgu, j * H + h), EL(tmp, h * 2 * n + 2 * j), el);
+                    memcpy(EL(wgu, (n + j) * H + h), EL(tmp, h * 2 * n + 2 * j + 1), el);
+                }
+            if ((st = hp__moe_src_read_box(ld, &gub, HP_DT_F32, lb, nb, tb))) break;
+            for (int64_t j = 0; j < n; j++) {
+                ow->b_gate_up[e * 2 * n + j] = tb[2 * j];
+                ow->b_gate_up[e * 2 * n + n + j] = tb[2 * j + 1];
+            }
+            if ((st = hp__moe_src_read_box(ld, &dn, wdt, ld3, nd3, tmp))) break;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t h = 0; h < H; h++) memcpy(EL(wdn, h * n + i), EL(tmp, i * H + h), el);
+            int64_t lbd[2] = {f + e, 0}, nbd[2] = {1, H};
+            if (o->tp_rank == 0 && (st = hp__moe_src_read_box(ld, &dnb, HP_DT_F32, lbd, nbd, ow->b_down + e * H)))
+                break;
+        } else { /* per-expert [I, H], [I, H], [H, I] */
+            for (int p = 0; p < 3 && st == HP_OK; p++) {
+                snprintf(sfx, sizeof sfx, "experts.%lld.%s.weight", (long long)(f + e), names[which][p]);
+                hp__moe_src_find(ld, sfx, &gu); /* present with its shape: checked above */
+                int64_t lr[2] = {c0, 0}, nr[2] = {n, H}, lc[2] = {0, c0}, nc[2] = {H, n};
+                st = hp__moe_src_read_box(ld, &gu, wdt, p < 2 ? lr : lc, p < 2 ? nr : nc,
+                                          p == 0 ? wgu : p == 1 ? EL(wgu, n * H) : wdn);
+            }
+        }
+    }
+#undef EL
+    free(tmp);
+    free(tb);
+    l->w_gate_up = ow->w_gate_up;
+    l->w_down = ow->w_down;
+    l->b_gate_up = ow->b_gate_up;
+    l->b_down = ow->b_down;
+    return st;
+}
+
 static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_cfg)
 {
     hp_moe_layer *l = ld->l;
@@ -278,7 +428,7 @@ static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_c
 }
 
 /* Shared expert(s): <block>.<name>.{gate,up,down}_proj.weight, and Qwen2-MoE's shared_expert_gate. */
-static hp_status load_shared(hp__moe_src *ld)
+static hp_status load_shared(hp__moe_src *ld, const hp_moe_load_opts *o)
 {
     hp_moe_layer *l = ld->l;
     if (l->shared == HP_MOE_SHARED_NONE) return HP_OK;
@@ -306,16 +456,33 @@ static hp_status load_shared(hp__moe_src *ld)
     if ((st = hp__moe_src_need(ld, sfx, 2, s_in, &u))) return st;
     snprintf(sfx, sizeof sfx, "%s.down_proj.weight", mod);
     if ((st = hp__moe_src_need(ld, sfx, 2, s_out, &d))) return st;
-    l->d_shared = sI;
-    if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * sI * H)) || !(l->ws_down = hp__moe_alloc_f32(H * sI)))
-        return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+    if (o->tp_size > 1) { /* cut over tp: columns [c0, c0 + n) of the width, read as boxes */
+        int64_t c0, n;
+        if ((st = tp_cut(ld, "the shared expert's width", sI, o, &c0, &n))) return st;
+        l->d_shared = n;
+        if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * n * H)) || !(l->ws_down = hp__moe_alloc_f32(H * n)))
+            return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+        int64_t lr[2] = {c0, 0}, nr[2] = {n, H}, lc[2] = {0, c0}, nc[2] = {H, n};
+        if ((st = hp__moe_src_read_box(ld, &g, HP_DT_F32, lr, nr, l->ws_gate_up)) ||
+            (st = check_shared_finite(ld, g.name, l->ws_gate_up, n, H)) ||
+            (st = hp__moe_src_read_box(ld, &u, HP_DT_F32, lr, nr, l->ws_gate_up + n * H)) ||
+            (st = check_shared_finite(ld, u.name, l->ws_gate_up + n * H, n, H)) ||
+            (st = hp__moe_src_read_box(ld, &d, HP_DT_F32, lc, nc, l->ws_down)) ||
+            (st = check_shared_finite(ld, d.name, l->ws_down, H, n)))
+            return st;
+        sI = 0; /* read */
+    } else {
+        l->d_shared = sI;
+        if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * sI * H)) || !(l->ws_down = hp__moe_alloc_f32(H * sI)))
+            return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+    }
     /* sI·H is the element count of a tensor need() checked; 2·sI·H is two of them. */
-    if ((st = hp__moe_src_read_f32(ld, &g, 0, sI * H, l->ws_gate_up)) ||
+    if (sI > 0 && ((st = hp__moe_src_read_f32(ld, &g, 0, sI * H, l->ws_gate_up)) ||
         (st = check_shared_finite(ld, g.name, l->ws_gate_up, sI, H)) ||
         (st = hp__moe_src_read_f32(ld, &u, 0, sI * H, l->ws_gate_up + sI * H)) ||
         (st = check_shared_finite(ld, u.name, l->ws_gate_up + sI * H, sI, H)) ||
         (st = hp__moe_src_read_f32(ld, &d, 0, H * sI, l->ws_down)) ||
-        (st = check_shared_finite(ld, d.name, l->ws_down, H, sI)))
+        (st = check_shared_finite(ld, d.name, l->ws_down, H, sI))))
         return st;
     if (l->shared == HP_MOE_SHARED_GATED) {
         int64_t s_g[2] = {1, H};
@@ -449,7 +616,9 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
     hp__moe_owned *ow = hp_calloc(1, sizeof *ow);
     if (!ow) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     l->owned = ow;
-    if (hp__moe_src_has(ld, "experts.gate_up_proj")) {
+    if (o->tp_size > 1) {
+        st = load_experts_cut(ld, ow, c->moe_intermediate_size, o);
+    } else if (hp__moe_src_has(ld, "experts.gate_up_proj")) {
         st = load_batched(ld, ow, !o->no_zero_copy, c->moe_intermediate_size);
     } else if (l->act == HP_MOE_ACT_GPTOSS) {
         st = hp_err_set(err, HP_ERR_INPUT,
@@ -461,7 +630,7 @@ static hp_status load(hp__moe_src *ld, const hp_moe_load_opts *o)
     }
     if (st) return st;
     l->compute = o->compute;
-    return load_shared(ld);
+    return load_shared(ld, o);
 }
 
 hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer, const hp_moe_load_opts *opts,

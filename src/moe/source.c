@@ -76,6 +76,35 @@ static bool view_shard(const hp_shard_rank_file *rf, const char *name, hp__moe_t
             other = true;
         }
     }
+    /* The held box, per view dim (a stack member's dims are the stored dims after the stack's). */
+    const int d0 = e >= 0 ? 1 : 0;
+    int64_t per_local = 1;
+    for (int d = d0; d < sh->n_dims; d++) {
+        int k = 0;
+        for (int i = 0; i < sh->n_slices; i++)
+            if (sh->slices[i].dim == d && k < 2) {
+                v->seg_lo[d - d0][k] = sh->slices[i].offset;
+                v->seg_n[d - d0][k++] = sh->slices[i].length;
+            }
+        if (!k) {
+            v->seg_lo[d - d0][0] = 0;
+            v->seg_n[d - d0][k++] = sh->global_shape[d];
+        }
+        v->nseg[d - d0] = k;
+        v->lshape[d - d0] = v->seg_n[d - d0][0] + (k > 1 ? v->seg_n[d - d0][1] : 0);
+        per_local *= v->lshape[d - d0];
+    }
+    if (e >= 0) {
+        int64_t s0 = 0, sn = sh->global_shape[0]; /* the stack's experts held */
+        for (int i = 0; i < sh->n_slices; i++)
+            if (sh->slices[i].dim == 0) {
+                s0 = sh->slices[i].offset;
+                sn = sh->slices[i].length;
+                break;
+            }
+        v->absent = e < s0 || e >= s0 + sn;
+        v->base = (e - s0) * per_local;
+    }
     if (e >= 0) { /* one expert of a stack [E, per-expert shape...] */
         v->name = sh->globals[e];
         v->n_dims = sh->n_dims - 1;
@@ -113,6 +142,10 @@ bool hp__moe_src_find(hp__moe_src *ld, const char *suffix, hp__moe_tview *v)
     memcpy(v->shape, ct->t->shape, (size_t)v->n_dims * sizeof *v->shape);
     v->lo = 0;
     v->hi = ct->t->n_elems;
+    for (int d = 0; d < v->n_dims; d++) {
+        v->nseg[d] = 1;
+        v->seg_n[d][0] = v->lshape[d] = v->shape[d];
+    }
     return true;
 }
 
@@ -153,9 +186,10 @@ static hp_status check_held(hp__moe_src *ld, const hp__moe_tview *v, int64_t ele
                           (long long)elem_off, (long long)(elem_off + n));
     return hp_err_set(ld->err, HP_ERR_INPUT,
                       "%s: tensor '%s'%s is held only as the slice %s of global shape %s (rank %lld's file holds "
-                      "no whole copy), but the MoE runtime needs the router and shared experts whole and every "
-                      "local expert whole; shards made with tp > 1 slice them: shard with --tp 1 for MoE runs "
-                      "(e.g. hyperpar shard MODEL --dp N --ep N), or run from the full checkpoint",
+                      "no whole copy), but this load needs it whole (the router always; the experts and the shared "
+                      "expert unless the load cuts them over tp, as hyperpar run does for a plan that cuts them): "
+                      "shard with --tp 1 for MoE runs of whole experts (e.g. hyperpar shard MODEL --dp N --ep N), "
+                      "shard again with the flags of the run, or run from the full checkpoint",
                       ld->rf->path, v->sh->name, v->sh->stacked ? " (a stack of per-expert weights)" : "",
                       v->sh->n_slices ? slices_str(v->sh, sl, sizeof sl) : "(none)",
                       shape_str(v->sh->n_dims, v->sh->global_shape, gs, sizeof gs), (long long)ld->rf->rank);
@@ -165,12 +199,21 @@ static hp_status check_held(hp__moe_src *ld, const hp__moe_tview *v, int64_t ele
  * of the mapping with hp_st_read (a file truncated meanwhile is an error, not SIGBUS): F32 straight into dst,
  * other dtypes through a bounce buffer of READ_PIECE bytes. */
 #define READ_PIECE ((size_t)64 << 10)
+static hp_status read_stored_f32(hp__moe_src *ld, const hp__moe_tview *v, int64_t stored_off, int64_t n, float *dst);
+
 hp_status hp__moe_src_read_f32(hp__moe_src *ld, const hp__moe_tview *v, int64_t elem_off, int64_t n, float *dst)
 {
     hp_status st = check_held(ld, v, elem_off, n);
     if (st) return st;
+    return read_stored_f32(ld, v, elem_off + v->shift, n, dst);
+}
+
+/* n stored elements from stored element stored_off of v, widened to f32 into dst. */
+static hp_status read_stored_f32(hp__moe_src *ld, const hp__moe_tview *v, int64_t stored_off, int64_t n, float *dst)
+{
+    hp_status st = HP_OK;
     int64_t bytes_off, n_bytes;
-    if (!hp_dtype_nbytes(v->dtype, elem_off + v->shift, &bytes_off) || !hp_dtype_nbytes(v->dtype, n, &n_bytes))
+    if (!hp_dtype_nbytes(v->dtype, stored_off, &bytes_off) || !hp_dtype_nbytes(v->dtype, n, &n_bytes))
         return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s': offset overflow", v->name);
     if (v->dtype == HP_DT_F32) return hp_st_read(v->file, v->t, (uint64_t)bytes_off, dst, (size_t)n_bytes, ld->err);
     const int bits = hp_dtype_bits(v->dtype);
@@ -234,6 +277,65 @@ hp_status hp__moe_src_read_w(hp__moe_src *ld, const hp__moe_tview *v, hp_dtype w
     hp_status st = check_held(ld, v, elem_off, n);
     if (st) return st;
     return hp_st_read(v->file, v->t, (uint64_t)(elem_off + v->shift) * 2, dst, (size_t)n * 2, ld->err);
+}
+
+/* The stored index of global index g of dim d of v, or -1 when the view does not hold it. */
+static int64_t local_index(const hp__moe_tview *v, int d, int64_t g)
+{
+    int64_t before = 0;
+    for (int k = 0; k < v->nseg[d]; k++) {
+        if (g >= v->seg_lo[d][k] && g < v->seg_lo[d][k] + v->seg_n[d][k]) return before + g - v->seg_lo[d][k];
+        before += v->seg_n[d][k];
+    }
+    return -1;
+}
+
+hp_status hp__moe_src_read_box(hp__moe_src *ld, const hp__moe_tview *v, hp_dtype wdt, const int64_t *lo,
+                               const int64_t *n, void *dst)
+{
+    const int nd = v->n_dims;
+    if (nd < 1 || (wdt == HP_DT_BF16 && v->dtype != HP_DT_BF16))
+        return hp_err_set(ld->err, HP_ERR_INPUT, "tensor '%s' is %s where the layer's other expert weights are %s; "
+                          "a layer's experts share one dtype", v->name, hp_dtype_name(v->dtype), hp_dtype_name(wdt));
+    const size_t el = wdt == HP_DT_BF16 ? 2 : sizeof(float);
+    bool held = !v->absent;
+    for (int d = 0; held && d < nd; d++)
+        held = lo[d] >= 0 && n[d] >= 1 && n[d] <= v->shape[d] - lo[d] && local_index(v, d, lo[d]) >= 0 &&
+               local_index(v, d, lo[d] + n[d] - 1) == local_index(v, d, lo[d]) + n[d] - 1;
+    if (!held) {
+        char sl[160] = "", gs[96], box[160] = "";
+        for (int d = 0; d < nd; d++)
+            snprintf(box + strlen(box), sizeof box - strlen(box), "%sdim %d [%lld, %lld)", d ? ", " : "", d,
+                     (long long)lo[d], (long long)(lo[d] + n[d]));
+        if (v->sh && v->sh->n_slices) slices_str(v->sh, sl, sizeof sl);
+        return hp_err_set(ld->err, HP_ERR_INPUT,
+                          "%s%stensor '%s' is held %s%s of global shape %s, but this run needs its elements %s; the "
+                          "shard folder was made for another mesh or plan (shard the model again with this run's "
+                          "flags, or run from the checkpoint)",
+                          ld->rf ? ld->rf->path : "", ld->rf ? ": " : "", v->name,
+                          v->absent ? "by another rank (this file holds other experts)" : "as the slice ",
+                          v->absent ? "" : (sl[0] ? sl : "(whole)"), shape_str(v->n_dims, v->shape, gs, sizeof gs),
+                          box);
+    }
+    /* Rows of the box: every index tuple of dims 0..nd-2, each one run along the last dim. */
+    int64_t idx[HP_MAX_DIMS] = {0}, rows = 1;
+    for (int d = 0; d < nd - 1; d++) rows *= n[d];
+    const int64_t run = n[nd - 1];
+    uint8_t *out = dst;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0;
+        for (int d = 0; d < nd; d++) off = off * v->lshape[d] + local_index(v, d, lo[d] + (d < nd - 1 ? idx[d] : 0));
+        off += v->base;
+        hp_status st = wdt == HP_DT_F32 ? read_stored_f32(ld, v, off, run, (float *)(void *)out)
+                                        : hp_st_read(v->file, v->t, (uint64_t)off * 2, out, (size_t)run * 2, ld->err);
+        if (st) return st;
+        out += (size_t)run * el;
+        for (int d = nd - 2; d >= 0; d--) { /* next index tuple */
+            if (++idx[d] < n[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return HP_OK;
 }
 
 /* ---- the block's modules ---- */

@@ -33,6 +33,13 @@ typedef struct hp__moe_tview {
     int64_t lo, hi;               /* global elements held */
     int64_t shift;                /* stored element index = global element index + shift */
     const hp_shard_tensor *sh;    /* shard mode: the rank file's manifest entry; NULL for a checkpoint */
+    /* The held part as a box, for hp__moe_src_read_box: per global dim its held segments (a checkpoint holds
+     * one, whole; a rank file one per slice, two for a packed S(d)x2 cut), stored row-major from `base`. */
+    bool absent;                  /* a stack member of another rank: nothing held */
+    int nseg[HP_MAX_DIMS];
+    int64_t seg_lo[HP_MAX_DIMS][2], seg_n[HP_MAX_DIMS][2];
+    int64_t lshape[HP_MAX_DIMS];  /* stored extent per dim (the sum of its segments) */
+    int64_t base;                 /* stored element index of the held box's first element */
 } hp__moe_tview;
 
 #define HP__MOE_MAX_CHILDREN 32
@@ -57,6 +64,11 @@ static inline hp_dtype hp__moe_src_wdtype(const hp__moe_src *s, hp_dtype dt)
 {
     return dt == HP_DT_BF16 && !s->widen ? HP_DT_BF16 : HP_DT_F32;
 }
+/* The global box [lo[d], lo[d] + n[d]) of v, row-major, into dst as wdt (as hp__moe_src_read_w converts).
+ * Every element must be held; the last dim's run must lie in one held segment. The error names the tensor,
+ * the slice it holds and the box needed (a shard folder made for another plan). */
+hp_status hp__moe_src_read_box(hp__moe_src *s, const hp__moe_tview *v, hp_dtype wdt, const int64_t *lo,
+                               const int64_t *n, void *dst);
 /* Leaf names of the block's child modules (at most HP__MOE_MAX_CHILDREN of 48 bytes); returns the count. */
 int hp__moe_src_children(hp__moe_src *s, char leaf[][48]);
 /* Whether the source has a module of that name (a checkpoint) or tensors under it (a rank file). */

@@ -44,6 +44,7 @@ typedef struct lay_info {
     int64_t kw, vw;    /* K and V widths per token (local) */
     int64_t I;         /* the dense MLP's local width */
     double cf;         /* the MoE boundary's capacity factor */
+    bool moe_cut;      /* the MoE block's experts cut over tp: local widths mI/tp, sI/tp, the output a partial sum */
     hp__lay moe_lay;   /* the MoE block's input after its entry (set by the walk) */
 } lay_info;
 
@@ -306,14 +307,26 @@ static hp_status prepare(walk *w)
         y->sparse = sy->sparse;
         y->ff = contract(w, bm);
         if (y->sparse) {
+            /* experts cut over tp: the runner's rule (load_moe), with its refusals */
+            y->moe_cut = false;
             for (int i = 0; i < bm->n_params && w->tp > 1; i++) {
                 hp_placement t = bm->params[i].pl.ax[HP_AXIS_TP];
-                if (t.kind == HP_PL_S || t.kind == HP_PL_S2)
+                if (t.kind != HP_PL_S && t.kind != HP_PL_S2) continue;
+                const char *rel = bm->params[i].rel;
+                if (!strncmp(rel, "gate.", 5) || !strncmp(rel, "router.", 7) ||
+                    !strncmp(rel, "shared_expert_gate.", 19))
                     return hp_err_set(err, HP_ERR_INPUT,
-                                      "boundary %s: '%s' is sharded over tp; the runtime runs MoE blocks with whole "
-                                      "experts per rank (expert parallelism): plan with --ep", bm->fqn,
-                                      bm->params[i].rel);
+                                      "boundary %s: '%s' is sharded over tp; the router must be replicated (tp R): "
+                                      "every tp rank routes the same rows (override its params to R)",
+                                      bm->fqn, rel);
+                y->moe_cut = true;
             }
+            if (y->moe_cut && w->ep > 1 && !w->mesh->ep_axis)
+                return hp_err_set(err, HP_ERR_INPUT,
+                                  "boundary %s: its experts are both spread over the tp group (TP-extend-EP, --ep "
+                                  "%lld) and cut over tp; plan either --ep without a tp cut of the experts, or an "
+                                  "explicit ep axis (--mesh ...,ep=N,... --ep-axis) with experts cut over tp",
+                                  bm->fqn, (long long)w->ep);
             y->cf = bm->compute.capacity_factor;
         } else {
             y->ff_split = tp_split(w, bm, "down_proj.weight", 1);
@@ -583,17 +596,20 @@ static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const d
     for (int64_t i = 0; i < P && P > 1; i++) /* the members of this rank's EP group */
         recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est));
     int64_t H = w->cfg.H, T = local_count(w, t) / H;
+    /* the rank's widths: its tp block of each expert's (hp_moe_load_opts.tp_size) */
+    int64_t tr = y->moe_cut ? w->x.ax[HP__TP].r : 0, tn = y->moe_cut ? w->tp : 1;
+    int64_t mI = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
     /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
      * the expert activations (received · 2I), y_shared, the router's f64 copies */
     const char *mb = "MoE buffers";
     int64_t th = ck_mul(w, mb, T, H), terms[6] = {
-        ck_mul3(w, mb, th, w->K, 2), ck_mul3(w, mb, recv, H, 2), ck_mul3(w, mb, recv, 2, w->mI), th,
-        ck_mul(w, mb, 2, ck_add(w, mb, th, ck_mul(w, mb, T, w->E))), w->sI > 0 ? ck_mul3(w, mb, T, 2, w->sI) : 0};
+        ck_mul3(w, mb, th, w->K, 2), ck_mul3(w, mb, recv, H, 2), ck_mul3(w, mb, recv, 2, mI), th,
+        ck_mul(w, mb, 2, ck_add(w, mb, th, ck_mul(w, mb, T, w->E))), sI > 0 ? ck_mul3(w, mb, T, 2, sI) : 0};
     int64_t moe = 0;
     for (int i = 0; i < 6; i++) moe = ck_add(w, mb, moe, terms[i]);
     w->w_moe = ck_add(w, mb, w->w_moe, moe);
-    w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)w->mI +
-                    6.0 * (double)T * (double)H * (double)w->sI;
+    w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)mI +
+                    6.0 * (double)T * (double)H * (double)sI;
     w->cr->ep_estimated = w->cr->ep_estimated || est;
     return add_event(w, (int32_t)layer, y->ff.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
                      ck_bytes(w, "MoE exchange", ck_mul(w, "MoE exchange",
@@ -667,12 +683,15 @@ static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
     int64_t rows = local_count(w, t) / H;
     if (y->sparse) {
         y->moe_lay = t->lay; /* the routing is laid out so (gather_topk); the same on every rank */
-        bool experts_on_tp = false; /* experts sharded over tp split the work instead of repeating it */
+        if (y->moe_cut && t->lay.ax[HP__TP].kind != HP_PL_R)
+            return hp_err_set(w->err, HP_ERR_INPUT, "boundary %s: its experts are cut over tp, so every tp rank needs "
+                              "the same whole rows (in_dst tp R), but they arrive laid out otherwise", y->ff.fqn);
+        bool experts_on_tp = y->moe_cut; /* experts sharded over tp split the work instead of repeating it */
         for (int mask = 0; mask < M_COUNT; mask++)
             if ((mask & M_TP) && w->k->expert_bytes[mask]) experts_on_tp = true;
         if (w->tp > 1 && t->lay.ax[HP__TP].kind == HP_PL_R && !experts_on_tp && !w->moe_whole) w->moe_whole = y->ff.fqn;
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
-        hidden_like(t, H, t->lay.ax[HP__TP], out);
+        hidden_like(t, H, y->moe_cut ? hp_pl_p() : t->lay.ax[HP__TP], out);
     } else {
         w->cr->flops += 6.0 * (double)rows * (double)H * (double)y->I;
         int64_t gu = ck_mul3(w, "MLP buffers", rows, 2, y->I), hh = ck_mul(w, "MLP buffers", rows, y->I);

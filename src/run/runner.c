@@ -62,6 +62,7 @@ typedef struct moe_w {
     double cf;          /* the boundary's capacity factor (0: off) */
     bool overlap;       /* hide the shared expert behind the exchange */
     hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
+    bool tp_cut;        /* experts (and the shared expert) cut over tp: the output is a partial sum (P) */
 } moe_w;
 
 typedef struct layer_w {
@@ -444,14 +445,28 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
     if (!b) return HP_ERR_INPUT;
     w->c = hp__contract_of(b);
     w->c.fqn = b->fqn;
+    /* Experts cut over tp (the plan without EP, or the explicit ep axis with tp): each tp rank holds a column
+     * block of every local expert (gate/up column-parallel, down row-parallel) and of the shared expert, routes
+     * all its rows with the replicated router, and the block's output is a partial sum over tp that its exit
+     * reduces (moe_apply). The router's tensors must then be whole on every tp rank. */
+    w->tp_cut = false;
     for (int i = 0; i < b->n_params; i++) {
         hp_placement t = b->params[i].pl.ax[HP_AXIS_TP];
-        if (r->x.ax[HP__TP].n > 1 && (t.kind == HP_PL_S || t.kind == HP_PL_S2))
+        if (r->x.ax[HP__TP].n <= 1 || (t.kind != HP_PL_S && t.kind != HP_PL_S2)) continue;
+        const char *rel = b->params[i].rel;
+        if (!strncmp(rel, "gate.", 5) || !strncmp(rel, "router.", 7) || !strncmp(rel, "shared_expert_gate.", 19))
             return hp_err_set(err, HP_ERR_INPUT,
-                              "boundary %s: '%s' is sharded over tp; the runtime runs MoE blocks with whole "
-                              "experts per rank (expert parallelism): plan with --ep",
-                              fqn, b->params[i].rel);
+                              "boundary %s: '%s' is sharded over tp; the router must be replicated (tp R): every tp "
+                              "rank routes the same rows (override its params to R)",
+                              fqn, rel);
+        w->tp_cut = true;
     }
+    if (w->tp_cut && r->ep > 1 && !r->p->mesh.ep_axis)
+        return hp_err_set(err, HP_ERR_INPUT,
+                          "boundary %s: its experts are both spread over the tp group (TP-extend-EP, --ep %lld) and "
+                          "cut over tp; plan either --ep without a tp cut of the experts, or an explicit ep axis "
+                          "(--mesh ...,ep=N,... --ep-axis) with experts cut over tp",
+                          fqn, (long long)r->ep);
     if (b->ep_size > 0 && b->ep_size != r->ep)
         return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its EP group has %d ranks but the mesh's has %lld", fqn,
                           b->ep_size, (long long)r->ep);
@@ -467,6 +482,10 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
         lo.archetype = (int)a;
     }
     hp_ep_local_experts(r->m->cfg.n_experts, r->ep, r->ep_index, &lo.first_expert, &lo.n_local);
+    if (w->tp_cut) {
+        lo.tp_size = r->x.ax[HP__TP].n;
+        lo.tp_rank = r->x.ax[HP__TP].r;
+    }
     hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world), layer,
                                                          &lo, err)
                                : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
@@ -759,13 +778,16 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, K = m->l->top_k;
+    if (m->tp_cut && t->lay.ax[HP__TP].kind != HP_PL_R)
+        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its experts are cut over tp, so every tp rank needs the "
+                          "same whole rows (in_dst tp R), but they arrive laid out otherwise", m->c.fqn);
     if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
         hp_moe_ep_destroy(m->ep);
         m->ep = NULL;
         st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
         m->max_tokens = max_rows;
     }
-    if (st == HP_OK) st = out_like(r, t, H, t->lay.ax[HP__TP], out, err);
+    if (st == HP_OK) st = out_like(r, t, H, m->tp_cut ? hp_pl_p() : t->lay.ax[HP__TP], out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
     /* This rank's forward is already non-finite (its verdict comes at the end): route zeros instead of NaN. */

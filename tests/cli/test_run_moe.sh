@@ -52,9 +52,49 @@ check "validate passes on qwen2_moe tp=2 x ep=2" grep -q "loss: distributed .*: 
 check "validate lists the MoE block" grep -q "model.layers.0.mlp " <<<"$out"
 # With EP the compute is never chosen silently: the error carries the YAML to declare it.
 expect 2 "local_compute_fn" -- $MPI -np 2 "$HP" run $F/qwen3_moe --input $F/qwen3_moe/forward_io.safetensors --tp 2 --ep 2
-# Experts sharded over tp (an explicit ep axis with tp) are refused by name.
-expect 2 "is sharded over tp" -- $MPI -np 4 "$HP" run $F/mixtral --input $F/mixtral/forward_io.safetensors \
-    --mesh dp=1,tp=2,ep=2 --ep-axis --overrides data/overrides/mixtral_ep.yaml
+# Experts cut over tp (the plan without EP, and the explicit ep axis with tp: gate/up column-parallel, down
+# row-parallel, the shared expert likewise, the block's output a partial sum reduced at its exit): every family
+# at --tp 2 with and without SP and at dp=1 x tp=2 x ep=2 (explicit ep axis), from the checkpoint and from a
+# shard folder of the same plan; the batched families' fused gate/up are packed (--packed-fused) as the planner
+# asks. A folder cut for another plan is refused naming the slice.
+for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
+    G=$F/$fam
+    OV=data/overrides/${fam}_ep.yaml
+    [ $fam = deepseek_v3 ] && OV=data/overrides/deepseek_v3_forward_ep.yaml
+    "$HP" shard $G --tp 2 --packed-fused --out "$WORK/$fam.tp2" --quiet >/dev/null 2>&1
+    while read -r np src flags; do
+        [ "$src" = shard ] && src="$WORK/$fam.tp2" || src=$G
+        case "$flags" in *ep-axis*) flags="$flags --overrides $OV" ;; esac
+        expect 0 "topk_idx 0 of" -- $MPI -np $np "$HP" run "$src" --input $G/forward_io.safetensors --packed-fused \
+            $flags --compare $G/forward_io.safetensors
+    done <<'LIST'
+2 ckpt --tp 2
+2 ckpt --tp 2 --no-sequence-parallel
+4 ckpt --mesh dp=1,tp=2,ep=2 --ep-axis
+2 shard --tp 2
+LIST
+done
+# The explicit ep axis with tp from its own shard folder, and dp=2 x ep=2 x tp=2 on 8 ranks.
+"$HP" shard $F/qwen2_moe --mesh dp=1,ep=2,tp=2 --ep-axis --overrides data/overrides/qwen2_moe_ep.yaml \
+    --out "$WORK/qwen2_moe.ept" --quiet >/dev/null 2>&1
+expect 0 "topk_idx 0 of" -- $MPI -np 4 "$HP" run "$WORK/qwen2_moe.ept" --input $F/qwen2_moe/forward_io.safetensors \
+    --mesh dp=1,ep=2,tp=2 --ep-axis --overrides data/overrides/qwen2_moe_ep.yaml \
+    --compare $F/qwen2_moe/forward_io.safetensors
+expect 0 "topk_idx 0 of" -- $MPI -np 8 "$HP" run $F/gpt_oss --input $F/gpt_oss/forward_io.safetensors \
+    --mesh dp=2,ep=2,tp=2 --ep-axis --overrides data/overrides/gpt_oss_ep.yaml \
+    --compare $F/gpt_oss/forward_io.safetensors
+# Equal to one process within 1e-5 (the reduction order is the only difference).
+expect 0 "OK" -- $MPI -np 2 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 2 \
+    --compare "$WORK/deepseek_v3.one.st" --compare-rtol 1e-5
+# A folder cut over tp read by a plan that needs whole experts (TP-extend-EP) is refused naming the slice.
+expect 2 "is held only as the slice dim 0 [0, 48)" -- $MPI -np 2 "$HP" run "$WORK/mixtral.tp2" \
+    --input $F/mixtral/forward_io.safetensors --tp 2 --ep 2 --overrides data/overrides/mixtral_ep.yaml
+# The router must stay whole on tp: an override that cuts it is refused by run and by cost, by name.
+printf -- '- match: "model.layers.*.block_sparse_moe"\n  params: {gate.weight: {tp: shard(0)}}\n' >"$WORK/rtp.yaml"
+expect 2 "the router must be replicated" -- $MPI -np 2 "$HP" run $F/mixtral --input $F/mixtral/forward_io.safetensors \
+    --tp 2 --overrides "$WORK/rtp.yaml" --allow-uncovered
+expect 0 "the router must be replicated" -- "$HP" cost $F/mixtral --input $F/mixtral/forward_io.safetensors --tp 2 \
+    --overrides "$WORK/rtp.yaml" --allow-uncovered
 # TP splits MLA by heads (q_b_proj, kv_b_proj S(0), o_proj S(1)) and gpt-oss's sinks with them: tp=4 x ep=4.
 expect 0 "topk_idx 0 of" -- $MPI -np 4 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 4 \
     --ep 4 --overrides data/overrides/deepseek_v3_forward_ep.yaml --compare $F/deepseek_v3/forward_io.safetensors
