@@ -83,7 +83,7 @@ TEST(wire_bytes_of_tp_against_the_textbook)
     hp_model *m = open_model(L3);
     if (!m) return;
     const int64_t B = 2, S = 64;
-    const uint64_t n = (uint64_t)B * S * L3_H * 4; /* one activation [B, S, H] in f32 */
+    const uint64_t n = (uint64_t)B * (uint64_t)S * (uint64_t)L3_H * 4; /* one activation [B, S, H] in f32 */
     uint64_t prev_sent = UINT64_MAX, prev_wire = 0;
     for (int64_t tp = 2; tp <= 8; tp *= 2) {
         /* SP: per layer, 2 all-gathers (attention and MLP entries) and 2 reduce-scatters (their exits) */

@@ -79,7 +79,7 @@ static void fake_cands(hp_advice *a, uint64_t budget)
         hp_advise_cand *c = &cands5[i];
         snprintf(c->mesh, sizeof c->mesh, "%s", mesh[i]);
         c->ok = i == 0 || i == 1 || i == 3;
-        c->weight_bytes = (uint64_t)(i + 1) * GiB / 2;
+        c->weight_bytes = (uint64_t)(i + 1) * (uint64_t)GiB / 2;
         c->act_bytes = GiB / 4;
         c->state_bytes = GiB / 8;
         c->max_bytes = c->weight_bytes + c->act_bytes + c->state_bytes;

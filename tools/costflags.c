@@ -252,7 +252,8 @@ hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t 
         double t0 = now_s();
         st = hp_linear_forward(lin, 0, M, a, K, c, N, false, err);
         double dt_s = now_s() - t0;
-        if (st == HP_OK && rep > 0 && dt_s > 0 && 2.0 * M * N * K / dt_s > best) best = 2.0 * M * N * K / dt_s; /* rep 0 warms up */
+        double flop = 2.0 * (double)M * (double)N * (double)K;
+        if (st == HP_OK && rep > 0 && dt_s > 0 && flop / dt_s > best) best = flop / dt_s; /* rep 0 warms up */
     }
     if (st == HP_OK) {
         char ld[200];

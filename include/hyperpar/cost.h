@@ -150,8 +150,8 @@ void hp_advise_opts_default(hp_advise_opts *o);
 typedef enum hp_advise_why {
     HP_ADVISE_OK = 0,
     HP_ADVISE_COMPAT,      /* the planner's hp_plan_check_compat: tp vs heads (and moe_I with EP), S vs 2·cp, ep vs E */
-    HP_ADVISE_EP_AXIS_TP,  /* an explicit ep axis with tp > 1 (the runtime runs whole experts per rank) */
-    HP_ADVISE_MOE_TP,      /* a MoE model with tp > 1 and no EP (the same) */
+    HP_ADVISE_EP_AXIS_TP,  /* an explicit ep axis with tp > 1 (experts cut over tp: not in advise's template) */
+    HP_ADVISE_MOE_TP,      /* a MoE model with tp > 1 and no EP (the same: experts cut over tp) */
     HP_ADVISE_DP_ROWS,     /* dp above the batch rows */
     HP_ADVISE_TP_NODE,     /* tp does not fit inside a node (cost.mdl.ranks_per_node) */
     HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */

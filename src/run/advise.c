@@ -160,11 +160,13 @@ static bool admissible(const ctx *x, hp_advise_cand *c)
     if (hp_plan_check_compat(m, c->tp, c->cp, c->ep, co->S, &err) != HP_OK)
         return reject(c, HP_ADVISE_COMPAT, "%s", err.msg);
     if (c->ep_axis && c->tp > 1)
-        return reject(c, HP_ADVISE_EP_AXIS_TP, "an explicit ep axis with tp=%lld: the runtime runs whole experts per "
-                      "rank (experts would be sharded over tp); use TP-extend-EP (--ep) or tp=1", (long long)c->tp);
+        return reject(c, HP_ADVISE_EP_AXIS_TP, "an explicit ep axis with tp=%lld shards the experts over tp, which "
+                      "advise's template (whole experts per EP rank) does not cost; run and cost take it "
+                      "(hyperpar cost MODEL --mesh ...)", (long long)c->tp);
     if (is_moe(m) && c->tp > 1 && c->ep < 2)
-        return reject(c, HP_ADVISE_MOE_TP, "tp=%lld without expert parallelism would shard the experts over tp; the "
-                      "runtime runs whole experts per rank (add --ep)", (long long)c->tp);
+        return reject(c, HP_ADVISE_MOE_TP, "tp=%lld without expert parallelism shards the experts over tp, which "
+                      "advise's template (whole experts per EP rank) does not cost; run and cost take it "
+                      "(hyperpar cost MODEL --tp %lld)", (long long)c->tp, (long long)c->tp);
     if (co->B < c->dp)
         return reject(c, HP_ADVISE_DP_ROWS, "dp=%lld replicas but the batch has %lld rows", (long long)c->dp,
                       (long long)co->B);

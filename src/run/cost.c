@@ -652,8 +652,11 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
     if (y->mla) {
         int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
         int64_t qk = mc->qk_nope_head_dim + rope, vd = mc->v_head_dim, nh = y->nh;
-        f = (ql ? 2.0 * H * ql + 2.0 * ql * nh * qk : 2.0 * H * nh * qk) + 2.0 * H * (kvl + rope) +
-            2.0 * kvl * nh * (mc->qk_nope_head_dim + vd) + 2.0 * (double)sk * nh * (qk + vd) + 2.0 * nh * vd * H;
+        /* FLOPs are estimates: in double from the start (a product of sizes may pass 2^53, never 2^1023) */
+        const double dH = (double)H, dql = (double)ql, dnh = (double)nh, dqk = (double)qk, dvd = (double)vd;
+        f = (ql ? 2.0 * dH * dql + 2.0 * dql * dnh * dqk : 2.0 * dH * dnh * dqk) + 2.0 * dH * (double)(kvl + rope) +
+            2.0 * (double)kvl * dnh * (double)(mc->qk_nope_head_dim + vd) + 2.0 * (double)sk * dnh * (dqk + dvd) +
+            2.0 * dnh * dvd * dH;
         const char *ab = "attention buffers";
         int64_t q = ck_mul3(w, ab, rows, nh, qk), o = ck_mul3(w, ab, rows, nh, vd);
         int64_t tmp = ck_mul(w, ab, rows, kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
@@ -662,7 +665,8 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
         w->w_gu = tmp > w->w_gu ? tmp : w->w_gu;
     } else {
         int64_t nh = y->nh, hd = c->hd;
-        f = 2.0 * H * (nh + 2 * y->nkv) * hd + 4.0 * (double)sk * nh * hd + 2.0 * nh * hd * H;
+        const double dH = (double)H, dnh = (double)nh, dhd = (double)hd;
+        f = 2.0 * dH * (double)(nh + 2 * y->nkv) * dhd + 4.0 * (double)sk * dnh * dhd + 2.0 * dnh * dhd * dH;
         int64_t q = ck_mul3(w, "attention buffers", rows, nh, hd);
         w->w_q = q > w->w_q ? q : w->w_q;
         w->w_o = w->w_q;
