@@ -47,7 +47,7 @@ else:
     experts = 0
     dense_split = L * (attn + 3 * H * I) + 2 * V * H
     dense_whole = L * 2 * H + H
-etp = 1                                          # the experts are whole (the runtime runs whole experts)
+etp = 1                                          # the meshes below keep every expert whole on its EP rank
 p_dense = dense_split // tp + dense_whole
 p_exp = experts // (ep * etp)
 d_dense, d_exp = world // tp, world // (ep * etp)
