@@ -120,6 +120,18 @@ static hp_status check_interface(hp__moe_src *ld, const hp__moe_archetype_info *
 
 /* ---- experts ---- */
 
+/* The end of a batched loader: frees its scratch and points the layer at the expert arrays it owns. */
+static hp_status adopt_experts(hp_moe_layer *l, const hp__moe_owned *ow, void *tmp, void *tb, hp_status st)
+{
+    free(tmp);
+    free(tb);
+    l->w_gate_up = ow->w_gate_up;
+    l->w_down = ow->w_down;
+    l->b_gate_up = ow->b_gate_up;
+    l->b_down = ow->b_down;
+    return st;
+}
+
 static hp_status load_batched(hp__moe_src *ld, hp__moe_owned *ow, bool zero_copy_ok, int64_t I_cfg)
 {
     hp_moe_layer *l = ld->l;
@@ -209,13 +221,7 @@ static hp_status load_batched(hp__moe_src *ld, hp__moe_owned *ow, bool zero_copy
         if ((st = hp__moe_src_read_f32(ld, &dnb, (f + e) * H, H, ow->b_down + e * H))) break;
     }
 #undef EL
-    free(tmp);
-    free(tb);
-    l->w_gate_up = ow->w_gate_up;
-    l->w_down = ow->w_down;
-    l->b_gate_up = ow->b_gate_up;
-    l->b_down = ow->b_down;
-    return st;
+    return adopt_experts(l, ow, tmp, tb, st);
 }
 
 /* Block o->tp_rank of o->tp_size of a width w: [r·w/n, (r+1)·w/n), as the shard layout cuts (hp__blk_lo). */
@@ -359,13 +365,7 @@ static hp_status load_experts_cut(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_
         }
     }
 #undef EL
-    free(tmp);
-    free(tb);
-    l->w_gate_up = ow->w_gate_up;
-    l->w_down = ow->w_down;
-    l->b_gate_up = ow->b_gate_up;
-    l->b_down = ow->b_down;
-    return st;
+    return adopt_experts(l, ow, tmp, tb, st);
 }
 
 static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_cfg)
