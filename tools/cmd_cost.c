@@ -200,8 +200,9 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         int64_t wi = 0;
         for (int64_t i = 1; i < c->n_ranks; i++)
             if (c->ranks[i].workspace_bytes > c->ranks[wi].workspace_bytes) wi = i;
+        uint64_t wb = c->ranks[wi].workspace_bytes;
         fprintf(o, "workspace (run's activation, scratch and communication buffers at their peak, exact): %s on rank "
-                   "%lld\n", mb(c->ranks[wi].workspace_bytes, b[0], 32), (long long)c->ranks[wi].rank);
+                   "%lld\n", wb == UINT64_MAX ? "past 2^64 bytes" : mb(wb, b[0], 32), (long long)c->ranks[wi].rank);
     }
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
     fprintf(o, "most-loaded rank %lld: %s (weights %s exact + activations %s*", (long long)mx->rank,

@@ -79,6 +79,7 @@ typedef struct walk {
     int64_t c_spare, c_s0, c_s1, c_k, c_v, c_buf[4];
     int64_t rope_pos0, rope_n;
     uint64_t rope_b, m_cur, m_peak;
+    bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
 } walk;
 
 /* ---- checked size math ----
@@ -87,11 +88,19 @@ typedef struct walk {
  * that 64 bits cannot hold saturates and marks the walk with what it was, and hp_cost_eval refuses the batch
  * instead of printing a wrapped number. Estimates in FLOPs and seconds are doubles and need no check. */
 
+/* A figure past 64 bits: the workspace (a model of run's buffers, which run itself would refuse to size) saturates
+ * and says so in its own figure; any other refuses the batch. */
+static void mark(walk *w, const char *what)
+{
+    if (!strcmp(what, "workspace") || !strcmp(what, "MoE workspace")) w->ws_ovf = true;
+    else if (!w->ovf) w->ovf = what;
+}
+
 static int64_t ck_mul(walk *w, const char *what, int64_t a, int64_t b)
 {
     int64_t r;
     if (hp_mul_i64(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return INT64_MAX;
 }
 
@@ -104,7 +113,7 @@ static int64_t ck_add(walk *w, const char *what, int64_t a, int64_t b)
 {
     int64_t r;
     if (hp_add_i64(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return INT64_MAX;
 }
 
@@ -113,7 +122,7 @@ static uint64_t ck_bytes(walk *w, const char *what, int64_t n, uint64_t esize)
 {
     uint64_t r;
     if (n >= 0 && !__builtin_mul_overflow((uint64_t)n, esize, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return UINT64_MAX;
 }
 
@@ -121,7 +130,7 @@ static uint64_t ck_addu(walk *w, const char *what, uint64_t a, uint64_t b)
 {
     uint64_t r;
     if (!__builtin_add_overflow(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return UINT64_MAX;
 }
 
@@ -1351,6 +1360,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.c_spare = w.c_s0 = w.c_s1 = w.c_k = w.c_v = 0;
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;
+        w.ws_ovf = false;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);
@@ -1360,7 +1370,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             if (!w.ly[l].sparse) continue;
             wst = topk_gathers(&w, &w.ly[l].moe_lay, l);
         }
-        if (wst == HP_OK) r->workspace_bytes = w.m_peak;
+        if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
         if (wst == HP_OK) memory(&w, r, o);
         if (wst == HP_OK && o->train) {
             r->flops *= 3; /* backward: twice the forward's GEMMs */
