@@ -43,7 +43,8 @@ static void usage(FILE *out)
             "  plan flags              as 'hyperpar plan' (see its --help); --plan reads a plan file instead\n"
             "\n"
             "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model}, \"note\",\n"
-            "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"kv_cache_bytes\",\n"
+            "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
+            "       (exact: the high-water mark of run's buffers in its forward), \"kv_cache_bytes\",\n"
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
             "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
@@ -105,11 +106,12 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
         cli_json_fstr(o, hp_shard_coords_str(l, r->rank, coords, sizeof coords));
-        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"kv_cache_bytes\": %llu, "
+        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"workspace_bytes\": %llu, "
+               "\"kv_cache_bytes\": %llu, "
                "\"grad_bytes\": %llu, \"optim_bytes\": %llu, \"master_bytes\": %llu, \"saved_bytes\": %llu, "
                "\"total_bytes\": %llu, \"comm\": {\"bytes\": ",
                (long long)r->ep, (unsigned long long)r->weight_bytes, (unsigned long long)r->act_bytes,
-               (unsigned long long)r->kv_bytes, (unsigned long long)r->grad_bytes, (unsigned long long)r->optim_bytes,
+               (unsigned long long)r->workspace_bytes, (unsigned long long)r->kv_bytes, (unsigned long long)r->grad_bytes, (unsigned long long)r->optim_bytes,
                (unsigned long long)r->master_bytes, (unsigned long long)r->saved_bytes,
                (unsigned long long)r->total_bytes);
         json_kinds(o, r->bytes);
@@ -194,6 +196,14 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
+    if (!c->refused[0]) {
+        int64_t wi = 0;
+        for (int64_t i = 1; i < c->n_ranks; i++)
+            if (c->ranks[i].workspace_bytes > c->ranks[wi].workspace_bytes) wi = i;
+        uint64_t wb = c->ranks[wi].workspace_bytes;
+        fprintf(o, "workspace (run's activation, scratch and communication buffers at their peak, exact): %s on rank "
+                   "%lld\n", wb == UINT64_MAX ? "past 2^64 bytes" : mb(wb, b[0], 32), (long long)c->ranks[wi].rank);
+    }
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
     fprintf(o, "most-loaded rank %lld: %s (weights %s exact + activations %s*", (long long)mx->rank,
            mb(mx->total_bytes, b[0], 32), mb(mx->weight_bytes, b[1], 32), mb(mx->act_bytes, b[2], 32));

@@ -252,13 +252,14 @@ static int64_t anon_kib(void)
 static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
                              hp_err *err)
 {
-    enum { NV = 2 * HP_RUN_COLL_COUNT + 3 };
+    enum { NV = 2 * HP_RUN_COLL_COUNT + 4 };
     const hp_run_stats *s = hp_runner_stats(r);
     double mine[NV];
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
     mine[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
     mine[2 * HP_RUN_COLL_COUNT + 1] = anon_kib_grown >= 0 ? (double)anon_kib_grown * 1024.0 : -1;
     mine[2 * HP_RUN_COLL_COUNT + 2] = s->seconds;
+    mine[2 * HP_RUN_COLL_COUNT + 3] = (double)s->workspace_bytes; /* exact: below 2^53 */
     int n = hp_comm_size(w);
     double *all = hp_calloc((size_t)n * NV, sizeof *all);
     hp_status st = all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -278,8 +279,10 @@ static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *p
             fprintf(f, "}, \"calls\": {");
             for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
                 fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[HP_RUN_COLL_COUNT + k]);
-            fprintf(f, "}, \"resident_bytes\": %.0f, \"anon_bytes_grown\": %.0f, \"seconds\": %.6f}",
-                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 1], v[2 * HP_RUN_COLL_COUNT + 2]);
+            fprintf(f, "}, \"resident_bytes\": %.0f, \"workspace_bytes\": %.0f, \"anon_bytes_grown\": %.0f, "
+                    "\"seconds\": %.6f}",
+                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 3], v[2 * HP_RUN_COLL_COUNT + 1],
+                    v[2 * HP_RUN_COLL_COUNT + 2]);
         }
         if (f) {
             fprintf(f, "\n]}\n");

@@ -82,6 +82,9 @@ typedef struct hp_cost_rank {
                                      a reduce-scatter counts its whole input; formerly net_bytes) */
     uint64_t wire_bytes;          /* the bytes it sends over links (Σ of its events' wire_bytes; docs/cost.md) */
     uint64_t act_bytes;           /* estimate: the forward's working buffers (docs/cost.md) */
+    uint64_t workspace_bytes;     /* exact: the high-water mark of the runner's activation, scratch and
+                                     communication buffers in `hyperpar run`'s one forward (docs/cost.md);
+                                     UINT64_MAX: past 64 bits (run refuses such a batch) */
     uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions */
     /* train estimates (0 for inference): Megatron's byte model (docs/cost.md). ZeRO-1 splits the optimizer state
      * and master weights, ZeRO-2 the gradients too, over the data-parallel group of each parameter: world / tp

@@ -240,6 +240,7 @@ typedef struct hp_moe_ws {
     hp_linear_group *groups;   /* [n_local] */
     int64_t *pass_row0;        /* [n_local] first row (in rows) of each group of a pass */
     hp_moe_stats stats;
+    size_t bytes;              /* the bytes of the arrays above (the GEMM layer's objects not included) */
 } hp_moe_ws;
 
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err);
@@ -353,6 +354,9 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
 hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
                                    const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err);
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
+/* The bytes of the EP buffers and of its workspace's arrays, as allocated (the GEMM layer's objects and the
+ * communicators not included): what the runner counts as the block's workspace. */
+size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep);
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 
 /* ---- threads and machine reference figures (benchmarks) ---- */

@@ -62,6 +62,8 @@ typedef struct hp_run_stats {
     double coll_s[HP_RUN_COLL_COUNT];    /* time in each kind: the whole transition (packing, the MPI call,
                                             unpacking), what a bare MPI collective of the same bytes is compared to */
     double wait_s;                       /* sync_collectives: time in the barriers before them */
+    uint64_t workspace_bytes;            /* the forward's high-water mark of activation, scratch and
+                                            communication buffers (weights excluded; docs/run.md) */
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */

@@ -46,6 +46,7 @@ struct hp_moe_ep {
     size_t *sc, *sd, *rc, *rd;         /* [P] byte counts / displacements of the forward exchange */
     float *send, *recv, *xrows, *y_shared;
     hp_moe_ep_stats stats;
+    size_t bytes;                      /* what ep_build allocated (hp_moe_ep_workspace_bytes adds the ws's) */
     /* Dispatch chunks (max_chunks > 1 only). */
     int max_chunks;
     int64_t Th;                        /* tokens per chunk a stage holds */
@@ -122,24 +123,24 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     if (ep->max_chunks > 1) {
         ep->Th = (max_tokens + 2) / 2;
         tb = 2 * ep->Th;
-        ep->stage_cnt = hp__moe_alloc(4 * (int64_t)P * L, sizeof(int64_t), &ok);
-        ep->stage_sz = hp__moe_alloc(8 * (int64_t)P, sizeof(size_t), &ok);
+        ep->stage_cnt = hp__moe_alloc_counted(4 * (int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
+        ep->stage_sz = hp__moe_alloc_counted(8 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
     }
     int64_t slots = 0, recv_rows = 0;
     if (!hp_mul_i64(tb, ep->K, &slots)) ok = false;
     if (!hp_mul_i64(slots, P, &recv_rows)) ok = false;
-    ep->counts_all = hp__moe_alloc(ep->E, sizeof(int64_t), &ok);
-    ep->offsets_all = hp__moe_alloc(ep->E + 1, sizeof(int64_t), &ok);
-    ep->cnt_send = hp__moe_alloc((int64_t)P * L, sizeof(int64_t), &ok);
-    ep->cnt_recv = hp__moe_alloc((int64_t)P * L, sizeof(int64_t), &ok);
-    ep->cnt_local = hp__moe_alloc(L, sizeof(int64_t), &ok);
-    ep->sc = hp__moe_alloc(4 * (int64_t)P, sizeof(size_t), &ok);
+    ep->counts_all = hp__moe_alloc_counted(ep->E, sizeof(int64_t), &ok, &ep->bytes);
+    ep->offsets_all = hp__moe_alloc_counted(ep->E + 1, sizeof(int64_t), &ok, &ep->bytes);
+    ep->cnt_send = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
+    ep->cnt_recv = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
+    ep->cnt_local = hp__moe_alloc_counted(L, sizeof(int64_t), &ok, &ep->bytes);
+    ep->sc = hp__moe_alloc_counted(4 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
     int64_t send_f = 0, recv_f = 0;
     if (ok && (!hp_mul_i64(slots, ep->H, &send_f) || !hp_mul_i64(recv_rows, ep->H, &recv_f))) ok = false;
-    ep->send = hp__moe_alloc(send_f, sizeof(float), &ok);
-    ep->recv = hp__moe_alloc(recv_f, sizeof(float), &ok);
-    ep->xrows = hp__moe_alloc(recv_f, sizeof(float), &ok);
-    ep->y_shared = hp__moe_alloc(max_tokens * ep->H, sizeof(float), &ok);
+    ep->send = hp__moe_alloc_counted(send_f, sizeof(float), &ok, &ep->bytes);
+    ep->recv = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
+    ep->xrows = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
+    ep->y_shared = hp__moe_alloc_counted(max_tokens * ep->H, sizeof(float), &ok, &ep->bytes);
     if (!ok) {
         hp_moe_ep_destroy(ep);
         char b[32];
@@ -176,6 +177,7 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
 }
 
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep) { return ep->ws; }
+size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep) { return ep ? ep->bytes + ep->ws->bytes : 0; }
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep) { return &ep->stats; }
 
 /* The shared expert runs in HP_EP_SHARED_CHUNKS pieces of rows in both schedules, so that overlapping it

@@ -120,26 +120,26 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->d_expert = l->d_expert;
     ws->d_shared = l->d_shared;
     bool ok = true;
-    ws->x64 = hp__moe_alloc(n_th, sizeof(double), &ok);
-    ws->logits = hp__moe_alloc(n_logits, sizeof(double), &ok);
-    ws->sel = hp__moe_alloc(2 * E, sizeof(double), &ok);
-    ws->topk_idx = hp__moe_alloc(slots, sizeof(int32_t), &ok);
-    ws->topk_w = hp__moe_alloc(slots, sizeof(float), &ok);
-    ws->keep = hp__moe_alloc(slots, 1, &ok);
-    ws->cap_scratch = hp__moe_alloc(n_cap, sizeof(int32_t), &ok);
-    ws->counts = hp__moe_alloc(l->n_local, sizeof(int64_t), &ok);
-    ws->offsets = hp__moe_alloc(l->n_local + 1, sizeof(int64_t), &ok);
-    ws->row_slot = hp__moe_alloc(slots, sizeof(int32_t), &ok);
-    ws->slot_row = hp__moe_alloc(slots, sizeof(int32_t), &ok);
-    ws->rows = hp__moe_alloc(rows_f, sizeof(float), &ok);
+    ws->x64 = hp__moe_alloc_counted(n_th, sizeof(double), &ok, &ws->bytes);
+    ws->logits = hp__moe_alloc_counted(n_logits, sizeof(double), &ok, &ws->bytes);
+    ws->sel = hp__moe_alloc_counted(2 * E, sizeof(double), &ok, &ws->bytes);
+    ws->topk_idx = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
+    ws->topk_w = hp__moe_alloc_counted(slots, sizeof(float), &ok, &ws->bytes);
+    ws->keep = hp__moe_alloc_counted(slots, 1, &ok, &ws->bytes);
+    ws->cap_scratch = hp__moe_alloc_counted(n_cap, sizeof(int32_t), &ok, &ws->bytes);
+    ws->counts = hp__moe_alloc_counted(l->n_local, sizeof(int64_t), &ok, &ws->bytes);
+    ws->offsets = hp__moe_alloc_counted(l->n_local + 1, sizeof(int64_t), &ok, &ws->bytes);
+    ws->row_slot = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
+    ws->slot_row = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
+    ws->rows = hp__moe_alloc_counted(rows_f, sizeof(float), &ok, &ws->bytes);
     ws->act_rows = slots;
-    ws->act = hp__moe_alloc(n_act, sizeof(float), &ok);
-    ws->groups = hp__moe_alloc(l->n_local, sizeof(hp_linear_group), &ok);
-    ws->pass_row0 = hp__moe_alloc(l->n_local, sizeof(int64_t), &ok);
+    ws->act = hp__moe_alloc_counted(n_act, sizeof(float), &ok, &ws->bytes);
+    ws->groups = hp__moe_alloc_counted(l->n_local, sizeof(hp_linear_group), &ok, &ws->bytes);
+    ws->pass_row0 = hp__moe_alloc_counted(l->n_local, sizeof(int64_t), &ok, &ws->bytes);
     if (sI > 0) {
-        ws->shared_act = hp__moe_alloc(n_sact, sizeof(float), &ok);
-        ws->shared_out = hp__moe_alloc(n_th, sizeof(float), &ok);
-        if (l->ws_gate) ws->shared_g = hp__moe_alloc(T, sizeof(float), &ok);
+        ws->shared_act = hp__moe_alloc_counted(n_sact, sizeof(float), &ok, &ws->bytes);
+        ws->shared_out = hp__moe_alloc_counted(n_th, sizeof(float), &ok, &ws->bytes);
+        if (l->ws_gate) ws->shared_g = hp__moe_alloc_counted(T, sizeof(float), &ok, &ws->bytes);
     }
     if (!ok) {
         hp_moe_ws_destroy(ws);

@@ -32,6 +32,16 @@ const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a);
  * once *ok is false, so a run of allocations needs one check at the end). */
 void *hp__moe_alloc(int64_t n, size_t sz, bool *ok);
 
+/* hp__moe_alloc that adds what it allocated (n·sz bytes, at least 1) to *bytes: the workspaces' sizes
+ * (hp_moe_ws.bytes, hp_moe_ep_workspace_bytes) are the sums of what they allocated. */
+static inline void *hp__moe_alloc_counted(int64_t n, size_t sz, bool *ok, size_t *bytes)
+{
+    void *p = hp__moe_alloc(n, sz, ok);
+    size_t b = (size_t)n * sz;
+    if (p) *bytes += b > 0 ? b : 1;
+    return p;
+}
+
 /* n zeroed floats / doubles, overflow-checked; NULL on failure. */
 static inline float *hp__moe_alloc_f32(int64_t n)
 {

@@ -14,6 +14,8 @@
 #include "run/run_int.h"
 
 #include "hyperpar/cost.h"
+#include "hyperpar/linalg.h"
+#include "hyperpar/moe.h"
 #include "hyperpar/shard.h"
 
 #include <stdio.h>
@@ -72,6 +74,12 @@ typedef struct walk {
     const char *moe_whole; /* a sparse block whose input is whole on tp > 1 (every tp rank runs every token's
                               experts), or NULL */
     const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
+    /* The runner's workspace, buffer by buffer as the forward sizes it (capacities in floats, kept across the
+     * steps as the runner keeps them), and the counter its allocation wrapper keeps (hp__mem_*, bytes). */
+    int64_t c_spare, c_s0, c_s1, c_k, c_v, c_buf[4];
+    int64_t rope_pos0, rope_n;
+    uint64_t rope_b, m_cur, m_peak;
+    bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
 } walk;
 
 /* ---- checked size math ----
@@ -80,11 +88,19 @@ typedef struct walk {
  * that 64 bits cannot hold saturates and marks the walk with what it was, and hp_cost_eval refuses the batch
  * instead of printing a wrapped number. Estimates in FLOPs and seconds are doubles and need no check. */
 
+/* A figure past 64 bits: the workspace (a model of run's buffers, which run itself would refuse to size) saturates
+ * and says so in its own figure; any other refuses the batch. */
+static void mark(walk *w, const char *what)
+{
+    if (!strcmp(what, "workspace") || !strcmp(what, "MoE workspace")) w->ws_ovf = true;
+    else if (!w->ovf) w->ovf = what;
+}
+
 static int64_t ck_mul(walk *w, const char *what, int64_t a, int64_t b)
 {
     int64_t r;
     if (hp_mul_i64(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return INT64_MAX;
 }
 
@@ -97,7 +113,7 @@ static int64_t ck_add(walk *w, const char *what, int64_t a, int64_t b)
 {
     int64_t r;
     if (hp_add_i64(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return INT64_MAX;
 }
 
@@ -106,7 +122,7 @@ static uint64_t ck_bytes(walk *w, const char *what, int64_t n, uint64_t esize)
 {
     uint64_t r;
     if (n >= 0 && !__builtin_mul_overflow((uint64_t)n, esize, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return UINT64_MAX;
 }
 
@@ -114,7 +130,7 @@ static uint64_t ck_addu(walk *w, const char *what, uint64_t a, uint64_t b)
 {
     uint64_t r;
     if (!__builtin_add_overflow(a, b, &r)) return r;
-    if (!w->ovf) w->ovf = what;
+    mark(w, what);
     return UINT64_MAX;
 }
 
@@ -362,6 +378,7 @@ static hp_status prepare(walk *w)
 typedef struct dact {
     int64_t g[3];
     hp__lay lay;
+    int64_t cap; /* floats of the runner's buffer that holds it */
 } dact;
 
 static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
@@ -377,6 +394,156 @@ static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 static int64_t local_count(walk *w, const dact *a)
 {
     return count_of(w, a, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r);
+}
+
+/* ---- the workspace: the runner's buffers, in the order its forward sizes them ---- */
+
+/* The counter of hp__mem_count: a buffer of old bytes becomes one of nw bytes. */
+static void mem_count(walk *w, uint64_t old, uint64_t nw)
+{
+    w->m_cur = ck_addu(w, "workspace", w->m_cur - old, nw);
+    if (w->m_cur > w->m_peak) w->m_peak = w->m_cur;
+}
+
+/* A buffer kept across calls grown to n floats (at least 1), as reserve/scratch/rbuf grow theirs. */
+static void grow(walk *w, int64_t *cap, int64_t n)
+{
+    if (n < 1) n = 1;
+    if (n <= *cap) return;
+    mem_count(w, ck_bytes(w, "workspace", *cap, sizeof(float)), ck_bytes(w, "workspace", n, sizeof(float)));
+    *cap = n;
+}
+
+static void act_grow(walk *w, dact *a)
+{
+    grow(w, &a->cap, local_count(w, a));
+}
+
+/* The walked rank's local extent of a's dim d. */
+static int64_t local_dim(walk *w, const dact *a, int d)
+{
+    int64_t lo, n;
+    hp__lay_range(&w->x, &a->lay, a->g, d, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &n);
+    return n;
+}
+
+/* A scratch of bytes held only while one step runs (attention's scores, the loss's sums). */
+static void transient(walk *w, uint64_t bytes)
+{
+    mem_count(w, 0, bytes);
+    mem_count(w, bytes, 0);
+}
+
+/* The buffers of one axis's transition (one_axis in redist.c): the result goes into the spare activation, sized
+ * for the new layout; an all-gather packs through the two scratch blocks unless the blocks are even along an
+ * outermost dim, a reduce-scatter through scratch 0 unless outermost; the source's buffer becomes the spare. */
+static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst)
+{
+    if (lw.kind == HP__LOW_NONE || lw.kind == HP__LOW_REFUSE || lw.kind == HP__LOW_ALL_REDUCE) return;
+    dact b = *a;
+    b.lay.ax[ax] = dst;
+    b.cap = w->c_spare;
+    act_grow(w, &b);
+    int d = lw.d;
+    int64_t outer = 1, inner = 1, gn = w->x.ax[ax].n;
+    for (int i = 0; i < 3; i++)
+        if (i != d) {
+            int64_t n = local_dim(w, a, i);
+            if (i < d) outer = ck_mul(w, "workspace", outer, n);
+            else inner = ck_mul(w, "workspace", inner, n);
+        }
+    const hp__lay *sh = lw.kind == HP__LOW_ALL_GATHER ? &a->lay : &b.lay; /* the layout the members' blocks cut */
+    int64_t mx = 0, n0 = 0;
+    bool even = true;
+    for (int64_t i = 0; i < gn; i++) {
+        int64_t t = ax == HP__TP ? i : w->x.ax[HP__TP].r, c = ax == HP__CP ? i : w->x.ax[HP__CP].r, lo, n;
+        hp__lay_range(&w->x, sh, a->g, d, t, c, &lo, &n);
+        if (i == 0) n0 = n;
+        even = even && (i == 0 || n == mx);
+        mx = n > mx ? n : mx;
+    }
+    if (lw.kind == HP__LOW_ALL_GATHER && !(even && outer == 1)) {
+        int64_t blk = ck_mul3(w, "workspace", outer, mx, inner);
+        grow(w, &w->c_s0, blk);
+        grow(w, &w->c_s1, ck_mul(w, "workspace", blk, gn));
+    } else if (lw.kind == HP__LOW_REDUCE_SCATTER && outer != 1) {
+        grow(w, &w->c_s0, ck_mul(w, "workspace", ck_mul3(w, "workspace", outer, n0, inner), gn));
+    }
+    w->c_spare = a->cap;
+    a->cap = b.cap;
+}
+
+/* The rotary tables of the rows [pos0, pos0 + n) (rope_for: rebuilt when they change), (n·rot/2 + 1) floats each. */
+static void rope_tables(walk *w, int64_t pos0, int64_t n)
+{
+    if (w->rope_b && w->rope_pos0 == pos0 && w->rope_n == n) return;
+    mem_count(w, ck_addu(w, "workspace", w->rope_b, w->rope_b), 0);
+    w->rope_b = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul(w, "workspace", n, w->cfg.rot / 2), 1),
+                         sizeof(float));
+    mem_count(w, 0, ck_addu(w, "workspace", w->rope_b, w->rope_b));
+    w->rope_pos0 = pos0, w->rope_n = n;
+}
+
+/* n elements of sz bytes as hp__moe_alloc allocates them (at least 1 byte). */
+static uint64_t moe_arr(walk *w, int64_t n, uint64_t sz)
+{
+    uint64_t b = ck_bytes(w, "MoE workspace", n, sz);
+    return b ? b : 1;
+}
+
+/* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp_moe_ws_create and ep_build, one stage): T the
+ * most rows any rank holds, P the EP group, L = E / P local experts, I and sI the rank's expert widths. */
+static uint64_t ep_workspace(walk *w, int64_t l, int64_t T, int64_t I, int64_t sI)
+{
+    int64_t P = w->ep, E = w->E, L = E / P, K = w->K, H = w->cfg.H;
+    const char *mb = "MoE workspace";
+    int64_t TK = ck_mul(w, mb, T, K), TH = ck_mul(w, mb, T, H), TKH = ck_mul(w, mb, TK, H);
+    char gate[160];
+    snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", w->k->ly[l].ff->fqn);
+    uint64_t v[] = {moe_arr(w, TH, 8), moe_arr(w, ck_mul(w, mb, T, E), 8), moe_arr(w, 2 * E, 8), moe_arr(w, TK, 4),
+                    moe_arr(w, TK, 4), moe_arr(w, TK, 1), moe_arr(w, hp_moe_capacity_scratch_count(T, K, E), 4),
+                    moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4), moe_arr(w, TKH, 4),
+                    moe_arr(w, ck_mul3(w, mb, TK, 2, I), 4), moe_arr(w, L, sizeof(hp_linear_group)), moe_arr(w, L, 8),
+                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, T, 2, sI), 4) : 0, sI > 0 ? moe_arr(w, TH, 4) : 0,
+                    sI > 0 && hp_model_find_param(w->m, gate) ? moe_arr(w, T, 4) : 0,
+                    /* ep_build */
+                    moe_arr(w, E, 8), moe_arr(w, E + 1, 8), moe_arr(w, P * L, 8), moe_arr(w, P * L, 8), moe_arr(w, L, 8),
+                    moe_arr(w, 4 * P, sizeof(size_t)), moe_arr(w, TKH, 4), moe_arr(w, ck_mul(w, mb, P, TKH), 4),
+                    moe_arr(w, ck_mul(w, mb, P, TKH), 4), moe_arr(w, TH, 4)};
+    uint64_t s = 0;
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) s = ck_addu(w, mb, s, v[i]);
+    return s;
+}
+
+/* Rank 0's receive of hp__gather_full for a: the blocks of every first holder (bytes). */
+static uint64_t gathered_recv(walk *w, const dact *a)
+{
+    const hp_mesh *mesh = w->mesh;
+    uint64_t tot = 0;
+    for (int64_t r = 0; r < hp_mesh_world(mesh); r++) {
+        int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
+        if ((a->lay.ax[HP__TP].kind == HP_PL_R && t) || (a->lay.ax[HP__CP].kind == HP_PL_R && c) ||
+            hp_mesh_coord(mesh, r, "ep"))
+            continue;
+        int64_t g[3] = {w->dp_rows[dpi + 1] - w->dp_rows[dpi], a->g[1], a->g[2]}, lo, n, cnt = 1;
+        for (int d = 0; d < 3; d++) {
+            hp__lay_range(&w->x, &a->lay, g, d, t, c, &lo, &n);
+            cnt = ck_mul(w, "workspace", cnt, n);
+        }
+        tot = ck_addu(w, "workspace", tot, ck_bytes(w, "workspace", cnt, sizeof(float)));
+    }
+    return tot;
+}
+
+/* hp__gather_full's buffers on rank 0: the whole [B, S_pad, X] + 1 floats and the receive block in scratch 1. */
+static uint64_t gather_buffers(walk *w, const dact *a)
+{
+    if (w->cr->rank != 0) return 0;
+    uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->x.B_all, a->g[1],
+                                                                            a->g[2]), 1), sizeof(float));
+    mem_count(w, 0, full);
+    grow(w, &w->c_s1, (int64_t)(gathered_recv(w, a) / sizeof(float)) + 1);
+    return full;
 }
 
 static void track(walk *w, const dact *a)
@@ -455,6 +622,7 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
             w->w_spare = src > w->w_spare ? src : w->w_spare;
         }
         if (lw.bytes == UINT64_MAX && !w->ovf) w->ovf = "collective bytes"; /* saturated (redist.c) */
+        trans_buffers(w, a, ax, lw, to->ax[ax]);
         if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
             int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->x.ax[ax].n) : blk;
@@ -636,13 +804,36 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
         return hp_err_set(w->err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on "
                           "tp (in_dst tp R)", y->at.fqn);
     int64_t rows = local_count(w, t) / c->H, H = c->H;
-    dact k = {{t->g[0], t->g[1], y->kw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}};
-    dact v = {{t->g[0], t->g[1], y->vw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}};
+    dact k = {{t->g[0], t->g[1], y->kw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}, w->c_k};
+    dact v = {{t->g[0], t->g[1], y->vw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}, w->c_v};
+    /* the runner's buffers: q and the attention output (MLA: and its latent block), K and V, the rotary tables */
+    const char *wb = "workspace";
+    int64_t sq = local_dim(w, t, 1), tlo, tn;
+    hp__lay_range(&w->x, &t->lay, t->g, 1, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &tlo, &tn);
+    if (y->mla) {
+        int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rp = mc->qk_rope_head_dim;
+        int64_t qk = mc->qk_nope_head_dim + rp, vd = mc->v_head_dim;
+        grow(w, &w->c_buf[0], ck_mul3(w, wb, rows, y->nh, qk));
+        grow(w, &w->c_buf[1], ck_mul3(w, wb, rows, y->nh, vd));
+        grow(w, &w->c_buf[2], ck_mul(w, wb, rows, kvl + rp + ql + kvl + y->nh * (mc->qk_nope_head_dim + vd)));
+        rope_tables(w, tlo, sq);
+        act_grow(w, &k);
+        act_grow(w, &v);
+    } else {
+        grow(w, &w->c_buf[0], ck_mul3(w, wb, rows, y->nh, c->hd));
+        grow(w, &w->c_buf[1], ck_mul3(w, wb, rows, y->nh, c->hd));
+        act_grow(w, &k);
+        act_grow(w, &v);
+        rope_tables(w, tlo, sq);
+    }
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
     if (k.lay.ax[HP__CP].kind == HP_PL_S) {
         if ((st = trans(w, &k, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
         if ((st = trans(w, &v, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
     }
+    w->c_k = k.cap, w->c_v = v.cap;
+    /* hp__attention's scores [sq, sk] + 1 floats while it runs */
+    transient(w, ck_bytes(w, wb, ck_add(w, wb, ck_mul(w, wb, sq, local_dim(w, &k, 1)), 1), sizeof(float)));
     int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
     /* the keys each query row sees: the K block's rows per local batch row */
@@ -673,6 +864,7 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
     }
     w->cr->flops += f * (double)rows;
     hidden_like(t, H, y->at_split ? hp_pl_p() : hp_pl_r(), out);
+    act_grow(w, out);
     track(w, out);
     return leave(w, &y->at, out, (int32_t)l);
 }
@@ -694,14 +886,27 @@ static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
         for (int mask = 0; mask < M_COUNT; mask++)
             if ((mask & M_TP) && w->k->expert_bytes[mask]) experts_on_tp = true;
         if (w->tp > 1 && t->lay.ax[HP__TP].kind == HP_PL_R && !experts_on_tp && !w->moe_whole) w->moe_whole = y->ff.fqn;
+        /* the EP runtime, created at the layer's first forward for the most rows any rank holds */
+        int64_t T = 0;
+        for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
+        T = ck_mul(w, "MoE workspace", T, w->x.S_pad);
+        int64_t tr = y->moe_cut ? w->x.ax[HP__TP].r : 0, tn = y->moe_cut ? w->tp : 1;
+        mem_count(w, 0, ep_workspace(w, l, T, w->mI * (tr + 1) / tn - w->mI * tr / tn,
+                                     w->sI * (tr + 1) / tn - w->sI * tr / tn));
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
         hidden_like(t, H, y->moe_cut ? hp_pl_p() : t->lay.ax[HP__TP], out);
+        act_grow(w, out);
+        dact tk = {{t->g[0], t->g[1], w->K}, t->lay, 0}; /* the routed experts, kept for gather_topk */
+        act_grow(w, &tk);
     } else {
         w->cr->flops += 6.0 * (double)rows * (double)H * (double)y->I;
         int64_t gu = ck_mul3(w, "MLP buffers", rows, 2, y->I), hh = ck_mul(w, "MLP buffers", rows, y->I);
         w->w_gu = gu > w->w_gu ? gu : w->w_gu;
         w->w_h = hh > w->w_h ? hh : w->w_h;
+        grow(w, &w->c_buf[2], gu);
+        grow(w, &w->c_buf[3], hh);
         hidden_like(t, H, y->ff_split ? hp_pl_p() : hp_pl_r(), out);
+        act_grow(w, out);
     }
     track(w, out);
     return leave(w, &y->ff, out, (int32_t)l);
@@ -709,7 +914,10 @@ static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
 
 static hp_status norm(walk *w, const hp__contract *c, const dact *h, dact *t, int32_t layer)
 {
+    int64_t cap = t->cap; /* act_copy: t's own buffer, sized like h */
     *t = *h;
+    t->cap = cap;
+    act_grow(w, t);
     hp_status st = enter(w, c, t, layer);
     if (st == HP_OK && c->has_in) st = rows_layout(w, c, t);
     return st == HP_OK ? leave(w, c, t, layer) : st;
@@ -735,7 +943,8 @@ static hp_status walk_rank(walk *w)
     /* embed */
     const hp__contract *ce = &w->c_embed;
     hp__lay il = ce->has_in ? ce->in_dst : (hp__lay){{hp_pl_r(), hp_pl_r()}};
-    dact h = {{Bl, w->x.S_pad, H}, {{w->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}}}, t, a;
+    dact h = {{Bl, w->x.S_pad, H}, {{w->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}}, 0}, t = {0}, a = {0};
+    act_grow(w, &h);
     track(w, &h);
     if ((st = leave(w, ce, &h, -1)) != HP_OK) return st;
     for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
@@ -764,8 +973,9 @@ static hp_status walk_rank(walk *w)
     if ((st = enter(w, &hc, &t, -1)) != HP_OK) return st;
     if ((st = rows_layout(w, &hc, &t)) != HP_OK) return st;
     int64_t rows = local_count(w, &t) / H;
-    dact z;
+    dact z = a; /* the logits go into a's buffer */
     hidden_like(&t, c->V, w->head_split ? hp_pl_s(2) : hp_pl_r(), &z);
+    act_grow(w, &z);
     track(w, &z);
     int64_t vloc = local_count(w, &z) / (rows ? rows : 1);
     w->cr->flops += 2.0 * (double)rows * (double)H * (double)(rows ? vloc : 0);
@@ -774,7 +984,10 @@ static hp_status walk_rank(walk *w)
     hp_placement zt = z.lay.ax[HP__TP];
     if (zt.kind == HP_PL_P || z.lay.ax[HP__CP].kind == HP_PL_P || (zt.kind == HP_PL_S && zt.dim != 2))
         return hp_err_set(w->err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
-    int64_t zrows = local_count(w, &z) / c->V;
+    int64_t zrows = local_count(w, &z) / c->V, lrows = ck_mul(w, "workspace", local_dim(w, &z, 0), local_dim(w, &z, 1));
+    /* loss_of's per-row max (f32) and sum-exp and target (f64) while it runs */
+    transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", lrows + 1, sizeof(float)),
+                         ck_bytes(w, "workspace", 2 * lrows + 2, sizeof(double))));
     if (zt.kind == HP_PL_S && w->tp > 1) {
         int64_t lo, nv;
         hp__lay_range(&w->x, &z.lay, z.g, 2, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &nv);
@@ -788,6 +1001,7 @@ static hp_status walk_rank(walk *w)
     }
     /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where they lie */
     if (!w->o->train && (st = gather(w, &z, "logits", -1)) != HP_OK) return st;
+    if (!w->o->train) mem_count(w, gather_buffers(w, &z), 0); /* the logits, handed to the caller */
     return HP_OK;
 }
 
@@ -795,7 +1009,12 @@ static hp_status walk_rank(walk *w)
 static hp_status topk_gathers(walk *w, const hp__lay *moe_lay, int64_t l)
 {
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
-    dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay};
+    dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay, 0};
+    uint64_t full = gather_buffers(w, &tk);
+    if (w->cr->rank == 0) /* the int32 routing [B, S, K] handed to the caller */
+        transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->x.B_all, w->x.S_orig,
+                                                                              w->K), sizeof(int32_t)), 1));
+    mem_count(w, full, 0);
     return gather(w, &tk, w->ly[l].ff.fqn, (int32_t)l);
 }
 
@@ -1138,6 +1357,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
         w.w_saved = 0;
+        w.c_spare = w.c_s0 = w.c_s1 = w.c_k = w.c_v = 0;
+        memset(w.c_buf, 0, sizeof w.c_buf);
+        w.rope_b = w.m_cur = w.m_peak = 0;
+        w.ws_ovf = false;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);
@@ -1147,6 +1370,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             if (!w.ly[l].sparse) continue;
             wst = topk_gathers(&w, &w.ly[l].moe_lay, l);
         }
+        if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
         if (wst == HP_OK) memory(&w, r, o);
         if (wst == HP_OK && o->train) {
             r->flops *= 3; /* backward: twice the forward's GEMMs */

@@ -136,21 +136,40 @@ int64_t hp__act_count(const hp__act *a)
     return a->n[0] * a->n[1] * a->n[2];
 }
 
-static hp_status reserve(hp__act *a, size_t n, hp_err *err)
+void hp__mem_count(hp__ctx *x, size_t old_bytes, size_t new_bytes)
+{
+    x->mem.cur = x->mem.cur - old_bytes + new_bytes;
+    if (x->mem.cur > x->mem.peak) x->mem.peak = x->mem.cur;
+}
+
+void *hp__mem_realloc(hp__ctx *x, void *p, size_t old_bytes, size_t new_bytes)
+{
+    void *q = realloc(p, new_bytes ? new_bytes : 1);
+    if (q) hp__mem_count(x, old_bytes, new_bytes);
+    return q;
+}
+
+void hp__mem_free(hp__ctx *x, void *p, size_t bytes)
+{
+    if (p) hp__mem_count(x, bytes, 0);
+    free(p);
+}
+
+static hp_status reserve(hp__ctx *x, hp__act *a, size_t n, hp_err *err)
 {
     if (n <= a->cap) return HP_OK;
     size_t bytes;
     if (!hp_mul_size(n, sizeof(float), &bytes))
         return hp_err_set(err, HP_ERR_INPUT, "an activation of %zu floats is past what this machine can address; use "
                           "a smaller batch or sequence", n);
-    float *p = realloc(a->d, bytes);
+    float *p = hp__mem_realloc(x, a->d, a->cap * sizeof(float), bytes);
     if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for an activation of %zu floats", n);
     a->d = p;
     a->cap = n;
     return HP_OK;
 }
 
-hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err)
+hp_status hp__act_alloc(hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err)
 {
     a->g[0] = B, a->g[1] = S, a->g[2] = X;
     a->lay = lay;
@@ -160,7 +179,7 @@ hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int6
         return hp_err_set(err, HP_ERR_INPUT, "an activation block of [%lld, %lld, %lld] is past what 64-bit sizes "
                           "hold; use a smaller batch or sequence", (long long)a->n[0], (long long)a->n[1],
                           (long long)a->n[2]);
-    return reserve(a, n ? (size_t)n : 1, err);
+    return reserve(x, a, n ? (size_t)n : 1, err);
 }
 
 void hp__act_free(hp__act *a)
@@ -169,11 +188,17 @@ void hp__act_free(hp__act *a)
     memset(a, 0, sizeof *a);
 }
 
+void hp__act_release(hp__ctx *x, hp__act *a)
+{
+    if (a->d) hp__mem_count(x, a->cap * sizeof(float), 0);
+    hp__act_free(a);
+}
+
 void hp__ctx_free(hp__ctx *x)
 {
-    hp__act_free(&x->spare);
+    hp__act_release(x, &x->spare);
     for (int i = 0; i < 2; i++) {
-        free(x->scratch[i]);
+        hp__mem_free(x, x->scratch[i], x->scratch_cap[i] * sizeof(float));
         x->scratch[i] = NULL;
         x->scratch_cap[i] = 0;
     }
@@ -189,7 +214,7 @@ static float *scratch(hp__ctx *x, int i, size_t n, hp_err *err)
         return NULL;
     }
     if (n > x->scratch_cap[i]) {
-        float *p = realloc(x->scratch[i], bytes);
+        float *p = hp__mem_realloc(x, x->scratch[i], x->scratch_cap[i] * sizeof(float), bytes);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for a collective's buffer of %zu floats", n);
             return NULL;
@@ -468,7 +493,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
     }
 done:
     if (!x->spare.d) x->spare = b; /* kept for the next transition */
-    else hp__act_free(&b);
+    else hp__act_release(x, &b);
     free(lo);
     return st;
 }
@@ -515,6 +540,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     if (me == 0) {
         rc = hp_calloc((size_t)world * 2, sizeof *rc);
         full = hp_calloc((size_t)(B_all * S * X) + 1, sizeof *full);
+        if (full) hp__mem_count(x, 0, ((size_t)(B_all * S * X) + 1) * sizeof *full);
         if (!rc || !full) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gathered tensor");
         rd = rc ? rc + world : NULL;
         size_t tot = 0;
@@ -556,6 +582,6 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
         full = NULL;
     }
     free(rc);
-    free(full);
+    hp__mem_free(x, full, ((size_t)(B_all * S * X) + 1) * sizeof(float));
     return st;
 }

@@ -52,6 +52,13 @@ typedef struct hp__comm_stats {
     double wait_s;
 } hp__comm_stats;
 
+/* The forward's workspace, counted by the one allocation wrapper every activation, scratch and communication
+ * buffer of the runner goes through (weights and index arrays excluded): the bytes held now and the most held
+ * at once since the forward began (hp_run_stats.workspace_bytes; cost's workspace_bytes models it). */
+typedef struct hp__wsmem {
+    uint64_t cur, peak;
+} hp__wsmem;
+
 typedef struct hp__ctx {
     const hp_comm *world;
     const hp_mesh *mesh;
@@ -68,7 +75,15 @@ typedef struct hp__ctx {
     /* the batch of the forward in progress */
     int64_t B_all, S_orig, S_pad;
     int64_t *dp_rows; /* [dp + 1]: replica i holds rows [dp_rows[i], dp_rows[i+1]) */
+    hp__wsmem mem;    /* the workspace counter */
 } hp__ctx;
+
+/* The counting wrapper: a buffer of old_bytes becomes one of new_bytes (0: freed; a realloc counts new - old). */
+void hp__mem_count(hp__ctx *x, size_t old_bytes, size_t new_bytes);
+/* realloc(p, new_bytes), counted on success (p held old_bytes); NULL and nothing counted on failure. */
+void *hp__mem_realloc(hp__ctx *x, void *p, size_t old_bytes, size_t new_bytes);
+/* free(p) of a buffer of bytes, counted. */
+void hp__mem_free(hp__ctx *x, void *p, size_t bytes);
 
 /* Block i of n of a length L: [i·L/n, (i+1)·L/n) (as the shard layout cuts weights). */
 static inline int64_t hp__blk_lo(int64_t L, int64_t n, int64_t i)
@@ -85,8 +100,10 @@ hp__lay hp__lay_from(const hp_nplace *pl);
 void hp__act_shape(const hp__ctx *x, hp__act *a);
 int64_t hp__act_count(const hp__act *a);
 /* Sizes a for global dims g and layout lay, (re)allocating its buffer; contents undefined. */
-hp_status hp__act_alloc(const hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err);
+hp_status hp__act_alloc(hp__ctx *x, hp__act *a, int64_t B, int64_t S, int64_t X, hp__lay lay, hp_err *err);
 void hp__act_free(hp__act *a);
+/* hp__act_free of a buffer hp__act_alloc counted in x. */
+void hp__act_release(hp__ctx *x, hp__act *a);
 /* The context's reusable buffers (hp__ctx_free releases them). */
 void hp__ctx_free(hp__ctx *x);
 /* Global range [lo, lo+n) of dim d held by (tp index, cp index) under layout lay. */
@@ -129,7 +146,8 @@ hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char
 hp_status hp__allreduce(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err);
 hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, hp_err *err);
 /* Gathers an activation to rank 0 of the world as the whole [B_all, S, X] (B_all = sum over dp); rank 0 gets
- * *out (malloc'd). Partial layouts are refused. Collective over the world. */
+ * *out (malloc'd, (B_all·S·X + 1) floats, counted in x->mem: the caller releases it with hp__mem_free or
+ * hp__mem_count when it hands it on). Partial layouts are refused. Collective over the world. */
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err);
 

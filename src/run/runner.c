@@ -96,6 +96,7 @@ struct hp_runner {
     int64_t ep, ep_index;
     hp_run_stats stats;
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
+    size_t rope_bytes;          /* of each table (counted in x.mem) */
     int64_t rope_pos0, rope_n;
     hp__act *kept;      /* keep_activations: [L + 1] layer inputs of the last forward */
     hp__act h, t, a, k, v; /* the forward's activations, kept across forwards (warm pages) */
@@ -173,6 +174,12 @@ static void add_bias(const hp_runner *r, hp__act *a, const hp__w *b)
         for (int64_t j = 0; j < X; j++) a->d[i * X + j] += bv[lo + j];
 }
 
+/* The bytes hp__gather_full allocates on rank 0 for a: [B_all, S, X] + 1 floats. */
+static size_t gathered_bytes(int64_t B_all, const hp__act *a)
+{
+    return ((size_t)(B_all * a->g[1] * a->g[2]) + 1) * sizeof(float);
+}
+
 static hp_status record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
 {
     hp__nf_watch(&r->nf, what, a, r->x.dp_rows[r->x.dp_r]);
@@ -184,7 +191,7 @@ static hp_status record(hp_runner *r, const char *what, const char *coll, hp__ac
     float *full = NULL;
     hp_status st = hp__gather_full(&r->x, a, r->x.B_all, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, r->x.S_orig, a->g[2]);
-    free(full);
+    hp__mem_free(&r->x, full, gathered_bytes(r->x.B_all, a));
     return st;
 }
 
@@ -568,7 +575,7 @@ static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
     if (want > r->buf_cap[i]) {
-        float *p = realloc(r->buf[i], want * sizeof *p);
+        float *p = hp__mem_realloc(&r->x, r->buf[i], r->buf_cap[i] * sizeof *p, want * sizeof *p);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats", want);
             return NULL;
@@ -579,7 +586,7 @@ static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
     return r->buf[i];
 }
 
-static hp_status act_copy(const hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
+static hp_status act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
 {
     hp_status st = hp__act_alloc(&r->x, dst, src->g[0], src->g[1], src->g[2], src->lay, err);
     if (st == HP_OK) memcpy(dst->d, src->d, (size_t)hp__act_count(src) * sizeof *dst->d);
@@ -592,7 +599,7 @@ static hp_status lin_fwd(hp_linear *l, int64_t rows, const float *a, int64_t lda
 }
 
 /* The module's output [B, S, X] on the input's rows, laid out {tp: tp_pl, cp: the input's}. */
-static hp_status out_like(const hp_runner *r, const hp__act *in, int64_t X, hp_placement tp_pl, hp__act *out,
+static hp_status out_like(hp_runner *r, const hp__act *in, int64_t X, hp_placement tp_pl, hp__act *out,
                           hp_err *err)
 {
     hp__lay l = {{tp_pl, in->lay.ax[HP__CP]}};
@@ -613,12 +620,29 @@ static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act 
 static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 {
     if (r->rope_cos && r->rope_pos0 == pos0 && r->rope_n == n) return HP_OK;
-    free(r->rope_cos);
-    free(r->rope_sin);
+    /* the two tables of hp__rope_table: (n·rot/2 + 1) floats each */
+    size_t tab = ((size_t)(n * (r->cfg.rot / 2)) + 1) * sizeof(float);
+    hp__mem_free(&r->x, r->rope_cos, r->rope_bytes);
+    hp__mem_free(&r->x, r->rope_sin, r->rope_bytes);
     r->rope_cos = r->rope_sin = NULL;
+    r->rope_bytes = 0;
     hp_status st = hp__rope_table(&r->cfg, pos0, n, &r->rope_cos, &r->rope_sin, err);
+    if (st == HP_OK) {
+        r->rope_bytes = tab;
+        hp__mem_count(&r->x, 0, 2 * tab);
+    }
     r->rope_pos0 = pos0;
     r->rope_n = n;
+    return st;
+}
+
+/* hp__attention with its scores' scratch ([sq, sk] + 1 floats, held while it runs) counted. */
+static hp_status attention(hp_runner *r, const hp__attn_args *aa, hp_err *err)
+{
+    size_t sc = ((size_t)(aa->sq * aa->sk) + 1) * sizeof(float);
+    hp__mem_count(&r->x, 0, sc);
+    hp_status st = hp__attention(aa, err);
+    hp__mem_count(&r->x, sc, 0);
     return st;
 }
 
@@ -687,7 +711,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
                             .scale = scale, .q = q, .k = k->d, .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1],
                             .window = c->window[layer], .out = o};
-        st = hp__attention(&aa, err);
+        st = attention(r, &aa, err);
     }
     if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * vd, out->d, H, err);
@@ -739,7 +763,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k->d,
                             .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o,
                             .sinks = a->sinks.present ? a->sinks.d : NULL};
-        st = hp__attention(&aa, err);
+        st = attention(r, &aa, err);
     }
     if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
@@ -782,9 +806,11 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
         return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its experts are cut over tp, so every tp rank needs the "
                           "same whole rows (in_dst tp R), but they arrive laid out otherwise", m->c.fqn);
     if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
+        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
         hp_moe_ep_destroy(m->ep);
         m->ep = NULL;
         st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
+        if (st == HP_OK) hp__mem_count(&r->x, 0, hp_moe_ep_workspace_bytes(m->ep));
         m->max_tokens = max_rows;
     }
     if (st == HP_OK) st = out_like(r, t, H, m->tp_cut ? hp_pl_p() : t->lay.ax[HP__TP], out, err);
@@ -916,12 +942,14 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
     bool vsplit = z->lay.ax[HP__TP].kind == HP_PL_S && r->x.ax[HP__TP].n > 1;
     if (z->lay.ax[HP__TP].kind == HP_PL_P || z->lay.ax[HP__CP].kind == HP_PL_P || (z->lay.ax[HP__TP].kind == HP_PL_S && z->lay.ax[HP__TP].dim != 2))
         return hp_err_set(err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
+    size_t mx_b = ((size_t)rows + 1) * sizeof(float), se_b = ((size_t)rows * 2 + 2) * sizeof(double);
     float *mx = hp_calloc((size_t)rows + 1, sizeof *mx);
     double *se = hp_calloc((size_t)rows * 2 + 2, sizeof *se);
     if (!mx || !se) {
         free(mx), free(se);
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss");
     }
+    hp__mem_count(&r->x, 0, mx_b + se_b);
     double *tg = se + rows;
     for (int64_t i = 0; i < rows; i++) {
         int64_t b = i / z->n[1], s = i % z->n[1], p = z->lo[1] + s;
@@ -960,6 +988,7 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
     if (st == HP_OK) st = hp_comm_allreduce_sum_f64(r->x.world, acc, 2, err);
     free(mx);
     free(se);
+    hp__mem_count(&r->x, mx_b + se_b, 0);
     *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
     return st;
 }
@@ -982,8 +1011,10 @@ static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *
         int64_t K = m->l->top_k, Sp = r->x.S_pad;
         st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
         if (st == HP_OK && root) {
-            int32_t *ti = malloc((size_t)(B * S * K) * sizeof *ti + 1);
+            size_t ti_b = (size_t)(B * S * K) * sizeof(int32_t) + 1;
+            int32_t *ti = malloc(ti_b);
             if (!ti) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            else hp__mem_count(&r->x, 0, ti_b), hp__mem_count(&r->x, ti_b, 0); /* handed to the caller */
             for (int64_t b = 0; ti && b < B; b++)
                 for (int64_t s = 0; s < S; s++)
                     for (int64_t k = 0; k < K; k++) ti[(b * S + s) * K + k] = (int32_t)full[(b * Sp + s) * K + k];
@@ -991,7 +1022,7 @@ static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *
             out->topk_idx[out->n_moe++] = ti;
             out->K = K;
         }
-        free(full);
+        hp__mem_free(&r->x, full, gathered_bytes(B, &m->topk));
     }
     return st;
 }
@@ -1069,6 +1100,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memset(out, 0, sizeof *out);
     double t0 = hp_comm_wtime();
     memset(&r->x.st, 0, sizeof r->x.st);
+    r->x.mem.peak = r->x.mem.cur; /* this forward's high-water mark */
     hp_status st = check_ids(r, ids, B, S, err);
     if (st != HP_OK) return st;
     hp__nf_reset(&r->nf);
@@ -1106,6 +1138,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     float *full = NULL;
     if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) {
+        hp__mem_count(&r->x, gathered_bytes(B, a), 0); /* handed to the caller */
         int64_t V = r->cfg.V, Sp = r->x.S_pad;
         if (Sp != S)
             for (int64_t b = 0; b < B; b++) memmove(full + b * S * V, full + b * Sp * V, (size_t)(S * V) * sizeof *full);
@@ -1128,6 +1161,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memcpy(s->coll_s, r->x.st.coll_s, sizeof s->coll_s);
     s->tokens = B * S;
     s->wait_s = r->x.st.wait_s;
+    s->workspace_bytes = r->x.mem.peak;
     return HP_OK;
 }
 
