@@ -859,9 +859,10 @@ static int run(rb_args *a, int *argc, char ***argv)
     res.expect = (res.total - res.expert_bytes) / (double)a->tp + res.expert_bytes / (double)(a->ep > 1 ? a->ep : 1);
 
     /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
-    if ((st = hp_comm_split(w, R / (int)a->tp, R % (int)a->tp, &tpg, &err))) goto done;
-    if ((st = hp_comm_split(w, R / (int)(a->tp * a->cp) * (int)a->tp + R % (int)a->tp, R / (int)a->tp % (int)a->cp,
-                            &cpg, &err)))
+    const hp_mesh *pm = &p->mesh;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "tp", 0), (int)hp_mesh_coord(pm, R, "tp"), &tpg, &err)))
+        goto done;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "cp", 0), (int)hp_mesh_coord(pm, R, "cp"), &cpg, &err)))
         goto done;
     const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
     snprintf(in.group, sizeof in.group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");

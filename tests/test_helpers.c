@@ -1,5 +1,5 @@
-/* test_mesh_helpers.c — the mesh and plan facts written once: the EP group size, the group base of an axis, the
- * pp refusal; and the lists for messages (families, archetypes) that live in no static buffer. */
+/* test_helpers.c — facts written once: the EP group size, the group base of an axis, the pp refusal (mesh and
+ * plan API); and the lists for messages (families, archetypes) that live in no static buffer. */
 #include "hyperpar/model.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
