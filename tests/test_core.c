@@ -1,4 +1,4 @@
-/* test_core.c — errors, checked math, arena, buffer, natural order, glob, formatting. */
+/* test_core.c — errors, checked math, arena, buffer, natural order, glob, formatting, hashing. */
 #include "hyperpar/core.h"
 #include "testlib.h"
 
@@ -113,6 +113,57 @@ TEST(escape_text_from_files)
     hp_buf_free(&b);
     CHECK(hp_is_safe_text("plain \xc3\xa9", 0) && !hp_is_safe_text("e\x1b", 0) && !hp_is_safe_text("a\nb", 0));
     CHECK(hp_is_safe_text("a\nb", HP_ESC_KEEP_LINES) && !hp_is_safe_text("a\\b", HP_ESC_BACKSLASH));
+}
+
+/* hp_hash64 is XXH64: the reference digests (xxHash's own and python-xxhash's documented vectors). */
+TEST(hash64_known_vectors)
+{
+    CHECK(hp_hash64_bytes("", 0, 0) == 0xEF46DB3751D8E999ull);
+    CHECK(hp_hash64_bytes("a", 1, 0) == 0xD24EC4F1A98C6E5Bull);
+    CHECK(hp_hash64_bytes("abc", 3, 0) == 0x44BC2CF5AD770999ull);
+    const char *s = "Nobody inspects the spammish repetition"; /* 39 bytes: one 32-byte stripe and a tail */
+    CHECK(hp_hash64_bytes(s, strlen(s), 0) == 0xFBCEA83C8A378BF1ull);
+    CHECK(hp_hash64_bytes("abc", 3, 1) != hp_hash64_bytes("abc", 3, 0)); /* the seed is hashed */
+}
+
+/* The digest depends only on the bytes: any split of them into updates gives the one-shot value, and final()
+ * leaves the state usable for more updates. */
+TEST(hash64_streaming_is_split_independent)
+{
+    unsigned char buf[777];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)(i * 131 + 7);
+    for (size_t n = 0; n <= sizeof buf; n += 37) {
+        uint64_t want = hp_hash64_bytes(buf, n, 42);
+        for (size_t piece = 1; piece <= 40; piece += 3) {
+            hp_hash64 h;
+            hp_hash64_init(&h, 42);
+            for (size_t o = 0; o < n; o += piece) hp_hash64_update(&h, buf + o, n - o < piece ? n - o : piece);
+            CHECK_MSG(hp_hash64_final(&h) == want, "n %zu in pieces of %zu", n, piece);
+        }
+    }
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
+    hp_hash64_update(&h, buf, 100);
+    CHECK(hp_hash64_final(&h) == hp_hash64_bytes(buf, 100, 0));
+    hp_hash64_update(&h, buf + 100, 200);
+    CHECK(hp_hash64_final(&h) == hp_hash64_bytes(buf, 300, 0));
+    /* One flipped bit anywhere changes the digest. */
+    uint64_t base = hp_hash64_bytes(buf, sizeof buf, 0);
+    for (size_t i = 0; i < sizeof buf; i += 50) {
+        buf[i] ^= 1;
+        CHECK_MSG(hp_hash64_bytes(buf, sizeof buf, 0) != base, "bit 0 of byte %zu", i);
+        buf[i] ^= 1;
+    }
+}
+
+/* FNV-1a 64, kept for values files store (the manifest's plan fingerprint, gen's values): the published vectors,
+ * and continuing from a running value equals hashing the concatenation. */
+TEST(fnv1a64_known_vectors)
+{
+    CHECK(hp_fnv1a64(HP_FNV1A64_BASIS, "", 0) == 0xcbf29ce484222325ull);
+    CHECK(hp_fnv1a64(HP_FNV1A64_BASIS, "a", 1) == 0xaf63dc4c8601ec8cull);
+    CHECK(hp_fnv1a64(HP_FNV1A64_BASIS, "foobar", 6) == 0x85944171f73967e8ull);
+    CHECK(hp_fnv1a64(hp_fnv1a64(HP_FNV1A64_BASIS, "foo", 3), "bar", 3) == 0x85944171f73967e8ull);
 }
 
 TEST_MAIN()

@@ -337,9 +337,7 @@ static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
     for (size_t i = 0; st == HP_OK && i < m->n_params; i++) {
         const hp_param *p = &m->params[i];
-        uint64_t h = 1469598103934665603ull ^ splitmix64(o->seed);
-        for (const char *c = p->name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-        fills[i] = (big_fill){.p = p, .key = h};
+        fills[i] = (big_fill){.p = p, .key = hp_hash64_bytes(p->name, strlen(p->name), o->seed)};
         st = hp_st_writer_add_fill(w, p->name, p->dtype, p->n_dims, p->shape, big_fill_fn, &fills[i], err);
     }
     char path[4200];
@@ -861,14 +859,15 @@ static int run(rb_args *a, int *argc, char ***argv)
     res.expect = (res.total - res.expert_bytes) / (double)a->tp + res.expert_bytes / (double)(a->ep > 1 ? a->ep : 1);
 
     /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
-    if ((st = hp_comm_split(w, R / (int)a->tp, R % (int)a->tp, &tpg, &err))) goto done;
-    if ((st = hp_comm_split(w, R / (int)(a->tp * a->cp) * (int)a->tp + R % (int)a->tp, R / (int)a->tp % (int)a->cp,
-                            &cpg, &err)))
+    const hp_mesh *pm = &p->mesh;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "tp", 0), (int)hp_mesh_coord(pm, R, "tp"), &tpg, &err)))
+        goto done;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "cp", 0), (int)hp_mesh_coord(pm, R, "cp"), &cpg, &err)))
         goto done;
     const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
     snprintf(in.group, sizeof in.group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");
     /* The EP group, as the runner splits it (TP-extend-EP: ep consecutive ranks; the tp group when ep = tp). */
-    int64_t ep_n = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1, eg, ei;
+    int64_t ep_n = hp_plan_ep_size(p), eg, ei;
     hp_mesh_ep_index(&p->mesh, ep_n, R, &eg, &ei);
     if ((st = hp_comm_split(w, (int)eg, (int)ei, &epg, &err))) goto done;
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {

@@ -36,13 +36,14 @@ static const int_opt g_int_opts[] = {
 
 static void usage(FILE *out, const hp_gen_opts *d)
 {
+    char fams[HP_FAMILY_LIST_MAX];
     fprintf(out,
             "usage: hyperpar gen --family F --out DIR [options]\n"
             "\n"
             "Writes DIR/config.json and DIR/model.safetensors: a tiny model of family F with random\n"
             "weights, the same bytes for the same options and seed. Families: %s.\n"
             "\n",
-            hp_family_known_list());
+            hp_family_known_list(fams, sizeof fams));
     for (size_t i = 0; i < N_INT_OPTS; i++) {
         const int_opt *o = &g_int_opts[i];
         fprintf(out, "  %-20s %s, %lld..%lld (%lld)\n", o->name, o->help, (long long)o->min, (long long)o->max,
@@ -129,7 +130,9 @@ int cmd_gen(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("gen", "unexpected argument '%s'", argv[optind]);
-    if (!o.family) return cli_usage_error("gen", "--family is required (one of %s)", hp_family_known_list());
+    char fams[HP_FAMILY_LIST_MAX];
+    if (!o.family)
+        return cli_usage_error("gen", "--family is required (one of %s)", hp_family_known_list(fams, sizeof fams));
     if (!out) return cli_usage_error("gen", "--out DIR is required");
     if (!*out) return cli_usage_error("gen", "--out is empty; give the name of the folder to create");
     hp_err err;

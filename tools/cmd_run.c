@@ -392,7 +392,8 @@ static int run(run_args *a, int *argc, char ***argv)
             hp_linalg_blas_threads(a->threads);
         }
         hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
-                          .balanced_router = a->balanced};
+                          .balanced_router = a->balanced,
+                          .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY")}; /* validate's test hook */
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;

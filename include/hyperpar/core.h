@@ -142,6 +142,26 @@ bool hp_glob_match(const char *pattern, const char *text);
  * offset of the offending '[' (or range) and *why a phrase saying what is wrong ("a '[' that opens ..."). */
 bool hp_glob_valid(const char *pattern, size_t *bad_pos, const char **why);
 
+/* ---- hashing ----
+ * hp_hash64 is the library's one 64-bit hash of bytes: XXH64 (not cryptographic; ~10 GB/s on one core). The
+ * digest depends only on the bytes and the seed, never on the pieces they arrive in, and equals the reference
+ * XXH64(data, len, seed) (shard folder identities and rank-file checksums store it: docs/shard-format.md). */
+typedef struct hp_hash64 {
+    uint64_t v[4], seed, total;
+    uint8_t buf[32]; /* pending bytes of an unfinished 32-byte stripe */
+    unsigned n_buf;
+} hp_hash64;
+void hp_hash64_init(hp_hash64 *s, uint64_t seed);
+void hp_hash64_update(hp_hash64 *s, const void *data, size_t n);
+uint64_t hp_hash64_final(const hp_hash64 *s); /* the state stays usable: more updates may follow */
+uint64_t hp_hash64_bytes(const void *data, size_t n, uint64_t seed); /* init + update + final */
+
+/* FNV-1a 64 continuing h (start from HP_FNV1A64_BASIS): only for values a file format already stores (the
+ * manifest's plan fingerprint, gen's value keys); new code uses hp_hash64. */
+#define HP_FNV1A64_BASIS 0xcbf29ce484222325ull
+#define HP_FNV1A64_PRIME 0x100000001b3ull
+uint64_t hp_fnv1a64(uint64_t h, const void *data, size_t n);
+
 /* ---- interruption ---- */
 /* Records a signal (0 clears); async-signal-safe, so a SIGINT / SIGTERM / SIGHUP handler calls it. Long work
  * that writes output (shard, merge, the safetensors writer, gen) checks hp_interrupted for every piece of at

@@ -201,8 +201,10 @@ const char *hp_family_suggested_archetype(const hp_family *f);
 const char *hp_model_suggested_archetype(const hp_model *m);
 /* Batched experts stored transposed for x @ W with gate/up interleaved (gpt-oss: gate_up [E, H, 2I]). */
 bool hp_family_experts_transposed(const hp_family *f);
-/* Comma-separated list of known model types, for messages. */
-const char *hp_family_known_list(void);
+/* Comma-separated list of known model types, for messages, into the caller's buf (HP_FAMILY_LIST_MAX bytes
+ * hold it whole; a smaller one gets it cut short); returns buf. */
+#define HP_FAMILY_LIST_MAX 512
+const char *hp_family_known_list(char *buf, size_t cap);
 size_t hp_family_count(void);
 const hp_family *hp_family_at(size_t i);
 

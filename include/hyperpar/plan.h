@@ -191,6 +191,16 @@ void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *
 hp_status hp_mesh_check(const hp_mesh *m, hp_err *err);
 /* "dp=2,tp=4 (world 8), ep=4 (TP-extend-EP)" */
 const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap);
+/* The EP group size the mesh asks for: the ep axis's size with an explicit ep axis, else the TP-extend-EP
+ * size m->ep (1 when unset). The one statement of the rule; plans ask hp_plan_ep_size. */
+int64_t hp_mesh_ep_size(const hp_mesh *m);
+/* The rank of rank's group along axis (the ranks that differ from rank only in their coordinate on axis) whose
+ * coordinate on axis is coord. coord 0 gives the group's base, the same for every member: it names the group
+ * (a communicator split's colour). rank itself when the mesh has no such axis (a group of one). */
+int64_t hp_mesh_group_rank(const hp_mesh *m, int64_t rank, const char *axis, int64_t coord);
+/* HP_ERR_INPUT "pipeline parallelism (pp=N) is not supported; drop pp from the mesh" when the mesh has a pp axis
+ * of size > 1: the one refusal of pp (plan, plan files, shard, run, moe). */
+hp_status hp_mesh_check_pp(const hp_mesh *m, hp_err *err);
 
 /* ---- planning ---- */
 typedef struct hp_plan_opts {
@@ -233,6 +243,8 @@ typedef struct hp_plan {
 
 hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o, hp_err *err);
 void hp_plan_free(hp_plan *p);
+/* The plan's EP group size: its ep axis's size (explicit ep axis), else p->ep (TP-extend-EP), else 1. */
+int64_t hp_plan_ep_size(const hp_plan *p);
 
 /* Boundary by FQN, or NULL. */
 const hp_boundary *hp_plan_find(const hp_plan *p, const char *fqn);

@@ -52,6 +52,9 @@ typedef struct hp_run_opts {
     bool balanced_router;    /* MoE blocks replace the routed experts by the balanced router of spec §10.4 (slot
                                 s of a rank's tokens goes to expert (s mod Q)·L + (s div Q) mod L): benchmarks and
                                 checks of hyperpar cost's exchange; the outputs are not the model's */
+    const char *test_perturb_boundary; /* tests only, NULL otherwise: on a run of more than one rank, this boundary's
+                                          (FQN) output is nudged, so validate must name it first (the CLI sets it
+                                          from HP_TEST_PERTURB_BOUNDARY; the library reads no environment) */
 } hp_run_opts;
 
 typedef struct hp_run_stats {

@@ -15,7 +15,11 @@ struct hp_comm_req {
     const hp_comm *c;
 };
 
-static const char *self_name(void) { return "single process"; }
+static const char *self_name(const hp_comm *c)
+{
+    (void)c;
+    return "single process";
+}
 
 static hp_status self_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
 
@@ -135,7 +139,7 @@ void hp_comm_free(hp_comm *c)
 int hp_comm_rank(const hp_comm *c) { return c->rank; }
 int hp_comm_size(const hp_comm *c) { return c->size; }
 bool hp_comm_is_mpi(const hp_comm *c) { return c->ops != &g_self_ops; }
-const char *hp_comm_backend(const hp_comm *c) { return c->ops->name(); }
+const char *hp_comm_backend(const hp_comm *c) { return c->ops->name(c); }
 
 double hp_comm_wtime(void)
 {

@@ -10,7 +10,7 @@
 typedef enum { HP_RED_SUM, HP_RED_MAX } hp_red_op;
 
 typedef struct hp_comm_ops {
-    const char *(*name)(void);
+    const char *(*name)(const hp_comm *c); /* held by c (or a constant): valid while c lives */
     hp_status (*split)(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
     hp_status (*barrier)(const hp_comm *c, hp_err *err);
     hp_status (*bcast)(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);

@@ -24,6 +24,7 @@ typedef struct mpi_impl {
     MPI_Comm comm;
     int *ibuf;        /* [4 * size] int counts/displacements for the fast path */
     hp_comm_req *req; /* the one request a communicator has in flight */
+    char name[96];    /* "MPI (<library version>)", for hp_comm_backend */
 } mpi_impl;
 
 struct hp_comm_req {
@@ -50,17 +51,15 @@ bool hp__mpi_launched(void)
     return false;
 }
 
-static const char *mpi_name(void)
+static const char *mpi_name(const hp_comm *c) { return ((const mpi_impl *)c->impl)->name; }
+
+static void set_name(mpi_impl *im)
 {
-    static char buf[96];
-    if (!buf[0]) {
-        char v[MPI_MAX_LIBRARY_VERSION_STRING];
-        int len = 0;
-        MPI_Get_library_version(v, &len);
-        size_t n = strcspn(v, ",\n");
-        snprintf(buf, sizeof buf, "MPI (%.*s)", (int)(n < 60 ? n : 60), v);
-    }
-    return buf;
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    size_t n = strcspn(v, ",\n");
+    snprintf(im->name, sizeof im->name, "MPI (%.*s)", (int)(n < 60 ? n : 60), v);
 }
 
 static void mpi_free(hp_comm *c);
@@ -248,6 +247,7 @@ static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
     }
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     im->comm = comm;
+    set_name(im);
     im->ibuf = ibuf;
     im->req = r;
     r->c = c;

@@ -52,12 +52,7 @@ struct hp_st_writer {
 
 void hp_st_writer_set_threads(hp_st_writer *w, int n) { w->threads = n; }
 
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
+static uint64_t name_hash(const char *s) { return hp_hash64_bytes(s, strlen(s), 0); }
 
 /* The slot holding name, or the empty slot where it would go. n_slots is a power of two, never full. */
 static size_t *find_slot(const hp_st_writer *w, const char *name)

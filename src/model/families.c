@@ -182,15 +182,14 @@ int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, 
 
 bool hp_family_experts_transposed(const hp_family *f) { return f && f->experts == HP_EXPERTS_GPTOSS; }
 
-const char *hp_family_known_list(void)
+const char *hp_family_known_list(char *buf, size_t cap)
 {
-    static char list[512];
-    if (!list[0]) {
-        size_t o = 0;
-        for (size_t i = 0; i < N_FAMILIES && o < sizeof list; i++)
-            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", i ? ", " : "", g_families[i].model_type);
-    }
-    return list;
+    if (!buf || cap == 0) return buf;
+    buf[0] = '\0';
+    size_t o = 0;
+    for (size_t i = 0; i < N_FAMILIES && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", g_families[i].model_type);
+    return buf;
 }
 
 static const char *const g_arch_suffixes[] = {"forcausallm", "forconditionalgeneration",

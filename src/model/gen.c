@@ -54,9 +54,10 @@ hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
 {
     *out = NULL;
     const hp_family *f = hp_family_find(o->family);
+    char fams[HP_FAMILY_LIST_MAX];
     if (!f)
         return hp_err_set(err, HP_ERR_INPUT, "unknown family \"%s\"; known families: %s", o->family,
-                          hp_family_known_list());
+                          hp_family_known_list(fams, sizeof fams));
     if (o->dtype != HP_DT_F32 && o->dtype != HP_DT_BF16 && o->dtype != HP_DT_F16)
         return hp_err_set(err, HP_ERR_INPUT, "gen writes f32, bf16 or f16 weights, not %s", hp_dtype_name(o->dtype));
     const int64_t dims[] = {o->layers, o->hidden, o->heads, o->kv_heads, o->head_dim, o->intermediate, o->vocab};
@@ -132,11 +133,11 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* FNV-1a from a seed-dependent basis: generated checkpoints (and the goldens computed from them) store the
+ * values this key gives, so it stays bit-exact. (1469598103934665603 is FNV's basis with a digit short; kept.) */
 static uint64_t key_hash(uint64_t seed, const char *key)
 {
-    uint64_t h = 1469598103934665603ull ^ splitmix64(seed);
-    for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h;
+    return hp_fnv1a64(1469598103934665603ull ^ splitmix64(seed), key, strlen(key));
 }
 
 static float uniform(uint64_t key, uint64_t i)

@@ -111,16 +111,9 @@ typedef struct trie {
     size_t n_slots;
 } trie;
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 static int trie_get_or_add(trie *t, const char *fqn, size_t len, int parent, bool *added)
 {
-    uint64_t h = hash_bytes(fqn, len);
+    uint64_t h = hp_hash64_bytes(fqn, len, 0);
     size_t mask = t->n_slots - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
         int k = t->slots[i];
@@ -416,11 +409,13 @@ static hp_status open_meta(hp_model *m, const char *text, size_t len, const char
                                     &m->family, err);
     if (st != HP_OK) return st;
     if (!m->family) {
+        char fams[HP_FAMILY_LIST_MAX];
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: model_type \"%s\" (architecture \"%s\") is not a family hyperpar can synthesise from "
                           "config.json alone; known families: %s. Point hyperpar at the checkpoint's safetensors "
                           "instead: any architecture is read from real weights",
-                          label, m->model_type, m->architecture, hp_family_known_list());
+                          label, m->model_type, m->architecture,
+                          hp_family_known_list(fams, sizeof fams));
     }
     if ((st = check_meta_config(m, label, err)) != HP_OK) return st;
     m->meta = true;

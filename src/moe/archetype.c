@@ -40,14 +40,14 @@ bool hp_moe_archetype_parse(const char *name, hp_moe_archetype *out)
     return false;
 }
 
-const char *hp_moe_archetype_list(void)
-{
-    static char buf[256];
-    if (!buf[0])
-        for (int a = 0; a < HP_MOE_ARCHETYPE_COUNT; a++)
-            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s%s", a ? ", " : "", g_info[a].name);
-    return buf;
-}
+/* ", key" for every row of the table, joined by the compiler; the list starts after the first ", ". */
+#define HP_ARCHETYPE(id, key, ...) ", " key
+static const char g_key_list[] =
+#include "core/archetypes.def"
+    ;
+#undef HP_ARCHETYPE
+
+const char *hp_moe_archetype_list(void) { return g_key_list + 2; }
 
 hp_moe_router_kind hp_moe_archetype_router(hp_moe_archetype a) { return hp__moe_archetype_info_of(a)->router; }
 hp_moe_shared_kind hp_moe_archetype_shared(hp_moe_archetype a) { return hp__moe_archetype_info_of(a)->shared; }

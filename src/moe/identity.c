@@ -33,63 +33,50 @@
 /* manifest.json larger than this is not a manifest hyperpar wrote. */
 #define HP__ID_MANIFEST_MAX ((size_t)256 << 20)
 
-uint64_t hp__moe_hash(uint64_t h, const void *p, size_t n)
+static void hash_i64(hp_hash64 *h, int64_t v) { hp_hash64_update(h, &v, sizeof v); }
+
+static void hash_f64(hp_hash64 *h, const double *v, int64_t n)
 {
-    const unsigned char *b = p;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* 8 bytes a step: a byte-wise FNV runs at a quarter of the speed */
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
+    if (v) hp_hash64_update(h, v, (size_t)n * sizeof *v);
+    else hash_i64(h, -1);
 }
 
-static uint64_t hash_i64(uint64_t h, int64_t v) { return hp__moe_hash(h, &v, sizeof v); }
-
-static uint64_t hash_f64(uint64_t h, const double *v, int64_t n)
+static void hash_f32(hp_hash64 *h, const float *v, int64_t n)
 {
-    return v ? hp__moe_hash(h, v, (size_t)n * sizeof *v) : hash_i64(h, -1);
+    if (v) hp_hash64_update(h, v, (size_t)n * sizeof *v);
+    else hash_i64(h, -1);
 }
 
-static uint64_t hash_f32(uint64_t h, const float *v, int64_t n)
-{
-    return v ? hp__moe_hash(h, v, (size_t)n * sizeof *v) : hash_i64(h, -1);
-}
-
-/* Hashes bytes [off, off + len) of tensor t, copied out of the mapping in pieces of ID_PIECE bytes (a multiple
- * of 8, so the digest equals hashing the bytes in one call) with hp_st_read: a file truncated meanwhile is an
+/* Hashes bytes [off, off + len) of tensor t, copied out of the mapping in pieces of ID_PIECE bytes with
+ * hp_st_read: a file truncated meanwhile is an
  * error, not SIGBUS. */
 #define ID_PIECE ((size_t)1 << 20)
-static hp_status hash_bytes(uint64_t *h, const hp_st_file *f, const hp_st_tensor *t, uint64_t off, uint64_t len,
+static hp_status hash_bytes(hp_hash64 *h, const hp_st_file *f, const hp_st_tensor *t, uint64_t off, uint64_t len,
                             unsigned char *buf, hp_err *err)
 {
     for (uint64_t done = 0; done < len;) {
         size_t n = len - done < ID_PIECE ? (size_t)(len - done) : ID_PIECE;
         hp_status st = hp_st_read(f, t, off + done, buf, n, err);
         if (st != HP_OK) return st;
-        *h = hp__moe_hash(*h, buf, n);
+        hp_hash64_update(h, buf, n);
         done += n;
     }
     return HP_OK;
 }
 
 /* The checkpoint's tensor table, then the layer's routed-expert bytes (all, or one window per expert). */
-static hp_status hash_checkpoint(uint64_t *hp, const hp_moe_layer *l, const hp_ckpt *ck, hp_err *err)
+static hp_status hash_checkpoint(hp_hash64 *h, const hp_moe_layer *l, const hp_ckpt *ck, hp_err *err)
 {
-    uint64_t h = *hp;
     char pfx[128];
     snprintf(pfx, sizeof pfx, "%sexperts.", l->prefix);
     const size_t pl = strlen(pfx), n = hp_ckpt_count(ck);
     uint64_t expert_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         const hp_st_tensor *t = hp_ckpt_at(ck, i)->t;
-        h = hp__moe_hash(h, t->name, strlen(t->name) + 1);
+        hp_hash64_update(h, t->name, strlen(t->name) + 1);
         int64_t v[3 + HP_MAX_DIMS] = {t->dtype, t->n_dims, (int64_t)(t->end - t->begin)};
         memcpy(v + 3, t->shape, sizeof t->shape);
-        h = hp__moe_hash(h, v, sizeof v);
+        hp_hash64_update(h, v, sizeof v);
         if (!strncmp(t->name, pfx, pl)) expert_bytes += t->end - t->begin;
     }
     const bool all = expert_bytes <= HP__ID_FULL_BYTES;
@@ -102,7 +89,7 @@ static hp_status hash_checkpoint(uint64_t *hp, const hp_moe_layer *l, const hp_c
         if (strncmp(t->name, pfx, pl) != 0) continue;
         const uint64_t bytes = t->end - t->begin;
         if (all) {
-            st = hash_bytes(&h, ct->file, t, 0, bytes, buf, err);
+            st = hash_bytes(h, ct->file, t, 0, bytes, buf, err);
             continue;
         }
         /* A batched tensor [E, ...] holds E experts: one window at the start of each; a per-expert one, its
@@ -111,16 +98,15 @@ static hp_status hash_checkpoint(uint64_t *hp, const hp_moe_layer *l, const hp_c
         const uint64_t step = bytes / (uint64_t)parts;
         for (int64_t e = 0; e < parts && st == HP_OK; e++) {
             uint64_t off = (uint64_t)e * step, len = step < HP__ID_WINDOW ? step : HP__ID_WINDOW;
-            st = hash_bytes(&h, ct->file, t, off, len, buf, err);
+            st = hash_bytes(h, ct->file, t, off, len, buf, err);
         }
     }
     free(buf);
-    *hp = h;
     return st;
 }
 
 /* dir/manifest.json whole. */
-static hp_status hash_manifest(uint64_t *h, const char *dir, hp_err *err)
+static hp_status hash_manifest(hp_hash64 *h, const char *dir, hp_err *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
@@ -131,7 +117,7 @@ static hp_status hash_manifest(uint64_t *h, const char *dir, hp_err *err)
     size_t total = 0;
     ssize_t got = 0;
     while (buf && (got = read(fd, buf, 1 << 16)) > 0 && total <= HP__ID_MANIFEST_MAX) {
-        *h = hp__moe_hash(*h, buf, (size_t)got);
+        hp_hash64_update(h, buf, (size_t)got);
         total += (size_t)got;
     }
     close(fd);
@@ -148,19 +134,20 @@ hp_status hp_moe_layer_identity(const hp_moe_layer *l, const hp_model *m, const 
                                 hp_err *err)
 {
     *out = 0;
-    uint64_t h = 1469598103934665603ull;
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
     int64_t s[] = {l->layer, l->archetype, l->router, l->shared, l->act, l->n_experts, l->n_hidden, l->top_k,
                    l->d_expert, l->d_shared, l->n_group, l->topk_group, l->norm_topk_prob};
-    h = hp__moe_hash(h, s, sizeof s);
+    hp_hash64_update(&h, s, sizeof s);
     double f[] = {l->routed_scaling_factor, l->swiglu_limit, l->swiglu_alpha};
-    h = hash_f64(h, f, 3);
+    hash_f64(&h, f, 3);
     const int64_t E = l->n_experts, H = l->n_hidden, sI = l->d_shared;
-    h = hash_f64(h, l->w_router, E * H);
-    h = hash_f64(h, l->b_router, E);
-    h = hash_f64(h, l->b_correction, E);
-    h = hash_f32(h, l->ws_gate_up, 2 * sI * H);
-    h = hash_f32(h, l->ws_down, H * sI);
-    h = hash_f32(h, l->ws_gate, H);
+    hash_f64(&h, l->w_router, E * H);
+    hash_f64(&h, l->b_router, E);
+    hash_f64(&h, l->b_correction, E);
+    hash_f32(&h, l->ws_gate_up, 2 * sI * H);
+    hash_f32(&h, l->ws_down, H * sI);
+    hash_f32(&h, l->ws_gate, H);
     if (shard_dir) {
         hp_status st = hash_manifest(&h, shard_dir, err);
         if (st != HP_OK) return st;
@@ -168,6 +155,6 @@ hp_status hp_moe_layer_identity(const hp_moe_layer *l, const hp_model *m, const 
         hp_status st = hash_checkpoint(&h, l, m->ckpt, err);
         if (st != HP_OK) return st;
     }
-    *out = h;
+    *out = hp_hash64_final(&h);
     return HP_OK;
 }

@@ -69,8 +69,6 @@ hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err);
 /* Sets the local range [first, first + n_local) (n_local 0: the rest); HP_ERR_INPUT when outside the layer. */
 hp_status hp__moe_layer_set_range(hp_moe_layer *l, int64_t first, int64_t n_local, hp_err *err);
 
-/* identity.c: a 64-bit hash of n bytes continuing h (8 bytes a step; not cryptographic). */
-uint64_t hp__moe_hash(uint64_t h, const void *p, size_t n);
 /* hp_moe_check_finite with rows numbered from row_base (router.c). */
 hp_status hp__moe_check_finite_at(const float *x, int64_t n_tokens, int64_t n_hidden, const char *name,
                                   int64_t row_base, hp_err *err);

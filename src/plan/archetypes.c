@@ -31,16 +31,14 @@ static const archetype g_archetypes[] = {
 size_t hp_archetype_count(void) { return N_ARCH; }
 const char *hp_archetype_key(size_t i) { return i < N_ARCH ? g_archetypes[i].key : NULL; }
 
-const char *hp_archetype_list(void)
-{
-    static char buf[256];
-    if (!buf[0]) {
-        size_t o = 0;
-        for (size_t i = 0; i < N_ARCH && o < sizeof buf; i++)
-            o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", g_archetypes[i].key);
-    }
-    return buf;
-}
+/* ", key" for every row of the table, joined by the compiler; the list starts after the first ", ". */
+#define HP_ARCHETYPE(id, key, ...) ", " key
+static const char g_key_list[] =
+#include "core/archetypes.def"
+    ;
+#undef HP_ARCHETYPE
+
+const char *hp_archetype_list(void) { return g_key_list + 2; }
 
 /* The key itself, a full factory path, or any dotted suffix of one ("recipes.qwen2moe_ep_compute_fn"). */
 const char *hp_archetype_resolve(const char *target)

@@ -70,16 +70,10 @@ static int src_cmp(const void *a, const void *b)
 
 hp_status hp__validate_ep_extend(const hp_plan *p, hp_err *err)
 {
-    int64_t domain = 1;
-    for (int i = 0; i < p->mesh.n_dims; i++) {
-        if (strcmp(p->mesh.names[i], "pp") == 0) {
-            if (p->mesh.sizes[i] > 1)
-                return hp_err_set(err, HP_ERR_INPUT, "virtual EP v1 does not support pp>1 (mesh has pp=%lld)",
-                                  (long long)p->mesh.sizes[i]);
-            continue;
-        }
-        domain *= p->mesh.sizes[i];
-    }
+    hp_status st = hp_mesh_check_pp(&p->mesh, err);
+    if (st != HP_OK) return st;
+    int64_t domain = 1; /* the whole mesh: a pp axis, refused above, would not belong to it */
+    for (int i = 0; i < p->mesh.n_dims; i++) domain *= p->mesh.sizes[i];
     if (p->ep > domain || domain % p->ep != 0)
         return hp_err_set(err, HP_ERR_INPUT,
                           "ep_size (%lld) must not exceed and must divide the dense region (dp_replicate x dp_cp x "

@@ -232,6 +232,30 @@ void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *
     *count = b - a;
 }
 
+static int64_t ep_rule(const hp_mesh *m, int64_t ep) { return m->ep_axis ? hp_mesh_size(m, "ep") : ep > 1 ? ep : 1; }
+
+int64_t hp_mesh_ep_size(const hp_mesh *m) { return ep_rule(m, m->ep); }
+
+int64_t hp_plan_ep_size(const hp_plan *p) { return ep_rule(&p->mesh, p->ep); }
+
+int64_t hp_mesh_group_rank(const hp_mesh *m, int64_t rank, const char *axis, int64_t coord)
+{
+    int64_t stride = 1; /* ranks between neighbours on axis: row-major, the last dim fastest */
+    for (int d = m->n_dims - 1; d >= 0; d--) {
+        if (!strcmp(m->names[d], axis)) return rank + (coord - hp_mesh_coord(m, rank, axis)) * stride;
+        stride *= m->sizes[d];
+    }
+    return rank;
+}
+
+hp_status hp_mesh_check_pp(const hp_mesh *m, hp_err *err)
+{
+    int64_t pp = hp_mesh_size(m, "pp");
+    if (pp <= 1) return HP_OK;
+    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
+                      (long long)pp);
+}
+
 int64_t hp_mesh_world(const hp_mesh *m)
 {
     int64_t w = 1;
@@ -361,10 +385,8 @@ static hp_status setup_mesh(hp_plan *p, const hp_plan_opts *o, hp_err *err)
     p->mesh = o->mesh;
     p->tp = hp_mesh_size(&o->mesh, "tp");
     p->cp = hp_mesh_size(&o->mesh, "cp");
-    p->ep = o->mesh.ep_axis ? hp_mesh_size(&o->mesh, "ep") : (o->mesh.ep > 0 ? o->mesh.ep : 1);
-    if (hp_mesh_size(&o->mesh, "pp") > 1)
-        return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
-                          (long long)hp_mesh_size(&o->mesh, "pp"));
+    p->ep = hp_mesh_ep_size(&o->mesh);
+    if ((st = hp_mesh_check_pp(&o->mesh, err)) != HP_OK) return st;
     for (int i = 0; i < o->mesh.n_dims; i++) {
         const char *n = o->mesh.names[i];
         hp_axis a = strcmp(n, "tp") == 0 ? HP_AXIS_TP : strcmp(n, "cp") == 0 ? HP_AXIS_CP

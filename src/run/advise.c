@@ -191,8 +191,7 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     name_mesh(c);
     if (!admissible(x, c)) return false;
     hp_mesh mesh;
-    hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep_axis ? c->ep : 0, c->ep_axis);
-    if (!c->ep_axis) mesh.ep = c->ep > 1 ? c->ep : 0;
+    hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep, c->ep_axis);
     hp_cost_opts o = *co;
     int64_t world = hp_mesh_world(&mesh), ranks[2] = {0, world - 1};
     o.mesh = &mesh;

@@ -38,31 +38,25 @@ typedef struct fingerprint {
     char mesh[96], model[96], options[96];
 } fingerprint;
 
-static uint64_t mix(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-static uint64_t mix_i64(uint64_t h, int64_t v) { return mix(h, &v, sizeof v); }
-static uint64_t mix_f64(uint64_t h, double v) { return mix(h, &v, sizeof v); }
-static uint64_t mix_str(uint64_t h, const char *s) { return mix(h, s ? s : "", s ? strlen(s) + 1 : 1); }
-
-#define FNV0 1469598103934665603ull
+static void mix_i64(hp_hash64 *h, int64_t v) { hp_hash64_update(h, &v, sizeof v); }
+static void mix_f64(hp_hash64 *h, double v) { hp_hash64_update(h, &v, sizeof v); }
+static void mix_str(hp_hash64 *h, const char *s) { hp_hash64_update(h, s ? s : "", s ? strlen(s) + 1 : 1); }
+static uint64_t str_hash(const char *s) { return hp_hash64_bytes(s ? s : "", s ? strlen(s) + 1 : 1, 0); }
 
 /* Every number the runtime reads from config.json: two ranks that read two configs compute other things. */
 static uint64_t model_hash(const hp_model *m, const hp__rcfg *c)
 {
-    uint64_t h = mix_str(FNV0, m->family ? hp_family_name(m->family) : "?");
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
+    mix_str(&h, m->family ? hp_family_name(m->family) : "?");
     int64_t iv[] = {(int64_t)hp_model_num_params(m), c->H, c->L, c->nh, c->nkv, c->hd, c->V, c->I, (int64_t)c->rope,
                     c->interleave, c->truncate, c->orig_max, c->rot};
-    for (size_t i = 0; i < sizeof iv / sizeof *iv; i++) h = mix_i64(h, iv[i]);
+    for (size_t i = 0; i < sizeof iv / sizeof *iv; i++) mix_i64(&h, iv[i]);
     double dv[] = {c->eps, c->theta, c->factor, c->low, c->high, c->partial, c->attn_scale, c->beta_fast,
                    c->beta_slow, c->mscale_all_dim};
-    for (size_t i = 0; i < sizeof dv / sizeof *dv; i++) h = mix_f64(h, dv[i]);
-    for (int64_t l = 0; c->window && l < c->L; l++) h = mix_i64(h, c->window[l]);
-    return h;
+    for (size_t i = 0; i < sizeof dv / sizeof *dv; i++) mix_f64(&h, dv[i]);
+    for (int64_t l = 0; c->window && l < c->L; l++) mix_i64(&h, c->window[l]);
+    return hp_hash64_final(&h);
 }
 
 /* 64 bytes at three places of every tensor: enough to tell two checkpoints of the same shapes apart. */
@@ -70,12 +64,13 @@ static uint64_t model_hash(const hp_model *m, const hp__rcfg *c)
 
 static hp_status weights_hash(const hp_model *m, const hp_shard_rank_file *rf, uint64_t *out, hp_err *err)
 {
-    uint64_t h = FNV0;
     if (rf) {
         const char *id = hp_st_metadata_get(rf->file, "hyperpar_identity");
-        *out = mix_str(h, id ? id : "");
+        *out = str_hash(id ? id : "");
         return HP_OK;
     }
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
     const hp_ckpt *ck = m->ckpt;
     size_t n = ck ? hp_ckpt_count(ck) : 0;
     unsigned char buf[WINDOW];
@@ -83,28 +78,31 @@ static hp_status weights_hash(const hp_model *m, const hp_shard_rank_file *rf, u
     for (size_t i = 0; st == HP_OK && i < n; i++) {
         const hp_ckpt_tensor *ct = hp_ckpt_at(ck, i);
         const hp_st_tensor *t = ct->t;
-        h = mix_str(h, t->name);
-        h = mix_i64(h, t->dtype);
-        for (int d = 0; d < t->n_dims; d++) h = mix_i64(h, t->shape[d]);
+        mix_str(&h, t->name);
+        mix_i64(&h, t->dtype);
+        for (int d = 0; d < t->n_dims; d++) mix_i64(&h, t->shape[d]);
         const uint64_t bytes = t->end - t->begin;
         const uint64_t at[3] = {0, bytes / 2, bytes > WINDOW ? bytes - WINDOW : 0};
         for (int k = 0; st == HP_OK && k < 3 && bytes > 0; k++) {
             size_t len = bytes - at[k] < WINDOW ? (size_t)(bytes - at[k]) : WINDOW;
-            if ((st = hp_st_read(ct->file, t, at[k], buf, len, err)) == HP_OK) h = mix(h, buf, len);
+            if ((st = hp_st_read(ct->file, t, at[k], buf, len, err)) == HP_OK) hp_hash64_update(&h, buf, len);
         }
     }
-    *out = h;
+    *out = hp_hash64_final(&h);
     return st;
 }
 
 /* Hashes s with the text from `key` up to (not including) the next `until` cut out (to the end if none). */
-static uint64_t mix_without(uint64_t h, const char *s, const char *key, const char *until)
+static void mix_without(hp_hash64 *h, const char *s, const char *key, const char *until)
 {
     const char *k = strstr(s, key);
-    if (!k) return mix(h, s, strlen(s));
+    if (!k) {
+        hp_hash64_update(h, s, strlen(s));
+        return;
+    }
     const char *e = strstr(k, until);
-    h = mix(h, s, (size_t)(k - s));
-    return e ? mix(h, e, strlen(e)) : h;
+    hp_hash64_update(h, s, (size_t)(k - s));
+    if (e) hp_hash64_update(h, e, strlen(e));
 }
 
 /* The plan's JSON without the model's "path" (ranks may reach one checkpoint by other paths) and without the
@@ -121,9 +119,11 @@ static hp_status plan_hash(const hp_plan *p, uint64_t *out, hp_err *err)
         char *a = strndup(s, roles ? (size_t)(roles - s) : strlen(s));
         if (!a) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         else {
-            uint64_t h = mix_without(FNV0, a, "\"path\":", "\n"); /* the model's path: one line */
-            if (roles) h = mix_without(h, roles, "\"param_roles\":", "\n  \""); /* to the next top-level key */
-            *out = h;
+            hp_hash64 h;
+            hp_hash64_init(&h, 0);
+            mix_without(&h, a, "\"path\":", "\n"); /* the model's path: one line */
+            if (roles) mix_without(&h, roles, "\"param_roles\":", "\n  \""); /* to the next top-level key */
+            *out = hp_hash64_final(&h);
         }
         free(a);
     }
@@ -137,10 +137,10 @@ static hp_status fingerprint_of(const hp_model *m, const hp_plan *p, const hp_ru
     memset(f, 0, sizeof *f);
     hp_mesh_str(&p->mesh, f->mesh, sizeof f->mesh);
     size_t k = strlen(f->mesh);
-    if (p->ep > 1 || p->mesh.ep_axis)
-        snprintf(f->mesh + k, sizeof f->mesh - k, " with ep=%lld%s", (long long)p->ep,
+    if (hp_plan_ep_size(p) > 1 || p->mesh.ep_axis)
+        snprintf(f->mesh + k, sizeof f->mesh - k, " with ep=%lld%s", (long long)hp_plan_ep_size(p),
                  p->mesh.ep_axis ? " as an axis" : "");
-    f->h[P_MESH] = mix_str(FNV0, f->mesh);
+    f->h[P_MESH] = str_hash(f->mesh);
     f->h[P_SP] = p->sequence_parallel;
     f->h[P_LP] = p->loss_parallel;
     snprintf(f->model, sizeof f->model, "%s, %llu parameters", m->family ? hp_family_name(m->family) : "?",
@@ -151,7 +151,7 @@ static hp_status fingerprint_of(const hp_model *m, const hp_plan *p, const hp_ru
              o->compute == HP_LINALG_BF16 ? "bf16" : "exact", o->balanced_router ? "balanced" : "real",
              o->overlap ? ", --overlap" : "", o->record ? ", validate" : "",
              o->sync_collectives ? ", synchronised collectives" : "");
-    f->h[P_OPTIONS] = mix_str(FNV0, f->options) ^ (uint64_t)o->keep_activations;
+    f->h[P_OPTIONS] = str_hash(f->options) ^ (uint64_t)o->keep_activations;
     hp_status st = weights_hash(m, rf, &f->h[P_WEIGHTS], err);
     if (st == HP_OK) st = plan_hash(p, &f->h[P_PLAN], err);
     return st;

@@ -682,13 +682,7 @@ static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_
  * explicit ep axis, else the i-th of the group's consecutive ranks. */
 static int64_t ep_member(const hp_mesh *m, int64_t P, int64_t rank, int64_t i)
 {
-    if (!m->ep_axis) return rank / P * P + i;
-    int64_t stride = 1;
-    for (int d = m->n_dims - 1; d >= 0; d--) {
-        if (!strcmp(m->names[d], "ep")) return rank + (i - hp_mesh_coord(m, rank, "ep")) * stride;
-        stride *= m->sizes[d];
-    }
-    return rank;
+    return m->ep_axis ? hp_mesh_group_rank(m, rank, "ep", i) : rank / P * P + i;
 }
 
 /* Slots of n that the balanced router (spec §10.4; hp_moe_route_balance) sends to EP index q of P, kept under a
@@ -1110,15 +1104,8 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
             if (ep_member(m, w->ep, rank, i) / R != rank / R) return true;
         return false;
     }
-    int64_t stride = 1;
-    for (int d = m->n_dims - 1; d >= 0; d--) {
-        if (!strcmp(m->names[d], e->axis)) {
-            int64_t lo = rank - hp_mesh_coord(m, rank, e->axis) * stride;
-            return lo / R != (lo + (m->sizes[d] - 1) * stride) / R;
-        }
-        stride *= m->sizes[d];
-    }
-    return false;
+    int64_t lo = hp_mesh_group_rank(m, rank, e->axis, 0);
+    return lo / R != hp_mesh_group_rank(m, rank, e->axis, hp_mesh_size(m, e->axis) - 1) / R;
 }
 
 static void predict(walk *w, hp_cost_rank *r)
@@ -1301,7 +1288,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .cfg = k->cfg};
     w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_size(mesh, "dp");
-    w.ep = mesh->ep_axis ? hp_mesh_size(mesh, "ep") : o->mesh ? (mesh->ep > 1 ? mesh->ep : 1) : p->ep > 1 ? p->ep : 1;
+    w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
     w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
     w.sI = m->cfg.shared_intermediate_size;
     if (o->B < w.dp)

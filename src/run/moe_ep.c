@@ -30,24 +30,20 @@ static bool is_shard_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(man, &sb) == 0;
 }
 
-/* The MoE runtime's 64-bit hash (8 bytes a step: the input x can be hundreds of MB). */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    return hp__moe_hash(h, p, n);
-}
-
 /* What every rank must agree on before any exchange: model shape, layer, archetype, options, mesh. */
 static uint64_t fingerprint(const hp_model *m, const hp_run_moe_opts *o, int64_t ep, int archetype, double cf,
                             const char *mesh)
 {
-    uint64_t h = 1469598103934665603ull, np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
+    uint64_t np = hp_model_num_params(m), nb = hp_model_total_bytes(m);
     int64_t v[] = {(int64_t)np, (int64_t)nb, m->cfg.hidden_size, m->cfg.n_experts, m->cfg.num_experts_per_tok,
                    o->layer, archetype, (int64_t)o->policy, o->overlap, ep, o->chunks > 1 ? o->chunks : 1,
                    (int64_t)o->compute};
-    h = hash_bytes(h, v, sizeof v);
-    h = hash_bytes(h, &cf, sizeof cf);
-    h = hash_bytes(h, mesh, strlen(mesh));
-    return h;
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
+    hp_hash64_update(&h, v, sizeof v);
+    hp_hash64_update(&h, &cf, sizeof cf);
+    hp_hash64_update(&h, mesh, strlen(mesh));
+    return hp_hash64_final(&h);
 }
 
 /* The archetype of the layer from the plan (overrides), or explicitly; with EP it is never chosen silently. */
@@ -171,9 +167,7 @@ static hp_status mesh_of(const hp_run_moe_opts *o, int N, hp_mesh *mesh, int64_t
                             (long long)mesh->ep);
         *ep = mesh->ep;
     }
-    if (st == HP_OK && hp_mesh_size(mesh, "pp") > 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
-                        (long long)hp_mesh_size(mesh, "pp"));
+    if (st == HP_OK) st = hp_mesh_check_pp(mesh, err);
     if (st == HP_OK && *ep <= 0) *ep = N;
     if (st == HP_OK && !mesh->ep_axis) mesh->ep = *ep;
     if (st == HP_OK) hp_mesh_str(mesh, mstr, cap);
@@ -253,7 +247,7 @@ hp_status hp_run_moe(const hp_comm *world, const hp_run_moe_opts *o, const float
     ident me = {0};
     if (st == HP_OK) {
         me.rows = T;
-        me.x_hash = hash_bytes(1469598103934665603ull, xall, (size_t)(T * H) * sizeof(float));
+        me.x_hash = hp_hash64_bytes(xall, (size_t)(T * H) * sizeof(float), 0);
         st = hp_moe_layer_identity(l, m, shard ? o->model : NULL, &me.w_hash, err);
     }
     if ((st = agree(world, st, res, err)) != HP_OK) goto done;

@@ -501,7 +501,6 @@ done:
 hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char *what, const char **coll,
                            hp_err *err)
 {
-    static char label[96];
     const char *parts[HP__NAX] = {NULL, NULL};
     hp_status st = HP_OK;
     /* tp first: it is the inner split, so a cp transition never sees a tp-sharded dim it must not touch
@@ -510,8 +509,8 @@ hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char
     if (coll) {
         if (!parts[0] && !parts[1]) *coll = "identity";
         else if (parts[0] && parts[1]) {
-            snprintf(label, sizeof label, "%s (tp) + %s (cp)", parts[0], parts[1]);
-            *coll = label;
+            snprintf(x->coll_label, sizeof x->coll_label, "%s (tp) + %s (cp)", parts[0], parts[1]);
+            *coll = x->coll_label;
         } else *coll = parts[0] ? parts[0] : parts[1];
     }
     return st;

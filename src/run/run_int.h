@@ -68,6 +68,7 @@ typedef struct hp__ctx {
     hp__comm_stats st;
     bool sync;          /* a barrier before each collective (hp_run_opts.sync_collectives) */
     const char *where; /* the boundary being executed, for messages */
+    char coll_label[96]; /* hp__redistribute's "<tp part> (tp) + <cp part> (cp)", valid until its next call */
     /* buffers the transitions reuse across calls and forwards (no fresh pages per collective) */
     hp__act spare;             /* the other activation of a transition; swapped with the result */
     float *scratch[2];         /* packed send / receive blocks */

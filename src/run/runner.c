@@ -105,7 +105,7 @@ struct hp_runner {
     char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
     hp__wreg wreg;      /* the rank's weights with their names (a non-finite activation's cause) */
     hp__nf nf;          /* the first non-finite boundary output of the forward in progress */
-    const char *perturb; /* test hook HP_TEST_PERTURB_BOUNDARY: that boundary's output is nudged (validate's test) */
+    const char *perturb; /* hp_run_opts.test_perturb_boundary: that boundary's output is nudged (validate's test) */
     char desc[160];
 };
 
@@ -1041,9 +1041,7 @@ void hp_run_output_free(hp_run_output *out)
 
 static uint64_t ids_hash(const int64_t *ids, int64_t n, int64_t B, int64_t S)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)B ^ ((uint64_t)S << 32);
-    for (int64_t i = 0; i < n; i++) h = (h ^ (uint64_t)ids[i]) * 1099511628211ull;
-    return h;
+    return hp_hash64_bytes(ids, (size_t)n * sizeof *ids, (uint64_t)B ^ ((uint64_t)S << 32));
 }
 
 static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_err *err)
@@ -1167,17 +1165,6 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
 
 /* ---- create / free ---- */
 
-/* The group of ranks that differ from rank only on `axis`: rank with that coordinate set to 0. */
-static int axis_color(const hp_mesh *m, int64_t rank, const char *axis)
-{
-    int64_t stride = 1;
-    for (int d = m->n_dims - 1; d >= 0; d--) {
-        if (!strcmp(m->names[d], axis)) return (int)(rank - hp_mesh_coord(m, rank, axis) * stride);
-        stride *= m->sizes[d];
-    }
-    return (int)rank; /* no such axis: a group of one */
-}
-
 static hp_status split_groups(hp_runner *r, hp_err *err)
 {
     const hp_mesh *mesh = &r->p->mesh;
@@ -1189,9 +1176,9 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
     r->x.ax[HP__CP] = (hp__grp){NULL, cp, ci};
     r->x.dp = dp;
     r->x.dp_r = di;
-    hp_status st = hp_comm_split(r->x.world, axis_color(mesh, rank, "tp"), (int)ti, &r->x.ax[HP__TP].c, err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, axis_color(mesh, rank, "cp"), (int)ci, &r->x.ax[HP__CP].c, err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, axis_color(mesh, rank, "dp"), (int)di, &r->x.dp_c, err);
+    hp_status st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "tp", 0), (int)ti, &r->x.ax[HP__TP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "cp", 0), (int)ci, &r->x.ax[HP__CP].c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "dp", 0), (int)di, &r->x.dp_c, err);
     return st;
 }
 
@@ -1218,12 +1205,12 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
                           "or give a mesh of %d ranks",
                           (long long)hp_mesh_world(&p->mesh), world, (long long)hp_mesh_world(&p->mesh), world);
     bool moe = m->family && hp_family_is_moe(m->family);
-    if (!moe && (hp_mesh_size(&p->mesh, "ep") > 1 || p->ep > 1))
+    if (!moe && hp_plan_ep_size(p) > 1)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
-                          m->path, (long long)(p->ep > 1 ? p->ep : hp_mesh_size(&p->mesh, "ep")));
+                          m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
-    st = moe && (p->ep > 1 || hp_mesh_size(&p->mesh, "ep") > 1) ? hp_plan_preflight(p, err) : HP_OK;
+    st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, err) : HP_OK;
     if (st != HP_OK) return st;
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
@@ -1247,7 +1234,7 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     hp_status st = split_groups(r, err);
     if (st != HP_OK) return st;
     int64_t group;
-    r->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->ep > 1 ? p->ep : 1;
+    r->ep = hp_plan_ep_size(p);
     hp_mesh_ep_index(&p->mesh, r->ep, hp_comm_rank(r->x.world), &group, &r->ep_index);
     if ((st = hp_comm_split(r->x.world, (int)group, (int)r->ep_index, &r->ep_grp, err)) != HP_OK) return st;
     if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
@@ -1279,7 +1266,7 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         r->m = m;
         r->p = p;
         r->o = *o;
-        r->perturb = getenv("HP_TEST_PERTURB_BOUNDARY");
+        r->perturb = o->test_perturb_boundary;
         r->x.sync = o->sync_collectives;
         st = prepare(r, o, err);
     }

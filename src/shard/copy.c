@@ -184,15 +184,15 @@ hp_status hp__gather_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     return HP_OK;
 }
 
+/* The manifest stores FNV-1a 64 plan fingerprints (docs/shard-format.md), so this one stays FNV. */
 const char *hp__fnv1a_hex(const void *data, size_t n, char *buf)
 {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull; /* FNV 64 prime */
-    }
-    snprintf(buf, 17, "%016" PRIx64, h);
+    return hp__hex64(hp_fnv1a64(HP_FNV1A64_BASIS, data, n), buf);
+}
+
+const char *hp__hex64(uint64_t v, char *buf)
+{
+    snprintf(buf, 17, "%016" PRIx64, v);
     return buf;
 }
 

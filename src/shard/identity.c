@@ -29,16 +29,16 @@
 
 /* ---- canonical text fed to the hash ---- */
 
-static void h_str(hp__xxh64 *h, const char *s) { hp__xxh64_update(h, s, strlen(s) + 1); /* with its NUL */ }
+static void h_str(hp_hash64 *h, const char *s) { hp_hash64_update(h, s, strlen(s) + 1); /* with its NUL */ }
 
-static void h_i64(hp__xxh64 *h, int64_t v)
+static void h_i64(hp_hash64 *h, int64_t v)
 {
     char b[32];
     int n = snprintf(b, sizeof b, "%lld;", (long long)v);
-    hp__xxh64_update(h, b, (size_t)n);
+    hp_hash64_update(h, b, (size_t)n);
 }
 
-static void h_shape(hp__xxh64 *h, int n, const int64_t *shape)
+static void h_shape(hp_hash64 *h, int n, const int64_t *shape)
 {
     h_i64(h, n);
     for (int d = 0; d < n; d++) h_i64(h, shape[d]);
@@ -50,9 +50,9 @@ static void h_shape(hp__xxh64 *h, int n, const int64_t *shape)
 
 hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, hp_err *err)
 {
-    hp__xxh64 h[2];
-    hp__xxh64_init(&h[0], 0);
-    hp__xxh64_init(&h[1], 0x9e3779b97f4a7c15ull);
+    hp_hash64 h[2];
+    hp_hash64_init(&h[0], 0);
+    hp_hash64_init(&h[1], 0x9e3779b97f4a7c15ull);
     uint8_t *buf = malloc(SAMPLE);
     hp__mtensor *mts = hp_calloc(l->n_tensors ? l->n_tensors : 1, sizeof *mts);
     hp_status st = buf && mts ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -72,7 +72,7 @@ hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, h
             if (st == HP_OK) hp__mtensor_from(&t, &mts[i]);
         }
         uint64_t d = hp__rank_layout(globals, mts, l->n_tensors);
-        for (int k = 0; st == HP_OK && k < 2; k++) hp__xxh64_update(&h[k], &d, sizeof d);
+        for (int k = 0; st == HP_OK && k < 2; k++) hp_hash64_update(&h[k], &d, sizeof d);
     }
     free(mts);
     for (size_t i = 0; i < m->n_params && st == HP_OK; i++) {
@@ -99,13 +99,13 @@ hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, h
                                 "writes to it", hp_st_path(ct->file), p->name);
                 break;
             }
-            for (int k = 0; k < 2; k++) hp__xxh64_update(&h[k], buf, n);
+            for (int k = 0; k < 2; k++) hp_hash64_update(&h[k], buf, n);
         }
     }
     free(buf);
     if (st == HP_OK) {
-        hp__hex64(hp__xxh64_digest(&h[0]), out);
-        hp__hex64(hp__xxh64_digest(&h[1]), out + 16);
+        hp__hex64(hp_hash64_final(&h[0]), out);
+        hp__hex64(hp_hash64_final(&h[1]), out + 16);
     }
     return st;
 }
@@ -114,32 +114,32 @@ hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, h
 
 uint64_t hp__globals_digest_model(const hp_model *m)
 {
-    hp__xxh64 h;
-    hp__xxh64_init(&h, 0);
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
     for (size_t i = 0; i < m->n_params; i++) {
         h_str(&h, m->params[i].name);
         h_str(&h, hp_dtype_name(m->params[i].dtype));
         h_shape(&h, m->params[i].n_dims, m->params[i].shape);
     }
-    return hp__xxh64_digest(&h);
+    return hp_hash64_final(&h);
 }
 
 uint64_t hp__globals_digest_manifest(const hp__manifest *man)
 {
-    hp__xxh64 h;
-    hp__xxh64_init(&h, 0);
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
     for (size_t i = 0; i < man->n_globals; i++) {
         h_str(&h, man->globals[i].name);
         h_str(&h, hp_dtype_name(man->globals[i].dtype));
         h_shape(&h, man->globals[i].n_dims, man->globals[i].shape);
     }
-    return hp__xxh64_digest(&h);
+    return hp_hash64_final(&h);
 }
 
 uint64_t hp__rank_layout(uint64_t globals, const hp__mtensor *ts, size_t n)
 {
-    hp__xxh64 h;
-    hp__xxh64_init(&h, globals);
+    hp_hash64 h;
+    hp_hash64_init(&h, globals);
     h_i64(&h, (int64_t)n);
     for (size_t i = 0; i < n; i++) {
         const hp__mtensor *t = &ts[i];
@@ -158,7 +158,7 @@ uint64_t hp__rank_layout(uint64_t globals, const hp__mtensor *ts, size_t n)
         h_i64(&h, t->expert_count ? t->expert_first : -1);
         h_i64(&h, t->expert_count);
     }
-    return hp__xxh64_digest(&h);
+    return hp_hash64_final(&h);
 }
 
 void hp__mtensor_from(const hp_shard_tensor *t, hp__mtensor *mt)
@@ -292,8 +292,8 @@ hp_status hp__file_checksum(const char *path, uint64_t *sum, uint64_t *size, hp_
     if (st != HP_OK) return st;
     static const size_t chunk = 1u << 22; /* 4 MiB reads: full disk speed, and the interrupt check per piece */
     uint8_t *buf = malloc(chunk);
-    hp__xxh64 h;
-    hp__xxh64_init(&h, 0);
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
     uint64_t total = 0;
     if (!buf) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     while (st == HP_OK) {
@@ -305,12 +305,12 @@ hp_status hp__file_checksum(const char *path, uint64_t *sum, uint64_t *size, hp_
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) st = hp_err_set(err, HP_ERR_IO, "%s: read failed: %s", path, strerror(errno));
         if (n <= 0) break;
-        hp__xxh64_update(&h, buf, (size_t)n);
+        hp_hash64_update(&h, buf, (size_t)n);
         total += (uint64_t)n;
     }
     free(buf);
     close(fd);
-    *sum = hp__xxh64_digest(&h);
+    *sum = hp_hash64_final(&h);
     *size = total;
     return st;
 }

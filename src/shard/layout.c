@@ -350,11 +350,8 @@ hp_status hp_shard_layout_build(hp_shard_layout **out, const hp_model *m, const 
                               "the mesh has more than %d ranks; rank files are numbered with five "
                               "digits",
                               HP_SHARD_MAX_WORLD);
-    if (hp_mesh_size(&p->mesh, "pp") > 1)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "pipeline parallelism (pp=%lld) is not supported by shard; drop pp from "
-                          "the mesh",
-                          (long long)hp_mesh_size(&p->mesh, "pp"));
+    hp_status pst = hp_mesh_check_pp(&p->mesh, err);
+    if (pst != HP_OK) return pst;
     hp_shard_layout *l = hp_calloc(1, sizeof *l);
     pinfo *info = hp_calloc(m->n_params ? m->n_params : 1, sizeof *info);
     bool *emitted = NULL;
@@ -368,7 +365,7 @@ hp_status hp_shard_layout_build(hp_shard_layout **out, const hp_model *m, const 
     l->world = world;
     l->tp = hp_mesh_size(&p->mesh, "tp");
     l->cp = hp_mesh_size(&p->mesh, "cp");
-    l->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : (p->ep > 1 ? p->ep : 1);
+    l->ep = hp_plan_ep_size(p);
     hp_status st = HP_OK;
     if (!p->mesh.ep_axis && l->ep > 1 && world % l->ep)
         st = hp_err_set(err, HP_ERR_INPUT, "ep_size (%lld) must divide the dense region (%lld)", (long long)l->ep,

@@ -152,7 +152,7 @@ static hp_status read_mesh(hp_plan *p, const char *path, json_t *root, hp_err *e
     if (!p->mesh.ep_axis) p->mesh.ep = json_integer_value(ep);
     p->tp = hp_mesh_size(&p->mesh, "tp");
     p->cp = hp_mesh_size(&p->mesh, "cp");
-    p->ep = p->mesh.ep_axis ? hp_mesh_size(&p->mesh, "ep") : p->mesh.ep;
+    p->ep = hp_mesh_ep_size(&p->mesh);
     json_t *mdn = json_object_get(root, "mesh_dim_names");
     if (!json_is_array(mdn) || json_array_size(mdn) > HP_AXIS_COUNT)
         return fail(err, path, "mesh_dim_names", "expected an array of at most 3 axis names");
@@ -788,9 +788,8 @@ static hp_status validate(hp_plan *p, const hp_model *m, const char *path, json_
         return failf(err, path, "mesh.world", "%s%lld, but the product of mesh.dims sizes is %lld; the world size "
                      "is that product", json_is_integer(w) ? "" : "not an integer: ",
                      json_is_integer(w) ? (long long)json_integer_value(w) : 0LL, (long long)world);
-    if (hp_mesh_size(&p->mesh, "pp") > 1)
-        return failf(err, path, "mesh.dims", "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
-                     (long long)hp_mesh_size(&p->mesh, "pp"));
+    hp_err pp_err;
+    if (hp_mesh_check_pp(&p->mesh, &pp_err) != HP_OK) return fail(err, path, "mesh.dims", pp_err.msg);
     const char *mode = json_string_value(json_object_get(mesh, "ep_mode"));
     int64_t ep_json = json_integer_value(json_object_get(mesh, "ep"));
     if (p->mesh.ep_axis && ep_json != p->ep)

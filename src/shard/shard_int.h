@@ -11,7 +11,6 @@
  *   outdir.c     the output folder's life: --out checks (never an input, --force only over our own output),
  *                the temporary folder and its marker, stale temporaries, the race-free install
  *   guard.c      input snapshots, fault and interrupt errors (the SIGBUS guard itself: core/guard.c)
- *   hash.c       XXH64 (identities and checksums)
  *   identity.c   folder identity, per-rank layout digests, rank-file checks, slice tiling, --verify
  */
 #ifndef HP_SHARD_INT_H
@@ -87,16 +86,6 @@ hp_status hp__gather_fill(void *ctx, void *dst, size_t nbytes, hp_err *err);
 /* FNV-1a 64 of bytes, as 16 hex digits into buf (17 bytes). */
 const char *hp__fnv1a_hex(const void *data, size_t n, char *buf);
 
-/* ---- XXH64 (hash.c) ---- */
-typedef struct hp__xxh64 {
-    uint64_t v[4], seed, total;
-    uint8_t buf[32];
-    unsigned n_buf;
-} hp__xxh64;
-void hp__xxh64_init(hp__xxh64 *s, uint64_t seed);
-void hp__xxh64_update(hp__xxh64 *s, const void *data, size_t n);
-uint64_t hp__xxh64_digest(const hp__xxh64 *s);
-uint64_t hp__xxh64_once(const void *data, size_t n, uint64_t seed);
 /* 16 lower-case hex digits into buf (17 bytes). */
 const char *hp__hex64(uint64_t v, char *buf);
 

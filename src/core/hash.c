@@ -1,6 +1,10 @@
 /*
- * hash.c — XXH64 (Yann Collet's xxHash, 64-bit variant), streaming, for shard folder identities and rank-file
- * checksums.
+ * hash.c — hyperpar's one 64-bit hash of bytes (hp_hash64: XXH64, Yann Collet's xxHash 64-bit variant,
+ * streaming), and FNV-1a 64 (hp_fnv1a64) kept only for values that files already store.
+ *
+ * hp_hash64 forms every 64-bit hash in the library: shard folder identities and rank-file checksums
+ * (docs/shard-format.md specifies XXH64 there, so its values are part of the format), the ranks' agreement
+ * fingerprints, the MoE weight identities, the input-ids check and the in-memory name tables.
  *
  * Why XXH64: a rank-file checksum is computed over every byte hyperpar writes (and `merge --verify` reads
  * them all again), so the hash must run at memory speed; XXH64 does ~10 GB/s on one core, where FNV-1a is
@@ -10,11 +14,9 @@
  * State: four lanes over 32-byte stripes plus a buffer of up to 31 pending bytes; the digest is the same
  * as the reference XXH64(data, len, seed) whatever the pieces the data arrives in.
  */
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
-#include "shard/shard_int.h"
+#include "hyperpar/core.h"
 
 #define P1 0x9E3779B185EBCA87ull
 #define P2 0xC2B2AE3D27D4EB4Full
@@ -57,7 +59,7 @@ static uint64_t xmerge(uint64_t acc, uint64_t v)
     return acc * P1 + P4;
 }
 
-void hp__xxh64_init(hp__xxh64 *s, uint64_t seed)
+void hp_hash64_init(hp_hash64 *s, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
     s->v[0] = seed + P1 + P2;
@@ -67,7 +69,7 @@ void hp__xxh64_init(hp__xxh64 *s, uint64_t seed)
     s->seed = seed;
 }
 
-void hp__xxh64_update(hp__xxh64 *s, const void *data, size_t n)
+void hp_hash64_update(hp_hash64 *s, const void *data, size_t n)
 {
     const uint8_t *p = data;
     s->total += n;
@@ -93,7 +95,7 @@ void hp__xxh64_update(hp__xxh64 *s, const void *data, size_t n)
     s->n_buf = (unsigned)n;
 }
 
-uint64_t hp__xxh64_digest(const hp__xxh64 *s)
+uint64_t hp_hash64_final(const hp_hash64 *s)
 {
     uint64_t h;
     if (s->total >= 32) {
@@ -127,16 +129,18 @@ uint64_t hp__xxh64_digest(const hp__xxh64 *s)
     return h;
 }
 
-uint64_t hp__xxh64_once(const void *data, size_t n, uint64_t seed)
+uint64_t hp_hash64_bytes(const void *data, size_t n, uint64_t seed)
 {
-    hp__xxh64 s;
-    hp__xxh64_init(&s, seed);
-    hp__xxh64_update(&s, data, n);
-    return hp__xxh64_digest(&s);
+    hp_hash64 s;
+    hp_hash64_init(&s, seed);
+    hp_hash64_update(&s, data, n);
+    return hp_hash64_final(&s);
 }
 
-const char *hp__hex64(uint64_t v, char *buf)
+/* FNV-1a 64: byte-serial, h = (h ^ byte) * prime. Only where a file already stores its value. */
+uint64_t hp_fnv1a64(uint64_t h, const void *data, size_t n)
 {
-    snprintf(buf, 17, "%016" PRIx64, v);
-    return buf;
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * HP_FNV1A64_PRIME;
+    return h;
 }
