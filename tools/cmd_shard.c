@@ -131,7 +131,7 @@ int cmd_shard(int argc, char **argv)
     if (st == HP_OK) {
         /* Sharding does not execute the plan: a missing EP compute declaration is only a warning here. */
         hp_err w;
-        if (hp_plan_preflight(p, &w) != HP_OK) cli_warn("%s", w.msg);
+        if (hp_plan_preflight(p, "shard", &w) != HP_OK) cli_warn("%s", w.msg);
         if (plan_path) {
             const char *slash = strrchr(plan_path, '/');
             so.plan_file = slash ? slash + 1 : plan_path;
