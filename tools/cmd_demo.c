@@ -25,13 +25,22 @@
 #include "hyperpar/run.h"
 #include "hyperpar/model.h"
 
+static const cli_opt g_opts[] = {
+    {"out", 'o', "DIR", "keep the files in DIR (default: a temporary folder, removed afterwards)", 0, NULL},
+    {"family", 'f', "F", "the MoE family to generate (default qwen3_moe)", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: hyperpar demo [--out DIR] [--family F]\n"
             "\n"
             "Generates a tiny MoE checkpoint (qwen3_moe by default) and walks through what hyperpar does\n"
-            "with it. Without --out the files go to a temporary folder that is removed afterwards.\n");
+            "with it. Without --out the files go to a temporary folder that is removed afterwards.\n"
+            "\n");
+    cli_print_options(out, g_opts);
 }
 
 static void step(int n, const char *what) { printf("\n== step %d: %s\n", n, what); }
@@ -388,18 +397,12 @@ static int prepare_out(const char *out)
 
 int cmd_demo(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"out", required_argument, NULL, 'o'},
-        {"family", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *out = NULL;
     hp_gen_opts g;
     hp_gen_opts_default(&g);
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "demo", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "demo", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'f': g.family = optarg; break;
