@@ -320,8 +320,6 @@ static void print_json(const ep_args *a, const char *name, hp_moe_archetype arch
     printf("}\n");
 }
 
-static int exit_code(hp_status st) { return st == HP_ERR_INPUT ? HP_EXIT_USAGE : st == HP_ERR_VERIFY ? HP_EXIT_VERIFY : HP_EXIT_RUNTIME; }
-
 static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, int *argc, char ***argv)
 {
     hp_err err;
@@ -419,14 +417,7 @@ done:
     free(y);
     hp_moe_ep_destroy(ep);
     hp_moe_layer_free(l);
-    /* Every failure above is agreed by all ranks: rank 0 prints the message before any rank exits, since
-     * mpirun may kill the job as soon as one rank ends with a non-zero status. */
-    int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : exit_code(st);
-    if (st != HP_OK && P > 1) {
-        fflush(stderr);
-        hp_err e2;
-        (void)hp_comm_barrier(c, &e2);
-    }
+    int code = cli_collective_exit(c, st, &err, true); /* every failure above is agreed by all ranks */
     hp_comm_free(c);
     return code;
 }

@@ -720,17 +720,6 @@ static uint64_t dir_bytes(const char *dir)
     return n;
 }
 
-/* This process is rank 0 of the launch, or not started by a launcher (read before MPI starts). */
-static bool launch_rank0(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v) return !strcmp(v, "0");
-    }
-    return true;
-}
-
 /* OpenMP's thread count shared by the ranks of this node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), at least 1. */
 static int default_threads(void)
 {
@@ -743,7 +732,7 @@ static int default_threads(void)
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
-    bool torch = launch_rank0() && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    bool torch = hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -912,11 +901,7 @@ done:
         if (access(root, F_OK) == 0) fprintf(stderr, "hyperpar bench: could not remove %s\n", root);
         cli_signals_release(0); /* a signal during the removal: re-raised now */
     }
-    int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : hp_status_exit_code(st);
-    if (st != HP_OK && P > 1) {
-        fflush(stderr);
-        (void)hp_comm_barrier(w, &e2);
-    }
+    int code = cli_collective_exit(w, st, &err, true);
     hp_comm_free(w);
     return code;
 }

@@ -179,6 +179,24 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
  * reasons. commands[i] (or commands NULL): the command line that makes candidate i, shown for the accepted. */
 int cli_html_advise(FILE *f, const char *title, const struct hp_advice *a, const char *const *commands);
 
+/* ---- facts several commands share (common.c) ---- */
+struct hp_comm;
+/* The one error exit of a command that ran collectives (run, validate, moe, bench run, bench ep): 0 for HP_OK;
+ * otherwise, when the failure was agreed (every rank holds the same message, hp_comm_agree), rank 0 prints it
+ * and every rank waits at a barrier so that none exits before it is printed (mpirun may end the job at the
+ * first non-zero exit); a failure that is this rank's alone (!agreed) is printed by the rank, naming it.
+ * Returns the exit code for st on every rank. Does not free w. */
+int cli_collective_exit(struct hp_comm *w, hp_status st, hp_err *err, bool agreed);
+/* The tensor of token ids every command reads and writes: input_ids I64 (or I32 read) [B, S]. */
+#define CLI_IDS_KEY "input_ids"
+/* input_ids of path: its shape into *B, *S and, when ids is not NULL, the ids widened to int64 into a malloc'd
+ * *ids (freed by the caller). An error names path and what the tensor is against what is expected. */
+hp_status cli_read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+/* The key of a sparse layer's routed experts in run's --output, forward_io files and cost's --routing:
+ * "moe.<layer>.topk_idx", I32 [B*S, K]. */
+const char *cli_topk_key(int64_t layer, char *buf, size_t cap);
+#define CLI_TOPK_KEY_MAX 48
+
 /* ---- the benchmarks' model shapes (presets.c): one table for bench moe, ep and run ---- */
 #include "hyperpar/moe.h"
 typedef struct cli_preset {

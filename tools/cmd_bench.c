@@ -165,20 +165,6 @@ static const char *fmt_ratio(char *buf, size_t cap, double r)
     return buf;
 }
 
-/* "1.50 GiB", "12.0 MiB", "0 B". */
-static const char *fmt_bytes(char *buf, size_t cap, double b)
-{
-    if (b >= (double)(1u << 30))
-        snprintf(buf, cap, "%.2f GiB", b / (1u << 30));
-    else if (b >= (double)(1u << 20))
-        snprintf(buf, cap, "%.1f MiB", b / (1u << 20));
-    else if (b >= 1024.0)
-        snprintf(buf, cap, "%.1f KiB", b / 1024.0);
-    else
-        snprintf(buf, cap, "%.0f B", b);
-    return buf;
-}
-
 /* One linear's paths as text: "m <= 16: <small>; m > 16: <large>" (only the large one without a small path). */
 static void print_paths(const char *what, const hp_linear_info *in, int64_t n, int64_t k, int64_t n_mats)
 {
@@ -335,8 +321,8 @@ static int run(const bench_args *a)
                    (long long)nl, (long long)p->experts, (long long)ep, (long long)p->experts, expert_gib, a->max_gib);
         printf("  weights  : %s generated and held, built in %.1f s; resident %s of experts = %.2f x their %s "
                "bytes (the GEMM layer owns %s of it)\n",
-               dt, t_build, fmt_bytes(b1, sizeof b1, resident), resident / stored, dt,
-               fmt_bytes(b2, sizeof b2, owned));
+               dt, t_build, hp_format_bytes((uint64_t)(resident), b1, sizeof b1), resident / stored, dt,
+               hp_format_bytes((uint64_t)(owned), b2, sizeof b2));
         printf("  compute  : %s (%s)\n", cm,
                a->compute == HP_LINALG_BF16 ? "activations rounded to bf16 for the products, f32 sums"
                                             : "f32 activations, bf16 weights widened exactly, f32 sums");
@@ -353,11 +339,11 @@ static int run(const bench_args *a)
                    fmt_ratio(r1, sizeof r1, ratio(gflops, dense)));
         else
             printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
-        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", fmt_bytes(b3, sizeof b3, bytes),
+        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", hp_format_bytes((uint64_t)(bytes), b3, sizeof b3),
                gbps);
         if (read >= 0)
             printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", read,
-                   fmt_bytes(b2, sizeof b2, (double)READ_SWEEP_BYTES), LIMIT_REPS,
+                   hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
                    fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
         else
             printf("read sweep n/a (out of memory)\n");

@@ -326,15 +326,9 @@ int cmd_cost(int argc, char **argv)
     hp_plan *p = NULL;
     hp_shard_layout *l = NULL;
     hp_cost *cost = NULL;
-    hp_st_file *sf = NULL;
     hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
-    if (st == HP_OK && input && (st = hp_st_open(&sf, input, &err)) == HP_OK) {
-        const hp_st_tensor *t = hp_st_find(sf, "input_ids");
-        if (!t || t->n_dims != 2 || t->shape[0] < 1 || t->shape[1] < 1)
-            st = hp_err_set(&err, HP_ERR_INPUT, "%s: no input_ids [B, S] with B, S >= 1", input);
-        else cf.co.B = t->shape[0], cf.co.S = t->shape[1], cf.batch_given = cf.seq_given = true;
-        hp_st_close(sf);
-    }
+    if (st == HP_OK && input && (st = cli_read_ids(input, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
+        cf.batch_given = cf.seq_given = true;
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
     for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
         if (hp_model_freeze(m, pf.freeze[i]) == 0)

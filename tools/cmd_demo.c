@@ -194,7 +194,7 @@ static int write_ids(const char *path, int64_t B, int64_t S, int64_t vocab)
     } else {
         for (int64_t i = 0; i < B * S; i++) ids[i] = (i * 37 + 11) % vocab;
         int64_t shape[2] = {B, S};
-        if (hp_st_writer_add(w, "input_ids", HP_DT_I64, 2, shape, ids, &err) != HP_OK ||
+        if (hp_st_writer_add(w, CLI_IDS_KEY, HP_DT_I64, 2, shape, ids, &err) != HP_OK ||
             hp_st_writer_write(w, path, &err) != HP_OK)
             rc = cli_fail(&err);
     }

@@ -313,23 +313,6 @@ static int run(const moe_args *a)
 /* How a run under mpirun ends: an agreed error is the same on every rank, so rank 0 prints it once (the
  * others wait at a barrier so that mpirun does not end rank 0 before it has printed); an error only this
  * rank has (a failed split or collective) is printed by this rank, named. */
-static int ep_exit(hp_comm *w, hp_status st, hp_err *err, bool agreed)
-{
-    if (st == HP_OK) return HP_EXIT_OK;
-    const int R = hp_comm_rank(w), N = hp_comm_size(w);
-    int code = hp_status_exit_code(st);
-    if (!agreed || R == 0) {
-        if (!agreed && N > 1) hp_err_prefix(err, "rank %d", R);
-        code = cli_fail(err);
-    }
-    if (agreed && N > 1) {
-        fflush(stderr);
-        hp_err e2;
-        (void)hp_comm_barrier(w, &e2);
-    }
-    return code;
-}
-
 /* "rank 3" or "ranks 0..2". */
 static const char *ranks_str(int64_t a, int64_t b, char *buf, size_t cap)
 {
@@ -413,7 +396,7 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     free(xall);
     hp_st_close(in);
     hp_run_moe_result_free(&res);
-    int code = ep_exit(world, st, &err, agreed);
+    int code = cli_collective_exit(world, st, &err, agreed);
     hp_comm_free(world);
     return code;
 }
@@ -474,7 +457,7 @@ int cmd_moe(int argc, char **argv)
     if (!a.output && !a.compare) return cli_usage_error("moe", "missing --output Y.safetensors (or --compare REF)");
     if (a.threads > 0) hp_moe_set_threads((int)a.threads);
     /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
-    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || a.ep || a.mesh ||
+    if (hp_comm_launched() || a.ep || a.mesh ||
         a.overrides || a.overlap || a.chunks)
         return run_ep(&a, &argc, &argv); /* checks --output itself, inside the rank agreement */
     if (a.output) {

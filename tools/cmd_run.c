@@ -94,40 +94,6 @@ static bool is_shard_dir(const char *path)
     return lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
 }
 
-/* input_ids [B, S] as int64 (I64 or I32 stored). */
-static hp_status read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
-{
-    *ids = NULL;
-    hp_st_file *f = NULL;
-    hp_status st = hp_st_open(&f, path, err);
-    if (st != HP_OK) return st;
-    const hp_st_tensor *t = hp_st_find(f, "input_ids");
-    if (!t) st = hp_err_set(err, HP_ERR_INPUT, "%s: no tensor 'input_ids' (I64 [B, S])", path);
-    else if (t->n_dims != 2 || (t->dtype != HP_DT_I64 && t->dtype != HP_DT_I32))
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is %s with %d dims; expected I64 (or I32) [B, S]", path,
-                        hp_dtype_name(t->dtype), t->n_dims);
-    else if (t->shape[0] < 1 || t->shape[1] < 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is [%lld, %lld]; it needs at least one token", path,
-                        (long long)t->shape[0], (long long)t->shape[1]);
-    if (st == HP_OK) {
-        int64_t n = t->shape[0] * t->shape[1];
-        *ids = malloc((size_t)n * sizeof **ids);
-        if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
-        /* guarded: a file truncated meanwhile is an error, not SIGBUS; I32 widened in place from the end */
-        size_t es = t->dtype == HP_DT_I64 ? 8 : 4;
-        if (st == HP_OK) st = hp_st_read(f, t, 0, *ids, (size_t)n * es, err);
-        for (int64_t i = n - 1; st == HP_OK && es == 4 && i >= 0; i--) {
-            int32_t v;
-            memcpy(&v, (const char *)*ids + i * 4, 4);
-            (*ids)[i] = v;
-        }
-        *B = t->shape[0];
-        *S = t->shape[1];
-    }
-    hp_st_close(f);
-    return st;
-}
-
 static hp_status write_output(const char *path, const hp_run_output *o, hp_err *err)
 {
     hp_st_writer *w = hp_st_writer_create();
@@ -136,10 +102,10 @@ static hp_status write_output(const char *path, const hp_run_output *o, hp_err *
     float loss = (float)o->loss;
     hp_status st = hp_st_writer_add(w, "logits", HP_DT_F32, 3, shape, o->logits, err);
     if (st == HP_OK) st = hp_st_writer_add(w, "loss", HP_DT_F32, 0, shape, &loss, err);
-    char key[64];
+    char key[CLI_TOPK_KEY_MAX];
     for (int i = 0; st == HP_OK && i < o->n_moe; i++) {
         int64_t ks[2] = {o->B * o->S, o->K};
-        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+        cli_topk_key(o->moe_layer[i], key, sizeof key);
         st = hp_st_writer_add(w, key, HP_DT_I32, 2, ks, o->topk_idx[i], err);
     }
     if (st == HP_OK) st = hp_st_writer_write(w, path, err);
@@ -183,8 +149,8 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
             /* the routed experts of every sparse layer the reference has: exactly equal */
             int64_t bad_layers = 0;
             for (int i = 0; i < o->n_moe; i++) {
-                char key[64];
-                snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+                char key[CLI_TOPK_KEY_MAX];
+                cli_topk_key(o->moe_layer[i], key, sizeof key);
                 const hp_st_tensor *tk = hp_st_find(f, key);
                 if (!tk) continue;
                 int64_t nk = o->B * o->S * o->K, diff = 0;
@@ -214,14 +180,6 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
     return st;
 }
 
-static void human(uint64_t b, char *buf, size_t cap)
-{
-    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
-    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (double)(1ull << 20));
-    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
-    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
-}
-
 static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
 {
     const hp_run_stats *s = hp_runner_stats(r);
@@ -236,12 +194,12 @@ static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
             v[0] - v[1], v[1]);
     fprintf(stderr, "run: rank 0 sent");
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        human(s->bytes[k], b1, sizeof b1);
+        hp_format_bytes(s->bytes[k], b1, sizeof b1);
         fprintf(stderr, "%s %s %s in %llu calls", k ? "," : "", hp_run_coll_name((hp_run_coll)k), b1,
                 (unsigned long long)s->calls[k]);
     }
-    human((uint64_t)v[2], b1, sizeof b1);
-    human((uint64_t)v[3], b2, sizeof b2);
+    hp_format_bytes((uint64_t)v[2], b1, sizeof b1);
+    hp_format_bytes((uint64_t)v[3], b2, sizeof b2);
     fprintf(stderr, "\nrun: resident weights %s on the largest rank (its plan share as stored: %s)\n", b1, b2);
 }
 
@@ -306,17 +264,10 @@ static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *p
     return st;
 }
 
+/* Every failure here went through an agreement: the same message on every rank, printed once. */
 static int finish(hp_comm *w, hp_status st, hp_err *err)
 {
-    int code = HP_EXIT_OK;
-    if (st != HP_OK) {
-        /* every failure here went through an agreement: the same message on every rank, printed once */
-        if (hp_comm_rank(w) == 0) code = cli_fail(err);
-        else code = hp_status_exit_code(st);
-        fflush(stderr);
-        hp_err e2;
-        if (hp_comm_size(w) > 1) (void)hp_comm_barrier(w, &e2);
-    }
+    int code = cli_collective_exit(w, st, err, true);
     hp_comm_free(w);
     return code;
 }
@@ -395,7 +346,7 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
-    if (st == HP_OK) st = read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         if (a->threads > 0) {

@@ -136,13 +136,19 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
     hp_st_file *sf = NULL;
     hp_status st = hp_st_open(&sf, path, err);
     if (st != HP_OK) return st;
-    const hp_st_tensor *ids = hp_st_find(sf, "input_ids");
-    if (ids && ids->n_dims == 2 && !f->batch_given && !f->seq_given) f->co.B = ids->shape[0], f->co.S = ids->shape[1];
+    int64_t B, S; /* input_ids, when the file has them, checked as every command checks them */
+    if (hp_st_find(sf, CLI_IDS_KEY) && !f->batch_given && !f->seq_given) {
+        if ((st = cli_read_ids(path, NULL, &B, &S, err)) != HP_OK) {
+            hp_st_close(sf);
+            return st;
+        }
+        f->co.B = B, f->co.S = S;
+    }
     int64_t L = m->cfg.num_hidden_layers, K = m->cfg.num_experts_per_tok, E = m->cfg.n_experts, found = 0;
     if (!(f->routing = hp_calloc((size_t)L + 1, sizeof *f->routing))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int64_t l = 0; st == HP_OK && l < L; l++) {
-        char key[48];
-        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)l);
+        char key[CLI_TOPK_KEY_MAX];
+        cli_topk_key(l, key, sizeof key);
         const hp_st_tensor *t = hp_st_find(sf, key);
         if (!t) continue;
         int64_t rows = f->co.B * f->co.S;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "hyperpar/comm.h"
 #include "hyperpar/plan.h"
 
 typedef struct command {
@@ -60,19 +61,7 @@ static void usage(FILE *out)
 /* Set when this rank kept an error to itself (rank 0 prints it). */
 static bool g_kept_quiet;
 
-bool cli_rank_is_quiet(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (!v || !*v) continue;
-        char *end = NULL;
-        long r = strtol(v, &end, 10);
-        if (*end) continue; /* not a number: ask the next variable */
-        return r != 0;
-    }
-    return false;
-}
+bool cli_rank_is_quiet(void) { return hp_comm_launch_rank() > 0; }
 
 static void msg_print(const char *head, const char *fmt, va_list ap)
 {
