@@ -167,7 +167,7 @@ hp_status hp_plan_preflight(const hp_plan *p, const char *command, hp_err *err)
     suggestion_yaml(p, command, &y);
     const char *arch = hp_archetype_suggest(p->model), *factory = factory_of(arch);
     char eg[300] = "";
-    if (factory) snprintf(eg, sizeof eg, " (the family's recipe, hyper_parallel's %s)", factory);
+    if (factory) snprintf(eg, sizeof eg, " (the family's recipe: %s)", factory);
     else if (arch) snprintf(eg, sizeof eg, " (the family's archetype %s)", arch);
     hp_status st = hp_err_set(err, HP_ERR_INPUT,
                               "%d EP-marked boundar%s (first: '%s') ha%s no local_compute_fn: the expert-parallel "
