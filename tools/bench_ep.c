@@ -459,11 +459,8 @@ int cmd_bench_ep(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    char names[256];
-    cli_preset_names(true, names, sizeof names);
-    if (!a.preset) return cli_usage_error("bench", "missing --preset (%s)", names);
-    const cli_preset *p = cli_preset_find(a.preset, true);
-    if (!p) return cli_usage_error("bench", "unknown preset '%s'; known: %s", a.preset, names);
+    const cli_preset *p = cli_preset_arg("bench", a.preset, true);
+    if (!p) return HP_EXIT_USAGE;
     if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
     hp_moe_dims d = cli_preset_moe_dims(p);
     return run(&a, p->archetype, &d, &argc, &argv);

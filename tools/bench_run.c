@@ -968,11 +968,7 @@ int cmd_bench_run(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    char names[256];
-    cli_preset_names(false, names, sizeof names);
-    if (!preset_name) return cli_usage_error("bench", "missing --preset (%s)", names);
-    if (!(a.p = cli_preset_find(preset_name, false)))
-        return cli_usage_error("bench", "unknown preset '%s'; known: %s", preset_name, names);
+    if (!(a.p = cli_preset_arg("bench", preset_name, false))) return HP_EXIT_USAGE;
     a.hidden = shape[0] ? shape[0] : a.p->hidden;
     a.intermediate = shape[1] ? shape[1] : a.p->intermediate;
     a.heads = shape[2] ? shape[2] : a.p->heads;
@@ -982,7 +978,7 @@ int cmd_bench_run(int argc, char **argv)
     const cli_preset *p = a.p;
     if (!is_moe(&a) && (a.ep || a.experts || a.first_dense >= 0))
         return cli_usage_error("bench", "%s is dense: --ep, --experts and --dense-layers apply to the MoE presets (%s)",
-                               p->name, cli_preset_names(true, names, sizeof names));
+                               p->name, cli_preset_names(true, (char[256]){0}, 256));
     if (a.first_dense >= 0 && !p->first_dense)
         return cli_usage_error("bench", "--dense-layers applies to deepseek-v3 (%s has no leading dense layers)",
                                p->name);

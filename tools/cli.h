@@ -98,6 +98,8 @@ int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp);
 /* Loads --overrides into *ov (freed by the caller) and f->po, and applies --freeze to m. */
 struct hp_overrides;
 hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrides **ov, hp_err *err);
+/* --freeze applied to m (a warning for a pattern that matches nothing), for commands that open m later. */
+void cli_plan_flags_freeze(const cli_plan_flags *f, hp_model *m);
 
 /* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
 bool cli_parse_router(const char *cmd, const char *s, bool *real);
@@ -211,6 +213,8 @@ typedef struct cli_preset {
 } cli_preset;
 /* The preset called name (moe_only: only those with experts), or NULL. */
 const cli_preset *cli_preset_find(const char *name, bool moe_only);
+/* --preset NAME of a benchmark: the preset, or NULL after a usage error naming the known ones (NULL name: missing). */
+const cli_preset *cli_preset_arg(const char *cmd, const char *name, bool moe_only);
 const cli_preset *cli_preset_at(size_t i); /* the i-th preset, NULL past the end */
 /* "llama-3-8b, qwen3-30b-a3b, ..." into buf. */
 const char *cli_preset_names(bool moe_only, char *buf, size_t cap);

@@ -396,11 +396,7 @@ static int bench_moe(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    char names[256];
-    cli_preset_names(true, names, sizeof names);
-    if (!preset_name) return cli_usage_error("bench", "missing --preset (%s)", names);
-    if (!(a.p = cli_preset_find(preset_name, true)))
-        return cli_usage_error("bench", "unknown preset '%s'; known: %s", preset_name, names);
+    if (!(a.p = cli_preset_arg("bench", preset_name, true))) return HP_EXIT_USAGE;
     if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
     return run(&a);
 }

@@ -330,9 +330,7 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK && input && (st = cli_read_ids(input, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
         cf.batch_given = cf.seq_given = true;
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
-    for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    if (st == HP_OK) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
         if (!(m->family && hp_family_is_moe(m->family)))

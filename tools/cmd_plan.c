@@ -225,9 +225,7 @@ int cmd_plan(int argc, char **argv)
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    cli_plan_flags_freeze(&pf, m);
     hp_plan *p = NULL;
     int rc = HP_EXIT_OK;
     if (hp_plan_derive(&p, m, &po, &err) != HP_OK) {

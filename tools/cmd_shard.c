@@ -127,9 +127,7 @@ int cmd_shard(int argc, char **argv)
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    cli_plan_flags_freeze(&pf, m);
     hp_plan *p = NULL;
     char *plan_text = NULL;
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);

@@ -38,6 +38,16 @@ const cli_preset *cli_preset_find(const char *name, bool moe_only)
     return NULL;
 }
 
+const cli_preset *cli_preset_arg(const char *cmd, const char *name, bool moe_only)
+{
+    char names[256];
+    cli_preset_names(moe_only, names, sizeof names);
+    const cli_preset *p = name ? cli_preset_find(name, moe_only) : NULL;
+    if (!name) cli_usage_error(cmd, "missing --preset (%s)", names);
+    else if (!p) cli_usage_error(cmd, "unknown preset '%s'; known: %s", name, names);
+    return p;
+}
+
 const char *cli_preset_names(bool moe_only, char *buf, size_t cap)
 {
     size_t o = 0;
