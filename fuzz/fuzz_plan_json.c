@@ -45,7 +45,7 @@ static void one(const hp_model *m, const uint8_t *data, size_t size)
         if (p != NULL || err.msg[0] == '\0') abort(); /* contract: on failure the output is NULL, the message set */
         return;
     }
-    (void)hp_plan_preflight(p, &err);
+    (void)hp_plan_preflight(p, NULL, &err);
     hp_plan_free(p);
 }
 

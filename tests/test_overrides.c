@@ -343,7 +343,7 @@ TEST(scenario_24_preflight)
     CHECK(r.st == HP_OK);
     hp_err err;
     if (r.p) {
-        CHECK(hp_plan_preflight(r.p, &err) == HP_ERR_INPUT);
+        CHECK(hp_plan_preflight(r.p, NULL, &err) == HP_ERR_INPUT);
         CHECK_STR_CONTAINS(err.msg, "recipes.qwen2moe_ep_compute_fn");
         CHECK_STR_CONTAINS(err.msg, "region_dispatch");
         CHECK_STR_CONTAINS(err.msg, "_target_: qwen2moe_shared_expert_gate");
@@ -354,7 +354,7 @@ TEST(scenario_24_preflight)
         /* The suggestion, applied, passes preflight. */
         run s = plan_with(QWEN2MOE, b.data, 1, 2, 2, true);
         CHECK_MSG(s.st == HP_OK, "%s", s.err.msg);
-        if (s.p) CHECK(hp_plan_preflight(s.p, &err) == HP_OK);
+        if (s.p) CHECK(hp_plan_preflight(s.p, NULL, &err) == HP_OK);
         run_free(&s);
         hp_buf_free(&b);
     }
@@ -363,14 +363,14 @@ TEST(scenario_24_preflight)
                   true);
     CHECK(r.st == HP_OK);
     if (r.p) {
-        CHECK(hp_plan_preflight(r.p, &err) == HP_ERR_INPUT);
+        CHECK(hp_plan_preflight(r.p, NULL, &err) == HP_ERR_INPUT);
         CHECK_STR_CONTAINS(err.msg, "without region_dispatch");
     }
     run_free(&r);
     r = plan_with(LLAMA, "- match: model.layers.0.mlp\n  region_dispatch: true\n", 1, 2, 1, true);
     CHECK(r.st == HP_OK);
     if (r.p) {
-        CHECK(hp_plan_preflight(r.p, &err) == HP_ERR_INPUT);
+        CHECK(hp_plan_preflight(r.p, NULL, &err) == HP_ERR_INPUT);
         CHECK_STR_CONTAINS(err.msg, "redundant");
     }
     run_free(&r);
@@ -386,6 +386,33 @@ TEST(scenario_24_preflight)
         hp_buf_free(&b);
     }
     run_free(&r);
+}
+
+/* The refusal names the command that executes the plan and each family's own recipe, never another's. */
+TEST(preflight_names_command_and_family_recipe)
+{
+    static const struct { const char *model, *cmd, *recipe, *other; } cases[] = {
+        {"data/golden/mixtral_per_expert_f32", "run", "recipes.mixtral_ep_compute_fn", "qwen2moe_ep_compute_fn"},
+        {QWEN3MOE, "moe", "qwen3moe_ep_compute_fn", "qwen2moe_ep_compute_fn"},
+        {"data/golden/deepseek_v3_per_expert_f32", "run", "recipes.deepseekv3_ep_compute_fn", "qwen2moe_ep_compute_fn"},
+        {QWEN2MOE, NULL, "recipes.qwen2moe_ep_compute_fn", "mixtral_ep_compute_fn"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run r = plan_with(cases[i].model, NULL, 1, 2, 2, true);
+        CHECK_MSG(r.st == HP_OK, "%s: %s", cases[i].model, r.err.msg);
+        hp_err err;
+        if (r.p) {
+            CHECK(hp_plan_preflight(r.p, cases[i].cmd, &err) == HP_ERR_INPUT);
+            char want[64];
+            snprintf(want, sizeof want, "pass it with: hyperpar %s ... --overrides FILE", cases[i].cmd ? cases[i].cmd : "plan");
+            CHECK_STR_CONTAINS(err.msg, want);
+            snprintf(want, sizeof want, "# Review, then pass with: hyperpar %s ...", cases[i].cmd ? cases[i].cmd : "plan");
+            CHECK_STR_CONTAINS(err.msg, want);
+            CHECK_STR_CONTAINS(err.msg, cases[i].recipe);
+            CHECK_MSG(strstr(err.msg, cases[i].other) == NULL, "%s: %s", cases[i].model, err.msg);
+        }
+        run_free(&r);
+    }
 }
 
 TEST(archetypes_interface_assertion_and_factory_paths)
@@ -484,7 +511,7 @@ TEST(golden_plans_with_ep_archetype)
         po.overrides = o;
         if (m) CHECK_MSG(hp_plan_derive(&p, m, &po, &err) == HP_OK, "%s", err.msg);
         if (p) {
-            CHECK_MSG(hp_plan_preflight(p, &err) == HP_OK, "%s: %s", cases[i].model, err.msg);
+            CHECK_MSG(hp_plan_preflight(p, NULL, &err) == HP_OK, "%s: %s", cases[i].model, err.msg);
             hp_buf j, e;
             hp_buf_init(&j);
             hp_buf_init(&e);

@@ -58,7 +58,7 @@ static hp_status read_back(const fx *f, const json_t *j, hp_err *err)
     hp_plan *p = (hp_plan *)&text; /* must come back NULL on failure */
     hp_status st = text ? hp__shard_plan_parse(&p, f->m, text, strlen(text), "plan.json", err) : HP_ERR_NOMEM;
     if (st != HP_OK) CHECK(p == NULL);
-    if (st == HP_OK) CHECK(hp_plan_preflight(p, err) == HP_OK || err->status == HP_ERR_INPUT);
+    if (st == HP_OK) CHECK(hp_plan_preflight(p, NULL, err) == HP_OK || err->status == HP_ERR_INPUT);
     if (st == HP_OK) hp_plan_free(p);
     free(text);
     return st;

@@ -30,6 +30,23 @@ typedef struct ep_args {
     bool json, overlap, real_router;
 } ep_args;
 
+static const cli_opt g_opts[] = {
+    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL},
+    {"tokens", 'T', "T", "local tokens per rank per forward", 0, NULL},
+    {"router", 'r', "R", "balanced (default: every rank receives the same rows; benchmark only) or real", 0, NULL},
+    {"reps", 'R', "R", "timed forwards (5)", 0, NULL},
+    {"overlap", 'o', NULL, "also run with the shared expert computed during the row exchange", 0, NULL},
+    {"dispatch-chunks", 'D', "C", "also run with the tokens exchanged in C pipelined chunks (1..64; with\n"
+                                  "--overlap, overlapped too) and compare with one chunk", 0, NULL},
+    {"threads", 't', "N", "BLAS / OpenMP threads per rank", 0, NULL},
+    {"max-gib", 'm', "G", "expert weights allowed per rank (6); a preset above it is refused", 0, NULL},
+    {"local-experts", 'L', "L", "hold L experts per rank (the layer gets L*N experts; shapes, top-k, shared\n"
+                                "expert unchanged) so a preset too large for this machine still runs", 0, NULL},
+    {"json", 'j', NULL, "one JSON line instead of text", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -41,19 +58,10 @@ static void usage(FILE *out)
             "prints the dispatch + return exchange time next to a bare all-to-all of the same bytes measured in\n"
             "the same run (ratio), bytes moved, resident expert bytes per rank and, with --overlap, the share of\n"
             "the shared expert's time hidden behind the exchange. Also runs as one process without mpirun.\n"
-            "\n"
-            "  --preset P        qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b\n"
-            "  --tokens T        local tokens per rank per forward\n"
-            "  --router R        balanced (default: every rank receives the same rows; benchmark only) or real\n"
-            "  --reps R          timed forwards (5)\n"
-            "  --overlap         also run with the shared expert computed during the row exchange\n"
-            "  --dispatch-chunks C  also run with the tokens exchanged in C pipelined chunks (1..64; with\n"
-            "                    --overlap, overlapped too) and compare with one chunk\n"
-            "  --threads N       BLAS / OpenMP threads per rank\n"
-            "  --max-gib G       expert weights allowed per rank (6); a preset above it is refused\n"
-            "  --local-experts L hold L experts per rank (the layer gets L*N experts; shapes, top-k, shared\n"
-            "                    expert unchanged) so a preset too large for this machine still runs\n"
-            "  --json            one JSON line instead of text\n");
+            "\n");
+    cli_print_options(out, g_opts);
+    fprintf(out, "\npresets:\n");
+    cli_print_presets(out, true);
 }
 
 /* Deterministic value in [-a, a) for element i of stream seed (splitmix64 finaliser). */
@@ -312,8 +320,6 @@ static void print_json(const ep_args *a, const char *name, hp_moe_archetype arch
     printf("}\n");
 }
 
-static int exit_code(hp_status st) { return st == HP_ERR_INPUT ? HP_EXIT_USAGE : st == HP_ERR_VERIFY ? HP_EXIT_VERIFY : HP_EXIT_RUNTIME; }
-
 static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, int *argc, char ***argv)
 {
     hp_err err;
@@ -411,34 +417,18 @@ done:
     free(y);
     hp_moe_ep_destroy(ep);
     hp_moe_layer_free(l);
-    /* Every failure above is agreed by all ranks: rank 0 prints the message before any rank exits, since
-     * mpirun may kill the job as soon as one rank ends with a non-zero status. */
-    int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : exit_code(st);
-    if (st != HP_OK && P > 1) {
-        fflush(stderr);
-        hp_err e2;
-        (void)hp_comm_barrier(c, &e2);
-    }
+    int code = cli_collective_exit(c, st, &err, true); /* every failure above is agreed by all ranks */
     hp_comm_free(c);
     return code;
 }
 
-int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d))
+int cmd_bench_ep(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'},  {"tokens", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'},          {"overlap", no_argument, 0, 'o'},
-        {"reps", required_argument, 0, 'R'},    {"router", required_argument, 0, 'r'},
-        {"threads", required_argument, 0, 't'}, {"max-gib", required_argument, 0, 'm'},
-        {"local-experts", required_argument, 0, 'L'}, {"help", no_argument, 0, 'h'},
-        {"dispatch-chunks", required_argument, 0, 'D'},
-        {0, 0, 0, 0},
-    };
     ep_args a = {.max_gib = 6.0};
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "bench", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'p': a.preset = optarg; break;
         case 'T':
@@ -469,12 +459,9 @@ int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *ar
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    hp_moe_dims d;
-    int arch = 0;
-    if (!a.preset) return cli_usage_error("bench", "missing --preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b)");
-    if (!preset(a.preset, &arch, &d))
-        return cli_usage_error("bench", "unknown preset '%s'; known: qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, "
-                                        "gpt-oss-20b", a.preset);
+    const cli_preset *p = cli_preset_arg("bench", a.preset, true);
+    if (!p) return HP_EXIT_USAGE;
     if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
-    return run(&a, (hp_moe_archetype)arch, &d, &argc, &argv);
+    hp_moe_dims d = cli_preset_moe_dims(p);
+    return run(&a, p->archetype, &d, &argc, &argv);
 }

@@ -55,32 +55,13 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/run.h"
 
-typedef struct preset {
-    const char *name, *family;
-    int64_t hidden, intermediate, heads, kv_heads, head_dim, vocab;
-    int64_t experts, top_k, moe_intermediate; /* 0: dense */
-    int64_t first_dense, n_group, topk_group; /* DeepSeek-V3: first_k_dense_replace, group-limited routing */
-    int64_t q_lora, kv_lora, nope, rope, v_head; /* MLA (0: none) */
-} preset;
-
-/* The config.json files of meta-llama/Meta-Llama-3-8B, Qwen/Qwen3-30B-A3B, mistralai/Mixtral-8x7B-v0.1,
- * openai/gpt-oss-20b and deepseek-ai/DeepSeek-V3 (also in shared/configs/). */
-static const preset g_presets[] = {
-    {"llama-3-8b", "llama", 4096, 14336, 32, 8, 128, 128256, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3-30b-a3b", "qwen3_moe", 2048, 6144, 32, 4, 128, 151936, 128, 8, 768, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"mixtral-8x7b", "mixtral", 4096, 14336, 32, 8, 128, 32000, 8, 2, 14336, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"gpt-oss-20b", "gpt_oss", 2880, 2880, 64, 8, 64, 201088, 32, 4, 2880, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"deepseek-v3", "deepseek_v3", 7168, 18432, 128, 128, 128, 129280, 256, 8, 2048, 3, 8, 4, 1536, 512, 128, 64, 128},
-};
-
-#define PRESET_NAMES "llama-3-8b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3"
 enum { MAX_REPS = 50 };
 #define MAX_VOCAB (1 << 20) /* above every published vocabulary (262144 is the largest we know) */
 #define RATIO_TARGET 0.8    /* bare / runtime per collective kind */
 #define RESIDENT_TOL 0.05   /* |resident / (checkpoint / tp) - 1| */
 
 typedef struct rb_args {
-    const preset *p;
+    const cli_preset *p;
     int64_t layers, tokens, vocab, dp, cp, tp, reps, threads;
     int64_t hidden, intermediate, heads, kv_heads, head_dim;
     int64_t experts, moe_intermediate, first_dense, ep; /* MoE presets; ep 0: = tp */
@@ -90,6 +71,43 @@ typedef struct rb_args {
 } rb_args;
 
 static bool is_moe(const rb_args *a) { return a->p->experts > 0; }
+
+enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE };
+#define G_TEST "test-only: replace the preset's shapes (for MoE presets --intermediate replaces the dense and\n" \
+               "the expert width)"
+static const cli_opt g_opts[] = {
+    {"preset", 'p', "P", "a preset, listed below", 0, NULL},
+    {"layers", 'L', "L", "decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)", 0, NULL},
+    {"tokens", 'T', "T", "sequence length T of the batch [dp, T]: one row per dp replica (256)", 0, NULL},
+    {"vocab", 'V', "V", "vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
+                        "smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
+                        "with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)", 0, NULL},
+    {"tp", O_TP, "N", "the mesh's tp (default: the number of processes)", 0, NULL},
+    {"dp", O_DP, "N", "the mesh's dp (1)", 0, NULL},
+    {"cp", O_CP, "N", "the mesh's cp (1)", 0, NULL},
+    {"ep", O_EP, "N", "MoE presets: expert parallelism, TP-extend-EP over groups of N consecutive ranks\n"
+                      "(default: N = tp, the experts spread over the tp group); with N > 1 the EP compute is\n"
+                      "declared as 'hyperpar plan MODEL --tp N --ep N --suggest-overrides' prints it. With\n"
+                      "ep 1 and tp > 1 the experts are cut over tp (the resident figure assumes whole experts)", 0, NULL},
+    {"experts", O_EXPERTS, "E", "MoE presets: routed experts per sparse layer instead of the preset's (its top-k,\n"
+                                "widths and shared expert unchanged), a multiple of ep. DeepSeek-V3's real sparse\n"
+                                "layer is ~21 GiB in bf16 (256 x 3 x 7168 x 2048) and does not fit a 24 GiB machine:\n"
+                                "shrink it, e.g. --experts 16 (routing groups: min(8, E/2), half of them picked)",
+     0, NULL},
+    {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL},
+    {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
+    {"reps", 'R', "R", "timed forwards after one warm-up (3); the median is reported", 0, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
+                          "the ranks on this node)", 0, NULL},
+    {"json", 'j', NULL, "one JSON object instead of text", 0, NULL},
+    CLI_OPT_HELP,
+    {"hidden", O_HIDDEN, "N", "hidden size", 0, G_TEST},
+    {"intermediate", O_INTER, "N", "dense MLP width", 0, G_TEST},
+    {"heads", O_HEADS, "N", "attention heads", 0, G_TEST},
+    {"kv-heads", O_KV, "N", "key/value heads", 0, G_TEST},
+    {"head-dim", O_HD, "N", "head dimension", 0, G_TEST},
+    {0},
+};
 
 static void usage(FILE *out)
 {
@@ -108,37 +126,11 @@ static void usage(FILE *out)
             "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n"
             "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
             "every rank must see it. Also runs as one process without mpirun.\n"
-            "\n"
-            "  --preset P     llama-3-8b    (H 4096, I 14336, 32 heads, 8 kv heads x 128, vocab 128256)\n"
-            "                 qwen3-30b-a3b (H 2048, 32 heads, 4 kv x 128, 128 experts top-8 x 768, vocab 151936)\n"
-            "                 mixtral-8x7b  (H 4096, 32 heads, 8 kv x 128, 8 experts top-2 x 14336, vocab 32000)\n"
-            "                 gpt-oss-20b   (H 2880, 64 heads, 8 kv x 64, 32 experts top-4 x 2880, vocab 201088)\n"
-            "                 deepseek-v3   (H 7168, 128 heads MLA q_lora 1536 kv_lora 512 nope 128 rope 64 v 128,\n"
-            "                                256 experts top-8 x 2048 in 8 groups top-4, 1 shared expert, dense\n"
-            "                                I 18432 in the first 3 layers, vocab 129280)\n"
-            "  --layers L     decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)\n"
-            "  --tokens T     sequence length T of the batch [dp, T]: one row per dp replica (256)\n"
-            "  --vocab V      vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
-            "                 smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
-            "                 with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)\n"
-            "  --tp, --dp, --cp N  the mesh dp,cp,tp (default: --tp = the number of processes)\n"
-            "  --ep N         MoE presets: expert parallelism, TP-extend-EP over groups of N consecutive ranks\n"
-            "                 (default: N = tp, the experts spread over the tp group); with N > 1 the EP compute is\n"
-            "                 declared as 'hyperpar plan MODEL --tp N --ep N --suggest-overrides' prints it. With\n"
-            "                 ep 1 and tp > 1 the experts are cut over tp (the resident figure assumes whole experts)\n"
-            "  --experts E    MoE presets: routed experts per sparse layer instead of the preset's (its top-k, widths\n"
-            "                 and shared expert unchanged), a multiple of ep. DeepSeek-V3's real sparse layer is\n"
-            "                 ~21 GiB in bf16 (256 x 3 x 7168 x 2048) and does not fit a 24 GiB machine: shrink it,\n"
-            "                 e.g. --experts 16 (routing groups: min(8, E/2), half of them picked)\n"
-            "  --dense-layers N  deepseek-v3: leading dense layers instead of first_k_dense_replace 3\n"
-            "  --dtype D      dtype the weights are generated and held in: bf16 (default) or f32\n"
-            "  --reps R       timed forwards after one warm-up (3); the median is reported\n"
-            "  --threads N    threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
-            "                 the ranks on this node)\n"
-            "  --json         one JSON object instead of text\n"
-            "  --hidden, --intermediate, --heads, --kv-heads, --head-dim N  replace the preset's shapes (tests;\n"
-            "                 for MoE presets --intermediate replaces the dense and the expert width)\n",
+            "\n",
             RATIO_TARGET, RESIDENT_TOL * 100);
+    cli_print_options(out, g_opts);
+    fprintf(out, "\npresets:\n");
+    cli_print_presets(out, false);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -694,7 +686,7 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
  * per sparse layer the router, top-k experts and the shared expert, and lm_head. */
 static double gemm_weights(const rb_args *a)
 {
-    const preset *p = a->p;
+    const cli_preset *p = a->p;
     double H = (double)a->hidden, nh = (double)a->heads, att;
     if (p->q_lora)
         att = H * (double)p->q_lora + (double)p->q_lora * nh * (double)(p->nope + p->rope) +
@@ -726,17 +718,6 @@ static uint64_t dir_bytes(const char *dir)
     return n;
 }
 
-/* This process is rank 0 of the launch, or not started by a launcher (read before MPI starts). */
-static bool launch_rank0(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (v) return !strcmp(v, "0");
-    }
-    return true;
-}
-
 /* OpenMP's thread count shared by the ranks of this node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), at least 1. */
 static int default_threads(void)
 {
@@ -749,7 +730,7 @@ static int default_threads(void)
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
-    bool torch = launch_rank0() && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    bool torch = hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -919,38 +900,20 @@ done:
         if (access(root, F_OK) == 0) fprintf(stderr, "hyperpar bench: could not remove %s\n", root);
         cli_signals_release(0); /* a signal during the removal: re-raised now */
     }
-    int code = st == HP_OK ? HP_EXIT_OK : R == 0 ? cli_fail(&err) : hp_status_exit_code(st);
-    if (st != HP_OK && P > 1) {
-        fflush(stderr);
-        (void)hp_comm_barrier(w, &e2);
-    }
+    int code = cli_collective_exit(w, st, &err, true);
     hp_comm_free(w);
     return code;
 }
 
 int cmd_bench_run(int argc, char **argv)
 {
-    enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE };
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'},  {"layers", required_argument, 0, 'L'},
-        {"tokens", required_argument, 0, 'T'},  {"vocab", required_argument, 0, 'V'},
-        {"tp", required_argument, 0, O_TP},     {"dp", required_argument, 0, O_DP},
-        {"cp", required_argument, 0, O_CP},     {"dtype", required_argument, 0, 'd'},
-        {"reps", required_argument, 0, 'R'},    {"threads", required_argument, 0, 't'},
-        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-        {"hidden", required_argument, 0, O_HIDDEN}, {"intermediate", required_argument, 0, O_INTER},
-        {"heads", required_argument, 0, O_HEADS}, {"kv-heads", required_argument, 0, O_KV},
-        {"head-dim", required_argument, 0, O_HD}, {"ep", required_argument, 0, O_EP},
-        {"experts", required_argument, 0, O_EXPERTS}, {"dense-layers", required_argument, 0, O_DENSE},
-        {0, 0, 0, 0},
-    };
     rb_args a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16};
     int64_t shape[5] = {0}; /* hidden, intermediate, heads, kv heads, head dim: 0 = the preset's */
     const char *preset_name = NULL;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "bench", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'p': preset_name = optarg; break;
         case 'L':
@@ -981,11 +944,11 @@ int cmd_bench_run(int argc, char **argv)
         case O_DENSE:
             if (!cli_parse_i64("bench", "--dense-layers", optarg, 0, 1023, &a.first_dense)) return HP_EXIT_USAGE;
             break;
-        case 'd':
-            if (!strcmp(optarg, "bf16")) a.dtype = HP_DT_BF16;
-            else if (!strcmp(optarg, "f32")) a.dtype = HP_DT_F32;
-            else return cli_usage_error("bench", "--dtype expects bf16 or f32, got '%s'", optarg);
+        case 'd': {
+            static const hp_dtype dts[] = {HP_DT_BF16, HP_DT_F32};
+            if (!cli_parse_dtype("bench", optarg, dts, 2, &a.dtype)) return HP_EXIT_USAGE;
             break;
+        }
         case 'R':
             if (!cli_parse_i64("bench", "--reps", optarg, 1, MAX_REPS, &a.reps)) return HP_EXIT_USAGE;
             break;
@@ -1004,20 +967,17 @@ int cmd_bench_run(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    if (!preset_name) return cli_usage_error("bench", "missing --preset (" PRESET_NAMES ")");
-    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
-        if (!strcmp(preset_name, g_presets[i].name)) a.p = &g_presets[i];
-    if (!a.p) return cli_usage_error("bench", "unknown preset '%s'; known: " PRESET_NAMES, preset_name);
+    if (!(a.p = cli_preset_arg("bench", preset_name, false))) return HP_EXIT_USAGE;
     a.hidden = shape[0] ? shape[0] : a.p->hidden;
     a.intermediate = shape[1] ? shape[1] : a.p->intermediate;
     a.heads = shape[2] ? shape[2] : a.p->heads;
     a.kv_heads = shape[3] ? shape[3] : a.p->kv_heads;
     a.head_dim = shape[4] ? shape[4] : a.p->head_dim;
     if (!a.vocab) a.vocab = a.p->vocab;
-    const preset *p = a.p;
+    const cli_preset *p = a.p;
     if (!is_moe(&a) && (a.ep || a.experts || a.first_dense >= 0))
         return cli_usage_error("bench", "%s is dense: --ep, --experts and --dense-layers apply to the MoE presets (%s)",
-                               p->name, "qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, deepseek-v3");
+                               p->name, cli_preset_names(true, (char[256]){0}, 256));
     if (a.first_dense >= 0 && !p->first_dense)
         return cli_usage_error("bench", "--dense-layers applies to deepseek-v3 (%s has no leading dense layers)",
                                p->name);

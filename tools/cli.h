@@ -44,15 +44,40 @@ enum {
     CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
     CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_END
 };
-/* The getopt_long entries of the shared flags (a command lists the ones it takes). */
-#define CLI_OPT_MESH {"mesh", required_argument, NULL, CLI_O_MESH}, {"dp", required_argument, NULL, CLI_O_DP}, \
-                     {"cp", required_argument, NULL, CLI_O_CP}, {"tp", required_argument, NULL, CLI_O_TP}
-#define CLI_OPT_EP {"ep", required_argument, NULL, CLI_O_EP}, {"ep-axis", no_argument, NULL, CLI_O_EP_AXIS}
-#define CLI_OPT_PLAN {"no-sequence-parallel", no_argument, NULL, CLI_O_NOSP}, \
-                     {"loss-parallel", no_argument, NULL, CLI_O_LP}, {"freeze", required_argument, NULL, CLI_O_FREEZE}, \
-                     {"allow-uncovered", no_argument, NULL, CLI_O_UNCOV}, \
-                     {"packed-fused", no_argument, NULL, CLI_O_PACKED}, \
-                     {"overrides", required_argument, NULL, CLI_O_OVERRIDES}
+/* ---- option tables (opts.c): one per command; getopt_long's table, the short options and --help come from it ---- */
+enum { CLI_REPEAT = 1, CLI_SHORT = 2 };
+typedef struct cli_opt {
+    const char *name;  /* the long name, without "--" */
+    int val;           /* what cli_getopt returns; with CLI_SHORT also the short option -val */
+    const char *arg;   /* the value's name in --help ("FILE"); NULL: a flag without a value */
+    const char *help;  /* --help text, lines separated by '\n'; NULL: an alias, listed with its target (same val) */
+    unsigned flags;    /* CLI_REPEAT: may be given more than once; CLI_SHORT: -val is the same option */
+    const char *group; /* a heading printed above the first option of a new group; NULL: none */
+} cli_opt;
+
+/* The shared plan and mesh flags (parsed by cli_plan_flag), for a command's table. */
+#define CLI_OPTS_MESH(grp)                                                                                          \
+    {"mesh", CLI_O_MESH, "SPEC", "mesh axes in order with sizes; the product is the world size. Axes: dp,\n"        \
+                                 "cp, tp, ep (explicit old-style EP axis), pp (refused when > 1)", 0, grp},        \
+    {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp},                       \
+    {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp},                    \
+    {"tp", CLI_O_TP, "N", "tensor-parallel size of a mesh given by sizes", 0, grp}
+#define CLI_OPTS_EP(grp)                                                                                            \
+    {"ep", CLI_O_EP, "N", "expert parallelism: by default TP-extend-EP (D-10), EP groups of N consecutive\n"        \
+                          "ranks of the dense region; with --ep-axis an explicit ep mesh axis", 0, grp},            \
+    {"ep-axis", CLI_O_EP_AXIS, NULL, "EP as an explicit ep axis of --mesh", 0, grp}
+#define CLI_OPTS_PLAN(grp)                                                                                          \
+    {"no-sequence-parallel", CLI_O_NOSP, NULL, "contracts without sequence parallelism (default: on)", 0, grp},     \
+    {"loss-parallel", CLI_O_LP, NULL, "keep lm_head logits vocab-sharded", 0, grp},                                 \
+    {"freeze", CLI_O_FREEZE, "GLOB", "mark matching parameters non-trainable (repeatable)", CLI_REPEAT, grp},      \
+    {"allow-uncovered", CLI_O_UNCOV, NULL, "uncovered trainable parameters warn instead of failing", 0, grp},       \
+    {"packed-fused", CLI_O_PACKED, NULL, "fused gate/up weights get a packed S(d)x2 placement instead of an\n"      \
+                                         "error", 0, grp},                                                          \
+    {"overrides", CLI_O_OVERRIDES, "FILE", "plan overrides (YAML or JSON list of entries: match, when, params,\n"  \
+                                           "in_src, in_dst, out_src, out_dst, out_names, tp_divide_attrs,\n"       \
+                                           "is_boundary, region_dispatch, local_compute_fn {_target_: ARCHETYPE,\n" \
+                                           "...}; docs/overrides.md)", 0, grp}
+#define CLI_OPT_HELP {"help", 'h', NULL, "print this help and exit", CLI_SHORT, NULL}
 
 #include "hyperpar/plan.h"
 typedef struct cli_plan_flags {
@@ -73,26 +98,50 @@ int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp);
 /* Loads --overrides into *ov (freed by the caller) and f->po, and applies --freeze to m. */
 struct hp_overrides;
 hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrides **ov, hp_err *err);
+/* --freeze applied to m (a warning for a pattern that matches nothing), for commands that open m later. */
+void cli_plan_flags_freeze(const cli_plan_flags *f, hp_model *m);
 
 /* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
 bool cli_parse_router(const char *cmd, const char *s, bool *real);
 /* A finite number > 0; prints a usage error naming opt and returns false otherwise. */
 bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
-/* The options a command has seen so far (cli_getopt); start from {0}. */
 #define CLI_MAX_OPTS 64
-typedef struct cli_seen {
-    int n;
-    int val[CLI_MAX_OPTS];
-    const char *arg[CLI_MAX_OPTS];
-} cli_seen;
-/* getopt_long for every command: an option given a second time is a usage error ("run: --input is given twice
- * ('A' and 'B'); give it once"), since the last would silently win; only --freeze repeats. A short option counts
- * as the long option of the same value (-o and --output), and aliases of one value as one option. On that error
- * it prints the message and returns '?', and cli_bad_option then returns 2 without a second message. */
-int cli_getopt(cli_seen *seen, const char *cmd, int argc, char **argv, const char *shortopts,
-               const struct option *longopts);
-/* Standard handling of an unknown option / missing argument reported by getopt_long. */
+/* One command's parser: declare it with its name and table, {.cmd = "run", .opts = g_opts}; the rest is built
+ * on the first cli_getopt. */
+typedef struct cli_parser {
+    const char *cmd;
+    const cli_opt *opts; /* ended by an entry with a NULL name */
+    bool built;
+    struct option lo[CLI_MAX_OPTS + 1];
+    char shortopts[3 * CLI_MAX_OPTS + 2];
+    struct { /* the options seen so far */
+        int n;
+        int val[CLI_MAX_OPTS];
+        const char *arg[CLI_MAX_OPTS];
+    } seen;
+} cli_parser;
+/* getopt_long for every command. An option given a second time is a usage error ("run: --input is given twice
+ * ('A' and 'B'); give it once"), since the last would silently win; only CLI_REPEAT entries repeat. A short option
+ * counts as the long option of the same value (-o and --output), and aliases of one value as one option. An
+ * unknown or ambiguous option, a missing value or a value given to a flag gets our one message (getopt's own are
+ * off). On any such error it prints the message and returns '?', and cli_bad_option then returns 2. */
+int cli_getopt(cli_parser *p, int argc, char **argv);
+/* The exit code after cli_getopt returned '?' (2; the message is printed already). */
 int cli_bad_option(const char *cmd, char **argv);
+/* The option lines of --help, generated from the table: "  -o, --output FILE   help", aliases beside their
+ * target, a heading where the group changes. */
+void cli_print_options(FILE *out, const cli_opt *opts);
+
+/* The values several commands take, each parsed in one place (opts.c); a usage error is printed, false returned. */
+#include "hyperpar/linalg.h"
+bool cli_parse_compute(const char *cmd, const char *s, hp_linalg_mode *out);   /* --compute exact|bf16 */
+const char *cli_compute_name(hp_linalg_mode m);                                /* "exact", "bf16" */
+/* --dtype: one of allowed[] by its lower-case name (f32, bf16, f16). */
+bool cli_parse_dtype(const char *cmd, const char *s, const hp_dtype *allowed, int n_allowed, hp_dtype *out);
+const char *cli_dtype_name(hp_dtype dt);                                       /* "bf16" */
+/* --compare-rtol / --rtol R: a number in (0, 1]; opt names the option in the message. */
+bool cli_parse_rtol(const char *cmd, const char *opt, const char *s, double *out);
+
 /* An output FILE name (plan -o, moe --output) checked before any work: not empty, not a folder or device, in
  * an existing folder that takes a new file (probed), and none of the inputs (MODEL, a name in MODEL's folder the reader would pick up, or
  * any of inputs[], NULL entries skipped), links included. Prints the error; 0 when fine, else exit code 2. */
@@ -132,6 +181,49 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
  * reasons. commands[i] (or commands NULL): the command line that makes candidate i, shown for the accepted. */
 int cli_html_advise(FILE *f, const char *title, const struct hp_advice *a, const char *const *commands);
 
+/* ---- facts several commands share (common.c) ---- */
+struct hp_comm;
+/* The one error exit of a command that ran collectives (run, validate, moe, bench run, bench ep): 0 for HP_OK;
+ * otherwise, when the failure was agreed (every rank holds the same message, hp_comm_agree), rank 0 prints it
+ * and every rank waits at a barrier so that none exits before it is printed (mpirun may end the job at the
+ * first non-zero exit); a failure that is this rank's alone (!agreed) is printed by the rank, naming it.
+ * Returns the exit code for st on every rank. Does not free w. */
+int cli_collective_exit(struct hp_comm *w, hp_status st, hp_err *err, bool agreed);
+/* The tensor of token ids every command reads and writes: input_ids I64 (or I32 read) [B, S]. */
+#define CLI_IDS_KEY "input_ids"
+/* input_ids of path: its shape into *B, *S and, when ids is not NULL, the ids widened to int64 into a malloc'd
+ * *ids (freed by the caller). An error names path and what the tensor is against what is expected. */
+hp_status cli_read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+/* The key of a sparse layer's routed experts in run's --output, forward_io files and cost's --routing:
+ * "moe.<layer>.topk_idx", I32 [B*S, K]. */
+const char *cli_topk_key(int64_t layer, char *buf, size_t cap);
+#define CLI_TOPK_KEY_MAX 48
+
+/* ---- the benchmarks' model shapes (presets.c): one table for bench moe, ep and run ---- */
+#include "hyperpar/moe.h"
+typedef struct cli_preset {
+    const char *name, *family;  /* "mixtral-8x7b", its hyperpar family "mixtral" */
+    hp_moe_archetype archetype; /* MoE presets: the EP compute archetype */
+    int64_t hidden, intermediate, heads, kv_heads, head_dim, vocab;
+    int64_t experts, top_k, moe_intermediate, shared_intermediate; /* experts 0: dense */
+    int64_t first_dense, n_group, topk_group; /* DeepSeek-V3: first_k_dense_replace, group-limited routing */
+    double rsf;                               /* routed_scaling_factor (0: 1) */
+    bool norm_topk;                           /* norm_topk_prob */
+    int64_t q_lora, kv_lora, nope, rope, v_head; /* MLA (0: none) */
+} cli_preset;
+/* The preset called name (moe_only: only those with experts), or NULL. */
+const cli_preset *cli_preset_find(const char *name, bool moe_only);
+/* --preset NAME of a benchmark: the preset, or NULL after a usage error naming the known ones (NULL name: missing). */
+const cli_preset *cli_preset_arg(const char *cmd, const char *name, bool moe_only);
+const cli_preset *cli_preset_at(size_t i); /* the i-th preset, NULL past the end */
+/* "llama-3-8b, qwen3-30b-a3b, ..." into buf. */
+const char *cli_preset_names(bool moe_only, char *buf, size_t cap);
+/* The whole MoE layer of a preset (all experts). */
+hp_moe_dims cli_preset_moe_dims(const cli_preset *p);
+/* "H 4096, 32 heads, 8 kv x 128, I 14336, vocab 128256" into buf; cli_print_presets: one such line per preset. */
+void cli_preset_describe(const cli_preset *p, char *buf, size_t cap);
+void cli_print_presets(FILE *out, bool moe_only);
+
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
@@ -149,6 +241,6 @@ int cmd_bench_advise(int argc, char **argv); /* cmd_bench.c */
 bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
-struct hp_moe_dims; int cmd_bench_ep(int argc, char **argv, bool (*preset)(const char *name, int *archetype, struct hp_moe_dims *d)); /* bench_ep.c */
+int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
 
 #endif

@@ -15,6 +15,16 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
+enum { O_WORLD = 1000, O_TOP };
+static const cli_opt g_opts[] = {
+    {"world", O_WORLD, "N", "ranks in all", 0, NULL},
+    {"top", O_TOP, "K", "candidates printed (5)", 0, NULL},
+    CLI_OPT_HELP,
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')"),
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -31,11 +41,8 @@ static void usage(FILE *out)
             "algorithms: the wire bytes, next to the bytes it puts into collectives). Prints the best K\n"
             "with their per-rank memory and communication, and the commands that make the plan and the shards\n"
             "of the first. Memory: weights exact, activations and state estimated (docs/cost.md).\n"
-            "\n"
-            "  --world N               ranks in all\n"
-            "  --top K                 candidates printed (5)\n"
-            "%s",
-            cli_cost_model_usage());
+            "\n");
+    cli_print_options(out, g_opts);
 }
 
 /* The plan flags that make candidate c. */
@@ -237,11 +244,6 @@ bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N)
 
 int cmd_advise(int argc, char **argv)
 {
-    enum { O_WORLD = 1000, O_TOP };
-    static const struct option opts[] = {
-        CLI_OPT_PLAN, CLI_OPT_COST, {"world", required_argument, NULL, O_WORLD}, {"top", required_argument, NULL, O_TOP},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
-    };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
     cli_cost_flags cf;
@@ -249,8 +251,8 @@ int cmd_advise(int argc, char **argv)
     int64_t N = 0, top = 5;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "advise", argc, argv, "ho:", opts)) != -1) {
+    cli_parser cp = {.cmd = "advise", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("advise", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("advise", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;

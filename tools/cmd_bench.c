@@ -28,20 +28,21 @@
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
 
-typedef struct preset {
-    const char *name;
-    hp_moe_archetype archetype;
-    int64_t H, E, K, I, sI, n_group, topk_group;
-    double rsf;
-    bool norm;
-} preset;
-
-/* Shapes from spec/hf_reference.md §4 (the published config.json files). */
-static const preset g_presets[] = {
-    {"qwen3-30b-a3b", HP_MOE_QWEN3MOE_TOPK_ROUTER, 2048, 128, 8, 768, 0, 1, 1, 1.0, true},
-    {"mixtral-8x7b", HP_MOE_MIXTRAL_TOPK_ROUTER, 4096, 8, 2, 14336, 0, 1, 1, 1.0, true},
-    {"deepseek-v3", HP_MOE_DEEPSEEKV3_SIGMOID_GROUP_SHARED, 7168, 256, 8, 2048, 2048, 8, 4, 2.5, true},
-    {"gpt-oss-20b", HP_MOE_GPTOSS_TOPK_ROUTER, 2880, 32, 4, 2880, 0, 1, 1, 1.0, false},
+static const cli_opt g_opts[] = {
+    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL},
+    {"tokens", 'T', "T", "tokens per forward", 0, NULL},
+    {"dtype", 'd', "D", "dtype the expert weights are generated and held in (f32 default; bf16 stays bf16)", 0, NULL},
+    {"compute", 'X', "M", "exact (default: f32 activations, bf16 weights widened exactly, f32 sums) or bf16\n"
+                          "(activations rounded to bf16 for the products, f32 sums)", 0, NULL},
+    {"router", 'r', "R", "balanced (default: T*K/E slots per expert, benchmark only) or real (the\n"
+                         "archetype's router on random weights)", 0, NULL},
+    {"reps", 'R', "R", "timed forwards (default: as many as fit in ~2 s, 3 to 50)", 0, NULL},
+    {"max-gib", 'm', "G", "expert weights allowed in memory (6); above it, run one rank of ep ranks", 0, NULL},
+    {"ep", 'e', "N", "force the simulated expert-parallel group size", 0, NULL},
+    {"threads", 't', "N", "OpenMP threads (oneDNN, the kernels and the MoE loop share one pool)", 0, NULL},
+    {"json", 'j', NULL, "one JSON object instead of text", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
 };
 
 static void usage(FILE *out)
@@ -53,19 +54,11 @@ static void usage(FILE *out)
             "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
             "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
             "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s).\n"
-            "\n"
-            "  --preset P     qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b\n"
-            "  --tokens T     tokens per forward\n"
-            "  --dtype D      dtype the expert weights are generated and held in (f32 default; bf16 stays bf16)\n"
-            "  --compute M    exact (default: f32 activations, bf16 weights widened exactly, f32 sums) or bf16\n"
-            "                 (activations rounded to bf16 for the products, f32 sums)\n"
-            "  --router R     balanced (default: T*K/E slots per expert, benchmark only) or real (the\n"
-            "                 archetype's router on random weights)\n"
-            "  --reps R       timed forwards (default: as many as fit in ~2 s, 3 to 50)\n"
-            "  --max-gib G    expert weights allowed in memory (6); above it, run one rank of ep ranks\n"
-            "  --ep N         force the simulated expert-parallel group size\n"
-            "  --threads N    OpenMP threads (oneDNN, the kernels and the MoE loop share one pool)\n"
-            "  --json         one JSON object instead of text\n"
+            "\n");
+    cli_print_options(out, g_opts);
+    fprintf(out, "\npresets:\n");
+    cli_print_presets(out, true);
+    fprintf(out,
             "\n"
             "hyperpar bench ep --help: the expert-parallel layer over MPI ranks against a bare all-to-all.\n"
             "hyperpar bench run --help: the runtime's whole forward pass over MPI ranks against bare collectives.\n"
@@ -116,7 +109,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 typedef struct bench_args {
-    const preset *p;
+    const cli_preset *p;
     int64_t tokens, threads, reps, ep;
     double max_gib;
     hp_dtype dtype;
@@ -172,20 +165,6 @@ static const char *fmt_ratio(char *buf, size_t cap, double r)
     return buf;
 }
 
-/* "1.50 GiB", "12.0 MiB", "0 B". */
-static const char *fmt_bytes(char *buf, size_t cap, double b)
-{
-    if (b >= (double)(1u << 30))
-        snprintf(buf, cap, "%.2f GiB", b / (1u << 30));
-    else if (b >= (double)(1u << 20))
-        snprintf(buf, cap, "%.1f MiB", b / (1u << 20));
-    else if (b >= 1024.0)
-        snprintf(buf, cap, "%.1f KiB", b / 1024.0);
-    else
-        snprintf(buf, cap, "%.0f B", b);
-    return buf;
-}
-
 /* One linear's paths as text: "m <= 16: <small>; m > 16: <large>" (only the large one without a small path). */
 static void print_paths(const char *what, const hp_linear_info *in, int64_t n, int64_t k, int64_t n_mats)
 {
@@ -203,28 +182,27 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
 
 static int run(const bench_args *a)
 {
-    const preset *p = a->p;
+    const cli_preset *p = a->p;
     hp_err err;
     int threads = hp_moe_set_threads((int)a->threads);
     const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
-    double expert_gib = (double)p->E * 3.0 * (double)p->H * (double)p->I * wbytes / (1u << 30);
+    double expert_gib = (double)p->experts * 3.0 * (double)p->hidden * (double)p->moe_intermediate * wbytes / (1u << 30);
     int64_t ep = a->ep;
     if (ep <= 0)
-        for (ep = 1; ep < p->E && expert_gib / (double)ep > a->max_gib; ep *= 2) {
+        for (ep = 1; ep < p->experts && expert_gib / (double)ep > a->max_gib; ep *= 2) {
         }
-    if (p->E % ep)
+    if (p->experts % ep)
         return cli_usage_error("bench", "--ep %lld does not divide the %lld experts of %s", (long long)ep,
-                               (long long)p->E, p->name);
-    hp_moe_dims d = {.n_hidden = p->H, .n_experts = p->E, .top_k = p->K, .d_expert = p->I, .d_shared = p->sI,
-                     .n_local = p->E / ep, .n_group = p->n_group, .topk_group = p->topk_group,
-                     .routed_scaling_factor = p->rsf, .norm_topk_prob = p->norm,
-                     .bf16_weights = a->dtype == HP_DT_BF16};
+                               (long long)p->experts, p->name);
+    hp_moe_dims d = cli_preset_moe_dims(p);
+    d.n_local = p->experts / ep;
+    d.bf16_weights = a->dtype == HP_DT_BF16;
     hp_moe_layer *l = NULL;
     hp_moe_ws *ws = NULL;
     float *x = NULL, *y = NULL;
     hp_status st = hp_moe_layer_create(&l, p->archetype, &d, &err);
     double t_build = now_s();
-    int64_t H = p->H, I = p->I, T = a->tokens, nl = l ? l->n_local : 0;
+    int64_t H = p->hidden, I = p->moe_intermediate, T = a->tokens, nl = l ? l->n_local : 0;
     if (!st) {
         float gu = 1.0f / sqrtf((float)H), dn = 1.0f / sqrtf((float)I);
         for (int64_t e = 0; e < nl && !st; e++) {
@@ -234,14 +212,14 @@ static int run(const bench_args *a)
             if (!st) st = fill((char *)l->w_down + (size_t)(e * H * I) * el, H * I, dn, 900 + (uint64_t)e, a->dtype, &err);
         }
         uint64_t s = 7;
-        for (int64_t i = 0; i < p->E * H; i++) l->w_router[i] = urand(&s, gu);
+        for (int64_t i = 0; i < p->experts * H; i++) l->w_router[i] = urand(&s, gu);
         if (l->b_gate_up)
             for (int64_t i = 0; i < nl * 2 * I; i++) ((float *)l->b_gate_up)[i] = urand(&s, 0.1f);
         if (l->b_down)
             for (int64_t i = 0; i < nl * H; i++) ((float *)l->b_down)[i] = urand(&s, 0.1f);
         if (l->ws_gate_up) {
-            for (int64_t i = 0; i < 2 * p->sI * H; i++) l->ws_gate_up[i] = urand(&s, gu);
-            for (int64_t i = 0; i < p->sI * H; i++) l->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->sI));
+            for (int64_t i = 0; i < 2 * p->shared_intermediate * H; i++) l->ws_gate_up[i] = urand(&s, gu);
+            for (int64_t i = 0; i < p->shared_intermediate * H; i++) l->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->shared_intermediate));
         }
         /* The numerics of the workspace's products: set before the workspace prepares them. */
         l->compute = a->compute;
@@ -269,14 +247,14 @@ static int run(const bench_args *a)
     double med = times[reps / 2];
     int64_t n_rows = ws->stats.n_rows, n_active = ws->stats.n_active;
     /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
-    double flops = 6.0 * (double)H * (double)I * (double)n_rows + 6.0 * (double)H * (double)p->sI * (double)T;
+    double flops = 6.0 * (double)H * (double)I * (double)n_rows + 6.0 * (double)H * (double)p->shared_intermediate * (double)T;
     double gflops = flops / med * 1e-9;
-    double bytes = (double)n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->sI * 4.0;
+    double bytes = (double)n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->shared_intermediate * 4.0;
     double gbps = bytes / med * 1e-9;
     /* The limits, measured after the layer so that they do not disturb its timings. The dense product has the
      * layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert (whose weights are f32). */
     enum { LIMIT_REPS = 3 };
-    int64_t dense_m = n_rows + (p->sI ? (T * p->sI + I - 1) / I : 0);
+    int64_t dense_m = n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
     char dense_path[256];
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
@@ -335,16 +313,16 @@ static int run(const bench_args *a)
         printf(", \"openblas_generic_fallback\": %s, \"threads\": %d}\n", generic ? "true" : "false", threads);
     } else {
         printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
-               hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->E, (long long)p->K, (long long)I,
-               p->sI ? ", shared expert" : "", (long long)T);
+               hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->experts, (long long)p->top_k, (long long)I,
+               p->shared_intermediate ? ", shared expert" : "", (long long)T);
         if (ep > 1)
             printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
                    "--max-gib %.1f)\n",
-                   (long long)nl, (long long)p->E, (long long)ep, (long long)p->E, expert_gib, a->max_gib);
+                   (long long)nl, (long long)p->experts, (long long)ep, (long long)p->experts, expert_gib, a->max_gib);
         printf("  weights  : %s generated and held, built in %.1f s; resident %s of experts = %.2f x their %s "
                "bytes (the GEMM layer owns %s of it)\n",
-               dt, t_build, fmt_bytes(b1, sizeof b1, resident), resident / stored, dt,
-               fmt_bytes(b2, sizeof b2, owned));
+               dt, t_build, hp_format_bytes((uint64_t)(resident), b1, sizeof b1), resident / stored, dt,
+               hp_format_bytes((uint64_t)(owned), b2, sizeof b2));
         printf("  compute  : %s (%s)\n", cm,
                a->compute == HP_LINALG_BF16 ? "activations rounded to bf16 for the products, f32 sums"
                                             : "f32 activations, bf16 weights widened exactly, f32 sums");
@@ -361,11 +339,11 @@ static int run(const bench_args *a)
                    fmt_ratio(r1, sizeof r1, ratio(gflops, dense)));
         else
             printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
-        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", fmt_bytes(b3, sizeof b3, bytes),
+        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", hp_format_bytes((uint64_t)(bytes), b3, sizeof b3),
                gbps);
         if (read >= 0)
             printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", read,
-                   fmt_bytes(b2, sizeof b2, (double)READ_SWEEP_BYTES), LIMIT_REPS,
+                   hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
                    fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
         else
             printf("read sweep n/a (out of memory)\n");
@@ -380,40 +358,23 @@ done:
 
 static int bench_moe(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'T'},
-        {"dtype", required_argument, 0, 'd'},  {"json", no_argument, 0, 'j'},
-        {"threads", required_argument, 0, 't'}, {"router", required_argument, 0, 'r'},
-        {"reps", required_argument, 0, 'R'},   {"max-gib", required_argument, 0, 'm'},
-        {"ep", required_argument, 0, 'e'},     {"compute", required_argument, 0, 'X'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
     bench_args a = {.dtype = HP_DT_F32, .compute = HP_LINALG_EXACT, .max_gib = 6.0};
     const char *preset_name = NULL;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "bench", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "bench", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'p': preset_name = optarg; break;
         case 'T':
             if (!cli_parse_i64("bench", "--tokens", optarg, 1, 1 << 20, &a.tokens)) return HP_EXIT_USAGE;
             break;
-        case 'd':
-            if (!strcmp(optarg, "bf16"))
-                a.dtype = HP_DT_BF16;
-            else if (strcmp(optarg, "f32"))
-                return cli_usage_error("bench", "--dtype expects bf16 or f32, got '%s'", optarg);
+        case 'd': {
+            static const hp_dtype dts[] = {HP_DT_BF16, HP_DT_F32};
+            if (!cli_parse_dtype("bench", optarg, dts, 2, &a.dtype)) return HP_EXIT_USAGE;
             break;
-        case 'X':
-            if (!strcmp(optarg, "exact"))
-                a.compute = HP_LINALG_EXACT;
-            else if (!strcmp(optarg, "bf16"))
-                a.compute = HP_LINALG_BF16;
-            else
-                return cli_usage_error("bench", "--compute expects exact or bf16, got '%s'", optarg);
-            break;
+        }
+        case 'X': if (!cli_parse_compute("bench", optarg, &a.compute)) return HP_EXIT_USAGE; break;
         case 'j': a.json = true; break;
         case 't':
             if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
@@ -435,41 +396,26 @@ static int bench_moe(int argc, char **argv)
         }
     }
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    if (!preset_name) return cli_usage_error("bench", "missing --preset (qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-20b)");
-    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++)
-        if (!strcmp(preset_name, g_presets[i].name)) a.p = &g_presets[i];
-    if (!a.p)
-        return cli_usage_error("bench", "unknown preset '%s'; known: qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, "
-                                        "gpt-oss-20b", preset_name);
+    if (!(a.p = cli_preset_arg("bench", preset_name, true))) return HP_EXIT_USAGE;
     if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
     return run(&a);
 }
 
-/* Preset lookup for `bench ep` (tools/bench_ep.c): the dimensions of the whole layer (all experts). */
-static bool find_preset(const char *name, int *archetype, hp_moe_dims *d)
-{
-    for (size_t i = 0; i < sizeof g_presets / sizeof *g_presets; i++) {
-        const preset *p = &g_presets[i];
-        if (strcmp(name, p->name)) continue;
-        *archetype = (int)p->archetype;
-        *d = (hp_moe_dims){.n_hidden = p->H, .n_experts = p->E, .top_k = p->K, .d_expert = p->I, .d_shared = p->sI,
-                           .n_group = p->n_group, .topk_group = p->topk_group, .routed_scaling_factor = p->rsf,
-                           .norm_topk_prob = p->norm};
-        return true;
-    }
-    return false;
-}
+enum { O_WORLD = 1000, O_REPS };
+static const cli_opt g_advise_opts[] = {
+    {"world", O_WORLD, "N", "ranks in all", 0, NULL},
+    {"reps", O_REPS, "R", "runs of the search; the best is reported (3)", 0, NULL},
+    CLI_OPT_HELP,
+    CLI_OPTS_COST("advise's flags: the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_PLAN("advise's flags: the plan flags of every candidate"),
+    {0},
+};
 
 /* `hyperpar bench advise MODEL --world N [advise flags]`: the time hp_advise takes per mesh against one plan
  * derivation of the same model in the same run (its template's, with the shard layout), as hp_advise measures
  * them (hp_advice.plan_seconds, search_seconds). */
 int cmd_bench_advise(int argc, char **argv)
 {
-    enum { O_WORLD = 1000, O_REPS };
-    static const struct option opts[] = {
-        CLI_OPT_PLAN, CLI_OPT_COST, {"world", required_argument, NULL, O_WORLD}, {"reps", required_argument, NULL, O_REPS},
-        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
-    };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
     cli_cost_flags cf;
@@ -477,8 +423,8 @@ int cmd_bench_advise(int argc, char **argv)
     int64_t N = 0, reps = 3;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "bench advise", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "bench advise", .opts = g_advise_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("bench advise", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("bench advise", c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;
@@ -493,7 +439,8 @@ int cmd_bench_advise(int argc, char **argv)
         case 'h':
             printf("usage: hyperpar bench advise MODEL --world N [--reps R] [advise flags]\n\n"
                    "Times 'hyperpar advise' over every mesh of N ranks (the best of R runs) against one plan\n"
-                   "derivation of MODEL in the same run, and prints both and their ratio.\n");
+                   "derivation of MODEL in the same run, and prints both and their ratio.\n\n");
+            cli_print_options(stdout, g_advise_opts);
             return HP_EXIT_OK;
         default: return cli_bad_option("bench advise", argv);
         }
@@ -543,7 +490,7 @@ int cmd_bench(int argc, char **argv)
     }
     if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe, ep, run, advise)");
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "ep")) return cmd_bench_ep(argc - 1, argv + 1, find_preset);
+    if (!strcmp(argv[1], "ep")) return cmd_bench_ep(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return cmd_bench_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "advise")) return cmd_bench_advise(argc - 1, argv + 1);
     return cli_usage_error("bench", "unknown benchmark '%s'; known: moe, ep, run, advise", argv[1]);

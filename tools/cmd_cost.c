@@ -18,6 +18,22 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
+enum { O_PLAN = 1000, O_INPUT, O_ROUTING, O_RANK, O_DETAIL };
+#define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
+static const cli_opt g_opts[] = {
+    {"input", O_INPUT, "IDS", "take B and S from IDS's input_ids [B, S]", 0, NULL},
+    {"routing", O_ROUTING, "FILE", "the routed experts: moe.<layer>.topk_idx I32 [B*S, K] (a forward_io file\n"
+                                   "or 'hyperpar run --output'); B and S from its input_ids when it has them",
+     0, NULL},
+    {"rank", O_RANK, "R", "the rank whose collectives are listed (default: the most-loaded)", 0, NULL},
+    {"detail", O_DETAIL, NULL, "list every layer's collectives (default: the first layers, then sums)", 0, NULL},
+    CLI_OPT_HELP,
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)"),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},
+    CLI_OPTS_MESH(G_PLAN), CLI_OPTS_EP(G_PLAN), CLI_OPTS_PLAN(G_PLAN),
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -34,13 +50,9 @@ static void usage(FILE *out)
             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
             "\n"
-            "  --input IDS             take B and S from IDS's input_ids [B, S]\n"
-            "  --routing FILE          the routed experts: moe.<layer>.topk_idx I32 [B*S, K] (a forward_io file or\n"
-            "                          'hyperpar run --output'); B and S from its input_ids when it has them\n"
-            "  --rank R                the rank whose collectives are listed (default: the most-loaded)\n"
-            "  --detail                list every layer's collectives (default: the first layers, then sums)\n"
-            "%s"
-            "  plan flags              as 'hyperpar plan' (see its --help); --plan reads a plan file instead\n"
+            "\n");
+    cli_print_options(out, g_opts);
+    fprintf(out,
             "\n"
             "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model}, \"note\",\n"
             "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
@@ -48,8 +60,7 @@ static void usage(FILE *out)
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
             "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-            "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n",
-            cli_cost_model_usage());
+            "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n");
 }
 
 static const char *mb(uint64_t b, char *buf, size_t cap)
@@ -282,13 +293,6 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
 
 int cmd_cost(int argc, char **argv)
 {
-    enum { O_PLAN = 1000, O_INPUT, O_ROUTING, O_RANK, O_DETAIL };
-    static const struct option opts[] = {
-        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN, CLI_OPT_COST,
-        {"plan", required_argument, NULL, O_PLAN}, {"input", required_argument, NULL, O_INPUT},
-        {"routing", required_argument, NULL, O_ROUTING}, {"rank", required_argument, NULL, O_RANK},
-        {"detail", no_argument, NULL, O_DETAIL}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
-    };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
     cli_cost_flags cf;
@@ -298,8 +302,8 @@ int cmd_cost(int argc, char **argv)
     bool detail = false;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "cost", argc, argv, "ho:", opts)) != -1) {
+    cli_parser cp = {.cmd = "cost", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("cost", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("cost", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
         if (pr < 0) return HP_EXIT_USAGE;
@@ -332,19 +336,11 @@ int cmd_cost(int argc, char **argv)
     hp_plan *p = NULL;
     hp_shard_layout *l = NULL;
     hp_cost *cost = NULL;
-    hp_st_file *sf = NULL;
     hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
-    if (st == HP_OK && input && (st = hp_st_open(&sf, input, &err)) == HP_OK) {
-        const hp_st_tensor *t = hp_st_find(sf, "input_ids");
-        if (!t || t->n_dims != 2 || t->shape[0] < 1 || t->shape[1] < 1)
-            st = hp_err_set(&err, HP_ERR_INPUT, "%s: no input_ids [B, S] with B, S >= 1", input);
-        else cf.co.B = t->shape[0], cf.co.S = t->shape[1], cf.batch_given = cf.seq_given = true;
-        hp_st_close(sf);
-    }
+    if (st == HP_OK && input && (st = cli_read_ids(input, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
+        cf.batch_given = cf.seq_given = true;
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
-    for (int i = 0; st == HP_OK && i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    if (st == HP_OK) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
         if (!(m->family && hp_family_is_moe(m->family)))

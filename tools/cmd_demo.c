@@ -25,13 +25,22 @@
 #include "hyperpar/run.h"
 #include "hyperpar/model.h"
 
+static const cli_opt g_opts[] = {
+    {"out", 'o', "DIR", "keep the files in DIR (default: a temporary folder, removed afterwards)", 0, NULL},
+    {"family", 'f', "F", "the MoE family to generate (default qwen3_moe)", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: hyperpar demo [--out DIR] [--family F]\n"
             "\n"
             "Generates a tiny MoE checkpoint (qwen3_moe by default) and walks through what hyperpar does\n"
-            "with it. Without --out the files go to a temporary folder that is removed afterwards.\n");
+            "with it. Without --out the files go to a temporary folder that is removed afterwards.\n"
+            "\n");
+    cli_print_options(out, g_opts);
 }
 
 static void step(int n, const char *what) { printf("\n== step %d: %s\n", n, what); }
@@ -185,7 +194,7 @@ static int write_ids(const char *path, int64_t B, int64_t S, int64_t vocab)
     } else {
         for (int64_t i = 0; i < B * S; i++) ids[i] = (i * 37 + 11) % vocab;
         int64_t shape[2] = {B, S};
-        if (hp_st_writer_add(w, "input_ids", HP_DT_I64, 2, shape, ids, &err) != HP_OK ||
+        if (hp_st_writer_add(w, CLI_IDS_KEY, HP_DT_I64, 2, shape, ids, &err) != HP_OK ||
             hp_st_writer_write(w, path, &err) != HP_OK)
             rc = cli_fail(&err);
     }
@@ -388,18 +397,12 @@ static int prepare_out(const char *out)
 
 int cmd_demo(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"out", required_argument, NULL, 'o'},
-        {"family", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *out = NULL;
     hp_gen_opts g;
     hp_gen_opts_default(&g);
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "demo", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "demo", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'f': g.family = optarg; break;

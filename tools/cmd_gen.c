@@ -34,7 +34,33 @@ static const int_opt g_int_opts[] = {
 };
 #define N_INT_OPTS (sizeof g_int_opts / sizeof *g_int_opts)
 
-static void usage(FILE *out, const hp_gen_opts *d)
+/* gen's option table: the fixed options, then one entry per integer option of g_int_opts, its help naming the
+ * range and the default (d), written into help[]. */
+static const cli_opt g_fixed_opts[] = {
+    {"family", 'f', "F", "the model family (see above)", 0, NULL},
+    {"out", 'o', "DIR", "the folder to write", 0, NULL},
+    {"dtype", 't', "f32|bf16|f16", "storage dtype (f32)", 0, NULL},
+    {"expert-layout", 'L', "L", "per-expert (hub names, default) or batched; gpt-oss is always batched", 0, NULL},
+    {"seed", 's', "S", "random seed, 0..18446744073709551615 (0)", 0, NULL},
+    {"force", 'F', NULL, "write into a non-empty DIR", 0, NULL},
+    CLI_OPT_HELP,
+};
+#define N_FIXED_OPTS (sizeof g_fixed_opts / sizeof *g_fixed_opts)
+
+static void gen_table(cli_opt t[N_FIXED_OPTS + N_INT_OPTS + 1], char help[N_INT_OPTS][160], const hp_gen_opts *d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < N_FIXED_OPTS; i++) t[n++] = g_fixed_opts[i];
+    for (size_t i = 0; i < N_INT_OPTS; i++) {
+        const int_opt *o = &g_int_opts[i];
+        snprintf(help[i], sizeof help[i], "%s, %lld..%lld (%lld)", o->help, (long long)o->min, (long long)o->max,
+                 (long long)*(const int64_t *)((const char *)d + o->offset));
+        t[n++] = (cli_opt){o->name + 2, o->code, "N", help[i], 0, NULL};
+    }
+    t[n] = (cli_opt){0};
+}
+
+static void usage(FILE *out, const cli_opt *t)
 {
     char fams[HP_FAMILY_LIST_MAX];
     fprintf(out,
@@ -44,16 +70,7 @@ static void usage(FILE *out, const hp_gen_opts *d)
             "weights, the same bytes for the same options and seed. Families: %s.\n"
             "\n",
             hp_family_known_list(fams, sizeof fams));
-    for (size_t i = 0; i < N_INT_OPTS; i++) {
-        const int_opt *o = &g_int_opts[i];
-        fprintf(out, "  %-20s %s, %lld..%lld (%lld)\n", o->name, o->help, (long long)o->min, (long long)o->max,
-                (long long)*(const int64_t *)((const char *)d + o->offset));
-    }
-    fprintf(out,
-            "  --dtype f32|bf16|f16 storage dtype (f32)\n"
-            "  --expert-layout L    per-expert (hub names, default) or batched; gpt-oss is always batched\n"
-            "  --seed S             random seed, 0..18446744073709551615 (0)\n"
-            "  --force              write into a non-empty DIR\n");
+    cli_print_options(out, t);
 }
 
 /* A seed is any unsigned 64-bit value, in decimal: no sign, no spaces, nothing clamped. */
@@ -73,25 +90,19 @@ static bool parse_seed(const char *s, uint64_t *out)
 
 int cmd_gen(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"family", required_argument, NULL, 'f'},   {"out", required_argument, NULL, 'o'},
-        {"layers", required_argument, NULL, 'l'},   {"hidden", required_argument, NULL, 'H'},
-        {"heads", required_argument, NULL, 'a'},    {"kv-heads", required_argument, NULL, 'k'},
-        {"head-dim", required_argument, NULL, 'D'}, {"intermediate", required_argument, NULL, 'i'},
-        {"moe-intermediate", required_argument, NULL, 'm'}, {"experts", required_argument, NULL, 'e'},
-        {"top-k", required_argument, NULL, 'K'},    {"vocab", required_argument, NULL, 'V'},
-        {"dtype", required_argument, NULL, 't'},    {"expert-layout", required_argument, NULL, 'L'},
-        {"seed", required_argument, NULL, 's'},     {"force", no_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
-    };
     hp_gen_opts o;
     hp_gen_opts_default(&o);
     o.family = NULL;
     const char *out = NULL;
     bool layout_given = false;
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "gen", argc, argv, "h", opts)) != -1) {
+    hp_gen_opts d;
+    hp_gen_opts_default(&d);
+    cli_opt table[N_FIXED_OPTS + N_INT_OPTS + 1];
+    char help[N_INT_OPTS][160];
+    gen_table(table, help, &d);
+    cli_parser cp = {.cmd = "gen", .opts = table};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         const int_opt *io = NULL;
         for (size_t i = 0; i < N_INT_OPTS; i++)
             if (g_int_opts[i].code == c) io = &g_int_opts[i];
@@ -103,12 +114,11 @@ int cmd_gen(int argc, char **argv)
         switch (c) {
         case 'f': o.family = optarg; break;
         case 'o': out = optarg; break;
-        case 't':
-            if (!strcmp(optarg, "f32")) o.dtype = HP_DT_F32;
-            else if (!strcmp(optarg, "bf16")) o.dtype = HP_DT_BF16;
-            else if (!strcmp(optarg, "f16")) o.dtype = HP_DT_F16;
-            else return cli_usage_error("gen", "--dtype must be f32, bf16 or f16, got '%s'", optarg);
+        case 't': {
+            static const hp_dtype dts[] = {HP_DT_F32, HP_DT_BF16, HP_DT_F16};
+            if (!cli_parse_dtype("gen", optarg, dts, 3, &o.dtype)) return HP_EXIT_USAGE;
             break;
+        }
         case 'L':
             if (!hp_expert_layout_parse(optarg, &o.layout))
                 return cli_usage_error("gen", "--expert-layout must be per-expert or batched, got '%s'", optarg);
@@ -120,12 +130,7 @@ int cmd_gen(int argc, char **argv)
                                        optarg);
             break;
         case 'F': o.force = true; break;
-        case 'h': {
-            hp_gen_opts d;
-            hp_gen_opts_default(&d);
-            usage(stdout, &d);
-            return HP_EXIT_OK;
-        }
+        case 'h': usage(stdout, table); return HP_EXIT_OK;
         default: return cli_bad_option("gen", argv);
         }
     }

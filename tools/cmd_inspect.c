@@ -8,6 +8,17 @@
 #include "cli.h"
 #include "hyperpar/model.h"
 
+static const cli_opt g_opts[] = {
+    {"json", 'j', NULL, "one JSON object: architecture, model_type, num_params, num_tensors,\n"
+                        "total_bytes, dtypes (dtype -> bytes), layers, experts, ...", 0, NULL},
+    {"tree", 't', NULL, "the module tree with parameter counts per module", 0, NULL},
+    {"depth", 'd', "N", "limit --tree to N levels below the root", 0, NULL},
+    {"tensors", 'T', NULL, "list every tensor: name, dtype, shape", 0, NULL},
+    {"expert-layout", 'L', "L", "meta mode: per-expert (hub names, default) or batched", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -16,13 +27,8 @@ static void usage(FILE *out)
             "\n"
             "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
             "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
-            "\n"
-            "  --json            one JSON object: architecture, model_type, num_params, num_tensors,\n"
-            "                    total_bytes, dtypes (dtype -> bytes), layers, experts, ...\n"
-            "  --tree            the module tree with parameter counts per module\n"
-            "  --depth N         limit --tree to N levels below the root\n"
-            "  --tensors         list every tensor: name, dtype, shape\n"
-            "  --expert-layout L meta mode: per-expert (hub names, default) or batched\n");
+            "\n");
+    cli_print_options(out, g_opts);
 }
 
 /* Names come from files: a tensor name may hold escape sequences that would drive the terminal. Text output
@@ -210,18 +216,12 @@ static void print_summary(const hp_model *m)
 
 int cmd_inspect(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"json", no_argument, NULL, 'j'},   {"tree", no_argument, NULL, 't'},
-        {"depth", required_argument, NULL, 'd'}, {"tensors", no_argument, NULL, 'T'},
-        {"expert-layout", required_argument, NULL, 'L'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     bool json = false, tree = false, tensors = false;
     int64_t depth = -1;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "inspect", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "inspect", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'j': json = true; break;
         case 't': tree = true; break;

@@ -17,6 +17,36 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
+#define G_EP "expert parallelism (under mpirun)"
+static const cli_opt g_opts[] = {
+    {"layer", 'l', "L", "decoder layer index (must be sparse)", 0, NULL},
+    {"input", 'i', "X", "safetensors file holding 'x'", 0, NULL},
+    {"output", 'o', "Y", "output file (written atomically); optional with --compare", 0, NULL},
+    {"archetype", 'a', "A", "the EP compute archetype, one of those listed below\n"
+                            "(default: the family's suggestion, printed)", 0, NULL},
+    {"capacity-factor", 'c', "F", "capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)", 0, NULL},
+    {"capacity-policy", 'p', "P", "score (keep the heaviest slots, default) or first (token order)", 0, NULL},
+    {"threads", 't', "N", "OpenMP and BLAS threads", 0, NULL},
+    {"compute", 'X', "M", "exact (default: f32 activations, bf16 weights widened exactly, f32 sums)\n"
+                          "or bf16 (activations rounded to bf16 for the expert products, f32 sums;\n"
+                          "what PyTorch does for a bf16 model; docs/kernels.md gives its error)", 0, NULL},
+    {"compare", 'C', "REF", "verify against REF's <P>y (or <P>y_cf<F>), <P>topk_idx, <P>topk_w:\n"
+                            "|y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not", 0, NULL},
+    {"ref-prefix", 'P', "P", "key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)", 0, NULL},
+    {"compare-rtol", 'R', "R", "tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5", 0, NULL},
+    CLI_OPT_HELP,
+    {"ep", CLI_O_EP, "E", "EP group size (default: every rank)", 0, G_EP},
+    {"mesh", CLI_O_MESH, "SPEC", "the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N", 0, G_EP},
+    {"overrides", CLI_O_OVERRIDES, "FILE", "plan overrides declaring the layer's local_compute_fn (the archetype);\n"
+                                           "with --ep > 1 the archetype must be chosen explicitly: --archetype or\n"
+                                           "this", 0, G_EP},
+    {"overlap", 'v', NULL, "non-blocking token exchange; the shared expert runs while it is in flight", 0, G_EP},
+    {"dispatch-chunks", 'D', "C", "exchange the local tokens in C chunks (1..64, default 1), chunk c+1's rows\n"
+                                  "in flight while chunk c's experts run; same routing and capacity, y within\n"
+                                  "1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)", 0, G_EP},
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -31,36 +61,16 @@ static void usage(FILE *out)
             "expert id ascending). Statistics go to stderr. MODEL may also be a folder written by 'hyperpar\n"
             "shard' (it holds manifest.json): each rank then loads its own rank file (docs/moe.md).\n"
             "\n"
-            "  --layer L               decoder layer index (must be sparse)\n"
-            "  --input X               safetensors file holding 'x'\n"
-            "  --output Y              output file (written atomically); optional with --compare\n"
-            "  --archetype A           %s\n"
-            "                          (default: the family's suggestion, printed)\n"
-            "  --capacity-factor F     capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)\n"
-            "  --capacity-policy P     score (keep the heaviest slots, default) or first (token order)\n"
-            "  --threads N             OpenMP and BLAS threads\n"
-            "  --compute M             exact (default: f32 activations, bf16 weights widened exactly, f32 sums)\n"
-            "                          or bf16 (activations rounded to bf16 for the expert products, f32 sums;\n"
-            "                          what PyTorch does for a bf16 model; docs/kernels.md gives its error)\n"
-            "  --compare REF           verify against REF's <P>y (or <P>y_cf<F>), <P>topk_idx, <P>topk_w:\n"
-            "                          |y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not\n"
-            "  --ref-prefix P          key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)\n"
-            "  --compare-rtol R        tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5\n"
-            "\n"
             "Expert parallelism (under mpirun): every rank reads the same X and MODEL (checked: rows, a hash\n"
             "of X and of the weights) and takes the r-th contiguous block of rows, the first T mod N ranks one\n"
             "row more (ranks past the end of a short X hold none); EP groups are E consecutive ranks of the\n"
             "mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads only its E/ep experts and\n"
             "applies the capacity factor to its own block; rank 0 writes the output rows in the original order.\n"
-            "  --ep E                  EP group size (default: every rank)\n"
-            "  --mesh SPEC             the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N\n"
-            "  --overrides FILE        plan overrides declaring the layer's local_compute_fn (the archetype);\n"
-            "                          with --ep > 1 the archetype must be chosen explicitly: --archetype or this\n"
-            "  --overlap               non-blocking token exchange; the shared expert runs while it is in flight\n"
-            "  --dispatch-chunks C     exchange the local tokens in C chunks (1..64, default 1), chunk c+1's rows\n"
-            "                          in flight while chunk c's experts run; same routing and capacity, y within\n"
-            "                          1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)\n"
+            "\n");
+    cli_print_options(out, g_opts);
+    fprintf(out,
             "\n"
+            "Archetypes: %s.\n"
             "A non-finite output is an error naming the row and its likely cause (exit 2).\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
             hp_moe_archetype_list());
@@ -303,23 +313,6 @@ static int run(const moe_args *a)
 /* How a run under mpirun ends: an agreed error is the same on every rank, so rank 0 prints it once (the
  * others wait at a barrier so that mpirun does not end rank 0 before it has printed); an error only this
  * rank has (a failed split or collective) is printed by this rank, named. */
-static int ep_exit(hp_comm *w, hp_status st, hp_err *err, bool agreed)
-{
-    if (st == HP_OK) return HP_EXIT_OK;
-    const int R = hp_comm_rank(w), N = hp_comm_size(w);
-    int code = hp_status_exit_code(st);
-    if (!agreed || R == 0) {
-        if (!agreed && N > 1) hp_err_prefix(err, "rank %d", R);
-        code = cli_fail(err);
-    }
-    if (agreed && N > 1) {
-        fflush(stderr);
-        hp_err e2;
-        (void)hp_comm_barrier(w, &e2);
-    }
-    return code;
-}
-
 /* "rank 3" or "ranks 0..2". */
 static const char *ranks_str(int64_t a, int64_t b, char *buf, size_t cap)
 {
@@ -403,31 +396,19 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
     free(xall);
     hp_st_close(in);
     hp_run_moe_result_free(&res);
-    int code = ep_exit(world, st, &err, agreed);
+    int code = cli_collective_exit(world, st, &err, agreed);
     hp_comm_free(world);
     return code;
 }
 
 int cmd_moe(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"layer", required_argument, 0, 'l'},           {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'},          {"archetype", required_argument, 0, 'a'},
-        {"capacity-factor", required_argument, 0, 'c'}, {"capacity-policy", required_argument, 0, 'p'},
-        {"threads", required_argument, 0, 't'},         {"compare", required_argument, 0, 'C'},
-        {"ref-prefix", required_argument, 0, 'P'},      {"help", no_argument, 0, 'h'},
-        {"ep", required_argument, 0, CLI_O_EP},         {"mesh", required_argument, 0, CLI_O_MESH},
-        {"overrides", required_argument, 0, CLI_O_OVERRIDES}, {"overlap", no_argument, 0, 'v'},
-        {"compare-rtol", required_argument, 0, 'R'},   {"dispatch-chunks", required_argument, 0, 'D'},
-        {"compute", required_argument, 0, 'X'},
-        {0, 0, 0, 0},
-    };
     moe_args a = {.layer = -1};
     int c;
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "moe", argc, argv, "h", opts)) != -1) {
+    cli_parser cp = {.cmd = "moe", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'l':
             if (!cli_parse_i64("moe", "--layer", optarg, 0, 1 << 20, &a.layer)) return HP_EXIT_USAGE;
@@ -462,18 +443,8 @@ int cmd_moe(int argc, char **argv)
         case 'D':
             if (!cli_parse_i64("moe", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;
             break;
-        case 'R': {
-            char *end = NULL;
-            a.rtol = strtod(optarg, &end);
-            if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
-                return cli_usage_error("moe", "--compare-rtol expects a number in (0, 1], got '%s'", optarg);
-            break;
-        }
-        case 'X':
-            if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
-            else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
-            else return cli_usage_error("moe", "--compute expects exact or bf16, got '%s'", optarg);
-            break;
+        case 'R': if (!cli_parse_rtol("moe", "--compare-rtol", optarg, &a.rtol)) return HP_EXIT_USAGE; break;
+        case 'X': if (!cli_parse_compute("moe", optarg, &a.compute)) return HP_EXIT_USAGE; break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("moe", argv);
         }
@@ -486,7 +457,7 @@ int cmd_moe(int argc, char **argv)
     if (!a.output && !a.compare) return cli_usage_error("moe", "missing --output Y.safetensors (or --compare REF)");
     if (a.threads > 0) hp_moe_set_threads((int)a.threads);
     /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
-    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") || a.ep || a.mesh ||
+    if (hp_comm_launched() || a.ep || a.mesh ||
         a.overrides || a.overlap || a.chunks)
         return run_ep(&a, &argc, &argv); /* checks --output itself, inside the rank agreement */
     if (a.output) {

@@ -12,6 +12,28 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
+enum { O_WORLD = 1000, O_FORMAT, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
+
+static const cli_opt g_opts[] = {
+    CLI_OPTS_MESH(NULL),
+    CLI_OPTS_EP(NULL),
+    {"world", O_WORLD, "N", "check that the mesh has exactly N ranks", 0, NULL},
+    CLI_OPTS_PLAN(NULL),
+    {"format", O_FORMAT, "F", "json (default, docs/plan-format.md), explain (report with the compiled\n"
+                              "boundary collectives), hf (transformers base_model_tp_plan style)", 0, NULL},
+    {"fqn", O_FQN, "FQN", "with --format explain: only this boundary (or the one declaring this\n"
+                          "parameter or module)", 0, NULL},
+    {"output", 'o', "FILE", "write there (atomically) instead of stdout; never over an input", CLI_SHORT, NULL},
+    {"seq-len", O_SEQ, "N", "also check the sequence length against cp (divisible by 2*cp)", 0, NULL},
+    {"expert-layout", O_LAYOUT, "L", "meta mode: per-expert (default) or batched expert names", 0, NULL},
+    {"no-derive", O_NODERIVE, NULL, "derive=false: the plan holds only the overrides (needs --overrides)", 0, NULL},
+    {"suggest-overrides", O_SUGGEST, NULL, "print the YAML that declares the EP compute of every EP-marked boundary\n"
+                                           "(the family's suggested archetype); review it, then pass it with\n"
+                                           "--overrides", 0, NULL},
+    CLI_OPT_HELP,
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -24,31 +46,8 @@ static void usage(FILE *out)
             "\n"
             "Derives the tensor/sequence/context/expert-parallel sharding plan of MODEL (a checkpoint folder,\n"
             ".safetensors file or config.json) for a device mesh. Same input, byte-identical output.\n"
-            "\n"
-            "  --mesh SPEC          mesh axes in order with sizes; the product is the world size. Axes: dp, cp,\n"
-            "                       tp, ep (explicit old-style EP axis), pp (refused when > 1)\n"
-            "  --dp/--cp/--tp N     the mesh (dp, cp, tp) from sizes (default 1 each)\n"
-            "  --ep N               expert parallelism: by default TP-extend-EP (D-10), EP groups of N\n"
-            "                       consecutive ranks of the dense region; with --ep-axis an explicit ep mesh axis\n"
-            "  --world N            check that the mesh has exactly N ranks\n"
-            "  --no-sequence-parallel  contracts without sequence parallelism (default: on)\n"
-            "  --loss-parallel      keep lm_head logits vocab-sharded\n"
-            "  --format F           json (default, docs/plan-format.md), explain (report with the compiled\n"
-            "                       boundary collectives), hf (transformers base_model_tp_plan style)\n"
-            "  --fqn FQN            with --format explain: only this boundary (or the one declaring this\n"
-            "                       parameter or module)\n"
-            "  -o, --output FILE    write there (atomically) instead of stdout; never over an input\n"
-            "  --freeze GLOB        mark matching parameters non-trainable (repeatable)\n"
-            "  --allow-uncovered    uncovered trainable parameters warn instead of failing\n"
-            "  --packed-fused       fused gate/up weights get a packed S(d)x2 placement instead of an error\n"
-            "  --seq-len N          also check the sequence length against cp (divisible by 2*cp)\n"
-            "  --expert-layout L    meta mode: per-expert (default) or batched expert names\n"
-            "  --overrides FILE     plan overrides (YAML or JSON list of entries: match, when, params, in_src,\n"
-            "                       in_dst, out_src, out_dst, out_names, tp_divide_attrs, is_boundary,\n"
-            "                       region_dispatch, local_compute_fn {_target_: ARCHETYPE, ...})\n"
-            "  --no-derive          derive=false: the plan holds only the overrides (needs --overrides)\n"
-            "  --suggest-overrides  print the YAML that declares the EP compute of every EP-marked boundary\n"
-            "                       (the family's suggested archetype); review it, then pass it with --overrides\n");
+            "\n");
+    cli_print_options(out, g_opts);
 }
 
 /* cli_parse_i64 for plan's counts, which are plain digits: strtoll would also take " 2" and "+2". */
@@ -150,17 +149,6 @@ static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *
 
 int cmd_plan(int argc, char **argv)
 {
-    enum { O_WORLD = 1000, O_FORMAT, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
-    static const struct option opts[] = {
-        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
-        {"world", required_argument, NULL, O_WORLD}, {"format", required_argument, NULL, O_FORMAT},
-        {"fqn", required_argument, NULL, O_FQN},     {"output", required_argument, NULL, 'o'},
-        {"seq-len", required_argument, NULL, O_SEQ},
-        {"expert-layout", required_argument, NULL, O_LAYOUT}, {"help", no_argument, NULL, 'h'},
-        {"no-derive", no_argument, NULL, O_NODERIVE},
-        {"suggest-overrides", no_argument, NULL, O_SUGGEST},
-        {NULL, 0, NULL, 0},
-    };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
     hp_plan_opts *pp = &pf.po;
@@ -169,8 +157,8 @@ int cmd_plan(int argc, char **argv)
     bool suggest = false, format_given = false;
     int64_t world = 0;
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "plan", argc, argv, "ho:", opts)) != -1) {
+    cli_parser cp = {.cmd = "plan", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("plan", c, optarg, &pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
@@ -237,9 +225,7 @@ int cmd_plan(int argc, char **argv)
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    cli_plan_flags_freeze(&pf, m);
     hp_plan *p = NULL;
     int rc = HP_EXIT_OK;
     if (hp_plan_derive(&p, m, &po, &err) != HP_OK) {

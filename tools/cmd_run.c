@@ -18,6 +18,38 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
+enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS };
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+
+/* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
+static const cli_opt g_opts[] = {
+    CLI_OPT_HELP,
+    {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank", CLI_SHORT, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs", 0, NULL},
+    {"overlap", O_OVERLAP, NULL, "MoE blocks run the shared expert while their tokens are exchanged (also\n"
+                                 "when the declared compute sets overlap_shared_expert); the same numbers", 0, NULL},
+    {"compare-rtol", O_RTOL, "R", "run --compare: tolerances R * max|ref| for the logits and R * |ref| for the\n"
+                                  "loss instead of 1e-4 and 1e-5; validate: a boundary diverges when\n"
+                                  "max|diff| > R * max|one-process output| (1e-5)", 0, NULL},
+    {"rtol", O_RTOL, "R", NULL, 0, NULL},
+    CLI_OPTS_MESH(G_PLAN),
+    CLI_OPTS_EP(G_PLAN),
+    CLI_OPTS_PLAN(G_PLAN),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0,
+     G_PLAN},
+    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V] and loss F32 [] (atomically)", CLI_SHORT, "run only"},
+    {"compare", 'C', "REF", "check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
+                            "against REF's 'logits' and 'loss'; exit 3 on a mismatch", 0, "run only"},
+    {"compute", O_COMPUTE, "M", "exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
+                                "(activations rounded to bf16 for the GEMMs)", 0, "run only"},
+    {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
+                              "expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
+                              "model's): for benchmarks and to check 'hyperpar cost' exchange bytes", 0, "run only"},
+    {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics (bytes and calls per collective kind,\n"
+                                    "resident weights, anonymous memory grown) as JSON, atomically", 0, "run only"},
+    {0},
+};
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -32,28 +64,10 @@ static void usage(FILE *out)
             "collective is the one a boundary's contract asks for (docs/run.md). Dense decoders: llama,\n"
             "mistral, qwen2, qwen3.\n"
             "\n"
-            "  MODEL                a checkpoint folder (each rank slices it through its mapping), or a folder\n"
-            "                       written by 'hyperpar shard' for the same mesh (each rank reads its file)\n"
-            "  --input IDS          safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank\n"
-            "  --output OUT         rank 0 writes logits F32 [B, S, V] and loss F32 [] (atomically)\n"
-            "  --compare REF        check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
-            "                       against REF's 'logits' and 'loss'; exit 3 on a mismatch\n"
-            "  --compare-rtol R     tolerances R * max|ref| for the logits and R * |ref| for the loss instead\n"
-            "                       of 1e-4 and 1e-5\n"
-            "  --mesh, --dp/--cp/--tp  the mesh (default: --tp = the number of processes)\n"
-            "  --no-sequence-parallel, --loss-parallel, --overrides F, --packed-fused, --allow-uncovered,\n"
-            "  --freeze GLOB        derive the plan as 'hyperpar plan' does (the flags parser is plan's)\n"
-            "  --plan plan.json     a plan written by 'hyperpar plan' instead of deriving one\n"
-            "  --compute M          exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
-            "                       (activations rounded to bf16 for the GEMMs)\n"
-            "  --overlap            MoE blocks run the shared expert while their tokens are exchanged (also\n"
-            "                       when the declared compute sets overlap_shared_expert); the same numbers\n"
-            "  --threads N          threads per rank for the GEMMs\n"
-            "  --router R           real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
-            "                       expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
-            "                       model's): for benchmarks and to check 'hyperpar cost' exchange bytes\n"
-            "  --stats-json FILE    rank 0 writes every rank's statistics (bytes and calls per collective kind,\n"
-            "                       resident weights, anonymous memory grown) as JSON, atomically\n"
+            "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
+            "                          written by 'hyperpar shard' for the same mesh (each rank reads its file)\n");
+    cli_print_options(out, g_opts);
+    fprintf(out,
             "\n"
             "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n");
@@ -80,40 +94,6 @@ static bool is_shard_dir(const char *path)
     return lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
 }
 
-/* input_ids [B, S] as int64 (I64 or I32 stored). */
-static hp_status read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
-{
-    *ids = NULL;
-    hp_st_file *f = NULL;
-    hp_status st = hp_st_open(&f, path, err);
-    if (st != HP_OK) return st;
-    const hp_st_tensor *t = hp_st_find(f, "input_ids");
-    if (!t) st = hp_err_set(err, HP_ERR_INPUT, "%s: no tensor 'input_ids' (I64 [B, S])", path);
-    else if (t->n_dims != 2 || (t->dtype != HP_DT_I64 && t->dtype != HP_DT_I32))
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is %s with %d dims; expected I64 (or I32) [B, S]", path,
-                        hp_dtype_name(t->dtype), t->n_dims);
-    else if (t->shape[0] < 1 || t->shape[1] < 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is [%lld, %lld]; it needs at least one token", path,
-                        (long long)t->shape[0], (long long)t->shape[1]);
-    if (st == HP_OK) {
-        int64_t n = t->shape[0] * t->shape[1];
-        *ids = malloc((size_t)n * sizeof **ids);
-        if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
-        /* guarded: a file truncated meanwhile is an error, not SIGBUS; I32 widened in place from the end */
-        size_t es = t->dtype == HP_DT_I64 ? 8 : 4;
-        if (st == HP_OK) st = hp_st_read(f, t, 0, *ids, (size_t)n * es, err);
-        for (int64_t i = n - 1; st == HP_OK && es == 4 && i >= 0; i--) {
-            int32_t v;
-            memcpy(&v, (const char *)*ids + i * 4, 4);
-            (*ids)[i] = v;
-        }
-        *B = t->shape[0];
-        *S = t->shape[1];
-    }
-    hp_st_close(f);
-    return st;
-}
-
 static hp_status write_output(const char *path, const hp_run_output *o, hp_err *err)
 {
     hp_st_writer *w = hp_st_writer_create();
@@ -122,10 +102,10 @@ static hp_status write_output(const char *path, const hp_run_output *o, hp_err *
     float loss = (float)o->loss;
     hp_status st = hp_st_writer_add(w, "logits", HP_DT_F32, 3, shape, o->logits, err);
     if (st == HP_OK) st = hp_st_writer_add(w, "loss", HP_DT_F32, 0, shape, &loss, err);
-    char key[64];
+    char key[CLI_TOPK_KEY_MAX];
     for (int i = 0; st == HP_OK && i < o->n_moe; i++) {
         int64_t ks[2] = {o->B * o->S, o->K};
-        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+        cli_topk_key(o->moe_layer[i], key, sizeof key);
         st = hp_st_writer_add(w, key, HP_DT_I32, 2, ks, o->topk_idx[i], err);
     }
     if (st == HP_OK) st = hp_st_writer_write(w, path, err);
@@ -169,8 +149,8 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
             /* the routed experts of every sparse layer the reference has: exactly equal */
             int64_t bad_layers = 0;
             for (int i = 0; i < o->n_moe; i++) {
-                char key[64];
-                snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)o->moe_layer[i]);
+                char key[CLI_TOPK_KEY_MAX];
+                cli_topk_key(o->moe_layer[i], key, sizeof key);
                 const hp_st_tensor *tk = hp_st_find(f, key);
                 if (!tk) continue;
                 int64_t nk = o->B * o->S * o->K, diff = 0;
@@ -200,14 +180,6 @@ static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
     return st;
 }
 
-static void human(uint64_t b, char *buf, size_t cap)
-{
-    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
-    else if (b >= (1ull << 20)) snprintf(buf, cap, "%.2f MiB", (double)b / (double)(1ull << 20));
-    else if (b >= 1024) snprintf(buf, cap, "%.1f KiB", (double)b / 1024.0);
-    else snprintf(buf, cap, "%llu B", (unsigned long long)b);
-}
-
 static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
 {
     const hp_run_stats *s = hp_runner_stats(r);
@@ -222,12 +194,12 @@ static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
             v[0] - v[1], v[1]);
     fprintf(stderr, "run: rank 0 sent");
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        human(s->bytes[k], b1, sizeof b1);
+        hp_format_bytes(s->bytes[k], b1, sizeof b1);
         fprintf(stderr, "%s %s %s in %llu calls", k ? "," : "", hp_run_coll_name((hp_run_coll)k), b1,
                 (unsigned long long)s->calls[k]);
     }
-    human((uint64_t)v[2], b1, sizeof b1);
-    human((uint64_t)v[3], b2, sizeof b2);
+    hp_format_bytes((uint64_t)v[2], b1, sizeof b1);
+    hp_format_bytes((uint64_t)v[3], b2, sizeof b2);
     fprintf(stderr, "\nrun: resident weights %s on the largest rank (its plan share as stored: %s)\n", b1, b2);
 }
 
@@ -295,17 +267,10 @@ static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *p
     return st;
 }
 
+/* Every failure here went through an agreement: the same message on every rank, printed once. */
 static int finish(hp_comm *w, hp_status st, hp_err *err)
 {
-    int code = HP_EXIT_OK;
-    if (st != HP_OK) {
-        /* every failure here went through an agreement: the same message on every rank, printed once */
-        if (hp_comm_rank(w) == 0) code = cli_fail(err);
-        else code = hp_status_exit_code(st);
-        fflush(stderr);
-        hp_err e2;
-        if (hp_comm_size(w) > 1) (void)hp_comm_barrier(w, &e2);
-    }
+    int code = cli_collective_exit(w, st, err, true);
     hp_comm_free(w);
     return code;
 }
@@ -384,7 +349,7 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
-    if (st == HP_OK) st = read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         if (a->threads > 0) {
@@ -439,34 +404,24 @@ static void usage_validate(FILE *out)
             "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"
             "the same input; every boundary's output (and each layer's residual stream) is reassembled to the full\n"
             "layout and compared. Prints a table (boundary, its exit collective, max error) and names the first\n"
-            "boundary that diverges, so a wrong override or placement is found in one run.\n"
-            "\n"
-            "  --rtol R             a boundary diverges when max|diff| > R * max|one-process output| (1e-5)\n"
-            "  other flags          as 'hyperpar run' (see its --help)\n"
-            "\n"
+            "boundary that diverges, so a wrong override or placement is found in one run. The options are\n"
+            "'hyperpar run's; those under \"run only\" are refused.\n"
+            "\n");
+    cli_print_options(out, g_opts);
+    fprintf(out, "\n"
             "Exit codes: 0 every boundary agrees, 1 runtime failure, 2 bad input, 3 a boundary diverges.\n");
 }
 
 static int parse(int argc, char **argv, bool validate)
 {
     const char *cmd = validate ? "validate" : "run";
-    enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS };
-    static const struct option opts[] = {
-        {"help", no_argument, 0, 'h'},         {"input", required_argument, 0, 'i'},
-        {"output", required_argument, 0, 'o'}, {"compare", required_argument, 0, 'C'},
-        {"threads", required_argument, 0, 't'}, CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
-        {"plan", required_argument, 0, O_PLAN}, {"compute", required_argument, 0, O_COMPUTE},
-        {"compare-rtol", required_argument, 0, O_RTOL}, {"rtol", required_argument, 0, O_RTOL},
-        {"overlap", no_argument, 0, O_OVERLAP}, {"router", required_argument, 0, O_ROUTER},
-        {"stats-json", required_argument, 0, O_STATS},
-        {0, 0, 0, 0}};
     run_args a = {.validate = validate};
     cli_plan_flags_init(&a.pf);
     int64_t v;
     int c;
     optind = 1;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, cmd, argc, argv, "hi:o:", opts)) != -1) {
+    cli_parser cp = {.cmd = cmd, .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag(cmd, c, optarg, &a.pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
@@ -488,19 +443,10 @@ static int parse(int argc, char **argv, bool validate)
             a.balanced = !real;
             break;
         }
-        case O_COMPUTE:
-            if (!strcmp(optarg, "exact")) a.compute = HP_LINALG_EXACT;
-            else if (!strcmp(optarg, "bf16")) a.compute = HP_LINALG_BF16;
-            else return cli_usage_error(cmd, "--compute expects exact or bf16, got '%s'", optarg);
+        case O_COMPUTE: if (!cli_parse_compute(cmd, optarg, &a.compute)) return HP_EXIT_USAGE; break;
+        case O_RTOL:
+            if (!cli_parse_rtol(cmd, validate ? "--rtol" : "--compare-rtol", optarg, &a.rtol)) return HP_EXIT_USAGE;
             break;
-        case O_RTOL: {
-            char *end;
-            a.rtol = strtod(optarg, &end);
-            if (!*optarg || *end || !(a.rtol > 0) || a.rtol > 1)
-                return cli_usage_error(cmd, "%s expects a number in (0, 1], got '%s'",
-                                       validate ? "--rtol" : "--compare-rtol", optarg);
-            break;
-        }
         default: return cli_bad_option(cmd, argv);
         }
     }

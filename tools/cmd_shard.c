@@ -12,6 +12,33 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/shard.h"
 
+enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET, O_MAX, O_VERIFY };
+#define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
+
+static const cli_opt g_shard_opts[] = {
+    CLI_OPT_HELP,
+    {"out", 'o', "DIR", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL},
+    {"threads", O_THREADS, "N", "threads over rank files, or over the tensors of a file (1)", 0, NULL},
+    {"force", O_FORCE, NULL, "replace an earlier hyperpar output in DIR (one holding its .hyperpar-output\n"
+                             "marker and nothing else); never any other folder. The old one is removed\n"
+                             "after the new one is complete", 0, NULL},
+    {"quiet", O_QUIET, NULL, "no progress line (it is shown only on a terminal anyway)", 0, NULL},
+    {"plan", O_PLAN, "FILE", "a plan written by 'hyperpar plan --format json' for this checkpoint", 0, G_PLAN},
+    CLI_OPTS_MESH(G_PLAN), CLI_OPTS_EP(G_PLAN), CLI_OPTS_PLAN(G_PLAN),
+    {0},
+};
+
+static const cli_opt g_merge_opts[] = {
+    CLI_OPT_HELP,
+    {"out", 'o', "OUT", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL},
+    {"max-shard-size", O_MAX, "S", "bytes per output file: 5GB (default), 500MB, 2GiB, ...", 0, NULL},
+    {"verify", O_VERIFY, NULL, "also check every rank file's checksum from manifest.json (reads each rank\n"
+                               "file once more); without it, identity, sizes, shapes and layouts are checked", 0, NULL},
+    {"force", O_FORCE, NULL, "replace an earlier hyperpar output in OUT (never any other folder)", 0, NULL},
+    {"quiet", O_QUIET, NULL, "no progress line", 0, NULL},
+    {0},
+};
+
 static void shard_usage(FILE *out)
 {
     fprintf(out,
@@ -24,16 +51,9 @@ static void shard_usage(FILE *out)
             "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
             "DIR/manifest.json (docs/shard-format.md) and config.json. dp replicas are hard links to one file.\n"
             "The source is read through mmap, one streaming pass; DIR appears only when complete.\n"
-            "\n"
-            "  --out DIR            output folder (refused when non-empty unless --force)\n"
-            "  --plan FILE          a plan written by 'hyperpar plan --format json' for this checkpoint\n"
-            "  --mesh, --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --packed-fused,\n"
-            "  --allow-uncovered, --freeze, --overrides   derive the plan as 'hyperpar plan' does (see its --help)\n"
-            "  --threads N          threads over rank files, or over the tensors of a file (1)\n"
-            "  --force              replace an earlier hyperpar output in DIR (one holding its .hyperpar-output\n"
-            "                       marker and nothing else); never any other folder. The old one is removed\n"
-            "                       after the new one is complete\n"
-            "  --quiet              no progress line (it is shown only on a terminal anyway)\n"
+            "\n");
+    cli_print_options(out, g_shard_opts);
+    fprintf(out,
             "\n"
             "DIR may not be, contain or lie inside MODEL, its files, --plan or --overrides. SIGINT / SIGTERM stop\n"
             "the run and remove its unfinished output.\n");
@@ -48,13 +68,8 @@ static void merge_usage(FILE *out)
             "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
             "Writes OUT/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json\n"
             "when the total is over --max-shard-size, plus config.json.\n"
-            "\n"
-            "  --out OUT            output folder (refused when non-empty unless --force)\n"
-            "  --max-shard-size S   bytes per output file: 5GB (default), 500MB, 2GiB, ...\n"
-            "  --verify             also check every rank file's checksum from manifest.json (reads each rank\n"
-            "                       file once more); without it, identity, sizes, shapes and layouts are checked\n"
-            "  --force              replace an earlier hyperpar output in OUT (never any other folder)\n"
-            "  --quiet              no progress line\n");
+            "\n");
+    cli_print_options(out, g_merge_opts);
 }
 
 static int report(const char *what, const char *out, const hp_shard_stats *s)
@@ -71,14 +86,6 @@ static int report(const char *what, const char *out, const hp_shard_stats *s)
 
 int cmd_shard(int argc, char **argv)
 {
-    enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET };
-    static const struct option opts[] = {
-        CLI_OPT_MESH, CLI_OPT_EP, CLI_OPT_PLAN,
-        {"plan", required_argument, NULL, O_PLAN},   {"threads", required_argument, NULL, O_THREADS},
-        {"out", required_argument, NULL, 'o'},       {"force", no_argument, NULL, O_FORCE},
-        {"quiet", no_argument, NULL, O_QUIET},       {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     cli_plan_flags pf;
     cli_plan_flags_init(&pf);
     hp_shard_opts so = {.threads = 1, .progress = isatty(2)};
@@ -86,8 +93,8 @@ int cmd_shard(int argc, char **argv)
     int64_t threads = 1;
     hp_err err;
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "shard", argc, argv, "ho:", opts)) != -1) {
+    cli_parser cp = {.cmd = "shard", .opts = g_shard_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("shard", c, optarg, &pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
@@ -120,9 +127,7 @@ int cmd_shard(int argc, char **argv)
         hp_overrides_free(ov);
         return cli_fail(&err);
     }
-    for (int i = 0; i < pf.n_freeze; i++)
-        if (hp_model_freeze(m, pf.freeze[i]) == 0)
-            cli_warn("--freeze '%s' matched no parameter", pf.freeze[i]);
+    cli_plan_flags_freeze(&pf, m);
     hp_plan *p = NULL;
     char *plan_text = NULL;
     hp_status st = plan_path ? hp_shard_read_plan(&p, m, plan_path, &plan_text, &err) : hp_plan_derive(&p, m, &po, &err);
@@ -131,7 +136,7 @@ int cmd_shard(int argc, char **argv)
     if (st == HP_OK) {
         /* Sharding does not execute the plan: a missing EP compute declaration is only a warning here. */
         hp_err w;
-        if (hp_plan_preflight(p, &w) != HP_OK) cli_warn("%s", w.msg);
+        if (hp_plan_preflight(p, "shard", &w) != HP_OK) cli_warn("%s", w.msg);
         if (plan_path) {
             const char *slash = strrchr(plan_path, '/');
             so.plan_file = slash ? slash + 1 : plan_path;
@@ -158,18 +163,11 @@ int cmd_shard(int argc, char **argv)
 
 int cmd_merge(int argc, char **argv)
 {
-    enum { O_MAX = 1000, O_FORCE, O_QUIET, O_VERIFY };
-    static const struct option opts[] = {
-        {"out", required_argument, NULL, 'o'},   {"max-shard-size", required_argument, NULL, O_MAX},
-        {"force", no_argument, NULL, O_FORCE},   {"quiet", no_argument, NULL, O_QUIET},
-        {"verify", no_argument, NULL, O_VERIFY},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
     hp_merge_opts mo = {.progress = isatty(2)};
     const char *out = NULL;
     int c;
-    cli_seen seen = {0};
-    while ((c = cli_getopt(&seen, "merge", argc, argv, "ho:", opts)) != -1) {
+    cli_parser cp = {.cmd = "merge", .opts = g_merge_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case O_MAX:

@@ -129,27 +129,6 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     }
 }
 
-const char *cli_cost_model_usage(void)
-{
-    return "  --batch B, --seq S      the batch of one step (default: one row per dp replica, 4096 positions)\n"
-           "  --mode M                infer (default: weights, activations, KV cache) or train (adds gradients,\n"
-           "                          optimizer state, master weights, saved activations, the backward)\n"
-           "  --gemm-gflops G         GEMM rate per rank for the predicted time (default 100)\n"
-           "  --measure-gemm          measure it here instead: the GEMM layer at the model's hidden size\n"
-           "  --intra-bw G, --inter-bw G   link bandwidth in GB/s inside a node and between nodes (10, 1.25)\n"
-           "  --intra-latency-us L, --inter-latency-us L   per message (5, 20)\n"
-           "  --ranks-per-node R      ranks 0..R-1 share a node, and so on: a divisor of the world, or at least\n"
-           "                          the world (one node); default: all on one node\n"
-           "  --grad-bytes N, --master-bytes N, --optim-bytes N   train: bytes per parameter (4, 4, 8)\n"
-           "  --zero Z                train: 1 splits optimizer state and master weights over the data-parallel\n"
-           "                          group (experts: the ranks holding the same experts), 2 gradients too\n"
-           "  --kv-bytes N            KV cache bytes per element (2)\n"
-           "  --mem-per-rank SIZE     the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"
-           "                          80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes\n"
-           "  --format F              text (default), json, or html (one self-contained page)\n"
-           "  -o, --output FILE       write there (atomically) instead of stdout\n";
-}
-
 /* Reads moe.<l>.topk_idx [B·S, K] I32 of every sparse layer from path into f (and B, S from input_ids when the
  * file has them and no --batch/--seq/--input was given). */
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err)
@@ -157,13 +136,19 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
     hp_st_file *sf = NULL;
     hp_status st = hp_st_open(&sf, path, err);
     if (st != HP_OK) return st;
-    const hp_st_tensor *ids = hp_st_find(sf, "input_ids");
-    if (ids && ids->n_dims == 2 && !f->batch_given && !f->seq_given) f->co.B = ids->shape[0], f->co.S = ids->shape[1];
+    int64_t B, S; /* input_ids, when the file has them, checked as every command checks them */
+    if (hp_st_find(sf, CLI_IDS_KEY) && !f->batch_given && !f->seq_given) {
+        if ((st = cli_read_ids(path, NULL, &B, &S, err)) != HP_OK) {
+            hp_st_close(sf);
+            return st;
+        }
+        f->co.B = B, f->co.S = S;
+    }
     int64_t L = m->cfg.num_hidden_layers, K = m->cfg.num_experts_per_tok, E = m->cfg.n_experts, found = 0;
     if (!(f->routing = hp_calloc((size_t)L + 1, sizeof *f->routing))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int64_t l = 0; st == HP_OK && l < L; l++) {
-        char key[48];
-        snprintf(key, sizeof key, "moe.%lld.topk_idx", (long long)l);
+        char key[CLI_TOPK_KEY_MAX];
+        cli_topk_key(l, key, sizeof key);
         const hp_st_tensor *t = hp_st_find(sf, key);
         if (!t) continue;
         int64_t rows = f->co.B * f->co.S;

@@ -14,17 +14,31 @@ enum {
     CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE
 };
 
-#define CLI_OPT_COST                                                                                               \
-    {"batch", required_argument, NULL, CLI_O_BATCH}, {"seq", required_argument, NULL, CLI_O_SEQ},                  \
-        {"mode", required_argument, NULL, CLI_O_MODE}, {"gemm-gflops", required_argument, NULL, CLI_O_GEMM},       \
-        {"intra-bw", required_argument, NULL, CLI_O_INTRA_BW}, {"inter-bw", required_argument, NULL, CLI_O_INTER_BW}, \
-        {"intra-latency-us", required_argument, NULL, CLI_O_INTRA_LAT},                                            \
-        {"inter-latency-us", required_argument, NULL, CLI_O_INTER_LAT},                                            \
-        {"ranks-per-node", required_argument, NULL, CLI_O_RPN}, {"grad-bytes", required_argument, NULL, CLI_O_GRAD}, \
-        {"master-bytes", required_argument, NULL, CLI_O_MASTER}, {"optim-bytes", required_argument, NULL, CLI_O_OPTIM}, \
-        {"zero", required_argument, NULL, CLI_O_ZERO}, {"kv-bytes", required_argument, NULL, CLI_O_KV},            \
-        {"mem-per-rank", required_argument, NULL, CLI_O_BUDGET}, {"format", required_argument, NULL, CLI_O_FORMAT}, \
-        {"output", required_argument, NULL, 'o'}, {"measure-gemm", no_argument, NULL, CLI_O_MEASURE}
+/* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
+#define CLI_OPTS_COST(grp)                                                                                          \
+    {"batch", CLI_O_BATCH, "B", "the batch of one step (default: one row per dp replica)", 0, grp},                \
+    {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
+    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache) or train (adds gradients,\n"        \
+                              "optimizer state, master weights, saved activations, the backward)", 0, grp},         \
+    {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100)", 0, grp},           \
+    {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
+     0, grp},                                                                                                       \
+    {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
+    {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp},                       \
+    {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \
+    {"inter-latency-us", CLI_O_INTER_LAT, "L", "latency per message between nodes (20)", 0, grp},                  \
+    {"ranks-per-node", CLI_O_RPN, "R", "ranks 0..R-1 share a node, and so on: a divisor of the world, or at\n"     \
+                                       "least the world (one node); default: all on one node", 0, grp},             \
+    {"grad-bytes", CLI_O_GRAD, "N", "train: gradient bytes per parameter (4)", 0, grp},                             \
+    {"master-bytes", CLI_O_MASTER, "N", "train: master-weight bytes per parameter (4)", 0, grp},                    \
+    {"optim-bytes", CLI_O_OPTIM, "N", "train: optimizer-state bytes per parameter (8)", 0, grp},                    \
+    {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state and master weights over the data-parallel\n"        \
+                              "group (experts: the ranks holding the same experts), 2 gradients too", 0, grp},       \
+    {"kv-bytes", CLI_O_KV, "N", "KV cache bytes per element (2)", 0, grp},                                          \
+    {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"      \
+                                           "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes", 0, grp},               \
+    {"format", CLI_O_FORMAT, "F", "text (default), json, or html (one self-contained page)", 0, grp},               \
+    {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp}
 
 typedef struct cli_cost_flags {
     hp_cost_opts co;
@@ -40,7 +54,6 @@ typedef struct cli_cost_flags {
 void cli_cost_flags_init(cli_cost_flags *f);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
-const char *cli_cost_model_usage(void);
 /* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken
  * as 80 bytes); prints a usage error and returns false otherwise. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);

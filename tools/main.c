@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "hyperpar/comm.h"
 #include "hyperpar/plan.h"
 
 typedef struct command {
@@ -60,19 +61,7 @@ static void usage(FILE *out)
 /* Set when this rank kept an error to itself (rank 0 prints it). */
 static bool g_kept_quiet;
 
-bool cli_rank_is_quiet(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
-        if (!v || !*v) continue;
-        char *end = NULL;
-        long r = strtol(v, &end, 10);
-        if (*end) continue; /* not a number: ask the next variable */
-        return r != 0;
-    }
-    return false;
-}
+bool cli_rank_is_quiet(void) { return hp_comm_launch_rank() > 0; }
 
 static void msg_print(const char *head, const char *fmt, va_list ap)
 {
@@ -193,58 +182,6 @@ bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double 
     }
     *out = v;
     return true;
-}
-
-/* Set when cli_getopt has printed why it returned '?', so that cli_bad_option does not print a second error. */
-static bool g_opt_reported;
-
-/* Options that may be given more than once, by long name: each occurrence adds one (--freeze GLOB). */
-static bool repeatable(int c, const struct option *longopts)
-{
-    static const char *const names[] = {"freeze"};
-    for (const struct option *o = longopts; o && o->name; o++)
-        if (o->val == c && !o->flag)
-            for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-                if (!strcmp(o->name, names[i])) return true;
-    return false;
-}
-
-int cli_getopt(cli_seen *seen, const char *cmd, int argc, char **argv, const char *shortopts,
-               const struct option *longopts)
-{
-    opterr = !cli_rank_is_quiet(); /* getopt's own messages, too, once under mpirun */
-    int li = -1;
-    int c = getopt_long(argc, argv, shortopts, longopts, &li);
-    if (c == -1 || c == '?' || c == ':' || repeatable(c, longopts)) return c;
-    /* A short option is the long option with the same value (-o and --output); an alias is its target. */
-    char name[80];
-    for (const struct option *o = longopts; li < 0 && o && o->name; o++)
-        if (o->val == c && !o->flag) li = (int)(o - longopts);
-    if (li >= 0) snprintf(name, sizeof name, "--%.60s", longopts[li].name);
-    else snprintf(name, sizeof name, "-%c", c);
-    for (int i = 0; i < seen->n; i++) {
-        if (seen->val[i] != c) continue;
-        if (seen->arg[i] && optarg)
-            cli_usage_error(cmd, "%s is given twice ('%s' and '%s'); give it once", name, seen->arg[i], optarg);
-        else
-            cli_usage_error(cmd, "%s is given twice; give it once", name);
-        g_opt_reported = true;
-        return '?';
-    }
-    HP_ASSERT(seen->n < CLI_MAX_OPTS); /* more distinct options than any table holds: our bug */
-    seen->val[seen->n] = c;
-    seen->arg[seen->n++] = optarg;
-    return c;
-}
-
-int cli_bad_option(const char *cmd, char **argv)
-{
-    if (g_opt_reported) { /* cli_getopt said why */
-        g_opt_reported = false;
-        return HP_EXIT_USAGE;
-    }
-    const char *arg = optind > 0 ? argv[optind - 1] : "?";
-    return cli_usage_error(cmd, "unknown option or missing value near '%s'", arg);
 }
 
 /* A usage error of the tool itself (no command, or an unknown one): the message, then the usage. */

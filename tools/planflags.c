@@ -83,8 +83,13 @@ hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrid
         if (st != HP_OK) return st;
     }
     f->po.overrides = *ov;
-    for (int i = 0; m && i < f->n_freeze; i++)
+    if (m) cli_plan_flags_freeze(f, m);
+    return HP_OK;
+}
+
+void cli_plan_flags_freeze(const cli_plan_flags *f, hp_model *m)
+{
+    for (int i = 0; i < f->n_freeze; i++)
         if (hp_model_freeze(m, f->freeze[i]) == 0)
             cli_warn("--freeze '%s' matched no parameter", f->freeze[i]);
-    return HP_OK;
 }

@@ -24,6 +24,13 @@ typedef struct hp_comm_req hp_comm_req;
 /* The world: MPI_COMM_WORLD under a launcher (mpirun sets OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK),
  * the one-process backend otherwise. Free the world last; it finalizes MPI. */
 hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err);
+/* Whether a launcher (mpirun, srun, ...) started this process, from its environment; hp_comm_world takes MPI
+ * exactly then. Callable before MPI starts. */
+bool hp_comm_launched(void);
+/* The rank the launcher's environment names for this process (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK: the
+ * first that holds a number), or -1 when none does. Callable before MPI starts (to print once, on rank 0, what
+ * every rank would print alike). */
+int hp_comm_launch_rank(void);
 /* The one-process backend, whatever the environment (tests). */
 hp_status hp_comm_self(hp_comm **out, hp_err *err);
 void hp_comm_free(hp_comm *c);

@@ -122,10 +122,34 @@ static hp_status self_split(const hp_comm *c, int color, int key, hp_comm **out,
 
 /* ---- dispatch ---- */
 
+/* The one launcher check: Open MPI sets OMPI_COMM_WORLD_*, PMIx launchers PMIX_RANK, PMI-1/2 launchers
+ * (MPICH's hydra, Slurm) PMI_RANK / PMI_SIZE, Intel MPI MPI_LOCALNRANKS. */
+bool hp_comm_launched(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+int hp_comm_launch_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long r = strtol(v, &end, 10);
+        if (*end || r < 0 || r > INT32_MAX) continue; /* not a rank: ask the next variable */
+        return (int)r;
+    }
+    return -1;
+}
+
 hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
 {
     *out = NULL;
-    if (hp__mpi_launched()) return hp__mpi_world(out, argc, argv, err);
+    if (hp_comm_launched()) return hp__mpi_world(out, argc, argv, err);
     hp_status st = hp_comm_self(out, err);
     if (st == HP_OK) (*out)->world = true;
     return st;

@@ -36,7 +36,6 @@ struct hp_comm {
 };
 
 /* comm_mpi.c */
-bool hp__mpi_launched(void);
 hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err);
 
 #endif

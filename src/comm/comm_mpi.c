@@ -43,14 +43,6 @@ static hp_status mpi_fail(hp_err *err, int rc, const char *what)
 
 static MPI_Comm mc(const hp_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
 
-bool hp__mpi_launched(void)
-{
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return true;
-    return false;
-}
-
 static const char *mpi_name(const hp_comm *c) { return ((const mpi_impl *)c->impl)->name; }
 
 static void set_name(mpi_impl *im)

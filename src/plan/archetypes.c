@@ -89,13 +89,22 @@ static void globify(const char *fqn, char *out, size_t cap)
 
 static bool needs_compute(const hp_boundary *b) { return b->ep_size > 0 && !b->local_compute_fn; }
 
-/* Patterns for the boundaries that need a compute: a glob when it hits only such boundaries, else exact. */
-static void suggestion_yaml(const hp_plan *p, hp_buf *out)
+/* The hyper_parallel factory path of archetype key (the family's own recipe), or NULL. */
+static const char *factory_of(const char *key)
+{
+    for (size_t i = 0; key && i < N_ARCH; i++)
+        if (!strcmp(key, g_archetypes[i].key)) return g_archetypes[i].factory;
+    return NULL;
+}
+
+/* Patterns for the boundaries that need a compute: a glob when it hits only such boundaries, else exact.
+ * command: the hyperpar command the file is to be passed to ("run"; "plan" when NULL). */
+static void suggestion_yaml(const hp_plan *p, const char *command, hp_buf *out)
 {
     const char *arch = hp_archetype_suggest(p->model);
     hp_buf_printf(out, "# hyperpar plan overrides for %s (ep=%lld): declare the EP compute of every MoE boundary.\n",
                   p->model->path, (long long)p->ep);
-    hp_buf_printf(out, "# Review, then pass with: hyperpar plan ... --overrides FILE\n");
+    hp_buf_printf(out, "# Review, then pass with: hyperpar %s ... --overrides FILE\n", command ? command : "plan");
     char done[64][160];
     int n_done = 0;
     for (size_t i = 0; i < p->n_boundaries; i++) {
@@ -123,12 +132,12 @@ static void suggestion_yaml(const hp_plan *p, hp_buf *out)
 
 hp_status hp_plan_suggest_overrides(const hp_plan *p, hp_buf *out, hp_err *err)
 {
-    suggestion_yaml(p, out);
+    suggestion_yaml(p, NULL, out);
     if (out->oom) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     return HP_OK;
 }
 
-hp_status hp_plan_preflight(const hp_plan *p, hp_err *err)
+hp_status hp_plan_preflight(const hp_plan *p, const char *command, hp_err *err)
 {
     for (size_t i = 0; i < p->n_boundaries; i++) {
         const hp_boundary *b = &p->boundaries[i];
@@ -153,12 +162,17 @@ hp_status hp_plan_preflight(const hp_plan *p, hp_err *err)
     if (!n) return HP_OK;
     hp_buf y;
     hp_buf_init(&y);
-    suggestion_yaml(p, &y);
+    suggestion_yaml(p, command, &y);
+    const char *arch = hp_archetype_suggest(p->model), *factory = factory_of(arch);
+    char eg[300] = "";
+    if (factory) snprintf(eg, sizeof eg, " (the family's recipe: %s)", factory);
+    else if (arch) snprintf(eg, sizeof eg, " (the family's archetype %s)", arch);
     hp_status st = hp_err_set(err, HP_ERR_INPUT,
                               "%d EP-marked boundar%s (first: '%s') ha%s no local_compute_fn: the expert-parallel "
                               "compute is never chosen silently; declare it with region_dispatch in an overrides "
-                              "file, e.g. (hyper_parallel's recipes.qwen2moe_ep_compute_fn style):\n%s",
-                              n, n == 1 ? "y" : "ies", first, n == 1 ? "s" : "ve", y.data ? y.data : "");
+                              "file and pass it with: hyperpar %s ... --overrides FILE, e.g.%s:\n%s",
+                              n, n == 1 ? "y" : "ies", first, n == 1 ? "s" : "ve", command ? command : "plan", eg,
+                              y.data ? y.data : "");
     hp_buf_free(&y);
     return st;
 }

@@ -70,7 +70,7 @@ static hp_status choose_archetype(const hp_run_moe_opts *o, const hp_model *m, c
     po.packed_fused = true;
     hp_plan *p = NULL;
     if (st == HP_OK) st = hp_plan_derive(&p, m, &po, err);
-    if (st == HP_OK) st = hp_plan_preflight(p, err);
+    if (st == HP_OK) st = hp_plan_preflight(p, "moe", err);
     if (st == HP_OK && !o->overrides) st = hp_err_set(err, HP_ERR_INPUT, "internal: no archetype");
     if (st == HP_ERR_INPUT && !o->overrides) hp_err_prefix(err, "choose the EP compute with --archetype A or --overrides FILE");
     if (st == HP_OK) {

@@ -122,7 +122,7 @@ expect 2 "--reps expects an integer in [1, 50], got '51'" -- "$HP" bench run $SM
 expect 2 "--threads expects an integer in [1, 1024], got '0'" -- "$HP" bench run $SMALL --threads 0
 expect 2 "--tp expects an integer in [1, 1048576], got '0'" -- "$HP" bench run $SMALL --tp 0
 expect 2 "--hidden expects an integer in [1, 65536], got '65537'" -- "$HP" bench run $(but "$SMALL" --hidden) --hidden 65537
-expect 2 "--dtype expects bf16 or f32, got 'f16'" -- "$HP" bench run $SMALL --dtype f16
+expect 2 "--dtype must be bf16 or f32, got 'f16'" -- "$HP" bench run $SMALL --dtype f16
 expect 2 "--heads 6 must be a multiple of --kv-heads 4" -- "$HP" bench run $(but "$SMALL" --heads --kv-heads) --heads 6 --kv-heads 4
 expect 2 "unexpected argument 'extra'" -- "$HP" bench run $SMALL extra
 expect 2 "" -- "$HP" bench run $SMALL --no-such-option

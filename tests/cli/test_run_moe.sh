@@ -52,6 +52,18 @@ check "validate passes on qwen2_moe tp=2 x ep=2" grep -q "loss: distributed .*: 
 check "validate lists the MoE block" grep -q "model.layers.0.mlp " <<<"$out"
 # With EP the compute is never chosen silently: the error carries the YAML to declare it.
 expect 2 "local_compute_fn" -- $MPI -np 2 "$HP" run $F/qwen3_moe --input $F/qwen3_moe/forward_io.safetensors --tp 2 --ep 2
+# The refusal says where to pass the file (the command that ran) and names the family's own recipe, printed once.
+for fam_recipe in qwen3_moe:qwen3moe_ep_compute_fn mixtral:recipes.mixtral_ep_compute_fn; do
+    fam=${fam_recipe%%:*}
+    out=$($MPI -np 2 "$HP" run $F/$fam --input $F/$fam/forward_io.safetensors --tp 2 --ep 2 2>&1 </dev/null)
+    check "$fam: EP refusal names 'hyperpar run ... --overrides FILE'" \
+        grep -qF "pass it with: hyperpar run ... --overrides FILE" <<<"$out"
+    check "$fam: EP refusal's YAML comment names run" grep -qF "# Review, then pass with: hyperpar run ..." <<<"$out"
+    check "$fam: EP refusal printed once" test "$(grep -c "EP-marked" <<<"$out")" -eq 1
+    check "$fam: EP refusal does not name another family's recipe" \
+        bash -c '! grep -q "qwen2moe_ep_compute_fn" <<<"$1"' _ "$out"
+    check "$fam: EP refusal names its recipe" grep -qE "\(the family's recipe: hyper_parallel\.[a-z0-9_.]*${fam_recipe#*:}\):" <<<"$out"
+done
 # Experts cut over tp (the plan without EP, and the explicit ep axis with tp: gate/up column-parallel, down
 # row-parallel, the shared expert likewise, the block's output a partial sum reduced at its exit): every family
 # at --tp 2 with and without SP and at dp=1 x tp=2 x ep=2 (explicit ep axis), from the checkpoint and from a
