@@ -261,7 +261,7 @@ hp_status hp_moe_route(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int
 hp_status hp_moe_route_balance(int32_t *topk_idx, float *topk_w, int64_t n_tokens, int64_t top_k,
                                int64_t n_experts, int64_t n_local, hp_err *err);
 
-/* Int32 elements of scratch hp_moe_capacity needs. */
+/* Int32 elements of scratch hp_moe_capacity needs (INT64_MAX when that count passes 64 bits). */
 int64_t hp_moe_capacity_scratch_count(int64_t n_tokens, int64_t top_k, int64_t n_experts);
 
 /* Capacity limit (§10.10, golden README): capacity = ceil(factor·T·K / E); an expert routed more slots keeps

@@ -20,7 +20,11 @@
 
 int64_t hp_moe_capacity_scratch_count(int64_t n_tokens, int64_t top_k, int64_t n_experts)
 {
-    return 2 * n_tokens * top_k + n_experts + 1;
+    int64_t s, n;
+    if (!hp_mul_i64(n_tokens, top_k, &s) || !hp_mul_i64(s, 2, &n) || !hp_add_i64(n, n_experts, &n) ||
+        !hp_add_i64(n, 1, &n))
+        return INT64_MAX; /* past 64 bits: no allocation holds it (cost's sizes check it, the runtime's fail) */
+    return n;
 }
 
 /* Stable sort of a[0..n) by weight descending (ties keep their order), bottom-up merge through tmp. */

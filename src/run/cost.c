@@ -980,8 +980,9 @@ static hp_status walk_rank(walk *w)
         return hp_err_set(w->err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
     int64_t zrows = local_count(w, &z) / c->V, lrows = ck_mul(w, "workspace", local_dim(w, &z, 0), local_dim(w, &z, 1));
     /* loss_of's per-row max (f32) and sum-exp and target (f64) while it runs */
-    transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", lrows + 1, sizeof(float)),
-                         ck_bytes(w, "workspace", 2 * lrows + 2, sizeof(double))));
+    int64_t lrows1 = ck_add(w, "workspace", lrows, 1); /* lrows may be saturated: checked like every size */
+    transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", lrows1, sizeof(float)),
+                         ck_bytes(w, "workspace", ck_mul(w, "workspace", 2, lrows1), sizeof(double))));
     if (zt.kind == HP_PL_S && w->tp > 1) {
         int64_t lo, nv;
         hp__lay_range(&w->x, &z.lay, z.g, 2, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &nv);
