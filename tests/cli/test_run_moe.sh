@@ -54,7 +54,7 @@ for fam in qwen2_moe deepseek_v3 glm4_moe; do
         rm -rf "$WORK/$fam.tpep"
         "$HP" shard $F/$fam $flags --overrides $OV --out "$WORK/$fam.tpep" --quiet >/dev/null 2>&1
         check "$fam: the shard folder ($flags) cuts the shared expert over tp" \
-            grep -q '"dim": 0' "$WORK/$fam.tpep/manifest.json"
+            bash -c 'tr -d " \n" <"$1" | grep -Eq "\"global\":\"model\.layers\.[0-9]+\.mlp\.shared_experts?\.gate_proj\.weight\",[^}]*\"slices\":\[\{\"dim\":0,\"offset\":0,"' _ "$WORK/$fam.tpep/manifest.json"
         expect 0 "topk_idx 0 of" -- $MPI -np $np "$HP" run "$WORK/$fam.tpep" --input $F/$fam/forward_io.safetensors \
             $flags --overrides $OV --compare $F/$fam/forward_io.safetensors
         expect 0 "OK" -- $MPI -np $np "$HP" run "$WORK/$fam.tpep" --input $F/$fam/forward_io.safetensors $flags \
