@@ -103,6 +103,10 @@ typedef struct hp_moe_layer {
     float *ws_gate_up;      /* [2*d_shared, n_hidden] or NULL */
     float *ws_down;         /* [n_hidden, d_shared] or NULL */
     float *ws_gate;         /* [n_hidden] or NULL (Qwen2-MoE shared_expert_gate) */
+    /* The columns [shared_lo, shared_lo + shared_n) of the shared expert's width that ws_gate_up / ws_down
+     * hold; the rest are zeros until hp_moe_layer_gather_shared (hp_moe_load_opts.shared_tp_slice). Whole:
+     * [0, d_shared). */
+    int64_t shared_lo, shared_n;
     /* Where the weights came from, for messages and statistics. */
     char prefix[96];        /* "model.layers.1.mlp." */
     const char *storage;    /* "per-expert", "batched", "batched gpt-oss", "memory" */
@@ -128,6 +132,12 @@ typedef struct hp_moe_load_opts {
      * reduction adds it once. The router, its biases and Qwen2-MoE's shared_expert_gate stay whole. Read from a
      * checkpoint, or from a shard folder whose rank file holds exactly that cut (the same plan). 0: whole. */
     int64_t tp_size, tp_rank;
+    /* Shard folder, whole experts (tp_size 0): the rank file may hold the shared expert as a slice of its
+     * width, as hyperpar shard cuts it over tp for TP-extend-EP (gate/up S(0), down S(1), one contiguous block
+     * for all three). The load then reads the held columns into whole zeroed buffers (d_shared the whole
+     * width, shared_lo / shared_n the held block) and the caller must call hp_moe_layer_gather_shared over the
+     * ranks that hold the other blocks before the layer runs. Off: a sliced shared expert is refused. */
+    bool shared_tp_slice;
 } hp_moe_load_opts;
 
 void hp_moe_load_opts_default(hp_moe_load_opts *o);
@@ -153,6 +163,14 @@ hp_status hp_moe_layer_load(hp_moe_layer **out, const hp_model *m, int64_t layer
  * (both ranges named). */
 hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_model *cfg, int64_t rank,
                                   int64_t layer, const hp_moe_load_opts *opts, hp_err *err);
+/* Completes a shared expert loaded as a slice (hp_moe_load_opts.shared_tp_slice) over group c: the ranks
+ * exchange their held blocks [shared_lo, shared_lo + shared_n), every column goes to the lowest rank holding
+ * it, and a sum over c leaves every rank the whole shared expert, bitwise the checkpoint's (a column plus
+ * zeros). A collective: every rank of c calls it for the same layer, after agreeing that its load succeeded.
+ * A width that no rank of c holds is HP_ERR_INPUT on every rank, naming the columns (the folder was cut for
+ * another mesh). Layers without a shared expert, or already whole on every rank, return HP_OK at the cost of
+ * one small all-gather. */
+hp_status hp_moe_layer_gather_shared(hp_moe_layer *l, const hp_comm *c, hp_err *err);
 /* dir/config.json of a shard folder as a config-only (meta) model; a clear error when it is missing. */
 hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err);
 

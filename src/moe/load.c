@@ -427,6 +427,26 @@ static hp_status load_per_expert(hp__moe_src *ld, hp__moe_owned *ow, int64_t I_c
     return HP_OK;
 }
 
+/* The one block [*lo, *lo + *n) of the shared expert's width sI that a rank file holds of all three tensors
+ * (gate and up [sI, H] on dim 0, down [H, sI] on dim 1, the other dim whole); false when the three disagree or
+ * a tensor is held in pieces (the whole read then names the slice). */
+static bool held_block(const hp__moe_tview *g, const hp__moe_tview *u, const hp__moe_tview *d, int64_t sI, int64_t H,
+                       int64_t *lo, int64_t *n)
+{
+    const hp__moe_tview *v[3] = {g, u, d};
+    *lo = *n = 0;
+    for (int i = 0; i < 3; i++) {
+        int cut = i < 2 ? 0 : 1, whole = 1 - cut;
+        if (v[i]->absent || v[i]->n_dims != 2 || v[i]->nseg[cut] != 1 || v[i]->nseg[whole] != 1 ||
+            v[i]->seg_lo[whole][0] != 0 || v[i]->seg_n[whole][0] != H)
+            return false;
+        int64_t a = v[i]->seg_lo[cut][0], m = v[i]->seg_n[cut][0];
+        if (a < 0 || m < 1 || m > sI - a || (i > 0 && (a != *lo || m != *n))) return false;
+        *lo = a, *n = m;
+    }
+    return true;
+}
+
 /* Shared expert(s): <block>.<name>.{gate,up,down}_proj.weight, and Qwen2-MoE's shared_expert_gate. */
 static hp_status load_shared(hp__moe_src *ld, const hp_moe_load_opts *o)
 {
@@ -456,7 +476,31 @@ static hp_status load_shared(hp__moe_src *ld, const hp_moe_load_opts *o)
     if ((st = hp__moe_src_need(ld, sfx, 2, s_in, &u))) return st;
     snprintf(sfx, sizeof sfx, "%s.down_proj.weight", mod);
     if ((st = hp__moe_src_need(ld, sfx, 2, s_out, &d))) return st;
-    if (o->tp_size > 1) { /* cut over tp: columns [c0, c0 + n) of the width, read as boxes */
+    int64_t h0 = 0, hn = 0;
+    if (o->tp_size < 2 && o->shared_tp_slice && ld->rf && held_block(&g, &u, &d, sI, H, &h0, &hn) &&
+        hn < sI) { /* a rank file's tp block of the width: read into whole buffers, the rest gathered later */
+        l->d_shared = sI, l->shared_lo = h0, l->shared_n = hn;
+        float *tmp = NULL;
+        if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * sI * H)) || !(l->ws_down = hp__moe_alloc_f32(H * sI)) ||
+            !(tmp = hp__moe_alloc_f32(H * hn))) { /* zeroed */
+            free(tmp);
+            return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
+        }
+        float *wg = l->ws_gate_up + h0 * H, *wu = l->ws_gate_up + (sI + h0) * H;
+        int64_t lr[2] = {h0, 0}, nr[2] = {hn, H}, lc[2] = {0, h0}, nc[2] = {H, hn};
+        if ((st = hp__moe_src_read_box(ld, &g, HP_DT_F32, lr, nr, wg)) ||
+            (st = check_shared_finite(ld, g.name, wg, hn, H)) ||
+            (st = hp__moe_src_read_box(ld, &u, HP_DT_F32, lr, nr, wu)) ||
+            (st = check_shared_finite(ld, u.name, wu, hn, H)) ||
+            (st = hp__moe_src_read_box(ld, &d, HP_DT_F32, lc, nc, tmp)) ||
+            (st = check_shared_finite(ld, d.name, tmp, H, hn))) {
+            free(tmp);
+            return st;
+        }
+        for (int64_t i = 0; i < H; i++) memcpy(l->ws_down + i * sI + h0, tmp + i * hn, (size_t)hn * sizeof(float));
+        free(tmp);
+        sI = 0; /* read */
+    } else if (o->tp_size > 1) { /* cut over tp: columns [c0, c0 + n) of the width, read as boxes */
         int64_t c0, n;
         if ((st = tp_cut(ld, "the shared expert's width", sI, o, &c0, &n))) return st;
         l->d_shared = n;
@@ -470,9 +514,10 @@ static hp_status load_shared(hp__moe_src *ld, const hp_moe_load_opts *o)
             (st = hp__moe_src_read_box(ld, &d, HP_DT_F32, lc, nc, l->ws_down)) ||
             (st = check_shared_finite(ld, d.name, l->ws_down, H, n)))
             return st;
+        l->shared_lo = 0, l->shared_n = n;
         sI = 0; /* read */
     } else {
-        l->d_shared = sI;
+        l->d_shared = sI, l->shared_lo = 0, l->shared_n = sI;
         if (!(l->ws_gate_up = hp__moe_alloc_f32(2 * sI * H)) || !(l->ws_down = hp__moe_alloc_f32(H * sI)))
             return hp_err_set(ld->err, HP_ERR_NOMEM, "out of memory");
     }
@@ -689,5 +734,54 @@ hp_status hp_moe_layer_load_shard(hp_moe_layer **out, const char *dir, const hp_
         return st;
     }
     *out = l;
+    return HP_OK;
+}
+
+hp_status hp_moe_layer_gather_shared(hp_moe_layer *l, const hp_comm *c, hp_err *err)
+{
+    if (!l->ws_gate_up || !l->ws_down || l->d_shared < 1) return HP_OK;
+    const int P = hp_comm_size(c), me = hp_comm_rank(c);
+    const int64_t sI = l->d_shared, H = l->n_hidden, mine[2] = {l->shared_lo, l->shared_n};
+    int64_t *all = hp_calloc((size_t)P * 2, sizeof *all);
+    if (!all) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = hp_comm_allgather(c, mine, sizeof mine, all, err);
+    bool whole = true;
+    for (int q = 0; st == HP_OK && q < P; q++) whole = whole && all[2 * q] == 0 && all[2 * q + 1] == sI;
+    if (st != HP_OK || whole) {
+        free(all);
+        return st;
+    }
+    /* Column j belongs to the lowest rank holding it: zero the held columns another rank owns, and refuse a
+     * width nobody holds (every rank sees the same table, so every rank refuses). */
+    for (int64_t j = 0; j < sI && st == HP_OK; j++) {
+        int owner = -1;
+        for (int q = 0; q < P && owner < 0; q++)
+            if (j >= all[2 * q] && j - all[2 * q] < all[2 * q + 1]) owner = q;
+        if (owner < 0) {
+            int64_t k = j;
+            while (k + 1 < sI) {
+                bool held = false;
+                for (int q = 0; q < P; q++) held = held || (k + 1 >= all[2 * q] && k + 1 - all[2 * q] < all[2 * q + 1]);
+                if (held) break;
+                k++;
+            }
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "layer %lld: no rank of the tp group holds columns [%lld, %lld) of the shared expert's "
+                            "width (%lld); the shard folder was cut for another mesh (shard again with this run's "
+                            "flags, or run from the checkpoint)",
+                            (long long)l->layer, (long long)j, (long long)(k + 1), (long long)sI);
+        } else if (owner != me && j >= mine[0] && j - mine[0] < mine[1]) {
+            for (int64_t i = 0; i < H; i++) l->ws_down[i * sI + j] = 0.0f;
+            memset(l->ws_gate_up + j * H, 0, (size_t)H * sizeof(float));
+            memset(l->ws_gate_up + (sI + j) * H, 0, (size_t)H * sizeof(float));
+        }
+    }
+    free(all);
+    if (st != HP_OK) return st;
+    /* sizes of buffers this layer allocated, so they fit size_t */
+    if ((st = hp_comm_allreduce_sum_f32(c, l->ws_gate_up, (size_t)(2 * sI * H), err)) ||
+        (st = hp_comm_allreduce_sum_f32(c, l->ws_down, (size_t)(H * sI), err)))
+        return st;
+    l->shared_lo = 0, l->shared_n = sI;
     return HP_OK;
 }

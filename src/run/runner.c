@@ -493,6 +493,10 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
         lo.tp_size = r->x.ax[HP__TP].n;
         lo.tp_rank = r->x.ax[HP__TP].r;
     }
+    /* Whole experts over a tp group from a shard folder (TP-extend-EP): shard cuts the shared expert over tp,
+     * but the rows here are split by sequence, so each rank needs it whole: its rank file's block is read now
+     * and the others are gathered over tp once every rank has loaded (gather_shared). */
+    lo.shared_tp_slice = r->o.shards && !w->tp_cut && r->x.ax[HP__TP].n > 1;
     hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world), layer,
                                                          &lo, err)
                                : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
@@ -503,6 +507,19 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
     r->ws.resident += hp_moe_layer_expert_bytes(w->l);
     r->ws.share += hp_moe_layer_expert_bytes(w->l);
     return HP_OK;
+}
+
+/* The shared experts a shard folder holds as tp blocks (load_moe's shared_tp_slice), made whole over each tp
+ * group. Every rank takes the same branches: the plan and config decide, not what a rank file holds. The
+ * whole shared expert is what the checkpoint path holds too, so resident and step figures are unchanged. */
+static hp_status gather_shared(hp_runner *r, hp_err *err)
+{
+    hp_status st = HP_OK;
+    if (!r->o.shards || r->x.ax[HP__TP].n <= 1) return HP_OK;
+    for (int64_t l = 0; l < r->cfg.L && st == HP_OK; l++)
+        if (r->layers[l].sparse && !r->layers[l].moe.tp_cut)
+            st = hp_moe_layer_gather_shared(r->layers[l].moe.l, r->x.ax[HP__TP].c, err);
+    return st;
 }
 
 static hp_status load_norm(loader *L, const char *fqn, norm_w *n)
@@ -1274,6 +1291,8 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
     st = hp__run_agree(world, m, p, o, r ? &r->cfg : NULL, r ? r->rf : NULL, st, err);
     if (st == HP_OK) st = create(r, o, err);
     st = hp_comm_agree(world, st, err);
+    /* after every rank loaded: the shared experts a shard folder cut over tp, gathered over each tp group */
+    if (st == HP_OK) st = hp_comm_agree(world, gather_shared(r, err), err);
     if (st != HP_OK) {
         hp_runner_free(r);
         return st;

@@ -45,6 +45,25 @@ expect 0 "moe.0.topk_idx" -- "$HP" inspect "$WORK/qwen3_moe.one.st" --tensors
     >/dev/null 2>&1
 expect 0 "topk_idx 0 of" -- $MPI -np 2 "$HP" run "$WORK/shards" --input $F/qwen3_moe/forward_io.safetensors --dp 2 --ep 2 \
     --overrides data/overrides/qwen3_moe_ep.yaml --compare $F/qwen3_moe/forward_io.safetensors
+# TP-extend-EP from a shard folder whose plan cuts the shared expert over tp (gate/up S(0), down S(1)): each rank
+# reads its block and the tp group gathers the rest at load, so the goldens pass and equal one process.
+for fam in qwen2_moe deepseek_v3 glm4_moe; do
+    OV=data/overrides/${fam}_ep.yaml
+    [ $fam = deepseek_v3 ] && OV=data/overrides/deepseek_v3_forward_ep.yaml
+    while read -r np flags; do
+        rm -rf "$WORK/$fam.tpep"
+        "$HP" shard $F/$fam $flags --overrides $OV --out "$WORK/$fam.tpep" --quiet >/dev/null 2>&1
+        check "$fam: the shard folder ($flags) cuts the shared expert over tp" \
+            bash -c 'tr -d " \n" <"$1" | grep -Eq "\"global\":\"model\.layers\.[0-9]+\.mlp\.shared_experts?\.gate_proj\.weight\",[^}]*\"slices\":\[\{\"dim\":0,\"offset\":0,"' _ "$WORK/$fam.tpep/manifest.json"
+        expect 0 "topk_idx 0 of" -- $MPI -np $np "$HP" run "$WORK/$fam.tpep" --input $F/$fam/forward_io.safetensors \
+            $flags --overrides $OV --compare $F/$fam/forward_io.safetensors
+        expect 0 "OK" -- $MPI -np $np "$HP" run "$WORK/$fam.tpep" --input $F/$fam/forward_io.safetensors $flags \
+            --overrides $OV --compare "$WORK/$fam.one.st" --compare-rtol 1e-5
+    done <<'LIST'
+2 --tp 2 --ep 2
+4 --dp 2 --tp 2 --ep 2
+LIST
+done
 # validate names no divergence.
 out=$($MPI -np 2 "$HP" validate $F/qwen2_moe --input $F/qwen2_moe/forward_io.safetensors --tp 2 --ep 2 \
     --overrides data/overrides/qwen2_moe_ep.yaml 2>&1 </dev/null)
