@@ -343,19 +343,27 @@ TEST(advise_moe_reasons_and_weights)
     if (!m) return;
     hp_advice *a = advise(m, 8, 80000000000ull, 4, 64, false);
     if (a) {
-        const hp_advise_cand *c = find(a, 4, 1, 2, 1, false);
-        CHECK(c && !c->ok && c->why == HP_ADVISE_MOE_TP);
-        if (c) CHECK_STR_CONTAINS(c->reason, "tp=2 without expert parallelism shards the experts over tp");
-        c = find(a, 2, 1, 2, 2, true);
-        CHECK(c && !c->ok && c->why == HP_ADVISE_EP_AXIS_TP);
-        if (c) CHECK_STR_CONTAINS(c->reason, "an explicit ep axis with tp=2");
+        uint64_t norms = l3_norms(), router = (uint64_t)L3_L * MX_E * L3_H;
+        uint64_t dense = 2ull * MX_V * L3_H + (uint64_t)L3_L * attn(), experts = (uint64_t)L3_L * MX_E * 3 * L3_H * L3_I;
+        /* the experts cut over tp: tp > 1 without EP (all 8 experts per rank, each cut over tp), and the explicit
+         * ep axis with tp (split over ep, cut over tp): evaluated and accepted, the weights exact */
+        const hp_advise_cand *c;
+        static const int64_t cut[][5] = {{4, 1, 2, 1, 0}, {2, 1, 4, 1, 0}, {1, 1, 8, 1, 0}, {1, 2, 4, 1, 0},
+                                         {2, 1, 2, 2, 1}, {1, 1, 2, 4, 1}, {1, 1, 4, 2, 1}};
+        for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+            const int64_t *s = cut[i];
+            c = find(a, s[0], s[1], s[2], s[3], s[4] != 0);
+            CHECK_MSG(c && c->ok, "cut mesh %zu", i);
+            if (c)
+                CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense / (uint64_t)s[2] +
+                                                   experts / (uint64_t)(s[2] * s[3])));
+            if (c) CHECK(c->sent_bytes > 0 && c->wire_bytes > 0 && c->t_step > 0);
+        }
         c = find(a, 8, 1, 1, 2, false);
         CHECK(c && !c->ok && c->why == HP_ADVISE_DP_ROWS);
         /* no EP: every rank holds all 8 experts, past 80 GB */
         c = find(a, 4, 2, 1, 1, false);
         CHECK(c && !c->ok && c->why == HP_ADVISE_MEMORY);
-        uint64_t norms = l3_norms(), router = (uint64_t)L3_L * MX_E * L3_H;
-        uint64_t dense = 2ull * MX_V * L3_H + (uint64_t)L3_L * attn(), experts = (uint64_t)L3_L * MX_E * 3 * L3_H * L3_I;
         if (c) CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense + experts));
         /* TP-extend ep over the dense region and the explicit ep axis: the experts split over ep */
         static const int64_t mesh[][5] = {{4, 1, 2, 4, 0}, {4, 2, 1, 8, 0}, {1, 1, 8, 8, 0}, {1, 1, 1, 8, 1},

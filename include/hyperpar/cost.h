@@ -133,9 +133,10 @@ void hp_cost_free(hp_cost *c);
  *   hp_advise(&a, model, opts)   every dp x cp x tp (x ep) mesh of opts.world ranks, each accepted or rejected
  *                                with its reason, the accepted ranked best first
  *
- * One plan is derived, on a template mesh where every axis the model can use is active (tp, cp, and EP over the
- * dense region). Its contracts and placements do not depend on the axis sizes, so each candidate is the template's
- * cost at the candidate's sizes: hp_cost_eval with the candidate's mesh for ranks 0 and N-1 (communication,
+ * A plan is derived on a template mesh where every axis the model can use is active: tp, cp, and EP over the
+ * dense region; for a MoE model also one without EP (experts cut over tp) and one with an explicit ep axis
+ * (experts split over ep and cut over tp), for the candidates that place their experts so. Contracts and
+ * placements do not depend on the axis sizes, so each candidate is its template's cost at the candidate's sizes: hp_cost_eval with the candidate's mesh for ranks 0 and N-1 (communication,
  * activations, FLOPs, time), and the weight bytes from the template's shard layout, tensor by tensor divided by
  * the sizes of the axes that shard it. */
 
@@ -153,8 +154,8 @@ void hp_advise_opts_default(hp_advise_opts *o);
 typedef enum hp_advise_why {
     HP_ADVISE_OK = 0,
     HP_ADVISE_COMPAT,      /* the planner's hp_plan_check_compat: tp vs heads (and moe_I with EP), S vs 2·cp, ep vs E */
-    HP_ADVISE_EP_AXIS_TP,  /* an explicit ep axis with tp > 1 (experts cut over tp: not in advise's template) */
-    HP_ADVISE_MOE_TP,      /* a MoE model with tp > 1 and no EP (the same: experts cut over tp) */
+    HP_ADVISE_PLAN,        /* the planner refuses the template that cuts the experts over tp (tp > 1 without EP, or
+                              with an ep axis), e.g. a fused gate/up without packed_fused: its reason */
     HP_ADVISE_DP_ROWS,     /* dp above the batch rows */
     HP_ADVISE_TP_NODE,     /* tp does not fit inside a node (cost.mdl.ranks_per_node) */
     HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */

@@ -3,15 +3,21 @@
  * model accepts, the others rejected with their reason, the accepted ranked by predicted step time, then by the
  * bytes sent over links, then by memory.
  *
- * One plan is derived, on a template mesh where every axis the model can use is active (tp, cp, and EP over the
- * dense region). Its contracts and placements do not depend on the axis sizes, so each candidate is the
- * template's cost at the candidate's sizes: the dry executor (hp_cost_eval with another mesh) for the
- * communication, activations and FLOPs of rank 0 and the last rank, and the weight bytes from the template's
- * shard layout, tensor by tensor divided by the sizes of the axes that shard it (the layout refuses uneven
- * splits, so the division is exact).
+ * A template plan is derived on a template mesh where every axis the model can use is active, one per way the
+ * experts of a MoE model are placed (a dense model has only the first):
+ *   EP     tp, cp and TP-extend EP over the dense region: whole experts per EP rank (ep >= 2 without tp, and
+ *          every ep of a candidate with tp = 1);
+ *   NOEP   tp and cp, no EP: the experts cut over tp (the candidates with tp > 1 and no EP);
+ *   AXIS   tp, cp and an explicit ep axis: the experts split over ep and cut over tp (ep axis with tp > 1).
+ * Their contracts and placements do not depend on the axis sizes, so each candidate is its template's cost at the
+ * candidate's sizes: the dry executor (hp_cost_eval with another mesh) for the communication, activations and
+ * FLOPs of rank 0 and the last rank, and the weight bytes from the template's shard layout, tensor by tensor
+ * divided by the sizes of the axes that shard it (the layout refuses uneven splits, so the division is exact).
+ * A template the planner refuses (e.g. a fused gate/up cut over tp without packed_fused) rejects the candidates
+ * that need it with the planner's reason.
  *
  *   template tensors ──(mask of the axes that shard each: tp | cp | ep)──> bytes[mask]
- *   candidate (dp, cp, tp, ep) ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget ──> accepted
+ *   candidate (dp, cp, tp, ep) ──> its template ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget
  */
 #include "hyperpar/cost.h"
 #include "hyperpar/model.h"
@@ -32,7 +38,7 @@ void hp_advise_opts_default(hp_advise_opts *o)
     hp_plan_opts_default(&o->plan);
 }
 
-/* ---- the template: one plan, its tensors grouped by the axes that shard them ---- */
+/* ---- the templates: one plan each, its tensors grouped by the axes that shard them ---- */
 
 enum { M_TP = 1, M_CP = 2, M_EP = 4 };
 
@@ -47,6 +53,7 @@ typedef struct dimreq { /* a dim some tensor shards: its length must divide by (
 } dimreq;
 
 typedef struct tmpl {
+    hp_err refused;     /* status HP_OK, or the planner's refusal of this template (p and k are then NULL) */
     hp_plan *p;
     hp_cost_plan *k;    /* the dry executor's view of p */
     uint64_t bytes[8];  /* global bytes of the tensors sharded on exactly the axes of the mask */
@@ -69,15 +76,22 @@ static bool is_moe(const hp_model *m)
     return m->family && hp_family_is_moe(m->family) && m->cfg.n_experts > 1;
 }
 
-static hp_status build_template(tmpl *t, const hp_model *m, const hp_plan_opts *po_in, hp_err *err)
+/* The ways the experts are placed, one template each (the header above). */
+enum { T_EP, T_NOEP, T_AXIS, T_COUNT };
+
+static hp_status build_template(tmpl *t, int kind, const hp_model *m, const hp_plan_opts *po_in, hp_err *err)
 {
     const hp_model_config *c = &m->cfg;
     int64_t nkv = c->num_key_value_heads ? c->num_key_value_heads : c->num_attention_heads;
     int64_t tp = c->num_attention_heads % 2 == 0 && nkv % 2 == 0 ? 2 : 1;
-    int64_t ep = is_moe(m) && c->n_experts % 2 == 0 ? 2 : 0;
+    int64_t ep = is_moe(m) && c->n_experts % 2 == 0 && kind != T_NOEP ? 2 : 0;
     hp_plan_opts po = *po_in;
-    hp_mesh_from_sizes(&po.mesh, 1, 2, tp, 0, false);
-    po.mesh.ep = ep;
+    if (kind == T_AXIS && ep) {
+        hp_mesh_from_sizes(&po.mesh, 1, 2, tp, ep, true);
+    } else {
+        hp_mesh_from_sizes(&po.mesh, 1, 2, tp, 0, false);
+        po.mesh.ep = ep;
+    }
     hp_status st = hp_plan_derive(&t->p, m, &po, err);
     if (st != HP_OK) return st;
     hp_shard_layout *l = NULL;
@@ -120,7 +134,7 @@ static uint64_t weight_bytes(const tmpl *t, int64_t tp, int64_t cp, int64_t ep)
 
 typedef struct ctx {
     const hp_model *m;
-    const tmpl *t;
+    const tmpl *t[T_COUNT]; /* T_NOEP and T_AXIS: NULL for a dense model */
     const hp_advise_opts *o;
     hp_err *batch_err; /* the first refusal of the batch itself by the dry executor (e.g. past 64 bits), if any */
 } ctx;
@@ -150,8 +164,15 @@ static void name_mesh(hp_advise_cand *c)
                  (long long)c->tp);
 }
 
+/* The template that places c's experts as a plan derived for c's mesh does. */
+static const tmpl *template_of(const ctx *x, const hp_advise_cand *c)
+{
+    if (!x->t[T_NOEP] || c->tp < 2) return x->t[T_EP];
+    return x->t[c->ep_axis ? T_AXIS : c->ep < 2 ? T_NOEP : T_EP];
+}
+
 /* The rules that need no evaluation, in docs/cost.md's order: false (c rejected) at the first that fails. */
-static bool admissible(const ctx *x, hp_advise_cand *c)
+static bool admissible(const ctx *x, const tmpl *t, hp_advise_cand *c)
 {
     const hp_model *m = x->m;
     const hp_cost_opts *co = &x->o->cost;
@@ -159,22 +180,17 @@ static bool admissible(const ctx *x, hp_advise_cand *c)
     hp_err err;
     if (hp_plan_check_compat(m, c->tp, c->cp, c->ep, co->S, &err) != HP_OK)
         return reject(c, HP_ADVISE_COMPAT, "%s", err.msg);
-    if (c->ep_axis && c->tp > 1)
-        return reject(c, HP_ADVISE_EP_AXIS_TP, "an explicit ep axis with tp=%lld shards the experts over tp, which "
-                      "advise's template (whole experts per EP rank) does not cost; run and cost take it "
-                      "(hyperpar cost MODEL --mesh ...)", (long long)c->tp);
-    if (is_moe(m) && c->tp > 1 && c->ep < 2)
-        return reject(c, HP_ADVISE_MOE_TP, "tp=%lld without expert parallelism shards the experts over tp, which "
-                      "advise's template (whole experts per EP rank) does not cost; run and cost take it "
-                      "(hyperpar cost MODEL --tp %lld)", (long long)c->tp, (long long)c->tp);
+    if (t->refused.status != HP_OK)
+        return reject(c, HP_ADVISE_PLAN, "the planner refuses a plan that cuts the experts over tp%s: %s",
+                      c->ep_axis ? " on an ep axis" : " without EP", t->refused.msg);
     if (co->B < c->dp)
         return reject(c, HP_ADVISE_DP_ROWS, "dp=%lld replicas but the batch has %lld rows", (long long)c->dp,
                       (long long)co->B);
     if (rpn > 0 && (c->tp > rpn || rpn % c->tp))
         return reject(c, HP_ADVISE_TP_NODE, "tp=%lld does not fit inside a node of %lld ranks (TP stays inside a "
                       "node)", (long long)c->tp, (long long)rpn);
-    for (int i = 0; i < x->t->n_req; i++) {
-        const dimreq *r = &x->t->req[i];
+    for (int i = 0; i < t->n_req; i++) {
+        const dimreq *r = &t->req[i];
         int64_t size = r->mask == M_TP ? c->tp : r->mask == M_CP ? c->cp : c->ep, parts = r->packed ? 2 * size : size;
         if (size > 1 && r->len % parts)
             return reject(c, HP_ADVISE_SPLIT, "'%s' has a dim of %lld that does not split into %s%s=%lld", r->name,
@@ -188,8 +204,9 @@ static bool admissible(const ctx *x, hp_advise_cand *c)
 static bool evaluate(const ctx *x, hp_advise_cand *c)
 {
     const hp_cost_opts *co = &x->o->cost;
+    const tmpl *t = template_of(x, c);
     name_mesh(c);
-    if (!admissible(x, c)) return false;
+    if (!admissible(x, t, c)) return false;
     hp_mesh mesh;
     hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep, c->ep_axis);
     hp_cost_opts o = *co;
@@ -198,11 +215,11 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     o.ranks = ranks;
     o.n_ranks = world > 1 ? 2 : 1;
     o.weights_given = true;
-    o.weight_bytes = weight_bytes(x->t, c->tp, c->cp, c->ep);
+    o.weight_bytes = weight_bytes(t, c->tp, c->cp, c->ep);
     o.layout = NULL;
     hp_cost *k = NULL;
     hp_err err;
-    if (hp_cost_eval(&k, x->t->k, &o, &err) != HP_OK) {
+    if (hp_cost_eval(&k, t->k, &o, &err) != HP_OK) {
         if (err.status == HP_ERR_INPUT && x->batch_err->status == HP_OK) *x->batch_err = err;
         return reject(c, HP_ADVISE_EVAL, "%s", err.msg);
     }
@@ -362,21 +379,37 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
     a->train = o->cost.train;
     a->batch_err.status = HP_OK;
     a->batch_err.msg[0] = '\0';
-    tmpl *t = calloc(1, sizeof *t);
+    int n_t = is_moe(m) ? T_COUNT : 1;
+    tmpl *t = calloc((size_t)n_t, sizeof *t);
     hp_status st = t ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (st == HP_OK) st = build_template(t, m, &o->plan, err);
+    for (int i = 0; i < n_t && st == HP_OK; i++) {
+        hp_err e = {.status = HP_OK};
+        t[i].refused.status = HP_OK;
+        st = build_template(&t[i], i, m, &o->plan, &e);
+        if (st != HP_OK && i == T_EP) hp_err_set(err, st, "%s", e.msg);
+        if (i > T_EP && st == HP_ERR_INPUT) { /* only the candidates that need it are refused */
+            t[i].refused = e;
+            hp_cost_plan_free(t[i].k);
+            hp_plan_free(t[i].p);
+            t[i].k = NULL, t[i].p = NULL;
+            st = HP_OK;
+        } else if (st != HP_OK && i > T_EP) {
+            hp_err_set(err, st, "%s", e.msg);
+        }
+    }
     a->plan_seconds = seconds_since(&t0);
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    ctx x = {.m = m, .t = t, .o = o, .batch_err = &a->batch_err};
+    ctx x = {.m = m, .o = o, .batch_err = &a->batch_err};
+    for (int i = 0; t && i < n_t; i++) x.t[i] = &t[i];
     if (st == HP_OK) st = enumerate(&x, o->world, a, err);
     a->search_seconds = seconds_since(&t0);
-    if (t) {
-        hp_cost_plan_free(t->k);
-        hp_plan_free(t->p);
-        free(t);
+    for (int i = 0; t && i < n_t; i++) {
+        hp_cost_plan_free(t[i].k);
+        hp_plan_free(t[i].p);
     }
+    free(t);
     if (st != HP_OK) {
         hp_advice_free(a);
         return st;

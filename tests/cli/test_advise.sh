@@ -8,16 +8,19 @@ cd "$TESTS"
 F=data/forward
 agree() {
     python3 - "$HP" "$@" <<'PY'
-import json, subprocess, sys
+import json, os, subprocess, sys
 hp, model, N = sys.argv[1], sys.argv[2], sys.argv[3]
+need_cut = os.environ.get("NEED_CUT") == "1"  # the experts cut over tp must be among the accepted: tp>1 without EP, ep axis with tp>1
 extra = sys.argv[4:]
 adv = json.loads(subprocess.run([hp, "advise", model, "--world", N, "--mem-per-rank", "1TB", "--format", "json"] + extra,
                                 capture_output=True, text=True, check=True).stdout)
-bad = n = 0
+bad = n = noep = axis = 0
 for c in adv["candidates"]:
     if not c["ok"]:
         continue
     n += 1
+    noep += c["tp"] > 1 and c["ep"] < 2
+    axis += c["tp"] > 1 and c["ep_axis"]
     if c["ep_axis"]:
         fl = ["--mesh", "dp=%d,cp=%d,tp=%d,ep=%d" % (c["dp"], c["cp"], c["tp"], c["ep"]), "--ep-axis"]
     else:
@@ -37,16 +40,35 @@ for c in adv["candidates"]:
         print("MISMATCH", c["mesh"], "weights", w, c["weight_bytes"], "sent", sent, c["sent_bytes"], "wire", wire,
               c["wire_bytes"],
               "act", mx["activation_bytes"], c["activation_bytes"])
-print(n, "candidates checked against their own plans,", bad, "disagree")
+print(n, "candidates checked against their own plans,", bad, "disagree;", noep, "cut over tp without EP,", axis,
+      "on an ep axis with tp")
+if need_cut and not (noep and axis):
+    print("MISSING experts cut over tp among the accepted"); bad += 1
 sys.exit(0 if n > 0 and bad == 0 else 1)
 PY
 }
+agree_cut() { local NEED_CUT=1; export NEED_CUT; agree "$@"; }
 check "advise = cost: llama 8" agree $F/llama 8 --batch 8 --seq 32
 check "advise = cost: qwen2 tied 4" agree $F/qwen2 4 --batch 4 --seq 16
 check "advise = cost: llama train" agree $F/llama 4 --batch 4 --seq 16 --mode train --zero 1
 check "advise = cost: qwen3_moe" agree $F/qwen3_moe 4 --batch 4 --seq 16 --overrides data/overrides/qwen3_moe_ep.yaml
 check "advise = cost: deepseek_v3" agree $F/deepseek_v3 4 --batch 4 --seq 16 \
     --overrides data/overrides/deepseek_v3_forward_ep.yaml
+# The experts cut over tp (tp > 1 without EP; an ep axis with tp > 1): accepted and equal to cost's own plan, for
+# mixtral, the shared-expert families and a fused gate/up (which needs --packed-fused to be cut over tp).
+check "advise = cost: mixtral, experts cut over tp" agree_cut $F/mixtral 4 --batch 4 --seq 16
+check "advise = cost: qwen2_moe (shared expert), experts cut over tp" agree_cut $F/qwen2_moe 4 --batch 4 --seq 16
+check "advise = cost: deepseek_v3 (shared expert), experts cut over tp" agree_cut $F/deepseek_v3 4 --batch 4 \
+    --seq 16
+check "advise = cost: qwen3_moe packed, experts cut over tp" agree_cut $F/qwen3_moe 4 --batch 4 --seq 16 \
+    --packed-fused
+check "advise = cost: glm4_moe packed train, experts cut over tp" agree_cut $F/glm4_moe 4 --batch 4 --seq 16 \
+    --packed-fused --mode train --zero 1
+# Without --packed-fused the planner refuses to cut qwen3_moe's fused gate/up over tp: those meshes carry its reason.
+expect 0 "the planner refuses a plan that cuts the experts over tp without EP: 2 fused gate/up" -- "$HP" advise \
+    $F/qwen3_moe --world 4 --mem-per-rank 1TB --batch 4 --seq 16
+expect 0 "the planner refuses a plan that cuts the experts over tp on an ep axis" -- "$HP" advise \
+    $F/qwen3_moe --world 4 --mem-per-rank 1TB --batch 4 --seq 16
 check "advise = cost: gpt_oss" agree $F/gpt_oss 4 --batch 4 --seq 16 --overrides data/overrides/gpt_oss_ep.yaml
 # Reasons.
 L3=data/configs/llama-3-8b.json
