@@ -14,6 +14,7 @@
 #include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/run.h"
+#include "hyperpar/shard.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
@@ -107,26 +108,17 @@ static hp_status read_tensor(const hp_st_file *f, const char *name, hp_dtype dt,
     return HP_OK;
 }
 
-/* A folder written by `hyperpar shard`: it holds manifest.json. */
-static bool is_shard_dir(const char *path)
-{
-    char man[4200];
-    struct stat sb;
-    snprintf(man, sizeof man, "%s/manifest.json", path);
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(man, &sb) == 0;
-}
-
 /* The model: a checkpoint, or a shard folder's config.json (the weights then come from a rank file). */
 static hp_status open_model(const char *path, hp_model **m, hp_err *err)
 {
-    return is_shard_dir(path) ? hp_moe_shard_config_open(m, path, err) : hp_model_open(m, path, NULL, err);
+    return hp_shard_is_folder(path) ? hp_moe_shard_config_open(m, path, err) : hp_model_open(m, path, NULL, err);
 }
 
 /* Layer L with the local experts of lo: from the checkpoint, or from rank `rank`'s file of a shard folder. */
 static hp_status load_layer(const char *path, const hp_model *m, int64_t rank, int64_t layer,
                             const hp_moe_load_opts *lo, hp_moe_layer **l, hp_err *err)
 {
-    return is_shard_dir(path) ? hp_moe_layer_load_shard(l, path, m, rank, layer, lo, err)
+    return hp_shard_is_folder(path) ? hp_moe_layer_load_shard(l, path, m, rank, layer, lo, err)
                               : hp_moe_layer_load(l, m, layer, lo, err);
 }
 

@@ -86,14 +86,6 @@ typedef struct run_args {
     const char *stats_json; /* --stats-json FILE */
 } run_args;
 
-static bool is_shard_dir(const char *path)
-{
-    char p[4200];
-    snprintf(p, sizeof p, "%s/manifest.json", path);
-    struct stat sb; /* anything named manifest.json (a FIFO, a link) marks a shard folder; reading it names it */
-    return lstat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
-}
-
 static hp_status write_output(const char *path, const hp_run_output *o, hp_err *err)
 {
     hp_st_writer *w = hp_st_writer_create();
@@ -329,7 +321,7 @@ static int run(run_args *a, int *argc, char ***argv)
         cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 5, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     int64_t anon0 = anon_kib();
-    bool shard = is_shard_dir(a->model);
+    bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
     if (st == HP_OK && !a->plan) {

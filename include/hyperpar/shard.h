@@ -161,6 +161,9 @@ typedef struct hp_shard_rank_file {
  * outside the manifest's world, the rank file missing, corrupt, misnamed (another rank's file), from another
  * folder (identity), of another size, or unlike the manifest (tensors, or the layout digest of its slices). */
 hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err);
+/* Whether path is a folder written by `hyperpar shard`: a folder holding anything named manifest.json that is
+ * not a folder (a FIFO or a dangling link counts too, so that reading it names what it is). */
+bool hp_shard_is_folder(const char *path);
 /* dir/config.json against the checksum manifest.json recorded when the folder was written. HP_ERR_INPUT: the
  * manifest missing or malformed (a FIFO or a folder named for what it is), or config.json changed after sharding
  * (said in those words). A folder whose manifest records no checksum passes. */

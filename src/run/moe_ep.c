@@ -22,14 +22,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static bool is_shard_dir(const char *path)
-{
-    struct stat sb;
-    char man[4200];
-    snprintf(man, sizeof man, "%s/manifest.json", path);
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(man, &sb) == 0;
-}
-
 /* What every rank must agree on before any exchange: model shape, layer, archetype, options, mesh. */
 static uint64_t fingerprint(const hp_model *m, const hp_run_moe_opts *o, int64_t ep, int archetype, double cf,
                             const char *mesh)
@@ -196,7 +188,7 @@ hp_status hp_run_moe(const hp_comm *world, const hp_run_moe_opts *o, const float
     hp_mesh mesh;
     int64_t eps = 0, color = 0, ep_rank = 0;
     char mstr[160] = "";
-    bool shard = is_shard_dir(o->model);
+    bool shard = hp_shard_is_folder(o->model);
     hp_status st = mesh_of(o, N, &mesh, &eps, mstr, sizeof mstr, err);
     if (st == HP_OK) hp_mesh_ep_index(&mesh, eps, R, &color, &ep_rank);
     if ((st = agree(world, st, res, err)) != HP_OK) goto done;

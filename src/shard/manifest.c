@@ -673,3 +673,12 @@ const hp_shard_tensor *hp_shard_rank_find(const hp_shard_rank_file *f, const cha
     if (expert) *expert = in->index[lo].expert;
     return &f->tensors[in->index[lo].tensor];
 }
+
+bool hp_shard_is_folder(const char *path)
+{
+    char man[4200];
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
+    snprintf(man, sizeof man, "%s/manifest.json", path);
+    return lstat(man, &sb) == 0 && !S_ISDIR(sb.st_mode);
+}
