@@ -72,9 +72,7 @@ TEST(cost_refuses_a_batch_past_64_bits)
 
 TEST(lowering_bytes_saturate_past_64_bits)
 {
-    hp__ctx x = {0};
-    x.ax[HP__TP].n = 2;
-    x.ax[HP__CP].n = 1;
+    hp__axes x = {{2, 1}, {0, 0}};
     hp__lay from = {{hp_pl_s(2), hp_pl_r()}};
     int64_t g[3] = {2, 3, 8};
     hp__low w = hp__lower_axis(&x, &from, g, HP__TP, hp_pl_r());
@@ -93,8 +91,7 @@ TEST(lowering_bytes_saturate_past_64_bits)
 TEST(activation_blocks_past_64_bits_are_refused)
 {
     hp__ctx x = {0};
-    x.ax[HP__TP].n = 1;
-    x.ax[HP__CP].n = 1;
+    x.pos = (hp__axes){{1, 1}, {0, 0}};
     hp__act a;
     memset(&a, 0, sizeof a);
     hp_err err;

@@ -103,9 +103,7 @@ TEST(llama3_rope_bands)
 
 TEST(nested_cp_major_layout)
 {
-    hp__ctx x = {0};
-    x.ax[HP__TP].n = 2;
-    x.ax[HP__CP].n = 2;
+    hp__axes x = {{2, 2}, {0, 0}};
     hp__lay l = {{hp_pl_s(1), hp_pl_s(1)}};
     int64_t g[3] = {1, 16, 8};
     /* chunk id cp_rank * tp + tp_rank holds [4 id, 4 id + 4) */

@@ -6,8 +6,8 @@
  *   hp_cost_compute(model, plan, opts)   every rank of the plan's mesh, in one process (no MPI)
  *
  * The communication is what `hyperpar run` counts (hp_run_stats.bytes and .calls per kind) for the same batch:
- * the dry executor walks the forward the runner executes, boundary by boundary, asking the runtime's
- * lowering (hp__lower_axis) what each transition runs, for each rank's coordinates. The MoE token exchange
+ * the dry executor walks the program the runner executes (its step list), asking the runtime's own lowering what
+ * each transition runs, for each rank's coordinates (docs/cost.md). The MoE token exchange
  * depends on the routing: exact for a given routing (opts.routing) or for the balanced router
  * (hyperpar run --router balanced); the real router's exchange is estimated by the balanced one.
  */

@@ -11,6 +11,7 @@
  * sent plus rows received in the dispatch, times H·4 bytes), from a given routing or the balanced router of
  * spec §10.4.
  */
+#include "exec/prog.h"
 #include "run/run_int.h"
 
 #include "hyperpar/cost.h"
@@ -39,26 +40,12 @@ void hp_cost_opts_default(hp_cost_opts *o)
 
 /* ---- what the walk needs of the plan, the same for every rank ---- */
 
-typedef struct lay_info {
-    hp__contract in, post, at, ff; /* norms without a boundary: no fqn transitions (has_in/has_out false) */
-    bool at_split, ff_split, sparse, mla;
-    int64_t nh, nkv;   /* TP-local heads */
-    int64_t kw, vw;    /* K and V widths per token (local) */
-    int64_t I;         /* the dense MLP's local width */
-    double cf;         /* the MoE boundary's capacity factor */
-    bool moe_cut;      /* the MoE block's experts cut over tp: local widths mI/tp, sI/tp, the output a partial sum */
-    hp__lay moe_lay;   /* the MoE block's input after its entry (set by the walk) */
-} lay_info;
-
 typedef struct walk {
     const hp_cost_plan *k;
     const hp_model *m;
     const hp_plan *p;
     const hp_cost_opts *o;
-    hp__rcfg cfg;
-    hp__contract c_embed, c_fnorm, c_head;
-    bool embed_split, tied, head_split;
-    lay_info *ly;
+    const hp__prog *g; /* the program the walk follows (exec/prog.h) */
     int64_t tp, cp, dp, ep, E, K, mI, sI;
     int64_t *owner;    /* [E]: the EP index holding expert e */
     int64_t *ecnt;     /* [E]: scratch, slots per expert */
@@ -71,8 +58,6 @@ typedef struct walk {
     /* the rank's working-set model (floats) */
     int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
     int64_t w_saved;   /* train: the residual stream's local blocks the backward keeps (L layer inputs + final) */
-    const char *moe_whole; /* a sparse block whose input is whole on tp > 1 (every tp rank runs every token's
-                              experts), or NULL */
     const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
     /* The runner's workspace, buffer by buffer as the forward sizes it (capacities in floats, kept across the
      * steps as the runner keeps them), and the counter its allocation wrapper keeps (hp__mem_*, bytes). */
@@ -134,110 +119,18 @@ static uint64_t ck_addu(walk *w, const char *what, uint64_t a, uint64_t b)
     return UINT64_MAX;
 }
 
-static bool tp_split(const walk *w, const hp_boundary *b, const char *rel, int want_dim)
-{
-    if (w->tp == 1) return false;
-    for (int i = 0; i < b->n_params; i++) {
-        if (strcmp(b->params[i].rel, rel)) continue;
-        hp_placement pl = b->params[i].pl.ax[HP_AXIS_TP];
-        int d = pl.dim < 0 ? pl.dim + 2 : pl.dim;
-        return (pl.kind == HP_PL_S || pl.kind == HP_PL_S2) && d == want_dim;
-    }
-    return false;
-}
-
-/* The contract as this walk sees it: with another mesh (advise), an axis of size 1 places nothing (a plan
- * derived for that mesh has no placement on it). */
-static hp__contract contract(const walk *w, const hp_boundary *b)
-{
-    hp__contract c = hp__contract_of(b);
-    if (!w->o->mesh) return c;
-    hp__lay *ls[4] = {&c.in_src, &c.in_dst, &c.out_src, &c.out_dst};
-    for (int i = 0; i < 4; i++) {
-        if (w->tp == 1) ls[i]->ax[HP__TP] = hp_pl_r();
-        if (w->cp == 1) ls[i]->ax[HP__CP] = hp_pl_r();
-    }
-    return c;
-}
-
-static hp__contract norm_contract(const walk *w, const hp_boundary *b, const char *fqn)
-{
-    if (b) return contract(w, b);
-    return (hp__contract){.fqn = fqn};
-}
-
-static int64_t local_attr(const hp_boundary *b, const char *name, int64_t dflt)
-{
-    for (int i = 0; i < b->n_tp_attrs; i++)
-        if (!strcmp(b->tp_attrs[i].name, name)) return b->tp_attrs[i].local;
-    return dflt;
-}
-
-/* The plan's boundaries the walk visits, found once (hp_cost_plan_create). */
-typedef struct scan_layer {
-    const hp_boundary *in, *post, *at, *ff; /* norms without a boundary: NULL */
-    bool mla, sparse;
-} scan_layer;
-
 /* The mask of the mesh axes that shard a tensor (experts_scan): bits of tp, cp and ep. */
 enum { M_TP = 1, M_CP = 2, M_EP = 4, M_COUNT = 8 };
 
 struct hp_cost_plan {
-    char refused[2048]; /* the runtime cannot run the model or plan (why), else "" */
     const hp_model *m;
     const hp_plan *p;
-    hp__rcfg cfg;
-    const hp_boundary *embed, *fnorm, *head;
-    bool tied;
-    scan_layer *ly;
     /* The routed experts' tensors (an ep_stack, an ep placement or the MOE_EXPERT role): their global bytes by
      * the mask of the axes that shard them. A rank holds bytes / (the product of those axes' sizes) of each,
      * and the ranks holding the same slice, world / that product, are the expert-data-parallel group that
      * reduces its gradients and shares its ZeRO state. */
     uint64_t expert_bytes[M_COUNT];
 };
-
-static const hp_boundary *planned(const hp_plan *p, const char *fqn)
-{
-    const hp_boundary *b = hp_plan_find(p, fqn);
-    return b && b->is_boundary ? b : NULL;
-}
-
-static hp_status scan(hp_cost_plan *k, hp_err *err)
-{
-    const hp_model *m = k->m;
-    const hp_plan *p = k->p;
-    int64_t L = k->cfg.L;
-    bool moe = m->family && hp_family_is_moe(m->family);
-    const char *missing = NULL;
-    char fq[128], pn[300];
-    if (!(k->ly = hp_calloc((size_t)L, sizeof *k->ly))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if (!(k->embed = planned(p, "model.embed_tokens"))) missing = "model.embed_tokens";
-    for (int64_t l = 0; l < L && !missing; l++) {
-        scan_layer *y = &k->ly[l];
-        snprintf(fq, sizeof fq, "model.layers.%lld.input_layernorm", (long long)l);
-        y->in = planned(p, fq);
-        snprintf(fq, sizeof fq, "model.layers.%lld.post_attention_layernorm", (long long)l);
-        y->post = planned(p, fq);
-        snprintf(fq, sizeof fq, "model.layers.%lld.self_attn", (long long)l);
-        if (!(y->at = planned(p, fq))) missing = fq;
-        snprintf(pn, sizeof pn, "%s.kv_a_proj_with_mqa.weight", fq);
-        y->mla = hp_model_find_param(m, pn) != NULL;
-        y->sparse = moe && hp_model_layer_is_sparse(m, l);
-        snprintf(fq, sizeof fq, "model.layers.%lld.block_sparse_moe", (long long)l);
-        if (!y->sparse || (hp_model_find_module(m, fq) < 0 && !hp_plan_find(p, fq)))
-            snprintf(fq, sizeof fq, "model.layers.%lld.mlp", (long long)l);
-        if (!missing && !(y->ff = planned(p, fq))) missing = fq;
-    }
-    k->fnorm = planned(p, "model.norm");
-    k->tied = !hp_model_find_param(m, "lm_head.weight");
-    if (!missing && !k->tied && !(k->head = planned(p, "lm_head"))) missing = "lm_head";
-    if (missing)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "the plan has no boundary for %s; the runtime executes modules through their boundaries "
-                          "(derive the plan again, or add one with an override)", missing);
-    return HP_OK;
-}
 
 static int mask_of(const hp_nplace *pl)
 {
@@ -284,92 +177,18 @@ static void experts_scan(hp_cost_plan *k)
     }
 }
 
-static hp_status prepare(walk *w)
+/* The EP index that holds each expert (the exchange's receivers). */
+static hp_status owners(walk *w)
 {
-    const hp_cost_plan *k = w->k;
-    const hp_model *m = w->m;
-    const hp_model_config *mc = &m->cfg;
-    const hp__rcfg *c = &w->cfg;
-    hp_err *err = w->err;
-    w->c_embed = contract(w, k->embed);
-    w->embed_split = tp_split(w, k->embed, "weight", 0);
-    if (!(w->ly = hp_calloc((size_t)c->L, sizeof *w->ly))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    bool moe = m->family && hp_family_is_moe(m->family);
-    for (int64_t l = 0; l < c->L; l++) {
-        lay_info *y = &w->ly[l];
-        const scan_layer *sy = &k->ly[l];
-        const hp_boundary *ba = sy->at, *bm = sy->ff;
-        y->in = norm_contract(w, sy->in, "input_layernorm");
-        y->post = norm_contract(w, sy->post, "post_attention_layernorm");
-        y->at = contract(w, ba);
-        y->mla = sy->mla;
-        if (y->mla) {
-            y->at_split = tp_split(w, ba, mc->q_lora_rank > 0 ? "q_b_proj.weight" : "q_proj.weight", 0);
-            y->nh = y->nkv = y->at_split ? c->nh / w->tp : c->nh;
-            y->kw = y->nh * (mc->qk_nope_head_dim + mc->qk_rope_head_dim);
-            y->vw = y->nh * mc->v_head_dim;
-        } else {
-            y->at_split = tp_split(w, ba, "q_proj.weight", 0);
-            y->nh = y->at_split ? c->nh / w->tp : c->nh;
-            y->nkv = y->at_split ? c->nkv / w->tp : c->nkv;
-            y->kw = y->vw = y->nkv * c->hd;
-        }
-        if (y->at_split && (c->nh % w->tp || (!y->mla && c->nkv % w->tp)))
-            return hp_err_set(err, HP_ERR_INPUT, "%s: %lld query / %lld kv heads do not split over tp=%lld", ba->fqn,
-                              (long long)c->nh, (long long)c->nkv, (long long)w->tp);
-        if (!w->o->mesh && local_attr(ba, "num_attention_heads", y->nh) != y->nh)
-            return hp_err_set(err, HP_ERR_INPUT, "%s: the plan's TP-local head count disagrees with its weights' "
-                              "slices", ba->fqn);
-        y->sparse = sy->sparse;
-        y->ff = contract(w, bm);
-        if (y->sparse) {
-            /* experts cut over tp: the runner's rule (load_moe), with its refusals */
-            y->moe_cut = false;
-            for (int i = 0; i < bm->n_params && w->tp > 1; i++) {
-                hp_placement t = bm->params[i].pl.ax[HP_AXIS_TP];
-                if (t.kind != HP_PL_S && t.kind != HP_PL_S2) continue;
-                const char *rel = bm->params[i].rel;
-                if (!strncmp(rel, "gate.", 5) || !strncmp(rel, "router.", 7) ||
-                    !strncmp(rel, "shared_expert_gate.", 19))
-                    return hp_err_set(err, HP_ERR_INPUT,
-                                      "boundary %s: '%s' is sharded over tp; the router must be replicated (tp R): "
-                                      "every tp rank routes the same rows (override its params to R)",
-                                      bm->fqn, rel);
-                y->moe_cut = true;
-            }
-            if (y->moe_cut && w->ep > 1 && !w->mesh->ep_axis)
-                return hp_err_set(err, HP_ERR_INPUT,
-                                  "boundary %s: its experts are both spread over the tp group (TP-extend-EP, --ep "
-                                  "%lld) and cut over tp; plan either --ep without a tp cut of the experts, or an "
-                                  "explicit ep axis (--mesh ...,ep=N,... --ep-axis) with experts cut over tp",
-                                  bm->fqn, (long long)w->ep);
-            y->cf = bm->compute.capacity_factor;
-        } else {
-            y->ff_split = tp_split(w, bm, "down_proj.weight", 1);
-            y->I = y->ff_split ? hp__blk_lo(c->I, w->tp, 1) - hp__blk_lo(c->I, w->tp, 0) : c->I;
-        }
+    if (w->E <= 0 || !w->m->family || !hp_family_is_moe(w->m->family)) return HP_OK;
+    if (!(w->owner = hp_calloc((size_t)w->E * 2, sizeof *w->owner)))
+        return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t q = 0; q < w->ep; q++) {
+        int64_t first, n;
+        hp_ep_local_experts(w->E, w->ep, q, &first, &n);
+        for (int64_t e = first; e < first + n && e < w->E; e++) w->owner[e] = q;
     }
-    w->c_fnorm = norm_contract(w, k->fnorm, "model.norm");
-    w->tied = k->tied;
-    if (!w->tied) {
-        w->c_head = contract(w, k->head);
-        w->head_split = tp_split(w, k->head, "weight", 0);
-    } else {
-        w->head_split = w->embed_split;
-    }
-    if (moe && w->E > 0) {
-        if (w->E % w->ep)
-            return hp_err_set(err, HP_ERR_INPUT, "num_experts (%lld) must be divisible by ep (%lld)",
-                              (long long)w->E, (long long)w->ep);
-        if (!(w->owner = hp_calloc((size_t)w->E * 2, sizeof *w->owner)))
-            return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        for (int64_t q = 0; q < w->ep; q++) {
-            int64_t first, n;
-            hp_ep_local_experts(w->E, w->ep, q, &first, &n);
-            for (int64_t e = first; e < first + n && e < w->E; e++) w->owner[e] = q;
-        }
-        w->ecnt = w->owner + w->E;
-    }
+    w->ecnt = w->owner + w->E;
     return HP_OK;
 }
 
@@ -385,7 +204,7 @@ static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 {
     int64_t c = 1, lo, n;
     for (int d = 0; d < 3; d++) {
-        hp__lay_range(&w->x, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
+        hp__lay_range(&w->x.pos, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
         c = ck_mul(w, "activation blocks", c, n);
     }
     return c;
@@ -393,7 +212,7 @@ static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 
 static int64_t local_count(walk *w, const dact *a)
 {
-    return count_of(w, a, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r);
+    return count_of(w, a, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP]);
 }
 
 /* ---- the workspace: the runner's buffers, in the order its forward sizes them ---- */
@@ -423,7 +242,7 @@ static void act_grow(walk *w, dact *a)
 static int64_t local_dim(walk *w, const dact *a, int d)
 {
     int64_t lo, n;
-    hp__lay_range(&w->x, &a->lay, a->g, d, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &n);
+    hp__lay_range(&w->x.pos, &a->lay, a->g, d, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &n);
     return n;
 }
 
@@ -445,7 +264,7 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
     b.cap = w->c_spare;
     act_grow(w, &b);
     int d = lw.d;
-    int64_t outer = 1, inner = 1, gn = w->x.ax[ax].n;
+    int64_t outer = 1, inner = 1, gn = w->x.pos.n[ax];
     for (int i = 0; i < 3; i++)
         if (i != d) {
             int64_t n = local_dim(w, a, i);
@@ -456,8 +275,8 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
     int64_t mx = 0, n0 = 0;
     bool even = true;
     for (int64_t i = 0; i < gn; i++) {
-        int64_t t = ax == HP__TP ? i : w->x.ax[HP__TP].r, c = ax == HP__CP ? i : w->x.ax[HP__CP].r, lo, n;
-        hp__lay_range(&w->x, sh, a->g, d, t, c, &lo, &n);
+        int64_t t = ax == HP__TP ? i : w->x.pos.r[HP__TP], c = ax == HP__CP ? i : w->x.pos.r[HP__CP], lo, n;
+        hp__lay_range(&w->x.pos, sh, a->g, d, t, c, &lo, &n);
         if (i == 0) n0 = n;
         even = even && (i == 0 || n == mx);
         mx = n > mx ? n : mx;
@@ -478,7 +297,7 @@ static void rope_tables(walk *w, int64_t pos0, int64_t n)
 {
     if (w->rope_b && w->rope_pos0 == pos0 && w->rope_n == n) return;
     mem_count(w, ck_addu(w, "workspace", w->rope_b, w->rope_b), 0);
-    w->rope_b = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul(w, "workspace", n, w->cfg.rot / 2), 1),
+    w->rope_b = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul(w, "workspace", n, w->g->cfg.rot / 2), 1),
                          sizeof(float));
     mem_count(w, 0, ck_addu(w, "workspace", w->rope_b, w->rope_b));
     w->rope_pos0 = pos0, w->rope_n = n;
@@ -492,14 +311,15 @@ static uint64_t moe_arr(walk *w, int64_t n, uint64_t sz)
 }
 
 /* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp_moe_ws_create and ep_build, one stage): T the
- * most rows any rank holds, P the EP group, L = E / P local experts, I and sI the rank's expert widths. */
-static uint64_t ep_workspace(walk *w, int64_t l, int64_t T, int64_t I, int64_t sI)
+ * most rows any rank holds, P the EP group, L = E / P local experts, I and sI the rank's expert widths (fqn: the
+ * block). */
+static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
 {
-    int64_t P = w->ep, E = w->E, L = E / P, K = w->K, H = w->cfg.H;
+    int64_t P = w->ep, E = w->E, L = E / P, K = w->K, H = w->g->cfg.H;
     const char *mb = "MoE workspace";
     int64_t TK = ck_mul(w, mb, T, K), TH = ck_mul(w, mb, T, H), TKH = ck_mul(w, mb, TK, H);
     char gate[160];
-    snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", w->k->ly[l].ff->fqn);
+    snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", fqn);
     uint64_t v[] = {moe_arr(w, TH, 8), moe_arr(w, ck_mul(w, mb, T, E), 8), moe_arr(w, 2 * E, 8), moe_arr(w, TK, 4),
                     moe_arr(w, TK, 4), moe_arr(w, TK, 1), moe_arr(w, hp_moe_capacity_scratch_count(T, K, E), 4),
                     moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4), moe_arr(w, TKH, 4),
@@ -527,7 +347,7 @@ static uint64_t gathered_recv(walk *w, const dact *a)
             continue;
         int64_t g[3] = {w->dp_rows[dpi + 1] - w->dp_rows[dpi], a->g[1], a->g[2]}, lo, n, cnt = 1;
         for (int d = 0; d < 3; d++) {
-            hp__lay_range(&w->x, &a->lay, g, d, t, c, &lo, &n);
+            hp__lay_range(&w->x.pos, &a->lay, g, d, t, c, &lo, &n);
             cnt = ck_mul(w, "workspace", cnt, n);
         }
         tot = ck_addu(w, "workspace", tot, ck_bytes(w, "workspace", cnt, sizeof(float)));
@@ -549,7 +369,7 @@ static uint64_t gather_buffers(walk *w, const dact *a)
 static void track(walk *w, const dact *a)
 {
     int64_t n = local_count(w, a);
-    if (a->g[2] == w->cfg.H) w->w_hidden = n > w->w_hidden ? n : w->w_hidden;
+    if (a->g[2] == w->g->cfg.H) w->w_hidden = n > w->w_hidden ? n : w->w_hidden;
     else w->w_wide = n > w->w_wide ? n : w->w_wide;
 }
 
@@ -608,7 +428,7 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
 {
     static const char *const axn[HP__NAX] = {"tp", "cp"}; /* the event's axis */
     for (int ax = 0; ax < HP__NAX; ax++) {
-        hp__low lw = hp__lower_axis(&w->x, &a->lay, a->g, ax, to->ax[ax]);
+        hp__low lw = hp__lower_axis(&w->x.pos, &a->lay, a->g, ax, to->ax[ax]);
         if (lw.kind == HP__LOW_REFUSE) {
             char what[300];
             hp__lay t2 = a->lay;
@@ -625,11 +445,11 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
         trans_buffers(w, a, ax, lw, to->ax[ax]);
         if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
-            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->x.ax[ax].n) : blk;
+            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->x.pos.n[ax]) : blk;
             if (blk > w->w_s0 && lw.kind == HP__LOW_ALL_GATHER) w->w_s0 = blk;
             if (s1 > w->w_s1) w->w_s1 = s1;
         }
-        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->x.ax[ax].n, 1, lw.bytes, false)
+        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->x.pos.n[ax], 1, lw.bytes, false)
                                              : HP_OK;
         if (st != HP_OK) return st;
         a->lay.ax[ax] = to->ax[ax];
@@ -638,43 +458,32 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
     return HP_OK;
 }
 
-static hp_status enter(walk *w, const hp__contract *c, dact *a, int32_t layer)
+/* The step's entry: its input moved to the layout it runs on. */
+static hp_status enter(walk *w, const hp__step *s, dact *a)
 {
-    if (!c->has_in) return HP_OK;
-    hp_status st = hp__contract_check(c, &a->lay, true, w->err);
-    return st == HP_OK ? trans(w, a, &c->in_dst, layer, c->fqn, "entry") : st;
+    return s->c.has_in ? trans(w, a, &s->run, s->layer, s->c.fqn, "entry") : HP_OK;
 }
 
-static hp_status leave(walk *w, const hp__contract *c, dact *a, int32_t layer)
+/* The step's exit: its output moved to the layout it leaves in. */
+static hp_status leave(walk *w, const hp__step *s, dact *a)
 {
-    if (!c->has_out) return HP_OK;
-    hp_status st = hp__contract_check(c, &a->lay, false, w->err);
-    return st == HP_OK ? trans(w, a, &c->out_dst, layer, c->fqn, "exit") : st;
+    return s->c.has_out ? trans(w, a, &s->leave, s->layer, s->c.fqn, "exit") : HP_OK;
 }
 
-static hp_status rows_layout(walk *w, const hp__contract *c, const dact *a)
+/* The step's output on the rows of its input t, laid out as the program says. */
+static void output_of(const hp__step *s, const dact *t, dact *out)
 {
-    for (int ax = 0; ax < HP__NAX; ax++) {
-        hp_placement p = a->lay.ax[ax];
-        if (p.kind == HP_PL_P || p.kind == HP_PL_S2 || (p.kind == HP_PL_S && p.dim == 2) ||
-            (p.kind == HP_PL_S && p.dim == 0 && ax == HP__TP)) {
-            char s[64];
-            return hp_err_set(w->err, HP_ERR_INPUT,
-                              "boundary %s: its computation cannot run on an input laid out %s (%s axis); its "
-                              "in_dst must keep whole rows", c->fqn, hp__lay_str(&a->lay, s, sizeof s),
-                              ax == HP__TP ? "tp" : "cp");
-        }
-    }
-    return HP_OK;
+    out->g[0] = t->g[0], out->g[1] = t->g[1], out->g[2] = s->X;
+    out->lay = s->out;
 }
 
 /* The token rows [b, s] rank (tp_i, cp_i, dp_i) holds of an activation laid out lay. */
 static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_i, int64_t cp_i, int64_t *b0,
                     int64_t *nb, int64_t *s0, int64_t *ns)
 {
-    int64_t g[3] = {w->dp_rows[dp_i + 1] - w->dp_rows[dp_i], w->x.S_pad, w->cfg.H};
-    hp__lay_range(&w->x, lay, g, 0, tp_i, cp_i, b0, nb);
-    hp__lay_range(&w->x, lay, g, 1, tp_i, cp_i, s0, ns);
+    int64_t g[3] = {w->dp_rows[dp_i + 1] - w->dp_rows[dp_i], w->x.S_pad, w->g->cfg.H};
+    hp__lay_range(&w->x.pos, lay, g, 0, tp_i, cp_i, b0, nb);
+    hp__lay_range(&w->x.pos, lay, g, 1, tp_i, cp_i, s0, ns);
     *b0 += w->dp_rows[dp_i];
 }
 
@@ -701,7 +510,7 @@ static int64_t balanced_to(int64_t n, int64_t P, int64_t L, int64_t q, int64_t c
 }
 
 /* capacity = ceil(factor·T·K / E) per expert (hp_moe_capacity), or none. */
-static int64_t capacity_of(const walk *w, const lay_info *y, int64_t T)
+static int64_t capacity_of(const walk *w, const hp__step *y, int64_t T)
 {
     if (!(y->cf > 0) || T <= 0 || w->E <= 0) return INT64_MAX;
     double c = y->cf * (double)T * (double)w->K / (double)w->E;
@@ -711,7 +520,7 @@ static int64_t capacity_of(const walk *w, const lay_info *y, int64_t T)
 }
 
 /* The slots member `rank` sends to EP index q (all q when q < 0: the sum), kept under the capacity factor. */
-static int64_t member_sends(walk *w, const lay_info *y, int64_t layer, const hp__lay *lay, int64_t rank,
+static int64_t member_sends(walk *w, const hp__step *y, int64_t layer, const hp__lay *lay, int64_t rank,
                             int64_t q, bool *est)
 {
     const hp_mesh *mesh = w->mesh;
@@ -747,7 +556,7 @@ static int64_t member_sends(walk *w, const lay_info *y, int64_t layer, const hp_
     return n;
 }
 
-static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const dact *t)
+static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const dact *t)
 {
     const hp_mesh *mesh = w->mesh;
     int64_t me = w->cr->rank, P = w->ep, grp, idx;
@@ -757,9 +566,9 @@ static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const d
     if (P == 1) recv = sent;
     for (int64_t i = 0; i < P && P > 1; i++) /* the members of this rank's EP group */
         recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est));
-    int64_t H = w->cfg.H, T = local_count(w, t) / H;
+    int64_t H = w->g->cfg.H, T = local_count(w, t) / H;
     /* the rank's widths: its tp block of each expert's (hp_moe_load_opts.tp_size) */
-    int64_t tr = y->moe_cut ? w->x.ax[HP__TP].r : 0, tn = y->moe_cut ? w->tp : 1;
+    int64_t tr = y->split ? w->x.pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
     int64_t mI = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
     /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
      * the expert activations (received · 2I), y_shared, the router's f64 copies */
@@ -773,57 +582,45 @@ static hp_status moe_exchange(walk *w, const lay_info *y, int64_t layer, const d
     w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)mI +
                     6.0 * (double)T * (double)H * (double)sI;
     w->cr->ep_estimated = w->cr->ep_estimated || est;
-    return add_event(w, (int32_t)layer, y->ff.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
+    return add_event(w, (int32_t)layer, y->c.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
                      ck_bytes(w, "MoE exchange", ck_mul(w, "MoE exchange",
                                                                     ck_add(w, "MoE exchange", sent, recv), H),
                               sizeof(float)),
                      est);
 }
 
-static void hidden_like(const dact *t, int64_t X, hp_placement tp_pl, dact *out)
+static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
 {
-    out->g[0] = t->g[0], out->g[1] = t->g[1], out->g[2] = X;
-    out->lay = (hp__lay){{tp_pl, t->lay.ax[HP__CP]}};
-}
-
-static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
-{
-    lay_info *y = &w->ly[l];
-    const hp__rcfg *c = &w->cfg;
+    const hp__rcfg *c = &w->g->cfg;
     const hp_model_config *mc = &w->m->cfg;
-    hp_status st = enter(w, &y->at, t, (int32_t)l);
-    if (st == HP_OK) st = rows_layout(w, &y->at, t);
+    int32_t l = y->layer;
+    bool mla = y->op == HP__OP_MLA;
+    hp_status st = enter(w, y, t);
     if (st != HP_OK) return st;
-    if (t->lay.ax[HP__TP].kind != HP_PL_R || (t->lay.ax[HP__TP].kind == HP_PL_S && t->lay.ax[HP__TP].dim == 1))
-        return hp_err_set(w->err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on "
-                          "tp (in_dst tp R)", y->at.fqn);
     int64_t rows = local_count(w, t) / c->H, H = c->H;
     dact k = {{t->g[0], t->g[1], y->kw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}, w->c_k};
     dact v = {{t->g[0], t->g[1], y->vw}, {{hp_pl_r(), t->lay.ax[HP__CP]}}, w->c_v};
     /* the runner's buffers: q and the attention output (MLA: and its latent block), K and V, the rotary tables */
     const char *wb = "workspace";
     int64_t sq = local_dim(w, t, 1), tlo, tn;
-    hp__lay_range(&w->x, &t->lay, t->g, 1, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &tlo, &tn);
-    if (y->mla) {
-        int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rp = mc->qk_rope_head_dim;
-        int64_t qk = mc->qk_nope_head_dim + rp, vd = mc->v_head_dim;
-        grow(w, &w->c_buf[0], ck_mul3(w, wb, rows, y->nh, qk));
-        grow(w, &w->c_buf[1], ck_mul3(w, wb, rows, y->nh, vd));
-        grow(w, &w->c_buf[2], ck_mul(w, wb, rows, kvl + rp + ql + kvl + y->nh * (mc->qk_nope_head_dim + vd)));
+    hp__lay_range(&w->x.pos, &t->lay, t->g, 1, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &tlo, &tn);
+    int64_t bw[HP__NBUF];
+    hp__step_row_widths(w->g, y, w->x.pos.r[HP__TP], bw);
+    for (int i = 0; i < HP__NBUF; i++)
+        if (bw[i]) grow(w, &w->c_buf[i], ck_mul(w, wb, rows, bw[i]));
+    if (mla) { /* mla_apply builds its rotary tables before K and V; attn_apply after */
         rope_tables(w, tlo, sq);
         act_grow(w, &k);
         act_grow(w, &v);
     } else {
-        grow(w, &w->c_buf[0], ck_mul3(w, wb, rows, y->nh, c->hd));
-        grow(w, &w->c_buf[1], ck_mul3(w, wb, rows, y->nh, c->hd));
         act_grow(w, &k);
         act_grow(w, &v);
         rope_tables(w, tlo, sq);
     }
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
     if (k.lay.ax[HP__CP].kind == HP_PL_S) {
-        if ((st = trans(w, &k, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
-        if ((st = trans(w, &v, &whole, (int32_t)l, y->at.fqn, "cp K/V")) != HP_OK) return st;
+        if ((st = trans(w, &k, &whole, l, y->c.fqn, "cp K/V")) != HP_OK) return st;
+        if ((st = trans(w, &v, &whole, l, y->c.fqn, "cp K/V")) != HP_OK) return st;
     }
     w->c_k = k.cap, w->c_v = v.cap;
     /* hp__attention's scores [sq, sk] + 1 floats while it runs */
@@ -831,10 +628,10 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
     int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
     /* the keys each query row sees: the K block's rows per local batch row */
-    hp__lay_range(&w->x, &t->lay, t->g, 0, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &lb);
+    hp__lay_range(&w->x.pos, &t->lay, t->g, 0, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &lb);
     int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
     double f;
-    if (y->mla) {
+    if (mla) {
         int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
         int64_t qk = mc->qk_nope_head_dim + rope, vd = mc->v_head_dim, nh = y->nh;
         /* FLOPs are estimates: in double from the start (a product of sizes may pass 2^53, never 2^1023) */
@@ -857,64 +654,56 @@ static hp_status attention(walk *w, int64_t l, dact *t, dact *out)
         w->w_o = w->w_q;
     }
     w->cr->flops += f * (double)rows;
-    hidden_like(t, H, y->at_split ? hp_pl_p() : hp_pl_r(), out);
+    output_of(y, t, out);
     act_grow(w, out);
     track(w, out);
-    return leave(w, &y->at, out, (int32_t)l);
+    return leave(w, y, out);
 }
 
-static hp_status feed_forward(walk *w, int64_t l, dact *t, dact *out)
+static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
 {
-    lay_info *y = &w->ly[l];
-    int64_t H = w->cfg.H;
-    hp_status st = enter(w, &y->ff, t, (int32_t)l);
-    if (st == HP_OK) st = rows_layout(w, &y->ff, t);
+    int64_t H = w->g->cfg.H, l = y->layer;
+    hp_status st = enter(w, y, t);
     if (st != HP_OK) return st;
     int64_t rows = local_count(w, t) / H;
-    if (y->sparse) {
-        y->moe_lay = t->lay; /* the routing is laid out so (gather_topk); the same on every rank */
-        if (y->moe_cut && t->lay.ax[HP__TP].kind != HP_PL_R)
-            return hp_err_set(w->err, HP_ERR_INPUT, "boundary %s: its experts are cut over tp, so every tp rank needs "
-                              "the same whole rows (in_dst tp R), but they arrive laid out otherwise", y->ff.fqn);
-        bool experts_on_tp = y->moe_cut; /* experts sharded over tp split the work instead of repeating it */
-        for (int mask = 0; mask < M_COUNT; mask++)
-            if ((mask & M_TP) && w->k->expert_bytes[mask]) experts_on_tp = true;
-        if (w->tp > 1 && t->lay.ax[HP__TP].kind == HP_PL_R && !experts_on_tp && !w->moe_whole) w->moe_whole = y->ff.fqn;
+    if (y->op == HP__OP_MOE) {
         /* the EP runtime, created at the layer's first forward for the most rows any rank holds */
         int64_t T = 0;
         for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
         T = ck_mul(w, "MoE workspace", T, w->x.S_pad);
-        int64_t tr = y->moe_cut ? w->x.ax[HP__TP].r : 0, tn = y->moe_cut ? w->tp : 1;
-        mem_count(w, 0, ep_workspace(w, l, T, w->mI * (tr + 1) / tn - w->mI * tr / tn,
+        int64_t tr = y->split ? w->x.pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
+        mem_count(w, 0, ep_workspace(w, y->c.fqn, T, w->mI * (tr + 1) / tn - w->mI * tr / tn,
                                      w->sI * (tr + 1) / tn - w->sI * tr / tn));
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
-        hidden_like(t, H, y->moe_cut ? hp_pl_p() : t->lay.ax[HP__TP], out);
+        output_of(y, t, out);
         act_grow(w, out);
         dact tk = {{t->g[0], t->g[1], w->K}, t->lay, 0}; /* the routed experts, kept for gather_topk */
         act_grow(w, &tk);
     } else {
-        w->cr->flops += 6.0 * (double)rows * (double)H * (double)y->I;
-        int64_t gu = ck_mul3(w, "MLP buffers", rows, 2, y->I), hh = ck_mul(w, "MLP buffers", rows, y->I);
+        /* the rank's block of the intermediate width (the shard layout's cut) */
+        int64_t bw[HP__NBUF], I = hp__step_local_I(w->g, y, w->x.pos.r[HP__TP]);
+        hp__step_row_widths(w->g, y, w->x.pos.r[HP__TP], bw);
+        w->cr->flops += 6.0 * (double)rows * (double)H * (double)I;
+        int64_t gu = ck_mul(w, "MLP buffers", rows, bw[2]), hh = ck_mul(w, "MLP buffers", rows, bw[3]);
         w->w_gu = gu > w->w_gu ? gu : w->w_gu;
         w->w_h = hh > w->w_h ? hh : w->w_h;
         grow(w, &w->c_buf[2], gu);
         grow(w, &w->c_buf[3], hh);
-        hidden_like(t, H, y->ff_split ? hp_pl_p() : hp_pl_r(), out);
+        output_of(y, t, out);
         act_grow(w, out);
     }
     track(w, out);
-    return leave(w, &y->ff, out, (int32_t)l);
+    return leave(w, y, out);
 }
 
-static hp_status norm(walk *w, const hp__contract *c, const dact *h, dact *t, int32_t layer)
+static hp_status norm(walk *w, const hp__step *s, const dact *h, dact *t)
 {
     int64_t cap = t->cap; /* act_copy: t's own buffer, sized like h */
     *t = *h;
     t->cap = cap;
     act_grow(w, t);
-    hp_status st = enter(w, c, t, layer);
-    if (st == HP_OK && c->has_in) st = rows_layout(w, c, t);
-    return st == HP_OK ? leave(w, c, t, layer) : st;
+    hp_status st = enter(w, s, t);
+    return st == HP_OK ? leave(w, s, t) : st;
 }
 
 /* The gather of an activation to rank 0 (hp__gather_full): a sender is the first holder of its block. */
@@ -923,86 +712,95 @@ static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer
     const hp_cost_rank *r = w->cr;
     bool sender = hp_mesh_coord(w->mesh, r->rank, "ep") == 0;
     for (int ax = 0; ax < HP__NAX; ax++)
-        if (a->lay.ax[ax].kind == HP_PL_R && w->x.ax[ax].r != 0) sender = false;
+        if (a->lay.ax[ax].kind == HP_PL_R && w->x.pos.r[ax] != 0) sender = false;
     uint64_t b = sender ? ck_bytes(w, "gathers", local_count(w, a), sizeof(float)) : 0;
     return add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
 }
 
-static hp_status walk_rank(walk *w)
+/* lm_head on the final norm's output t: the logits z. */
+static hp_status head(walk *w, const hp__step *s, dact *t, dact *z)
 {
-    const hp__rcfg *c = &w->cfg;
-    hp_cost_rank *r = w->cr;
-    hp_status st = HP_OK;
-    int64_t H = c->H, Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp];
-    /* embed */
-    const hp__contract *ce = &w->c_embed;
-    hp__lay il = ce->has_in ? ce->in_dst : (hp__lay){{hp_pl_r(), hp_pl_r()}};
-    dact h = {{Bl, w->x.S_pad, H}, {{w->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}}, 0}, t = {0}, a = {0};
-    act_grow(w, &h);
-    track(w, &h);
-    if ((st = leave(w, ce, &h, -1)) != HP_OK) return st;
-    for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
-        lay_info *y = &w->ly[l];
-        w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h)); /* layer l's input */
-        st = norm(w, &y->in, &h, &t, (int32_t)l);
-        if (st == HP_OK) st = attention(w, l, &t, &a);
-        if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->at.fqn, "residual");
-        if (st == HP_OK) st = norm(w, &y->post, &h, &t, (int32_t)l);
-        if (st == HP_OK) st = feed_forward(w, l, &t, &a);
-        if (st == HP_OK) st = trans(w, &a, &h.lay, (int32_t)l, y->ff.fqn, "residual");
-    }
-    w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h)); /* the final norm's input */
-    if (st == HP_OK) st = norm(w, &w->c_fnorm, &h, &t, -1);
+    hp_status st = enter(w, s, t);
     if (st != HP_OK) return st;
-    /* head */
-    hp__contract hc = w->c_head;
-    if (w->tied) {
-        hp_placement cpl = t.lay.ax[HP__CP];
-        hc = (hp__contract){.fqn = "lm_head (tied to model.embed_tokens)", .has_in = true, .has_out = true};
-        hc.in_src = t.lay;
-        hc.in_dst = (hp__lay){{hp_pl_r(), cpl}};
-        hc.out_src = (hp__lay){{w->head_split ? hp_pl_s(2) : hp_pl_r(), cpl}};
-        hc.out_dst = (hp__lay){{w->head_split && w->p->loss_parallel ? hp_pl_s(2) : hp_pl_r(), cpl}};
-    }
-    if ((st = enter(w, &hc, &t, -1)) != HP_OK) return st;
-    if ((st = rows_layout(w, &hc, &t)) != HP_OK) return st;
-    int64_t rows = local_count(w, &t) / H;
-    dact z = a; /* the logits go into a's buffer */
-    hidden_like(&t, c->V, w->head_split ? hp_pl_s(2) : hp_pl_r(), &z);
-    act_grow(w, &z);
-    track(w, &z);
-    int64_t vloc = local_count(w, &z) / (rows ? rows : 1);
+    int64_t H = w->g->cfg.H, rows = local_count(w, t) / H;
+    int64_t cap = z->cap; /* the logits go into a's buffer */
+    output_of(s, t, z);
+    z->cap = cap;
+    act_grow(w, z);
+    track(w, z);
+    int64_t vloc = local_count(w, z) / (rows ? rows : 1);
     w->cr->flops += 2.0 * (double)rows * (double)H * (double)(rows ? vloc : 0);
-    if ((st = leave(w, &hc, &z, -1)) != HP_OK) return st;
-    /* loss: the vocab-parallel max and (sum-exp, target) all-reduces */
-    hp_placement zt = z.lay.ax[HP__TP];
-    if (zt.kind == HP_PL_P || z.lay.ax[HP__CP].kind == HP_PL_P || (zt.kind == HP_PL_S && zt.dim != 2))
-        return hp_err_set(w->err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
-    int64_t zrows = local_count(w, &z) / c->V, lrows = ck_mul(w, "workspace", local_dim(w, &z, 0), local_dim(w, &z, 1));
+    return leave(w, s, z);
+}
+
+/* The loss on the logits z: the vocab-parallel max and (sum-exp, target) all-reduces when z is cut over tp. */
+static hp_status loss(walk *w, const hp__step *s, const dact *z)
+{
+    int64_t V = w->g->cfg.V, zrows, lrows = ck_mul(w, "workspace", local_dim(w, z, 0), local_dim(w, z, 1));
     /* loss_of's per-row max (f32) and sum-exp and target (f64) while it runs */
     int64_t lrows1 = ck_add(w, "workspace", lrows, 1); /* lrows may be saturated: checked like every size */
     transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", lrows1, sizeof(float)),
                          ck_bytes(w, "workspace", ck_mul(w, "workspace", 2, lrows1), sizeof(double))));
-    if (zt.kind == HP_PL_S && w->tp > 1) {
+    hp_status st = HP_OK;
+    if (s->split) {
         int64_t lo, nv;
-        hp__lay_range(&w->x, &z.lay, z.g, 2, w->x.ax[HP__TP].r, w->x.ax[HP__CP].r, &lo, &nv);
-        zrows = nv ? local_count(w, &z) / nv : 0;
-        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
-                            ck_bytes(w, "loss all-reduces", zrows, sizeof(float)), false)) != HP_OK)
-            return st;
-        if ((st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
-                            ck_bytes(w, "loss all-reduces", zrows, 2 * sizeof(double)), false)) != HP_OK)
-            return st;
+        hp__lay_range(&w->x.pos, &z->lay, z->g, 2, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &nv);
+        zrows = nv ? local_count(w, z) / nv : 0;
+        st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
+                       ck_bytes(w, "loss all-reduces", zrows, sizeof(float)), false);
+        if (st == HP_OK)
+            st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
+                           ck_bytes(w, "loss all-reduces", zrows, 2 * sizeof(double)), false);
     }
-    /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where they lie */
-    if (!w->o->train && (st = gather(w, &z, "logits", -1)) != HP_OK) return st;
-    if (!w->o->train) mem_count(w, gather_buffers(w, &z), 0); /* the logits, handed to the caller */
-    return HP_OK;
+    (void)V;
+    return st;
+}
+
+/* One rank's walk of the program: h the residual stream, t a module's input, a its output (the runner's). */
+static hp_status walk_rank(walk *w)
+{
+    const hp__prog *g = w->g;
+    hp_cost_rank *r = w->cr;
+    hp_status st = HP_OK;
+    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp];
+    dact h = {0}, t = {0}, a = {0};
+    for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
+        const hp__step *s = &g->steps[i];
+        switch (s->op) {
+        case HP__OP_EMBED:
+            h = (dact){{Bl, w->x.S_pad, s->X}, s->out, 0};
+            act_grow(w, &h);
+            track(w, &h);
+            st = leave(w, s, &h);
+            break;
+        case HP__OP_NORM:
+            if (s->keep) /* a layer's input (the final norm's): what the backward keeps */
+                w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h));
+            st = norm(w, s, &h, &t);
+            break;
+        case HP__OP_ATTN:
+        case HP__OP_MLA: st = attention(w, s, &t, &a); break;
+        case HP__OP_MLP:
+        case HP__OP_MOE: st = feed_forward(w, s, &t, &a); break;
+        case HP__OP_RESIDUAL: st = trans(w, &a, &s->leave, s->layer, s->c.fqn, "residual"); break;
+        case HP__OP_HEAD: st = head(w, s, &t, &a); break;
+        case HP__OP_LOSS:
+            st = loss(w, s, &a);
+            /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where
+             * they lie */
+            if (st == HP_OK && !w->o->train && (st = gather(w, &a, "logits", -1)) == HP_OK)
+                mem_count(w, gather_buffers(w, &a), 0); /* the logits, handed to the caller */
+            break;
+        default: break;
+        }
+    }
+    return st;
 }
 
 /* The routing gathers (gather_topk) need each sparse layer's entry layout: a second, short pass. */
-static hp_status topk_gathers(walk *w, const hp__lay *moe_lay, int64_t l)
+static hp_status topk_gathers(walk *w, const hp__step *s)
 {
+    const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
     dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay, 0};
     uint64_t full = gather_buffers(w, &tk);
@@ -1010,7 +808,7 @@ static hp_status topk_gathers(walk *w, const hp__lay *moe_lay, int64_t l)
         transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->x.B_all, w->x.S_orig,
                                                                               w->K), sizeof(int32_t)), 1));
     mem_count(w, full, 0);
-    return gather(w, &tk, w->ly[l].ff.fqn, (int32_t)l);
+    return gather(w, &tk, s->c.fqn, s->layer);
 }
 
 /* ---- the training state's classes ---- */
@@ -1130,7 +928,7 @@ static void predict(walk *w, hp_cost_rank *r)
 
 static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
 {
-    const hp__rcfg *c = &w->cfg;
+    const hp__rcfg *c = &w->g->cfg;
     const hp_model_config *mc = &w->m->cfg;
     /* h and t hold hidden-width blocks, a the widest block (the logits), the transitions' spare the largest
      * block a transition started from; k, v; the module buffers; the collectives' two scratch blocks; the MoE
@@ -1152,7 +950,12 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
         r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, pos, mc->kv_lora_rank + mc->qk_rope_head_dim),
                                (uint64_t)o->mdl.kv_bytes);
     else {
-        int64_t kvh = w->ly[0].at_split ? c->nkv / w->tp : c->nkv;
+        int64_t kvh = c->nkv; /* the first attention's local kv heads */
+        for (size_t i = 0; i < w->g->n_steps; i++)
+            if (w->g->steps[i].op == HP__OP_ATTN) {
+                kvh = w->g->steps[i].nkv;
+                break;
+            }
         r->kv_bytes = ck_bytes(w, kb, ck_mul3(w, kb, ck_mul(w, kb, 2, pos), kvh, c->hd), (uint64_t)o->mdl.kv_bytes);
     }
     r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
@@ -1225,8 +1028,6 @@ void hp_cost_free(hp_cost *c)
 void hp_cost_plan_free(hp_cost_plan *k)
 {
     if (!k) return;
-    hp__rcfg_free(&k->cfg);
-    free(k->ly);
     free(k);
 }
 
@@ -1236,25 +1037,8 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
     hp_cost_plan *k = hp_calloc(1, sizeof *k);
     if (!k) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     k->m = m, k->p = p;
-    char cfgp[4200];
-    hp_status st = HP_OK;
-    if (!m->has_config)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: config.json is missing; the runtime needs the model's "
-                        "hyperparameters (family, heads, norms, rotary settings) from it", m->path);
-    else
-        st = hp__run_family_check(m, err);
-    if (st == HP_OK) st = hp__rcfg_read(m, config_path(m, cfgp, sizeof cfgp), &k->cfg, err);
-    if (st == HP_OK) st = scan(k, err);
     experts_scan(k);
-    if (st == HP_ERR_INPUT) { /* a model or plan the runtime cannot run: its weights are still costed */
-        snprintf(k->refused, sizeof k->refused, "%s", err->msg);
-        hp_err_clear(err);
-        st = HP_OK;
-    }
-    if (st != HP_OK) {
-        hp_cost_plan_free(k);
-        return st;
-    }
+    (void)err;
     *out = k;
     return HP_OK;
 }
@@ -1287,7 +1071,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         return hp_err_set(err, HP_ERR_INPUT, "the batch is %lld x %lld; it needs at least one row and one position",
                           (long long)o->B, (long long)o->S);
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
-    walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .cfg = k->cfg};
+    hp__prog g = {0};
+    walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
     w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_size(mesh, "dp");
     w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
     w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
@@ -1329,7 +1114,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.x.dp_rows = w.dp_rows;
     }
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
-    hp_status wst = st != HP_OK ? HP_OK : k->refused[0] ? hp_err_set(err, HP_ERR_INPUT, "%s", k->refused) : prepare(&w);
+    char cfgp[4200];
+    hp_status wst = HP_OK;
+    if (st == HP_OK) wst = hp__prog_build(&g, m, p, o->mesh, config_path(m, cfgp, sizeof cfgp), err);
+    if (st == HP_OK && wst == HP_OK) wst = owners(&w);
     for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
         int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
         hp_cost_rank *r = &c->ranks[ri];
@@ -1338,8 +1126,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
         hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
         r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
-        w.x.ax[HP__TP] = (hp__grp){NULL, w.tp, r->tp};
-        w.x.ax[HP__CP] = (hp__grp){NULL, w.cp, r->cp};
+        w.x.pos = (hp__axes){{w.tp, w.cp}, {r->tp, r->cp}};
         w.x.dp_r = r->dp;
         w.cr = r;
         w.ev_cap = 0;
@@ -1354,10 +1141,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         if (wst == HP_OK) wst = walk_rank(&w);
         /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry (an
          * output of inference; training gathers none) */
-        for (int64_t l = 0; wst == HP_OK && !o->train && l < w.cfg.L; l++) {
-            if (!w.ly[l].sparse) continue;
-            wst = topk_gathers(&w, &w.ly[l].moe_lay, l);
-        }
+        for (size_t i = 0; wst == HP_OK && !o->train && i < g.n_steps; i++)
+            if (g.steps[i].op == HP__OP_MOE) wst = topk_gathers(&w, &g.steps[i]);
         if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
         if (wst == HP_OK) memory(&w, r, o);
         if (wst == HP_OK && o->train) {
@@ -1369,11 +1154,11 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             st = past_64_bits(o, rk, w.ovf, err);
         }
     }
-    if (st == HP_OK && wst == HP_OK && w.moe_whole)
+    if (st == HP_OK && wst == HP_OK && g.moe_whole)
         snprintf(c->note, sizeof c->note, "the MoE blocks (%s, ...) take every token's whole hidden state on each of "
                  "the tp=%lld ranks (sequence parallelism is off): every tp rank routes and runs the experts of every "
                  "token, so the expert FLOPs and the token exchange are tp times what they are with sequence "
-                 "parallelism; plan without --no-sequence-parallel", w.moe_whole, (long long)w.tp);
+                 "parallelism; plan without --no-sequence-parallel", g.moe_whole, (long long)w.tp);
     if (st == HP_OK && wst != HP_OK) {
         if (wst != HP_ERR_INPUT) st = wst;
         snprintf(c->refused, sizeof c->refused, "%s", err->msg);
@@ -1396,7 +1181,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     }
     hp_cost_free(c);
     hp_shard_layout_free(lay);
-    free(w.ly);
+    hp__prog_free(&g);
     free(w.owner);
     free(w.dp_rows);
     return st;

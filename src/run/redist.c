@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_axis[HP__NAX] = {"tp", "cp"};
 
 const char *hp_run_coll_name(hp_run_coll k)
 {
@@ -28,107 +27,9 @@ const char *hp_run_coll_name(hp_run_coll k)
     return (unsigned)k < HP_RUN_COLL_COUNT ? n[k] : "?";
 }
 
-const char *hp__lay_str(const hp__lay *l, char *buf, size_t cap)
-{
-    char a[16], b[16];
-    snprintf(buf, cap, "{tp: %s, cp: %s}", hp_placement_str(l->ax[HP__TP], a, sizeof a),
-             hp_placement_str(l->ax[HP__CP], b, sizeof b));
-    return buf;
-}
-
-bool hp__lay_eq(const hp__lay *a, const hp__lay *b)
-{
-    for (int i = 0; i < HP__NAX; i++)
-        if (!hp_placement_eq(a->ax[i], b->ax[i])) return false;
-    return true;
-}
-
-static hp_placement norm_pl(hp_placement p)
-{
-    if (p.kind == HP_PL_ABSENT) return hp_pl_r();
-    if ((p.kind == HP_PL_S || p.kind == HP_PL_S2) && p.dim < 0) p.dim = (int8_t)(p.dim + 3);
-    return p;
-}
-
-hp__lay hp__lay_from(const hp_nplace *pl)
-{
-    hp__lay l;
-    l.ax[HP__TP] = norm_pl(pl->ax[HP_AXIS_TP]);
-    l.ax[HP__CP] = norm_pl(pl->ax[HP_AXIS_CP]);
-    return l;
-}
-
-static const hp_io_entry *io_entry(const hp_io_map *m)
-{
-    return !m->is_null && m->n > 0 ? &m->e[0] : NULL;
-}
-
-hp__contract hp__contract_of(const hp_boundary *b)
-{
-    hp__contract c = {.fqn = b->fqn};
-    const hp_io_entry *is = io_entry(&b->in_src), *id = io_entry(&b->in_dst);
-    hp_nplace none = {0};
-    if (is || id) {
-        c.has_in = true;
-        c.in_src = hp__lay_from(is ? &is->pl : &none);
-        c.in_dst = hp__lay_from(id ? &id->pl : &none);
-    }
-    const hp_io_entry *os = io_entry(&b->out_src), *od = io_entry(&b->out_dst);
-    if (os && od) {
-        c.has_out = true;
-        c.out_src = hp__lay_from(&os->pl);
-        c.out_dst = hp__lay_from(&od->pl);
-    } else if (os) { /* no exit communication, but the computed layout is still declared */
-        c.has_out = true;
-        c.out_src = c.out_dst = hp__lay_from(&os->pl);
-    }
-    return c;
-}
-
-hp_status hp__contract_check(const hp__contract *c, const hp__lay *l, bool in, hp_err *err)
-{
-    const hp__lay *want = in ? &c->in_src : &c->out_src;
-    if (hp__lay_eq(l, want)) return HP_OK;
-    char s1[64], s2[64];
-    hp__lay_str(l, s1, sizeof s1);
-    hp__lay_str(want, s2, sizeof s2);
-    if (in)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "boundary %s: its input arrives as %s but the plan's in_src says %s; the plan is "
-                          "inconsistent (fix the override that changed the producer's out_dst or this in_src)",
-                          c->fqn, s1, s2);
-    return hp_err_set(err, HP_ERR_INPUT,
-                      "boundary %s: its computation gives %s (from its weights' placements) but the plan's "
-                      "out_src says %s; make the override of its params and out_src agree",
-                      c->fqn, s1, s2);
-}
-
-static bool shards(hp_placement p, int d)
-{
-    return p.kind == HP_PL_S && p.dim == d;
-}
-
-void hp__lay_range(const hp__ctx *x, const hp__lay *lay, const int64_t g[3], int d, int64_t tp_i, int64_t cp_i,
-                   int64_t *lo, int64_t *n)
-{
-    int64_t a = 0, L = g[d];
-    if (shards(lay->ax[HP__CP], d)) {
-        int64_t b0 = hp__blk_lo(L, x->ax[HP__CP].n, cp_i), b1 = hp__blk_lo(L, x->ax[HP__CP].n, cp_i + 1);
-        a += b0;
-        L = b1 - b0;
-    }
-    if (shards(lay->ax[HP__TP], d)) {
-        int64_t b0 = hp__blk_lo(L, x->ax[HP__TP].n, tp_i), b1 = hp__blk_lo(L, x->ax[HP__TP].n, tp_i + 1);
-        a += b0;
-        L = b1 - b0;
-    }
-    *lo = a;
-    *n = L;
-}
-
 void hp__act_shape(const hp__ctx *x, hp__act *a)
 {
-    for (int d = 0; d < 3; d++) hp__lay_range(x, &a->lay, a->g, d, x->ax[HP__TP].r, x->ax[HP__CP].r, &a->lo[d], &a->n[d]);
+    for (int d = 0; d < 3; d++) hp__lay_range(&x->pos, &a->lay, a->g, d, x->pos.r[HP__TP], x->pos.r[HP__CP], &a->lo[d], &a->n[d]);
 }
 
 int64_t hp__act_count(const hp__act *a)
@@ -310,126 +211,45 @@ static void member_blocks(const hp__ctx *x, const hp__act *a, int ax, const hp__
                           int64_t *n)
 {
     int64_t self_lo, self_n; /* the all-gather subtracts member 0's start instead (its range is the result's) */
-    hp__lay_range(x, &a->lay, a->g, d, x->ax[HP__TP].r, x->ax[HP__CP].r, &self_lo, &self_n);
-    for (int64_t i = 0; i < x->ax[ax].n; i++) {
-        int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r;
-        hp__lay_range(x, sharded, a->g, d, t, c, &lo[i], &n[i]);
+    hp__lay_range(&x->pos, &a->lay, a->g, d, x->pos.r[HP__TP], x->pos.r[HP__CP], &self_lo, &self_n);
+    for (int64_t i = 0; i < x->pos.n[ax]; i++) {
+        int64_t t = ax == HP__TP ? i : x->pos.r[HP__TP], c = ax == HP__CP ? i : x->pos.r[HP__CP];
+        hp__lay_range(&x->pos, sharded, a->g, d, t, c, &lo[i], &n[i]);
         lo[i] -= self_lo;
     }
     (void)self_n;
-}
-
-hp_status hp__refuse(const hp__lay *from, const hp__lay *to, int ax, const char *what, const char *why, hp_err *err)
-{
-    char s1[64], s2[64];
-    return hp_err_set(err, HP_ERR_INPUT,
-                      "%s: the transition %s -> %s on the %s axis is not one the runtime lowers (%s); change the "
-                      "boundary's contract with an override (docs/overrides.md) so that each transition is "
-                      "S(d)->R, P->R, P->S(d), R->S(d) or none",
-                      what, hp__lay_str(from, s1, sizeof s1), hp__lay_str(to, s2, sizeof s2), k_axis[ax], why);
-}
-
-/* n[0]·n[1]·n[2] floats as bytes, or UINT64_MAX past 64 bits (hp__low.bytes). */
-static uint64_t f32_bytes(int64_t a, int64_t b, int64_t c)
-{
-    int64_t n;
-    uint64_t r;
-    if (!hp_mul_i64(a, b, &n) || !hp_mul_i64(n, c, &n) || __builtin_mul_overflow((uint64_t)n, sizeof(float), &r))
-        return UINT64_MAX;
-    return r;
-}
-
-hp__low hp__lower_axis(const hp__ctx *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst)
-{
-    hp__low w = {.kind = HP__LOW_NONE, .d = -1, .bytes = 0, .why = NULL};
-    hp_placement src = from->ax[ax];
-    if (hp_placement_eq(src, dst)) return w;
-    int other = ax == HP__TP ? HP__CP : HP__TP;
-    bool s_src = src.kind == HP_PL_S, s_dst = dst.kind == HP_PL_S;
-    w.kind = HP__LOW_REFUSE;
-    if (src.kind == HP_PL_S2 || dst.kind == HP_PL_S2) return w.why = "a packed placement", w;
-    if ((s_src && src.dim > 2) || (s_dst && dst.dim > 2)) return w.why = "an activation has 3 dims", w;
-    int d = s_src ? src.dim : s_dst ? dst.dim : -1;
-    if (ax == HP__CP && d >= 0 && shards(from->ax[other], d))
-        return w.why = "tp shards the same dim; the cp-major nesting would break", w;
-    w.d = d;
-    int64_t n[3], lo;
-    for (int i = 0; i < 3; i++) hp__lay_range(x, from, g, i, x->ax[HP__TP].r, x->ax[HP__CP].r, &lo, &n[i]);
-    int64_t gn = x->ax[ax].n, oi = 1; /* oi: the block's elements outside dim d (saturated: bytes UINT64_MAX) */
-    for (int i = 0; i < 3; i++)
-        if (i != d && !hp_mul_i64(oi, n[i], &oi)) oi = INT64_MAX;
-    hp__lay to = *from;
-    to.ax[ax] = dst;
-    if (s_src && dst.kind == HP_PL_R) { /* all-gather: every member sends the largest block (padded) */
-        int64_t mx = 0;
-        for (int64_t i = 0; i < gn; i++) {
-            int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r, bl;
-            hp__lay_range(x, from, g, d, t, c, &lo, &bl);
-            mx = bl > mx ? bl : mx;
-        }
-        w.kind = HP__LOW_ALL_GATHER;
-        w.bytes = f32_bytes(oi, mx, 1);
-    } else if (src.kind == HP_PL_P && dst.kind == HP_PL_R) {
-        w.kind = HP__LOW_ALL_REDUCE;
-        w.bytes = f32_bytes(n[0], n[1], n[2]);
-    } else if (s_dst && src.kind == HP_PL_R) {
-        w.kind = HP__LOW_SLICE;
-    } else if (s_dst && src.kind == HP_PL_P) { /* reduce-scatter: even blocks, else all-reduce + slice */
-        bool even = true;
-        int64_t b0 = 0;
-        for (int64_t i = 0; i < gn; i++) {
-            int64_t t = ax == HP__TP ? i : x->ax[HP__TP].r, c = ax == HP__CP ? i : x->ax[HP__CP].r, bl;
-            hp__lay_range(x, &to, g, d, t, c, &lo, &bl);
-            if (i == 0) b0 = bl;
-            even = even && bl == b0;
-        }
-        w.kind = even ? HP__LOW_REDUCE_SCATTER : HP__LOW_RS_UNEVEN;
-        w.bytes = even ? f32_bytes(oi, b0, gn) : f32_bytes(n[0], n[1], n[2]);
-    } else {
-        w.why = src.kind == HP_PL_S && dst.kind == HP_PL_S ? "a shard-to-shard move is an all-to-all"
-                : dst.kind == HP_PL_P                      ? "nothing produces a partial sum"
-                                                           : "no collective for it";
-    }
-    return w;
-}
-
-hp_run_coll hp__low_coll(hp__low_kind k)
-{
-    return k == HP__LOW_ALL_GATHER       ? HP_RUN_ALL_GATHER
-           : k == HP__LOW_REDUCE_SCATTER ? HP_RUN_REDUCE_SCATTER
-           : k == HP__LOW_ALL_REDUCE || k == HP__LOW_RS_UNEVEN ? HP_RUN_ALL_REDUCE
-                                                               : HP_RUN_COLL_COUNT;
 }
 
 /* One axis: a's placement on ax becomes `dst`, as hp__lower_axis decides (its bytes are what is counted). */
 static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, const char *what, const char **coll,
                           hp_err *err)
 {
-    hp__low lw = hp__lower_axis(x, &a->lay, a->g, ax, dst);
+    hp__low lw = hp__lower_axis(&x->pos, &a->lay, a->g, ax, dst);
     if (lw.kind == HP__LOW_NONE) return HP_OK;
     hp__lay to = a->lay;
     to.ax[ax] = dst;
     if (lw.kind == HP__LOW_REFUSE) return hp__refuse(&a->lay, &to, ax, what, lw.why, err);
-    const hp__grp *gr = &x->ax[ax];
+    const hp_comm *gc = x->axc[ax];
+    int64_t gn = x->pos.n[ax], gr_r = x->pos.r[ax];
     int d = lw.d;
-    int64_t *lo = hp_calloc((size_t)gr->n * 2, sizeof *lo);
+    int64_t *lo = hp_calloc((size_t)gn * 2, sizeof *lo);
     if (!lo) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    int64_t *n = lo + gr->n;
+    int64_t *n = lo + gn;
     hp_status st = HP_OK;
     hp__act b = x->spare; /* the result goes into the spare buffer; a's becomes the spare */
     memset(&x->spare, 0, sizeof x->spare);
 
-    sync_wait(x, gr->c); /* its time is wait_s, not the kind's */
+    sync_wait(x, gc); /* its time is wait_s, not the kind's */
     double t_all = hp_comm_wtime();
     if (lw.kind == HP__LOW_ALL_GATHER) {
         *coll = "all-gather";
         member_blocks(x, a, ax, &a->lay, d, lo, n);
         int64_t mx = 0, base = lo[0];
-        for (int64_t i = 0; i < gr->n; i++) mx = n[i] > mx ? n[i] : mx;
+        for (int64_t i = 0; i < gn; i++) mx = n[i] > mx ? n[i] : mx;
         geom g = geom_of(a->n, d);
         size_t blk = (size_t)(g.outer * mx * g.inner);
         bool even = true;
-        for (int64_t i = 0; i < gr->n; i++) even = even && n[i] == mx;
+        for (int64_t i = 0; i < gn; i++) even = even && n[i] == mx;
         /* Even blocks of an outermost dim (outer 1: B = 1, or the batch dim) are already contiguous: MPI
          * gathers straight from the block into the result, no packing. */
         bool direct = even && g.outer == 1;
@@ -437,31 +257,31 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
         if (st == HP_OK && !direct) {
             send = scratch(x, 0, blk, err);
-            recv = send ? scratch(x, 1, blk * (size_t)gr->n, err) : NULL;
+            recv = send ? scratch(x, 1, blk * (size_t)gn, err) : NULL;
             if (!send || !recv) st = HP_ERR_NOMEM;
             else if (blk > (size_t)hp__act_count(a)) memset(send, 0, blk * sizeof *send); /* the padding */
         }
         if (st == HP_OK) {
             if (!direct) take(send, a->d, g, 0, a->n[d]);
             double t0 = hp_comm_wtime();
-            st = hp_comm_allgather(gr->c, direct ? a->d : send, blk * sizeof *send, direct ? b.d : recv, err);
+            st = hp_comm_allgather(gc, direct ? a->d : send, blk * sizeof *send, direct ? b.d : recv, err);
             count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
         }
         if (st == HP_OK && !direct) {
             geom gb = geom_of(b.n, d);
-            for (int64_t i = 0; i < gr->n; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
+            for (int64_t i = 0; i < gn; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
         x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
     } else if (lw.kind == HP__LOW_ALL_REDUCE) {
         *coll = "all-reduce";
-        st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
+        st = hp__allreduce(x, gc, a->d, (size_t)hp__act_count(a), err);
         if (st == HP_OK) a->lay = to;
         goto done;
     } else { /* reduce-scatter or slice along d */
         member_blocks(x, a, ax, &to, d, lo, n);
         geom g = geom_of(a->n, d);
         if ((st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err)) != HP_OK) goto done;
-        int64_t me = gr->r;
+        int64_t me = gr_r;
         if (lw.kind == HP__LOW_SLICE) {
             *coll = "slice";
             take(b.d, a->d, g, lo[me], n[me]);
@@ -469,18 +289,18 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             *coll = "reduce-scatter";
             size_t blk = (size_t)(g.outer * n[0] * g.inner);
             bool direct = g.outer == 1; /* the blocks are contiguous in a already: no packing */
-            float *send = direct ? NULL : scratch(x, 0, blk * (size_t)gr->n, err);
+            float *send = direct ? NULL : scratch(x, 0, blk * (size_t)gn, err);
             if (!direct && !send) st = HP_ERR_NOMEM;
             if (st == HP_OK) {
-                for (int64_t i = 0; !direct && i < gr->n; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
+                for (int64_t i = 0; !direct && i < gn; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
-                st = hp_comm_reduce_scatter_sum_f32(gr->c, direct ? a->d : send, b.d, blk, err);
+                st = hp_comm_reduce_scatter_sum_f32(gc, direct ? a->d : send, b.d, blk, err);
                 count(x, HP_RUN_REDUCE_SCATTER, lw.bytes, t0);
             }
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;
         } else { /* uneven blocks: all-reduce, then keep this rank's block */
             *coll = "reduce-scatter (all-reduce + slice)";
-            st = hp__allreduce(x, gr->c, a->d, (size_t)hp__act_count(a), err);
+            st = hp__allreduce(x, gc, a->d, (size_t)hp__act_count(a), err);
             if (st == HP_OK) take(b.d, a->d, g, lo[me], n[me]);
         }
     }
@@ -530,7 +350,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     /* A rank sends its block when it is the first holder of it: index 0 on every axis that replicates. */
     bool sender = hp_mesh_coord(mesh, me, "ep") == 0; /* an explicit ep axis replicates the dense activations */
     for (int ax = 0; ax < HP__NAX; ax++)
-        if (a->lay.ax[ax].kind == HP_PL_R && x->ax[ax].r != 0) sender = false;
+        if (a->lay.ax[ax].kind == HP_PL_R && x->pos.r[ax] != 0) sender = false;
     size_t mine = sender ? (size_t)hp__act_count(a) * sizeof(float) : 0;
     size_t *rc = NULL, *rd = NULL;
     float *recv = NULL, *full = NULL;
@@ -550,9 +370,9 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
             if (a->lay.ax[HP__CP].kind == HP_PL_R && c) snd = false;
             if (hp_mesh_coord(mesh, r, "ep")) snd = false;
             int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo, n1, n2, n0;
-            hp__lay_range(x, &a->lay, g, 0, t, c, &lo, &n0);
-            hp__lay_range(x, &a->lay, g, 1, t, c, &lo, &n1);
-            hp__lay_range(x, &a->lay, g, 2, t, c, &lo, &n2);
+            hp__lay_range(&x->pos, &a->lay, g, 0, t, c, &lo, &n0);
+            hp__lay_range(&x->pos, &a->lay, g, 1, t, c, &lo, &n1);
+            hp__lay_range(&x->pos, &a->lay, g, 2, t, c, &lo, &n2);
             rd[r] = tot;
             rc[r] = snd ? (size_t)(n0 * n1 * n2) * sizeof(float) : 0;
             tot += rc[r];
@@ -570,7 +390,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
             if (!rc[r]) continue;
             int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
             int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo[3], n[3];
-            for (int d = 0; d < 3; d++) hp__lay_range(x, &a->lay, g, d, t, c, &lo[d], &n[d]);
+            for (int d = 0; d < 3; d++) hp__lay_range(&x->pos, &a->lay, g, d, t, c, &lo[d], &n[d]);
             const float *src = recv + rd[r] / sizeof(float);
             for (int64_t b = 0; b < n[0]; b++)
                 for (int64_t s = 0; s < n[1]; s++)

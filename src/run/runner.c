@@ -9,6 +9,7 @@
  * out_src; exit redistribution to out_dst; deferred biases. Nothing about the family decides a collective:
  * an override that changes a contract changes what runs.
  */
+#include "exec/prog.h"
 #include "run/agree.h"
 #include "run/finite.h"
 #include "run/modules.h"
@@ -22,10 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef hp__contract contract;
-
 typedef struct attn_w {
-    contract c;
+    const hp__step *s;
     hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, sinks;
     hp_linear *q, *k, *v, *o;
     /* MLA (DeepSeek-V3): q = q_b(q_a_norm(q_a(x))) or q_proj(x) in wq/q; kv_a -> latent | k_rot; kv_b -> k_nope | v */
@@ -39,7 +38,7 @@ typedef struct attn_w {
 } attn_w;
 
 typedef struct mlp_w {
-    contract c;
+    const hp__step *s;
     hp__w wg, wu, wgu, wd, bg, bu, bgu, bd;
     hp_linear *gate, *up, *gate_up, *down;
     int64_t I; /* local width */
@@ -48,14 +47,13 @@ typedef struct mlp_w {
 } mlp_w;
 
 typedef struct norm_w {
-    contract c;
-    bool planned; /* has a boundary; else it runs on whatever layout arrives */
+    const hp__step *s;
     hp__w w;
 } norm_w;
 
 /* A sparse (MoE) block: its EP compute runs the existing EP runtime on the rank's local rows (issue 13). */
 typedef struct moe_w {
-    contract c;
+    const hp__step *s;
     hp_moe_layer *l;
     hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
     int64_t max_tokens;
@@ -78,19 +76,15 @@ struct hp_runner {
     const hp_model *m;
     const hp_plan *p;
     hp_run_opts o;
-    hp__rcfg cfg;
+    hp__prog g; /* the program this runner executes (exec/prog.h) */
     hp_linalg *la;
     hp_shard_layout *layout;
     hp_shard_rank_file *rf;
     hp__wsrc ws;
-    contract c_embed;
     hp__w embed;
-    bool embed_split;
     layer_w *layers;
     norm_w fnorm;
-    contract c_head;
     hp__w head_w; /* unused when tied (the embedding's slice is the head) */
-    bool tied, head_split;
     hp_linear *head;
     hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
     int64_t ep, ep_index;
@@ -109,57 +103,39 @@ struct hp_runner {
     char desc[160];
 };
 
-/* ---- contracts ---- */
+/* ---- the program's transitions ---- */
 
-static bool deferred(const hp_boundary *b, const char *rel)
+/* The activation arrives as the program says (anything else is a runner defect, named); the entry moves it to
+ * the layout the computation runs on. */
+static hp_status enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 {
-    for (int i = 0; i < b->n_deferred; i++)
-        if (!strcmp(b->deferred_biases[i], rel)) return true;
-    return false;
-}
-
-static hp_status enter(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
-{
-    r->x.where = c->fqn;
-    if (!c->has_in) return HP_OK;
-    hp_status cs = hp__contract_check(c, &a->lay, true, err);
-    if (cs != HP_OK) return cs;
+    r->x.where = s->c.fqn;
+    char t1[64], t2[64];
+    if (!hp__lay_eq(&a->lay, &s->in))
+        return hp_err_set(err, HP_ERR_INPUT, "internal error: %s: the input arrives as %s where the program says %s", s->c.fqn,
+                          hp__lay_str(&a->lay, t1, sizeof t1), hp__lay_str(&s->in, t2, sizeof t2));
+    if (!s->c.has_in) return HP_OK;
     char what[200];
-    snprintf(what, sizeof what, "boundary %s (entry)", c->fqn);
+    snprintf(what, sizeof what, "boundary %s (entry)", s->c.fqn);
     const char *coll;
-    return hp__redistribute(&r->x, a, &c->in_dst, what, &coll, err);
+    return hp__redistribute(&r->x, a, &s->run, what, &coll, err);
 }
 
-static hp_status leave(hp_runner *r, const contract *c, hp__act *a, hp_err *err)
+/* The computation's output, as the program says, moved to the layout it leaves in. */
+static hp_status leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 {
     snprintf(r->exit_coll, sizeof r->exit_coll, "none");
-    if (!c->has_out) return HP_OK;
-    hp_status cs = hp__contract_check(c, &a->lay, false, err);
-    if (cs != HP_OK) return cs;
+    char t1[64], t2[64];
+    if (!hp__lay_eq(&a->lay, &s->out))
+        return hp_err_set(err, HP_ERR_INPUT, "internal error: %s: the computation gives %s where the program says %s", s->c.fqn,
+                          hp__lay_str(&a->lay, t1, sizeof t1), hp__lay_str(&s->out, t2, sizeof t2));
+    if (!s->c.has_out) return HP_OK;
     char what[200];
-    snprintf(what, sizeof what, "boundary %s (exit)", c->fqn);
+    snprintf(what, sizeof what, "boundary %s (exit)", s->c.fqn);
     const char *coll = "identity";
-    hp_status st = hp__redistribute(&r->x, a, &c->out_dst, what, &coll, err);
+    hp_status st = hp__redistribute(&r->x, a, &s->leave, what, &coll, err);
     snprintf(r->exit_coll, sizeof r->exit_coll, "%s", coll);
     return st;
-}
-
-static hp_status need_layout(const hp_runner *r, const contract *c, const hp__act *a, bool seq_ok, hp_err *err)
-{
-    char s[64];
-    for (int ax = 0; ax < HP__NAX; ax++) {
-        hp_placement p = a->lay.ax[ax];
-        bool bad = p.kind == HP_PL_P || p.kind == HP_PL_S2 || (p.kind == HP_PL_S && p.dim == 2) ||
-                   (p.kind == HP_PL_S && p.dim == 1 && !seq_ok && ax == HP__TP) || (p.kind == HP_PL_S && p.dim == 0 && ax == HP__TP);
-        if (bad)
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "boundary %s: its computation cannot run on an input laid out %s (%s axis); its "
-                              "in_dst must keep whole rows%s",
-                              c->fqn, hp__lay_str(&a->lay, s, sizeof s), ax == HP__TP ? "tp" : "cp",
-                              seq_ok ? "" : " and the whole sequence on tp");
-    }
-    (void)r;
-    return HP_OK;
 }
 
 /* Adds bias[lo2 + i] to every row; on an axis where a is a partial sum only index 0 adds it. */
@@ -167,7 +143,7 @@ static void add_bias(const hp_runner *r, hp__act *a, const hp__w *b)
 {
     if (!b->present) return;
     for (int ax = 0; ax < HP__NAX; ax++)
-        if (a->lay.ax[ax].kind == HP_PL_P && r->x.ax[ax].r != 0) return;
+        if (a->lay.ax[ax].kind == HP_PL_P && r->x.pos.r[ax] != 0) return;
     const float *bv = b->d;
     int64_t rows = a->n[0] * a->n[1], X = a->n[2], lo = a->lo[2];
     for (int64_t i = 0; i < rows; i++)
@@ -195,32 +171,13 @@ static hp_status record(hp_runner *r, const char *what, const char *coll, hp__ac
     return st;
 }
 
-/* ---- loading ---- */
+/* ---- loading: the weights of every step, checked against the program's local dims ---- */
 
 static hp_status linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err)
 {
     hp_linear_desc d = {.n_out = w->shape[0], .n_in = w->shape[1], .n_mats = 1, .dtype = w->dt, .w = w->d,
                         .bias = bias && bias->present ? bias->d : NULL, .mode = r->o.compute};
     return hp_linear_init(out, r->la, &d, err);
-}
-
-/* The weight's tp placement: 'R' (whole), '0' (S(0)), '1' (S(1)), '2' (packed S(0)x2); tp = 1 holds all whole. */
-static char tp_kind(const hp_runner *r, const hp__w *w)
-{
-    hp_placement p = w->pl.ax[HP_AXIS_TP];
-    if (r->x.ax[HP__TP].n == 1 || p.kind == HP_PL_ABSENT || p.kind == HP_PL_R) return 'R';
-    int d = p.dim < 0 ? p.dim + w->n_dims : p.dim;
-    if (p.kind == HP_PL_S2) return d == 0 ? '2' : '?';
-    if (p.kind == HP_PL_S) return d == 0 ? '0' : d == 1 ? '1' : '?';
-    return '?';
-}
-
-static hp_status pattern_error(const char *fqn, const char *what, hp_err *err)
-{
-    return hp_err_set(err, HP_ERR_INPUT,
-                      "boundary %s: the runtime computes it column-parallel into row-parallel (%s) or fully "
-                      "replicated; its params' tp placements are neither (change the override)",
-                      fqn, what);
 }
 
 typedef struct loader {
@@ -247,30 +204,13 @@ static hp_status load_vec(loader *L, const char *fqn, const char *rel, bool requ
     return st;
 }
 
-static const hp_boundary *need_boundary(const hp_runner *r, const char *fqn, hp_err *err)
-{
-    const hp_boundary *b = hp_plan_find(r->p, fqn);
-    if (!b || !b->is_boundary)
-        hp_err_set(err, HP_ERR_INPUT,
-                   "the plan has no boundary for %s; the runtime executes modules through their boundaries "
-                   "(derive the plan again, or add one with an override)",
-                   fqn);
-    return b && b->is_boundary ? b : NULL;
-}
-
-static int64_t local_attr(const hp_boundary *b, const char *name, int64_t dflt)
-{
-    for (int i = 0; i < b->n_tp_attrs; i++)
-        if (!strcmp(b->tp_attrs[i].name, name)) return b->tp_attrs[i].local;
-    return dflt;
-}
-
-static hp_status load_mla(loader *L, const char *fqn, const hp_boundary *b, attn_w *a)
+static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
     const hp_model_config *mc = &r->m->cfg;
-    int64_t tp = r->x.ax[HP__TP].n, H = r->cfg.H, nh = r->cfg.nh;
+    const char *fqn = s->c.fqn;
+    int64_t H = r->g.cfg.H;
     a->mla = true;
     a->nope = mc->qk_nope_head_dim, a->rope = mc->qk_rope_head_dim, a->vd = mc->v_head_dim;
     a->ql = mc->q_lora_rank, a->kvl = mc->kv_lora_rank;
@@ -288,18 +228,6 @@ static hp_status load_mla(loader *L, const char *fqn, const hp_boundary *b, attn
     if (st == HP_OK) st = load(L, fqn, "kv_b_proj.weight", true, true, &a->wkvb);
     if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
     if (st != HP_OK) return st;
-    char kq = tp_kind(r, &a->wq), kb = tp_kind(r, &a->wkvb), ko = tp_kind(r, &a->wo);
-    char ka = tp_kind(r, &a->wkva), kqa = a->ql > 0 ? tp_kind(r, &a->wqa) : 'R';
-    if (kq == '0' && kb == '0' && ko == '1' && ka == 'R' && kqa == 'R') a->split = true;
-    else if (!(kq == 'R' && kb == 'R' && ko == 'R' && ka == 'R' && kqa == 'R'))
-        return pattern_error(fqn, "q_b_proj / kv_b_proj S(0) by heads, o_proj S(1), the latent projections R", err);
-    a->nh = a->nkv = a->split ? nh / tp : nh;
-    if (a->split && nh % tp)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld heads do not split over tp=%lld", fqn, (long long)nh,
-                          (long long)tp);
-    if (local_attr(b, "num_attention_heads", a->nh) != a->nh)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: the plan's TP-local head count disagrees with its weights' slices",
-                          fqn);
     int64_t qin = a->ql > 0 ? a->ql : H;
     if ((a->ql > 0 && (a->wqa.shape[0] != a->ql || a->wqa.shape[1] != H)) || a->wq.shape[0] != a->nh * qk ||
         a->wq.shape[1] != qin || a->wkva.shape[0] != a->kvl + a->rope || a->wkva.shape[1] != H ||
@@ -310,7 +238,6 @@ static hp_status load_mla(loader *L, const char *fqn, const hp_boundary *b, attn
                           (long long)a->nh, (long long)a->nope, (long long)a->rope, (long long)a->vd,
                           (long long)a->ql, (long long)a->kvl);
     if ((st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo)) != HP_OK) return st;
-    a->bo_deferred = deferred(b, "o_proj.bias");
     if (a->ql > 0 && (st = linear(r, &a->wqa, NULL, &a->qa, err)) != HP_OK) return st;
     if ((st = linear(r, &a->wq, NULL, &a->q, err)) != HP_OK) return st;
     if ((st = linear(r, &a->wkva, NULL, &a->kva, err)) != HP_OK) return st;
@@ -318,39 +245,20 @@ static hp_status load_mla(loader *L, const char *fqn, const hp_boundary *b, attn
     return linear(r, &a->wo, NULL, &a->o, err);
 }
 
-static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
+static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
-    const hp__rcfg *c = &r->cfg;
-    const hp_boundary *b = need_boundary(r, fqn, err);
-    if (!b) return HP_ERR_INPUT;
-    a->c = hp__contract_of(b);
-    int64_t tp = r->x.ax[HP__TP].n;
-    char mla_name[300];
-    snprintf(mla_name, sizeof mla_name, "%s.kv_a_proj_with_mqa.weight", fqn);
-    if (hp_model_find_param(r->m, mla_name)) return load_mla(L, fqn, b, a);
-    /* Shapes first from the slices, then the pattern. */
+    const hp__rcfg *c = &r->g.cfg;
+    const char *fqn = s->c.fqn;
+    a->s = s;
+    a->split = s->split, a->nh = s->nh, a->nkv = s->nkv, a->bo_deferred = s->bias_deferred;
+    if (s->op == HP__OP_MLA) return load_mla(L, s, a);
     hp_status st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
     if (st == HP_OK) st = load(L, fqn, "k_proj.weight", true, true, &a->wk);
     if (st == HP_OK) st = load(L, fqn, "v_proj.weight", true, true, &a->wv);
     if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
     if (st != HP_OK) return st;
-    char kq = tp_kind(r, &a->wq), kk = tp_kind(r, &a->wk), kv = tp_kind(r, &a->wv), ko = tp_kind(r, &a->wo);
-    if (kq == '0' && kk == '0' && kv == '0' && ko == '1') a->split = true;
-    else if (!(kq == 'R' && kk == 'R' && kv == 'R' && ko == 'R'))
-        return pattern_error(fqn, "q/k/v_proj S(0), o_proj S(1)", err);
-    a->nh = a->split ? c->nh / tp : c->nh;
-    a->nkv = a->split ? c->nkv / tp : c->nkv;
-    if (a->split && (c->nh % tp || c->nkv % tp))
-        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld query / %lld kv heads do not split over tp=%lld", fqn,
-                          (long long)c->nh, (long long)c->nkv, (long long)tp);
-    if (local_attr(b, "num_attention_heads", a->nh) != a->nh || local_attr(b, "num_key_value_heads", a->nkv) != a->nkv)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: the plan's TP-local head counts (%lld/%lld) disagree with its weights' slices "
-                          "(%lld/%lld heads on this rank)",
-                          fqn, (long long)local_attr(b, "num_attention_heads", a->nh),
-                          (long long)local_attr(b, "num_key_value_heads", a->nkv), (long long)a->nh, (long long)a->nkv);
     int64_t hd = c->hd, H = c->H;
     if (a->wq.shape[0] != a->nh * hd || a->wq.shape[1] != H || a->wk.shape[0] != a->nkv * hd || a->wk.shape[1] != H ||
         a->wv.shape[0] != a->nkv * hd || a->wo.shape[0] != H || a->wo.shape[1] != a->nh * hd)
@@ -367,8 +275,6 @@ static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
     if (st == HP_OK) st = load_vec(L, fqn, "q_norm.weight", false, hd, &a->qn);
     if (st == HP_OK) st = load_vec(L, fqn, "k_norm.weight", false, hd, &a->kn);
     if (st == HP_OK) st = load_vec(L, fqn, "sinks", false, a->nh, &a->sinks); /* gpt-oss, cut with the heads */
-    if (st != HP_OK) return st;
-    a->bo_deferred = deferred(b, "o_proj.bias");
     if (st == HP_OK) st = linear(r, &a->wq, &a->bq, &a->q, err);
     if (st == HP_OK) st = linear(r, &a->wk, &a->bk, &a->k, err);
     if (st == HP_OK) st = linear(r, &a->wv, &a->bv, &a->v, err);
@@ -376,19 +282,16 @@ static hp_status load_attn(loader *L, const char *fqn, attn_w *a)
     return st;
 }
 
-static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
+static hp_status load_mlp(loader *L, const hp__step *s, mlp_w *m)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
-    const hp_boundary *b = need_boundary(r, fqn, err);
-    if (!b) return HP_ERR_INPUT;
-    m->c = hp__contract_of(b);
-    int64_t H = r->cfg.H;
-    char tmp[300];
-    snprintf(tmp, sizeof tmp, "%s.gate_up_proj.weight", fqn);
-    bool fused = hp_model_find_param(r->m, tmp) != NULL;
+    const char *fqn = s->c.fqn;
+    int64_t H = r->g.cfg.H;
+    m->s = s;
+    m->split = s->split, m->bd_deferred = s->bias_deferred;
     hp_status st = HP_OK;
-    if (fused) {
+    if (s->fused) {
         st = load(L, fqn, "gate_up_proj.weight", true, true, &m->wgu);
     } else {
         st = load(L, fqn, "gate_proj.weight", true, true, &m->wg);
@@ -396,42 +299,33 @@ static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
     }
     if (st == HP_OK) st = load(L, fqn, "down_proj.weight", true, true, &m->wd);
     if (st != HP_OK) return st;
-    char kd = tp_kind(r, &m->wd);
-    if (fused) {
-        char k = tp_kind(r, &m->wgu);
-        if (k == '2' && kd == '1') m->split = true;
-        else if (k == '0' && kd == '1')
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "boundary %s: gate_up_proj is fused and S(0) would give one rank only gate rows; "
-                              "plan with --packed-fused (S(0)x2)",
-                              fqn);
-        else if (!(k == 'R' && kd == 'R')) return pattern_error(fqn, "gate_up_proj S(0)x2, down_proj S(1)", err);
+    if (s->fused) {
         m->I = m->wgu.shape[0] / 2;
         if (m->wgu.shape[0] % 2 || m->wgu.shape[1] != H)
             return hp_err_set(err, HP_ERR_INPUT, "%s.gate_up_proj.weight has an odd row count or a width other than "
                               "hidden_size", fqn);
     } else {
-        char kg = tp_kind(r, &m->wg), ku = tp_kind(r, &m->wu);
-        if (kg == '0' && ku == '0' && kd == '1') m->split = true;
-        else if (!(kg == 'R' && ku == 'R' && kd == 'R'))
-            return pattern_error(fqn, "gate/up_proj S(0), down_proj S(1)", err);
         m->I = m->wg.shape[0];
         if (m->wg.shape[1] != H || m->wu.shape[0] != m->I || m->wu.shape[1] != H)
             return hp_err_set(err, HP_ERR_INPUT, "%s: gate_proj and up_proj shapes disagree on this rank", fqn);
     }
+    int64_t want = hp__step_local_I(&r->g, s, r->x.pos.r[HP__TP]);
+    if (m->I != want)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: this rank holds %lld intermediate columns where the plan's cut of "
+                          "%lld over tp=%lld gives it %lld", fqn, (long long)m->I, (long long)s->I,
+                          (long long)r->x.pos.n[HP__TP], (long long)want);
     if (m->wd.shape[0] != H || m->wd.shape[1] != m->I)
         return hp_err_set(err, HP_ERR_INPUT, "%s.down_proj.weight is [%lld, %lld] on this rank where [%lld, %lld] "
                           "is needed", fqn, (long long)m->wd.shape[0], (long long)m->wd.shape[1], (long long)H,
                           (long long)m->I);
-    if (fused) st = load_vec(L, fqn, "gate_up_proj.bias", false, 2 * m->I, &m->bgu);
+    if (s->fused) st = load_vec(L, fqn, "gate_up_proj.bias", false, 2 * m->I, &m->bgu);
     else {
         st = load_vec(L, fqn, "gate_proj.bias", false, m->I, &m->bg);
         if (st == HP_OK) st = load_vec(L, fqn, "up_proj.bias", false, m->I, &m->bu);
     }
     if (st == HP_OK) st = load_vec(L, fqn, "down_proj.bias", false, H, &m->bd);
     if (st != HP_OK) return st;
-    m->bd_deferred = deferred(b, "down_proj.bias");
-    if (fused) st = linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
+    if (s->fused) st = linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
     else {
         st = linear(r, &m->wg, &m->bg, &m->gate, err);
         if (st == HP_OK) st = linear(r, &m->wu, &m->bu, &m->up, err);
@@ -440,70 +334,35 @@ static hp_status load_mlp(loader *L, const char *fqn, mlp_w *m)
     return st;
 }
 
-static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
+/* A sparse block: its EP compute runs the EP runtime on the rank's local rows; with experts cut over tp (the
+ * program's split) each tp rank holds a column block of every local expert and of the shared expert. */
+static hp_status load_moe(loader *L, const hp__step *s, moe_w *w)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
-    char fqn[96];
-    snprintf(fqn, sizeof fqn, "model.layers.%lld.block_sparse_moe", (long long)layer);
-    if (hp_model_find_module(r->m, fqn) < 0 && !hp_plan_find(r->p, fqn))
-        snprintf(fqn, sizeof fqn, "model.layers.%lld.mlp", (long long)layer);
-    const hp_boundary *b = need_boundary(r, fqn, err);
-    if (!b) return HP_ERR_INPUT;
-    w->c = hp__contract_of(b);
-    w->c.fqn = b->fqn;
-    /* Experts cut over tp (the plan without EP, or the explicit ep axis with tp): each tp rank holds a column
-     * block of every local expert (gate/up column-parallel, down row-parallel) and of the shared expert, routes
-     * all its rows with the replicated router, and the block's output is a partial sum over tp that its exit
-     * reduces (moe_apply). The router's tensors must then be whole on every tp rank. */
-    w->tp_cut = false;
-    for (int i = 0; i < b->n_params; i++) {
-        hp_placement t = b->params[i].pl.ax[HP_AXIS_TP];
-        if (r->x.ax[HP__TP].n <= 1 || (t.kind != HP_PL_S && t.kind != HP_PL_S2)) continue;
-        const char *rel = b->params[i].rel;
-        if (!strncmp(rel, "gate.", 5) || !strncmp(rel, "router.", 7) || !strncmp(rel, "shared_expert_gate.", 19))
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "boundary %s: '%s' is sharded over tp; the router must be replicated (tp R): every tp "
-                              "rank routes the same rows (override its params to R)",
-                              fqn, rel);
-        w->tp_cut = true;
-    }
-    if (w->tp_cut && r->ep > 1 && !r->p->mesh.ep_axis)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "boundary %s: its experts are both spread over the tp group (TP-extend-EP, --ep %lld) and "
-                          "cut over tp; plan either --ep without a tp cut of the experts, or an explicit ep axis "
-                          "(--mesh ...,ep=N,... --ep-axis) with experts cut over tp",
-                          fqn, (long long)r->ep);
-    if (b->ep_size > 0 && b->ep_size != r->ep)
-        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its EP group has %d ranks but the mesh's has %lld", fqn,
-                          b->ep_size, (long long)r->ep);
+    const char *fqn = s->c.fqn;
+    w->s = s;
+    w->tp_cut = s->split;
     hp_moe_load_opts lo;
     hp_moe_load_opts_default(&lo);
     lo.compute = r->o.compute;
-    lo.archetype = -1;
-    if (b->local_compute_fn) {
-        hp_moe_archetype a;
-        if (!hp_moe_archetype_parse(b->local_compute_fn, &a))
-            return hp_err_set(err, HP_ERR_INPUT, "boundary %s: archetype '%s' has no runtime", fqn,
-                              b->local_compute_fn);
-        lo.archetype = (int)a;
-    }
+    lo.archetype = s->archetype;
     hp_ep_local_experts(r->m->cfg.n_experts, r->ep, r->ep_index, &lo.first_expert, &lo.n_local);
     if (w->tp_cut) {
-        lo.tp_size = r->x.ax[HP__TP].n;
-        lo.tp_rank = r->x.ax[HP__TP].r;
+        lo.tp_size = r->x.pos.n[HP__TP];
+        lo.tp_rank = r->x.pos.r[HP__TP];
     }
     /* Whole experts over a tp group from a shard folder (TP-extend-EP): shard cuts the shared expert over tp,
      * but the rows here are split by sequence, so each rank needs it whole: its rank file's block is read now
      * and the others are gathered over tp once every rank has loaded (gather_shared). */
-    lo.shared_tp_slice = r->o.shards && !w->tp_cut && r->x.ax[HP__TP].n > 1;
-    hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world), layer,
-                                                         &lo, err)
-                               : hp_moe_layer_load(&w->l, r->m, layer, &lo, err);
+    lo.shared_tp_slice = r->o.shards && !w->tp_cut && r->x.pos.n[HP__TP] > 1;
+    hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world),
+                                                         s->layer, &lo, err)
+                               : hp_moe_layer_load(&w->l, r->m, s->layer, &lo, err);
     if (st == HP_OK) st = hp__wreg_add(&r->wreg, NULL, w->l, fqn, err);
     if (st != HP_OK) return st;
-    w->cf = b->compute.capacity_factor;
-    w->overlap = r->o.overlap || (b->compute.has_overlap_shared_expert && b->compute.overlap_shared_expert);
+    w->cf = s->cf;
+    w->overlap = r->o.overlap || s->overlap;
     r->ws.resident += hp_moe_layer_expert_bytes(w->l);
     r->ws.share += hp_moe_layer_expert_bytes(w->l);
     return HP_OK;
@@ -515,74 +374,59 @@ static hp_status load_moe(loader *L, int64_t layer, moe_w *w)
 static hp_status gather_shared(hp_runner *r, hp_err *err)
 {
     hp_status st = HP_OK;
-    if (!r->o.shards || r->x.ax[HP__TP].n <= 1) return HP_OK;
-    for (int64_t l = 0; l < r->cfg.L && st == HP_OK; l++)
+    if (!r->o.shards || r->x.pos.n[HP__TP] <= 1) return HP_OK;
+    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++)
         if (r->layers[l].sparse && !r->layers[l].moe.tp_cut)
-            st = hp_moe_layer_gather_shared(r->layers[l].moe.l, r->x.ax[HP__TP].c, err);
+            st = hp_moe_layer_gather_shared(r->layers[l].moe.l, r->x.axc[HP__TP], err);
     return st;
 }
 
-static hp_status load_norm(loader *L, const char *fqn, norm_w *n)
+static hp_status load_norm(loader *L, const hp__step *s, norm_w *n)
 {
-    const hp_boundary *b = hp_plan_find(L->r->p, fqn);
-    n->planned = b && b->is_boundary;
-    if (n->planned) n->c = hp__contract_of(b);
-    else n->c = (contract){.fqn = fqn};
-    return load_vec(L, fqn, "weight", true, L->r->cfg.H, &n->w);
+    n->s = s;
+    return load_vec(L, s->c.fqn, "weight", true, L->r->g.cfg.H, &n->w);
+}
+
+/* The embedding (or an untied head): [vocab_size, hidden_size], this rank's rows. */
+static hp_status load_table(loader *L, const char *fqn, hp__w *w)
+{
+    const hp__rcfg *c = &L->r->g.cfg;
+    hp_status st = load(L, fqn, "weight", true, true, w);
+    if (st == HP_OK && (w->n_dims != 2 || w->shape[1] != c->H || w->global[0] != c->V))
+        st = hp_err_set(L->err, HP_ERR_INPUT, "%s.weight is not [vocab_size, hidden_size]", fqn);
+    return st;
 }
 
 static hp_status load_all(hp_runner *r, hp_err *err)
 {
     loader L = {.r = r, .err = err};
-    const hp__rcfg *c = &r->cfg;
-    const hp_boundary *be = need_boundary(r, "model.embed_tokens", err);
-    if (!be) return HP_ERR_INPUT;
-    r->c_embed = hp__contract_of(be);
-    hp_status st = load(&L, "model.embed_tokens", "weight", true, true, &r->embed);
-    if (st != HP_OK) return st;
-    char ke = tp_kind(r, &r->embed);
-    if (ke != '0' && ke != 'R')
-        return pattern_error("model.embed_tokens", "weight S(0): vocab-parallel", err);
-    r->embed_split = ke == '0';
-    if (r->embed.n_dims != 2 || r->embed.shape[1] != c->H || r->embed.global[0] != c->V)
-        return hp_err_set(err, HP_ERR_INPUT, "model.embed_tokens.weight is not [vocab_size, hidden_size]");
-    r->layers = hp_calloc((size_t)c->L, sizeof *r->layers);
+    const hp__prog *g = &r->g;
+    r->layers = hp_calloc((size_t)g->cfg.L, sizeof *r->layers);
     if (!r->layers) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    for (int64_t l = 0; l < c->L && st == HP_OK; l++) {
-        char fq[128];
-        layer_w *w = &r->layers[l];
-        snprintf(fq, sizeof fq, "model.layers.%lld.input_layernorm", (long long)l);
-        st = load_norm(&L, fq, &w->in);
-        snprintf(fq, sizeof fq, "model.layers.%lld.post_attention_layernorm", (long long)l);
-        if (st == HP_OK) st = load_norm(&L, fq, &w->post);
-        snprintf(fq, sizeof fq, "model.layers.%lld.self_attn", (long long)l);
-        if (st == HP_OK) st = load_attn(&L, fq, &w->at);
-        snprintf(fq, sizeof fq, "model.layers.%lld.mlp", (long long)l);
-        w->sparse = r->m->family && hp_family_is_moe(r->m->family) && hp_model_layer_is_sparse(r->m, l);
-        if (st == HP_OK) st = w->sparse ? load_moe(&L, l, &w->moe) : load_mlp(&L, fq, &w->mlp);
+    hp_status st = HP_OK;
+    for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
+        const hp__step *s = &g->steps[i];
+        layer_w *w = s->layer >= 0 ? &r->layers[s->layer] : NULL;
+        switch (s->op) {
+        case HP__OP_EMBED: st = load_table(&L, s->c.fqn, &r->embed); break;
+        case HP__OP_NORM: st = load_norm(&L, s, !w ? &r->fnorm : s->keep ? &w->in : &w->post); break;
+        case HP__OP_ATTN:
+        case HP__OP_MLA: st = load_attn(&L, s, &w->at); break;
+        case HP__OP_MLP: st = load_mlp(&L, s, &w->mlp); break;
+        case HP__OP_MOE:
+            w->sparse = true;
+            st = load_moe(&L, s, &w->moe);
+            break;
+        case HP__OP_HEAD: { /* lm_head, or (tied) the embedding's slice under the column-parallel contract */
+            if (!g->tied && (st = load_table(&L, s->c.fqn, &r->head_w)) != HP_OK) break;
+            hp__w hcopy = g->tied ? r->embed : r->head_w;
+            st = linear(r, &hcopy, NULL, &r->head, err);
+            break;
+        }
+        default: break;
+        }
     }
-    if (st == HP_OK) st = load_norm(&L, "model.norm", &r->fnorm);
-    if (st != HP_OK) return st;
-    /* The head: lm_head's boundary, or (tied, no lm_head.weight) the embedding's slice under the
-     * column-parallel head contract. */
-    r->tied = !hp_model_find_param(r->m, "lm_head.weight");
-    const hp__w *hw = &r->embed;
-    if (!r->tied) {
-        const hp_boundary *bh = need_boundary(r, "lm_head", err);
-        if (!bh) return HP_ERR_INPUT;
-        r->c_head = hp__contract_of(bh);
-        if ((st = load(&L, "lm_head", "weight", true, true, &r->head_w)) != HP_OK) return st;
-        if (r->head_w.n_dims != 2 || r->head_w.shape[1] != c->H || r->head_w.global[0] != c->V)
-            return hp_err_set(err, HP_ERR_INPUT, "lm_head.weight is not [vocab_size, hidden_size]");
-        char kh = tp_kind(r, &r->head_w);
-        if (kh != '0' && kh != 'R') return pattern_error("lm_head", "weight S(0): vocab-parallel", err);
-        r->head_split = kh == '0';
-        hw = &r->head_w;
-    } else {
-        r->head_split = r->embed_split; /* its contract is set from the arriving layout (head_apply) */
-    }
-    hp__w hcopy = *hw;
-    return linear(r, &hcopy, NULL, &r->head, err);
+    return st;
 }
 
 /* ---- forward ---- */
@@ -615,35 +459,32 @@ static hp_status lin_fwd(hp_linear *l, int64_t rows, const float *a, int64_t lda
     return hp_linear_forward(l, 0, rows, a, lda, c, ldc, false, err);
 }
 
-/* The module's output [B, S, X] on the input's rows, laid out {tp: tp_pl, cp: the input's}. */
-static hp_status out_like(hp_runner *r, const hp__act *in, int64_t X, hp_placement tp_pl, hp__act *out,
-                          hp_err *err)
+/* The step's output [B, S, X] on the input's rows, laid out as the program says. */
+static hp_status out_of(hp_runner *r, const hp__step *s, const hp__act *in, hp__act *out, hp_err *err)
 {
-    hp__lay l = {{tp_pl, in->lay.ax[HP__CP]}};
-    return hp__act_alloc(&r->x, out, in->g[0], in->g[1], X, l, err);
+    return hp__act_alloc(&r->x, out, in->g[0], in->g[1], s->X, s->out, err);
 }
 
 static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err)
 {
     hp_status st = act_copy(r, out, in, err);
-    if (st == HP_OK) st = enter(r, &n->c, out, err);
-    if (st == HP_OK) st = need_layout(r, &n->c, out, true, err);
+    if (st == HP_OK) st = enter(r, n->s, out, err);
     if (st != HP_OK) return st;
-    hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->cfg.eps, out->d);
-    if ((st = leave(r, &n->c, out, err)) != HP_OK) return st;
-    return record(r, n->c.fqn, r->exit_coll, out, err);
+    hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->g.cfg.eps, out->d);
+    if ((st = leave(r, n->s, out, err)) != HP_OK) return st;
+    return record(r, n->s->c.fqn, r->exit_coll, out, err);
 }
 
 static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 {
     if (r->rope_cos && r->rope_pos0 == pos0 && r->rope_n == n) return HP_OK;
     /* the two tables of hp__rope_table: (n·rot/2 + 1) floats each */
-    size_t tab = ((size_t)(n * (r->cfg.rot / 2)) + 1) * sizeof(float);
+    size_t tab = ((size_t)(n * (r->g.cfg.rot / 2)) + 1) * sizeof(float);
     hp__mem_free(&r->x, r->rope_cos, r->rope_bytes);
     hp__mem_free(&r->x, r->rope_sin, r->rope_bytes);
     r->rope_cos = r->rope_sin = NULL;
     r->rope_bytes = 0;
-    hp_status st = hp__rope_table(&r->cfg, pos0, n, &r->rope_cos, &r->rope_sin, err);
+    hp_status st = hp__rope_table(&r->g.cfg, pos0, n, &r->rope_cos, &r->rope_sin, err);
     if (st == HP_OK) {
         r->rope_bytes = tab;
         hp__mem_count(&r->x, 0, 2 * tab);
@@ -666,15 +507,17 @@ static hp_status attention(hp_runner *r, const hp__attn_args *aa, hp_err *err)
 /* DeepSeek-V3's multi-head latent attention on local tensors (spec/transformers_forward.md, DeepSeek-V3). */
 static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
 {
-    const hp__rcfg *c = &r->cfg;
+    const hp__rcfg *c = &r->g.cfg;
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, H = c->H, nh = a->nh;
     int64_t nope = a->nope, rope = a->rope, vd = a->vd, qk = nope + rope, kvl = a->kvl;
     hp_status st = HP_OK;
     hp__act *k = &r->k, *v = &r->v;
     hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
     int64_t lat = kvl + rope, qa_n = a->ql > 0 ? a->ql : 0;
-    float *q = rbuf(r, 0, rows * nh * qk, err), *o = q ? rbuf(r, 1, rows * nh * vd, err) : NULL;
-    float *tmp = o ? rbuf(r, 2, rows * (lat + qa_n + kvl + nh * (nope + vd)), err) : NULL;
+    int64_t bw[HP__NBUF];
+    hp__step_row_widths(&r->g, a->s, r->x.pos.r[HP__TP], bw);
+    float *q = rbuf(r, 0, rows * bw[0], err), *o = q ? rbuf(r, 1, rows * bw[1], err) : NULL;
+    float *tmp = o ? rbuf(r, 2, rows * bw[2], err) : NULL;
     if (!tmp) return HP_ERR_NOMEM;
     float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n, *kv = ckv + rows * kvl;
     if (a->ql > 0) {
@@ -715,7 +558,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
     const char *coll;
     char what[200];
-    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->c.fqn);
+    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->s->c.fqn);
     if (kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     /* softmax scale: qk_head_dim^-½, times m² with yarn's mscale_all_dim (yarn_apply_mscale) */
@@ -730,30 +573,28 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
                             .window = c->window[layer], .out = o};
         st = attention(r, &aa, err);
     }
-    if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = out_of(r, a->s, t, out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * vd, out->d, H, err);
     return st;
 }
 
 static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
 {
-    const hp__rcfg *c = &r->cfg;
-    hp_status st = enter(r, &a->c, t, err);
-    if (st == HP_OK) st = need_layout(r, &a->c, t, false, err);
+    const hp__rcfg *c = &r->g.cfg;
+    hp_status st = enter(r, a->s, t, err);
     if (st != HP_OK) return st;
-    if (t->lay.ax[HP__TP].kind != HP_PL_R)
-        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: attention needs every token's whole hidden state on tp "
-                          "(in_dst tp R)", a->c.fqn);
     if (a->mla) {
         if ((st = mla_apply(r, layer, a, t, out, err)) != HP_OK) return st;
         if (!a->bo_deferred) add_bias(r, out, &a->bo);
-        if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
+        if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
         if (a->bo_deferred) add_bias(r, out, &a->bo);
-        return record(r, a->c.fqn, r->exit_coll, out, err);
+        return record(r, a->s->c.fqn, r->exit_coll, out, err);
     }
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
     hp__act *k = &r->k, *v = &r->v;
-    float *q = rbuf(r, 0, rows * nh * hd, err), *o = q ? rbuf(r, 1, rows * nh * hd, err) : NULL;
+    int64_t bw[HP__NBUF];
+    hp__step_row_widths(&r->g, a->s, r->x.pos.r[HP__TP], bw);
+    float *q = rbuf(r, 0, rows * bw[0], err), *o = q ? rbuf(r, 1, rows * bw[1], err) : NULL;
     hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
     if (!q || !o) st = HP_ERR_NOMEM;
     if (st == HP_OK) st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nkv * hd, kl, err);
@@ -773,7 +614,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
     const char *coll;
     char what[200];
-    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->c.fqn);
+    snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->s->c.fqn);
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     if (st == HP_OK) {
@@ -782,46 +623,43 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
                             .sinks = a->sinks.present ? a->sinks.d : NULL};
         st = attention(r, &aa, err);
     }
-    if (st == HP_OK) st = out_like(r, t, H, a->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = out_of(r, a->s, t, out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
     if (st != HP_OK) return st;
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
-    if ((st = leave(r, &a->c, out, err)) != HP_OK) return st;
+    if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
     if (a->bo_deferred) add_bias(r, out, &a->bo);
-    return record(r, a->c.fqn, r->exit_coll, out, err);
+    return record(r, a->s->c.fqn, r->exit_coll, out, err);
 }
 
 static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
 {
-    hp_status st = enter(r, &m->c, t, err);
-    if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
+    hp_status st = enter(r, m->s, t, err);
     if (st != HP_OK) return st;
-    int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, I = m->I;
-    float *gu = rbuf(r, 2, rows * 2 * I, err), *h = gu ? rbuf(r, 3, rows * I, err) : NULL;
+    int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, I = m->I;
+    int64_t bw[HP__NBUF];
+    hp__step_row_widths(&r->g, m->s, r->x.pos.r[HP__TP], bw);
+    float *gu = rbuf(r, 2, rows * bw[2], err), *h = gu ? rbuf(r, 3, rows * bw[3], err) : NULL;
     if (!gu || !h) st = HP_ERR_NOMEM;
     if (st == HP_OK && m->gate_up) st = lin_fwd(m->gate_up, rows, t->d, H, gu, 2 * I, err);
     if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, rows, t->d, H, gu, 2 * I, err);
     if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, rows, t->d, H, gu + I, 2 * I, err);
     if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, rows, I, h, I);
-    if (st == HP_OK) st = out_like(r, t, H, m->split ? hp_pl_p() : hp_pl_r(), out, err);
+    if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     if (st == HP_OK) st = lin_fwd(m->down, rows, h, I, out->d, H, err);
     if (st != HP_OK) return st;
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
-    if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
+    if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
     if (m->bd_deferred) add_bias(r, out, &m->bd);
-    return record(r, m->c.fqn, r->exit_coll, out, err);
+    return record(r, m->s->c.fqn, r->exit_coll, out, err);
 }
 
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
 static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
-    hp_status st = enter(r, &m->c, t, err);
-    if (st == HP_OK) st = need_layout(r, &m->c, t, true, err);
+    hp_status st = enter(r, m->s, t, err);
     if (st != HP_OK) return st;
-    int64_t rows = t->n[0] * t->n[1], H = r->cfg.H, K = m->l->top_k;
-    if (m->tp_cut && t->lay.ax[HP__TP].kind != HP_PL_R)
-        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: its experts are cut over tp, so every tp rank needs the "
-                          "same whole rows (in_dst tp R), but they arrive laid out otherwise", m->c.fqn);
+    int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, K = m->l->top_k;
     if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
         hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
         hp_moe_ep_destroy(m->ep);
@@ -830,7 +668,7 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
         if (st == HP_OK) hp__mem_count(&r->x, 0, hp_moe_ep_workspace_bytes(m->ep));
         m->max_tokens = max_rows;
     }
-    if (st == HP_OK) st = out_like(r, t, H, m->tp_cut ? hp_pl_p() : t->lay.ax[HP__TP], out, err);
+    if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
     /* This rank's forward is already non-finite (its verdict comes at the end): route zeros instead of NaN. */
@@ -856,9 +694,9 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
         r->x.st.calls[HP_RUN_ALL_TO_ALL] += 2;
         /* Phase times, summed over the sparse layers: the first one of the forward starts the sums. */
         int64_t first = 0;
-        while (first < r->cfg.L && !r->layers[first].sparse) first++;
+        while (first < r->g.cfg.L && !r->layers[first].sparse) first++;
         double *ph = r->stats.moe_phase_s;
-        if (first < r->cfg.L && m == &r->layers[first].moe) memset(ph, 0, sizeof r->stats.moe_phase_s);
+        if (first < r->g.cfg.L && m == &r->layers[first].moe) memset(ph, 0, sizeof r->stats.moe_phase_s);
         ph[0] += es->t_route, ph[1] += es->t_dispatch, ph[2] += es->t_experts;
         ph[3] += es->t_return, ph[4] += es->t_combine, ph[5] += es->t_shared;
     }
@@ -868,21 +706,21 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     if (st != HP_OK) return st;
     const int32_t *ti = hp_moe_ep_ws(m->ep)->topk_idx;
     for (int64_t i = 0; i < rows * K; i++) m->topk.d[i] = (float)ti[i];
-    if ((st = leave(r, &m->c, out, err)) != HP_OK) return st;
+    if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
     if (r->ep > 1) { /* the token exchange inside the region is what validate's table should name */
         char ex[40];
         snprintf(ex, sizeof ex, "%.39s", r->exit_coll);
         snprintf(r->exit_coll, sizeof r->exit_coll, "EP all-to-all x2%s%.39s", strcmp(ex, "none") ? ", then " : "",
                  strcmp(ex, "none") ? ex : "");
     }
-    return record(r, m->c.fqn, r->exit_coll, out, err);
+    return record(r, m->s->c.fqn, r->exit_coll, out, err);
 }
 
 /* h += branch, the branch first brought to the residual stream's layout. */
-static hp_status residual(hp_runner *r, hp__act *h, hp__act *br, const char *after, hp_err *err)
+static hp_status residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err)
 {
     char what[200];
-    snprintf(what, sizeof what, "the residual add after %s", after);
+    snprintf(what, sizeof what, "the residual add after %s", s->c.fqn);
     const char *coll;
     hp_status st = hp__redistribute(&r->x, br, &h->lay, what, &coll, err);
     if (st != HP_OK) return st;
@@ -891,27 +729,12 @@ static hp_status residual(hp_runner *r, hp__act *h, hp__act *br, const char *aft
     return HP_OK;
 }
 
-static hp_status embed_apply(hp_runner *r, const int64_t *ids, int64_t S, hp__act *h, hp_err *err)
+static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids, int64_t S, hp__act *h,
+                             hp_err *err)
 {
-    const contract *c = &r->c_embed;
-    r->x.where = c->fqn;
-    hp__lay il = c->has_in ? c->in_dst : (hp__lay){{hp_pl_r(), hp_pl_r()}};
-    if (c->has_in && !hp__lay_eq(&c->in_src, &c->in_dst)) {
-        /* the ids arrive as in_src from the data pipeline; only cp may split them (D-05) */
-        char s1[64], s2[64];
-        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: the ids' entry %s -> %s is not supported (the ids "
-                          "arrive as the data pipeline cuts them)", c->fqn, hp__lay_str(&c->in_src, s1, sizeof s1),
-                          hp__lay_str(&c->in_dst, s2, sizeof s2));
-    }
-    if (il.ax[HP__TP].kind != HP_PL_R || (il.ax[HP__CP].kind == HP_PL_S && il.ax[HP__CP].dim != 1) ||
-        il.ax[HP__CP].kind == HP_PL_P) {
-        char s1[64];
-        return hp_err_set(err, HP_ERR_INPUT, "boundary %s: the ids can be laid out {tp: R, cp: S(1) or R}, not %s",
-                          c->fqn, hp__lay_str(&il, s1, sizeof s1));
-    }
-    int64_t H = r->cfg.H, dp_lo = r->x.dp_rows[r->x.dp_r], Bl = r->x.dp_rows[r->x.dp_r + 1] - dp_lo;
-    hp__lay ol = {{r->embed_split ? hp_pl_p() : hp_pl_r(), il.ax[HP__CP]}};
-    hp_status st = hp__act_alloc(&r->x, h, Bl, r->x.S_pad, H, ol, err);
+    r->x.where = e->c.fqn;
+    int64_t H = r->g.cfg.H, dp_lo = r->x.dp_rows[r->x.dp_r], Bl = r->x.dp_rows[r->x.dp_r + 1] - dp_lo;
+    hp_status st = hp__act_alloc(&r->x, h, Bl, r->x.S_pad, H, e->out, err); /* the ids' rows, as e->run cuts them */
     if (st != HP_OK) return st;
     int64_t vlo = r->embed.lo[0], vn = r->embed.shape[0];
     for (int64_t b = 0; b < h->n[0]; b++)
@@ -927,38 +750,28 @@ static hp_status embed_apply(hp_runner *r, const int64_t *ids, int64_t S, hp__ac
             else if ((st = hp_dtype_to_f32(r->embed.dt, (const uint16_t *)r->embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
                 return st;
         }
-    if ((st = leave(r, c, h, err)) != HP_OK) return st;
-    return record(r, c->fqn, r->exit_coll, h, err);
+    if ((st = leave(r, e, h, err)) != HP_OK) return st;
+    return record(r, e->c.fqn, r->exit_coll, h, err);
 }
 
-static hp_status head_apply(hp_runner *r, hp__act *t, hp__act *out, hp_err *err)
+static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act *out, hp_err *err)
 {
-    if (r->tied) { /* no boundary: the column-parallel head contract on whatever the final norm gives */
-        hp_placement cpl = t->lay.ax[HP__CP];
-        r->c_head = (contract){.fqn = "lm_head (tied to model.embed_tokens)", .has_in = true, .has_out = true};
-        r->c_head.in_src = t->lay;
-        r->c_head.in_dst = (hp__lay){{hp_pl_r(), cpl}};
-        r->c_head.out_src = (hp__lay){{r->head_split ? hp_pl_s(2) : hp_pl_r(), cpl}};
-        r->c_head.out_dst = (hp__lay){{r->head_split && r->p->loss_parallel ? hp_pl_s(2) : hp_pl_r(), cpl}};
-    }
-    hp_status st = enter(r, &r->c_head, t, err);
-    if (st == HP_OK) st = need_layout(r, &r->c_head, t, true, err);
+    hp_status st = enter(r, s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1];
-    if ((st = out_like(r, t, r->cfg.V, r->head_split ? hp_pl_s(2) : hp_pl_r(), out, err)) != HP_OK) return st;
-    if ((st = lin_fwd(r->head, rows, t->d, r->cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
-    if ((st = leave(r, &r->c_head, out, err)) != HP_OK) return st;
-    return record(r, r->c_head.fqn, r->exit_coll, out, err);
+    if ((st = out_of(r, s, t, out, err)) != HP_OK) return st;
+    if ((st = lin_fwd(r->head, rows, t->d, r->g.cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
+    if ((st = leave(r, s, out, err)) != HP_OK) return st;
+    return record(r, s->c.fqn, r->exit_coll, out, err);
 }
 
 /* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
-static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int64_t S, double *loss, hp_err *err)
+static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, int64_t S,
+                         double *loss, hp_err *err)
 {
     int64_t rows = z->n[0] * z->n[1], vn = z->n[2], vlo = z->lo[2];
     int64_t dp_lo = r->x.dp_rows[r->x.dp_r];
-    bool vsplit = z->lay.ax[HP__TP].kind == HP_PL_S && r->x.ax[HP__TP].n > 1;
-    if (z->lay.ax[HP__TP].kind == HP_PL_P || z->lay.ax[HP__CP].kind == HP_PL_P || (z->lay.ax[HP__TP].kind == HP_PL_S && z->lay.ax[HP__TP].dim != 2))
-        return hp_err_set(err, HP_ERR_INPUT, "the logits leave lm_head in a layout the loss cannot use");
+    bool vsplit = ls->split; /* the logits are cut over tp along the vocabulary */
     size_t mx_b = ((size_t)rows + 1) * sizeof(float), se_b = ((size_t)rows * 2 + 2) * sizeof(double);
     float *mx = hp_calloc((size_t)rows + 1, sizeof *mx);
     double *se = hp_calloc((size_t)rows * 2 + 2, sizeof *se);
@@ -981,21 +794,21 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
         }
     }
     hp_status st = HP_OK;
-    if (vsplit) st = hp__allreduce_max(&r->x, r->x.ax[HP__TP].c, mx, (size_t)rows, err);
+    if (vsplit) st = hp__allreduce_max(&r->x, r->x.axc[HP__TP], mx, (size_t)rows, err);
     for (int64_t i = 0; st == HP_OK && i < rows; i++) {
         float m;
         hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
     }
     if (st == HP_OK && vsplit) {
         double t0 = hp_comm_wtime();
-        st = hp_comm_allreduce_sum_f64(r->x.ax[HP__TP].c, se, (size_t)rows * 2, err);
+        st = hp_comm_allreduce_sum_f64(r->x.axc[HP__TP], se, (size_t)rows * 2, err);
         r->x.st.comm_s += hp_comm_wtime() - t0;
         r->x.st.coll_s[HP_RUN_ALL_REDUCE] += hp_comm_wtime() - t0;
         r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)rows * 2 * sizeof(double);
         r->x.st.calls[HP_RUN_ALL_REDUCE]++;
     }
     double acc[2] = {0, 0};
-    bool contrib = r->x.ax[HP__TP].r == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.ax[HP__CP].r == 0);
+    bool contrib = r->x.pos.r[HP__TP] == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.pos.r[HP__CP] == 0);
     for (int64_t i = 0; st == HP_OK && contrib && i < rows; i++) {
         int64_t p = z->lo[1] + i % z->n[1];
         if (p + 1 >= S) continue;
@@ -1014,14 +827,14 @@ static hp_status loss_of(hp_runner *r, const hp__act *z, const int64_t *ids, int
 static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     int n = 0;
-    for (int64_t l = 0; l < r->cfg.L; l++) n += r->layers[l].sparse;
+    for (int64_t l = 0; l < r->g.cfg.L; l++) n += r->layers[l].sparse;
     if (!n) return HP_OK;
     bool root = hp_comm_rank(r->x.world) == 0;
     if (root && (!(out->moe_layer = calloc((size_t)n, sizeof *out->moe_layer)) ||
                  !(out->topk_idx = calloc((size_t)n, sizeof *out->topk_idx))))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
-    for (int64_t l = 0; l < r->cfg.L && st == HP_OK; l++) {
+    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++) {
         moe_w *m = &r->layers[l].moe;
         if (!r->layers[l].sparse) continue;
         float *full = NULL;
@@ -1067,10 +880,10 @@ static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t 
     if (B < 1 || S < 1) st = hp_err_set(err, HP_ERR_INPUT, "input_ids is [%lld, %lld]; it needs at least one row and "
                                         "one position", (long long)B, (long long)S);
     for (int64_t i = 0; st == HP_OK && i < B * S; i++)
-        if (ids[i] < 0 || ids[i] >= r->cfg.V)
+        if (ids[i] < 0 || ids[i] >= r->g.cfg.V)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "input_ids[%lld][%lld] = %lld is outside the vocabulary [0, %lld) of the model",
-                            (long long)(i / S), (long long)(i % S), (long long)ids[i], (long long)r->cfg.V);
+                            (long long)(i / S), (long long)(i % S), (long long)ids[i], (long long)r->g.cfg.V);
     if (st == HP_OK && B < r->x.dp)
         st = hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
                         "least one row (use a smaller dp or a larger batch)", (long long)B, (long long)r->x.dp);
@@ -1096,7 +909,7 @@ static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t 
 static hp_status buffers_fit(const hp_runner *r, int64_t B, int64_t S, hp_err *err)
 {
     const hp_model_config *mc = &r->m->cfg;
-    const hp__rcfg *c = &r->cfg;
+    const hp__rcfg *c = &r->g.cfg;
     int64_t K = mc->num_experts_per_tok, mI = mc->moe_intermediate_size;
     int64_t ws[] = {c->V, c->H, 2 * c->I, 2 * (c->nh + c->nkv) * c->hd, mc->n_experts, (K + 2) * c->H, 2 * K * mI,
                     2 * mc->shared_intermediate_size, mc->q_lora_rank + 2 * mc->kv_lora_rank + mc->qk_rope_head_dim,
@@ -1119,47 +932,57 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     hp_status st = check_ids(r, ids, B, S, err);
     if (st != HP_OK) return st;
     hp__nf_reset(&r->nf);
-    int64_t cp = r->x.ax[HP__CP].n;
+    int64_t cp = r->x.pos.n[HP__CP];
     r->x.B_all = B;
     r->x.S_orig = S;
-    r->x.S_pad = cp > 1 && S <= INT64_MAX - 2 * cp ? (S + 2 * cp - 1) / (2 * cp) * (2 * cp) : S;
+    if (!hp__seq_pad(S, cp, &r->x.S_pad)) r->x.S_pad = S; /* buffers_fit refuses it */
     if ((st = buffers_fit(r, B, S, err)) != HP_OK) return st;
-    for (int64_t i = 0; i <= r->x.dp; i++) r->x.dp_rows[i] = hp__blk_lo(B, r->x.dp, i);
+    hp__dp_rows(B, r->x.dp, r->x.dp_rows);
     hp__act *h = &r->h, *t = &r->t, *a = &r->a; /* kept across forwards: warm pages */
     int64_t max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */
     for (int64_t i = 0; i < r->x.dp; i++)
         if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > max_rows) max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
     max_rows *= r->x.S_pad;
-    st = embed_apply(r, ids, S, h, err);
-    for (int64_t l = 0; st == HP_OK && l <= r->cfg.L; l++) {
-        if (r->kept) st = act_copy(r, &r->kept[l], h, err); /* the layer's input, for a backward pass */
-        if (st != HP_OK || l == r->cfg.L) break;
-        layer_w *w = &r->layers[l];
-        st = norm_apply(r, &w->in, h, t, err);
-        if (st == HP_OK) st = attn_apply(r, l, &w->at, t, a, err);
-        if (st == HP_OK) st = residual(r, h, a, w->at.c.fqn, err);
-        if (st == HP_OK) st = norm_apply(r, &w->post, h, t, err);
-        if (st == HP_OK)
-            st = w->sparse ? moe_apply(r, &w->moe, t, a, max_rows, err) : mlp_apply(r, &w->mlp, t, a, err);
-        if (st == HP_OK) st = residual(r, h, a, w->mlp.c.fqn, err);
-        char key[64];
-        snprintf(key, sizeof key, "model.layers.%lld", (long long)l);
-        if (st == HP_OK) st = record(r, key, "residual add", h, err);
+    /* the program, step by step: h is the residual stream, t a module's input, a its output */
+    const hp__prog *g = &r->g;
+    for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
+        const hp__step *s = &g->steps[i];
+        layer_w *w = s->layer >= 0 ? &r->layers[s->layer] : NULL;
+        switch (s->op) {
+        case HP__OP_EMBED: st = embed_apply(r, s, ids, S, h, err); break;
+        case HP__OP_NORM:
+            if (s->keep && r->kept) /* the layer's input (the final norm's: L), for a backward pass */
+                st = act_copy(r, &r->kept[w ? s->layer : g->cfg.L], h, err);
+            if (st == HP_OK) st = norm_apply(r, !w ? &r->fnorm : s->keep ? &w->in : &w->post, h, t, err);
+            break;
+        case HP__OP_ATTN:
+        case HP__OP_MLA: st = attn_apply(r, s->layer, &w->at, t, a, err); break;
+        case HP__OP_MLP: st = mlp_apply(r, &w->mlp, t, a, err); break;
+        case HP__OP_MOE: st = moe_apply(r, &w->moe, t, a, max_rows, err); break;
+        case HP__OP_RESIDUAL:
+            st = residual(r, s, h, a, err);
+            if (st == HP_OK && s->ends_layer) {
+                char key[64];
+                snprintf(key, sizeof key, "model.layers.%lld", (long long)s->layer);
+                st = record(r, key, "residual add", h, err);
+            }
+            break;
+        case HP__OP_HEAD: st = head_apply(r, s, t, a, err); break;
+        case HP__OP_LOSS: st = loss_of(r, s, a, ids, S, &out->loss, err); break;
+        default: break;
+        }
     }
-    if (st == HP_OK) st = norm_apply(r, &r->fnorm, h, t, err);
-    if (st == HP_OK) st = head_apply(r, t, a, err);
-    if (st == HP_OK) st = loss_of(r, a, ids, S, &out->loss, err);
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->nf, "the loss", out->loss);
     float *full = NULL;
     if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) {
         hp__mem_count(&r->x, gathered_bytes(B, a), 0); /* handed to the caller */
-        int64_t V = r->cfg.V, Sp = r->x.S_pad;
+        int64_t V = r->g.cfg.V, Sp = r->x.S_pad;
         if (Sp != S)
             for (int64_t b = 0; b < B; b++) memmove(full + b * S * V, full + b * Sp * V, (size_t)(S * V) * sizeof *full);
         out->logits = full;
     }
-    out->B = B, out->S = S, out->V = r->cfg.V;
+    out->B = B, out->S = S, out->V = r->g.cfg.V;
     if (st == HP_OK) st = gather_topk(r, B, S, out, err);
     st = hp__nf_verdict(r->x.world, &r->nf, &r->wreg, r->desc, st, err);
     st = hp_comm_agree(r->x.world, st, err);
@@ -1189,12 +1012,11 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
     int64_t tp = hp_mesh_size(mesh, "tp"), cp = hp_mesh_size(mesh, "cp"), dp = hp_mesh_size(mesh, "dp");
     int64_t ti = hp_mesh_coord(mesh, rank, "tp"), ci = hp_mesh_coord(mesh, rank, "cp"),
             di = hp_mesh_coord(mesh, rank, "dp");
-    r->x.ax[HP__TP] = (hp__grp){NULL, tp, ti};
-    r->x.ax[HP__CP] = (hp__grp){NULL, cp, ci};
+    r->x.pos = (hp__axes){{tp, cp}, {ti, ci}};
     r->x.dp = dp;
     r->x.dp_r = di;
-    hp_status st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "tp", 0), (int)ti, &r->x.ax[HP__TP].c, err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "cp", 0), (int)ci, &r->x.ax[HP__CP].c, err);
+    hp_status st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "tp", 0), (int)ti, &r->x.axc[HP__TP], err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "cp", 0), (int)ci, &r->x.axc[HP__CP], err);
     if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "dp", 0), (int)di, &r->x.dp_c, err);
     return st;
 }
@@ -1206,13 +1028,7 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
     const hp_model *m = r->m;
     const hp_plan *p = r->p;
     int world = hp_comm_size(r->x.world);
-    if (!m->has_config)
-        return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: config.json is missing; the runtime needs the model's hyperparameters (family, "
-                          "heads, norms, rotary settings) from it: copy the model's config.json next to the weights",
-                          m->path);
-    hp_status st = hp__run_family_check(m, err);
-    if (st != HP_OK) return st;
+    hp_status st = HP_OK;
     if (m->meta && !o->shards)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
                           "shard folder", m->path);
@@ -1232,7 +1048,7 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
     else snprintf(cfg_path, sizeof cfg_path, "%s/config.json", hp_ckpt_dir(m->ckpt));
-    if ((st = hp__rcfg_read(m, cfg_path, &r->cfg, err)) != HP_OK) return st;
+    if ((st = hp__prog_build(&r->g, m, p, NULL, cfg_path, err)) != HP_OK) return st;
     int64_t rank = hp_comm_rank(r->x.world);
     if (o->shards) {
         if ((st = hp_shard_rank_open(&r->rf, o->shards, rank, err)) != HP_OK) return st;
@@ -1261,12 +1077,12 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     int64_t rank = hp_comm_rank(r->x.world);
     r->ws = (hp__wsrc){.m = r->m, .layout = r->layout, .rank = rank, .rf = r->rf};
     if ((st = load_all(r, err)) != HP_OK) return st;
-    if (o->keep_activations && !(r->kept = hp_calloc((size_t)r->cfg.L + 1, sizeof *r->kept)))
+    if (o->keep_activations && !(r->kept = hp_calloc((size_t)r->g.cfg.L + 1, sizeof *r->kept)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     r->stats.resident_bytes = r->ws.resident;
     r->stats.share_bytes = r->ws.share;
     snprintf(r->desc, sizeof r->desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
-             (long long)r->x.dp_r, (long long)r->x.ax[HP__CP].r, (long long)r->x.ax[HP__TP].r);
+             (long long)r->x.dp_r, (long long)r->x.pos.r[HP__CP], (long long)r->x.pos.r[HP__TP]);
     return HP_OK;
 }
 
@@ -1288,7 +1104,7 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         st = prepare(r, o, err);
     }
     /* Every rank was given the same thing as rank 0, before the first collective that depends on it. */
-    st = hp__run_agree(world, m, p, o, r ? &r->cfg : NULL, r ? r->rf : NULL, st, err);
+    st = hp__run_agree(world, m, p, o, r ? &r->g.cfg : NULL, r ? r->rf : NULL, st, err);
     if (st == HP_OK) st = create(r, o, err);
     st = hp_comm_agree(world, st, err);
     /* after every rank loaded: the shared experts a shard folder cut over tp, gathered over each tp group */
@@ -1320,7 +1136,7 @@ static void free_mlp(mlp_w *m)
 void hp_runner_free(hp_runner *r)
 {
     if (!r) return;
-    for (int64_t l = 0; r->layers && l < r->cfg.L; l++) {
+    for (int64_t l = 0; r->layers && l < r->g.cfg.L; l++) {
         free_attn(&r->layers[l].at);
         free_mlp(&r->layers[l].mlp);
         hp_moe_ep_destroy(r->layers[l].moe.ep);
@@ -1337,16 +1153,16 @@ void hp_runner_free(hp_runner *r)
     hp_linalg_destroy(r->la);
     hp_shard_rank_close(r->rf);
     hp_shard_layout_free(r->layout);
-    hp__rcfg_free(&r->cfg);
+    hp__prog_free(&r->g);
     hp__wreg_free(&r->wreg);
-    for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.ax[ax].c);
+    for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.axc[ax]);
     hp_comm_free(r->x.dp_c);
     hp_comm_free(r->ep_grp);
     free(r->x.dp_rows);
     hp__ctx_free(&r->x);
     free(r->rope_cos);
     free(r->rope_sin);
-    for (int64_t l = 0; r->kept && l <= r->cfg.L; l++) hp__act_free(&r->kept[l]);
+    for (int64_t l = 0; r->kept && l <= r->g.cfg.L; l++) hp__act_free(&r->kept[l]);
     hp__act *acts[] = {&r->h, &r->t, &r->a, &r->k, &r->v};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
     for (int i = 0; i < 4; i++) free(r->buf[i]);
@@ -1356,7 +1172,7 @@ void hp_runner_free(hp_runner *r)
 
 const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], int64_t lo[3], int64_t n[3])
 {
-    if (!r->kept || l < 0 || l > r->cfg.L || !r->kept[l].d) return NULL;
+    if (!r->kept || l < 0 || l > r->g.cfg.L || !r->kept[l].d) return NULL;
     const hp__act *a = &r->kept[l];
     for (int d = 0; d < 3; d++) g[d] = a->g[d], lo[d] = a->lo[d], n[d] = a->n[d];
     return a->d;

@@ -14,7 +14,7 @@
  *
  * Rotary tables are built in f32 as transformers builds them (rope.c's callers get cos/sin per position).
  */
-#include "run/run_int.h"
+#include "exec/rcfg.h"
 
 #include "model/family.h"
 

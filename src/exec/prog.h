@@ -1,0 +1,96 @@
+/*
+ * exec/prog.h — the forward pass of a plan as a program: the steps every rank executes, in order, each with
+ * the layouts its activation arrives in, runs on, is computed in and leaves in, the module's local dims and
+ * its MoE settings. Built once from (model, plan, mesh) by hp__prog_build; the runner executes it
+ * (src/run/runner.c), cost walks it for any rank (src/run/cost.c), and the backward pass walks it in reverse.
+ * The layouts are the same on every rank (a rank's block and bytes follow from them by exec/layout.h).
+ * A plan the runtime cannot execute is refused here, once, with the reason (docs/design.md, "The program").
+ * Pure: no MPI, no data, no linalg.
+ */
+#ifndef HP_EXEC_PROG_H
+#define HP_EXEC_PROG_H
+
+#include "exec/layout.h"
+#include "exec/rcfg.h"
+
+typedef enum hp__op {
+    HP__OP_EMBED,    /* ids -> h: the embedding (vocab-parallel when split: a partial sum over tp) */
+    HP__OP_NORM,     /* h -> t: RMSNorm, through its boundary when the plan has one */
+    HP__OP_ATTN,     /* t -> a: attention with GQA, rope, masks, sinks */
+    HP__OP_MLA,      /* t -> a: DeepSeek-V3's multi-head latent attention */
+    HP__OP_MLP,      /* t -> a: the SwiGLU MLP */
+    HP__OP_MOE,      /* t -> a: the sparse block (router, routed experts, shared expert) */
+    HP__OP_RESIDUAL, /* h += a, a first brought to h's layout */
+    HP__OP_HEAD,     /* t -> z: lm_head (tied: the embedding's slice under the column-parallel contract) */
+    HP__OP_LOSS,     /* z -> the mean next-token cross-entropy (vocab-parallel when z is split over tp) */
+    HP__OP_COUNT
+} hp__op;
+
+typedef struct hp__step {
+    hp__op op;
+    int32_t layer;      /* the decoder layer, -1 outside them */
+    bool keep;          /* NORM: h here is a layer's input (the final norm's: layer L), what a backward keeps */
+    bool ends_layer;    /* RESIDUAL: the stream after it is the layer's output */
+    hp__contract c;     /* c.fqn: the module (a residual: the branch it adds), a string of the plan, the model or
+                           a constant (it outlives the program); has_in/has_out as the boundary declares */
+    hp__lay in;         /* the layout the input arrives in */
+    hp__lay run;        /* the layout the computation runs on: c.in_dst when declared, else in */
+    hp__lay out;        /* the layout the computation gives, from its weights' placements (= c.out_src) */
+    hp__lay leave;      /* after the exit: c.out_dst when declared, else out; RESIDUAL: the stream's layout */
+    int64_t X;          /* the output's global width */
+    bool split;         /* tp cuts the module: heads, intermediate, vocabulary, or the experts' columns */
+    int64_t nh, nkv;    /* attention: local query / kv heads */
+    int64_t kw, vw;     /* attention: local K and V widths per token */
+    int64_t I;          /* MLP: the local intermediate width */
+    bool fused;         /* MLP: one gate_up_proj */
+    bool bias_deferred; /* o_proj / down_proj bias added after the exit (D-08) */
+    int archetype;      /* MoE: the boundary's hp_moe_archetype, -1: the family's own */
+    double cf;          /* MoE: the capacity factor (0: off) */
+    bool overlap;       /* MoE: the plan hides the shared expert behind the exchange */
+} hp__step;
+
+/* DeepSeek-V3's latent attention dims (config.json; 0 for the other families). */
+typedef struct hp__mla {
+    int64_t nope, rope, vd; /* per head: q/k channels without and with rope, v channels */
+    int64_t ql, kvl;        /* q_lora_rank (0: q_proj), kv_lora_rank */
+} hp__mla;
+
+typedef struct hp__prog {
+    hp__rcfg cfg;
+    hp__mla mla;
+    int64_t tp, cp, dp, ep; /* the mesh's axis sizes and EP group size */
+    bool embed_split;       /* the embedding's rows (vocabulary) are cut over tp */
+    bool tied;              /* no lm_head.weight: the head is the embedding's slice */
+    bool head_split;        /* the head's rows (vocabulary) are cut over tp */
+    hp__lay stream;         /* the residual stream's layout (the embedding's exit) */
+    hp__step *steps;
+    size_t n_steps;
+    const char *moe_whole;  /* the first sparse block whose input is whole on tp > 1 (every tp rank runs every
+                               token's experts: Megatron's warning), else NULL */
+} hp__prog;
+
+/* The program of (m, p) on mesh (NULL: the plan's own). Another mesh (advise) evaluates the plan's contracts
+ * there: an axis of size 1 places nothing, and the plan's TP-local attributes are not compared. label names
+ * config.json in messages (NULL: the model's path). HP_ERR_INPUT with the reason for a model or plan the runtime
+ * cannot execute; g is then empty. */
+hp_status hp__prog_build(hp__prog *g, const hp_model *m, const hp_plan *p, const hp_mesh *mesh, const char *label,
+                         hp_err *err);
+void hp__prog_free(hp__prog *g);
+
+/* The sequence as the ranks hold it: padded to a multiple of 2·cp (the load-balanced halves) when cp > 1; false
+ * past 64 bits. */
+bool hp__seq_pad(int64_t S, int64_t cp, int64_t *S_pad);
+/* rows[0..dp]: replica i holds batch rows [rows[i], rows[i+1]) of B. */
+void hp__dp_rows(int64_t B, int64_t dp, int64_t *rows);
+/* The module buffers a step's computation sizes (attention's q and output, MLA's latent block, the MLP's gate/up
+ * and hidden), in floats per local token row, for the rank at tp index ti: the runner allocates them so and cost
+ * counts them so. 0: the step does not use that buffer. */
+enum { HP__NBUF = 4 };
+void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF]);
+/* An MLP step's intermediate width on the rank at tp index ti: the shard layout's block when tp cuts it. */
+int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti);
+
+/* "embed", "norm", ... (traces and tests). */
+const char *hp__op_name(hp__op op);
+
+#endif
