@@ -71,12 +71,8 @@ typedef struct layer_w {
     moe_w moe;
 } layer_w;
 
-struct hp_runner {
-    hp__ctx x;
-    const hp_model *m;
-    const hp_plan *p;
-    hp_run_opts o;
-    hp__prog g; /* the program this runner executes (exec/prog.h) */
+/* The rank's weights: where they come from and what the steps compute with. */
+typedef struct runner_weights {
     hp_linalg *la;
     hp_shard_layout *layout;
     hp_shard_rank_file *rf;
@@ -86,21 +82,40 @@ struct hp_runner {
     norm_w fnorm;
     hp__w head_w; /* unused when tied (the embedding's slice is the head) */
     hp_linear *head;
-    hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
-    int64_t ep, ep_index;
-    hp_run_stats stats;
+    hp__wreg wreg; /* the rank's weights with their names (a non-finite activation's cause) */
+} runner_weights;
+
+/* The forward's buffers, kept across forwards (warm pages); each counted in x.mem. */
+typedef struct runner_scratch {
     float *rope_cos, *rope_sin; /* the last rotary table and its positions */
-    size_t rope_bytes;          /* of each table (counted in x.mem) */
+    size_t rope_bytes;          /* of each table */
     int64_t rope_pos0, rope_n;
-    hp__act *kept;      /* keep_activations: [L + 1] layer inputs of the last forward */
-    hp__act h, t, a, k, v; /* the forward's activations, kept across forwards (warm pages) */
-    float *buf[4];         /* attention's q and output, the MLP's gate/up and hidden: kept likewise */
-    size_t buf_cap[4];
-    char exit_coll[96]; /* the last boundary's exit collective, for validate's table */
-    hp__wreg wreg;      /* the rank's weights with their names (a non-finite activation's cause) */
-    hp__nf nf;          /* the first non-finite boundary output of the forward in progress */
+    hp__act *kept;              /* keep_activations: [L + 1] layer inputs of the last forward */
+    hp__act h, t, a, k, v;      /* the residual stream, a module's input and output, K and V */
+    float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
+    size_t buf_cap[HP__NBUF];
+} runner_scratch;
+
+/* What a forward reports: its statistics, validate's trace and the non-finite watch. */
+typedef struct runner_trace {
+    hp_run_stats stats;
+    char exit_coll[96];  /* the last boundary's exit collective, for validate's table */
+    hp__nf nf;           /* the first non-finite boundary output of the forward in progress */
     const char *perturb; /* hp_run_opts.test_perturb_boundary: that boundary's output is nudged (validate's test) */
     char desc[160];
+} runner_trace;
+
+struct hp_runner {
+    const hp_model *m;
+    const hp_plan *p;
+    hp_run_opts o;
+    hp__prog g;         /* the program this runner executes (exec/prog.h) */
+    hp__ctx x;          /* communication: the axis groups, the collectives' buffers and counters */
+    hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
+    int64_t ep, ep_index;
+    runner_weights w;
+    runner_scratch sc;
+    runner_trace tr;
 };
 
 /* ---- the program's transitions ---- */
@@ -124,7 +139,7 @@ static hp_status enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 /* The computation's output, as the program says, moved to the layout it leaves in. */
 static hp_status leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 {
-    snprintf(r->exit_coll, sizeof r->exit_coll, "none");
+    snprintf(r->tr.exit_coll, sizeof r->tr.exit_coll, "none");
     char t1[64], t2[64];
     if (!hp__lay_eq(&a->lay, &s->out))
         return hp_err_set(err, HP_ERR_INPUT, "internal error: %s: the computation gives %s where the program says %s", s->c.fqn,
@@ -134,7 +149,7 @@ static hp_status leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
     snprintf(what, sizeof what, "boundary %s (exit)", s->c.fqn);
     const char *coll = "identity";
     hp_status st = hp__redistribute(&r->x, a, &s->leave, what, &coll, err);
-    snprintf(r->exit_coll, sizeof r->exit_coll, "%s", coll);
+    snprintf(r->tr.exit_coll, sizeof r->tr.exit_coll, "%s", coll);
     return st;
 }
 
@@ -158,9 +173,9 @@ static size_t gathered_bytes(int64_t B_all, const hp__act *a)
 
 static hp_status record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
 {
-    hp__nf_watch(&r->nf, what, a, r->x.dp_rows[r->x.dp_r]);
+    hp__nf_watch(&r->tr.nf, what, a, r->x.dp_rows[r->x.dp_r]);
     if (!r->o.record) return HP_OK;
-    if (r->perturb && !strcmp(r->perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
+    if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
         a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
@@ -177,7 +192,7 @@ static hp_status linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **o
 {
     hp_linear_desc d = {.n_out = w->shape[0], .n_in = w->shape[1], .n_mats = 1, .dtype = w->dt, .w = w->d,
                         .bias = bias && bias->present ? bias->d : NULL, .mode = r->o.compute};
-    return hp_linear_init(out, r->la, &d, err);
+    return hp_linear_init(out, r->w.la, &d, err);
 }
 
 typedef struct loader {
@@ -189,8 +204,8 @@ typedef struct loader {
 static hp_status load(loader *L, const char *fqn, const char *rel, bool required, bool keep_bf16, hp__w *w)
 {
     snprintf(L->name, sizeof L->name, "%s.%s", fqn, rel);
-    hp_status st = hp__w_load(&L->r->ws, L->name, required, keep_bf16, w, L->err);
-    if (st == HP_OK && w->present) st = hp__wreg_add(&L->r->wreg, w, NULL, L->name, L->err);
+    hp_status st = hp__w_load(&L->r->w.ws, L->name, required, keep_bf16, w, L->err);
+    if (st == HP_OK && w->present) st = hp__wreg_add(&L->r->w.wreg, w, NULL, L->name, L->err);
     return st;
 }
 
@@ -359,12 +374,12 @@ static hp_status load_moe(loader *L, const hp__step *s, moe_w *w)
     hp_status st = r->o.shards ? hp_moe_layer_load_shard(&w->l, r->o.shards, r->m, hp_comm_rank(r->x.world),
                                                          s->layer, &lo, err)
                                : hp_moe_layer_load(&w->l, r->m, s->layer, &lo, err);
-    if (st == HP_OK) st = hp__wreg_add(&r->wreg, NULL, w->l, fqn, err);
+    if (st == HP_OK) st = hp__wreg_add(&r->w.wreg, NULL, w->l, fqn, err);
     if (st != HP_OK) return st;
     w->cf = s->cf;
     w->overlap = r->o.overlap || s->overlap;
-    r->ws.resident += hp_moe_layer_expert_bytes(w->l);
-    r->ws.share += hp_moe_layer_expert_bytes(w->l);
+    r->w.ws.resident += hp_moe_layer_expert_bytes(w->l);
+    r->w.ws.share += hp_moe_layer_expert_bytes(w->l);
     return HP_OK;
 }
 
@@ -376,8 +391,8 @@ static hp_status gather_shared(hp_runner *r, hp_err *err)
     hp_status st = HP_OK;
     if (!r->o.shards || r->x.pos.n[HP__TP] <= 1) return HP_OK;
     for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++)
-        if (r->layers[l].sparse && !r->layers[l].moe.tp_cut)
-            st = hp_moe_layer_gather_shared(r->layers[l].moe.l, r->x.axc[HP__TP], err);
+        if (r->w.layers[l].sparse && !r->w.layers[l].moe.tp_cut)
+            st = hp_moe_layer_gather_shared(r->w.layers[l].moe.l, r->x.axc[HP__TP], err);
     return st;
 }
 
@@ -401,15 +416,15 @@ static hp_status load_all(hp_runner *r, hp_err *err)
 {
     loader L = {.r = r, .err = err};
     const hp__prog *g = &r->g;
-    r->layers = hp_calloc((size_t)g->cfg.L, sizeof *r->layers);
-    if (!r->layers) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    r->w.layers = hp_calloc((size_t)g->cfg.L, sizeof *r->w.layers);
+    if (!r->w.layers) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
         const hp__step *s = &g->steps[i];
-        layer_w *w = s->layer >= 0 ? &r->layers[s->layer] : NULL;
+        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
         switch (s->op) {
-        case HP__OP_EMBED: st = load_table(&L, s->c.fqn, &r->embed); break;
-        case HP__OP_NORM: st = load_norm(&L, s, !w ? &r->fnorm : s->keep ? &w->in : &w->post); break;
+        case HP__OP_EMBED: st = load_table(&L, s->c.fqn, &r->w.embed); break;
+        case HP__OP_NORM: st = load_norm(&L, s, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post); break;
         case HP__OP_ATTN:
         case HP__OP_MLA: st = load_attn(&L, s, &w->at); break;
         case HP__OP_MLP: st = load_mlp(&L, s, &w->mlp); break;
@@ -418,9 +433,9 @@ static hp_status load_all(hp_runner *r, hp_err *err)
             st = load_moe(&L, s, &w->moe);
             break;
         case HP__OP_HEAD: { /* lm_head, or (tied) the embedding's slice under the column-parallel contract */
-            if (!g->tied && (st = load_table(&L, s->c.fqn, &r->head_w)) != HP_OK) break;
-            hp__w hcopy = g->tied ? r->embed : r->head_w;
-            st = linear(r, &hcopy, NULL, &r->head, err);
+            if (!g->tied && (st = load_table(&L, s->c.fqn, &r->w.head_w)) != HP_OK) break;
+            hp__w hcopy = g->tied ? r->w.embed : r->w.head_w;
+            st = linear(r, &hcopy, NULL, &r->w.head, err);
             break;
         }
         default: break;
@@ -435,16 +450,16 @@ static hp_status load_all(hp_runner *r, hp_err *err)
 static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
-    if (want > r->buf_cap[i]) {
-        float *p = hp__mem_realloc(&r->x, r->buf[i], r->buf_cap[i] * sizeof *p, want * sizeof *p);
+    if (want > r->sc.buf_cap[i]) {
+        float *p = hp__mem_realloc(&r->x, r->sc.buf[i], r->sc.buf_cap[i] * sizeof *p, want * sizeof *p);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats", want);
             return NULL;
         }
-        r->buf[i] = p;
-        r->buf_cap[i] = want;
+        r->sc.buf[i] = p;
+        r->sc.buf_cap[i] = want;
     }
-    return r->buf[i];
+    return r->sc.buf[i];
 }
 
 static hp_status act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
@@ -472,25 +487,25 @@ static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act 
     if (st != HP_OK) return st;
     hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->g.cfg.eps, out->d);
     if ((st = leave(r, n->s, out, err)) != HP_OK) return st;
-    return record(r, n->s->c.fqn, r->exit_coll, out, err);
+    return record(r, n->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 {
-    if (r->rope_cos && r->rope_pos0 == pos0 && r->rope_n == n) return HP_OK;
+    if (r->sc.rope_cos && r->sc.rope_pos0 == pos0 && r->sc.rope_n == n) return HP_OK;
     /* the two tables of hp__rope_table: (n·rot/2 + 1) floats each */
     size_t tab = ((size_t)(n * (r->g.cfg.rot / 2)) + 1) * sizeof(float);
-    hp__mem_free(&r->x, r->rope_cos, r->rope_bytes);
-    hp__mem_free(&r->x, r->rope_sin, r->rope_bytes);
-    r->rope_cos = r->rope_sin = NULL;
-    r->rope_bytes = 0;
-    hp_status st = hp__rope_table(&r->g.cfg, pos0, n, &r->rope_cos, &r->rope_sin, err);
+    hp__mem_free(&r->x, r->sc.rope_cos, r->sc.rope_bytes);
+    hp__mem_free(&r->x, r->sc.rope_sin, r->sc.rope_bytes);
+    r->sc.rope_cos = r->sc.rope_sin = NULL;
+    r->sc.rope_bytes = 0;
+    hp_status st = hp__rope_table(&r->g.cfg, pos0, n, &r->sc.rope_cos, &r->sc.rope_sin, err);
     if (st == HP_OK) {
-        r->rope_bytes = tab;
+        r->sc.rope_bytes = tab;
         hp__mem_count(&r->x, 0, 2 * tab);
     }
-    r->rope_pos0 = pos0;
-    r->rope_n = n;
+    r->sc.rope_pos0 = pos0;
+    r->sc.rope_n = n;
     return st;
 }
 
@@ -511,7 +526,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, H = c->H, nh = a->nh;
     int64_t nope = a->nope, rope = a->rope, vd = a->vd, qk = nope + rope, kvl = a->kvl;
     hp_status st = HP_OK;
-    hp__act *k = &r->k, *v = &r->v;
+    hp__act *k = &r->sc.k, *v = &r->sc.v;
     hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
     int64_t lat = kvl + rope, qa_n = a->ql > 0 ? a->ql : 0;
     int64_t bw[HP__NBUF];
@@ -538,11 +553,11 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
         float *kr = kva + b * sq * lat + kvl;
         float *qb = q + b * sq * nh * qk;
         if (c->interleave) {
-            hp__rope_apply_pairs(kr, sq, 1, lat, 0, rope, r->rope_cos, r->rope_sin);
-            hp__rope_apply_pairs(qb, sq, nh, qk, nope, rope, r->rope_cos, r->rope_sin);
+            hp__rope_apply_pairs(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
+            hp__rope_apply_pairs(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
         } else {
-            hp__rope_apply_at(kr, sq, 1, lat, 0, rope, r->rope_cos, r->rope_sin);
-            hp__rope_apply_at(qb, sq, nh, qk, nope, rope, r->rope_cos, r->rope_sin);
+            hp__rope_apply_at(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
+            hp__rope_apply_at(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
         }
     }
     if ((st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nh * qk, kl, err)) != HP_OK) return st;
@@ -588,10 +603,10 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
         if (!a->bo_deferred) add_bias(r, out, &a->bo);
         if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
         if (a->bo_deferred) add_bias(r, out, &a->bo);
-        return record(r, a->s->c.fqn, r->exit_coll, out, err);
+        return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
     }
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
-    hp__act *k = &r->k, *v = &r->v;
+    hp__act *k = &r->sc.k, *v = &r->sc.v;
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, a->s, r->x.pos.r[HP__TP], bw);
     float *q = rbuf(r, 0, rows * bw[0], err), *o = q ? rbuf(r, 1, rows * bw[1], err) : NULL;
@@ -607,8 +622,8 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (st == HP_OK) st = rope_for(r, t->lo[1], sq, err);
     if (st == HP_OK)
         for (int64_t b = 0; b < Bl; b++) {
-            hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->rope_cos, r->rope_sin);
-            hp__rope_apply(k->d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->rope_cos, r->rope_sin);
+            hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
+            hp__rope_apply(k->d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
         }
     /* CP: every rank of the group needs the keys and values of the whole sequence (after rope). */
     hp__lay whole = {{hp_pl_r(), hp_pl_r()}};
@@ -629,7 +644,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
     if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
     if (a->bo_deferred) add_bias(r, out, &a->bo);
-    return record(r, a->s->c.fqn, r->exit_coll, out, err);
+    return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
@@ -651,7 +666,7 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
     if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
     if (m->bd_deferred) add_bias(r, out, &m->bd);
-    return record(r, m->s->c.fqn, r->exit_coll, out, err);
+    return record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
@@ -672,7 +687,7 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
     /* This rank's forward is already non-finite (its verdict comes at the end): route zeros instead of NaN. */
-    for (int64_t i = 0; r->nf.idx >= 0 && i < rows * H; i++)
+    for (int64_t i = 0; r->tr.nf.idx >= 0 && i < rows * H; i++)
         if (!isfinite(t->d[i])) t->d[i] = 0.0f;
     /* sync_collectives: the exchanges have no barrier of their own, so one before the block (the routing in
      * front of the dispatch is the same work on every rank); its time goes to wait_s, as redist's do. */
@@ -694,9 +709,9 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
         r->x.st.calls[HP_RUN_ALL_TO_ALL] += 2;
         /* Phase times, summed over the sparse layers: the first one of the forward starts the sums. */
         int64_t first = 0;
-        while (first < r->g.cfg.L && !r->layers[first].sparse) first++;
-        double *ph = r->stats.moe_phase_s;
-        if (first < r->g.cfg.L && m == &r->layers[first].moe) memset(ph, 0, sizeof r->stats.moe_phase_s);
+        while (first < r->g.cfg.L && !r->w.layers[first].sparse) first++;
+        double *ph = r->tr.stats.moe_phase_s;
+        if (first < r->g.cfg.L && m == &r->w.layers[first].moe) memset(ph, 0, sizeof r->tr.stats.moe_phase_s);
         ph[0] += es->t_route, ph[1] += es->t_dispatch, ph[2] += es->t_experts;
         ph[3] += es->t_return, ph[4] += es->t_combine, ph[5] += es->t_shared;
     }
@@ -709,11 +724,11 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
     if (r->ep > 1) { /* the token exchange inside the region is what validate's table should name */
         char ex[40];
-        snprintf(ex, sizeof ex, "%.39s", r->exit_coll);
-        snprintf(r->exit_coll, sizeof r->exit_coll, "EP all-to-all x2%s%.39s", strcmp(ex, "none") ? ", then " : "",
+        snprintf(ex, sizeof ex, "%.39s", r->tr.exit_coll);
+        snprintf(r->tr.exit_coll, sizeof r->tr.exit_coll, "EP all-to-all x2%s%.39s", strcmp(ex, "none") ? ", then " : "",
                  strcmp(ex, "none") ? ex : "");
     }
-    return record(r, m->s->c.fqn, r->exit_coll, out, err);
+    return record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* h += branch, the branch first brought to the residual stream's layout. */
@@ -736,7 +751,7 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
     int64_t H = r->g.cfg.H, dp_lo = r->x.dp_rows[r->x.dp_r], Bl = r->x.dp_rows[r->x.dp_r + 1] - dp_lo;
     hp_status st = hp__act_alloc(&r->x, h, Bl, r->x.S_pad, H, e->out, err); /* the ids' rows, as e->run cuts them */
     if (st != HP_OK) return st;
-    int64_t vlo = r->embed.lo[0], vn = r->embed.shape[0];
+    int64_t vlo = r->w.embed.lo[0], vn = r->w.embed.shape[0];
     for (int64_t b = 0; b < h->n[0]; b++)
         for (int64_t s = 0; s < h->n[1]; s++) {
             int64_t p = h->lo[1] + s;
@@ -746,12 +761,12 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
                 memset(o, 0, (size_t)H * sizeof *o);
                 continue;
             }
-            if (r->embed.dt == HP_DT_F32) memcpy(o, (const float *)r->embed.d + (id - vlo) * H, (size_t)H * sizeof *o);
-            else if ((st = hp_dtype_to_f32(r->embed.dt, (const uint16_t *)r->embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
+            if (r->w.embed.dt == HP_DT_F32) memcpy(o, (const float *)r->w.embed.d + (id - vlo) * H, (size_t)H * sizeof *o);
+            else if ((st = hp_dtype_to_f32(r->w.embed.dt, (const uint16_t *)r->w.embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
                 return st;
         }
     if ((st = leave(r, e, h, err)) != HP_OK) return st;
-    return record(r, e->c.fqn, r->exit_coll, h, err);
+    return record(r, e->c.fqn, r->tr.exit_coll, h, err);
 }
 
 static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act *out, hp_err *err)
@@ -760,9 +775,9 @@ static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1];
     if ((st = out_of(r, s, t, out, err)) != HP_OK) return st;
-    if ((st = lin_fwd(r->head, rows, t->d, r->g.cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
+    if ((st = lin_fwd(r->w.head, rows, t->d, r->g.cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
     if ((st = leave(r, s, out, err)) != HP_OK) return st;
-    return record(r, s->c.fqn, r->exit_coll, out, err);
+    return record(r, s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
@@ -827,7 +842,7 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
 static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     int n = 0;
-    for (int64_t l = 0; l < r->g.cfg.L; l++) n += r->layers[l].sparse;
+    for (int64_t l = 0; l < r->g.cfg.L; l++) n += r->w.layers[l].sparse;
     if (!n) return HP_OK;
     bool root = hp_comm_rank(r->x.world) == 0;
     if (root && (!(out->moe_layer = calloc((size_t)n, sizeof *out->moe_layer)) ||
@@ -835,8 +850,8 @@ static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
     for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++) {
-        moe_w *m = &r->layers[l].moe;
-        if (!r->layers[l].sparse) continue;
+        moe_w *m = &r->w.layers[l].moe;
+        if (!r->w.layers[l].sparse) continue;
         float *full = NULL;
         int64_t K = m->l->top_k, Sp = r->x.S_pad;
         st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
@@ -931,14 +946,14 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     r->x.mem.peak = r->x.mem.cur; /* this forward's high-water mark */
     hp_status st = check_ids(r, ids, B, S, err);
     if (st != HP_OK) return st;
-    hp__nf_reset(&r->nf);
+    hp__nf_reset(&r->tr.nf);
     int64_t cp = r->x.pos.n[HP__CP];
     r->x.B_all = B;
     r->x.S_orig = S;
     if (!hp__seq_pad(S, cp, &r->x.S_pad)) r->x.S_pad = S; /* buffers_fit refuses it */
     if ((st = buffers_fit(r, B, S, err)) != HP_OK) return st;
     hp__dp_rows(B, r->x.dp, r->x.dp_rows);
-    hp__act *h = &r->h, *t = &r->t, *a = &r->a; /* kept across forwards: warm pages */
+    hp__act *h = &r->sc.h, *t = &r->sc.t, *a = &r->sc.a; /* kept across forwards: warm pages */
     int64_t max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */
     for (int64_t i = 0; i < r->x.dp; i++)
         if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > max_rows) max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
@@ -947,13 +962,13 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     const hp__prog *g = &r->g;
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
         const hp__step *s = &g->steps[i];
-        layer_w *w = s->layer >= 0 ? &r->layers[s->layer] : NULL;
+        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
         switch (s->op) {
         case HP__OP_EMBED: st = embed_apply(r, s, ids, S, h, err); break;
         case HP__OP_NORM:
-            if (s->keep && r->kept) /* the layer's input (the final norm's: L), for a backward pass */
-                st = act_copy(r, &r->kept[w ? s->layer : g->cfg.L], h, err);
-            if (st == HP_OK) st = norm_apply(r, !w ? &r->fnorm : s->keep ? &w->in : &w->post, h, t, err);
+            if (s->keep && r->sc.kept) /* the layer's input (the final norm's: L), for a backward pass */
+                st = act_copy(r, &r->sc.kept[w ? s->layer : g->cfg.L], h, err);
+            if (st == HP_OK) st = norm_apply(r, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post, h, t, err);
             break;
         case HP__OP_ATTN:
         case HP__OP_MLA: st = attn_apply(r, s->layer, &w->at, t, a, err); break;
@@ -972,7 +987,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         default: break;
         }
     }
-    if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->nf, "the loss", out->loss);
+    if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     float *full = NULL;
     if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
     if (st == HP_OK && full) {
@@ -984,13 +999,13 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     }
     out->B = B, out->S = S, out->V = r->g.cfg.V;
     if (st == HP_OK) st = gather_topk(r, B, S, out, err);
-    st = hp__nf_verdict(r->x.world, &r->nf, &r->wreg, r->desc, st, err);
+    st = hp__nf_verdict(r->x.world, &r->tr.nf, &r->w.wreg, r->tr.desc, st, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) {
         hp_run_output_free(out);
         return st;
     }
-    hp_run_stats *s = &r->stats;
+    hp_run_stats *s = &r->tr.stats;
     s->seconds = hp_comm_wtime() - t0;
     s->comm_s = r->x.st.comm_s;
     s->compute_s = s->seconds - s->comm_s;
@@ -1051,10 +1066,10 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
     if ((st = hp__prog_build(&r->g, m, p, NULL, cfg_path, err)) != HP_OK) return st;
     int64_t rank = hp_comm_rank(r->x.world);
     if (o->shards) {
-        if ((st = hp_shard_rank_open(&r->rf, o->shards, rank, err)) != HP_OK) return st;
-        if (r->rf->world != world)
+        if ((st = hp_shard_rank_open(&r->w.rf, o->shards, rank, err)) != HP_OK) return st;
+        if (r->w.rf->world != world)
             return hp_err_set(err, HP_ERR_INPUT, "%s was sharded for %lld ranks; %d run it", o->shards,
-                              (long long)r->rf->world, world);
+                              (long long)r->w.rf->world, world);
     }
     return HP_OK;
 }
@@ -1072,16 +1087,16 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
     if ((st = hp_comm_split(r->x.world, (int)group, (int)r->ep_index, &r->ep_grp, err)) != HP_OK) return st;
     if (!(r->x.dp_rows = hp_calloc((size_t)r->x.dp + 1, sizeof *r->x.dp_rows)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if ((st = hp_linalg_create(&r->la, err)) != HP_OK) return st;
-    if ((st = hp_shard_layout_build(&r->layout, r->m, p, err)) != HP_OK) return st;
+    if ((st = hp_linalg_create(&r->w.la, err)) != HP_OK) return st;
+    if ((st = hp_shard_layout_build(&r->w.layout, r->m, p, err)) != HP_OK) return st;
     int64_t rank = hp_comm_rank(r->x.world);
-    r->ws = (hp__wsrc){.m = r->m, .layout = r->layout, .rank = rank, .rf = r->rf};
+    r->w.ws = (hp__wsrc){.m = r->m, .layout = r->w.layout, .rank = rank, .rf = r->w.rf};
     if ((st = load_all(r, err)) != HP_OK) return st;
-    if (o->keep_activations && !(r->kept = hp_calloc((size_t)r->g.cfg.L + 1, sizeof *r->kept)))
+    if (o->keep_activations && !(r->sc.kept = hp_calloc((size_t)r->g.cfg.L + 1, sizeof *r->sc.kept)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    r->stats.resident_bytes = r->ws.resident;
-    r->stats.share_bytes = r->ws.share;
-    snprintf(r->desc, sizeof r->desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
+    r->tr.stats.resident_bytes = r->w.ws.resident;
+    r->tr.stats.share_bytes = r->w.ws.share;
+    snprintf(r->tr.desc, sizeof r->tr.desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
              (long long)r->x.dp_r, (long long)r->x.pos.r[HP__CP], (long long)r->x.pos.r[HP__TP]);
     return HP_OK;
 }
@@ -1099,12 +1114,12 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
         r->m = m;
         r->p = p;
         r->o = *o;
-        r->perturb = o->test_perturb_boundary;
+        r->tr.perturb = o->test_perturb_boundary;
         r->x.sync = o->sync_collectives;
         st = prepare(r, o, err);
     }
     /* Every rank was given the same thing as rank 0, before the first collective that depends on it. */
-    st = hp__run_agree(world, m, p, o, r ? &r->g.cfg : NULL, r ? r->rf : NULL, st, err);
+    st = hp__run_agree(world, m, p, o, r ? &r->g.cfg : NULL, r ? r->w.rf : NULL, st, err);
     if (st == HP_OK) st = create(r, o, err);
     st = hp_comm_agree(world, st, err);
     /* after every rank loaded: the shared experts a shard folder cut over tp, gathered over each tp group */
@@ -1136,44 +1151,44 @@ static void free_mlp(mlp_w *m)
 void hp_runner_free(hp_runner *r)
 {
     if (!r) return;
-    for (int64_t l = 0; r->layers && l < r->g.cfg.L; l++) {
-        free_attn(&r->layers[l].at);
-        free_mlp(&r->layers[l].mlp);
-        hp_moe_ep_destroy(r->layers[l].moe.ep);
-        hp_moe_layer_free(r->layers[l].moe.l);
-        hp__act_free(&r->layers[l].moe.topk);
-        hp__w_free(&r->layers[l].in.w);
-        hp__w_free(&r->layers[l].post.w);
+    for (int64_t l = 0; r->w.layers && l < r->g.cfg.L; l++) {
+        free_attn(&r->w.layers[l].at);
+        free_mlp(&r->w.layers[l].mlp);
+        hp_moe_ep_destroy(r->w.layers[l].moe.ep);
+        hp_moe_layer_free(r->w.layers[l].moe.l);
+        hp__act_free(&r->w.layers[l].moe.topk);
+        hp__w_free(&r->w.layers[l].in.w);
+        hp__w_free(&r->w.layers[l].post.w);
     }
-    free(r->layers);
-    hp__w_free(&r->fnorm.w);
-    hp__w_free(&r->embed);
-    hp__w_free(&r->head_w);
-    hp_linear_free(r->head);
-    hp_linalg_destroy(r->la);
-    hp_shard_rank_close(r->rf);
-    hp_shard_layout_free(r->layout);
+    free(r->w.layers);
+    hp__w_free(&r->w.fnorm.w);
+    hp__w_free(&r->w.embed);
+    hp__w_free(&r->w.head_w);
+    hp_linear_free(r->w.head);
+    hp_linalg_destroy(r->w.la);
+    hp_shard_rank_close(r->w.rf);
+    hp_shard_layout_free(r->w.layout);
     hp__prog_free(&r->g);
-    hp__wreg_free(&r->wreg);
+    hp__wreg_free(&r->w.wreg);
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.axc[ax]);
     hp_comm_free(r->x.dp_c);
     hp_comm_free(r->ep_grp);
     free(r->x.dp_rows);
     hp__ctx_free(&r->x);
-    free(r->rope_cos);
-    free(r->rope_sin);
-    for (int64_t l = 0; r->kept && l <= r->g.cfg.L; l++) hp__act_free(&r->kept[l]);
-    hp__act *acts[] = {&r->h, &r->t, &r->a, &r->k, &r->v};
+    free(r->sc.rope_cos);
+    free(r->sc.rope_sin);
+    for (int64_t l = 0; r->sc.kept && l <= r->g.cfg.L; l++) hp__act_free(&r->sc.kept[l]);
+    hp__act *acts[] = {&r->sc.h, &r->sc.t, &r->sc.a, &r->sc.k, &r->sc.v};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
-    for (int i = 0; i < 4; i++) free(r->buf[i]);
-    free(r->kept);
+    for (int i = 0; i < 4; i++) free(r->sc.buf[i]);
+    free(r->sc.kept);
     free(r);
 }
 
 const float *hp_runner_activation(const hp_runner *r, int64_t l, int64_t g[3], int64_t lo[3], int64_t n[3])
 {
-    if (!r->kept || l < 0 || l > r->g.cfg.L || !r->kept[l].d) return NULL;
-    const hp__act *a = &r->kept[l];
+    if (!r->sc.kept || l < 0 || l > r->g.cfg.L || !r->sc.kept[l].d) return NULL;
+    const hp__act *a = &r->sc.kept[l];
     for (int d = 0; d < 3; d++) g[d] = a->g[d], lo[d] = a->lo[d], n[d] = a->n[d];
     return a->d;
 }
@@ -1185,11 +1200,11 @@ void hp_runner_sync_collectives(hp_runner *r, bool on)
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r)
 {
-    return &r->stats;
+    return &r->tr.stats;
 }
 
 const char *hp_runner_describe(const hp_runner *r, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", r->desc);
+    snprintf(buf, cap, "%s", r->tr.desc);
     return buf;
 }
