@@ -12,7 +12,6 @@
  * spec §10.4.
  */
 #include "exec/prog.h"
-#include "run/run_int.h"
 
 #include "hyperpar/cost.h"
 #include "hyperpar/linalg.h"
@@ -51,7 +50,8 @@ typedef struct walk {
     int64_t *ecnt;     /* [E]: scratch, slots per expert */
     const hp_mesh *mesh; /* the plan's, or opts.mesh */
     int64_t *dp_rows;  /* [dp + 1] */
-    hp__ctx x;         /* only ax[].n / ax[].r are read by the lowering */
+    hp__axes pos;      /* the walked rank's position on tp and cp */
+    int64_t B_all, S_orig, S_pad; /* the batch, its sequence, and that padded for cp (hp__seq_pad) */
     hp_cost_rank *cr;  /* the rank being walked */
     size_t ev_cap;
     hp_err *err;
@@ -204,7 +204,7 @@ static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 {
     int64_t c = 1, lo, n;
     for (int d = 0; d < 3; d++) {
-        hp__lay_range(&w->x.pos, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
+        hp__lay_range(&w->pos, &a->lay, a->g, d, tp_i, cp_i, &lo, &n);
         c = ck_mul(w, "activation blocks", c, n);
     }
     return c;
@@ -212,7 +212,7 @@ static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 
 static int64_t local_count(walk *w, const dact *a)
 {
-    return count_of(w, a, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP]);
+    return count_of(w, a, w->pos.r[HP__TP], w->pos.r[HP__CP]);
 }
 
 /* ---- the workspace: the runner's buffers, in the order its forward sizes them ---- */
@@ -242,7 +242,7 @@ static void act_grow(walk *w, dact *a)
 static int64_t local_dim(walk *w, const dact *a, int d)
 {
     int64_t lo, n;
-    hp__lay_range(&w->x.pos, &a->lay, a->g, d, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &n);
+    hp__lay_range(&w->pos, &a->lay, a->g, d, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &n);
     return n;
 }
 
@@ -264,7 +264,7 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
     b.cap = w->c_spare;
     act_grow(w, &b);
     int d = lw.d;
-    int64_t outer = 1, inner = 1, gn = w->x.pos.n[ax];
+    int64_t outer = 1, inner = 1, gn = w->pos.n[ax];
     for (int i = 0; i < 3; i++)
         if (i != d) {
             int64_t n = local_dim(w, a, i);
@@ -275,8 +275,8 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
     int64_t mx = 0, n0 = 0;
     bool even = true;
     for (int64_t i = 0; i < gn; i++) {
-        int64_t t = ax == HP__TP ? i : w->x.pos.r[HP__TP], c = ax == HP__CP ? i : w->x.pos.r[HP__CP], lo, n;
-        hp__lay_range(&w->x.pos, sh, a->g, d, t, c, &lo, &n);
+        int64_t t = ax == HP__TP ? i : w->pos.r[HP__TP], c = ax == HP__CP ? i : w->pos.r[HP__CP], lo, n;
+        hp__lay_range(&w->pos, sh, a->g, d, t, c, &lo, &n);
         if (i == 0) n0 = n;
         even = even && (i == 0 || n == mx);
         mx = n > mx ? n : mx;
@@ -347,7 +347,7 @@ static uint64_t gathered_recv(walk *w, const dact *a)
             continue;
         int64_t g[3] = {w->dp_rows[dpi + 1] - w->dp_rows[dpi], a->g[1], a->g[2]}, lo, n, cnt = 1;
         for (int d = 0; d < 3; d++) {
-            hp__lay_range(&w->x.pos, &a->lay, g, d, t, c, &lo, &n);
+            hp__lay_range(&w->pos, &a->lay, g, d, t, c, &lo, &n);
             cnt = ck_mul(w, "workspace", cnt, n);
         }
         tot = ck_addu(w, "workspace", tot, ck_bytes(w, "workspace", cnt, sizeof(float)));
@@ -359,7 +359,7 @@ static uint64_t gathered_recv(walk *w, const dact *a)
 static uint64_t gather_buffers(walk *w, const dact *a)
 {
     if (w->cr->rank != 0) return 0;
-    uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->x.B_all, a->g[1],
+    uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->B_all, a->g[1],
                                                                             a->g[2]), 1), sizeof(float));
     mem_count(w, 0, full);
     grow(w, &w->c_s1, (int64_t)(gathered_recv(w, a) / sizeof(float)) + 1);
@@ -428,7 +428,7 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
 {
     static const char *const axn[HP__NAX] = {"tp", "cp"}; /* the event's axis */
     for (int ax = 0; ax < HP__NAX; ax++) {
-        hp__low lw = hp__lower_axis(&w->x.pos, &a->lay, a->g, ax, to->ax[ax]);
+        hp__low lw = hp__lower_axis(&w->pos, &a->lay, a->g, ax, to->ax[ax]);
         if (lw.kind == HP__LOW_REFUSE) {
             char what[300];
             hp__lay t2 = a->lay;
@@ -445,11 +445,11 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
         trans_buffers(w, a, ax, lw, to->ax[ax]);
         if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
-            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->x.pos.n[ax]) : blk;
+            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->pos.n[ax]) : blk;
             if (blk > w->w_s0 && lw.kind == HP__LOW_ALL_GATHER) w->w_s0 = blk;
             if (s1 > w->w_s1) w->w_s1 = s1;
         }
-        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->x.pos.n[ax], 1, lw.bytes, false)
+        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], 1, lw.bytes, false)
                                              : HP_OK;
         if (st != HP_OK) return st;
         a->lay.ax[ax] = to->ax[ax];
@@ -481,9 +481,9 @@ static void output_of(const hp__step *s, const dact *t, dact *out)
 static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_i, int64_t cp_i, int64_t *b0,
                     int64_t *nb, int64_t *s0, int64_t *ns)
 {
-    int64_t g[3] = {w->dp_rows[dp_i + 1] - w->dp_rows[dp_i], w->x.S_pad, w->g->cfg.H};
-    hp__lay_range(&w->x.pos, lay, g, 0, tp_i, cp_i, b0, nb);
-    hp__lay_range(&w->x.pos, lay, g, 1, tp_i, cp_i, s0, ns);
+    int64_t g[3] = {w->dp_rows[dp_i + 1] - w->dp_rows[dp_i], w->S_pad, w->g->cfg.H};
+    hp__lay_range(&w->pos, lay, g, 0, tp_i, cp_i, b0, nb);
+    hp__lay_range(&w->pos, lay, g, 1, tp_i, cp_i, s0, ns);
     *b0 += w->dp_rows[dp_i];
 }
 
@@ -568,7 +568,7 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
         recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est));
     int64_t H = w->g->cfg.H, T = local_count(w, t) / H;
     /* the rank's widths: its tp block of each expert's (hp_moe_load_opts.tp_size) */
-    int64_t tr = y->split ? w->x.pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
+    int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
     int64_t mI = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
     /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
      * the expert activations (received · 2I), y_shared, the router's f64 copies */
@@ -603,9 +603,9 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     /* the runner's buffers: q and the attention output (MLA: and its latent block), K and V, the rotary tables */
     const char *wb = "workspace";
     int64_t sq = local_dim(w, t, 1), tlo, tn;
-    hp__lay_range(&w->x.pos, &t->lay, t->g, 1, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &tlo, &tn);
+    hp__lay_range(&w->pos, &t->lay, t->g, 1, w->pos.r[HP__TP], w->pos.r[HP__CP], &tlo, &tn);
     int64_t bw[HP__NBUF];
-    hp__step_row_widths(w->g, y, w->x.pos.r[HP__TP], bw);
+    hp__step_row_widths(w->g, y, w->pos.r[HP__TP], bw);
     for (int i = 0; i < HP__NBUF; i++)
         if (bw[i]) grow(w, &w->c_buf[i], ck_mul(w, wb, rows, bw[i]));
     if (mla) { /* mla_apply builds its rotary tables before K and V; attn_apply after */
@@ -628,7 +628,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
     /* the keys each query row sees: the K block's rows per local batch row */
-    hp__lay_range(&w->x.pos, &t->lay, t->g, 0, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &lb);
+    hp__lay_range(&w->pos, &t->lay, t->g, 0, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &lb);
     int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
     double f;
     if (mla) {
@@ -670,8 +670,8 @@ static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
         /* the EP runtime, created at the layer's first forward for the most rows any rank holds */
         int64_t T = 0;
         for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
-        T = ck_mul(w, "MoE workspace", T, w->x.S_pad);
-        int64_t tr = y->split ? w->x.pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
+        T = ck_mul(w, "MoE workspace", T, w->S_pad);
+        int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
         mem_count(w, 0, ep_workspace(w, y->c.fqn, T, w->mI * (tr + 1) / tn - w->mI * tr / tn,
                                      w->sI * (tr + 1) / tn - w->sI * tr / tn));
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
@@ -681,8 +681,8 @@ static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
         act_grow(w, &tk);
     } else {
         /* the rank's block of the intermediate width (the shard layout's cut) */
-        int64_t bw[HP__NBUF], I = hp__step_local_I(w->g, y, w->x.pos.r[HP__TP]);
-        hp__step_row_widths(w->g, y, w->x.pos.r[HP__TP], bw);
+        int64_t bw[HP__NBUF], I = hp__step_local_I(w->g, y, w->pos.r[HP__TP]);
+        hp__step_row_widths(w->g, y, w->pos.r[HP__TP], bw);
         w->cr->flops += 6.0 * (double)rows * (double)H * (double)I;
         int64_t gu = ck_mul(w, "MLP buffers", rows, bw[2]), hh = ck_mul(w, "MLP buffers", rows, bw[3]);
         w->w_gu = gu > w->w_gu ? gu : w->w_gu;
@@ -712,7 +712,7 @@ static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer
     const hp_cost_rank *r = w->cr;
     bool sender = hp_mesh_coord(w->mesh, r->rank, "ep") == 0;
     for (int ax = 0; ax < HP__NAX; ax++)
-        if (a->lay.ax[ax].kind == HP_PL_R && w->x.pos.r[ax] != 0) sender = false;
+        if (a->lay.ax[ax].kind == HP_PL_R && w->pos.r[ax] != 0) sender = false;
     uint64_t b = sender ? ck_bytes(w, "gathers", local_count(w, a), sizeof(float)) : 0;
     return add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
 }
@@ -744,7 +744,7 @@ static hp_status loss(walk *w, const hp__step *s, const dact *z)
     hp_status st = HP_OK;
     if (s->split) {
         int64_t lo, nv;
-        hp__lay_range(&w->x.pos, &z->lay, z->g, 2, w->x.pos.r[HP__TP], w->x.pos.r[HP__CP], &lo, &nv);
+        hp__lay_range(&w->pos, &z->lay, z->g, 2, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &nv);
         zrows = nv ? local_count(w, z) / nv : 0;
         st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
                        ck_bytes(w, "loss all-reduces", zrows, sizeof(float)), false);
@@ -768,7 +768,7 @@ static hp_status walk_rank(walk *w)
         const hp__step *s = &g->steps[i];
         switch (s->op) {
         case HP__OP_EMBED:
-            h = (dact){{Bl, w->x.S_pad, s->X}, s->out, 0};
+            h = (dact){{Bl, w->S_pad, s->X}, s->out, 0};
             act_grow(w, &h);
             track(w, &h);
             st = leave(w, s, &h);
@@ -802,10 +802,10 @@ static hp_status topk_gathers(walk *w, const hp__step *s)
 {
     const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
-    dact tk = {{Bl, w->x.S_pad, w->K}, *moe_lay, 0};
+    dact tk = {{Bl, w->S_pad, w->K}, *moe_lay, 0};
     uint64_t full = gather_buffers(w, &tk);
     if (w->cr->rank == 0) /* the int32 routing [B, S, K] handed to the caller */
-        transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->x.B_all, w->x.S_orig,
+        transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->B_all, w->S_orig,
                                                                               w->K), sizeof(int32_t)), 1));
     mem_count(w, full, 0);
     return gather(w, &tk, s->c.fqn, s->layer);
@@ -937,7 +937,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
     const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
     if (r->rank == 0 && !o->train) { /* the gathered logits, received into the second scratch block (reused when large enough) */
-        full = ck_mul3(w, "gathered logits", o->B, w->x.S_pad, c->V);
+        full = ck_mul3(w, "gathered logits", o->B, w->S_pad, c->V);
         s1 = full > s1 ? full : s1;
     }
     int64_t terms[] = {w->w_hidden, w->w_hidden, wide, spare, w->w_kv, w->w_q, w->w_o, w->w_gu, w->w_h, w->w_s0,
@@ -945,7 +945,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
     r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
     /* KV cache (decode): every layer's K and V of the rank's positions (MLA: the latent and the rope key) */
-    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->x.S_pad / w->cp, pos = ck_mul3(w, kb, c->L, Bl, sl);
+    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->S_pad / w->cp, pos = ck_mul3(w, kb, c->L, Bl, sl);
     if (mc->kv_lora_rank > 0)
         r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, pos, mc->kv_lora_rank + mc->qk_rope_head_dim),
                                (uint64_t)o->mdl.kv_bytes);
@@ -1086,9 +1086,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
                           "node would hold %lld); give a divisor of %lld, or %lld or more for one node", (long long)rpn,
                           (long long)world, (long long)(rpn > 0 ? world % rpn : 0), (long long)world,
                           (long long)world);
-    int64_t S_pad = o->S; /* cp > 1: a multiple of 2·cp (the load-balanced halves) */
-    if (w.cp > 1 && (!hp_add_i64(o->S, 2 * w.cp - 1, &S_pad) || (S_pad = S_pad / (2 * w.cp) * (2 * w.cp)) < o->S))
-        return past_64_bits(o, -1, "the padded sequence", err);
+    int64_t S_pad;
+    if (!hp__seq_pad(o->S, w.cp, &S_pad)) return past_64_bits(o, -1, "the padded sequence", err);
     hp_status st = HP_OK;
     hp_shard_layout *lay = NULL;
     hp_cost *c = NULL;
@@ -1105,13 +1104,11 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
         c->world = world, c->n_ranks = n_eval, c->B = o->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
-        w.x.S_orig = o->S;
-        w.x.S_pad = S_pad;
-        w.x.B_all = o->B;
-        c->S_pad = w.x.S_pad;
-        for (int64_t i = 0; i <= w.dp; i++) w.dp_rows[i] = hp__blk_lo(o->B, w.dp, i);
-        w.x.dp = w.dp;
-        w.x.dp_rows = w.dp_rows;
+        w.S_orig = o->S;
+        w.S_pad = S_pad;
+        w.B_all = o->B;
+        c->S_pad = w.S_pad;
+        hp__dp_rows(o->B, w.dp, w.dp_rows);
     }
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
     char cfgp[4200];
@@ -1126,8 +1123,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
         hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
         r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
-        w.x.pos = (hp__axes){{w.tp, w.cp}, {r->tp, r->cp}};
-        w.x.dp_r = r->dp;
+        w.pos = (hp__axes){{w.tp, w.cp}, {r->tp, r->cp}};
         w.cr = r;
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
