@@ -134,6 +134,11 @@ int hp_linalg_blas_threads(int n);
  * products of two activations (no weight to pre-pack, so plain BLAS). */
 void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* C [m, n] = alpha·Aᵀ·B + beta·C with A [k, m] (lda) and B [k, n] (ldb), f32 row-major: the backward's weight
+ * gradients (dW += dYᵀ·X, with dY [rows, out] and X [rows, in]) and attention's dK, dV; the transposed operand
+ * is read in place, never copied. */
+void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

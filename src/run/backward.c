@@ -1,0 +1,212 @@
+/*
+ * backward.c — the backward of the module computations of modules.c on local tensors: RMSNorm (and the
+ * per-head q/k norm), the rotary embedding in its three layouts, causal (windowed) GQA attention with sinks and
+ * position offsets, SwiGLU and gpt-oss's clamped SwiGLU, the cross-entropy of a vocabulary slice, the
+ * vocab-parallel embedding and the linear. The math of each is above its declaration in backward.h.
+ *
+ * Each function is a pure function of its inputs (no rank, no mesh): the runner calls them on the local shards
+ * and adds the collectives that the layouts ask for. Reductions that decide a gradient's accuracy (the norm's
+ * Σ w·dy·x, attention's D = Σ P·dP, the sinks' sums) run in double, like the forward's.
+ */
+#include "run/backward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hp__rmsnorm_backward(const float *x, int64_t rows, int64_t H, const float *w, double eps, const float *dy,
+                          float *dx, float *dw)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * H, *gr = dy + r * H;
+        double ss = 0, dot = 0;
+        for (int64_t i = 0; i < H; i++) {
+            ss += (double)xr[i] * xr[i];
+            dot += (double)w[i] * gr[i] * xr[i];
+        }
+        double inv = 1.0 / sqrt(ss / (double)H + eps);
+        double c = dot * inv * inv * inv / (double)H;
+        if (dw)
+            for (int64_t i = 0; i < H; i++) dw[i] += (float)((double)gr[i] * xr[i] * inv);
+        float *o = dx + r * H;
+        for (int64_t i = 0; i < H; i++) o[i] = (float)(inv * w[i] * gr[i] - c * xr[i]);
+    }
+}
+
+void hp__rope_backward(float *dx, int64_t tokens, int64_t heads, int64_t hd, int64_t rot, const float *cos_t,
+                       const float *sin_t)
+{
+    hp__rope_backward_at(dx, tokens, heads, hd, 0, rot, cos_t, sin_t);
+}
+
+/* Forward: (a, b) → (a·c − b·s, b·c + a·s). Its transpose: (da, db) = (dy0·c + dy1·s, dy1·c − dy0·s). */
+void hp__rope_backward_at(float *dx, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                          const float *cos_t, const float *sin_t)
+{
+    int64_t half = rot / 2;
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = dx + (t * heads + h) * stride + off;
+            for (int64_t i = 0; i < half; i++) {
+                float g0 = v[i], g1 = v[i + half];
+                v[i] = g0 * c[i] + g1 * s[i];
+                v[i + half] = g1 * c[i] - g0 * s[i];
+            }
+        }
+    }
+}
+
+/* Forward: pair i = (x[2i], x[2i+1]) → out[i], out[i + half]. Backward reads the gradient at out[i],
+ * out[i + half] and writes x's gradient at 2i, 2i+1. The forward handles at most 256 pairs (rot ≤ 512). */
+void hp__rope_backward_pairs(float *dx, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
+                             const float *cos_t, const float *sin_t)
+{
+    int64_t half = rot / 2;
+    float tmp[512];
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = dx + (t * heads + h) * stride + off;
+            for (int64_t i = 0; i < half && i < 256; i++) {
+                float g0 = v[i], g1 = v[i + half];
+                tmp[2 * i] = g0 * c[i] + g1 * s[i];
+                tmp[2 * i + 1] = g1 * c[i] - g0 * s[i];
+            }
+            memcpy(v, tmp, (size_t)rot * sizeof *v);
+        }
+    }
+}
+
+hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
+                                 float *dsinks, hp_err *err)
+{
+    int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
+    int64_t hdv = a->hdv > 0 ? a->hdv : hd;
+    /* P [Sq, Sk], then dP and dS in place [Sq, Sk], then the sink's probability per query [Sq]. */
+    float *p = hp_calloc((size_t)(2 * Sq * Sk + Sq) + 1, sizeof *p);
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the attention backward's blocks 2 x [%lld, %lld]",
+                              (long long)Sq, (long long)Sk);
+    float *ds = p + Sq * Sk, *psink = ds + Sq * Sk;
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
+    memset(dk, 0, (size_t)(a->B * Sk * nkv * hd) * sizeof *dk);
+    memset(dv, 0, (size_t)(a->B * Sk * nkv * hdv) * sizeof *dv);
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *q = a->q + (b * Sq * nh + h) * hd;
+            const float *k = a->k + (b * Sk * nkv + h / rep) * hd;
+            const float *v = a->v + (b * Sk * nkv + h / rep) * hdv;
+            const float *go = dout + (b * Sq * nh + h) * hdv;
+            float *gq = dq + (b * Sq * nh + h) * hd;
+            float *gk = dk + (b * Sk * nkv + h / rep) * hd;
+            float *gv = dv + (b * Sk * nkv + h / rep) * hdv;
+            /* P, exactly as the forward computes it. */
+            hp_linalg_sgemm(true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, p, Sk);
+            for (int64_t i = 0; i < Sq; i++) {
+                int64_t qp = a->q_pos0 + i;
+                float *row = p + i * Sk;
+                float mx = a->sinks ? a->sinks[h] : -INFINITY;
+                for (int64_t j = 0; j < Sk; j++) {
+                    int64_t kp = a->k_pos0 + j;
+                    bool ok = kp <= qp && (a->window <= 0 || kp > qp - a->window);
+                    if (!ok) row[j] = -INFINITY;
+                    else if (row[j] > mx) mx = row[j];
+                }
+                double es = a->sinks ? exp((double)a->sinks[h] - (double)mx) : 0, sum = es;
+                for (int64_t j = 0; j < Sk; j++) {
+                    float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
+                    row[j] = e;
+                    sum += e;
+                }
+                float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
+                for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
+                psink[i] = sum > 0 ? (float)(es / sum) : 0.0f;
+            }
+            /* dP = dO·vᵀ; dS = P·(dP − D). */
+            hp_linalg_sgemm(true, Sq, Sk, hdv, 1.0f, go, nh * hdv, v, nkv * hdv, 0.0f, ds, Sk);
+            double gsink = 0;
+            for (int64_t i = 0; i < Sq; i++) {
+                const float *pr = p + i * Sk;
+                float *dr = ds + i * Sk;
+                double D = 0;
+                for (int64_t j = 0; j < Sk; j++) D += (double)pr[j] * dr[j];
+                for (int64_t j = 0; j < Sk; j++) dr[j] = (float)((double)pr[j] * ((double)dr[j] - D));
+                gsink -= (double)psink[i] * D;
+            }
+            if (dsinks && a->sinks) dsinks[h] += (float)gsink;
+            hp_linalg_sgemm(false, Sq, hd, Sk, scale, ds, Sk, k, nkv * hd, 0.0f, gq, nh * hd);
+            hp_linalg_sgemm_tn(Sk, hd, Sq, scale, ds, Sk, q, nh * hd, 1.0f, gk, nkv * hd);
+            hp_linalg_sgemm_tn(Sk, hdv, Sq, 1.0f, p, Sk, go, nh * hdv, 1.0f, gv, nkv * hdv);
+        }
+    free(p);
+    return HP_OK;
+}
+
+void hp__swiglu_backward(const float *g, int64_t ldg, const float *u, int64_t ldu, const float *dy, int64_t ldy,
+                         int64_t rows, int64_t n, float *dg, int64_t lddg, float *du, int64_t lddu)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            float x = g[r * ldg + i], y = u[r * ldu + i], d = dy[r * ldy + i];
+            float s = 1.0f / (1.0f + expf(-x));
+            dg[r * lddg + i] = d * y * s * (1.0f + x * (1.0f - s));
+            du[r * lddu + i] = d * x * s;
+        }
+}
+
+void hp__swiglu_clamped_backward(const float *g, int64_t ldg, const float *u, int64_t ldu, const float *dy,
+                                 int64_t ldy, int64_t rows, int64_t n, float lim, float alpha, float *dg,
+                                 int64_t lddg, float *du, int64_t lddu)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            float x = g[r * ldg + i], y = u[r * ldu + i], d = dy[r * ldy + i];
+            float gg = x < lim ? x : lim;
+            float uu = y < -lim ? -lim : y > lim ? lim : y;
+            float s = 1.0f / (1.0f + expf(-alpha * gg));
+            dg[r * lddg + i] = x <= lim ? d * (uu + 1.0f) * (s + alpha * gg * s * (1.0f - s)) : 0.0f;
+            du[r * lddu + i] = (y >= -lim && y <= lim) ? d * gg * s : 0.0f;
+        }
+}
+
+void hp__xent_backward(const float *z, int64_t ldz, int64_t rows, int64_t n, int64_t vlo, const float *mx,
+                       const double *sumexp, const int64_t *label, double scale, float *dz, int64_t lddz)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *zr = z + r * ldz;
+        float *o = dz + r * lddz;
+        if (label[r] < 0) {
+            for (int64_t j = 0; j < n; j++) o[j] = 0.0f;
+            continue;
+        }
+        double inv = scale / sumexp[r];
+        for (int64_t j = 0; j < n; j++) o[j] = (float)(exp((double)zr[j] - (double)mx[r]) * inv);
+        int64_t lj = label[r] - vlo;
+        if (lj >= 0 && lj < n) o[lj] = (float)((double)o[lj] - scale);
+    }
+}
+
+void hp__embedding_backward(const int64_t *ids, int64_t n_tokens, const float *dy, int64_t H, int64_t vlo,
+                            int64_t n_rows, float *dW)
+{
+    for (int64_t t = 0; t < n_tokens; t++) {
+        int64_t r = ids[t] - vlo;
+        if (r < 0 || r >= n_rows) continue;
+        float *w = dW + r * H;
+        const float *g = dy + t * H;
+        for (int64_t i = 0; i < H; i++) w[i] += g[i];
+    }
+}
+
+void hp__linear_backward(int64_t M, int64_t N, int64_t K, const float *dy, int64_t ldy, const float *W,
+                         const float *x, int64_t ldx, float *dx, int64_t lddx, float *dW, float *db)
+{
+    if (dx) hp_linalg_sgemm(false, M, K, N, 1.0f, dy, ldy, W, K, 0.0f, dx, lddx);
+    if (dW) hp_linalg_sgemm_tn(N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
+    if (db)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < M; r++) s += dy[r * ldy + j];
+            db[j] += (float)s;
+        }
+}
