@@ -1168,7 +1168,6 @@ void hp_runner_free(hp_runner *r)
     hp_linalg_destroy(r->w.la);
     hp_shard_rank_close(r->w.rf);
     hp_shard_layout_free(r->w.layout);
-    hp__prog_free(&r->g);
     hp__wreg_free(&r->w.wreg);
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.axc[ax]);
     hp_comm_free(r->x.dp_c);
@@ -1182,6 +1181,7 @@ void hp_runner_free(hp_runner *r)
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
     for (int i = 0; i < 4; i++) free(r->sc.buf[i]);
     free(r->sc.kept);
+    hp__prog_free(&r->g); /* last: the layers and kept activations above are counted by its L */
     free(r);
 }
 
