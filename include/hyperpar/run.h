@@ -100,6 +100,33 @@ const hp_run_stats *hp_runner_stats(const hp_runner *r);
 /* Turns hp_run_opts.sync_collectives on or off for the next forwards. */
 void hp_runner_sync_collectives(hp_runner *r, bool on);
 
+/* ---- training (docs/train.md) ---- */
+
+/* AdamW's hyperparameters, as torch.optim.AdamW takes them. */
+typedef struct hp_train_opts {
+    double lr, beta1, beta2, eps, weight_decay;
+} hp_train_opts;
+/* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2. */
+void hp_train_opts_default(hp_train_opts *o);
+
+/* One training step on ids [B, S] (the same on every rank): the forward, the backward of every step of the
+ * plan's program in reverse (each transition by its dual), every parameter's gradient summed over the ranks
+ * that saw other rows of it (dp always; cp; tp for what tp does not cut), then AdamW on each rank's slices.
+ * The loss is the mean next-token cross-entropy over the B·(S−1) scored positions of the global batch; *loss
+ * receives it (before the update). The runner must have been created with keep_activations. opts NULL: compute
+ * the gradients only (hp_runner_gather_params(grads = true) reads them); the parameters are unchanged.
+ * Collective. HP_ERR_INPUT for a model the training step cannot run yet (docs/train.md says which). */
+hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
+                               double *loss, hp_err *err);
+
+/* Called on world rank 0 once per trainable parameter, in the program's order, with the whole tensor at the
+ * checkpoint's name and shape (f32); a failure stops the walk (every rank then fails with it). */
+typedef hp_status (*hp_param_fn)(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims,
+                                 hp_err *err);
+/* Gathers every trainable parameter (grads false: its current value; true: the gradient of the last
+ * hp_runner_train_step) from the ranks' slices onto world rank 0 and hands it to fn there. Collective. */
+hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err);
+
 /* With keep_activations: the local block of layer l's input residual stream of the last forward (l = L: the
  * final norm's input), global dims g [B_dp, S_padded, H] and the block's offset lo and extent n per dim.
  * NULL without keep_activations or before a forward. */

@@ -13,8 +13,7 @@
 #include "run/agree.h"
 #include "run/finite.h"
 #include "run/modules.h"
-#include "run/run_int.h"
-#include "run/weights.h"
+#include "run/runner_int.h"
 
 #include "hyperpar/overrides.h"
 
@@ -23,106 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct attn_w {
-    const hp__step *s;
-    hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, sinks;
-    hp_linear *q, *k, *v, *o;
-    /* MLA (DeepSeek-V3): q = q_b(q_a_norm(q_a(x))) or q_proj(x) in wq/q; kv_a -> latent | k_rot; kv_b -> k_nope | v */
-    bool mla;
-    hp__w wqa, qan, wkva, kvan, wkvb;
-    hp_linear *qa, *kva, *kvb;
-    int64_t nope, rope, vd, ql, kvl;
-    int64_t nh, nkv; /* local heads */
-    bool split;      /* tp shards the heads */
-    bool bo_deferred;
-} attn_w;
-
-typedef struct mlp_w {
-    const hp__step *s;
-    hp__w wg, wu, wgu, wd, bg, bu, bgu, bd;
-    hp_linear *gate, *up, *gate_up, *down;
-    int64_t I; /* local width */
-    bool split;
-    bool bd_deferred;
-} mlp_w;
-
-typedef struct norm_w {
-    const hp__step *s;
-    hp__w w;
-} norm_w;
-
-/* A sparse (MoE) block: its EP compute runs the existing EP runtime on the rank's local rows (issue 13). */
-typedef struct moe_w {
-    const hp__step *s;
-    hp_moe_layer *l;
-    hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
-    int64_t max_tokens;
-    double cf;          /* the boundary's capacity factor (0: off) */
-    bool overlap;       /* hide the shared expert behind the exchange */
-    hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
-    bool tp_cut;        /* experts (and the shared expert) cut over tp: the output is a partial sum (P) */
-} moe_w;
-
-typedef struct layer_w {
-    norm_w in, post;
-    attn_w at;
-    bool sparse;
-    mlp_w mlp;
-    moe_w moe;
-} layer_w;
-
-/* The rank's weights: where they come from and what the steps compute with. */
-typedef struct runner_weights {
-    hp_linalg *la;
-    hp_shard_layout *layout;
-    hp_shard_rank_file *rf;
-    hp__wsrc ws;
-    hp__w embed;
-    layer_w *layers;
-    norm_w fnorm;
-    hp__w head_w; /* unused when tied (the embedding's slice is the head) */
-    hp_linear *head;
-    hp__wreg wreg; /* the rank's weights with their names (a non-finite activation's cause) */
-} runner_weights;
-
-/* The forward's buffers, kept across forwards (warm pages); each counted in x.mem. */
-typedef struct runner_scratch {
-    float *rope_cos, *rope_sin; /* the last rotary table and its positions */
-    size_t rope_bytes;          /* of each table */
-    int64_t rope_pos0, rope_n;
-    hp__act *kept;              /* keep_activations: [L + 1] layer inputs of the last forward */
-    hp__act h, t, a, k, v;      /* the residual stream, a module's input and output, K and V */
-    float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
-    size_t buf_cap[HP__NBUF];
-} runner_scratch;
-
-/* What a forward reports: its statistics, validate's trace and the non-finite watch. */
-typedef struct runner_trace {
-    hp_run_stats stats;
-    char exit_coll[96];  /* the last boundary's exit collective, for validate's table */
-    hp__nf nf;           /* the first non-finite boundary output of the forward in progress */
-    const char *perturb; /* hp_run_opts.test_perturb_boundary: that boundary's output is nudged (validate's test) */
-    char desc[160];
-} runner_trace;
-
-struct hp_runner {
-    const hp_model *m;
-    const hp_plan *p;
-    hp_run_opts o;
-    hp__prog g;         /* the program this runner executes (exec/prog.h) */
-    hp__ctx x;          /* communication: the axis groups, the collectives' buffers and counters */
-    hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
-    int64_t ep, ep_index;
-    runner_weights w;
-    runner_scratch sc;
-    runner_trace tr;
-};
-
 /* ---- the program's transitions ---- */
 
 /* The activation arrives as the program says (anything else is a runner defect, named); the entry moves it to
  * the layout the computation runs on. */
-static hp_status enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
+hp_status hp__r_enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 {
     r->x.where = s->c.fqn;
     char t1[64], t2[64];
@@ -137,7 +41,7 @@ static hp_status enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 }
 
 /* The computation's output, as the program says, moved to the layout it leaves in. */
-static hp_status leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
+hp_status hp__r_leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err)
 {
     snprintf(r->tr.exit_coll, sizeof r->tr.exit_coll, "none");
     char t1[64], t2[64];
@@ -188,7 +92,7 @@ static hp_status record(hp_runner *r, const char *what, const char *coll, hp__ac
 
 /* ---- loading: the weights of every step, checked against the program's local dims ---- */
 
-static hp_status linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err)
+hp_status hp__r_linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err)
 {
     hp_linear_desc d = {.n_out = w->shape[0], .n_in = w->shape[1], .n_mats = 1, .dtype = w->dt, .w = w->d,
                         .bias = bias && bias->present ? bias->d : NULL, .mode = r->o.compute};
@@ -253,11 +157,11 @@ static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
                           (long long)a->nh, (long long)a->nope, (long long)a->rope, (long long)a->vd,
                           (long long)a->ql, (long long)a->kvl);
     if ((st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo)) != HP_OK) return st;
-    if (a->ql > 0 && (st = linear(r, &a->wqa, NULL, &a->qa, err)) != HP_OK) return st;
-    if ((st = linear(r, &a->wq, NULL, &a->q, err)) != HP_OK) return st;
-    if ((st = linear(r, &a->wkva, NULL, &a->kva, err)) != HP_OK) return st;
-    if ((st = linear(r, &a->wkvb, NULL, &a->kvb, err)) != HP_OK) return st;
-    return linear(r, &a->wo, NULL, &a->o, err);
+    if (a->ql > 0 && (st = hp__r_linear(r, &a->wqa, NULL, &a->qa, err)) != HP_OK) return st;
+    if ((st = hp__r_linear(r, &a->wq, NULL, &a->q, err)) != HP_OK) return st;
+    if ((st = hp__r_linear(r, &a->wkva, NULL, &a->kva, err)) != HP_OK) return st;
+    if ((st = hp__r_linear(r, &a->wkvb, NULL, &a->kvb, err)) != HP_OK) return st;
+    return hp__r_linear(r, &a->wo, NULL, &a->o, err);
 }
 
 static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
@@ -290,10 +194,10 @@ static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
     if (st == HP_OK) st = load_vec(L, fqn, "q_norm.weight", false, hd, &a->qn);
     if (st == HP_OK) st = load_vec(L, fqn, "k_norm.weight", false, hd, &a->kn);
     if (st == HP_OK) st = load_vec(L, fqn, "sinks", false, a->nh, &a->sinks); /* gpt-oss, cut with the heads */
-    if (st == HP_OK) st = linear(r, &a->wq, &a->bq, &a->q, err);
-    if (st == HP_OK) st = linear(r, &a->wk, &a->bk, &a->k, err);
-    if (st == HP_OK) st = linear(r, &a->wv, &a->bv, &a->v, err);
-    if (st == HP_OK) st = linear(r, &a->wo, NULL, &a->o, err);
+    if (st == HP_OK) st = hp__r_linear(r, &a->wq, &a->bq, &a->q, err);
+    if (st == HP_OK) st = hp__r_linear(r, &a->wk, &a->bk, &a->k, err);
+    if (st == HP_OK) st = hp__r_linear(r, &a->wv, &a->bv, &a->v, err);
+    if (st == HP_OK) st = hp__r_linear(r, &a->wo, NULL, &a->o, err);
     return st;
 }
 
@@ -340,12 +244,12 @@ static hp_status load_mlp(loader *L, const hp__step *s, mlp_w *m)
     }
     if (st == HP_OK) st = load_vec(L, fqn, "down_proj.bias", false, H, &m->bd);
     if (st != HP_OK) return st;
-    if (s->fused) st = linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
+    if (s->fused) st = hp__r_linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
     else {
-        st = linear(r, &m->wg, &m->bg, &m->gate, err);
-        if (st == HP_OK) st = linear(r, &m->wu, &m->bu, &m->up, err);
+        st = hp__r_linear(r, &m->wg, &m->bg, &m->gate, err);
+        if (st == HP_OK) st = hp__r_linear(r, &m->wu, &m->bu, &m->up, err);
     }
-    if (st == HP_OK) st = linear(r, &m->wd, NULL, &m->down, err);
+    if (st == HP_OK) st = hp__r_linear(r, &m->wd, NULL, &m->down, err);
     return st;
 }
 
@@ -435,7 +339,7 @@ static hp_status load_all(hp_runner *r, hp_err *err)
         case HP__OP_HEAD: { /* lm_head, or (tied) the embedding's slice under the column-parallel contract */
             if (!g->tied && (st = load_table(&L, s->c.fqn, &r->w.head_w)) != HP_OK) break;
             hp__w hcopy = g->tied ? r->w.embed : r->w.head_w;
-            st = linear(r, &hcopy, NULL, &r->w.head, err);
+            st = hp__r_linear(r, &hcopy, NULL, &r->w.head, err);
             break;
         }
         default: break;
@@ -447,7 +351,7 @@ static hp_status load_all(hp_runner *r, hp_err *err)
 /* ---- forward ---- */
 
 /* Runner buffer i of at least n floats (contents undefined), kept across calls. */
-static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
+float *hp__r_buf(hp_runner *r, int i, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
     if (want > r->sc.buf_cap[i]) {
@@ -462,7 +366,7 @@ static float *rbuf(hp_runner *r, int i, int64_t n, hp_err *err)
     return r->sc.buf[i];
 }
 
-static hp_status act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
+hp_status hp__r_act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err)
 {
     hp_status st = hp__act_alloc(&r->x, dst, src->g[0], src->g[1], src->g[2], src->lay, err);
     if (st == HP_OK) memcpy(dst->d, src->d, (size_t)hp__act_count(src) * sizeof *dst->d);
@@ -480,17 +384,17 @@ static hp_status out_of(hp_runner *r, const hp__step *s, const hp__act *in, hp__
     return hp__act_alloc(&r->x, out, in->g[0], in->g[1], s->X, s->out, err);
 }
 
-static hp_status norm_apply(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err)
+hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err)
 {
-    hp_status st = act_copy(r, out, in, err);
-    if (st == HP_OK) st = enter(r, n->s, out, err);
+    hp_status st = hp__r_act_copy(r, out, in, err);
+    if (st == HP_OK) st = hp__r_enter(r, n->s, out, err);
     if (st != HP_OK) return st;
     hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->g.cfg.eps, out->d);
-    if ((st = leave(r, n->s, out, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, n->s, out, err)) != HP_OK) return st;
     return record(r, n->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
-static hp_status rope_for(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
+hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 {
     if (r->sc.rope_cos && r->sc.rope_pos0 == pos0 && r->sc.rope_n == n) return HP_OK;
     /* the two tables of hp__rope_table: (n·rot/2 + 1) floats each */
@@ -531,8 +435,8 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     int64_t lat = kvl + rope, qa_n = a->ql > 0 ? a->ql : 0;
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, a->s, r->x.pos.r[HP__TP], bw);
-    float *q = rbuf(r, 0, rows * bw[0], err), *o = q ? rbuf(r, 1, rows * bw[1], err) : NULL;
-    float *tmp = o ? rbuf(r, 2, rows * bw[2], err) : NULL;
+    float *q = hp__r_buf(r, 0, rows * bw[0], err), *o = q ? hp__r_buf(r, 1, rows * bw[1], err) : NULL;
+    float *tmp = o ? hp__r_buf(r, 2, rows * bw[2], err) : NULL;
     if (!tmp) return HP_ERR_NOMEM;
     float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n, *kv = ckv + rows * kvl;
     if (a->ql > 0) {
@@ -547,7 +451,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     for (int64_t i = 0; i < rows; i++) memcpy(ckv + i * kvl, kva + i * lat, (size_t)kvl * sizeof *ckv);
     hp__rmsnorm(ckv, rows, kvl, a->kvan.d, 1e-6, ckv);
     if ((st = lin_fwd(a->kvb, rows, ckv, kvl, kv, nh * (nope + vd), err)) != HP_OK) return st;
-    if ((st = rope_for(r, t->lo[1], sq, err)) != HP_OK) return st;
+    if ((st = hp__r_rope(r, t->lo[1], sq, err)) != HP_OK) return st;
     /* k_rot: one head, rotated, then broadcast to every head; q's rope channels rotated per head */
     for (int64_t b = 0; b < Bl; b++) {
         float *kr = kva + b * sq * lat + kvl;
@@ -593,15 +497,15 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     return st;
 }
 
-static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
+hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err)
 {
     const hp__rcfg *c = &r->g.cfg;
-    hp_status st = enter(r, a->s, t, err);
+    hp_status st = hp__r_enter(r, a->s, t, err);
     if (st != HP_OK) return st;
     if (a->mla) {
         if ((st = mla_apply(r, layer, a, t, out, err)) != HP_OK) return st;
         if (!a->bo_deferred) add_bias(r, out, &a->bo);
-        if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
+        if ((st = hp__r_leave(r, a->s, out, err)) != HP_OK) return st;
         if (a->bo_deferred) add_bias(r, out, &a->bo);
         return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
     }
@@ -609,7 +513,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     hp__act *k = &r->sc.k, *v = &r->sc.v;
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, a->s, r->x.pos.r[HP__TP], bw);
-    float *q = rbuf(r, 0, rows * bw[0], err), *o = q ? rbuf(r, 1, rows * bw[1], err) : NULL;
+    float *q = hp__r_buf(r, 0, rows * bw[0], err), *o = q ? hp__r_buf(r, 1, rows * bw[1], err) : NULL;
     hp__lay kl = {{hp_pl_r(), t->lay.ax[HP__CP]}};
     if (!q || !o) st = HP_ERR_NOMEM;
     if (st == HP_OK) st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nkv * hd, kl, err);
@@ -619,7 +523,7 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v->d, nkv * hd, err);
     if (st == HP_OK && a->qn.present) hp__rmsnorm(q, rows * nh, hd, a->qn.d, c->eps, q);
     if (st == HP_OK && a->kn.present) hp__rmsnorm(k->d, rows * nkv, hd, a->kn.d, c->eps, k->d);
-    if (st == HP_OK) st = rope_for(r, t->lo[1], sq, err);
+    if (st == HP_OK) st = hp__r_rope(r, t->lo[1], sq, err);
     if (st == HP_OK)
         for (int64_t b = 0; b < Bl; b++) {
             hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
@@ -642,19 +546,19 @@ static hp_status attn_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, 
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
     if (st != HP_OK) return st;
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
-    if ((st = leave(r, a->s, out, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, a->s, out, err)) != HP_OK) return st;
     if (a->bo_deferred) add_bias(r, out, &a->bo);
     return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
-static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
+hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
 {
-    hp_status st = enter(r, m->s, t, err);
+    hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, I = m->I;
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, m->s, r->x.pos.r[HP__TP], bw);
-    float *gu = rbuf(r, 2, rows * bw[2], err), *h = gu ? rbuf(r, 3, rows * bw[3], err) : NULL;
+    float *gu = hp__r_buf(r, 2, rows * bw[2], err), *h = gu ? hp__r_buf(r, 3, rows * bw[3], err) : NULL;
     if (!gu || !h) st = HP_ERR_NOMEM;
     if (st == HP_OK && m->gate_up) st = lin_fwd(m->gate_up, rows, t->d, H, gu, 2 * I, err);
     if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, rows, t->d, H, gu, 2 * I, err);
@@ -664,7 +568,7 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
     if (st == HP_OK) st = lin_fwd(m->down, rows, h, I, out->d, H, err);
     if (st != HP_OK) return st;
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
-    if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, m->s, out, err)) != HP_OK) return st;
     if (m->bd_deferred) add_bias(r, out, &m->bd);
     return record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
@@ -672,7 +576,7 @@ static hp_status mlp_apply(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
 static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
-    hp_status st = enter(r, m->s, t, err);
+    hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, K = m->l->top_k;
     if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
@@ -721,7 +625,7 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
     if (st != HP_OK) return st;
     const int32_t *ti = hp_moe_ep_ws(m->ep)->topk_idx;
     for (int64_t i = 0; i < rows * K; i++) m->topk.d[i] = (float)ti[i];
-    if ((st = leave(r, m->s, out, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, m->s, out, err)) != HP_OK) return st;
     if (r->ep > 1) { /* the token exchange inside the region is what validate's table should name */
         char ex[40];
         snprintf(ex, sizeof ex, "%.39s", r->tr.exit_coll);
@@ -732,7 +636,7 @@ static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int
 }
 
 /* h += branch, the branch first brought to the residual stream's layout. */
-static hp_status residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err)
+hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err)
 {
     char what[200];
     snprintf(what, sizeof what, "the residual add after %s", s->c.fqn);
@@ -765,18 +669,18 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
             else if ((st = hp_dtype_to_f32(r->w.embed.dt, (const uint16_t *)r->w.embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
                 return st;
         }
-    if ((st = leave(r, e, h, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, e, h, err)) != HP_OK) return st;
     return record(r, e->c.fqn, r->tr.exit_coll, h, err);
 }
 
 static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act *out, hp_err *err)
 {
-    hp_status st = enter(r, s, t, err);
+    hp_status st = hp__r_enter(r, s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1];
     if ((st = out_of(r, s, t, out, err)) != HP_OK) return st;
     if ((st = lin_fwd(r->w.head, rows, t->d, r->g.cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
-    if ((st = leave(r, s, out, err)) != HP_OK) return st;
+    if ((st = hp__r_leave(r, s, out, err)) != HP_OK) return st;
     return record(r, s->c.fqn, r->tr.exit_coll, out, err);
 }
 
@@ -822,6 +726,7 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
         r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)rows * 2 * sizeof(double);
         r->x.st.calls[HP_RUN_ALL_REDUCE]++;
     }
+    if (st == HP_OK && r->train) st = hp__train_keep_loss(r->train, mx, se, rows, err); /* the backward's softmax */
     double acc[2] = {0, 0};
     bool contrib = r->x.pos.r[HP__TP] == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.pos.r[HP__CP] == 0);
     for (int64_t i = 0; st == HP_OK && contrib && i < rows; i++) {
@@ -967,15 +872,15 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         case HP__OP_EMBED: st = embed_apply(r, s, ids, S, h, err); break;
         case HP__OP_NORM:
             if (s->keep && r->sc.kept) /* the layer's input (the final norm's: L), for a backward pass */
-                st = act_copy(r, &r->sc.kept[w ? s->layer : g->cfg.L], h, err);
-            if (st == HP_OK) st = norm_apply(r, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post, h, t, err);
+                st = hp__r_act_copy(r, &r->sc.kept[w ? s->layer : g->cfg.L], h, err);
+            if (st == HP_OK) st = hp__r_norm(r, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post, h, t, err);
             break;
         case HP__OP_ATTN:
-        case HP__OP_MLA: st = attn_apply(r, s->layer, &w->at, t, a, err); break;
-        case HP__OP_MLP: st = mlp_apply(r, &w->mlp, t, a, err); break;
+        case HP__OP_MLA: st = hp__r_attn(r, s->layer, &w->at, t, a, err); break;
+        case HP__OP_MLP: st = hp__r_mlp(r, &w->mlp, t, a, err); break;
         case HP__OP_MOE: st = moe_apply(r, &w->moe, t, a, max_rows, err); break;
         case HP__OP_RESIDUAL:
-            st = residual(r, s, h, a, err);
+            st = hp__r_residual(r, s, h, a, err);
             if (st == HP_OK && s->ends_layer) {
                 char key[64];
                 snprintf(key, sizeof key, "model.layers.%lld", (long long)s->layer);
@@ -1181,6 +1086,7 @@ void hp_runner_free(hp_runner *r)
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
     for (int i = 0; i < 4; i++) free(r->sc.buf[i]);
     free(r->sc.kept);
+    hp__train_free(r->train);
     hp__prog_free(&r->g); /* last: the layers and kept activations above are counted by its L */
     free(r);
 }

@@ -40,6 +40,44 @@ static hp_status copy_rec(const hp_st_file *f, const hp_st_tensor *t, const int6
     return HP_OK;
 }
 
+/* The segments of each dim that t's rank holds (at most two: a packed S(0)x2 cut), in dim order. */
+static void segments_of(const hp_shard_tensor *t, seg segs[][2], int *nseg)
+{
+    for (int d = 0; d < t->n_dims; d++) {
+        nseg[d] = 0;
+        for (int k = 0; k < t->n_slices; k++)
+            if (t->slices[k].dim == d && nseg[d] < 2) segs[d][nseg[d]++] = (seg){t->slices[k].offset, t->slices[k].length};
+        if (!nseg[d]) segs[d][nseg[d]++] = (seg){0, t->global_shape[d]};
+    }
+}
+
+static void place_rec(const hp_shard_tensor *t, int d, seg segs[][2], const int *nseg, int64_t base,
+                      const float **src, float *dst)
+{
+    const int64_t *g = t->global_shape;
+    for (int k = 0; k < nseg[d]; k++) {
+        if (d == t->n_dims - 1) {
+            memcpy(dst + base + segs[d][k].off, *src, (size_t)segs[d][k].len * sizeof *dst);
+            *src += segs[d][k].len;
+            continue;
+        }
+        for (int64_t i = 0; i < segs[d][k].len; i++)
+            place_rec(t, d + 1, segs, nseg, (base + segs[d][k].off + i) * g[d + 1], src, dst);
+    }
+}
+
+void hp__w_place(const hp_shard_tensor *t, const float *local, float *whole)
+{
+    if (t->n_dims == 0) {
+        whole[0] = local[0];
+        return;
+    }
+    seg segs[HP_MAX_DIMS][2];
+    int nseg[HP_MAX_DIMS];
+    segments_of(t, segs, nseg);
+    place_rec(t, 0, segs, nseg, 0, &local, whole);
+}
+
 static int find_tensor(const hp_shard_layout *l, const char *name)
 {
     for (size_t i = 0; i < l->n_tensors; i++)
@@ -57,6 +95,13 @@ static bool same_cut(const hp_shard_tensor *a, const hp_shard_tensor *b)
             a->slices[i].length != b->slices[i].length)
             return false;
     return true;
+}
+
+hp_status hp__w_cut(const hp__wsrc *s, const char *name, int64_t rank, hp_shard_tensor *t, hp_err *err)
+{
+    int i = find_tensor(s->layout, name);
+    if (i < 0) return hp_err_set(err, HP_ERR_INPUT, "the plan's cut has no tensor '%s'", name);
+    return hp_shard_rank_tensor(s->layout, rank, (size_t)i, t, err);
 }
 
 hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf16, hp__w *out, hp_err *err)
@@ -115,13 +160,7 @@ hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf1
     } else {
         seg segs[HP_MAX_DIMS][2];
         int nseg[HP_MAX_DIMS];
-        for (int d = 0; d < t.n_dims; d++) {
-            nseg[d] = 0;
-            for (int k = 0; k < t.n_slices; k++)
-                if (t.slices[k].dim == d && nseg[d] < 2)
-                    segs[d][nseg[d]++] = (seg){t.slices[k].offset, t.slices[k].length};
-            if (!nseg[d]) segs[d][nseg[d]++] = (seg){0, t.global_shape[d]};
-        }
+        segments_of(&t, segs, nseg);
         uint8_t *at = raw;
         if (t.n_dims == 0) st = hp_st_read(src_file, src_t, 0, raw, es, err);
         else st = copy_rec(src_file, src_t, t.global_shape, t.n_dims, 0, segs, nseg, 0, es, &at, err);

@@ -33,5 +33,9 @@ typedef struct hp__w {
  * keep_bf16: a BF16 tensor stays BF16 (else widened to f32, as every non-F32 dtype is). */
 hp_status hp__w_load(hp__wsrc *s, const char *name, bool required, bool keep_bf16, hp__w *out, hp_err *err);
 void hp__w_free(hp__w *w);
+/* Rank `rank`'s cut of parameter `name` (its slices of the global shape). */
+hp_status hp__w_cut(const hp__wsrc *s, const char *name, int64_t rank, hp_shard_tensor *t, hp_err *err);
+/* Writes a rank's local block (f32, as hp__w_load lays it out) into the whole tensor at its cut t. */
+void hp__w_place(const hp_shard_tensor *t, const float *local, float *whole);
 
 #endif

@@ -1,0 +1,137 @@
+/*
+ * runner_int.h — internal to src/run: the runner's state (runner.c) and the steps it executes, shared with the
+ * training step (train.c), which recomputes a layer's forward through the same functions before its backward.
+ */
+#ifndef HP_RUN_RUNNER_INT_H
+#define HP_RUN_RUNNER_INT_H
+
+#include "exec/prog.h"
+#include "run/finite.h"
+#include "run/run_int.h"
+#include "run/weights.h"
+
+struct hp__train; /* the training state (train.c), NULL when the runner only runs forwards */
+
+typedef struct attn_w {
+    const hp__step *s;
+    hp__w wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, sinks;
+    hp_linear *q, *k, *v, *o;
+    /* MLA (DeepSeek-V3): q = q_b(q_a_norm(q_a(x))) or q_proj(x) in wq/q; kv_a -> latent | k_rot; kv_b -> k_nope | v */
+    bool mla;
+    hp__w wqa, qan, wkva, kvan, wkvb;
+    hp_linear *qa, *kva, *kvb;
+    int64_t nope, rope, vd, ql, kvl;
+    int64_t nh, nkv; /* local heads */
+    bool split;      /* tp shards the heads */
+    bool bo_deferred;
+} attn_w;
+
+typedef struct mlp_w {
+    const hp__step *s;
+    hp__w wg, wu, wgu, wd, bg, bu, bgu, bd;
+    hp_linear *gate, *up, *gate_up, *down;
+    int64_t I; /* local width */
+    bool split;
+    bool bd_deferred;
+} mlp_w;
+
+typedef struct norm_w {
+    const hp__step *s;
+    hp__w w;
+} norm_w;
+
+/* A sparse (MoE) block: its EP compute runs the existing EP runtime on the rank's local rows (issue 13). */
+typedef struct moe_w {
+    const hp__step *s;
+    hp_moe_layer *l;
+    hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
+    int64_t max_tokens;
+    double cf;          /* the boundary's capacity factor (0: off) */
+    bool overlap;       /* hide the shared expert behind the exchange */
+    hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
+    bool tp_cut;        /* experts (and the shared expert) cut over tp: the output is a partial sum (P) */
+} moe_w;
+
+typedef struct layer_w {
+    norm_w in, post;
+    attn_w at;
+    bool sparse;
+    mlp_w mlp;
+    moe_w moe;
+} layer_w;
+
+/* The rank's weights: where they come from and what the steps compute with. */
+typedef struct runner_weights {
+    hp_linalg *la;
+    hp_shard_layout *layout;
+    hp_shard_rank_file *rf;
+    hp__wsrc ws;
+    hp__w embed;
+    layer_w *layers;
+    norm_w fnorm;
+    hp__w head_w; /* unused when tied (the embedding's slice is the head) */
+    hp_linear *head;
+    hp__wreg wreg; /* the rank's weights with their names (a non-finite activation's cause) */
+} runner_weights;
+
+/* The forward's buffers, kept across forwards (warm pages); each counted in x.mem. */
+typedef struct runner_scratch {
+    float *rope_cos, *rope_sin; /* the last rotary table and its positions */
+    size_t rope_bytes;          /* of each table */
+    int64_t rope_pos0, rope_n;
+    hp__act *kept;              /* keep_activations: [L + 1] layer inputs of the last forward */
+    hp__act h, t, a, k, v;      /* the residual stream, a module's input and output, K and V */
+    float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
+    size_t buf_cap[HP__NBUF];
+} runner_scratch;
+
+/* What a forward reports: its statistics, validate's trace and the non-finite watch. */
+typedef struct runner_trace {
+    hp_run_stats stats;
+    char exit_coll[96];  /* the last boundary's exit collective, for validate's table */
+    hp__nf nf;           /* the first non-finite boundary output of the forward in progress */
+    const char *perturb; /* hp_run_opts.test_perturb_boundary: that boundary's output is nudged (validate's test) */
+    char desc[160];
+} runner_trace;
+
+struct hp_runner {
+    const hp_model *m;
+    const hp_plan *p;
+    hp_run_opts o;
+    hp__prog g;         /* the program this runner executes (exec/prog.h) */
+    hp__ctx x;          /* communication: the axis groups, the collectives' buffers and counters */
+    hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
+    int64_t ep, ep_index;
+    runner_weights w;
+    runner_scratch sc;
+    runner_trace tr;
+    struct hp__train *train;
+};
+
+/* ---- the steps (runner.c) ---- */
+
+/* The activation arrives as the program says; the entry moves it to the layout the computation runs on. */
+hp_status hp__r_enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err);
+/* The computation's output, as the program says, moved to the layout it leaves in. */
+hp_status hp__r_leave(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err);
+hp_status hp__r_act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err *err);
+/* Runner buffer i of at least n floats (contents undefined), kept across calls. */
+float *hp__r_buf(hp_runner *r, int i, int64_t n, hp_err *err);
+hp_status hp__r_linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err);
+/* The rotary tables of positions [pos0, pos0 + n) in r->sc.rope_cos / rope_sin. */
+hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err);
+/* The modules: in is the step's input as it arrives; t (attention, MLP) is moved to the step's run layout in
+ * place; after the call the runner's buffers hold the step's intermediates (attention: q after rope in buf 0,
+ * its output in buf 1, K and V in sc.k / sc.v; MLP: gate|up in buf 2, the hidden in buf 3). */
+hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err);
+hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
+hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);
+hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
+
+/* ---- training (train.c) ---- */
+
+/* The loss's per-row max and Σexp over the whole vocabulary (after its all-reduces), kept for the backward. */
+hp_status hp__train_keep_loss(struct hp__train *t, const float *mx, const double *se, int64_t rows, hp_err *err);
+void hp__train_free(struct hp__train *t);
+
+#endif

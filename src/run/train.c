@@ -1,0 +1,604 @@
+/*
+ * train.c — the training step (docs/train.md): the backward of the program's steps in reverse, every
+ * parameter's gradient summed over the ranks that saw other rows of it, and AdamW on each rank's slices.
+ *
+ * Gradients carry layouts like activations. The gradient of an activation laid out L is held in L with every
+ * P read as R (the gradient of a partial sum is the whole sum's, on every rank); a computation's backward may
+ * give its input's gradient as a partial sum (P on tp when tp cuts the module's heads or width; P on cp for
+ * K and V, which every cp rank's queries read). Each forward transition F -> T then has one dual: the gradient
+ * moves from T's gradient layout to F's by the same lowering table (S(d)->R all-gather becomes a slice or,
+ * from a partial sum, a reduce-scatter; P->R all-reduce becomes the identity; P->S(d) reduce-scatter becomes an
+ * all-gather; R->S(d) a slice becomes an all-gather). Nothing is decided per module.
+ *
+ * Memory: each layer's input is kept by the forward (keep_activations); its backward recomputes the layer's
+ * forward from it through the runner's own steps (so the intermediates are the forward's, bit for bit) and
+ * then walks the layer's steps in reverse.
+ */
+#include "run/backward.h"
+#include "run/modules.h"
+#include "run/runner_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One trainable parameter slice of the rank: its gradient and AdamW's moments, and the mesh axes whose ranks
+ * computed its gradient from other rows (it is summed over each of them once). */
+typedef struct tparam {
+    hp__w *w;
+    char name[200];
+    float *g, *m, *v;
+    bool sum_dp, sum_cp, sum_tp;
+} tparam;
+
+typedef struct hp__train {
+    tparam *p;
+    int n, cap;
+    int64_t step; /* AdamW steps taken */
+    float *mx;    /* the loss's per-row max and Σexp (hp__train_keep_loss) */
+    double *se;
+    int64_t rows, rows_cap;
+    hp__act dh, dt, da, x, ta, h1, dk, dv; /* gradients and recomputed inputs */
+    float *f[4];                           /* scratch blocks */
+    size_t fcap[4];
+    bool grads; /* the gradients of a step are in p[].g */
+} hp__train;
+
+void hp_train_opts_default(hp_train_opts *o)
+{
+    *o = (hp_train_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2};
+}
+
+hp_status hp__train_keep_loss(hp__train *t, const float *mx, const double *se, int64_t rows, hp_err *err)
+{
+    if (rows + 1 > t->rows_cap) {
+        float *a = realloc(t->mx, (size_t)(rows + 1) * sizeof *a);
+        if (a) t->mx = a;
+        double *b = a ? realloc(t->se, (size_t)(rows + 1) * sizeof *b) : NULL;
+        if (!a || !b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss's statistics");
+        t->se = b;
+        t->rows_cap = rows + 1;
+    }
+    memcpy(t->mx, mx, (size_t)rows * sizeof *mx);
+    memcpy(t->se, se, (size_t)rows * sizeof *se);
+    t->rows = rows;
+    return HP_OK;
+}
+
+void hp__train_free(hp__train *t)
+{
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) free(t->p[i].g), free(t->p[i].m), free(t->p[i].v);
+    free(t->p);
+    free(t->mx);
+    free(t->se);
+    hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->ta, &t->h1, &t->dk, &t->dv};
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
+    for (int i = 0; i < 4; i++) free(t->f[i]);
+    free(t);
+}
+
+/* Scratch block i of at least n floats, kept across steps. */
+static float *fbuf(hp__train *t, int i, int64_t n, hp_err *err)
+{
+    size_t want = (size_t)(n > 0 ? n : 1);
+    if (want > t->fcap[i]) {
+        float *p = realloc(t->f[i], want * sizeof *p);
+        if (!p) {
+            hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats of the backward", want);
+            return NULL;
+        }
+        t->f[i] = p;
+        t->fcap[i] = want;
+    }
+    return t->f[i];
+}
+
+/* ---- the parameters ---- */
+
+static bool rows_split(hp_placement p)
+{
+    return p.kind == HP_PL_S && (p.dim == 0 || p.dim == 1);
+}
+
+/* Registers w (when present) as a parameter of step s. tp_partial: tp cuts the module but not w, so each tp
+ * rank's gradient of w comes from its own heads (q/k norms). */
+static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *rel, const hp__step *s,
+                           bool tp_partial, hp_err *err)
+{
+    hp__train *t = r->train;
+    if (!w->present) return HP_OK;
+    if (w->dt != HP_DT_F32)
+        return hp_err_set(err, HP_ERR_INPUT, "%s.%s is %s: the training step reads f32 weights in this version "
+                          "(bf16 checkpoints with f32 master weights come later; convert the checkpoint to f32)",
+                          fqn, rel, hp_dtype_name(w->dt));
+    if (t->n == t->cap) {
+        int nc = t->cap ? 2 * t->cap : 64;
+        tparam *np = realloc(t->p, (size_t)nc * sizeof *np);
+        if (!np) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        t->p = np;
+        t->cap = nc;
+    }
+    tparam *q = &t->p[t->n];
+    memset(q, 0, sizeof *q);
+    q->w = w;
+    snprintf(q->name, sizeof q->name, "%s.%s", fqn, rel);
+    q->g = hp_calloc((size_t)w->n + 1, sizeof *q->g);
+    q->m = hp_calloc((size_t)w->n + 1, sizeof *q->m);
+    q->v = hp_calloc((size_t)w->n + 1, sizeof *q->v);
+    if (!q->g || !q->m || !q->v) {
+        free(q->g), free(q->m), free(q->v);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gradient of %s", q->name);
+    }
+    t->n++;
+    hp_placement tpl = w->pl.ax[HP_AXIS_TP];
+    bool cut = r->x.pos.n[HP__TP] > 1 && (tpl.kind == HP_PL_S || tpl.kind == HP_PL_S2);
+    q->sum_dp = r->x.dp > 1;
+    q->sum_cp = r->x.pos.n[HP__CP] > 1 && rows_split(s->run.ax[HP__CP]);
+    q->sum_tp = r->x.pos.n[HP__TP] > 1 && !cut && (rows_split(s->run.ax[HP__TP]) || tp_partial);
+    return HP_OK;
+}
+
+static float *grad_of(const hp_runner *r, const hp__w *w)
+{
+    for (int i = 0; i < r->train->n; i++)
+        if (r->train->p[i].w == w) return r->train->p[i].g;
+    return NULL;
+}
+
+/* The training state of r: its parameters in the program's order. What the backward cannot run yet is refused
+ * here, before any step, on every rank alike. */
+static hp_status train_init(hp_runner *r, hp_err *err)
+{
+    if (r->train) return HP_OK;
+    if (!r->sc.kept)
+        return hp_err_set(err, HP_ERR_INPUT, "the runner keeps no activations: create it with keep_activations "
+                          "to train");
+    if (!(r->train = hp_calloc(1, sizeof *r->train))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    const hp__prog *g = &r->g;
+    hp_status st = HP_OK;
+    for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
+        const hp__step *s = &g->steps[i];
+        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
+        const char *f = s->c.fqn;
+        switch (s->op) {
+        case HP__OP_EMBED: st = add_param(r, &r->w.embed, f, "weight", s, false, err); break;
+        case HP__OP_NORM: {
+            norm_w *n = !w ? &r->w.fnorm : s->keep ? &w->in : &w->post;
+            st = add_param(r, &n->w, f, "weight", s, false, err);
+            break;
+        }
+        case HP__OP_ATTN: {
+            attn_w *a = &w->at;
+            hp__w *v[] = {&a->wq, &a->bq, &a->wk, &a->bk, &a->wv, &a->bv, &a->wo, &a->bo, &a->qn, &a->kn, &a->sinks};
+            const char *rel[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
+                                 "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight",
+                                 "sinks"};
+            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
+                st = add_param(r, v[k], f, rel[k], s, s->split && (v[k] == &a->qn || v[k] == &a->kn), err);
+            break;
+        }
+        case HP__OP_MLP: {
+            mlp_w *m = &w->mlp;
+            hp__w *v[] = {&m->wgu, &m->bgu, &m->wg, &m->bg, &m->wu, &m->bu, &m->wd, &m->bd};
+            const char *rel[] = {"gate_up_proj.weight", "gate_up_proj.bias", "gate_proj.weight", "gate_proj.bias",
+                                 "up_proj.weight", "up_proj.bias", "down_proj.weight", "down_proj.bias"};
+            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
+                st = add_param(r, v[k], f, rel[k], s, false, err);
+            break;
+        }
+        case HP__OP_MLA:
+        case HP__OP_MOE:
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: the training step has no backward for %s blocks yet (the dense "
+                            "families llama, mistral, qwen2 and qwen3 train; docs/train.md)", f,
+                            s->op == HP__OP_MLA ? "MLA attention" : "MoE");
+            break;
+        case HP__OP_HEAD:
+            if (!g->tied) st = add_param(r, &r->w.head_w, f, "weight", s, false, err);
+            break;
+        default: break;
+        }
+    }
+    if (st != HP_OK) {
+        hp__train_free(r->train);
+        r->train = NULL;
+    }
+    return st;
+}
+
+/* ---- gradients and their layouts ---- */
+
+/* The layout a gradient of an activation laid out l is held in: P read as R. */
+static hp__lay glay(hp__lay l)
+{
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (l.ax[ax].kind == HP_PL_P) l.ax[ax] = hp_pl_r();
+    return l;
+}
+
+/* The dual of a forward transition into `to`: the gradient g, held as `from` (P: a partial sum), moved to the
+ * gradient layout of the forward's source `to` by the lowering table. */
+static hp_status dual(hp_runner *r, hp__act *g, hp__lay from, const hp__lay *to, const char *what, hp_err *err)
+{
+    g->lay = from; /* P and R hold the same block: only the meaning changes */
+    hp__act_shape(&r->x, g);
+    hp__lay want = glay(*to);
+    const char *coll;
+    return hp__redistribute(&r->x, g, &want, what, &coll, err);
+}
+
+/* An activation like a (global dims, layout), contents undefined. */
+static hp_status like(hp_runner *r, hp__act *dst, const hp__act *a, int64_t X, hp__lay lay, hp_err *err)
+{
+    return hp__act_alloc(&r->x, dst, a->g[0], a->g[1], X, lay, err);
+}
+
+static void add_into(hp__act *dst, const hp__act *src)
+{
+    int64_t n = hp__act_count(dst);
+    for (int64_t i = 0; i < n; i++) dst->d[i] += src->d[i];
+}
+
+/* dx = dy·W and dW += dyᵀ·x, db += Σ dy, with dx added into acc (the sum over several projections of x). */
+static hp_status lin_bwd_add(hp__train *t, int64_t rows, int64_t N, int64_t K, const float *dy, int64_t ldy,
+                             const hp__w *W, float *gW, const hp__w *b, float *gb, const float *x, float *acc,
+                             bool first, hp_err *err)
+{
+    float *dx = first ? acc : fbuf(t, 3, rows * K, err);
+    if (!dx) return HP_ERR_NOMEM;
+    hp__linear_backward(rows, N, K, dy, ldy, W->d, x, K, dx, K, gW, b && b->present ? gb : NULL);
+    if (!first)
+        for (int64_t i = 0; i < rows * K; i++) acc[i] += dx[i];
+    return HP_OK;
+}
+
+/* The normed input of a norm step: h moved to the layout the norm ran on (its entry, recomputed). */
+static hp_status norm_input(hp_runner *r, const hp__step *s, const hp__act *h, hp__act *x, hp_err *err)
+{
+    hp_status st = hp__r_act_copy(r, x, h, err);
+    return st == HP_OK ? hp__r_enter(r, s, x, err) : st;
+}
+
+/* A norm step's backward: dy (the gradient of its output, held as s->leave's gradient layout) becomes the
+ * gradient of its input in the stream's layout, added into dh (add) or written there. */
+static hp_status norm_bwd(hp_runner *r, const hp__step *s, norm_w *n, const hp__act *h, hp__act *dy, hp__act *dh,
+                          bool add, hp_err *err)
+{
+    hp__train *t = r->train;
+    char what[200];
+    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
+    hp_status st = dual(r, dy, glay(s->leave), &s->out, what, err);
+    if (st == HP_OK) st = norm_input(r, s, h, &t->x, err);
+    if (st != HP_OK) return st;
+    int64_t rows = t->x.n[0] * t->x.n[1], H = r->g.cfg.H;
+    hp__rmsnorm_backward(t->x.d, rows, H, n->w.d, r->g.cfg.eps, dy->d, dy->d, grad_of(r, &n->w));
+    snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
+    if ((st = dual(r, dy, s->run, &s->in, what, err)) != HP_OK) return st;
+    if (add) add_into(dh, dy);
+    else st = hp__r_act_copy(r, dh, dy, err);
+    return st;
+}
+
+/* Attention's backward (GQA): da the gradient of its output (G(out)), ta its input on the run layout; the
+ * forward's q (after rope), output, K and V are in the runner's buffers (recomputed). dt receives the input's
+ * gradient: a partial sum over tp when tp cuts the heads. */
+static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__act *ta, const hp__act *da,
+                          hp__act *dt, hp_err *err)
+{
+    hp__train *t = r->train;
+    const hp__rcfg *c = &r->g.cfg;
+    int64_t Bl = ta->n[0], sq = ta->n[1], rows = Bl * sq, H = c->H, hd = c->hd, nh = a->nh, nkv = a->nkv;
+    const float *q = r->sc.buf[0], *o = r->sc.buf[1];
+    hp__act *K = &r->sc.k, *V = &r->sc.v;
+    float *d_o = fbuf(t, 0, rows * nh * hd, err), *dq = d_o ? fbuf(t, 1, rows * nh * hd, err) : NULL;
+    if (!dq) return HP_ERR_NOMEM;
+    /* o_proj */
+    hp__linear_backward(rows, H, nh * hd, da->d, H, a->wo.d, o, nh * hd, d_o, nh * hd, grad_of(r, &a->wo),
+                        a->bo.present ? grad_of(r, &a->bo) : NULL);
+    /* the attention itself: dK, dV of every key this rank's queries saw (a partial sum over cp) */
+    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
+    if (st != HP_OK) return st;
+    hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = K->d,
+                        .v = V->d, .q_pos0 = ta->lo[1], .k_pos0 = K->lo[1], .window = c->window[s->layer],
+                        .out = NULL, .sinks = a->sinks.present ? a->sinks.d : NULL};
+    if ((st = hp__attention_backward(&aa, d_o, dq, t->dk.d, t->dv.d, a->sinks.present ? grad_of(r, &a->sinks) : NULL,
+                                     err)) != HP_OK)
+        return st;
+    /* CP: the all-gather of K and V before attention has its reduce-scatter here */
+    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
+    if (kl.ax[HP__CP].kind == HP_PL_S) {
+        char what[200];
+        snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
+        hp__lay part = {{hp_pl_r(), hp_pl_p()}};
+        if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
+        if ((st = dual(r, &t->dv, part, &kl, what, err)) != HP_OK) return st;
+    }
+    /* rope (the tables of these positions are the forward's, rebuilt by its recompute) */
+    if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
+    for (int64_t b = 0; b < Bl; b++) {
+        hp__rope_backward(dq + b * sq * nh * hd, sq, nh, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
+        hp__rope_backward(t->dk.d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
+    }
+    /* q/k norms: their inputs are the projections, recomputed */
+    if (a->qn.present || a->kn.present) {
+        float *pre = fbuf(t, 2, rows * nh * hd, err);
+        if (!pre) return HP_ERR_NOMEM;
+        if (a->qn.present) {
+            if ((st = hp_linear_forward(a->q, 0, rows, ta->d, H, pre, nh * hd, false, err)) != HP_OK) return st;
+            hp__rmsnorm_backward(pre, rows * nh, hd, a->qn.d, c->eps, dq, dq, grad_of(r, &a->qn));
+        }
+        if (a->kn.present) {
+            if ((st = hp_linear_forward(a->k, 0, rows, ta->d, H, pre, nkv * hd, false, err)) != HP_OK) return st;
+            hp__rmsnorm_backward(pre, rows * nkv, hd, a->kn.d, c->eps, t->dk.d, t->dk.d, grad_of(r, &a->kn));
+        }
+    }
+    /* the projections: dt = dq·Wq + dk·Wk + dv·Wv */
+    if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
+        return st;
+    st = lin_bwd_add(t, rows, nh * hd, H, dq, nh * hd, &a->wq, grad_of(r, &a->wq), &a->bq, grad_of(r, &a->bq), ta->d,
+                     dt->d, true, err);
+    if (st == HP_OK)
+        st = lin_bwd_add(t, rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, grad_of(r, &a->wk), &a->bk,
+                         grad_of(r, &a->bk), ta->d, dt->d, false, err);
+    if (st == HP_OK)
+        st = lin_bwd_add(t, rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, grad_of(r, &a->wv), &a->bv,
+                         grad_of(r, &a->bv), ta->d, dt->d, false, err);
+    return st;
+}
+
+/* The MLP's backward: tm its input on the run layout (the runner's t after the recompute), gate|up in buffer 2
+ * and the hidden in buffer 3; dt receives the input's gradient (a partial sum over tp when tp cuts the width). */
+static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__act *tm, const hp__act *da,
+                         hp__act *dt, hp_err *err)
+{
+    hp__train *t = r->train;
+    int64_t rows = tm->n[0] * tm->n[1], H = r->g.cfg.H, I = m->I;
+    const float *gu = r->sc.buf[2], *hid = r->sc.buf[3];
+    float *dhid = fbuf(t, 0, rows * I, err), *dgu = dhid ? fbuf(t, 1, rows * 2 * I, err) : NULL;
+    if (!dgu) return HP_ERR_NOMEM;
+    hp__linear_backward(rows, H, I, da->d, H, m->wd.d, hid, I, dhid, I, grad_of(r, &m->wd),
+                        m->bd.present ? grad_of(r, &m->bd) : NULL);
+    hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
+    hp_status st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
+    if (st != HP_OK) return st;
+    if (s->fused)
+        return lin_bwd_add(t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, grad_of(r, &m->wgu), &m->bgu, grad_of(r, &m->bgu),
+                           tm->d, dt->d, true, err);
+    st = lin_bwd_add(t, rows, I, H, dgu, 2 * I, &m->wg, grad_of(r, &m->wg), &m->bg, grad_of(r, &m->bg), tm->d, dt->d,
+                     true, err);
+    if (st == HP_OK)
+        st = lin_bwd_add(t, rows, I, H, dgu + I, 2 * I, &m->wu, grad_of(r, &m->wu), &m->bu, grad_of(r, &m->bu), tm->d,
+                         dt->d, false, err);
+    return st;
+}
+
+/* A module step's backward between its boundaries: the gradient of the stream dh (G(stream)) through the
+ * residual's and the exit's duals to the output, the module's backward, and its entry's dual. */
+static hp_status module_bwd(hp_runner *r, const hp__step *s, layer_w *w, const hp__act *tin, hp_err *err)
+{
+    hp__train *t = r->train;
+    char what[200];
+    snprintf(what, sizeof what, "the residual add after %s (backward)", s->c.fqn);
+    hp_status st = hp__r_act_copy(r, &t->da, &t->dh, err);
+    if (st == HP_OK) st = dual(r, &t->da, r->g.stream, &s->leave, what, err);
+    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
+    if (st == HP_OK) st = dual(r, &t->da, glay(s->leave), &s->out, what, err);
+    if (st != HP_OK) return st;
+    st = s->op == HP__OP_MLP ? mlp_bwd(r, s, &w->mlp, tin, &t->da, &t->dt, err)
+                             : attn_bwd(r, s, &w->at, tin, &t->da, &t->dt, err);
+    snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
+    return st == HP_OK ? dual(r, &t->dt, t->dt.lay, &s->in, what, err) : st;
+}
+
+/* Layer l's backward: its forward recomputed from the kept input, then its steps in reverse; t->dh holds the
+ * gradient of its output on entry and of its input on return. */
+static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
+{
+    hp__train *t = r->train;
+    int64_t l = ls[0].layer;
+    layer_w *w = &r->w.layers[l];
+    const hp__act *h0 = &r->sc.kept[l];
+    hp__act *tt = &r->sc.t, *a = &r->sc.a;
+    /* recompute */
+    hp_status st = hp__r_norm(r, &w->in, h0, tt, err);
+    if (st == HP_OK) st = hp__r_attn(r, l, &w->at, tt, a, err);
+    if (st == HP_OK) st = hp__r_act_copy(r, &t->ta, tt, err);
+    if (st == HP_OK) st = hp__r_act_copy(r, &t->h1, h0, err);
+    if (st == HP_OK) st = hp__r_residual(r, &ls[2], &t->h1, a, err);
+    if (st == HP_OK) st = hp__r_norm(r, &w->post, &t->h1, tt, err);
+    if (st == HP_OK) st = hp__r_mlp(r, &w->mlp, tt, a, err);
+    /* the feed-forward half, then the attention half */
+    if (st == HP_OK) st = module_bwd(r, &ls[4], w, tt, err);
+    if (st == HP_OK) st = norm_bwd(r, &ls[3], &w->post, &t->h1, &t->dt, &t->dh, true, err);
+    if (st == HP_OK) st = module_bwd(r, &ls[1], w, &t->ta, err);
+    if (st == HP_OK) st = norm_bwd(r, &ls[0], &w->in, h0, &t->dt, &t->dh, true, err);
+    return st;
+}
+
+/* The loss and the head: dz = (softmax − onehot) / scored positions on the logits' block, through the head's
+ * exit, its linear and its entry; then the final norm. t->dh receives the gradient of the stream. */
+static hp_status head_bwd(hp_runner *r, const hp__step *fn, const hp__step *hs, const int64_t *ids, int64_t S,
+                          hp_err *err)
+{
+    hp__train *t = r->train;
+    const hp__act *z = &r->sc.a, *th = &r->sc.t;
+    int64_t rows = z->n[0] * z->n[1], vn = z->n[2], vlo = z->lo[2], H = r->g.cfg.H;
+    int64_t dp_lo = r->x.dp_rows[r->x.dp_r], scored = r->x.B_all * (S - 1);
+    if (rows != t->rows)
+        return hp_err_set(err, HP_ERR_INPUT, "internal error: the loss kept %lld rows where the logits hold %lld",
+                          (long long)t->rows, (long long)rows);
+    int64_t *lab = hp_calloc((size_t)rows + 1, sizeof *lab);
+    if (!lab) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t b = i / z->n[1], p = z->lo[1] + i % z->n[1];
+        lab[i] = p + 1 < S ? ids[(dp_lo + z->lo[0] + b) * S + p + 1] : -1;
+    }
+    hp_status st = hp__act_alloc(&r->x, &t->da, z->g[0], z->g[1], z->g[2], z->lay, err);
+    if (st == HP_OK)
+        hp__xent_backward(z->d, vn, rows, vn, vlo, t->mx, t->se, lab, scored > 0 ? 1.0 / (double)scored : 0.0,
+                          t->da.d, vn);
+    free(lab);
+    char what[200];
+    snprintf(what, sizeof what, "%s (backward of its exit)", hs->c.fqn);
+    if (st == HP_OK) st = dual(r, &t->da, glay(hs->leave), &hs->out, what, err);
+    if (st != HP_OK) return st;
+    hp__w *W = r->g.tied ? &r->w.embed : &r->w.head_w;
+    if ((st = like(r, &t->dt, th, H, (hp__lay){{hs->split ? hp_pl_p() : hp_pl_r(), th->lay.ax[HP__CP]}}, err)) !=
+        HP_OK)
+        return st;
+    int64_t vl = t->da.n[2]; /* the rank's vocabulary block, as the head computed it */
+    hp__linear_backward(rows, vl, H, t->da.d, vl, W->d, th->d, H, t->dt.d, H, grad_of(r, W), NULL);
+    snprintf(what, sizeof what, "%s (backward of its entry)", hs->c.fqn);
+    if ((st = dual(r, &t->dt, t->dt.lay, &hs->in, what, err)) != HP_OK) return st;
+    return norm_bwd(r, fn, &r->w.fnorm, &r->sc.kept[r->g.cfg.L], &t->dt, &t->dh, false, err);
+}
+
+/* The embedding: the stream's gradient through its exit's dual, added into the rank's vocabulary rows. */
+static hp_status embed_bwd(hp_runner *r, const hp__step *s, const int64_t *ids, int64_t S, hp_err *err)
+{
+    hp__train *t = r->train;
+    char what[200];
+    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
+    hp_status st = dual(r, &t->dh, r->g.stream, &s->out, what, err);
+    if (st != HP_OK) return st;
+    const hp__act *d = &t->dh;
+    int64_t n = d->n[0] * d->n[1], dp_lo = r->x.dp_rows[r->x.dp_r];
+    int64_t *id = hp_calloc((size_t)n + 1, sizeof *id);
+    if (!id) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        int64_t b = i / d->n[1], p = d->lo[1] + i % d->n[1];
+        id[i] = p < S ? ids[(dp_lo + d->lo[0] + b) * S + p] : -1; /* a padded position (CP) reads no row */
+    }
+    const hp__w *E = &r->w.embed;
+    hp__embedding_backward(id, n, d->d, r->g.cfg.H, E->lo[0], E->shape[0], grad_of(r, E));
+    free(id);
+    return HP_OK;
+}
+
+/* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis. */
+static hp_status reduce_grads(hp_runner *r, hp_err *err)
+{
+    hp__train *t = r->train;
+    hp_status st = HP_OK;
+    for (int i = 0; i < t->n && st == HP_OK; i++) {
+        tparam *q = &t->p[i];
+        size_t n = (size_t)q->w->n;
+        if (q->sum_tp) st = hp__allreduce(&r->x, r->x.axc[HP__TP], q->g, n, err);
+        if (st == HP_OK && q->sum_cp) st = hp__allreduce(&r->x, r->x.axc[HP__CP], q->g, n, err);
+        if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
+    }
+    return st;
+}
+
+/* The linears read their weights (and copy their biases) when made: after an update they are made again. */
+static hp_status relink(hp_runner *r, hp_err *err)
+{
+    hp_status st = HP_OK;
+    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++) {
+        layer_w *w = &r->w.layers[l];
+        if (!w->sparse) {
+            mlp_w *m = &w->mlp;
+            hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
+            m->gate = m->up = m->gate_up = m->down = NULL;
+            if (m->wgu.present) st = hp__r_linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
+            else {
+                st = hp__r_linear(r, &m->wg, &m->bg, &m->gate, err);
+                if (st == HP_OK) st = hp__r_linear(r, &m->wu, &m->bu, &m->up, err);
+            }
+            if (st == HP_OK) st = hp__r_linear(r, &m->wd, NULL, &m->down, err);
+        }
+        attn_w *a = &w->at;
+        if (st != HP_OK || a->mla) continue;
+        hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
+        a->q = a->k = a->v = a->o = NULL;
+        st = hp__r_linear(r, &a->wq, &a->bq, &a->q, err);
+        if (st == HP_OK) st = hp__r_linear(r, &a->wk, &a->bk, &a->k, err);
+        if (st == HP_OK) st = hp__r_linear(r, &a->wv, &a->bv, &a->v, err);
+        if (st == HP_OK) st = hp__r_linear(r, &a->wo, NULL, &a->o, err);
+    }
+    if (st == HP_OK) {
+        hp_linear_free(r->w.head);
+        r->w.head = NULL;
+        hp__w hw = r->g.tied ? r->w.embed : r->w.head_w;
+        st = hp__r_linear(r, &hw, NULL, &r->w.head, err);
+    }
+    return st;
+}
+
+hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
+                               double *loss, hp_err *err)
+{
+    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    if (st != HP_OK) return st;
+    hp__train *t = r->train;
+    t->grads = false;
+    for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].w->n * sizeof *t->p[i].g);
+    hp_run_output out;
+    if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
+    *loss = out.loss;
+    hp_run_output_free(&out);
+    const hp__prog *g = &r->g;
+    const hp__step *steps = g->steps;
+    size_t n = g->n_steps; /* ... final norm, head, loss */
+    st = head_bwd(r, &steps[n - 3], &steps[n - 2], ids, S, err);
+    for (int64_t l = g->cfg.L - 1; st == HP_OK && l >= 0; l--) st = layer_bwd(r, &steps[1 + 6 * l], err);
+    if (st == HP_OK) st = embed_bwd(r, &steps[0], ids, S, err);
+    if (st == HP_OK) st = reduce_grads(r, err);
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st != HP_OK) return st;
+    t->grads = true;
+    if (!opts) return HP_OK;
+    t->step++;
+    hp__adamw ao = {.lr = opts->lr, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
+                    .weight_decay = opts->weight_decay};
+    for (int i = 0; i < t->n; i++) hp__adamw_step(t->p[i].w->d, t->p[i].g, t->p[i].m, t->p[i].v, t->p[i].w->n, &ao,
+                                                  t->step);
+    return hp_comm_agree(r->x.world, relink(r, err), err);
+}
+
+/* ---- the parameters, whole, on rank 0 ---- */
+
+hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err)
+{
+    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    if (st == HP_OK && grads && !r->train->grads)
+        st = hp_err_set(err, HP_ERR_INPUT, "no gradients yet: take a training step first");
+    if (st != HP_OK) return st;
+    hp__train *t = r->train;
+    int world = hp_comm_size(r->x.world), me = hp_comm_rank(r->x.world);
+    size_t *cnt = hp_calloc((size_t)world * 2, sizeof *cnt), *dsp = cnt ? cnt + world : NULL;
+    if (!cnt) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < t->n && (st = hp_comm_agree(r->x.world, st, err)) == HP_OK; i++) {
+        const tparam *q = &t->p[i];
+        hp_shard_tensor cut[1];
+        float *all = NULL, *whole = NULL;
+        size_t total = 0, gn = 1;
+        if (me == 0) { /* every rank's cut of this parameter, from the plan's layout */
+            for (int k = 0; k < world && st == HP_OK; k++) {
+                st = hp__w_cut(&r->w.ws, q->name, k, cut, err);
+                dsp[k] = total;
+                size_t ln = 1;
+                for (int d = 0; d < cut->n_dims; d++) ln *= (size_t)cut->local_shape[d];
+                cnt[k] = ln * sizeof(float);
+                total += cnt[k];
+            }
+            for (int d = 0; st == HP_OK && d < q->w->n_dims; d++) gn *= (size_t)q->w->global[d];
+            if (st == HP_OK && (!(all = malloc(total + 1)) || !(whole = hp_calloc(gn + 1, sizeof *whole))))
+                st = hp_err_set(err, HP_ERR_NOMEM, "out of memory gathering %s", q->name);
+        }
+        st = hp_comm_agree(r->x.world, st, err);
+        const float *mine = grads ? q->g : (const float *)q->w->d;
+        if (st == HP_OK) st = hp_comm_gatherv(r->x.world, mine, (size_t)q->w->n * sizeof(float), all, cnt, dsp, 0, err);
+        for (int k = 0; me == 0 && st == HP_OK && k < world; k++) {
+            if ((st = hp__w_cut(&r->w.ws, q->name, k, cut, err)) == HP_OK)
+                hp__w_place(cut, (const float *)((const char *)all + dsp[k]), whole);
+        }
+        if (me == 0 && st == HP_OK) st = fn(ctx, q->name, whole, q->w->global, q->w->n_dims, err);
+        free(all);
+        free(whole);
+    }
+    free(cnt);
+    return hp_comm_agree(r->x.world, st, err);
+}

@@ -1,0 +1,159 @@
+/*
+ * test_train.c — the training step under mpirun (issue 22): for every dense golden family and every mesh of this
+ * world size, one step's gradient of every parameter against PyTorch autograd's (train_io.safetensors, per tensor
+ * within 1e-4·max|ref| + 1e-7) and the parameters after one AdamW step against PyTorch's by golden/README.md's
+ * end-to-end bar (1e-6 plus what the gradient's tolerance δ can move a first step, lr·|u(g ± δ) − u(g)| with
+ * u(x) = x / (|x| + eps)); a second step lowers the loss.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyperpar/model.h"
+#include "hyperpar/plan.h"
+#include "hyperpar/run.h"
+#include "hyperpar/safetensors.h"
+#include "mpitest.h"
+
+static hp_comm *g_world;
+
+static const char *const k_fams[] = {"llama", "mistral", "qwen2", "qwen3"};
+
+typedef struct mesh_case {
+    int64_t dp, cp, tp;
+    bool sp, lp;
+} mesh_case;
+
+typedef struct cmp_ctx {
+    const hp_st_file *io;
+    const char *prefix; /* "grad." or "adamw." */
+    int n;
+    const char *what;
+} cmp_ctx;
+
+static hp_status compare(void *ctx, const char *name, const float *d, const int64_t *shape, int nd, hp_err *err)
+{
+    cmp_ctx *c = ctx;
+    char key[256];
+    snprintf(key, sizeof key, "%s%s", c->prefix, name);
+    const hp_st_tensor *t = hp_st_find(c->io, key);
+    CHECK_MSG(t != NULL, "%s: no %s in the golden", c->what, key);
+    if (!t) return HP_OK;
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    CHECK_MSG(n == t->n_elems, "%s: %s has %lld elements, the golden %lld", c->what, name, (long long)n,
+              (long long)t->n_elems);
+    if (n != t->n_elems) return HP_OK;
+    const float *ref = hp_st_data(c->io, t);
+    double mx = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
+    if (!strcmp(c->prefix, "grad.")) {
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)d[i] - ref[i]));
+        CHECK_MSG(worst <= 1e-4 * mx + 1e-7, "%s: grad.%s off by %.3g (max |ref| %.3g)", c->what, name, worst, mx);
+    } else { /* the end-to-end bar, per entry */
+        snprintf(key, sizeof key, "grad.%s", name);
+        const hp_st_tensor *tg = hp_st_find(c->io, key);
+        CHECK_MSG(tg && tg->n_elems == n, "%s: no %s", c->what, key);
+        if (!tg || tg->n_elems != n) return HP_OK;
+        const float *g = hp_st_data(c->io, tg);
+        double gmax = 0, lr = 1e-3, eps = 1e-8;
+        for (int64_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(g[i]));
+        double delta = 1e-4 * gmax + 1e-7;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++) {
+            double u = g[i] / (fabs(g[i]) + eps), up = (g[i] + delta) / (fabs(g[i] + delta) + eps),
+                   um = (g[i] - delta) / (fabs(g[i] - delta) + eps);
+            double bar = 1e-6 + lr * fmax(fabs(up - u), fabs(um - u));
+            if (fabs((double)d[i] - ref[i]) > bar) bad = i;
+        }
+        CHECK_MSG(bad < 0, "%s: adamw.%s[%lld] is %.9g, PyTorch's %.9g", c->what, name, (long long)bad,
+                  bad < 0 ? 0.0 : (double)d[bad], bad < 0 ? 0.0 : (double)ref[bad]);
+    }
+    c->n++;
+    (void)err;
+    return HP_OK;
+}
+
+static void one_case(const char *fam, const mesh_case *mc)
+{
+    char dir[128], io[192], what[192];
+    snprintf(dir, sizeof dir, "data/forward/%s", fam);
+    snprintf(io, sizeof io, "%s/train_io.safetensors", dir);
+    snprintf(what, sizeof what, "%s dp=%lld cp=%lld tp=%lld%s%s", fam, (long long)mc->dp, (long long)mc->cp,
+             (long long)mc->tp, mc->sp ? "" : " no-sp", mc->lp ? " lp" : "");
+    hp_err err;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_runner *r = NULL;
+    hp_st_file *fio = NULL, *fin = NULL;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, mc->dp, mc->cp, mc->tp, 1, false);
+    po.sequence_parallel = mc->sp;
+    po.loss_parallel = mc->lp;
+    char fwd[192];
+    snprintf(fwd, sizeof fwd, "%s/forward_io.safetensors", dir);
+    bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
+              hp_st_open(&fio, io, &err) == HP_OK && hp_st_open(&fin, fwd, &err) == HP_OK;
+    hp_run_opts ro = {.keep_activations = true};
+    ok = ok && hp_runner_create(&r, g_world, m, p, &ro, &err) == HP_OK;
+    CHECK_MSG(ok, "%s: %s", what, err.msg);
+    const hp_st_tensor *ti = ok ? hp_st_find(fin, "input_ids") : NULL;
+    const hp_st_tensor *tl = ok ? hp_st_find(fin, "loss") : NULL;
+    hp_train_opts to = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    double loss = 0, loss2 = 0;
+    if (ok && ti && tl) {
+        const int64_t *ids = hp_st_data(fin, ti);
+        hp_status st = hp_runner_train_step(r, ids, ti->shape[0], ti->shape[1], &to, &loss, &err);
+        CHECK_MSG(st == HP_OK, "%s: %s", what, err.msg);
+        CHECK_MSG(fabs(loss - *(const float *)hp_st_data(fin, tl)) < 1e-4, "%s: loss %.6f", what, loss);
+        cmp_ctx gc = {.io = fio, .prefix = "grad.", .what = what};
+        if (st == HP_OK) CHECK_MSG(hp_runner_gather_params(r, true, compare, &gc, &err) == HP_OK, "%s", err.msg);
+        cmp_ctx ac = {.io = fio, .prefix = "adamw.", .what = what};
+        if (st == HP_OK) CHECK_MSG(hp_runner_gather_params(r, false, compare, &ac, &err) == HP_OK, "%s", err.msg);
+        if (hp_comm_rank(g_world) == 0) CHECK_MSG(gc.n > 5 && gc.n == ac.n, "%s: %d / %d tensors", what, gc.n, ac.n);
+        st = hp_runner_train_step(r, ids, ti->shape[0], ti->shape[1], &to, &loss2, &err);
+        CHECK_MSG(st == HP_OK && loss2 < loss, "%s: the second step's loss %.6f after %.6f", what, loss2, loss);
+    }
+    hp_runner_free(r);
+    hp_st_close(fio);
+    hp_st_close(fin);
+    hp_plan_free(p);
+    hp_model_close(m);
+}
+
+static void golden_gradients(void)
+{
+    int N = hp_comm_size(g_world);
+    mesh_case cases[8];
+    int nc = 0;
+    if (N == 1) cases[nc++] = (mesh_case){1, 1, 1, true, false};
+    if (N == 2) {
+        cases[nc++] = (mesh_case){1, 1, 2, true, false};
+        cases[nc++] = (mesh_case){1, 1, 2, false, false};
+        cases[nc++] = (mesh_case){1, 1, 2, true, true};
+        cases[nc++] = (mesh_case){1, 2, 1, true, false};
+        cases[nc++] = (mesh_case){2, 1, 1, true, false};
+    }
+    if (N == 4) {
+        cases[nc++] = (mesh_case){1, 2, 2, true, true};
+        cases[nc++] = (mesh_case){2, 1, 2, true, false};
+        cases[nc++] = (mesh_case){2, 2, 1, true, false};
+    }
+    for (size_t f = 0; f < sizeof k_fams / sizeof *k_fams; f++)
+        for (int i = 0; i < nc; i++) one_case(k_fams[f], &cases[i]);
+}
+
+int main(int argc, char **argv)
+{
+    hp_err err;
+    if (hp_comm_world(&g_world, &argc, &argv, &err) != HP_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    static const mpi_test tests[] = {{"golden_gradients", golden_gradients}};
+    int rc = mpi_run_tests(g_world, tests, sizeof tests / sizeof *tests);
+    hp_comm_free(g_world);
+    return rc;
+}
