@@ -233,3 +233,13 @@ hp_status hp__rope_table(const hp__rcfg *c, int64_t pos0, int64_t n, float **cos
     *sin_out = si;
     return HP_OK;
 }
+
+double hp__mla_scale(const hp__rcfg *c, int64_t qk)
+{
+    double scale = 1.0 / sqrt((double)qk);
+    if (c->rope != HP__ROPE_DEFAULT && c->mscale_all_dim != 0 && c->factor > 1) {
+        double mm = 0.1 * c->mscale_all_dim * log(c->factor) + 1.0;
+        scale *= mm * mm;
+    }
+    return scale;
+}

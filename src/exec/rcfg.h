@@ -34,4 +34,7 @@ hp_status hp__rope_table(const hp__rcfg *c, int64_t pos0, int64_t n, float **cos
  * docs/run.md); else HP_ERR_INPUT naming the model, its family and the families that run. */
 hp_status hp__run_family_check(const hp_model *m, hp_err *err);
 
+/* MLA's softmax scale: qk_head_dim^-½, times m² with yarn's mscale_all_dim (yarn_apply_mscale). */
+double hp__mla_scale(const hp__rcfg *c, int64_t qk);
+
 #endif

@@ -480,12 +480,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     snprintf(what, sizeof what, "boundary %s (cp K/V all-gather)", a->s->c.fqn);
     if (kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
-    /* softmax scale: qk_head_dim^-½, times m² with yarn's mscale_all_dim (yarn_apply_mscale) */
-    double scale = 1.0 / sqrt((double)qk);
-    if (c->rope != HP__ROPE_DEFAULT && c->mscale_all_dim != 0 && c->factor > 1) {
-        double mm = 0.1 * c->mscale_all_dim * log(c->factor) + 1.0;
-        scale *= mm * mm;
-    }
+    double scale = hp__mla_scale(c, qk);
     if (st == HP_OK) {
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
                             .scale = scale, .q = q, .k = k->d, .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1],

@@ -40,8 +40,8 @@ typedef struct hp__train {
     double *se;
     int64_t rows, rows_cap;
     hp__act dh, dt, da, x, ta, h1, dk, dv; /* gradients and recomputed inputs */
-    float *f[4];                           /* scratch blocks */
-    size_t fcap[4];
+    float *f[6];                           /* scratch blocks (4, 5: MLA's latent block and q_a's input, kept) */
+    size_t fcap[6];
     bool grads; /* the gradients of a step are in p[].g */
 } hp__train;
 
@@ -75,7 +75,7 @@ void hp__train_free(hp__train *t)
     free(t->se);
     hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->ta, &t->h1, &t->dk, &t->dv};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
-    for (int i = 0; i < 4; i++) free(t->f[i]);
+    for (int i = 0; i < 6; i++) free(t->f[i]);
     free(t);
 }
 
@@ -188,11 +188,21 @@ static hp_status train_init(hp_runner *r, hp_err *err)
                 st = add_param(r, v[k], f, rel[k], s, false, err);
             break;
         }
-        case HP__OP_MLA:
+        case HP__OP_MLA: {
+            attn_w *a = &w->at;
+            bool ql = a->ql > 0;
+            hp__w *v[] = {&a->wqa, &a->qan, &a->wq, &a->wkva, &a->kvan, &a->wkvb, &a->wo, &a->bo};
+            const char *rel[] = {"q_a_proj.weight", "q_a_layernorm.weight", ql ? "q_b_proj.weight" : "q_proj.weight",
+                                 "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
+                                 "o_proj.weight", "o_proj.bias"};
+            /* the latent projections and norms are whole on every tp rank but feed only its heads */
+            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
+                st = add_param(r, v[k], f, rel[k], s, s->split && k != 2 && k != 5 && k != 6 && k != 7, err);
+            break;
+        }
         case HP__OP_MOE:
-            st = hp_err_set(err, HP_ERR_INPUT, "%s: the training step has no backward for %s blocks yet (the dense "
-                            "families llama, mistral, qwen2 and qwen3 train; docs/train.md)", f,
-                            s->op == HP__OP_MLA ? "MLA attention" : "MoE");
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: the training step has no backward for MoE blocks yet (the dense "
+                            "families llama, mistral, qwen2 and qwen3 train; docs/train.md)", f);
             break;
         case HP__OP_HEAD:
             if (!g->tied) st = add_param(r, &r->w.head_w, f, "weight", s, false, err);
@@ -348,6 +358,92 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     return st;
 }
 
+/* DeepSeek-V3's latent attention backward (the forward is runner.c's mla_apply): da the gradient of its output,
+ * ta its input on the run layout; q (after rope) in buffer 0, the attention output in buffer 1, K and V in
+ * sc.k / sc.v, and the latent block (kv_a's output with k_rot rotated, q_a's normed output, the normed latent,
+ * kv_b's output) kept in scratch 4. dt receives the input's gradient (a partial sum over tp when tp cuts the
+ * heads; the latent projections' gradients are then partial too, and summed over tp). */
+static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__act *ta, const hp__act *da,
+                         hp__act *dt, hp_err *err)
+{
+    hp__train *t = r->train;
+    const hp__rcfg *c = &r->g.cfg;
+    int64_t Bl = ta->n[0], sq = ta->n[1], rows = Bl * sq, H = c->H, nh = a->nh;
+    int64_t nope = a->nope, rope = a->rope, vd = a->vd, qk = nope + rope, kvl = a->kvl, lat = kvl + rope;
+    int64_t qa_n = a->ql > 0 ? a->ql : 0;
+    const float *q = r->sc.buf[0], *o = r->sc.buf[1], *tmp = t->f[4];
+    const float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n;
+    hp__act *K = &r->sc.k, *V = &r->sc.v;
+    float *d_o = fbuf(t, 0, rows * nh * vd, err), *dq = d_o ? fbuf(t, 1, rows * nh * qk, err) : NULL;
+    float *dlat = dq ? fbuf(t, 2, rows * (lat + qa_n + nh * (nope + vd)), err) : NULL;
+    if (!dlat) return HP_ERR_NOMEM;
+    float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
+    hp__linear_backward(rows, H, nh * vd, da->d, H, a->wo.d, o, nh * vd, d_o, nh * vd, grad_of(r, &a->wo),
+                        a->bo.present ? grad_of(r, &a->bo) : NULL);
+    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
+    if (st != HP_OK) return st;
+    hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
+                        .scale = hp__mla_scale(c, qk), .q = q, .k = K->d, .v = V->d, .q_pos0 = ta->lo[1],
+                        .k_pos0 = K->lo[1], .window = c->window[s->layer]};
+    if ((st = hp__attention_backward(&aa, d_o, dq, t->dk.d, t->dv.d, NULL, err)) != HP_OK) return st;
+    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
+    if (kl.ax[HP__CP].kind == HP_PL_S) {
+        char what[200];
+        snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
+        hp__lay part = {{hp_pl_r(), hp_pl_p()}};
+        if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
+        if ((st = dual(r, &t->dv, part, &kl, what, err)) != HP_OK) return st;
+    }
+    /* K = [k_nope | k_rot broadcast to every head], V: back into kv_b's output and kv_a's rope channels */
+    memset(dkva, 0, (size_t)(rows * lat) * sizeof *dkva);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t h = 0; h < nh; h++) {
+            const float *dk = t->dk.d + (i * nh + h) * qk;
+            float *dst = dkv + (i * nh + h) * (nope + vd);
+            memcpy(dst, dk, (size_t)nope * sizeof *dst);
+            memcpy(dst + nope, t->dv.d + (i * nh + h) * vd, (size_t)vd * sizeof *dst);
+            for (int64_t j = 0; j < rope; j++) dkva[i * lat + kvl + j] += dk[nope + j];
+        }
+    if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
+    for (int64_t b = 0; b < Bl; b++) {
+        float *kr = dkva + b * sq * lat + kvl, *qb = dq + b * sq * nh * qk;
+        if (c->interleave) {
+            hp__rope_backward_pairs(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
+            hp__rope_backward_pairs(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
+        } else {
+            hp__rope_backward_at(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
+            hp__rope_backward_at(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
+        }
+    }
+    /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
+    float *dckv = fbuf(t, 3, rows * kvl, err);
+    if (!dckv) return HP_ERR_NOMEM;
+    hp__linear_backward(rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), a->wkvb.d, ckv, kvl, dckv, kvl,
+                        grad_of(r, &a->wkvb), NULL);
+    float *pre = fbuf(t, 5, rows * (kvl > qa_n ? kvl : qa_n), err);
+    if (!pre) return HP_ERR_NOMEM;
+    for (int64_t i = 0; i < rows; i++) memcpy(pre + i * kvl, kva + i * lat, (size_t)kvl * sizeof *pre);
+    hp__rmsnorm_backward(pre, rows, kvl, a->kvan.d, 1e-6, dckv, dckv, grad_of(r, &a->kvan)); /* in place */
+    for (int64_t i = 0; i < rows; i++) memcpy(dkva + i * lat, dckv + i * kvl, (size_t)kvl * sizeof *dkva);
+    /* dt = dkva·W_kva + (q's path) */
+    if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
+        return st;
+    st = lin_bwd_add(t, rows, lat, H, dkva, lat, &a->wkva, grad_of(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
+                     err);
+    if (st != HP_OK || a->ql <= 0)
+        return st == HP_OK ? lin_bwd_add(t, rows, nh * qk, H, dq, nh * qk, &a->wq, grad_of(r, &a->wq), NULL, NULL,
+                                         ta->d, dt->d, false, err)
+                           : st;
+    hp__linear_backward(rows, nh * qk, a->ql, dq, nh * qk, a->wq.d, qa, a->ql, dqa, a->ql, grad_of(r, &a->wq),
+                        NULL);
+    /* q_a's norm: its input recomputed */
+    if ((st = hp_linear_forward(a->qa, 0, rows, ta->d, H, pre, a->ql, false, err)) != HP_OK) return st;
+    hp__rmsnorm_backward(pre, rows, a->ql, a->qan.d, 1e-6, dqa, dqa, grad_of(r, &a->qan));
+    return lin_bwd_add(t, rows, a->ql, H, dqa, a->ql, &a->wqa, grad_of(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
+                       err);
+}
+
 /* The MLP's backward: tm its input on the run layout (the runner's t after the recompute), gate|up in buffer 2
  * and the hidden in buffer 3; dt receives the input's gradient (a partial sum over tp when tp cuts the width). */
 static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__act *tm, const hp__act *da,
@@ -386,8 +482,9 @@ static hp_status module_bwd(hp_runner *r, const hp__step *s, layer_w *w, const h
     snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
     if (st == HP_OK) st = dual(r, &t->da, glay(s->leave), &s->out, what, err);
     if (st != HP_OK) return st;
-    st = s->op == HP__OP_MLP ? mlp_bwd(r, s, &w->mlp, tin, &t->da, &t->dt, err)
-                             : attn_bwd(r, s, &w->at, tin, &t->da, &t->dt, err);
+    st = s->op == HP__OP_MLP   ? mlp_bwd(r, s, &w->mlp, tin, &t->da, &t->dt, err)
+         : s->op == HP__OP_MLA ? mla_bwd(r, s, &w->at, tin, &t->da, &t->dt, err)
+                               : attn_bwd(r, s, &w->at, tin, &t->da, &t->dt, err);
     snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
     return st == HP_OK ? dual(r, &t->dt, t->dt.lay, &s->in, what, err) : st;
 }
@@ -405,6 +502,13 @@ static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
     hp_status st = hp__r_norm(r, &w->in, h0, tt, err);
     if (st == HP_OK) st = hp__r_attn(r, l, &w->at, tt, a, err);
     if (st == HP_OK) st = hp__r_act_copy(r, &t->ta, tt, err);
+    if (st == HP_OK && ls[1].op == HP__OP_MLA) { /* its latent block, before the MLP reuses the buffer */
+        int64_t bw[HP__NBUF], rows = t->ta.n[0] * t->ta.n[1];
+        hp__step_row_widths(&r->g, &ls[1], r->x.pos.r[HP__TP], bw);
+        float *keep = fbuf(t, 4, rows * bw[2], err);
+        if (!keep) st = HP_ERR_NOMEM;
+        else memcpy(keep, r->sc.buf[2], (size_t)(rows * bw[2]) * sizeof *keep);
+    }
     if (st == HP_OK) st = hp__r_act_copy(r, &t->h1, h0, err);
     if (st == HP_OK) st = hp__r_residual(r, &ls[2], &t->h1, a, err);
     if (st == HP_OK) st = hp__r_norm(r, &w->post, &t->h1, tt, err);
@@ -510,9 +614,18 @@ static hp_status relink(hp_runner *r, hp_err *err)
             if (st == HP_OK) st = hp__r_linear(r, &m->wd, NULL, &m->down, err);
         }
         attn_w *a = &w->at;
-        if (st != HP_OK || a->mla) continue;
+        if (st != HP_OK) continue;
         hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
-        a->q = a->k = a->v = a->o = NULL;
+        hp_linear_free(a->qa), hp_linear_free(a->kva), hp_linear_free(a->kvb);
+        a->q = a->k = a->v = a->o = a->qa = a->kva = a->kvb = NULL;
+        if (a->mla) {
+            if (a->ql > 0) st = hp__r_linear(r, &a->wqa, NULL, &a->qa, err);
+            if (st == HP_OK) st = hp__r_linear(r, &a->wq, NULL, &a->q, err);
+            if (st == HP_OK) st = hp__r_linear(r, &a->wkva, NULL, &a->kva, err);
+            if (st == HP_OK) st = hp__r_linear(r, &a->wkvb, NULL, &a->kvb, err);
+            if (st == HP_OK) st = hp__r_linear(r, &a->wo, NULL, &a->o, err);
+            continue;
+        }
         st = hp__r_linear(r, &a->wq, &a->bq, &a->q, err);
         if (st == HP_OK) st = hp__r_linear(r, &a->wk, &a->bk, &a->k, err);
         if (st == HP_OK) st = hp__r_linear(r, &a->wv, &a->bv, &a->v, err);
