@@ -18,7 +18,7 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
-enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS };
+enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 
 /* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
@@ -45,6 +45,10 @@ static const cli_opt g_opts[] = {
     {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
                               "expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
                               "model's): for benchmarks and to check 'hyperpar cost' exchange bytes", 0, "run only"},
+    {"backward", O_BACKWARD, NULL, "compare every parameter's gradient of one training step (no update) with\n"
+                                   "one process's instead of the forward's boundaries: the first parameter\n"
+                                   "whose gradient diverges is named (a wrong dual or a missed sum)", 0,
+     "validate only"},
     {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics (bytes and calls per collective kind,\n"
                                     "resident weights, anonymous memory grown) as JSON, atomically", 0, "run only"},
     {0},
@@ -83,6 +87,7 @@ typedef struct run_args {
     bool validate;
     bool overlap;
     bool balanced;          /* --router balanced */
+    bool backward;          /* validate --backward */
     const char *stats_json; /* --stats-json FILE */
 } run_args;
 
@@ -268,9 +273,10 @@ static int finish(hp_comm *w, hp_status st, hp_err *err)
 }
 
 /* validate's table on stdout (rank 0). */
-static hp_status report(const hp_validate_report *rep, double rtol, bool scored, hp_err *err)
+static hp_status report(const hp_validate_report *rep, double rtol, bool scored, bool backward, hp_err *err)
 {
-    printf("%-44s %-34s %12s %12s  %s\n", "boundary", "collective (distributed)", "max |diff|", "rel", "");
+    printf("%-44s %-34s %12s %12s  %s\n", backward ? "parameter" : "boundary",
+           backward ? "gradient (distributed)" : "collective (distributed)", "max |diff|", "rel", "");
     for (int i = 0; i < rep->n; i++) {
         const hp_validate_row *w = &rep->rows[i];
         double rel = w->max_ref > 0 ? w->max_diff / w->max_ref : w->max_diff;
@@ -285,6 +291,13 @@ static hp_status report(const hp_validate_report *rep, double rtol, bool scored,
                lok ? "ok" : "DIVERGES");
     else printf("loss: none (no scored position: every row has one token)\n");
     fflush(stdout);
+    if (rep->first_bad >= 0 && backward)
+        return hp_err_set(err, HP_ERR_VERIFY,
+                          "the distributed gradients diverge from one process first at %s: max |diff| %.3g > %.0e x "
+                          "max|ref| %.4g; the backward of the step that uses it (its boundary's duals, or the sum of "
+                          "its gradient over the ranks that saw other rows) is wrong",
+                          rep->rows[rep->first_bad].what, rep->rows[rep->first_bad].max_diff, rtol,
+                          rep->rows[rep->first_bad].max_ref);
     if (rep->first_bad >= 0)
         return hp_err_set(err, HP_ERR_VERIFY,
                           "the distributed run diverges from one process first at %s (after %s): max |diff| %.3g "
@@ -350,12 +363,14 @@ static int run(run_args *a, int *argc, char ***argv)
         }
         hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
                           .balanced_router = a->balanced,
-                          .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY")}; /* validate's test hook */
+                          .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
+                          .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD")};
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;
-            st = hp_validate(w, m, p, p1, &ro, ids, B, S, rtol, &rep, &err);
-            if (st == HP_OK && hp_comm_rank(w) == 0) st = report(&rep, rtol, B * (S - 1) > 0, &err);
+            st = a->backward ? hp_validate_backward(w, m, p, p1, &ro, ids, B, S, rtol, &rep, &err)
+                             : hp_validate(w, m, p, p1, &ro, ids, B, S, rtol, &rep, &err);
+            if (st == HP_OK && hp_comm_rank(w) == 0) st = report(&rep, rtol, B * (S - 1) > 0, a->backward, &err);
             hp_validate_report_free(&rep);
             st = hp_comm_agree(w, st, &err);
             free(ids);
@@ -391,7 +406,7 @@ static void usage_validate(FILE *out)
     fprintf(out,
             "usage: [mpirun -np N] hyperpar validate MODEL --input IDS.safetensors [--mesh SPEC | --dp N --cp N\n"
             "                           --tp N] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
-            "                           [--plan plan.json] [--rtol R] [--threads N]\n"
+            "                           [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
             "\n"
             "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"
             "the same input; every boundary's output (and each layer's residual stream) is reassembled to the full\n"
@@ -429,6 +444,7 @@ static int parse(int argc, char **argv, bool validate)
         case O_PLAN: a.plan = optarg; break;
         case O_OVERLAP: a.overlap = true; break;
         case O_STATS: a.stats_json = optarg; break;
+        case O_BACKWARD: a.backward = true; break;
         case O_ROUTER: {
             bool real;
             if (!cli_parse_router(cmd, optarg, &real)) return HP_EXIT_USAGE;
@@ -448,6 +464,7 @@ static int parse(int argc, char **argv, bool validate)
     if (!a.input) return cli_usage_error(cmd, "missing --input IDS.safetensors");
     if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT || a.balanced || a.stats_json))
         return cli_usage_error(cmd, "--output, --compare, --compute, --router and --stats-json belong to 'hyperpar run'");
+    if (!validate && a.backward) return cli_usage_error(cmd, "--backward belongs to 'hyperpar validate'");
     if (a.balanced && a.compare)
         return cli_usage_error(cmd, "--router balanced changes the outputs; it cannot be --compare'd with a reference");
     if (a.plan && a.pf.any)

@@ -45,6 +45,8 @@ typedef struct hp_run_opts {
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
     void *record_ctx;
     bool keep_activations;   /* keep each layer's input (the residual stream, local block) for a backward pass */
+    const char *test_perturb_grad; /* validate --backward's test: this parameter's gradient is nudged after its
+                                      sums on a run of more than one rank (a missed sum in miniature) */
     bool overlap;            /* MoE blocks hide the shared expert behind the token exchange (also when a block's
                                 declared compute sets overlap_shared_expert); the numbers are the same */
     bool sync_collectives;   /* benchmarks: a barrier of the group before each collective, timed as wait_s, so
@@ -193,6 +195,12 @@ typedef struct hp_validate_report {
 hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
                       const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
                       hp_validate_report *rep, hp_err *err);
+/* The same for one training step's gradients (no update): every trainable parameter's gradient under plan p
+ * against the one-process plan p1's, gathered whole on rank 0, in the program's order (rows: the parameters,
+ * coll "gradient"), so a wrong dual or a missed sum is named by the first parameter it reaches. Collective. */
+hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                               const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                               hp_validate_report *rep, hp_err *err);
 void hp_validate_report_free(hp_validate_report *rep);
 
 /* ---- the one tolerance check (run --compare, validate, the tests) ---- */

@@ -2,6 +2,8 @@
  * validate.c — the seed's validate mode: the plan run distributed and the model run in one process on the
  * same input, every boundary's output reassembled to the full layout and compared, the first boundary that
  * diverges named. Recording happens on rank 0 (hp_run_opts.record); the one-process run is rank 0's alone.
+ * With the backward (hp_validate_backward) the same is done for every parameter's gradient of one training step,
+ * gathered whole on rank 0, in the program's order.
  */
 #include "hyperpar/run.h"
 
@@ -74,6 +76,36 @@ static hp_status run_one(const hp_comm *c, const hp_model *m, const hp_plan *p, 
     return st;
 }
 
+/* Rank 0: the distributed tape against the one-process one, row by row (rep->rows, rep->first_bad). */
+static hp_status compare_tapes(const tape *dist_t, const tape *one_t, double rtol, hp_validate_report *rep, hp_err *err)
+{
+    const tape dist = *dist_t, one = *one_t;
+    hp_status st = HP_OK;
+    if (st == HP_OK && one.n != dist.n)
+        st = hp_err_set(err, HP_ERR_INPUT, "the distributed run recorded %d boundaries, one process %d", dist.n,
+                        one.n);
+    if (st == HP_OK && !(rep->rows = calloc((size_t)one.n + 1, sizeof *rep->rows)))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == HP_OK && i < one.n; i++) {
+        hp_validate_row *row = &rep->rows[i];
+        snprintf(row->what, sizeof row->what, "%s", dist.v[i].what);
+        snprintf(row->coll, sizeof row->coll, "%s", dist.v[i].coll);
+        if (strcmp(dist.v[i].what, one.v[i].what) || dist.v[i].n != one.v[i].n) {
+            st = hp_err_set(err, HP_ERR_INPUT, "boundary %d is %s distributed but %s in one process", i,
+                            dist.v[i].what, one.v[i].what);
+            break;
+        }
+        hp_tol t;
+        int64_t shape[1] = {one.v[i].n};
+        row->ok = hp_tol_check(dist.v[i].t, one.v[i].t, 1, shape, rtol, &t);
+        row->max_diff = t.max_diff;
+        row->max_ref = t.max_ref;
+        if (!row->ok && rep->first_bad < 0) rep->first_bad = i;
+        rep->n = i + 1;
+    }
+    return st;
+}
+
 hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
                       const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
                       hp_validate_report *rep, hp_err *err)
@@ -89,28 +121,56 @@ hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p,
         st = hp_comm_self(&self, err);
         if (st == HP_OK) st = run_one(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
         hp_comm_free(self);
-        if (st == HP_OK && one.n != dist.n)
-            st = hp_err_set(err, HP_ERR_INPUT, "the distributed run recorded %d boundaries, one process %d", dist.n,
-                            one.n);
-        if (st == HP_OK && !(rep->rows = calloc((size_t)one.n + 1, sizeof *rep->rows)))
-            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        for (int i = 0; st == HP_OK && i < one.n; i++) {
-            hp_validate_row *row = &rep->rows[i];
-            snprintf(row->what, sizeof row->what, "%s", dist.v[i].what);
-            snprintf(row->coll, sizeof row->coll, "%s", dist.v[i].coll);
-            if (strcmp(dist.v[i].what, one.v[i].what) || dist.v[i].n != one.v[i].n) {
-                st = hp_err_set(err, HP_ERR_INPUT, "boundary %d is %s distributed but %s in one process", i,
-                                dist.v[i].what, one.v[i].what);
-                break;
-            }
-            hp_tol t;
-            int64_t shape[1] = {one.v[i].n};
-            row->ok = hp_tol_check(dist.v[i].t, one.v[i].t, 1, shape, rtol, &t);
-            row->max_diff = t.max_diff;
-            row->max_ref = t.max_ref;
-            if (!row->ok && rep->first_bad < 0) rep->first_bad = i;
-            rep->n = i + 1;
-        }
+        if (st == HP_OK) st = compare_tapes(&dist, &one, rtol, rep, err);
+    }
+    tape_free(&dist);
+    tape_free(&one);
+    st = hp_comm_agree(world, st, err);
+    if (st != HP_OK) hp_validate_report_free(rep);
+    return st;
+}
+
+static hp_status on_param(void *ctx, const char *name, const float *d, const int64_t *shape, int n_dims, hp_err *err)
+{
+    int64_t n = 1;
+    for (int i = 0; i < n_dims; i++) n *= shape[i];
+    tape *t = ctx;
+    on_record(ctx, name, "gradient", d, 1, 1, n);
+    return t->oom ? hp_err_set(err, HP_ERR_NOMEM, "out of memory recording the gradients") : HP_OK;
+}
+
+/* One training step's gradients (no update) of plan p over c, every parameter gathered onto c's rank 0. */
+static hp_status grads_of(const hp_comm *c, const hp_model *m, const hp_plan *p, const hp_run_opts *o, tape *t,
+                          const int64_t *ids, int64_t B, int64_t S, double *loss, hp_run_stats *stats, hp_err *err)
+{
+    hp_run_opts ro = *o;
+    ro.keep_activations = true;
+    hp_runner *r = NULL;
+    hp_status st = hp_runner_create(&r, c, m, p, &ro, err);
+    if (st == HP_OK) st = hp_runner_train_step(r, ids, B, S, NULL, loss, err);
+    if (st == HP_OK) st = hp_runner_gather_params(r, true, on_param, t, err);
+    if (st == HP_OK && stats) *stats = *hp_runner_stats(r);
+    hp_runner_free(r);
+    return st;
+}
+
+hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                               const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                               hp_validate_report *rep, hp_err *err)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->first_bad = -1;
+    tape dist = {0}, one = {0};
+    hp_status st = grads_of(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
+    if (st == HP_OK && hp_comm_rank(world) == 0) {
+        hp_comm *self = NULL;
+        hp_run_opts o1 = *o;
+        o1.shards = NULL;
+        o1.test_perturb_grad = NULL;
+        st = hp_comm_self(&self, err);
+        if (st == HP_OK) st = grads_of(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
+        hp_comm_free(self);
+        if (st == HP_OK) st = compare_tapes(&dist, &one, rtol, rep, err);
     }
     tape_free(&dist);
     tape_free(&one);

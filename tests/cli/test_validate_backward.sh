@@ -1,0 +1,50 @@
+# validate --backward (issue 22): every parameter's gradient of one training step under mpirun against one
+# process's, for the dense goldens at tp=2 (SP on and off, loss-parallel), cp=2, dp=2 and products; a generated
+# model with uneven splits (odd S with cp padding, vocab 132 over tp=4, 8 heads / 4 kv heads); a nudged
+# gradient (a missed sum in miniature) is named first with exit 3; what the training step cannot run is refused.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+F=data/forward
+MPI="timeout 180 mpirun --allow-run-as-root --oversubscribe"
+for fam in llama mistral qwen2 qwen3; do
+    G=$F/$fam
+    while read -r np flags; do
+        expect 0 "loss: distributed" -- $MPI -np $np "$HP" validate $G --input $G/forward_io.safetensors $flags \
+            --backward
+    done <<'LIST'
+2 --tp 2
+2 --tp 2 --no-sequence-parallel --loss-parallel
+2 --cp 2
+2 --dp 2
+4 --cp 2 --tp 2 --loss-parallel
+4 --dp 2 --tp 2 --no-sequence-parallel
+LIST
+done
+# Uneven splits: S = 15, vocab 132 over tp = 4 (blocks 33), 8 heads and 4 kv heads; cp = 2 pads S to 16.
+"$HP" gen --family llama --out "$WORK/gen" --heads 8 --kv-heads 4 --head-dim 8 --vocab 132 --layers 2 --seed 7 \
+    >/dev/null 2>&1
+python3 - "$WORK/ids.st" <<'PY'
+import json, struct, sys
+ids = [(i * 37 + 11) % 132 for i in range(3 * 15)]
+raw = struct.pack("<%dq" % len(ids), *ids)
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [3, 15], "data_offsets": [0, len(raw)]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PY
+expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --tp 4 --backward
+expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --cp 2 --tp 2 \
+    --loss-parallel --backward
+expect 0 "loss: distributed" -- $MPI -np 2 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --dp 2 --backward
+# A gradient nudged after its sums is named first, and the ones before it agree.
+out=$($MPI -np 2 -x HP_TEST_PERTURB_GRAD=model.layers.1.self_attn.k_norm.weight "$HP" validate $F/qwen3 \
+    --input $F/qwen3/forward_io.safetensors --tp 2 --backward 2>&1)
+check "exit 3 naming the nudged parameter" grep -q \
+    "diverge from one process first at model.layers.1.self_attn.k_norm.weight" <<<"$out"
+check "the table flags it" grep -q "model.layers.1.self_attn.k_norm.weight .*DIVERGES  <- first divergence" <<<"$out"
+check "parameters before it agree" grep -q "model.layers.1.self_attn.q_norm.weight .* ok" <<<"$out"
+# --backward belongs to validate; MoE blocks have no backward yet: one message, exit 2.
+expect 2 "--backward belongs to 'hyperpar validate'" -- "$HP" run $F/llama --input $F/llama/forward_io.safetensors \
+    --backward
+expect 2 "no backward for MoE blocks" -- $MPI -np 2 "$HP" validate $F/mixtral --input $F/mixtral/forward_io.safetensors \
+    --tp 2 --backward
+finish
