@@ -387,4 +387,103 @@ out:
     hp_moe_layer_free(other);
 }
 
+/* The tensor-parallel cut: two layers each holding half of every expert's width (and of the shared expert's;
+ * b_down on part 0 only, zeros on part 1, as the loader cuts it) give partial sums whose total is the whole
+ * layer's: dx, the router's and the shared gate's gradients add up to the whole layer's, the expert gradients
+ * are the whole layer's columns, and d_b_down is whole on both parts. */
+static void check_tp_cut(hp_moe_archetype a, hp_moe_dims d)
+{
+    hp_err err;
+    hp_moe_layer *w = make_layer(a, &d), *p[2] = {NULL, NULL};
+    int64_t H = d.n_hidden, E = d.n_experts, I = d.d_expert, sI = d.d_shared, h2 = I / 2, s2 = sI / 2, T = 7;
+    hp_moe_dims dp = d;
+    dp.d_expert = h2;
+    dp.d_shared = s2;
+    for (int q = 0; q < 2; q++) CHECK(hp_moe_layer_create(&p[q], a, &dp, &err) == HP_OK);
+    float x[7 * 8], dy[7 * 8], y[7 * 8], dxw[7 * 8], dxp[2][7 * 8];
+    hp_moe_grads *gw = NULL, *gp[2] = {NULL, NULL};
+    hp_moe_ws *ws = NULL;
+    if (!w || !p[0] || !p[1] || H != 8) goto out;
+    fill_f32(x, T * H, 1.0);
+    fill_f32(dy, T * H, 1.0);
+    for (int q = 0; q < 2; q++) {
+        hp_moe_layer *l = p[q];
+        memcpy(l->w_router, w->w_router, (size_t)(E * H) * sizeof(double));
+        if (w->b_router) memcpy(l->b_router, w->b_router, (size_t)E * sizeof(double));
+        if (w->b_correction) memcpy(l->b_correction, w->b_correction, (size_t)E * sizeof(double));
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t j = 0; j < h2; j++) {
+                for (int half = 0; half < 2; half++) {
+                    memcpy((float *)l->w_gate_up + (e * 2 * h2 + half * h2 + j) * H,
+                           (const float *)w->w_gate_up + (e * 2 * I + half * I + q * h2 + j) * H, (size_t)H * 4);
+                    if (w->b_gate_up)
+                        ((float *)l->b_gate_up)[e * 2 * h2 + half * h2 + j] =
+                            w->b_gate_up[e * 2 * I + half * I + q * h2 + j];
+                }
+                for (int64_t h = 0; h < H; h++)
+                    ((float *)l->w_down)[(e * H + h) * h2 + j] =
+                        ((const float *)w->w_down)[(e * H + h) * I + q * h2 + j];
+            }
+        if (w->b_down && q == 0) memcpy((float *)l->b_down, w->b_down, (size_t)(E * H) * 4);
+        for (int64_t j = 0; j < s2; j++) {
+            for (int half = 0; half < 2; half++)
+                memcpy(l->ws_gate_up + (half * s2 + j) * H, w->ws_gate_up + (half * sI + q * s2 + j) * H,
+                       (size_t)H * 4);
+            for (int64_t h = 0; h < H; h++) l->ws_down[h * s2 + j] = w->ws_down[h * sI + q * s2 + j];
+        }
+        if (w->ws_gate) memcpy(l->ws_gate, w->ws_gate, (size_t)H * 4);
+    }
+    hp_moe_layer *ls[3] = {w, p[0], p[1]};
+    float *dxs[3] = {dxw, dxp[0], dxp[1]};
+    hp_moe_grads **gs[3] = {&gw, &gp[0], &gp[1]};
+    for (int q = 0; q < 3; q++) {
+        CHECK(hp_moe_ws_create(&ws, ls[q], T, &err) == HP_OK && hp_moe_grads_create(gs[q], ls[q], &err) == HP_OK);
+        if (!ws || !*gs[q]) goto out;
+        CHECK(hp_moe_forward(ls[q], ws, x, T, H, y, NULL, &err) == HP_OK);
+        CHECK_MSG(hp_moe_backward(ls[q], ws, x, T, dy, dxs[q], *gs[q], &err) == HP_OK, "%s", err.msg);
+        hp_moe_ws_destroy(ws);
+        ws = NULL;
+    }
+    double dmax = 0, rmax = 0, gmax = 0, bmax = 0, scale = 0;
+    for (int64_t i = 0; i < T * H; i++) {
+        dmax = fmax(dmax, fabs(dxp[0][i] + dxp[1][i] - dxw[i]));
+        scale = fmax(scale, fabs(dxw[i]));
+    }
+    for (int64_t i = 0; i < E * H; i++)
+        rmax = fmax(rmax, fabs(gp[0]->d_w_router[i] + gp[1]->d_w_router[i] - gw->d_w_router[i]));
+    for (int q = 0; q < 2; q++)
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t j = 0; j < h2; j++)
+                for (int64_t h = 0; h < H; h++) {
+                    float a_gu = gp[q]->d_gate_up[(e * 2 * h2 + j) * H + h];
+                    float a_dn = gp[q]->d_down[(e * H + h) * h2 + j];
+                    gmax = fmax(gmax, fabs(a_gu - gw->d_gate_up[(e * 2 * I + q * h2 + j) * H + h]));
+                    gmax = fmax(gmax, fabs(a_dn - gw->d_down[(e * H + h) * I + q * h2 + j]));
+                }
+    for (int64_t i = 0; gw->d_b_down && i < E * H; i++)
+        bmax = fmax(bmax, fmax(fabs(gp[0]->d_b_down[i] - gw->d_b_down[i]), fabs(gp[1]->d_b_down[i] - gw->d_b_down[i])));
+    for (int64_t i = 0; gw->d_ws_gate && i < H; i++)
+        rmax = fmax(rmax, fabs(gp[0]->d_ws_gate[i] + gp[1]->d_ws_gate[i] - gw->d_ws_gate[i]));
+    CHECK_MSG(scale > 1e-3, "dx is zero");
+    CHECK_MSG(dmax <= 1e-5 && rmax <= 1e-5 && gmax <= 1e-5 && bmax <= 1e-5,
+              "%s tp cut: dx %.3g, router/gate %.3g, experts %.3g, b_down %.3g off the whole layer's",
+              hp_moe_archetype_name(a), dmax, rmax, gmax, bmax);
+out:
+    hp_moe_ws_destroy(ws);
+    hp_moe_grads_free(gw);
+    for (int q = 0; q < 2; q++) {
+        hp_moe_grads_free(gp[q]);
+        hp_moe_layer_free(p[q]);
+    }
+    hp_moe_layer_free(w);
+}
+
+TEST(tp_cut_partial_sums)
+{
+    hp_moe_dims d = {.n_hidden = 8, .n_experts = 4, .top_k = 2, .d_expert = 4, .d_shared = 6};
+    check_tp_cut(HP_MOE_QWEN2MOE_SHARED_EXPERT_GATE, d);
+    d.d_shared = 0;
+    check_tp_cut(HP_MOE_GPTOSS_TOPK_ROUTER, d);
+}
+
 TEST_MAIN()
