@@ -259,6 +259,11 @@ typedef struct hp_moe_ws {
     int64_t *pass_row0;        /* [n_local] first row (in rows) of each group of a pass */
     hp_moe_stats stats;
     size_t bytes;              /* the bytes of the arrays above (the GEMM layer's objects not included) */
+    /* What the backward needs of the last forward: how many tokens it routed, whether it applied the capacity
+     * mask in keep, and whether the balanced router replaced the indices (the backward then refuses). */
+    int64_t fwd_tokens;        /* -1 before any forward */
+    bool fwd_keep, fwd_balanced;
+    struct hp__moe_bwd *bwd;   /* internal: the backward's scratch, allocated by the first backward */
 } hp_moe_ws;
 
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err);
@@ -323,6 +328,53 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
 hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens,
                          int64_t n_hidden, float *y, const hp_moe_run_opts *opts, hp_err *err);
 
+/* ---- backward (issue 22, spec/training.md) ----
+ *
+ * The gradient of one sparse layer for the routing of its last forward (topk_idx, topk_w, keep stay as the
+ * forward chose them: the selection and the capacity mask are constants of the step). With dy = ∂L/∂y:
+ *
+ *   routed   y[t] = Σ_k w[t,k]·E_{e(t,k)}(x[t]) over kept slots:
+ *              dOut row (t,k) = w[t,k]·dy[t]            → the expert's backward → dW, db, d(row)
+ *              dx[t] += d(row (t,k))                   dw[t,k] = dy[t]·E_{e(t,k)}(x[t])
+ *   router   dw → d logits per router kind (see src/moe/backward.c), logits = x·W_rᵀ (+ b_r):
+ *              dW_r += dlogitsᵀ·x,  db_r += Σ_t dlogits,  dx += dlogits·W_r
+ *   shared   y[t] += g_t·S(x[t]), g_t = σ(x[t]·w_sg) (Qwen2-MoE) or 1: the SwiGLU MLP's backward with
+ *              dS = g_t·dy[t], and dg_t = dy[t]·S(x[t]) → d w_sg += dg_t·g_t(1−g_t)·x[t], dx += … ·w_sg
+ *
+ * Under the tensor-parallel cut (hp_moe_load_opts.tp_size > 1) every output of the forward is a partial sum
+ * over the tp group, and so is the backward's: dx, d_w_router, d_b_router and d_ws_gate are this rank's
+ * partials (the caller sums them over the tp group, as it sums y), the expert and shared-expert weight
+ * gradients are of this rank's columns; d_b_down is the whole gradient on every rank (it is Σ dOut), to be
+ * applied on the rank that holds the bias. */
+
+/* f32 gradient buffers of one layer object's parameters at its local shapes, in its canonical layout. Every
+ * buffer accumulates (+=), so that micro-batches add up; hp_moe_grads_zero clears them. */
+typedef struct hp_moe_grads {
+    int64_t n_hidden, n_experts, n_local, d_expert, d_shared;
+    float *d_gate_up;   /* [n_local, 2*d_expert, n_hidden] */
+    float *d_down;      /* [n_local, n_hidden, d_expert] */
+    float *d_b_gate_up; /* [n_local, 2*d_expert] or NULL (gpt-oss biases) */
+    float *d_b_down;    /* [n_local, n_hidden] or NULL */
+    float *d_w_router;  /* [n_experts, n_hidden] */
+    float *d_b_router;  /* [n_experts] or NULL (gpt-oss router.bias) */
+    float *d_ws_gate_up; /* [2*d_shared, n_hidden] or NULL */
+    float *d_ws_down;   /* [n_hidden, d_shared] or NULL */
+    float *d_ws_gate;   /* [n_hidden] or NULL (Qwen2-MoE shared_expert_gate) */
+} hp_moe_grads;
+
+/* Zeroed gradient buffers for the parameters layer l holds (a buffer for every non-NULL parameter). */
+hp_status hp_moe_grads_create(hp_moe_grads **out, const hp_moe_layer *l, hp_err *err);
+void hp_moe_grads_zero(hp_moe_grads *g);
+void hp_moe_grads_free(hp_moe_grads *g);
+
+/* The backward of the last hp_moe_forward(l, ws, x, T, …) on the same x: dy [T, H] the gradient of its y;
+ * dx [T, H] receives (=) the gradient of x; g accumulates the parameter gradients. Recomputes the router's
+ * logits and the experts' activations from x (nothing but the routing is kept from the forward). Its scratch
+ * is allocated by the first call on ws and kept. Errors (HP_ERR_INPUT): no forward on ws, or one of another
+ * token count, or one with the balanced router (its indices are not the router's); g of another shape. */
+hp_status hp_moe_backward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens, const float *dy,
+                          float *dx, hp_moe_grads *g, hp_err *err);
+
 /* ---- expert parallelism over a communicator (spec §10.5-§10.11) ----
  *
  * Each rank of an EP group of P ranks holds experts [r·E/P, (r+1)·E/P) and its own tokens. A forward:
@@ -371,6 +423,16 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
  * takes part in its exchanges. Statistics sum over the chunks. */
 hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
                                    const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err);
+/* The backward of the last hp_moe_ep_forward (or _chunks) on the same x, collective over the EP group (every
+ * rank calls it; T may differ and be 0). dy [T, H]: the gradient of this rank's y; dx [T, H] receives (=) the
+ * gradient of this rank's x; g accumulates the gradients of this rank's parameters (its local experts; the
+ * router and shared expert as computed from its own tokens: the caller sums the replicated ones over the
+ * group, as data parallelism would). The exchanges mirror the forward's: the dOut rows go to the experts'
+ * ranks as the rows did (dispatch), and d(rows) and the experts' outputs come back as the outputs did
+ * (return). Equal to hp_moe_backward on the same tokens up to summation order. Errors as hp_moe_backward's,
+ * agreed over the group. Its scratch is allocated by the first call and kept. */
+hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, const float *dy, float *dx,
+                             hp_moe_grads *g, hp_err *err);
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
 /* The bytes of the EP buffers and of its workspace's arrays, as allocated (the GEMM layer's objects and the
  * communicators not included): what the runner counts as the block's workspace. */

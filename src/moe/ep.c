@@ -200,7 +200,7 @@ static hp_status shared_chunked(hp_moe_ep *ep, const float *x, int64_t T, float 
 
 /* recv (blocks per source, each expert-major) <-> xrows (expert-major over sources). to_x picks the
  * direction; row offsets are recomputed from cnt_recv [P * L] both ways. */
-static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to_x)
+static void reorder_buf(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, float *xrows, bool to_x)
 {
     const int64_t L = ep->L, H = ep->H;
     int64_t x_off = 0;
@@ -210,7 +210,7 @@ static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to
             int64_t before = 0;
             for (int64_t k = 0; k < e; k++) before += cnt_recv[(int64_t)s * L + k];
             int64_t n = cnt_recv[(int64_t)s * L + e];
-            float *a = recv + (src_off + before) * H, *b = ep->xrows + x_off * H;
+            float *a = recv + (src_off + before) * H, *b = xrows + x_off * H;
             if (n) {
                 if (to_x) memcpy(b, a, (size_t)(n * H) * sizeof(float));
                 else memcpy(a, b, (size_t)(n * H) * sizeof(float));
@@ -219,6 +219,11 @@ static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to
             for (int64_t k = 0; k < L; k++) src_off += cnt_recv[(int64_t)s * L + k];
         }
     }
+}
+
+static void reorder(hp_moe_ep *ep, const int64_t *cnt_recv, float *recv, bool to_x)
+{
+    reorder_buf(ep, cnt_recv, recv, ep->xrows, to_x);
 }
 
 /* The expert outputs in xrows (expert-major over sources) must be finite; the inputs of the same rows are
@@ -316,6 +321,10 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
                              ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
         *keep = ws->keep;
     }
+    /* What the backward needs to know of this forward's routing. */
+    ws->fwd_tokens = st == HP_OK ? T : -1;
+    ws->fwd_keep = *keep != NULL;
+    ws->fwd_balanced = opts->balanced_router;
     return st;
 }
 
@@ -578,4 +587,65 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
     ws->stats.n_slots = T * ep->K;
     ws->stats.n_dropped = ep->stats.n_dropped;
     return finish(ep, x, T, y, keep, opts, st, err);
+}
+
+/* ---- backward ----
+ *
+ * The forward's data flow reversed (src/moe/backward.c has the math). The token side recomputes the forward's
+ * expert-major order over all E experts (= grouped by destination rank) and sends, on the forward's dispatch
+ * plan, first the rows of x again (the experts recompute their activations) and then the dOut rows w·dy; the
+ * expert side runs hp__moe_experts_backward on the rows expert-major over sources, and sends back, on the
+ * forward's return plan, first d(rows), which the token side adds into dx, then the experts' outputs O, from
+ * which it forms dw = dy·O. The router's and the shared expert's backward are local. */
+hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, const float *dy, float *dx,
+                             hp_moe_grads *g, hp_err *err)
+{
+    const hp_moe_layer *l = ep->l;
+    hp_moe_ws *ws = ep->ws;
+    const int64_t T = n_tokens, K = ep->K, H = ep->H, E = ep->E, L = ep->L;
+    /* The receive side holds as many rows as the forward's buffers (two stages of Th tokens when chunked). */
+    const int64_t recv_max = (int64_t)ep->P * (ep->max_chunks > 1 ? 2 * ep->Th : ep->Tmax) * K;
+    hp__moe_bwd *b = NULL;
+    hp_status st = hp__moe_bwd_check(l, ws, T, g, err);
+    if (st == HP_OK) st = hp__moe_bwd_get(ws, l, recv_max, &b, err);
+    if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
+
+    int64_t n_send = hp_moe_dispatch_prepare(ws->topk_idx, ws->fwd_keep ? ws->keep : NULL, T, K, 0, E,
+                                             ep->counts_all, ep->offsets_all, ws->row_slot, ws->slot_row);
+    memcpy(ep->cnt_send, ep->counts_all, (size_t)E * sizeof(int64_t));
+    if ((st = hp_comm_alltoall(ep->comm, ep->cnt_send, (size_t)L * sizeof(int64_t), ep->cnt_recv, err))) return st;
+    int64_t bytes = 0;
+    int64_t n_recv = plan_exchange(ep, ep->cnt_send, ep->cnt_recv, ep->sc, ep->sd, ep->rc, ep->rd, &bytes);
+    count_local(ep, ep->cnt_recv);
+    if (n_recv > recv_max)
+        st = hp_err_set(err, HP_ERR_INPUT,
+                        "MoE backward: EP rank %d would receive %lld rows but its buffers hold %lld; a peer holds "
+                        "more tokens than this rank's runtime was created for",
+                        ep->rank, (long long)n_recv, (long long)recv_max);
+    if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
+
+    /* Dispatch plan: x rows into xrows, then dOut rows into b->drows (both expert-major over sources). */
+    hp_moe_gather(x, H, K, ws->row_slot, n_send, ep->send);
+    if ((st = hp_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd, err))) return st;
+    reorder_buf(ep, ep->cnt_recv, ep->recv, ep->xrows, true);
+    hp__moe_dout_rows(ws->row_slot, n_send, ws->topk_w, K, dy, H, ep->send);
+    if ((st = hp_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd, err))) return st;
+    reorder_buf(ep, ep->cnt_recv, ep->recv, b->drows, true);
+
+    /* xrows becomes d(rows), b->drows the outputs O. */
+    hp__moe_experts_backward(l, b, ep->xrows, b->drows, ep->cnt_local, g);
+
+    /* Return plan: d(rows) into dx, then O into dw. */
+    if (T > 0) memset(dx, 0, (size_t)(T * H) * sizeof(float));
+    reorder_buf(ep, ep->cnt_recv, ep->recv, ep->xrows, false);
+    if ((st = hp_comm_alltoallv(ep->comm, ep->recv, ep->rc, ep->rd, ep->send, ep->sc, ep->sd, err))) return st;
+    if (T > 0) hp__moe_rows_to_dx(ep->send, ws->slot_row, T, K, H, dx);
+    reorder_buf(ep, ep->cnt_recv, ep->recv, b->drows, false);
+    if ((st = hp_comm_alltoallv(ep->comm, ep->recv, ep->rc, ep->rd, ep->send, ep->sc, ep->sd, err))) return st;
+    if (T > 0) {
+        hp__moe_rows_to_dw(ep->send, ws->slot_row, T, K, H, dy, b->dw);
+        hp__moe_router_backward(l, ws, b, x, T, dx, g);
+        hp__moe_shared_backward(l, b, x, T, dy, dx, g);
+    }
+    return hp_comm_agree(ep->comm, HP_OK, err);
 }

@@ -35,6 +35,7 @@ void hp_moe_ws_destroy(hp_moe_ws *ws)
     free(ws->shared_act);
     free(ws->shared_out);
     free(ws->shared_g);
+    hp__moe_bwd_free(ws->bwd);
     hp_linear_free(ws->lin_gate_up);
     hp_linear_free(ws->lin_down);
     hp_linear_free(ws->lin_sh_gate_up);
@@ -119,6 +120,7 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->n_local = l->n_local;
     ws->d_expert = l->d_expert;
     ws->d_shared = l->d_shared;
+    ws->fwd_tokens = -1;
     bool ok = true;
     ws->x64 = hp__moe_alloc_counted(n_th, sizeof(double), &ok, &ws->bytes);
     ws->logits = hp__moe_alloc_counted(n_logits, sizeof(double), &ok, &ws->bytes);
@@ -181,6 +183,10 @@ hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
     memset(&ws->stats, 0, sizeof ws->stats);
     ws->stats.n_tokens = T;
     ws->stats.n_slots = T * K;
+    /* What the backward needs to know of this forward's routing (valid once routing succeeded). */
+    ws->fwd_tokens = -1;
+    ws->fwd_keep = opts->capacity_factor > 0;
+    ws->fwd_balanced = opts->balanced_router;
     if ((st = hp_moe_route(l, ws, x, T, ws->topk_idx, ws->topk_w, err))) return st;
     if (opts->balanced_router &&
         (st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, l->n_experts, l->n_local, err)))
@@ -192,6 +198,7 @@ hp_status hp_moe_forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, i
             return st;
         keep = ws->keep;
     }
+    ws->fwd_tokens = T;
     int64_t n = hp_moe_dispatch_prepare(ws->topk_idx, keep, T, K, l->first_expert, l->n_local, ws->counts,
                                         ws->offsets, ws->row_slot, ws->slot_row);
     ws->stats.n_rows = n;

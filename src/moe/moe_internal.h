@@ -88,4 +88,42 @@ hp_status hp__moe_check_output(const hp_moe_layer *l, const float *x, const floa
                                const int32_t *topk_idx, const float *topk_w, const uint8_t *keep, int64_t row_base,
                                hp_err *err);
 
+/* ---- backward.c ---- */
+
+/* The backward's scratch of a workspace (hp_moe_ws.bwd): drows [rows_max, H] (dOut rows, then the experts'
+ * outputs), dw [Tmax·K] and dlog [Tmax, E] in f64, chunk buffers for the recomputed products, and one
+ * expert's weights widened to f32 when the layer holds bf16. */
+typedef struct hp__moe_bwd {
+    int64_t rows_max;
+    float *drows;
+    double *dw, *dlog;
+    float *g, *dg, *a, *da, *o, *dxc, *sdo;
+    float *wgu, *wd;
+} hp__moe_bwd;
+
+/* ws->bwd, (re)allocated to hold at least rows_max rows. */
+hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err);
+void hp__moe_bwd_free(hp__moe_bwd *b);
+/* The last forward on ws routed n_tokens with the real router, and g fits l: else HP_ERR_INPUT. */
+hp_status hp__moe_bwd_check(const hp_moe_layer *l, const hp_moe_ws *ws, int64_t n_tokens, const hp_moe_grads *g,
+                            hp_err *err);
+/* drows[i] = topk_w[s]·dy[s / K] for the slot s = row_slot[i] of each row. */
+void hp__moe_dout_rows(const int32_t *row_slot, int64_t n_rows, const float *topk_w, int64_t top_k,
+                       const float *dy, int64_t n_hidden, float *drows);
+/* The local experts' backward on expert-major rows (counts [n_local]): rows holds X and receives dX, drows
+ * holds dOut and receives the experts' outputs O (before weighting); g accumulates. */
+void hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows, float *drows,
+                              const int64_t *counts, hp_moe_grads *g);
+/* dx[t] += dX row of each kept slot of t; dw[s] = dy[t]·O row of slot s (0 for a dropped slot). */
+void hp__moe_rows_to_dx(const float *dxrows, const int32_t *slot_row, int64_t n_tokens, int64_t top_k,
+                        int64_t n_hidden, float *dx);
+void hp__moe_rows_to_dw(const float *outrows, const int32_t *slot_row, int64_t n_tokens, int64_t top_k,
+                        int64_t n_hidden, const float *dy, double *dw);
+/* From b->dw [T, K] to the router's parameters and dx (+=), the logits recomputed in ws. */
+void hp__moe_router_backward(const hp_moe_layer *l, hp_moe_ws *ws, hp__moe_bwd *b, const float *x, int64_t n_tokens,
+                             float *dx, hp_moe_grads *g);
+/* The shared expert's backward: dx (+=) and its gradients. */
+void hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float *x, int64_t n_tokens,
+                             const float *dy, float *dx, hp_moe_grads *g);
+
 #endif
