@@ -107,6 +107,8 @@ void hp_runner_sync_collectives(hp_runner *r, bool on);
 /* AdamW's hyperparameters, as torch.optim.AdamW takes them. */
 typedef struct hp_train_opts {
     double lr, beta1, beta2, eps, weight_decay;
+    int zero; /* 1: ZeRO-1, each rank holds AdamW's moments of its block of what it shares with the other dp ranks
+                 (the expert-data-parallel group for routed experts); the same numbers as 0 */
 } hp_train_opts;
 /* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2. */
 void hp_train_opts_default(hp_train_opts *o);

@@ -266,6 +266,10 @@ static hp_status load_moe(loader *L, const hp__step *s, moe_w *w)
     hp_moe_load_opts_default(&lo);
     lo.compute = r->o.compute;
     lo.archetype = s->archetype;
+    if (r->o.keep_activations) { /* training: the experts owned and f32 (the optimizer updates them) */
+        lo.no_zero_copy = true;
+        lo.widen_f32 = true;
+    }
     hp_ep_local_experts(r->m->cfg.n_experts, r->ep, r->ep_index, &lo.first_expert, &lo.n_local);
     if (w->tp_cut) {
         lo.tp_size = r->x.pos.n[HP__TP];
@@ -569,7 +573,7 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
 }
 
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
-static hp_status moe_apply(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
+hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
@@ -858,6 +862,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     for (int64_t i = 0; i < r->x.dp; i++)
         if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > max_rows) max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
     max_rows *= r->x.S_pad;
+    r->sc.moe_rows = max_rows;
     /* the program, step by step: h is the residual stream, t a module's input, a its output */
     const hp__prog *g = &r->g;
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
@@ -873,7 +878,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         case HP__OP_ATTN:
         case HP__OP_MLA: st = hp__r_attn(r, s->layer, &w->at, t, a, err); break;
         case HP__OP_MLP: st = hp__r_mlp(r, &w->mlp, t, a, err); break;
-        case HP__OP_MOE: st = moe_apply(r, &w->moe, t, a, max_rows, err); break;
+        case HP__OP_MOE: st = hp__r_moe(r, &w->moe, t, a, max_rows, err); break;
         case HP__OP_RESIDUAL:
             st = hp__r_residual(r, s, h, a, err);
             if (st == HP_OK && s->ends_layer) {

@@ -83,6 +83,7 @@ typedef struct runner_scratch {
     hp__act h, t, a, k, v;      /* the residual stream, a module's input and output, K and V */
     float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
     size_t buf_cap[HP__NBUF];
+    int64_t moe_rows;           /* the most rows any rank holds in the forward in progress (the EP buffers') */
 } runner_scratch;
 
 /* What a forward reports: its statistics, validate's trace and the non-finite watch. */
@@ -126,6 +127,7 @@ hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err);
 hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err);
 hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);
+hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err);
 hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
 
 /* ---- training (train.c) ---- */

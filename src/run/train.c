@@ -23,19 +23,53 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One trainable parameter slice of the rank: its gradient and AdamW's moments, and the mesh axes whose ranks
- * computed its gradient from other rows (it is summed over each of them once). */
+/* The kinds of an MoE block's arrays: how their gradients are summed over the mesh (reduce_grads). */
+typedef enum {
+    K_DENSE,  /* a dense slice */
+    K_EXPERT, /* routed experts: summed over the expert-data-parallel group */
+    K_BDOWN,  /* gpt-oss's expert down bias: the same, but held by tp rank 0 alone when tp cuts the experts */
+    K_ROUTER, /* the router, its bias, Qwen2-MoE's shared gate: whole on every rank */
+    K_SHARED  /* the shared expert: whole, or cut over tp with the experts */
+} tkind;
+
+/* One trainable parameter slice of the rank: its values (what AdamW updates), its gradient and AdamW's moments,
+ * and how its gradient is summed over the ranks. A dense slice is summed over each mesh axis whose ranks
+ * computed it from other rows, once; an MoE block's routed experts over the ranks that hold the same experts
+ * (the expert-data-parallel group), scaled by how often those ranks saw each row. */
 typedef struct tparam {
-    hp__w *w;
-    char name[200];
+    hp__w *w;        /* a dense slice, or NULL: an array of an MoE layer object */
+    float *data;     /* what AdamW updates: w->d, the layer's f32 array, or the router's f32 master */
+    double *wide;    /* the router's f64 copy the forward reads (rewritten after each update), or NULL */
+    float *w32;      /* a bf16 slice: its values widened, what the backward multiplies by (= the forward's) */
+    int64_t n;
+    int moe;         /* 1 + the index of its MoE block in t->moe; 0: dense */
+    tkind kind;
+    char name[200];  /* dense: the checkpoint's name */
     float *g, *m, *v;
+    bool own_g;      /* g is this entry's (an MoE array's lives in its block's hp_moe_grads) */
+    /* ZeRO-1: this rank's block [zlo, zlo + zn) of the optimizer state over zc (dp, or the expert-data-parallel
+     * group for experts); zc NULL: the whole state */
+    const hp_comm *zc;
+    int64_t zlo, zn, zblk;
     bool sum_dp, sum_cp, sum_tp;
 } tparam;
+
+/* An MoE block of the rank in training: its gradients, and the expert-data-parallel group of its experts. */
+typedef struct tmoe {
+    int64_t layer;
+    moe_w *m;
+    hp_moe_grads *g;
+    hp_comm *edp;    /* the ranks holding the same experts (and the same tp block when cut) */
+    double escale;   /* 1 / how many times that group's EP groups saw each row */
+} tmoe;
 
 typedef struct hp__train {
     tparam *p;
     int n, cap;
+    tmoe *moe;
+    int n_moe;
     int64_t step; /* AdamW steps taken */
+    int zero;     /* the ZeRO stage of the optimizer state (0 or 1), fixed at the first step */
     float *mx;    /* the loss's per-row max and Σexp (hp__train_keep_loss) */
     double *se;
     int64_t rows, rows_cap;
@@ -69,8 +103,18 @@ hp_status hp__train_keep_loss(hp__train *t, const float *mx, const double *se, i
 void hp__train_free(hp__train *t)
 {
     if (!t) return;
-    for (int i = 0; i < t->n; i++) free(t->p[i].g), free(t->p[i].m), free(t->p[i].v);
+    for (int i = 0; i < t->n; i++) {
+        if (t->p[i].own_g) free(t->p[i].g);
+        free(t->p[i].m), free(t->p[i].v);
+        if (t->p[i].wide || t->p[i].w32) free(t->p[i].data); /* the router's or a bf16 slice's f32 master */
+        free(t->p[i].w32);
+    }
     free(t->p);
+    for (int i = 0; i < t->n_moe; i++) {
+        hp_moe_grads_free(t->moe[i].g);
+        hp_comm_free(t->moe[i].edp);
+    }
+    free(t->moe);
     free(t->mx);
     free(t->se);
     hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->ta, &t->h1, &t->dk, &t->dv};
@@ -102,17 +146,12 @@ static bool rows_split(hp_placement p)
     return p.kind == HP_PL_S && (p.dim == 0 || p.dim == 1);
 }
 
-/* Registers w (when present) as a parameter of step s. tp_partial: tp cuts the module but not w, so each tp
- * rank's gradient of w comes from its own heads (q/k norms). */
-static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *rel, const hp__step *s,
-                           bool tp_partial, hp_err *err)
+/* A new entry of n values at data (g: its gradient buffer, or NULL: one of its own), summed over dp, over cp
+ * and tp where step s ran on other rows per rank (tp also when tp_partial), unless cut (tp holds slices). */
+static hp_status new_param(hp_runner *r, float *data, int64_t n, float *g, const hp__step *s, bool cut,
+                           bool tp_partial, tparam **out, hp_err *err)
 {
     hp__train *t = r->train;
-    if (!w->present) return HP_OK;
-    if (w->dt != HP_DT_F32)
-        return hp_err_set(err, HP_ERR_INPUT, "%s.%s is %s: the training step reads f32 weights in this version "
-                          "(bf16 checkpoints with f32 master weights come later; convert the checkpoint to f32)",
-                          fqn, rel, hp_dtype_name(w->dt));
     if (t->n == t->cap) {
         int nc = t->cap ? 2 * t->cap : 64;
         tparam *np = realloc(t->p, (size_t)nc * sizeof *np);
@@ -122,28 +161,146 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
     }
     tparam *q = &t->p[t->n];
     memset(q, 0, sizeof *q);
-    q->w = w;
-    snprintf(q->name, sizeof q->name, "%s.%s", fqn, rel);
-    q->g = hp_calloc((size_t)w->n + 1, sizeof *q->g);
-    q->m = hp_calloc((size_t)w->n + 1, sizeof *q->m);
-    q->v = hp_calloc((size_t)w->n + 1, sizeof *q->v);
-    if (!q->g || !q->m || !q->v) {
-        free(q->g), free(q->m), free(q->v);
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gradient of %s", q->name);
-    }
+    q->data = data;
+    q->n = n;
+    q->own_g = !g;
+    q->g = g ? g : hp_calloc((size_t)n + 1, sizeof *q->g);
+    if (!q->g) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for a gradient of %s", s->c.fqn);
     t->n++;
-    hp_placement tpl = w->pl.ax[HP_AXIS_TP];
-    bool cut = r->x.pos.n[HP__TP] > 1 && (tpl.kind == HP_PL_S || tpl.kind == HP_PL_S2);
     q->sum_dp = r->x.dp > 1;
     q->sum_cp = r->x.pos.n[HP__CP] > 1 && rows_split(s->run.ax[HP__CP]);
     q->sum_tp = r->x.pos.n[HP__TP] > 1 && !cut && (rows_split(s->run.ax[HP__TP]) || tp_partial);
+    *out = q;
     return HP_OK;
+}
+
+/* Registers w (when present) as a parameter of step s. tp_partial: tp cuts the module but not w, so each tp
+ * rank's gradient of w comes from its own heads (q/k norms). */
+static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *rel, const hp__step *s,
+                           bool tp_partial, hp_err *err)
+{
+    if (!w->present) return HP_OK;
+    if (w->dt != HP_DT_F32 && w->dt != HP_DT_BF16)
+        return hp_err_set(err, HP_ERR_INPUT, "%s.%s is held as %s: the training step updates f32 or bf16 weights",
+                          fqn, rel, hp_dtype_name(w->dt));
+    hp_placement tpl = w->pl.ax[HP_AXIS_TP];
+    bool cut = r->x.pos.n[HP__TP] > 1 && (tpl.kind == HP_PL_S || tpl.kind == HP_PL_S2);
+    float *master = w->d, *w32 = NULL;
+    if (w->dt == HP_DT_BF16) { /* f32 master weights; the bf16 copy is what the forward reads */
+        master = hp_calloc((size_t)w->n + 1, sizeof *master);
+        w32 = hp_calloc((size_t)w->n + 1, sizeof *w32);
+        hp_status cs = master && w32 ? hp_dtype_to_f32(HP_DT_BF16, w->d, master, w->n, err)
+                                     : hp_err_set(err, HP_ERR_NOMEM, "out of memory for %s.%s's master weights", fqn, rel);
+        if (cs != HP_OK) {
+            free(master), free(w32);
+            return cs;
+        }
+        memcpy(w32, master, (size_t)w->n * sizeof *w32);
+    }
+    tparam *q;
+    hp_status st = new_param(r, master, w->n, NULL, s, cut, tp_partial, &q, err);
+    if (st != HP_OK) {
+        if (w32) free(master), free(w32);
+        return st;
+    }
+    q->w = w;
+    q->w32 = w32;
+    snprintf(q->name, sizeof q->name, "%s.%s", fqn, rel);
+    return HP_OK;
+}
+
+/* An MoE block's arrays: the routed experts (summed over their expert-data-parallel group), the router and its
+ * bias and Qwen2-MoE's shared gate (whole on every rank; partial over tp when tp cuts the experts), the shared
+ * expert (whole, or cut over tp with the experts), gpt-oss's down bias (whole on every rank even when cut). The
+ * expert-data-parallel communicator is split here: a collective, reached by every rank in the same order. */
+static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err)
+{
+    hp__train *t = r->train;
+    hp_moe_layer *l = mw->l;
+    if (l->w_dtype != HP_DT_F32)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: its experts are not held as f32; the training step updates f32 "
+                          "weights (internal: load them with widen_f32)", s->c.fqn);
+    tmoe *nm = realloc(t->moe, (size_t)(t->n_moe + 1) * sizeof *nm);
+    if (!nm) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    t->moe = nm;
+    tmoe *b = &t->moe[t->n_moe++];
+    memset(b, 0, sizeof *b);
+    b->layer = s->layer;
+    b->m = mw;
+    hp_status st = hp_moe_grads_create(&b->g, l, err);
+    /* the holders of the same experts: the same EP index, and the same tp index when tp cuts them */
+    int64_t rank = hp_comm_rank(r->x.world), tp = r->x.pos.n[HP__TP], ti = r->x.pos.r[HP__TP];
+    int64_t color = r->ep_index * (mw->tp_cut ? tp : 1) + (mw->tp_cut ? ti : 0);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)color, (int)rank, &b->edp, err);
+    if (st != HP_OK) return st;
+    /* The group's EP groups (G holders times P members each) saw each distinct row block G·P / D times, D the
+     * number of distinct row blocks of the mesh (dp, and cp and tp where they split the rows). */
+    int64_t G = hp_comm_size(b->edp), P = r->ep;
+    int64_t D = r->x.dp * (rows_split(s->run.ax[HP__CP]) ? r->x.pos.n[HP__CP] : 1) *
+                (rows_split(s->run.ax[HP__TP]) ? tp : 1);
+    b->escale = (double)D / (double)(G * P);
+    hp_moe_grads *g = b->g;
+    int64_t E = l->n_experts, H = l->n_hidden, n = l->n_local, I = l->d_expert, sI = l->d_shared;
+    struct {
+        void *data;
+        int64_t n;
+        float *g;
+        tkind kind;
+    } a[] = {
+        {(void *)(uintptr_t)l->w_gate_up, n * 2 * I * H, g->d_gate_up, K_EXPERT},
+        {(void *)(uintptr_t)l->w_down, n * H * I, g->d_down, K_EXPERT},
+        {(void *)(uintptr_t)l->b_gate_up, n * 2 * I, g->d_b_gate_up, K_EXPERT},
+        {(void *)(uintptr_t)l->b_down, n * H, g->d_b_down, K_BDOWN},
+        {NULL, E * H, g->d_w_router, K_ROUTER},
+        {NULL, E, g->d_b_router, K_ROUTER},
+        {l->ws_gate_up, 2 * sI * H, g->d_ws_gate_up, K_SHARED},
+        {l->ws_down, H * sI, g->d_ws_down, K_SHARED},
+        {l->ws_gate, H, g->d_ws_gate, K_ROUTER},
+    };
+    double *router[] = {l->w_router, l->b_router};
+    for (size_t k = 0; k < sizeof a / sizeof *a && st == HP_OK; k++) {
+        double *wide = k == 4 || k == 5 ? router[k - 4] : NULL;
+        if (!a[k].g || (!a[k].data && !wide)) continue;
+        float *data = a[k].data;
+        if (wide) { /* the router is held in f64 for the selection: an f32 master is what trains */
+            if (!(data = hp_calloc((size_t)a[k].n + 1, sizeof *data))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            for (int64_t i = 0; i < a[k].n; i++) data[i] = (float)wide[i];
+        }
+        tparam *q;
+        bool cut = mw->tp_cut && (a[k].kind == K_EXPERT || a[k].kind == K_SHARED);
+        st = new_param(r, data, a[k].n, a[k].g, s, cut, mw->tp_cut && a[k].kind == K_ROUTER, &q, err);
+        if (st != HP_OK) {
+            if (wide) free(data);
+            return st;
+        }
+        q->wide = wide;
+        q->moe = t->n_moe;
+        q->kind = a[k].kind;
+        if (q->kind == K_EXPERT || q->kind == K_BDOWN) q->sum_dp = q->sum_cp = q->sum_tp = false; /* the group's */
+        snprintf(q->name, sizeof q->name, "%s[%zu]", s->c.fqn, k);
+    }
+    return st;
 }
 
 static float *grad_of(const hp_runner *r, const hp__w *w)
 {
     for (int i = 0; i < r->train->n; i++)
         if (r->train->p[i].w == w) return r->train->p[i].g;
+    return NULL;
+}
+
+/* A slice's values as the backward multiplies by them: f32 as held, or a bf16 slice widened. */
+static const float *W32(const hp_runner *r, const hp__w *w)
+{
+    for (int i = 0; w->dt == HP_DT_BF16 && i < r->train->n; i++)
+        if (r->train->p[i].w == w) return r->train->p[i].w32;
+    return w->d;
+}
+
+static tmoe *moe_of(const hp_runner *r, int64_t layer)
+{
+    for (int i = 0; i < r->train->n_moe; i++)
+        if (r->train->moe[i].layer == layer) return &r->train->moe[i];
     return NULL;
 }
 
@@ -200,10 +357,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
                 st = add_param(r, v[k], f, rel[k], s, s->split && k != 2 && k != 5 && k != 6 && k != 7, err);
             break;
         }
-        case HP__OP_MOE:
-            st = hp_err_set(err, HP_ERR_INPUT, "%s: the training step has no backward for MoE blocks yet (the dense "
-                            "families llama, mistral, qwen2 and qwen3 train; docs/train.md)", f);
-            break;
+        case HP__OP_MOE: st = add_moe(r, s, &w->moe, err); break;
         case HP__OP_HEAD:
             if (!g->tied) st = add_param(r, &r->w.head_w, f, "weight", s, false, err);
             break;
@@ -251,13 +405,13 @@ static void add_into(hp__act *dst, const hp__act *src)
 }
 
 /* dx = dy·W and dW += dyᵀ·x, db += Σ dy, with dx added into acc (the sum over several projections of x). */
-static hp_status lin_bwd_add(hp__train *t, int64_t rows, int64_t N, int64_t K, const float *dy, int64_t ldy,
+static hp_status lin_bwd_add(const hp_runner *r, hp__train *t, int64_t rows, int64_t N, int64_t K, const float *dy, int64_t ldy,
                              const hp__w *W, float *gW, const hp__w *b, float *gb, const float *x, float *acc,
                              bool first, hp_err *err)
 {
     float *dx = first ? acc : fbuf(t, 3, rows * K, err);
     if (!dx) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, N, K, dy, ldy, W->d, x, K, dx, K, gW, b && b->present ? gb : NULL);
+    hp__linear_backward(rows, N, K, dy, ldy, W32(r, W), x, K, dx, K, gW, b && b->present ? gb : NULL);
     if (!first)
         for (int64_t i = 0; i < rows * K; i++) acc[i] += dx[i];
     return HP_OK;
@@ -304,7 +458,7 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     float *d_o = fbuf(t, 0, rows * nh * hd, err), *dq = d_o ? fbuf(t, 1, rows * nh * hd, err) : NULL;
     if (!dq) return HP_ERR_NOMEM;
     /* o_proj */
-    hp__linear_backward(rows, H, nh * hd, da->d, H, a->wo.d, o, nh * hd, d_o, nh * hd, grad_of(r, &a->wo),
+    hp__linear_backward(rows, H, nh * hd, da->d, H, W32(r, &a->wo), o, nh * hd, d_o, nh * hd, grad_of(r, &a->wo),
                         a->bo.present ? grad_of(r, &a->bo) : NULL);
     /* the attention itself: dK, dV of every key this rank's queries saw (a partial sum over cp) */
     hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
@@ -347,13 +501,13 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     /* the projections: dt = dq·Wq + dk·Wk + dv·Wv */
     if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
         return st;
-    st = lin_bwd_add(t, rows, nh * hd, H, dq, nh * hd, &a->wq, grad_of(r, &a->wq), &a->bq, grad_of(r, &a->bq), ta->d,
+    st = lin_bwd_add(r, t, rows, nh * hd, H, dq, nh * hd, &a->wq, grad_of(r, &a->wq), &a->bq, grad_of(r, &a->bq), ta->d,
                      dt->d, true, err);
     if (st == HP_OK)
-        st = lin_bwd_add(t, rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, grad_of(r, &a->wk), &a->bk,
+        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, grad_of(r, &a->wk), &a->bk,
                          grad_of(r, &a->bk), ta->d, dt->d, false, err);
     if (st == HP_OK)
-        st = lin_bwd_add(t, rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, grad_of(r, &a->wv), &a->bv,
+        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, grad_of(r, &a->wv), &a->bv,
                          grad_of(r, &a->bv), ta->d, dt->d, false, err);
     return st;
 }
@@ -378,7 +532,7 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     float *dlat = dq ? fbuf(t, 2, rows * (lat + qa_n + nh * (nope + vd)), err) : NULL;
     if (!dlat) return HP_ERR_NOMEM;
     float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
-    hp__linear_backward(rows, H, nh * vd, da->d, H, a->wo.d, o, nh * vd, d_o, nh * vd, grad_of(r, &a->wo),
+    hp__linear_backward(rows, H, nh * vd, da->d, H, W32(r, &a->wo), o, nh * vd, d_o, nh * vd, grad_of(r, &a->wo),
                         a->bo.present ? grad_of(r, &a->bo) : NULL);
     hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
     if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
@@ -419,7 +573,7 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
     float *dckv = fbuf(t, 3, rows * kvl, err);
     if (!dckv) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), a->wkvb.d, ckv, kvl, dckv, kvl,
+    hp__linear_backward(rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), W32(r, &a->wkvb), ckv, kvl, dckv, kvl,
                         grad_of(r, &a->wkvb), NULL);
     float *pre = fbuf(t, 5, rows * (kvl > qa_n ? kvl : qa_n), err);
     if (!pre) return HP_ERR_NOMEM;
@@ -429,18 +583,18 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     /* dt = dkva·W_kva + (q's path) */
     if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
         return st;
-    st = lin_bwd_add(t, rows, lat, H, dkva, lat, &a->wkva, grad_of(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
+    st = lin_bwd_add(r, t, rows, lat, H, dkva, lat, &a->wkva, grad_of(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
                      err);
     if (st != HP_OK || a->ql <= 0)
-        return st == HP_OK ? lin_bwd_add(t, rows, nh * qk, H, dq, nh * qk, &a->wq, grad_of(r, &a->wq), NULL, NULL,
+        return st == HP_OK ? lin_bwd_add(r, t, rows, nh * qk, H, dq, nh * qk, &a->wq, grad_of(r, &a->wq), NULL, NULL,
                                          ta->d, dt->d, false, err)
                            : st;
-    hp__linear_backward(rows, nh * qk, a->ql, dq, nh * qk, a->wq.d, qa, a->ql, dqa, a->ql, grad_of(r, &a->wq),
+    hp__linear_backward(rows, nh * qk, a->ql, dq, nh * qk, W32(r, &a->wq), qa, a->ql, dqa, a->ql, grad_of(r, &a->wq),
                         NULL);
     /* q_a's norm: its input recomputed */
     if ((st = hp_linear_forward(a->qa, 0, rows, ta->d, H, pre, a->ql, false, err)) != HP_OK) return st;
     hp__rmsnorm_backward(pre, rows, a->ql, a->qan.d, 1e-6, dqa, dqa, grad_of(r, &a->qan));
-    return lin_bwd_add(t, rows, a->ql, H, dqa, a->ql, &a->wqa, grad_of(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
+    return lin_bwd_add(r, t, rows, a->ql, H, dqa, a->ql, &a->wqa, grad_of(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
                        err);
 }
 
@@ -454,20 +608,34 @@ static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__ac
     const float *gu = r->sc.buf[2], *hid = r->sc.buf[3];
     float *dhid = fbuf(t, 0, rows * I, err), *dgu = dhid ? fbuf(t, 1, rows * 2 * I, err) : NULL;
     if (!dgu) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, H, I, da->d, H, m->wd.d, hid, I, dhid, I, grad_of(r, &m->wd),
+    hp__linear_backward(rows, H, I, da->d, H, W32(r, &m->wd), hid, I, dhid, I, grad_of(r, &m->wd),
                         m->bd.present ? grad_of(r, &m->bd) : NULL);
     hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
     hp_status st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
     if (st != HP_OK) return st;
     if (s->fused)
-        return lin_bwd_add(t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, grad_of(r, &m->wgu), &m->bgu, grad_of(r, &m->bgu),
+        return lin_bwd_add(r, t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, grad_of(r, &m->wgu), &m->bgu, grad_of(r, &m->bgu),
                            tm->d, dt->d, true, err);
-    st = lin_bwd_add(t, rows, I, H, dgu, 2 * I, &m->wg, grad_of(r, &m->wg), &m->bg, grad_of(r, &m->bg), tm->d, dt->d,
+    st = lin_bwd_add(r, t, rows, I, H, dgu, 2 * I, &m->wg, grad_of(r, &m->wg), &m->bg, grad_of(r, &m->bg), tm->d, dt->d,
                      true, err);
     if (st == HP_OK)
-        st = lin_bwd_add(t, rows, I, H, dgu + I, 2 * I, &m->wu, grad_of(r, &m->wu), &m->bu, grad_of(r, &m->bu), tm->d,
+        st = lin_bwd_add(r, t, rows, I, H, dgu + I, 2 * I, &m->wu, grad_of(r, &m->wu), &m->bu, grad_of(r, &m->bu), tm->d,
                          dt->d, false, err);
     return st;
+}
+
+/* The MoE block's backward: the EP runtime's reverse of its last forward (recomputed on these rows). dt receives
+ * the input's gradient on the block's rows: a partial sum over tp when tp cuts the experts. */
+static hp_status moe_bwd(hp_runner *r, const hp__step *s, moe_w *m, const hp__act *tm, const hp__act *da,
+                         hp__act *dt, hp_err *err)
+{
+    tmoe *b = moe_of(r, s->layer);
+    if (!b) return hp_err_set(err, HP_ERR_INPUT, "internal error: %s has no training state", s->c.fqn);
+    hp__lay lay = tm->lay;
+    if (m->tp_cut) lay.ax[HP__TP] = hp_pl_p();
+    hp_status st = like(r, dt, tm, r->g.cfg.H, lay, err);
+    if (st == HP_OK) st = hp_moe_ep_backward(m->ep, tm->d, tm->n[0] * tm->n[1], da->d, dt->d, b->g, err);
+    return hp_comm_agree(r->x.world, st, err); /* the next collectives mix the EP groups */
 }
 
 /* A module step's backward between its boundaries: the gradient of the stream dh (G(stream)) through the
@@ -483,6 +651,7 @@ static hp_status module_bwd(hp_runner *r, const hp__step *s, layer_w *w, const h
     if (st == HP_OK) st = dual(r, &t->da, glay(s->leave), &s->out, what, err);
     if (st != HP_OK) return st;
     st = s->op == HP__OP_MLP   ? mlp_bwd(r, s, &w->mlp, tin, &t->da, &t->dt, err)
+         : s->op == HP__OP_MOE ? moe_bwd(r, s, &w->moe, tin, &t->da, &t->dt, err)
          : s->op == HP__OP_MLA ? mla_bwd(r, s, &w->at, tin, &t->da, &t->dt, err)
                                : attn_bwd(r, s, &w->at, tin, &t->da, &t->dt, err);
     snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
@@ -512,7 +681,8 @@ static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
     if (st == HP_OK) st = hp__r_act_copy(r, &t->h1, h0, err);
     if (st == HP_OK) st = hp__r_residual(r, &ls[2], &t->h1, a, err);
     if (st == HP_OK) st = hp__r_norm(r, &w->post, &t->h1, tt, err);
-    if (st == HP_OK) st = hp__r_mlp(r, &w->mlp, tt, a, err);
+    if (st == HP_OK)
+        st = ls[4].op == HP__OP_MOE ? hp__r_moe(r, &w->moe, tt, a, r->sc.moe_rows, err) : hp__r_mlp(r, &w->mlp, tt, a, err);
     /* the feed-forward half, then the attention half */
     if (st == HP_OK) st = module_bwd(r, &ls[4], w, tt, err);
     if (st == HP_OK) st = norm_bwd(r, &ls[3], &w->post, &t->h1, &t->dt, &t->dh, true, err);
@@ -553,7 +723,7 @@ static hp_status head_bwd(hp_runner *r, const hp__step *fn, const hp__step *hs, 
         HP_OK)
         return st;
     int64_t vl = t->da.n[2]; /* the rank's vocabulary block, as the head computed it */
-    hp__linear_backward(rows, vl, H, t->da.d, vl, W->d, th->d, H, t->dt.d, H, grad_of(r, W), NULL);
+    hp__linear_backward(rows, vl, H, t->da.d, vl, W32(r, W), th->d, H, t->dt.d, H, grad_of(r, W), NULL);
     snprintf(what, sizeof what, "%s (backward of its entry)", hs->c.fqn);
     if ((st = dual(r, &t->dt, t->dt.lay, &hs->in, what, err)) != HP_OK) return st;
     return norm_bwd(r, fn, &r->w.fnorm, &r->sc.kept[r->g.cfg.L], &t->dt, &t->dh, false, err);
@@ -588,7 +758,15 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
     hp_status st = HP_OK;
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         tparam *q = &t->p[i];
-        size_t n = (size_t)q->w->n;
+        size_t n = (size_t)q->n;
+        if (q->kind == K_EXPERT || q->kind == K_BDOWN) {
+            const tmoe *b = &t->moe[q->moe - 1];
+            if (q->kind == K_BDOWN && b->m->tp_cut && r->x.pos.r[HP__TP] != 0)
+                memset(q->g, 0, n * sizeof *q->g); /* tp rank 0 holds the bias; the others keep zeros */
+            if (hp_comm_size(b->edp) > 1) st = hp__allreduce(&r->x, b->edp, q->g, n, err);
+            if (b->escale != 1.0)
+                for (size_t k = 0; k < n; k++) q->g[k] = (float)(q->g[k] * b->escale);
+        }
         if (q->sum_tp) st = hp__allreduce(&r->x, r->x.axc[HP__TP], q->g, n, err);
         if (st == HP_OK && q->sum_cp) st = hp__allreduce(&r->x, r->x.axc[HP__CP], q->g, n, err);
         if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
@@ -642,6 +820,49 @@ static hp_status relink(hp_runner *r, hp_err *err)
     return st;
 }
 
+/* AdamW's moments, allocated at the first step: whole, or (ZeRO-1) this rank's block over the ranks that hold
+ * the same slice of the parameter: dp for a dense slice, the expert-data-parallel group for routed experts. */
+static hp_status opt_state(hp_runner *r, hp_err *err)
+{
+    hp__train *t = r->train;
+    for (int i = 0; i < t->n; i++) {
+        tparam *q = &t->p[i];
+        if (q->m) continue;
+        const hp_comm *zc = NULL;
+        if (t->zero) zc = q->kind == K_EXPERT || q->kind == K_BDOWN ? t->moe[q->moe - 1].edp : r->x.dp_c;
+        if (zc && hp_comm_size(zc) < 2) zc = NULL;
+        q->zn = q->n;
+        if (zc) {
+            int64_t P = hp_comm_size(zc), k = hp_comm_rank(zc);
+            q->zblk = (q->n + P - 1) / P;
+            q->zlo = k * q->zblk < q->n ? k * q->zblk : q->n;
+            q->zn = q->zlo + q->zblk <= q->n ? q->zblk : q->n - q->zlo;
+        }
+        q->zc = zc;
+        q->m = hp_calloc((size_t)q->zn + 1, sizeof *q->m);
+        q->v = hp_calloc((size_t)q->zn + 1, sizeof *q->v);
+        if (!q->m || !q->v) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the optimizer state");
+    }
+    return HP_OK;
+}
+
+/* ZeRO-1: AdamW on this rank's block, then the updated blocks all-gathered over the group. */
+static hp_status zero_step(hp_runner *r, tparam *q, const hp__adamw *ao, hp_err *err)
+{
+    int64_t P = hp_comm_size(q->zc);
+    hp__adamw_step(q->data + q->zlo, q->g + q->zlo, q->m, q->v, q->zn, ao, r->train->step);
+    float *send = hp_calloc((size_t)q->zblk + 1, sizeof *send), *all = hp_calloc((size_t)(P * q->zblk) + 1, sizeof *all);
+    hp_status st = send && all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory for ZeRO's all-gather");
+    if (st == HP_OK) {
+        memcpy(send, q->data + q->zlo, (size_t)q->zn * sizeof *send);
+        st = hp_comm_allgather(q->zc, send, (size_t)q->zblk * sizeof *send, all, err);
+    }
+    if (st == HP_OK) memcpy(q->data, all, (size_t)q->n * sizeof *all);
+    free(send);
+    free(all);
+    return st;
+}
+
 hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
                                double *loss, hp_err *err)
 {
@@ -649,7 +870,7 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     t->grads = false;
-    for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].w->n * sizeof *t->p[i].g);
+    for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
     hp_run_output out;
     if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
     *loss = out.loss;
@@ -666,14 +887,200 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     t->grads = true;
     if (!opts) return HP_OK;
     t->step++;
+    if (t->step == 1) t->zero = opts->zero;
+    else if (opts->zero != t->zero)
+        return hp_err_set(err, HP_ERR_INPUT, "--zero %d after steps with --zero %d: the optimizer state is laid out "
+                          "once", opts->zero, t->zero);
+    if ((st = hp_comm_agree(r->x.world, opt_state(r, err), err)) != HP_OK) return st;
     hp__adamw ao = {.lr = opts->lr, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
                     .weight_decay = opts->weight_decay};
-    for (int i = 0; i < t->n; i++) hp__adamw_step(t->p[i].w->d, t->p[i].g, t->p[i].m, t->p[i].v, t->p[i].w->n, &ao,
-                                                  t->step);
+    for (int i = 0; i < t->n && st == HP_OK; i++) {
+        tparam *q = &t->p[i];
+        if (!q->zc) hp__adamw_step(q->data, q->g, q->m, q->v, q->n, &ao, t->step);
+        else st = zero_step(r, q, &ao, err);
+        for (int64_t k = 0; q->wide && k < q->n; k++) q->wide[k] = q->data[k]; /* the router's f64 copy */
+        if (q->w32) { /* the forward's bf16 copy: the master rounded to nearest even */
+            uint16_t *b16 = q->w->d;
+            for (int64_t k = 0; k < q->n; k++) {
+                uint32_t u;
+                memcpy(&u, &q->data[k], sizeof u);
+                u += 0x7fffu + ((u >> 16) & 1u);
+                b16[k] = (uint16_t)(u >> 16);
+                u = (uint32_t)b16[k] << 16;
+                memcpy(&q->w32[k], &u, sizeof u);
+            }
+        }
+    }
+    if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    /* the EP runtimes made their linears from the old experts: made again at the next forward */
+    for (int i = 0; i < t->n_moe; i++) {
+        moe_w *m = t->moe[i].m;
+        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
+        hp_moe_ep_destroy(m->ep);
+        m->ep = NULL;
+    }
     return hp_comm_agree(r->x.world, relink(r, err), err);
 }
 
 /* ---- the parameters, whole, on rank 0 ---- */
+
+/* Every rank's n floats at data gathered onto world rank 0: *all (rank 0: malloc'd) with rank k's block at
+ * dsp[k] floats, cnt[k] floats long. Collective. */
+static hp_status gather_blocks(hp_runner *r, const float *data, int64_t n, float **all, int64_t *cnt, int64_t *dsp,
+                               hp_err *err)
+{
+    int world = hp_comm_size(r->x.world), me = hp_comm_rank(r->x.world);
+    *all = NULL;
+    hp_status st = hp_comm_allgather(r->x.world, &n, sizeof n, cnt, err);
+    size_t *bc = st == HP_OK ? hp_calloc((size_t)world * 2, sizeof *bc) : NULL, *bd = bc ? bc + world : NULL;
+    if (st == HP_OK && !bc) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    int64_t total = 0;
+    for (int k = 0; st == HP_OK && k < world; k++) {
+        dsp[k] = total;
+        total += cnt[k];
+        bc[k] = (size_t)cnt[k] * sizeof(float);
+        bd[k] = (size_t)dsp[k] * sizeof(float);
+    }
+    if (st == HP_OK && me == 0 && !(*all = malloc((size_t)total * sizeof(float) + 1)))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory gathering the parameters");
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st == HP_OK) st = hp_comm_gatherv(r->x.world, data, (size_t)n * sizeof(float), *all, bc, bd, 0, err);
+    free(bc);
+    return st;
+}
+
+/* The columns [*lo, *lo + *n) of an expert width w that tp index j of tp holds when tp cuts the experts (gpt-oss:
+ * its interleaved gate/up pairs are cut as 2w is, hp_moe_load_opts.tp_size). */
+static void expert_block(const hp_moe_layer *l, int64_t w, int64_t tp, int64_t j, int64_t *lo, int64_t *n)
+{
+    if (l->act == HP_MOE_ACT_GPTOSS) {
+        *lo = hp__blk_lo(2 * w, tp, j) / 2;
+        *n = (hp__blk_lo(2 * w, tp, j + 1) - hp__blk_lo(2 * w, tp, j)) / 2;
+    } else {
+        *lo = hp__blk_lo(w, tp, j);
+        *n = hp__blk_lo(w, tp, j + 1) - *lo;
+    }
+}
+
+/* Places rank k's local [n_loc, rows(il), cols] block of a stacked [E, rows(I), cols] array: gate/up rows come in
+ * two halves (half true) or columns are cut (rows_cut false: a [.., H, il] down projection). */
+static void place_experts(float *whole, const float *loc, int64_t first, int64_t n_loc, int64_t I, int64_t c0,
+                          int64_t il, int64_t H, int kind)
+{
+    for (int64_t e = 0; e < n_loc; e++) {
+        float *we = whole + (first + e) * (kind == 1 ? H * I : kind == 0 ? 2 * I * H : kind == 2 ? 2 * I : H);
+        const float *le = loc + e * (kind == 1 ? H * il : kind == 0 ? 2 * il * H : kind == 2 ? 2 * il : H);
+        if (kind == 0) { /* gate_up [2I, H]: rows c0.. of each half */
+            memcpy(we + c0 * H, le, (size_t)(il * H) * sizeof *we);
+            memcpy(we + (I + c0) * H, le + il * H, (size_t)(il * H) * sizeof *we);
+        } else if (kind == 1) { /* down [H, I]: columns c0.. */
+            for (int64_t h = 0; h < H; h++) memcpy(we + h * I + c0, le + h * il, (size_t)il * sizeof *we);
+        } else if (kind == 2) { /* gate_up bias [2I] */
+            memcpy(we + c0, le, (size_t)il * sizeof *we);
+            memcpy(we + I + c0, le + il, (size_t)il * sizeof *we);
+        } else {
+            memcpy(we, le, (size_t)H * sizeof *we); /* down bias [H] */
+        }
+    }
+}
+
+typedef struct fwd_ctx {
+    hp_param_fn fn;
+    void *ctx;
+} fwd_ctx;
+
+static hp_status forward_tensor(void *c, const char *name, const float *d, const int64_t *shape, int nd, hp_err *err)
+{
+    const fwd_ctx *f = c;
+    return f->fn(f->ctx, name, d, shape, nd, err);
+}
+
+/* An MoE block whole on rank 0 (its routed experts from every EP rank and tp block, the rest as rank 0 holds it),
+ * handed to fn under the checkpoint's names and layouts (hp_moe_layer_export). Collective. */
+static hp_status gather_moe(hp_runner *r, const tmoe *b, int first_param, bool grads, hp_param_fn fn, void *ctx,
+                            hp_err *err)
+{
+    const hp__train *t = r->train;
+    const hp_moe_layer *l = b->m->l;
+    int world = hp_comm_size(r->x.world), me = hp_comm_rank(r->x.world);
+    int64_t E = l->n_experts, H = l->n_hidden, tp = r->x.pos.n[HP__TP];
+    int64_t I = l->d_expert, sI = l->d_shared;
+    if (b->m->tp_cut) { /* the whole widths */
+        I = r->m->cfg.moe_intermediate_size;
+        sI = sI > 0 ? r->m->cfg.shared_intermediate_size : 0;
+    }
+    hp_status st = HP_OK;
+    hp_moe_grads whole = {.n_hidden = H, .n_experts = E, .n_local = E, .d_expert = I, .d_shared = sI};
+    int64_t *cnt = hp_calloc((size_t)world * 2, sizeof *cnt), *dsp = cnt ? cnt + world : NULL;
+    if (!cnt) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    /* the entries of the block in add_moe's order */
+    const tparam *q = &t->p[first_param];
+    int nq = 0;
+    while (first_param + nq < t->n && q[nq].moe == q[0].moe) nq++;
+    float *bufs[9] = {0};
+    for (int k = 0; k < nq && st == HP_OK; k++) {
+        const tparam *e = &q[k];
+        const float *mine = grads ? e->g : e->data;
+        float *all = NULL;
+        if (e->kind == K_EXPERT || e->kind == K_BDOWN || (e->kind == K_SHARED && b->m->tp_cut)) {
+            st = gather_blocks(r, mine, e->n, &all, cnt, dsp, err);
+        }
+        float *w = NULL;
+        int64_t wn = 0, slot = -1;
+        /* which canonical array: by kind and size (add_moe's order: gate_up, down, b_gate_up, b_down, router,
+         * b_router, shared gate_up, shared down, shared gate) */
+        const char *which = strrchr(e->name, '[');
+        slot = which ? strtoll(which + 1, NULL, 10) : -1;
+        switch (slot) {
+        case 0: wn = E * 2 * I * H; break;
+        case 1: wn = E * H * I; break;
+        case 2: wn = E * 2 * I; break;
+        case 3: wn = E * H; break;
+        case 4: wn = E * H; break;
+        case 5: wn = E; break;
+        case 6: wn = 2 * sI * H; break;
+        case 7: wn = H * sI; break;
+        case 8: wn = H; break;
+        default: st = hp_err_set(err, HP_ERR_INPUT, "internal error: %s", e->name);
+        }
+        if (st == HP_OK && me == 0 && !(w = hp_calloc((size_t)wn + 1, sizeof *w)))
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (int rk = 0; st == HP_OK && me == 0 && all && rk < world; rk++) {
+            int64_t g0, idx, first, n_loc, j = hp_mesh_coord(&r->p->mesh, rk, "tp"), c0 = 0, il = slot >= 6 ? sI : I;
+            hp_mesh_ep_index(&r->p->mesh, r->ep, rk, &g0, &idx);
+            hp_ep_local_experts(E, r->ep, idx, &first, &n_loc);
+            if (b->m->tp_cut) {
+                if (slot >= 6) {
+                    c0 = hp__blk_lo(sI, tp, j);
+                    il = hp__blk_lo(sI, tp, j + 1) - c0;
+                } else {
+                    expert_block(l, I, tp, j, &c0, &il);
+                }
+            }
+            const float *loc = all + dsp[rk];
+            if (slot == 3 && b->m->tp_cut && j != 0) continue; /* the down bias: tp rank 0's */
+            if (slot <= 3) place_experts(w, loc, first, n_loc, I, c0, il, H, (int)slot);
+            else if (slot == 6) {
+                memcpy(w + c0 * H, loc, (size_t)(il * H) * sizeof *w);
+                memcpy(w + (sI + c0) * H, loc + il * H, (size_t)(il * H) * sizeof *w);
+            } else if (slot == 7) {
+                for (int64_t h = 0; h < H; h++) memcpy(w + h * sI + c0, loc + h * il, (size_t)il * sizeof *w);
+            }
+        }
+        if (st == HP_OK && me == 0 && !all) memcpy(w, mine, (size_t)wn * sizeof *w); /* whole on every rank */
+        free(all);
+        if (slot >= 0 && slot < 9) bufs[slot] = w;
+        else free(w);
+    }
+    whole.d_gate_up = bufs[0], whole.d_down = bufs[1], whole.d_b_gate_up = bufs[2], whole.d_b_down = bufs[3];
+    whole.d_w_router = bufs[4], whole.d_b_router = bufs[5], whole.d_ws_gate_up = bufs[6], whole.d_ws_down = bufs[7];
+    whole.d_ws_gate = bufs[8];
+    fwd_ctx f = {fn, ctx};
+    if (st == HP_OK && me == 0) st = hp_moe_layer_export(l, r->m, &whole, forward_tensor, &f, err);
+    for (int k = 0; k < 9; k++) free(bufs[k]);
+    free(cnt);
+    return hp_comm_agree(r->x.world, st, err);
+}
 
 hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err)
 {
@@ -687,6 +1094,11 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
     if (!cnt) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < t->n && (st = hp_comm_agree(r->x.world, st, err)) == HP_OK; i++) {
         const tparam *q = &t->p[i];
+        if (q->moe) { /* the block's entries, together */
+            st = gather_moe(r, &t->moe[q->moe - 1], i, grads, fn, ctx, err);
+            while (i + 1 < t->n && t->p[i + 1].moe == q->moe) i++;
+            continue;
+        }
         hp_shard_tensor cut[1];
         float *all = NULL, *whole = NULL;
         size_t total = 0, gn = 1;
@@ -704,7 +1116,7 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
                 st = hp_err_set(err, HP_ERR_NOMEM, "out of memory gathering %s", q->name);
         }
         st = hp_comm_agree(r->x.world, st, err);
-        const float *mine = grads ? q->g : (const float *)q->w->d;
+        const float *mine = grads ? q->g : q->data; /* the f32 master of a bf16 slice */
         if (st == HP_OK) st = hp_comm_gatherv(r->x.world, mine, (size_t)q->w->n * sizeof(float), all, cnt, dsp, 0, err);
         for (int k = 0; me == 0 && st == HP_OK && k < world; k++) {
             if ((st = hp__w_cut(&r->w.ws, q->name, k, cut, err)) == HP_OK)

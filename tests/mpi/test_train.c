@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "hyperpar/model.h"
+#include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 #include "hyperpar/run.h"
 #include "hyperpar/safetensors.h"
@@ -18,11 +19,14 @@
 
 static hp_comm *g_world;
 
-static const char *const k_fams[] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const k_fams[] = {"llama",   "mistral",   "qwen2",     "qwen3",    "mixtral",
+                                     "qwen2_moe", "qwen3_moe", "glm4_moe", "gpt_oss", "deepseek_v3"};
 
 typedef struct mesh_case {
-    int64_t dp, cp, tp;
-    bool sp, lp;
+    int64_t dp, cp, tp, ep;
+    bool sp, lp, ep_axis;
+    bool moe_only; /* a mesh with EP: the MoE families only, with their EP compute declared */
+    int zero;      /* ZeRO-1 */
 } mesh_case;
 
 typedef struct cmp_ctx {
@@ -80,8 +84,9 @@ static void one_case(const char *fam, const mesh_case *mc)
     char dir[128], io[192], what[192];
     snprintf(dir, sizeof dir, "data/forward/%s", fam);
     snprintf(io, sizeof io, "%s/train_io.safetensors", dir);
-    snprintf(what, sizeof what, "%s dp=%lld cp=%lld tp=%lld%s%s", fam, (long long)mc->dp, (long long)mc->cp,
-             (long long)mc->tp, mc->sp ? "" : " no-sp", mc->lp ? " lp" : "");
+    snprintf(what, sizeof what, "%s dp=%lld cp=%lld tp=%lld ep=%lld%s%s%s%s", fam, (long long)mc->dp,
+             (long long)mc->cp, (long long)mc->tp, (long long)mc->ep, mc->ep_axis ? " (axis)" : "",
+             mc->sp ? "" : " no-sp", mc->lp ? " lp" : "", mc->zero ? " zero-1" : "");
     hp_err err;
     hp_model *m = NULL;
     hp_plan *p = NULL;
@@ -89,9 +94,16 @@ static void one_case(const char *fam, const mesh_case *mc)
     hp_st_file *fio = NULL, *fin = NULL;
     hp_plan_opts po;
     hp_plan_opts_default(&po);
-    hp_mesh_from_sizes(&po.mesh, mc->dp, mc->cp, mc->tp, 1, false);
+    hp_mesh_from_sizes(&po.mesh, mc->dp, mc->cp, mc->tp, mc->ep, mc->ep_axis);
     po.sequence_parallel = mc->sp;
     po.loss_parallel = mc->lp;
+    hp_overrides *ov = NULL;
+    if (mc->ep > 1) { /* the EP compute is declared, never chosen silently */
+        char ovp[160];
+        snprintf(ovp, sizeof ovp, "data/overrides/%s_ep.yaml", !strcmp(fam, "deepseek_v3") ? "deepseek_v3_forward" : fam);
+        CHECK_MSG(hp_overrides_load(&ov, ovp, &err) == HP_OK, "%s: %s", what, err.msg);
+        po.overrides = ov;
+    }
     char fwd[192];
     snprintf(fwd, sizeof fwd, "%s/forward_io.safetensors", dir);
     bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
@@ -101,7 +113,7 @@ static void one_case(const char *fam, const mesh_case *mc)
     CHECK_MSG(ok, "%s: %s", what, err.msg);
     const hp_st_tensor *ti = ok ? hp_st_find(fin, "input_ids") : NULL;
     const hp_st_tensor *tl = ok ? hp_st_find(fin, "loss") : NULL;
-    hp_train_opts to = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    hp_train_opts to = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .zero = mc->zero};
     double loss = 0, loss2 = 0;
     if (ok && ti && tl) {
         const int64_t *ids = hp_st_data(fin, ti);
@@ -120,29 +132,41 @@ static void one_case(const char *fam, const mesh_case *mc)
     hp_st_close(fio);
     hp_st_close(fin);
     hp_plan_free(p);
+    hp_overrides_free(ov);
     hp_model_close(m);
 }
 
 static void golden_gradients(void)
 {
     int N = hp_comm_size(g_world);
-    mesh_case cases[8];
+    mesh_case cases[16];
     int nc = 0;
-    if (N == 1) cases[nc++] = (mesh_case){1, 1, 1, true, false};
+    /* dp, cp, tp, ep, sp, lp, ep_axis, moe_only */
+    if (N == 1) cases[nc++] = (mesh_case){1, 1, 1, 1, true, false, false, false};
     if (N == 2) {
-        cases[nc++] = (mesh_case){1, 1, 2, true, false};
-        cases[nc++] = (mesh_case){1, 1, 2, false, false};
-        cases[nc++] = (mesh_case){1, 1, 2, true, true};
-        cases[nc++] = (mesh_case){1, 2, 1, true, false};
-        cases[nc++] = (mesh_case){2, 1, 1, true, false};
+        cases[nc++] = (mesh_case){1, 1, 2, 1, true, false, false, false}; /* MoE: experts cut over tp */
+        cases[nc++] = (mesh_case){1, 1, 2, 1, false, false, false, false};
+        cases[nc++] = (mesh_case){1, 1, 2, 1, true, true, false, false};
+        cases[nc++] = (mesh_case){1, 2, 1, 1, true, false, false, false};
+        cases[nc++] = (mesh_case){2, 1, 1, 1, true, false, false, false};
+        cases[nc++] = (mesh_case){2, 1, 1, 1, true, false, false, false, 1};
+        cases[nc++] = (mesh_case){1, 1, 2, 2, true, false, false, true}; /* TP-extend-EP */
+        cases[nc++] = (mesh_case){1, 1, 1, 2, true, false, true, true};  /* the explicit ep axis */
     }
     if (N == 4) {
-        cases[nc++] = (mesh_case){1, 2, 2, true, true};
-        cases[nc++] = (mesh_case){2, 1, 2, true, false};
-        cases[nc++] = (mesh_case){2, 2, 1, true, false};
+        cases[nc++] = (mesh_case){1, 2, 2, 1, true, true, false, false};
+        cases[nc++] = (mesh_case){2, 1, 2, 1, true, false, false, false};
+        cases[nc++] = (mesh_case){2, 2, 1, 1, true, false, false, false};
+        cases[nc++] = (mesh_case){2, 1, 2, 2, true, false, false, true};
+        cases[nc++] = (mesh_case){2, 1, 2, 4, true, false, false, true};
+        cases[nc++] = (mesh_case){2, 1, 2, 2, true, false, false, true, 1};
+        cases[nc++] = (mesh_case){1, 1, 2, 2, true, false, true, true}; /* ep axis with experts cut over tp */
     }
-    for (size_t f = 0; f < sizeof k_fams / sizeof *k_fams; f++)
-        for (int i = 0; i < nc; i++) one_case(k_fams[f], &cases[i]);
+    for (size_t f = 0; f < sizeof k_fams / sizeof *k_fams; f++) {
+        bool moe = f >= 4;
+        for (int i = 0; i < nc; i++)
+            if (moe || !cases[i].moe_only) one_case(k_fams[f], &cases[i]);
+    }
 }
 
 int main(int argc, char **argv)
