@@ -375,6 +375,37 @@ void hp_moe_grads_free(hp_moe_grads *g);
 hp_status hp_moe_backward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t n_tokens, const float *dy,
                           float *dx, hp_moe_grads *g, hp_err *err);
 
+/* ---- export: canonical arrays back to the checkpoint's names and layouts (issue 22) ---- */
+
+/* Receives one tensor of hp_moe_layer_export: name the full FQN ("model.layers.1.mlp.experts.0.gate_proj.weight"),
+ * data [shape] f32 row-major, valid only during the call. A non-zero return stops the export and is returned. */
+typedef hp_status (*hp_moe_tensor_fn)(void *ctx, const char *name, const float *data, const int64_t *shape,
+                                      int n_dims, hp_err *err);
+
+/* The inverse of the loader's layout mapping: calls fn once per trainable checkpoint tensor of layer l's block,
+ * with that tensor's part of `whole` at the checkpoint's own name and shape, so that gradients (or updated
+ * parameters) are written as transformers stores them. Every tensor under l->prefix in m is emitted except
+ * gate.e_score_correction_bias (no gradient, not an optimizer parameter), in this order: router weight
+ * ("gate" or "router", [E, H]) and gpt-oss's router bias [E]; the experts, per expert e ascending
+ * <e>.{gate_proj, up_proj, down_proj} (Mixtral w1, w3, w2) [I, H], [I, H], [H, I], or batched
+ * experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I], or gpt-oss's experts.gate_up_proj [E, H, 2I]
+ * (even columns gate, odd up), gate_up_proj_bias [E, 2I] (interleaved likewise), down_proj [E, I, H],
+ * down_proj_bias [E, H]; then the shared expert's gate_proj, up_proj [sI, H], down_proj [H, sI] and Qwen2-MoE's
+ * shared_expert_gate.weight at its stored shape ([1, H]).
+ *
+ * whole holds the WHOLE layer in the canonical layout of hp_moe_grads: n_local == n_experts == l->n_experts (the
+ * caller gathers EP ranks first), d_expert the full width I and d_shared the full sI (the caller gathers tp
+ * blocks first), n_hidden == l->n_hidden. l is any rank's layer object of that layer, used only for its
+ * archetype (which arrays must be present), prefix and E, H: its own n_local, d_expert and d_shared may be
+ * those of a slice. m (a checkpoint or a meta model) decides the names (per-expert vs batched, w1 vs gate_proj,
+ * gate vs router) and every emitted shape is checked against m's parameter of that name. Only gpt-oss's
+ * interleaved tensors are copied (one scratch buffer of the largest, freed before returning); the rest are
+ * passed as pointers into whole. Errors (HP_ERR_INPUT): whole of another shape than l and m say, an array
+ * the archetype needs that is NULL, a name m lacks or holds at another shape, a tensor of the block that the
+ * export does not know (named). */
+hp_status hp_moe_layer_export(const hp_moe_layer *l, const hp_model *m, const hp_moe_grads *whole,
+                              hp_moe_tensor_fn fn, void *ctx, hp_err *err);
+
 /* ---- expert parallelism over a communicator (spec §10.5-§10.11) ----
  *
  * Each rank of an EP group of P ranks holds experts [r·E/P, (r+1)·E/P) and its own tokens. A forward:
