@@ -68,6 +68,7 @@ expect 2 "does not exist" -- "$HP" train $G --input $I --out "$WORK/no/such/dir"
 
 # Usage and input errors: exit 2, one message, nothing written.
 expect 2 "missing --input" -- "$HP" train $G
+expect 2 "--freeze is not supported by train yet" -- "$HP" train $G --input $I --freeze 'model.norm.*'
 expect 2 "--lr expects a finite number > 0, got '0'" -- "$HP" train $G --input $I --lr 0
 expect 2 "--lr expects" -- "$HP" train $G --input $I --lr nan
 expect 2 "--lr expects" -- "$HP" train $G --input $I --lr 1e400
