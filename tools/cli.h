@@ -252,7 +252,7 @@ typedef struct cli_outfolder {
     const char *out;           /* the user's path */
     const char *const *names;  /* the file names the command writes (NULL-ended), besides the marker */
     char canon[PATH_MAX];      /* the canonical path of out (its parent resolved) */
-    char tmp[PATH_MAX + 64];   /* "<canon>.tmp.<pid>" */
+    char tmp[PATH_MAX + 64];   /* "<canon>.tmp.<pid>", named by the check */
     int state;                 /* at the check: -1 absent, 0 empty, 1 an earlier output of cmd (with force) */
     bool tmp_made;
 } cli_outfolder;

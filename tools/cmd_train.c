@@ -16,8 +16,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "signals.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
@@ -464,18 +466,48 @@ static int train(train_args *a, int *argc, char ***argv)
             st = hp_comm_agree(w, st, &err);
         }
     }
+    /* Rank 0 writes with no collective in between: a signal there removes what it had half-written (every
+     * name it may have made: the writers' own temporaries, then the folder) and ends the process at once. */
+    char rm[7][PATH_MAX + 200];
+    int n_rm = 0;
+    if (root && a->out) {
+        static const char *const in_dir[] = {HP_SHARD_MARKER, "config.json", "model.safetensors"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(rm[n_rm++], sizeof rm[0], "%s/%s", of.tmp, in_dir[i]);
+            if (i) snprintf(rm[n_rm++], sizeof rm[0], "%s/%s.tmp.%ld", of.tmp, in_dir[i], (long)getpid());
+        }
+    }
+    if (root && a->grad_out) snprintf(rm[n_rm++], sizeof rm[0], "%s.tmp.%ld", a->grad_out, (long)getpid());
+    if (root && a->out) snprintf(rm[n_rm++], sizeof rm[0], "%s", of.tmp);
+    const char *rm_list[8];
+    bool caught = false;
+    for (int i = 0; i < n_rm; i++) rm_list[i] = rm[i];
     if (st == HP_OK && a->out) {
         st = hp_runner_gather_params(r, false, keep, &params, &err);
         st = hp_comm_agree(w, st, &err);
+        if (st == HP_OK && root) {
+            cli_signals_catch();
+            cli_signals_remove_on_signal(rm_list, n_rm);
+            caught = true;
+        }
         if (st == HP_OK && root) st = write_folder(a, m, &params, &of, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d trained parameters, float32)\n", a->out, params.n);
     }
     if (st == HP_OK && a->grad_out) {
+        if (root && !caught) {
+            cli_signals_catch();
+            cli_signals_remove_on_signal(rm_list, n_rm);
+            caught = true;
+        }
         if (root) st = write_grads(a->grad_out, &grads, losses, a->steps, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d gradients, %lld losses)\n", a->grad_out,
                                          grads.n, (long long)a->steps);
+    }
+    if (caught) {
+        cli_signals_remove_on_signal(NULL, 0);
+        cli_signals_release(0); /* the signals' earlier actions back (one caught meanwhile ended the process) */
     }
     list_free(&grads);
     list_free(&params);

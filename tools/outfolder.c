@@ -168,12 +168,12 @@ bool cli_outfolder_check(cli_outfolder *o, const char *opt, bool force, const ch
         return snprintf(msg, cap, "%s: %s %s holds an earlier 'hyperpar %s' output; pass --force to replace it, or "
                         "choose another %s", o->cmd, opt, out, o->cmd, opt), true;
     o->state = s;
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->canon, (long)getpid());
     return false;
 }
 
 hp_status cli_outfolder_begin(cli_outfolder *o, hp_err *err)
 {
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->canon, (long)getpid());
     if (mkdir(o->tmp, 0755) != 0)
         return hp_err_set(err, HP_ERR_IO, "%s: cannot create the folder %s.tmp.%ld beside --out %s: %s", o->cmd,
                           o->out, (long)getpid(), o->out, strerror(errno));

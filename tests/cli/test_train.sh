@@ -97,4 +97,20 @@ check "MoE refused: no --out written" test ! -e "$WORK/moe"
 expect 2 "no backward for MoE" -- "$HP" train $F/mixtral --input $F/mixtral/forward_io.safetensors
 expect 0 "--grad-out G" -- "$HP" train --help
 expect 0 "train a dense checkpoint" -- "$HP" --help
+# A signal while rank 0 writes (HP_TEST_PAUSE_MID_WRITE pauses the safetensors writer with its temporary made):
+# the temporary folder and files go, --out never appears, the exit status is the signal's.
+set -m # job control: background runs keep SIGINT
+for sig in INT TERM; do
+    P="$WORK/pause$sig"
+    HP_TEST_PAUSE_MID_WRITE="$P" "$HP" train $G --input $I --out "$WORK/sig$sig" --grad-out "$WORK/sig$sig.g.st" \
+        >"$P.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [ -e "$P.ready" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.1; done
+    check "train SIG$sig: paused mid-write with its temporary folder" test -e "$P.ready" -a -d "$WORK/sig$sig.tmp.$pid"
+    kill -s $sig $pid
+    wait $pid; rc=$?
+    check "train SIG$sig: exit status $((128 + $(kill -l $sig))) (got $rc)" test "$rc" -eq $((128 + $(kill -l $sig)))
+    check "train SIG$sig: no --out, no temporary left" test ! -e "$WORK/sig$sig" -a -z "$(ls "$WORK" | grep "\.tmp\.")"
+    check "train SIG$sig: no --grad-out" test ! -e "$WORK/sig$sig.g.st"
+done
 finish
