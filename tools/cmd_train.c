@@ -425,8 +425,14 @@ static int train(train_args *a, int *argc, char ***argv)
         snprintf(g, sizeof g, "%.*s", slash ? (int)(slash - a->grad_out) + 1 : 1, slash ? a->grad_out : ".");
         char rg[PATH_MAX];
         size_t cl = strlen(of.canon);
-        if (realpath(g, rg) && !strncmp(rg, of.canon, cl) && (rg[cl] == '\0' || rg[cl] == '/'))
-            st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s lies inside --out %s; write it elsewhere",
+        char full[2 * PATH_MAX + 2];
+        bool in = realpath(g, rg) && !strncmp(rg, of.canon, cl) && (rg[cl] == '\0' || rg[cl] == '/');
+        if (!in && realpath(g, rg)) {
+            snprintf(full, sizeof full, "%s/%s", strcmp(rg, "/") ? rg : "", slash ? slash + 1 : a->grad_out);
+            in = !strcmp(full, of.canon);
+        }
+        if (in)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere",
                             a->grad_out, a->out);
     }
     bool shard = hp_shard_is_folder(a->model);

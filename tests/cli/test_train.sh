@@ -83,6 +83,8 @@ expect 2 "--grad-out 'data/forward/llama/forward_io.safetensors' is one of the i
     "$HP" train $G --input $I --grad-out $I
 expect 2 "--grad-out" -- "$HP" train $G --input $I --grad-out $G/model.safetensors
 mkdir "$WORK/gx"
+expect 2 "is or lies inside --out" -- "$HP" train $G --input $I --out "$WORK/gy" --grad-out "$WORK/gy"
+check "nothing written for --grad-out = --out" test ! -e "$WORK/gy"
 expect 2 "lies inside --out" -- "$HP" train $G --input $I --out "$WORK/gx" --grad-out "$WORK/gx/g.st"
 check "no output of the refused run" test -z "$(ls -A "$WORK/gx")"
 expect 2 "1 processes run it" -- "$HP" train $G --input $I --tp 2
