@@ -437,6 +437,9 @@ static int train(train_args *a, int *argc, char ***argv)
     }
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
+    if (st == HP_OK && a->out && !m->has_config)
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s has no config.json beside its weights; --out copies it into the "
+                        "checkpoint it writes, so train the checkpoint folder", a->model);
     if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
     if (st == HP_OK && !a->plan) {
         if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);

@@ -65,6 +65,8 @@ expect 0 "train: wrote" -- "$HP" train $G --input $I --out "$WORK/empty"
 check "an empty folder takes the output" test -f "$WORK/empty/model.safetensors"
 expect 2 "the input" -- "$HP" train $G --input $I --out $G/sub
 expect 2 "does not exist" -- "$HP" train $G --input $I --out "$WORK/no/such/dir"
+cp $G/model.safetensors "$WORK/bare.safetensors"
+expect 2 "has no config.json beside its weights" -- "$HP" train "$WORK/bare.safetensors" --input $I --out "$WORK/bare"
 
 # Usage and input errors: exit 2, one message, nothing written.
 expect 2 "missing --input" -- "$HP" train $G
