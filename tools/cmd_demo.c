@@ -4,7 +4,8 @@
  * gen → inspect (checkpoint) → inspect (meta mode from config.json) → check that meta mode synthesises
  * exactly the checkpoint's tensors → plan (tp=2, ep=2) → shard for dp=2 x ep=2 and merge back (byte-exact)
  * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process
- * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate
+ * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate,
+ *   and 3 training steps of it over 2 ranks (the loss falls)
  * → the MoE model's whole forward pass in one process, over 2 ranks (tp=2 x ep=2) compared with it, and validate.
  */
 #include <dirent.h>
@@ -203,6 +204,44 @@ static int write_ids(const char *path, int64_t B, int64_t S, int64_t vocab)
     return rc;
 }
 
+/* Three AdamW steps of the dense decoder over 2 ranks (tp=2) on the same batch: the losses (read back from
+ * --grad-out's "loss" F32 [3]) must fall. */
+static int train_dense(const char *out, const char *dense, const char *ids)
+{
+    char grads[700], args[8192], shown[8192];
+    snprintf(grads, sizeof grads, "%s/train_grads.safetensors", out);
+    snprintf(args, sizeof args, "train '%s' --input '%s' --tp 2 --steps 3 --grad-out '%s'", dense, ids, grads);
+    snprintf(shown, sizeof shown, "train %s --input %s --tp 2 --steps 3 --grad-out %s", dense, ids, grads);
+    bool skipped;
+    int st = mpi_self(shown, args, &skipped);
+    if (skipped) return HP_EXIT_OK;
+    if (st != 0) {
+        printf("FAILED: the 2-rank training steps did not run (status %d)\n", st);
+        return HP_EXIT_RUNTIME;
+    }
+    hp_st_file *f = NULL;
+    hp_err err;
+    if (hp_st_open(&f, grads, &err) != HP_OK) return cli_fail(&err);
+    const hp_st_tensor *t = hp_st_find(f, "loss");
+    float l[3] = {0};
+    int rc = HP_EXIT_OK;
+    if (!t || t->dtype != HP_DT_F32 || t->n_elems != 3) {
+        printf("FAILED: %s has no loss F32 [3]\n", grads);
+        rc = HP_EXIT_RUNTIME;
+    } else if (hp_st_read(f, t, 0, l, sizeof l, &err) != HP_OK) {
+        rc = cli_fail(&err);
+    } else if (!(l[1] < l[0] && l[2] < l[1])) {
+        printf("FAILED: the loss does not fall over 3 steps: %.6f, %.6f, %.6f\n", (double)l[0], (double)l[1],
+               (double)l[2]);
+        rc = HP_EXIT_VERIFY;
+    } else {
+        printf("3 AdamW steps over 2 ranks (tp=2) on the same batch: loss %.4f -> %.4f -> %.4f, falling\n",
+               (double)l[0], (double)l[1], (double)l[2]);
+    }
+    hp_st_close(f);
+    return rc;
+}
+
 /* The whole forward pass of a dense decoder: one process, then tp=2 with SP on 2 ranks, then validate. */
 static int run_dense(const char *out)
 {
@@ -243,7 +282,7 @@ static int run_dense(const char *out)
         printf("FAILED: validate found a boundary that diverges (status %d)\n", st);
         return HP_EXIT_VERIFY;
     }
-    return HP_EXIT_OK;
+    return train_dense(out, dense, ids);
 }
 
 /* The whole forward pass of the MoE model: one process, then tp=2 x ep=2 (TP-extend-EP over 2 ranks, the EP
@@ -525,7 +564,7 @@ int cmd_demo(int argc, char **argv)
     }
     if ((rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1)) != HP_EXIT_OK) goto done;
 
-    step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate");
+    step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate; 3 training steps");
     if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
 
     step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate");

@@ -26,6 +26,7 @@ static const command g_commands[] = {
     {"merge", cmd_merge, "rebuild the original checkpoint from a shard folder"},
     {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
     {"run", cmd_run, "run the whole forward pass across MPI ranks as the plan says"},
+    {"train", cmd_train, "train a dense checkpoint for N AdamW steps across MPI ranks; gradients, new weights"},
     {"validate", cmd_validate, "run the plan distributed and in one process, compare every boundary"},
     {"cost", cmd_cost, "what a plan costs each rank: memory, communication, FLOPs, step time"},
     {"advise", cmd_advise, "which mesh of N ranks to pick: every mesh ranked, the others rejected with why"},

@@ -1,0 +1,609 @@
+/*
+ * cmd_train.c — `hyperpar train MODEL --input IDS [--steps N] [--out DIR] [--grad-out G] [AdamW] [mesh flags]`:
+ * N training steps (hp_runner_train_step: forward, backward, AdamW) on the same batch across the ranks of
+ * mpirun, as the plan says (docs/train.md).
+ *
+ *   --grad-out G   rank 0: grad.<name> F32 at the checkpoint's name and shape for every trainable parameter,
+ *                  the first step's gradient, and loss F32 [N], each step's loss (one atomic file).
+ *   --out DIR      rank 0: DIR/config.json (the model's, "torch_dtype": "float32") and DIR/model.safetensors,
+ *                  every parameter after N steps as F32 under its own name (what was not trained copied as
+ *                  stored), written as one folder atomically (outfolder.c).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "signals.h"
+#include "hyperpar/comm.h"
+#include "hyperpar/moe.h"
+#include "hyperpar/overrides.h"
+#include "hyperpar/run.h"
+#include "hyperpar/safetensors.h"
+#include "hyperpar/shard.h"
+
+enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE };
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+#define G_OPT "AdamW (torch.optim.AdamW's defaults)"
+
+static const cli_opt g_opts[] = {
+    CLI_OPT_HELP,
+    {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank; every\n"
+                          "step trains on this batch", CLI_SHORT, NULL},
+    {"steps", O_STEPS, "N", "training steps (default 1)", 0, NULL},
+    {"out", 'o', "DIR", "rank 0 writes a checkpoint folder: config.json and model.safetensors, every\n"
+                        "parameter after the last step as F32 (atomically; refused when DIR is not empty)", CLI_SHORT,
+     NULL},
+    {"force", O_FORCE, NULL, "replace an earlier 'hyperpar train' output in DIR (its marker and nothing but\n"
+                             "its files); never any other folder", 0, NULL},
+    {"grad-out", O_GRAD, "G", "rank 0 writes grad.<name> F32 (the first step's gradient of every trainable\n"
+                              "parameter) and loss F32 [N] (each step's loss), atomically", 0, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs", 0, NULL},
+    {"lr", O_LR, "X", "learning rate, > 0 (1e-3)", 0, G_OPT},
+    {"beta1", O_B1, "X", "first moment decay, in [0, 1) (0.9)", 0, G_OPT},
+    {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT},
+    {"eps", O_EPS, "X", "added to the denominator, > 0 (1e-8)", 0, G_OPT},
+    {"weight-decay", O_WD, "X", "decoupled weight decay, >= 0 (0.01)", 0, G_OPT},
+    CLI_OPTS_MESH(G_PLAN),
+    CLI_OPTS_EP(G_PLAN),
+    CLI_OPTS_PLAN(G_PLAN),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},
+    {0},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: [mpirun -np N] hyperpar train MODEL --input IDS.safetensors [--steps N] [--out DIR [--force]]\n"
+            "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
+            "                        [--weight-decay X] [--threads N] [--mesh SPEC | --dp N --cp N --tp N]\n"
+            "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                        [--plan plan.json]\n"
+            "\n"
+            "Trains MODEL for N steps on the same batch across the ranks exactly as its plan says: each step runs\n"
+            "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
+            "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
+            "rank's slices (docs/train.md). Dense decoders for now: llama, mistral, qwen2, qwen3 (MoE and MLA\n"
+            "models are refused).\n"
+            "\n"
+            "  MODEL                   a checkpoint folder, or a folder written by 'hyperpar shard' for the mesh\n");
+    cli_print_options(out, g_opts);
+    fprintf(out,
+            "\n"
+            "stderr: each step's loss. Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n");
+}
+
+typedef struct train_args {
+    const char *model, *input, *out, *grad_out, *plan;
+    cli_plan_flags pf;
+    bool default_mesh, force;
+    int64_t steps;
+    int threads;
+    hp_train_opts to;
+} train_args;
+
+/* ---- what rank 0 gathers: a list of whole tensors ---- */
+
+typedef struct tensor_list {
+    int n, cap;
+    struct entry {
+        char *name;
+        float *data;
+        int n_dims;
+        int64_t shape[HP_MAX_DIMS];
+    } *e;
+} tensor_list;
+
+static void list_free(tensor_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free(l->e[i].name);
+        free(l->e[i].data);
+    }
+    free(l->e);
+    memset(l, 0, sizeof *l);
+}
+
+static hp_status keep(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims, hp_err *err)
+{
+    tensor_list *l = ctx;
+    if (n_dims < 0 || n_dims > HP_MAX_DIMS)
+        return hp_err_set(err, HP_ERR_INPUT, "parameter '%s' has %d dimensions", name, n_dims);
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        void *e = realloc(l->e, (size_t)cap * sizeof *l->e);
+        if (!e) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        l->e = e;
+        l->cap = cap;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < n_dims; d++) n *= shape[d];
+    struct entry *t = &l->e[l->n];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    t->data = malloc((size_t)(n > 0 ? n : 1) * sizeof *t->data);
+    if (!t->name || !t->data) {
+        free(t->name);
+        free(t->data);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    memcpy(t->data, data, (size_t)n * sizeof *data);
+    t->n_dims = n_dims;
+    for (int d = 0; d < n_dims; d++) t->shape[d] = shape[d];
+    l->n++;
+    return HP_OK;
+}
+
+static const struct entry *list_find(const tensor_list *l, const char *name)
+{
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->e[i].name, name)) return &l->e[i];
+    return NULL;
+}
+
+/* ---- --grad-out ---- */
+
+static hp_status write_grads(const char *path, const tensor_list *g, const float *loss, int64_t steps, hp_err *err)
+{
+    hp_st_writer *w = hp_st_writer_create();
+    if (!w) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = HP_OK;
+    char key[1100];
+    for (int i = 0; st == HP_OK && i < g->n; i++) {
+        snprintf(key, sizeof key, "grad.%s", g->e[i].name);
+        st = hp_st_writer_add(w, key, HP_DT_F32, g->e[i].n_dims, g->e[i].shape, g->e[i].data, err);
+    }
+    if (st == HP_OK) st = hp_st_writer_add(w, "loss", HP_DT_F32, 1, &steps, loss, err);
+    if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+    hp_st_writer_destroy(w);
+    return st;
+}
+
+/* ---- --out: config.json with "torch_dtype": "float32" ---- */
+
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+/* Past the string starting at s[i] == '"'; n when it is not closed. */
+static size_t skip_string(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\') i++;
+        else if (s[i] == '"') return i + 1;
+    }
+    return n;
+}
+
+/* Past the JSON value at s[i]: a string, an object or array (nesting and strings followed), or a literal. */
+static size_t skip_value(const char *s, size_t i, size_t n)
+{
+    if (i < n && s[i] == '"') return skip_string(s, i, n);
+    int depth = 0;
+    while (i < n) {
+        char c = s[i];
+        if (c == '"') {
+            i = skip_string(s, i, n);
+            continue;
+        }
+        if (c == '{' || c == '[') depth++;
+        else if (c == '}' || c == ']') {
+            if (depth == 0) return i;
+            if (--depth == 0) return i + 1;
+        } else if (depth == 0 && (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r')) return i;
+        i++;
+    }
+    return n;
+}
+
+/* text (a JSON object) with the values of its top-level "torch_dtype" and "dtype" set to "float32", or
+ * "torch_dtype": "float32" added first when it has neither. malloc'd into *out. */
+static hp_status config_f32(const char *label, const char *text, size_t n, char **out, hp_err *err)
+{
+    size_t spans[2][2];
+    int n_spans = 0;
+    size_t i = skip_ws(text, 0, n), open = i;
+    bool bad = i >= n || text[i] != '{', members = false;
+    for (i++; !bad;) {
+        i = skip_ws(text, i, n);
+        if (i < n && text[i] == '}') break;
+        if (i >= n || text[i] != '"') {
+            bad = true;
+            break;
+        }
+        size_t k0 = i + 1, k1 = skip_string(text, i, n) - 1;
+        i = skip_ws(text, k1 + 1, n);
+        if (i >= n || text[i] != ':') {
+            bad = true;
+            break;
+        }
+        i = skip_ws(text, i + 1, n);
+        size_t v0 = i, v1 = skip_value(text, i, n);
+        if (v1 == v0 || v1 > n) {
+            bad = true;
+            break;
+        }
+        members = true;
+        size_t kl = k1 - k0;
+        if (((kl == 11 && !strncmp(text + k0, "torch_dtype", 11)) || (kl == 5 && !strncmp(text + k0, "dtype", 5))) &&
+            n_spans < 2) {
+            spans[n_spans][0] = v0;
+            spans[n_spans++][1] = v1;
+        }
+        i = skip_ws(text, v1, n);
+        if (i < n && text[i] == ',') i++;
+        else if (i < n && text[i] == '}') break;
+        else bad = true;
+    }
+    if (bad) return hp_err_set(err, HP_ERR_INPUT, "%s is not a JSON object; --out copies it with float32 weights", label);
+    static const char f32[] = "\"float32\"", add[] = "\n  \"torch_dtype\": \"float32\"";
+    char *o = malloc(n + sizeof add + 2 + 2 * sizeof f32);
+    if (!o) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    size_t len = 0, at = 0;
+    if (n_spans == 0) {
+        memcpy(o, text, open + 1);
+        len = open + 1;
+        memcpy(o + len, add, sizeof add - 1);
+        len += sizeof add - 1;
+        if (members) o[len++] = ',';
+        at = open + 1;
+    }
+    for (int s = 0; s < n_spans; s++) {
+        memcpy(o + len, text + at, spans[s][0] - at);
+        len += spans[s][0] - at;
+        memcpy(o + len, f32, sizeof f32 - 1);
+        len += sizeof f32 - 1;
+        at = spans[s][1];
+    }
+    memcpy(o + len, text + at, n - at);
+    len += n - at;
+    o[len] = '\0';
+    *out = o;
+    return HP_OK;
+}
+
+static hp_status read_text(const char *path, char **out, size_t *len, hp_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return hp_err_set(err, HP_ERR_INPUT, "%s: cannot read it (%s); --out copies the model's config.json", path,
+                              strerror(errno));
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            if (cap > ((size_t)64 << 20)) {
+                fclose(f);
+                free(buf);
+                return hp_err_set(err, HP_ERR_INPUT, "%s is larger than 64 MiB; not a config.json", path);
+            }
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                fclose(f);
+                free(buf);
+                return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            }
+            buf = nb;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) break;
+    }
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return hp_err_set(err, HP_ERR_IO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return HP_OK;
+}
+
+/* ---- --out: model.safetensors ---- */
+
+typedef struct copy_ctx {
+    const hp_st_file *f;
+    const hp_st_tensor *t;
+    uint64_t off;
+} copy_ctx;
+
+/* Streams a tensor not trained (frozen, not in the plan) from the checkpoint as stored. */
+static hp_status copy_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
+{
+    copy_ctx *c = ctx;
+    hp_status st = hp_st_read(c->f, c->t, c->off, dst, nbytes, err);
+    c->off += nbytes;
+    return st;
+}
+
+static hp_status write_folder(const train_args *a, const hp_model *m, const tensor_list *p, cli_outfolder *of,
+                              hp_err *err)
+{
+    char cfg_path[PATH_MAX + 16];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : a->model);
+    char *text = NULL, *cfg = NULL;
+    size_t tlen = 0;
+    hp_status st = read_text(cfg_path, &text, &tlen, err);
+    if (st == HP_OK) st = config_f32(cfg_path, text, tlen, &cfg, err);
+    free(text);
+    size_t n_ck = m->ckpt ? hp_ckpt_count(m->ckpt) : 0;
+    copy_ctx *cc = hp_calloc(n_ck + 1, sizeof *cc);
+    if (st == HP_OK && !cc) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    /* Without the checkpoint (a shard folder), every parameter must have been trained. */
+    for (size_t i = 0; st == HP_OK && !m->ckpt && i < m->n_params; i++)
+        if (!list_find(p, m->params[i].name))
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: parameter '%s' is not trained (frozen or not in the plan) and a "
+                            "shard folder does not hold it whole; train the checkpoint itself to write --out",
+                            a->model, m->params[i].name);
+    hp_st_writer *w = st == HP_OK ? hp_st_writer_create() : NULL;
+    if (st == HP_OK && !w) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; st == HP_OK && i < n_ck; i++) {
+        const hp_ckpt_tensor *ct = hp_ckpt_at(m->ckpt, i);
+        const struct entry *e = list_find(p, ct->t->name);
+        if (e) {
+            st = hp_st_writer_add(w, e->name, HP_DT_F32, e->n_dims, e->shape, e->data, err);
+        } else {
+            cc[i] = (copy_ctx){.f = ct->file, .t = ct->t};
+            st = hp_st_writer_add_fill(w, ct->t->name, ct->t->dtype, ct->t->n_dims, ct->t->shape, copy_fill, &cc[i],
+                                       err);
+        }
+    }
+    /* Trained parameters the checkpoint does not list (none for the families today) are written too. */
+    for (int i = 0; st == HP_OK && i < p->n; i++)
+        if (!m->ckpt || !hp_ckpt_find(m->ckpt, p->e[i].name))
+            st = hp_st_writer_add(w, p->e[i].name, HP_DT_F32, p->e[i].n_dims, p->e[i].shape, p->e[i].data, err);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
+    if (st == HP_OK) st = cli_outfolder_begin(of, err);
+    if (st == HP_OK) {
+        char path[PATH_MAX + 96];
+        snprintf(path, sizeof path, "%s/config.json", of->tmp);
+        st = cli_write_atomic_err(path, cfg, strlen(cfg), "config.json", err);
+        snprintf(path, sizeof path, "%s/model.safetensors", of->tmp);
+        if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+        if (st == HP_OK) st = cli_outfolder_commit(of, err);
+        else cli_outfolder_abort(of);
+    }
+    hp_st_writer_destroy(w);
+    free(cc);
+    free(cfg);
+    return st;
+}
+
+/* ---- the command ---- */
+
+static int finish(hp_comm *w, hp_status st, hp_err *err)
+{
+    int code = cli_collective_exit(w, st, err, true);
+    hp_comm_free(w);
+    return code;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *const g_out_names[] = {"config.json", "model.safetensors", NULL};
+
+static int train(train_args *a, int *argc, char ***argv)
+{
+    hp_err err;
+    hp_err_clear(&err);
+    hp_comm *w = NULL;
+    if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
+    int N = hp_comm_size(w);
+    bool root = hp_comm_rank(w) == 0;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_overrides *ov = NULL;
+    hp_runner *r = NULL;
+    int64_t *ids = NULL, B = 0, S = 0;
+    float *losses = NULL;
+    tensor_list grads = {0}, params = {0};
+    hp_status st = HP_OK;
+    char omsg[8400];
+    cli_outfolder of = {.cmd = "train", .out = a->out, .names = g_out_names};
+    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model};
+    if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 3, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->out && cli_outfolder_check(&of, "--out", a->force, inputs, 4, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->out && a->grad_out) { /* G inside DIR would go with the folder's rename */
+        char g[PATH_MAX];
+        char *slash = strrchr(a->grad_out, '/');
+        snprintf(g, sizeof g, "%.*s", slash ? (int)(slash - a->grad_out) + 1 : 1, slash ? a->grad_out : ".");
+        char rg[PATH_MAX];
+        size_t cl = strlen(of.canon);
+        char full[2 * PATH_MAX + 2];
+        bool in = realpath(g, rg) && !strncmp(rg, of.canon, cl) && (rg[cl] == '\0' || rg[cl] == '/');
+        if (!in && realpath(g, rg)) {
+            snprintf(full, sizeof full, "%s/%s", strcmp(rg, "/") ? rg : "", slash ? slash + 1 : a->grad_out);
+            in = !strcmp(full, of.canon);
+        }
+        if (in)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere",
+                            a->grad_out, a->out);
+    }
+    bool shard = hp_shard_is_folder(a->model);
+    if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
+    if (st == HP_OK && a->out && !m->has_config)
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s has no config.json beside its weights; --out copies it into the "
+                        "checkpoint it writes, so train the checkpoint folder", a->model);
+    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
+    if (st == HP_OK && !a->plan) {
+        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
+        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
+        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
+    }
+    if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK) {
+        losses = hp_calloc((size_t)a->steps, sizeof *losses);
+        if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
+    }
+    st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK) {
+        if (a->threads > 0) {
+            hp_linalg_set_threads(a->threads);
+            hp_linalg_blas_threads(a->threads);
+        }
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true};
+        st = hp_runner_create(&r, w, m, p, &ro, &err);
+        st = hp_comm_agree(w, st, &err);
+    }
+    for (int64_t k = 0; st == HP_OK && k < a->steps; k++) {
+        double loss = 0, t0 = now_s();
+        st = hp_runner_train_step(r, ids, B, S, &a->to, &loss, &err);
+        st = hp_comm_agree(w, st, &err);
+        if (st != HP_OK) break;
+        losses[k] = (float)loss;
+        if (root)
+            fprintf(stderr, "train: step %lld/%lld loss %.7g (%.3f s)\n", (long long)(k + 1), (long long)a->steps,
+                    loss, now_s() - t0);
+        if (k == 0 && a->grad_out) {
+            st = hp_runner_gather_params(r, true, keep, &grads, &err);
+            st = hp_comm_agree(w, st, &err);
+        }
+    }
+    /* Rank 0 writes with no collective in between: a signal there removes what it had half-written (every
+     * name it may have made: the writers' own temporaries, then the folder) and ends the process at once. */
+    char rm[7][PATH_MAX + 200];
+    int n_rm = 0;
+    if (root && a->out) {
+        static const char *const in_dir[] = {HP_SHARD_MARKER, "config.json", "model.safetensors"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(rm[n_rm++], sizeof rm[0], "%s/%s", of.tmp, in_dir[i]);
+            if (i) snprintf(rm[n_rm++], sizeof rm[0], "%s/%s.tmp.%ld", of.tmp, in_dir[i], (long)getpid());
+        }
+    }
+    if (root && a->grad_out) snprintf(rm[n_rm++], sizeof rm[0], "%s.tmp.%ld", a->grad_out, (long)getpid());
+    if (root && a->out) snprintf(rm[n_rm++], sizeof rm[0], "%s", of.tmp);
+    const char *rm_list[8];
+    bool caught = false;
+    for (int i = 0; i < n_rm; i++) rm_list[i] = rm[i];
+    if (st == HP_OK && a->out) {
+        st = hp_runner_gather_params(r, false, keep, &params, &err);
+        st = hp_comm_agree(w, st, &err);
+        if (st == HP_OK && root) {
+            cli_signals_catch();
+            cli_signals_remove_on_signal(rm_list, n_rm);
+            caught = true;
+        }
+        if (st == HP_OK && root) st = write_folder(a, m, &params, &of, &err);
+        st = hp_comm_agree(w, st, &err);
+        if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d trained parameters, float32)\n", a->out, params.n);
+    }
+    if (st == HP_OK && a->grad_out) {
+        if (root && !caught) {
+            cli_signals_catch();
+            cli_signals_remove_on_signal(rm_list, n_rm);
+            caught = true;
+        }
+        if (root) st = write_grads(a->grad_out, &grads, losses, a->steps, &err);
+        st = hp_comm_agree(w, st, &err);
+        if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d gradients, %lld losses)\n", a->grad_out,
+                                         grads.n, (long long)a->steps);
+    }
+    if (caught) {
+        cli_signals_remove_on_signal(NULL, 0);
+        cli_signals_release(0); /* the signals' earlier actions back (one caught meanwhile ended the process) */
+    }
+    list_free(&grads);
+    list_free(&params);
+    free(losses);
+    free(ids);
+    hp_runner_free(r);
+    hp_plan_free(p);
+    hp_overrides_free(ov);
+    hp_model_close(m);
+    return finish(w, st, &err);
+}
+
+/* A number for opt in [lo, hi) (hi_open) or [lo, hi] with lo itself allowed when lo_closed; else a usage error. */
+static bool parse_real(const char *opt, const char *s, double lo, bool lo_closed, double hi, const char *want,
+                       double *out)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!*s || *end || !isfinite(v) || v < lo || (!lo_closed && v == lo) || v >= hi) {
+        cli_usage_error("train", "%s expects %s, got '%s'", opt, want, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_args a = {.steps = 1};
+    hp_train_opts_default(&a.to);
+    cli_plan_flags_init(&a.pf);
+    int64_t v;
+    int c;
+    optind = 1;
+    cli_parser cp = {.cmd = "train", .opts = g_opts};
+    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
+        int pr = cli_plan_flag("train", c, optarg, &a.pf);
+        if (pr < 0) return HP_EXIT_USAGE;
+        if (pr > 0) continue;
+        switch (c) {
+        case 'h': usage(stdout); return HP_EXIT_OK;
+        case 'i': a.input = optarg; break;
+        case 'o': a.out = optarg; break;
+        case O_GRAD: a.grad_out = optarg; break;
+        case O_PLAN: a.plan = optarg; break;
+        case O_FORCE: a.force = true; break;
+        case O_STEPS:
+            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a.steps)) return HP_EXIT_USAGE;
+            break;
+        case 't':
+            if (!cli_parse_i64("train", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
+            a.threads = (int)v;
+            break;
+        case O_LR:
+            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.lr)) return HP_EXIT_USAGE;
+            break;
+        case O_B1:
+            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta1)) return HP_EXIT_USAGE;
+            break;
+        case O_B2:
+            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta2)) return HP_EXIT_USAGE;
+            break;
+        case O_EPS:
+            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.eps)) return HP_EXIT_USAGE;
+            break;
+        case O_WD:
+            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.to.weight_decay))
+                return HP_EXIT_USAGE;
+            break;
+        default: return cli_bad_option("train", argv);
+        }
+    }
+    if (optind >= argc) return cli_usage_error("train", "missing MODEL");
+    if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
+    a.model = argv[optind];
+    if (!a.input) return cli_usage_error("train", "missing --input IDS.safetensors");
+    if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
+    /* hp_runner_train_step updates every parameter the plan holds: a frozen one would change all the same. */
+    if (a.pf.n_freeze > 0)
+        return cli_usage_error("train", "--freeze is not supported by train yet: the training step updates every "
+                               "parameter of the plan; leave it out");
+    if (a.plan && a.pf.any)
+        return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
+    a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
+    if (!a.default_mesh) {
+        int rc = cli_plan_flags_mesh("train", &a.pf, 1);
+        if (rc != HP_EXIT_OK) return rc;
+    }
+    return train(&a, &argc, &argv);
+}
