@@ -27,7 +27,7 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
-enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE };
+enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 
@@ -49,6 +49,9 @@ static const cli_opt g_opts[] = {
     {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT},
     {"eps", O_EPS, "X", "added to the denominator, > 0 (1e-8)", 0, G_OPT},
     {"weight-decay", O_WD, "X", "decoupled weight decay, >= 0 (0.01)", 0, G_OPT},
+    {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
+                          "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
+                          "group); the same numbers", 0, G_OPT},
     CLI_OPTS_MESH(G_PLAN),
     CLI_OPTS_EP(G_PLAN),
     CLI_OPTS_PLAN(G_PLAN),
@@ -563,6 +566,10 @@ int cmd_train(int argc, char **argv)
         case O_GRAD: a.grad_out = optarg; break;
         case O_PLAN: a.plan = optarg; break;
         case O_FORCE: a.force = true; break;
+        case O_ZERO:
+            if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
+            a.to.zero = (int)v;
+            break;
         case O_STEPS:
             if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a.steps)) return HP_EXIT_USAGE;
             break;
@@ -594,10 +601,6 @@ int cmd_train(int argc, char **argv)
     a.model = argv[optind];
     if (!a.input) return cli_usage_error("train", "missing --input IDS.safetensors");
     if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
-    /* hp_runner_train_step updates every parameter the plan holds: a frozen one would change all the same. */
-    if (a.pf.n_freeze > 0)
-        return cli_usage_error("train", "--freeze is not supported by train yet: the training step updates every "
-                               "parameter of the plan; leave it out");
     if (a.plan && a.pf.any)
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
     a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;

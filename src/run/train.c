@@ -180,6 +180,10 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
                            bool tp_partial, hp_err *err)
 {
     if (!w->present) return HP_OK;
+    char name[200];
+    snprintf(name, sizeof name, "%s.%s", fqn, rel);
+    const hp_param *mp = hp_model_find_param(r->m, name);
+    if (mp && !mp->trainable) return HP_OK; /* frozen (--freeze): no gradient, never updated */
     if (w->dt != HP_DT_F32 && w->dt != HP_DT_BF16)
         return hp_err_set(err, HP_ERR_INPUT, "%s.%s is held as %s: the training step updates f32 or bf16 weights",
                           fqn, rel, hp_dtype_name(w->dt));
@@ -205,7 +209,7 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
     }
     q->w = w;
     q->w32 = w32;
-    snprintf(q->name, sizeof q->name, "%s.%s", fqn, rel);
+    snprintf(q->name, sizeof q->name, "%s", name);
     return HP_OK;
 }
 
@@ -217,6 +221,12 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
 {
     hp__train *t = r->train;
     hp_moe_layer *l = mw->l;
+    int mi = hp_model_find_module(r->m, s->c.fqn);
+    for (int k = mi >= 0 ? r->m->modules[mi].subtree_first : 0; mi >= 0 && k < r->m->modules[mi].subtree_end; k++)
+        if (!r->m->params[k].trainable)
+            return hp_err_set(err, HP_ERR_INPUT, "%s is frozen (--freeze), but the training step does not freeze "
+                              "the tensors of an MoE block (%s) yet: leave them out of --freeze",
+                              r->m->params[k].name, s->c.fqn);
     if (l->w_dtype != HP_DT_F32)
         return hp_err_set(err, HP_ERR_INPUT, "%s: its experts are not held as f32; the training step updates f32 "
                           "weights (internal: load them with widen_f32)", s->c.fqn);
@@ -746,7 +756,8 @@ static hp_status embed_bwd(hp_runner *r, const hp__step *s, const int64_t *ids, 
         id[i] = p < S ? ids[(dp_lo + d->lo[0] + b) * S + p] : -1; /* a padded position (CP) reads no row */
     }
     const hp__w *E = &r->w.embed;
-    hp__embedding_backward(id, n, d->d, r->g.cfg.H, E->lo[0], E->shape[0], grad_of(r, E));
+    float *gE = grad_of(r, E);
+    if (gE) hp__embedding_backward(id, n, d->d, r->g.cfg.H, E->lo[0], E->shape[0], gE);
     free(id);
     return HP_OK;
 }

@@ -70,7 +70,6 @@ expect 2 "has no config.json beside its weights" -- "$HP" train "$WORK/bare.safe
 
 # Usage and input errors: exit 2, one message, nothing written.
 expect 2 "missing --input" -- "$HP" train $G
-expect 2 "--freeze is not supported by train yet" -- "$HP" train $G --input $I --freeze 'model.norm.*'
 expect 2 "--lr expects a finite number > 0, got '0'" -- "$HP" train $G --input $I --lr 0
 expect 2 "--lr expects" -- "$HP" train $G --input $I --lr nan
 expect 2 "--lr expects" -- "$HP" train $G --input $I --lr 1e400
@@ -91,14 +90,77 @@ expect 2 "lies inside --out" -- "$HP" train $G --input $I --out "$WORK/gx" --gra
 check "no output of the refused run" test -z "$(ls -A "$WORK/gx")"
 expect 2 "1 processes run it" -- "$HP" train $G --input $I --tp 2
 expect 2 "4 ranks but 2 processes" -- $MPI -np 2 "$HP" train $G --input $I --cp 2 --tp 2
-# A MoE model is refused with exit 2 and its message printed once, also under mpirun.
-out=$($MPI -np 2 "$HP" train $F/mixtral --input $F/mixtral/forward_io.safetensors --tp 2 \
-    --out "$WORK/moe" 2>&1 </dev/null)
-rc=$?
-check "MoE refused: exit 2" test "$rc" = 2
-check "MoE refused: one message" test "$(grep -c 'no backward for MoE blocks' <<<"$out")" = 1
-check "MoE refused: no --out written" test ! -e "$WORK/moe"
-expect 2 "no backward for MoE" -- "$HP" train $F/mixtral --input $F/mixtral/forward_io.safetensors
+# MoE models train: mixtral (per-expert, experts cut over tp), qwen3_moe (batched) with TP-extend-EP and ZeRO-1
+# over dp, against PyTorch's gradients and step.
+for run in "mixtral 1" "mixtral 2 --tp 2" "qwen3_moe 2 --tp 2 --ep 2 --overrides data/overrides/qwen3_moe_ep.yaml" \
+    "qwen3_moe 4 --dp 2 --tp 2 --ep 2 --zero 1 --overrides data/overrides/qwen3_moe_ep.yaml"; do
+    set -- $run
+    fam=$1 np=$2
+    shift 2
+    tag=$fam.moe$np$(tr -d ' -./' <<<"$*")
+    expect 0 "train: step 1/1 loss" -- $MPI -np $np "$HP" train $F/$fam --input $F/$fam/forward_io.safetensors $OPT "$@" \
+        --grad-out "$WORK/$tag.g.st" --out "$WORK/$tag"
+    check "$fam $*: gradients and the AdamW step equal PyTorch's" check_out $fam $tag
+done
+set -- # the script's own arguments are not used below
+# --freeze: the frozen tensors get no gradient and keep their values; a part of an MoE block cannot be frozen.
+expect 0 "train: step 1/1 loss" -- "$HP" train $G --input $I $OPT --freeze 'model.norm.*' --grad-out "$WORK/fz.g.st" \
+    --out "$WORK/fz"
+python3 - "$WORK/fz.g.st" "$WORK/fz/model.safetensors" "$G/model.safetensors" <<'PY' >"$WORK/fz.log" 2>&1
+import json, struct, sys
+def hdr(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return b, 8 + n, h
+g = hdr(sys.argv[1])[2]
+assert "grad.model.norm.weight" not in g and "grad.model.layers.0.input_layernorm.weight" in g, sorted(g)[:5]
+(ob, obase, oh), (ib, ibase, ih) = hdr(sys.argv[2]), hdr(sys.argv[3])
+def data(b, base, h, k):
+    lo, hi = h[k]["data_offsets"]; return b[base + lo:base + hi]
+assert data(ob, obase, oh, "model.norm.weight") == data(ib, ibase, ih, "model.norm.weight"), "the frozen norm moved"
+assert data(ob, obase, oh, "model.layers.0.input_layernorm.weight") != data(ib, ibase, ih, "model.layers.0.input_layernorm.weight")
+PY
+check "--freeze: no gradient, unchanged values; the others train" test $? = 0
+expect 2 "does not freeze the tensors of an MoE block" -- "$HP" train $F/mixtral --input $F/mixtral/forward_io.safetensors \
+    --freeze 'model.layers.0.block_sparse_moe.gate.*'
+expect 2 "--zero" -- "$HP" train $G --input $I --zero 2
+# bf16 weights train on f32 master weights: the same first step as the checkpoint widened to f32.
+"$HP" gen --family llama --out "$WORK/b16" --dtype bf16 --layers 2 --seed 3 >/dev/null 2>&1
+mkdir -p "$WORK/b16f32" && cp "$WORK/b16/config.json" "$WORK/b16f32/"
+python3 - "$WORK/b16/model.safetensors" "$WORK/b16f32/model.safetensors" "$WORK/b16.ids" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+out, hdr, off = [], {}, 0
+for k in sorted(h, key=lambda k: h[k]["data_offsets"][0]):
+    lo, hi = h[k]["data_offsets"]; raw = b[8 + n + lo:8 + n + hi]
+    f32 = b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2)) if h[k]["dtype"] == "BF16" else raw
+    hdr[k] = {"dtype": "F32" if h[k]["dtype"] == "BF16" else h[k]["dtype"], "shape": h[k]["shape"], "data_offsets": [off, off + len(f32)]}
+    out.append(f32); off += len(f32)
+j = json.dumps(hdr).encode(); j += b" " * ((8 - len(j) % 8) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + b"".join(out))
+ids = [(i * 29 + 5) % 128 for i in range(2 * 12)]; raw = struct.pack("<%dq" % len(ids), *ids)
+j = json.dumps({"input_ids": {"dtype": "I64", "shape": [2, 12], "data_offsets": [0, len(raw)]}}).encode()
+j += b" " * ((8 - len(j) % 8) % 8)
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(j)) + j + raw)
+PY
+for m in b16 b16f32; do
+    expect 0 "train: step 1/1 loss" -- $MPI -np 2 "$HP" train "$WORK/$m" --input "$WORK/b16.ids" --tp 2 --steps 1 \
+        --grad-out "$WORK/$m.g.st" --out "$WORK/$m.out"
+done
+python3 - "$WORK/b16.g.st" "$WORK/b16f32.g.st" "$WORK/b16.out/model.safetensors" "$WORK/b16f32.out/model.safetensors" \
+    <<'PY' >"$WORK/b16.log" 2>&1
+import json, struct, sys
+def rd(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: struct.unpack("<%df" % ((v["data_offsets"][1] - v["data_offsets"][0]) // 4),
+                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items() if v["dtype"] == "F32"}
+for a, b in ((rd(sys.argv[1]), rd(sys.argv[2])), (rd(sys.argv[3]), rd(sys.argv[4]))):
+    assert sorted(a) == sorted(b) and len(a) > 10
+    for k in a:
+        m = max(abs(x) for x in b[k]) or 1.0
+        d = max(abs(x - y) for x, y in zip(a[k], b[k]))
+        assert d <= 1e-6 * m + 1e-9, (k, d, m)
+PY
+check "bf16: the gradients and the f32 master weights equal the f32 checkpoint's" test $? = 0
 expect 0 "--grad-out G" -- "$HP" train --help
 expect 0 "train a dense checkpoint" -- "$HP" --help
 # A signal while rank 0 writes (HP_TEST_PAUSE_MID_WRITE pauses the safetensors writer with its temporary made):
