@@ -6,7 +6,8 @@
  * → the MoE layer in one process → the same layer over 2 MPI ranks (mpirun), compared with one process
  * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate,
  *   and 3 training steps of it over 2 ranks (the loss falls)
- * → the MoE model's whole forward pass in one process, over 2 ranks (tp=2 x ep=2) compared with it, and validate.
+ * → the MoE model's whole forward pass in one process, over 2 ranks (tp=2 x ep=2) compared with it, and validate,
+ *   and 3 training steps of it over the same 2 ranks (the loss falls).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -204,14 +205,15 @@ static int write_ids(const char *path, int64_t B, int64_t S, int64_t vocab)
     return rc;
 }
 
-/* Three AdamW steps of the dense decoder over 2 ranks (tp=2) on the same batch: the losses (read back from
- * --grad-out's "loss" F32 [3]) must fall. */
-static int train_dense(const char *out, const char *dense, const char *ids)
+/* Three AdamW steps of a model over 2 ranks on the same batch (mesh: the flags as passed and as shown): the losses
+ * (read back from --grad-out's "loss" F32 [3]) must fall. */
+static int train_steps(const char *out, const char *model, const char *ids, const char *tag, const char *flags,
+                       const char *flags_shown, const char *mesh)
 {
     char grads[700], args[8192], shown[8192];
-    snprintf(grads, sizeof grads, "%s/train_grads.safetensors", out);
-    snprintf(args, sizeof args, "train '%s' --input '%s' --tp 2 --steps 3 --grad-out '%s'", dense, ids, grads);
-    snprintf(shown, sizeof shown, "train %s --input %s --tp 2 --steps 3 --grad-out %s", dense, ids, grads);
+    snprintf(grads, sizeof grads, "%s/train_%s_grads.safetensors", out, tag);
+    snprintf(args, sizeof args, "train '%s' --input '%s' %s --steps 3 --grad-out '%s'", model, ids, flags, grads);
+    snprintf(shown, sizeof shown, "train %s --input %s %s --steps 3 --grad-out %s", model, ids, flags_shown, grads);
     bool skipped;
     int st = mpi_self(shown, args, &skipped);
     if (skipped) return HP_EXIT_OK;
@@ -235,7 +237,7 @@ static int train_dense(const char *out, const char *dense, const char *ids)
                (double)l[2]);
         rc = HP_EXIT_VERIFY;
     } else {
-        printf("3 AdamW steps over 2 ranks (tp=2) on the same batch: loss %.4f -> %.4f -> %.4f, falling\n",
+        printf("3 AdamW steps over 2 ranks (%s) on the same batch: loss %.4f -> %.4f -> %.4f, falling\n", mesh,
                (double)l[0], (double)l[1], (double)l[2]);
     }
     hp_st_close(f);
@@ -282,7 +284,7 @@ static int run_dense(const char *out)
         printf("FAILED: validate found a boundary that diverges (status %d)\n", st);
         return HP_EXIT_VERIFY;
     }
-    return train_dense(out, dense, ids);
+    return train_steps(out, dense, ids, "dense", "--tp 2", "--tp 2", "tp=2");
 }
 
 /* The whole forward pass of the MoE model: one process, then tp=2 x ep=2 (TP-extend-EP over 2 ranks, the EP
@@ -321,7 +323,10 @@ static int run_moe_model(const char *out, const char *model_dir, const char *ep_
         printf("FAILED: validate found a boundary of the MoE model that diverges (status %d)\n", st);
         return HP_EXIT_VERIFY;
     }
-    return HP_EXIT_OK;
+    /* the training step of the same plan: the backward walks the program in reverse, the token exchange too */
+    snprintf(args, sizeof args, "--tp 2 --ep 2 --overrides '%s'", ep_yaml);
+    snprintf(shown, sizeof shown, "--tp 2 --ep 2 --overrides %s", ep_yaml);
+    return train_steps(out, model_dir, ids, "moe", args, shown, "tp=2 x ep=2");
 }
 
 /* Every rank's bytes per collective kind in a JSON file of run --stats-json ("bytes") or cost ("comm"."bytes"):
@@ -567,7 +572,7 @@ int cmd_demo(int argc, char **argv)
     step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate; 3 training steps");
     if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
 
-    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate");
+    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate; 3 training steps");
     if ((rc = run_moe_model(out, model_dir, ep_yaml, g.vocab)) != HP_EXIT_OK) goto done;
 
     step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");

@@ -20,6 +20,7 @@ check "demo's validate table has no divergence" test "$(grep -c DIVERGES <<<"$ou
 check "demo runs the MoE model on tp=2 x ep=2" grep -q "2 MPI ranks (tp=2 x ep=2" <<<"$out"
 check "demo validates the MoE model" test "$(grep -c "loss: distributed .*: ok" <<<"$out")" = 2
 check "demo trains the dense model 3 steps on tp=2, loss falling" grep -q "3 AdamW steps over 2 ranks (tp=2) on the same batch: loss .*, falling" <<<"$out"
+check "demo trains the MoE model 3 steps on tp=2 x ep=2, loss falling" grep -q "3 AdamW steps over 2 ranks (tp=2 x ep=2) on the same batch: loss .*, falling" <<<"$out"
 
 # --seed takes every uint64 value; above INT64_MAX it is a distinct seed, never clamped.
 expect 0 "seed 18446744073709551615" -- "$HP" gen --family llama --out "$WORK/s1" --seed 18446744073709551615
