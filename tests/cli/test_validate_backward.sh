@@ -1,7 +1,8 @@
 # validate --backward (issue 22): every parameter's gradient of one training step under mpirun against one
 # process's, for the dense goldens at tp=2 (SP on and off, loss-parallel), cp=2, dp=2 and products; a generated
-# model with uneven splits (odd S with cp padding, vocab 132 over tp=4, 8 heads / 4 kv heads); a nudged
-# gradient (a missed sum in miniature) is named first with exit 3; what the training step cannot run is refused.
+# model with uneven splits (odd S with cp padding, vocab 132 over tp=4, 8 heads / 4 kv heads); the MoE families
+# with experts cut over tp, TP-extend-EP and the explicit ep axis; a nudged gradient (a missed sum in miniature) is
+# named first with exit 3.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -42,9 +43,22 @@ check "exit 3 naming the nudged parameter" grep -q \
     "diverge from one process first at model.layers.1.self_attn.k_norm.weight" <<<"$out"
 check "the table flags it" grep -q "model.layers.1.self_attn.k_norm.weight .*DIVERGES  <- first divergence" <<<"$out"
 check "parameters before it agree" grep -q "model.layers.1.self_attn.q_norm.weight .* ok" <<<"$out"
-# --backward belongs to validate; MoE blocks have no backward yet: one message, exit 2.
+# --backward belongs to validate.
 expect 2 "--backward belongs to 'hyperpar validate'" -- "$HP" run $F/llama --input $F/llama/forward_io.safetensors \
     --backward
-expect 2 "no backward for MoE blocks" -- $MPI -np 2 "$HP" validate $F/mixtral --input $F/mixtral/forward_io.safetensors \
-    --tp 2 --backward
+# MoE blocks: experts cut over tp, TP-extend-EP, the explicit ep axis; MLA (deepseek_v3) with its MoE layers.
+while read -r fam np flags; do
+    OV=data/overrides/${fam}_ep.yaml
+    [ $fam = deepseek_v3 ] && OV=data/overrides/deepseek_v3_forward_ep.yaml
+    case "$flags" in *ep*) flags="$flags --overrides $OV" ;; esac
+    expect 0 "loss: distributed" -- $MPI -np $np "$HP" validate $F/$fam --input $F/$fam/forward_io.safetensors $flags \
+        --packed-fused --backward
+done <<'LIST'
+mixtral 2 --tp 2
+gpt_oss 2 --tp 2 --no-sequence-parallel
+qwen3_moe 2 --tp 2 --ep 2
+deepseek_v3 2 --tp 2 --ep 2
+glm4_moe 4 --mesh dp=1,tp=2,ep=2 --ep-axis
+qwen2_moe 4 --dp 2 --tp 2 --ep 4
+LIST
 finish
