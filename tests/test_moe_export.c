@@ -8,7 +8,8 @@
  * are exported, and every exported tensor must equal the checkpoint's tensor of that name element for element
  * (export∘load is the identity on the stored weights), at the stored shape. The exported names must be
  * exactly the layer's grad.<name> keys of train_io.safetensors (the forward folders), or exactly the block's
- * checkpoint tensors less gate.e_score_correction_bias (the golden folders). Then the errors: whole of another
+ * checkpoint tensors less gate.e_score_correction_bias (the golden folders). A meta model (config.json only)
+ * gives the same names and shapes as the checkpoint. Then the errors: whole of another
  * shape, a missing and an extra array, a model of another family, and a callback's failure, which stops the
  * export and is returned.
  */
@@ -208,6 +209,62 @@ TEST(golden_layouts_identity)
         snprintf(dir, sizeof dir, "%s/golden/%s", HP_TEST_DATA, cases[c]);
         int n = check_folder(dir, NULL);
         CHECK_MSG(n >= 1, "%s: no sparse layer was checked", dir);
+    }
+}
+
+/* Records names and shapes only (for exports against a meta model, which has no bytes to compare). */
+static hp_status on_name(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims,
+                         hp_err *err)
+{
+    (void)err;
+    seen *s = ctx;
+    CHECK(data != NULL);
+    char buf[512];
+    int k = snprintf(buf, sizeof buf, "%s", name);
+    for (int d = 0; d < n_dims && k > 0 && (size_t)k < sizeof buf; d++)
+        k += snprintf(buf + k, sizeof buf - (size_t)k, "%c%lld", d ? ',' : ' ', (long long)shape[d]);
+    if (s->n < MAX_NAMES) s->names[s->n++] = strdup(buf);
+    return HP_OK;
+}
+
+/* A meta model (config.json only, in the checkpoint's layout) names and shapes every tensor as the checkpoint
+ * does: the export against it gives the same list, in the same order, as against the checkpoint. */
+TEST(meta_model_names)
+{
+    static const char *fams[] = {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v3"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        char dir[512], cfg[600];
+        hp_err err;
+        snprintf(dir, sizeof dir, "%s/forward/%s", HP_TEST_DATA, fams[f]);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        hp_model *m = NULL, *meta = NULL;
+        CHECK_MSG(hp_model_open(&m, dir, NULL, &err) == HP_OK, "%s: %s", dir, err.msg);
+        if (!m) continue;
+        hp_model_opts mo = {.layout = m->layout};
+        CHECK_MSG(hp_model_open(&meta, cfg, &mo, &err) == HP_OK, "%s: %s", cfg, err.msg);
+        for (int64_t L = 0; meta && L < m->cfg.num_hidden_layers; L++) {
+            if (!hp_model_layer_is_sparse(m, L)) continue;
+            CHECK(meta->meta);
+            hp_moe_layer *l = load_whole(m, L, dir);
+            if (!l) continue;
+            hp_moe_grads g;
+            float *r = NULL, *br = NULL;
+            carrier(l, &g, &r, &br);
+            seen a = {.m = m, .where = dir}, b = {.m = meta, .where = cfg};
+            CHECK_MSG(hp_moe_layer_export(l, m, &g, on_name, &a, &err) == HP_OK, "%s: %s", dir, err.msg);
+            CHECK_MSG(hp_moe_layer_export(l, meta, &g, on_name, &b, &err) == HP_OK, "%s: %s", cfg, err.msg);
+            CHECK_MSG(a.n == b.n && a.n > 0, "%s layer %lld: %d tensors from the checkpoint, %d from the meta model",
+                      dir, (long long)L, a.n, b.n);
+            for (int i = 0; i < a.n && i < b.n; i++)
+                CHECK_MSG(!strcmp(a.names[i], b.names[i]), "%s: '%s' vs meta '%s'", dir, a.names[i], b.names[i]);
+            seen_clear(&a);
+            seen_clear(&b);
+            free(r);
+            free(br);
+            hp_moe_layer_free(l);
+        }
+        hp_model_close(meta);
+        hp_model_close(m);
     }
 }
 
