@@ -310,6 +310,9 @@ TEST(errors)
     bad = g, bad.d_b_router = NULL;
     CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "d_b_router is NULL");
+    bad = g, bad.d_expert = INT64_MAX / 4;
+    CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "overflow a size");
     bad = g, bad.d_ws_gate = r;
     CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "d_ws_gate is given");
@@ -338,6 +341,39 @@ out:
     hp_moe_layer_free(l);
     hp_model_close(m);
     hp_model_close(m2);
+}
+
+/* Any rank's layer object serves: one holding an EP slice of the experts and a tp block of their width exports
+ * the whole layer's arrays exactly as the whole layer object does. */
+TEST(slice_layer_object)
+{
+    static const char *fams[] = {"qwen2_moe", "gpt_oss", "glm4_moe"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        hp_model *m = NULL;
+        hp_moe_layer *l = NULL, *sl = NULL;
+        hp_moe_grads g;
+        float *r = NULL, *br = NULL;
+        hp_err err;
+        if (open_first(fams[f], &m, &l, &g, &r, &br)) {
+            hp_moe_load_opts lo;
+            hp_moe_load_opts_default(&lo);
+            lo.widen_f32 = true;
+            lo.first_expert = 2, lo.n_local = 2, lo.tp_size = 2, lo.tp_rank = 1;
+            CHECK_MSG(hp_moe_layer_load(&sl, m, l->layer, &lo, &err) == HP_OK, "%s: %s", fams[f], err.msg);
+            if (sl) {
+                CHECK(sl->n_local == 2 && sl->d_expert == l->d_expert / 2);
+                seen s = {.m = m, .where = fams[f]};
+                CHECK_MSG(hp_moe_layer_export(sl, m, &g, on_tensor, &s, &err) == HP_OK, "%s: %s", fams[f], err.msg);
+                CHECK(s.n > 0);
+                seen_clear(&s);
+            }
+        }
+        free(r);
+        free(br);
+        hp_moe_layer_free(sl);
+        hp_moe_layer_free(l);
+        hp_model_close(m);
+    }
 }
 
 /* A block tensor the archetype has no array for is refused by name: a Qwen3-MoE layer (no shared expert) over
