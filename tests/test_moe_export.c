@@ -8,7 +8,8 @@
  * are exported, and every exported tensor must equal the checkpoint's tensor of that name element for element
  * (export∘load is the identity on the stored weights), at the stored shape. The exported names must be
  * exactly the layer's grad.<name> keys of train_io.safetensors (the forward folders), or exactly the block's
- * checkpoint tensors less gate.e_score_correction_bias (the golden folders). Then the errors: whole of another
+ * checkpoint tensors less gate.e_score_correction_bias (the golden folders). A meta model (config.json only)
+ * gives the same names and shapes as the checkpoint. Then the errors: whole of another
  * shape, a missing and an extra array, a model of another family, and a callback's failure, which stops the
  * export and is returned.
  */
@@ -211,6 +212,62 @@ TEST(golden_layouts_identity)
     }
 }
 
+/* Records names and shapes only (for exports against a meta model, which has no bytes to compare). */
+static hp_status on_name(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims,
+                         hp_err *err)
+{
+    (void)err;
+    seen *s = ctx;
+    CHECK(data != NULL);
+    char buf[512];
+    int k = snprintf(buf, sizeof buf, "%s", name);
+    for (int d = 0; d < n_dims && k > 0 && (size_t)k < sizeof buf; d++)
+        k += snprintf(buf + k, sizeof buf - (size_t)k, "%c%lld", d ? ',' : ' ', (long long)shape[d]);
+    if (s->n < MAX_NAMES) s->names[s->n++] = strdup(buf);
+    return HP_OK;
+}
+
+/* A meta model (config.json only, in the checkpoint's layout) names and shapes every tensor as the checkpoint
+ * does: the export against it gives the same list, in the same order, as against the checkpoint. */
+TEST(meta_model_names)
+{
+    static const char *fams[] = {"mixtral", "qwen2_moe", "qwen3_moe", "gpt_oss", "glm4_moe", "deepseek_v3"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        char dir[512], cfg[600];
+        hp_err err;
+        snprintf(dir, sizeof dir, "%s/forward/%s", HP_TEST_DATA, fams[f]);
+        snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+        hp_model *m = NULL, *meta = NULL;
+        CHECK_MSG(hp_model_open(&m, dir, NULL, &err) == HP_OK, "%s: %s", dir, err.msg);
+        if (!m) continue;
+        hp_model_opts mo = {.layout = m->layout};
+        CHECK_MSG(hp_model_open(&meta, cfg, &mo, &err) == HP_OK, "%s: %s", cfg, err.msg);
+        for (int64_t L = 0; meta && L < m->cfg.num_hidden_layers; L++) {
+            if (!hp_model_layer_is_sparse(m, L)) continue;
+            CHECK(meta->meta);
+            hp_moe_layer *l = load_whole(m, L, dir);
+            if (!l) continue;
+            hp_moe_grads g;
+            float *r = NULL, *br = NULL;
+            carrier(l, &g, &r, &br);
+            seen a = {.m = m, .where = dir}, b = {.m = meta, .where = cfg};
+            CHECK_MSG(hp_moe_layer_export(l, m, &g, on_name, &a, &err) == HP_OK, "%s: %s", dir, err.msg);
+            CHECK_MSG(hp_moe_layer_export(l, meta, &g, on_name, &b, &err) == HP_OK, "%s: %s", cfg, err.msg);
+            CHECK_MSG(a.n == b.n && a.n > 0, "%s layer %lld: %d tensors from the checkpoint, %d from the meta model",
+                      dir, (long long)L, a.n, b.n);
+            for (int i = 0; i < a.n && i < b.n; i++)
+                CHECK_MSG(!strcmp(a.names[i], b.names[i]), "%s: '%s' vs meta '%s'", dir, a.names[i], b.names[i]);
+            seen_clear(&a);
+            seen_clear(&b);
+            free(r);
+            free(br);
+            hp_moe_layer_free(l);
+        }
+        hp_model_close(meta);
+        hp_model_close(m);
+    }
+}
+
 /* Opens dir and loads its first sparse layer whole, with its carrier. */
 static bool open_first(const char *fam, hp_model **m, hp_moe_layer **l, hp_moe_grads *g, float **r, float **br)
 {
@@ -253,6 +310,9 @@ TEST(errors)
     bad = g, bad.d_b_router = NULL;
     CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "d_b_router is NULL");
+    bad = g, bad.d_expert = INT64_MAX / 4;
+    CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "overflow a size");
     bad = g, bad.d_ws_gate = r;
     CHECK(hp_moe_layer_export(l, m, &bad, on_tensor, &s, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "d_ws_gate is given");
@@ -281,6 +341,39 @@ out:
     hp_moe_layer_free(l);
     hp_model_close(m);
     hp_model_close(m2);
+}
+
+/* Any rank's layer object serves: one holding an EP slice of the experts and a tp block of their width exports
+ * the whole layer's arrays exactly as the whole layer object does. */
+TEST(slice_layer_object)
+{
+    static const char *fams[] = {"qwen2_moe", "gpt_oss", "glm4_moe"};
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        hp_model *m = NULL;
+        hp_moe_layer *l = NULL, *sl = NULL;
+        hp_moe_grads g;
+        float *r = NULL, *br = NULL;
+        hp_err err;
+        if (open_first(fams[f], &m, &l, &g, &r, &br)) {
+            hp_moe_load_opts lo;
+            hp_moe_load_opts_default(&lo);
+            lo.widen_f32 = true;
+            lo.first_expert = 2, lo.n_local = 2, lo.tp_size = 2, lo.tp_rank = 1;
+            CHECK_MSG(hp_moe_layer_load(&sl, m, l->layer, &lo, &err) == HP_OK, "%s: %s", fams[f], err.msg);
+            if (sl) {
+                CHECK(sl->n_local == 2 && sl->d_expert == l->d_expert / 2);
+                seen s = {.m = m, .where = fams[f]};
+                CHECK_MSG(hp_moe_layer_export(sl, m, &g, on_tensor, &s, &err) == HP_OK, "%s: %s", fams[f], err.msg);
+                CHECK(s.n > 0);
+                seen_clear(&s);
+            }
+        }
+        free(r);
+        free(br);
+        hp_moe_layer_free(sl);
+        hp_moe_layer_free(l);
+        hp_model_close(m);
+    }
 }
 
 /* A block tensor the archetype has no array for is refused by name: a Qwen3-MoE layer (no shared expert) over
