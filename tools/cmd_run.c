@@ -275,8 +275,8 @@ static int finish(hp_comm *w, hp_status st, hp_err *err)
 /* validate's table on stdout (rank 0). */
 static hp_status report(const hp_validate_report *rep, double rtol, bool scored, bool backward, hp_err *err)
 {
-    printf("%-44s %-34s %12s %12s  %s\n", backward ? "parameter" : "boundary",
-           backward ? "gradient (distributed)" : "collective (distributed)", "max |diff|", "rel", "");
+    printf("%-44s %-34s %12s %12s  %s\n", backward ? "boundary (gradient) or parameter" : "boundary",
+           backward ? "step (distributed)" : "collective (distributed)", "max |diff|", "rel", "");
     for (int i = 0; i < rep->n; i++) {
         const hp_validate_row *w = &rep->rows[i];
         double rel = w->max_ref > 0 ? w->max_diff / w->max_ref : w->max_diff;

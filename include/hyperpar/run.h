@@ -197,9 +197,10 @@ typedef struct hp_validate_report {
 hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
                       const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
                       hp_validate_report *rep, hp_err *err);
-/* The same for one training step's gradients (no update): every trainable parameter's gradient under plan p
- * against the one-process plan p1's, gathered whole on rank 0, in the program's order (rows: the parameters,
- * coll "gradient"), so a wrong dual or a missed sum is named by the first parameter it reaches. Collective. */
+/* The same for one training step (no update): the forward's boundaries, then in the backward's order each
+ * module's input gradient and the residual stream's ("<fqn> (gradient)"), then every trainable parameter's
+ * gradient (coll "gradient"), all under plan p against the one-process plan p1, gathered whole on rank 0; a wrong
+ * dual or a missed sum is named by the first row it reaches. Collective. */
 hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
                                const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
                                hp_validate_report *rep, hp_err *err);

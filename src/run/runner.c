@@ -75,17 +75,22 @@ static size_t gathered_bytes(int64_t B_all, const hp__act *a)
     return ((size_t)(B_all * a->g[1] * a->g[2]) + 1) * sizeof(float);
 }
 
-static hp_status record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
+hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err)
 {
     hp__nf_watch(&r->tr.nf, what, a, r->x.dp_rows[r->x.dp_r]);
-    if (!r->o.record) return HP_OK;
+    if (!r->o.record || r->tr.quiet) return HP_OK;
     if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
         a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
     float *full = NULL;
     hp_status st = hp__gather_full(&r->x, a, r->x.B_all, r->x.dp_rows, &full, err);
-    if (st == HP_OK && full) r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, r->x.S_orig, a->g[2]);
+    if (st == HP_OK && full) {
+        int64_t S = r->x.S_orig, Sp = a->g[1], X = a->g[2]; /* cp pads the sequence: the padding is not handed on */
+        for (int64_t b = 0; Sp != S && b < r->x.B_all; b++)
+            memmove(full + b * S * X, full + b * Sp * X, (size_t)(S * X) * sizeof *full);
+        r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, S, X);
+    }
     hp__mem_free(&r->x, full, gathered_bytes(r->x.B_all, a));
     return st;
 }
@@ -395,7 +400,7 @@ hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, h
     if (st != HP_OK) return st;
     hp__rmsnorm(out->d, out->n[0] * out->n[1], out->n[2], n->w.d, r->g.cfg.eps, out->d);
     if ((st = hp__r_leave(r, n->s, out, err)) != HP_OK) return st;
-    return record(r, n->s->c.fqn, r->tr.exit_coll, out, err);
+    return hp__r_record(r, n->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
@@ -506,7 +511,7 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
         if (!a->bo_deferred) add_bias(r, out, &a->bo);
         if ((st = hp__r_leave(r, a->s, out, err)) != HP_OK) return st;
         if (a->bo_deferred) add_bias(r, out, &a->bo);
-        return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
+        return hp__r_record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
     }
     int64_t Bl = t->n[0], sq = t->n[1], rows = Bl * sq, hd = c->hd, H = c->H, nh = a->nh, nkv = a->nkv;
     hp__act *k = &r->sc.k, *v = &r->sc.v;
@@ -547,7 +552,7 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     if (!a->bo_deferred) add_bias(r, out, &a->bo);
     if ((st = hp__r_leave(r, a->s, out, err)) != HP_OK) return st;
     if (a->bo_deferred) add_bias(r, out, &a->bo);
-    return record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
+    return hp__r_record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
@@ -569,7 +574,7 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
     if ((st = hp__r_leave(r, m->s, out, err)) != HP_OK) return st;
     if (m->bd_deferred) add_bias(r, out, &m->bd);
-    return record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
+    return hp__r_record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
@@ -631,7 +636,7 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
         snprintf(r->tr.exit_coll, sizeof r->tr.exit_coll, "EP all-to-all x2%s%.39s", strcmp(ex, "none") ? ", then " : "",
                  strcmp(ex, "none") ? ex : "");
     }
-    return record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
+    return hp__r_record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* h += branch, the branch first brought to the residual stream's layout. */
@@ -669,7 +674,7 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
                 return st;
         }
     if ((st = hp__r_leave(r, e, h, err)) != HP_OK) return st;
-    return record(r, e->c.fqn, r->tr.exit_coll, h, err);
+    return hp__r_record(r, e->c.fqn, r->tr.exit_coll, h, err);
 }
 
 static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act *out, hp_err *err)
@@ -680,7 +685,7 @@ static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act
     if ((st = out_of(r, s, t, out, err)) != HP_OK) return st;
     if ((st = lin_fwd(r->w.head, rows, t->d, r->g.cfg.H, out->d, out->n[2], err)) != HP_OK) return st;
     if ((st = hp__r_leave(r, s, out, err)) != HP_OK) return st;
-    return record(r, s->c.fqn, r->tr.exit_coll, out, err);
+    return hp__r_record(r, s->c.fqn, r->tr.exit_coll, out, err);
 }
 
 /* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
@@ -884,7 +889,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
             if (st == HP_OK && s->ends_layer) {
                 char key[64];
                 snprintf(key, sizeof key, "model.layers.%lld", (long long)s->layer);
-                st = record(r, key, "residual add", h, err);
+                st = hp__r_record(r, key, "residual add", h, err);
             }
             break;
         case HP__OP_HEAD: st = head_apply(r, s, t, a, err); break;

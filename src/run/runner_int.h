@@ -92,6 +92,7 @@ typedef struct runner_trace {
     char exit_coll[96];  /* the last boundary's exit collective, for validate's table */
     hp__nf nf;           /* the first non-finite boundary output of the forward in progress */
     const char *perturb; /* hp_run_opts.test_perturb_boundary: that boundary's output is nudged (validate's test) */
+    bool quiet;          /* the training step's recompute: its boundaries are not recorded again */
     char desc[160];
 } runner_trace;
 
@@ -128,6 +129,9 @@ hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, h
 hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err);
+/* A boundary's output (or, in the backward, a gradient) for validate's tape: gathered whole onto rank 0 and handed
+ * to hp_run_opts.record (collective; partial sums are skipped), and watched for non-finite values. */
+hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);
 hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
 
 /* ---- training (train.c) ---- */

@@ -668,6 +668,17 @@ static hp_status module_bwd(hp_runner *r, const hp__step *s, layer_w *w, const h
     return st == HP_OK ? dual(r, &t->dt, t->dt.lay, &s->in, what, err) : st;
 }
 
+/* A gradient for validate --backward's tape (named "<what> (gradient)"), the recompute's records being off. */
+static hp_status grad_record(hp_runner *r, const char *what, const char *coll, hp__act *g, hp_err *err)
+{
+    char name[200];
+    snprintf(name, sizeof name, "%s (gradient)", what);
+    r->tr.quiet = false;
+    hp_status st = hp__r_record(r, name, coll, g, err);
+    r->tr.quiet = true;
+    return st;
+}
+
 /* Layer l's backward: its forward recomputed from the kept input, then its steps in reverse; t->dh holds the
  * gradient of its output on entry and of its input on return. */
 static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
@@ -693,11 +704,15 @@ static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
     if (st == HP_OK) st = hp__r_norm(r, &w->post, &t->h1, tt, err);
     if (st == HP_OK)
         st = ls[4].op == HP__OP_MOE ? hp__r_moe(r, &w->moe, tt, a, r->sc.moe_rows, err) : hp__r_mlp(r, &w->mlp, tt, a, err);
-    /* the feed-forward half, then the attention half */
+    /* the feed-forward half, then the attention half: each module's input gradient and the stream's recorded */
     if (st == HP_OK) st = module_bwd(r, &ls[4], w, tt, err);
+    if (st == HP_OK) st = grad_record(r, ls[4].c.fqn, "dual of its entry", &t->dt, err);
     if (st == HP_OK) st = norm_bwd(r, &ls[3], &w->post, &t->h1, &t->dt, &t->dh, true, err);
+    if (st == HP_OK) st = grad_record(r, ls[3].c.fqn, "+ residual", &t->dh, err);
     if (st == HP_OK) st = module_bwd(r, &ls[1], w, &t->ta, err);
+    if (st == HP_OK) st = grad_record(r, ls[1].c.fqn, "dual of its entry", &t->dt, err);
     if (st == HP_OK) st = norm_bwd(r, &ls[0], &w->in, h0, &t->dt, &t->dh, true, err);
+    if (st == HP_OK) st = grad_record(r, ls[0].c.fqn, "+ residual", &t->dh, err);
     return st;
 }
 
@@ -889,9 +904,12 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     const hp__prog *g = &r->g;
     const hp__step *steps = g->steps;
     size_t n = g->n_steps; /* ... final norm, head, loss */
+    r->tr.quiet = true; /* the layers' recomputed forwards are not recorded again */
     st = head_bwd(r, &steps[n - 3], &steps[n - 2], ids, S, err);
+    if (st == HP_OK) st = grad_record(r, steps[n - 3].c.fqn, "dual of its entry", &t->dh, err);
     for (int64_t l = g->cfg.L - 1; st == HP_OK && l >= 0; l--) st = layer_bwd(r, &steps[1 + 6 * l], err);
     if (st == HP_OK) st = embed_bwd(r, &steps[0], ids, S, err);
+    r->tr.quiet = false;
     if (st == HP_OK) st = reduce_grads(r, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;

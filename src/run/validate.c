@@ -2,8 +2,9 @@
  * validate.c — the seed's validate mode: the plan run distributed and the model run in one process on the
  * same input, every boundary's output reassembled to the full layout and compared, the first boundary that
  * diverges named. Recording happens on rank 0 (hp_run_opts.record); the one-process run is rank 0's alone.
- * With the backward (hp_validate_backward) the same is done for every parameter's gradient of one training step,
- * gathered whole on rank 0, in the program's order.
+ * With the backward (hp_validate_backward) the same is done for one training step: the forward's boundaries, then
+ * in the backward's order each module's input gradient and the residual stream's, then every parameter's
+ * gradient, gathered whole on rank 0 in the program's order.
  */
 #include "hyperpar/run.h"
 
@@ -145,6 +146,8 @@ static hp_status grads_of(const hp_comm *c, const hp_model *m, const hp_plan *p,
 {
     hp_run_opts ro = *o;
     ro.keep_activations = true;
+    ro.record = on_record; /* the forward's boundaries, then each boundary's input gradient in the backward */
+    ro.record_ctx = t;
     hp_runner *r = NULL;
     hp_status st = hp_runner_create(&r, c, m, p, &ro, err);
     if (st == HP_OK) st = hp_runner_train_step(r, ids, B, S, NULL, loss, err);

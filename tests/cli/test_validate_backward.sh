@@ -32,6 +32,8 @@ h = json.dumps({"input_ids": {"dtype": "I64", "shape": [3, 15], "data_offsets": 
 h += b" " * ((8 - len(h) % 8) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + raw)
 PY
+# (validate's tape drops the cp padding: the forward's boundaries of a padded sequence agree too)
+expect 0 "loss: distributed" -- $MPI -np 2 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --cp 2
 expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --tp 4 --backward
 expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --cp 2 --tp 2 \
     --loss-parallel --backward
@@ -43,6 +45,12 @@ check "exit 3 naming the nudged parameter" grep -q \
     "diverge from one process first at model.layers.1.self_attn.k_norm.weight" <<<"$out"
 check "the table flags it" grep -q "model.layers.1.self_attn.k_norm.weight .*DIVERGES  <- first divergence" <<<"$out"
 check "parameters before it agree" grep -q "model.layers.1.self_attn.q_norm.weight .* ok" <<<"$out"
+# A gradient nudged inside the backward (a wrong dual in miniature) is named first among the gradients.
+out=$($MPI -np 2 -x "HP_TEST_PERTURB_BOUNDARY=model.layers.1.mlp (gradient)" "$HP" validate $F/llama \
+    --input $F/llama/forward_io.safetensors --tp 2 --backward 2>&1)
+check "exit 3 naming the nudged boundary gradient" grep -q \
+    "diverge from one process first at model.layers.1.mlp (gradient)" <<<"$out"
+check "the forward's boundaries and the gradients before it agree" grep -q "model.norm (gradient) .* ok" <<<"$out"
 # --backward belongs to validate.
 expect 2 "--backward belongs to 'hyperpar validate'" -- "$HP" run $F/llama --input $F/llama/forward_io.safetensors \
     --backward
