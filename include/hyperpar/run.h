@@ -74,6 +74,10 @@ typedef struct hp_run_stats {
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */
     double moe_phase_s[6];               /* MoE, summed over the sparse layers of the last forward: route,
                                             dispatch, experts, return, combine, shared (hp_moe_ep_stats) */
+    /* the last hp_runner_train_step (0 before one): its forward (= seconds), its backward (the layers'
+     * recomputed forwards included) with the gradient sums, the backward's time inside collectives, and the
+     * optimizer (AdamW, ZeRO's all-gathers, the linears made again) */
+    double train_fwd_s, train_bwd_s, train_bwd_comm_s, train_opt_s;
 } hp_run_stats;
 
 typedef struct hp_run_output {

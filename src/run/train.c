@@ -898,7 +898,9 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     t->grads = false;
     for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
     hp_run_output out;
+    double t0 = hp_comm_wtime();
     if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
+    double t1 = hp_comm_wtime(), c1 = r->x.st.comm_s;
     *loss = out.loss;
     hp_run_output_free(&out);
     const hp__prog *g = &r->g;
@@ -914,6 +916,12 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;
     t->grads = true;
+    double t2 = hp_comm_wtime();
+    hp_run_stats *rs = &r->tr.stats;
+    rs->train_fwd_s = t1 - t0;
+    rs->train_bwd_s = t2 - t1;
+    rs->train_bwd_comm_s = r->x.st.comm_s - c1;
+    rs->train_opt_s = 0;
     if (!opts) return HP_OK;
     t->step++;
     if (t->step == 1) t->zero = opts->zero;
@@ -948,7 +956,9 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
         hp_moe_ep_destroy(m->ep);
         m->ep = NULL;
     }
-    return hp_comm_agree(r->x.world, relink(r, err), err);
+    st = hp_comm_agree(r->x.world, relink(r, err), err);
+    rs->train_opt_s = hp_comm_wtime() - t2;
+    return st;
 }
 
 /* ---- the parameters, whole, on rank 0 ---- */
