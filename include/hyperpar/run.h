@@ -132,7 +132,9 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
 typedef hp_status (*hp_param_fn)(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims,
                                  hp_err *err);
 /* Gathers every trainable parameter (grads false: its current value; true: the gradient of the last
- * hp_runner_train_step) from the ranks' slices onto world rank 0 and hands it to fn there. Collective. */
+ * hp_runner_train_step) from the ranks' slices onto world rank 0 and hands it to fn there; with grads false also
+ * each MoE router's e_score_correction_bias, which selects experts but is not trained (its value as held).
+ * Collective. */
 hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err);
 
 /* With keep_activations: the local block of layer l's input residual stream of the last forward (l = L: the

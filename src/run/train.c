@@ -1116,6 +1116,16 @@ static hp_status gather_moe(hp_runner *r, const tmoe *b, int first_param, bool g
     whole.d_ws_gate = bufs[8];
     fwd_ctx f = {fn, ctx};
     if (st == HP_OK && me == 0) st = hp_moe_layer_export(l, r->m, &whole, forward_tensor, &f, err);
+    if (st == HP_OK && me == 0 && !grads && l->b_correction) { /* not trained, but part of the weights: as held */
+        char name[200];
+        float *cb = hp_calloc((size_t)E + 1, sizeof *cb);
+        if (!cb) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (int64_t e = 0; cb && e < E; e++) cb[e] = (float)l->b_correction[e];
+        snprintf(name, sizeof name, "%sgate.e_score_correction_bias", l->prefix);
+        int64_t shape[1] = {E};
+        if (st == HP_OK) st = fn(ctx, name, cb, shape, 1, err);
+        free(cb);
+    }
     for (int k = 0; k < 9; k++) free(bufs[k]);
     free(cnt);
     return hp_comm_agree(r->x.world, st, err);
