@@ -209,6 +209,7 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
     }
     q->w = w;
     q->w32 = w32;
+    w->train_ix = r->train->n; /* 1 + its index: new_param appended it */
     snprintf(q->name, sizeof q->name, "%s", name);
     return HP_OK;
 }
@@ -294,17 +295,13 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
 
 static float *grad_of(const hp_runner *r, const hp__w *w)
 {
-    for (int i = 0; i < r->train->n; i++)
-        if (r->train->p[i].w == w) return r->train->p[i].g;
-    return NULL;
+    return w->train_ix > 0 ? r->train->p[w->train_ix - 1].g : NULL;
 }
 
 /* A slice's values as the backward multiplies by them: f32 as held, or a bf16 slice widened. */
 static const float *W32(const hp_runner *r, const hp__w *w)
 {
-    for (int i = 0; w->dt == HP_DT_BF16 && i < r->train->n; i++)
-        if (r->train->p[i].w == w) return r->train->p[i].w32;
-    return w->d;
+    return w->dt == HP_DT_BF16 && w->train_ix > 0 ? r->train->p[w->train_ix - 1].w32 : w->d;
 }
 
 static tmoe *moe_of(const hp_runner *r, int64_t layer)
@@ -375,6 +372,8 @@ static hp_status train_init(hp_runner *r, hp_err *err)
         }
     }
     if (st != HP_OK) {
+        for (int i = 0; i < r->train->n; i++)
+            if (r->train->p[i].w) r->train->p[i].w->train_ix = 0;
         hp__train_free(r->train);
         r->train = NULL;
     }

@@ -27,6 +27,7 @@ typedef struct hp__w {
     int64_t lo[HP_MAX_DIMS];     /* global offset of the first element held, per dim */
     int64_t n;                   /* local elements */
     hp_nplace pl;                /* the plan's placement */
+    int train_ix;                /* 1 + its entry in the training state (train.c), 0: none */
 } hp__w;
 
 /* Loads the rank's slice of parameter `name`. Not present and !required: out->present false, HP_OK.

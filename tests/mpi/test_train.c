@@ -32,7 +32,7 @@ typedef struct mesh_case {
 typedef struct cmp_ctx {
     const hp_st_file *io;
     const char *prefix; /* "grad." or "adamw." */
-    int n;
+    int n, untrained;
     const char *what;
 } cmp_ctx;
 
@@ -42,6 +42,11 @@ static hp_status compare(void *ctx, const char *name, const float *d, const int6
     char key[256];
     snprintf(key, sizeof key, "%s%s", c->prefix, name);
     const hp_st_tensor *t = hp_st_find(c->io, key);
+    if (!t && strstr(name, "e_score_correction_bias") && !strcmp(c->prefix, "adamw.")) {
+        /* not trained: handed out as held (the forward's goldens check its value) */
+        c->untrained++;
+        return HP_OK;
+    }
     CHECK_MSG(t != NULL, "%s: no %s in the golden", c->what, key);
     if (!t) return HP_OK;
     int64_t n = 1;
