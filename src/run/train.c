@@ -43,6 +43,8 @@ typedef struct tparam {
     float *w32;      /* a bf16 slice: its values widened, what the backward multiplies by (= the forward's) */
     int64_t n;
     int moe;         /* 1 + the index of its MoE block in t->moe; 0: dense */
+    int slot;        /* an MoE array: which of the block's (add_moe's table: gate_up, down, b_gate_up, b_down,
+                        router, b_router, shared gate_up, shared down, shared gate) */
     tkind kind;
     char name[200];  /* dense: the checkpoint's name */
     float *g, *m, *v;
@@ -288,7 +290,8 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
         q->moe = t->n_moe;
         q->kind = a[k].kind;
         if (q->kind == K_EXPERT || q->kind == K_BDOWN) q->sum_dp = q->sum_cp = q->sum_tp = false; /* the group's */
-        snprintf(q->name, sizeof q->name, "%s[%zu]", s->c.fqn, k);
+        q->slot = (int)k;
+        snprintf(q->name, sizeof q->name, "%s (array %zu)", s->c.fqn, k);
     }
     return st;
 }
@@ -1064,11 +1067,7 @@ static hp_status gather_moe(hp_runner *r, const tmoe *b, int first_param, bool g
             st = gather_blocks(r, mine, e->n, &all, cnt, dsp, err);
         }
         float *w = NULL;
-        int64_t wn = 0, slot = -1;
-        /* which canonical array: by kind and size (add_moe's order: gate_up, down, b_gate_up, b_down, router,
-         * b_router, shared gate_up, shared down, shared gate) */
-        const char *which = strrchr(e->name, '[');
-        slot = which ? strtoll(which + 1, NULL, 10) : -1;
+        int64_t wn = 0, slot = e->slot; /* the whole array's size */
         switch (slot) {
         case 0: wn = E * 2 * I * H; break;
         case 1: wn = E * H * I; break;
