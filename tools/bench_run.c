@@ -34,6 +34,10 @@
  * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
  * Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
  *
+ * `hyperpar bench train` (bench_train.c) is parsed and set up here too, with the same options, checkpoint, plan
+ * and mesh; its runner keeps the activations, and once it exists run() hands the timing and the report to
+ * cli_bench_train (bench_run.h declares what the two files share).
+ *
  * Test-only options --hidden, --intermediate, --heads, --kv-heads and --head-dim replace the preset's shapes
  * so that the CLI tests run in seconds (--experts and --dense-layers are real options: the real DeepSeek-V3
  * sparse layer needs more memory than a 24 GiB machine has).
@@ -90,7 +94,8 @@ static const cli_opt g_opts[] = {
      0, NULL},
     {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL},
     {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
-    {"reps", 'R', "R", "timed forwards after one warm-up (3); the median is reported", 0, NULL},
+    {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
+                      "reported", 0, NULL},
     {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
                           "the ranks on this node)", 0, NULL},
     {"format", O_FORMAT, "F", "text (default) or json: one JSON object", 0, NULL},

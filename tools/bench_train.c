@@ -27,6 +27,7 @@
  * pass/fail; absolute times on a shared machine are noise.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_run.h"
 
@@ -64,13 +65,9 @@ static hp_status time_steps(const hp_comm *w, hp_runner *r, const int64_t *ids, 
         res->loss_last = loss;
         if (k < 0) continue;
         const hp_run_stats *s = hp_runner_stats(r);
-        double *v = rows + k * C_N;
-        v[C_STEP] = t;
-        v[C_FWD] = s->train_fwd_s;
-        v[C_BWD] = s->train_bwd_s;
-        v[C_BWD_COMM] = s->train_bwd_comm_s;
-        v[C_OPT] = s->train_opt_s;
-        st = hp_comm_allreduce_max_f64(w, v, C_N, err);
+        const double fig[C_N] = {t, s->train_fwd_s, s->train_bwd_s, s->train_bwd_comm_s, s->train_opt_s};
+        memcpy(rows + k * C_N, fig, sizeof fig);
+        st = hp_comm_allreduce_max_f64(w, rows + k * C_N, C_N, err);
     }
     return st;
 }
