@@ -34,6 +34,10 @@
  * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
  * Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
  *
+ * `hyperpar bench train` (bench_train.c) is parsed and set up here too, with the same options, checkpoint, plan
+ * and mesh; its runner keeps the activations, and once it exists run() hands the timing and the report to
+ * cli_bench_train (bench_run.h declares what the two files share).
+ *
  * Test-only options --hidden, --intermediate, --heads, --kv-heads and --head-dim replace the preset's shapes
  * so that the CLI tests run in seconds (--experts and --dense-layers are real options: the real DeepSeek-V3
  * sparse layer needs more memory than a 24 GiB machine has).
@@ -48,37 +52,31 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "bench_run.h"
 #include "signals.h"
-#include "hyperpar/comm.h"
 #include "hyperpar/gen.h"
 #include "hyperpar/overrides.h"
-#include "hyperpar/run.h"
 
-enum { MAX_REPS = 50 };
+enum { MAX_REPS = CLI_BENCH_MAX_REPS };
 #define MAX_VOCAB (1 << 20) /* above every published vocabulary (262144 is the largest we know) */
 #define RATIO_TARGET 0.8    /* bare / runtime per collective kind */
 #define RESIDENT_TOL 0.05   /* |resident / (checkpoint / tp) - 1| */
 
-typedef struct rb_args {
-    const cli_preset *p;
-    int64_t layers, tokens, vocab, dp, cp, tp, reps, threads;
-    int64_t hidden, intermediate, heads, kv_heads, head_dim;
-    int64_t experts, moe_intermediate, first_dense, ep; /* MoE presets; ep 0: = tp */
-    int64_t n_group, topk_group;                         /* DeepSeek-V3's routing groups for `experts` */
-    bool tp_given, json;
-    hp_dtype dtype;
-} rb_args;
+typedef cli_bench_args rb_args;
+typedef cli_bench_info rb_info;
 
 static bool is_moe(const rb_args *a) { return a->p->experts > 0; }
 
-enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE };
+enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT };
 #define G_TEST "test-only: replace the preset's shapes (for MoE presets --intermediate replaces the dense and\n" \
                "the expert width)"
 static const cli_opt g_opts[] = {
     {"preset", 'p', "P", "a preset, listed below", 0, NULL},
     {"layers", 'L', "L", "decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)", 0, NULL},
-    {"tokens", 'T', "T", "sequence length T of the batch [dp, T]: one row per dp replica (256)", 0, NULL},
+    {"tokens", 'T', "T", "sequence length T of the batch [B, T] (256)", 0, NULL},
+    {"seq", 'T', "T", NULL, 0, NULL},
+    {"batch", O_BATCH, "B", "rows B of the global batch [B, T], at least dp (default dp: one row per dp replica)",
+     0, NULL},
     {"vocab", 'V', "V", "vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
                         "smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
                         "with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)", 0, NULL},
@@ -96,10 +94,12 @@ static const cli_opt g_opts[] = {
      0, NULL},
     {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL},
     {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
-    {"reps", 'R', "R", "timed forwards after one warm-up (3); the median is reported", 0, NULL},
+    {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
+                      "reported", 0, NULL},
     {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
                           "the ranks on this node)", 0, NULL},
-    {"json", 'j', NULL, "one JSON object instead of text", 0, NULL},
+    {"format", O_FORMAT, "F", "text (default) or json: one JSON object", 0, NULL},
+    {"json", 'j', NULL, "the same as --format json", 0, NULL},
     CLI_OPT_HELP,
     {"hidden", O_HIDDEN, "N", "hidden size", 0, G_TEST},
     {"intermediate", O_INTER, "N", "dense MLP width", 0, G_TEST},
@@ -109,25 +109,35 @@ static const cli_opt g_opts[] = {
     {0},
 };
 
-static void usage(FILE *out)
+static void usage(FILE *out, bool train)
 {
     fprintf(out,
-            "usage: [mpirun -np N] hyperpar bench run --preset P [--layers L] [--tokens T] [--vocab V]\n"
-            "                                         [--tp N] [--dp N] [--cp N] [--ep N] [--experts E]\n"
-            "                                         [--dense-layers N] [--dtype bf16|f32] [--reps R]\n"
-            "                                         [--threads N] [--json]\n"
-            "\n"
-            "Runs the runtime's whole forward pass (embedding, L decoder layers, norm, lm_head, loss) on a random\n"
-            "checkpoint with the preset's layer shapes over all N ranks, as 'hyperpar run' does, and prints prefill\n"
-            "tokens/s, the slowest rank's compute and communication time, each collective kind's time next to a\n"
-            "bare MPI collective of the same bytes and calls measured in the same run (ratio bare/runtime, target\n"
-            ">= %.1f), and the resident weight bytes per rank next to the plan's share (target within %.0f%%): the\n"
-            "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
-            "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n"
-            "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
-            "every rank must see it. Also runs as one process without mpirun.\n"
+            "usage: [mpirun -np N] hyperpar bench %s --preset P [--layers L] [--tokens|--seq T] [--batch B]\n"
+            "                                           [--vocab V] [--tp N] [--dp N] [--cp N] [--ep N] [--experts E]\n"
+            "                                           [--dense-layers N] [--dtype bf16|f32] [--reps R]\n"
+            "                                           [--threads N] [--format text|json]\n"
             "\n",
-            RATIO_TARGET, RESIDENT_TOL * 100);
+            train ? "train" : "run");
+    if (train)
+        fprintf(out,
+                "Runs training steps (hp_runner_train_step: the forward, the backward with the gradient sums, AdamW\n"
+                "with PyTorch's defaults) on a random checkpoint with the preset's layer shapes over all N ranks, as\n"
+                "'hyperpar train' does, on a fixed batch of B x T ids, and prints the median step (slowest rank),\n"
+                "training tokens/s, the split into forward, backward (and its communication) and optimizer, and the\n"
+                "model FLOPs per step (6 x the weights a token goes through x B x T) over the step as achieved\n"
+                "GFLOP/s, next to the dense f32 GEMM rate of every rank measured in the same run (ratio).\n");
+    else
+        fprintf(out,
+                "Runs the runtime's whole forward pass (embedding, L decoder layers, norm, lm_head, loss) on a random\n"
+                "checkpoint with the preset's layer shapes over all N ranks, as 'hyperpar run' does, and prints prefill\n"
+                "tokens/s, the slowest rank's compute and communication time, each collective kind's time next to a\n"
+                "bare MPI collective of the same bytes and calls measured in the same run (ratio bare/runtime, target\n"
+                ">= %.1f), and the resident weight bytes per rank next to the plan's share (target within %.0f%%): the\n"
+                "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
+                "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n",
+                RATIO_TARGET, RESIDENT_TOL * 100);
+    fprintf(out, "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
+                 "every rank must see it. Also runs as one process without mpirun.\n\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\npresets:\n");
     cli_print_presets(out, false);
@@ -139,8 +149,7 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Median over reps of column c of rows [reps][ncol]. */
-static double median_col(const double *rows, int reps, int ncol, int c)
+double cli_bench_median(const double *rows, int reps, int ncol, int c)
 {
     double v[MAX_REPS];
     for (int i = 0; i < reps; i++) v[i] = rows[i * ncol + c];
@@ -432,8 +441,6 @@ typedef struct rb_result {
     double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
     double expert_bytes;                /* the checkpoint's routed-expert bytes (names holding ".experts.") */
     double expect;                      /* (total - expert_bytes) / tp + expert_bytes / ep */
-    double gen_s;
-    uint64_t ckpt_bytes;
 } rb_result;
 
 /* Warm-up, then reps forwards of ids [B, T]; rows[r][C_N] the slowest rank's figures of rep r. */
@@ -521,7 +528,7 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
         if ((st = hp_comm_allreduce_max_f64(world, dt, 2, err))) break;
         if (r >= 0) t[2 * r] = dt[0], t[2 * r + 1] = -dt[1];
     }
-    if (st == HP_OK) med[0] = median_col(t, reps, 2, 0), med[1] = median_col(t, reps, 2, 1);
+    if (st == HP_OK) med[0] = cli_bench_median(t, reps, 2, 0), med[1] = cli_bench_median(t, reps, 2, 1);
     free(send);
     free(recv);
     free(cnt);
@@ -531,13 +538,6 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
 /* ---- output ---- */
 
 
-typedef struct rb_info {
-    char mesh[128], backend[128], kernels[512], blas[512], group[16];
-    int ranks, threads, reps, n_overrides;
-    int64_t n_sparse;  /* sparse decoder layers */
-    bool torch;
-    double gemm_flop; /* 2 T x the linear layers' weights: the GEMM work of one forward */
-} rb_info;
 
 static double ratio(double bare, double runtime) { return runtime > 0 ? bare / runtime : 0.0; }
 
@@ -549,18 +549,16 @@ static const char *torch_note(const rb_info *in)
                      : "PyTorch eager: not measured here (not installed: python3 cannot import torch)";
 }
 
-static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
+void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
 {
-    const double *m = r->med;
-    char b1[32], b2[32], b3[32], b4[32], b5[32];
-    double expect = r->expect;
-    printf("bench run: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch %lld x "
+    char b1[32];
+    printf("bench %s: %s (%s) %lld layer%s, H %lld, I %lld, heads %lld / kv %lld x %lld, vocab %lld, %s; batch %lld x "
            "%lld tokens\n",
-           a->p->name, a->p->family, (long long)a->layers, a->layers == 1 ? "" : "s", (long long)a->hidden,
+           name, a->p->name, a->p->family, (long long)a->layers, a->layers == 1 ? "" : "s", (long long)a->hidden,
            (long long)a->intermediate, (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim,
-           (long long)a->vocab, dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens);
+           (long long)a->vocab, dtype_str(a->dtype), (long long)a->batch, (long long)a->tokens);
     printf("  checkpoint: %s random, written by rank 0 in %.1f s (%s) to a temporary folder, removed at the end\n",
-           hp_format_bytes(r->ckpt_bytes, b1, sizeof b1), r->gen_s,
+           hp_format_bytes(in->ckpt_bytes, b1, sizeof b1), in->gen_s,
            gen_fits(a)                 ? "hp_gen_checkpoint"
            : a->vocab > HP_GEN_MAX_DIM ? "gen's config and scales, vocab above gen's limit"
                                        : "gen's config, the preset's MoE fields, gen's scales");
@@ -580,9 +578,17 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
     }
     printf("  kernels   : %s\n", in->kernels);
     printf("  attention : %s\n", in->blas);
+}
+
+static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
+{
+    const double *m = r->med;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    double expect = r->expect;
+    cli_bench_print_head("run", a, in);
     printf("  forward   : %.3f ms median of %d (slowest rank) -> %.1f tokens/s prefill; GEMM work %.1f GFLOP -> "
            "%.1f GFLOP/s over all ranks\n",
-           m[C_WALL] * 1e3, in->reps, (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9,
+           m[C_WALL] * 1e3, in->reps, (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9,
            in->gemm_flop / m[C_WALL] * 1e-9);
     printf("  split     : compute %.3f ms, communication %.3f ms (each the slowest rank's; communication %.2f of the "
            "runner's forward)\n",
@@ -628,18 +634,16 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
     printf("  %s\n", torch_note(in));
 }
 
-static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
+void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
 {
-    const double *m = r->med;
-    double expect = r->expect;
-    printf("{\"bench\": \"run\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
+    printf("{\"bench\": \"%s\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
            "\"intermediate\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, \"vocab\": %lld, "
            "\"dtype\": \"%s\", \"batch\": %lld, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
            "\"threads\": %d, \"reps\": %d, \"checkpoint_bytes\": %llu, \"gen_s\": %.6g, \"mesh\": ",
-           a->p->name, a->p->family, (long long)a->layers, (long long)a->hidden, (long long)a->intermediate,
+           name, a->p->name, a->p->family, (long long)a->layers, (long long)a->hidden, (long long)a->intermediate,
            (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim, (long long)a->vocab,
-           dtype_str(a->dtype), (long long)a->dp, (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
-           in->threads, in->reps, (unsigned long long)r->ckpt_bytes, r->gen_s);
+           dtype_str(a->dtype), (long long)a->batch, (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
+           in->threads, in->reps, (unsigned long long)in->ckpt_bytes, in->gen_s);
     cli_json_str(in->mesh);
     printf(", \"backend\": ");
     cli_json_str(in->backend);
@@ -647,6 +651,13 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     cli_json_str(in->kernels);
     printf(", \"blas\": ");
     cli_json_str(in->blas);
+}
+
+static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
+{
+    const double *m = r->med;
+    double expect = r->expect;
+    cli_bench_json_head("run", a, in);
     if (is_moe(a)) {
         printf(", \"moe\": {\"experts\": %lld, \"experts_preset\": %lld, \"top_k\": %lld, \"moe_intermediate\": %lld, "
                "\"sparse_layers\": %lld, \"ep\": %lld, \"overrides\": %d, \"expert_bytes\": %.0f, \"phases_s\": {",
@@ -657,7 +668,7 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
     }
     printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
            "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
-           m[C_WALL], (double)(a->dp * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
+           m[C_WALL], (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
            m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
@@ -682,9 +693,7 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
 
 /* ---- the run ---- */
 
-/* Weights one token goes through in the forward's GEMMs: attention (MLA's five projections), the dense MLPs,
- * per sparse layer the router, top-k experts and the shared expert, and lm_head. */
-static double gemm_weights(const rb_args *a)
+double cli_bench_gemm_weights(const rb_args *a)
 {
     const cli_preset *p = a->p;
     double H = (double)a->hidden, nh = (double)a->heads, att;
@@ -727,10 +736,25 @@ static int default_threads(void)
     return n > 0 ? n : 1;
 }
 
+/* Rank 0's description of the run for the report: *la is the linear-algebra context it asked (freed by the
+ * caller). */
+static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_info *in, hp_linalg **la)
+{
+    hp_err err;
+    in->n_sparse = is_moe(a) ? a->layers - a->first_dense : 0;
+    in->gemm_flop = 2.0 * (double)(a->batch * a->tokens) * cli_bench_gemm_weights(a);
+    in->threads = hp_linalg_set_threads(0);
+    hp_mesh_str(&p->mesh, in->mesh, sizeof in->mesh);
+    snprintf(in->backend, sizeof in->backend, "%s", hp_comm_backend(w));
+    if (hp_linalg_create(la, &err) == HP_OK) hp_linalg_describe(*la, in->kernels, sizeof in->kernels);
+    else snprintf(in->kernels, sizeof in->kernels, "unknown (%.400s)", err.msg);
+    hp_linalg_blas_describe(in->blas, sizeof in->blas, NULL);
+}
+
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
-    bool torch = hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    bool torch = !a->train && hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -766,15 +790,15 @@ static int run(rb_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_INPUT, "--experts %lld is not a multiple of ep %lld: every rank of an EP group "
                         "holds the same number of experts; change --experts or --ep", (long long)a->experts,
                         (long long)a->ep);
-    /* One row per dp replica (the runtime gives each replica at least one row). */
-    const int64_t B = a->dp, T = a->tokens;
+    /* --batch rows, by default one per dp replica (the runtime gives each replica at least one row). */
+    const int64_t B = a->batch, T = a->tokens;
     if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
         st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
-    if (R == 0) st = make_checkpoint(a, root, dir, sizeof dir, &made, &res.gen_s, &err);
-    if (R == 0 && st == HP_OK) res.ckpt_bytes = dir_bytes(dir);
+    if (R == 0) st = make_checkpoint(a, root, dir, sizeof dir, &made, &in.gen_s, &err);
+    if (R == 0 && st == HP_OK) in.ckpt_bytes = dir_bytes(dir);
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     if ((st = hp_comm_bcast(w, dir, sizeof dir, 0, &err))) goto done;
     st = hp_model_open(&m, dir, NULL, &err);
@@ -800,21 +824,26 @@ static int run(rb_args *a, int *argc, char ***argv)
         }
     }
     if ((st = hp_comm_agree(w, st, &err))) goto done;
-    hp_run_opts ro = {.compute = HP_LINALG_EXACT};
+    hp_run_opts ro = {.compute = HP_LINALG_EXACT, .keep_activations = a->train};
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
 
     /* ids [B, T]: deterministic, spread over the vocabulary, all < V. */
     for (int64_t i = 0; i < B * T; i++) ids[i] = (int64_t)(((uint64_t)i * 2654435761u + 1) % (uint64_t)a->vocab);
     if (!(rows = calloc((size_t)a->reps * C_N, sizeof *rows))) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
     if ((st = hp_comm_agree(w, st, &err))) goto done;
+    if (a->train) {
+        if (R == 0) describe(w, p, a, &in, &la);
+        st = cli_bench_train(w, r, ids, a, &in, &err);
+        goto done;
+    }
     if ((st = time_forward(w, r, ids, B, T, (int)a->reps, rows, &err))) goto done;
-    for (int c = 0; c < C_N; c++) res.med[c] = median_col(rows, (int)a->reps, C_N, c);
+    for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, (int)a->reps, C_N, c);
     /* Again with a barrier before each collective: the collectives' own cost, without the wait for a slower
      * rank's compute (hp_run_opts.sync_collectives; the barrier time is not in coll_s). */
     if (P > 1) {
         hp_runner_sync_collectives(r, true);
         if ((st = time_forward(w, r, ids, B, T, (int)a->reps, rows, &err))) goto done;
-        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) res.sync[k] = median_col(rows, (int)a->reps, C_N, C_COLL + k);
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) res.sync[k] = cli_bench_median(rows, (int)a->reps, C_N, C_COLL + k);
         hp_runner_sync_collectives(r, false);
     }
 
@@ -866,14 +895,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     }
 
     if (R == 0) {
-        in.n_sparse = is_moe(a) ? a->layers - a->first_dense : 0;
-        in.gemm_flop = 2.0 * (double)(B * T) * gemm_weights(a);
-        in.threads = hp_linalg_set_threads(0);
-        hp_mesh_str(&p->mesh, in.mesh, sizeof in.mesh);
-        snprintf(in.backend, sizeof in.backend, "%s", hp_comm_backend(w));
-        if (hp_linalg_create(&la, &err) == HP_OK) hp_linalg_describe(la, in.kernels, sizeof in.kernels);
-        else snprintf(in.kernels, sizeof in.kernels, "unknown (%.400s)", err.msg);
-        hp_linalg_blas_describe(in.blas, sizeof in.blas, NULL);
+        describe(w, p, a, &in, &la);
         if (a->json) print_json(a, &in, &res);
         else print_text(a, &in, &res);
         fflush(stdout);
@@ -905,9 +927,11 @@ done:
     return code;
 }
 
-int cmd_bench_run(int argc, char **argv)
+/* bench run and bench train: one option table, one parser. */
+static int bench_main(int argc, char **argv, bool train)
 {
-    rb_args a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16};
+    rb_args a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16,
+                 .train = train};
     int64_t shape[5] = {0}; /* hidden, intermediate, heads, kv heads, head dim: 0 = the preset's */
     const char *preset_name = NULL;
     int c;
@@ -956,13 +980,21 @@ int cmd_bench_run(int argc, char **argv)
             if (!cli_parse_i64("bench", "--threads", optarg, 1, 1024, &a.threads)) return HP_EXIT_USAGE;
             break;
         case 'j': a.json = true; break;
+        case O_FORMAT:
+            if (strcmp(optarg, "text") && strcmp(optarg, "json"))
+                return cli_usage_error("bench", "--format expects text or json, got '%s'", optarg);
+            a.json = !strcmp(optarg, "json");
+            break;
+        case O_BATCH:
+            if (!cli_parse_i64("bench", "--batch", optarg, 1, 65536, &a.batch)) return HP_EXIT_USAGE;
+            break;
         case O_HIDDEN: case O_INTER: case O_HEADS: case O_KV: case O_HD: {
             static const char *const names[] = {"--hidden", "--intermediate", "--heads", "--kv-heads", "--head-dim"};
             if (!cli_parse_i64("bench", names[c - O_HIDDEN], optarg, 1, HP_GEN_MAX_DIM, &shape[c - O_HIDDEN]))
                 return HP_EXIT_USAGE;
             break;
         }
-        case 'h': usage(stdout); return HP_EXIT_OK;
+        case 'h': usage(stdout, train); return HP_EXIT_OK;
         default: return cli_bad_option("bench", argv);
         }
     }
@@ -974,6 +1006,10 @@ int cmd_bench_run(int argc, char **argv)
     a.kv_heads = shape[3] ? shape[3] : a.p->kv_heads;
     a.head_dim = shape[4] ? shape[4] : a.p->head_dim;
     if (!a.vocab) a.vocab = a.p->vocab;
+    if (!a.batch) a.batch = a.dp;
+    if (a.batch < a.dp)
+        return cli_usage_error("bench", "--batch %lld is fewer rows than dp %lld: every dp replica needs at least one "
+                               "row; give --batch %lld or more", (long long)a.batch, (long long)a.dp, (long long)a.dp);
     const cli_preset *p = a.p;
     if (!is_moe(&a) && (a.ep || a.experts || a.first_dense >= 0))
         return cli_usage_error("bench", "%s is dense: --ep, --experts and --dense-layers apply to the MoE presets (%s)",
@@ -1018,3 +1054,6 @@ int cmd_bench_run(int argc, char **argv)
                                (long long)a.experts, HP_GEN_MAX_TENSORS);
     return run(&a, &argc, &argv);
 }
+
+int cmd_bench_run(int argc, char **argv) { return bench_main(argc, argv, false); }
+int cmd_bench_train(int argc, char **argv) { return bench_main(argc, argv, true); }

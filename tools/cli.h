@@ -242,6 +242,7 @@ int cmd_bench_advise(int argc, char **argv); /* cmd_bench.c */
 bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N);
 int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
+int cmd_bench_train(int argc, char **argv); /* bench_run.c (the options and setup) and bench_train.c */
 int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
 
 

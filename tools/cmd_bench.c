@@ -62,6 +62,7 @@ static void usage(FILE *out)
             "\n"
             "hyperpar bench ep --help: the expert-parallel layer over MPI ranks against a bare all-to-all.\n"
             "hyperpar bench run --help: the runtime's whole forward pass over MPI ranks against bare collectives.\n"
+            "hyperpar bench train --help: the training step over MPI ranks against the same-run GEMM rate.\n"
             "hyperpar bench advise --help: hyperpar advise's time per mesh against one plan derivation.\n");
 }
 
@@ -488,10 +489,11 @@ int cmd_bench(int argc, char **argv)
         usage(stdout);
         return HP_EXIT_OK;
     }
-    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe, ep, run, advise)");
+    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe, ep, run, train, advise)");
     if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ep")) return cmd_bench_ep(argc - 1, argv + 1);
     if (!strcmp(argv[1], "run")) return cmd_bench_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "train")) return cmd_bench_train(argc - 1, argv + 1);
     if (!strcmp(argv[1], "advise")) return cmd_bench_advise(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe, ep, run, advise", argv[1]);
+    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe, ep, run, train, advise", argv[1]);
 }

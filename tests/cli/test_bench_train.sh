@@ -1,0 +1,89 @@
+# bench train: the training step benchmark at tiny shapes (the preset's are replaced by the test-only shape
+# options), dense and MoE, in one process and on 2 MPI ranks with tp = 2: exit 0, the text has its lines, the
+# JSON parses and has positive step seconds and tokens/s and a split (forward + backward + optimizer) within 50%
+# of the step, the temporary checkpoint is removed, and bad options exit 2. Speeds are never checked: only that
+# the figures are there and consistent with one another.
+source "$(dirname "$0")/lib.sh"
+# The checkpoints go to a folder of this test's own, which must hold no run folder after each command.
+export TMPDIR="$WORK/tmp" && mkdir -p "$TMPDIR"
+left() { ! ls -A "$TMPDIR" | grep -q hp-bench-run; }
+MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
+SHAPES="--hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --vocab 512"
+SMALL="--preset llama-3-8b $SHAPES --seq 16"
+MOE="--preset qwen3-30b-a3b $SHAPES --tokens 16 --experts 8"
+# sane FILE: the JSON parses, is bench train's, and its figures are positive with the split near the step.
+sane() {
+    python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["bench"] == "train", d["bench"]
+for k in ("step_s", "tokens_per_s", "forward_s", "backward_s", "optimizer_s", "model_gflop", "achieved_gflops",
+          "gemm_gflops_per_rank", "gemm_gflops", "ratio_achieved_over_gemm"):
+    assert d[k] > 0, (k, d[k])
+assert d["backward_comm_s"] >= 0 and d["backward_comm_s"] <= d["backward_s"]
+split = d["forward_s"] + d["backward_s"] + d["optimizer_s"]
+assert 0.5 * d["step_s"] <= split <= 1.5 * d["step_s"], (split, d["step_s"])
+assert abs(d["tokens_per_s"] * d["step_s"] - d["batch"] * d["tokens"]) < 1e-3 * d["batch"] * d["tokens"]
+w = d["weights_per_token"]
+assert abs(d["model_gflop"] - 6 * w * d["batch"] * d["tokens"] * 1e-9) <= 1e-4 * d["model_gflop"]
+assert abs(d["achieved_gflops"] - d["model_gflop"] / d["step_s"]) <= 1e-3 * d["achieved_gflops"]
+EOF
+}
+TEXT_LINES=("optimizer : AdamW, PyTorch's defaults" "step      : .* ms median of [0-9]* (slowest rank) -> .* training tokens/s"
+            "split     : forward .* ms, backward .* ms (communication .* ms of it), optimizer .* ms; sum .* of the step"
+            "model     : 6 x .* G weights per token x .* tokens = .* GFLOP per step -> .* GFLOP/s achieved"
+            "gemm      : .* GFLOP/s per rank (f32 2048x2048x2048 through the GEMM layer.*ratio achieved/gemm"
+            "kernels   : " "mesh      : ")
+text_ok() { # text_ok NAME OUTPUT
+    local l
+    for l in "${TEXT_LINES[@]}"; do check "$1: '$l'" grep -q -- "$l" <<<"$2"; done
+}
+
+expect 0 "usage: [mpirun -np N] hyperpar bench train --preset P" -- "$HP" bench train --help
+expect 0 "training tokens/s" -- "$HP" bench train --help
+expect 0 "hyperpar bench train --help" -- "$HP" bench --help
+
+# One process, dense and MoE.
+out=$("$HP" bench train $SMALL --reps 2 2>&1 </dev/null)
+check "1 process: exit 0" test $? -eq 0
+check "1 process: header" grep -q "bench train: llama-3-8b (llama) 1 layer, H 64, I 128, .* bf16; batch 1 x 16 tokens" <<<"$out"
+text_ok "1 process" "$out"
+check "1 process: the temporary checkpoint is gone" left
+"$HP" bench train $SMALL --reps 2 --format json >"$WORK/one.json" 2>/dev/null </dev/null
+check "1 process: json sane" sane "$WORK/one.json"
+"$HP" bench train $MOE --reps 2 --batch 2 --json >"$WORK/moe1.json" 2>/dev/null </dev/null
+check "moe 1 process: json sane" sane "$WORK/moe1.json"
+check "moe 1 process: the moe object" grep -q '"moe": {"experts": 8, "experts_preset": 128, "top_k": 8, .*"ep": 1' "$WORK/moe1.json"
+check "moe 1 process: batch 2" grep -q '"batch": 2, "tokens": 16' "$WORK/moe1.json"
+check "moe 1 process: the temporary checkpoint is gone" left
+
+# Two ranks, tp = 2: dense and MoE (TP-extend-EP over the tp group).
+out=$($MPI -np 2 "$HP" bench train $SMALL --tp 2 --threads 1 --reps 2 2>&1 </dev/null)
+check "2 ranks: exit 0" test $? -eq 0
+text_ok "2 ranks" "$out"
+check "2 ranks: mesh tp=2" grep -q "mesh      : dp=1,cp=1,tp=2 (world 2), 2 ranks, MPI" <<<"$out"
+check "2 ranks: printed once" test "$(grep -c 'training tokens/s' <<<"$out")" -eq 1
+check "2 ranks: over 2 ranks" grep -q "GFLOP/s over 2 ranks   ratio achieved/gemm" <<<"$out"
+$MPI -np 2 "$HP" bench train $SMALL --tp 2 --threads 1 --reps 2 --format json >"$WORK/two.json" 2>/dev/null </dev/null
+check "2 ranks: json sane" sane "$WORK/two.json"
+check "2 ranks: json has the ranks" grep -q '"tp": 2, "ranks": 2' "$WORK/two.json"
+$MPI -np 2 "$HP" bench train $MOE --tp 2 --threads 1 --reps 2 --json >"$WORK/moe2.json" 2>/dev/null </dev/null
+check "moe 2 ranks: json sane" sane "$WORK/moe2.json"
+check "moe 2 ranks: ep 2" grep -q '"ep": 2, "overrides": 1}' "$WORK/moe2.json"
+check "2 ranks: the temporary checkpoint is gone" left
+
+# Failures: every rank ends with the cause, no checkpoint left behind.
+expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench train $SMALL --tp 4
+check "failures: the temporary checkpoint is gone" left
+
+# Bad options: exit 2 with the reason.
+expect 2 "missing --preset" -- "$HP" bench train --seq 4
+expect 2 "unknown preset 'llama'" -- "$HP" bench train --preset llama
+expect 2 "--format expects text or json, got 'xml'" -- "$HP" bench train $SMALL --format xml
+expect 2 "--batch expects an integer in [1, 65536], got '0'" -- "$HP" bench train $SMALL --batch 0
+expect 2 "--batch 1 is fewer rows than dp 2" -- "$HP" bench train $SMALL --batch 1 --dp 2
+expect 2 "--tokens is given twice" -- "$HP" bench train $SMALL --tokens 8
+expect 2 "llama-3-8b is dense" -- "$HP" bench train $SMALL --experts 8
+expect 2 "--reps expects an integer in [1, 50], got '0'" -- "$HP" bench train $SMALL --reps 0
+expect 2 "unknown benchmark 'trian'; known: moe, ep, run, train, advise" -- "$HP" bench trian
+finish

@@ -1,0 +1,55 @@
+/*
+ * bench_run.h — what `hyperpar bench run` (bench_run.c: the options, the random checkpoint in a temporary
+ * folder, the plan and the runner over the ranks of mpirun, the header of the report) and `hyperpar bench train`
+ * (bench_train.c: the timed training steps and their report) share. bench_run.c parses both commands with one
+ * option table and sets up both runs; once the runner exists it hands a training run to cli_bench_train.
+ */
+#ifndef HP_TOOLS_BENCH_RUN_H
+#define HP_TOOLS_BENCH_RUN_H
+
+#include "cli.h"
+#include "hyperpar/comm.h"
+#include "hyperpar/run.h"
+
+enum { CLI_BENCH_MAX_REPS = 50 };
+
+/* The parsed options, the preset's shapes with the test-only replacements applied. */
+typedef struct cli_bench_args {
+    const cli_preset *p;
+    int64_t layers, tokens, vocab, dp, cp, tp, reps, threads;
+    int64_t batch;                                       /* rows of the global batch [batch, tokens] (>= dp) */
+    int64_t hidden, intermediate, heads, kv_heads, head_dim;
+    int64_t experts, moe_intermediate, first_dense, ep; /* MoE presets; ep 0: = tp */
+    int64_t n_group, topk_group;                         /* DeepSeek-V3's routing groups for `experts` */
+    bool tp_given, json, train;                          /* train: bench train (the runner keeps activations) */
+    hp_dtype dtype;
+} cli_bench_args;
+
+/* What the run set up, for the report (rank 0's). */
+typedef struct cli_bench_info {
+    char mesh[128], backend[128], kernels[512], blas[512], group[16];
+    int ranks, threads, reps, n_overrides;
+    int64_t n_sparse;  /* sparse decoder layers */
+    bool torch;
+    double gemm_flop;  /* 2 T x the linear layers' weights: the GEMM work of one forward */
+    double gen_s;      /* seconds rank 0 took to write the checkpoint */
+    uint64_t ckpt_bytes;
+} cli_bench_info;
+
+/* Median over reps of column c of rows [reps][ncol]. */
+double cli_bench_median(const double *rows, int reps, int ncol, int c);
+/* Weights one token goes through in the forward's GEMMs: attention's projections (MLA's five), the dense MLPs,
+ * per sparse layer the router, the top-k experts and the shared expert, and lm_head. */
+double cli_bench_gemm_weights(const cli_bench_args *a);
+/* The report's first lines (text: "bench <name>: preset ..., checkpoint, mesh, moe, kernels, attention"; JSON:
+ * from "{" through "blas", without the closing brace). */
+void cli_bench_print_head(const char *name, const cli_bench_args *a, const cli_bench_info *in);
+void cli_bench_json_head(const char *name, const cli_bench_args *a, const cli_bench_info *in);
+
+/* bench train (bench_train.c): warm-up and a->reps timed training steps of r (created with keep_activations)
+ * on ids [a->batch, a->tokens], the same-run GEMM rate, the report on rank 0 (in: rank 0's). Collective; every
+ * failure agreed. */
+hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
+                          const cli_bench_info *in, hp_err *err);
+
+#endif

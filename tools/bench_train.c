@@ -1,0 +1,156 @@
+/*
+ * bench_train.c — `hyperpar bench train --preset P [...]`: the training step (hp_runner_train_step: the forward,
+ * the backward with its gradient sums, AdamW) at a real model's layer shapes over the ranks of mpirun, timed, and
+ * compared with the dense GEMM rate measured in the same run on the same ranks.
+ *
+ * bench_run.c parses the options (bench run's, the same table), writes the random checkpoint into a temporary
+ * folder removed at the end (also on a signal), derives the plan for the mesh and creates the runner with
+ * keep_activations; then it calls cli_bench_train with a fixed batch of ids [B, T] spread over the vocabulary.
+ *
+ * Per rep (after one warm-up step), one hp_runner_train_step with AdamW at PyTorch's defaults; the figures of a
+ * rep are the slowest rank's (max over ranks): the step's wall time between a barrier and the step's return, and
+ * hp_run_stats's train_fwd_s, train_bwd_s, train_bwd_comm_s (inside the backward) and train_opt_s. Each figure
+ * is the median over reps of its own column, so the split need not sum exactly to the median step.
+ *
+ * Model FLOPs per step: 6 · W · B·T, W the weights one token goes through in the forward's GEMMs
+ * (cli_bench_gemm_weights: per layer the attention projections — q, k, v, o, or MLA's five — the dense MLP's
+ * gate, up and down, and per sparse layer the router, the top-k routed experts' gate, up and down and a shared
+ * expert; then lm_head), 2 FLOPs per weight in the forward and 4 in the backward (the input's and the weight's
+ * gradient). MoE counts only the active experts (top-k per token), as if routing were balanced. Not counted:
+ * the attention scores (Q·Kᵀ, P·V), norms, rope, activations, the embedding lookup, AdamW, and the backward's
+ * recomputation of each layer's forward (so the figure is model FLOPs, as MFU counts them, not hardware FLOPs).
+ * Achieved GFLOP/s = model FLOPs / the median step, over all ranks together.
+ *
+ * The GEMM limit: every rank at once (after a barrier, so the ranks of one node share its cores as they do in
+ * the step) runs an N x N x N f32 product through the GEMM layer (hp_moe_ref_sgemm_gflops, the best of 3 after a
+ * warm-up); the limit is the sum over ranks, and the ratio is achieved / that sum. Benchmarks print ratios, never
+ * pass/fail; absolute times on a shared machine are noise.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_run.h"
+
+/* Columns of one timed step, each the slowest rank's. */
+enum { C_STEP, C_FWD, C_BWD, C_BWD_COMM, C_OPT, C_N };
+
+/* Side of the reference GEMM: 2048^3 (17 GFLOP, 48 MiB of f32 operands per rank) keeps a core busy for a good
+ * fraction of a second, long enough to reach the kernel's rate, short enough for a test run. */
+#define GEMM_N 2048
+#define GEMM_REPS 3
+
+typedef struct bt_result {
+    double med[C_N];
+    double loss_first, loss_last;
+    double flop;                  /* model FLOPs per step, 6 W B T */
+    double gemm_rank, gemm_min;   /* GFLOP/s: rank 0's reference GEMM, the slowest rank's */
+    double gemm_sum;              /* over all ranks */
+} bt_result;
+
+/* Warm-up, then reps steps on ids [B, T]; rows[r][C_N] the slowest rank's figures of rep r. */
+static hp_status time_steps(const hp_comm *w, hp_runner *r, const int64_t *ids, int64_t B, int64_t T, int reps,
+                            double *rows, bt_result *res, hp_err *err)
+{
+    hp_train_opts o;
+    hp_train_opts_default(&o);
+    hp_status st = HP_OK;
+    for (int k = -1; k < reps && st == HP_OK; k++) {
+        double loss = 0;
+        if ((st = hp_comm_barrier(w, err))) break;
+        double t0 = hp_comm_wtime();
+        st = hp_runner_train_step(r, ids, B, T, &o, &loss, err);
+        double t = hp_comm_wtime() - t0;
+        if ((st = hp_comm_agree(w, st, err))) break;
+        if (k < 0) res->loss_first = loss;
+        res->loss_last = loss;
+        if (k < 0) continue;
+        const hp_run_stats *s = hp_runner_stats(r);
+        const double fig[C_N] = {t, s->train_fwd_s, s->train_bwd_s, s->train_bwd_comm_s, s->train_opt_s};
+        memcpy(rows + k * C_N, fig, sizeof fig);
+        st = hp_comm_allreduce_max_f64(w, rows + k * C_N, C_N, err);
+    }
+    return st;
+}
+
+/* The reference GEMM on every rank at once: res's per-rank, slowest-rank and summed rates. */
+static hp_status time_gemm(const hp_comm *w, bt_result *res, hp_err *err)
+{
+    hp_status st = hp_comm_barrier(w, err);
+    if (st) return st;
+    double g = hp_moe_ref_sgemm_gflops(GEMM_N, GEMM_REPS);
+    st = hp_comm_agree(w, g > 0 ? HP_OK
+                                : hp_err_set(err, HP_ERR_NOMEM, "rank %d: the %dx%dx%d reference GEMM could not run "
+                                             "(out of memory?)", hp_comm_rank(w), GEMM_N, GEMM_N, GEMM_N),
+                       err);
+    double neg = -g; /* min over ranks = -max(-x) */
+    if (st == HP_OK) st = hp_comm_allreduce_max_f64(w, &neg, 1, err);
+    res->gemm_rank = g;
+    res->gemm_min = -neg;
+    res->gemm_sum = g;
+    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(w, &res->gemm_sum, 1, err);
+    return st;
+}
+
+static double per(double x, double y) { return y > 0 ? x / y : 0.0; }
+
+static void print_text(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r)
+{
+    const double *m = r->med, tokens = (double)(a->batch * a->tokens), achieved = per(r->flop, m[C_STEP]) * 1e-9;
+    cli_bench_print_head("train", a, in);
+    printf("  optimizer : AdamW, PyTorch's defaults (lr 1e-3, betas 0.9 / 0.999, eps 1e-8, weight decay 0.01), f32 "
+           "state; loss %.4f (warm-up step) -> %.4f (last step)\n",
+           r->loss_first, r->loss_last);
+    printf("  step      : %.3f ms median of %d (slowest rank) -> %.1f training tokens/s (%lld x %lld per step)\n",
+           m[C_STEP] * 1e3, in->reps, per(tokens, m[C_STEP]), (long long)a->batch, (long long)a->tokens);
+    printf("  split     : forward %.3f ms, backward %.3f ms (communication %.3f ms of it), optimizer %.3f ms; "
+           "sum %.2f of the step\n",
+           m[C_FWD] * 1e3, m[C_BWD] * 1e3, m[C_BWD_COMM] * 1e3, m[C_OPT] * 1e3,
+           per(m[C_FWD] + m[C_BWD] + m[C_OPT], m[C_STEP]));
+    printf("  model     : 6 x %.4g G weights per token x %.0f tokens = %.4g GFLOP per step -> %.4g GFLOP/s achieved "
+           "over all ranks\n",
+           cli_bench_gemm_weights(a) * 1e-9, tokens, r->flop * 1e-9, achieved);
+    printf("  gemm      : %.1f GFLOP/s per rank (f32 %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
+           "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
+           r->gemm_rank, GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
+           in->ranks == 1 ? "" : "s", per(achieved, r->gemm_sum));
+}
+
+static void print_json(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r)
+{
+    const double *m = r->med, tokens = (double)(a->batch * a->tokens), achieved = per(r->flop, m[C_STEP]) * 1e-9;
+    cli_bench_json_head("train", a, in);
+    if (a->p->experts > 0)
+        printf(", \"moe\": {\"experts\": %lld, \"experts_preset\": %lld, \"top_k\": %lld, \"moe_intermediate\": %lld, "
+               "\"sparse_layers\": %lld, \"ep\": %lld, \"overrides\": %d}",
+               (long long)a->experts, (long long)a->p->experts, (long long)a->p->top_k, (long long)a->moe_intermediate,
+               (long long)in->n_sparse, (long long)a->ep, in->n_overrides);
+    printf(", \"optimizer\": \"adamw\", \"loss_first\": %.6g, \"loss_last\": %.6g, \"step_s\": %.6g, "
+           "\"tokens_per_s\": %.6g, \"forward_s\": %.6g, \"backward_s\": %.6g, \"backward_comm_s\": %.6g, "
+           "\"optimizer_s\": %.6g, \"weights_per_token\": %.6g, \"model_gflop\": %.6g, \"achieved_gflops\": %.6g, "
+           "\"gemm_n\": %d, \"gemm_gflops_per_rank\": %.6g, \"gemm_gflops_min_rank\": %.6g, \"gemm_gflops\": %.6g, "
+           "\"ratio_achieved_over_gemm\": %.6g}\n",
+           r->loss_first, r->loss_last, m[C_STEP], per(tokens, m[C_STEP]), m[C_FWD], m[C_BWD], m[C_BWD_COMM], m[C_OPT],
+           cli_bench_gemm_weights(a), r->flop * 1e-9, achieved, GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
+           per(achieved, r->gemm_sum));
+}
+
+hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
+                          const cli_bench_info *in, hp_err *err)
+{
+    const int reps = (int)a->reps;
+    bt_result res = {.flop = 6.0 * cli_bench_gemm_weights(a) * (double)(a->batch * a->tokens)};
+    double *rows = calloc((size_t)reps * C_N, sizeof *rows);
+    hp_status st = hp_comm_agree(w, rows ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
+    if (st == HP_OK) st = time_steps(w, r, ids, a->batch, a->tokens, reps, rows, &res, err);
+    if (st == HP_OK) st = time_gemm(w, &res, err);
+    if (st == HP_OK) {
+        for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, reps, C_N, c);
+        if (hp_comm_rank(w) == 0) {
+            if (a->json) print_json(a, in, &res);
+            else print_text(a, in, &res);
+            fflush(stdout);
+        }
+    }
+    free(rows);
+    return st;
+}
