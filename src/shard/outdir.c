@@ -147,14 +147,17 @@ static hp_status check_ours(const hp__outdir *o, const char *dir, hp_err *err)
  * named on stderr, if anything else appeared in it meanwhile). */
 static void remove_ours(const hp__outdir *o, const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (d) {
+    /* Passes until one removes nothing: readdir need not return every entry while the folder changes. */
+    for (bool again = true; again;) {
+        again = false;
+        DIR *d = opendir(dir);
+        if (!d) break;
         struct dirent *e;
         while ((e = readdir(d)) != NULL) {
             char p[HP__PATH_MAX + 300];
             struct stat sb;
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            if (our_name(o, e->d_name) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) unlink(p);
+            if (our_name(o, e->d_name) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(p) == 0) again = true;
         }
         closedir(d);
     }
@@ -652,6 +655,6 @@ void hp_outdir_abort(hp_outdir *o) { hp__out_abort(o); }
 void hp_outdir_close(hp_outdir *o)
 {
     if (!o) return;
-    hp__out_abort(o);
+    if (!o->installed) hp__out_abort(o);
     free(o);
 }
