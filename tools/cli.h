@@ -245,28 +245,4 @@ int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 int cmd_bench_train(int argc, char **argv); /* bench_run.c (the options and setup) and bench_train.c */
 int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
 
-
-/* ---- an output FOLDER written atomically (outfolder.c): train --out, as shard --out treats its folder ---- */
-#include <limits.h>
-typedef struct cli_outfolder {
-    const char *cmd;           /* "train": named in messages and in the folder's marker */
-    const char *out;           /* the user's path */
-    const char *const *names;  /* the file names the command writes (NULL-ended), besides the marker */
-    char canon[PATH_MAX];      /* the canonical path of out (its parent resolved) */
-    char tmp[PATH_MAX + 64];   /* "<canon>.tmp.<pid>", named by the check */
-    int state;                 /* at the check: -1 absent, 0 empty, 1 an earlier output of cmd (with force) */
-    bool tmp_made;
-} cli_outfolder;
-/* Checks o->out before any work: a new folder's name in an existing folder, none of inputs[] (nor inside or
- * around one), and absent, empty or (force) an earlier output of o->cmd holding only its names. The problem into
- * msg (true when there is one). */
-bool cli_outfolder_check(cli_outfolder *o, const char *opt, bool force, const char *const *inputs, int n_inputs,
-                         char *msg, size_t cap);
-/* Makes and marks the temporary folder o->tmp, where the command writes its files. */
-hp_status cli_outfolder_begin(cli_outfolder *o, hp_err *err);
-/* Renames o->tmp to o->out (never over a folder that appeared or changed meanwhile); on failure aborts. */
-hp_status cli_outfolder_commit(cli_outfolder *o, hp_err *err);
-/* Removes the temporary folder's known files and the folder; nothing else. */
-void cli_outfolder_abort(cli_outfolder *o);
-
 #endif

@@ -7,7 +7,7 @@
  *                  the first step's gradient, and loss F32 [N], each step's loss (one atomic file).
  *   --out DIR      rank 0: DIR/config.json (the model's, "torch_dtype": "float32") and DIR/model.safetensors,
  *                  every parameter after N steps as F32 under its own name (what was not trained copied as
- *                  stored), written as one folder atomically (outfolder.c).
+ *                  stored), written as one folder atomically (hyperpar/outdir.h, as shard --out).
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +22,7 @@
 #include "signals.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/moe.h"
+#include "hyperpar/outdir.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/run.h"
 #include "hyperpar/safetensors.h"
@@ -328,7 +329,7 @@ static hp_status copy_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     return st;
 }
 
-static hp_status write_folder(const train_args *a, const hp_model *m, const tensor_list *p, cli_outfolder *of,
+static hp_status write_folder(const train_args *a, const hp_model *m, const tensor_list *p, hp_outdir *of,
                               hp_err *err)
 {
     char cfg_path[PATH_MAX + 16];
@@ -365,15 +366,15 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
         if (!m->ckpt || !hp_ckpt_find(m->ckpt, p->e[i].name))
             st = hp_st_writer_add(w, p->e[i].name, HP_DT_F32, p->e[i].n_dims, p->e[i].shape, p->e[i].data, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
-    if (st == HP_OK) st = cli_outfolder_begin(of, err);
+    if (st == HP_OK) st = hp_outdir_begin(of, err);
     if (st == HP_OK) {
         char path[PATH_MAX + 96];
-        snprintf(path, sizeof path, "%s/config.json", of->tmp);
+        snprintf(path, sizeof path, "%s/config.json", hp_outdir_tmp(of));
         st = cli_write_atomic_err(path, cfg, strlen(cfg), "config.json", err);
-        snprintf(path, sizeof path, "%s/model.safetensors", of->tmp);
+        snprintf(path, sizeof path, "%s/model.safetensors", hp_outdir_tmp(of));
         if (st == HP_OK) st = hp_st_writer_write(w, path, err);
-        if (st == HP_OK) st = cli_outfolder_commit(of, err);
-        else cli_outfolder_abort(of);
+        if (st == HP_OK) st = hp_outdir_commit(of, err);
+        else hp_outdir_abort(of);
     }
     hp_st_writer_destroy(w);
     free(cc);
@@ -416,23 +417,27 @@ static int train(train_args *a, int *argc, char ***argv)
     tensor_list grads = {0}, params = {0};
     hp_status st = HP_OK;
     char omsg[8400];
-    cli_outfolder of = {.cmd = "train", .out = a->out, .names = g_out_names};
+    hp_outdir *of = NULL;
     const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model};
     if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 3, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    if (st == HP_OK && a->out && cli_outfolder_check(&of, "--out", a->force, inputs, 4, omsg, sizeof omsg))
-        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->out) {
+        hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
+                             .force = a->force, .inputs = inputs, .n_inputs = 4};
+        st = hp_outdir_open(&of, &os, &err);
+    }
     if (st == HP_OK && a->out && a->grad_out) { /* G inside DIR would go with the folder's rename */
         char g[PATH_MAX];
         char *slash = strrchr(a->grad_out, '/');
         snprintf(g, sizeof g, "%.*s", slash ? (int)(slash - a->grad_out) + 1 : 1, slash ? a->grad_out : ".");
         char rg[PATH_MAX];
-        size_t cl = strlen(of.canon);
+        const char *canon = hp_outdir_path(of);
+        size_t cl = strlen(canon);
         char full[2 * PATH_MAX + 2];
-        bool in = realpath(g, rg) && !strncmp(rg, of.canon, cl) && (rg[cl] == '\0' || rg[cl] == '/');
+        bool in = realpath(g, rg) && !strncmp(rg, canon, cl) && (rg[cl] == '\0' || rg[cl] == '/');
         if (!in && realpath(g, rg)) {
             snprintf(full, sizeof full, "%s/%s", strcmp(rg, "/") ? rg : "", slash ? slash + 1 : a->grad_out);
-            in = !strcmp(full, of.canon);
+            in = !strcmp(full, canon);
         }
         if (in)
             st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere",
@@ -482,15 +487,15 @@ static int train(train_args *a, int *argc, char ***argv)
      * name it may have made: the writers' own temporaries, then the folder) and ends the process at once. */
     char rm[7][PATH_MAX + 200];
     int n_rm = 0;
-    if (root && a->out) {
-        static const char *const in_dir[] = {HP_SHARD_MARKER, "config.json", "model.safetensors"};
-        for (int i = 0; i < 3; i++) {
-            snprintf(rm[n_rm++], sizeof rm[0], "%s/%s", of.tmp, in_dir[i]);
-            if (i) snprintf(rm[n_rm++], sizeof rm[0], "%s/%s.tmp.%ld", of.tmp, in_dir[i], (long)getpid());
+    if (root && of) {
+        snprintf(rm[n_rm++], sizeof rm[0], "%s/%s", hp_outdir_tmp(of), HP_OUTDIR_MARKER);
+        for (int i = 0; g_out_names[i]; i++) {
+            snprintf(rm[n_rm++], sizeof rm[0], "%s/%s", hp_outdir_tmp(of), g_out_names[i]);
+            snprintf(rm[n_rm++], sizeof rm[0], "%s/%s.tmp.%ld", hp_outdir_tmp(of), g_out_names[i], (long)getpid());
         }
     }
     if (root && a->grad_out) snprintf(rm[n_rm++], sizeof rm[0], "%s.tmp.%ld", a->grad_out, (long)getpid());
-    if (root && a->out) snprintf(rm[n_rm++], sizeof rm[0], "%s", of.tmp);
+    if (root && of) snprintf(rm[n_rm++], sizeof rm[0], "%s", hp_outdir_tmp(of));
     const char *rm_list[8];
     bool caught = false;
     for (int i = 0; i < n_rm; i++) rm_list[i] = rm[i];
@@ -502,7 +507,7 @@ static int train(train_args *a, int *argc, char ***argv)
             cli_signals_remove_on_signal(rm_list, n_rm);
             caught = true;
         }
-        if (st == HP_OK && root) st = write_folder(a, m, &params, &of, &err);
+        if (st == HP_OK && root) st = write_folder(a, m, &params, of, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d trained parameters, float32)\n", a->out, params.n);
     }
@@ -529,6 +534,7 @@ static int train(train_args *a, int *argc, char ***argv)
     hp_plan_free(p);
     hp_overrides_free(ov);
     hp_model_close(m);
+    hp_outdir_close(of);
     return finish(w, st, &err);
 }
 

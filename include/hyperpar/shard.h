@@ -17,8 +17,8 @@
  *
  * dp replicas (ranks with identical content) are one file plus hard links (a copy where link() fails).
  *
- * Output folders (docs/shard-format.md §6): written as "<DIR>.tmp.<pid>" (marked with HP_SHARD_MARKER) and
- * renamed when complete, never over a folder that appeared meanwhile. DIR may not be, contain or lie inside
+ * Output folders (docs/shard-format.md §6, hyperpar/outdir.h): written as "<DIR>.tmp.<pid>" (marked with
+ * HP_SHARD_MARKER) and renamed when complete, never over a folder that appeared meanwhile. DIR may not be, contain or lie inside
  * an input. force replaces only an earlier hyperpar output (marker, nothing but hyperpar's file names).
  * A shard folder has an identity (source + plan) in its manifest and in every rank file; merge and
  * hp_shard_rank_open refuse rank files of another folder, edited manifests and slices that do not tile.
@@ -26,14 +26,15 @@
 #ifndef HYPERPAR_SHARD_H
 #define HYPERPAR_SHARD_H
 
+#include "hyperpar/outdir.h"
 #include "hyperpar/plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The file hyperpar writes into every output folder (shard and merge) to recognise it later. */
-#define HP_SHARD_MARKER ".hyperpar-output"
+/* The file hyperpar writes into every output folder to recognise it later (hyperpar/outdir.h). */
+#define HP_SHARD_MARKER HP_OUTDIR_MARKER
 
 /* A rank-file name needs five digits; larger meshes are refused. */
 #define HP_SHARD_MAX_WORLD 65536

@@ -1,24 +1,29 @@
 /*
- * outdir.c — the output folder of shard and merge, from the --out check to the final rename.
+ * outdir.c — an atomic output folder (hyperpar/outdir.h): shard, merge and train --out, from the --out check
+ * to the final rename.
  *
  *   prepare  --out is a usable folder name, not an input nor inside one nor holding one (compared by
  *            canonical path and by device + inode of every existing ancestor), and either absent, an empty
- *            folder, or (--force) an earlier hyperpar output: it holds HP_SHARD_MARKER (or a hyperpar
- *            manifest) and nothing but file names hyperpar writes.
+ *            folder, or (--force) an earlier hyperpar output: it holds HP_OUTDIR_MARKER (or a hyperpar
+ *            manifest) and nothing but the file names the command writes (its fnmatch patterns).
  *   begin    stale "<OUT>.tmp.<pid>" / "<OUT>.old.<pid>" of dead processes (with our marker) are removed;
- *            missing parents are created; "<OUT>.tmp.<pid>" is made and marked.
+ *            missing parents are created (when asked; else they must exist); "<OUT>.tmp.<pid>" is made and
+ *            marked.
  *   commit   absent / empty OUT: rmdir the empty folder (fails if it filled up), then
  *            renameat2(tmp, OUT, RENAME_NOREPLACE): a folder that appeared meanwhile is never replaced.
  *            --force: re-check the old output, renameat2(RENAME_EXCHANGE), check that what came out is the
- *            folder seen at the start (else swap back: another run got there first), remove it.
+ *            folder seen at the start (else swap back: another run got there first), remove its files by
+ *            name, then the folder.
  *   abort    the temporary folder and the parents created for it go.
  *
- * Invariant: hyperpar removes only folders it created, or earlier outputs it has just re-verified as its own.
+ * Invariant: hyperpar removes only folders it created, or the files of earlier outputs it has just re-verified
+ * as its own (by name: a file that appears meanwhile keeps the folder).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -61,17 +66,23 @@ static bool digits(const char *s, size_t n)
     return true;
 }
 
-/* A file name shard or merge writes into its output folder. */
-static bool our_name(const char *n)
+#define D5 "[0-9][0-9][0-9][0-9][0-9]"
+/* The file names shard and merge write into their output folder. */
+static const char *const g_shard_names[] = {"manifest.json",
+                                            "config.json",
+                                            "model.safetensors",
+                                            "model.safetensors.index.json",
+                                            "rank-" D5 ".safetensors",
+                                            "model-" D5 "-of-" D5 ".safetensors",
+                                            NULL};
+
+/* A file name the command writes into its output folder: the marker, or one of its patterns. */
+static bool our_name(const hp__outdir *o, const char *n)
 {
-    size_t len = strlen(n);
-    if (!strcmp(n, HP_SHARD_MARKER) || !strcmp(n, "manifest.json") || !strcmp(n, "config.json") ||
-        !strcmp(n, "model.safetensors") || !strcmp(n, "model.safetensors.index.json"))
-        return true;
-    if (len == 22 && !strncmp(n, "rank-", 5) && digits(n + 5, 5) && !strcmp(n + 10, ".safetensors")) return true;
-    /* model-00001-of-00003.safetensors */
-    return len == 32 && !strncmp(n, "model-", 6) && digits(n + 6, 5) && !strncmp(n + 11, "-of-", 4) &&
-           digits(n + 15, 5) && !strcmp(n + 20, ".safetensors");
+    if (!strcmp(n, HP_OUTDIR_MARKER)) return true;
+    for (size_t i = 0; o->names && o->names[i]; i++)
+        if (fnmatch(o->names[i], n, FNM_PATHNAME) == 0) return true;
+    return false;
 }
 
 static bool file_starts_with(const char *path, const char *needle, size_t within)
@@ -92,17 +103,21 @@ static bool file_starts_with(const char *path, const char *needle, size_t within
 static bool has_marker(const char *dir)
 {
     char p[HP__PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/%s", dir, HP_SHARD_MARKER);
+    snprintf(p, sizeof p, "%s/%s", dir, HP_OUTDIR_MARKER);
     if (file_starts_with(p, "\"written_by\": \"hyperpar\"", 200)) return true;
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     return file_starts_with(p, "\"format\": \"hyperpar-shards\"", 200);
 }
 
-/* HP_OK when dir is an earlier hyperpar output: marked, and holding only regular files of our names. */
-static hp_status check_ours(const char *dir, const char *label, const char *cmd, hp_err *err)
+/* HP_OK when dir is an earlier hyperpar output: marked, and holding only regular files of o's names. */
+static hp_status check_ours(const hp__outdir *o, const char *dir, hp_err *err)
 {
-    const char *fix = "--force replaces only a folder that 'hyperpar shard' or 'hyperpar merge' wrote (it holds "
-                      "the " HP_SHARD_MARKER " marker or a hyperpar manifest.json, and nothing else)";
+    const char *label = o->out, *cmd = o->cmd;
+    char fix[200];
+    snprintf(fix, sizeof fix,
+             "--force replaces only a folder that hyperpar wrote (it holds the " HP_OUTDIR_MARKER " marker or a "
+             "hyperpar manifest.json, and nothing but files 'hyperpar %s' writes)",
+             cmd);
     if (!has_marker(dir))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: --out %s is not empty and was not written by hyperpar; %s. Remove it yourself or "
@@ -117,7 +132,7 @@ static hp_status check_ours(const char *dir, const char *label, const char *cmd,
         char p[HP__PATH_MAX + 300];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         struct stat sb;
-        bool ok = our_name(e->d_name) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+        bool ok = our_name(o, e->d_name) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
         if (!ok)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: --out %s holds '%s', which hyperpar did not write; %s. Move it out of the folder "
@@ -126,6 +141,29 @@ static hp_status check_ours(const char *dir, const char *label, const char *cmd,
     }
     closedir(d);
     return st;
+}
+
+/* Removes an earlier output that check_ours has just passed: its files of our names, then the folder (which stays,
+ * named on stderr, if anything else appeared in it meanwhile). */
+static void remove_ours(const hp__outdir *o, const char *dir)
+{
+    /* Passes until one removes nothing: readdir need not return every entry while the folder changes. */
+    for (bool again = true; again;) {
+        again = false;
+        DIR *d = opendir(dir);
+        if (!d) break;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            char p[HP__PATH_MAX + 300];
+            struct stat sb;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            if (our_name(o, e->d_name) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) && unlink(p) == 0) again = true;
+        }
+        closedir(d);
+    }
+    if (rmdir(dir) != 0)
+        hp_log(HP_LOG_WARN, "%s: kept %s, the earlier output of --out %s: %s (it holds files hyperpar did not write)",
+               o->cmd, dir, o->out, strerror(errno));
 }
 
 /* -1 absent, 0 empty folder, 1 non-empty folder, 2 not a folder; sb filled when it exists (lstat). */
@@ -262,29 +300,52 @@ static hp_status check_inputs(hp__outdir *o, const char *const *inputs, size_t n
 hp_status hp__out_prepare(hp__outdir *o, const char *cmd, const char *out, bool force, const char *const *inputs,
                           size_t n_inputs, hp_err *err)
 {
+    hp_outdir_spec spec = {.cmd = cmd, .out = out, .names = g_shard_names, .force = force, .make_parents = true,
+                           .example = !strcmp(cmd, "merge") ? "merged" : "shards", .inputs = inputs,
+                           .n_inputs = n_inputs};
+    return hp__out_prepare_spec(o, &spec, err);
+}
+
+hp_status hp__out_prepare_spec(hp__outdir *o, const hp_outdir_spec *spec, hp_err *err)
+{
     memset(o, 0, sizeof *o);
+    const char *cmd = spec->cmd, *ex = spec->example ? spec->example : "out";
+    bool force = spec->force;
     o->cmd = cmd;
-    o->out = out ? out : "";
+    o->out = spec->out ? spec->out : "";
+    o->names = spec->names;
+    o->example = ex;
     o->force = force;
+    o->parents = spec->make_parents;
     size_t n = strlen(o->out);
     while (n > 1 && o->out[n - 1] == '/') n--;
     const char *base = o->out + n;
     while (base > o->out && base[-1] != '/') base--;
     size_t bl = (size_t)(o->out + n - base);
     if (n == 0)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: --out is empty; give the folder to write, e.g. --out %s", cmd,
-                          !strcmp(cmd, "merge") ? "merged" : "shards");
+        return hp_err_set(err, HP_ERR_INPUT, "%s: --out is empty; give the folder to write, e.g. --out %s", cmd, ex);
     if ((bl == 1 && base[0] == '.') || (bl == 2 && !strncmp(base, "..", 2)))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: --out %s names an existing folder by '%.*s'; hyperpar writes a new folder and renames "
                           "it into place, so give a new folder's name, e.g. --out %.*s%s",
-                          cmd, o->out, (int)bl, base, (int)(base - o->out), o->out,
-                          !strcmp(cmd, "merge") ? "merged" : "shards");
+                          cmd, o->out, (int)bl, base, (int)(base - o->out), o->out, ex);
     if (bl == 0 || (n == 1 && o->out[0] == '/'))
         return hp_err_set(err, HP_ERR_INPUT, "%s: --out / is the root folder; give a new folder's name", cmd);
     hp_status st = canon_path(cmd, o->out, o->canon, err);
     if (st != HP_OK) return st;
-    st = check_inputs(o, inputs, n_inputs, err);
+    if (!o->parents) { /* the folder that takes OUT must exist */
+        char parent[HP__PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", o->canon);
+        char *slash = strrchr(parent, '/');
+        parent[slash && slash > parent ? slash - parent : 1] = '\0';
+        struct stat pb;
+        if (stat(parent, &pb) != 0 || !S_ISDIR(pb.st_mode))
+            return hp_err_set(err, HP_ERR_INPUT, "%s: --out %s: the folder '%.*s' does not exist; create it first",
+                              cmd, o->out, (int)(base > o->out ? base - o->out - 1 : 1), base > o->out ? o->out : ".");
+    }
+    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->canon, (long)getpid()) >= sizeof o->tmp)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: --out %s is too long a path", cmd, o->out);
+    st = check_inputs(o, spec->inputs, spec->n_inputs, err);
     if (st != HP_OK) return st;
     struct stat sb;
     int s = dir_state(o->canon, &sb);
@@ -309,7 +370,7 @@ hp_status hp__out_prepare(hp__outdir *o, const char *cmd, const char *out, bool 
                           "hyperpar output (only that: --force never replaces other folders)",
                           cmd, o->out);
     if (s == 1) {
-        st = check_ours(o->canon, o->out, cmd, err);
+        st = check_ours(o, o->canon, err);
         if (st != HP_OK) return st;
     }
     o->state = s < 0 ? 0 : s == 0 ? 1 : 2;
@@ -354,7 +415,7 @@ static void remove_stale(const hp__outdir *o)
 static hp_status write_marker(const hp__outdir *o, const char *dir, hp_err *err)
 {
     char p[HP__PATH_MAX + 32], text[160];
-    snprintf(p, sizeof p, "%s/%s", dir, HP_SHARD_MARKER);
+    snprintf(p, sizeof p, "%s/%s", dir, HP_OUTDIR_MARKER);
     int n = snprintf(text, sizeof text, "{\"written_by\": \"hyperpar\", \"command\": \"%s\", \"marker_version\": 1}\n",
                      o->cmd);
     return hp__write_text(p, text, (size_t)n, err);
@@ -363,8 +424,6 @@ static hp_status write_marker(const hp__outdir *o, const char *dir, hp_err *err)
 hp_status hp__out_begin(hp__outdir *o, hp_err *err)
 {
     remove_stale(o);
-    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->canon, (long)getpid()) >= sizeof o->tmp)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: --out %s is too long a path", o->cmd, o->out);
     /* Missing parents, as mkdir -p; remembered so that a failure removes them again. */
     char w[HP__PATH_MAX];
     snprintf(w, sizeof w, "%s", o->canon);
@@ -471,11 +530,11 @@ hp_status hp__out_commit(hp__outdir *o, hp_err *err)
     } else if (!same_node(o->canon, o->dev, o->ino)) {
         struct stat sb;
         st = lstat(o->canon, &sb) == 0 ? appeared(o, "was replaced by another folder", err) : rename_noreplace(o, err);
-    } else if ((st = check_ours(o->canon, o->out, o->cmd, err)) != HP_OK) {
+    } else if ((st = check_ours(o, o->canon, err)) != HP_OK) {
         hp_err_prefix(err, "the folder changed while hyperpar ran; nothing was replaced");
     } else if (rename2(o->tmp, o->canon, RENAME_EXCHANGE) == 0) {
         /* o->tmp now holds what was OUT: exactly the folder checked at the start, or swap back. */
-        if (!same_node(o->tmp, o->dev, o->ino) || check_ours(o->tmp, o->out, o->cmd, NULL) != HP_OK) {
+        if (!same_node(o->tmp, o->dev, o->ino) || check_ours(o, o->tmp, NULL) != HP_OK) {
             if (rename2(o->tmp, o->canon, RENAME_EXCHANGE) != 0)
                 return hp_err_set(err, HP_ERR_IO,
                                   "%s: %s was replaced by another run at the same moment and could not be swapped "
@@ -484,7 +543,7 @@ hp_status hp__out_commit(hp__outdir *o, hp_err *err)
             return appeared(o, "was replaced by another run", err);
         }
         o->installed = true;
-        hp__rm_tree(o->tmp);
+        remove_ours(o, o->tmp);
         return HP_OK;
     } else if (errno == ENOENT) {
         st = rename_noreplace(o, err);
@@ -494,7 +553,7 @@ hp_status hp__out_commit(hp__outdir *o, hp_err *err)
         snprintf(old, sizeof old, "%s.old.%ld", o->canon, (long)getpid());
         if (rename2(o->canon, old, RENAME_NOREPLACE) != 0 && rename(o->canon, old) != 0)
             return hp_err_set(err, HP_ERR_IO, "%s: cannot move the old %s aside: %s", o->cmd, o->out, strerror(errno));
-        if (!same_node(old, o->dev, o->ino) || check_ours(old, o->out, o->cmd, NULL) != HP_OK) {
+        if (!same_node(old, o->dev, o->ino) || check_ours(o, old, NULL) != HP_OK) {
             rename2(old, o->canon, RENAME_NOREPLACE);
             return appeared(o, "was replaced by another run", err);
         }
@@ -502,7 +561,7 @@ hp_status hp__out_commit(hp__outdir *o, hp_err *err)
         if (st != HP_OK)
             rename2(old, o->canon, RENAME_NOREPLACE);
         else
-            hp__rm_tree(old);
+            remove_ours(o, old);
     } else {
         st = hp_err_set(err, HP_ERR_IO, "%s: cannot swap the finished output into %s: %s", o->cmd, o->out,
                         strerror(errno));
@@ -557,4 +616,45 @@ void hp__out_fix_msg(const hp__outdir *o, hp_err *err)
     snprintf(pid, sizeof pid, ".tmp.%ld", (long)getpid());
     replace_all(err->msg, sizeof err->msg, o->tmp, o->out);
     replace_all(err->msg, sizeof err->msg, pid, ""); /* the writer's "<file>.tmp.<pid>" */
+}
+
+/* ---- the public API (hyperpar/outdir.h) ---- */
+
+hp_status hp_outdir_open(hp_outdir **out, const hp_outdir_spec *spec, hp_err *err)
+{
+    *out = NULL;
+    hp_outdir *o = hp_calloc(1, sizeof *o);
+    if (!o) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory", spec->cmd);
+    hp_status st = hp__out_prepare_spec(o, spec, err);
+    if (st != HP_OK) {
+        free(o);
+        return st;
+    }
+    *out = o;
+    return HP_OK;
+}
+
+hp_status hp_outdir_begin(hp_outdir *o, hp_err *err) { return hp__out_begin(o, err); }
+
+const char *hp_outdir_tmp(const hp_outdir *o) { return o->tmp; }
+
+const char *hp_outdir_path(const hp_outdir *o) { return o->canon; }
+
+hp_status hp_outdir_commit(hp_outdir *o, hp_err *err)
+{
+    hp_status st = hp__out_commit(o, err);
+    if (st != HP_OK) {
+        hp__out_fix_msg(o, err);
+        hp__out_abort(o);
+    }
+    return st;
+}
+
+void hp_outdir_abort(hp_outdir *o) { hp__out_abort(o); }
+
+void hp_outdir_close(hp_outdir *o)
+{
+    if (!o) return;
+    if (!o->installed) hp__out_abort(o);
+    free(o);
 }

@@ -91,20 +91,27 @@ const char *hp__hex64(uint64_t v, char *buf);
 
 /* ---- the output folder (outdir.c) ---- */
 #define HP__PATH_MAX 4096
-typedef struct hp__outdir {
-    const char *cmd;          /* "shard" or "merge", for messages and the marker */
+/* hp_outdir (hyperpar/outdir.h); shard and merge use it through the hp__out_* calls below. */
+struct hp_outdir {
+    const char *cmd;          /* "shard", "merge", "train": for messages and the marker */
     const char *out;          /* --out as given */
+    const char *const *names; /* fnmatch patterns of the file names cmd writes (the marker besides) */
+    const char *example;      /* "e.g. --out NAME" in messages */
     char canon[HP__PATH_MAX]; /* its absolute form: realpath of the existing part + the rest */
-    char tmp[HP__PATH_MAX];   /* "<out>.tmp.<pid>" once created */
-    bool force;
+    char tmp[HP__PATH_MAX];   /* "<canon>.tmp.<pid>", named at prepare */
+    bool force, parents;
     int state;                /* at the start: 0 absent, 1 an empty folder, 2 our earlier output (force) */
     uint64_t dev, ino;        /* of OUT at the start when it existed */
     bool tmp_made, installed;
     int n_created;            /* parent folders created for OUT, deepest last */
     char created[8][HP__PATH_MAX];
-} hp__outdir;
+};
+typedef struct hp_outdir hp__outdir;
 
-/* Checks --out before anything is touched: a usable name (not "", ".", "..", "/", a mount point, nor below a
+/* hp_outdir_open's checks into *o (no allocation). */
+hp_status hp__out_prepare_spec(hp__outdir *o, const hp_outdir_spec *spec, hp_err *err);
+/* hp__out_prepare_spec for shard and merge (their file names; missing parents are created). Checks --out before
+ * anything is touched: a usable name (not "", ".", "..", "/", a mount point, nor below a
  * file), not an input, not inside one and holding none (inputs: paths that must not be written; missing ones
  * are skipped), and either absent, an empty folder, or with force a folder hyperpar wrote (HP_SHARD_MARKER or
  * a hyperpar manifest, and only file names hyperpar writes). HP_ERR_INPUT naming the conflict otherwise. */

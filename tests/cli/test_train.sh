@@ -51,14 +51,15 @@ check "no temporary left beside it" test -z "$(ls "$WORK" | grep '\.tmp\.')"
 
 # --out: a non-empty folder of the user's is refused and untouched; an earlier train output needs --force.
 mkdir -p "$WORK/mine" && echo keep >"$WORK/mine/notes.txt"
-expect 2 "is not empty and is not an earlier 'hyperpar train' output" -- "$HP" train $G --input $I --out "$WORK/mine"
+expect 2 "is not empty; choose another --out or pass --force" -- "$HP" train $G --input $I --out "$WORK/mine"
+expect 2 "is not empty and was not written by hyperpar" -- "$HP" train $G --input $I --out "$WORK/mine" --force
 check "the user's folder is untouched" test "$(ls -A "$WORK/mine")" = "notes.txt" -a "$(cat "$WORK/mine/notes.txt")" = keep
 expect 2 "pass --force" -- "$HP" train $G --input $I --out "$WORK/three"
 before=$(md5sum <"$WORK/three/model.safetensors")
 expect 0 "train: wrote" -- "$HP" train $G --input $I --out "$WORK/three" --force
 check "--force replaced the earlier output" test "$(md5sum <"$WORK/three/model.safetensors")" != "$before"
 echo x >"$WORK/three/extra.txt"
-expect 2 "is not empty" -- "$HP" train $G --input $I --out "$WORK/three" --force
+expect 2 "holds 'extra.txt', which hyperpar did not write" -- "$HP" train $G --input $I --out "$WORK/three" --force
 check "a train output with a file of the user's is not replaced" test -f "$WORK/three/extra.txt"
 mkdir -p "$WORK/empty"
 expect 0 "train: wrote" -- "$HP" train $G --input $I --out "$WORK/empty"
