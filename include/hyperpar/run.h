@@ -113,6 +113,8 @@ typedef struct hp_train_opts {
     double lr, beta1, beta2, eps, weight_decay;
     int zero; /* 1: ZeRO-1, each rank holds AdamW's moments of its block of what it shares with the other dp ranks
                  (the expert-data-parallel group for routed experts); the same numbers as 0 */
+    double clip; /* > 0: the gradients scaled by clip / (norm + 1e-6) when their global norm exceeds it
+                    (torch.nn.utils.clip_grad_norm_); 0: off */
 } hp_train_opts;
 /* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2. */
 void hp_train_opts_default(hp_train_opts *o);
@@ -126,6 +128,17 @@ void hp_train_opts_default(hp_train_opts *o);
  * Collective. HP_ERR_INPUT for a model the training step cannot run yet (docs/train.md says which). */
 hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
                                double *loss, hp_err *err);
+
+/* The same step in parts, for gradient accumulation: hp_runner_accumulate runs the forward and backward of one
+ * micro-batch ids [B, S] and adds its gradients (the first call after an apply starts from zero); the loss the
+ * gradients are of is the mean over n_scored positions (the whole step's: every micro-batch's B·(S−1) summed;
+ * <= 0: this micro-batch's), and *loss receives this micro-batch's own mean. hp_runner_apply then sums the
+ * gradients over the mesh, computes their global norm with every element counted once (*grad_norm, may be NULL),
+ * clips (opts->clip) and takes the AdamW step (opts NULL: gradients only). hp_runner_train_step is one of each.
+ * Collective. */
+hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
+                               double *loss, hp_err *err);
+hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *grad_norm, hp_err *err);
 
 /* Called on world rank 0 once per trainable parameter, in the program's order, with the whole tensor at the
  * checkpoint's name and shape (f32); a failure stops the walk (every rank then fails with it). */

@@ -72,6 +72,9 @@ typedef struct hp__train {
     int n_moe;
     int64_t step; /* AdamW steps taken */
     int zero;     /* the ZeRO stage of the optimizer state (0 or 1), fixed at the first step */
+    int pending;  /* micro-batches accumulated since the last apply */
+    int64_t scored; /* the scored positions the step's loss is the mean over */
+    double fwd_s, bwd_s, bwd_comm_s; /* summed over the step's micro-batches */
     float *mx;    /* the loss's per-row max and Σexp (hp__train_keep_loss) */
     double *se;
     int64_t rows, rows_cap;
@@ -726,7 +729,7 @@ static hp_status head_bwd(hp_runner *r, const hp__step *fn, const hp__step *hs, 
     hp__train *t = r->train;
     const hp__act *z = &r->sc.a, *th = &r->sc.t;
     int64_t rows = z->n[0] * z->n[1], vn = z->n[2], vlo = z->lo[2], H = r->g.cfg.H;
-    int64_t dp_lo = r->x.dp_rows[r->x.dp_r], scored = r->x.B_all * (S - 1);
+    int64_t dp_lo = r->x.dp_rows[r->x.dp_r], scored = t->scored;
     if (rows != t->rows)
         return hp_err_set(err, HP_ERR_INPUT, "internal error: the loss kept %lld rows where the logits hold %lld",
                           (long long)t->rows, (long long)rows);
@@ -891,20 +894,24 @@ static hp_status zero_step(hp_runner *r, tparam *q, const hp__adamw *ao, hp_err 
     return st;
 }
 
-hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
+hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err)
 {
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
-    t->grads = false;
-    for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
+    if (!t->pending) { /* the step's first micro-batch */
+        t->grads = false;
+        for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
+        t->fwd_s = t->bwd_s = t->bwd_comm_s = 0;
+    }
     hp_run_output out;
     double t0 = hp_comm_wtime();
     if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
     double t1 = hp_comm_wtime(), c1 = r->x.st.comm_s;
     *loss = out.loss;
     hp_run_output_free(&out);
+    t->scored = n_scored > 0 ? n_scored : B * (S - 1);
     const hp__prog *g = &r->g;
     const hp__step *steps = g->steps;
     size_t n = g->n_steps; /* ... final norm, head, loss */
@@ -914,17 +921,63 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
     for (int64_t l = g->cfg.L - 1; st == HP_OK && l >= 0; l--) st = layer_bwd(r, &steps[1 + 6 * l], err);
     if (st == HP_OK) st = embed_bwd(r, &steps[0], ids, S, err);
     r->tr.quiet = false;
-    if (st == HP_OK) st = reduce_grads(r, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;
-    t->grads = true;
+    t->pending++;
+    t->fwd_s += t1 - t0;
+    t->bwd_s += hp_comm_wtime() - t1;
+    t->bwd_comm_s += r->x.st.comm_s - c1;
+    return HP_OK;
+}
+
+/* The global gradient norm, every element counted once: each rank's sum of squares weighted by 1 / the ranks that
+ * hold the same (already summed) slice, added over the world. */
+static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
+{
+    const hp__train *t = r->train;
+    double world = hp_comm_size(r->x.world), tp = (double)r->x.pos.n[HP__TP], sum = 0;
+    for (int i = 0; i < t->n; i++) {
+        const tparam *q = &t->p[i];
+        double holders = world;
+        if (q->kind == K_EXPERT || q->kind == K_BDOWN) holders = hp_comm_size(t->moe[q->moe - 1].edp);
+        else if (q->w) {
+            hp_placement p = q->w->pl.ax[HP_AXIS_TP];
+            if (tp > 1 && (p.kind == HP_PL_S || p.kind == HP_PL_S2)) holders = world / tp;
+        } else if (q->kind == K_SHARED && t->moe[q->moe - 1].m->tp_cut) holders = world / tp;
+        double s2 = 0;
+        for (int64_t k = 0; k < q->n; k++) s2 += (double)q->g[k] * q->g[k];
+        sum += s2 / holders;
+    }
+    hp_status st = hp_comm_allreduce_sum_f64(r->x.world, &sum, 1, err);
+    *norm = sqrt(sum);
+    return st;
+}
+
+hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_out, hp_err *err)
+{
+    hp__train *t = r->train;
+    if (!t || !t->pending)
+        return hp_err_set(err, HP_ERR_INPUT, "no gradients to apply: accumulate a micro-batch first");
     double t2 = hp_comm_wtime();
+    hp_status st = hp_comm_agree(r->x.world, reduce_grads(r, err), err);
+    t->pending = 0;
+    if (st != HP_OK) return st;
+    t->grads = true;
+    double norm = 0;
+    if ((st = grad_norm(r, &norm, err)) != HP_OK) return st;
+    if (norm_out) *norm_out = norm;
     hp_run_stats *rs = &r->tr.stats;
-    rs->train_fwd_s = t1 - t0;
-    rs->train_bwd_s = t2 - t1;
-    rs->train_bwd_comm_s = r->x.st.comm_s - c1;
+    rs->train_fwd_s = t->fwd_s;
+    rs->train_bwd_s = t->bwd_s + (hp_comm_wtime() - t2);
+    rs->train_bwd_comm_s = t->bwd_comm_s;
     rs->train_opt_s = 0;
     if (!opts) return HP_OK;
+    double t3 = hp_comm_wtime();
+    if (opts->clip > 0 && norm > opts->clip) { /* torch.nn.utils.clip_grad_norm_: × max / (norm + 1e-6) */
+        float c = (float)(opts->clip / (norm + 1e-6));
+        for (int i = 0; i < t->n; i++)
+            for (int64_t k = 0; k < t->p[i].n; k++) t->p[i].g[k] *= c;
+    }
     t->step++;
     if (t->step == 1) t->zero = opts->zero;
     else if (opts->zero != t->zero)
@@ -959,8 +1012,16 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
         m->ep = NULL;
     }
     st = hp_comm_agree(r->x.world, relink(r, err), err);
-    rs->train_opt_s = hp_comm_wtime() - t2;
+    rs->train_opt_s = hp_comm_wtime() - t3;
     return st;
+}
+
+hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, const hp_train_opts *opts,
+                               double *loss, hp_err *err)
+{
+    if (r->train) r->train->pending = 0; /* a step of its own */
+    hp_status st = hp_runner_accumulate(r, ids, B, S, 0, loss, err);
+    return st == HP_OK ? hp_runner_apply(r, opts, NULL, err) : st;
 }
 
 /* ---- the parameters, whole, on rank 0 ---- */

@@ -34,6 +34,7 @@ typedef struct cmp_ctx {
     const char *prefix; /* "grad." or "adamw." */
     int n, untrained;
     const char *what;
+    double scale; /* grad.: the reference times this (0: 1) */
 } cmp_ctx;
 
 static hp_status compare(void *ctx, const char *name, const float *d, const int64_t *shape, int nd, hp_err *err)
@@ -58,7 +59,9 @@ static hp_status compare(void *ctx, const char *name, const float *d, const int6
     double mx = 0, worst = 0;
     for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
     if (!strcmp(c->prefix, "grad.")) {
-        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)d[i] - ref[i]));
+        double sc = c->scale > 0 ? c->scale : 1.0;
+        mx *= sc;
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)d[i] - sc * ref[i]));
         CHECK_MSG(worst <= 1e-4 * mx + 1e-7, "%s: grad.%s off by %.3g (max |ref| %.3g)", c->what, name, worst, mx);
     } else { /* the end-to-end bar, per entry */
         snprintf(key, sizeof key, "grad.%s", name);
@@ -178,6 +181,65 @@ static void golden_gradients(void)
     }
 }
 
+/* Gradient accumulation: the golden batch in two micro-batches of one row gives the one-step gradients; the
+ * global norm counts every element once (equal to the golden gradients' norm); clipping scales them by
+ * clip / (norm + 1e-6). At this world size's mesh with dp = 1 (tp = N, or cp = 2 x tp = 2 at 4). */
+static void accumulate_and_clip(void)
+{
+    int N = hp_comm_size(g_world);
+    mesh_case mc = {1, N == 4 ? 2 : 1, N == 4 ? 2 : N, 1, true, N == 4, false, false, 0};
+    const char *dir = "data/forward/qwen2";
+    hp_err err;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_runner *r = NULL;
+    hp_st_file *fio = NULL, *fin = NULL;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, mc.dp, mc.cp, mc.tp, 1, false);
+    po.loss_parallel = mc.lp;
+    bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
+              hp_st_open(&fio, "data/forward/qwen2/train_io.safetensors", &err) == HP_OK &&
+              hp_st_open(&fin, "data/forward/qwen2/forward_io.safetensors", &err) == HP_OK;
+    hp_run_opts ro = {.keep_activations = true};
+    ok = ok && hp_runner_create(&r, g_world, m, p, &ro, &err) == HP_OK;
+    CHECK_MSG(ok, "%s", err.msg);
+    const hp_st_tensor *ti = ok ? hp_st_find(fin, "input_ids") : NULL;
+    if (ok && ti) {
+        const int64_t *ids = hp_st_data(fin, ti);
+        int64_t B = ti->shape[0], S = ti->shape[1], scored = B * (S - 1);
+        double l0 = 0, l1 = 0, norm = 0, want = 0;
+        CHECK(hp_runner_accumulate(r, ids, 1, S, scored, &l0, &err) == HP_OK);
+        CHECK(hp_runner_accumulate(r, ids + S, 1, S, scored, &l1, &err) == HP_OK);
+        CHECK_MSG(hp_runner_apply(r, NULL, &norm, &err) == HP_OK, "%s", err.msg);
+        cmp_ctx gc = {.io = fio, .prefix = "grad.", .what = "qwen2 in two micro-batches"};
+        CHECK_MSG(hp_runner_gather_params(r, true, compare, &gc, &err) == HP_OK, "%s", err.msg);
+        for (size_t k = 0; k < hp_st_count(fio); k++) {
+            const hp_st_tensor *t = hp_st_tensor_at(fio, k);
+            if (strncmp(t->name, "grad.", 5)) continue;
+            const float *g = hp_st_data(fio, t);
+            for (int64_t i = 0; i < t->n_elems; i++) want += (double)g[i] * g[i];
+        }
+        want = sqrt(want);
+        CHECK_MSG(fabs(norm - want) <= 1e-4 * want, "the global norm %.9g, PyTorch's gradients' %.9g", norm, want);
+        /* clipped to half the norm: every gradient scaled by clip / (norm + 1e-6) */
+        hp_train_opts to = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                            .clip = want / 2};
+        double loss;
+        CHECK(hp_runner_accumulate(r, ids, B, S, 0, &loss, &err) == HP_OK);
+        CHECK_MSG(hp_runner_apply(r, &to, &norm, &err) == HP_OK, "%s", err.msg);
+        CHECK_MSG(fabs(norm - want) <= 1e-4 * want, "the norm before clipping %.9g", norm);
+        cmp_ctx cc = {.io = fio, .prefix = "grad.", .what = "clipped", .scale = to.clip / (norm + 1e-6)};
+        CHECK_MSG(hp_runner_gather_params(r, true, compare, &cc, &err) == HP_OK, "%s", err.msg);
+        CHECK(hp_runner_apply(r, &to, NULL, &err) == HP_ERR_INPUT); /* nothing accumulated */
+    }
+    hp_runner_free(r);
+    hp_st_close(fio);
+    hp_st_close(fin);
+    hp_plan_free(p);
+    hp_model_close(m);
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -185,7 +247,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    static const mpi_test tests[] = {{"golden_gradients", golden_gradients}};
+    static const mpi_test tests[] = {{"golden_gradients", golden_gradients},
+                                     {"accumulate_and_clip", accumulate_and_clip}};
     int rc = mpi_run_tests(g_world, tests, sizeof tests / sizeof *tests);
     hp_comm_free(g_world);
     return rc;
