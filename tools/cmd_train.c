@@ -28,7 +28,7 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
-enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO };
+enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 
@@ -50,6 +50,9 @@ static const cli_opt g_opts[] = {
     {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT},
     {"eps", O_EPS, "X", "added to the denominator, > 0 (1e-8)", 0, G_OPT},
     {"weight-decay", O_WD, "X", "decoupled weight decay, >= 0 (0.01)", 0, G_OPT},
+    {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
+                             "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
+                             "the norm is printed every step (default: off)", 0, G_OPT},
     {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
                           "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
                           "group); the same numbers", 0, G_OPT},
@@ -65,8 +68,9 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: [mpirun -np N] hyperpar train MODEL --input IDS.safetensors [--steps N] [--out DIR [--force]]\n"
             "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
-            "                        [--weight-decay X] [--threads N] [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--threads N]\n"
+            "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
+            "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
             "                        [--plan plan.json]\n"
             "\n"
             "Trains MODEL for N steps on the same batch across the ranks exactly as its plan says: each step runs\n"
@@ -470,14 +474,16 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_comm_agree(w, st, &err);
     }
     for (int64_t k = 0; st == HP_OK && k < a->steps; k++) {
-        double loss = 0, t0 = now_s();
-        st = hp_runner_train_step(r, ids, B, S, &a->to, &loss, &err);
+        double loss = 0, norm = 0, t0 = now_s();
+        st = hp_runner_accumulate(r, ids, B, S, 0, &loss, &err);
+        if (st == HP_OK) st = hp_runner_apply(r, &a->to, &norm, &err);
         st = hp_comm_agree(w, st, &err);
         if (st != HP_OK) break;
         losses[k] = (float)loss;
         if (root)
-            fprintf(stderr, "train: step %lld/%lld loss %.7g (%.3f s)\n", (long long)(k + 1), (long long)a->steps,
-                    loss, now_s() - t0);
+            fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s (%.3f s)\n", (long long)(k + 1),
+                    (long long)a->steps, loss, norm, a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "",
+                    now_s() - t0);
         if (k == 0 && a->grad_out) {
             st = hp_runner_gather_params(r, true, keep, &grads, &err);
             st = hp_comm_agree(w, st, &err);
@@ -572,6 +578,9 @@ int cmd_train(int argc, char **argv)
         case O_GRAD: a.grad_out = optarg; break;
         case O_PLAN: a.plan = optarg; break;
         case O_FORCE: a.force = true; break;
+        case O_CLIP:
+            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
+            break;
         case O_ZERO:
             if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
             a.to.zero = (int)v;

@@ -124,6 +124,13 @@ check "--freeze: no gradient, unchanged values; the others train" test $? = 0
 expect 2 "does not freeze the tensors of an MoE block" -- "$HP" train $F/mixtral --input $F/mixtral/forward_io.safetensors \
     --freeze 'model.layers.0.block_sparse_moe.gate.*'
 expect 2 "--zero" -- "$HP" train $G --input $I --zero 2
+# The global gradient norm every step; --clip scales when it is exceeded (the same norm at 1 and 2 ranks).
+expect 0 "grad-norm 4.26867 (clipped)" -- "$HP" train $G --input $I --clip 1
+expect 0 "grad-norm 4.2686" -- $MPI -np 2 "$HP" train $G --input $I --tp 2 --clip 100
+out=$("$HP" train $G --input $I --clip 100 2>&1)
+check "a norm under --clip is not clipped" test "$(grep -c "grad-norm .*(clipped)" <<<"$out")" = 0 -a \
+    "$(grep -c "grad-norm" <<<"$out")" = 1
+expect 2 "--clip expects" -- "$HP" train $G --input $I --clip 0
 # bf16 weights train on f32 master weights: the same first step as the checkpoint widened to f32.
 "$HP" gen --family llama --out "$WORK/b16" --dtype bf16 --layers 2 --seed 3 >/dev/null 2>&1
 mkdir -p "$WORK/b16f32" && cp "$WORK/b16/config.json" "$WORK/b16f32/"
