@@ -18,6 +18,8 @@ void hp__adamw_step(float *param, const float *grad, float *m, float *v, int64_t
     double lr = opt->lr, b1 = opt->beta1, b2 = opt->beta2;
     double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
     double step_size = lr / bc1, bc2_sqrt = sqrt(bc2), decay = 1.0 - lr * opt->weight_decay;
+    /* element-wise: the threads split the elements, every element computed the same way (deterministic) */
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) {
         double g = grad[i];
         double p = (double)param[i] * decay;
