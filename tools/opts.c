@@ -74,10 +74,11 @@ static void refuse(const cli_parser *p, int c, int argc, char **argv)
         return;
     }
     /* An unknown long option, or an abbreviation of several. */
-    size_t len = strcspn(word + 2, "=");
+    bool dashes = strncmp(word, "--", 2) == 0; /* word may be "?" (no argument at optind - 1) */
+    size_t len = dashes ? strcspn(word + 2, "=") : 0;
     char names[512] = "";
     int hits = 0;
-    for (const cli_opt *o = p->opts; strncmp(word, "--", 2) == 0 && o && o->name; o++)
+    for (const cli_opt *o = p->opts; dashes && o && o->name; o++)
         if (strncmp(o->name, word + 2, len) == 0 && strlen(names) + strlen(o->name) + 4 < sizeof names) {
             strcat(names, hits++ ? ", --" : "--");
             strcat(names, o->name);
