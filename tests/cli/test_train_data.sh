@@ -1,7 +1,7 @@
 # hyperpar train --data: a uint16 token file for the llama golden (vocabulary 128) trained for 6 steps in
 # micro-batches with a warmup and a cosine schedule; the log holds one JSON line per step with the documented
 # lr and a falling loss; no accumulation, dp=2, tp=2 and dp=2 with ZeRO-1 give the same losses within 1e-4
-# relative; --eval-data reports an eval loss; the seeded order is another than in order; bad inputs exit 2.
+# relative; a safetensors input_ids as --data equals --input; --eval-data reports an eval loss; the seeded order is another than in order; bad inputs exit 2.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 M=data/forward/llama
@@ -63,6 +63,15 @@ LIST
 # uint32 holds the same tokens: the same run.
 expect 0 "train: step 6/6 loss" -- "$HP" train $M ${D/f.bin/f32.bin} --data-dtype uint32 --log-json "$WORK/u32.jsonl"
 check "a uint32 file of the same tokens: the same losses" same "$WORK/u32.jsonl"
+
+# A safetensors input_ids [2, 16] as --data (rows as stored, 15 scored positions each), both rows every step in
+# two micro-batches of one row: the losses and norms of --input on the same batch.
+I=$M/forward_io.safetensors
+expect 0 "train: step 2/2 loss 4.571283 grad-norm 3.86102" -- "$HP" train $M --input $I --steps 2
+expect 0 "train: step 2/2 loss 4.571283 grad-norm 3.86102" -- "$HP" train $M --data $I --seq 16 --global-batch 2 \
+    --micro-batch 1 --schedule constant --steps 2
+expect 2 "input_ids is [2, 16]; its rows must be --seq 15 ids long" -- "$HP" train $M --data $I --seq 15 \
+    --global-batch 2
 
 # --eval-data: every 3 steps, the mean over its 2 windows, printed and logged.
 expect 0 "train: step 3/6 eval loss" -- "$HP" train $M $D --eval-data "$WORK/e.bin" --eval-every 3 \
