@@ -1,7 +1,8 @@
 # hyperpar train --data: a uint16 token file for the llama golden (vocabulary 128) trained for 6 steps in
 # micro-batches with a warmup and a cosine schedule; the log holds one JSON line per step with the documented
 # lr and a falling loss; no accumulation, dp=2, tp=2 and dp=2 with ZeRO-1 give the same losses within 1e-4
-# relative; a safetensors input_ids as --data equals --input; --eval-data reports an eval loss; the seeded order is another than in order; bad inputs exit 2.
+# relative; a safetensors input_ids as --data equals --input; --eval-data reports an eval loss; the seeded
+# order is reproducible and not the file's; bad inputs exit 2.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 M=data/forward/llama
