@@ -1,7 +1,9 @@
 /*
- * cmd_train.c — `hyperpar train MODEL --input IDS [--steps N] [--out DIR] [--grad-out G] [AdamW] [mesh flags]`:
- * N training steps (hp_runner_train_step: forward, backward, AdamW) on the same batch across the ranks of
- * mpirun, as the plan says (docs/train.md).
+ * cmd_train.c — `hyperpar train MODEL (--input IDS | --data FILE --seq S --global-batch GB) [--steps N] [--out DIR]
+ * [--grad-out G] [AdamW] [schedule] [mesh flags]`: N training steps (hp_runner_accumulate per micro-batch, then
+ * hp_runner_apply: forward, backward, AdamW at the schedule's lr) across the ranks of mpirun, as the plan says
+ * (docs/train.md). --input trains on the same batch every step; --data reads global batch k of the token file
+ * for step k + 1 (hyperpar/data.h: the windows, their order and the schedule are the library's).
  *
  *   --grad-out G   rank 0: grad.<name> F32 at the checkpoint's name and shape for every trainable parameter,
  *                  the first step's gradient, and loss F32 [N], each step's loss (one atomic file).
@@ -21,6 +23,7 @@
 #include "cli.h"
 #include "signals.h"
 #include "hyperpar/comm.h"
+#include "hyperpar/data.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/outdir.h"
 #include "hyperpar/overrides.h"
@@ -28,15 +31,40 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 
-enum { O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP };
+enum {
+    O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
+    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON
+};
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
+#define G_DATA "token data (docs/train.md, \"Data, batches and schedule\")"
+#define G_SCHED "the learning-rate schedule, for step t = 1..N"
 
 static const cli_opt g_opts[] = {
     CLI_OPT_HELP,
     {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank; every\n"
                           "step trains on this batch", CLI_SHORT, NULL},
     {"steps", O_STEPS, "N", "training steps (default 1)", 0, NULL},
+    {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
+                                    "(before clipping), lr, tokens_per_s (and eval_loss where evaluated)", 0, NULL},
+    {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
+                             "(.bin, see --data-dtype) or a .safetensors with input_ids I64/I32 [N, S]",
+     0, G_DATA},
+    {"data-dtype", O_DDTYPE, "T", "uint16 (default) or uint32: the stream's token type", 0, G_DATA},
+    {"seq", O_SEQ, "S", "window length: a stream's window is S + 1 tokens (S scored positions);\n"
+                        "a safetensors input_ids must be [N, S]", 0, G_DATA},
+    {"global-batch", O_GB, "GB", "windows per step (every rank reads the same; dp splits them)", 0, G_DATA},
+    {"micro-batch", O_MB, "MB", "windows per forward/backward; divides GB (default GB): GB/MB accumulated", 0,
+     G_DATA},
+    {"shuffle", O_SHUFFLE, "M", "seeded (default: each epoch's windows shuffled from --seed) or none", 0, G_DATA},
+    {"seed", O_SEED, "N", "the shuffle's seed, an unsigned 64-bit integer (default 0)", 0, G_DATA},
+    {"eval-data", O_EVAL, "FILE", "a held-out token file (same --data-dtype and --seq): every --eval-every\n"
+                                  "K steps, its mean loss over all its windows (forward only)", 0, G_DATA},
+    {"eval-every", O_EVERY, "K", "steps between evaluations of --eval-data", 0, G_DATA},
+    {"schedule", O_SCHED, "KIND", "cosine (default with --data), linear or constant (default with --input)", 0,
+     G_SCHED},
+    {"warmup", O_WARMUP, "W", "warmup steps: lr·t/W for t <= W (default 0)", 0, G_SCHED},
+    {"min-lr", O_MINLR, "X", "where cosine and linear end at step N, in [0, --lr] (default 0)", 0, G_SCHED},
     {"out", 'o', "DIR", "rank 0 writes a checkpoint folder: config.json and model.safetensors, every\n"
                         "parameter after the last step as F32 (atomically; refused when DIR is not empty)", CLI_SHORT,
      NULL},
@@ -67,13 +95,18 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: [mpirun -np N] hyperpar train MODEL --input IDS.safetensors [--steps N] [--out DIR [--force]]\n"
+            "   or: [mpirun -np N] hyperpar train MODEL --data FILE [--data-dtype uint16|uint32] --seq S\n"
+            "                        --global-batch GB [--micro-batch MB] [--shuffle none|seeded] [--seed N]\n"
+            "                        [--eval-data FILE --eval-every K] [--steps N] [--out DIR [--force]]\n"
+            "       common options:  [--schedule constant|linear|cosine] [--warmup W] [--min-lr X] [--log-json F]\n"
             "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
             "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--threads N]\n"
             "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
             "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
             "                        [--plan plan.json]\n"
             "\n"
-            "Trains MODEL for N steps on the same batch across the ranks exactly as its plan says: each step runs\n"
+            "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
+            "(--data), across the ranks exactly as its plan says: each step runs\n"
             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
             "rank's slices (docs/train.md). Dense decoders for now: llama, mistral, qwen2, qwen3 (MoE and MLA\n"
@@ -83,11 +116,17 @@ static void usage(FILE *out)
     cli_print_options(out, g_opts);
     fprintf(out,
             "\n"
-            "stderr: each step's loss. Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n");
+            "stderr: each step's loss, gradient norm, lr and tokens/s. Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n");
 }
 
 typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
+    const char *data, *eval_data, *log_json;
+    hp_data_dtype dtype;
+    int64_t seq, gb, mb, eval_every;
+    hp_data_order order;
+    hp_lr_schedule sched;
+    bool data_opts, sched_given; /* a --data option / --schedule was given */
     cli_plan_flags pf;
     bool default_mesh, force;
     int64_t steps;
@@ -386,6 +425,55 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
     return st;
 }
 
+/* ---- --data and --eval-data ---- */
+
+/* Opens the training data (and the eval data) on every rank and sizes the batch buffers: ids [MB, row_len],
+ * eval_ids [2·GB − 1, row_len] (evaluate's largest batch). */
+static hp_status open_data(const train_args *a, const hp_model *m, hp_data **data, hp_data **eval, int64_t **ids,
+                           int64_t **eval_ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    hp_status st = hp_data_open(data, a->data, a->dtype, a->seq, err);
+    if (st == HP_OK && a->eval_data) st = hp_data_open(eval, a->eval_data, a->dtype, a->seq, err);
+    if (st != HP_OK) return st;
+    *B = a->mb;
+    *S = hp_data_row_len(*data);
+    if (*eval && hp_data_row_len(*eval) != *S)
+        return hp_err_set(err, HP_ERR_INPUT, "--eval-data %s gives rows of %lld ids and --data %s rows of %lld; "
+                          "give both as token streams or both as safetensors", a->eval_data,
+                          (long long)hp_data_row_len(*eval), a->data, (long long)*S);
+    if (m->cfg.vocab_size <= 0)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the model's config gives no vocab_size; --data checks every token "
+                          "against it", a->model);
+    *ids = hp_calloc((size_t)(a->mb * *S), sizeof **ids);
+    if (*eval) *eval_ids = hp_calloc((size_t)((2 * a->gb - 1) * *S), sizeof **eval_ids);
+    if (!*ids || (*eval && !*eval_ids)) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch");
+    return HP_OK;
+}
+
+/* The mean loss over every window of ev in file order, forward only: batches of GB windows, the last remainder
+ * joined to the batch before it (so no batch has fewer rows than dp replicas unless the file does); each batch's
+ * mean weighted by its rows (every row scores the same number of positions). Collective. */
+static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int64_t vocab, int64_t *ids,
+                          double *mean, hp_err *err)
+{
+    int64_t W = hp_data_windows(ev), S = hp_data_row_len(ev);
+    double sum = 0;
+    hp_status st = HP_OK;
+    for (int64_t w0 = 0; st == HP_OK && w0 < W;) {
+        int64_t n = W - w0 < 2 * gb ? W - w0 : gb;
+        st = hp_data_rows(ev, w0, n, vocab, ids, err);
+        st = hp_comm_agree(w, st, err);
+        hp_run_output out = {0};
+        if (st == HP_OK) st = hp_runner_forward(r, ids, n, S, &out, err);
+        st = hp_comm_agree(w, st, err);
+        sum += out.loss * (double)n;
+        hp_run_output_free(&out);
+        w0 += n;
+    }
+    *mean = sum / (double)W;
+    return st;
+}
+
 /* ---- the command ---- */
 
 static int finish(hp_comm *w, hp_status st, hp_err *err)
@@ -422,9 +510,17 @@ static int train(train_args *a, int *argc, char ***argv)
     hp_status st = HP_OK;
     char omsg[8400];
     hp_outdir *of = NULL;
-    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model};
+    hp_data *data = NULL, *eval = NULL;
+    int64_t *eval_ids = NULL;
+    FILE *log = NULL;
+    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
     if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 3, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->log_json &&
+        cli_output_problem("--log-json", a->log_json, a->model, inputs, 6, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->log_json && a->grad_out && !strcmp(a->log_json, a->grad_out))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--log-json and --grad-out name the same file %s", a->log_json);
     if (st == HP_OK && a->out) {
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
@@ -458,11 +554,15 @@ static int train(train_args *a, int *argc, char ***argv)
         st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
         if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
     }
-    if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK && a->input) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);
         if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
     }
+    st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
+        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         if (a->threads > 0) {
@@ -473,17 +573,48 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);
     }
+    a->sched.steps = a->steps;
+    a->sched.lr = a->to.lr;
+    /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions; the loss of
+     * every micro-batch's gradients is the mean over the whole step's n_scored. */
+    int64_t n_micro = data ? a->gb / a->mb : 1, rows = data ? a->mb : B;
+    int64_t n_scored = data ? a->gb * hp_data_row_scored(data) : B * (S - 1);
     for (int64_t k = 0; st == HP_OK && k < a->steps; k++) {
         double loss = 0, norm = 0, t0 = now_s();
-        st = hp_runner_accumulate(r, ids, B, S, 0, &loss, &err);
+        a->to.lr = hp_lr_at(&a->sched, k + 1);
+        for (int64_t j = 0; st == HP_OK && j < n_micro; j++) {
+            double lj = 0;
+            if (a->data) {
+                st = hp_data_batch(data, &a->order, k, j * a->mb, a->mb, m->cfg.vocab_size, ids, &err);
+                st = hp_comm_agree(w, st, &err);
+            }
+            if (st == HP_OK) st = hp_runner_accumulate(r, ids, rows, S, a->data ? n_scored : 0, &lj, &err);
+            loss += n_scored > 0 ? lj * (double)(rows * (S - 1)) / (double)n_scored : lj;
+        }
         if (st == HP_OK) st = hp_runner_apply(r, &a->to, &norm, &err);
         st = hp_comm_agree(w, st, &err);
         if (st != HP_OK) break;
+        double dt = now_s() - t0, tps = dt > 0 ? (double)n_scored / dt : 0;
         losses[k] = (float)loss;
         if (root)
-            fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s (%.3f s)\n", (long long)(k + 1),
-                    (long long)a->steps, loss, norm, a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "",
-                    now_s() - t0);
+            fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s lr %.6g tokens/s %.1f (%.3f s)\n",
+                    (long long)(k + 1), (long long)a->steps, loss, norm,
+                    a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "", a->to.lr, tps, dt);
+        double eval_loss = 0;
+        bool evaluated = eval && (k + 1) % a->eval_every == 0;
+        if (evaluated) {
+            st = evaluate(r, w, eval, a->gb, m->cfg.vocab_size, eval_ids, &eval_loss, &err);
+            if (st != HP_OK) break;
+            if (root) fprintf(stderr, "train: step %lld/%lld eval loss %.7g (%s, %lld windows)\n", (long long)(k + 1),
+                              (long long)a->steps, eval_loss, a->eval_data, (long long)hp_data_windows(eval));
+        }
+        if (log) {
+            fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.17g, \"tokens_per_s\": %.6g",
+                    (long long)(k + 1), loss, norm, a->to.lr, tps);
+            if (evaluated) fprintf(log, ", \"eval_loss\": %.9g", eval_loss);
+            fprintf(log, "}\n");
+            fflush(log);
+        }
         if (k == 0 && a->grad_out) {
             st = hp_runner_gather_params(r, true, keep, &grads, &err);
             st = hp_comm_agree(w, st, &err);
@@ -532,8 +663,13 @@ static int train(train_args *a, int *argc, char ***argv)
         cli_signals_remove_on_signal(NULL, 0);
         cli_signals_release(0); /* the signals' earlier actions back (one caught meanwhile ended the process) */
     }
+    if (log && fclose(log) != 0 && st == HP_OK)
+        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: write error (%s)", a->log_json, strerror(errno));
     list_free(&grads);
     list_free(&params);
+    hp_data_close(data);
+    hp_data_close(eval);
+    free(eval_ids);
     free(losses);
     free(ids);
     hp_runner_free(r);
@@ -577,6 +713,58 @@ int cmd_train(int argc, char **argv)
         case 'o': a.out = optarg; break;
         case O_GRAD: a.grad_out = optarg; break;
         case O_PLAN: a.plan = optarg; break;
+        case O_LOGJSON: a.log_json = optarg; break;
+        case O_DATA: a.data = optarg; break;
+        case O_EVAL: a.eval_data = optarg; a.data_opts = true; break;
+        case O_DDTYPE:
+            if (!hp_data_dtype_parse(optarg, &a.dtype))
+                return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", optarg);
+            a.data_opts = true;
+            break;
+        case O_SHUFFLE:
+            if (!strcmp(optarg, "none")) a.order.shuffle = HP_DATA_IN_ORDER;
+            else if (!strcmp(optarg, "seeded")) a.order.shuffle = HP_DATA_SEEDED;
+            else return cli_usage_error("train", "--shuffle expects none or seeded, got '%s'", optarg);
+            a.data_opts = true;
+            break;
+        case O_SEED: {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long sv = strtoull(optarg, &end, 10);
+            if (!*optarg || *end || errno || optarg[0] == '-')
+                return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", optarg);
+            a.order.seed = (uint64_t)sv;
+            a.data_opts = true;
+            break;
+        }
+        case O_SEQ:
+            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a.seq)) return HP_EXIT_USAGE;
+            a.data_opts = true;
+            break;
+        case O_GB:
+            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a.gb)) return HP_EXIT_USAGE;
+            a.data_opts = true;
+            break;
+        case O_MB:
+            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a.mb)) return HP_EXIT_USAGE;
+            a.data_opts = true;
+            break;
+        case O_EVERY:
+            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a.eval_every)) return HP_EXIT_USAGE;
+            a.data_opts = true;
+            break;
+        case O_SCHED:
+            if (!hp_lr_kind_parse(optarg, &a.sched.kind))
+                return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", optarg);
+            a.sched_given = true;
+            break;
+        case O_WARMUP:
+            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a.sched.warmup)) return HP_EXIT_USAGE;
+            break;
+        case O_MINLR:
+            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.sched.min_lr))
+                return HP_EXIT_USAGE;
+            break;
         case O_FORCE: a.force = true; break;
         case O_CLIP:
             if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
@@ -614,7 +802,28 @@ int cmd_train(int argc, char **argv)
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];
-    if (!a.input) return cli_usage_error("train", "missing --input IDS.safetensors");
+    if (!a.input && !a.data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
+    if (a.input && a.data)
+        return cli_usage_error("train", "give either --input (the same batch every step) or --data (a token file), "
+                               "not both");
+    if (a.input && a.data_opts)
+        return cli_usage_error("train", "--seq, --global-batch, --micro-batch, --data-dtype, --shuffle, --seed and "
+                               "--eval-data/--eval-every go with --data, not --input");
+    if (a.data) {
+        if (!a.seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
+        if (!a.gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
+        if (!a.mb) a.mb = a.gb;
+        if (a.gb % a.mb)
+            return cli_usage_error("train", "--micro-batch %lld does not divide --global-batch %lld",
+                                   (long long)a.mb, (long long)a.gb);
+        if (!a.eval_data != !a.eval_every)
+            return cli_usage_error("train", "--eval-data and --eval-every go together");
+        a.order.global_batch = a.gb;
+    } else if (!a.sched_given) {
+        a.sched.kind = HP_LR_CONSTANT; /* --input: a constant lr unless a schedule is asked for, as before */
+    }
+    if (a.sched.min_lr > a.to.lr)
+        return cli_usage_error("train", "--min-lr %g is above --lr %g", a.sched.min_lr, a.to.lr);
     if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
     if (a.plan && a.pf.any)
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");

@@ -1,0 +1,109 @@
+/*
+ * hyperpar/data.h — token data for training: a token file opened once, cut into windows, ordered into global
+ * batches (in order or shuffled per epoch from a seed), and the learning-rate schedule (docs/train.md, "Data,
+ * batches and schedule").
+ *
+ * A source is either a flat little-endian token stream (uint16 or uint32, no header: nanoGPT's .bin) or a
+ * safetensors file with input_ids I64/I32 [N, S]. Every window becomes one ids row the runner takes:
+ *
+ *   stream, --seq S:       window i = tokens [i·S, i·S + S] (S + 1 ids), W = floor((n_tokens − 1) / S);
+ *                          the runner scores positions 0..S−1 against ids[p + 1]: S scored positions per row
+ *   safetensors [N, S]:    window i = row i as stored (S ids), W = N; S − 1 scored positions per row
+ *
+ *      stream: | t0 t1 ... tS | tS+1 ... t2S | ...        window 0 = t0..tS, window 1 = tS..t2S (overlap: 1 token)
+ *
+ * Global batch k (step k + 1) holds the windows at positions [k·GB, (k+1)·GB) of the endless sequence of
+ * epochs, each epoch a permutation of 0..W−1 (the identity, or Fisher–Yates from splitmix64 seeded by
+ * seed ^ epoch). Every rank reads the same rows; the runner splits them over dp itself.
+ */
+#ifndef HYPERPAR_DATA_H
+#define HYPERPAR_DATA_H
+
+#include <stdint.h>
+
+#include "hyperpar/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum hp_data_dtype {
+    HP_DATA_U16, /* little-endian uint16 stream (the default: vocabularies below 65,536) */
+    HP_DATA_U32, /* little-endian uint32 stream */
+} hp_data_dtype;
+
+/* "uint16" / "uint32" -> the dtype; false for anything else. */
+bool hp_data_dtype_parse(const char *s, hp_data_dtype *out);
+
+typedef struct hp_data hp_data;
+
+/* Opens path read-only: a safetensors file (a name ending in .safetensors) with input_ids I64/I32 [N, seq], or else
+ * a token stream of dtype dt. Refused with HP_ERR_INPUT naming the file: a size that is not a whole number of
+ * tokens, fewer than seq + 1 tokens (not one window), an input_ids of another dtype or rank or a width other than
+ * seq, seq < 2 for safetensors (< 1 for a stream). The file is read with pread (a stream) or hp_st_read (safetensors),
+ * so a file truncated meanwhile is an error, never a crash. */
+hp_status hp_data_open(hp_data **out, const char *path, hp_data_dtype dt, int64_t seq, hp_err *err);
+void hp_data_close(hp_data *d);
+
+int64_t hp_data_windows(const hp_data *d);   /* W */
+int64_t hp_data_row_len(const hp_data *d);   /* ids per row: seq + 1 for a stream, seq for safetensors */
+int64_t hp_data_row_scored(const hp_data *d); /* scored positions per row: row_len − 1 */
+const char *hp_data_path(const hp_data *d);
+
+typedef enum hp_data_shuffle {
+    HP_DATA_SEEDED = 0, /* the default: each epoch's window order a permutation from the seed */
+    HP_DATA_IN_ORDER,   /* windows 0, 1, 2, ... every epoch */
+} hp_data_shuffle;
+
+typedef struct hp_data_order {
+    hp_data_shuffle shuffle;
+    uint64_t seed;
+    int64_t global_batch; /* GB, windows per step, >= 1 */
+} hp_data_order;
+
+/* The window at position q (0-based) of the endless sequence of epochs: epoch q / W, index q mod W of that
+ * epoch's permutation. */
+hp_status hp_data_window_at(hp_data *d, const hp_data_order *o, int64_t q, int64_t *window, hp_err *err);
+
+/* Rows [row0, row0 + rows) of global batch `step` (0-based: the k of step k + 1) into ids_out
+ * [rows, hp_data_row_len(d)]; 0 <= row0, row0 + rows <= global_batch. A token outside [0, vocab) is
+ * HP_ERR_INPUT naming the file, its token offset and byte offset (a stream) or its input_ids[n][s]. */
+hp_status hp_data_batch(hp_data *d, const hp_data_order *o, int64_t step, int64_t row0, int64_t rows, int64_t vocab,
+                        int64_t *ids_out, hp_err *err);
+
+/* Windows [w0, w0 + rows) in file order (evaluation), the same checks. */
+hp_status hp_data_rows(hp_data *d, int64_t w0, int64_t rows, int64_t vocab, int64_t *ids_out, hp_err *err);
+
+/* Epoch e's permutation of 0..n−1 (Fisher–Yates from splitmix64 seeded by seed ^ e), written to perm [n]. */
+void hp_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm);
+/* splitmix64: advances *state by 0x9E3779B97F4A7C15 and returns its mix. */
+uint64_t hp_splitmix64(uint64_t *state);
+
+/* ---- the learning-rate schedule ---- */
+
+typedef enum hp_lr_kind {
+    HP_LR_COSINE = 0, /* the default */
+    HP_LR_LINEAR,
+    HP_LR_CONSTANT,
+} hp_lr_kind;
+
+/* "cosine" / "linear" / "constant" -> the kind; false for anything else. */
+bool hp_lr_kind_parse(const char *s, hp_lr_kind *out);
+const char *hp_lr_kind_name(hp_lr_kind k);
+
+typedef struct hp_lr_schedule {
+    hp_lr_kind kind;
+    double lr, min_lr;
+    int64_t warmup; /* W >= 0 steps */
+    int64_t steps;  /* N >= 1, the run's length */
+} hp_lr_schedule;
+
+/* The learning rate of step t = 1..N: t <= W gives lr·t/W; after it (or t > N = W) cosine
+ * min_lr + ½(lr − min_lr)(1 + cos(π(t−W)/(N−W))), linear lr − (lr − min_lr)(t−W)/(N−W), constant lr; N <= W:
+ * lr after the warmup. */
+double hp_lr_at(const hp_lr_schedule *s, int64_t t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,283 @@
+/*
+ * data.c — token files for training: a flat little-endian uint16/uint32 stream or a safetensors input_ids
+ * [N, S], cut into windows, ordered into global batches (docs/train.md, "Data, batches and schedule").
+ *
+ * Layout of a stream of n tokens with --seq S (window i = the S + 1 tokens starting at token i·S):
+ *
+ *   token:   0        S        2S              (W−1)·S      W·S  ...  n−1
+ *            |--win 0-|                                        (W = floor((n − 1) / S))
+ *                     |--win 1-|
+ *                                              |--win W−1---|
+ *
+ * The order of an epoch is the identity (--shuffle none) or a Fisher–Yates shuffle driven by splitmix64 seeded
+ * by seed ^ epoch; the current epoch's permutation is kept (W int64s) and made again when a batch reaches
+ * another epoch. Invariants after hp_data_open: W >= 1, every window lies inside the file as opened; the reads
+ * go through pread / hp_st_read, so a file truncated later is an error naming it, never a SIGBUS.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hyperpar/data.h"
+#include "hyperpar/safetensors.h"
+
+struct hp_data {
+    char *path;
+    int fd;              /* a stream: the open file; -1 for safetensors */
+    hp_st_file *st;      /* safetensors: the open file; NULL for a stream */
+    const hp_st_tensor *t; /* input_ids */
+    size_t es;           /* bytes per token */
+    hp_data_dtype dt;
+    int64_t seq, n_tokens, windows, row_len;
+    int64_t *perm;       /* [windows]: the order of epoch perm_epoch (seeded only), or NULL */
+    uint64_t perm_epoch;
+    uint64_t perm_seed;
+    void *buf;           /* one row's raw bytes [row_len · es] */
+};
+
+bool hp_data_dtype_parse(const char *s, hp_data_dtype *out)
+{
+    if (!strcmp(s, "uint16")) *out = HP_DATA_U16;
+    else if (!strcmp(s, "uint32")) *out = HP_DATA_U32;
+    else return false;
+    return true;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static hp_status open_stream(hp_data *d, const char *path, hp_err *err)
+{
+    hp_status st = hp_open_regular(path, &d->fd, err);
+    if (st != HP_OK) return st;
+    struct stat sb;
+    if (fstat(d->fd, &sb) != 0) return hp_err_set(err, HP_ERR_IO, "%s: cannot stat it (%s)", path, strerror(errno));
+    int64_t size = (int64_t)sb.st_size;
+    const char *name = d->dt == HP_DATA_U16 ? "uint16" : "uint32";
+    if (size % (int64_t)d->es)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld bytes is not a whole number of %s tokens (%zu bytes each); "
+                          "the file looks truncated, or its dtype is not --data-dtype %s", path, (long long)size,
+                          name, d->es, name);
+    d->n_tokens = size / (int64_t)d->es;
+    if (d->n_tokens < d->seq + 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s holds %lld %s tokens, fewer than one window of --seq %lld (%lld "
+                          "tokens: the inputs and the label of the last one); give a longer file or a shorter --seq",
+                          path, (long long)d->n_tokens, name, (long long)d->seq, (long long)(d->seq + 1));
+    d->windows = (d->n_tokens - 1) / d->seq;
+    d->row_len = d->seq + 1;
+    return HP_OK;
+}
+
+static hp_status open_st(hp_data *d, const char *path, hp_err *err)
+{
+    hp_status st = hp_st_open(&d->st, path, err);
+    if (st != HP_OK) return st;
+    d->t = hp_st_find(d->st, "input_ids");
+    if (!d->t) return hp_err_set(err, HP_ERR_INPUT, "%s has no tensor 'input_ids'; a safetensors token file holds "
+                                 "input_ids I64 or I32 [N, S]", path);
+    if (d->t->dtype != HP_DT_I64 && d->t->dtype != HP_DT_I32)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: input_ids is %s; expected I64 or I32", path,
+                          hp_dtype_name(d->t->dtype));
+    if (d->t->n_dims != 2)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: input_ids has %d dimensions; expected 2 [N, S]", path,
+                          d->t->n_dims);
+    if (d->t->shape[1] != d->seq)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: input_ids is [%lld, %lld]; its rows must be --seq %lld ids long "
+                          "(a row is one window as stored)", path, (long long)d->t->shape[0],
+                          (long long)d->t->shape[1], (long long)d->seq);
+    if (d->t->shape[0] < 1) return hp_err_set(err, HP_ERR_INPUT, "%s: input_ids has no rows", path);
+    if (d->seq < 2)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: rows of %lld ids score no position; --seq must be >= 2 for a "
+                          "safetensors file", path, (long long)d->seq);
+    d->es = d->t->dtype == HP_DT_I64 ? 8 : 4;
+    d->windows = d->t->shape[0];
+    d->n_tokens = d->t->n_elems;
+    d->row_len = d->seq;
+    return HP_OK;
+}
+
+hp_status hp_data_open(hp_data **out, const char *path, hp_data_dtype dt, int64_t seq, hp_err *err)
+{
+    *out = NULL;
+    if (seq < 1 || seq > ((int64_t)1 << 40))
+        return hp_err_set(err, HP_ERR_INPUT, "--seq %lld: expected a window length in [1, 2^40]", (long long)seq);
+    hp_data *d = hp_calloc(1, sizeof *d);
+    if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    d->fd = -1;
+    d->dt = dt;
+    d->seq = seq;
+    d->es = dt == HP_DATA_U16 ? 2 : 4;
+    d->path = strdup(path);
+    hp_status st = d->path ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = ends_with(path, ".safetensors") ? open_st(d, path, err) : open_stream(d, path, err);
+    size_t nb = 0;
+    if (st == HP_OK && !hp_mul_size((size_t)d->row_len, d->es, &nb))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: a row of %lld tokens overflows", path, (long long)d->row_len);
+    if (st == HP_OK && !(d->buf = malloc(nb)))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for a row of %lld tokens", (long long)d->row_len);
+    if (st != HP_OK) {
+        hp_data_close(d);
+        return st;
+    }
+    *out = d;
+    return HP_OK;
+}
+
+void hp_data_close(hp_data *d)
+{
+    if (!d) return;
+    if (d->fd >= 0) close(d->fd);
+    hp_st_close(d->st);
+    free(d->perm);
+    free(d->buf);
+    free(d->path);
+    free(d);
+}
+
+int64_t hp_data_windows(const hp_data *d) { return d->windows; }
+int64_t hp_data_row_len(const hp_data *d) { return d->row_len; }
+int64_t hp_data_row_scored(const hp_data *d) { return d->row_len - 1; }
+const char *hp_data_path(const hp_data *d) { return d->path; }
+
+/* ---- order ---- */
+
+uint64_t hp_splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Fisher–Yates from the back: for i = n−1 down to 1, j = splitmix64() mod (i + 1), swap perm[i] and perm[j]. The
+ * modulo's bias (below 2^-30 for any n a file can hold) is part of the definition, so another tool reproduces
+ * the order exactly. */
+void hp_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm)
+{
+    uint64_t state = seed ^ epoch;
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(hp_splitmix64(&state) % (uint64_t)(i + 1));
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+hp_status hp_data_window_at(hp_data *d, const hp_data_order *o, int64_t q, int64_t *window, hp_err *err)
+{
+    if (q < 0) return hp_err_set(err, HP_ERR_INPUT, "window position %lld is negative", (long long)q);
+    uint64_t epoch = (uint64_t)(q / d->windows);
+    int64_t i = q % d->windows;
+    if (o->shuffle == HP_DATA_IN_ORDER) {
+        *window = i;
+        return HP_OK;
+    }
+    if (!d->perm || d->perm_epoch != epoch || d->perm_seed != o->seed) {
+        if (!d->perm) {
+            size_t nb = 0;
+            if (!hp_mul_size((size_t)d->windows, sizeof *d->perm, &nb) || !(d->perm = malloc(nb)))
+                return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the order of %lld windows",
+                                  (long long)d->windows);
+        }
+        hp_data_permutation(o->seed, epoch, d->windows, d->perm);
+        d->perm_epoch = epoch;
+        d->perm_seed = o->seed;
+    }
+    *window = d->perm[i];
+    return HP_OK;
+}
+
+/* ---- reading a window ---- */
+
+static hp_status read_window(hp_data *d, int64_t w, int64_t vocab, int64_t *row, hp_err *err)
+{
+    size_t nb = (size_t)d->row_len * d->es;
+    if (d->st) {
+        hp_status st = hp_st_read(d->st, d->t, (uint64_t)w * nb, d->buf, nb, err);
+        if (st != HP_OK) return st;
+        for (int64_t s = 0; s < d->row_len; s++) {
+            int64_t v;
+            if (d->es == 8) {
+                memcpy(&v, (const char *)d->buf + 8 * s, 8);
+            } else {
+                int32_t v32;
+                memcpy(&v32, (const char *)d->buf + 4 * s, 4);
+                v = v32;
+            }
+            if (v < 0 || v >= vocab)
+                return hp_err_set(err, HP_ERR_INPUT, "%s: input_ids[%lld][%lld] = %lld is outside the vocabulary "
+                                  "[0, %lld) of the model", d->path, (long long)w, (long long)s, (long long)v,
+                                  (long long)vocab);
+            row[s] = v;
+        }
+        return HP_OK;
+    }
+    int64_t tok0 = w * d->seq;
+    off_t off = (off_t)tok0 * (off_t)d->es;
+    size_t got = 0;
+    while (got < nb) {
+        ssize_t k = pread(d->fd, (char *)d->buf + got, nb - got, off + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return hp_err_set(err, HP_ERR_IO, "%s: read error at byte %lld (%s)", d->path,
+                                     (long long)(off + (off_t)got), strerror(errno));
+        if (k == 0)
+            return hp_err_set(err, HP_ERR_IO, "%s changed while reading (truncated by another process): byte %lld "
+                              "of window %lld is past its end", d->path, (long long)(off + (off_t)got), (long long)w);
+        got += (size_t)k;
+    }
+    const unsigned char *b = d->buf;
+    for (int64_t s = 0; s < d->row_len; s++) {
+        int64_t v;
+        if (d->es == 2) v = (int64_t)((unsigned)b[2 * s] | (unsigned)b[2 * s + 1] << 8);
+        else
+            v = (int64_t)((uint32_t)b[4 * s] | (uint32_t)b[4 * s + 1] << 8 | (uint32_t)b[4 * s + 2] << 16 |
+                          (uint32_t)b[4 * s + 3] << 24);
+        if (v >= vocab)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: token %lld (byte offset %lld) is %lld, outside the vocabulary "
+                              "[0, %lld) of the model; the file was tokenized for another vocabulary, or its dtype "
+                              "is not --data-dtype %s", d->path, (long long)(tok0 + s),
+                              (long long)((tok0 + s) * (int64_t)d->es), (long long)v, (long long)vocab,
+                              d->es == 2 ? "uint16" : "uint32");
+        row[s] = v;
+    }
+    return HP_OK;
+}
+
+hp_status hp_data_rows(hp_data *d, int64_t w0, int64_t rows, int64_t vocab, int64_t *ids_out, hp_err *err)
+{
+    if (w0 < 0 || rows < 0 || w0 > d->windows - rows)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: windows [%lld, %lld) are outside [0, %lld)", d->path,
+                          (long long)w0, (long long)(w0 + rows), (long long)d->windows);
+    for (int64_t r = 0; r < rows; r++) {
+        hp_status st = read_window(d, w0 + r, vocab, ids_out + r * d->row_len, err);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
+hp_status hp_data_batch(hp_data *d, const hp_data_order *o, int64_t step, int64_t row0, int64_t rows, int64_t vocab,
+                        int64_t *ids_out, hp_err *err)
+{
+    int64_t GB = o->global_batch, q0;
+    if (GB < 1 || step < 0 || row0 < 0 || rows < 0 || row0 > GB - rows)
+        return hp_err_set(err, HP_ERR_INPUT, "rows [%lld, %lld) of step %lld are outside a global batch of %lld",
+                          (long long)row0, (long long)(row0 + rows), (long long)step, (long long)GB);
+    if (!hp_mul_i64(step, GB, &q0) || !hp_add_i64(q0, row0 + rows, &q0))
+        return hp_err_set(err, HP_ERR_INPUT, "step %lld of a global batch of %lld overflows the window count",
+                          (long long)step, (long long)GB);
+    q0 -= row0 + rows;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t w;
+        hp_status st = hp_data_window_at(d, o, q0 + row0 + r, &w, err);
+        if (st == HP_OK) st = read_window(d, w, vocab, ids_out + r * d->row_len, err);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
