@@ -33,7 +33,7 @@
 
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
-    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON
+    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -81,6 +81,8 @@ static const cli_opt g_opts[] = {
     {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
                              "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
                              "the norm is printed every step (default: off)", 0, G_OPT},
+    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients are not all finite (no update; counted) instead\n"
+                                       "of ending the run with exit 3 naming the first such parameter", 0, G_OPT},
     {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
                           "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
                           "group); the same numbers", 0, G_OPT},
@@ -569,7 +571,8 @@ static int train(train_args *a, int *argc, char ***argv)
             hp_linalg_set_threads(a->threads);
             hp_linalg_blas_threads(a->threads);
         }
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true};
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true,
+                          .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);
     }
@@ -591,15 +594,18 @@ static int train(train_args *a, int *argc, char ***argv)
             if (st == HP_OK) st = hp_runner_accumulate(r, ids, rows, S, a->data ? n_scored : 0, &lj, &err);
             loss += n_scored > 0 ? lj * (double)(rows * (S - 1)) / (double)n_scored : lj;
         }
+        int64_t skipped0 = hp_runner_stats(r)->train_skipped;
         if (st == HP_OK) st = hp_runner_apply(r, &a->to, &norm, &err);
         st = hp_comm_agree(w, st, &err);
         if (st != HP_OK) break;
+        bool skipped = hp_runner_stats(r)->train_skipped > skipped0;
         double dt = now_s() - t0, tps = dt > 0 ? (double)n_scored / dt : 0;
         losses[k] = (float)loss;
         if (root)
             fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s lr %.6g tokens/s %.1f (%.3f s)\n",
                     (long long)(k + 1), (long long)a->steps, loss, norm,
-                    a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "", a->to.lr, tps, dt);
+                    skipped ? " (not finite: step skipped)" : a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "",
+                    a->to.lr, tps, dt);
         double eval_loss = 0;
         bool evaluated = eval && (k + 1) % a->eval_every == 0;
         if (evaluated) {
@@ -769,6 +775,7 @@ int cmd_train(int argc, char **argv)
         case O_CLIP:
             if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
             break;
+        case O_SKIPNF: a.to.skip_nonfinite = true; break;
         case O_ZERO:
             if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
             a.to.zero = (int)v;

@@ -45,6 +45,7 @@ typedef struct hp_run_opts {
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */
     void *record_ctx;
     bool keep_activations;   /* keep each layer's input (the residual stream, local block) for a backward pass */
+    const char *test_nan_grad;     /* train's test: this parameter's gradient becomes NaN after its sums */
     const char *test_perturb_grad; /* validate --backward's test: this parameter's gradient is nudged after its
                                       sums on a run of more than one rank (a missed sum in miniature) */
     bool overlap;            /* MoE blocks hide the shared expert behind the token exchange (also when a block's
@@ -78,6 +79,7 @@ typedef struct hp_run_stats {
      * recomputed forwards included) with the gradient sums, the backward's time inside collectives, and the
      * optimizer (AdamW, ZeRO's all-gathers, the linears made again) */
     double train_fwd_s, train_bwd_s, train_bwd_comm_s, train_opt_s;
+    int64_t train_skipped; /* steps skipped for a non-finite gradient (hp_train_opts.skip_nonfinite) */
 } hp_run_stats;
 
 typedef struct hp_run_output {
@@ -115,6 +117,8 @@ typedef struct hp_train_opts {
                  (the expert-data-parallel group for routed experts); the same numbers as 0 */
     double clip; /* > 0: the gradients scaled by clip / (norm + 1e-6) when their global norm exceeds it
                     (torch.nn.utils.clip_grad_norm_); 0: off */
+    bool skip_nonfinite; /* a step whose gradients are not all finite is skipped (no update, counted in
+                            hp_run_stats.train_skipped) instead of failing with HP_ERR_VERIFY */
 } hp_train_opts;
 /* PyTorch's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2. */
 void hp_train_opts_default(hp_train_opts *o);

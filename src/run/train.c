@@ -293,8 +293,11 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
         q->moe = t->n_moe;
         q->kind = a[k].kind;
         if (q->kind == K_EXPERT || q->kind == K_BDOWN) q->sum_dp = q->sum_cp = q->sum_tp = false; /* the group's */
+        static const char *const what[] = {"experts' gate/up", "experts' down", "experts' gate/up bias",
+                                           "experts' down bias", "router", "router bias", "shared expert's gate/up",
+                                           "shared expert's down", "shared expert gate"};
         q->slot = (int)k;
-        snprintf(q->name, sizeof q->name, "%s (array %zu)", s->c.fqn, k);
+        snprintf(q->name, sizeof q->name, "%s (%s)", s->c.fqn, what[k]);
     }
     return st;
 }
@@ -803,6 +806,7 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
         if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
         if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->x.world) > 1)
             q->g[0] += 1e-2f * (1.0f + fabsf(q->g[0]));
+        if (r->o.test_nan_grad && !strcmp(r->o.test_nan_grad, q->name) && q->n > 0) q->g[q->n - 1] = NAN;
     }
     return st;
 }
@@ -966,6 +970,26 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     double norm = 0;
     if ((st = grad_norm(r, &norm, err)) != HP_OK) return st;
     if (norm_out) *norm_out = norm;
+    if (!isfinite(norm)) { /* the first parameter (in the program's order) whose gradient is not finite, any rank */
+        double first = t->n;
+        for (int i = 0; i < t->n && first == t->n; i++)
+            for (int64_t k = 0; k < t->p[i].n; k++)
+                if (!isfinite(t->p[i].g[k])) {
+                    first = i;
+                    break;
+                }
+        first = -first;
+        if ((st = hp_comm_allreduce_max_f64(r->x.world, &first, 1, err)) != HP_OK) return st;
+        int fi = (int)-first;
+        const char *name = fi < t->n ? t->p[fi].name : "?";
+        if (opts && opts->skip_nonfinite) { /* no update; the gradients start again at the next step */
+            r->tr.stats.train_skipped++;
+            return HP_OK;
+        }
+        return hp_err_set(err, HP_ERR_VERIFY, "step %lld: the gradient of %s is not finite (global norm %g); the "
+                          "parameters were not updated (lower --lr, --clip, or --skip-nonfinite to skip such steps)",
+                          (long long)t->step + 1, name, norm);
+    }
     hp_run_stats *rs = &r->tr.stats;
     rs->train_fwd_s = t->fwd_s;
     rs->train_bwd_s = t->bwd_s + (hp_comm_wtime() - t2);
