@@ -144,6 +144,16 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
                                double *loss, hp_err *err);
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *grad_norm, hp_err *err);
 
+/* The training state, for a resume that continues bit for bit: every trained slice's f32 values (the masters),
+ * AdamW's moments (as ZeRO lays them out) and the step count, each rank into dir/rank-<r>.safetensors (written
+ * atomically; dir must exist, visible to every rank). Save between steps (not mid-accumulation). Load checks that
+ * the state is of this model, plan and world (every entry's name and size) and restores it; the next step is
+ * then the one the saved run would have taken. Collective. */
+hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err);
+hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err);
+/* AdamW steps taken (restored by hp_runner_load_train). */
+int64_t hp_runner_train_steps(const hp_runner *r);
+
 /* Called on world rank 0 once per trainable parameter, in the program's order, with the whole tensor at the
  * checkpoint's name and shape (f32); a failure stops the walk (every rank then fails with it). */
 typedef hp_status (*hp_param_fn)(void *ctx, const char *name, const float *data, const int64_t *shape, int n_dims,

@@ -957,6 +957,34 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
     return st;
 }
 
+/* What the forward reads of an entry after its values changed: the router's f64 copy, a bf16 slice's copy (the
+ * master rounded to nearest even) and its widened twin for the backward. */
+static void sync_copies(tparam *q)
+{
+    for (int64_t k = 0; q->wide && k < q->n; k++) q->wide[k] = q->data[k];
+    if (!q->w32) return;
+    uint16_t *b16 = q->w->d;
+    for (int64_t k = 0; k < q->n; k++) {
+        uint32_t u;
+        memcpy(&u, &q->data[k], sizeof u);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        b16[k] = (uint16_t)(u >> 16);
+        u = (uint32_t)b16[k] << 16;
+        memcpy(&q->w32[k], &u, sizeof u);
+    }
+}
+
+/* The EP runtimes made their linears from the old experts: made again at the next forward. */
+static void reset_moe(hp_runner *r)
+{
+    for (int i = 0; i < r->train->n_moe; i++) {
+        moe_w *m = r->train->moe[i].m;
+        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
+        hp_moe_ep_destroy(m->ep);
+        m->ep = NULL;
+    }
+}
+
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_out, hp_err *err)
 {
     hp__train *t = r->train;
@@ -1014,27 +1042,10 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
         tparam *q = &t->p[i];
         if (!q->zc) hp__adamw_step(q->data, q->g, q->m, q->v, q->n, &ao, t->step);
         else st = zero_step(r, q, &ao, err);
-        for (int64_t k = 0; q->wide && k < q->n; k++) q->wide[k] = q->data[k]; /* the router's f64 copy */
-        if (q->w32) { /* the forward's bf16 copy: the master rounded to nearest even */
-            uint16_t *b16 = q->w->d;
-            for (int64_t k = 0; k < q->n; k++) {
-                uint32_t u;
-                memcpy(&u, &q->data[k], sizeof u);
-                u += 0x7fffu + ((u >> 16) & 1u);
-                b16[k] = (uint16_t)(u >> 16);
-                u = (uint32_t)b16[k] << 16;
-                memcpy(&q->w32[k], &u, sizeof u);
-            }
-        }
+        sync_copies(q);
     }
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
-    /* the EP runtimes made their linears from the old experts: made again at the next forward */
-    for (int i = 0; i < t->n_moe; i++) {
-        moe_w *m = t->moe[i].m;
-        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
-        hp_moe_ep_destroy(m->ep);
-        m->ep = NULL;
-    }
+    reset_moe(r);
     st = hp_comm_agree(r->x.world, relink(r, err), err);
     rs->train_opt_s = hp_comm_wtime() - t3;
     return st;
@@ -1260,4 +1271,114 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
     }
     free(cnt);
     return hp_comm_agree(r->x.world, st, err);
+}
+
+/* ---- the training state, saved and restored (a resumed run continues bit for bit) ---- */
+
+/* Entry i's tensors in a rank's state file: "<kind>.<i>" with the entry's name in the metadata. */
+static void state_key(char *buf, size_t cap, const char *kind, int i)
+{
+    snprintf(buf, cap, "%s.%d", kind, i);
+}
+
+hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
+{
+    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    if (st != HP_OK) return st;
+    hp__train *t = r->train;
+    if (t->pending) st = hp_err_set(err, HP_ERR_INPUT, "a step is half accumulated; save after hp_runner_apply");
+    st = hp_comm_agree(r->x.world, st, err);
+    if (st != HP_OK) return st;
+    if ((st = hp_comm_agree(r->x.world, opt_state(r, err), err)) != HP_OK) return st;
+    hp_st_writer *w = hp_st_writer_create();
+    char path[4200], key[64], val[64];
+    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->x.world));
+    if (!w) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    snprintf(val, sizeof val, "%lld", (long long)t->step);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "step", val, err);
+    snprintf(val, sizeof val, "%d", t->zero);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "zero", val, err);
+    snprintf(val, sizeof val, "%d", hp_comm_size(r->x.world));
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
+    for (int i = 0; i < t->n && st == HP_OK; i++) {
+        const tparam *q = &t->p[i];
+        int64_t n = q->n, zn = q->zn;
+        state_key(key, sizeof key, "name", i);
+        st = hp_st_writer_set_metadata(w, key, q->name, err);
+        state_key(key, sizeof key, "param", i);
+        if (st == HP_OK) st = hp_st_writer_add(w, key, HP_DT_F32, 1, &n, q->data, err);
+        state_key(key, sizeof key, "adam_m", i);
+        if (st == HP_OK) st = hp_st_writer_add(w, key, HP_DT_F32, 1, &zn, q->m, err);
+        state_key(key, sizeof key, "adam_v", i);
+        if (st == HP_OK) st = hp_st_writer_add(w, key, HP_DT_F32, 1, &zn, q->v, err);
+    }
+    if (st == HP_OK) st = hp_st_writer_write(w, path, err);
+    hp_st_writer_destroy(w);
+    return hp_comm_agree(r->x.world, st, err);
+}
+
+/* Copies tensor key of f (n f32 values) into dst; a missing or other-sized tensor is the folder's error. */
+static hp_status state_read(const hp_st_file *f, const char *key, const char *what, float *dst, int64_t n,
+                            const char *path, hp_err *err)
+{
+    const hp_st_tensor *t = hp_st_find(f, key);
+    if (!t || t->dtype != HP_DT_F32 || t->n_elems != n)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %s of '%s' is %s where %lld f32 values are needed (a training "
+                          "state of another model, plan or mesh)", path, key, what, t ? "another size" : "missing",
+                          (long long)n);
+    return hp_st_read(f, t, 0, dst, (size_t)n * sizeof *dst, err);
+}
+
+hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
+{
+    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    if (st != HP_OK) return st;
+    hp__train *t = r->train;
+    char path[4200], key[64];
+    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->x.world));
+    hp_st_file *f = NULL;
+    st = hp_st_open(&f, path, err);
+    const char *step = f ? hp_st_metadata_get(f, "step") : NULL, *zero = f ? hp_st_metadata_get(f, "zero") : NULL;
+    const char *world = f ? hp_st_metadata_get(f, "world") : NULL;
+    long long wv = world ? atoll(world) : -1, sv = step ? atoll(step) : -1, zv = zero ? atoll(zero) : -1;
+    if (st == HP_OK && (sv < 0 || (zv != 0 && zv != 1) || wv != hp_comm_size(r->x.world)))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: not a training state of %d ranks (step %s, zero %s, world %s)", path,
+                        hp_comm_size(r->x.world), step ? step : "?", zero ? zero : "?", world ? world : "?");
+    if (st == HP_OK) {
+        t->step = sv;
+        t->zero = (int)zv;
+        t->pending = 0;
+        for (int i = 0; i < t->n; i++) { /* the moments are laid out again for the saved ZeRO stage */
+            free(t->p[i].m), free(t->p[i].v);
+            t->p[i].m = t->p[i].v = NULL;
+            t->p[i].zc = NULL;
+        }
+        st = opt_state(r, err);
+    }
+    for (int i = 0; i < t->n && st == HP_OK; i++) {
+        tparam *q = &t->p[i];
+        state_key(key, sizeof key, "name", i);
+        const char *nm = hp_st_metadata_get(f, key);
+        if (!nm || strcmp(nm, q->name)) {
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: entry %d is '%s' where this run trains '%s' (a training state "
+                            "of another model, plan or mesh)", path, i, nm ? nm : "missing", q->name);
+            break;
+        }
+        state_key(key, sizeof key, "param", i);
+        st = state_read(f, key, q->name, q->data, q->n, path, err);
+        state_key(key, sizeof key, "adam_m", i);
+        if (st == HP_OK) st = state_read(f, key, q->name, q->m, q->zn, path, err);
+        state_key(key, sizeof key, "adam_v", i);
+        if (st == HP_OK) st = state_read(f, key, q->name, q->v, q->zn, path, err);
+        if (st == HP_OK) sync_copies(q);
+    }
+    hp_st_close(f);
+    if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    reset_moe(r);
+    return hp_comm_agree(r->x.world, relink(r, err), err);
+}
+
+int64_t hp_runner_train_steps(const hp_runner *r)
+{
+    return r->train ? r->train->step : 0;
 }

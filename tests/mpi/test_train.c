@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hyperpar/model.h"
 #include "hyperpar/overrides.h"
@@ -240,6 +241,120 @@ static void accumulate_and_clip(void)
     hp_model_close(m);
 }
 
+typedef struct keep_ctx {
+    char names[64][200];
+    float *data[64];
+    int64_t n[64];
+    int count;
+} keep_ctx;
+
+static hp_status keep_param(void *ctx, const char *name, const float *d, const int64_t *shape, int nd, hp_err *err)
+{
+    keep_ctx *k = ctx;
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    if (k->count < 64 && (k->data[k->count] = malloc((size_t)n * sizeof *d + 1))) {
+        snprintf(k->names[k->count], sizeof k->names[0], "%s", name);
+        memcpy(k->data[k->count], d, (size_t)n * sizeof *d);
+        k->n[k->count++] = n;
+    }
+    (void)err;
+    return HP_OK;
+}
+
+/* steps 4 in one run, or 2, save, a new runner, load, 2 more: the parameters after them (gathered on rank 0). */
+static bool run_steps(const char *fam, const hp_plan_opts *po, const char *state_dir, bool resume, keep_ctx *out)
+{
+    char dir[128], io[192];
+    snprintf(dir, sizeof dir, "data/forward/%s", fam);
+    snprintf(io, sizeof io, "%s/forward_io.safetensors", dir);
+    hp_err err;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_st_file *fin = NULL;
+    bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, po, &err) == HP_OK &&
+              hp_st_open(&fin, io, &err) == HP_OK;
+    const hp_st_tensor *ti = ok ? hp_st_find(fin, "input_ids") : NULL;
+    hp_train_opts to = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .clip = 1.0,
+                        .zero = po->mesh.n_dims > 0 && hp_mesh_size(&po->mesh, "dp") > 1};
+    hp_run_opts ro = {.keep_activations = true};
+    double loss;
+    for (int part = 0; ok && part < (resume ? 2 : 1); part++) {
+        hp_runner *r = NULL;
+        ok = hp_runner_create(&r, g_world, m, p, &ro, &err) == HP_OK;
+        if (ok && part == 1) ok = hp_runner_load_train(r, state_dir, &err) == HP_OK && hp_runner_train_steps(r) == 2;
+        for (int k = 0; ok && k < (resume ? 2 : 4); k++)
+            ok = hp_runner_train_step(r, hp_st_data(fin, ti), ti->shape[0], ti->shape[1], &to, &loss, &err) == HP_OK;
+        if (ok && resume && part == 0) ok = hp_runner_save_train(r, state_dir, &err) == HP_OK;
+        if (ok && (!resume || part == 1)) ok = hp_runner_gather_params(r, false, keep_param, out, &err) == HP_OK;
+        hp_runner_free(r);
+    }
+    CHECK_MSG(ok, "%s: %s", fam, err.msg);
+    hp_st_close(fin);
+    hp_plan_free(p);
+    hp_model_close(m);
+    return ok;
+}
+
+/* K steps, save, resume in a new runner, K steps: the parameters are bit-identical to 2K steps in one run (with
+ * clipping, and ZeRO-1 over dp where the mesh has it). A state of another mesh is refused. */
+static void resume_bit_identical(void)
+{
+    int N = hp_comm_size(g_world), R = hp_comm_rank(g_world);
+    char state[512] = "";
+    const char *tmp = getenv("TMPDIR");
+    if (R == 0) {
+        snprintf(state, sizeof state, "%s/hp-train-state-XXXXXX", tmp ? tmp : "/tmp");
+        if (!mkdtemp(state)) state[0] = 0;
+    }
+    hp_err err;
+    CHECK(hp_comm_bcast(g_world, state, sizeof state, 0, &err) == HP_OK);
+    CHECK(state[0] != 0);
+    if (!state[0]) return;
+    static const char *const fams[] = {"qwen2", "qwen3_moe"};
+    for (size_t f = 0; f < 2; f++) {
+        hp_plan_opts po;
+        hp_plan_opts_default(&po);
+        hp_mesh_from_sizes(&po.mesh, N == 4 ? 2 : 1, 1, N == 4 ? 2 : N, 1, false); /* dp x tp */
+        po.packed_fused = true;
+        keep_ctx *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+        if (a && b && run_steps(fams[f], &po, state, false, a) && run_steps(fams[f], &po, state, true, b) && R == 0) {
+            CHECK_MSG(a->count == b->count && a->count > 5, "%s: %d / %d tensors", fams[f], a->count, b->count);
+            for (int i = 0; i < a->count && i < b->count; i++)
+                CHECK_MSG(!strcmp(a->names[i], b->names[i]) && a->n[i] == b->n[i] &&
+                              !memcmp(a->data[i], b->data[i], (size_t)a->n[i] * sizeof(float)),
+                          "%s: %s differs after the resume", fams[f], a->names[i]);
+        }
+        for (int i = 0; a && i < a->count; i++) free(a->data[i]);
+        for (int i = 0; b && i < b->count; i++) free(b->data[i]);
+        free(a), free(b);
+    }
+    /* a state of another model is refused by name */
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_runner *r = NULL;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, 1, 1, N, 1, false);
+    hp_run_opts ro = {.keep_activations = true};
+    if (hp_model_open(&m, "data/forward/llama", NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
+        hp_runner_create(&r, g_world, m, p, &ro, &err) == HP_OK) {
+        CHECK(hp_runner_load_train(r, state, &err) == HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "a training state of another model, plan or mesh");
+    }
+    hp_runner_free(r);
+    hp_plan_free(p);
+    hp_model_close(m);
+    if (R == 0) {
+        char path[600];
+        for (int k = 0; k < N; k++) {
+            snprintf(path, sizeof path, "%s/rank-%d.safetensors", state, k);
+            unlink(path);
+        }
+        rmdir(state);
+    }
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -248,7 +363,8 @@ int main(int argc, char **argv)
         return 1;
     }
     static const mpi_test tests[] = {{"golden_gradients", golden_gradients},
-                                     {"accumulate_and_clip", accumulate_and_clip}};
+                                     {"accumulate_and_clip", accumulate_and_clip},
+                                     {"resume_bit_identical", resume_bit_identical}};
     int rc = mpi_run_tests(g_world, tests, sizeof tests / sizeof *tests);
     hp_comm_free(g_world);
     return rc;
