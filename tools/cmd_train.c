@@ -20,6 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <jansson.h>
+
 #include "cli.h"
 #include "signals.h"
 #include "hyperpar/comm.h"
@@ -33,7 +36,8 @@
 
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
-    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF
+    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
+    O_SAVE, O_RESUME, O_STOP
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -44,7 +48,15 @@ static const cli_opt g_opts[] = {
     CLI_OPT_HELP,
     {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank; every\n"
                           "step trains on this batch", CLI_SHORT, NULL},
-    {"steps", O_STEPS, "N", "training steps (default 1)", 0, NULL},
+    {"steps", O_STEPS, "N", "training steps (default 1); the schedule runs over them", 0, NULL},
+    {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
+                                "model folder (config.json, model.safetensors) and every rank's training state,\n"
+                                "written whole or not at all", 0, NULL},
+    {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
+                                 "one) with the same flags: the same parameters, optimizer state and step, so\n"
+                                 "the result equals the uninterrupted run's bit for bit", 0, NULL},
+    {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
+                                "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
                                     "(before clipping), lr, tokens_per_s (and eval_loss where evaluated)", 0, NULL},
     {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
@@ -132,6 +144,8 @@ typedef struct train_args {
     cli_plan_flags pf;
     bool default_mesh, force;
     int64_t steps;
+    int64_t save_every, stop_after;
+    const char *resume;
     int threads;
     hp_train_opts to;
 } train_args;
@@ -374,8 +388,10 @@ static hp_status copy_fill(void *ctx, void *dst, size_t nbytes, hp_err *err)
     return st;
 }
 
+/* config.json (torch_dtype float32) and model.safetensors of the trained parameters (the rest copied as stored):
+ * as the folder of (of), begun and committed here, or (of NULL) into the existing folder dir. */
 static hp_status write_folder(const train_args *a, const hp_model *m, const tensor_list *p, hp_outdir *of,
-                              hp_err *err)
+                              const char *dir, hp_err *err)
 {
     char cfg_path[PATH_MAX + 16];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : a->model);
@@ -411,15 +427,17 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
         if (!m->ckpt || !hp_ckpt_find(m->ckpt, p->e[i].name))
             st = hp_st_writer_add(w, p->e[i].name, HP_DT_F32, p->e[i].n_dims, p->e[i].shape, p->e[i].data, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "format", "pt", err);
-    if (st == HP_OK) st = hp_outdir_begin(of, err);
+    bool begun = of && st == HP_OK; /* a checkpoint's folder was begun by its caller (of NULL: write into dir) */
+    if (begun) st = hp_outdir_begin(of, err);
+    const char *into = of ? hp_outdir_tmp(of) : dir;
     if (st == HP_OK) {
         char path[PATH_MAX + 96];
-        snprintf(path, sizeof path, "%s/config.json", hp_outdir_tmp(of));
+        snprintf(path, sizeof path, "%s/config.json", into);
         st = cli_write_atomic_err(path, cfg, strlen(cfg), "config.json", err);
-        snprintf(path, sizeof path, "%s/model.safetensors", hp_outdir_tmp(of));
+        snprintf(path, sizeof path, "%s/model.safetensors", into);
         if (st == HP_OK) st = hp_st_writer_write(w, path, err);
-        if (st == HP_OK) st = hp_outdir_commit(of, err);
-        else hp_outdir_abort(of);
+        if (begun && st == HP_OK) st = hp_outdir_commit(of, err);
+        else if (begun) hp_outdir_abort(of);
     }
     hp_st_writer_destroy(w);
     free(cc);
@@ -493,6 +511,138 @@ static double now_s(void)
 }
 
 static const char *const g_out_names[] = {"config.json", "model.safetensors", NULL};
+static const char *const g_ckpt_names[] = {"config.json", "model.safetensors", "state.json", "rank-*.safetensors",
+                                           NULL};
+
+/* ---- checkpoints (--save-every, --resume) ---- */
+
+/* The flags a resumed run must share with the saved one, as state.json records them. */
+static json_t *run_flags(const train_args *a, int world)
+{
+    json_t *o = json_object();
+    if (!o) return NULL;
+    json_object_set_new(o, "steps", json_integer((json_int_t)a->steps));
+    json_object_set_new(o, "world", json_integer(world));
+    json_object_set_new(o, "lr", json_real(a->sched.lr));
+    json_object_set_new(o, "min_lr", json_real(a->sched.min_lr));
+    json_object_set_new(o, "schedule", json_string(hp_lr_kind_name(a->sched.kind)));
+    json_object_set_new(o, "warmup", json_integer((json_int_t)a->sched.warmup));
+    json_object_set_new(o, "beta1", json_real(a->to.beta1));
+    json_object_set_new(o, "beta2", json_real(a->to.beta2));
+    json_object_set_new(o, "eps", json_real(a->to.eps));
+    json_object_set_new(o, "weight_decay", json_real(a->to.weight_decay));
+    json_object_set_new(o, "clip", json_real(a->to.clip));
+    json_object_set_new(o, "zero", json_integer(a->to.zero));
+    json_object_set_new(o, "data", json_string(a->data ? a->data : a->input ? a->input : ""));
+    json_object_set_new(o, "seq", json_integer((json_int_t)a->seq));
+    json_object_set_new(o, "global_batch", json_integer((json_int_t)a->gb));
+    json_object_set_new(o, "micro_batch", json_integer((json_int_t)a->mb));
+    json_object_set_new(o, "shuffle", json_integer((json_int_t)a->order.shuffle));
+    json_object_set_new(o, "seed", json_integer((json_int_t)a->order.seed));
+    return o;
+}
+
+/* The checkpoint folder of --resume: CKPT itself when it holds state.json, else its last step-<t> that does. */
+static hp_status find_checkpoint(const char *path, char *out, size_t cap, hp_err *err)
+{
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/state.json", path);
+    if (access(probe, R_OK) == 0) {
+        snprintf(out, cap, "%s", path);
+        return HP_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d) return hp_err_set(err, HP_ERR_INPUT, "--resume %s: no such checkpoint or run folder (%s)", path,
+                              strerror(errno));
+    long long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long t;
+        char tail;
+        if (sscanf(e->d_name, "step-%lld%c", &t, &tail) != 1 || t < 0) continue;
+        snprintf(probe, sizeof probe, "%s/%s/state.json", path, e->d_name);
+        if (t > best && access(probe, R_OK) == 0) best = t;
+    }
+    closedir(d);
+    if (best < 0) return hp_err_set(err, HP_ERR_INPUT, "--resume %s: it holds no complete checkpoint (step-<t> with "
+                                    "state.json)", path);
+    snprintf(out, cap, "%s/step-%lld", path, best);
+    return HP_OK;
+}
+
+/* The step state.json of ckpt records, after checking that its flags are this run's (each difference named). */
+static hp_status read_checkpoint(const train_args *a, int world, const char *ckpt, int64_t *step, hp_err *err)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/state.json", ckpt);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je), *want = run_flags(a, world);
+    json_t *flags = root ? json_object_get(root, "flags") : NULL, *js = root ? json_object_get(root, "step") : NULL;
+    hp_status st = HP_OK;
+    if (!root || !json_is_integer(js) || !json_is_object(flags) || !want)
+        st = hp_err_set(err, HP_ERR_INPUT, "--resume: %s is not a training checkpoint's state (%s)", path,
+                        root ? "no step or flags" : je.text);
+    const char *key;
+    json_t *v;
+    if (st == HP_OK)
+        json_object_foreach(want, key, v) {
+            json_t *had = json_object_get(flags, key);
+            if (had && json_equal(had, v)) continue;
+            char *h = had ? json_dumps(had, JSON_ENCODE_ANY) : NULL, *n = json_dumps(v, JSON_ENCODE_ANY);
+            st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume "
+                            "with the saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
+            free(h), free(n);
+            break;
+        }
+    if (st == HP_OK) *step = (int64_t)json_integer_value(js);
+    if (st == HP_OK && (*step < 1 || *step >= a->steps))
+        st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: it is at step %lld of %lld; nothing is left to train",
+                        ckpt, (long long)*step, (long long)a->steps);
+    json_decref(root);
+    json_decref(want);
+    return st;
+}
+
+/* Checkpoint step-<t> of the run folder a->out: every rank's training state, the model folder, state.json, as one
+ * folder that appears whole or not at all. Collective. */
+static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model *m, hp_runner *r, int64_t step,
+                                 hp_err *err)
+{
+    bool root = hp_comm_rank(w) == 0;
+    char out[PATH_MAX + 64], tmp[PATH_MAX + 128] = "";
+    snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)step);
+    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
+    hp_outdir_spec os = {.cmd = "train", .out = out, .names = g_ckpt_names, .example = "run/step-100",
+                         .force = a->force, .inputs = inputs, .n_inputs = 6};
+    hp_outdir *of = NULL;
+    hp_status st = HP_OK;
+    if (root && (st = hp_outdir_open(&of, &os, err)) == HP_OK && (st = hp_outdir_begin(of, err)) == HP_OK)
+        snprintf(tmp, sizeof tmp, "%s", hp_outdir_tmp(of));
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK) st = hp_comm_bcast(w, tmp, sizeof tmp, 0, err);
+    if (st == HP_OK) st = hp_runner_save_train(r, tmp, err);
+    tensor_list params = {0};
+    if (st == HP_OK) st = hp_runner_gather_params(r, false, keep, &params, err);
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK && root) st = write_folder(a, m, &params, NULL, tmp, err);
+    json_t *state = root && st == HP_OK ? json_pack("{s:I, s:o}", "step", (json_int_t)step, "flags",
+                                                    run_flags(a, hp_comm_size(w))) : NULL;
+    if (root && st == HP_OK) {
+        char *text = state ? json_dumps(state, JSON_INDENT(2)) : NULL, path[PATH_MAX + 160];
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        st = text ? cli_write_atomic_err(path, text, strlen(text), "state.json", err)
+                  : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        free(text);
+    }
+    json_decref(state);
+    st = hp_comm_agree(w, st, err); /* every rank's file is in place */
+    if (root && st == HP_OK) st = hp_outdir_commit(of, err);
+    hp_outdir_close(of); /* aborts what was not committed */
+    list_free(&params);
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK && root) fprintf(stderr, "train: step %lld: checkpoint %s\n", (long long)step, out);
+    return st;
+}
 
 static int train(train_args *a, int *argc, char ***argv)
 {
@@ -523,11 +673,22 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->log_json && a->grad_out && !strcmp(a->log_json, a->grad_out))
         st = hp_err_set(&err, HP_ERR_INPUT, "--log-json and --grad-out name the same file %s", a->log_json);
-    if (st == HP_OK && a->out) {
+    if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
         st = hp_outdir_open(&of, &os, &err);
     }
+    if (st == HP_OK && a->out && a->save_every && root) { /* the run folder: made when absent */
+        struct stat sb;
+        if (stat(a->out, &sb) != 0 && mkdir(a->out, 0777) != 0)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s: cannot create the run folder (%s)", a->out, strerror(errno));
+        else if (stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
+                            "checkpoints", a->out);
+    }
+    char ckpt[PATH_MAX + 64] = "";
+    int64_t k0 = 0; /* steps already taken (--resume) */
+    if (st == HP_OK && a->resume) st = find_checkpoint(a->resume, ckpt, sizeof ckpt, &err);
     if (st == HP_OK && a->out && a->grad_out) { /* G inside DIR would go with the folder's rename */
         char g[PATH_MAX];
         char *slash = strrchr(a->grad_out, '/');
@@ -576,13 +737,23 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);
     }
+    if (st == HP_OK && a->resume) {
+        a->sched.lr = a->to.lr; /* as run_flags records it */
+        st = hp_comm_agree(w, read_checkpoint(a, N, ckpt, &k0, &err), &err);
+        if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
+        if (st == HP_OK && root) fprintf(stderr, "train: resumed from %s at step %lld\n", ckpt, (long long)k0);
+    }
+    int64_t last = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
+    if (st == HP_OK && last <= k0)
+        st = hp_err_set(&err, HP_ERR_INPUT, "--stop-after %lld: the run resumed at step %lld is already past it",
+                        (long long)a->stop_after, (long long)k0);
     a->sched.steps = a->steps;
     a->sched.lr = a->to.lr;
     /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions; the loss of
      * every micro-batch's gradients is the mean over the whole step's n_scored. */
     int64_t n_micro = data ? a->gb / a->mb : 1, rows = data ? a->mb : B;
     int64_t n_scored = data ? a->gb * hp_data_row_scored(data) : B * (S - 1);
-    for (int64_t k = 0; st == HP_OK && k < a->steps; k++) {
+    for (int64_t k = k0; st == HP_OK && k < last; k++) {
         double loss = 0, norm = 0, t0 = now_s();
         a->to.lr = hp_lr_at(&a->sched, k + 1);
         for (int64_t j = 0; st == HP_OK && j < n_micro; j++) {
@@ -621,10 +792,12 @@ static int train(train_args *a, int *argc, char ***argv)
             fprintf(log, "}\n");
             fflush(log);
         }
-        if (k == 0 && a->grad_out) {
+        if (k == k0 && a->grad_out) {
             st = hp_runner_gather_params(r, true, keep, &grads, &err);
             st = hp_comm_agree(w, st, &err);
         }
+        if (st == HP_OK && a->save_every && ((k + 1) % a->save_every == 0 || k + 1 == last))
+            st = save_checkpoint(a, w, m, r, k + 1, &err);
     }
     /* Rank 0 writes with no collective in between: a signal there removes what it had half-written (every
      * name it may have made: the writers' own temporaries, then the folder) and ends the process at once. */
@@ -642,7 +815,7 @@ static int train(train_args *a, int *argc, char ***argv)
     const char *rm_list[8];
     bool caught = false;
     for (int i = 0; i < n_rm; i++) rm_list[i] = rm[i];
-    if (st == HP_OK && a->out) {
+    if (st == HP_OK && a->out && !a->save_every) { /* (with --save-every the last checkpoint is the model) */
         st = hp_runner_gather_params(r, false, keep, &params, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) {
@@ -650,7 +823,7 @@ static int train(train_args *a, int *argc, char ***argv)
             cli_signals_remove_on_signal(rm_list, n_rm);
             caught = true;
         }
-        if (st == HP_OK && root) st = write_folder(a, m, &params, of, &err);
+        if (st == HP_OK && root) st = write_folder(a, m, &params, of, NULL, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d trained parameters, float32)\n", a->out, params.n);
     }
@@ -660,10 +833,10 @@ static int train(train_args *a, int *argc, char ***argv)
             cli_signals_remove_on_signal(rm_list, n_rm);
             caught = true;
         }
-        if (root) st = write_grads(a->grad_out, &grads, losses, a->steps, &err);
+        if (root) st = write_grads(a->grad_out, &grads, losses + k0, last - k0, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d gradients, %lld losses)\n", a->grad_out,
-                                         grads.n, (long long)a->steps);
+                                         grads.n, (long long)(last - k0));
     }
     if (caught) {
         cli_signals_remove_on_signal(NULL, 0);
@@ -783,6 +956,13 @@ int cmd_train(int argc, char **argv)
         case O_STEPS:
             if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a.steps)) return HP_EXIT_USAGE;
             break;
+        case O_SAVE:
+            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a.save_every)) return HP_EXIT_USAGE;
+            break;
+        case O_STOP:
+            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a.stop_after)) return HP_EXIT_USAGE;
+            break;
+        case O_RESUME: a.resume = optarg; break;
         case 't':
             if (!cli_parse_i64("train", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
             a.threads = (int)v;
@@ -832,6 +1012,11 @@ int cmd_train(int argc, char **argv)
     if (a.sched.min_lr > a.to.lr)
         return cli_usage_error("train", "--min-lr %g is above --lr %g", a.sched.min_lr, a.to.lr);
     if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
+    if (a.save_every && !a.out)
+        return cli_usage_error("train", "--save-every needs --out DIR: the run folder its checkpoints go in");
+    if (a.stop_after > a.steps)
+        return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a.stop_after,
+                               (long long)a.steps);
     if (a.plan && a.pf.any)
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
     a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
