@@ -7,7 +7,9 @@
  * → a dense decoder's whole forward pass in one process, over 2 ranks (tp=2, SP) compared with it, and validate,
  *   and 3 training steps of it over 2 ranks (the loss falls)
  * → the MoE model's whole forward pass in one process, over 2 ranks (tp=2 x ep=2) compared with it, and validate,
- *   and 3 training steps of it over the same 2 ranks (the loss falls).
+ *   and 3 training steps of it over the same 2 ranks (the loss falls), then 8 steps on a token file it writes
+ *   (accumulation, warmup, cosine) saved every 4 steps, and the same run stopped after step 4 and resumed: the
+ *   final checkpoints are the same bytes.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -244,6 +246,96 @@ static int train_steps(const char *out, const char *model, const char *ids, cons
     return rc;
 }
 
+/* Whether two files hold the same bytes. */
+static bool same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) same = false;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* A training run on a token file the demo writes: 8 steps of global batch 4 (micro-batches of 2) with warmup and
+ * the cosine schedule over 2 ranks, saved every 4 steps; the same run stopped after step 4 and resumed; the two
+ * final checkpoints must be the same bytes, and the loss must fall. */
+static int train_run(const char *out, const char *model, int64_t vocab, const char *flags, const char *flags_shown)
+{
+    char tok[700], args[20000], shown[20000], a_dir[700], b_dir[700], log[700];
+    snprintf(tok, sizeof tok, "%s/tokens.bin", out);
+    snprintf(a_dir, sizeof a_dir, "%s/run_full", out);
+    snprintf(b_dir, sizeof b_dir, "%s/run_resumed", out);
+    snprintf(log, sizeof log, "%s/train_log.jsonl", out);
+    FILE *f = fopen(tok, "wb");
+    for (int i = 0; f && i < 2048; i++) { /* a repeating pattern the model can learn */
+        uint16_t t = (uint16_t)((i % 61) * 7 % vocab);
+        fwrite(&t, sizeof t, 1, f);
+    }
+    if (!f || fclose(f) != 0) {
+        printf("FAILED: cannot write %s\n", tok);
+        return HP_EXIT_RUNTIME;
+    }
+    const char *data = "--data '%s' --seq 15 --global-batch 4 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3 --save-every 4";
+    char d[1024], ds[1024];
+    snprintf(d, sizeof d, data, tok);
+    snprintf(ds, sizeof ds, "--data %s --seq 15 --global-batch 4 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3 "
+             "--save-every 4", tok);
+    bool skipped;
+    snprintf(args, sizeof args, "train '%s' %s %s --out '%s' --log-json '%s'", model, flags, d, a_dir, log);
+    snprintf(shown, sizeof shown, "train %s %s \
+      %s --out %s --log-json %s", model, flags_shown, ds, a_dir, log);
+    int st = mpi_self(shown, args, &skipped);
+    if (skipped) return HP_EXIT_OK;
+    if (st == 0) {
+        snprintf(args, sizeof args, "train '%s' %s %s --stop-after 4 --out '%s'", model, flags, d, b_dir);
+        snprintf(shown, sizeof shown, "train %s %s \
+      %s --stop-after 4 --out %s", model, flags_shown, ds, b_dir);
+        st = mpi_self(shown, args, &skipped);
+    }
+    if (st == 0) {
+        snprintf(args, sizeof args, "train '%s' %s %s --resume '%s' --out '%s'", model, flags, d, b_dir, b_dir);
+        snprintf(shown, sizeof shown, "train %s %s \
+      %s --resume %s --out %s", model, flags_shown, ds, b_dir,
+                 b_dir);
+        st = mpi_self(shown, args, &skipped);
+    }
+    if (st != 0) {
+        printf("FAILED: the training run on the token file did not run (status %d)\n", st);
+        return HP_EXIT_RUNTIME;
+    }
+    char fa[800], fb[800];
+    snprintf(fa, sizeof fa, "%s/step-8/model.safetensors", a_dir);
+    snprintf(fb, sizeof fb, "%s/step-8/model.safetensors", b_dir);
+    if (!same_file(fa, fb)) {
+        printf("FAILED: the resumed run's step-8 checkpoint differs from the uninterrupted run's\n");
+        return HP_EXIT_VERIFY;
+    }
+    /* the first and last losses of the log */
+    FILE *lf = fopen(log, "r");
+    char line[512];
+    double first = NAN, last = NAN, v;
+    while (lf && fgets(line, sizeof line, lf)) {
+        const char *p = strstr(line, "\"loss\": ");
+        if (p && sscanf(p + 8, "%lf", &v) == 1) {
+            if (isnan(first)) first = v;
+            last = v;
+        }
+    }
+    if (lf) fclose(lf);
+    if (!(last < first)) {
+        printf("FAILED: the loss does not fall over the 8 steps (%g -> %g)\n", first, last);
+        return HP_EXIT_VERIFY;
+    }
+    printf("8 steps on a token file over 2 ranks: loss %.4f -> %.4f; stopped after step 4 and resumed, the final "
+           "checkpoint is the same bytes as the uninterrupted run's\n", first, last);
+    return HP_EXIT_OK;
+}
+
 /* The whole forward pass of a dense decoder: one process, then tp=2 with SP on 2 ranks, then validate. */
 static int run_dense(const char *out)
 {
@@ -326,7 +418,8 @@ static int run_moe_model(const char *out, const char *model_dir, const char *ep_
     /* the training step of the same plan: the backward walks the program in reverse, the token exchange too */
     snprintf(args, sizeof args, "--tp 2 --ep 2 --overrides '%s'", ep_yaml);
     snprintf(shown, sizeof shown, "--tp 2 --ep 2 --overrides %s", ep_yaml);
-    return train_steps(out, model_dir, ids, "moe", args, shown, "tp=2 x ep=2");
+    rc = train_steps(out, model_dir, ids, "moe", args, shown, "tp=2 x ep=2");
+    return rc == HP_EXIT_OK ? train_run(out, model_dir, vocab, args, shown) : rc;
 }
 
 /* Every rank's bytes per collective kind in a JSON file of run --stats-json ("bytes") or cost ("comm"."bytes"):
@@ -572,7 +665,8 @@ int cmd_demo(int argc, char **argv)
     step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate; 3 training steps");
     if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
 
-    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate; 3 training steps");
+    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate; train it, on a "
+            "token file with a checkpoint and a resume");
     if ((rc = run_moe_model(out, model_dir, ep_yaml, g.vocab)) != HP_EXIT_OK) goto done;
 
     step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");

@@ -20,6 +20,7 @@ check "demo's validate table has no divergence" test "$(grep -c DIVERGES <<<"$ou
 check "demo runs the MoE model on tp=2 x ep=2" grep -q "2 MPI ranks (tp=2 x ep=2" <<<"$out"
 check "demo validates the MoE model" test "$(grep -c "loss: distributed .*: ok" <<<"$out")" = 2
 check "demo trains the dense model 3 steps on tp=2, loss falling" grep -q "3 AdamW steps over 2 ranks (tp=2) on the same batch: loss .*, falling" <<<"$out"
+check "demo trains on a token file, resumes bit for bit" grep -q "8 steps on a token file over 2 ranks: loss .*; stopped after step 4 and resumed, the final checkpoint is the same bytes" <<<"$out"
 check "demo trains the MoE model 3 steps on tp=2 x ep=2, loss falling" grep -q "3 AdamW steps over 2 ranks (tp=2 x ep=2) on the same batch: loss .*, falling" <<<"$out"
 
 # --seed takes every uint64 value; above INT64_MAX it is a distinct seed, never clamped.
