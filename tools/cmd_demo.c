@@ -280,28 +280,27 @@ static int train_run(const char *out, const char *model, int64_t vocab, const ch
         printf("FAILED: cannot write %s\n", tok);
         return HP_EXIT_RUNTIME;
     }
-    const char *data = "--data '%s' --seq 15 --global-batch 4 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3 --save-every 4";
+    /* --force: a demo run again into the same --out replaces its own earlier checkpoints (and only those) */
     char d[1024], ds[1024];
-    snprintf(d, sizeof d, data, tok);
+    snprintf(d, sizeof d, "--data '%s' --seq 15 --global-batch 4 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3 "
+             "--save-every 4 --force", tok);
     snprintf(ds, sizeof ds, "--data %s --seq 15 --global-batch 4 --micro-batch 2 --steps 8 --warmup 2 --lr 3e-3 "
-             "--save-every 4", tok);
+             "--save-every 4 --force", tok);
     bool skipped;
     snprintf(args, sizeof args, "train '%s' %s %s --out '%s' --log-json '%s'", model, flags, d, a_dir, log);
-    snprintf(shown, sizeof shown, "train %s %s \
-      %s --out %s --log-json %s", model, flags_shown, ds, a_dir, log);
+    snprintf(shown, sizeof shown, "train %s %s \\\n      %s --out %s --log-json %s", model, flags_shown, ds, a_dir,
+             log);
     int st = mpi_self(shown, args, &skipped);
     if (skipped) return HP_EXIT_OK;
     if (st == 0) {
         snprintf(args, sizeof args, "train '%s' %s %s --stop-after 4 --out '%s'", model, flags, d, b_dir);
-        snprintf(shown, sizeof shown, "train %s %s \
-      %s --stop-after 4 --out %s", model, flags_shown, ds, b_dir);
+        snprintf(shown, sizeof shown, "train %s %s \\\n      %s --stop-after 4 --out %s", model, flags_shown, ds, b_dir);
         st = mpi_self(shown, args, &skipped);
     }
     if (st == 0) {
-        snprintf(args, sizeof args, "train '%s' %s %s --resume '%s' --out '%s'", model, flags, d, b_dir, b_dir);
-        snprintf(shown, sizeof shown, "train %s %s \
-      %s --resume %s --out %s", model, flags_shown, ds, b_dir,
-                 b_dir);
+        snprintf(args, sizeof args, "train '%s' %s %s --resume '%s/step-4' --out '%s'", model, flags, d, b_dir, b_dir);
+        snprintf(shown, sizeof shown, "train %s %s \\\n      %s --resume %s/step-4 --out %s", model, flags_shown, ds,
+                 b_dir, b_dir);
         st = mpi_self(shown, args, &skipped);
     }
     if (st != 0) {
