@@ -462,6 +462,26 @@ static hp_status norm_bwd(hp_runner *r, const hp__step *s, norm_w *n, const hp__
     return st;
 }
 
+/* The attention core's backward shared by GQA and MLA: aa is the forward's call on the runner's K and V (q, k, v
+ * set); dK and dV of every key this rank's queries saw come out in t->dk / t->dv, brought back to the keys' own
+ * block by the reduce-scatter that is CP's K/V all-gather's dual. */
+static hp_status attn_core_bwd(hp_runner *r, const hp__step *s, const hp__attn_args *aa, const hp__act *ta,
+                               const float *d_o, float *dq, float *dsinks, hp_err *err)
+{
+    hp__train *t = r->train;
+    const hp__act *K = &r->sc.k, *V = &r->sc.v;
+    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
+    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
+    if (st == HP_OK) st = hp__attention_backward(aa, d_o, dq, t->dk.d, t->dv.d, dsinks, err);
+    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
+    if (st != HP_OK || kl.ax[HP__CP].kind != HP_PL_S) return st;
+    char what[200];
+    snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
+    hp__lay part = {{hp_pl_r(), hp_pl_p()}};
+    if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
+    return dual(r, &t->dv, part, &kl, what, err);
+}
+
 /* Attention's backward (GQA): da the gradient of its output (G(out)), ta its input on the run layout; the
  * forward's q (after rope), output, K and V are in the runner's buffers (recomputed). dt receives the input's
  * gradient: a partial sum over tp when tp cuts the heads. */
@@ -478,25 +498,12 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     /* o_proj */
     hp__linear_backward(rows, H, nh * hd, da->d, H, W32(r, &a->wo), o, nh * hd, d_o, nh * hd, grad_of(r, &a->wo),
                         a->bo.present ? grad_of(r, &a->bo) : NULL);
-    /* the attention itself: dK, dV of every key this rank's queries saw (a partial sum over cp) */
-    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
-    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
-    if (st != HP_OK) return st;
+    /* the attention itself */
     hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = K->d,
                         .v = V->d, .q_pos0 = ta->lo[1], .k_pos0 = K->lo[1], .window = c->window[s->layer],
                         .out = NULL, .sinks = a->sinks.present ? a->sinks.d : NULL};
-    if ((st = hp__attention_backward(&aa, d_o, dq, t->dk.d, t->dv.d, a->sinks.present ? grad_of(r, &a->sinks) : NULL,
-                                     err)) != HP_OK)
-        return st;
-    /* CP: the all-gather of K and V before attention has its reduce-scatter here */
-    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
-    if (kl.ax[HP__CP].kind == HP_PL_S) {
-        char what[200];
-        snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
-        hp__lay part = {{hp_pl_r(), hp_pl_p()}};
-        if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
-        if ((st = dual(r, &t->dv, part, &kl, what, err)) != HP_OK) return st;
-    }
+    hp_status st = attn_core_bwd(r, s, &aa, ta, d_o, dq, a->sinks.present ? grad_of(r, &a->sinks) : NULL, err);
+    if (st != HP_OK) return st;
     /* rope (the tables of these positions are the forward's, rebuilt by its recompute) */
     if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
     for (int64_t b = 0; b < Bl; b++) {
@@ -552,21 +559,11 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
     hp__linear_backward(rows, H, nh * vd, da->d, H, W32(r, &a->wo), o, nh * vd, d_o, nh * vd, grad_of(r, &a->wo),
                         a->bo.present ? grad_of(r, &a->bo) : NULL);
-    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
-    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
-    if (st != HP_OK) return st;
     hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
                         .scale = hp__mla_scale(c, qk), .q = q, .k = K->d, .v = V->d, .q_pos0 = ta->lo[1],
                         .k_pos0 = K->lo[1], .window = c->window[s->layer]};
-    if ((st = hp__attention_backward(&aa, d_o, dq, t->dk.d, t->dv.d, NULL, err)) != HP_OK) return st;
-    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
-    if (kl.ax[HP__CP].kind == HP_PL_S) {
-        char what[200];
-        snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
-        hp__lay part = {{hp_pl_r(), hp_pl_p()}};
-        if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
-        if ((st = dual(r, &t->dv, part, &kl, what, err)) != HP_OK) return st;
-    }
+    hp_status st = attn_core_bwd(r, s, &aa, ta, d_o, dq, NULL, err);
+    if (st != HP_OK) return st;
     /* K = [k_nope | k_rot broadcast to every head], V: back into kv_b's output and kv_a's rope channels */
     memset(dkva, 0, (size_t)(rows * lat) * sizeof *dkva);
     for (int64_t i = 0; i < rows; i++)

@@ -107,29 +107,9 @@ static hp_status compare_tapes(const tape *dist_t, const tape *one_t, double rto
     return st;
 }
 
-hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
-                      const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
-                      hp_validate_report *rep, hp_err *err)
-{
-    memset(rep, 0, sizeof *rep);
-    rep->first_bad = -1;
-    tape dist = {0}, one = {0};
-    hp_status st = run_one(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
-    if (st == HP_OK && hp_comm_rank(world) == 0) {
-        hp_comm *self = NULL;
-        hp_run_opts o1 = *o;
-        o1.shards = NULL; /* the one-process model reads the checkpoint whole */
-        st = hp_comm_self(&self, err);
-        if (st == HP_OK) st = run_one(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
-        hp_comm_free(self);
-        if (st == HP_OK) st = compare_tapes(&dist, &one, rtol, rep, err);
-    }
-    tape_free(&dist);
-    tape_free(&one);
-    st = hp_comm_agree(world, st, err);
-    if (st != HP_OK) hp_validate_report_free(rep);
-    return st;
-}
+/* One way of running the model that fills a tape (the forward's boundaries, or a training step's gradients). */
+typedef hp_status (*tape_fn)(const hp_comm *c, const hp_model *m, const hp_plan *p, const hp_run_opts *o, tape *t,
+                             const int64_t *ids, int64_t B, int64_t S, double *loss, hp_run_stats *stats, hp_err *err);
 
 static hp_status on_param(void *ctx, const char *name, const float *d, const int64_t *shape, int n_dims, hp_err *err)
 {
@@ -157,21 +137,21 @@ static hp_status grads_of(const hp_comm *c, const hp_model *m, const hp_plan *p,
     return st;
 }
 
-hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
-                               const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
-                               hp_validate_report *rep, hp_err *err)
+/* run over world with plan p and, on rank 0, over one process with plan p1; the tapes compared there. */
+static hp_status validate_with(tape_fn run, const hp_comm *world, const hp_model *m, const hp_plan *p,
+                               const hp_plan *p1, const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S,
+                               double rtol, hp_validate_report *rep, hp_err *err)
 {
     memset(rep, 0, sizeof *rep);
     rep->first_bad = -1;
     tape dist = {0}, one = {0};
-    hp_status st = grads_of(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
+    hp_status st = run(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
     if (st == HP_OK && hp_comm_rank(world) == 0) {
         hp_comm *self = NULL;
         hp_run_opts o1 = *o;
-        o1.shards = NULL;
-        o1.test_perturb_grad = NULL;
+        o1.shards = NULL; /* the one-process model reads the checkpoint whole */
         st = hp_comm_self(&self, err);
-        if (st == HP_OK) st = grads_of(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
+        if (st == HP_OK) st = run(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
         hp_comm_free(self);
         if (st == HP_OK) st = compare_tapes(&dist, &one, rtol, rep, err);
     }
@@ -180,6 +160,20 @@ hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp
     st = hp_comm_agree(world, st, err);
     if (st != HP_OK) hp_validate_report_free(rep);
     return st;
+}
+
+hp_status hp_validate(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                      const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                      hp_validate_report *rep, hp_err *err)
+{
+    return validate_with(run_one, world, m, p, p1, o, ids, B, S, rtol, rep, err);
+}
+
+hp_status hp_validate_backward(const hp_comm *world, const hp_model *m, const hp_plan *p, const hp_plan *p1,
+                               const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S, double rtol,
+                               hp_validate_report *rep, hp_err *err)
+{
+    return validate_with(grads_of, world, m, p, p1, o, ids, B, S, rtol, rep, err);
 }
 
 void hp_validate_report_free(hp_validate_report *rep)
