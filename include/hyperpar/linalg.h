@@ -123,7 +123,7 @@ hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *group
 
 void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info);
 
-/* ---- f64 and OpenBLAS (blas.c) ---- */
+/* ---- plain products (f64 and thread count: blas.c; f32: gemm_dnnl.c) ---- */
 /* C [m, n] = A [m, k] · Bᵀ (B [n, k]), all f64 row-major (the router's exact logits). Dimensions must fit an
  * int (the caller checks). */
 void hp_linalg_dgemm_nt(int64_t m, int64_t n, int64_t k, const double *a, int64_t lda, const double *b, int64_t ldb,
@@ -131,7 +131,8 @@ void hp_linalg_dgemm_nt(int64_t m, int64_t n, int64_t k, const double *a, int64_
 /* Sets OpenBLAS's threads (n <= 0: leave as is); returns the count in effect. */
 int hp_linalg_blas_threads(int n);
 /* C = alpha·A·B + beta·C (trans_b: A·Bᵀ), f32 row-major with leading dimensions: attention's Q·Kᵀ and P·V,
- * products of two activations (no weight to pre-pack, so plain BLAS). */
+ * products of two activations (no weight to pre-pack), and the backward's dX = dY·W. oneDNN's sgemm (its JIT
+ * kernels: 1.2-2x OpenBLAS 0.3.21 on the backward's shapes, docs/kernels.md), OpenBLAS should it refuse a call. */
 void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* C [m, n] = alpha·Aᵀ·B + beta·C with A [k, m] (lda) and B [k, n] (ldb), f32 row-major: the backward's weight

@@ -2,9 +2,9 @@
  * blas.c — what hyperpar still asks of OpenBLAS, kept here so that src/linalg is the only place that calls a
  * BLAS: the router's f64 product (top-k must not flip with the row count or the summation order, so routing
  * sums in f64 as the golden reference does; it is E·H per token, a small share of a layer's work), OpenBLAS's
- * thread count, attention's activation-by-activation products (hp_linalg_sgemm: Q·Kᵀ and P·V, where neither
- * side is a weight to pre-pack), the backward's transposed products (hp_linalg_sgemm_tn: dYᵀ·X), and the description benchmarks print, with a warning when OpenBLAS runs its generic kernels
- * on a CPU that has AVX2 or AVX-512 (Debian 12's 0.3.21 does not know every recent CPU).
+ * thread count, the fallback of the plain products should oneDNN's sgemm refuse one (hp__blas_sgemm; gemm_dnnl.c
+ * runs them), and the description benchmarks print, with a warning when OpenBLAS runs its generic kernels on a CPU
+ * that has AVX2 or AVX-512 (Debian 12's 0.3.21 does not know every recent CPU).
  */
 #include "linalg/linalg_int.h"
 
@@ -20,20 +20,11 @@ void hp_linalg_dgemm_nt(int64_t m, int64_t n, int64_t k, const double *a, int64_
                 c, (int)ldc);
 }
 
-void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+void hp__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    if (m <= 0 || n <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
-                (int)lda, b, (int)ldb, beta, c, (int)ldc);
-}
-
-void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
-                        int64_t ldb, float beta, float *c, int64_t ldc)
-{
-    if (m <= 0 || n <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb,
-                beta, c, (int)ldc);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m,
+                (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
 int hp_linalg_blas_threads(int n)

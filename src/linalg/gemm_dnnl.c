@@ -297,3 +297,25 @@ hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t
                           (long long)key->k, (long long)key->k, (long long)n, mm->impl, status_name(st));
     return HP_OK;
 }
+
+/* ---- plain f32 products (hyperpar/linalg.h): oneDNN's BLAS-like sgemm, row-major, transposes read in place ---- */
+
+static void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) != dnnl_success)
+        hp__blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    sgemm(false, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                        int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    sgemm(true, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

@@ -90,6 +90,9 @@ bool hp__dnnl_mm_same_weights(const hp__dnnl_mm *a, const hp__dnnl_mm *b); /* th
 hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, void *w_packed, hp_err *err);
 /* C [m, n] (ldc) (+)= A [m, k] (lda) · Wᵀ. n must equal the key's N unless that is runtime. scratch holds
  * hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). */
+/* OpenBLAS's f32 product (blas.c): the fallback of hp_linalg_sgemm / _tn should oneDNN's sgemm refuse a call. */
+void hp__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a, int64_t lda,
                           const void *w, float *c, int64_t ldc, void *scratch, hp_err *err);
 
