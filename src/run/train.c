@@ -41,6 +41,8 @@ typedef struct tparam {
     float *data;     /* what AdamW updates: w->d, the layer's f32 array, or the router's f32 master */
     double *wide;    /* the router's f64 copy the forward reads (rewritten after each update), or NULL */
     float *w32;      /* a bf16 slice: its values widened, what the backward multiplies by (= the forward's) */
+    float *held;     /* a slice of a bf16 checkpoint held widened to f32 (norms, biases, an MoE block's arrays):
+                        the array the forward reads, the master rounded to bf16; data is then its own f32 master */
     int64_t n;
     int moe;         /* 1 + the index of its MoE block in t->moe; 0: dense */
     int slot;        /* an MoE array: which of the block's (add_moe's table: gate_up, down, b_gate_up, b_down,
@@ -49,6 +51,7 @@ typedef struct tparam {
     char name[200];  /* dense: the checkpoint's name */
     float *g, *m, *v;
     bool own_g;      /* g is this entry's (an MoE array's lives in its block's hp_moe_grads) */
+    bool r16;        /* what the forward reads (held, wide) is the master rounded to bf16 (a bf16 checkpoint) */
     /* ZeRO-1: this rank's block [zlo, zlo + zn) of the optimizer state over zc (dp, or the expert-data-parallel
      * group for experts); zc NULL: the whole state */
     const hp_comm *zc;
@@ -111,7 +114,7 @@ void hp__train_free(hp__train *t)
     for (int i = 0; i < t->n; i++) {
         if (t->p[i].own_g) free(t->p[i].g);
         free(t->p[i].m), free(t->p[i].v);
-        if (t->p[i].wide || t->p[i].w32) free(t->p[i].data); /* the router's or a bf16 slice's f32 master */
+        if (t->p[i].wide || t->p[i].w32 || t->p[i].held) free(t->p[i].data); /* an f32 master of its own */
         free(t->p[i].w32);
     }
     free(t->p);
@@ -179,6 +182,29 @@ static hp_status new_param(hp_runner *r, float *data, int64_t n, float *g, const
     return HP_OK;
 }
 
+/* An entry whose forward reads held (n f32 values of a bf16 checkpoint, widened): its own f32 master, a copy of
+ * held (whose values are bf16 already), that AdamW updates; after each update held is the master rounded to bf16.
+ * w: the dense slice, or NULL (an MoE array, registered by the caller). */
+static hp_status add_master(hp_runner *r, float *held, int64_t n, float *g, const hp__step *s, bool cut,
+                            bool tp_partial, hp__w *w, const char *name, hp_err *err)
+{
+    float *master = hp_calloc((size_t)n + 1, sizeof *master);
+    if (!master) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %s's master weights", name);
+    memcpy(master, held, (size_t)n * sizeof *master);
+    tparam *q;
+    hp_status st = new_param(r, master, n, g, s, cut, tp_partial, &q, err);
+    if (st != HP_OK) {
+        free(master);
+        return st;
+    }
+    q->held = held;
+    q->r16 = true;
+    q->w = w;
+    if (w) w->train_ix = r->train->n;
+    snprintf(q->name, sizeof q->name, "%s", name);
+    return HP_OK;
+}
+
 /* Registers w (when present) as a parameter of step s. tp_partial: tp cuts the module but not w, so each tp
  * rank's gradient of w comes from its own heads (q/k norms). */
 static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *rel, const hp__step *s,
@@ -195,6 +221,9 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
     hp_placement tpl = w->pl.ax[HP_AXIS_TP];
     bool cut = r->x.pos.n[HP__TP] > 1 && (tpl.kind == HP_PL_S || tpl.kind == HP_PL_S2);
     float *master = w->d, *w32 = NULL;
+    if (w->dt == HP_DT_F32 && mp && mp->dtype == HP_DT_BF16) /* held widened: an f32 master, the forward reads its
+                                                                 rounding to bf16 */
+        return add_master(r, w->d, w->n, NULL, s, cut, tp_partial, w, name, err);
     if (w->dt == HP_DT_BF16) { /* f32 master weights; the bf16 copy is what the forward reads */
         master = hp_calloc((size_t)w->n + 1, sizeof *master);
         w32 = hp_calloc((size_t)w->n + 1, sizeof *w32);
@@ -274,22 +303,33 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
         {l->ws_gate, H, g->d_ws_gate, K_ROUTER},
     };
     double *router[] = {l->w_router, l->b_router};
+    /* a bf16 checkpoint's block is held widened (experts) or in f64 (the router): the forward reads the f32
+     * masters rounded to bf16 */
+    bool b16 = false;
+    for (int k = mi >= 0 ? r->m->modules[mi].subtree_first : 0; mi >= 0 && k < r->m->modules[mi].subtree_end; k++)
+        b16 = b16 || r->m->params[k].dtype == HP_DT_BF16;
     for (size_t k = 0; k < sizeof a / sizeof *a && st == HP_OK; k++) {
         double *wide = k == 4 || k == 5 ? router[k - 4] : NULL;
         if (!a[k].g || (!a[k].data && !wide)) continue;
-        float *data = a[k].data;
+        float *data = a[k].data, *held = NULL;
         if (wide) { /* the router is held in f64 for the selection: an f32 master is what trains */
             if (!(data = hp_calloc((size_t)a[k].n + 1, sizeof *data))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
             for (int64_t i = 0; i < a[k].n; i++) data[i] = (float)wide[i];
+        } else if (b16) {
+            if (!(data = hp_calloc((size_t)a[k].n + 1, sizeof *data))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            memcpy(data, a[k].data, (size_t)a[k].n * sizeof *data);
+            held = a[k].data;
         }
         tparam *q;
         bool cut = mw->tp_cut && (a[k].kind == K_EXPERT || a[k].kind == K_SHARED);
         st = new_param(r, data, a[k].n, a[k].g, s, cut, mw->tp_cut && a[k].kind == K_ROUTER, &q, err);
         if (st != HP_OK) {
-            if (wide) free(data);
+            if (wide || held) free(data);
             return st;
         }
         q->wide = wide;
+        q->held = held;
+        q->r16 = b16;
         q->moe = t->n_moe;
         q->kind = a[k].kind;
         if (q->kind == K_EXPERT || q->kind == K_BDOWN) q->sum_dp = q->sum_cp = q->sum_tp = false; /* the group's */
@@ -954,20 +994,35 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
     return st;
 }
 
+/* x rounded to bf16 (nearest even), as its bits. */
+static uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_widen(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 /* What the forward reads of an entry after its values changed: the router's f64 copy, a bf16 slice's copy (the
- * master rounded to nearest even) and its widened twin for the backward. */
+ * master rounded to nearest even) and its widened twin for the backward, a widened slice of a bf16 checkpoint
+ * (the master rounded, widened). */
 static void sync_copies(tparam *q)
 {
-    for (int64_t k = 0; q->wide && k < q->n; k++) q->wide[k] = q->data[k];
-    if (!q->w32) return;
-    uint16_t *b16 = q->w->d;
-    for (int64_t k = 0; k < q->n; k++) {
-        uint32_t u;
-        memcpy(&u, &q->data[k], sizeof u);
-        u += 0x7fffu + ((u >> 16) & 1u);
-        b16[k] = (uint16_t)(u >> 16);
-        u = (uint32_t)b16[k] << 16;
-        memcpy(&q->w32[k], &u, sizeof u);
+    bool r16 = q->r16 || q->w32;
+    for (int64_t k = 0; k < q->n && (r16 || q->wide); k++) {
+        uint16_t b = r16 ? bf16_bits(q->data[k]) : 0;
+        float v = r16 ? bf16_widen(b) : q->data[k];
+        if (q->wide) q->wide[k] = v;
+        if (q->held) q->held[k] = v;
+        if (q->w32) ((uint16_t *)q->w->d)[k] = b, q->w32[k] = v;
     }
 }
 
