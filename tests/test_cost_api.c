@@ -35,6 +35,8 @@ static hp_model *open_model(const char *path)
 }
 
 /* The cost of m at the mesh (dp, cp, tp, TP-extend ep) for a batch B x S; NULL (a failed check) on error. */
+static hp_cost_state g_state; /* the training state's model cost_at uses */
+
 static hp_cost *cost_at(const hp_model *m, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool sp, int64_t B,
                         int64_t S, bool train, int zero)
 {
@@ -49,7 +51,7 @@ static hp_cost *cost_at(const hp_model *m, int64_t dp, int64_t cp, int64_t tp, i
     CHECK_MSG(hp_plan_derive(&p, m, &po, &err) == HP_OK, "%s", err.msg);
     hp_cost_opts o;
     hp_cost_opts_default(&o);
-    o.B = B, o.S = S, o.train = train, o.mdl.zero = zero;
+    o.B = B, o.S = S, o.train = train, o.mdl.zero = zero, o.mdl.state = g_state;
     if (p) CHECK_MSG(hp_cost_compute(&c, m, p, &o, &err) == HP_OK, "%s", err.msg);
     if (c) CHECK_MSG(!c->refused[0], "%s", c->refused);
     hp_plan_free(p);
@@ -182,13 +184,24 @@ TEST(weights_kv_and_training_state_by_hand)
             CHECK_EQ_INT(c->ranks[0].kv_bytes, 2ull * L3_L * 2 * 64 * (uint64_t)(L3_KV / tp) * 2);
             hp_cost_free(c);
         }
-        /* training, dp2 x tp2 with ZeRO-1: f32 gradients whole, Adam's moments and the f32 master split over dp */
+        /* training, dp2 x tp2 with ZeRO-1, Megatron's byte model: f32 gradients whole, Adam's moments and the f32
+         * master split over dp */
+        g_state = HP_COST_STATE_MEGATRON;
         hp_cost *c = cost_at(m, 2, 1, 2, 0, true, 2, 64, true, 1);
+        uint64_t numel = l3_norms() + sharded / 2;
         if (c) {
-            uint64_t numel = l3_norms() + sharded / 2;
             CHECK_EQ_INT(c->ranks[0].grad_bytes, numel * 4);
             CHECK_EQ_INT(c->ranks[0].optim_bytes, numel * 8 / 2);
             CHECK_EQ_INT(c->ranks[0].master_bytes, numel * 4 / 2);
+            hp_cost_free(c);
+        }
+        /* hyperpar train's own state (the default): the moments split tensor by tensor (rank 0 takes the rounded-up
+         * halves), every bf16 matrix an f32 master and a widened copy, every norm an f32 master */
+        g_state = HP_COST_STATE_RUNTIME;
+        if ((c = cost_at(m, 2, 1, 2, 0, true, 2, 64, true, 1))) {
+            CHECK_EQ_INT(c->ranks[0].grad_bytes, numel * 4);
+            CHECK(c->ranks[0].optim_bytes >= numel * 4 && c->ranks[0].optim_bytes <= numel * 4 + 8 * 1000);
+            CHECK_EQ_INT(c->ranks[0].master_bytes, 8 * (sharded / 2) + 4 * l3_norms());
             hp_cost_free(c);
         }
         hp_model_close(m);

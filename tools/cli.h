@@ -157,6 +157,16 @@ bool cli_output_problem(const char *opt, const char *path, const char *model, co
 int cli_write_atomic(const char *path, const char *data, size_t len, const char *what);
 /* The same, the error (naming path, never the temporary) into err instead of printed. */
 hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, const char *what, hp_err *err);
+#include "hyperpar/comm.h"
+#include "hyperpar/run.h"
+/* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB after giving freed heap back,
+ * or -1 where there is none. */
+int64_t cli_anon_kib(void);
+/* --stats-json of run and train: every rank's statistics (bytes and calls per collective kind, resident weights,
+ * the forward's workspace, anon_kib_grown, seconds; after a training step its state's bytes: grad_bytes,
+ * optim_bytes, master_bytes, saved_bytes) to rank 0, written there atomically. Collective. */
+hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
+                              hp_err *err);
 
 /* Prints s to stdout as a JSON string (quotes, backslashes and control characters escaped). */
 void cli_json_str(const char *s);

@@ -200,70 +200,6 @@ static void print_stats(const hp_comm *w, const hp_runner *r, const hp_plan *p)
     fprintf(stderr, "\nrun: resident weights %s on the largest rank (its plan share as stored: %s)\n", b1, b2);
 }
 
-/* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB, or -1 where there is none.
- * Freed heap is given back first (glibc keeps it otherwise), so the figure is the memory in use. */
-static int64_t anon_kib(void)
-{
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    long long v = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "RssAnon: %lld", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
-/* --stats-json: every rank's statistics to rank 0, written there atomically. Collective. */
-static hp_status write_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
-                             hp_err *err)
-{
-    enum { NV = 2 * HP_RUN_COLL_COUNT + 4 };
-    const hp_run_stats *s = hp_runner_stats(r);
-    double mine[NV];
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
-    mine[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
-    mine[2 * HP_RUN_COLL_COUNT + 1] = anon_kib_grown >= 0 ? (double)anon_kib_grown * 1024.0 : -1;
-    mine[2 * HP_RUN_COLL_COUNT + 2] = s->seconds;
-    mine[2 * HP_RUN_COLL_COUNT + 3] = (double)s->workspace_bytes; /* exact: below 2^53 */
-    int n = hp_comm_size(w);
-    double *all = hp_calloc((size_t)n * NV, sizeof *all);
-    hp_status st = all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    st = hp_comm_agree(w, st, err);
-    if (st == HP_OK) st = hp_comm_allgather(w, mine, sizeof mine, all, err);
-    if (st == HP_OK && hp_comm_rank(w) == 0) {
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&buf, &len);
-        if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        else fprintf(f, "{\"world\": %d, \"ranks\": [\n  ", n);
-        for (int i = 0; f && i < n; i++) {
-            const double *v = all + (size_t)i * NV;
-            fprintf(f, "%s{\"rank\": %d, \"bytes\": {", i ? ",\n  " : "", i);
-            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
-                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[k]);
-            fprintf(f, "}, \"calls\": {");
-            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
-                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[HP_RUN_COLL_COUNT + k]);
-            fprintf(f, "}, \"resident_bytes\": %.0f, \"workspace_bytes\": %.0f, \"anon_bytes_grown\": %.0f, "
-                    "\"seconds\": %.6f}",
-                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 3], v[2 * HP_RUN_COLL_COUNT + 1],
-                    v[2 * HP_RUN_COLL_COUNT + 2]);
-        }
-        if (f) {
-            fprintf(f, "\n]}\n");
-            fclose(f);
-            st = cli_write_atomic_err(path, buf, len, "the statistics", err);
-        }
-        free(buf);
-    }
-    free(all);
-    return st;
-}
-
 /* Every failure here went through an agreement: the same message on every rank, printed once. */
 static int finish(hp_comm *w, hp_status st, hp_err *err)
 {
@@ -333,7 +269,7 @@ static int run(run_args *a, int *argc, char ***argv)
     if (st == HP_OK && a->stats_json &&
         cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 5, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    int64_t anon0 = anon_kib();
+    int64_t anon0 = cli_anon_kib();
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
@@ -384,7 +320,7 @@ static int run(run_args *a, int *argc, char ***argv)
     }
     if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
     if (st == HP_OK) print_stats(w, r, p);
-    if (st == HP_OK && a->stats_json) st = write_stats(w, r, a->stats_json, anon_kib() - anon0, &err);
+    if (st == HP_OK && a->stats_json) st = cli_write_run_stats(w, r, a->stats_json, cli_anon_kib() - anon0, &err);
     if (st == HP_OK && hp_comm_rank(w) == 0) {
         fprintf(stderr, "run: loss %.7g over %lld positions\n", o.loss, (long long)(B * (S - 1)));
         if (a->output) st = write_output(a->output, &o, &err);

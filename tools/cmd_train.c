@@ -37,7 +37,7 @@
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
     O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
-    O_SAVE, O_RESUME, O_STOP
+    O_SAVE, O_RESUME, O_STOP, O_STATS
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -59,6 +59,9 @@ static const cli_opt g_opts[] = {
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
                                     "(before clipping), lr, tokens_per_s (and eval_loss where evaluated)", 0, NULL},
+    {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics after the last step, run's\n"
+                                    "--stats-json with the training state's bytes (grad_bytes, optim_bytes,\n"
+                                    "master_bytes, saved_bytes: what 'hyperpar cost --mode train' predicts)", 0, NULL},
     {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
                              "(.bin, see --data-dtype) or a .safetensors with input_ids I64/I32 [N, S]",
      0, G_DATA},
@@ -136,7 +139,7 @@ static void usage(FILE *out)
 
 typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
-    const char *data, *eval_data, *log_json;
+    const char *data, *eval_data, *log_json, *stats_json;
     hp_data_dtype dtype;
     int64_t seq, gb, mb, eval_every;
     hp_data_order order;
@@ -674,6 +677,13 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->log_json && a->grad_out && !strcmp(a->log_json, a->grad_out))
         st = hp_err_set(&err, HP_ERR_INPUT, "--log-json and --grad-out name the same file %s", a->log_json);
+    if (st == HP_OK && a->stats_json &&
+        cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 6, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
+    if (st == HP_OK && a->stats_json && ((a->grad_out && !strcmp(a->stats_json, a->grad_out)) ||
+                                         (a->log_json && !strcmp(a->stats_json, a->log_json))))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json names the same file as --grad-out or --log-json: %s",
+                        a->stats_json);
     if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
@@ -839,6 +849,7 @@ static int train(train_args *a, int *argc, char ***argv)
         if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d gradients, %lld losses)\n", a->grad_out,
                                          grads.n, (long long)(last - k0));
     }
+    if (st == HP_OK && a->stats_json) st = cli_write_run_stats(w, r, a->stats_json, -1, &err);
     if (caught) {
         cli_signals_remove_on_signal(NULL, 0);
         cli_signals_release(0); /* the signals' earlier actions back (one caught meanwhile ended the process) */
@@ -894,6 +905,7 @@ int cmd_train(int argc, char **argv)
         case O_GRAD: a.grad_out = optarg; break;
         case O_PLAN: a.plan = optarg; break;
         case O_LOGJSON: a.log_json = optarg; break;
+        case O_STATS: a.stats_json = optarg; break;
         case O_DATA: a.data = optarg; break;
         case O_EVAL: a.eval_data = optarg; a.data_opts = true; break;
         case O_DDTYPE:

@@ -94,22 +94,32 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         if (!cli_parse_i64(cmd, "--ranks-per-node", arg, 1, HP_MESH_MAX_WORLD, &v)) return -1;
         m->ranks_per_node = v;
         return 1;
+    case CLI_O_STATE:
+        if (strcmp(arg, "runtime") && strcmp(arg, "megatron"))
+            return cli_usage_error(cmd, "--train-state expects runtime or megatron, got '%s'", arg), -1;
+        if (!strcmp(arg, "runtime")) f->runtime_given = true;
+        else if (!f->megatron_by) f->megatron_by = "--train-state megatron";
+        break;
     case CLI_O_GRAD:
         if (!cli_parse_i64(cmd, "--grad-bytes", arg, 0, 16, &v)) return -1;
         m->grad_bytes = (int)v;
-        return 1;
+        if (!f->megatron_by) f->megatron_by = "--grad-bytes";
+        break;
     case CLI_O_MASTER:
         if (!cli_parse_i64(cmd, "--master-bytes", arg, 0, 16, &v)) return -1;
         m->master_bytes = (int)v;
-        return 1;
+        if (!f->megatron_by) f->megatron_by = "--master-bytes";
+        break;
     case CLI_O_OPTIM:
         if (!cli_parse_i64(cmd, "--optim-bytes", arg, 0, 64, &v)) return -1;
         m->optim_bytes = (int)v;
-        return 1;
+        if (!f->megatron_by) f->megatron_by = "--optim-bytes";
+        break;
     case CLI_O_ZERO:
         if (!cli_parse_i64(cmd, "--zero", arg, 0, 2, &v)) return -1;
         m->zero = (int)v;
-        return 1;
+        if (v == 2 && !f->megatron_by) f->megatron_by = "--zero 2";
+        break;
     case CLI_O_KV:
         if (!cli_parse_i64(cmd, "--kv-bytes", arg, 1, 8, &v)) return -1;
         m->kv_bytes = (int)v;
@@ -127,6 +137,12 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     case CLI_O_MEASURE: f->measure = true; return 1;
     default: return 0;
     }
+    /* the training state's model: the byte flags describe Megatron's, not hyperpar's own */
+    if (f->runtime_given && f->megatron_by)
+        return cli_usage_error(cmd, "--train-state runtime counts what 'hyperpar train' holds; %s is Megatron-LM's "
+                               "byte model (--train-state megatron)", f->megatron_by), -1;
+    m->state = f->megatron_by ? HP_COST_STATE_MEGATRON : HP_COST_STATE_RUNTIME;
+    return 1;
 }
 
 /* Reads moe.<l>.topk_idx [B·S, K] I32 of every sparse layer from path into f (and B, S from input_ids when the

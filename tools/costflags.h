@@ -11,7 +11,7 @@
 enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
-    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE
+    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -29,11 +29,14 @@ enum {
     {"inter-latency-us", CLI_O_INTER_LAT, "L", "latency per message between nodes (20)", 0, grp},                  \
     {"ranks-per-node", CLI_O_RPN, "R", "ranks 0..R-1 share a node, and so on: a divisor of the world, or at\n"     \
                                        "least the world (one node); default: all on one node", 0, grp},             \
-    {"grad-bytes", CLI_O_GRAD, "N", "train: gradient bytes per parameter (4)", 0, grp},                             \
-    {"master-bytes", CLI_O_MASTER, "N", "train: master-weight bytes per parameter (4)", 0, grp},                    \
-    {"optim-bytes", CLI_O_OPTIM, "N", "train: optimizer-state bytes per parameter (8)", 0, grp},                    \
-    {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state and master weights over the data-parallel\n"        \
-                              "group (experts: the ranks holding the same experts), 2 gradients too", 0, grp},       \
+    {"train-state", CLI_O_STATE, "M", "train: runtime (default: what 'hyperpar train' holds, to the byte) or\n"   \
+                                      "megatron (Megatron-LM's byte model, set by the four flags below)", 0, grp},  \
+    {"grad-bytes", CLI_O_GRAD, "N", "train, megatron: gradient bytes per parameter (4)", 0, grp},                   \
+    {"master-bytes", CLI_O_MASTER, "N", "train, megatron: master-weight bytes per parameter (4)", 0, grp},          \
+    {"optim-bytes", CLI_O_OPTIM, "N", "train, megatron: optimizer-state bytes per parameter (8)", 0, grp},          \
+    {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state (and megatron's master weights) over the\n"        \
+                              "data-parallel group (experts: the ranks holding the same experts); 2\n"            \
+                              "(megatron) gradients too", 0, grp},                                                  \
     {"kv-bytes", CLI_O_KV, "N", "KV cache bytes per element (2)", 0, grp},                                          \
     {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"      \
                                            "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes", 0, grp},               \
@@ -47,6 +50,8 @@ typedef struct cli_cost_flags {
     int format;         /* 0 text, 1 json, 2 html */
     const char *output; /* -o */
     bool measure;       /* --measure-gemm */
+    const char *megatron_by; /* the first flag that chose Megatron's byte model, NULL: none */
+    bool runtime_given;      /* --train-state runtime */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;

@@ -19,6 +19,9 @@
 
 #include "cli.h"
 
+#include <malloc.h>
+#include <stdlib.h>
+
 static bool same_file(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -157,3 +160,77 @@ int cli_write_atomic(const char *path, const char *data, size_t len, const char 
     hp_err err;
     return cli_write_atomic_err(path, data, len, what, &err) == HP_OK ? HP_EXIT_OK : cli_fail(&err);
 }
+
+/* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB, or -1 where there is none.
+ * Freed heap is given back first (glibc keeps it otherwise), so the figure is the memory in use. */
+int64_t cli_anon_kib(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
+                             hp_err *err)
+{
+    enum { NV = 2 * HP_RUN_COLL_COUNT + 8 };
+    const hp_run_stats *s = hp_runner_stats(r);
+    double mine[NV];
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
+    mine[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 1] = anon_kib_grown >= 0 ? (double)anon_kib_grown * 1024.0 : -1;
+    mine[2 * HP_RUN_COLL_COUNT + 2] = s->seconds;
+    mine[2 * HP_RUN_COLL_COUNT + 3] = (double)s->workspace_bytes; /* exact: below 2^53 */
+    mine[2 * HP_RUN_COLL_COUNT + 4] = (double)s->train_grad_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 5] = (double)s->train_optim_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 6] = (double)s->train_master_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 7] = (double)s->train_saved_bytes;
+    bool train = hp_runner_train_steps(r) > 0;
+    int n = hp_comm_size(w);
+    double *all = hp_calloc((size_t)n * NV, sizeof *all);
+    hp_status st = all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK) st = hp_comm_allgather(w, mine, sizeof mine, all, err);
+    if (st == HP_OK && hp_comm_rank(w) == 0) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else fprintf(f, "{\"world\": %d, \"ranks\": [\n  ", n);
+        for (int i = 0; f && i < n; i++) {
+            const double *v = all + (size_t)i * NV;
+            fprintf(f, "%s{\"rank\": %d, \"bytes\": {", i ? ",\n  " : "", i);
+            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[k]);
+            fprintf(f, "}, \"calls\": {");
+            for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
+                fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[HP_RUN_COLL_COUNT + k]);
+            fprintf(f, "}, \"resident_bytes\": %.0f, \"workspace_bytes\": %.0f, \"anon_bytes_grown\": %.0f, "
+                    "\"seconds\": %.6f",
+                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 3], v[2 * HP_RUN_COLL_COUNT + 1],
+                    v[2 * HP_RUN_COLL_COUNT + 2]);
+            if (train)
+                fprintf(f, ", \"grad_bytes\": %.0f, \"optim_bytes\": %.0f, \"master_bytes\": %.0f, \"saved_bytes\": %.0f",
+                        v[2 * HP_RUN_COLL_COUNT + 4], v[2 * HP_RUN_COLL_COUNT + 5], v[2 * HP_RUN_COLL_COUNT + 6],
+                        v[2 * HP_RUN_COLL_COUNT + 7]);
+            fprintf(f, "}");
+        }
+        if (f) {
+            fprintf(f, "\n]}\n");
+            fclose(f);
+            st = cli_write_atomic_err(path, buf, len, "the statistics", err);
+        }
+        free(buf);
+    }
+    free(all);
+    return st;
+}
+

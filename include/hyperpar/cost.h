@@ -22,7 +22,14 @@ extern "C" {
 #endif
 
 /* The adjustable byte and time model (docs/cost.md states each figure). */
+/* Whose training state --mode train counts (docs/cost.md, "Training state"). */
+typedef enum hp_cost_state {
+    HP_COST_STATE_RUNTIME = 0, /* hyperpar train's own, to the byte (zero 0 or 1; the *_bytes below unused) */
+    HP_COST_STATE_MEGATRON     /* Megatron-LM's byte model with the *_bytes and zero below */
+} hp_cost_state;
+
 typedef struct hp_cost_model {
+    hp_cost_state state;   /* train: the runtime's exact state (default) or Megatron's byte model */
     int grad_bytes;        /* train: bytes per gradient element (4: f32 main grads) */
     int master_bytes;      /* train: bytes per master-weight element (4; 0 when the weights are f32) */
     int optim_bytes;       /* train: optimizer state per element (8: Adam's two f32 moments) */

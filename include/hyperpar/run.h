@@ -80,6 +80,12 @@ typedef struct hp_run_stats {
      * optimizer (AdamW, ZeRO's all-gathers, the linears made again) */
     double train_fwd_s, train_bwd_s, train_bwd_comm_s, train_opt_s;
     int64_t train_skipped; /* steps skipped for a non-finite gradient (hp_train_opts.skip_nonfinite) */
+    /* the training state this rank holds (0 before the first step; hyperpar cost --mode train models each to the
+     * byte, docs/cost.md): the parameters' f32 gradients; AdamW's f32 moments (ZeRO-1: this rank's blocks); the
+     * f32 masters beside what the forward reads (a bf16 slice's master and its widened copy, a widened slice's
+     * master in a bf16 checkpoint, the routers' f32 masters); the kept activations (each layer's input and the
+     * final norm's, the residual stream's local block) */
+    uint64_t train_grad_bytes, train_optim_bytes, train_master_bytes, train_saved_bytes;
 } hp_run_stats;
 
 typedef struct hp_run_output {

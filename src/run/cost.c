@@ -49,6 +49,7 @@ typedef struct walk {
     int64_t *owner;    /* [E]: the EP index holding expert e */
     int64_t *ecnt;     /* [E]: scratch, slots per expert */
     const hp_mesh *mesh; /* the plan's, or opts.mesh */
+    const hp_shard_layout *lay; /* the plan's cut of every tensor, or NULL (advise: the weights are given) */
     int64_t *dp_rows;  /* [dp + 1] */
     hp__axes pos;      /* the walked rank's position on tp and cp */
     int64_t B_all, S_orig, S_pad; /* the batch, its sequence, and that padded for cp (hp__seq_pad) */
@@ -919,6 +920,99 @@ static void predict(walk *w, hp_cost_rank *r)
     r->t_step = r->t_compute + r->t_comm;
 }
 
+/* ---- the training state as hyperpar train holds it (src/run/train.c) ---- */
+
+/* A member's share of n elements of AdamW's moments: ZeRO-1 over a group of P gives member k the block
+ * [k·⌈n/P⌉, (k+1)·⌈n/P⌉) ∩ [0, n) (train.c's opt_state); P < 2: all of it. */
+static uint64_t zshare(uint64_t n, int64_t P, int64_t k)
+{
+    if (P < 2) return n;
+    uint64_t blk = (n + (uint64_t)P - 1) / (uint64_t)P, lo = (uint64_t)k * blk < n ? (uint64_t)k * blk : n;
+    return lo + blk <= n ? blk : n - lo;
+}
+
+/* The step whose module holds parameter name (its fqn and a dot lead the name), or -1: a tensor the program
+ * does not use, which trains nowhere. A residual names the branch it adds, the module's own step comes first. */
+static int64_t owner_step(const hp__prog *g, const char *name)
+{
+    for (size_t i = 0; i < g->n_steps; i++) {
+        const char *f = g->steps[i].c.fqn;
+        size_t n = f ? strlen(f) : 0;
+        if (g->steps[i].op != HP__OP_RESIDUAL && n && !strncmp(name, f, n) && name[n] == '.') return (int64_t)i;
+    }
+    return -1;
+}
+
+/* grad_bytes, optim_bytes and master_bytes of rank r as train.c allocates them, from the rank's cut of every
+ * tensor: each trainable tensor of a module of the program has an f32 gradient and AdamW's two f32 moments
+ * (ZeRO-1: the rank's block over dp, or over the experts' expert-data-parallel group); masters beside what the
+ * forward reads: in a bf16 checkpoint 8 bytes per element of a matrix held bf16 (its master and widened copy)
+ * and 4 per element held widened (vectors, an MoE block's arrays), and 4 per router element always (the router
+ * is held in f64). An MoE block's routed experts train as four arrays (gate|up, down and their biases) and its
+ * shared expert as two (gate|up, down), whose ZeRO blocks are cut whole; the expert gate gets no gradient. */
+static hp_status runtime_state(walk *w, hp_cost_rank *r)
+{
+    const hp__prog *g = w->g;
+    const hp_model *m = w->m;
+    const hp_shard_layout *L = w->lay;
+    int64_t world = hp_mesh_world(w->mesh), P1 = w->o->mdl.zero >= 1 ? w->dp : 1, k1 = r->dp;
+    /* per MoE step: routed experts' weights, their gate|up and down biases, the shared gate|up and down */
+    uint64_t (*acc)[5] = hp_calloc(g->n_steps + 1, sizeof *acc);
+    if (!acc) return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
+    uint64_t gb = 0, ob = 0, mb = 0;
+    hp_status st = HP_OK;
+    for (size_t i = 0; i < L->n_tensors && st == HP_OK; i++) {
+        hp_shard_tensor t;
+        if ((st = hp_shard_rank_tensor(L, r->rank, i, &t, w->err)) != HP_OK) break;
+        const hp_param *p = &m->params[t.params[0]];
+        size_t nl = strlen(p->name), sl = strlen("e_score_correction_bias");
+        if (!p->trainable || t.nbytes == 0 || (nl >= sl && !strcmp(p->name + nl - sl, "e_score_correction_bias")))
+            continue;
+        int64_t si = owner_step(g, p->name);
+        if (si < 0) continue;
+        uint64_t n = 1;
+        for (int d = 0; d < t.n_dims; d++) n *= (uint64_t)t.local_shape[d];
+        bool b16 = p->dtype == HP_DT_BF16;
+        hp_role role = w->p->roles ? w->p->roles[t.params[0]] : HP_ROLE_REPLICATED;
+        gb += 4 * n;
+        if (g->steps[si].op != HP__OP_MOE) { /* a dense slice */
+            mb += b16 ? (t.n_dims >= 2 ? 8 : 4) * n : 0;
+            ob += 8 * zshare(n, P1, k1);
+        } else if (role == HP_ROLE_MOE_GATE) { /* the router and its bias: an f32 master of the f64 held */
+            mb += 4 * n;
+            ob += 8 * zshare(n, P1, k1);
+        } else {
+            mb += b16 ? 4 * n : 0;
+            bool down = strstr(p->name, "down") || strstr(p->name, ".w2.");
+            bool bias = nl >= 4 && !strcmp(p->name + nl - 4, "bias");
+            if (role == HP_ROLE_MOE_EXPERT) acc[si][bias ? (down ? 2 : 1) : 0] += n;
+            else if (role == HP_ROLE_SHARED_EXPERT) acc[si][down ? 4 : 3] += n;
+            else ob += 8 * zshare(n, P1, k1); /* Qwen2-MoE's shared expert gate */
+        }
+    }
+    for (size_t si = 0; si < g->n_steps && st == HP_OK; si++) {
+        if (g->steps[si].op != HP__OP_MOE) continue;
+        /* the holders of r's experts: its EP index, and its tp index when tp cuts them (train.c's add_moe) */
+        bool cut = g->steps[si].split;
+        int64_t grp, q, q2, ti = r->tp, G = 0, k = 0;
+        hp_mesh_ep_index(w->mesh, w->ep, r->rank, &grp, &q);
+        for (int64_t o = 0; o < world; o++) {
+            hp_mesh_ep_index(w->mesh, w->ep, o, &grp, &q2);
+            if (q2 != q || (cut && hp_mesh_coord(w->mesh, o, "tp") != ti)) continue;
+            G++;
+            k += o < r->rank;
+        }
+        int64_t Pe = w->o->mdl.zero >= 1 ? G : 1;
+        uint64_t we = acc[si][0]; /* gate|up is two thirds of the experts' weights, down one third */
+        ob += 8 * (zshare(we - we / 3, Pe, k) + zshare(we / 3, Pe, k) + zshare(acc[si][1], Pe, k) +
+                   zshare(acc[si][2], Pe, k));
+        ob += 8 * (zshare(acc[si][3], P1, k1) + zshare(acc[si][4], P1, k1));
+    }
+    free(acc);
+    r->grad_bytes = gb, r->optim_bytes = ob, r->master_bytes = mb;
+    return st;
+}
+
 /* ---- memory ---- */
 
 /* The GEMM layer's scratch (a widened 2 MiB block of bf16 weights, oneDNN's scratchpad) and the libraries'
@@ -961,6 +1055,15 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
     (void)ck_addu(w, tb, r->total_bytes, r->kv_bytes); /* advise counts the KV cache against the budget */
     if (!o->train) return;
+    /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
+     * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
+    r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
+    if (o->mdl.state == HP_COST_STATE_RUNTIME && w->lay && o->mdl.zero <= 1 && runtime_state(w, r) == HP_OK) {
+        uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes),
+                              ck_addu(w, tb, r->master_bytes, r->saved_bytes));
+        r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
+        return;
+    }
     zclass z[1 + M_COUNT];
     int nz = zero_classes(w, r, z);
     uint64_t pb = param_bytes(w->m), g = 0, op = 0, ms = 0;
@@ -974,9 +1077,6 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
         if (pb != 4) ms = ck_addu(w, tb, ms, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.master_bytes));
     }
     r->grad_bytes = g, r->optim_bytes = op, r->master_bytes = ms;
-    /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
-     * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
-    r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
     uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes), ck_addu(w, tb, r->master_bytes,
                                                                                       r->saved_bytes));
     r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
@@ -1094,6 +1194,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     const hp_shard_layout *lay_use = o->layout;
     if (st == HP_OK && !o->weights_given && !lay_use && (st = hp_shard_layout_build(&lay, m, p, err)) == HP_OK)
         lay_use = lay;
+    w.lay = lay_use;
     int64_t n_eval = o->n_ranks > 0 ? o->n_ranks : world;
     for (int64_t i = 0; st == HP_OK && o->n_ranks > 0 && i < o->n_ranks; i++)
         if (o->ranks[i] < 0 || o->ranks[i] >= world)

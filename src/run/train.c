@@ -918,6 +918,23 @@ static hp_status opt_state(hp_runner *r, hp_err *err)
     return HP_OK;
 }
 
+/* The training state's bytes into the statistics (hp_run_stats.train_*_bytes). */
+static void state_bytes(hp_runner *r)
+{
+    const hp__train *t = r->train;
+    hp_run_stats *rs = &r->tr.stats;
+    uint64_t g = 0, o = 0, ms = 0, sv = 0;
+    for (int i = 0; i < t->n; i++) {
+        const tparam *q = &t->p[i];
+        uint64_t n = (uint64_t)q->n * sizeof(float);
+        g += n;
+        o += q->m ? 2 * (uint64_t)q->zn * sizeof(float) : 0;
+        ms += (q->w32 ? 2 * n : 0) + (q->held || q->wide ? n : 0);
+    }
+    for (int64_t l = 0; r->sc.kept && l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);
+    rs->train_grad_bytes = g, rs->train_optim_bytes = o, rs->train_master_bytes = ms, rs->train_saved_bytes = sv;
+}
+
 /* ZeRO-1: AdamW on this rank's block, then the updated blocks all-gathered over the group. */
 static hp_status zero_step(hp_runner *r, tparam *q, const hp__adamw *ao, hp_err *err)
 {
@@ -1097,6 +1114,7 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
         sync_copies(q);
     }
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    state_bytes(r);
     reset_moe(r);
     st = hp_comm_agree(r->x.world, relink(r, err), err);
     rs->train_opt_s = hp_comm_wtime() - t3;
@@ -1426,6 +1444,7 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
     }
     hp_st_close(f);
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    state_bytes(r);
     reset_moe(r);
     return hp_comm_agree(r->x.world, relink(r, err), err);
 }

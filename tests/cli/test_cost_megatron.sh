@@ -105,7 +105,7 @@ check "mixtral zero 2" megatron $D/mixtral-8x7b.json 4,8,4,2 --dp 4 --tp 2 --ep 
 check "llama zero 2, 2-byte grads" megatron $D/llama-3-8b.json 2,12,0,2 --dp 4 --tp 2
 check "mixtral zero 1, no master" megatron $D/mixtral-8x7b.json 4,8,0,1 --mesh dp=2,ep=4 --ep-axis
 # The issue's figure: 198 GiB (not 135) of weights + optimizer state on mixtral --dp 2 --tp 2 --ep 4 --zero 1.
-mx=$("$HP" cost $D/mixtral-8x7b.json --dp 2 --tp 2 --ep 4 --mode train --zero 1 --format json |
+mx=$("$HP" cost $D/mixtral-8x7b.json --dp 2 --tp 2 --ep 4 --mode train --zero 1 --train-state megatron --format json |
     python3 -c 'import json,sys; r=json.load(sys.stdin)["ranks"][0]
 print(round((r["weight_bytes"]+r["grad_bytes"]+r["optim_bytes"]+r["master_bytes"])/2**30))')
 check "mixtral dp2 tp2 ep4 zero 1 is 198 GiB, got $mx" test "$mx" = 198
