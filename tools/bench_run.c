@@ -96,8 +96,8 @@ static const cli_opt g_opts[] = {
     {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
     {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
                       "reported", 0, NULL},
-    {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OpenMP's count divided by\n"
-                          "the ranks on this node)", 0, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OMP_NUM_THREADS when set,\n"
+                          "else this process's cores divided by the ranks on this node)", 0, NULL},
     {"format", O_FORMAT, "F", "text (default) or json: one JSON object", 0, NULL},
     {"json", 'j', NULL, "the same as --format json", 0, NULL},
     CLI_OPT_HELP,
@@ -562,8 +562,9 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
            gen_fits(a)                 ? "hp_gen_checkpoint"
            : a->vocab > HP_GEN_MAX_DIM ? "gen's config and scales, vocab above gen's limit"
                                        : "gen's config, the preset's MoE fields, gen's scales");
-    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank, compute exact\n", in->mesh, in->ranks,
-           in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s");
+    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank (%s), compute exact\n", in->mesh, in->ranks,
+           in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s",
+           in->threads_why ? in->threads_why : "--threads");
     if (is_moe(a)) {
         printf("  moe       : %lld experts%s, top-%lld, expert width %lld%s, %lld sparse layer%s of %lld; ep %lld", (long long)a->experts,
                a->experts == a->p->experts ? "" : " (--experts; the preset has more)", (long long)a->p->top_k,
@@ -727,15 +728,6 @@ static uint64_t dir_bytes(const char *dir)
     return n;
 }
 
-/* OpenMP's thread count shared by the ranks of this node (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), at least 1. */
-static int default_threads(void)
-{
-    const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long local = v ? strtol(v, NULL, 10) : 1;
-    int n = hp_linalg_set_threads(0) / (int)(local > 0 ? local : 1);
-    return n > 0 ? n : 1;
-}
-
 /* Rank 0's description of the run for the report: *la is the linear-algebra context it asked (freed by the
  * caller). */
 static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_info *in, hp_linalg **la)
@@ -762,9 +754,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     const int P = hp_comm_size(w), R = hp_comm_rank(w);
     /* Both pools (OpenMP for oneDNN and the kernels, OpenBLAS for attention) get the count explicitly, so that
      * the count printed is the one used and the ranks of one node share its cores instead of each taking all. */
-    int threads = a->threads ? (int)a->threads : default_threads();
-    hp_linalg_set_threads(threads);
-    hp_linalg_blas_threads(threads);
+    const char *threads_why = NULL;
+    cli_threads(w, a->threads, &threads_why);
     if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
     if (is_moe(a) && !a->ep) a->ep = a->tp;
     char dir[4096] = "", root[4096] = "";
@@ -777,7 +768,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
-    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .threads_why = threads_why};
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)

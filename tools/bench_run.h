@@ -29,6 +29,7 @@ typedef struct cli_bench_args {
 typedef struct cli_bench_info {
     char mesh[128], backend[128], kernels[512], blas[512], group[16];
     int ranks, threads, reps, n_overrides;
+    const char *threads_why; /* cli_threads: which rule chose the count */
     int64_t n_sparse;  /* sparse decoder layers */
     bool torch;
     double gemm_flop;  /* 2 T x the linear layers' weights: the GEMM work of one forward */

@@ -204,6 +204,11 @@ int cli_collective_exit(struct hp_comm *w, hp_status st, hp_err *err, bool agree
 /* input_ids of path: its shape into *B, *S and, when ids is not NULL, the ids widened to int64 into a malloc'd
  * *ids (freed by the caller). An error names path and what the tensor is against what is expected. */
 hp_status cli_read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+/* The threads of each rank's GEMM pools (OpenMP's and OpenBLAS's, both set): --threads N (requested > 0), else
+ * OMP_NUM_THREADS when set, else the cores of this process divided among the ranks of its node (at least 1), so
+ * that ranks × threads never oversubscribe the cores by default (OpenMP spinning on shared cores costs up to
+ * 9x). *why (may be NULL) says which. Collective over w. */
+int cli_threads(const hp_comm *w, int64_t requested, const char **why);
 /* The key of a sparse layer's routed experts in run's --output, forward_io files and cost's --routing:
  * "moe.<layer>.topk_idx", I32 [B*S, K]. */
 const char *cli_topk_key(int64_t layer, char *buf, size_t cap);

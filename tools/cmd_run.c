@@ -25,7 +25,8 @@ enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD
 static const cli_opt g_opts[] = {
     CLI_OPT_HELP,
     {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank", CLI_SHORT, NULL},
-    {"threads", 't', "N", "threads per rank for the GEMMs", 0, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks on its node)", 0, NULL},
     {"overlap", O_OVERLAP, NULL, "MoE blocks run the shared expert while their tokens are exchanged (also\n"
                                  "when the declared compute sets overlap_shared_expert); the same numbers", 0, NULL},
     {"compare-rtol", O_RTOL, "R", "run --compare: tolerances R * max|ref| for the logits and R * |ref| for the\n"
@@ -293,10 +294,7 @@ static int run(run_args *a, int *argc, char ***argv)
     if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        if (a->threads > 0) {
-            hp_linalg_set_threads(a->threads);
-            hp_linalg_blas_threads(a->threads);
-        }
+        cli_threads(w, a->threads, NULL);
         hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
                           .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */

@@ -87,7 +87,8 @@ static const cli_opt g_opts[] = {
                              "its files); never any other folder", 0, NULL},
     {"grad-out", O_GRAD, "G", "rank 0 writes grad.<name> F32 (the first step's gradient of every trainable\n"
                               "parameter) and loss F32 [N] (each step's loss), atomically", 0, NULL},
-    {"threads", 't', "N", "threads per rank for the GEMMs", 0, NULL},
+    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks on its node)", 0, NULL},
     {"lr", O_LR, "X", "learning rate, > 0 (1e-3)", 0, G_OPT},
     {"beta1", O_B1, "X", "first moment decay, in [0, 1) (0.9)", 0, G_OPT},
     {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT},
@@ -739,10 +740,7 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        if (a->threads > 0) {
-            hp_linalg_set_threads(a->threads);
-            hp_linalg_blas_threads(a->threads);
-        }
+        cli_threads(w, a->threads, NULL);
         hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
         st = hp_runner_create(&r, w, m, p, &ro, &err);

@@ -71,3 +71,23 @@ const char *cli_topk_key(int64_t layer, char *buf, size_t cap)
     snprintf(buf, cap, "moe.%lld.topk_idx", (long long)layer);
     return buf;
 }
+
+int cli_threads(const hp_comm *w, int64_t requested, const char **why)
+{
+    int n, local = hp_comm_node_size(w); /* collective: every rank asks */
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (requested > 0) {
+        n = (int)requested;
+        if (why) *why = "--threads";
+    } else if (env && *env) {
+        n = hp_linalg_set_threads(0); /* OpenMP read it */
+        if (why) *why = "OMP_NUM_THREADS";
+    } else {
+        n = hp_linalg_cores() / local;
+        if (n < 1) n = 1;
+        if (why) *why = local > 1 ? "this node's cores shared by its ranks" : "this process's cores";
+    }
+    hp_linalg_set_threads(n);
+    hp_linalg_blas_threads(n);
+    return n;
+}

@@ -42,6 +42,8 @@ bool hp_comm_is_mpi(const hp_comm *c);
 const char *hp_comm_backend(const hp_comm *c);
 double hp_comm_wtime(void);
 
+/* How many ranks of c run on this rank's node (the same host name), at least 1. Collective. */
+int hp_comm_node_size(const hp_comm *c);
 /* Ranks with the same color form a communicator, ordered by key then rank. Collective. */
 hp_status hp_comm_split(const hp_comm *c, int color, int key, hp_comm **out, hp_err *err);
 

@@ -99,6 +99,8 @@ const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap);
 /* The CPU features this process may use, a space-separated subset of "avx2 fma avx512f avx512bw avx512_bf16
  * amx_bf16 amx_tile" ("" when none), into buf; cpuid and the OS's saved-register state both checked. */
 const char *hp_linalg_cpu_isa(char *buf, size_t cap);
+/* The cores this process may run on (its CPU affinity). */
+int hp_linalg_cores(void);
 /* Sets the OpenMP threads of later calls (n <= 0: leave as is); returns the count in effect. Set it before
  * creating linears: some oneDNN kernels fix their thread count when the primitive is made. */
 int hp_linalg_set_threads(int n);

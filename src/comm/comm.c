@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_int.h"
 
@@ -336,4 +337,23 @@ hp_status hp_comm_agree(const hp_comm *c, hp_status local, hp_err *err)
         return hp_err_set(err, (hp_status)pkt.status, "rank %d: %s", root, pkt.msg);
     if (c->size > 1) return hp_err_set(err, (hp_status)pkt.status, "%s", pkt.msg);
     return (hp_status)pkt.status;
+}
+
+int hp_comm_node_size(const hp_comm *c)
+{
+    /* the ranks whose host name is this rank's (FNV-1a of it, gathered) */
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+    uint64_t h = 1469598103934665603ull;
+    for (const char *q = host; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
+    int n = hp_comm_size(c), same = 0;
+    uint64_t *all = calloc((size_t)n, sizeof *all);
+    hp_err err;
+    if (!all || hp_comm_allgather(c, &h, sizeof h, all, &err) != HP_OK) {
+        free(all);
+        return 1;
+    }
+    for (int i = 0; i < n; i++) same += all[i] == h;
+    free(all);
+    return same > 0 ? same : 1;
 }

@@ -12,9 +12,11 @@
  * Linux also wants a per-process permission request before the first AMX instruction; we only report AMX
  * (oneDNN asks for it itself when it uses AMX).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "linalg/linalg_int.h"
 
 #include <cpuid.h>
+#include <sched.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -109,6 +111,13 @@ const char *hp_linalg_cpu_isa(char *buf, size_t cap)
         if (w > 0) len += (size_t)w;
     }
     return buf;
+}
+
+int hp_linalg_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    return omp_get_num_procs() > 0 ? omp_get_num_procs() : 1;
 }
 
 int hp_linalg_set_threads(int n)
