@@ -52,10 +52,12 @@ static const cli_opt g_opts[] = {
     {"steps", O_STEPS, "N", "training steps (default 1); the schedule runs over them", 0, NULL},
     {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
                                 "model folder (config.json, model.safetensors) and every rank's training state,\n"
-                                "written whole or not at all", 0, NULL},
+                                "written whole or not at all (a kill or a full disk mid-save leaves the earlier\n"
+                                "ones intact); 'hyperpar merge DIR' makes a Hugging Face folder of the last", 0,
+     NULL},
     {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
-                                 "one) with the same flags: the same parameters, optimizer state and step, so\n"
-                                 "the result equals the uninterrupted run's bit for bit", 0, NULL},
+                                 "complete one) with the same flags: the same parameters, optimizer state and\n"
+                                 "step, so the result equals the uninterrupted run's bit for bit", 0, NULL},
     {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
