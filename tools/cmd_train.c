@@ -53,8 +53,8 @@ static const cli_opt g_opts[] = {
     {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
                                 "model folder (config.json, model.safetensors) and every rank's training state,\n"
                                 "written whole or not at all (a kill or a full disk mid-save leaves the earlier\n"
-                                "ones intact); 'hyperpar merge DIR' makes a Hugging Face folder of the last", 0,
-     NULL},
+                                "ones intact); 'hyperpar merge DIR' turns the last into a Hugging Face folder",
+     0, NULL},
     {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
                                  "complete one) with the same flags: the same parameters, optimizer state and\n"
                                  "step, so the result equals the uninterrupted run's bit for bit", 0, NULL},
