@@ -1,6 +1,8 @@
 /*
  * cmd_shard.c — `hyperpar shard MODEL (--plan plan.json | plan flags) --out DIR` and
- * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back.
+ * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back;
+ * `hyperpar merge RUN[/step-<t>] --out OUT [--dtype f32|bf16]`: a training checkpoint as a Hugging Face folder
+ * (hyperpar/trainckpt.h decides which DIR is).
  */
 #include <signal.h>
 #include <stdlib.h>
