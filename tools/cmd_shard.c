@@ -1,6 +1,8 @@
 /*
  * cmd_shard.c — `hyperpar shard MODEL (--plan plan.json | plan flags) --out DIR` and
- * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back.
+ * `hyperpar merge DIR --out OUT [--max-shard-size 5GB]`: per-rank safetensors files and the exact way back;
+ * `hyperpar merge RUN[/step-<t>] --out OUT [--dtype f32|bf16]`: a training checkpoint as a Hugging Face folder
+ * (hyperpar/trainckpt.h decides which DIR is).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -11,8 +13,9 @@
 #include "signals.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/shard.h"
+#include "hyperpar/trainckpt.h"
 
-enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET, O_MAX, O_VERIFY };
+enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET, O_MAX, O_VERIFY, O_DTYPE };
 #define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
 
 static const cli_opt g_shard_opts[] = {
@@ -36,6 +39,8 @@ static const cli_opt g_merge_opts[] = {
                                "file once more); without it, identity, sizes, shapes and layouts are checked", 0, NULL},
     {"force", O_FORCE, NULL, "replace an earlier hyperpar output in OUT (never any other folder)", 0, NULL},
     {"quiet", O_QUIET, NULL, "no progress line", 0, NULL},
+    {"dtype", O_DTYPE, "T", "a training checkpoint only: f32 (default: the f32 masters as trained) or bf16\n"
+                            "(rounded to nearest even); config.json's torch_dtype says which", 0, NULL},
     {0},
 };
 
@@ -63,11 +68,17 @@ static void merge_usage(FILE *out)
 {
     fprintf(out,
             "usage: hyperpar merge DIR --out OUT [--max-shard-size 5GB] [--verify] [--force] [--quiet]\n"
+            "   or: hyperpar merge RUN[/step-<t>] --out OUT [--dtype f32|bf16] [--force]\n"
             "\n"
             "Rebuilds the original checkpoint from a 'hyperpar shard' folder: every rank file is validated,\n"
             "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
             "Writes OUT/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json\n"
             "when the total is over --max-shard-size, plus config.json.\n"
+            "\n"
+            "Or turns a training checkpoint ('hyperpar train --save-every K --out RUN' wrote RUN/step-<t>; RUN\n"
+            "alone means its last complete one) into a Hugging Face folder: OUT/config.json and\n"
+            "OUT/model.safetensors, the parameters as trained, the same bytes from the same checkpoint. An\n"
+            "incomplete checkpoint (a file its state.json names is missing) is refused.\n"
             "\n");
     cli_print_options(out, g_merge_opts);
 }
@@ -164,7 +175,9 @@ int cmd_shard(int argc, char **argv)
 int cmd_merge(int argc, char **argv)
 {
     hp_merge_opts mo = {.progress = isatty(2)};
+    hp_train_merge_opts to = {.dtype = HP_DT_F32};
     const char *out = NULL;
+    bool shard_only = false, dtype_given = false; /* options that belong to one kind of input */
     int c;
     cli_parser cp = {.cmd = "merge", .opts = g_merge_opts};
     while ((c = cli_getopt(&cp, argc, argv)) != -1) {
@@ -174,20 +187,43 @@ int cmd_merge(int argc, char **argv)
             if (!hp_shard_parse_size(optarg, &mo.max_shard_size))
                 return cli_usage_error("merge", "--max-shard-size expects a size such as 5GB, 500MB or 2GiB, got '%s'",
                                        optarg);
+            shard_only = true;
             break;
-        case O_FORCE: mo.force = true; break;
+        case O_FORCE: mo.force = to.force = true; break;
         case O_QUIET: mo.progress = false; break;
-        case O_VERIFY: mo.verify = true; break;
+        case O_VERIFY: mo.verify = shard_only = true; break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "f32") || !strcmp(optarg, "float32")) to.dtype = HP_DT_F32;
+            else if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16")) to.dtype = HP_DT_BF16;
+            else return cli_usage_error("merge", "--dtype expects f32 or bf16, got '%s'", optarg);
+            dtype_given = true;
+            break;
         case 'h': merge_usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("merge", argv);
         }
     }
-    if (optind != argc - 1) return cli_usage_error("merge", "expected exactly one shard folder DIR");
+    if (optind != argc - 1)
+        return cli_usage_error("merge", "expected exactly one shard folder or training checkpoint DIR");
     if (!out) return cli_usage_error("merge", "--out OUT is required");
+    const char *dir = argv[optind];
+    bool train = hp_train_ckpt_is(dir);
+    if (train && shard_only)
+        return cli_usage_error("merge", "--max-shard-size and --verify go with a shard folder; %s is a training "
+                               "checkpoint", dir);
+    if (!train && dtype_given)
+        return cli_usage_error("merge", "--dtype goes with a training checkpoint; %s is not one (a shard folder "
+                               "merges to its original dtypes)", dir);
     hp_err err;
     hp_shard_stats stats;
+    int64_t step = 0;
     cli_signals_catch();
-    int rc = hp_shard_merge(argv[optind], out, &mo, &stats, &err) == HP_OK ? report("merged into", out, &stats)
-                                                                           : cli_fail(&err);
+    int rc;
+    if (train)
+        rc = hp_train_ckpt_merge(dir, out, &to, &step, &err) == HP_OK
+                 ? (fprintf(stderr, "merged the checkpoint of step %lld into %s (%s)\n", (long long)step, out,
+                            to.dtype == HP_DT_BF16 ? "bfloat16" : "float32"), HP_EXIT_OK)
+                 : cli_fail(&err);
+    else
+        rc = hp_shard_merge(dir, out, &mo, &stats, &err) == HP_OK ? report("merged into", out, &stats) : cli_fail(&err);
     return cli_signals_release(rc);
 }

@@ -33,6 +33,7 @@
 #include "hyperpar/run.h"
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
+#include "hyperpar/trainckpt.h"
 
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
@@ -51,10 +52,12 @@ static const cli_opt g_opts[] = {
     {"steps", O_STEPS, "N", "training steps (default 1); the schedule runs over them", 0, NULL},
     {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
                                 "model folder (config.json, model.safetensors) and every rank's training state,\n"
-                                "written whole or not at all", 0, NULL},
+                                "written whole or not at all (a kill or a full disk mid-save leaves the earlier\n"
+                                "ones intact); 'hyperpar merge DIR' turns the last into a Hugging Face folder",
+     0, NULL},
     {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
-                                 "one) with the same flags: the same parameters, optimizer state and step, so\n"
-                                 "the result equals the uninterrupted run's bit for bit", 0, NULL},
+                                 "complete one) with the same flags: the same parameters, optimizer state and\n"
+                                 "step, so the result equals the uninterrupted run's bit for bit", 0, NULL},
     {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
@@ -232,111 +235,6 @@ static hp_status write_grads(const char *path, const tensor_list *g, const float
     return st;
 }
 
-/* ---- --out: config.json with "torch_dtype": "float32" ---- */
-
-static size_t skip_ws(const char *s, size_t i, size_t n)
-{
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
-    return i;
-}
-
-/* Past the string starting at s[i] == '"'; n when it is not closed. */
-static size_t skip_string(const char *s, size_t i, size_t n)
-{
-    for (i++; i < n; i++) {
-        if (s[i] == '\\') i++;
-        else if (s[i] == '"') return i + 1;
-    }
-    return n;
-}
-
-/* Past the JSON value at s[i]: a string, an object or array (nesting and strings followed), or a literal. */
-static size_t skip_value(const char *s, size_t i, size_t n)
-{
-    if (i < n && s[i] == '"') return skip_string(s, i, n);
-    int depth = 0;
-    while (i < n) {
-        char c = s[i];
-        if (c == '"') {
-            i = skip_string(s, i, n);
-            continue;
-        }
-        if (c == '{' || c == '[') depth++;
-        else if (c == '}' || c == ']') {
-            if (depth == 0) return i;
-            if (--depth == 0) return i + 1;
-        } else if (depth == 0 && (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r')) return i;
-        i++;
-    }
-    return n;
-}
-
-/* text (a JSON object) with the values of its top-level "torch_dtype" and "dtype" set to "float32", or
- * "torch_dtype": "float32" added first when it has neither. malloc'd into *out. */
-static hp_status config_f32(const char *label, const char *text, size_t n, char **out, hp_err *err)
-{
-    size_t spans[2][2];
-    int n_spans = 0;
-    size_t i = skip_ws(text, 0, n), open = i;
-    bool bad = i >= n || text[i] != '{', members = false;
-    for (i++; !bad;) {
-        i = skip_ws(text, i, n);
-        if (i < n && text[i] == '}') break;
-        if (i >= n || text[i] != '"') {
-            bad = true;
-            break;
-        }
-        size_t k0 = i + 1, k1 = skip_string(text, i, n) - 1;
-        i = skip_ws(text, k1 + 1, n);
-        if (i >= n || text[i] != ':') {
-            bad = true;
-            break;
-        }
-        i = skip_ws(text, i + 1, n);
-        size_t v0 = i, v1 = skip_value(text, i, n);
-        if (v1 == v0 || v1 > n) {
-            bad = true;
-            break;
-        }
-        members = true;
-        size_t kl = k1 - k0;
-        if (((kl == 11 && !strncmp(text + k0, "torch_dtype", 11)) || (kl == 5 && !strncmp(text + k0, "dtype", 5))) &&
-            n_spans < 2) {
-            spans[n_spans][0] = v0;
-            spans[n_spans++][1] = v1;
-        }
-        i = skip_ws(text, v1, n);
-        if (i < n && text[i] == ',') i++;
-        else if (i < n && text[i] == '}') break;
-        else bad = true;
-    }
-    if (bad) return hp_err_set(err, HP_ERR_INPUT, "%s is not a JSON object; --out copies it with float32 weights", label);
-    static const char f32[] = "\"float32\"", add[] = "\n  \"torch_dtype\": \"float32\"";
-    char *o = malloc(n + sizeof add + 2 + 2 * sizeof f32);
-    if (!o) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    size_t len = 0, at = 0;
-    if (n_spans == 0) {
-        memcpy(o, text, open + 1);
-        len = open + 1;
-        memcpy(o + len, add, sizeof add - 1);
-        len += sizeof add - 1;
-        if (members) o[len++] = ',';
-        at = open + 1;
-    }
-    for (int s = 0; s < n_spans; s++) {
-        memcpy(o + len, text + at, spans[s][0] - at);
-        len += spans[s][0] - at;
-        memcpy(o + len, f32, sizeof f32 - 1);
-        len += sizeof f32 - 1;
-        at = spans[s][1];
-    }
-    memcpy(o + len, text + at, n - at);
-    len += n - at;
-    o[len] = '\0';
-    *out = o;
-    return HP_OK;
-}
-
 static hp_status read_text(const char *path, char **out, size_t *len, hp_err *err)
 {
     FILE *f = fopen(path, "rb");
@@ -403,7 +301,7 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
     char *text = NULL, *cfg = NULL;
     size_t tlen = 0;
     hp_status st = read_text(cfg_path, &text, &tlen, err);
-    if (st == HP_OK) st = config_f32(cfg_path, text, tlen, &cfg, err);
+    if (st == HP_OK) st = hp_config_set_dtype(cfg_path, text, tlen, "float32", &cfg, err);
     free(text);
     size_t n_ck = m->ckpt ? hp_ckpt_count(m->ckpt) : 0;
     copy_ctx *cc = hp_calloc(n_ck + 1, sizeof *cc);
@@ -547,34 +445,6 @@ static json_t *run_flags(const train_args *a, int world)
     return o;
 }
 
-/* The checkpoint folder of --resume: CKPT itself when it holds state.json, else its last step-<t> that does. */
-static hp_status find_checkpoint(const char *path, char *out, size_t cap, hp_err *err)
-{
-    char probe[PATH_MAX + 32];
-    snprintf(probe, sizeof probe, "%s/state.json", path);
-    if (access(probe, R_OK) == 0) {
-        snprintf(out, cap, "%s", path);
-        return HP_OK;
-    }
-    DIR *d = opendir(path);
-    if (!d) return hp_err_set(err, HP_ERR_INPUT, "--resume %s: no such checkpoint or run folder (%s)", path,
-                              strerror(errno));
-    long long best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long long t;
-        char tail;
-        if (sscanf(e->d_name, "step-%lld%c", &t, &tail) != 1 || t < 0) continue;
-        snprintf(probe, sizeof probe, "%s/%s/state.json", path, e->d_name);
-        if (t > best && access(probe, R_OK) == 0) best = t;
-    }
-    closedir(d);
-    if (best < 0) return hp_err_set(err, HP_ERR_INPUT, "--resume %s: it holds no complete checkpoint (step-<t> with "
-                                    "state.json)", path);
-    snprintf(out, cap, "%s/step-%lld", path, best);
-    return HP_OK;
-}
-
 /* The step state.json of ckpt records, after checking that its flags are this run's (each difference named). */
 static hp_status read_checkpoint(const train_args *a, int world, const char *ckpt, int64_t *step, hp_err *err)
 {
@@ -630,21 +500,24 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     if (st == HP_OK) st = hp_runner_gather_params(r, false, keep, &params, err);
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK && root) st = write_folder(a, m, &params, NULL, tmp, err);
-    json_t *state = root && st == HP_OK ? json_pack("{s:I, s:o}", "step", (json_int_t)step, "flags",
-                                                    run_flags(a, hp_comm_size(w))) : NULL;
-    if (root && st == HP_OK) {
-        char *text = state ? json_dumps(state, JSON_INDENT(2)) : NULL, path[PATH_MAX + 160];
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        st = text ? cli_write_atomic_err(path, text, strlen(text), "state.json", err)
+    if (root && st == HP_OK) { /* last: it lists every file, so a folder with it is complete */
+        json_t *flags = run_flags(a, hp_comm_size(w));
+        char *text = flags ? json_dumps(flags, JSON_PRESERVE_ORDER) : NULL;
+        st = text ? hp_train_ckpt_write_state(tmp, step, hp_comm_size(w), text, err)
                   : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         free(text);
+        json_decref(flags);
     }
-    json_decref(state);
     st = hp_comm_agree(w, st, err); /* every rank's file is in place */
     if (root && st == HP_OK) st = hp_outdir_commit(of, err);
-    hp_outdir_close(of); /* aborts what was not committed */
     list_free(&params);
     st = hp_comm_agree(w, st, err);
+    if (root && st != HP_OK) { /* a full disk, a write error: named in the checkpoint, not its temporary */
+        hp_outdir_fix_msg(of, err);
+        hp_err_prefix(err, "train: saving the checkpoint of step %lld failed; the earlier checkpoints are intact",
+                      (long long)step);
+    }
+    hp_outdir_close(of); /* aborts what was not committed: the temporary folder, whoever wrote into it */
     if (st == HP_OK && root) fprintf(stderr, "train: step %lld: checkpoint %s\n", (long long)step, out);
     return st;
 }
@@ -697,10 +570,12 @@ static int train(train_args *a, int *argc, char ***argv)
         else if (stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
             st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
                             "checkpoints", a->out);
+        else /* what a killed run left there (a save it never finished) */
+            hp_outdir_remove_stale(a->out);
     }
     char ckpt[PATH_MAX + 64] = "";
     int64_t k0 = 0; /* steps already taken (--resume) */
-    if (st == HP_OK && a->resume) st = find_checkpoint(a->resume, ckpt, sizeof ckpt, &err);
+    if (st == HP_OK && a->resume) st = hp_train_ckpt_find("--resume", a->resume, ckpt, sizeof ckpt, &err);
     if (st == HP_OK && a->out && a->grad_out) { /* G inside DIR would go with the folder's rename */
         char g[PATH_MAX];
         char *slash = strrchr(a->grad_out, '/');

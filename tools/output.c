@@ -117,42 +117,14 @@ void cli_json_str(const char *s)
     cli_json_fstr(stdout, s);
 }
 
-/* Writes data to path atomically: a temporary file next to it (created exclusively), flushed to disk, then
- * renamed over path. Every write, sync and close error is an error, and the temporary never stays behind.
- * Messages name path, not the temporary. */
+/* Writes data to path atomically (hp_file_write_atomic), or to stdout when path is NULL. */
 hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, const char *what, hp_err *err)
 {
     if (!path) {
         fwrite(data, 1, len, stdout); /* main() checks stdout's errors */
         return HP_OK;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a leftover of an earlier process with our pid */
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        int e = errno;
-        return hp_err_set(err, e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_ERR_INPUT
-                                                                                              : HP_ERR_IO,
-                          "%s: cannot write %s: cannot create a file in its folder (%s); nothing was written", path,
-                          what, strerror(e));
-    }
-    int e = 0;
-    for (size_t off = 0; off < len && !e;) {
-        ssize_t n = write(fd, data + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) e = n < 0 ? errno : EIO;
-        else off += (size_t)n;
-    }
-    if (!e && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: no sync on /dev/shm etc. */
-    if (close(fd) != 0 && !e) e = errno;
-    if (!e && rename(tmp, path) != 0) e = errno;
-    if (e) {
-        unlink(tmp);
-        return hp_err_set(err, HP_ERR_IO, "%s: writing %s failed: %s; nothing was written", path, what, strerror(e));
-    }
-    return HP_OK;
+    return hp_file_write_atomic(path, data, len, what, err);
 }
 
 int cli_write_atomic(const char *path, const char *data, size_t len, const char *what)

@@ -135,6 +135,14 @@ hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err);
 /* What a path is, as the end of a sentence ("does not exist", "is a FIFO (named pipe), not a regular file",
  * "is a folder", "is a symbolic-link loop ..."); buf holds the text for unusual errno values. */
 const char *hp_path_describe(const char *path, char *buf, size_t cap);
+/* Writes len bytes to path atomically: a temporary "<path>.tmp.<pid>" beside it (created exclusively; one of an
+ * earlier process with our pid is replaced), synced to disk, then renamed over path. Every write, sync, close
+ * and rename error is HP_ERR_IO naming path (not the temporary), `what` and the cause; the temporary never stays
+ * behind. A folder that cannot take the file (missing, not a folder) is HP_ERR_INPUT. */
+hp_status hp_file_write_atomic(const char *path, const void *data, size_t len, const char *what, hp_err *err);
+/* Makes what was renamed into folder dir durable (fsync of the folder itself); file systems without it pass.
+ * HP_ERR_IO naming dir otherwise. */
+hp_status hp_file_sync_dir(const char *dir, hp_err *err);
 
 /* Shell-style glob on dotted names (fnmatchcase): '*' any run (dots included), '?' one character, [a-z] [!x]. */
 bool hp_glob_match(const char *pattern, const char *text);

@@ -54,8 +54,15 @@ const char *hp_outdir_path(const hp_outdir *o);
 /* Installs the temporary folder as OUT. On failure (HP_ERR_INPUT when OUT appeared or changed meanwhile,
  * HP_ERR_IO otherwise; the message names OUT, not the temporary) the temporary folder is removed. */
 hp_status hp_outdir_commit(hp_outdir *o, hp_err *err);
+/* Rewrites err's message where it names the temporary folder to name OUT (a writer's message about a file in it,
+ * from this process or another rank). NULL o is fine. */
+void hp_outdir_fix_msg(const hp_outdir *o, hp_err *err);
 /* Removes the temporary folder and the parents created for it. Idempotent. */
 void hp_outdir_abort(hp_outdir *o);
+/* Removes every "<name>.tmp.<pid>" / "<name>.old.<pid>" folder directly in dir that holds the marker and whose
+ * process no longer runs on this host (each named on stderr): what a killed run left of its outputs in dir (train
+ * sweeps its run folder at the start, so a dead run's half-written checkpoint never blocks the next). */
+void hp_outdir_remove_stale(const char *dir);
 /* Aborts what was not committed and frees o. NULL is fine. */
 void hp_outdir_close(hp_outdir *o);
 

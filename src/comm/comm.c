@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm/comm_int.h"
+#include "core/guard.h"
 
 /* ---- one process: every collective is a copy ---- */
 
@@ -150,9 +151,9 @@ int hp_comm_launch_rank(void)
 hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
 {
     *out = NULL;
-    if (hp_comm_launched()) return hp__mpi_world(out, argc, argv, err);
-    hp_status st = hp_comm_self(out, err);
-    if (st == HP_OK) (*out)->world = true;
+    hp_status st = hp_comm_launched() ? hp__mpi_world(out, argc, argv, err) : hp_comm_self(out, err);
+    if (st == HP_OK && !hp_comm_launched()) (*out)->world = true;
+    if (st == HP_OK) hp__test_set_rank((*out)->rank); /* HP_TEST_ONLY_RANK's rank (core/guard.h) */
     return st;
 }
 

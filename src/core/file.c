@@ -6,6 +6,9 @@
  * never blocks on a FIFO or a device), checks with fstat that the object opened is a regular file, and
  * only then clears O_NONBLOCK. Everything that is not a regular file is refused with a sentence naming
  * what it is: a folder, a FIFO, a device, a socket, a symbolic-link loop, a missing path.
+ *
+ * Small outputs go through hp_file_write_atomic: a temporary beside the file, synced, renamed; a full disk (or
+ * HP_TEST_ENOSPC_AFTER, core/guard.h) fails it with the path and the cause.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/guard.h"
 #include "hyperpar/core.h"
 
 static const char *mode_kind(mode_t m)
@@ -106,5 +110,47 @@ hp_status hp_open_regular(const char *path, int *fd_out, hp_err *err)
         return hp_err_set(err, HP_ERR_IO, "%s: cannot clear O_NONBLOCK: %s", path, strerror(e));
     }
     *fd_out = fd;
+    return HP_OK;
+}
+
+hp_status hp_file_write_atomic(const char *path, const void *data, size_t len, const char *what, hp_err *err)
+{
+    char tmp[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: cannot write %s: the path is too long", path, what);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST && unlink(tmp) == 0) /* a leftover of an earlier process with our pid */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        int e = errno;
+        return hp_err_set(err, e == ENOENT || e == ENOTDIR || e == EISDIR || e == ENAMETOOLONG ? HP_ERR_INPUT
+                                                                                              : HP_ERR_IO,
+                          "%s: cannot write %s: cannot create a file in its folder (%s); nothing was written", path,
+                          what, strerror(e));
+    }
+    int e = hp__test_write_fault(len);
+    for (size_t off = 0; off < len && !e;) {
+        ssize_t n = write(fd, (const char *)data + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) e = n < 0 ? errno : EIO;
+        else off += (size_t)n;
+    }
+    if (!e && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) e = errno; /* EINVAL: no sync on /dev/shm etc. */
+    if (close(fd) != 0 && !e) e = errno;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    if (e) {
+        unlink(tmp);
+        return hp_err_set(err, HP_ERR_IO, "%s: writing %s failed: %s; nothing was written", path, what, strerror(e));
+    }
+    return HP_OK;
+}
+
+hp_status hp_file_sync_dir(const char *dir, hp_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return hp_err_set(err, HP_ERR_IO, "%s: cannot open the folder to sync it: %s", dir, strerror(errno));
+    int e = fsync(fd) != 0 && errno != EINVAL && errno != EROFS && errno != EBADF ? errno : 0;
+    close(fd);
+    if (e) return hp_err_set(err, HP_ERR_IO, "%s: cannot sync the folder to disk: %s", dir, strerror(e));
     return HP_OK;
 }

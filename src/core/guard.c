@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #include "core/guard.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -174,17 +175,63 @@ hp_status hp__interrupt_error(hp_err *err)
 
 /* ---- test pause points ---- */
 
+/* This process's world rank, as hp_comm_world found it (0 before, and without a launcher). */
+static _Atomic int g_test_rank;
+
+void hp__test_set_rank(int rank) { atomic_store(&g_test_rank, rank); }
+
+bool hp__test_rank_selected(void)
+{
+    const char *want = getenv("HP_TEST_ONLY_RANK");
+    if (!want || !*want) return true;
+    char *end = NULL;
+    long r = strtol(want, &end, 10);
+    return !*end && r == atomic_load(&g_test_rank);
+}
+
 void hp__test_pause(const char *env, bool once)
 {
     static _Atomic int paused;
     const char *p = getenv(env);
-    if (!p || !*p || strlen(p) > 4000) return;
+    if (!p || !*p || strlen(p) > 4000 || !hp__test_rank_selected()) return;
     if (once && atomic_exchange(&paused, 1)) return;
-    char ready[4100], go[4100];
+    char ready[4100], tmp[4140], go[4100], pid[32];
     snprintf(ready, sizeof ready, "%s.ready", p);
+    snprintf(tmp, sizeof tmp, "%s.ready.%ld", p, (long)getpid());
     snprintf(go, sizeof go, "%s.go", p);
-    int fd = open(ready, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) close(fd);
+    /* P.ready appears with the pid already in it (written under another name, then renamed). */
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        bool ok = write(fd, pid, (size_t)n) == n;
+        close(fd);
+        if (!ok || rename(tmp, ready) != 0) unlink(tmp);
+    }
     const struct timespec tick = {0, 10 * 1000 * 1000};
     for (int i = 0; i < 12000 && !hp_interrupted() && access(go, F_OK) != 0; i++) nanosleep(&tick, NULL);
+}
+
+int hp__test_write_fault(size_t n)
+{
+    /* -1: not read yet; -2: no limit. The budget is process-wide (writer threads share it). */
+    static _Atomic long long left = -1;
+    long long l = atomic_load(&left);
+    if (l == -1) {
+        const char *v = getenv("HP_TEST_ENOSPC_AFTER");
+        char *end = NULL;
+        long long b = v && *v && hp__test_rank_selected() ? strtoll(v, &end, 10) : -2;
+        if (b != -2 && (!end || *end || b < 0)) b = -2;
+        long long expected = -1;
+        atomic_compare_exchange_strong(&left, &expected, b);
+        l = atomic_load(&left);
+    }
+    if (l == -2) return 0;
+    for (;;) {
+        if ((unsigned long long)l < n) {
+            atomic_store(&left, 0);
+            errno = ENOSPC;
+            return ENOSPC;
+        }
+        if (atomic_compare_exchange_weak(&left, &l, l - (long long)n)) return 0;
+    }
 }

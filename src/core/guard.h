@@ -30,10 +30,20 @@ void hp__guard_unmap(int slot);
  * recorded. */
 hp_status hp__interrupt_error(hp_err *err);
 
-/* Test hook: when the environment variable `env` names a path P, creates P.ready and waits until P.go exists,
- * a signal was recorded (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a signal at
- * exactly this point instead of guessing with sleeps. With `once`, only the first such call in the process
- * pauses. */
+/* Test hook: when the environment variable `env` names a path P, creates P.ready (holding the process id, so a
+ * test can kill exactly the process that paused) and waits until P.go exists, a signal was recorded
+ * (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a signal at exactly this point instead
+ * of guessing with sleeps. With `once`, only the first such call in the process pauses. Under mpirun,
+ * HP_TEST_ONLY_RANK=R limits every HP_TEST_* hook of this file to the process of world rank R. */
 void hp__test_pause(const char *env, bool once);
+/* Test hook: whether this process is the one HP_TEST_ONLY_RANK selects (true when it is unset): its world rank
+ * as hp_comm_world recorded it with hp__test_set_rank (0 until then). */
+bool hp__test_rank_selected(void);
+void hp__test_set_rank(int rank);
+/* Test hook for a full disk: with HP_TEST_ENOSPC_AFTER=BYTES, the process's file writers (the safetensors
+ * writer, hp_file_write_atomic, the output folder's small files) account every write here and fail with
+ * ENOSPC once BYTES in all have been written (the write that crosses the limit fails whole). Returns 0, or
+ * ENOSPC with errno set. */
+int hp__test_write_fault(size_t n);
 
 #endif

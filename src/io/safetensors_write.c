@@ -259,6 +259,12 @@ static hp_status write_error(const char *path, const char *what, int e, hp_err *
     return hp_err_set(err, HP_ERR_IO, "%s: cannot %s: %s.", path, what, strerror(e));
 }
 
+/* fwrite of all n bytes, accounted to the full-disk test hook (hp__test_write_fault). */
+static bool put(FILE *fp, const void *buf, size_t n)
+{
+    return hp__test_write_fault(n) == 0 && fwrite(buf, 1, n, fp) == n;
+}
+
 /* Streams one tensor's bytes produced by its fill callback, chunk by chunk. */
 static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const st_wtensor *t,
                               unsigned char *chunk, hp_err *err)
@@ -271,7 +277,7 @@ static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const
             hp_err_prefix(err, "%s: tensor '%s'", path, t->name);
             return st;
         }
-        if (fwrite(chunk, 1, n, fp) != n) return write_error(path, "write", errno, err);
+        if (!put(fp, chunk, n)) return write_error(path, "write", errno, err);
         done += (int64_t)n;
     }
     return HP_OK;
@@ -281,6 +287,7 @@ static hp_status write_filled(FILE *fp, const char *path, const char *tmp, const
 static bool pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
 {
     const unsigned char *p = buf;
+    if (hp__test_write_fault(n) != 0) return false;
     while (n > 0) {
         ssize_t k = pwrite(fd, p, n, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
@@ -392,8 +399,7 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     static const char spaces[8] = "        ";
-    if (fwrite(len8, 1, 8, fp) != 8 || fwrite(hdr, 1, hlen, fp) != hlen ||
-        fwrite(spaces, 1, padded - hlen, fp) != padded - hlen) {
+    if (!put(fp, len8, 8) || !put(fp, hdr, hlen) || !put(fp, spaces, padded - hlen)) {
         st = write_error(path, "write", errno, err);
         goto out;
     }
@@ -402,8 +408,10 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
         goto out;
     }
     /* Test hook: HP_TEST_PAUSE_MID_WRITE=P pauses with the temporary holding its header (P.ready, then P.go or
-     * a signal), so tests interrupt or kill a writer at exactly this point. */
-    hp__test_pause("HP_TEST_PAUSE_MID_WRITE", false);
+     * a signal), so tests interrupt or kill a writer at exactly this point; with HP_TEST_PAUSE_WRITE_OF=TEXT only
+     * a file whose path holds TEXT (e.g. "step-4.tmp": the second checkpoint of a run). */
+    const char *pause_of = getenv("HP_TEST_PAUSE_WRITE_OF");
+    if (!pause_of || strstr(path, pause_of)) hp__test_pause("HP_TEST_PAUSE_MID_WRITE", false);
     if (w->threads > 1 && w->n > 1)
         st = write_parallel(w, fp, 8 + (uint64_t)padded, path, tmp, chunk_size, err);
     for (size_t i = 0; i < w->n && st == HP_OK && !(w->threads > 1 && w->n > 1); i++) {
@@ -413,11 +421,17 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
             st = hp__interrupt_error(err);
         else if (t->fill)
             st = write_filled(fp, path, tmp, t, chunk, err);
-        else if (fwrite(t->data, 1, (size_t)t->nbytes, fp) != (size_t)t->nbytes)
+        else if (!put(fp, t->data, (size_t)t->nbytes))
             st = write_error(path, "write", errno, err);
     }
     if (st == HP_OK && hp_interrupted()) st = hp__interrupt_error(err);
     if (st) goto out;
+    /* On disk before the rename: a crash after it never leaves the name pointing at missing data. EINVAL /
+     * EROFS: a file system without sync (a pipe-like special file, /dev/shm on some kernels). */
+    if (fflush(fp) != 0 || (fsync(fileno(fp)) != 0 && errno != EINVAL && errno != EROFS)) {
+        st = write_error(path, "write", errno, err);
+        goto out;
+    }
     FILE *done = fp;
     fp = NULL;
     if (fclose(done) != 0) {

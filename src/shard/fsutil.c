@@ -47,9 +47,13 @@ hp_status hp__write_text(const char *path, const char *text, size_t len, hp_err 
 {
     FILE *f = fopen(path, "wb");
     if (!f) return hp_err_set(err, HP_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    bool ok = fwrite(text, 1, len, f) == len;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) return hp_err_set(err, HP_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    int e = 0; /* the first failure: a full disk shows at the write, the flush, the sync or the close */
+    if (hp__test_write_fault(len) != 0 || fwrite(text, 1, len, f) != len || fflush(f) != 0)
+        e = errno ? errno : EIO;
+    else if (fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS)
+        e = errno;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (e) return hp_err_set(err, HP_ERR_IO, "%s: write failed: %s", path, strerror(e));
     return HP_OK;
 }
 

@@ -517,7 +517,8 @@ hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_op
         st = hp_err_set(err, HP_ERR_INPUT, "%s: no such folder; merge reads the folder 'hyperpar shard' wrote", dir);
     if (st == HP_OK && stat(path, &sb) != 0)
         st = hp_err_set(err, HP_ERR_INPUT,
-                        "%s: manifest.json is missing; this is not a complete 'hyperpar shard' output", dir);
+                        "%s: manifest.json is missing; this is not a complete 'hyperpar shard' output (nor a "
+                        "training checkpoint: it has no state.json and no step-<t> folder)", dir);
     hp__manifest *man = NULL;
     if (st == HP_OK) st = hp__manifest_read(path, &man, err);
     if (st != HP_OK) {

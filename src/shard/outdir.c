@@ -379,7 +379,54 @@ hp_status hp__out_prepare_spec(hp__outdir *o, const hp_outdir_spec *spec, hp_err
 
 /* ---- begin ---- */
 
-/* Removes "<base>.tmp.<pid>" and "<base>.old.<pid>" siblings left by processes that no longer run. */
+/* Whether process pid still runs here (or is not ours to ask: then it counts as running). A zombie does not: a
+ * rank that mpirun killed stays one until its new parent reaps it, and its output is as dead as it is. */
+static bool alive(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return false;
+    char p[64], buf[256];
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return true;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
+    return !(end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
+}
+
+/* Removes the "<base>.tmp.<pid>" and "<base>.old.<pid>" folders in parent (base NULL: any name) left by processes
+ * that no longer run, when they hold our marker. */
+static void sweep(const char *parent, const char *base)
+{
+    size_t bl = base ? strlen(base) : 0;
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *nm = e->d_name, *num = NULL;
+        if (base) {
+            if (strncmp(nm, base, bl) || (strncmp(nm + bl, ".tmp.", 5) && strncmp(nm + bl, ".old.", 5))) continue;
+            num = nm + bl + 5;
+        } else {
+            const char *dot = strrchr(nm, '.');
+            if (!dot || dot - nm < 5 || (strncmp(dot - 4, ".tmp.", 5) && strncmp(dot - 4, ".old.", 5))) continue;
+            num = dot + 1;
+        }
+        if (!digits(num, strlen(num)) || strlen(num) > 9) continue;
+        long pid = strtol(num, NULL, 10);
+        if (pid <= 0 || pid == (long)getpid()) continue;
+        if (alive(pid)) continue;
+        char p[HP__PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", strcmp(parent, "/") ? parent : "", nm);
+        struct stat sb;
+        if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode) || !has_marker(p)) continue;
+        hp__rm_tree(p);
+        hp_log(HP_LOG_WARN, "removed %s, the unfinished output of process %ld, which no longer runs", p, pid);
+    }
+    closedir(d);
+}
+
 static void remove_stale(const hp__outdir *o)
 {
     char parent[HP__PATH_MAX];
@@ -390,27 +437,10 @@ static void remove_stale(const hp__outdir *o)
         parent[1] = '\0';
     else
         *slash = '\0';
-    size_t bl = strlen(base);
-    DIR *d = opendir(parent);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *nm = e->d_name;
-        if (strncmp(nm, base, bl) || (strncmp(nm + bl, ".tmp.", 5) && strncmp(nm + bl, ".old.", 5))) continue;
-        const char *num = nm + bl + 5;
-        if (!digits(num, strlen(num)) || strlen(num) > 9) continue;
-        long pid = strtol(num, NULL, 10);
-        if (pid <= 0 || pid == (long)getpid()) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to ask): leave it */
-        char p[HP__PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", strcmp(parent, "/") ? parent : "", nm);
-        struct stat sb;
-        if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode) || !has_marker(p)) continue;
-        hp__rm_tree(p);
-        hp_log(HP_LOG_WARN, "removed %s, the unfinished output of process %ld, which no longer runs", p, pid);
-    }
-    closedir(d);
+    sweep(parent, base);
 }
+
+void hp_outdir_remove_stale(const char *dir) { sweep(dir, NULL); }
 
 static hp_status write_marker(const hp__outdir *o, const char *dir, hp_err *err)
 {
@@ -510,11 +540,31 @@ static bool same_node(const char *p, uint64_t dev, uint64_t ino)
  * this point instead of guessing with sleeps. */
 static void test_pause_point(void) { hp__test_pause("HP_TEST_PAUSE_BEFORE_COMMIT", false); }
 
+static hp_status install(hp__outdir *o, hp_err *err);
+
+/* The folder's entries are on disk before it takes OUT's name, and the rename itself after (each file was synced
+ * by its writer): a crash never leaves OUT naming a folder with missing files. */
 hp_status hp__out_commit(hp__outdir *o, hp_err *err)
 {
-    hp_status st = HP_OK;
     test_pause_point();
     if (hp__interrupted()) return hp__interrupt_error(err);
+    hp_status st = hp_file_sync_dir(o->tmp, err);
+    if (st == HP_OK) st = install(o, err);
+    if (st == HP_OK) {
+        char parent[HP__PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", o->canon);
+        char *slash = strrchr(parent, '/');
+        parent[slash && slash > parent ? slash - parent : 1] = '\0';
+        hp_err e2;
+        if (hp_file_sync_dir(parent, &e2) != HP_OK)
+            hp_log(HP_LOG_WARN, "%s: %s is in place but may not survive a crash: %s", o->cmd, o->out, e2.msg);
+    }
+    return st;
+}
+
+static hp_status install(hp__outdir *o, hp_err *err)
+{
+    hp_status st = HP_OK;
     if (o->state == 1) { /* an empty folder at the start: it must still be that folder, and empty */
         if (!same_node(o->canon, o->dev, o->ino)) {
             struct stat sb;
@@ -651,6 +701,11 @@ hp_status hp_outdir_commit(hp_outdir *o, hp_err *err)
 }
 
 void hp_outdir_abort(hp_outdir *o) { hp__out_abort(o); }
+
+void hp_outdir_fix_msg(const hp_outdir *o, hp_err *err)
+{
+    if (o) hp__out_fix_msg(o, err);
+}
 
 void hp_outdir_close(hp_outdir *o)
 {

@@ -1,5 +1,5 @@
 # hyperpar train checkpoints (--save-every, --stop-after, --resume): K steps, save, resume, K steps gives
-# bit-identical files (cmp) to 2K steps in one run: llama at 1 process; a token file with accumulation and ZeRO-1 at
+# bit-identical files (cmp of the merged checkpoints and of every rank's state) to 2K steps in one run: llama at 1 process; a token file with accumulation and ZeRO-1 at
 # dp=2; qwen3_moe with TP-extend-EP at tp=2 x ep=2. A checkpoint folder loads as a model (run, inspect); a resume
 # with other flags is refused naming the flag; an incomplete step folder is never resumed from.
 source "$(dirname "$0")/lib.sh"
@@ -8,8 +8,14 @@ F=data/forward
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 G=$F/llama
 I=$G/forward_io.safetensors
-same() { cmp -s "$1/model.safetensors" "$2/model.safetensors" && for f in "$1"/rank-*.safetensors; do
-    cmp -s "$f" "$2/$(basename "$f")" || return 1; done; }
+# The bar: both checkpoints merged (hyperpar merge) are the same bytes, and so is every rank's optimizer state.
+same() {
+    rm -rf "$WORK/m1" "$WORK/m2"
+    "$HP" merge "$1" --out "$WORK/m1" >/dev/null 2>&1 && "$HP" merge "$2" --out "$WORK/m2" >/dev/null 2>&1 &&
+        cmp -s "$WORK/m1/model.safetensors" "$WORK/m2/model.safetensors" &&
+        cmp -s "$WORK/m1/config.json" "$WORK/m2/config.json" || return 1
+    for f in "$1"/rank-*.safetensors; do cmp -s "$f" "$2/$(basename "$f")" || return 1; done
+}
 
 "$HP" train $G --input $I --steps 4 --lr 1e-2 --clip 1 --save-every 2 --out "$WORK/a" >/dev/null 2>&1
 expect 0 "checkpoint $WORK/b/step-2" -- "$HP" train $G --input $I --steps 4 --lr 1e-2 --clip 1 --save-every 2 \
@@ -27,6 +33,13 @@ expect 2 "the run was saved with lr 0.01" -- "$HP" train $G --input $I --steps 4
 mkdir -p "$WORK/d/step-7"
 expect 2 "holds no complete checkpoint" -- "$HP" train $G --input $I --steps 4 --resume "$WORK/d"
 check "an incomplete step-<t> is not taken" test "$(ls "$WORK/b" | tr '\n' ' ')" = "step-2 step-4 "
+# A step-<t> that lacks a file its state.json names is incomplete: --resume RUN passes over it, naming one refuses it.
+cp -r "$WORK/b/step-4" "$WORK/b/step-9" && rm "$WORK/b/step-9/rank-0.safetensors"
+expect 2 "rank-0.safetensors, which state.json names, is missing" -- "$HP" train $G --input $I --steps 4 --lr 1e-2 \
+    --clip 1 --save-every 2 --resume "$WORK/b/step-9" --out "$WORK/b"
+expect 2 "at step 4 of 4; nothing is left" -- "$HP" train $G --input $I --steps 4 --lr 1e-2 --clip 1 --save-every 2 \
+    --resume "$WORK/b" --out "$WORK/b"
+rm -rf "$WORK/b/step-9"
 expect 2 "--save-every needs --out" -- "$HP" train $G --input $I --save-every 2
 expect 2 "--stop-after 5 is past --steps 4" -- "$HP" train $G --input $I --steps 4 --stop-after 5
 
