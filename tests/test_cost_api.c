@@ -414,4 +414,32 @@ TEST(advise_refuses_a_world_out_of_range)
     hp_model_close(m);
 }
 
+/* hp_cost_gemm_weights against the configs by hand: llama-3-8b's per-layer attention and MLP and lm_head;
+ * mixtral's router and top-2 of 8 experts; DeepSeek-V3's MLA projections, 3 dense layers, 58 sparse ones with
+ * the top-8 of 256 experts and the shared expert (36.6 G: its 37 G active parameters less the embedding). */
+TEST(gemm_weights_by_hand)
+{
+    const double H = L3_H;
+    hp_model *m = open_model(L3);
+    if (m) {
+        double w = L3_L * ((double)attn() + 3 * H * L3_I) + (double)L3_V * H;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        CHECK(hp_cost_train_flops(m, 1000) == 6 * w * 1000);
+        hp_model_close(m);
+    }
+    if ((m = open_model(MIXTRAL))) {
+        double w = L3_L * ((double)attn() + H * MX_E + 2 * 3 * H * 14336) + (double)MX_V * H;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        hp_model_close(m);
+    }
+    if ((m = open_model("data/configs/deepseek-v3.json"))) {
+        const double D = 7168, att = D * 1536 + 1536.0 * 128 * (128 + 64) + D * (512 + 64) + 512.0 * 128 * 256 +
+                                     128.0 * 128 * D;
+        double w = 61 * att + 3 * 3 * D * 18432 + 58 * (D * 256 + (8 + 1) * 3 * D * 2048) + 129280 * D;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        CHECK(w > 36.6e9 && w < 36.7e9);
+        hp_model_close(m);
+    }
+}
+
 TEST_MAIN()
