@@ -156,7 +156,8 @@ static void usage(FILE *out)
             "a fraction of a second, and its kernels); then a line every --log-every steps: the step's loss, gradient\n"
             "norm and lr, and over the steps since the previous line tokens/s (scored positions per second) and\n"
             "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
-            "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one).\n"
+            "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
+            "as under mpirun).\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
             TRAIN_GEMM_REPS);
 }
@@ -642,11 +643,11 @@ static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, tr
     if (!v->root) return HP_OK;
     char kernels[512];
     int N = hp_comm_size(w);
-    fprintf(stderr, "train: model FLOPs %.4g GFLOP per step (6 x %.4g weights per token x %lld tokens); MFU "
-            "against %.1f GFLOP/s, the sum over %d rank%s of an f32 %lldx%lldx%lld GEMM through the GEMM layer "
-            "(best of %d, every rank at once; slowest rank %.1f GFLOP/s; measured in %.2f s)\n",
-            v->flop_step * 1e-9, hp_cost_gemm_weights(m), (long long)tokens, lim.sum_gflops, N, N == 1 ? "" : "s",
-            (long long)lim.n, (long long)lim.n, (long long)lim.n, lim.reps, lim.min_gflops, lim.seconds);
+    fprintf(stderr, "train: model FLOPs %.4g G per step (6 x %.4g weights per token x %lld tokens); MFU limit %.1f "
+            "GFLOP/s: an f32 %lld^3 GEMM, best of %d on every rank at once, summed over %d rank%s (slowest rank "
+            "%.1f; %.2f s)\n",
+            v->flop_step * 1e-9, hp_cost_gemm_weights(m), (long long)tokens, lim.sum_gflops, (long long)lim.n, lim.reps,
+            N, N == 1 ? "" : "s", lim.min_gflops, lim.seconds);
     fprintf(stderr, "train: GEMM kernels: %s\n", hp_linalg_describe(NULL, kernels, sizeof kernels));
     return HP_OK;
 }

@@ -60,11 +60,14 @@ offline() { # no address but the SVG namespace's, no external resource
         ! grep -Eiq '<(link|img|iframe|object|embed)[ >]|src=|@import|url\(' "$1"
 }
 
-# --log-every 3 over 7 steps, stderr to a file (not a terminal).
-"$HP" train $M $I --steps 7 --log-every 3 --log-json "$WORK/l.jsonl" --plot "$WORK/p.html" 2>"$WORK/err" </dev/null
+# --log-every 3 over 7 steps, stderr to a file (not a terminal). One thread: on a machine loaded past its cores a
+# product split over threads waits for a descheduled one, so the limit measured with 2 would be far below what a
+# tiny step reaches at times, and MFU's bound would test the machine's load, not the figure.
+"$HP" train $M $I --steps 7 --log-every 3 --threads 1 --log-json "$WORK/l.jsonl" --plot "$WORK/p.html" \
+    2>"$WORK/err" </dev/null
 check "--log-every 3: exit 0" test $? -eq 0
 check "--log-every 3 over 7: the lines of steps 3, 6, 7 ($(printed "$WORK/err"))" test "$(printed "$WORK/err")" = "3 6 7 "
-check "the model FLOPs and the GEMM limit said once" test "$(grep -c "^train: model FLOPs .* GFLOP per step (6 x .* weights per token x 32 tokens); MFU against .* GFLOP/s, the sum over 1 rank of an f32 512x512x512 GEMM" "$WORK/err")" = 1
+check "the model FLOPs and the GEMM limit said once" test "$(grep -c "^train: model FLOPs .* G per step (6 x 8.192e+04 weights per token x 32 tokens); MFU limit .* GFLOP/s: an f32 512^3 GEMM, best of 10 on every rank at once, summed over 1 rank (slowest rank" "$WORK/err")" = 1
 check "the limit's kernels said once" test "$(grep -c "^train: GEMM kernels: oneDNN" "$WORK/err")" = 1
 check "no progress line when stderr is a file" bash -c '! grep -q "ETA" "$1" && ! grep -q $'"'"'\r'"'"' "$1"' _ "$WORK/err"
 check "wrote the page" grep -q "^train: wrote $WORK/p.html (7 steps)" "$WORK/err"
@@ -136,7 +139,7 @@ expect 0 "train: wrote $WORK/g.st" -- "$HP" train $M $I --steps 2 --save-every 1
 $MPI -np 2 "$HP" train $M $I --tp 2 --steps 3 --log-every 2 --log-json "$WORK/tp.jsonl" --plot "$WORK/tp.html" \
     2>"$WORK/err" </dev/null
 check "tp=2: exit 0 and the lines of steps 2, 3 ($(printed "$WORK/err"))" test "$(printed "$WORK/err")" = "2 3 "
-check "tp=2: the limit is the sum over 2 ranks" grep -q "the sum over 2 ranks of an f32" "$WORK/err"
+check "tp=2: the limit is the sum over 2 ranks" grep -q "summed over 2 ranks (slowest rank" "$WORK/err"
 check "tp=2: no progress line" bash -c '! grep -q "ETA" "$1"' _ "$WORK/err"
 check "tp=2: 0 < mfu < 1.5" python3 -c '
 import json, sys
