@@ -442,4 +442,21 @@ TEST(gemm_weights_by_hand)
     }
 }
 
+/* hp_cost_gemm_limit on one process: the limit is this rank's rate (sum = min = own), a positive time; a bad n is
+ * refused with the reason. */
+TEST(gemm_limit_one_process)
+{
+    hp_comm *w = NULL;
+    hp_err err;
+    CHECK_MSG(hp_comm_self(&w, &err) == HP_OK, "%s", err.msg);
+    if (!w) return;
+    hp_gemm_limit lim;
+    CHECK_MSG(hp_cost_gemm_limit(w, 64, 2, &lim, &err) == HP_OK, "%s", err.msg);
+    CHECK(lim.n == 64 && lim.reps == 2 && lim.rank_gflops > 0 && lim.seconds > 0);
+    CHECK(lim.sum_gflops == lim.rank_gflops && lim.min_gflops == lim.rank_gflops);
+    CHECK(hp_cost_gemm_limit(w, 0, 2, &lim, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "the reference GEMM needs n >= 1 and reps >= 1, got n 0, reps 2");
+    hp_comm_free(w);
+}
+
 TEST_MAIN()
