@@ -1061,7 +1061,8 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK && a->plot) {
         if (root) st = write_plot(a, m, p, &v, N, &err);
         st = hp_comm_agree(w, st, &err);
-        if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%lld steps)\n", a->plot, (long long)v.n_pts);
+        if (st == HP_OK && root)
+            fprintf(stderr, "train: wrote %s (%lld step%s)\n", a->plot, (long long)v.n_pts, v.n_pts == 1 ? "" : "s");
     }
     view_free(&v);
     list_free(&grads);

@@ -839,7 +839,7 @@ static void train_chart(FILE *f, const char *label, const char *ylabel, int64_t 
         fputs("<p>No finite value to draw.</p>\n", f);
         return;
     }
-    if (sc.s1 <= sc.s0) sc.s0 -= 1, sc.s1 += 1; /* one step: a point in the middle */
+    if (sc.s1 <= sc.s0) sc.s0 -= 0.5, sc.s1 += 0.5; /* one step: a point in the middle, its tick alone */
     svg_open(f, W, H, label);
     double dy = tick_step(sc.hi - sc.lo, 5);
     int ticks = 0; /* at most 20 per axis, whatever the rounding */

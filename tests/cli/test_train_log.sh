@@ -103,6 +103,11 @@ check "the page: body data-hp-ok=\"1\", an <svg>" grep -q '<body data-hp-ok="1">
 check "the page: no network address, no external resource" offline "$WORK/p.html"
 check "the page: the title names the model and the mesh" grep -q "<h1>hyperpar train: $M on dp=1,cp=1,tp=1" "$WORK/p.html"
 
+# One step: one point per curve, one tick on the step axis.
+expect 0 "train: wrote $WORK/one.html (1 step)" -- "$HP" train $M $I --plot "$WORK/one.html"
+check "one step: one point per curve" page "$WORK/one.html" 1 1
+check "one step: its step the only tick" test "$(grep -c '<text [^>]*text-anchor="middle">1</text>' "$WORK/one.html")" = 2
+
 # --data with --eval-every 3, --log-every 4 over 6 steps: lines at 3 (evaluated), 4, 6; the eval curve has 2 points.
 python3 - "$WORK" <<'EOF'
 import struct, sys
