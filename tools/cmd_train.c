@@ -912,7 +912,8 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere", a->grad_out,
                         a->out);
     if (st == HP_OK && of && a->plot && inside_outdir(a->plot, of))
-        st = hp_err_set(&err, HP_ERR_INPUT, "--plot %s is or lies inside --out %s; write it elsewhere", a->plot, a->out);
+        st = hp_err_set(&err, HP_ERR_INPUT, "--plot %s is or lies inside --out %s; write it elsewhere", a->plot,
+                        a->out);
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->out && !m->has_config)

@@ -797,8 +797,15 @@ typedef struct scale {
     double x0, x1, s0, s1, base, top, lo, hi;
 } scale;
 
-static double to_px(const scale *sc, double step) { return sc->x0 + (step - sc->s0) / (sc->s1 - sc->s0) * (sc->x1 - sc->x0); }
-static double to_py(const scale *sc, double v) { return sc->base - (v - sc->lo) / (sc->hi - sc->lo) * (sc->base - sc->top); }
+static double to_px(const scale *sc, double step)
+{
+    return sc->x0 + (step - sc->s0) / (sc->s1 - sc->s0) * (sc->x1 - sc->x0);
+}
+
+static double to_py(const scale *sc, double v)
+{
+    return sc->base - (v - sc->lo) / (sc->hi - sc->lo) * (sc->base - sc->top);
+}
 
 /* Points a curve marks with a dot as well (a tooltip each): few enough to tell apart, and a lone point would
  * not show as a line. */
@@ -812,8 +819,8 @@ static void curve(FILE *f, const scale *sc, const series *c)
     for (int64_t i = 0; i <= c->n; i++) {
         bool ok = i < c->n && isfinite(c->y[i]);
         if (ok && !open)
-            fprintf(f, "<polyline data-curve=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", c->name,
-                    c->colour);
+            fprintf(f, "<polyline data-curve=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                    c->name, c->colour);
         else if (!ok && open)
             fputs("\"/>\n", f);
         if (ok) fprintf(f, "%s%.1f,%.1f", open ? " " : "", to_px(sc, (double)c->x[i]), to_py(sc, c->y[i]));
