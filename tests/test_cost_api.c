@@ -427,4 +427,49 @@ TEST(advise_refuses_a_world_out_of_range)
     hp_model_close(m);
 }
 
+/* hp_cost_gemm_weights against the configs by hand: llama-3-8b's per-layer attention and MLP and lm_head;
+ * mixtral's router and top-2 of 8 experts; DeepSeek-V3's MLA projections, 3 dense layers, 58 sparse ones with
+ * the top-8 of 256 experts and the shared expert (36.6 G: its 37 G active parameters less the embedding). */
+TEST(gemm_weights_by_hand)
+{
+    const double H = L3_H;
+    hp_model *m = open_model(L3);
+    if (m) {
+        double w = L3_L * ((double)attn() + 3 * H * L3_I) + (double)L3_V * H;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        CHECK(hp_cost_train_flops(m, 1000) == 6 * w * 1000);
+        hp_model_close(m);
+    }
+    if ((m = open_model(MIXTRAL))) {
+        double w = L3_L * ((double)attn() + H * MX_E + 2 * 3 * H * 14336) + (double)MX_V * H;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        hp_model_close(m);
+    }
+    if ((m = open_model("data/configs/deepseek-v3.json"))) {
+        const double D = 7168, att = D * 1536 + 1536.0 * 128 * (128 + 64) + D * (512 + 64) + 512.0 * 128 * 256 +
+                                     128.0 * 128 * D;
+        double w = 61 * att + 3 * 3 * D * 18432 + 58 * (D * 256 + (8 + 1) * 3 * D * 2048) + 129280 * D;
+        CHECK_MSG(hp_cost_gemm_weights(m) == w, "%.17g != %.17g", hp_cost_gemm_weights(m), w);
+        CHECK(w > 36.6e9 && w < 36.7e9);
+        hp_model_close(m);
+    }
+}
+
+/* hp_cost_gemm_limit on one process: the limit is this rank's rate (sum = min = own), a positive time; a bad n is
+ * refused with the reason. */
+TEST(gemm_limit_one_process)
+{
+    hp_comm *w = NULL;
+    hp_err err;
+    CHECK_MSG(hp_comm_self(&w, &err) == HP_OK, "%s", err.msg);
+    if (!w) return;
+    hp_gemm_limit lim;
+    CHECK_MSG(hp_cost_gemm_limit(w, 64, 2, &lim, &err) == HP_OK, "%s", err.msg);
+    CHECK(lim.n == 64 && lim.reps == 2 && lim.rank_gflops > 0 && lim.seconds > 0);
+    CHECK(lim.sum_gflops == lim.rank_gflops && lim.min_gflops == lim.rank_gflops);
+    CHECK(hp_cost_gemm_limit(w, 0, 2, &lim, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "the reference GEMM needs n >= 1 and reps >= 1, got n 0, reps 2");
+    hp_comm_free(w);
+}
+
 TEST_MAIN()

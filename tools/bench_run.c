@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "hyperpar/cost.h"
 #include "signals.h"
 #include "hyperpar/gen.h"
 #include "hyperpar/overrides.h"
@@ -694,23 +695,6 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
 
 /* ---- the run ---- */
 
-double cli_bench_gemm_weights(const rb_args *a)
-{
-    const cli_preset *p = a->p;
-    double H = (double)a->hidden, nh = (double)a->heads, att;
-    if (p->q_lora)
-        att = H * (double)p->q_lora + (double)p->q_lora * nh * (double)(p->nope + p->rope) +
-              H * (double)(p->kv_lora + p->rope) + (double)p->kv_lora * nh * (double)(p->nope + p->v_head) +
-              nh * (double)p->v_head * H;
-    else
-        att = H * (double)(2 * a->heads * a->head_dim + 2 * a->kv_heads * a->head_dim);
-    int64_t sparse = is_moe(a) ? a->layers - a->first_dense : 0;
-    double dense_mlp = 3.0 * H * (double)a->intermediate;
-    double moe = H * (double)a->experts + 3.0 * H * (double)a->moe_intermediate * (double)(p->top_k + (p->q_lora ? 1 : 0));
-    return (double)a->layers * att + (double)(a->layers - sparse) * dense_mlp + (double)sparse * moe +
-           (double)a->vocab * H;
-}
-
 static uint64_t dir_bytes(const char *dir)
 {
     uint64_t n = 0;
@@ -734,7 +718,7 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
 {
     hp_err err;
     in->n_sparse = is_moe(a) ? a->layers - a->first_dense : 0;
-    in->gemm_flop = 2.0 * (double)(a->batch * a->tokens) * cli_bench_gemm_weights(a);
+    in->gemm_flop = 2.0 * (double)(a->batch * a->tokens) * in->weights;
     in->threads = hp_linalg_set_threads(0);
     hp_mesh_str(&p->mesh, in->mesh, sizeof in->mesh);
     snprintf(in->backend, sizeof in->backend, "%s", hp_comm_backend(w));
@@ -793,6 +777,10 @@ static int run(rb_args *a, int *argc, char ***argv)
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     if ((st = hp_comm_bcast(w, dir, sizeof dir, 0, &err))) goto done;
     st = hp_model_open(&m, dir, NULL, &err);
+    if (st == HP_OK) {
+        in.weights = hp_cost_gemm_weights(m);
+        in.train_flop = hp_cost_train_flops(m, B * T);
+    }
     if (st == HP_OK) {
         hp_plan_opts po;
         hp_plan_opts_default(&po);

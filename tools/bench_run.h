@@ -32,16 +32,15 @@ typedef struct cli_bench_info {
     const char *threads_why; /* cli_threads: which rule chose the count */
     int64_t n_sparse;  /* sparse decoder layers */
     bool torch;
-    double gemm_flop;  /* 2 T x the linear layers' weights: the GEMM work of one forward */
+    double weights;    /* W, the weights one token goes through in the forward's GEMMs (hp_cost_gemm_weights) */
+    double gemm_flop;  /* 2 T x W: the GEMM work of one forward */
+    double train_flop; /* model FLOPs of one training step over the batch (hp_cost_train_flops: 6 x W x B x T) */
     double gen_s;      /* seconds rank 0 took to write the checkpoint */
     uint64_t ckpt_bytes;
 } cli_bench_info;
 
 /* Median over reps of column c of rows [reps][ncol]. */
 double cli_bench_median(const double *rows, int reps, int ncol, int c);
-/* Weights one token goes through in the forward's GEMMs: attention's projections (MLA's five), the dense MLPs,
- * per sparse layer the router, the top-k experts and the shared expert, and lm_head. */
-double cli_bench_gemm_weights(const cli_bench_args *a);
 /* The report's first lines (text: "bench <name>: preset ..., checkpoint, mesh, moe, kernels, attention"; JSON:
  * from "{" through "blas", without the closing brace). */
 void cli_bench_print_head(const char *name, const cli_bench_args *a, const cli_bench_info *in);

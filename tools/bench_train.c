@@ -12,17 +12,13 @@
  * hp_run_stats's train_fwd_s, train_bwd_s, train_bwd_comm_s (inside the backward) and train_opt_s. Each figure
  * is the median over reps of its own column, so the split need not sum exactly to the median step.
  *
- * Model FLOPs per step: 6 · W · B·T, W the weights one token goes through in the forward's GEMMs
- * (cli_bench_gemm_weights: per layer the attention projections — q, k, v, o, or MLA's five — the dense MLP's
- * gate, up and down, and per sparse layer the router, the top-k routed experts' gate, up and down and a shared
- * expert; then lm_head), 2 FLOPs per weight in the forward and 4 in the backward (the input's and the weight's
- * gradient). MoE counts only the active experts (top-k per token), as if routing were balanced. Not counted:
- * the attention scores (Q·Kᵀ, P·V), norms, rope, activations, the embedding lookup, AdamW, and the backward's
- * recomputation of each layer's forward (so the figure is model FLOPs, as MFU counts them, not hardware FLOPs).
- * Achieved GFLOP/s = model FLOPs / the median step, over all ranks together.
+ * Model FLOPs per step: 6 · W · B·T (hp_cost_train_flops, src/run/mfu.c, which says what W counts: the weights
+ * one token goes through in the forward's GEMMs, MoE's active experts only; not the attention scores, norms,
+ * AdamW or the backward's recomputation, so the figure is model FLOPs, as MFU counts them). Achieved GFLOP/s =
+ * model FLOPs / the median step, over all ranks together.
  *
- * The GEMM limit: every rank at once (after a barrier, so the ranks of one node share its cores as they do in
- * the step) runs an N x N x N f32 product through the GEMM layer (hp_moe_ref_sgemm_gflops, the best of 3 after a
+ * The GEMM limit (hp_cost_gemm_limit): every rank at once (after a barrier, so the ranks of one node share its
+ * cores as they do in the step) runs an N x N x N f32 product through the GEMM layer (the best of 3 after a
  * warm-up); the limit is the sum over ranks, and the ratio is achieved / that sum. Benchmarks print ratios, never
  * pass/fail; absolute times on a shared machine are noise.
  */
@@ -30,6 +26,7 @@
 #include <string.h>
 
 #include "bench_run.h"
+#include "hyperpar/cost.h"
 
 /* Columns of one timed step, each the slowest rank's. */
 enum { C_STEP, C_FWD, C_BWD, C_BWD_COMM, C_OPT, C_N };
@@ -75,19 +72,11 @@ static hp_status time_steps(const hp_comm *w, hp_runner *r, const int64_t *ids, 
 /* The reference GEMM on every rank at once: res's per-rank, slowest-rank and summed rates. */
 static hp_status time_gemm(const hp_comm *w, bt_result *res, hp_err *err)
 {
-    hp_status st = hp_comm_barrier(w, err);
-    if (st) return st;
-    double g = hp_moe_ref_sgemm_gflops(GEMM_N, GEMM_REPS);
-    st = hp_comm_agree(w, g > 0 ? HP_OK
-                                : hp_err_set(err, HP_ERR_NOMEM, "rank %d: the %dx%dx%d reference GEMM could not run "
-                                             "(out of memory?)", hp_comm_rank(w), GEMM_N, GEMM_N, GEMM_N),
-                       err);
-    double neg = -g; /* min over ranks = -max(-x) */
-    if (st == HP_OK) st = hp_comm_allreduce_max_f64(w, &neg, 1, err);
-    res->gemm_rank = g;
-    res->gemm_min = -neg;
-    res->gemm_sum = g;
-    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(w, &res->gemm_sum, 1, err);
+    hp_gemm_limit lim;
+    hp_status st = hp_cost_gemm_limit(w, GEMM_N, GEMM_REPS, &lim, err);
+    res->gemm_rank = lim.rank_gflops;
+    res->gemm_min = lim.min_gflops;
+    res->gemm_sum = lim.sum_gflops;
     return st;
 }
 
@@ -108,7 +97,7 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
            per(m[C_FWD] + m[C_BWD] + m[C_OPT], m[C_STEP]));
     printf("  model     : 6 x %.4g G weights per token x %.0f tokens = %.4g GFLOP per step -> %.4g GFLOP/s achieved "
            "over all ranks\n",
-           cli_bench_gemm_weights(a) * 1e-9, tokens, r->flop * 1e-9, achieved);
+           in->weights * 1e-9, tokens, r->flop * 1e-9, achieved);
     printf("  gemm      : %.1f GFLOP/s per rank (f32 %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
            "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
            r->gemm_rank, GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
@@ -130,7 +119,7 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
            "\"gemm_n\": %d, \"gemm_gflops_per_rank\": %.6g, \"gemm_gflops_min_rank\": %.6g, \"gemm_gflops\": %.6g, "
            "\"ratio_achieved_over_gemm\": %.6g}\n",
            r->loss_first, r->loss_last, m[C_STEP], per(tokens, m[C_STEP]), m[C_FWD], m[C_BWD], m[C_BWD_COMM], m[C_OPT],
-           cli_bench_gemm_weights(a), r->flop * 1e-9, achieved, GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
+           in->weights, r->flop * 1e-9, achieved, GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
            per(achieved, r->gemm_sum));
 }
 
@@ -138,7 +127,7 @@ hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, co
                           const cli_bench_info *in, hp_err *err)
 {
     const int reps = (int)a->reps;
-    bt_result res = {.flop = 6.0 * cli_bench_gemm_weights(a) * (double)(a->batch * a->tokens)};
+    bt_result res = {.flop = in->train_flop};
     double *rows = calloc((size_t)reps * C_N, sizeof *rows);
     hp_status st = hp_comm_agree(w, rows ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
     if (st == HP_OK) st = time_steps(w, r, ids, a->batch, a->tokens, reps, rows, &res, err);

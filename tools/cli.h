@@ -172,7 +172,7 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
 void cli_json_str(const char *s);
 void cli_json_fstr(FILE *f, const char *s); /* the same to f */
 
-/* ---- cost and advise pictures (html.c): one self-contained HTML page, inline SVG, no network ---- */
+/* ---- cost, advise and train pictures (html.c): one self-contained HTML page, inline SVG, no network ---- */
 struct hp_cost;
 struct hp_mesh;
 
@@ -190,6 +190,25 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
  * against a->mem_per_rank, predicted step time, communication), best first, and the rejected ones with their
  * reasons. commands[i] (or commands NULL): the command line that makes candidate i, shown for the accepted. */
 int cli_html_advise(FILE *f, const char *title, const struct hp_advice *a, const char *const *commands);
+
+/* `hyperpar train --plot`: the curves of the steps a run took. */
+typedef struct cli_train_curves {
+    int64_t n;                  /* points, one per step */
+    const int64_t *step;        /* [n] the step numbers, ascending */
+    const double *loss;         /* [n] */
+    const double *grad_norm;    /* [n] before clipping */
+    int64_t n_eval;             /* evaluations (--eval-data), 0: none */
+    const int64_t *eval_step;   /* [n_eval] the steps that evaluated, ascending */
+    const double *eval_loss;    /* [n_eval] */
+    double clip;                /* --clip (drawn as a line), 0: none */
+    const char *summary;        /* a sentence under the title */
+    const char *note;           /* the page's last paragraph, NULL: none */
+} cli_train_curves;
+/* The loss (and eval loss) and the gradient norm against the step, with ticks on both axes: one polyline per
+ * curve (data-curve="loss", "eval_loss", "grad_norm") with a point per step (per evaluation); a non-finite value
+ * breaks its line and is not drawn; dots with tooltips on curves of at most 100 points. Returns 0, or -1 on a
+ * write error. */
+int cli_html_train(FILE *f, const char *title, const cli_train_curves *t);
 
 /* ---- facts several commands share (common.c) ---- */
 struct hp_comm;

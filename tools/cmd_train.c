@@ -10,6 +10,11 @@
  *   --out DIR      rank 0: DIR/config.json (the model's, "torch_dtype": "float32") and DIR/model.safetensors,
  *                  every parameter after N steps as F32 under its own name (what was not trained copied as
  *                  stored), written as one folder atomically (hyperpar/outdir.h, as shard --out).
+ *
+ * What the user sees (rank 0, stderr): a step line every --log-every steps (tokens/s and MFU over the steps since
+ * the previous line; MFU against the same-run GEMM limit, hyperpar/cost.h); on a terminal a progress line with
+ * the ETA, rewritten in place between them; --log-json FILE, one JSON object per step; --plot FILE.html at the
+ * end, the curves of the steps this run took (tools/html.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -26,6 +31,7 @@
 #include "cli.h"
 #include "signals.h"
 #include "hyperpar/comm.h"
+#include "hyperpar/cost.h"
 #include "hyperpar/data.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/outdir.h"
@@ -38,7 +44,7 @@
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
     O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
-    O_SAVE, O_RESUME, O_STOP, O_STATS
+    O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -61,7 +67,14 @@ static const cli_opt g_opts[] = {
     {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
-                                    "(before clipping), lr, tokens_per_s (and eval_loss where evaluated)", 0, NULL},
+                                    "(before clipping), lr, tokens_per_s, step_s, mfu (and eval_loss where\n"
+                                    "evaluated)", 0, NULL},
+    {"log-every", O_LOGEVERY, "N", "rank 0 prints a step line every N steps (default 1), and always at the last\n"
+                                   "step, a skipped one and one that evaluates; its tokens/s and mfu are over the\n"
+                                   "steps since the previous line", 0, NULL},
+    {"plot", O_PLOT, "FILE.html", "rank 0 writes the loss (and eval loss) and gradient-norm curves of the steps\n"
+                                  "this run took as one self-contained page (inline SVG, no network), atomically,\n"
+                                  "when the run ends well", 0, NULL},
     {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics after the last step, run's\n"
                                     "--stats-json with the training state's bytes (grad_bytes, optim_bytes,\n"
                                     "master_bytes, saved_bytes: what 'hyperpar cost --mode train' predicts)", 0, NULL},
@@ -112,6 +125,12 @@ static const cli_opt g_opts[] = {
     {0},
 };
 
+/* The GEMM limit MFU is measured against: 512³ (268 MFLOP, 3 MiB of f32 operands per rank) takes a few ms
+ * a product at tens to hundreds of GFLOP/s, so measuring it costs a training run a fraction of a second; best of
+ * 10 because a short product is easily disturbed on a shared machine. */
+#define TRAIN_GEMM_N 512
+#define TRAIN_GEMM_REPS 10
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -121,6 +140,7 @@ static void usage(FILE *out)
             "                        [--eval-data FILE --eval-every K] [--steps N] [--out DIR [--force]]\n"
             "       common options:  [--save-every K] [--resume CKPT] [--stop-after K] [--skip-nonfinite]\n"
             "                        [--schedule constant|linear|cosine] [--warmup W] [--min-lr X] [--log-json F]\n"
+            "                        [--log-every N] [--plot F.html]\n"
             "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
             "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--threads N]\n"
             "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
@@ -138,12 +158,20 @@ static void usage(FILE *out)
     cli_print_options(out, g_opts);
     fprintf(out,
             "\n"
-            "stderr: each step's loss, gradient norm, lr and tokens/s. Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage.\n");
+            "stderr (rank 0): first the model FLOPs per step and the GEMM limit MFU is measured against (an f32\n"
+            "512x512x512 product through the GEMM layer, best of %d, on every rank at once, summed over the ranks;\n"
+            "a fraction of a second, and its kernels); then a line every --log-every steps: the step's loss, gradient\n"
+            "norm and lr, and over the steps since the previous line tokens/s (scored positions per second) and\n"
+            "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
+            "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
+            "as under mpirun).\n"
+            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
+            TRAIN_GEMM_REPS);
 }
 
 typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
-    const char *data, *eval_data, *log_json, *stats_json;
+    const char *data, *eval_data, *log_json, *stats_json, *plot;
     hp_data_dtype dtype;
     int64_t seq, gb, mb, eval_every;
     hp_data_order order;
@@ -153,6 +181,7 @@ typedef struct train_args {
     bool default_mesh, force;
     int64_t steps;
     int64_t save_every, stop_after;
+    int64_t log_every; /* --log-every (default 1) */
     const char *resume;
     int threads;
     hp_train_opts to;
@@ -397,6 +426,172 @@ static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int
     return st;
 }
 
+/* ---- what the user sees: the step lines, the progress line, --plot ---- */
+
+typedef struct train_view {
+    bool root, tty;              /* rank 0; its stderr is a terminal (the progress line) */
+    int64_t every, steps;        /* --log-every, --steps */
+    double flop_step, limit;     /* model FLOPs per step; the GEMM limit, FLOP/s over all ranks */
+    int64_t n;                   /* steps since the last step line */
+    double tokens, secs;         /* their scored positions and seconds */
+    double t0;                   /* when this process's first step began */
+    int64_t k0, last;            /* the steps it takes: k0 + 1 .. last */
+    int shown;                   /* characters of the progress line on the terminal (0: none) */
+    /* --plot (rank 0): this run's steps */
+    int64_t n_pts, n_eval;
+    int64_t *step, *eval_step;   /* [last - k0] */
+    double *loss, *norm, *eval;  /* [last - k0] */
+} train_view;
+
+static hp_status view_init(train_view *v, const train_args *a, bool root, int64_t k0, int64_t last, hp_err *err)
+{
+    *v = (train_view){.root = root, .tty = root && isatty(STDERR_FILENO), .every = a->log_every, .steps = a->steps,
+                      .k0 = k0, .last = last};
+    if (!root || !a->plot) return HP_OK;
+    size_t n = (size_t)(last - k0);
+    v->step = hp_calloc(n, sizeof *v->step);
+    v->eval_step = hp_calloc(n, sizeof *v->eval_step);
+    v->loss = hp_calloc(n, sizeof *v->loss);
+    v->norm = hp_calloc(n, sizeof *v->norm);
+    v->eval = hp_calloc(n, sizeof *v->eval);
+    if (!v->step || !v->eval_step || !v->loss || !v->norm || !v->eval)
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for --plot's %zu steps", n);
+    return HP_OK;
+}
+
+static void view_free(train_view *v)
+{
+    free(v->step);
+    free(v->eval_step);
+    free(v->loss);
+    free(v->norm);
+    free(v->eval);
+}
+
+/* Removes the progress line from the terminal, before anything else is printed. */
+static void view_clear(train_view *v)
+{
+    if (!v->shown) return;
+    fprintf(stderr, "\r%*s\r", v->shown, "");
+    fflush(stderr);
+    v->shown = 0;
+}
+
+/* "1:02:03" or "2:03". */
+static const char *hms(double s, char *buf, size_t cap)
+{
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, cap, "%ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+/* On a terminal, after step t: "train: step t/N, 0:12 elapsed, ETA 1:05", the ETA from this process's mean
+ * seconds per step (evaluations and checkpoints included) over the steps left until the run's last. */
+static void view_progress(train_view *v, int64_t t, double now)
+{
+    if (!v->tty || t >= v->last) return;
+    char el[32], eta[32], line[160];
+    double elapsed = now - v->t0, per = elapsed / (double)(t - v->k0);
+    int len = snprintf(line, sizeof line, "train: step %lld/%lld, %s elapsed, ETA %s", (long long)t,
+                       (long long)v->steps, hms(elapsed, el, sizeof el), hms(per * (double)(v->last - t), eta,
+                                                                             sizeof eta));
+    view_clear(v);
+    fputs(line, stderr);
+    fflush(stderr);
+    v->shown = len;
+}
+
+/* Step t took dt seconds for `tokens` scored positions: rank 0 keeps it for --plot and prints its line when due
+ * (every --log-every steps, the last step, a skipped step, one that evaluates). Returns the step's own MFU. */
+static double view_step(train_view *v, int64_t t, double loss, double norm, double lr, double tokens, double dt,
+                        const char *event, bool force)
+{
+    v->n++;
+    v->tokens += tokens;
+    v->secs += dt;
+    if (v->step) {
+        v->step[v->n_pts] = t;
+        v->loss[v->n_pts] = loss;
+        v->norm[v->n_pts++] = norm;
+    }
+    double mfu = v->limit > 0 && dt > 0 ? v->flop_step / dt / v->limit : 0;
+    if (!v->root || !(force || t % v->every == 0 || t == v->last)) return mfu;
+    double tps = v->secs > 0 ? v->tokens / v->secs : 0;
+    double mean = v->limit > 0 && v->secs > 0 ? v->flop_step * (double)v->n / v->secs / v->limit : 0;
+    fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s lr %.6g tokens/s %.1f mfu %.4g (%.3f s/step)\n",
+            (long long)t, (long long)v->steps, loss, norm, event, lr, tps, mean, v->secs / (double)v->n);
+    v->n = 0;
+    v->tokens = v->secs = 0;
+    return mfu;
+}
+
+static void view_eval(train_view *v, int64_t t, double loss)
+{
+    if (!v->eval_step) return;
+    v->eval_step[v->n_eval] = t;
+    v->eval[v->n_eval++] = loss;
+}
+
+/* The model FLOPs of a step over `tokens` forwarded positions and the same-run GEMM limit (every rank at once),
+ * into v; rank 0 says both once, with the kernels the limit ran on. Collective. */
+static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, train_view *v, hp_err *err)
+{
+    hp_gemm_limit lim;
+    hp_status st = hp_cost_gemm_limit(w, TRAIN_GEMM_N, TRAIN_GEMM_REPS, &lim, err);
+    if (st != HP_OK) return st;
+    v->flop_step = hp_cost_train_flops(m, tokens);
+    v->limit = lim.sum_gflops * 1e9;
+    if (!v->root) return HP_OK;
+    char kernels[512];
+    int N = hp_comm_size(w);
+    fprintf(stderr, "train: model FLOPs %.4g G per step (6 x %.4g weights per token x %lld tokens); MFU limit %.1f "
+            "GFLOP/s: an f32 %lld^3 GEMM, best of %d on every rank at once, summed over %d rank%s (slowest rank "
+            "%.1f; %.2f s)\n",
+            v->flop_step * 1e-9, hp_cost_gemm_weights(m), (long long)tokens, lim.sum_gflops, (long long)lim.n, lim.reps,
+            N, N == 1 ? "" : "s", lim.min_gflops, lim.seconds);
+    fprintf(stderr, "train: GEMM kernels: %s\n", hp_linalg_describe(NULL, kernels, sizeof kernels));
+    return HP_OK;
+}
+
+/* --plot: rank 0's page of the steps this run took, written atomically (a signal meanwhile removes the
+ * temporary). */
+static hp_status write_plot(const train_args *a, const hp_model *m, const hp_plan *p, const train_view *v, int world,
+                            hp_err *err)
+{
+    char mesh[160], title[PATH_MAX + 200], summary[600], tmp[PATH_MAX + 40];
+    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    snprintf(title, sizeof title, "%s on %s", m->path, mesh);
+    int64_t n = v->n_pts;
+    snprintf(summary, sizeof summary, "Steps %lld to %lld of %lld, taken by this run on %d process%s%s; the last: "
+             "loss %.7g, gradient norm %.6g.", (long long)(n ? v->step[0] : 0), (long long)(n ? v->step[n - 1] : 0),
+             (long long)a->steps, world, world == 1 ? "" : "es", a->resume ? " after --resume" : "",
+             n ? v->loss[n - 1] : 0.0, n ? v->norm[n - 1] : 0.0);
+    cli_train_curves c = {.n = n, .step = v->step, .loss = v->loss, .grad_norm = v->norm, .n_eval = v->n_eval,
+                          .eval_step = v->eval_step, .eval_loss = v->eval, .clip = a->to.clip, .summary = summary,
+                          .note = "The steps this run took (after --resume, those after the checkpoint); "
+                                  "--log-json keeps every step's figures."};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    int rc = cli_html_train(f, title, &c);
+    fclose(f);
+    hp_status st = rc == 0 && buf ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "--plot %s: out of memory for the page",
+                                                       a->plot);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", a->plot, (long)getpid()); /* cli_write_atomic_err's temporary */
+    const char *rm[1] = {tmp};
+    if (st == HP_OK) {
+        cli_signals_catch();
+        cli_signals_remove_on_signal(rm, 1);
+        st = cli_write_atomic_err(a->plot, buf, len, "the page", err);
+        cli_signals_remove_on_signal(NULL, 0);
+        cli_signals_release(0);
+    }
+    free(buf);
+    return st;
+}
+
 /* ---- the command ---- */
 
 static int finish(hp_comm *w, hp_status st, hp_err *err)
@@ -411,6 +606,20 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whether the file path is the output folder of, or lies inside it (its folder resolved, links followed). */
+static bool inside_outdir(const char *path, const hp_outdir *of)
+{
+    char g[PATH_MAX], rg[PATH_MAX], full[2 * PATH_MAX + 2];
+    const char *slash = strrchr(path, '/');
+    snprintf(g, sizeof g, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    const char *canon = hp_outdir_path(of);
+    size_t cl = strlen(canon);
+    if (!realpath(g, rg)) return false;
+    if (!strncmp(rg, canon, cl) && (rg[cl] == '\0' || rg[cl] == '/')) return true;
+    snprintf(full, sizeof full, "%s/%s", strcmp(rg, "/") ? rg : "", slash ? slash + 1 : path);
+    return !strcmp(full, canon);
 }
 
 static const char *const g_out_names[] = {"config.json", "model.safetensors", NULL};
@@ -549,15 +758,19 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK && a->log_json &&
         cli_output_problem("--log-json", a->log_json, a->model, inputs, 6, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    if (st == HP_OK && a->log_json && a->grad_out && !strcmp(a->log_json, a->grad_out))
-        st = hp_err_set(&err, HP_ERR_INPUT, "--log-json and --grad-out name the same file %s", a->log_json);
+    if (st == HP_OK && a->plot && cli_output_problem("--plot", a->plot, a->model, inputs, 6, omsg, sizeof omsg))
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->stats_json &&
         cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 6, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    if (st == HP_OK && a->stats_json && ((a->grad_out && !strcmp(a->stats_json, a->grad_out)) ||
-                                         (a->log_json && !strcmp(a->stats_json, a->log_json))))
-        st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json names the same file as --grad-out or --log-json: %s",
-                        a->stats_json);
+    { /* no two outputs in one file */
+        const char *name[] = {"--plot", "--log-json", "--grad-out", "--stats-json"};
+        const char *path[] = {a->plot, a->log_json, a->grad_out, a->stats_json};
+        for (int i = 0; i < 4; i++)
+            for (int j = i + 1; j < 4 && st == HP_OK; j++)
+                if (path[i] && path[j] && !strcmp(path[i], path[j]))
+                    st = hp_err_set(&err, HP_ERR_INPUT, "%s and %s name the same file %s", name[i], name[j], path[i]);
+    }
     if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
@@ -576,23 +789,16 @@ static int train(train_args *a, int *argc, char ***argv)
     char ckpt[PATH_MAX + 64] = "";
     int64_t k0 = 0; /* steps already taken (--resume) */
     if (st == HP_OK && a->resume) st = hp_train_ckpt_find("--resume", a->resume, ckpt, sizeof ckpt, &err);
-    if (st == HP_OK && a->out && a->grad_out) { /* G inside DIR would go with the folder's rename */
-        char g[PATH_MAX];
-        char *slash = strrchr(a->grad_out, '/');
-        snprintf(g, sizeof g, "%.*s", slash ? (int)(slash - a->grad_out) + 1 : 1, slash ? a->grad_out : ".");
-        char rg[PATH_MAX];
-        const char *canon = hp_outdir_path(of);
-        size_t cl = strlen(canon);
-        char full[2 * PATH_MAX + 2];
-        bool in = realpath(g, rg) && !strncmp(rg, canon, cl) && (rg[cl] == '\0' || rg[cl] == '/');
-        if (!in && realpath(g, rg)) {
-            snprintf(full, sizeof full, "%s/%s", strcmp(rg, "/") ? rg : "", slash ? slash + 1 : a->grad_out);
-            in = !strcmp(full, canon);
-        }
-        if (in)
-            st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere",
-                            a->grad_out, a->out);
-    }
+    /* A file inside --out DIR would go with the folder's rename (with --save-every the run folder is not renamed). */
+    if (st == HP_OK && of && a->grad_out && inside_outdir(a->grad_out, of))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere", a->grad_out,
+                        a->out);
+    if (st == HP_OK && of && a->plot && inside_outdir(a->plot, of))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--plot %s is or lies inside --out %s; write it elsewhere", a->plot,
+                        a->out);
+    if (st == HP_OK && of && a->stats_json && inside_outdir(a->stats_json, of))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json %s is or lies inside --out %s; write it elsewhere",
+                        a->stats_json, a->out);
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
     if (st == HP_OK && a->out && !m->has_config)
@@ -637,6 +843,11 @@ static int train(train_args *a, int *argc, char ***argv)
      * every micro-batch's gradients is the mean over the whole step's n_scored. */
     int64_t n_micro = data ? a->gb / a->mb : 1, rows = data ? a->mb : B;
     int64_t n_scored = data ? a->gb * hp_data_row_scored(data) : B * (S - 1);
+    train_view v;
+    if (st == HP_OK) st = hp_comm_agree(w, view_init(&v, a, root, k0, last, &err), &err);
+    else v = (train_view){0};
+    if (st == HP_OK) st = measure_limit(w, m, n_micro * rows * S, &v, &err);
+    v.t0 = now_s();
     for (int64_t k = k0; st == HP_OK && k < last; k++) {
         double loss = 0, norm = 0, t0 = now_s();
         a->to.lr = hp_lr_at(&a->sched, k + 1);
@@ -656,22 +867,22 @@ static int train(train_args *a, int *argc, char ***argv)
         bool skipped = hp_runner_stats(r)->train_skipped > skipped0;
         double dt = now_s() - t0, tps = dt > 0 ? (double)n_scored / dt : 0;
         losses[k] = (float)loss;
-        if (root)
-            fprintf(stderr, "train: step %lld/%lld loss %.7g grad-norm %.6g%s lr %.6g tokens/s %.1f (%.3f s)\n",
-                    (long long)(k + 1), (long long)a->steps, loss, norm,
-                    skipped ? " (not finite: step skipped)" : a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "",
-                    a->to.lr, tps, dt);
         double eval_loss = 0;
         bool evaluated = eval && (k + 1) % a->eval_every == 0;
+        view_clear(&v);
+        double mfu = view_step(&v, k + 1, loss, norm, a->to.lr, (double)n_scored, dt,
+                               skipped ? " (not finite: step skipped)"
+                               : a->to.clip > 0 && norm > a->to.clip ? " (clipped)" : "", skipped || evaluated);
         if (evaluated) {
             st = evaluate(r, w, eval, a->gb, m->cfg.vocab_size, eval_ids, &eval_loss, &err);
             if (st != HP_OK) break;
+            view_eval(&v, k + 1, eval_loss);
             if (root) fprintf(stderr, "train: step %lld/%lld eval loss %.7g (%s, %lld windows)\n", (long long)(k + 1),
                               (long long)a->steps, eval_loss, a->eval_data, (long long)hp_data_windows(eval));
         }
         if (log) {
-            fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.17g, \"tokens_per_s\": %.6g",
-                    (long long)(k + 1), loss, norm, a->to.lr, tps);
+            fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.17g, \"tokens_per_s\": %.6g, "
+                    "\"step_s\": %.6g, \"mfu\": %.6g", (long long)(k + 1), loss, norm, a->to.lr, tps, dt, mfu);
             if (evaluated) fprintf(log, ", \"eval_loss\": %.9g", eval_loss);
             fprintf(log, "}\n");
             fflush(log);
@@ -682,7 +893,9 @@ static int train(train_args *a, int *argc, char ***argv)
         }
         if (st == HP_OK && a->save_every && ((k + 1) % a->save_every == 0 || k + 1 == last))
             st = save_checkpoint(a, w, m, r, k + 1, &err);
+        if (st == HP_OK) view_progress(&v, k + 1, now_s());
     }
+    view_clear(&v);
     /* Rank 0 writes with no collective in between: a signal there removes what it had half-written (every
      * name it may have made: the writers' own temporaries, then the folder) and ends the process at once. */
     char rm[7][PATH_MAX + 200];
@@ -729,6 +942,13 @@ static int train(train_args *a, int *argc, char ***argv)
     }
     if (log && fclose(log) != 0 && st == HP_OK)
         st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: write error (%s)", a->log_json, strerror(errno));
+    if (st == HP_OK && a->plot) {
+        if (root) st = write_plot(a, m, p, &v, N, &err);
+        st = hp_comm_agree(w, st, &err);
+        if (st == HP_OK && root)
+            fprintf(stderr, "train: wrote %s (%lld step%s)\n", a->plot, (long long)v.n_pts, v.n_pts == 1 ? "" : "s");
+    }
+    view_free(&v);
     list_free(&grads);
     list_free(&params);
     hp_data_close(data);
@@ -760,7 +980,7 @@ static bool parse_real(const char *opt, const char *s, double lo, bool lo_closed
 
 int cmd_train(int argc, char **argv)
 {
-    train_args a = {.steps = 1};
+    train_args a = {.steps = 1, .log_every = 1};
     hp_train_opts_default(&a.to);
     cli_plan_flags_init(&a.pf);
     int64_t v;
@@ -779,6 +999,18 @@ int cmd_train(int argc, char **argv)
         case O_PLAN: a.plan = optarg; break;
         case O_LOGJSON: a.log_json = optarg; break;
         case O_STATS: a.stats_json = optarg; break;
+        case O_PLOT: a.plot = optarg; break;
+        case O_LOGEVERY: {
+            char *end = NULL;
+            errno = 0;
+            long long n = strtoll(optarg, &end, 10);
+            if (!*optarg || *end || errno || n < 1 || n > 1000000000)
+                return cli_usage_error("train", "--log-every expects a whole number of steps in [1, 1000000000], got "
+                                       "'%s' (the last step's line is always printed, so a large N prints little "
+                                       "else)", optarg);
+            a.log_every = n;
+            break;
+        }
         case O_DATA: a.data = optarg; break;
         case O_EVAL: a.eval_data = optarg; a.data_opts = true; break;
         case O_DDTYPE:

@@ -7,8 +7,10 @@
  * it), a stacked bar per rank (weights, activations, KV cache or training state) against the budget line, and
  * per layer the collectives of the most-loaded rank (a stacked bar each, and a table). advise: the accepted
  * meshes side by side (memory against the budget, predicted step time), then tables of the accepted and the
- * rejected ones. Estimates (docs/cost.md) carry an asterisk.
+ * rejected ones. Estimates (docs/cost.md) carry an asterisk. train (--plot): the loss (and the eval loss) and the
+ * gradient norm against the step, one polyline per curve and finite stretch.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -220,9 +222,15 @@ static void page_open(FILE *f, const char *kind, const char *title)
     fputs("</h1>\n", f);
 }
 
-static int page_close(FILE *f)
+/* note: the page's last paragraph (NULL: none). */
+static int page_close(FILE *f, const char *note)
 {
-    fputs("<p class=\"note\">" EST " estimate (docs/cost.md)</p>\n</body>\n</html>\n", f);
+    if (note) {
+        fputs("<p class=\"note\">", f);
+        esc(f, note);
+        fputs("</p>\n", f);
+    }
+    fputs("</body>\n</html>\n", f);
     return fflush(f) != 0 || ferror(f) ? -1 : 0;
 }
 
@@ -563,14 +571,14 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
     page_open(f, "cost", title);
     if (!c || c->world < 1 || !c->ranks || c->max_rank < 0 || c->max_rank >= c->world) {
         fputs("<p>No ranks.</p>\n", f);
-        return page_close(f);
+        return page_close(f, EST " estimate (docs/cost.md)");
     }
     cost_summary(f, c, mesh, budget);
     cost_legend(f, c, budget);
     cost_grid(f, c, mesh, budget);
     cost_bars(f, c, budget);
     cost_layers(f, c);
-    return page_close(f);
+    return page_close(f, EST " estimate (docs/cost.md)");
 }
 
 /* ---- advise ---- */
@@ -738,5 +746,162 @@ int cli_html_advise(FILE *f, const char *title, const hp_advice *adv, const char
     advise_chart(f, c, n, budget);
     if (accepted) accepted_table(f, c, n, commands);
     rejected_table(f, c, n);
-    return page_close(f);
+    return page_close(f, EST " estimate (docs/cost.md)");
+}
+
+/* ---- train ---- */
+
+#define LOSS_COLOUR "#4e79a7"
+#define EVAL_COLOUR "#f28e2b"
+#define NORM_COLOUR "#59a14f"
+
+/* A round tick spacing (1, 2 or 5 times a power of ten) that cuts span into about `want` parts. */
+static double tick_step(double span, int want)
+{
+    double raw = span / want, p = pow(10, floor(log10(raw))), m = raw / p;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+}
+
+/* One curve of a chart: n points (x[i], y[i]). */
+typedef struct series {
+    const char *name, *colour;
+    const int64_t *x;
+    const double *y;
+    int64_t n;
+} series;
+
+/* The range of the finite values of the curves (and of extra when > 0), widened a little; false when none. */
+static bool finite_range(const series *c, int n_c, double extra, double *lo, double *hi)
+{
+    bool any = false;
+    for (int k = 0; k < n_c; k++)
+        for (int64_t i = 0; i < c[k].n; i++)
+            if (isfinite(c[k].y[i])) {
+                if (!any || c[k].y[i] < *lo) *lo = c[k].y[i];
+                if (!any || c[k].y[i] > *hi) *hi = c[k].y[i];
+                any = true;
+            }
+    if (!any) return false;
+    if (extra > 0 && isfinite(extra)) {
+        if (extra < *lo) *lo = extra;
+        if (extra > *hi) *hi = extra;
+    }
+    double pad = *hi > *lo ? (*hi - *lo) * 0.05 : fabs(*hi) > 0 ? fabs(*hi) * 0.05 : 1;
+    *lo -= pad;
+    *hi += pad;
+    return true;
+}
+
+/* The chart's scale: x0..x1 pixels for steps s0..s1, base..top pixels for values lo..hi. */
+typedef struct scale {
+    double x0, x1, s0, s1, base, top, lo, hi;
+} scale;
+
+static double to_px(const scale *sc, double step)
+{
+    return sc->x0 + (step - sc->s0) / (sc->s1 - sc->s0) * (sc->x1 - sc->x0);
+}
+
+static double to_py(const scale *sc, double v)
+{
+    return sc->base - (v - sc->lo) / (sc->hi - sc->lo) * (sc->base - sc->top);
+}
+
+/* Points a curve marks with a dot as well (a tooltip each): few enough to tell apart, and a lone point would
+ * not show as a line. */
+#define MARKED_POINTS 100
+
+/* One curve: a polyline per stretch of finite values (a NaN or Inf breaks the line and is never drawn), each
+ * with data-curve="name" so that a reader can count its points; dots on the points of a short curve. */
+static void curve(FILE *f, const scale *sc, const series *c)
+{
+    bool open = false;
+    for (int64_t i = 0; i <= c->n; i++) {
+        bool ok = i < c->n && isfinite(c->y[i]);
+        if (ok && !open)
+            fprintf(f, "<polyline data-curve=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"",
+                    c->name, c->colour);
+        else if (!ok && open)
+            fputs("\"/>\n", f);
+        if (ok) fprintf(f, "%s%.1f,%.1f", open ? " " : "", to_px(sc, (double)c->x[i]), to_py(sc, c->y[i]));
+        open = ok;
+    }
+    for (int64_t i = 0; c->n <= MARKED_POINTS && i < c->n; i++) {
+        if (!isfinite(c->y[i])) continue;
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"><title>", to_px(sc, (double)c->x[i]),
+                to_py(sc, c->y[i]), c->colour);
+        escf(f, "step %lld: %s %.7g", (long long)c->x[i], c->name, c->y[i]);
+        fputs("</title></circle>\n", f);
+    }
+}
+
+/* A chart of n_c curves against the steps first..last, with ticks on both axes, the y axis named ylabel;
+ * hline > 0: a dashed line at that value (the clipping threshold), named hname. */
+static void train_chart(FILE *f, const char *label, const char *ylabel, int64_t first, int64_t last,
+                        const series *c, int n_c, double hline, const char *hname)
+{
+    const double W = 900, H = 320;
+    scale sc = {.x0 = 80, .x1 = W - 30, .s0 = (double)first, .s1 = (double)last, .base = H - 50, .top = 20};
+    if (!finite_range(c, n_c, hline, &sc.lo, &sc.hi)) {
+        fputs("<p>No finite value to draw.</p>\n", f);
+        return;
+    }
+    if (sc.s1 <= sc.s0) sc.s0 -= 0.5, sc.s1 += 0.5; /* one step: a point in the middle, its tick alone */
+    svg_open(f, W, H, label);
+    double dy = tick_step(sc.hi - sc.lo, 5);
+    int ticks = 0; /* at most 20 per axis, whatever the rounding */
+    for (double v = ceil(sc.lo / dy) * dy; v <= sc.hi && ticks++ < 20; v += dy) {
+        double y = to_py(&sc, v);
+        line(f, sc.x0, y, sc.x1, y, "#e0e0e0", false);
+        text(f, sc.x0 - 6, y + 4, "end", "", "%.6g", fabs(v) < dy * 1e-9 ? 0.0 : v);
+    }
+    double dx = tick_step(sc.s1 - sc.s0, 8);
+    if (dx < 1) dx = 1; /* steps are whole */
+    ticks = 0;
+    for (double v = ceil(sc.s0 / dx) * dx; v <= sc.s1 && ticks++ < 20; v += dx) {
+        double x = to_px(&sc, v);
+        line(f, x, sc.base, x, sc.base + 5, "#888", false);
+        text(f, x, sc.base + 18, "middle", "", "%.0f", v);
+    }
+    line(f, sc.x0, sc.base, sc.x1, sc.base, "#888", false);
+    line(f, sc.x0, sc.top, sc.x0, sc.base, "#888", false);
+    text(f, (sc.x0 + sc.x1) / 2, H - 12, "middle", "", "step");
+    double mid = (sc.top + sc.base) / 2;
+    fprintf(f, "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">", mid, mid);
+    esc(f, ylabel);
+    fputs("</text>\n", f);
+    if (hline > 0 && isfinite(hline)) {
+        double y = to_py(&sc, hline);
+        line(f, sc.x0, y, sc.x1, y, BUDGET_COLOUR, true);
+        text(f, sc.x1 - 4, y - 4, "end", "b", "%s %.6g", hname, hline);
+    }
+    for (int k = 0; k < n_c; k++) curve(f, &sc, &c[k]);
+    fputs("</svg>\n", f);
+}
+
+int cli_html_train(FILE *f, const char *title, const cli_train_curves *t)
+{
+    page_open(f, "train", title);
+    if (!t || t->n < 1 || !t->step || !t->loss || !t->grad_norm) {
+        fputs("<p>No steps.</p>\n", f);
+        return page_close(f, NULL);
+    }
+    int64_t first = t->step[0], last = t->step[t->n - 1];
+    fputs("<p class=\"sum\">", f);
+    esc(f, t->summary ? t->summary : "");
+    fputs("</p>\n<h2>Loss</h2>\n<div>\n", f);
+    bool eval = t->n_eval > 0 && t->eval_step && t->eval_loss;
+    key(f, LOSS_COLOUR, "training loss (the step's global batch)");
+    if (eval) key(f, EVAL_COLOUR, "eval loss (--eval-data)");
+    fputs("</div>\n", f);
+    const series loss[2] = {{"loss", LOSS_COLOUR, t->step, t->loss, t->n},
+                            {"eval_loss", EVAL_COLOUR, t->eval_step, t->eval_loss, eval ? t->n_eval : 0}};
+    train_chart(f, "loss against the step", "loss", first, last, loss, eval ? 2 : 1, 0, NULL);
+    fputs("<h2>Gradient norm</h2>\n<div>\n", f);
+    key(f, NORM_COLOUR, "global gradient norm, before clipping");
+    if (t->clip > 0) key(f, BUDGET_COLOUR, "--clip");
+    fputs("</div>\n", f);
+    const series norm = {"grad_norm", NORM_COLOUR, t->step, t->grad_norm, t->n};
+    train_chart(f, "gradient norm against the step", "gradient norm", first, last, &norm, 1, t->clip, "clip");
+    return page_close(f, t->note);
 }

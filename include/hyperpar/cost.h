@@ -135,6 +135,32 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
 void hp_cost_plan_free(hp_cost_plan *k);
 void hp_cost_free(hp_cost *c);
 
+/* ---- what a training step is measured against (src/run/mfu.c; docs/train.md, "What the user sees") ----
+ *
+ * MFU = hp_cost_train_flops / step seconds / hp_gemm_limit.sum_gflops (FLOP/s). */
+
+/* W: the weights one token goes through in the forward's GEMMs — per decoder layer the attention projections
+ * (MLA's five), a dense layer's gate, up and down, a sparse layer's router, its top-k routed experts and its
+ * shared expert (only the active experts: routing taken as balanced); then lm_head. 0 without a hidden size. */
+double hp_cost_gemm_weights(const hp_model *m);
+/* Model FLOPs of one training step over `tokens` tokens (every position the forward runs): 6·W·tokens, 2 per
+ * weight in the forward and 4 in the backward. Not counted: the attention scores, norms, rope, the embedding
+ * lookup, AdamW and the backward's recomputation of the forward. */
+double hp_cost_train_flops(const hp_model *m, int64_t tokens);
+
+/* The same-run GEMM limit: every rank of w at once (after a barrier) runs an f32 n×n×n product through the GEMM
+ * layer (hp_moe_ref_sgemm_gflops, best of reps after a warm-up). */
+typedef struct hp_gemm_limit {
+    int64_t n;
+    int reps;
+    double rank_gflops;  /* this rank's GFLOP/s */
+    double min_gflops;   /* the slowest rank's */
+    double sum_gflops;   /* over all ranks: the limit */
+    double seconds;      /* the slowest rank's time for the whole measurement (allocation, warm-up, reps) */
+} hp_gemm_limit;
+/* Collective; every failure agreed: HP_ERR_INPUT for n or reps < 1, HP_ERR_NOMEM when a rank cannot run it. */
+hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, int reps, hp_gemm_limit *out, hp_err *err);
+
 /* ---- hyperpar advise: which mesh of N ranks to pick (src/run/advise.c, docs/cost.md "hyperpar advise") ----
  *
  *   hp_advise(&a, model, opts)   every dp x cp x tp (x ep) mesh of opts.world ranks, each accepted or rejected

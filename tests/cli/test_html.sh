@@ -1,4 +1,4 @@
-# test_html.sh — the HTML pages of cost and advise (tools/html.c): each is one self-contained page (inline SVG,
+# test_html.sh — the HTML pages of cost, advise and train --plot (tools/html.c): each is one self-contained page (inline SVG,
 # no network address but the SVG namespace, the static data-hp-ok mark on <body>), and when chromium is
 # installed it renders without a script error (no data-hp-error in the DOM) to a screenshot that is not blank
 # (>= 1% non-white pixels, >= 4 distinct colours). The pages come from the unit program test_html (HP_TEST_HTML,
@@ -20,6 +20,11 @@ fi
 if "$HP" advise --help 2>&1 | grep -q html; then
     expect 0 "" -- "$HP" advise data/forward/llama --world 4 --mem-per-rank 1GiB --format html -o "$WORK/cli_advise.html"
     PAGES+=(cli_advise)
+fi
+if "$HP" train --help 2>&1 | grep -q -- "--plot"; then
+    expect 0 "" -- "$HP" train data/forward/llama --input data/forward/llama/forward_io.safetensors --steps 4 --clip 4 \
+        --plot "$WORK/cli_train.html"
+    PAGES+=(cli_train)
 fi
 
 # No address but the SVG namespace's, which every <svg> carries.
