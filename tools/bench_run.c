@@ -543,12 +543,6 @@ static double ratio(double bare, double runtime) { return runtime > 0 ? bare / r
 
 static const char *dtype_str(hp_dtype dt) { return dt == HP_DT_BF16 ? "bf16" : "f32"; }
 
-static const char *torch_note(const rb_info *in)
-{
-    return in->torch ? "PyTorch eager: not measured here (torch is installed, but this benchmark runs only hyperpar)"
-                     : "PyTorch eager: not measured here (not installed: python3 cannot import torch)";
-}
-
 void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
 {
     char b1[32];
@@ -580,7 +574,7 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
     printf("  attention : %s\n", in->blas);
 }
 
-static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
+static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)
 {
     const double *m = r->med;
     char b1[32], b2[32], b3[32], b4[32], b5[32];
@@ -631,7 +625,7 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
                hp_format_bytes((uint64_t)(r->total - r->expert_bytes), b3, sizeof b3), (long long)a->tp,
                hp_format_bytes((uint64_t)r->expert_bytes, b4, sizeof b4), (long long)a->ep,
                hp_format_bytes((uint64_t)expect, b5, sizeof b5), r->resident / expect, RESIDENT_TOL * 100);
-    printf("  %s\n", torch_note(in));
+    cli_bench_torch_text(pt, (double)(a->batch * a->tokens) / m[C_WALL], "tokens/s prefill");
 }
 
 void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
@@ -653,7 +647,7 @@ void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
     cli_json_str(in->blas);
 }
 
-static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
+static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)
 {
     const double *m = r->med;
     double expect = r->expect;
@@ -684,10 +678,9 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
             printf(", \"last_in_runtime_s\": null, \"last_in_bare_s\": null, \"last_in_ratio\": null}");
     }
     printf("}, \"resident_bytes\": %.0f, \"share_bytes\": %.0f, \"checkpoint_weight_bytes\": %.0f, "
-           "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
-           "\"pytorch_eager\": null, \"pytorch_note\": ",
+           "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f",
            r->resident, r->share, r->total, expect, r->resident / expect, RESIDENT_TOL);
-    cli_json_str(torch_note(in));
+    cli_bench_torch_json(pt, (double)(a->batch * a->tokens) / m[C_WALL]);
     printf("}\n");
 }
 
@@ -753,8 +746,8 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
 
 static int run(rb_args *a, int *argc, char ***argv)
 {
-    /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
-    bool torch = !a->train && hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
+    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe();
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -777,7 +770,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
-    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ckpt_dir = dir};
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)
@@ -896,8 +889,11 @@ static int run(rb_args *a, int *argc, char ***argv)
 
     if (R == 0) {
         describe(w, p, a, &in, &la);
-        if (a->json) print_json(a, &in, &res);
-        else print_text(a, &in, &res);
+        /* PyTorch last, while the other ranks wait below: it has the cores to itself. */
+        cli_torch_eager pt;
+        cli_bench_torch(a, &in, &pt);
+        if (a->json) print_json(a, &in, &res, &pt);
+        else print_text(a, &in, &res, &pt);
         fflush(stdout);
     }
 done:

@@ -30,7 +30,8 @@ typedef struct cli_bench_info {
     char mesh[128], backend[128], kernels[512], blas[512], group[16];
     int ranks, threads, reps, n_overrides;
     int64_t n_sparse;  /* sparse decoder layers */
-    bool torch;
+    bool torch;        /* the launcher's python can import torch (cli_bench_torch_probe) */
+    const char *ckpt_dir; /* the random checkpoint's folder */
     double gemm_flop;  /* 2 T x the linear layers' weights: the GEMM work of one forward */
     double gen_s;      /* seconds rank 0 took to write the checkpoint */
     uint64_t ckpt_bytes;
@@ -51,5 +52,24 @@ void cli_bench_json_head(const char *name, const cli_bench_args *a, const cli_be
  * failure agreed. */
 hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
                           const cli_bench_info *in, hp_err *err);
+
+/* PyTorch eager on the same checkpoint and batch, timed in the same run (bench_torch.c). */
+typedef struct cli_torch_eager {
+    bool measured;
+    double median_s, tokens_per_s;
+    int threads;
+    char model[256], version[64], dtype[8];
+    char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */
+} cli_torch_eager;
+/* Whether $HP_BENCH_PYTHON (python3) can import torch; asked before MPI starts. */
+bool cli_bench_torch_probe(void);
+/* Rank 0: the forward (bench run; in a's dtype) or a forward+backward+AdamW step (bench train; f32) of PyTorch
+ * eager on in->ckpt_dir at a's batch, with in->threads threads, one warm-up and in->reps timed; when
+ * !in->torch or it fails, t->note says why. */
+void cli_bench_torch(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t);
+/* The report's line (text) or fields (JSON: pytorch_eager, ratio_over_pytorch, pytorch_note), next to
+ * hyperpar's tokens/s; what: "tokens/s prefill", "training tokens/s". */
+void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what);
+void cli_bench_torch_json(const cli_torch_eager *t, double tokens_per_s);
 
 #endif
