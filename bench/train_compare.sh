@@ -112,6 +112,10 @@ for fam in "${FAMS[@]}"; do
     M="$WORK/$fam"
     prepare "$src" "$M" "$WORK/$fam.bin"
     D="--data $WORK/$fam.bin $FLAGS"
+    # The EP overrides of the tests, less a capacity factor: one drops the slots past an expert's capacity by
+    # design (deepseek_v3_ep.yaml's 1.25 drops some on this data), which the reference does not do.
+    ov="$ROOT/tests/data/overrides/${fam}_ep.yaml"
+    [[ ! -f $ov ]] || grep -v 'capacity_factor' "$ov" >"$WORK/${fam}_ep.yaml"
     if ! "$PYTHON" "$ROOT/bench/train_ref.py" "$M" $D --micro-batch 4 --log-json "$WORK/$fam.ref.jsonl" 2>"$WORK/$fam.ref.log"; then
         echo "| $fam | (reference) | failed: $(tail -1 "$WORK/$fam.ref.log") | FAIL |"
         fail=1
@@ -123,7 +127,7 @@ for fam in "${FAMS[@]}"; do
     n=0
     while IFS='|' read -r label np flags; do
         n=$((n + 1))
-        flags="${flags//@EP/$ROOT/tests/data/overrides/${fam}_ep.yaml}"
+        flags="${flags//@EP/$WORK/${fam}_ep.yaml}"
         [[ $flags == *--micro-batch* ]] || flags="--micro-batch 4 $flags"
         log="$WORK/$fam.$n.jsonl"
         if [[ $np == 1 ]]; then cmd=("$HP"); else cmd=(timeout 600 $MPIRUN -np "$np" "$HP"); fi
