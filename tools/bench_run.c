@@ -887,11 +887,11 @@ static int run(rb_args *a, int *argc, char ***argv)
         res.bare_min[k] = med[1];
     }
 
+    /* PyTorch last: the same batch and checkpoint, the node's cores. */
+    if (R == 0) describe(w, p, a, &in, &la);
+    cli_torch_eager pt;
+    if ((st = cli_bench_torch(w, a, &in, &pt, &err))) goto done;
     if (R == 0) {
-        describe(w, p, a, &in, &la);
-        /* PyTorch last, while the other ranks wait below: it has the cores to itself. */
-        cli_torch_eager pt;
-        cli_bench_torch(a, &in, &pt);
         if (a->json) print_json(a, &in, &res, &pt);
         else print_text(a, &in, &res, &pt);
         fflush(stdout);

@@ -63,10 +63,12 @@ typedef struct cli_torch_eager {
 } cli_torch_eager;
 /* Whether $HP_BENCH_PYTHON (python3) can import torch; asked before MPI starts. */
 bool cli_bench_torch_probe(void);
-/* Rank 0: the forward (bench run; in a's dtype) or a forward+backward+AdamW step (bench train; f32) of PyTorch
- * eager on in->ckpt_dir at a's batch, with in->threads threads, one warm-up and in->reps timed; when
- * !in->torch or it fails, t->note says why. */
-void cli_bench_torch(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t);
+/* Collective; rank 0 runs the forward (bench run; in a's dtype) or a forward+backward+AdamW step (bench train;
+ * f32) of PyTorch eager on in->ckpt_dir at a's batch, with the threads of this node's ranks (in->threads each),
+ * one warm-up and in->reps timed, while the other ranks wait without spinning; when !in->torch or it fails,
+ * rank 0's t->note says why (a failure of PyTorch is a note, never the bench's error). */
+hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,
+                          hp_err *err);
 /* The report's line (text) or fields (JSON: pytorch_eager, ratio_over_pytorch, pytorch_note), next to
  * hyperpar's tokens/s; what: "tokens/s prefill", "training tokens/s". */
 void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what);

@@ -9,7 +9,8 @@
  *                                --threads N --reps R --dtype f32|bf16
  *
  * (HP_BENCH_PYTHON defaults to python3; -B writes no bytecode) where BOOT makes MODEL_SRC the module
- * torch_model and runs STEP_SRC as __main__. CKPT is the bench's own random checkpoint, so PyTorch runs the same
+ * torch_model and runs STEP_SRC as __main__; N is the threads of all ranks on this node, the cores hyperpar used,
+ * and the other ranks wait without spinning meanwhile. CKPT is the bench's own random checkpoint, so PyTorch runs the same
  * layer shapes, vocabulary and batch [B, T] with the same weights. The script prints one JSON object on stdout;
  * its stderr (transformers' progress bars) and stdin are /dev/null. Whether python can import torch is asked
  * once before MPI starts (cli_bench_torch_probe); the step itself is spawned with posix_spawn, which does not
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_run.h"
@@ -93,9 +95,9 @@ bool cli_bench_torch_probe(void)
     return spawn(argv, NULL, 0) == 0;
 }
 
-void cli_bench_torch(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
+/* Rank 0's measurement. */
+static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
 {
-    memset(t, 0, sizeof *t);
     if (!in->torch) {
         snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (not installed: %s cannot import torch)",
                  python());
@@ -104,7 +106,10 @@ void cli_bench_torch(const cli_bench_args *a, const cli_bench_info *in, cli_torc
     char B[32], T[32], N[32], R[32], out[8192];
     snprintf(B, sizeof B, "%lld", (long long)a->batch);
     snprintf(T, sizeof T, "%lld", (long long)a->tokens);
-    snprintf(N, sizeof N, "%d", in->threads);
+    /* The cores this node's ranks used: each rank's threads times the ranks here (Open MPI's local size). */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
     snprintf(R, sizeof R, "%d", in->reps);
     const char *mode = a->train ? "train" : "forward";
     /* The training step is f32 (PyTorch's usual eager training); the forward runs in the bench's dtype. */
@@ -134,6 +139,37 @@ void cli_bench_torch(const cli_bench_args *a, const cli_bench_info *in, cli_torc
     snprintf(t->note, sizeof t->note, "PyTorch eager %s, %s, torch %s, %d thread%s", t->dtype, t->model, t->version,
              t->threads, t->threads == 1 ? "" : "s");
     json_decref(o);
+}
+
+hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,
+                          hp_err *err)
+{
+    memset(t, 0, sizeof *t);
+    const int P = hp_comm_size(w), R = hp_comm_rank(w);
+    if (R == 0) measure(a, in, t);
+    if (P == 1) return HP_OK;
+    /* The other ranks wait without spinning, so that PyTorch has the node's cores: a 1-byte all-to-all (which
+     * no rank completes before rank 0 posts it, after PyTorch) polled every 2 ms. */
+    char *buf = calloc(2 * (size_t)P, 1);
+    size_t *cnt = calloc(2 * (size_t)P, sizeof *cnt);
+    hp_status st = buf && cnt ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; cnt && i < P; i++) {
+        cnt[i] = 1;
+        cnt[P + i] = (size_t)i;
+    }
+    hp_comm_req *req = NULL;
+    if (st == HP_OK) st = hp_comm_ialltoallv(w, buf, cnt, cnt + P, buf + P, cnt, cnt + P, &req, err);
+    for (bool done = false; st == HP_OK && !done;) {
+        st = hp_comm_test(req, &done, err);
+        if (st == HP_OK && !done) nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+    }
+    if (req) {
+        hp_status s2 = hp_comm_wait(req, err);
+        if (st == HP_OK) st = s2;
+    }
+    free(buf);
+    free(cnt);
+    return hp_comm_agree(w, st, err);
 }
 
 void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what)

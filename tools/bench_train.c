@@ -148,13 +148,12 @@ hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, co
     hp_status st = hp_comm_agree(w, rows ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
     if (st == HP_OK) st = time_steps(w, r, ids, a->batch, a->tokens, reps, rows, &res, err);
     if (st == HP_OK) st = time_gemm(w, &res, err);
+    /* PyTorch after hyperpar's steps and the GEMM: the same batch and checkpoint, the node's cores. */
+    cli_torch_eager pt;
+    if (st == HP_OK) st = cli_bench_torch(w, a, in, &pt, err);
     if (st == HP_OK) {
         for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, reps, C_N, c);
         if (hp_comm_rank(w) == 0) {
-            /* PyTorch after hyperpar's steps and the GEMM, while the other ranks wait: the same batch and
-             * checkpoint, the same threads per process. */
-            cli_torch_eager pt;
-            cli_bench_torch(a, in, &pt);
             if (a->json) print_json(a, in, &res, &pt);
             else print_text(a, in, &res, &pt);
             fflush(stdout);

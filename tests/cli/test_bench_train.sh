@@ -112,6 +112,11 @@ assert d["pytorch_eager"]["model"].startswith("src=yes ckpt=yes --mode forward -
 assert d["pytorch_eager"]["model"].endswith("--dtype bf16") and d["pytorch_eager"]["dtype"] == "bf16", d
 assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 64) <= 1e-5 * d["ratio_over_pytorch"], d
 EOF
+# Two ranks: rank 0 alone runs PyTorch, with the threads of both ranks (the node's cores hyperpar used).
+HP_BENCH_PYTHON="$WORK/fakepy" $MPI -np 2 -x HP_BENCH_PYTHON "$HP" bench train $SMALL --tp 2 --threads 1 --reps 1 \
+    --json >"$WORK/pt2.json" 2>/dev/null </dev/null
+check "pytorch, 2 ranks: once, on 1 x 2 threads" grep -q '"model": "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 1 --dtype f32"' "$WORK/pt2.json"
+check "pytorch, 2 ranks: one report" test "$(grep -c '"pytorch_eager"' "$WORK/pt2.json")" = 1
 out=$(HP_BENCH_PYTHON=false "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
 check "no torch: the note" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
 
