@@ -23,7 +23,7 @@ while (($#)); do
     case "$1" in
     --steps) STEPS="$2"; shift 2 ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "train_compare.sh: unknown option $1" >&2; exit 2 ;;
     *) FAMS+=("$1"); shift ;;
     esac

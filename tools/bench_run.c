@@ -136,6 +136,10 @@ static void usage(FILE *out, bool train)
                 "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
                 "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n",
                 RATIO_TARGET, RESIDENT_TOL * 100);
+    fprintf(out, "Then, when $HP_BENCH_PYTHON (default python3) can import torch, rank 0 times PyTorch eager on the\n"
+                 "same checkpoint and batch with this node's threads (%s) and prints\n"
+                 "its tokens/s and the ratio hyperpar/PyTorch; otherwise a note says why.\n",
+            train ? "a forward+backward+AdamW step, f32" : "the forward, in the checkpoint's dtype");
     fprintf(out, "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
                  "every rank must see it. Also runs as one process without mpirun.\n\n");
     cli_print_options(out, g_opts);

@@ -43,6 +43,7 @@ text_ok() { # text_ok NAME OUTPUT
 
 expect 0 "usage: [mpirun -np N] hyperpar bench train --preset P" -- "$HP" bench train --help
 expect 0 "training tokens/s" -- "$HP" bench train --help
+expect 0 "rank 0 times PyTorch eager" -- "$HP" bench train --help
 expect 0 "hyperpar bench train --help" -- "$HP" bench --help
 
 # One process, dense and MoE.
