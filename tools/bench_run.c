@@ -137,6 +137,10 @@ static void usage(FILE *out, bool train)
                 "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
                 "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n",
                 RATIO_TARGET, RESIDENT_TOL * 100);
+    fprintf(out, "Then, when $HP_BENCH_PYTHON (default python3) can import torch, rank 0 times PyTorch eager on the\n"
+                 "same checkpoint and batch with this node's threads (%s) and prints\n"
+                 "its tokens/s and the ratio hyperpar/PyTorch; otherwise a note says why.\n",
+            train ? "a forward+backward+AdamW step, f32" : "the forward, in the checkpoint's dtype");
     fprintf(out, "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
                  "every rank must see it. Also runs as one process without mpirun.\n\n");
     cli_print_options(out, g_opts);
@@ -544,12 +548,6 @@ static double ratio(double bare, double runtime) { return runtime > 0 ? bare / r
 
 static const char *dtype_str(hp_dtype dt) { return dt == HP_DT_BF16 ? "bf16" : "f32"; }
 
-static const char *torch_note(const rb_info *in)
-{
-    return in->torch ? "PyTorch eager: not measured here (torch is installed, but this benchmark runs only hyperpar)"
-                     : "PyTorch eager: not measured here (not installed: python3 cannot import torch)";
-}
-
 void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
 {
     char b1[32];
@@ -582,7 +580,7 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
     printf("  attention : %s\n", in->blas);
 }
 
-static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
+static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)
 {
     const double *m = r->med;
     char b1[32], b2[32], b3[32], b4[32], b5[32];
@@ -633,7 +631,7 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r)
                hp_format_bytes((uint64_t)(r->total - r->expert_bytes), b3, sizeof b3), (long long)a->tp,
                hp_format_bytes((uint64_t)r->expert_bytes, b4, sizeof b4), (long long)a->ep,
                hp_format_bytes((uint64_t)expect, b5, sizeof b5), r->resident / expect, RESIDENT_TOL * 100);
-    printf("  %s\n", torch_note(in));
+    cli_bench_torch_text(pt, (double)(a->batch * a->tokens) / m[C_WALL], "tokens/s prefill");
 }
 
 void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
@@ -655,7 +653,7 @@ void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
     cli_json_str(in->blas);
 }
 
-static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
+static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)
 {
     const double *m = r->med;
     double expect = r->expect;
@@ -686,10 +684,9 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r)
             printf(", \"last_in_runtime_s\": null, \"last_in_bare_s\": null, \"last_in_ratio\": null}");
     }
     printf("}, \"resident_bytes\": %.0f, \"share_bytes\": %.0f, \"checkpoint_weight_bytes\": %.0f, "
-           "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f, "
-           "\"pytorch_eager\": null, \"pytorch_note\": ",
+           "\"expected_resident_bytes\": %.0f, \"resident_ratio\": %.6f, \"resident_tolerance\": %.2f",
            r->resident, r->share, r->total, expect, r->resident / expect, RESIDENT_TOL);
-    cli_json_str(torch_note(in));
+    cli_bench_torch_json(pt, (double)(a->batch * a->tokens) / m[C_WALL]);
     printf("}\n");
 }
 
@@ -729,8 +726,8 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
 
 static int run(rb_args *a, int *argc, char ***argv)
 {
-    /* Whether PyTorch could be measured, asked before MPI starts (a fork under MPI is best avoided). */
-    bool torch = !a->train && hp_comm_launch_rank() <= 0 && system("python3 -c 'import torch' >/dev/null 2>&1") == 0;
+    /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
+    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe();
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -752,7 +749,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
-    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .threads_why = threads_why};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .threads_why = threads_why, .ckpt_dir = dir};
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)
@@ -873,10 +870,13 @@ static int run(rb_args *a, int *argc, char ***argv)
         res.bare_min[k] = med[1];
     }
 
+    /* PyTorch last: the same batch and checkpoint, the node's cores. */
+    if (R == 0) describe(w, p, a, &in, &la);
+    cli_torch_eager pt;
+    if ((st = cli_bench_torch(w, a, &in, &pt, &err))) goto done;
     if (R == 0) {
-        describe(w, p, a, &in, &la);
-        if (a->json) print_json(a, &in, &res);
-        else print_text(a, &in, &res);
+        if (a->json) print_json(a, &in, &res, &pt);
+        else print_text(a, &in, &res, &pt);
         fflush(stdout);
     }
 done:

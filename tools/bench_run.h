@@ -31,7 +31,8 @@ typedef struct cli_bench_info {
     int ranks, threads, reps, n_overrides;
     const char *threads_why; /* cli_threads: which rule chose the count */
     int64_t n_sparse;  /* sparse decoder layers */
-    bool torch;
+    bool torch;        /* the launcher's python can import torch (cli_bench_torch_probe) */
+    const char *ckpt_dir; /* the random checkpoint's folder */
     double weights;    /* W, the weights one token goes through in the forward's GEMMs (hp_cost_gemm_weights) */
     double gemm_flop;  /* 2 T x W: the GEMM work of one forward */
     double train_flop; /* model FLOPs of one training step over the batch (hp_cost_train_flops: 6 x W x B x T) */
@@ -51,5 +52,26 @@ void cli_bench_json_head(const char *name, const cli_bench_args *a, const cli_be
  * failure agreed. */
 hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
                           const cli_bench_info *in, hp_err *err);
+
+/* PyTorch eager on the same checkpoint and batch, timed in the same run (bench_torch.c). */
+typedef struct cli_torch_eager {
+    bool measured;
+    double median_s, tokens_per_s;
+    int threads;
+    char model[256], version[64], dtype[8];
+    char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */
+} cli_torch_eager;
+/* Whether $HP_BENCH_PYTHON (python3) can import torch; asked before MPI starts. */
+bool cli_bench_torch_probe(void);
+/* Collective; rank 0 runs the forward (bench run; in a's dtype) or a forward+backward+AdamW step (bench train;
+ * f32) of PyTorch eager on in->ckpt_dir at a's batch, with the threads of this node's ranks (in->threads each),
+ * one warm-up and in->reps timed, while the other ranks wait without spinning; when !in->torch or it fails,
+ * rank 0's t->note says why (a failure of PyTorch is a note, never the bench's error). */
+hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,
+                          hp_err *err);
+/* The report's line (text) or fields (JSON: pytorch_eager, ratio_over_pytorch, pytorch_note), next to
+ * hyperpar's tokens/s; what: "tokens/s prefill", "training tokens/s". */
+void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what);
+void cli_bench_torch_json(const cli_torch_eager *t, double tokens_per_s);
 
 #endif

@@ -82,7 +82,8 @@ static hp_status time_gemm(const hp_comm *w, bt_result *res, hp_err *err)
 
 static double per(double x, double y) { return y > 0 ? x / y : 0.0; }
 
-static void print_text(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r)
+static void print_text(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r,
+                       const cli_torch_eager *pt)
 {
     const double *m = r->med, tokens = (double)(a->batch * a->tokens), achieved = per(r->flop, m[C_STEP]) * 1e-9;
     cli_bench_print_head("train", a, in);
@@ -102,9 +103,11 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
            "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
            r->gemm_rank, GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
            in->ranks == 1 ? "" : "s", per(achieved, r->gemm_sum));
+    cli_bench_torch_text(pt, per(tokens, m[C_STEP]), "training tokens/s");
 }
 
-static void print_json(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r)
+static void print_json(const cli_bench_args *a, const cli_bench_info *in, const bt_result *r,
+                       const cli_torch_eager *pt)
 {
     const double *m = r->med, tokens = (double)(a->batch * a->tokens), achieved = per(r->flop, m[C_STEP]) * 1e-9;
     cli_bench_json_head("train", a, in);
@@ -117,10 +120,12 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
            "\"tokens_per_s\": %.6g, \"forward_s\": %.6g, \"backward_s\": %.6g, \"backward_comm_s\": %.6g, "
            "\"optimizer_s\": %.6g, \"weights_per_token\": %.6g, \"model_gflop\": %.6g, \"achieved_gflops\": %.6g, "
            "\"gemm_n\": %d, \"gemm_gflops_per_rank\": %.6g, \"gemm_gflops_min_rank\": %.6g, \"gemm_gflops\": %.6g, "
-           "\"ratio_achieved_over_gemm\": %.6g}\n",
+           "\"ratio_achieved_over_gemm\": %.6g",
            r->loss_first, r->loss_last, m[C_STEP], per(tokens, m[C_STEP]), m[C_FWD], m[C_BWD], m[C_BWD_COMM], m[C_OPT],
            in->weights, r->flop * 1e-9, achieved, GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
            per(achieved, r->gemm_sum));
+    cli_bench_torch_json(pt, per(tokens, m[C_STEP]));
+    printf("}\n");
 }
 
 hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
@@ -132,11 +137,14 @@ hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, co
     hp_status st = hp_comm_agree(w, rows ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
     if (st == HP_OK) st = time_steps(w, r, ids, a->batch, a->tokens, reps, rows, &res, err);
     if (st == HP_OK) st = time_gemm(w, &res, err);
+    /* PyTorch after hyperpar's steps and the GEMM: the same batch and checkpoint, the node's cores. */
+    cli_torch_eager pt;
+    if (st == HP_OK) st = cli_bench_torch(w, a, in, &pt, err);
     if (st == HP_OK) {
         for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, reps, C_N, c);
         if (hp_comm_rank(w) == 0) {
-            if (a->json) print_json(a, in, &res);
-            else print_text(a, in, &res);
+            if (a->json) print_json(a, in, &res, &pt);
+            else print_text(a, in, &res, &pt);
             fflush(stdout);
         }
     }

@@ -330,6 +330,7 @@ hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_a
                            hp_err *err)
 {
     memset(cfg, 0, sizeof *cfg);
+    cfg->pad_token_id = -1;
     *architecture = "";
     *model_type = "";
     *family = NULL;
@@ -412,6 +413,9 @@ hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_a
                             json_is_integer(json_object_get(root, "n_routed_experts"));
     json_t *qc = json_object_get(root, "quantization_config");
     cfg->quantized = qc && !json_is_null(qc);
+    /* Absent, null or negative (some configs write -1): no padding row. */
+    json_t *pad = json_object_get(root, "pad_token_id");
+    cfg->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 ? json_integer_value(pad) : -1;
     json_t *mol = json_object_get(root, "mlp_only_layers");
     if (st == HP_OK && mol && !json_is_null(mol)) {
         if (!json_is_array(mol) || json_array_size(mol) > 64) {

@@ -811,9 +811,13 @@ static hp_status embed_bwd(hp_runner *r, const hp__step *s, const int64_t *ids, 
     int64_t n = d->n[0] * d->n[1], dp_lo = r->x.dp_rows[r->x.dp_r];
     int64_t *id = hp_calloc((size_t)n + 1, sizeof *id);
     if (!id) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    /* The padding token's row gets no gradient from the embedding, as transformers' nn.Embedding(padding_idx =
+     * pad_token_id) of every family gives it none (a tied lm_head still adds its own). */
+    const int64_t pad = r->m->cfg.pad_token_id;
     for (int64_t i = 0; i < n; i++) {
         int64_t b = i / d->n[1], p = d->lo[1] + i % d->n[1];
         id[i] = p < S ? ids[(dp_lo + d->lo[0] + b) * S + p] : -1; /* a padded position (CP) reads no row */
+        if (id[i] == pad) id[i] = -1;
     }
     const hp__w *E = &r->w.embed;
     float *gE = grad_of(r, E);

@@ -10,6 +10,8 @@ MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 SMALL="--preset llama-3-8b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512"
 mkdir -p "$WORK/tmp"
 export TMPDIR="$WORK/tmp"
+# No PyTorch here, installed or not (`false` cannot import torch): the note in place of the comparison.
+export HP_BENCH_PYTHON=false
 left() { [ -z "$(ls -A "$WORK/tmp" | grep hp-bench-run)" ]; }
 # but "BASE" OPT...: the words of BASE without the options OPT and their values (an option may be given once).
 but() {
@@ -36,11 +38,12 @@ check "1 process: tokens/s line" grep -q "forward   : .* ms median of 2 (slowest
 check "1 process: gather ratio line" grep -q "gather         : runtime .* ratio bare/runtime .* (target >= 0.8)" <<<"$out"
 check "1 process: resident line" grep -q "resident  : .* / tp 1 = .* ratio 1.0.* (target within 5%)" <<<"$out"
 check "1 process: no all-gather" grep -q "all-gather     : none in this forward" <<<"$out"
-check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here" <<<"$out"
+check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
 check "1 process: the temporary checkpoint is gone" left
 "$HP" bench run $SMALL --json --reps 1 >"$WORK/one.json" 2>/dev/null </dev/null
 check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/null
 check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0' "$WORK/one.json"
+check "1 process: --json: no PyTorch figures" grep -q '"pytorch_eager": null, "ratio_over_pytorch": null, "pytorch_note": "PyTorch eager: not measured here' "$WORK/one.json"
 expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
 # A vocabulary above gen's 65536 (Llama-3's 128256 is): the bench writes that checkpoint itself.
 expect 0 "vocab above gen's limit" -- "$HP" bench run $(but "$SMALL" --vocab) --vocab 70000 --reps 1

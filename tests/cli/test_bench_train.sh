@@ -7,6 +7,8 @@ source "$(dirname "$0")/lib.sh"
 # The checkpoints go to a folder of this test's own, which must hold no run folder after each command.
 export TMPDIR="$WORK/tmp" && mkdir -p "$TMPDIR"
 left() { ! ls -A "$TMPDIR" | grep -q hp-bench-run; }
+# No PyTorch unless a test below gives its stand-in (`false` cannot import torch).
+export HP_BENCH_PYTHON=false
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 SHAPES="--hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --vocab 512"
 SMALL="--preset llama-3-8b $SHAPES --seq 16"
@@ -41,6 +43,7 @@ text_ok() { # text_ok NAME OUTPUT
 
 expect 0 "usage: [mpirun -np N] hyperpar bench train --preset P" -- "$HP" bench train --help
 expect 0 "training tokens/s" -- "$HP" bench train --help
+expect 0 "rank 0 times PyTorch eager" -- "$HP" bench train --help
 expect 0 "hyperpar bench train --help" -- "$HP" bench --help
 
 # One process, dense and MoE.
@@ -71,6 +74,52 @@ $MPI -np 2 "$HP" bench train $MOE --tp 2 --threads 1 --reps 2 --json >"$WORK/moe
 check "moe 2 ranks: json sane" sane "$WORK/moe2.json"
 check "moe 2 ranks: ep 2" grep -q '"ep": 2, "overrides": 1}' "$WORK/moe2.json"
 check "2 ranks: the temporary checkpoint is gone" left
+
+# PyTorch eager in the same run, through a stand-in interpreter (tests never need torch): "import torch" works,
+# and the step gets the embedded scripts, the bench's checkpoint folder while it exists and the bench's shapes,
+# and prints a fixed 0.25 s step. The ratio is hyperpar's tokens/s over 16 / 0.25 = 64.
+cat >"$WORK/fakepy" <<'EOF'
+#!/bin/bash
+[[ $1 == -c ]] && exit 0 # the probe: python3 -c 'import torch'
+[[ $1 == -B && $2 == -c && $3 == *"sys.modules['torch_model'] = m"* ]] || exit 9
+[[ $4 == *"def read_safetensors"* && $5 == *"def main():"* && $5 == *"--mode"* ]] && src=yes || src=no
+[[ -f $6/config.json && -f $6/model.safetensors ]] && ckpt=yes || ckpt=no
+[[ -n ${FAKE_ERROR:-} ]] && { echo "{\"error\": \"$FAKE_ERROR\"}"; exit 0; }
+shift 6
+echo 'Loading weights' # anything before the last JSON object is ignored
+echo "{\"median_s\": 0.25, \"tokens_per_s\": 64, \"threads\": 3, \"model\": \"src=$src ckpt=$ckpt $*\", \"torch\": \"9.9\"}"
+EOF
+chmod +x "$WORK/fakepy"
+HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 --threads 2 --json >"$WORK/pt.json" 2>/dev/null </dev/null
+check "pytorch: the step's figures, the ratio, what ran" python3 - "$WORK/pt.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+pt = d["pytorch_eager"]
+assert pt["median_s"] == 0.25 and pt["tokens_per_s"] == 64 and pt["threads"] == 3 and pt["dtype"] == "f32", pt
+assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 64) <= 1e-5 * d["ratio_over_pytorch"], d
+assert pt["model"] == "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 2 --dtype f32", pt
+assert pt["torch"] == "9.9" and "9.9" in d["pytorch_note"], d
+EOF
+out=$(HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 2>&1 </dev/null)
+check "pytorch: the text line" grep -q "pytorch   : 250.000 ms median of the same batch -> 64.0 training tokens/s (PyTorch eager f32, src=yes ckpt=yes .*torch 9.9, 3 threads; the same run, rank 0)   ratio hyperpar/pytorch [0-9.]*$" <<<"$out"
+out=$(FAKE_ERROR="no module named transformers" HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
+check "pytorch: a failed step is named, the bench goes on" grep -q "PyTorch eager: not measured (.*fakepy failed: no module named transformers)" <<<"$out"
+check "pytorch: the temporary checkpoint is gone" left
+HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench run $SMALL --reps 1 --json >"$WORK/ptrun.json" 2>/dev/null </dev/null
+check "pytorch: bench run times the forward in the weights' dtype" python3 - "$WORK/ptrun.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["pytorch_eager"]["model"].startswith("src=yes ckpt=yes --mode forward --batch 1 --tokens 16 "), d
+assert d["pytorch_eager"]["model"].endswith("--dtype bf16") and d["pytorch_eager"]["dtype"] == "bf16", d
+assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 64) <= 1e-5 * d["ratio_over_pytorch"], d
+EOF
+# Two ranks: rank 0 alone runs PyTorch, with the threads of both ranks (the node's cores hyperpar used).
+HP_BENCH_PYTHON="$WORK/fakepy" $MPI -np 2 -x HP_BENCH_PYTHON "$HP" bench train $SMALL --tp 2 --threads 1 --reps 1 \
+    --json >"$WORK/pt2.json" 2>/dev/null </dev/null
+check "pytorch, 2 ranks: once, on 1 x 2 threads" grep -q '"model": "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 1 --dtype f32"' "$WORK/pt2.json"
+check "pytorch, 2 ranks: one report" test "$(grep -c '"pytorch_eager"' "$WORK/pt2.json")" = 1
+out=$(HP_BENCH_PYTHON=false "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
+check "no torch: the note" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
 
 # Failures: every rank ends with the cause, no checkpoint left behind.
 expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench train $SMALL --tp 4

@@ -169,6 +169,38 @@ for a, b in ((rd(sys.argv[1]), rd(sys.argv[2])), (rd(sys.argv[3]), rd(sys.argv[4
         assert d <= 1e-6 * m + 1e-9, (k, d, m)
 PY
 check "bf16: the gradients and the f32 master weights equal the f32 checkpoint's" test $? = 0
+# pad_token_id: transformers' embedding of every family is nn.Embedding(padding_idx = pad_token_id), so that
+# row gets no gradient from it; the other rows are as without a pad token (llama is untied: its lm_head adds
+# nothing to the embedding's gradient). The batch holds token 3 four times.
+mkdir -p "$WORK/pad"
+cp $G/model.safetensors "$WORK/pad/"
+python3 - "$G/config.json" "$WORK/pad/config.json" "$WORK/pad.ids" <<'PY'
+import json, struct, sys
+c = json.load(open(sys.argv[1])); c["pad_token_id"] = 3; json.dump(c, open(sys.argv[2], "w"))
+ids = [3, 9, 3, 17, 40, 3, 77, 5, 3, 12, 100, 1, 2, 64, 90, 8]
+b = struct.pack("<16q", *ids); h = json.dumps({"input_ids": {"dtype": "I64", "shape": [2, 8], "data_offsets": [0, 128]}}).encode()
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(h)) + h + b)
+PY
+expect 0 "train: step 1/1 loss" -- "$HP" train $G --input "$WORK/pad.ids" --steps 1 --grad-out "$WORK/nopad.g.st"
+expect 0 "train: step 1/1 loss" -- "$HP" train "$WORK/pad" --input "$WORK/pad.ids" --steps 1 --grad-out "$WORK/pad.g.st"
+expect 0 "train: step 1/1 loss" -- $MPI -np 2 "$HP" train "$WORK/pad" --input "$WORK/pad.ids" --steps 1 --tp 2 \
+    --grad-out "$WORK/pad2.g.st"
+check "pad_token_id 3: its embedding row gets no gradient, every other row the same (1 process and tp=2)" \
+    python3 - "$WORK/nopad.g.st" "$WORK/pad.g.st" "$WORK/pad2.g.st" <<'PY'
+import json, struct, sys
+def emb(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; v = json.loads(b[8:8 + n])["grad.model.embed_tokens.weight"]
+    o, e = v["data_offsets"]; H = v["shape"][1]; f = struct.unpack("<%df" % ((e - o) // 4), b[8 + n + o:8 + n + e])
+    return [f[r * H:(r + 1) * H] for r in range(v["shape"][0])]
+a, b, c = (emb(p) for p in sys.argv[1:])
+assert max(map(abs, a[3])) > 1e-6, "token 3's row has a gradient without a pad token"
+assert max(map(abs, b[3])) == 0 and max(map(abs, c[3])) == 0, (max(map(abs, b[3])), max(map(abs, c[3])))
+m = max(abs(x) for r in a for x in r)
+for r in range(len(a)):
+    if r != 3:
+        assert max(abs(x - y) for x, y in zip(a[r], b[r])) <= 1e-6 * m, r
+        assert max(abs(x - y) for x, y in zip(a[r], c[r])) <= 1e-5 * m, r
+PY
 expect 0 "--grad-out G" -- "$HP" train --help
 expect 0 "train a dense checkpoint" -- "$HP" --help
 # A signal while rank 0 writes (HP_TEST_PAUSE_MID_WRITE pauses the safetensors writer with its temporary made):

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""torch_step.py — PyTorch eager on the shapes of `hyperpar bench train` / `bench run`, timed in the same run.
+
+    python3 bench/torch_step.py MODEL --mode train|forward --batch B --tokens T --threads N --reps R [--dtype f32|bf16]
+
+MODEL is the bench's own random checkpoint folder, so the model has the preset's shapes (and the same weights,
+widened to float32, or bf16 with --dtype bf16 in forward mode): transformers' AutoModelForCausalLM with eager
+attention when transformers builds the family, otherwise bench/torch_model.py's plain-torch model. The batch is
+the bench's: ids[i] = (i * 2654435761 + 1) mod V over [B, T]. train: one step is zero_grad, the forward, the mean
+next-token cross-entropy over B*(T-1) positions, backward and torch.optim.AdamW.step() at its defaults; forward:
+the forward and the loss under torch.no_grad(). One warm-up, then R timed; prints one JSON object: the median
+seconds, tokens/s (B*T over it), the model, torch's version and threads; or {"error": "..."}.
+
+`hyperpar bench` carries this file and bench/torch_model.py inside its binary (CMake embeds them) and runs them
+with `$HP_BENCH_PYTHON` (default python3) as `python3 -B -c BOOT MODEL_SRC STEP_SRC args...`, so no file is
+written; run by hand it imports torch_model.py from its own folder.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--mode", choices=["train", "forward"], default="train")
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--tokens", type=int, required=True)
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    a = ap.parse_args()
+    try:
+        import torch
+        if "torch_model" not in sys.modules:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_model
+        torch.set_num_threads(a.threads)
+        torch.manual_seed(0)
+        model, kind = torch_model.load(a.model)
+        if a.dtype == "bf16":
+            model = model.to(torch.bfloat16)
+            kind = kind.replace("float32", "bf16")
+        V = model.config.vocab_size if hasattr(model, "config") else model.cfg["vocab_size"]
+        n = a.batch * a.tokens
+        ids = ((torch.arange(n, dtype=torch.int64) * 2654435761 + 1) % V).view(a.batch, a.tokens)
+        opt = torch.optim.AdamW(model.parameters()) if a.mode == "train" else None
+
+        def step():
+            if opt is not None:
+                opt.zero_grad(set_to_none=False)
+                lg = torch_model.logits(model, ids)
+                loss = torch.nn.functional.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]).float(),
+                                                         ids[:, 1:].reshape(-1))
+                loss.backward()
+                opt.step()
+            else:
+                with torch.no_grad():
+                    lg = torch_model.logits(model, ids)
+                    loss = torch.nn.functional.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]).float(),
+                                                             ids[:, 1:].reshape(-1))
+            return float(loss)
+
+        model.train(a.mode == "train")
+        first = step()
+        times = []
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            last = step()
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        med = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+        print(json.dumps({"median_s": med, "tokens_per_s": n / med, "reps": a.reps, "mode": a.mode, "dtype": a.dtype,
+                          "model": kind, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "loss_first": first, "loss_last": last}))
+    except Exception as e:  # the bench prints why, and goes on without the comparison
+        msg = (type(e).__name__ + ": " + str(e)).replace("\n", " ")[:300]
+        print(json.dumps({"error": msg}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+/*
+ * bench_torch.c — PyTorch eager on the same shapes, timed in the same run as `hyperpar bench run` / `bench train`.
+ *
+ * The binary carries bench/torch_model.py and bench/torch_step.py (CMake embeds them: cmake/embed.cmake, the
+ * strings cli_torch_model_py and cli_torch_step_py), so a build tree and an install alike run them and nothing is
+ * looked up or written at run time: rank 0 (the launcher's rank) spawns
+ *
+ *   $HP_BENCH_PYTHON -B -c BOOT  MODEL_SRC STEP_SRC  CKPT --mode train|forward --batch B --tokens T
+ *                                --threads N --reps R --dtype f32|bf16
+ *
+ * (HP_BENCH_PYTHON defaults to python3; -B writes no bytecode) where BOOT makes MODEL_SRC the module
+ * torch_model and runs STEP_SRC as __main__; N is the threads of all ranks on this node, the cores hyperpar used,
+ * and the other ranks wait without spinning meanwhile. CKPT is the bench's own random checkpoint, so PyTorch runs the same
+ * layer shapes, vocabulary and batch [B, T] with the same weights. The script prints one JSON object on stdout;
+ * its stderr (transformers' progress bars) and stdin are /dev/null. Whether python can import torch is asked
+ * once before MPI starts (cli_bench_torch_probe); the step itself is spawned with posix_spawn, which does not
+ * copy the MPI process's memory.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_run.h"
+
+extern const unsigned char cli_torch_model_py[], cli_torch_step_py[];
+extern char **environ;
+
+/* Makes argv[1] the module torch_model, then runs argv[2] as the script with the remaining arguments. */
+static const char g_boot[] =
+    "import sys, types\n"
+    "m = types.ModuleType('torch_model'); m.__file__ = 'torch_model.py'\n"
+    "exec(compile(sys.argv[1], 'torch_model.py', 'exec'), m.__dict__)\n"
+    "sys.modules['torch_model'] = m\n"
+    "src = sys.argv[2]; sys.argv = ['torch_step.py'] + sys.argv[3:]\n"
+    "exec(compile(src, 'torch_step.py', 'exec'), {'__name__': '__main__', '__file__': 'torch_step.py'})\n";
+
+static const char *or_q(const char *s) { return s ? s : "?"; }
+
+static const char *python(void)
+{
+    const char *p = getenv("HP_BENCH_PYTHON");
+    return p && *p ? p : "python3";
+}
+
+/* Spawns argv with stdin and stderr on /dev/null; stdout into out (NUL-terminated, cut at cap - 1) when out,
+ * else /dev/null. Returns the exit status (0..255), or -1 when it could not run or was killed. */
+static int spawn(char *const argv[], char *out, size_t cap)
+{
+    int fd[2] = {-1, -1};
+    if (out && pipe2(fd, O_CLOEXEC) != 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (out) posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+    else posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (out) close(fd[1]);
+    size_t n = 0;
+    if (rc == 0 && out) {
+        char sink[4096];
+        for (;;) { /* read to the end, keeping what fits */
+            char *dst = n + 1 < cap ? out + n : sink;
+            size_t room = n + 1 < cap ? cap - 1 - n : sizeof sink;
+            ssize_t k = read(fd[0], dst, room);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;
+            if (dst != sink) n += (size_t)k;
+        }
+    }
+    if (out) {
+        out[n] = '\0';
+        close(fd[0]);
+    }
+    if (rc != 0) return -1;
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+bool cli_bench_torch_probe(void)
+{
+    char *argv[] = {(char *)python(), "-c", "import torch", NULL};
+    return spawn(argv, NULL, 0) == 0;
+}
+
+/* Rank 0's measurement. */
+static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
+{
+    if (!in->torch) {
+        snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (not installed: %s cannot import torch)",
+                 python());
+        return;
+    }
+    char B[32], T[32], N[32], R[32], out[8192];
+    snprintf(B, sizeof B, "%lld", (long long)a->batch);
+    snprintf(T, sizeof T, "%lld", (long long)a->tokens);
+    /* The cores this node's ranks used: each rank's threads times the ranks here (Open MPI's local size). */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
+    snprintf(R, sizeof R, "%d", in->reps);
+    const char *mode = a->train ? "train" : "forward";
+    /* The training step is f32 (PyTorch's usual eager training); the forward runs in the bench's dtype. */
+    const char *dt = !a->train && a->dtype == HP_DT_BF16 ? "bf16" : "f32";
+    char *argv[] = {(char *)python(), "-B", "-c", (char *)g_boot, (char *)cli_torch_model_py,
+                    (char *)cli_torch_step_py, (char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B,
+                    "--tokens", T, "--threads", N, "--reps", R, "--dtype", (char *)dt, NULL};
+    int rc = spawn(argv, out, sizeof out);
+    json_error_t je;
+    const char *nl = strrchr(out, '{'); /* the last JSON object printed */
+    json_t *o = rc == 0 && nl ? json_loads(nl, JSON_DISABLE_EOF_CHECK, &je) : NULL;
+    const char *e = o ? json_string_value(json_object_get(o, "error")) : NULL;
+    double med = o ? json_number_value(json_object_get(o, "median_s")) : 0;
+    if (!o || e || !(med > 0)) {
+        snprintf(t->note, sizeof t->note, "PyTorch eager: not measured (%s %s: %.300s)", python(),
+                 rc < 0 ? "could not run" : "failed", e ? e : rc ? "non-zero exit" : "no result printed");
+        json_decref(o);
+        return;
+    }
+    t->measured = true;
+    t->median_s = med;
+    t->tokens_per_s = (double)(a->batch * a->tokens) / med;
+    t->threads = (int)json_integer_value(json_object_get(o, "threads"));
+    snprintf(t->model, sizeof t->model, "%s", or_q(json_string_value(json_object_get(o, "model"))));
+    snprintf(t->version, sizeof t->version, "%s", or_q(json_string_value(json_object_get(o, "torch"))));
+    snprintf(t->dtype, sizeof t->dtype, "%s", dt);
+    snprintf(t->note, sizeof t->note, "PyTorch eager %s, %s, torch %s, %d thread%s", t->dtype, t->model, t->version,
+             t->threads, t->threads == 1 ? "" : "s");
+    json_decref(o);
+}
+
+hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,
+                          hp_err *err)
+{
+    memset(t, 0, sizeof *t);
+    const int P = hp_comm_size(w), R = hp_comm_rank(w);
+    if (R == 0) measure(a, in, t);
+    if (P == 1) return HP_OK;
+    /* The other ranks wait without spinning, so that PyTorch has the node's cores: a 1-byte all-to-all (which
+     * no rank completes before rank 0 posts it, after PyTorch) polled every 2 ms. */
+    char *buf = calloc(2 * (size_t)P, 1);
+    size_t *cnt = calloc(2 * (size_t)P, sizeof *cnt);
+    hp_status st = buf && cnt ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; cnt && i < P; i++) {
+        cnt[i] = 1;
+        cnt[P + i] = (size_t)i;
+    }
+    hp_comm_req *req = NULL;
+    if (st == HP_OK) st = hp_comm_ialltoallv(w, buf, cnt, cnt + P, buf + P, cnt, cnt + P, &req, err);
+    for (bool done = false; st == HP_OK && !done;) {
+        st = hp_comm_test(req, &done, err);
+        if (st == HP_OK && !done) nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+    }
+    if (req) {
+        hp_status s2 = hp_comm_wait(req, err);
+        if (st == HP_OK) st = s2;
+    }
+    free(buf);
+    free(cnt);
+    return hp_comm_agree(w, st, err);
+}
+
+void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what)
+{
+    if (!t->measured) {
+        printf("  %s\n", t->note);
+        return;
+    }
+    printf("  pytorch   : %.3f ms median of the same batch -> %.1f %s (%s; the same run, rank 0)   ratio "
+           "hyperpar/pytorch %.2f\n",
+           t->median_s * 1e3, t->tokens_per_s, what, t->note, tokens_per_s / t->tokens_per_s);
+}
+
+void cli_bench_torch_json(const cli_torch_eager *t, double tokens_per_s)
+{
+    if (t->measured) {
+        printf(", \"pytorch_eager\": {\"median_s\": %.6g, \"tokens_per_s\": %.6g, \"threads\": %d, \"dtype\": \"%s\", "
+               "\"model\": ",
+               t->median_s, t->tokens_per_s, t->threads, t->dtype);
+        cli_json_str(t->model);
+        printf(", \"torch\": ");
+        cli_json_str(t->version);
+        printf("}, \"ratio_over_pytorch\": %.6g", tokens_per_s / t->tokens_per_s);
+    } else {
+        printf(", \"pytorch_eager\": null, \"ratio_over_pytorch\": null");
+    }
+    printf(", \"pytorch_note\": ");
+    cli_json_str(t->note);
+}
