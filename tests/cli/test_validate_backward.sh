@@ -38,18 +38,19 @@ expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$
 expect 0 "loss: distributed" -- $MPI -np 4 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --cp 2 --tp 2 \
     --loss-parallel --backward
 expect 0 "loss: distributed" -- $MPI -np 2 "$HP" validate "$WORK/gen" --input "$WORK/ids.st" --dp 2 --backward
-# A gradient nudged after its sums is named first, and the ones before it agree.
+# A gradient nudged after its sums is named first, and the ones before it agree. (The table is stdout, the error
+# stderr: kept apart, since mpirun may forward a chunk of one into the middle of a line of the other.)
 out=$($MPI -np 2 -x HP_TEST_PERTURB_GRAD=model.layers.1.self_attn.k_norm.weight "$HP" validate $F/qwen3 \
-    --input $F/qwen3/forward_io.safetensors --tp 2 --backward 2>&1)
+    --input $F/qwen3/forward_io.safetensors --tp 2 --backward 2>"$WORK/nudge1.err")
 check "exit 3 naming the nudged parameter" grep -q \
-    "diverge from one process first at model.layers.1.self_attn.k_norm.weight" <<<"$out"
+    "diverge from one process first at model.layers.1.self_attn.k_norm.weight" "$WORK/nudge1.err"
 check "the table flags it" grep -q "model.layers.1.self_attn.k_norm.weight .*DIVERGES  <- first divergence" <<<"$out"
 check "parameters before it agree" grep -q "model.layers.1.self_attn.q_norm.weight .* ok" <<<"$out"
 # A gradient nudged inside the backward (a wrong dual in miniature) is named first among the gradients.
 out=$($MPI -np 2 -x "HP_TEST_PERTURB_BOUNDARY=model.layers.1.mlp (gradient)" "$HP" validate $F/llama \
-    --input $F/llama/forward_io.safetensors --tp 2 --backward 2>&1)
+    --input $F/llama/forward_io.safetensors --tp 2 --backward 2>"$WORK/nudge2.err")
 check "exit 3 naming the nudged boundary gradient" grep -q \
-    "diverge from one process first at model.layers.1.mlp (gradient)" <<<"$out"
+    "diverge from one process first at model.layers.1.mlp (gradient)" "$WORK/nudge2.err"
 check "the forward's boundaries and the gradients before it agree" grep -q "model.norm (gradient) .* ok" <<<"$out"
 # --backward belongs to validate.
 expect 2 "--backward belongs to 'hyperpar validate'" -- "$HP" run $F/llama --input $F/llama/forward_io.safetensors \
