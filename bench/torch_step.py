@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """torch_step.py — PyTorch eager on the shapes of `hyperpar bench train` / `bench run`, timed in the same run.
 
-    python3 bench/torch_step.py MODEL --mode train|forward --batch B --tokens T --threads N --reps R [--dtype f32|bf16]
+    python3 bench/torch_step.py MODEL --mode train|forward --batch B --tokens T --threads N --reps R [--dtype f32|bf16|autocast]
 
 MODEL is the bench's own random checkpoint folder, so the model has the preset's shapes (and the same weights,
 widened to float32, or bf16 with --dtype bf16 in forward mode): transformers' AutoModelForCausalLM with eager
 attention when transformers builds the family, otherwise bench/torch_model.py's plain-torch model. The batch is
 the bench's: ids[i] = (i * 2654435761 + 1) mod V over [B, T]. train: one step is zero_grad, the forward, the mean
 next-token cross-entropy over B*(T-1) positions, backward and torch.optim.AdamW.step() at its defaults; forward:
-the forward and the loss under torch.no_grad(). One warm-up, then R timed; prints one JSON object: the median
+the forward and the loss under torch.no_grad(). --dtype autocast (train, hyperpar's --compute bf16): the same
+step with the forward under torch.autocast('cpu', torch.bfloat16), f32 weights and optimizer. One warm-up, then R timed; prints one JSON object: the median
 seconds, tokens/s (B*T over it), the model, torch's version and threads; or {"error": "..."}.
 
 `hyperpar bench` carries this file and bench/torch_model.py inside its binary (CMake embeds them) and runs them
@@ -30,7 +31,8 @@ def main():
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    ap.add_argument("--dtype", choices=["f32", "bf16", "autocast"], default="f32",
+                    help="autocast (train): f32 weights and AdamW, the forward under torch.autocast('cpu', bfloat16)")
     a = ap.parse_args()
     try:
         import torch
@@ -48,10 +50,17 @@ def main():
         ids = ((torch.arange(n, dtype=torch.int64) * 2654435761 + 1) % V).view(a.batch, a.tokens)
         opt = torch.optim.AdamW(model.parameters()) if a.mode == "train" else None
 
+        import contextlib
+        fwd_ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.dtype == "autocast" \
+            else contextlib.nullcontext
+        if a.dtype == "autocast":
+            kind = kind.replace("float32", "float32, autocast bf16")
+
         def step():
             if opt is not None:
                 opt.zero_grad(set_to_none=False)
-                lg = torch_model.logits(model, ids)
+                with fwd_ctx():
+                    lg = torch_model.logits(model, ids)
                 loss = torch.nn.functional.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]).float(),
                                                          ids[:, 1:].reshape(-1))
                 loss.backward()

@@ -4,7 +4,7 @@
     python3 bench/train_ref.py MODEL --data FILE --seq S --global-batch GB [--micro-batch MB]
         [--data-dtype uint16|uint32] [--shuffle seeded|none] [--seed N] [--steps N] [--lr X] [--warmup W]
         [--schedule cosine|linear|constant] [--min-lr X] [--clip NORM] [--beta1 X] [--beta2 X] [--eps X]
-        [--weight-decay X] [--threads N] [--log-json FILE]
+        [--weight-decay X] [--threads N] [--log-json FILE] [--compute exact|bf16|autocast] [--grad-stats F]
 
 Trains MODEL (a checkpoint folder) in float32 on the batches `hyperpar train` reads, with the same flags and
 defaults, and prints one JSON object per step (`step`, `loss`, `grad_norm` before clipping, `lr`), as
@@ -101,6 +101,99 @@ class Data:
         return torch.stack([self.window(self.at(k * gb + r, shuffle, seed)) for r in range(gb)])
 
 
+# ---- --compute bf16: hyperpar's BF16 mode (docs/train.md, "Mixed precision") ----
+# Every matrix product (F.linear, torch.matmul, @) multiplies its two operands rounded to bf16 (to nearest even)
+# with f32 sums and an f32 result, in the forward and in the backward (dX = R(dY)·R(W), dW = R(dY)ᵀ·R(X)); the
+# gradient of the rounding itself is the identity. Routers (modules whose class name holds "Router") multiply in
+# f32, as hyperpar's routers do (f64 there).
+_orig_linear, _orig_matmul, _orig_tmatmul = torch.nn.functional.linear, torch.matmul, torch.Tensor.__matmul__
+_round_on = [True]
+
+
+def _r(x):
+    return x.to(torch.bfloat16).to(torch.float32) if x.dtype == torch.float32 else x
+
+
+def _to_shape(g, shape):
+    """g summed over the broadcast dims so that it has shape."""
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(i, keepdim=True)
+    return g
+
+
+class _BLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_b = b is not None
+        y = _orig_linear(_r(x), _r(w))
+        return y + b if b is not None else y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gr = _r(g)
+        gx = _orig_matmul(gr, _r(w))
+        gw = _orig_matmul(gr.reshape(-1, gr.shape[-1]).t(), _r(x).reshape(-1, x.shape[-1]))
+        gb = g.reshape(-1, g.shape[-1]).sum(0) if ctx.has_b else None
+        return gx, gw, gb
+
+
+class _BMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return _orig_matmul(_r(a), _r(b))
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        gr = _r(g)
+        ga = _orig_matmul(gr, _r(b).transpose(-1, -2))
+        gb = _orig_matmul(_r(a).transpose(-1, -2), gr)
+        return _to_shape(ga, a.shape), _to_shape(gb, b.shape)
+
+
+def _linear(x, w, b=None):
+    return _BLinear.apply(x, w, b) if _round_on[0] else _orig_linear(x, w, b)
+
+
+def _matmul(a, b, **kw):
+    return _BMatmul.apply(a, b) if _round_on[0] and not kw and a.dim() >= 2 and b.dim() >= 2 \
+        else _orig_matmul(a, b, **kw)
+
+
+def bf16_products(model):
+    """Routes the model's products through the rounding above, routers excepted."""
+    torch.nn.functional.linear = _linear
+    torch.matmul = _matmul
+    torch.Tensor.__matmul__ = lambda a, b: _matmul(a, b)
+    for m in model.modules():
+        if hasattr(getattr(m, "config", None), "_experts_implementation"):
+            m.config._experts_implementation = "eager"  # the loop over experts through F.linear / @, not grouped_mm
+        if "router" in type(m).__name__.lower():
+            m.register_forward_pre_hook(lambda *_: _round_on.__setitem__(0, False))
+            m.register_forward_hook(lambda *_: _round_on.__setitem__(0, True))
+
+
+def signs(n):
+    """u_i = +1 or -1 by the top bit of i * 2654435761 mod 2^32: the probe of grad_stats (tests/cli/grad_stats.py)."""
+    i = torch.arange(n, dtype=torch.int64)
+    return torch.where(((i * 2654435761) % (1 << 32)) >> 31 == 1, 1.0, -1.0).to(torch.float64)
+
+
+def grad_stats(model):
+    """{name: [‖g‖, Σ g_i·u_i]} of every parameter's gradient (in f64), the checkpoint's names."""
+    out = {}
+    for n, p in model.named_parameters():
+        g = p.grad.detach().reshape(-1).to(torch.float64)
+        out[n] = [float(g.norm()), float((g * signs(g.numel())).sum())]
+    return out
+
+
 def lr_at(a, t):
     """hp_lr_at (src/data/schedule.c), in double."""
     if a.warmup > 0 and t <= a.warmup:
@@ -137,6 +230,11 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--log-json", default=None)
     ap.add_argument("--plain", action="store_true", help="use the plain-torch model even if transformers works")
+    ap.add_argument("--grad-stats", default=None,
+                    help="write step 1's loss and every parameter's [norm, signed sum] (grad_stats) to this JSON")
+    ap.add_argument("--compute", default="exact", choices=["exact", "bf16", "autocast"],
+                    help="exact: float32; bf16: hyperpar's --compute bf16 (every product's operands rounded to "
+                         "bf16); autocast: the forward under torch.autocast('cpu', torch.bfloat16)")
     a = ap.parse_args()
     mb = a.micro_batch or a.global_batch
     if a.global_batch % mb:
@@ -147,6 +245,11 @@ def main():
 
     model, kind = torch_model.load(a.model, plain=a.plain)
     model.train()
+    if a.compute == "bf16":
+        bf16_products(model)
+    import contextlib
+    fwd_ctx = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if a.compute == "autocast" \
+        else contextlib.nullcontext
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, weight_decay=a.weight_decay)
     data = Data(a.data, a.data_dtype, a.seq)
@@ -160,7 +263,8 @@ def main():
         loss_sum = 0.0
         for j in range(0, a.global_batch, mb):
             x = ids[j:j + mb]
-            logits = torch_model.logits(model, x)
+            with fwd_ctx():
+                logits = torch_model.logits(model, x)
             s = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                                   x[:, 1:].reshape(-1), reduction="sum")
             (s / n_scored).backward()
@@ -168,6 +272,9 @@ def main():
         for p in params:  # a parameter the batch did not reach (an expert no token chose) still steps
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+        if a.grad_stats and t == 1:
+            json.dump({"loss": loss_sum / n_scored, "compute": a.compute, "grads": grad_stats(model)},
+                      open(a.grad_stats, "w"), indent=1)
         if a.clip > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, a.clip))
         else:

@@ -442,36 +442,52 @@ TEST(embedding_backward_vocab_slice)
 }
 
 /* ---------------- linear through the GEMM layer ---------------- */
+/* v as mode multiplies it. */
+static double opnd(hp_linalg_mode mode, float v)
+{
+    return mode == HP_LINALG_BF16 ? (double)hp_linalg_round_bf16(v) : (double)v;
+}
+
 TEST(linear_backward_vs_loops)
 {
     enum { M = 7, N = 5, K = 9, LDY = 6, LDX = 11 };
-    float dy[M * LDY], W[N * K], x[M * LDX], dx[M * K], dW[N * K], db[N];
+    float dy[M * LDY], W[N * K], x[M * LDX], dx[2][M * K], dW[2][N * K], db[N];
     fill(dy, NULL, M * LDY, 1.0);
     fill(W, NULL, N * K, 1.0);
     fill(x, NULL, M * LDX, 1.0);
-    for (int64_t i = 0; i < N * K; i++) dW[i] = 0.5f;
-    for (int64_t i = 0; i < N; i++) db[i] = -0.25f;
-    hp__linear_backward(M, N, K, dy, LDY, W, x, LDX, dx, K, dW, db);
-    double e = 0;
-    for (int64_t r = 0; r < M; r++)
-        for (int64_t i = 0; i < K; i++) {
-            double s = 0;
-            for (int64_t j = 0; j < N; j++) s += (double)dy[r * LDY + j] * W[j * K + i];
-            e = fmax(e, fabs(dx[r * K + i] - s));
+    /* EXACT multiplies the f32 values; BF16 both operands of each product rounded to bf16 (f32 sums) */
+    for (int md = 0; md < 2; md++) {
+        hp_linalg_mode mode = md ? HP_LINALG_BF16 : HP_LINALG_EXACT;
+        for (int64_t i = 0; i < N * K; i++) dW[md][i] = 0.5f;
+        for (int64_t i = 0; i < N; i++) db[i] = -0.25f;
+        hp_err err;
+        CHECK(hp__linear_backward(mode, M, N, K, dy, LDY, W, x, LDX, dx[md], K, dW[md], db, &err) == HP_OK);
+        double e = 0;
+        for (int64_t r = 0; r < M; r++)
+            for (int64_t i = 0; i < K; i++) {
+                double s = 0;
+                for (int64_t j = 0; j < N; j++) s += opnd(mode, dy[r * LDY + j]) * opnd(mode, W[j * K + i]);
+                e = fmax(e, fabs(dx[md][r * K + i] - s));
+            }
+        for (int64_t j = 0; j < N; j++)
+            for (int64_t i = 0; i < K; i++) {
+                double s = 0.5;
+                for (int64_t r = 0; r < M; r++) s += opnd(mode, dy[r * LDY + j]) * opnd(mode, x[r * LDX + i]);
+                e = fmax(e, fabs(dW[md][j * K + i] - s));
+            }
+        for (int64_t j = 0; j < N; j++) {
+            double s = -0.25;
+            for (int64_t r = 0; r < M; r++) s += dy[r * LDY + j]; /* a sum, not a product: never rounded */
+            e = fmax(e, fabs(db[j] - s));
         }
-    for (int64_t j = 0; j < N; j++)
-        for (int64_t i = 0; i < K; i++) {
-            double s = 0.5;
-            for (int64_t r = 0; r < M; r++) s += (double)dy[r * LDY + j] * x[r * LDX + i];
-            e = fmax(e, fabs(dW[j * K + i] - s));
-        }
-    for (int64_t j = 0; j < N; j++) {
-        double s = -0.25;
-        for (int64_t r = 0; r < M; r++) s += dy[r * LDY + j];
-        e = fmax(e, fabs(db[j] - s));
+        printf("  linear backward (%s) max abs err %.2e\n", md ? "bf16" : "exact", e);
+        CHECK(e < 1e-5); /* sums of ≤ 9 products of O(1) values in f32 */
     }
-    printf("  linear backward max abs err %.2e\n", e);
-    CHECK(e < 1e-5); /* sums of ≤ 9 products of O(1) values in f32 */
+    /* the rounding is visible: bf16 operands move the products by far more than f32 sums do */
+    double d = 0;
+    for (int64_t i = 0; i < M * K; i++) d = fmax(d, fabs(dx[1][i] - dx[0][i]));
+    printf("  bf16 vs exact dx: max abs diff %.2e\n", d);
+    CHECK(d > 1e-4);
 }
 
 /* ---------------- AdamW against PyTorch ---------------- */

@@ -464,10 +464,10 @@ TEST(gemm_limit_one_process)
     CHECK_MSG(hp_comm_self(&w, &err) == HP_OK, "%s", err.msg);
     if (!w) return;
     hp_gemm_limit lim;
-    CHECK_MSG(hp_cost_gemm_limit(w, 64, 2, &lim, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(hp_cost_gemm_limit(w, 64, HP_LINALG_EXACT, 2, &lim, &err) == HP_OK, "%s", err.msg);
     CHECK(lim.n == 64 && lim.reps == 2 && lim.rank_gflops > 0 && lim.seconds > 0);
     CHECK(lim.sum_gflops == lim.rank_gflops && lim.min_gflops == lim.rank_gflops);
-    CHECK(hp_cost_gemm_limit(w, 0, 2, &lim, &err) == HP_ERR_INPUT);
+    CHECK(hp_cost_gemm_limit(w, 0, HP_LINALG_EXACT, 2, &lim, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "the reference GEMM needs n >= 1 and reps >= 1, got n 0, reps 2");
     hp_comm_free(w);
 }

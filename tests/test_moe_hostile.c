@@ -441,8 +441,8 @@ TEST(shared_forward_checks_the_workspace_width)
 TEST(reference_figures_with_empty_sizes)
 {
     CHECK(hp_moe_ref_memcpy_gbps(0, 1) < 0);
-    CHECK(hp_moe_ref_sgemm_gflops(0, 1) < 0);
-    CHECK(hp_moe_ref_sgemm_gflops(-5, 1) < 0);
+    CHECK(hp_moe_ref_gemm_gflops(0, HP_LINALG_EXACT, 1) < 0);
+    CHECK(hp_moe_ref_gemm_gflops(-5, HP_LINALG_BF16, 1) < 0);
     CHECK(hp_moe_ref_memcpy_gbps(1 << 16, 1) > 0);
 }
 

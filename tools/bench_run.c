@@ -68,7 +68,10 @@ typedef cli_bench_info rb_info;
 
 static bool is_moe(const rb_args *a) { return a->p->experts > 0; }
 
-enum { O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT };
+enum {
+    O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT,
+    O_COMPUTE
+};
 #define G_TEST "test-only: replace the preset's shapes (for MoE presets --intermediate replaces the dense and\n" \
                "the expert width)"
 static const cli_opt g_opts[] = {
@@ -95,6 +98,9 @@ static const cli_opt g_opts[] = {
      0, NULL},
     {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL},
     {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
+    {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every product rounded to\n"
+                                "bf16, f32 sums (oneDNN bf16 x bf16 where the CPU has it); the GEMM limit and\n"
+                                "PyTorch (a bf16 model for run, autocast for train) follow it", 0, NULL},
     {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
                       "reported", 0, NULL},
     {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OMP_NUM_THREADS when set,\n"
@@ -561,9 +567,9 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
            gen_fits(a)                 ? "hp_gen_checkpoint"
            : a->vocab > HP_GEN_MAX_DIM ? "gen's config and scales, vocab above gen's limit"
                                        : "gen's config, the preset's MoE fields, gen's scales");
-    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank (%s), compute exact\n", in->mesh, in->ranks,
+    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank (%s), compute %s\n", in->mesh, in->ranks,
            in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s",
-           in->threads_why ? in->threads_why : "--threads");
+           in->threads_why ? in->threads_why : "--threads", cli_compute_name(a->compute));
     if (is_moe(a)) {
         printf("  moe       : %lld experts%s, top-%lld, expert width %lld%s, %lld sparse layer%s of %lld; ep %lld", (long long)a->experts,
                a->experts == a->p->experts ? "" : " (--experts; the preset has more)", (long long)a->p->top_k,
@@ -639,11 +645,11 @@ void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
     printf("{\"bench\": \"%s\", \"preset\": \"%s\", \"family\": \"%s\", \"layers\": %lld, \"hidden\": %lld, "
            "\"intermediate\": %lld, \"heads\": %lld, \"kv_heads\": %lld, \"head_dim\": %lld, \"vocab\": %lld, "
            "\"dtype\": \"%s\", \"batch\": %lld, \"tokens\": %lld, \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ranks\": %d, "
-           "\"threads\": %d, \"reps\": %d, \"checkpoint_bytes\": %llu, \"gen_s\": %.6g, \"mesh\": ",
+           "\"threads\": %d, \"reps\": %d, \"compute\": \"%s\", \"checkpoint_bytes\": %llu, \"gen_s\": %.6g, \"mesh\": ",
            name, a->p->name, a->p->family, (long long)a->layers, (long long)a->hidden, (long long)a->intermediate,
            (long long)a->heads, (long long)a->kv_heads, (long long)a->head_dim, (long long)a->vocab,
            dtype_str(a->dtype), (long long)a->batch, (long long)a->tokens, (long long)a->dp, (long long)a->cp, (long long)a->tp, in->ranks,
-           in->threads, in->reps, (unsigned long long)in->ckpt_bytes, in->gen_s);
+           in->threads, in->reps, cli_compute_name(a->compute), (unsigned long long)in->ckpt_bytes, in->gen_s);
     cli_json_str(in->mesh);
     printf(", \"backend\": ");
     cli_json_str(in->backend);
@@ -800,7 +806,7 @@ static int run(rb_args *a, int *argc, char ***argv)
         }
     }
     if ((st = hp_comm_agree(w, st, &err))) goto done;
-    hp_run_opts ro = {.compute = HP_LINALG_EXACT, .keep_activations = a->train};
+    hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train};
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
 
     /* ids [B, T]: deterministic, spread over the vocabulary, all < V. */
@@ -927,6 +933,9 @@ static int bench_main(int argc, char **argv, bool train)
             break;
         case 'V':
             if (!cli_parse_i64("bench", "--vocab", optarg, 1, MAX_VOCAB, &a.vocab)) return HP_EXIT_USAGE;
+            break;
+        case O_COMPUTE:
+            if (!cli_parse_compute("bench", optarg, &a.compute)) return HP_EXIT_USAGE;
             break;
         case O_TP:
             if (!cli_parse_i64("bench", "--tp", optarg, 1, HP_MESH_MAX_SIZE, &a.tp)) return HP_EXIT_USAGE;

@@ -23,6 +23,7 @@ typedef struct cli_bench_args {
     int64_t n_group, topk_group;                         /* DeepSeek-V3's routing groups for `experts` */
     bool tp_given, json, train;                          /* train: bench train (the runner keeps activations) */
     hp_dtype dtype;
+    hp_linalg_mode compute;                              /* --compute: the runner's products (exact by default) */
 } cli_bench_args;
 
 /* What the run set up, for the report (rank 0's). */
@@ -58,7 +59,7 @@ typedef struct cli_torch_eager {
     bool measured;
     double median_s, tokens_per_s;
     int threads;
-    char model[256], version[64], dtype[8];
+    char model[256], version[64], dtype[16];
     char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */
 } cli_torch_eager;
 /* Whether $HP_BENCH_PYTHON (python3) can import torch; asked before MPI starts. */

@@ -112,8 +112,9 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
     snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
     snprintf(R, sizeof R, "%d", in->reps);
     const char *mode = a->train ? "train" : "forward";
-    /* The training step is f32 (PyTorch's usual eager training); the forward runs in the bench's dtype. */
-    const char *dt = !a->train && a->dtype == HP_DT_BF16 ? "bf16" : "f32";
+    /* The forward runs in the bench's dtype; the training step in f32, or under autocast with --compute bf16 (the
+     * mixed precision PyTorch users train with). */
+    const char *dt = a->train ? (a->compute == HP_LINALG_BF16 ? "autocast" : "f32") : a->dtype == HP_DT_BF16 ? "bf16" : "f32";
     char *argv[] = {(char *)python(), "-B", "-c", (char *)g_boot, (char *)cli_torch_model_py,
                     (char *)cli_torch_step_py, (char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B,
                     "--tokens", T, "--threads", N, "--reps", R, "--dtype", (char *)dt, NULL};

@@ -70,10 +70,10 @@ static hp_status time_steps(const hp_comm *w, hp_runner *r, const int64_t *ids, 
 }
 
 /* The reference GEMM on every rank at once: res's per-rank, slowest-rank and summed rates. */
-static hp_status time_gemm(const hp_comm *w, bt_result *res, hp_err *err)
+static hp_status time_gemm(const hp_comm *w, hp_linalg_mode compute, bt_result *res, hp_err *err)
 {
     hp_gemm_limit lim;
-    hp_status st = hp_cost_gemm_limit(w, GEMM_N, GEMM_REPS, &lim, err);
+    hp_status st = hp_cost_gemm_limit(w, GEMM_N, compute, GEMM_REPS, &lim, err);
     res->gemm_rank = lim.rank_gflops;
     res->gemm_min = lim.min_gflops;
     res->gemm_sum = lim.sum_gflops;
@@ -99,9 +99,9 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
     printf("  model     : 6 x %.4g G weights per token x %.0f tokens = %.4g GFLOP per step -> %.4g GFLOP/s achieved "
            "over all ranks\n",
            in->weights * 1e-9, tokens, r->flop * 1e-9, achieved);
-    printf("  gemm      : %.1f GFLOP/s per rank (f32 %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
+    printf("  gemm      : %.1f GFLOP/s per rank (%s %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
            "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
-           r->gemm_rank, GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
+           r->gemm_rank, a->compute == HP_LINALG_BF16 ? "bf16" : "f32", GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
            in->ranks == 1 ? "" : "s", per(achieved, r->gemm_sum));
     cli_bench_torch_text(pt, per(tokens, m[C_STEP]), "training tokens/s");
 }
@@ -136,7 +136,7 @@ hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, co
     double *rows = calloc((size_t)reps * C_N, sizeof *rows);
     hp_status st = hp_comm_agree(w, rows ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory"), err);
     if (st == HP_OK) st = time_steps(w, r, ids, a->batch, a->tokens, reps, rows, &res, err);
-    if (st == HP_OK) st = time_gemm(w, &res, err);
+    if (st == HP_OK) st = time_gemm(w, a->compute, &res, err);
     /* PyTorch after hyperpar's steps and the GEMM: the same batch and checkpoint, the node's cores. */
     cli_torch_eager pt;
     if (st == HP_OK) st = cli_bench_torch(w, a, in, &pt, err);

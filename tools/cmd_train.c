@@ -44,7 +44,7 @@
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
     O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
-    O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT
+    O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT, O_COMPUTE
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -115,6 +115,9 @@ static const cli_opt g_opts[] = {
                              "the norm is printed every step (default: off)", 0, G_OPT},
     {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients are not all finite (no update; counted) instead\n"
                                        "of ending the run with exit 3 naming the first such parameter", 0, G_OPT},
+    {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every matrix product\n"
+                                "rounded to bf16, f32 sums, as torch.autocast(bfloat16) multiplies; f32 master\n"
+                                "weights, AdamW state, norms, softmax, router and loss", 0, G_OPT},
     {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
                           "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
                           "group); the same numbers", 0, G_OPT},
@@ -142,7 +145,8 @@ static void usage(FILE *out)
             "                        [--schedule constant|linear|cosine] [--warmup W] [--min-lr X] [--log-json F]\n"
             "                        [--log-every N] [--plot F.html]\n"
             "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
-            "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--threads N]\n"
+            "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--compute exact|bf16]\n"
+            "                        [--threads N]\n"
             "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
             "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
             "                        [--plan plan.json]\n"
@@ -184,6 +188,7 @@ typedef struct train_args {
     int64_t log_every; /* --log-every (default 1) */
     const char *resume;
     int threads;
+    hp_linalg_mode compute;
     hp_train_opts to;
 } train_args;
 
@@ -535,10 +540,11 @@ static void view_eval(train_view *v, int64_t t, double loss)
 
 /* The model FLOPs of a step over `tokens` forwarded positions and the same-run GEMM limit (every rank at once),
  * into v; rank 0 says both once, with the kernels the limit ran on. Collective. */
-static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, train_view *v, hp_err *err)
+static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, hp_linalg_mode compute, train_view *v,
+                               hp_err *err)
 {
     hp_gemm_limit lim;
-    hp_status st = hp_cost_gemm_limit(w, TRAIN_GEMM_N, TRAIN_GEMM_REPS, &lim, err);
+    hp_status st = hp_cost_gemm_limit(w, TRAIN_GEMM_N, compute, TRAIN_GEMM_REPS, &lim, err);
     if (st != HP_OK) return st;
     v->flop_step = hp_cost_train_flops(m, tokens);
     v->limit = lim.sum_gflops * 1e9;
@@ -546,9 +552,10 @@ static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, tr
     char kernels[512];
     int N = hp_comm_size(w);
     fprintf(stderr, "train: model FLOPs %.4g G per step (6 x %.4g weights per token x %lld tokens); MFU limit %.1f "
-            "GFLOP/s: an f32 %lld^3 GEMM, best of %d on every rank at once, summed over %d rank%s (slowest rank "
+            "GFLOP/s: a%s %lld^3 GEMM, best of %d on every rank at once, summed over %d rank%s (slowest rank "
             "%.1f; %.2f s)\n",
-            v->flop_step * 1e-9, hp_cost_gemm_weights(m), (long long)tokens, lim.sum_gflops, (long long)lim.n, lim.reps,
+            v->flop_step * 1e-9, hp_cost_gemm_weights(m), (long long)tokens, lim.sum_gflops,
+            compute == HP_LINALG_BF16 ? " bf16" : "n f32", (long long)lim.n, lim.reps,
             N, N == 1 ? "" : "s", lim.min_gflops, lim.seconds);
     fprintf(stderr, "train: GEMM kernels: %s\n", hp_linalg_describe(NULL, kernels, sizeof kernels));
     return HP_OK;
@@ -645,6 +652,7 @@ static json_t *run_flags(const train_args *a, int world)
     json_object_set_new(o, "weight_decay", json_real(a->to.weight_decay));
     json_object_set_new(o, "clip", json_real(a->to.clip));
     json_object_set_new(o, "zero", json_integer(a->to.zero));
+    json_object_set_new(o, "compute", json_string(cli_compute_name(a->compute)));
     json_object_set_new(o, "data", json_string(a->data ? a->data : a->input ? a->input : ""));
     json_object_set_new(o, "seq", json_integer((json_int_t)a->seq));
     json_object_set_new(o, "global_batch", json_integer((json_int_t)a->gb));
@@ -672,6 +680,7 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
         json_object_foreach(want, key, v) {
             json_t *had = json_object_get(flags, key);
             if (had && json_equal(had, v)) continue;
+            if (!had && !strcmp(key, "compute") && a->compute == HP_LINALG_EXACT) continue; /* saved before --compute */
             char *h = had ? json_dumps(had, JSON_ENCODE_ANY) : NULL, *n = json_dumps(v, JSON_ENCODE_ANY);
             st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume "
                             "with the saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
@@ -822,7 +831,7 @@ static int train(train_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true,
+        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true, .compute = a->compute,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);
@@ -846,7 +855,7 @@ static int train(train_args *a, int *argc, char ***argv)
     train_view v;
     if (st == HP_OK) st = hp_comm_agree(w, view_init(&v, a, root, k0, last, &err), &err);
     else v = (train_view){0};
-    if (st == HP_OK) st = measure_limit(w, m, n_micro * rows * S, &v, &err);
+    if (st == HP_OK) st = measure_limit(w, m, n_micro * rows * S, a->compute, &v, &err);
     v.t0 = now_s();
     for (int64_t k = k0; st == HP_OK && k < last; k++) {
         double loss = 0, norm = 0, t0 = now_s();
@@ -1067,6 +1076,9 @@ int cmd_train(int argc, char **argv)
             if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
             break;
         case O_SKIPNF: a.to.skip_nonfinite = true; break;
+        case O_COMPUTE:
+            if (!cli_parse_compute("train", optarg, &a.compute)) return HP_EXIT_USAGE;
+            break;
         case O_ZERO:
             if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
             a.to.zero = (int)v;

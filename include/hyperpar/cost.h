@@ -148,10 +148,12 @@ double hp_cost_gemm_weights(const hp_model *m);
  * lookup, AdamW and the backward's recomputation of the forward. */
 double hp_cost_train_flops(const hp_model *m, int64_t tokens);
 
-/* The same-run GEMM limit: every rank of w at once (after a barrier) runs an f32 n×n×n product through the GEMM
- * layer (hp_moe_ref_sgemm_gflops, best of reps after a warm-up). */
+/* The same-run GEMM limit: every rank of w at once (after a barrier) runs an n×n×n product through the GEMM layer
+ * in mode, the compute the step runs in (hp_moe_ref_gemm_gflops, best of reps after a warm-up): f32, or bf16
+ * operands with f32 sums, so that an MFU compares a step with the products of its own numerics. */
 typedef struct hp_gemm_limit {
     int64_t n;
+    hp_linalg_mode mode;
     int reps;
     double rank_gflops;  /* this rank's GFLOP/s */
     double min_gflops;   /* the slowest rank's */
@@ -159,7 +161,8 @@ typedef struct hp_gemm_limit {
     double seconds;      /* the slowest rank's time for the whole measurement (allocation, warm-up, reps) */
 } hp_gemm_limit;
 /* Collective; every failure agreed: HP_ERR_INPUT for n or reps < 1, HP_ERR_NOMEM when a rank cannot run it. */
-hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, int reps, hp_gemm_limit *out, hp_err *err);
+hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, int reps, hp_gemm_limit *out,
+                             hp_err *err);
 
 /* ---- hyperpar advise: which mesh of N ranks to pick (src/run/advise.c, docs/cost.md "hyperpar advise") ----
  *

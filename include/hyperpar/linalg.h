@@ -15,14 +15,15 @@
  * Numerics (hp_linalg_mode):
  *   EXACT (default)  A stays f32; a BF16 weight is widened exactly (bf16 → f32 is a 16-bit shift) inside the
  *                    kernel; f32 accumulation. Only the summation order differs from a plain loop.
- *   BF16             A is rounded to bf16 (nearest, ties to even) first, as PyTorch does for a bf16 model;
- *                    the weight as stored; f32 accumulation. Each product then carries A's rounding error,
- *                    at most 2^-9 relative.
+ *   BF16             A is rounded to bf16 (nearest, ties to even) first, and so is an F32 weight (an owned
+ *                    bf16 copy made at init), as PyTorch's bf16 model and autocast multiply; f32 accumulation.
+ *                    Each product then carries both operands' rounding errors, at most 2^-9 relative each.
  *
  * Memory: F32 and BF16 weights are borrowed — the caller keeps them alive and unchanged until
  * hp_linear_free (an mmap'd checkpoint is fine) — unless oneDNN prefers a blocked layout, in which case
  * init reorders each matrix once into an owned copy of the same dtype (hp_linear_info says which, and how
- * many bytes each side holds). BF16 is never copied to f32. F16 weights and all biases are copied at init.
+ * many bytes each side holds). BF16 is never copied to f32. F16 weights, F32 weights in BF16 mode and all biases
+ * are copied at init.
  *
  * Threads: a context (hp_linalg) holds oneDNN's engine and stream, the primitives shared by every linear of
  * the same shape, and one scratch buffer sized at init. One thread at a time calls into a context and
@@ -46,7 +47,7 @@ typedef struct hp_linear hp_linear;
 
 typedef enum hp_linalg_mode {
     HP_LINALG_EXACT = 0, /* f32 activations, exact bf16 widening, f32 accumulation */
-    HP_LINALG_BF16,      /* activations rounded to bf16, f32 accumulation */
+    HP_LINALG_BF16,      /* both operands of every product rounded to bf16 (f32 weights too), f32 accumulation */
 } hp_linalg_mode;
 
 /* Whether init may reorder a weight into oneDNN's preferred layout (an owned copy of the same dtype). */
@@ -142,6 +143,15 @@ void hp_linalg_sgemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
  * is read in place, never copied. */
 void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda, const float *b,
                         int64_t ldb, float beta, float *c, int64_t ldc);
+/* C [m, n] = alpha·op(A)·op(B) + beta·C, f32 row-major, op(X) = Xᵀ when trans_x (read in place): EXACT is the two
+ * calls above; BF16 multiplies A and B rounded to bf16 (to nearest even) with f32 sums, as a bf16 autocast
+ * product does — what every product of the runtime's BF16 mode that has no weight to pre-pack runs (attention,
+ * the backward). Fails only for want of memory (BF16 mode rounds copies of both operands). */
+hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc, hp_err *err);
+/* x rounded to the nearest bf16 value (ties to even; NaN stays NaN, quiet), as f32: what BF16 mode multiplies. */
+float hp_linalg_round_bf16(float x);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

@@ -477,9 +477,10 @@ int hp_moe_set_threads(int n);
 /* The kernels that run: hp_linalg_describe's oneDNN version, CPU, ISA, bf16 kernel and threads, then
  * "; router: " and hp_linalg_blas_describe's OpenBLAS core (with its warning on a generic fallback kernel). */
 const char *hp_moe_blas_info(char *buf, size_t cap);
-/* Same-run references: one big n×n×n sgemm (best of reps), GFLOP/s; memcpy of nbytes, GB/s (best of reps).
- * Both allocate: call them outside timed regions. Return < 0 when out of memory. */
-double hp_moe_ref_sgemm_gflops(int64_t n, int reps);
+/* Same-run references: one big n×n×n product through the GEMM layer in mode (EXACT: f32; BF16: both operands
+ * bf16, f32 sums) (best of reps), GFLOP/s; memcpy of nbytes, GB/s (best of reps). Both allocate: call them outside
+ * timed regions. Return < 0 when out of memory. */
+double hp_moe_ref_gemm_gflops(int64_t n, hp_linalg_mode mode, int reps);
 double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps);
 /* The same-run dense limit of a layer's experts: m rows through one gate/up product [m, H]·[2I, H]ᵀ and one
  * down product [m, I]·[H, I]ᵀ (the down input read at row stride 2I, as the layer reads it), 6·m·H·I flops,

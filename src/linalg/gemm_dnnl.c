@@ -319,3 +319,33 @@ void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const floa
 {
     sgemm(true, false, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+/* A's stored block ([rows, cols] at lda) rounded to bf16 values, packed: the operand of a BF16-mode product. */
+static float *rounded(int64_t rows, int64_t cols, const float *a, int64_t lda)
+{
+    float *r = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *r);
+    if (r) hp__round_rows_bf16_f32(rows, cols, a, lda, r);
+    return r;
+}
+
+hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                         int64_t ldc, hp_err *err)
+{
+    if (mode != HP_LINALG_BF16 || m <= 0 || n <= 0 || k <= 0) {
+        sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return HP_OK;
+    }
+    /* Products of bf16 values are exact in f32, so an f32 product of the rounded operands is a bf16 product
+     * with f32 sums, on any CPU. */
+    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
+    float *ra = rounded(ar, ac, a, lda), *rb = ra ? rounded(br, bc, b, ldb) : NULL;
+    if (!rb) {
+        free(ra);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory rounding the operands of a [%lld, %lld] x [%lld, %lld] "
+                          "product to bf16", (long long)m, (long long)k, (long long)k, (long long)n);
+    }
+    sgemm(trans_a, trans_b, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc);
+    free(ra), free(rb);
+    return HP_OK;
+}

@@ -46,6 +46,11 @@ uint16_t hp__bf16_from_f32(float x)
     return (uint16_t)(u >> 16);
 }
 
+float hp_linalg_round_bf16(float x)
+{
+    return hp__bf16_to_f32(hp__bf16_from_f32(x));
+}
+
 void hp__round_rows_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst)
 {
     for (int64_t r = 0; r < m; r++)

@@ -118,7 +118,7 @@ struct hp_linear {
     hp_dtype wdt;            /* F32 or BF16: what the kernels read */
     hp_linalg_mode mode;
     const void *w;           /* [n_mats, n, k] rows: the caller's, or w_owned */
-    void *w_owned;           /* F16 widened to f32 */
+    void *w_owned;           /* F16 widened to f32, or (BF16 mode) F32 rounded to bf16 */
     void *packed;            /* [n_mats] × packed_mat_bytes, or NULL */
     size_t packed_mat_bytes;
     float *bias;             /* [n_mats, n] owned copy, or NULL */
@@ -142,10 +142,10 @@ struct hp_linear {
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
 
 /* ---- the reference (ref.c) ---- */
-/* c[r, j] = Σ_k a[r, k]·w[j, k] (+ bias[j]) summed in f64, with A rounded to bf16 first when round_a; and
+/* c[r, j] = Σ_k a[r, k]·w[j, k] (+ bias[j]) summed in f64, with A and W rounded to bf16 first in bf16_mode; and
  * abs_sum[r, j] = Σ_k |a[r, k]·w[j, k]| (+ |bias[j]|), the scale of the rounding error (may be NULL).
  * w is [n, k] rows of wdt (F32, BF16 or F16); c and abs_sum are [m, n] dense. */
 void hp__gemm_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, hp_dtype wdt, const void *w,
-                  const float *bias, bool round_a, double *c, double *abs_sum);
+                  const float *bias, bool bf16_mode, double *c, double *abs_sum);
 
 #endif

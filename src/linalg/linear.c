@@ -305,6 +305,21 @@ hp_status hp_linear_init(hp_linear **out, hp_linalg *ctx, const hp_linear_desc *
         lin->w = lin->w_owned;
         lin->owned_bytes += (size_t)total * sizeof(float);
     }
+    if (lin->wdt == HP_DT_F32 && d->mode == HP_LINALG_BF16) {
+        /* BF16 mode multiplies bf16 weights, as autocast casts an f32 weight for each product: an owned copy
+         * rounded to nearest even, which then takes the bf16 paths (oneDNN bf16 x bf16, the streaming kernel) */
+        uint16_t *r16 = malloc((size_t)total * sizeof *r16);
+        if (!r16) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory rounding %zu bytes of weights to bf16", w_bytes);
+            goto fail;
+        }
+        hp__round_rows_bf16(1, total, lin->w, total, r16);
+        if (lin->w_owned) lin->owned_bytes -= (size_t)total * sizeof(float);
+        free(lin->w_owned);
+        lin->w = lin->w_owned = r16;
+        lin->wdt = HP_DT_BF16;
+        lin->owned_bytes += (size_t)total * sizeof *r16;
+    }
     if (d->bias) {
         size_t nb = (size_t)(n_mats * d->n_out) * sizeof(float);
         lin->bias = malloc(nb);

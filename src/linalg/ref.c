@@ -16,15 +16,16 @@ static double weight(hp_dtype wdt, const void *w, int64_t i)
 }
 
 void hp__gemm_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, hp_dtype wdt, const void *w,
-                  const float *bias, bool round_a, double *c, double *abs_sum)
+                  const float *bias, bool bf16_mode, double *c, double *abs_sum)
 {
     for (int64_t r = 0; r < m; r++) {
         for (int64_t j = 0; j < n; j++) {
             double s = bias ? bias[j] : 0.0, t = bias ? fabs(bias[j]) : 0.0;
             for (int64_t i = 0; i < k; i++) {
                 float x = a[r * lda + i];
-                if (round_a) x = hp__bf16_to_f32(hp__bf16_from_f32(x));
-                double p = (double)x * weight(wdt, w, j * k + i);
+                float y = (float)weight(wdt, w, j * k + i);
+                if (bf16_mode) x = hp_linalg_round_bf16(x), y = hp_linalg_round_bf16(y); /* a bf16 weight stays */
+                double p = (double)x * y;
                 s += p;
                 t += fabs(p);
             }

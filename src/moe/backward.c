@@ -129,34 +129,42 @@ static void act_forward(hp_moe_act act, float lim, float alpha, const float *g, 
     }
 }
 
+/* x as a product of the layer's compute reads it: rounded to bf16 in BF16 mode. */
+static float operand(bool r16, float x)
+{
+    return r16 ? hp_linalg_round_bf16(x) : x;
+}
+
 /* One MLP's backward on m rows (the routed experts' and the shared expert's shape): X [m, H] (ldx H),
  * dO [m, H]; recomputes G, A and O (into b->o), writes dX into b->dxc, accumulates dW_gu [2d, H], dW_d [H, d]
  * and the biases (NULL: none). */
-static void mlp_backward(const hp_moe_layer *l, hp__moe_bwd *b, hp_moe_act act, int64_t m, int64_t d,
-                         const float *X, const float *dO, const float *Wgu, const float *bgu, const float *Wd,
-                         const float *bd, float *dWgu, float *dbgu, float *dWd, float *dbd)
+static hp_status mlp_backward(const hp_moe_layer *l, hp__moe_bwd *b, hp_moe_act act, int64_t m, int64_t d,
+                              const float *X, const float *dO, const float *Wgu, const float *bgu, const float *Wd,
+                              const float *bd, float *dWgu, float *dbgu, float *dWd, float *dbd, hp_err *err)
 {
     int64_t H = l->n_hidden;
-    hp_linalg_sgemm(true, m, 2 * d, H, 1.0f, X, H, Wgu, H, 0.0f, b->g, 2 * d);
+    hp_linalg_mode md = l->compute;
+    hp_status st = hp_linalg_gemm(md, false, true, m, 2 * d, H, 1.0f, X, H, Wgu, H, 0.0f, b->g, 2 * d, err);
+    if (st != HP_OK) return st;
     if (bgu)
         for (int64_t r = 0; r < m; r++)
             for (int64_t j = 0; j < 2 * d; j++) b->g[r * 2 * d + j] += bgu[j];
     act_forward(act, l->swiglu_limit, l->swiglu_alpha, b->g, m, d, b->a);
-    hp_linalg_sgemm(true, m, H, d, 1.0f, b->a, d, Wd, d, 0.0f, b->o, H);
+    if ((st = hp_linalg_gemm(md, false, true, m, H, d, 1.0f, b->a, d, Wd, d, 0.0f, b->o, H, err)) != HP_OK) return st;
     if (bd)
         for (int64_t r = 0; r < m; r++)
             for (int64_t h = 0; h < H; h++) b->o[r * H + h] += bd[h];
-    hp__linear_backward(m, H, d, dO, H, Wd, b->a, d, b->da, d, dWd, dbd);
+    if ((st = hp__linear_backward(md, m, H, d, dO, H, Wd, b->a, d, b->da, d, dWd, dbd, err)) != HP_OK) return st;
     if (act == HP_MOE_ACT_SWIGLU)
         hp__swiglu_backward(b->g, 2 * d, b->g + d, 2 * d, b->da, d, m, d, b->dg, 2 * d, b->dg + d, 2 * d);
     else
         hp__swiglu_clamped_backward(b->g, 2 * d, b->g + d, 2 * d, b->da, d, m, d, l->swiglu_limit, l->swiglu_alpha,
                                     b->dg, 2 * d, b->dg + d, 2 * d);
-    hp__linear_backward(m, 2 * d, H, b->dg, 2 * d, Wgu, X, H, b->dxc, H, dWgu, dbgu);
+    return hp__linear_backward(md, m, 2 * d, H, b->dg, 2 * d, Wgu, X, H, b->dxc, H, dWgu, dbgu, err);
 }
 
-void hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows, float *drows,
-                              const int64_t *counts, hp_moe_grads *g)
+hp_status hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows, float *drows,
+                                   const int64_t *counts, hp_moe_grads *g, hp_err *err)
 {
     int64_t H = l->n_hidden, I = l->d_expert, r0 = 0;
     for (int64_t e = 0; e < l->n_local; e++) {
@@ -166,16 +174,18 @@ void hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows
         for (int64_t done = 0; done < counts[e];) {
             int64_t m = counts[e] - done < HP__BWD_CHUNK ? counts[e] - done : HP__BWD_CHUNK;
             float *X = rows + (r0 + done) * H, *dO = drows + (r0 + done) * H;
-            mlp_backward(l, b, l->act, m, I, X, dO, Wgu, l->b_gate_up ? l->b_gate_up + e * 2 * I : NULL, Wd,
-                         l->b_down ? l->b_down + e * H : NULL, g->d_gate_up + e * 2 * I * H,
-                         g->d_b_gate_up ? g->d_b_gate_up + e * 2 * I : NULL, g->d_down + e * H * I,
-                         g->d_b_down ? g->d_b_down + e * H : NULL);
+            hp_status st = mlp_backward(l, b, l->act, m, I, X, dO, Wgu, l->b_gate_up ? l->b_gate_up + e * 2 * I : NULL,
+                                        Wd, l->b_down ? l->b_down + e * H : NULL, g->d_gate_up + e * 2 * I * H,
+                                        g->d_b_gate_up ? g->d_b_gate_up + e * 2 * I : NULL, g->d_down + e * H * I,
+                                        g->d_b_down ? g->d_b_down + e * H : NULL, err);
+            if (st != HP_OK) return st;
             memcpy(X, b->dxc, (size_t)(m * H) * sizeof(float));
             memcpy(dO, b->o, (size_t)(m * H) * sizeof(float));
             done += m;
         }
         r0 += counts[e];
     }
+    return HP_OK;
 }
 
 void hp__moe_dout_rows(const int32_t *row_slot, int64_t n_rows, const float *topk_w, int64_t top_k,
@@ -278,10 +288,11 @@ void hp__moe_router_backward(const hp_moe_layer *l, hp_moe_ws *ws, hp__moe_bwd *
     }
 }
 
-void hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float *x, int64_t n_tokens,
-                             const float *dy, float *dx, hp_moe_grads *g)
+hp_status hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float *x, int64_t n_tokens,
+                                  const float *dy, float *dx, hp_moe_grads *g, hp_err *err)
 {
-    if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up || l->d_shared < 1) return;
+    if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up || l->d_shared < 1) return HP_OK;
+    bool r16 = l->compute == HP_LINALG_BF16; /* the gate's product as the forward's linear multiplied */
     int64_t H = l->n_hidden, sI = l->d_shared;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += HP__BWD_CHUNK) {
         int64_t m = n_tokens - t0 < HP__BWD_CHUNK ? n_tokens - t0 : HP__BWD_CHUNK;
@@ -291,21 +302,22 @@ void hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float 
         if (l->ws_gate) {
             for (int64_t t = 0; t < m; t++) {
                 double z = 0.0;
-                for (int64_t h = 0; h < H; h++) z += (double)xt[t * H + h] * l->ws_gate[h];
+                for (int64_t h = 0; h < H; h++) z += (double)operand(r16, xt[t * H + h]) * operand(r16, l->ws_gate[h]);
                 float gt = (float)(1.0 / (1.0 + exp(-z)));
                 for (int64_t h = 0; h < H; h++) b->sdo[t * H + h] = gt * dyt[t * H + h];
             }
             dO = b->sdo;
         }
-        mlp_backward(l, b, HP_MOE_ACT_SWIGLU, m, sI, xt, dO, l->ws_gate_up, NULL, l->ws_down, NULL, g->d_ws_gate_up,
-                     NULL, g->d_ws_down, NULL);
+        hp_status st = mlp_backward(l, b, HP_MOE_ACT_SWIGLU, m, sI, xt, dO, l->ws_gate_up, NULL, l->ws_down, NULL,
+                                    g->d_ws_gate_up, NULL, g->d_ws_down, NULL, err);
+        if (st != HP_OK) return st;
         for (int64_t t = 0; t < m; t++) {
             float *dxt = dx + (t0 + t) * H;
             for (int64_t h = 0; h < H; h++) dxt[h] += b->dxc[t * H + h];
             if (!l->ws_gate) continue;
             double z = 0.0, dg = 0.0;
             for (int64_t h = 0; h < H; h++) {
-                z += (double)xt[t * H + h] * l->ws_gate[h];
+                z += (double)operand(r16, xt[t * H + h]) * operand(r16, l->ws_gate[h]);
                 dg += (double)dyt[t * H + h] * b->o[t * H + h];
             }
             double gt = 1.0 / (1.0 + exp(-z)), dzg = dg * gt * (1.0 - gt);
@@ -315,6 +327,7 @@ void hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float 
             }
         }
     }
+    return HP_OK;
 }
 
 hp_status hp__moe_bwd_check(const hp_moe_layer *l, const hp_moe_ws *ws, int64_t n_tokens, const hp_moe_grads *g,
@@ -424,10 +437,9 @@ hp_status hp_moe_backward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, 
                                         ws->offsets, ws->row_slot, ws->slot_row);
     hp_moe_gather(x, H, K, ws->row_slot, n, ws->rows);
     hp__moe_dout_rows(ws->row_slot, n, ws->topk_w, K, dy, H, b->drows);
-    hp__moe_experts_backward(l, b, ws->rows, b->drows, ws->counts, g);
+    if ((st = hp__moe_experts_backward(l, b, ws->rows, b->drows, ws->counts, g, err)) != HP_OK) return st;
     hp__moe_rows_to_dx(ws->rows, ws->slot_row, T, K, H, dx);
     hp__moe_rows_to_dw(b->drows, ws->slot_row, T, K, H, dy, b->dw);
     hp__moe_router_backward(l, ws, b, x, T, dx, g);
-    hp__moe_shared_backward(l, b, x, T, dy, dx, g);
-    return HP_OK;
+    return hp__moe_shared_backward(l, b, x, T, dy, dx, g, err);
 }

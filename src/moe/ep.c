@@ -633,7 +633,8 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
     reorder_buf(ep, ep->cnt_recv, ep->recv, b->drows, true);
 
     /* xrows becomes d(rows), b->drows the outputs O. */
-    hp__moe_experts_backward(l, b, ep->xrows, b->drows, ep->cnt_local, g);
+    st = hp__moe_experts_backward(l, b, ep->xrows, b->drows, ep->cnt_local, g, err);
+    if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     /* Return plan: d(rows) into dx, then O into dw. */
     if (T > 0) memset(dx, 0, (size_t)(T * H) * sizeof(float));
@@ -645,7 +646,7 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
     if (T > 0) {
         hp__moe_rows_to_dw(ep->send, ws->slot_row, T, K, H, dy, b->dw);
         hp__moe_router_backward(l, ws, b, x, T, dx, g);
-        hp__moe_shared_backward(l, b, x, T, dy, dx, g);
+        st = hp__moe_shared_backward(l, b, x, T, dy, dx, g, err);
     }
-    return hp_comm_agree(ep->comm, HP_OK, err);
+    return hp_comm_agree(ep->comm, st, err);
 }

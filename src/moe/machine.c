@@ -41,7 +41,7 @@ const char *hp_moe_blas_info(char *buf, size_t cap)
     return buf;
 }
 
-double hp_moe_ref_sgemm_gflops(int64_t n, int reps)
+double hp_moe_ref_gemm_gflops(int64_t n, hp_linalg_mode mode, int reps)
 {
     /* n·n floats must be a valid size; otherwise there is no figure. The product runs through the GEMM layer:
      * the same backend, and so the same limit, as the layer's own products. */
@@ -53,7 +53,7 @@ double hp_moe_ref_sgemm_gflops(int64_t n, int reps)
     hp_linear *lin = NULL;
     hp_err err;
     double best = -1.0;
-    hp_linear_desc d = {.n_out = n, .n_in = n, .n_mats = 1, .dtype = HP_DT_F32, .w = b};
+    hp_linear_desc d = {.n_out = n, .n_in = n, .n_mats = 1, .dtype = HP_DT_F32, .w = b, .mode = mode};
     if (a && b && c && hp_linalg_create(&la, &err) == HP_OK && hp_linear_init(&lin, la, &d, &err) == HP_OK) {
         for (size_t i = 0; i < sz; i++) {
             a[i] = (float)((i * 7) % 13) * 0.01f;

@@ -112,8 +112,8 @@ void hp__moe_dout_rows(const int32_t *row_slot, int64_t n_rows, const float *top
                        const float *dy, int64_t n_hidden, float *drows);
 /* The local experts' backward on expert-major rows (counts [n_local]): rows holds X and receives dX, drows
  * holds dOut and receives the experts' outputs O (before weighting); g accumulates. */
-void hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows, float *drows,
-                              const int64_t *counts, hp_moe_grads *g);
+hp_status hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float *rows, float *drows,
+                              const int64_t *counts, hp_moe_grads *g, hp_err *err);
 /* dx[t] += dX row of each kept slot of t; dw[s] = dy[t]·O row of slot s (0 for a dropped slot). */
 void hp__moe_rows_to_dx(const float *dxrows, const int32_t *slot_row, int64_t n_tokens, int64_t top_k,
                         int64_t n_hidden, float *dx);
@@ -123,7 +123,7 @@ void hp__moe_rows_to_dw(const float *outrows, const int32_t *slot_row, int64_t n
 void hp__moe_router_backward(const hp_moe_layer *l, hp_moe_ws *ws, hp__moe_bwd *b, const float *x, int64_t n_tokens,
                              float *dx, hp_moe_grads *g);
 /* The shared expert's backward: dx (+=) and its gradients. */
-void hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float *x, int64_t n_tokens,
-                             const float *dy, float *dx, hp_moe_grads *g);
+hp_status hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const float *x, int64_t n_tokens,
+                             const float *dy, float *dx, hp_moe_grads *g, hp_err *err);
 
 #endif

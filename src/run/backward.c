@@ -101,42 +101,37 @@ hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, floa
             float *gk = dk + (b * Sk * nkv + h / rep) * hd;
             float *gv = dv + (b * Sk * nkv + h / rep) * hdv;
             /* P, exactly as the forward computes it. */
-            hp_linalg_sgemm(true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, p, Sk);
-            for (int64_t i = 0; i < Sq; i++) {
-                int64_t qp = a->q_pos0 + i;
-                float *row = p + i * Sk;
-                float mx = a->sinks ? a->sinks[h] : -INFINITY;
-                for (int64_t j = 0; j < Sk; j++) {
-                    int64_t kp = a->k_pos0 + j;
-                    bool ok = kp <= qp && (a->window <= 0 || kp > qp - a->window);
-                    if (!ok) row[j] = -INFINITY;
-                    else if (row[j] > mx) mx = row[j];
-                }
-                double es = a->sinks ? exp((double)a->sinks[h] - (double)mx) : 0, sum = es;
-                for (int64_t j = 0; j < Sk; j++) {
-                    float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
-                    row[j] = e;
-                    sum += e;
-                }
-                float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-                for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
-                psink[i] = sum > 0 ? (float)(es / sum) : 0.0f;
+            hp_status st = hp__attn_probs(a, b, h, p, psink, err);
+            /* dP = dO·vᵀ; dS = scale·P·(dP − D). */
+            if (st == HP_OK)
+                st = hp_linalg_gemm(a->mode, false, true, Sq, Sk, hdv, 1.0f, go, nh * hdv, v, nkv * hdv, 0.0f, ds, Sk,
+                                    err);
+            if (st != HP_OK) {
+                free(p);
+                return st;
             }
-            /* dP = dO·vᵀ; dS = P·(dP − D). */
-            hp_linalg_sgemm(true, Sq, Sk, hdv, 1.0f, go, nh * hdv, v, nkv * hdv, 0.0f, ds, Sk);
             double gsink = 0;
             for (int64_t i = 0; i < Sq; i++) {
                 const float *pr = p + i * Sk;
                 float *dr = ds + i * Sk;
                 double D = 0;
                 for (int64_t j = 0; j < Sk; j++) D += (double)pr[j] * dr[j];
-                for (int64_t j = 0; j < Sk; j++) dr[j] = (float)((double)pr[j] * ((double)dr[j] - D));
+                /* scaled here, not by the products: the score matmul's gradient is scale·dS, which is what BF16
+                 * mode rounds (as autograd through matmul(q, kᵀ)·scale does) */
+                for (int64_t j = 0; j < Sk; j++) dr[j] = (float)((double)scale * (double)pr[j] * ((double)dr[j] - D));
                 gsink -= (double)psink[i] * D;
             }
             if (dsinks && a->sinks) dsinks[h] += (float)gsink;
-            hp_linalg_sgemm(false, Sq, hd, Sk, scale, ds, Sk, k, nkv * hd, 0.0f, gq, nh * hd);
-            hp_linalg_sgemm_tn(Sk, hd, Sq, scale, ds, Sk, q, nh * hd, 1.0f, gk, nkv * hd);
-            hp_linalg_sgemm_tn(Sk, hdv, Sq, 1.0f, p, Sk, go, nh * hdv, 1.0f, gv, nkv * hdv);
+            hp_linalg_mode md = a->mode;
+            st = hp_linalg_gemm(md, false, false, Sq, hd, Sk, 1.0f, ds, Sk, k, nkv * hd, 0.0f, gq, nh * hd, err);
+            if (st == HP_OK)
+                st = hp_linalg_gemm(md, true, false, Sk, hd, Sq, 1.0f, ds, Sk, q, nh * hd, 1.0f, gk, nkv * hd, err);
+            if (st == HP_OK)
+                st = hp_linalg_gemm(md, true, false, Sk, hdv, Sq, 1.0f, p, Sk, go, nh * hdv, 1.0f, gv, nkv * hdv, err);
+            if (st != HP_OK) {
+                free(p);
+                return st;
+            }
         }
     free(p);
     return HP_OK;
@@ -198,15 +193,19 @@ void hp__embedding_backward(const int64_t *ids, int64_t n_tokens, const float *d
     }
 }
 
-void hp__linear_backward(int64_t M, int64_t N, int64_t K, const float *dy, int64_t ldy, const float *W,
-                         const float *x, int64_t ldx, float *dx, int64_t lddx, float *dW, float *db)
+hp_status hp__linear_backward(hp_linalg_mode mode, int64_t M, int64_t N, int64_t K, const float *dy, int64_t ldy,
+                              const float *W, const float *x, int64_t ldx, float *dx, int64_t lddx, float *dW, float *db,
+                              hp_err *err)
 {
-    if (dx) hp_linalg_sgemm(false, M, K, N, 1.0f, dy, ldy, W, K, 0.0f, dx, lddx);
-    if (dW) hp_linalg_sgemm_tn(N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K);
+    hp_status st = HP_OK;
+    if (dx) st = hp_linalg_gemm(mode, false, false, M, K, N, 1.0f, dy, ldy, W, K, 0.0f, dx, lddx, err);
+    if (dW && st == HP_OK) st = hp_linalg_gemm(mode, true, false, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K, err);
+    if (st != HP_OK) return st;
     if (db)
         for (int64_t j = 0; j < N; j++) {
             double s = 0;
             for (int64_t r = 0; r < M; r++) s += dy[r * ldy + j];
             db[j] += (float)s;
         }
+    return HP_OK;
 }

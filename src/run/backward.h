@@ -76,9 +76,11 @@ void hp__embedding_backward(const int64_t *ids, int64_t n_tokens, const float *d
  *   dx  = dy · W      (=, [M, K] (lddx); NULL: not wanted)
  *   dW += dyᵀ · x     ([N, K]; NULL: not wanted)
  *   db += Σ_rows dy   ([N]; NULL: not wanted)
- * dy [M, N] (ldy), x [M, K] (ldx). Dimensions must fit an int (the GEMM layer's BLAS). */
-void hp__linear_backward(int64_t M, int64_t N, int64_t K, const float *dy, int64_t ldy, const float *W,
-                         const float *x, int64_t ldx, float *dx, int64_t lddx, float *dW, float *db);
+ * dy [M, N] (ldy), x [M, K] (ldx). mode BF16 rounds both operands of each product to bf16 (hp_linalg_gemm).
+ * Dimensions must fit an int (the GEMM layer's BLAS). */
+hp_status hp__linear_backward(hp_linalg_mode mode, int64_t M, int64_t N, int64_t K, const float *dy, int64_t ldy,
+                              const float *W, const float *x, int64_t ldx, float *dx, int64_t lddx, float *dW, float *db,
+                              hp_err *err);
 
 /* torch.optim.AdamW's hyperparameters. */
 typedef struct hp__adamw {

@@ -3,7 +3,7 @@
  *
  *   hp_cost_gemm_weights(m)        W, the weights one token goes through in the forward's GEMMs
  *   hp_cost_train_flops(m, T)      model FLOPs of a training step over T tokens: 6·W·T
- *   hp_cost_gemm_limit(w, n, R)    the same-run GEMM limit: an f32 n×n×n product through the GEMM layer on every
+*   hp_cost_gemm_limit(w, n, m, R) the same-run GEMM limit: an n×n×n product (f32, or bf16 in mode m) through the GEMM layer on every
  *                                  rank at once, best of R after a warm-up; the sum over ranks is the limit
  *
  * MFU = model FLOPs / step seconds / the limit's sum (FLOP/s). The forward counts 2 FLOPs per weight and token
@@ -58,16 +58,17 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, int reps, hp_gemm_limit *out, hp_err *err)
+hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, int reps, hp_gemm_limit *out,
+                             hp_err *err)
 {
-    *out = (hp_gemm_limit){.n = n, .reps = reps};
+    *out = (hp_gemm_limit){.n = n, .reps = reps, .mode = mode};
     if (n < 1 || reps < 1)
         return hp_comm_agree(w, hp_err_set(err, HP_ERR_INPUT, "the reference GEMM needs n >= 1 and reps >= 1, got "
                                            "n %lld, reps %d", (long long)n, reps), err);
     /* After a barrier, so that the ranks of one node share its cores as they do in a step. */
     hp_status st = hp_comm_barrier(w, err);
     if (st) return st;
-    double t0 = now_s(), g = hp_moe_ref_sgemm_gflops(n, reps), v[2] = {-g, now_s() - t0};
+    double t0 = now_s(), g = hp_moe_ref_gemm_gflops(n, mode, reps), v[2] = {-g, now_s() - t0};
     st = hp_comm_agree(w, g > 0 ? HP_OK
                                 : hp_err_set(err, HP_ERR_NOMEM, "rank %d: the %lldx%lldx%lld reference GEMM could not "
                                              "run (out of memory?)", hp_comm_rank(w), (long long)n, (long long)n,

@@ -33,10 +33,15 @@ typedef struct hp__attn_args {
     int64_t window;         /* keys j > q − window; 0 = none */
     const float *sinks;     /* [nh] gpt-oss attention sinks (a softmax column per head, then dropped), or NULL */
     float *out;             /* [B, sq, nh, hdv] */
+    hp_linalg_mode mode;    /* the products' numerics (BF16: q, k, P and v rounded to bf16) */
 } hp__attn_args;
 
 /* Causal softmax attention (eager semantics), scaling hd^-½. */
 hp_status hp__attention(const hp__attn_args *a, hp_err *err);
+/* P [sq, sk] of batch row b and query head h: softmax(scale·q·kᵀ) under the causal, window and position masks,
+ * the sink's column in the sum and then dropped (psink [sq], when not NULL, gets its probability). What the
+ * forward and the backward both compute, once. */
+hp_status hp__attn_probs(const hp__attn_args *a, int64_t b, int64_t h, float *p, float *psink, hp_err *err);
 
 /* out[r, i] = silu(g[r, i]) · u[r, i] for i < n. */
 void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,

@@ -493,7 +493,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     if (st == HP_OK) {
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
                             .scale = scale, .q = q, .k = k->d, .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1],
-                            .window = c->window[layer], .out = o};
+                            .window = c->window[layer], .out = o, .mode = r->o.compute};
         st = attention(r, &aa, err);
     }
     if (st == HP_OK) st = out_of(r, a->s, t, out, err);
@@ -543,7 +543,7 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     if (st == HP_OK) {
         hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k->d,
                             .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o,
-                            .sinks = a->sinks.present ? a->sinks.d : NULL};
+                            .sinks = a->sinks.present ? a->sinks.d : NULL, .mode = r->o.compute};
         st = attention(r, &aa, err);
     }
     if (st == HP_OK) st = out_of(r, a->s, t, out, err);

@@ -469,7 +469,9 @@ static hp_status lin_bwd_add(const hp_runner *r, hp__train *t, int64_t rows, int
 {
     float *dx = first ? acc : fbuf(t, 3, rows * K, err);
     if (!dx) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, N, K, dy, ldy, W32(r, W), x, K, dx, K, gW, b && b->present ? gb : NULL);
+    hp_status st = hp__linear_backward(r->o.compute, rows, N, K, dy, ldy, W32(r, W), x, K, dx, K, gW,
+                                       b && b->present ? gb : NULL, err);
+    if (st != HP_OK) return st;
     if (!first)
         for (int64_t i = 0; i < rows * K; i++) acc[i] += dx[i];
     return HP_OK;
@@ -536,13 +538,14 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     float *d_o = fbuf(t, 0, rows * nh * hd, err), *dq = d_o ? fbuf(t, 1, rows * nh * hd, err) : NULL;
     if (!dq) return HP_ERR_NOMEM;
     /* o_proj */
-    hp__linear_backward(rows, H, nh * hd, da->d, H, W32(r, &a->wo), o, nh * hd, d_o, nh * hd, grad_of(r, &a->wo),
-                        a->bo.present ? grad_of(r, &a->bo) : NULL);
+    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * hd, da->d, H, W32(r, &a->wo), o, nh * hd, d_o,
+                                       nh * hd, grad_of(r, &a->wo), a->bo.present ? grad_of(r, &a->bo) : NULL, err);
+    if (st != HP_OK) return st;
     /* the attention itself */
     hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = K->d,
                         .v = V->d, .q_pos0 = ta->lo[1], .k_pos0 = K->lo[1], .window = c->window[s->layer],
-                        .out = NULL, .sinks = a->sinks.present ? a->sinks.d : NULL};
-    hp_status st = attn_core_bwd(r, s, &aa, ta, d_o, dq, a->sinks.present ? grad_of(r, &a->sinks) : NULL, err);
+                        .out = NULL, .sinks = a->sinks.present ? a->sinks.d : NULL, .mode = r->o.compute};
+    st = attn_core_bwd(r, s, &aa, ta, d_o, dq, a->sinks.present ? grad_of(r, &a->sinks) : NULL, err);
     if (st != HP_OK) return st;
     /* rope (the tables of these positions are the forward's, rebuilt by its recompute) */
     if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
@@ -597,12 +600,13 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     float *dlat = dq ? fbuf(t, 2, rows * (lat + qa_n + nh * (nope + vd)), err) : NULL;
     if (!dlat) return HP_ERR_NOMEM;
     float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
-    hp__linear_backward(rows, H, nh * vd, da->d, H, W32(r, &a->wo), o, nh * vd, d_o, nh * vd, grad_of(r, &a->wo),
-                        a->bo.present ? grad_of(r, &a->bo) : NULL);
+    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * vd, da->d, H, W32(r, &a->wo), o, nh * vd, d_o,
+                                       nh * vd, grad_of(r, &a->wo), a->bo.present ? grad_of(r, &a->bo) : NULL, err);
+    if (st != HP_OK) return st;
     hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
                         .scale = hp__mla_scale(c, qk), .q = q, .k = K->d, .v = V->d, .q_pos0 = ta->lo[1],
-                        .k_pos0 = K->lo[1], .window = c->window[s->layer]};
-    hp_status st = attn_core_bwd(r, s, &aa, ta, d_o, dq, NULL, err);
+                        .k_pos0 = K->lo[1], .window = c->window[s->layer], .mode = r->o.compute};
+    st = attn_core_bwd(r, s, &aa, ta, d_o, dq, NULL, err);
     if (st != HP_OK) return st;
     /* K = [k_nope | k_rot broadcast to every head], V: back into kv_b's output and kv_a's rope channels */
     memset(dkva, 0, (size_t)(rows * lat) * sizeof *dkva);
@@ -628,8 +632,9 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
     /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
     float *dckv = fbuf(t, 3, rows * kvl, err);
     if (!dckv) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), W32(r, &a->wkvb), ckv, kvl, dckv, kvl,
-                        grad_of(r, &a->wkvb), NULL);
+    st = hp__linear_backward(r->o.compute, rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), W32(r, &a->wkvb), ckv,
+                             kvl, dckv, kvl, grad_of(r, &a->wkvb), NULL, err);
+    if (st != HP_OK) return st;
     float *pre = fbuf(t, 5, rows * (kvl > qa_n ? kvl : qa_n), err);
     if (!pre) return HP_ERR_NOMEM;
     for (int64_t i = 0; i < rows; i++) memcpy(pre + i * kvl, kva + i * lat, (size_t)kvl * sizeof *pre);
@@ -644,8 +649,9 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__a
         return st == HP_OK ? lin_bwd_add(r, t, rows, nh * qk, H, dq, nh * qk, &a->wq, grad_of(r, &a->wq), NULL, NULL,
                                          ta->d, dt->d, false, err)
                            : st;
-    hp__linear_backward(rows, nh * qk, a->ql, dq, nh * qk, W32(r, &a->wq), qa, a->ql, dqa, a->ql, grad_of(r, &a->wq),
-                        NULL);
+    st = hp__linear_backward(r->o.compute, rows, nh * qk, a->ql, dq, nh * qk, W32(r, &a->wq), qa, a->ql, dqa, a->ql,
+                             grad_of(r, &a->wq), NULL, err);
+    if (st != HP_OK) return st;
     /* q_a's norm: its input recomputed */
     if ((st = hp_linear_forward(a->qa, 0, rows, ta->d, H, pre, a->ql, false, err)) != HP_OK) return st;
     hp__rmsnorm_backward(pre, rows, a->ql, a->qan.d, 1e-6, dqa, dqa, grad_of(r, &a->qan));
@@ -663,10 +669,11 @@ static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__ac
     const float *gu = r->sc.buf[2], *hid = r->sc.buf[3];
     float *dhid = fbuf(t, 0, rows * I, err), *dgu = dhid ? fbuf(t, 1, rows * 2 * I, err) : NULL;
     if (!dgu) return HP_ERR_NOMEM;
-    hp__linear_backward(rows, H, I, da->d, H, W32(r, &m->wd), hid, I, dhid, I, grad_of(r, &m->wd),
-                        m->bd.present ? grad_of(r, &m->bd) : NULL);
+    hp_status st = hp__linear_backward(r->o.compute, rows, H, I, da->d, H, W32(r, &m->wd), hid, I, dhid, I,
+                                       grad_of(r, &m->wd), m->bd.present ? grad_of(r, &m->bd) : NULL, err);
+    if (st != HP_OK) return st;
     hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
-    hp_status st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
+    st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
     if (st != HP_OK) return st;
     if (s->fused)
         return lin_bwd_add(r, t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, grad_of(r, &m->wgu), &m->bgu, grad_of(r, &m->bgu),
@@ -793,7 +800,9 @@ static hp_status head_bwd(hp_runner *r, const hp__step *fn, const hp__step *hs, 
         HP_OK)
         return st;
     int64_t vl = t->da.n[2]; /* the rank's vocabulary block, as the head computed it */
-    hp__linear_backward(rows, vl, H, t->da.d, vl, W32(r, W), th->d, H, t->dt.d, H, grad_of(r, W), NULL);
+    if ((st = hp__linear_backward(r->o.compute, rows, vl, H, t->da.d, vl, W32(r, W), th->d, H, t->dt.d, H,
+                                  grad_of(r, W), NULL, err)) != HP_OK)
+        return st;
     snprintf(what, sizeof what, "%s (backward of its entry)", hs->c.fqn);
     if ((st = dual(r, &t->dt, t->dt.lay, &hs->in, what, err)) != HP_OK) return st;
     return norm_bwd(r, fn, &r->w.fnorm, &r->sc.kept[r->g.cfg.L], &t->dt, &t->dh, false, err);
@@ -1015,23 +1024,6 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
     return st;
 }
 
-/* x rounded to bf16 (nearest even), as its bits. */
-static uint16_t bf16_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_widen(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* What the forward reads of an entry after its values changed: the router's f64 copy, a bf16 slice's copy (the
  * master rounded to nearest even) and its widened twin for the backward, a widened slice of a bf16 checkpoint
  * (the master rounded, widened). */
@@ -1039,11 +1031,14 @@ static void sync_copies(tparam *q)
 {
     bool r16 = q->r16 || q->w32;
     for (int64_t k = 0; k < q->n && (r16 || q->wide); k++) {
-        uint16_t b = r16 ? bf16_bits(q->data[k]) : 0;
-        float v = r16 ? bf16_widen(b) : q->data[k];
+        float v = r16 ? hp_linalg_round_bf16(q->data[k]) : q->data[k];
         if (q->wide) q->wide[k] = v;
         if (q->held) q->held[k] = v;
-        if (q->w32) ((uint16_t *)q->w->d)[k] = b, q->w32[k] = v;
+        if (q->w32) {
+            uint32_t u; /* v is a bf16 value: its top half is the bf16 bits */
+            memcpy(&u, &v, sizeof u);
+            ((uint16_t *)q->w->d)[k] = (uint16_t)(u >> 16), q->w32[k] = v;
+        }
     }
 }
 
