@@ -490,6 +490,47 @@ TEST(linear_backward_vs_loops)
     CHECK(d > 1e-4);
 }
 
+/* hp_linalg_gemm: every transpose pair, alpha and beta, in both modes, against f64 loops over the operands as the
+ * mode multiplies them (BF16: rounded; on a CPU with oneDNN's bf16 matmul that path, else rounded f32 copies). */
+TEST(gemm_modes_vs_loops)
+{
+    enum { M = 37, N = 29, K = 300 }; /* K past a bf16 kernel's block, odd M and N */
+    static float a[K * M + M * K], b[K * N + N * K], c0[M * N], c[M * (N + 3)];
+    fill(a, NULL, 2 * M * K, 1.0);
+    fill(b, NULL, 2 * N * K, 1.0);
+    fill(c0, NULL, M * N, 1.0);
+    for (int md = 0; md < 2; md++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int v = 0; v < 3; v++) {
+                    hp_linalg_mode mode = md ? HP_LINALG_BF16 : HP_LINALG_EXACT;
+                    float alpha = v == 2 ? 0.375f : v == 1 ? 1.0f : 0.7f, beta = v == 0 ? 0.0f : 1.0f;
+                    int64_t lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1, ldc = N + 3;
+                    for (int64_t r = 0; r < M; r++)
+                        for (int64_t j = 0; j < N; j++) c[r * ldc + j] = c0[r * N + j];
+                    hp_err err;
+                    CHECK(hp_linalg_gemm(mode, ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc, &err) == HP_OK);
+                    double e = 0, scale = 0;
+                    for (int64_t r = 0; r < M; r++)
+                        for (int64_t j = 0; j < N; j++) {
+                            double s = 0, t = 0;
+                            for (int64_t p = 0; p < K; p++) {
+                                double x = opnd(mode, ta ? a[p * lda + r] : a[r * lda + p]);
+                                double y = opnd(mode, tb ? b[j * ldb + p] : b[p * ldb + j]);
+                                s += x * y;
+                                t += fabs(x * y);
+                            }
+                            double want = alpha * s + beta * c0[r * N + j];
+                            e = fmax(e, fabs(c[r * ldc + j] - want));
+                            scale = fmax(scale, t);
+                        }
+                    if (e > 1e-5 * scale)
+                        printf("  %s ta %d tb %d alpha %g beta %g: max err %.2e of %.2e\n", md ? "bf16" : "exact", ta,
+                               tb, alpha, beta, e, scale);
+                    CHECK(e <= 1e-5 * scale); /* f32 sums of 300 products */
+                }
+}
+
 /* ---------------- AdamW against PyTorch ---------------- */
 #define GOLD_DIR "data/forward/llama/"
 

@@ -336,8 +336,9 @@ hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_
         sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return HP_OK;
     }
-    /* Products of bf16 values are exact in f32, so an f32 product of the rounded operands is a bf16 product
-     * with f32 sums, on any CPU. */
+    if (hp__plain_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return HP_OK;
+    /* Without oneDNN's bf16 matmul: products of bf16 values are exact in f32, so an f32 product of the rounded
+     * operands is a bf16 product with f32 sums, on any CPU. */
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
     float *ra = rounded(ar, ac, a, lda), *rb = ra ? rounded(br, bc, b, ldb) : NULL;
     if (!rb) {

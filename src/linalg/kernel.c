@@ -53,8 +53,22 @@ float hp_linalg_round_bf16(float x)
 
 void hp__round_rows_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst)
 {
+#pragma omp parallel for schedule(static) if (m * k >= (int64_t)1 << 16)
     for (int64_t r = 0; r < m; r++)
         for (int64_t i = 0; i < k; i++) dst[r * k + i] = hp__bf16_from_f32(a[r * lda + i]);
+}
+
+void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst)
+{
+    enum { T = 32 }; /* tiles of T x T: both sides stay in cache */
+    int64_t tm = (m + T - 1) / T, tk = (k + T - 1) / T;
+#pragma omp parallel for schedule(static) if (m * k >= (int64_t)1 << 16)
+    for (int64_t t = 0; t < tm * tk; t++) {
+        int64_t r0 = t / tk * T, i0 = t % tk * T;
+        int64_t r1 = r0 + T < m ? r0 + T : m, i1 = i0 + T < k ? i0 + T : k;
+        for (int64_t i = i0; i < i1; i++)
+            for (int64_t r = r0; r < r1; r++) dst[i * m + r] = hp__bf16_from_f32(a[r * lda + i]);
+    }
 }
 
 void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst)

@@ -47,6 +47,14 @@ uint16_t hp__bf16_from_f32(float x);
 float hp__bf16_to_f32(uint16_t b);
 void hp__round_rows_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst);   /* [m, k] */
 void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst); /* [m, k] */
+/* The transpose, rounded: dst [k, m] (dst[i·m + r] = a[r·lda + i] rounded) of a [m, k] block at lda. */
+void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst);
+/* C = alpha·op(A)·op(B) + beta·C with both operands rounded to bf16 into scratch and multiplied by a oneDNN bf16
+ * matmul (f32 sums), through a process-wide context made at the first call (its primitive cache and scratch live
+ * to the process's end). false, with nothing written, when this CPU's oneDNN has no bf16 matmul or memory runs
+ * out: the caller then multiplies rounded f32 copies (the same numbers at the f32 rate). linear.c. */
+bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* ---- oneDNN (gemm_dnnl.c) ---- */
 typedef struct hp__dnnl hp__dnnl;       /* engine + stream */
