@@ -10,8 +10,11 @@
 # the meshes below, and every step's loss is compared: max |loss - ref| / |ref| over the steps, pass <= 1e-5.
 # Prints one markdown row per family and mesh; exits 1 if any row fails, 2 on a usage or setup error.
 # --compute bf16: both sides run hyperpar's BF16 mode (train_ref.py --compute bf16: every product's operands
-# rounded to bf16), pass <= --tol (default 1e-4: a rounding boundary crossed differently by a differently ordered
-# f32 sum moves an operand by 2^-8); a last column shows the distance to torch.autocast's bf16 run.
+# rounded to bf16). A rounding boundary crossed differently by a differently ordered f32 sum moves an operand by
+# 2^-8, AdamW's first steps turn a tiny gradient's sign into a whole lr step and a router's near-tie into another
+# expert, so the curves part by more than f32's; a row passes when it is no further from the bf16 reference than
+# the f32 reference is (the "bf16 itself" column: reference exact vs reference bf16), or within --tol when given.
+# The last column is the distance to torch.autocast's bf16 run.
 # Needs python3 with torch (transformers if the family is not one bench/torch_model.py builds) and mpirun.
 # HP (default build/hyperpar), PYTHON (python3) and MPIRUN ("mpirun --allow-run-as-root --oversubscribe")
 # may be set. Flags of the run: FLAGS below; --quick runs only the first mesh of each list.
@@ -37,7 +40,7 @@ while (($#)); do
     esac
 done
 [[ $COMPUTE == exact || $COMPUTE == bf16 ]] || { echo "train_compare.sh: --compute expects exact or bf16" >&2; exit 2; }
-[[ -n $TOL ]] || { [[ $COMPUTE == bf16 ]] && TOL=1e-4 || TOL=1e-5; }
+[[ -n $TOL || $COMPUTE == bf16 ]] || TOL=1e-5
 ((${#FAMS[@]})) || FAMS=(llama mistral qwen2 qwen3 mixtral qwen2_moe qwen3_moe deepseek_v3 glm4_moe gpt_oss)
 [[ -x "$HP" ]] || { echo "train_compare.sh: no hyperpar binary at $HP (build first, or set HP)" >&2; exit 2; }
 "$PYTHON" -c 'import torch' 2>/dev/null || { echo "train_compare.sh: $PYTHON cannot import torch" >&2; exit 2; }
@@ -115,8 +118,8 @@ EOF
 export ROOT
 fail=0
 if [[ $COMPUTE == bf16 ]]; then
-    echo "| family | mesh | max rel diff over $STEPS steps (--compute bf16) | | vs torch.autocast bf16 |"
-    echo "|---|---|---|---|---|"
+    echo "| family | mesh | max rel diff over $STEPS steps (--compute bf16) | | bf16 itself | vs torch.autocast bf16 |"
+    echo "|---|---|---|---|---|---|"
 else
     echo "| family | mesh | max rel diff over $STEPS steps | |"
     echo "|---|---|---|---|"
@@ -136,9 +139,13 @@ for fam in "${FAMS[@]}"; do
         fail=1
         continue
     fi
-    ac=""
-    if [[ $COMPUTE == bf16 ]] && "$PYTHON" "$ROOT/bench/train_ref.py" "$M" ${D/--compute bf16/--compute autocast} \
-        --micro-batch 4 --log-json "$WORK/$fam.ac.jsonl" 2>/dev/null; then ac=yes; fi
+    ac="" effect=""
+    if [[ $COMPUTE == bf16 ]]; then
+        "$PYTHON" "$ROOT/bench/train_ref.py" "$M" ${D/--compute bf16/--compute autocast} --micro-batch 4 \
+            --log-json "$WORK/$fam.ac.jsonl" 2>/dev/null && ac=yes
+        "$PYTHON" "$ROOT/bench/train_ref.py" "$M" ${D/--compute bf16/--compute exact} --micro-batch 4 \
+            --log-json "$WORK/$fam.ex.jsonl" 2>/dev/null && effect="$(maxrel "$WORK/$fam.ref.jsonl" "$WORK/$fam.ex.jsonl")"
+    fi
     if grep -q '"num_experts\|"num_local_experts\|"n_routed_experts' "$src/config.json"; then meshes="$MOE_MESHES"
     else meshes="$DENSE_MESHES"; fi
     ((QUICK)) && meshes="$(head -1 <<<"$meshes")"
@@ -155,10 +162,11 @@ for fam in "${FAMS[@]}"; do
             continue
         fi
         d="$(maxrel "$WORK/$fam.ref.jsonl" "$log")"
-        if [[ $d != - ]] && "$PYTHON" -c "import sys; sys.exit(0 if float('$d') <= $TOL else 1)"; then ok=pass
+        bar="${TOL:-${effect:--1}}"
+        if [[ $d != - && $bar != - ]] && "$PYTHON" -c "import sys; sys.exit(0 if float('$d') <= float('$bar') else 1)"; then ok=pass
         else ok=FAIL; fail=1; fi
         if [[ $COMPUTE == bf16 ]]; then
-            echo "| $fam | $label | $d | $ok | $([[ -n $ac ]] && maxrel "$WORK/$fam.ac.jsonl" "$log" || echo -) |"
+            echo "| $fam | $label | $d | $ok | ${effect:--} | $([[ -n $ac ]] && maxrel "$WORK/$fam.ac.jsonl" "$log" || echo -) |"
         else
             echo "| $fam | $label | $d | $ok |"
         fi
