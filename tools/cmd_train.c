@@ -810,7 +810,7 @@ static int train(train_args *a, int *argc, char ***argv)
         st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
         if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
     }
-    if (st == HP_OK && a->input) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);
