@@ -205,7 +205,15 @@ static void print_summary(const hp_model *m)
     }
     hp_buf_free(&e1);
     hp_buf_free(&e2);
-    if (m->cfg.num_hidden_layers)
+    bool mla = hp_family_is_mla(m->family); /* its head_dim is only the rope part of a q/k head */
+    if (m->cfg.num_hidden_layers && mla)
+        printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld, multi-head latent attention:\n%-13s q/k head dim "
+               "%lld (nope %lld + rope %lld), v head dim %lld, kv_lora_rank %lld, q_lora_rank %lld\n", "layers",
+               (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
+               (long long)m->cfg.num_attention_heads, "", (long long)(m->cfg.qk_nope_head_dim + m->cfg.qk_rope_head_dim),
+               (long long)m->cfg.qk_nope_head_dim, (long long)m->cfg.qk_rope_head_dim, (long long)m->cfg.v_head_dim,
+               (long long)m->cfg.kv_lora_rank, (long long)m->cfg.q_lora_rank);
+    else if (m->cfg.num_hidden_layers)
         printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld / kv %lld, head_dim %lld\n", "layers",
                (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
                (long long)m->cfg.num_attention_heads, (long long)m->cfg.num_key_value_heads,

@@ -43,9 +43,11 @@ static const cli_opt g_opts[] = {
     CLI_OPTS_PLAN(G_PLAN),
     {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0,
      G_PLAN},
-    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V] and loss F32 [] (atomically)", CLI_SHORT, "run only"},
+    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V], loss F32 [] and, for every sparse layer\n"
+                           "l, its routed experts moe.<l>.topk_idx I32 [B*S, K] (atomically)", CLI_SHORT, "run only"},
     {"compare", 'C', "REF", "check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
-                            "against REF's 'logits' and 'loss'; exit 3 on a mismatch", 0, "run only"},
+                            "against REF's 'logits' and 'loss', and the routed experts of every\n"
+                            "moe.<l>.topk_idx REF has (exactly); exit 3 on a mismatch", 0, "run only"},
     {"compute", O_COMPUTE, "M", "exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
                                 "(activations rounded to bf16 for the GEMMs)", 0, "run only"},
     {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
@@ -73,8 +75,20 @@ static void usage(FILE *out)
             "\n"
             "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
             "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
-            "collective is the one a boundary's contract asks for (docs/run.md). Dense decoders: llama,\n"
-            "mistral, qwen2, qwen3.\n"
+            "collective is the one a boundary's contract asks for (docs/run.md). Families (MoE ones marked *):\n");
+    int col = 0;
+    for (size_t i = 0; i < hp_family_count(); i++) {
+        const hp_family *f = hp_family_at(i);
+        if (!hp_family_runs(f)) continue;
+        const char *name = hp_family_name(f);
+        int w = (int)strlen(name) + (hp_family_is_moe(f) ? 1 : 0) + 2;
+        if (col && col + w > 104) fprintf(out, "\n"), col = 0;
+        col += fprintf(out, "%s%s%s", col ? " " : "", name, hp_family_is_moe(f) ? "*" : "") ;
+    }
+    fprintf(out,
+            "\n"
+            "Under expert parallelism (--ep) a MoE model's expert compute is declared, never chosen silently\n"
+            "(--overrides with local_compute_fn; docs/moe.md); the refusal prints the YAML to declare.\n"
             "\n"
             "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
             "                          written by 'hyperpar shard' for the same mesh (each rank reads its file)\n");
@@ -347,15 +361,18 @@ static int run(run_args *a, int *argc, char ***argv)
 static void usage_validate(FILE *out)
 {
     fprintf(out,
-            "usage: [mpirun -np N] hyperpar validate MODEL --input IDS.safetensors [--mesh SPEC | --dp N --cp N\n"
-            "                           --tp N] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
-            "                           [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
+            "usage: [mpirun -np N] hyperpar validate MODEL INPUT [--mesh SPEC | --dp N --cp N --tp N]\n"
+            "                           [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel]\n"
+            "                           [--overrides F] [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
+            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
+            "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"
             "\n"
-            "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"
-            "the same input; every boundary's output (and each layer's residual stream) is reassembled to the full\n"
-            "layout and compared. Prints a table (boundary, its exit collective, max error) and names the first\n"
-            "boundary that diverges, so a wrong override or placement is found in one run. The options are\n"
-            "'hyperpar run's; those under \"run only\" are refused.\n"
+            "Checks a plan against one process: runs MODEL's plan across the ranks and, on rank 0, the one-process\n"
+            "model on the same input; every boundary's output (and each layer's residual stream) is reassembled to\n"
+            "the full layout and compared. Prints a table (boundary, its exit collective, max error) and names the\n"
+            "first boundary that diverges, so a wrong override or placement is found in one run. With --backward\n"
+            "it compares every parameter's gradient of one training step instead. The options are 'hyperpar\n"
+            "run's; those under \"run only\" are refused.\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\n"

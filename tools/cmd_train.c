@@ -151,8 +151,8 @@ static void usage(FILE *out)
             "(--data), across the ranks exactly as its plan says: each step runs\n"
             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
-            "rank's slices (docs/train.md). Dense decoders for now: llama, mistral, qwen2, qwen3 (MoE and MLA\n"
-            "models are refused).\n"
+            "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
+            "--help).\n"
             "\n"
             "  MODEL                   a checkpoint folder, or a folder written by 'hyperpar shard' for the mesh\n");
     cli_print_options(out, g_opts);
