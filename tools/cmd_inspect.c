@@ -250,7 +250,10 @@ static void print_rank(const hp_shard_rank_file *f, json_t *arr)
     if (!arr) {
         hp_buf e;
         hp_buf_init(&e);
-        printf("\nrank %lld  %s  %s", (long long)f->rank, f->coords, esc(&e, file));
+        hp_buf e2; /* coords and mesh come from the file's __metadata__: escaped like every name */
+        hp_buf_init(&e2);
+        printf("\nrank %lld  %s  %s", (long long)f->rank, esc(&e2, f->coords), esc(&e, file));
+        hp_buf_free(&e2);
         if (f->file_rank != f->rank) printf(" (rank %lld's file, linked)", (long long)f->file_rank);
         printf("  %zu tensors, %s\n", f->n_tensors, hp_format_bytes(total, by, sizeof by));
         for (size_t i = 0; i < f->n_tensors; i++) {
@@ -315,7 +318,7 @@ static int inspect_shards(const char *dir, int64_t only, bool json)
         hp_buf e;
         hp_buf_init(&e);
         printf("%-13s %s (written by 'hyperpar shard')\n", "shards", esc(&e, dir));
-        printf("%-13s %s (world %lld)%s\n", "mesh", mesh, (long long)world,
+        printf("%-13s %s (world %lld)%s\n", "mesh", esc(&e, mesh), (long long)world,
                only >= 0 ? "" : "; each rank's tensors below (--rank N for one)");
         hp_buf_free(&e);
     }
