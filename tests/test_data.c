@@ -363,6 +363,12 @@ TEST(ids_random)
     CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 2147483647, .S = 2147483647}, 10, &ids, &B, &S,
                         &err), HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "overflow");
+    /* a model that does not give its vocabulary size: nothing to draw from; a list is taken unchecked */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 1, .S = 1}, 0, &ids, &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "no vocabulary size");
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_LIST, .arg = "5000"}, 0, &ids, &B, &S, &err), HP_OK);
+    CHECK(ids && ids[0] == 5000);
+    free(ids);
 }
 
 /* a stream cut into rows of S without overlap, from its start; the vocabulary and length checked */

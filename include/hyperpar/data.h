@@ -119,7 +119,9 @@ hp_status hp_ids_parse_shape(const char *text, int64_t *B, int64_t *S, hp_err *e
 
 /* The ids of src into *ids (malloc'd [B·S]; ids NULL: read and check them, return only the shape) and their
  * shape. HP_ERR_INPUT for a source that is empty, ragged, not numbers, outside [0, vocab), shorter than B·S tokens,
- * or a B·S that overflows; the message names the source (the file, --ids or --random-input) and what to do. */
+ * or a B·S that overflows; the message names the source (the file, --ids or --random-input) and what to do.
+ * vocab < 1 (a model that does not give its size): the ids are not checked against it (hp_runner_forward still
+ * checks them), and HP_IDS_RANDOM is refused. */
 hp_status hp_ids_load(const hp_ids_source *src, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
 
 /* The safetensors file's input_ids I64/I32 [B, S] (B, S >= 1) into *ids (malloc'd; ids NULL: only the shape is

@@ -9,6 +9,9 @@
  *                     |--win 1-|
  *                                              |--win W−1---|
  *
+ * The same streams (and safetensors input_ids, an --ids list, --random-input) are the token inputs of run, validate
+ * and cost: hp_ids_load, at the end of this file, cuts a stream into rows without overlap instead of windows.
+ *
  * The order of an epoch is the identity (--shuffle none) or a Fisher–Yates shuffle driven by splitmix64 seeded
  * by seed ^ epoch; the current epoch's permutation is kept (W int64s) and made again when a batch reaches
  * another epoch. Invariants after hp_data_open: W >= 1, every window lies inside the file as opened; the reads
@@ -300,7 +303,8 @@ hp_status hp_data_batch(hp_data *d, const hp_data_order *o, int64_t step, int64_
 
 /* ---- the token inputs of run, validate and cost ---- */
 
-/* The cap on B and S (each): far past any batch a forward pass holds, and B·S·8 bytes cannot overflow. */
+/* The cap on B and S (each): far past any batch a forward pass holds; B·S then fits in int64 (its bytes are
+ * checked). */
 #define IDS_DIM_MAX ((int64_t)1 << 31)
 
 hp_status hp_data_read_input_ids(const char *path, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
@@ -381,6 +385,7 @@ hp_status hp_ids_parse_shape(const char *text, int64_t *B, int64_t *S, hp_err *e
 /* --ids "1,2,3;4,5,6" -> ids [B, S]; one pass to count, one to fill. */
 static hp_status parse_list(const char *text, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
 {
+    if (vocab < 1) vocab = INT64_MAX; /* unknown here: checked by the runner */
     int64_t rows = 0, cols = -1, n = 0, col = 0;
     int64_t cap = 16, *v = malloc((size_t)cap * sizeof *v);
     if (!v) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -472,7 +477,7 @@ static hp_status read_stream(const hp_ids_source *src, int64_t vocab, int64_t **
     int64_t *v = NULL;
     if (st == HP_OK && (!(d.buf = malloc((size_t)n * d.es)) || !(v = malloc((size_t)n * sizeof *v))))
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
-    if (st == HP_OK) st = read_window(&d, 0, vocab, v, err);
+    if (st == HP_OK) st = read_window(&d, 0, vocab > 0 ? vocab : INT64_MAX, v, err);
     if (d.fd >= 0) close(d.fd);
     free(d.buf);
     if (st != HP_OK || !ids) free(v);
@@ -483,7 +488,9 @@ static hp_status read_stream(const hp_ids_source *src, int64_t vocab, int64_t **
 hp_status hp_ids_load(const hp_ids_source *src, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
 {
     if (ids) *ids = NULL;
-    if (vocab < 1) return hp_err_set(err, HP_ERR_INPUT, "the model's vocabulary is empty");
+    if (vocab < 1 && src->kind == HP_IDS_RANDOM) /* a model without config.json: nothing to draw from */
+        return hp_err_set(err, HP_ERR_INPUT, "--random-input: the model gives no vocabulary size (vocab_size) to draw "
+                          "ids from");
     bool shaped = src->kind == HP_IDS_STREAM || src->kind == HP_IDS_RANDOM;
     if (shaped && (src->B < 1 || src->B >= IDS_DIM_MAX || src->S < 1 || src->S >= IDS_DIM_MAX))
         return hp_err_set(err, HP_ERR_INPUT, "%s: %lld rows of %lld tokens; each must be in [1, %lld]",
