@@ -277,7 +277,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     fprintf(o, "predicted step of rank %lld*: %s = compute %s (%.3g GFLOP at %.3g GFLOP/s) + communication %s\n",
            (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), cli_seconds(r->t_compute, t2, sizeof t2),
            r->flops / 1e9, c->mdl.gemm_flops / 1e9, cli_seconds(r->t_comm, t3, sizeof t3));
-    fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the byte and time model's flags, see --help)%s\n",
+    fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the model flags, see --help)%s\n",
            mx->ep_estimated ? "; the MoE exchange assumes the balanced router (give --routing for the exact bytes)" : "");
 }
 
