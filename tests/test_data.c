@@ -1,6 +1,7 @@
 /* test_data.c — token files (uint16/uint32 streams, safetensors input_ids), windows, the batch order (in order
- * and seeded per epoch), the errors (odd size, short file, a token past the vocabulary, bad input_ids) and the
- * learning-rate schedule at given points. */
+ * and seeded per epoch), the errors (odd size, short file, a token past the vocabulary, bad input_ids), the
+ * learning-rate schedule at given points, and the token inputs of run, validate and cost (hp_ids_load: --ids,
+ * --random-input, a stream cut into rows) with their errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +282,126 @@ TEST(schedule)
     CHECK(hp_lr_kind_parse("linear", &k) && k == HP_LR_LINEAR);
     CHECK(!hp_lr_kind_parse("step", &k));
     CHECK_STR_EQ(hp_lr_kind_name(HP_LR_CONSTANT), "constant");
+}
+
+/* ---- the token inputs of run, validate and cost (hp_ids_load) ---- */
+
+/* load src against vocab; on success the ids and shape, on failure err.msg */
+static hp_status ids_of(hp_ids_source src, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    *ids = NULL;
+    *B = *S = -1;
+    return hp_ids_load(&src, vocab, ids, B, S, err);
+}
+
+TEST(ids_list)
+{
+    hp_err err;
+    int64_t *ids, B, S;
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_LIST, .arg = " 1, 2 ,3 ; 4,5,6"}, 10, &ids, &B, &S, &err), HP_OK);
+    CHECK(B == 2 && S == 3);
+    for (int i = 0; ids && i < 6; i++) CHECK(ids[i] == i + 1);
+    free(ids);
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_LIST, .arg = "7"}, 10, &ids, &B, &S, &err), HP_OK);
+    CHECK(B == 1 && S == 1 && ids && ids[0] == 7);
+    free(ids);
+    static const struct {
+        const char *text, *msg;
+    } bad[] = {
+        {"", "--ids is empty"},
+        {"  ", "--ids is empty"},
+        {"1,2;3", "row 2 has 1 id, row 1 has 2; every row must be the same length"},
+        {"1;2,3", "row 2 has 2 ids, row 1 has 1"},
+        {"1,a", "row 1, column 2: 'a' is not a token id"},
+        {"1;2;x", "row 3, column 1: 'x' is not a token id"},
+        {"1,10", "row 1, column 2: 10 is outside the vocabulary [0, 10)"},
+        {"-3", "row 1, column 1: -3 is outside the vocabulary"},
+        {"99999999999999999999999", "99999999999999999999999 is outside the vocabulary"},
+        {"1,,2", "row 1, column 2 is empty"},
+        {"1,2;", "row 2, column 1 is empty"},
+        {";1", "row 1, column 1 is empty"},
+        {"1 2", "'2' after 1 is neither ',' nor ';'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hp_status st = ids_of((hp_ids_source){.kind = HP_IDS_LIST, .arg = bad[i].text}, 10, &ids, &B, &S, &err);
+        CHECK_EQ_INT(st, HP_ERR_INPUT);
+        CHECK(ids == NULL);
+        CHECK_STR_CONTAINS(err.msg, bad[i].msg);
+    }
+}
+
+/* --random-input: the documented rule, ids[i] = splitmix64 output i from state seed, mod vocab */
+TEST(ids_random)
+{
+    hp_err err;
+    int64_t *ids, B, S;
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 3, .S = 5, .seed = 42}, 1000, &ids, &B, &S, &err),
+                 HP_OK);
+    CHECK(B == 3 && S == 5);
+    uint64_t state = 42;
+    for (int i = 0; ids && i < 15; i++) CHECK(ids[i] == (int64_t)(hp_splitmix64(&state) % 1000));
+    free(ids);
+    /* the first output of splitmix64 from state 0, a published constant: 0xE220A8397B1DCDAF */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 1, .S = 1}, 1000003, &ids, &B, &S, &err), HP_OK);
+    CHECK(ids && ids[0] == (int64_t)(0xE220A8397B1DCDAFull % 1000003));
+    free(ids);
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 0, .S = 5}, 10, &ids, &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "--random-input: 0 rows of 5 tokens; each must be in [1,");
+    CHECK_EQ_INT(hp_ids_parse_shape(" 2 , 16 ", &B, &S, &err), HP_OK);
+    CHECK(B == 2 && S == 16);
+    const char *shape_bad[] = {"2", "2,", ",3", "2,3,4", "a,b", "2x3", ""};
+    for (size_t i = 0; i < sizeof shape_bad / sizeof *shape_bad; i++) {
+        CHECK_EQ_INT(hp_ids_parse_shape(shape_bad[i], &B, &S, &err), HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "expected B,S");
+    }
+    CHECK_EQ_INT(hp_ids_parse_shape("0,3", &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "B (the rows) must be in [1, 2147483647]");
+    CHECK_EQ_INT(hp_ids_parse_shape("3,2147483648", &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "S (the tokens per row) must be in [1, 2147483647]");
+    CHECK_EQ_INT(hp_ids_parse_shape("99999999999999999999,1", &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "B (the rows) must be in");
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 2147483647, .S = 2147483647}, 10, &ids, &B, &S,
+                        &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "overflow");
+    /* a model that does not give its vocabulary size: nothing to draw from; a list is taken unchecked */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_RANDOM, .B = 1, .S = 1}, 0, &ids, &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "no vocabulary size");
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_LIST, .arg = "5000"}, 0, &ids, &B, &S, &err), HP_OK);
+    CHECK(ids && ids[0] == 5000);
+    free(ids);
+}
+
+/* a stream cut into rows of S without overlap, from its start; the vocabulary and length checked */
+TEST(ids_stream)
+{
+    hp_err err;
+    int64_t *ids, B, S;
+    const char *p16 = write_stream("ids16.bin", 20, 2, 50), *p32 = write_stream("ids32.bin", 20, 4, 70000);
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_STREAM, .arg = p16, .B = 3, .S = 6}, 50, &ids, &B, &S, &err),
+                 HP_OK);
+    CHECK(B == 3 && S == 6);
+    for (int i = 0; ids && i < 18; i++) CHECK(ids[i] == tok(i, 50));
+    free(ids);
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_STREAM, .arg = p32, .dtype = HP_DATA_U32, .B = 2, .S = 10},
+                        70000, &ids, &B, &S, &err), HP_OK);
+    for (int i = 0; ids && i < 20; i++) CHECK(ids[i] == tok(i, 70000));
+    free(ids);
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_STREAM, .arg = p16, .B = 3, .S = 7}, 50, &ids, &B, &S, &err),
+                 HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "holds 20 uint16 tokens, fewer than --batch 3 rows of --seq 7 (21 tokens)");
+    /* token 1 is 10 (1*7+3): past a vocabulary of 10 */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_STREAM, .arg = p16, .B = 1, .S = 4}, 10, &ids, &B, &S, &err),
+                 HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "token 1 (byte offset 2) is 10, outside the vocabulary [0, 10)");
+    CHECK(ids == NULL);
+    /* 40 bytes are 10 uint32 tokens too: the dtype is the caller's; token 0 = 3 | 10 << 16 */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_STREAM, .arg = p16, .dtype = HP_DATA_U32, .B = 1, .S = 1},
+                        1 << 20, &ids, &B, &S, &err), HP_OK);
+    CHECK(ids && ids[0] == (3 | 10 << 16));
+    free(ids);
+    /* a safetensors file as stored, with its vocabulary checked; a token file read as one names --seq */
+    CHECK_EQ_INT(ids_of((hp_ids_source){.kind = HP_IDS_SAFETENSORS, .arg = p16}, 50, &ids, &B, &S, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "give --seq S to cut it into rows");
 }
 
 TEST_MAIN()

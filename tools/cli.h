@@ -220,9 +220,6 @@ struct hp_comm;
 int cli_collective_exit(struct hp_comm *w, hp_status st, hp_err *err, bool agreed);
 /* The tensor of token ids every command reads and writes: input_ids I64 (or I32 read) [B, S]. */
 #define CLI_IDS_KEY "input_ids"
-/* input_ids of path: its shape into *B, *S and, when ids is not NULL, the ids widened to int64 into a malloc'd
- * *ids (freed by the caller). An error names path and what the tensor is against what is expected. */
-hp_status cli_read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
 /* The threads of each rank's GEMM pools (OpenMP's and OpenBLAS's, both set): --threads N (requested > 0), else
  * OMP_NUM_THREADS when set, else the cores of this process divided among the ranks of its node (at least 1), so
  * that ranks × threads never oversubscribe the cores by default (OpenMP spinning on shared cores costs up to

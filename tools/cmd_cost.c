@@ -17,11 +17,11 @@
 #include "hyperpar/plan.h"
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
+#include "inputflags.h"
 
-enum { O_PLAN = 1000, O_INPUT, O_ROUTING, O_RANK, O_DETAIL };
+enum { O_PLAN = 1000, O_ROUTING, O_RANK, O_DETAIL };
 #define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
 static const cli_opt g_opts[] = {
-    {"input", O_INPUT, "IDS", "take B and S from IDS's input_ids [B, S]", 0, NULL},
     {"routing", O_ROUTING, "FILE", "the routed experts: moe.<layer>.topk_idx I32 [B*S, K] (a forward_io file\n"
                                    "or 'hyperpar run --output'); B and S from its input_ids when it has them",
      0, NULL},
@@ -29,6 +29,8 @@ static const cli_opt g_opts[] = {
     {"detail", O_DETAIL, NULL, "list every layer's collectives (default: the first layers, then sums)", 0, NULL},
     CLI_OPT_HELP,
     CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_INPUT("B and S from an input instead of --batch/--seq (one of --input, --ids, --random-input; all\n"
+                   "as 'hyperpar run' takes them, checked against the vocabulary)"),
     {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},
     CLI_OPTS_MESH(G_PLAN), CLI_OPTS_EP(G_PLAN), CLI_OPTS_PLAN(G_PLAN),
     {0},
@@ -40,8 +42,13 @@ static void usage(FILE *out)
             "usage: hyperpar cost MODEL [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
             "                     [--allow-uncovered] [--freeze GLOB]... [--plan plan.json]\n"
-            "                     [--batch B --seq S | --input IDS] [--routing FILE] [--mode infer|train]\n"
+            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
+            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
+            "         | --random-input B,S (as 'hyperpar run' takes them)\n"
+            "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-bw/--inter-bw G,\n"
+            "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
+            "         --optim-bytes N, --zero Z, --kv-bytes N, --mem-per-rank SIZE (listed below)\n"
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint or a config.json (meta mode).\n"
             "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors) and the communication of\n"
@@ -297,7 +304,8 @@ int cmd_cost(int argc, char **argv)
     cli_plan_flags_init(&pf);
     cli_cost_flags cf;
     cli_cost_flags_init(&cf);
-    const char *plan_path = NULL, *input = NULL, *routing = NULL;
+    const char *plan_path = NULL, *routing = NULL;
+    cli_input_flags in = {0};
     int64_t want_rank = -1;
     bool detail = false;
     int c;
@@ -306,11 +314,11 @@ int cmd_cost(int argc, char **argv)
     while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag("cost", c, optarg, &pf);
         if (pr == 0) pr = cli_cost_flag("cost", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
+        if (pr == 0) pr = cli_input_flag("cost", c, optarg, &in);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
         switch (c) {
         case O_PLAN: plan_path = optarg; break;
-        case O_INPUT: input = optarg; break;
         case O_ROUTING: routing = optarg; break;
         case O_DETAIL: detail = true; break;
         case O_RANK:
@@ -323,11 +331,23 @@ int cmd_cost(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("cost", "expected exactly one MODEL");
     if (plan_path && pf.any)
         return cli_usage_error("cost", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
-    if (input && (cf.batch_given || cf.seq_given))
-        return cli_usage_error("cost", "give either --input or --batch/--seq, not both");
+    bool input = in.input || in.ids || in.random;
+    /* --seq with --input cuts a token stream (then --batch counts its rows); with --ids or --random-input, or a
+     * safetensors --input, the input's shape is the batch */
+    if (input) {
+        int irc = cli_input_check("cost", &in, in.input && cf.seq_given ? cf.co.S : 0,
+                                  in.input && cf.seq_given && cf.batch_given ? cf.co.B : 0);
+        if (irc != HP_EXIT_OK) return irc;
+        if (in.src.kind != HP_IDS_STREAM && (cf.batch_given || cf.seq_given))
+            return cli_usage_error("cost", "give either %s or --batch/--seq, not both",
+                                   in.input ? "--input" : in.ids ? "--ids" : "--random-input");
+    } else if (in.dtype || in.seed_given) {
+        return cli_usage_error("cost", "%s belongs to an input (--input FILE --seq S, --random-input B,S)",
+                               in.dtype ? "--data-dtype" : "--seed");
+    }
     int rc = cli_plan_flags_mesh("cost", &pf, 1);
     if (rc != HP_EXIT_OK) return rc;
-    const char *const inputs[] = {plan_path, input, routing, pf.overrides};
+    const char *const inputs[] = {plan_path, in.input, routing, pf.overrides};
     if (cf.output && cli_check_output_file("cost", "--output", cf.output, argv[optind], inputs, 4) != 0)
         return HP_EXIT_USAGE;
     hp_err err;
@@ -337,9 +357,9 @@ int cmd_cost(int argc, char **argv)
     hp_shard_layout *l = NULL;
     hp_cost *cost = NULL;
     hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
-    if (st == HP_OK && input && (st = cli_read_ids(input, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
-        cf.batch_given = cf.seq_given = true;
     if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
+    if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
+        cf.batch_given = cf.seq_given = true;
     if (st == HP_OK) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {

@@ -1,5 +1,6 @@
 /*
- * cmd_inspect.c — `hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors]`.
+ * cmd_inspect.c — `hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors] [--rank N]`: a model's summary,
+ * or what each rank of a shard folder holds (its tensors at their local shapes, read from the checked rank files).
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "cli.h"
 #include "hyperpar/model.h"
+#include "hyperpar/shard.h"
 
 static const cli_opt g_opts[] = {
     {"json", 'j', NULL, "one JSON object: architecture, model_type, num_params, num_tensors,\n"
@@ -15,6 +17,7 @@ static const cli_opt g_opts[] = {
     {"depth", 'd', "N", "limit --tree to N levels below the root", 0, NULL},
     {"tensors", 'T', NULL, "list every tensor: name, dtype, shape", 0, NULL},
     {"expert-layout", 'L', "L", "meta mode: per-expert (hub names, default) or batched", 0, NULL},
+    {"rank", 'r', "N", "a shard folder: only rank N (default: every rank)", 0, NULL},
     CLI_OPT_HELP,
     {0},
 };
@@ -24,9 +27,14 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors]\n"
             "                        [--expert-layout per-expert|batched]\n"
+            "       hyperpar inspect SHARDS [--rank N] [--json]\n"
             "\n"
             "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
             "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
+            "SHARDS, a folder written by 'hyperpar shard' (or one rank-NNNNN.safetensors file inside it: that\n"
+            "rank), lists what each rank holds: its coordinates, its file, and every tensor with its dtype, local\n"
+            "shape, global shape, the slice it keeps of each cut dim ([offset, end) of dim d) and the experts of\n"
+            "an expert stack, from the rank files checked against manifest.json.\n"
             "\n");
     cli_print_options(out, g_opts);
 }
@@ -197,7 +205,15 @@ static void print_summary(const hp_model *m)
     }
     hp_buf_free(&e1);
     hp_buf_free(&e2);
-    if (m->cfg.num_hidden_layers)
+    bool mla = hp_family_is_mla(m->family); /* its head_dim is only the rope part of a q/k head */
+    if (m->cfg.num_hidden_layers && mla)
+        printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld, multi-head latent attention:\n%-13s q/k head dim "
+               "%lld (nope %lld + rope %lld), v head dim %lld, kv_lora_rank %lld, q_lora_rank %lld\n", "layers",
+               (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
+               (long long)m->cfg.num_attention_heads, "", (long long)(m->cfg.qk_nope_head_dim + m->cfg.qk_rope_head_dim),
+               (long long)m->cfg.qk_nope_head_dim, (long long)m->cfg.qk_rope_head_dim, (long long)m->cfg.v_head_dim,
+               (long long)m->cfg.kv_lora_rank, (long long)m->cfg.q_lora_rank);
+    else if (m->cfg.num_hidden_layers)
         printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld / kv %lld, head_dim %lld\n", "layers",
                (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
                (long long)m->cfg.num_attention_heads, (long long)m->cfg.num_key_value_heads,
@@ -214,10 +230,141 @@ static void print_summary(const hp_model *m)
         if (by[t]) printf("%-13s   %-6s %s\n", "", hp_dtype_name((hp_dtype)t), hp_format_bytes(by[t], a, sizeof a));
 }
 
+
+/* "[2, 64]" of n dims into buf. */
+static const char *dims_str(int n, const int64_t *d, char *buf, size_t cap)
+{
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int k = 0; k < n && o < cap; k++) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", k ? ", " : "", (long long)d[k]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+/* One rank of a shard folder: text lines, or an object appended to arr. */
+static void print_rank(const hp_shard_rank_file *f, json_t *arr)
+{
+    char a[160], b[160], by[32];
+    uint64_t total = 0;
+    for (size_t i = 0; i < f->n_tensors; i++) total += f->tensors[i].nbytes;
+    const char *file = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
+    if (!arr) {
+        hp_buf e;
+        hp_buf_init(&e);
+        hp_buf e2; /* coords and mesh come from the file's __metadata__: escaped like every name */
+        hp_buf_init(&e2);
+        printf("\nrank %lld  %s  %s", (long long)f->rank, esc(&e2, f->coords), esc(&e, file));
+        hp_buf_free(&e2);
+        if (f->file_rank != f->rank) printf(" (rank %lld's file, linked)", (long long)f->file_rank);
+        printf("  %zu tensors, %s\n", f->n_tensors, hp_format_bytes(total, by, sizeof by));
+        for (size_t i = 0; i < f->n_tensors; i++) {
+            const hp_shard_tensor *t = &f->tensors[i];
+            printf("  %-52s %-4s %-16s", esc(&e, t->name), hp_dtype_name(t->dtype),
+                   dims_str(t->n_dims, t->local_shape, a, sizeof a));
+            if (t->n_slices || t->stacked || t->expert_count)
+                printf(" of %s:", dims_str(t->n_dims, t->global_shape, b, sizeof b));
+            else
+                printf(" whole");
+            for (int k = 0; k < t->n_slices; k++)
+                printf(" dim %d [%lld, %lld)", t->slices[k].dim, (long long)t->slices[k].offset,
+                       (long long)(t->slices[k].offset + t->slices[k].length));
+            if (t->expert_count)
+                printf(" experts %lld-%lld", (long long)t->expert_first,
+                       (long long)(t->expert_first + t->expert_count - 1));
+            printf("\n");
+        }
+        hp_buf_free(&e);
+        return;
+    }
+    json_t *ts = json_array();
+    for (size_t i = 0; i < f->n_tensors; i++) {
+        const hp_shard_tensor *t = &f->tensors[i];
+        json_t *ls = json_array(), *gs = json_array(), *sl = json_array();
+        for (int k = 0; k < t->n_dims; k++) {
+            json_array_append_new(ls, json_integer(t->local_shape[k]));
+            json_array_append_new(gs, json_integer(t->global_shape[k]));
+        }
+        for (int k = 0; k < t->n_slices; k++)
+            json_array_append_new(sl, json_pack("{s:i, s:I, s:I}", "dim", t->slices[k].dim, "offset",
+                                                (json_int_t)t->slices[k].offset, "length",
+                                                (json_int_t)t->slices[k].length));
+        json_t *o = json_pack("{s:s, s:s, s:o, s:o, s:o}", "name", t->name, "dtype", hp_dtype_name(t->dtype), "shape",
+                              ls, "global_shape", gs, "slices", sl);
+        if (t->expert_count)
+            json_object_set_new(o, "experts", json_pack("[I, I]", (json_int_t)t->expert_first,
+                                                        (json_int_t)t->expert_count));
+        if (t->stacked) { /* the per-expert parameters the stack holds, in expert order */
+            json_t *g = json_array();
+            for (int k = 0; k < t->n_globals; k++) json_array_append_new(g, json_string(t->globals[k]));
+            json_object_set_new(o, "globals", g);
+        }
+        json_array_append_new(ts, o);
+    }
+    json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:I, s:I, s:o}", "rank", (json_int_t)f->rank, "coords",
+                                         f->coords, "file", file, "file_rank", (json_int_t)f->file_rank, "bytes",
+                                         (json_int_t)total, "tensors", ts));
+}
+
+/* inspect SHARDS [--rank N]: each rank's file opened and checked as run opens it (hp_shard_rank_open). */
+static int inspect_shards(const char *dir, int64_t only, bool json)
+{
+    hp_err err;
+    hp_shard_rank_file *f = NULL;
+    if (hp_shard_rank_open(&f, dir, only >= 0 ? only : 0, &err) != HP_OK) return cli_fail(&err);
+    int64_t world = f->world;
+    char mesh[256];
+    snprintf(mesh, sizeof mesh, "%s", f->mesh);
+    json_t *ranks = json ? json_array() : NULL;
+    if (!json) {
+        hp_buf e;
+        hp_buf_init(&e);
+        printf("%-13s %s (written by 'hyperpar shard')\n", "shards", esc(&e, dir));
+        printf("%-13s %s (world %lld)%s\n", "mesh", esc(&e, mesh), (long long)world,
+               only >= 0 ? "" : "; each rank's tensors below (--rank N for one)");
+        hp_buf_free(&e);
+    }
+    int rc = HP_EXIT_OK;
+    for (int64_t r = only >= 0 ? only : 0; r < (only >= 0 ? only + 1 : world); r++) {
+        if (!f && hp_shard_rank_open(&f, dir, r, &err) != HP_OK) {
+            rc = cli_fail(&err);
+            break;
+        }
+        print_rank(f, ranks);
+        hp_shard_rank_close(f);
+        f = NULL;
+    }
+    hp_shard_rank_close(f);
+    if (json) {
+        json_t *o = json_pack("{s:s, s:s, s:I, s:o}", "shards", dir, "mesh", mesh, "world", (json_int_t)world,
+                              "ranks", ranks);
+        char *s = rc == HP_EXIT_OK ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(o);
+        if (rc == HP_EXIT_OK && !s) return HP_EXIT_RUNTIME;
+        if (s) puts(s);
+        free(s);
+    }
+    return rc;
+}
+
+/* A rank-NNNNN.safetensors file inside a shard folder: its folder and rank (the folder's config.json describes
+ * the whole model, not the file, so the file is shown as that rank of the folder). */
+static bool shard_rank_path(const char *path, char *dir, size_t cap, int64_t *rank)
+{
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    long long r;
+    int used = -1;
+    if (sscanf(base, "rank-%5lld.safetensors%n", &r, &used) != 1 || used < 0 || base[used] || strlen(base) != 22)
+        return false;
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path) snprintf(dir, cap, "/");
+    if (!hp_shard_is_folder(dir)) return false;
+    *rank = r;
+    return true;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     bool json = false, tree = false, tensors = false;
-    int64_t depth = -1;
+    int64_t depth = -1, rank = -1;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
     int c;
     cli_parser cp = {.cmd = "inspect", .opts = g_opts};
@@ -233,12 +380,30 @@ int cmd_inspect(int argc, char **argv)
             if (!hp_expert_layout_parse(optarg, &mo.layout))
                 return cli_usage_error("inspect", "--expert-layout must be per-expert or batched, got '%s'", optarg);
             break;
+        case 'r':
+            if (!cli_parse_i64("inspect", "--rank", optarg, 0, HP_SHARD_MAX_WORLD - 1, &rank)) return HP_EXIT_USAGE;
+            break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("inspect", argv);
         }
     }
     if (optind != argc - 1) return cli_usage_error("inspect", "expected exactly one PATH");
     if (depth >= 0 && !tree) return cli_usage_error("inspect", "--depth limits the --tree listing; add --tree");
+    const char *path = argv[optind];
+    char dir[4200];
+    int64_t file_rank;
+    bool folder = hp_shard_is_folder(path), rank_file = !folder && shard_rank_path(path, dir, sizeof dir, &file_rank);
+    if ((folder || rank_file) && (tree || tensors || mo.layout != HP_LAYOUT_PER_EXPERT))
+        return cli_usage_error("inspect", "%s is %s of a shard folder: it lists each rank's tensors itself; --tree, "
+                               "--tensors and --expert-layout describe a checkpoint", path,
+                               folder ? "the whole" : "one rank file");
+    if (rank_file && rank >= 0 && rank != file_rank)
+        return cli_usage_error("inspect", "--rank %lld, but %s is rank %lld's file", (long long)rank, path,
+                               (long long)file_rank);
+    if (!folder && !rank_file && rank >= 0)
+        return cli_usage_error("inspect", "--rank picks a rank of a shard folder; %s is not one", path);
+    if (folder) return inspect_shards(path, rank, json);
+    if (rank_file) return inspect_shards(dir, file_rank, json);
 
     hp_err err;
     hp_model *m = NULL;

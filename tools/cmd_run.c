@@ -12,19 +12,21 @@
 
 #include "cli.h"
 #include "hyperpar/comm.h"
+#include "hyperpar/data.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/run.h"
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
+#include "inputflags.h"
 
-enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD };
+enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD, O_SEQ, O_BATCH };
+#define G_INPUT "the input: one of --input, --ids, --random-input (docs/run.md, \"Inputs\")"
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
 
 /* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
 static const cli_opt g_opts[] = {
     CLI_OPT_HELP,
-    {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank", CLI_SHORT, NULL},
     {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
                           "process's cores divided by the ranks on its node)", 0, NULL},
     {"overlap", O_OVERLAP, NULL, "MoE blocks run the shared expert while their tokens are exchanged (also\n"
@@ -33,14 +35,19 @@ static const cli_opt g_opts[] = {
                                   "loss instead of 1e-4 and 1e-5; validate: a boundary diverges when\n"
                                   "max|diff| > R * max|one-process output| (1e-5)", 0, NULL},
     {"rtol", O_RTOL, "R", NULL, 0, NULL},
+    CLI_OPTS_INPUT(G_INPUT),
+    {"seq", O_SEQ, "S", "--input is a token stream cut into rows of S tokens", 0, G_INPUT},
+    {"batch", O_BATCH, "B", "rows of S tokens read from the stream (default 1)", 0, G_INPUT},
     CLI_OPTS_MESH(G_PLAN),
     CLI_OPTS_EP(G_PLAN),
     CLI_OPTS_PLAN(G_PLAN),
     {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0,
      G_PLAN},
-    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V] and loss F32 [] (atomically)", CLI_SHORT, "run only"},
+    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V], loss F32 [] and, for every sparse layer\n"
+                           "l, its routed experts moe.<l>.topk_idx I32 [B*S, K] (atomically)", CLI_SHORT, "run only"},
     {"compare", 'C', "REF", "check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
-                            "against REF's 'logits' and 'loss'; exit 3 on a mismatch", 0, "run only"},
+                            "against REF's 'logits' and 'loss', and the routed experts of every\n"
+                            "moe.<l>.topk_idx REF has (exactly); exit 3 on a mismatch", 0, "run only"},
     {"compute", O_COMPUTE, "M", "exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
                                 "(activations rounded to bf16 for the GEMMs)", 0, "run only"},
     {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
@@ -58,16 +65,30 @@ static const cli_opt g_opts[] = {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: [mpirun -np N] hyperpar run MODEL --input IDS.safetensors [--output OUT.safetensors]\n"
+            "usage: [mpirun -np N] hyperpar run MODEL INPUT [--output OUT.safetensors]\n"
             "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
             "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
             "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
             "                      [--compute exact|bf16] [--overlap] [--threads N]\n"
+            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
+            "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"
             "\n"
             "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
             "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
-            "collective is the one a boundary's contract asks for (docs/run.md). Dense decoders: llama,\n"
-            "mistral, qwen2, qwen3.\n"
+            "collective is the one a boundary's contract asks for (docs/run.md). Families (MoE ones marked *):\n");
+    int col = 0;
+    for (size_t i = 0; i < hp_family_count(); i++) {
+        const hp_family *f = hp_family_at(i);
+        if (!hp_family_runs(f)) continue;
+        const char *name = hp_family_name(f);
+        int w = (int)strlen(name) + (hp_family_is_moe(f) ? 1 : 0) + 2;
+        if (col && col + w > 104) fprintf(out, "\n"), col = 0;
+        col += fprintf(out, "%s%s%s", col ? " " : "", name, hp_family_is_moe(f) ? "*" : "") ;
+    }
+    fprintf(out,
+            "\n"
+            "Under expert parallelism (--ep) a MoE model's expert compute is declared, never chosen silently\n"
+            "(--overrides with local_compute_fn; docs/moe.md); the refusal prints the YAML to declare.\n"
             "\n"
             "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
             "                          written by 'hyperpar shard' for the same mesh (each rank reads its file)\n");
@@ -79,8 +100,10 @@ static void usage(FILE *out)
 }
 
 typedef struct run_args {
-    const char *model, *input, *output, *compare, *plan;
+    const char *model, *output, *compare, *plan;
     cli_plan_flags pf;  /* the shared plan and mesh flags */
+    cli_input_flags in; /* the token input */
+    int64_t seq, batch; /* --seq, --batch: a token stream's rows (0: not given) */
     bool default_mesh; /* no mesh flags: every process a tp rank */
     double rtol;
     int threads;
@@ -262,7 +285,7 @@ static int run(run_args *a, int *argc, char ***argv)
     hp_run_output o = {0};
     hp_status st = HP_OK;
     char omsg[8400];
-    const char *const inputs[] = {a->input, a->compare, a->pf.overrides, a->plan, a->output};
+    const char *const inputs[] = {a->in.input, a->compare, a->pf.overrides, a->plan, a->output};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->stats_json && a->output && !strcmp(a->stats_json, a->output))
@@ -291,7 +314,7 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
-    if (st == HP_OK) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
@@ -338,15 +361,18 @@ static int run(run_args *a, int *argc, char ***argv)
 static void usage_validate(FILE *out)
 {
     fprintf(out,
-            "usage: [mpirun -np N] hyperpar validate MODEL --input IDS.safetensors [--mesh SPEC | --dp N --cp N\n"
-            "                           --tp N] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
-            "                           [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
+            "usage: [mpirun -np N] hyperpar validate MODEL INPUT [--mesh SPEC | --dp N --cp N --tp N]\n"
+            "                           [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel]\n"
+            "                           [--overrides F] [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
+            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
+            "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"
             "\n"
-            "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"
-            "the same input; every boundary's output (and each layer's residual stream) is reassembled to the full\n"
-            "layout and compared. Prints a table (boundary, its exit collective, max error) and names the first\n"
-            "boundary that diverges, so a wrong override or placement is found in one run. The options are\n"
-            "'hyperpar run's; those under \"run only\" are refused.\n"
+            "Checks a plan against one process: runs MODEL's plan across the ranks and, on rank 0, the one-process\n"
+            "model on the same input; every boundary's output (and each layer's residual stream) is reassembled to\n"
+            "the full layout and compared. Prints a table (boundary, its exit collective, max error) and names the\n"
+            "first boundary that diverges, so a wrong override or placement is found in one run. With --backward\n"
+            "it compares every parameter's gradient of one training step instead. The options are 'hyperpar\n"
+            "run's; those under \"run only\" are refused.\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\n"
@@ -364,11 +390,17 @@ static int parse(int argc, char **argv, bool validate)
     cli_parser cp = {.cmd = cmd, .opts = g_opts};
     while ((c = cli_getopt(&cp, argc, argv)) != -1) {
         int pr = cli_plan_flag(cmd, c, optarg, &a.pf);
+        if (pr == 0) pr = cli_input_flag(cmd, c, optarg, &a.in);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
         switch (c) {
         case 'h': validate ? usage_validate(stdout) : usage(stdout); return HP_EXIT_OK;
-        case 'i': a.input = optarg; break;
+        case O_SEQ:
+            if (!cli_parse_i64(cmd, "--seq", optarg, 1, INT32_MAX, &a.seq)) return HP_EXIT_USAGE;
+            break;
+        case O_BATCH:
+            if (!cli_parse_i64(cmd, "--batch", optarg, 1, INT32_MAX, &a.batch)) return HP_EXIT_USAGE;
+            break;
         case 'o': a.output = optarg; break;
         case 'C': a.compare = optarg; break;
         case 't':
@@ -395,7 +427,8 @@ static int parse(int argc, char **argv, bool validate)
     if (optind >= argc) return cli_usage_error(cmd, "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];
-    if (!a.input) return cli_usage_error(cmd, "missing --input IDS.safetensors");
+    int irc = cli_input_check(cmd, &a.in, a.seq, a.batch);
+    if (irc != HP_EXIT_OK) return irc;
     if (validate && (a.output || a.compare || a.compute != HP_LINALG_EXACT || a.balanced || a.stats_json))
         return cli_usage_error(cmd, "--output, --compare, --compute, --router and --stats-json belong to 'hyperpar run'");
     if (!validate && a.backward) return cli_usage_error(cmd, "--backward belongs to 'hyperpar validate'");

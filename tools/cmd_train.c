@@ -155,8 +155,8 @@ static void usage(FILE *out)
             "(--data), across the ranks exactly as its plan says: each step runs\n"
             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
-            "rank's slices (docs/train.md). Dense decoders for now: llama, mistral, qwen2, qwen3 (MoE and MLA\n"
-            "models are refused).\n"
+            "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
+            "--help).\n"
             "\n"
             "  MODEL                   a checkpoint folder, or a folder written by 'hyperpar shard' for the mesh\n");
     cli_print_options(out, g_opts);
@@ -819,7 +819,7 @@ static int train(train_args *a, int *argc, char ***argv)
         st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
         if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
     }
-    if (st == HP_OK && a->input) st = cli_read_ids(a->input, &ids, &B, &S, &err);
+    if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);

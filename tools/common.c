@@ -27,45 +27,6 @@ int cli_collective_exit(hp_comm *w, hp_status st, hp_err *err, bool agreed)
     return code;
 }
 
-hp_status cli_read_ids(const char *path, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
-{
-    if (ids) *ids = NULL;
-    hp_st_file *f = NULL;
-    hp_status st = hp_st_open(&f, path, err);
-    if (st != HP_OK) return st;
-    const hp_st_tensor *t = hp_st_find(f, CLI_IDS_KEY);
-    if (!t) st = hp_err_set(err, HP_ERR_INPUT, "%s: no tensor 'input_ids' (I64 [B, S])", path);
-    else if (t->n_dims != 2 || (t->dtype != HP_DT_I64 && t->dtype != HP_DT_I32))
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is %s with %d dims; expected I64 (or I32) [B, S]", path,
-                        hp_dtype_name(t->dtype), t->n_dims);
-    else if (t->shape[0] < 1 || t->shape[1] < 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is [%lld, %lld]; it needs at least one token", path,
-                        (long long)t->shape[0], (long long)t->shape[1]);
-    if (st == HP_OK) {
-        *B = t->shape[0];
-        *S = t->shape[1];
-    }
-    if (st == HP_OK && ids) {
-        int64_t n = t->shape[0] * t->shape[1]; /* the reader checked shape against the file's bytes */
-        *ids = malloc((size_t)n * sizeof **ids);
-        if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
-        /* guarded: a file truncated meanwhile is an error, not SIGBUS; I32 widened in place from the end */
-        size_t es = t->dtype == HP_DT_I64 ? 8 : 4;
-        if (st == HP_OK) st = hp_st_read(f, t, 0, *ids, (size_t)n * es, err);
-        for (int64_t i = n - 1; st == HP_OK && es == 4 && i >= 0; i--) {
-            int32_t v;
-            memcpy(&v, (const char *)*ids + i * 4, 4);
-            (*ids)[i] = v;
-        }
-        if (st != HP_OK) {
-            free(*ids);
-            *ids = NULL;
-        }
-    }
-    hp_st_close(f);
-    return st;
-}
-
 const char *cli_topk_key(int64_t layer, char *buf, size_t cap)
 {
     snprintf(buf, cap, "moe.%lld.topk_idx", (long long)layer);

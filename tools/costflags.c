@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "costflags.h"
 #include "hyperpar/linalg.h"
+#include "hyperpar/data.h"
 #include "hyperpar/safetensors.h"
 
 #include <time.h>
@@ -154,7 +155,7 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
     if (st != HP_OK) return st;
     int64_t B, S; /* input_ids, when the file has them, checked as every command checks them */
     if (hp_st_find(sf, CLI_IDS_KEY) && !f->batch_given && !f->seq_given) {
-        if ((st = cli_read_ids(path, NULL, &B, &S, err)) != HP_OK) {
+        if ((st = hp_data_read_input_ids(path, 0, NULL, &B, &S, err)) != HP_OK) {
             hp_st_close(sf);
             return st;
         }

@@ -18,7 +18,8 @@ typedef struct command {
 } command;
 
 static const command g_commands[] = {
-    {"inspect", cmd_inspect, "summarise a checkpoint folder, .safetensors file or config.json"},
+    {"inspect", cmd_inspect, "summarise a checkpoint folder, .safetensors file or config.json; or\n"
+                             "             what each rank of a shard folder holds"},
     {"plan", cmd_plan, "derive the sharding plan for a mesh (json, explain, hf)"},
     {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
     {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
@@ -26,11 +27,14 @@ static const command g_commands[] = {
     {"merge", cmd_merge, "rebuild the original checkpoint from a shard folder"},
     {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
     {"run", cmd_run, "run the whole forward pass across MPI ranks as the plan says"},
-    {"train", cmd_train, "train a dense checkpoint for N AdamW steps across MPI ranks; gradients, new weights"},
+    {"train", cmd_train, "train a checkpoint (dense or MoE) for N AdamW steps across MPI ranks"},
     {"validate", cmd_validate, "run the plan distributed and in one process, compare every boundary"},
     {"cost", cmd_cost, "what a plan costs each rank: memory, communication, FLOPs, step time"},
     {"advise", cmd_advise, "which mesh of N ranks to pick: every mesh ranked, the others rejected with why"},
-    {"bench", cmd_bench, "benchmarks: bench moe (one MoE layer at real shapes vs sgemm / memcpy)"},
+    {"bench", cmd_bench, "benchmarks, each next to a limit measured in the same run: bench moe (one MoE\n"
+                         "             layer vs a dense GEMM and a memory sweep), bench ep (the expert-parallel layer\n"
+                         "             vs a bare all-to-all), bench run (the forward pass vs bare collectives), bench\n"
+                         "             train (a training step vs the same-run GEMM rate)"},
 };
 
 static void usage(FILE *out)

@@ -79,6 +79,55 @@ void hp_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm
 /* splitmix64: advances *state by 0x9E3779B97F4A7C15 and returns its mix. */
 uint64_t hp_splitmix64(uint64_t *state);
 
+/* ---- the token inputs of run, validate and cost (docs/run.md, "Inputs") ----
+ *
+ * One source gives ids [B, S] (row-major, int64):
+ *
+ *   HP_IDS_SAFETENSORS (path):    its input_ids I64/I32 [B, S] as stored, whatever the file's name
+ *   HP_IDS_STREAM (path, B, S):   a token stream (flat little-endian uint16/uint32, no header, as hp_data_open
+ *                                 reads it) cut into B rows of S tokens without overlap: row b = tokens
+ *                                 [b·S, b·S + S); the rest of the file is not read
+ *   HP_IDS_LIST ("1,2,3;4,5,6"):  rows separated by ';', ids by ',' (blanks around either allowed), decimal;
+ *                                 every row the same length
+ *   HP_IDS_RANDOM (B, S, seed):   ids[i] = (the i-th output of splitmix64 from state seed) mod vocab, i = b·S + s;
+ *                                 the modulo's bias (below 2^-32 for any vocabulary below 2^32) is part of the
+ *                                 definition, so another tool reproduces the ids exactly
+ *
+ * Every id is checked against [0, vocab); an error names where the bad id is (input_ids[b][s], the stream's token
+ * and byte offset, or the list's row and column counted from 1). */
+typedef enum hp_ids_kind {
+    HP_IDS_NONE = 0,
+    HP_IDS_SAFETENSORS, /* arg: the path */
+    HP_IDS_STREAM,      /* arg: the path; dtype, B, S */
+    HP_IDS_LIST,        /* arg: the text */
+    HP_IDS_RANDOM,      /* B, S, seed */
+} hp_ids_kind;
+
+typedef struct hp_ids_source {
+    hp_ids_kind kind;
+    const char *arg;
+    hp_data_dtype dtype; /* HP_IDS_STREAM (HP_DATA_U16 = 0 by default) */
+    int64_t B, S;        /* HP_IDS_STREAM and HP_IDS_RANDOM: rows and their length, each in [1, 2^31) */
+    uint64_t seed;       /* HP_IDS_RANDOM */
+} hp_ids_source;
+
+/* hp_data_open's rule: a name ending in .safetensors holds input_ids, any other is a token stream. */
+bool hp_data_is_safetensors(const char *path);
+
+/* "B,S" (two integers in [1, 2^31), as --random-input takes them) -> B, S; HP_ERR_INPUT naming what is wrong. */
+hp_status hp_ids_parse_shape(const char *text, int64_t *B, int64_t *S, hp_err *err);
+
+/* The ids of src into *ids (malloc'd [B·S]; ids NULL: read and check them, return only the shape) and their
+ * shape. HP_ERR_INPUT for a source that is empty, ragged, not numbers, outside [0, vocab), shorter than B·S tokens,
+ * or a B·S that overflows; the message names the source (the file, --ids or --random-input) and what to do.
+ * vocab < 1 (a model that does not give its size): the ids are not checked against it (hp_runner_forward still
+ * checks them), and HP_IDS_RANDOM is refused. */
+hp_status hp_ids_load(const hp_ids_source *src, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+
+/* The safetensors file's input_ids I64/I32 [B, S] (B, S >= 1) into *ids (malloc'd; ids NULL: only the shape is
+ * read), whatever the file's name; vocab > 0 also checks every id against [0, vocab). */
+hp_status hp_data_read_input_ids(const char *path, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+
 /* ---- the learning-rate schedule ---- */
 
 typedef enum hp_lr_kind {

@@ -193,6 +193,9 @@ uint64_t hp_model_total_bytes(const hp_model *m);
 const hp_family *hp_family_find(const char *name); /* model_type, architecture or canonical arch */
 const char *hp_family_name(const hp_family *f);    /* model_type spelling, e.g. "qwen3_moe" */
 bool hp_family_is_moe(const hp_family *f);
+/* Multi-head latent attention (DeepSeek-V2/V3): q/k heads of qk_nope_head_dim + qk_rope_head_dim, v heads of
+ * v_head_dim; cfg.head_dim then holds qk_rope_head_dim, as transformers' config sets it. */
+bool hp_family_is_mla(const hp_family *f);
 /* The decoder runtime (hyperpar run, cost's walk of the forward) runs the family (docs/run.md). */
 bool hp_family_runs(const hp_family *f);
 /* The EP compute archetype suggested for the family ("qwen3moe_topk_router"), or NULL for dense ones. */

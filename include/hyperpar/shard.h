@@ -150,6 +150,9 @@ typedef struct hp_shard_rank_file {
     const char *dir;          /* the folder as given */
     int64_t rank, world;
     const char *path;         /* dir + "/rank-XXXXX.safetensors" */
+    int64_t file_rank;        /* the rank whose file this is (itself, or the first of its dp replicas) */
+    const char *mesh;         /* the file's hyperpar_mesh, "dp=2,cp=1,tp=2" */
+    const char *coords;       /* this rank's entry of its hyperpar_coords, "dp=0,cp=0,tp=1" */
     hp_st_file *file;         /* the mapped file (hp_st_data reads straight from it) */
     size_t n_tensors;         /* manifest order */
     hp_shard_tensor *tensors; /* the manifest's entry per tensor: name, globals, stacked, dtype, global and local

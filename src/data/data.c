@@ -9,6 +9,9 @@
  *                     |--win 1-|
  *                                              |--win W−1---|
  *
+ * The same streams (and safetensors input_ids, an --ids list, --random-input) are the token inputs of run, validate
+ * and cost: hp_ids_load, at the end of this file, cuts a stream into rows without overlap instead of windows.
+ *
  * The order of an epoch is the identity (--shuffle none) or a Fisher–Yates shuffle driven by splitmix64 seeded
  * by seed ^ epoch; the current epoch's permutation is kept (W int64s) and made again when a batch reaches
  * another epoch. Invariants after hp_data_open: W >= 1, every window lies inside the file as opened; the reads
@@ -16,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,13 +51,15 @@ bool hp_data_dtype_parse(const char *s, hp_data_dtype *out)
     return true;
 }
 
-static bool ends_with(const char *s, const char *suffix)
+bool hp_data_is_safetensors(const char *path)
 {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
+    size_t n = strlen(path), k = strlen(".safetensors");
+    return n >= k && !strcmp(path + n - k, ".safetensors");
 }
 
-static hp_status open_stream(hp_data *d, const char *path, hp_err *err)
+/* Opens a token stream and counts its tokens (d->dt, d->es set): a size that is not a whole number of tokens is
+ * refused. */
+static hp_status open_stream_tokens(hp_data *d, const char *path, hp_err *err)
 {
     hp_status st = hp_open_regular(path, &d->fd, err);
     if (st != HP_OK) return st;
@@ -66,6 +72,14 @@ static hp_status open_stream(hp_data *d, const char *path, hp_err *err)
                           "the file looks truncated, or its dtype is not --data-dtype %s", path, (long long)size,
                           name, d->es, name);
     d->n_tokens = size / (int64_t)d->es;
+    return HP_OK;
+}
+
+static hp_status open_stream(hp_data *d, const char *path, hp_err *err)
+{
+    hp_status st = open_stream_tokens(d, path, err);
+    if (st != HP_OK) return st;
+    const char *name = d->dt == HP_DATA_U16 ? "uint16" : "uint32";
     if (d->n_tokens < d->seq + 1)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds %lld %s tokens, fewer than one window of --seq %lld (%lld "
                           "tokens: the inputs and the label of the last one); give a longer file or a shorter --seq",
@@ -116,7 +130,7 @@ hp_status hp_data_open(hp_data **out, const char *path, hp_data_dtype dt, int64_
     d->es = dt == HP_DATA_U16 ? 2 : 4;
     d->path = strdup(path);
     hp_status st = d->path ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK) st = ends_with(path, ".safetensors") ? open_st(d, path, err) : open_stream(d, path, err);
+    if (st == HP_OK) st = hp_data_is_safetensors(path) ? open_st(d, path, err) : open_stream(d, path, err);
     size_t nb = 0;
     if (st == HP_OK && !hp_mul_size((size_t)d->row_len, d->es, &nb))
         st = hp_err_set(err, HP_ERR_INPUT, "%s: a row of %lld tokens overflows", path, (long long)d->row_len);
@@ -285,4 +299,235 @@ hp_status hp_data_batch(hp_data *d, const hp_data_order *o, int64_t step, int64_
         if (st != HP_OK) return st;
     }
     return HP_OK;
+}
+
+/* ---- the token inputs of run, validate and cost ---- */
+
+/* The cap on B and S (each): far past any batch a forward pass holds; B·S then fits in int64 (its bytes are
+ * checked). */
+#define IDS_DIM_MAX ((int64_t)1 << 31)
+
+hp_status hp_data_read_input_ids(const char *path, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    if (ids) *ids = NULL;
+    hp_st_file *f = NULL;
+    hp_status st = hp_st_open(&f, path, err);
+    if (st != HP_OK) return st;
+    const hp_st_tensor *t = hp_st_find(f, "input_ids");
+    if (!t) st = hp_err_set(err, HP_ERR_INPUT, "%s: no tensor 'input_ids' (I64 [B, S])", path);
+    else if (t->n_dims != 2 || (t->dtype != HP_DT_I64 && t->dtype != HP_DT_I32))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is %s with %d dims; expected I64 (or I32) [B, S]", path,
+                        hp_dtype_name(t->dtype), t->n_dims);
+    else if (t->shape[0] < 1 || t->shape[1] < 1)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: 'input_ids' is [%lld, %lld]; it needs at least one token", path,
+                        (long long)t->shape[0], (long long)t->shape[1]);
+    if (st == HP_OK) {
+        *B = t->shape[0];
+        *S = t->shape[1];
+    }
+    if (st == HP_OK && ids) {
+        int64_t n = t->shape[0] * t->shape[1]; /* the reader checked shape against the file's bytes */
+        *ids = malloc((size_t)n * sizeof **ids);
+        if (!*ids) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for input_ids");
+        /* guarded: a file truncated meanwhile is an error, not SIGBUS; I32 widened in place from the end */
+        size_t es = t->dtype == HP_DT_I64 ? 8 : 4;
+        if (st == HP_OK) st = hp_st_read(f, t, 0, *ids, (size_t)n * es, err);
+        for (int64_t i = n - 1; st == HP_OK && es == 4 && i >= 0; i--) {
+            int32_t v;
+            memcpy(&v, (const char *)*ids + i * 4, 4);
+            (*ids)[i] = v;
+        }
+        for (int64_t i = 0; st == HP_OK && vocab > 0 && i < n; i++)
+            if ((*ids)[i] < 0 || (*ids)[i] >= vocab)
+                st = hp_err_set(err, HP_ERR_INPUT, "%s: input_ids[%lld][%lld] = %lld is outside the vocabulary "
+                                "[0, %lld) of the model", path, (long long)(i / *S), (long long)(i % *S),
+                                (long long)(*ids)[i], (long long)vocab);
+        if (st != HP_OK) {
+            free(*ids);
+            *ids = NULL;
+        }
+    }
+    hp_st_close(f);
+    return st;
+}
+
+/* One integer of "B,S" starting at *p (blanks around it skipped); false when there is none or it is out of
+ * [1, IDS_DIM_MAX). */
+static bool shape_dim(const char **p, int64_t *out, bool *range)
+{
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    if (!(*s >= '0' && *s <= '9') && *s != '-' && *s != '+') return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s) return false;
+    *range = errno == ERANGE || v < 1 || v >= IDS_DIM_MAX;
+    while (*end == ' ' || *end == '\t') end++;
+    *p = end;
+    *out = v;
+    return true;
+}
+
+hp_status hp_ids_parse_shape(const char *text, int64_t *B, int64_t *S, hp_err *err)
+{
+    const char *p = text;
+    bool rb = false, rs = false;
+    if (!shape_dim(&p, B, &rb) || *p++ != ',' || !shape_dim(&p, S, &rs) || *p)
+        return hp_err_set(err, HP_ERR_INPUT, "--random-input '%s': expected B,S (rows and tokens per row, two "
+                          "positive integers, e.g. 2,16)", text);
+    if (rb || rs)
+        return hp_err_set(err, HP_ERR_INPUT, "--random-input '%s': %s must be in [1, %lld]", text,
+                          rb ? "B (the rows)" : "S (the tokens per row)", (long long)(IDS_DIM_MAX - 1));
+    return HP_OK;
+}
+
+/* --ids "1,2,3;4,5,6" -> ids [B, S]; one pass to count, one to fill. */
+static hp_status parse_list(const char *text, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    if (vocab < 1) vocab = INT64_MAX; /* unknown here: checked by the runner */
+    int64_t rows = 0, cols = -1, n = 0, col = 0;
+    int64_t cap = 16, *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status st = HP_OK;
+    const char *p = text;
+    for (;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p == ';' || *p == ',' || !*p) {
+            if (!*p && rows == 0 && col == 0) st = hp_err_set(err, HP_ERR_INPUT, "--ids is empty; give rows of "
+                                                              "token ids like \"1,2,3;4,5,6\"");
+            else st = hp_err_set(err, HP_ERR_INPUT, "--ids: row %lld, column %lld is empty (ids are separated by "
+                                 "',' and rows by ';', as in \"1,2,3;4,5,6\")", (long long)(rows + 1),
+                                 (long long)(col + 1));
+            break;
+        }
+        errno = 0;
+        char *end = (char *)p;
+        long long x = (*p >= '0' && *p <= '9') || *p == '-' || *p == '+' ? strtoll(p, &end, 10) : 0;
+        if (end == p) {
+            int len = 0;
+            while (p[len] && p[len] != ',' && p[len] != ';' && len < 20) len++;
+            st = hp_err_set(err, HP_ERR_INPUT, "--ids: row %lld, column %lld: '%.*s' is not a token id (a decimal "
+                            "integer)", (long long)(rows + 1), (long long)(col + 1), len, p);
+            break;
+        }
+        if (errno == ERANGE || x < 0 || x >= vocab) {
+            st = hp_err_set(err, HP_ERR_INPUT, "--ids: row %lld, column %lld: %.*s is outside the vocabulary "
+                            "[0, %lld) of the model", (long long)(rows + 1), (long long)(col + 1), (int)(end - p), p,
+                            (long long)vocab);
+            break;
+        }
+        p = end;
+        while (*p == ' ' || *p == '\t') p++;
+        if (*p && *p != ',' && *p != ';') {
+            st = hp_err_set(err, HP_ERR_INPUT, "--ids: row %lld, column %lld: '%c' after %lld is neither ',' nor ';'",
+                            (long long)(rows + 1), (long long)(col + 1), *p, x);
+            break;
+        }
+        if (n == cap) {
+            int64_t *nv = n < IDS_DIM_MAX ? realloc(v, (size_t)(cap *= 2) * sizeof *v) : NULL;
+            if (!nv) {
+                st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for --ids");
+                break;
+            }
+            v = nv;
+        }
+        v[n++] = x;
+        col++;
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        /* the end of a row */
+        if (cols >= 0 && col != cols) {
+            st = hp_err_set(err, HP_ERR_INPUT, "--ids: row %lld has %lld id%s, row 1 has %lld; every row must be "
+                            "the same length", (long long)(rows + 1), (long long)col, col == 1 ? "" : "s",
+                            (long long)cols);
+            break;
+        }
+        cols = col;
+        rows++;
+        col = 0;
+        if (!*p) break;
+        p++; /* ';' */
+    }
+    if (st != HP_OK) {
+        free(v);
+        return st;
+    }
+    *B = rows;
+    *S = cols;
+    if (ids) *ids = v;
+    else free(v);
+    return HP_OK;
+}
+
+/* B rows of S tokens from the start of a stream, without overlap: one window of B·S tokens through read_window. */
+static hp_status read_stream(const hp_ids_source *src, int64_t vocab, int64_t **ids, hp_err *err)
+{
+    int64_t n = src->B * src->S; /* both below 2^31: no overflow */
+    hp_data d = {.fd = -1, .dt = src->dtype, .es = src->dtype == HP_DATA_U16 ? 2 : 4, .path = (char *)src->arg};
+    hp_status st = open_stream_tokens(&d, src->arg, err);
+    const char *name = d.dt == HP_DATA_U16 ? "uint16" : "uint32";
+    if (st == HP_OK && d.n_tokens < n)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s holds %lld %s tokens, fewer than --batch %lld rows of --seq %lld "
+                        "(%lld tokens); give a smaller --batch or --seq, or a longer file", src->arg,
+                        (long long)d.n_tokens, name, (long long)src->B, (long long)src->S, (long long)n);
+    d.seq = d.row_len = n; /* window 0 = tokens [0, n) */
+    int64_t *v = NULL;
+    if (st == HP_OK && (!(d.buf = malloc((size_t)n * d.es)) || !(v = malloc((size_t)n * sizeof *v))))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+    if (st == HP_OK) st = read_window(&d, 0, vocab > 0 ? vocab : INT64_MAX, v, err);
+    if (d.fd >= 0) close(d.fd);
+    free(d.buf);
+    if (st != HP_OK || !ids) free(v);
+    else *ids = v;
+    return st;
+}
+
+hp_status hp_ids_load(const hp_ids_source *src, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err)
+{
+    if (ids) *ids = NULL;
+    if (vocab < 1 && src->kind == HP_IDS_RANDOM) /* a model without config.json: nothing to draw from */
+        return hp_err_set(err, HP_ERR_INPUT, "--random-input: the model gives no vocabulary size (vocab_size) to draw "
+                          "ids from");
+    bool shaped = src->kind == HP_IDS_STREAM || src->kind == HP_IDS_RANDOM;
+    if (shaped && (src->B < 1 || src->B >= IDS_DIM_MAX || src->S < 1 || src->S >= IDS_DIM_MAX))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld rows of %lld tokens; each must be in [1, %lld]",
+                          src->kind == HP_IDS_RANDOM ? "--random-input" : src->arg, (long long)src->B,
+                          (long long)src->S, (long long)(IDS_DIM_MAX - 1));
+    size_t nb;
+    if (shaped && !hp_mul_size((size_t)(src->B * src->S), sizeof(int64_t), &nb))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: %lld rows of %lld tokens overflow the memory's size",
+                          src->kind == HP_IDS_RANDOM ? "--random-input" : src->arg, (long long)src->B,
+                          (long long)src->S);
+    switch (src->kind) {
+    case HP_IDS_SAFETENSORS: {
+        hp_status st = hp_data_read_input_ids(src->arg, vocab, ids, B, S, err);
+        if (st == HP_ERR_INPUT && err && !hp_data_is_safetensors(src->arg) && !strstr(err->msg, "input_ids")) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            size_t k = strlen(msg);
+            if (k && msg[k - 1] == '.') msg[k - 1] = '\0';
+            hp_err_set(err, HP_ERR_INPUT, "%s; if it is a token stream (flat uint16/uint32 tokens, as 'hyperpar "
+                       "train' reads), give --seq S to cut it into rows", msg);
+        }
+        return st;
+    }
+    case HP_IDS_STREAM:
+        *B = src->B, *S = src->S;
+        return read_stream(src, vocab, ids, err);
+    case HP_IDS_LIST: return parse_list(src->arg, vocab, ids, B, S, err);
+    case HP_IDS_RANDOM: {
+        *B = src->B, *S = src->S;
+        if (!ids) return HP_OK;
+        int64_t n = src->B * src->S;
+        if (!(*ids = malloc((size_t)n * sizeof **ids)))
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld random ids", (long long)n);
+        uint64_t state = src->seed;
+        for (int64_t i = 0; i < n; i++) (*ids)[i] = (int64_t)(hp_splitmix64(&state) % (uint64_t)vocab);
+        return HP_OK;
+    }
+    default: return hp_err_set(err, HP_ERR_INPUT, "no input: give --input, --ids or --random-input");
+    }
 }

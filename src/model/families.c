@@ -134,6 +134,7 @@ size_t hp_family_count(void) { return N_FAMILIES; }
 const hp_family *hp_family_at(size_t i) { return i < N_FAMILIES ? &g_families[i] : NULL; }
 const char *hp_family_name(const hp_family *f) { return f ? f->model_type : ""; }
 bool hp_family_is_moe(const hp_family *f) { return f && f->moe; }
+bool hp_family_is_mla(const hp_family *f) { return f && f->attn == HP_ATTN_MLA; }
 const char *hp_family_suggested_archetype(const hp_family *f) { return f ? f->suggested_archetype : NULL; }
 
 const char *hp_model_suggested_archetype(const hp_model *m)

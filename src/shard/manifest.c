@@ -560,6 +560,36 @@ static hp_status rank_file_index(hp_shard_rank_file *f, rank_file_int *in, hp_er
     return HP_OK;
 }
 
+/* file_rank, mesh and coords of a checked rank file: hyperpar_coords holds one entry per rank of hyperpar_rank
+ * (';' between them, ranks listed with ','), this rank's is taken. */
+static hp_status rank_file_coords(hp_shard_rank_file *f, rank_file_int *in, hp_err *err)
+{
+    f->file_rank = in->man->ranks[f->rank].file_rank;
+    const char *mesh = hp_st_metadata_get(f->file, "hyperpar_mesh"), *ranks = hp_st_metadata_get(f->file, "hyperpar_rank");
+    const char *coords = hp_st_metadata_get(f->file, "hyperpar_coords");
+    f->mesh = mesh ? mesh : "?";
+    f->coords = "?";
+    if (!ranks || !coords) return HP_OK;
+    size_t k = 0; /* this rank's position in hyperpar_rank (checked by hp__rank_file_check to be listed) */
+    for (const char *p = ranks; *p; k++) {
+        if (strtoll(p, NULL, 10) == f->rank) break;
+        p = strchr(p, ',');
+        if (!p) return HP_OK;
+        p++;
+    }
+    const char *c = coords;
+    for (size_t i = 0; i < k && c; i++)
+        if ((c = strchr(c, ';'))) c++;
+    if (!c) return HP_OK;
+    size_t len = strcspn(c, ";");
+    char *dup = hp_arena_alloc(&in->arena, len + 1);
+    if (!dup) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    memcpy(dup, c, len);
+    dup[len] = '\0';
+    f->coords = dup;
+    return HP_OK;
+}
+
 hp_status hp_shard_check_config(const char *dir, hp_err *err)
 {
     char path[4200];
@@ -634,6 +664,7 @@ hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t 
     if (st == HP_OK)
         st = hp__rank_file_check(in->man, hp__globals_digest_manifest(in->man), rank, f->file, f->path, err);
     if (st == HP_OK) st = rank_file_index(f, in, err);
+    if (st == HP_OK) st = rank_file_coords(f, in, err);
     if (st != HP_OK) {
         hp_shard_rank_close(f);
         return st;

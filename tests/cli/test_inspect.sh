@@ -120,4 +120,6 @@ printf '{"architectures": ["MixtralForCausalLM"], "model_type": "llama", "hidden
 expect 2 'contradicts architectures[0] "MixtralForCausalLM"' -- "$HP" inspect "$WORK/mix.json"
 printf '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 32, "intermediate_size": 8}' > "$WORK/q3.json"
 expect 0 "head_dim 128" -- "$HP" inspect "$WORK/q3.json"
+# MLA: head_dim is only the rope part of a q/k head; the summary gives the q/k and v head dims
+expect 0 "q/k head dim 192 (nope 128 + rope 64), v head dim 128, kv_lora_rank 512, q_lora_rank 1536" -- "$HP" inspect "$D/configs/deepseek-v3.json"
 finish

@@ -97,7 +97,7 @@ once "give either --plan or the plan flags" -- "$HP" run "$W/gl" --plan "$W/p.js
 once "--rtol expects a number in (0, 1], got '-1'" -- "$HP" validate "$W/gl" --rtol -1 --input "$W/ids.st"
 once "--input is given twice" -- "$HP" run "$W/gl" --input "$W/ids.st" --input "$W/ids.st"
 once "moe: unknown option '--bogus'" -- "$HP" moe "$W/gl" --bogus
-once "run: --input needs a value (IDS)" -- "$HP" run "$W/gl" --input
+once "run: --input needs a value (FILE)" -- "$HP" run "$W/gl" --input
 once "--mesh 'tp=x'" -- "$HP" run "$W/gl" --mesh tp=x --input "$W/ids.st"
 once "unknown command 'frobnicate'" -- "$HP" frobnicate
 once "--layers expects an integer" -- "$HP" gen --family llama --out "$W/gm" --layers 0

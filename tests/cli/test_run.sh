@@ -47,7 +47,7 @@ expect 0 "tokens/s" -- "$HP" run $F/llama --input "$WORK/i32.st"
 printf 'garbage' > "$WORK/trunc.st"
 expect 2 "" -- "$HP" run $F/llama --input "$WORK/trunc.st"
 expect 2 "the plan's mesh has 2 ranks but 1 processes run it" -- "$HP" run $F/llama --input "$WORK/i32.st" --tp 2
-expect 2 "missing --input" -- "$HP" run $F/llama
+expect 2 "missing the input: --input IDS.safetensors, --input TOKENS.bin --seq S" -- "$HP" run $F/llama
 expect 2 "--compute expects exact or bf16" -- "$HP" run $F/llama --input "$WORK/i32.st" --compute fp8
 expect 2 "not both" -- "$HP" run $F/llama --input "$WORK/i32.st" --plan "$WORK/plan.json" --tp 1
 # --output never over an input.

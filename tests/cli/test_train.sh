@@ -202,7 +202,7 @@ for r in range(len(a)):
         assert max(abs(x - y) for x, y in zip(a[r], c[r])) <= 1e-5 * m, r
 PY
 expect 0 "--grad-out G" -- "$HP" train --help
-expect 0 "train a dense checkpoint" -- "$HP" --help
+expect 0 "train a checkpoint (dense or MoE)" -- "$HP" --help
 # A signal while rank 0 writes (HP_TEST_PAUSE_MID_WRITE pauses the safetensors writer with its temporary made):
 # the temporary folder and files go, --out never appears, the exit status is the signal's.
 set -m # job control: background runs keep SIGINT
