@@ -2,7 +2,7 @@
 # masters and AdamW in f32 (docs/train.md, "Mixed precision").
 #  1. Against an independent reference (bench/train_ref.py --compute bf16, PyTorch autograd with the rounding on
 #     every F.linear / matmul operand, stored as tests/data/bf16/FAMILY.json by bench/make_bf16_refs.sh): step 1's
-#     loss within 1e-5 relative (the exact compute is 2e-4..1e-3 away) and the gradients' distance
+#     loss five times closer to it than the exact compute's (1e-8..1e-6 here; exact: 2e-4..1e-3) and the gradients' distance
 #     (tests/cli/grad_stats.py) under 2e-3 and under a fifth of the exact compute's — both checked, so it can fail.
 #  2. The same numbers under every mesh kind (tp with SP, cp, dp with ZeRO-1, tp x ep), and `run --compute bf16`'s
 #     loss equals the training forward's.
@@ -26,8 +26,12 @@ for fam in llama qwen3_moe gpt_oss; do
         read -r mean max < <(python3 "$TESTS/cli/grad_stats.py" "$WORK/$fam.$c.g" "$DATA/bf16/$fam.json")
         eval "l_$c=$(loss1 "$WORK/$fam.$c.log") mean_$c=$mean max_$c=$max"
     done
-    check "$fam bf16: step 1 loss $l_bf16 = reference $ref within 1e-5" near "$l_bf16" "$ref" 1e-5
-    check "$fam exact: loss $l_exact is not the bf16 reference's (the test can fail)" far "$l_exact" "$ref" 1e-5
+    # A bf16 rounding that an f32 sum of another order tips the other way can move the loss by ~1e-5 (another
+    # CPU, another kernel); the exact compute is 2e-4..1e-3 away. bf16 must be 5 times closer than exact.
+    check "$fam bf16: step 1 loss $l_bf16 is the reference's $ref (exact: $l_exact)" python3 -c "
+import sys; b, r, e = $l_bf16, $ref, $l_exact
+sys.exit(not abs(b - r) <= max(1e-6 * abs(r), 0.2 * abs(e - r)))"
+    check "$fam exact: loss $l_exact is not the bf16 reference's (the test can fail)" far "$l_exact" "$ref" 1e-4
     # the noise floor: bf16 operands turn f32 summation-order differences into 2^-8 steps now and then (hyperpar
     # itself at tp=2 is 6e-4 from its 1-process run on gpt_oss); the exact compute is 9e-3 (qwen3_moe) to 0.15 away
     check "$fam bf16: gradients' distance to the reference, mean $mean_bf16 <= 2e-3 (max $max_bf16)" below "$mean_bf16" 2e-3
