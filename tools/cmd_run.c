@@ -273,16 +273,13 @@ static int run(run_args *a, int *argc, char ***argv)
     int64_t anon0 = cli_anon_kib();
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
-    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
-    if (st == HP_OK && !a->plan) {
-        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
-        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
-        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
-    }
     hp_plan *p1 = NULL; /* validate: the one-process plan */
     if (st == HP_OK && a->validate && shard)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s is a shard folder; validate runs the one-process model too, which "
                         "needs the checkpoint (run validate on the checkpoint with the same mesh flags)", a->model);
+    /* --plan, the shard folder's own plan (the flags checked against it), or the one the flags derive */
+    if (st == HP_OK)
+        st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->validate) {
         hp_plan_opts po;
         hp_plan_opts_default(&po);
@@ -295,7 +292,7 @@ static int run(run_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
+        hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
                           .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
                           .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD")};

@@ -804,12 +804,9 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK && a->out && !m->has_config)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s has no config.json beside its weights; --out copies it into the "
                         "checkpoint it writes, so train the checkpoint folder", a->model);
-    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
-    if (st == HP_OK && !a->plan) {
-        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
-        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
-        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
-    }
+    /* --plan, the shard folder's own plan (the flags checked against it), or the one the flags derive */
+    if (st == HP_OK)
+        st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->input) st = cli_read_ids(a->input, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
     if (st == HP_OK) {
@@ -822,7 +819,7 @@ static int train(train_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true,
+        hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);

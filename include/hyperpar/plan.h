@@ -212,6 +212,10 @@ typedef struct hp_plan_opts {
     bool derive;              /* default true; false = the plan holds only overrides (issue 4) */
     int64_t seq_len;          /* for compatibility checks (cp); 0 = not given */
     const struct hp_overrides *overrides; /* plan overrides (hyperpar/overrides.h), or NULL */
+    const char *ep_compute;   /* the EP compute of every EP-marked boundary the overrides leave without one: an
+                               * archetype key (or factory path), or "suggested" (the family's); NULL: none. As
+                               * the YAML {match, when: ep, region_dispatch: false, local_compute_fn: {_target_}}
+                               * for each; refused for a dense model and where an override declares another */
 } hp_plan_opts;
 
 void hp_plan_opts_default(hp_plan_opts *o);

@@ -477,6 +477,7 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
     if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
     if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);
+    if (st == HP_OK && o->ep_compute) st = hp__apply_ep_compute(p, o->ep_compute, err);
     /* A plan of no boundary shards nothing, and `shard --plan` would copy the model to every rank: with
      * derive=False that means no override applied, which is a mistake worth stopping on. */
     if (st == HP_OK && !o->derive && p->n_boundaries == 0)

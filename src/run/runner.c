@@ -968,7 +968,7 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
-    st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, "run", err) : HP_OK;
+    st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);
