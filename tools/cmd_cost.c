@@ -39,7 +39,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar cost MODEL [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
-            "                     [--allow-uncovered] [--freeze GLOB]... [--plan plan.json]\n"
+            "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
+            "                     [--plan plan.json]\n"
             "                     [--batch B --seq S | --input IDS] [--routing FILE] [--mode infer|train]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "\n"

@@ -60,7 +60,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: [mpirun -np N] hyperpar run MODEL --input IDS.safetensors [--output OUT.safetensors]\n"
             "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                      [--ep N [--ep-axis]] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
+            "                      [--loss-parallel] [--overrides F]\n"
             "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
             "                      [--compute exact|bf16] [--overlap] [--threads N]\n"
             "\n"
@@ -70,7 +71,8 @@ static void usage(FILE *out)
             "mistral, qwen2, qwen3.\n"
             "\n"
             "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
-            "                          written by 'hyperpar shard' for the same mesh (each rank reads its file)\n");
+            "                          written by 'hyperpar shard' (each rank reads its file): it brings its mesh\n"
+            "                          and plan, and a plan flag that contradicts them is refused\n");
     cli_print_options(out, g_opts);
     fprintf(out,
             "\n"
@@ -336,7 +338,8 @@ static void usage_validate(FILE *out)
 {
     fprintf(out,
             "usage: [mpirun -np N] hyperpar validate MODEL --input IDS.safetensors [--mesh SPEC | --dp N --cp N\n"
-            "                           --tp N] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                           --tp N] [--ep N] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
+            "                           [--loss-parallel] [--overrides F]\n"
             "                           [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
             "\n"
             "The seed's validate mode: runs MODEL's plan across the ranks and, on rank 0, the one-process model on\n"

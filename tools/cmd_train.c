@@ -145,7 +145,7 @@ static void usage(FILE *out)
             "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--threads N]\n"
             "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
             "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
-            "                        [--plan plan.json]\n"
+            "                        [--ep-compute suggested|ARCHETYPE] [--plan plan.json]\n"
             "\n"
             "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
             "(--data), across the ranks exactly as its plan says: each step runs\n"

@@ -22,6 +22,11 @@ hp_status hp_shard_folder_plan(hp_plan **plan, hp_mesh *mesh, const hp_model *m,
     hp__manifest *man = NULL;
     hp_status st = hp__manifest_read(path, &man, err);
     if (st != HP_OK) return st;
+    if (!man->has_mesh) {
+        hp__manifest_free(man);
+        return hp_err_set(err, HP_ERR_INPUT, "%s records no mesh.dims; the folder is not a complete hyperpar shard "
+                          "output (re-run 'hyperpar shard')", path);
+    }
     if (mesh) *mesh = man->mesh;
     if (!man->plan_stored) { /* an older folder: the mesh is all it records */
         hp__manifest_free(man);

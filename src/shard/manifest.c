@@ -377,10 +377,11 @@ static hp_status read_rank(rd *r, json_t *o, int64_t idx, hp__mrank *rk)
 }
 
 /* mesh.dims (a --mesh spec, checked by hp_mesh_parse), mesh.ep and mesh.ep_mode into m->mesh; the world must be
- * their product. */
+ * their product. Optional (a reader of rank files needs only the world): has_mesh stays false without dims. */
 static hp_status read_mesh(rd *r, json_t *mesh, hp__manifest *m)
 {
     json_t *dims = json_object_get(mesh, "dims");
+    if (!dims) return HP_OK;
     if (!json_is_array(dims) || json_array_size(dims) == 0 || json_array_size(dims) > HP_MESH_MAX_DIMS)
         return bad(r, "mesh.dims", "expected an array of 1 to 8 {name, size}");
     char spec[HP_MESH_MAX_DIMS * 40] = "";
@@ -407,6 +408,7 @@ static hp_status read_mesh(rd *r, json_t *mesh, hp__manifest *m)
         return bad(r, "mesh.ep_mode", "\"ep-axis\" exactly when the mesh has an ep axis");
     if (!m->mesh.ep_axis) m->mesh.ep = json_integer_value(ep);
     if (hp_mesh_world(&m->mesh) != m->world) return bad(r, "mesh.world", "not the product of mesh.dims");
+    m->has_mesh = true;
     return HP_OK;
 }
 

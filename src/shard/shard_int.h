@@ -205,6 +205,7 @@ typedef struct hp__manifest {
     bool has_config_checksum;
     uint64_t config_checksum; /* source.config_checksum: XXH64 of the config.json written beside the rank files */
     int64_t world;
+    bool has_mesh;        /* mesh.dims was given (every manifest hyperpar writes has it) */
     hp_mesh mesh;         /* mesh.dims with mesh.ep (the TP-extend-EP group size when there is no ep axis) */
     char plan_fp[17];     /* plan.fingerprint: FNV-1a 64 of the plan JSON text, 16 hex digits ("" when absent) */
     bool plan_stored;     /* plan.stored: the folder holds that text as plan.json (absent in older folders) */
