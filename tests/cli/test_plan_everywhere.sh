@@ -30,12 +30,14 @@ $MPI -np 2 "$HP" run $Q --input $QI --tp 2 --ep 2 --overrides "$WORK/q3ep.yaml" 
 expect 0 "topk_idx 0 of" -- $MPI -np 2 "$HP" run $Q --input $QI --tp 2 --ep 2 --ep-compute suggested -o "$WORK/flag.st" \
     --compare $QI
 check "run: --ep-compute suggested gives the bytes the YAML gives" cmp -s "$WORK/yaml.st" "$WORK/flag.st"
-# Refused for a dense model, the same text from every command that takes plan flags.
+# Refused for a dense model, the same text from every command that takes plan flags (advise: before any mesh).
 for cmd in plan shard cost; do
     extra=""
     [ $cmd = shard ] && extra="--out $WORK/never"
     expect 2 "--ep-compute suggested: $F/llama is a dense model" -- "$HP" $cmd $F/llama --tp 2 --ep-compute suggested $extra
 done
+expect 2 "--ep-compute suggested: data/configs/llama-3-8b.json is a dense model" -- \
+    "$HP" advise data/configs/llama-3-8b.json --world 4 --mem-per-rank 80GiB --ep-compute suggested
 expect 2 "is a dense model (llama)" -- $MPI -np 2 "$HP" run $F/llama --input $F/llama/forward_io.safetensors --tp 2 \
     --ep-compute suggested
 check "shard left no folder after the refusal" test ! -e "$WORK/never"
@@ -83,6 +85,11 @@ expect 2 "--ep-compute mixtral_topk_router gives 'model.layers.0.mlp' the EP com
 expect 2 "the plan flags give sequence_parallel=false, which contradicts the shard folder's plan" -- \
     $MPI -np 4 "$HP" run "$WORK/s4" --input $QI --no-sequence-parallel
 expect 0 "train:" -- $MPI -np 4 "$HP" train "$WORK/s4" --input $QI --steps 1
+# cost takes the folder too: the figures of its plan, the same as the flags it was sharded with give.
+a=$("$HP" cost "$WORK/s4" --format json 2>/dev/null | sed 's|"model[_a-z]*": "[^"]*"||g')
+z=$("$HP" cost $Q --dp 2 --tp 2 --ep 2 --ep-compute suggested --format json 2>/dev/null | sed 's|"model[_a-z]*": "[^"]*"||g')
+check "cost of the shard folder is the cost of its plan" test -n "$a" -a "$a" = "$z"
+expect 2 "--tp 4 contradicts the shard folder's tp=2" -- "$HP" cost "$WORK/s4" --tp 4
 # Dense tp=2 at two ranks; an edited plan.json is refused; an older folder (no plan.json) runs on its mesh.
 L=$F/llama
 LI=$L/forward_io.safetensors
