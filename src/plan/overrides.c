@@ -179,8 +179,8 @@ static bool listed(const hp_override *e, const char *rel)
 
 static hp_status merge(actx *c, const hp_override *e, hp_boundary *b)
 {
-    int n_keep = 0; /* EP-placed experts the override does not list: kept as EP marking placed them */
-    if (e->params.kind == HP_OV_MAP && b->n_params > 0) {
+    int n_keep = 0; /* EP-placed experts the override does not list: kept as EP marking placed them ({} clears) */
+    if (e->params.kind == HP_OV_MAP && e->params.n > 0 && b->n_params > 0) {
         hp_buf lost;
         hp_buf_init(&lost);
         int n = 0;

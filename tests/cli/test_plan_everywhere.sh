@@ -43,6 +43,8 @@ expect 2 "is a dense model (llama)" -- $MPI -np 2 "$HP" run $F/llama --input $F/
 check "shard left no folder after the refusal" test ! -e "$WORK/never"
 expect 2 "--ep-compute 'nonesuch' is not an EP compute archetype; give suggested (this family's: qwen3moe_topk_router)" \
     -- "$HP" plan $Q --tp 2 --ep 2 --ep-compute nonesuch
+expect 2 "archetype 'deepseekv3_sigmoid_group_shared' does not fit module 'model.layers.0.mlp': missing submodule(s) shared_experts" \
+    -- "$HP" plan $F/qwen2_moe --tp 2 --ep 2 --ep-compute deepseekv3_sigmoid_group_shared
 expect 2 "contradicts the overrides, which declare local_compute_fn qwen3moe_topk_router" -- \
     "$HP" plan $Q --tp 2 --ep 2 --overrides "$WORK/q3ep.yaml" --ep-compute mixtral_topk_router
 # The refusal without a compute names the flag and the command that ran.
