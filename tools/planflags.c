@@ -155,8 +155,8 @@ static hp_status check_mesh(const cli_plan_flags *f, const hp_mesh *fm, const ch
 }
 
 /* The plan the flags derived (p) against the one the folder was written with (fp): the same sequence and loss
- * parallelism and the same EP compute on every EP-marked block. The placements are held to the rank files by the
- * runner (their layout). */
+ * parallelism and, where the folder declares one, the same EP compute on every EP-marked block (a folder sharded
+ * without one takes the flags'). The placements are held to the rank files by the runner (their layout). */
 static hp_status check_same(const cli_plan_flags *f, const hp_plan *fp, const hp_plan *p, const char *dir, hp_err *err)
 {
     const char *what = NULL;
@@ -172,7 +172,8 @@ static hp_status check_same(const cli_plan_flags *f, const hp_plan *fp, const hp
     for (size_t i = 0; i < p->n_boundaries; i++) {
         const hp_boundary *b = &p->boundaries[i], *fb = hp_plan_find(fp, b->fqn);
         const char *a = b->local_compute_fn, *z = fb ? fb->local_compute_fn : NULL;
-        if (b->ep_size <= 0 || (a && z && !strcmp(a, z)) || (!a && !z)) continue;
+        /* a folder sharded without an EP compute (shard only warns) takes the one the flags declare */
+        if (b->ep_size <= 0 || !z || (a && !strcmp(a, z))) continue;
         char flag[200];
         if (f->ep_compute) snprintf(flag, sizeof flag, "--ep-compute %s", f->ep_compute);
         else snprintf(flag, sizeof flag, "the plan flags");

@@ -87,6 +87,11 @@ expect 2 "--ep-compute mixtral_topk_router gives 'model.layers.0.mlp' the EP com
 expect 2 "the plan flags give sequence_parallel=false, which contradicts the shard folder's plan" -- \
     $MPI -np 4 "$HP" run "$WORK/s4" --input $QI --no-sequence-parallel
 expect 0 "train:" -- $MPI -np 4 "$HP" train "$WORK/s4" --input $QI --steps 1
+# A folder sharded without an EP compute (shard warns) is refused by run naming the flag, which then completes it.
+out=$("$HP" shard $Q --dp 2 --tp 2 --ep 2 --out "$WORK/s4bare" --quiet 2>&1)
+check "shard warns of the missing EP compute, naming --ep-compute" grep -qF "hyperpar shard ... --ep-compute suggested" <<<"$out"
+expect 2 "declare it with: hyperpar run ... --ep-compute suggested" -- $MPI -np 4 "$HP" run "$WORK/s4bare" --input $QI
+expect 0 "topk_idx 0 of" -- $MPI -np 4 "$HP" run "$WORK/s4bare" --input $QI --ep-compute suggested --compare $QI
 # cost takes the folder too: the figures of its plan, the same as the flags it was sharded with give.
 a=$("$HP" cost "$WORK/s4" --format json 2>/dev/null | sed 's|"model[_a-z]*": "[^"]*"||g')
 z=$("$HP" cost $Q --dp 2 --tp 2 --ep 2 --ep-compute suggested --format json 2>/dev/null | sed 's|"model[_a-z]*": "[^"]*"||g')
