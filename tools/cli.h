@@ -59,7 +59,7 @@ typedef struct cli_opt {
 #define CLI_OPTS_MESH(grp)                                                                                          \
     {"mesh", CLI_O_MESH, "SPEC", "mesh axes in order with sizes; the product is the world size. Axes: dp,\n"        \
                                  "cp, tp, ep (an explicit EP axis: it adds ranks, --ep-axis implied; the\n"      \
-                                 "experts split over it and cut over tp), pp (refused when > 1)", 0, grp},         \
+                                 "experts split over it, cut over tp when tp > 1), pp (refused when > 1)", 0, grp}, \
     {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp},                       \
     {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp},                    \
     {"tp", CLI_O_TP, "N", "tensor-parallel size of a mesh given by sizes", 0, grp}

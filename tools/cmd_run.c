@@ -19,7 +19,7 @@
 #include "hyperpar/shard.h"
 
 enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD };
-#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 
 /* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
 static const cli_opt g_opts[] = {

@@ -46,7 +46,7 @@ enum {
     O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
     O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT
 };
-#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 #define G_DATA "token data (docs/train.md, \"Data, batches and schedule\")"
 #define G_SCHED "the learning-rate schedule, for step t = 1..N"
