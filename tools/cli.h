@@ -42,7 +42,7 @@ int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int
 /* ---- the plan and mesh flags plan, shard, moe and run share (planflags.c) ---- */
 enum {
     CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
-    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_END
+    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_EP_COMPUTE, CLI_O_END
 };
 /* ---- option tables (opts.c): one per command; getopt_long's table, the short options and --help come from it ---- */
 enum { CLI_REPEAT = 1, CLI_SHORT = 2 };
@@ -58,14 +58,16 @@ typedef struct cli_opt {
 /* The shared plan and mesh flags (parsed by cli_plan_flag), for a command's table. */
 #define CLI_OPTS_MESH(grp)                                                                                          \
     {"mesh", CLI_O_MESH, "SPEC", "mesh axes in order with sizes; the product is the world size. Axes: dp,\n"        \
-                                 "cp, tp, ep (explicit old-style EP axis), pp (refused when > 1)", 0, grp},        \
+                                 "cp, tp, ep (an explicit EP axis: it adds ranks, --ep-axis implied; the\n"      \
+                                 "experts split over it, cut over tp when tp > 1), pp (refused when > 1)", 0, grp}, \
     {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp},                       \
     {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp},                    \
     {"tp", CLI_O_TP, "N", "tensor-parallel size of a mesh given by sizes", 0, grp}
 #define CLI_OPTS_EP(grp)                                                                                            \
     {"ep", CLI_O_EP, "N", "expert parallelism: by default TP-extend-EP (D-10), EP groups of N consecutive\n"        \
-                          "ranks of the dense region; with --ep-axis an explicit ep mesh axis", 0, grp},            \
-    {"ep-axis", CLI_O_EP_AXIS, NULL, "EP as an explicit ep axis of --mesh", 0, grp}
+                          "ranks of the dense region: it rides on the dp/cp/tp ranks and adds none\n"        \
+                          "(--dp 2 --tp 2 --ep 2 is 4 ranks); with --ep-axis an explicit ep mesh axis", 0, grp},   \
+    {"ep-axis", CLI_O_EP_AXIS, NULL, "EP as an explicit ep axis of --mesh (an ep axis in --mesh is one anyway)", 0, grp}
 #define CLI_OPTS_PLAN(grp)                                                                                          \
     {"no-sequence-parallel", CLI_O_NOSP, NULL, "contracts without sequence parallelism (default: on)", 0, grp},     \
     {"loss-parallel", CLI_O_LP, NULL, "keep lm_head logits vocab-sharded", 0, grp},                                 \
@@ -76,14 +78,20 @@ typedef struct cli_opt {
     {"overrides", CLI_O_OVERRIDES, "FILE", "plan overrides (YAML or JSON list of entries: match, when, params,\n"  \
                                            "in_src, in_dst, out_src, out_dst, out_names, tp_divide_attrs,\n"       \
                                            "is_boundary, region_dispatch, local_compute_fn {_target_: ARCHETYPE,\n" \
-                                           "...}; docs/overrides.md)", 0, grp}
+                                           "...}; docs/overrides.md)", 0, grp},                                     \
+    {"ep-compute", CLI_O_EP_COMPUTE, "A", "the EP compute of every MoE block the overrides leave without one:\n" \
+                                          "suggested (the family's archetype) or an ARCHETYPE (docs/overrides.md);\n" \
+                                          "never chosen unless given. Refused for a dense model", 0, grp}
 #define CLI_OPT_HELP {"help", 'h', NULL, "print this help and exit", CLI_SHORT, NULL}
 
 #include "hyperpar/plan.h"
 typedef struct cli_plan_flags {
-    const char *mesh_spec, *overrides;
+    const char *mesh_spec, *overrides, *ep_compute;
     int64_t dp, cp, tp, ep;
     bool sizes_given, ep_given, ep_axis;
+    bool dp_given, cp_given, tp_given; /* which sizes were given (a shard folder's mesh fills the others) */
+    bool shaping;             /* a flag that shapes the plan beyond its mesh was given (--overrides, --ep-compute,
+                                 --no-sequence-parallel, --loss-parallel, --packed-fused, --allow-uncovered) */
     bool any;                 /* some plan flag was given (they exclude --plan FILE) */
     const char *freeze[64];
     int n_freeze;
@@ -100,6 +108,14 @@ struct hp_overrides;
 hp_status cli_plan_flags_apply(cli_plan_flags *f, hp_model *m, struct hp_overrides **ov, hp_err *err);
 /* --freeze applied to m (a warning for a pattern that matches nothing), for commands that open m later. */
 void cli_plan_flags_freeze(const cli_plan_flags *f, hp_model *m);
+/* The plan a command that executes one runs (run, validate, train), for m opened from MODEL: --plan plan_path
+ * read for m; else, when shard_dir is a shard folder, the plan it records (hp_shard_folder_plan), each given plan
+ * flag checked against it (a contradiction is HP_ERR_INPUT naming both values: "--tp 4 contradicts the shard
+ * folder's tp=2") and, when flags shape the plan beyond the mesh, derived on the folder's mesh; else derived from
+ * the flags (default_mesh: none given, tp = n_procs). *ov gets the loaded --overrides (the caller frees it); --freeze
+ * is applied to m. Prints nothing (errors go through the ranks' agreement). */
+hp_status cli_plan_resolve(cli_plan_flags *f, const char *plan_path, const char *shard_dir, bool default_mesh,
+                           int64_t n_procs, hp_model *m, hp_plan **p, struct hp_overrides **ov, hp_err *err);
 
 /* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
 bool cli_parse_router(const char *cmd, const char *s, bool *real);

@@ -30,7 +30,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar advise MODEL --world N --mem-per-rank SIZE [--batch B --seq S] [--mode infer|train]\n"
             "                       [--ranks-per-node R] [--intra-bw G --inter-bw G] [model flags]\n"
-            "                       [--overrides F] [--no-sequence-parallel] [--loss-parallel] [--top K]\n"
+            "                       [--overrides F] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
+            "                       [--loss-parallel] [--top K]\n"
             "                       [--format text|json|html] [-o FILE]\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-latency-us/\n"
             "         --inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/--optim-bytes N, --zero Z,\n"
@@ -48,19 +49,6 @@ static void usage(FILE *out)
     cli_print_options(out, g_opts);
 }
 
-/* The plan flags that make candidate c. */
-static void flags_of(const hp_advise_cand *c, char *buf, size_t cap)
-{
-    if (c->ep_axis)
-        snprintf(buf, cap, "--mesh dp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis", (long long)c->dp, (long long)c->cp,
-                 (long long)c->tp, (long long)c->ep);
-    else if (c->ep > 1)
-        snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld", (long long)c->dp, (long long)c->cp,
-                 (long long)c->tp, (long long)c->ep);
-    else
-        snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld", (long long)c->dp, (long long)c->cp, (long long)c->tp);
-}
-
 typedef struct ctx {
     const hp_model *m;
     const hp_advice *a;
@@ -69,11 +57,30 @@ typedef struct ctx {
     const char *model_arg;
 } ctx;
 
+/* The plan flags that make candidate c. With EP, the EP compute too (it is never chosen silently): --ep-compute as
+ * given, else the family's suggestion unless --overrides (which may declare it) were given. */
+static void flags_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t cap)
+{
+    int n;
+    if (c->ep_axis)
+        n = snprintf(buf, cap, "--mesh dp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, (long long)c->ep);
+    else if (c->ep > 1)
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, (long long)c->ep);
+    else
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld", (long long)c->dp, (long long)c->cp, (long long)c->tp);
+    const char *ec = x->pf->ep_compute ? x->pf->ep_compute
+                     : !x->pf->overrides && hp_archetype_suggest(x->m) ? "suggested" : NULL;
+    if (c->ep > 1 && ec && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " --ep-compute %s", ec);
+}
+
+
 /* The hyperpar plan + shard command line that makes candidate c. */
 static void command_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t cap)
 {
-    char fl[200];
-    flags_of(c, fl, sizeof fl);
+    char fl[300];
+    flags_of(x, c, fl, sizeof fl);
     snprintf(buf, cap, "hyperpar plan %s %s%s%s -o plan.json && hyperpar shard %s --plan plan.json --out shards",
              x->model_arg, fl, x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "",
              x->model_arg);
@@ -112,10 +119,10 @@ static void print_text(FILE *o, const ctx *x, int top)
                     hp_format_bytes(c->sent_bytes, b[4], 32), hp_format_bytes(c->wire_bytes, b[5], 32),
                     cli_seconds(c->t_step, ts, sizeof ts));
         }
-        char cmd[CLI_ADVISE_COMMAND_MAX], fl[200];
+        char cmd[CLI_ADVISE_COMMAND_MAX], fl[300];
         command_of(x, &v[0], cmd, sizeof cmd);
         fprintf(o, "\nmake the plan and the shards of #1:\n  %s\n", cmd);
-        flags_of(&v[0], fl, sizeof fl);
+        flags_of(x, &v[0], fl, sizeof fl);
         fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld --seq %lld%s%s%s\n", x->model_arg, fl,
                 (long long)a->B, (long long)a->S, a->train ? " --mode train" : "",
                 x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "");

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "costflags.h"
 #include "hyperpar/cost.h"
+#include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 #include "hyperpar/safetensors.h"
@@ -41,7 +42,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar cost MODEL [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
-            "                     [--allow-uncovered] [--freeze GLOB]... [--plan plan.json]\n"
+            "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
+            "                     [--plan plan.json]\n"
             "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
@@ -50,7 +52,8 @@ static void usage(FILE *out)
             "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
             "         --optim-bytes N, --zero Z, --kv-bytes N, --mem-per-rank SIZE (listed below)\n"
             "\n"
-            "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint or a config.json (meta mode).\n"
+            "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
+            "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
             "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors) and the communication of\n"
             "one forward step, boundary by boundary (each collective's kind, group and bytes: what 'hyperpar run'\n"
             "counts on the same batch). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
@@ -356,18 +359,22 @@ int cmd_cost(int argc, char **argv)
     hp_plan *p = NULL;
     hp_shard_layout *l = NULL;
     hp_cost *cost = NULL;
-    hp_status st = cli_plan_flags_apply(&pf, NULL, &ov, &err);
-    if (st == HP_OK) st = hp_model_open(&m, argv[optind], NULL, &err);
+    /* a shard folder: its config.json (meta mode) and the plan it records, the flags checked against it */
+    const char *shard = hp_shard_is_folder(argv[optind]) ? argv[optind] : NULL;
+    hp_status st = shard ? HP_OK : cli_plan_flags_apply(&pf, NULL, &ov, &err);
+    if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, shard, &err) : hp_model_open(&m, argv[optind], NULL, &err);
     if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
         cf.batch_given = cf.seq_given = true;
-    if (st == HP_OK) cli_plan_flags_freeze(&pf, m);
+    if (st == HP_OK && !shard) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
         if (!(m->family && hp_family_is_moe(m->family)))
             st = hp_err_set(&err, HP_ERR_INPUT, "--routing: %s is a dense model; it has no routing", m->path);
         else st = cli_cost_read_routing(&cf, m, routing, &err);
     }
-    if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
+    bool default_mesh = !pf.mesh_spec && !pf.sizes_given && !pf.ep_given && !pf.ep_axis;
+    if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
+    else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
     if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_size(&p->mesh, "dp"))
         cf.co.B = hp_mesh_size(&p->mesh, "dp"); /* the default batch: a row per replica */

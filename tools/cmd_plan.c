@@ -42,7 +42,7 @@ static void usage(FILE *out)
             "                     [--format json|explain|hf] [--fqn FQN] [-o FILE] [--freeze GLOB]...\n"
             "                     [--allow-uncovered] [--packed-fused] [--seq-len N]\n"
             "                     [--expert-layout per-expert|batched] [--overrides FILE] [--no-derive]\n"
-            "                     [--suggest-overrides]\n"
+            "                     [--suggest-overrides] [--ep-compute suggested|ARCHETYPE]\n"
             "\n"
             "Derives the tensor/sequence/context/expert-parallel sharding plan of MODEL (a checkpoint folder,\n"
             ".safetensors file or config.json) for a device mesh. Same input, byte-identical output.\n"
@@ -210,10 +210,12 @@ int cmd_plan(int argc, char **argv)
     if (world && hp_mesh_world(&po.mesh) != world) {
         char buf[256];
         err.status = HP_ERR_INPUT;
+        char hint[600];
         snprintf(err.msg, sizeof err.msg,
                  "the mesh %s has %lld ranks but the world size is %lld; the product of the mesh sizes must equal "
-                 "the number of ranks",
-                 hp_mesh_str(&po.mesh, buf, sizeof buf), (long long)hp_mesh_world(&po.mesh), (long long)world);
+                 "the number of ranks%s",
+                 hp_mesh_str(&po.mesh, buf, sizeof buf), (long long)hp_mesh_world(&po.mesh), (long long)world,
+                 hp_mesh_world_hint(&po.mesh, world, hint, sizeof hint));
         return cli_fail(&err);
     }
 

@@ -22,7 +22,7 @@
 
 enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD, O_SEQ, O_BATCH };
 #define G_INPUT "the input: one of --input, --ids, --random-input (docs/run.md, \"Inputs\")"
-#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 
 /* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
 static const cli_opt g_opts[] = {
@@ -67,7 +67,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: [mpirun -np N] hyperpar run MODEL INPUT [--output OUT.safetensors]\n"
             "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel] [--overrides F]\n"
+            "                      [--ep N [--ep-axis]] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
+            "                      [--loss-parallel] [--overrides F]\n"
             "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
             "                      [--compute exact|bf16] [--overlap] [--threads N]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
@@ -91,7 +92,8 @@ static void usage(FILE *out)
             "(--overrides with local_compute_fn; docs/moe.md); the refusal prints the YAML to declare.\n"
             "\n"
             "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
-            "                          written by 'hyperpar shard' for the same mesh (each rank reads its file)\n");
+            "                          written by 'hyperpar shard' (each rank reads its file): it brings its mesh\n"
+            "                          and plan, and a plan flag that contradicts them is refused\n");
     cli_print_options(out, g_opts);
     fprintf(out,
             "\n"
@@ -296,16 +298,13 @@ static int run(run_args *a, int *argc, char ***argv)
     int64_t anon0 = cli_anon_kib();
     bool shard = hp_shard_is_folder(a->model);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, a->model, &err) : hp_model_open(&m, a->model, NULL, &err);
-    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
-    if (st == HP_OK && !a->plan) {
-        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
-        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
-        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
-    }
     hp_plan *p1 = NULL; /* validate: the one-process plan */
     if (st == HP_OK && a->validate && shard)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s is a shard folder; validate runs the one-process model too, which "
                         "needs the checkpoint (run validate on the checkpoint with the same mesh flags)", a->model);
+    /* --plan, the shard folder's own plan (the flags checked against it), or the one the flags derive */
+    if (st == HP_OK)
+        st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->validate) {
         hp_plan_opts po;
         hp_plan_opts_default(&po);
@@ -318,7 +317,7 @@ static int run(run_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
+        hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
                           .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
                           .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD")};
@@ -362,7 +361,8 @@ static void usage_validate(FILE *out)
 {
     fprintf(out,
             "usage: [mpirun -np N] hyperpar validate MODEL INPUT [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                           [--ep N [--ep-axis]] [--no-sequence-parallel] [--loss-parallel]\n"
+            "                           [--ep N [--ep-axis]] [--ep-compute suggested|ARCHETYPE]\n"
+            "                           [--no-sequence-parallel] [--loss-parallel]\n"
             "                           [--overrides F] [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
             "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"

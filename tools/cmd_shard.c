@@ -49,12 +49,14 @@ static void shard_usage(FILE *out)
     fprintf(out,
             "usage: hyperpar shard MODEL --out DIR (--plan plan.json | [--mesh SPEC | --dp N --cp N --tp N]\n"
             "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--packed-fused]\n"
-            "                      [--allow-uncovered] [--freeze GLOB]... [--overrides FILE]) [--threads N]\n"
+            "                      [--allow-uncovered] [--freeze GLOB]... [--overrides FILE]\n"
+            "                      [--ep-compute suggested|ARCHETYPE]) [--threads N]\n"
             "                      [--force] [--quiet]\n"
             "\n"
             "Writes DIR/rank-XXXXX.safetensors for every rank of the mesh (world = product of the mesh, dp\n"
             "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
-            "DIR/manifest.json (docs/shard-format.md) and config.json. dp replicas are hard links to one file.\n"
+            "DIR/manifest.json (docs/shard-format.md), config.json and plan.json: run and train on DIR use its\n"
+            "mesh and plan without flags. dp replicas are hard links to one file.\n"
             "The source is read through mmap, one streaming pass; DIR appears only when complete.\n"
             "\n");
     cli_print_options(out, g_shard_opts);

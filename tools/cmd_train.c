@@ -46,7 +46,7 @@ enum {
     O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
     O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT, O_COMPUTE
 };
-#define G_PLAN "the plan (as 'hyperpar plan' derives it; default mesh: --tp = the number of processes)"
+#define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 #define G_DATA "token data (docs/train.md, \"Data, batches and schedule\")"
 #define G_SCHED "the learning-rate schedule, for step t = 1..N"
@@ -149,7 +149,7 @@ static void usage(FILE *out)
             "                        [--threads N]\n"
             "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
             "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
-            "                        [--plan plan.json]\n"
+            "                        [--ep-compute suggested|ARCHETYPE] [--plan plan.json]\n"
             "\n"
             "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
             "(--data), across the ranks exactly as its plan says: each step runs\n"
@@ -813,12 +813,9 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK && a->out && !m->has_config)
         st = hp_err_set(&err, HP_ERR_INPUT, "%s has no config.json beside its weights; --out copies it into the "
                         "checkpoint it writes, so train the checkpoint folder", a->model);
-    if (st == HP_OK && a->plan) st = hp_shard_read_plan(&p, m, a->plan, NULL, &err);
-    if (st == HP_OK && !a->plan) {
-        if (a->default_mesh) hp_mesh_from_sizes(&a->pf.po.mesh, 1, 1, N, 0, false);
-        st = cli_plan_flags_apply(&a->pf, m, &ov, &err);
-        if (st == HP_OK) st = hp_plan_derive(&p, m, &a->pf.po, &err);
-    }
+    /* --plan, the shard folder's own plan (the flags checked against it), or the one the flags derive */
+    if (st == HP_OK)
+        st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
     if (st == HP_OK) {
@@ -831,7 +828,8 @@ static int train(train_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.shards = shard ? a->model : NULL, .keep_activations = true, .compute = a->compute,
+        hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
+                          .compute = a->compute,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);

@@ -41,9 +41,10 @@ const char *hp_archetype_list(void);
 const char *hp_archetype_suggest(const hp_model *m);
 
 /* An EP-marked boundary (ep_size > 0) without local_compute_fn cannot run: HP_ERR_INPUT whose message
- * names the family's own recipe and holds a ready-to-paste YAML override for this model, to pass with
- * "hyperpar <command> ... --overrides FILE" (command: the one that executes the plan, "run", "moe"; NULL:
- * "plan"). Commands that execute a plan call this. */
+ * names "hyperpar <command> ... --ep-compute suggested" (the family's archetype) and the family's own recipe, and
+ * holds a ready-to-paste YAML override for this model, to pass with "hyperpar <command> ... --overrides FILE"
+ * (command: the one that executes the plan, "run", "validate", "train", "moe"; NULL: "plan"). Commands that
+ * execute a plan call this. */
 hp_status hp_plan_preflight(const hp_plan *p, const char *command, hp_err *err);
 /* The YAML that declares the suggested archetype for every EP-marked boundary of the plan. */
 hp_status hp_plan_suggest_overrides(const hp_plan *p, hp_buf *out, hp_err *err);

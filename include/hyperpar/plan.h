@@ -189,6 +189,10 @@ void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *
 /* HP_ERR_INPUT unless 1..HP_MESH_MAX_DIMS axes with sizes in [1, HP_MESH_MAX_SIZE], product <= HP_MESH_MAX_WORLD,
  * and ep in [0 (unset), HP_MESH_MAX_SIZE] (what hp_mesh_parse guarantees; for meshes built with hp_mesh_from_sizes). */
 hp_status hp_mesh_check(const hp_mesh *m, hp_err *err);
+/* Why a TP-extend-EP mesh (--ep N without an ep axis) is not `world` ranks, when world is a multiple of it: the
+ * ep groups ride on the dp/cp/tp ranks and add none, and the sizes that were meant ("; --ep 2 adds no ranks: ...
+ * --dp 2 --tp 2 --ep 2 was meant ..."), to append to a world-size error; "" otherwise. */
+const char *hp_mesh_world_hint(const hp_mesh *m, int64_t world, char *buf, size_t cap);
 /* "dp=2,tp=4 (world 8), ep=4 (TP-extend-EP)" */
 const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap);
 /* The EP group size the mesh asks for: the ep axis's size with an explicit ep axis, else the TP-extend-EP
@@ -212,6 +216,10 @@ typedef struct hp_plan_opts {
     bool derive;              /* default true; false = the plan holds only overrides (issue 4) */
     int64_t seq_len;          /* for compatibility checks (cp); 0 = not given */
     const struct hp_overrides *overrides; /* plan overrides (hyperpar/overrides.h), or NULL */
+    const char *ep_compute;   /* the EP compute of every EP-marked boundary the overrides leave without one: an
+                               * archetype key (or factory path), or "suggested" (the family's); NULL: none. As
+                               * the YAML {match, when: ep, region_dispatch: false, local_compute_fn: {_target_}}
+                               * for each; refused for a dense model and where an override declares another */
 } hp_plan_opts;
 
 void hp_plan_opts_default(hp_plan_opts *o);

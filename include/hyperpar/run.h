@@ -40,6 +40,7 @@ typedef void (*hp_run_record_fn)(void *ctx, const char *what, const char *collec
                                  int64_t S, int64_t X);
 
 typedef struct hp_run_opts {
+    const char *command;     /* the hyperpar command running it, named in errors ("validate"); NULL: "run" */
     const char *shards;      /* a `hyperpar shard` folder of the same model and mesh, or NULL: slice the checkpoint */
     hp_linalg_mode compute;  /* HP_LINALG_EXACT (default) or HP_LINALG_BF16 */
     hp_run_record_fn record; /* validate: every boundary output, gathered (collective on every rank); NULL: none */

@@ -165,6 +165,11 @@ typedef struct hp_shard_rank_file {
  * outside the manifest's world, the rank file missing, corrupt, misnamed (another rank's file), from another
  * folder (identity), of another size, or unlike the manifest (tensors, or the layout digest of its slices). */
 hp_status hp_shard_rank_open(hp_shard_rank_file **out, const char *dir, int64_t rank, hp_err *err);
+/* What shard folder dir records of its plan: its mesh (manifest.json) into *mesh (may be NULL), and the plan it
+ * was written with (dir/plan.json, checked against the manifest's fingerprint) read for m into *plan, or *plan
+ * NULL for a folder written before plans were stored there (the mesh is then all it records). HP_ERR_INPUT: the
+ * manifest malformed, plan.json missing, edited after sharding, or not a plan for m. */
+hp_status hp_shard_folder_plan(hp_plan **plan, hp_mesh *mesh, const hp_model *m, const char *dir, hp_err *err);
 /* Whether path is a folder written by `hyperpar shard`: a folder holding anything named manifest.json that is
  * not a folder (a FIFO or a dangling link counts too, so that reading it names what it is). */
 bool hp_shard_is_folder(const char *path);

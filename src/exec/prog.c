@@ -408,8 +408,8 @@ static hp_status moe_facts(bld *b, const hp_boundary *x, hp__step *s)
     if (s->split && g->ep > 1 && !b->mesh->ep_axis)
         return hp_err_set(b->err, HP_ERR_INPUT,
                           "boundary %s: its experts are both spread over the tp group (TP-extend-EP, --ep %lld) and "
-                          "cut over tp; plan either --ep without a tp cut of the experts, or an explicit ep axis "
-                          "(--mesh ...,ep=N,... --ep-axis) with experts cut over tp",
+                          "cut over tp; plan either --ep without a tp cut of the experts, or "
+                          "an explicit ep axis of its own ranks (--mesh ...,ep=N,...) with experts cut over tp",
                           fqn, (long long)g->ep);
     if (!b->other && x->ep_size > 0 && x->ep_size != g->ep)
         return hp_err_set(b->err, HP_ERR_INPUT, "boundary %s: its EP group has %d ranks but the mesh's has %lld", fqn,

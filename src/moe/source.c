@@ -18,8 +18,10 @@
  * products of one tensor's dims fit in int64.
  */
 #include "moe/source.h"
+#include "io/json.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,6 +431,27 @@ hp_status hp__moe_src_check_experts(hp__moe_src *ld)
                       (long long)ep_run, (long long)(l->first_expert / l->n_local), hint);
 }
 
+/* The expert layout of the checkpoint a shard folder was written from, as its plan.json records it
+ * (model.expert_layout), so that the model's parameter names are the plan's; per-expert (config.json's default)
+ * for a folder without one. A plan.json that cannot be read is left to hp_shard_folder_plan to name. */
+static hp_expert_layout folder_layout(const char *dir)
+{
+    hp_expert_layout lay = HP_LAYOUT_PER_EXPERT;
+    char path[4200], *text = NULL;
+    size_t len = 0;
+    hp_err e;
+    json_t *root = NULL;
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    if (hp__read_file(path, HP_JSON_MAX_FILE, &text, &len, &e) == HP_OK &&
+        hp__json_parse(text, len, path, &root, &e) == HP_OK) {
+        const char *s = json_string_value(json_object_get(json_object_get(root, "model"), "expert_layout"));
+        if (s && !hp_expert_layout_parse(s, &lay)) lay = HP_LAYOUT_PER_EXPERT;
+    }
+    json_decref(root);
+    free(text);
+    return lay;
+}
+
 hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err)
 {
     *out = NULL;
@@ -446,7 +469,8 @@ hp_status hp_moe_shard_config_open(hp_model **out, const char *dir, hp_err *err)
     if (st != HP_OK) return st;
     close(fd);
     st = hp_shard_check_config(dir, err); /* an edited config.json is named as such, before its values mislead */
-    if (st == HP_OK) st = hp_model_open(out, path, NULL, err);
+    hp_model_opts mo = {.layout = folder_layout(dir)};
+    if (st == HP_OK) st = hp_model_open(out, path, &mo, err);
     if (st == HP_OK && !(*out)->meta) { /* a config.json is always opened in meta mode; guard the invariant */
         hp_model_close(*out);
         *out = NULL;

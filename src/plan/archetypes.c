@@ -164,14 +164,19 @@ hp_status hp_plan_preflight(const hp_plan *p, const char *command, hp_err *err)
     hp_buf_init(&y);
     suggestion_yaml(p, command, &y);
     const char *arch = hp_archetype_suggest(p->model), *factory = factory_of(arch);
-    char eg[300] = "";
+    const char *cmd = command ? command : "plan";
+    char eg[300] = "", flag[200];
     if (factory) snprintf(eg, sizeof eg, " (the family's recipe: %s)", factory);
     else if (arch) snprintf(eg, sizeof eg, " (the family's archetype %s)", arch);
+    if (arch) snprintf(flag, sizeof flag, "--ep-compute suggested (this family's archetype %s) or --ep-compute "
+                       "ARCHETYPE", arch);
+    else snprintf(flag, sizeof flag, "--ep-compute ARCHETYPE");
     hp_status st = hp_err_set(err, HP_ERR_INPUT,
                               "%d EP-marked boundar%s (first: '%s') ha%s no local_compute_fn: the expert-parallel "
-                              "compute is never chosen silently; declare it with region_dispatch in an overrides "
-                              "file and pass it with: hyperpar %s ... --overrides FILE, e.g.%s:\n%s",
-                              n, n == 1 ? "y" : "ies", first, n == 1 ? "s" : "ve", command ? command : "plan", eg,
+                              "compute is never chosen silently; declare it with: hyperpar %s ... %s; or with "
+                              "region_dispatch in an overrides file and pass it with: hyperpar %s ... --overrides "
+                              "FILE, e.g.%s:\n%s",
+                              n, n == 1 ? "y" : "ies", first, n == 1 ? "s" : "ve", cmd, flag, cmd, eg,
                               y.data ? y.data : "");
     hp_buf_free(&y);
     return st;

@@ -99,16 +99,17 @@ static hp_status copy_names(actx *c, int n, const char *const *src, int *n_out, 
     return HP_OK;
 }
 
-/* The interface assertion: the module has every submodule the archetype reads. */
-static hp_status check_archetype(actx *c, const hp_override *e, const hp_boundary *b)
+/* The interface assertion: the module of b has every submodule archetype `key` reads. False with the missing
+ * ones and those the module has written to missing / have. */
+static bool archetype_fits(const hp_model *m, const char *key, const hp_boundary *b, char *missing, size_t cm,
+                           char *have, size_t ch_cap)
 {
-    const hp_model *m = c->p->model;
-    const char *const *need = hp__archetype_children(b->local_compute_fn);
-    if (!need || b->module < 0) return HP_OK;
-    char missing[256] = "", have[512] = "";
+    const char *const *need = hp__archetype_children(key);
+    missing[0] = have[0] = '\0';
+    if (!need || b->module < 0) return true;
     size_t lm = 0, lh = 0;
     for (int ch = m->modules[b->module].first_child; ch >= 0; ch = m->modules[ch].next_sibling)
-        if (lh < sizeof have) lh += (size_t)snprintf(have + lh, sizeof have - lh, "%s%s", lh ? ", " : "", m->modules[ch].leaf);
+        if (lh < ch_cap) lh += (size_t)snprintf(have + lh, ch_cap - lh, "%s%s", lh ? ", " : "", m->modules[ch].leaf);
     for (int k = 0; need[k]; k++) {
         bool found = false;
         char alts[96];
@@ -116,14 +117,21 @@ static hp_status check_archetype(actx *c, const hp_override *e, const hp_boundar
         for (char *save = NULL, *a = strtok_r(alts, "|", &save); a && !found; a = strtok_r(NULL, "|", &save))
             for (int ch = m->modules[b->module].first_child; ch >= 0 && !found; ch = m->modules[ch].next_sibling)
                 found = !strcmp(m->modules[ch].leaf, a);
-        if (!found && lm < sizeof missing)
-            lm += (size_t)snprintf(missing + lm, sizeof missing - lm, "%s%s", lm ? ", " : "", need[k]);
+        if (!found && lm < cm) lm += (size_t)snprintf(missing + lm, cm - lm, "%s%s", lm ? ", " : "", need[k]);
     }
-    if (!lm) return HP_OK;
+    if (!lh) snprintf(have, ch_cap, "(no submodules)");
+    return lm == 0;
+}
+
+static hp_status check_archetype(actx *c, const hp_override *e, const hp_boundary *b)
+{
+    const hp_model *m = c->p->model;
+    char missing[256], have[512];
+    if (archetype_fits(m, b->local_compute_fn, b, missing, sizeof missing, have, sizeof have)) return HP_OK;
     return fail(c, e,
                 "archetype '%s' does not fit module '%s': missing submodule(s) %s; the module has: %s. Pick the "
                 "archetype for this family (suggested: %s) or match the MoE block itself",
-                b->local_compute_fn, b->fqn, missing, lh ? have : "(no submodules)", hp_archetype_suggest(m));
+                b->local_compute_fn, b->fqn, missing, have, hp_archetype_suggest(m));
 }
 
 static hp_status apply_injection(actx *c, const hp_override *e, hp_boundary *b)
@@ -154,16 +162,32 @@ static void apply_io(const hp_ov_io *src, hp_io_map *dst, bool out_field)
     }
 }
 
+/* Whether derived param i of b is an expert that EP marking placed on the ep axis (an ep Shard): an override's
+ * params map does not replace those, since the EP-marked boundary's stacks and exchange are built on them. */
+static bool ep_placed(const hp_boundary *b, int i)
+{
+    hp_pl_kind k = b->params[i].pl.ax[HP_AXIS_EP].kind;
+    return b->ep_size > 0 && (k == HP_PL_S || k == HP_PL_S2);
+}
+
+static bool listed(const hp_override *e, const char *rel)
+{
+    for (int k = 0; k < e->params.n; k++)
+        if (!strcmp(e->params.e[k].rel, rel)) return true;
+    return false;
+}
+
 static hp_status merge(actx *c, const hp_override *e, hp_boundary *b)
 {
+    int n_keep = 0; /* EP-placed experts the override does not list: kept as EP marking placed them ({} clears) */
     if (e->params.kind == HP_OV_MAP && e->params.n > 0 && b->n_params > 0) {
         hp_buf lost;
         hp_buf_init(&lost);
         int n = 0;
         for (int i = 0; i < b->n_params; i++) {
-            bool kept = false;
-            for (int k = 0; k < e->params.n && !kept; k++) kept = !strcmp(e->params.e[k].rel, b->params[i].rel);
-            if (!kept) hp_buf_printf(&lost, "%s%s", n++ ? ", " : "", b->params[i].rel);
+            if (listed(e, b->params[i].rel)) continue;
+            if (ep_placed(b, i)) n_keep++;
+            else hp_buf_printf(&lost, "%s%s", n++ ? ", " : "", b->params[i].rel);
         }
         if (n)
             hp__plan_warn(c->p, "override match='%s' on '%s' replaces params and strips the derived sharding from %d "
@@ -172,8 +196,23 @@ static hp_status merge(actx *c, const hp_override *e, hp_boundary *b)
         hp_buf_free(&lost);
     }
     hp_status st = HP_OK;
-    if (e->params.kind == HP_OV_MAP) st = copy_params(c, b, &e->params);
-    else if (e->params.kind == HP_OV_NONE) b->n_params = 0;
+    if (e->params.kind == HP_OV_MAP && n_keep) {
+        const hp_boundary old = *b; /* its params array stays in the arena */
+        st = copy_params(c, b, &e->params); /* the override's entries, then the kept experts */
+        hp_param_spec *all = st == HP_OK ? hp_arena_alloc(&c->p->arena, (size_t)(b->n_params + n_keep) * sizeof *all)
+                                          : NULL;
+        if (st == HP_OK && !all) st = hp_err_set(c->err, HP_ERR_NOMEM, "out of memory");
+        if (st == HP_OK) {
+            memcpy(all, b->params, (size_t)b->n_params * sizeof *all);
+            for (int i = 0; i < old.n_params; i++)
+                if (!listed(e, old.params[i].rel) && ep_placed(&old, i)) all[b->n_params++] = old.params[i];
+            b->params = all;
+        }
+    } else if (e->params.kind == HP_OV_MAP) {
+        st = copy_params(c, b, &e->params);
+    } else if (e->params.kind == HP_OV_NONE) {
+        b->n_params = 0;
+    }
     if (st != HP_OK) return st;
     apply_io(&e->in_src, &b->in_src, false);
     apply_io(&e->in_dst, &b->in_dst, false);
@@ -346,4 +385,44 @@ hp_status hp__apply_overrides(hp_plan *p, const hp_overrides *o, bool derive, hp
     }
     free(act);
     return st;
+}
+
+hp_status hp__apply_ep_compute(hp_plan *p, const char *ep_compute, hp_err *err)
+{
+    const hp_model *m = p->model;
+    bool moe = m->family && hp_family_is_moe(m->family);
+    if (!moe)
+        return hp_err_set(err, HP_ERR_INPUT, "--ep-compute %s: %s is a dense model (%s); it has no MoE block to "
+                          "compute under expert parallelism; drop --ep-compute", ep_compute, m->path,
+                          m->model_type ? m->model_type : "unknown type");
+    const char *key;
+    if (!strcmp(ep_compute, "suggested")) {
+        key = hp_archetype_suggest(m);
+        if (!key)
+            return hp_err_set(err, HP_ERR_INPUT, "--ep-compute suggested: the family of %s (%s) suggests no EP compute "
+                              "archetype; name one: %s", m->path, m->model_type, hp_archetype_list());
+    } else if (!(key = hp_archetype_resolve(ep_compute))) {
+        return hp_err_set(err, HP_ERR_INPUT, "--ep-compute '%s' is not an EP compute archetype; give suggested (this "
+                          "family's: %s) or one of: %s", ep_compute, hp_archetype_suggest(m), hp_archetype_list());
+    }
+    for (size_t i = 0; i < p->n_boundaries; i++) {
+        hp_boundary *b = &p->boundaries[i];
+        if (b->ep_size <= 0) continue;
+        if (b->local_compute_fn) {
+            if (strcmp(b->local_compute_fn, key) != 0)
+                return hp_err_set(err, HP_ERR_INPUT, "--ep-compute %s (%s) contradicts the overrides, which declare "
+                                  "local_compute_fn %s on boundary '%s'; give one of them",
+                                  ep_compute, key, b->local_compute_fn, b->fqn);
+            continue;
+        }
+        char missing[256], have[512];
+        if (!archetype_fits(m, key, b, missing, sizeof missing, have, sizeof have))
+            return hp_err_set(err, HP_ERR_INPUT, "--ep-compute %s: archetype '%s' does not fit module '%s': missing "
+                              "submodule(s) %s; the module has: %s (this family's archetype: %s)", ep_compute, key,
+                              b->fqn, missing, have, hp_archetype_suggest(m));
+        b->local_compute_fn = key; /* a static archetype key, as an override's */
+        b->region_dispatch = 0;
+        b->injected = true;
+    }
+    return HP_OK;
 }

@@ -52,6 +52,11 @@ struct hp_overrides {
 
 /* Phase 4.5: applies o to the derived boundaries of p (derive=false: p has none and every key inserts). */
 hp_status hp__apply_overrides(hp_plan *p, const hp_overrides *o, bool derive, hp_err *err);
+/* hp_plan_opts.ep_compute (after the overrides): the archetype (or "suggested", the family's) declared with
+ * region_dispatch false on every EP-marked boundary without a local_compute_fn; HP_ERR_INPUT for a dense model,
+ * a family without a suggestion, an unknown archetype, one that does not fit the block, or a boundary whose
+ * overrides declare another. */
+hp_status hp__apply_ep_compute(hp_plan *p, const char *ep_compute, hp_err *err);
 
 /* archetypes.c: the expected submodules of an archetype ("gate", "experts", ...); NULL-terminated. */
 const char *const *hp__archetype_children(const char *key);

@@ -276,6 +276,26 @@ const char *hp_mesh_str(const hp_mesh *m, char *buf, size_t cap)
     return buf;
 }
 
+const char *hp_mesh_world_hint(const hp_mesh *m, int64_t world, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    int64_t have = hp_mesh_world(m), ep = m->ep;
+    if (m->ep_axis || ep <= 1 || world == have || world < 1 || world % have) return buf;
+    /* the ranks the user seems to have counted ep into: dp grows by the factor, ep stays on the dense ranks; or
+     * the factor is an ep axis of its own */
+    int64_t dp = hp_mesh_size(m, "dp") * (world / have), cp = hp_mesh_size(m, "cp"), tp = hp_mesh_size(m, "tp");
+    char cps[48] = "", axis[160] = "";
+    if (cp > 1) snprintf(cps, sizeof cps, " --cp %lld", (long long)cp);
+    size_t o = 0;
+    for (int i = 0; i < m->n_dims && o < sizeof axis; i++)
+        if (m->sizes[i] > 1) o += (size_t)snprintf(axis + o, sizeof axis - o, "%s=%lld,", m->names[i], (long long)m->sizes[i]);
+    snprintf(buf, cap, "; --ep %lld adds no ranks: TP-extend-EP rides on the ranks of the dense region (dp x cp x tp "
+             "= %lld), in EP groups of %lld consecutive ones. For %lld ranks, --dp %lld%s --tp %lld --ep %lld was "
+             "meant (or an ep axis of its own ranks: --mesh %sep=%lld)", (long long)ep, (long long)have, (long long)ep,
+             (long long)world, (long long)dp, cps, (long long)tp, (long long)ep, axis, (long long)(world / have));
+    return buf;
+}
+
 /* ---- plan helpers ---- */
 
 bool hp__plan_has_dim(const hp_plan *p, hp_axis a)
@@ -477,6 +497,7 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
     if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
     if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);
+    if (st == HP_OK && o->ep_compute) st = hp__apply_ep_compute(p, o->ep_compute, err);
     /* A plan of no boundary shards nothing, and `shard --plan` would copy the model to every rank: with
      * derive=False that means no override applied, which is a mistake worth stopping on. */
     if (st == HP_OK && !o->derive && p->n_boundaries == 0)

@@ -957,18 +957,20 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
     if (m->meta && !o->shards)
         return hp_err_set(err, HP_ERR_INPUT, "%s holds no weights (a config.json); run needs a checkpoint or a "
                           "shard folder", m->path);
+    char hint[600];
     if (hp_mesh_world(&p->mesh) != world)
         return hp_err_set(err, HP_ERR_INPUT,
                           "the plan's mesh has %lld ranks but %d processes run it; start it with mpirun -np %lld "
-                          "or give a mesh of %d ranks",
-                          (long long)hp_mesh_world(&p->mesh), world, (long long)hp_mesh_world(&p->mesh), world);
+                          "or give a mesh of %d ranks%s",
+                          (long long)hp_mesh_world(&p->mesh), world, (long long)hp_mesh_world(&p->mesh), world,
+                          hp_mesh_world_hint(&p->mesh, world, hint, sizeof hint));
     bool moe = m->family && hp_family_is_moe(m->family);
     if (!moe && hp_plan_ep_size(p) > 1)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
-    st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, "run", err) : HP_OK;
+    st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;
     char cfg_path[4200];
     if (o->shards) snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->shards);

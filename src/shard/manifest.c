@@ -2,7 +2,8 @@
  * manifest.c — DIR/manifest.json: what every rank file holds and where it came from (docs/shard-format.md).
  *
  *   {"format": "hyperpar-shards", "version": 2, "identity": "<32 hex digits>",
- *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>"},
+ *    "plan":    {"file": "plan.json" | null, "fingerprint": "<FNV-1a 64 of the plan JSON text>",
+ *                "stored": "plan.json" (that text, beside the rank files; absent in folders written before it)},
  *    "mesh":    {"dims": [{"name", "size"}], "world", "ep", "ep_mode"},
  *    "source":  {"path", "files", "total_bytes", "model_type", "architecture", "config_checksum": "xxh64:<16 hex>"
  *                (the config.json written beside the rank files; absent when the source had none)},
@@ -90,7 +91,7 @@ static json_t *rank_tensor_json(jb *b, const hp_shard_tensor *t)
 }
 
 hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const char *plan_file, const char *plan_fp,
-                             const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
+                             bool plan_stored, const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
                              hp_err *err)
 {
     jb b = {.ok = true};
@@ -101,6 +102,7 @@ hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const 
     json_t *plan = chk(&b, json_object());
     set(&b, plan, "file", plan_file ? jstr(&b, plan_file) : chk(&b, json_null()));
     set(&b, plan, "fingerprint", jstr(&b, plan_fp));
+    if (plan_stored) set(&b, plan, "stored", jstr(&b, HP__SHARD_PLAN_FILE));
     set(&b, root, "plan", plan);
 
     json_t *mesh = chk(&b, json_object()), *dims = chk(&b, json_array());
@@ -374,6 +376,42 @@ static hp_status read_rank(rd *r, json_t *o, int64_t idx, hp__mrank *rk)
     return st;
 }
 
+/* mesh.dims (a --mesh spec, checked by hp_mesh_parse), mesh.ep and mesh.ep_mode into m->mesh; the world must be
+ * their product. Optional (a reader of rank files needs only the world): has_mesh stays false without dims. */
+static hp_status read_mesh(rd *r, json_t *mesh, hp__manifest *m)
+{
+    json_t *dims = json_object_get(mesh, "dims");
+    if (!dims) return HP_OK;
+    if (!json_is_array(dims) || json_array_size(dims) == 0 || json_array_size(dims) > HP_MESH_MAX_DIMS)
+        return bad(r, "mesh.dims", "expected an array of 1 to 8 {name, size}");
+    char spec[HP_MESH_MAX_DIMS * 40] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < json_array_size(dims); i++) {
+        json_t *d = json_array_get(dims, i), *nm = json_object_get(d, "name"), *sz = json_object_get(d, "size");
+        const char *name = json_string_value(nm);
+        if (!name || !name[0] || strlen(name) > 15 || strpbrk(name, ",=") || !json_is_integer(sz) ||
+            json_integer_value(sz) < 1 || json_integer_value(sz) > HP_MESH_MAX_SIZE) {
+            char w[64];
+            snprintf(w, sizeof w, "mesh.dims[%zu]", i);
+            return bad(r, w, "expected {\"name\": an axis name, \"size\": a positive integer}");
+        }
+        n += (size_t)snprintf(spec + n, sizeof spec - n, "%s%s=%lld", i ? "," : "", name,
+                              (long long)json_integer_value(sz));
+    }
+    hp_err e;
+    if (hp_mesh_parse(spec, &m->mesh, &e) != HP_OK) return bad(r, "mesh.dims", e.msg);
+    json_t *ep = json_object_get(mesh, "ep"), *mode = json_object_get(mesh, "ep_mode");
+    const char *md = json_string_value(mode);
+    if (!json_is_integer(ep) || json_integer_value(ep) < 1 || json_integer_value(ep) > HP_MESH_MAX_SIZE || !md)
+        return bad(r, "mesh", "ep must be a positive integer and ep_mode a string");
+    if (!strcmp(md, "ep-axis") != m->mesh.ep_axis)
+        return bad(r, "mesh.ep_mode", "\"ep-axis\" exactly when the mesh has an ep axis");
+    if (!m->mesh.ep_axis) m->mesh.ep = json_integer_value(ep);
+    if (hp_mesh_world(&m->mesh) != m->world) return bad(r, "mesh.world", "not the product of mesh.dims");
+    m->has_mesh = true;
+    return HP_OK;
+}
+
 static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
 {
     if (!json_is_object(root)) return bad(r, "(top level)", "expected an object");
@@ -411,6 +449,16 @@ static hp_status read_root(rd *r, json_t *root, hp__manifest *m)
     if (!json_is_object(mesh)) return bad(r, "mesh", "missing or not an object");
     st = get_int(r, mesh, "world", "mesh", 1, HP_SHARD_MAX_WORLD, &m->world);
     if (st != HP_OK) return st;
+    st = read_mesh(r, mesh, m);
+    if (st != HP_OK) return st;
+    json_t *plan = json_object_get(root, "plan"), *fp = json_object_get(plan, "fingerprint");
+    json_t *stored = json_object_get(plan, "stored");
+    if (json_is_string(fp) && strlen(json_string_value(fp)) == 16) snprintf(m->plan_fp, sizeof m->plan_fp, "%s",
+                                                                           json_string_value(fp));
+    if (stored && !(json_is_string(stored) && !strcmp(json_string_value(stored), HP__SHARD_PLAN_FILE)))
+        return bad(r, "plan.stored", "expected \"" HP__SHARD_PLAN_FILE "\"");
+    m->plan_stored = stored != NULL;
+    if (m->plan_stored && !m->plan_fp[0]) return bad(r, "plan.fingerprint", "expected 16 hex digits");
 
     json_t *gt = json_object_get(root, "tensors");
     if (!json_is_array(gt)) return bad(r, "tensors", "missing or not an array");

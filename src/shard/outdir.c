@@ -70,6 +70,7 @@ static bool digits(const char *s, size_t n)
 /* The file names shard and merge write into their output folder. */
 static const char *const g_shard_names[] = {"manifest.json",
                                             "config.json",
+                                            "plan.json",
                                             "model.safetensors",
                                             "model.safetensors.index.json",
                                             "rank-" D5 ".safetensors",

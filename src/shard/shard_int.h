@@ -162,9 +162,12 @@ bool hp__file_exists(const char *path);
 /* ---- manifest (manifest.c) ---- */
 /* The manifest version this hyperpar writes and reads (1: before identities and checksums, refused). */
 #define HP__MANIFEST_VERSION 2
+/* The plan a shard folder was written with, beside its rank files (manifest "plan.stored"). */
+#define HP__SHARD_PLAN_FILE "plan.json"
 /* bytes / sums: per rank, the size and XXH64 of its file (replicas repeat their file_rank's values). */
+/* plan_stored: the plan's JSON text is written beside it as plan.json (manifest "plan.stored"). */
 hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const char *plan_file, const char *plan_fp,
-                             const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
+                             bool plan_stored, const char *identity, const uint64_t *bytes, const uint64_t *sums, const char *path,
                              hp_err *err);
 
 typedef struct hp__mtensor {
@@ -202,6 +205,10 @@ typedef struct hp__manifest {
     bool has_config_checksum;
     uint64_t config_checksum; /* source.config_checksum: XXH64 of the config.json written beside the rank files */
     int64_t world;
+    bool has_mesh;        /* mesh.dims was given (every manifest hyperpar writes has it) */
+    hp_mesh mesh;         /* mesh.dims with mesh.ep (the TP-extend-EP group size when there is no ep axis) */
+    char plan_fp[17];     /* plan.fingerprint: FNV-1a 64 of the plan JSON text, 16 hex digits ("" when absent) */
+    bool plan_stored;     /* plan.stored: the folder holds that text as plan.json (absent in older folders) */
     size_t n_globals;
     hp__mglobal *globals; /* model parameter order */
     size_t n_ranks;

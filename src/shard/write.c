@@ -148,22 +148,19 @@ static hp_status link_replicas(const hp_shard_layout *l, const char *tmp, uint64
     return HP_OK;
 }
 
-static hp_status plan_fingerprint(const hp_plan *p, const char *text, char *fp, hp_err *err)
+/* The plan's JSON text (o->plan_text as read, else the plan serialised) into b, and its fingerprint into fp. */
+static hp_status plan_text(const hp_plan *p, const char *text, hp_buf *b, char *fp, hp_err *err)
 {
-    if (text) {
-        hp__fnv1a_hex(text, strlen(text), fp);
-        return HP_OK;
-    }
-    hp_buf b;
-    hp_buf_init(&b);
-    hp_status st = hp_plan_to_json(p, &b, err);
-    if (st == HP_OK) hp__fnv1a_hex(b.data ? b.data : "", b.len, fp);
-    hp_buf_free(&b);
+    hp_status st = HP_OK;
+    if (text) hp_buf_puts(b, text);
+    else st = hp_plan_to_json(p, b, err);
+    if (st == HP_OK && b->oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) hp__fnv1a_hex(b->data ? b->data : "", b->len, fp);
     return st;
 }
 
 static hp_status write_all(const hp_model *m, const hp_shard_layout *l, const char *tmp, const char *identity,
-                           const char *plan_fp, const hp_shard_opts *o, hp_shard_stats *stats, int *why, hp_err *err)
+                           const char *plan_fp, const hp_buf *plan, const hp_shard_opts *o, hp_shard_stats *stats, int *why, hp_err *err)
 {
     int64_t *files = malloc((size_t)l->world * sizeof *files);
     uint64_t *bytes = hp_calloc((size_t)l->world, sizeof *bytes), *sums = hp_calloc((size_t)l->world, sizeof *sums);
@@ -241,7 +238,10 @@ static hp_status write_all(const hp_model *m, const hp_shard_layout *l, const ch
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", tmp);
-    if (st == HP_OK) st = hp__manifest_write(l, m, o->plan_file, plan_fp, identity, bytes, sums, path, err);
+    if (st == HP_OK) st = hp__manifest_write(l, m, o->plan_file, plan_fp, true, identity, bytes, sums, path, err);
+    /* the plan itself, so that run and train on the folder need no flags (hp_shard_folder_plan) */
+    snprintf(path, sizeof path, "%s/" HP__SHARD_PLAN_FILE, tmp);
+    if (st == HP_OK) st = hp__write_text(path, plan->data ? plan->data : "", plan->len, err);
     char cfg[4200];
     snprintf(cfg, sizeof cfg, "%s/config.json", hp_ckpt_dir(m->ckpt));
     snprintf(path, sizeof path, "%s/config.json", tmp);
@@ -299,15 +299,18 @@ hp_status hp_shard_write(const hp_model *m, const hp_plan *p, const char *out_di
     if (st == HP_OK) st = hp__snap_take(&snap, files, sizes, nf, err);
     hp__guard_enter();
     char fp[17], identity[33];
-    if (st == HP_OK) st = plan_fingerprint(p, o->plan_text, fp, err);
+    hp_buf plan;
+    hp_buf_init(&plan);
+    if (st == HP_OK) st = plan_text(p, o->plan_text, &plan, fp, err);
     if (st == HP_OK) st = hp__identity(m, l, identity, err);
     if (st == HP_OK) st = hp__out_begin(od, err);
     int why = 0;
     if (st == HP_OK) {
-        st = write_all(m, l, od->tmp, identity, fp, o, stats, &why, err);
+        st = write_all(m, l, od->tmp, identity, fp, &plan, o, stats, &why, err);
         st = hp__out_finish(od, &snap, "source", why, st, err);
     }
     hp__guard_leave();
+    hp_buf_free(&plan);
     hp__snap_free(&snap);
     hp_shard_layout_free(l);
     free(od);

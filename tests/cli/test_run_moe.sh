@@ -117,9 +117,13 @@ expect 0 "topk_idx 0 of" -- $MPI -np 8 "$HP" run $F/gpt_oss --input $F/gpt_oss/f
 # Equal to one process within 1e-5 (the reduction order is the only difference).
 expect 0 "OK" -- $MPI -np 2 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 2 \
     --compare "$WORK/deepseek_v3.one.st" --compare-rtol 1e-5
-# A folder cut over tp read by a plan that needs whole experts (TP-extend-EP) is refused naming the slice.
-expect 2 "is held only as the slice dim 0 [0, 48)" -- $MPI -np 2 "$HP" run "$WORK/mixtral.tp2" \
+# A folder cut over tp: --ep contradicts its mesh (named at once); read by a --plan that needs whole experts
+# (TP-extend-EP), it is refused naming the slice.
+expect 2 "--ep 2 contradicts the shard folder's ep=1" -- $MPI -np 2 "$HP" run "$WORK/mixtral.tp2" \
     --input $F/mixtral/forward_io.safetensors --tp 2 --ep 2 --overrides data/overrides/mixtral_ep.yaml
+"$HP" plan $F/mixtral --tp 2 --ep 2 --overrides data/overrides/mixtral_ep.yaml -o "$WORK/mixtral.tpep.plan.json" 2>/dev/null
+expect 2 "is held only as the slice dim 0 [0, 48)" -- $MPI -np 2 "$HP" run "$WORK/mixtral.tp2" \
+    --input $F/mixtral/forward_io.safetensors --plan "$WORK/mixtral.tpep.plan.json"
 # The router must stay whole on tp: an override that cuts it is refused by run and by cost, by name.
 printf -- '- match: "model.layers.*.block_sparse_moe"\n  params: {gate.weight: {tp: shard(0)}}\n' >"$WORK/rtp.yaml"
 expect 2 "the router must be replicated" -- $MPI -np 2 "$HP" run $F/mixtral --input $F/mixtral/forward_io.safetensors \

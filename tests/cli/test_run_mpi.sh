@@ -181,8 +181,14 @@ LIST
 "$HP" shard "$WORK/gen" --tp 2 --out "$WORK/shards" >/dev/null 2>&1
 expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 2 --compare "$WORK/gen.one.st" \
     --compare-rtol 1e-5
-expect 2 "another mesh" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --cp 2
-expect 2 "sharded for 2 ranks" -- $MPI -np 4 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 4
+# The folder brings its mesh: no flags needed, and a flag that contradicts it is refused naming both values.
+expect 0 "OK" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --compare "$WORK/gen.one.st" \
+    --compare-rtol 1e-5
+expect 2 "--cp 2 contradicts the shard folder's cp=1" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --cp 2
+expect 2 "--tp 4 contradicts the shard folder's tp=2" -- $MPI -np 4 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --tp 4
+# A --plan of another mesh is held to the rank files.
+"$HP" plan "$WORK/gen" --cp 2 -o "$WORK/cp2.plan.json" 2>/dev/null
+expect 2 "another mesh" -- $MPI -np 2 "$HP" run "$WORK/shards" --input "$WORK/ids.st" --plan "$WORK/cp2.plan.json"
 # A bad id ends every rank with the cause (exit 2, printed once).
 python3 - "$WORK/bad.st" <<'PY'
 import json, struct, sys
