@@ -317,8 +317,8 @@ static int run(run_args *a, int *argc, char ***argv)
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads(w, a->threads, NULL);
-        hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL, .compute = a->compute, .overlap = a->overlap,
-                          .balanced_router = a->balanced,
+        hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL,
+                          .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
                           .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD")};
         if (a->validate) {

@@ -1030,7 +1030,10 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
 static void sync_copies(tparam *q)
 {
     bool r16 = q->r16 || q->w32;
-    for (int64_t k = 0; k < q->n && (r16 || q->wide); k++) {
+    if (!r16 && !q->wide) return;
+    /* element-wise, so the threads split the elements (a bf16 model's copies are a pass over every weight) */
+#pragma omp parallel for schedule(static) if (q->n > 65536)
+    for (int64_t k = 0; k < q->n; k++) {
         float v = r16 ? hp_linalg_round_bf16(q->data[k]) : q->data[k];
         if (q->wide) q->wide[k] = v;
         if (q->held) q->held[k] = v;
