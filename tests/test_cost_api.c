@@ -246,7 +246,8 @@ static const hp_advise_cand *find(const hp_advice *a, int64_t dp, int64_t cp, in
     return NULL;
 }
 
-/* The ranking's contract: accepted first, by time beyond 1%, then wire bytes, then memory; rejected with figures
+/* The ranking's contract: accepted first, by time as printed (3 significant digits), then wire bytes, then memory
+ * (so #1 is never shown slower than #2); rejected with figures
  * (nearest misses, least memory first) before those without. */
 static void check_order(const hp_advice *a)
 {
@@ -257,11 +258,10 @@ static void check_order(const hp_advice *a)
         const hp_advise_cand *x = &a->cands[i], *y = &a->cands[i + 1];
         CHECK(x->ok || !y->ok);
         if (x->ok && y->ok) {
-            double hi = fmax(x->t_step, y->t_step);
-            bool tie = fabs(x->t_step - y->t_step) <= 0.01 * hi;
-            CHECK_MSG(tie ? x->wire_bytes < y->wire_bytes ||
-                                (x->wire_bytes == y->wire_bytes && x->max_bytes <= y->max_bytes)
-                          : x->t_step < y->t_step,
+            double tx = hp_seconds_as_printed(x->t_step), ty = hp_seconds_as_printed(y->t_step);
+            CHECK_MSG(tx == ty ? x->wire_bytes < y->wire_bytes ||
+                                     (x->wire_bytes == y->wire_bytes && x->max_bytes <= y->max_bytes)
+                               : tx < ty,
                       "#%d %s before #%d %s", i, x->mesh, i + 1, y->mesh);
         } else if (!x->ok && !y->ok) {
             CHECK(x->max_bytes > 0 || y->max_bytes == 0);
@@ -410,6 +410,44 @@ TEST(advise_moe_reasons_and_weights)
         hp_advice_free(a);
     }
     hp_model_close(m);
+}
+
+/* The default batch is a row per rank (world rows): the same for every candidate, and no dp above it, so the
+ * dp > 1 meshes are ranked, not all rejected for the batch. */
+TEST(advise_default_batch_is_a_row_per_rank)
+{
+    hp_model *m = open_model(L3);
+    if (!m) return;
+    hp_advise_opts o;
+    hp_advise_opts_default(&o);
+    o.world = 8, o.mem_per_rank = 80ull << 30;
+    hp_advice *a = NULL;
+    hp_err err;
+    CHECK_MSG(hp_advise(&a, m, &o, &err) == HP_OK, "%s", err.msg);
+    if (!a) return hp_model_close(m);
+    CHECK_EQ_INT(a->B, 8);
+    int dp_ok = 0;
+    for (int i = 0; i < a->n_cands; i++) {
+        CHECK(a->cands[i].why != HP_ADVISE_DP_ROWS);
+        dp_ok += a->cands[i].ok && a->cands[i].dp > 1;
+    }
+    CHECK(dp_ok > 0);
+    hp_advice_free(a);
+    hp_model_close(m);
+}
+
+/* Seconds as printed: 3 significant digits in s, ms or us, whole units from 1000 on; the ranking compares that. */
+TEST(format_seconds_and_as_printed)
+{
+    char b[48];
+    CHECK_STR_EQ(hp_format_seconds(44.94, b, sizeof b), "44.9 s");
+    CHECK_STR_EQ(hp_format_seconds(1134.6, b, sizeof b), "1130 s");
+    CHECK_STR_EQ(hp_format_seconds(0.012345, b, sizeof b), "12.3 ms");
+    CHECK_STR_EQ(hp_format_seconds(4.5e-5, b, sizeof b), "45 us");
+    CHECK_STR_EQ(hp_format_seconds(0, b, sizeof b), "0 ms");
+    CHECK(hp_seconds_as_printed(44.94) == hp_seconds_as_printed(44.86)); /* both 44.9 s */
+    CHECK(hp_seconds_as_printed(44.94) > hp_seconds_as_printed(44.6));
+    CHECK(hp_seconds_as_printed(0.012345) == hp_seconds_as_printed(0.01226)); /* 12.3 ms */
 }
 
 TEST(advise_refuses_a_world_out_of_range)

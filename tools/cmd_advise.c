@@ -20,7 +20,7 @@ static const cli_opt g_opts[] = {
     {"world", O_WORLD, "N", "ranks in all", 0, NULL},
     {"top", O_TOP, "K", "candidates printed (5)", 0, NULL},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
     CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')"),
     {0},
 };
@@ -76,6 +76,11 @@ static void flags_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t ca
 }
 
 
+/* What the shard command reads: MODEL when it holds the weights; a config.json (meta mode) holds none, so the
+ * command names a placeholder the user replaces (CKPT_NOTE says so), never a command that cannot run. */
+#define CKPT_PLACEHOLDER "CHECKPOINT"
+#define CKPT_NOTE "(MODEL is a config.json: shard needs the checkpoint folder with the weights; put it for CHECKPOINT)"
+
 /* The hyperpar plan + shard command line that makes candidate c. */
 static void command_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t cap)
 {
@@ -83,7 +88,7 @@ static void command_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t 
     flags_of(x, c, fl, sizeof fl);
     snprintf(buf, cap, "hyperpar plan %s %s%s%s -o plan.json && hyperpar shard %s --plan plan.json --out shards",
              x->model_arg, fl, x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "",
-             x->model_arg);
+             x->m->meta ? CKPT_PLACEHOLDER : x->model_arg);
 }
 
 /* ---- output ---- */
@@ -105,8 +110,8 @@ static void print_text(FILE *o, const ctx *x, int top)
     fprintf(o, "meshes   %d considered, %d accepted, %d rejected (%.3f s, %.2f ms per mesh)\n\n", n, ok, n - ok, secs,
             n ? secs * 1e3 / n : 0.0);
     if (ok) {
-        fprintf(o, "best first (predicted step time*; within 1%%, fewer bytes over the wire, then less memory; memory "
-                   "of the most-loaded rank;\nsent: bytes into collectives, wire: bytes sent over links by the ring "
+        fprintf(o, "best first (predicted step time* as printed; equal: fewer bytes over the wire, then less memory; "
+                   "memory of the most-loaded rank;\nsent: bytes into collectives, wire: bytes sent over links by the ring "
                    "algorithms):\n");
         fprintf(o, "  %-4s %-40s %11s %11s %11s %11s %11s %11s %10s\n", "#", "mesh", "memory", "weights", "activ.*",
                 a->train ? "state*" : "KV cache*", "sent/step", "wire/step", "step*");
@@ -122,6 +127,7 @@ static void print_text(FILE *o, const ctx *x, int top)
         char cmd[CLI_ADVISE_COMMAND_MAX], fl[300];
         command_of(x, &v[0], cmd, sizeof cmd);
         fprintf(o, "\nmake the plan and the shards of #1:\n  %s\n", cmd);
+        if (x->m->meta) fprintf(o, "  %s\n", CKPT_NOTE);
         flags_of(x, &v[0], fl, sizeof fl);
         fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld --seq %lld%s%s%s\n", x->model_arg, fl,
                 (long long)a->B, (long long)a->S, a->train ? " --mode train" : "",
@@ -166,6 +172,10 @@ static void print_json(FILE *o, const ctx *x)
             command_of(x, c, cmd, sizeof cmd);
             fprintf(o, ", \"command\": ");
             cli_json_fstr(o, cmd);
+            if (x->m->meta) {
+                fprintf(o, ", \"command_note\": ");
+                cli_json_fstr(o, CKPT_NOTE);
+            }
         } else {
             fprintf(o, ", \"reason\": ");
             cli_json_fstr(o, c->reason);
@@ -187,8 +197,11 @@ static int print_html(FILE *o, const ctx *x)
     if (cmds && pc) {
         for (int i = 0; i < a->n_cands; i++) {
             pc[i] = cmds + (size_t)i * CLI_ADVISE_COMMAND_MAX;
-            if (a->cands[i].ok) command_of(x, &a->cands[i], cmds + (size_t)i * CLI_ADVISE_COMMAND_MAX,
-                                           CLI_ADVISE_COMMAND_MAX);
+            if (!a->cands[i].ok) continue;
+            char *ci = cmds + (size_t)i * CLI_ADVISE_COMMAND_MAX;
+            command_of(x, &a->cands[i], ci, CLI_ADVISE_COMMAND_MAX);
+            size_t l = strlen(ci);
+            if (x->m->meta) snprintf(ci + l, CLI_ADVISE_COMMAND_MAX - l, "  # %s", CKPT_NOTE);
         }
         rc = cli_html_advise(o, title, a, pc);
     }
@@ -214,6 +227,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         ao.world = N;
         ao.mem_per_rank = cf->budget;
         ao.cost = cf->co;
+        if (!cf->batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
         ao.plan = pf->po;
         st = hp_advise(&a, m, &ao, &err);
     }

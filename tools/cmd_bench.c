@@ -407,7 +407,7 @@ static const cli_opt g_advise_opts[] = {
     {"world", O_WORLD, "N", "ranks in all", 0, NULL},
     {"reps", O_REPS, "R", "runs of the search; the best is reported (3)", 0, NULL},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("advise's flags: the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_COST("advise's flags: the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
     CLI_OPTS_PLAN("advise's flags: the plan flags of every candidate"),
     {0},
 };
@@ -459,16 +459,18 @@ int cmd_bench_advise(int argc, char **argv)
     ao.world = N;
     ao.mem_per_rank = cf.budget; /* 0 without --mem-per-rank: every mesh the model takes is evaluated in full */
     ao.cost = cf.co;
+    if (!cf.batch_given) ao.cost.B = 0; /* advise's default batch */
     ao.plan = pf.po;
     double best_mesh = 0, best_plan = 0;
     int n = 0;
+    int64_t B = 0;
     for (int64_t i = 0; st == HP_OK && i < reps; i++) {
         hp_advice *a = NULL;
         if ((st = hp_advise(&a, m, &ao, &err)) != HP_OK) break;
         double per = a->n_cands ? a->search_seconds / a->n_cands : 0;
         if (!i || per < best_mesh) best_mesh = per;
         if (!i || a->plan_seconds < best_plan) best_plan = a->plan_seconds;
-        n = a->n_cands;
+        n = a->n_cands, B = a->B;
         hp_advice_free(a);
     }
     hp_model_close(m);
@@ -476,7 +478,7 @@ int cmd_bench_advise(int argc, char **argv)
     cli_cost_flags_free(&cf);
     if (st != HP_OK) return cli_fail(&err);
     printf("bench advise: %s, world %lld, batch %lld x %lld, %d meshes\n", argv[optind], (long long)N,
-           (long long)cf.co.B, (long long)cf.co.S, n);
+           (long long)B, (long long)cf.co.S, n);
     printf("  one plan (the template, with its shard layout): %9.3f ms\n", best_plan * 1e3);
     printf("  advise, per mesh:                               %9.3f ms   (%.4f of one plan; best of %lld)\n",
            best_mesh * 1e3, best_plan > 0 ? best_mesh / best_plan : 0.0, (long long)reps);

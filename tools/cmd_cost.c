@@ -29,7 +29,7 @@ static const cli_opt g_opts[] = {
     {"rank", O_RANK, "R", "the rank whose collectives are listed (default: the most-loaded)", 0, NULL},
     {"detail", O_DETAIL, NULL, "list every layer's collectives (default: the first layers, then sums)", 0, NULL},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)"),
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", "one row per dp replica"),
     CLI_OPTS_INPUT("B and S from an input instead of --batch/--seq (one of --input, --ids, --random-input; all\n"
                    "as 'hyperpar run' takes them, checked against the vocabulary)"),
     {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},

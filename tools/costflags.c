@@ -221,10 +221,7 @@ void cli_json_real(FILE *o, double v)
 
 const char *cli_seconds(double s, char *buf, size_t cap)
 {
-    if (s >= 1.0) snprintf(buf, cap, "%.3g s", s);
-    else if (s >= 1e-3 || s == 0) snprintf(buf, cap, "%.3g ms", s * 1e3);
-    else snprintf(buf, cap, "%.3g us", s * 1e6);
-    return buf;
+    return hp_format_seconds(s, buf, cap);
 }
 
 static double now_s(void)

@@ -15,8 +15,11 @@ enum {
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
-#define CLI_OPTS_COST(grp)                                                                                          \
-    {"batch", CLI_O_BATCH, "B", "the batch of one step (default: one row per dp replica)", 0, grp},                \
+/* The default batch of advise's help: one batch for every candidate (hp_advise_opts.cost.B). */
+#define CLI_ADVISE_BATCH "one row per rank, N rows: every dp divides it"
+/* bdef: the default batch, in the words of the command's help. */
+#define CLI_OPTS_COST(grp, bdef)                                                                                    \
+    {"batch", CLI_O_BATCH, "B", "the batch of one step (default: " bdef ")", 0, grp},                              \
     {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
     {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache) or train (adds gradients,\n"        \
                               "optimizer state, master weights, saved activations, the backward)", 0, grp},         \

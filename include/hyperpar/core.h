@@ -117,6 +117,11 @@ void hp_log(hp_log_level level, const char *fmt, ...) __attribute__((format(prin
 
 /* Human-readable byte count ("1.50 GiB") into buf; returns buf. */
 const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap);
+/* Seconds with 3 significant digits in s, ms or us ("2.5 s", "12.3 ms", "45 us") into buf; returns buf. */
+const char *hp_format_seconds(double s, char *buf, size_t cap);
+/* The value hp_format_seconds shows for s (rounded to its 3 digits, in seconds): what a ranking printed with it
+ * compares, so that a row is never shown slower than the row below it. */
+double hp_seconds_as_printed(double s);
 /* Thousands separators ("46,702,792,704") into buf; returns buf. */
 const char *hp_format_count(uint64_t n, char *buf, size_t cap);
 

@@ -180,7 +180,8 @@ typedef struct hp_advise_opts {
     int64_t world;              /* N, the ranks in all (>= 1) */
     uint64_t mem_per_rank;      /* the budget of the most-loaded rank; 0: none */
     hp_cost_opts cost;          /* the batch, the mode, the byte and time model, the routing (its mesh, ranks,
-                                   weight and layout fields are advise's own and ignored) */
+                                   weight and layout fields are advise's own and ignored); cost.B 0 (the
+                                   default): a row per rank, world rows, the same batch for every candidate */
     hp_plan_opts plan;          /* the planner's options (SP, loss-parallel, overrides; the mesh is advise's) */
 } hp_advise_opts;
 
@@ -222,8 +223,8 @@ typedef struct hp_advice {
     int64_t B, S;
     bool train;
     int n_cands, n_ok;          /* cands[0..n_ok) accepted, the rest rejected */
-    /* Best first: accepted by predicted step time; times within 1% of each other tie, and fewer wire_bytes, then
-     * less max_bytes decide. Then the rejected: the evaluated (nearest misses, least max_bytes first), then the
+    /* Best first: accepted by predicted step time as printed (hp_seconds_as_printed: 3 significant digits);
+     * times that print the same tie, and fewer wire_bytes, then less max_bytes decide. Then the rejected: the evaluated (nearest misses, least max_bytes first), then the
      * rest in enumeration order (tp, then cp, then ep ascending). */
     hp_advise_cand *cands;
     hp_err batch_err;           /* HP_OK, or the first refusal of the batch itself by the cost model */

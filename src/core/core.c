@@ -383,6 +383,34 @@ const char *hp_format_bytes(uint64_t bytes, char *buf, size_t cap)
     return buf;
 }
 
+/* The unit s is shown in: a multiplier of seconds. */
+static double seconds_unit(double s)
+{
+    return s >= 1.0 ? 1.0 : s >= 1e-3 || s == 0 ? 1e3 : 1e6;
+}
+
+/* s rounded to 3 significant digits in unit u (a multiplier of seconds). */
+static double seconds_in_unit(double s, double u)
+{
+    char b[48];
+    snprintf(b, sizeof b, "%.3g", s * u);
+    return strtod(b, NULL);
+}
+
+const char *hp_format_seconds(double s, char *buf, size_t cap)
+{
+    double u = seconds_unit(s), r = seconds_in_unit(s, u);
+    /* 1000 and above: whole units, not 1e+03 */
+    snprintf(buf, cap, r >= 1000 ? "%.0f %s" : "%.3g %s", r, u == 1.0 ? "s" : u == 1e3 ? "ms" : "us");
+    return buf;
+}
+
+double hp_seconds_as_printed(double s)
+{
+    double u = seconds_unit(s);
+    return seconds_in_unit(s, u) / u;
+}
+
 const char *hp_format_count(uint64_t n, char *buf, size_t cap)
 {
     char digits[32];

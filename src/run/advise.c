@@ -35,6 +35,7 @@ void hp_advise_opts_default(hp_advise_opts *o)
 {
     memset(o, 0, sizeof *o);
     hp_cost_opts_default(&o->cost);
+    o->cost.B = 0; /* the default: a row per rank (hp_advise) */
     hp_plan_opts_default(&o->plan);
 }
 
@@ -156,8 +157,9 @@ static void name_mesh(hp_advise_cand *c)
     if (c->ep_axis)
         snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld,ep=%lld (ep axis)", (long long)c->dp,
                  (long long)c->cp, (long long)c->tp, (long long)c->ep);
-    else if (c->ep > 1)
-        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld ep=%lld (TP-extend)", (long long)c->dp,
+    else if (c->ep > 1) /* at tp = 1 the EP group rides on dp alone: nothing is extended */
+        snprintf(c->mesh, sizeof c->mesh, c->tp > 1 ? "dp=%lld,cp=%lld,tp=%lld ep=%lld (TP-extend)"
+                                                     : "dp=%lld,cp=%lld,tp=%lld ep=%lld", (long long)c->dp,
                  (long long)c->cp, (long long)c->tp, (long long)c->ep);
     else
         snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld", (long long)c->dp, (long long)c->cp,
@@ -254,7 +256,8 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     return true;
 }
 
-/* The ranking (hp_advice.cands): accepted first, by time (within 1%: a tie), wire bytes, memory; then the
+/* The ranking (hp_advice.cands): accepted first, by time as printed (3 significant digits, hp_format_seconds:
+ * equal there is a tie, so #1 is never shown slower than #2), wire bytes, memory; then the
  * rejected, the nearest misses (evaluated, least memory) first, then the rest as found (qsort is not stable:
  * the enumeration index decides). */
 typedef struct ranked {
@@ -268,8 +271,8 @@ static int by_rank(const void *a, const void *b)
     const hp_advise_cand *x = &rx->c, *y = &ry->c;
     if (x->ok != y->ok) return x->ok ? -1 : 1;
     if (x->ok) {
-        double hi = x->t_step > y->t_step ? x->t_step : y->t_step;
-        if (fabs(x->t_step - y->t_step) > 0.01 * hi) return x->t_step < y->t_step ? -1 : 1;
+        double tx = hp_seconds_as_printed(x->t_step), ty = hp_seconds_as_printed(y->t_step);
+        if (tx != ty) return tx < ty ? -1 : 1;
         if (x->wire_bytes != y->wire_bytes) return x->wire_bytes < y->wire_bytes ? -1 : 1;
     } else if ((x->max_bytes > 0) != (y->max_bytes > 0)) {
         return x->max_bytes > 0 ? -1 : 1;
@@ -373,6 +376,11 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
     if (o->world < 1 || o->world > HP_MESH_MAX_SIZE)
         return hp_err_set(err, HP_ERR_INPUT, "advise: a world of %lld ranks; give between 1 and %d ranks",
                           (long long)o->world, HP_MESH_MAX_SIZE);
+    /* The default batch: a row per rank, which every dp divides, and one batch for every candidate, so that their
+     * step times compare (a row per replica would give each mesh its own batch). */
+    hp_advise_opts oo = *o;
+    if (oo.cost.B == 0) oo.cost.B = o->world;
+    o = &oo;
     hp_advice *a = calloc(1, sizeof *a);
     if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     a->world = o->world, a->mem_per_rank = o->mem_per_rank, a->B = o->cost.B, a->S = o->cost.S;
