@@ -47,14 +47,9 @@ static txt fbytes(uint64_t b)
 static txt fsec(double s)
 {
     txt t;
-    if (!(s > 0))
-        snprintf(t.s, sizeof t.s, "0 s");
-    else if (s < 1e-3)
-        snprintf(t.s, sizeof t.s, "%.1f \xc2\xb5s", s * 1e6);
-    else if (s < 1)
-        snprintf(t.s, sizeof t.s, "%.2f ms", s * 1e3);
-    else
-        snprintf(t.s, sizeof t.s, "%.3f s", s);
+    /* the text's digits (hp_format_seconds): the ranking ties times that print the same */
+    if (!(s > 0)) snprintf(t.s, sizeof t.s, "0 s");
+    else hp_format_seconds(s, t.s, sizeof t.s);
     return t;
 }
 
