@@ -7,6 +7,7 @@
  * cache, training state, FLOPs and the predicted step time, and the MoE exchange of a real router (the
  * balanced router's, unless --routing gives the routing).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,13 @@ static void json_kinds(FILE *o, const uint64_t *v)
     fprintf(o, "}");
 }
 
+/* ", "name": v", or null when the figure is not derived (the runtime refuses the plan). */
+static void json_u64(FILE *o, const char *name, uint64_t v, bool derived)
+{
+    if (derived) fprintf(o, ", \"%s\": %llu", name, (unsigned long long)v);
+    else fprintf(o, ", \"%s\": null", name);
+}
+
 static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri)
 {
     char mesh[160], coords[160];
@@ -127,27 +135,37 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
         cli_json_fstr(o, hp_shard_coords_str(l, r->rank, coords, sizeof coords));
-        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"workspace_bytes\": %llu, "
-               "\"kv_cache_bytes\": %llu, "
-               "\"grad_bytes\": %llu, \"optim_bytes\": %llu, \"master_bytes\": %llu, \"saved_bytes\": %llu, "
-               "\"total_bytes\": %llu, \"comm\": {\"bytes\": ",
-               (long long)r->ep, (unsigned long long)r->weight_bytes, (unsigned long long)r->act_bytes,
-               (unsigned long long)r->workspace_bytes, (unsigned long long)r->kv_bytes, (unsigned long long)r->grad_bytes, (unsigned long long)r->optim_bytes,
-               (unsigned long long)r->master_bytes, (unsigned long long)r->saved_bytes,
-               (unsigned long long)r->total_bytes);
-        json_kinds(o, r->bytes);
-        fprintf(o, ", \"calls\": ");
-        json_kinds(o, r->calls);
-        fprintf(o, "}, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"net_bytes\": %llu, \"flops\": ",
-                (unsigned long long)r->sent_bytes, (unsigned long long)r->wire_bytes,
-                (unsigned long long)r->sent_bytes); /* net_bytes: sent_bytes' old name */
-        cli_json_count(o, r->flops);
+        bool d = !c->refused[0]; /* refused: only the weights are derived, the rest is null, never 0 */
+        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu", (long long)r->ep, (unsigned long long)r->weight_bytes);
+        json_u64(o, "activation_bytes", r->act_bytes, d);
+        json_u64(o, "workspace_bytes", r->workspace_bytes, d);
+        json_u64(o, "kv_cache_bytes", r->kv_bytes, d);
+        json_u64(o, "grad_bytes", r->grad_bytes, d);
+        json_u64(o, "optim_bytes", r->optim_bytes, d);
+        json_u64(o, "master_bytes", r->master_bytes, d);
+        json_u64(o, "saved_bytes", r->saved_bytes, d);
+        json_u64(o, "total_bytes", r->total_bytes, d);
+        fprintf(o, ", \"comm\": ");
+        if (d) {
+            fprintf(o, "{\"bytes\": ");
+            json_kinds(o, r->bytes);
+            fprintf(o, ", \"calls\": ");
+            json_kinds(o, r->calls);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, "null");
+        }
+        json_u64(o, "sent_bytes", r->sent_bytes, d);
+        json_u64(o, "wire_bytes", r->wire_bytes, d);
+        json_u64(o, "net_bytes", r->sent_bytes, d); /* net_bytes: sent_bytes' old name */
+        fprintf(o, ", \"flops\": ");
+        cli_json_count(o, d ? r->flops : NAN);
         fprintf(o, ", \"t_compute\": ");
-        cli_json_real(o, r->t_compute);
+        cli_json_real(o, d ? r->t_compute : NAN);
         fprintf(o, ", \"t_comm\": ");
-        cli_json_real(o, r->t_comm);
+        cli_json_real(o, d ? r->t_comm : NAN);
         fprintf(o, ", \"t_step\": ");
-        cli_json_real(o, r->t_step);
+        cli_json_real(o, d ? r->t_step : NAN);
         fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
     }
     const hp_cost_rank *r = &c->ranks[ri];
@@ -203,10 +221,17 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
            !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
            : routed                                    ? "the given routing (exact)"
                                                        : "the balanced router's (estimate*)");
-    fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights", "activations*",
-           c->train ? "state*" : "KV cache*", "total", "comm/step", "wire/step", "GFLOP*", "step*");
+    if (c->refused[0])
+        fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
+    else
+        fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights",
+                "activations*", c->train ? "state*" : "KV cache*", "total", "comm/step", "wire/step", "GFLOP*", "step*");
     int64_t shown = c->n_ranks < 64 ? c->n_ranks : 64;
-    for (int64_t i = 0; i < shown; i++) {
+    for (int64_t i = 0; i < shown && c->refused[0]; i++) /* only the weights are derived: no 0 B / 0 ms */
+        fprintf(o, "  rank %-8lld %-22.22s %10s %11s\n", (long long)c->ranks[i].rank,
+                hp_shard_coords_str(l, c->ranks[i].rank, coords, sizeof coords), mb(c->ranks[i].weight_bytes, b[0], 32),
+                "not derived");
+    for (int64_t i = 0; i < shown && !c->refused[0]; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
         for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
@@ -226,6 +251,16 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                    "%lld\n", wb == UINT64_MAX ? "past 2^64 bytes" : mb(wb, b[0], 32), (long long)c->ranks[wi].rank);
     }
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
+    if (c->refused[0]) {
+        fprintf(o, "most-loaded rank %lld: weights %s exact; activations, %s and the total not derived\n",
+                (long long)mx->rank, mb(mx->weight_bytes, b[0], 32), c->train ? "training state" : "KV cache");
+        if (budget)
+            fprintf(o, "budget   %s per rank: the weights alone need %.1f%% of it; the total is not derived\n",
+                    mb(budget, b[0], 32), 100.0 * (double)mx->weight_bytes / (double)budget);
+        fprintf(o, "\ncommunication, activations, FLOPs and time are not derived: 'hyperpar run' refuses this plan:\n"
+                   "  %s\n", c->refused);
+        return;
+    }
     fprintf(o, "most-loaded rank %lld: %s (weights %s exact + activations %s*", (long long)mx->rank,
            mb(mx->total_bytes, b[0], 32), mb(mx->weight_bytes, b[1], 32), mb(mx->act_bytes, b[2], 32));
     if (c->train)
@@ -238,11 +273,6 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
 
-    if (c->refused[0]) {
-        fprintf(o, "\ncommunication, activations, FLOPs and time are not derived: 'hyperpar run' refuses this plan:\n  %s\n",
-                c->refused);
-        return;
-    }
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,

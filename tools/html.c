@@ -286,10 +286,15 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
     if (c->S_pad != c->S) escf(f, " (padded to %lld)", (long long)c->S_pad);
     escf(f, "; %s", c->train ? "training (forward and backward)" : "inference (one forward step)");
     fputs("</p>\n<p class=\"sum\">", f);
-    escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)m->rank,
-         fbytes(m->total_bytes).s, c->train ? " + training state" : "",
-         budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
-    if (budget) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
+    if (c->refused[0]) /* only the weights are derived: no total, no 0 B */
+        escf(f, "most-loaded rank %lld: weights %s; activations, %s and the total not derived; budget %s",
+             (long long)m->rank, fbytes(m->weight_bytes).s, state_name(c),
+             budget ? fbytes(budget).s : "none (colours against the most-loaded rank's weights)");
+    else
+        escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)m->rank,
+             fbytes(m->total_bytes).s, c->train ? " + training state" : "",
+             budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
+    if (budget && !c->refused[0]) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
     fputs("</p>\n", f);
     if (c->refused[0]) {
         fputs("<p class=\"sum\">", f);
@@ -543,6 +548,10 @@ static void layer_table(FILE *f, const hp_cost_rank *r)
 static void cost_layers(FILE *f, const hp_cost *c)
 {
     const hp_cost_rank *r = &c->ranks[c->max_rank];
+    if (c->refused[0]) {
+        fputs("<h2>Collectives per layer</h2>\n<p>Not derived: 'hyperpar run' refuses this plan (above).</p>\n", f);
+        return;
+    }
     fputs("<h2>Collectives per layer</h2>\n<p class=\"note\">", f);
     escf(f, "Rank %lld (the most-loaded), bytes it sends into each kind of collective in one %s. Total:",
          (long long)r->rank, c->train ? "training step" : "forward step");

@@ -55,4 +55,16 @@ PY
 expect 0 "gpt2 is not one of them" -- "$HP" cost "$WORK/gpt2" --allow-uncovered
 expect 0 '"weight_bytes": 64' -- "$HP" cost "$WORK/gpt2" --allow-uncovered --format json
 expect 0 "usage: hyperpar cost" -- "$HP" cost --help
+# A plan 'hyperpar run' refuses: only the weights are derived; the rest says "not derived" (text, HTML) or is null
+# (JSON), never 0 B / 0 ms.
+RF="data/forward/llama --tp 2 --batch 2 --seq 16 --overrides data/overrides/attn_out_feature_shard.yaml"
+expect 0 "177.25 KiB not derived" -- "$HP" cost $RF
+expect 0 "activations, KV cache and the total not derived" -- "$HP" cost $RF --mem-per-rank 1GB
+expect 0 "the weights alone need 69.2% of it" -- "$HP" cost $RF --mem-per-rank 256KiB
+check "refused plan: no 0 B / 0 ms in the text" bash -c "out=\$('$HP' cost $RF --mem-per-rank 1GB) && \
+    grep -q \"refuses this plan\" <<<\"\$out\" && ! grep -Eq ' 0 B|0 ms' <<<\"\$out\""
+check "refused plan: JSON figures null, weights kept" bash -c "'$HP' cost $RF --format json | python3 -c 'import json,sys; \
+    r=json.load(sys.stdin)[\"ranks\"]; sys.exit(0 if r and all(x[\"weight_bytes\"] > 0 and x[\"total_bytes\"] is None and \
+    x[\"activation_bytes\"] is None and x[\"t_step\"] is None and x[\"comm\"] is None for x in r) else 1)'"
+check "refused plan: HTML says not derived" bash -c "'$HP' cost $RF --format html | grep -q 'the total not derived'"
 finish
