@@ -55,7 +55,7 @@ TEST(cost_refuses_a_batch_past_64_bits)
         CHECK(a->act_bytes > SCRATCH && b->act_bytes > SCRATCH);
         CHECK(a->act_bytes - SCRATCH == 8 * (b->act_bytes - SCRATCH));
         CHECK(a->kv_bytes == 8 * b->kv_bytes && a->kv_bytes > 0);
-        CHECK(a->total_bytes == a->weight_bytes + a->act_bytes);
+        CHECK(a->total_bytes == a->weight_bytes + a->act_bytes + a->kv_bytes); /* inference: the KV cache counts */
         CHECK(a->flops > 0 && a->t_step > 0);
         CHECK(a->bytes[HP_RUN_GATHER] == 8 * b->bytes[HP_RUN_GATHER] && a->bytes[HP_RUN_GATHER] > 0);
     }

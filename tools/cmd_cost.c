@@ -266,9 +266,8 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->train)
         fprintf(o, " + gradients %s* + optimizer %s* + master %s* + saved activations %s*", mb(mx->grad_bytes, b[3], 32),
                mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
-    fprintf(o, ")");
-    if (!c->train) fprintf(o, "; a KV cache of the %lld positions would add %s*", (long long)c->S, mb(mx->kv_bytes, b[3], 32));
-    fprintf(o, "\n");
+    if (!c->train) fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
+    fprintf(o, ")\n");
     if (budget)
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");

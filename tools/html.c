@@ -291,8 +291,8 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
              (long long)m->rank, fbytes(m->weight_bytes).s, state_name(c),
              budget ? fbytes(budget).s : "none (colours against the most-loaded rank's weights)");
     else
-        escf(f, "most-loaded rank %lld: %s" EST " (weights + activations%s); budget %s", (long long)m->rank,
-             fbytes(m->total_bytes).s, c->train ? " + training state" : "",
+        escf(f, "most-loaded rank %lld: total %s" EST " (weights + activations + %s); budget %s", (long long)m->rank,
+             fbytes(m->total_bytes).s, state_name(c),
              budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
     if (budget && !c->refused[0]) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
     fputs("</p>\n", f);
@@ -362,8 +362,8 @@ static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t b
     int64_t label_every = 1; /* rows from one row label to the next, so that they do not overlap */
     while ((double)label_every * (cell + gap) < 13) label_every++;
     fputs("<h2>Memory per rank on the mesh</h2>\n<p class=\"note\">", f);
-    escf(f, "Each cell a rank, coloured by its memory (weights + activations%s" EST ") against %s. ",
-         c->train ? " + training state" : "", budget ? "the budget" : "the most-loaded rank");
+    escf(f, "Each cell a rank, coloured by its total (weights + activations + %s" EST ") against %s. ",
+         state_name(c), budget ? "the budget" : "the most-loaded rank");
     if (mesh && mesh->n_dims > 1)
         escf(f, "Rows: the coordinates of the axes before %s; columns: %s. ", mesh->names[mesh->n_dims - 1],
              mesh->names[mesh->n_dims - 1]);

@@ -98,7 +98,8 @@ typedef struct hp_cost_rank {
      * for the dense ones, the expert-data-parallel group (the ranks holding the same experts) for the experts.
      * saved_bytes: the residual stream's local block at every layer's input and the final norm's. */
     uint64_t grad_bytes, optim_bytes, master_bytes, saved_bytes;
-    uint64_t total_bytes;         /* weights + activations (+ training state) */
+    uint64_t total_bytes;         /* what counts against a budget: weights + activations + the KV cache of the
+                                     batch (inference) or the training state (train); docs/cost.md "Total" */
     double flops;                 /* forward (x3 with train), estimate */
     double t_compute, t_comm, t_step; /* predicted seconds */
     bool ep_estimated;            /* the exchange bytes are an estimate */
@@ -209,8 +210,8 @@ typedef struct hp_advise_cand {
     hp_advise_why why;
     char mesh[128];             /* "dp=2,cp=1,tp=4 ep=8 (TP-extend)" */
     char reason[512];
-    uint64_t max_bytes;         /* the most-loaded rank's memory: weights + activations + training state, or
-                                   + KV cache in inference (serving keeps the batch's cache) */
+    uint64_t max_bytes;         /* the most-loaded rank's total (hp_cost_rank.total_bytes): weights + activations
+                                   + training state, or + KV cache in inference (serving keeps the batch's cache) */
     uint64_t weight_bytes, act_bytes, state_bytes; /* of that rank; state: KV cache (infer) or training state */
     uint64_t sent_bytes;        /* bytes per step into collectives of more than one rank (hp_cost_rank.sent_bytes) */
     uint64_t wire_bytes;        /* bytes per step sent over links, ring algorithms (hp_cost_rank.wire_bytes) */

@@ -235,7 +235,6 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     c->weight_bytes = r->weight_bytes;
     c->act_bytes = r->act_bytes;
     c->state_bytes = k->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
-    if (!k->train) c->max_bytes += r->kv_bytes; /* serving: the KV cache of the batch counts against the budget */
     for (int64_t i = 0; i < k->n_ranks; i++) {
         const hp_cost_rank *q = &k->ranks[i];
         if (q->sent_bytes > c->sent_bytes) c->sent_bytes = q->sent_bytes;

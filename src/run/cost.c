@@ -1053,8 +1053,12 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
         r->kv_bytes = ck_bytes(w, kb, ck_mul3(w, kb, ck_mul(w, kb, 2, pos), kvh, c->hd), (uint64_t)o->mdl.kv_bytes);
     }
     r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
-    (void)ck_addu(w, tb, r->total_bytes, r->kv_bytes); /* advise counts the KV cache against the budget */
-    if (!o->train) return;
+    /* total: what counts against a budget, one meaning in cost, advise and the pages (docs/cost.md "Total");
+     * serving keeps the KV cache of the batch */
+    if (!o->train) {
+        r->total_bytes = ck_addu(w, tb, r->total_bytes, r->kv_bytes);
+        return;
+    }
     /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
      * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
     r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));

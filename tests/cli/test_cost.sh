@@ -67,4 +67,32 @@ check "refused plan: JSON figures null, weights kept" bash -c "'$HP' cost $RF --
     r=json.load(sys.stdin)[\"ranks\"]; sys.exit(0 if r and all(x[\"weight_bytes\"] > 0 and x[\"total_bytes\"] is None and \
     x[\"activation_bytes\"] is None and x[\"t_step\"] is None and x[\"comm\"] is None for x in r) else 1)'"
 check "refused plan: HTML says not derived" bash -c "'$HP' cost $RF --format html | grep -q 'the total not derived'"
+# "total" means one thing in cost (text, JSON, HTML) and advise: what counts against a budget, weights +
+# activations + the KV cache of the batch (inference) or the training state (train); docs/cost.md "Total".
+total_same() {
+    python3 - "$HP" "$@" <<'PY'
+import json, re, subprocess, sys
+hp, model, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+run = lambda *a: subprocess.run([hp] + list(a), capture_output=True, text=True, check=True).stdout
+k = json.loads(run("cost", model, "--tp", "2", "--format", "json", *extra))
+train = k["mode"] == "train"
+for r in k["ranks"]:
+    st = r["grad_bytes"] + r["optim_bytes"] + r["master_bytes"] + r["saved_bytes"] if train else r["kv_cache_bytes"]
+    if r["total_bytes"] != r["weight_bytes"] + r["activation_bytes"] + st:
+        print("cost total", r["total_bytes"], "!= weights + activations + state", r); sys.exit(1)
+mx = max(q["total_bytes"] for q in k["ranks"])
+a = json.loads(run("advise", model, "--world", str(k["world"]), "--mem-per-rank", "1TB", "--format", "json", *extra))
+c = [c for c in a["candidates"] if c["ok"] and c["tp"] == 2 and c["dp"] == 1 and c["cp"] == 1 and c["ep"] == 1]
+if not c or c[0]["max_bytes"] != mx:
+    print("advise memory", c and c[0]["max_bytes"], "!= cost's most-loaded total", mx); sys.exit(1)
+html = run("cost", model, "--tp", "2", "--format", "html", *extra)
+def mib(b): return "%.2f MiB" % (b / 2**20)
+if "total " + mib(mx) not in html and "total " + ("%.2f KiB" % (mx / 1024)) not in html:
+    print("HTML total missing", mib(mx)); sys.exit(1)
+print("total", mx, "the same in cost, advise and the page;", "train" if train else "infer")
+PY
+}
+check "total: the same in cost, advise, HTML (inference, with the KV cache)" total_same data/forward/llama --batch 2 --seq 16
+check "total: the same in cost, advise, HTML (training)" total_same data/forward/llama --batch 2 --seq 16 --mode train
+expect 0 "+ KV cache 4.00 KiB* of the 16 positions)" -- "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16
 finish
