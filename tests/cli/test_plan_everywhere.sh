@@ -59,7 +59,7 @@ out=$($MPI -np 2 "$HP" train $Q --input $QI --steps 1 --tp 2 --ep 2 2>&1 </dev/n
 check "train: the missing EP compute names 'hyperpar train'" grep -qF "hyperpar train ... --ep-compute suggested" <<<"$out"
 expect 0 "" -- $MPI -np 2 "$HP" train $Q --input $QI --steps 1 --tp 2 --ep 2 --ep-compute suggested
 # advise's commands carry it.
-out=$("$HP" advise data/configs/qwen3-30b-a3b.json --world 8 --mem-per-rank 80GiB --format json 2>/dev/null)
+out=$("$HP" advise data/configs/qwen3-30b-a3b.json --world 8 --mem-per-rank 80GiB --batch 1 --format json 2>/dev/null)
 check "advise: the commands of EP candidates carry --ep-compute suggested" \
     grep -qF -- "--tp 2 --ep 2 --ep-compute suggested -o plan.json" <<<"$out"
 check "advise: those of candidates without EP do not" bash -c '! grep -qE -- "--tp [0-9]+ --ep-compute" <<<"$1"' _ "$out"
