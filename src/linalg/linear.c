@@ -102,9 +102,11 @@ static bool key_eq(const hp__dnnl_mm_key *a, const hp__dnnl_mm_key *b)
            a->packed == b->packed;
 }
 
-/* The cached primitive of key, made on first use. */
-static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out, hp_err *err)
+/* The cached primitive of key, made on first use; *unsupported (may be NULL) as hp__dnnl_mm_create sets it. */
+static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out, bool *unsupported,
+                        hp_err *err)
 {
+    if (unsupported) *unsupported = false;
     for (int64_t i = 0; i < ctx->n_mms; i++) {
         if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), key)) {
             *out = ctx->mms[i];
@@ -119,7 +121,7 @@ static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dn
         ctx->cap_mms = cap;
     }
     hp__dnnl_mm *mm = NULL;
-    hp_status st = hp__dnnl_mm_create(ctx->dnnl, key, &mm, NULL, err);
+    hp_status st = hp__dnnl_mm_create(ctx->dnnl, key, &mm, unsupported, err);
     if (st != HP_OK) return st;
     ctx->mms[ctx->n_mms++] = mm;
     *out = mm;
@@ -165,16 +167,9 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     hp__dnnl_mm_key key = {.src = HP_DT_BF16, .wei = HP_DT_BF16, .n = HP__DNNL_RUNTIME_N, .k = k, .beta = acc};
     const hp__dnnl_mm *mm = NULL;
     bool unsupported = false;
-    for (int64_t i = 0; i < g_plain->n_mms && !mm; i++)
-        if (key_eq(hp__dnnl_mm_key_of(g_plain->mms[i]), &key)) mm = g_plain->mms[i];
-    if (!mm) {
-        hp__dnnl_mm *made = NULL;
-        if (hp__dnnl_mm_create(g_plain->dnnl, &key, &made, &unsupported, &err) != HP_OK) {
-            g_plain_off = unsupported;
-            return false;
-        }
-        hp__dnnl_mm_destroy(made); /* made again by the cache, which owns it */
-        if (get_mm(g_plain, &key, &mm, &err) != HP_OK) return false;
+    if (get_mm(g_plain, &key, &mm, &unsupported, &err) != HP_OK) {
+        g_plain_off = unsupported;
+        return false;
     }
     size_t a_off = 0, w_off = align_up((size_t)(m * k) * 2), d_off = w_off + align_up((size_t)(n * k) * 2);
     if (reserve_scratch(g_plain, d_off + hp__dnnl_mm_scratch_bytes(mm), &err) != HP_OK) return false;
@@ -306,11 +301,11 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
         hp__dnnl_layout l = hp__dnnl_preferred(ctx->dnnl, &key);
         key.packed = l == HP__LAYOUT_BLOCKED || (pack == HP_LINEAR_PACK_ALWAYS && l == HP__LAYOUT_PLAIN_OTHER);
     }
-    hp_status st = get_mm(ctx, &key, &lin->mm[1], err);
+    hp_status st = get_mm(ctx, &key, &lin->mm[1], NULL, err);
     if (st != HP_OK) return st;
     if (!lin->bias) {
         key.beta = false;
-        st = get_mm(ctx, &key, &lin->mm[0], err);
+        st = get_mm(ctx, &key, &lin->mm[0], NULL, err);
         if (st != HP_OK) return st;
         /* A packed layout chosen per primitive could differ between the two; then only beta = 1 is used. */
         if (key.packed && !hp__dnnl_mm_same_weights(lin->mm[0], lin->mm[1])) lin->mm[0] = NULL;
