@@ -38,8 +38,8 @@ TEST(cost_refuses_a_batch_past_64_bits)
         hp_model_close(m);
         return;
     }
-    /* 2^22 x 2^22 tokens: rank 0's activations (the gathered logits alone are B·S·V·4 bytes) pass 2^64 */
-    const int64_t refused[][2] = {{4194304, 4194304}, {INT32_MAX, INT32_MAX}, {INT64_MAX / 2, 2}};
+    /* 2^24 x 2^22 tokens: rank 0's activations (its logits alone are B·S·V·4 bytes) pass 2^64 */
+    const int64_t refused[][2] = {{16777216, 4194304}, {INT32_MAX, INT32_MAX}, {INT64_MAX / 2, 2}};
     for (int i = 0; i < 3; i++) {
         hp_cost *c = (hp_cost *)&err; /* must come back NULL */
         CHECK(cost_at(m, p, refused[i][0], refused[i][1], &c, &err) == HP_ERR_INPUT);

@@ -616,14 +616,14 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, 
                "bare/runtime %.2f (target >= %.1f)\n",
                name, m[C_COLL + k] * 1e3, hp_format_bytes((uint64_t)r->bytes[k], b1, sizeof b1), r->calls[k],
                r->bare[k] * 1e3, grp, ratio(r->bare[k], m[C_COLL + k]), RATIO_TARGET);
-        if (in->ranks > 1 && k != HP_RUN_GATHER) { /* a gather's last rank in is a non-root sending little */
+        if (in->ranks > 1 && k != HP_RUN_GATHER) /* a gather's last rank in is a non-root sending little */
             printf("  %-15s  last rank in (no wait for a slower rank): runtime %.3f ms, bare %.3f ms   ratio "
                    "bare/runtime %.2f\n",
                    "", m[C_COLL_MIN + k] * 1e3, r->bare_min[k] * 1e3, ratio(r->bare_min[k], m[C_COLL_MIN + k]));
+        if (in->ranks > 1)
             printf("  %-15s  synchronized (a barrier before each call, its wait excluded): runtime %.3f ms, bare "
                    "%.3f ms   ratio bare/runtime %.2f (target >= %.1f)\n",
                    "", r->sync[k] * 1e3, r->bare[k] * 1e3, ratio(r->bare[k], r->sync[k]), RATIO_TARGET);
-        }
     }
     if (!is_moe(a))
         printf("  resident  : %s of weights on the largest rank (plan share %s); checkpoint %s / tp %lld = %s   ratio "

@@ -59,6 +59,12 @@ hp_status hp_comm_barrier(const hp_comm *c, hp_err *err);
 hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);
 /* recv holds size * bytes: rank r's block at r * bytes. */
 hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
+/* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes`; row o
+ * of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). tmp holds size * rows * bytes (the
+ * peers' blocks pass through it). Each block is copied once into place at memory bandwidth, this rank's own
+ * while the peers' are in flight. */
+hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                 size_t stride, void *tmp, hp_err *err);
 /* Every rank sends `bytes` to each rank: send and recv hold size * bytes. */
 hp_status hp_comm_alltoall(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
 /* Byte counts and displacements per peer (arrays of size entries). */

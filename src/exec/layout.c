@@ -199,3 +199,19 @@ hp_run_coll hp__low_coll(hp__low_kind k)
                                                                : HP_RUN_COLL_COUNT;
 }
 
+bool hp__gather_in_place(const int64_t *lo, const int64_t *n, int64_t gn)
+{
+    for (int64_t i = 1; i < gn; i++)
+        if (n[i] != n[0] || lo[i] != lo[0] + i * n[0]) return false;
+    return true;
+}
+
+bool hp__lay_first_whole(const hp__axes *x, const hp__lay *lay, const int64_t g[3])
+{
+    for (int d = 0; d < 3; d++) {
+        int64_t lo, n;
+        hp__lay_range(x, lay, g, d, 0, 0, &lo, &n);
+        if (lo != 0 || n != g[d]) return false;
+    }
+    return true;
+}

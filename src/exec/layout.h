@@ -71,6 +71,13 @@ typedef struct hp__low {
 
 /* x: the group sizes and this rank's index on each axis. */
 hp__low hp__lower_axis(const hp__axes *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst);
+/* Whether an all-gather's member blocks along its dim (lo: their starts, n: their lengths; gn members) are even
+ * and follow each other in member order, so that MPI receives them straight into the result (run/redist.c;
+ * run/cost.c then sizes no scratch for it). */
+bool hp__gather_in_place(const int64_t *lo, const int64_t *n, int64_t gn);
+/* Whether the rank at index 0 of both axes holds all of a tensor of global dims g laid out as lay (every dim
+ * unsharded): its block is then the whole, and every other rank's a replica. */
+bool hp__lay_first_whole(const hp__axes *x, const hp__lay *lay, const int64_t g[3]);
 /* The error for a transition the lowering refuses on axis ax (`what` names it, `why` is hp__low.why). */
 hp_status hp__refuse(const hp__lay *from, const hp__lay *to, int ax, const char *what, const char *why, hp_err *err);
 /* The statistics kind of a lowering (HP_RUN_COLL_COUNT: no collective). */

@@ -66,6 +66,7 @@ typedef struct walk {
     int64_t rope_pos0, rope_n;
     uint64_t rope_b, m_cur, m_peak;
     bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
+    bool out_handed; /* the logits were handed on, not gathered into a new buffer (gather_hands_on) */
 } walk;
 
 /* ---- checked size math ----
@@ -255,8 +256,9 @@ static void transient(walk *w, uint64_t bytes)
 }
 
 /* The buffers of one axis's transition (one_axis in redist.c): the result goes into the spare activation, sized
- * for the new layout; an all-gather packs through the two scratch blocks unless the blocks are even along an
- * outermost dim, a reduce-scatter through scratch 0 unless outermost; the source's buffer becomes the spare. */
+ * for the new layout; an all-gather packs through the two scratch blocks unless its blocks are even and in order
+ * (hp__gather_in_place): then none along an outermost dim, the peers' blocks through scratch 1 otherwise; a
+ * reduce-scatter through scratch 0 unless outermost; the source's buffer becomes the spare. */
 static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst)
 {
     if (lw.kind == HP__LOW_NONE || lw.kind == HP__LOW_REFUSE || lw.kind == HP__LOW_ALL_REDUCE) return;
@@ -273,18 +275,22 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
             else inner = ck_mul(w, "workspace", inner, n);
         }
     const hp__lay *sh = lw.kind == HP__LOW_ALL_GATHER ? &a->lay : &b.lay; /* the layout the members' blocks cut */
-    int64_t mx = 0, n0 = 0;
-    bool even = true;
-    for (int64_t i = 0; i < gn; i++) {
-        int64_t t = ax == HP__TP ? i : w->pos.r[HP__TP], c = ax == HP__CP ? i : w->pos.r[HP__CP], lo, n;
-        hp__lay_range(&w->pos, sh, a->g, d, t, c, &lo, &n);
-        if (i == 0) n0 = n;
-        even = even && (i == 0 || n == mx);
-        mx = n > mx ? n : mx;
+    int64_t mx = 0, n0 = 0, *lo = calloc((size_t)gn * 2, sizeof *lo), *n = lo ? lo + gn : NULL;
+    if (!lo) { /* out of memory for 2·gn integers: the figure is unknown, reported as an overflow is */
+        w->ws_ovf = true;
+        return;
     }
-    if (lw.kind == HP__LOW_ALL_GATHER && !(even && outer == 1)) {
+    for (int64_t i = 0; i < gn; i++) {
+        int64_t t = ax == HP__TP ? i : w->pos.r[HP__TP], c = ax == HP__CP ? i : w->pos.r[HP__CP];
+        hp__lay_range(&w->pos, sh, a->g, d, t, c, &lo[i], &n[i]);
+        mx = n[i] > mx ? n[i] : mx;
+    }
+    n0 = n[0];
+    bool in_place = hp__gather_in_place(lo, n, gn);
+    free(lo);
+    if (lw.kind == HP__LOW_ALL_GATHER && !(in_place && outer == 1)) {
         int64_t blk = ck_mul3(w, "workspace", outer, mx, inner);
-        grow(w, &w->c_s0, blk);
+        if (!in_place) grow(w, &w->c_s0, blk);
         grow(w, &w->c_s1, ck_mul(w, "workspace", blk, gn));
     } else if (lw.kind == HP__LOW_REDUCE_SCATTER && outer != 1) {
         grow(w, &w->c_s0, ck_mul(w, "workspace", ck_mul3(w, "workspace", outer, n0, inner), gn));
@@ -336,12 +342,12 @@ static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int
     return s;
 }
 
-/* Rank 0's receive of hp__gather_full for a: the blocks of every first holder (bytes). */
+/* Rank 0's receive of hp__gather_full for a: the blocks of every other first holder (bytes). */
 static uint64_t gathered_recv(walk *w, const dact *a)
 {
     const hp_mesh *mesh = w->mesh;
     uint64_t tot = 0;
-    for (int64_t r = 0; r < hp_mesh_world(mesh); r++) {
+    for (int64_t r = 1; r < hp_mesh_world(mesh); r++) { /* rank 0 places its own block straight from a */
         int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
         if ((a->lay.ax[HP__TP].kind == HP_PL_R && t) || (a->lay.ax[HP__CP].kind == HP_PL_R && c) ||
             hp_mesh_coord(mesh, r, "ep"))
@@ -356,9 +362,22 @@ static uint64_t gathered_recv(walk *w, const dact *a)
     return tot;
 }
 
-/* hp__gather_full's buffers on rank 0: the whole [B, S_pad, X] + 1 floats and the receive block in scratch 1. */
-static uint64_t gather_buffers(walk *w, const dact *a)
+/* Whether hp__gather_out hands rank 0's own buffer on for a (it holds the whole tensor). */
+static bool gather_hands_on(const walk *w, const dact *a)
 {
+    bool partial = a->lay.ax[HP__TP].kind == HP_PL_P || a->lay.ax[HP__CP].kind == HP_PL_P;
+    return !partial && w->dp_rows[1] - w->dp_rows[0] == w->B_all && hp__lay_first_whole(&w->pos, &a->lay, a->g);
+}
+
+/* hp__gather_full's buffers on rank 0: the whole [B, S_pad, X] + 1 floats and the receive block in scratch 1;
+ * returns the bytes of the whole. The forward's output (out) in one process is a's own buffer, handed on
+ * (hp__gather_out): no buffer, and a's bytes are returned (they leave the count with the handing on). */
+static uint64_t gather_buffers(walk *w, const dact *a, bool out)
+{
+    if (out && gather_hands_on(w, a)) {
+        w->out_handed = true;
+        return w->cr->rank == 0 ? ck_bytes(w, "workspace", a->cap, sizeof(float)) : 0;
+    }
     if (w->cr->rank != 0) return 0;
     uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->B_all, a->g[1],
                                                                             a->g[2]), 1), sizeof(float));
@@ -444,11 +463,12 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
         }
         if (lw.bytes == UINT64_MAX && !w->ovf) w->ovf = "collective bytes"; /* saturated (redist.c) */
         trans_buffers(w, a, ax, lw, to->ax[ax]);
-        if (lw.kind == HP__LOW_ALL_GATHER || lw.kind == HP__LOW_REDUCE_SCATTER) {
+        if (lw.kind == HP__LOW_ALL_GATHER) { /* its scratch blocks as trans_buffers sized them */
+            w->w_s0 = w->c_s0 > w->w_s0 ? w->c_s0 : w->w_s0;
+            w->w_s1 = w->c_s1 > w->w_s1 ? w->c_s1 : w->w_s1;
+        } else if (lw.kind == HP__LOW_REDUCE_SCATTER) {
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
-            int64_t s1 = lw.kind == HP__LOW_ALL_GATHER ? ck_mul(w, "collective buffers", blk, w->pos.n[ax]) : blk;
-            if (blk > w->w_s0 && lw.kind == HP__LOW_ALL_GATHER) w->w_s0 = blk;
-            if (s1 > w->w_s1) w->w_s1 = s1;
+            if (blk > w->w_s1) w->w_s1 = blk;
         }
         hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], 1, lw.bytes, false)
                                              : HP_OK;
@@ -790,7 +810,7 @@ static hp_status walk_rank(walk *w)
             /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where
              * they lie */
             if (st == HP_OK && !w->o->train && (st = gather(w, &a, "logits", -1)) == HP_OK)
-                mem_count(w, gather_buffers(w, &a), 0); /* the logits, handed to the caller */
+                mem_count(w, gather_buffers(w, &a, true), 0); /* the logits, handed to the caller */
             break;
         default: break;
         }
@@ -804,7 +824,7 @@ static hp_status topk_gathers(walk *w, const hp__step *s)
     const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
     dact tk = {{Bl, w->S_pad, w->K}, *moe_lay, 0};
-    uint64_t full = gather_buffers(w, &tk);
+    uint64_t full = gather_buffers(w, &tk, false);
     if (w->cr->rank == 0) /* the int32 routing [B, S, K] handed to the caller */
         transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->B_all, w->S_orig,
                                                                               w->K), sizeof(int32_t)), 1));
@@ -1030,7 +1050,8 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
     int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
     const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
-    if (r->rank == 0 && !o->train) { /* the gathered logits, received into the second scratch block (reused when large enough) */
+    if (r->rank == 0 && !o->train && !w->out_handed) { /* the gathered logits, received into the second scratch
+                                                         * block (reused when large enough) */
         full = ck_mul3(w, "gathered logits", o->B, w->S_pad, c->V);
         s1 = full > s1 ? full : s1;
     }
@@ -1237,6 +1258,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;
         w.ws_ovf = false;
+        w.out_handed = false;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);

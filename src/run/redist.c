@@ -15,6 +15,8 @@
  */
 #include "run/run_int.h"
 
+#include "core/rows.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,16 +195,16 @@ static geom geom_of(const int64_t n[3], int d)
 static void take(float *dst, const float *src, geom g, int64_t off, int64_t cnt)
 {
     if (cnt <= 0) return;
-    for (int64_t o = 0; o < g.outer; o++)
-        memcpy(dst + o * cnt * g.inner, src + (o * g.len + off) * g.inner, (size_t)(cnt * g.inner) * sizeof *dst);
+    size_t row = (size_t)(cnt * g.inner) * sizeof *dst;
+    hp__copy_rows(dst, row, src + off * g.inner, (size_t)(g.len * g.inner) * sizeof *dst, (size_t)g.outer, row);
 }
 
 /* dst rows [off, off+cnt) of [outer, len, inner] <- src [outer, cnt, inner]. */
 static void put(float *dst, const float *src, geom g, int64_t off, int64_t cnt)
 {
     if (cnt <= 0) return;
-    for (int64_t o = 0; o < g.outer; o++)
-        memcpy(dst + (o * g.len + off) * g.inner, src + o * cnt * g.inner, (size_t)(cnt * g.inner) * sizeof *dst);
+    size_t row = (size_t)(cnt * g.inner) * sizeof *dst;
+    hp__copy_rows(dst + off * g.inner, (size_t)(g.len * g.inner) * sizeof *dst, src, row, (size_t)g.outer, row);
 }
 
 /* The blocks of the group members along dim d after the transition (to = the new layout on that axis): member
@@ -248,28 +250,26 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         for (int64_t i = 0; i < gn; i++) mx = n[i] > mx ? n[i] : mx;
         geom g = geom_of(a->n, d);
         size_t blk = (size_t)(g.outer * mx * g.inner);
-        bool even = true;
-        for (int64_t i = 0; i < gn; i++) even = even && n[i] == mx;
-        /* Even blocks of an outermost dim (outer 1: B = 1, or the batch dim) are already contiguous: MPI
-         * gathers straight from the block into the result, no packing. */
-        bool direct = even && g.outer == 1;
+        /* Even blocks in member order go straight from a into the result: one MPI all-gather when d is
+         * outermost (the blocks are contiguous there), else the peers' blocks through scratch 1, each placed
+         * once. Uneven blocks are padded to the largest through scratch 0 and 1, then placed. */
+        bool direct = hp__gather_in_place(lo, n, gn), contiguous = direct && g.outer == 1;
         float *send = NULL, *recv = NULL;
         if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
-        if (st == HP_OK && !direct) {
-            send = scratch(x, 0, blk, err);
-            recv = send ? scratch(x, 1, blk * (size_t)gn, err) : NULL;
-            if (!send || !recv) st = HP_ERR_NOMEM;
-            else if (blk > (size_t)hp__act_count(a)) memset(send, 0, blk * sizeof *send); /* the padding */
-        }
+        if (st == HP_OK && !direct && !(send = scratch(x, 0, blk, err))) st = HP_ERR_NOMEM;
+        if (st == HP_OK && !contiguous && !(recv = scratch(x, 1, blk * (size_t)gn, err))) st = HP_ERR_NOMEM;
+        if (st == HP_OK && !direct && blk > (size_t)hp__act_count(a)) memset(send, 0, blk * sizeof *send); /* padding */
         if (st == HP_OK) {
             if (!direct) take(send, a->d, g, 0, a->n[d]);
-            double t0 = hp_comm_wtime();
-            st = hp_comm_allgather(gc, direct ? a->d : send, blk * sizeof *send, direct ? b.d : recv, err);
-            count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
-        }
-        if (st == HP_OK && !direct) {
             geom gb = geom_of(b.n, d);
-            for (int64_t i = 0; i < gn; i++) put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
+            size_t row = (size_t)(mx * g.inner) * sizeof(float), stride = (size_t)(gb.len * gb.inner) * sizeof(float);
+            double t0 = hp_comm_wtime();
+            if (!direct) st = hp_comm_allgather(gc, send, blk * sizeof *send, recv, err);
+            else if (contiguous) st = hp_comm_allgather(gc, a->d, blk * sizeof *send, b.d, err);
+            else st = hp_comm_allgather_rows(gc, a->d, (size_t)g.outer, row, b.d, stride, recv, err);
+            count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
+            for (int64_t i = 0; st == HP_OK && !direct && i < gn; i++)
+                put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
         }
         x->st.coll_s[HP_RUN_ALL_GATHER] += hp_comm_wtime() - t_all;
     } else if (lw.kind == HP__LOW_ALL_REDUCE) {
@@ -338,6 +338,31 @@ hp_status hp__redistribute(hp__ctx *x, hp__act *a, const hp__lay *to, const char
 
 /* ---- the whole tensor on rank 0 ---- */
 
+/* Rank r's block of a (its rows of dp replica dpi, the box lo/n of [B_r, S, X]) into full [B_all, S, X]: n0·n1
+ * rows of n2 floats, one strided copy per batch row. */
+static void place(float *full, const float *src, int64_t row0, int64_t S, int64_t X, const int64_t lo[3],
+                  const int64_t n[3])
+{
+    for (int64_t b = 0; b < n[0]; b++)
+        hp__copy_rows(full + ((row0 + lo[0] + b) * S + lo[1]) * X + lo[2], (size_t)X * sizeof *full,
+                      src + b * n[1] * n[2], (size_t)n[2] * sizeof *src, (size_t)n[1], (size_t)n[2] * sizeof *src);
+}
+
+/* Rank r's box in the whole tensor (global dims g of its dp replica) and whether it sends it. */
+static bool rank_box(const hp__ctx *x, const hp__act *a, int r, const int64_t *dp_rows, int64_t *dpi, int64_t lo[3],
+                     int64_t n[3])
+{
+    const hp_mesh *mesh = x->mesh;
+    int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp");
+    *dpi = hp_mesh_coord(mesh, r, "dp");
+    int64_t g[3] = {dp_rows[*dpi + 1] - dp_rows[*dpi], a->g[1], a->g[2]};
+    for (int d = 0; d < 3; d++) hp__lay_range(&x->pos, &a->lay, g, d, t, c, &lo[d], &n[d]);
+    return !(a->lay.ax[HP__TP].kind == HP_PL_R && t) && !(a->lay.ax[HP__CP].kind == HP_PL_R && c) &&
+           !hp_mesh_coord(mesh, r, "ep");
+}
+
+/* Rank 0 holds its own block: it is placed straight from a (never through the gather's receive buffer); the
+ * others' blocks are received into scratch 1 and placed from there. */
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err)
 {
@@ -355,7 +380,7 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     size_t *rc = NULL, *rd = NULL;
     float *recv = NULL, *full = NULL;
     hp_status st = HP_OK;
-    int64_t X = a->g[2], S = a->g[1];
+    int64_t X = a->g[2], S = a->g[1], dpi, lo[3], n[3];
     if (me == 0) {
         rc = hp_calloc((size_t)world * 2, sizeof *rc);
         full = hp_calloc((size_t)(B_all * S * X) + 1, sizeof *full);
@@ -363,44 +388,56 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
         if (!rc || !full) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the gathered tensor");
         rd = rc ? rc + world : NULL;
         size_t tot = 0;
-        for (int r = 0; st == HP_OK && r < world; r++) {
-            int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
-            bool snd = true;
-            if (a->lay.ax[HP__TP].kind == HP_PL_R && t) snd = false;
-            if (a->lay.ax[HP__CP].kind == HP_PL_R && c) snd = false;
-            if (hp_mesh_coord(mesh, r, "ep")) snd = false;
-            int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo, n1, n2, n0;
-            hp__lay_range(&x->pos, &a->lay, g, 0, t, c, &lo, &n0);
-            hp__lay_range(&x->pos, &a->lay, g, 1, t, c, &lo, &n1);
-            hp__lay_range(&x->pos, &a->lay, g, 2, t, c, &lo, &n2);
+        for (int r = 1; st == HP_OK && r < world; r++) {
+            bool snd = rank_box(x, a, r, dp_rows, &dpi, lo, n);
             rd[r] = tot;
-            rc[r] = snd ? (size_t)(n0 * n1 * n2) * sizeof(float) : 0;
+            rc[r] = snd ? (size_t)(n[0] * n[1] * n[2]) * sizeof(float) : 0;
             tot += rc[r];
         }
         if (st == HP_OK && !(recv = scratch(x, 1, tot / sizeof(float) + 1, err))) st = HP_ERR_NOMEM;
     }
     st = hp_comm_agree(x->world, st, err);
+    sync_wait(x, x->world); /* its time is wait_s, not the kind's */
     if (st == HP_OK) {
         double t0 = hp_comm_wtime();
-        st = hp_comm_gatherv(x->world, a->d, mine, recv, rc, rd, 0, err);
-        count_kind(x, HP_RUN_GATHER, mine, t0, true);
+        st = hp_comm_gatherv(x->world, a->d, me == 0 ? 0 : mine, recv, rc, rd, 0, err);
+        count_kind(x, HP_RUN_GATHER, mine, t0, true); /* the transfer; placing the blocks is the caller's work */
     }
+    for (int r = 0; st == HP_OK && me == 0 && r < world; r++)
+        if (rank_box(x, a, r, dp_rows, &dpi, lo, n))
+            place(full, r == 0 ? a->d : recv + rd[r] / sizeof(float), dp_rows[dpi], S, X, lo, n);
     if (st == HP_OK && me == 0) {
-        for (int r = 0; r < world; r++) {
-            if (!rc[r]) continue;
-            int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
-            int64_t g[3] = {dp_rows[dpi + 1] - dp_rows[dpi], S, X}, lo[3], n[3];
-            for (int d = 0; d < 3; d++) hp__lay_range(&x->pos, &a->lay, g, d, t, c, &lo[d], &n[d]);
-            const float *src = recv + rd[r] / sizeof(float);
-            for (int64_t b = 0; b < n[0]; b++)
-                for (int64_t s = 0; s < n[1]; s++)
-                    memcpy(full + ((dp_rows[dpi] + lo[0] + b) * S + lo[1] + s) * X + lo[2],
-                           src + (b * n[1] + s) * n[2], (size_t)n[2] * sizeof *full);
-        }
         *out = full;
         full = NULL;
     }
     free(rc);
     hp__mem_free(x, full, ((size_t)(B_all * S * X) + 1) * sizeof(float));
     return st;
+}
+
+hp_status hp__gather_out(hp__ctx *x, hp__act *a, int64_t B_all, const int64_t *dp_rows, bool may_take, float **out,
+                         hp_err *err)
+{
+    *out = NULL;
+    bool partial = a->lay.ax[HP__TP].kind == HP_PL_P || a->lay.ax[HP__CP].kind == HP_PL_P;
+    if (!may_take || partial || dp_rows[1] - dp_rows[0] != B_all || !hp__lay_first_whole(&x->pos, &a->lay, a->g)) {
+        hp_status st = hp__gather_full(x, a, B_all, dp_rows, out, err);
+        if (st == HP_OK && *out) hp__mem_count(x, ((size_t)(B_all * a->g[1] * a->g[2]) + 1) * sizeof(float), 0);
+        return st;
+    }
+    /* Rank 0 holds the whole tensor (every other rank a replica, or nothing): its buffer is handed on, no rank
+     * moves a byte. Counted as the gather it replaces: this rank's block when it is a first holder. */
+    double t0 = hp_comm_wtime();
+    bool sender = hp_mesh_coord(x->mesh, hp_comm_rank(x->world), "ep") == 0;
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (a->lay.ax[ax].kind == HP_PL_R && x->pos.r[ax] != 0) sender = false;
+    uint64_t mine = sender ? (uint64_t)hp__act_count(a) * sizeof(float) : 0;
+    if (hp_comm_rank(x->world) == 0 && a->d) {
+        *out = a->d;
+        hp__mem_count(x, a->cap * sizeof(float), 0);
+        a->d = NULL;
+        a->cap = 0;
+    }
+    count_kind(x, HP_RUN_GATHER, mine, t0, true);
+    return HP_OK;
 }

@@ -899,9 +899,9 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     }
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     float *full = NULL;
-    if (st == HP_OK) st = hp__gather_full(&r->x, a, B, r->x.dp_rows, &full, err);
+    /* handed to the caller; a backward (keep_activations) reads the logits again: a copy then */
+    if (st == HP_OK) st = hp__gather_out(&r->x, a, B, r->x.dp_rows, !r->o.keep_activations, &full, err);
     if (st == HP_OK && full) {
-        hp__mem_count(&r->x, gathered_bytes(B, a), 0); /* handed to the caller */
         int64_t V = r->g.cfg.V, Sp = r->x.S_pad;
         if (Sp != S)
             for (int64_t b = 0; b < B; b++) memmove(full + b * S * V, full + b * Sp * V, (size_t)(S * V) * sizeof *full);

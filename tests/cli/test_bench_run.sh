@@ -58,6 +58,7 @@ check "2 ranks: all-gather ratio line" grep -q "all-gather     : runtime .* (tp 
 check "2 ranks: reduce-scatter ratio line" grep -q "reduce-scatter : runtime .* ratio bare/runtime" <<<"$out"
 check "2 ranks: last-in line" grep -q "last rank in (no wait for a slower rank): runtime .* ratio bare/runtime" <<<"$out"
 check "2 ranks: gather ratio line" grep -q "gather         : runtime .* (world to rank 0, same bytes and calls)" <<<"$out"
+check "2 ranks: gather synchronized line" grep -A1 "^  gather         : runtime" <<<"$out" | grep -q "synchronized (a barrier before each call"
 check "2 ranks: resident line, tp 2" grep -q "resident  : .* / tp 2 = .* ratio 1.0" <<<"$out"
 check "2 ranks: printed once" test "$(grep -c 'tokens/s prefill' <<<"$out")" -eq 1
 check "2 ranks: the temporary checkpoint is gone" left
@@ -88,7 +89,7 @@ out=$($MPI -np 2 "$HP" bench run $MOE --threads 1 2>&1 </dev/null)
 check "moe 2 ranks: exit 0" test $? -eq 0
 check "moe 2 ranks: ep = tp, compute declared" grep -q "ep 2 (TP-extend-EP, EP group: 2 consecutive ranks), compute declared by the 1 override" <<<"$out"
 check "moe 2 ranks: all-to-all ratio line" grep -q "all-to-all     : runtime .* in 2 calls per rank; bare .* (ep group" <<<"$out"
-check "moe 2 ranks: all-to-all synchronized line" test "$(grep -c "synchronized (a barrier before each call" <<<"$out")" -eq 3
+check "moe 2 ranks: all-to-all synchronized line" test "$(grep -c "synchronized (a barrier before each call" <<<"$out")" -eq 4
 check "moe 2 ranks: resident, experts / ep 2" grep -Eq "resident  : .* / tp 2 \+ experts .* / ep 2 = .* ratio (0\.9[5-9]|1\.0[0-4])" <<<"$out"
 check "moe 2 ranks: the temporary checkpoint is gone" left
 $MPI -np 2 "$HP" bench run $MOE --threads 1 --reps 1 --json >"$WORK/moe.json" 2>/dev/null </dev/null
