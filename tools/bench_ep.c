@@ -38,7 +38,8 @@ static const cli_opt g_opts[] = {
     {"overlap", 'o', NULL, "also run with the shared expert computed during the row exchange", 0, NULL},
     {"dispatch-chunks", 'D', "C", "also run with the tokens exchanged in C pipelined chunks (1..64; with\n"
                                   "--overlap, overlapped too) and compare with one chunk", 0, NULL},
-    {"threads", 't', "N", "BLAS / OpenMP threads per rank", 0, NULL},
+    {"threads", 't', "N", "BLAS / OpenMP threads per rank (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL},
     {"max-gib", 'm', "G", "expert weights allowed per rank (6); a preset above it is refused", 0, NULL},
     {"local-experts", 'L', "L", "hold L experts per rank (the layer gets L*N experts; shapes, top-k, shared\n"
                                 "expert unchanged) so a preset too large for this machine still runs", 0, NULL},
@@ -333,7 +334,7 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
     ep_result res = {0};
     hp_status st = HP_OK;
     const int64_t H = pd->n_hidden, I = pd->d_expert, T = a->tokens, reps = a->reps ? a->reps : 5;
-    int threads = hp_moe_set_threads((int)a->threads);
+    int threads = cli_threads(NULL, a->threads, NULL);
 
     /* The layer this rank holds: experts [R*L, (R+1)*L). */
     hp_moe_dims d = *pd;

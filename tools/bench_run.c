@@ -567,9 +567,10 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
            gen_fits(a)                 ? "hp_gen_checkpoint"
            : a->vocab > HP_GEN_MAX_DIM ? "gen's config and scales, vocab above gen's limit"
                                        : "gen's config, the preset's MoE fields, gen's scales");
-    printf("  mesh      : %s, %d rank%s, %s, %d thread%s per rank (%s), compute %s\n", in->mesh, in->ranks,
-           in->ranks == 1 ? "" : "s", in->backend, in->threads, in->threads == 1 ? "" : "s",
-           in->threads_why ? in->threads_why : "--threads", cli_compute_name(a->compute));
+    printf("  mesh      : %s, %d rank%s, %s, compute %s\n", in->mesh, in->ranks, in->ranks == 1 ? "" : "s",
+           in->backend, cli_compute_name(a->compute));
+    char tb[128];
+    printf("  threads   : %s\n", cli_threads_str(&in->ti, tb, sizeof tb));
     if (is_moe(a)) {
         printf("  moe       : %lld experts%s, top-%lld, expert width %lld%s, %lld sparse layer%s of %lld; ep %lld", (long long)a->experts,
                a->experts == a->p->experts ? "" : " (--experts; the preset has more)", (long long)a->p->top_k,
@@ -742,8 +743,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     const int P = hp_comm_size(w), R = hp_comm_rank(w);
     /* Both pools (OpenMP for oneDNN and the kernels, OpenBLAS for attention) get the count explicitly, so that
      * the count printed is the one used and the ranks of one node share its cores instead of each taking all. */
-    const char *threads_why = NULL;
-    cli_threads(w, a->threads, &threads_why);
+    cli_threads_info ti;
+    cli_threads(w, a->threads, &ti);
     if (!a->tp_given) a->tp = P / (a->dp * a->cp) > 0 ? P / (a->dp * a->cp) : 1;
     if (is_moe(a) && !a->ep) a->ep = a->tp;
     char dir[4096] = "", root[4096] = "";
@@ -756,7 +757,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
-    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .threads_why = threads_why, .ckpt_dir = dir};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ti = ti, .ckpt_dir = dir};
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)

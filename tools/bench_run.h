@@ -30,7 +30,7 @@ typedef struct cli_bench_args {
 typedef struct cli_bench_info {
     char mesh[128], backend[128], kernels[512], blas[512], group[16];
     int ranks, threads, reps, n_overrides;
-    const char *threads_why; /* cli_threads: which rule chose the count */
+    cli_threads_info ti; /* cli_threads: the count per rank and how it was chosen */
     int64_t n_sparse;  /* sparse decoder layers */
     bool torch;        /* the launcher's python can import torch (cli_bench_torch_probe) */
     const char *ckpt_dir; /* the random checkpoint's folder */

@@ -236,11 +236,20 @@ struct hp_comm;
 int cli_collective_exit(struct hp_comm *w, hp_status st, hp_err *err, bool agreed);
 /* The tensor of token ids every command reads and writes: input_ids I64 (or I32 read) [B, S]. */
 #define CLI_IDS_KEY "input_ids"
+/* How a command chose its threads: per rank, this process's cores (sched_getaffinity), the ranks on this node,
+ * and what overrode the default (NULL: none). */
+typedef struct cli_threads_info {
+    int threads, cores, local_ranks;
+    const char *why; /* "--threads", "OMP_NUM_THREADS" or NULL */
+} cli_threads_info;
 /* The threads of each rank's GEMM pools (OpenMP's and OpenBLAS's, both set): --threads N (requested > 0), else
- * OMP_NUM_THREADS when set, else the cores of this process divided among the ranks of its node (at least 1), so
- * that ranks × threads never oversubscribe the cores by default (OpenMP spinning on shared cores costs up to
- * 9x). *why (may be NULL) says which. Collective over w. */
-int cli_threads(const hp_comm *w, int64_t requested, const char **why);
+ * OMP_NUM_THREADS when set, else max(1, this process's cores / the ranks of its node), so that ranks x threads
+ * never oversubscribe the cores by default (OpenMP spinning on shared cores costs up to 9x). The ranks of the
+ * node come from the launcher's environment (hp_comm_launch_local_size), else from w's host names (collective
+ * over w then; w may be NULL: one process). *info (may be NULL) says how. */
+int cli_threads(const hp_comm *w, int64_t requested, cli_threads_info *info);
+/* "1 per rank (2 cores, 2 ranks on this node)", "4 per rank (--threads; 2 cores, 2 ranks on this node)". */
+const char *cli_threads_str(const cli_threads_info *t, char *buf, size_t cap);
 /* The key of a sparse layer's routed experts in run's --output, forward_io files and cost's --routing:
  * "moe.<layer>.topk_idx", I32 [B*S, K]. */
 const char *cli_topk_key(int64_t layer, char *buf, size_t cap);

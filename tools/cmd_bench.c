@@ -39,7 +39,9 @@ static const cli_opt g_opts[] = {
     {"reps", 'R', "R", "timed forwards (default: as many as fit in ~2 s, 3 to 50)", 0, NULL},
     {"max-gib", 'm', "G", "expert weights allowed in memory (6); above it, run one rank of ep ranks", 0, NULL},
     {"ep", 'e', "N", "force the simulated expert-parallel group size", 0, NULL},
-    {"threads", 't', "N", "OpenMP threads (oneDNN, the kernels and the MoE loop share one pool)", 0, NULL},
+    {"threads", 't', "N", "OpenMP threads (oneDNN, the kernels and the MoE loop share one pool; default:\n"
+                          "OMP_NUM_THREADS when set, else this process's cores divided by the ranks the\n"
+                          "launcher started on this node)", 0, NULL},
     {"json", 'j', NULL, "one JSON object instead of text", 0, NULL},
     CLI_OPT_HELP,
     {0},
@@ -185,7 +187,9 @@ static int run(const bench_args *a)
 {
     const cli_preset *p = a->p;
     hp_err err;
-    int threads = hp_moe_set_threads((int)a->threads);
+    cli_threads_info ti;
+    char tb[128];
+    int threads = cli_threads(NULL, a->threads, &ti);
     const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
     double expert_gib = (double)p->experts * 3.0 * (double)p->hidden * (double)p->moe_intermediate * wbytes / (1u << 30);
     int64_t ep = a->ep;
@@ -329,6 +333,7 @@ static int run(const bench_args *a)
                                             : "f32 activations, bf16 weights widened exactly, f32 sums");
         printf("  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
                                               : "real (archetype router, random weights)");
+        printf("  threads  : %s\n", cli_threads_str(&ti, tb, sizeof tb));
         printf("  kernels  : %s\n", blas);
         print_paths("gate/up", &gu_info, 2 * I, H, nl);
         print_paths("down", &dn_info, H, I, nl);

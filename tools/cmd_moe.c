@@ -27,7 +27,8 @@ static const cli_opt g_opts[] = {
                             "(default: the family's suggestion, printed)", 0, NULL},
     {"capacity-factor", 'c', "F", "capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)", 0, NULL},
     {"capacity-policy", 'p', "P", "score (keep the heaviest slots, default) or first (token order)", 0, NULL},
-    {"threads", 't', "N", "OpenMP and BLAS threads", 0, NULL},
+    {"threads", 't', "N", "OpenMP and BLAS threads per rank (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL},
     {"compute", 'X', "M", "exact (default: f32 activations, bf16 weights widened exactly, f32 sums)\n"
                           "or bf16 (activations rounded to bf16 for the expert products, f32 sums;\n"
                           "what PyTorch does for a bf16 model; docs/kernels.md gives its error)", 0, NULL},
@@ -447,7 +448,7 @@ int cmd_moe(int argc, char **argv)
     if (a.layer < 0) return cli_usage_error("moe", "missing --layer L");
     if (!a.input) return cli_usage_error("moe", "missing --input X.safetensors");
     if (!a.output && !a.compare) return cli_usage_error("moe", "missing --output Y.safetensors (or --compare REF)");
-    if (a.threads > 0) hp_moe_set_threads((int)a.threads);
+    cli_threads(NULL, a.threads, NULL); /* the launcher's environment says the ranks of this node */
     /* Under a launcher, or with any expert-parallel option, the EP path (which also runs on one rank). */
     if (hp_comm_launched() || a.ep || a.mesh ||
         a.overrides || a.overlap || a.chunks)

@@ -827,7 +827,10 @@ static int train(train_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        cli_threads(w, a->threads, NULL);
+        cli_threads_info ti;
+        char tb[128];
+        cli_threads(w, a->threads, &ti);
+        if (root) fprintf(stderr, "train: threads: %s\n", cli_threads_str(&ti, tb, sizeof tb));
         hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .compute = a->compute,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */

@@ -33,22 +33,30 @@ const char *cli_topk_key(int64_t layer, char *buf, size_t cap)
     return buf;
 }
 
-int cli_threads(const hp_comm *w, int64_t requested, const char **why)
+int cli_threads(const hp_comm *w, int64_t requested, cli_threads_info *info)
 {
-    int n, local = hp_comm_node_size(w); /* collective: every rank asks */
+    cli_threads_info t = {.cores = hp_linalg_cores(), .local_ranks = hp_comm_launch_local_size()};
+    if (t.local_ranks < 1) t.local_ranks = w ? hp_comm_node_size(w) : 1; /* collective: every rank asks */
     const char *env = getenv("OMP_NUM_THREADS");
     if (requested > 0) {
-        n = (int)requested;
-        if (why) *why = "--threads";
+        t.threads = (int)requested;
+        t.why = "--threads";
     } else if (env && *env) {
-        n = hp_linalg_set_threads(0); /* OpenMP read it */
-        if (why) *why = "OMP_NUM_THREADS";
+        t.threads = hp_linalg_set_threads(0); /* OpenMP read it */
+        t.why = "OMP_NUM_THREADS";
     } else {
-        n = hp_linalg_cores() / local;
-        if (n < 1) n = 1;
-        if (why) *why = local > 1 ? "this node's cores shared by its ranks" : "this process's cores";
+        t.threads = t.cores / t.local_ranks;
+        if (t.threads < 1) t.threads = 1;
     }
-    hp_linalg_set_threads(n);
-    hp_linalg_blas_threads(n);
-    return n;
+    hp_linalg_set_threads(t.threads);
+    hp_linalg_blas_threads(t.threads);
+    if (info) *info = t;
+    return t.threads;
+}
+
+const char *cli_threads_str(const cli_threads_info *t, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%d per rank (%s%s%d core%s, %d rank%s on this node)", t->threads, t->why ? t->why : "",
+             t->why ? "; " : "", t->cores, t->cores == 1 ? "" : "s", t->local_ranks, t->local_ranks == 1 ? "" : "s");
+    return buf;
 }

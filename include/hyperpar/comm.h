@@ -31,6 +31,10 @@ bool hp_comm_launched(void);
  * first that holds a number), or -1 when none does. Callable before MPI starts (to print once, on rank 0, what
  * every rank would print alike). */
 int hp_comm_launch_rank(void);
+/* How many ranks the launcher started on this node (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, PMI_LOCAL_SIZE:
+ * the first that holds a positive number); 1 when no launcher started this process, 0 when one did but says
+ * nothing (ask hp_comm_node_size then). Callable before MPI starts. */
+int hp_comm_launch_local_size(void);
 /* The one-process backend, whatever the environment (tests). */
 hp_status hp_comm_self(hp_comm **out, hp_err *err);
 void hp_comm_free(hp_comm *c);

@@ -149,6 +149,21 @@ int hp_comm_launch_rank(void)
     return -1;
 }
 
+int hp_comm_launch_local_size(void)
+{
+    if (!hp_comm_launched()) return 1;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > INT32_MAX) continue; /* not a count: ask the next variable */
+        return (int)n;
+    }
+    return 0;
+}
+
 hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
 {
     *out = NULL;
