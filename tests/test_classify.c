@@ -749,4 +749,47 @@ TEST(scenario_11_special_handlers)
     CHECK_EQ_INT(n_special, 2);
 }
 
+TEST(memo_templates)
+{
+    /* A name's all-digit segments are its template's "0": layers and experts share one slot; a segment with
+     * letters ("w2", "3x") or another tag does not. */
+    hp__memo *m = hp__memo_create();
+    CHECK(m != NULL);
+    if (!m) return;
+    bool fresh = false;
+    int *a = hp__memo_slot(m, "model.layers.12.mlp.experts.7.w2.weight", 0, &fresh);
+    CHECK(a && fresh);
+    if (a) *a = 42;
+    int *b = hp__memo_slot(m, "model.layers.3.mlp.experts.250.w2.weight", 0, &fresh);
+    CHECK(b == a && !fresh && b && *b == 42);
+    CHECK(hp__memo_slot(m, "model.layers.3.mlp.experts.250.w1.weight", 0, &fresh) != a && fresh);
+    CHECK(hp__memo_slot(m, "model.layers.3x.mlp.experts.250.w2.weight", 0, &fresh) != a && fresh);
+    CHECK(hp__memo_slot(m, "model.layers.12.mlp.experts.7.w2.weight", 1, &fresh) != a && fresh);
+    CHECK(hp__memo_slot(m, "model.layers.0", 0, &fresh) && fresh);
+    CHECK(hp__memo_slot(m, "model.layers.", 0, &fresh) && fresh); /* an empty segment is no index */
+    CHECK(hp__memo_slot(m, "", 0, &fresh) && fresh);
+    CHECK(hp__memo_slot(m, "", 0, &fresh) && !fresh);
+    /* Many templates: the table grows and keeps every slot's value. */
+    char name[64];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "t%d.0", i);
+        int *v = hp__memo_slot(m, name, 0, &fresh);
+        CHECK(v && fresh);
+        if (v) *v = i;
+    }
+    int ok = 0;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "t%d.%d", i, i + 5);
+        int *v = hp__memo_slot(m, name, 0, &fresh);
+        ok += v && !fresh && *v == i;
+    }
+    CHECK_EQ_INT(ok, 2000);
+    char longname[700];
+    memset(longname, 'a', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    CHECK(hp__memo_slot(m, longname, 0, &fresh) == NULL); /* too long: computed directly */
+    hp__memo_destroy(m);
+    hp__memo_destroy(NULL);
+}
+
 TEST_MAIN()

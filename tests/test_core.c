@@ -166,4 +166,17 @@ TEST(fnv1a64_known_vectors)
     CHECK(hp_fnv1a64(hp_fnv1a64(HP_FNV1A64_BASIS, "foo", 3), "bar", 3) == 0x85944171f73967e8ull);
 }
 
+TEST(contains_ci)
+{
+    CHECK(hp_contains_ci("Model.Layers.0.Q_PROJ.weight", "q_proj"));
+    CHECK(hp_contains_ci("down_proj", "down_proj"));
+    CHECK(hp_contains_ci("abc", ""));
+    CHECK(hp_contains_ci("", ""));
+    CHECK(!hp_contains_ci("", "a"));
+    CHECK(!hp_contains_ci("xxA", "ab")); /* the name ends inside the pattern */
+    CHECK(hp_contains_ci("xxAB", "ab"));
+    CHECK(!hp_contains_ci("w_2", "w2"));
+    CHECK(hp_eq_ci("GATE", "gate", 4) && !hp_eq_ci("GATE", "gatf", 4));
+}
+
 TEST_MAIN()

@@ -69,6 +69,14 @@ TEST(deepseek_v3_shapes_and_tensor_count)
     CHECK(p && p->dtype == HP_DT_F32);
     CHECK(hp_model_find_param(m, "model.layers.2.mlp.gate.weight") == NULL);
     CHECK(hp_model_layer_is_sparse(m, 3) && !hp_model_layer_is_sparse(m, 2));
+    /* The name table finds every parameter, and nothing that is a prefix or an extension of a name. */
+    CHECK(m->name_hash != NULL);
+    size_t found = 0;
+    for (size_t i = 0; i < m->n_params; i++) found += hp_model_find_param(m, m->params[i].name) == &m->params[i];
+    CHECK(found == m->n_params);
+    CHECK(hp_model_find_param(m, "model.layers.3.mlp.experts.255.down_proj") == NULL);
+    CHECK(hp_model_find_param(m, "model.layers.3.mlp.experts.255.down_proj.weight.") == NULL);
+    CHECK(hp_model_find_param(m, "") == NULL);
     hp_model_close(m);
 }
 

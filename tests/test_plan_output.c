@@ -33,16 +33,16 @@ static hp_io_map io1(const char *name, hp_nplace pl)
 
 static const hp_io_map io_null = {.is_null = true};
 
-static hp_param_spec embed_params[] = {{"weight", NP(S0, R_, NA)}};
+static hp_param_spec embed_params[] = {{"weight", NP(S0, R_, NA), 0}};
 static hp_param_spec attn_params[] = {
-    {"q_proj.weight", NP(S0, R_, NA)}, {"k_proj.weight", NP(S0, R_, NA)}, {"v_proj.weight", NP(S0, R_, NA)},
-    {"o_proj.weight", NP(S1, R_, NA)}, {"o_proj.bias", NP(R_, R_, NA)},
+    {"q_proj.weight", NP(S0, R_, NA), 0}, {"k_proj.weight", NP(S0, R_, NA), 0}, {"v_proj.weight", NP(S0, R_, NA), 0},
+    {"o_proj.weight", NP(S1, R_, NA), 0}, {"o_proj.bias", NP(R_, R_, NA), 0},
 };
 static const char *attn_deferred[] = {"o_proj.bias"};
 static hp_tp_attr attn_attrs[] = {{"num_attention_heads", 8, 4, false}, {"num_key_value_heads", 4, 2, false}};
-static hp_param_spec norm_params[] = {{"weight", NP(R_, R_, NA)}};
-static hp_param_spec lm_params[] = {{"weight", NP(S0, R_, NA)}};
-static hp_param_spec enc_params[] = {{"proj.weight", NP(R_, NA, NA)}};
+static hp_param_spec norm_params[] = {{"weight", NP(R_, R_, NA), 0}};
+static hp_param_spec lm_params[] = {{"weight", NP(S0, R_, NA), 0}};
+static hp_param_spec enc_params[] = {{"proj.weight", NP(R_, NA, NA), 0}};
 
 static hp_boundary attention(const char *fqn, bool sp)
 {
@@ -237,9 +237,9 @@ TEST(json_boundary_fields)
 
 TEST(json_ep_and_packed_placements)
 {
-    static hp_param_spec moe_params[] = {{"gate.weight", NP(R_, NA, NA)},
-                                         {"experts.gate_up_proj", NP(NA, NA, S0)},
-                                         {"experts.down_proj", NP(S1X2, NA, NA)}};
+    static hp_param_spec moe_params[] = {{"gate.weight", NP(R_, NA, NA), 0},
+                                         {"experts.gate_up_proj", NP(NA, NA, S0), 0},
+                                         {"experts.down_proj", NP(S1X2, NA, NA), 0}};
     hp_boundary b = {.fqn = "model.layers.0.mlp", .type = HP_BT_MOE_MLP, .module = -1, .is_boundary = true,
                      .n_params = 3, .params = moe_params, .ep_size = 4, .region_dispatch = 1,
                      .local_compute_fn = "recipes.qwen3moe_topk_router"};
@@ -372,7 +372,7 @@ TEST(explain_lm_head_loss_parallel)
 
 TEST(scenario_31_compiled_collectives_moe_gate_redistribute)
 {
-    static hp_param_spec gate_params[] = {{"weight", NP(R_, R_, R_)}};
+    static hp_param_spec gate_params[] = {{"weight", NP(R_, R_, R_), 0}};
     hp_boundary b = {.fqn = "model.layers.0.mlp.router", .type = HP_BT_MOE_GATE, .module = -1, .is_boundary = true,
                      .n_params = 1, .params = gate_params, .region_dispatch = -1};
     b.in_src = io1("hidden_states", (hp_nplace)NP(S1, R_, R_));
@@ -394,10 +394,10 @@ TEST(explain_ep_boundary)
 {
     static const char *src_g[] = {"experts.0.gate_proj.weight", "experts.1.gate_proj.weight",
                                   "experts.2.gate_proj.weight", "experts.3.gate_proj.weight"};
-    static hp_ep_stack stack[] = {{"experts.gate_proj", 4, src_g}, {"experts.up_proj", 4, src_g}};
-    static hp_param_spec params[] = {{"gate.weight", NP(R_, NA, NA)},
-                                     {"experts.gate_proj", NP(NA, NA, S0)},
-                                     {"experts.up_proj", NP(NA, NA, S0)}};
+    static hp_ep_stack stack[] = {{"experts.gate_proj", 4, src_g, NULL}, {"experts.up_proj", 4, src_g, NULL}};
+    static hp_param_spec params[] = {{"gate.weight", NP(R_, NA, NA), 0},
+                                     {"experts.gate_proj", NP(NA, NA, S0), 0},
+                                     {"experts.up_proj", NP(NA, NA, S0), 0}};
     hp_boundary b = {.fqn = "model.layers.0.mlp", .type = HP_BT_MOE_MLP, .module = -1, .is_boundary = true,
                      .n_params = 3, .params = params, .ep_size = 2, .n_ep_stack = 2, .ep_stack = stack,
                      .region_dispatch = -1};
@@ -472,7 +472,7 @@ TEST(hf_dense_styles)
 
 TEST(hf_disagreeing_layer_keeps_its_index)
 {
-    static hp_param_spec odd[] = {{"q_proj.weight", NP(S1, R_, R_)}, {"o_proj.weight", NP(S1, R_, R_)}};
+    static hp_param_spec odd[] = {{"q_proj.weight", NP(S1, R_, R_), 0}, {"o_proj.weight", NP(S1, R_, R_), 0}};
     toy t;
     toy_init(&t, true, false);
     hp_boundary extra[9];
@@ -494,9 +494,9 @@ TEST(hf_disagreeing_layer_keeps_its_index)
 
 TEST(hf_ep_plan)
 {
-    static hp_param_spec moe_params[] = {{"gate.weight", NP(R_, NA, NA)},
-                                         {"experts.gate_up_proj", NP(NA, NA, S0)},
-                                         {"experts.down_proj", NP(NA, NA, S0)}};
+    static hp_param_spec moe_params[] = {{"gate.weight", NP(R_, NA, NA), 0},
+                                         {"experts.gate_up_proj", NP(NA, NA, S0), 0},
+                                         {"experts.down_proj", NP(NA, NA, S0), 0}};
     hp_boundary b[2];
     b[0] = attention("model.layers.0.self_attn", true);
     b[1] = (hp_boundary){.fqn = "model.layers.0.mlp", .type = HP_BT_MOE_MLP, .module = -1, .is_boundary = true,

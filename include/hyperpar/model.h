@@ -155,6 +155,9 @@ typedef struct hp_model {
     size_t n_modules;
     hp_module *modules;
     const int *name_index;     /* params sorted by name, for O(log n) lookup */
+    const uint32_t *name_hash; /* [name_hash_mask + 1] open-addressed table of param index + 1 (0: empty) over
+                                * XXH64 of the name, at most half full: hp_model_find_param in O(1); NULL: none */
+    size_t name_hash_mask;
     hp_ckpt *ckpt;             /* NULL in meta mode */
     hp_arena arena;            /* owns every string above */
 } hp_model;

@@ -118,12 +118,14 @@ typedef struct hp_compute_opts {   /* all zero: nothing set */
 typedef struct hp_param_spec {
     const char *rel; /* path relative to the boundary ("q_proj.weight"), or stacked name ("experts.gate_proj") */
     hp_nplace pl;
+    int param1;      /* 1 + the model parameter's index when the planner knows it; 0: look rel up by name */
 } hp_param_spec;
 
 typedef struct hp_ep_stack {
     const char *name;     /* stacked name relative to the boundary: "experts.gate_proj" */
     int n_src;
     const char **src;     /* per-expert relative sources in expert order: "experts.0.gate_proj.weight" */
+    int *src_param1;      /* [n_src] 1 + each source's model parameter index, or NULL: look them up by name */
 } hp_ep_stack;
 
 typedef struct hp_tp_attr {

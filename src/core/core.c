@@ -426,19 +426,27 @@ const char *hp_format_count(uint64_t n, char *buf, size_t cap)
     return buf;
 }
 
+/* ASCII case folding (names are ASCII; the C locale's tolower, without its call per byte). */
+static unsigned char lower_ascii(unsigned char c) { return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c; }
+
 bool hp_eq_ci(const char *s, const char *lower_pat, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (tolower((unsigned char)s[i]) != (unsigned char)lower_pat[i]) return false;
+        if (lower_ascii((unsigned char)s[i]) != (unsigned char)lower_pat[i]) return false;
     return true;
 }
 
+/* Scans for the pattern's first byte in either case, then compares the rest (hp_eq_ci stops at s's end: its
+ * '\0' matches no pattern byte). */
 bool hp_contains_ci(const char *s, const char *lower_pat)
 {
     size_t n = strlen(lower_pat);
+    if (n == 0) return true;
+    unsigned char c0 = (unsigned char)lower_pat[0];
+    unsigned char u0 = c0 >= 'a' && c0 <= 'z' ? (unsigned char)(c0 - 32) : c0;
     for (; *s; s++)
-        if (hp_eq_ci(s, lower_pat, n)) return true;
-    return n == 0;
+        if (((unsigned char)*s == c0 || (unsigned char)*s == u0) && hp_eq_ci(s + 1, lower_pat + 1, n - 1)) return true;
+    return false;
 }
 
 int hp_natural_cmp(const char *a, const char *b)

@@ -173,6 +173,25 @@ static int child_cmp(const void *x, const void *y)
     return seg_cmp(&g_sort_nodes[*(const int *)x], &g_sort_nodes[*(const int *)y]);
 }
 
+/* m->name_hash over m's parameter names (model.h); left NULL when memory runs out. */
+static void build_name_hash(hp_model *m)
+{
+    if (m->n_params > (size_t)UINT32_MAX / 4) return;
+    size_t cap = 16;
+    while (cap < 2 * m->n_params) cap *= 2;
+    uint32_t *t = hp_arena_alloc(&m->arena, cap * sizeof *t);
+    if (!t) return;
+    memset(t, 0, cap * sizeof *t);
+    for (size_t i = 0; i < m->n_params; i++) {
+        const char *name = m->params[i].name;
+        size_t j = (size_t)hp_hash64_bytes(name, strlen(name), 0) & (cap - 1);
+        while (t[j]) j = (j + 1) & (cap - 1);
+        t[j] = (uint32_t)i + 1;
+    }
+    m->name_hash = t;
+    m->name_hash_mask = cap - 1;
+}
+
 /* Orders raw params and builds modules into m. Consumes raw (its array is freed). */
 static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
 {
@@ -329,6 +348,7 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
     g_sort_params = m->params;
     qsort(index, n_par, sizeof *index, name_cmp);
     m->name_index = index;
+    build_name_hash(m); /* out of memory: lookups fall back to the sorted index */
 
 done:
     free(t.nodes);
@@ -623,6 +643,12 @@ void hp_model_close(hp_model *m)
 
 const hp_param *hp_model_find_param(const hp_model *m, const char *name)
 {
+    if (m->name_hash) {
+        size_t j = (size_t)hp_hash64_bytes(name, strlen(name), 0) & m->name_hash_mask;
+        for (uint32_t v; (v = m->name_hash[j]) != 0; j = (j + 1) & m->name_hash_mask)
+            if (!strcmp(m->params[v - 1].name, name)) return &m->params[v - 1];
+        return NULL;
+    }
     size_t lo = 0, hi = m->n_params;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;

@@ -108,6 +108,8 @@ static const hp__family_rules g_families[] = {
     },
 };
 
+/* No pattern here or in g_families holds an all-digit dotted segment (a layer or expert index): the planner
+ * classifies each name template once (memo.c) and relies on it. */
 /* The default rules of §3.4, in priority order. Dotted patterns are raw substrings whatever the mode
  * (so `.mlp.gate.` and `mlp.router` in rule 5 are raw while `moe_gate` is matched inside a segment). */
 static const hp__rule g_default_rules[] = {

@@ -59,6 +59,9 @@ static bool is_batched_name(const char *rel, bool bias)
 typedef struct src_ref {
     long idx;
     const char *rel;
+    int param1;       /* hp_param_spec.param1 */
+    const char *proj; /* parse_per_expert's projection: proj_len bytes into rel */
+    size_t proj_len;
 } src_ref;
 
 static int src_cmp(const void *a, const void *b)
@@ -105,9 +108,14 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
     size_t skip = b->fqn[0] ? strlen(b->fqn) + 1 : 0;
     for (int i = 0; i < n; i++) {
         const char *rel = b->params[i].rel;
-        char full[1024];
-        snprintf(full, sizeof full, "%s%s%s", b->fqn, skip ? "." : "", rel);
-        const hp_param *par = hp_model_find_param(p->model, full);
+        const hp_param *par = NULL;
+        if (b->params[i].param1 > 0) {
+            par = &p->model->params[b->params[i].param1 - 1];
+        } else {
+            char full[1024];
+            snprintf(full, sizeof full, "%s%s%s", b->fqn, skip ? "." : "", rel);
+            par = hp_model_find_param(p->model, full);
+        }
         int role_idx = par ? (int)(par - p->model->params) : -1;
         if (role_idx < 0 || p->roles[role_idx] != HP_ROLE_MOE_EXPERT) continue;
         long idx;
@@ -115,8 +123,7 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
         size_t plen;
         if (parse_per_expert(rel, &idx, &proj, &plen)) {
             kind[i] = 1;
-            per[n_per].idx = idx;
-            per[n_per].rel = rel;
+            per[n_per] = (src_ref){.idx = idx, .rel = rel, .param1 = role_idx + 1, .proj = proj, .proj_len = plen};
             n_per++;
         } else if ((is_batched_name(rel, false) && par->n_dims >= 3) || (is_batched_name(rel, true) && par->n_dims >= 2)) {
             kind[i] = 2;
@@ -135,16 +142,14 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
 
     /* Per-expert: group sources by projection, sort by expert index, replace with one stacked entry. */
     if (n_per) {
-        qsort(per, (size_t)n_per, sizeof *per, src_cmp);
-        /* Projections in order of first appearance (registration order: gate, up, down). */
+        /* Projections in order of first appearance (registration order: gate, up, down); per is in parameter
+         * order until it is sorted below. */
         int n_proj = 0;
         const char *projs[16];
         size_t plens[16];
-        for (int i = 0; i < n; i++) {
-            long idx;
-            const char *proj;
-            size_t plen;
-            if (kind[i] != 1 || !parse_per_expert(b->params[i].rel, &idx, &proj, &plen)) continue;
+        for (int i = 0; i < n_per; i++) {
+            const char *proj = per[i].proj;
+            size_t plen = per[i].proj_len;
             bool seen = false;
             for (int k = 0; k < n_proj; k++) seen |= plens[k] == plen && memcmp(projs[k], proj, plen) == 0;
             if (!seen) {
@@ -157,6 +162,7 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
                 plens[n_proj++] = plen;
             }
         }
+        qsort(per, (size_t)n_per, sizeof *per, src_cmp);
         b->ep_stack = hp_arena_alloc(&p->arena, (size_t)n_proj * sizeof *b->ep_stack);
         if (!b->ep_stack) {
             st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -170,16 +176,16 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
             hp_ep_stack *es = &b->ep_stack[k];
             es->name = hp_arena_printf(&p->arena, "experts.%.*s", (int)plens[k], projs[k]);
             es->src = hp_arena_alloc(&p->arena, (size_t)n_per * sizeof *es->src);
-            if (!es->name || !es->src) {
+            es->src_param1 = hp_arena_alloc(&p->arena, (size_t)n_per * sizeof *es->src_param1);
+            if (!es->name || !es->src || !es->src_param1) {
                 st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
                 goto done;
             }
             for (int i = 0; i < n_per; i++) {
-                long idx;
-                const char *proj;
-                size_t plen;
-                parse_per_expert(per[i].rel, &idx, &proj, &plen);
-                if (plen == plens[k] && memcmp(proj, projs[k], plen) == 0) es->src[es->n_src++] = per[i].rel;
+                if (per[i].proj_len == plens[k] && memcmp(per[i].proj, projs[k], plens[k]) == 0) {
+                    es->src_param1[es->n_src] = per[i].param1;
+                    es->src[es->n_src++] = per[i].rel;
+                }
             }
             hp_nplace pl;
             memset(&pl, 0, sizeof pl);
@@ -188,6 +194,7 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
             if (old_style && has_tp) pl.ax[HP_AXIS_TP] = hp__expert_tp_placement(es->name, 3, false);
             b->params[w].rel = es->name;
             b->params[w].pl = pl;
+            b->params[w].param1 = 0; /* a stacked entry, no one parameter */
             w++;
         }
         b->n_params = w;

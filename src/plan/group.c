@@ -27,8 +27,8 @@
  *   - groups come out ordered by their smallest parameter index (first appearance in registration order),
  *     and each group lists its parameters in parameter order.
  *
- * Cost: O(n_params + n_modules) plus one inference per visited module (a handful of substring scans of
- * the module name); merged lists are singly linked through next[] so a merge is O(1). The inference sees
+ * Cost: O(n_params + n_modules) plus one inference per visited module's name template and role set (a
+ * handful of substring scans; the other modules of a template look it up, memo.c); merged lists are singly linked through next[] so a merge is O(1). The inference sees
  * the set of roles as a bit mask, never the whole list. All memory (scratch included) comes from the
  * caller's arena.
  *
@@ -60,6 +60,7 @@ typedef struct sweep {
     int *group_at;  /* [n_modules] group id anchored at the module, -1 when none */
     int *anchor;    /* [n_modules] module of group id g (at most one group per module) */
     int n_groups;
+    hp__memo *memo; /* phase 3 per (module name template, role mask) */
 } sweep;
 
 /* Infers the type of module mi's merged list from its role set. */
@@ -69,7 +70,12 @@ static hp_btype infer_list(const sweep *s, int mi)
     int n = 0;
     for (int r = 0; r < HP_ROLE_COUNT; r++)
         if (s->mask[mi] & (1u << r)) set[n++] = (hp_role)r;
-    return hp__infer_type(s->m->modules[mi].name, set, n);
+    bool fresh = true;
+    int *v = hp__memo_slot(s->memo, s->m->modules[mi].name, s->mask[mi], &fresh);
+    if (v && !fresh) return (hp_btype)*v;
+    hp_btype t = hp__infer_type(s->m->modules[mi].name, set, n);
+    if (v) *v = (int)t;
+    return t;
 }
 
 /* Makes module anchor the home of the list that currently hangs off module mi. */
@@ -162,6 +168,7 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
     }
 
     /* Pass 2: the deepest-first sweep. */
+    s.memo = hp__memo_create();
     for (size_t k = 0; k < nm; k++) {
         int mi = order[k];
         if (s.count[mi] == 0) continue;
@@ -178,6 +185,8 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
             if (s.group_at[o] < 0) claim(&s, mi, o);
         }
     }
+
+    hp__memo_destroy(s.memo);
 
     /* Output: groups in order of their first parameter; parameters in parameter order. */
     int *slot = s.count; /* reuse: group id -> output slot */

@@ -30,6 +30,8 @@ const char *hp_btype_name(hp_btype t)
 }
 
 /* ---- pattern tables (§5) ---- */
+/* No pattern holds an all-digit dotted segment: the result is the same for every name of one template, which
+ * group.c memoizes (memo.c). */
 
 /* Step 1: raw substrings of the whole lower-cased FQN, checked table by table in this order. */
 static const char *const g_embed_patterns[] = {"embed_tokens", "wte", ".embed.", "tok_embeddings", "embed_in",

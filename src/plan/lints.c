@@ -476,14 +476,20 @@ static hp_status coverage(hp_plan *p, const hp_plan_opts *o, hp_err *err)
     for (size_t i = 0; i < p->n_boundaries; i++) {
         const hp_boundary *b = &p->boundaries[i];
         for (int k = 0; k < b->n_params; k++) {
-            const hp_param *par = hp_model_find_param(m, full_name(b, b->params[k].rel, full, sizeof full));
+            const hp_param *par = b->params[k].param1 > 0
+                                      ? &m->params[b->params[k].param1 - 1]
+                                      : hp_model_find_param(m, full_name(b, b->params[k].rel, full, sizeof full));
             if (par) covered[par - m->params] = 1;
         }
-        for (int s = 0; s < b->n_ep_stack; s++)
-            for (int k = 0; k < b->ep_stack[s].n_src; k++) {
-                const hp_param *par = hp_model_find_param(m, full_name(b, b->ep_stack[s].src[k], full, sizeof full));
+        for (int s = 0; s < b->n_ep_stack; s++) {
+            const hp_ep_stack *es = &b->ep_stack[s];
+            for (int k = 0; k < es->n_src; k++) {
+                const hp_param *par = es->src_param1 && es->src_param1[k] > 0
+                                          ? &m->params[es->src_param1[k] - 1]
+                                          : hp_model_find_param(m, full_name(b, es->src[k], full, sizeof full));
                 if (par) covered[par - m->params] = 1;
             }
+        }
     }
     for (size_t i = 0; i < m->n_params; i++)
         if (p->roles[i] == HP_ROLE_SPECIAL) covered[i] = 1;

@@ -476,6 +476,20 @@ static hp_status derive_boundaries(hp_plan *p, hp_err *err)
     return st;
 }
 
+/* Phase 1 over every parameter, once per name template (memo.c). */
+static void classify_all(hp_plan *p)
+{
+    const hp_model *m = p->model;
+    hp__memo *memo = hp__memo_create();
+    for (size_t i = 0; i < m->n_params; i++) {
+        bool fresh = true;
+        int *v = hp__memo_slot(memo, m->params[i].name, 0, &fresh);
+        p->roles[i] = v && !fresh ? (hp_role)*v : hp__classify(m->params[i].name, m->arch, m->model_type);
+        if (v && fresh) *v = (int)p->roles[i];
+    }
+    hp__memo_destroy(memo);
+}
+
 hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o, hp_err *err)
 {
     *out = NULL;
@@ -493,7 +507,7 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
         p->roles = hp_arena_alloc(&p->arena, (m->n_params ? m->n_params : 1) * sizeof *p->roles);
         if (!p->roles) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
-    for (size_t i = 0; st == HP_OK && i < m->n_params; i++) p->roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
+    if (st == HP_OK) classify_all(p);
     if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
     if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
     if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);

@@ -8,6 +8,7 @@
  *   ep.c         §6.8     MoE EP marking (per-expert stacking, batched, D-10 identity contract)
  *   lints.c      §7.3-§8  finalisation and lints
  *   plan.c                the pipeline, mesh, lookup helpers
+ *   memo.c                name templates: phase 1 and 3 results once per template (indices stripped)
  */
 #ifndef HP_PLAN_PLANNER_H
 #define HP_PLAN_PLANNER_H
@@ -32,6 +33,15 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
 
 /* Phase 3: boundary type of a group anchored at fqn whose params have the given roles. */
 hp_btype hp__infer_type(const char *fqn, const hp_role *roles, int n);
+
+/* Name templates (memo.c): a name's template writes each all-digit dotted segment (a layer or expert index) as
+ * "0". Phases 1 and 3 never look at those segments, so their results are kept per (template, tag). */
+typedef struct hp__memo hp__memo;
+hp__memo *hp__memo_create(void); /* NULL when out of memory: callers then compute every name */
+void hp__memo_destroy(hp__memo *m);
+/* The value slot of (name's template, tag); *fresh is true when it was just made and the caller must fill it.
+ * NULL (compute directly) when m is NULL, the name is too long to template, or memory runs out. */
+int *hp__memo_slot(hp__memo *m, const char *name, uint32_t tag, bool *fresh);
 
 /* Phase 6: special handler name for a SPECIAL parameter. */
 const char *hp__special_handler(const char *fqn);

@@ -152,6 +152,7 @@ hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_i
             continue;
         b->params[b->n_params].rel = rel;
         b->params[b->n_params].pl = pl;
+        b->params[b->n_params].param1 = param_idx[i] + 1;
         b->n_params++;
     }
 
