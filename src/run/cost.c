@@ -362,11 +362,11 @@ static uint64_t gathered_recv(walk *w, const dact *a)
     return tot;
 }
 
-/* Whether hp__gather_out hands rank 0's own buffer on for a (it holds the whole tensor). */
+/* Whether hp__gather_out hands a's own buffer on (one process holding the whole tensor). */
 static bool gather_hands_on(const walk *w, const dact *a)
 {
     bool partial = a->lay.ax[HP__TP].kind == HP_PL_P || a->lay.ax[HP__CP].kind == HP_PL_P;
-    return !partial && w->dp_rows[1] - w->dp_rows[0] == w->B_all && hp__lay_first_whole(&w->pos, &a->lay, a->g);
+    return !partial && hp_mesh_world(w->mesh) == 1 && hp__lay_first_whole(&w->pos, &a->lay, a->g);
 }
 
 /* hp__gather_full's buffers on rank 0: the whole [B, S_pad, X] + 1 floats and the receive block in scratch 1;

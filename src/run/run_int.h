@@ -88,9 +88,9 @@ hp_status hp__allreduce_max(hp__ctx *x, const hp_comm *c, float *buf, size_t n, 
  * hp__mem_count when it hands it on). Partial layouts are refused. Collective over the world. */
 hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int64_t *dp_rows, float **out,
                           hp_err *err);
-/* The forward's output: hp__gather_full, whose *out leaves x->mem (handed to the caller); when rank 0 holds the
- * whole tensor (one process, or replicated over tp and cp with one dp replica), rank 0's own buffer is handed
- * on instead of a copy and no rank communicates (a is left empty there: the next forward allocates it again).
+/* The forward's output: hp__gather_full, whose *out leaves x->mem (handed to the caller); in one process, when a
+ * holds the whole tensor, a's own buffer is handed on instead of a copy (a is left empty: the next forward
+ * allocates it again).
  * The same bytes and calls are counted either way. may_take false (a backward reads a again): always a copy.
  * Collective over the world. */
 hp_status hp__gather_out(hp__ctx *x, hp__act *a, int64_t B_all, const int64_t *dp_rows, bool may_take, float **out,
