@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_run.h"
 #include "cli.h"
 #include "costflags.h"
 #include "hyperpar/cost.h"
@@ -181,6 +182,19 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
 /* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
 #define READ_SWEEP_BYTES ((size_t)512 << 20)
 
+/* PyTorch eager's sparse block of the preset's family on the same shapes and threads (bench_torch.c): a bf16 block
+ * for bf16 weights, autocast for f32 weights with --compute bf16, else f32. At most 5 timed forwards. */
+static void torch_moe(const bench_args *a, int threads, int reps, cli_torch_eager *pt)
+{
+    const cli_preset *p = a->p;
+    cli_torch_moe m = {.family = p->family, .hidden = p->hidden, .experts = p->experts, .top_k = p->top_k,
+                       .intermediate = p->moe_intermediate, .shared = p->shared_intermediate,
+                       .groups = p->n_group ? p->n_group : 1, .topk_group = p->topk_group ? p->topk_group : 1,
+                       .tokens = a->tokens, .threads = threads, .reps = reps < 5 ? reps : 5};
+    m.dtype = a->dtype == HP_DT_BF16 ? "bf16" : a->compute == HP_LINALG_BF16 ? "autocast" : "f32";
+    cli_bench_torch_moe(&m, pt);
+}
+
 static int run(const bench_args *a)
 {
     const cli_preset *p = a->p;
@@ -260,6 +274,12 @@ static int run(const bench_args *a)
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
     double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    cli_torch_eager pt = {0};
+    if (ep == 1)
+        torch_moe(a, threads, reps, &pt);
+    else
+        snprintf(pt.note, sizeof pt.note, "PyTorch eager: not measured (the layer runs as one rank of a simulated "
+                 "expert-parallel group; PyTorch would hold all %lld experts)", (long long)p->experts);
     char blas[1024], openblas[512];
     bool generic = false;
     hp_moe_blas_info(blas, sizeof blas);
@@ -311,7 +331,9 @@ static int run(const bench_args *a)
         cli_json_str(dn_info.large_path);
         printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)n_rows, (long long)n_active);
         cli_json_str(blas);
-        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d}\n", generic ? "true" : "false", threads);
+        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d", generic ? "true" : "false", threads);
+        cli_bench_torch_json(&pt, tok_s);
+        printf("}\n");
     } else {
         printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
                hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->experts, (long long)p->top_k, (long long)I,
@@ -348,6 +370,7 @@ static int run(const bench_args *a)
                    fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
         else
             printf("read sweep n/a (out of memory)\n");
+        cli_bench_torch_text(&pt, tok_s, "tokens/s");
     }
 done:
     free(x);
