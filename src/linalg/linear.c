@@ -8,13 +8,17 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
- *          ──▶ m > small_m_max  one oneDNN call per group (per row chunk in BF16 mode; per block of W rows
- *                               when a bf16 weight is widened), all through the one cached primitive
+ *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
+ *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
+ *                               inside it, each thread with its own scratch part and stream); the others one
+ *                               oneDNN call each over all threads (per row chunk in BF16 mode; per block of W
+ *                               rows when a bf16 weight is widened)
  *
  * Bias: written into C before the product, which then accumulates (beta = 1); without bias and without
  * accumulate the beta = 0 primitive writes C directly.
  *
- * Scratch (one buffer in the context, sized by hp_linear_init for the largest linear, 64-byte aligned parts):
+ * Scratch (one buffer in the context, one part per OpenMP thread, each sized by hp_linear_init for the largest
+ * linear; 64-byte aligned parts; the streaming kernel's batches use part 0):
  *
  *   [ pieces: HP__ROW_CHUNK records ][ A rounded to bf16: HP__ROW_CHUNK × K f32 ][ W block: widen_rows × K
  *   f32 ][ oneDNN scratchpad ]        (the middle two only when the linear's mode and dtype need them)
