@@ -259,15 +259,15 @@ TEST(grouped_equals_separate_products)
     hp_linalg_destroy(ctx);
 }
 
-/* Groups of 17 to 64 rows (more than the streaming kernel's range, at most HP__SPREAD_ROWS_MAX) run one per
- * thread in one parallel loop: each must be bit-equal to its own hp_linear_forward on one thread, whatever the
+/* Groups of 65 to 130 rows (more than the streaming kernel's range of any ISA, at most HP__SPREAD_ROWS_MAX) run
+ * one per thread in one parallel loop: each must be bit-equal to its own hp_linear_forward on one thread, whatever the
  * thread count of the grouped call (1, 2, 3), for every weight dtype and mode, with bias and accumulate. A group
  * above HP__SPREAD_ROWS_MAX in the same call runs alone over all threads: checked against the reference. */
 static void run_spread(hp_linalg *ctx, hp_dtype dt, hp_linalg_mode mode, bool acc)
 {
     enum { NG = 9 };
     const int64_t k = 200, n = 96, big = HP__SPREAD_ROWS_MAX + 3;
-    const int64_t gm[NG] = {17, 33, 0, 20, 64, 1, 25, big, 40};
+    const int64_t gm[NG] = {65, 97, 0, 70, 130, 1, 80, big, 100};
     hp_err err;
     void *w = make_w(dt, n, k);
     float *bias = make_f(G * n, 0.37, 0.25);
@@ -489,7 +489,7 @@ TEST(bf16_weights_are_borrowed_not_widened)
         CHECK(info.dtype == HP_DT_BF16);
         CHECK(info.borrowed_bytes == (size_t)(G * n * k) * 2);
         CHECK(info.owned_bytes < (size_t)(G * n * k) * 2);
-        CHECK(info.small_m_max == HP__SMALL_M_MAX);
+        CHECK(info.small_m_max == hp__small_m_max(hp__isa_best()));
         CHECK_STR_CONTAINS(info.small_path, "bf16 dot");
         CHECK_STR_CONTAINS(info.large_path, "oneDNN");
         printf("  bf16 linear: small rows: %s; large rows: %s\n", info.small_path, info.large_path);

@@ -9,7 +9,8 @@
  *
  * It also prints which kernels ran (oneDNN's implementation, the streaming kernel's ISA, OpenBLAS's core
  * for the router, with a warning on stderr when OpenBLAS runs a generic kernel on an AVX2/AVX-512 CPU) and
- * the resident expert bytes. Benchmarks print ratios, never pass/fail.
+ * the resident expert bytes, and times PyTorch eager on the same shapes when python imports torch
+ * (bench_torch.c, bench/torch_moe.py). Benchmarks print ratios, never pass/fail.
  *
  * Memory: expert weights are resident in the generated dtype (--dtype bf16 holds bf16, as a bf16 checkpoint
  * is held; f32 stays f32). A preset whose experts exceed --max-gib (default 6) is run as one rank of an
@@ -54,7 +55,11 @@ static void usage(FILE *out)
             "\n"
             "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
             "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
-            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s).\n"
+            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s). When\n"
+            "$HP_BENCH_PYTHON (default python3) can import torch, it also times PyTorch eager's sparse block of the\n"
+            "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
+            "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
+            "not for a simulated expert-parallel rank.\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\npresets:\n");
