@@ -151,16 +151,10 @@ struct hp_linear {
  * are two or more (linear.c, run_large_groups): above it oneDNN's own threads split one product efficiently. A
  * fixed bound, not one derived from the thread count, so that which path a group takes never depends on it. */
 #define HP__SPREAD_ROWS_MAX 1024
-/* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md): 16 with AVX2 (a
- * Zen 3 VM: oneDNN's widened path wins from 24 rows), 64 with AVX-512 (a Zen 4 VM: the kernel ran 1.1-2x the
- * widened oneDNN path per thread at 24 to 96 rows, and lost at 128). */
+/* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
+ * kernel also won at 24..96 rows, but 16 stays: above it a bf16 weight takes the same oneDNN f32 product as its
+ * f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24 rows) relies on. */
 #define HP__SMALL_M_MAX 16
-#define HP__SMALL_M_MAX_AVX512 64
-/* The streaming kernel's row range for bf16 weights on isa. */
-static inline int64_t hp__small_m_max(hp__isa isa)
-{
-    return isa == HP__ISA_AVX512 ? HP__SMALL_M_MAX_AVX512 : HP__SMALL_M_MAX;
-}
 
 /* ---- test hooks ---- */
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),

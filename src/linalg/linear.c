@@ -397,7 +397,7 @@ hp_status hp_linear_init(hp_linear **out, hp_linalg *ctx, const hp_linear_desc *
         lin->owned_bytes += nb;
     }
     lin->isa = hp__isa_best();
-    lin->small_m_max = lin->wdt == HP_DT_BF16 ? hp__small_m_max(lin->isa) : 0;
+    lin->small_m_max = lin->wdt == HP_DT_BF16 ? HP__SMALL_M_MAX : 0;
     st = prepare_large(lin, d->pack, err);
     if (st != HP_OK) goto fail;
     st = reserve_scratch(ctx, layout_of(lin).total, err);
