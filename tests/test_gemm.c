@@ -259,6 +259,81 @@ TEST(grouped_equals_separate_products)
     hp_linalg_destroy(ctx);
 }
 
+/* Groups of 65 to 130 rows (more than the streaming kernel's range of any ISA, at most HP__SPREAD_ROWS_MAX) run
+ * one per thread in one parallel loop: each must be bit-equal to its own hp_linear_forward on one thread, whatever the
+ * thread count of the grouped call (1, 2, 3), for every weight dtype and mode, with bias and accumulate. A group
+ * above HP__SPREAD_ROWS_MAX in the same call runs alone over all threads: checked against the reference. */
+static void run_spread(hp_linalg *ctx, hp_dtype dt, hp_linalg_mode mode, bool acc)
+{
+    enum { NG = 9 };
+    const int64_t k = 200, n = 96, big = HP__SPREAD_ROWS_MAX + 3;
+    const int64_t gm[NG] = {65, 97, 0, 70, 130, 1, 80, big, 100};
+    hp_err err;
+    void *w = make_w(dt, n, k);
+    float *bias = make_f(G * n, 0.37, 0.25);
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = dt, .w = w, .bias = bias, .mode = mode};
+    hp_linear *lin = NULL;
+    CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+    int64_t total = 0, off[NG];
+    for (int i = 0; i < NG; i++) {
+        off[i] = total;
+        total += gm[i];
+    }
+    float *a = make_f(total * k, 0.043, 1.0), *c0 = make_f(total * n, 0.3, 1.0);
+    float *c1 = malloc((size_t)(total * n) * sizeof *c1), *c = malloc((size_t)(total * n) * sizeof *c);
+    hp_linear_group g[NG];
+    int was = hp_linalg_set_threads(0);
+    hp_linalg_set_threads(1);
+    memcpy(c1, c0, (size_t)(total * n) * sizeof *c1);
+    for (int i = 0; lin && i < NG; i++) {
+        g[i] = (hp_linear_group){.mat = i % G, .m = gm[i], .a = a + off[i] * k, .lda = k, .c = c + off[i] * n, .ldc = n};
+        CHECK(hp_linear_forward(lin, i % G, gm[i], a + off[i] * k, k, c1 + off[i] * n, n, acc, &err) == HP_OK);
+    }
+    for (int th = 1; lin && th <= 3; th++) {
+        hp_linalg_set_threads(th);
+        memcpy(c, c0, (size_t)(total * n) * sizeof *c);
+        CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc, &err) == HP_OK, "%s", err.msg);
+        for (int i = 0; i < NG; i++) {
+            if (gm[i] == big && th > 1) continue; /* oneDNN's own threads may sum in another order */
+            CHECK_MSG(memcmp(c + off[i] * n, c1 + off[i] * n, (size_t)(gm[i] * n) * sizeof *c) == 0,
+                      "%s W, %s mode, accumulate %d, %d threads: group %d (M=%lld) differs from its one-thread call",
+                      hp_dtype_name(dt), mode ? "bf16" : "exact", acc, th, i, (long long)gm[i]);
+        }
+    }
+    hp_linalg_set_threads(was);
+    double *ref = malloc((size_t)(big * n) * sizeof *ref), *abs_sum = malloc((size_t)(big * n) * sizeof *abs_sum);
+    for (int i = 0; lin && i < NG; i++) {
+        hp__gemm_ref(gm[i], n, k, a + off[i] * k, k, dt, mat_of(dt, w, i % G, n, k), bias + (i % G) * n, false, ref,
+                     abs_sum);
+        double e = compare(gm[i], n, c + off[i] * n, n, c0 + off[i] * n, acc, ref, abs_sum,
+                           mode == HP_LINALG_BF16 ? BF16_TOL : EXACT_TOL);
+        CHECK_MSG(e <= 1.0, "spread, %s W, %s mode, accumulate %d, group %d (M=%lld): error %.3g of the bound",
+                  hp_dtype_name(dt), mode ? "bf16" : "exact", acc, i, (long long)gm[i], e);
+    }
+    hp_linear_free(lin);
+    free(ref);
+    free(abs_sum);
+    free(w);
+    free(bias);
+    free(a);
+    free(c0);
+    free(c1);
+    free(c);
+}
+
+TEST(grouped_spread_groups_are_thread_count_independent)
+{
+    int was = hp_linalg_set_threads(0);
+    hp_linalg_set_threads(3); /* the context's scratch and streams are sized for the threads at init */
+    hp_linalg *ctx = ctx_or_die();
+    const hp_dtype dts[] = {HP_DT_F32, HP_DT_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int acc = 0; acc < 2; acc++) run_spread(ctx, dts[di], (hp_linalg_mode)mode, acc);
+    hp_linalg_destroy(ctx);
+    hp_linalg_set_threads(was);
+}
+
 /* Many small groups in BF16 mode: their rounded rows exceed the scratch's HP__ROW_CHUNK rows, so batches
  * split (a group may straddle two); and one group of 300 rows forced through the kernel. Each result must
  * equal hp_linear_forward group by group exactly (same kernel, same order of sums). */

@@ -230,6 +230,74 @@ TEST(golden_compute_bf16_within_its_bound)
     CHECK_MSG(worst > 1e-4 && worst <= 1e-2, "worst relative difference %.3g", worst);
 }
 
+/* A layer in memory whose experts get 65..1024 rows each (T = 600 tokens, top-2 of 8 experts: ~150 rows per
+ * expert; above the streaming kernel's range of any ISA), so the grouped products run one expert per thread: y is bit-identical at 1, 2 and 3 threads, for f32
+ * and bf16 expert weights, in both compute modes, with gpt-oss's biases too. */
+static void run_threads_case(hp_moe_archetype a, bool bf16_weights, hp_linalg_mode compute)
+{
+    hp_moe_dims d = {.n_hidden = 96, .n_experts = 8, .top_k = 2, .d_expert = 40, .norm_topk_prob = true,
+                     .bf16_weights = bf16_weights};
+    enum { T = 600 };
+    hp_err err;
+    hp_moe_layer *l = NULL;
+    CHECK_MSG(hp_moe_layer_create(&l, a, &d, &err) == HP_OK, "%s", err.msg);
+    if (!l) return;
+    int64_t H = l->n_hidden, E = l->n_experts, I = l->d_expert;
+    uint32_t s = 12345;
+#define RND() ((s = s * 1664525u + 1013904223u), ((double)(s >> 8) / (double)(1u << 24) - 0.5))
+    for (int64_t i = 0; i < E * H; i++) l->w_router[i] = 0.2 * RND();
+    float *gu = malloc((size_t)(E * 2 * I * H) * sizeof *gu), *dn = malloc((size_t)(E * H * I) * sizeof *dn);
+    for (int64_t i = 0; i < E * 2 * I * H; i++) gu[i] = (float)(0.2 * RND());
+    for (int64_t i = 0; i < E * H * I; i++) dn[i] = (float)(0.3 * RND());
+    if (bf16_weights) {
+        hp_dtype_from_f32(HP_DT_BF16, gu, (void *)l->w_gate_up, E * 2 * I * H, NULL);
+        hp_dtype_from_f32(HP_DT_BF16, dn, (void *)l->w_down, E * H * I, NULL);
+    } else {
+        memcpy((void *)l->w_gate_up, gu, (size_t)(E * 2 * I * H) * sizeof *gu);
+        memcpy((void *)l->w_down, dn, (size_t)(E * H * I) * sizeof *dn);
+    }
+    for (int64_t i = 0; l->b_gate_up && i < E * 2 * I; i++) ((float *)l->b_gate_up)[i] = (float)(0.1 * RND());
+    for (int64_t i = 0; l->b_down && i < E * H; i++) ((float *)l->b_down)[i] = (float)(0.1 * RND());
+    float *x = malloc((size_t)(T * H) * sizeof *x), *y[3];
+    for (int64_t i = 0; i < T * H; i++) x[i] = (float)RND();
+#undef RND
+    l->compute = compute;
+    int was = hp_moe_set_threads(0);
+    hp_moe_set_threads(3); /* the workspace's GEMM scratch is sized for the threads at its creation */
+    hp_moe_ws *ws = NULL;
+    CHECK_MSG(hp_moe_ws_create(&ws, l, T, &err) == HP_OK, "%s", err.msg);
+    for (int th = 1; ws && th <= 3; th++) {
+        hp_moe_set_threads(th);
+        y[th - 1] = malloc((size_t)(T * H) * sizeof *y[0]);
+        CHECK_MSG(hp_moe_forward(l, ws, x, T, H, y[th - 1], NULL, &err) == HP_OK, "%s", err.msg);
+        int64_t lo = T * 2, hi = 0; /* every expert in the spread range */
+        for (int64_t e = 0; e < E; e++) {
+            lo = ws->counts[e] < lo ? ws->counts[e] : lo;
+            hi = ws->counts[e] > hi ? ws->counts[e] : hi;
+        }
+        CHECK_MSG(lo > 64 && hi <= 1024, "rows per expert %lld..%lld", (long long)lo, (long long)hi);
+        if (th > 1)
+            CHECK_MSG(memcmp(y[0], y[th - 1], (size_t)(T * H) * sizeof *y[0]) == 0,
+                      "%s, %s weights, compute %s: y at %d threads differs from 1 thread (max diff %.3g)",
+                      hp_moe_archetype_name(a), bf16_weights ? "bf16" : "f32", compute ? "bf16" : "exact", th,
+                      max_diff(y[0], y[th - 1], T * H));
+    }
+    hp_moe_set_threads(was);
+    for (int th = 1; ws && th <= 3; th++) free(y[th - 1]);
+    hp_moe_ws_destroy(ws);
+    hp_moe_layer_free(l);
+    free(gu);
+    free(dn);
+    free(x);
+}
+
+TEST(forward_is_thread_count_independent)
+{
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < 2; c++) run_threads_case(HP_MOE_QWEN3MOE_TOPK_ROUTER, b, (hp_linalg_mode)c);
+    run_threads_case(HP_MOE_GPTOSS_TOPK_ROUTER, false, HP_LINALG_EXACT);
+}
+
 /* Capacity with a factor large enough keeps everything and reproduces y bit for bit. */
 TEST(golden_capacity_large_factor_is_identity)
 {

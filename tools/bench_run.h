@@ -70,6 +70,16 @@ bool cli_bench_torch_probe(void);
  * rank 0's t->note says why (a failure of PyTorch is a note, never the bench's error). */
 hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,
                           hp_err *err);
+/* bench moe's PyTorch run: one sparse block of the family with these dimensions (bench/torch_moe.py). */
+typedef struct cli_torch_moe {
+    const char *family; /* hyperpar's family name: qwen3_moe, mixtral, gpt_oss, deepseek_v3, qwen2_moe */
+    int64_t hidden, experts, top_k, intermediate, shared, groups, topk_group, tokens;
+    int threads, reps;
+    const char *dtype;  /* f32, bf16 (the block in bf16) or autocast (f32 weights, bf16 products) */
+} cli_torch_moe;
+/* Times PyTorch eager's block on [1, tokens, hidden] (one warm-up, reps timed) when $HP_BENCH_PYTHON can import
+ * torch; otherwise, or when it fails, t->note says why (never an error of the bench). */
+void cli_bench_torch_moe(const cli_torch_moe *m, cli_torch_eager *t);
 /* The report's line (text) or fields (JSON: pytorch_eager, ratio_over_pytorch, pytorch_note), next to
  * hyperpar's tokens/s; what: "tokens/s prefill", "training tokens/s". */
 void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const char *what);

@@ -1,9 +1,10 @@
 /*
- * bench_torch.c — PyTorch eager on the same shapes, timed in the same run as `hyperpar bench run` / `bench train`.
+ * bench_torch.c — PyTorch eager on the same shapes, timed in the same run as `hyperpar bench run` / `bench train`
+ * / `bench moe`.
  *
- * The binary carries bench/torch_model.py and bench/torch_step.py (CMake embeds them: cmake/embed.cmake, the
- * strings cli_torch_model_py and cli_torch_step_py), so a build tree and an install alike run them and nothing is
- * looked up or written at run time: rank 0 (the launcher's rank) spawns
+ * The binary carries bench/torch_model.py, bench/torch_step.py and bench/torch_moe.py (CMake embeds them:
+ * cmake/embed.cmake, the strings cli_torch_model_py, cli_torch_step_py and cli_torch_moe_py), so a build tree and
+ * an install alike run them and nothing is looked up or written at run time: rank 0 (the launcher's rank) spawns
  *
  *   $HP_BENCH_PYTHON -B -c BOOT  MODEL_SRC STEP_SRC  CKPT --mode train|forward --batch B --tokens T
  *                                --threads N --reps R --dtype f32|bf16
@@ -14,7 +15,8 @@
  * layer shapes, vocabulary and batch [B, T] with the same weights. The script prints one JSON object on stdout;
  * its stderr (transformers' progress bars) and stdin are /dev/null. Whether python can import torch is asked
  * once before MPI starts (cli_bench_torch_probe); the step itself is spawned with posix_spawn, which does not
- * copy the MPI process's memory.
+ * copy the MPI process's memory. `bench moe` (one process) spawns torch_moe.py the same way, with the preset's MoE
+ * dimensions instead of a checkpoint (cli_bench_torch_moe).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,7 +32,7 @@
 
 #include "bench_run.h"
 
-extern const unsigned char cli_torch_model_py[], cli_torch_step_py[];
+extern const unsigned char cli_torch_model_py[], cli_torch_step_py[], cli_torch_moe_py[];
 extern char **environ;
 
 /* Makes argv[1] the module torch_model, then runs argv[2] as the script with the remaining arguments. */
@@ -95,29 +97,18 @@ bool cli_bench_torch_probe(void)
     return spawn(argv, NULL, 0) == 0;
 }
 
-/* Rank 0's measurement. */
-static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
+/* Spawns $HP_BENCH_PYTHON -B -c BOOT MODEL_SRC script args... (args NULL-terminated) and reads the last JSON
+ * object it prints into t: the median of one timed call of `tokens` tokens; t->note says what ran, or why not. */
+static void run_script(const unsigned char *script, char *const args[], int64_t tokens, const char *dt,
+                       cli_torch_eager *t)
 {
-    if (!in->torch) {
-        snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (not installed: %s cannot import torch)",
-                 python());
-        return;
-    }
-    char B[32], T[32], N[32], R[32], out[8192];
-    snprintf(B, sizeof B, "%lld", (long long)a->batch);
-    snprintf(T, sizeof T, "%lld", (long long)a->tokens);
-    /* The cores this node's ranks used: each rank's threads times the ranks here (Open MPI's local size). */
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long local = ls ? strtol(ls, NULL, 10) : 1;
-    snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
-    snprintf(R, sizeof R, "%d", in->reps);
-    const char *mode = a->train ? "train" : "forward";
-    /* The forward runs in the bench's dtype; the training step in f32, or under autocast with --compute bf16 (the
-     * mixed precision PyTorch users train with). */
-    const char *dt = a->train ? (a->compute == HP_LINALG_BF16 ? "autocast" : "f32") : a->dtype == HP_DT_BF16 ? "bf16" : "f32";
-    char *argv[] = {(char *)python(), "-B", "-c", (char *)g_boot, (char *)cli_torch_model_py,
-                    (char *)cli_torch_step_py, (char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B,
-                    "--tokens", T, "--threads", N, "--reps", R, "--dtype", (char *)dt, NULL};
+    enum { MAX_ARGS = 40 };
+    char *argv[MAX_ARGS + 7] = {(char *)python(), "-B", "-c", (char *)g_boot, (char *)cli_torch_model_py,
+                                (char *)script};
+    int n = 6;
+    for (int i = 0; args[i] && i < MAX_ARGS; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char out[8192];
     int rc = spawn(argv, out, sizeof out);
     json_error_t je;
     const char *nl = strrchr(out, '{'); /* the last JSON object printed */
@@ -132,7 +123,7 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
     }
     t->measured = true;
     t->median_s = med;
-    t->tokens_per_s = (double)(a->batch * a->tokens) / med;
+    t->tokens_per_s = (double)tokens / med;
     t->threads = (int)json_integer_value(json_object_get(o, "threads"));
     snprintf(t->model, sizeof t->model, "%s", or_q(json_string_value(json_object_get(o, "model"))));
     snprintf(t->version, sizeof t->version, "%s", or_q(json_string_value(json_object_get(o, "torch"))));
@@ -140,6 +131,55 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
     snprintf(t->note, sizeof t->note, "PyTorch eager %s, %s, torch %s, %d thread%s", t->dtype, t->model, t->version,
              t->threads, t->threads == 1 ? "" : "s");
     json_decref(o);
+}
+
+static void not_installed(cli_torch_eager *t)
+{
+    snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (not installed: %s cannot import torch)",
+             python());
+}
+
+/* Rank 0's measurement. */
+static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
+{
+    if (!in->torch) {
+        not_installed(t);
+        return;
+    }
+    char B[32], T[32], N[32], R[32];
+    snprintf(B, sizeof B, "%lld", (long long)a->batch);
+    snprintf(T, sizeof T, "%lld", (long long)a->tokens);
+    /* The cores this node's ranks used: each rank's threads times the ranks here (Open MPI's local size). */
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? strtol(ls, NULL, 10) : 1;
+    snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
+    snprintf(R, sizeof R, "%d", in->reps);
+    const char *mode = a->train ? "train" : "forward";
+    /* The forward runs in the bench's dtype; the training step in f32, or under autocast with --compute bf16 (the
+     * mixed precision PyTorch users train with). */
+    const char *dt = a->train ? (a->compute == HP_LINALG_BF16 ? "autocast" : "f32") : a->dtype == HP_DT_BF16 ? "bf16" : "f32";
+    char *args[] = {(char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B, "--tokens", T, "--threads", N,
+                    "--reps", R, "--dtype", (char *)dt, NULL};
+    run_script(cli_torch_step_py, args, a->batch * a->tokens, dt, t);
+}
+
+void cli_bench_torch_moe(const cli_torch_moe *m, cli_torch_eager *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!cli_bench_torch_probe()) {
+        not_installed(t);
+        return;
+    }
+    char v[9][32];
+    const int64_t nums[9] = {m->hidden, m->experts, m->top_k, m->intermediate, m->shared,
+                             m->groups, m->topk_group, m->tokens, m->threads};
+    for (int i = 0; i < 9; i++) snprintf(v[i], sizeof v[i], "%lld", (long long)nums[i]);
+    char R[32];
+    snprintf(R, sizeof R, "%d", m->reps);
+    char *args[] = {"--family", (char *)m->family, "--hidden", v[0], "--experts", v[1], "--top-k", v[2],
+                    "--intermediate", v[3], "--shared", v[4], "--groups", v[5], "--topk-group", v[6],
+                    "--tokens", v[7], "--threads", v[8], "--reps", R, "--dtype", (char *)m->dtype, NULL};
+    run_script(cli_torch_moe_py, args, m->tokens, m->dtype, t);
 }
 
 hp_status cli_bench_torch(const hp_comm *w, const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t,

@@ -9,7 +9,8 @@
  *
  * It also prints which kernels ran (oneDNN's implementation, the streaming kernel's ISA, OpenBLAS's core
  * for the router, with a warning on stderr when OpenBLAS runs a generic kernel on an AVX2/AVX-512 CPU) and
- * the resident expert bytes. Benchmarks print ratios, never pass/fail.
+ * the resident expert bytes, and times PyTorch eager on the same shapes when python imports torch
+ * (bench_torch.c, bench/torch_moe.py). Benchmarks print ratios, never pass/fail.
  *
  * Memory: expert weights are resident in the generated dtype (--dtype bf16 holds bf16, as a bf16 checkpoint
  * is held; f32 stays f32). A preset whose experts exceed --max-gib (default 6) is run as one rank of an
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_run.h"
 #include "cli.h"
 #include "costflags.h"
 #include "hyperpar/cost.h"
@@ -55,7 +57,11 @@ static void usage(FILE *out)
             "\n"
             "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
             "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
-            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s).\n"
+            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s). When\n"
+            "$HP_BENCH_PYTHON (default python3) can import torch, it also times PyTorch eager's sparse block of the\n"
+            "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
+            "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
+            "not for a simulated expert-parallel rank.\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\npresets:\n");
@@ -183,6 +189,19 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
 /* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
 #define READ_SWEEP_BYTES ((size_t)512 << 20)
 
+/* PyTorch eager's sparse block of the preset's family on the same shapes and threads (bench_torch.c): a bf16 block
+ * for bf16 weights, autocast for f32 weights with --compute bf16, else f32. At most 5 timed forwards. */
+static void torch_moe(const bench_args *a, int threads, int reps, cli_torch_eager *pt)
+{
+    const cli_preset *p = a->p;
+    cli_torch_moe m = {.family = p->family, .hidden = p->hidden, .experts = p->experts, .top_k = p->top_k,
+                       .intermediate = p->moe_intermediate, .shared = p->shared_intermediate,
+                       .groups = p->n_group ? p->n_group : 1, .topk_group = p->topk_group ? p->topk_group : 1,
+                       .tokens = a->tokens, .threads = threads, .reps = reps < 5 ? reps : 5};
+    m.dtype = a->dtype == HP_DT_BF16 ? "bf16" : a->compute == HP_LINALG_BF16 ? "autocast" : "f32";
+    cli_bench_torch_moe(&m, pt);
+}
+
 static int run(const bench_args *a)
 {
     const cli_preset *p = a->p;
@@ -264,6 +283,12 @@ static int run(const bench_args *a)
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
     double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    cli_torch_eager pt = {0};
+    if (ep == 1)
+        torch_moe(a, threads, reps, &pt);
+    else
+        snprintf(pt.note, sizeof pt.note, "PyTorch eager: not measured (the layer runs as one rank of a simulated "
+                 "expert-parallel group; PyTorch would hold all %lld experts)", (long long)p->experts);
     char blas[1024], openblas[512];
     bool generic = false;
     hp_moe_blas_info(blas, sizeof blas);
@@ -315,7 +340,9 @@ static int run(const bench_args *a)
         cli_json_str(dn_info.large_path);
         printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)n_rows, (long long)n_active);
         cli_json_str(blas);
-        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d}\n", generic ? "true" : "false", threads);
+        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d", generic ? "true" : "false", threads);
+        cli_bench_torch_json(&pt, tok_s);
+        printf("}\n");
     } else {
         printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
                hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->experts, (long long)p->top_k, (long long)I,
@@ -353,6 +380,7 @@ static int run(const bench_args *a)
                    fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
         else
             printf("read sweep n/a (out of memory)\n");
+        cli_bench_torch_text(&pt, tok_s, "tokens/s");
     }
 done:
     free(x);

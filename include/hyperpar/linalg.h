@@ -25,10 +25,10 @@
  * many bytes each side holds). BF16 is never copied to f32. F16 weights, F32 weights in BF16 mode and all biases
  * are copied at init.
  *
- * Threads: a context (hp_linalg) holds oneDNN's engine and stream, the primitives shared by every linear of
- * the same shape, and one scratch buffer sized at init. One thread at a time calls into a context and
- * its linears; inside a call, oneDNN and the bf16 kernels use the process's OpenMP pool (libgomp, the
- * pool the rest of hyperpar uses). The layer allocates nothing on the forward path, and the streaming
+ * Threads: a context (hp_linalg) holds oneDNN's engine and one stream per OpenMP thread, the primitives shared
+ * by every linear of the same shape, and scratch for each thread, sized at init for the OpenMP threads then in
+ * effect. One thread at a time calls into a context and its linears; inside a call, oneDNN and the bf16
+ * kernels use the process's OpenMP pool (libgomp, the pool the rest of hyperpar uses). The layer allocates nothing on the forward path, and the streaming
  * kernel (few rows, bf16 weights) makes no heap allocation at all; oneDNN 2.6 still allocates inside its
  * own calls (argument descriptors, gemm:jit's packing buffers: measured in docs/kernels.md).
  */
@@ -119,8 +119,11 @@ void hp_linear_free(hp_linear *lin);
 hp_status hp_linear_forward(hp_linear *lin, int64_t mat, int64_t m, const float *a, int64_t lda, float *c,
                             int64_t ldc, bool accumulate, hp_err *err);
 /* The products of n_groups groups in one call (the experts of a MoE layer): groups with few rows share one
- * parallel pass of the streaming kernel, the others reuse the one oneDNN primitive in turn. The result
- * equals n_groups calls of hp_linear_forward. */
+ * parallel pass of the streaming kernel; when two or more have more rows than that and at most 1024, one
+ * parallel loop runs each of those on one thread (oneDNN single-threaded inside it), bit-equal to its own
+ * hp_linear_forward on one thread whatever the thread count; the rest reuse the one oneDNN primitive in turn
+ * over all threads. The result equals n_groups calls of hp_linear_forward up to f32 summation order (exactly,
+ * on one thread). */
 hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups,
                                     bool accumulate, hp_err *err);
 

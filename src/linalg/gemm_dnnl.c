@@ -28,7 +28,9 @@
 
 struct hp__dnnl {
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
+    dnnl_stream_t *streams; /* [n_streams]: one per slot, so that the threads of a parallel loop each run
+                               primitives on their own stream */
+    int n_streams;
 };
 
 struct hp__dnnl_mm {
@@ -63,19 +65,38 @@ hp_status hp__dnnl_create(hp__dnnl **out, hp_err *err)
     hp__dnnl *d = hp_calloc(1, sizeof *d);
     if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating the oneDNN context");
     dnnl_status_t s = dnnl_engine_create(&d->engine, dnnl_cpu, 0);
-    if (s == dnnl_success) s = dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags);
     if (s != dnnl_success) {
         hp__dnnl_destroy(d);
-        return hp_err_set(err, HP_ERR_IO, "oneDNN could not create its CPU engine and stream: %s", status_name(s));
+        return hp_err_set(err, HP_ERR_IO, "oneDNN could not create its CPU engine: %s", status_name(s));
+    }
+    hp_status st = hp__dnnl_reserve_streams(d, 1, err);
+    if (st != HP_OK) {
+        hp__dnnl_destroy(d);
+        return st;
     }
     *out = d;
+    return HP_OK;
+}
+
+hp_status hp__dnnl_reserve_streams(hp__dnnl *d, int n, hp_err *err)
+{
+    if (n <= d->n_streams) return HP_OK;
+    dnnl_stream_t *p = realloc(d->streams, (size_t)n * sizeof *p);
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory growing oneDNN's streams");
+    d->streams = p;
+    for (; d->n_streams < n; d->n_streams++) {
+        dnnl_status_t s = dnnl_stream_create(&d->streams[d->n_streams], d->engine, dnnl_stream_default_flags);
+        if (s != dnnl_success)
+            return hp_err_set(err, HP_ERR_IO, "oneDNN could not create a CPU stream: %s", status_name(s));
+    }
     return HP_OK;
 }
 
 void hp__dnnl_destroy(hp__dnnl *d)
 {
     if (!d) return;
-    if (d->stream) dnnl_stream_destroy(d->stream);
+    for (int i = 0; i < d->n_streams; i++) dnnl_stream_destroy(d->streams[i]);
+    free(d->streams);
     if (d->engine) dnnl_engine_destroy(d->engine);
     free(d);
 }
@@ -251,9 +272,9 @@ hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, 
     if (st == dnnl_success) st = dnnl_memory_create(&md, &mm->wmd, d->engine, w_packed);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-        st = dnnl_primitive_execute(prim, d->stream, 2, args);
+        st = dnnl_primitive_execute(prim, d->streams[0], 2, args);
     }
-    if (st == dnnl_success) st = dnnl_stream_wait(d->stream);
+    if (st == dnnl_success) st = dnnl_stream_wait(d->streams[0]);
     if (md) dnnl_memory_destroy(md);
     if (ms) dnnl_memory_destroy(ms);
     if (prim) dnnl_primitive_destroy(prim);
@@ -265,9 +286,11 @@ hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, 
     return HP_OK;
 }
 
-hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a, int64_t lda,
-                          const void *w, float *c, int64_t ldc, void *scratch, hp_err *err)
+hp_status hp__dnnl_mm_run(hp__dnnl *d, int slot, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a,
+                          int64_t lda, const void *w, float *c, int64_t ldc, void *scratch, hp_err *err)
 {
+    HP_ASSERT(slot >= 0 && slot < d->n_streams);
+    dnnl_stream_t stream = d->streams[slot];
     const hp__dnnl_mm_key *key = &mm->key;
     dnnl_dims_t sdims = {m, key->k}, sstr = {lda, 1}, ddims = {m, n}, dstr = {ldc, 1};
     dnnl_memory_desc_t smd, wmd = mm->wmd, dmd;
@@ -285,9 +308,9 @@ hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[4] = {
             {DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}, {DNNL_ARG_SCRATCHPAD, msp}};
-        st = dnnl_primitive_execute(mm->prim, d->stream, msp ? 4 : 3, args);
+        st = dnnl_primitive_execute(mm->prim, stream, msp ? 4 : 3, args);
     }
-    if (st == dnnl_success) st = dnnl_stream_wait(d->stream);
+    if (st == dnnl_success) st = dnnl_stream_wait(stream);
     if (msp) dnnl_memory_destroy(msp);
     if (md) dnnl_memory_destroy(md);
     if (mw) dnnl_memory_destroy(mw);

@@ -79,6 +79,8 @@ typedef enum hp__dnnl_layout {
 } hp__dnnl_layout;
 
 hp_status hp__dnnl_create(hp__dnnl **out, hp_err *err);
+/* Makes sure streams 0..n-1 exist (hp__dnnl_mm_run's slots); one at creation. */
+hp_status hp__dnnl_reserve_streams(hp__dnnl *d, int n, hp_err *err);
 void hp__dnnl_destroy(hp__dnnl *d);
 /* "oneDNN 2.6.3 (isa avx2)". */
 const char *hp__dnnl_version(char *buf, size_t cap);
@@ -96,13 +98,15 @@ size_t hp__dnnl_mm_packed_bytes(const hp__dnnl_mm *mm); /* one matrix in the pac
 bool hp__dnnl_mm_same_weights(const hp__dnnl_mm *a, const hp__dnnl_mm *b); /* the same weight layout */
 /* Reorders one [N, K] matrix (key's wei dtype) into the packed layout of mm. */
 hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, void *w_packed, hp_err *err);
-/* C [m, n] (ldc) (+)= A [m, k] (lda) · Wᵀ. n must equal the key's N unless that is runtime. scratch holds
- * hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). */
+/* C [m, n] (ldc) (+)= A [m, k] (lda) · Wᵀ on stream `slot` (< the streams reserved). n must equal the key's N
+ * unless that is runtime. scratch holds hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). Threads may run
+ * the same primitive at once on different slots with different scratch; inside an OpenMP parallel region
+ * oneDNN (OpenMP runtime) runs the call on the calling thread alone. */
 /* OpenBLAS's f32 product (blas.c): the fallback of hp_linalg_sgemm / _tn should oneDNN's sgemm refuse a call. */
 void hp__blas_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
-hp_status hp__dnnl_mm_run(hp__dnnl *d, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a, int64_t lda,
-                          const void *w, float *c, int64_t ldc, void *scratch, hp_err *err);
+hp_status hp__dnnl_mm_run(hp__dnnl *d, int slot, const hp__dnnl_mm *mm, int64_t m, int64_t n, const void *a,
+                          int64_t lda, const void *w, float *c, int64_t ldc, void *scratch, hp_err *err);
 
 /* ---- records ---- */
 typedef enum hp__large {
@@ -115,8 +119,10 @@ struct hp_linalg {
     hp__dnnl *dnnl;
     hp__dnnl_mm **mms; /* the primitive cache: one per key, shared by every linear */
     int64_t n_mms, cap_mms;
-    void *scratch;     /* 64-byte aligned, scratch_bytes, grown only by hp_linear_init */
-    size_t scratch_bytes;
+    void *scratch;     /* [n_slots] parts of slot_bytes, 64-byte aligned, grown only by hp_linear_init: part s is
+                          thread s's in a loop over groups (part 0 the calling thread's otherwise) */
+    size_t slot_bytes;
+    int n_slots;       /* also the oneDNN streams reserved */
     int64_t n_linears; /* live linears (hp_linalg_destroy checks it) */
 };
 
@@ -141,7 +147,13 @@ struct hp_linear {
 
 /* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
 #define HP__ROW_CHUNK 256
-/* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). */
+/* Groups of a grouped call with more rows than small_m_max and at most this many run one per thread when there
+ * are two or more (linear.c, run_large_groups): above it oneDNN's own threads split one product efficiently. A
+ * fixed bound, not one derived from the thread count, so that which path a group takes never depends on it. */
+#define HP__SPREAD_ROWS_MAX 1024
+/* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
+ * kernel also won at 24..96 rows, but 16 stays: above it a bf16 weight takes the same oneDNN f32 product as its
+ * f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24 rows) relies on. */
 #define HP__SMALL_M_MAX 16
 
 /* ---- test hooks ---- */

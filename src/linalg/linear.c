@@ -8,13 +8,17 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
- *          ──▶ m > small_m_max  one oneDNN call per group (per row chunk in BF16 mode; per block of W rows
- *                               when a bf16 weight is widened), all through the one cached primitive
+ *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
+ *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
+ *                               inside it, each thread with its own scratch part and stream); the others one
+ *                               oneDNN call each over all threads (per row chunk in BF16 mode; per block of W
+ *                               rows when a bf16 weight is widened)
  *
  * Bias: written into C before the product, which then accumulates (beta = 1); without bias and without
  * accumulate the beta = 0 primitive writes C directly.
  *
- * Scratch (one buffer in the context, sized by hp_linear_init for the largest linear, 64-byte aligned parts):
+ * Scratch (one buffer in the context, one part per OpenMP thread, each sized by hp_linear_init for the largest
+ * linear; 64-byte aligned parts; the streaming kernel's batches use part 0):
  *
  *   [ pieces: HP__ROW_CHUNK records ][ A rounded to bf16: HP__ROW_CHUNK × K f32 ][ W block: widen_rows × K
  *   f32 ][ oneDNN scratchpad ]        (the middle two only when the linear's mode and dtype need them)
@@ -128,14 +132,23 @@ static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dn
     return HP_OK;
 }
 
+/* Scratch of at least `bytes` for each of the OpenMP threads a call may use (and as many oneDNN streams). */
 static hp_status reserve_scratch(hp_linalg *ctx, size_t bytes, hp_err *err)
 {
-    if (bytes <= ctx->scratch_bytes) return HP_OK;
-    void *p = aligned_alloc(ALIGN, align_up(bytes));
-    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory reserving %zu bytes of GEMM scratch", bytes);
+    int slots = omp_get_max_threads() > ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
+    size_t per = align_up(bytes > ctx->slot_bytes ? bytes : ctx->slot_bytes), total;
+    if (per == ctx->slot_bytes && slots == ctx->n_slots) return HP_OK;
+    hp_status st = hp__dnnl_reserve_streams(ctx->dnnl, slots, err);
+    if (st != HP_OK) return st;
+    if (!hp_mul_size(per, (size_t)slots, &total))
+        return hp_err_set(err, HP_ERR_NOMEM, "GEMM scratch of %zu bytes for %d threads overflows a byte count", per,
+                          slots);
+    void *p = aligned_alloc(ALIGN, total ? total : ALIGN);
+    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory reserving %zu bytes of GEMM scratch", total);
     free(ctx->scratch);
     ctx->scratch = p;
-    ctx->scratch_bytes = bytes;
+    ctx->slot_bytes = per;
+    ctx->n_slots = slots;
     return HP_OK;
 }
 
@@ -181,7 +194,7 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     else hp__round_cols_bf16(k, n, b, ldb, w16);
     /* alpha·AB + beta·C = alpha·(AB + (beta / alpha)·C): C scaled first, the product added, then scaled */
     if (acc && beta != alpha) scale_rows(m, n, beta / alpha, c, ldc);
-    if (hp__dnnl_mm_run(g_plain->dnnl, mm, m, n, a16, k, w16, c, ldc, s + d_off, &err) != HP_OK) {
+    if (hp__dnnl_mm_run(g_plain->dnnl, 0, mm, m, n, a16, k, w16, c, ldc, s + d_off, &err) != HP_OK) {
         if (acc && beta != alpha) scale_rows(m, n, alpha / beta, c, ldc); /* nearly as it was; never reached in
                                                                              practice (a created primitive runs) */
         return false;
@@ -474,12 +487,12 @@ static void run_pieces(const hp_linear *lin, const piece *p, int64_t n_pieces, i
     }
 }
 
-/* One group through oneDNN: m > small_m_max rows. */
-static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, hp_err *err)
+/* One group through oneDNN: m > small_m_max rows, with the scratch part and stream of `slot`. */
+static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, int slot, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
     layout l = layout_of(lin);
-    char *scratch = ctx->scratch;
+    char *scratch = (char *)ctx->scratch + (size_t)slot * ctx->slot_bytes;
     const float *bias = lin->bias ? lin->bias + g->mat * lin->n : NULL;
     bool beta = bias || acc || !lin->mm[0];
     const hp__dnnl_mm *mm = lin->mm[beta];
@@ -502,7 +515,7 @@ static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, h
         if (beta) prefill(m, lin->n, bias, c, g->ldc, acc);
         hp_status st = HP_OK;
         if (lin->large != HP__LARGE_WIDEN) {
-            st = hp__dnnl_mm_run(ctx->dnnl, mm, m, lin->n, a, lda, w, c, g->ldc, scratch + l.dnnl, err);
+            st = hp__dnnl_mm_run(ctx->dnnl, slot, mm, m, lin->n, a, lda, w, c, g->ldc, scratch + l.dnnl, err);
         } else {
             float *wb = (float *)(scratch + l.w);
             for (int64_t n0 = 0; n0 < lin->n && st == HP_OK; n0 += lin->widen_rows) {
@@ -510,12 +523,101 @@ static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, h
                 const uint16_t *src = (const uint16_t *)w + n0 * lin->k;
 #pragma omp parallel for schedule(static) if (bn * lin->k >= PAR_MIN_WORK)
                 for (int64_t j = 0; j < bn; j++) hp__bf16_widen(lin->isa, src + j * lin->k, wb + j * lin->k, lin->k);
-                st = hp__dnnl_mm_run(ctx->dnnl, mm, m, bn, a, lda, wb, c + n0, g->ldc, scratch + l.dnnl, err);
+                st = hp__dnnl_mm_run(ctx->dnnl, slot, mm, m, bn, a, lda, wb, c + n0, g->ldc, scratch + l.dnnl, err);
             }
         }
         if (st != HP_OK) return st;
     }
     return HP_OK;
+}
+
+/* Every group of at most small_m_max rows, in batches for the streaming kernel: consecutive small groups (larger
+ * ones are skipped), cut into pieces; in BF16 mode their rounded rows share the HP__ROW_CHUNK rows of slot 0's
+ * scratch, so a group may be split across batches. */
+static void run_small_batches(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc)
+{
+    layout l = layout_of(lin);
+    char *scratch = lin->ctx->scratch;
+    piece *pieces = (piece *)(scratch + l.pieces);
+    bool round = lin->mode == HP_LINALG_BF16;
+    int64_t g = 0, done = 0; /* group g, of which `done` rows are already computed */
+    while (g < n_groups) {
+        int64_t n_pieces = 0, rows = 0;
+        while (g < n_groups && n_pieces < HP__ROW_CHUNK) {
+            const hp_linear_group *gr = &groups[g];
+            if (gr->m == 0 || gr->m > lin->small_m_max) {
+                g++;
+                continue;
+            }
+            int64_t take = gr->m - done;
+            if (round && take > HP__ROW_CHUNK - rows) take = HP__ROW_CHUNK - rows;
+            if (take == 0) break;
+            piece *p = &pieces[n_pieces++];
+            p->a = gr->a + done * gr->lda;
+            p->lda = gr->lda;
+            p->c = gr->c + done * gr->ldc;
+            p->ldc = gr->ldc;
+            p->m = take;
+            p->w = mat_rows(lin, gr->mat);
+            p->bias = lin->bias ? lin->bias + gr->mat * lin->n : NULL;
+            if (round) {
+                float *dst = (float *)(scratch + l.a) + rows * lin->k;
+                hp__round_rows_bf16_f32(take, lin->k, p->a, p->lda, dst);
+                p->a = dst;
+                p->lda = lin->k;
+            }
+            rows += take;
+            done += take;
+            if (done == gr->m) {
+                g++;
+                done = 0;
+            }
+        }
+        if (n_pieces) run_pieces(lin, pieces, n_pieces, rows, acc);
+    }
+}
+
+/* Whether group g runs on one thread of a loop over groups (see run_large_groups). */
+static bool spread(const hp_linear *lin, const hp_linear_group *g)
+{
+    return g->m > lin->small_m_max && g->m <= HP__SPREAD_ROWS_MAX;
+}
+
+/* Every group of more than small_m_max rows through oneDNN. When two or more have at most HP__SPREAD_ROWS_MAX
+ * rows (the experts of a prefill: ~32 rows each at T = 512), one OpenMP loop over them runs each on one thread
+ * (oneDNN runs single-threaded inside a parallel region) with that thread's scratch and stream: one parallel
+ * region instead of one per group, and each expert's weights read by one core. Dynamic schedule, but each group's
+ * result depends only on its own rows: bit-equal whatever the thread count, and to one-group calls on one
+ * thread. The other large groups run one after another, each over all threads. */
+static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
+                                  hp_err *err)
+{
+    int64_t n_spread = 0;
+    for (int64_t i = 0; i < n_groups; i++) n_spread += spread(lin, &groups[i]);
+    hp_status st = HP_OK;
+    for (int64_t i = 0; i < n_groups && st == HP_OK; i++)
+        if (groups[i].m > lin->small_m_max && (n_spread < 2 || !spread(lin, &groups[i])))
+            st = run_large(lin, &groups[i], acc, 0, err);
+    if (st != HP_OK || n_spread < 2) return st;
+    int nt = omp_get_max_threads() < lin->ctx->n_slots ? omp_get_max_threads() : lin->ctx->n_slots;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (int64_t i = 0; i < n_groups; i++) {
+        hp_status seen;
+#pragma omp atomic read
+        seen = st;
+        if (seen != HP_OK || !spread(lin, &groups[i])) continue;
+        hp_err e;
+        hp_status s = run_large(lin, &groups[i], acc, omp_get_thread_num(), &e);
+        if (s != HP_OK) {
+#pragma omp critical(hp_linear_group_err)
+            if (st == HP_OK) {
+                if (err) *err = e;
+#pragma omp atomic write
+                st = s;
+            }
+        }
+    }
+    return st;
 }
 
 static hp_status check_group(const hp_linear *lin, const hp_linear_group *g, int64_t i, hp_err *err)
@@ -549,60 +651,8 @@ hp_status hp_linear_forward_grouped(hp_linear *lin, const hp_linear_group *group
         hp_status st = check_group(lin, &groups[i], i, err);
         if (st != HP_OK) return st;
     }
-    layout l = layout_of(lin);
-    char *scratch = lin->ctx->scratch;
-    piece *pieces = (piece *)(scratch + l.pieces);
-    bool round = lin->mode == HP_LINALG_BF16;
-    int64_t g = 0, done = 0; /* group g, of which `done` rows are already computed */
-    while (g < n_groups) {
-        const hp_linear_group *gr = &groups[g];
-        if (gr->m == 0) {
-            g++;
-            continue;
-        }
-        if (gr->m > lin->small_m_max) {
-            hp_status st = run_large(lin, gr, acc, err);
-            if (st != HP_OK) return st;
-            g++;
-            continue;
-        }
-        /* A batch: consecutive small groups, cut into pieces; in BF16 mode their rounded rows share the
-         * HP__ROW_CHUNK rows of scratch, so a group may be split across batches. */
-        int64_t n_pieces = 0, rows = 0;
-        while (g < n_groups && n_pieces < HP__ROW_CHUNK) {
-            gr = &groups[g];
-            if (gr->m == 0) {
-                g++;
-                continue;
-            }
-            if (gr->m > lin->small_m_max) break;
-            int64_t take = gr->m - done;
-            if (round && take > HP__ROW_CHUNK - rows) take = HP__ROW_CHUNK - rows;
-            if (take == 0) break;
-            piece *p = &pieces[n_pieces++];
-            p->a = gr->a + done * gr->lda;
-            p->lda = gr->lda;
-            p->c = gr->c + done * gr->ldc;
-            p->ldc = gr->ldc;
-            p->m = take;
-            p->w = mat_rows(lin, gr->mat);
-            p->bias = lin->bias ? lin->bias + gr->mat * lin->n : NULL;
-            if (round) {
-                float *dst = (float *)(scratch + l.a) + rows * lin->k;
-                hp__round_rows_bf16_f32(take, lin->k, p->a, p->lda, dst);
-                p->a = dst;
-                p->lda = lin->k;
-            }
-            rows += take;
-            done += take;
-            if (done == gr->m) {
-                g++;
-                done = 0;
-            }
-        }
-        run_pieces(lin, pieces, n_pieces, rows, acc);
-    }
-    return HP_OK;
+    run_small_batches(lin, groups, n_groups, acc);
+    return run_large_groups(lin, groups, n_groups, acc, err);
 }
 
 hp_status hp_linear_forward(hp_linear *lin, int64_t mat, int64_t m, const float *a, int64_t lda, float *c,

@@ -60,4 +60,32 @@ expect 2 "unknown benchmark 'mpi'" -- "$HP" bench mpi
 expect 0 "compute  : bf16 (activations rounded to bf16" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1
 expect 0 '"compute": "bf16", "reps": 1' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1 --json
 expect 0 '"resident_ratio": 1.0000, "linear_owned_bytes": 0' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 1 --json
+# bench moe times PyTorch eager's block on the same shapes when python imports torch. A fake python checks that it
+# gets the embedded scripts (torch_model.py, then torch_moe.py) and the preset's dimensions, and prints a fixed
+# 0.5 s forward: the ratio is hyperpar's tokens/s over 4 / 0.5 = 8. A simulated EP rank is not compared.
+cat >"$WORK/fakepy" <<'EOF'
+#!/bin/bash
+[[ $1 == -c ]] && exit 0 # the probe: python3 -c 'import torch'
+[[ $1 == -B && $2 == -c && $3 == *"sys.modules['torch_model'] = m"* ]] || exit 9
+[[ $4 == *"def read_safetensors"* && $5 == *"Qwen3MoeSparseMoeBlock"* ]] && src=yes || src=no
+[[ -n ${FAKE_ERROR:-} ]] && { echo "{\"error\": \"$FAKE_ERROR\"}"; exit 0; }
+shift 5
+echo "{\"median_s\": 0.5, \"tokens_per_s\": 8, \"threads\": 2, \"model\": \"src=$src $*\", \"torch\": \"9.9\"}"
+EOF
+chmod +x "$WORK/fakepy"
+HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --reps 1 --threads 2 --json \
+    >"$WORK/bm.json" 2>/dev/null </dev/null
+check "bench moe: PyTorch's figures, the ratio, the shapes it ran" python3 - "$WORK/bm.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+pt = d["pytorch_eager"]
+assert pt["median_s"] == 0.5 and pt["tokens_per_s"] == 8 and pt["dtype"] == "bf16", pt
+assert pt["model"] == ("src=yes --family qwen3_moe --hidden 2048 --experts 128 --top-k 8 --intermediate 768 "
+                       "--shared 0 --groups 1 --topk-group 1 --tokens 4 --threads 2 --reps 1 --dtype bf16"), pt
+assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 8) <= 1e-5 * d["ratio_over_pytorch"], d
+EOF
+expect 0 "PyTorch eager: not measured (the layer runs as one rank of a simulated expert-parallel group" -- \
+    env HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 1
+expect 0 "fakepy failed: no module named transformers" -- env FAKE_ERROR="no module named transformers" \
+    HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --reps 1 --threads 2
 finish
