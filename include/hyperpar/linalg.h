@@ -152,6 +152,9 @@ hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_
                          int64_t ldc, hp_err *err);
 /* x rounded to the nearest bf16 value (ties to even; NaN stays NaN, quiet), as f32: what BF16 mode multiplies. */
 float hp_linalg_round_bf16(float x);
+/* dst [rows, cols] (packed, cols apart) = the block a [rows, cols] (lda) with hp_linalg_round_bf16 applied to each
+ * value, at memory speed; dst may be a when lda == cols. What a BF16-mode kernel outside this layer multiplies. */
+void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

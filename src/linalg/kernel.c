@@ -71,10 +71,31 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
     }
 }
 
+/* hp__bf16_to_f32(hp__bf16_from_f32(x)) on the bits, branch-free so that the loops below vectorize. */
+static inline uint32_t round_bits(uint32_t u)
+{
+    uint32_t nan = ((u >> 16) | 0x0040u) << 16, r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : r;
+}
+
 void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst)
 {
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t i = 0; i < k; i++) dst[r * k + i] = hp__bf16_to_f32(hp__bf16_from_f32(a[r * lda + i]));
+    for (int64_t r = 0; r < m; r++) {
+        const float *ar = a + r * lda;
+        float *dr = dst + r * k;
+#pragma omp simd
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t u;
+            memcpy(&u, &ar[i], sizeof u);
+            u = round_bits(u);
+            memcpy(&dr[i], &u, sizeof u);
+        }
+    }
+}
+
+void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst)
+{
+    hp__round_rows_bf16_f32(rows, cols, a, lda, dst);
 }
 
 /* ---- portable ---- */
