@@ -2,9 +2,10 @@
  * test_attention.c — the fused attention kernel (src/run/attention.c) against a plain f64 softmax attention
  * written here (its own mask test, a whole score row at a time): causal at several lengths, GQA, MLA's
  * hd != hdv, sliding windows, sinks, CP's query offset, batch rows, both compute modes; the backward's P
- * (hp__attn_probs) against the same forward; and memory: the kernel's scratch does not grow with S, and a
+ * (hp__attn_probs) against the same forward; the blocked backward against an f64 one; and memory: the kernel's scratch does not grow with S, and a
  * long sequence's peak RSS stays far below one [S, S] matrix.
  */
+#include "run/backward.h"
 #include "run/modules.h"
 #include "testlib.h"
 
@@ -215,6 +216,132 @@ TEST(probs_match_forward)
     CHECK(e < 2e-5);
     CHECK(se < 1e-5);
     free(q), free(k), free(v), free(sk), free(o), free(p);
+}
+
+/* A NaN or an infinity in q reaches the rows that read it (the runner's finiteness check needs to see it), and
+ * only them. */
+TEST(non_finite_inputs_propagate)
+{
+    hp__attn_args a = {.B = 1, .sq = 300, .sk = 300, .nh = 2, .nkv = 1, .hd = 16};
+    int64_t n = a.sq * a.nh * a.hd;
+    float *q = random_floats(n, 1), *k = random_floats(a.sk * a.hd, 1), *v = random_floats(a.sk * a.hd, 1);
+    float *o = malloc((size_t)n * sizeof *o);
+    q[(5 * a.nh + 0) * a.hd] = NAN;        /* token 5, head 0 */
+    q[(270 * a.nh + 1) * a.hd] = INFINITY; /* token 270, head 1: its scores are ±inf, their softmax NaN */
+    a.q = q, a.k = k, a.v = v, a.out = o;
+    for (int mode = 0; mode < 2; mode++) {
+        a.mode = mode ? HP_LINALG_BF16 : HP_LINALG_EXACT;
+        hp_err err;
+        CHECK(hp__attention(&a, &err) == HP_OK);
+        CHECK(isnan(o[(5 * a.nh + 0) * a.hd]));
+        CHECK(!isfinite(o[(270 * a.nh + 1) * a.hd]));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(o[i]);
+        CHECK(bad == 2 * a.hd); /* those two rows, nothing else */
+    }
+    free(q), free(k), free(v), free(o);
+}
+
+/* ---- the backward against an f64 reference (P, dP, D, dS, then the three products and the sinks) ---- */
+
+static void reference_backward(const hp__attn_args *a, bool bf, const float *go, double *dq, double *dk, double *dv,
+                               double *dsk)
+{
+    int64_t rep = a->nh / a->nkv, hd = a->hd, hdv = a->hdv > 0 ? a->hdv : hd, sk = a->sk;
+    double scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd);
+    double *p = malloc((size_t)sk * sizeof *p), *dp = malloc((size_t)sk * sizeof *dp);
+    memset(dq, 0, (size_t)(a->B * a->sq * a->nh * hd) * sizeof *dq);
+    memset(dk, 0, (size_t)(a->B * sk * a->nkv * hd) * sizeof *dk);
+    memset(dv, 0, (size_t)(a->B * sk * a->nkv * hdv) * sizeof *dv);
+    for (int64_t h = 0; h < a->nh; h++) dsk[h] = 0;
+    for (int64_t b = 0; b < a->B; b++)
+        for (int64_t h = 0; h < a->nh; h++)
+            for (int64_t i = 0; i < a->sq; i++) {
+                int64_t qp = a->q_pos0 + i, kh = h / rep;
+                const float *q = a->q + ((b * a->sq + i) * a->nh + h) * hd;
+                const float *g = go + ((b * a->sq + i) * a->nh + h) * hdv;
+                double mx = a->sinks ? a->sinks[h] : -INFINITY;
+                for (int64_t j = 0; j < sk; j++) {
+                    int64_t kp = a->k_pos0 + j;
+                    p[j] = -INFINITY;
+                    dp[j] = 0;
+                    if (!(kp <= qp && (a->window <= 0 || qp - kp < a->window))) continue;
+                    double d = 0, e = 0;
+                    for (int64_t c = 0; c < hd; c++) d += in(q[c], bf) * in(a->k[((b * sk + j) * a->nkv + kh) * hd + c], bf);
+                    for (int64_t c = 0; c < hdv; c++)
+                        e += in(g[c], bf) * in(a->v[((b * sk + j) * a->nkv + kh) * hdv + c], bf);
+                    p[j] = d * scale, dp[j] = e;
+                    mx = fmax(mx, p[j]);
+                }
+                double sum = a->sinks ? exp(a->sinks[h] - mx) : 0, D = 0;
+                for (int64_t j = 0; j < sk; j++) sum += p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+                if (sum <= 0) continue;
+                for (int64_t j = 0; j < sk; j++) D += (p[j] /= sum) * dp[j];
+                if (a->sinks) dsk[h] -= exp(a->sinks[h] - mx) / sum * D;
+                for (int64_t j = 0; j < sk; j++) {
+                    if (p[j] == 0) continue;
+                    double ds = scale * p[j] * (dp[j] - D);
+                    const float *kr = a->k + ((b * sk + j) * a->nkv + kh) * hd;
+                    for (int64_t c = 0; c < hd; c++) {
+                        dq[((b * a->sq + i) * a->nh + h) * hd + c] += ds * in(kr[c], bf);
+                        dk[((b * sk + j) * a->nkv + kh) * hd + c] += ds * in(q[c], bf);
+                    }
+                    for (int64_t c = 0; c < hdv; c++) dv[((b * sk + j) * a->nkv + kh) * hdv + c] += p[j] * in(g[c], bf);
+                }
+            }
+    free(p), free(dp);
+}
+
+static double max_err(const float *x, const double *ref, int64_t n)
+{
+    double e = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, isnan(x[i]) ? INFINITY : fabs(x[i] - ref[i]));
+        mx = fmax(mx, fabs(ref[i]));
+    }
+    return e / (mx > 1 ? mx : 1);
+}
+
+static void check_backward(hp__attn_args a, bool sinks, const char *label)
+{
+    int64_t hdv = a.hdv > 0 ? a.hdv : a.hd;
+    int64_t nq = a.B * a.sq * a.nh * a.hd, nk = a.B * a.sk * a.nkv * a.hd, nv = a.B * a.sk * a.nkv * hdv;
+    int64_t no = a.B * a.sq * a.nh * hdv;
+    float *q = random_floats(nq, 1), *k = random_floats(nk, 1), *v = random_floats(nv, 1), *go = random_floats(no, 1);
+    float *sk = random_floats(a.nh, 2), *dq = malloc((size_t)nq * sizeof *dq), *dk = malloc((size_t)nk * sizeof *dk);
+    float *dv = malloc((size_t)nv * sizeof *dv), dsk[16];
+    double *rq = malloc((size_t)nq * sizeof *rq), *rk = malloc((size_t)nk * sizeof *rk);
+    double *rv = malloc((size_t)nv * sizeof *rv), rs[16];
+    a.q = q, a.k = k, a.v = v, a.sinks = sinks ? sk : NULL;
+    for (int mode = 0; mode < 2; mode++) {
+        a.mode = mode ? HP_LINALG_BF16 : HP_LINALG_EXACT;
+        double tol = mode ? 2e-2 : 2e-5;
+        for (int64_t h = 0; h < a.nh; h++) dsk[h] = 0.5f; /* the sinks' gradient is added to */
+        hp_err err;
+        CHECK(hp__attention_backward(&a, go, dq, dk, dv, sinks ? dsk : NULL, &err) == HP_OK);
+        reference_backward(&a, mode == 1, go, rq, rk, rv, rs);
+        double e[4] = {max_err(dq, rq, nq), max_err(dk, rk, nk), max_err(dv, rv, nv), 0};
+        for (int64_t h = 0; sinks && h < a.nh; h++) e[3] = fmax(e[3], fabs(dsk[h] - 0.5 - rs[h]));
+        for (int i = 0; i < 4; i++) {
+            if (!(e[i] < tol)) fprintf(stderr, "  %s %s: %s err %g\n", label, mode ? "bf16" : "exact",
+                                       (const char *[]){"dq", "dk", "dv", "dsinks"}[i], e[i]);
+            CHECK(e[i] < tol);
+        }
+    }
+    free(q), free(k), free(v), free(go), free(sk), free(dq), free(dk), free(dv), free(rq), free(rk), free(rv);
+}
+
+TEST(backward_blocks)
+{
+    check_backward((hp__attn_args){.B = 2, .sq = 300, .sk = 300, .nh = 4, .nkv = 2, .hd = 16}, false, "causal gqa");
+    check_backward((hp__attn_args){.B = 1, .sq = 1, .sk = 1, .nh = 1, .nkv = 1, .hd = 4}, false, "S=1");
+    check_backward((hp__attn_args){.B = 1, .sq = 280, .sk = 280, .nh = 4, .nkv = 1, .hd = 24, .hdv = 8,
+                                   .window = 100, .scale = 0.3},
+                   true, "mqa window sinks hd!=hdv");
+    check_backward((hp__attn_args){.B = 2, .sq = 150, .sk = 400, .nh = 2, .nkv = 2, .hd = 16, .q_pos0 = 250}, true,
+                   "cp offset + sinks");
+    check_backward((hp__attn_args){.B = 1, .sq = 70, .sk = 70, .nh = 2, .nkv = 1, .hd = 8, .k_pos0 = 5}, true,
+                   "masked rows + sinks");
 }
 
 /* The kernel allocates hp__attention_scratch_bytes and nothing else: a fixed number of block slots, the same

@@ -27,6 +27,7 @@
  * BF16 mode and PyTorch's bf16 SDPA math path, which rounds P, compute). exp in f32 against the running max,
  * row sums in double, the division once at the end.
  */
+#include "run/backward.h"
 #include "run/modules.h"
 
 #include <math.h>
@@ -88,7 +89,9 @@ static slot_layout layout_of(const hp__attn_args *a)
     L.floats = L.v + (size_t)(L.bk * L.hdv);
     L.floats += L.floats & 1; /* keep the next slot's doubles aligned */
     L.nqb = a->sq > 0 ? (a->sq + L.bq - 1) / L.bq : 0;
-    L.items = a->B * a->nkv * L.nqb;
+    int64_t bk;
+    if (!hp_mul_i64(a->B, a->nkv, &bk) || !hp_mul_i64(bk, L.nqb, &L.items))
+        L.items = INT64_MAX; /* the cost model's sizes only: no runnable batch has that many */
     L.slots = L.items < 1 ? 1 : min64(L.items, HP__ATTN_SLOTS);
     return L;
 }
@@ -101,21 +104,25 @@ size_t hp__attention_scratch_bytes(const hp__attn_args *a)
 
 /* e^x for x <= 0 (a score minus its row's running max), branch-free so that a row's loop vectorizes: x = n·ln2 + r
  * with |r| <= ln2/2 (ln2 split in two parts, Cody and Waite), e^r by its degree-7 Taylor polynomial (truncation
- * below 2^-26 relative), 2^n from the exponent bits. Within 2 ulp of expf; x below −87 (e^x < 2^-125, also
- * −inf) gives about 1e-38, nothing next to the row's largest term, which is 1. */
+ * below 2^-26 relative), 2^n from the exponent bits. Within 2 ulp of expf; x below −87 (e^x < 2^-125, and −inf)
+ * gives about 1e-38, nothing next to the row's largest term, which is 1. NaN stays NaN (a non-finite input must
+ * reach the runner's finiteness check). */
 static inline float exp_nonpos(float x)
 {
     /* x = max(x, −87) on the bits (an integer select vectorizes; a float compare may trap, so it does not): a
-     * negative float's bits grow with its magnitude, and −inf and NaN lie above −87's */
+     * negative float's bits grow with its magnitude up to −inf's; NaNs lie above and are kept */
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    u = u > 0xc2ae0000u ? 0xc2ae0000u : u;
+    u = u > 0xc2ae0000u && u <= 0xff800000u ? 0xc2ae0000u : u;
     memcpy(&x, &u, sizeof x);
-    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5·2^23 drops the fraction */
+    /* n = round(x / ln2): adding 1.5·2^23 drops the fraction and leaves n in the low bits of t's mantissa */
+    float t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
     float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
     const float c3 = 1.0f / 6, c4 = 1.0f / 24, c5 = 1.0f / 120, c6 = 1.0f / 720, c7 = 1.0f / 5040;
     float p = 1.0f + r * (1.0f + r * (0.5f + r * (c3 + r * (c4 + r * (c5 + r * (c6 + r * c7))))));
-    int32_t bits = ((int32_t)n + 127) * (1 << 23);
+    uint32_t tb, bits;
+    memcpy(&tb, &t, sizeof tb);
+    bits = (tb - 0x4b400000u + 127u) << 23; /* the exponent field of 2^n (n >= −126 after the clamp) */
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     return p * two_n;
@@ -133,6 +140,14 @@ static float row_max(const float *x, int64_t n, float m)
     return lane[0];
 }
 
+/* Whether x[0..n) holds a NaN (the max above skips them). */
+static bool any_nan(const float *x, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        if (isnan(x[j])) return true;
+    return false;
+}
+
 /* Σ x[0..n) in double, in four lanes. */
 static double row_sum(const float *x, int64_t n)
 {
@@ -144,34 +159,99 @@ static double row_sum(const float *x, int64_t n)
     return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
-/* One key block [jb, je) of the item (b, kv head g, tokens [i0, i0 + nt)): s = scale·q·kᵀ over the slot's packed
- * q rows (row ρ: token i0 + ρ / rep, head g·rep + ρ % rep), each row masked to its own key range, then the online
- * softmax step: m, l and the accumulator rows rescaled to the new max, p = exp(s − m) (rounded in BF16 mode) and
- * o += p·v. */
-static void key_block(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g, int64_t i0,
-                      int64_t nt, int64_t jb, int64_t je)
+/* The w-wide rows [jb, je) of kv head g of batch row b of x ([B, sk, nkv, w]) as a product reads them: in place
+ * (*ld = nkv·w), or in BF16 mode rounded into buf (*ld = w). */
+static const float *kv_block(const hp__attn_args *a, const float *x, int64_t w, int64_t b, int64_t g, int64_t jb,
+                             int64_t je, float *buf, int64_t *ld)
 {
-    int64_t nkv = a->nkv, hd = a->hd, hdv = L->hdv, nk = je - jb, rows = nt * L->rep;
-    bool bf = a->mode == HP_LINALG_BF16;
-    const float *kp = a->k + ((b * a->sk + jb) * nkv + g) * hd, *vp = a->v + ((b * a->sk + jb) * nkv + g) * hdv;
-    int64_t ldk = nkv * hd, ldv = nkv * hdv;
-    if (bf) {
-        hp_linalg_round_rows_bf16(nk, hd, kp, ldk, slot + L->k);
-        hp_linalg_round_rows_bf16(nk, hdv, vp, ldv, slot + L->v);
-        kp = slot + L->k, vp = slot + L->v, ldk = hd, ldv = hdv;
+    const float *p = x + ((b * a->sk + jb) * a->nkv + g) * w;
+    *ld = a->nkv * w;
+    if (a->mode != HP_LINALG_BF16) return p;
+    hp_linalg_round_rows_bf16(je - jb, w, p, *ld, buf);
+    *ld = w;
+    return buf;
+}
+
+/* The columns [*c0, *c1) of key block [jb, je) that query token i sees (*c1 <= *c0: none). */
+static void row_cols(const hp__attn_args *a, int64_t i, int64_t jb, int64_t je, int64_t *c0, int64_t *c1)
+{
+    int64_t j0, j1;
+    hp__attn_key_range(a, i, i + 1, &j0, &j1);
+    *c0 = j0 < jb ? 0 : j0 - jb;
+    *c1 = (j1 > je ? je : j1) - jb;
+}
+
+/* The online statistics over one key block of rows ρ (token i0 + ρ / rep): each row's max m and sum l (and, with
+ * dp, D += Σ_j e_j·dp_j), rescaled when the max grows, from its visible scores in s [rows, nk] (overwritten by
+ * e = exp(s − m)). A row whose visible scores are all −inf or NaN keeps its state, but a NaN makes l NaN: it must
+ * reach the output. */
+static void block_stats(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t rows, int64_t jb, int64_t je,
+                        float *s, const float *dp, float *m, double *l, double *D)
+{
+    int64_t nk = je - jb;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c0, c1;
+        row_cols(a, i0 + r / rep, jb, je, &c0, &c1);
+        if (c1 <= c0) continue;
+        float *sr = s + r * nk, bm = row_max(sr + c0, c1 - c0, m[r]);
+        if (bm == -INFINITY) {
+            if (any_nan(sr + c0, c1 - c0)) l[r] = NAN;
+            continue;
+        }
+        if (bm > m[r]) { /* m = −inf: l and D are still 0 */
+            double f = m[r] == -INFINITY ? 0.0 : (double)expf(m[r] - bm);
+            l[r] *= f, m[r] = bm;
+            if (D) D[r] *= f;
+        }
+#pragma omp simd
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        l[r] += row_sum(sr + c0, c1 - c0);
+        if (D) {
+            double d = 0;
+            for (int64_t j = c0; j < c1; j++) d += (double)sr[j] * dp[r * nk + j];
+            D[r] += d;
+        }
     }
+}
+
+/* P over one key block: s [rows, nk] <- exp(s − m) / l on each row's visible columns, 0 elsewhere, with the rows'
+ * final m and l (l <= 0: nothing visible, P = 0; l NaN: P NaN). */
+static void block_probs(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t rows, int64_t jb, int64_t je,
+                        float *s, const float *m, const double *l)
+{
+    int64_t nk = je - jb;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c0, c1;
+        row_cols(a, i0 + r / rep, jb, je, &c0, &c1);
+        if (c1 <= c0 || l[r] <= 0) c0 = c1 = 0;
+        float *sr = s + r * nk, inv = (float)(1.0 / l[r]), mr = isnan(l[r]) ? NAN : m[r];
+        for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
+#pragma omp simd
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - mr) * inv;
+        for (int64_t j = c1 > c0 ? c1 : 0; j < nk; j++) sr[j] = 0.0f;
+    }
+}
+
+/* EXACT mode, one key block [jb, je) of the item (b, kv head g, tokens [i0, i0 + nt)): s = scale·q·kᵀ over the
+ * slot's packed q rows (row ρ: token i0 + ρ / rep, head g·rep + ρ % rep), each row masked to its own key range,
+ * then the online softmax step: m, l and the accumulator rows rescaled to the new max, p = exp(s − m) and
+ * o += p·v; the division by l comes at the end. */
+static void key_block_online(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
+                             int64_t i0, int64_t nt, int64_t jb, int64_t je, float scale)
+{
+    int64_t hd = a->hd, hdv = L->hdv, nk = je - jb, rows = nt * L->rep, ldk, ldv;
+    const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
+    const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
     float *s = slot + L->s, *m = slot + L->m, *o = slot + L->o;
     double *l = (double *)(slot + L->l);
-    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
     hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
     for (int64_t r = 0; r < rows; r++) {
         float *sr = s + r * nk;
-        int64_t i = i0 + r / L->rep, j0, j1;
-        hp__attn_key_range(a, i, i + 1, &j0, &j1);
-        j0 = j0 < jb ? 0 : j0 - jb; /* this row's visible columns of the block: [j0, j1) */
-        j1 = j1 > je ? nk : j1 - jb;
-        float bm = row_max(sr + j0, j1 - j0, m[r]);
-        if (j1 <= j0 || bm == -INFINITY) { /* nothing visible (or only −inf scores): p is 0, the row unchanged */
+        int64_t c0, c1;
+        row_cols(a, i0 + r / L->rep, jb, je, &c0, &c1);
+        float bm = c1 > c0 ? row_max(sr + c0, c1 - c0, m[r]) : -INFINITY;
+        if (bm == -INFINITY) { /* nothing visible, or only −inf or NaN scores: p is 0, the row unchanged */
+            if (c1 > c0 && any_nan(sr + c0, c1 - c0)) l[r] = NAN; /* but a NaN must reach the output */
             memset(sr, 0, (size_t)nk * sizeof *sr);
             continue;
         }
@@ -182,14 +262,38 @@ static void key_block(const hp__attn_args *a, const slot_layout *L, float *slot,
             for (int64_t e = 0; e < hdv; e++) orow[e] *= c;
             m[r] = bm;
         }
-        for (int64_t j = 0; j < j0; j++) sr[j] = 0.0f;
+        for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
 #pragma omp simd
-        for (int64_t j = j0; j < j1; j++) sr[j] = exp_nonpos(sr[j] - bm);
-        for (int64_t j = j1; j < nk; j++) sr[j] = 0.0f;
-        l[r] += row_sum(sr + j0, j1 - j0);
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        for (int64_t j = c1; j < nk; j++) sr[j] = 0.0f;
+        l[r] += row_sum(sr + c0, c1 - c0);
     }
-    if (bf) hp_linalg_round_rows_bf16(rows, nk, s, nk, s); /* p as PyTorch's bf16 math path multiplies it */
     hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, o, hdv);
+}
+
+/* BF16 mode: two passes over the key blocks [k0, k1), so that P is rounded once normalized, as PyTorch's bf16
+ * model rounds softmax's output before P·v: the rows' m and l first (the scores only), then per block
+ * P = exp(s − m) / l rounded to bf16 and o += P·v (v rounded). */
+static void key_blocks_bf16(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
+                            int64_t i0, int64_t nt, int64_t k0, int64_t k1, float scale)
+{
+    int64_t hd = a->hd, hdv = L->hdv, rows = nt * L->rep, ldk, ldv;
+    float *s = slot + L->s, *m = slot + L->m;
+    double *l = (double *)(slot + L->l);
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t jb = k0; jb < k1; jb += L->bk) {
+            int64_t je = min64(jb + L->bk, k1), nk = je - jb;
+            const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
+            hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
+            if (pass == 0) {
+                block_stats(a, L->rep, i0, rows, jb, je, s, NULL, m, l, NULL);
+                continue;
+            }
+            block_probs(a, L->rep, i0, rows, jb, je, s, m, l);
+            hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
+            const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
+            hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, slot + L->o, hdv);
+        }
 }
 
 /* Work item (b, kv head g, query block qb) on one thread's slot: the rep query heads of g over the block's
@@ -199,10 +303,11 @@ static void query_block(const hp__attn_args *a, const slot_layout *L, float *slo
 {
     int64_t sq = a->sq, nh = a->nh, hd = a->hd, hdv = L->hdv, rep = L->rep;
     int64_t i0 = qb * L->bq, nt = min64(L->bq, sq - i0), rows = nt * rep;
+    bool bf = a->mode == HP_LINALG_BF16;
     const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
     float *out = a->out + ((b * sq + i0) * nh + g * rep) * hdv, *m = slot + L->m, *o = slot + L->o;
     double *l = (double *)(slot + L->l);
-    if (a->mode == HP_LINALG_BF16) hp_linalg_round_rows_bf16(nt, rep * hd, qp, nh * hd, slot + L->q);
+    if (bf) hp_linalg_round_rows_bf16(nt, rep * hd, qp, nh * hd, slot + L->q);
     else
         for (int64_t t = 0; t < nt; t++) memcpy(slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
     /* the sink opens each row's softmax: max = sink, sum = exp(0) */
@@ -211,11 +316,16 @@ static void query_block(const hp__attn_args *a, const slot_layout *L, float *slo
         l[r] = a->sinks ? 1.0 : 0.0;
     }
     memset(o, 0, (size_t)(rows * hdv) * sizeof *o);
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
     int64_t k0, k1;
     hp__attn_key_range(a, i0, i0 + nt, &k0, &k1);
-    for (int64_t jb = k0; jb < k1; jb += L->bk) key_block(a, L, slot, b, g, i0, nt, jb, min64(jb + L->bk, k1));
-    for (int64_t r = 0; r < rows; r++) {
-        float inv = l[r] > 0 ? (float)(1.0 / l[r]) : 0.0f, *dst = out + (r / rep) * nh * hdv + (r % rep) * hdv;
+    if (bf) key_blocks_bf16(a, L, slot, b, g, i0, nt, k0, k1, scale);
+    else
+        for (int64_t jb = k0; jb < k1; jb += L->bk)
+            key_block_online(a, L, slot, b, g, i0, nt, jb, min64(jb + L->bk, k1), scale);
+    for (int64_t r = 0; r < rows; r++) { /* BF16 mode's P is already normalized */
+        float inv = bf ? 1.0f : l[r] <= 0 ? 0.0f : (float)(1.0 / l[r]);
+        float *dst = out + (r / rep) * nh * hdv + (r % rep) * hdv;
         for (int64_t e = 0; e < hdv; e++) dst[e] = o[r * hdv + e] * inv;
     }
 }
@@ -240,6 +350,181 @@ hp_status hp__attention(const hp__attn_args *a, hp_err *err)
         }
     }
     free(scratch);
+    return HP_OK;
+}
+
+/* ---- the backward ---- */
+
+/* A backward unit's slot: per row its max m, sum l and D (l, D f64, first: aligned), then s and dp [rows, bk], the
+ * packed q and dO rows, the dq accumulator, the rounded k and v blocks (BF16 mode). */
+typedef struct bwd_layout {
+    slot_layout f;               /* the forward's geometry: rep, hdv, bq, rows, bk, nqb */
+    size_t l, d, m, s, dp, q, go, dq, k, v;
+    size_t floats;
+    int64_t units, slots;        /* (batch row, kv head) units; slots */
+} bwd_layout;
+
+static bwd_layout bwd_layout_of(const hp__attn_args *a)
+{
+    bwd_layout L;
+    L.f = layout_of(a);
+    size_t rows = (size_t)L.f.rows, bk = (size_t)L.f.bk, hd = (size_t)a->hd, hdv = (size_t)L.f.hdv;
+    L.l = 0;
+    L.d = L.l + 2 * rows;
+    L.m = L.d + 2 * rows;
+    L.s = L.m + rows;
+    L.dp = L.s + rows * bk;
+    L.q = L.dp + rows * bk;
+    L.go = L.q + rows * hd;
+    L.dq = L.go + rows * hdv;
+    L.k = L.dq + rows * hd;
+    L.v = L.k + bk * hd;
+    L.floats = L.v + bk * hdv;
+    L.floats += L.floats & 1;
+    if (!hp_mul_i64(a->B, a->nkv, &L.units)) L.units = INT64_MAX;
+    L.slots = L.units < 1 ? 1 : min64(L.units, HP__ATTN_SLOTS);
+    return L;
+}
+
+/* One thread's view of a backward unit. */
+typedef struct bwd_ctx {
+    const hp__attn_args *a;
+    const bwd_layout *L;
+    float *slot;
+    const float *dout;
+    float *dq, *dk, *dv;
+    double *gsink; /* [B, nh] the sinks' gradient per batch row, or NULL */
+    float scale;
+} bwd_ctx;
+
+/* s = scale·q·kᵀ and dp = dO·vᵀ for key block [jb, je) of the packed rows (k and v rounded first in BF16 mode);
+ * *kp, *ldk: the k block the products read (for dq = dS·k). */
+static void bwd_products(const bwd_ctx *c, int64_t b, int64_t g, int64_t rows, int64_t jb, int64_t je,
+                         const float **kp, int64_t *ldk)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t hd = a->hd, hdv = L->f.hdv, nk = je - jb, ldv;
+    *kp = kv_block(a, a->k, hd, b, g, jb, je, c->slot + L->k, ldk);
+    const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, c->slot + L->v, &ldv);
+    hp_linalg_sgemm(true, rows, nk, hd, c->scale, c->slot + L->q, hd, *kp, *ldk, 0.0f, c->slot + L->s, nk);
+    hp_linalg_sgemm(true, rows, nk, hdv, 1.0f, c->slot + L->go, hdv, vp, ldv, 0.0f, c->slot + L->dp, nk);
+}
+
+/* Pass 1 over the key blocks of query block [i0, i0 + nt): each row's max m, sum l (the sink's term included) and
+ * D = Σ_j P_j·dP_j, accumulated online as the forward accumulates o, then D final (divided by l). */
+static void bwd_stats(const bwd_ctx *c, int64_t b, int64_t g, int64_t i0, int64_t nt, int64_t k0, int64_t k1)
+{
+    const bwd_layout *L = c->L;
+    int64_t rows = nt * L->f.rep, ldk;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    const float *kp;
+    for (int64_t jb = k0; jb < k1; jb += L->f.bk) {
+        int64_t je = min64(jb + L->f.bk, k1);
+        bwd_products(c, b, g, rows, jb, je, &kp, &ldk);
+        block_stats(c->a, L->f.rep, i0, rows, jb, je, c->slot + L->s, c->slot + L->dp, c->slot + L->m, l, D);
+    }
+    for (int64_t r = 0; r < rows; r++) D[r] = l[r] <= 0 ? 0.0 : D[r] / l[r];
+}
+
+/* Pass 2: per key block P = exp(s − m) / l, dS = scale·P·(dP − D) (P and dS rounded in BF16 mode), then
+ * dq += dS·k (the slot's accumulator), dk += dSᵀ·q and dv += Pᵀ·dO (the unit's own kv head, in place). */
+static void bwd_grads(const bwd_ctx *c, int64_t b, int64_t g, int64_t i0, int64_t nt, int64_t k0, int64_t k1)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t rows = nt * L->f.rep, nkv = a->nkv, hd = a->hd, hdv = L->f.hdv;
+    float *s = c->slot + L->s, *dp = c->slot + L->dp;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    for (int64_t jb = k0; jb < k1; jb += L->f.bk) {
+        int64_t je = min64(jb + L->f.bk, k1), nk = je - jb, ldk;
+        const float *kp;
+        bwd_products(c, b, g, rows, jb, je, &kp, &ldk);
+        block_probs(a, L->f.rep, i0, rows, jb, je, s, c->slot + L->m, l);
+        for (int64_t r = 0; r < rows; r++) /* P is 0 wherever the row sees nothing, and so is dS */
+            for (int64_t j = 0; j < nk; j++) {
+                float p = s[r * nk + j];
+                dp[r * nk + j] = p == 0.0f ? 0.0f : (float)((double)c->scale * (double)p * ((double)dp[r * nk + j] - D[r]));
+            }
+        if (a->mode == HP_LINALG_BF16) {
+            hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
+            hp_linalg_round_rows_bf16(rows, nk, dp, nk, dp);
+        }
+        hp_linalg_sgemm(false, rows, hd, nk, 1.0f, dp, nk, kp, ldk, 1.0f, c->slot + L->dq, hd);
+        hp_linalg_sgemm_tn(nk, hd, rows, 1.0f, dp, nk, c->slot + L->q, hd, 1.0f,
+                           c->dk + ((b * a->sk + jb) * nkv + g) * hd, nkv * hd);
+        hp_linalg_sgemm_tn(nk, hdv, rows, 1.0f, s, nk, c->slot + L->go, hdv, 1.0f,
+                           c->dv + ((b * a->sk + jb) * nkv + g) * hdv, nkv * hdv);
+    }
+}
+
+/* Unit (b, g): every query block of the rep query heads of kv head g, in turn (dk and dv of g are this unit's). */
+static void bwd_unit(const bwd_ctx *c, int64_t b, int64_t g)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t sq = a->sq, nh = a->nh, hd = a->hd, hdv = L->f.hdv, rep = L->f.rep;
+    bool bf = a->mode == HP_LINALG_BF16;
+    float *m = c->slot + L->m, *dq = c->slot + L->dq;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    for (int64_t qb = 0; qb < L->f.nqb; qb++) {
+        int64_t i0 = qb * L->f.bq, nt = min64(L->f.bq, sq - i0), rows = nt * rep;
+        const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
+        const float *gp = c->dout + ((b * sq + i0) * nh + g * rep) * hdv;
+        for (int64_t t = 0; t < nt; t++) { /* the rows (token, head) packed; rounded in BF16 mode */
+            if (bf) {
+                hp_linalg_round_rows_bf16(1, rep * hd, qp + t * nh * hd, rep * hd, c->slot + L->q + t * rep * hd);
+                hp_linalg_round_rows_bf16(1, rep * hdv, gp + t * nh * hdv, rep * hdv, c->slot + L->go + t * rep * hdv);
+            } else {
+                memcpy(c->slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
+                memcpy(c->slot + L->go + t * rep * hdv, gp + t * nh * hdv, (size_t)(rep * hdv) * sizeof *gp);
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
+            l[r] = a->sinks ? 1.0 : 0.0;
+            D[r] = 0.0;
+        }
+        memset(dq, 0, (size_t)(rows * hd) * sizeof *dq);
+        int64_t k0, k1;
+        hp__attn_key_range(a, i0, i0 + nt, &k0, &k1);
+        bwd_stats(c, b, g, i0, nt, k0, k1);
+        bwd_grads(c, b, g, i0, nt, k0, k1);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t h = g * rep + r % rep;
+            memcpy(c->dq + ((b * sq + i0 + r / rep) * nh + h) * hd, dq + r * hd, (size_t)hd * sizeof *dq);
+            if (c->gsink && !(l[r] <= 0)) /* the sink's probability exp(sink − m) / l */
+                c->gsink[b * nh + h] -= exp((double)a->sinks[h] - (double)m[r]) / l[r] * D[r];
+        }
+    }
+}
+
+hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
+                                 float *dsinks, hp_err *err)
+{
+    bwd_layout L = bwd_layout_of(a);
+    float *scratch = malloc(L.floats * (size_t)L.slots * sizeof *scratch);
+    double *gsink = dsinks && a->sinks ? hp_calloc((size_t)(a->B * a->nh) + 1, sizeof *gsink) : NULL;
+    if (!scratch || (dsinks && a->sinks && !gsink)) {
+        free(scratch), free(gsink);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the attention backward's block scratch (%zu bytes)",
+                          L.floats * (size_t)L.slots * sizeof *scratch);
+    }
+    int64_t hdv = L.f.hdv;
+    memset(dk, 0, (size_t)(a->B * a->sk * a->nkv * a->hd) * sizeof *dk);
+    memset(dv, 0, (size_t)(a->B * a->sk * a->nkv * hdv) * sizeof *dv);
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)a->hd));
+    int nt = (int)min64(omp_get_max_threads(), L.slots);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        bwd_ctx c = {a, &L, scratch + (size_t)omp_get_thread_num() * L.floats, dout, dq, dk, dv, gsink, scale};
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < L.units; u++) bwd_unit(&c, u / a->nkv, u % a->nkv);
+    }
+    if (gsink)
+        for (int64_t b = 0; b < a->B; b++) /* in batch order, whatever the threads did */
+            for (int64_t h = 0; h < a->nh; h++) dsinks[h] += (float)gsink[b * a->nh + h];
+    free(scratch), free(gsink);
     return HP_OK;
 }
 

@@ -626,8 +626,9 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     }
     w->c_k = k.cap, w->c_v = v.cap;
     /* hp__attention's block scratch while it runs: the kernel's own figure for these shapes */
-    hp__attn_args sh = {.B = local_dim(w, t, 0), .sq = sq, .sk = local_dim(w, &k, 1), .nh = y->nh, .hd = c->hd};
-    if (mla) sh.hd = mc->qk_nope_head_dim + mc->qk_rope_head_dim, sh.hdv = mc->v_head_dim;
+    hp__attn_args sh = {.B = local_dim(w, t, 0), .sq = sq, .sk = local_dim(w, &k, 1), .nh = y->nh, .nkv = y->nkv,
+                        .hd = c->hd};
+    if (mla) sh.nkv = y->nh, sh.hd = mc->qk_nope_head_dim + mc->qk_rope_head_dim, sh.hdv = mc->v_head_dim;
     transient(w, hp__attention_scratch_bytes(&sh));
     int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
