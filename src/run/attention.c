@@ -17,15 +17,23 @@
  *
  * Masks: query i (position q_pos0 + i) sees key j (position k_pos0 + j) when kp <= qp and, with a window W,
  * kp > qp − W. For any query rows that is one contiguous key range (hp__attn_key_range): key blocks outside the
- * range of a query block are never computed, and inside it each row masks the columns outside its own range.
- * The backward's hp__attn_probs uses the same range, so the forward and the backward cannot disagree.
+ * range of a query block are never computed, and inside it each row masks the columns outside its own range
+ * (row_cols). The backward walks the same blocks with the same functions, so the two cannot disagree.
  *
  * Sinks (gpt-oss): the sink logit starts each row's max and sum (m = sink, l = 1) and is never added to out.
  *
- * Numerics: the products are f32 GEMMs with f32 sums (EXACT); in BF16 mode q, k, v and p are rounded to bf16
- * first (products of bf16 values are exact in f32, so this is a bf16 product with f32 sums, as hp_linalg_gemm's
- * BF16 mode and PyTorch's bf16 SDPA math path, which rounds P, compute). exp in f32 against the running max,
- * row sums in double, the division once at the end.
+ * Numerics: the products are f32 GEMMs with f32 sums (EXACT); in BF16 mode q, k, v and P are rounded to bf16
+ * first (products of bf16 values are exact in f32, so this is a bf16 product with f32 sums, what hp_linalg_gemm's
+ * BF16 mode computes). BF16 mode takes two passes over the key blocks, the rows' max and sum first, so that P is
+ * rounded once normalized, where PyTorch's bf16 model rounds softmax's output (rounding the running, unnormalized
+ * p instead moves a bf16 training step's gradients 4x further from that reference). exp in f32 against the row's
+ * max, row sums in double.
+ *
+ * The backward (hp__attention_backward): per unit (batch row, kv head), per query block, pass 1 recomputes the
+ * rows' m, l and D = Σ_j P_j·dP_j online (s and dP = dO·vᵀ per key block), pass 2 recomputes P and dP per key
+ * block, dS = scale·P·(dP − D), and adds dq += dS·k, dk += dSᵀ·q, dv += Pᵀ·dO; the unit owns its kv head's dk
+ * and dv rows, so the units run in parallel without sharing a byte. Its slot adds dp, the packed dO rows and the
+ * dq accumulator: O(rows·BK) again.
  */
 #include "run/backward.h"
 #include "run/modules.h"
@@ -89,8 +97,8 @@ static slot_layout layout_of(const hp__attn_args *a)
     L.floats = L.v + (size_t)(L.bk * L.hdv);
     L.floats += L.floats & 1; /* keep the next slot's doubles aligned */
     L.nqb = a->sq > 0 ? (a->sq + L.bq - 1) / L.bq : 0;
-    int64_t bk;
-    if (!hp_mul_i64(a->B, a->nkv, &bk) || !hp_mul_i64(bk, L.nqb, &L.items))
+    int64_t units;
+    if (!hp_mul_i64(a->B, a->nkv, &units) || !hp_mul_i64(units, L.nqb, &L.items))
         L.items = INT64_MAX; /* the cost model's sizes only: no runnable batch has that many */
     L.slots = L.items < 1 ? 1 : min64(L.items, HP__ATTN_SLOTS);
     return L;
@@ -309,7 +317,8 @@ static void query_block(const hp__attn_args *a, const slot_layout *L, float *slo
     double *l = (double *)(slot + L->l);
     if (bf) hp_linalg_round_rows_bf16(nt, rep * hd, qp, nh * hd, slot + L->q);
     else
-        for (int64_t t = 0; t < nt; t++) memcpy(slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
+        for (int64_t t = 0; t < nt; t++)
+            memcpy(slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
     /* the sink opens each row's softmax: max = sink, sum = exp(0) */
     for (int64_t r = 0; r < rows; r++) {
         m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
@@ -444,7 +453,8 @@ static void bwd_grads(const bwd_ctx *c, int64_t b, int64_t g, int64_t i0, int64_
         for (int64_t r = 0; r < rows; r++) /* P is 0 wherever the row sees nothing, and so is dS */
             for (int64_t j = 0; j < nk; j++) {
                 float p = s[r * nk + j];
-                dp[r * nk + j] = p == 0.0f ? 0.0f : (float)((double)c->scale * (double)p * ((double)dp[r * nk + j] - D[r]));
+                double dpj = dp[r * nk + j];
+                dp[r * nk + j] = p == 0.0f ? 0.0f : (float)((double)c->scale * (double)p * (dpj - D[r]));
             }
         if (a->mode == HP_LINALG_BF16) {
             hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
@@ -525,31 +535,5 @@ hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, floa
         for (int64_t b = 0; b < a->B; b++) /* in batch order, whatever the threads did */
             for (int64_t h = 0; h < a->nh; h++) dsinks[h] += (float)gsink[b * a->nh + h];
     free(scratch), free(gsink);
-    return HP_OK;
-}
-
-hp_status hp__attn_probs(const hp__attn_args *a, int64_t b, int64_t h, float *p, float *psink, hp_err *err)
-{
-    int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
-    const float *q = a->q + (b * Sq * nh + h) * hd, *k = a->k + (b * Sk * nkv + h / rep) * hd;
-    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
-    hp_status st = hp_linalg_gemm(a->mode, false, true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, p, Sk, err);
-    if (st != HP_OK) return st;
-    for (int64_t i = 0; i < Sq; i++) {
-        float *row = p + i * Sk;
-        int64_t j0, j1;
-        hp__attn_key_range(a, i, i + 1, &j0, &j1);
-        float mx = a->sinks ? a->sinks[h] : -INFINITY; /* the sink is never masked */
-        for (int64_t j = j0; j < j1; j++) mx = row[j] > mx ? row[j] : mx;
-        double es = a->sinks ? exp((double)a->sinks[h] - (double)mx) : 0, sum = es; /* its column, then dropped */
-        for (int64_t j = 0; j < Sk; j++) {
-            float e = j >= j0 && j < j1 ? expf(row[j] - mx) : 0.0f;
-            row[j] = e;
-            sum += e;
-        }
-        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
-        if (psink) psink[i] = sum > 0 ? (float)(es / sum) : 0.0f;
-    }
     return HP_OK;
 }

@@ -45,12 +45,8 @@ hp_status hp__attention(const hp__attn_args *a, hp_err *err);
 size_t hp__attention_scratch_bytes(const hp__attn_args *a);
 /* The masks, once: the keys [j0, j1) that some query of rows [i0, i1) sees (j1 == j0: none). For one row it is
  * exactly the row's visible keys: positions kp = k_pos0 + j with kp <= qp (qp = q_pos0 + i) and, with a window,
- * kp > qp − window. The forward's block skipping and row masks and the backward's P all come from it. */
+ * kp > qp − window. The block skipping and the row masks of the forward and of the backward all come from it. */
 void hp__attn_key_range(const hp__attn_args *a, int64_t i0, int64_t i1, int64_t *j0, int64_t *j1);
-/* P [sq, sk] of batch row b and query head h: softmax(scale·q·kᵀ) under the causal, window and position masks,
- * the sink's column in the sum and then dropped (psink [sq], when not NULL, gets its probability). What the
- * forward and the backward both compute, once. */
-hp_status hp__attn_probs(const hp__attn_args *a, int64_t b, int64_t h, float *p, float *psink, hp_err *err);
 
 /* out[r, i] = silu(g[r, i]) · u[r, i] for i < n. */
 void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,
