@@ -145,9 +145,10 @@ void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const floa
                         int64_t ldb, float beta, float *c, int64_t ldc);
 /* C [m, n] = alpha·op(A)·op(B) + beta·C, f32 row-major, op(X) = Xᵀ when trans_x (read in place): EXACT is the two
  * calls above; BF16 multiplies A and B rounded to bf16 (to nearest even) with f32 sums, as a bf16 autocast
- * product does — what every product of the runtime's BF16 mode that has no weight to pre-pack runs (the
- * backward; the fused attention forward rounds its blocks with hp_linalg_round_rows_bf16 and calls
- * hp_linalg_sgemm from many threads at once, which this function's shared bf16 context does not allow). Fails only for want of memory (BF16 mode rounds copies of both operands). */
+ * product does — what every product of the runtime's BF16 mode that has no weight to pre-pack runs (the linear
+ * backward; the fused attention kernel instead rounds its blocks with hp_linalg_round_rows_bf16 and calls
+ * hp_linalg_sgemm from many threads at once, which this function's one shared bf16 context does not allow).
+ * Fails only for want of memory (BF16 mode rounds copies of both operands). */
 hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                          int64_t ldc, hp_err *err);
