@@ -167,6 +167,15 @@ static double row_sum(const float *x, int64_t n)
     return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
+/* dst [n, w] = the rows of src (stride ld), packed: the rows (token, head) of a block's rep query heads, which
+ * are w = rep·hd contiguous floats per token. Rounded to bf16 values in BF16 mode. */
+static void pack_rows(bool bf, int64_t n, int64_t w, const float *src, int64_t ld, float *dst)
+{
+    if (bf) hp_linalg_round_rows_bf16(n, w, src, ld, dst);
+    else
+        for (int64_t t = 0; t < n; t++) memcpy(dst + t * w, src + t * ld, (size_t)w * sizeof *dst);
+}
+
 /* The w-wide rows [jb, je) of kv head g of batch row b of x ([B, sk, nkv, w]) as a product reads them: in place
  * (*ld = nkv·w), or in BF16 mode rounded into buf (*ld = w). */
 static const float *kv_block(const hp__attn_args *a, const float *x, int64_t w, int64_t b, int64_t g, int64_t jb,
@@ -315,10 +324,7 @@ static void query_block(const hp__attn_args *a, const slot_layout *L, float *slo
     const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
     float *out = a->out + ((b * sq + i0) * nh + g * rep) * hdv, *m = slot + L->m, *o = slot + L->o;
     double *l = (double *)(slot + L->l);
-    if (bf) hp_linalg_round_rows_bf16(nt, rep * hd, qp, nh * hd, slot + L->q);
-    else
-        for (int64_t t = 0; t < nt; t++)
-            memcpy(slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
+    pack_rows(bf, nt, rep * hd, qp, nh * hd, slot + L->q);
     /* the sink opens each row's softmax: max = sink, sum = exp(0) */
     for (int64_t r = 0; r < rows; r++) {
         m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
@@ -481,15 +487,8 @@ static void bwd_unit(const bwd_ctx *c, int64_t b, int64_t g)
         int64_t i0 = qb * L->f.bq, nt = min64(L->f.bq, sq - i0), rows = nt * rep;
         const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
         const float *gp = c->dout + ((b * sq + i0) * nh + g * rep) * hdv;
-        for (int64_t t = 0; t < nt; t++) { /* the rows (token, head) packed; rounded in BF16 mode */
-            if (bf) {
-                hp_linalg_round_rows_bf16(1, rep * hd, qp + t * nh * hd, rep * hd, c->slot + L->q + t * rep * hd);
-                hp_linalg_round_rows_bf16(1, rep * hdv, gp + t * nh * hdv, rep * hdv, c->slot + L->go + t * rep * hdv);
-            } else {
-                memcpy(c->slot + L->q + t * rep * hd, qp + t * nh * hd, (size_t)(rep * hd) * sizeof *qp);
-                memcpy(c->slot + L->go + t * rep * hdv, gp + t * nh * hdv, (size_t)(rep * hdv) * sizeof *gp);
-            }
-        }
+        pack_rows(bf, nt, rep * hd, qp, nh * hd, c->slot + L->q);
+        pack_rows(bf, nt, rep * hdv, gp, nh * hdv, c->slot + L->go);
         for (int64_t r = 0; r < rows; r++) {
             m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
             l[r] = a->sinks ? 1.0 : 0.0;
