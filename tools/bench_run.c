@@ -584,8 +584,9 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
             printf(" (each rank holds every expert and runs its own rows)\n");
     }
     printf("  kernels   : %s\n", in->kernels);
-    printf("  attention : %s (and the backward's products); %s should oneDNN refuse one\n",
-           a->compute == HP_LINALG_BF16 ? "oneDNN bf16 matmul on rounded operands" : "oneDNN sgemm", in->blas);
+    printf("  attention : one fused kernel (query x key blocks, online softmax, no [S, S] scores; the backward too), "
+           "oneDNN sgemm per block%s; %s should oneDNN refuse one\n",
+           a->compute == HP_LINALG_BF16 ? " on operands rounded to bf16" : "", in->blas);
 }
 
 static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)

@@ -148,13 +148,18 @@ void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const floa
                         int64_t ldb, float beta, float *c, int64_t ldc);
 /* C [m, n] = alpha·op(A)·op(B) + beta·C, f32 row-major, op(X) = Xᵀ when trans_x (read in place): EXACT is the two
  * calls above; BF16 multiplies A and B rounded to bf16 (to nearest even) with f32 sums, as a bf16 autocast
- * product does — what every product of the runtime's BF16 mode that has no weight to pre-pack runs (attention,
- * the backward). Fails only for want of memory (BF16 mode rounds copies of both operands). */
+ * product does — what every product of the runtime's BF16 mode that has no weight to pre-pack runs (the linear
+ * backward; the fused attention kernel instead rounds its blocks with hp_linalg_round_rows_bf16 and calls
+ * hp_linalg_sgemm from many threads at once, which this function's one shared bf16 context does not allow).
+ * Fails only for want of memory (BF16 mode rounds copies of both operands). */
 hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                          int64_t ldc, hp_err *err);
 /* x rounded to the nearest bf16 value (ties to even; NaN stays NaN, quiet), as f32: what BF16 mode multiplies. */
 float hp_linalg_round_bf16(float x);
+/* dst [rows, cols] (packed, cols apart) = the block a [rows, cols] (lda) with hp_linalg_round_bf16 applied to each
+ * value, at memory speed; dst may be a when lda == cols. What a BF16-mode kernel outside this layer multiplies. */
+void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

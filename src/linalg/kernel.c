@@ -35,15 +35,20 @@ float hp__bf16_to_f32(uint16_t b)
     return f;
 }
 
+/* An f32's bits rounded to bf16's (the low 16 bits zero): to nearest, ties to even — add 0x7fff plus the lowest
+ * kept bit, then truncate; values near the top round to infinity, as they should. NaN stays NaN, quiet.
+ * Branch-free, so that the row loops vectorize. */
+static inline uint32_t round_bits(uint32_t u)
+{
+    uint32_t nan = ((u >> 16) | 0x0040u) << 16, r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? nan : r;
+}
+
 uint16_t hp__bf16_from_f32(float x)
 {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* NaN: stays NaN, quiet */
-    /* Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate. Values near the
-     * top round to infinity, as they should. */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return (uint16_t)(round_bits(u) >> 16);
 }
 
 float hp_linalg_round_bf16(float x)
@@ -73,8 +78,22 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
 
 void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst)
 {
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t i = 0; i < k; i++) dst[r * k + i] = hp__bf16_to_f32(hp__bf16_from_f32(a[r * lda + i]));
+    for (int64_t r = 0; r < m; r++) {
+        const float *ar = a + r * lda;
+        float *dr = dst + r * k;
+#pragma omp simd
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t u;
+            memcpy(&u, &ar[i], sizeof u);
+            u = round_bits(u);
+            memcpy(&dr[i], &u, sizeof u);
+        }
+    }
+}
+
+void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst)
+{
+    hp__round_rows_bf16_f32(rows, cols, a, lda, dst);
 }
 
 /* ---- portable ---- */

@@ -1,8 +1,8 @@
 /*
  * backward.c — the backward of the module computations of modules.c on local tensors: RMSNorm (and the
- * per-head q/k norm), the rotary embedding in its three layouts, causal (windowed) GQA attention with sinks and
- * position offsets, SwiGLU and gpt-oss's clamped SwiGLU, the cross-entropy of a vocabulary slice, the
- * vocab-parallel embedding and the linear. The math of each is above its declaration in backward.h.
+ * per-head q/k norm), the rotary embedding in its three layouts, SwiGLU and gpt-oss's clamped SwiGLU, the
+ * cross-entropy of a vocabulary slice, the vocab-parallel embedding and the linear. Attention's backward is
+ * attention.c's, next to the forward kernel whose blocks and masks it shares. The math of each is above its declaration in backward.h.
  *
  * Each function is a pure function of its inputs (no rank, no mesh): the runner calls them on the local shards
  * and adds the collectives that the layouts ask for. Reductions that decide a gradient's accuracy (the norm's
@@ -76,65 +76,6 @@ void hp__rope_backward_pairs(float *dx, int64_t tokens, int64_t heads, int64_t s
             memcpy(v, tmp, (size_t)rot * sizeof *v);
         }
     }
-}
-
-hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
-                                 float *dsinks, hp_err *err)
-{
-    int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
-    int64_t hdv = a->hdv > 0 ? a->hdv : hd;
-    /* P [Sq, Sk], then dP and dS in place [Sq, Sk], then the sink's probability per query [Sq]. */
-    float *p = hp_calloc((size_t)(2 * Sq * Sk + Sq) + 1, sizeof *p);
-    if (!p) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the attention backward's blocks 2 x [%lld, %lld]",
-                              (long long)Sq, (long long)Sk);
-    float *ds = p + Sq * Sk, *psink = ds + Sq * Sk;
-    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
-    memset(dk, 0, (size_t)(a->B * Sk * nkv * hd) * sizeof *dk);
-    memset(dv, 0, (size_t)(a->B * Sk * nkv * hdv) * sizeof *dv);
-    for (int64_t b = 0; b < a->B; b++)
-        for (int64_t h = 0; h < nh; h++) {
-            const float *q = a->q + (b * Sq * nh + h) * hd;
-            const float *k = a->k + (b * Sk * nkv + h / rep) * hd;
-            const float *v = a->v + (b * Sk * nkv + h / rep) * hdv;
-            const float *go = dout + (b * Sq * nh + h) * hdv;
-            float *gq = dq + (b * Sq * nh + h) * hd;
-            float *gk = dk + (b * Sk * nkv + h / rep) * hd;
-            float *gv = dv + (b * Sk * nkv + h / rep) * hdv;
-            /* P, exactly as the forward computes it. */
-            hp_status st = hp__attn_probs(a, b, h, p, psink, err);
-            /* dP = dO·vᵀ; dS = scale·P·(dP − D). */
-            if (st == HP_OK)
-                st = hp_linalg_gemm(a->mode, false, true, Sq, Sk, hdv, 1.0f, go, nh * hdv, v, nkv * hdv, 0.0f, ds, Sk,
-                                    err);
-            if (st != HP_OK) {
-                free(p);
-                return st;
-            }
-            double gsink = 0;
-            for (int64_t i = 0; i < Sq; i++) {
-                const float *pr = p + i * Sk;
-                float *dr = ds + i * Sk;
-                double D = 0;
-                for (int64_t j = 0; j < Sk; j++) D += (double)pr[j] * dr[j];
-                /* scaled here, not by the products: the score matmul's gradient is scale·dS, which is what BF16
-                 * mode rounds (as autograd through matmul(q, kᵀ)·scale does) */
-                for (int64_t j = 0; j < Sk; j++) dr[j] = (float)((double)scale * (double)pr[j] * ((double)dr[j] - D));
-                gsink -= (double)psink[i] * D;
-            }
-            if (dsinks && a->sinks) dsinks[h] += (float)gsink;
-            hp_linalg_mode md = a->mode;
-            st = hp_linalg_gemm(md, false, false, Sq, hd, Sk, 1.0f, ds, Sk, k, nkv * hd, 0.0f, gq, nh * hd, err);
-            if (st == HP_OK)
-                st = hp_linalg_gemm(md, true, false, Sk, hd, Sq, 1.0f, ds, Sk, q, nh * hd, 1.0f, gk, nkv * hd, err);
-            if (st == HP_OK)
-                st = hp_linalg_gemm(md, true, false, Sk, hdv, Sq, 1.0f, p, Sk, go, nh * hdv, 1.0f, gv, nkv * hdv, err);
-            if (st != HP_OK) {
-                free(p);
-                return st;
-            }
-        }
-    free(p);
-    return HP_OK;
 }
 
 void hp__swiglu_backward(const float *g, int64_t ldg, const float *u, int64_t ldu, const float *dy, int64_t ldy,

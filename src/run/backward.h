@@ -34,14 +34,16 @@ void hp__rope_backward_at(float *dx, int64_t tokens, int64_t heads, int64_t stri
 void hp__rope_backward_pairs(float *dx, int64_t tokens, int64_t heads, int64_t stride, int64_t off, int64_t rot,
                              const float *cos_t, const float *sin_t);
 
-/* Attention backward, for the forward hp__attention(a) (a->out is not read: the probabilities P are recomputed
- * from q and k, one [sq, sk] block per head). With S = scale·q·kᵀ (masked), P = softmax over the keys and the
- * sink column, O = P·v:
+/* Attention backward, for the forward hp__attention(a) (a->out is not read: P is recomputed from q and k, block by
+ * block as the forward computes it, never as an [sq, sk] matrix: attention.c). With S = scale·q·kᵀ (masked),
+ * P = softmax over the keys and the sink column, O = P·v:
  *   dP = dO·vᵀ,  D_i = Σ_j P_ij·dP_ij (= dO_i·O_i),  dS_ij = P_ij·(dP_ij − D_i)
  *   dq = scale·dS·k  (=),  dk = scale·dSᵀ·q,  dv = Pᵀ·dO  (=, each summed over the query heads of its kv head)
  *   dsinks[h] += −Σ_i P_i,sink · D_i   (the sink's value is zero, so its dP is zero; NULL: not wanted)
- * dout [B, sq, nh, hdv]; dq [B, sq, nh, hd]; dk [B, sk, nkv, hd]; dv [B, sk, nkv, hdv]. HP_ERR_NOMEM when the
- * two [sq, sk] blocks cannot be allocated. */
+ * dout [B, sq, nh, hdv]; dq [B, sq, nh, hd]; dk [B, sk, nkv, hd]; dv [B, sk, nkv, hdv]. Two passes per query
+ * block: m, l and D online over the key blocks, then P, dS and the three products per key block. Parallel over
+ * (batch row, kv head): each unit owns its dk and dv rows. HP_ERR_NOMEM when its block scratch cannot be
+ * allocated. */
 hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
                                  float *dsinks, hp_err *err);
 

@@ -12,6 +12,7 @@
  * spec §10.4.
  */
 #include "exec/prog.h"
+#include "run/modules.h"
 
 #include "hyperpar/cost.h"
 #include "hyperpar/linalg.h"
@@ -644,8 +645,11 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
         if ((st = trans(w, &v, &whole, l, y->c.fqn, "cp K/V")) != HP_OK) return st;
     }
     w->c_k = k.cap, w->c_v = v.cap;
-    /* hp__attention's scores [sq, sk] + 1 floats while it runs */
-    transient(w, ck_bytes(w, wb, ck_add(w, wb, ck_mul(w, wb, sq, local_dim(w, &k, 1)), 1), sizeof(float)));
+    /* hp__attention's block scratch while it runs: the kernel's own figure for these shapes */
+    hp__attn_args sh = {.B = local_dim(w, t, 0), .sq = sq, .sk = local_dim(w, &k, 1), .nh = y->nh, .nkv = y->nkv,
+                        .hd = c->hd};
+    if (mla) sh.nkv = y->nh, sh.hd = mc->qk_nope_head_dim + mc->qk_rope_head_dim, sh.hdv = mc->v_head_dim;
+    transient(w, hp__attention_scratch_bytes(&sh));
     int64_t kvn = ck_add(w, "K and V blocks", local_count(w, &k), local_count(w, &v)), lb = 1, lo;
     w->w_kv = kvn > w->w_kv ? kvn : w->w_kv;
     /* the keys each query row sees: the K block's rows per local batch row */

@@ -1,6 +1,6 @@
 /*
- * modules.c — the module computations on local tensors: RMSNorm, rotary embedding, causal (windowed) GQA
- * attention over the keys a rank holds, SwiGLU, and the cross-entropy of local logits.
+ * modules.c — the module computations on local tensors: RMSNorm, rotary embedding, SwiGLU, and the
+ * cross-entropy of local logits (attention, the fused kernel, is attention.c).
  *
  * Semantics are transformers' (shared/spec/transformers_forward.md): RMSNorm w·(x·rsqrt(mean(x²)+eps)); rotary
  * rotate_half over the first `rot` channels of each head; eager attention softmax(q·kᵀ·hd^-½ + mask)·v with kv
@@ -65,57 +65,6 @@ void hp__rope_apply_pairs(float *x, int64_t tokens, int64_t heads, int64_t strid
             memcpy(v, tmp, (size_t)rot * sizeof *v);
         }
     }
-}
-
-hp_status hp__attn_probs(const hp__attn_args *a, int64_t b, int64_t h, float *p, float *psink, hp_err *err)
-{
-    int64_t Sq = a->sq, Sk = a->sk, hd = a->hd, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
-    const float *q = a->q + (b * Sq * nh + h) * hd, *k = a->k + (b * Sk * nkv + h / rep) * hd;
-    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
-    hp_status st = hp_linalg_gemm(a->mode, false, true, Sq, Sk, hd, scale, q, nh * hd, k, nkv * hd, 0.0f, p, Sk, err);
-    if (st != HP_OK) return st;
-    for (int64_t i = 0; i < Sq; i++) {
-        int64_t qp = a->q_pos0 + i;
-        float *row = p + i * Sk;
-        float mx = a->sinks ? a->sinks[h] : -INFINITY; /* the sink is never masked */
-        for (int64_t j = 0; j < Sk; j++) {
-            int64_t kp = a->k_pos0 + j;
-            bool ok = kp <= qp && (a->window <= 0 || kp > qp - a->window);
-            if (!ok) row[j] = -INFINITY;
-            else if (row[j] > mx) mx = row[j];
-        }
-        double es = a->sinks ? exp((double)a->sinks[h] - (double)mx) : 0, sum = es; /* its column, then dropped */
-        for (int64_t j = 0; j < Sk; j++) {
-            float e = row[j] == -INFINITY ? 0.0f : expf(row[j] - mx);
-            row[j] = e;
-            sum += e;
-        }
-        float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int64_t j = 0; j < Sk; j++) row[j] *= inv;
-        if (psink) psink[i] = sum > 0 ? (float)(es / sum) : 0.0f;
-    }
-    return HP_OK;
-}
-
-hp_status hp__attention(const hp__attn_args *a, hp_err *err)
-{
-    int64_t Sq = a->sq, Sk = a->sk, nh = a->nh, nkv = a->nkv, rep = nh / nkv;
-    int64_t hdv = a->hdv > 0 ? a->hdv : a->hd;
-    float *sc = hp_calloc((size_t)(Sq * Sk) + 1, sizeof *sc);
-    if (!sc) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention scores [%lld, %lld]", (long long)Sq,
-                               (long long)Sk);
-    hp_status st = HP_OK;
-    for (int64_t b = 0; b < a->B && st == HP_OK; b++)
-        for (int64_t h = 0; h < nh && st == HP_OK; h++) {
-            const float *v = a->v + (b * Sk * nkv + h / rep) * hdv;
-            float *o = a->out + (b * Sq * nh + h) * hdv;
-            st = hp__attn_probs(a, b, h, sc, NULL, err);
-            if (st == HP_OK)
-                st = hp_linalg_gemm(a->mode, false, false, Sq, hdv, Sk, 1.0f, sc, Sk, v, nkv * hdv, 0.0f, o, nh * hdv,
-                                    err);
-        }
-    free(sc);
-    return st;
 }
 
 void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,

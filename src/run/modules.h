@@ -36,12 +36,17 @@ typedef struct hp__attn_args {
     hp_linalg_mode mode;    /* the products' numerics (BF16: q, k, P and v rounded to bf16) */
 } hp__attn_args;
 
-/* Causal softmax attention (eager semantics), scaling hd^-½. */
+/* Causal softmax attention (eager semantics), scaling hd^-½, as one fused kernel (attention.c): query blocks ×
+ * key blocks with an online softmax, masked blocks skipped, no [sq, sk] matrix. Parallel over (batch row, head,
+ * query block) on the OpenMP pool. Allocates hp__attention_scratch_bytes(a) while it runs, and nothing else. */
 hp_status hp__attention(const hp__attn_args *a, hp_err *err);
-/* P [sq, sk] of batch row b and query head h: softmax(scale·q·kᵀ) under the causal, window and position masks,
- * the sink's column in the sum and then dropped (psink [sq], when not NULL, gets its probability). What the
- * forward and the backward both compute, once. */
-hp_status hp__attn_probs(const hp__attn_args *a, int64_t b, int64_t h, float *p, float *psink, hp_err *err);
+/* The bytes hp__attention allocates for a's shapes (B, sq, sk, nh, hd, hdv): a fixed number of block slots,
+ * independent of the thread count and of S beyond one block (the runner counts it; so does the cost model). */
+size_t hp__attention_scratch_bytes(const hp__attn_args *a);
+/* The masks, once: the keys [j0, j1) that some query of rows [i0, i1) sees (j1 == j0: none). For one row it is
+ * exactly the row's visible keys: positions kp = k_pos0 + j with kp <= qp (qp = q_pos0 + i) and, with a window,
+ * kp > qp − window. The block skipping and the row masks of the forward and of the backward all come from it. */
+void hp__attn_key_range(const hp__attn_args *a, int64_t i0, int64_t i1, int64_t *j0, int64_t *j1);
 
 /* out[r, i] = silu(g[r, i]) · u[r, i] for i < n. */
 void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,

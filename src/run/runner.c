@@ -422,10 +422,10 @@ hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
     return st;
 }
 
-/* hp__attention with its scores' scratch ([sq, sk] + 1 floats, held while it runs) counted. */
+/* hp__attention with its block scratch (hp__attention_scratch_bytes, held while it runs) counted. */
 static hp_status attention(hp_runner *r, const hp__attn_args *aa, hp_err *err)
 {
-    size_t sc = ((size_t)(aa->sq * aa->sk) + 1) * sizeof(float);
+    size_t sc = hp__attention_scratch_bytes(aa);
     hp__mem_count(&r->x, 0, sc);
     hp_status st = hp__attention(aa, err);
     hp__mem_count(&r->x, sc, 0);

@@ -1,0 +1,538 @@
+/*
+ * attention.c — causal (windowed) GQA softmax attention over the keys a rank holds, as one fused kernel: the
+ * queries in blocks of about HP__ATTN_BM rows (tokens × the query heads of one kv head), the keys in blocks of
+ * HP__ATTN_BK, an online softmax over the key blocks, and never a [sq, sk] score matrix.
+ *
+ * Data (one work item: batch row b, kv head g, query tokens [i0, i0 + bq); K and V read in place):
+ *
+ *   q   [B, sq, nh, hd]   tokens i0.., heads g·rep..g·rep+rep−1 ─┐ packed: rows ρ = (token, head) [bq·rep, hd]
+ *   k   [B, sk, nkv, hd]  keys j..j+BK of kv head g             ├─ s [rows, BK] = scale · q·kᵀ, masked
+ *   v   [B, sk, nkv, hdv] the same keys                         │  p = exp(s − m)          (running max m)
+ *   o   [rows, hdv]       the slot's accumulator               ─┘  o = o·exp(m_old − m) + p·v
+ *
+ * and per row its running max m (f32) and sum l (f64); at the end out = o / l, written into out [B, sq, nh, hdv].
+ * A thread owns one slot (s, m, l, q, o and, in BF16 mode, its rounded k and v blocks), so memory is O(rows·BK)
+ * per slot, a fixed number of slots, and nothing per [sq, sk]: hp__attention_scratch_bytes is everything the
+ * kernel allocates.
+ *
+ * Masks: query i (position q_pos0 + i) sees key j (position k_pos0 + j) when kp <= qp and, with a window W,
+ * kp > qp − W. For any query rows that is one contiguous key range (hp__attn_key_range): key blocks outside the
+ * range of a query block are never computed, and inside it each row masks the columns outside its own range
+ * (row_cols). The backward walks the same blocks with the same functions, so the two cannot disagree.
+ *
+ * Sinks (gpt-oss): the sink logit starts each row's max and sum (m = sink, l = 1) and is never added to out.
+ *
+ * Numerics: the products are f32 GEMMs with f32 sums (EXACT); in BF16 mode q, k, v and P are rounded to bf16
+ * first (products of bf16 values are exact in f32, so this is a bf16 product with f32 sums, what hp_linalg_gemm's
+ * BF16 mode computes). BF16 mode takes two passes over the key blocks, the rows' max and sum first, so that P is
+ * rounded once normalized, where PyTorch's bf16 model rounds softmax's output (rounding the running, unnormalized
+ * p instead moves a bf16 training step's gradients 4x further from that reference). exp in f32 against the row's
+ * max, row sums in double.
+ *
+ * The backward (hp__attention_backward): per unit (batch row, kv head), per query block, pass 1 recomputes the
+ * rows' m, l and D = Σ_j P_j·dP_j online (s and dP = dO·vᵀ per key block), pass 2 recomputes P and dP per key
+ * block, dS = scale·P·(dP − D), and adds dq += dS·k, dk += dSᵀ·q, dv += Pᵀ·dO; the unit owns its kv head's dk
+ * and dv rows, so the units run in parallel without sharing a byte. Its slot adds dp, the packed dO rows and the
+ * dq accumulator: O(rows·BK) again.
+ */
+#include "run/backward.h"
+#include "run/modules.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Block sizes. A work item's rows are its query tokens × the rep query heads of one kv head (GQA: each K and V
+ * block is read and, in BF16 mode, rounded once for all of them): about HP__ATTN_BM rows, so a block's scores
+ * (128 × 256 f32 = 128 KiB), its q rows and its accumulator stay in L2 next to the K and V blocks (256 × 128 f32
+ * = 128 KiB each); 256 keys make each product long enough for the GEMM kernels' packing to pay. Key blocks stop
+ * at the query block's last visible key, so the causal diagonal wastes at most a triangle of the block's tokens. */
+enum { HP__ATTN_BM = 128, HP__ATTN_BK = 256 };
+/* Slots (threads) at most: the scratch is sized from the shapes alone, so the runner's count and the cost model
+ * agree whatever the thread count; a machine with more cores than this runs attention on HP__ATTN_SLOTS. */
+enum { HP__ATTN_SLOTS = 32 };
+
+void hp__attn_key_range(const hp__attn_args *a, int64_t i0, int64_t i1, int64_t *j0, int64_t *j1)
+{
+    int64_t lo = 0, hi = a->q_pos0 + i1 - a->k_pos0; /* the last query's position is q_pos0 + i1 − 1 */
+    if (a->window > 0) lo = a->q_pos0 + i0 - a->window + 1 - a->k_pos0;
+    if (lo < 0) lo = 0;
+    if (hi > a->sk) hi = a->sk;
+    *j0 = lo;
+    *j1 = hi > lo ? hi : lo;
+}
+
+static int64_t min64(int64_t x, int64_t y)
+{
+    return x < y ? x : y;
+}
+
+/* A work item's geometry and a slot's parts, in floats from the slot's start (l, f64, first: aligned). */
+typedef struct slot_layout {
+    int64_t rep, hdv;          /* query heads per kv head; v's head dim */
+    int64_t bq, rows, bk;      /* query tokens per block, its rows (bq · rep), keys per block */
+    size_t l, m, s, q, o, k, v; /* offsets in floats */
+    size_t floats;             /* one slot */
+    int64_t nqb, items, slots; /* query blocks per (row, kv head); work items; slots */
+} slot_layout;
+
+static slot_layout layout_of(const hp__attn_args *a)
+{
+    slot_layout L;
+    L.rep = a->nkv > 0 ? a->nh / a->nkv : 1;
+    if (L.rep < 1) L.rep = 1;
+    L.hdv = a->hdv > 0 ? a->hdv : a->hd;
+    L.bq = HP__ATTN_BM / L.rep > 1 ? HP__ATTN_BM / L.rep : 1;
+    L.bq = min64(L.bq, a->sq > 0 ? a->sq : 1);
+    L.rows = L.bq * L.rep;
+    L.bk = min64(HP__ATTN_BK, a->sk > 0 ? a->sk : 1);
+    L.l = 0;
+    L.m = L.l + 2 * (size_t)L.rows;
+    L.s = L.m + (size_t)L.rows;
+    L.q = L.s + (size_t)(L.rows * L.bk);
+    L.o = L.q + (size_t)(L.rows * a->hd);
+    L.k = L.o + (size_t)(L.rows * L.hdv);
+    L.v = L.k + (size_t)(L.bk * a->hd);
+    L.floats = L.v + (size_t)(L.bk * L.hdv);
+    L.floats += L.floats & 1; /* keep the next slot's doubles aligned */
+    L.nqb = a->sq > 0 ? (a->sq + L.bq - 1) / L.bq : 0;
+    int64_t units;
+    if (!hp_mul_i64(a->B, a->nkv, &units) || !hp_mul_i64(units, L.nqb, &L.items))
+        L.items = INT64_MAX; /* the cost model's sizes only: no runnable batch has that many */
+    L.slots = L.items < 1 ? 1 : min64(L.items, HP__ATTN_SLOTS);
+    return L;
+}
+
+size_t hp__attention_scratch_bytes(const hp__attn_args *a)
+{
+    slot_layout L = layout_of(a);
+    return (size_t)L.slots * L.floats * sizeof(float);
+}
+
+/* e^x for x <= 0 (a score minus its row's running max), branch-free so that a row's loop vectorizes: x = n·ln2 + r
+ * with |r| <= ln2/2 (ln2 split in two parts, Cody and Waite), e^r by its degree-7 Taylor polynomial (truncation
+ * below 2^-26 relative), 2^n from the exponent bits. Within 2 ulp of expf; x below −87 (e^x < 2^-125, and −inf)
+ * gives about 1e-38, nothing next to the row's largest term, which is 1. NaN stays NaN (a non-finite input must
+ * reach the runner's finiteness check). */
+static inline float exp_nonpos(float x)
+{
+    /* x = max(x, −87) on the bits (an integer select vectorizes; a float compare may trap, so it does not): a
+     * negative float's bits grow with its magnitude up to −inf's; NaNs lie above and are kept */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = u > 0xc2ae0000u && u <= 0xff800000u ? 0xc2ae0000u : u;
+    memcpy(&x, &u, sizeof x);
+    /* n = round(x / ln2): adding 1.5·2^23 drops the fraction and leaves n in the low bits of t's mantissa */
+    float t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
+    float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    const float c3 = 1.0f / 6, c4 = 1.0f / 24, c5 = 1.0f / 120, c6 = 1.0f / 720, c7 = 1.0f / 5040;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (c3 + r * (c4 + r * (c5 + r * (c6 + r * c7))))));
+    uint32_t tb, bits;
+    memcpy(&tb, &t, sizeof tb);
+    bits = (tb - 0x4b400000u + 127u) << 23; /* the exponent field of 2^n (n >= −126 after the clamp) */
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return p * two_n;
+}
+
+/* max(m, x[0..n)), eight lanes at a time so that it vectorizes (max is exact in any order). */
+static float row_max(const float *x, int64_t n, float m)
+{
+    float lane[8] = {m, m, m, m, m, m, m, m};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int u = 0; u < 8; u++) lane[u] = x[j + u] > lane[u] ? x[j + u] : lane[u];
+    for (; j < n; j++) lane[0] = x[j] > lane[0] ? x[j] : lane[0];
+    for (int u = 1; u < 8; u++) lane[0] = lane[u] > lane[0] ? lane[u] : lane[0];
+    return lane[0];
+}
+
+/* Whether x[0..n) holds a NaN (the max above skips them). */
+static bool any_nan(const float *x, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++)
+        if (isnan(x[j])) return true;
+    return false;
+}
+
+/* Σ x[0..n) in double, in four lanes. */
+static double row_sum(const float *x, int64_t n)
+{
+    double lane[4] = {0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (int u = 0; u < 4; u++) lane[u] += x[j + u];
+    for (; j < n; j++) lane[0] += x[j];
+    return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+/* dst [n, w] = the rows of src (stride ld), packed: the rows (token, head) of a block's rep query heads, which
+ * are w = rep·hd contiguous floats per token. Rounded to bf16 values in BF16 mode. */
+static void pack_rows(bool bf, int64_t n, int64_t w, const float *src, int64_t ld, float *dst)
+{
+    if (bf) hp_linalg_round_rows_bf16(n, w, src, ld, dst);
+    else
+        for (int64_t t = 0; t < n; t++) memcpy(dst + t * w, src + t * ld, (size_t)w * sizeof *dst);
+}
+
+/* The w-wide rows [jb, je) of kv head g of batch row b of x ([B, sk, nkv, w]) as a product reads them: in place
+ * (*ld = nkv·w), or in BF16 mode rounded into buf (*ld = w). */
+static const float *kv_block(const hp__attn_args *a, const float *x, int64_t w, int64_t b, int64_t g, int64_t jb,
+                             int64_t je, float *buf, int64_t *ld)
+{
+    const float *p = x + ((b * a->sk + jb) * a->nkv + g) * w;
+    *ld = a->nkv * w;
+    if (a->mode != HP_LINALG_BF16) return p;
+    hp_linalg_round_rows_bf16(je - jb, w, p, *ld, buf);
+    *ld = w;
+    return buf;
+}
+
+/* The columns [*c0, *c1) of key block [jb, je) that query token i sees (*c1 <= *c0: none). */
+static void row_cols(const hp__attn_args *a, int64_t i, int64_t jb, int64_t je, int64_t *c0, int64_t *c1)
+{
+    int64_t j0, j1;
+    hp__attn_key_range(a, i, i + 1, &j0, &j1);
+    *c0 = j0 < jb ? 0 : j0 - jb;
+    *c1 = (j1 > je ? je : j1) - jb;
+}
+
+/* The online statistics over one key block of rows ρ (token i0 + ρ / rep): each row's max m and sum l (and, with
+ * dp, D += Σ_j e_j·dp_j), rescaled when the max grows, from its visible scores in s [rows, nk] (overwritten by
+ * e = exp(s − m)). A row whose visible scores are all −inf or NaN keeps its state, but a NaN makes l NaN: it must
+ * reach the output. */
+static void block_stats(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t rows, int64_t jb, int64_t je,
+                        float *s, const float *dp, float *m, double *l, double *D)
+{
+    int64_t nk = je - jb;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c0, c1;
+        row_cols(a, i0 + r / rep, jb, je, &c0, &c1);
+        if (c1 <= c0) continue;
+        float *sr = s + r * nk, bm = row_max(sr + c0, c1 - c0, m[r]);
+        if (bm == -INFINITY) {
+            if (any_nan(sr + c0, c1 - c0)) l[r] = NAN;
+            continue;
+        }
+        if (bm > m[r]) { /* m = −inf: l and D are still 0 */
+            double f = m[r] == -INFINITY ? 0.0 : (double)expf(m[r] - bm);
+            l[r] *= f, m[r] = bm;
+            if (D) D[r] *= f;
+        }
+#pragma omp simd
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        l[r] += row_sum(sr + c0, c1 - c0);
+        if (D) {
+            double d = 0;
+            for (int64_t j = c0; j < c1; j++) d += (double)sr[j] * dp[r * nk + j];
+            D[r] += d;
+        }
+    }
+}
+
+/* P over one key block: s [rows, nk] <- exp(s − m) / l on each row's visible columns, 0 elsewhere, with the rows'
+ * final m and l (l <= 0: nothing visible, P = 0; l NaN: P NaN). */
+static void block_probs(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t rows, int64_t jb, int64_t je,
+                        float *s, const float *m, const double *l)
+{
+    int64_t nk = je - jb;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t c0, c1;
+        row_cols(a, i0 + r / rep, jb, je, &c0, &c1);
+        if (c1 <= c0 || l[r] <= 0) c0 = c1 = 0;
+        float *sr = s + r * nk, inv = (float)(1.0 / l[r]), mr = isnan(l[r]) ? NAN : m[r];
+        for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
+#pragma omp simd
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - mr) * inv;
+        for (int64_t j = c1 > c0 ? c1 : 0; j < nk; j++) sr[j] = 0.0f;
+    }
+}
+
+/* EXACT mode, one key block [jb, je) of the item (b, kv head g, tokens [i0, i0 + nt)): s = scale·q·kᵀ over the
+ * slot's packed q rows (row ρ: token i0 + ρ / rep, head g·rep + ρ % rep), each row masked to its own key range,
+ * then the online softmax step: m, l and the accumulator rows rescaled to the new max, p = exp(s − m) and
+ * o += p·v; the division by l comes at the end. */
+static void key_block_online(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
+                             int64_t i0, int64_t nt, int64_t jb, int64_t je, float scale)
+{
+    int64_t hd = a->hd, hdv = L->hdv, nk = je - jb, rows = nt * L->rep, ldk, ldv;
+    const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
+    const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
+    float *s = slot + L->s, *m = slot + L->m, *o = slot + L->o;
+    double *l = (double *)(slot + L->l);
+    hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
+    for (int64_t r = 0; r < rows; r++) {
+        float *sr = s + r * nk;
+        int64_t c0, c1;
+        row_cols(a, i0 + r / L->rep, jb, je, &c0, &c1);
+        float bm = c1 > c0 ? row_max(sr + c0, c1 - c0, m[r]) : -INFINITY;
+        if (bm == -INFINITY) { /* nothing visible, or only −inf or NaN scores: p is 0, the row unchanged */
+            if (c1 > c0 && any_nan(sr + c0, c1 - c0)) l[r] = NAN; /* but a NaN must reach the output */
+            memset(sr, 0, (size_t)nk * sizeof *sr);
+            continue;
+        }
+        float *orow = o + r * hdv;
+        if (bm > m[r]) { /* rescale to the new max (m = −inf: l and the row are still 0) */
+            float c = m[r] == -INFINITY ? 0.0f : expf(m[r] - bm);
+            l[r] *= c;
+            for (int64_t e = 0; e < hdv; e++) orow[e] *= c;
+            m[r] = bm;
+        }
+        for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
+#pragma omp simd
+        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        for (int64_t j = c1; j < nk; j++) sr[j] = 0.0f;
+        l[r] += row_sum(sr + c0, c1 - c0);
+    }
+    hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, o, hdv);
+}
+
+/* BF16 mode: two passes over the key blocks [k0, k1), so that P is rounded once normalized, as PyTorch's bf16
+ * model rounds softmax's output before P·v: the rows' m and l first (the scores only), then per block
+ * P = exp(s − m) / l rounded to bf16 and o += P·v (v rounded). */
+static void key_blocks_bf16(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
+                            int64_t i0, int64_t nt, int64_t k0, int64_t k1, float scale)
+{
+    int64_t hd = a->hd, hdv = L->hdv, rows = nt * L->rep, ldk, ldv;
+    float *s = slot + L->s, *m = slot + L->m;
+    double *l = (double *)(slot + L->l);
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t jb = k0; jb < k1; jb += L->bk) {
+            int64_t je = min64(jb + L->bk, k1), nk = je - jb;
+            const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
+            hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
+            if (pass == 0) {
+                block_stats(a, L->rep, i0, rows, jb, je, s, NULL, m, l, NULL);
+                continue;
+            }
+            block_probs(a, L->rep, i0, rows, jb, je, s, m, l);
+            hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
+            const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
+            hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, slot + L->o, hdv);
+        }
+}
+
+/* Work item (b, kv head g, query block qb) on one thread's slot: the rep query heads of g over the block's
+ * tokens, whose q rows are one [nt, rep·hd] block of q (packed, rounded in BF16 mode) and whose outputs are one
+ * [nt, rep·hdv] block of out. */
+static void query_block(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g, int64_t qb)
+{
+    int64_t sq = a->sq, nh = a->nh, hd = a->hd, hdv = L->hdv, rep = L->rep;
+    int64_t i0 = qb * L->bq, nt = min64(L->bq, sq - i0), rows = nt * rep;
+    bool bf = a->mode == HP_LINALG_BF16;
+    const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
+    float *out = a->out + ((b * sq + i0) * nh + g * rep) * hdv, *m = slot + L->m, *o = slot + L->o;
+    double *l = (double *)(slot + L->l);
+    pack_rows(bf, nt, rep * hd, qp, nh * hd, slot + L->q);
+    /* the sink opens each row's softmax: max = sink, sum = exp(0) */
+    for (int64_t r = 0; r < rows; r++) {
+        m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
+        l[r] = a->sinks ? 1.0 : 0.0;
+    }
+    memset(o, 0, (size_t)(rows * hdv) * sizeof *o);
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
+    int64_t k0, k1;
+    hp__attn_key_range(a, i0, i0 + nt, &k0, &k1);
+    if (bf) key_blocks_bf16(a, L, slot, b, g, i0, nt, k0, k1, scale);
+    else
+        for (int64_t jb = k0; jb < k1; jb += L->bk)
+            key_block_online(a, L, slot, b, g, i0, nt, jb, min64(jb + L->bk, k1), scale);
+    for (int64_t r = 0; r < rows; r++) { /* BF16 mode's P is already normalized */
+        float inv = bf ? 1.0f : l[r] <= 0 ? 0.0f : (float)(1.0 / l[r]);
+        float *dst = out + (r / rep) * nh * hdv + (r % rep) * hdv;
+        for (int64_t e = 0; e < hdv; e++) dst[e] = o[r * hdv + e] * inv;
+    }
+}
+
+hp_status hp__attention(const hp__attn_args *a, hp_err *err)
+{
+    slot_layout L = layout_of(a);
+    float *scratch = malloc(L.floats * (size_t)L.slots * sizeof *scratch);
+    if (!scratch)
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for attention's block scratch (%zu bytes)",
+                          hp__attention_scratch_bytes(a));
+    int64_t per = a->B * a->nkv;
+    int nt = (int)min64(omp_get_max_threads(), L.slots);
+    /* the last query blocks see the most keys: they go first, so the dynamic schedule ends on short items */
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        float *slot = scratch + (size_t)omp_get_thread_num() * L.floats;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < L.items; it++) {
+            int64_t qb = L.nqb - 1 - it / per, bg = it % per;
+            query_block(a, &L, slot, bg / a->nkv, bg % a->nkv, qb);
+        }
+    }
+    free(scratch);
+    return HP_OK;
+}
+
+/* ---- the backward ---- */
+
+/* A backward unit's slot: per row its max m, sum l and D (l, D f64, first: aligned), then s and dp [rows, bk], the
+ * packed q and dO rows, the dq accumulator, the rounded k and v blocks (BF16 mode). */
+typedef struct bwd_layout {
+    slot_layout f;               /* the forward's geometry: rep, hdv, bq, rows, bk, nqb */
+    size_t l, d, m, s, dp, q, go, dq, k, v;
+    size_t floats;
+    int64_t units, slots;        /* (batch row, kv head) units; slots */
+} bwd_layout;
+
+static bwd_layout bwd_layout_of(const hp__attn_args *a)
+{
+    bwd_layout L;
+    L.f = layout_of(a);
+    size_t rows = (size_t)L.f.rows, bk = (size_t)L.f.bk, hd = (size_t)a->hd, hdv = (size_t)L.f.hdv;
+    L.l = 0;
+    L.d = L.l + 2 * rows;
+    L.m = L.d + 2 * rows;
+    L.s = L.m + rows;
+    L.dp = L.s + rows * bk;
+    L.q = L.dp + rows * bk;
+    L.go = L.q + rows * hd;
+    L.dq = L.go + rows * hdv;
+    L.k = L.dq + rows * hd;
+    L.v = L.k + bk * hd;
+    L.floats = L.v + bk * hdv;
+    L.floats += L.floats & 1;
+    if (!hp_mul_i64(a->B, a->nkv, &L.units)) L.units = INT64_MAX;
+    L.slots = L.units < 1 ? 1 : min64(L.units, HP__ATTN_SLOTS);
+    return L;
+}
+
+/* One thread's view of a backward unit. */
+typedef struct bwd_ctx {
+    const hp__attn_args *a;
+    const bwd_layout *L;
+    float *slot;
+    const float *dout;
+    float *dq, *dk, *dv;
+    double *gsink; /* [B, nh] the sinks' gradient per batch row, or NULL */
+    float scale;
+} bwd_ctx;
+
+/* s = scale·q·kᵀ and dp = dO·vᵀ for key block [jb, je) of the packed rows (k and v rounded first in BF16 mode);
+ * *kp, *ldk: the k block the products read (for dq = dS·k). */
+static void bwd_products(const bwd_ctx *c, int64_t b, int64_t g, int64_t rows, int64_t jb, int64_t je,
+                         const float **kp, int64_t *ldk)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t hd = a->hd, hdv = L->f.hdv, nk = je - jb, ldv;
+    *kp = kv_block(a, a->k, hd, b, g, jb, je, c->slot + L->k, ldk);
+    const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, c->slot + L->v, &ldv);
+    hp_linalg_sgemm(true, rows, nk, hd, c->scale, c->slot + L->q, hd, *kp, *ldk, 0.0f, c->slot + L->s, nk);
+    hp_linalg_sgemm(true, rows, nk, hdv, 1.0f, c->slot + L->go, hdv, vp, ldv, 0.0f, c->slot + L->dp, nk);
+}
+
+/* Pass 1 over the key blocks of query block [i0, i0 + nt): each row's max m, sum l (the sink's term included) and
+ * D = Σ_j P_j·dP_j, accumulated online as the forward accumulates o, then D final (divided by l). */
+static void bwd_stats(const bwd_ctx *c, int64_t b, int64_t g, int64_t i0, int64_t nt, int64_t k0, int64_t k1)
+{
+    const bwd_layout *L = c->L;
+    int64_t rows = nt * L->f.rep, ldk;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    const float *kp;
+    for (int64_t jb = k0; jb < k1; jb += L->f.bk) {
+        int64_t je = min64(jb + L->f.bk, k1);
+        bwd_products(c, b, g, rows, jb, je, &kp, &ldk);
+        block_stats(c->a, L->f.rep, i0, rows, jb, je, c->slot + L->s, c->slot + L->dp, c->slot + L->m, l, D);
+    }
+    for (int64_t r = 0; r < rows; r++) D[r] = l[r] <= 0 ? 0.0 : D[r] / l[r];
+}
+
+/* Pass 2: per key block P = exp(s − m) / l, dS = scale·P·(dP − D) (P and dS rounded in BF16 mode), then
+ * dq += dS·k (the slot's accumulator), dk += dSᵀ·q and dv += Pᵀ·dO (the unit's own kv head, in place). */
+static void bwd_grads(const bwd_ctx *c, int64_t b, int64_t g, int64_t i0, int64_t nt, int64_t k0, int64_t k1)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t rows = nt * L->f.rep, nkv = a->nkv, hd = a->hd, hdv = L->f.hdv;
+    float *s = c->slot + L->s, *dp = c->slot + L->dp;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    for (int64_t jb = k0; jb < k1; jb += L->f.bk) {
+        int64_t je = min64(jb + L->f.bk, k1), nk = je - jb, ldk;
+        const float *kp;
+        bwd_products(c, b, g, rows, jb, je, &kp, &ldk);
+        block_probs(a, L->f.rep, i0, rows, jb, je, s, c->slot + L->m, l);
+        for (int64_t r = 0; r < rows; r++) /* P is 0 wherever the row sees nothing, and so is dS */
+            for (int64_t j = 0; j < nk; j++) {
+                float p = s[r * nk + j];
+                double dpj = dp[r * nk + j];
+                dp[r * nk + j] = p == 0.0f ? 0.0f : (float)((double)c->scale * (double)p * (dpj - D[r]));
+            }
+        if (a->mode == HP_LINALG_BF16) {
+            hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
+            hp_linalg_round_rows_bf16(rows, nk, dp, nk, dp);
+        }
+        hp_linalg_sgemm(false, rows, hd, nk, 1.0f, dp, nk, kp, ldk, 1.0f, c->slot + L->dq, hd);
+        hp_linalg_sgemm_tn(nk, hd, rows, 1.0f, dp, nk, c->slot + L->q, hd, 1.0f,
+                           c->dk + ((b * a->sk + jb) * nkv + g) * hd, nkv * hd);
+        hp_linalg_sgemm_tn(nk, hdv, rows, 1.0f, s, nk, c->slot + L->go, hdv, 1.0f,
+                           c->dv + ((b * a->sk + jb) * nkv + g) * hdv, nkv * hdv);
+    }
+}
+
+/* Unit (b, g): every query block of the rep query heads of kv head g, in turn (dk and dv of g are this unit's). */
+static void bwd_unit(const bwd_ctx *c, int64_t b, int64_t g)
+{
+    const hp__attn_args *a = c->a;
+    const bwd_layout *L = c->L;
+    int64_t sq = a->sq, nh = a->nh, hd = a->hd, hdv = L->f.hdv, rep = L->f.rep;
+    bool bf = a->mode == HP_LINALG_BF16;
+    float *m = c->slot + L->m, *dq = c->slot + L->dq;
+    double *l = (double *)(c->slot + L->l), *D = (double *)(c->slot + L->d);
+    for (int64_t qb = 0; qb < L->f.nqb; qb++) {
+        int64_t i0 = qb * L->f.bq, nt = min64(L->f.bq, sq - i0), rows = nt * rep;
+        const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
+        const float *gp = c->dout + ((b * sq + i0) * nh + g * rep) * hdv;
+        pack_rows(bf, nt, rep * hd, qp, nh * hd, c->slot + L->q);
+        pack_rows(bf, nt, rep * hdv, gp, nh * hdv, c->slot + L->go);
+        for (int64_t r = 0; r < rows; r++) {
+            m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
+            l[r] = a->sinks ? 1.0 : 0.0;
+            D[r] = 0.0;
+        }
+        memset(dq, 0, (size_t)(rows * hd) * sizeof *dq);
+        int64_t k0, k1;
+        hp__attn_key_range(a, i0, i0 + nt, &k0, &k1);
+        bwd_stats(c, b, g, i0, nt, k0, k1);
+        bwd_grads(c, b, g, i0, nt, k0, k1);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t h = g * rep + r % rep;
+            memcpy(c->dq + ((b * sq + i0 + r / rep) * nh + h) * hd, dq + r * hd, (size_t)hd * sizeof *dq);
+            if (c->gsink && !(l[r] <= 0)) /* the sink's probability exp(sink − m) / l */
+                c->gsink[b * nh + h] -= exp((double)a->sinks[h] - (double)m[r]) / l[r] * D[r];
+        }
+    }
+}
+
+hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
+                                 float *dsinks, hp_err *err)
+{
+    bwd_layout L = bwd_layout_of(a);
+    float *scratch = malloc(L.floats * (size_t)L.slots * sizeof *scratch);
+    double *gsink = dsinks && a->sinks ? hp_calloc((size_t)(a->B * a->nh) + 1, sizeof *gsink) : NULL;
+    if (!scratch || (dsinks && a->sinks && !gsink)) {
+        free(scratch), free(gsink);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the attention backward's block scratch (%zu bytes)",
+                          L.floats * (size_t)L.slots * sizeof *scratch);
+    }
+    int64_t hdv = L.f.hdv;
+    memset(dk, 0, (size_t)(a->B * a->sk * a->nkv * a->hd) * sizeof *dk);
+    memset(dv, 0, (size_t)(a->B * a->sk * a->nkv * hdv) * sizeof *dv);
+    float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)a->hd));
+    int nt = (int)min64(omp_get_max_threads(), L.slots);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        bwd_ctx c = {a, &L, scratch + (size_t)omp_get_thread_num() * L.floats, dout, dq, dk, dv, gsink, scale};
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t u = 0; u < L.units; u++) bwd_unit(&c, u / a->nkv, u % a->nkv);
+    }
+    if (gsink)
+        for (int64_t b = 0; b < a->B; b++) /* in batch order, whatever the threads did */
+            for (int64_t h = 0; h < a->nh; h++) dsinks[h] += (float)gsink[b * a->nh + h];
+    free(scratch), free(gsink);
+    return HP_OK;
+}
