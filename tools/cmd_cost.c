@@ -274,7 +274,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
-    if (!c->refused[0]) {
+    if (!c->refused[0] && !hp_cost_model_gpu(&c->mdl)) { /* hyperpar run's own buffers: not a GPU engine's */
         int64_t wi = 0;
         for (int64_t i = 1; i < c->n_ranks; i++)
             if (c->ranks[i].workspace_bytes > c->ranks[wi].workspace_bytes) wi = i;

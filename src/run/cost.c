@@ -1076,7 +1076,7 @@ static void gpu_step(walk *w, const hp__step *y, int64_t b, gpu_acts *a)
         if (mla) k = ck_add(w, ab, k, ck_mul3(w, ab, 2, T, ml->ql + ml->kvl + ml->rope));
         a->scores = ck_add(w, ab, a->scores, ck_mul(w, ab, ck_mul3(w, ab, 5, y->nh, b), ck_mul(w, ab, s, w->S_pad)));
     } else if (y->op == HP__OP_MLP) {
-        k = ck_mul3(w, ab, 6, T, y->I);
+        k = ck_mul3(w, ab, 6, T, y->split ? y->I / t : y->I); /* the step's I is the global width */
     } else if (y->op == HP__OP_MOE) {
         /* cut over tp: every tp rank takes every token and a 1/t of each expert's columns; whole experts: the
          * rank's rows (1/t of them under sequence parallelism), routed to whole experts */
