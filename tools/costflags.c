@@ -315,8 +315,10 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
     for (int i = 0; i < f->n; i++) {
         char line[CLI_FIT_COMMAND_MAX];
         cli_fit_command(line, sizeof line, cmd, argc, argv, &f->ch[i]);
-        fprintf(o, "  %s %-10s %10s%s%s\n    %s\n", f->ch[i].flag, f->ch[i].value,
-                hp_format_bytes(f->ch[i].bytes, b[0], 32), f->ch[i].mesh[0] ? "  first: " : "", f->ch[i].mesh, line);
+        char fv[64];
+        snprintf(fv, sizeof fv, "%s %s", f->ch[i].flag, f->ch[i].value);
+        fprintf(o, "  %-24s %10s%s%s\n    %s\n", fv, hp_format_bytes(f->ch[i].bytes, b[0], 32),
+                f->ch[i].mesh[0] ? "  first: " : "", f->ch[i].mesh, line);
     }
 }
 
