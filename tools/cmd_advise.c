@@ -117,7 +117,8 @@ static void print_text(FILE *o, const ctx *x, int top)
             x->m->model_type[0] ? x->m->model_type : "?", (long long)a->world,
             hp_format_bytes(a->mem_per_rank, b[0], 32), (long long)a->B, (long long)a->S,
             a->train ? "training" : "inference");
-    if (a->train && a->micro_batch) fprintf(o, "; micro-batches of %lld rows per replica", (long long)a->micro_batch);
+    if (a->train && a->micro_batch)
+        fprintf(o, "; micro-batches of %lld row%s per replica", (long long)a->micro_batch, a->micro_batch == 1 ? "" : "s");
     if (a->train && hp_cost_model_gpu(&a->mdl))
         fprintf(o, "; ZeRO-%d, recompute %s", a->mdl.zero, hp_cost_recompute_name(a->mdl.recompute));
     else if (a->train && a->mdl.zero) fprintf(o, "; ZeRO-%d", a->mdl.zero);

@@ -155,7 +155,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->note[0]) cli_json_fstr(o, c->note);
     else fprintf(o, "null");
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
+           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
@@ -309,8 +309,10 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
 
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
-    fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,
-           c->train ? "training step (the backward's marked *)" : "forward step");
+    fprintf(o, "\ncollectives of rank %lld per %s (%s; times*)\n", (long long)r->rank,
+           c->train ? "training step (the backward's marked *)" : "forward step",
+           hp_cost_model_gpu(&c->mdl) ? "bytes: a bf16 engine's, half of what 'hyperpar run' counts"
+                                      : "bytes exact: what 'hyperpar run' counts");
     fprintf(o, "  %5s  %-44s %-18s %-14s %-8s %5s %12s  %12s\n", "layer", "boundary", "step", "collective", "group",
            "calls", "bytes", "time");
     int32_t L = (int32_t)m->cfg.num_hidden_layers, first_sparse = -1;

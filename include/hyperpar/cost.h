@@ -306,6 +306,7 @@ typedef struct hp_advice {
     hp_err batch_err;           /* HP_OK, or the first refusal of the batch itself by the cost model */
     double plan_seconds;        /* the template's derivation, with its shard layout */
     double search_seconds;      /* the enumeration and every evaluation */
+    struct hp__advise_tmpls *tmpls; /* internal: the template plans, kept for hp_advise_fit (hp_advice_free frees) */
 } hp_advice;
 
 /* Every mesh of o->world ranks for m. HP_ERR_INPUT: world < 1 or past HP_MESH_MAX_SIZE^2, or a template plan the
@@ -316,7 +317,7 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
  * got figures because of it, or "no mesh of N ranks fits in SIZE per rank (all K rejected; the nearest: ...)". */
 hp_status hp_advice_verdict(const hp_advice *a, hp_err *err);
 /* When nothing in a fits: the binding constraint of the nearest miss and the nearest change of o under which some
- * mesh fits (the same kinds as hp_cost_fit, and more ranks: 2N, 4N, 8N), each found by running hp_advise again.
+ * mesh fits (the same kinds as hp_cost_fit, and more ranks: 2N, 4N), each found by running hp_advise again.
  * f->n is 0 when a has an accepted mesh or no change was found. */
 hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, const hp_advice *a, hp_err *err);
 void hp_advice_free(hp_advice *a);

@@ -400,6 +400,11 @@ static hp_status templates_build(tmpl **out, int *n_out, const hp_model *m, cons
     return st;
 }
 
+struct hp__advise_tmpls {
+    tmpl *t;
+    int n_t;
+};
+
 static void templates_free(tmpl *t, int n_t)
 {
     for (int i = 0; t && i < n_t; i++) {
@@ -456,10 +461,18 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
     int n_t = 0;
     hp_status st = templates_build(&t, &n_t, m, &o->plan, err);
     double plan_s = seconds_since(&t0);
+    struct hp__advise_tmpls *keep = st == HP_OK ? malloc(sizeof *keep) : NULL;
+    if (st == HP_OK && !keep) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) st = advise_with(out, m, t, n_t, o, err);
-    if (st == HP_OK) (*out)->plan_seconds = plan_s;
-    templates_free(t, n_t);
-    return st;
+    if (st != HP_OK) {
+        free(keep);
+        templates_free(t, n_t);
+        return st;
+    }
+    (*out)->plan_seconds = plan_s;
+    *keep = (struct hp__advise_tmpls){t, n_t};
+    (*out)->tmpls = keep; /* hp_advise_fit reruns the search on them */
+    return HP_OK;
 }
 
 /* ---- hp_advise_fit: when no mesh fits, the nearest change under which one does ---- */
@@ -499,9 +512,9 @@ hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, c
     const hp_advise_cand *c = &a->cands[0]; /* the nearest miss */
     f->binding = c->binding, f->binding_bytes = c->binding_bytes, f->total_bytes = c->max_bytes;
     if (!c->binding) return HP_OK; /* no mesh was evaluated: no memory to trade */
-    tmpl *t = NULL;
-    int n_t = 0;
-    hp_status st = templates_build(&t, &n_t, m, &o->plan, err);
+    tmpl *t = a->tmpls ? a->tmpls->t : NULL;
+    int n_t = a->tmpls ? a->tmpls->n_t : 0;
+    hp_status st = t ? HP_OK : templates_build(&t, &n_t, m, &o->plan, err);
     if (st == HP_OK) {
         fit_ctx x = {.m = m, .t = t, .n_t = n_t, .o = o};
         /* B 0 (the default, a row per rank) stays 0: with more ranks the batch follows the world, as the printed
@@ -510,7 +523,7 @@ hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, c
         int64_t mb = o->cost.train && o->cost.micro_batch > 0 ? o->cost.micro_batch : B;
         hp__fit_search(f, &o->cost, mb, 0, 1, o->world, true, advise_try, &x);
     }
-    templates_free(t, n_t);
+    if (!a->tmpls) templates_free(t, n_t);
     return st;
 }
 
@@ -530,6 +543,8 @@ hp_status hp_advice_verdict(const hp_advice *a, hp_err *err)
 void hp_advice_free(hp_advice *a)
 {
     if (!a) return;
+    if (a->tmpls) templates_free(a->tmpls->t, a->tmpls->n_t);
+    free(a->tmpls);
     free(a->cands);
     free(a);
 }

@@ -2,7 +2,7 @@
  * fit.c — when a rank does not fit its budget, the change of the request that would (docs/cost.md "When nothing
  * fits"): the binding constraint (the largest item of the most-loaded rank) and, kind by kind, the nearest value
  * that fits: a higher ZeRO level, a stronger recompute, a smaller micro-batch (or batch, in inference), a shorter
- * sequence, and for advise more ranks. Each value is tried by evaluating the changed request, so a change printed
+ * sequence, and for advise more ranks (2N, 4N). Each value is tried by evaluating the changed request, so a change printed
  * is one that was seen to fit.
  */
 #include "run/fit.h"
@@ -22,11 +22,39 @@ static bool add(hp_fit *f, hp__fit_try try_it, void *ctx, const hp_cost_opts *o,
     return true;
 }
 
+/* The largest of vals[0..n) (descending) under which the request fits, by bisection (memory falls with the
+ * value: fewer rows, fewer positions), added to f; false when none does. */
+static bool largest_fit(hp_fit *f, hp__fit_try try_it, void *ctx, const hp_cost_opts *o, int64_t world,
+                        const char *flag, const int64_t *vals, int n)
+{
+    int lo = 0, hi = n - 1, best = -1;
+    hp_fit_change ch, keep = {0};
+    char v[32];
+    while (lo <= hi) { /* vals[best] fits; every index below lo does not */
+        int mid = (lo + hi) / 2;
+        hp_cost_opts x = *o;
+        if (!strcmp(flag, "--micro-batch")) x.micro_batch = vals[mid];
+        else if (!strcmp(flag, "--batch")) x.B = vals[mid];
+        else x.S = vals[mid];
+        memset(&ch, 0, sizeof ch);
+        if (try_it(ctx, &x, world, &ch)) best = mid, keep = ch, hi = mid - 1;
+        else lo = mid + 1;
+    }
+    if (best < 0 || f->n == HP_FIT_MAX) return false;
+    snprintf(keep.flag, sizeof keep.flag, "%s", flag);
+    snprintf(v, sizeof v, "%lld", (long long)vals[best]);
+    snprintf(keep.value, sizeof keep.value, "%s", v);
+    f->ch[f->n++] = keep;
+    return true;
+}
+
 void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
                     int64_t world, bool worlds, hp__fit_try try_it, void *ctx)
 {
     char v[32];
     hp_cost_opts x;
+    int64_t vals[64];
+    int n = 0;
     bool gpu = hp_cost_model_gpu(&o->mdl);
     for (int z = o->mdl.zero + 1; o->train && z <= 3; z++) { /* ZeRO: the state sharded further */
         x = *o;
@@ -40,24 +68,17 @@ void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_row
         x.mdl.recompute = (hp_cost_recompute)r;
         if (add(f, try_it, ctx, &x, world, "--recompute", hp_cost_recompute_name(x.mdl.recompute))) break;
     }
-    /* fewer rows at once: the largest power of two below the current that divides the replicas' rows */
-    for (int64_t m = (int64_t)1 << 30; dp_rows >= 0 && m >= 1; m /= 2) {
-        if (m >= mb || (dp_rows > 0 && dp_rows % m)) continue;
-        x = *o;
-        if (o->train) x.micro_batch = m;
-        else x.B = m;
-        snprintf(v, sizeof v, "%lld", (long long)(o->train ? m : x.B));
-        if (add(f, try_it, ctx, &x, world, o->train ? "--micro-batch" : "--batch", v)) break;
-    }
-    for (int64_t s = o->S / 2; s >= 1; s /= 2) { /* a shorter sequence, kept a multiple of seq_step */
+    /* fewer rows at once: the powers of two below the current that divide the replicas' rows */
+    for (int64_t m = (int64_t)1 << 30; dp_rows >= 0 && m >= 1; m /= 2)
+        if (m < mb && !(dp_rows > 0 && dp_rows % m)) vals[n++] = m;
+    largest_fit(f, try_it, ctx, o, world, o->train ? "--micro-batch" : "--batch", vals, n);
+    n = 0;
+    for (int64_t s = o->S / 2; s >= 1 && n < 64; s /= 2) { /* a shorter sequence, kept a multiple of seq_step */
         int64_t sq = seq_step > 1 ? s / seq_step * seq_step : s;
-        if (sq < 1 || sq >= o->S) continue;
-        x = *o;
-        x.S = sq;
-        snprintf(v, sizeof v, "%lld", (long long)sq);
-        if (add(f, try_it, ctx, &x, world, "--seq", v)) break;
+        if (sq >= 1 && sq < o->S && (!n || vals[n - 1] != sq)) vals[n++] = sq;
     }
-    for (int k = 2; worlds && k <= 8; k *= 2) { /* more ranks */
+    largest_fit(f, try_it, ctx, o, world, "--seq", vals, n);
+    for (int k = 2; worlds && k <= 4; k *= 2) { /* more ranks: the next two doublings */
         if (world * k > HP_MESH_MAX_SIZE) break;
         snprintf(v, sizeof v, "%lld", (long long)(world * k));
         if (add(f, try_it, ctx, o, world * k, "--world", v)) break;
