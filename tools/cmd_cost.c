@@ -449,6 +449,10 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
     hp_fit fit = {0};
     if (st == HP_OK && cf.format != 2) st = hp_cost_fit(&fit, m, p, &cf.co, cost, cf.budget, &err);
+    for (int i = 0, k = 0; st == HP_OK && input && i < fit.n; i++) { /* the input's shape is the batch: keep it */
+        if (strcmp(fit.ch[i].flag, "--seq") && strcmp(fit.ch[i].flag, "--batch")) fit.ch[k++] = fit.ch[i];
+        if (i == fit.n - 1) fit.n = k;
+    }
     fit_args fa = {.fit = &fit, .argc = argc, .argv = argv};
     if (st == HP_OK && want_rank >= cost->world)
         st = hp_err_set(&err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)want_rank,

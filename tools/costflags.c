@@ -307,8 +307,7 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
             hp_format_bytes(f->binding_bytes, b[0], 32), hp_format_bytes(f->total_bytes, b[1], 32),
             hp_format_bytes(f->budget, b[2], 32));
     if (!f->n) {
-        fprintf(o, "no single change found that fits (tried: a higher --zero, --recompute, a smaller --micro-batch or "
-                   "--batch, a shorter --seq%s)\n", !strcmp(cmd, "advise") ? ", more ranks" : "");
+        fprintf(o, "no single change found that fits (tried: %s)\n", f->tried[0] ? f->tried : "nothing");
         return;
     }
     fprintf(o, "nearest changes that fit (each alone; the most-loaded rank then needs):\n");

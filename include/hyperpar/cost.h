@@ -197,6 +197,7 @@ typedef struct hp_fit_change {
 typedef struct hp_fit {
     const char *binding;        /* the largest item of the most-loaded rank (hp_cost_rank_binding) */
     uint64_t binding_bytes, total_bytes, budget;
+    char tried[160];            /* the kinds of change tried, as their flags ("--zero, --seq, ...") */
     int n;                      /* changes found, each the nearest of its kind, in the order tried: */
     hp_fit_change ch[HP_FIT_MAX]; /* a higher ZeRO, recompute, a smaller micro-batch (infer: batch), a shorter
                                      sequence, more ranks (advise) */

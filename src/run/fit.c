@@ -56,6 +56,9 @@ void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_row
     int64_t vals[64];
     int n = 0;
     bool gpu = hp_cost_model_gpu(&o->mdl);
+    snprintf(f->tried, sizeof f->tried, "%s%s%s, a shorter --seq%s", o->train && o->mdl.zero < 3 ? "a higher --zero, " : "",
+             gpu && o->train && o->mdl.recompute < HP_COST_RECOMPUTE_FULL ? "a stronger --recompute, " : "",
+             o->train ? "a smaller --micro-batch" : "a smaller --batch", worlds ? ", more ranks (--world)" : "");
     for (int z = o->mdl.zero + 1; o->train && z <= 3; z++) { /* ZeRO: the state sharded further */
         x = *o;
         x.mdl.zero = z;

@@ -64,6 +64,18 @@ print(len(f["changes"]) if f and f["binding"] and f["total_bytes"] > f["budget"]
     done
     expect 0 "nearest changes that fit" -- "$HP" cost $D/"$@"
 done
+# nothing single rescues it: the binding item, and what was tried
+expect 0 "no single change found that fits (tried: a smaller --batch, a shorter --seq)" -- \
+    "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 1MiB
+expect 0 "binding constraint: activations" -- "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 1MiB
+# with an input, its shape is the batch: no --seq or --batch change is offered (given --batch/--seq, --seq 2 fits)
+expect 0 "  --seq 2 " -- "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 4.2MiB
+out=$("$HP" cost data/forward/llama --tp 2 --input data/forward/llama/forward_io.safetensors --mem-per-rank 4.2MiB \
+      --format json)
+check "an input's batch is kept: no --seq/--batch change" python3 -c '
+import json, sys
+f = json.loads(sys.stdin.read())["fit"]
+sys.exit(0 if f and f["binding"] and all(c["flag"] not in ("--seq", "--batch") for c in f["changes"]) else 1)' <<<"$out"
 # a rank that fits prints no changes (and the JSON's fit is null)
 out=$("$HP" cost $D/llama-3-8b.json --tp 2 --mem-per-rank 80GiB --batch 1 --seq 512 --format json)
 check "cost: a rank that fits has fit null" python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["fit"] is None else 1)' "$out"
