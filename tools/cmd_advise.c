@@ -230,7 +230,10 @@ static int print_html(FILE *o, const ctx *x)
 {
     const hp_advice *a = x->a;
     char title[400];
-    snprintf(title, sizeof title, "%s on %lld ranks", x->m->path, (long long)a->world);
+    bool gpu = hp_cost_model_gpu(&a->mdl);
+    snprintf(title, sizeof title, "%s on %lld ranks%s%s%s", x->m->path, (long long)a->world,
+             gpu ? ": estimates for a bf16 GPU engine (" : "", gpu ? a->mdl.hw->name : "",
+             gpu ? ", Megatron-style accounting), not hyperpar's runtime" : "");
     char *cmds = calloc(a->n_cands ? (size_t)a->n_cands : 1, CLI_ADVISE_COMMAND_MAX);
     const char **pc = calloc(a->n_cands ? (size_t)a->n_cands : 1, sizeof *pc);
     int rc = -1;

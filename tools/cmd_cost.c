@@ -358,7 +358,10 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
     FILE *f = open_memstream(&buf, &len);
     if (!f) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
-    snprintf(title, sizeof title, "%s on %s", m->path, mesh);
+    snprintf(title, sizeof title, "%s on %s%s%s%s", m->path, mesh,
+             hp_cost_model_gpu(&c->mdl) ? ": estimates for a bf16 GPU engine (" : "",
+             hp_cost_model_gpu(&c->mdl) ? c->mdl.hw->name : "",
+             hp_cost_model_gpu(&c->mdl) ? ", Megatron-style accounting), not hyperpar's runtime" : "");
     int rc = cli_html_cost(f, title, c, &p->mesh, budget);
     fclose(f);
     hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
