@@ -1227,7 +1227,12 @@ static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint
         e->bytes = ck_bytes(w, cb, (int64_t)(e->bytes / den * num + e->bytes % den * num / den), (uint64_t)n);
         e->wire_bytes = ck_bytes(w, cb, (int64_t)(e->wire_bytes / den * num + e->wire_bytes % den * num / den),
                                  (uint64_t)n);
-        e->calls = (int32_t)(e->calls * n);
+        int64_t calls = (int64_t)e->calls * n;
+        if (calls > INT32_MAX) { /* a count the event cannot hold: the batch is refused, as a byte figure would be */
+            mark(w, "collective calls");
+            calls = INT32_MAX;
+        }
+        e->calls = (int32_t)calls;
         r->bytes[e->kind] = ck_addu(w, cb, r->bytes[e->kind], e->bytes);
         r->calls[e->kind] += (uint64_t)e->calls;
         if (e->group > 1) r->sent_bytes = ck_addu(w, cb, r->sent_bytes, e->bytes);
