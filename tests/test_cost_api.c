@@ -510,4 +510,46 @@ TEST(gemm_limit_one_process)
     hp_comm_free(w);
 }
 
+/* The hardware profiles: names case-insensitive, the memory spellings of each, nothing else; a GPU profile sets the
+ * model's figures and Megatron's accounting; the library refuses recompute under cpu and a ZeRO level past 3. */
+TEST(hardware_profiles)
+{
+    size_t n = 0;
+    const hp_cost_hardware *list = hp_cost_hardware_list(&n);
+    CHECK(n == 5 && !strcmp(list[0].name, "cpu") && !list[0].gpu);
+    const char *ok[] = {"cpu", "CPU", "H100", "h100", "H100-80G", "h100-80gb", "H200", "H200-141G", "A100",
+                        "A100-80G", "a100-80GB", "MI300X", "mi300x"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) CHECK_MSG(hp_cost_hardware_find(ok[i]) != NULL, "%s", ok[i]);
+    const char *bad[] = {"", "foo", "H10", "H100-40G", "H100-", "A100-80GiB", "cpu-80G", "MI300", "H100x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(hp_cost_hardware_find(bad[i]) == NULL, "%s", bad[i]);
+    const hp_cost_hardware *h = hp_cost_hardware_find("h100-80g");
+    CHECK(h && !strcmp(h->name, "H100") && h->mem_bytes == 80ull << 30 && h->flops == 989e12);
+    hp_cost_model m;
+    hp_cost_model_default(&m);
+    CHECK(!hp_cost_model_gpu(&m) && m.recompute == HP_COST_RECOMPUTE_NONE);
+    hp_cost_model_hardware(&m, hp_cost_hardware_find("MI300X"));
+    CHECK(hp_cost_model_gpu(&m) && m.gemm_flops == 1307e12 && m.bw_intra == 448e9 && m.ranks_per_node == 8);
+    CHECK(m.recompute == HP_COST_RECOMPUTE_SELECTIVE && m.state == HP_COST_STATE_MEGATRON);
+    hp_model *md = open_model("data/configs/llama-3-8b.json");
+    if (!md) return;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_plan *p = NULL;
+    hp_err err;
+    CHECK_MSG(hp_plan_derive(&p, md, &po, &err) == HP_OK, "%s", err.msg);
+    hp_cost_opts o;
+    hp_cost_opts_default(&o);
+    o.train = true;
+    o.mdl.recompute = HP_COST_RECOMPUTE_FULL;
+    hp_cost *c = NULL;
+    CHECK(p && hp_cost_compute(&c, md, p, &o, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "recompute full describes a GPU engine's backward");
+    o.mdl.recompute = HP_COST_RECOMPUTE_NONE;
+    o.mdl.zero = 4;
+    CHECK(p && hp_cost_compute(&c, md, p, &o, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "ZeRO level 4");
+    hp_plan_free(p);
+    hp_model_close(md);
+}
+
 TEST_MAIN()

@@ -15,10 +15,12 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
-enum { O_WORLD = 1000, O_TOP };
+enum { O_WORLD = 1000, O_TOP, O_ALL };
 static const cli_opt g_opts[] = {
     {"world", O_WORLD, "N", "ranks in all", 0, NULL},
     {"top", O_TOP, "K", "candidates printed (5)", 0, NULL},
+    {"all", O_ALL, NULL, "print every candidate: each accepted mesh and each rejected one with its reason", 0,
+     NULL},
     CLI_OPT_HELP,
     CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
     CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')"),
@@ -29,13 +31,15 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: hyperpar advise MODEL --world N --mem-per-rank SIZE [--batch B --seq S] [--mode infer|train]\n"
+            "                       [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
+            "                       [--micro-batch MB] [--zero 0|1|2|3]\n"
             "                       [--ranks-per-node R] [--intra-bw G --inter-bw G] [model flags]\n"
             "                       [--overrides F] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
-            "                       [--loss-parallel] [--top K]\n"
+            "                       [--loss-parallel] [--top K | --all]\n"
             "                       [--format text|json|html] [-o FILE]\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-latency-us/\n"
-            "         --inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/--optim-bytes N, --zero Z,\n"
-            "         --kv-bytes N (listed below)\n"
+            "         --inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/--optim-bytes N,\n"
+            "         --kv-bytes N (listed below); given, they override --hardware's figures\n"
             "\n"
             "Every mesh of N ranks for MODEL (a checkpoint or a config.json): dp x cp x tp, with expert parallelism\n"
             "for MoE models both over the dense region (TP-extend-EP, --ep) and as its own axis (--ep-axis). A\n"
@@ -45,6 +49,11 @@ static void usage(FILE *out)
             "algorithms: the wire bytes, next to the bytes it puts into collectives). Prints the best K\n"
             "with their per-rank memory and communication, and the commands that make the plan and the shards\n"
             "of the first. Memory: weights exact, activations and state estimated (docs/cost.md).\n"
+            "A GPU --hardware (H100, H200, A100, MI300X) states the memory (then --mem-per-rank may be left out),\n"
+            "the bf16 rate and the links; the figures are then estimates for a bf16 GPU engine (Megatron-style\n"
+            "accounting), not hyperpar's runtime. When no mesh fits, advise prints the binding constraint and\n"
+            "the nearest changes that fit (a ZeRO level, recompute, a smaller micro-batch, a shorter sequence,\n"
+            "more ranks), each as a command line, and exits 2.\n"
             "\n");
     cli_print_options(out, g_opts);
 }
@@ -55,6 +64,9 @@ typedef struct ctx {
     const cli_cost_flags *cf;
     const cli_plan_flags *pf;
     const char *model_arg;
+    const hp_fit *fit;  /* when nothing fits: the binding constraint and the nearest changes */
+    int argc;           /* the command line, for the changes' commands */
+    char **argv;
 } ctx;
 
 /* The plan flags that make candidate c. With EP, the EP compute too (it is never chosen silently): --ep-compute as
@@ -105,8 +117,14 @@ static void print_text(FILE *o, const ctx *x, int top)
             x->m->model_type[0] ? x->m->model_type : "?", (long long)a->world,
             hp_format_bytes(a->mem_per_rank, b[0], 32), (long long)a->B, (long long)a->S,
             a->train ? "training" : "inference");
+    if (a->train && a->micro_batch)
+        fprintf(o, "; micro-batches of %lld row%s per replica", (long long)a->micro_batch, a->micro_batch == 1 ? "" : "s");
+    if (a->train && hp_cost_model_gpu(&a->mdl))
+        fprintf(o, "; ZeRO-%d, recompute %s", a->mdl.zero, hp_cost_recompute_name(a->mdl.recompute));
+    else if (a->train && a->mdl.zero) fprintf(o, "; ZeRO-%d", a->mdl.zero);
     if (co->mdl.ranks_per_node) fprintf(o, "; %lld ranks per node", (long long)co->mdl.ranks_per_node);
     fprintf(o, "\n");
+    cli_cost_engine_text(o, &a->mdl);
     fprintf(o, "meshes   %d considered, %d accepted, %d rejected (%.3f s, %.2f ms per mesh)\n\n", n, ok, n - ok, secs,
             n ? secs * 1e3 / n : 0.0);
     if (ok) {
@@ -115,7 +133,7 @@ static void print_text(FILE *o, const ctx *x, int top)
                    "algorithms):\n");
         fprintf(o, "  %-4s %-40s %11s %11s %11s %11s %11s %11s %10s\n", "#", "mesh", "memory", "weights", "activ.*",
                 a->train ? "state*" : "KV cache*", "sent/step", "wire/step", "step*");
-        for (int i = 0; i < ok && i < top; i++) {
+        for (int i = 0; i < ok && (top <= 0 || i < top); i++) {
             const hp_advise_cand *c = &v[i];
             char ts[24];
             fprintf(o, "  %-4d %-40s %11s %11s %11s %11s %11s %11s %10s\n", i + 1, c->mesh,
@@ -129,15 +147,27 @@ static void print_text(FILE *o, const ctx *x, int top)
         fprintf(o, "\nmake the plan and the shards of #1:\n  %s\n", cmd);
         if (x->m->meta) fprintf(o, "  %s\n", CKPT_NOTE);
         flags_of(x, &v[0], fl, sizeof fl);
-        fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld --seq %lld%s%s%s\n", x->model_arg, fl,
+        char extra[200] = "";
+        if (a->mdl.hw && a->mdl.hw->gpu)
+            snprintf(extra, sizeof extra, " --hardware %s%s%s", a->mdl.hw->name, a->train ? " --recompute " : "",
+                     a->train ? hp_cost_recompute_name(a->mdl.recompute) : "");
+        size_t el = strlen(extra);
+        if (a->train && a->mdl.zero) snprintf(extra + el, sizeof extra - el, " --zero %d", a->mdl.zero);
+        el = strlen(extra);
+        if (a->micro_batch) snprintf(extra + el, sizeof extra - el, " --micro-batch %lld", (long long)a->micro_batch);
+        fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld --seq %lld%s%s%s%s\n", x->model_arg, fl,
                 (long long)a->B, (long long)a->S, a->train ? " --mode train" : "",
-                x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "");
+                x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "", extra);
     } else {
         fprintf(o, "no mesh of %lld ranks fits; the reasons follow\n", (long long)a->world);
     }
-    int shown = 0;
-    if (n - ok) fprintf(o, "\nrejected (first %d of %d):\n", n - ok < 12 ? n - ok : 12, n - ok);
-    for (int i = ok; i < n && shown < 12; i++, shown++) fprintf(o, "  %-40s %s\n", v[i].mesh, v[i].reason);
+    int shown = 0, most = top <= 0 ? n : 12; /* --all (top 0): every rejection */
+    if (n - ok) {
+        if (n - ok <= most) fprintf(o, "\nrejected (all %d):\n", n - ok);
+        else fprintf(o, "\nrejected (first %d of %d; --all lists every one):\n", most, n - ok);
+    }
+    for (int i = ok; i < n && shown < most; i++, shown++) fprintf(o, "  %-40s %s\n", v[i].mesh, v[i].reason);
+    if (!ok && x->fit) cli_fit_text(o, x->fit, "advise", x->argc, x->argv);
     fprintf(o, "\n* estimate, from the model stated in docs/cost.md; weights are exact. Each candidate is the\n"
                "  template plan's cost at its sizes; 'hyperpar cost' with its flags gives its own plan's figures.\n");
 }
@@ -148,9 +178,14 @@ static void print_json(FILE *o, const ctx *x)
     fprintf(o, "{\"model_path\": ");
     cli_json_fstr(o, x->m->path);
     fprintf(o, ", \"world\": %lld, \"mem_per_rank\": %llu, \"batch\": %lld, \"seq\": %lld, \"mode\": \"%s\", "
-               "\"seconds\": %.17g, \"candidates\": [",
+               "\"seconds\": %.17g, \"micro_batch\": %lld, \"zero\": %d, ",
             (long long)a->world, (unsigned long long)a->mem_per_rank, (long long)a->B, (long long)a->S,
-            a->train ? "train" : "infer", a->search_seconds);
+            a->train ? "train" : "infer", a->search_seconds, (long long)a->micro_batch, a->mdl.zero);
+    cli_cost_engine_json(o, &a->mdl);
+    fprintf(o, ", \"fit\": ");
+    if (!a->n_ok && x->fit) cli_fit_json(o, x->fit, "advise", x->argc, x->argv);
+    else fprintf(o, "null");
+    fprintf(o, ", \"candidates\": [");
     for (int i = 0; i < a->n_cands; i++) {
         const hp_advise_cand *c = &a->cands[i];
         fprintf(o, "%s\n  {\"mesh\": ", i ? "," : "");
@@ -179,6 +214,11 @@ static void print_json(FILE *o, const ctx *x)
         } else {
             fprintf(o, ", \"reason\": ");
             cli_json_fstr(o, c->reason);
+            if (c->binding) {
+                fprintf(o, ", \"binding\": ");
+                cli_json_fstr(o, c->binding);
+                fprintf(o, ", \"binding_bytes\": %llu", (unsigned long long)c->binding_bytes);
+            }
         }
         fprintf(o, "}");
     }
@@ -190,7 +230,10 @@ static int print_html(FILE *o, const ctx *x)
 {
     const hp_advice *a = x->a;
     char title[400];
-    snprintf(title, sizeof title, "%s on %lld ranks", x->m->path, (long long)a->world);
+    bool gpu = hp_cost_model_gpu(&a->mdl);
+    snprintf(title, sizeof title, "%s on %lld ranks%s%s%s", x->m->path, (long long)a->world,
+             gpu ? ": estimates for a bf16 GPU engine (" : "", gpu ? a->mdl.hw->name : "",
+             gpu ? ", Megatron-style accounting), not hyperpar's runtime" : "");
     char *cmds = calloc(a->n_cands ? (size_t)a->n_cands : 1, CLI_ADVISE_COMMAND_MAX);
     const char **pc = calloc(a->n_cands ? (size_t)a->n_cands : 1, sizeof *pc);
     int rc = -1;
@@ -212,18 +255,20 @@ static int print_html(FILE *o, const ctx *x)
 
 /* ---- the command ---- */
 
-static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_flags *cf, int64_t N, int top)
+static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_flags *cf, int64_t N, int top, int argc,
+                          char **argv)
 {
     hp_err err;
     hp_model *m = NULL;
     hp_overrides *ov = NULL;
     hp_advice *a = NULL;
+    hp_fit fit = {0};
+    hp_advise_opts ao;
+    hp_advise_opts_default(&ao);
     hp_status st = cli_plan_flags_apply(pf, NULL, &ov, &err);
     if (st == HP_OK) st = hp_model_open(&m, model_arg, NULL, &err);
     if (st == HP_OK) st = cli_cost_measure(cf, m, &err);
     if (st == HP_OK) {
-        hp_advise_opts ao;
-        hp_advise_opts_default(&ao);
         ao.world = N;
         ao.mem_per_rank = cf->budget;
         ao.cost = cf->co;
@@ -231,13 +276,14 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         ao.plan = pf->po;
         st = hp_advise(&a, m, &ao, &err);
     }
+    if (st == HP_OK && !a->n_ok && cf->format != 2) st = hp_advise_fit(&fit, m, &ao, a, &err);
     int rc = HP_EXIT_OK;
     if (st != HP_OK) rc = cli_fail(&err);
     else {
         char *buf = NULL;
         size_t len = 0;
         FILE *o = open_memstream(&buf, &len);
-        ctx x = {.m = m, .a = a, .cf = cf, .pf = pf, .model_arg = model_arg};
+        ctx x = {.m = m, .a = a, .cf = cf, .pf = pf, .model_arg = model_arg, .fit = &fit, .argc = argc, .argv = argv};
         if (!o) rc = HP_EXIT_RUNTIME;
         else {
             if (cf->format == 1) print_json(o, &x);
@@ -288,18 +334,22 @@ int cmd_advise(int argc, char **argv)
         case O_TOP:
             if (!cli_parse_i64("advise", "--top", optarg, 1, 1000, &top)) return HP_EXIT_USAGE;
             break;
+        case O_ALL: top = 0; break;
         case 'h': usage(stdout); return HP_EXIT_OK;
         default: return cli_bad_option("advise", argv);
         }
     }
     if (optind != argc - 1) return cli_usage_error("advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("advise", "missing --world N (the number of ranks)");
-    if (!cf.budget) return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB)");
+    if (!cli_cost_flags_done("advise", &cf)) return HP_EXIT_USAGE;
+    if (!cf.budget)
+        return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB), or a GPU --hardware whose memory "
+                               "is the budget");
     if (!cli_advise_rpn_divides("advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
     const char *const inputs[] = {pf.overrides};
     if (cf.output && cli_check_output_file("advise", "--output", cf.output, argv[optind], inputs, 1) != 0)
         return HP_EXIT_USAGE;
-    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top);
+    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top, argc, argv);
     cli_cost_flags_free(&cf);
     return rc;
 }

@@ -481,6 +481,7 @@ int cmd_bench_advise(int argc, char **argv)
     }
     if (optind != argc - 1) return cli_usage_error("bench advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("bench advise", "missing --world N");
+    if (!cli_cost_flags_done("bench advise", &cf)) return HP_EXIT_USAGE;
     if (!cli_advise_rpn_divides("bench advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
     hp_err err;
     hp_model *m = NULL;

@@ -46,12 +46,14 @@ static void usage(FILE *out)
             "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
             "                     [--plan plan.json]\n"
             "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train]\n"
+            "                     [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
+            "                     [--micro-batch MB] [--zero 0|1|2|3] [--mem-per-rank SIZE]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
             "         | --random-input B,S (as 'hyperpar run' takes them)\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-bw/--inter-bw G,\n"
             "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
-            "         --optim-bytes N, --zero Z, --kv-bytes N, --mem-per-rank SIZE (listed below)\n"
+            "         --optim-bytes N, --kv-bytes N (listed below); given, they override --hardware's figures\n"
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
             "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
@@ -60,15 +62,22 @@ static void usage(FILE *out)
             "counts on the same batch). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
+            "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
+            "Megatron-style activations and state). With --mem-per-rank (a GPU: its memory) and a rank that does\n"
+            "not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
             "\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out,
             "\n"
-            "JSON: {\"world\", \"batch\", \"seq\", \"mode\", \"max_rank\", \"model\": {the byte and time model}, \"note\",\n"
+            "JSON: {\"world\", \"batch\", \"micro_batch\", \"micro_batches\", \"seq\", \"mode\", \"max_rank\", \"engine\"\n"
+            "       (\"hyperpar\" or \"estimate\"), \"hardware\": {the profile}, \"model\": {the byte and time model},\n"
+            "       \"note\", \"fit\" (null, or with --mem-per-rank: {\"binding\", \"binding_bytes\", \"changes\":\n"
+            "       [{\"flag\", \"value\", \"bytes\", \"command\"}]}),\n"
             "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
             "       (exact: the high-water mark of run's buffers in its forward), \"kv_cache_bytes\",\n"
-            "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
+            "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"gather_bytes\",\n"
+            "       \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
             "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
             "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n");
@@ -81,8 +90,10 @@ static const char *mb(uint64_t b, char *buf, size_t cap)
 
 static void json_model(FILE *o, const hp_cost_model *m)
 {
-    fprintf(o, "{\"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, \"kv_bytes\": %d, "
-            "\"gemm_flops\": ", m->grad_bytes, m->master_bytes, m->optim_bytes, m->zero, m->kv_bytes);
+    fprintf(o, "{\"state\": \"%s\", \"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, "
+            "\"recompute\": \"%s\", \"kv_bytes\": %d, \"gemm_flops\": ",
+            m->state == HP_COST_STATE_MEGATRON || hp_cost_model_gpu(m) ? "megatron" : "runtime", m->grad_bytes,
+            m->master_bytes, m->optim_bytes, m->zero, hp_cost_recompute_name(m->recompute), m->kv_bytes);
     cli_json_real(o, m->gemm_flops);
     fprintf(o, ", \"bw_intra\": ");
     cli_json_real(o, m->bw_intra);
@@ -110,7 +121,14 @@ static void json_u64(FILE *o, const char *name, uint64_t v, bool derived)
     else fprintf(o, ", \"%s\": null", name);
 }
 
-static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri)
+typedef struct fit_args { /* the command line, for the changes' commands */
+    const hp_fit *fit;
+    int argc;
+    char **argv;
+} fit_args;
+
+static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
+                        const fit_args *fa)
 {
     char mesh[160], coords[160];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
@@ -123,6 +141,13 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
            (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, c->train ? "train" : "infer",
            (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
     json_model(o, &c->mdl);
+    fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, ", (long long)c->micro_batch,
+            (long long)c->n_micro);
+    cli_cost_engine_json(o, &c->mdl);
+    fprintf(o, ", \"fit\": ");
+    if (fa->fit->binding && fa->fit->budget && fa->fit->total_bytes > fa->fit->budget)
+        cli_fit_json(o, fa->fit, "cost", fa->argc, fa->argv);
+    else fprintf(o, "null");
     fprintf(o, ", \"refused\": ");
     if (c->refused[0]) cli_json_fstr(o, c->refused);
     else fprintf(o, "null");
@@ -130,7 +155,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->note[0]) cli_json_fstr(o, c->note);
     else fprintf(o, "null");
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
+           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
@@ -144,6 +169,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         json_u64(o, "optim_bytes", r->optim_bytes, d);
         json_u64(o, "master_bytes", r->master_bytes, d);
         json_u64(o, "saved_bytes", r->saved_bytes, d);
+        json_u64(o, "gather_bytes", r->gather_bytes, d);
         json_u64(o, "total_bytes", r->total_bytes, d);
         fprintf(o, ", \"comm\": ");
         if (d) {
@@ -210,7 +236,7 @@ static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
 }
 
 static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
-                        bool detail, uint64_t budget, bool routed)
+                        bool detail, uint64_t budget, bool routed, const fit_args *fa)
 {
     char mesh[160], coords[160], b[8][32];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
@@ -221,6 +247,11 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
            !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
            : routed                                    ? "the given routing (exact)"
                                                        : "the balanced router's (estimate*)");
+    if (c->train)
+        fprintf(o, "step     %lld micro-batch%s of %lld row%s per replica (gradient accumulation); activations are one "
+                   "micro-batch's\n", (long long)c->n_micro, c->n_micro == 1 ? "" : "es", (long long)c->micro_batch,
+                c->micro_batch == 1 ? "" : "s");
+    cli_cost_engine_text(o, &c->mdl);
     if (c->refused[0])
         fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
     else
@@ -233,7 +264,8 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                 "not derived");
     for (int64_t i = 0; i < shown && !c->refused[0]; i++) {
         const hp_cost_rank *r = &c->ranks[i];
-        uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
+        uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes +
+                                          r->gather_bytes : r->kv_bytes;
         for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
         char ts[24];
         fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %10s\n", (long long)r->rank,
@@ -242,7 +274,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
-    if (!c->refused[0]) {
+    if (!c->refused[0] && !hp_cost_model_gpu(&c->mdl)) { /* hyperpar run's own buffers: not a GPU engine's */
         int64_t wi = 0;
         for (int64_t i = 1; i < c->n_ranks; i++)
             if (c->ranks[i].workspace_bytes > c->ranks[wi].workspace_bytes) wi = i;
@@ -266,16 +298,21 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->train)
         fprintf(o, " + gradients %s* + optimizer %s* + master %s* + saved activations %s*", mb(mx->grad_bytes, b[3], 32),
                mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
+    if (c->train && c->mdl.zero >= 3)
+        fprintf(o, " + gathered weights %s* (ZeRO-3: the largest layer's, while it runs)", mb(mx->gather_bytes, b[3], 32));
     if (!c->train) fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
     fprintf(o, ")\n");
     if (budget)
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
+    if (budget && mx->total_bytes > budget) cli_fit_text(o, fa->fit, "cost", fa->argc, fa->argv);
 
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
-    fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,
-           c->train ? "training step (the backward's marked *)" : "forward step");
+    fprintf(o, "\ncollectives of rank %lld per %s (%s; times*)\n", (long long)r->rank,
+           c->train ? "training step (the backward's marked *)" : "forward step",
+           hp_cost_model_gpu(&c->mdl) ? "bytes: a bf16 engine's, half of what 'hyperpar run' counts"
+                                      : "bytes exact: what 'hyperpar run' counts");
     fprintf(o, "  %5s  %-44s %-18s %-14s %-8s %5s %12s  %12s\n", "layer", "boundary", "step", "collective", "group",
            "calls", "bytes", "time");
     int32_t L = (int32_t)m->cfg.num_hidden_layers, first_sparse = -1;
@@ -321,7 +358,10 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
     FILE *f = open_memstream(&buf, &len);
     if (!f) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
-    snprintf(title, sizeof title, "%s on %s", m->path, mesh);
+    snprintf(title, sizeof title, "%s on %s%s%s%s", m->path, mesh,
+             hp_cost_model_gpu(&c->mdl) ? ": estimates for a bf16 GPU engine (" : "",
+             hp_cost_model_gpu(&c->mdl) ? c->mdl.hw->name : "",
+             hp_cost_model_gpu(&c->mdl) ? ", Megatron-style accounting), not hyperpar's runtime" : "");
     int rc = cli_html_cost(f, title, c, &p->mesh, budget);
     fclose(f);
     hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
@@ -377,6 +417,7 @@ int cmd_cost(int argc, char **argv)
         return cli_usage_error("cost", "%s belongs to an input (--input FILE --seq S, --random-input B,S)",
                                in.dtype ? "--data-dtype" : "--seed");
     }
+    if (!cli_cost_flags_done("cost", &cf)) return HP_EXIT_USAGE;
     int rc = cli_plan_flags_mesh("cost", &pf, 1);
     if (rc != HP_EXIT_OK) return rc;
     const char *const inputs[] = {plan_path, in.input, routing, pf.overrides};
@@ -409,6 +450,13 @@ int cmd_cost(int argc, char **argv)
         cf.co.B = hp_mesh_size(&p->mesh, "dp"); /* the default batch: a row per replica */
     cf.co.layout = l; /* built once: for the coordinates shown and the weights */
     if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
+    hp_fit fit = {0};
+    if (st == HP_OK && cf.format != 2) st = hp_cost_fit(&fit, m, p, &cf.co, cost, cf.budget, &err);
+    for (int i = 0, k = 0; st == HP_OK && input && i < fit.n; i++) { /* the input's shape is the batch: keep it */
+        if (strcmp(fit.ch[i].flag, "--seq") && strcmp(fit.ch[i].flag, "--batch")) fit.ch[k++] = fit.ch[i];
+        if (i == fit.n - 1) fit.n = k;
+    }
+    fit_args fa = {.fit = &fit, .argc = argc, .argv = argv};
     if (st == HP_OK && want_rank >= cost->world)
         st = hp_err_set(&err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)want_rank,
                         (long long)cost->world);
@@ -420,8 +468,8 @@ int cmd_cost(int argc, char **argv)
             size_t len = 0;
             FILE *mem = cf.output ? open_memstream(&buf, &len) : NULL, *o = mem ? mem : stdout;
             if (cf.output && !mem) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-            else if (cf.format == 1) report_json(o, m, p, l, cost, ri);
-            else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL);
+            else if (cf.format == 1) report_json(o, m, p, l, cost, ri, &fa);
+            else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL, &fa);
             if (mem) {
                 fclose(mem);
                 st = cli_write_atomic_err(cf.output, buf, len, "the report", &err);

@@ -52,15 +52,44 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *o
     return false;
 }
 
+/* The model flags a hardware profile also sets: given explicitly, they win (cli_cost_flags_done). */
+enum { CLI_G_GEMM = 1, CLI_G_INTRA_BW = 2, CLI_G_INTER_BW = 4, CLI_G_INTRA_LAT = 8, CLI_G_INTER_LAT = 16,
+       CLI_G_RPN = 32 };
+
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
 {
     int64_t v;
     double d;
     hp_cost_model *m = &f->co.mdl;
+    static const unsigned given_of[][2] = {{CLI_O_GEMM, CLI_G_GEMM},           {CLI_O_INTRA_BW, CLI_G_INTRA_BW},
+                                           {CLI_O_INTER_BW, CLI_G_INTER_BW},   {CLI_O_INTRA_LAT, CLI_G_INTRA_LAT},
+                                           {CLI_O_INTER_LAT, CLI_G_INTER_LAT}, {CLI_O_RPN, CLI_G_RPN}};
+    for (size_t i = 0; i < sizeof given_of / sizeof *given_of; i++)
+        if ((unsigned)c == given_of[i][0]) f->given |= given_of[i][1];
     switch (c) {
     case CLI_O_BATCH:
         if (!cli_parse_i64(cmd, "--batch", arg, 1, INT32_MAX, &v)) return -1;
         f->co.B = v, f->batch_given = true;
+        return 1;
+    case CLI_O_GLOBAL:
+        if (!cli_parse_i64(cmd, "--global-batch", arg, 1, INT32_MAX, &v)) return -1;
+        f->global_batch = v, f->global_given = true;
+        return 1;
+    case CLI_O_MICRO:
+        if (!cli_parse_i64(cmd, "--micro-batch", arg, 1, INT32_MAX, &v)) return -1;
+        f->co.micro_batch = v, f->micro_given = true;
+        return 1;
+    case CLI_O_HW:
+        if (!(f->hw = hp_cost_hardware_find(arg)))
+            return cli_usage_error(cmd, "--hardware expects cpu, H100 (H100-80G), H200, A100 (A100-80G) or MI300X, "
+                                   "got '%s'", arg), -1;
+        return 1;
+    case CLI_O_RECOMPUTE:
+        if (!strcmp(arg, "none")) m->recompute = HP_COST_RECOMPUTE_NONE;
+        else if (!strcmp(arg, "selective")) m->recompute = HP_COST_RECOMPUTE_SELECTIVE;
+        else if (!strcmp(arg, "full")) m->recompute = HP_COST_RECOMPUTE_FULL;
+        else return cli_usage_error(cmd, "--recompute expects none, selective or full, got '%s'", arg), -1;
+        f->recompute_given = true;
         return 1;
     case CLI_O_SEQ:
         if (!cli_parse_i64(cmd, "--seq", arg, 1, INT32_MAX, &v)) return -1;
@@ -117,9 +146,9 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         if (!f->megatron_by) f->megatron_by = "--optim-bytes";
         break;
     case CLI_O_ZERO:
-        if (!cli_parse_i64(cmd, "--zero", arg, 0, 2, &v)) return -1;
+        if (!cli_parse_i64(cmd, "--zero", arg, 0, 3, &v)) return -1;
         m->zero = (int)v;
-        if (v == 2 && !f->megatron_by) f->megatron_by = "--zero 2";
+        if (v >= 2 && !f->megatron_by) f->megatron_by = v == 2 ? "--zero 2" : "--zero 3";
         break;
     case CLI_O_KV:
         if (!cli_parse_i64(cmd, "--kv-bytes", arg, 1, 8, &v)) return -1;
@@ -144,6 +173,179 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
                                "byte model (--train-state megatron)", f->megatron_by), -1;
     m->state = f->megatron_by ? HP_COST_STATE_MEGATRON : HP_COST_STATE_RUNTIME;
     return 1;
+}
+
+bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
+{
+    hp_cost_model *m = &f->co.mdl, given = *m;
+    const hp_cost_hardware *hw = f->hw;
+    if (f->global_given) {
+        if (f->batch_given && f->co.B != f->global_batch)
+            return cli_usage_error(cmd, "--batch %lld and --global-batch %lld name the same batch; give one",
+                                   (long long)f->co.B, (long long)f->global_batch), false;
+        f->co.B = f->global_batch, f->batch_given = true;
+    }
+    if (f->micro_given && !f->co.train)
+        return cli_usage_error(cmd, "--micro-batch splits a training step (--mode train); inference runs the batch "
+                               "as given (--batch)"), false;
+    if (!hw || !hw->gpu) {
+        if (m->recompute != HP_COST_RECOMPUTE_NONE)
+            return cli_usage_error(cmd, "--recompute %s describes a GPU engine's backward; hyperpar's runtime "
+                                   "(--hardware cpu) keeps what its backward reads (--recompute none); give a GPU "
+                                   "--hardware (H100, H200, A100, MI300X) for %s", hp_cost_recompute_name(m->recompute),
+                                   hp_cost_recompute_name(m->recompute)), false;
+        if (hw) m->hw = hw; /* cpu: today's model, the flags as given */
+        return true;
+    }
+    if (f->runtime_given)
+        return cli_usage_error(cmd, "--train-state runtime counts what 'hyperpar train' holds; --hardware %s "
+                               "describes another engine, whose state is Megatron-LM's byte model", hw->name), false;
+    if (f->measure)
+        return cli_usage_error(cmd, "--measure-gemm measures this machine's CPU; --hardware %s states the GPU's rate "
+                               "(override it with --gemm-gflops)", hw->name), false;
+    hp_cost_model_hardware(m, hw);
+    if (f->given & CLI_G_GEMM) m->gemm_flops = given.gemm_flops;
+    if (f->given & CLI_G_INTRA_BW) m->bw_intra = given.bw_intra;
+    if (f->given & CLI_G_INTER_BW) m->bw_inter = given.bw_inter;
+    if (f->given & CLI_G_INTRA_LAT) m->lat_intra = given.lat_intra;
+    if (f->given & CLI_G_INTER_LAT) m->lat_inter = given.lat_inter;
+    if (f->given & CLI_G_RPN) m->ranks_per_node = given.ranks_per_node;
+    if (f->recompute_given) m->recompute = given.recompute;
+    if (!f->budget) f->budget = hw->mem_bytes;
+    return true;
+}
+
+void cli_cost_engine_text(FILE *o, const hp_cost_model *m)
+{
+    char b[32];
+    if (!hp_cost_model_gpu(m)) {
+        fprintf(o, "engine   hyperpar's own runtime (f32 activations; --hardware cpu)\n");
+        return;
+    }
+    fprintf(o, "engine   figures for a bf16 GPU engine (Megatron-style accounting), not hyperpar's runtime: %s, %s, "
+               "%.0f TFLOP/s bf16, links %.0f / %.0f GB/s per direction (node / network), %lld per node; "
+               "recompute %s\n", m->hw->desc, hp_format_bytes(m->hw->mem_bytes, b, sizeof b), m->gemm_flops / 1e12,
+            m->bw_intra / 1e9, m->bw_inter / 1e9, (long long)m->ranks_per_node, hp_cost_recompute_name(m->recompute));
+}
+
+void cli_cost_engine_json(FILE *o, const hp_cost_model *m)
+{
+    const hp_cost_hardware *h = m->hw;
+    bool gpu = hp_cost_model_gpu(m);
+    fprintf(o, "\"engine\": \"%s\", \"hardware\": {\"name\": \"%s\", \"description\": ", gpu ? "estimate" : "hyperpar",
+            h ? h->name : "cpu");
+    cli_json_fstr(o, h ? h->desc : "hyperpar's own f32 runtime on this project's CPUs");
+    fprintf(o, ", \"memory_bytes\": %llu, \"flops\": ", (unsigned long long)(h ? h->mem_bytes : 0));
+    cli_json_real(o, m->gemm_flops);
+    fprintf(o, ", \"hbm_bandwidth\": ");
+    cli_json_real(o, h ? h->hbm_bw : 0);
+    fprintf(o, ", \"intra_bw\": ");
+    cli_json_real(o, m->bw_intra);
+    fprintf(o, ", \"inter_bw\": ");
+    cli_json_real(o, m->bw_inter);
+    fprintf(o, ", \"intra_latency\": ");
+    cli_json_real(o, m->lat_intra);
+    fprintf(o, ", \"inter_latency\": ");
+    cli_json_real(o, m->lat_inter);
+    fprintf(o, ", \"ranks_per_node\": %lld, \"activation_bytes\": %d, \"recompute\": \"%s\", \"source\": ",
+            (long long)m->ranks_per_node, gpu ? 2 : 4, hp_cost_recompute_name(m->recompute));
+    cli_json_fstr(o, h ? h->source : "hyperpar bench run (docs/cost.md)");
+    fprintf(o, "}");
+}
+
+/* Appends word to buf (at *n), single-quoted when it holds anything a shell would read otherwise. */
+static void put_word(char *buf, size_t cap, size_t *n, const char *word)
+{
+    bool plain = *word != '\0';
+    for (const char *c = word; *c && plain; c++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%", *c) != NULL;
+    int k;
+    if (plain) k = snprintf(buf + *n, cap - *n, " %s", word);
+    else {
+        k = snprintf(buf + *n, cap - *n, " '");
+        for (const char *c = word; k >= 0 && *n + (size_t)k < cap && *c; c++)
+            k += snprintf(buf + *n + k, cap - *n - (size_t)k, *c == '\'' ? "'\\''" : "%c", *c);
+        if (k >= 0 && *n + (size_t)k < cap) k += snprintf(buf + *n + k, cap - *n - (size_t)k, "'");
+    }
+    if (k > 0) *n = *n + (size_t)k < cap ? *n + (size_t)k : cap - 1;
+}
+
+/* Whether argv[i] is flag (as "--flag V" or "--flag=V"): the words it takes into *words. */
+static bool is_flag(char **argv, int i, int argc, const char *flag, int *words)
+{
+    size_t l = strlen(flag);
+    if (strncmp(argv[i], flag, l)) return false;
+    if (argv[i][l] == '=') return *words = 1, true;
+    if (argv[i][l] == '\0') return *words = i + 1 < argc ? 2 : 1, true;
+    return false;
+}
+
+void cli_fit_command(char *buf, size_t cap, const char *cmd, int argc, char **argv, const hp_fit_change *ch)
+{
+    size_t n = 0;
+    int k = snprintf(buf, cap, "hyperpar %s", cmd);
+    n = k > 0 && (size_t)k < cap ? (size_t)k : 0;
+    bool batch = !strcmp(ch->flag, "--batch"), zero_meg = !strcmp(ch->flag, "--zero") && atoi(ch->value) >= 2;
+    for (int i = 1; i < argc; i++) {
+        int words = 0;
+        if (is_flag(argv, i, argc, ch->flag, &words) || (batch && is_flag(argv, i, argc, "--global-batch", &words)) ||
+            (zero_meg && is_flag(argv, i, argc, "--train-state", &words))) {
+            i += words - 1;
+            continue;
+        }
+        put_word(buf, cap, &n, argv[i]);
+    }
+    put_word(buf, cap, &n, ch->flag);
+    put_word(buf, cap, &n, ch->value);
+}
+
+void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv)
+{
+    char b[3][32];
+    if (!f->binding) return;
+    fprintf(o, "\nbinding constraint: %s, %s of the most-loaded rank's %s (budget %s)\n", f->binding,
+            hp_format_bytes(f->binding_bytes, b[0], 32), hp_format_bytes(f->total_bytes, b[1], 32),
+            hp_format_bytes(f->budget, b[2], 32));
+    if (!f->n) {
+        fprintf(o, "no single change found that fits (tried: %s)\n", f->tried[0] ? f->tried : "nothing");
+        return;
+    }
+    fprintf(o, "nearest changes that fit (each alone; the most-loaded rank then needs):\n");
+    for (int i = 0; i < f->n; i++) {
+        char line[CLI_FIT_COMMAND_MAX];
+        cli_fit_command(line, sizeof line, cmd, argc, argv, &f->ch[i]);
+        char fv[64];
+        snprintf(fv, sizeof fv, "%s %s", f->ch[i].flag, f->ch[i].value);
+        fprintf(o, "  %-24s %10s%s%s\n    %s\n", fv, hp_format_bytes(f->ch[i].bytes, b[0], 32),
+                f->ch[i].mesh[0] ? "  first: " : "", f->ch[i].mesh, line);
+    }
+}
+
+void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv)
+{
+    if (!f->binding) {
+        fprintf(o, "null");
+        return;
+    }
+    fprintf(o, "{\"binding\": ");
+    cli_json_fstr(o, f->binding);
+    fprintf(o, ", \"binding_bytes\": %llu, \"total_bytes\": %llu, \"budget\": %llu, \"changes\": [",
+            (unsigned long long)f->binding_bytes, (unsigned long long)f->total_bytes, (unsigned long long)f->budget);
+    for (int i = 0; i < f->n; i++) {
+        char line[CLI_FIT_COMMAND_MAX];
+        cli_fit_command(line, sizeof line, cmd, argc, argv, &f->ch[i]);
+        fprintf(o, "%s{\"flag\": ", i ? ", " : "");
+        cli_json_fstr(o, f->ch[i].flag);
+        fprintf(o, ", \"value\": ");
+        cli_json_fstr(o, f->ch[i].value);
+        fprintf(o, ", \"bytes\": %llu, \"mesh\": ", (unsigned long long)f->ch[i].bytes);
+        if (f->ch[i].mesh[0]) cli_json_fstr(o, f->ch[i].mesh);
+        else fprintf(o, "null");
+        fprintf(o, ", \"command\": ");
+        cli_json_fstr(o, line);
+        fprintf(o, "}");
+    }
+    fprintf(o, "]}");
 }
 
 /* Reads moe.<l>.topk_idx [B·S, K] I32 of every sparse layer from path into f (and B, S from input_ids when the

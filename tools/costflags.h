@@ -11,7 +11,7 @@
 enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
-    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE
+    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -19,11 +19,22 @@ enum {
 #define CLI_ADVISE_BATCH "one row per rank, N rows: every dp divides it"
 /* bdef: the default batch, in the words of the command's help. */
 #define CLI_OPTS_COST(grp, bdef)                                                                                    \
-    {"batch", CLI_O_BATCH, "B", "the batch of one step (default: " bdef ")", 0, grp},                              \
+    {"batch", CLI_O_BATCH, "B", "the batch of one step, all replicas (default: " bdef ")", 0, grp},                \
+    {"global-batch", CLI_O_GLOBAL, "B", "the same as --batch (train: the rows of one optimizer step)", 0, grp},   \
+    {"micro-batch", CLI_O_MICRO, "MB", "train: rows per replica per micro-batch; B / (MB x dp) micro-batches\n"   \
+                                       "(gradient accumulation) must be whole (default: one, of B / dp rows)", 0,  \
+     grp},                                                                                                          \
+    {"hardware", CLI_O_HW, "HW", "cpu (default: hyperpar's own f32 runtime), or a GPU: H100 (H100-80G), H200,\n"   \
+                                 "A100 (A100-80G), MI300X: its memory, bf16 rate and links (docs/cost.md);\n"     \
+                                 "figures are then estimates for a bf16 GPU engine, not hyperpar's runtime", 0,   \
+     grp},                                                                                                          \
+    {"recompute", CLI_O_RECOMPUTE, "R", "train, GPU: none, selective (default: the attention scores) or full\n"    \
+                                        "(only each layer's input kept); cpu: none only", 0, grp},                  \
     {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
     {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache) or train (adds gradients,\n"        \
                               "optimizer state, master weights, saved activations, the backward)", 0, grp},         \
-    {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100)", 0, grp},           \
+    {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100; a GPU: its own)",  \
+     0, grp},                                                                                                       \
     {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
      0, grp},                                                                                                       \
     {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
@@ -31,7 +42,7 @@ enum {
     {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \
     {"inter-latency-us", CLI_O_INTER_LAT, "L", "latency per message between nodes (20)", 0, grp},                  \
     {"ranks-per-node", CLI_O_RPN, "R", "ranks 0..R-1 share a node, and so on: a divisor of the world, or at\n"     \
-                                       "least the world (one node); default: all on one node", 0, grp},             \
+                                       "least the world (one node); default: all on one node (a GPU: 8)", 0, grp},  \
     {"train-state", CLI_O_STATE, "M", "train: runtime (default: what 'hyperpar train' holds, to the byte) or\n"   \
                                       "megatron (Megatron-LM's byte model, set by the four flags below)", 0, grp},  \
     {"grad-bytes", CLI_O_GRAD, "N", "train, megatron: gradient bytes per parameter (4)", 0, grp},                   \
@@ -39,10 +50,11 @@ enum {
     {"optim-bytes", CLI_O_OPTIM, "N", "train, megatron: optimizer-state bytes per parameter (8)", 0, grp},          \
     {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state (and megatron's master weights) over the\n"        \
                               "data-parallel group (experts: the ranks holding the same experts); 2\n"            \
-                              "(megatron) gradients too", 0, grp},                                                  \
+                              "(megatron) gradients too; 3 (megatron, FSDP) the weights too", 0, grp},            \
     {"kv-bytes", CLI_O_KV, "N", "KV cache bytes per element (2)", 0, grp},                                          \
     {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"      \
-                                           "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes", 0, grp},               \
+                                           "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes (a GPU: its memory)",   \
+     0, grp},                                                                                                       \
     {"format", CLI_O_FORMAT, "F", "text (default), json, or html (one self-contained page)", 0, grp},               \
     {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp}
 
@@ -55,11 +67,31 @@ typedef struct cli_cost_flags {
     bool measure;       /* --measure-gemm */
     const char *megatron_by; /* the first flag that chose Megatron's byte model, NULL: none */
     bool runtime_given;      /* --train-state runtime */
+    const hp_cost_hardware *hw; /* --hardware (NULL: cpu) */
+    unsigned given;          /* the model flags given explicitly (bits of CLI_G_*): they override the profile */
+    bool recompute_given, global_given, micro_given;
+    int64_t global_batch;    /* --global-batch */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;
 
 void cli_cost_flags_init(cli_cost_flags *f);
+/* After the flags: applies --hardware under the flags given explicitly, its memory as the default budget, and
+ * checks what the flags say together (--recompute under cpu, --micro-batch outside training, ...). false: a usage
+ * error was printed. */
+bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f);
+/* The command line that makes change ch: "hyperpar CMD" with argv[1..argc) (argv[0] is CMD), every occurrence of
+ * ch's flag (and of --global-batch with --batch, of --train-state runtime with --zero 2 or 3) dropped and ch's
+ * flag and value appended, each word quoted for a POSIX shell where it needs it. */
+void cli_fit_command(char *buf, size_t cap, const char *cmd, int argc, char **argv, const hp_fit_change *ch);
+/* The binding constraint and the changes of f (none: the line says nothing was found), as text or as the value of
+ * a JSON "fit" key. */
+void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv);
+void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv);
+#define CLI_FIT_COMMAND_MAX 8192
+/* The text line and the JSON object that say which engine the figures describe. */
+void cli_cost_engine_text(FILE *o, const hp_cost_model *m);
+void cli_cost_engine_json(FILE *o, const hp_cost_model *m);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
 /* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken

@@ -28,13 +28,45 @@ typedef enum hp_cost_state {
     HP_COST_STATE_MEGATRON     /* Megatron-LM's byte model with the *_bytes and zero below */
 } hp_cost_state;
 
+/* The machine a rank runs on (docs/cost.md, "Hardware profiles"). "cpu" is hyperpar's own f32 runtime on this
+ * project's CPUs (the default, the figures the rest of this header calls exact); a GPU profile describes another
+ * engine: weights and activations bf16, activations as Megatron-LM accounts them (Korthikanti et al. 2022, with
+ * recomputation), the training state Megatron's byte model, and every figure is an estimate for that engine. */
+typedef struct hp_cost_hardware {
+    const char *name;          /* "cpu", "H100", "H200", "A100", "MI300X" */
+    const char *desc;          /* the part, as its vendor names it */
+    bool gpu;                  /* false: hyperpar's runtime */
+    uint64_t mem_bytes;        /* memory per device; 0 (cpu): not stated */
+    double flops;              /* FLOP/s per device: bf16 dense, no sparsity (cpu: the default GEMM rate) */
+    double hbm_bw;             /* device memory bandwidth, bytes/s (0: not stated) */
+    double bw_intra, bw_inter; /* link bandwidth per device and direction, bytes/s, inside and between nodes */
+    double lat_intra, lat_inter; /* per message, seconds */
+    int64_t ranks_per_node;    /* 0: every rank on one node */
+    const char *source;        /* where the figures come from */
+} hp_cost_hardware;
+
+/* The profile called name (case-insensitive; "H100-80G", "A100-80G" and "H200-141G" spellings too), or NULL. */
+const hp_cost_hardware *hp_cost_hardware_find(const char *name);
+/* Every profile, cpu first; their count into *n. */
+const hp_cost_hardware *hp_cost_hardware_list(size_t *n);
+
+/* What --mode train keeps of the forward for the backward under a GPU profile (Megatron's --recompute-*). */
+typedef enum hp_cost_recompute {
+    HP_COST_RECOMPUTE_NONE = 0, /* every activation the backward reads is kept (the only one under cpu) */
+    HP_COST_RECOMPUTE_SELECTIVE, /* the attention scores are recomputed (Megatron's default; the GPU default) */
+    HP_COST_RECOMPUTE_FULL       /* only each layer's input is kept; the backward reruns the layer's forward */
+} hp_cost_recompute;
+
 typedef struct hp_cost_model {
+    const hp_cost_hardware *hw; /* NULL or cpu: hyperpar's runtime; a GPU: another engine (estimates) */
+    hp_cost_recompute recompute; /* train, GPU profiles: what the backward recomputes */
     hp_cost_state state;   /* train: the runtime's exact state (default) or Megatron's byte model */
     int grad_bytes;        /* train: bytes per gradient element (4: f32 main grads) */
     int master_bytes;      /* train: bytes per master-weight element (4; 0 when the weights are f32) */
     int optim_bytes;       /* train: optimizer state per element (8: Adam's two f32 moments) */
     int zero;              /* train: 0 none; 1 optimizer state and master split over the data-parallel group
-                            * (experts: the expert-data-parallel group); 2 gradients too */
+                            * (experts: the expert-data-parallel group); 2 gradients too; 3 (FSDP) the weights
+                            * too, plus the largest layer's gathered weights while it runs */
     int kv_bytes;          /* KV cache bytes per element (2: bf16) */
     double gemm_flops;     /* per rank, FLOP/s */
     double bw_intra, bw_inter;   /* link bandwidth, bytes/s, inside a node and between nodes */
@@ -43,9 +75,18 @@ typedef struct hp_cost_model {
 } hp_cost_model;
 
 void hp_cost_model_default(hp_cost_model *m);
+/* Sets hw and the rates, bandwidths, latencies and ranks per node it states (a GPU: recompute selective, Megatron's
+ * training state); the caller then applies the flags given explicitly over them. */
+void hp_cost_model_hardware(hp_cost_model *m, const hp_cost_hardware *hw);
+/* Whether m describes a GPU engine rather than hyperpar's runtime. */
+bool hp_cost_model_gpu(const hp_cost_model *m);
+const char *hp_cost_recompute_name(hp_cost_recompute r);
 
 typedef struct hp_cost_opts {
-    int64_t B, S;               /* the batch of one forward step (all dp replicas together) */
+    int64_t B, S;               /* the batch of one step (all dp replicas together: the global batch) */
+    int64_t micro_batch;        /* train: rows per dp replica in one micro-batch; B / (micro_batch · dp) micro-batches
+                                   (gradient accumulation) make the step and must be whole. 0: one micro-batch of
+                                   each replica's rows (B / dp) */
     bool train;                 /* add training state and the backward's estimate */
     /* The MoE routing, or NULL: the balanced router. routing[l] is layer l's [B·S, K] expert indices (NULL for
      * a dense layer); K must be the model's top-k. Padded positions (CP) are routed as balanced (estimated). */
@@ -98,6 +139,7 @@ typedef struct hp_cost_rank {
      * for the dense ones, the expert-data-parallel group (the ranks holding the same experts) for the experts.
      * saved_bytes: the residual stream's local block at every layer's input and the final norm's. */
     uint64_t grad_bytes, optim_bytes, master_bytes, saved_bytes;
+    uint64_t gather_bytes;        /* --zero 3: the largest layer's weights gathered while it runs (transient) */
     uint64_t total_bytes;         /* what counts against a budget: weights + activations + the KV cache of the
                                      batch (inference) or the training state (train); docs/cost.md "Total" */
     double flops;                 /* forward (x3 with train), estimate */
@@ -111,6 +153,7 @@ typedef struct hp_cost {
     int64_t world;
     int64_t n_ranks;              /* entries in ranks (world unless opts.n_ranks) */
     int64_t B, S, S_pad;
+    int64_t micro_batch, n_micro; /* train: rows per replica per micro-batch, and micro-batches per step */
     bool train;
     hp_cost_model mdl;
     int64_t max_rank;             /* index into ranks of the one with the most total_bytes */
@@ -135,6 +178,35 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err);
 void hp_cost_plan_free(hp_cost_plan *k);
 void hp_cost_free(hp_cost *c);
+
+/* The largest item of r's total (binding constraint): "weights", "activations", "KV cache", "gradients",
+ * "optimizer state", "master weights", "saved activations" or "gathered weights"; its bytes into *bytes. */
+const char *hp_cost_rank_binding(const hp_cost_rank *r, bool train, uint64_t *bytes);
+
+/* ---- when a rank does not fit: the nearest change that does (src/run/fit.c; docs/cost.md "When nothing fits") */
+
+/* One change of the request, a flag and its value, and what the most-loaded rank then needs. */
+typedef struct hp_fit_change {
+    char flag[24];              /* "--zero", "--recompute", "--micro-batch", "--batch", "--seq" or "--world" */
+    char value[32];
+    uint64_t bytes;             /* the most-loaded rank's total with the change */
+    char mesh[128];             /* advise: the first-ranked mesh that then fits; cost: "" */
+} hp_fit_change;
+
+#define HP_FIT_MAX 6
+typedef struct hp_fit {
+    const char *binding;        /* the largest item of the most-loaded rank (hp_cost_rank_binding) */
+    uint64_t binding_bytes, total_bytes, budget;
+    char tried[160];            /* the kinds of change tried, as their flags ("--zero, --seq, ...") */
+    int n;                      /* changes found, each the nearest of its kind, in the order tried: */
+    hp_fit_change ch[HP_FIT_MAX]; /* a higher ZeRO, recompute, a smaller micro-batch (infer: batch), a shorter
+                                     sequence, more ranks (advise) */
+} hp_fit;
+
+/* The binding constraint of c's most-loaded rank (c from hp_cost_compute(m, p, o)) and, when its total is above
+ * budget, the nearest change of o that fits, each kind tried on ranks 0, the most-loaded and the last. */
+hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, const hp_cost *c,
+                      uint64_t budget, hp_err *err);
 
 /* ---- what a training step is measured against (src/run/mfu.c; docs/train.md, "What the user sees") ----
  *
@@ -216,6 +288,8 @@ typedef struct hp_advise_cand {
     uint64_t sent_bytes;        /* bytes per step into collectives of more than one rank (hp_cost_rank.sent_bytes) */
     uint64_t wire_bytes;        /* bytes per step sent over links, ring algorithms (hp_cost_rank.wire_bytes) */
     double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
+    const char *binding;        /* evaluated: the largest item of max_bytes (hp_cost_rank_binding), else NULL */
+    uint64_t binding_bytes;
 } hp_advise_cand;
 
 typedef struct hp_advice {
@@ -223,6 +297,8 @@ typedef struct hp_advice {
     uint64_t mem_per_rank;
     int64_t B, S;
     bool train;
+    hp_cost_model mdl;          /* the byte and time model the figures use (hardware, recompute, ZeRO) */
+    int64_t micro_batch;        /* train: opts.cost.micro_batch (0: one micro-batch of each replica's rows) */
     int n_cands, n_ok;          /* cands[0..n_ok) accepted, the rest rejected */
     /* Best first: accepted by predicted step time as printed (hp_seconds_as_printed: 3 significant digits);
      * times that print the same tie, and fewer wire_bytes, then less max_bytes decide. Then the rejected: the evaluated (nearest misses, least max_bytes first), then the
@@ -231,6 +307,7 @@ typedef struct hp_advice {
     hp_err batch_err;           /* HP_OK, or the first refusal of the batch itself by the cost model */
     double plan_seconds;        /* the template's derivation, with its shard layout */
     double search_seconds;      /* the enumeration and every evaluation */
+    struct hp__advise_tmpls *tmpls; /* internal: the template plans, kept for hp_advise_fit (hp_advice_free frees) */
 } hp_advice;
 
 /* Every mesh of o->world ranks for m. HP_ERR_INPUT: world < 1 or past HP_MESH_MAX_SIZE^2, or a template plan the
@@ -240,6 +317,10 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
 /* HP_OK when some mesh was accepted; else HP_ERR_INPUT with the cause into err: the batch's refusal when no mesh
  * got figures because of it, or "no mesh of N ranks fits in SIZE per rank (all K rejected; the nearest: ...)". */
 hp_status hp_advice_verdict(const hp_advice *a, hp_err *err);
+/* When nothing in a fits: the binding constraint of the nearest miss and the nearest change of o under which some
+ * mesh fits (the same kinds as hp_cost_fit, and more ranks: 2N, 4N), each found by running hp_advise again.
+ * f->n is 0 when a has an accepted mesh or no change was found. */
+hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, const hp_advice *a, hp_err *err);
 void hp_advice_free(hp_advice *a);
 
 #ifdef __cplusplus

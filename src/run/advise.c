@@ -19,6 +19,8 @@
  *   template tensors ──(mask of the axes that shard each: tp | cp | ep)──> bytes[mask]
  *   candidate (dp, cp, tp, ep) ──> its template ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget
  */
+#include "run/fit.h"
+
 #include "hyperpar/cost.h"
 #include "hyperpar/model.h"
 #include "hyperpar/plan.h"
@@ -232,9 +234,11 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     }
     const hp_cost_rank *r = &k->ranks[k->max_rank];
     c->max_bytes = r->total_bytes;
+    c->binding = hp_cost_rank_binding(r, k->train, &c->binding_bytes);
     c->weight_bytes = r->weight_bytes;
     c->act_bytes = r->act_bytes;
-    c->state_bytes = k->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes : r->kv_bytes;
+    c->state_bytes = k->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes + r->gather_bytes
+                              : r->kv_bytes;
     for (int64_t i = 0; i < k->n_ranks; i++) {
         const hp_cost_rank *q = &k->ranks[i];
         if (q->sent_bytes > c->sent_bytes) c->sent_bytes = q->sent_bytes;
@@ -244,11 +248,12 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     hp_cost_free(k);
     uint64_t budget = x->o->mem_per_rank;
     if (budget && c->max_bytes > budget) {
-        char b[5][32];
-        return reject(c, HP_ADVISE_MEMORY, "the most-loaded rank needs %s of %s (weights %s + activations %s + %s %s)",
-                      hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(budget, b[1], 32),
+        char b[6][32];
+        return reject(c, HP_ADVISE_MEMORY, "the most-loaded rank needs %s of %s (weights %s + activations %s + %s %s; "
+                      "the largest: %s %s)", hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(budget, b[1], 32),
                       hp_format_bytes(c->weight_bytes, b[2], 32), hp_format_bytes(c->act_bytes, b[3], 32),
-                      co->train ? "training state" : "KV cache", hp_format_bytes(c->state_bytes, b[4], 32));
+                      co->train ? "training state" : "KV cache", hp_format_bytes(c->state_bytes, b[4], 32),
+                      c->binding, hp_format_bytes(c->binding_bytes, b[5], 32));
     }
     c->ok = true;
     c->why = HP_ADVISE_OK;
@@ -369,7 +374,49 @@ static double seconds_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
-hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o, hp_err *err)
+/* The templates of m under the plan options (the header): n_t of them into *out (a template the planner refuses
+ * keeps its refusal; the EP one's refusal is the error). */
+static hp_status templates_build(tmpl **out, int *n_out, const hp_model *m, const hp_plan_opts *po, hp_err *err)
+{
+    int n_t = is_moe(m) ? T_COUNT : 1;
+    tmpl *t = calloc((size_t)n_t, sizeof *t);
+    hp_status st = t ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_t && st == HP_OK; i++) {
+        hp_err e = {.status = HP_OK};
+        t[i].refused.status = HP_OK;
+        st = build_template(&t[i], i, m, po, &e);
+        if (st != HP_OK && i == T_EP) hp_err_set(err, st, "%s", e.msg);
+        if (i > T_EP && st == HP_ERR_INPUT) { /* only the candidates that need it are refused */
+            t[i].refused = e;
+            hp_cost_plan_free(t[i].k);
+            hp_plan_free(t[i].p);
+            t[i].k = NULL, t[i].p = NULL;
+            st = HP_OK;
+        } else if (st != HP_OK && i > T_EP) {
+            hp_err_set(err, st, "%s", e.msg);
+        }
+    }
+    *out = t, *n_out = t ? n_t : 0;
+    return st;
+}
+
+struct hp__advise_tmpls {
+    tmpl *t;
+    int n_t;
+};
+
+static void templates_free(tmpl *t, int n_t)
+{
+    for (int i = 0; t && i < n_t; i++) {
+        hp_cost_plan_free(t[i].k);
+        hp_plan_free(t[i].p);
+    }
+    free(t);
+}
+
+/* Every mesh of o->world ranks, each the cost of its template in t. */
+static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, int n_t, const hp_advise_opts *o,
+                             hp_err *err)
 {
     *out = NULL;
     if (o->world < 1 || o->world > HP_MESH_MAX_SIZE)
@@ -384,45 +431,100 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
     if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     a->world = o->world, a->mem_per_rank = o->mem_per_rank, a->B = o->cost.B, a->S = o->cost.S;
     a->train = o->cost.train;
+    a->mdl = o->cost.mdl;
+    a->micro_batch = o->cost.train ? o->cost.micro_batch : 0;
     a->batch_err.status = HP_OK;
     a->batch_err.msg[0] = '\0';
-    int n_t = is_moe(m) ? T_COUNT : 1;
-    tmpl *t = calloc((size_t)n_t, sizeof *t);
-    hp_status st = t ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (int i = 0; i < n_t && st == HP_OK; i++) {
-        hp_err e = {.status = HP_OK};
-        t[i].refused.status = HP_OK;
-        st = build_template(&t[i], i, m, &o->plan, &e);
-        if (st != HP_OK && i == T_EP) hp_err_set(err, st, "%s", e.msg);
-        if (i > T_EP && st == HP_ERR_INPUT) { /* only the candidates that need it are refused */
-            t[i].refused = e;
-            hp_cost_plan_free(t[i].k);
-            hp_plan_free(t[i].p);
-            t[i].k = NULL, t[i].p = NULL;
-            st = HP_OK;
-        } else if (st != HP_OK && i > T_EP) {
-            hp_err_set(err, st, "%s", e.msg);
-        }
-    }
-    a->plan_seconds = seconds_since(&t0);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     ctx x = {.m = m, .o = o, .batch_err = &a->batch_err};
-    for (int i = 0; t && i < n_t; i++) x.t[i] = &t[i];
-    if (st == HP_OK) st = enumerate(&x, o->world, a, err);
+    for (int i = 0; i < n_t; i++) x.t[i] = &t[i];
+    hp_status st = enumerate(&x, o->world, a, err);
     a->search_seconds = seconds_since(&t0);
-    for (int i = 0; t && i < n_t; i++) {
-        hp_cost_plan_free(t[i].k);
-        hp_plan_free(t[i].p);
-    }
-    free(t);
     if (st != HP_OK) {
         hp_advice_free(a);
         return st;
     }
     *out = a;
     return HP_OK;
+}
+
+hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o, hp_err *err)
+{
+    *out = NULL;
+    if (o->world < 1 || o->world > HP_MESH_MAX_SIZE)
+        return hp_err_set(err, HP_ERR_INPUT, "advise: a world of %lld ranks; give between 1 and %d ranks",
+                          (long long)o->world, HP_MESH_MAX_SIZE);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    tmpl *t = NULL;
+    int n_t = 0;
+    hp_status st = templates_build(&t, &n_t, m, &o->plan, err);
+    double plan_s = seconds_since(&t0);
+    struct hp__advise_tmpls *keep = st == HP_OK ? malloc(sizeof *keep) : NULL;
+    if (st == HP_OK && !keep) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK) st = advise_with(out, m, t, n_t, o, err);
+    if (st != HP_OK) {
+        free(keep);
+        templates_free(t, n_t);
+        return st;
+    }
+    (*out)->plan_seconds = plan_s;
+    *keep = (struct hp__advise_tmpls){t, n_t};
+    (*out)->tmpls = keep; /* hp_advise_fit reruns the search on them */
+    return HP_OK;
+}
+
+/* ---- hp_advise_fit: when no mesh fits, the nearest change under which one does ---- */
+
+typedef struct fit_ctx {
+    const hp_model *m;
+    const tmpl *t;
+    int n_t;
+    const hp_advise_opts *o;
+} fit_ctx;
+
+static bool advise_try(void *vx, const hp_cost_opts *co, int64_t world, hp_fit_change *ch)
+{
+    const fit_ctx *x = vx;
+    hp_advise_opts o = *x->o;
+    o.cost = *co;
+    o.world = world;
+    if (o.cost.mdl.ranks_per_node > 0 && o.cost.mdl.ranks_per_node < world && world % o.cost.mdl.ranks_per_node)
+        return false;
+    hp_advice *a = NULL;
+    hp_err err;
+    bool fits = false;
+    if (advise_with(&a, x->m, x->t, x->n_t, &o, &err) == HP_OK && a->n_ok > 0) {
+        fits = true;
+        ch->bytes = a->cands[0].max_bytes;
+        snprintf(ch->mesh, sizeof ch->mesh, "%s", a->cands[0].mesh);
+    }
+    hp_advice_free(a);
+    return fits;
+}
+
+hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, const hp_advice *a, hp_err *err)
+{
+    memset(f, 0, sizeof *f);
+    f->budget = a->mem_per_rank;
+    if (a->n_ok > 0 || !a->n_cands) return HP_OK;
+    const hp_advise_cand *c = &a->cands[0]; /* the nearest miss */
+    f->binding = c->binding, f->binding_bytes = c->binding_bytes, f->total_bytes = c->max_bytes;
+    if (!c->binding) return HP_OK; /* no mesh was evaluated: no memory to trade */
+    tmpl *t = a->tmpls ? a->tmpls->t : NULL;
+    int n_t = a->tmpls ? a->tmpls->n_t : 0;
+    hp_status st = t ? HP_OK : templates_build(&t, &n_t, m, &o->plan, err);
+    if (st == HP_OK) {
+        fit_ctx x = {.m = m, .t = t, .n_t = n_t, .o = o};
+        /* B 0 (the default, a row per rank) stays 0: with more ranks the batch follows the world, as the printed
+         * command's would */
+        int64_t B = o->cost.B ? o->cost.B : o->world;
+        int64_t mb = o->cost.train && o->cost.micro_batch > 0 ? o->cost.micro_batch : B;
+        hp__fit_search(f, &o->cost, mb, 0, 1, o->world, true, advise_try, &x);
+    }
+    if (!a->tmpls) templates_free(t, n_t);
+    return st;
 }
 
 hp_status hp_advice_verdict(const hp_advice *a, hp_err *err)
@@ -441,6 +543,8 @@ hp_status hp_advice_verdict(const hp_advice *a, hp_err *err)
 void hp_advice_free(hp_advice *a)
 {
     if (!a) return;
+    if (a->tmpls) templates_free(a->tmpls->t, a->tmpls->n_t);
+    free(a->tmpls);
     free(a->cands);
     free(a);
 }

@@ -68,6 +68,7 @@ typedef struct walk {
     uint64_t rope_b, m_cur, m_peak;
     bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
     bool out_handed; /* the logits were handed on, not gathered into a new buffer (gather_hands_on) */
+    uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
 } walk;
 
 /* ---- checked size math ----
@@ -133,7 +134,21 @@ struct hp_cost_plan {
      * and the ranks holding the same slice, world / that product, are the expert-data-parallel group that
      * reduces its gradients and shares its ZeRO state. */
     uint64_t expert_bytes[M_COUNT];
+    /* Every parameter's global bytes by decoder layer (index L: outside the layers) and the mask of the axes that
+     * shard it: --zero 3 gathers one layer's weights at a time, the largest of which is its transient. */
+    uint64_t (*layer_bytes)[M_COUNT];
+    int64_t n_layers;
 };
+
+/* The decoder layer a module's fqn lies in ("model.layers.7.mlp" -> 7), or -1. */
+static int64_t layer_of(const char *fqn)
+{
+    const char *q = strstr(fqn, "layers.");
+    if (!q) return -1;
+    char *end;
+    long long l = strtoll(q + 7, &end, 10);
+    return end != q + 7 && l >= 0 ? (int64_t)l : -1;
+}
 
 static int mask_of(const hp_nplace *pl)
 {
@@ -176,6 +191,10 @@ static void experts_scan(hp_cost_plan *k)
                 bytes = par->nbytes;
             }
             if (expert) k->expert_bytes[mask] += bytes;
+            if (k->layer_bytes) {
+                int64_t l = layer_of(b->fqn);
+                k->layer_bytes[l >= 0 && l < k->n_layers ? l : k->n_layers][mask] += bytes;
+            }
         }
     }
 }
@@ -838,11 +857,17 @@ static hp_status topk_gathers(walk *w, const hp__step *s)
 
 /* ---- the training state's classes ---- */
 
-/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): weight bytes / this = the rank's elements. */
+/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): stored bytes / this = elements. */
 static uint64_t param_bytes(const hp_model *m)
 {
     int bits = hp_dtype_bits(m->cfg.dtype);
     return bits >= 8 ? (uint64_t)bits / 8 : 2;
+}
+
+/* Bytes of one parameter as the rank holds it: the checkpoint's dtype, bf16 under a GPU profile. */
+static uint64_t held_bytes(const walk *w)
+{
+    return hp_cost_model_gpu(&w->o->mdl) ? 2 : param_bytes(w->m);
 }
 
 /* A class of a rank's weights for the training state: its elements on the rank, and the data-parallel group that
@@ -857,9 +882,9 @@ typedef struct zclass {
  * (world / tp: dp, cp and an explicit ep axis), then the routed experts by the axes that shard them, whose group
  * is the ranks holding the same slice (world / (those axes' sizes): the expert-data-parallel group). Elements are
  * bytes / bytes(torch_dtype). Returns the count; z[0] is the dense class. */
-static int zero_classes(const walk *w, const hp_cost_rank *r, zclass *z)
+static int zero_classes(const walk *w, zclass *z)
 {
-    uint64_t pb = param_bytes(w->m), numel = r->weight_bytes / pb, ex = 0;
+    uint64_t pb = param_bytes(w->m), numel = w->w_full / held_bytes(w), ex = 0;
     int64_t world = hp_mesh_world(w->mesh);
     int n = 1;
     for (int mask = 0; mask < M_COUNT; mask++) {
@@ -905,7 +930,7 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
     if (!strcmp(e->axis, "all")) return true;
     if (!strcmp(e->axis, "dp") || !strcmp(e->axis, "edp")) { /* the gradients' groups (zero_classes) */
         zclass z[1 + M_COUNT];
-        int nz = zero_classes(w, w->cr, z), c = 0;
+        int nz = zero_classes(w, z), c = 0;
         for (int i = 1; i < nz && !strcmp(e->axis, "edp"); i++)
             if (z[i].group == e->group) { c = i; break; }
         int mask = z[c].mask < 0 ? M_TP : z[c].mask; /* dense: the ranks with rank's tp coordinate */
@@ -1044,8 +1069,103 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
  * buffers (docs/cost.md). */
 #define HP__COST_RUNTIME_SCRATCH ((uint64_t)4 << 20)
 
+/* ---- activations on a GPU engine (docs/cost.md, "Activations under a GPU profile") ----
+ *
+ * Megatron's accounting (Korthikanti et al. 2022), bf16, per decoder layer of the rank's micro-batch of b rows and
+ * s = S_pad / cp positions (T = s·b tokens), tp = t, f = t under sequence parallelism (else 1: the norms, the
+ * inputs of the first projections and the dropout masks are whole on every tp rank):
+ *   attention  5·T·H/f + 2·T·(q + k + v + o) [+ MLA: 2·T·(q_lora + kv_lora + rope)]  kept
+ *              5·a·b·s·S_pad                                                        scores (softmax, mask, dropout)
+ *   dense MLP  5·T·H/f + 6·T·I                      (gated: gate|up 4·T·I, the down input 2·T·I)
+ *   MoE        5·T·H/f + 4·Tm·E + Tm·K·(4·H + 6·mI) + 6·Tm·sI   (router f32; the routed rows in and out, their
+ *              gated intermediate; the shared expert), Tm the rows the block routes on the rank
+ * q, k, v, o, I, mI, sI and a are the rank's local widths and heads. With H = a·d, k = v = H and I = 8H/3 the
+ * layer is s·b·h·(34 + 5·a·s/h)/t, Korthikanti's. After the layers: the final norm's and the head's inputs
+ * 4·T·H/f and the f32 logits 4·T·V_local. */
+typedef struct gpu_acts {
+    int64_t kept, scores; /* one layer's: what recompute none keeps, and of it the attention scores' part */
+} gpu_acts;
+
+static void gpu_step(walk *w, const hp__step *y, int64_t b, gpu_acts *a)
+{
+    const hp__rcfg *c = &w->g->cfg;
+    const hp__mla *ml = &w->g->mla;
+    const char *ab = "activations";
+    int64_t s = w->S_pad / w->cp, T = ck_mul(w, ab, s, b), H = c->H, t = w->tp;
+    int64_t f = w->p->sequence_parallel && t > 1 ? t : 1, base = ck_mul3(w, ab, 5, T, H) / f, k = 0;
+    if (y->op == HP__OP_ATTN || y->op == HP__OP_MLA) {
+        bool mla = y->op == HP__OP_MLA;
+        int64_t q = y->nh * (mla ? ml->nope + ml->rope : c->hd), o = y->nh * (mla ? ml->vd : c->hd);
+        k = ck_mul3(w, ab, 2, T, q + y->kw + y->vw + o);
+        if (mla) k = ck_add(w, ab, k, ck_mul3(w, ab, 2, T, ml->ql + ml->kvl + ml->rope));
+        a->scores = ck_add(w, ab, a->scores, ck_mul(w, ab, ck_mul3(w, ab, 5, y->nh, b), ck_mul(w, ab, s, w->S_pad)));
+    } else if (y->op == HP__OP_MLP) {
+        k = ck_mul3(w, ab, 6, T, y->split ? y->I / t : y->I); /* the step's I is the global width */
+    } else if (y->op == HP__OP_MOE) {
+        /* cut over tp: every tp rank takes every token and a 1/t of each expert's columns; whole experts: the
+         * rank's rows (1/t of them under sequence parallelism), routed to whole experts */
+        int64_t Tm = y->split ? T : T / f, mI = y->split ? w->mI / t : w->mI, sI = y->split ? w->sI / t : w->sI;
+        k = ck_add(w, ab, ck_mul3(w, ab, 4, Tm, w->E), ck_mul3(w, ab, Tm, w->K, 4 * H + 6 * mI));
+        k = ck_add(w, ab, k, ck_mul3(w, ab, 6, Tm, sI));
+    } else {
+        return;
+    }
+    a->kept = ck_add(w, ab, a->kept, ck_add(w, ab, base, k));
+}
+
+/* saved_bytes and act_bytes of rank r under a GPU profile: training keeps every layer's activations as the
+ * recompute mode says, plus the final norm's and the head's inputs and the logits; act_bytes is the transient the
+ * backward rebuilds for one layer (full: the whole layer; selective: its scores; none: nothing). Inference keeps
+ * nothing across layers: act_bytes is the largest layer's activations and the bf16 logits. */
+static void gpu_memory(walk *w, hp_cost_rank *r, int64_t b)
+{
+    const hp__prog *g = w->g;
+    const char *ab = "activations";
+    int64_t L = g->cfg.L, t = w->tp, f = w->p->sequence_parallel && t > 1 ? t : 1;
+    int64_t T = ck_mul(w, ab, w->S_pad / w->cp, b), V = g->head_split ? g->cfg.V / t : g->cfg.V;
+    int64_t kept = 0, biggest = 0, biggest_scores = 0;
+    hp_cost_recompute rc = w->o->mdl.recompute;
+    for (int64_t l = 0; l < L; l++) {
+        gpu_acts a = {0};
+        for (size_t i = 0; i < g->n_steps; i++)
+            if (g->steps[i].layer == l) gpu_step(w, &g->steps[i], b, &a);
+        int64_t all = ck_add(w, ab, a.kept, a.scores);
+        biggest = all > biggest ? all : biggest;
+        biggest_scores = a.scores > biggest_scores ? a.scores : biggest_scores;
+        int64_t keep = rc == HP_COST_RECOMPUTE_FULL ? ck_mul3(w, ab, 2, T, g->cfg.H) / f
+                       : rc == HP_COST_RECOMPUTE_SELECTIVE ? a.kept : all;
+        kept = ck_add(w, ab, kept, keep);
+    }
+    if (!w->o->train) {
+        r->act_bytes = (uint64_t)ck_add(w, ab, biggest, ck_mul3(w, ab, 2, T, V));
+        return;
+    }
+    int64_t tail = ck_add(w, ab, ck_mul3(w, ab, 4, T, g->cfg.H) / f, ck_mul3(w, ab, 4, T, V));
+    r->saved_bytes = (uint64_t)ck_add(w, ab, kept, tail);
+    r->act_bytes = rc == HP_COST_RECOMPUTE_FULL ? (uint64_t)biggest
+                   : rc == HP_COST_RECOMPUTE_SELECTIVE ? (uint64_t)biggest_scores : 0;
+}
+
+/* --zero 3: the largest layer's weights on the rank (the axes that shard each tensor divide it), in the held
+ * dtype: gathered while the layer runs. */
+static uint64_t zero3_gather(const walk *w)
+{
+    const hp_cost_plan *k = w->k;
+    uint64_t best = 0, pb = param_bytes(w->m), hb = held_bytes(w);
+    for (int64_t l = 0; l <= k->n_layers; l++) {
+        uint64_t b = 0;
+        for (int mask = 0; mask < M_COUNT; mask++) {
+            int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
+            b += k->layer_bytes[l][mask] / (uint64_t)div / pb * hb;
+        }
+        best = b > best ? b : best;
+    }
+    return best;
+}
+
 static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
 {
+    bool gpu = hp_cost_model_gpu(&o->mdl);
     const hp__rcfg *c = &w->g->cfg;
     const hp_model_config *mc = &w->m->cfg;
     /* h and t hold hidden-width blocks, a the widest block (the logits), the transitions' spare the largest
@@ -1063,6 +1183,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
                        s1, full, w->w_moe}, f = 0;
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
     r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
+    if (gpu) gpu_memory(w, r, w->dp_rows[r->dp + 1] - w->dp_rows[r->dp]);
     /* KV cache (decode): every layer's K and V of the rank's positions (MLA: the latent and the rope key) */
     int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->S_pad / w->cp, pos = ck_mul3(w, kb, c->L, Bl, sl);
     if (mc->kv_lora_rank > 0)
@@ -1086,16 +1207,16 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     }
     /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
      * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
-    r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
-    if (o->mdl.state == HP_COST_STATE_RUNTIME && w->lay && o->mdl.zero <= 1 && runtime_state(w, r) == HP_OK) {
+    if (!gpu) r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
+    if (!gpu && o->mdl.state == HP_COST_STATE_RUNTIME && w->lay && o->mdl.zero <= 1 && runtime_state(w, r) == HP_OK) {
         uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes),
                               ck_addu(w, tb, r->master_bytes, r->saved_bytes));
         r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
         return;
     }
     zclass z[1 + M_COUNT];
-    int nz = zero_classes(w, r, z);
-    uint64_t pb = param_bytes(w->m), g = 0, op = 0, ms = 0;
+    int nz = zero_classes(w, z);
+    uint64_t pb = held_bytes(w), g = 0, op = 0, ms = 0, wz = 0;
     int zero = o->mdl.zero;
     /* ZeRO-1 splits the optimizer state and the master weights over each class's data-parallel group, ZeRO-2 the
      * gradients too; a rank keeps ceil(elements / group) of a class (the shards are padded to whole elements) */
@@ -1104,11 +1225,45 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
         g = ck_addu(w, tb, g, ck_bytes(w, tb, (int64_t)((n + g2 - 1) / g2), (uint64_t)o->mdl.grad_bytes));
         op = ck_addu(w, tb, op, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.optim_bytes));
         if (pb != 4) ms = ck_addu(w, tb, ms, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.master_bytes));
+        wz = ck_addu(w, tb, wz, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), pb));
     }
     r->grad_bytes = g, r->optim_bytes = op, r->master_bytes = ms;
+    if (zero >= 3) { /* FSDP: the weights sharded as the optimizer state, one layer gathered at a time */
+        r->gather_bytes = zero3_gather(w);
+        r->weight_bytes = wz;
+        r->total_bytes = ck_addu(w, tb, ck_addu(w, tb, wz, r->act_bytes), r->gather_bytes);
+    }
     uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes), ck_addu(w, tb, r->master_bytes,
                                                                                       r->saved_bytes));
     r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
+}
+
+/* The walk counted one forward of one micro-batch in hyperpar's f32: a step of n micro-batches runs each
+ * collective n times, and a bf16 engine (a GPU profile) moves half the bytes (num / den = 1/2). */
+static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint64_t den)
+{
+    if (n == 1 && num == den) return;
+    memset(r->bytes, 0, sizeof r->bytes);
+    memset(r->calls, 0, sizeof r->calls);
+    r->sent_bytes = r->wire_bytes = 0;
+    const char *cb = "collective bytes";
+    for (size_t i = 0; i < r->n_ev; i++) {
+        hp_cost_event *e = &r->ev[i];
+        e->bytes = ck_bytes(w, cb, (int64_t)(e->bytes / den * num + e->bytes % den * num / den), (uint64_t)n);
+        e->wire_bytes = ck_bytes(w, cb, (int64_t)(e->wire_bytes / den * num + e->wire_bytes % den * num / den),
+                                 (uint64_t)n);
+        int64_t calls = (int64_t)e->calls * n;
+        if (calls > INT32_MAX) { /* a count the event cannot hold: the batch is refused, as a byte figure would be */
+            mark(w, "collective calls");
+            calls = INT32_MAX;
+        }
+        e->calls = (int32_t)calls;
+        r->bytes[e->kind] = ck_addu(w, cb, r->bytes[e->kind], e->bytes);
+        r->calls[e->kind] += (uint64_t)e->calls;
+        if (e->group > 1) r->sent_bytes = ck_addu(w, cb, r->sent_bytes, e->bytes);
+        r->wire_bytes = ck_addu(w, cb, r->wire_bytes, e->wire_bytes);
+    }
+    r->flops *= (double)n;
 }
 
 /* Train: the backward runs every forward collective once more (its transpose: an all-gather's is a
@@ -1125,7 +1280,7 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
     /* the gradients' all-reduce: the dense parameters' over the data-parallel group, the experts' over the
      * expert-data-parallel group (the ranks holding the same experts) */
     zclass z[1 + M_COUNT];
-    int nz = zero_classes(w, r, z);
+    int nz = zero_classes(w, z);
     for (int i = 0; i < nz; i++) {
         if (z[i].group <= 1 || !z[i].numel) continue;
         uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].numel, (uint64_t)w->o->mdl.grad_bytes);
@@ -1157,6 +1312,7 @@ void hp_cost_free(hp_cost *c)
 void hp_cost_plan_free(hp_cost_plan *k)
 {
     if (!k) return;
+    free(k->layer_bytes);
     free(k);
 }
 
@@ -1166,6 +1322,11 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
     hp_cost_plan *k = hp_calloc(1, sizeof *k);
     if (!k) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     k->m = m, k->p = p;
+    k->n_layers = m->cfg.num_hidden_layers > 0 ? m->cfg.num_hidden_layers : 0;
+    if (!(k->layer_bytes = hp_calloc((size_t)k->n_layers + 1, sizeof *k->layer_bytes))) {
+        free(k);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
     experts_scan(k);
     (void)err;
     *out = k;
@@ -1199,6 +1360,13 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     if (o->B < 1 || o->S < 1)
         return hp_err_set(err, HP_ERR_INPUT, "the batch is %lld x %lld; it needs at least one row and one position",
                           (long long)o->B, (long long)o->S);
+    bool gpu = hp_cost_model_gpu(&o->mdl);
+    if (!gpu && o->mdl.recompute != HP_COST_RECOMPUTE_NONE)
+        return hp_err_set(err, HP_ERR_INPUT, "recompute %s describes a GPU engine's backward; hyperpar's runtime "
+                          "(--hardware cpu) keeps its activations (--recompute none); give a GPU --hardware",
+                          hp_cost_recompute_name(o->mdl.recompute));
+    if (o->mdl.zero < 0 || o->mdl.zero > 3)
+        return hp_err_set(err, HP_ERR_INPUT, "ZeRO level %d; give 0, 1, 2 or 3", o->mdl.zero);
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     hp__prog g = {0};
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
@@ -1209,6 +1377,22 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     if (o->B < w.dp)
         return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
                           "least one row (use a smaller dp or a larger --batch)", (long long)o->B, (long long)w.dp);
+    /* gradient accumulation: the walk is one micro-batch of every replica; the step runs n_micro of them */
+    int64_t n_micro = 1, mb = o->train ? o->micro_batch : 0;
+    hp_cost_opts om = *o;
+    if (mb > 0) {
+        if (mb > o->B / w.dp || o->B % (mb * w.dp))
+            return hp_err_set(err, HP_ERR_INPUT, "the global batch of %lld rows does not divide into micro-batches of "
+                              "%lld rows on each of dp=%lld replicas (%lld x %lld = %lld rows a round); give a "
+                              "--micro-batch or a --global-batch that makes %lld a multiple of %lld",
+                              (long long)o->B, (long long)mb, (long long)w.dp, (long long)mb, (long long)w.dp,
+                              (long long)(mb * w.dp), (long long)o->B, (long long)(mb * w.dp));
+        n_micro = o->B / (mb * w.dp);
+        om.B = mb * w.dp;
+    }
+    const hp_cost_opts *oo = o; /* the global batch, for the report */
+    o = &om;
+    w.o = o;
     int64_t rpn = o->mdl.ranks_per_node, world = hp_mesh_world(mesh);
     if (rpn < 0 || (rpn > 0 && rpn < world && world % rpn))
         return hp_err_set(err, HP_ERR_INPUT, "--ranks-per-node %lld does not divide the world of %lld ranks (the last "
@@ -1216,7 +1400,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
                           (long long)world, (long long)(rpn > 0 ? world % rpn : 0), (long long)world,
                           (long long)world);
     int64_t S_pad;
-    if (!hp__seq_pad(o->S, w.cp, &S_pad)) return past_64_bits(o, -1, "the padded sequence", err);
+    if (!hp__seq_pad(o->S, w.cp, &S_pad)) return past_64_bits(oo, -1, "the padded sequence", err);
     hp_status st = HP_OK;
     hp_shard_layout *lay = NULL;
     hp_cost *c = NULL;
@@ -1233,7 +1417,9 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
                         !(w.dp_rows = hp_calloc((size_t)w.dp + 1, sizeof *w.dp_rows))))
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
-        c->world = world, c->n_ranks = n_eval, c->B = o->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
+        c->world = world, c->n_ranks = n_eval, c->B = oo->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
+        c->n_micro = n_micro;
+        c->micro_batch = mb > 0 ? mb : (oo->B + w.dp - 1) / w.dp;
         w.S_orig = o->S;
         w.S_pad = S_pad;
         w.B_all = o->B;
@@ -1253,6 +1439,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
         hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
         r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
+        if (gpu) r->weight_bytes = r->weight_bytes / param_bytes(m) * 2; /* a bf16 engine holds bf16 weights */
+        w.w_full = r->weight_bytes;
         w.pos = (hp__axes){{w.tp, w.cp}, {r->tp, r->cp}};
         w.cr = r;
         w.ev_cap = 0;
@@ -1271,6 +1459,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         for (size_t i = 0; wst == HP_OK && !o->train && i < g.n_steps; i++)
             if (g.steps[i].op == HP__OP_MOE) wst = topk_gathers(&w, &g.steps[i]);
         if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
+        if (wst == HP_OK) scale_events(&w, r, n_micro, gpu ? 1 : 4, 4);
         if (wst == HP_OK) memory(&w, r, o);
         if (wst == HP_OK && o->train) {
             r->flops *= 3; /* backward: twice the forward's GEMMs */
@@ -1278,7 +1467,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         }
         if (wst == HP_OK) predict(&w, r);
         if (w.ovf) { /* a batch too large to count is the caller's input, whatever the plan: not a refused plan */
-            st = past_64_bits(o, rk, w.ovf, err);
+            st = past_64_bits(oo, rk, w.ovf, err);
         }
     }
     if (st == HP_OK && wst == HP_OK && g.moe_whole)
@@ -1312,4 +1501,20 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     free(w.owner);
     free(w.dp_rows);
     return st;
+}
+
+const char *hp_cost_rank_binding(const hp_cost_rank *r, bool train, uint64_t *bytes)
+{
+    const struct {
+        const char *name;
+        uint64_t b;
+    } it[] = {{"weights", r->weight_bytes},          {"activations", r->act_bytes},
+              {"KV cache", train ? 0 : r->kv_bytes}, {"gradients", r->grad_bytes},
+              {"optimizer state", r->optim_bytes},   {"master weights", r->master_bytes},
+              {"saved activations", r->saved_bytes}, {"gathered weights", r->gather_bytes}};
+    size_t best = 0;
+    for (size_t i = 1; i < sizeof it / sizeof *it; i++)
+        if (it[i].b > it[best].b) best = i;
+    *bytes = it[best].b;
+    return it[best].name;
 }

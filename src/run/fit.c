@@ -1,0 +1,138 @@
+/*
+ * fit.c — when a rank does not fit its budget, the change of the request that would (docs/cost.md "When nothing
+ * fits"): the binding constraint (the largest item of the most-loaded rank) and, kind by kind, the nearest value
+ * that fits: a higher ZeRO level, a stronger recompute, a smaller micro-batch (or batch, in inference), a shorter
+ * sequence, and for advise more ranks (2N, 4N). Each value is tried by evaluating the changed request, so a change printed
+ * is one that was seen to fit.
+ */
+#include "run/fit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static bool add(hp_fit *f, hp__fit_try try_it, void *ctx, const hp_cost_opts *o, int64_t world, const char *flag,
+                const char *value)
+{
+    if (f->n == HP_FIT_MAX) return true;
+    hp_fit_change ch = {0};
+    if (!try_it(ctx, o, world, &ch)) return false;
+    snprintf(ch.flag, sizeof ch.flag, "%s", flag);
+    snprintf(ch.value, sizeof ch.value, "%s", value);
+    f->ch[f->n++] = ch;
+    return true;
+}
+
+/* The largest of vals[0..n) (descending) under which the request fits, by bisection (memory falls with the
+ * value: fewer rows, fewer positions), added to f; false when none does. */
+static bool largest_fit(hp_fit *f, hp__fit_try try_it, void *ctx, const hp_cost_opts *o, int64_t world,
+                        const char *flag, const int64_t *vals, int n)
+{
+    int lo = 0, hi = n - 1, best = -1;
+    hp_fit_change ch, keep = {0};
+    char v[32];
+    while (lo <= hi) { /* vals[best] fits; every index below lo does not */
+        int mid = (lo + hi) / 2;
+        hp_cost_opts x = *o;
+        if (!strcmp(flag, "--micro-batch")) x.micro_batch = vals[mid];
+        else if (!strcmp(flag, "--batch")) x.B = vals[mid];
+        else x.S = vals[mid];
+        memset(&ch, 0, sizeof ch);
+        if (try_it(ctx, &x, world, &ch)) best = mid, keep = ch, hi = mid - 1;
+        else lo = mid + 1;
+    }
+    if (best < 0 || f->n == HP_FIT_MAX) return false;
+    snprintf(keep.flag, sizeof keep.flag, "%s", flag);
+    snprintf(v, sizeof v, "%lld", (long long)vals[best]);
+    snprintf(keep.value, sizeof keep.value, "%s", v);
+    f->ch[f->n++] = keep;
+    return true;
+}
+
+void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
+                    int64_t world, bool worlds, hp__fit_try try_it, void *ctx)
+{
+    char v[32];
+    hp_cost_opts x;
+    int64_t vals[64];
+    int n = 0;
+    bool gpu = hp_cost_model_gpu(&o->mdl);
+    snprintf(f->tried, sizeof f->tried, "%s%s%s, a shorter --seq%s", o->train && o->mdl.zero < 3 ? "a higher --zero, " : "",
+             gpu && o->train && o->mdl.recompute < HP_COST_RECOMPUTE_FULL ? "a stronger --recompute, " : "",
+             o->train ? "a smaller --micro-batch" : "a smaller --batch", worlds ? ", more ranks (--world)" : "");
+    for (int z = o->mdl.zero + 1; o->train && z <= 3; z++) { /* ZeRO: the state sharded further */
+        x = *o;
+        x.mdl.zero = z;
+        if (z >= 2) x.mdl.state = HP_COST_STATE_MEGATRON; /* hyperpar train has ZeRO-1 only */
+        snprintf(v, sizeof v, "%d", z);
+        if (add(f, try_it, ctx, &x, world, "--zero", v)) break;
+    }
+    for (int r = (int)o->mdl.recompute + 1; gpu && o->train && r <= HP_COST_RECOMPUTE_FULL; r++) {
+        x = *o;
+        x.mdl.recompute = (hp_cost_recompute)r;
+        if (add(f, try_it, ctx, &x, world, "--recompute", hp_cost_recompute_name(x.mdl.recompute))) break;
+    }
+    /* fewer rows at once: the powers of two below the current that divide the replicas' rows */
+    for (int64_t m = (int64_t)1 << 30; dp_rows >= 0 && m >= 1; m /= 2)
+        if (m < mb && !(dp_rows > 0 && dp_rows % m)) vals[n++] = m;
+    largest_fit(f, try_it, ctx, o, world, o->train ? "--micro-batch" : "--batch", vals, n);
+    n = 0;
+    for (int64_t s = o->S / 2; s >= 1 && n < 64; s /= 2) { /* a shorter sequence, kept a multiple of seq_step */
+        int64_t sq = seq_step > 1 ? s / seq_step * seq_step : s;
+        if (sq >= 1 && sq < o->S && (!n || vals[n - 1] != sq)) vals[n++] = sq;
+    }
+    largest_fit(f, try_it, ctx, o, world, "--seq", vals, n);
+    for (int k = 2; worlds && k <= 4; k *= 2) { /* more ranks: the next two doublings */
+        if (world * k > HP_MESH_MAX_SIZE) break;
+        snprintf(v, sizeof v, "%lld", (long long)(world * k));
+        if (add(f, try_it, ctx, o, world * k, "--world", v)) break;
+    }
+}
+
+/* ---- hp_cost_fit: one mesh ---- */
+
+typedef struct cost_ctx {
+    const hp_cost_plan *k;
+    const int64_t *ranks;
+    int64_t n_ranks;
+    uint64_t budget;
+} cost_ctx;
+
+static bool cost_try(void *vx, const hp_cost_opts *o, int64_t world, hp_fit_change *ch)
+{
+    const cost_ctx *x = vx;
+    (void)world;
+    hp_cost_opts y = *o;
+    y.ranks = x->ranks, y.n_ranks = x->n_ranks;
+    hp_cost *c = NULL;
+    hp_err err;
+    bool fits = false;
+    if (hp_cost_eval(&c, x->k, &y, &err) == HP_OK && !c->refused[0]) {
+        ch->bytes = c->ranks[c->max_rank].total_bytes;
+        fits = ch->bytes <= x->budget;
+    }
+    hp_cost_free(c);
+    return fits;
+}
+
+hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, const hp_cost *c,
+                      uint64_t budget, hp_err *err)
+{
+    memset(f, 0, sizeof *f);
+    const hp_cost_rank *r = &c->ranks[c->max_rank];
+    f->binding = hp_cost_rank_binding(r, c->train, &f->binding_bytes);
+    f->total_bytes = r->total_bytes, f->budget = budget;
+    if (!budget || c->refused[0] || r->total_bytes <= budget) return HP_OK;
+    hp_cost_plan *k = NULL;
+    hp_status st = hp_cost_plan_create(&k, m, p, err);
+    if (st != HP_OK) return st;
+    int64_t ranks[3] = {0}, n = 1; /* rank 0, the most-loaded and the last, each once */
+    if (r->rank != 0) ranks[n++] = r->rank;
+    if (c->world - 1 != r->rank && c->world > 1) ranks[n++] = c->world - 1;
+    cost_ctx x = {.k = k, .ranks = ranks, .n_ranks = n, .budget = budget};
+    int64_t dp = hp_mesh_size(&p->mesh, "dp"), cp = hp_mesh_size(&p->mesh, "cp");
+    int64_t mb = c->train ? c->micro_batch : c->B;
+    hp__fit_search(f, o, mb, c->train ? (c->B % dp ? -1 : c->B / dp) : 0, cp > 1 ? 2 * cp : 1, c->world, false,
+                   cost_try, &x);
+    hp_cost_plan_free(k);
+    return HP_OK;
+}

@@ -1,0 +1,94 @@
+# When nothing fits, say what would (issue 25, items 8 and 9): the binding constraint and the nearest changes,
+# each a command line that is run here and must fit; advise --all lists every rejection; DeepSeek-V3 training on
+# 256 x 80 GiB H100 with ZeRO-1 gets an answer.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+D=data/configs
+
+# run_change LINE: runs a printed 'hyperpar ...' command line with this build (the words as a shell reads them)
+run_change() { eval "\"\$HP\" ${1#hyperpar }"; }
+
+# 1. DeepSeek-V3, 256 H100s, ZeRO-1, 4096 positions, a row per rank: the binding constraint and what fits
+out=$("$HP" advise $D/deepseek-v3.json --world 256 --hardware H100 --mode train --zero 1 --seq 4096 2>&1)
+rc=$?
+check "DeepSeek-V3 x 256 H100 ZeRO-1: nothing fits at the default batch (exit 2)" test $rc -eq 2
+check "DeepSeek-V3: the binding constraint is named" grep -q "^binding constraint: saved activations" <<<"$out"
+check "DeepSeek-V3: figures for another engine" grep -qF "figures for a bf16 GPU engine (Megatron-style accounting), not hyperpar's runtime" <<<"$out"
+cmds=$(grep -A1 -E "^  --(zero|recompute|micro-batch|seq|world|batch) " <<<"$out" | grep "^    hyperpar advise" | sed 's/^    //')
+check "DeepSeek-V3: at least one change printed" test -n "$cmds"
+while IFS= read -r line; do
+    [ -z "$line" ] && continue
+    res=$(run_change "$line" 2>&1)
+    rc=$?
+    check "the printed change fits when run: $line" test $rc -eq 0
+    check "and has an accepted mesh: $line" grep -q "^  1 " <<<"$res"
+done <<<"$cmds"
+# the same question with micro-batches of one row, and the budget spelled out: meshes that fit
+for budget in "" "--mem-per-rank 80GiB"; do
+    out=$("$HP" advise $D/deepseek-v3.json --world 256 --hardware H100 --mode train --zero 1 --seq 4096 \
+          --micro-batch 1 $budget --format json)
+    check "DeepSeek-V3 x 256 H100 ZeRO-1 --micro-batch 1 $budget: meshes that fit, each within 80 GiB" python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+ok = [c for c in d["candidates"] if c["ok"]]
+sys.exit(0 if ok and all(c["max_bytes"] <= 80 << 30 for c in ok) and d["fit"] is None and d["engine"] == "estimate"
+         and d["mem_per_rank"] == 80 << 30 else 1)' <<<"$out"
+done
+
+# 2. the JSON of a request nothing meets: the binding item, every change with its mesh and command
+out=$("$HP" advise $D/llama-3-8b.json --world 1 --mem-per-rank 12GiB --batch 1 --seq 1024 --format json 2>/dev/null)
+check "advise JSON: fit with the binding item and a --world change" python3 -c '
+import json, sys
+f = json.loads(sys.argv[1])["fit"]
+w = [c for c in f["changes"] if c["flag"] == "--world"]
+sys.exit(0 if f["binding"] == "weights" and w and w[0]["value"] == "2" and w[0]["mesh"] and
+         w[0]["bytes"] <= 12 << 30 and "--world 2" in w[0]["command"] else 1)' "$out"
+line=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["fit"]["changes"][0]["command"])' "$out")
+expect 0 "best first" -- run_change "${line/--format json/--format text}"
+
+# 3. cost: a rank over its budget gets the binding item and the changes; each command, run, fits
+for req in "llama-3-8b.json --tp 2 --mode train --hardware H100 --batch 8 --recompute none" \
+           "llama-3-8b.json --tp 2 --dp 2 --mode train --hardware A100 --batch 8 --mem-per-rank 100GiB" \
+           "mixtral-8x7b.json --dp 4 --tp 2 --ep 2 --mode train --batch 4 --seq 2048 --mem-per-rank 300GiB" \
+           "llama-3-8b.json --tp 2 --batch 64 --seq 8192 --mem-per-rank 40GiB"; do
+    set -- $req
+    out=$("$HP" cost $D/"$@" --format json)
+    n=$(python3 -c '
+import json, sys
+f = json.loads(sys.argv[1])["fit"]
+print(len(f["changes"]) if f and f["binding"] and f["total_bytes"] > f["budget"] else -1)' "$out")
+    check "cost $*: does not fit, and says what would" test "${n:-0}" -gt 0
+    for i in $(seq 0 $((${n:-0} - 1))); do
+        line=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["fit"]["changes"][int(sys.argv[2])]["command"])' "$out" "$i")
+        expect 0 "(fits)" -- run_change "${line/--format json/}"
+    done
+    expect 0 "nearest changes that fit" -- "$HP" cost $D/"$@"
+done
+# nothing single rescues it: the binding item, and what was tried
+expect 0 "no single change found that fits (tried: a smaller --batch, a shorter --seq)" -- \
+    "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 1MiB
+expect 0 "binding constraint: activations" -- "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 1MiB
+# with an input, its shape is the batch: no --seq or --batch change is offered (given --batch/--seq, --seq 2 fits)
+expect 0 "  --seq 2 " -- "$HP" cost data/forward/llama --tp 2 --batch 2 --seq 16 --mem-per-rank 4.2MiB
+out=$("$HP" cost data/forward/llama --tp 2 --input data/forward/llama/forward_io.safetensors --mem-per-rank 4.2MiB \
+      --format json)
+check "an input's batch is kept: no --seq/--batch change" python3 -c '
+import json, sys
+f = json.loads(sys.stdin.read())["fit"]
+sys.exit(0 if f and f["binding"] and all(c["flag"] not in ("--seq", "--batch") for c in f["changes"]) else 1)' <<<"$out"
+# a rank that fits prints no changes (and the JSON's fit is null)
+out=$("$HP" cost $D/llama-3-8b.json --tp 2 --mem-per-rank 80GiB --batch 1 --seq 512 --format json)
+check "cost: a rank that fits has fit null" python3 -c 'import json,sys; sys.exit(0 if json.loads(sys.argv[1])["fit"] is None else 1)' "$out"
+
+# 4. advise --all: every candidate, accepted and rejected, in the text
+out=$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 --all 2>&1)
+json=$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 --format json 2>/dev/null)
+read -r nok nrej <<<"$(python3 -c '
+import json, sys
+c = json.loads(sys.argv[1])["candidates"]
+print(sum(x["ok"] for x in c), sum(not x["ok"] for x in c))' "$json")"
+check "advise --all: $nrej rejections, each with its reason" test "$(sed -n '/^rejected (all/,/^$/p' <<<"$out" | grep -c '^  dp=')" -eq "$nrej"
+check "advise --all: every accepted mesh ranked ($nok)" test "$(grep -cE '^  [0-9]+ +dp=' <<<"$out")" -eq "$nok"
+check "some accepted, some rejected" test "$nok" -gt 0 -a "$nrej" -gt 12
+check "advise without --all: at most 12 rejections" test "$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 2>&1 | sed -n '/^rejected/,/^$/p' | grep -c '^  dp=')" -le 12
+finish
