@@ -45,13 +45,14 @@ static void usage(FILE *out)
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
             "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
             "                     [--plan plan.json]\n"
-            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train]\n"
+            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train|decode]\n"
+            "                     [--context C]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
             "         | --random-input B,S (as 'hyperpar run' takes them)\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-bw/--inter-bw G,\n"
             "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
-            "         --optim-bytes N, --zero Z, --kv-bytes N, --mem-per-rank SIZE (listed below)\n"
+            "         --optim-bytes N, --zero Z, --kv-bytes N, --mem-bw G, --mem-per-rank SIZE (listed below)\n"
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
             "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
@@ -60,6 +61,10 @@ static void usage(FILE *out)
             "counts on the same batch). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
+            "--mode decode (serving): --batch sequences, one new token each, each with a KV cache of --context\n"
+            "positions: the KV cache per sequence and for the batch, how many sequences fit beside the weights\n"
+            "and the step's activations in --mem-per-rank, and the step time max(compute, memory reads / --mem-bw)\n"
+            "+ communication (the collectives of that B x 1 batch, as 'hyperpar run' would count them).\n"
             "\n"
             "\n");
     cli_print_options(out, g_opts);
@@ -71,7 +76,10 @@ static void usage(FILE *out)
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
             "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-            "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n");
+            "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
+            "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
+            "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
+            "       \"events\": [the listed rank's collectives]}\n");
 }
 
 static const char *mb(uint64_t b, char *buf, size_t cap)
@@ -92,6 +100,8 @@ static void json_model(FILE *o, const hp_cost_model *m)
     cli_json_real(o, m->lat_intra);
     fprintf(o, ", \"lat_inter\": ");
     cli_json_real(o, m->lat_inter);
+    fprintf(o, ", \"mem_bw\": ");
+    cli_json_real(o, m->mem_bw);
     fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
 }
 
@@ -110,7 +120,20 @@ static void json_u64(FILE *o, const char *name, uint64_t v, bool derived)
     else fprintf(o, ", \"%s\": null", name);
 }
 
-static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri)
+/* ", "name": n", null when n < 0 (no budget, or not derived). */
+static void json_i64(FILE *o, const char *name, int64_t n)
+{
+    if (n >= 0) fprintf(o, ", \"%s\": %lld", name, (long long)n);
+    else fprintf(o, ", \"%s\": null", name);
+}
+
+static const char *mode_name(const hp_cost *c)
+{
+    return c->train ? "train" : c->decode ? "decode" : "infer";
+}
+
+static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
+                        uint64_t budget)
 {
     char mesh[160], coords[160];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
@@ -120,9 +143,12 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     cli_json_fstr(o, mesh);
     fprintf(o, ", \"world\": %lld, \"batch\": %lld, \"seq\": %lld, \"seq_padded\": %lld, \"mode\": \"%s\", "
            "\"total_weight_bytes\": %llu, \"max_rank\": %lld, \"model\": ",
-           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, c->train ? "train" : "infer",
+           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, mode_name(c),
            (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
     json_model(o, &c->mdl);
+    if (c->decode) fprintf(o, ", \"context\": %lld", (long long)c->context);
+    else fprintf(o, ", \"context\": null");
+    json_i64(o, "seqs_fit", c->decode ? hp_cost_seqs(c, budget) : -1);
     fprintf(o, ", \"refused\": ");
     if (c->refused[0]) cli_json_fstr(o, c->refused);
     else fprintf(o, "null");
@@ -130,7 +156,8 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->note[0]) cli_json_fstr(o, c->note);
     else fprintf(o, "null");
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
+           "\"master_bytes\", \"saved_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\", \"kv_seq_bytes\", \"read_bytes\", "
+           "\"t_memory\", \"seqs_fit\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
@@ -140,6 +167,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         json_u64(o, "activation_bytes", r->act_bytes, d);
         json_u64(o, "workspace_bytes", r->workspace_bytes, d);
         json_u64(o, "kv_cache_bytes", r->kv_bytes, d);
+        json_u64(o, "kv_seq_bytes", r->kv_seq_bytes, d);
         json_u64(o, "grad_bytes", r->grad_bytes, d);
         json_u64(o, "optim_bytes", r->optim_bytes, d);
         json_u64(o, "master_bytes", r->master_bytes, d);
@@ -166,6 +194,12 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         cli_json_real(o, d ? r->t_comm : NAN);
         fprintf(o, ", \"t_step\": ");
         cli_json_real(o, d ? r->t_step : NAN);
+        if (c->decode) {
+            json_u64(o, "read_bytes", r->read_bytes, d);
+            fprintf(o, ", \"t_memory\": ");
+            cli_json_real(o, d ? r->t_memory : NAN);
+            json_i64(o, "seqs_fit", d ? hp_cost_rank_seqs(r, budget) : -1);
+        }
         fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
     }
     const hp_cost_rank *r = &c->ranks[ri];
@@ -209,14 +243,42 @@ static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
     fprintf(o, "%s   (%s*)\n", any ? "" : " no collective", cli_seconds(t, ts, sizeof ts));
 }
 
+/* Decode's own figures: the cache per sequence, the sequences that fit, and what bounds the step. */
+static void decode_text(FILE *o, const hp_cost *c, uint64_t budget)
+{
+    char b[4][32], t[4][24];
+    const hp_cost_rank *mx = &c->ranks[c->max_rank], *slow = &c->ranks[0];
+    for (int64_t i = 1; i < c->n_ranks; i++)
+        if (c->ranks[i].t_step > slow->t_step) slow = &c->ranks[i];
+    fprintf(o, "\ndecode   KV cache per sequence on rank %lld: %s* (every layer's K and V of %lld positions", (long long)mx->rank,
+            mb(mx->kv_seq_bytes, b[0], 32), (long long)c->context);
+    fprintf(o, "; sliding-window layers keep their window)\n");
+    int64_t n = hp_cost_seqs(c, budget);
+    if (n < 0)
+        fprintf(o, "         sequences that fit: needs --mem-per-rank (the memory left after weights and activations,\n"
+                   "         over the KV cache of one sequence)\n");
+    else
+        fprintf(o, "         sequences that fit in %s per rank: %lld* (%lld per replica x dp=%lld; floor((budget - weights - "
+                   "activations) / KV per sequence) on the rank that fits fewest)\n", mb(budget, b[1], 32), (long long)n,
+                (long long)(n / (c->dp > 0 ? c->dp : 1)), (long long)c->dp);
+    fprintf(o, "         step of rank %lld*: %s = max(compute %s, memory %s: %s read at %.3g GB/s) + communication %s; "
+               "%s-bound\n", (long long)slow->rank, cli_seconds(slow->t_step, t[0], 24),
+            cli_seconds(slow->t_compute, t[1], 24), cli_seconds(slow->t_memory, t[2], 24), mb(slow->read_bytes, b[2], 32),
+            c->mdl.mem_bw / 1e9, cli_seconds(slow->t_comm, t[3], 24), slow->t_memory >= slow->t_compute ? "memory" : "compute");
+}
+
 static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
                         bool detail, uint64_t budget, bool routed)
 {
     char mesh[160], coords[160], b[8][32];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    char what[120];
+    if (c->decode)
+        snprintf(what, sizeof what, "decode: one new token per sequence, a KV cache of %lld positions each",
+                 (long long)c->context);
     fprintf(o, "model    %s (%s)\nmesh     %s\nbatch    %lld x %lld (%s)%s; the MoE exchange: %s\n", m->path,
            m->model_type[0] ? m->model_type : "?", mesh, (long long)c->B, (long long)c->S,
-           c->train ? "training step: forward and backward" : "inference: one forward",
+           c->train ? "training step: forward and backward" : c->decode ? what : "inference: one forward",
            c->S_pad != c->S ? " (padded for cp)" : "",
            !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
            : routed                                    ? "the given routing (exact)"
@@ -266,12 +328,17 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->train)
         fprintf(o, " + gradients %s* + optimizer %s* + master %s* + saved activations %s*", mb(mx->grad_bytes, b[3], 32),
                mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
-    if (!c->train) fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
+    if (!c->train && !c->decode)
+        fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
+    if (c->decode)
+        fprintf(o, " + KV cache %s* of its %lld sequences x %lld positions", mb(mx->kv_bytes, b[3], 32),
+                (long long)(mx->kv_seq_bytes ? mx->kv_bytes / mx->kv_seq_bytes : 0), (long long)c->context);
     fprintf(o, ")\n");
     if (budget)
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
 
+    if (c->decode) decode_text(o, c, budget);
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\ncollectives of rank %lld per %s (bytes exact: what 'hyperpar run' counts; times*)\n", (long long)r->rank,
@@ -379,6 +446,7 @@ int cmd_cost(int argc, char **argv)
     }
     int rc = cli_plan_flags_mesh("cost", &pf, 1);
     if (rc != HP_EXIT_OK) return rc;
+    if ((rc = cli_cost_flags_mode("cost", &cf)) != HP_EXIT_OK) return rc;
     const char *const inputs[] = {plan_path, in.input, routing, pf.overrides};
     if (cf.output && cli_check_output_file("cost", "--output", cf.output, argv[optind], inputs, 4) != 0)
         return HP_EXIT_USAGE;
@@ -394,6 +462,10 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, shard, &err) : hp_model_open(&m, argv[optind], NULL, &err);
     if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
         cf.batch_given = cf.seq_given = true;
+    if (st == HP_OK && input && cf.co.decode) { /* the input's rows are the sequences, its positions their context */
+        if (!cf.context_given) cf.co.context = cf.co.S;
+        cf.co.S = 1;
+    }
     if (st == HP_OK && !shard) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
@@ -420,7 +492,7 @@ int cmd_cost(int argc, char **argv)
             size_t len = 0;
             FILE *mem = cf.output ? open_memstream(&buf, &len) : NULL, *o = mem ? mem : stdout;
             if (cf.output && !mem) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-            else if (cf.format == 1) report_json(o, m, p, l, cost, ri);
+            else if (cf.format == 1) report_json(o, m, p, l, cost, ri, cf.budget);
             else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL);
             if (mem) {
                 fclose(mem);

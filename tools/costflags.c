@@ -67,9 +67,18 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         f->co.S = v, f->seq_given = true;
         return 1;
     case CLI_O_MODE:
-        if (strcmp(arg, "infer") && strcmp(arg, "train"))
-            return cli_usage_error(cmd, "--mode expects infer or train, got '%s'", arg), -1;
+        if (strcmp(arg, "infer") && strcmp(arg, "train") && strcmp(arg, "decode"))
+            return cli_usage_error(cmd, "--mode expects infer, train or decode, got '%s'", arg), -1;
         f->co.train = !strcmp(arg, "train");
+        f->co.decode = !strcmp(arg, "decode");
+        return 1;
+    case CLI_O_CONTEXT:
+        if (!cli_parse_i64(cmd, "--context", arg, 1, INT32_MAX, &v)) return -1;
+        f->co.context = v, f->context_given = true;
+        return 1;
+    case CLI_O_MEM_BW:
+        if (!cli_parse_positive(cmd, "--mem-bw", arg, &d)) return -1;
+        m->mem_bw = d * 1e9;
         return 1;
     case CLI_O_GEMM:
         if (!cli_parse_positive(cmd, "--gemm-gflops", arg, &d)) return -1;
@@ -96,27 +105,32 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         m->ranks_per_node = v;
         return 1;
     case CLI_O_STATE:
+        if (!f->train_only) f->train_only = "--train-state";
         if (strcmp(arg, "runtime") && strcmp(arg, "megatron"))
             return cli_usage_error(cmd, "--train-state expects runtime or megatron, got '%s'", arg), -1;
         if (!strcmp(arg, "runtime")) f->runtime_given = true;
         else if (!f->megatron_by) f->megatron_by = "--train-state megatron";
         break;
     case CLI_O_GRAD:
+        if (!f->train_only) f->train_only = "--grad-bytes";
         if (!cli_parse_i64(cmd, "--grad-bytes", arg, 0, 16, &v)) return -1;
         m->grad_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--grad-bytes";
         break;
     case CLI_O_MASTER:
+        if (!f->train_only) f->train_only = "--master-bytes";
         if (!cli_parse_i64(cmd, "--master-bytes", arg, 0, 16, &v)) return -1;
         m->master_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--master-bytes";
         break;
     case CLI_O_OPTIM:
+        if (!f->train_only) f->train_only = "--optim-bytes";
         if (!cli_parse_i64(cmd, "--optim-bytes", arg, 0, 64, &v)) return -1;
         m->optim_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--optim-bytes";
         break;
     case CLI_O_ZERO:
+        if (!f->train_only) f->train_only = "--zero";
         if (!cli_parse_i64(cmd, "--zero", arg, 0, 2, &v)) return -1;
         m->zero = (int)v;
         if (v == 2 && !f->megatron_by) f->megatron_by = "--zero 2";
@@ -197,6 +211,23 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
     f->co.routing = (const int32_t *const *)f->routing;
     f->co.routing_layers = L;
     return st;
+}
+
+int cli_cost_flags_mode(const char *cmd, cli_cost_flags *f)
+{
+    if (!f->co.decode) {
+        if (f->context_given)
+            return cli_usage_error(cmd, "--context is the KV cache of --mode decode; give --mode decode, or --seq for "
+                                   "the positions of an infer or train step");
+        return HP_EXIT_OK;
+    }
+    if (f->train_only)
+        return cli_usage_error(cmd, "%s describes a training step's state; --mode decode serves (no gradients, no "
+                               "optimizer): drop it, or use --mode train", f->train_only);
+    /* the cache's positions: --context, else the --seq (or input) given, else --seq's default */
+    if (!f->context_given) f->co.context = f->seq_given ? f->co.S : 4096;
+    f->co.S = 1; /* one new token per sequence */
+    return HP_EXIT_OK;
 }
 
 void cli_cost_flags_free(cli_cost_flags *f)

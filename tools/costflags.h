@@ -11,7 +11,7 @@
 enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
-    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE
+    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_CONTEXT, CLI_O_MEM_BW
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -21,11 +21,17 @@ enum {
 #define CLI_OPTS_COST(grp, bdef)                                                                                    \
     {"batch", CLI_O_BATCH, "B", "the batch of one step (default: " bdef ")", 0, grp},                              \
     {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
-    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache) or train (adds gradients,\n"        \
-                              "optimizer state, master weights, saved activations, the backward)", 0, grp},         \
+    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache), train (adds gradients,\n"          \
+                              "optimizer state, master weights, saved activations, the backward) or\n"            \
+                              "decode (serving: one new token per sequence of --batch against a KV\n"             \
+                              "cache of --context positions; the sequences that fit, the step bound\n"            \
+                              "by FLOPs or by memory bandwidth)", 0, grp},                                          \
+    {"context", CLI_O_CONTEXT, "C", "decode: KV cache positions per sequence (default: --seq, else 4096)", 0, grp}, \
     {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100)", 0, grp},           \
     {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
      0, grp},                                                                                                       \
+    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (20: a conservative CPU\n"            \
+                                  "figure, docs/cost.md)", 0, grp},                                             \
     {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
     {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp},                       \
     {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \
@@ -55,6 +61,8 @@ typedef struct cli_cost_flags {
     bool measure;       /* --measure-gemm */
     const char *megatron_by; /* the first flag that chose Megatron's byte model, NULL: none */
     bool runtime_given;      /* --train-state runtime */
+    bool context_given;      /* --context */
+    const char *train_only;  /* the first flag given that only a training step takes, NULL: none */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;
@@ -66,6 +74,10 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
  * as 80 bytes); prints a usage error and returns false otherwise. */
 bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
+/* After the flags (and an input's B and S): --mode decode takes no training flag, its context is --context, else the
+ * --seq given, else 4096, and its step one new token (S = 1); --context needs decode. HP_EXIT_OK, or the usage
+ * error's exit code (printed). */
+int cli_cost_flags_mode(const char *cmd, cli_cost_flags *f);
 void cli_cost_flags_free(cli_cost_flags *f);
 /* The GEMM layer's rate on this machine at the model's hidden size (512 rows x H x 4H, its dtype), into *flops
  * (FLOP/s), and what ran into desc. */
