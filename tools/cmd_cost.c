@@ -389,7 +389,12 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
     if (!f) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
     snprintf(title, sizeof title, "%s on %s", m->path, mesh);
-    int rc = cli_html_cost(f, title, c, &p->mesh, budget);
+    cli_html_model md = {.n_heads = m->cfg.num_attention_heads,
+                         .n_kv_heads = m->cfg.num_key_value_heads ? m->cfg.num_key_value_heads
+                                                                  : m->cfg.num_attention_heads,
+                         .n_experts = m->family && hp_family_is_moe(m->family) ? m->cfg.n_experts : 0,
+                         .ep = hp_plan_ep_size(p), .mla = m->cfg.kv_lora_rank > 0};
+    int rc = cli_html_cost(f, title, c, &p->mesh, &md, budget);
     fclose(f);
     hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
     if (st == HP_OK) st = cli_write_atomic_err(path, buf, len, "the page", err);
