@@ -815,51 +815,116 @@ static void advise_chart(FILE *f, const hp_advise_cand *c, int n, uint64_t budge
     fputs("</svg>\n", f);
 }
 
-/* The step-time bars' baseline: a quarter of the spread below the fastest (never below 0), so that the bars' lengths
- * differ as visibly as the times do; 0 when every time is the same. */
-static double time_baseline(double lo, double hi)
+/* How the step-time bars are scaled. The drawn times span [lo, hi]; d = t - lo is how much slower than the fastest
+ * a mesh is, dmin the smallest such difference above 0.
+ *   LINEAR  hi - lo <= 40 dmin: a linear axis from a baseline a quarter of the spread below the fastest (never
+ *           below 0), printed on the axis; the smallest difference spans at least 1/50 of the axis;
+ *   LOG     the differences span more: each bar is d on a logarithmic axis (decades from below dmin to above
+ *           hi - lo, ticked), so that a difference of 1% shows next to one of 10x; the fastest has no bar;
+ *   SAME    every time is the same. */
+typedef enum { TS_SAME, TS_LINEAR, TS_LOG } tscale_kind;
+
+typedef struct tscale {
+    tscale_kind kind;
+    double lo, base, top; /* LINEAR: base..top seconds; LOG: 10^base..10^top seconds of difference */
+    double width;         /* pixels of the axis */
+} tscale;
+
+static tscale time_scale(const hp_advise_cand *c, int n, int drawn, double width)
 {
-    if (!(hi > lo)) return 0;
-    double b = lo - (hi - lo) / 4;
-    return b > 0 ? b : 0;
+    tscale ts = {.kind = TS_SAME, .width = width};
+    double hi = 0, dmin = 0;
+    for (int i = 0, k = 0; i < n && k < drawn; i++)
+        if (c[i].ok) {
+            if (!k || c[i].t_step < ts.lo) ts.lo = c[i].t_step;
+            if (!k || c[i].t_step > hi) hi = c[i].t_step;
+            k++;
+        }
+    for (int i = 0, k = 0; i < n && k < drawn; i++)
+        if (c[i].ok) {
+            double d = c[i].t_step - ts.lo;
+            if (d > 0 && (dmin == 0 || d < dmin)) dmin = d;
+            k++;
+        }
+    if (!(hi > ts.lo) || !(dmin > 0)) return ts;
+    if (hi - ts.lo <= 40 * dmin) {
+        ts.kind = TS_LINEAR;
+        ts.base = ts.lo - (hi - ts.lo) / 4 > 0 ? ts.lo - (hi - ts.lo) / 4 : 0;
+        ts.top = hi;
+    } else {
+        ts.kind = TS_LOG;
+        ts.base = floor(log10(dmin)) - 1; /* the smallest difference a decade in: a visible bar */
+        ts.top = ceil(log10(hi - ts.lo));
+        if (ts.top <= ts.base) ts.top = ts.base + 1;
+    }
+    return ts;
 }
 
-/* The predicted step times of the drawn candidates as horizontal bars from a baseline near the fastest (printed
- * on the axis: the bars' lengths are the time above it, not from 0), each labelled with its time and how much
- * slower than #1 it is. data-step on each bar: its seconds. */
-static void advise_time_chart(FILE *f, const hp_advise_cand *c, int n, bool decode)
+/* The bar's length in pixels of a step of t seconds. */
+static double time_px(const tscale *ts, double t)
 {
-    double lo = 0, hi = 0, best = 0;
-    int drawn = 0;
-    for (int i = 0; i < n && drawn < ADVISE_MAX_DRAWN; i++) {
-        if (!c[i].ok) continue;
-        if (!drawn || c[i].t_step < lo) lo = c[i].t_step;
-        if (!drawn || c[i].t_step > hi) hi = c[i].t_step;
-        if (!drawn) best = c[i].t_step;
-        drawn++;
+    switch (ts->kind) {
+    case TS_LINEAR: return (t - ts->base) / (ts->top - ts->base) * ts->width;
+    case TS_LOG: return t > ts->lo ? (log10(t - ts->lo) - ts->base) / (ts->top - ts->base) * ts->width : 0;
+    default: return ts->width / 2;
     }
-    if (!drawn) return;
-    double b = time_baseline(lo, hi), x0 = 260, pw = 600, h = 16, pitch = 22, y0 = 30;
-    double scale = hi > b ? pw / (hi - b) : 0;
-    fputs("<h2>Predicted step time" EST "</h2>\n<div>\n", f);
-    key(f, TIME_COLOUR, decode ? "step time" EST ": max(compute, memory reads) + communication"
-                               : "step time" EST ": compute + communication");
-    fputs("</div>\n<p class=\"note\">", f);
-    if (b > 0)
+}
+
+/* The axis: its baseline (LINEAR) or its decades of difference (LOG), and what the bars mean. */
+static void time_axis_note(FILE *f, const tscale *ts)
+{
+    fputs("<p class=\"note\">", f);
+    if (ts->kind == TS_LINEAR && ts->base > 0)
         escf(f, "The bars start at %s, not at 0: a bar's length is the time above that baseline, so that the "
-                "differences between meshes show. Each bar says how much slower than #1 it is.", fsec(b).s);
-    else if (hi > lo)
+                "differences between meshes show. Each bar says how much slower than #1 it is.", fsec(ts->base).s);
+    else if (ts->kind == TS_LINEAR)
         esc(f, "The bars start at 0 s. Each bar says how much slower than #1 it is.");
+    else if (ts->kind == TS_LOG)
+        escf(f, "A bar's length is how much slower than the fastest drawn mesh (%s) it is, on a logarithmic axis "
+                "(a tick per factor of 10), so that small and large differences both show; the fastest has no bar. "
+                "Each bar gives its time.", fsec(ts->lo).s);
     else
         esc(f, "Every drawn mesh has the same predicted step time.");
     fputs("</p>\n", f);
-    svg_open(f, x0 + pw + 200, y0 + drawn * pitch + 10, "accepted meshes: step time");
-    line(f, x0, y0 - 6, x0, y0 + drawn * pitch, "#888", false);
-    text(f, x0, y0 - 10, "middle", "", "%s", fsec(b).s);
+}
+
+static void time_axis(FILE *f, const tscale *ts, double x0, double y0, double y1)
+{
+    line(f, x0, y0 - 6, x0, y1, "#888", false);
+    if (ts->kind == TS_LINEAR) text(f, x0, y0 - 10, "middle", "", "%s", fsec(ts->base).s);
+    if (ts->kind != TS_LOG) return;
+    for (double e = ts->base; e <= ts->top + 1e-9; e += 1) {
+        double x = x0 + (e - ts->base) / (ts->top - ts->base) * ts->width;
+        line(f, x, y0 - 4, x, y1, "#e0e0e0", false);
+        text(f, x, y0 - 10, "middle", "", "+%s", fsec(pow(10, e)).s);
+    }
+}
+
+/* The predicted step times of the drawn candidates as horizontal bars (time_scale), each labelled with its time
+ * and how much slower than #1 it is. data-step on each bar: its seconds. */
+static void advise_time_chart(FILE *f, const hp_advise_cand *c, int n, bool decode)
+{
+    int drawn = 0;
+    double best = 0;
+    for (int i = 0; i < n && drawn < ADVISE_MAX_DRAWN; i++)
+        if (c[i].ok) {
+            if (!drawn) best = c[i].t_step;
+            drawn++;
+        }
+    if (!drawn) return;
+    double x0 = 260, h = 16, pitch = 22, y0 = 30;
+    tscale ts = time_scale(c, n, drawn, 600);
+    fputs("<h2>Predicted step time" EST "</h2>\n<div>\n", f);
+    key(f, TIME_COLOUR, decode ? "step time" EST ": max(compute, memory reads) + communication"
+                               : "step time" EST ": compute + communication");
+    fputs("</div>\n", f);
+    time_axis_note(f, &ts);
+    svg_open(f, x0 + ts.width + 200, y0 + drawn * pitch + 10, "accepted meshes: step time");
+    time_axis(f, &ts, x0, y0, y0 + drawn * pitch);
     for (int i = 0, k = 0; i < n && k < drawn; i++) {
         const hp_advise_cand *a = &c[i];
         if (!a->ok) continue;
-        double y = y0 + k * pitch, w = hi > lo ? (a->t_step - b) * scale : pw / 2;
+        double y = y0 + k * pitch, w = time_px(&ts, a->t_step);
         char who[sizeof a->mesh + 48];
         snprintf(who, sizeof who, "#%d %.*s", k + 1, (int)sizeof a->mesh, a->mesh);
         text(f, x0 - 8, y + h - 4, "end", "", "#%d %s", k + 1, a->mesh);
@@ -873,9 +938,11 @@ static void advise_time_chart(FILE *f, const hp_advise_cand *c, int n, bool deco
                  fsec(a->t_compute).s, fsec(a->t_comm).s);
         fputs("</title></rect>\n", f);
         if (k == 0) text(f, x0 + w + 6, y + h - 4, "start", "", "%s", fsec(a->t_step).s);
-        else
-            text(f, x0 + w + 6, y + h - 4, "start", "", "%s (%+.3g%% vs #1)", fsec(a->t_step).s,
-                 best > 0 ? (a->t_step - best) / best * 100 : 0.0);
+        else { /* 3 significant digits, without an exponent */
+            double pct = best > 0 ? (a->t_step - best) / best * 100 : 0.0;
+            text(f, x0 + w + 6, y + h - 4, "start", "", fabs(pct) < 100 ? "%s (%+.3g%% vs #1)" : "%s (%+.0f%% vs #1)",
+                 fsec(a->t_step).s, pct);
+        }
         k++;
     }
     fputs("</svg>\n", f);
