@@ -30,8 +30,8 @@ enum {
     {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100)", 0, grp},           \
     {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
      0, grp},                                                                                                       \
-    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (20: a conservative CPU\n"            \
-                                  "figure, docs/cost.md)", 0, grp},                                             \
+    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (10: what a core of a\n"              \
+                                  "2-core CPU machine moved with memcpy, docs/cost.md)", 0, grp},              \
     {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
     {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp},                       \
     {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \

@@ -22,9 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Decode's memory bandwidth on a CPU rank: 20 GB/s, below the 2-channel DDR4-3200 peak of 51 GB/s and near the
- * memcpy rate one core reaches (docs/cost.md "Decode" gives what was measured here). */
-#define HP__COST_CPU_MEM_BW 20e9
+/* Decode's memory bandwidth on a CPU rank: 10 GB/s, what one core of this project's 2-core machines moved with
+ * memcpy (7.3 to 12.4 GB/s, read + write, while shared), far below a DDR4 socket's peak: a rank is a core or two
+ * here (docs/cost.md "Decode"). A hardware profile sets its own. */
+#define HP__COST_CPU_MEM_BW 10e9
 
 void hp_cost_model_default(hp_cost_model *m)
 {
