@@ -134,7 +134,7 @@ static void print_text(FILE *o, const ctx *x, int top)
                     hp_format_bytes(c->act_bytes, b[2], 32), hp_format_bytes(c->state_bytes, b[3], 32),
                     hp_format_bytes(c->sent_bytes, b[4], 32), hp_format_bytes(c->wire_bytes, b[5], 32),
                     cli_seconds(c->t_step, ts, sizeof ts));
-            if (a->decode) fprintf(o, "%s%11lld", "", (long long)c->seqs);
+            if (a->decode) fprintf(o, " %10lld", (long long)c->seqs);
             fprintf(o, "\n");
         }
         char cmd[CLI_ADVISE_COMMAND_MAX], fl[300];
