@@ -270,6 +270,53 @@ static void check_order(const hp_advice *a)
     }
 }
 
+/* Decode: the KV cache of C positions per sequence, the sequences that fit, the memory-bound step; its refusals. */
+TEST(decode_kv_fit_and_step)
+{
+    hp_model *m = open_model(L3);
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, 1, 1, 2, 0, false);
+    hp_plan *p = NULL;
+    hp_err err;
+    if (m) CHECK_MSG(hp_plan_derive(&p, m, &po, &err) == HP_OK, "%s", err.msg);
+    if (!p) {
+        hp_model_close(m);
+        return;
+    }
+    hp_cost_opts o;
+    hp_cost_opts_default(&o);
+    o.decode = true, o.context = 1000, o.B = 3, o.S = 1;
+    hp_cost *c = NULL;
+    CHECK_MSG(hp_cost_compute(&c, m, p, &o, &err) == HP_OK, "%s", err.msg);
+    if (c) {
+        const hp_cost_rank *r = &c->ranks[0];
+        uint64_t per = 2ull * L3_L * 1000 * (uint64_t)(L3_KV / 2) * 2; /* K and V, 4 of 8 KV heads, bf16 */
+        CHECK(c->decode && c->context == 1000 && c->S == 1);
+        CHECK_EQ_INT(r->kv_seq_bytes, per);
+        CHECK_EQ_INT(r->kv_bytes, 3 * per);
+        CHECK(r->t_memory > r->t_compute && r->t_step == r->t_memory + r->t_comm);
+        CHECK_EQ_INT(r->read_bytes, r->weight_bytes - (uint64_t)L3_V * L3_H * 2 / 2 + r->kv_bytes);
+        uint64_t budget = r->weight_bytes + r->act_bytes + 5 * per + per / 2;
+        CHECK_EQ_INT(hp_cost_rank_seqs(r, budget), 5);
+        CHECK_EQ_INT(hp_cost_rank_seqs(r, r->weight_bytes), 0);
+        CHECK_EQ_INT(hp_cost_rank_seqs(r, 0), -1);
+        CHECK_EQ_INT(hp_cost_seqs(c, 0), -1);
+        CHECK(hp_cost_seqs(c, budget) >= 4 && hp_cost_seqs(c, budget) <= 5);
+        hp_cost_free(c);
+        c = NULL;
+    }
+    o.S = 2; /* more than one new token */
+    CHECK(hp_cost_compute(&c, m, p, &o, &err) == HP_ERR_INPUT && !c);
+    CHECK_STR_CONTAINS(err.msg, "decode takes one new token per sequence");
+    o.S = 1, o.train = true;
+    CHECK(hp_cost_compute(&c, m, p, &o, &err) == HP_ERR_INPUT && !c);
+    o.train = false, o.context = 0;
+    CHECK(hp_cost_compute(&c, m, p, &o, &err) == HP_ERR_INPUT && !c);
+    hp_plan_free(p);
+    hp_model_close(m);
+}
+
 TEST(advise_dense_reasons_figures_and_order)
 {
     hp_model *m = open_model(L3);

@@ -114,12 +114,31 @@ typedef struct cost_job {
     hp_cost *c;
     hp_mesh mesh;
     uint64_t budget;
+    const cli_html_model *md;
 } cost_job;
 
 static int write_cost(FILE *f, void *ctx)
 {
     cost_job *j = ctx;
-    return cli_html_cost(f, TITLE, j->c, &j->mesh, j->budget);
+    return cli_html_cost(f, TITLE, j->c, &j->mesh, j->md, j->budget);
+}
+
+/* The colours of a page's legend entries (<span class="key"><i style="background:C">): none twice. */
+static bool legend_distinct(const char *p)
+{
+    char seen[32][16];
+    int n = 0;
+    for (const char *q = strstr(p, "<span class=\"key\"><i style=\"background:"); q;
+         q = strstr(q + 1, "<span class=\"key\"><i style=\"background:")) {
+        const char *c = q + strlen("<span class=\"key\"><i style=\"background:");
+        size_t len = strcspn(c, "\"");
+        if (len >= 16 || n == 32) return false;
+        for (int i = 0; i < n; i++)
+            if (strlen(seen[i]) == len && !strncmp(seen[i], c, len)) return false;
+        memcpy(seen[n], c, len);
+        seen[n++][len] = '\0';
+    }
+    return n >= 3;
 }
 
 static int write_advise(FILE *f, void *ctx)
@@ -181,12 +200,25 @@ static void common_checks(const char *p)
 
 TEST(cost_page)
 {
-    cost_job j = {.budget = 2 * GiB};
+    /* 8 experts over EP groups of 4: ranks with tp index t hold experts 2t, 2t+1 */
+    cli_html_model md = {.n_heads = 8, .n_kv_heads = 4, .n_experts = 8, .ep = 4};
+    cost_job j = {.budget = 2 * GiB, .md = &md};
     j.c = fake_cost(&j.mesh, 2, 4, false);
+    for (int64_t r = 0; r < j.c->world; r++) j.c->ranks[r].ep = r % 4;
     int rc;
     char *p = page_of(write_cost, &j, &rc);
     CHECK_EQ_INT(rc, 0);
     common_checks(p);
+    CHECK(legend_distinct(p));
+    /* what differs between ranks: every rank's row with its experts and its slices */
+    for (int r = 0; r < 8; r++) {
+        char row[200];
+        snprintf(row, sizeof row, "<tr data-rank=\"%d\"><td class=\"n\">%d</td>", r, r);
+        CHECK_STR_CONTAINS(p, row);
+    }
+    CHECK_STR_CONTAINS(p, "<td class=\"experts\">EP slot 3/4: experts 6..7 (2 of 8)</td><td>tp 3/4 of heads 6..7, "
+                          "KV heads 3..3; dp 1/2: its replica&#39;s rows</td>");
+    CHECK_STR_CONTAINS(p, "EP slot 1/4: experts 2..3 (2 of 8)");
     CHECK_STR_CONTAINS(p, "rank 7 (dp=1, cp=0, tp=3): ");
     CHECK(!strstr(p, "rank 8 ("));
     CHECK_STR_CONTAINS(p, "rank 5 (dp=1, cp=0, tp=1): 2.12 GiB* of 2.00 GiB (106%)");
@@ -233,9 +265,14 @@ TEST(advise_page)
     char *p = page_of(write_advise, &budget, &rc);
     CHECK_EQ_INT(rc, 0);
     common_checks(p);
+    CHECK(legend_distinct(p));
+    /* the step-time bars start at a baseline near the fastest (0.020 s, 0.028 s and 0.044 s: a quarter of the
+     * spread below 0.020, 0.014 s), and say so; #1's bar is 6 ms of the 30 ms the 600 pixels span */
+    CHECK_STR_CONTAINS(p, "The bars start at 14 ms, not at 0");
+    CHECK_STR_CONTAINS(p, "data-step=\"0.02\" x=\"260.0\" y=\"30.0\" width=\"120.000\"");
     CHECK_STR_CONTAINS(p, "5 meshes considered: 3 accepted, 2 rejected");
     CHECK_EQ_INT(count(p, "<code>hyperpar plan m --mesh "), 3);
-    CHECK_STR_CONTAINS(p, "<td>dp=4,cp=1,tp=2 ep=2 (TP-extend-EP)</td>"
+    CHECK_STR_CONTAINS(p, "<td class=\"id\">dp=4,cp=1,tp=2 ep=2 (TP-extend-EP)</td>"
                           "<td>rank 0 needs 3.1 GiB &gt; budget &lt;2 GiB&gt;");
     CHECK_STR_CONTAINS(p, "does not divide S=12 &amp; 2*cp");
     CHECK_STR_CONTAINS(p, "#3 dp=8,cp=1,tp=1: step"); /* the third accepted, drawn */
@@ -253,7 +290,7 @@ TEST(advise_page)
     CHECK_STR_CONTAINS(p, "Showing the first 16 of 20 accepted meshes.");
     CHECK_STR_CONTAINS(p, "#16 dp=16,cp=1,tp=1: step");
     CHECK(!strstr(p, "#17 dp=17"));
-    CHECK_STR_CONTAINS(p, "<td>dp=20,cp=1,tp=1</td>"); /* the table lists them all */
+    CHECK_STR_CONTAINS(p, "<td class=\"id\">dp=20,cp=1,tp=1</td>"); /* the table lists them all */
     CHECK(!strstr(p, "&lt;/") && !strstr(p, "&lt;p"));
     free(p);
 }

@@ -201,7 +201,16 @@ struct hp_advice;
  * the most-loaded rank), a stacked bar per rank (weights, activations, KV cache or training state), and per layer
  * the collectives with their bytes (of rank c->max_rank). title: the model and mesh. Returns 0, or -1 on a write
  * error. */
-int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh, uint64_t budget);
+/* What the cost page says of each rank's slices: the model's heads and experts, and how the plan places the experts. */
+typedef struct cli_html_model {
+    int64_t n_heads, n_kv_heads; /* query and KV heads (tp cuts both evenly) */
+    int64_t n_experts;           /* routed experts, 0: a dense model */
+    int64_t ep;                  /* the EP group size (1: no expert parallelism; the experts are then cut over tp) */
+    bool mla;                    /* latent attention: the KV cache is the latent, whole on every tp rank */
+} cli_html_model;
+/* md (NULL: no table of slices) adds a table of what each rank holds: coordinates, experts, slices, memory. */
+int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh,
+                  const cli_html_model *md, uint64_t budget);
 /* `hyperpar advise --format html`: the library's advice (hp_advise): the accepted candidates side by side (memory
  * against a->mem_per_rank, predicted step time, communication), best first, and the rejected ones with their
  * reasons. commands[i] (or commands NULL): the command line that makes candidate i, shown for the accepted. */

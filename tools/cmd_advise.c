@@ -15,12 +15,14 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
-enum { O_WORLD = 1000, O_TOP, O_ALL };
+enum { O_WORLD = 1000, O_TOP, O_ALL, O_PREFER };
 static const cli_opt g_opts[] = {
     {"world", O_WORLD, "N", "ranks in all", 0, NULL},
     {"top", O_TOP, "K", "candidates printed (5)", 0, NULL},
     {"all", O_ALL, NULL, "print every candidate: each accepted mesh and each rejected one with its reason", 0,
      NULL},
+    {"prefer", O_PREFER, "P", "decode: time (default: the fastest step first) or headroom (the most\n"
+                              "concurrent sequences that fit first, then time)", 0, NULL},
     CLI_OPT_HELP,
     CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
     CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')"),
@@ -33,13 +35,14 @@ static void usage(FILE *out)
             "usage: hyperpar advise MODEL --world N --mem-per-rank SIZE [--batch B --seq S] [--mode infer|train]\n"
             "                       [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
             "                       [--micro-batch MB] [--zero 0|1|2|3]\n"
+            "                       [--mode decode [--context C] [--prefer time|headroom] [--mem-bw G]]\n"
             "                       [--ranks-per-node R] [--intra-bw G --inter-bw G] [model flags]\n"
             "                       [--overrides F] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
             "                       [--loss-parallel] [--top K | --all]\n"
             "                       [--format text|json|html] [-o FILE]\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-latency-us/\n"
             "         --inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/--optim-bytes N,\n"
-            "         --kv-bytes N (listed below); given, they override --hardware's figures\n"
+            "         --kv-bytes N, --mem-bw G (listed below); given, they override --hardware's figures\n"
             "\n"
             "Every mesh of N ranks for MODEL (a checkpoint or a config.json): dp x cp x tp, with expert parallelism\n"
             "for MoE models both over the dense region (TP-extend-EP, --ep) and as its own axis (--ep-axis). A\n"
@@ -54,6 +57,10 @@ static void usage(FILE *out)
             "accounting), not hyperpar's runtime. When no mesh fits, advise prints the binding constraint and\n"
             "the nearest changes that fit (a ZeRO level, recompute, a smaller micro-batch, a shorter sequence,\n"
             "more ranks), each as a command line, and exits 2.\n"
+            "--mode decode (serving): --batch sequences of one new token against a KV cache of --context\n"
+            "positions each; every mesh also gets the concurrent sequences that fit in SIZE, and the ranking is\n"
+            "by step time (max(compute, memory reads / --mem-bw) + communication) or, with --prefer headroom,\n"
+            "by the sequences that fit.\n"
             "\n");
     cli_print_options(out, g_opts);
 }
@@ -113,10 +120,13 @@ static void print_text(FILE *o, const ctx *x, int top)
     char b[6][32];
     const hp_cost_opts *co = &x->cf->co;
     double secs = a->search_seconds;
+    char dec[120];
+    snprintf(dec, sizeof dec, "decode: one new token per sequence, a KV cache of %lld positions each",
+             (long long)a->context);
     fprintf(o, "model    %s (%s)\nworld    %lld ranks, %s per rank; batch %lld x %lld (%s)", x->m->path,
             x->m->model_type[0] ? x->m->model_type : "?", (long long)a->world,
             hp_format_bytes(a->mem_per_rank, b[0], 32), (long long)a->B, (long long)a->S,
-            a->train ? "training" : "inference");
+            a->train ? "training" : a->decode ? dec : "inference");
     if (a->train && a->micro_batch)
         fprintf(o, "; micro-batches of %lld row%s per replica", (long long)a->micro_batch, a->micro_batch == 1 ? "" : "s");
     if (a->train && hp_cost_model_gpu(&a->mdl))
@@ -128,19 +138,22 @@ static void print_text(FILE *o, const ctx *x, int top)
     fprintf(o, "meshes   %d considered, %d accepted, %d rejected (%.3f s, %.2f ms per mesh)\n\n", n, ok, n - ok, secs,
             n ? secs * 1e3 / n : 0.0);
     if (ok) {
-        fprintf(o, "best first (predicted step time* as printed; equal: fewer bytes over the wire, then less memory; "
+        fprintf(o, "best first (%spredicted step time* as printed; equal: fewer bytes over the wire, then less memory; "
                    "memory of the most-loaded rank;\nsent: bytes into collectives, wire: bytes sent over links by the ring "
-                   "algorithms):\n");
-        fprintf(o, "  %-4s %-40s %11s %11s %11s %11s %11s %11s %10s\n", "#", "mesh", "memory", "weights", "activ.*",
-                a->train ? "state*" : "KV cache*", "sent/step", "wire/step", "step*");
+                   "algorithms%s):\n", a->prefer_headroom ? "the most sequences that fit, then " : "",
+                a->decode ? "; seqs: concurrent sequences that fit" : "");
+        fprintf(o, "  %-4s %-40s %11s %11s %11s %11s %11s %11s %10s%s\n", "#", "mesh", "memory", "weights", "activ.*",
+                a->train ? "state*" : "KV cache*", "sent/step", "wire/step", "step*", a->decode ? "      seqs*" : "");
         for (int i = 0; i < ok && (top <= 0 || i < top); i++) {
             const hp_advise_cand *c = &v[i];
             char ts[24];
-            fprintf(o, "  %-4d %-40s %11s %11s %11s %11s %11s %11s %10s\n", i + 1, c->mesh,
+            fprintf(o, "  %-4d %-40s %11s %11s %11s %11s %11s %11s %10s", i + 1, c->mesh,
                     hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(c->weight_bytes, b[1], 32),
                     hp_format_bytes(c->act_bytes, b[2], 32), hp_format_bytes(c->state_bytes, b[3], 32),
                     hp_format_bytes(c->sent_bytes, b[4], 32), hp_format_bytes(c->wire_bytes, b[5], 32),
                     cli_seconds(c->t_step, ts, sizeof ts));
+            if (a->decode) fprintf(o, " %10lld", (long long)c->seqs);
+            fprintf(o, "\n");
         }
         char cmd[CLI_ADVISE_COMMAND_MAX], fl[300];
         command_of(x, &v[0], cmd, sizeof cmd);
@@ -155,9 +168,15 @@ static void print_text(FILE *o, const ctx *x, int top)
         if (a->train && a->mdl.zero) snprintf(extra + el, sizeof extra - el, " --zero %d", a->mdl.zero);
         el = strlen(extra);
         if (a->micro_batch) snprintf(extra + el, sizeof extra - el, " --micro-batch %lld", (long long)a->micro_batch);
-        fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld --seq %lld%s%s%s%s\n", x->model_arg, fl,
-                (long long)a->B, (long long)a->S, a->train ? " --mode train" : "",
-                x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "", extra);
+        char mode[80]; /* decode's --seq is the new token: the context is the flag */
+        snprintf(mode, sizeof mode, " --seq %lld%s", (long long)a->S, a->train ? " --mode train" : "");
+        if (a->decode) snprintf(mode, sizeof mode, " --mode decode --context %lld", (long long)a->context);
+        char budget_arg[32];
+        snprintf(budget_arg, sizeof budget_arg, "%lluB", (unsigned long long)x->cf->budget);
+        fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld%s%s%s%s%s%s\n", x->model_arg, fl,
+                (long long)a->B, mode, a->decode && x->cf->budget ? " --mem-per-rank " : "",
+                a->decode && x->cf->budget ? budget_arg : "", x->pf->overrides ? " --overrides " : "",
+                x->pf->overrides ? x->pf->overrides : "", extra);
     } else {
         fprintf(o, "no mesh of %lld ranks fits; the reasons follow\n", (long long)a->world);
     }
@@ -178,9 +197,13 @@ static void print_json(FILE *o, const ctx *x)
     fprintf(o, "{\"model_path\": ");
     cli_json_fstr(o, x->m->path);
     fprintf(o, ", \"world\": %lld, \"mem_per_rank\": %llu, \"batch\": %lld, \"seq\": %lld, \"mode\": \"%s\", "
-               "\"seconds\": %.17g, \"micro_batch\": %lld, \"zero\": %d, ",
+               "\"seconds\": %.17g, \"micro_batch\": %lld, \"zero\": %d, \"context\": ",
             (long long)a->world, (unsigned long long)a->mem_per_rank, (long long)a->B, (long long)a->S,
-            a->train ? "train" : "infer", a->search_seconds, (long long)a->micro_batch, a->mdl.zero);
+            a->train ? "train" : a->decode ? "decode" : "infer", a->search_seconds, (long long)a->micro_batch,
+            a->mdl.zero);
+    if (a->decode) fprintf(o, "%lld", (long long)a->context);
+    else fprintf(o, "null");
+    fprintf(o, ", \"prefer\": \"%s\", ", a->prefer_headroom ? "headroom" : "time");
     cli_cost_engine_json(o, &a->mdl);
     fprintf(o, ", \"fit\": ");
     if (!a->n_ok && x->fit) cli_fit_json(o, x->fit, "advise", x->argc, x->argv);
@@ -201,6 +224,9 @@ static void print_json(FILE *o, const ctx *x)
                     (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
                     (unsigned long long)c->sent_bytes, (unsigned long long)c->wire_bytes, c->t_step, c->t_compute,
                     c->t_comm);
+            if (a->decode)
+                fprintf(o, ", \"t_memory\": %.17g, \"kv_seq_bytes\": %llu, \"seqs_fit\": %lld", c->t_memory,
+                        (unsigned long long)c->kv_seq_bytes, (long long)c->seqs);
         }
         if (c->ok) {
             char cmd[CLI_ADVISE_COMMAND_MAX];
@@ -256,7 +282,7 @@ static int print_html(FILE *o, const ctx *x)
 /* ---- the command ---- */
 
 static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_flags *cf, int64_t N, int top, int argc,
-                          char **argv)
+                          char **argv, bool prefer_headroom)
 {
     hp_err err;
     hp_model *m = NULL;
@@ -274,6 +300,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         ao.cost = cf->co;
         if (!cf->batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
         ao.plan = pf->po;
+        ao.prefer_headroom = prefer_headroom;
         st = hp_advise(&a, m, &ao, &err);
     }
     if (st == HP_OK && !a->n_ok && cf->format != 2) st = hp_advise_fit(&fit, m, &ao, a, &err);
@@ -319,6 +346,7 @@ int cmd_advise(int argc, char **argv)
     cli_cost_flags cf;
     cli_cost_flags_init(&cf);
     int64_t N = 0, top = 5;
+    bool prefer_headroom = false;
     int c;
     optind = 1;
     cli_parser cp = {.cmd = "advise", .opts = g_opts};
@@ -330,6 +358,11 @@ int cmd_advise(int argc, char **argv)
         switch (c) {
         case O_WORLD:
             if (!cli_parse_i64("advise", "--world", optarg, 1, 1 << 20, &N)) return HP_EXIT_USAGE;
+            break;
+        case O_PREFER:
+            if (strcmp(optarg, "time") && strcmp(optarg, "headroom"))
+                return cli_usage_error("advise", "--prefer expects time or headroom, got '%s'", optarg);
+            prefer_headroom = !strcmp(optarg, "headroom");
             break;
         case O_TOP:
             if (!cli_parse_i64("advise", "--top", optarg, 1, 1000, &top)) return HP_EXIT_USAGE;
@@ -346,10 +379,13 @@ int cmd_advise(int argc, char **argv)
         return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB), or a GPU --hardware whose memory "
                                "is the budget");
     if (!cli_advise_rpn_divides("advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
+    if (prefer_headroom && !cf.co.decode)
+        return cli_usage_error("advise", "--prefer headroom ranks by the concurrent sequences that fit: it belongs to "
+                               "--mode decode");
     const char *const inputs[] = {pf.overrides};
     if (cf.output && cli_check_output_file("advise", "--output", cf.output, argv[optind], inputs, 1) != 0)
         return HP_EXIT_USAGE;
-    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top, argc, argv);
+    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top, argc, argv, prefer_headroom);
     cli_cost_flags_free(&cf);
     return rc;
 }

@@ -45,15 +45,17 @@ static void usage(FILE *out)
             "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
             "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
             "                     [--plan plan.json]\n"
-            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train]\n"
-            "                     [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
-            "                     [--micro-batch MB] [--zero 0|1|2|3] [--mem-per-rank SIZE]\n"
+            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train|decode]\n"
+            "                     [--context C] [--hardware cpu|H100|H200|A100|MI300X]\n"
+            "                     [--recompute none|selective|full] [--micro-batch MB] [--zero 0|1|2|3]\n"
+            "                     [--mem-per-rank SIZE]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
             "         | --random-input B,S (as 'hyperpar run' takes them)\n"
             "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-bw/--inter-bw G,\n"
             "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
-            "         --optim-bytes N, --kv-bytes N (listed below); given, they override --hardware's figures\n"
+            "         --optim-bytes N, --kv-bytes N, --mem-bw G (listed below); given, they override --hardware's\n"
+            "         figures\n"
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
             "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
@@ -65,6 +67,10 @@ static void usage(FILE *out)
             "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
             "Megatron-style activations and state). With --mem-per-rank (a GPU: its memory) and a rank that does\n"
             "not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
+            "--mode decode (serving): --batch sequences, one new token each, each with a KV cache of --context\n"
+            "positions: the KV cache per sequence and for the batch, how many sequences fit beside the weights\n"
+            "and the step's activations in --mem-per-rank, and the step time max(compute, memory reads / --mem-bw)\n"
+            "+ communication (the collectives of that B x 1 batch, as 'hyperpar run' would count them).\n"
             "\n"
             "\n");
     cli_print_options(out, g_opts);
@@ -80,7 +86,10 @@ static void usage(FILE *out)
             "       \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
             "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-            "       \"t_comm\", \"t_step\", \"ep_estimated\"}, ...], \"events\": [the listed rank's collectives]}\n");
+            "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
+            "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
+            "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
+            "       \"events\": [the listed rank's collectives]}\n");
 }
 
 static const char *mb(uint64_t b, char *buf, size_t cap)
@@ -103,6 +112,8 @@ static void json_model(FILE *o, const hp_cost_model *m)
     cli_json_real(o, m->lat_intra);
     fprintf(o, ", \"lat_inter\": ");
     cli_json_real(o, m->lat_inter);
+    fprintf(o, ", \"mem_bw\": ");
+    cli_json_real(o, m->mem_bw);
     fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
 }
 
@@ -127,8 +138,20 @@ typedef struct fit_args { /* the command line, for the changes' commands */
     char **argv;
 } fit_args;
 
+/* ", "name": n", null when n < 0 (no budget, or not derived). */
+static void json_i64(FILE *o, const char *name, int64_t n)
+{
+    if (n >= 0) fprintf(o, ", \"%s\": %lld", name, (long long)n);
+    else fprintf(o, ", \"%s\": null", name);
+}
+
+static const char *mode_name(const hp_cost *c)
+{
+    return c->train ? "train" : c->decode ? "decode" : "infer";
+}
+
 static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
-                        const fit_args *fa)
+                        uint64_t budget, const fit_args *fa)
 {
     char mesh[160], coords[160];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
@@ -138,7 +161,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     cli_json_fstr(o, mesh);
     fprintf(o, ", \"world\": %lld, \"batch\": %lld, \"seq\": %lld, \"seq_padded\": %lld, \"mode\": \"%s\", "
            "\"total_weight_bytes\": %llu, \"max_rank\": %lld, \"model\": ",
-           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, c->train ? "train" : "infer",
+           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, mode_name(c),
            (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
     json_model(o, &c->mdl);
     fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, ", (long long)c->micro_batch,
@@ -148,6 +171,9 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (fa->fit->binding && fa->fit->budget && fa->fit->total_bytes > fa->fit->budget)
         cli_fit_json(o, fa->fit, "cost", fa->argc, fa->argv);
     else fprintf(o, "null");
+    if (c->decode) fprintf(o, ", \"context\": %lld", (long long)c->context);
+    else fprintf(o, ", \"context\": null");
+    json_i64(o, "seqs_fit", c->decode ? hp_cost_seqs(c, budget) : -1);
     fprintf(o, ", \"refused\": ");
     if (c->refused[0]) cli_json_fstr(o, c->refused);
     else fprintf(o, "null");
@@ -155,7 +181,8 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (c->note[0]) cli_json_fstr(o, c->note);
     else fprintf(o, "null");
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\"], \"ranks\": [");
+           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\", "
+           "\"kv_seq_bytes\", \"read_bytes\", \"t_memory\", \"seqs_fit\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
@@ -165,6 +192,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         json_u64(o, "activation_bytes", r->act_bytes, d);
         json_u64(o, "workspace_bytes", r->workspace_bytes, d);
         json_u64(o, "kv_cache_bytes", r->kv_bytes, d);
+        json_u64(o, "kv_seq_bytes", r->kv_seq_bytes, d);
         json_u64(o, "grad_bytes", r->grad_bytes, d);
         json_u64(o, "optim_bytes", r->optim_bytes, d);
         json_u64(o, "master_bytes", r->master_bytes, d);
@@ -192,6 +220,12 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         cli_json_real(o, d ? r->t_comm : NAN);
         fprintf(o, ", \"t_step\": ");
         cli_json_real(o, d ? r->t_step : NAN);
+        if (c->decode) {
+            json_u64(o, "read_bytes", r->read_bytes, d);
+            fprintf(o, ", \"t_memory\": ");
+            cli_json_real(o, d ? r->t_memory : NAN);
+            json_i64(o, "seqs_fit", d ? hp_cost_rank_seqs(r, budget) : -1);
+        }
         fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
     }
     const hp_cost_rank *r = &c->ranks[ri];
@@ -235,14 +269,42 @@ static void layer_sum(FILE *o, int32_t layer, const hp_cost_rank *r)
     fprintf(o, "%s   (%s*)\n", any ? "" : " no collective", cli_seconds(t, ts, sizeof ts));
 }
 
+/* Decode's own figures: the cache per sequence, the sequences that fit, and what bounds the step. */
+static void decode_text(FILE *o, const hp_cost *c, uint64_t budget)
+{
+    char b[4][32], t[4][24];
+    const hp_cost_rank *mx = &c->ranks[c->max_rank], *slow = &c->ranks[0];
+    for (int64_t i = 1; i < c->n_ranks; i++)
+        if (c->ranks[i].t_step > slow->t_step) slow = &c->ranks[i];
+    fprintf(o, "\ndecode   KV cache per sequence on rank %lld: %s* (every layer's K and V of %lld positions", (long long)mx->rank,
+            mb(mx->kv_seq_bytes, b[0], 32), (long long)c->context);
+    fprintf(o, "; sliding-window layers keep their window)\n");
+    int64_t n = hp_cost_seqs(c, budget);
+    if (n < 0)
+        fprintf(o, "         sequences that fit: needs --mem-per-rank (the memory left after weights and activations,\n"
+                   "         over the KV cache of one sequence)\n");
+    else
+        fprintf(o, "         sequences that fit in %s per rank: %lld* (%lld per replica x dp=%lld; floor((budget - weights - "
+                   "activations) / KV per sequence) on the rank that fits fewest)\n", mb(budget, b[1], 32), (long long)n,
+                (long long)(n / (c->dp > 0 ? c->dp : 1)), (long long)c->dp);
+    fprintf(o, "         step of rank %lld*: %s = max(compute %s, memory %s: %s read at %.3g GB/s) + communication %s; "
+               "%s-bound\n", (long long)slow->rank, cli_seconds(slow->t_step, t[0], 24),
+            cli_seconds(slow->t_compute, t[1], 24), cli_seconds(slow->t_memory, t[2], 24), mb(slow->read_bytes, b[2], 32),
+            c->mdl.mem_bw / 1e9, cli_seconds(slow->t_comm, t[3], 24), slow->t_memory >= slow->t_compute ? "memory" : "compute");
+}
+
 static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
                         bool detail, uint64_t budget, bool routed, const fit_args *fa)
 {
     char mesh[160], coords[160], b[8][32];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    char what[120];
+    if (c->decode)
+        snprintf(what, sizeof what, "decode: one new token per sequence, a KV cache of %lld positions each",
+                 (long long)c->context);
     fprintf(o, "model    %s (%s)\nmesh     %s\nbatch    %lld x %lld (%s)%s; the MoE exchange: %s\n", m->path,
            m->model_type[0] ? m->model_type : "?", mesh, (long long)c->B, (long long)c->S,
-           c->train ? "training step: forward and backward" : "inference: one forward",
+           c->train ? "training step: forward and backward" : c->decode ? what : "inference: one forward",
            c->S_pad != c->S ? " (padded for cp)" : "",
            !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
            : routed                                    ? "the given routing (exact)"
@@ -300,13 +362,18 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                mb(mx->optim_bytes, b[4], 32), mb(mx->master_bytes, b[5], 32), mb(mx->saved_bytes, b[6], 32));
     if (c->train && c->mdl.zero >= 3)
         fprintf(o, " + gathered weights %s* (ZeRO-3: the largest layer's, while it runs)", mb(mx->gather_bytes, b[3], 32));
-    if (!c->train) fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
+    if (!c->train && !c->decode)
+        fprintf(o, " + KV cache %s* of the %lld positions", mb(mx->kv_bytes, b[3], 32), (long long)c->S);
+    if (c->decode)
+        fprintf(o, " + KV cache %s* of its %lld sequences x %lld positions", mb(mx->kv_bytes, b[3], 32),
+                (long long)(mx->kv_seq_bytes ? mx->kv_bytes / mx->kv_seq_bytes : 0), (long long)c->context);
     fprintf(o, ")\n");
     if (budget)
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
     if (budget && mx->total_bytes > budget) cli_fit_text(o, fa->fit, "cost", fa->argc, fa->argv);
 
+    if (c->decode) decode_text(o, c, budget);
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\ncollectives of rank %lld per %s (%s; times*)\n", (long long)r->rank,
@@ -362,7 +429,12 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
              hp_cost_model_gpu(&c->mdl) ? ": estimates for a bf16 GPU engine (" : "",
              hp_cost_model_gpu(&c->mdl) ? c->mdl.hw->name : "",
              hp_cost_model_gpu(&c->mdl) ? ", Megatron-style accounting), not hyperpar's runtime" : "");
-    int rc = cli_html_cost(f, title, c, &p->mesh, budget);
+    cli_html_model md = {.n_heads = m->cfg.num_attention_heads,
+                         .n_kv_heads = m->cfg.num_key_value_heads ? m->cfg.num_key_value_heads
+                                                                  : m->cfg.num_attention_heads,
+                         .n_experts = m->family && hp_family_is_moe(m->family) ? m->cfg.n_experts : 0,
+                         .ep = hp_plan_ep_size(p), .mla = m->cfg.kv_lora_rank > 0};
+    int rc = cli_html_cost(f, title, c, &p->mesh, &md, budget);
     fclose(f);
     hp_status st = rc == 0 ? HP_OK : hp_err_set(err, HP_ERR_IO, "writing the page failed");
     if (st == HP_OK) st = cli_write_atomic_err(path, buf, len, "the page", err);
@@ -435,6 +507,10 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, shard, &err) : hp_model_open(&m, argv[optind], NULL, &err);
     if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
         cf.batch_given = cf.seq_given = true;
+    if (st == HP_OK && input && cf.co.decode) { /* the input's rows are the sequences, its positions their context */
+        if (!cf.context_given) cf.co.context = cf.co.S;
+        cf.co.S = 1;
+    }
     if (st == HP_OK && !shard) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
     if (st == HP_OK && routing) {
@@ -468,7 +544,7 @@ int cmd_cost(int argc, char **argv)
             size_t len = 0;
             FILE *mem = cf.output ? open_memstream(&buf, &len) : NULL, *o = mem ? mem : stdout;
             if (cf.output && !mem) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-            else if (cf.format == 1) report_json(o, m, p, l, cost, ri, &fa);
+            else if (cf.format == 1) report_json(o, m, p, l, cost, ri, cf.budget, &fa);
             else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL, &fa);
             if (mem) {
                 fclose(mem);

@@ -54,7 +54,7 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *o
 
 /* The model flags a hardware profile also sets: given explicitly, they win (cli_cost_flags_done). */
 enum { CLI_G_GEMM = 1, CLI_G_INTRA_BW = 2, CLI_G_INTER_BW = 4, CLI_G_INTRA_LAT = 8, CLI_G_INTER_LAT = 16,
-       CLI_G_RPN = 32 };
+       CLI_G_RPN = 32, CLI_G_MEM_BW = 64 };
 
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
 {
@@ -63,7 +63,8 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     hp_cost_model *m = &f->co.mdl;
     static const unsigned given_of[][2] = {{CLI_O_GEMM, CLI_G_GEMM},           {CLI_O_INTRA_BW, CLI_G_INTRA_BW},
                                            {CLI_O_INTER_BW, CLI_G_INTER_BW},   {CLI_O_INTRA_LAT, CLI_G_INTRA_LAT},
-                                           {CLI_O_INTER_LAT, CLI_G_INTER_LAT}, {CLI_O_RPN, CLI_G_RPN}};
+                                           {CLI_O_INTER_LAT, CLI_G_INTER_LAT}, {CLI_O_RPN, CLI_G_RPN},
+                                           {CLI_O_MEM_BW, CLI_G_MEM_BW}};
     for (size_t i = 0; i < sizeof given_of / sizeof *given_of; i++)
         if ((unsigned)c == given_of[i][0]) f->given |= given_of[i][1];
     switch (c) {
@@ -90,15 +91,25 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         else if (!strcmp(arg, "full")) m->recompute = HP_COST_RECOMPUTE_FULL;
         else return cli_usage_error(cmd, "--recompute expects none, selective or full, got '%s'", arg), -1;
         f->recompute_given = true;
+        if (!f->train_only) f->train_only = "--recompute";
         return 1;
     case CLI_O_SEQ:
         if (!cli_parse_i64(cmd, "--seq", arg, 1, INT32_MAX, &v)) return -1;
         f->co.S = v, f->seq_given = true;
         return 1;
     case CLI_O_MODE:
-        if (strcmp(arg, "infer") && strcmp(arg, "train"))
-            return cli_usage_error(cmd, "--mode expects infer or train, got '%s'", arg), -1;
+        if (strcmp(arg, "infer") && strcmp(arg, "train") && strcmp(arg, "decode"))
+            return cli_usage_error(cmd, "--mode expects infer, train or decode, got '%s'", arg), -1;
         f->co.train = !strcmp(arg, "train");
+        f->co.decode = !strcmp(arg, "decode");
+        return 1;
+    case CLI_O_CONTEXT:
+        if (!cli_parse_i64(cmd, "--context", arg, 1, INT32_MAX, &v)) return -1;
+        f->co.context = v, f->context_given = true;
+        return 1;
+    case CLI_O_MEM_BW:
+        if (!cli_parse_positive(cmd, "--mem-bw", arg, &d)) return -1;
+        m->mem_bw = d * 1e9;
         return 1;
     case CLI_O_GEMM:
         if (!cli_parse_positive(cmd, "--gemm-gflops", arg, &d)) return -1;
@@ -125,27 +136,32 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
         m->ranks_per_node = v;
         return 1;
     case CLI_O_STATE:
+        if (!f->train_only) f->train_only = "--train-state";
         if (strcmp(arg, "runtime") && strcmp(arg, "megatron"))
             return cli_usage_error(cmd, "--train-state expects runtime or megatron, got '%s'", arg), -1;
         if (!strcmp(arg, "runtime")) f->runtime_given = true;
         else if (!f->megatron_by) f->megatron_by = "--train-state megatron";
         break;
     case CLI_O_GRAD:
+        if (!f->train_only) f->train_only = "--grad-bytes";
         if (!cli_parse_i64(cmd, "--grad-bytes", arg, 0, 16, &v)) return -1;
         m->grad_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--grad-bytes";
         break;
     case CLI_O_MASTER:
+        if (!f->train_only) f->train_only = "--master-bytes";
         if (!cli_parse_i64(cmd, "--master-bytes", arg, 0, 16, &v)) return -1;
         m->master_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--master-bytes";
         break;
     case CLI_O_OPTIM:
+        if (!f->train_only) f->train_only = "--optim-bytes";
         if (!cli_parse_i64(cmd, "--optim-bytes", arg, 0, 64, &v)) return -1;
         m->optim_bytes = (int)v;
         if (!f->megatron_by) f->megatron_by = "--optim-bytes";
         break;
     case CLI_O_ZERO:
+        if (!f->train_only) f->train_only = "--zero";
         if (!cli_parse_i64(cmd, "--zero", arg, 0, 3, &v)) return -1;
         m->zero = (int)v;
         if (v >= 2 && !f->megatron_by) f->megatron_by = v == 2 ? "--zero 2" : "--zero 3";
@@ -175,7 +191,10 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     return 1;
 }
 
-bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
+static int flags_mode(const char *cmd, cli_cost_flags *f);
+
+/* --hardware under the flags given explicitly, and the checks of what they say together */
+static bool flags_hardware(const char *cmd, cli_cost_flags *f)
 {
     hp_cost_model *m = &f->co.mdl, given = *m;
     const hp_cost_hardware *hw = f->hw;
@@ -210,9 +229,15 @@ bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
     if (f->given & CLI_G_INTRA_LAT) m->lat_intra = given.lat_intra;
     if (f->given & CLI_G_INTER_LAT) m->lat_inter = given.lat_inter;
     if (f->given & CLI_G_RPN) m->ranks_per_node = given.ranks_per_node;
+    if (f->given & CLI_G_MEM_BW) m->mem_bw = given.mem_bw;
     if (f->recompute_given) m->recompute = given.recompute;
     if (!f->budget) f->budget = hw->mem_bytes;
     return true;
+}
+
+bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
+{
+    return flags_hardware(cmd, f) && flags_mode(cmd, f) == HP_EXIT_OK;
 }
 
 void cli_cost_engine_text(FILE *o, const hp_cost_model *m)
@@ -399,6 +424,25 @@ hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char
     f->co.routing = (const int32_t *const *)f->routing;
     f->co.routing_layers = L;
     return st;
+}
+
+/* --mode decode takes no training flag, its context is --context, else the --seq given, else 4096, and its step one
+ * new token (S = 1); --context needs decode. HP_EXIT_OK, or the usage error's exit code (printed). */
+static int flags_mode(const char *cmd, cli_cost_flags *f)
+{
+    if (!f->co.decode) {
+        if (f->context_given)
+            return cli_usage_error(cmd, "--context is the KV cache of --mode decode; give --mode decode, or --seq for "
+                                   "the positions of an infer or train step");
+        return HP_EXIT_OK;
+    }
+    if (f->train_only)
+        return cli_usage_error(cmd, "%s describes a training step's state; --mode decode serves (no gradients, no "
+                               "optimizer): drop it, or use --mode train", f->train_only);
+    /* the cache's positions: --context, else the --seq (or input) given, else --seq's default */
+    if (!f->context_given) f->co.context = f->seq_given ? f->co.S : 4096;
+    f->co.S = 1; /* one new token per sequence */
+    return HP_EXIT_OK;
 }
 
 void cli_cost_flags_free(cli_cost_flags *f)

@@ -11,7 +11,8 @@
 enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
-    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL
+    CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL,
+    CLI_O_CONTEXT, CLI_O_MEM_BW
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -31,12 +32,18 @@ enum {
     {"recompute", CLI_O_RECOMPUTE, "R", "train, GPU: none, selective (default: the attention scores) or full\n"    \
                                         "(only each layer's input kept); cpu: none only", 0, grp},                  \
     {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
-    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache) or train (adds gradients,\n"        \
-                              "optimizer state, master weights, saved activations, the backward)", 0, grp},         \
+    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache), train (adds gradients,\n"          \
+                              "optimizer state, master weights, saved activations, the backward) or\n"            \
+                              "decode (serving: one new token per sequence of --batch against a KV\n"             \
+                              "cache of --context positions; the sequences that fit, the step bound\n"            \
+                              "by FLOPs or by memory bandwidth)", 0, grp},                                          \
+    {"context", CLI_O_CONTEXT, "C", "decode: KV cache positions per sequence (default: --seq, else 4096)", 0, grp}, \
     {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100; a GPU: its own)",  \
      0, grp},                                                                                                       \
     {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
      0, grp},                                                                                                       \
+    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (10: what a core of a\n"              \
+                                  "2-core CPU machine moved with memcpy, docs/cost.md; a GPU: its HBM's)", 0, grp}, \
     {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
     {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp},                       \
     {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \
@@ -71,14 +78,17 @@ typedef struct cli_cost_flags {
     unsigned given;          /* the model flags given explicitly (bits of CLI_G_*): they override the profile */
     bool recompute_given, global_given, micro_given;
     int64_t global_batch;    /* --global-batch */
+    bool context_given;      /* --context */
+    const char *train_only;  /* the first flag given that only a training step takes, NULL: none */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;
 
 void cli_cost_flags_init(cli_cost_flags *f);
 /* After the flags: applies --hardware under the flags given explicitly, its memory as the default budget, and
- * checks what the flags say together (--recompute under cpu, --micro-batch outside training, ...). false: a usage
- * error was printed. */
+ * checks what the flags say together (--recompute under cpu, --micro-batch outside training, ...); --mode decode:
+ * no training flag, the context is --context, else the --seq given, else 4096, and the step one new token (S = 1);
+ * --context needs decode. false: a usage error was printed. */
 bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f);
 /* The command line that makes change ch: "hyperpar CMD" with argv[1..argc) (argv[0] is CMD), every occurrence of
  * ch's flag (and of --global-batch with --batch, of --train-state runtime with --zero 2 or 3) dropped and ch's

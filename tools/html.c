@@ -4,10 +4,13 @@
  * data-hp-error when the page raises an error, for tests).
  *
  * cost: the mesh as a grid of ranks coloured by memory against the budget (green, yellow, red; dark red over
- * it), a stacked bar per rank (weights, activations, KV cache or training state) against the budget line, and
- * per layer the collectives of the most-loaded rank (a stacked bar each, and a table). advise: the accepted
- * meshes side by side (memory against the budget, predicted step time), then tables of the accepted and the
- * rejected ones. Estimates (docs/cost.md) carry an asterisk. train (--plot): the loss (and the eval loss) and the
+ * it), a table of what each rank holds (its coordinates, its experts, its slices of the heads and the sequence,
+ * its memory), a stacked bar per rank (weights, activations, KV cache or training state) against the budget line,
+ * and per layer the collectives of the most-loaded rank (a stacked bar each, and a table). advise: the accepted
+ * meshes' memory side by side against the budget, their step times as bars from a baseline near the fastest (so
+ * that small differences show; the baseline is printed), then tables of the accepted and the rejected ones.
+ * Decode (serving) adds the KV cache per sequence, the sequences that fit and what bounds the step. Every legend
+ * entry of a page has its own colour (one palette, below). Estimates (docs/cost.md) carry an asterisk. train (--plot): the loss (and the eval loss) and the
  * gradient norm against the step, one polyline per curve and finite stretch.
  */
 #include <math.h>
@@ -17,6 +20,7 @@
 
 #include "cli.h"
 #include "hyperpar/cost.h"
+#include "hyperpar/plan.h"
 
 #define GRID_MAX_CELLS 1024 /* ranks drawn in the mesh grid */
 #define GRID_MAX_COLS 128   /* wider rows wrap */
@@ -25,12 +29,16 @@
 #define ADVISE_MAX_DRAWN 16 /* candidates drawn in the chart */
 #define EST "*"             /* marks an estimate */
 
+/* One palette for every legend entry a page shows, no colour twice (Tableau 10 and two more): the memory parts,
+ * the collective kinds, the budget line and the step time. */
 _Static_assert(HP_RUN_COLL_COUNT == 5, "one colour per collective kind");
-static const char *const coll_colour[HP_RUN_COLL_COUNT] = {"#4e79a7", "#f28e2b", "#76b7b2", "#b07aa1", "#e15759"};
 /* weights, activations, KV cache or training state */
 static const char *const mem_colour[3] = {"#4e79a7", "#f28e2b", "#59a14f"};
+/* all-gather, all-reduce, reduce-scatter, gather, all-to-all */
+static const char *const coll_colour[HP_RUN_COLL_COUNT] = {"#76b7b2", "#edc948", "#b07aa1", "#9c755f", "#ff9da7"};
 #define BUDGET_COLOUR "#c0002a"
 #define TIME_COLOUR "#7f7f7f"
+#define RANKS_MAX_ROWS 1024 /* ranks listed in the table of what each holds */
 
 /* A short formatted figure, returned by value (valid until the end of the full expression that uses it). */
 typedef struct txt {
@@ -202,7 +210,10 @@ static const char page_style[] =
     "table{border-collapse:collapse;font-size:13px;margin:6px 0}\n"
     "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}\n"
     "th{background:#f0f0f0}td.n{text-align:right;white-space:nowrap}\n"
-    "code{font-size:12px;white-space:pre-wrap;word-break:break-all}\n"
+    /* identifiers never break inside a token; numbers and command lines not at all; wide tables scroll */
+    "td,th,p,.key{overflow-wrap:normal;word-break:keep-all}\n"
+    "code,.id{white-space:nowrap}code{font-size:12px}\n"
+    "div.scroll{overflow-x:auto;max-width:100%}\n"
     "svg{display:block;margin:6px 0}svg text{font-size:11px;fill:#222}\n"
     "svg text.in{pointer-events:none;font-size:10px}svg text.hot{fill:#fff}svg text.b{fill:" BUDGET_COLOUR "}\n";
 
@@ -248,6 +259,11 @@ static const char *state_name(const hp_cost *c)
     return c->train ? "training state" : "KV cache";
 }
 
+static const char *step_name(const hp_cost *c)
+{
+    return c->train ? "training step" : c->decode ? "decode step (one new token per sequence)" : "forward step";
+}
+
 /* The reference of the colours: the budget, or else the most-loaded rank. */
 static uint64_t cost_ref(const hp_cost *c, uint64_t budget)
 {
@@ -275,6 +291,26 @@ static const char *coords_str(const hp_mesh *mesh, int64_t rank, int first, int 
     return buf;
 }
 
+/* Decode's own figures: the KV cache per sequence, the sequences that fit, what bounds the slowest rank's step. */
+static void decode_summary(FILE *f, const hp_cost *c, uint64_t budget)
+{
+    const hp_cost_rank *m = &c->ranks[c->max_rank], *slow = &c->ranks[0];
+    for (int64_t i = 1; i < c->n_ranks; i++)
+        if (c->ranks[i].t_step > slow->t_step) slow = &c->ranks[i];
+    int64_t n = hp_cost_seqs(c, budget);
+    fputs("<p class=\"sum\">", f);
+    escf(f, "KV cache per sequence on rank %lld: %s" EST "; ", (long long)m->rank, fbytes(m->kv_seq_bytes).s);
+    if (n < 0) esc(f, "sequences that fit: needs --mem-per-rank");
+    else escf(f, "sequences that fit in %s per rank: %lld" EST " (%lld per replica x dp=%lld)", fbytes(budget).s,
+              (long long)n, (long long)(n / (c->dp > 0 ? c->dp : 1)), (long long)c->dp);
+    fputs("</p>\n<p class=\"sum\">", f);
+    escf(f, "step of rank %lld: %s" EST " = max(compute %s, memory %s: %s read at %.3g GB/s) + communication %s: %s-bound",
+         (long long)slow->rank, fsec(slow->t_step).s, fsec(slow->t_compute).s, fsec(slow->t_memory).s,
+         fbytes(slow->read_bytes).s, c->mdl.mem_bw / 1e9, fsec(slow->t_comm).s,
+         slow->t_memory >= slow->t_compute ? "memory" : "compute");
+    fputs("</p>\n", f);
+}
+
 static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t budget)
 {
     char ms[256] = "";
@@ -284,7 +320,11 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
     escf(f, "mesh %s; world %lld; batch B=%lld, S=%lld", ms[0] ? ms : "?", (long long)c->world, (long long)c->B,
          (long long)c->S);
     if (c->S_pad != c->S) escf(f, " (padded to %lld)", (long long)c->S_pad);
-    escf(f, "; %s", c->train ? "training (forward and backward)" : "inference (one forward step)");
+    if (c->decode)
+        escf(f, "; decode (serving): %lld sequences, one new token each, a KV cache of %lld positions per sequence",
+             (long long)c->B, (long long)c->context);
+    else
+        escf(f, "; %s", c->train ? "training (forward and backward)" : "inference (one forward step)");
     fputs("</p>\n<p class=\"sum\">", f);
     if (c->refused[0]) /* only the weights are derived: no total, no 0 B */
         escf(f, "most-loaded rank %lld: weights %s; activations, %s and the total not derived; budget %s",
@@ -296,6 +336,7 @@ static void cost_summary(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_
              budget ? fbytes(budget).s : "none (colours against the most-loaded rank)");
     if (budget && !c->refused[0]) escf(f, " (%s used)", fpct((double)m->total_bytes / (double)budget).s);
     fputs("</p>\n", f);
+    if (c->decode && !c->refused[0]) decode_summary(f, c, budget);
     if (c->refused[0]) {
         fputs("<p class=\"sum\">", f);
         esc(f, "Only the weights are derived: 'hyperpar run' refuses this plan: ");
@@ -336,20 +377,113 @@ static int64_t grid_cols(const hp_cost *c, const hp_mesh *mesh)
     return cols > GRID_MAX_COLS ? GRID_MAX_COLS : cols;
 }
 
-static void grid_cell(FILE *f, const hp_cost *c, const hp_mesh *mesh, int64_t r, double x, double y, double cell,
-                      uint64_t ref)
+static int64_t axis_size(const hp_mesh *mesh, const char *axis)
+{
+    int64_t n = mesh ? hp_mesh_size(mesh, axis) : 1;
+    return n > 0 ? n : 1;
+}
+
+/* The experts rank k holds: its EP slot's block of them (whole), or every expert cut over tp, or all of them. */
+static const char *rank_experts(const hp_cost_rank *k, const hp_mesh *mesh, const cli_html_model *md, char *buf,
+                                size_t cap)
+{
+    int64_t E = md ? md->n_experts : 0, P = md && md->ep > 1 ? md->ep : 1, tp = axis_size(mesh, "tp"), first, n;
+    buf[0] = '\0';
+    if (E < 2) return buf;
+    hp_ep_local_experts(E, P, k->ep, &first, &n);
+    int w = P > 1 ? snprintf(buf, cap, "EP slot %lld/%lld: experts %lld..%lld (%lld of %lld)", (long long)k->ep,
+                             (long long)P, (long long)first, (long long)(first + n - 1), (long long)n, (long long)E)
+                  : snprintf(buf, cap, "all %lld experts", (long long)E);
+    if (P == 1 && tp > 1 && w >= 0 && (size_t)w < cap)
+        snprintf(buf + w, cap - (size_t)w, ", tp %lld/%lld of each one's width", (long long)k->tp, (long long)tp);
+    return buf;
+}
+
+/* Rank k's slices: its tp block of the heads, its cp chunks of the sequence, its replica's rows. */
+static const char *rank_slices(const hp_cost_rank *k, const hp_mesh *mesh, const cli_html_model *md, char *buf,
+                               size_t cap)
+{
+    int64_t tp = axis_size(mesh, "tp"), cp = axis_size(mesh, "cp"), dp = axis_size(mesh, "dp");
+    size_t n = 0;
+    buf[0] = '\0';
+    int w = 0;
+    if (tp > 1 && md && md->n_heads % tp == 0) {
+        int64_t h = md->n_heads / tp, kv = md->n_kv_heads / tp;
+        w = md->mla || md->n_kv_heads % tp
+                ? snprintf(buf, cap, "tp %lld/%lld of heads %lld..%lld", (long long)k->tp, (long long)tp,
+                           (long long)(k->tp * h), (long long)(k->tp * h + h - 1))
+                : snprintf(buf, cap, "tp %lld/%lld of heads %lld..%lld, KV heads %lld..%lld", (long long)k->tp,
+                           (long long)tp, (long long)(k->tp * h), (long long)(k->tp * h + h - 1),
+                           (long long)(k->tp * kv), (long long)(k->tp * kv + kv - 1));
+    } else if (tp > 1) {
+        w = snprintf(buf, cap, "tp %lld/%lld", (long long)k->tp, (long long)tp);
+    }
+    n = w > 0 && (size_t)w < cap ? (size_t)w : n;
+    if (cp > 1 && n < cap) { /* 2·cp load-balanced chunks: c and 2cp-1-c */
+        w = snprintf(buf + n, cap - n, "%scp %lld/%lld: sequence chunks %lld and %lld of %lld", n ? "; " : "",
+                     (long long)k->cp, (long long)cp, (long long)k->cp, (long long)(2 * cp - 1 - k->cp),
+                     (long long)(2 * cp));
+        n = w > 0 && n + (size_t)w < cap ? n + (size_t)w : n;
+    }
+    if (dp > 1 && n < cap)
+        snprintf(buf + n, cap - n, "%sdp %lld/%lld: its replica's rows", n ? "; " : "", (long long)k->dp, (long long)dp);
+    if (!buf[0]) snprintf(buf, cap, "everything (one rank per replica)");
+    return buf;
+}
+
+static void grid_cell(FILE *f, const hp_cost *c, const hp_mesh *mesh, const cli_html_model *md, int64_t r, double x,
+                      double y, double cell, uint64_t ref)
 {
     const hp_cost_rank *k = &c->ranks[r];
     double frac = ref ? (double)k->total_bytes / (double)ref : 0;
-    char co[256];
+    char co[256], ex[160], sl[300];
     coords_str(mesh, r, 0, mesh ? mesh->n_dims : 0, co, sizeof co);
-    rect_tip(f, x, y, cell, cell, heat(frac).s, "rank %lld (%s): %s" EST " of %s (%s)", (long long)r, co,
-             fbytes(k->total_bytes).s, fbytes(ref).s, fpct(frac).s);
+    rank_experts(k, mesh, md, ex, sizeof ex);
+    rect_tip(f, x, y, cell, cell, heat(frac).s, "rank %lld (%s): %s" EST " of %s (%s)%s%s%s%s", (long long)r, co,
+             fbytes(k->total_bytes).s, fbytes(ref).s, fpct(frac).s, md ? "; " : "",
+             md ? rank_slices(k, mesh, md, sl, sizeof sl) : "", ex[0] ? "; " : "", ex);
+    bool ep = md && md->ep > 1 && md->n_experts > 1;
     if (cell >= 26)
-        text(f, x + cell / 2, y + cell / 2 + 4, "middle", frac > 1 ? "in hot" : "in", "%lld", (long long)r);
+        text(f, x + cell / 2, y + cell / 2 + (ep ? 0 : 4), "middle", frac > 1 ? "in hot" : "in", "%lld", (long long)r);
+    if (cell >= 26 && ep) /* the EP slot, what differs most between ranks of a MoE plan */
+        text(f, x + cell / 2, y + cell / 2 + 11, "middle", frac > 1 ? "in hot" : "in", "e%lld", (long long)k->ep);
 }
 
-static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t budget)
+/* What each rank holds: its coordinates, experts, slices and memory, a row per rank. */
+static void cost_ranks_table(FILE *f, const hp_cost *c, const hp_mesh *mesh, const cli_html_model *md)
+{
+    int64_t rows = c->world < RANKS_MAX_ROWS ? c->world : RANKS_MAX_ROWS; /* the page's ranks: every rank */
+    bool moe = md->n_experts > 1;
+    fputs("<h2>What each rank holds</h2>\n<div class=\"scroll\"><table class=\"ranks\">\n<tr><th>rank</th>"
+          "<th>coordinates</th>", f);
+    if (moe) fputs("<th>experts</th>", f);
+    fputs("<th>slices</th><th>weights</th><th>total" EST "</th></tr>\n", f);
+    for (int64_t i = 0; i < rows; i++) {
+        const hp_cost_rank *k = &c->ranks[i];
+        char co[256], buf[300];
+        fprintf(f, "<tr data-rank=\"%lld\"><td class=\"n\">%lld</td><td class=\"id\">", (long long)k->rank,
+                (long long)k->rank);
+        esc(f, coords_str(mesh, k->rank, 0, mesh ? mesh->n_dims : 0, co, sizeof co));
+        if (moe) {
+            fputs("</td><td class=\"experts\">", f);
+            esc(f, rank_experts(k, mesh, md, buf, sizeof buf));
+        }
+        fputs("</td><td>", f);
+        esc(f, rank_slices(k, mesh, md, buf, sizeof buf));
+        fputs("</td><td class=\"n\">", f);
+        esc(f, fbytes(k->weight_bytes).s);
+        fputs("</td><td class=\"n\">", f);
+        if (c->refused[0]) esc(f, "not derived");
+        else escf(f, "%s" EST, fbytes(k->total_bytes).s);
+        fputs("</td></tr>\n", f);
+    }
+    fputs("</table></div>\n", f);
+    if (rows < c->world)
+        fprintf(f, "<p class=\"note\">Listing the first %lld of %lld ranks.</p>\n", (long long)rows,
+                (long long)c->world);
+}
+
+static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, const cli_html_model *md, uint64_t budget)
 {
     int64_t cols = grid_cols(c, mesh), drawn = c->world < GRID_MAX_CELLS ? c->world : GRID_MAX_CELLS;
     int64_t rows = (drawn + cols - 1) / cols;
@@ -362,8 +496,9 @@ static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t b
     int64_t label_every = 1; /* rows from one row label to the next, so that they do not overlap */
     while ((double)label_every * (cell + gap) < 13) label_every++;
     fputs("<h2>Memory per rank on the mesh</h2>\n<p class=\"note\">", f);
-    escf(f, "Each cell a rank, coloured by its total (weights + activations + %s" EST ") against %s. ",
-         state_name(c), budget ? "the budget" : "the most-loaded rank");
+    escf(f, "Each cell a rank, coloured by its total (weights + activations + %s" EST ") against %s%s. ",
+         state_name(c), budget ? "the budget" : "the most-loaded rank",
+         md && md->ep > 1 && md->n_experts > 1 ? "; eN: its EP slot" : "");
     if (mesh && mesh->n_dims > 1)
         escf(f, "Rows: the coordinates of the axes before %s; columns: %s. ", mesh->names[mesh->n_dims - 1],
              mesh->names[mesh->n_dims - 1]);
@@ -383,7 +518,7 @@ static void cost_grid(FILE *f, const hp_cost *c, const hp_mesh *mesh, uint64_t b
             char co[256];
             text(f, x0 - 8, y + cell / 2 + 4, "end", "", "%s", coords_str(mesh, r, 0, mesh->n_dims - 1, co, sizeof co));
         }
-        grid_cell(f, c, mesh, r, x0 + (double)j * (cell + gap), y, cell, ref);
+        grid_cell(f, c, mesh, md, r, x0 + (double)j * (cell + gap), y, cell, ref);
     }
     fputs("</svg>\n", f);
 }
@@ -532,7 +667,7 @@ static void layer_row(FILE *f, const hp_cost_rank *r, size_t first)
 
 static void layer_table(FILE *f, const hp_cost_rank *r)
 {
-    fputs("<table>\n<tr><th>layer</th><th>collective</th><th>axis</th><th>group size</th><th>calls</th>"
+    fputs("<div class=\"scroll\"><table>\n<tr><th>layer</th><th>collective</th><th>axis</th><th>group size</th><th>calls</th>"
           "<th>bytes</th><th>bytes (exact count)</th></tr>\n", f);
     int32_t last = last_layer(r);
     for (int32_t l = -1; l <= last; l++)
@@ -542,7 +677,7 @@ static void layer_table(FILE *f, const hp_cost_rank *r)
             for (size_t j = 0; j < i && !seen; j++) seen = same_row(&r->ev[j], &r->ev[i]);
             if (!seen) layer_row(f, r, i);
         }
-    fputs("</table>\n", f);
+    fputs("</table></div>\n", f);
 }
 
 static void cost_layers(FILE *f, const hp_cost *c)
@@ -554,7 +689,7 @@ static void cost_layers(FILE *f, const hp_cost *c)
     }
     fputs("<h2>Collectives per layer</h2>\n<p class=\"note\">", f);
     escf(f, "Rank %lld (the most-loaded), bytes it sends into each kind of collective in one %s. Total:",
-         (long long)r->rank, c->train ? "training step" : "forward step");
+         (long long)r->rank, step_name(c));
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
         if (r->calls[k] || r->bytes[k])
             escf(f, " %s %s in %llu calls;", hp_run_coll_name((hp_run_coll)k), fbytes(r->bytes[k]).s,
@@ -570,7 +705,8 @@ static void cost_layers(FILE *f, const hp_cost *c)
     layer_table(f, r);
 }
 
-int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh, uint64_t budget)
+int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const struct hp_mesh *mesh,
+                  const cli_html_model *md, uint64_t budget)
 {
     page_open(f, "cost", title);
     if (!c || c->world < 1 || !c->ranks || c->max_rank < 0 || c->max_rank >= c->world) {
@@ -579,7 +715,8 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
     }
     cost_summary(f, c, mesh, budget);
     cost_legend(f, c, budget);
-    cost_grid(f, c, mesh, budget);
+    cost_grid(f, c, mesh, md, budget);
+    if (md) cost_ranks_table(f, c, mesh, md);
     cost_bars(f, c, budget);
     cost_layers(f, c);
     return page_close(f, EST " estimate (docs/cost.md)");
@@ -588,7 +725,7 @@ int cli_html_cost(FILE *f, const char *title, const struct hp_cost *c, const str
 /* ---- advise ---- */
 
 static void cand_segs(const hp_advise_cand *a, seg s[3])
-{
+{ /* the state: the KV cache (infer, decode) or the training state */
     s[0] = (seg){a->weight_bytes, mem_colour[0], "weights", false};
     s[1] = (seg){a->act_bytes, mem_colour[1], "activations", true};
     s[2] = (seg){a->state_bytes, mem_colour[2], "KV cache or training state", true};
@@ -600,84 +737,74 @@ static uint64_t cand_mem(const hp_advise_cand *a)
     return sum > a->max_bytes ? sum : a->max_bytes;
 }
 
-/* The scales' tops over the first `drawn` accepted candidates. */
-static int advise_tops(const hp_advise_cand *c, int n, uint64_t budget, uint64_t *mem_top, double *t_top)
+/* The memory scale's top over the first `drawn` accepted candidates; returns drawn. */
+static int advise_tops(const hp_advise_cand *c, int n, uint64_t budget, uint64_t *mem_top)
 {
     int drawn = 0;
     *mem_top = budget;
-    *t_top = 0;
     for (int i = 0; i < n && drawn < ADVISE_MAX_DRAWN; i++) {
         if (!c[i].ok) continue;
         if (cand_mem(&c[i]) > *mem_top) *mem_top = cand_mem(&c[i]);
-        if (c[i].t_step > *t_top) *t_top = c[i].t_step;
         drawn++;
     }
     return drawn;
 }
 
-/* Gridlines with the memory scale on the left and the time scale on the right. */
-static void advise_axes(FILE *f, double x0, double x1, double base, double ph, uint64_t mem_top, double t_top)
+/* Gridlines with the memory scale on the left. */
+static void advise_axes(FILE *f, double x0, double x1, double base, double ph, uint64_t mem_top)
 {
     for (int g = 0; g <= 4; g++) {
         double y = base - ph * g / 4;
         line(f, x0, y, x1, y, g ? "#e0e0e0" : "#888", false);
         text(f, x0 - 6, y + 4, "end", "", "%s", fbytes((uint64_t)((double)mem_top * g / 4)).s);
-        text(f, x1 + 6, y + 4, "start", "", "%s", fsec(t_top * g / 4).s);
     }
     text(f, x0 - 6, base - ph - 12, "end", "", "memory");
-    text(f, x1 + 6, base - ph - 12, "start", "", "step time" EST);
 }
 
 static void advise_group(FILE *f, const hp_advise_cand *a, int idx, double gx, double gw, double base, double ph,
-                         uint64_t mem_top, double t_top)
+                         uint64_t mem_top)
 {
-    double bw = gw * 0.32 > 40 ? 40 : gw * 0.32, x = gx + gw / 2 - bw - 2;
+    double bw = gw * 0.5 > 48 ? 48 : gw * 0.5, x = gx + gw / 2 - bw / 2;
     char who[sizeof a->mesh + 48];
     snprintf(who, sizeof who, "#%d %.*s", idx, (int)sizeof a->mesh, a->mesh);
     seg s[3];
     cand_segs(a, s);
     vbar(f, x, base, bw, mem_top ? ph / (double)mem_top : 0, s, 3, who);
-    double th = t_top > 0 ? a->t_step / t_top * ph : 0;
-    rect_tip(f, x + bw + 4, base - th, bw, th, TIME_COLOUR,
-             "%s: step %s" EST " (compute %s" EST ", communication %s" EST ")", who, fsec(a->t_step).s,
-             fsec(a->t_compute).s, fsec(a->t_comm).s);
     text(f, gx + gw / 2, base + 16, "middle", "", "#%d", idx);
     if (gw >= 220) text(f, gx + gw / 2, base + 30, "middle", "", "%s", a->mesh);
-    if (gw >= 110) { /* the figures above the bars, away from each other */
+    if (gw >= 70) { /* the figure above the bar */
         double mh = mem_top ? (double)cand_mem(a) / (double)mem_top * ph : 0;
-        text(f, x + bw, base - mh - 4, "end", "", "%s", fbytes(cand_mem(a)).s);
-        text(f, x + bw + 4, base - th - 4, "start", "", "%s", fsec(a->t_step).s);
+        text(f, gx + gw / 2, base - mh - 4, "middle", "", "%s", fbytes(cand_mem(a)).s);
     }
 }
 
-static void advise_chart(FILE *f, const hp_advise_cand *c, int n, uint64_t budget)
+static void advise_chart(FILE *f, const hp_advise_cand *c, int n, uint64_t budget, const char *state)
 {
     uint64_t mem_top;
-    double t_top;
-    int drawn = advise_tops(c, n, budget, &mem_top, &t_top), accepted = 0;
+    int drawn = advise_tops(c, n, budget, &mem_top), accepted = 0;
     for (int i = 0; i < n; i++) accepted += c[i].ok;
-    fputs("<h2>Accepted meshes, best first</h2>\n", f);
+    fputs("<h2>Accepted meshes, best first: memory of the most-loaded rank</h2>\n", f);
     if (!drawn) {
         fputs("<p>No mesh fits.</p>\n", f);
         return;
     }
+    char st[64];
+    snprintf(st, sizeof st, "%s" EST, state);
     fputs("<div>\n", f);
     key(f, mem_colour[0], "weights");
     key(f, mem_colour[1], "activations" EST);
-    key(f, mem_colour[2], "KV cache or training state" EST);
-    key(f, TIME_COLOUR, "predicted step time" EST);
+    key(f, mem_colour[2], st);
     if (budget) key(f, BUDGET_COLOUR, "budget");
     fputs("</div>\n", f);
     if (accepted > drawn)
         fprintf(f, "<p class=\"note\">Showing the first %d of %d accepted meshes.</p>\n", drawn, accepted);
-    double x0 = 90, pw = 880, ph = 300, base = 40 + ph, gw = pw / drawn;
+    double x0 = 90, pw = 880, ph = 260, base = 40 + ph, gw = pw / drawn;
     mem_top = mem_top + mem_top / 10;
-    t_top *= 1.1;
-    svg_open(f, x0 + pw + 90, base + 40, "accepted meshes: memory and step time");
-    advise_axes(f, x0, x0 + pw, base, ph, mem_top, t_top);
+    svg_open(f, x0 + pw + 30, base + 40, "accepted meshes: memory");
+    advise_axes(f, x0, x0 + pw, base, ph, mem_top);
     for (int i = 0, k = 0; i < n && k < drawn; i++)
         if (c[i].ok) {
-            advise_group(f, &c[i], k + 1, x0 + k * gw, gw, base, ph, mem_top, t_top);
+            advise_group(f, &c[i], k + 1, x0 + k * gw, gw, base, ph, mem_top);
             k++;
         }
     if (budget && mem_top) {
@@ -688,15 +815,151 @@ static void advise_chart(FILE *f, const hp_advise_cand *c, int n, uint64_t budge
     fputs("</svg>\n", f);
 }
 
-static void accepted_table(FILE *f, const hp_advise_cand *c, int n, const char *const *commands)
+/* How the step-time bars are scaled. The drawn times span [lo, hi]; d = t - lo is how much slower than the fastest
+ * a mesh is, dmin the smallest such difference above 0.
+ *   LINEAR  hi - lo <= 40 dmin: a linear axis from a baseline a quarter of the spread below the fastest (never
+ *           below 0), printed on the axis; the smallest difference spans at least 1/50 of the axis;
+ *   LOG     the differences span more: each bar is d on a logarithmic axis (decades from below dmin to above
+ *           hi - lo, ticked), so that a difference of 1% shows next to one of 10x; the fastest has no bar;
+ *   SAME    every time is the same. */
+typedef enum { TS_SAME, TS_LINEAR, TS_LOG } tscale_kind;
+
+typedef struct tscale {
+    tscale_kind kind;
+    double lo, base, top; /* LINEAR: base..top seconds; LOG: 10^base..10^top seconds of difference */
+    double width;         /* pixels of the axis */
+} tscale;
+
+static tscale time_scale(const hp_advise_cand *c, int n, int drawn, double width)
 {
-    fputs("<table>\n<tr><th>#</th><th>mesh</th><th>memory" EST " (weights + activations + state)</th>"
-          "<th>sent bytes</th><th>wire bytes</th><th>step time" EST " (compute + communication)</th>"
-          "<th>command</th></tr>\n", f);
+    tscale ts = {.kind = TS_SAME, .width = width};
+    double hi = 0, dmin = 0;
+    for (int i = 0, k = 0; i < n && k < drawn; i++)
+        if (c[i].ok) {
+            if (!k || c[i].t_step < ts.lo) ts.lo = c[i].t_step;
+            if (!k || c[i].t_step > hi) hi = c[i].t_step;
+            k++;
+        }
+    for (int i = 0, k = 0; i < n && k < drawn; i++)
+        if (c[i].ok) {
+            double d = c[i].t_step - ts.lo;
+            if (d > 0 && (dmin == 0 || d < dmin)) dmin = d;
+            k++;
+        }
+    if (!(hi > ts.lo) || !(dmin > 0)) return ts;
+    if (hi - ts.lo <= 40 * dmin) {
+        ts.kind = TS_LINEAR;
+        ts.base = ts.lo - (hi - ts.lo) / 4 > 0 ? ts.lo - (hi - ts.lo) / 4 : 0;
+        ts.top = hi;
+    } else {
+        ts.kind = TS_LOG;
+        ts.base = floor(log10(dmin)) - 1; /* the smallest difference a decade in: a visible bar */
+        ts.top = ceil(log10(hi - ts.lo));
+        if (ts.top <= ts.base) ts.top = ts.base + 1;
+    }
+    return ts;
+}
+
+/* The bar's length in pixels of a step of t seconds. */
+static double time_px(const tscale *ts, double t)
+{
+    switch (ts->kind) {
+    case TS_LINEAR: return (t - ts->base) / (ts->top - ts->base) * ts->width;
+    case TS_LOG: return t > ts->lo ? (log10(t - ts->lo) - ts->base) / (ts->top - ts->base) * ts->width : 0;
+    default: return ts->width / 2;
+    }
+}
+
+/* The axis: its baseline (LINEAR) or its decades of difference (LOG), and what the bars mean. */
+static void time_axis_note(FILE *f, const tscale *ts)
+{
+    fputs("<p class=\"note\">", f);
+    if (ts->kind == TS_LINEAR && ts->base > 0)
+        escf(f, "The bars start at %s, not at 0: a bar's length is the time above that baseline, so that the "
+                "differences between meshes show. Each bar says how much slower than #1 it is.", fsec(ts->base).s);
+    else if (ts->kind == TS_LINEAR)
+        esc(f, "The bars start at 0 s. Each bar says how much slower than #1 it is.");
+    else if (ts->kind == TS_LOG)
+        escf(f, "A bar's length is how much slower than the fastest drawn mesh (%s) it is, on a logarithmic axis "
+                "(a tick per factor of 10), so that small and large differences both show; the fastest has no bar. "
+                "Each bar gives its time.", fsec(ts->lo).s);
+    else
+        esc(f, "Every drawn mesh has the same predicted step time.");
+    fputs("</p>\n", f);
+}
+
+static void time_axis(FILE *f, const tscale *ts, double x0, double y0, double y1)
+{
+    line(f, x0, y0 - 6, x0, y1, "#888", false);
+    if (ts->kind == TS_LINEAR) text(f, x0, y0 - 10, "middle", "", "%s", fsec(ts->base).s);
+    if (ts->kind != TS_LOG) return;
+    for (double e = ts->base; e <= ts->top + 1e-9; e += 1) {
+        double x = x0 + (e - ts->base) / (ts->top - ts->base) * ts->width;
+        line(f, x, y0 - 4, x, y1, "#e0e0e0", false);
+        text(f, x, y0 - 10, "middle", "", "+%s", fsec(pow(10, e)).s);
+    }
+}
+
+/* The predicted step times of the drawn candidates as horizontal bars (time_scale), each labelled with its time
+ * and how much slower than #1 it is. data-step on each bar: its seconds. */
+static void advise_time_chart(FILE *f, const hp_advise_cand *c, int n, bool decode)
+{
+    int drawn = 0;
+    double best = 0;
+    for (int i = 0; i < n && drawn < ADVISE_MAX_DRAWN; i++)
+        if (c[i].ok) {
+            if (!drawn) best = c[i].t_step;
+            drawn++;
+        }
+    if (!drawn) return;
+    double x0 = 260, h = 16, pitch = 22, y0 = 30;
+    tscale ts = time_scale(c, n, drawn, 600);
+    fputs("<h2>Predicted step time" EST "</h2>\n<div>\n", f);
+    key(f, TIME_COLOUR, decode ? "step time" EST ": max(compute, memory reads) + communication"
+                               : "step time" EST ": compute + communication");
+    fputs("</div>\n", f);
+    time_axis_note(f, &ts);
+    svg_open(f, x0 + ts.width + 200, y0 + drawn * pitch + 10, "accepted meshes: step time");
+    time_axis(f, &ts, x0, y0, y0 + drawn * pitch);
+    for (int i = 0, k = 0; i < n && k < drawn; i++) {
+        const hp_advise_cand *a = &c[i];
+        if (!a->ok) continue;
+        double y = y0 + k * pitch, w = time_px(&ts, a->t_step);
+        char who[sizeof a->mesh + 48];
+        snprintf(who, sizeof who, "#%d %.*s", k + 1, (int)sizeof a->mesh, a->mesh);
+        text(f, x0 - 8, y + h - 4, "end", "", "#%d %s", k + 1, a->mesh);
+        fprintf(f, "<rect data-step=\"%.17g\" x=\"%.1f\" y=\"%.1f\" width=\"%.3f\" height=\"%.1f\" fill=\"%s\"><title>",
+                a->t_step, x0, y, w, h, TIME_COLOUR);
+        if (decode)
+            escf(f, "%s: step %s" EST " (compute %s" EST ", memory %s" EST ", communication %s" EST ")", who,
+                 fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_memory).s, fsec(a->t_comm).s);
+        else
+            escf(f, "%s: step %s" EST " (compute %s" EST ", communication %s" EST ")", who, fsec(a->t_step).s,
+                 fsec(a->t_compute).s, fsec(a->t_comm).s);
+        fputs("</title></rect>\n", f);
+        if (k == 0) text(f, x0 + w + 6, y + h - 4, "start", "", "%s", fsec(a->t_step).s);
+        else { /* 3 significant digits, without an exponent */
+            double pct = best > 0 ? (a->t_step - best) / best * 100 : 0.0;
+            text(f, x0 + w + 6, y + h - 4, "start", "", fabs(pct) < 100 ? "%s (%+.3g%% vs #1)" : "%s (%+.0f%% vs #1)",
+                 fsec(a->t_step).s, pct);
+        }
+        k++;
+    }
+    fputs("</svg>\n", f);
+}
+
+static void accepted_table(FILE *f, const hp_advise_cand *c, int n, const char *const *commands, bool decode)
+{
+    fputs("<div class=\"scroll\"><table>\n<tr><th>#</th><th>mesh</th><th>memory" EST
+          " (weights + activations + state)</th><th>sent bytes</th><th>wire bytes</th>", f);
+    fputs(decode ? "<th>step time" EST " (max(compute, memory) + communication)</th><th>KV cache per sequence" EST
+                   "</th><th>sequences that fit" EST "</th>"
+                 : "<th>step time" EST " (compute + communication)</th>", f);
+    fputs("<th>command</th></tr>\n", f);
     for (int i = 0, k = 0; i < n; i++) {
         const hp_advise_cand *a = &c[i];
         if (!a->ok) continue;
-        fprintf(f, "<tr><td class=\"n\">%d</td><td>", ++k);
+        fprintf(f, "<tr><td class=\"n\">%d</td><td class=\"id\">", ++k);
         esc(f, a->mesh);
         fputs("</td><td class=\"n\">", f);
         escf(f, "%s" EST " (%s + %s + %s)", fbytes(a->max_bytes).s, fbytes(a->weight_bytes).s, fbytes(a->act_bytes).s,
@@ -706,12 +969,20 @@ static void accepted_table(FILE *f, const hp_advise_cand *c, int n, const char *
         fputs("</td><td class=\"n\">", f);
         esc(f, fbytes(a->wire_bytes).s);
         fputs("</td><td class=\"n\">", f);
-        escf(f, "%s" EST " (%s + %s)", fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_comm).s);
+        if (decode) {
+            escf(f, "%s" EST " (max(%s, %s) + %s)", fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_memory).s,
+                 fsec(a->t_comm).s);
+            fputs("</td><td class=\"n\">", f);
+            esc(f, fbytes(a->kv_seq_bytes).s);
+            fprintf(f, "</td><td class=\"n\">%lld", (long long)a->seqs);
+        } else {
+            escf(f, "%s" EST " (%s + %s)", fsec(a->t_step).s, fsec(a->t_compute).s, fsec(a->t_comm).s);
+        }
         fputs("</td><td><code>", f);
         esc(f, commands && commands[i] ? commands[i] : "");
         fputs("</code></td></tr>\n", f);
     }
-    fputs("</table>\n", f);
+    fputs("</table></div>\n", f);
 }
 
 static void rejected_table(FILE *f, const hp_advise_cand *c, int n)
@@ -723,16 +994,16 @@ static void rejected_table(FILE *f, const hp_advise_cand *c, int n)
         fputs("<p>None.</p>\n", f);
         return;
     }
-    fputs("<table>\n<tr><th>mesh</th><th>why not</th></tr>\n", f);
+    fputs("<div class=\"scroll\"><table>\n<tr><th>mesh</th><th>why not</th></tr>\n", f);
     for (int i = 0; i < n; i++) {
         if (c[i].ok) continue;
-        fputs("<tr><td>", f);
+        fputs("<tr><td class=\"id\">", f);
         esc(f, c[i].mesh);
         fputs("</td><td>", f);
         esc(f, c[i].reason);
         fputs("</td></tr>\n", f);
     }
-    fputs("</table>\n", f);
+    fputs("</table></div>\n", f);
 }
 
 int cli_html_advise(FILE *f, const char *title, const hp_advice *adv, const char *const *commands)
@@ -746,9 +1017,15 @@ int cli_html_advise(FILE *f, const char *title, const hp_advice *adv, const char
     fputs("<p class=\"sum\">", f);
     escf(f, "%d meshes considered: %d accepted, %d rejected; memory per rank budget %s.", n, accepted, n - accepted,
          budget ? fbytes(budget).s : "none");
+    bool decode = adv && adv->decode;
+    if (decode)
+        escf(f, " Decode (serving): %lld sequences, one new token each, a KV cache of %lld positions per sequence; "
+                "ranked by %s.", (long long)adv->B, (long long)adv->context,
+             adv->prefer_headroom ? "the concurrent sequences that fit, then the step time" : "the step time");
     fputs("</p>\n", f);
-    advise_chart(f, c, n, budget);
-    if (accepted) accepted_table(f, c, n, commands);
+    advise_chart(f, c, n, budget, decode ? "KV cache" : adv && adv->train ? "training state" : "KV cache or training state");
+    advise_time_chart(f, c, n, decode);
+    if (accepted) accepted_table(f, c, n, commands, decode);
     rejected_table(f, c, n);
     return page_close(f, EST " estimate (docs/cost.md)");
 }

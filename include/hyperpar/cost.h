@@ -69,6 +69,8 @@ typedef struct hp_cost_model {
                             * too, plus the largest layer's gathered weights while it runs */
     int kv_bytes;          /* KV cache bytes per element (2: bf16) */
     double gemm_flops;     /* per rank, FLOP/s */
+    double mem_bw;         /* decode: a rank's memory bandwidth, bytes/s (the bound of a step that reads every
+                            * weight and the KV cache once); a hardware profile sets it with gemm_flops */
     double bw_intra, bw_inter;   /* link bandwidth, bytes/s, inside a node and between nodes */
     double lat_intra, lat_inter; /* per message, seconds */
     int64_t ranks_per_node;      /* 0: every rank on one node */
@@ -83,11 +85,15 @@ bool hp_cost_model_gpu(const hp_cost_model *m);
 const char *hp_cost_recompute_name(hp_cost_recompute r);
 
 typedef struct hp_cost_opts {
-    int64_t B, S;               /* the batch of one step (all dp replicas together: the global batch) */
+    int64_t B, S;               /* the batch of one step (all dp replicas together: the global batch); decode: B
+                                   sequences of S = 1 new token each */
     int64_t micro_batch;        /* train: rows per dp replica in one micro-batch; B / (micro_batch · dp) micro-batches
                                    (gradient accumulation) make the step and must be whole. 0: one micro-batch of
                                    each replica's rows (B / dp) */
     bool train;                 /* add training state and the backward's estimate */
+    bool decode;                /* serving: one new token per sequence (S must be 1) against a KV cache of context
+                                   positions per sequence (docs/cost.md "Decode"); not with train */
+    int64_t context;            /* decode: the KV cache's positions per sequence (C >= 1) */
     /* The MoE routing, or NULL: the balanced router. routing[l] is layer l's [B·S, K] expert indices (NULL for
      * a dense layer); K must be the model's top-k. Padded positions (CP) are routed as balanced (estimated). */
     const int32_t *const *routing;
@@ -133,7 +139,10 @@ typedef struct hp_cost_rank {
     uint64_t workspace_bytes;     /* exact: the high-water mark of the runner's activation, scratch and
                                      communication buffers in `hyperpar run`'s one forward (docs/cost.md);
                                      UINT64_MAX: past 64 bits (run refuses such a batch) */
-    uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions */
+    uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions (decode: of its B_r sequences'
+                                     context positions) */
+    uint64_t kv_seq_bytes;        /* estimate: the KV cache of one sequence on this rank (S positions, decode: C),
+                                     sliding-window layers capped at their window */
     /* train estimates (0 for inference): Megatron's byte model (docs/cost.md). ZeRO-1 splits the optimizer state
      * and master weights, ZeRO-2 the gradients too, over the data-parallel group of each parameter: world / tp
      * for the dense ones, the expert-data-parallel group (the ranks holding the same experts) for the experts.
@@ -143,7 +152,10 @@ typedef struct hp_cost_rank {
     uint64_t total_bytes;         /* what counts against a budget: weights + activations + the KV cache of the
                                      batch (inference) or the training state (train); docs/cost.md "Total" */
     double flops;                 /* forward (x3 with train), estimate */
-    double t_compute, t_comm, t_step; /* predicted seconds */
+    double t_compute, t_comm, t_step; /* predicted seconds; decode: t_step = max(t_compute, t_memory) + t_comm */
+    uint64_t read_bytes;          /* decode: bytes a step reads from memory: the weights (less the embedding table
+                                     and the routed experts no token reaches) and the batch's KV cache */
+    double t_memory;              /* decode: read_bytes / mem_bw (0 otherwise) */
     bool ep_estimated;            /* the exchange bytes are an estimate */
     hp_cost_event *ev;
     size_t n_ev;
@@ -155,6 +167,9 @@ typedef struct hp_cost {
     int64_t B, S, S_pad;
     int64_t micro_batch, n_micro; /* train: rows per replica per micro-batch, and micro-batches per step */
     bool train;
+    bool decode;                  /* B sequences of one new token, each with a KV cache of context positions */
+    int64_t context;
+    int64_t dp;                   /* the mesh's data-parallel replicas */
     hp_cost_model mdl;
     int64_t max_rank;             /* index into ranks of the one with the most total_bytes */
     char refused[2048];           /* non-empty: the runtime refuses the plan, and why; then only the weights are
@@ -170,6 +185,14 @@ typedef struct hp_cost {
  * model can hold"): every figure is computed with checked arithmetic, and every byte figure, the sum a rank's
  * report prints (total_bytes + kv_bytes, the communication bytes over all kinds) included, fits a uint64_t. */
 hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err);
+
+/* Decode: the sequences that fit beside rank r's weights and step activations in mem_per_rank bytes,
+ * floor((mem_per_rank - weights - activations) / kv_seq_bytes) (the activations hold the runtime's constant
+ * scratch), 0 when those alone pass it; -1 when mem_per_rank is 0 (no budget). */
+int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank);
+/* Decode: the concurrent sequences the mesh serves in mem_per_rank: dp (replicas) times the fewest any evaluated
+ * rank fits (every replica alike); -1 without a budget or when the figures are not derived. */
+int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank);
 
 /* The same in two steps, for many meshes of one plan (advise): the plan's boundaries and the model's runtime
  * config are found once. m and p must outlive k. */
@@ -256,6 +279,8 @@ typedef struct hp_advise_opts {
                                    weight and layout fields are advise's own and ignored); cost.B 0 (the
                                    default): a row per rank, world rows, the same batch for every candidate */
     hp_plan_opts plan;          /* the planner's options (SP, loss-parallel, overrides; the mesh is advise's) */
+    bool prefer_headroom;       /* decode: rank by concurrent sequences that fit (most first; needs mem_per_rank),
+                                   then by step time; false: by step time */
 } hp_advise_opts;
 
 void hp_advise_opts_default(hp_advise_opts *o);
@@ -290,6 +315,9 @@ typedef struct hp_advise_cand {
     double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
     const char *binding;        /* evaluated: the largest item of max_bytes (hp_cost_rank_binding), else NULL */
     uint64_t binding_bytes;
+    double t_memory;            /* decode: the memory-bandwidth bound of that rank's step */
+    uint64_t kv_seq_bytes;      /* decode: one sequence's KV cache on that rank */
+    int64_t seqs;               /* decode: concurrent sequences that fit (hp_cost_seqs), -1 without a budget */
 } hp_advise_cand;
 
 typedef struct hp_advice {
@@ -299,8 +327,11 @@ typedef struct hp_advice {
     bool train;
     hp_cost_model mdl;          /* the byte and time model the figures use (hardware, recompute, ZeRO) */
     int64_t micro_batch;        /* train: opts.cost.micro_batch (0: one micro-batch of each replica's rows) */
+    bool decode, prefer_headroom;
+    int64_t context;            /* decode: the KV cache's positions per sequence */
     int n_cands, n_ok;          /* cands[0..n_ok) accepted, the rest rejected */
-    /* Best first: accepted by predicted step time as printed (hp_seconds_as_printed: 3 significant digits);
+    /* Best first: accepted by predicted step time as printed (hp_seconds_as_printed: 3 significant digits;
+     * prefer_headroom: by seqs, most first, then so);
      * times that print the same tie, and fewer wire_bytes, then less max_bytes decide. Then the rejected: the evaluated (nearest misses, least max_bytes first), then the
      * rest in enumeration order (tp, then cp, then ep ascending). */
     hp_advise_cand *cands;

@@ -1,7 +1,7 @@
 /*
  * advise.c — which mesh of N ranks to pick (hp_advise, docs/cost.md "hyperpar advise"): every mesh of N ranks the
  * model accepts, the others rejected with their reason, the accepted ranked by predicted step time, then by the
- * bytes sent over links, then by memory.
+ * bytes sent over links, then by memory (decode with prefer_headroom: by the sequences that fit first).
  *
  * A template plan is derived on a template mesh where every axis the model can use is active, one per way the
  * experts of a MoE model are placed (a dense model has only the first):
@@ -182,7 +182,8 @@ static bool admissible(const ctx *x, const tmpl *t, hp_advise_cand *c)
     const hp_cost_opts *co = &x->o->cost;
     int64_t rpn = co->mdl.ranks_per_node;
     hp_err err;
-    if (hp_plan_check_compat(m, c->tp, c->cp, c->ep, co->S, &err) != HP_OK)
+    /* decode: the runtime pads each sequence's new token to 2·cp positions, so S needs no divisor */
+    if (hp_plan_check_compat(m, c->tp, c->cp, c->ep, co->decode ? 0 : co->S, &err) != HP_OK)
         return reject(c, HP_ADVISE_COMPAT, "%s", err.msg);
     if (t->refused.status != HP_OK)
         return reject(c, HP_ADVISE_PLAN, "the planner refuses a plan that cuts the experts over tp%s: %s",
@@ -243,8 +244,11 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
         const hp_cost_rank *q = &k->ranks[i];
         if (q->sent_bytes > c->sent_bytes) c->sent_bytes = q->sent_bytes;
         if (q->wire_bytes > c->wire_bytes) c->wire_bytes = q->wire_bytes;
-        if (q->t_step > c->t_step) c->t_step = q->t_step, c->t_compute = q->t_compute, c->t_comm = q->t_comm;
+        if (q->t_step > c->t_step)
+            c->t_step = q->t_step, c->t_compute = q->t_compute, c->t_comm = q->t_comm, c->t_memory = q->t_memory;
+        if (q->kv_seq_bytes > c->kv_seq_bytes) c->kv_seq_bytes = q->kv_seq_bytes;
     }
+    c->seqs = k->decode ? hp_cost_seqs(k, x->o->mem_per_rank) : -1;
     hp_cost_free(k);
     uint64_t budget = x->o->mem_per_rank;
     if (budget && c->max_bytes > budget) {
@@ -267,6 +271,7 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
 typedef struct ranked {
     hp_advise_cand c;
     int idx;
+    int64_t first; /* decode with prefer_headroom: the sequences that fit (more first); else 0 */
 } ranked;
 
 static int by_rank(const void *a, const void *b)
@@ -274,6 +279,7 @@ static int by_rank(const void *a, const void *b)
     const ranked *rx = a, *ry = b;
     const hp_advise_cand *x = &rx->c, *y = &ry->c;
     if (x->ok != y->ok) return x->ok ? -1 : 1;
+    if (x->ok && rx->first != ry->first) return rx->first > ry->first ? -1 : 1;
     if (x->ok) {
         double tx = hp_seconds_as_printed(x->t_step), ty = hp_seconds_as_printed(y->t_step);
         if (tx != ty) return tx < ty ? -1 : 1;
@@ -345,7 +351,7 @@ static hp_status enumerate(const ctx *x, int64_t N, hp_advice *a, hp_err *err)
                         v = nv;
                     }
                     evaluate(x, &c);
-                    v[n] = (ranked){c, (int)n};
+                    v[n] = (ranked){c, (int)n, x->o->prefer_headroom ? c.seqs : 0};
                     n++;
                 }
             }
@@ -424,6 +430,9 @@ static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, 
                           (long long)o->world, HP_MESH_MAX_SIZE);
     /* The default batch: a row per rank, which every dp divides, and one batch for every candidate, so that their
      * step times compare (a row per replica would give each mesh its own batch). */
+    if (o->prefer_headroom && !(o->cost.decode && o->mem_per_rank))
+        return hp_err_set(err, HP_ERR_INPUT, "advise: preferring headroom ranks meshes by the sequences that fit; it "
+                          "needs decode mode and a memory budget per rank");
     hp_advise_opts oo = *o;
     if (oo.cost.B == 0) oo.cost.B = o->world;
     o = &oo;
@@ -433,6 +442,8 @@ static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, 
     a->train = o->cost.train;
     a->mdl = o->cost.mdl;
     a->micro_batch = o->cost.train ? o->cost.micro_batch : 0;
+    a->decode = o->cost.decode, a->context = o->cost.decode ? o->cost.context : 0;
+    a->prefer_headroom = o->prefer_headroom;
     a->batch_err.status = HP_OK;
     a->batch_err.msg[0] = '\0';
     struct timespec t0;

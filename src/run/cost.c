@@ -25,9 +25,9 @@
 
 void hp_cost_model_default(hp_cost_model *m)
 {
-    *m = (hp_cost_model){.grad_bytes = 4, .master_bytes = 4, .optim_bytes = 8, .zero = 0, .kv_bytes = 2,
-                         .gemm_flops = 100e9, .bw_intra = 10e9, .bw_inter = 1.25e9, .lat_intra = 5e-6,
-                         .lat_inter = 20e-6, .ranks_per_node = 0};
+    *m = (hp_cost_model){.grad_bytes = 4, .master_bytes = 4, .optim_bytes = 8, .zero = 0, .kv_bytes = 2};
+    hp_cost_model_hardware(m, hp_cost_hardware_find("cpu")); /* the rates of hyperpar's own runtime */
+    m->hw = NULL;
 }
 
 void hp_cost_opts_default(hp_cost_opts *o)
@@ -60,6 +60,8 @@ typedef struct walk {
     /* the rank's working-set model (floats) */
     int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
     int64_t w_saved;   /* train: the residual stream's local blocks the backward keeps (L layer inputs + final) */
+    double touched;    /* decode: Σ over sparse layers of the share of the rank's local experts some slot reaches */
+    int64_t n_sparse;  /* decode: sparse layers walked */
     const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
     /* The runner's workspace, buffer by buffer as the forward sizes it (capacities in floats, kept across the
      * steps as the runner keeps them), and the counter its allocation wrapper keeps (hp__mem_*, bytes). */
@@ -138,6 +140,8 @@ struct hp_cost_plan {
      * shard it: --zero 3 gathers one layer's weights at a time, the largest of which is its transient. */
     uint64_t (*layer_bytes)[M_COUNT];
     int64_t n_layers;
+    /* The embedding table (untied), by the same masks: a decode step reads only its B rows of it. */
+    uint64_t embed_bytes[M_COUNT];
 };
 
 /* The decoder layer a module's fqn lies in ("model.layers.7.mlp" -> 7), or -1. */
@@ -188,6 +192,8 @@ static void experts_scan(hp_cost_plan *k)
                 const hp_param *par = hp_model_find_param(m, full);
                 if (!par) continue;
                 if (p->roles && p->roles[par - m->params] == HP_ROLE_MOE_EXPERT) expert = true;
+                if (p->roles && p->roles[par - m->params] == HP_ROLE_EMBED && !m->cfg.tie_word_embeddings)
+                    k->embed_bytes[mask] += par->nbytes;
                 bytes = par->nbytes;
             }
             if (expert) k->expert_bytes[mask] += bytes;
@@ -623,11 +629,24 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
     w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)mI +
                     6.0 * (double)T * (double)H * (double)sI;
     w->cr->ep_estimated = w->cr->ep_estimated || est;
+    /* decode reads only the local experts some slot reaches: balanced, every L-th received slot is one expert's */
+    int64_t Lx = w->E / P > 0 ? w->E / P : 1;
+    w->touched += (double)(recv < Lx ? recv : Lx) / (double)Lx;
+    w->n_sparse++;
     return add_event(w, (int32_t)layer, y->c.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
                      ck_bytes(w, "MoE exchange", ck_mul(w, "MoE exchange",
                                                                     ck_add(w, "MoE exchange", sent, recv), H),
                               sizeof(float)),
                      est);
+}
+
+/* The positions of layer l's KV cache a rank holds for one sequence of n positions: a sliding-window layer keeps
+ * its last W (hp__rcfg.window), and cp splits them, the most-loaded member holding ceil(n / cp). */
+static int64_t cache_positions(const walk *w, int32_t l, int64_t n)
+{
+    int64_t W = l >= 0 && l < w->g->cfg.L && w->g->cfg.window ? w->g->cfg.window[l] : 0;
+    if (W > 0 && W < n) n = W;
+    return n / w->cp + (n % w->cp != 0);
 }
 
 static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
@@ -674,6 +693,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     /* the keys each query row sees: the K block's rows per local batch row */
     hp__lay_range(&w->pos, &t->lay, t->g, 0, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &lb);
     int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
+    if (w->o->decode) sk = cache_positions(w, l, w->o->context); /* each new token attends over the cache */
     double f;
     if (mla) {
         int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
@@ -681,8 +701,10 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
         /* FLOPs are estimates: in double from the start (a product of sizes may pass 2^53, never 2^1023) */
         const double dH = (double)H, dql = (double)ql, dnh = (double)nh, dqk = (double)qk, dvd = (double)vd;
         f = (ql ? 2.0 * dH * dql + 2.0 * dql * dnh * dqk : 2.0 * dH * dnh * dqk) + 2.0 * dH * (double)(kvl + rope) +
-            2.0 * (double)kvl * dnh * (double)(mc->qk_nope_head_dim + vd) + 2.0 * (double)sk * dnh * (dqk + dvd) +
-            2.0 * dnh * dvd * dH;
+            2.0 * (double)kvl * dnh * (double)(mc->qk_nope_head_dim + vd) + 2.0 * dnh * dvd * dH;
+        /* the scores and values: decode attends in the latent space (the up-projections absorbed into q and the
+         * output, the terms above), over kvl + rope channels per key for the scores and kvl for the values */
+        f += w->o->decode ? 2.0 * (double)sk * dnh * (double)(2 * kvl + rope) : 2.0 * (double)sk * dnh * (dqk + dvd);
         const char *ab = "attention buffers";
         int64_t q = ck_mul3(w, ab, rows, nh, qk), o = ck_mul3(w, ab, rows, nh, vd);
         int64_t tmp = ck_mul(w, ab, rows, kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
@@ -957,6 +979,30 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
     return lo / R != hp_mesh_group_rank(m, rank, e->axis, hp_mesh_size(m, e->axis) - 1) / R;
 }
 
+/* Bytes of the plan's tensors of bytes[mask] that one rank holds: each divided by the sizes of its axes. */
+static uint64_t rank_share(const walk *w, const uint64_t *bytes)
+{
+    uint64_t s = 0;
+    for (int mask = 0; mask < M_COUNT; mask++) {
+        int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
+        s += bytes[mask] / (uint64_t)(div > 0 ? div : 1);
+    }
+    return s;
+}
+
+/* Decode: what a step reads from memory. Every weight the rank holds once, less the embedding table (a step looks
+ * up B rows of it) and the share of the routed experts no slot reaches (the balanced router's: w->touched), and the
+ * batch's whole KV cache. */
+static uint64_t decode_reads(const walk *w, const hp_cost_rank *r)
+{
+    uint64_t wb = r->weight_bytes, emb = rank_share(w, w->k->embed_bytes), ex = rank_share(w, w->k->expert_bytes);
+    wb -= emb < wb ? emb : wb;
+    ex = ex < wb ? ex : wb;
+    if (w->n_sparse > 0) wb -= (uint64_t)((double)ex * (1.0 - w->touched / (double)w->n_sparse));
+    uint64_t s;
+    return __builtin_add_overflow(wb, r->kv_bytes, &s) ? UINT64_MAX : s;
+}
+
 static void predict(walk *w, hp_cost_rank *r)
 {
     r->t_comm = 0;
@@ -967,6 +1013,11 @@ static void predict(walk *w, hp_cost_rank *r)
     }
     r->t_compute = w->o->mdl.gemm_flops > 0 ? r->flops / w->o->mdl.gemm_flops : 0;
     r->t_step = r->t_compute + r->t_comm;
+    if (!w->o->decode) return;
+    /* decode is bound by memory more than by FLOPs: the step takes the longer of the two */
+    r->read_bytes = decode_reads(w, r);
+    r->t_memory = w->o->mdl.mem_bw > 0 ? (double)r->read_bytes / w->o->mdl.mem_bw : 0;
+    r->t_step = (r->t_compute > r->t_memory ? r->t_compute : r->t_memory) + r->t_comm;
 }
 
 /* ---- the training state as hyperpar train holds it (src/run/train.c) ---- */
@@ -1184,20 +1235,17 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
     r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
     if (gpu) gpu_memory(w, r, w->dp_rows[r->dp + 1] - w->dp_rows[r->dp]);
-    /* KV cache (decode): every layer's K and V of the rank's positions (MLA: the latent and the rope key) */
-    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], sl = w->S_pad / w->cp, pos = ck_mul3(w, kb, c->L, Bl, sl);
-    if (mc->kv_lora_rank > 0)
-        r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, pos, mc->kv_lora_rank + mc->qk_rope_head_dim),
-                               (uint64_t)o->mdl.kv_bytes);
-    else {
-        int64_t kvh = c->nkv; /* the first attention's local kv heads */
-        for (size_t i = 0; i < w->g->n_steps; i++)
-            if (w->g->steps[i].op == HP__OP_ATTN) {
-                kvh = w->g->steps[i].nkv;
-                break;
-            }
-        r->kv_bytes = ck_bytes(w, kb, ck_mul3(w, kb, ck_mul(w, kb, 2, pos), kvh, c->hd), (uint64_t)o->mdl.kv_bytes);
+    /* KV cache: per layer, one sequence's K and V of the rank's cached positions (MLA: the latent and the rope key,
+     * not split by tp), times the rank's sequences */
+    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], npos = o->decode ? o->context : w->S_pad, per_seq = 0;
+    for (size_t i = 0; i < w->g->n_steps; i++) {
+        const hp__step *y = &w->g->steps[i];
+        if (y->op != HP__OP_ATTN && y->op != HP__OP_MLA) continue;
+        int64_t width = y->op == HP__OP_MLA ? mc->kv_lora_rank + mc->qk_rope_head_dim : ck_mul3(w, kb, 2, y->nkv, c->hd);
+        per_seq = ck_add(w, kb, per_seq, ck_mul(w, kb, cache_positions(w, y->layer, npos), width));
     }
+    r->kv_seq_bytes = ck_bytes(w, kb, per_seq, (uint64_t)o->mdl.kv_bytes);
+    r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, per_seq, Bl), (uint64_t)o->mdl.kv_bytes);
     r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
     /* total: what counts against a budget, one meaning in cost, advise and the pages (docs/cost.md "Total");
      * serving keeps the KV cache of the batch */
@@ -1301,6 +1349,27 @@ static const char *config_path(const hp_model *m, char *buf, size_t cap)
     return buf;
 }
 
+int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank)
+{
+    if (!mem_per_rank) return -1;
+    uint64_t fixed = r->weight_bytes + r->act_bytes; /* each below 2^64, as is their sum (hp_cost_eval checks it) */
+    if (fixed >= mem_per_rank) return 0;
+    if (!r->kv_seq_bytes) return INT64_MAX;
+    uint64_t n = (mem_per_rank - fixed) / r->kv_seq_bytes;
+    return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
+}
+
+int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank)
+{
+    if (!mem_per_rank || c->refused[0] || c->n_ranks < 1) return -1;
+    int64_t fewest = INT64_MAX, all;
+    for (int64_t i = 0; i < c->n_ranks; i++) {
+        int64_t n = hp_cost_rank_seqs(&c->ranks[i], mem_per_rank);
+        fewest = n < fewest ? n : fewest;
+    }
+    return hp_mul_i64(fewest, c->dp, &all) ? all : INT64_MAX;
+}
+
 void hp_cost_free(hp_cost *c)
 {
     if (!c) return;
@@ -1367,6 +1436,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
                           hp_cost_recompute_name(o->mdl.recompute));
     if (o->mdl.zero < 0 || o->mdl.zero > 3)
         return hp_err_set(err, HP_ERR_INPUT, "ZeRO level %d; give 0, 1, 2 or 3", o->mdl.zero);
+    if (o->decode && (o->train || o->S != 1 || o->context < 1))
+        return hp_err_set(err, HP_ERR_INPUT, "decode takes one new token per sequence (S = 1, here %lld) against a KV "
+                          "cache of at least one position (context %lld), and no training (%s)", (long long)o->S,
+                          (long long)o->context, o->train ? "train is set" : "not set");
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     hp__prog g = {0};
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
@@ -1420,6 +1493,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         c->world = world, c->n_ranks = n_eval, c->B = oo->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
         c->n_micro = n_micro;
         c->micro_batch = mb > 0 ? mb : (oo->B + w.dp - 1) / w.dp;
+        c->decode = o->decode, c->context = o->decode ? o->context : 0, c->dp = w.dp;
         w.S_orig = o->S;
         w.S_pad = S_pad;
         w.B_all = o->B;
@@ -1446,6 +1520,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
         w.w_saved = 0;
+        w.touched = 0, w.n_sparse = 0;
         w.c_spare = w.c_s0 = w.c_s1 = w.c_k = w.c_v = 0;
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;

@@ -17,8 +17,11 @@
 #define GIB ((uint64_t)1 << 30)
 
 static const hp_cost_hardware g_hw[] = {
+    /* hbm_bw: decode's memory bandwidth on a CPU rank, 10 GB/s, what one core of this project's 2-core machines
+     * moved with memcpy (7.3 to 12.4 GB/s, read + write, while shared), far below a DDR4 socket's peak: a rank is a
+     * core or two here (docs/cost.md "Decode") */
     {.name = "cpu", .desc = "hyperpar's own f32 runtime on this project's CPUs", .gpu = false, .flops = 100e9,
-     .bw_intra = 10e9, .bw_inter = 1.25e9, .lat_intra = 5e-6, .lat_inter = 20e-6,
+     .hbm_bw = 10e9, .bw_intra = 10e9, .bw_inter = 1.25e9, .lat_intra = 5e-6, .lat_inter = 20e-6,
      .source = "hyperpar bench run on the project's 2-core AVX2 machines (docs/cost.md)"},
     {.name = "H100", .desc = "NVIDIA H100 SXM5 80GB", .gpu = true, .mem_bytes = 80 * GIB, .flops = 989e12,
      .hbm_bw = 3.35e12, .bw_intra = 450e9, .bw_inter = 50e9, .lat_intra = 3e-6, .lat_inter = 10e-6,
@@ -84,6 +87,7 @@ void hp_cost_model_hardware(hp_cost_model *m, const hp_cost_hardware *hw)
 {
     m->hw = hw;
     m->gemm_flops = hw->flops;
+    m->mem_bw = hw->hbm_bw;
     m->bw_intra = hw->bw_intra, m->bw_inter = hw->bw_inter;
     m->lat_intra = hw->lat_intra, m->lat_inter = hw->lat_inter;
     m->ranks_per_node = hw->ranks_per_node;

@@ -21,6 +21,16 @@ if "$HP" advise --help 2>&1 | grep -q html; then
     expect 0 "" -- "$HP" advise data/forward/llama --world 4 --mem-per-rank 1GiB --format html -o "$WORK/cli_advise.html"
     PAGES+=(cli_advise)
 fi
+# An EP plan (what differs between ranks: their experts), and decode (serving) on both pages.
+expect 0 "" -- "$HP" cost data/forward/qwen2_moe --dp 2 --tp 2 --ep 4 --overrides data/overrides/qwen2_moe_ep.yaml \
+    --format html -o "$WORK/cli_cost_ep.html"
+expect 0 "" -- "$HP" cost data/forward/llama --tp 2 --mode decode --context 64 --batch 4 --mem-per-rank 1GiB \
+    --format html -o "$WORK/cli_cost_decode.html"
+expect 0 "" -- "$HP" advise data/configs/llama-3-8b.json --world 8 --mem-per-rank 80GB --mode decode --batch 64 \
+    --context 8192 --format html -o "$WORK/cli_advise_decode.html"
+expect 0 "" -- "$HP" advise data/configs/mixtral-8x7b.json --world 8 --mem-per-rank 80GB --batch 8 --seq 1024 \
+    --format html -o "$WORK/cli_advise_moe.html"
+PAGES+=(cli_cost_ep cli_cost_decode cli_advise_decode cli_advise_moe)
 if "$HP" train --help 2>&1 | grep -q -- "--plot"; then
     expect 0 "" -- "$HP" train data/forward/llama --input data/forward/llama/forward_io.safetensors --steps 4 --clip 4 \
         --plot "$WORK/cli_train.html"
@@ -41,6 +51,72 @@ for p in "${PAGES[@]}"; do
     check "$p: no network address" offline "$f"
     check "$p: no external resource" bash -c '! grep -Eiq "<(link|img|iframe|object|embed)[ >]|src=|@import|url\(" "$1"' _ "$f"
 done
+
+# Every legend entry of a page has its own colour (<span class="key"><i style="background:C"></i>label</span>).
+legend_distinct() {
+    python3 - "$1" <<'PY'
+import re, sys
+keys = re.findall(r'<span class="key"><i style="background:([^"]+)"></i>([^<]*)</span>', open(sys.argv[1]).read())
+cols = [c.lower() for c, _ in keys]
+dup = sorted({c for c in cols if cols.count(c) > 1})
+if dup or len(keys) < 3:
+    print("legend", keys, "shares", dup)
+sys.exit(0 if keys and not dup and len(keys) >= 3 else 1)
+PY
+}
+# No word-wrapping inside a token: identifiers keep-all, numbers and commands nowrap, every table in a scroller.
+no_wrap() {
+    python3 - "$1" <<'PY'
+import re, sys
+p = open(sys.argv[1]).read()
+style = p[p.index("<style>"):p.index("</style>")]
+ok = "word-break:keep-all" in style and re.search(r"code[^{]*\{[^}]*white-space:nowrap", style) is not None
+ok &= "td.n{text-align:right;white-space:nowrap}" in style and "overflow-x:auto" in style
+ok &= "break-all" not in style and p.count("<table") == p.count('<div class="scroll"><table')
+sys.exit(0 if ok else 1)
+PY
+}
+for p in "${PAGES[@]}"; do
+    case "$p" in cli_train) continue ;; esac
+    check "$p: every legend entry its own colour" legend_distinct "$WORK/$p.html"
+    check "$p: no word-wrapping inside a token" no_wrap "$WORK/$p.html"
+done
+# The EP plan's page lists every rank with its experts: the EP slots' blocks of the experts, each once, covering
+# them all (qwen2_moe's experts over ep=4 TP-extend: slot = rank), and the grid names each rank's slot.
+check "EP page: every rank with its experts" python3 - "$WORK/cli_cost_ep.html" data/forward/qwen2_moe/config.json <<'PY'
+import json, re, sys
+p = open(sys.argv[1]).read(); E = json.load(open(sys.argv[2]))["num_experts"]
+rows = dict(re.findall(r'<tr data-rank="(\d+)">.*?<td class="experts">([^<]*)</td>', p))
+ok = sorted(map(int, rows)) == [0, 1, 2, 3]
+covered = []
+for r, cell in rows.items():
+    m = re.fullmatch(r"EP slot (\d+)/4: experts (\d+)\.\.(\d+) \((\d+) of (\d+)\)", cell)
+    q, a, b, n, e = map(int, m.groups()) if m else (-1,) * 5
+    ok &= m is not None and q == int(r) and a == E * q // 4 and b == E * (q + 1) // 4 - 1 and n == b - a + 1 and e == E
+    covered += range(a, b + 1)
+ok &= sorted(covered) == list(range(E)) and all(f">e{q}</text>" in p for q in range(4))
+ok &= all(f"tp {t}/2 of heads" in p for t in range(2)) and "dp 1/2" in p
+sys.exit(0 if ok else 1)
+PY
+# Step-time bars: two meshes with different times have bars of different lengths, longer for slower, equal for equal.
+bars_differ() {
+    python3 - "$1" <<'PY'
+import re, sys
+bars = [(float(t), float(w)) for t, w in re.findall(r'<rect data-step="([^"]+)" x="[^"]+" y="[^"]+" width="([^"]+)"',
+                                                     open(sys.argv[1]).read())]
+ok = len({t for t, _ in bars}) >= 2
+for t1, w1 in bars:
+    for t2, w2 in bars:
+        ok &= (t1 < t2) == (w1 < w2) and (t1 == t2) == (w1 == w2)
+sys.exit(0 if ok else 1)
+PY
+}
+for p in cli_advise cli_advise_decode cli_advise_moe; do
+    check "$p: step-time bars differ as the times do" bars_differ "$WORK/$p.html"
+done
+check "decode cost page: its figures" grep -q "sequences that fit in 1.00 GiB per rank: " "$WORK/cli_cost_decode.html"
+check "decode cost page: what bounds the step" grep -Eq "(memory|compute)-bound" "$WORK/cli_cost_decode.html"
+check "decode advise page: its columns" grep -q "<th>sequences that fit\\*</th>" "$WORK/cli_advise_decode.html"
 
 # Share of non-white pixels and distinct colours of a PNG (8-bit RGB or RGBA, not interlaced), stdlib only.
 png_stats() {
