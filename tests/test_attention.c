@@ -6,6 +6,7 @@
  * grow with S, and a long sequence's peak RSS stays far below one [S, S] matrix.
  */
 #include "run/backward.h"
+#include "attn_ref.h"
 #include "run/modules.h"
 #include "testlib.h"
 
@@ -34,43 +35,22 @@ static double in(float x, bool bf)
     return bf ? (double)hp_linalg_round_bf16(x) : (double)x;
 }
 
-/* The reference: out [B, sq, nh, hdv] in f64, eager softmax attention, masks from the positions. */
+/* as doubles, rounded to bf16 when bf */
+static double *widen(const float *x, int64_t n, bool bf)
+{
+    double *d = malloc((size_t)(n > 0 ? n : 1) * sizeof *d);
+    for (int64_t i = 0; i < n; i++) d[i] = in(x[i], bf);
+    return d;
+}
+
+/* The reference (attn_ref.h) on a's inputs: out [B, sq, nh, hdv] in f64; BF16 mode multiplies rounded inputs. */
 static void reference(const hp__attn_args *a, bool bf, double *out)
 {
-    int64_t rep = a->nh / a->nkv, hd = a->hd, hdv = a->hdv > 0 ? a->hdv : hd;
-    double scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd);
-    double *s = malloc((size_t)(a->sk > 0 ? a->sk : 1) * sizeof *s);
-    for (int64_t b = 0; b < a->B; b++)
-        for (int64_t h = 0; h < a->nh; h++)
-            for (int64_t i = 0; i < a->sq; i++) {
-                int64_t qp = a->q_pos0 + i, kh = h / rep;
-                const float *q = a->q + ((b * a->sq + i) * a->nh + h) * hd;
-                double mx = a->sinks ? a->sinks[h] : -INFINITY;
-                for (int64_t j = 0; j < a->sk; j++) {
-                    int64_t kp = a->k_pos0 + j;
-                    bool seen = kp <= qp && (a->window <= 0 || qp - kp < a->window);
-                    s[j] = -INFINITY;
-                    if (!seen) continue;
-                    const float *k = a->k + ((b * a->sk + j) * a->nkv + kh) * hd;
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += in(q[e], bf) * in(k[e], bf);
-                    s[j] = d * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                double sum = a->sinks ? exp(a->sinks[h] - mx) : 0;
-                for (int64_t j = 0; j < a->sk; j++) {
-                    s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
-                    sum += s[j];
-                }
-                double *o = out + ((b * a->sq + i) * a->nh + h) * hdv;
-                for (int64_t e = 0; e < hdv; e++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < a->sk; j++)
-                        if (s[j] != 0) acc += s[j] * in(a->v[((b * a->sk + j) * a->nkv + kh) * hdv + e], bf);
-                    o[e] = sum > 0 ? acc / sum : 0;
-                }
-            }
-    free(s);
+    int64_t hdv = a->hdv > 0 ? a->hdv : a->hd;
+    double *q = widen(a->q, a->B * a->sq * a->nh * a->hd, bf), *k = widen(a->k, a->B * a->sk * a->nkv * a->hd, bf);
+    double *v = widen(a->v, a->B * a->sk * a->nkv * hdv, bf), *sk = a->sinks ? widen(a->sinks, a->nh, false) : NULL;
+    attn_ref_f64(a, q, k, v, sk, out);
+    free(q), free(k), free(v), free(sk);
 }
 
 /* Runs the kernel on random inputs of a's shapes and returns max |out − reference|. *exact_err, when not NULL,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_ref.h"
 #include "hyperpar/safetensors.h"
 #include "run/backward.h"
 #include "testlib.h"
@@ -198,42 +199,9 @@ typedef struct {
 
 static void attn_ref(const attn_ctx *c, double *out)
 {
-    const hp__attn_args *a = &c->a;
-    int64_t rep = a->nh / a->nkv, hd = a->hd, hdv = a->hdv > 0 ? a->hdv : hd;
-    double scale = a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd);
-    double s[64];
-    for (int64_t b = 0; b < a->B; b++)
-        for (int64_t h = 0; h < a->nh; h++)
-            for (int64_t i = 0; i < a->sq; i++) {
-                int64_t qp = a->q_pos0 + i, kh = h / rep;
-                const double *q = c->q + ((b * a->sq + i) * a->nh + h) * hd;
-                double mx = c->sinks ? c->sinks[h] : -INFINITY;
-                for (int64_t j = 0; j < a->sk; j++) {
-                    int64_t kp = a->k_pos0 + j;
-                    if (!(kp <= qp && (a->window <= 0 || kp > qp - a->window))) {
-                        s[j] = -INFINITY;
-                        continue;
-                    }
-                    const double *k = c->k + ((b * a->sk + j) * a->nkv + kh) * hd;
-                    double d = 0;
-                    for (int64_t e = 0; e < hd; e++) d += q[e] * k[e];
-                    s[j] = d * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                double sum = c->sinks ? exp(c->sinks[h] - mx) : 0;
-                for (int64_t j = 0; j < a->sk; j++) {
-                    s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
-                    sum += s[j];
-                }
-                double *o = out + ((b * a->sq + i) * a->nh + h) * hdv;
-                for (int64_t e = 0; e < hdv; e++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < a->sk; j++)
-                        acc += s[j] * c->v[((b * a->sk + j) * a->nkv + kh) * hdv + e];
-                    o[e] = sum > 0 ? acc / sum : 0;
-                }
-            }
+    attn_ref_f64(&c->a, c->q, c->k, c->v, c->sinks, out);
 }
+
 static double attn_loss(void *p)
 {
     attn_ctx *c = p;

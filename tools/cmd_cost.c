@@ -100,20 +100,12 @@ static const char *mb(uint64_t b, char *buf, size_t cap)
 static void json_model(FILE *o, const hp_cost_model *m)
 {
     fprintf(o, "{\"state\": \"%s\", \"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, "
-            "\"recompute\": \"%s\", \"kv_bytes\": %d, \"gemm_flops\": ",
+            "\"recompute\": \"%s\", \"kv_bytes\": %d",
             m->state == HP_COST_STATE_MEGATRON || hp_cost_model_gpu(m) ? "megatron" : "runtime", m->grad_bytes,
             m->master_bytes, m->optim_bytes, m->zero, hp_cost_recompute_name(m->recompute), m->kv_bytes);
-    cli_json_real(o, m->gemm_flops);
-    fprintf(o, ", \"bw_intra\": ");
-    cli_json_real(o, m->bw_intra);
-    fprintf(o, ", \"bw_inter\": ");
-    cli_json_real(o, m->bw_inter);
-    fprintf(o, ", \"lat_intra\": ");
-    cli_json_real(o, m->lat_intra);
-    fprintf(o, ", \"lat_inter\": ");
-    cli_json_real(o, m->lat_inter);
-    fprintf(o, ", \"mem_bw\": ");
-    cli_json_real(o, m->mem_bw);
+    static const char *const names[] = {"gemm_flops", "bw_intra", "bw_inter", "lat_intra", "lat_inter", "mem_bw"};
+    const double v[] = {m->gemm_flops, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter, m->mem_bw};
+    cli_json_reals(o, names, v, sizeof v / sizeof *v);
     fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
 }
 

@@ -260,18 +260,11 @@ void cli_cost_engine_json(FILE *o, const hp_cost_model *m)
     fprintf(o, "\"engine\": \"%s\", \"hardware\": {\"name\": \"%s\", \"description\": ", gpu ? "estimate" : "hyperpar",
             h ? h->name : "cpu");
     cli_json_fstr(o, h ? h->desc : "hyperpar's own f32 runtime on this project's CPUs");
-    fprintf(o, ", \"memory_bytes\": %llu, \"flops\": ", (unsigned long long)(h ? h->mem_bytes : 0));
-    cli_json_real(o, m->gemm_flops);
-    fprintf(o, ", \"hbm_bandwidth\": ");
-    cli_json_real(o, h ? h->hbm_bw : 0);
-    fprintf(o, ", \"intra_bw\": ");
-    cli_json_real(o, m->bw_intra);
-    fprintf(o, ", \"inter_bw\": ");
-    cli_json_real(o, m->bw_inter);
-    fprintf(o, ", \"intra_latency\": ");
-    cli_json_real(o, m->lat_intra);
-    fprintf(o, ", \"inter_latency\": ");
-    cli_json_real(o, m->lat_inter);
+    fprintf(o, ", \"memory_bytes\": %llu", (unsigned long long)(h ? h->mem_bytes : 0));
+    static const char *const names[] = {"flops", "hbm_bandwidth", "intra_bw", "inter_bw", "intra_latency",
+                                        "inter_latency"};
+    const double v[] = {m->gemm_flops, h ? h->hbm_bw : 0, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter};
+    cli_json_reals(o, names, v, sizeof v / sizeof *v);
     fprintf(o, ", \"ranks_per_node\": %lld, \"activation_bytes\": %d, \"recompute\": \"%s\", \"source\": ",
             (long long)m->ranks_per_node, gpu ? 2 : 4, hp_cost_recompute_name(m->recompute));
     cli_json_fstr(o, h ? h->source : "hyperpar bench run (docs/cost.md)");
@@ -463,6 +456,14 @@ void cli_json_real(FILE *o, double v)
 {
     if (!isfinite(v)) fprintf(o, "null");
     else fprintf(o, "%.17g", v);
+}
+
+void cli_json_reals(FILE *o, const char *const *names, const double *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        fprintf(o, ", \"%s\": ", names[i]);
+        cli_json_real(o, v[i]);
+    }
 }
 
 const char *cli_seconds(double s, char *buf, size_t cap)

@@ -119,6 +119,8 @@ hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err);
  * digits, which read back to the same double. Not finite: null. */
 void cli_json_count(FILE *o, double v);
 void cli_json_real(FILE *o, double v);
+/* ", "name": v" for each of the n pairs, v as cli_json_real writes it. */
+void cli_json_reals(FILE *o, const char *const *names, const double *v, size_t n);
 /* "2.5 s", "12.3 ms" or "45 us". */
 const char *cli_seconds(double s, char *buf, size_t cap);
 
