@@ -298,16 +298,24 @@ static bool is_flag(char **argv, int i, int argc, const char *flag, int *words)
     return false;
 }
 
+/* Whether argv[i] is the flag of change ch (or one it replaces: --global-batch with --batch, --train-state with
+ * --zero 2 or 3): its words into *words. */
+static bool replaced_by(char **argv, int i, int argc, const char *flag, const char *value, int *words)
+{
+    return is_flag(argv, i, argc, flag, words) ||
+           (!strcmp(flag, "--batch") && is_flag(argv, i, argc, "--global-batch", words)) ||
+           (!strcmp(flag, "--zero") && atoi(value) >= 2 && is_flag(argv, i, argc, "--train-state", words));
+}
+
 void cli_fit_command(char *buf, size_t cap, const char *cmd, int argc, char **argv, const hp_fit_change *ch)
 {
     size_t n = 0;
     int k = snprintf(buf, cap, "hyperpar %s", cmd);
     n = k > 0 && (size_t)k < cap ? (size_t)k : 0;
-    bool batch = !strcmp(ch->flag, "--batch"), zero_meg = !strcmp(ch->flag, "--zero") && atoi(ch->value) >= 2;
     for (int i = 1; i < argc; i++) {
         int words = 0;
-        if (is_flag(argv, i, argc, ch->flag, &words) || (batch && is_flag(argv, i, argc, "--global-batch", &words)) ||
-            (zero_meg && is_flag(argv, i, argc, "--train-state", &words))) {
+        if (replaced_by(argv, i, argc, ch->flag, ch->value, &words) ||
+            (ch->flag2[0] && replaced_by(argv, i, argc, ch->flag2, ch->value2, &words))) {
             i += words - 1;
             continue;
         }
@@ -315,6 +323,10 @@ void cli_fit_command(char *buf, size_t cap, const char *cmd, int argc, char **ar
     }
     put_word(buf, cap, &n, ch->flag);
     put_word(buf, cap, &n, ch->value);
+    if (ch->flag2[0]) {
+        put_word(buf, cap, &n, ch->flag2);
+        put_word(buf, cap, &n, ch->value2);
+    }
 }
 
 void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv)
@@ -328,12 +340,14 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
         fprintf(o, "no single change found that fits (tried: %s)\n", f->tried[0] ? f->tried : "nothing");
         return;
     }
-    fprintf(o, "nearest changes that fit (each alone; the most-loaded rank then needs):\n");
+    fprintf(o, "nearest changes that fit (%s; the most-loaded rank then needs):\n",
+            f->ch[0].flag2[0] ? "none fits alone: each with the second flag" : "each alone");
     for (int i = 0; i < f->n; i++) {
         char line[CLI_FIT_COMMAND_MAX];
         cli_fit_command(line, sizeof line, cmd, argc, argv, &f->ch[i]);
-        char fv[64];
-        snprintf(fv, sizeof fv, "%s %s", f->ch[i].flag, f->ch[i].value);
+        char fv[128];
+        snprintf(fv, sizeof fv, "%s %s%s%s%s%s", f->ch[i].flag, f->ch[i].value, f->ch[i].flag2[0] ? " " : "",
+                 f->ch[i].flag2, f->ch[i].flag2[0] ? " " : "", f->ch[i].value2);
         fprintf(o, "  %-24s %10s%s%s\n    %s\n", fv, hp_format_bytes(f->ch[i].bytes, b[0], 32),
                 f->ch[i].mesh[0] ? "  first: " : "", f->ch[i].mesh, line);
     }
@@ -356,6 +370,16 @@ void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
         cli_json_fstr(o, f->ch[i].flag);
         fprintf(o, ", \"value\": ");
         cli_json_fstr(o, f->ch[i].value);
+        fprintf(o, ", \"with\": ");
+        if (f->ch[i].flag2[0]) {
+            fprintf(o, "{\"flag\": ");
+            cli_json_fstr(o, f->ch[i].flag2);
+            fprintf(o, ", \"value\": ");
+            cli_json_fstr(o, f->ch[i].value2);
+            fprintf(o, "}");
+        } else {
+            fprintf(o, "null");
+        }
         fprintf(o, ", \"bytes\": %llu, \"mesh\": ", (unsigned long long)f->ch[i].bytes);
         if (f->ch[i].mesh[0]) cli_json_fstr(o, f->ch[i].mesh);
         else fprintf(o, "null");

@@ -212,6 +212,8 @@ const char *hp_cost_rank_binding(const hp_cost_rank *r, bool train, uint64_t *by
 typedef struct hp_fit_change {
     char flag[24];              /* "--zero", "--recompute", "--micro-batch", "--batch", "--seq" or "--world" */
     char value[32];
+    char flag2[24], value2[32]; /* "": one change; else a second one made with it (a higher "--zero" when no
+                                   single change fits) */
     uint64_t bytes;             /* the most-loaded rank's total with the change */
     char mesh[128];             /* advise: the first-ranked mesh that then fits; cost: "" */
 } hp_fit_change;
@@ -220,7 +222,7 @@ typedef struct hp_fit_change {
 typedef struct hp_fit {
     const char *binding;        /* the largest item of the most-loaded rank (hp_cost_rank_binding) */
     uint64_t binding_bytes, total_bytes, budget;
-    char tried[160];            /* the kinds of change tried, as their flags ("--zero, --seq, ...") */
+    char tried[256];            /* the kinds of change tried, as their flags ("--zero, --seq, ...") */
     int n;                      /* changes found, each the nearest of its kind, in the order tried: */
     hp_fit_change ch[HP_FIT_MAX]; /* a higher ZeRO, recompute, a smaller micro-batch (infer: batch), a shorter
                                      sequence, more ranks (advise) */

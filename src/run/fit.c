@@ -2,8 +2,9 @@
  * fit.c — when a rank does not fit its budget, the change of the request that would (docs/cost.md "When nothing
  * fits"): the binding constraint (the largest item of the most-loaded rank) and, kind by kind, the nearest value
  * that fits: a higher ZeRO level, a stronger recompute, a smaller micro-batch (or batch, in inference), a shorter
- * sequence, and for advise more ranks (2N, 4N). Each value is tried by evaluating the changed request, so a change printed
- * is one that was seen to fit.
+ * sequence, and for advise more ranks (2N, 4N). When no single change fits, each of the others together with the
+ * lowest higher ZeRO level under which one does. Each value is tried by evaluating the changed request, so a change
+ * printed is one that was seen to fit.
  */
 #include "run/fit.h"
 
@@ -48,25 +49,15 @@ static bool largest_fit(hp_fit *f, hp__fit_try try_it, void *ctx, const hp_cost_
     return true;
 }
 
-void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
-                    int64_t world, bool worlds, hp__fit_try try_it, void *ctx)
+/* The kinds of change besides ZeRO, in turn, into f (hp__fit_search). */
+static void other_kinds(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
+                        int64_t world, bool worlds, hp__fit_try try_it, void *ctx)
 {
     char v[32];
     hp_cost_opts x;
     int64_t vals[64];
     int n = 0;
-    bool gpu = hp_cost_model_gpu(&o->mdl);
-    snprintf(f->tried, sizeof f->tried, "%s%s%s, a shorter --seq%s", o->train && o->mdl.zero < 3 ? "a higher --zero, " : "",
-             gpu && o->train && o->mdl.recompute < HP_COST_RECOMPUTE_FULL ? "a stronger --recompute, " : "",
-             o->train ? "a smaller --micro-batch" : "a smaller --batch", worlds ? ", more ranks (--world)" : "");
-    for (int z = o->mdl.zero + 1; o->train && z <= 3; z++) { /* ZeRO: the state sharded further */
-        x = *o;
-        x.mdl.zero = z;
-        if (z >= 2) x.mdl.state = HP_COST_STATE_MEGATRON; /* hyperpar train has ZeRO-1 only */
-        snprintf(v, sizeof v, "%d", z);
-        if (add(f, try_it, ctx, &x, world, "--zero", v)) break;
-    }
-    for (int r = (int)o->mdl.recompute + 1; gpu && o->train && r <= HP_COST_RECOMPUTE_FULL; r++) {
+    for (int r = (int)o->mdl.recompute + 1; hp_cost_model_gpu(&o->mdl) && o->train && r <= HP_COST_RECOMPUTE_FULL; r++) {
         x = *o;
         x.mdl.recompute = (hp_cost_recompute)r;
         if (add(f, try_it, ctx, &x, world, "--recompute", hp_cost_recompute_name(x.mdl.recompute))) break;
@@ -85,6 +76,41 @@ void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_row
         if (world * k > HP_MESH_MAX_SIZE) break;
         snprintf(v, sizeof v, "%lld", (long long)(world * k));
         if (add(f, try_it, ctx, o, world * k, "--world", v)) break;
+    }
+}
+
+/* o with ZeRO level z (2 and 3: Megatron's byte model, hyperpar train has ZeRO-1 only) */
+static hp_cost_opts with_zero(const hp_cost_opts *o, int z)
+{
+    hp_cost_opts x = *o;
+    x.mdl.zero = z;
+    if (z >= 2) x.mdl.state = HP_COST_STATE_MEGATRON;
+    return x;
+}
+
+void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
+                    int64_t world, bool worlds, hp__fit_try try_it, void *ctx)
+{
+    char v[32];
+    bool gpu = hp_cost_model_gpu(&o->mdl), zeros = o->train && o->mdl.zero < 3;
+    snprintf(f->tried, sizeof f->tried, "%s%s%s, a shorter --seq%s%s", zeros ? "a higher --zero, " : "",
+             gpu && o->train && o->mdl.recompute < HP_COST_RECOMPUTE_FULL ? "a stronger --recompute, " : "",
+             o->train ? "a smaller --micro-batch" : "a smaller --batch", worlds ? ", more ranks (--world)" : "",
+             zeros ? "; then each of the others with a higher --zero" : "");
+    for (int z = o->mdl.zero + 1; o->train && z <= 3; z++) { /* ZeRO: the state sharded further */
+        hp_cost_opts x = with_zero(o, z);
+        snprintf(v, sizeof v, "%d", z);
+        if (add(f, try_it, ctx, &x, world, "--zero", v)) break;
+    }
+    other_kinds(f, o, mb, dp_rows, seq_step, world, worlds, try_it, ctx);
+    /* no single change fits: the others on top of the lowest higher ZeRO level under which one does */
+    for (int z = o->mdl.zero + 1; !f->n && o->train && z <= 3; z++) {
+        hp_cost_opts x = with_zero(o, z);
+        other_kinds(f, &x, mb, dp_rows, seq_step, world, worlds, try_it, ctx);
+        for (int i = 0; i < f->n; i++) {
+            snprintf(f->ch[i].flag2, sizeof f->ch[i].flag2, "--zero");
+            snprintf(f->ch[i].value2, sizeof f->ch[i].value2, "%d", z);
+        }
     }
 }
 

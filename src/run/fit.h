@@ -13,7 +13,8 @@ typedef bool (*hp__fit_try)(void *ctx, const hp_cost_opts *o, int64_t world, hp_
  * --recompute (train, GPU), a smaller --micro-batch (train; rows per replica now: mb, dp_rows the rows per
  * replica they must divide, 0: any, -1: none can) or --batch (inference), a shorter --seq (seq_step: what it must
  * stay a multiple of), and when worlds, more ranks (2 and 4 times world). The rows and the sequence are
- * bisected over powers of two (memory falls with them). */
+ * bisected over powers of two (memory falls with them). When none fits alone, the kinds but ZeRO again, each
+ * with the lowest higher ZeRO level (flag2) under which one does. */
 void hp__fit_search(hp_fit *f, const hp_cost_opts *o, int64_t mb, int64_t dp_rows, int64_t seq_step,
                     int64_t world, bool worlds, hp__fit_try try_it, void *ctx);
 #endif
