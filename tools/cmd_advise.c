@@ -134,7 +134,7 @@ static void print_text(FILE *o, const ctx *x, int top)
     else if (a->train && a->mdl.zero) fprintf(o, "; ZeRO-%d", a->mdl.zero);
     if (co->mdl.ranks_per_node) fprintf(o, "; %lld ranks per node", (long long)co->mdl.ranks_per_node);
     fprintf(o, "\n");
-    cli_cost_engine_text(o, &a->mdl);
+    cli_cost_engine_text(o, &a->mdl, a->train);
     fprintf(o, "meshes   %d considered, %d accepted, %d rejected (%.3f s, %.2f ms per mesh)\n\n", n, ok, n - ok, secs,
             n ? secs * 1e3 / n : 0.0);
     if (ok) {

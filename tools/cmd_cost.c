@@ -305,7 +305,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, "step     %lld micro-batch%s of %lld row%s per replica (gradient accumulation); activations are one "
                    "micro-batch's\n", (long long)c->n_micro, c->n_micro == 1 ? "" : "es", (long long)c->micro_batch,
                 c->micro_batch == 1 ? "" : "s");
-    cli_cost_engine_text(o, &c->mdl);
+    cli_cost_engine_text(o, &c->mdl, c->train);
     if (c->refused[0])
         fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
     else

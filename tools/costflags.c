@@ -240,7 +240,7 @@ bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
     return flags_hardware(cmd, f) && flags_mode(cmd, f) == HP_EXIT_OK;
 }
 
-void cli_cost_engine_text(FILE *o, const hp_cost_model *m)
+void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train)
 {
     char b[32];
     if (!hp_cost_model_gpu(m)) {
@@ -248,9 +248,10 @@ void cli_cost_engine_text(FILE *o, const hp_cost_model *m)
         return;
     }
     fprintf(o, "engine   figures for a bf16 GPU engine (Megatron-style accounting), not hyperpar's runtime: %s, %s, "
-               "%.0f TFLOP/s bf16, links %.0f / %.0f GB/s per direction (node / network), %lld per node; "
-               "recompute %s\n", m->hw->desc, hp_format_bytes(m->hw->mem_bytes, b, sizeof b), m->gemm_flops / 1e12,
-            m->bw_intra / 1e9, m->bw_inter / 1e9, (long long)m->ranks_per_node, hp_cost_recompute_name(m->recompute));
+               "%.0f TFLOP/s bf16, links %.0f / %.0f GB/s per direction (node / network), %lld per node%s%s\n",
+            m->hw->desc, hp_format_bytes(m->hw->mem_bytes, b, sizeof b), m->gemm_flops / 1e12, m->bw_intra / 1e9,
+            m->bw_inter / 1e9, (long long)m->ranks_per_node, train ? "; recompute " : "",
+            train ? hp_cost_recompute_name(m->recompute) : "");
 }
 
 void cli_cost_engine_json(FILE *o, const hp_cost_model *m)

@@ -100,7 +100,7 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
 void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv);
 #define CLI_FIT_COMMAND_MAX 8192
 /* The text line and the JSON object that say which engine the figures describe. */
-void cli_cost_engine_text(FILE *o, const hp_cost_model *m);
+void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train);
 void cli_cost_engine_json(FILE *o, const hp_cost_model *m);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
