@@ -402,9 +402,12 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     fprintf(o, "\n  = %s, of which %s in groups of more than one rank; %s over links (ring algorithms)\n",
             mb(tot, b[0], 32), mb(r->sent_bytes, b[1], 32), mb(r->wire_bytes, b[2], 32));
     char t1[24], t2[24], t3[24];
-    fprintf(o, "predicted step of rank %lld*: %s = compute %s (%.3g GFLOP at %.3g GFLOP/s) + communication %s\n",
-           (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), cli_seconds(r->t_compute, t2, sizeof t2),
-           r->flops / 1e9, c->mdl.gemm_flops / 1e9, cli_seconds(r->t_comm, t3, sizeof t3));
+    char t4[24];
+    fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP at %.3g GFLOP/s)%s%s%s + communication %s\n",
+           (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
+           cli_seconds(r->t_compute, t2, sizeof t2), r->flops / 1e9, c->mdl.gemm_flops / 1e9,
+           c->decode ? ", memory " : "", c->decode ? cli_seconds(r->t_memory, t4, sizeof t4) : "", c->decode ? ")" : "",
+           cli_seconds(r->t_comm, t3, sizeof t3));
     fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the model flags, see --help)%s\n",
            mx->ep_estimated ? "; the MoE exchange assumes the balanced router (give --routing for the exact bytes)" : "");
 }
