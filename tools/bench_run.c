@@ -486,9 +486,9 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
 
 /* Writes every page of p[n], as the runtime's buffers are written. An untouched calloc'd buffer maps all its
  * pages to the kernel's one zero page, whose 4 KiB stay in cache: a bare collective that reads it does not read
- * memory at all (measured: an all-gather of 31 MiB per rank on 2 ranks ran 1.5-2.7x faster from such a buffer
- * than from written memory), so it is no fair twin of a runtime collective. Values near 1: sums never reach
- * denormals. */
+ * memory at all (measured: MPI_Allgather of 10.8 and 31 MiB per rank on 2 ranks ran 1.5-2.1x faster, median,
+ * from such a buffer than from written memory), so it is no fair twin of a runtime collective. Values near 1:
+ * sums never reach denormals. */
 static void fill_pages(float *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) p[i] = 1.0f + (float)(i & 1023) * 0x1p-12f;
