@@ -41,8 +41,22 @@ static bool group_model(grouped *x, hp_model *m)
     if (!x->roles) return false;
     for (size_t i = 0; i < m->n_params; i++) x->roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
     hp_err err;
-    hp_status st = hp__group_params(m, x->roles, &x->arena, &x->g, &x->n, &err);
+    hp_status st = hp__group_params(m, x->roles, NULL, &x->arena, &x->g, &x->n, &err);
     CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (st != HP_OK) return false;
+    /* The same groups with phase 3 kept per name template (as hp_plan_derive groups). */
+    hp__memo *memo = hp__memo_create(m);
+    hp__group *g = NULL;
+    size_t n = 0;
+    CHECK(memo != NULL);
+    st = hp__group_params(m, x->roles, memo, &x->arena, &g, &n, &err);
+    hp__memo_destroy(memo);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    CHECK_EQ_INT(n, x->n);
+    for (size_t k = 0; st == HP_OK && k < n && k < x->n; k++) {
+        CHECK_STR_EQ(g[k].fqn, x->g[k].fqn);
+        CHECK(g[k].n == x->g[k].n && !memcmp(g[k].params, x->g[k].params, (size_t)g[k].n * sizeof *g[k].params));
+    }
     return st == HP_OK;
 }
 
@@ -533,7 +547,7 @@ TEST(scenario_04_grouping_meta_deepseek_v3)
         return;
     }
     for (size_t i = 0; i < m->n_params; i++) x.roles[i] = hp__classify(m->params[i].name, m->arch, m->model_type);
-    CHECK(hp__group_params(m, x.roles, &x.arena, &x.g, &x.n, &err) == HP_OK);
+    CHECK(hp__group_params(m, x.roles, NULL, &x.arena, &x.g, &x.n, &err) == HP_OK);
     CHECK_EQ_INT(x.n, 427); /* 61 x (attention, 2 MLA norms, mlp, 2 norms) + 58 shared + 3 */
     int counts[HP_BT_COUNT] = {0};
     for (size_t k = 0; k < x.n; k++) {
@@ -574,7 +588,7 @@ TEST(scenario_04_grouping_excluded_params)
             strcmp(x.m->params[i].name, "model.norm.weight") == 0)
             x.roles[i] = HP_ROLE_COUNT;
     hp_err err;
-    CHECK(hp__group_params(x.m, x.roles, &x.arena, &x.g, &x.n, &err) == HP_OK);
+    CHECK(hp__group_params(x.m, x.roles, NULL, &x.arena, &x.g, &x.n, &err) == HP_OK);
     CHECK_EQ_INT(x.n, 10);
     CHECK(find_group(&x, "model.norm") == NULL);
     CHECK_GROUP(&x, "model.layers.1.self_attn", 3, HP_BT_ATTENTION);
@@ -749,47 +763,97 @@ TEST(scenario_11_special_handlers)
     CHECK_EQ_INT(n_special, 2);
 }
 
+/* The memo slot of the parameter named name in m (NULL when there is none). */
+static int *memo_of(hp__memo *memo, const hp_model *m, const char *name, uint32_t tag, bool *fresh)
+{
+    const hp_param *p = hp_model_find_param(m, name);
+    CHECK_MSG(p != NULL, "no parameter %s", name);
+    return p ? hp__memo_param(memo, (size_t)(p - m->params), tag, fresh) : NULL;
+}
+
 TEST(memo_templates)
 {
     /* A name's all-digit segments are its template's "0": layers and experts share one slot; a segment with
-     * letters ("w2", "3x") or another tag does not. */
-    hp__memo *m = hp__memo_create();
-    CHECK(m != NULL);
-    if (!m) return;
+     * letters ("w2", "3x"), an empty one, or another tag does not. Modules share slots the same way. */
+    static const char *const names[] = {
+        "model.layers.12.mlp.experts.7.w2.weight", "model.layers.3.mlp.experts.250.w2.weight",
+        "model.layers.3.mlp.experts.250.w1.weight", "model.layers.3x.mlp.experts.250.w2.weight",
+        "model.layers.0", "model.layers..w", "model.layers.00.w", "w", "0",
+    };
+    const char *dir = write_tiny(names, N_OF(names), NULL);
+    if (!dir) return;
+    char copy[64];
+    snprintf(copy, sizeof copy, "%s", dir);
+    hp_model *m = NULL;
+    hp_err err;
+    hp_status st = hp_model_open(&m, copy, NULL, &err);
+    remove_tiny(copy);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (st != HP_OK) return;
+    hp__memo *memo = hp__memo_create(m);
+    CHECK(memo != NULL);
     bool fresh = false;
-    int *a = hp__memo_slot(m, "model.layers.12.mlp.experts.7.w2.weight", 0, &fresh);
+    int *a = memo_of(memo, m, names[0], 0, &fresh);
     CHECK(a && fresh);
     if (a) *a = 42;
-    int *b = hp__memo_slot(m, "model.layers.3.mlp.experts.250.w2.weight", 0, &fresh);
+    int *b = memo_of(memo, m, names[1], 0, &fresh);
     CHECK(b == a && !fresh && b && *b == 42);
-    CHECK(hp__memo_slot(m, "model.layers.3.mlp.experts.250.w1.weight", 0, &fresh) != a && fresh);
-    CHECK(hp__memo_slot(m, "model.layers.3x.mlp.experts.250.w2.weight", 0, &fresh) != a && fresh);
-    CHECK(hp__memo_slot(m, "model.layers.12.mlp.experts.7.w2.weight", 1, &fresh) != a && fresh);
-    CHECK(hp__memo_slot(m, "model.layers.0", 0, &fresh) && fresh);
-    CHECK(hp__memo_slot(m, "model.layers.", 0, &fresh) && fresh); /* an empty segment is no index */
-    CHECK(hp__memo_slot(m, "", 0, &fresh) && fresh);
-    CHECK(hp__memo_slot(m, "", 0, &fresh) && !fresh);
-    /* Many templates: the table grows and keeps every slot's value. */
-    char name[64];
-    for (int i = 0; i < 2000; i++) {
-        snprintf(name, sizeof name, "t%d.0", i);
-        int *v = hp__memo_slot(m, name, 0, &fresh);
-        CHECK(v && fresh);
+    CHECK(memo_of(memo, m, names[2], 0, &fresh) != a && fresh);
+    CHECK(memo_of(memo, m, names[3], 0, &fresh) != a && fresh);
+    CHECK(memo_of(memo, m, names[0], 1, &fresh) != a && fresh);
+    int *z = memo_of(memo, m, "model.layers.0", 0, &fresh);
+    CHECK(z && fresh);
+    CHECK(memo_of(memo, m, "model.layers..w", 0, &fresh) && fresh); /* an empty segment is no index */
+    CHECK(memo_of(memo, m, "model.layers.00.w", 0, &fresh) && fresh);
+    CHECK(memo_of(memo, m, "w", 0, &fresh) && fresh);
+    CHECK(memo_of(memo, m, "0", 0, &fresh) && fresh);
+    CHECK(memo_of(memo, m, "w", 0, &fresh) && !fresh);
+    /* Modules: experts 7 of layer 12 and 250 of layer 3 share a template, layer 3x's does not. */
+    int e7 = hp_model_find_module(m, "model.layers.12.mlp.experts.7");
+    int e250 = hp_model_find_module(m, "model.layers.3.mlp.experts.250");
+    int x250 = hp_model_find_module(m, "model.layers.3x.mlp.experts.250");
+    CHECK(e7 >= 0 && e250 >= 0 && x250 >= 0);
+    if (e7 >= 0 && e250 >= 0 && x250 >= 0) {
+        int *c = hp__memo_module(memo, (size_t)e7, 5, &fresh);
+        CHECK(c && fresh);
+        CHECK(hp__memo_module(memo, (size_t)e250, 5, &fresh) == c && !fresh);
+        CHECK(hp__memo_module(memo, (size_t)x250, 5, &fresh) != c && fresh);
+    }
+    CHECK(hp__memo_param(NULL, 0, 0, &fresh) == NULL); /* no memo: computed directly */
+    hp__memo_destroy(memo);
+    hp__memo_destroy(NULL);
+    hp_model_close(m);
+
+    /* Many templates: the tables grow and keep every slot's value. */
+    enum { N = 600 };
+    static char buf[2 * N][32];
+    const char *many[2 * N];
+    for (int i = 0; i < N; i++) {
+        snprintf(buf[2 * i], sizeof buf[0], "t%d.0.w", i);
+        snprintf(buf[2 * i + 1], sizeof buf[0], "t%d.%d.w", i, i + 5);
+        many[2 * i] = buf[2 * i], many[2 * i + 1] = buf[2 * i + 1];
+    }
+    if (!(dir = write_tiny(many, N_OF(many), NULL))) return;
+    snprintf(copy, sizeof copy, "%s", dir);
+    st = hp_model_open(&m, copy, NULL, &err);
+    remove_tiny(copy);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (st != HP_OK) return;
+    memo = hp__memo_create(m);
+    CHECK(memo != NULL);
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        int *v = memo_of(memo, m, many[2 * i], 0, &fresh);
+        ok += v && fresh;
         if (v) *v = i;
     }
-    int ok = 0;
-    for (int i = 0; i < 2000; i++) {
-        snprintf(name, sizeof name, "t%d.%d", i, i + 5);
-        int *v = hp__memo_slot(m, name, 0, &fresh);
+    for (int i = 0; i < N; i++) {
+        int *v = memo_of(memo, m, many[2 * i + 1], 0, &fresh);
         ok += v && !fresh && *v == i;
     }
-    CHECK_EQ_INT(ok, 2000);
-    char longname[700];
-    memset(longname, 'a', sizeof longname - 1);
-    longname[sizeof longname - 1] = '\0';
-    CHECK(hp__memo_slot(m, longname, 0, &fresh) == NULL); /* too long: computed directly */
-    hp__memo_destroy(m);
-    hp__memo_destroy(NULL);
+    CHECK_EQ_INT(ok, 2 * N);
+    hp__memo_destroy(memo);
+    hp_model_close(m);
 }
 
 TEST_MAIN()

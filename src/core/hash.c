@@ -95,18 +95,17 @@ void hp_hash64_update(hp_hash64 *s, const void *data, size_t n)
     s->n_buf = (unsigned)n;
 }
 
-uint64_t hp_hash64_final(const hp_hash64 *s)
+/* The four lanes folded into one (inputs of 32 bytes or more). */
+static uint64_t lanes_fold(const uint64_t v[4])
 {
-    uint64_t h;
-    if (s->total >= 32) {
-        h = rotl(s->v[0], 1) + rotl(s->v[1], 7) + rotl(s->v[2], 12) + rotl(s->v[3], 18);
-        for (int i = 0; i < 4; i++) h = xmerge(h, s->v[i]);
-    } else {
-        h = s->seed + P5;
-    }
-    h += s->total;
-    const uint8_t *p = s->buf;
-    size_t n = s->n_buf;
+    uint64_t h = rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18);
+    for (int i = 0; i < 4; i++) h = xmerge(h, v[i]);
+    return h;
+}
+
+/* The last n < 32 bytes p mixed into h, then the avalanche. */
+static uint64_t finish(uint64_t h, const uint8_t *p, size_t n)
+{
     for (; n >= 8; p += 8, n -= 8) {
         h ^= xround(0, rd64(p));
         h = rotl(h, 27) * P1 + P4;
@@ -129,12 +128,22 @@ uint64_t hp_hash64_final(const hp_hash64 *s)
     return h;
 }
 
+uint64_t hp_hash64_final(const hp_hash64 *s)
+{
+    uint64_t h = s->total >= 32 ? lanes_fold(s->v) : s->seed + P5;
+    return finish(h + s->total, s->buf, s->n_buf);
+}
+
+/* One pass straight over data, no state buffer: short keys (names, segments) are hashed often. */
 uint64_t hp_hash64_bytes(const void *data, size_t n, uint64_t seed)
 {
-    hp_hash64 s;
-    hp_hash64_init(&s, seed);
-    hp_hash64_update(&s, data, n);
-    return hp_hash64_final(&s);
+    const uint8_t *p = data;
+    if (n < 32) return finish(seed + P5 + n, p, n);
+    uint64_t v[4] = {seed + P1 + P2, seed + P2, seed, seed - P1};
+    size_t left = n;
+    for (; left >= 32; p += 32, left -= 32)
+        for (int i = 0; i < 4; i++) v[i] = xround(v[i], rd64(p + 8 * i));
+    return finish(lanes_fold(v) + n, p, left);
 }
 
 /* FNV-1a 64: byte-serial, h = (h ^ byte) * prime. Only where a file already stores its value. */

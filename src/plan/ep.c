@@ -36,7 +36,12 @@ static bool parse_per_expert(const char *rel, long *idx, const char **proj, size
     if (!dot || !all_digits(a, (size_t)(dot - a))) return false;
     const char *p = dot + 1, *dot2 = strchr(p, '.');
     if (!dot2 || dot2 == p || strcmp(dot2, ".weight") != 0) return false;
-    *idx = strtol(a, NULL, 10);
+    long v = 0;
+    if (dot - a <= 9) /* fits any long: summed here, strtol beyond */
+        for (const char *d = a; d < dot; d++) v = 10 * v + (*d - '0');
+    else
+        v = strtol(a, NULL, 10);
+    *idx = v;
     *proj = p;
     *proj_len = (size_t)(dot2 - p);
     return true;
@@ -62,6 +67,7 @@ typedef struct src_ref {
     int param1;       /* hp_param_spec.param1 */
     const char *proj; /* parse_per_expert's projection: proj_len bytes into rel */
     size_t proj_len;
+    int k;            /* the projection's index in order of first appearance */
 } src_ref;
 
 static int src_cmp(const void *a, const void *b)
@@ -147,12 +153,14 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
         int n_proj = 0;
         const char *projs[16];
         size_t plens[16];
+        long last[16];       /* the last expert index seen per projection */
+        bool in_order = true; /* every projection's experts come in increasing index order */
         for (int i = 0; i < n_per; i++) {
             const char *proj = per[i].proj;
             size_t plen = per[i].proj_len;
-            bool seen = false;
-            for (int k = 0; k < n_proj; k++) seen |= plens[k] == plen && memcmp(projs[k], proj, plen) == 0;
-            if (!seen) {
+            int k = 0;
+            while (k < n_proj && !(plens[k] == plen && memcmp(projs[k], proj, plen) == 0)) k++;
+            if (k == n_proj) {
                 if (n_proj == 16) {
                     st = hp_err_set(err, HP_ERR_INPUT, "%s: more than 16 expert projections; not an MoE layout "
                                     "hyperpar understands", b->fqn);
@@ -160,9 +168,15 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
                 }
                 projs[n_proj] = proj;
                 plens[n_proj++] = plen;
+            } else {
+                in_order = in_order && per[i].idx > last[k];
             }
+            last[k] = per[i].idx;
+            per[i].k = k;
         }
-        qsort(per, (size_t)n_per, sizeof *per, src_cmp);
+        /* Each stack lists its experts by (index, name). Parameter order has them so already unless one
+         * projection's indices repeat ("7" and "07") or go down: then sort. */
+        if (!in_order) qsort(per, (size_t)n_per, sizeof *per, src_cmp);
         b->ep_stack = hp_arena_alloc(&p->arena, (size_t)n_proj * sizeof *b->ep_stack);
         if (!b->ep_stack) {
             st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -182,7 +196,7 @@ hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err)
                 goto done;
             }
             for (int i = 0; i < n_per; i++) {
-                if (per[i].proj_len == plens[k] && memcmp(per[i].proj, projs[k], plens[k]) == 0) {
+                if (per[i].k == k) {
                     es->src_param1[es->n_src] = per[i].param1;
                     es->src[es->n_src++] = per[i].rel;
                 }

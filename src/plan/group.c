@@ -60,7 +60,7 @@ typedef struct sweep {
     int *group_at;  /* [n_modules] group id anchored at the module, -1 when none */
     int *anchor;    /* [n_modules] module of group id g (at most one group per module) */
     int n_groups;
-    hp__memo *memo; /* phase 3 per (module name template, role mask) */
+    hp__memo *memo; /* phase 3 per (module name template, role mask); the caller's, may be NULL */
 } sweep;
 
 /* Infers the type of module mi's merged list from its role set. */
@@ -71,7 +71,7 @@ static hp_btype infer_list(const sweep *s, int mi)
     for (int r = 0; r < HP_ROLE_COUNT; r++)
         if (s->mask[mi] & (1u << r)) set[n++] = (hp_role)r;
     bool fresh = true;
-    int *v = hp__memo_slot(s->memo, s->m->modules[mi].name, s->mask[mi], &fresh);
+    int *v = hp__memo_module(s->memo, (size_t)mi, s->mask[mi], &fresh);
     if (v && !fresh) return (hp_btype)*v;
     hp_btype t = hp__infer_type(s->m->modules[mi].name, set, n);
     if (v) *v = (int)t;
@@ -103,8 +103,8 @@ static void merge_up(sweep *s, int c, int parent)
 
 /* Groups m's parameters (§4). roles[i] is parameter i's role (HP_ROLE_COUNT: excluded). On success *out
  * holds *n_out groups (arena-owned; NULL when there are none) in first-appearance order. */
-hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *arena, hp__group **out,
-                           size_t *n_out, hp_err *err)
+hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp__memo *memo, hp_arena *arena,
+                           hp__group **out, size_t *n_out, hp_err *err)
 {
     *out = NULL;
     *n_out = 0;
@@ -112,7 +112,7 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
     if (np == 0) return HP_OK;
     HP_ASSERT(roles && nm > 0 && np <= (size_t)INT32_MAX && nm <= (size_t)INT32_MAX);
 
-    sweep s = {.m = m};
+    sweep s = {.m = m, .memo = memo};
     s.next = arena_array(arena, np, sizeof(int));
     s.group_of = arena_array(arena, np, sizeof(int));
     s.head = arena_array(arena, nm, sizeof(int));
@@ -168,7 +168,6 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
     }
 
     /* Pass 2: the deepest-first sweep. */
-    s.memo = hp__memo_create();
     for (size_t k = 0; k < nm; k++) {
         int mi = order[k];
         if (s.count[mi] == 0) continue;
@@ -185,8 +184,6 @@ hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *ar
             if (s.group_at[o] < 0) claim(&s, mi, o);
         }
     }
-
-    hp__memo_destroy(s.memo);
 
     /* Output: groups in order of their first parameter; parameters in parameter order. */
     int *slot = s.count; /* reuse: group id -> output slot */

@@ -7,33 +7,168 @@
  * names ("model.layers.17.mlp.experts.203.down_proj.weight") come down to a few dozen templates
  * ("model.layers.0.mlp.experts.0.down_proj.weight"), each classified once.
  *
- * The table: open addressing over XXH64 of the template (seeded with the caller's tag), linear probing, kept at
- * most half full; the templates are owned copies. Names longer than HP__MEMO_MAX_NAME are not memoized.
+ * Template ids come from the model's module tree, never from the full names: a module's template is its
+ * parent's template and its own segment (leaf, or "0" for an index), so its id is looked up by the pair (parent
+ * id, segment), and a parameter's by (its module's id, the segment after the module's name). One short segment
+ * is hashed per module and per parameter, in one pass in module order (a parent is numbered before its
+ * children: the tree's pre-order). Equal ids mean equal template strings: a segment holds no dot, so (parent
+ * template, segment) spells one string. The root is id 0.
+ *
+ *   segs : open addressing over XXH64(segment, seed = parent id), linear probing, at most half full
+ *          {h, seg, len, parent, id}          one entry per distinct template
+ *   kids : per id, its last 4 children {seg, len, id}: most lookups end there, unhashed
+ *   vals : open addressing over (tag << 32 | id) {key, val}   one entry per (template, tag) asked for
+ *
+ * Both tables start small and double: their size follows the templates (dozens), not the names.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/planner.h"
 
-#define HP__MEMO_MAX_NAME 512
-
-typedef struct entry {
+typedef struct seg_entry {
     uint64_t h;
-    char *key; /* NULL: empty */
-    uint32_t tag;
+    const char *seg; /* NULL: empty slot; "0" for an index segment */
+    size_t len;
+    uint32_t parent, id;
+} seg_entry;
+
+/* The last few children looked up under one template: siblings repeat their segments under every layer and
+ * expert ("0", "gate_proj", "weight"), so most lookups end here without hashing. */
+#define MEMO_KIDS 4
+typedef struct kid_cache {
+    const char *seg[MEMO_KIDS];
+    size_t len[MEMO_KIDS];
+    uint32_t id[MEMO_KIDS];
+    unsigned n;
+} kid_cache;
+
+typedef struct val_entry {
+    uint64_t key; /* tag << 32 | id, plus 1 so that 0 marks an empty slot */
     int val;
-} entry;
+} val_entry;
 
 struct hp__memo {
-    entry *e;
-    size_t cap, n; /* cap a power of two */
+    uint32_t *param_t;  /* [n_params] template id of each parameter */
+    uint32_t *module_t; /* [n_modules] template id of each module */
+    seg_entry *segs;
+    size_t segs_cap, n_ids; /* ids 1 .. n_ids - 1 live in segs */
+    kid_cache *kids;        /* [kids_cap] per parent id */
+    size_t kids_cap;
+    val_entry *vals;
+    size_t vals_cap, n_vals;
 };
 
-hp__memo *hp__memo_create(void)
+/* Whether s[0, len) is a dotted index segment: non-empty, digits only. */
+static bool is_index(const char *s, size_t len)
+{
+    if (!len) return false;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return true;
+}
+
+static bool segs_grow(hp__memo *m)
+{
+    size_t cap = m->segs_cap ? 2 * m->segs_cap : 64;
+    seg_entry *e = calloc(cap, sizeof *e);
+    if (!e) return false;
+    for (size_t i = 0; i < m->segs_cap; i++) {
+        if (!m->segs[i].seg) continue;
+        size_t j = (size_t)m->segs[i].h & (cap - 1);
+        while (e[j].seg) j = (j + 1) & (cap - 1);
+        e[j] = m->segs[i];
+    }
+    free(m->segs);
+    m->segs = e;
+    m->segs_cap = cap;
+    return true;
+}
+
+/* Room in kids for every id so far. */
+static bool kids_grow(hp__memo *m)
+{
+    if (m->n_ids < m->kids_cap) return true;
+    size_t cap = m->kids_cap ? 2 * m->kids_cap : 64;
+    kid_cache *k = realloc(m->kids, cap * sizeof *k);
+    if (!k) return false;
+    memset(k + m->kids_cap, 0, (cap - m->kids_cap) * sizeof *k);
+    m->kids = k;
+    m->kids_cap = cap;
+    return true;
+}
+
+/* The id of the template (parent's template, segment s[0, len)) through the table; UINT32_MAX when out of
+ * memory. */
+static uint32_t table_id(hp__memo *m, uint32_t parent, const char *s, size_t len)
+{
+    if (2 * m->n_ids > m->segs_cap && !segs_grow(m)) return UINT32_MAX;
+    uint64_t h = hp_hash64_bytes(s, len, parent);
+    size_t j = (size_t)h & (m->segs_cap - 1);
+    for (; m->segs[j].seg; j = (j + 1) & (m->segs_cap - 1)) {
+        const seg_entry *e = &m->segs[j];
+        if (e->h == h && e->parent == parent && e->len == len && !memcmp(e->seg, s, len)) return e->id;
+    }
+    if (!kids_grow(m)) return UINT32_MAX;
+    m->segs[j] = (seg_entry){h, s, len, parent, (uint32_t)m->n_ids};
+    return (uint32_t)m->n_ids++;
+}
+
+/* The id of the template (parent's template, segment s[0, len)): the parent's recent children first. */
+static uint32_t seg_id(hp__memo *m, uint32_t parent, const char *s, size_t len)
+{
+    if (is_index(s, len)) s = "0", len = 1;
+    kid_cache *k = &m->kids[parent];
+    for (unsigned i = 0; i < MEMO_KIDS && i < k->n; i++)
+        if (k->len[i] == len && !memcmp(k->seg[i], s, len)) return k->id[i];
+    uint32_t id = table_id(m, parent, s, len);
+    if (id == UINT32_MAX) return id;
+    k = &m->kids[parent]; /* table_id may have moved the caches */
+    unsigned slot = k->n++ % MEMO_KIDS;
+    k->seg[slot] = s, k->len[slot] = len, k->id[slot] = id;
+    return id;
+}
+
+/* Ids of every module and parameter of model. Module names are parent name + "." + leaf (the root's children:
+ * the leaf alone), and a parameter's name is its module's name + "." + its own segment. */
+static bool assign_ids(hp__memo *m, const hp_model *model)
+{
+    size_t nm = model->n_modules;
+    size_t *name_len = malloc((nm ? nm : 1) * sizeof *name_len);
+    bool ok = name_len != NULL;
+    m->n_ids = 1; /* 0: the root */
+    ok = ok && kids_grow(m);
+    for (size_t i = 0; ok && i < nm; i++) {
+        const hp_module *mod = &model->modules[i];
+        if (mod->parent < 0) {
+            m->module_t[i] = 0;
+            name_len[i] = 0;
+            continue;
+        }
+        HP_ASSERT((size_t)mod->parent < i); /* pre-order: parents first */
+        size_t leaf = strlen(mod->leaf);
+        name_len[i] = model->modules[mod->parent].parent < 0 ? leaf : name_len[mod->parent] + 1 + leaf;
+        m->module_t[i] = seg_id(m, m->module_t[mod->parent], mod->leaf, leaf);
+        ok = m->module_t[i] != UINT32_MAX;
+    }
+    for (size_t i = 0; ok && i < model->n_params; i++) {
+        const hp_param *p = &model->params[i];
+        const char *seg = model->modules[p->module].parent < 0 ? p->name : p->name + name_len[p->module] + 1;
+        m->param_t[i] = seg_id(m, m->module_t[p->module], seg, strlen(seg));
+        ok = m->param_t[i] != UINT32_MAX;
+    }
+    free(name_len);
+    return ok;
+}
+
+hp__memo *hp__memo_create(const hp_model *model)
 {
     hp__memo *m = calloc(1, sizeof *m);
-    if (m && !(m->e = calloc(m->cap = 256, sizeof *m->e))) {
-        free(m);
+    if (!m) return NULL;
+    m->param_t = malloc((model->n_params ? model->n_params : 1) * sizeof *m->param_t);
+    m->module_t = malloc((model->n_modules ? model->n_modules : 1) * sizeof *m->module_t);
+    if (!m->param_t || !m->module_t || !assign_ids(m, model)) {
+        hp__memo_destroy(m);
         return NULL;
     }
     return m;
@@ -42,73 +177,57 @@ hp__memo *hp__memo_create(void)
 void hp__memo_destroy(hp__memo *m)
 {
     if (!m) return;
-    for (size_t i = 0; i < m->cap; i++) free(m->e[i].key);
-    free(m->e);
+    free(m->param_t);
+    free(m->module_t);
+    free(m->segs);
+    free(m->kids);
+    free(m->vals);
     free(m);
 }
 
-/* name's template into buf (cap bytes); its length with the terminator, or 0 when it does not fit. One pass:
- * a segment is copied as it goes and rewound to "0" at its end when it held only digits. */
-static size_t template_of(const char *name, char *buf, size_t cap)
-{
-    size_t o = 0, seg = 0; /* seg: where the current segment starts in buf */
-    bool digits = true;
-    for (const char *s = name;; s++) {
-        char c = *s;
-        if (c == '.' || c == '\0') {
-            if (digits && o > seg) { /* an index segment */
-                buf[seg] = '0';
-                o = seg + 1;
-            }
-            if (o + 1 >= cap) return 0;
-            buf[o++] = c;
-            if (c == '\0') return o;
-            seg = o;
-            digits = true;
-            continue;
-        }
-        if (o + 1 >= cap) return 0;
-        buf[o++] = c;
-        digits = digits && c >= '0' && c <= '9';
-    }
-}
+static size_t val_hash(uint64_t key) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17); }
 
-static bool grow(hp__memo *m)
+static bool vals_grow(hp__memo *m)
 {
-    entry *old = m->e;
-    size_t oc = m->cap;
-    entry *e = calloc(oc * 2, sizeof *e);
+    size_t cap = m->vals_cap ? 2 * m->vals_cap : 64;
+    val_entry *e = calloc(cap, sizeof *e);
     if (!e) return false;
-    m->e = e;
-    m->cap = oc * 2;
-    for (size_t i = 0; i < oc; i++) {
-        if (!old[i].key) continue;
-        size_t j = (size_t)old[i].h & (m->cap - 1);
-        while (e[j].key) j = (j + 1) & (m->cap - 1);
-        e[j] = old[i];
+    for (size_t i = 0; i < m->vals_cap; i++) {
+        if (!m->vals[i].key) continue;
+        size_t j = val_hash(m->vals[i].key) & (cap - 1);
+        while (e[j].key) j = (j + 1) & (cap - 1);
+        e[j] = m->vals[i];
     }
-    free(old);
+    free(m->vals);
+    m->vals = e;
+    m->vals_cap = cap;
     return true;
 }
 
-int *hp__memo_slot(hp__memo *m, const char *name, uint32_t tag, bool *fresh)
+static int *slot_of(hp__memo *m, uint32_t id, uint32_t tag, bool *fresh)
 {
-    char key[HP__MEMO_MAX_NAME];
-    size_t len = m && name ? template_of(name, key, sizeof key) : 0;
-    if (!len) return NULL;
-    if (2 * (m->n + 1) > m->cap && !grow(m)) return NULL;
-    uint64_t h = hp_hash64_bytes(key, len, tag);
-    size_t j = (size_t)h & (m->cap - 1);
-    for (; m->e[j].key; j = (j + 1) & (m->cap - 1))
-        if (m->e[j].h == h && m->e[j].tag == tag && !strcmp(m->e[j].key, key)) {
+    if (2 * (m->n_vals + 1) > m->vals_cap && !vals_grow(m)) return NULL;
+    uint64_t key = ((uint64_t)tag << 32 | id) + 1;
+    size_t j = val_hash(key) & (m->vals_cap - 1);
+    for (; m->vals[j].key; j = (j + 1) & (m->vals_cap - 1))
+        if (m->vals[j].key == key) {
             *fresh = false;
-            return &m->e[j].val;
+            return &m->vals[j].val;
         }
-    if (!(m->e[j].key = malloc(len))) return NULL;
-    memcpy(m->e[j].key, key, len);
-    m->e[j].h = h;
-    m->e[j].tag = tag;
-    m->n++;
+    m->vals[j].key = key;
+    m->n_vals++;
     *fresh = true;
-    return &m->e[j].val;
+    return &m->vals[j].val;
 }
+
+int *hp__memo_param(hp__memo *m, size_t i, uint32_t tag, bool *fresh)
+{
+    return m ? slot_of(m, m->param_t[i], tag, fresh) : NULL;
+}
+
+int *hp__memo_module(hp__memo *m, size_t mi, uint32_t tag, bool *fresh)
+{
+    return m ? slot_of(m, m->module_t[mi], tag, fresh) : NULL;
+}
+
+uint32_t hp__memo_param_id(const hp__memo *m, size_t i) { return m ? m->param_t[i] : UINT32_MAX; }

@@ -444,12 +444,12 @@ static void normalise(hp_plan *p)
     }
 }
 
-static hp_status derive_boundaries(hp_plan *p, hp_err *err)
+static hp_status derive_boundaries(hp_plan *p, hp__memo *memo, hp_err *err)
 {
     const hp_model *m = p->model;
     hp__group *groups = NULL;
     size_t n_groups = 0;
-    hp_status st = hp__group_params(m, p->roles, &p->arena, &groups, &n_groups, err);
+    hp_status st = hp__group_params(m, p->roles, memo, &p->arena, &groups, &n_groups, err);
     if (st != HP_OK) return st;
     p->boundaries = hp_arena_alloc(&p->arena, (n_groups ? n_groups : 1) * sizeof *p->boundaries);
     if (!p->boundaries) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -468,7 +468,7 @@ static hp_status derive_boundaries(hp_plan *p, hp_err *err)
         b->fqn = groups[g].fqn;
         b->type = t;
         b->module = hp_model_find_module(m, b->fqn);
-        st = hp__build_from_template(p, b, groups[g].params, groups[g].n, err);
+        st = hp__build_from_template(p, b, groups[g].params, groups[g].n, memo, err);
         if (st == HP_OK && t == HP_BT_MOE_MLP && p->ep > 1) st = hp__mark_moe_ep(p, b, err);
         if (st == HP_OK) p->n_boundaries++;
     }
@@ -477,17 +477,15 @@ static hp_status derive_boundaries(hp_plan *p, hp_err *err)
 }
 
 /* Phase 1 over every parameter, once per name template (memo.c). */
-static void classify_all(hp_plan *p)
+static void classify_all(hp_plan *p, hp__memo *memo)
 {
     const hp_model *m = p->model;
-    hp__memo *memo = hp__memo_create();
     for (size_t i = 0; i < m->n_params; i++) {
         bool fresh = true;
-        int *v = hp__memo_slot(memo, m->params[i].name, 0, &fresh);
+        int *v = hp__memo_param(memo, i, 0, &fresh);
         p->roles[i] = v && !fresh ? (hp_role)*v : hp__classify(m->params[i].name, m->arch, m->model_type);
         if (v && fresh) *v = (int)p->roles[i];
     }
-    hp__memo_destroy(memo);
 }
 
 hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o, hp_err *err)
@@ -507,8 +505,10 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
         p->roles = hp_arena_alloc(&p->arena, (m->n_params ? m->n_params : 1) * sizeof *p->roles);
         if (!p->roles) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
-    if (st == HP_OK) classify_all(p);
-    if (st == HP_OK && o->derive) st = derive_boundaries(p, err);
+    hp__memo *memo = st == HP_OK ? hp__memo_create(m) : NULL; /* phases 1 and 3 once per name template */
+    if (st == HP_OK) classify_all(p, memo);
+    if (st == HP_OK && o->derive) st = derive_boundaries(p, memo, err);
+    hp__memo_destroy(memo);
     if (st == HP_OK && !o->derive) hp_log(HP_LOG_INFO, "derive=False: template derivation skipped; the plan holds only the overrides");
     if (st == HP_OK) st = hp__apply_overrides(p, o->overrides, o->derive, err);
     if (st == HP_OK && o->ep_compute) st = hp__apply_ep_compute(p, o->ep_compute, err);

@@ -27,21 +27,26 @@ typedef struct hp__group {
     int *params;     /* arena-owned */
 } hp__group;
 
-/* roles: one per model parameter; a role of HP_ROLE_COUNT excludes the parameter (isolated roots). */
-hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp_arena *arena, hp__group **out,
-                           size_t *n_out, hp_err *err);
+/* roles: one per model parameter; a role of HP_ROLE_COUNT excludes the parameter (isolated roots). memo: m's
+ * name templates (NULL: every module is inferred from its own name). */
+typedef struct hp__memo hp__memo;
+hp_status hp__group_params(const hp_model *m, const hp_role *roles, hp__memo *memo, hp_arena *arena,
+                           hp__group **out, size_t *n_out, hp_err *err);
 
 /* Phase 3: boundary type of a group anchored at fqn whose params have the given roles. */
 hp_btype hp__infer_type(const char *fqn, const hp_role *roles, int n);
 
 /* Name templates (memo.c): a name's template writes each all-digit dotted segment (a layer or expert index) as
- * "0". Phases 1 and 3 never look at those segments, so their results are kept per (template, tag). */
-typedef struct hp__memo hp__memo;
-hp__memo *hp__memo_create(void); /* NULL when out of memory: callers then compute every name */
+ * "0". Phases 1 and 3 never look at those segments, so their results are kept per (template, tag). The memo
+ * numbers the templates of one model's parameters and modules once, from its module tree. */
+hp__memo *hp__memo_create(const hp_model *m); /* NULL when out of memory: callers then compute every name */
 void hp__memo_destroy(hp__memo *m);
-/* The value slot of (name's template, tag); *fresh is true when it was just made and the caller must fill it.
- * NULL (compute directly) when m is NULL, the name is too long to template, or memory runs out. */
-int *hp__memo_slot(hp__memo *m, const char *name, uint32_t tag, bool *fresh);
+/* The value slot of (parameter i's or module mi's template, tag); *fresh is true when it was just made and the
+ * caller must fill it. NULL (compute directly) when m is NULL or memory runs out. */
+int *hp__memo_param(hp__memo *m, size_t i, uint32_t tag, bool *fresh);
+int *hp__memo_module(hp__memo *m, size_t mi, uint32_t tag, bool *fresh);
+/* Parameter i's template id (equal ids: equal templates); UINT32_MAX when m is NULL. */
+uint32_t hp__memo_param_id(const hp__memo *m, size_t i);
 
 /* Phase 6: special handler name for a SPECIAL parameter. */
 const char *hp__special_handler(const char *fqn);

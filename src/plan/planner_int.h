@@ -19,7 +19,9 @@ bool hp__rowwise_by_name(const char *rel);
 hp_placement hp__expert_tp_placement(const char *rel, int ndim, bool transposed);
 bool hp__placement_for_role(hp_role role, const char *rel, int ndim, bool has_tp, bool has_ep, bool transposed,
                             hp_nplace *out);
-hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_idx, int n, hp_err *err);
+/* memo: the model's name templates (may be NULL), to place each template of b's subtree once. */
+hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_idx, int n, hp__memo *memo,
+                                  hp_err *err);
 
 /* ep.c: §6.8 MoE EP marking of one moe_mlp boundary (only called when ep > 1). */
 hp_status hp__mark_moe_ep(hp_plan *p, hp_boundary *b, hp_err *err);

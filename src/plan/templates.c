@@ -130,8 +130,39 @@ static void io_single(hp_io_map *m, const char *name, hp_nplace pl)
     m->e[0].pl = pl;
 }
 
-/* Builds boundary b (type already set) from its template; params listed by model index with roles. */
-hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_idx, int n, hp_err *err)
+/* The placements of the last few name templates of one boundary's subtree: §6.3's role and name tests never
+ * look at an index segment, and below the anchor a parameter's path relative to it has the same template
+ * whenever its full name has (the anchor's name is a whole-segment prefix of both). */
+#define PL_SEEN 8
+typedef struct pl_seen {
+    uint32_t id[PL_SEEN];
+    int ndim[PL_SEEN];
+    hp_role role[PL_SEEN];
+    bool ok[PL_SEEN];
+    hp_nplace pl[PL_SEEN];
+    int n, next;
+} pl_seen;
+
+/* hp__placement_for_role of parameter i (rel its path in b), looked up in seen when id is a template id. */
+static bool place_param(pl_seen *seen, uint32_t id, hp_role role, const char *rel, int ndim, bool has_tp,
+                        bool has_ep, bool transposed, hp_nplace *out)
+{
+    for (int k = 0; id != UINT32_MAX && k < seen->n; k++)
+        if (seen->id[k] == id && seen->ndim[k] == ndim && seen->role[k] == role) {
+            *out = seen->pl[k];
+            return seen->ok[k];
+        }
+    bool ok = hp__placement_for_role(role, rel, ndim, has_tp, has_ep, transposed, out);
+    if (id == UINT32_MAX) return ok;
+    int k = seen->n < PL_SEEN ? seen->n++ : seen->next++ % PL_SEEN;
+    seen->id[k] = id, seen->ndim[k] = ndim, seen->role[k] = role, seen->ok[k] = ok, seen->pl[k] = *out;
+    return ok;
+}
+
+/* Builds boundary b (type already set, b->module its anchor or -1) from its template; params listed by model
+ * index with roles. */
+hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_idx, int n, hp__memo *memo,
+                                  hp_err *err)
 {
     const tmpl *t = find_template(b->type);
     HP_ASSERT(t != NULL);
@@ -143,12 +174,16 @@ hp_status hp__build_from_template(hp_plan *p, hp_boundary *b, const int *param_i
     b->params = hp_arena_alloc(&p->arena, (size_t)(n ? n : 1) * sizeof *b->params);
     if (!b->params) return hp_err_set(err, HP_ERR_NOMEM, "out of memory building boundary '%s'", b->fqn);
     b->n_params = 0;
+    const bool transposed = hp_family_experts_transposed(m->family);
+    const hp_module *anchor = b->module >= 0 ? &m->modules[b->module] : NULL;
+    pl_seen seen = {0};
     for (int i = 0; i < n; i++) {
         const hp_param *par = &m->params[param_idx[i]];
         const char *rel = par->name + skip;
+        bool below = anchor && param_idx[i] >= anchor->subtree_first && param_idx[i] < anchor->subtree_end;
+        uint32_t id = below ? hp__memo_param_id(memo, (size_t)param_idx[i]) : UINT32_MAX;
         hp_nplace pl;
-        if (!hp__placement_for_role(p->roles[param_idx[i]], rel, par->n_dims, has_tp, has_ep,
-                                    hp_family_experts_transposed(m->family), &pl))
+        if (!place_param(&seen, id, p->roles[param_idx[i]], rel, par->n_dims, has_tp, has_ep, transposed, &pl))
             continue;
         b->params[b->n_params].rel = rel;
         b->params[b->n_params].pl = pl;
