@@ -122,7 +122,8 @@ struct hp_linalg {
     hp__dnnl_mm **mms; /* the primitive cache: one per key, shared by every linear */
     int64_t n_mms, cap_mms;
     int64_t n_fixed;   /* of them, fixed-shape primitives (at most HP__FIXED_MAX) */
-    void *scratch;     /* [n_slots] parts of slot_bytes, 64-byte aligned, grown only by hp_linear_init: part s is
+    void *scratch;     /* [n_slots] parts of slot_bytes, 64-byte aligned, grown by hp_linear_init (and by a fixed
+                          shape's first call, on the calling thread): part s is
                           thread s's in a loop over groups (part 0 the calling thread's otherwise) */
     size_t slot_bytes;
     int n_slots;       /* also the oneDNN streams reserved */
