@@ -648,6 +648,7 @@ hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *b
     hp_status st = hp__redistribute(&r->x, br, &h->lay, what, &coll, err);
     if (st != HP_OK) return st;
     int64_t n = hp__act_count(h);
+#pragma omp parallel for schedule(static) if (n >= HP__PAR_MIN)
     for (int64_t i = 0; i < n; i++) h->d[i] += br->d[i];
     return HP_OK;
 }
@@ -704,6 +705,7 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
     }
     hp__mem_count(&r->x, 0, mx_b + se_b);
     double *tg = se + rows;
+#pragma omp parallel for schedule(static) if (rows * vn >= HP__PAR_MIN)
     for (int64_t i = 0; i < rows; i++) {
         int64_t b = i / z->n[1], s = i % z->n[1], p = z->lo[1] + s;
         const float *zr = z->d + i * vn;
@@ -718,9 +720,12 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
     }
     hp_status st = HP_OK;
     if (vsplit) st = hp__allreduce_max(&r->x, r->x.axc[HP__TP], mx, (size_t)rows, err);
-    for (int64_t i = 0; st == HP_OK && i < rows; i++) {
-        float m;
-        hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
+    if (st == HP_OK) {
+#pragma omp parallel for schedule(static) if (rows * vn >= HP__PAR_MIN)
+        for (int64_t i = 0; i < rows; i++) {
+            float m;
+            hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
+        }
     }
     if (st == HP_OK && vsplit) {
         double t0 = hp_comm_wtime();
