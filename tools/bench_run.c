@@ -469,7 +469,7 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
         double t0 = hp_comm_wtime();
         st = hp_runner_forward(r, ids, B, T, &o, err);
         double t = hp_comm_wtime() - t0;
-        hp_run_output_free(&o);
+        hp_runner_recycle_output(r, &o); /* the logits' buffer back: warm pages for the next forward */
         if ((st = hp_comm_agree(c, st, err)) || k < 0) continue;
         const hp_run_stats *s = hp_runner_stats(r);
         double *v = rows + k * C_N;

@@ -798,6 +798,19 @@ void hp_run_output_free(hp_run_output *out)
     out->n_moe = 0;
 }
 
+void hp_runner_recycle_output(hp_runner *r, hp_run_output *out)
+{
+    hp__act *a = &r->sc.a;
+    if (out->logits && out->logits == r->sc.handed && !a->d) {
+        a->d = out->logits;
+        a->cap = r->sc.handed_cap;
+        hp__mem_count(&r->x, 0, a->cap * sizeof(float));
+        out->logits = NULL;
+    }
+    r->sc.handed = NULL;
+    hp_run_output_free(out);
+}
+
 static uint64_t ids_hash(const int64_t *ids, int64_t n, int64_t B, int64_t S)
 {
     return hp_hash64_bytes(ids, (size_t)n * sizeof *ids, (uint64_t)B ^ ((uint64_t)S << 32));
@@ -905,7 +918,10 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     float *full = NULL;
     /* handed to the caller; a backward (keep_activations) reads the logits again: a copy then */
+    size_t a_cap = a->cap;
     if (st == HP_OK) st = hp__gather_out(&r->x, a, B, r->x.dp_rows, !r->o.keep_activations, &full, err);
+    r->sc.handed = st == HP_OK && full && !a->d ? full : NULL; /* the buffer itself went (hp_runner_recycle_output) */
+    r->sc.handed_cap = r->sc.handed ? a_cap : 0;
     if (st == HP_OK && full) {
         int64_t V = r->g.cfg.V, Sp = r->x.S_pad;
         if (Sp != S)
