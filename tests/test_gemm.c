@@ -373,6 +373,47 @@ TEST(grouped_batches_split_at_the_scratch_size)
     hp_linalg_destroy(ctx);
 }
 
+/* Large products run a primitive made for their exact shape (M, lda, ldc) at its first call, up to HP__FIXED_MAX of
+ * them per context; past that bound they take the runtime-shape primitive. Every row count from HP__FIXED_M_MIN
+ * to past the bound, each at other strides, in both modes, against the reference; the same shape again reuses
+ * its primitive. */
+TEST(fixed_shapes_up_to_and_past_the_cache_bound)
+{
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    const int64_t k = 65, n = 23, m_max = HP__FIXED_M_MIN + HP__FIXED_MAX + 5, lda_max = k + 2, ldc_max = n + 1;
+    float *w = make_w(HP_DT_F32, n, k), *a = make_f(m_max * lda_max, 0.113, 1.0);
+    float *c = malloc((size_t)(m_max * ldc_max) * sizeof *c);
+    double *ref = malloc((size_t)(m_max * n) * sizeof *ref), *abs_sum = malloc((size_t)(m_max * n) * sizeof *abs_sum);
+    for (int mode = 0; mode < 2; mode++) {
+        hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = 1, .dtype = HP_DT_F32, .w = w,
+                            .mode = (hp_linalg_mode)mode};
+        hp_linear *lin = NULL;
+        CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+        for (int64_t m = HP__FIXED_M_MIN; lin && m <= m_max; m++) {
+            int64_t lda = k + m % 3, ldc = n + m % 2;
+            hp__gemm_ref(m, n, k, a, lda, HP_DT_F32, w, NULL, false, ref, abs_sum);
+            for (int again = 0; again < 2; again++) {
+                for (int64_t i = 0; i < m * ldc; i++) c[i] = 7.0f;
+                CHECK_MSG(hp_linear_forward(lin, 0, m, a, lda, c, ldc, false, &err) == HP_OK, "%s", err.msg);
+                double e = compare(m, n, c, ldc, NULL, false, ref, abs_sum, mode ? BF16_TOL : EXACT_TOL);
+                CHECK_MSG(e <= 1.0, "%s mode, M=%lld lda=%lld ldc=%lld (call %d): error %.3g of the bound",
+                          mode ? "bf16" : "exact", (long long)m, (long long)lda, (long long)ldc, again + 1, e);
+            }
+        }
+        hp_linear_free(lin);
+        if (mode == 0) /* each new shape made one primitive until the bound; the repeats made none */
+            CHECK_MSG(ctx->n_fixed == HP__FIXED_MAX, "%lld fixed-shape primitives, expected %d",
+                      (long long)ctx->n_fixed, HP__FIXED_MAX);
+    }
+    hp_linalg_destroy(ctx);
+    free(w);
+    free(a);
+    free(c);
+    free(ref);
+    free(abs_sum);
+}
+
 TEST(m_zero_is_a_no_op)
 {
     hp_linalg *ctx = ctx_or_die();

@@ -168,4 +168,46 @@ TEST(kept_activations_are_the_golden_stream)
     }
 }
 
+/* hp_runner_recycle_output: the one-process logits buffer goes back to the runner, and the next forward writes the
+ * same logits into it (no fresh buffer); an output that is not the handed buffer is only freed. */
+TEST(recycled_logits_buffer_is_reused_with_the_same_logits)
+{
+    hp_err err;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_comm *c = NULL;
+    hp_runner *r = NULL;
+    hp_st_file *f = NULL;
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_run_opts ro = {0};
+    bool ok = hp_model_open(&m, "data/forward/llama", NULL, &err) == HP_OK &&
+              hp_plan_derive(&p, m, &po, &err) == HP_OK && hp_comm_self(&c, &err) == HP_OK &&
+              hp_st_open(&f, "data/forward/llama/forward_io.safetensors", &err) == HP_OK &&
+              hp_runner_create(&r, c, m, p, &ro, &err) == HP_OK;
+    const hp_st_tensor *ti = ok ? hp_st_find(f, "input_ids") : NULL;
+    hp_run_output o1 = {0}, o2 = {0}, o3 = {0};
+    ok = ok && ti && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o1, &err) == HP_OK;
+    CHECK_MSG(ok, "%s", err.msg);
+    size_t n = ok ? (size_t)(o1.B * o1.S * o1.V) : 0;
+    float *first = ok ? malloc(n * sizeof *first) : NULL, *buf = o1.logits;
+    if (first) memcpy(first, o1.logits, n * sizeof *first);
+    hp_runner_recycle_output(r, &o1);
+    CHECK(o1.logits == NULL);
+    ok = ok && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o2, &err) == HP_OK;
+    CHECK_MSG(ok, "%s", err.msg);
+    CHECK(!ok || o2.logits == buf);
+    CHECK(!ok || memcmp(o2.logits, first, n * sizeof *first) == 0);
+    ok = ok && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o3, &err) == HP_OK;
+    hp_runner_recycle_output(r, &o2); /* not the last forward's buffer: freed, not kept */
+    hp_runner_recycle_output(r, &o3);
+    CHECK(o2.logits == NULL && o3.logits == NULL);
+    free(first);
+    hp_runner_free(r);
+    hp_st_close(f);
+    hp_comm_free(c);
+    hp_plan_free(p);
+    hp_model_close(m);
+}
+
 TEST_MAIN()

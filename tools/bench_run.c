@@ -61,6 +61,7 @@
 enum { MAX_REPS = CLI_BENCH_MAX_REPS };
 #define MAX_VOCAB (1 << 20) /* above every published vocabulary (262144 is the largest we know) */
 #define RATIO_TARGET 0.8    /* bare / runtime per collective kind */
+#define GEMM_SHARE_TARGET 0.7 /* the forward's GEMM rate / the same-run GEMM limit (issue 24) */
 #define RESIDENT_TOL 0.05   /* |resident / (checkpoint / tp) - 1| */
 
 typedef cli_bench_args rb_args;
@@ -137,12 +138,14 @@ static void usage(FILE *out, bool train)
         fprintf(out,
                 "Runs the runtime's whole forward pass (embedding, L decoder layers, norm, lm_head, loss) on a random\n"
                 "checkpoint with the preset's layer shapes over all N ranks, as 'hyperpar run' does, and prints prefill\n"
-                "tokens/s, the slowest rank's compute and communication time, each collective kind's time next to a\n"
+                "tokens/s and the forward's GEMM rate next to the same-run GEMM limit of its compute mode (a 2048^3\n"
+                "product through the GEMM layer on every rank at once; ratio, target >= %.1f), the slowest rank's\n"
+                "compute and communication time, each collective kind's time next to a\n"
                 "bare MPI collective of the same bytes and calls measured in the same run (ratio bare/runtime, target\n"
                 ">= %.1f), and the resident weight bytes per rank next to the plan's share (target within %.0f%%): the\n"
                 "checkpoint's / tp, for MoE presets dense bytes / tp + expert bytes / ep. MoE presets also print the\n"
                 "EP token exchange (all-to-all) and the MoE phase times summed over the sparse layers.\n",
-                RATIO_TARGET, RESIDENT_TOL * 100);
+                GEMM_SHARE_TARGET, RATIO_TARGET, RESIDENT_TOL * 100);
     fprintf(out, "Then, when $HP_BENCH_PYTHON (default python3) can import torch, rank 0 times PyTorch eager on the\n"
                  "same checkpoint and batch with this node's threads (%s) and prints\n"
                  "its tokens/s and the ratio hyperpar/PyTorch; otherwise a note says why.\n",
@@ -453,6 +456,7 @@ typedef struct rb_result {
     double resident, share, total;      /* largest rank's resident and plan-share bytes; checkpoint bytes */
     double expert_bytes;                /* the checkpoint's routed-expert bytes (names holding ".experts.") */
     double expect;                      /* (total - expert_bytes) / tp + expert_bytes / ep */
+    hp_gemm_limit gemm;                 /* the same-run GEMM limit in the forward's compute mode */
 } rb_result;
 
 /* Warm-up (when asked), then reps forwards of ids [B, T]; rows[r][C_N] the slowest rank's figures of rep r. */
@@ -466,7 +470,7 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
         double t0 = hp_comm_wtime();
         st = hp_runner_forward(r, ids, B, T, &o, err);
         double t = hp_comm_wtime() - t0;
-        hp_run_output_free(&o);
+        hp_runner_recycle_output(r, &o); /* the logits' buffer back: warm pages for the next forward */
         if ((st = hp_comm_agree(c, st, err)) || k < 0) continue;
         const hp_run_stats *s = hp_runner_stats(r);
         double *v = rows + k * C_N;
@@ -643,6 +647,11 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, 
            "%.1f GFLOP/s over all ranks\n",
            m[C_WALL] * 1e3, in->reps, (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9,
            in->gemm_flop / m[C_WALL] * 1e-9);
+    double fwd = in->gemm_flop / m[C_WALL] * 1e-9;
+    printf("  gemm limit: %.1f GFLOP/s summed over the ranks (slowest %.1f): a %lld^3 product through the GEMM layer "
+           "in %s on every rank at once, best of %d; the forward's GEMM rate is %.2f of it (target >= %.1f)\n",
+           r->gemm.sum_gflops, r->gemm.min_gflops, (long long)r->gemm.n, a->compute == HP_LINALG_BF16 ? "bf16 x bf16" : "f32", r->gemm.reps,
+           fwd / r->gemm.sum_gflops, GEMM_SHARE_TARGET);
     printf("  split     : compute %.3f ms, communication %.3f ms (each the slowest rank's; communication %.2f of the "
            "runner's forward)\n",
            m[C_COMPUTE] * 1e3, m[C_COMM] * 1e3, m[C_SECONDS] > 0 ? m[C_COMM] / m[C_SECONDS] : 0.0);
@@ -720,9 +729,13 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, 
         printf("}}");
     }
     printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
-           "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, \"collectives\": {",
+           "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, ",
            m[C_WALL], (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
            m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
+    printf("\"gemm_limit_n\": %lld, \"gemm_limit_gflops\": %.6g, \"gemm_limit_gflops_min_rank\": %.6g, "
+           "\"gemm_share\": %.4f, \"gemm_share_target\": %.2f, \"collectives\": {",
+           (long long)r->gemm.n, r->gemm.sum_gflops, r->gemm.min_gflops,
+           in->gemm_flop / m[C_WALL] * 1e-9 / r->gemm.sum_gflops, GEMM_SHARE_TARGET);
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
                hp_run_coll_name((hp_run_coll)k), r->bytes[k], r->calls[k], m[C_COLL + k]);
@@ -867,6 +880,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     }
     if ((st = time_forward(w, r, ids, B, T, (int)a->reps, true, rows, &err))) goto done;
     for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, (int)a->reps, C_N, c);
+    /* The GEMM limit of the forward's compute mode, on every rank at once, as bench train measures it. */
+    if ((st = hp_cost_gemm_limit(w, CLI_BENCH_GEMM_N, a->compute, CLI_BENCH_GEMM_REPS, &res.gemm, &err))) goto done;
 
     /* Bytes and calls of the last forward (the same every forward), the largest rank's; resident bytes. */
     const hp_run_stats *s = hp_runner_stats(r);

@@ -13,6 +13,11 @@
 
 enum { CLI_BENCH_MAX_REPS = 50 };
 
+/* Side of the reference GEMM of bench run and bench train (hp_cost_gemm_limit): 2048^3 (17 GFLOP, 48 MiB of f32
+ * operands per rank) keeps a core busy for a good fraction of a second, long enough to reach the kernel's rate,
+ * short enough for a test run. Best of CLI_BENCH_GEMM_REPS after a warm-up. */
+enum { CLI_BENCH_GEMM_N = 2048, CLI_BENCH_GEMM_REPS = 3 };
+
 /* The parsed options, the preset's shapes with the test-only replacements applied. */
 typedef struct cli_bench_args {
     const cli_preset *p;

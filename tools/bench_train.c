@@ -31,10 +31,6 @@
 /* Columns of one timed step, each the slowest rank's. */
 enum { C_STEP, C_FWD, C_BWD, C_BWD_COMM, C_OPT, C_N };
 
-/* Side of the reference GEMM: 2048^3 (17 GFLOP, 48 MiB of f32 operands per rank) keeps a core busy for a good
- * fraction of a second, long enough to reach the kernel's rate, short enough for a test run. */
-#define GEMM_N 2048
-#define GEMM_REPS 3
 
 typedef struct bt_result {
     double med[C_N];
@@ -73,7 +69,7 @@ static hp_status time_steps(const hp_comm *w, hp_runner *r, const int64_t *ids, 
 static hp_status time_gemm(const hp_comm *w, hp_linalg_mode compute, bt_result *res, hp_err *err)
 {
     hp_gemm_limit lim;
-    hp_status st = hp_cost_gemm_limit(w, GEMM_N, compute, GEMM_REPS, &lim, err);
+    hp_status st = hp_cost_gemm_limit(w, CLI_BENCH_GEMM_N, compute, CLI_BENCH_GEMM_REPS, &lim, err);
     res->gemm_rank = lim.rank_gflops;
     res->gemm_min = lim.min_gflops;
     res->gemm_sum = lim.sum_gflops;
@@ -101,7 +97,8 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
            in->weights * 1e-9, tokens, r->flop * 1e-9, achieved);
     printf("  gemm      : %.1f GFLOP/s per rank (%s %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
            "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
-           r->gemm_rank, a->compute == HP_LINALG_BF16 ? "bf16" : "f32", GEMM_N, GEMM_N, GEMM_N, GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
+           r->gemm_rank, a->compute == HP_LINALG_BF16 ? "bf16" : "f32", CLI_BENCH_GEMM_N, CLI_BENCH_GEMM_N,
+           CLI_BENCH_GEMM_N, CLI_BENCH_GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
            in->ranks == 1 ? "" : "s", per(achieved, r->gemm_sum));
     cli_bench_torch_text(pt, per(tokens, m[C_STEP]), "training tokens/s");
 }
@@ -122,7 +119,7 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
            "\"gemm_n\": %d, \"gemm_gflops_per_rank\": %.6g, \"gemm_gflops_min_rank\": %.6g, \"gemm_gflops\": %.6g, "
            "\"ratio_achieved_over_gemm\": %.6g",
            r->loss_first, r->loss_last, m[C_STEP], per(tokens, m[C_STEP]), m[C_FWD], m[C_BWD], m[C_BWD_COMM], m[C_OPT],
-           in->weights, r->flop * 1e-9, achieved, GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
+           in->weights, r->flop * 1e-9, achieved, CLI_BENCH_GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
            per(achieved, r->gemm_sum));
     cli_bench_torch_json(pt, per(tokens, m[C_STEP]));
     printf("}\n");

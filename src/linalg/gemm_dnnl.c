@@ -4,7 +4,8 @@
  *
  * One matmul primitive per key (src and weight dtypes, N, K, beta, layout), made with a runtime M
  * (DNNL_RUNTIME_DIM_VAL) and runtime row strides, so the one primitive serves every call whatever its row
- * count, lda and ldc. oneDNN's matmul sees
+ * count, lda and ldc; or, for large products, with the fixed M and strides of the key (oneDNN 2.6 picks its
+ * brgemm kernels only for fixed shapes, gemm:jit for runtime ones). oneDNN's matmul sees
  *
  *   src     [M, K]  f32 or bf16, row stride lda          (runtime)
  *   weights [K, N]  the caller's W [N, K] rows are the strides {1, K} of this; or a packed layout
@@ -126,13 +127,15 @@ const char *hp__dnnl_version(char *buf, size_t cap)
     return buf;
 }
 
-/* The matmul descriptor of key: runtime M and row strides; N runtime when the key says so. */
+/* The matmul descriptor of key: runtime M and row strides, or the key's fixed ones; N runtime when the key says
+ * so. */
 static dnnl_status_t desc_of(const hp__dnnl_mm_key *key, bool any_weights, dnnl_matmul_desc_t *md)
 {
     const dnnl_dim_t RT = DNNL_RUNTIME_DIM_VAL, n = key->n == HP__DNNL_RUNTIME_N ? RT : key->n;
-    dnnl_dims_t sdims = {RT, key->k}, sstr = {RT, 1};
+    bool fixed = key->m > 0;
+    dnnl_dims_t sdims = {fixed ? key->m : RT, key->k}, sstr = {fixed ? key->lda : RT, 1};
     dnnl_dims_t wdims = {key->k, n}, wstr = {1, key->k};
-    dnnl_dims_t ddims = {RT, n}, dstr = {RT, 1};
+    dnnl_dims_t ddims = {fixed ? key->m : RT, n}, dstr = {fixed ? key->ldc : RT, 1};
     dnnl_memory_desc_t s, w, dst;
     dnnl_status_t st = dnnl_memory_desc_init_by_strides(&s, 2, sdims, dt_of(key->src), sstr);
     if (st == dnnl_success) {
@@ -292,6 +295,7 @@ hp_status hp__dnnl_mm_run(hp__dnnl *d, int slot, const hp__dnnl_mm *mm, int64_t 
     HP_ASSERT(slot >= 0 && slot < d->n_streams);
     dnnl_stream_t stream = d->streams[slot];
     const hp__dnnl_mm_key *key = &mm->key;
+    HP_ASSERT(key->m == 0 || (m == key->m && lda == key->lda && ldc == key->ldc));
     dnnl_dims_t sdims = {m, key->k}, sstr = {lda, 1}, ddims = {m, n}, dstr = {ldc, 1};
     dnnl_memory_desc_t smd, wmd = mm->wmd, dmd;
     dnnl_memory_t ms = NULL, mw = NULL, md = NULL, msp = NULL;

@@ -68,6 +68,8 @@ typedef struct hp__dnnl_mm_key {
     int64_t k;
     bool beta;         /* C += A·Wᵀ (a sum post-op) instead of C = A·Wᵀ */
     bool packed;       /* weights in oneDNN's preferred layout (format_tag_any) instead of [N, K] rows */
+    int64_t m, lda, ldc; /* a fixed shape: M rows at these row strides (m > 0, N not runtime, weights as [N, K]
+                            rows), for which oneDNN 2.6 runs brgemm; m = 0: runtime M and strides (gemm:jit) */
 } hp__dnnl_mm_key;
 
 /* What oneDNN would like the weights of this key to look like. */
@@ -99,7 +101,7 @@ bool hp__dnnl_mm_same_weights(const hp__dnnl_mm *a, const hp__dnnl_mm *b); /* th
 /* Reorders one [N, K] matrix (key's wei dtype) into the packed layout of mm. */
 hp_status hp__dnnl_pack(hp__dnnl *d, const hp__dnnl_mm *mm, const void *w_rows, void *w_packed, hp_err *err);
 /* C [m, n] (ldc) (+)= A [m, k] (lda) · Wᵀ on stream `slot` (< the streams reserved). n must equal the key's N
- * unless that is runtime. scratch holds hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). Threads may run
+ * unless that is runtime; m, lda and ldc the key's when it has a fixed shape. scratch holds hp__dnnl_mm_scratch_bytes(mm) bytes (64-byte aligned). Threads may run
  * the same primitive at once on different slots with different scratch; inside an OpenMP parallel region
  * oneDNN (OpenMP runtime) runs the call on the calling thread alone. */
 /* OpenBLAS's f32 product (blas.c): the fallback of hp_linalg_sgemm / _tn should oneDNN's sgemm refuse a call. */
@@ -119,7 +121,9 @@ struct hp_linalg {
     hp__dnnl *dnnl;
     hp__dnnl_mm **mms; /* the primitive cache: one per key, shared by every linear */
     int64_t n_mms, cap_mms;
-    void *scratch;     /* [n_slots] parts of slot_bytes, 64-byte aligned, grown only by hp_linear_init: part s is
+    int64_t n_fixed;   /* of them, fixed-shape primitives (at most HP__FIXED_MAX) */
+    void *scratch;     /* [n_slots] parts of slot_bytes, 64-byte aligned, grown by hp_linear_init (and by a fixed
+                          shape's first call, on the calling thread): part s is
                           thread s's in a loop over groups (part 0 the calling thread's otherwise) */
     size_t slot_bytes;
     int n_slots;       /* also the oneDNN streams reserved */
@@ -151,6 +155,13 @@ struct hp_linear {
  * are two or more (linear.c, run_large_groups): above it oneDNN's own threads split one product efficiently. A
  * fixed bound, not one derived from the thread count, so that which path a group takes never depends on it. */
 #define HP__SPREAD_ROWS_MAX 1024
+/* Large products of at least HP__FIXED_M_MIN rows, outside a loop over groups, run a primitive made for their
+ * exact shape (M, lda, ldc) at the first call with it: oneDNN 2.6 runs its brgemm kernels only on fixed shapes,
+ * and gemm:jit on runtime ones. Measured on the 2-core AVX-512 EPYC at M = 512 (llama-3-8b's projections and a
+ * 32000-row head): brgemm 1.2-1.6x gemm:jit in f32 and 1.1-1.6x in bf16 (docs/kernels.md). At most HP__FIXED_MAX
+ * such primitives per context; past it, the runtime-shape primitive. */
+#define HP__FIXED_M_MIN 128
+#define HP__FIXED_MAX 64
 /* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
  * kernel also won at 24..96 rows, but 16 stays: above it a bf16 weight takes the same oneDNN f32 product as its
  * f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24 rows) relies on. */

@@ -103,7 +103,7 @@ const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap)
 static bool key_eq(const hp__dnnl_mm_key *a, const hp__dnnl_mm_key *b)
 {
     return a->src == b->src && a->wei == b->wei && a->n == b->n && a->k == b->k && a->beta == b->beta &&
-           a->packed == b->packed;
+           a->packed == b->packed && a->m == b->m && a->lda == b->lda && a->ldc == b->ldc;
 }
 
 /* The cached primitive of key, made on first use; *unsupported (may be NULL) as hp__dnnl_mm_create sets it. */
@@ -128,6 +128,7 @@ static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dn
     hp_status st = hp__dnnl_mm_create(ctx->dnnl, key, &mm, unsupported, err);
     if (st != HP_OK) return st;
     ctx->mms[ctx->n_mms++] = mm;
+    ctx->n_fixed += key->m > 0;
     *out = mm;
     return HP_OK;
 }
@@ -487,15 +488,33 @@ static void run_pieces(const hp_linear *lin, const piece *p, int64_t n_pieces, i
     }
 }
 
-/* One group through oneDNN: m > small_m_max rows, with the scratch part and stream of `slot`. */
-static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, int slot, hp_err *err)
+/* The primitive for a product of m rows at lda, ldc: mm[beta] itself, or (see HP__FIXED_M_MIN) the one made for
+ * this exact shape, with the scratch grown for it. Only the calling thread, outside a loop over groups, may ask
+ * for a fixed shape. A fixed shape that oneDNN refuses, or one past HP__FIXED_MAX, takes mm[beta]. */
+static const hp__dnnl_mm *shaped(hp_linear *lin, bool beta, bool may_fix, int64_t m, int64_t lda, int64_t ldc)
+{
+    const hp__dnnl_mm *mm = lin->mm[beta];
+    if (!may_fix || m < HP__FIXED_M_MIN || lin->packed || lin->large == HP__LARGE_WIDEN) return mm;
+    hp_linalg *ctx = lin->ctx;
+    hp__dnnl_mm_key key = *hp__dnnl_mm_key_of(mm);
+    key.m = m, key.lda = lda, key.ldc = ldc;
+    const hp__dnnl_mm *f = NULL;
+    for (int64_t i = 0; i < ctx->n_mms && !f; i++)
+        if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), &key)) f = ctx->mms[i];
+    hp_err e;
+    if (!f && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
+    if (reserve_scratch(ctx, layout_of(lin).dnnl + hp__dnnl_mm_scratch_bytes(f), &e) != HP_OK) return mm;
+    return f;
+}
+
+/* One group through oneDNN: m > small_m_max rows, with the scratch part and stream of `slot`; may_fix when the
+ * calling thread runs it alone (slot 0, no loop over groups): then a large product takes a fixed-shape primitive. */
+static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, int slot, bool may_fix, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
     layout l = layout_of(lin);
-    char *scratch = (char *)ctx->scratch + (size_t)slot * ctx->slot_bytes;
     const float *bias = lin->bias ? lin->bias + g->mat * lin->n : NULL;
     bool beta = bias || acc || !lin->mm[0];
-    const hp__dnnl_mm *mm = lin->mm[beta];
     const void *w = lin->packed ? (const char *)lin->packed + (size_t)g->mat * lin->packed_mat_bytes
                                 : mat_rows(lin, g->mat);
     int64_t chunk = lin->mode == HP_LINALG_BF16 ? HP__ROW_CHUNK : g->m;
@@ -504,7 +523,10 @@ static hp_status run_large(hp_linear *lin, const hp_linear_group *g, bool acc, i
         const void *a = g->a + r0 * g->lda;
         int64_t lda = g->lda;
         float *c = g->c + r0 * g->ldc;
-        if (lin->mode == HP_LINALG_BF16) {
+        bool round = lin->mode == HP_LINALG_BF16;
+        const hp__dnnl_mm *mm = shaped(lin, beta, may_fix, m, round ? lin->k : lda, g->ldc);
+        char *scratch = (char *)ctx->scratch + (size_t)slot * ctx->slot_bytes; /* after shaped: it may grow */
+        if (round) {
             if (lin->large == HP__LARGE_BF16)
                 hp__round_rows_bf16(m, lin->k, a, lda, (uint16_t *)(scratch + l.a));
             else
@@ -597,7 +619,7 @@ static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups,
     hp_status st = HP_OK;
     for (int64_t i = 0; i < n_groups && st == HP_OK; i++)
         if (groups[i].m > lin->small_m_max && (n_spread < 2 || !spread(lin, &groups[i])))
-            st = run_large(lin, &groups[i], acc, 0, err);
+            st = run_large(lin, &groups[i], acc, 0, true, err);
     if (st != HP_OK || n_spread < 2) return st;
     int nt = omp_get_max_threads() < lin->ctx->n_slots ? omp_get_max_threads() : lin->ctx->n_slots;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
@@ -607,7 +629,7 @@ static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups,
         seen = st;
         if (seen != HP_OK || !spread(lin, &groups[i])) continue;
         hp_err e;
-        hp_status s = run_large(lin, &groups[i], acc, omp_get_thread_num(), &e);
+        hp_status s = run_large(lin, &groups[i], acc, omp_get_thread_num(), false, &e);
         if (s != HP_OK) {
 #pragma omp critical(hp_linear_group_err)
             if (st == HP_OK) {

@@ -6,6 +6,9 @@
  * rotate_half over the first `rot` channels of each head; eager attention softmax(q·kᵀ·hd^-½ + mask)·v with kv
  * head j serving query heads j·rep .. (j+1)·rep-1; a window W keeps keys j > q − W; silu(g)·u.
  * Reductions that decide the output's accuracy (norm means, softmax sums) run in double.
+ *
+ * Rows (tokens) are independent, so the loops over them run on the OpenMP threads when they are large (PAR_MIN
+ * elements): each row's arithmetic is the same whatever the thread count, so results are bit-identical.
  */
 #include "run/modules.h"
 
@@ -15,6 +18,7 @@
 
 void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double eps, float *out)
 {
+#pragma omp parallel for schedule(static) if (rows * H >= HP__PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * H;
         double ss = 0;
@@ -35,6 +39,7 @@ void hp__rope_apply_at(float *x, int64_t tokens, int64_t heads, int64_t stride, 
                        const float *cos_t, const float *sin_t)
 {
     int64_t half = rot / 2;
+#pragma omp parallel for schedule(static) if (tokens * heads * rot >= HP__PAR_MIN)
     for (int64_t t = 0; t < tokens; t++) {
         const float *c = cos_t + t * half, *s = sin_t + t * half;
         for (int64_t h = 0; h < heads; h++) {
@@ -70,6 +75,7 @@ void hp__rope_apply_pairs(float *x, int64_t tokens, int64_t heads, int64_t strid
 void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_t rows, int64_t n, float *out,
                 int64_t ldo)
 {
+#pragma omp parallel for schedule(static) if (rows * n >= HP__PAR_MIN)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t i = 0; i < n; i++) {
             float x = g[r * ldg + i];

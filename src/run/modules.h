@@ -7,6 +7,11 @@
 #include "hyperpar/core.h"
 #include "hyperpar/linalg.h"
 
+/* Loops over rows of at least this many elements in all run on the OpenMP threads (each row's arithmetic is the
+ * same whatever the thread count: bit-identical results). Below it the calling thread runs them: a parallel
+ * region costs a few µs, and 2^16 elements are tens of µs of work. */
+#define HP__PAR_MIN ((int64_t)1 << 16)
+
 /* out [rows, H] = w · (x · rsqrt(mean(x²) + eps)); out may be x. */
 void hp__rmsnorm(const float *x, int64_t rows, int64_t H, const float *w, double eps, float *out);
 

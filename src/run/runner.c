@@ -648,6 +648,7 @@ hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *b
     hp_status st = hp__redistribute(&r->x, br, &h->lay, what, &coll, err);
     if (st != HP_OK) return st;
     int64_t n = hp__act_count(h);
+#pragma omp parallel for schedule(static) if (n >= HP__PAR_MIN)
     for (int64_t i = 0; i < n; i++) h->d[i] += br->d[i];
     return HP_OK;
 }
@@ -704,6 +705,7 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
     }
     hp__mem_count(&r->x, 0, mx_b + se_b);
     double *tg = se + rows;
+#pragma omp parallel for schedule(static) if (rows * vn >= HP__PAR_MIN)
     for (int64_t i = 0; i < rows; i++) {
         int64_t b = i / z->n[1], s = i % z->n[1], p = z->lo[1] + s;
         const float *zr = z->d + i * vn;
@@ -718,9 +720,12 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
     }
     hp_status st = HP_OK;
     if (vsplit) st = hp__allreduce_max(&r->x, r->x.axc[HP__TP], mx, (size_t)rows, err);
-    for (int64_t i = 0; st == HP_OK && i < rows; i++) {
-        float m;
-        hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
+    if (st == HP_OK) {
+#pragma omp parallel for schedule(static) if (rows * vn >= HP__PAR_MIN)
+        for (int64_t i = 0; i < rows; i++) {
+            float m;
+            hp__row_max_sumexp(z->d + i * vn, vn, mx[i], true, &m, &se[i]);
+        }
     }
     if (st == HP_OK && vsplit) {
         double t0 = hp_comm_wtime();
@@ -791,6 +796,19 @@ void hp_run_output_free(hp_run_output *out)
     out->topk_idx = NULL;
     out->moe_layer = NULL;
     out->n_moe = 0;
+}
+
+void hp_runner_recycle_output(hp_runner *r, hp_run_output *out)
+{
+    hp__act *a = &r->sc.a;
+    if (out->logits && out->logits == r->sc.handed && !a->d) {
+        a->d = out->logits;
+        a->cap = r->sc.handed_cap;
+        hp__mem_count(&r->x, 0, a->cap * sizeof(float));
+        out->logits = NULL;
+    }
+    r->sc.handed = NULL;
+    hp_run_output_free(out);
 }
 
 static uint64_t ids_hash(const int64_t *ids, int64_t n, int64_t B, int64_t S)
@@ -900,7 +918,10 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     float *full = NULL;
     /* handed to the caller; a backward (keep_activations) reads the logits again: a copy then */
+    size_t a_cap = a->cap;
     if (st == HP_OK) st = hp__gather_out(&r->x, a, B, r->x.dp_rows, !r->o.keep_activations, &full, err);
+    r->sc.handed = st == HP_OK && full && !a->d ? full : NULL; /* the buffer itself went (hp_runner_recycle_output) */
+    r->sc.handed_cap = r->sc.handed ? a_cap : 0;
     if (st == HP_OK && full) {
         int64_t V = r->g.cfg.V, Sp = r->x.S_pad;
         if (Sp != S)

@@ -84,6 +84,8 @@ typedef struct runner_scratch {
     float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
     size_t buf_cap[HP__NBUF];
     int64_t moe_rows;           /* the most rows any rank holds in the forward in progress (the EP buffers') */
+    float *handed;              /* the last forward's output buffer (a's), handed to the caller as its logits */
+    size_t handed_cap;          /* its floats (what a held) */
 } runner_scratch;
 
 /* What a forward reports: its statistics, validate's trace and the non-finite watch. */
