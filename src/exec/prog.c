@@ -56,6 +56,27 @@ int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti)
     return s->split ? hp__blk_lo(s->I, g->tp, ti + 1) - hp__blk_lo(s->I, g->tp, ti) : s->I;
 }
 
+/* 1024 rows: at Llama-3-8B's widths (I 14336) one chunk's gate|up and hidden are 168 MiB, against 5.3 GiB for a
+ * 32k-token sequence, and a GEMM of 1024 rows runs at the rate of a longer one, so chunking costs no GEMM rate.
+ * The outputs are the unchunked ones, bit for bit: chunks start at multiples of 1024, so BF16 mode's row pieces
+ * (HP__ROW_CHUNK, 256, in src/linalg) fall where the unchunked call puts them, and a chunk is never so short (256
+ * rows at least) that the GEMM layer would take its few-row path (at most 16 rows) for it. */
+int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole)
+{
+    if (whole || rows - r0 < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN) return rows;
+    return r0 + HP__MLP_CHUNK_ROWS;
+}
+
+int64_t hp__mlp_chunk_rows(int64_t rows, bool whole)
+{
+    int64_t most = 0;
+    for (int64_t r0 = 0, r1; r0 < rows; r0 = r1) {
+        r1 = hp__mlp_chunk_end(rows, r0, whole);
+        most = r1 - r0 > most ? r1 - r0 : most;
+    }
+    return most;
+}
+
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF])
 {
     const hp__rcfg *c = &g->cfg;
