@@ -575,8 +575,8 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
 {
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
-    /* in row chunks (hp__mlp_chunk_rows); a training runner keeps every row's intermediates for its backward */
-    bool whole = r->o.keep_activations;
+    /* in row chunks (hp__mlp_chunk_end); a training runner keeps every row's intermediates for its backward */
+    bool whole = r->o.keep_activations || r->o.test_mlp_whole;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, C = hp__mlp_chunk_rows(rows, whole);
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, m->s, r->x.pos.r[HP__TP], bw);
