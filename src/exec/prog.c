@@ -67,14 +67,14 @@ int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole)
     return r0 + HP__MLP_CHUNK_ROWS;
 }
 
+/* In O(1) (cost sizes sequences up to 2^62 rows): k full chunks, k the least with fewer than C + MIN rows left
+ * after them, then the rest, which is at least MIN and less than C + MIN. */
 int64_t hp__mlp_chunk_rows(int64_t rows, bool whole)
 {
-    int64_t most = 0;
-    for (int64_t r0 = 0, r1; r0 < rows; r0 = r1) {
-        r1 = hp__mlp_chunk_end(rows, r0, whole);
-        most = r1 - r0 > most ? r1 - r0 : most;
-    }
-    return most;
+    const int64_t C = HP__MLP_CHUNK_ROWS;
+    if (whole || rows < C + HP__MLP_CHUNK_MIN) return rows;
+    int64_t k = (rows - C - HP__MLP_CHUNK_MIN) / C + 1, rest = rows - k * C;
+    return rest > C ? rest : C;
 }
 
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF])
