@@ -217,8 +217,9 @@ static bool chunks_hold(int64_t rows)
              (r1 - r0 >= HP__MLP_CHUNK_MIN || r1 - r0 == rows);
         most = r1 - r0 > most ? r1 - r0 : most;
     }
+    int64_t full = rows / HP__MLP_CHUNK_ROWS - (rows % HP__MLP_CHUNK_ROWS < HP__MLP_CHUNK_MIN);
     return ok && most == hp__mlp_chunk_rows(rows, false) && most < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN &&
-           (rows == 0 || n == 1 || n == rows / HP__MLP_CHUNK_ROWS - (rows % HP__MLP_CHUNK_ROWS < HP__MLP_CHUNK_MIN) + 1);
+           (rows == 0 || n == 1 || n == full + 1);
 }
 
 TEST(mlp_row_chunks)
