@@ -57,7 +57,8 @@ int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti)
 }
 
 /* 1024 rows: at Llama-3-8B's widths (I 14336) one chunk's gate|up and hidden are 168 MiB, against 5.3 GiB for a
- * 32k-token sequence, and a GEMM of 1024 rows runs at the rate of a longer one, so chunking costs no GEMM rate.
+ * 32k-token sequence, and a GEMM of 1024 rows runs at the rate of a longer one (a 4096-token forward of that layer
+ * took no longer chunked: docs/run.md "Long prefill").
  * The outputs are the unchunked ones, bit for bit: chunks start at multiples of 1024, so BF16 mode's row pieces
  * (HP__ROW_CHUNK, 256, in src/linalg) fall where the unchunked call puts them, and a chunk is never so short (256
  * rows at least) that the GEMM layer would take its few-row path (at most 16 rows) for it. */
