@@ -205,4 +205,39 @@ TEST(sequence_padding_and_dp_rows)
     CHECK(rows[0] == 0 && rows[1] == 1 && rows[2] == 3 && rows[3] == 5);
 }
 
+/* The MLP's row chunks: they tile the rows from row 0, start at multiples of HP__MLP_CHUNK_ROWS, none shorter than
+ * HP__MLP_CHUNK_MIN unless the rows are, and hp__mlp_chunk_rows (O(1)) is the longest; whole is one chunk. */
+static bool chunks_hold(int64_t rows)
+{
+    int64_t most = 0, n = 0, r1;
+    bool ok = true;
+    for (int64_t r0 = 0; r0 < rows; r0 = r1, n++) {
+        r1 = hp__mlp_chunk_end(rows, r0, false);
+        ok = ok && r1 > r0 && r1 <= rows && r0 % HP__MLP_CHUNK_ROWS == 0 &&
+             (r1 - r0 >= HP__MLP_CHUNK_MIN || r1 - r0 == rows);
+        most = r1 - r0 > most ? r1 - r0 : most;
+    }
+    int64_t full = rows / HP__MLP_CHUNK_ROWS - (rows % HP__MLP_CHUNK_ROWS < HP__MLP_CHUNK_MIN);
+    return ok && most == hp__mlp_chunk_rows(rows, false) && most < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN &&
+           (rows == 0 || n == 1 || n == full + 1);
+}
+
+TEST(mlp_row_chunks)
+{
+    bool ok = true;
+    for (int64_t rows = 0; rows <= 6 * HP__MLP_CHUNK_ROWS; rows++) ok = ok && chunks_hold(rows);
+    CHECK(ok);
+    CHECK(chunks_hold(1000003));
+    CHECK(hp__mlp_chunk_rows(1279, false) == 1279);
+    CHECK(hp__mlp_chunk_rows(1280, false) == 1024);
+    CHECK(hp__mlp_chunk_end(1280, 1024, false) == 1280);
+    CHECK(hp__mlp_chunk_rows(2303, false) == 1279);
+    CHECK(hp__mlp_chunk_rows(32768, false) == 1024);
+    CHECK(hp__mlp_chunk_rows(32768, true) == 32768);
+    CHECK(hp__mlp_chunk_end(32768, 0, true) == 32768);
+    /* cost sizes sequences far past memory: the longest chunk in O(1) */
+    CHECK(hp__mlp_chunk_rows(INT64_MAX / 2, false) < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN);
+    CHECK(hp__mlp_chunk_rows(INT64_MAX, false) >= HP__MLP_CHUNK_MIN);
+}
+
 TEST_MAIN()

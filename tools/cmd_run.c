@@ -320,7 +320,8 @@ static int run(run_args *a, int *argc, char ***argv)
         hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL,
                           .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
-                          .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD")};
+                          .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD"),
+                          .test_mlp_whole = getenv("HP_TEST_MLP_WHOLE") && !strcmp(getenv("HP_TEST_MLP_WHOLE"), "1")};
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;

@@ -59,6 +59,9 @@ typedef struct hp_run_opts {
     const char *test_perturb_boundary; /* tests only, NULL otherwise: on a run of more than one rank, this boundary's
                                           (FQN) output is nudged, so validate must name it first (the CLI sets it
                                           from HP_TEST_PERTURB_BOUNDARY; the library reads no environment) */
+    bool test_mlp_whole;     /* tests only: the dense MLP runs on all rows at once, as a training runner's does,
+                                instead of in row chunks (docs/run.md "Long prefill"): the unchunked reference
+                                (the CLI sets it from HP_TEST_MLP_WHOLE=1); the workspace is then not cost's */
 } hp_run_opts;
 
 typedef struct hp_run_stats {

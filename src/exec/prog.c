@@ -56,6 +56,28 @@ int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti)
     return s->split ? hp__blk_lo(s->I, g->tp, ti + 1) - hp__blk_lo(s->I, g->tp, ti) : s->I;
 }
 
+/* 1024 rows: at Llama-3-8B's widths (I 14336) one chunk's gate|up and hidden are 168 MiB, against 5.3 GiB for a
+ * 32k-token sequence, and a GEMM of 1024 rows runs at the rate of a longer one (a 4096-token forward of that layer
+ * took no longer chunked: docs/run.md "Long prefill").
+ * The outputs are the unchunked ones, bit for bit: chunks start at multiples of 1024, so BF16 mode's row pieces
+ * (HP__ROW_CHUNK, 256, in src/linalg) fall where the unchunked call puts them, and a chunk is never so short (256
+ * rows at least) that the GEMM layer would take its few-row path (at most 16 rows) for it. */
+int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole)
+{
+    if (whole || rows - r0 < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN) return rows;
+    return r0 + HP__MLP_CHUNK_ROWS;
+}
+
+/* In O(1) (cost sizes sequences up to 2^62 rows): k full chunks, k the least with fewer than C + MIN rows left
+ * after them, then the rest, which is at least MIN and less than C + MIN. */
+int64_t hp__mlp_chunk_rows(int64_t rows, bool whole)
+{
+    const int64_t C = HP__MLP_CHUNK_ROWS;
+    if (whole || rows < C + HP__MLP_CHUNK_MIN) return rows;
+    int64_t k = (rows - C - HP__MLP_CHUNK_MIN) / C + 1, rest = rows - k * C;
+    return rest > C ? rest : C;
+}
+
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF])
 {
     const hp__rcfg *c = &g->cfg;

@@ -89,6 +89,16 @@ enum { HP__NBUF = 4 };
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF]);
 /* An MLP step's intermediate width on the rank at tp index ti: the shard layout's block when tp cuts it. */
 int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti);
+/* The dense MLP's row chunks (a long prefill): the forward runs gate|up -> silu·mul -> down on one chunk of rows
+ * at a time, so its buffers (hp__step_row_widths' 2 and 3) hold a chunk, not the sequence. The chunks start at
+ * row 0 and every HP__MLP_CHUNK_ROWS rows after; the last one takes the rest when fewer than HP__MLP_CHUNK_ROWS +
+ * HP__MLP_CHUNK_MIN rows remain (no chunk is shorter than HP__MLP_CHUNK_MIN unless the rows are). whole (a
+ * training runner: its backward reads the recomputed intermediates of every row) makes one chunk of all rows.
+ * hp__mlp_chunk_end is the end of the chunk that starts at r0; hp__mlp_chunk_rows the longest chunk, the rows the
+ * buffers are sized for. The runner and cost both use them. */
+enum { HP__MLP_CHUNK_ROWS = 1024, HP__MLP_CHUNK_MIN = 256 };
+int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole);
+int64_t hp__mlp_chunk_rows(int64_t rows, bool whole);
 
 /* "embed", "norm", ... (traces and tests). */
 const char *hp__op_name(hp__op op);

@@ -750,7 +750,9 @@ static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
         int64_t bw[HP__NBUF], I = hp__step_local_I(w->g, y, w->pos.r[HP__TP]);
         hp__step_row_widths(w->g, y, w->pos.r[HP__TP], bw);
         w->cr->flops += 6.0 * (double)rows * (double)H * (double)I;
-        int64_t gu = ck_mul(w, "MLP buffers", rows, bw[2]), hh = ck_mul(w, "MLP buffers", rows, bw[3]);
+        /* its buffers hold one row chunk (hp__mlp_chunk_rows; training: every row, which its backward reads) */
+        int64_t C = hp__mlp_chunk_rows(rows, w->o->train);
+        int64_t gu = ck_mul(w, "MLP buffers", C, bw[2]), hh = ck_mul(w, "MLP buffers", C, bw[3]);
         w->w_gu = gu > w->w_gu ? gu : w->w_gu;
         w->w_h = hh > w->w_h ? hh : w->w_h;
         grow(w, &w->c_buf[2], gu);

@@ -555,21 +555,38 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     return hp__r_record(r, a->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
+/* gate|up, silu(gate)·up and down on rows [r0, r0 + n) of t into the same rows of out; the intermediates of those
+ * rows in gu [n, 2I] and h [n, I]. */
+static hp_status mlp_rows(mlp_w *m, int64_t r0, int64_t n, int64_t H, const float *t, float *gu, float *h, float *out,
+                          hp_err *err)
+{
+    int64_t I = m->I;
+    const float *x = t + r0 * H;
+    hp_status st = HP_OK;
+    if (m->gate_up) st = lin_fwd(m->gate_up, n, x, H, gu, 2 * I, err);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, n, x, H, gu, 2 * I, err);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, n, x, H, gu + I, 2 * I, err);
+    if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, n, I, h, I);
+    if (st == HP_OK) st = lin_fwd(m->down, n, h, I, out + r0 * H, H, err);
+    return st;
+}
+
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err)
 {
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
-    int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, I = m->I;
+    /* in row chunks (hp__mlp_chunk_end); a training runner keeps every row's intermediates for its backward */
+    bool whole = r->o.keep_activations || r->o.test_mlp_whole;
+    int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, C = hp__mlp_chunk_rows(rows, whole);
     int64_t bw[HP__NBUF];
     hp__step_row_widths(&r->g, m->s, r->x.pos.r[HP__TP], bw);
-    float *gu = hp__r_buf(r, 2, rows * bw[2], err), *h = gu ? hp__r_buf(r, 3, rows * bw[3], err) : NULL;
+    float *gu = hp__r_buf(r, 2, C * bw[2], err), *h = gu ? hp__r_buf(r, 3, C * bw[3], err) : NULL;
     if (!gu || !h) st = HP_ERR_NOMEM;
-    if (st == HP_OK && m->gate_up) st = lin_fwd(m->gate_up, rows, t->d, H, gu, 2 * I, err);
-    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, rows, t->d, H, gu, 2 * I, err);
-    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, rows, t->d, H, gu + I, 2 * I, err);
-    if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, rows, I, h, I);
     if (st == HP_OK) st = out_of(r, m->s, t, out, err);
-    if (st == HP_OK) st = lin_fwd(m->down, rows, h, I, out->d, H, err);
+    for (int64_t r0 = 0, r1; st == HP_OK && r0 < rows; r0 = r1) {
+        r1 = hp__mlp_chunk_end(rows, r0, whole);
+        st = mlp_rows(m, r0, r1 - r0, H, t->d, gu, h, out->d, err);
+    }
     if (st != HP_OK) return st;
     if (!m->bd_deferred) add_bias(r, out, &m->bd);
     if ((st = hp__r_leave(r, m->s, out, err)) != HP_OK) return st;

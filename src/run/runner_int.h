@@ -126,7 +126,8 @@ hp_status hp__r_linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **ou
 hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err);
 /* The modules: in is the step's input as it arrives; t (attention, MLP) is moved to the step's run layout in
  * place; after the call the runner's buffers hold the step's intermediates (attention: q after rope in buf 0,
- * its output in buf 1, K and V in sc.k / sc.v; MLP: gate|up in buf 2, the hidden in buf 3). */
+ * its output in buf 1, K and V in sc.k / sc.v; MLP: gate|up in buf 2, the hidden in buf 3, of every row in a
+ * training runner (keep_activations), else of the last row chunk only: hp__mlp_chunk_end). */
 hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err);
 hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);

@@ -22,7 +22,8 @@ expect 2 "$PAST" -- "$HP" advise $D/llama-3-8b.json --world 8 --mem-per-rank 80G
 expect 2 "$PAST" -- "$HP" advise $D/qwen3-30b-a3b.json --world 16 --mem-per-rank 80GB --batch 2147483647 \
     --seq 2147483647 --mode train
 # Accepted, near the edge: every byte figure positive, and exactly 8x the figures of a batch 8x smaller (the
-# activations less the runtime's constant scratch; KV cache, communication), GFLOP positive.
+# activations less the runtime's constant scratch and a dense MLP's buffers, which hold one row chunk of 1024
+# rows at these sizes: docs/run.md "Long prefill"; KV cache, communication), GFLOP positive.
 scale() {
     python3 - "$HP" "$@" <<'PY'
 import json, subprocess, sys
@@ -35,7 +36,10 @@ def run(b):
         print("exit", r.returncode, r.stderr.strip()[:300]); sys.exit(1)
     return json.loads(r.stdout)["ranks"]
 big, small = run(B), run(B // 8)
-scr = 4 << 20
+tp = int(extra[extra.index("--tp") + 1]) if "--tp" in extra else 1
+conf = json.load(open(cfg))
+dense = conf.get("num_local_experts", conf.get("num_experts", 0)) == 0
+scr = (4 << 20) + (1024 * 3 * (conf["intermediate_size"] // tp) * 4 if dense else 0)
 ok = True
 for a, b in zip(big, small):
     keys = ["activation_bytes", "kv_cache_bytes", "total_bytes", "net_bytes", "flops"]
