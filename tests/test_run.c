@@ -120,38 +120,68 @@ TEST(nested_cp_major_layout)
     CHECK_EQ_INT(n, 4);
 }
 
+/* A one-process runner of the golden model in dir under opts, with its forward_io file open. */
+typedef struct golden_run {
+    hp_model *m;
+    hp_plan *p;
+    hp_comm *c;
+    hp_runner *r;
+    hp_st_file *f;
+    const hp_st_tensor *ids; /* input_ids */
+} golden_run;
+
+static bool golden_open(golden_run *g, const char *dir, const hp_run_opts *ro, hp_err *err)
+{
+    char io[200];
+    snprintf(io, sizeof io, "%s/forward_io.safetensors", dir);
+    memset(g, 0, sizeof *g);
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    bool ok = hp_model_open(&g->m, dir, NULL, err) == HP_OK && hp_plan_derive(&g->p, g->m, &po, err) == HP_OK &&
+              hp_comm_self(&g->c, err) == HP_OK && hp_st_open(&g->f, io, err) == HP_OK &&
+              hp_runner_create(&g->r, g->c, g->m, g->p, ro, err) == HP_OK;
+    g->ids = ok ? hp_st_find(g->f, "input_ids") : NULL;
+    return g->ids != NULL;
+}
+
+static bool golden_forward(golden_run *g, hp_run_output *out, hp_err *err)
+{
+    return hp_runner_forward(g->r, hp_st_data(g->f, g->ids), g->ids->shape[0], g->ids->shape[1], out, err) == HP_OK;
+}
+
+static void golden_close(golden_run *g)
+{
+    hp_runner_free(g->r);
+    hp_st_close(g->f);
+    hp_comm_free(g->c);
+    hp_plan_free(g->p);
+    hp_model_close(g->m);
+}
+
 /* keep_activations: each layer's input is the golden residual stream (embed, layer.0, ...) in one process,
  * also a per-layer check of the forward against transformers' semantics. */
 TEST(kept_activations_are_the_golden_stream)
 {
     static const char *const fams[] = {"llama", "mistral", "qwen2", "qwen3"};
     for (size_t k = 0; k < 4; k++) {
-        char dir[128], io[160];
+        char dir[128];
         snprintf(dir, sizeof dir, "data/forward/%s", fams[k]);
-        snprintf(io, sizeof io, "%s/forward_io.safetensors", dir);
         hp_err err;
-        hp_model *m = NULL;
-        hp_plan *p = NULL;
-        hp_comm *c = NULL;
-        hp_runner *r = NULL;
-        hp_st_file *f = NULL;
-        hp_plan_opts po;
-        hp_plan_opts_default(&po);
-        bool ok = hp_model_open(&m, dir, NULL, &err) == HP_OK && hp_plan_derive(&p, m, &po, &err) == HP_OK &&
-                  hp_comm_self(&c, &err) == HP_OK && hp_st_open(&f, io, &err) == HP_OK;
+        golden_run g;
         hp_run_opts ro = {.keep_activations = true};
-        ok = ok && hp_runner_create(&r, c, m, p, &ro, &err) == HP_OK;
-        const hp_st_tensor *ti = ok ? hp_st_find(f, "input_ids") : NULL;
         hp_run_output out = {0};
-        ok = ok && ti && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &out, &err) == HP_OK;
+        bool ok = golden_open(&g, dir, &ro, &err) && golden_forward(&g, &out, &err);
         CHECK_MSG(ok, "%s: %s", fams[k], err.msg);
+        hp_model *m = g.m;
+        hp_runner *r = g.r;
+        hp_st_file *f = g.f;
         for (int64_t l = 0; ok && l <= m->cfg.num_hidden_layers; l++) {
             char key[32];
             if (l == 0) snprintf(key, sizeof key, "embed");
             else snprintf(key, sizeof key, "layer.%lld", (long long)(l - 1));
             const hp_st_tensor *t = hp_st_find(f, key);
-            int64_t g[3], lo[3], n[3];
-            const float *a = hp_runner_activation(r, l, g, lo, n);
+            int64_t gs[3], lo[3], n[3];
+            const float *a = hp_runner_activation(r, l, gs, lo, n);
             CHECK(t && a && n[0] * n[1] * n[2] == t->n_elems);
             if (!t || !a) continue;
             hp_tol tol;
@@ -160,11 +190,7 @@ TEST(kept_activations_are_the_golden_stream)
         }
         CHECK(!r || !hp_runner_activation(r, 99, (int64_t[3]){0}, (int64_t[3]){0}, (int64_t[3]){0}));
         hp_run_output_free(&out);
-        hp_runner_free(r);
-        hp_st_close(f);
-        hp_comm_free(c);
-        hp_plan_free(p);
-        hp_model_close(m);
+        golden_close(&g);
     }
 }
 
@@ -173,41 +199,27 @@ TEST(kept_activations_are_the_golden_stream)
 TEST(recycled_logits_buffer_is_reused_with_the_same_logits)
 {
     hp_err err;
-    hp_model *m = NULL;
-    hp_plan *p = NULL;
-    hp_comm *c = NULL;
-    hp_runner *r = NULL;
-    hp_st_file *f = NULL;
-    hp_plan_opts po;
-    hp_plan_opts_default(&po);
+    golden_run g;
     hp_run_opts ro = {0};
-    bool ok = hp_model_open(&m, "data/forward/llama", NULL, &err) == HP_OK &&
-              hp_plan_derive(&p, m, &po, &err) == HP_OK && hp_comm_self(&c, &err) == HP_OK &&
-              hp_st_open(&f, "data/forward/llama/forward_io.safetensors", &err) == HP_OK &&
-              hp_runner_create(&r, c, m, p, &ro, &err) == HP_OK;
-    const hp_st_tensor *ti = ok ? hp_st_find(f, "input_ids") : NULL;
     hp_run_output o1 = {0}, o2 = {0}, o3 = {0};
-    ok = ok && ti && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o1, &err) == HP_OK;
+    bool ok = golden_open(&g, "data/forward/llama", &ro, &err) && golden_forward(&g, &o1, &err);
     CHECK_MSG(ok, "%s", err.msg);
+    hp_runner *r = g.r;
     size_t n = ok ? (size_t)(o1.B * o1.S * o1.V) : 0;
     float *first = ok ? malloc(n * sizeof *first) : NULL, *buf = o1.logits;
     if (first) memcpy(first, o1.logits, n * sizeof *first);
     hp_runner_recycle_output(r, &o1);
     CHECK(o1.logits == NULL);
-    ok = ok && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o2, &err) == HP_OK;
+    ok = ok && golden_forward(&g, &o2, &err);
     CHECK_MSG(ok, "%s", err.msg);
     CHECK(!ok || o2.logits == buf);
     CHECK(!ok || memcmp(o2.logits, first, n * sizeof *first) == 0);
-    ok = ok && hp_runner_forward(r, hp_st_data(f, ti), ti->shape[0], ti->shape[1], &o3, &err) == HP_OK;
+    ok = ok && golden_forward(&g, &o3, &err);
     hp_runner_recycle_output(r, &o2); /* not the last forward's buffer: freed, not kept */
     hp_runner_recycle_output(r, &o3);
     CHECK(o2.logits == NULL && o3.logits == NULL);
     free(first);
-    hp_runner_free(r);
-    hp_st_close(f);
-    hp_comm_free(c);
-    hp_plan_free(p);
-    hp_model_close(m);
+    golden_close(&g);
 }
 
 TEST_MAIN()
