@@ -59,13 +59,22 @@ static uint64_t xmerge(uint64_t acc, uint64_t v)
     return acc * P1 + P4;
 }
 
+/* The four lanes' start from the seed. */
+static void lanes_init(uint64_t v[4], uint64_t seed)
+{
+    v[0] = seed + P1 + P2, v[1] = seed + P2, v[2] = seed, v[3] = seed - P1;
+}
+
+/* One 32-byte stripe p into the lanes. */
+static void stripe(uint64_t v[4], const uint8_t *p)
+{
+    for (int i = 0; i < 4; i++) v[i] = xround(v[i], rd64(p + 8 * i));
+}
+
 void hp_hash64_init(hp_hash64 *s, uint64_t seed)
 {
     memset(s, 0, sizeof *s);
-    s->v[0] = seed + P1 + P2;
-    s->v[1] = seed + P2;
-    s->v[2] = seed;
-    s->v[3] = seed - P1;
+    lanes_init(s->v, seed);
     s->seed = seed;
 }
 
@@ -81,16 +90,12 @@ void hp_hash64_update(hp_hash64 *s, const void *data, size_t n)
     if (s->n_buf) {
         size_t take = 32 - s->n_buf;
         memcpy(s->buf + s->n_buf, p, take);
-        for (int i = 0; i < 4; i++) s->v[i] = xround(s->v[i], rd64(s->buf + 8 * i));
+        stripe(s->v, s->buf);
         p += take;
         n -= take;
         s->n_buf = 0;
     }
-    while (n >= 32) {
-        for (int i = 0; i < 4; i++) s->v[i] = xround(s->v[i], rd64(p + 8 * i));
-        p += 32;
-        n -= 32;
-    }
+    for (; n >= 32; p += 32, n -= 32) stripe(s->v, p);
     memcpy(s->buf, p, n);
     s->n_buf = (unsigned)n;
 }
@@ -139,10 +144,10 @@ uint64_t hp_hash64_bytes(const void *data, size_t n, uint64_t seed)
 {
     const uint8_t *p = data;
     if (n < 32) return finish(seed + P5 + n, p, n);
-    uint64_t v[4] = {seed + P1 + P2, seed + P2, seed, seed - P1};
+    uint64_t v[4];
+    lanes_init(v, seed);
     size_t left = n;
-    for (; left >= 32; p += 32, left -= 32)
-        for (int i = 0; i < 4; i++) v[i] = xround(v[i], rd64(p + 8 * i));
+    for (; left >= 32; p += 32, left -= 32) stripe(v, p);
     return finish(lanes_fold(v) + n, p, left);
 }
 
