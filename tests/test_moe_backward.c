@@ -112,7 +112,7 @@ static double check_tensor(const char *what, const hp_moe_layer *l, float *x, in
     const double eps = 1e-2;
     for (int s = 0; s < n_samp && idx && keep; s++) {
         int64_t i = s == 0 ? imax : (int64_t)((rnd() + 1.0) * 0.5 * (double)t.n) % t.n;
-        double v0 = t.f ? t.f[i] : t.d[i], Lp, Lm;
+        double v0 = t.f ? t.f[i] : t.d[i], Lp = 0, Lm = 0;
         bool same = true;
         for (int side = 0; side < 2; side++) {
             double v = side ? v0 - eps : v0 + eps;
