@@ -14,21 +14,57 @@
  * children: the tree's pre-order). Equal ids mean equal template strings: a segment holds no dot, so (parent
  * template, segment) spells one string. The root is id 0.
  *
- *   segs : open addressing over XXH64(segment, seed = parent id), linear probing, at most half full
- *          {h, seg, len, parent, id}          one entry per distinct template
+ *   segs : XXH64(segment, seed = parent id) → {seg, len, parent, id}   one entry per distinct template
  *   kids : per id, its last 4 children {seg, len, id}: most lookups end there, unhashed
- *   vals : open addressing over (tag << 32 | id) {key, val}   one entry per (template, tag) asked for
+ *   vals : (tag << 32 | id), mixed → {key, val}                       one entry per (template, tag) asked for
  *
- * Both tables start small and double: their size follows the templates (dozens), not the names.
+ * segs and vals are one kind of table (otab): open addressing, linear probing, at most half full, starting
+ * small and doubling; their size follows the templates (dozens), not the names.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/planner.h"
 
+/* An open-addressing table of fixed-size entries whose first member is their hash, never 0 (0 marks an empty
+ * slot; otab_hash makes sure of it). */
+typedef struct otab {
+    unsigned char *e;
+    size_t cap, n, esz;
+} otab;
+
+static uint64_t otab_hash(uint64_t h) { return h ? h : 1; }
+
+static uint64_t *otab_at(const otab *t, size_t j) { return (uint64_t *)(t->e + j * t->esz); }
+
+/* The slot of the entry with hash h that match(entry, key) accepts, or the empty slot where it belongs (its hash
+ * still 0: the caller fills it in and counts it in n). Grows first so that the table stays at most half full.
+ * NULL when out of memory. */
+static void *otab_slot(otab *t, uint64_t h, bool (*match)(const void *entry, const void *key), const void *key)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        otab g = {calloc(cap, t->esz), cap, t->n, t->esz};
+        if (!g.e) return NULL;
+        for (size_t i = 0; i < t->cap; i++) {
+            const uint64_t *e = otab_at(t, i);
+            if (!*e) continue;
+            size_t j = (size_t)*e & (cap - 1);
+            while (*otab_at(&g, j)) j = (j + 1) & (cap - 1);
+            memcpy(otab_at(&g, j), e, t->esz);
+        }
+        free(t->e);
+        *t = g;
+    }
+    size_t j = (size_t)h & (t->cap - 1);
+    for (uint64_t *e; *(e = otab_at(t, j)); j = (j + 1) & (t->cap - 1))
+        if (*e == h && match(e, key)) return e;
+    return otab_at(t, j);
+}
+
 typedef struct seg_entry {
     uint64_t h;
-    const char *seg; /* NULL: empty slot; "0" for an index segment */
+    const char *seg; /* "0" for an index segment */
     size_t len;
     uint32_t parent, id;
 } seg_entry;
@@ -44,19 +80,19 @@ typedef struct kid_cache {
 } kid_cache;
 
 typedef struct val_entry {
-    uint64_t key; /* tag << 32 | id, plus 1 so that 0 marks an empty slot */
+    uint64_t h;
+    uint64_t key; /* tag << 32 | id */
     int val;
 } val_entry;
 
 struct hp__memo {
     uint32_t *param_t;  /* [n_params] template id of each parameter */
     uint32_t *module_t; /* [n_modules] template id of each module */
-    seg_entry *segs;
-    size_t segs_cap, n_ids; /* ids 1 .. n_ids - 1 live in segs */
-    kid_cache *kids;        /* [kids_cap] per parent id */
+    otab segs;          /* seg_entry; ids 1 .. n_ids - 1 live in it */
+    size_t n_ids;
+    kid_cache *kids; /* [kids_cap] per parent id */
     size_t kids_cap;
-    val_entry *vals;
-    size_t vals_cap, n_vals;
+    otab vals; /* val_entry */
 };
 
 /* Whether s[0, len) is a dotted index segment: non-empty, digits only. */
@@ -65,23 +101,6 @@ static bool is_index(const char *s, size_t len)
     if (!len) return false;
     for (size_t i = 0; i < len; i++)
         if (s[i] < '0' || s[i] > '9') return false;
-    return true;
-}
-
-static bool segs_grow(hp__memo *m)
-{
-    size_t cap = m->segs_cap ? 2 * m->segs_cap : 64;
-    seg_entry *e = calloc(cap, sizeof *e);
-    if (!e) return false;
-    for (size_t i = 0; i < m->segs_cap; i++) {
-        if (!m->segs[i].seg) continue;
-        size_t j = (size_t)m->segs[i].h & (cap - 1);
-        while (e[j].seg) j = (j + 1) & (cap - 1);
-        e[j] = m->segs[i];
-    }
-    free(m->segs);
-    m->segs = e;
-    m->segs_cap = cap;
     return true;
 }
 
@@ -98,19 +117,31 @@ static bool kids_grow(hp__memo *m)
     return true;
 }
 
+typedef struct seg_key {
+    const char *s;
+    size_t len;
+    uint32_t parent;
+} seg_key;
+
+static bool seg_match(const void *entry, const void *key)
+{
+    const seg_entry *e = entry;
+    const seg_key *k = key;
+    return e->parent == k->parent && e->len == k->len && !memcmp(e->seg, k->s, k->len);
+}
+
 /* The id of the template (parent's template, segment s[0, len)) through the table; UINT32_MAX when out of
  * memory. */
 static uint32_t table_id(hp__memo *m, uint32_t parent, const char *s, size_t len)
 {
-    if (2 * m->n_ids > m->segs_cap && !segs_grow(m)) return UINT32_MAX;
-    uint64_t h = hp_hash64_bytes(s, len, parent);
-    size_t j = (size_t)h & (m->segs_cap - 1);
-    for (; m->segs[j].seg; j = (j + 1) & (m->segs_cap - 1)) {
-        const seg_entry *e = &m->segs[j];
-        if (e->h == h && e->parent == parent && e->len == len && !memcmp(e->seg, s, len)) return e->id;
-    }
+    uint64_t h = otab_hash(hp_hash64_bytes(s, len, parent));
+    seg_key key = {s, len, parent};
+    seg_entry *e = otab_slot(&m->segs, h, seg_match, &key);
+    if (!e) return UINT32_MAX;
+    if (e->h) return e->id;
     if (!kids_grow(m)) return UINT32_MAX;
-    m->segs[j] = (seg_entry){h, s, len, parent, (uint32_t)m->n_ids};
+    *e = (seg_entry){h, s, len, parent, (uint32_t)m->n_ids};
+    m->segs.n++;
     return (uint32_t)m->n_ids++;
 }
 
@@ -165,6 +196,8 @@ hp__memo *hp__memo_create(const hp_model *model)
 {
     hp__memo *m = calloc(1, sizeof *m);
     if (!m) return NULL;
+    m->segs.esz = sizeof(seg_entry);
+    m->vals.esz = sizeof(val_entry);
     m->param_t = malloc((model->n_params ? model->n_params : 1) * sizeof *m->param_t);
     m->module_t = malloc((model->n_modules ? model->n_modules : 1) * sizeof *m->module_t);
     if (!m->param_t || !m->module_t || !assign_ids(m, model)) {
@@ -179,45 +212,28 @@ void hp__memo_destroy(hp__memo *m)
     if (!m) return;
     free(m->param_t);
     free(m->module_t);
-    free(m->segs);
+    free(m->segs.e);
     free(m->kids);
-    free(m->vals);
+    free(m->vals.e);
     free(m);
 }
 
-static size_t val_hash(uint64_t key) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17); }
-
-static bool vals_grow(hp__memo *m)
+static bool val_match(const void *entry, const void *key)
 {
-    size_t cap = m->vals_cap ? 2 * m->vals_cap : 64;
-    val_entry *e = calloc(cap, sizeof *e);
-    if (!e) return false;
-    for (size_t i = 0; i < m->vals_cap; i++) {
-        if (!m->vals[i].key) continue;
-        size_t j = val_hash(m->vals[i].key) & (cap - 1);
-        while (e[j].key) j = (j + 1) & (cap - 1);
-        e[j] = m->vals[i];
-    }
-    free(m->vals);
-    m->vals = e;
-    m->vals_cap = cap;
-    return true;
+    return ((const val_entry *)entry)->key == *(const uint64_t *)key;
 }
 
 static int *slot_of(hp__memo *m, uint32_t id, uint32_t tag, bool *fresh)
 {
-    if (2 * (m->n_vals + 1) > m->vals_cap && !vals_grow(m)) return NULL;
-    uint64_t key = ((uint64_t)tag << 32 | id) + 1;
-    size_t j = val_hash(key) & (m->vals_cap - 1);
-    for (; m->vals[j].key; j = (j + 1) & (m->vals_cap - 1))
-        if (m->vals[j].key == key) {
-            *fresh = false;
-            return &m->vals[j].val;
-        }
-    m->vals[j].key = key;
-    m->n_vals++;
-    *fresh = true;
-    return &m->vals[j].val;
+    uint64_t key = (uint64_t)tag << 32 | id, h = otab_hash(key * 0x9e3779b97f4a7c15ull >> 17);
+    val_entry *e = otab_slot(&m->vals, h, val_match, &key);
+    if (!e) return NULL;
+    *fresh = !e->h;
+    if (*fresh) {
+        *e = (val_entry){h, key, 0};
+        m->vals.n++;
+    }
+    return &e->val;
 }
 
 int *hp__memo_param(hp__memo *m, size_t i, uint32_t tag, bool *fresh)
