@@ -27,6 +27,7 @@
 #include "cli.h"
 #include "costflags.h"
 #include "hyperpar/cost.h"
+#include "hyperpar/linalg.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
 
@@ -283,6 +284,7 @@ static int run(const bench_args *a)
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
     double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    double peak = hp_linalg_peak_gflops(a->compute, 0.25);
     cli_torch_eager pt = {0};
     if (ep == 1)
         torch_moe(a, threads, reps, &pt);
@@ -312,7 +314,7 @@ static int run(const bench_args *a)
     double stored = (double)nl * 3.0 * (double)H * (double)I * wbytes;
     double tok_s = (double)T / med;
     const char *dt = a->dtype == HP_DT_BF16 ? "bf16" : "f32", *cm = a->compute == HP_LINALG_BF16 ? "bf16" : "exact";
-    char r1[16], r2[16], b1[32], b2[32], b3[32];
+    char r1[16], r2[16], r3[16], r4[16], b1[32], b2[32], b3[32];
     if (a->json) {
         printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
                "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g, "
@@ -321,6 +323,8 @@ static int run(const bench_args *a)
                balanced ? "balanced" : "real", dt, cm, reps, med, tok_s, gflops);
         json_num("dense_gflops", dense);
         json_num("dense_ratio", ratio(gflops, dense));
+        json_num("peak_gflops", peak);
+        json_num("peak_ratio", ratio(gflops, peak));
         printf(", \"dense_rows\": %lld, \"dense_path\": ", (long long)dense_m);
         cli_json_str(dense_path);
         printf(", \"expert_bytes\": %.6g, \"expert_gbps\": %.6g", bytes, gbps);
@@ -372,6 +376,10 @@ static int run(const bench_args *a)
                    fmt_ratio(r1, sizeof r1, ratio(gflops, dense)));
         else
             printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
+        if (peak > 0)
+            printf("  cpu peak : %.1f GFLOP/s, %s on registers only, every thread at once   ratio %s (dense %s)\n",
+                   peak, hp_linalg_peak_name(a->compute), fmt_ratio(r3, sizeof r3, ratio(gflops, peak)),
+                   fmt_ratio(r4, sizeof r4, ratio(dense, peak)));
         printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", hp_format_bytes((uint64_t)(bytes), b3, sizeof b3),
                gbps);
         if (read >= 0)

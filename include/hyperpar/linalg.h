@@ -160,6 +160,13 @@ float hp_linalg_round_bf16(float x);
 /* dst [rows, cols] (packed, cols apart) = the block a [rows, cols] (lda) with hp_linalg_round_bf16 applied to each
  * value, at memory speed; dst may be a when lda == cols. What a BF16-mode kernel outside this layer multiplies. */
 void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst);
+/* The arithmetic peak of this process's OpenMP threads in mode, GFLOP/s summed over them: every thread at once runs
+ * multiply-adds on registers only for about `seconds` (src/linalg/peak.c). EXACT: f32 FMA (AVX-512F, else AVX2+FMA);
+ * BF16: vdpbf16ps where the CPU has AVX512_BF16, else as EXACT (BF16 mode then multiplies f32 values). 0 on a CPU
+ * without AVX2+FMA. A bound for benchmarks to print next to GEMM rates. */
+double hp_linalg_peak_gflops(hp_linalg_mode mode, double seconds);
+/* The instruction hp_linalg_peak_gflops times in mode, e.g. "avx512_bf16 vdpbf16ps". */
+const char *hp_linalg_peak_name(hp_linalg_mode mode);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

@@ -3,8 +3,10 @@
  *
  *   hp_cost_gemm_weights(m)        W, the weights one token goes through in the forward's GEMMs
  *   hp_cost_train_flops(m, T)      model FLOPs of a training step over T tokens: 6·W·T
-*   hp_cost_gemm_limit(w, n, m, R) the same-run GEMM limit: an n×n×n product (f32, or bf16 in mode m) through the GEMM layer on every
- *                                  rank at once, best of R after a warm-up; the sum over ranks is the limit
+ *   hp_cost_gemm_limit(w, n, m, R) the same-run GEMM limit: an n×n×n product (f32, or bf16 in mode m) through the
+ *                                  GEMM layer on every rank at once, best of R after a warm-up; the sum over ranks
+ *                                  is the limit. Then the arithmetic peak of mode on every rank at once (registers
+ *                                  only, src/linalg/peak.c), summed: what the limit itself sits under
  *
  * MFU = model FLOPs / step seconds / the limit's sum (FLOP/s). The forward counts 2 FLOPs per weight and token
  * and the backward 4 (the input's and the weight's gradient). W holds per decoder layer the attention
@@ -21,6 +23,11 @@
 #include "hyperpar/moe.h"
 
 #include <time.h>
+
+#include "hyperpar/linalg.h"
+
+/* How long the peak's register loop runs on each rank. */
+#define PEAK_SECONDS 0.25
 
 double hp_cost_gemm_weights(const hp_model *m)
 {
@@ -80,5 +87,11 @@ hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, i
     if (st == HP_OK) st = hp_comm_allreduce_sum_f64(w, &out->sum_gflops, 1, err);
     out->min_gflops = -v[0];
     out->seconds = v[1];
+    out->peak_name = hp_linalg_peak_name(mode);
+    if (st == HP_OK) st = hp_comm_barrier(w, err);
+    if (st == HP_OK) {
+        out->peak_gflops = hp_linalg_peak_gflops(mode, PEAK_SECONDS);
+        st = hp_comm_allreduce_sum_f64(w, &out->peak_gflops, 1, err);
+    }
     return st;
 }

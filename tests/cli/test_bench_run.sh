@@ -37,6 +37,7 @@ check "1 process: exit 0" test $? -eq 0
 check "1 process: tokens/s line" grep -q "forward   : .* ms median of 2 (slowest rank) -> .* tokens/s prefill" <<<"$out"
 check "1 process: gather ratio line" grep -q "gather         : runtime .* ratio bare/runtime .* (target >= 0.8)" <<<"$out"
 check "1 process: GEMM limit line" grep -q "gemm limit: [0-9.]* GFLOP/s summed over the ranks (slowest [0-9.]*): a 2048^3 product through the GEMM layer in f32 .* the forward's GEMM rate is [0-9.]* of it (target >= 0.7)" <<<"$out"
+grep -q "avx2 fma" <<<"$out" && check "1 process: cpu peak line" grep -q "cpu peak  : [0-9.]* GFLOP/s summed over the ranks: avx[0-9]* vfmadd231ps on registers only, every thread at once; the GEMM limit is [0-9.]* of it, the forward's GEMM rate [0-9.]*" <<<"$out"
 check "1 process: resident line" grep -q "resident  : .* / tp 1 = .* ratio 1.0.* (target within 5%)" <<<"$out"
 check "1 process: no all-gather" grep -q "all-gather     : none in this forward" <<<"$out"
 check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
@@ -45,6 +46,7 @@ check "1 process: the temporary checkpoint is gone" left
 check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/null
 check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0' "$WORK/one.json"
 check "1 process: --json has the GEMM share" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gemm_limit_n"] == 2048 and d["gemm_limit_gflops"] > 0 and d["gemm_share"] > 0 and abs(d["gemm_share"] - d["gflops"] / d["gemm_limit_gflops"]) < 1e-3' "$WORK/one.json"
+check "1 process: --json has the CPU's peak and its instruction" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=d["peak_instruction"]; assert i in ("avx512 vfmadd231ps", "avx2 vfmadd231ps", "none (no avx2+fma)"), i; assert (d["peak_gflops"] > 0) == (i != "none (no avx2+fma)")' "$WORK/one.json"
 check "1 process: --json: no PyTorch figures" grep -q '"pytorch_eager": null, "ratio_over_pytorch": null, "pytorch_note": "PyTorch eager: not measured here' "$WORK/one.json"
 expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
 # A vocabulary above gen's 65536 (Llama-3's 128256 is): the bench writes that checkpoint itself.
