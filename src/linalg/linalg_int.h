@@ -172,6 +172,11 @@ struct hp_linear {
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
 
+/* ---- vmath.c's exp, one value, and its instruction set (tests; the caller checks hp__isa_available) ---- */
+void hp__vmath_force(hp__isa isa);
+double hp__exp_f64_ref(double x);
+float hp__exp_f32_ref(float x);
+
 /* ---- the reference (ref.c) ---- */
 /* c[r, j] = Σ_k a[r, k]·w[j, k] (+ bias[j]) summed in f64, with A and W rounded to bf16 first in bf16_mode; and
  * abs_sum[r, j] = Σ_k |a[r, k]·w[j, k]| (+ |bias[j]|), the scale of the rounding error (may be NULL).

@@ -37,6 +37,7 @@
  */
 #include "run/backward.h"
 #include "run/modules.h"
+#include "hyperpar/linalg.h"
 
 #include <math.h>
 #include <omp.h>
@@ -108,32 +109,6 @@ size_t hp__attention_scratch_bytes(const hp__attn_args *a)
 {
     slot_layout L = layout_of(a);
     return (size_t)L.slots * L.floats * sizeof(float);
-}
-
-/* e^x for x <= 0 (a score minus its row's running max), branch-free so that a row's loop vectorizes: x = n·ln2 + r
- * with |r| <= ln2/2 (ln2 split in two parts, Cody and Waite), e^r by its degree-7 Taylor polynomial (truncation
- * below 2^-26 relative), 2^n from the exponent bits. Within 2 ulp of expf; x below −87 (e^x < 2^-125, and −inf)
- * gives about 1e-38, nothing next to the row's largest term, which is 1. NaN stays NaN (a non-finite input must
- * reach the runner's finiteness check). */
-static inline float exp_nonpos(float x)
-{
-    /* x = max(x, −87) on the bits (an integer select vectorizes; a float compare may trap, so it does not): a
-     * negative float's bits grow with its magnitude up to −inf's; NaNs lie above and are kept */
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = u > 0xc2ae0000u && u <= 0xff800000u ? 0xc2ae0000u : u;
-    memcpy(&x, &u, sizeof x);
-    /* n = round(x / ln2): adding 1.5·2^23 drops the fraction and leaves n in the low bits of t's mantissa */
-    float t = x * 1.44269504f + 12582912.0f, n = t - 12582912.0f;
-    float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
-    const float c3 = 1.0f / 6, c4 = 1.0f / 24, c5 = 1.0f / 120, c6 = 1.0f / 720, c7 = 1.0f / 5040;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (c3 + r * (c4 + r * (c5 + r * (c6 + r * c7))))));
-    uint32_t tb, bits;
-    memcpy(&tb, &t, sizeof tb);
-    bits = (tb - 0x4b400000u + 127u) << 23; /* the exponent field of 2^n (n >= −126 after the clamp) */
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    return p * two_n;
 }
 
 /* max(m, x[0..n)), eight lanes at a time so that it vectorizes (max is exact in any order). */
@@ -220,8 +195,7 @@ static void block_stats(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t
             l[r] *= f, m[r] = bm;
             if (D) D[r] *= f;
         }
-#pragma omp simd
-        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        hp_linalg_exp_rows(sr + c0, c1 - c0, bm, 1.0f);
         l[r] += row_sum(sr + c0, c1 - c0);
         if (D) {
             double d = 0;
@@ -243,8 +217,7 @@ static void block_probs(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t
         if (c1 <= c0 || l[r] <= 0) c0 = c1 = 0;
         float *sr = s + r * nk, inv = (float)(1.0 / l[r]), mr = isnan(l[r]) ? NAN : m[r];
         for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
-#pragma omp simd
-        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - mr) * inv;
+        hp_linalg_exp_rows(sr + c0, c1 - c0, mr, inv);
         for (int64_t j = c1 > c0 ? c1 : 0; j < nk; j++) sr[j] = 0.0f;
     }
 }
@@ -280,8 +253,7 @@ static void key_block_online(const hp__attn_args *a, const slot_layout *L, float
             m[r] = bm;
         }
         for (int64_t j = 0; j < c0; j++) sr[j] = 0.0f;
-#pragma omp simd
-        for (int64_t j = c0; j < c1; j++) sr[j] = exp_nonpos(sr[j] - bm);
+        hp_linalg_exp_rows(sr + c0, c1 - c0, bm, 1.0f);
         for (int64_t j = c1; j < nk; j++) sr[j] = 0.0f;
         l[r] += row_sum(sr + c0, c1 - c0);
     }

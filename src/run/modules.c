@@ -76,11 +76,7 @@ void hp__swiglu(const float *g, int64_t ldg, const float *u, int64_t ldu, int64_
                 int64_t ldo)
 {
 #pragma omp parallel for schedule(static) if (rows * n >= HP__PAR_MIN)
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < n; i++) {
-            float x = g[r * ldg + i];
-            out[r * ldo + i] = x / (1.0f + expf(-x)) * u[r * ldu + i];
-        }
+    for (int64_t r = 0; r < rows; r++) hp_linalg_silu_mul(g + r * ldg, u + r * ldu, n, out + r * ldo);
 }
 
 void hp__row_max_sumexp(const float *z, int64_t n, float mx_in, bool use_mx, float *mx, double *sumexp)
@@ -89,8 +85,6 @@ void hp__row_max_sumexp(const float *z, int64_t n, float mx_in, bool use_mx, flo
     if (use_mx) m = mx_in;
     else
         for (int64_t i = 0; i < n; i++) m = z[i] > m ? z[i] : m;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += exp((double)z[i] - (double)m);
     *mx = m;
-    *sumexp = s;
+    *sumexp = hp_linalg_sumexp(z, n, m);
 }
