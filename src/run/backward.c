@@ -9,6 +9,7 @@
  * Σ w·dy·x, attention's D = Σ P·dP, the sinks' sums) run in double, like the forward's.
  */
 #include "run/backward.h"
+#include "hyperpar/linalg.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -116,7 +117,8 @@ void hp__xent_backward(const float *z, int64_t ldz, int64_t rows, int64_t n, int
             continue;
         }
         double inv = scale / sumexp[r];
-        for (int64_t j = 0; j < n; j++) o[j] = (float)(exp((double)zr[j] - (double)mx[r]) * inv);
+        if (o != zr) memmove(o, zr, (size_t)n * sizeof *o);
+        hp_linalg_exp_rows(o, n, mx[r], (float)inv);
         int64_t lj = label[r] - vlo;
         if (lj >= 0 && lj < n) o[lj] = (float)((double)o[lj] - scale);
     }
