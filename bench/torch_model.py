@@ -82,8 +82,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(n))
         self.eps = eps
 
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+    def forward(self, x):  # in float32, cast back, then the weight (transformers' LlamaRMSNorm)
+        h = x.float()
+        return self.weight * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 def _inv_freq(cfg, hd):
@@ -144,7 +145,7 @@ class Attention(nn.Module):
         if self.window:
             mask = mask | (i[:, None] - i[None, :] >= self.window)
         s = s.masked_fill(mask, float("-inf"))
-        o = torch.softmax(s.float(), -1) @ v
+        o = torch.softmax(s.float(), -1).to(v.dtype) @ v  # softmax in float32, cast to the values' dtype
         return self.o_proj(o.transpose(1, 2).reshape(B, S, self.nh * self.hd))
 
 
@@ -181,6 +182,7 @@ class MoE(nn.Module):
         w, idx = torch.topk(p, self.k, -1)
         if self.norm:
             w = w / w.sum(-1, keepdim=True)
+        w = w.to(h.dtype)  # routing weights in the activations' dtype, as transformers casts them
         y = torch.zeros_like(h)
         for e, ex in enumerate(self.experts):
             rows, slot = torch.where(idx == e)
@@ -231,8 +233,8 @@ class PlainCausalLM(nn.Module):
         S = ids.shape[1]
         f = torch.arange(S, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         emb = torch.cat((f, f), -1)
-        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         x = self.embed_tokens(ids)
+        cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)  # as transformers' rope
         for layer in self.layers:
             x = layer(x, cos, sin)
         x = self.norm(x)
