@@ -28,7 +28,8 @@
  * Groups of the bare collectives: the runtime counts each kind over both its tp and cp groups (and the loss
  * sums over the world), so the bare ones run on the tp group (split(world, rank / tp, rank % tp), the
  * runtime's rank order for a dp,cp,tp mesh), on the cp group when tp = 1 and cp > 1, on the world otherwise;
- * the gather of the logits goes to rank 0 over the world, each rank sending its own bytes per call; the
+ * a gather (a MoE block's routing; the runner takes no logits: hp_run_opts.no_logits) goes to rank 0 over the
+ * world, each rank sending its own bytes per call; the
  * all-to-all runs on the EP group (hp_mesh_ep_index, as the runner splits it), per_call / G bytes to each rank.
  * Bytes per call are each kind's bytes / calls (its mean), so the bare run moves the same total bytes in the
  * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
@@ -470,7 +471,7 @@ static hp_status time_forward(const hp_comm *c, hp_runner *r, const int64_t *ids
         double t0 = hp_comm_wtime();
         st = hp_runner_forward(r, ids, B, T, &o, err);
         double t = hp_comm_wtime() - t0;
-        hp_runner_recycle_output(r, &o); /* the logits' buffer back: warm pages for the next forward */
+        hp_runner_recycle_output(r, &o); /* the outputs freed (the bench takes no logits) */
         if ((st = hp_comm_agree(c, st, err)) || k < 0) continue;
         const hp_run_stats *s = hp_runner_stats(r);
         double *v = rows + k * C_N;
@@ -873,7 +874,7 @@ static int run(rb_args *a, int *argc, char ***argv)
         }
     }
     if ((st = hp_comm_agree(w, st, &err))) goto done;
-    hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train};
+    hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train, .no_logits = true}; /* timed only */
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
 
     /* ids [B, T]: deterministic, spread over the vocabulary, all < V. */

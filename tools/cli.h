@@ -178,9 +178,10 @@ hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, c
 /* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB after giving freed heap back,
  * or -1 where there is none. */
 int64_t cli_anon_kib(void);
-/* --stats-json of run and train: every rank's statistics (bytes and calls per collective kind, resident weights,
- * the forward's workspace, anon_kib_grown, seconds; after a training step its state's bytes: grad_bytes,
- * optim_bytes, master_bytes, saved_bytes) to rank 0, written there atomically. Collective. */
+/* --stats-json of run and train: the last forward's loss (17 digits; null when not finite) and every rank's
+ * statistics (bytes and calls per collective kind, resident weights, the forward's workspace, anon_kib_grown,
+ * seconds; after a training step its state's bytes: grad_bytes, optim_bytes, master_bytes, saved_bytes) to rank 0,
+ * written there atomically. Collective. */
 hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
                               hp_err *err);
 

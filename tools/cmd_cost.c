@@ -59,9 +59,12 @@ static void usage(FILE *out)
             "\n"
             "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
             "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
-            "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors) and the communication of\n"
-            "one forward step, boundary by boundary (each collective's kind, group and bytes: what 'hyperpar run'\n"
-            "counts on the same batch). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
+            "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors), and the communication\n"
+            "and workspace of one forward step, boundary by boundary (each collective's kind, group and bytes):\n"
+            "what 'hyperpar run' counts on the same batch without --output or --compare. That run takes no\n"
+            "logits: lm_head and the loss run in row chunks, and only the MoE routing is gathered to rank 0; a run\n"
+            "with --output also holds every row's logits and gathers them to rank 0 (docs/cost.md,\n"
+            "\"Which run\"). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
             "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
@@ -226,9 +229,9 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         const hp_cost_event *e = &r->ev[i];
         fprintf(o, "%s\n  {\"layer\": %d, \"where\": ", i ? "," : "", e->layer);
         cli_json_fstr(o, e->where);
-        fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %d, \"bytes\": %llu, "
+        fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %lld, \"bytes\": %llu, "
                "\"wire_bytes\": %llu, \"estimated\": %s, \"seconds\": ",
-               e->step, hp_run_coll_name(e->kind), e->axis, e->group, e->calls, (unsigned long long)e->bytes,
+               e->step, hp_run_coll_name(e->kind), e->axis, e->group, (long long)e->calls, (unsigned long long)e->bytes,
                (unsigned long long)e->wire_bytes, e->estimated ? "true" : "false");
         cli_json_real(o, e->seconds);
         fprintf(o, "}");
@@ -240,8 +243,8 @@ static void event_line(FILE *o, const hp_cost_event *e)
 {
     char b[32];
     char ts[24];
-    fprintf(o, "  %5s  %-44.44s %-18s %-14s %2s=%-5d %3d  %12s%s %11s\n", "", e->where, e->step,
-           hp_run_coll_name(e->kind), e->axis, e->group, e->calls, mb(e->bytes, b, sizeof b), e->estimated ? "*" : " ",
+    fprintf(o, "  %5s  %-44.44s %-18s %-14s %2s=%-5d %3lld  %12s%s %11s\n", "", e->where, e->step,
+           hp_run_coll_name(e->kind), e->axis, e->group, (long long)e->calls, mb(e->bytes, b, sizeof b), e->estimated ? "*" : " ",
            cli_seconds(e->seconds, ts, sizeof ts));
 }
 

@@ -57,8 +57,9 @@ static const cli_opt g_opts[] = {
                                    "one process's instead of the forward's boundaries: the first parameter\n"
                                    "whose gradient diverges is named (a wrong dual or a missed sum)", 0,
      "validate only"},
-    {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics (bytes and calls per collective kind,\n"
-                                    "resident weights, anonymous memory grown) as JSON, atomically", 0, "run only"},
+    {"stats-json", O_STATS, "FILE", "rank 0 writes the loss (17 digits) and every rank's statistics (bytes and\n"
+                                    "calls per collective kind, resident weights, workspace, anonymous memory\n"
+                                    "grown) as JSON, atomically", 0, "run only"},
     {0},
 };
 
@@ -321,7 +322,9 @@ static int run(run_args *a, int *argc, char ***argv)
                           .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
                           .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD"),
-                          .test_mlp_whole = getenv("HP_TEST_MLP_WHOLE") && !strcmp(getenv("HP_TEST_MLP_WHOLE"), "1")};
+                          .test_mlp_whole = getenv("HP_TEST_MLP_WHOLE") && !strcmp(getenv("HP_TEST_MLP_WHOLE"), "1"),
+                          /* only --output and --compare read the logits: without them none are kept whole */
+                          .no_logits = !a->output && !a->compare};
         if (a->validate) {
             hp_validate_report rep;
             double rtol = a->rtol > 0 ? a->rtol : 1e-5;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -176,7 +177,9 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
         size_t len = 0;
         FILE *f = open_memstream(&buf, &len);
         if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-        else fprintf(f, "{\"world\": %d, \"ranks\": [\n  ", n);
+        else if (isfinite(s->loss)) /* every rank's: the last forward's, to the bit (17 digits) */
+            fprintf(f, "{\"world\": %d, \"loss\": %.17g, \"ranks\": [\n  ", n, s->loss);
+        else fprintf(f, "{\"world\": %d, \"loss\": null, \"ranks\": [\n  ", n);
         for (int i = 0; f && i < n; i++) {
             const double *v = all + (size_t)i * NV;
             fprintf(f, "%s{\"rank\": %d, \"bytes\": {", i ? ",\n  " : "", i);

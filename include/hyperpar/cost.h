@@ -5,7 +5,8 @@
  *
  *   hp_cost_compute(model, plan, opts)   every rank of the plan's mesh, in one process (no MPI)
  *
- * The communication is what `hyperpar run` counts (hp_run_stats.bytes and .calls per kind) for the same batch:
+ * The communication is what `hyperpar run` counts (hp_run_stats.bytes and .calls per kind) for the same batch
+ * (inference: the run that takes no logits, hp_run_opts.no_logits; docs/cost.md "Which run"):
  * the dry executor walks the program the runner executes (its step list), asking the runtime's own lowering what
  * each transition runs, for each rank's coordinates (docs/cost.md). The MoE token exchange
  * depends on the routing: exact for a given routing (opts.routing) or for the balanced router
@@ -114,12 +115,12 @@ void hp_cost_opts_default(hp_cost_opts *o);
 /* One collective of one rank's forward step. */
 typedef struct hp_cost_event {
     int32_t layer;        /* -1: before or after the decoder layers */
-    const char *where;    /* the boundary (the plan's fqn) or "loss" / "logits" */
+    const char *where;    /* the boundary (the plan's fqn) or "loss" */
     const char *step;     /* "entry", "exit", "cp K/V", "residual", "EP dispatch+return", "loss", "gather" */
     hp_run_coll kind;
     const char *axis;     /* its group: "tp", "cp", "ep", "dp" or "all" (the world) */
     int32_t group;        /* ranks in its group */
-    int32_t calls;
+    int64_t calls;
     uint64_t bytes;       /* this rank's bytes into it (as hp_run_stats counts them) */
     bool estimated;       /* the MoE exchange under the balanced model of a real router, or padded positions */
     double seconds;       /* predicted (estimate) */

@@ -2,7 +2,7 @@
  * hyperpar/run.h — the runtime: a model's forward pass across MPI ranks, executed as its plan says.
  *
  *   hp_runner_create(world, model, plan)   each rank loads only its slices of the weights
- *   hp_runner_forward(ids [B,S])           logits (gathered on rank 0) and the loss (every rank)
+ *   hp_runner_forward(ids [B,S])           logits (gathered on rank 0, unless no_logits) and the loss (every rank)
  *
  * The mesh is the plan's: world = dp·cp·tp (rank = row-major over the mesh dims, tp fastest, as
  * `hyperpar shard` numbers its rank files). Every rank calls every function with the same arguments; a
@@ -62,6 +62,11 @@ typedef struct hp_run_opts {
     bool test_mlp_whole;     /* tests only: the dense MLP runs on all rows at once, as a training runner's does,
                                 instead of in row chunks (docs/run.md "Long prefill"): the unchunked reference
                                 (the CLI sets it from HP_TEST_MLP_WHOLE=1); the workspace is then not cost's */
+    bool no_logits;          /* the caller does not read hp_run_output.logits (run without --output or --compare,
+                                bench run): they stay NULL, are not gathered to rank 0, and lm_head and the loss
+                                run one row chunk at a time (docs/run.md "Long prefill"), so the logits [T, V] are
+                                never whole; the loss is the same to the bit. Ignored under keep_activations or
+                                record (a backward and validate read the logits), which hand them on as before */
 } hp_run_opts;
 
 typedef struct hp_run_stats {
@@ -77,6 +82,7 @@ typedef struct hp_run_stats {
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */
+    double loss;                         /* the last forward's loss (hp_run_output.loss) */
     double moe_phase_s[6];               /* MoE, summed over the sparse layers of the last forward: route,
                                             dispatch, experts, return, combine, shared (hp_moe_ep_stats) */
     /* the last hp_runner_train_step (0 before one): its forward (= seconds), its backward (the layers'
@@ -93,7 +99,7 @@ typedef struct hp_run_stats {
 } hp_run_stats;
 
 typedef struct hp_run_output {
-    float *logits;  /* rank 0: [B, S, V] (malloc'd); NULL elsewhere */
+    float *logits;  /* rank 0: [B, S, V] (malloc'd); NULL elsewhere and under hp_run_opts.no_logits */
     int64_t B, S, V;
     double loss;    /* every rank: mean next-token cross-entropy over B·(S−1) positions */
     /* MoE models, rank 0: the routed experts of every sparse layer, moe.<l>.topk_idx as in forward_io */

@@ -78,6 +78,13 @@ int64_t hp__mlp_chunk_rows(int64_t rows, bool whole)
     return rest > C ? rest : C;
 }
 
+int64_t hp__mlp_chunk_count(int64_t rows, bool whole)
+{
+    if (rows <= 0) return 0;
+    if (whole || rows < HP__MLP_CHUNK_ROWS + HP__MLP_CHUNK_MIN) return 1;
+    return (rows - HP__MLP_CHUNK_ROWS - HP__MLP_CHUNK_MIN) / HP__MLP_CHUNK_ROWS + 2;
+}
+
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF])
 {
     const hp__rcfg *c = &g->cfg;
@@ -552,6 +559,7 @@ static hp_status head(bld *b)
     s->out = rows_out(s, g->head_split ? hp_pl_s(2) : hp_pl_r());
     if (st == HP_OK) st = leave(b, s);
     if (st != HP_OK) return st;
+    g->head_chunks = s->run.ax[HP__TP].kind == HP_PL_R && hp_placement_eq(s->out.ax[HP__CP], s->leave.ax[HP__CP]);
     hp__step *z = push(b, HP__OP_LOSS, -1, "loss");
     if (!z) return HP_ERR_NOMEM;
     z->X = g->cfg.V;

@@ -62,6 +62,9 @@ typedef struct hp__prog {
     bool embed_split;       /* the embedding's rows (vocabulary) are cut over tp */
     bool tied;              /* no lm_head.weight: the head is the embedding's slice */
     bool head_split;        /* the head's rows (vocabulary) are cut over tp */
+    bool head_chunks;       /* the head runs on rows whole over tp and its exit moves the vocabulary's tp placement
+                               only: lm_head and the loss can run one row chunk at a time (hp__mlp_chunk_end) when
+                               the logits are not handed on (hp_run_opts.no_logits; cost's inference) */
     hp__lay stream;         /* the residual stream's layout (the embedding's exit) */
     hp__step *steps;
     size_t n_steps;
@@ -99,6 +102,8 @@ int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti);
 enum { HP__MLP_CHUNK_ROWS = 1024, HP__MLP_CHUNK_MIN = 256 };
 int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole);
 int64_t hp__mlp_chunk_rows(int64_t rows, bool whole);
+/* The number of chunks of rows (0 when there are none), in O(1). */
+int64_t hp__mlp_chunk_count(int64_t rows, bool whole);
 
 /* "embed", "norm", ... (traces and tests). */
 const char *hp__op_name(hp__op op);

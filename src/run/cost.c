@@ -69,7 +69,7 @@ typedef struct walk {
     int64_t rope_pos0, rope_n;
     uint64_t rope_b, m_cur, m_peak;
     bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
-    bool out_handed; /* the logits were handed on, not gathered into a new buffer (gather_hands_on) */
+    int64_t ev_times;  /* trans counts each collective this many times (a row chunk standing for several); 0: none */
     uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
 } walk;
 
@@ -388,22 +388,10 @@ static uint64_t gathered_recv(walk *w, const dact *a)
     return tot;
 }
 
-/* Whether hp__gather_out hands a's own buffer on (one process holding the whole tensor). */
-static bool gather_hands_on(const walk *w, const dact *a)
-{
-    bool partial = a->lay.ax[HP__TP].kind == HP_PL_P || a->lay.ax[HP__CP].kind == HP_PL_P;
-    return !partial && hp_mesh_world(w->mesh) == 1 && hp__lay_first_whole(&w->pos, &a->lay, a->g);
-}
-
 /* hp__gather_full's buffers on rank 0: the whole [B, S_pad, X] + 1 floats and the receive block in scratch 1;
- * returns the bytes of the whole. The forward's output (out) in one process is a's own buffer, handed on
- * (hp__gather_out): no buffer, and a's bytes are returned (they leave the count with the handing on). */
-static uint64_t gather_buffers(walk *w, const dact *a, bool out)
+ * returns the bytes of the whole. */
+static uint64_t gather_buffers(walk *w, const dact *a)
 {
-    if (out && gather_hands_on(w, a)) {
-        w->out_handed = true;
-        return w->cr->rank == 0 ? ck_bytes(w, "workspace", a->cap, sizeof(float)) : 0;
-    }
     if (w->cr->rank != 0) return 0;
     uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->B_all, a->g[1],
                                                                             a->g[2]), 1), sizeof(float));
@@ -446,7 +434,7 @@ static uint64_t wire_of(walk *w, hp_run_coll kind, int64_t group, uint64_t bytes
 }
 
 static hp_status add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,
-                           const char *axis, int64_t group, int calls, uint64_t bytes, bool est)
+                           const char *axis, int64_t group, int64_t calls, uint64_t bytes, bool est)
 {
     hp_cost_rank *r = w->cr;
     if (r->n_ev == w->ev_cap) {
@@ -496,8 +484,10 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
             int64_t blk = (int64_t)(lw.bytes / sizeof(float));
             if (blk > w->w_s1) w->w_s1 = blk;
         }
-        hp_status st = k < HP_RUN_COLL_COUNT ? add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], 1, lw.bytes, false)
-                                             : HP_OK;
+        hp_status st = HP_OK;
+        if (k < HP_RUN_COLL_COUNT && w->ev_times > 0)
+            st = add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], w->ev_times,
+                           ck_bytes(w, "collective bytes", w->ev_times, lw.bytes), false);
         if (st != HP_OK) return st;
         a->lay.ax[ax] = to->ax[ax];
         track(w, a);
@@ -801,26 +791,71 @@ static hp_status head(walk *w, const hp__step *s, dact *t, dact *z)
     return leave(w, s, z);
 }
 
-/* The loss on the logits z: the vocab-parallel max and (sum-exp, target) all-reduces when z is cut over tp. */
+/* loss_sums' bytes for n rows: the per-row max (f32) and sum-exp and target (f64). */
+static uint64_t loss_sums(walk *w, int64_t n)
+{
+    int64_t n1 = ck_add(w, "workspace", n, 1); /* n may be saturated: checked like every size */
+    return ck_addu(w, "workspace", ck_bytes(w, "workspace", n1, sizeof(float)),
+                   ck_bytes(w, "workspace", ck_mul(w, "workspace", 2, n1), sizeof(double)));
+}
+
+/* loss_rows' vocab-parallel max and (sum-exp, target) all-reduces of n rows, times calls (s->split: the logits are
+ * cut over tp). */
+static hp_status loss_events(walk *w, const hp__step *s, int64_t n, int64_t calls)
+{
+    if (!s->split || calls <= 0) return HP_OK;
+    const char *lb = "loss all-reduces";
+    hp_status st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
+                             ck_bytes(w, lb, ck_mul(w, lb, calls, n), sizeof(float)), false);
+    if (st == HP_OK)
+        st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
+                       ck_bytes(w, lb, ck_mul(w, lb, calls, n), 2 * sizeof(double)), false);
+    return st;
+}
+
+/* The loss on the whole logits z (loss_of). */
 static hp_status loss(walk *w, const hp__step *s, const dact *z)
 {
-    int64_t V = w->g->cfg.V, zrows, lrows = ck_mul(w, "workspace", local_dim(w, z, 0), local_dim(w, z, 1));
-    /* loss_of's per-row max (f32) and sum-exp and target (f64) while it runs */
-    int64_t lrows1 = ck_add(w, "workspace", lrows, 1); /* lrows may be saturated: checked like every size */
-    transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", lrows1, sizeof(float)),
-                         ck_bytes(w, "workspace", ck_mul(w, "workspace", 2, lrows1), sizeof(double))));
-    hp_status st = HP_OK;
-    if (s->split) {
-        int64_t lo, nv;
-        hp__lay_range(&w->pos, &z->lay, z->g, 2, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &nv);
-        zrows = nv ? local_count(w, z) / nv : 0;
-        st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
-                       ck_bytes(w, "loss all-reduces", zrows, sizeof(float)), false);
-        if (st == HP_OK)
-            st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, 1,
-                           ck_bytes(w, "loss all-reduces", zrows, 2 * sizeof(double)), false);
-    }
-    (void)V;
+    int64_t lrows = ck_mul(w, "workspace", local_dim(w, z, 0), local_dim(w, z, 1));
+    transient(w, loss_sums(w, lrows));
+    return loss_events(w, s, lrows, 1);
+}
+
+/* One row chunk of n rows of head_loss_chunks, its collectives counted times times: the logits' buffer [1, n, V]
+ * as the vocabulary's tp placement cuts it, the head's exit, the loss's all-reduces. */
+static hp_status head_chunk(walk *w, const hp__step *s, const hp__step *ls, dact *z, int64_t n, int64_t times)
+{
+    int64_t cap = z->cap;
+    *z = (dact){{1, n, s->X}, {{s->out.ax[HP__TP], hp_pl_r()}}, cap};
+    act_grow(w, z);
+    track(w, z);
+    hp__lay cx = {{s->leave.ax[HP__TP], hp_pl_r()}};
+    w->ev_times = times;
+    hp_status st = s->c.has_out ? trans(w, z, &cx, s->layer, s->c.fqn, "exit") : HP_OK;
+    w->ev_times = 1;
+    return st == HP_OK ? loss_events(w, ls, n, times) : st;
+}
+
+/* lm_head and the loss one row chunk at a time (the runner's head_loss_chunks, inference: hp__prog.head_chunks).
+ * The chunks' buffers only grow, and a transition swaps two of them, so after two full chunks every other one
+ * is alike: the walk takes the full chunks up to that parity, counting the collectives of all of them at the
+ * first, then the last chunk (O(1) in the rows). */
+static hp_status head_loss_chunks(walk *w, const hp__step *s, const hp__step *ls, dact *t, dact *z)
+{
+    hp_status st = enter(w, s, t);
+    if (st != HP_OK) return st;
+    int64_t H = w->g->cfg.H, rows = local_count(w, t) / H, k = hp__mlp_chunk_count(rows, false);
+    int64_t lo, nv;
+    hp__lay_range(&w->pos, &s->out, (int64_t[3]){t->g[0], t->g[1], s->X}, 2, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo,
+                  &nv);
+    w->cr->flops += 2.0 * (double)rows * (double)H * (double)nv;
+    uint64_t sums = loss_sums(w, hp__mlp_chunk_rows(rows, false));
+    mem_count(w, 0, sums);
+    int64_t full = k - 1, walked = full <= 3 ? full : 2 + full % 2;
+    for (int64_t i = 0; st == HP_OK && i < walked; i++)
+        st = head_chunk(w, s, ls, z, HP__MLP_CHUNK_ROWS, i ? 0 : full);
+    if (st == HP_OK && k > 0) st = head_chunk(w, s, ls, z, rows - full * HP__MLP_CHUNK_ROWS, 1);
+    mem_count(w, sums, 0);
     return st;
 }
 
@@ -832,6 +867,7 @@ static hp_status walk_rank(walk *w)
     hp_status st = HP_OK;
     int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp];
     dact h = {0}, t = {0}, a = {0};
+    bool chunks = !w->o->train && g->head_chunks;
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
         const hp__step *s = &g->steps[i];
         switch (s->op) {
@@ -851,13 +887,13 @@ static hp_status walk_rank(walk *w)
         case HP__OP_MLP:
         case HP__OP_MOE: st = feed_forward(w, s, &t, &a); break;
         case HP__OP_RESIDUAL: st = trans(w, &a, &s->leave, s->layer, s->c.fqn, "residual"); break;
-        case HP__OP_HEAD: st = head(w, s, &t, &a); break;
+        /* inference is run's without the logits taken (hp_run_opts.no_logits: nothing gathered, and the head and
+         * the loss in row chunks when the plan's head allows); training computes the loss on the whole logits */
+        case HP__OP_HEAD:
+            st = chunks ? head_loss_chunks(w, s, &g->steps[i + 1], &t, &a) : head(w, s, &t, &a);
+            break;
         case HP__OP_LOSS:
-            st = loss(w, s, &a);
-            /* inference gathers the logits to rank 0 (the forward's output); training computes the loss where
-             * they lie */
-            if (st == HP_OK && !w->o->train && (st = gather(w, &a, "logits", -1)) == HP_OK)
-                mem_count(w, gather_buffers(w, &a, true), 0); /* the logits, handed to the caller */
+            if (!chunks) st = loss(w, s, &a);
             break;
         default: break;
         }
@@ -871,7 +907,7 @@ static hp_status topk_gathers(walk *w, const hp__step *s)
     const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
     dact tk = {{Bl, w->S_pad, w->K}, *moe_lay, 0};
-    uint64_t full = gather_buffers(w, &tk, false);
+    uint64_t full = gather_buffers(w, &tk);
     if (w->cr->rank == 0) /* the int32 routing [B, S, K] handed to the caller */
         transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->B_all, w->S_orig,
                                                                               w->K), sizeof(int32_t)), 1));
@@ -937,7 +973,7 @@ static double coll_time(const walk *w, const hp_cost_event *e, bool inter)
     case HP_RUN_ALL_GATHER: return (nn - 1) * (a + b / bw);                   /* ring: n-1 blocks in */
     case HP_RUN_REDUCE_SCATTER: return (nn - 1) * (a + b / nn / bw);          /* ring: n-1 of n blocks */
     case HP_RUN_ALL_REDUCE: return 2 * (nn - 1) * (a + b / nn / bw);          /* reduce-scatter + all-gather */
-    case HP_RUN_ALL_TO_ALL: return e->calls * (nn - 1) * a + b / 2 * (nn - 1) / nn / bw; /* off-rank share */
+    case HP_RUN_ALL_TO_ALL: return (double)e->calls * (nn - 1) * a + b / 2 * (nn - 1) / nn / bw; /* off-rank share */
     case HP_RUN_GATHER: return a + b / bw;
     default: return 0;
     }
@@ -1221,19 +1257,14 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     bool gpu = hp_cost_model_gpu(&o->mdl);
     const hp__rcfg *c = &w->g->cfg;
     const hp_model_config *mc = &w->m->cfg;
-    /* h and t hold hidden-width blocks, a the widest block (the logits), the transitions' spare the largest
-     * block a transition started from; k, v; the module buffers; the collectives' two scratch blocks; the MoE
-     * buffers of every sparse layer */
+    /* h and t hold hidden-width blocks, a the widest block (the logits: one row chunk's in inference), the
+     * transitions' spare the largest block a transition started from; k, v; the module buffers; the collectives'
+     * two scratch blocks; the MoE buffers of every sparse layer */
     int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
-    int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden, s1 = w->w_s1, full = 0;
+    int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden;
     const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
-    if (r->rank == 0 && !o->train && !w->out_handed) { /* the gathered logits, received into the second scratch
-                                                         * block (reused when large enough) */
-        full = ck_mul3(w, "gathered logits", o->B, w->S_pad, c->V);
-        s1 = full > s1 ? full : s1;
-    }
     int64_t terms[] = {w->w_hidden, w->w_hidden, wide, spare, w->w_kv, w->w_q, w->w_o, w->w_gu, w->w_h, w->w_s0,
-                       s1, full, w->w_moe}, f = 0;
+                       w->w_s1, w->w_moe}, f = 0;
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
     r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
     if (gpu) gpu_memory(w, r, w->dp_rows[r->dp + 1] - w->dp_rows[r->dp]);
@@ -1302,12 +1333,7 @@ static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint
         e->bytes = ck_bytes(w, cb, (int64_t)(e->bytes / den * num + e->bytes % den * num / den), (uint64_t)n);
         e->wire_bytes = ck_bytes(w, cb, (int64_t)(e->wire_bytes / den * num + e->wire_bytes % den * num / den),
                                  (uint64_t)n);
-        int64_t calls = (int64_t)e->calls * n;
-        if (calls > INT32_MAX) { /* a count the event cannot hold: the batch is refused, as a byte figure would be */
-            mark(w, "collective calls");
-            calls = INT32_MAX;
-        }
-        e->calls = (int32_t)calls;
+        e->calls = ck_mul(w, "collective calls", e->calls, n); /* past 64 bits: the batch is refused */
         r->bytes[e->kind] = ck_addu(w, cb, r->bytes[e->kind], e->bytes);
         r->calls[e->kind] += (uint64_t)e->calls;
         if (e->group > 1) r->sent_bytes = ck_addu(w, cb, r->sent_bytes, e->bytes);
@@ -1527,7 +1553,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;
         w.ws_ovf = false;
-        w.out_handed = false;
+        w.ev_times = 1;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
         if (wst == HP_OK) wst = walk_rank(&w);

@@ -52,16 +52,22 @@ void hp__nf_reset(hp__nf *nf)
 void hp__nf_watch(hp__nf *nf, const char *what, const hp__act *a, int64_t dp_lo)
 {
     int64_t visit = nf->n_visit++;
-    if (nf->idx >= 0 || !a->d) return;
-    const int64_t n = a->n[0] * a->n[1] * a->n[2];
+    if (a->d) hp__nf_watch_rows(nf, visit, what, a, a->d, 0, a->n[0] * a->n[1], dp_lo);
+}
+
+void hp__nf_watch_rows(hp__nf *nf, int64_t visit, const char *what, const hp__act *a, const float *d, int64_t r0,
+                       int64_t rows, int64_t dp_lo)
+{
+    if (nf->idx >= 0) return;
+    const int64_t X = a->n[2], n = rows * X;
     for (int64_t i = 0; i < n; i++)
-        if (!isfinite(a->d[i])) {
-            int64_t x = i % a->n[2], s = i / a->n[2] % a->n[1], b = i / (a->n[2] * a->n[1]);
+        if (!isfinite(d[i])) {
+            int64_t x = i % X, row = r0 + i / X, s = row % a->n[1], b = row / a->n[1];
             nf->idx = visit;
             nf->at[0] = dp_lo + a->lo[0] + b;
             nf->at[1] = a->lo[1] + s;
             nf->at[2] = a->lo[2] + x;
-            nf->value = a->d[i];
+            nf->value = d[i];
             snprintf(nf->what, sizeof nf->what, "%s", what);
             return;
         }

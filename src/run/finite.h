@@ -34,6 +34,10 @@ typedef struct hp__nf {
 void hp__nf_reset(hp__nf *nf);
 /* Scans boundary `what`'s local output a (dp replica's first row dp_lo); records the first non-finite. */
 void hp__nf_watch(hp__nf *nf, const char *what, const hp__act *a, int64_t dp_lo);
+/* The same for a boundary scanned a chunk at a time: rows [r0, r0 + rows) of a's local block (rows b·n[1] + s),
+ * held in d [rows, a->n[2]]; visit is the boundary's (nf->n_visit++ once, before its first chunk). */
+void hp__nf_watch_rows(hp__nf *nf, int64_t visit, const char *what, const hp__act *a, const float *d, int64_t r0,
+                       int64_t rows, int64_t dp_lo);
 /* A scalar (the loss): non-finite when it is and the forward scored positions. */
 void hp__nf_watch_scalar(hp__nf *nf, const char *what, double v);
 /* Collective over world at the end of a forward (on success and failure alike): when any rank saw a

@@ -80,7 +80,7 @@ check "advise JSON: sent_bytes and wire_bytes, no net_bytes" bash -c "'$HP' advi
     sys.exit(0 if c and all(\"wire_bytes\" in x and \"sent_bytes\" in x and \"net_bytes\" not in x for x in c) else 1)'"
 expect 0 "num_key_value_heads (8) is not divisible by tp (16)" -- "$HP" advise $L3 --world 16 --mem-per-rank 80GB --seq 4096 \
     --batch 1
-expect 0 "the most-loaded rank needs" -- "$HP" advise $L3 --world 2 --mem-per-rank 20GB --seq 4096 --batch 1
+expect 0 "the most-loaded rank needs" -- "$HP" advise $L3 --world 2 --mem-per-rank 12GB --seq 4096 --batch 1
 expect 0 "does not fit inside a node of 4 ranks" -- "$HP" advise $L3 --world 8 --mem-per-rank 80GB --ranks-per-node 4
 expect 0 "replicas but the batch has 1 rows" -- "$HP" advise $L3 --world 4 --mem-per-rank 80GB --batch 1
 # The default batch is what --help says: a row per rank (N rows), the same for every candidate, so the dp > 1

@@ -64,7 +64,10 @@ while read -r fam np flags; do
     ov="--overrides data/overrides/${fam}_ep.yaml"
     [ "$fam" = deepseek_v3 ] && ov="--overrides data/overrides/$flags"
     [ "$fam" = deepseek_v3 ] && flags="--tp 2 --ep 2"
+    # the routing from a run that takes the logits (--output); cost counts the run that takes none
     $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags $ov --output "$WORK/o$n.st" \
+        >/dev/null 2>"$WORK/o$n.err" </dev/null
+    $MPI -np $np "$HP" run $G --input $G/forward_io.safetensors $flags $ov \
         --stats-json "$WORK/r$n.json" >/dev/null 2>"$WORK/r$n.err" </dev/null
     "$HP" cost $G --input $G/forward_io.safetensors $flags $ov --routing "$WORK/o$n.st" --format json \
         -o "$WORK/c$n.json" 2>"$WORK/c$n.err"

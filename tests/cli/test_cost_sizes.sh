@@ -6,8 +6,8 @@ source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 D=data/configs
 PAST="is past what the cost model can hold"
-# Refused: llama-3-8b's logits alone are B x S x 128256 x 4 bytes on rank 0 (past 64 bits from B x S = 2^46; one
-# process hands its logits buffer on, so the figure is that buffer's, not a gathered copy's too).
+# Refused: llama-3-8b's residual stream at every layer's input is 33 x B x S x 4096 floats (past 2^63 elements from
+# B x S = 2^46; inference takes no logits, so they are one row chunk's, not B x S x 128256).
 for bs in "16777216 4194304" "2147483647 2147483647" "2147483647 16777216" "16777216 2147483647"; do
     set -- $bs
     expect 2 "$PAST" -- "$HP" cost $D/llama-3-8b.json --batch $1 --seq $2

@@ -1,9 +1,15 @@
 # Long prefill (docs/run.md "Long prefill"): the dense MLP's forward runs in row chunks of 1024 rows (the last
-# one taking the rest when fewer than 1024 + 256 remain), so its buffers hold a chunk, not the sequence.
+# one taking the rest when fewer than 1024 + 256 remain), so its buffers hold a chunk, not the sequence; and a run
+# that takes no logits (no --output, no --compare) runs lm_head and the loss in the same row chunks.
 # - The chunked logits equal the unchunked ones (HP_TEST_MLP_WHOLE=1: the MLP on all rows at once, as a training
 #   runner runs it) within 1e-6 of max|logits| (bit-identical on the machines measured), for f32 and bf16 weights,
 #   exact and bf16 compute, sequences of 3 chunks, 2 chunks with a long tail, batches, tp, cp and dp.
-# - Chunking shrinks run's workspace, and cost's workspace equals run's to the byte at these lengths.
+# - The loss of the logits-free run (head and loss chunked) equals, to the bit (--stats-json's 17 digits), the loss
+#   of the same run with --output (the whole logits): 1 chunk and 2 chunks, f32 and bf16 weights, exact and bf16
+#   compute, at 1 rank, tp 2 with and without SP, tp 2 --loss-parallel, cp 2, dp 2; and its workspace is smaller by
+#   at least (T - 1024) x V floats (the chunked path is taken).
+# - cost's workspace equals the logits-free run's to the byte at 1, 2 and several chunks (an even and an odd count
+#   of full chunks) at 1 rank, tp 2 (and --loss-parallel), cp 2, dp 2.
 # - cost's workspace grows with the sequence by less than the MLP's width per row (it grew by 3·I floats per row
 #   unchunked), while --mode train (whose backward reads every row's intermediates) still grows by them.
 source "$(dirname "$0")/lib.sh"
@@ -56,14 +62,62 @@ for a, b in zip(run["ranks"], cost["ranks"]):
 sys.exit(0 if ok else 1)
 PY
 }
-"$HP" cost l32 --random-input 1,3000 --format json -o c1.json 2>/dev/null
-check "cost workspace = run workspace at 3000 tokens" same_ws chunked1.json c1.json
-"$HP" cost l32 --random-input 1,3000 --tp 2 --format json -o c6.json 2>/dev/null
-check "cost workspace = run workspace at 3000 tokens, tp 2" same_ws chunked6.json c6.json
-"$HP" cost l32 --random-input 1,3000 --cp 2 --format json -o c8.json 2>/dev/null
-check "cost workspace = run workspace at 3000 tokens, cp 2" same_ws chunked8.json c8.json
-"$HP" cost q16 --random-input 2,2600 --dp 2 --format json -o c9.json 2>/dev/null
-check "cost workspace = run workspace at 2 x 2600 tokens, dp 2" same_ws chunked9.json c9.json
+# loss FILE: the loss of a --stats-json file, as written (17 digits)
+loss() { python3 -c 'import json, sys; print(repr(json.load(open(sys.argv[1]))["loss"]))' "$1"; }
+same_loss() { [ "$(loss "$1")" = "$(loss "$2")" ] || { echo "loss $(loss "$1") vs $(loss "$2")"; false; }; }
+# The logits-free run: the same loss as the run that takes the whole logits, and the workspace cost gives.
+V=4096
+"$HP" gen --family llama --out v32 --layers 2 --hidden 64 --intermediate 128 --vocab $V >/dev/null 2>&1
+"$HP" gen --family llama --out v16 --layers 2 --hidden 64 --intermediate 128 --vocab $V --dtype bf16 >/dev/null 2>&1
+check "the vocab-heavy models are generated" test -f v32/model.safetensors -a -f v16/model.safetensors
+n=0
+while read -r np mesh; do
+    [ "$mesh" = - ] && mesh=""
+    short=1,300 long=1,2100 # 1 chunk, 2 chunks (1024 + 1076 rows per rank)
+    case "$mesh" in *--cp*) long=1,2600 ;; *--dp*) short=2,300 long=2,2100 ;; esac
+    launch=""
+    [ "$np" -gt 1 ] && launch="$MPI -np $np"
+    for c in "v32 exact $short" "v32 bf16 $long" "v16 exact $long" "v16 bf16 $short"; do
+        set -- $c
+        n=$((n + 1))
+        $launch "$HP" run $1 --random-input $3 --compute $2 $mesh --output o$n.st --stats-json taken$n.json \
+            >/dev/null 2>&1 </dev/null
+        $launch "$HP" run $1 --random-input $3 --compute $2 $mesh --stats-json free$n.json >/dev/null 2>&1 </dev/null
+        check "logits-free loss = whole-logits loss: $c np=$np $mesh" same_loss free$n.json taken$n.json
+        if [ $2 = exact ]; then # cost's workspace is the logits-free run's
+            "$HP" cost $1 --random-input $3 $mesh --format json -o cost$n.json 2>/dev/null
+            check "cost workspace = logits-free run workspace: $c np=$np $mesh" same_ws free$n.json cost$n.json
+        fi
+    done
+    # several chunks: 4 full ones and the rest (5000 rows per rank), 5 and the rest (6000)
+    for T in 5000 6000; do
+        input=1,$T
+        case "$mesh" in *--cp*) input=1,$((2 * T)) ;; *--dp*) input=2,$T ;; esac
+        $launch "$HP" run v32 --random-input $input $mesh --stats-json sev$T.json >/dev/null 2>&1 </dev/null
+        "$HP" cost v32 --random-input $input $mesh --format json -o csev$T.json 2>/dev/null
+        check "cost workspace = logits-free run workspace: $input np=$np $mesh" same_ws sev$T.json csev$T.json
+    done
+done <<'LIST'
+1 -
+2 --tp 2
+2 --tp 2 --no-sequence-parallel
+2 --tp 2 --loss-parallel
+2 --cp 2
+2 --dp 2
+LIST
+# The chunked path is taken: the workspace drops by at least the logits' rows past the longest chunk (of 2100
+# rows: 1024 and 1076).
+T=2100 C=1076
+drops() { [ $(($(ws "$2") - $(ws "$1"))) -ge $(((T - C) * V * 4)) ] || { echo "$(ws "$2") -> $(ws "$1")"; false; }; }
+check "the logits-free run holds one chunk of logits (1 process)" drops free2.json taken2.json
+check "the logits-free run holds one chunk of logits (tp 2)" drops free6.json taken6.json
+# The MLP-heavy model too (its MLP chunks dominate there).
+"$HP" run l32 --random-input 1,3000 --stats-json l32.json >/dev/null 2>&1 </dev/null
+"$HP" cost l32 --random-input 1,3000 --format json -o cl32.json 2>/dev/null
+check "cost workspace = run workspace at 3000 tokens, MLP-heavy" same_ws l32.json cl32.json
+$MPI -np 2 "$HP" run q16 --random-input 2,2600 --dp 2 --stats-json q16.json >/dev/null 2>&1 </dev/null
+"$HP" cost q16 --random-input 2,2600 --dp 2 --format json -o cq16.json 2>/dev/null
+check "cost workspace = run workspace at 2 x 2600 tokens, dp 2, MLP-heavy" same_ws q16.json cq16.json
 
 # growth MODE LO HI: cost's workspace growth per added token from seq LO to HI (bytes)
 growth() {
