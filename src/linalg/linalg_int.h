@@ -9,6 +9,8 @@
  *   1..small    oneDNN f32 (small = 0)  dot kernel: widen W, f32 FMA     A rounded, dot kernel
  *   > small     oneDNN f32 matmul       W widened in row blocks into     oneDNN bf16×bf16 where it exists,
  *                                       scratch, oneDNN f32 on each      else A rounded + the EXACT path
+ *   > small,    ukernel.c F32           ukernel.c WIDEN                  ukernel.c BF16 (avx512_bf16)
+ *   AVX-512
  *
  * In BF16 mode an F32 weight takes the F32 column with A rounded to bf16 first.
  */
@@ -55,6 +57,34 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
  * out: the caller then multiplies rounded f32 copies (the same numbers at the f32 rate). linear.c. */
 bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* ---- the blocked AVX-512 kernel for large products (ukernel.c) ---- */
+typedef enum hp__uk_kind {
+    HP__UK_F32 = 0, /* f32 W, f32 A: f32 FMA (avx512f, avx512bw) */
+    HP__UK_WIDEN,   /* bf16 W widened exactly while packed, then HP__UK_F32's microkernel: bit-equal to it on the
+                       f32 widening of the same weight */
+    HP__UK_BF16,    /* bf16 W in VNNI pairs, A rounded to bf16 (nearest even): vdpbf16ps (avx512_bf16) */
+} hp__uk_kind;
+/* One call: every group with more than min_m rows, C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one
+ * OpenMP parallel region of `threads` threads; thread t uses the hp__uk_scratch_bytes(kind) bytes at
+ * scratch + t·slot_bytes (64-byte aligned). W [n_mats, n, k] rows (f32 for HP__UK_F32, else bf16); bias
+ * [n_mats, n] or NULL. Each C element sums its products in ascending k from its start value, whatever M, N,
+ * the element's position or the thread count (see ukernel.c). */
+typedef struct hp__uk_call {
+    hp__uk_kind kind;
+    int64_t n, k;
+    const void *w;
+    const float *bias;
+    bool acc;
+    int64_t min_m;
+    char *scratch;
+    size_t slot_bytes;
+    int threads;
+} hp__uk_call;
+bool hp__uk_available(hp__uk_kind kind); /* this CPU and OS run it */
+const char *hp__uk_name(hp__uk_kind kind); /* hp_linear_info.large_path */
+size_t hp__uk_scratch_bytes(hp__uk_kind kind);
+void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t n_groups);
 
 /* ---- oneDNN (gemm_dnnl.c) ---- */
 typedef struct hp__dnnl hp__dnnl;       /* engine + stream */
@@ -115,6 +145,7 @@ typedef enum hp__large {
     HP__LARGE_F32 = 0, /* oneDNN f32 × f32 on the (possibly packed) f32 weight */
     HP__LARGE_WIDEN,   /* bf16 weight widened in blocks of widen_rows rows, oneDNN f32 on each block */
     HP__LARGE_BF16,    /* oneDNN bf16 × bf16 (BF16 mode only) */
+    HP__LARGE_UK,      /* hyperpar's blocked AVX-512 kernel (ukernel.c), where the CPU has it */
 } hp__large;
 
 struct hp_linalg {
@@ -141,6 +172,10 @@ struct hp_linear {
     size_t packed_mat_bytes;
     float *bias;             /* [n_mats, n] owned copy, or NULL */
     hp__large large;
+    hp__large large_dnnl;    /* the oneDNN path (large when the blocked kernel is not used) */
+    bool uk_ok;              /* the blocked kernel runs here (ISA, pack != ALWAYS, HP_GEMM not "onednn") */
+    hp__uk_kind uk_kind;
+    const char *fixed_impl;  /* oneDNN's implementation at the first fixed shape made, or NULL */
     const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
     int64_t widen_rows;
     int64_t small_m_max;
@@ -171,6 +206,9 @@ struct hp_linear {
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
+/* Routes large row counts through the blocked kernel (use_uk) or oneDNN. HP_ERR_INPUT when use_uk and the
+ * kernel cannot run for this linear (its ISA, or packed weights). */
+hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err);
 
 /* ---- the reference (ref.c) ---- */
 /* c[r, j] = Σ_k a[r, k]·w[j, k] (+ bias[j]) summed in f64, with A and W rounded to bf16 first in bf16_mode; and

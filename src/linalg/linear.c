@@ -208,7 +208,7 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 /* Scratch parts of lin, as byte offsets from the context's buffer. */
 typedef struct layout {
-    size_t pieces, a, w, dnnl, total;
+    size_t pieces, a, w, dnnl, uk, total;
 } layout;
 
 static layout layout_of(const hp_linear *lin)
@@ -223,7 +223,8 @@ static layout layout_of(const hp_linear *lin)
     size_t d = 0;
     for (int b = 0; b < 2; b++)
         if (lin->mm[b] && hp__dnnl_mm_scratch_bytes(lin->mm[b]) > d) d = hp__dnnl_mm_scratch_bytes(lin->mm[b]);
-    l.total = l.dnnl + d;
+    l.uk = align_up(l.dnnl + d);
+    l.total = l.uk + (lin->uk_ok ? hp__uk_scratch_bytes(lin->uk_kind) : 0);
     return l;
 }
 
@@ -237,16 +238,23 @@ static void describe(hp_linear *lin)
     const char *impl = hp__dnnl_mm_impl(lin->mm[1]);
     const char *round = lin->mode == HP_LINALG_BF16 ? ", A rounded to bf16" : "";
     const char *packed = lin->packed ? ", weights packed" : "";
+    char fixed[80] = "";
+    if (lin->fixed_impl)
+        snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
     switch (lin->large) {
+    case HP__LARGE_UK:
+        snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
+        break;
     case HP__LARGE_WIDEN:
         snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
                  impl, (long long)lin->widen_rows, round);
         break;
     case HP__LARGE_BF16:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s bf16 x bf16%s%s", impl, packed, round);
+        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s bf16 x bf16%s%s%s", impl, packed, round,
+                 fixed);
         break;
     default:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32%s%s", impl, packed, round);
+        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32%s%s%s", impl, packed, round, fixed);
         break;
     }
 }
@@ -292,10 +300,27 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* Chooses the large path and makes its primitives; packs the weights when that is the choice. */
+/* HP_GEMM=onednn in the environment (read once): benchmarks compare oneDNN's large products with the blocked
+ * kernel's in `hyperpar bench run`; tests use hp__linear_force_large instead. */
+static bool env_onednn(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HP_GEMM");
+        v = e && !strcmp(e, "onednn");
+    }
+    return v == 1;
+}
+
+/* Chooses the large path and makes its primitives; packs the weights when that is the choice. The blocked
+ * kernel, where it runs, takes the large products; the oneDNN primitives are made all the same (for
+ * hp__linear_force_large), but never with packed weights then. */
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
+    lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
+    lin->uk_ok = pack != HP_LINEAR_PACK_ALWAYS && !env_onednn() && hp__uk_available(lin->uk_kind);
+    if (lin->uk_ok) pack = HP_LINEAR_PACK_NEVER;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
@@ -340,6 +365,8 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
             if (st != HP_OK) return st;
         }
     }
+    lin->large_dnnl = lin->large;
+    if (lin->uk_ok) lin->large = HP__LARGE_UK;
     return HP_OK;
 }
 
@@ -446,6 +473,16 @@ hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_
     return HP_OK;
 }
 
+hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err)
+{
+    if (use_uk && !lin->uk_ok)
+        return hp_err_set(err, HP_ERR_INPUT, "the blocked kernel (%s) cannot run for this linear",
+                          hp__uk_name(lin->uk_kind));
+    lin->large = use_uk ? HP__LARGE_UK : lin->large_dnnl;
+    describe(lin);
+    return HP_OK;
+}
+
 /* ---- forward ---- */
 
 static const void *mat_rows(const hp_linear *lin, int64_t mat)
@@ -504,6 +541,10 @@ static const hp__dnnl_mm *shaped(hp_linear *lin, bool beta, bool may_fix, int64_
     hp_err e;
     if (!f && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
     if (reserve_scratch(ctx, layout_of(lin).dnnl + hp__dnnl_mm_scratch_bytes(f), &e) != HP_OK) return mm;
+    if (!lin->fixed_impl) {
+        lin->fixed_impl = hp__dnnl_mm_impl(f);
+        describe(lin);
+    }
     return f;
 }
 
@@ -614,6 +655,16 @@ static bool spread(const hp_linear *lin, const hp_linear_group *g)
 static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
                                   hp_err *err)
 {
+    if (lin->large == HP__LARGE_UK) {
+        /* every large group in one parallel region over (group, column block) items: see ukernel.c */
+        hp_linalg *ctx = lin->ctx;
+        int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
+        hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
+                            .acc = acc, .min_m = lin->small_m_max, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .slot_bytes = ctx->slot_bytes, .threads = nt};
+        hp__uk_gemm(&call, groups, n_groups);
+        return HP_OK;
+    }
     int64_t n_spread = 0;
     for (int64_t i = 0; i < n_groups; i++) n_spread += spread(lin, &groups[i]);
     hp_status st = HP_OK;
