@@ -218,7 +218,7 @@ static layout layout_of(const hp_linear *lin)
     l.a = align_up(l.pieces + HP__ROW_CHUNK * sizeof(piece));
     size_t a_bytes = lin->mode == HP_LINALG_BF16 ? (size_t)HP__ROW_CHUNK * (size_t)lin->k * sizeof(float) : 0;
     l.w = align_up(l.a + a_bytes);
-    size_t w_bytes = lin->large == HP__LARGE_WIDEN ? (size_t)lin->widen_rows * (size_t)lin->k * sizeof(float) : 0;
+    size_t w_bytes = lin->large_dnnl == HP__LARGE_WIDEN ? (size_t)lin->widen_rows * (size_t)lin->k * sizeof(float) : 0;
     l.dnnl = align_up(l.w + w_bytes);
     size_t d = 0;
     for (int b = 0; b < 2; b++)
