@@ -689,7 +689,7 @@ static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
 }
 
 /* Every edge of the loop nest against the reference: M across the 6-row tiles and the 192-row blocks, N across
- * the 16-column vectors and 64-column panels, K across the 16-word transposes and the 256 / 512 k blocks (odd K:
+ * the 16-column vectors and 64-column panels, K across the 16-word transposes and the 1024-element k blocks (odd K:
  * the zero pad of the last bf16 pair), padded lda and ldc, accumulate, bias, the last matrix of a stack. A
  * representative cross product: every (K, N) pair, three row counts each, the options varying with the pair. */
 TEST(blocked_kernel_every_edge_against_reference)
@@ -697,7 +697,7 @@ TEST(blocked_kernel_every_edge_against_reference)
     static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
                                  31, 32, 33, 127, 128, 129, 300};
     static const int64_t ns[] = {1, 15, 16, 17, 63, 64, 65, 100, 1000};
-    static const int64_t ks[] = {1, 2, 3, 15, 16, 17, 255, 256, 257, 1000};
+    static const int64_t ks[] = {1, 2, 3, 15, 16, 17, 255, 256, 257, 1000, 1025, 2100};
     enum { NM = sizeof ms / sizeof ms[0], NN = sizeof ns / sizeof ns[0], NK = sizeof ks / sizeof ks[0] };
     hp_linalg *ctx = ctx_or_die();
     hp_err err;
@@ -765,11 +765,11 @@ out:
 
 /* The kernel's invariant: each C element sums its k terms in an order fixed by K alone. Rows split over calls,
  * columns split over two linears (the halves of W's rows, not at a panel boundary), 1, 2 or 3 threads: byte-equal
- * to one call; and a bf16 weight in EXACT mode byte-equal to its f32 widening. K = 1000 spans several k blocks
+ * to one call; and a bf16 weight in EXACT mode byte-equal to its f32 widening. K = 2100 spans several k blocks
  * in every variant; N = 200 ends in a partial panel. */
 static void run_uk_invariant(hp_linalg *ctx, const uk_variant *v, bool acc)
 {
-    const int64_t m = 300, n = 200, k = 1000, half = 100, mat = 1, lda = k + 1, ldc = n + 2;
+    const int64_t m = 300, n = 200, k = 2100, half = 100, mat = 1, lda = k + 1, ldc = n + 2;
     const int64_t cuts[] = {0, 1, 8, 140, 197, 300};
     hp_err err;
     void *w = make_w(v->dt, n, k);

@@ -14,16 +14,20 @@
  * The loop nest (one OpenMP parallel region per call; a work item is one column block of one product):
  *
  *   item (product g, columns [j0, j0 + nc))            nc ≤ NC_MAX, a multiple of NR; items: dynamic schedule
- *     C[g rows, j0..] = bias / += bias / 0 / kept      (the start value; then every block accumulates into C)
+ *     C[g rows, j0..] = bias / += bias / kept          (the start value, when there is one)
  *     for each k block pc of KC (ascending)
  *       pack W[j0.., pc] into this thread's scratch     a 16×16 32-bit transpose per 16 rows × 16 words
  *       for each row block ic of MC rows
  *         (BF16: round A[ic, pc] into this thread's scratch)
- *         for each panel of 64 columns, for each MR rows: microkernel over the k block, C loaded and stored
+ *         (F32, WIDEN: copy A[ic, pc] there, rows KC apart: no cache-set conflicts whatever lda)
+ *         for each panel of 64 columns, for each MR rows: microkernel: the block's sum from zero in registers,
+ *         then C = C + sum (C's lines prefetched when the tile starts), or C = sum in the first block without
+ *         a start value
  *
- * Summation order (the invariant the tests check): every C element starts from its start value and adds its K
- * products one k (F32, WIDEN) or one k pair (BF16) at a time in ascending k, one FMA (one vdpbf16ps) each. That
- * order depends on K alone: not on M, the row's position, N, the column's position, nc, or the thread count. So
+ * Summation order (the invariant the tests check): every C element sums each k block's products from zero, one k
+ * (F32, WIDEN: one FMA) or one k pair (BF16: one vdpbf16ps) at a time in ascending k, and adds the block sums to
+ * its start value in ascending block order. That order depends on K (and the constant KC) alone: not on M, the
+ * row's position, N, the column's position, nc, or the thread count. So
  * rows split over calls, columns split over linears, and any thread count give byte-equal results; and WIDEN
  * equals F32 run on the widened weight bit for bit (the same microkernel on the same numbers).
  *
@@ -39,12 +43,16 @@
 enum {
     NR = 64,      /* columns per panel: 4 zmm */
     MR = 6,       /* rows per register tile: 6 × 4 = 24 accumulators */
-    KC = 256,     /* k per block (F32, WIDEN): a 64 KiB f32 panel */
-    KC16 = 512,   /* k per block (BF16): 256 pairs, a 64 KiB bf16 panel */
-    MC = 192,     /* rows per row block (BF16 rounds A in blocks of MC × KC16) */
-    NC_MAX = 512, /* columns per work item: a W block of 512 KiB */
+    KC = 1024,    /* k per block (F32, WIDEN): a 256 KiB f32 panel, read from L2 */
+    KC16 = 1024,  /* k per block (BF16): 512 pairs, a 128 KiB panel */
+    MC = 192,     /* rows per row block: A's block (copied, or rounded to bf16) is MC × KC */
+    NC_MAX = 512, /* columns per work item */
     ALIGN = 64,
 };
+/* Measured on the 2-core Zen 5 (1 thread, 2048³, CPU time, the machine shared): KC = 256 gave 151 GFLOP/s f32 and
+ * 272 bf16, 512: 190 and 333, 1024: 207-219 and 357 (with KC16 = 1024; 2048: 318). Fewer k blocks mean fewer
+ * passes over C, whose tiles come from L3 or memory; the panel read from L2 instead of L1 cost nothing visible.
+ * MC = 96 and 384 were no better than 192; NC_MAX = 256 no better than 512. */
 
 /* Below this many multiply-adds a call runs on the calling thread. */
 #define PAR_MIN_WORK ((int64_t)1 << 18)
@@ -83,7 +91,7 @@ static size_t w_block_bytes(hp__uk_kind kind)
 
 size_t hp__uk_scratch_bytes(hp__uk_kind kind)
 {
-    return align_up(w_block_bytes(kind)) + (kind == HP__UK_BF16 ? align_up((size_t)MC * KC16 * 2) : 0);
+    return align_up(w_block_bytes(kind)) + align_up(kind == HP__UK_BF16 ? (size_t)MC * KC16 * 2 : (size_t)MC * KC * 4);
 }
 
 /* ---- packing W: 16 rows × 16 32-bit words → 16 vectors of the same word of 16 rows ---- */
@@ -160,10 +168,13 @@ static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_
 {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
-    for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++) {
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            acc[r][v] = load_c ? _mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v) : _mm512_setzero_ps();
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+        if (load_c) /* C is added after the k loop: its lines arrive meanwhile */
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) _mm_prefetch((const char *)(c + r * ldc + 16 * v), _MM_HINT_T0);
+    }
     for (int64_t k = 0; k < kc; k++) {
         __m512 w0 = _mm512_load_ps(p + k * NR), w1 = _mm512_load_ps(p + k * NR + 16);
         __m512 w2 = _mm512_load_ps(p + k * NR + 32), w3 = _mm512_load_ps(p + k * NR + 48);
@@ -179,7 +190,11 @@ static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], acc[r][v]);
+        for (int v = 0; v < 4; v++) {
+            __m512 x = acc[r][v];
+            if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v), x);
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], x);
+        }
 }
 
 static HP__UK void tile_f32(int mr, int64_t kc, const float *a, int64_t as, const float *p, float *c, int64_t ldc,
@@ -201,10 +216,13 @@ static HP__UK16 INLINE void ukernel_bf16(int mr, int64_t kp, const uint16_t *a, 
 {
     __m512 acc[MR][4];
 #pragma GCC unroll 6
-    for (int r = 0; r < mr; r++)
+    for (int r = 0; r < mr; r++) {
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            acc[r][v] = load_c ? _mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v) : _mm512_setzero_ps();
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+        if (load_c) /* C is added after the k loop: its lines arrive meanwhile */
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) _mm_prefetch((const char *)(c + r * ldc + 16 * v), _MM_HINT_T0);
+    }
     for (int64_t k = 0; k < kp; k++) {
         __m512bh w0 = (__m512bh)_mm512_load_si512(p + k * NR), w1 = (__m512bh)_mm512_load_si512(p + k * NR + 16);
         __m512bh w2 = (__m512bh)_mm512_load_si512(p + k * NR + 32);
@@ -223,7 +241,11 @@ static HP__UK16 INLINE void ukernel_bf16(int mr, int64_t kp, const uint16_t *a, 
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], acc[r][v]);
+        for (int v = 0; v < 4; v++) {
+            __m512 x = acc[r][v];
+            if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v), x);
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], x);
+        }
 }
 
 static HP__UK16 void tile_bf16(int mr, int64_t kp, const uint16_t *a, int64_t as, const uint32_t *p, float *c,
@@ -276,6 +298,7 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
     const float *bias = call->bias ? call->bias + gr->mat * n + j0 : NULL;
     uint32_t *wp = (uint32_t *)part;
     uint16_t *a16 = (uint16_t *)(part + align_up(w_block_bytes(kind)));
+    float *a32 = (float *)a16;
     /* the start value: C = bias, C += bias, C = 0 (only when nothing else: then the first block skips the load) */
     bool load_c = call->acc || bias;
     if (bias)
@@ -298,6 +321,8 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
             int64_t mb = m - i0 < MC ? m - i0 : MC;
             const float *a = gr->a + i0 * gr->lda + k0;
             if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, a16, 2 * kw);
+            else /* rows kel apart: no cache-set conflicts between the tile's rows, whatever lda */
+                for (int64_t r = 0; r < mb; r++) memcpy(a32 + r * kel, a + r * gr->lda, (size_t)kel * sizeof *a32);
             for (int64_t p0 = 0; p0 < nc; p0 += NR) {
                 int64_t nr = nc - p0 < NR ? nc - p0 : NR;
                 __mmask16 msk[4];
@@ -312,8 +337,8 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
                     if (kind == HP__UK_BF16)
                         tile_bf16(mr, kw, a16 + r0 * 2 * kw, 2 * kw, p, c + r0 * gr->ldc, gr->ldc, !first, msk);
                     else
-                        tile_f32(mr, kel, a + r0 * gr->lda, gr->lda, (const float *)p, c + r0 * gr->ldc, gr->ldc,
-                                 !first, msk);
+                        tile_f32(mr, kel, a32 + r0 * kel, kel, (const float *)p, c + r0 * gr->ldc, gr->ldc, !first,
+                                 msk);
                 }
             }
         }
