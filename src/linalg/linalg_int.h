@@ -145,7 +145,6 @@ typedef enum hp__large {
     HP__LARGE_F32 = 0, /* oneDNN f32 × f32 on the (possibly packed) f32 weight */
     HP__LARGE_WIDEN,   /* bf16 weight widened in blocks of widen_rows rows, oneDNN f32 on each block */
     HP__LARGE_BF16,    /* oneDNN bf16 × bf16 (BF16 mode only) */
-    HP__LARGE_UK,      /* hyperpar's blocked AVX-512 kernel (ukernel.c), where the CPU has it */
 } hp__large;
 
 struct hp_linalg {
@@ -171,17 +170,18 @@ struct hp_linear {
     void *packed;            /* [n_mats] × packed_mat_bytes, or NULL */
     size_t packed_mat_bytes;
     float *bias;             /* [n_mats, n] owned copy, or NULL */
-    hp__large large;
-    hp__large large_dnnl;    /* the oneDNN path (large when the blocked kernel is not used) */
-    bool uk_ok;              /* the blocked kernel runs here (ISA, pack != ALWAYS, HP_GEMM not "onednn") */
+    hp__large large;         /* the oneDNN path of large products */
+    bool uk_ok;              /* the blocked kernel can run here (its ISA; HP_GEMM is not "onednn") */
     hp__uk_kind uk_kind;
+    int64_t uk_min_m;        /* large products of at least this many rows run the blocked kernel (INT64_MAX:
+                                none; see HP__UK_MIN_M) */
     const char *fixed_impl;  /* oneDNN's implementation at the first fixed shape made, or NULL */
     const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
     int64_t widen_rows;
     int64_t small_m_max;
     hp__isa isa;
     size_t owned_bytes;
-    char small_desc[64], large_desc[192];
+    char small_desc[64], large_desc[320];
 };
 
 /* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
@@ -202,12 +202,18 @@ struct hp_linear {
  * f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24 rows) relies on. */
 #define HP__SMALL_M_MAX 16
 
+/* Where the blocked kernel (ukernel.c) is the default: bf16 weights in EXACT mode, products of at least 128 rows
+ * (there it beat oneDNN f32 on the widened blocks by 1.02-1.28x on one thread and more on two; at 32-64 rows
+ * with K = 768 it lost, 0.55-0.78x). F32 weights and BF16 mode stay on oneDNN: its brgemm was faster
+ * (f32 0.90-0.97x, bf16 0.5-0.91x on one thread; docs/kernels.md). Indexed by hp__uk_kind. */
+#define HP__UK_MIN_M {INT64_MAX, 128, INT64_MAX}
+
 /* ---- test hooks ---- */
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
-/* Routes large row counts through the blocked kernel (use_uk) or oneDNN. HP_ERR_INPUT when use_uk and the
- * kernel cannot run for this linear (its ISA, or packed weights). */
+/* Routes every large row count through the blocked kernel (use_uk) or oneDNN. HP_ERR_INPUT when use_uk and the
+ * kernel cannot run here (its ISA, or HP_GEMM=onednn). */
 hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err);
 
 /* ---- the reference (ref.c) ---- */

@@ -218,7 +218,7 @@ static layout layout_of(const hp_linear *lin)
     l.a = align_up(l.pieces + HP__ROW_CHUNK * sizeof(piece));
     size_t a_bytes = lin->mode == HP_LINALG_BF16 ? (size_t)HP__ROW_CHUNK * (size_t)lin->k * sizeof(float) : 0;
     l.w = align_up(l.a + a_bytes);
-    size_t w_bytes = lin->large_dnnl == HP__LARGE_WIDEN ? (size_t)lin->widen_rows * (size_t)lin->k * sizeof(float) : 0;
+    size_t w_bytes = lin->large == HP__LARGE_WIDEN ? (size_t)lin->widen_rows * (size_t)lin->k * sizeof(float) : 0;
     l.dnnl = align_up(l.w + w_bytes);
     size_t d = 0;
     for (int b = 0; b < 2; b++)
@@ -241,20 +241,28 @@ static void describe(hp_linear *lin)
     char fixed[80] = "";
     if (lin->fixed_impl)
         snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
-    switch (lin->large) {
-    case HP__LARGE_UK:
+    if (lin->uk_min_m <= lin->small_m_max + 1) {
         snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
-        break;
+        return;
+    }
+    char *d = lin->large_desc;
+    size_t cap = sizeof lin->large_desc;
+    if (lin->uk_min_m < INT64_MAX) {
+        int w = snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind), (long long)lin->uk_min_m);
+        d += w;
+        cap -= (size_t)w;
+    }
+    switch (lin->large) {
     case HP__LARGE_WIDEN:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
+        snprintf(d, cap, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
                  impl, (long long)lin->widen_rows, round);
         break;
     case HP__LARGE_BF16:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s bf16 x bf16%s%s%s", impl, packed, round,
+        snprintf(d, cap, "oneDNN %s bf16 x bf16%s%s%s", impl, packed, round,
                  fixed);
         break;
     default:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32%s%s%s", impl, packed, round, fixed);
+        snprintf(d, cap, "oneDNN %s f32%s%s%s", impl, packed, round, fixed);
         break;
     }
 }
@@ -318,9 +326,10 @@ static bool env_onednn(void)
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
+    static const int64_t uk_min_m[] = HP__UK_MIN_M;
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
-    lin->uk_ok = pack != HP_LINEAR_PACK_ALWAYS && !env_onednn() && hp__uk_available(lin->uk_kind);
-    if (lin->uk_ok) pack = HP_LINEAR_PACK_NEVER;
+    lin->uk_ok = !env_onednn() && hp__uk_available(lin->uk_kind);
+    lin->uk_min_m = lin->uk_ok ? uk_min_m[lin->uk_kind] : INT64_MAX;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
@@ -365,8 +374,6 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
             if (st != HP_OK) return st;
         }
     }
-    lin->large_dnnl = lin->large;
-    if (lin->uk_ok) lin->large = HP__LARGE_UK;
     return HP_OK;
 }
 
@@ -478,7 +485,7 @@ hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err)
     if (use_uk && !lin->uk_ok)
         return hp_err_set(err, HP_ERR_INPUT, "the blocked kernel (%s) cannot run for this linear",
                           hp__uk_name(lin->uk_kind));
-    lin->large = use_uk ? HP__LARGE_UK : lin->large_dnnl;
+    lin->uk_min_m = use_uk ? 0 : INT64_MAX;
     describe(lin);
     return HP_OK;
 }
@@ -640,10 +647,16 @@ static void run_small_batches(hp_linear *lin, const hp_linear_group *groups, int
     }
 }
 
+/* Whether group g runs on oneDNN: more rows than the streaming kernel's, fewer than the blocked kernel's. */
+static bool on_dnnl(const hp_linear *lin, const hp_linear_group *g)
+{
+    return g->m > lin->small_m_max && g->m < lin->uk_min_m;
+}
+
 /* Whether group g runs on one thread of a loop over groups (see run_large_groups). */
 static bool spread(const hp_linear *lin, const hp_linear_group *g)
 {
-    return g->m > lin->small_m_max && g->m <= HP__SPREAD_ROWS_MAX;
+    return on_dnnl(lin, g) && g->m <= HP__SPREAD_ROWS_MAX;
 }
 
 /* Every group of more than small_m_max rows through oneDNN. When two or more have at most HP__SPREAD_ROWS_MAX
@@ -655,21 +668,21 @@ static bool spread(const hp_linear *lin, const hp_linear_group *g)
 static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
                                   hp_err *err)
 {
-    if (lin->large == HP__LARGE_UK) {
-        /* every large group in one parallel region over (group, column block) items: see ukernel.c */
+    if (lin->uk_min_m < INT64_MAX) {
+        /* the groups for the blocked kernel, in one parallel region over (group, column block) items */
         hp_linalg *ctx = lin->ctx;
         int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
+        int64_t min_m = lin->uk_min_m - 1 > lin->small_m_max ? lin->uk_min_m - 1 : lin->small_m_max;
         hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
-                            .acc = acc, .min_m = lin->small_m_max, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .acc = acc, .min_m = min_m, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
                             .slot_bytes = ctx->slot_bytes, .threads = nt};
         hp__uk_gemm(&call, groups, n_groups);
-        return HP_OK;
     }
     int64_t n_spread = 0;
     for (int64_t i = 0; i < n_groups; i++) n_spread += spread(lin, &groups[i]);
     hp_status st = HP_OK;
     for (int64_t i = 0; i < n_groups && st == HP_OK; i++)
-        if (groups[i].m > lin->small_m_max && (n_spread < 2 || !spread(lin, &groups[i])))
+        if (on_dnnl(lin, &groups[i]) && (n_spread < 2 || !spread(lin, &groups[i])))
             st = run_large(lin, &groups[i], acc, 0, true, err);
     if (st != HP_OK || n_spread < 2) return st;
     int nt = omp_get_max_threads() < lin->ctx->n_slots ? omp_get_max_threads() : lin->ctx->n_slots;
