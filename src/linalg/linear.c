@@ -308,16 +308,17 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* HP_GEMM=onednn in the environment (read once): benchmarks compare oneDNN's large products with the blocked
- * kernel's in `hyperpar bench run`; tests use hp__linear_force_large instead. */
-static bool env_onednn(void)
+/* HP_GEMM in the environment (read once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
+ * one the blocked kernel can on it; anything else, or nothing, the defaults (HP__UK_MIN_M). For benchmarks
+ * (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
+static int env_gemm(void)
 {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HP_GEMM");
-        v = e && !strcmp(e, "onednn");
+        v = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
     }
-    return v == 1;
+    return v;
 }
 
 /* Chooses the large path and makes its primitives; packs the weights when that is the choice. The blocked
@@ -328,8 +329,8 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
     hp_linalg *ctx = lin->ctx;
     static const int64_t uk_min_m[] = HP__UK_MIN_M;
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
-    lin->uk_ok = !env_onednn() && hp__uk_available(lin->uk_kind);
-    lin->uk_min_m = lin->uk_ok ? uk_min_m[lin->uk_kind] : INT64_MAX;
+    lin->uk_ok = env_gemm() != 1 && hp__uk_available(lin->uk_kind);
+    lin->uk_min_m = !lin->uk_ok ? INT64_MAX : env_gemm() == 2 ? 0 : uk_min_m[lin->uk_kind];
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
