@@ -330,7 +330,10 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
     static const int64_t uk_min_m[] = HP__UK_MIN_M;
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
     lin->uk_ok = env_gemm() != 1 && hp__uk_available(lin->uk_kind);
-    lin->uk_min_m = !lin->uk_ok ? INT64_MAX : env_gemm() == 2 ? 0 : uk_min_m[lin->uk_kind];
+    lin->uk_min_m = !lin->uk_ok                 ? INT64_MAX
+                    : env_gemm() == 2           ? 0
+                    : lin->k >= HP__UK_MIN_K ? uk_min_m[lin->uk_kind]
+                                                : INT64_MAX;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
