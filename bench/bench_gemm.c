@@ -127,8 +127,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--large-only")) large_only = true;
         else {
             fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only]\n"
-                            "  HP_GEMM=onednn (read by the layer) makes every large product oneDNN's, in both "
-                            "columns\n");
+                            "  (the large-products table switches between the blocked kernel and oneDNN itself;\n"
+                            "  HP_GEMM=onednn|hyperpar, read by the layer, changes the default of the other "
+                            "tables)\n");
             return 2;
         }
     }

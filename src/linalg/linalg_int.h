@@ -171,7 +171,7 @@ struct hp_linear {
     size_t packed_mat_bytes;
     float *bias;             /* [n_mats, n] owned copy, or NULL */
     hp__large large;         /* the oneDNN path of large products */
-    bool uk_ok;              /* the blocked kernel can run here (its ISA; HP_GEMM is not "onednn") */
+    bool uk_ok;              /* the blocked kernel can run here (its ISA) */
     hp__uk_kind uk_kind;
     int64_t uk_min_m;        /* large products of at least this many rows run the blocked kernel (INT64_MAX:
                                 none; see HP__UK_MIN_M) */
@@ -217,8 +217,8 @@ struct hp_linear {
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
-/* Routes every large row count through the blocked kernel (use_uk) or oneDNN. HP_ERR_INPUT when use_uk and the
- * kernel cannot run here (its ISA, or HP_GEMM=onednn). */
+/* Routes every large row count through the blocked kernel (use_uk) or oneDNN, whatever HP_GEMM says. HP_ERR_INPUT
+ * when use_uk and this CPU lacks the kernel's ISA. */
 hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err);
 
 /* ---- the reference (ref.c) ---- */

@@ -8,6 +8,8 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
+ *          ──▶ m ≥ uk_min_m     (AVX-512, where measured faster: HP__UK_MIN_M) the blocked kernel, every such
+ *                               group in one OpenMP loop over (group, column block) items (ukernel.c)
  *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
  *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
  *                               inside it, each thread with its own scratch part and stream); the others one
@@ -21,7 +23,8 @@
  * linear; 64-byte aligned parts; the streaming kernel's batches use part 0):
  *
  *   [ pieces: HP__ROW_CHUNK records ][ A rounded to bf16: HP__ROW_CHUNK × K f32 ][ W block: widen_rows × K
- *   f32 ][ oneDNN scratchpad ]        (the middle two only when the linear's mode and dtype need them)
+ *   f32 ][ oneDNN scratchpad ][ blocked kernel: packed W and A blocks ]   (the middle two and the last only when
+ *   the linear's mode, dtype and CPU need them)
  */
 #include "linalg/linalg_int.h"
 
@@ -321,19 +324,18 @@ static int env_gemm(void)
     return v;
 }
 
-/* Chooses the large path and makes its primitives; packs the weights when that is the choice. The blocked
- * kernel, where it runs, takes the large products; the oneDNN primitives are made all the same (for
- * hp__linear_force_large), but never with packed weights then. */
+/* Chooses the large paths: the rows from which the blocked kernel takes a product (uk_min_m), and oneDNN's path
+ * for the others, whose primitives are made in any case (hp__linear_force_large may switch to them); packs the
+ * weights when that is oneDNN's choice. */
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
     static const int64_t uk_min_m[] = HP__UK_MIN_M;
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
-    lin->uk_ok = env_gemm() != 1 && hp__uk_available(lin->uk_kind);
-    lin->uk_min_m = !lin->uk_ok                 ? INT64_MAX
-                    : env_gemm() == 2           ? 0
-                    : lin->k >= HP__UK_MIN_K ? uk_min_m[lin->uk_kind]
-                                                : INT64_MAX;
+    lin->uk_ok = hp__uk_available(lin->uk_kind);
+    if (!lin->uk_ok || env_gemm() == 1) lin->uk_min_m = INT64_MAX;
+    else if (env_gemm() == 2) lin->uk_min_m = 0;
+    else lin->uk_min_m = lin->k >= HP__UK_MIN_K ? uk_min_m[lin->uk_kind] : INT64_MAX;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
