@@ -206,10 +206,10 @@ struct hp_linear {
 #define HP__SMALL_M_MAX 16
 
 /* Where the blocked kernel (ukernel.c) is the default: bf16 weights in EXACT mode, products of at least 128 rows
- * and K of at least HP__UK_MIN_K (there it beat oneDNN f32 on the widened blocks by 1.02-2.5x, but for the
- * 32000-row head, 0.87x; at K = 768 it lost, 0.52-0.78x, at 32 and 128 rows). F32 weights and BF16 mode stay on
- * oneDNN: its brgemm was as fast or faster at 512 rows and below (f32 0.93-1.05x, bf16 0.40-1.94x on two threads,
- * 0.5-0.91x on one; docs/kernels.md). Indexed by hp__uk_kind. */
+ * and K of at least HP__UK_MIN_K (there it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two threads,
+ * but 0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows). F32 weights and BF16 mode stay on
+ * oneDNN: its brgemm was faster (f32 0.85-0.98x, bf16 0.74-0.91x but 1.15x at one shape; docs/kernels.md).
+ * Indexed by hp__uk_kind. */
 #define HP__UK_MIN_M {INT64_MAX, 128, INT64_MAX}
 #define HP__UK_MIN_K 1024
 
