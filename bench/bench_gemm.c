@@ -11,7 +11,14 @@
  * Printed per row: GFLOP/s of the layer, of OpenBLAS, their ratio, and for the layer the weight bytes read
  * per second as a fraction of the read-only bandwidth measured in the same run.
  *
- *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB]
+ * Then the large products, hyperpar's blocked AVX-512 kernel (ukernel.c) against oneDNN in the same run (both
+ * through the layer, switched with hp__linear_force_large): 2048³; llama-3-8b's projections at M = 512 (q/o
+ * 4096×4096, k/v 1024×4096, gate and up 14336×4096 each: the runner keeps them separate, down 4096×14336, the
+ * 32000-row head); and a grouped call of 16 Qwen3-30B-A3B experts (gate/up 1536×2048, down 2048×768) with 32 or
+ * 128 rows each. Each in three numerics: f32 W; bf16 W, exact (widened); bf16 W, BF16 mode (bf16 × bf16).
+ * (`hyperpar bench run` compares the two with HP_GEMM=onednn, docs/kernels.md.)
+ *
+ *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only]
  */
 #include <cblas.h>
 #include <omp.h>
@@ -41,16 +48,88 @@ typedef struct shape {
     int64_t n, k;
 } shape;
 
+/* The large products: blocked kernel vs oneDNN, same linear, same run. */
+static void large_table(hp_linalg *ctx, int reps)
+{
+    typedef struct big {
+        const char *name;
+        int64_t m, n, k, groups; /* groups > 1: a grouped call of that many experts, m rows each */
+    } big;
+    const big shapes[] = {
+        {"2048^3", 2048, 2048, 2048, 1},          {"llama q/o", 512, 4096, 4096, 1},
+        {"llama k/v", 512, 1024, 4096, 1},        {"llama gate, up", 512, 14336, 4096, 1},
+        {"llama down", 512, 4096, 14336, 1},      {"llama head", 512, 32000, 4096, 1},
+        {"qwen3 gate/up x16", 32, 1536, 2048, 16}, {"qwen3 gate/up x16", 128, 1536, 2048, 16},
+        {"qwen3 down x16", 32, 2048, 768, 16},     {"qwen3 down x16", 128, 2048, 768, 16},
+    };
+    const char *modes[] = {"f32", "bf16 W exact", "bf16 mode"};
+    hp_err err;
+    printf("\nlarge products, GFLOP/s (best of %d): hyperpar blocked kernel vs oneDNN, through the layer\n", reps);
+    printf("%-18s %5s %6s %6s %-13s %9s %9s %6s\n", "shape", "M", "N", "K", "numerics", "hyperpar", "oneDNN",
+           "ratio");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const big *b = &shapes[si];
+        int64_t nk = b->n * b->k, ma = b->m * b->groups;
+        float *w32 = malloc((size_t)(b->groups * nk) * sizeof *w32);
+        uint16_t *w16 = malloc((size_t)(b->groups * nk) * sizeof *w16);
+        float *a = malloc((size_t)(ma * b->k) * sizeof *a), *c = malloc((size_t)(ma * b->n) * sizeof *c);
+        if (!w32 || !w16 || !a || !c) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            exit(1);
+        }
+        for (int64_t i = 0; i < b->groups * nk; i++) {
+            w32[i] = (float)((i * 7) % 13) * 0.01f - 0.06f;
+            w16[i] = hp__bf16_from_f32(w32[i]);
+        }
+        for (int64_t i = 0; i < ma * b->k; i++) a[i] = (float)(i % 17) * 0.03f - 0.2f;
+        hp_linear_group g[16];
+        for (int64_t e = 0; e < b->groups; e++)
+            g[e] = (hp_linear_group){.mat = e, .m = b->m, .a = a + e * b->m * b->k, .lda = b->k,
+                                     .c = c + e * b->m * b->n, .ldc = b->n};
+        for (int mode = 0; mode < 3; mode++) {
+            hp_linear_desc d = {.n_out = b->n, .n_in = b->k, .n_mats = b->groups,
+                                .dtype = mode ? HP_DT_BF16 : HP_DT_F32, .w = mode ? (const void *)w16 : w32,
+                                .mode = mode == 2 ? HP_LINALG_BF16 : HP_LINALG_EXACT};
+            hp_linear *lin = NULL;
+            if (hp_linear_init(&lin, ctx, &d, &err) != HP_OK) die("linear", &err);
+            double gf[2] = {0, 0};
+            for (int impl = 0; impl < 2; impl++) {
+                if (hp__linear_force_large(lin, impl == 0, &err) != HP_OK) continue; /* no AVX-512: oneDNN only */
+                double best = 1e30;
+                for (int r = 0; r < reps + 1; r++) {
+                    double t0 = now();
+                    if (hp_linear_forward_grouped(lin, g, b->groups, false, &err) != HP_OK) die("forward", &err);
+                    double t = now() - t0;
+                    if (r > 0 && t < best) best = t;
+                }
+                gf[impl] = 2.0 * (double)ma * (double)nk / best * 1e-9;
+            }
+            printf("%-18s %5lld %6lld %6lld %-13s %9.1f %9.1f %6.2f\n", b->name, (long long)b->m, (long long)b->n,
+                   (long long)b->k, modes[mode], gf[0], gf[1], gf[1] > 0 ? gf[0] / gf[1] : 0.0);
+            hp_linear_free(lin);
+        }
+        free(w32);
+        free(w16);
+        free(a);
+        free(c);
+    }
+}
+
 int main(int argc, char **argv)
 {
     int reps = 5, threads = 0;
+    bool large_only = false;
     double mib = 96.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--large-only")) large_only = true;
         else {
-            fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB]\n");
+            fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only]\n"
+                            "  (the large-products table switches between the blocked kernel and oneDNN itself;\n"
+                            "  HP_GEMM=onednn|hyperpar, read by the layer, changes the default of the other "
+                            "tables)\n");
             return 2;
         }
     }
@@ -67,6 +146,11 @@ int main(int argc, char **argv)
     printf("cpu isa:  %s\n", hp_linalg_cpu_isa(isa, sizeof isa)[0] ? isa : "(no avx2)");
     printf("OpenBLAS: %s, core %s, %d threads\n", openblas_get_config(), openblas_get_corename(),
            openblas_get_num_threads());
+    if (large_only) {
+        large_table(ctx, reps);
+        hp_linalg_destroy(ctx);
+        return 0;
+    }
     double bw = hp_moe_ref_read_gbps((size_t)(mib * 2 * 1048576.0), reps); /* the library's read sweep */
     printf("read-only sweep over %.0f MiB: %.1f GB/s\n", mib * 2, bw);
     printf("weights: stacks of %.0f MiB per set (swept once per timing), best of %d sweeps\n\n", mib, reps);
@@ -176,6 +260,7 @@ int main(int argc, char **argv)
         free(a);
         free(c);
     }
+    large_table(ctx, reps);
     printf("\nGFLOP/s = 2·M·N·K / time per matrix; ratio = layer / OpenBLAS (sgemv at M = 1; bf16 rows:\n"
            "OpenBLAS on the f32 copy); W GB/s = the layer's weight bytes read per second; of bw = that / the\n"
            "read-only sweep.\n");

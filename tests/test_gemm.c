@@ -97,22 +97,35 @@ typedef struct path {
     bool force;
     hp__isa isa;
     int64_t small; /* small_m_max when forced */
+    int large;     /* large rows: -1 as chosen at init, 0 oneDNN, 1 the blocked kernel */
 } path;
 
-/* The paths to run on this CPU: default, each ISA's kernel for every m, oneDNN for every m. */
+enum { MAX_PATHS = HP__ISA_COUNT + 3 };
+
+static void force_path(hp_linear *lin, const path *p)
+{
+    hp_err err;
+    if (p->force) CHECK(hp__linear_force(lin, p->isa, p->small, &err) == HP_OK);
+    if (p->large >= 0) CHECK_MSG(hp__linear_force_large(lin, p->large == 1, &err) == HP_OK, "%s", err.msg);
+}
+
+/* The paths to run on this CPU: default, each ISA's kernel for every m, oneDNN for every m, the blocked kernel
+ * for every m (where this CPU has it). */
 static int paths_of(path *p)
 {
     static bool told;
     int n = 0;
-    p[n++] = (path){"default", false, HP__ISA_PORTABLE, 0};
+    p[n++] = (path){"default", false, HP__ISA_PORTABLE, 0, -1};
     for (int isa = 0; isa < HP__ISA_COUNT; isa++) {
         if (!hp__isa_available((hp__isa)isa)) {
             if (!told) printf("  (the %s kernel is not available on this CPU: skipped)\n", hp__isa_name((hp__isa)isa));
             continue;
         }
-        p[n++] = (path){hp__isa_name((hp__isa)isa), true, (hp__isa)isa, INT64_MAX};
+        p[n++] = (path){hp__isa_name((hp__isa)isa), true, (hp__isa)isa, INT64_MAX, -1};
     }
-    p[n++] = (path){"oneDNN only", true, hp__isa_best(), 0};
+    p[n++] = (path){"oneDNN only", true, hp__isa_best(), 0, 0};
+    if (hp__uk_available(HP__UK_BF16)) p[n++] = (path){"blocked kernel only", true, hp__isa_best(), 0, 1};
+    else if (!told) printf("  (skipped: no avx512f/avx512bw/avx512_bf16: the blocked kernel does not run here)\n");
     told = true;
     return n;
 }
@@ -133,7 +146,7 @@ static void run_linear(hp_linalg *ctx, int64_t k, int64_t n, hp_dtype dt, hp_lin
     double *ref_r = malloc((size_t)(mmax * n) * sizeof *ref_r);
     const void *wm = mat_of(dt, w, mat, n, k);
     const float *bm = bias ? bias + mat * n : NULL;
-    path paths[HP__ISA_COUNT + 2];
+    path paths[MAX_PATHS];
     int n_paths = paths_of(paths);
     for (int pad = 0; pad < 2; pad++) {
         int64_t lda = k + (pad ? pad_a : 0), ldc = n + (pad ? pad_c : 0);
@@ -144,7 +157,7 @@ static void run_linear(hp_linalg *ctx, int64_t k, int64_t n, hp_dtype dt, hp_lin
         CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
         for (int pi = 0; lin && pi < n_paths; pi++) {
             const path *p = &paths[pi];
-            if (p->force) CHECK(hp__linear_force(lin, p->isa, p->small, &err) == HP_OK);
+            force_path(lin, p);
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
                 int64_t m = Ms[mi];
                 for (int acc = 0; acc < 2; acc++) {
@@ -209,7 +222,7 @@ static void run_grouped(hp_linalg *ctx, hp_dtype dt, hp_linalg_mode mode, bool w
     hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = dt, .w = w, .bias = bias, .mode = mode};
     hp_linear *lin = NULL;
     CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
-    path paths[HP__ISA_COUNT + 2];
+    path paths[MAX_PATHS];
     int n_paths = paths_of(paths);
     float *a[NG], *c[NG], *c0[NG];
     double *ref[NG], *abs_sum[NG];
@@ -225,7 +238,7 @@ static void run_grouped(hp_linalg *ctx, hp_dtype dt, hp_linalg_mode mode, bool w
         g[i] = (hp_linear_group){.mat = gmat[i], .m = gm[i], .a = a[i], .lda = lda, .c = c[i], .ldc = ldc};
     }
     for (int pi = 0; lin && pi < n_paths; pi++) {
-        if (paths[pi].force) CHECK(hp__linear_force(lin, paths[pi].isa, paths[pi].small, &err) == HP_OK);
+        force_path(lin, &paths[pi]);
         for (int i = 0; i < NG; i++) memcpy(c[i], c0[i], (size_t)(gm[i] * ldc) * sizeof(float));
         CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc, &err) == HP_OK, "%s", err.msg);
         for (int i = 0; i < NG; i++) {
@@ -390,6 +403,7 @@ TEST(fixed_shapes_up_to_and_past_the_cache_bound)
                             .mode = (hp_linalg_mode)mode};
         hp_linear *lin = NULL;
         CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+        if (lin) CHECK(hp__linear_force_large(lin, false, &err) == HP_OK); /* the fixed shapes are oneDNN's */
         for (int64_t m = HP__FIXED_M_MIN; lin && m <= m_max; m++) {
             int64_t lda = k + m % 3, ldc = n + m % 2;
             hp__gemm_ref(m, n, k, a, lda, HP_DT_F32, w, NULL, false, ref, abs_sum);
@@ -532,7 +546,7 @@ TEST(bf16_weights_are_borrowed_not_widened)
         CHECK(info.owned_bytes < (size_t)(G * n * k) * 2);
         CHECK(info.small_m_max == HP__SMALL_M_MAX);
         CHECK_STR_CONTAINS(info.small_path, "bf16 dot");
-        CHECK_STR_CONTAINS(info.large_path, "oneDNN");
+        CHECK_STR_CONTAINS(info.large_path, "oneDNN"); /* K = 200: below HP__UK_MIN_K */
         printf("  bf16 linear: small rows: %s; large rows: %s\n", info.small_path, info.large_path);
     }
     hp_linear_free(lin);
@@ -630,6 +644,271 @@ TEST(bad_forward_arguments_are_input_errors)
         }
     }
     hp_linear_free(lin);
+    hp_linalg_destroy(ctx);
+}
+
+/* ---- the blocked AVX-512 kernel (ukernel.c) ---- */
+
+typedef struct uk_variant {
+    const char *name;
+    hp_dtype dt;
+    hp_linalg_mode mode;
+    hp__uk_kind kind;
+} uk_variant;
+
+static const uk_variant UK_VARIANTS[] = {
+    {"f32 W, exact", HP_DT_F32, HP_LINALG_EXACT, HP__UK_F32},
+    {"bf16 W, exact", HP_DT_BF16, HP_LINALG_EXACT, HP__UK_WIDEN},
+    {"bf16 W, bf16 mode", HP_DT_BF16, HP_LINALG_BF16, HP__UK_BF16},
+    {"f32 W, bf16 mode", HP_DT_F32, HP_LINALG_BF16, HP__UK_BF16},
+};
+enum { N_UK_VARIANTS = sizeof UK_VARIANTS / sizeof UK_VARIANTS[0] };
+
+static bool uk_runs(const uk_variant *v)
+{
+    if (hp__uk_available(v->kind)) return true;
+    printf("  skipped: no avx512f/avx512bw%s on this CPU: the blocked kernel's %s variant does not run here\n",
+           v->kind == HP__UK_BF16 ? "/avx512_bf16" : "", v->name);
+    return false;
+}
+
+/* A linear whose every row count (1 included) goes through the blocked kernel. */
+static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
+{
+    hp_err err;
+    hp_linear *lin = NULL;
+    hp_status st = hp_linear_init(&lin, ctx, d, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (st != HP_OK) return NULL;
+    CHECK(hp__linear_force(lin, hp__isa_best(), 0, &err) == HP_OK);
+    CHECK_MSG(hp__linear_force_large(lin, true, &err) == HP_OK, "%s", err.msg);
+    hp_linear_info info;
+    hp_linear_get_info(lin, &info);
+    CHECK_STR_CONTAINS(info.large_path, "hyperpar avx512");
+    return lin;
+}
+
+/* Every edge of the loop nest against the reference: M across the 6-row tiles and the 192-row blocks, N across
+ * the 16-column vectors and 64-column panels, K across the 16-word transposes and the 1024-element k blocks (odd K:
+ * the zero pad of the last bf16 pair), padded lda and ldc, accumulate, bias, the last matrix of a stack. A
+ * representative cross product: every (K, N) pair, three row counts each, the options varying with the pair. */
+TEST(blocked_kernel_every_edge_against_reference)
+{
+    static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                                 31, 32, 33, 127, 128, 129, 300};
+    static const int64_t ns[] = {1, 15, 16, 17, 63, 64, 65, 100, 1000};
+    static const int64_t ks[] = {1, 2, 3, 15, 16, 17, 255, 256, 257, 1000, 1025, 2100};
+    enum { NM = sizeof ms / sizeof ms[0], NN = sizeof ns / sizeof ns[0], NK = sizeof ks / sizeof ks[0] };
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    int before = hp__failed_checks;
+    for (int vi = 0; vi < N_UK_VARIANTS; vi++) {
+        const uk_variant *v = &UK_VARIANTS[vi];
+        if (!uk_runs(v)) continue;
+        for (int ki = 0; ki < NK; ki++)
+            for (int ni = 0; ni < NN; ni++) {
+                int idx = ki * NN + ni + vi;
+                int64_t k = ks[ki], n = ns[ni], mat = G - 1;
+                bool pad = idx % 2, acc = idx / 2 % 2, with_bias = idx / 4 % 2;
+                int64_t lda = k + (pad ? 3 : 0), ldc = n + (pad ? 5 : 0), m3[3], mmax = 0;
+                for (int t = 0; t < 3; t++) {
+                    m3[t] = ms[(idx * 7 + 9 * t) % NM];
+                    int64_t cap = n * k > 500000 ? 33 : n * k > 50000 ? 129 : 300; /* the reference's time */
+                    if (m3[t] > cap) m3[t] = cap;
+                    if (m3[t] > mmax) mmax = m3[t];
+                }
+                void *w = make_w(v->dt, n, k);
+                float *bias = with_bias ? make_f(G * n, 0.37, 0.25) : NULL;
+                hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = v->dt, .w = w, .bias = bias,
+                                    .mode = v->mode};
+                hp_linear *lin = uk_linear(ctx, &d);
+                float *a = make_f(mmax * lda, 0.113, 1.0), *c = malloc((size_t)(mmax * ldc) * sizeof *c);
+                float *c0 = malloc((size_t)(mmax * ldc) * sizeof *c0);
+                double *ref = malloc((size_t)(mmax * n) * sizeof *ref), *abs_sum = malloc((size_t)(mmax * n) * 8);
+                double *ref_r = malloc((size_t)(mmax * n) * sizeof *ref_r);
+                const void *wm = mat_of(v->dt, w, mat, n, k);
+                const float *bm = bias ? bias + mat * n : NULL;
+                hp__gemm_ref(mmax, n, k, a, lda, v->dt, wm, bm, false, ref, abs_sum);
+                bool b16 = v->mode == HP_LINALG_BF16;
+                if (b16) hp__gemm_ref(mmax, n, k, a, lda, v->dt, wm, bm, true, ref_r, NULL);
+                for (int t = 0; lin && t < 3; t++) {
+                    int64_t m = m3[t];
+                    for (int64_t i = 0; i < mmax * ldc; i++) c0[i] = c[i] = val(i, 0.29, 2.0);
+                    CHECK_MSG(hp_linear_forward(lin, mat, m, a, lda, c, ldc, acc, &err) == HP_OK, "%s", err.msg);
+                    /* an F32 weight in BF16 mode is rounded too: two roundings of at most 2^-8 relative each */
+                    double tol = !b16 ? EXACT_TOL : v->dt == HP_DT_F32 ? 2.0 * BF16_TOL : BF16_TOL;
+                    double e = compare(m, n, c, ldc, c0, acc, ref, abs_sum, tol);
+                    double er = b16 ? compare(m, n, c, ldc, c0, acc, ref_r, abs_sum, EXACT_TOL) : 0;
+                    bool untouched = true;
+                    for (int64_t r = 0; r < mmax; r++)
+                        for (int64_t j = 0; j < ldc; j++)
+                            if ((r >= m || j >= n) && c[r * ldc + j] != c0[r * ldc + j]) untouched = false;
+                    CHECK_MSG(e <= 1.0 && er <= 1.0 && untouched,
+                              "blocked kernel, %s, bias %d, M=%lld K=%lld N=%lld lda=%lld ldc=%lld accumulate %d: "
+                              "error %.3g and %.3g of the bound, outside C untouched %d",
+                              v->name, with_bias, (long long)m, (long long)k, (long long)n, (long long)lda,
+                              (long long)ldc, acc, e, er, untouched);
+                }
+                hp_linear_free(lin);
+                free(w);
+                free(bias);
+                free(a);
+                free(c);
+                free(c0);
+                free(ref);
+                free(abs_sum);
+                free(ref_r);
+                if (hp__failed_checks - before > 20) goto out;
+            }
+    }
+out:
+    hp_linalg_destroy(ctx);
+}
+
+/* The kernel's invariant: each C element sums its k terms in an order fixed by K alone. Rows split over calls,
+ * columns split over two linears (the halves of W's rows, not at a panel boundary), 1, 2 or 3 threads: byte-equal
+ * to one call; and a bf16 weight in EXACT mode byte-equal to its f32 widening. K = 2100 spans several k blocks
+ * in every variant; N = 200 ends in a partial panel. */
+static void run_uk_invariant(hp_linalg *ctx, const uk_variant *v, bool acc)
+{
+    const int64_t m = 300, n = 200, k = 2100, half = 100, mat = 1, lda = k + 1, ldc = n + 2;
+    const int64_t cuts[] = {0, 1, 8, 140, 197, 300};
+    hp_err err;
+    void *w = make_w(v->dt, n, k);
+    float *bias = make_f(G * n, 0.37, 0.25);
+    float *a = make_f(m * lda, 0.071, 1.0), *c0 = make_f(m * ldc, 0.3, 1.0);
+    size_t cb = (size_t)(m * ldc) * sizeof(float);
+    float *c1 = malloc(cb), *c = malloc(cb);
+    hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = v->dt, .w = w, .bias = bias, .mode = v->mode};
+    hp_linear *lin = uk_linear(ctx, &d);
+    int was = hp_linalg_set_threads(0);
+    memcpy(c1, c0, cb);
+    if (lin) CHECK(hp_linear_forward(lin, mat, m, a, lda, c1, ldc, acc, &err) == HP_OK);
+    /* rows over several calls */
+    memcpy(c, c0, cb);
+    for (size_t i = 0; lin && i + 1 < sizeof cuts / sizeof cuts[0]; i++)
+        CHECK(hp_linear_forward(lin, mat, cuts[i + 1] - cuts[i], a + cuts[i] * lda, lda, c + cuts[i] * ldc, ldc, acc,
+                                &err) == HP_OK);
+    CHECK_MSG(memcmp(c, c1, cb) == 0, "%s, accumulate %d: rows split over calls differ", v->name, acc);
+    /* thread counts */
+    for (int th = 1; lin && th <= 3; th++) {
+        hp_linalg_set_threads(th);
+        memcpy(c, c0, cb);
+        CHECK(hp_linear_forward(lin, mat, m, a, lda, c, ldc, acc, &err) == HP_OK);
+        CHECK_MSG(memcmp(c, c1, cb) == 0, "%s, accumulate %d: %d threads differ", v->name, acc, th);
+    }
+    hp_linalg_set_threads(was);
+    /* columns: two linears on W's row halves (a stack's matrices are [n, k] apart, so one matrix each) */
+    size_t es = (size_t)hp_dtype_bits(v->dt) / 8;
+    for (int h = 0; lin && h < 2; h++) {
+        int64_t j0 = h ? half : 0, nn = h ? n - half : half;
+        hp_linear_desc dh = {.n_out = nn, .n_in = k, .n_mats = 1, .dtype = v->dt,
+                             .w = (const char *)mat_of(v->dt, w, mat, n, k) + (size_t)(j0 * k) * es,
+                             .bias = bias + mat * n + j0, .mode = v->mode};
+        hp_linear *lh = uk_linear(ctx, &dh);
+        memcpy(c, c0, cb);
+        if (lh) CHECK(hp_linear_forward(lh, 0, m, a, lda, c + j0, ldc, acc, &err) == HP_OK);
+        bool same = true;
+        for (int64_t r = 0; r < m; r++)
+            if (memcmp(c + r * ldc + j0, c1 + r * ldc + j0, (size_t)nn * sizeof *c) != 0) same = false;
+        CHECK_MSG(same, "%s, accumulate %d: columns %lld.. as a linear of their own differ", v->name, acc,
+                  (long long)j0);
+        hp_linear_free(lh);
+    }
+    /* a bf16 weight in EXACT mode equals its f32 widening */
+    if (v->kind == HP__UK_WIDEN) {
+        float *wf = malloc((size_t)(G * n * k) * sizeof *wf);
+        hp_dtype_to_f32(HP_DT_BF16, w, wf, G * n * k, NULL);
+        hp_linear_desc df = d;
+        df.dtype = HP_DT_F32;
+        df.w = wf;
+        hp_linear *lf = uk_linear(ctx, &df);
+        memcpy(c, c0, cb);
+        if (lf) CHECK(hp_linear_forward(lf, mat, m, a, lda, c, ldc, acc, &err) == HP_OK);
+        CHECK_MSG(memcmp(c, c1, cb) == 0, "accumulate %d: a bf16 weight differs from its f32 widening", acc);
+        hp_linear_free(lf);
+        free(wf);
+    }
+    hp_linear_free(lin);
+    free(w);
+    free(bias);
+    free(a);
+    free(c0);
+    free(c1);
+    free(c);
+}
+
+TEST(blocked_kernel_sums_in_an_order_fixed_by_k)
+{
+    int was = hp_linalg_set_threads(0);
+    hp_linalg_set_threads(3); /* the context's scratch is sized for the threads at init */
+    hp_linalg *ctx = ctx_or_die();
+    for (int vi = 0; vi < N_UK_VARIANTS; vi++)
+        if (uk_runs(&UK_VARIANTS[vi]))
+            for (int acc = 0; acc < 2; acc++) run_uk_invariant(ctx, &UK_VARIANTS[vi], acc);
+    hp_linalg_destroy(ctx);
+    hp_linalg_set_threads(was);
+}
+
+/* Many groups of 17..200 rows (and some of the streaming kernel's 0..16) on the default paths, one grouped call:
+ * byte-equal to one hp_linear_forward per group. K = 1100 (at least HP__UK_MIN_K): a bf16 weight in EXACT mode
+ * runs its groups of 128 rows and more on the blocked kernel and the others on oneDNN, in the same call (the
+ * blocked kernel's groups checked); then every variant again with the blocked kernel forced (every group). */
+TEST(blocked_kernel_grouped_equals_per_group_calls)
+{
+    enum { NG = 41 };
+    const int64_t n = 150, k = 1100;
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    int64_t gm[NG], off[NG], total = 0;
+    for (int i = 0; i < NG; i++) {
+        gm[i] = i % 5 == 4 ? i % 17 : 17 + (i * 37) % 184; /* 17..200, every fifth 0..16 */
+        off[i] = total;
+        total += gm[i];
+    }
+    for (int vi = 0; vi < N_UK_VARIANTS; vi++) {
+        const uk_variant *v = &UK_VARIANTS[vi];
+        if (!uk_runs(v)) continue;
+        void *w = make_w(v->dt, n, k);
+        float *bias = make_f(G * n, 0.37, 0.25), *a = make_f(total * k, 0.043, 1.0), *c0 = make_f(total * n, 0.3, 1.0);
+        float *c = malloc((size_t)(total * n) * sizeof *c), *c1 = malloc((size_t)(total * n) * sizeof *c1);
+        hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = v->dt, .w = w, .bias = bias,
+                            .mode = v->mode};
+        hp_linear *lin = NULL;
+        CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
+        if (lin && v->kind == HP__UK_WIDEN) {
+            hp_linear_info info;
+            hp_linear_get_info(lin, &info);
+            CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; below: oneDNN");
+        }
+        hp_linear_group g[NG];
+        for (int acc = 0; lin && acc < 4; acc++) {
+            if (acc == 2) CHECK(hp__linear_force_large(lin, true, &err) == HP_OK);
+            memcpy(c, c0, (size_t)(total * n) * sizeof *c);
+            memcpy(c1, c0, (size_t)(total * n) * sizeof *c1);
+            for (int i = 0; i < NG; i++) {
+                g[i] = (hp_linear_group){.mat = (i * 7) % G, .m = gm[i], .a = a + off[i] * k, .lda = k,
+                                         .c = c + off[i] * n, .ldc = n};
+                CHECK(hp_linear_forward(lin, g[i].mat, gm[i], g[i].a, k, c1 + off[i] * n, n, acc % 2, &err) ==
+                      HP_OK);
+            }
+            CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc % 2, &err) == HP_OK, "%s", err.msg);
+            for (int i = 0; i < NG; i++)
+                /* by default only WIDEN's groups of 128 rows and more run the blocked kernel; oneDNN's groups
+                 * equal their own calls only up to summation order */
+                CHECK_MSG((acc < 2 && (v->kind != HP__UK_WIDEN || gm[i] < 128)) ||
+                              memcmp(c + off[i] * n, c1 + off[i] * n, (size_t)(gm[i] * n) * sizeof *c) == 0,
+                          "%s, accumulate %d, forced %d: group %d (M=%lld) differs from its own call", v->name,
+                          acc % 2, acc / 2, i, (long long)gm[i]);
+        }
+        hp_linear_free(lin);
+        free(w);
+        free(bias);
+        free(a);
+        free(c0);
+        free(c);
+        free(c1);
+    }
     hp_linalg_destroy(ctx);
 }
 

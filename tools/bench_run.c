@@ -152,7 +152,10 @@ static void usage(FILE *out, bool train)
                  "its tokens/s and the ratio hyperpar/PyTorch; otherwise a note says why.\n",
             train ? "a forward+backward+AdamW step, f32" : "the forward, in the checkpoint's dtype");
     fprintf(out, "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
-                 "every rank must see it. Also runs as one process without mpirun.\n\n");
+                 "every rank must see it. Also runs as one process without mpirun.\n"
+                 "HP_GEMM=onednn in the environment runs every large product of the GEMM layer on oneDNN, and\n"
+                 "HP_GEMM=hyperpar every one on hyperpar's blocked AVX-512 kernel where the CPU has it, to compare\n"
+                 "the two with the default choice (docs/kernels.md).\n\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\npresets:\n");
     cli_print_presets(out, false);

@@ -62,7 +62,8 @@ static void usage(FILE *out)
             "$HP_BENCH_PYTHON (default python3) can import torch, it also times PyTorch eager's sparse block of the\n"
             "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
             "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
-            "not for a simulated expert-parallel rank.\n"
+            "not for a simulated expert-parallel rank. HP_GEMM=onednn|hyperpar runs every large product on oneDNN,\n"
+            "or on hyperpar's blocked AVX-512 kernel (docs/kernels.md).\n"
             "\n");
     cli_print_options(out, g_opts);
     fprintf(out, "\npresets:\n");

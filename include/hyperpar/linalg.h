@@ -85,9 +85,10 @@ typedef struct hp_linear_info {
     bool packed;             /* weights reordered into an owned copy at init */
     size_t owned_bytes;      /* bytes this linear allocated: packed or widened weights, bias */
     size_t borrowed_bytes;   /* caller bytes it reads on every call (weights not copied) */
-    int64_t small_m_max;     /* row counts 1..small_m_max run the streaming kernel, larger ones oneDNN */
+    int64_t small_m_max;     /* row counts 1..small_m_max run the streaming kernel, larger ones large_path */
     const char *small_path;  /* e.g. "avx2+fma bf16 dot" ("none" when small_m_max is 0) */
-    const char *large_path;  /* e.g. "oneDNN gemm:jit f32, bf16 widened in blocks of 256 rows" */
+    const char *large_path;  /* e.g. "oneDNN gemm:jit f32, bf16 widened in blocks of 256 rows", or "hyperpar
+                                avx512 f32 6x64 blocked, ... at >= 128 rows; below: oneDNN ..." */
 } hp_linear_info;
 
 /* ---- the context ---- */
@@ -119,7 +120,9 @@ void hp_linear_free(hp_linear *lin);
 hp_status hp_linear_forward(hp_linear *lin, int64_t mat, int64_t m, const float *a, int64_t lda, float *c,
                             int64_t ldc, bool accumulate, hp_err *err);
 /* The products of n_groups groups in one call (the experts of a MoE layer): groups with few rows share one
- * parallel pass of the streaming kernel; when two or more have more rows than that and at most 1024, one
+ * parallel pass of the streaming kernel; those the blocked AVX-512 kernel takes (docs/kernels.md) share one
+ * parallel loop over (group, column block), each byte-equal to its own hp_linear_forward whatever the thread
+ * count; of the others for oneDNN, when two or more have at most 1024 rows, one
  * parallel loop runs each of those on one thread (oneDNN single-threaded inside it), bit-equal to its own
  * hp_linear_forward on one thread whatever the thread count; the rest reuse the one oneDNN primitive in turn
  * over all threads. The result equals n_groups calls of hp_linear_forward up to f32 summation order (exactly,

@@ -9,6 +9,8 @@
  *   1..small    oneDNN f32 (small = 0)  dot kernel: widen W, f32 FMA     A rounded, dot kernel
  *   > small     oneDNN f32 matmul       W widened in row blocks into     oneDNN bf16×bf16 where it exists,
  *                                       scratch, oneDNN f32 on each      else A rounded + the EXACT path
+ *   > small,    ukernel.c F32           ukernel.c WIDEN                  ukernel.c BF16 (avx512_bf16)
+ *   AVX-512
  *
  * In BF16 mode an F32 weight takes the F32 column with A rounded to bf16 first.
  */
@@ -55,6 +57,34 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
  * out: the caller then multiplies rounded f32 copies (the same numbers at the f32 rate). linear.c. */
 bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* ---- the blocked AVX-512 kernel for large products (ukernel.c) ---- */
+typedef enum hp__uk_kind {
+    HP__UK_F32 = 0, /* f32 W, f32 A: f32 FMA (avx512f, avx512bw) */
+    HP__UK_WIDEN,   /* bf16 W widened exactly while packed, then HP__UK_F32's microkernel: bit-equal to it on the
+                       f32 widening of the same weight */
+    HP__UK_BF16,    /* bf16 W in VNNI pairs, A rounded to bf16 (nearest even): vdpbf16ps (avx512_bf16) */
+} hp__uk_kind;
+/* One call: every group with more than min_m rows, C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one
+ * OpenMP parallel region of `threads` threads; thread t uses the hp__uk_scratch_bytes(kind) bytes at
+ * scratch + t·slot_bytes (64-byte aligned). W [n_mats, n, k] rows (f32 for HP__UK_F32, else bf16); bias
+ * [n_mats, n] or NULL. Each C element sums its products in ascending k from its start value, whatever M, N,
+ * the element's position or the thread count (see ukernel.c). */
+typedef struct hp__uk_call {
+    hp__uk_kind kind;
+    int64_t n, k;
+    const void *w;
+    const float *bias;
+    bool acc;
+    int64_t min_m;
+    char *scratch;
+    size_t slot_bytes;
+    int threads;
+} hp__uk_call;
+bool hp__uk_available(hp__uk_kind kind); /* this CPU and OS run it */
+const char *hp__uk_name(hp__uk_kind kind); /* hp_linear_info.large_path */
+size_t hp__uk_scratch_bytes(hp__uk_kind kind);
+void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t n_groups);
 
 /* ---- oneDNN (gemm_dnnl.c) ---- */
 typedef struct hp__dnnl hp__dnnl;       /* engine + stream */
@@ -140,13 +170,18 @@ struct hp_linear {
     void *packed;            /* [n_mats] × packed_mat_bytes, or NULL */
     size_t packed_mat_bytes;
     float *bias;             /* [n_mats, n] owned copy, or NULL */
-    hp__large large;
+    hp__large large;         /* the oneDNN path of large products */
+    bool uk_ok;              /* the blocked kernel can run here (its ISA) */
+    hp__uk_kind uk_kind;
+    int64_t uk_min_m;        /* large products of at least this many rows run the blocked kernel (INT64_MAX:
+                                none; see HP__UK_MIN_M) */
+    const char *fixed_impl;  /* oneDNN's implementation at the first fixed shape made, or NULL */
     const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
     int64_t widen_rows;
     int64_t small_m_max;
     hp__isa isa;
     size_t owned_bytes;
-    char small_desc[64], large_desc[192];
+    char small_desc[64], large_desc[320];
 };
 
 /* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
@@ -163,14 +198,28 @@ struct hp_linear {
 #define HP__FIXED_M_MIN 128
 #define HP__FIXED_MAX 64
 /* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
- * kernel also won at 24..96 rows, but 16 stays: above it a bf16 weight takes the same oneDNN f32 product as its
- * f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24 rows) relies on. */
+ * kernel also won at 24..96 rows, but 16 stays: above it (and below HP__UK_MIN_M) a bf16 weight takes the same
+ * oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24
+ * rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
+ * oneDNN, so at HP__UK_MIN_M rows and more the two differ in summation order, as the fixed-shape brgemm already
+ * made them differ at 128 rows and more.) */
 #define HP__SMALL_M_MAX 16
+
+/* Where the blocked kernel (ukernel.c) is the default: bf16 weights in EXACT mode, products of at least 128 rows
+ * and K of at least HP__UK_MIN_K (there it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two threads,
+ * but 0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows). F32 weights and BF16 mode stay on
+ * oneDNN: its brgemm was faster (f32 0.85-0.98x, bf16 0.74-0.91x but 1.15x at one shape; docs/kernels.md).
+ * Indexed by hp__uk_kind. */
+#define HP__UK_MIN_M {INT64_MAX, 128, INT64_MAX}
+#define HP__UK_MIN_K 1024
 
 /* ---- test hooks ---- */
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
+/* Routes every large row count through the blocked kernel (use_uk) or oneDNN, whatever HP_GEMM says. HP_ERR_INPUT
+ * when use_uk and this CPU lacks the kernel's ISA. */
+hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err);
 
 /* ---- vmath.c's exp, one value, and its instruction set (tests; the caller checks hp__isa_available) ---- */
 void hp__vmath_force(hp__isa isa);

@@ -8,6 +8,8 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
+ *          ──▶ m ≥ uk_min_m     (AVX-512, where measured faster: HP__UK_MIN_M) the blocked kernel, every such
+ *                               group in one OpenMP loop over (group, column block) items (ukernel.c)
  *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
  *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
  *                               inside it, each thread with its own scratch part and stream); the others one
@@ -21,7 +23,8 @@
  * linear; 64-byte aligned parts; the streaming kernel's batches use part 0):
  *
  *   [ pieces: HP__ROW_CHUNK records ][ A rounded to bf16: HP__ROW_CHUNK × K f32 ][ W block: widen_rows × K
- *   f32 ][ oneDNN scratchpad ]        (the middle two only when the linear's mode and dtype need them)
+ *   f32 ][ oneDNN scratchpad ][ blocked kernel: packed W and A blocks ]   (the middle two and the last only when
+ *   the linear's mode, dtype and CPU need them)
  */
 #include "linalg/linalg_int.h"
 
@@ -208,7 +211,7 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 /* Scratch parts of lin, as byte offsets from the context's buffer. */
 typedef struct layout {
-    size_t pieces, a, w, dnnl, total;
+    size_t pieces, a, w, dnnl, uk, total;
 } layout;
 
 static layout layout_of(const hp_linear *lin)
@@ -223,7 +226,8 @@ static layout layout_of(const hp_linear *lin)
     size_t d = 0;
     for (int b = 0; b < 2; b++)
         if (lin->mm[b] && hp__dnnl_mm_scratch_bytes(lin->mm[b]) > d) d = hp__dnnl_mm_scratch_bytes(lin->mm[b]);
-    l.total = l.dnnl + d;
+    l.uk = align_up(l.dnnl + d);
+    l.total = l.uk + (lin->uk_ok ? hp__uk_scratch_bytes(lin->uk_kind) : 0);
     return l;
 }
 
@@ -237,16 +241,31 @@ static void describe(hp_linear *lin)
     const char *impl = hp__dnnl_mm_impl(lin->mm[1]);
     const char *round = lin->mode == HP_LINALG_BF16 ? ", A rounded to bf16" : "";
     const char *packed = lin->packed ? ", weights packed" : "";
+    char fixed[80] = "";
+    if (lin->fixed_impl)
+        snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
+    if (lin->uk_min_m <= lin->small_m_max + 1) {
+        snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
+        return;
+    }
+    char *d = lin->large_desc;
+    size_t cap = sizeof lin->large_desc;
+    if (lin->uk_min_m < INT64_MAX) {
+        int w = snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind), (long long)lin->uk_min_m);
+        d += w;
+        cap -= (size_t)w;
+    }
     switch (lin->large) {
     case HP__LARGE_WIDEN:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
+        snprintf(d, cap, "oneDNN %s f32, bf16 W widened in blocks of %lld rows%s",
                  impl, (long long)lin->widen_rows, round);
         break;
     case HP__LARGE_BF16:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s bf16 x bf16%s%s", impl, packed, round);
+        snprintf(d, cap, "oneDNN %s bf16 x bf16%s%s%s", impl, packed, round,
+                 fixed);
         break;
     default:
-        snprintf(lin->large_desc, sizeof lin->large_desc, "oneDNN %s f32%s%s", impl, packed, round);
+        snprintf(d, cap, "oneDNN %s f32%s%s%s", impl, packed, round, fixed);
         break;
     }
 }
@@ -292,10 +311,31 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* Chooses the large path and makes its primitives; packs the weights when that is the choice. */
+/* HP_GEMM in the environment (read once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
+ * one the blocked kernel can on it; anything else, or nothing, the defaults (HP__UK_MIN_M). For benchmarks
+ * (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
+static int env_gemm(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HP_GEMM");
+        v = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
+    }
+    return v;
+}
+
+/* Chooses the large paths: the rows from which the blocked kernel takes a product (uk_min_m), and oneDNN's path
+ * for the others, whose primitives are made in any case (hp__linear_force_large may switch to them); packs the
+ * weights when that is oneDNN's choice. */
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
+    static const int64_t uk_min_m[] = HP__UK_MIN_M;
+    lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
+    lin->uk_ok = hp__uk_available(lin->uk_kind);
+    if (!lin->uk_ok || env_gemm() == 1) lin->uk_min_m = INT64_MAX;
+    else if (env_gemm() == 2) lin->uk_min_m = 0;
+    else lin->uk_min_m = lin->k >= HP__UK_MIN_K ? uk_min_m[lin->uk_kind] : INT64_MAX;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
@@ -446,6 +486,16 @@ hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_
     return HP_OK;
 }
 
+hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err)
+{
+    if (use_uk && !lin->uk_ok)
+        return hp_err_set(err, HP_ERR_INPUT, "the blocked kernel (%s) cannot run for this linear",
+                          hp__uk_name(lin->uk_kind));
+    lin->uk_min_m = use_uk ? 0 : INT64_MAX;
+    describe(lin);
+    return HP_OK;
+}
+
 /* ---- forward ---- */
 
 static const void *mat_rows(const hp_linear *lin, int64_t mat)
@@ -504,6 +554,10 @@ static const hp__dnnl_mm *shaped(hp_linear *lin, bool beta, bool may_fix, int64_
     hp_err e;
     if (!f && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
     if (reserve_scratch(ctx, layout_of(lin).dnnl + hp__dnnl_mm_scratch_bytes(f), &e) != HP_OK) return mm;
+    if (!lin->fixed_impl) {
+        lin->fixed_impl = hp__dnnl_mm_impl(f);
+        describe(lin);
+    }
     return f;
 }
 
@@ -599,10 +653,16 @@ static void run_small_batches(hp_linear *lin, const hp_linear_group *groups, int
     }
 }
 
+/* Whether group g runs on oneDNN: more rows than the streaming kernel's, fewer than the blocked kernel's. */
+static bool on_dnnl(const hp_linear *lin, const hp_linear_group *g)
+{
+    return g->m > lin->small_m_max && g->m < lin->uk_min_m;
+}
+
 /* Whether group g runs on one thread of a loop over groups (see run_large_groups). */
 static bool spread(const hp_linear *lin, const hp_linear_group *g)
 {
-    return g->m > lin->small_m_max && g->m <= HP__SPREAD_ROWS_MAX;
+    return on_dnnl(lin, g) && g->m <= HP__SPREAD_ROWS_MAX;
 }
 
 /* Every group of more than small_m_max rows through oneDNN. When two or more have at most HP__SPREAD_ROWS_MAX
@@ -614,11 +674,21 @@ static bool spread(const hp_linear *lin, const hp_linear_group *g)
 static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
                                   hp_err *err)
 {
+    if (lin->uk_min_m < INT64_MAX) {
+        /* the groups for the blocked kernel, in one parallel region over (group, column block) items */
+        hp_linalg *ctx = lin->ctx;
+        int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
+        int64_t min_m = lin->uk_min_m - 1 > lin->small_m_max ? lin->uk_min_m - 1 : lin->small_m_max;
+        hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
+                            .acc = acc, .min_m = min_m, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .slot_bytes = ctx->slot_bytes, .threads = nt};
+        hp__uk_gemm(&call, groups, n_groups);
+    }
     int64_t n_spread = 0;
     for (int64_t i = 0; i < n_groups; i++) n_spread += spread(lin, &groups[i]);
     hp_status st = HP_OK;
     for (int64_t i = 0; i < n_groups && st == HP_OK; i++)
-        if (groups[i].m > lin->small_m_max && (n_spread < 2 || !spread(lin, &groups[i])))
+        if (on_dnnl(lin, &groups[i]) && (n_spread < 2 || !spread(lin, &groups[i])))
             st = run_large(lin, &groups[i], acc, 0, true, err);
     if (st != HP_OK || n_spread < 2) return st;
     int nt = omp_get_max_threads() < lin->ctx->n_slots ? omp_get_max_threads() : lin->ctx->n_slots;
