@@ -162,11 +162,10 @@ static HP__UK void pack_panel(hp__uk_kind kind, const void *w, int64_t ld, int64
 
 /* ---- the microkernels: C [mr, 64] (+)= A [mr, k block] · panel ---- */
 
-/* F32 and WIDEN: a [mr][as] f32 (A in place), p [kc][NR] f32. */
-static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_t as, const float *p, float *c,
-                                     int64_t ldc, bool load_c, const __mmask16 msk[4])
+/* The accumulators of both microkernels: zero at the start of a k block (C's lines prefetched when the block's
+ * sum is to be added to them), then C [mr, 64] = or += them under the column masks. */
+static HP__UK INLINE void acc_start(int mr, __m512 acc[MR][4], const float *c, int64_t ldc, bool load_c)
 {
-    __m512 acc[MR][4];
 #pragma GCC unroll 6
     for (int r = 0; r < mr; r++) {
 #pragma GCC unroll 4
@@ -175,6 +174,27 @@ static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) _mm_prefetch((const char *)(c + r * ldc + 16 * v), _MM_HINT_T0);
     }
+}
+
+static HP__UK INLINE void acc_finish(int mr, __m512 acc[MR][4], float *c, int64_t ldc, bool load_c,
+                                     const __mmask16 msk[4])
+{
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            __m512 x = acc[r][v];
+            if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v), x);
+            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], x);
+        }
+}
+
+/* F32 and WIDEN: a [mr][as] f32 (A in place), p [kc][NR] f32. */
+static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_t as, const float *p, float *c,
+                                     int64_t ldc, bool load_c, const __mmask16 msk[4])
+{
+    __m512 acc[MR][4];
+    acc_start(mr, acc, c, ldc, load_c);
     for (int64_t k = 0; k < kc; k++) {
         __m512 w0 = _mm512_load_ps(p + k * NR), w1 = _mm512_load_ps(p + k * NR + 16);
         __m512 w2 = _mm512_load_ps(p + k * NR + 32), w3 = _mm512_load_ps(p + k * NR + 48);
@@ -187,14 +207,7 @@ static HP__UK INLINE void ukernel_f32(int mr, int64_t kc, const float *a, int64_
             acc[r][3] = _mm512_fmadd_ps(b, w3, acc[r][3]);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < mr; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            __m512 x = acc[r][v];
-            if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v), x);
-            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], x);
-        }
+    acc_finish(mr, acc, c, ldc, load_c, msk);
 }
 
 static HP__UK void tile_f32(int mr, int64_t kc, const float *a, int64_t as, const float *p, float *c, int64_t ldc,
@@ -215,14 +228,7 @@ static HP__UK16 INLINE void ukernel_bf16(int mr, int64_t kp, const uint16_t *a, 
                                         float *c, int64_t ldc, bool load_c, const __mmask16 msk[4])
 {
     __m512 acc[MR][4];
-#pragma GCC unroll 6
-    for (int r = 0; r < mr; r++) {
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
-        if (load_c) /* C is added after the k loop: its lines arrive meanwhile */
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) _mm_prefetch((const char *)(c + r * ldc + 16 * v), _MM_HINT_T0);
-    }
+    acc_start(mr, acc, c, ldc, load_c);
     for (int64_t k = 0; k < kp; k++) {
         __m512bh w0 = (__m512bh)_mm512_load_si512(p + k * NR), w1 = (__m512bh)_mm512_load_si512(p + k * NR + 16);
         __m512bh w2 = (__m512bh)_mm512_load_si512(p + k * NR + 32);
@@ -238,14 +244,7 @@ static HP__UK16 INLINE void ukernel_bf16(int mr, int64_t kp, const uint16_t *a, 
             acc[r][3] = _mm512_dpbf16_ps(acc[r][3], b, w3);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < mr; r++)
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            __m512 x = acc[r][v];
-            if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk[v], c + r * ldc + 16 * v), x);
-            _mm512_mask_storeu_ps(c + r * ldc + 16 * v, msk[v], x);
-        }
+    acc_finish(mr, acc, c, ldc, load_c, msk);
 }
 
 static HP__UK16 void tile_bf16(int mr, int64_t kp, const uint16_t *a, int64_t as, const uint32_t *p, float *c,
