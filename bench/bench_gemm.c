@@ -61,6 +61,8 @@ static void large_table(hp_linalg *ctx, int reps)
         {"llama down", 512, 4096, 14336, 1},      {"llama head", 512, 32000, 4096, 1},
         {"qwen3 gate/up x16", 32, 1536, 2048, 16}, {"qwen3 gate/up x16", 128, 1536, 2048, 16},
         {"qwen3 down x16", 32, 2048, 768, 16},     {"qwen3 down x16", 128, 2048, 768, 16},
+        {"llama q/o", 64, 4096, 4096, 1},          {"llama gate, up", 64, 14336, 4096, 1},
+        {"llama q/o", 128, 4096, 4096, 1},         {"qwen3 gate/up x16", 96, 1536, 2048, 16},
     };
     const char *modes[] = {"f32", "bf16 W exact", "bf16 mode"};
     hp_err err;

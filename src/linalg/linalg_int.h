@@ -65,7 +65,7 @@ typedef enum hp__uk_kind {
                        f32 widening of the same weight */
     HP__UK_BF16,    /* bf16 W in VNNI pairs, A rounded to bf16 (nearest even): vdpbf16ps (avx512_bf16) */
 } hp__uk_kind;
-/* One call: every group with more than min_m rows, C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one
+/* One call: every group with more than min_m and at most max_m rows (hp__uk_takes), C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one
  * OpenMP parallel region of `threads` threads; thread t uses the hp__uk_scratch_bytes(kind) bytes at
  * scratch + t·slot_bytes (64-byte aligned). W [n_mats, n, k] rows (f32 for HP__UK_F32, else bf16); bias
  * [n_mats, n] or NULL. Each C element sums its products in ascending k from its start value, whatever M, N,
@@ -76,11 +76,12 @@ typedef struct hp__uk_call {
     const void *w;
     const float *bias;
     bool acc;
-    int64_t min_m;
+    int64_t min_m, max_m;
     char *scratch;
     size_t slot_bytes;
     int threads;
 } hp__uk_call;
+static inline bool hp__uk_takes(const hp__uk_call *c, int64_t m) { return m > c->min_m && m <= c->max_m; }
 bool hp__uk_available(hp__uk_kind kind); /* this CPU and OS run it */
 const char *hp__uk_name(hp__uk_kind kind); /* hp_linear_info.large_path */
 size_t hp__uk_scratch_bytes(hp__uk_kind kind);
@@ -175,6 +176,7 @@ struct hp_linear {
     hp__uk_kind uk_kind;
     int64_t uk_min_m;        /* large products of at least this many rows run the blocked kernel (INT64_MAX:
                                 none; see HP__UK_MIN_M) */
+    int64_t uk_max_m;        /* ... and at most this many (HP__UK_MAX_M) */
     const char *fixed_impl;  /* oneDNN's implementation at the first fixed shape made, or NULL */
     const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
     int64_t widen_rows;
@@ -205,12 +207,15 @@ struct hp_linear {
  * made them differ at 128 rows and more.) */
 #define HP__SMALL_M_MAX 16
 
-/* Where the blocked kernel (ukernel.c) is the default: bf16 weights in EXACT mode, products of at least 128 rows
- * and K of at least HP__UK_MIN_K (there it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two threads,
- * but 0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows). F32 weights and BF16 mode stay on
- * oneDNN: its brgemm was faster (f32 0.85-0.98x, bf16 0.74-0.91x but 1.15x at one shape; docs/kernels.md).
+/* Where the blocked kernel (ukernel.c) is the default, for K of at least HP__UK_MIN_K (rows in [MIN_M, MAX_M]):
+ * - bf16 weights in EXACT mode, at least 128 rows: it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two
+ *   threads (0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows);
+ * - BF16 mode, 17 to 128 rows (a MoE prefill's experts, a small batch): 1.10-1.29x oneDNN's bf16 matmul at 32 and
+ *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows).
+ * F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x; docs/kernels.md).
  * Indexed by hp__uk_kind. */
-#define HP__UK_MIN_M {INT64_MAX, 128, INT64_MAX}
+#define HP__UK_MIN_M {INT64_MAX, 128, HP__SMALL_M_MAX + 1}
+#define HP__UK_MAX_M {INT64_MAX, INT64_MAX, 128}
 #define HP__UK_MIN_K 1024
 
 /* ---- test hooks ---- */

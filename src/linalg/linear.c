@@ -8,7 +8,7 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
- *          ──▶ m ≥ uk_min_m     (AVX-512, where measured faster: HP__UK_MIN_M) the blocked kernel, every such
+ *          ──▶ uk_min_m ≤ m ≤ uk_max_m (AVX-512, where measured faster: HP__UK_MIN_M/MAX_M) the blocked kernel, every such
  *                               group in one OpenMP loop over (group, column block) items (ukernel.c)
  *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
  *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
@@ -244,14 +244,19 @@ static void describe(hp_linear *lin)
     char fixed[80] = "";
     if (lin->fixed_impl)
         snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
-    if (lin->uk_min_m <= lin->small_m_max + 1) {
+    if (lin->uk_min_m <= lin->small_m_max + 1 && lin->uk_max_m == INT64_MAX) {
         snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
         return;
     }
     char *d = lin->large_desc;
     size_t cap = sizeof lin->large_desc;
     if (lin->uk_min_m < INT64_MAX) {
-        int w = snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind), (long long)lin->uk_min_m);
+        int w = lin->uk_max_m == INT64_MAX
+                    ? snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind),
+                               (long long)lin->uk_min_m)
+                    : snprintf(d, cap, "%s at %lld..%lld rows; otherwise: ", hp__uk_name(lin->uk_kind),
+                               (long long)(lin->uk_min_m > lin->small_m_max ? lin->uk_min_m : lin->small_m_max + 1),
+                               (long long)lin->uk_max_m);
         d += w;
         cap -= (size_t)w;
     }
@@ -330,12 +335,14 @@ static int env_gemm(void)
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
-    static const int64_t uk_min_m[] = HP__UK_MIN_M;
+    static const int64_t uk_min_m[] = HP__UK_MIN_M, uk_max_m[] = HP__UK_MAX_M;
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
     lin->uk_ok = hp__uk_available(lin->uk_kind);
+    lin->uk_max_m = INT64_MAX;
     if (!lin->uk_ok || env_gemm() == 1) lin->uk_min_m = INT64_MAX;
     else if (env_gemm() == 2) lin->uk_min_m = 0;
-    else lin->uk_min_m = lin->k >= HP__UK_MIN_K ? uk_min_m[lin->uk_kind] : INT64_MAX;
+    else if (lin->k < HP__UK_MIN_K) lin->uk_min_m = INT64_MAX;
+    else lin->uk_min_m = uk_min_m[lin->uk_kind], lin->uk_max_m = uk_max_m[lin->uk_kind];
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
@@ -492,6 +499,7 @@ hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "the blocked kernel (%s) cannot run for this linear",
                           hp__uk_name(lin->uk_kind));
     lin->uk_min_m = use_uk ? 0 : INT64_MAX;
+    lin->uk_max_m = INT64_MAX;
     describe(lin);
     return HP_OK;
 }
@@ -656,7 +664,7 @@ static void run_small_batches(hp_linear *lin, const hp_linear_group *groups, int
 /* Whether group g runs on oneDNN: more rows than the streaming kernel's, fewer than the blocked kernel's. */
 static bool on_dnnl(const hp_linear *lin, const hp_linear_group *g)
 {
-    return g->m > lin->small_m_max && g->m < lin->uk_min_m;
+    return g->m > lin->small_m_max && (g->m < lin->uk_min_m || g->m > lin->uk_max_m);
 }
 
 /* Whether group g runs on one thread of a loop over groups (see run_large_groups). */
@@ -680,7 +688,7 @@ static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups,
         int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
         int64_t min_m = lin->uk_min_m - 1 > lin->small_m_max ? lin->uk_min_m - 1 : lin->small_m_max;
         hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
-                            .acc = acc, .min_m = min_m, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .acc = acc, .min_m = min_m, .max_m = lin->uk_max_m, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
                             .slot_bytes = ctx->slot_bytes, .threads = nt};
         hp__uk_gemm(&call, groups, n_groups);
     }

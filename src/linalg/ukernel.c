@@ -353,7 +353,7 @@ void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t
     int64_t blocks = (n + nc - 1) / nc, items = 0;
     double work = 0;
     for (int64_t g = 0; g < n_groups; g++)
-        if (groups[g].m > call->min_m) {
+        if (hp__uk_takes(call, groups[g].m)) {
             items += blocks;
             work += (double)groups[g].m * (double)n * (double)call->k;
         }
@@ -368,8 +368,8 @@ void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t
         for (int64_t i = 0; i < items; i++) {
             int64_t want = i / blocks;
             if (want < seen) g = 0, seen = 0; /* never with a monotonic schedule; kept for safety */
-            while (groups[g].m <= call->min_m || seen < want) {
-                if (groups[g].m > call->min_m) seen++;
+            while (!hp__uk_takes(call, groups[g].m) || seen < want) {
+                if (hp__uk_takes(call, groups[g].m)) seen++;
                 g++;
             }
             int64_t j0 = i % blocks * nc;
