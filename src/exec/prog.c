@@ -467,7 +467,7 @@ static bool experts_on_tp(const bld *b, const hp_boundary *x)
     if (b->g->tp == 1) return false;
     for (int i = 0; i < x->n_params; i++) {
         const hp_param_spec *ps = &x->params[i];
-        hp_pl_kind k = ps->pl.ax[HP_AXIS_TP].kind;
+        hp_pl_kind k = (hp_pl_kind)ps->pl.ax[HP_AXIS_TP].kind;
         if (k != HP_PL_S && k != HP_PL_S2) continue;
         bool expert = ps->pl.ax[HP_AXIS_EP].kind == HP_PL_S || ps->pl.ax[HP_AXIS_EP].kind == HP_PL_S2;
         for (int q = 0; q < x->n_ep_stack && !expert; q++) expert = !strcmp(x->ep_stack[q].name, ps->rel);

@@ -93,6 +93,7 @@ void hp_linalg_destroy(hp_linalg *ctx)
 
 const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap)
 {
+    (void)ctx; /* the process's figures: one context or another says the same */
     char v[64], isa[128];
     hp__cpu cpu;
     hp__cpu_detect(&cpu);

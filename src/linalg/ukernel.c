@@ -327,7 +327,7 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
                 __mmask16 msk[4];
                 for (int v = 0; v < 4; v++) {
                     int64_t cols = nr - 16 * v;
-                    msk[v] = cols >= 16 ? (__mmask16)0xffff : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1u);
+                    msk[v] = (__mmask16)(cols >= 16 ? 0xffffu : cols <= 0 ? 0u : (1u << cols) - 1u);
                 }
                 const uint32_t *p = wp + p0 / NR * kw * NR;
                 float *c = gr->c + i0 * gr->ldc + j0 + p0;

@@ -158,7 +158,7 @@ static int mask_of(const hp_nplace *pl)
 {
     int mask = 0;
     for (int a = 0; a < HP_AXIS_COUNT; a++) {
-        hp_pl_kind kd = pl->ax[a].kind;
+        hp_pl_kind kd = (hp_pl_kind)pl->ax[a].kind;
         if (kd != HP_PL_S && kd != HP_PL_S2) continue;
         mask |= a == HP_AXIS_TP ? M_TP : a == HP_AXIS_CP ? M_CP : M_EP;
     }
