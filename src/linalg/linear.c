@@ -245,19 +245,21 @@ static void describe(hp_linear *lin)
     char fixed[80] = "";
     if (lin->fixed_impl)
         snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
-    if (lin->uk_min_m <= lin->small_m_max + 1 && lin->uk_max_m == INT64_MAX) {
+    if (lin->uk_min_m - 1 <= lin->small_m_max && lin->uk_max_m == INT64_MAX) { /* (small_m_max may be INT64_MAX) */
         snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
         return;
     }
     char *d = lin->large_desc;
     size_t cap = sizeof lin->large_desc;
-    if (lin->uk_min_m < INT64_MAX) {
+    /* the rows the blocked kernel takes: above the streaming kernel's (small_m_max may be INT64_MAX: none) */
+    int64_t uk_lo = lin->uk_min_m > lin->small_m_max ? lin->uk_min_m : lin->small_m_max;
+    if (uk_lo == lin->small_m_max) uk_lo = lin->small_m_max < INT64_MAX ? lin->small_m_max + 1 : INT64_MAX;
+    if (lin->uk_min_m < INT64_MAX && uk_lo <= lin->uk_max_m) {
         int w = lin->uk_max_m == INT64_MAX
                     ? snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind),
                                (long long)lin->uk_min_m)
                     : snprintf(d, cap, "%s at %lld..%lld rows; otherwise: ", hp__uk_name(lin->uk_kind),
-                               (long long)(lin->uk_min_m > lin->small_m_max ? lin->uk_min_m : lin->small_m_max + 1),
-                               (long long)lin->uk_max_m);
+                               (long long)uk_lo, (long long)lin->uk_max_m);
         d += w;
         cap -= (size_t)w;
     }
