@@ -16,6 +16,7 @@
 #include "linalg/linalg_int.h"
 
 #include <cpuid.h>
+#include <pthread.h>
 #include <sched.h>
 #include <omp.h>
 #include <stdio.h>
@@ -28,8 +29,12 @@ static uint64_t xcr0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-void hp__cpu_detect(hp__cpu *cpu)
+static hp__cpu detected;
+static pthread_once_t detected_once = PTHREAD_ONCE_INIT;
+
+static void detect(void)
 {
+    hp__cpu *cpu = &detected;
     memset(cpu, 0, sizeof *cpu);
     unsigned a, b, c, d, max_leaf = (unsigned)__get_cpuid_max(0, NULL);
     if (max_leaf < 1) return;
@@ -62,6 +67,13 @@ void hp__cpu_detect(hp__cpu *cpu)
         memmove(cpu->brand, s, strlen(s) + 1);
         for (size_t n = strlen(cpu->brand); n > 0 && cpu->brand[n - 1] == ' '; n--) cpu->brand[n - 1] = '\0';
     }
+}
+
+/* cpuid once per process (the answer cannot change while it runs); every caller, on any thread, reads that. */
+void hp__cpu_detect(hp__cpu *cpu)
+{
+    pthread_once(&detected_once, detect);
+    *cpu = detected;
 }
 
 bool hp__isa_available(hp__isa isa)

@@ -29,6 +29,7 @@
 #include "linalg/linalg_int.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,17 +320,22 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* HP_GEMM in the environment (read once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
+/* HP_GEMM in the environment (read once per process: contexts may be made on several threads at once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
  * one the blocked kernel can on it; anything else, or nothing, the defaults (HP__UK_MIN_M). For benchmarks
  * (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
+static int gemm_env;
+static pthread_once_t gemm_env_once = PTHREAD_ONCE_INIT;
+
+static void read_gemm_env(void)
+{
+    const char *e = getenv("HP_GEMM");
+    gemm_env = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
+}
+
 static int env_gemm(void)
 {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("HP_GEMM");
-        v = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
-    }
-    return v;
+    pthread_once(&gemm_env_once, read_gemm_env);
+    return gemm_env;
 }
 
 /* Chooses the large paths: the rows from which the blocked kernel takes a product (uk_min_m), and oneDNN's path
