@@ -127,7 +127,7 @@ double hp_linalg_peak_gflops(hp_linalg_mode mode, double seconds)
         n *= 4;
     }
     /* The best of TRIALS parallel runs of a fifth of the time each: a thread that the hypervisor or another
-     * process preempts in one run must not lower the bound (one run alone once read 186 for 447 GFLOP/s). */
+     * process preempts in one run must not lower the bound. */
     enum { TRIALS = 5 };
     n /= TRIALS;
     if (n < 1) n = 1;
