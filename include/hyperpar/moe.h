@@ -264,6 +264,10 @@ typedef struct hp_moe_ws {
     int64_t fwd_tokens;        /* -1 before any forward */
     bool fwd_keep, fwd_balanced;
     struct hp__moe_bwd *bwd;   /* internal: the backward's scratch, allocated by the first backward */
+    /* internal: the workspace whose arrays (and GEMM context) this one borrows (hp_moe_ep_create_shared), or
+     * NULL when it owns them; on an owner, which workspace's forward its arrays hold now. */
+    struct hp_moe_ws *share;
+    const struct hp_moe_ws *last_fwd;
 } hp_moe_ws;
 
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err);
@@ -464,9 +468,20 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
  * agreed over the group. Its scratch is allocated by the first call and kept. */
 hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, const float *dy, float *dx,
                              hp_moe_grads *g, hp_err *err);
+/* A runtime for layer l that borrows every buffer of `owner` (a runtime made by any hp_moe_ep_create*): its
+ * workspace's arrays and GEMM context, the EP buffers, the communicators and the chunk setting. It makes only
+ * the GEMM layer's objects for l's weights and allocates no buffer, so the sparse layers of a model, which run
+ * one after another, need one runtime's memory instead of one each (the runner's inference). l must have the
+ * owner's shapes: H, E, K, the expert and shared-expert widths, the local experts and the shared-expert gate
+ * (else HP_ERR_INPUT naming the first difference, and nothing is made). Not a collective. The runtimes that
+ * share buffers must run one at a time, and every one of them must be destroyed before the owner. A forward
+ * of one overwrites what the others' last forwards left (the routing in hp_moe_ep_ws); hp_moe_ep_backward
+ * refuses a runtime whose buffers hold another runtime's forward. hp_moe_ep_workspace_bytes is 0 for it. */
+hp_status hp_moe_ep_create_shared(hp_moe_ep **out, const hp_moe_layer *l, hp_moe_ep *owner, hp_err *err);
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
 /* The bytes of the EP buffers and of its workspace's arrays, as allocated (the GEMM layer's objects and the
- * communicators not included): what the runner counts as the block's workspace. */
+ * communicators not included): what the runner counts as the block's workspace. 0 for a runtime that borrows
+ * its buffers (hp_moe_ep_create_shared). */
 size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep);
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 

@@ -53,6 +53,7 @@ struct hp_moe_ep {
     hp_comm *comm2;                    /* hp_comm_split of comm: stage 1's exchanges */
     int64_t *stage_cnt;                /* [2 stages][2][P * L] cnt_send, cnt_recv */
     size_t *stage_sz;                  /* [2 stages][4][P] sc, sd, rc, rd */
+    hp_moe_ep *share;                  /* the runtime whose buffers this one borrows (NULL: its own) */
 };
 
 /* One chunk's exchange: views into the hp_moe_ep buffers, and the chunk's tokens [t0, t0 + n). */
@@ -69,6 +70,10 @@ void hp_moe_ep_destroy(hp_moe_ep *ep)
 {
     if (!ep) return;
     hp_moe_ws_destroy(ep->ws);
+    if (ep->share) { /* every buffer and the communicators are the owner's */
+        free(ep);
+        return;
+    }
     free(ep->counts_all);
     free(ep->offsets_all);
     free(ep->cnt_send);
@@ -174,6 +179,39 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
         *out = NULL;
     }
     return st;
+}
+
+hp_status hp_moe_ep_create_shared(hp_moe_ep **out, const hp_moe_layer *l, hp_moe_ep *owner, hp_err *err)
+{
+    *out = NULL;
+    if (owner->share) owner = owner->share;
+    const hp_moe_layer *o = owner->l;
+    const char *what = l->n_hidden != o->n_hidden        ? "hidden size"
+                       : l->n_experts != o->n_experts    ? "number of experts"
+                       : l->top_k != o->top_k            ? "top-k"
+                       : l->d_expert != o->d_expert      ? "expert width"
+                       : l->d_shared != o->d_shared      ? "shared-expert width"
+                       : l->n_local != o->n_local || l->first_expert != o->first_expert ? "local experts"
+                       : (l->ws_gate != NULL) != (o->ws_gate != NULL) ? "shared-expert gate"
+                                                                   : NULL;
+    if (what)
+        return hp_err_set(err, HP_ERR_INPUT, "layer %lld cannot share the EP buffers of layer %lld: its %s differs",
+                          (long long)l->layer, (long long)o->layer, what);
+    hp_moe_ep *ep = hp_calloc(1, sizeof *ep);
+    if (!ep) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    *ep = *owner;
+    ep->l = l;
+    ep->share = owner;
+    ep->bytes = 0;
+    memset(&ep->stats, 0, sizeof ep->stats);
+    ep->ws = NULL;
+    hp_status st = hp__moe_ws_share(&ep->ws, l, owner->ws, err);
+    if (st != HP_OK) {
+        free(ep);
+        return st;
+    }
+    *out = ep;
+    return HP_OK;
 }
 
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep) { return ep->ws; }
@@ -321,7 +359,8 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
                              ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
         *keep = ws->keep;
     }
-    /* What the backward needs to know of this forward's routing. */
+    /* What the backward needs to know of this forward's routing, and whose forward shared arrays hold. */
+    (ws->share ? ws->share : ws)->last_fwd = ws;
     ws->fwd_tokens = st == HP_OK ? T : -1;
     ws->fwd_keep = *keep != NULL;
     ws->fwd_balanced = opts->balanced_router;
@@ -607,6 +646,9 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
     const int64_t recv_max = (int64_t)ep->P * (ep->max_chunks > 1 ? 2 * ep->Th : ep->Tmax) * K;
     hp__moe_bwd *b = NULL;
     hp_status st = hp__moe_bwd_check(l, ws, T, g, err);
+    if (st == HP_OK && (ws->share ? ws->share : ws)->last_fwd != ws)
+        st = hp_err_set(err, HP_ERR_INPUT, "MoE backward of layer %lld: the EP buffers it shares hold another "
+                        "layer's forward since its own; run its forward again first", (long long)l->layer);
     if (st == HP_OK) st = hp__moe_bwd_get(ws, l, recv_max, &b, err);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 

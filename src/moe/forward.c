@@ -19,6 +19,16 @@
 void hp_moe_ws_destroy(hp_moe_ws *ws)
 {
     if (!ws) return;
+    if (ws->share) { /* the arrays and the context are the owner's */
+        hp__moe_bwd_free(ws->bwd);
+        hp_linear_free(ws->lin_gate_up);
+        hp_linear_free(ws->lin_down);
+        hp_linear_free(ws->lin_sh_gate_up);
+        hp_linear_free(ws->lin_sh_down);
+        hp_linear_free(ws->lin_sh_gate);
+        free(ws);
+        return;
+    }
     free(ws->x64);
     free(ws->logits);
     free(ws->sel);
@@ -73,7 +83,7 @@ static hp_status linear(hp_linear **out, hp_linalg *la, const hp_moe_layer *l, i
 static hp_status linears_init(hp_moe_ws *ws, const hp_moe_layer *l, hp_err *err)
 {
     int64_t H = l->n_hidden, I = l->d_expert, sI = l->d_shared, n = l->n_local;
-    hp_status st = hp_linalg_create(&ws->la, err);
+    hp_status st = ws->la ? HP_OK : hp_linalg_create(&ws->la, err); /* a sharing workspace borrows the owner's */
     if (st == HP_OK && (!l->w_gate_up || !l->w_down))
         st = hp_err_set(err, HP_ERR_INPUT, "the layer has no expert weights");
     if (st == HP_OK)
@@ -149,6 +159,30 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory creating an MoE workspace for %lld tokens (%s of rows)",
                           (long long)T, hp_format_bytes((uint64_t)rows_f * sizeof(float), b, sizeof b));
     }
+    hp_status st = linears_init(ws, l, err);
+    if (st != HP_OK) {
+        hp_moe_ws_destroy(ws);
+        return st;
+    }
+    *out = ws;
+    return HP_OK;
+}
+
+hp_status hp__moe_ws_share(hp_moe_ws **out, const hp_moe_layer *l, hp_moe_ws *owner, hp_err *err)
+{
+    *out = NULL;
+    if (owner->share) owner = owner->share;
+    hp_moe_ws *ws = hp_calloc(1, sizeof *ws);
+    if (!ws) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    *ws = *owner; /* the arrays, the context and the shapes; nothing of the owner's own */
+    ws->share = owner;
+    ws->last_fwd = NULL;
+    ws->bytes = 0;
+    ws->bwd = NULL;
+    ws->fwd_tokens = -1;
+    ws->fwd_keep = ws->fwd_balanced = false;
+    ws->lin_gate_up = ws->lin_down = ws->lin_sh_gate_up = ws->lin_sh_down = ws->lin_sh_gate = NULL;
+    memset(&ws->stats, 0, sizeof ws->stats);
     hp_status st = linears_init(ws, l, err);
     if (st != HP_OK) {
         hp_moe_ws_destroy(ws);

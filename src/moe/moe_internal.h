@@ -102,6 +102,10 @@ typedef struct hp__moe_bwd {
 } hp__moe_bwd;
 
 /* ws->bwd, (re)allocated to hold at least rows_max rows. */
+/* A workspace for layer l on owner's arrays and GEMM context (owner: one that owns them, or one that borrows
+ * them, which stands for its owner); only l's linears are its own. The caller checks l's shapes against
+ * owner's. Destroy it before the owner. */
+hp_status hp__moe_ws_share(hp_moe_ws **out, const hp_moe_layer *l, hp_moe_ws *owner, hp_err *err);
 hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err);
 void hp__moe_bwd_free(hp__moe_bwd *b);
 /* The last forward on ws routed n_tokens with the real router, and g fits l: else HP_ERR_INPUT. */

@@ -40,6 +40,8 @@ void hp_cost_opts_default(hp_cost_opts *o)
 
 /* ---- what the walk needs of the plan, the same for every rank ---- */
 
+enum { HP__COST_EP_SHAPES = 64 };
+
 typedef struct walk {
     const hp_cost_plan *k;
     const hp_model *m;
@@ -71,6 +73,10 @@ typedef struct walk {
     bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
     int64_t ev_times;  /* trans counts each collective this many times (a row chunk standing for several); 0: none */
     uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
+    /* Inference: the shapes (I, sI, shared-expert gate) of the EP runtimes counted so far; a sparse layer of one
+     * of them borrows that runtime's buffers (the runner's moe_runtime). */
+    int64_t ep_shape[HP__COST_EP_SHAPES][3];
+    int n_ep_shape;
 } walk;
 
 /* ---- checked size math ----
@@ -341,6 +347,20 @@ static uint64_t moe_arr(walk *w, int64_t n, uint64_t sz)
 {
     uint64_t b = ck_bytes(w, "MoE workspace", n, sz);
     return b ? b : 1;
+}
+
+/* Whether a sparse layer of these shapes makes an EP runtime of its own: always in training (one per layer, each
+ * backward reads its own), else only the first layer of each shape (the others borrow its buffers). */
+static bool ep_own_runtime(walk *w, const char *fqn, int64_t I, int64_t sI)
+{
+    if (w->o->train) return true;
+    char gate[160];
+    snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", fqn);
+    int64_t key[3] = {I, sI, sI > 0 && hp_model_find_param(w->m, gate) ? 1 : 0};
+    for (int i = 0; i < w->n_ep_shape; i++)
+        if (!memcmp(w->ep_shape[i], key, sizeof key)) return false;
+    if (w->n_ep_shape < HP__COST_EP_SHAPES) memcpy(w->ep_shape[w->n_ep_shape++], key, sizeof key);
+    return true;
 }
 
 /* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp_moe_ws_create and ep_build, one stage): T the
@@ -728,8 +748,8 @@ static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
         for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
         T = ck_mul(w, "MoE workspace", T, w->S_pad);
         int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
-        mem_count(w, 0, ep_workspace(w, y->c.fqn, T, w->mI * (tr + 1) / tn - w->mI * tr / tn,
-                                     w->sI * (tr + 1) / tn - w->sI * tr / tn));
+        int64_t I = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
+        if (ep_own_runtime(w, y->c.fqn, I, sI)) mem_count(w, 0, ep_workspace(w, y->c.fqn, T, I, sI));
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
         output_of(y, t, out);
         act_grow(w, out);
@@ -1548,7 +1568,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         w.ev_cap = 0;
         w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
         w.w_saved = 0;
-        w.touched = 0, w.n_sparse = 0;
+        w.touched = 0, w.n_sparse = 0, w.n_ep_shape = 0;
         w.c_spare = w.c_s0 = w.c_s1 = w.c_k = w.c_v = 0;
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;

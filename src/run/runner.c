@@ -594,20 +594,47 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
     return hp__r_record(r, m->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
+void hp__r_moe_release(hp_runner *r)
+{
+    for (int pass = 0; pass < 2; pass++) /* the borrowers, then the owners of the buffers */
+        for (int64_t l = 0; r->w.layers && l < r->g.cfg.L; l++) {
+            moe_w *m = &r->w.layers[l].moe;
+            if (!m->ep || m->shared != (pass == 0)) continue;
+            hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
+            hp_moe_ep_destroy(m->ep);
+            m->ep = NULL;
+            m->shared = false;
+        }
+}
+
+/* Layer m's EP runtime for max_rows local rows. In inference the sparse layers run one after another, so a layer
+ * borrows the buffers of the first earlier one of its shapes (hp_moe_ep_create_shared) and the model holds one
+ * runtime's workspace per distinct shape; training keeps one per layer (each backward reads its own layer's). The
+ * same on every rank of the group: a collective. */
+static hp_status moe_runtime(hp_runner *r, moe_w *m, int64_t max_rows, hp_err *err)
+{
+    if (m->ep) hp__r_moe_release(r); /* grown: every layer's, as they are made again in this forward */
+    m->max_tokens = max_rows;
+    for (int64_t l = 0; !r->o.keep_activations && l < r->g.cfg.L; l++) {
+        moe_w *o = &r->w.layers[l].moe;
+        hp_err e;
+        if (o != m && o->ep && !o->shared && o->max_tokens >= max_rows && hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e) == HP_OK) {
+            m->shared = true;
+            return HP_OK;
+        }
+    }
+    hp_status st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
+    if (st == HP_OK) hp__mem_count(&r->x, 0, hp_moe_ep_workspace_bytes(m->ep));
+    return st;
+}
+
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, K = m->l->top_k;
-    if (!m->ep || max_rows > m->max_tokens) { /* the same on every rank of the group: a collective */
-        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
-        hp_moe_ep_destroy(m->ep);
-        m->ep = NULL;
-        st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
-        if (st == HP_OK) hp__mem_count(&r->x, 0, hp_moe_ep_workspace_bytes(m->ep));
-        m->max_tokens = max_rows;
-    }
+    if (!m->ep || max_rows > m->max_tokens) st = moe_runtime(r, m, max_rows, err);
     if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
@@ -1187,10 +1214,10 @@ static void free_mlp(mlp_w *m)
 void hp_runner_free(hp_runner *r)
 {
     if (!r) return;
+    hp__r_moe_release(r);
     for (int64_t l = 0; r->w.layers && l < r->g.cfg.L; l++) {
         free_attn(&r->w.layers[l].at);
         free_mlp(&r->w.layers[l].mlp);
-        hp_moe_ep_destroy(r->w.layers[l].moe.ep);
         hp_moe_layer_free(r->w.layers[l].moe.l);
         hp__act_free(&r->w.layers[l].moe.topk);
         hp__w_free(&r->w.layers[l].in.w);

@@ -44,8 +44,10 @@ typedef struct norm_w {
 typedef struct moe_w {
     const hp__step *s;
     hp_moe_layer *l;
-    hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows */
+    hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows; in inference it borrows
+                           the buffers of an earlier sparse layer's of the same shapes (shared) */
     int64_t max_tokens;
+    bool shared;
     double cf;          /* the boundary's capacity factor (0: off) */
     bool overlap;       /* hide the shared expert behind the exchange */
     hp__act topk;       /* [B, S_pad, K] of the last forward, the routed experts as floats, laid out like x */
@@ -132,6 +134,8 @@ hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, h
 hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err);
+/* Destroys every sparse layer's EP runtime (those that borrow buffers first), uncounting their bytes. */
+void hp__r_moe_release(hp_runner *r);
 /* A boundary's output (or, in the backward, a gradient) for validate's tape: gathered whole onto rank 0 and handed
  * to hp_run_opts.record (collective; partial sums are skipped), and watched for non-finite values. */
 hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);

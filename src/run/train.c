@@ -1045,17 +1045,6 @@ static void sync_copies(tparam *q)
     }
 }
 
-/* The EP runtimes made their linears from the old experts: made again at the next forward. */
-static void reset_moe(hp_runner *r)
-{
-    for (int i = 0; i < r->train->n_moe; i++) {
-        moe_w *m = r->train->moe[i].m;
-        hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
-        hp_moe_ep_destroy(m->ep);
-        m->ep = NULL;
-    }
-}
-
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_out, hp_err *err)
 {
     hp__train *t = r->train;
@@ -1117,7 +1106,7 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     }
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
     state_bytes(r);
-    reset_moe(r);
+    hp__r_moe_release(r); /* the EP runtimes made their linears from the old experts: made again at the next forward */
     st = hp_comm_agree(r->x.world, relink(r, err), err);
     rs->train_opt_s = hp_comm_wtime() - t3;
     return st;
@@ -1447,7 +1436,7 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
     hp_st_close(f);
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
     state_bytes(r);
-    reset_moe(r);
+    hp__r_moe_release(r); /* as after a step */
     return hp_comm_agree(r->x.world, relink(r, err), err);
 }
 

@@ -76,6 +76,23 @@ deepseek_v3 4 --dp 2 --tp 2 --ep 4
 deepseek_v3 2 --tp 2
 deepseek_v3 4 --cp 2 --tp 2 --ep 2
 LIST
+# One EP runtime for all sparse layers in inference: Qwen3-30B-A3B's shapes with 1, 2 and 3 layers (config only),
+# 4096 tokens. A layer adds its routing record (moe.<l>.topk_idx: tokens x K int32s as floats), not the runtime's
+# 1+ GiB; training (one runtime per layer, each backward reads its own) adds more than a runtime per layer.
+ws_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['ranks'][0]['workspace_bytes'])" "$1"; }
+for n in 1 2 3; do
+    python3 -c "import json,sys; d = json.load(open('data/configs/qwen3-30b-a3b.json')); d['num_hidden_layers'] = $n
+json.dump(d, open(sys.argv[1], 'w'))" "$WORK/q$n.json"
+    for mode in infer train; do
+        "$HP" cost "$WORK/q$n.json" --batch 1 --seq 4096 --mode $mode --format json -o "$WORK/q$n-$mode.json" \
+            2>"$WORK/q$n.err"
+    done
+done
+i1=$(ws_of "$WORK/q1-infer.json"); i2=$(ws_of "$WORK/q2-infer.json"); i3=$(ws_of "$WORK/q3-infer.json")
+t1=$(ws_of "$WORK/q1-train.json"); t2=$(ws_of "$WORK/q2-train.json")
+check "inference: a sparse layer adds its routing record only ($i1 $i2 $i3)" \
+    test $((i2 - i1)) -eq $((4096 * 8 * 4)) -a $((i3 - i2)) -eq $((4096 * 8 * 4)) -a "$i1" -gt $((1 << 30))
+check "training: a sparse layer adds its own EP runtime ($t1 $t2)" test $((t2 - t1)) -gt $((1 << 30))
 # The figure is in the text report too.
 "$HP" cost $F/llama --input $F/llama/forward_io.safetensors --tp 2 >"$WORK/text.out" 2>&1
 check "cost's text names the workspace" grep -q "workspace (run's activation, scratch and communication buffers at their peak, exact)" "$WORK/text.out"

@@ -302,6 +302,90 @@ static void test_undersized_receiver(void)
     hp_model_close(m);
 }
 
+/* hp_moe_ep_create_shared: layer 1 of qwen2_moe (shared expert and its gate) on the buffers of layer 0's runtime
+ * gives bitwise what its own runtime gives, forward and backward, on rank r's block of tokens (with and without
+ * capacity, with overlap, at 2 chunks), and the owner's own forward is unchanged by the borrower's; the borrower
+ * counts no bytes; a backward after another layer's forward on the shared buffers, and a layer of other shapes,
+ * are refused. */
+static void test_shared_runtime(void)
+{
+    const int P = hp_comm_size(W), r = hp_comm_rank(W);
+    hp_err err;
+    hp_model *m = NULL, *m3 = NULL;
+    hp_st_file *f = NULL;
+    hp_moe_layer *l0 = NULL, *l1 = NULL, *l3 = NULL;
+    hp_moe_ep *own0 = NULL, *own1 = NULL, *sh1 = NULL, *bad = NULL;
+    CHECK(hp_model_open(&m, "data/golden/qwen2_moe_per_expert_f32", NULL, &err) == HP_OK);
+    CHECK(hp_model_open(&m3, "data/golden/qwen3_moe_batched_bf16", NULL, &err) == HP_OK);
+    CHECK(hp_st_open(&f, "data/golden/qwen2_moe_per_expert_f32/moe_io.safetensors", &err) == HP_OK);
+    hp_moe_load_opts lo;
+    hp_moe_load_opts_default(&lo);
+    lo.first_expert = r * (8 / P);
+    lo.n_local = 8 / P;
+    if (m) CHECK(hp_moe_layer_load(&l0, m, 0, &lo, &err) == HP_OK);
+    if (m) CHECK(hp_moe_layer_load(&l1, m, 1, &lo, &err) == HP_OK);
+    lo.first_expert = r * (16 / P);
+    lo.n_local = 16 / P;
+    if (m3) CHECK(hp_moe_layer_load(&l3, m3, 1, &lo, &err) == HP_OK);
+    const hp_st_tensor *t = f ? hp_st_find(f, "x") : NULL;
+    const int64_t H = 64, T = 32 / P, lo_row = T * r;
+    const float *x = t ? (const float *)hp_st_data(f, t) + lo_row * H : NULL;
+    float *y0 = calloc((size_t)(T * H), sizeof *y0), *y0b = calloc((size_t)(T * H), sizeof *y0b);
+    float *ya = calloc((size_t)(T * H), sizeof *ya), *yb = calloc((size_t)(T * H), sizeof *yb);
+    float *dy = calloc((size_t)(T * H), sizeof *dy), *dxa = calloc((size_t)(T * H), sizeof *dxa);
+    float *dxb = calloc((size_t)(T * H), sizeof *dxb);
+    hp_moe_grads *ga = NULL, *gb = NULL;
+    if (!(l0 && l1 && l3 && x && y0 && y0b && ya && yb && dy && dxa && dxb)) goto out;
+    CHECK(hp_moe_ep_create_chunked(&own0, l0, W, T, 2, &err) == HP_OK);
+    CHECK(hp_moe_ep_create_chunked(&own1, l1, W, T, 2, &err) == HP_OK);
+    CHECK_MSG(hp_moe_ep_create_shared(&sh1, l1, own0, &err) == HP_OK, "%s", err.msg);
+    CHECK(hp_moe_grads_create(&ga, l1, &err) == HP_OK && hp_moe_grads_create(&gb, l1, &err) == HP_OK);
+    if (!own0 || !own1 || !sh1 || !ga || !gb) goto out;
+    CHECK(hp_moe_ep_workspace_bytes(own0) > 0);
+    CHECK_EQ_INT((long long)hp_moe_ep_workspace_bytes(sh1), 0);
+    for (int64_t i = 0; i < T * H; i++) dy[i] = (float)((i * 29) % 13) * 0.01f - 0.06f;
+    static const double factors[] = {0.0, 1.0};
+    for (int fi = 0; fi < 2; fi++)
+        for (int mode = 0; mode < 3; mode++) { /* plain, overlap, 2 chunks */
+            hp_moe_run_opts ro = {.capacity_factor = factors[fi], .policy = HP_MOE_CAP_SCORE};
+            int C = mode == 2 ? 2 : 1;
+            bool ov = mode == 1;
+            CHECK(hp_moe_ep_forward_chunks(own0, x, T, y0, &ro, ov, C, &err) == HP_OK);
+            CHECK(hp_moe_ep_forward_chunks(own1, x, T, ya, &ro, ov, C, &err) == HP_OK);
+            CHECK(hp_moe_ep_forward_chunks(sh1, x, T, yb, &ro, ov, C, &err) == HP_OK);
+            CHECK_MSG(!memcmp(ya, yb, (size_t)(T * H) * sizeof *ya), "shared runtime: cf %.1f mode %d differs",
+                      factors[fi], mode);
+            CHECK(!memcmp(hp_moe_ep_ws(own1)->topk_idx, hp_moe_ep_ws(sh1)->topk_idx, (size_t)(T * 4) * 4));
+            if (mode == 1) continue;
+            hp_moe_grads_zero(ga);
+            hp_moe_grads_zero(gb);
+            CHECK(hp_moe_ep_backward(own1, x, T, dy, dxa, ga, &err) == HP_OK);
+            CHECK_MSG(hp_moe_ep_backward(sh1, x, T, dy, dxb, gb, &err) == HP_OK, "%s", err.msg);
+            CHECK(!memcmp(dxa, dxb, (size_t)(T * H) * sizeof *dxa));
+            CHECK(!memcmp(ga->d_gate_up, gb->d_gate_up, (size_t)(l1->n_local * 2 * l1->d_expert * H) * sizeof(float)));
+            CHECK(!memcmp(ga->d_ws_gate, gb->d_ws_gate, (size_t)H * sizeof(float)));
+            /* the owner's forward after the borrower's is its own again */
+            CHECK(hp_moe_ep_forward_chunks(own0, x, T, y0b, &ro, ov, C, &err) == HP_OK);
+            CHECK(!memcmp(y0, y0b, (size_t)(T * H) * sizeof *y0));
+            CHECK_EQ_INT(hp_moe_ep_backward(sh1, x, T, dy, dxb, gb, &err), HP_ERR_INPUT);
+            CHECK_STR_CONTAINS(err.msg, "layer 1: the EP buffers it shares hold another layer's forward");
+        }
+    CHECK_EQ_INT(hp_moe_ep_create_shared(&bad, l3, own0, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "cannot share the EP buffers of layer 0: its number of experts differs");
+    CHECK(bad == NULL);
+out:
+    hp_moe_grads_free(ga);
+    hp_moe_grads_free(gb);
+    free(y0), free(y0b), free(ya), free(yb), free(dy), free(dxa), free(dxb);
+    hp_moe_ep_destroy(sh1);
+    hp_moe_ep_destroy(own1);
+    hp_moe_ep_destroy(own0);
+    hp_moe_layer_free(l0), hp_moe_layer_free(l1), hp_moe_layer_free(l3);
+    hp_st_close(f);
+    hp_model_close(m);
+    hp_model_close(m3);
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -313,7 +397,7 @@ int main(int argc, char **argv)
     static const mpi_test tests[] = {{"undersized_receiver", test_undersized_receiver}, {"world_group", test_world_group},
                  {"split_groups", test_split_groups},
                  {"chunks_uneven", test_chunks_uneven},
-                 {"chunks_errors", test_chunks_errors}};
+                 {"chunks_errors", test_chunks_errors}, {"shared_runtime", test_shared_runtime}};
     int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
