@@ -230,9 +230,12 @@ typedef struct hp_moe_stats {
     int64_t n_active;          /* local experts that received at least one row */
 } hp_moe_stats;
 
-/* Scratch for one layer and at most max_tokens tokens per call. Every array is owned. */
+/* Scratch for one layer and at most max_tokens tokens per call. Every array is owned. An EP runtime's workspace
+ * has no rows (the runtime holds its own), and one bounded by dispatch chunks (hp_moe_ep_create_bounded) holds
+ * the experts' activations and the shared expert's scratch for one chunk of row_tokens tokens. */
 typedef struct hp_moe_ws {
     int64_t max_tokens;        /* Tmax */
+    int64_t row_tokens;        /* Tr: tokens the per-row scratch holds (Tmax unless bounded) */
     int64_t n_hidden, n_experts, top_k, n_local, d_expert, d_shared;
     double *x64;               /* [Tmax, H]  input widened for the router */
     double *logits;            /* [Tmax, E]  router logits, then scores */
@@ -245,12 +248,13 @@ typedef struct hp_moe_ws {
     int64_t *offsets;          /* [n_local + 1] prefix sums of counts */
     int32_t *row_slot;         /* [Tmax*K]   flat slot t*K+k of each dispatched row */
     int32_t *slot_row;         /* [Tmax*K]   dispatched row of each slot, -1 when not dispatched */
-    float *rows;               /* [Tmax*K, H] gathered inputs, overwritten by the expert outputs */
-    int64_t act_rows;          /* Tmax*K: rows one grouped expert pass holds */
+    float *rows;               /* [Tmax*K, H] gathered inputs, overwritten by the expert outputs (NULL in an EP
+                                  runtime's workspace) */
+    int64_t act_rows;          /* Tr*K: rows one grouped expert pass holds */
     float *act;                /* [act_rows, 2*I] gate/up of a pass's rows */
-    float *shared_act;         /* [Tmax, 2*sI] or NULL */
-    float *shared_out;         /* [Tmax, H] or NULL */
-    float *shared_g;           /* [Tmax] shared-expert gate logits, or NULL */
+    float *shared_act;         /* [Tr, 2*sI] or NULL (the shared expert runs in pieces of at most Tr rows) */
+    float *shared_out;         /* [Tr, H] or NULL */
+    float *shared_g;           /* [Tr] shared-expert gate logits, or NULL */
     /* The GEMM layer: one context per workspace (one thread at a time uses a workspace), the experts as
      * stacked linears, the shared expert and its gate as single ones; groups [n_local] for grouped calls. */
     hp_linalg *la;
@@ -452,9 +456,20 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
  * off the second communicator, so one rank's failure fails them all. */
 hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
                                    int max_chunks, hp_err *err);
+/* hp_moe_ep_create_chunked whose buffers hold one dispatch chunk instead of all max_tokens tokens (long prefill):
+ * the exchange two stages of Th = ceil(max_tokens / chunks) tokens (send [2·Th·K, H], receive [2·P·Th·K, H]),
+ * the experts' rows one chunk ([P·Th·K, H]), their activations and the shared expert's scratch Th·K and Th rows;
+ * the workspace keeps no one-process rows. What still holds every token: the routing (x widened to f64
+ * [max_tokens, H], the logits [max_tokens, E], the slot arrays), and y_shared [max_tokens, H] (the shared
+ * expert's output under overlap). Forwards through hp_moe_ep_forward_chunks with at least `chunks` chunks (fewer
+ * would not fit: refused on every rank, as for a peer's too large chunks); a plain forward or a backward of more
+ * than 2·Th tokens is refused (HP_ERR_INPUT). chunks <= 1: hp_moe_ep_create. A collective over comm when
+ * chunks > 1, as hp_moe_ep_create_chunked. */
+hp_status hp_moe_ep_create_bounded(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                   int chunks, hp_err *err);
 /* hp_moe_ep_forward in `chunks` dispatch chunks (chunks <= 1: exactly hp_moe_ep_forward). Every rank of the
  * group must pass the same chunks (checked: HP_ERR_INPUT on every rank otherwise), at most the max_chunks of
- * creation; a rank's chunk boundaries come from its own token count, and a rank with an empty chunk still
+ * creation (a bounded runtime: at least its chunks); a rank's chunk boundaries come from its own token count, and a rank with an empty chunk still
  * takes part in its exchanges. Statistics sum over the chunks. */
 hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
                                    const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err);

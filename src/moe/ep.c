@@ -50,6 +50,8 @@ struct hp_moe_ep {
     /* Dispatch chunks (max_chunks > 1 only). */
     int max_chunks;
     int64_t Th;                        /* tokens per chunk a stage holds */
+    bool bounded;                      /* hp_moe_ep_create_bounded: xrows and the per-row scratch hold one chunk */
+    int64_t send_rows, x_rows;         /* rows send and xrows hold (recv: P·send_rows) */
     hp_comm *comm2;                    /* hp_comm_split of comm: stage 1's exchanges */
     int64_t *stage_cnt;                /* [2 stages][2][P * L] cnt_send, cnt_recv */
     size_t *stage_sz;                  /* [2 stages][4][P] sc, sd, rc, rd */
@@ -92,7 +94,7 @@ void hp_moe_ep_destroy(hp_moe_ep *ep)
 
 /* The rank-local part of creation: checks and buffers (max_chunks > 1: two stages' worth). No collective. */
 static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, int max_chunks,
-                          hp_err *err)
+                          bool bounded, hp_err *err)
 {
     *out = NULL;
     const int P = hp_comm_size(comm), r = hp_comm_rank(comm);
@@ -117,34 +119,42 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     ep->H = l->n_hidden;
     ep->Tmax = max_tokens;
     ep->max_chunks = max_chunks > 1 ? max_chunks : 1;
-    hp_status st = hp_moe_ws_create(&ep->ws, l, max_tokens, err);
+    ep->bounded = bounded && ep->max_chunks > 1;
+    /* Chunked: send and recv hold two stages of Th tokens; 2·Th >= Tmax + 1, so the plain path fits too, unless
+     * bounded: then Th = ceil(Tmax / C) and xrows and the per-row scratch hold one chunk. */
+    if (ep->max_chunks > 1) ep->Th = ep->bounded ? (max_tokens + ep->max_chunks - 1) / ep->max_chunks : (max_tokens + 2) / 2;
+    if (ep->Th < 1 && ep->max_chunks > 1) ep->Th = 1;
+    hp_status st = hp__moe_ws_make(&ep->ws, l, max_tokens, ep->bounded ? ep->Th : max_tokens, false, err);
     if (st != HP_OK) {
         hp_moe_ep_destroy(ep);
         return st;
     }
     bool ok = true;
-    /* Chunked: send and recv hold two stages of Th tokens (2·Th >= Tmax + 1, so the plain path fits too). */
     int64_t tb = max_tokens;
     if (ep->max_chunks > 1) {
-        ep->Th = (max_tokens + 2) / 2;
         tb = 2 * ep->Th;
         ep->stage_cnt = hp__moe_alloc_counted(4 * (int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
         ep->stage_sz = hp__moe_alloc_counted(8 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
     }
-    int64_t slots = 0, recv_rows = 0;
+    int64_t slots = 0, recv_rows = 0, x_rows = 0;
     if (!hp_mul_i64(tb, ep->K, &slots)) ok = false;
     if (!hp_mul_i64(slots, P, &recv_rows)) ok = false;
+    if (ok && !hp_mul_i64((int64_t)P * ep->K, ep->bounded ? ep->Th : tb, &x_rows)) ok = false;
     ep->counts_all = hp__moe_alloc_counted(ep->E, sizeof(int64_t), &ok, &ep->bytes);
     ep->offsets_all = hp__moe_alloc_counted(ep->E + 1, sizeof(int64_t), &ok, &ep->bytes);
     ep->cnt_send = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
     ep->cnt_recv = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
     ep->cnt_local = hp__moe_alloc_counted(L, sizeof(int64_t), &ok, &ep->bytes);
     ep->sc = hp__moe_alloc_counted(4 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
-    int64_t send_f = 0, recv_f = 0;
-    if (ok && (!hp_mul_i64(slots, ep->H, &send_f) || !hp_mul_i64(recv_rows, ep->H, &recv_f))) ok = false;
+    int64_t send_f = 0, recv_f = 0, x_f = 0;
+    if (ok && (!hp_mul_i64(slots, ep->H, &send_f) || !hp_mul_i64(recv_rows, ep->H, &recv_f) ||
+               !hp_mul_i64(x_rows, ep->H, &x_f)))
+        ok = false;
+    ep->send_rows = slots;
+    ep->x_rows = x_rows;
     ep->send = hp__moe_alloc_counted(send_f, sizeof(float), &ok, &ep->bytes);
     ep->recv = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
-    ep->xrows = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
+    ep->xrows = hp__moe_alloc_counted(x_f, sizeof(float), &ok, &ep->bytes);
     ep->y_shared = hp__moe_alloc_counted(max_tokens * ep->H, sizeof(float), &ok, &ep->bytes);
     if (!ok) {
         hp_moe_ep_destroy(ep);
@@ -163,14 +173,14 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
 
 hp_status hp_moe_ep_create(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens, hp_err *err)
 {
-    return ep_build(out, l, comm, max_tokens, 1, err);
+    return ep_build(out, l, comm, max_tokens, 1, false, err);
 }
 
-hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
-                                   int max_chunks, hp_err *err)
+static hp_status create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                int max_chunks, bool bounded, hp_err *err)
 {
-    if (max_chunks <= 1) return ep_build(out, l, comm, max_tokens, 1, err);
-    hp_status st = ep_build(out, l, comm, max_tokens, max_chunks, err);
+    if (max_chunks <= 1) return ep_build(out, l, comm, max_tokens, 1, false, err);
+    hp_status st = ep_build(out, l, comm, max_tokens, max_chunks, bounded, err);
     /* Every rank must reach the split: agree on the local part first. */
     st = hp_comm_agree(comm, st, err);
     if (st == HP_OK) st = hp_comm_split(comm, 0, hp_comm_rank(comm), &(*out)->comm2, err);
@@ -179,6 +189,18 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
         *out = NULL;
     }
     return st;
+}
+
+hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                   int max_chunks, hp_err *err)
+{
+    return create_chunked(out, l, comm, max_tokens, max_chunks, false, err);
+}
+
+hp_status hp_moe_ep_create_bounded(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm, int64_t max_tokens,
+                                   int chunks, hp_err *err)
+{
+    return create_chunked(out, l, comm, max_tokens, chunks, true, err);
 }
 
 hp_status hp_moe_ep_create_shared(hp_moe_ep **out, const hp_moe_layer *l, hp_moe_ep *owner, hp_err *err)
@@ -388,6 +410,10 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     const uint8_t *keep = NULL;
     double t0 = 0;
     hp_status st = route_local(ep, x, T, opts, &keep, &t0, err);
+    if (st == HP_OK && T * K > ep->send_rows)
+        st = hp_err_set(err, HP_ERR_INPUT, "%lld local tokens in one dispatch exceed the %lld the EP runtime's buffers "
+                        "hold (it holds %d chunks of %lld tokens): forward them with hp_moe_ep_forward_chunks",
+                        (long long)T, (long long)(ep->send_rows / K), ep->max_chunks, (long long)ep->Th);
     /* Every rank must reach the exchanges, so agree on the local checks first. */
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
@@ -405,15 +431,14 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     count_local(ep, ep->cnt_recv);
     ep->stats.rows_sent = n_send;
     ep->stats.rows_recv = n_recv;
-    /* The receive side holds P·Tmax·K rows: enough unless a peer has more tokens than this rank was sized
-     * for. Refuse (on every rank) rather than overrun. */
-    if (n_recv > (int64_t)ep->P * ep->Tmax * K)
+    /* The receive side holds P·Tmax·K rows (x_rows): enough unless a peer has more tokens than this rank was
+     * sized for. Refuse (on every rank) rather than overrun. */
+    if (n_recv > ep->x_rows)
         st = hp_err_set(err, HP_ERR_INPUT,
                         "EP rank %d would receive %lld rows but its buffers hold %lld (its runtime was created "
                         "for %lld tokens per rank): a peer holds more tokens than that; pass the largest token "
                         "count any rank of the group holds as max_tokens to hp_moe_ep_create on every rank",
-                        ep->rank, (long long)n_recv, (long long)((int64_t)ep->P * ep->Tmax * K),
-                        (long long)ep->Tmax);
+                        ep->rank, (long long)n_recv, (long long)ep->x_rows, (long long)ep->Tmax);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     hp_comm_req *req = NULL;
@@ -572,7 +597,7 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
     if (st == HP_OK && red[1] != -red[2])
         st = hp_err_set(err, HP_ERR_INPUT, "the ranks of the EP group disagree on the number of dispatch chunks "
                         "(%g to %g); every rank must use the same", -red[2], red[1]);
-    else if (st == HP_OK && chunks > ep->max_chunks)
+    else if (st == HP_OK && chunks > ep->max_chunks && !ep->bounded) /* bounded: more chunks fit its stages */
         st = hp_err_set(err, HP_ERR_INPUT,
                         "%d dispatch chunks requested but the EP runtime was created for at most %d; create it "
                         "with hp_moe_ep_create_chunked and max_chunks >= %d",
@@ -642,13 +667,18 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
     const hp_moe_layer *l = ep->l;
     hp_moe_ws *ws = ep->ws;
     const int64_t T = n_tokens, K = ep->K, H = ep->H, E = ep->E, L = ep->L;
-    /* The receive side holds as many rows as the forward's buffers (two stages of Th tokens when chunked). */
-    const int64_t recv_max = (int64_t)ep->P * (ep->max_chunks > 1 ? 2 * ep->Th : ep->Tmax) * K;
+    /* The receive side holds as many rows as the forward's buffers (two stages of Th tokens when chunked, one
+     * chunk when bounded): the backward runs all T at once, so a bounded runtime takes at most what they hold. */
+    const int64_t recv_max = ep->x_rows;
     hp__moe_bwd *b = NULL;
     hp_status st = hp__moe_bwd_check(l, ws, T, g, err);
     if (st == HP_OK && (ws->share ? ws->share : ws)->last_fwd != ws)
         st = hp_err_set(err, HP_ERR_INPUT, "MoE backward of layer %lld: the EP buffers it shares hold another "
                         "layer's forward since its own; run its forward again first", (long long)l->layer);
+    if (st == HP_OK && T * K > ep->send_rows)
+        st = hp_err_set(err, HP_ERR_INPUT, "MoE backward: %lld local tokens exceed the %lld the EP runtime's buffers "
+                        "hold in one exchange (it was made for dispatch chunks of %lld tokens)", (long long)T,
+                        (long long)(ep->send_rows / K), (long long)ep->Th);
     if (st == HP_OK) st = hp__moe_bwd_get(ws, l, recv_max, &b, err);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 

@@ -7,7 +7,8 @@
  *   A   = act(G[:, :I], G[:, I:])            [c, I]    written over G's first half (row stride 2I)
  *   Y_e = A · W_d[e]ᵀ (+ b_d[e])             [c, H]    the stacked down linear, matrix e
  *
- * The experts go in passes of at most ws->act_rows rows (Tmax·K, every row of a one-process call): one grouped
+ * The experts go in passes of at most ws->act_rows rows (Tr·K: every row of a one-process call, one chunk's own
+ * rows in an EP runtime bounded by dispatch chunks): one grouped
  * gate/up call for every expert of the pass, one activation over the pass's rows, one grouped down call. An
  * expert with more rows than a pass (an EP rank receiving from many ranks) is split over passes. The weights
  * are read in their resident dtype (bf16 stays bf16) by the GEMM layer (hyperpar/linalg.h).
@@ -101,7 +102,7 @@ hp_status hp_moe_shared_forward(const hp_moe_layer *l, hp_moe_ws *ws, const floa
                                 hp_err *err)
 {
     if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up) return HP_OK;
-    int64_t H = l->n_hidden, sI = l->d_shared, chunk = ws->max_tokens;
+    int64_t H = l->n_hidden, sI = l->d_shared, chunk = ws->row_tokens;
     if (ws->d_shared != sI || ws->n_hidden != H || !ws->shared_act || !ws->lin_sh_gate_up || !ws->lin_sh_down ||
         (l->ws_gate && (!ws->lin_sh_gate || !ws->shared_g)))
         return hp_err_set(err, HP_ERR_INPUT, "the workspace was created for another layer shape");

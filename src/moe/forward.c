@@ -100,8 +100,15 @@ static hp_status linears_init(hp_moe_ws *ws, const hp_moe_layer *l, hp_err *err)
 
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err)
 {
+    return hp__moe_ws_make(out, l, max_tokens, max_tokens, true, err);
+}
+
+hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, int64_t row_tokens, bool rows,
+                          hp_err *err)
+{
     *out = NULL;
     int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts, K = l->top_k, I = l->d_expert, sI = l->d_shared;
+    int64_t Tr = row_tokens < 1 || row_tokens > T ? T : row_tokens;
     if (T < 1 || H < 1 || E < 1 || K < 1 || K > E || l->n_local < 1 || l->n_local > E || I < 1 || sI < 0)
         return hp_err_set(err, HP_ERR_INPUT,
                           "workspace for %lld tokens of a layer with H %lld, E %lld, K %lld, %lld local experts of "
@@ -109,11 +116,11 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
                           (long long)T, (long long)H, (long long)E, (long long)K, (long long)l->n_local, (long long)I);
     /* Slot and row indices are int32 (row_slot, slot_row) and BLAS takes int dimensions and leading
      * dimensions (H, E, 2I, 2sI, and chunks of at most T rows); every buffer size is overflow-checked. */
-    int64_t slots, rows_f, n_th, n_logits, n_act, n_sact, n_cap;
+    int64_t slots, rows_f, n_th, n_rh, n_logits, n_act, n_sact, n_cap;
     bool fits = H <= INT32_MAX && E <= INT32_MAX && I <= INT32_MAX / 2 && sI <= INT32_MAX / 2 &&
                 hp_mul_i64(T, K, &slots) && slots <= INT32_MAX && hp_mul_i64(slots, H, &rows_f) &&
-                hp_mul_i64(T, H, &n_th) && hp_mul_i64(T, E, &n_logits) && hp_mul_i64(slots, 2 * I, &n_act) &&
-                hp_mul_i64(T, 2 * sI, &n_sact) &&
+                hp_mul_i64(T, H, &n_th) && hp_mul_i64(Tr, H, &n_rh) && hp_mul_i64(T, E, &n_logits) &&
+                hp_mul_i64(Tr * K, 2 * I, &n_act) && hp_mul_i64(Tr, 2 * sI, &n_sact) &&
                 (n_cap = hp_moe_capacity_scratch_count(T, K, E)) > 0;
     if (!fits)
         return hp_err_set(err, HP_ERR_INPUT,
@@ -124,6 +131,7 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     hp_moe_ws *ws = hp_calloc(1, sizeof *ws);
     if (!ws) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     ws->max_tokens = max_tokens;
+    ws->row_tokens = Tr;
     ws->n_hidden = l->n_hidden;
     ws->n_experts = l->n_experts;
     ws->top_k = l->top_k;
@@ -143,15 +151,15 @@ hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_t
     ws->offsets = hp__moe_alloc_counted(l->n_local + 1, sizeof(int64_t), &ok, &ws->bytes);
     ws->row_slot = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
     ws->slot_row = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
-    ws->rows = hp__moe_alloc_counted(rows_f, sizeof(float), &ok, &ws->bytes);
-    ws->act_rows = slots;
+    if (rows) ws->rows = hp__moe_alloc_counted(rows_f, sizeof(float), &ok, &ws->bytes);
+    ws->act_rows = Tr * K;
     ws->act = hp__moe_alloc_counted(n_act, sizeof(float), &ok, &ws->bytes);
     ws->groups = hp__moe_alloc_counted(l->n_local, sizeof(hp_linear_group), &ok, &ws->bytes);
     ws->pass_row0 = hp__moe_alloc_counted(l->n_local, sizeof(int64_t), &ok, &ws->bytes);
     if (sI > 0) {
         ws->shared_act = hp__moe_alloc_counted(n_sact, sizeof(float), &ok, &ws->bytes);
-        ws->shared_out = hp__moe_alloc_counted(n_th, sizeof(float), &ok, &ws->bytes);
-        if (l->ws_gate) ws->shared_g = hp__moe_alloc_counted(T, sizeof(float), &ok, &ws->bytes);
+        ws->shared_out = hp__moe_alloc_counted(n_rh, sizeof(float), &ok, &ws->bytes);
+        if (l->ws_gate) ws->shared_g = hp__moe_alloc_counted(Tr, sizeof(float), &ok, &ws->bytes);
     }
     if (!ok) {
         hp_moe_ws_destroy(ws);

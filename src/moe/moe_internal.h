@@ -102,6 +102,10 @@ typedef struct hp__moe_bwd {
 } hp__moe_bwd;
 
 /* ws->bwd, (re)allocated to hold at least rows_max rows. */
+/* hp_moe_ws_create with the per-row scratch (act, shared_*) for row_tokens tokens (clamped to [1, max_tokens])
+ * and without rows unless `rows` (an EP runtime gathers into its own buffers). */
+hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, int64_t row_tokens, bool rows,
+                          hp_err *err);
 /* A workspace for layer l on owner's arrays and GEMM context (owner: one that owns them, or one that borrows
  * them, which stands for its owner); only l's linears are its own. The caller checks l's shapes against
  * owner's. Destroy it before the owner. */

@@ -363,26 +363,32 @@ static bool ep_own_runtime(walk *w, const char *fqn, int64_t I, int64_t sI)
     return true;
 }
 
-/* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp_moe_ws_create and ep_build, one stage): T the
- * most rows any rank holds, P the EP group, L = E / P local experts, I and sI the rank's expert widths (fqn: the
- * block). */
+/* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp__moe_ws_make and ep_build): T the most rows any
+ * rank of the group holds, in the runner's dispatch chunks (moe_chunks: hp__mlp_chunk_count; training one); with
+ * C > 1 chunks the runtime is bounded (hp_moe_ep_create_bounded): the exchange holds two stages of
+ * Th = ceil(T / C) tokens, the experts' rows, activations and the shared expert's scratch one chunk. P the EP
+ * group, L = E / P local experts, I and sI the rank's expert widths (fqn: the block). */
 static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
 {
     int64_t P = w->ep, E = w->E, L = E / P, K = w->K, H = w->g->cfg.H;
     const char *mb = "MoE workspace";
-    int64_t TK = ck_mul(w, mb, T, K), TH = ck_mul(w, mb, T, H), TKH = ck_mul(w, mb, TK, H);
+    int64_t C = hp__mlp_chunk_count(T, w->o->train), Th = C > 1 ? T / C + (T % C != 0) : T;
+    int64_t tb = C > 1 ? ck_mul(w, mb, 2, Th) : T; /* tokens send holds; xrows holds Th of them */
+    int64_t TK = ck_mul(w, mb, T, K), TH = ck_mul(w, mb, T, H), rK = ck_mul(w, mb, Th, K);
+    int64_t sendf = ck_mul3(w, mb, tb, K, H), xf = ck_mul3(w, mb, P, ck_mul(w, mb, Th, K), H);
     char gate[160];
     snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", fqn);
     uint64_t v[] = {moe_arr(w, TH, 8), moe_arr(w, ck_mul(w, mb, T, E), 8), moe_arr(w, 2 * E, 8), moe_arr(w, TK, 4),
                     moe_arr(w, TK, 4), moe_arr(w, TK, 1), moe_arr(w, hp_moe_capacity_scratch_count(T, K, E), 4),
-                    moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4), moe_arr(w, TKH, 4),
-                    moe_arr(w, ck_mul3(w, mb, TK, 2, I), 4), moe_arr(w, L, sizeof(hp_linear_group)), moe_arr(w, L, 8),
-                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, T, 2, sI), 4) : 0, sI > 0 ? moe_arr(w, TH, 4) : 0,
-                    sI > 0 && hp_model_find_param(w->m, gate) ? moe_arr(w, T, 4) : 0,
+                    moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4),
+                    moe_arr(w, ck_mul3(w, mb, rK, 2, I), 4), moe_arr(w, L, sizeof(hp_linear_group)), moe_arr(w, L, 8),
+                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, Th, 2, sI), 4) : 0, sI > 0 ? moe_arr(w, ck_mul(w, mb, Th, H), 4) : 0,
+                    sI > 0 && hp_model_find_param(w->m, gate) ? moe_arr(w, Th, 4) : 0,
                     /* ep_build */
+                    C > 1 ? moe_arr(w, 4 * P * L, 8) : 0, C > 1 ? moe_arr(w, 8 * P, sizeof(size_t)) : 0,
                     moe_arr(w, E, 8), moe_arr(w, E + 1, 8), moe_arr(w, P * L, 8), moe_arr(w, P * L, 8), moe_arr(w, L, 8),
-                    moe_arr(w, 4 * P, sizeof(size_t)), moe_arr(w, TKH, 4), moe_arr(w, ck_mul(w, mb, P, TKH), 4),
-                    moe_arr(w, ck_mul(w, mb, P, TKH), 4), moe_arr(w, TH, 4)};
+                    moe_arr(w, 4 * P, sizeof(size_t)), moe_arr(w, sendf, 4), moe_arr(w, ck_mul(w, mb, P, sendf), 4),
+                    moe_arr(w, C > 1 ? xf : ck_mul(w, mb, P, sendf), 4), moe_arr(w, TH, 4)};
     uint64_t s = 0;
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) s = ck_addu(w, mb, s, v[i]);
     return s;

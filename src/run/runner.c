@@ -17,6 +17,7 @@
 
 #include "hyperpar/overrides.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -607,25 +608,37 @@ void hp__r_moe_release(hp_runner *r)
         }
 }
 
-/* Layer m's EP runtime for max_rows local rows. In inference the sparse layers run one after another, so a layer
- * borrows the buffers of the first earlier one of its shapes (hp_moe_ep_create_shared) and the model holds one
- * runtime's workspace per distinct shape; training keeps one per layer (each backward reads its own layer's). The
- * same on every rank of the group: a collective. */
-static hp_status moe_runtime(hp_runner *r, moe_w *m, int64_t max_rows, hp_err *err)
+/* Layer m's EP runtime for max_rows local rows in `chunks` dispatch chunks (> 1: its buffers hold one chunk,
+ * hp_moe_ep_create_bounded). In inference the sparse layers run one after another, so a layer borrows the
+ * buffers of the first earlier one of its shapes (hp_moe_ep_create_shared) and the model holds one runtime's
+ * workspace per distinct shape; training keeps one per layer (each backward reads its own layer's). The same on
+ * every rank of the group: a collective. */
+static hp_status moe_runtime(hp_runner *r, moe_w *m, int64_t max_rows, int chunks, hp_err *err)
 {
-    if (m->ep) hp__r_moe_release(r); /* grown: every layer's, as they are made again in this forward */
+    if (m->ep) hp__r_moe_release(r); /* resized: every layer's, as they are made again in this forward */
     m->max_tokens = max_rows;
+    m->chunks = chunks;
     for (int64_t l = 0; !r->o.keep_activations && l < r->g.cfg.L; l++) {
         moe_w *o = &r->w.layers[l].moe;
         hp_err e;
-        if (o != m && o->ep && !o->shared && o->max_tokens >= max_rows && hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e) == HP_OK) {
+        if (o != m && o->ep && !o->shared && o->max_tokens == max_rows && o->chunks == chunks &&
+            hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e) == HP_OK) {
             m->shared = true;
             return HP_OK;
         }
     }
-    hp_status st = hp_moe_ep_create(&m->ep, m->l, r->ep_grp, max_rows, err);
+    hp_status st = hp_moe_ep_create_bounded(&m->ep, m->l, r->ep_grp, max_rows, chunks, err);
     if (st == HP_OK) hp__mem_count(&r->x, 0, hp_moe_ep_workspace_bytes(m->ep));
     return st;
+}
+
+/* The dispatch chunks of a sparse block: the dense MLP's row chunks (hp__mlp_chunk_count) of the most rows any
+ * rank of the group holds, so every rank passes the same count (each cuts its own rows into that many) and a
+ * chunk holds at most ceil(max_rows / chunks) <= 1152 tokens; one for training, whose backward reads all rows. */
+static int moe_chunks(const hp_runner *r, int64_t max_rows)
+{
+    int64_t c = hp__mlp_chunk_count(max_rows, r->o.keep_activations || r->o.test_mlp_whole);
+    return c < 1 ? 1 : c > INT_MAX ? INT_MAX : (int)c;
 }
 
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
@@ -634,7 +647,8 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, K = m->l->top_k;
-    if (!m->ep || max_rows > m->max_tokens) st = moe_runtime(r, m, max_rows, err);
+    int chunks = moe_chunks(r, max_rows);
+    if (!m->ep || max_rows > m->max_tokens || chunks != m->chunks) st = moe_runtime(r, m, max_rows, chunks, err);
     if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
@@ -651,7 +665,7 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
         r->x.st.wait_s += tb;
         r->x.st.comm_s += tb;
     }
-    if (st == HP_OK) st = hp_moe_ep_forward(m->ep, t->d, rows, out->d, &ro, m->overlap, err);
+    if (st == HP_OK) st = hp_moe_ep_forward_chunks(m->ep, t->d, rows, out->d, &ro, m->overlap, chunks, err);
     if (st == HP_OK) { /* the token exchange counts as communication, as the all-to-all kind */
         const hp_moe_ep_stats *es = hp_moe_ep_get_stats(m->ep);
         double ex = es->t_dispatch + es->t_return; /* t_dispatch holds the wait for the rows (t_wait) */

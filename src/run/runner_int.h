@@ -47,6 +47,7 @@ typedef struct moe_w {
     hp_moe_ep *ep;      /* created at the first forward, for max_tokens local rows; in inference it borrows
                            the buffers of an earlier sparse layer's of the same shapes (shared) */
     int64_t max_tokens;
+    int chunks;         /* the dispatch chunks it was made for (its buffers hold one chunk when > 1) */
     bool shared;
     double cf;          /* the boundary's capacity factor (0: off) */
     bool overlap;       /* hide the shared expert behind the exchange */

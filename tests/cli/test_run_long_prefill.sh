@@ -119,6 +119,61 @@ $MPI -np 2 "$HP" run q16 --random-input 2,2600 --dp 2 --stats-json q16.json >/de
 "$HP" cost q16 --random-input 2,2600 --dp 2 --format json -o cq16.json 2>/dev/null
 check "cost workspace = run workspace at 2 x 2600 tokens, dp 2, MLP-heavy" same_ws q16.json cq16.json
 
+# MoE: a sparse block's EP runtime holds one dispatch chunk (the MLP's row chunks of the group's most rows; routing
+# once over all of them), and the sparse layers share one runtime. Against the unchunked runtime of the same binary
+# (HP_TEST_MLP_WHOLE=1, which makes it whole as training does): routing identical (--compare's topk_idx) and logits
+# within 1e-6 of max|logits| (an expert's rows go through the GEMM layer in fewer rows per call; see docs/run.md);
+# below (1279 rows), at (1280: 1024 + 256) and above a chunk, f32 and bf16 weights (qwen2_moe: a shared expert and
+# its gate), exact and bf16 compute, batches, ep 2 (tp 2 and the ep axis), a capacity factor. Where every product
+# runs on the blocked kernel, whose rows do not depend on the call (HP_GEMM=hyperpar on an AVX-512 CPU, f32
+# weights), the chunked logits are byte-identical. cost's workspace equals each chunked run's, and chunking shrinks
+# it.
+"$HP" gen --family qwen3_moe --out m32 --layers 3 >/dev/null 2>&1
+"$HP" gen --family qwen2_moe --out m16 --layers 2 --dtype bf16 >/dev/null 2>&1
+check "the MoE models are generated" test -f m32/model.safetensors -a -f m16/model.safetensors
+printf -- '- match: "model.layers.*.mlp"\n  when: ep\n  region_dispatch: false\n  local_compute_fn:\n    _target_: qwen3moe_topk_router\n    capacity_factor: 1.0\n' >cf.yaml
+n=0
+while read -r model np input compute flags; do
+    n=$((n + 1))
+    [ "$flags" = "cf" ] && flags="--tp 2 --ep 2 --overrides cf.yaml"
+    launch=""
+    [ "$np" -gt 1 ] && launch="$MPI -np $np -x HP_TEST_MLP_WHOLE"
+    HP_TEST_MLP_WHOLE=1 $launch "$HP" run $model --random-input $input --compute $compute $flags \
+        --output mref$n.st --stats-json mwhole$n.json >/dev/null 2>&1 </dev/null
+    launch=""
+    [ "$np" -gt 1 ] && launch="$MPI -np $np"
+    expect 0 "topk_idx 0 of" -- $launch "$HP" run $model --random-input $input --compute $compute $flags \
+        --compare mref$n.st --compare-rtol 1e-6 --stats-json mchunk$n.json
+    if [ $compute = exact ]; then
+        "$HP" cost $model --random-input $input $flags --format json -o mcost$n.json 2>/dev/null
+        check "cost workspace = chunked MoE run workspace: $model $input np=$np $flags" same_ws mchunk$n.json mcost$n.json
+    fi
+    case $input in *,1279 | 1,1000) ;; *) check "MoE chunking shrinks run's workspace: $model $input $flags" \
+        smaller mchunk$n.json mwhole$n.json ;; esac
+done <<'LIST'
+m32 1 1,1279 exact
+m32 1 1,1280 exact
+m32 1 1,3000 bf16
+m32 1 2,2100 exact
+m16 1 1,3000 exact
+m16 1 1,2600 bf16
+m32 2 1,3000 exact --tp 2 --ep 2 --ep-compute suggested
+m16 2 2,1500 exact --mesh dp=1,ep=2 --ep-axis --ep-compute suggested
+m32 2 1,3000 exact cf
+LIST
+if grep -q avx512bw /proc/cpuinfo; then
+    for input in 1,1280 1,3000; do
+        HP_GEMM=hyperpar HP_TEST_MLP_WHOLE=1 "$HP" run m32 --random-input $input --output bw.st >/dev/null 2>&1
+        HP_GEMM=hyperpar "$HP" run m32 --random-input $input --output bc.st >/dev/null 2>&1
+        check "MoE chunked logits byte-identical on the blocked kernel ($input)" cmp -s bw.st bc.st
+    done
+    HP_GEMM=hyperpar HP_TEST_MLP_WHOLE=1 $MPI -np 2 -x HP_GEMM -x HP_TEST_MLP_WHOLE "$HP" run m32 --random-input 1,3000 \
+        --tp 2 --ep 2 --overrides cf.yaml --output bw.st >/dev/null 2>&1
+    HP_GEMM=hyperpar $MPI -np 2 -x HP_GEMM "$HP" run m32 --random-input 1,3000 --tp 2 --ep 2 --overrides cf.yaml \
+        --output bc.st >/dev/null 2>&1
+    check "MoE chunked logits byte-identical on the blocked kernel (ep 2, capacity factor)" cmp -s bw.st bc.st
+fi
+
 # growth MODE LO HI: cost's workspace growth per added token from seq LO to HI (bytes)
 growth() {
     "$HP" cost l32 --batch 1 --seq "$2" --mode "$1" --format json -o g_lo.json 2>/dev/null &&

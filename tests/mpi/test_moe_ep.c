@@ -386,6 +386,77 @@ out:
     hp_model_close(m3);
 }
 
+/* hp_moe_ep_create_bounded: buffers for one chunk. qwen2_moe layer 0 (shared expert and its gate), runtimes
+ * made for 9 tokens per rank in 3 chunks (stages of 3 tokens), rank r holding {0, 7, 3, 9}[r % 4] tokens (below,
+ * at and above a chunk; 9 on one rank alone): with and without a capacity factor, with and without overlap, in 3
+ * and 5 chunks (more than made for: they fit), the routing equals the plain forward's and y is within 1e-6 · max|y| of it (the expert products
+ * run on fewer rows per call, see check_chunks); it holds fewer bytes than the unbounded runtime; a plain forward,
+ * a forward in 2 chunks (of up to 5 tokens) and a backward of more tokens than one exchange holds are refused on every
+ * rank, and a backward of what fits matches the unbounded runtime's. */
+static void test_bounded(void)
+{
+    static const int64_t n_of[4] = {0, 7, 3, 9}, first_of[4] = {0, 0, 7, 10};
+    const int r = hp_comm_rank(W), who = hp_comm_size(W) == 1 ? 3 : r % 4;
+    hp_model *m;
+    hp_st_file *f;
+    hp_moe_layer *full, *local;
+    open_qwen2(&m, &f, &full, &local);
+    const hp_st_tensor *t = f ? hp_st_find(f, "x") : NULL;
+    hp_err err;
+    hp_moe_ep *bd = NULL, *un = NULL;
+    const int64_t H = 64, K = full ? full->top_k : 1, T = n_of[who];
+    const float *x = t ? (const float *)hp_st_data(f, t) + (first_of[who] + 16 * (r / 4)) * H : NULL;
+    float *y = calloc(10 * 64, sizeof *y), *yb = calloc(10 * 64, sizeof *yb), *dy = calloc(10 * 64, sizeof *dy);
+    float *dxa = calloc(10 * 64, sizeof *dxa), *dxb = calloc(10 * 64, sizeof *dxb);
+    hp_moe_grads *ga = NULL, *gb = NULL;
+    int32_t topk[9 * 8];
+    if (!(full && local && t && y && yb && dy && dxa && dxb)) goto out;
+    CHECK_MSG(hp_moe_ep_create_bounded(&bd, local, W, 9, 3, &err) == HP_OK, "%s", err.msg);
+    CHECK(hp_moe_ep_create_chunked(&un, local, W, 9, 5, &err) == HP_OK);
+    CHECK(hp_moe_grads_create(&ga, local, &err) == HP_OK && hp_moe_grads_create(&gb, local, &err) == HP_OK);
+    if (!bd || !un || !ga || !gb) goto out;
+    CHECK_MSG(hp_moe_ep_workspace_bytes(bd) < hp_moe_ep_workspace_bytes(un), "bounded %zu vs %zu bytes",
+              hp_moe_ep_workspace_bytes(bd), hp_moe_ep_workspace_bytes(un));
+    static const double factors[] = {0.0, 1.0};
+    for (int fi = 0; fi < 2; fi++) {
+        hp_moe_run_opts ro = {.capacity_factor = factors[fi], .policy = HP_MOE_CAP_SCORE};
+        CHECK(hp_moe_ep_forward(un, x, T, y, &ro, false, &err) == HP_OK);
+        memcpy(topk, hp_moe_ep_ws(un)->topk_idx, (size_t)(T * K) * sizeof *topk);
+        double mx = 0;
+        for (int64_t i = 0; i < T * H; i++) mx = fmax(mx, fabs(y[i]));
+        for (int C = 3; C <= 5; C += 2)
+            for (int ov = 0; ov < 2; ov++) {
+                CHECK_MSG(hp_moe_ep_forward_chunks(bd, x, T, yb, &ro, ov, C, &err) == HP_OK, "%s", err.msg);
+                double d = 0;
+                for (int64_t i = 0; i < T * H; i++) d = fmax(d, fabs((double)yb[i] - y[i]));
+                CHECK_MSG(d <= 1e-6 * mx, "bounded rank %d cf %.1f %d chunks%s: max diff %.3g vs %.3g", r,
+                          factors[fi], C, ov ? " overlap" : "", d, 1e-6 * mx);
+                CHECK(!memcmp(topk, hp_moe_ep_ws(bd)->topk_idx, (size_t)(T * K) * sizeof *topk));
+            }
+    }
+    /* Refused on every rank: one dispatch of 9 tokens (the buffers hold 2 stages of 3), 2 chunks of 5. */
+    CHECK_EQ_INT(hp_moe_ep_forward(bd, x, T, yb, NULL, false, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "local tokens in one dispatch exceed the 6 the EP runtime's buffers hold");
+    CHECK_EQ_INT(hp_moe_ep_forward_chunks(bd, x, T, yb, NULL, false, 2, &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "tokens exceed the 3 this rank's chunk buffers hold");
+    for (int64_t i = 0; i < 9 * H; i++) dy[i] = (float)((i * 29) % 13) * 0.01f - 0.06f;
+    CHECK(hp_moe_ep_forward_chunks(bd, x, T, yb, NULL, false, 3, &err) == HP_OK);
+    CHECK_EQ_INT(hp_moe_ep_backward(bd, x, T, dy, dxb, gb, &err), HP_ERR_INPUT);
+    /* What fits one exchange (2 tokens a rank: 2·K rows to send, at most P·3·K to receive) is the same backward. */
+    CHECK(hp_moe_ep_forward_chunks(bd, x, T < 2 ? T : 2, yb, NULL, false, 3, &err) == HP_OK);
+    CHECK_MSG(hp_moe_ep_backward(bd, x, T < 2 ? T : 2, dy, dxb, gb, &err) == HP_OK, "%s", err.msg);
+    CHECK(hp_moe_ep_forward(un, x, T < 2 ? T : 2, y, NULL, false, &err) == HP_OK);
+    CHECK(hp_moe_ep_backward(un, x, T < 2 ? T : 2, dy, dxa, ga, &err) == HP_OK);
+    CHECK(!memcmp(dxa, dxb, (size_t)((T < 2 ? T : 2) * H) * sizeof *dxa));
+out:
+    hp_moe_grads_free(ga);
+    hp_moe_grads_free(gb);
+    free(y), free(yb), free(dy), free(dxa), free(dxb);
+    hp_moe_ep_destroy(bd);
+    hp_moe_ep_destroy(un);
+    close_qwen2(m, f, full, local);
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -397,7 +468,8 @@ int main(int argc, char **argv)
     static const mpi_test tests[] = {{"undersized_receiver", test_undersized_receiver}, {"world_group", test_world_group},
                  {"split_groups", test_split_groups},
                  {"chunks_uneven", test_chunks_uneven},
-                 {"chunks_errors", test_chunks_errors}, {"shared_runtime", test_shared_runtime}};
+                 {"chunks_errors", test_chunks_errors}, {"shared_runtime", test_shared_runtime},
+                 {"bounded", test_bounded}};
     int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
