@@ -460,8 +460,8 @@ hp_status hp_moe_ep_create_chunked(hp_moe_ep **out, const hp_moe_layer *l, hp_co
  * the exchange two stages of Th = ceil(max_tokens / chunks) tokens (send [2·Th·K, H], receive [2·P·Th·K, H]),
  * the experts' rows one chunk ([P·Th·K, H]), their activations and the shared expert's scratch Th·K and Th rows;
  * the workspace keeps no one-process rows. What still holds every token: the routing (x widened to f64
- * [max_tokens, H], the logits [max_tokens, E], the slot arrays), and y_shared [max_tokens, H] (the shared
- * expert's output under overlap). Forwards through hp_moe_ep_forward_chunks with at least `chunks` chunks (fewer
+ * [max_tokens, H], the logits [max_tokens, E], the slot arrays), and, with a shared expert, its output under
+ * overlap [max_tokens, H]. Forwards through hp_moe_ep_forward_chunks with at least `chunks` chunks (fewer
  * would not fit: refused on every rank, as for a peer's too large chunks); a plain forward or a backward of more
  * than 2·Th tokens is refused (HP_ERR_INPUT). chunks <= 1: hp_moe_ep_create. A collective over comm when
  * chunks > 1, as hp_moe_ep_create_chunked. */
@@ -494,7 +494,9 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
  * refuses a runtime whose buffers hold another runtime's forward. hp_moe_ep_workspace_bytes is 0 for it. */
 hp_status hp_moe_ep_create_shared(hp_moe_ep **out, const hp_moe_layer *l, hp_moe_ep *owner, hp_err *err);
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
-/* The bytes of the EP buffers and of its workspace's arrays, as allocated (the GEMM layer's objects and the
+/* (Every runtime's workspace keeps no one-process rows; the overlap buffer [max_tokens, H] exists only for a layer
+ * with a shared expert: without one, overlap has nothing to hide and a forward runs as without it.)
+ * The bytes of the EP buffers and of its workspace's arrays, as allocated (the GEMM layer's objects and the
  * communicators not included): what the runner counts as the block's workspace. 0 for a runtime that borrows
  * its buffers (hp_moe_ep_create_shared). */
 size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep);

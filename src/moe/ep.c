@@ -155,7 +155,8 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     ep->send = hp__moe_alloc_counted(send_f, sizeof(float), &ok, &ep->bytes);
     ep->recv = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
     ep->xrows = hp__moe_alloc_counted(x_f, sizeof(float), &ok, &ep->bytes);
-    ep->y_shared = hp__moe_alloc_counted(max_tokens * ep->H, sizeof(float), &ok, &ep->bytes);
+    if (l->d_shared > 0) /* overlap's shared-expert output; without a shared expert there is nothing to overlap */
+        ep->y_shared = hp__moe_alloc_counted(max_tokens * ep->H, sizeof(float), &ok, &ep->bytes);
     if (!ok) {
         hp_moe_ep_destroy(ep);
         char b[32];
@@ -404,6 +405,7 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
 {
     static const hp_moe_run_opts none = {0};
     if (!opts) opts = &none;
+    overlap = overlap && ep->y_shared;
     const hp_moe_layer *l = ep->l;
     hp_moe_ws *ws = ep->ws;
     const int64_t T = n_tokens, K = ep->K, H = ep->H, E = ep->E, L = ep->L;
@@ -582,6 +584,7 @@ hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_toke
     if (chunks <= 1) return hp_moe_ep_forward(ep, x, n_tokens, y, opts, overlap, err);
     static const hp_moe_run_opts none = {0};
     if (!opts) opts = &none;
+    overlap = overlap && ep->y_shared;
     hp_moe_ws *ws = ep->ws;
     const int64_t T = n_tokens, H = ep->H, C = chunks;
     const uint8_t *keep = NULL;

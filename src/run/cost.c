@@ -388,7 +388,7 @@ static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int
                     C > 1 ? moe_arr(w, 4 * P * L, 8) : 0, C > 1 ? moe_arr(w, 8 * P, sizeof(size_t)) : 0,
                     moe_arr(w, E, 8), moe_arr(w, E + 1, 8), moe_arr(w, P * L, 8), moe_arr(w, P * L, 8), moe_arr(w, L, 8),
                     moe_arr(w, 4 * P, sizeof(size_t)), moe_arr(w, sendf, 4), moe_arr(w, ck_mul(w, mb, P, sendf), 4),
-                    moe_arr(w, C > 1 ? xf : ck_mul(w, mb, P, sendf), 4), moe_arr(w, TH, 4)};
+                    moe_arr(w, C > 1 ? xf : ck_mul(w, mb, P, sendf), 4), sI > 0 ? moe_arr(w, TH, 4) : 0};
     uint64_t s = 0;
     for (size_t i = 0; i < sizeof v / sizeof *v; i++) s = ck_addu(w, mb, s, v[i]);
     return s;
