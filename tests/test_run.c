@@ -222,4 +222,35 @@ TEST(recycled_logits_buffer_is_reused_with_the_same_logits)
     golden_close(&g);
 }
 
+/* A sparse model's runners (qwen3_moe: two sparse layers on one EP runtime) keep their runtime across forwards of
+ * fewer rows: a 3000-token prefill (3 dispatch chunks of 1000), then 7 tokens (one chunk: the prefill's runtime
+ * serves it, no new one), then the prefill again. The 7-token logits equal a fresh runner's byte for byte (the same
+ * expert passes), and the second prefill's the first's; the routing of both sparse layers is returned. */
+TEST(moe_runtime_serves_fewer_rows_after_a_long_prefill)
+{
+    hp_err err;
+    golden_run g = {0}, f = {0};
+    hp_run_opts ro = {0};
+    enum { T = 3000, S = 7 };
+    int64_t *ids = malloc(T * sizeof *ids);
+    hp_run_output a = {0}, b = {0}, c = {0}, d = {0};
+    bool ok = ids && golden_open(&g, "data/forward/qwen3_moe", &ro, &err) &&
+              golden_open(&f, "data/forward/qwen3_moe", &ro, &err);
+    CHECK_MSG(ok, "%s", ok ? "" : err.msg);
+    for (int64_t i = 0; ids && i < T; i++) ids[i] = (i * 7919 + 13) % (ok ? g.m->cfg.vocab_size : 1);
+    ok = ok && hp_runner_forward(g.r, ids, 1, T, &a, &err) == HP_OK && hp_runner_forward(g.r, ids, 1, S, &b, &err) == HP_OK &&
+         hp_runner_forward(f.r, ids, 1, S, &c, &err) == HP_OK && hp_runner_forward(g.r, ids, 1, T, &d, &err) == HP_OK;
+    CHECK_MSG(ok, "%s", ok ? "" : err.msg);
+    if (ok) {
+        CHECK_EQ_INT(a.n_moe, 2);
+        CHECK(!memcmp(b.logits, c.logits, (size_t)(S * b.V) * sizeof *b.logits));
+        CHECK(!memcmp(a.logits, d.logits, (size_t)(T * a.V) * sizeof *a.logits));
+        CHECK(!memcmp(b.topk_idx[1], c.topk_idx[1], (size_t)(S * b.K) * sizeof(int32_t)));
+    }
+    hp_run_output_free(&a), hp_run_output_free(&b), hp_run_output_free(&c), hp_run_output_free(&d);
+    free(ids);
+    golden_close(&g);
+    golden_close(&f);
+}
+
 TEST_MAIN()

@@ -469,8 +469,8 @@ hp_status hp_moe_ep_create_bounded(hp_moe_ep **out, const hp_moe_layer *l, hp_co
                                    int chunks, hp_err *err);
 /* hp_moe_ep_forward in `chunks` dispatch chunks (chunks <= 1: exactly hp_moe_ep_forward). Every rank of the
  * group must pass the same chunks (checked: HP_ERR_INPUT on every rank otherwise), at most the max_chunks of
- * creation (a bounded runtime: at least its chunks); a rank's chunk boundaries come from its own token count, and a rank with an empty chunk still
- * takes part in its exchanges. Statistics sum over the chunks. */
+ * creation (a bounded runtime: at least its chunks); a rank's chunk boundaries come from its own token count,
+ * and a rank with an empty chunk still takes part in its exchanges. Statistics sum over the chunks. */
 hp_status hp_moe_ep_forward_chunks(hp_moe_ep *ep, const float *x, int64_t n_tokens, float *y,
                                    const hp_moe_run_opts *opts, bool overlap, int chunks, hp_err *err);
 /* The backward of the last hp_moe_ep_forward (or _chunks) on the same x, collective over the EP group (every

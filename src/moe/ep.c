@@ -122,7 +122,8 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     ep->bounded = bounded && ep->max_chunks > 1;
     /* Chunked: send and recv hold two stages of Th tokens; 2·Th >= Tmax + 1, so the plain path fits too, unless
      * bounded: then Th = ceil(Tmax / C) and xrows and the per-row scratch hold one chunk. */
-    if (ep->max_chunks > 1) ep->Th = ep->bounded ? (max_tokens + ep->max_chunks - 1) / ep->max_chunks : (max_tokens + 2) / 2;
+    if (ep->max_chunks > 1)
+        ep->Th = ep->bounded ? (max_tokens + ep->max_chunks - 1) / ep->max_chunks : (max_tokens + 2) / 2;
     if (ep->Th < 1 && ep->max_chunks > 1) ep->Th = 1;
     hp_status st = hp__moe_ws_make(&ep->ws, l, max_tokens, ep->bounded ? ep->Th : max_tokens, false, err);
     if (st != HP_OK) {
@@ -438,9 +439,10 @@ hp_status hp_moe_ep_forward(hp_moe_ep *ep, const float *x, int64_t n_tokens, flo
     if (n_recv > ep->x_rows)
         st = hp_err_set(err, HP_ERR_INPUT,
                         "EP rank %d would receive %lld rows but its buffers hold %lld (its runtime was created "
-                        "for %lld tokens per rank): a peer holds more tokens than that; pass the largest token "
+                        "for %lld tokens per rank%s): a peer holds more tokens than that; pass the largest token "
                         "count any rank of the group holds as max_tokens to hp_moe_ep_create on every rank",
-                        ep->rank, (long long)n_recv, (long long)ep->x_rows, (long long)ep->Tmax);
+                        ep->rank, (long long)n_recv, (long long)ep->x_rows, (long long)ep->Tmax,
+                        ep->bounded ? ", in dispatch chunks: use hp_moe_ep_forward_chunks" : "");
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     hp_comm_req *req = NULL;

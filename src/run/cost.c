@@ -382,7 +382,8 @@ static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int
                     moe_arr(w, TK, 4), moe_arr(w, TK, 1), moe_arr(w, hp_moe_capacity_scratch_count(T, K, E), 4),
                     moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4),
                     moe_arr(w, ck_mul3(w, mb, rK, 2, I), 4), moe_arr(w, L, sizeof(hp_linear_group)), moe_arr(w, L, 8),
-                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, Th, 2, sI), 4) : 0, sI > 0 ? moe_arr(w, ck_mul(w, mb, Th, H), 4) : 0,
+                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, Th, 2, sI), 4) : 0,
+                    sI > 0 ? moe_arr(w, ck_mul(w, mb, Th, H), 4) : 0,
                     sI > 0 && hp_model_find_param(w->m, gate) ? moe_arr(w, Th, 4) : 0,
                     /* ep_build */
                     C > 1 ? moe_arr(w, 4 * P * L, 8) : 0, C > 1 ? moe_arr(w, 8 * P, sizeof(size_t)) : 0,
