@@ -634,15 +634,22 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
     /* the rank's widths: its tp block of each expert's (hp_moe_load_opts.tp_size) */
     int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
     int64_t mI = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
-    /* the EP runtime's buffers as touched: send and the workspace rows (T·K), recv and xrows (received rows),
-     * the expert activations (received · 2I), y_shared, the router's f64 copies */
+    /* the EP runtime's buffers as touched, in C dispatch chunks (ep_workspace's; training: one): send (the rows
+     * sent) and recv (received) in two stages of a chunk's rows, xrows and the expert activations (one chunk's
+     * received rows, · H and · 2I), the router's f64 copies (all rows), the shared expert's scratch (a chunk) and
+     * its overlap output (all rows); a chunk taken as the MLP's longest (hp__mlp_chunk_rows, at most 1279 rows,
+     * constant at large T) where the runtime's is ceil(T / C). Inference runs every sparse layer on one runtime:
+     * the largest counts, once. */
     const char *mb = "MoE buffers";
-    int64_t th = ck_mul(w, mb, T, H), terms[6] = {
-        ck_mul3(w, mb, th, w->K, 2), ck_mul3(w, mb, recv, H, 2), ck_mul3(w, mb, recv, 2, mI), th,
-        ck_mul(w, mb, 2, ck_add(w, mb, th, ck_mul(w, mb, T, w->E))), sI > 0 ? ck_mul3(w, mb, T, 2, sI) : 0};
+    int64_t Tc = hp__mlp_chunk_rows(T, w->o->train), st = Tc < T ? 2 : 1; /* a chunk's rows, about the runner's */
+    double f = T > 0 ? (double)Tc / (double)T : 1.0;
+    int64_t th = ck_mul(w, mb, T, H), cs = (int64_t)((double)sent * f), cr = (int64_t)((double)recv * f), terms[6] = {
+        ck_mul3(w, mb, cs, H, st), ck_mul3(w, mb, cr, H, st + 1), ck_mul3(w, mb, cr, 2, mI),
+        sI > 0 ? ck_add(w, mb, th, ck_mul3(w, mb, Tc, 2, sI)) : 0,
+        ck_mul(w, mb, 2, ck_add(w, mb, th, ck_mul(w, mb, T, w->E))), 0};
     int64_t moe = 0;
     for (int i = 0; i < 6; i++) moe = ck_add(w, mb, moe, terms[i]);
-    w->w_moe = ck_add(w, mb, w->w_moe, moe);
+    w->w_moe = w->o->train ? ck_add(w, mb, w->w_moe, moe) : moe > w->w_moe ? moe : w->w_moe;
     w->cr->flops += 2.0 * (double)T * (double)H * (double)w->E + 6.0 * (double)recv * (double)H * (double)mI +
                     6.0 * (double)T * (double)H * (double)sI;
     w->cr->ep_estimated = w->cr->ep_estimated || est;

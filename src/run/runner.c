@@ -620,11 +620,13 @@ static hp_status moe_runtime(hp_runner *r, moe_w *m, int64_t max_rows, int chunk
     m->chunks = chunks;
     for (int64_t l = 0; !r->o.keep_activations && l < r->g.cfg.L; l++) {
         moe_w *o = &r->w.layers[l].moe;
+        if (o == m || !o->ep || o->shared || o->max_tokens != max_rows || o->chunks != chunks) continue;
         hp_err e;
-        if (o != m && o->ep && !o->shared && o->max_tokens == max_rows && o->chunks == chunks &&
-            hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e) == HP_OK) {
-            m->shared = true;
-            return HP_OK;
+        hp_status st = hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e);
+        m->shared = st == HP_OK;
+        if (st != HP_ERR_INPUT) { /* other shapes try the next owner; out of memory fails, never makes one */
+            if (st != HP_OK && err) *err = e;
+            return st;
         }
     }
     hp_status st = hp_moe_ep_create_bounded(&m->ep, m->l, r->ep_grp, max_rows, chunks, err);
