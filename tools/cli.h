@@ -168,6 +168,10 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
 bool cli_output_problem(const char *opt, const char *path, const char *model, const char *const *inputs,
                         int n_inputs, char *msg, size_t cap);
 
+/* Whether two output names are one file: the same file (links included), or, for a file yet to be made, the
+ * same name in the same folder ("o.st" and "./o.st"). */
+bool cli_same_output(const char *a, const char *b);
+
 /* Writes data to path atomically (a temporary next to it, synced, renamed over path; never left behind), or
  * to stdout when path is NULL. `what` names it in errors ("the plan"). Returns an exit code. */
 int cli_write_atomic(const char *path, const char *data, size_t len, const char *what);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "hyperpar/comm.h"
@@ -291,7 +292,7 @@ static int run(run_args *a, int *argc, char ***argv)
     const char *const inputs[] = {a->in.input, a->compare, a->pf.overrides, a->plan, a->output};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    if (st == HP_OK && a->stats_json && a->output && !strcmp(a->stats_json, a->output))
+    if (st == HP_OK && cli_same_output(a->stats_json, a->output))
         st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json and --output name the same file '%s'", a->output);
     if (st == HP_OK && a->stats_json &&
         cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 5, omsg, sizeof omsg))
@@ -348,6 +349,8 @@ static int run(run_args *a, int *argc, char ***argv)
     if (st == HP_OK && hp_comm_rank(w) == 0) {
         fprintf(stderr, "run: loss %.7g over %lld positions\n", o.loss, (long long)(B * (S - 1)));
         if (a->output) st = write_output(a->output, &o, &err);
+        /* the run failed: the --stats-json just written goes too (a run leaves all its files or none) */
+        if (st != HP_OK && a->stats_json) unlink(a->stats_json);
         if (st == HP_OK && a->compare) st = compare(a, &o, &err);
     }
     st = hp_comm_agree(w, st, &err);

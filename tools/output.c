@@ -29,6 +29,23 @@ static bool same_file(const char *a, const char *b)
     return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* The folder part of path ("." when it has none) into dir; returns the base name. */
+static const char *split_path(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    return slash ? slash + 1 : path;
+}
+
+bool cli_same_output(const char *a, const char *b)
+{
+    if (!a || !b) return false;
+    if (same_file(a, b)) return true;
+    char da[4096], db[4096];
+    const char *ba = split_path(a, da, sizeof da), *bb = split_path(b, db, sizeof db);
+    return !strcmp(ba, bb) && same_file(da, db); /* a file yet to be made: the same name in the same folder */
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
@@ -50,13 +67,11 @@ bool cli_output_problem(const char *opt, const char *path, const char *model, co
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return snprintf(msg, cap, "%s '%s' is %s, not a regular file; give the name of the file to write", opt, path,
                         S_ISDIR(st.st_mode) ? "a folder" : "a device, FIFO or socket"), true;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    const char *base = split_path(path, dir, sizeof dir);
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return snprintf(msg, cap, "%s '%s' names a folder, not a file; give the name of the file to write", opt,
                         path), true;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return snprintf(msg, cap, "%s '%s': the folder '%s' does not exist; create it first", opt, path, dir), true;
     bool clash = same_file(path, model);
