@@ -801,6 +801,40 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
     hp_linalg_blas_describe(in->blas, sizeof in->blas, NULL);
 }
 
+/* Refuses a run this node cannot hold before any of it is allocated: each rank's weights and the forward's
+ * workspace as `hyperpar cost` counts them (exact for run's forward; bench train: its whole estimate with the
+ * training state, when larger), the largest rank's times the ranks of this node, against MemAvailable. */
+static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan *p, const rb_args *a,
+                              const cli_threads_info *ti, hp_err *err)
+{
+    int64_t R = hp_comm_rank(w);
+    hp_cost_opts o;
+    hp_cost_opts_default(&o);
+    o.B = a->batch, o.S = a->tokens, o.train = a->train, o.n_ranks = 1, o.ranks = &R;
+    hp_cost *c = NULL;
+    hp_err e;
+    double need = 0; /* unknown (the runner refuses the plan, or cost could not say): the allocations tell */
+    hp_status cs = hp_cost_compute(&c, m, p, &o, &e);
+    if (cs == HP_OK && !c->refused[0]) {
+        const hp_cost_rank *k = &c->ranks[0];
+        uint64_t n = k->workspace_bytes == UINT64_MAX || k->weight_bytes > UINT64_MAX - k->workspace_bytes
+                         ? UINT64_MAX : k->weight_bytes + k->workspace_bytes;
+        if (a->train && k->total_bytes > n) n = k->total_bytes;
+        need = (double)n;
+    } else if (cs == HP_ERR_INPUT) need = (double)UINT64_MAX; /* a batch past 64-bit sizes */
+    hp_cost_free(c);
+    hp_status st = hp_comm_allreduce_max_f64(w, &need, 1, err);
+    if (st != HP_OK || need <= 0) return st;
+    char what[160], remedy[300];
+    snprintf(what, sizeof what, "bench %s of %s at batch %lld x %lld tokens (%lld layer%s, vocab %lld)",
+             a->train ? "train" : "run", a->p->name, (long long)a->batch, (long long)a->tokens, (long long)a->layers,
+             a->layers == 1 ? "" : "s", (long long)a->vocab);
+    snprintf(remedy, sizeof remedy, "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks "
+             "('hyperpar cost' on the same model and --batch/--seq prints each rank's figures)");
+    return cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, ti->local_ranks > 0 ? ti->local_ranks : 1,
+                           remedy, err);
+}
+
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
@@ -841,8 +875,6 @@ static int run(rb_args *a, int *argc, char ***argv)
                         (long long)a->ep);
     /* --batch rows, by default one per dp replica (the runtime gives each replica at least one row). */
     const int64_t B = a->batch, T = a->tokens;
-    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
-        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
@@ -876,6 +908,10 @@ static int run(rb_args *a, int *argc, char ***argv)
             in.n_overrides = ov ? (int)hp_overrides_count(ov) : 0;
         }
     }
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+    st = memory_check(w, m, p, a, &ti, &err);
+    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train, .no_logits = true}; /* timed only */
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
