@@ -838,7 +838,8 @@ static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
-    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe();
+    char torch_why[400] = "not probed on this rank";
+    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe(torch_why, sizeof torch_why);
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -861,6 +862,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_linalg *la = NULL;
     rb_result res = {0};
     rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ti = ti, .ckpt_dir = dir};
+    snprintf(in.torch_why, sizeof in.torch_why, "%s", torch_why);
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)
