@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "costflags.h"
 #include "hyperpar/cost.h"
 #include "signals.h"
 #include "hyperpar/gen.h"
@@ -801,38 +802,16 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
     hp_linalg_blas_describe(in->blas, sizeof in->blas, NULL);
 }
 
-/* Refuses a run this node cannot hold before any of it is allocated: each rank's weights and the forward's
- * workspace as `hyperpar cost` counts them (exact for run's forward; bench train: its whole estimate with the
- * training state, when larger), the largest rank's times the ranks of this node, against MemAvailable. */
+/* A run this node cannot hold is refused before any of it is allocated (cli_forward_memory_fits). */
 static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan *p, const rb_args *a,
                               const cli_threads_info *ti, hp_err *err)
 {
-    int64_t R = hp_comm_rank(w);
-    hp_cost_opts o;
-    hp_cost_opts_default(&o);
-    o.B = a->batch, o.S = a->tokens, o.train = a->train, o.n_ranks = 1, o.ranks = &R;
-    hp_cost *c = NULL;
-    hp_err e;
-    double need = 0; /* unknown (the runner refuses the plan, or cost could not say): the allocations tell */
-    hp_status cs = hp_cost_compute(&c, m, p, &o, &e);
-    if (cs == HP_OK && !c->refused[0]) {
-        const hp_cost_rank *k = &c->ranks[0];
-        uint64_t n = k->workspace_bytes == UINT64_MAX || k->weight_bytes > UINT64_MAX - k->workspace_bytes
-                         ? UINT64_MAX : k->weight_bytes + k->workspace_bytes;
-        if (a->train && k->total_bytes > n) n = k->total_bytes;
-        need = (double)n;
-    } else if (cs == HP_ERR_INPUT) need = (double)UINT64_MAX; /* a batch past 64-bit sizes */
-    hp_cost_free(c);
-    hp_status st = hp_comm_allreduce_max_f64(w, &need, 1, err);
-    if (st != HP_OK || need <= 0) return st;
-    char what[160], remedy[300];
+    char what[160];
     snprintf(what, sizeof what, "bench %s of %s at batch %lld x %lld tokens (%lld layer%s, vocab %lld)",
              a->train ? "train" : "run", a->p->name, (long long)a->batch, (long long)a->tokens, (long long)a->layers,
              a->layers == 1 ? "" : "s", (long long)a->vocab);
-    snprintf(remedy, sizeof remedy, "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks "
-             "('hyperpar cost' on the same model and --batch/--seq prints each rank's figures)");
-    return cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, ti->local_ranks > 0 ? ti->local_ranks : 1,
-                           remedy, err);
+    return cli_forward_memory_fits(w, m, p, a->batch, a->tokens, a->train, false, 0, ti->local_ranks, what,
+                                   "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks", err);
 }
 
 static int run(rb_args *a, int *argc, char ***argv)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "costflags.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/data.h"
 #include "hyperpar/moe.h"
@@ -315,10 +316,18 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
+    if (st == HP_OK && a->in.src.kind == HP_IDS_RANDOM) { /* its ids alone may pass the memory (a file bounds them) */
+        char what[160];
+        snprintf(what, sizeof what, "--random-input %lld,%lld (its ids alone)", (long long)a->in.src.B,
+                 (long long)a->in.src.S);
+        st = cli_memory_fits(what, (uint64_t)a->in.src.B * (uint64_t)a->in.src.S * sizeof *ids, 1,
+                             "give fewer rows or tokens", &err);
+    }
     if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        cli_threads(w, a->threads, NULL);
+        cli_threads_info ti;
+        cli_threads(w, a->threads, &ti);
         hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL,
                           .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
@@ -342,6 +351,17 @@ static int run(run_args *a, int *argc, char ***argv)
             return finish(w, st, &err);
         }
         st = hp_runner_create(&r, w, m, p, &ro, &err);
+        /* A batch this node cannot hold is refused before the forward allocates: after the runner's agreement
+         * (every rank runs this command), the weights already held; rank 0 gathers the whole logits when they
+         * are taken. */
+        if (st == HP_OK) {
+            char what[160];
+            snprintf(what, sizeof what, "run of %s on a batch of %lld x %lld tokens", a->model, (long long)B,
+                     (long long)S);
+            double lg = a->output || a->compare ? (double)B * (double)S * (double)m->cfg.vocab_size * 4.0 : 0.0;
+            st = cli_forward_memory_fits(w, m, p, B, S, false, true, lg >= 1.8e19 ? UINT64_MAX / 2 : (uint64_t)lg,
+                                         ti.local_ranks, what, "give a shorter input, fewer rows, or more ranks", &err);
+        }
     }
     if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
     if (st == HP_OK) print_stats(w, r, p);

@@ -9,7 +9,7 @@
 #   no --stats-json; folders, missing folders and inputs as outputs are refused (exit 2);
 # - token inputs that are empty, truncated, of another dtype, negative or past the vocabulary (exit 2);
 # - bench run / bench moe with bad counts, formats, presets and meshes (exit 2), and a batch this machine cannot
-#   hold refused with the bytes before any allocation (exit 2, never killed for memory);
+#   hold refused with the bytes before any allocation (exit 2, never killed for memory), and so is run's;
 # - HP_GEMM set to anything but onednn or hyperpar is refused (exit 2); HP_BENCH_PYTHON that cannot run says so.
 source "$(dirname "$0")/lib.sh"
 cd "$WORK"
@@ -121,6 +121,14 @@ expect 1 "No space left on device" -- env HP_TEST_ENOSPC_AFTER=20000 "$HP" run l
 check "a failed --output write leaves no --stats-json and no output" test ! -e s.json -a ! -e o.st
 check "nothing partial in the folder" test -z "$(ls | grep -E '\.tmp\.')"
 
+# ---- a batch this machine cannot hold: refused with the bytes before anything is allocated ----
+expect 2 "--random-input 2147483647,1073741824 (its ids alone) needs" -- "$HP" run l --random-input 2147483647,1073741824
+avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo) # KiB
+if [ "${avail:-0}" -gt 0 ] && [ "$avail" -lt $((80 * 1024 * 1024)) ]; then # 64M tokens: 512 MiB of ids, 92 GiB of workspace
+    expect 2 "run of l on a batch of 64 x 1000000 tokens needs 91.61 GiB of memory per rank, but this machine has" -- \
+        "$HP" run l --random-input 64,1000000
+fi
+
 # ---- token inputs ----
 expect 2 "input_ids[0][2] = -7 is outside the vocabulary [0, 250)" -- "$HP" run l --input neg.st
 expect 2 "input_ids[0][2] = 250 is outside the vocabulary [0, 250)" -- "$HP" run l --input past.st
@@ -148,7 +156,6 @@ expect 2 "of memory per rank, but this machine has" -- "$HP" bench run $SMALL --
 check "a refused bench run leaves no temporary checkpoint" test -z "$(ls | grep hp-bench-run)"
 expect 2 "--tokens expects an integer in [1, 1048576], got '0'" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 0
 expect 2 "--reps expects an integer" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --reps 0
-avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 if [ "${avail:-0}" -gt 0 ] && [ "$avail" -lt $((300 * 1024 * 1024)) ]; then # KiB: the 1M-token layer needs > 300 GiB
     expect 2 "bench moe of qwen3-30b-a3b at 1048576 tokens (2 of 128 experts held, f32) needs" -- \
         "$HP" bench moe --preset qwen3-30b-a3b --tokens 1048576 --ep 64
