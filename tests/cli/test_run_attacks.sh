@@ -3,8 +3,9 @@
 #   reported exactly as the run that takes the whole logits (--output) reports it: exit 3, the same message
 #   naming lm_head and the position, at 1 process, a batch whose chunks cross rows, tp 2 (the bad vocabulary
 #   entry on tp rank 1) and dp 2; nothing written;
-# - the chunked loss equals the whole-logits loss to the bit at T = 1, 1023, 1024, 1025, 2049, and for a batch
-#   whose chunks cross rows under tp 2 with a vocabulary tp does not divide;
+# - the chunked loss equals the whole-logits loss to the bit at T = 1, 1023, 1024, 1025, 2049, for a batch whose
+#   chunks cross rows under tp 2 with a vocabulary tp does not divide, cp 2, and MoE models past 1024 tokens
+#   (qwen3_moe, deepseek_v3, mixtral over tp 2 with ep 2);
 # - two outputs that are one file yet to be made (o.st and ./o.st) are refused; a failed --output write leaves
 #   no --stats-json; folders, missing folders and inputs as outputs are refused (exit 2);
 # - token inputs that are empty, truncated, of another dtype, negative or past the vocabulary (exit 2);
@@ -107,6 +108,11 @@ for T in 1 1023 1024 1025 2049; do same_loss "T = $T" "$HP" run l --random-input
 check "T = 1: no scored position, the loss is null" test "$(loss one.json)" = None
 same_loss "batch 2 x 1025, tp 2, vocab 250" $MPI "$HP" run l --random-input 2,1025 --tp 2
 same_loss "batch 2 x 1025, tp 2 without SP" $MPI "$HP" run l --random-input 2,1025 --tp 2 --no-sequence-parallel
+same_loss "1 x 2049, cp 2" $MPI "$HP" run l --random-input 1,2049 --cp 2 --tp 1
+F="$TESTS/data/forward"
+same_loss "qwen3_moe, 1 x 2049" "$HP" run "$F/qwen3_moe" --random-input 1,2049
+same_loss "deepseek_v3, 2 x 1100" "$HP" run "$F/deepseek_v3" --random-input 2,1100
+same_loss "mixtral, 2 x 1100, tp 2 ep 2" $MPI "$HP" run "$F/mixtral" --random-input 2,1100 --tp 2 --ep 2 --ep-compute suggested
 
 # ---- outputs ----
 mkdir -p dir
