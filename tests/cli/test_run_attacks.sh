@@ -4,8 +4,8 @@
 #   naming lm_head and the position, at 1 process, a batch whose chunks cross rows, tp 2 (the bad vocabulary
 #   entry on tp rank 1) and dp 2; nothing written;
 # - the chunked loss equals the whole-logits loss to the bit at T = 1, 1023, 1024, 1025, 2049, for a batch whose
-#   chunks cross rows under tp 2 with a vocabulary tp does not divide, cp 2, and MoE models past 1024 tokens
-#   (qwen3_moe, deepseek_v3, mixtral over tp 2 with ep 2);
+#   chunks cross rows under tp 2 with and without SP, cp 2, and MoE models past 1024 tokens (qwen3_moe,
+#   deepseek_v3, mixtral over tp 2 with ep 2); a vocabulary tp does not divide is refused once (exit 2);
 # - two outputs that are one file yet to be made (o.st and ./o.st) are refused; a failed --output write leaves
 #   no --stats-json; folders, missing folders and inputs as outputs are refused (exit 2);
 # - token inputs that are empty, truncated, of another dtype, negative or past the vocabulary (exit 2);
@@ -106,7 +106,12 @@ same_loss() {
 for T in 1 1023 1024 1025 2049; do same_loss "T = $T" "$HP" run l --random-input 1,$T; done
 "$HP" run l --random-input 1,1 --stats-json one.json >/dev/null 2>&1
 check "T = 1: no scored position, the loss is null" test "$(loss one.json)" = None
-same_loss "batch 2 x 1025, tp 2, vocab 250" $MPI "$HP" run l --random-input 2,1025 --tp 2
+same_loss "batch 2 x 1025, tp 2" $MPI "$HP" run l --random-input 2,1025 --tp 2
+# a vocabulary tp does not divide: the plan refuses it, once, naming the size (exit 2)
+"$HP" gen --family llama --out l251 --layers 1 --hidden 64 --intermediate 128 --vocab 251 >/dev/null 2>&1
+out=$($MPI "$HP" run l251 --random-input 2,1025 --tp 2 2>&1 </dev/null)
+check "vocab 251 over tp 2: exit 2" test $? -eq 2
+check "vocab 251 over tp 2: named once" test "$(grep -c "dim 0 of size 251 is not divisible by tp size 2" <<<"$out")" -eq 1
 same_loss "batch 2 x 1025, tp 2 without SP" $MPI "$HP" run l --random-input 2,1025 --tp 2 --no-sequence-parallel
 same_loss "1 x 2049, cp 2" $MPI "$HP" run l --random-input 1,2049 --cp 2 --tp 1
 F="$TESTS/data/forward"
