@@ -949,7 +949,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
         double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
-        per_call[k] = res.calls[k] ? (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]) : 0;
+        per_call[k] = res.calls[k] > 0 ? (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]) : 0;
         bg[k] = k == HP_RUN_GATHER ? w : k == HP_RUN_ALL_TO_ALL ? epg : g;
     }
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
