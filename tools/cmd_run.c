@@ -139,18 +139,35 @@ static hp_status write_output(const char *path, const hp_run_output *o, hp_err *
     return st;
 }
 
+/* Whether the --compare file f holds what a run of [B, S] over vocab V compares with: logits F32 [B, S, V] and a
+ * scalar loss F32. Checked before the forward too, so that a wrong reference costs no run. */
+static hp_status reference_fits(const char *path, const hp_st_file *f, int64_t B, int64_t S, int64_t V, hp_err *err)
+{
+    const hp_st_tensor *tl = hp_st_find(f, "logits"), *ts = hp_st_find(f, "loss");
+    if (!tl || tl->dtype != HP_DT_F32 || tl->n_dims != 3 || tl->shape[0] != B || tl->shape[1] != S || tl->shape[2] != V)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: needs 'logits' F32 [%lld, %lld, %lld] to compare with", path,
+                          (long long)B, (long long)S, (long long)V);
+    if (!ts || ts->dtype != HP_DT_F32 || ts->n_elems != 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: needs a scalar 'loss' F32 to compare with", path);
+    return HP_OK;
+}
+
+static hp_status reference_check(const char *path, int64_t B, int64_t S, int64_t V, hp_err *err)
+{
+    hp_st_file *f = NULL;
+    hp_status st = hp_st_open(&f, path, err);
+    if (st == HP_OK) st = reference_fits(path, f, B, S, V, err);
+    hp_st_close(f);
+    return st;
+}
+
 static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
 {
     hp_st_file *f = NULL;
     hp_status st = hp_st_open(&f, a->compare, err);
     if (st != HP_OK) return st;
     const hp_st_tensor *tl = hp_st_find(f, "logits"), *ts = hp_st_find(f, "loss");
-    if (!tl || tl->dtype != HP_DT_F32 || tl->n_dims != 3 || tl->shape[0] != o->B || tl->shape[1] != o->S ||
-        tl->shape[2] != o->V)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs 'logits' F32 [%lld, %lld, %lld] to compare with", a->compare,
-                        (long long)o->B, (long long)o->S, (long long)o->V);
-    else if (!ts || ts->dtype != HP_DT_F32 || ts->n_elems != 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs a scalar 'loss' F32 to compare with", a->compare);
+    st = reference_fits(a->compare, f, o->B, o->S, o->V, err);
     if (st == HP_OK) {
         int64_t n = o->B * o->S * o->V;
         float *ref = malloc((size_t)n * sizeof *ref), rl;
@@ -324,6 +341,8 @@ static int run(run_args *a, int *argc, char ***argv)
                              "give fewer rows or tokens", &err);
     }
     if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
+    if (st == HP_OK && a->compare && hp_comm_rank(w) == 0) /* rank 0 compares: a wrong reference costs no run */
+        st = reference_check(a->compare, B, S, m->cfg.vocab_size, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         cli_threads_info ti;

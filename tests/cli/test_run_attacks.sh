@@ -7,7 +7,8 @@
 #   chunks cross rows under tp 2 with and without SP, cp 2, and MoE models past 1024 tokens (qwen3_moe,
 #   deepseek_v3, mixtral over tp 2 with ep 2); a vocabulary tp does not divide is refused once (exit 2);
 # - two outputs that are one file yet to be made (o.st and ./o.st) are refused; a failed --output write leaves
-#   no --stats-json; folders, missing folders and inputs as outputs are refused (exit 2);
+#   no --stats-json; folders, missing folders and inputs as outputs are refused (exit 2); a --compare reference
+#   that is missing, not safetensors or of another shape is refused before the forward;
 # - token inputs that are empty, truncated, of another dtype, negative or past the vocabulary (exit 2);
 # - bench run / bench moe with bad counts, formats, presets and meshes (exit 2), and a batch this machine cannot
 #   hold refused with the bytes before any allocation (exit 2, never killed for memory), and so is run's;
@@ -131,6 +132,17 @@ expect 2 "is one of the inputs" -- "$HP" run l --input neg.st --stats-json neg.s
 expect 1 "No space left on device" -- env HP_TEST_ENOSPC_AFTER=20000 "$HP" run l --random-input 1,30 --output o.st --stats-json s.json
 check "a failed --output write leaves no --stats-json and no output" test ! -e s.json -a ! -e o.st
 check "nothing partial in the folder" test -z "$(ls | grep -E '\.tmp\.')"
+
+# a --compare reference that is missing, not safetensors or of another shape is refused before the forward:
+# no statistics file, exit 2
+echo garbage >garbage.st
+"$HP" run l --random-input 1,8 --output ref18.st >/dev/null 2>&1
+for ref in missing.st garbage.st ref18.st; do
+    expect 2 "$ref" -- "$HP" run l --random-input 2,8 --compare $ref --stats-json s.json
+    check "a bad reference $ref: no --stats-json" test ! -e s.json
+done
+expect 2 "ref18.st: needs 'logits' F32 [2, 8, 250] to compare with" -- "$HP" run l --random-input 2,8 --compare ref18.st
+expect 2 "needs 'logits' F32 [2, 8, 250]" -- $MPI "$HP" run l --random-input 2,8 --compare ref18.st --tp 2
 
 # ---- a batch this machine cannot hold: refused with the bytes before anything is allocated ----
 expect 2 "--random-input 2147483647,1073741824 (its ids alone) needs" -- "$HP" run l --random-input 2147483647,1073741824
