@@ -578,6 +578,7 @@ hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_
     char rem[400];
     snprintf(rem, sizeof rem, "%s ('hyperpar cost' on the same model, mesh and --batch/--seq prints each rank's "
              "figures)", remedy);
-    return cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, local_ranks > 0 ? local_ranks : 1,
-                           rem, err);
+    /* nodes may hold other numbers of ranks: the verdict is agreed, so that no rank goes on alone */
+    return hp_comm_agree(w, cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need,
+                                            local_ranks > 0 ? local_ranks : 1, rem, err), err);
 }
