@@ -320,16 +320,18 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* HP_GEMM in the environment (read once per process: contexts may be made on several threads at once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
- * one the blocked kernel can on it; anything else, or nothing, the defaults (HP__UK_MIN_M). For benchmarks
- * (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
+/* HP_GEMM in the environment (read once per process: contexts may be made on several threads at once): "onednn"
+ * keeps every large product on oneDNN, "hyperpar" runs every one the blocked kernel can on it; unset or empty,
+ * the defaults (HP__UK_MIN_M); anything else -1, refused by hp_linear_init (a misspelt choice would otherwise
+ * measure the default silently). For benchmarks (`hyperpar bench run` compares the two); tests use
+ * hp__linear_force_large instead. */
 static int gemm_env;
 static pthread_once_t gemm_env_once = PTHREAD_ONCE_INIT;
 
 static void read_gemm_env(void)
 {
     const char *e = getenv("HP_GEMM");
-    gemm_env = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
+    gemm_env = !e || !e[0] ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : -1;
 }
 
 static int env_gemm(void)
@@ -345,6 +347,12 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
     static const int64_t uk_min_m[] = HP__UK_MIN_M, uk_max_m[] = HP__UK_MAX_M;
+    if (env_gemm() < 0) {
+        char v[64];
+        hp_escape(getenv("HP_GEMM"), v, sizeof v);
+        return hp_err_set(err, HP_ERR_INPUT, "HP_GEMM='%s' in the environment is neither 'onednn' nor 'hyperpar'; "
+                          "unset it for the default choice of kernel by row count", v);
+    }
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
     lin->uk_ok = hp__uk_available(lin->uk_kind);
     lin->uk_max_m = INT64_MAX;
