@@ -7,12 +7,14 @@
  * (MPI_ERRORS_RETURN) and become hp_err messages.
  */
 #include <limits.h>
+#include <stdint.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_int.h"
+#include "core/rows.h"
 
 /* 1 GiB pieces: far below INT_MAX, large enough that the per-message overhead is negligible. Tests lower it
  * (HP_MPI_CHUNK_BYTES) and force the piecewise path (HP_MPI_FORCE_PIECES=1) to exercise it with small data. */
@@ -20,11 +22,20 @@ static size_t g_chunk = (size_t)1 << 30;
 static bool g_force_pieces;
 #define HP_MPI_CHUNK g_chunk
 
+/* The window of mpi_allgather_rows: one slot per rank, in memory every rank of the communicator maps. */
+typedef struct shm_win {
+    int state;     /* 0 not asked yet; 1 the ranks share a node; -1 they do not (or the window failed) */
+    MPI_Win win;   /* MPI_WIN_NULL until the first call */
+    size_t cap;    /* bytes per slot */
+    char **slot;   /* [size]: rank r's slot as this process maps it */
+} shm_win;
+
 typedef struct mpi_impl {
     MPI_Comm comm;
     int *ibuf;        /* [4 * size] int counts/displacements for the fast path */
     hp_comm_req *req; /* the one request a communicator has in flight */
     char name[96];    /* "MPI (<library version>)", for hp_comm_backend */
+    shm_win shm;
 } mpi_impl;
 
 struct hp_comm_req {
@@ -190,6 +201,89 @@ static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, flo
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
 }
 
+static void shm_release(shm_win *w)
+{
+    if (w->win != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(w->win);
+        MPI_Win_free(&w->win);
+    }
+    w->win = MPI_WIN_NULL;
+    w->cap = 0;
+}
+
+/* The slots grown to `bytes` each (collective: every rank asks for the same size). The window is held locked
+ * for its life (MPI_Win_lock_all), so MPI_Win_sync orders this rank's stores around the barriers. */
+static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, hp_err *err)
+{
+    if (bytes <= w->cap) return HP_OK;
+    shm_release(w);
+    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB: fewer regrowths */
+    char *base = NULL;
+    int code = cap > (size_t)PTRDIFF_MAX ? MPI_ERR_SIZE
+                                         : MPI_Win_allocate_shared((MPI_Aint)cap, 1, MPI_INFO_NULL, mc(c), &base, &w->win);
+    int ok = code == MPI_SUCCESS, all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !all) {
+        if (ok) MPI_Win_free(&w->win);
+        w->win = MPI_WIN_NULL;
+        return hp_err_set(err, HP_ERR_NOMEM, "out of shared memory for an all-gather's %zu bytes per rank", bytes);
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
+    for (int r = 0; r < c->size; r++) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        MPI_Win_shared_query(w->win, r, &size, &unit, &w->slot[r]);
+    }
+    w->cap = cap;
+    return HP_OK;
+}
+
+/* Each rank copies its block into its slot of a window that all the ranks map (one node), then every rank
+ * places every block straight into its rows: three copies of a block at memory bandwidth and no kernel copy.
+ * Open MPI's all-gather between processes copies each block through the kernel (CMA), which on the 2-core VM
+ * moved 31 MiB at about a third of memcpy's rate (docs/run.md, "The logits' all-gather through shared
+ * memory"). Not used across nodes or with the forced piecewise path; the ranks' block sizes are checked first. */
+static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                    size_t stride, bool *done, hp_err *err)
+{
+    mpi_impl *im = c->impl;
+    shm_win *w = &im->shm;
+    *done = false;
+    if (w->state == 0) {
+        MPI_Comm node;
+        int n = 0;
+        w->state = -1;
+        if (!g_force_pieces && MPI_Comm_split_type(mc(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+            MPI_Comm_size(node, &n);
+            MPI_Comm_free(&node);
+            w->slot = calloc((size_t)c->size, sizeof *w->slot);
+            w->state = n == c->size && w->slot ? 1 : -1;
+        }
+        int mine = w->state, all = -1; /* the same on every rank: a rank short of memory takes the others off */
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, mc(c));
+        w->state = all;
+    }
+    if (w->state < 0) return HP_OK;
+    size_t blk = rows * bytes; /* hp_comm_allgather_rows checked the product */
+    unsigned long long sz[2] = {blk, ~(unsigned long long)blk}, mx[2];
+    int code = MPI_Allreduce(sz, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, mc(c));
+    if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
+    *done = true;
+    if (mx[0] != (unsigned long long)blk || ~mx[1] != (unsigned long long)blk)
+        return hp_err_set(err, HP_ERR_INPUT, "allgather into place: the ranks' blocks differ (%llu to %llu bytes)",
+                          ~mx[1], mx[0]);
+    hp_status st = shm_reserve(c, w, blk, err);
+    if (st != HP_OK) return st;
+    memcpy(w->slot[c->rank], send, blk);
+    MPI_Win_sync(w->win);
+    if ((code = MPI_Barrier(mc(c))) != MPI_SUCCESS) return mpi_fail(err, code, "Barrier");
+    MPI_Win_sync(w->win);
+    for (int r = 0; r < c->size; r++)
+        hp__copy_rows((char *)recv + (size_t)r * bytes, stride, r == c->rank ? send : w->slot[r], bytes, rows, bytes);
+    /* no rank writes its slot again (the next call) before every rank has read it */
+    if ((code = MPI_Barrier(mc(c))) != MPI_SUCCESS) return mpi_fail(err, code, "Barrier");
+    return HP_OK;
+}
+
 /* Root receives each rank's block with point-to-point messages (sizes beyond int are split). */
 static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                              const size_t *rd, int root, hp_err *err)
@@ -219,7 +313,7 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
-                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_free};
+                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {
@@ -242,6 +336,7 @@ static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
     set_name(im);
     im->ibuf = ibuf;
     im->req = r;
+    im->shm.win = MPI_WIN_NULL;
     r->c = c;
     c->ops = &g_mpi_ops;
     c->impl = im;
@@ -259,6 +354,8 @@ static void mpi_free(hp_comm *c)
     free(im->req->reqs);
     free(im->req);
     free(im->ibuf);
+    shm_release(&im->shm);
+    free(im->shm.slot);
     if (!c->world) MPI_Comm_free(&im->comm);
     bool world = c->world;
     free(im);

@@ -1,7 +1,8 @@
 /*
  * test_comm.c — the comm module under mpirun (1, 2, 4 ranks) and, run without a launcher, on the
- * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, gatherv,
- * reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
+ * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, the
+ * all-gather into place (through the shared window on one node, through the exchange with the forced pieces),
+ * gatherv, reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
  * pieces, the path that splits messages larger than an MPI int.
  */
 #include <stdio.h>
@@ -67,6 +68,51 @@ static void test_alltoall_and_allgather(void)
     for (int p = 0; p < n; p++) CHECK_EQ_INT(recv[p], 7 * p + 1);
     free(send);
     free(recv);
+}
+
+/* Rank r's row o holds bytes (31 r + 7 o + j) mod 251; the stride's gap past the blocks keeps its sentinel. */
+static void check_allgather_rows(const hp_comm *c, size_t rows, size_t bytes, size_t gap)
+{
+    int n = hp_comm_size(c), r = hp_comm_rank(c);
+    size_t stride = (size_t)n * bytes + gap;
+    unsigned char *send = malloc(rows * bytes + 1), *recv = malloc(rows * stride + 1);
+    unsigned char *tmp = malloc(rows * bytes * (size_t)n + 1);
+    for (size_t o = 0; o < rows; o++)
+        for (size_t j = 0; j < bytes; j++) send[o * bytes + j] = (unsigned char)((31u * (unsigned)r + 7 * o + j) % 251);
+    memset(recv, 0xEE, rows * stride + 1);
+    hp_err err;
+    CHECK(hp_comm_allgather_rows(c, send, rows, bytes, recv, stride, tmp, &err) == HP_OK);
+    size_t bad = 0;
+    for (size_t o = 0; o < rows; o++) {
+        for (int p = 0; p < n; p++)
+            for (size_t j = 0; j < bytes; j++)
+                bad += recv[o * stride + (size_t)p * bytes + j] != (unsigned char)((31u * (unsigned)p + 7 * o + j) % 251);
+        for (size_t j = (size_t)n * bytes; j < stride; j++) bad += recv[o * stride + j] != 0xEE;
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(send);
+    free(recv);
+    free(tmp);
+}
+
+/* Growing sizes (the shared window grows past its first MiB), a smaller call after, and a second communicator
+ * with its own window: every block lands in its rows, nothing else is written. */
+static void test_allgather_rows(void)
+{
+    check_allgather_rows(W, 3, 5, 0);
+    check_allgather_rows(W, 7, 13, 3);
+    bool pieces = getenv("HP_MPI_FORCE_PIECES") != NULL; /* 3-byte pieces: a MiB would be 10^5 messages */
+    if (!pieces) check_allgather_rows(W, 300, 4000, 16);
+    check_allgather_rows(W, 1, 2, 1);
+    hp_comm *half = NULL;
+    hp_err err;
+    CHECK(hp_comm_split(W, hp_comm_rank(W) % 2, hp_comm_rank(W), &half, &err) == HP_OK);
+    if (half) {
+        check_allgather_rows(half, 5, 9, 2);
+        check_allgather_rows(W, 2, 3, 0); /* the world's window again, between the half's calls */
+        if (!pieces) check_allgather_rows(half, 400, 3000, 0);
+    }
+    hp_comm_free(half);
 }
 
 static void test_reductions_gatherv_bcast(void)
@@ -204,6 +250,7 @@ int main(int argc, char **argv)
     }
     static const mpi_test tests[] = {{"alltoallv", test_alltoallv},
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
+                 {"allgather_rows", test_allgather_rows},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
                  {"agree", test_agree},
