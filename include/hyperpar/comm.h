@@ -63,10 +63,12 @@ hp_status hp_comm_barrier(const hp_comm *c, hp_err *err);
 hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);
 /* recv holds size * bytes: rank r's block at r * bytes. */
 hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
-/* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes`; row o
- * of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). tmp holds size * rows * bytes (the
- * peers' blocks pass through it). Each block is copied once into place at memory bandwidth, this rank's own
- * while the peers' are in flight. */
+/* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes` (the
+ * same on every rank); row o of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). MPI
+ * ranks on one node pass the blocks through a shared-memory window the communicator keeps (rows * bytes per
+ * rank, grown to the largest call; tmp unused). Otherwise the peers' blocks pass through tmp (size * rows *
+ * bytes), each copied once into place, this rank's own while the peers' are in flight; one row with stride
+ * size * bytes (contiguous blocks) is hp_comm_allgather, and tmp may be NULL. */
 hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
                                  size_t stride, void *tmp, hp_err *err);
 /* Every rank sends `bytes` to each rank: send and recv hold size * bytes. */

@@ -227,6 +227,7 @@ hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows
         hp_status st = c->ops->allgather_rows(c, send, rows, bytes, recv, stride, &done, err);
         if (st != HP_OK || done) return st;
     }
+    if (rows == 1 && stride == need) return hp_comm_allgather(c, send, bytes, recv, err); /* contiguous blocks */
     size_t stack[4 * 64] = {0};
     size_t *a = c->size <= 64 ? stack : calloc(4 * (size_t)c->size, sizeof *a);
     if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
