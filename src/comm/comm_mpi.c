@@ -22,7 +22,7 @@ static size_t g_chunk = (size_t)1 << 30;
 static bool g_force_pieces;
 #define HP_MPI_CHUNK g_chunk
 
-/* The window of mpi_allgather_rows: one slot per rank, in memory every rank of the communicator maps. */
+/* The window of mpi_allgather_rows and the two-rank reduce-scatter: one slot per rank, in memory every rank of the communicator maps. */
 typedef struct shm_win {
     int state;     /* 0 not asked yet; 1 the ranks share a node; -1 they do not (or the window failed) */
     MPI_Win win;   /* MPI_WIN_NULL until the first call */
@@ -194,13 +194,6 @@ static hp_status mpi_allreduce_f32(const hp_comm *c, float *buf, size_t n, hp_re
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Allreduce");
 }
 
-static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
-{
-    if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "reduce-scatter of %zu values is too large", n);
-    int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
-    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
-}
-
 static void shm_release(shm_win *w)
 {
     if (w->win != MPI_WIN_NULL) {
@@ -225,7 +218,7 @@ static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, hp_err 
     if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !all) {
         if (ok) MPI_Win_free(&w->win);
         w->win = MPI_WIN_NULL;
-        return hp_err_set(err, HP_ERR_NOMEM, "out of shared memory for an all-gather's %zu bytes per rank", bytes);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of shared memory for a collective's %zu bytes per rank", bytes);
     }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
     for (int r = 0; r < c->size; r++) {
@@ -237,17 +230,12 @@ static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, hp_err 
     return HP_OK;
 }
 
-/* Each rank copies its block into its slot of a window that all the ranks map (one node), then every rank
- * places every block straight into its rows: three copies of a block at memory bandwidth and no kernel copy.
- * Open MPI's all-gather between processes copies each block through the kernel (CMA), which on the 2-core VM
- * moved 31 MiB at about a third of memcpy's rate (docs/run.md, "The logits' all-gather through shared
- * memory"). Not used across nodes or with the forced piecewise path; the ranks' block sizes are checked first. */
-static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
-                                    size_t stride, bool *done, hp_err *err)
+/* Whether the window carries this call (*on: the same on every rank), its slots then grown to `bytes`: false
+ * across nodes and with the forced piecewise path. The ranks' sizes are checked against each other first. */
+static hp_status shm_begin(const hp_comm *c, size_t bytes, bool *on, hp_err *err)
 {
-    mpi_impl *im = c->impl;
-    shm_win *w = &im->shm;
-    *done = false;
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    *on = false;
     if (w->state == 0) {
         MPI_Comm node;
         int n = 0;
@@ -263,25 +251,64 @@ static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t r
         w->state = all;
     }
     if (w->state < 0) return HP_OK;
-    size_t blk = rows * bytes; /* hp_comm_allgather_rows checked the product */
-    unsigned long long sz[2] = {blk, ~(unsigned long long)blk}, mx[2];
+    unsigned long long sz[2] = {bytes, ~(unsigned long long)bytes}, mx[2];
     int code = MPI_Allreduce(sz, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, mc(c));
     if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
-    *done = true;
-    if (mx[0] != (unsigned long long)blk || ~mx[1] != (unsigned long long)blk)
-        return hp_err_set(err, HP_ERR_INPUT, "allgather into place: the ranks' blocks differ (%llu to %llu bytes)",
-                          ~mx[1], mx[0]);
-    hp_status st = shm_reserve(c, w, blk, err);
-    if (st != HP_OK) return st;
+    *on = true;
+    if (mx[0] != (unsigned long long)bytes || ~mx[1] != (unsigned long long)bytes)
+        return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory: the ranks' blocks differ (%llu to "
+                          "%llu bytes)", ~mx[1], mx[0]);
+    return shm_reserve(c, w, bytes, err);
+}
+
+/* The slots written (this rank's stores ordered before the others' loads), or read (before the next writes). */
+static hp_status shm_fence(const hp_comm *c, hp_err *err)
+{
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    MPI_Win_sync(w->win);
+    int code = MPI_Barrier(mc(c));
+    MPI_Win_sync(w->win);
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Barrier");
+}
+
+/* Each rank copies its block into its slot of a window that all the ranks map (one node), then every rank
+ * places every block straight into its rows: three copies of a block at memory bandwidth and no kernel copy.
+ * Open MPI's all-gather between processes copies each block through the kernel (CMA), which on the 2-core VM
+ * moved 31 MiB at about a third of memcpy's rate (docs/run.md, "Collectives through shared memory"). */
+static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                    size_t stride, bool *done, hp_err *err)
+{
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    size_t blk = rows * bytes; /* hp_comm_allgather_rows checked the product */
+    hp_status st = shm_begin(c, blk, done, err);
+    if (st != HP_OK || !*done) return st;
     memcpy(w->slot[c->rank], send, blk);
-    MPI_Win_sync(w->win);
-    if ((code = MPI_Barrier(mc(c))) != MPI_SUCCESS) return mpi_fail(err, code, "Barrier");
-    MPI_Win_sync(w->win);
+    if ((st = shm_fence(c, err)) != HP_OK) return st;
     for (int r = 0; r < c->size; r++)
         hp__copy_rows((char *)recv + (size_t)r * bytes, stride, r == c->rank ? send : w->slot[r], bytes, rows, bytes);
-    /* no rank writes its slot again (the next call) before every rank has read it */
-    if ((code = MPI_Barrier(mc(c))) != MPI_SUCCESS) return mpi_fail(err, code, "Barrier");
-    return HP_OK;
+    return shm_fence(c, err); /* no rank writes its slot again (the next call) before every rank has read it */
+}
+
+/* Two ranks on one node: each puts the peer's half of its send into its slot, then adds the peer's slot to its
+ * own half (a + b is b + a: the bytes MPI's sum gives). On more ranks MPI's order of the partial sums is its
+ * own, so those keep MPI_Reduce_scatter_block. */
+static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
+{
+    if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "reduce-scatter of %zu values is too large", n);
+    bool on = false;
+    hp_status st = c->size == 2 ? shm_begin(c, n * sizeof *send, &on, err) : HP_OK;
+    if (st != HP_OK) return st;
+    if (!on) {
+        int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
+        return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
+    }
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    int me = c->rank, peer = 1 - me;
+    memcpy(w->slot[me], send + (size_t)peer * n, n * sizeof *send);
+    if ((st = shm_fence(c, err)) != HP_OK) return st;
+    const float *mine = send + (size_t)me * n, *theirs = (const float *)w->slot[peer];
+    for (size_t i = 0; i < n; i++) recv[i] = mine[i] + theirs[i];
+    return shm_fence(c, err);
 }
 
 /* Root receives each rank's block with point-to-point messages (sizes beyond int are split). */

@@ -1,10 +1,11 @@
 /*
  * test_comm.c — the comm module under mpirun (1, 2, 4 ranks) and, run without a launcher, on the
  * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, the
- * all-gather into place (through the shared window on one node, through the exchange with the forced pieces),
- * gatherv, reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
+ * all-gather into place and the reduce-scatter (through the shared window on one node, through MPI with the
+ * forced pieces), gatherv, reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
  * pieces, the path that splits messages larger than an MPI int.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,33 @@ static void test_allgather_rows(void)
         if (!pieces) check_allgather_rows(half, 400, 3000, 0);
     }
     hp_comm_free(half);
+}
+
+/* n values per block: rank p's value i is an irrational-looking float, so rounding shows; on two ranks (the
+ * shared window) the sums are a + b bit for bit, on more within MPI's order of adding. */
+static void check_reduce_scatter(size_t n)
+{
+    int P = hp_comm_size(W), r = hp_comm_rank(W);
+    float *send = malloc(n * (size_t)P * sizeof *send), *recv = malloc(n * sizeof *recv);
+    for (size_t i = 0; i < n * (size_t)P; i++) send[i] = (float)(r + 1) * 0.1f + (float)i * 1.37e-3f;
+    hp_err err;
+    CHECK(hp_comm_reduce_scatter_sum_f32(W, send, recv, n, &err) == HP_OK);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int p = 0; p < P; p++) want += (float)(p + 1) * 0.1f + (float)((size_t)r * n + i) * 1.37e-3f;
+        bad += P <= 2 ? recv[i] != want : !(fabsf(recv[i] - want) <= 1e-5f * fabsf(want));
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(send);
+    free(recv);
+}
+
+static void test_reduce_scatter(void)
+{
+    check_reduce_scatter(5);
+    if (!getenv("HP_MPI_FORCE_PIECES")) check_reduce_scatter(300000); /* the window grows past its first MiB */
+    check_reduce_scatter(3);
 }
 
 static void test_reductions_gatherv_bcast(void)
@@ -254,6 +282,7 @@ int main(int argc, char **argv)
     static const mpi_test tests[] = {{"alltoallv", test_alltoallv},
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
                  {"allgather_rows", test_allgather_rows},
+                 {"reduce_scatter", test_reduce_scatter},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
                  {"agree", test_agree},
