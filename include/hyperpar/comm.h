@@ -93,8 +93,13 @@ hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_
 /* f32 in place over every rank of c (sum or max). */
 hp_status hp_comm_allreduce_sum_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
 hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
-/* send holds size(c) blocks of n floats; rank r receives the sum over ranks of block r into recv [n]. */
+/* send holds size(c) blocks of n floats; rank r receives the sum over ranks of block r into recv [n]. The
+ * backend's own collective (MPI_Reduce_scatter_block: what `bench run` compares with). */
 hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err);
+/* The same bytes; two MPI ranks on one node add through the communicator's shared window (the one of
+ * hp_comm_allgather_rows, grown to n floats per rank) instead of the kernel copy of MPI's. */
+hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *send, float *recv, size_t n,
+                                                hp_err *err);
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err);
 

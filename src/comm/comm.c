@@ -103,7 +103,7 @@ static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
                                        self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
-                                       self_reduce_scatter_f32, self_gatherv, NULL,
+                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL,
                                        self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
@@ -317,6 +317,17 @@ hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_e
 hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
 {
     return c->ops->reduce_scatter_f32(c, send, recv, n, err);
+}
+
+hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *send, float *recv, size_t n,
+                                                hp_err *err)
+{
+    if (c->ops->reduce_scatter_shared) {
+        bool done = false;
+        hp_status st = c->ops->reduce_scatter_shared(c, send, recv, n, &done, err);
+        if (st != HP_OK || done) return st;
+    }
+    return hp_comm_reduce_scatter_sum_f32(c, send, recv, n, err);
 }
 
 /* Every rank's byte count is checked against the root's rcounts before any data moves (an allgather of the

@@ -29,6 +29,9 @@ typedef struct hp_comm_ops {
      * then takes the exchange. */
     hp_status (*allgather_rows)(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
                                 size_t stride, bool *done, hp_err *err);
+    /* hp_comm_reduce_scatter_sum_f32_shared through that memory (NULL: none); *done as above. */
+    hp_status (*reduce_scatter_shared)(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
+                                       hp_err *err);
     void (*free)(hp_comm *c);
 } hp_comm_ops;
 

@@ -289,19 +289,23 @@ static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t r
     return shm_fence(c, err); /* no rank writes its slot again (the next call) before every rank has read it */
 }
 
-/* Two ranks on one node: each puts the peer's half of its send into its slot, then adds the peer's slot to its
- * own half (a + b is b + a: the bytes MPI's sum gives). On more ranks MPI's order of the partial sums is its
- * own, so those keep MPI_Reduce_scatter_block. */
 static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
 {
     if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "reduce-scatter of %zu values is too large", n);
-    bool on = false;
-    hp_status st = c->size == 2 ? shm_begin(c, n * sizeof *send, &on, err) : HP_OK;
-    if (st != HP_OK) return st;
-    if (!on) {
-        int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
-        return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
-    }
+    int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
+}
+
+/* Two ranks on one node: each puts the peer's half of its send into its slot, then adds the peer's slot to its
+ * own half (a + b is b + a: the bytes MPI's sum gives). On more ranks MPI's order of the partial sums is its
+ * own, so those are left to MPI_Reduce_scatter_block (*done false). */
+static hp_status mpi_reduce_scatter_shared(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
+                                           hp_err *err)
+{
+    *done = false;
+    if (c->size != 2) return HP_OK;
+    hp_status st = shm_begin(c, n * sizeof *send, done, err);
+    if (st != HP_OK || !*done) return st;
     shm_win *w = &((mpi_impl *)c->impl)->shm;
     int me = c->rank, peer = 1 - me;
     memcpy(w->slot[me], send + (size_t)peer * n, n * sizeof *send);
@@ -340,7 +344,8 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
-                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows, mpi_free};
+                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows,
+                                      mpi_reduce_scatter_shared, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {

@@ -296,7 +296,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             if (st == HP_OK) {
                 for (int64_t i = 0; !direct && i < gn; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
-                st = hp_comm_reduce_scatter_sum_f32(gc, direct ? a->d : send, b.d, blk, err);
+                st = hp_comm_reduce_scatter_sum_f32_shared(gc, direct ? a->d : send, b.d, blk, err);
                 count(x, HP_RUN_REDUCE_SCATTER, lw.bytes, t0);
             }
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;

@@ -119,22 +119,26 @@ static void test_allgather_rows(void)
     hp_comm_free(half);
 }
 
-/* n values per block: rank p's value i is an irrational-looking float, so rounding shows; on two ranks (the
- * shared window) the sums are a + b bit for bit, on more within MPI's order of adding. */
+/* n values per block: rank p's value i is an irrational-looking float, so rounding shows; MPI's collective and
+ * the shared one: on two ranks the sums are a + b bit for bit, on more within MPI's order of adding. */
 static void check_reduce_scatter(size_t n)
 {
     int P = hp_comm_size(W), r = hp_comm_rank(W);
     float *send = malloc(n * (size_t)P * sizeof *send), *recv = malloc(n * sizeof *recv);
     for (size_t i = 0; i < n * (size_t)P; i++) send[i] = (float)(r + 1) * 0.1f + (float)i * 1.37e-3f;
     hp_err err;
-    CHECK(hp_comm_reduce_scatter_sum_f32(W, send, recv, n, &err) == HP_OK);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        float want = 0;
-        for (int p = 0; p < P; p++) want += (float)(p + 1) * 0.1f + (float)((size_t)r * n + i) * 1.37e-3f;
-        bad += P <= 2 ? recv[i] != want : !(fabsf(recv[i] - want) <= 1e-5f * fabsf(want));
+    for (int shared = 0; shared < 2; shared++) {
+        memset(recv, 0, n * sizeof *recv);
+        CHECK((shared ? hp_comm_reduce_scatter_sum_f32_shared : hp_comm_reduce_scatter_sum_f32)(W, send, recv, n,
+                                                                                               &err) == HP_OK);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int p = 0; p < P; p++) want += (float)(p + 1) * 0.1f + (float)((size_t)r * n + i) * 1.37e-3f;
+            bad += P <= 2 ? recv[i] != want : !(fabsf(recv[i] - want) <= 1e-5f * fabsf(want));
+        }
+        CHECK_EQ_INT(bad, 0);
     }
-    CHECK_EQ_INT(bad, 0);
     free(send);
     free(recv);
 }
