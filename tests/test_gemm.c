@@ -879,7 +879,7 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
         if (lin && v->kind == HP__UK_WIDEN) {
             hp_linear_info info;
             hp_linear_get_info(lin, &info);
-            CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; below: oneDNN");
+            CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; otherwise: oneDNN");
         }
         hp_linear_group g[NG];
         for (int acc = 0; lin && acc < 4; acc++) {
