@@ -100,6 +100,8 @@ static void large_table(hp_linalg *ctx, int reps, const char *only, int mode_onl
                                 .mode = mode == 2 ? HP_LINALG_BF16 : HP_LINALG_EXACT};
             hp_linear *lin = NULL;
             if (hp_linear_init(&lin, ctx, &d, &err) != HP_OK) die("linear", &err);
+            /* the streaming kernel off: at 16 rows too, the large paths are compared */
+            if (hp__linear_force(lin, hp__isa_best(), 0, &err) != HP_OK) die("force", &err);
             double gf[3] = {0, 0, 0}; /* W packed, oneDNN, A packed (hp__force 1, 0, 2) */
             for (int impl = 0; impl < 3; impl++) {
                 hp__force how = impl == 0 ? HP__FORCE_PACK_W : impl == 1 ? HP__FORCE_ONEDNN : HP__FORCE_PACK_A;
