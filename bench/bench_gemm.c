@@ -19,6 +19,7 @@
  * (`hyperpar bench run` compares the two with HP_GEMM=onednn, docs/kernels.md.)
  *
  *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only] [--only SHAPE] [--numerics 0|1|2]
+ *                     [--cpu-time]
  */
 #include <cblas.h>
 #include <omp.h>
@@ -31,10 +32,13 @@
 #include "hyperpar/moe.h"
 #include "linalg/linalg_int.h" /* hp__linear_force: the crossover table */
 
+/* --cpu-time: the process's CPU time instead of the wall clock (with --threads 1: less disturbed by other jobs) */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -140,12 +144,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--large-only")) large_only = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--cpu-time")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
         else if (!strcmp(argv[i], "--numerics") && i + 1 < argc) mode_only = atoi(argv[++i]);
         else {
             fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only] [--only SHAPE]\n"
-                            "                  [--numerics 0|1|2]\n"
+                            "                  [--numerics 0|1|2] [--cpu-time]\n"
                             "  (--only: the large products whose name contains SHAPE, e.g. qwen3; --numerics: f32 W,\n"
-                            "  bf16 W exact or bf16 mode alone; the large-products table switches between the blocked kernel's two loop nests and\n"
+                            "  bf16 W exact or bf16 mode alone; --cpu-time: the process's CPU time, for --threads 1;\n"
+                            "  the large-products table switches between the blocked kernel's two loop nests and\n"
                             "  oneDNN itself;\n"
                             "  HP_GEMM=onednn|hyperpar, read by the layer, changes the default of the other "
                             "tables)\n");
