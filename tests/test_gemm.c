@@ -546,7 +546,7 @@ TEST(bf16_weights_are_borrowed_not_widened)
         CHECK(info.owned_bytes < (size_t)(G * n * k) * 2);
         CHECK(info.small_m_max == HP__SMALL_M_MAX);
         CHECK_STR_CONTAINS(info.small_path, "bf16 dot");
-        CHECK_STR_CONTAINS(info.large_path, "oneDNN"); /* K = 200: below HP__UK_MIN_K */
+        CHECK_STR_CONTAINS(info.large_path, "oneDNN"); /* K = 200: below HP__UK_RULES' min K */
         printf("  bf16 linear: small rows: %s; large rows: %s\n", info.small_path, info.large_path);
     }
     hp_linear_free(lin);
@@ -957,9 +957,11 @@ out:
 }
 
 /* Many groups of 17..200 rows (and some of the streaming kernel's 0..16) on the default paths, one grouped call:
- * byte-equal to one hp_linear_forward per group. K = 1100 (at least HP__UK_MIN_K): a bf16 weight in EXACT mode
- * runs its groups of 128 rows and more on the blocked kernel and the others on oneDNN, in the same call (the
- * blocked kernel's groups checked); then every variant again with the blocked kernel forced (every group). */
+ * byte-equal to one hp_linear_forward per group. K = 1100 (at least the min K of HP__UK_RULES): a bf16 weight in
+ * EXACT mode runs its groups of 128 rows and more on the blocked kernel and the others on oneDNN, BF16 mode its
+ * groups of 17..64 rows on the A-packed nest, 65..128 on the W-packed one and the others on oneDNN, in the same
+ * call (the blocked kernel's groups checked); then every variant again with the blocked kernel forced (every
+ * group). */
 TEST(blocked_kernel_grouped_equals_per_group_calls)
 {
     enum { NG = 41 };
@@ -982,10 +984,12 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
                             .mode = v->mode};
         hp_linear *lin = NULL;
         CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
-        if (lin && v->kind == HP__UK_WIDEN) {
+        if (lin && v->kind != HP__UK_F32) {
             hp_linear_info info;
             hp_linear_get_info(lin, &info);
-            CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; otherwise: oneDNN");
+            if (v->kind == HP__UK_WIDEN) CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; otherwise: oneDNN");
+            else CHECK_STR_CONTAINS(info.large_path, "W read in place at 17..64 rows; ");
+            if (v->kind == HP__UK_BF16) CHECK_STR_CONTAINS(info.large_path, "per call at 65..128 rows; otherwise: oneDNN");
         }
         hp_linear_group g[NG];
         for (int acc = 0; lin && acc < 4; acc++) {
@@ -1000,9 +1004,10 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
             }
             CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc % 2, &err) == HP_OK, "%s", err.msg);
             for (int i = 0; i < NG; i++)
-                /* by default only WIDEN's groups of 128 rows and more run the blocked kernel; oneDNN's groups
-                 * equal their own calls only up to summation order */
-                CHECK_MSG((acc < 2 && (v->kind != HP__UK_WIDEN || gm[i] < 128)) ||
+                /* by default only WIDEN's groups of 128 rows and more and BF16's of 17..128 run the blocked
+                 * kernel (both nests); oneDNN's groups equal their own calls only up to summation order */
+                CHECK_MSG((acc < 2 && !(v->kind == HP__UK_WIDEN && gm[i] >= 128) &&
+                           !(v->kind == HP__UK_BF16 && gm[i] > 16 && gm[i] <= 128)) ||
                               memcmp(c + off[i] * n, c1 + off[i] * n, (size_t)(gm[i] * n) * sizeof *c) == 0,
                           "%s, accumulate %d, forced %d: group %d (M=%lld) differs from its own call", v->name,
                           acc % 2, acc / 2, i, (long long)gm[i]);

@@ -227,7 +227,9 @@ struct hp_linear {
  * - bf16 weights in EXACT mode, at least 128 rows: it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two
  *   threads (0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows);
  * - BF16 mode, 17 to 128 rows (a MoE prefill's experts, a small batch): 1.10-1.29x oneDNN's bf16 matmul at 32 and
- *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows).
+ *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows);
+ * - BF16 mode, 17 to 64 rows, K >= 768: the A-packed nest, faster than both the W-packed one and oneDNN on a MoE's
+ *   experts (gate/up K = 2048, down K = 768) at 16 to 64 rows; at 96 and 128 rows it was level or behind.
  * F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x). */
 typedef struct hp__uk_rule {
     hp__uk_kind kind;
@@ -237,6 +239,7 @@ typedef struct hp__uk_rule {
 #define HP__UK_RULES                                                                                                 \
     {                                                                                                                \
         {HP__UK_WIDEN, HP__UK_PACK_W, 1024, 128, INT64_MAX},                                                         \
+        {HP__UK_BF16, HP__UK_PACK_A, 768, HP__SMALL_M_MAX + 1, 64},                                                  \
         {HP__UK_BF16, HP__UK_PACK_W, 1024, HP__SMALL_M_MAX + 1, 128},                                                \
     }
 

@@ -249,21 +249,21 @@ static void describe(hp_linear *lin)
     char *d = lin->large_desc;
     size_t cap = sizeof lin->large_desc;
     /* the rows each algo of the blocked kernel takes, in hp__uk_algo_of's order: above the streaming kernel's
-     * (small_m_max may be INT64_MAX: none) and, for the second, above the first's when that starts lower */
+     * (small_m_max may be INT64_MAX: none) and above those of the algos before when they start there */
     int64_t lo_all = lin->small_m_max < INT64_MAX ? lin->small_m_max + 1 : INT64_MAX, next = lo_all;
     bool rest = true; /* some large rows are left for oneDNN */
     for (int a = 0; a < HP__UK_ALGOS; a++) {
         int64_t lo = lin->uk_min_m[a] > lo_all ? lin->uk_min_m[a] : lo_all, hi = lin->uk_max_m[a];
+        if (lo < next) lo = next; /* the rows from lo_all to next are the algos' before */
         if (lin->uk_min_m[a] == INT64_MAX || lo > hi) continue;
         if (lo <= next && hi == INT64_MAX && d == lin->large_desc) { /* every large row count */
             snprintf(d, cap, "%s", hp__uk_name(lin->uk_kind, (hp__uk_algo)a));
             return;
         }
         if (lo <= next && hi == INT64_MAX) rest = false;
-        int w = hi == INT64_MAX ? snprintf(d, cap, "%s at %s>= %lld rows; ", hp__uk_name(lin->uk_kind, (hp__uk_algo)a),
-                                           d == lin->large_desc ? "" : "the others ", (long long)lo)
-                                : snprintf(d, cap, "%s at %lld..%lld rows; ", hp__uk_name(lin->uk_kind, (hp__uk_algo)a),
-                                           (long long)lo, (long long)hi);
+        const char *name = hp__uk_name(lin->uk_kind, (hp__uk_algo)a);
+        int w = hi == INT64_MAX ? snprintf(d, cap, "%s at >= %lld rows; ", name, (long long)lo)
+                                : snprintf(d, cap, "%s at %lld..%lld rows; ", name, (long long)lo, (long long)hi);
         if (lo <= next) next = hi == INT64_MAX ? INT64_MAX : hi + 1;
         if (w < 0 || (size_t)w >= cap) return;
         d += w;

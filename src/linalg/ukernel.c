@@ -3,7 +3,8 @@
  *
  *   C [M, N] (ldc) (+)= A [M, K] (lda, f32) · W[N, K]ᵀ (+ bias)        W: [N, K] rows, as the layer stores it
  *
- * One loop nest, three variants that differ only in their packers and microkernel:
+ * Two loop nests (hp__uk_algo), each in three variants that differ only in their packers and microkernel. The
+ * first, HP__UK_PACK_W, packs W per call:
  *
  *   kind    W     A            packed W panel (per NR = 64 columns)      microkernel (MR = 6 rows × 64 columns)
  *   F32     f32   f32 in place [kc][64] f32                              24 zmm accumulators, f32 FMA
@@ -24,12 +25,21 @@
  *         then C = C + sum (C's lines prefetched when the tile starts), or C = sum in the first block without
  *         a start value
  *
+ * The second, HP__UK_PACK_A, packs A instead and reads W in place: for few rows, where packing W costs as much as
+ * the product (see "the second loop nest" below):
+ *
+ *   item (product g, columns [j0, j0 + nc))            the same items, start values and k blocks
+ *     for each k block pc (ascending), each row block ic of MC rows
+ *       (BF16: round A[ic, pc]); pack it as W is packed above: [k word][64 rows] words per 64 rows
+ *       for each NB = 12 columns, each 32 rows: microkernel: each W word (an f32, or a bf16 pair) broadcast from W
+ *       itself into 2 × 12 accumulators of 16 rows each; then transposed (16×16) and added into C's rows
+ *
  * Summation order (the invariant the tests check): every C element sums each k block's products from zero, one k
  * (F32, WIDEN: one FMA) or one k pair (BF16: one vdpbf16ps) at a time in ascending k, and adds the block sums to
  * its start value in ascending block order. That order depends on K (and the constant KC) alone: not on M, the
- * row's position, N, the column's position, nc, or the thread count. So
- * rows split over calls, columns split over linears, and any thread count give byte-equal results; and WIDEN
- * equals F32 run on the widened weight bit for bit (the same microkernel on the same numbers).
+ * row's position, N, the column's position, nc, the loop nest, or the thread count. So
+ * rows split over calls, columns split over linears, either nest and any thread count give byte-equal results; and
+ * WIDEN equals F32 run on the widened weight bit for bit (the same microkernel on the same numbers).
  *
  * The functions are compiled with __attribute__((target(...))), so the library builds for any x86-64;
  * hp__uk_available says whether this CPU and OS run them.
@@ -302,6 +312,7 @@ enum {
     NB = 12, /* columns per tile: MV × NB accumulators */
 };
 _Static_assert(64 % (16 * MV) == 0 && MC % 64 == 0 && MC <= NC_MAX, "A's packed block fits the W panel's part");
+_Static_assert(16 * MV == 32 && NB == 12, "hp__uk_name names the tile 32x12");
 
 /* C [rows, ncol] at c (ldc) (+)= acc [MV][NB], columns in groups of 16, transposed. */
 static HP__UK INLINE void tile_t_finish(int mv, __m512 acc[MV][NB], int rows, int ncol, float *c, int64_t ldc,
