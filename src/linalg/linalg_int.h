@@ -214,10 +214,10 @@ struct hp_linear {
 #define HP__FIXED_M_MIN 128
 #define HP__FIXED_MAX 64
 /* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
- * kernel also won at 24..96 rows, but 16 stays: above it (and below HP__UK_MIN_M) a bf16 weight takes the same
- * oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24
- * rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
- * oneDNN, so at HP__UK_MIN_M rows and more the two differ in summation order, as the fixed-shape brgemm already
+ * kernel also won at 24..96 rows, but 16 stays: above it (and below WIDEN's rows in HP__UK_RULES) a bf16 weight
+ * takes the same oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test
+ * (cli/test_train.sh, 24 rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
+ * oneDNN, so at WIDEN's rows of HP__UK_RULES the two differ in summation order, as the fixed-shape brgemm already
  * made them differ at 128 rows and more.) */
 #define HP__SMALL_M_MAX 16
 
