@@ -297,7 +297,7 @@ static int run(const bench_args *a)
      * layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert (whose weights are f32). */
     enum { LIMIT_REPS = 3 };
     int64_t dense_m = n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
-    char dense_path[256];
+    char dense_path[512]; /* hp_linear_info.large_path: up to 511 characters */
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
     double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
