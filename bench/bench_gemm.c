@@ -18,7 +18,8 @@
  * 128 rows each. Each in three numerics: f32 W; bf16 W, exact (widened); bf16 W, BF16 mode (bf16 × bf16).
  * (`hyperpar bench run` compares the two with HP_GEMM=onednn, docs/kernels.md.)
  *
- *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only]
+ *   usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only] [--only SHAPE] [--numerics 0|1|2]
+ *                     [--cpu-time]
  */
 #include <cblas.h>
 #include <omp.h>
@@ -31,10 +32,13 @@
 #include "hyperpar/moe.h"
 #include "linalg/linalg_int.h" /* hp__linear_force: the crossover table */
 
+/* --cpu-time: the process's CPU time instead of the wall clock (with --threads 1: less disturbed by other jobs) */
+static clockid_t clock_id = CLOCK_MONOTONIC;
+
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock_id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -49,7 +53,8 @@ typedef struct shape {
 } shape;
 
 /* The large products: blocked kernel vs oneDNN, same linear, same run. */
-static void large_table(hp_linalg *ctx, int reps)
+/* only: run the shapes whose name contains it (NULL: all); mode_only: that numerics alone (-1: all three). */
+static void large_table(hp_linalg *ctx, int reps, const char *only, int mode_only)
 {
     typedef struct big {
         const char *name;
@@ -59,18 +64,22 @@ static void large_table(hp_linalg *ctx, int reps)
         {"2048^3", 2048, 2048, 2048, 1},          {"llama q/o", 512, 4096, 4096, 1},
         {"llama k/v", 512, 1024, 4096, 1},        {"llama gate, up", 512, 14336, 4096, 1},
         {"llama down", 512, 4096, 14336, 1},      {"llama head", 512, 32000, 4096, 1},
-        {"qwen3 gate/up x16", 32, 1536, 2048, 16}, {"qwen3 gate/up x16", 128, 1536, 2048, 16},
-        {"qwen3 down x16", 32, 2048, 768, 16},     {"qwen3 down x16", 128, 2048, 768, 16},
-        {"llama q/o", 64, 4096, 4096, 1},          {"llama gate, up", 64, 14336, 4096, 1},
-        {"llama q/o", 128, 4096, 4096, 1},         {"qwen3 gate/up x16", 96, 1536, 2048, 16},
+        {"qwen3 gate/up x16", 16, 1536, 2048, 16}, {"qwen3 gate/up x16", 32, 1536, 2048, 16},
+        {"qwen3 gate/up x16", 64, 1536, 2048, 16}, {"qwen3 gate/up x16", 96, 1536, 2048, 16},
+        {"qwen3 gate/up x16", 128, 1536, 2048, 16}, {"qwen3 down x16", 16, 2048, 768, 16},
+        {"qwen3 down x16", 32, 2048, 768, 16},     {"qwen3 down x16", 64, 2048, 768, 16},
+        {"qwen3 down x16", 128, 2048, 768, 16},    {"llama q/o", 64, 4096, 4096, 1},
+        {"llama gate, up", 64, 14336, 4096, 1},    {"llama q/o", 128, 4096, 4096, 1},
     };
     const char *modes[] = {"f32", "bf16 W exact", "bf16 mode"};
     hp_err err;
-    printf("\nlarge products, GFLOP/s (best of %d): hyperpar blocked kernel vs oneDNN, through the layer\n", reps);
-    printf("%-18s %5s %6s %6s %-13s %9s %9s %6s\n", "shape", "M", "N", "K", "numerics", "hyperpar", "oneDNN",
-           "ratio");
+    printf("\nlarge products, GFLOP/s (best of %d): hyperpar blocked kernel (W packed; A packed, W in place) vs "
+           "oneDNN, through the layer\n", reps);
+    printf("%-18s %5s %6s %6s %-13s %9s %9s %9s %6s %6s\n", "shape", "M", "N", "K", "numerics", "W packed",
+           "A packed", "oneDNN", "W/dnn", "A/dnn");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const big *b = &shapes[si];
+        if (only && !strstr(b->name, only)) continue;
         int64_t nk = b->n * b->k, ma = b->m * b->groups;
         float *w32 = malloc((size_t)(b->groups * nk) * sizeof *w32);
         uint16_t *w16 = malloc((size_t)(b->groups * nk) * sizeof *w16);
@@ -89,14 +98,18 @@ static void large_table(hp_linalg *ctx, int reps)
             g[e] = (hp_linear_group){.mat = e, .m = b->m, .a = a + e * b->m * b->k, .lda = b->k,
                                      .c = c + e * b->m * b->n, .ldc = b->n};
         for (int mode = 0; mode < 3; mode++) {
+            if (mode_only >= 0 && mode != mode_only) continue;
             hp_linear_desc d = {.n_out = b->n, .n_in = b->k, .n_mats = b->groups,
                                 .dtype = mode ? HP_DT_BF16 : HP_DT_F32, .w = mode ? (const void *)w16 : w32,
                                 .mode = mode == 2 ? HP_LINALG_BF16 : HP_LINALG_EXACT};
             hp_linear *lin = NULL;
             if (hp_linear_init(&lin, ctx, &d, &err) != HP_OK) die("linear", &err);
-            double gf[2] = {0, 0};
-            for (int impl = 0; impl < 2; impl++) {
-                if (hp__linear_force_large(lin, impl == 0, &err) != HP_OK) continue; /* no AVX-512: oneDNN only */
+            /* the streaming kernel off: at 16 rows too, the large paths are compared */
+            if (hp__linear_force(lin, hp__isa_best(), 0, &err) != HP_OK) die("force", &err);
+            double gf[3] = {0, 0, 0}; /* W packed, oneDNN, A packed (hp__force 1, 0, 2) */
+            for (int impl = 0; impl < 3; impl++) {
+                hp__force how = impl == 0 ? HP__FORCE_PACK_W : impl == 1 ? HP__FORCE_ONEDNN : HP__FORCE_PACK_A;
+                if (hp__linear_force_large(lin, how, &err) != HP_OK) continue; /* no AVX-512: oneDNN only */
                 double best = 1e30;
                 for (int r = 0; r < reps + 1; r++) {
                     double t0 = now();
@@ -106,8 +119,10 @@ static void large_table(hp_linalg *ctx, int reps)
                 }
                 gf[impl] = 2.0 * (double)ma * (double)nk / best * 1e-9;
             }
-            printf("%-18s %5lld %6lld %6lld %-13s %9.1f %9.1f %6.2f\n", b->name, (long long)b->m, (long long)b->n,
-                   (long long)b->k, modes[mode], gf[0], gf[1], gf[1] > 0 ? gf[0] / gf[1] : 0.0);
+            printf("%-18s %5lld %6lld %6lld %-13s %9.1f %9.1f %9.1f %6.2f %6.2f\n", b->name, (long long)b->m,
+                   (long long)b->n, (long long)b->k, modes[mode], gf[0], gf[2], gf[1], gf[1] > 0 ? gf[0] / gf[1] : 0.0,
+                   gf[1] > 0 ? gf[2] / gf[1] : 0.0);
+            fflush(stdout);
             hp_linear_free(lin);
         }
         free(w32);
@@ -119,17 +134,25 @@ static void large_table(hp_linalg *ctx, int reps)
 
 int main(int argc, char **argv)
 {
-    int reps = 5, threads = 0;
+    int reps = 5, threads = 0, mode_only = -1;
     bool large_only = false;
+    const char *only = NULL;
     double mib = 96.0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
         else if (!strcmp(argv[i], "--large-only")) large_only = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--cpu-time")) clock_id = CLOCK_PROCESS_CPUTIME_ID;
+        else if (!strcmp(argv[i], "--numerics") && i + 1 < argc) mode_only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only]\n"
-                            "  (the large-products table switches between the blocked kernel and oneDNN itself;\n"
+            fprintf(stderr, "usage: bench_gemm [--reps R] [--threads N] [--mib MIB] [--large-only] [--only SHAPE]\n"
+                            "                  [--numerics 0|1|2] [--cpu-time]\n"
+                            "  (--only: the large products whose name contains SHAPE, e.g. qwen3; --numerics: f32 W,\n"
+                            "  bf16 W exact or bf16 mode alone; --cpu-time: the process's CPU time, for --threads 1;\n"
+                            "  the large-products table switches between the blocked kernel's two loop nests and\n"
+                            "  oneDNN itself;\n"
                             "  HP_GEMM=onednn|hyperpar, read by the layer, changes the default of the other "
                             "tables)\n");
             return 2;
@@ -149,7 +172,7 @@ int main(int argc, char **argv)
     printf("OpenBLAS: %s, core %s, %d threads\n", openblas_get_config(), openblas_get_corename(),
            openblas_get_num_threads());
     if (large_only) {
-        large_table(ctx, reps);
+        large_table(ctx, reps, only, mode_only);
         hp_linalg_destroy(ctx);
         return 0;
     }
@@ -262,7 +285,7 @@ int main(int argc, char **argv)
         free(a);
         free(c);
     }
-    large_table(ctx, reps);
+    large_table(ctx, reps, only, mode_only);
     printf("\nGFLOP/s = 2·M·N·K / time per matrix; ratio = layer / OpenBLAS (sgemv at M = 1; bf16 rows:\n"
            "OpenBLAS on the f32 copy); W GB/s = the layer's weight bytes read per second; of bw = that / the\n"
            "read-only sweep.\n");

@@ -546,7 +546,7 @@ TEST(bf16_weights_are_borrowed_not_widened)
         CHECK(info.owned_bytes < (size_t)(G * n * k) * 2);
         CHECK(info.small_m_max == HP__SMALL_M_MAX);
         CHECK_STR_CONTAINS(info.small_path, "bf16 dot");
-        CHECK_STR_CONTAINS(info.large_path, "oneDNN"); /* K = 200: below HP__UK_MIN_K */
+        CHECK_STR_CONTAINS(info.large_path, "oneDNN"); /* K = 200: below HP__UK_RULES' min K */
         printf("  bf16 linear: small rows: %s; large rows: %s\n", info.small_path, info.large_path);
     }
     hp_linear_free(lin);
@@ -672,8 +672,8 @@ static bool uk_runs(const uk_variant *v)
     return false;
 }
 
-/* A linear whose every row count (1 included) goes through the blocked kernel. */
-static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
+/* A linear whose every row count (1 included) goes through the blocked kernel's loop nest `how`. */
+static hp_linear *uk_linear_as(hp_linalg *ctx, const hp_linear_desc *d, hp__force how)
 {
     hp_err err;
     hp_linear *lin = NULL;
@@ -681,17 +681,24 @@ static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
     CHECK_MSG(st == HP_OK, "%s", err.msg);
     if (st != HP_OK) return NULL;
     CHECK(hp__linear_force(lin, hp__isa_best(), 0, &err) == HP_OK);
-    CHECK_MSG(hp__linear_force_large(lin, true, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(hp__linear_force_large(lin, how, &err) == HP_OK, "%s", err.msg);
     hp_linear_info info;
     hp_linear_get_info(lin, &info);
     CHECK_STR_CONTAINS(info.large_path, "hyperpar avx512");
+    CHECK_STR_CONTAINS(info.large_path, how == HP__FORCE_PACK_A ? "W read in place" : "packed per call");
     return lin;
 }
 
-/* Every edge of the loop nest against the reference: M across the 6-row tiles and the 192-row blocks, N across
- * the 16-column vectors and 64-column panels, K across the 16-word transposes and the 1024-element k blocks (odd K:
- * the zero pad of the last bf16 pair), padded lda and ldc, accumulate, bias, the last matrix of a stack. A
- * representative cross product: every (K, N) pair, three row counts each, the options varying with the pair. */
+static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
+{
+    return uk_linear_as(ctx, d, HP__FORCE_PACK_W);
+}
+
+/* Every edge of the loop nests against the reference: M across the 6-row tiles, the 16- and 32-row tiles (A
+ * packed) and the 192-row blocks, N across the 12-column tiles, 16-column vectors and 64-column panels, K across
+ * the 16-word transposes and the 1024-element k blocks (odd K: the zero pad of the last bf16 pair), padded lda and
+ * ldc, accumulate, bias, the last matrix of a stack. A representative cross product: every (K, N) pair, three row
+ * counts each, the options varying with the pair; both loop nests. */
 TEST(blocked_kernel_every_edge_against_reference)
 {
     static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
@@ -731,8 +738,9 @@ TEST(blocked_kernel_every_edge_against_reference)
                 hp__gemm_ref(mmax, n, k, a, lda, v->dt, wm, bm, false, ref, abs_sum);
                 bool b16 = v->mode == HP_LINALG_BF16;
                 if (b16) hp__gemm_ref(mmax, n, k, a, lda, v->dt, wm, bm, true, ref_r, NULL);
-                for (int t = 0; lin && t < 3; t++) {
-                    int64_t m = m3[t];
+                for (int t = 0; lin && t < 6; t++) {
+                    int64_t m = m3[t % 3];
+                    if (t == 3) CHECK(hp__linear_force_large(lin, HP__FORCE_PACK_A, &err) == HP_OK);
                     for (int64_t i = 0; i < mmax * ldc; i++) c0[i] = c[i] = val(i, 0.29, 2.0);
                     CHECK_MSG(hp_linear_forward(lin, mat, m, a, lda, c, ldc, acc, &err) == HP_OK, "%s", err.msg);
                     /* an F32 weight in BF16 mode is rounded too: two roundings of at most 2^-8 relative each */
@@ -744,9 +752,9 @@ TEST(blocked_kernel_every_edge_against_reference)
                         for (int64_t j = 0; j < ldc; j++)
                             if ((r >= m || j >= n) && c[r * ldc + j] != c0[r * ldc + j]) untouched = false;
                     CHECK_MSG(e <= 1.0 && er <= 1.0 && untouched,
-                              "blocked kernel, %s, bias %d, M=%lld K=%lld N=%lld lda=%lld ldc=%lld accumulate %d: "
-                              "error %.3g and %.3g of the bound, outside C untouched %d",
-                              v->name, with_bias, (long long)m, (long long)k, (long long)n, (long long)lda,
+                              "blocked kernel, %s, %s, bias %d, M=%lld K=%lld N=%lld lda=%lld ldc=%lld accumulate "
+                              "%d: error %.3g and %.3g of the bound, outside C untouched %d",
+                              v->name, t < 3 ? "W packed" : "A packed", with_bias, (long long)m, (long long)k, (long long)n, (long long)lda,
                               (long long)ldc, acc, e, er, untouched);
                 }
                 hp_linear_free(lin);
@@ -850,10 +858,110 @@ TEST(blocked_kernel_sums_in_an_order_fixed_by_k)
     hp_linalg_set_threads(was);
 }
 
+/* The two loop nests (W packed; A packed, W read in place) give the same bytes: every (M, N, K) of the cross
+ * product below, in each variant, with padded strides, accumulate and bias varying with the shape; then many
+ * groups in one grouped call, and 1 against 2 threads. */
+TEST(blocked_kernel_nests_are_byte_equal)
+{
+    static const int64_t ms[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 128, 129};
+    static const int64_t ns[] = {1, 11, 12, 13, 16, 64, 65, 100, 1536};
+    static const int64_t ks[] = {1, 2, 3, 17, 768, 1023, 1024, 1025, 2048};
+    enum { NM = sizeof ms / sizeof ms[0], NN = sizeof ns / sizeof ns[0], NK = sizeof ks / sizeof ks[0] };
+    int was = hp_linalg_set_threads(0);
+    hp_linalg_set_threads(2); /* the context's scratch is sized for the threads at init */
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    int before = hp__failed_checks;
+    for (int vi = 0; vi < N_UK_VARIANTS; vi++) {
+        const uk_variant *v = &UK_VARIANTS[vi];
+        if (!uk_runs(v)) continue;
+        for (int ki = 0; ki < NK; ki++)
+            for (int ni = 0; ni < NN; ni++) {
+                int64_t k = ks[ki], n = ns[ni], mat = G - 1, mmax = ms[NM - 1];
+                int idx = ki * NN + ni + vi;
+                bool pad = idx % 2, with_bias = idx / 2 % 2;
+                int64_t lda = k + (pad ? 7 : 0), ldc = n + (pad ? 3 : 0);
+                void *w = make_w(v->dt, n, k);
+                float *bias = with_bias ? make_f(G * n, 0.37, 0.25) : NULL;
+                hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = v->dt, .w = w, .bias = bias,
+                                    .mode = v->mode};
+                hp_linear *lin = uk_linear(ctx, &d);
+                size_t cb = (size_t)(mmax * ldc) * sizeof(float);
+                float *a = make_f(mmax * lda, 0.113, 1.0), *c0 = make_f(mmax * ldc, 0.29, 2.0);
+                float *cw = malloc(cb), *ca = malloc(cb);
+                for (int mi = 0; lin && mi < NM; mi++)
+                    for (int acc = 0; acc < 2; acc++) {
+                        int64_t m = ms[mi];
+                        memcpy(cw, c0, cb);
+                        memcpy(ca, c0, cb);
+                        CHECK(hp__linear_force_large(lin, HP__FORCE_PACK_W, &err) == HP_OK);
+                        CHECK(hp_linear_forward(lin, mat, m, a, lda, cw, ldc, acc, &err) == HP_OK);
+                        CHECK(hp__linear_force_large(lin, HP__FORCE_PACK_A, &err) == HP_OK);
+                        CHECK(hp_linear_forward(lin, mat, m, a, lda, ca, ldc, acc, &err) == HP_OK);
+                        CHECK_MSG(memcmp(cw, ca, cb) == 0,
+                                  "%s, bias %d, M=%lld N=%lld K=%lld lda=%lld ldc=%lld accumulate %d: the nests differ",
+                                  v->name, with_bias, (long long)m, (long long)n, (long long)k, (long long)lda,
+                                  (long long)ldc, acc);
+                    }
+                hp_linear_free(lin);
+                free(w);
+                free(bias);
+                free(a);
+                free(c0);
+                free(cw);
+                free(ca);
+                if (hp__failed_checks - before > 20) goto out;
+            }
+        /* many groups in one call (every matrix, 0..129 rows: the small ones take the blocked kernel too), A packed on 1 and 2 threads, W packed on 2 */
+        enum { NG = 60 };
+        const int64_t n = 100, k = 1100;
+        int64_t gm[NG], off[NG], total = 0;
+        for (int i = 0; i < NG; i++) {
+            gm[i] = (i * 37) % 130; /* 0..129 */
+            off[i] = total;
+            total += gm[i];
+        }
+        void *w = make_w(v->dt, n, k);
+        float *bias = make_f(G * n, 0.37, 0.25), *a = make_f(total * k, 0.043, 1.0), *c0 = make_f(total * n, 0.3, 1.0);
+        size_t cb = (size_t)(total * n) * sizeof(float);
+        float *c[3] = {malloc(cb), malloc(cb), malloc(cb)};
+        hp_linear_desc d = {.n_out = n, .n_in = k, .n_mats = G, .dtype = v->dt, .w = w, .bias = bias,
+                            .mode = v->mode};
+        hp_linear *lin = uk_linear(ctx, &d);
+        for (int acc = 0; lin && acc < 2; acc++) {
+            for (int run = 0; run < 3; run++) { /* A packed on 2 threads, on 1, W packed on 2 */
+                hp_linear_group g[NG];
+                for (int i = 0; i < NG; i++)
+                    g[i] = (hp_linear_group){.mat = (i * 7) % G, .m = gm[i], .a = a + off[i] * k, .lda = k,
+                                             .c = c[run] + off[i] * n, .ldc = n};
+                memcpy(c[run], c0, cb);
+                hp_linalg_set_threads(run == 1 ? 1 : 2);
+                CHECK(hp__linear_force_large(lin, run < 2 ? HP__FORCE_PACK_A : HP__FORCE_PACK_W, &err) == HP_OK);
+                CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc, &err) == HP_OK, "%s", err.msg);
+            }
+            CHECK_MSG(memcmp(c[0], c[1], cb) == 0, "%s, accumulate %d: A packed, 1 and 2 threads differ", v->name,
+                      acc);
+            CHECK_MSG(memcmp(c[0], c[2], cb) == 0, "%s, accumulate %d: grouped, the nests differ", v->name, acc);
+        }
+        hp_linalg_set_threads(2);
+        hp_linear_free(lin);
+        free(w);
+        free(bias);
+        free(a);
+        free(c0);
+        for (int i = 0; i < 3; i++) free(c[i]);
+    }
+out:
+    hp_linalg_destroy(ctx);
+    hp_linalg_set_threads(was);
+}
+
 /* Many groups of 17..200 rows (and some of the streaming kernel's 0..16) on the default paths, one grouped call:
- * byte-equal to one hp_linear_forward per group. K = 1100 (at least HP__UK_MIN_K): a bf16 weight in EXACT mode
- * runs its groups of 128 rows and more on the blocked kernel and the others on oneDNN, in the same call (the
- * blocked kernel's groups checked); then every variant again with the blocked kernel forced (every group). */
+ * byte-equal to one hp_linear_forward per group. K = 1100 (at least the min K of HP__UK_RULES): a bf16 weight in
+ * EXACT mode runs its groups of 128 rows and more on the blocked kernel and the others on oneDNN, BF16 mode its
+ * groups of 17..64 rows on the A-packed nest, 65..128 on the W-packed one and the others on oneDNN, in the same
+ * call (the blocked kernel's groups checked); then every variant again with the blocked kernel forced (every
+ * group). */
 TEST(blocked_kernel_grouped_equals_per_group_calls)
 {
     enum { NG = 41 };
@@ -876,10 +984,12 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
                             .mode = v->mode};
         hp_linear *lin = NULL;
         CHECK_MSG(hp_linear_init(&lin, ctx, &d, &err) == HP_OK, "%s", err.msg);
-        if (lin && v->kind == HP__UK_WIDEN) {
+        if (lin && v->kind != HP__UK_F32) {
             hp_linear_info info;
             hp_linear_get_info(lin, &info);
-            CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; below: oneDNN");
+            if (v->kind == HP__UK_WIDEN) CHECK_STR_CONTAINS(info.large_path, "at >= 128 rows; otherwise: oneDNN");
+            else CHECK_STR_CONTAINS(info.large_path, "W read in place at 17..64 rows; ");
+            if (v->kind == HP__UK_BF16) CHECK_STR_CONTAINS(info.large_path, "per call at 65..128 rows; otherwise: oneDNN");
         }
         hp_linear_group g[NG];
         for (int acc = 0; lin && acc < 4; acc++) {
@@ -894,9 +1004,10 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
             }
             CHECK_MSG(hp_linear_forward_grouped(lin, g, NG, acc % 2, &err) == HP_OK, "%s", err.msg);
             for (int i = 0; i < NG; i++)
-                /* by default only WIDEN's groups of 128 rows and more run the blocked kernel; oneDNN's groups
-                 * equal their own calls only up to summation order */
-                CHECK_MSG((acc < 2 && (v->kind != HP__UK_WIDEN || gm[i] < 128)) ||
+                /* by default only WIDEN's groups of 128 rows and more and BF16's of 17..128 run the blocked
+                 * kernel (both nests); oneDNN's groups equal their own calls only up to summation order */
+                CHECK_MSG((acc < 2 && !(v->kind == HP__UK_WIDEN && gm[i] >= 128) &&
+                           !(v->kind == HP__UK_BF16 && gm[i] > 16 && gm[i] <= 128)) ||
                               memcmp(c + off[i] * n, c1 + off[i] * n, (size_t)(gm[i] * n) * sizeof *c) == 0,
                           "%s, accumulate %d, forced %d: group %d (M=%lld) differs from its own call", v->name,
                           acc % 2, acc / 2, i, (long long)gm[i]);

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "bench_run.h"
+#include "costflags.h"
 #include "hyperpar/cost.h"
 #include "signals.h"
 #include "hyperpar/gen.h"
@@ -801,10 +802,23 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
     hp_linalg_blas_describe(in->blas, sizeof in->blas, NULL);
 }
 
+/* A run this node cannot hold is refused before any of it is allocated (cli_forward_memory_fits). */
+static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan *p, const rb_args *a,
+                              const cli_threads_info *ti, hp_err *err)
+{
+    char what[160];
+    snprintf(what, sizeof what, "bench %s of %s at batch %lld x %lld tokens (%lld layer%s, vocab %lld)",
+             a->train ? "train" : "run", a->p->name, (long long)a->batch, (long long)a->tokens, (long long)a->layers,
+             a->layers == 1 ? "" : "s", (long long)a->vocab);
+    return cli_forward_memory_fits(w, m, p, a->batch, a->tokens, a->train, false, 0, ti->local_ranks, what,
+                                   "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks", err);
+}
+
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
-    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe();
+    char torch_why[400] = "not probed on this rank";
+    bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe(torch_why, sizeof torch_why);
     hp_err err;
     hp_err_clear(&err);
     hp_comm *w = NULL;
@@ -827,6 +841,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_linalg *la = NULL;
     rb_result res = {0};
     rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ti = ti, .ckpt_dir = dir};
+    snprintf(in.torch_why, sizeof in.torch_why, "%s", torch_why);
     double *rows = NULL;
     hp_status st = HP_OK;
     if (a->dp * a->cp * a->tp != P)
@@ -841,8 +856,6 @@ static int run(rb_args *a, int *argc, char ***argv)
                         (long long)a->ep);
     /* --batch rows, by default one per dp replica (the runtime gives each replica at least one row). */
     const int64_t B = a->batch, T = a->tokens;
-    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
-        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
@@ -876,6 +889,10 @@ static int run(rb_args *a, int *argc, char ***argv)
             in.n_overrides = ov ? (int)hp_overrides_count(ov) : 0;
         }
     }
+    if ((st = hp_comm_agree(w, st, &err))) goto done;
+    st = memory_check(w, m, p, a, &ti, &err);
+    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train, .no_logits = true}; /* timed only */
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
@@ -932,7 +949,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
         double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
-        per_call[k] = res.calls[k] ? (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]) : 0;
+        per_call[k] = res.calls[k] > 0 ? (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]) : 0;
         bg[k] = k == HP_RUN_GATHER ? w : k == HP_RUN_ALL_TO_ALL ? epg : g;
     }
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {

@@ -38,6 +38,7 @@ typedef struct cli_bench_info {
     cli_threads_info ti; /* cli_threads: the count per rank and how it was chosen */
     int64_t n_sparse;  /* sparse decoder layers */
     bool torch;        /* the launcher's python can import torch (cli_bench_torch_probe) */
+    char torch_why[400]; /* when not, why */
     const char *ckpt_dir; /* the random checkpoint's folder */
     double weights;    /* W, the weights one token goes through in the forward's GEMMs (hp_cost_gemm_weights) */
     double gemm_flop;  /* 2 T x W: the GEMM work of one forward */
@@ -67,8 +68,9 @@ typedef struct cli_torch_eager {
     char model[256], version[64], dtype[16];
     char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */
 } cli_torch_eager;
-/* Whether $HP_BENCH_PYTHON (python3) can import torch; asked before MPI starts. */
-bool cli_bench_torch_probe(void);
+/* Whether $HP_BENCH_PYTHON (python3) can import torch, within a minute (else it is killed); asked before MPI
+ * starts. When not, why says so: the program cannot run, its exit status and last line of stderr, or its signal. */
+bool cli_bench_torch_probe(char *why, size_t cap);
 /* Collective; rank 0 runs the forward (bench run; in a's dtype) or a forward+backward+AdamW step (bench train;
  * f32) of PyTorch eager on in->ckpt_dir at a's batch, with the threads of this node's ranks (in->threads each),
  * one warm-up and in->reps timed, while the other ranks wait without spinning; when !in->torch or it fails,

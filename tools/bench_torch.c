@@ -21,6 +21,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <jansson.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -91,10 +93,71 @@ static int spawn(char *const argv[], char *out, size_t cap)
     return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
 }
 
-bool cli_bench_torch_probe(void)
+/* How long the probe may take: importing torch takes seconds; a program that never ends is not a python. */
+#define PROBE_S 60
+
+bool cli_bench_torch_probe(char *why, size_t cap)
 {
+    snprintf(why, cap, "?");
     char *argv[] = {(char *)python(), "-c", "import torch", NULL};
-    return spawn(argv, NULL, 0) == 0;
+    int fd[2];
+    if (pipe2(fd, O_CLOEXEC) != 0) return snprintf(why, cap, "no pipe: %s", strerror(errno)), false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], 2); /* its error, for the note */
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fd[1]);
+    if (rc != 0) {
+        close(fd[0]);
+        snprintf(why, cap, "cannot run %s: %s", argv[0], strerror(rc));
+        return false;
+    }
+    /* Its stderr, the last 400 bytes kept, until it closes or the time is up (then it is killed). */
+    char err[401] = "";
+    size_t n = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    bool late = false;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        int left = PROBE_S * 1000 - (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pf = {.fd = fd[0], .events = POLLIN};
+        int pr = left > 0 ? poll(&pf, 1, left) : 0;
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr == 0) {
+            late = true;
+            break;
+        }
+        char buf[512];
+        ssize_t k = pr > 0 ? read(fd[0], buf, sizeof buf) : -1;
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        for (ssize_t i = 0; i < k; i++) { /* keep the tail */
+            if (n == sizeof err - 1) memmove(err, err + 1, --n);
+            err[n++] = buf[i];
+        }
+    }
+    close(fd[0]);
+    if (late) kill(pid, SIGKILL);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    if (late) return snprintf(why, cap, "%s did not finish 'import torch' within %d s", argv[0], PROBE_S), false;
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return true;
+    err[n] = '\0';
+    while (n > 0 && (err[n - 1] == '\n' || err[n - 1] == '\r' || err[n - 1] == ' ')) err[--n] = '\0';
+    const char *last = strrchr(err, '\n');
+    last = last ? last + 1 : err;
+    char esc[200];
+    hp_escape(last, esc, sizeof esc);
+    if (WIFSIGNALED(ws)) snprintf(why, cap, "%s was killed by signal %d on 'import torch'", argv[0], WTERMSIG(ws));
+    else snprintf(why, cap, "%s exited with status %d on 'import torch'%s%s", argv[0], WEXITSTATUS(ws),
+                  esc[0] ? ": " : "", esc);
+    return false;
 }
 
 /* Spawns $HP_BENCH_PYTHON -B -c BOOT MODEL_SRC script args... (args NULL-terminated) and reads the last JSON
@@ -133,17 +196,16 @@ static void run_script(const unsigned char *script, char *const args[], int64_t 
     json_decref(o);
 }
 
-static void not_installed(cli_torch_eager *t)
+static void not_installed(cli_torch_eager *t, const char *why)
 {
-    snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (not installed: %s cannot import torch)",
-             python());
+    snprintf(t->note, sizeof t->note, "PyTorch eager: not measured here (torch cannot be imported: %.400s)", why);
 }
 
 /* Rank 0's measurement. */
 static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch_eager *t)
 {
     if (!in->torch) {
-        not_installed(t);
+        not_installed(t, in->torch_why);
         return;
     }
     char B[32], T[32], N[32], R[32];
@@ -166,8 +228,9 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
 void cli_bench_torch_moe(const cli_torch_moe *m, cli_torch_eager *t)
 {
     memset(t, 0, sizeof *t);
-    if (!cli_bench_torch_probe()) {
-        not_installed(t);
+    char why[512];
+    if (!cli_bench_torch_probe(why, sizeof why)) {
+        not_installed(t, why);
         return;
     }
     char v[9][32];

@@ -168,6 +168,10 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
 bool cli_output_problem(const char *opt, const char *path, const char *model, const char *const *inputs,
                         int n_inputs, char *msg, size_t cap);
 
+/* Whether two output names are one file: the same file (links included), or, for a file yet to be made, the
+ * same name in the same folder ("o.st" and "./o.st"). */
+bool cli_same_output(const char *a, const char *b);
+
 /* Writes data to path atomically (a temporary next to it, synced, renamed over path; never left behind), or
  * to stdout when path is NULL. `what` names it in errors ("the plan"). Returns an exit code. */
 int cli_write_atomic(const char *path, const char *data, size_t len, const char *what);
@@ -178,6 +182,11 @@ hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, c
 /* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB after giving freed heap back,
  * or -1 where there is none. */
 int64_t cli_anon_kib(void);
+/* The memory this machine can still give (MemAvailable of /proc/meminfo) in bytes; 0 where unknown. */
+uint64_t cli_mem_available(void);
+/* Refuses (HP_ERR_INPUT, naming what, the bytes and remedy) a run whose ranks on this node would need more than
+ * cli_mem_available(): need bytes per rank (UINT64_MAX: past 64 bits) times ranks. HP_OK where unknown. */
+hp_status cli_memory_fits(const char *what, uint64_t need, int ranks, const char *remedy, hp_err *err);
 /* --stats-json of run and train: the last forward's loss (17 digits; null when not finite) and every rank's
  * statistics (bytes and calls per collective kind, resident weights, the forward's workspace, anon_kib_grown,
  * seconds; after a training step its state's bytes: grad_bytes, optim_bytes, master_bytes, saved_bytes) to rank 0,

@@ -220,6 +220,22 @@ static int run(const bench_args *a)
     if (p->experts % ep)
         return cli_usage_error("bench", "--ep %lld does not divide the %lld experts of %s", (long long)ep,
                                (long long)p->experts, p->name);
+    { /* what the run holds at once, refused before any of it is allocated (would be killed for memory) */
+        double T = (double)a->tokens, H = (double)p->hidden, I = (double)p->moe_intermediate,
+               sI = (double)p->shared_intermediate, E = (double)p->experts, slots = T * (double)p->top_k;
+        double need = expert_gib * (double)(1u << 30) / (double)ep + E * H * 4   /* the local experts, the router */
+                      + 2 * T * H * 4                                            /* x, y */
+                      + T * H * 8 + T * E * 8 + slots * 17 + slots * (H + 2 * I) * 4 /* the workspace (routing, rows) */
+                      + (sI > 0 ? T * (2 * sI + H + 1) * 4 : 0)                  /* the shared expert's */
+                      + slots * (2 * H + 2 * I) * 4 + (double)READ_SWEEP_BYTES;   /* the dense limit, the read sweep */
+        char what[160];
+        snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
+                 (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
+                 a->dtype == HP_DT_BF16 ? "bf16" : "f32");
+        hp_status ms = cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, 1,
+                                       "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", &err);
+        if (ms != HP_OK) return cli_fail(&err);
+    }
     hp_moe_dims d = cli_preset_moe_dims(p);
     d.n_local = p->experts / ep;
     d.bf16_weights = a->dtype == HP_DT_BF16;
@@ -281,7 +297,7 @@ static int run(const bench_args *a)
      * layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert (whose weights are f32). */
     enum { LIMIT_REPS = 3 };
     int64_t dense_m = n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
-    char dense_path[256];
+    char dense_path[512]; /* hp_linear_info.large_path: up to 511 characters */
     double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
                                            sizeof dense_path);
     double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "costflags.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/data.h"
 #include "hyperpar/moe.h"
@@ -137,18 +139,35 @@ static hp_status write_output(const char *path, const hp_run_output *o, hp_err *
     return st;
 }
 
+/* Whether the --compare file f holds what a run of [B, S] over vocab V compares with: logits F32 [B, S, V] and a
+ * scalar loss F32. Checked before the forward too, so that a wrong reference costs no run. */
+static hp_status reference_fits(const char *path, const hp_st_file *f, int64_t B, int64_t S, int64_t V, hp_err *err)
+{
+    const hp_st_tensor *tl = hp_st_find(f, "logits"), *ts = hp_st_find(f, "loss");
+    if (!tl || tl->dtype != HP_DT_F32 || tl->n_dims != 3 || tl->shape[0] != B || tl->shape[1] != S || tl->shape[2] != V)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: needs 'logits' F32 [%lld, %lld, %lld] to compare with", path,
+                          (long long)B, (long long)S, (long long)V);
+    if (!ts || ts->dtype != HP_DT_F32 || ts->n_elems != 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: needs a scalar 'loss' F32 to compare with", path);
+    return HP_OK;
+}
+
+static hp_status reference_check(const char *path, int64_t B, int64_t S, int64_t V, hp_err *err)
+{
+    hp_st_file *f = NULL;
+    hp_status st = hp_st_open(&f, path, err);
+    if (st == HP_OK) st = reference_fits(path, f, B, S, V, err);
+    hp_st_close(f);
+    return st;
+}
+
 static hp_status compare(const run_args *a, const hp_run_output *o, hp_err *err)
 {
     hp_st_file *f = NULL;
     hp_status st = hp_st_open(&f, a->compare, err);
     if (st != HP_OK) return st;
     const hp_st_tensor *tl = hp_st_find(f, "logits"), *ts = hp_st_find(f, "loss");
-    if (!tl || tl->dtype != HP_DT_F32 || tl->n_dims != 3 || tl->shape[0] != o->B || tl->shape[1] != o->S ||
-        tl->shape[2] != o->V)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs 'logits' F32 [%lld, %lld, %lld] to compare with", a->compare,
-                        (long long)o->B, (long long)o->S, (long long)o->V);
-    else if (!ts || ts->dtype != HP_DT_F32 || ts->n_elems != 1)
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: needs a scalar 'loss' F32 to compare with", a->compare);
+    st = reference_fits(a->compare, f, o->B, o->S, o->V, err);
     if (st == HP_OK) {
         int64_t n = o->B * o->S * o->V;
         float *ref = malloc((size_t)n * sizeof *ref), rl;
@@ -291,7 +310,7 @@ static int run(run_args *a, int *argc, char ***argv)
     const char *const inputs[] = {a->in.input, a->compare, a->pf.overrides, a->plan, a->output};
     if (a->output && cli_output_problem("--output", a->output, a->model, inputs, 4, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
-    if (st == HP_OK && a->stats_json && a->output && !strcmp(a->stats_json, a->output))
+    if (st == HP_OK && cli_same_output(a->stats_json, a->output))
         st = hp_err_set(&err, HP_ERR_INPUT, "--stats-json and --output name the same file '%s'", a->output);
     if (st == HP_OK && a->stats_json &&
         cli_output_problem("--stats-json", a->stats_json, a->model, inputs, 5, omsg, sizeof omsg))
@@ -314,10 +333,20 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
+    if (st == HP_OK && a->in.src.kind == HP_IDS_RANDOM) { /* its ids alone may pass the memory (a file bounds them) */
+        char what[160];
+        snprintf(what, sizeof what, "--random-input %lld,%lld (its ids alone)", (long long)a->in.src.B,
+                 (long long)a->in.src.S);
+        st = cli_memory_fits(what, (uint64_t)a->in.src.B * (uint64_t)a->in.src.S * sizeof *ids, 1,
+                             "give fewer rows or tokens", &err);
+    }
     if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
+    if (st == HP_OK && a->compare && hp_comm_rank(w) == 0) /* rank 0 compares: a wrong reference costs no run */
+        st = reference_check(a->compare, B, S, m->cfg.vocab_size, &err);
     st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        cli_threads(w, a->threads, NULL);
+        cli_threads_info ti;
+        cli_threads(w, a->threads, &ti);
         hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL,
                           .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
                           .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
@@ -341,6 +370,17 @@ static int run(run_args *a, int *argc, char ***argv)
             return finish(w, st, &err);
         }
         st = hp_runner_create(&r, w, m, p, &ro, &err);
+        /* A batch this node cannot hold is refused before the forward allocates: after the runner's agreement
+         * (every rank runs this command), the weights already held; rank 0 gathers the whole logits when they
+         * are taken. */
+        if (st == HP_OK) {
+            char what[160];
+            snprintf(what, sizeof what, "run of %s on a batch of %lld x %lld tokens", a->model, (long long)B,
+                     (long long)S);
+            double lg = a->output || a->compare ? (double)B * (double)S * (double)m->cfg.vocab_size * 4.0 : 0.0;
+            st = cli_forward_memory_fits(w, m, p, B, S, false, true, lg >= 1.8e19 ? UINT64_MAX / 2 : (uint64_t)lg,
+                                         ti.local_ranks, what, "give a shorter input, fewer rows, or more ranks", &err);
+        }
     }
     if (st == HP_OK) st = hp_runner_forward(r, ids, B, S, &o, &err);
     if (st == HP_OK) print_stats(w, r, p);
@@ -348,6 +388,8 @@ static int run(run_args *a, int *argc, char ***argv)
     if (st == HP_OK && hp_comm_rank(w) == 0) {
         fprintf(stderr, "run: loss %.7g over %lld positions\n", o.loss, (long long)(B * (S - 1)));
         if (a->output) st = write_output(a->output, &o, &err);
+        /* the run failed: the --stats-json just written goes too (a run leaves all its files or none) */
+        if (st != HP_OK && a->stats_json) unlink(a->stats_json);
         if (st == HP_OK && a->compare) st = compare(a, &o, &err);
     }
     st = hp_comm_agree(w, st, &err);

@@ -777,7 +777,7 @@ static int train(train_args *a, int *argc, char ***argv)
         const char *path[] = {a->plot, a->log_json, a->grad_out, a->stats_json};
         for (int i = 0; i < 4; i++)
             for (int j = i + 1; j < 4 && st == HP_OK; j++)
-                if (path[i] && path[j] && !strcmp(path[i], path[j]))
+                if (cli_same_output(path[i], path[j]))
                     st = hp_err_set(&err, HP_ERR_INPUT, "%s and %s name the same file %s", name[i], name[j], path[i]);
     }
     if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */

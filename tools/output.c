@@ -29,6 +29,23 @@ static bool same_file(const char *a, const char *b)
     return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* The folder part of path ("." when it has none) into dir; returns the base name. */
+static const char *split_path(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
+    return slash ? slash + 1 : path;
+}
+
+bool cli_same_output(const char *a, const char *b)
+{
+    if (!a || !b) return false;
+    if (same_file(a, b)) return true;
+    char da[4096], db[4096];
+    const char *ba = split_path(a, da, sizeof da), *bb = split_path(b, db, sizeof db);
+    return !strcmp(ba, bb) && same_file(da, db); /* a file yet to be made: the same name in the same folder */
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
@@ -50,13 +67,11 @@ bool cli_output_problem(const char *opt, const char *path, const char *model, co
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return snprintf(msg, cap, "%s '%s' is %s, not a regular file; give the name of the file to write", opt, path,
                         S_ISDIR(st.st_mode) ? "a folder" : "a device, FIFO or socket"), true;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
+    char dir[4096];
+    const char *base = split_path(path, dir, sizeof dir);
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return snprintf(msg, cap, "%s '%s' names a folder, not a file; give the name of the file to write", opt,
                         path), true;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return snprintf(msg, cap, "%s '%s': the folder '%s' does not exist; create it first", opt, path, dir), true;
     bool clash = same_file(path, model);
@@ -149,6 +164,31 @@ int64_t cli_anon_kib(void)
         if (sscanf(line, "RssAnon: %lld", &v) == 1) break;
     fclose(f);
     return v;
+}
+
+uint64_t cli_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
+hp_status cli_memory_fits(const char *what, uint64_t need, int ranks, const char *remedy, hp_err *err)
+{
+    uint64_t avail = cli_mem_available();
+    if (!avail || ranks < 1) return HP_OK; /* unknown: the allocations themselves tell */
+    if (need <= UINT64_MAX / (uint64_t)ranks && need * (uint64_t)ranks <= avail) return HP_OK;
+    char b1[32] = "more than 16 EiB", b2[32], on[64] = "";
+    if (need != UINT64_MAX) hp_format_bytes(need, b1, sizeof b1);
+    if (ranks > 1) snprintf(on, sizeof on, " x %d ranks on this node", ranks);
+    return hp_err_set(err, HP_ERR_INPUT, "%s needs %s of memory per rank%s, but this machine has %s available "
+                      "(MemAvailable, /proc/meminfo), so it would be killed for memory; %s",
+                      what, b1, on, hp_format_bytes(avail, b2, sizeof b2), remedy);
 }
 
 hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,

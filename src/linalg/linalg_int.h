@@ -65,25 +65,39 @@ typedef enum hp__uk_kind {
                        f32 widening of the same weight */
     HP__UK_BF16,    /* bf16 W in VNNI pairs, A rounded to bf16 (nearest even): vdpbf16ps (avx512_bf16) */
 } hp__uk_kind;
-/* One call: every group with more than min_m and at most max_m rows (hp__uk_takes), C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one
- * OpenMP parallel region of `threads` threads; thread t uses the hp__uk_scratch_bytes(kind) bytes at
- * scratch + t·slot_bytes (64-byte aligned). W [n_mats, n, k] rows (f32 for HP__UK_F32, else bf16); bias
- * [n_mats, n] or NULL. Each C element sums its products in ascending k from its start value, whatever M, N,
- * the element's position or the thread count (see ukernel.c). */
+/* The blocked kernel's two loop nests (ukernel.c), which give the same bytes for every product: */
+typedef enum hp__uk_algo {
+    HP__UK_PACK_A = 0, /* A packed per call, W read in place (each word broadcast); 32 rows × 12 columns */
+    HP__UK_PACK_W,     /* W packed per call (a 16×16 transpose per 256 words); 6 rows × 64 columns per tile */
+    HP__UK_ALGOS
+} hp__uk_algo;
+/* One call: every group whose rows m satisfy min_m[a] < m ≤ max_m[a] for an algo a (the first such, in the
+ * enum's order),
+ * C_g (+)= A_g · W[mat]ᵀ (+ bias[mat]) (acc: C +=), in one OpenMP parallel region of `threads` threads; thread t
+ * uses the hp__uk_scratch_bytes(kind) bytes at scratch + t·slot_bytes (64-byte aligned). W [n_mats, n, k] rows
+ * (f32 for HP__UK_F32, else bf16); bias [n_mats, n] or NULL. Each C element sums its products in ascending k from
+ * its start value, whatever M, N, the element's position, the algo or the thread count (see ukernel.c). */
 typedef struct hp__uk_call {
     hp__uk_kind kind;
     int64_t n, k;
     const void *w;
     const float *bias;
     bool acc;
-    int64_t min_m, max_m;
+    int64_t min_m[HP__UK_ALGOS], max_m[HP__UK_ALGOS];
     char *scratch;
     size_t slot_bytes;
     int threads;
 } hp__uk_call;
-static inline bool hp__uk_takes(const hp__uk_call *c, int64_t m) { return m > c->min_m && m <= c->max_m; }
+/* The algo that takes a group of m rows, or -1: none. */
+static inline int hp__uk_algo_of(const hp__uk_call *c, int64_t m)
+{
+    for (int a = 0; a < HP__UK_ALGOS; a++)
+        if (m > c->min_m[a] && m <= c->max_m[a]) return a;
+    return -1;
+}
+static inline bool hp__uk_takes(const hp__uk_call *c, int64_t m) { return hp__uk_algo_of(c, m) >= 0; }
 bool hp__uk_available(hp__uk_kind kind); /* this CPU and OS run it */
-const char *hp__uk_name(hp__uk_kind kind); /* hp_linear_info.large_path */
+const char *hp__uk_name(hp__uk_kind kind, hp__uk_algo algo); /* hp_linear_info.large_path */
 size_t hp__uk_scratch_bytes(hp__uk_kind kind);
 void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t n_groups);
 
@@ -174,16 +188,16 @@ struct hp_linear {
     hp__large large;         /* the oneDNN path of large products */
     bool uk_ok;              /* the blocked kernel can run here (its ISA) */
     hp__uk_kind uk_kind;
-    int64_t uk_min_m;        /* large products of at least this many rows run the blocked kernel (INT64_MAX:
-                                none; see HP__UK_MIN_M) */
-    int64_t uk_max_m;        /* ... and at most this many (HP__UK_MAX_M) */
+    int64_t uk_min_m[HP__UK_ALGOS]; /* [algo]: large products of at least this many rows run the blocked kernel's
+                                       algo (INT64_MAX: none; see HP__UK_RULES) */
+    int64_t uk_max_m[HP__UK_ALGOS]; /* ... and at most this many */
     const char *fixed_impl;  /* oneDNN's implementation at the first fixed shape made, or NULL */
     const hp__dnnl_mm *mm[2]; /* [beta]: mm[0] is NULL when there is a bias (the bias is written first) */
     int64_t widen_rows;
     int64_t small_m_max;
     hp__isa isa;
     size_t owned_bytes;
-    char small_desc[64], large_desc[320];
+    char small_desc[64], large_desc[512];
 };
 
 /* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
@@ -200,31 +214,44 @@ struct hp_linear {
 #define HP__FIXED_M_MIN 128
 #define HP__FIXED_MAX 64
 /* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
- * kernel also won at 24..96 rows, but 16 stays: above it (and below HP__UK_MIN_M) a bf16 weight takes the same
- * oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test (cli/test_train.sh, 24
- * rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
- * oneDNN, so at HP__UK_MIN_M rows and more the two differ in summation order, as the fixed-shape brgemm already
+ * kernel also won at 24..96 rows, but 16 stays: above it (and below WIDEN's rows in HP__UK_RULES) a bf16 weight
+ * takes the same oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test
+ * (cli/test_train.sh, 24 rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
+ * oneDNN, so at WIDEN's rows of HP__UK_RULES the two differ in summation order, as the fixed-shape brgemm already
  * made them differ at 128 rows and more.) */
 #define HP__SMALL_M_MAX 16
 
-/* Where the blocked kernel (ukernel.c) is the default, for K of at least HP__UK_MIN_K (rows in [MIN_M, MAX_M]):
+/* Where the blocked kernel (ukernel.c) is the default: the rows of this table, {kind, algo, min K, min M, max M};
+ * a linear takes, for each algo, the first row of its kind with min K ≤ K, for products of min M..max M rows (and
+ * more than small_m_max); where two algos' ranges overlap, the first algo of hp__uk_algo takes the rows. Measured (docs/kernels.md, bench_gemm --large-only):
  * - bf16 weights in EXACT mode, at least 128 rows: it beat oneDNN f32 on the widened blocks by 1.12-1.70x on two
  *   threads (0.90x at K = 14336; at K = 768 it lost, 0.56-0.76x, at 32 and 128 rows);
  * - BF16 mode, 17 to 128 rows (a MoE prefill's experts, a small batch): 1.10-1.29x oneDNN's bf16 matmul at 32 and
- *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows).
- * F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x; docs/kernels.md).
- * Indexed by hp__uk_kind. */
-#define HP__UK_MIN_M {INT64_MAX, 128, HP__SMALL_M_MAX + 1}
-#define HP__UK_MAX_M {INT64_MAX, INT64_MAX, 128}
-#define HP__UK_MIN_K 1024
+ *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows);
+ * - BF16 mode, 17 to 64 rows, K >= 768: the A-packed nest, faster than both the W-packed one and oneDNN on a MoE's
+ *   experts (gate/up K = 2048, down K = 768) at 16 to 64 rows; at 96 and 128 rows it was level or behind.
+ * F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x). */
+typedef struct hp__uk_rule {
+    hp__uk_kind kind;
+    hp__uk_algo algo;
+    int64_t min_k, min_m, max_m;
+} hp__uk_rule;
+#define HP__UK_RULES                                                                                                 \
+    {                                                                                                                \
+        {HP__UK_WIDEN, HP__UK_PACK_W, 1024, 128, INT64_MAX},                                                         \
+        {HP__UK_BF16, HP__UK_PACK_A, 768, HP__SMALL_M_MAX + 1, 64},                                                  \
+        {HP__UK_BF16, HP__UK_PACK_W, 1024, HP__SMALL_M_MAX + 1, 128},                                                \
+    }
 
 /* ---- test hooks ---- */
 /* Routes row counts 1..small_m_max through the streaming kernel of isa (0: never; INT64_MAX: always),
  * F32 weights included. HP_ERR_INPUT when this CPU lacks isa. */
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err);
-/* Routes every large row count through the blocked kernel (use_uk) or oneDNN, whatever HP_GEMM says. HP_ERR_INPUT
- * when use_uk and this CPU lacks the kernel's ISA. */
-hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err);
+/* Routes every large row count through oneDNN (HP__FORCE_ONEDNN = 0: false) or the blocked kernel (1: true, its
+ * HP__UK_PACK_W nest; 2: its HP__UK_PACK_A nest), whatever HP_GEMM and HP__UK_RULES say. HP_ERR_INPUT when the
+ * blocked kernel is asked for and this CPU lacks its ISA. */
+typedef enum hp__force { HP__FORCE_ONEDNN = 0, HP__FORCE_PACK_W = 1, HP__FORCE_PACK_A = 2 } hp__force;
+hp_status hp__linear_force_large(hp_linear *lin, hp__force how, hp_err *err);
 
 /* ---- vmath.c's exp, one value, and its instruction set (tests; the caller checks hp__isa_available) ---- */
 void hp__vmath_force(hp__isa isa);

@@ -8,7 +8,7 @@
  *          ──▶ m ≤ small_m_max  "pieces" of at most HP__ROW_CHUNK rows, batched: one OpenMP loop over
  *                               (piece, tile of 16 W rows) runs the streaming kernel for the whole batch;
  *                               static schedule, so each thread streams one contiguous run of W
- *          ──▶ uk_min_m ≤ m ≤ uk_max_m (AVX-512, where measured faster: HP__UK_MIN_M/MAX_M) the blocked kernel, every such
+ *          ──▶ uk_min_m ≤ m ≤ uk_max_m (AVX-512, where measured faster: HP__UK_RULES) the blocked kernel, every such
  *                               group in one OpenMP loop over (group, column block) items (ukernel.c)
  *          ──▶ m > small_m_max  through the one cached primitive: groups of at most HP__SPREAD_ROWS_MAX rows,
  *                               when two or more, one per thread in one OpenMP loop (oneDNN single-threaded
@@ -246,21 +246,35 @@ static void describe(hp_linear *lin)
     char fixed[80] = "";
     if (lin->fixed_impl)
         snprintf(fixed, sizeof fixed, "; %s at fixed shapes of >= %d rows", lin->fixed_impl, HP__FIXED_M_MIN);
-    if (lin->uk_min_m - 1 <= lin->small_m_max && lin->uk_max_m == INT64_MAX) { /* (small_m_max may be INT64_MAX) */
-        snprintf(lin->large_desc, sizeof lin->large_desc, "%s", hp__uk_name(lin->uk_kind));
-        return;
-    }
     char *d = lin->large_desc;
     size_t cap = sizeof lin->large_desc;
-    /* the rows the blocked kernel takes: above the streaming kernel's (small_m_max may be INT64_MAX: none) */
-    int64_t uk_lo = lin->uk_min_m > lin->small_m_max ? lin->uk_min_m : lin->small_m_max;
-    if (uk_lo == lin->small_m_max) uk_lo = lin->small_m_max < INT64_MAX ? lin->small_m_max + 1 : INT64_MAX;
-    if (lin->uk_min_m < INT64_MAX && uk_lo <= lin->uk_max_m) {
-        int w = lin->uk_max_m == INT64_MAX
-                    ? snprintf(d, cap, "%s at >= %lld rows; below: ", hp__uk_name(lin->uk_kind),
-                               (long long)lin->uk_min_m)
-                    : snprintf(d, cap, "%s at %lld..%lld rows; otherwise: ", hp__uk_name(lin->uk_kind),
-                               (long long)uk_lo, (long long)lin->uk_max_m);
+    /* the rows each algo of the blocked kernel takes, in hp__uk_algo_of's order: above the streaming kernel's
+     * (small_m_max may be INT64_MAX: none) and above those of the algos before when they start there */
+    int64_t lo_all = lin->small_m_max < INT64_MAX ? lin->small_m_max + 1 : INT64_MAX, next = lo_all;
+    bool rest = true; /* some large rows are left for oneDNN */
+    for (int a = 0; a < HP__UK_ALGOS; a++) {
+        int64_t lo = lin->uk_min_m[a] > lo_all ? lin->uk_min_m[a] : lo_all, hi = lin->uk_max_m[a];
+        if (lo < next) lo = next; /* the rows from lo_all to next are the algos' before */
+        if (lin->uk_min_m[a] == INT64_MAX || lo > hi) continue;
+        if (lo <= next && hi == INT64_MAX && d == lin->large_desc) { /* every large row count */
+            snprintf(d, cap, "%s", hp__uk_name(lin->uk_kind, (hp__uk_algo)a));
+            return;
+        }
+        if (lo <= next && hi == INT64_MAX) rest = false;
+        const char *name = hp__uk_name(lin->uk_kind, (hp__uk_algo)a);
+        int w = hi == INT64_MAX ? snprintf(d, cap, "%s at >= %lld rows; ", name, (long long)lo)
+                                : snprintf(d, cap, "%s at %lld..%lld rows; ", name, (long long)lo, (long long)hi);
+        if (lo <= next) next = hi == INT64_MAX ? INT64_MAX : hi + 1;
+        if (w < 0 || (size_t)w >= cap) return;
+        d += w;
+        cap -= (size_t)w;
+    }
+    if (!rest) {
+        d[-2] = '\0'; /* no "; " after the last */
+        return;
+    }
+    if (d != lin->large_desc) {
+        int w = snprintf(d, cap, "otherwise: ");
         d += w;
         cap -= (size_t)w;
     }
@@ -320,16 +334,18 @@ static hp_status check_desc(const hp_linear_desc *d, int64_t *n_mats, size_t *w_
     return HP_OK;
 }
 
-/* HP_GEMM in the environment (read once per process: contexts may be made on several threads at once): "onednn" keeps every large product on oneDNN, "hyperpar" runs every
- * one the blocked kernel can on it; anything else, or nothing, the defaults (HP__UK_MIN_M). For benchmarks
- * (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
+/* HP_GEMM in the environment (read once per process: contexts may be made on several threads at once): "onednn"
+ * keeps every large product on oneDNN, "hyperpar" runs every one the blocked kernel can on it (HP__UK_PACK_A
+ * where HP__UK_RULES says, HP__UK_PACK_W for the others); unset or empty, the defaults (HP__UK_RULES); anything
+ * else -1, refused by hp_linear_init (a misspelt choice would otherwise measure the default silently). For
+ * benchmarks (`hyperpar bench run` compares the two); tests use hp__linear_force_large instead. */
 static int gemm_env;
 static pthread_once_t gemm_env_once = PTHREAD_ONCE_INIT;
 
 static void read_gemm_env(void)
 {
     const char *e = getenv("HP_GEMM");
-    gemm_env = !e ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : 0;
+    gemm_env = !e || !e[0] ? 0 : !strcmp(e, "onednn") ? 1 : !strcmp(e, "hyperpar") ? 2 : -1;
 }
 
 static int env_gemm(void)
@@ -344,14 +360,25 @@ static int env_gemm(void)
 static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
 {
     hp_linalg *ctx = lin->ctx;
-    static const int64_t uk_min_m[] = HP__UK_MIN_M, uk_max_m[] = HP__UK_MAX_M;
+    static const hp__uk_rule rules[] = HP__UK_RULES;
+    if (env_gemm() < 0) {
+        char v[64];
+        hp_escape(getenv("HP_GEMM"), v, sizeof v);
+        return hp_err_set(err, HP_ERR_INPUT, "HP_GEMM='%s' in the environment is neither 'onednn' nor 'hyperpar'; "
+                          "unset it for the default choice of kernel by row count", v);
+    }
     lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
     lin->uk_ok = hp__uk_available(lin->uk_kind);
-    lin->uk_max_m = INT64_MAX;
-    if (!lin->uk_ok || env_gemm() == 1) lin->uk_min_m = INT64_MAX;
-    else if (env_gemm() == 2) lin->uk_min_m = 0;
-    else if (lin->k < HP__UK_MIN_K) lin->uk_min_m = INT64_MAX;
-    else lin->uk_min_m = uk_min_m[lin->uk_kind], lin->uk_max_m = uk_max_m[lin->uk_kind];
+    for (int a = 0; a < HP__UK_ALGOS; a++) lin->uk_min_m[a] = lin->uk_max_m[a] = INT64_MAX;
+    bool set[HP__UK_ALGOS] = {false};
+    for (size_t i = 0; lin->uk_ok && env_gemm() != 1 && i < sizeof rules / sizeof rules[0]; i++) {
+        const hp__uk_rule *r = &rules[i];
+        if (r->kind != lin->uk_kind || lin->k < r->min_k || set[r->algo]) continue;
+        set[r->algo] = true;
+        lin->uk_min_m[r->algo] = r->min_m;
+        lin->uk_max_m[r->algo] = r->max_m;
+    }
+    if (lin->uk_ok && env_gemm() == 2) lin->uk_min_m[HP__UK_PACK_W] = 0, lin->uk_max_m[HP__UK_PACK_W] = INT64_MAX;
     hp__dnnl_mm_key key = {.src = HP_DT_F32, .wei = HP_DT_F32, .n = lin->n, .k = lin->k, .beta = true};
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
@@ -502,13 +529,16 @@ hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_
     return HP_OK;
 }
 
-hp_status hp__linear_force_large(hp_linear *lin, bool use_uk, hp_err *err)
+hp_status hp__linear_force_large(hp_linear *lin, hp__force how, hp_err *err)
 {
-    if (use_uk && !lin->uk_ok)
+    if (how != HP__FORCE_ONEDNN && !lin->uk_ok)
         return hp_err_set(err, HP_ERR_INPUT, "the blocked kernel (%s) cannot run for this linear",
-                          hp__uk_name(lin->uk_kind));
-    lin->uk_min_m = use_uk ? 0 : INT64_MAX;
-    lin->uk_max_m = INT64_MAX;
+                          hp__uk_name(lin->uk_kind, HP__UK_PACK_W));
+    for (int a = 0; a < HP__UK_ALGOS; a++) lin->uk_min_m[a] = lin->uk_max_m[a] = INT64_MAX;
+    if (how != HP__FORCE_ONEDNN) {
+        hp__uk_algo a = how == HP__FORCE_PACK_A ? HP__UK_PACK_A : HP__UK_PACK_W;
+        lin->uk_min_m[a] = 0;
+    }
     describe(lin);
     return HP_OK;
 }
@@ -670,10 +700,13 @@ static void run_small_batches(hp_linear *lin, const hp_linear_group *groups, int
     }
 }
 
-/* Whether group g runs on oneDNN: more rows than the streaming kernel's, fewer than the blocked kernel's. */
+/* Whether group g runs on oneDNN: more rows than the streaming kernel's, outside the blocked kernel's. */
 static bool on_dnnl(const hp_linear *lin, const hp_linear_group *g)
 {
-    return g->m > lin->small_m_max && (g->m < lin->uk_min_m || g->m > lin->uk_max_m);
+    if (g->m <= lin->small_m_max) return false;
+    for (int a = 0; a < HP__UK_ALGOS; a++)
+        if (g->m >= lin->uk_min_m[a] && g->m <= lin->uk_max_m[a]) return false;
+    return true;
 }
 
 /* Whether group g runs on one thread of a loop over groups (see run_large_groups). */
@@ -691,14 +724,19 @@ static bool spread(const hp_linear *lin, const hp_linear_group *g)
 static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
                                   hp_err *err)
 {
-    if (lin->uk_min_m < INT64_MAX) {
+    if (lin->uk_min_m[HP__UK_PACK_A] < INT64_MAX || lin->uk_min_m[HP__UK_PACK_W] < INT64_MAX) {
         /* the groups for the blocked kernel, in one parallel region over (group, column block) items */
         hp_linalg *ctx = lin->ctx;
         int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
-        int64_t min_m = lin->uk_min_m - 1 > lin->small_m_max ? lin->uk_min_m - 1 : lin->small_m_max;
         hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
-                            .acc = acc, .min_m = min_m, .max_m = lin->uk_max_m, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .acc = acc, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
                             .slot_bytes = ctx->slot_bytes, .threads = nt};
+        for (int a = 0; a < HP__UK_ALGOS; a++) {
+            call.min_m[a] = lin->uk_min_m[a] == INT64_MAX           ? INT64_MAX /* none */
+                            : lin->uk_min_m[a] - 1 > lin->small_m_max ? lin->uk_min_m[a] - 1
+                                                                      : lin->small_m_max;
+            call.max_m[a] = lin->uk_max_m[a];
+        }
         hp__uk_gemm(&call, groups, n_groups);
     }
     int64_t n_spread = 0;

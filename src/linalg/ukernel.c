@@ -3,7 +3,8 @@
  *
  *   C [M, N] (ldc) (+)= A [M, K] (lda, f32) · W[N, K]ᵀ (+ bias)        W: [N, K] rows, as the layer stores it
  *
- * One loop nest, three variants that differ only in their packers and microkernel:
+ * Two loop nests (hp__uk_algo), each in three variants that differ only in their packers and microkernel. The
+ * first, HP__UK_PACK_W, packs W per call:
  *
  *   kind    W     A            packed W panel (per NR = 64 columns)      microkernel (MR = 6 rows × 64 columns)
  *   F32     f32   f32 in place [kc][64] f32                              24 zmm accumulators, f32 FMA
@@ -24,12 +25,21 @@
  *         then C = C + sum (C's lines prefetched when the tile starts), or C = sum in the first block without
  *         a start value
  *
+ * The second, HP__UK_PACK_A, packs A instead and reads W in place: for few rows, where packing W costs as much as
+ * the product (see "the second loop nest" below):
+ *
+ *   item (product g, columns [j0, j0 + nc))            the same items, start values and k blocks
+ *     for each k block pc (ascending), each row block ic of MC rows
+ *       (BF16: round A[ic, pc]); pack it as W is packed above: [k word][64 rows] words per 64 rows
+ *       for each NB = 12 columns, each 32 rows: microkernel: each W word (an f32, or a bf16 pair) broadcast from W
+ *       itself into 2 × 12 accumulators of 16 rows each; then transposed (16×16) and added into C's rows
+ *
  * Summation order (the invariant the tests check): every C element sums each k block's products from zero, one k
  * (F32, WIDEN: one FMA) or one k pair (BF16: one vdpbf16ps) at a time in ascending k, and adds the block sums to
  * its start value in ascending block order. That order depends on K (and the constant KC) alone: not on M, the
- * row's position, N, the column's position, nc, or the thread count. So
- * rows split over calls, columns split over linears, and any thread count give byte-equal results; and WIDEN
- * equals F32 run on the widened weight bit for bit (the same microkernel on the same numbers).
+ * row's position, N, the column's position, nc, the loop nest, or the thread count. So
+ * rows split over calls, columns split over linears, either nest and any thread count give byte-equal results; and
+ * WIDEN equals F32 run on the widened weight bit for bit (the same microkernel on the same numbers).
  *
  * The functions are compiled with __attribute__((target(...))), so the library builds for any x86-64;
  * hp__uk_available says whether this CPU and OS run them.
@@ -69,8 +79,13 @@ bool hp__uk_available(hp__uk_kind kind)
     return kind == HP__UK_BF16 ? base && cpu.avx512_bf16 : base;
 }
 
-const char *hp__uk_name(hp__uk_kind kind)
+const char *hp__uk_name(hp__uk_kind kind, hp__uk_algo algo)
 {
+    if (algo == HP__UK_PACK_A) switch (kind) {
+        case HP__UK_F32: return "hyperpar avx512 f32 32x12, A packed, W read in place";
+        case HP__UK_WIDEN: return "hyperpar avx512 f32 32x12, A packed, bf16 W read in place and widened";
+        default: return "hyperpar avx512_bf16 vdpbf16ps 32x12, A rounded to bf16 and packed, W read in place";
+        }
     switch (kind) {
     case HP__UK_F32: return "hyperpar avx512 f32 6x64 blocked, W packed per call";
     case HP__UK_WIDEN: return "hyperpar avx512 f32 6x64 blocked, bf16 W widened while packed per call";
@@ -281,11 +296,205 @@ static HP__UK void round_block(int64_t m, int64_t kel, const float *a, int64_t l
     }
 }
 
+/* ---- the second loop nest (HP__UK_PACK_A): A packed, W read in place ----
+ *
+ * For few rows per product (a MoE expert's 16..128) packing W costs as much as the product. Here A's block is
+ * packed instead, by pack_panel itself (A's rows in place of W's: [k word][64 rows] words; BF16 rounds the block
+ * first), and each W word (f32, or a bf16 pair: two adjacent elements of a W row) is broadcast from W itself into
+ * a tile of 16·MV rows × NB columns: acc[v][n] holds C[16 rows, column n], summed by the same instruction on the
+ * same two operands as in the packed-W kernel (vdpbf16ps and FMA are symmetric in their multiplicands, and bf16
+ * products are exact), in the same order (the same k blocks, from zero, ascending): so both kernels give the same
+ * bytes, and a linear may choose either by row count. At the end of each k block the tile is transposed (16×16)
+ * and added into C's rows. */
+
+enum {
+    MV = 2,  /* 16-row vectors per tile (1, 2 or 4: a tile lies in one 64-row panel of A) */
+    NB = 12, /* columns per tile: MV × NB accumulators */
+};
+_Static_assert(64 % (16 * MV) == 0 && MC % 64 == 0 && MC <= NC_MAX, "A's packed block fits the W panel's part");
+_Static_assert(16 * MV == 32 && NB == 12, "hp__uk_name names the tile 32x12");
+
+/* C [rows, ncol] at c (ldc) (+)= acc [MV][NB], columns in groups of 16, transposed. */
+static HP__UK INLINE void tile_t_finish(int mv, __m512 acc[MV][NB], int rows, int ncol, float *c, int64_t ldc,
+                                        bool load_c)
+{
+    for (int v = 0; v < mv; v++)
+        for (int n0 = 0; n0 < NB; n0 += 16) {
+            __m512 r[16];
+            for (int n = 0; n < 16; n++) r[n] = n0 + n < NB ? acc[v][n0 + n] : _mm512_setzero_ps();
+            transpose16(r); /* r[t]: row 16v + t, columns n0.. in lanes */
+            int cols = ncol - n0 > 16 ? 16 : ncol - n0;
+            if (cols <= 0) break;
+            __mmask16 msk = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+            for (int t = 0; t < 16 && 16 * v + t < rows; t++) {
+                float *ct = c + (16 * v + t) * ldc + n0;
+                __m512 x = r[t];
+                if (load_c) x = _mm512_add_ps(_mm512_maskz_loadu_ps(msk, ct), x);
+                _mm512_mask_storeu_ps(ct, msk, x);
+            }
+        }
+}
+
+/* BF16: ap [kw][64] pairs of 64 rows (this tile's at +16v); W rows at w (bf16, ldw apart; columns past ncol read
+ * the last one's); kel elements of this k block (odd: the last pair's second half is zero, as packed). */
+static HP__UK16 INLINE void ukernel_t16(int mv, int64_t kel, const uint32_t *ap, const uint16_t *w, int64_t ldw,
+                                       int rows, int ncol, float *c, int64_t ldc, bool load_c)
+{
+    __m512 acc[MV][NB];
+    const uint16_t *wn[NB];
+#pragma GCC unroll 12
+    for (int n = 0; n < NB; n++) {
+        wn[n] = w + (n < ncol ? n : ncol - 1) * ldw;
+#pragma GCC unroll 4
+        for (int v = 0; v < mv; v++) acc[v][n] = _mm512_setzero_ps();
+    }
+    int64_t kp = kel / 2;
+    for (int64_t p = 0; p < kp; p++) {
+        __m512bh a[MV];
+#pragma GCC unroll 4
+        for (int v = 0; v < mv; v++) a[v] = (__m512bh)_mm512_load_si512(ap + p * 64 + 16 * v);
+#pragma GCC unroll 12
+        for (int n = 0; n < NB; n++) {
+            uint32_t pair;
+            memcpy(&pair, wn[n] + 2 * p, sizeof pair);
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)pair);
+#pragma GCC unroll 4
+            for (int v = 0; v < mv; v++) acc[v][n] = _mm512_dpbf16_ps(acc[v][n], a[v], b);
+        }
+    }
+    if (kel & 1) { /* the last pair: (W[n][kel - 1], 0), as pack_panel pads it */
+        __m512bh a[MV];
+        for (int v = 0; v < mv; v++) a[v] = (__m512bh)_mm512_load_si512(ap + kp * 64 + 16 * v);
+        for (int n = 0; n < NB; n++) {
+            __m512bh b = (__m512bh)_mm512_set1_epi32((int)wn[n][2 * kp]);
+            for (int v = 0; v < mv; v++) acc[v][n] = _mm512_dpbf16_ps(acc[v][n], a[v], b);
+        }
+    }
+    tile_t_finish(mv, acc, rows, ncol, c, ldc, load_c);
+}
+
+/* F32 (widen false) and WIDEN: ap [kel][64] f32 of 64 rows; W rows f32 or bf16 (widened as broadcast). */
+static HP__UK INLINE void ukernel_t32(int mv, bool widen, int64_t kel, const float *ap, const void *w, int64_t ldw,
+                                     int rows, int ncol, float *c, int64_t ldc, bool load_c)
+{
+    __m512 acc[MV][NB];
+    const float *wf[NB];
+    const uint16_t *wh[NB];
+#pragma GCC unroll 12
+    for (int n = 0; n < NB; n++) {
+        int64_t off = (n < ncol ? n : ncol - 1) * ldw;
+        wf[n] = (const float *)w + off;
+        wh[n] = (const uint16_t *)w + off;
+#pragma GCC unroll 4
+        for (int v = 0; v < mv; v++) acc[v][n] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < kel; k++) {
+        __m512 a[MV];
+#pragma GCC unroll 4
+        for (int v = 0; v < mv; v++) a[v] = _mm512_load_ps(ap + k * 64 + 16 * v);
+#pragma GCC unroll 12
+        for (int n = 0; n < NB; n++) {
+            __m512 b = widen ? _mm512_castsi512_ps(_mm512_set1_epi32((int)((uint32_t)wh[n][k] << 16)))
+                             : _mm512_set1_ps(wf[n][k]);
+#pragma GCC unroll 4
+            for (int v = 0; v < mv; v++) acc[v][n] = _mm512_fmadd_ps(a[v], b, acc[v][n]);
+        }
+    }
+    tile_t_finish(mv, acc, rows, ncol, c, ldc, load_c);
+}
+
+/* A tile of `rows` ≤ 16·MV rows: the full-width microkernel, or one 16-row microkernel per 16 rows. */
+static HP__UK16 void tile_t16(int64_t kel, const uint32_t *ap, const uint16_t *w, int64_t ldw, int rows, int ncol,
+                              float *c, int64_t ldc, bool load_c)
+{
+    if (rows > 16 * (MV - 1)) {
+        ukernel_t16(MV, kel, ap, w, ldw, rows, ncol, c, ldc, load_c);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 16)
+        ukernel_t16(1, kel, ap + r0, w, ldw, rows - r0 < 16 ? rows - r0 : 16, ncol, c + r0 * ldc, ldc, load_c);
+}
+
+static HP__UK void tile_t32(bool widen, int64_t kel, const float *ap, const void *w, int64_t ldw, int rows, int ncol,
+                            float *c, int64_t ldc, bool load_c)
+{
+    if (rows > 16 * (MV - 1)) {
+        if (widen) ukernel_t32(MV, true, kel, ap, w, ldw, rows, ncol, c, ldc, load_c);
+        else ukernel_t32(MV, false, kel, ap, w, ldw, rows, ncol, c, ldc, load_c);
+        return;
+    }
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+        int rr = rows - r0 < 16 ? rows - r0 : 16;
+        if (widen) ukernel_t32(1, true, kel, ap + r0, w, ldw, rr, ncol, c + r0 * ldc, ldc, load_c);
+        else ukernel_t32(1, false, kel, ap + r0, w, ldw, rr, ncol, c + r0 * ldc, ldc, load_c);
+    }
+}
+
 /* ---- the driver ---- */
 
 typedef struct item {
     int64_t g, j0;
 } item;
+
+/* The start value of C [gr rows, j0 .. j0 + nc): C = bias, C += bias, C kept, or C = 0 (only when nothing else:
+ * then the first k block stores its sum without a load). Returns whether C is loaded. */
+static bool start_value(const hp__uk_call *call, const hp_linear_group *gr, int64_t j0, int64_t nc)
+{
+    const float *bias = call->bias ? call->bias + gr->mat * call->n + j0 : NULL;
+    if (bias)
+        for (int64_t r = 0; r < gr->m; r++) {
+            float *cr = gr->c + r * gr->ldc + j0;
+            if (call->acc)
+                for (int64_t j = 0; j < nc; j++) cr[j] += bias[j];
+            else
+                memcpy(cr, bias, (size_t)nc * sizeof *cr);
+        }
+    return call->acc || bias;
+}
+
+/* One work item of HP__UK_PACK_A: product `g`, columns [j0, j0 + nc). A's row block packed per k block into the
+ * W-panel part of the scratch (BF16: rounded into the A part first); then for each NB columns, each 16·MV rows,
+ * the tile from W in place. */
+static HP__UK void run_item_a(const hp__uk_call *call, const hp_linear_group *gr, int64_t j0, int64_t nc,
+                              char *part)
+{
+    hp__uk_kind kind = call->kind;
+    int64_t n = call->n, k = call->k, m = gr->m;
+    size_t es = kind == HP__UK_F32 ? 4 : 2;
+    const char *w = (const char *)call->w + (size_t)(gr->mat * n + j0) * (size_t)k * es;
+    uint32_t *ap = (uint32_t *)part;
+    uint16_t *a16 = (uint16_t *)(part + align_up(w_block_bytes(kind)));
+    bool load_c = start_value(call, gr, j0, nc);
+    int64_t kc = kind == HP__UK_BF16 ? KC16 : KC;
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        int64_t kel = k - k0 < kc ? k - k0 : kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
+        bool first = k0 == 0 && !load_c;
+        for (int64_t i0 = 0; i0 < m; i0 += MC) {
+            int64_t mb = m - i0 < MC ? m - i0 : MC;
+            const float *a = gr->a + i0 * gr->lda + k0;
+            if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, a16, 2 * kw);
+            for (int64_t q0 = 0; q0 < mb; q0 += 64) { /* 64-row panels of A: [kw][64] words each */
+                int64_t nr = mb - q0 < 64 ? mb - q0 : 64;
+                if (kind == HP__UK_BF16) pack_panel(kind, a16 + q0 * 2 * kw, 2 * kw, nr, kel, ap + q0 * kw);
+                else pack_panel(HP__UK_F32, a + q0 * gr->lda, gr->lda, nr, kel, ap + q0 * kw);
+            }
+            for (int64_t c0 = 0; c0 < nc; c0 += NB) {
+                int ncol = nc - c0 < NB ? (int)(nc - c0) : NB;
+                const char *wc = w + (size_t)(c0 * k + k0) * es;
+                float *c = gr->c + i0 * gr->ldc + j0 + c0;
+                for (int64_t r0 = 0; r0 < mb; r0 += 16 * MV) {
+                    int rows = mb - r0 < 16 * MV ? (int)(mb - r0) : 16 * MV;
+                    const uint32_t *at = ap + r0 / 64 * 64 * kw + r0 % 64;
+                    if (kind == HP__UK_BF16)
+                        tile_t16(kel, at, (const uint16_t *)wc, k, rows, ncol, c + r0 * gr->ldc, gr->ldc, !first);
+                    else
+                        tile_t32(kind == HP__UK_WIDEN, kel, (const float *)at, wc, k, rows, ncol, c + r0 * gr->ldc,
+                                 gr->ldc, !first);
+                }
+            }
+        }
+    }
+}
 
 /* One work item: product `g` (a group of the call), columns [j0, j0 + nc). */
 static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, int64_t j0, int64_t nc, char *part)
@@ -294,20 +503,10 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
     int64_t n = call->n, k = call->k, m = gr->m;
     size_t es = kind == HP__UK_F32 ? 4 : 2;
     const char *w = (const char *)call->w + (size_t)(gr->mat * n + j0) * (size_t)k * es;
-    const float *bias = call->bias ? call->bias + gr->mat * n + j0 : NULL;
     uint32_t *wp = (uint32_t *)part;
     uint16_t *a16 = (uint16_t *)(part + align_up(w_block_bytes(kind)));
     float *a32 = (float *)a16;
-    /* the start value: C = bias, C += bias, C = 0 (only when nothing else: then the first block skips the load) */
-    bool load_c = call->acc || bias;
-    if (bias)
-        for (int64_t r = 0; r < m; r++) {
-            float *cr = gr->c + r * gr->ldc + j0;
-            if (call->acc)
-                for (int64_t j = 0; j < nc; j++) cr[j] += bias[j];
-            else
-                memcpy(cr, bias, (size_t)nc * sizeof *cr);
-        }
+    bool load_c = start_value(call, gr, j0, nc);
     int64_t kc = kind == HP__UK_BF16 ? KC16 : KC;
     for (int64_t k0 = 0; k0 < k; k0 += kc) {
         int64_t kel = k - k0 < kc ? k - k0 : kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
@@ -372,8 +571,9 @@ void hp__uk_gemm(const hp__uk_call *call, const hp_linear_group *groups, int64_t
                 if (hp__uk_takes(call, groups[g].m)) seen++;
                 g++;
             }
-            int64_t j0 = i % blocks * nc;
-            run_item(call, &groups[g], j0, n - j0 < nc ? n - j0 : nc, part);
+            int64_t j0 = i % blocks * nc, cols = n - j0 < nc ? n - j0 : nc;
+            if (hp__uk_algo_of(call, groups[g].m) == HP__UK_PACK_A) run_item_a(call, &groups[g], j0, cols, part);
+            else run_item(call, &groups[g], j0, cols, part);
         }
     }
 }

@@ -166,7 +166,7 @@ static void apply_io(const hp_ov_io *src, hp_io_map *dst, bool out_field)
  * params map does not replace those, since the EP-marked boundary's stacks and exchange are built on them. */
 static bool ep_placed(const hp_boundary *b, int i)
 {
-    hp_pl_kind k = b->params[i].pl.ax[HP_AXIS_EP].kind;
+    hp_pl_kind k = (hp_pl_kind)b->params[i].pl.ax[HP_AXIS_EP].kind;
     return b->ep_size > 0 && (k == HP_PL_S || k == HP_PL_S2);
 }
 

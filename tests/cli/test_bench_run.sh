@@ -10,7 +10,7 @@ MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 SMALL="--preset llama-3-8b --hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --tokens 16 --vocab 512"
 mkdir -p "$WORK/tmp"
 export TMPDIR="$WORK/tmp"
-# No PyTorch here, installed or not (`false` cannot import torch): the note in place of the comparison.
+# No PyTorch here, installed or not (`false` exits 1 on `import torch`): the note in place of the comparison.
 export HP_BENCH_PYTHON=false
 left() { [ -z "$(ls -A "$WORK/tmp" | grep hp-bench-run)" ]; }
 # but "BASE" OPT...: the words of BASE without the options OPT and their values (an option may be given once).
@@ -40,7 +40,7 @@ check "1 process: GEMM limit line" grep -q "gemm limit: [0-9.]* GFLOP/s summed o
 grep -q "avx2 fma" <<<"$out" && check "1 process: cpu peak line" grep -q "cpu peak  : [0-9.]* GFLOP/s summed over the ranks: avx[0-9]* vfmadd231ps on registers only, every thread at once; the GEMM limit is [0-9.]* of it, the forward's GEMM rate [0-9.]*" <<<"$out"
 check "1 process: resident line" grep -q "resident  : .* / tp 1 = .* ratio 1.0.* (target within 5%)" <<<"$out"
 check "1 process: no all-gather" grep -q "all-gather     : none in this forward" <<<"$out"
-check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
+check "1 process: PyTorch not measured" grep -q "PyTorch eager: not measured here (torch cannot be imported: false exited with status 1 on 'import torch')" <<<"$out"
 check "1 process: the temporary checkpoint is gone" left
 "$HP" bench run $SMALL --json --reps 1 >"$WORK/one.json" 2>/dev/null </dev/null
 check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/null

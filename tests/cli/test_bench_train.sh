@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 # The checkpoints go to a folder of this test's own, which must hold no run folder after each command.
 export TMPDIR="$WORK/tmp" && mkdir -p "$TMPDIR"
 left() { ! ls -A "$TMPDIR" | grep -q hp-bench-run; }
-# No PyTorch unless a test below gives its stand-in (`false` cannot import torch).
+# No PyTorch unless a test below gives its stand-in (`false` exits 1 on `import torch`).
 export HP_BENCH_PYTHON=false
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 SHAPES="--hidden 64 --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --layers 1 --vocab 512"
@@ -119,7 +119,7 @@ HP_BENCH_PYTHON="$WORK/fakepy" $MPI -np 2 -x HP_BENCH_PYTHON "$HP" bench train $
 check "pytorch, 2 ranks: once, on 1 x 2 threads" grep -q '"model": "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 1 --dtype f32"' "$WORK/pt2.json"
 check "pytorch, 2 ranks: one report" test "$(grep -c '"pytorch_eager"' "$WORK/pt2.json")" = 1
 out=$(HP_BENCH_PYTHON=false "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
-check "no torch: the note" grep -q "PyTorch eager: not measured here (not installed: false cannot import torch)" <<<"$out"
+check "no torch: the note" grep -q "PyTorch eager: not measured here (torch cannot be imported: false exited with status 1 on 'import torch')" <<<"$out"
 
 # Failures: every rank ends with the cause, no checkpoint left behind.
 expect 2 "the mesh dp=1,cp=1,tp=4 has 4 ranks but 2 processes run it" -- $MPI -np 2 "$HP" bench train $SMALL --tp 4

@@ -173,6 +173,8 @@ for bad in 0 -1 abc 1.5 ""; do
 done
 expect 2 "--plot and --log-json name the same file $WORK/x.html" -- "$HP" train $M $I --plot "$WORK/x.html" --log-json "$WORK/x.html"
 expect 2 "--plot and --grad-out name the same file $WORK/x.html" -- "$HP" train $M $I --plot "$WORK/x.html" --grad-out "$WORK/x.html"
+expect 2 "--plot and --stats-json name the same file $WORK/y.json" -- "$HP" train $M $I --plot "$WORK/y.json" --stats-json "$WORK/./y.json"
+check "one file spelled two ways: nothing written" test ! -e "$WORK/y.json"
 expect 2 "is one of the inputs" -- "$HP" train $M $I --plot $M/config.json
 expect 2 "the folder '$WORK/nodir/' does not exist" -- "$HP" train $M $I --plot "$WORK/nodir/p.html"
 expect 2 "is a folder" -- "$HP" train $M $I --plot "$WORK"
