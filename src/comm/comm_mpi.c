@@ -7,12 +7,11 @@
  * (MPI_ERRORS_RETURN) and become hp_err messages.
  */
 #include <limits.h>
-#include <mpi.h>
 #include <stdint.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 
 #include "comm/comm_int.h"
 #include "core/rows.h"
@@ -208,49 +207,23 @@ static void shm_release(shm_win *w)
     w->cap = 0;
 }
 
-/* Whether the window's backing file fits where Open MPI puts it (osc/sm: /dev/shm on Linux) with room to spare:
- * a tmpfs smaller than the window (a container's 64 MiB /dev/shm) maps it all the same and kills the process
- * with SIGBUS at the first page past its size. Without /dev/shm the file goes to the session directory. */
-static double g_shm_avail = -1; /* tests: the bytes /dev/shm is taken to have free (HP_MPI_SHM_AVAIL) */
-
-static bool shm_room(size_t window_bytes)
-{
-    struct statvfs fs;
-    double avail = g_shm_avail;
-    if (avail < 0) {
-        if (statvfs("/dev/shm", &fs) != 0) return true;
-        avail = (double)fs.f_bavail * (double)fs.f_frsize;
-    }
-    return (double)window_bytes <= avail / 2;
-}
-
 /* The window grown to halves of `bytes` (collective: every rank asks for the same size). It is held locked for
- * its life (MPI_Win_lock_all), so MPI_Win_sync orders this rank's stores around the barriers. When the node has
- * no room for it, or MPI cannot make it, *off: the window is dropped on every rank alike and the communicator's
- * collectives go to MPI's own from then on. */
-static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, bool *off, hp_err *err)
+ * its life (MPI_Win_lock_all), so MPI_Win_sync orders this rank's stores around the barriers. */
+static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, hp_err *err)
 {
-    *off = false;
     if (bytes <= w->cap) return HP_OK;
     shm_release(w);
     size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB: fewer regrowths */
     if (!cap) cap = (size_t)1 << 20;
-    bool small = cap <= ((size_t)PTRDIFF_MAX / 2 - SHM_HEAD) / (size_t)c->size;
-    int room = small && shm_room((size_t)c->size * 2 * (SHM_HEAD + cap)), all = 0;
-    int code = MPI_Allreduce(&room, &all, 1, MPI_INT, MPI_MIN, mc(c));
-    if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
     char *base = NULL;
-    int ok = all && MPI_Win_allocate_shared((MPI_Aint)(2 * (SHM_HEAD + cap)), 1, MPI_INFO_NULL, mc(c), &base,
-                                            &w->win) == MPI_SUCCESS;
-    if (all && (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !ok)) {
-        if (w->win != MPI_WIN_NULL) MPI_Win_free(&w->win);
-        ok = 0;
-    }
-    if (!ok) {
+    int code = cap > (size_t)PTRDIFF_MAX / 2 - SHM_HEAD
+                   ? MPI_ERR_SIZE
+                   : MPI_Win_allocate_shared((MPI_Aint)(2 * (SHM_HEAD + cap)), 1, MPI_INFO_NULL, mc(c), &base, &w->win);
+    int ok = code == MPI_SUCCESS, all = 0;
+    if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !all) {
+        if (ok) MPI_Win_free(&w->win);
         w->win = MPI_WIN_NULL;
-        w->state = -1;
-        *off = true;
-        return HP_OK;
+        return hp_err_set(err, HP_ERR_NOMEM, "out of shared memory for a collective's %zu bytes per rank", bytes);
     }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
     for (int r = 0; r < c->size; r++) {
@@ -303,8 +276,7 @@ static bool shm_on(const hp_comm *c)
  * The halves alternate between calls, so a rank writes the next call's half while a slower one still reads
  * this one's, and the barrier of the next call orders the one after. The caller reads the peers' halves
  * (shm_half) and then calls shm_done. */
-static hp_status shm_put(const hp_comm *c, size_t bytes, void (*put)(void *ctx, char *dst), void *ctx, bool *off,
-                         hp_err *err)
+static hp_status shm_put(const hp_comm *c, size_t bytes, void (*put)(void *ctx, char *dst), void *ctx, hp_err *err)
 {
     shm_win *w = &((mpi_impl *)c->impl)->shm;
     for (int round = 0; round < 2; round++) {
@@ -316,8 +288,8 @@ static hp_status shm_put(const hp_comm *c, size_t bytes, void (*put)(void *ctx, 
             if (mx[0] != bytes || ~mx[1] != bytes)
                 return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory: the ranks' blocks differ "
                                   "(%llu to %llu bytes)", ~mx[1], mx[0]);
-            hp_status st = shm_reserve(c, w, bytes, off, err);
-            if (st != HP_OK || *off) return st;
+            hp_status st = shm_reserve(c, w, bytes, err);
+            if (st != HP_OK) return st;
             fits = true;
         }
         uint64_t head[2] = {bytes, fits};
@@ -337,8 +309,7 @@ static hp_status shm_put(const hp_comm *c, size_t bytes, void (*put)(void *ctx, 
             most = h[0] > most ? (size_t)h[0] : most;
         }
         if (all_fit) return HP_OK;
-        /* every rank saw the same headers */
-        if ((st = shm_reserve(c, w, most, off, err)) != HP_OK || *off) return st;
+        if ((st = shm_reserve(c, w, most, err)) != HP_OK) return st; /* every rank saw the same headers */
     }
     return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory did not fit its grown window");
 }
@@ -368,10 +339,8 @@ static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t r
     if (!*done) return HP_OK;
     shm_win *w = &((mpi_impl *)c->impl)->shm;
     ag_put a = {send, rows, bytes, stride, (char *)recv + (size_t)c->rank * bytes};
-    bool off = false;
-    hp_status st = shm_put(c, rows * bytes, ag_put_fn, &a, &off, err); /* hp_comm_allgather_rows checked the product */
-    *done = !off;
-    for (int r = 0; st == HP_OK && !off && r < c->size; r++)
+    hp_status st = shm_put(c, rows * bytes, ag_put_fn, &a, err); /* hp_comm_allgather_rows checked the product */
+    for (int r = 0; st == HP_OK && r < c->size; r++)
         if (r != c->rank) hp__copy_rows((char *)recv + (size_t)r * bytes, stride, shm_half(w, r) + SHM_HEAD, bytes, rows, bytes);
     shm_done(c);
     return st;
@@ -406,10 +375,8 @@ static hp_status mpi_reduce_scatter_shared(const hp_comm *c, const float *send, 
     shm_win *w = &((mpi_impl *)c->impl)->shm;
     int me = c->rank, peer = 1 - me;
     rs_put a = {send + (size_t)peer * n, n};
-    bool off = false;
-    hp_status st = shm_put(c, n * sizeof *send, rs_put_fn, &a, &off, err);
-    *done = !off;
-    if (st == HP_OK && !off) {
+    hp_status st = shm_put(c, n * sizeof *send, rs_put_fn, &a, err);
+    if (st == HP_OK) {
         const float *mine = send + (size_t)me * n, *theirs = (const float *)(shm_half(w, peer) + SHM_HEAD);
         for (size_t i = 0; i < n; i++) recv[i] = mine[i] + theirs[i];
     }
@@ -506,7 +473,5 @@ hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
     const char *chunk = getenv("HP_MPI_CHUNK_BYTES");
     if (chunk && atoll(chunk) > 0 && (size_t)atoll(chunk) <= ((size_t)1 << 30)) g_chunk = (size_t)atoll(chunk);
     g_force_pieces = getenv("HP_MPI_FORCE_PIECES") && !strcmp(getenv("HP_MPI_FORCE_PIECES"), "1");
-    const char *avail = getenv("HP_MPI_SHM_AVAIL");
-    if (avail && atoll(avail) >= 0) g_shm_avail = (double)atoll(avail);
     return wrap(MPI_COMM_WORLD, true, out, err);
 }
