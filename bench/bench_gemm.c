@@ -70,6 +70,8 @@ static void large_table(hp_linalg *ctx, int reps, const char *only, int mode_onl
         {"qwen3 down x16", 32, 2048, 768, 16},     {"qwen3 down x16", 64, 2048, 768, 16},
         {"qwen3 down x16", 128, 2048, 768, 16},    {"llama q/o", 64, 4096, 4096, 1},
         {"llama gate, up", 64, 14336, 4096, 1},    {"llama q/o", 128, 4096, 4096, 1},
+        {"llama q/o", 32, 4096, 4096, 1},          {"llama down", 32, 4096, 14336, 1},
+        {"llama down", 64, 4096, 14336, 1},        {"mixtral down x8", 32, 4096, 14336, 8},
     };
     const char *modes[] = {"f32", "bf16 W exact", "bf16 mode"};
     hp_err err;

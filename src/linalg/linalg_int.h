@@ -216,8 +216,9 @@ struct hp_linear {
 /* Row counts up to this run the streaming kernel on bf16 weights (measured: docs/kernels.md). With AVX-512 the
  * kernel also won at 24..96 rows, but 16 stays: above it (and below WIDEN's rows in HP__UK_RULES) a bf16 weight
  * takes the same oneDNN f32 product as its f32 widening, which training's bf16-vs-f32 equivalence test
- * (cli/test_train.sh, 24 rows) relies on. (The blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on
- * oneDNN, so at WIDEN's rows of HP__UK_RULES the two differ in summation order, as the fixed-shape brgemm already
+ * (cli/test_train.sh, 24 rows) relies on: at 17..64 rows both take the A-packed nest of HP__UK_RULES. (The
+ * blocked kernel's WIDEN variant equals its F32 one bit for bit; but F32 weights stay on oneDNN above 64 rows, so
+ * at WIDEN's W-packed rows of HP__UK_RULES the two differ in summation order, as the fixed-shape brgemm already
  * made them differ at 128 rows and more.) */
 #define HP__SMALL_M_MAX 16
 
@@ -230,7 +231,11 @@ struct hp_linear {
  *   128 rows (K = 2048); above 128 rows oneDNN's fixed-shape brgemm won (0.84-0.95x at 512 rows);
  * - BF16 mode, 17 to 64 rows, K >= 768: the A-packed nest, faster than both the W-packed one and oneDNN on a MoE's
  *   experts (gate/up K = 2048, down K = 768) at 16 to 64 rows; at 96 and 128 rows it was level or behind.
- * F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x). */
+ * - f32 weights, and bf16 weights in EXACT mode, 17 to 64 rows, K >= 768: the A-packed nest, 1.3-4.7x oneDNN's
+ *   runtime-shape f32 product (qwen3's experts; llama q/o, gate/up and down at 32 and 64 rows; mixtral's down),
+ *   both kinds alike, so a bf16 weight still equals its f32 widening bit for bit there (the nests and the two
+ *   kinds are byte-equal); at 96 and 128 rows oneDNN was level or ahead (0.96-0.98x).
+ * At more rows F32 weights stay on oneDNN: its brgemm was as fast or faster (0.85-1.07x). */
 typedef struct hp__uk_rule {
     hp__uk_kind kind;
     hp__uk_algo algo;
@@ -238,6 +243,8 @@ typedef struct hp__uk_rule {
 } hp__uk_rule;
 #define HP__UK_RULES                                                                                                 \
     {                                                                                                                \
+        {HP__UK_F32, HP__UK_PACK_A, 768, HP__SMALL_M_MAX + 1, 64},                                                   \
+        {HP__UK_WIDEN, HP__UK_PACK_A, 768, HP__SMALL_M_MAX + 1, 64},                                                 \
         {HP__UK_WIDEN, HP__UK_PACK_W, 1024, 128, INT64_MAX},                                                         \
         {HP__UK_BF16, HP__UK_PACK_A, 768, HP__SMALL_M_MAX + 1, 64},                                                  \
         {HP__UK_BF16, HP__UK_PACK_W, 1024, HP__SMALL_M_MAX + 1, 128},                                                \
