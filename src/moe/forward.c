@@ -16,16 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a workspace owns even when it runs on another's arrays: its backward and its layer's linears. */
+static void free_layer_objects(hp_moe_ws *ws)
+{
+    hp__moe_bwd_free(ws->bwd);
+    hp_linear_free(ws->lin_gate_up);
+    hp_linear_free(ws->lin_down);
+    hp_linear_free(ws->lin_sh_gate_up);
+    hp_linear_free(ws->lin_sh_down);
+    hp_linear_free(ws->lin_sh_gate);
+}
+
 void hp_moe_ws_destroy(hp_moe_ws *ws)
 {
     if (!ws) return;
     if (ws->share) { /* the arrays and the context are the owner's */
-        hp__moe_bwd_free(ws->bwd);
-        hp_linear_free(ws->lin_gate_up);
-        hp_linear_free(ws->lin_down);
-        hp_linear_free(ws->lin_sh_gate_up);
-        hp_linear_free(ws->lin_sh_down);
-        hp_linear_free(ws->lin_sh_gate);
+        free_layer_objects(ws);
         free(ws);
         return;
     }
@@ -45,12 +51,7 @@ void hp_moe_ws_destroy(hp_moe_ws *ws)
     free(ws->shared_act);
     free(ws->shared_out);
     free(ws->shared_g);
-    hp__moe_bwd_free(ws->bwd);
-    hp_linear_free(ws->lin_gate_up);
-    hp_linear_free(ws->lin_down);
-    hp_linear_free(ws->lin_sh_gate_up);
-    hp_linear_free(ws->lin_sh_down);
-    hp_linear_free(ws->lin_sh_gate);
+    free_layer_objects(ws);
     hp_linalg_destroy(ws->la);
     free(ws->groups);
     free(ws->pass_row0);
