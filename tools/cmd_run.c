@@ -333,12 +333,16 @@ static int run(run_args *a, int *argc, char ***argv)
         po.loss_parallel = p->loss_parallel;
         st = hp_plan_derive(&p1, m, &po, &err);
     }
-    if (st == HP_OK && a->in.src.kind == HP_IDS_RANDOM) { /* its ids alone may pass the memory (a file bounds them) */
+    /* --random-input's ids alone may pass the memory (a file bounds them); sizes out of range or whose bytes
+     * overflow are left to hp_ids_load, whose message names them. */
+    uint64_t id_bytes;
+    if (st == HP_OK && a->in.src.kind == HP_IDS_RANDOM && a->in.src.B > 0 && a->in.src.S > 0 &&
+        !__builtin_mul_overflow((uint64_t)a->in.src.B, (uint64_t)a->in.src.S, &id_bytes) &&
+        !__builtin_mul_overflow(id_bytes, (uint64_t)sizeof *ids, &id_bytes)) {
         char what[160];
         snprintf(what, sizeof what, "--random-input %lld,%lld (its ids alone)", (long long)a->in.src.B,
                  (long long)a->in.src.S);
-        st = cli_memory_fits(what, (uint64_t)a->in.src.B * (uint64_t)a->in.src.S * sizeof *ids, 1,
-                             "give fewer rows or tokens", &err);
+        st = cli_memory_fits(what, id_bytes, 1, "give fewer rows or tokens", &err);
     }
     if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
     if (st == HP_OK && a->compare && hp_comm_rank(w) == 0) /* rank 0 compares: a wrong reference costs no run */
