@@ -63,10 +63,12 @@ hp_status hp_comm_barrier(const hp_comm *c, hp_err *err);
 hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_err *err);
 /* recv holds size * bytes: rank r's block at r * bytes. */
 hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
-/* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes`; row o
- * of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). tmp holds size * rows * bytes (the
- * peers' blocks pass through it). Each block is copied once into place at memory bandwidth, this rank's own
- * while the peers' are in flight. */
+/* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes` (the
+ * same on every rank); row o of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). MPI
+ * ranks on one node pass the blocks through a shared-memory window the communicator keeps (rows * bytes per
+ * rank, grown to the largest call; tmp unused). Otherwise the peers' blocks pass through tmp (size * rows *
+ * bytes), each copied once into place, this rank's own while the peers' are in flight; one row with stride
+ * size * bytes (contiguous blocks) is hp_comm_allgather, and tmp may be NULL. */
 hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
                                  size_t stride, void *tmp, hp_err *err);
 /* Every rank sends `bytes` to each rank: send and recv hold size * bytes. */
@@ -91,8 +93,13 @@ hp_status hp_comm_allreduce_max_f64(const hp_comm *c, double *buf, size_t n, hp_
 /* f32 in place over every rank of c (sum or max). */
 hp_status hp_comm_allreduce_sum_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
 hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_err *err);
-/* send holds size(c) blocks of n floats; rank r receives the sum over ranks of block r into recv [n]. */
+/* send holds size(c) blocks of n floats; rank r receives the sum over ranks of block r into recv [n]. The
+ * backend's own collective (MPI_Reduce_scatter_block: what `bench run` compares with). */
 hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err);
+/* The same bytes; two MPI ranks on one node add through the communicator's shared window (the one of
+ * hp_comm_allgather_rows, grown to n floats per rank) instead of the kernel copy of MPI's. */
+hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *send, float *recv, size_t n,
+                                                hp_err *err);
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err);
 

@@ -103,7 +103,7 @@ static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
                                        self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
-                                       self_reduce_scatter_f32, self_gatherv,
+                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL,
                                        self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
@@ -208,10 +208,11 @@ hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, vo
     return c->ops->allgather(c, send, bytes, recv, err);
 }
 
-/* Built on the non-blocking exchange: each peer's block arrives contiguous in tmp (shared memory: one copy
- * by the kernel) while this rank places its own block, then the peers' blocks are placed. MPI's strided
- * receive (a vector datatype) was measured slower than this on Open MPI 4.1's shared memory transport: it
- * unpacks through small fragments instead of one copy. */
+/* Through the backend's shared memory when it has it (MPI ranks on one node: comm_mpi.c), else built on the
+ * non-blocking exchange: each peer's block arrives contiguous in tmp (shared memory: one copy by the kernel)
+ * while this rank places its own block, then the peers' blocks are placed. MPI's strided receive (a vector
+ * datatype) was measured to swing with the load on Open MPI 4.1's shared memory transport: it unpacks through
+ * small fragments that need both ranks running at once (docs/run.md, "Collectives into place"). */
 hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
                                  size_t stride, void *tmp, hp_err *err)
 {
@@ -221,6 +222,12 @@ hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows
         return hp_err_set(err, HP_ERR_INPUT, "allgather of %zu rows of %zu bytes: a row stride of %zu bytes cannot "
                           "hold %d blocks", rows, bytes, stride, c->size);
     if (!blk) return HP_OK;
+    if (c->ops->allgather_rows) {
+        bool done = false;
+        hp_status st = c->ops->allgather_rows(c, send, rows, bytes, recv, stride, &done, err);
+        if (st != HP_OK || done) return st;
+    }
+    if (rows == 1 && stride == need) return hp_comm_allgather(c, send, bytes, recv, err); /* contiguous blocks */
     size_t stack[4 * 64] = {0};
     size_t *a = c->size <= 64 ? stack : calloc(4 * (size_t)c->size, sizeof *a);
     if (!a) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
@@ -310,6 +317,17 @@ hp_status hp_comm_allreduce_max_f32(const hp_comm *c, float *buf, size_t n, hp_e
 hp_status hp_comm_reduce_scatter_sum_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
 {
     return c->ops->reduce_scatter_f32(c, send, recv, n, err);
+}
+
+hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *send, float *recv, size_t n,
+                                                hp_err *err)
+{
+    if (c->ops->reduce_scatter_shared) {
+        bool done = false;
+        hp_status st = c->ops->reduce_scatter_shared(c, send, recv, n, &done, err);
+        if (st != HP_OK || done) return st;
+    }
+    return hp_comm_reduce_scatter_sum_f32(c, send, recv, n, err);
 }
 
 /* Every rank's byte count is checked against the root's rcounts before any data moves (an allgather of the

@@ -24,6 +24,14 @@ typedef struct hp_comm_ops {
     hp_status (*reduce_scatter_f32)(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err);
     hp_status (*gatherv)(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rc,
                          const size_t *rd, int root, hp_err *err);
+    /* hp_comm_allgather_rows through memory that every rank of c maps (NULL: none). *done is false, on every
+     * rank alike, when the backend cannot (the ranks span nodes, or the forced piecewise path): the caller
+     * then takes the exchange. */
+    hp_status (*allgather_rows)(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                size_t stride, bool *done, hp_err *err);
+    /* hp_comm_reduce_scatter_sum_f32_shared through that memory (NULL: none); *done as above. */
+    hp_status (*reduce_scatter_shared)(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
+                                       hp_err *err);
     void (*free)(hp_comm *c);
 } hp_comm_ops;
 

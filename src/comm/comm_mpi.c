@@ -8,11 +8,14 @@
  */
 #include <limits.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "comm/comm_int.h"
+#include "core/rows.h"
 
 /* 1 GiB pieces: far below INT_MAX, large enough that the per-message overhead is negligible. Tests lower it
  * (HP_MPI_CHUNK_BYTES) and force the piecewise path (HP_MPI_FORCE_PIECES=1) to exercise it with small data. */
@@ -20,11 +23,23 @@ static size_t g_chunk = (size_t)1 << 30;
 static bool g_force_pieces;
 #define HP_MPI_CHUNK g_chunk
 
+/* The window of mpi_allgather_rows and the two-rank reduce-scatter: one slot per rank, in memory every rank of
+ * the communicator maps; a slot is two halves (calls alternate), each a header and cap bytes of data. */
+#define SHM_HEAD ((size_t)64)
+typedef struct shm_win {
+    int state;     /* 0 not asked yet; 1 the ranks share a node; -1 they do not (or the window failed) */
+    MPI_Win win;   /* MPI_WIN_NULL until the first call */
+    size_t cap;    /* data bytes per half */
+    char **slot;   /* [size]: rank r's slot as this process maps it */
+    uint64_t seq;  /* calls so far: the half this call uses */
+} shm_win;
+
 typedef struct mpi_impl {
     MPI_Comm comm;
     int *ibuf;        /* [4 * size] int counts/displacements for the fast path */
     hp_comm_req *req; /* the one request a communicator has in flight */
     char name[96];    /* "MPI (<library version>)", for hp_comm_backend */
+    shm_win shm;
 } mpi_impl;
 
 struct hp_comm_req {
@@ -183,11 +198,223 @@ static hp_status mpi_allreduce_f32(const hp_comm *c, float *buf, size_t n, hp_re
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Allreduce");
 }
 
+static void shm_release(shm_win *w)
+{
+    if (w->win != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(w->win);
+        MPI_Win_free(&w->win);
+    }
+    w->win = MPI_WIN_NULL;
+    w->cap = 0;
+}
+
+/* Whether the window's backing file fits where Open MPI puts it (osc/sm: /dev/shm on Linux) with room to spare:
+ * a tmpfs smaller than the window (a container's 64 MiB /dev/shm) maps it all the same and kills the process
+ * with SIGBUS at the first page past its size. Without /dev/shm the file goes to the session directory. */
+static double g_shm_avail = -1; /* tests: the bytes /dev/shm is taken to have free (HP_MPI_SHM_AVAIL) */
+
+static bool shm_room(size_t window_bytes)
+{
+    struct statvfs fs;
+    double avail = g_shm_avail;
+    if (avail < 0) {
+        if (statvfs("/dev/shm", &fs) != 0) return true;
+        avail = (double)fs.f_bavail * (double)fs.f_frsize;
+    }
+    return (double)window_bytes <= avail / 2;
+}
+
+/* The window grown to halves of `bytes` (collective: every rank asks for the same size). It is held locked for
+ * its life (MPI_Win_lock_all), so MPI_Win_sync orders this rank's stores around the barriers. When the node has
+ * no room for it, or MPI cannot make it, *off: the window is dropped on every rank alike and the communicator's
+ * collectives go to MPI's own from then on. */
+static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, bool *off, hp_err *err)
+{
+    *off = false;
+    if (bytes <= w->cap) return HP_OK;
+    shm_release(w);
+    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB: fewer regrowths */
+    if (!cap) cap = (size_t)1 << 20;
+    bool small = cap <= ((size_t)PTRDIFF_MAX / 2 - SHM_HEAD) / (size_t)c->size;
+    int room = small && shm_room((size_t)c->size * 2 * (SHM_HEAD + cap)), all = 0;
+    int code = MPI_Allreduce(&room, &all, 1, MPI_INT, MPI_MIN, mc(c));
+    if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
+    char *base = NULL;
+    int ok = all && MPI_Win_allocate_shared((MPI_Aint)(2 * (SHM_HEAD + cap)), 1, MPI_INFO_NULL, mc(c), &base,
+                                            &w->win) == MPI_SUCCESS;
+    if (all && (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !ok)) {
+        if (w->win != MPI_WIN_NULL) MPI_Win_free(&w->win);
+        ok = 0;
+    }
+    if (!ok) {
+        w->win = MPI_WIN_NULL;
+        w->state = -1;
+        *off = true;
+        return HP_OK;
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, w->win);
+    for (int r = 0; r < c->size; r++) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        MPI_Win_shared_query(w->win, r, &size, &unit, &w->slot[r]);
+    }
+    w->cap = cap;
+    return HP_OK;
+}
+
+/* This rank's stores ordered before the others' loads, at a barrier. */
+static hp_status shm_fence(const hp_comm *c, hp_err *err)
+{
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    MPI_Win_sync(w->win);
+    int code = MPI_Barrier(mc(c));
+    MPI_Win_sync(w->win);
+    return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Barrier");
+}
+
+/* Rank r's half for this call: its header (the bytes it put) and then its data. */
+static char *shm_half(const shm_win *w, int r) { return w->slot[r] + (w->seq & 1) * (SHM_HEAD + w->cap); }
+
+/* Whether the window carries collectives on c (the same on every rank): the ranks share a node and the piecewise
+ * path is not forced. Asked once. */
+static bool shm_on(const hp_comm *c)
+{
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    if (w->state == 0) {
+        MPI_Comm node;
+        int n = 0;
+        w->state = -1;
+        if (!g_force_pieces && MPI_Comm_split_type(mc(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+            MPI_Comm_size(node, &n);
+            MPI_Comm_free(&node);
+            w->slot = calloc((size_t)c->size, sizeof *w->slot);
+            w->state = n == c->size && w->slot ? 1 : -1;
+        }
+        int mine = w->state, all = -1; /* the same on every rank: a rank short of memory takes the others off */
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, mc(c));
+        w->state = all;
+    }
+    return w->state > 0;
+}
+
+/* One call through the window, at one barrier: put(ctx, dst) writes this rank's `bytes` into its half (when
+ * they fit), the header says how many it put, the barrier, then every rank checks every header: a size that
+ * differs fails every rank alike; one that did not fit grows the window on every rank and the call puts again.
+ * The halves alternate between calls, so a rank writes the next call's half while a slower one still reads
+ * this one's, and the barrier of the next call orders the one after. The caller reads the peers' halves
+ * (shm_half) and then calls shm_done. */
+static hp_status shm_put(const hp_comm *c, size_t bytes, void (*put)(void *ctx, char *dst), void *ctx, bool *off,
+                         hp_err *err)
+{
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    for (int round = 0; round < 2; round++) {
+        bool fits = w->win != MPI_WIN_NULL && bytes <= w->cap;
+        if (w->win == MPI_WIN_NULL) { /* the first call: sizes agreed by a reduction instead of headers */
+            unsigned long long sz[2] = {bytes, ~(unsigned long long)bytes}, mx[2];
+            int code = MPI_Allreduce(sz, mx, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, mc(c));
+            if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
+            if (mx[0] != bytes || ~mx[1] != bytes)
+                return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory: the ranks' blocks differ "
+                                  "(%llu to %llu bytes)", ~mx[1], mx[0]);
+            hp_status st = shm_reserve(c, w, bytes, off, err);
+            if (st != HP_OK || *off) return st;
+            fits = true;
+        }
+        uint64_t head[2] = {bytes, fits};
+        if (fits) put(ctx, shm_half(w, c->rank) + SHM_HEAD);
+        memcpy(shm_half(w, c->rank), head, sizeof head);
+        hp_status st = shm_fence(c, err);
+        if (st != HP_OK) return st;
+        size_t most = 0;
+        bool all_fit = true;
+        for (int r = 0; r < c->size; r++) {
+            uint64_t h[2];
+            memcpy(h, shm_half(w, r), sizeof h);
+            if (h[0] != bytes)
+                return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory: the ranks' blocks differ "
+                                  "(rank %d puts %llu bytes, rank %d %zu)", r, (unsigned long long)h[0], c->rank, bytes);
+            all_fit = all_fit && h[1];
+            most = h[0] > most ? (size_t)h[0] : most;
+        }
+        if (all_fit) return HP_OK;
+        /* every rank saw the same headers */
+        if ((st = shm_reserve(c, w, most, off, err)) != HP_OK || *off) return st;
+    }
+    return hp_err_set(err, HP_ERR_INPUT, "a collective through shared memory did not fit its grown window");
+}
+
+static void shm_done(const hp_comm *c) { ((mpi_impl *)c->impl)->shm.seq++; }
+
+typedef struct ag_put {
+    const void *send;
+    size_t rows, bytes, stride;
+    char *own; /* this rank's rows in recv */
+} ag_put;
+
+static void ag_put_fn(void *ctx, char *dst)
+{
+    const ag_put *a = ctx;
+    hp__copy_rows2(dst, a->bytes, a->own, a->stride, a->send, a->bytes, a->rows, a->bytes); /* read once */
+}
+
+/* Each rank copies its block into its half of a window that all the ranks map (one node) and into its own rows
+ * (the block read once), then places the peers' blocks from their halves: no kernel copy. Open MPI's all-gather
+ * between processes copies each block through the kernel (CMA), which on the 2-core VM moved 31 MiB at about a
+ * third of memcpy's rate (docs/run.md, "Collectives through shared memory"). */
+static hp_status mpi_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                    size_t stride, bool *done, hp_err *err)
+{
+    *done = shm_on(c);
+    if (!*done) return HP_OK;
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    ag_put a = {send, rows, bytes, stride, (char *)recv + (size_t)c->rank * bytes};
+    bool off = false;
+    hp_status st = shm_put(c, rows * bytes, ag_put_fn, &a, &off, err); /* hp_comm_allgather_rows checked the product */
+    *done = !off;
+    for (int r = 0; st == HP_OK && !off && r < c->size; r++)
+        if (r != c->rank) hp__copy_rows((char *)recv + (size_t)r * bytes, stride, shm_half(w, r) + SHM_HEAD, bytes, rows, bytes);
+    shm_done(c);
+    return st;
+}
+
 static hp_status mpi_reduce_scatter_f32(const hp_comm *c, const float *send, float *recv, size_t n, hp_err *err)
 {
     if (n > (size_t)INT_MAX) return hp_err_set(err, HP_ERR_INPUT, "reduce-scatter of %zu values is too large", n);
     int code = MPI_Reduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, mc(c));
     return code == MPI_SUCCESS ? HP_OK : mpi_fail(err, code, "Reduce_scatter_block");
+}
+
+typedef struct rs_put {
+    const float *peer_half;
+    size_t n;
+} rs_put;
+
+static void rs_put_fn(void *ctx, char *dst)
+{
+    const rs_put *a = ctx;
+    memcpy(dst, a->peer_half, a->n * sizeof *a->peer_half);
+}
+
+/* Two ranks on one node: each puts the peer's half of its send into its half of the window, then adds the
+ * peer's to its own (a + b is b + a: the bytes MPI's sum gives). On more ranks MPI's order of the partial sums
+ * is its own, so those are left to MPI_Reduce_scatter_block (*done false). */
+static hp_status mpi_reduce_scatter_shared(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
+                                           hp_err *err)
+{
+    *done = c->size == 2 && shm_on(c);
+    if (!*done) return HP_OK;
+    shm_win *w = &((mpi_impl *)c->impl)->shm;
+    int me = c->rank, peer = 1 - me;
+    rs_put a = {send + (size_t)peer * n, n};
+    bool off = false;
+    hp_status st = shm_put(c, n * sizeof *send, rs_put_fn, &a, &off, err);
+    *done = !off;
+    if (st == HP_OK && !off) {
+        const float *mine = send + (size_t)me * n, *theirs = (const float *)(shm_half(w, peer) + SHM_HEAD);
+        for (size_t i = 0; i < n; i++) recv[i] = mine[i] + theirs[i];
+    }
+    shm_done(c);
+    return st;
 }
 
 /* Root receives each rank's block with point-to-point messages (sizes beyond int are split). */
@@ -219,7 +446,8 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
-                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_free};
+                                      mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows,
+                                      mpi_reduce_scatter_shared, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {
@@ -242,6 +470,7 @@ static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
     set_name(im);
     im->ibuf = ibuf;
     im->req = r;
+    im->shm.win = MPI_WIN_NULL;
     r->c = c;
     c->ops = &g_mpi_ops;
     c->impl = im;
@@ -259,6 +488,8 @@ static void mpi_free(hp_comm *c)
     free(im->req->reqs);
     free(im->req);
     free(im->ibuf);
+    shm_release(&im->shm);
+    free(im->shm.slot);
     if (!c->world) MPI_Comm_free(&im->comm);
     bool world = c->world;
     free(im);
@@ -275,5 +506,7 @@ hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
     const char *chunk = getenv("HP_MPI_CHUNK_BYTES");
     if (chunk && atoll(chunk) > 0 && (size_t)atoll(chunk) <= ((size_t)1 << 30)) g_chunk = (size_t)atoll(chunk);
     g_force_pieces = getenv("HP_MPI_FORCE_PIECES") && !strcmp(getenv("HP_MPI_FORCE_PIECES"), "1");
+    const char *avail = getenv("HP_MPI_SHM_AVAIL");
+    if (avail && atoll(avail) >= 0) g_shm_avail = (double)atoll(avail);
     return wrap(MPI_COMM_WORLD, true, out, err);
 }

@@ -14,4 +14,9 @@
  * not overlap. */
 void hp__copy_rows(void *dst, size_t dst_stride, const void *src, size_t src_stride, size_t rows, size_t bytes);
 
+/* As hp__copy_rows into two destinations at once, each row read once: in pieces of at most 64 KiB, each written
+ * to dst and then to dst2 while it is still in cache. */
+void hp__copy_rows2(void *dst, size_t dst_stride, void *dst2, size_t dst2_stride, const void *src, size_t src_stride,
+                    size_t rows, size_t bytes);
+
 #endif

@@ -250,9 +250,10 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         for (int64_t i = 0; i < gn; i++) mx = n[i] > mx ? n[i] : mx;
         geom g = geom_of(a->n, d);
         size_t blk = (size_t)(g.outer * mx * g.inner);
-        /* Even blocks in member order go straight from a into the result: one MPI all-gather when d is
-         * outermost (the blocks are contiguous there), else the peers' blocks through scratch 1, each placed
-         * once. Uneven blocks are padded to the largest through scratch 0 and 1, then placed. */
+        /* Even blocks in member order go straight from a into the result (hp_comm_allgather_rows: through
+         * the communicator's shared window on one node); off one node, one MPI all-gather when d is outermost
+         * (the blocks are contiguous there), else the peers' blocks through scratch 1, each placed once.
+         * Uneven blocks are padded to the largest through scratch 0 and 1, then placed. */
         bool direct = hp__gather_in_place(lo, n, gn), contiguous = direct && g.outer == 1;
         float *send = NULL, *recv = NULL;
         if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
@@ -265,8 +266,9 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             size_t row = (size_t)(mx * g.inner) * sizeof(float), stride = (size_t)(gb.len * gb.inner) * sizeof(float);
             double t0 = hp_comm_wtime();
             if (!direct) st = hp_comm_allgather(gc, send, blk * sizeof *send, recv, err);
-            else if (contiguous) st = hp_comm_allgather(gc, a->d, blk * sizeof *send, b.d, err);
-            else st = hp_comm_allgather_rows(gc, a->d, (size_t)g.outer, row, b.d, stride, recv, err);
+            else st = hp_comm_allgather_rows(gc, a->d, contiguous ? 1 : (size_t)g.outer,
+                                             contiguous ? blk * sizeof *send : row, b.d,
+                                             contiguous ? blk * sizeof *send * (size_t)gn : stride, recv, err);
             count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
             for (int64_t i = 0; st == HP_OK && !direct && i < gn; i++)
                 put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);
@@ -294,7 +296,7 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
             if (st == HP_OK) {
                 for (int64_t i = 0; !direct && i < gn; i++) take(send + (size_t)i * blk, a->d, g, lo[i], n[i]);
                 double t0 = hp_comm_wtime();
-                st = hp_comm_reduce_scatter_sum_f32(gc, direct ? a->d : send, b.d, blk, err);
+                st = hp_comm_reduce_scatter_sum_f32_shared(gc, direct ? a->d : send, b.d, blk, err);
                 count(x, HP_RUN_REDUCE_SCATTER, lw.bytes, t0);
             }
             x->st.coll_s[HP_RUN_REDUCE_SCATTER] += hp_comm_wtime() - t_all;

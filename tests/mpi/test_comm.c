@@ -1,9 +1,11 @@
 /*
  * test_comm.c — the comm module under mpirun (1, 2, 4 ranks) and, run without a launcher, on the
- * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, gatherv,
- * reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
+ * one-process backend: alltoallv with uneven counts, the non-blocking variant, split, allgather, the
+ * all-gather into place and the reduce-scatter (through the shared window on one node, through MPI with the
+ * forced pieces), gatherv, reductions, and error agreement. tests/CMakeLists.txt also runs it with HP_MPI_FORCE_PIECES=1 and 3-byte
  * pieces, the path that splits messages larger than an MPI int.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +69,104 @@ static void test_alltoall_and_allgather(void)
     for (int p = 0; p < n; p++) CHECK_EQ_INT(recv[p], 7 * p + 1);
     free(send);
     free(recv);
+}
+
+/* Rank r's row o holds bytes (31 r + 7 o + j) mod 251; the stride's gap past the blocks keeps its sentinel. */
+static void check_allgather_rows(const hp_comm *c, size_t rows, size_t bytes, size_t gap)
+{
+    int n = hp_comm_size(c), r = hp_comm_rank(c);
+    size_t stride = (size_t)n * bytes + gap;
+    unsigned char *send = malloc(rows * bytes + 1), *recv = malloc(rows * stride + 1);
+    unsigned char *tmp = malloc(rows * bytes * (size_t)n + 1);
+    for (size_t o = 0; o < rows; o++)
+        for (size_t j = 0; j < bytes; j++) send[o * bytes + j] = (unsigned char)((31u * (unsigned)r + 7 * o + j) % 251);
+    memset(recv, 0xEE, rows * stride + 1);
+    hp_err err;
+    void *t = rows == 1 && !gap ? NULL : tmp; /* contiguous blocks need no tmp */
+    CHECK(hp_comm_allgather_rows(c, send, rows, bytes, recv, stride, t, &err) == HP_OK);
+    size_t bad = 0;
+    for (size_t o = 0; o < rows; o++) {
+        for (int p = 0; p < n; p++)
+            for (size_t j = 0; j < bytes; j++)
+                bad += recv[o * stride + (size_t)p * bytes + j] != (unsigned char)((31u * (unsigned)p + 7 * o + j) % 251);
+        for (size_t j = (size_t)n * bytes; j < stride; j++) bad += recv[o * stride + j] != 0xEE;
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(send);
+    free(recv);
+    free(tmp);
+}
+
+/* Growing sizes (the shared window grows past its first MiB), a smaller call after, contiguous blocks (one row,
+ * no tmp), and a second communicator with its own window: every block lands in its rows, nothing else is
+ * written. */
+static void test_allgather_rows(void)
+{
+    check_allgather_rows(W, 3, 5, 0);
+    check_allgather_rows(W, 1, 4099, 0);
+    check_allgather_rows(W, 7, 13, 3);
+    bool pieces = getenv("HP_MPI_FORCE_PIECES") != NULL; /* 3-byte pieces: a MiB would be 10^5 messages */
+    if (!pieces) check_allgather_rows(W, 300, 4000, 16);
+    check_allgather_rows(W, 1, 2, 1);
+    hp_comm *half = NULL;
+    hp_err err;
+    CHECK(hp_comm_split(W, hp_comm_rank(W) % 2, hp_comm_rank(W), &half, &err) == HP_OK);
+    if (half) {
+        check_allgather_rows(half, 5, 9, 2);
+        check_allgather_rows(W, 2, 3, 0); /* the world's window again, between the half's calls */
+        if (!pieces) check_allgather_rows(half, 400, 3000, 0);
+    }
+    hp_comm_free(half);
+}
+
+/* n values per block: rank p's value i is an irrational-looking float, so rounding shows; MPI's collective and
+ * the shared one: on two ranks the sums are a + b bit for bit, on more within MPI's order of adding. */
+static void check_reduce_scatter(size_t n)
+{
+    int P = hp_comm_size(W), r = hp_comm_rank(W);
+    float *send = malloc(n * (size_t)P * sizeof *send), *recv = malloc(n * sizeof *recv);
+    for (size_t i = 0; i < n * (size_t)P; i++) send[i] = (float)(r + 1) * 0.1f + (float)i * 1.37e-3f;
+    hp_err err;
+    for (int shared = 0; shared < 2; shared++) {
+        memset(recv, 0, n * sizeof *recv);
+        CHECK((shared ? hp_comm_reduce_scatter_sum_f32_shared : hp_comm_reduce_scatter_sum_f32)(W, send, recv, n,
+                                                                                               &err) == HP_OK);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int p = 0; p < P; p++) want += (float)(p + 1) * 0.1f + (float)((size_t)r * n + i) * 1.37e-3f;
+            bad += P <= 2 ? recv[i] != want : !(fabsf(recv[i] - want) <= 1e-5f * fabsf(want));
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+    free(send);
+    free(recv);
+}
+
+static void test_reduce_scatter(void)
+{
+    check_reduce_scatter(5);
+    if (!getenv("HP_MPI_FORCE_PIECES")) check_reduce_scatter(300000); /* the window grows past its first MiB */
+    check_reduce_scatter(3);
+}
+
+/* Ranks that disagree on the block size fail alike with the sizes named, on a fresh window (sizes reduced) and
+ * on one in use (sizes in the headers); the MPI path (forced pieces) is not asked, it would truncate. */
+static void test_allgather_rows_mismatch(void)
+{
+    if (hp_comm_size(W) < 2 || getenv("HP_MPI_FORCE_PIECES")) return;
+    hp_comm *c = NULL;
+    hp_err err;
+    CHECK(hp_comm_split(W, 0, hp_comm_rank(W), &c, &err) == HP_OK);
+    size_t bytes = hp_comm_rank(c) == 1 ? 24 : 16, stride = 24 * (size_t)hp_comm_size(c);
+    unsigned char send[24] = {0}, *recv = calloc(stride, 1);
+    for (int round = 0; round < 2; round++) {
+        CHECK(hp_comm_allgather_rows(c, send, 1, bytes, recv, stride, NULL, &err) == HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "differ");
+        check_allgather_rows(c, 2, 8, 0); /* the window still works */
+    }
+    free(recv);
+    hp_comm_free(c);
 }
 
 static void test_reductions_gatherv_bcast(void)
@@ -204,6 +304,9 @@ int main(int argc, char **argv)
     }
     static const mpi_test tests[] = {{"alltoallv", test_alltoallv},
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
+                 {"allgather_rows", test_allgather_rows},
+                 {"allgather_rows_mismatch", test_allgather_rows_mismatch},
+                 {"reduce_scatter", test_reduce_scatter},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
                  {"agree", test_agree},
