@@ -84,7 +84,8 @@ static void usage(FILE *out)
             "       \"note\", \"fit\" (null, or with --mem-per-rank: {\"binding\", \"binding_bytes\", \"changes\":\n"
             "       [{\"flag\", \"value\", \"bytes\", \"command\"}]}),\n"
             "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
-            "       (exact: the high-water mark of run's buffers in its forward), \"kv_cache_bytes\",\n"
+            "       (exact: the high-water mark of run's buffers in its forward), \"window_bytes\" (exact: the\n"
+            "       shared-memory windows of its tp and cp groups on one node), \"kv_cache_bytes\",\n"
             "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"gather_bytes\",\n"
             "       \"total_bytes\",\n"
             "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
@@ -186,6 +187,7 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu", (long long)r->ep, (unsigned long long)r->weight_bytes);
         json_u64(o, "activation_bytes", r->act_bytes, d);
         json_u64(o, "workspace_bytes", r->workspace_bytes, d);
+        json_u64(o, "window_bytes", r->window_bytes, d);
         json_u64(o, "kv_cache_bytes", r->kv_bytes, d);
         json_u64(o, "kv_seq_bytes", r->kv_seq_bytes, d);
         json_u64(o, "grad_bytes", r->grad_bytes, d);
@@ -338,6 +340,12 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         uint64_t wb = c->ranks[wi].workspace_bytes;
         fprintf(o, "workspace (run's activation, scratch and communication buffers at their peak, exact): %s on rank "
                    "%lld\n", wb == UINT64_MAX ? "past 2^64 bytes" : mb(wb, b[0], 32), (long long)c->ranks[wi].rank);
+        wi = 0;
+        for (int64_t i = 1; i < c->n_ranks; i++)
+            if (c->ranks[i].window_bytes > c->ranks[wi].window_bytes) wi = i;
+        if (c->ranks[wi].window_bytes) /* beside the workspace: MPI's shared memory, the tp and cp groups on one node */
+            fprintf(o, "shared windows (the tp and cp groups' collectives on one node, shared memory, exact): %s on "
+                       "rank %lld\n", mb(c->ranks[wi].window_bytes, b[0], 32), (long long)c->ranks[wi].rank);
     }
     const hp_cost_rank *mx = &c->ranks[c->max_rank];
     if (c->refused[0]) {

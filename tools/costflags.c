@@ -569,6 +569,7 @@ hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_
         const hp_cost_rank *k = &c->ranks[0];
         need = k->workspace_bytes == UINT64_MAX ? 2e19
                                                 : (double)k->workspace_bytes + (weights_held ? 0.0 : (double)k->weight_bytes);
+        need += (double)k->window_bytes; /* the groups' shared windows: memory beside the workspace */
         if (train && (double)k->total_bytes > need) need = (double)k->total_bytes;
         if (R == 0) need += (double)root_extra;
     } /* else unknown too: a batch past 64-bit sizes is the runtime's own refusal (exit 2) */

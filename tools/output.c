@@ -194,7 +194,7 @@ hp_status cli_memory_fits(const char *what, uint64_t need, int ranks, const char
 hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
                              hp_err *err)
 {
-    enum { NV = 2 * HP_RUN_COLL_COUNT + 8 };
+    enum { NV = 2 * HP_RUN_COLL_COUNT + 9 };
     const hp_run_stats *s = hp_runner_stats(r);
     double mine[NV];
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
@@ -206,6 +206,7 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
     mine[2 * HP_RUN_COLL_COUNT + 5] = (double)s->train_optim_bytes;
     mine[2 * HP_RUN_COLL_COUNT + 6] = (double)s->train_master_bytes;
     mine[2 * HP_RUN_COLL_COUNT + 7] = (double)s->train_saved_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 8] = (double)s->window_bytes; /* exact: below 2^53 */
     bool train = hp_runner_train_steps(r) > 0;
     int n = hp_comm_size(w);
     double *all = hp_calloc((size_t)n * NV, sizeof *all);
@@ -228,10 +229,10 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
             fprintf(f, "}, \"calls\": {");
             for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
                 fprintf(f, "%s\"%s\": %.0f", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), v[HP_RUN_COLL_COUNT + k]);
-            fprintf(f, "}, \"resident_bytes\": %.0f, \"workspace_bytes\": %.0f, \"anon_bytes_grown\": %.0f, "
-                    "\"seconds\": %.6f",
-                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 3], v[2 * HP_RUN_COLL_COUNT + 1],
-                    v[2 * HP_RUN_COLL_COUNT + 2]);
+            fprintf(f, "}, \"resident_bytes\": %.0f, \"workspace_bytes\": %.0f, \"window_bytes\": %.0f, "
+                    "\"anon_bytes_grown\": %.0f, \"seconds\": %.6f",
+                    v[2 * HP_RUN_COLL_COUNT], v[2 * HP_RUN_COLL_COUNT + 3], v[2 * HP_RUN_COLL_COUNT + 8],
+                    v[2 * HP_RUN_COLL_COUNT + 1], v[2 * HP_RUN_COLL_COUNT + 2]);
             if (train)
                 fprintf(f, ", \"grad_bytes\": %.0f, \"optim_bytes\": %.0f, \"master_bytes\": %.0f, \"saved_bytes\": %.0f",
                         v[2 * HP_RUN_COLL_COUNT + 4], v[2 * HP_RUN_COLL_COUNT + 5], v[2 * HP_RUN_COLL_COUNT + 6],

@@ -64,13 +64,26 @@ hp_status hp_comm_bcast(const hp_comm *c, void *buf, size_t bytes, int root, hp_
 /* recv holds size * bytes: rank r's block at r * bytes. */
 hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
 /* An all-gather into place along a non-leading dim: every rank sends `rows` contiguous rows of `bytes` (the
- * same on every rank); row o of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). MPI
- * ranks on one node pass the blocks through a shared-memory window the communicator keeps (rows * bytes per
- * rank, grown to the largest call; tmp unused). Otherwise the peers' blocks pass through tmp (size * rows *
- * bytes), each copied once into place, this rank's own while the peers' are in flight; one row with stride
- * size * bytes (contiguous blocks) is hp_comm_allgather, and tmp may be NULL. */
+ * same on every rank); row o of rank r lands at recv + o * stride + r * bytes (stride >= size * bytes). Two
+ * or more MPI ranks on one node pass the blocks through a shared-memory window the communicator keeps (rows *
+ * bytes per rank, grown to the largest call: hp_comm_window_size; tmp unused). Otherwise the peers' blocks
+ * pass through tmp (size * rows * bytes), each copied once into place, this rank's own while the peers' are in
+ * flight; one row with stride size * bytes (contiguous blocks) is hp_comm_allgather, and tmp may be NULL. */
 hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
                                  size_t stride, void *tmp, hp_err *err);
+/* hp_comm_allgather_rows through the shared window alone: *done false, on every rank alike, when the blocks must
+ * take the exchange instead (the ranks span nodes, a one-rank or one-process communicator, the window off);
+ * nothing moved then, and the caller calls hp_comm_allgather_rows with a tmp it reserves only then. */
+hp_status hp_comm_allgather_rows_shared(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                        size_t stride, bool *done, hp_err *err);
+/* The bytes one rank maps for a communicator's shared window (the all-gathers above and the two-rank
+ * reduce-scatter on one node) whose largest call put `largest` bytes per rank: two halves (calls alternate),
+ * each a 64-byte header and the data in whole MiB, at least one. The one sizing rule: the MPI backend allocates
+ * by it, hyperpar cost counts by it. UINT64_MAX past 64 bits. */
+uint64_t hp_comm_window_size(uint64_t largest);
+/* What this rank allocated for c's shared window (MPI_Win_allocate_shared: hp_comm_window_size of the largest
+ * call so far), 0 when c has none. Shared memory, not anonymous: it shows as RssShmem, not RssAnon. */
+uint64_t hp_comm_window_bytes(const hp_comm *c);
 /* Every rank sends `bytes` to each rank: send and recv hold size * bytes. */
 hp_status hp_comm_alltoall(const hp_comm *c, const void *send, size_t bytes, void *recv, hp_err *err);
 /* Byte counts and displacements per peer (arrays of size entries). */

@@ -140,6 +140,9 @@ typedef struct hp_cost_rank {
     uint64_t workspace_bytes;     /* exact: the high-water mark of the runner's activation, scratch and
                                      communication buffers in `hyperpar run`'s one forward (docs/cost.md);
                                      UINT64_MAX: past 64 bits (run refuses such a batch) */
+    uint64_t window_bytes;        /* exact: the shared-memory windows of its tp and cp groups that lie on one node
+                                     (hp_comm_window_size of each group's largest call; run --stats-json's
+                                     window_bytes); not in workspace_bytes, in act_bytes */
     uint64_t kv_bytes;            /* estimate: a KV cache of the batch's S positions (decode: of its B_r sequences'
                                      context positions) */
     uint64_t kv_seq_bytes;        /* estimate: the KV cache of one sequence on this rank (S positions, decode: C),

@@ -79,6 +79,9 @@ typedef struct hp_run_stats {
     double wait_s;                       /* sync_collectives: time in the barriers before them */
     uint64_t workspace_bytes;            /* the forward's high-water mark of activation, scratch and
                                             communication buffers (weights excluded; docs/run.md) */
+    uint64_t window_bytes;               /* the shared-memory windows of the tp and cp groups at the forward's
+                                            end (hp_comm_window_bytes: one node's collectives; not in
+                                            workspace_bytes, and shared memory, not anonymous) */
     uint64_t resident_bytes;             /* weight bytes this rank holds */
     uint64_t share_bytes;                /* the plan's share of the checkpoint for this rank (its shard file) */
     int64_t tokens;                      /* B·S of the last forward (the whole batch) */

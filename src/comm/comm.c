@@ -103,7 +103,7 @@ static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
                                        self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
-                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL,
+                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL, NULL,
                                        self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
@@ -208,6 +208,43 @@ hp_status hp_comm_allgather(const hp_comm *c, const void *send, size_t bytes, vo
     return c->ops->allgather(c, send, bytes, recv, err);
 }
 
+static hp_status rows_check(const hp_comm *c, size_t rows, size_t bytes, size_t stride, size_t *blk, size_t *need,
+                            hp_err *err)
+{
+    if (!hp_mul_size(bytes, (size_t)c->size, need) || stride < *need || !hp_mul_size(rows, bytes, blk) ||
+        !hp_mul_size(*blk, (size_t)c->size, need))
+        return hp_err_set(err, HP_ERR_INPUT, "allgather of %zu rows of %zu bytes: a row stride of %zu bytes cannot "
+                          "hold %d blocks", rows, bytes, stride, c->size);
+    return HP_OK;
+}
+
+hp_status hp_comm_allgather_rows_shared(const hp_comm *c, const void *send, size_t rows, size_t bytes, void *recv,
+                                        size_t stride, bool *done, hp_err *err)
+{
+    size_t need, blk;
+    *done = false;
+    hp_status st = rows_check(c, rows, bytes, stride, &blk, &need, err);
+    if (st != HP_OK) return st;
+    if (!blk) return *done = true, HP_OK;
+    return c->ops->allgather_rows ? c->ops->allgather_rows(c, send, rows, bytes, recv, stride, done, err) : HP_OK;
+}
+
+uint64_t hp__window_cap(uint64_t largest)
+{
+    const uint64_t mib = (uint64_t)1 << 20;
+    if (largest > UINT64_MAX - (mib - 1)) return UINT64_MAX;
+    uint64_t cap = (largest + mib - 1) & ~(mib - 1);
+    return cap ? cap : mib;
+}
+
+uint64_t hp_comm_window_size(uint64_t largest)
+{
+    uint64_t cap = hp__window_cap(largest);
+    return cap > UINT64_MAX / 2 - HP__WIN_HEAD ? UINT64_MAX : 2 * (HP__WIN_HEAD + cap);
+}
+
+uint64_t hp_comm_window_bytes(const hp_comm *c) { return c && c->ops->window_bytes ? c->ops->window_bytes(c) : 0; }
+
 /* Through the backend's shared memory when it has it (MPI ranks on one node: comm_mpi.c), else built on the
  * non-blocking exchange: each peer's block arrives contiguous in tmp (shared memory: one copy by the kernel)
  * while this rank places its own block, then the peers' blocks are placed. MPI's strided receive (a vector
@@ -217,16 +254,10 @@ hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows
                                  size_t stride, void *tmp, hp_err *err)
 {
     size_t need, blk;
-    if (!hp_mul_size(bytes, (size_t)c->size, &need) || stride < need || !hp_mul_size(rows, bytes, &blk) ||
-        !hp_mul_size(blk, (size_t)c->size, &need))
-        return hp_err_set(err, HP_ERR_INPUT, "allgather of %zu rows of %zu bytes: a row stride of %zu bytes cannot "
-                          "hold %d blocks", rows, bytes, stride, c->size);
-    if (!blk) return HP_OK;
-    if (c->ops->allgather_rows) {
-        bool done = false;
-        hp_status st = c->ops->allgather_rows(c, send, rows, bytes, recv, stride, &done, err);
-        if (st != HP_OK || done) return st;
-    }
+    bool done = false;
+    hp_status st = hp_comm_allgather_rows_shared(c, send, rows, bytes, recv, stride, &done, err);
+    if (st != HP_OK || done) return st;
+    (void)rows_check(c, rows, bytes, stride, &blk, &need, err); /* passed in hp_comm_allgather_rows_shared */
     if (rows == 1 && stride == need) return hp_comm_allgather(c, send, bytes, recv, err); /* contiguous blocks */
     size_t stack[4 * 64] = {0};
     size_t *a = c->size <= 64 ? stack : calloc(4 * (size_t)c->size, sizeof *a);
@@ -237,7 +268,7 @@ hp_status hp_comm_allgather_rows(const hp_comm *c, const void *send, size_t rows
         rd[r] = (size_t)r * blk;
     }
     hp_comm_req *req = NULL;
-    hp_status st = hp_comm_ialltoallv(c, send, sc, sd, tmp, rc, rd, &req, err);
+    st = hp_comm_ialltoallv(c, send, sc, sd, tmp, rc, rd, &req, err);
     if (st == HP_OK) hp__copy_rows((char *)recv + (size_t)c->rank * bytes, stride, send, bytes, rows, bytes);
     if (st == HP_OK) st = hp_comm_wait(req, err);
     for (int r = 0; st == HP_OK && r < c->size; r++)

@@ -32,6 +32,8 @@ typedef struct hp_comm_ops {
     /* hp_comm_reduce_scatter_sum_f32_shared through that memory (NULL: none); *done as above. */
     hp_status (*reduce_scatter_shared)(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
                                        hp_err *err);
+    /* hp_comm_window_bytes (NULL: none, 0) */
+    uint64_t (*window_bytes)(const hp_comm *c);
     void (*free)(hp_comm *c);
 } hp_comm_ops;
 
@@ -42,6 +44,12 @@ struct hp_comm {
     bool diverged; /* hp_comm_diverged: every rank holds the same verdict; agreements return it at once */
     void *impl;
 };
+
+/* The shared window's layout (hp_comm_window_size is its size): a half is a header of HP__WIN_HEAD bytes and
+ * hp__window_cap(largest) data bytes, the largest call's bytes per rank in whole MiB (at least one);
+ * UINT64_MAX past 64 bits. */
+#define HP__WIN_HEAD ((uint64_t)64)
+uint64_t hp__window_cap(uint64_t largest);
 
 /* comm_mpi.c */
 hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err);

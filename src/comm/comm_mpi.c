@@ -24,12 +24,14 @@ static bool g_force_pieces;
 #define HP_MPI_CHUNK g_chunk
 
 /* The window of mpi_allgather_rows and the two-rank reduce-scatter: one slot per rank, in memory every rank of
- * the communicator maps; a slot is two halves (calls alternate), each a header and cap bytes of data. */
-#define SHM_HEAD ((size_t)64)
+ * the communicator maps; a slot is two halves (calls alternate), each a header and cap bytes of data, sized by
+ * hp_comm_window_size (comm.c: the rule hyperpar cost counts by). */
+#define SHM_HEAD ((size_t)HP__WIN_HEAD)
 typedef struct shm_win {
     int state;     /* 0 not asked yet; 1 the ranks share a node; -1 they do not (or the window failed) */
     MPI_Win win;   /* MPI_WIN_NULL until the first call */
     size_t cap;    /* data bytes per half */
+    size_t bytes;  /* this rank's slot as allocated: 2 * (SHM_HEAD + cap), 0 without a window */
     char **slot;   /* [size]: rank r's slot as this process maps it */
     uint64_t seq;  /* calls so far: the half this call uses */
 } shm_win;
@@ -206,6 +208,7 @@ static void shm_release(shm_win *w)
     }
     w->win = MPI_WIN_NULL;
     w->cap = 0;
+    w->bytes = 0;
 }
 
 /* Whether the window's backing file fits where Open MPI puts it (osc/sm: /dev/shm on Linux) with room to spare:
@@ -233,15 +236,13 @@ static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, bool *o
     *off = false;
     if (bytes <= w->cap) return HP_OK;
     shm_release(w);
-    size_t cap = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB: fewer regrowths */
-    if (!cap) cap = (size_t)1 << 20;
-    bool small = cap <= ((size_t)PTRDIFF_MAX / 2 - SHM_HEAD) / (size_t)c->size;
-    int room = small && shm_room((size_t)c->size * 2 * (SHM_HEAD + cap)), all = 0;
+    uint64_t cap = hp__window_cap(bytes), slot = hp_comm_window_size(bytes); /* whole MiB: fewer regrowths */
+    bool small = cap <= ((uint64_t)PTRDIFF_MAX / 2 - SHM_HEAD) / (uint64_t)c->size;
+    int room = small && shm_room((size_t)c->size * (size_t)slot), all = 0;
     int code = MPI_Allreduce(&room, &all, 1, MPI_INT, MPI_MIN, mc(c));
     if (code != MPI_SUCCESS) return mpi_fail(err, code, "Allreduce");
     char *base = NULL;
-    int ok = all && MPI_Win_allocate_shared((MPI_Aint)(2 * (SHM_HEAD + cap)), 1, MPI_INFO_NULL, mc(c), &base,
-                                            &w->win) == MPI_SUCCESS;
+    int ok = all && MPI_Win_allocate_shared((MPI_Aint)slot, 1, MPI_INFO_NULL, mc(c), &base, &w->win) == MPI_SUCCESS;
     if (all && (MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, mc(c)) != MPI_SUCCESS || !ok)) {
         if (w->win != MPI_WIN_NULL) MPI_Win_free(&w->win);
         ok = 0;
@@ -258,7 +259,8 @@ static hp_status shm_reserve(const hp_comm *c, shm_win *w, size_t bytes, bool *o
         int unit = 0;
         MPI_Win_shared_query(w->win, r, &size, &unit, &w->slot[r]);
     }
-    w->cap = cap;
+    w->cap = (size_t)cap;
+    w->bytes = (size_t)slot;
     return HP_OK;
 }
 
@@ -275,8 +277,8 @@ static hp_status shm_fence(const hp_comm *c, hp_err *err)
 /* Rank r's half for this call: its header (the bytes it put) and then its data. */
 static char *shm_half(const shm_win *w, int r) { return w->slot[r] + (w->seq & 1) * (SHM_HEAD + w->cap); }
 
-/* Whether the window carries collectives on c (the same on every rank): the ranks share a node and the piecewise
- * path is not forced. Asked once. */
+/* Whether the window carries collectives on c (the same on every rank): two or more ranks share a node and the
+ * piecewise path is not forced. Asked once. */
 static bool shm_on(const hp_comm *c)
 {
     shm_win *w = &((mpi_impl *)c->impl)->shm;
@@ -284,7 +286,8 @@ static bool shm_on(const hp_comm *c)
         MPI_Comm node;
         int n = 0;
         w->state = -1;
-        if (!g_force_pieces && MPI_Comm_split_type(mc(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        if (!g_force_pieces && c->size > 1 &&
+            MPI_Comm_split_type(mc(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
             MPI_Comm_size(node, &n);
             MPI_Comm_free(&node);
             w->slot = calloc((size_t)c->size, sizeof *w->slot);
@@ -444,10 +447,12 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
     return HP_OK;
 }
 
+static uint64_t mpi_window_bytes(const hp_comm *c) { return ((const mpi_impl *)c->impl)->shm.bytes; }
+
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
                                       mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows,
-                                      mpi_reduce_scatter_shared, mpi_free};
+                                      mpi_reduce_scatter_shared, mpi_window_bytes, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {

@@ -14,6 +14,7 @@
 #include "exec/prog.h"
 #include "run/modules.h"
 
+#include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
 #include "hyperpar/linalg.h"
 #include "hyperpar/moe.h"
@@ -71,6 +72,10 @@ typedef struct walk {
     int64_t rope_pos0, rope_n;
     uint64_t rope_b, m_cur, m_peak;
     bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
+    /* The tp and cp groups' shared windows (hp_comm_window_size): whether a collective went through one, and the
+     * largest call's bytes per rank */
+    bool win_used[HP__NAX];
+    uint64_t win_max[HP__NAX];
     int64_t ev_times;  /* trans counts each collective this many times (a row chunk standing for several); 0: none */
     uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
     /* Inference: the shapes (I, sI, shared-expert gate) of the EP runtimes counted so far; a sparse layer of one
@@ -287,10 +292,35 @@ static void transient(walk *w, uint64_t bytes)
     mem_count(w, bytes, 0);
 }
 
+/* Whether the group of rank on a mesh axis spans nodes (ranks_per_node R: node = rank / R; 0: one node). */
+static bool axis_spans_nodes(const walk *w, int64_t rank, const char *axis)
+{
+    int64_t R = w->o->mdl.ranks_per_node;
+    const hp_mesh *m = w->mesh;
+    if (R <= 0 || hp_mesh_world(m) <= R) return false;
+    int64_t lo = hp_mesh_group_rank(m, rank, axis, 0);
+    return lo / R != hp_mesh_group_rank(m, rank, axis, hp_mesh_size(m, axis) - 1) / R;
+}
+
+/* Whether the walked rank's group on ax passes its collectives through the communicator's shared window
+ * (comm_mpi.c's shm_on): two ranks or more, on one node. */
+static bool window_on(const walk *w, int ax)
+{
+    return w->pos.n[ax] > 1 && !axis_spans_nodes(w, w->cr->rank, ax == HP__TP ? "tp" : "cp");
+}
+
+/* A call of `bytes` per rank through ax's window: the window grows to the largest. */
+static void window_call(walk *w, int ax, uint64_t bytes)
+{
+    w->win_used[ax] = true;
+    if (bytes > w->win_max[ax]) w->win_max[ax] = bytes;
+}
+
 /* The buffers of one axis's transition (one_axis in redist.c): the result goes into the spare activation, sized
  * for the new layout; an all-gather packs through the two scratch blocks unless its blocks are even and in order
- * (hp__gather_in_place): then none along an outermost dim, the peers' blocks through scratch 1 otherwise; a
- * reduce-scatter through scratch 0 unless outermost; the source's buffer becomes the spare. */
+ * (hp__gather_in_place): then through the group's shared window on one node (window_on), else none along an
+ * outermost dim and the peers' blocks through scratch 1 otherwise; a reduce-scatter through scratch 0 unless
+ * outermost, and through the window too in a group of two on one node; the source's buffer becomes the spare. */
 static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst)
 {
     if (lw.kind == HP__LOW_NONE || lw.kind == HP__LOW_REFUSE || lw.kind == HP__LOW_ALL_REDUCE) return;
@@ -318,14 +348,19 @@ static void trans_buffers(walk *w, dact *a, int ax, hp__low lw, hp_placement dst
         mx = n[i] > mx ? n[i] : mx;
     }
     n0 = n[0];
-    bool in_place = hp__gather_in_place(lo, n, gn);
+    bool in_place = hp__gather_in_place(lo, n, gn), win = window_on(w, ax);
     free(lo);
-    if (lw.kind == HP__LOW_ALL_GATHER && !(in_place && outer == 1)) {
+    if (lw.kind == HP__LOW_ALL_GATHER) {
         int64_t blk = ck_mul3(w, "workspace", outer, mx, inner);
-        if (!in_place) grow(w, &w->c_s0, blk);
-        grow(w, &w->c_s1, ck_mul(w, "workspace", blk, gn));
-    } else if (lw.kind == HP__LOW_REDUCE_SCATTER && outer != 1) {
-        grow(w, &w->c_s0, ck_mul(w, "workspace", ck_mul3(w, "workspace", outer, n0, inner), gn));
+        if (in_place && win) window_call(w, ax, ck_bytes(w, "workspace", blk, sizeof(float)));
+        else if (!(in_place && outer == 1)) {
+            if (!in_place) grow(w, &w->c_s0, blk);
+            grow(w, &w->c_s1, ck_mul(w, "workspace", blk, gn));
+        }
+    } else if (lw.kind == HP__LOW_REDUCE_SCATTER) {
+        int64_t blk = ck_mul3(w, "workspace", outer, n0, inner);
+        if (gn == 2 && win) window_call(w, ax, ck_bytes(w, "workspace", blk, sizeof(float)));
+        if (outer != 1) grow(w, &w->c_s0, ck_mul(w, "workspace", blk, gn));
     }
     w->c_spare = a->cap;
     a->cap = b.cap;
@@ -507,8 +542,8 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
         if (lw.kind == HP__LOW_ALL_GATHER) { /* its scratch blocks as trans_buffers sized them */
             w->w_s0 = w->c_s0 > w->w_s0 ? w->c_s0 : w->w_s0;
             w->w_s1 = w->c_s1 > w->w_s1 ? w->c_s1 : w->w_s1;
-        } else if (lw.kind == HP__LOW_REDUCE_SCATTER) {
-            int64_t blk = (int64_t)(lw.bytes / sizeof(float));
+        } else if (lw.kind == HP__LOW_REDUCE_SCATTER && !(w->pos.n[ax] == 2 && window_on(w, ax))) {
+            int64_t blk = (int64_t)(lw.bytes / sizeof(float)); /* MPI's: the window's is counted apart */
             if (blk > w->w_s1) w->w_s1 = blk;
         }
         hp_status st = HP_OK;
@@ -1014,7 +1049,8 @@ static double coll_time(const walk *w, const hp_cost_event *e, bool inter)
 }
 
 /* Whether rank's group of the event spans nodes (ranks_per_node R: node = rank / R). A tp, cp or dp group
- * is the ranks that differ from rank on that coordinate only; an EP group is hp_mesh_ep_index's. */
+ * is the ranks that differ from rank on that coordinate only (axis_spans_nodes); an EP group is
+ * hp_mesh_ep_index's. */
 static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
 {
     int64_t R = w->o->mdl.ranks_per_node;
@@ -1047,8 +1083,7 @@ static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
             if (ep_member(m, w->ep, rank, i) / R != rank / R) return true;
         return false;
     }
-    int64_t lo = hp_mesh_group_rank(m, rank, e->axis, 0);
-    return lo / R != hp_mesh_group_rank(m, rank, e->axis, hp_mesh_size(m, e->axis) - 1) / R;
+    return axis_spans_nodes(w, rank, e->axis);
 }
 
 /* Bytes of the plan's tensors of bytes[mask] that one rank holds: each divided by the sizes of its axes. */
@@ -1293,14 +1328,15 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     const hp_model_config *mc = &w->m->cfg;
     /* h and t hold hidden-width blocks, a the widest block (the logits: one row chunk's in inference), the
      * transitions' spare the largest block a transition started from; k, v; the module buffers; the collectives'
-     * two scratch blocks; the MoE buffers of every sparse layer */
+     * two scratch blocks; the MoE buffers of every sparse layer; and the groups' shared windows on one node */
     int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
     int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden;
     const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
     int64_t terms[] = {w->w_hidden, w->w_hidden, wide, spare, w->w_kv, w->w_q, w->w_o, w->w_gu, w->w_h, w->w_s0,
                        w->w_s1, w->w_moe}, f = 0;
     for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
-    r->act_bytes = ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH);
+    r->act_bytes = ck_addu(w, ab, ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH),
+                           r->window_bytes);
     if (gpu) gpu_memory(w, r, w->dp_rows[r->dp + 1] - w->dp_rows[r->dp]);
     /* KV cache: per layer, one sequence's K and V of the rank's cached positions (MLA: the latent and the rope key,
      * not split by tp), times the rank's sequences */
@@ -1587,6 +1623,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         memset(w.c_buf, 0, sizeof w.c_buf);
         w.rope_b = w.m_cur = w.m_peak = 0;
         w.ws_ovf = false;
+        memset(w.win_used, 0, sizeof w.win_used);
+        memset(w.win_max, 0, sizeof w.win_max);
         w.ev_times = 1;
         w.ovf = NULL;
         r->total_bytes = r->weight_bytes;
@@ -1596,6 +1634,9 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         for (size_t i = 0; wst == HP_OK && !o->train && i < g.n_steps; i++)
             if (g.steps[i].op == HP__OP_MOE) wst = topk_gathers(&w, &g.steps[i]);
         if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
+        for (int ax = 0; wst == HP_OK && ax < HP__NAX; ax++) /* the windows run keeps beside its workspace */
+            if (w.win_used[ax])
+                r->window_bytes = ck_addu(&w, "workspace", r->window_bytes, hp_comm_window_size(w.win_max[ax]));
         if (wst == HP_OK) scale_events(&w, r, n_micro, gpu ? 1 : 4, 4);
         if (wst == HP_OK) memory(&w, r, o);
         if (wst == HP_OK && o->train) {

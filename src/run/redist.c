@@ -251,24 +251,31 @@ static hp_status one_axis(hp__ctx *x, hp__act *a, int ax, hp_placement dst, cons
         geom g = geom_of(a->n, d);
         size_t blk = (size_t)(g.outer * mx * g.inner);
         /* Even blocks in member order go straight from a into the result (hp_comm_allgather_rows: through
-         * the communicator's shared window on one node); off one node, one MPI all-gather when d is outermost
-         * (the blocks are contiguous there), else the peers' blocks through scratch 1, each placed once.
-         * Uneven blocks are padded to the largest through scratch 0 and 1, then placed. */
+         * the communicator's shared window on one node, scratch 1 not reserved); else one MPI all-gather when d
+         * is outermost (the blocks are contiguous there), or the peers' blocks through scratch 1, reserved when
+         * the window declines (off one node, or fallen back to MPI's collectives), each placed once. Uneven
+         * blocks are padded to the largest through scratch 0 and 1, then placed. */
         bool direct = hp__gather_in_place(lo, n, gn), contiguous = direct && g.outer == 1;
         float *send = NULL, *recv = NULL;
         if (st == HP_OK) st = hp__act_alloc(x, &b, a->g[0], a->g[1], a->g[2], to, err);
         if (st == HP_OK && !direct && !(send = scratch(x, 0, blk, err))) st = HP_ERR_NOMEM;
-        if (st == HP_OK && !contiguous && !(recv = scratch(x, 1, blk * (size_t)gn, err))) st = HP_ERR_NOMEM;
+        if (st == HP_OK && !direct && !(recv = scratch(x, 1, blk * (size_t)gn, err))) st = HP_ERR_NOMEM;
         if (st == HP_OK && !direct && blk > (size_t)hp__act_count(a)) memset(send, 0, blk * sizeof *send); /* padding */
         if (st == HP_OK) {
             if (!direct) take(send, a->d, g, 0, a->n[d]);
             geom gb = geom_of(b.n, d);
             size_t row = (size_t)(mx * g.inner) * sizeof(float), stride = (size_t)(gb.len * gb.inner) * sizeof(float);
             double t0 = hp_comm_wtime();
+            bool done = false;
             if (!direct) st = hp_comm_allgather(gc, send, blk * sizeof *send, recv, err);
-            else st = hp_comm_allgather_rows(gc, a->d, contiguous ? 1 : (size_t)g.outer,
-                                             contiguous ? blk * sizeof *send : row, b.d,
-                                             contiguous ? blk * sizeof *send * (size_t)gn : stride, recv, err);
+            else if (contiguous)
+                st = hp_comm_allgather_rows(gc, a->d, 1, blk * sizeof *send, b.d, blk * sizeof *send * (size_t)gn,
+                                            NULL, err);
+            else if ((st = hp_comm_allgather_rows_shared(gc, a->d, (size_t)g.outer, row, b.d, stride, &done, err)) ==
+                         HP_OK && !done) {
+                if (!(recv = scratch(x, 1, blk * (size_t)gn, err))) st = HP_ERR_NOMEM;
+                else st = hp_comm_allgather_rows(gc, a->d, (size_t)g.outer, row, b.d, stride, recv, err);
+            }
             count(x, HP_RUN_ALL_GATHER, lw.bytes, t0);
             for (int64_t i = 0; st == HP_OK && !direct && i < gn; i++)
                 put(b.d, recv + (size_t)i * blk, gb, lo[i] - base, n[i]);

@@ -1095,6 +1095,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     s->loss = out->loss;
     s->wait_s = r->x.st.wait_s;
     s->workspace_bytes = r->x.mem.peak;
+    s->window_bytes = 0;
+    for (int ax = 0; ax < HP__NAX; ax++) s->window_bytes += hp_comm_window_bytes(r->x.axc[ax]);
     return HP_OK;
 }
 
