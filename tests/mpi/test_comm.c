@@ -169,6 +169,43 @@ static void test_allgather_rows_mismatch(void)
     hp_comm_free(c);
 }
 
+/* The window's size rule (hp_comm_window_size), and what a communicator reports it allocated: the rule's figure for
+ * its largest call when two or more ranks share the window, nothing on one rank or with MPI's collectives forced;
+ * then hp_comm_allgather_rows_shared moves nothing and says so. */
+static void test_window_bytes(void)
+{
+    const uint64_t mib = (uint64_t)1 << 20, slot1 = 2 * (64 + mib);
+    CHECK(hp_comm_window_size(0) == slot1 && hp_comm_window_size(1) == slot1 && hp_comm_window_size(mib) == slot1);
+    CHECK(hp_comm_window_size(mib + 1) == 2 * (64 + 2 * mib));
+    CHECK(hp_comm_window_size(UINT64_MAX) == UINT64_MAX && hp_comm_window_size(UINT64_MAX / 2) == UINT64_MAX);
+    hp_comm *c = NULL, *self = NULL;
+    hp_err err;
+    CHECK(hp_comm_self(&self, &err) == HP_OK);
+    CHECK(hp_comm_window_bytes(self) == 0 && hp_comm_window_bytes(NULL) == 0);
+    hp_comm_free(self);
+    CHECK(hp_comm_split(W, 0, hp_comm_rank(W), &c, &err) == HP_OK);
+    bool window = hp_comm_size(c) > 1 && !getenv("HP_MPI_FORCE_PIECES");
+    CHECK(hp_comm_window_bytes(c) == 0); /* nothing before the first call */
+    size_t sizes[] = {100, 3 * mib / 2, 1000};
+    uint64_t largest = 0;
+    for (int i = 0; i < 3; i++) {
+        size_t n = (size_t)hp_comm_size(c), bytes = sizes[i];
+        unsigned char *send = calloc(bytes, 1), *recv = malloc(bytes * n);
+        memset(recv, 0xEE, bytes * n);
+        bool done = true;
+        CHECK(hp_comm_allgather_rows_shared(c, send, 1, bytes, recv, bytes * n, &done, &err) == HP_OK);
+        largest = bytes > largest ? bytes : largest;
+        if (!getenv("HP_MPI_SHM_AVAIL")) { /* a small /dev/shm takes the window away: asked in shm_small */
+            CHECK(done == window);
+            CHECK(hp_comm_window_bytes(c) == (window ? hp_comm_window_size(largest) : 0));
+        }
+        if (!done) CHECK(recv[0] == 0xEE && recv[bytes * n - 1] == 0xEE); /* nothing moved */
+        free(send);
+        free(recv);
+    }
+    hp_comm_free(c);
+}
+
 static void test_reductions_gatherv_bcast(void)
 {
     int n = hp_comm_size(W), r = hp_comm_rank(W);
@@ -306,6 +343,7 @@ int main(int argc, char **argv)
                  {"alltoall_and_allgather", test_alltoall_and_allgather},
                  {"allgather_rows", test_allgather_rows},
                  {"allgather_rows_mismatch", test_allgather_rows_mismatch},
+                 {"window_bytes", test_window_bytes},
                  {"reduce_scatter", test_reduce_scatter},
                  {"reductions_gatherv_bcast", test_reductions_gatherv_bcast},
                  {"split", test_split},
