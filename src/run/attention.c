@@ -3,17 +3,18 @@
  * queries in blocks of about HP__ATTN_BM rows (tokens × the query heads of one kv head), the keys in blocks of
  * HP__ATTN_BK, an online softmax over the key blocks, and never a [sq, sk] score matrix.
  *
- * Data (one work item: batch row b, kv head g, query tokens [i0, i0 + bq); K and V read in place):
+ * Data (one query block: batch row b, kv head g, query tokens [i0, i0 + bq); a work item holds up to
+ * HP__ATTN_GROUP of them, which share each packed K and V block):
  *
  *   q   [B, sq, nh, hd]   tokens i0.., heads g·rep..g·rep+rep−1 ─┐ packed: rows ρ = (token, head) [bq·rep, hd]
  *   k   [B, sk, nkv, hd]  keys j..j+BK of kv head g             ├─ s [rows, BK] = scale · q·kᵀ, masked
- *   v   [B, sk, nkv, hdv] the same keys                         │  p = exp(s − m)          (running max m)
+ *   v   [B, sk, nkv, hdv] the same keys (k, v blocks packed)    │  p = exp(s − m)          (running max m)
  *   o   [rows, hdv]       the slot's accumulator               ─┘  o = o·exp(m_old − m) + p·v
  *
  * and per row its running max m (f32) and sum l (f64); at the end out = o / l, written into out [B, sq, nh, hdv].
- * A thread owns one slot (s, m, l, q, o and, in BF16 mode, its rounded k and v blocks), so memory is O(rows·BK)
- * per slot, a fixed number of slots, and nothing per [sq, sk]: hp__attention_scratch_bytes is everything the
- * kernel allocates.
+ * A thread owns one slot (s, the packed k and v blocks, and m, l, q, o per query block of its item), so memory
+ * is O(rows·BK) per slot, a fixed number of slots, and nothing per [sq, sk]: hp__attention_scratch_bytes is
+ * everything the kernel allocates.
  *
  * Masks: query i (position q_pos0 + i) sees key j (position k_pos0 + j) when kp <= qp and, with a window W,
  * kp > qp − W. For any query rows that is one contiguous key range (hp__attn_key_range): key blocks outside the
