@@ -166,6 +166,41 @@ TEST(threads_agree)
     CHECK(e2 < 2e-5);
 }
 
+/* Up to four query blocks of a kv head share each packed K and V block, fewer when the items would not keep the
+ * threads busy (one thread: four; 32 threads here: one): the grouping must change no bit, causal (the blocks
+ * share their first key), windowed (they do not) and with CP offsets, in both modes. */
+TEST(grouped_blocks_change_no_bit)
+{
+    hp__attn_args cases[] = {
+        {.B = 1, .sq = 1000, .sk = 1000, .nh = 8, .nkv = 2, .hd = 32},
+        {.B = 1, .sq = 1000, .sk = 1000, .nh = 8, .nkv = 2, .hd = 32, .window = 300},
+        {.B = 2, .sq = 600, .sk = 900, .nh = 4, .nkv = 1, .hd = 16, .q_pos0 = 300, .window = 500},
+    };
+    int was = omp_get_max_threads();
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int mode = 0; mode < 2; mode++) {
+            hp__attn_args a = cases[c];
+            int64_t nq = a.B * a.sq * a.nh * a.hd, nk = a.B * a.sk * a.nkv * a.hd;
+            float *q = random_floats(nq, 1), *k = random_floats(nk, 1), *v = random_floats(nk, 1);
+            float *o1 = malloc((size_t)nq * sizeof *o1), *o32 = malloc((size_t)nq * sizeof *o32);
+            a.q = q, a.k = k, a.v = v, a.mode = mode ? HP_LINALG_BF16 : HP_LINALG_EXACT;
+            float sinks[8] = {0.5f, -1, 2, 0, 1, -0.25f, 0.75f, 3};
+            a.sinks = c == 1 ? sinks : NULL;
+            hp_err err;
+            omp_set_num_threads(1);
+            a.out = o1;
+            CHECK(hp__attention(&a, &err) == HP_OK);
+            omp_set_num_threads(32);
+            a.out = o32;
+            CHECK(hp__attention(&a, &err) == HP_OK);
+            bool same = memcmp(o1, o32, (size_t)nq * sizeof *o1) == 0;
+            if (!same) fprintf(stderr, "  case %zu mode %d: grouped and single query blocks differ\n", c, mode);
+            CHECK(same);
+            free(q), free(k), free(v), free(o1), free(o32);
+        }
+    omp_set_num_threads(was);
+}
+
 /* A NaN or an infinity in q reaches the rows that read it (the runner's finiteness check needs to see it), and
  * only them. */
 TEST(non_finite_inputs_propagate)

@@ -3,17 +3,18 @@
  * queries in blocks of about HP__ATTN_BM rows (tokens × the query heads of one kv head), the keys in blocks of
  * HP__ATTN_BK, an online softmax over the key blocks, and never a [sq, sk] score matrix.
  *
- * Data (one work item: batch row b, kv head g, query tokens [i0, i0 + bq); K and V read in place):
+ * Data (one query block: batch row b, kv head g, query tokens [i0, i0 + bq); a work item holds up to
+ * HP__ATTN_GROUP of them, which share each packed K and V block):
  *
  *   q   [B, sq, nh, hd]   tokens i0.., heads g·rep..g·rep+rep−1 ─┐ packed: rows ρ = (token, head) [bq·rep, hd]
  *   k   [B, sk, nkv, hd]  keys j..j+BK of kv head g             ├─ s [rows, BK] = scale · q·kᵀ, masked
- *   v   [B, sk, nkv, hdv] the same keys                         │  p = exp(s − m)          (running max m)
+ *   v   [B, sk, nkv, hdv] the same keys (k, v blocks packed)    │  p = exp(s − m)          (running max m)
  *   o   [rows, hdv]       the slot's accumulator               ─┘  o = o·exp(m_old − m) + p·v
  *
  * and per row its running max m (f32) and sum l (f64); at the end out = o / l, written into out [B, sq, nh, hdv].
- * A thread owns one slot (s, m, l, q, o and, in BF16 mode, its rounded k and v blocks), so memory is O(rows·BK)
- * per slot, a fixed number of slots, and nothing per [sq, sk]: hp__attention_scratch_bytes is everything the
- * kernel allocates.
+ * A thread owns one slot (s, the packed k and v blocks, and m, l, q, o per query block of its item), so memory
+ * is O(rows·BK) per slot, a fixed number of slots, and nothing per [sq, sk]: hp__attention_scratch_bytes is
+ * everything the kernel allocates.
  *
  * Masks: query i (position q_pos0 + i) sees key j (position k_pos0 + j) when kp <= qp and, with a window W,
  * kp > qp − W. For any query rows that is one contiguous key range (hp__attn_key_range): key blocks outside the
@@ -53,6 +54,8 @@ enum { HP__ATTN_BM = 128, HP__ATTN_BK = 256 };
 /* Slots (threads) at most: the scratch is sized from the shapes alone, so the runner's count and the cost model
  * agree whatever the thread count; a machine with more cores than this runs attention on HP__ATTN_SLOTS. */
 enum { HP__ATTN_SLOTS = 32 };
+/* Query blocks per work item at most: they share each packed K and V block (key_blocks). */
+enum { HP__ATTN_GROUP = 4 };
 
 void hp__attn_key_range(const hp__attn_args *a, int64_t i0, int64_t i1, int64_t *j0, int64_t *j1)
 {
@@ -75,7 +78,8 @@ typedef struct slot_layout {
     int64_t bq, rows, bk;      /* query tokens per block, its rows (bq · rep), keys per block */
     size_t l, m, s, q, o, k, v; /* offsets in floats */
     size_t floats;             /* one slot */
-    int64_t nqb, items, slots; /* query blocks per (row, kv head); work items; slots */
+    int64_t nqb, items, slots; /* query blocks per (row, kv head); query blocks alone; slots */
+    int64_t grp;               /* query blocks a slot holds (HP__ATTN_GROUP, or nqb when fewer) */
 } slot_layout;
 
 static slot_layout layout_of(const hp__attn_args *a)
@@ -88,16 +92,18 @@ static slot_layout layout_of(const hp__attn_args *a)
     L.bq = min64(L.bq, a->sq > 0 ? a->sq : 1);
     L.rows = L.bq * L.rep;
     L.bk = min64(HP__ATTN_BK, a->sk > 0 ? a->sk : 1);
+    L.nqb = a->sq > 0 ? (a->sq + L.bq - 1) / L.bq : 0;
+    L.grp = L.nqb < 1 ? 1 : min64(HP__ATTN_GROUP, L.nqb);
+    size_t grows = (size_t)(L.grp * L.rows); /* the rows of the slot's query blocks */
     L.l = 0;
-    L.m = L.l + 2 * (size_t)L.rows;
-    L.s = L.m + (size_t)L.rows;
+    L.m = L.l + 2 * grows;
+    L.s = L.m + grows;
     L.q = L.s + (size_t)(L.rows * L.bk);
-    L.o = L.q + (size_t)(L.rows * a->hd);
-    L.k = L.o + (size_t)(L.rows * L.hdv);
+    L.o = L.q + grows * (size_t)a->hd;
+    L.k = L.o + grows * (size_t)L.hdv;
     L.v = L.k + (size_t)(L.bk * a->hd);
     L.floats = L.v + (size_t)(L.bk * L.hdv);
     L.floats += L.floats & 1; /* keep the next slot's doubles aligned */
-    L.nqb = a->sq > 0 ? (a->sq + L.bq - 1) / L.bq : 0;
     int64_t units;
     if (!hp_mul_i64(a->B, a->nkv, &units) || !hp_mul_i64(units, L.nqb, &L.items))
         L.items = INT64_MAX; /* the cost model's sizes only: no runnable batch has that many */
@@ -151,15 +157,16 @@ static void pack_rows(bool bf, int64_t n, int64_t w, const float *src, int64_t l
         for (int64_t t = 0; t < n; t++) memcpy(dst + t * w, src + t * ld, (size_t)w * sizeof *dst);
 }
 
-/* The w-wide rows [jb, je) of kv head g of batch row b of x ([B, sk, nkv, w]) as a product reads them: in place
- * (*ld = nkv·w), or in BF16 mode rounded into buf (*ld = w). */
+/* The w-wide rows [jb, je) of kv head g of batch row b of x ([B, sk, nkv, w]) as a product reads them: packed
+ * into buf (*ld = w), rounded to bf16 values in BF16 mode. Read in place, the rows lie nkv·w floats apart, 4 KiB
+ * at Llama's 8 kv heads × 128: every row of the block falls in the same few cache sets, and oneDNN's sgemm ran at
+ * 0.55 (P·v) and 0.8 (q·kᵀ) of its rate on the packed block (one thread, 128 rows × 256 keys × 128); the copy is
+ * one pass over 2·256·128 floats per 8 MFLOP product. */
 static const float *kv_block(const hp__attn_args *a, const float *x, int64_t w, int64_t b, int64_t g, int64_t jb,
                              int64_t je, float *buf, int64_t *ld)
 {
     const float *p = x + ((b * a->sk + jb) * a->nkv + g) * w;
-    *ld = a->nkv * w;
-    if (a->mode != HP_LINALG_BF16) return p;
-    hp_linalg_round_rows_bf16(je - jb, w, p, *ld, buf);
+    pack_rows(a->mode == HP_LINALG_BF16, je - jb, w, p, a->nkv * w, buf);
     *ld = w;
     return buf;
 }
@@ -222,23 +229,29 @@ static void block_probs(const hp__attn_args *a, int64_t rep, int64_t i0, int64_t
     }
 }
 
-/* EXACT mode, one key block [jb, je) of the item (b, kv head g, tokens [i0, i0 + nt)): s = scale·q·kᵀ over the
- * slot's packed q rows (row ρ: token i0 + ρ / rep, head g·rep + ρ % rep), each row masked to its own key range,
- * then the online softmax step: m, l and the accumulator rows rescaled to the new max, p = exp(s − m) and
- * o += p·v; the division by l comes at the end. */
-static void key_block_online(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
-                             int64_t i0, int64_t nt, int64_t jb, int64_t je, float scale)
+/* One query block of a work item: tokens [i0, i0 + nt) of batch row b, kv head g; its rows (nt · rep), the keys
+ * [k0, k1) they see (hp__attn_key_range), and its part of the slot: packed q rows, accumulator o, max m, sum l. */
+typedef struct qblock {
+    int64_t i0, nt, rows, k0, k1;
+    float *q, *o, *m;
+    double *l;
+} qblock;
+
+/* EXACT mode, one key block [jb, je) of query block Q, on the packed K and V blocks kp [je − jb, hd] and vp
+ * [je − jb, hdv] (rows from jb): s = scale·q·kᵀ over Q's packed q rows (row ρ: token i0 + ρ / rep, head
+ * g·rep + ρ % rep), each row masked to its own key range, then the online softmax step: m, l and the accumulator
+ * rows rescaled to the new max, p = exp(s − m) and o += p·v; the division by l comes at the end. */
+static void key_block_online(const hp__attn_args *a, const slot_layout *L, float *s, const qblock *Q, int64_t jb,
+                             int64_t je, const float *kp, const float *vp, float scale)
 {
-    int64_t hd = a->hd, hdv = L->hdv, nk = je - jb, rows = nt * L->rep, ldk, ldv;
-    const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
-    const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
-    float *s = slot + L->s, *m = slot + L->m, *o = slot + L->o;
-    double *l = (double *)(slot + L->l);
-    hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
+    int64_t hd = a->hd, hdv = L->hdv, nk = je - jb, rows = Q->rows;
+    float *m = Q->m, *o = Q->o;
+    double *l = Q->l;
+    hp_linalg_sgemm(true, rows, nk, hd, scale, Q->q, hd, kp, hd, 0.0f, s, nk);
     for (int64_t r = 0; r < rows; r++) {
         float *sr = s + r * nk;
         int64_t c0, c1;
-        row_cols(a, i0 + r / L->rep, jb, je, &c0, &c1);
+        row_cols(a, Q->i0 + r / L->rep, jb, je, &c0, &c1);
         float bm = c1 > c0 ? row_max(sr + c0, c1 - c0, m[r]) : -INFINITY;
         if (bm == -INFINITY) { /* nothing visible, or only −inf or NaN scores: p is 0, the row unchanged */
             if (c1 > c0 && any_nan(sr + c0, c1 - c0)) l[r] = NAN; /* but a NaN must reach the output */
@@ -257,63 +270,95 @@ static void key_block_online(const hp__attn_args *a, const slot_layout *L, float
         for (int64_t j = c1; j < nk; j++) sr[j] = 0.0f;
         l[r] += row_sum(sr + c0, c1 - c0);
     }
-    hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, o, hdv);
+    hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, hdv, 1.0f, o, hdv);
 }
 
-/* BF16 mode: two passes over the key blocks [k0, k1), so that P is rounded once normalized, as PyTorch's bf16
- * model rounds softmax's output before P·v: the rows' m and l first (the scores only), then per block
- * P = exp(s − m) / l rounded to bf16 and o += P·v (v rounded). */
-static void key_blocks_bf16(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
-                            int64_t i0, int64_t nt, int64_t k0, int64_t k1, float scale)
+/* BF16 mode, one key block of query block Q in pass 0 (the rows' max and sum from the scores alone) or pass 1
+ * (P = exp(s − m) / l with the final m and l, rounded to bf16, and o += P·v): two passes, so that P is rounded
+ * once normalized, as PyTorch's bf16 model rounds softmax's output before P·v. kp and vp are rounded already. */
+static void key_block_bf16(const hp__attn_args *a, const slot_layout *L, float *s, const qblock *Q, int pass,
+                           int64_t jb, int64_t je, const float *kp, const float *vp, float scale)
 {
-    int64_t hd = a->hd, hdv = L->hdv, rows = nt * L->rep, ldk, ldv;
-    float *s = slot + L->s, *m = slot + L->m;
-    double *l = (double *)(slot + L->l);
-    for (int pass = 0; pass < 2; pass++)
+    int64_t hd = a->hd, hdv = L->hdv, nk = je - jb, rows = Q->rows;
+    hp_linalg_sgemm(true, rows, nk, hd, scale, Q->q, hd, kp, hd, 0.0f, s, nk);
+    if (pass == 0) {
+        block_stats(a, L->rep, Q->i0, rows, jb, je, s, NULL, Q->m, Q->l, NULL);
+        return;
+    }
+    block_probs(a, L->rep, Q->i0, rows, jb, je, s, Q->m, Q->l);
+    hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
+    hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, hdv, 1.0f, Q->o, hdv);
+}
+
+/* The key blocks of the query blocks qs[0..n) that start at the same key (k0): each K and V block [jb, jb + bk) is
+ * packed (rounded in BF16 mode) once, and every query block that sees keys there takes its own key block
+ * [jb, min(jb + bk, its k1)), the block it would take alone: the same products in the same order, so grouping
+ * changes no bit; it saves the packing, one pass over the K and V rows per query block, which cost about as much
+ * as a fifth of the products did. BF16 mode walks the keys twice (pass 0, pass 1). */
+static void key_blocks(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g,
+                       const qblock *qs, int n, float scale)
+{
+    bool bf = a->mode == HP_LINALG_BF16;
+    int64_t hd = a->hd, hdv = L->hdv, k0 = qs[0].k0, k1 = k0;
+    for (int i = 0; i < n; i++) k1 = qs[i].k1 > k1 ? qs[i].k1 : k1;
+    const float *kx = a->k + (b * a->sk * a->nkv + g) * hd, *vx = a->v + (b * a->sk * a->nkv + g) * hdv;
+    float *kp = slot + L->k, *vp = slot + L->v, *s = slot + L->s;
+    for (int pass = bf ? 0 : 1; pass < 2; pass++)
         for (int64_t jb = k0; jb < k1; jb += L->bk) {
-            int64_t je = min64(jb + L->bk, k1), nk = je - jb;
-            const float *kp = kv_block(a, a->k, hd, b, g, jb, je, slot + L->k, &ldk);
-            hp_linalg_sgemm(true, rows, nk, hd, scale, slot + L->q, hd, kp, ldk, 0.0f, s, nk);
-            if (pass == 0) {
-                block_stats(a, L->rep, i0, rows, jb, je, s, NULL, m, l, NULL);
-                continue;
+            int64_t je = min64(jb + L->bk, k1);
+            pack_rows(bf, je - jb, hd, kx + jb * a->nkv * hd, a->nkv * hd, kp);
+            if (pass == 1) pack_rows(bf, je - jb, hdv, vx + jb * a->nkv * hdv, a->nkv * hdv, vp);
+            for (int i = 0; i < n; i++) {
+                if (jb >= qs[i].k1) continue;
+                int64_t e = min64(jb + L->bk, qs[i].k1);
+                if (bf) key_block_bf16(a, L, s, &qs[i], pass, jb, e, kp, vp, scale);
+                else key_block_online(a, L, s, &qs[i], jb, e, kp, vp, scale);
             }
-            block_probs(a, L->rep, i0, rows, jb, je, s, m, l);
-            hp_linalg_round_rows_bf16(rows, nk, s, nk, s);
-            const float *vp = kv_block(a, a->v, hdv, b, g, jb, je, slot + L->v, &ldv);
-            hp_linalg_sgemm(false, rows, hdv, nk, 1.0f, s, nk, vp, ldv, 1.0f, slot + L->o, hdv);
         }
 }
 
-/* Work item (b, kv head g, query block qb) on one thread's slot: the rep query heads of g over the block's
- * tokens, whose q rows are one [nt, rep·hd] block of q (packed, rounded in BF16 mode) and whose outputs are one
- * [nt, rep·hdv] block of out. */
-static void query_block(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g, int64_t qb)
+/* Work item (b, kv head g, query blocks [qb0, qb1)) on one thread's slot: per query block, the rep query heads of
+ * g over the block's tokens, whose q rows are one [nt, rep·hd] block of q (packed, rounded in BF16 mode) and whose
+ * outputs are one [nt, rep·hdv] block of out. Query blocks whose keys start at the same key share the K and V
+ * blocks (key_blocks); a window's blocks, which start apart, run one at a time. */
+static void query_blocks(const hp__attn_args *a, const slot_layout *L, float *slot, int64_t b, int64_t g, int64_t qb0,
+                         int64_t qb1)
 {
     int64_t sq = a->sq, nh = a->nh, hd = a->hd, hdv = L->hdv, rep = L->rep;
-    int64_t i0 = qb * L->bq, nt = min64(L->bq, sq - i0), rows = nt * rep;
     bool bf = a->mode == HP_LINALG_BF16;
-    const float *qp = a->q + ((b * sq + i0) * nh + g * rep) * hd;
-    float *out = a->out + ((b * sq + i0) * nh + g * rep) * hdv, *m = slot + L->m, *o = slot + L->o;
-    double *l = (double *)(slot + L->l);
-    pack_rows(bf, nt, rep * hd, qp, nh * hd, slot + L->q);
-    /* the sink opens each row's softmax: max = sink, sum = exp(0) */
-    for (int64_t r = 0; r < rows; r++) {
-        m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
-        l[r] = a->sinks ? 1.0 : 0.0;
-    }
-    memset(o, 0, (size_t)(rows * hdv) * sizeof *o);
     float scale = (float)(a->scale > 0 ? a->scale : 1.0 / sqrt((double)hd));
-    int64_t k0, k1;
-    hp__attn_key_range(a, i0, i0 + nt, &k0, &k1);
-    if (bf) key_blocks_bf16(a, L, slot, b, g, i0, nt, k0, k1, scale);
-    else
-        for (int64_t jb = k0; jb < k1; jb += L->bk)
-            key_block_online(a, L, slot, b, g, i0, nt, jb, min64(jb + L->bk, k1), scale);
-    for (int64_t r = 0; r < rows; r++) { /* BF16 mode's P is already normalized */
-        float inv = bf ? 1.0f : l[r] <= 0 ? 0.0f : (float)(1.0 / l[r]);
-        float *dst = out + (r / rep) * nh * hdv + (r % rep) * hdv;
-        for (int64_t e = 0; e < hdv; e++) dst[e] = o[r * hdv + e] * inv;
+    qblock qs[HP__ATTN_GROUP];
+    int n = (int)(qb1 - qb0);
+    for (int i = 0; i < n; i++) {
+        qblock *Q = &qs[i];
+        Q->i0 = (qb0 + i) * L->bq;
+        Q->nt = min64(L->bq, sq - Q->i0);
+        Q->rows = Q->nt * rep;
+        Q->l = (double *)(slot + L->l) + i * L->rows;
+        Q->m = slot + L->m + i * L->rows;
+        Q->q = slot + L->q + (size_t)(i * L->rows * hd);
+        Q->o = slot + L->o + (size_t)(i * L->rows * hdv);
+        hp__attn_key_range(a, Q->i0, Q->i0 + Q->nt, &Q->k0, &Q->k1);
+        pack_rows(bf, Q->nt, rep * hd, a->q + ((b * sq + Q->i0) * nh + g * rep) * hd, nh * hd, Q->q);
+        /* the sink opens each row's softmax: max = sink, sum = exp(0) */
+        for (int64_t r = 0; r < Q->rows; r++) {
+            Q->m[r] = a->sinks ? a->sinks[g * rep + r % rep] : -INFINITY;
+            Q->l[r] = a->sinks ? 1.0 : 0.0;
+        }
+        memset(Q->o, 0, (size_t)(Q->rows * hdv) * sizeof *Q->o);
+    }
+    for (int i = 0, j; i < n; i = j) { /* runs of query blocks whose keys start at the same key */
+        for (j = i + 1; j < n && qs[j].k0 == qs[i].k0; j++) {}
+        key_blocks(a, L, slot, b, g, qs + i, j - i, scale);
+    }
+    for (int i = 0; i < n; i++) {
+        const qblock *Q = &qs[i];
+        float *out = a->out + ((b * sq + Q->i0) * nh + g * rep) * hdv;
+        for (int64_t r = 0; r < Q->rows; r++) { /* BF16 mode's P is already normalized */
+            float inv = bf ? 1.0f : Q->l[r] <= 0 ? 0.0f : (float)(1.0 / Q->l[r]);
+            float *dst = out + (r / rep) * nh * hdv + (r % rep) * hdv;
+            for (int64_t e = 0; e < hdv; e++) dst[e] = Q->o[r * hdv + e] * inv;
+        }
     }
 }
 
@@ -326,14 +371,19 @@ hp_status hp__attention(const hp__attn_args *a, hp_err *err)
                           hp__attention_scratch_bytes(a));
     int64_t per = a->B * a->nkv;
     int nt = (int)min64(omp_get_max_threads(), L.slots);
+    /* query blocks per item: L.grp, fewer while that leaves under 4 items per thread (the slots hold L.grp; the
+     * grouping changes no result) */
+    int64_t G = L.grp;
+    while (G > 1 && per * ((L.nqb + G - 1) / G) < 4 * (int64_t)nt) G--;
+    int64_t ng = L.nqb > 0 ? (L.nqb + G - 1) / G : 0, items = per * ng;
     /* the last query blocks see the most keys: they go first, so the dynamic schedule ends on short items */
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         float *slot = scratch + (size_t)omp_get_thread_num() * L.floats;
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < L.items; it++) {
-            int64_t qb = L.nqb - 1 - it / per, bg = it % per;
-            query_block(a, &L, slot, bg / a->nkv, bg % a->nkv, qb);
+        for (int64_t it = 0; it < items; it++) {
+            int64_t qg = ng - 1 - it / per, bg = it % per;
+            query_blocks(a, &L, slot, bg / a->nkv, bg % a->nkv, qg * G, min64(qg * G + G, L.nqb));
         }
     }
     free(scratch);
