@@ -114,6 +114,9 @@ hp_status hp_gen_config_text(const hp_gen_opts *o, char **out, hp_err *err)
     HP_ASSERT(extra != NULL);
     json_object_update(c, extra);
     json_decref(extra);
+    /* MLA has no head_dim of its own: DeepSeek-V3's config.json carries none and transformers derives it from
+     * qk_rope_head_dim (5.x keeps a written one, and its rotary tables then fail to match q's rope part). */
+    if (f->attn == HP_ATTN_MLA) json_object_del(c, "head_dim");
     /* The family's rotary share written out (GLM4-MoE 0.5), so the config says what the runtime will use. */
     if (f->partial_rotary > 0 && f->partial_rotary < 1)
         json_object_set_new(c, "partial_rotary_factor", json_real(f->partial_rotary));

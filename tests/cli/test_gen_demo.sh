@@ -5,6 +5,11 @@ for fam in llama mistral qwen2 qwen3 mixtral qwen2_moe qwen3_moe deepseek_v3 glm
     expect 0 "family $fam" -- "$HP" inspect "$WORK/$fam"
     expect 0 "family $fam" -- "$HP" inspect "$WORK/$fam/config.json"
 done
+# MLA has no head_dim: transformers 5.x keeps a written one and its rope tables then miss q's rope part
+check "deepseek_v3's config has no head_dim (qk_rope_head_dim is it)" \
+    python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); sys.exit("head_dim" in c or "qk_rope_head_dim" not in c)' \
+    "$WORK/deepseek_v3/config.json"
+check "llama's config keeps its head_dim" grep -q '"head_dim"' "$WORK/llama/config.json"
 expect 0 "layout batched" -- "$HP" gen --family mixtral --out "$WORK/mb" --expert-layout batched --dtype bf16
 expect 0 "layout batched" -- "$HP" inspect "$WORK/mb"
 expect 0 "BF16" -- "$HP" inspect "$WORK/mb"
