@@ -203,6 +203,8 @@ TEST(every_shape_dtype_mode_and_path)
             for (size_t di = 0; di < 3; di++)
                 for (int mode = 0; mode < 2; mode++)
                     for (int bias = 0; bias < 2; bias++) {
+                        /* sanitized: with or without bias by turns (each shape, dtype and mode still runs) */
+                        if (TEST_SANITIZED && (ki + ni + di + (size_t)mode + (size_t)bias) % 2) continue;
                         run_linear(ctx, Ks[ki], Ns[ni], dts[di], (hp_linalg_mode)mode, bias);
                         if (hp__failed_checks - before > 20) goto out; /* enough to diagnose */
                     }
@@ -698,7 +700,8 @@ static hp_linear *uk_linear(hp_linalg *ctx, const hp_linear_desc *d)
  * packed) and the 192-row blocks, N across the 12-column tiles, 16-column vectors and 64-column panels, K across
  * the 16-word transposes and the 1024-element k blocks (odd K: the zero pad of the last bf16 pair), padded lda and
  * ldc, accumulate, bias, the last matrix of a stack. A representative cross product: every (K, N) pair, three row
- * counts each, the options varying with the pair; both loop nests. */
+ * counts each, the options varying with the pair; both loop nests. Under the sanitizers (TEST_SANITIZED) each
+ * variant takes every other K, the variants alternating, so that each pair still runs in two of them. */
 TEST(blocked_kernel_every_edge_against_reference)
 {
     static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
@@ -714,6 +717,7 @@ TEST(blocked_kernel_every_edge_against_reference)
         if (!uk_runs(v)) continue;
         for (int ki = 0; ki < NK; ki++)
             for (int ni = 0; ni < NN; ni++) {
+                if (TEST_SANITIZED && (ki + vi) % 2) continue; /* idx's parity still varies with ni: pad too */
                 int idx = ki * NN + ni + vi;
                 int64_t k = ks[ki], n = ns[ni], mat = G - 1;
                 bool pad = idx % 2, acc = idx / 2 % 2, with_bias = idx / 4 % 2;
@@ -860,7 +864,9 @@ TEST(blocked_kernel_sums_in_an_order_fixed_by_k)
 
 /* The two loop nests (W packed; A packed, W read in place) give the same bytes: every (M, N, K) of the cross
  * product below, in each variant, with padded strides, accumulate and bias varying with the shape; then many
- * groups in one grouped call, and 1 against 2 threads. */
+ * groups in one grouped call, and 1 against 2 threads. Under the sanitizers (TEST_SANITIZED: the kernel at -O0
+ * takes minutes there) each (K, N) pair runs every fourth M, the offset turning with the pair so that every M
+ * still meets every K and every N, with accumulate alternating instead of both; the grouped calls stay whole. */
 TEST(blocked_kernel_nests_are_byte_equal)
 {
     static const int64_t ms[] = {1, 2, 15, 16, 17, 31, 32, 33, 64, 100, 128, 129};
@@ -891,6 +897,8 @@ TEST(blocked_kernel_nests_are_byte_equal)
                 float *cw = malloc(cb), *ca = malloc(cb);
                 for (int mi = 0; lin && mi < NM; mi++)
                     for (int acc = 0; acc < 2; acc++) {
+                        if (TEST_SANITIZED && ((mi + 5 * ki + 3 * ni + vi) % 4 || (mi / 4 + ki + ni) % 2 != acc))
+                            continue;
                         int64_t m = ms[mi];
                         memcpy(cw, c0, cb);
                         memcpy(ca, c0, cb);

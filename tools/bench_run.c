@@ -327,23 +327,53 @@ static hp_status check_room(const hp_model *m, const char *dir, hp_err *err)
                       dir, hp_format_bytes(bytes, need, sizeof need), hp_format_bytes(room, have, sizeof have));
 }
 
-/* A checkpoint gen cannot write itself (gen_fits false): gen's config.json text for o (vocab at most
- * HP_GEN_MAX_DIM) with vocab_size and the DeepSeek-V3 fields rewritten to the preset's, and the tensors its
- * meta model lists (dense and MoE families alike), into the (empty) folder dir. */
-static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const char *dir, int threads, hp_err *err)
+/* The options gen is given for the checkpoint of a. */
+static hp_gen_opts gen_opts_of(const rb_args *a)
+{
+    hp_gen_opts g;
+    hp_gen_opts_default(&g);
+    g.family = a->p->family;
+    g.layers = a->layers;
+    g.hidden = a->hidden;
+    g.heads = a->heads;
+    g.kv_heads = a->kv_heads;
+    g.head_dim = a->head_dim;
+    g.intermediate = a->intermediate;
+    g.vocab = a->vocab;
+    g.dtype = a->dtype;
+    if (is_moe(a)) {
+        g.experts = a->experts;
+        g.top_k = a->p->top_k;
+        g.moe_intermediate = a->moe_intermediate;
+    }
+    return g;
+}
+
+/* The checkpoint's config.json text (malloc'd into *cfg): gen's for o (vocab at most HP_GEN_MAX_DIM) with
+ * vocab_size and the DeepSeek-V3 fields rewritten to the preset's; for a checkpoint gen writes itself (gen_fits)
+ * the same text gen writes. */
+static hp_status config_text(const rb_args *a, const hp_gen_opts *o, char **cfg, hp_err *err)
 {
     hp_gen_opts g = *o;
     g.vocab = o->vocab < HP_GEN_MAX_DIM ? o->vocab : HP_GEN_MAX_DIM;
-    char *cfg = NULL;
-    hp_status st = hp_gen_config_text(&g, &cfg, err);
-    if (st == HP_OK) st = patch_int(&cfg, "vocab_size", o->vocab, err);
+    hp_status st = hp_gen_config_text(&g, cfg, err);
+    if (st == HP_OK) st = patch_int(cfg, "vocab_size", o->vocab, err);
     if (a->p->q_lora) {
         const char *keys[] = {"q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                               "n_group", "topk_group", "first_k_dense_replace"};
         const int64_t vals[] = {a->p->q_lora, a->p->kv_lora, a->p->nope, a->p->rope, a->p->v_head,
                                 a->n_group, a->topk_group, a->first_dense};
-        for (size_t i = 0; st == HP_OK && i < sizeof keys / sizeof *keys; i++) st = patch_int(&cfg, keys[i], vals[i], err);
+        for (size_t i = 0; st == HP_OK && i < sizeof keys / sizeof *keys; i++) st = patch_int(cfg, keys[i], vals[i], err);
     }
+    return st;
+}
+
+/* A checkpoint gen cannot write itself (gen_fits false): config_text's config.json and the tensors its meta
+ * model lists (dense and MoE families alike), into the (empty) folder dir. */
+static hp_status write_from_config(const rb_args *a, const hp_gen_opts *o, const char *dir, int threads, hp_err *err)
+{
+    char *cfg = NULL;
+    hp_status st = config_text(a, o, &cfg, err);
     hp_model *m = NULL;
     hp_st_writer *w = NULL;
     big_fill *fills = NULL;
@@ -419,22 +449,7 @@ static hp_status make_checkpoint(const rb_args *a, char *root, char *dir, size_t
     if (!ok || mkdir(dir, 0700) != 0)
         return hp_err_set(err, HP_ERR_IO, "%s: cannot write the temporary folder: %s (set TMPDIR to a writable "
                           "folder with room for it)", root, strerror(errno));
-    hp_gen_opts g;
-    hp_gen_opts_default(&g);
-    g.family = a->p->family;
-    g.layers = a->layers;
-    g.hidden = a->hidden;
-    g.heads = a->heads;
-    g.kv_heads = a->kv_heads;
-    g.head_dim = a->head_dim;
-    g.intermediate = a->intermediate;
-    g.vocab = a->vocab;
-    g.dtype = a->dtype;
-    if (is_moe(a)) {
-        g.experts = a->experts;
-        g.top_k = a->p->top_k;
-        g.moe_intermediate = a->moe_intermediate;
-    }
+    hp_gen_opts g = gen_opts_of(a);
     double t0 = hp_comm_wtime();
     hp_status st = gen_fits(a) ? hp_gen_checkpoint(&g, dir, err)
                                : write_from_config(a, &g, dir, hp_linalg_set_threads(0), err);
@@ -802,7 +817,32 @@ static void describe(const hp_comm *w, const hp_plan *p, const rb_args *a, rb_in
     hp_linalg_blas_describe(in->blas, sizeof in->blas, NULL);
 }
 
-/* A run this node cannot hold is refused before any of it is allocated (cli_forward_memory_fits). */
+/* The plan of a's mesh on m (*p, and with EP the suggested overrides it was derived with, *ov). */
+static hp_status derive_plan(const hp_model *m, const rb_args *a, hp_plan **p, hp_overrides **ov, hp_err *err)
+{
+    hp_plan_opts po;
+    hp_plan_opts_default(&po);
+    hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->tp, a->ep > 1 ? a->ep : 0, false);
+    hp_status st = hp_plan_derive(p, m, &po, err);
+    if (st == HP_OK && a->ep > 1) {
+        /* With EP the compute is declared, never chosen silently: the overrides `hyperpar plan MODEL --tp N
+         * --ep N --suggest-overrides` prints, parsed from that text, and the plan derived again with them. */
+        hp_buf b;
+        hp_buf_init(&b);
+        st = hp_plan_suggest_overrides(*p, &b, err);
+        if (st == HP_OK && b.oom) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for the overrides");
+        if (st == HP_OK) st = hp_overrides_parse(ov, b.data ? b.data : "", b.len, "suggested overrides", err);
+        hp_buf_free(&b);
+        hp_plan_free(*p);
+        *p = NULL;
+        po.overrides = *ov;
+        if (st == HP_OK) st = hp_plan_derive(p, m, &po, err);
+    }
+    return st;
+}
+
+/* A run this node cannot hold is refused before any of it is allocated (cli_forward_memory_fits), and before
+ * the checkpoint is written: m may be the meta model of its config. */
 static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan *p, const rb_args *a,
                               const cli_threads_info *ti, hp_err *err)
 {
@@ -858,6 +898,22 @@ static int run(rb_args *a, int *argc, char ***argv)
     const int64_t B = a->batch, T = a->tokens;
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
+    /* Refused first when this node cannot hold the run, so that such a run writes nothing: cost's figures need only
+     * the config, so every rank builds the model the checkpoint's config.json describes (meta, no weights). */
+    {
+        hp_gen_opts g = gen_opts_of(a);
+        char *cfg = NULL;
+        st = config_text(a, &g, &cfg, &err);
+        if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, &err);
+        free(cfg);
+        if (st == HP_OK) st = derive_plan(m, a, &p, &ov, &err);
+        if ((st = hp_comm_agree(w, st, &err)) || (st = memory_check(w, m, p, a, &ti, &err))) goto done;
+        hp_plan_free(p);
+        hp_overrides_free(ov);
+        hp_model_close(m);
+        p = NULL, ov = NULL, m = NULL;
+    }
+
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
     if (R == 0) st = make_checkpoint(a, root, dir, sizeof dir, &made, &in.gen_s, &err);
     if (R == 0 && st == HP_OK) in.ckpt_bytes = dir_bytes(dir);
@@ -868,30 +924,10 @@ static int run(rb_args *a, int *argc, char ***argv)
         in.weights = hp_cost_gemm_weights(m);
         in.train_flop = hp_cost_train_flops(m, B * T);
     }
-    if (st == HP_OK) {
-        hp_plan_opts po;
-        hp_plan_opts_default(&po);
-        hp_mesh_from_sizes(&po.mesh, a->dp, a->cp, a->tp, a->ep > 1 ? a->ep : 0, false);
-        st = hp_plan_derive(&p, m, &po, &err);
-        if (st == HP_OK && a->ep > 1) {
-            /* With EP the compute is declared, never chosen silently: the overrides `hyperpar plan MODEL --tp N
-             * --ep N --suggest-overrides` prints, parsed from that text, and the plan derived again with them. */
-            hp_buf b;
-            hp_buf_init(&b);
-            st = hp_plan_suggest_overrides(p, &b, &err);
-            if (st == HP_OK && b.oom) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for the overrides");
-            if (st == HP_OK) st = hp_overrides_parse(&ov, b.data ? b.data : "", b.len, "suggested overrides", &err);
-            hp_buf_free(&b);
-            hp_plan_free(p);
-            p = NULL;
-            po.overrides = ov;
-            if (st == HP_OK) st = hp_plan_derive(&p, m, &po, &err);
-            in.n_overrides = ov ? (int)hp_overrides_count(ov) : 0;
-        }
-    }
+    if (st == HP_OK) st = derive_plan(m, a, &p, &ov, &err);
+    in.n_overrides = ov ? (int)hp_overrides_count(ov) : 0;
     if ((st = hp_comm_agree(w, st, &err))) goto done;
-    st = memory_check(w, m, p, a, &ti, &err);
-    if (st == HP_OK && !(ids = malloc((size_t)(B * T) * sizeof *ids)))
+    if (!(ids = malloc((size_t)(B * T) * sizeof *ids)))
         st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train, .no_logits = true}; /* timed only */

@@ -232,7 +232,7 @@ static int run(const bench_args *a)
         snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
                  (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
                  a->dtype == HP_DT_BF16 ? "bf16" : "f32");
-        hp_status ms = cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need, 1,
+        hp_status ms = cli_memory_fits(what, need, 1,
                                        "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", &err);
         if (ms != HP_OK) return cli_fail(&err);
     }

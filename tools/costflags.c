@@ -554,7 +554,7 @@ hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err)
 }
 
 hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_plan *p, int64_t B, int64_t S,
-                                  bool train, bool weights_held, uint64_t root_extra, int local_ranks, const char *what,
+                                  bool train, bool weights_held, double root_extra, int local_ranks, const char *what,
                                   const char *remedy, hp_err *err)
 {
     int64_t R = hp_comm_rank(w);
@@ -567,11 +567,11 @@ hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_
     hp_status cs = hp_cost_compute(&c, m, p, &o, &e);
     if (cs == HP_OK && !c->refused[0]) {
         const hp_cost_rank *k = &c->ranks[0];
-        need = k->workspace_bytes == UINT64_MAX ? 2e19
+        need = k->workspace_bytes == UINT64_MAX ? 0x1p64 /* past 64 bits */
                                                 : (double)k->workspace_bytes + (weights_held ? 0.0 : (double)k->weight_bytes);
         need += (double)k->window_bytes; /* the groups' shared windows: memory beside the workspace */
         if (train && (double)k->total_bytes > need) need = (double)k->total_bytes;
-        if (R == 0) need += (double)root_extra;
+        if (R == 0) need += root_extra;
     } /* else unknown too: a batch past 64-bit sizes is the runtime's own refusal (exit 2) */
     hp_cost_free(c);
     hp_status st = hp_comm_allreduce_max_f64(w, &need, 1, err);
@@ -580,6 +580,5 @@ hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_
     snprintf(rem, sizeof rem, "%s ('hyperpar cost' on the same model, mesh and --batch/--seq prints each rank's "
              "figures)", remedy);
     /* nodes may hold other numbers of ranks: the verdict is agreed, so that no rank goes on alone */
-    return hp_comm_agree(w, cli_memory_fits(what, need >= 1.8e19 ? UINT64_MAX : (uint64_t)need,
-                                            local_ranks > 0 ? local_ranks : 1, rem, err), err);
+    return hp_comm_agree(w, cli_memory_fits(what, need, local_ranks > 0 ? local_ranks : 1, rem, err), err);
 }

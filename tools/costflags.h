@@ -132,7 +132,7 @@ const char *cli_seconds(double s, char *buf, size_t cap);
  * gathered logits), the largest rank's times local_ranks, against MemAvailable. A lower bound of what the run
  * holds, so a run that fits is never refused. Collective over w. */
 hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_plan *p, int64_t B, int64_t S,
-                                  bool train, bool weights_held, uint64_t root_extra, int local_ranks, const char *what,
+                                  bool train, bool weights_held, double root_extra, int local_ranks, const char *what,
                                   const char *remedy, hp_err *err);
 
 #endif

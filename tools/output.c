@@ -178,13 +178,13 @@ uint64_t cli_mem_available(void)
     return (uint64_t)kib * 1024;
 }
 
-hp_status cli_memory_fits(const char *what, uint64_t need, int ranks, const char *remedy, hp_err *err)
+hp_status cli_memory_fits(const char *what, double need, int ranks, const char *remedy, hp_err *err)
 {
     uint64_t avail = cli_mem_available();
     if (!avail || ranks < 1) return HP_OK; /* unknown: the allocations themselves tell */
-    if (need <= UINT64_MAX / (uint64_t)ranks && need * (uint64_t)ranks <= avail) return HP_OK;
+    if (!(need * (double)ranks > (double)avail)) return HP_OK; /* NaN: unknown too */
     char b1[32] = "more than 16 EiB", b2[32], on[64] = "";
-    if (need != UINT64_MAX) hp_format_bytes(need, b1, sizeof b1);
+    if (need < 0x1p64) hp_format_bytes((uint64_t)need, b1, sizeof b1); /* the one place need saturates */
     if (ranks > 1) snprintf(on, sizeof on, " x %d ranks on this node", ranks);
     return hp_err_set(err, HP_ERR_INPUT, "%s needs %s of memory per rank%s, but this machine has %s available "
                       "(MemAvailable, /proc/meminfo), so it would be killed for memory; %s",

@@ -452,6 +452,29 @@ static bool start_value(const hp__uk_call *call, const hp_linear_group *gr, int6
     return call->acc || bias;
 }
 
+/* What both loop nests start a work item (product gr, columns [j0, j0 + nc)) with: W's rows j0.. of the group's
+ * matrix, the scratch slot's two parts, C's start value written, the k block. */
+typedef struct item_start {
+    const char *w;    /* W's row j0 of matrix gr->mat */
+    size_t es;        /* bytes per W element */
+    uint32_t *packed; /* the slot's first part: W's panels (W packed) or A's (A packed) */
+    uint16_t *a16;    /* its second: A's block rounded to bf16 (BF16), or copied as f32 (W packed) */
+    bool load_c;      /* C holds a start value (start_value) */
+    int64_t kc;       /* elements per k block */
+} item_start;
+
+static item_start item_begin(const hp__uk_call *call, const hp_linear_group *gr, int64_t j0, int64_t nc, char *part)
+{
+    hp__uk_kind kind = call->kind;
+    size_t es = kind == HP__UK_F32 ? 4 : 2;
+    return (item_start){.w = (const char *)call->w + (size_t)(gr->mat * call->n + j0) * (size_t)call->k * es,
+                        .es = es,
+                        .packed = (uint32_t *)part,
+                        .a16 = (uint16_t *)(part + align_up(w_block_bytes(kind))),
+                        .load_c = start_value(call, gr, j0, nc),
+                        .kc = kind == HP__UK_BF16 ? KC16 : KC};
+}
+
 /* One work item of HP__UK_PACK_A: product `g`, columns [j0, j0 + nc). A's row block packed per k block into the
  * W-panel part of the scratch (BF16: rounded into the A part first); then for each NB columns, each 16·MV rows,
  * the tile from W in place. */
@@ -459,28 +482,24 @@ static HP__UK void run_item_a(const hp__uk_call *call, const hp_linear_group *gr
                               char *part)
 {
     hp__uk_kind kind = call->kind;
-    int64_t n = call->n, k = call->k, m = gr->m;
-    size_t es = kind == HP__UK_F32 ? 4 : 2;
-    const char *w = (const char *)call->w + (size_t)(gr->mat * n + j0) * (size_t)k * es;
-    uint32_t *ap = (uint32_t *)part;
-    uint16_t *a16 = (uint16_t *)(part + align_up(w_block_bytes(kind)));
-    bool load_c = start_value(call, gr, j0, nc);
-    int64_t kc = kind == HP__UK_BF16 ? KC16 : KC;
-    for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        int64_t kel = k - k0 < kc ? k - k0 : kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
-        bool first = k0 == 0 && !load_c;
+    int64_t k = call->k, m = gr->m;
+    const item_start is = item_begin(call, gr, j0, nc, part);
+    uint32_t *ap = is.packed; /* A's panels */
+    for (int64_t k0 = 0; k0 < k; k0 += is.kc) {
+        int64_t kel = k - k0 < is.kc ? k - k0 : is.kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
+        bool first = k0 == 0 && !is.load_c;
         for (int64_t i0 = 0; i0 < m; i0 += MC) {
             int64_t mb = m - i0 < MC ? m - i0 : MC;
             const float *a = gr->a + i0 * gr->lda + k0;
-            if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, a16, 2 * kw);
+            if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, is.a16, 2 * kw);
             for (int64_t q0 = 0; q0 < mb; q0 += 64) { /* 64-row panels of A: [kw][64] words each */
                 int64_t nr = mb - q0 < 64 ? mb - q0 : 64;
-                if (kind == HP__UK_BF16) pack_panel(kind, a16 + q0 * 2 * kw, 2 * kw, nr, kel, ap + q0 * kw);
+                if (kind == HP__UK_BF16) pack_panel(kind, is.a16 + q0 * 2 * kw, 2 * kw, nr, kel, ap + q0 * kw);
                 else pack_panel(HP__UK_F32, a + q0 * gr->lda, gr->lda, nr, kel, ap + q0 * kw);
             }
             for (int64_t c0 = 0; c0 < nc; c0 += NB) {
                 int ncol = nc - c0 < NB ? (int)(nc - c0) : NB;
-                const char *wc = w + (size_t)(c0 * k + k0) * es;
+                const char *wc = is.w + (size_t)(c0 * k + k0) * is.es;
                 float *c = gr->c + i0 * gr->ldc + j0 + c0;
                 for (int64_t r0 = 0; r0 < mb; r0 += 16 * MV) {
                     int rows = mb - r0 < 16 * MV ? (int)(mb - r0) : 16 * MV;
@@ -500,25 +519,21 @@ static HP__UK void run_item_a(const hp__uk_call *call, const hp_linear_group *gr
 static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, int64_t j0, int64_t nc, char *part)
 {
     hp__uk_kind kind = call->kind;
-    int64_t n = call->n, k = call->k, m = gr->m;
-    size_t es = kind == HP__UK_F32 ? 4 : 2;
-    const char *w = (const char *)call->w + (size_t)(gr->mat * n + j0) * (size_t)k * es;
-    uint32_t *wp = (uint32_t *)part;
-    uint16_t *a16 = (uint16_t *)(part + align_up(w_block_bytes(kind)));
-    float *a32 = (float *)a16;
-    bool load_c = start_value(call, gr, j0, nc);
-    int64_t kc = kind == HP__UK_BF16 ? KC16 : KC;
-    for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        int64_t kel = k - k0 < kc ? k - k0 : kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
+    int64_t k = call->k, m = gr->m;
+    const item_start is = item_begin(call, gr, j0, nc, part);
+    uint32_t *wp = is.packed; /* W's panels */
+    float *a32 = (float *)is.a16;
+    for (int64_t k0 = 0; k0 < k; k0 += is.kc) {
+        int64_t kel = k - k0 < is.kc ? k - k0 : is.kc, kw = kind == HP__UK_BF16 ? (kel + 1) / 2 : kel;
         for (int64_t p0 = 0; p0 < nc; p0 += NR) {
             int64_t nr = nc - p0 < NR ? nc - p0 : NR;
-            pack_panel(kind, w + (size_t)(p0 * k + k0) * es, k, nr, kel, wp + p0 / NR * kw * NR);
+            pack_panel(kind, is.w + (size_t)(p0 * k + k0) * is.es, k, nr, kel, wp + p0 / NR * kw * NR);
         }
-        bool first = k0 == 0 && !load_c;
+        bool first = k0 == 0 && !is.load_c;
         for (int64_t i0 = 0; i0 < m; i0 += MC) {
             int64_t mb = m - i0 < MC ? m - i0 : MC;
             const float *a = gr->a + i0 * gr->lda + k0;
-            if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, a16, 2 * kw);
+            if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, is.a16, 2 * kw);
             else /* rows kel apart: no cache-set conflicts between the tile's rows, whatever lda */
                 for (int64_t r = 0; r < mb; r++) memcpy(a32 + r * kel, a + r * gr->lda, (size_t)kel * sizeof *a32);
             for (int64_t p0 = 0; p0 < nc; p0 += NR) {
@@ -533,7 +548,7 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
                 for (int64_t r0 = 0; r0 < mb; r0 += MR) {
                     int mr = mb - r0 < MR ? (int)(mb - r0) : MR;
                     if (kind == HP__UK_BF16)
-                        tile_bf16(mr, kw, a16 + r0 * 2 * kw, 2 * kw, p, c + r0 * gr->ldc, gr->ldc, !first, msk);
+                        tile_bf16(mr, kw, is.a16 + r0 * 2 * kw, 2 * kw, p, c + r0 * gr->ldc, gr->ldc, !first, msk);
                     else
                         tile_f32(mr, kel, a32 + r0 * kel, kel, (const float *)p, c + r0 * gr->ldc, gr->ldc, !first,
                                  msk);

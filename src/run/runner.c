@@ -643,17 +643,22 @@ static int moe_chunks(const hp_runner *r, int64_t max_rows)
     return c < 1 ? 1 : c > INT_MAX ? INT_MAX : (int)c;
 }
 
+/* m's runtime serves max_rows rows in `chunks` chunks: made for as many, chunked if asked, each chunk fits a stage. */
+static bool moe_runtime_serves(const moe_w *m, int64_t max_rows, int chunks)
+{
+    if (!m->ep || max_rows > m->max_tokens || (chunks > 1 && m->chunks < 2)) return false;
+    int64_t stage = m->chunks > 1 ? (m->max_tokens + m->chunks - 1) / m->chunks : m->max_tokens;
+    return (max_rows + chunks - 1) / chunks <= stage;
+}
+
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
     hp_status st = hp__r_enter(r, m->s, t, err);
     if (st != HP_OK) return st;
     int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H, K = m->l->top_k;
-    /* A runtime serves fewer rows in fewer chunks while their chunks fit its stages (a decode after a prefill). */
     int chunks = moe_chunks(r, max_rows);
-    int64_t stage = m->chunks > 1 ? (m->max_tokens + m->chunks - 1) / m->chunks : m->max_tokens;
-    if (!m->ep || max_rows > m->max_tokens || (max_rows + chunks - 1) / chunks > stage || (chunks > 1 && m->chunks < 2))
-        st = moe_runtime(r, m, max_rows, chunks, err);
+    if (!moe_runtime_serves(m, max_rows, chunks)) st = moe_runtime(r, m, max_rows, chunks, err);
     if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};

@@ -177,6 +177,12 @@ expect 2 "has 3 ranks but 2 processes run it" -- $MPI "$HP" bench run $SMALL --t
 expect 0 "vocab 1" -- "$HP" bench run $SMALL --tokens 4 --vocab 1 --reps 1
 expect 2 "of memory per rank, but this machine has" -- "$HP" bench run $SMALL --vocab 512 --tokens 65536 --batch 65536
 check "a refused bench run leaves no temporary checkpoint" test -z "$(ls | grep hp-bench-run)"
+# refused before the checkpoint is written (cost's figures need only the config): a TMPDIR where no folder can be
+# made is never reached (a run that fits fails there: test_bench_run.sh)
+expect 2 "of memory per rank, but this machine has" -- \
+    env TMPDIR="$WORK/absent" "$HP" bench run $SMALL --vocab 512 --tokens 65536 --batch 65536
+expect 2 "bench train of llama-3-8b at batch 65536 x 65536 tokens" -- \
+    env TMPDIR="$WORK/absent" "$HP" bench train $SMALL --vocab 512 --tokens 65536 --batch 65536
 expect 2 "--tokens expects an integer in [1, 1048576], got '0'" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 0
 expect 2 "--reps expects an integer" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --reps 0
 if [ "${avail:-0}" -gt 0 ] && [ "$avail" -lt $((300 * 1024 * 1024)) ]; then # KiB: the 1M-token layer needs > 300 GiB

@@ -12,8 +12,12 @@
 #   of full chunks) at 1 rank, tp 2 (and --loss-parallel), cp 2, dp 2.
 # - cost's workspace grows with the sequence by less than the MLP's width per row (it grew by 3·I floats per row
 #   unchunked), while --mode train (whose backward reads every row's intermediates) still grows by them.
+# Under the sanitizers (HP_SANITIZED=1, tests/CMakeLists.txt) these runs take minutes: each list runs its cases
+# marked "s", which still meet every kind (each family and weight dtype, exact and bf16 compute, each mesh kind,
+# below, at and above a chunk), and the release build runs them all (`full`).
 source "$(dirname "$0")/lib.sh"
 cd "$WORK"
+full() { [ "${HP_SANITIZED:-0}" != 1 ]; }
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 I=2048
 "$HP" gen --family llama --out l32 --layers 2 --hidden 64 --intermediate $I --vocab 128 >/dev/null 2>&1
@@ -21,8 +25,9 @@ I=2048
 check "the models are generated" test -f l32/model.safetensors -a -f q16/model.safetensors
 
 n=0
-while read -r model np input compute flags; do
+while read -r when model np input compute flags; do
     n=$((n + 1))
+    [ "$when" = s ] || full || continue
     launch=""
     [ "$np" -gt 1 ] && launch="$MPI -np $np -x HP_TEST_MLP_WHOLE"
     HP_TEST_MLP_WHOLE=1 $launch "$HP" run $model --random-input $input --compute $compute $flags \
@@ -32,15 +37,15 @@ while read -r model np input compute flags; do
     expect 0 "logits max diff" -- $launch "$HP" run $model --random-input $input --compute $compute $flags \
         --compare ref$n.st --compare-rtol 1e-6 --stats-json chunked$n.json
 done <<'LIST'
-l32 1 1,3000 exact
-l32 1 2,1500 bf16
-l32 1 1,2200 exact
-q16 1 1,3000 bf16
-q16 1 3,1000 exact
-l32 2 1,3000 exact --tp 2
-q16 2 1,3000 bf16 --tp 2 --no-sequence-parallel
-l32 2 1,3000 bf16 --cp 2
-q16 2 2,2600 exact --dp 2
+s l32 1 1,3000 exact
+- l32 1 2,1500 bf16
+s l32 1 1,2200 exact
+- q16 1 1,3000 bf16
+s q16 1 3,1000 exact
+s l32 2 1,3000 exact --tp 2
+s q16 2 1,3000 bf16 --tp 2 --no-sequence-parallel
+s l32 2 1,3000 bf16 --cp 2
+s q16 2 2,2600 exact --dp 2
 LIST
 
 # ws FILE: rank 0's workspace_bytes of a --stats-json or cost --format json file.
@@ -71,15 +76,19 @@ V=4096
 "$HP" gen --family llama --out v16 --layers 2 --hidden 64 --intermediate 128 --vocab $V --dtype bf16 >/dev/null 2>&1
 check "the vocab-heavy models are generated" test -f v32/model.safetensors -a -f v16/model.safetensors
 n=0
-while read -r np mesh; do
+mi=0
+while read -r keep np mesh; do # keep: the combinations (1-4 below) sanitized builds run on this mesh
+    mi=$((mi + 1))
     [ "$mesh" = - ] && mesh=""
     short=1,300 long=1,2100 # 1 chunk, 2 chunks (1024 + 1076 rows per rank)
     case "$mesh" in *--cp*) long=1,2600 ;; *--dp*) short=2,300 long=2,2100 ;; esac
     launch=""
     [ "$np" -gt 1 ] && launch="$MPI -np $np"
+    ci=0
     for c in "v32 exact $short" "v32 bf16 $long" "v16 exact $long" "v16 bf16 $short"; do
         set -- $c
-        n=$((n + 1))
+        n=$((n + 1)) ci=$((ci + 1))
+        case $keep in *$ci*) ;; *) full || continue ;; esac
         $launch "$HP" run $1 --random-input $3 --compute $2 $mesh --output o$n.st --stats-json taken$n.json \
             >/dev/null 2>&1 </dev/null
         $launch "$HP" run $1 --random-input $3 --compute $2 $mesh --stats-json free$n.json >/dev/null 2>&1 </dev/null
@@ -91,6 +100,7 @@ while read -r np mesh; do
     done
     # several chunks: 4 full ones and the rest (5000 rows per rank), 5 and the rest (6000)
     for T in 5000 6000; do
+        [ $((T / 1000 % 2)) = $((mi % 2)) ] || full || continue # sanitized: an odd and an even count by turns
         input=1,$T
         case "$mesh" in *--cp*) input=1,$((2 * T)) ;; *--dp*) input=2,$T ;; esac
         $launch "$HP" run v32 --random-input $input $mesh --stats-json sev$T.json >/dev/null 2>&1 </dev/null
@@ -98,12 +108,12 @@ while read -r np mesh; do
         check "cost workspace = logits-free run workspace: $input np=$np $mesh" same_ws sev$T.json csev$T.json
     done
 done <<'LIST'
-1 -
-2 --tp 2
-2 --tp 2 --no-sequence-parallel
-2 --tp 2 --loss-parallel
-2 --cp 2
-2 --dp 2
+1234 1 -
+2 2 --tp 2
+3 2 --tp 2 --no-sequence-parallel
+4 2 --tp 2 --loss-parallel
+3 2 --cp 2
+1 2 --dp 2
 LIST
 # The chunked path is taken: the workspace drops by at least the logits' rows past the longest chunk (of 2100
 # rows: 1024 and 1076).
@@ -133,8 +143,9 @@ check "cost workspace = run workspace at 2 x 2600 tokens, dp 2, MLP-heavy" same_
 check "the MoE models are generated" test -f m32/model.safetensors -a -f m16/model.safetensors
 printf -- '- match: "model.layers.*.mlp"\n  when: ep\n  region_dispatch: false\n  local_compute_fn:\n    _target_: qwen3moe_topk_router\n    capacity_factor: 1.0\n' >cf.yaml
 n=0
-while read -r model np input compute flags; do
+while read -r when model np input compute flags; do
     n=$((n + 1))
+    [ "$when" = s ] || full || continue
     [ "$flags" = "cf" ] && flags="--tp 2 --ep 2 --overrides cf.yaml"
     launch=""
     [ "$np" -gt 1 ] && launch="$MPI -np $np -x HP_TEST_MLP_WHOLE"
@@ -151,27 +162,30 @@ while read -r model np input compute flags; do
     case $input in *,1279 | 1,1000) ;; *) check "MoE chunking shrinks run's workspace: $model $input $flags" \
         smaller mchunk$n.json mwhole$n.json ;; esac
 done <<'LIST'
-m32 1 1,1279 exact
-m32 1 1,1280 exact
-m32 1 1,3000 bf16
-m32 1 2,2100 exact
-m16 1 1,3000 exact
-m16 1 1,2600 bf16
-m32 2 1,3000 exact --tp 2 --ep 2 --ep-compute suggested
-m16 2 2,1500 exact --mesh dp=1,ep=2 --ep-axis --ep-compute suggested
-m32 2 1,3000 exact cf
+s m32 1 1,1279 exact
+s m32 1 1,1280 exact
+- m32 1 1,3000 bf16
+- m32 1 2,2100 exact
+- m16 1 1,3000 exact
+s m16 1 1,2600 bf16
+s m32 2 1,3000 exact --tp 2 --ep 2 --ep-compute suggested
+s m16 2 2,1500 exact --mesh dp=1,ep=2 --ep-axis --ep-compute suggested
+s m32 2 1,3000 exact cf
 LIST
-if grep -q avx512bw /proc/cpuinfo; then
+if grep -q avx512bw /proc/cpuinfo; then # sanitized: 1 process at 3000 tokens
     for input in 1,1280 1,3000; do
+        [ $input = 1,3000 ] || full || continue
         HP_GEMM=hyperpar HP_TEST_MLP_WHOLE=1 "$HP" run m32 --random-input $input --output bw.st >/dev/null 2>&1
         HP_GEMM=hyperpar "$HP" run m32 --random-input $input --output bc.st >/dev/null 2>&1
         check "MoE chunked logits byte-identical on the blocked kernel ($input)" cmp -s bw.st bc.st
     done
-    HP_GEMM=hyperpar HP_TEST_MLP_WHOLE=1 $MPI -np 2 -x HP_GEMM -x HP_TEST_MLP_WHOLE "$HP" run m32 --random-input 1,3000 \
-        --tp 2 --ep 2 --overrides cf.yaml --output bw.st >/dev/null 2>&1
-    HP_GEMM=hyperpar $MPI -np 2 -x HP_GEMM "$HP" run m32 --random-input 1,3000 --tp 2 --ep 2 --overrides cf.yaml \
-        --output bc.st >/dev/null 2>&1
-    check "MoE chunked logits byte-identical on the blocked kernel (ep 2, capacity factor)" cmp -s bw.st bc.st
+    if full; then
+        HP_GEMM=hyperpar HP_TEST_MLP_WHOLE=1 $MPI -np 2 -x HP_GEMM -x HP_TEST_MLP_WHOLE "$HP" run m32 \
+            --random-input 1,3000 --tp 2 --ep 2 --overrides cf.yaml --output bw.st >/dev/null 2>&1
+        HP_GEMM=hyperpar $MPI -np 2 -x HP_GEMM "$HP" run m32 --random-input 1,3000 --tp 2 --ep 2 --overrides cf.yaml \
+            --output bc.st >/dev/null 2>&1
+        check "MoE chunked logits byte-identical on the blocked kernel (ep 2, capacity factor)" cmp -s bw.st bc.st
+    fi
 fi
 
 # growth MODE LO HI: cost's workspace growth per added token from seq LO to HI (bytes)
