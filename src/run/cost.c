@@ -1152,10 +1152,9 @@ static int64_t owner_step(const hp__prog *g, const char *name)
 
 /* grad_bytes, optim_bytes and master_bytes of rank r as train.c allocates them, from the rank's cut of every
  * tensor: each trainable tensor of a module of the program has an f32 gradient and AdamW's two f32 moments
- * (ZeRO-1: the rank's block over dp, or over the experts' expert-data-parallel group); masters beside what the
- * forward reads: in a bf16 checkpoint 8 bytes per element of a matrix held bf16 (its master and widened copy)
- * and 4 per element held widened (vectors, an MoE block's arrays), and 4 per router element always (the router
- * is held in f64). An MoE block's routed experts train as four arrays (gate|up, down and their biases) and its
+ * (ZeRO-1: the rank's block over dp, or over the experts' expert-data-parallel group); the f32 masters: 4 bytes
+ * per element of a tensor stored as bf16 (what the forward reads in exact compute; in BF16 compute a matrix's
+ * bf16 copy, the weights, is its rounding), and 4 per router element always (the router is held in f64). An MoE block's routed experts train as four arrays (gate|up, down and their biases) and its
  * shared expert as two (gate|up, down), whose ZeRO blocks are cut whole; the expert gate gets no gradient. */
 static hp_status runtime_state(walk *w, hp_cost_rank *r)
 {
@@ -1183,7 +1182,7 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
         hp_role role = w->p->roles ? w->p->roles[t.params[0]] : HP_ROLE_REPLICATED;
         gb += 4 * n;
         if (g->steps[si].op != HP__OP_MOE) { /* a dense slice */
-            mb += b16 ? (t.n_dims >= 2 ? 8 : 4) * n : 0;
+            mb += b16 ? 4 * n : 0;
             ob += 8 * zshare(n, P1, k1);
         } else if (role == HP_ROLE_MOE_GATE) { /* the router and its bias: an f32 master of the f64 held */
             mb += 4 * n;

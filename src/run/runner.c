@@ -111,9 +111,16 @@ typedef struct loader {
     hp_err *err;
 } loader;
 
+/* keep_bf16: a matrix the products read as bf16. Training keeps it so only where it trains in BF16 compute (its
+ * bf16 copy is then the master's rounding, train.c); otherwise the forward reads f32: the master it trains, or a
+ * frozen tensor widened, whose input gradient the backward multiplies by it. */
 static hp_status load(loader *L, const char *fqn, const char *rel, bool required, bool keep_bf16, hp__w *w)
 {
     snprintf(L->name, sizeof L->name, "%s.%s", fqn, rel);
+    if (keep_bf16 && L->r->o.keep_activations) {
+        const hp_param *mp = hp_model_find_param(L->r->m, L->name);
+        keep_bf16 = L->r->o.compute == HP_LINALG_BF16 && mp && mp->trainable;
+    }
     hp_status st = hp__w_load(&L->r->w.ws, L->name, required, keep_bf16, w, L->err);
     if (st == HP_OK && w->present) st = hp__wreg_add(&L->r->w.wreg, w, NULL, L->name, L->err);
     return st;
@@ -320,7 +327,8 @@ static hp_status load_norm(loader *L, const hp__step *s, norm_w *n)
 static hp_status load_table(loader *L, const char *fqn, hp__w *w)
 {
     const hp__rcfg *c = &L->r->g.cfg;
-    hp_status st = load(L, fqn, "weight", true, true, w);
+    /* training holds it f32: the lookup reads the master itself in either compute (autocast leaves it f32) */
+    hp_status st = load(L, fqn, "weight", true, !L->r->o.keep_activations, w);
     if (st == HP_OK && (w->n_dims != 2 || w->shape[1] != c->H || w->global[0] != c->V))
         st = hp_err_set(L->err, HP_ERR_INPUT, "%s.weight is not [vocab_size, hidden_size]", fqn);
     return st;

@@ -40,9 +40,9 @@ typedef struct tparam {
     hp__w *w;        /* a dense slice, or NULL: an array of an MoE layer object */
     float *data;     /* what AdamW updates: w->d, the layer's f32 array, or the router's f32 master */
     double *wide;    /* the router's f64 copy the forward reads (rewritten after each update), or NULL */
-    float *w32;      /* a bf16 slice: its values widened, what the backward multiplies by (= the forward's) */
-    float *held;     /* a slice of a bf16 checkpoint held widened to f32 (norms, biases, an MoE block's arrays):
-                        the array the forward reads, the master rounded to bf16; data is then its own f32 master */
+    bool b16;        /* stored as bf16: data is its f32 master (what trains; what the forward reads, or in BF16
+                        compute the bf16 copy w->d the products would round it to anyway) */
+    bool own;        /* data is this entry's own array (the router's master, a bf16 slice's master) */
     int64_t n;
     int moe;         /* 1 + the index of its MoE block in t->moe; 0: dense */
     int slot;        /* an MoE array: which of the block's (add_moe's table: gate_up, down, b_gate_up, b_down,
@@ -51,7 +51,6 @@ typedef struct tparam {
     char name[200];  /* dense: the checkpoint's name */
     float *g, *m, *v;
     bool own_g;      /* g is this entry's (an MoE array's lives in its block's hp_moe_grads) */
-    bool r16;        /* what the forward reads (held, wide) is the master rounded to bf16 (a bf16 checkpoint) */
     /* ZeRO-1: this rank's block [zlo, zlo + zn) of the optimizer state over zc (dp, or the expert-data-parallel
      * group for experts); zc NULL: the whole state */
     const hp_comm *zc;
@@ -114,8 +113,7 @@ void hp__train_free(hp__train *t)
     for (int i = 0; i < t->n; i++) {
         if (t->p[i].own_g) free(t->p[i].g);
         free(t->p[i].m), free(t->p[i].v);
-        if (t->p[i].wide || t->p[i].w32 || t->p[i].held) free(t->p[i].data); /* an f32 master of its own */
-        free(t->p[i].w32);
+        if (t->p[i].own) free(t->p[i].data);
     }
     free(t->p);
     for (int i = 0; i < t->n_moe; i++) {
@@ -182,29 +180,6 @@ static hp_status new_param(hp_runner *r, float *data, int64_t n, float *g, const
     return HP_OK;
 }
 
-/* An entry whose forward reads held (n f32 values of a bf16 checkpoint, widened): its own f32 master, a copy of
- * held (whose values are bf16 already), that AdamW updates; after each update held is the master rounded to bf16.
- * w: the dense slice, or NULL (an MoE array, registered by the caller). */
-static hp_status add_master(hp_runner *r, float *held, int64_t n, float *g, const hp__step *s, bool cut,
-                            bool tp_partial, hp__w *w, const char *name, hp_err *err)
-{
-    float *master = hp_calloc((size_t)n + 1, sizeof *master);
-    if (!master) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %s's master weights", name);
-    memcpy(master, held, (size_t)n * sizeof *master);
-    tparam *q;
-    hp_status st = new_param(r, master, n, g, s, cut, tp_partial, &q, err);
-    if (st != HP_OK) {
-        free(master);
-        return st;
-    }
-    q->held = held;
-    q->r16 = true;
-    q->w = w;
-    if (w) w->train_ix = r->train->n;
-    snprintf(q->name, sizeof q->name, "%s", name);
-    return HP_OK;
-}
-
 /* Registers w (when present) as a parameter of step s. tp_partial: tp cuts the module but not w, so each tp
  * rank's gradient of w comes from its own heads (q/k norms). */
 static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *rel, const hp__step *s,
@@ -220,29 +195,28 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
                           fqn, rel, hp_dtype_name(w->dt));
     hp_placement tpl = w->pl.ax[HP_AXIS_TP];
     bool cut = r->x.pos.n[HP__TP] > 1 && (tpl.kind == HP_PL_S || tpl.kind == HP_PL_S2);
-    float *master = w->d, *w32 = NULL;
-    if (w->dt == HP_DT_F32 && mp && mp->dtype == HP_DT_BF16) /* held widened: an f32 master, the forward reads its
-                                                                 rounding to bf16 */
-        return add_master(r, w->d, w->n, NULL, s, cut, tp_partial, w, name, err);
-    if (w->dt == HP_DT_BF16) { /* f32 master weights; the bf16 copy is what the forward reads */
+    /* A bf16 checkpoint trains on f32 masters, as PyTorch trains the model loaded in float32: the forward reads
+     * the master itself (exact compute loads the slice widened, runner.c's load), or in BF16 compute its bf16
+     * copy (w->d, made again after each update: the rounding every product applies, as autocast casts). */
+    float *master = w->d;
+    if (w->dt == HP_DT_BF16) {
         master = hp_calloc((size_t)w->n + 1, sizeof *master);
-        w32 = hp_calloc((size_t)w->n + 1, sizeof *w32);
-        hp_status cs = master && w32 ? hp_dtype_to_f32(HP_DT_BF16, w->d, master, w->n, err)
-                                     : hp_err_set(err, HP_ERR_NOMEM, "out of memory for %s.%s's master weights", fqn, rel);
+        hp_status cs = master ? hp_dtype_to_f32(HP_DT_BF16, w->d, master, w->n, err)
+                              : hp_err_set(err, HP_ERR_NOMEM, "out of memory for %s.%s's master weights", fqn, rel);
         if (cs != HP_OK) {
-            free(master), free(w32);
+            free(master);
             return cs;
         }
-        memcpy(w32, master, (size_t)w->n * sizeof *w32);
     }
     tparam *q;
     hp_status st = new_param(r, master, w->n, NULL, s, cut, tp_partial, &q, err);
     if (st != HP_OK) {
-        if (w32) free(master), free(w32);
+        if (master != w->d) free(master);
         return st;
     }
     q->w = w;
-    q->w32 = w32;
+    q->own = master != w->d;
+    q->b16 = w->dt == HP_DT_BF16 || (mp && mp->dtype == HP_DT_BF16);
     w->train_ix = r->train->n; /* 1 + its index: new_param appended it */
     snprintf(q->name, sizeof q->name, "%s", name);
     return HP_OK;
@@ -303,33 +277,29 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
         {l->ws_gate, H, g->d_ws_gate, K_ROUTER},
     };
     double *router[] = {l->w_router, l->b_router};
-    /* a bf16 checkpoint's block is held widened (experts) or in f64 (the router): the forward reads the f32
-     * masters rounded to bf16 */
+    /* a bf16 checkpoint's block is held widened (its experts are the f32 masters the forward reads) or in f64
+     * (the router: an f32 master trains, the f64 copy is its value widened) */
     bool b16 = false;
     for (int k = mi >= 0 ? r->m->modules[mi].subtree_first : 0; mi >= 0 && k < r->m->modules[mi].subtree_end; k++)
         b16 = b16 || r->m->params[k].dtype == HP_DT_BF16;
     for (size_t k = 0; k < sizeof a / sizeof *a && st == HP_OK; k++) {
         double *wide = k == 4 || k == 5 ? router[k - 4] : NULL;
         if (!a[k].g || (!a[k].data && !wide)) continue;
-        float *data = a[k].data, *held = NULL;
-        if (wide) { /* the router is held in f64 for the selection: an f32 master is what trains */
+        float *data = a[k].data;
+        if (wide) {
             if (!(data = hp_calloc((size_t)a[k].n + 1, sizeof *data))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
             for (int64_t i = 0; i < a[k].n; i++) data[i] = (float)wide[i];
-        } else if (b16) {
-            if (!(data = hp_calloc((size_t)a[k].n + 1, sizeof *data))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-            memcpy(data, a[k].data, (size_t)a[k].n * sizeof *data);
-            held = a[k].data;
         }
         tparam *q;
         bool cut = mw->tp_cut && (a[k].kind == K_EXPERT || a[k].kind == K_SHARED);
         st = new_param(r, data, a[k].n, a[k].g, s, cut, mw->tp_cut && a[k].kind == K_ROUTER, &q, err);
         if (st != HP_OK) {
-            if (wide || held) free(data);
+            if (wide) free(data);
             return st;
         }
         q->wide = wide;
-        q->held = held;
-        q->r16 = b16;
+        q->own = wide != NULL;
+        q->b16 = b16 && !wide;
         q->moe = t->n_moe;
         q->kind = a[k].kind;
         if (q->kind == K_EXPERT || q->kind == K_BDOWN) q->sum_dp = q->sum_cp = q->sum_tp = false; /* the group's */
@@ -347,10 +317,11 @@ static float *grad_of(const hp_runner *r, const hp__w *w)
     return w->train_ix > 0 ? r->train->p[w->train_ix - 1].g : NULL;
 }
 
-/* A slice's values as the backward multiplies by them: f32 as held, or a bf16 slice widened. */
+/* A slice's values as the backward multiplies by them: f32 as held, or a bf16 slice's master (a bf16 slice is
+ * held only in BF16 compute, whose products round the master to the bf16 copy's values). */
 static const float *W32(const hp_runner *r, const hp__w *w)
 {
-    return w->dt == HP_DT_BF16 && w->train_ix > 0 ? r->train->p[w->train_ix - 1].w32 : w->d;
+    return w->dt == HP_DT_BF16 && w->train_ix > 0 ? r->train->p[w->train_ix - 1].data : w->d;
 }
 
 static tmoe *moe_of(const hp_runner *r, int64_t layer)
@@ -942,7 +913,7 @@ static void state_bytes(hp_runner *r)
         uint64_t n = (uint64_t)q->n * sizeof(float);
         g += n;
         o += q->m ? 2 * (uint64_t)q->zn * sizeof(float) : 0;
-        ms += (q->w32 ? 2 * n : 0) + (q->held || q->wide ? n : 0);
+        ms += q->b16 || q->wide ? n : 0;
     }
     for (int64_t l = 0; r->sc.kept && l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);
     rs->train_grad_bytes = g, rs->train_optim_bytes = o, rs->train_master_bytes = ms, rs->train_saved_bytes = sv;
@@ -1025,22 +996,21 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
 }
 
 /* What the forward reads of an entry after its values changed: the router's f64 copy, a bf16 slice's copy (the
- * master rounded to nearest even) and its widened twin for the backward, a widened slice of a bf16 checkpoint
- * (the master rounded, widened). */
+ * master rounded to nearest even). */
 static void sync_copies(tparam *q)
 {
-    bool r16 = q->r16 || q->w32;
+    bool r16 = q->w && q->w->dt == HP_DT_BF16;
     if (!r16 && !q->wide) return;
     /* element-wise, so the threads split the elements (a bf16 model's copies are a pass over every weight) */
 #pragma omp parallel for schedule(static) if (q->n > 65536)
     for (int64_t k = 0; k < q->n; k++) {
-        float v = r16 ? hp_linalg_round_bf16(q->data[k]) : q->data[k];
+        float v = q->data[k];
         if (q->wide) q->wide[k] = v;
-        if (q->held) q->held[k] = v;
-        if (q->w32) {
-            uint32_t u; /* v is a bf16 value: its top half is the bf16 bits */
+        if (r16) {
+            uint32_t u; /* the rounded value is a bf16 value: its top half is the bf16 bits */
+            v = hp_linalg_round_bf16(v);
             memcpy(&u, &v, sizeof u);
-            ((uint16_t *)q->w->d)[k] = (uint16_t)(u >> 16), q->w32[k] = v;
+            ((uint16_t *)q->w->d)[k] = (uint16_t)(u >> 16);
         }
     }
 }
