@@ -719,8 +719,9 @@ static bool spread(const hp_linear *lin, const hp_linear_group *g)
  * rows (the experts of a prefill: ~32 rows each at T = 512), one OpenMP loop over them runs each on one thread
  * (oneDNN runs single-threaded inside a parallel region) with that thread's scratch and stream: one parallel
  * region instead of one per group, and each expert's weights read by one core. Dynamic schedule, but each group's
- * result depends only on its own rows: bit-equal whatever the thread count, and to one-group calls on one
- * thread. The other large groups run one after another, each over all threads. */
+ * result depends only on its own rows: bit-equal whatever the thread count (a one-group call may take another
+ * oneDNN kernel for the shape, on AMX hosts a brgemm, and agrees within rounding only). The other large groups run
+ * one after another, each over all threads. */
 static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups, int64_t n_groups, bool acc,
                                   hp_err *err)
 {
