@@ -219,6 +219,9 @@ typedef struct hp_moe_run_opts {
                                   first row in the whole input); 0 by default */
     bool caller_checks_finite; /* skip the finiteness checks of x, the expert rows and y: the caller scans what
                                   it gets (the decoder's runner names the first non-finite boundary itself) */
+    const int32_t *cap_block;  /* [T] or NULL: the capacity limit applies within each block of rows separately
+                                  (row t in block cap_block[t] >= 0, each block's rows in their order), as the ranks
+                                  of a distributed run each apply it to their own rows (validate's reference) */
 } hp_moe_run_opts;
 
 typedef struct hp_moe_stats {

@@ -67,6 +67,12 @@ typedef struct hp_run_opts {
                                 run one row chunk at a time (docs/run.md "Long prefill"), so the logits [T, V] are
                                 never whole; the loss is the same to the bit. Ignored under keep_activations or
                                 record (a backward and validate read the logits), which hand them on as before */
+    const int32_t *moe_cap_block; /* [B·S] or NULL (validate's one-process reference): the MoE capacity limit
+                                     applies within each block of the batch's rows (row b·S + s in block
+                                     moe_cap_block[b·S + s]) separately, as the ranks of the distributed run each
+                                     apply it to the rows they route; NULL: all rows one block */
+    double moe_cap_factor;           /* with moe_cap_block: the capacity factor of every sparse block (the
+                                        distributed plan's, which a one-process plan does not declare) */
 } hp_run_opts;
 
 typedef struct hp_run_stats {
@@ -95,10 +101,17 @@ typedef struct hp_run_stats {
     int64_t train_skipped; /* steps skipped for a non-finite gradient (hp_train_opts.skip_nonfinite) */
     /* the training state this rank holds (0 before the first step; hyperpar cost --mode train models each to the
      * byte, docs/cost.md): the parameters' f32 gradients; AdamW's f32 moments (ZeRO-1: this rank's blocks); the
-     * f32 masters beside what the forward reads (a bf16 slice's master and its widened copy, a widened slice's
-     * master in a bf16 checkpoint, the routers' f32 masters); the kept activations (each layer's input and the
+     * f32 masters (every tensor stored as bf16: what the forward reads, or under BF16 compute the master of a
+     * matrix's bf16 copy; the routers' f32 masters of their f64 copies); the kept activations (each layer's input and the
      * final norm's, the residual stream's local block) */
     uint64_t train_grad_bytes, train_optim_bytes, train_master_bytes, train_saved_bytes;
+    /* The rows this rank's sparse blocks routed in the last forward (validate maps a capacity limit with them):
+     * the first batch row (its dp replica's offset included) and count, the first sequence position and count;
+     * moe_rows[1] 0 when it routed none; moe_rows_vary: the sparse layers routed different rows or applied
+     * different capacity factors; moe_cap_factor: the capacity factor they applied (0: none) */
+    int64_t moe_rows[4];
+    bool moe_rows_vary;
+    double moe_cap_factor;
 } hp_run_stats;
 
 typedef struct hp_run_output {

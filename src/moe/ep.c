@@ -354,6 +354,40 @@ static void count_local(hp_moe_ep *ep, const int64_t *cnt_recv)
     }
 }
 
+/* The capacity limit within each block of rows (opts->cap_block), each block's slots gathered in row order, limited
+ * as one rank's would be, and the mask scattered back into ws->keep. */
+static hp_status capacity_by_block(hp_moe_ws *ws, int64_t T, int64_t K, int64_t E, const hp_moe_run_opts *opts,
+                                   int64_t *dropped, hp_err *err)
+{
+    int32_t nb = 0;
+    for (int64_t t = 0; t < T; t++) {
+        if (opts->cap_block[t] < 0)
+            return hp_err_set(err, HP_ERR_INPUT, "capacity blocks: row %lld belongs to no block", (long long)t);
+        if (opts->cap_block[t] >= nb) nb = opts->cap_block[t] + 1;
+    }
+    int32_t *idx = malloc((size_t)(T * K) * sizeof *idx + 1), *rows = malloc((size_t)T * sizeof *rows + 1);
+    float *w = malloc((size_t)(T * K) * sizeof *w + 1);
+    uint8_t *kp = malloc((size_t)(T * K) + 1);
+    hp_status st = idx && rows && w && kp ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory for capacity blocks");
+    *dropped = 0;
+    for (int32_t b = 0; b < nb && st == HP_OK; b++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            if (opts->cap_block[t] == b) {
+                memcpy(idx + n * K, ws->topk_idx + t * K, (size_t)K * sizeof *idx);
+                memcpy(w + n * K, ws->topk_w + t * K, (size_t)K * sizeof *w);
+                rows[n++] = (int32_t)t;
+            }
+        int64_t d = 0;
+        if (n) st = hp_moe_capacity(idx, w, n, K, E, opts->capacity_factor, opts->policy, kp, ws->cap_scratch, &d,
+                                    NULL, err);
+        for (int64_t i = 0; i < n && st == HP_OK; i++) memcpy(ws->keep + (int64_t)rows[i] * K, kp + i * K, (size_t)K);
+        *dropped += d;
+    }
+    free(idx), free(rows), free(w), free(kp);
+    return st;
+}
+
 /* The rank-local start of a forward, identical with and without chunks: checks x, routes all T tokens,
  * applies the capacity limit to this rank's slots (*keep: the mask or NULL). Resets the statistics; *t0
  * is when routing began. No collective: the caller agrees on the status. */
@@ -379,8 +413,9 @@ static hp_status route_local(hp_moe_ep *ep, const float *x, int64_t T, const hp_
         st = hp_moe_route_balance(ws->topk_idx, ws->topk_w, T, K, E, L, err);
     *keep = NULL;
     if (st == HP_OK && T > 0 && opts->capacity_factor > 0) {
-        st = hp_moe_capacity(ws->topk_idx, ws->topk_w, T, K, E, opts->capacity_factor, opts->policy, ws->keep,
-                             ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
+        st = opts->cap_block ? capacity_by_block(ws, T, K, E, opts, &ep->stats.n_dropped, err)
+                             : hp_moe_capacity(ws->topk_idx, ws->topk_w, T, K, E, opts->capacity_factor, opts->policy,
+                                               ws->keep, ws->cap_scratch, &ep->stats.n_dropped, NULL, err);
         *keep = ws->keep;
     }
     /* What the backward needs to know of this forward's routing, and whose forward shared arrays hold. */

@@ -659,6 +659,33 @@ static bool moe_runtime_serves(const moe_w *m, int64_t max_rows, int chunks)
     return (max_rows + chunks - 1) / chunks <= stage;
 }
 
+/* The rows a sparse block routes on this rank, into the statistics (hp_run_stats.moe_rows); under
+ * hp_run_opts.moe_cap_block, the block of each local row (*blk, malloc'd) when the block limits capacity. */
+static hp_status moe_rows(hp_runner *r, const moe_w *m, const hp__act *t, int32_t **blk, hp_err *err)
+{
+    hp_run_stats *rs = &r->tr.stats;
+    int64_t b0 = r->x.dp_rows[r->x.dp_r] + t->lo[0], now[4] = {b0, t->n[0], t->lo[1], t->n[1]};
+    int64_t first = 0;
+    while (first < r->g.cfg.L && !r->w.layers[first].sparse) first++;
+    if (first < r->g.cfg.L && m == &r->w.layers[first].moe) { /* the forward's first sparse block */
+        memcpy(rs->moe_rows, now, sizeof now);
+        rs->moe_rows_vary = false;
+        rs->moe_cap_factor = m->cf > 0 ? m->cf : 0;
+    } else if (memcmp(rs->moe_rows, now, sizeof now) || rs->moe_cap_factor != (m->cf > 0 ? m->cf : 0)) {
+        rs->moe_rows_vary = true;
+    }
+    const int32_t *map = r->o.moe_cap_block;
+    if (!map || r->o.moe_cap_factor <= 0) return HP_OK;
+    int64_t S = r->x.S_orig;
+    if (t->lo[1] + t->n[1] > S)
+        return hp_err_set(err, HP_ERR_INPUT, "capacity blocks: the sparse block routes padded positions");
+    if (!(*blk = malloc((size_t)(t->n[0] * t->n[1]) * sizeof **blk + 1)))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t b = 0; b < t->n[0]; b++)
+        for (int64_t s = 0; s < t->n[1]; s++) (*blk)[b * t->n[1] + s] = map[(b0 + b) * S + t->lo[1] + s];
+    return HP_OK;
+}
+
 /* The EP compute of a sparse block on the rank's local rows (the tokens stay where they are). */
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err)
 {
@@ -670,6 +697,10 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
     if (st == HP_OK) st = out_of(r, m->s, t, out, err);
     hp_moe_run_opts ro = {.capacity_factor = m->cf, .policy = HP_MOE_CAP_SCORE,
                           .balanced_router = r->o.balanced_router, .caller_checks_finite = true};
+    int32_t *blk = NULL;
+    if (st == HP_OK) st = moe_rows(r, m, t, &blk, err);
+    ro.cap_block = blk;
+    if (r->o.moe_cap_block) ro.capacity_factor = r->o.moe_cap_factor; /* validate's reference: the distributed one */
     /* This rank's forward is already non-finite (its verdict comes at the end): route zeros instead of NaN. */
     for (int64_t i = 0; r->tr.nf.idx >= 0 && i < rows * H; i++)
         if (!isfinite(t->d[i])) t->d[i] = 0.0f;
@@ -684,6 +715,7 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
         r->x.st.comm_s += tb;
     }
     if (st == HP_OK) st = hp_moe_ep_forward_chunks(m->ep, t->d, rows, out->d, &ro, m->overlap, chunks, err);
+    free(blk);
     if (st == HP_OK) { /* the token exchange counts as communication, as the all-to-all kind */
         const hp_moe_ep_stats *es = hp_moe_ep_get_stats(m->ep);
         double ex = es->t_dispatch + es->t_return; /* t_dispatch holds the wait for the rows (t_wait) */

@@ -137,6 +137,56 @@ static hp_status grads_of(const hp_comm *c, const hp_model *m, const hp_plan *p,
     return st;
 }
 
+/* A capacity limit is applied by each rank to the rows it routes; the one-process reference applies it within the
+ * same blocks of rows (hp_run_opts.moe_cap_block) or the comparison is not defined. Collective: every rank's rows
+ * (hp_run_stats.moe_rows) to every rank; *map ([B·S], malloc'd) on rank 0 when a block limited capacity. */
+static hp_status capacity_blocks(const hp_comm *world, const hp_run_stats *st, int64_t B, int64_t S, int32_t **map,
+                                 hp_err *err)
+{
+    int n = hp_comm_size(world);
+    int64_t mine[6] = {st->moe_rows[0], st->moe_rows[1], st->moe_rows[2], st->moe_rows[3], st->moe_rows_vary,
+                       st->moe_cap_factor > 0};
+    int64_t *all = malloc((size_t)n * sizeof mine);
+    if (!all) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    hp_status s = hp_comm_allgather(world, mine, sizeof mine, all, err);
+    bool cap = false, vary = false;
+    for (int i = 0; s == HP_OK && i < n; i++) cap = cap || all[6 * i + 5], vary = vary || all[6 * i + 4];
+    if (s == HP_OK && cap && hp_comm_rank(world) == 0) {
+        if (vary)
+            s = hp_err_set(err, HP_ERR_INPUT, "the comparison is not defined: a capacity factor limits each rank's "
+                           "slots among the rows it routes, and the sparse layers route different rows on one "
+                           "rank, so one process cannot apply the same limit; validate a plan without "
+                           "capacity_factor");
+        if (s == HP_OK && !(*map = malloc((size_t)(B * S) * sizeof **map + 1)))
+            s = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        for (int64_t k = 0; s == HP_OK && k < B * S; k++) (*map)[k] = -1;
+        /* ranks routing the same rows (tp without SP, the explicit ep axis) are one block; others must not overlap */
+        for (int i = 0; s == HP_OK && i < n; i++) {
+            const int64_t *q = all + 6 * i;
+            int32_t id = i;
+            for (int j = 0; j < i; j++)
+                if (!memcmp(all + 6 * j, q, 4 * sizeof *q)) id = j;
+            for (int64_t b = q[0]; s == HP_OK && b < q[0] + q[1]; b++)
+                for (int64_t x = q[2]; s == HP_OK && x < q[2] + q[3]; x++) {
+                    int32_t *c = &(*map)[b * S + x];
+                    if (b >= B || x >= S || (*c >= 0 && *c != id))
+                        s = hp_err_set(err, HP_ERR_INPUT, "the comparison is not defined: a capacity factor limits "
+                                       "each rank's slots among the rows it routes, and rank %d routes row %lld, "
+                                       "position %lld, which %s; validate a plan without capacity_factor", i,
+                                       (long long)b, (long long)x, b >= B || x >= S ? "is padding (cp)"
+                                                                                  : "another rank routes with other rows");
+                    else *c = id;
+                }
+        }
+        for (int64_t k = 0; s == HP_OK && k < B * S; k++)
+            if ((*map)[k] < 0)
+                s = hp_err_set(err, HP_ERR_INPUT, "the comparison is not defined: no rank routes row %lld, position "
+                               "%lld through the sparse blocks", (long long)(k / S), (long long)(k % S));
+    }
+    free(all);
+    return s;
+}
+
 /* run over world with plan p and, on rank 0, over one process with plan p1; the tapes compared there. */
 static hp_status validate_with(tape_fn run, const hp_comm *world, const hp_model *m, const hp_plan *p,
                                const hp_plan *p1, const hp_run_opts *o, const int64_t *ids, int64_t B, int64_t S,
@@ -145,16 +195,21 @@ static hp_status validate_with(tape_fn run, const hp_comm *world, const hp_model
     memset(rep, 0, sizeof *rep);
     rep->first_bad = -1;
     tape dist = {0}, one = {0};
+    int32_t *cap_map = NULL;
     hp_status st = run(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err);
+    if (st == HP_OK) st = capacity_blocks(world, &rep->stats, B, S, &cap_map, err);
     if (st == HP_OK && hp_comm_rank(world) == 0) {
         hp_comm *self = NULL;
         hp_run_opts o1 = *o;
         o1.shards = NULL; /* the one-process model reads the checkpoint whole */
+        o1.moe_cap_block = cap_map;
+        o1.moe_cap_factor = rep->stats.moe_cap_factor;
         st = hp_comm_self(&self, err);
         if (st == HP_OK) st = run(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
         hp_comm_free(self);
         if (st == HP_OK) st = compare_tapes(&dist, &one, rtol, rep, err);
     }
+    free(cap_map);
     tape_free(&dist);
     tape_free(&one);
     st = hp_comm_agree(world, st, err);
