@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
   python3                            # test scripts that hand-craft hostile files
+  strace                             # tests/cli/test_stdout.sh: every write(2) of stdout and stderr ends a line
   chromium                           # renders the HTML pages of cost and advise (tests/cli/test_html.sh)
 )
 SUDO=""

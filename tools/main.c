@@ -237,6 +237,12 @@ static int run_main(int argc, char **argv)
  * command's stdout is flushed and closed here, and a write error turns a success into exit 1. */
 int main(int argc, char **argv)
 {
+    /* Both streams line-buffered, whatever they are: each line reaches the file in one write, so when stdout and
+     * stderr share a pipe (2>&1 | tee) a block of stdout never ends mid-line with a stderr line after it (a fully
+     * buffered stdout flushed every 4 KiB did), and a line printed in pieces is not split by the other stream.
+     * The buffers hold lines up to 64 KiB whole; what prints without a newline (progress lines) flushes itself. */
+    setvbuf(stdout, NULL, _IOLBF, 1 << 16);
+    setvbuf(stderr, NULL, _IOLBF, 1 << 16);
     int rc = run_main(argc, argv);
     if (g_kept_quiet) {
         /* mpirun ends the whole job when the first rank fails: a rank that kept its error to itself lets rank 0

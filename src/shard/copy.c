@@ -222,6 +222,7 @@ static void progress_print(hp__progress *p, uint64_t done, int64_t now)
     double eta = rate > 0 ? (double)(p->total - (done < p->total ? done : p->total)) / rate : 0;
     fprintf(stderr, "\r%s %s / %s  %s/s  ETA %.0fs   ", p->verb, hp_format_bytes(done, a, sizeof a),
             hp_format_bytes(p->total, b, sizeof b), hp_format_bytes((uint64_t)rate, r, sizeof r), eta);
+    fflush(stderr); /* no newline: a line-buffered stderr would hold it */
 }
 
 void hp__progress_add(hp__progress *p, uint64_t n)
