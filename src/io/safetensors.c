@@ -40,6 +40,7 @@ struct hp_st_file {
     size_t size;
     void *map; /* non-NULL when buf is our own mapping: the SIGBUS guard is entered while it lives */
     int guard_slot; /* the mapping's entry in the guard's registry (hp__guard_map), -1 when none */
+    int fd;         /* the mapped file, kept open: each read checks it still holds the bytes (-1: none) */
     uint64_t data_offset;
     hp_st_tensor *tensors; /* [n_tensors], header order */
     size_t n_tensors;
@@ -322,13 +323,21 @@ static hp_status parse_metadata(hp_st_file *f, const json_t *m, hp_err *err)
 
 /* Copies n bytes at byte offset off of the file into dst; false when the mapping faulted (the file was
  * truncated since it was mapped). */
+/* Whether the mapped file still holds [0, end): a file truncated inside the mapping's last page reads as zeros
+ * there (no SIGBUS), so its size is asked before and after each copy. */
+static bool still_holds(const hp_st_file *f, uint64_t end)
+{
+    struct stat sb;
+    return f->fd < 0 || (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size >= end);
+}
+
 static bool fetch(const hp_st_file *f, uint64_t off, void *dst, size_t n)
 {
     if (!f->map) {
         memcpy(dst, f->buf + off, n);
         return true;
     }
-    return hp__guarded_copy(dst, f->buf + off, n);
+    return still_holds(f, off + n) && hp__guarded_copy(dst, f->buf + off, n) && still_holds(f, off + n);
 }
 
 static hp_status changed_error(const hp_st_file *f, const char *what, hp_err *err)
@@ -458,6 +467,7 @@ static hp_st_file *file_new(const char *label)
     if (!f) return NULL;
     hp_arena_init(&f->arena);
     f->guard_slot = -1;
+    f->fd = -1;
     f->label = hp_strdup(label ? label : "(memory)");
     if (!f->label) {
         free(f);
@@ -515,8 +525,10 @@ hp_status hp_st_open(hp_st_file **out, const char *path, hp_err *err)
         f->buf = m;
         hp__guard_enter();
         f->guard_slot = hp__guard_map(m, f->size, path);
+        f->fd = fd;
+    } else {
+        close(fd);
     }
-    close(fd);
     hp_status st = parse(f, err);
     if (st) {
         hp_st_close(f);
@@ -534,6 +546,7 @@ void hp_st_close(hp_st_file *f)
         munmap(f->map, f->size);
         hp__guard_leave();
     }
+    if (f->fd >= 0) close(f->fd);
     free(f->tensors);
     free(f->by_name);
     hp_arena_free(&f->arena);

@@ -42,6 +42,21 @@ truncated_while "runshard" 4096 "$rankfile" -- \
     "$HP" run "$WORK/s" --input data/forward/llama/forward_io.safetensors --output "$WORK/outs.st"
 check "runshard: no output file" test ! -e "$WORK/outs.st"
 
+# train on a safetensors token file cut by 8 bytes: inside the mapping's last page, where a read gives zeros, not
+# SIGBUS (issue 36 T10: it trained on those zeros with exit 0); each read asks the file's size first and after.
+python3 - "$WORK/tok.safetensors" <<'PY'
+import json, struct, sys
+ids = [(i * 7 + 3) % 128 for i in range(8 * 16)]
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [8, 16], "data_offsets": [0, 8 * len(ids)]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<%dq" % len(ids), *ids))
+PY
+tsize=$(stat -c %s "$WORK/tok.safetensors")
+truncated_while "traintok" $((tsize - 8)) "$WORK/tok.safetensors" -- \
+    "$HP" train data/forward/llama --data "$WORK/tok.safetensors" --seq 16 --global-batch 4 --shuffle none \
+    --steps 2 --out "$WORK/trained"
+check "traintok: no output folder" test ! -e "$WORK/trained"
+
 # The same model untouched still runs (the hook only pauses).
 rm -rf "$WORK/m" && cp -r data/forward/llama "$WORK/m"
 rm -f "$WORK"/ok.*
