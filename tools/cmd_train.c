@@ -818,6 +818,10 @@ static int train(train_args *a, int *argc, char ***argv)
         st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
+    if (st == HP_OK && (data ? hp_data_row_scored(data) : S - 1) <= 0) /* S = 1: the loss is a mean of nothing */
+        st = hp_err_set(&err, HP_ERR_INPUT, "%s: its rows are 1 token long, so no position is scored (each predicts "
+                        "the next token) and a step would only decay the weights; give rows of 2 tokens or more",
+                        data ? a->data : a->input);
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);
         if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
@@ -1142,6 +1146,15 @@ int cmd_train(int argc, char **argv)
     }
     if (a.sched.min_lr > a.to.lr)
         return cli_usage_error("train", "--min-lr %g is above --lr %g", a.sched.min_lr, a.to.lr);
+    hp_lr_schedule ls = a.sched; /* a run whose every step has lr 0 writes the model unchanged (its gradients may
+                                     be what is wanted: --grad-out), so it is said, not refused */
+    ls.lr = a.to.lr, ls.steps = a.steps;
+    bool moves = false;
+    for (int64_t t = 1; t <= a.steps && !moves; t++) moves = hp_lr_at(&ls, t) > 0;
+    if (!moves)
+        cli_warn("train: every step's learning rate is 0 (--schedule %s over --steps %lld ends at --min-lr %g%s): "
+                 "the weights will not change; give more --steps, a --min-lr above 0 or --schedule constant",
+                 hp_lr_kind_name(ls.kind), (long long)a.steps, ls.min_lr, a.steps == 1 ? " on its only step" : "");
     if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
     if (a.save_every && !a.out)
         return cli_usage_error("train", "--save-every needs --out DIR: the run folder its checkpoints go in");

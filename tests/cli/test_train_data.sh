@@ -108,4 +108,22 @@ expect 2 "--min-lr 0.01 is above --lr 0.001" -- "$HP" train $M ${D/--min-lr 1e-4
 expect 2 "--log-json" -- "$HP" train $M $D --log-json "$WORK/f.bin"
 check "the data file was not overwritten" test "$(stat -c %s "$WORK/f.bin")" = 386
 expect 2 "token 100" -- $MPI -np 2 "$HP" train $M ${D/f.bin/bad.bin} --dp 2
+# issue 36 T12: a run that cannot change the weights is said (lr 0 on every step: --grad-out may be its purpose) or
+# refused (rows of one token score nothing, so a step would only decay the weights)
+expect 0 "warning: train: every step's learning rate is 0 (--schedule cosine over --steps 1 ends at --min-lr 0 on its only step)" -- \
+    "$HP" train $M --data "$WORK/f.bin" --seq 15 --global-batch 4
+expect 0 "every step's learning rate is 0 (--schedule linear over --steps 1" -- \
+    "$HP" train $M --data "$WORK/f.bin" --seq 15 --global-batch 4 --schedule linear
+out=$("$HP" train $M --data "$WORK/f.bin" --seq 15 --global-batch 4 --steps 2 2>&1)
+check "2 cosine steps: no lr-0 warning" bash -c "! grep -q 'learning rate is 0' <<<'$out'"
+python3 - "$WORK/one.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [2, 1], "data_offsets": [0, 16]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<2q", 3, 4))
+PY
+expect 2 "one.safetensors: its rows are 1 token long, so no position is scored" -- \
+    "$HP" train $M --input "$WORK/one.safetensors" --out "$WORK/never"
+check "rows of one token: no output" test ! -e "$WORK/never"
+expect 2 "rows of 1 ids score no position" -- "$HP" train $M --data "$WORK/one.safetensors" --seq 1 --global-batch 2 --steps 2
 finish
