@@ -596,4 +596,56 @@ TEST(hardware_profiles)
     hp_model_close(md);
 }
 
+/* Training defaults (issue 36): the micro-batch is 1 row per replica unless given (one micro-batch of each replica's
+ * rows when dp does not divide B), a GPU profile reserves a tenth of its memory, and when nothing fits hp_advise walks
+ * the micro-batches below a larger one not fixed, then stronger recompute, and says what it chose. */
+TEST(train_defaults_reserve_and_relaxing)
+{
+    hp_cost_opts o;
+    hp_cost_opts_default(&o);
+    CHECK(hp_cost_default_micro_batch(&o, 2) == 0); /* inference */
+    o.train = true, o.B = 8;
+    CHECK(hp_cost_default_micro_batch(&o, 2) == 1 && hp_cost_default_micro_batch(&o, 3) == 0);
+    o.micro_batch = 4;
+    CHECK(hp_cost_default_micro_batch(&o, 3) == 4);
+    hp_cost_model m;
+    hp_cost_model_default(&m);
+    CHECK(m.mem_reserve == 0 && hp_cost_usable(&m, 100) == 100);
+    hp_cost_model_hardware(&m, hp_cost_hardware_find("H100"));
+    CHECK(m.mem_reserve == 8ull << 30 && hp_cost_usable(&m, 80ull << 30) == 72ull << 30 && hp_cost_usable(&m, 1) == 0);
+
+    hp_model *md = open_model("data/configs/llama-3-8b.json");
+    if (!md) return;
+    hp_advise_opts ao;
+    hp_advise_opts_default(&ao);
+    ao.world = 8, ao.mem_per_rank = 32ull << 30;
+    ao.cost.train = true, ao.cost.S = 16384, ao.cost.B = 64, ao.cost.mdl.zero = 1;
+    hp_cost_model_hardware(&ao.cost.mdl, hp_cost_hardware_find("H100"));
+    ao.cost.micro_batch = 8; /* not fixed: the ladder may go below it */
+    hp_advice *a = NULL;
+    hp_err err;
+    CHECK_MSG(hp_advise(&a, md, &ao, &err) == HP_OK, "%s", err.msg);
+    /* 8 and its powers of two below at selective do not fit 24 GiB (32 less the 8 reserved); full recompute does */
+    CHECK(a && a->n_ok > 0 && a->relaxed && a->mdl.recompute == HP_COST_RECOMPUTE_FULL);
+    if (a && a->n_ok) {
+        CHECK(a->cands[0].micro_batch == a->micro_batch && a->micro_batch >= 1 && a->micro_batch <= 8);
+        CHECK(a->cands[0].max_bytes <= 24ull << 30);
+        CHECK_STR_CONTAINS(a->chosen, "chosen by advise because nothing fitted with micro-batch 8 rows");
+    }
+    hp_advice_free(a);
+    ao.fixed_recompute = ao.fixed_micro_batch = true; /* both kept: nothing fits, and the advice says so */
+    CHECK_MSG(hp_advise(&a, md, &ao, &err) == HP_OK, "%s", err.msg);
+    CHECK(a && a->n_ok == 0 && !a->relaxed && a->micro_batch == 8);
+    if (a) CHECK_STR_CONTAINS(a->chosen, "nothing fits, nothing else was tried; the --micro-batch and --recompute given are kept");
+    hp_advice_free(a);
+    ao.fixed_recompute = false, ao.cost.mdl.recompute = HP_COST_RECOMPUTE_SELECTIVE;
+    ao.mem_per_rank = 48ull << 30, ao.fixed_micro_batch = false; /* 40 GiB usable: a smaller micro-batch suffices */
+    CHECK_MSG(hp_advise(&a, md, &ao, &err) == HP_OK, "%s", err.msg);
+    CHECK(a && a->n_ok > 0);
+    CHECK(a && a->relaxed && a->micro_batch < 8 && a->mdl.recompute == HP_COST_RECOMPUTE_SELECTIVE);
+    if (a) CHECK_STR_CONTAINS(a->chosen, "recompute selective: chosen by advise");
+    hp_advice_free(a);
+    hp_model_close(md);
+}
+
 TEST_MAIN()

@@ -34,7 +34,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar advise MODEL --world N --mem-per-rank SIZE [--batch B --seq S] [--mode infer|train]\n"
             "                       [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
-            "                       [--micro-batch MB] [--zero 0|1|2|3]\n"
+            "                       [--micro-batch MB] [--zero 0|1|2|3] [--mem-reserve SIZE] [--freeze GLOB]...\n"
             "                       [--mode decode [--context C] [--prefer time|headroom] [--mem-bw G]]\n"
             "                       [--ranks-per-node R] [--intra-bw G --inter-bw G] [model flags]\n"
             "                       [--overrides F] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
@@ -54,9 +54,15 @@ static void usage(FILE *out)
             "of the first. Memory: weights exact, activations and state estimated (docs/cost.md).\n"
             "A GPU --hardware (H100, H200, A100, MI300X) states the memory (then --mem-per-rank may be left out),\n"
             "the bf16 rate and the links; the figures are then estimates for a bf16 GPU engine (Megatron-style\n"
-            "accounting), not hyperpar's runtime. When no mesh fits, advise prints the binding constraint and\n"
-            "the nearest changes that fit (a ZeRO level, recompute, a smaller micro-batch, a shorter sequence,\n"
-            "more ranks), each as a command line, and exits 2.\n"
+            "accounting), not hyperpar's runtime; the figures must fit SIZE less --mem-reserve (a GPU: a tenth\n"
+            "of its memory by default, for the runtime and fragmentation).\n"
+            "--mode train: micro-batches of 1 row per replica (Megatron's default). When no mesh fits, advise\n"
+            "first tries smaller micro-batches (from a larger --micro-batch) and, on a GPU, stronger recompute\n"
+            "(selective, then full), and says which it chose and why; a --micro-batch or --recompute given is\n"
+            "kept. When still none fits, it prints the binding constraint and the nearest changes that fit (a\n"
+            "ZeRO level, recompute, a smaller micro-batch, a shorter sequence, more ranks), each as a command\n"
+            "line, and exits 2. --freeze GLOB: the matching tensors train without gradient, optimizer state or\n"
+            "master weights.\n"
             "--mode decode (serving): --batch sequences of one new token against a KV cache of --context\n"
             "positions each; every mesh also gets the concurrent sequences that fit in SIZE, and the ranking is\n"
             "by step time (max(compute, memory reads / --mem-bw) + communication) or, with --prefer headroom,\n"
@@ -135,6 +141,8 @@ static void print_text(FILE *o, const ctx *x, int top)
     if (co->mdl.ranks_per_node) fprintf(o, "; %lld ranks per node", (long long)co->mdl.ranks_per_node);
     fprintf(o, "\n");
     cli_cost_engine_text(o, &a->mdl, a->train);
+    cli_cost_reserve_text(o, &a->mdl, a->mem_per_rank);
+    if (a->train) fprintf(o, "chosen   %s\n", a->chosen);
     fprintf(o, "meshes   %d considered, %d accepted, %d rejected (%.3f s, %.2f ms per mesh)\n\n", n, ok, n - ok, secs,
             n ? secs * 1e3 / n : 0.0);
     if (ok) {
@@ -203,7 +211,17 @@ static void print_json(FILE *o, const ctx *x)
             a->mdl.zero);
     if (a->decode) fprintf(o, "%lld", (long long)a->context);
     else fprintf(o, "null");
-    fprintf(o, ", \"prefer\": \"%s\", ", a->prefer_headroom ? "headroom" : "time");
+    fprintf(o, ", \"prefer\": \"%s\", \"mem_reserve\": %llu, \"mem_usable\": %llu, \"chosen\": ",
+            a->prefer_headroom ? "headroom" : "time", (unsigned long long)a->mdl.mem_reserve,
+            (unsigned long long)hp_cost_usable(&a->mdl, a->mem_per_rank));
+    if (a->train) {
+        fprintf(o, "{\"micro_batch\": %lld, \"recompute\": \"%s\", \"relaxed\": %s, \"reason\": ",
+                (long long)a->micro_batch, hp_cost_recompute_name(a->mdl.recompute), a->relaxed ? "true" : "false");
+        cli_json_fstr(o, a->chosen);
+        fprintf(o, "}, ");
+    } else {
+        fprintf(o, "null, ");
+    }
     cli_cost_engine_json(o, &a->mdl);
     fprintf(o, ", \"fit\": ");
     if (!a->n_ok && x->fit) cli_fit_json(o, x->fit, "advise", x->argc, x->argv);
@@ -227,6 +245,9 @@ static void print_json(FILE *o, const ctx *x)
             if (a->decode)
                 fprintf(o, ", \"t_memory\": %.17g, \"kv_seq_bytes\": %llu, \"seqs_fit\": %lld", c->t_memory,
                         (unsigned long long)c->kv_seq_bytes, (long long)c->seqs);
+            if (a->train)
+                fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, \"recompute\": \"%s\"",
+                        (long long)c->micro_batch, (long long)c->n_micro, hp_cost_recompute_name(a->mdl.recompute));
         }
         if (c->ok) {
             char cmd[CLI_ADVISE_COMMAND_MAX];
@@ -293,6 +314,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
     hp_advise_opts_default(&ao);
     hp_status st = cli_plan_flags_apply(pf, NULL, &ov, &err);
     if (st == HP_OK) st = hp_model_open(&m, model_arg, NULL, &err);
+    if (st == HP_OK) cli_plan_flags_freeze(pf, m); /* frozen tensors train without state */
     if (st == HP_OK) st = cli_cost_measure(cf, m, &err);
     if (st == HP_OK) {
         ao.world = N;
@@ -301,6 +323,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         if (!cf->batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
         ao.plan = pf->po;
         ao.prefer_headroom = prefer_headroom;
+        ao.fixed_micro_batch = cf->micro_given, ao.fixed_recompute = cf->recompute_given;
         st = hp_advise(&a, m, &ao, &err);
     }
     if (st == HP_OK && !a->n_ok && cf->format != 2) st = hp_advise_fit(&fit, m, &ao, a, &err);

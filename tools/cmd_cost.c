@@ -48,7 +48,7 @@ static void usage(FILE *out)
             "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train|decode]\n"
             "                     [--context C] [--hardware cpu|H100|H200|A100|MI300X]\n"
             "                     [--recompute none|selective|full] [--micro-batch MB] [--zero 0|1|2|3]\n"
-            "                     [--mem-per-rank SIZE]\n"
+            "                     [--mem-per-rank SIZE] [--mem-reserve SIZE]\n"
             "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
             "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
             "         | --random-input B,S (as 'hyperpar run' takes them)\n"
@@ -68,8 +68,10 @@ static void usage(FILE *out)
             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
             "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
-            "Megatron-style activations and state). With --mem-per-rank (a GPU: its memory) and a rank that does\n"
-            "not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
+            "Megatron-style activations and state), --freeze honoured (no gradient, optimizer state or master).\n"
+            "With --mem-per-rank (a GPU: its memory, less --mem-reserve, a tenth by default) and a rank that\n"
+            "does not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
+            "--mode train runs micro-batches of 1 row per replica unless --micro-batch says otherwise.\n"
             "--mode decode (serving): --batch sequences, one new token each, each with a KV cache of --context\n"
             "positions: the KV cache per sequence and for the batch, how many sequences fit beside the weights\n"
             "and the step's activations in --mem-per-rank, and the step time max(compute, memory reads / --mem-bw)\n"
@@ -80,6 +82,7 @@ static void usage(FILE *out)
     fprintf(out,
             "\n"
             "JSON: {\"world\", \"batch\", \"micro_batch\", \"micro_batches\", \"seq\", \"mode\", \"max_rank\", \"engine\"\n"
+            "       \"mem_per_rank\", \"mem_reserve\", \"mem_usable\" (the budget less the reserve),\n"
             "       (\"hyperpar\" or \"estimate\"), \"hardware\": {the profile}, \"model\": {the byte and time model},\n"
             "       \"note\", \"fit\" (null, or with --mem-per-rank: {\"binding\", \"binding_bytes\", \"changes\":\n"
             "       [{\"flag\", \"value\", \"bytes\", \"command\"}]}),\n"
@@ -160,11 +163,12 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
            (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, mode_name(c),
            (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
     json_model(o, &c->mdl);
-    fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, ", (long long)c->micro_batch,
-            (long long)c->n_micro);
+    fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, \"mem_per_rank\": %llu, \"mem_reserve\": %llu, "
+               "\"mem_usable\": %llu, ", (long long)c->micro_batch, (long long)c->n_micro, (unsigned long long)budget,
+            (unsigned long long)c->mdl.mem_reserve, (unsigned long long)hp_cost_usable(&c->mdl, budget));
     cli_cost_engine_json(o, &c->mdl);
     fprintf(o, ", \"fit\": ");
-    if (fa->fit->binding && fa->fit->budget && fa->fit->total_bytes > fa->fit->budget)
+    if (fa->fit->binding && fa->fit->budget && fa->fit->total_bytes > hp_cost_usable(&c->mdl, fa->fit->budget))
         cli_fit_json(o, fa->fit, "cost", fa->argc, fa->argv);
     else fprintf(o, "null");
     if (c->decode) fprintf(o, ", \"context\": %lld", (long long)c->context);
@@ -221,7 +225,8 @@ static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
             json_u64(o, "read_bytes", r->read_bytes, d);
             fprintf(o, ", \"t_memory\": ");
             cli_json_real(o, d ? r->t_memory : NAN);
-            json_i64(o, "seqs_fit", d ? hp_cost_rank_seqs(r, budget) : -1);
+            uint64_t usable = hp_cost_usable(&c->mdl, budget);
+            json_i64(o, "seqs_fit", !d ? -1 : budget && !usable ? 0 : hp_cost_rank_seqs(r, usable));
         }
         fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
     }
@@ -281,9 +286,11 @@ static void decode_text(FILE *o, const hp_cost *c, uint64_t budget)
         fprintf(o, "         sequences that fit: needs --mem-per-rank (the memory left after weights and activations,\n"
                    "         over the KV cache of one sequence)\n");
     else
-        fprintf(o, "         sequences that fit in %s per rank: %lld* (%lld per replica x dp=%lld; floor((budget - weights - "
-                   "activations) / KV per sequence) on the rank that fits fewest)\n", mb(budget, b[1], 32), (long long)n,
-                (long long)(n / (c->dp > 0 ? c->dp : 1)), (long long)c->dp);
+        fprintf(o, "         sequences that fit in %s per rank%s%s%s: %lld* (%lld per replica x dp=%lld; floor((budget - "
+                   "weights - activations) / KV per sequence) on the rank that fits fewest)\n",
+                mb(hp_cost_usable(&c->mdl, budget), b[1], 32), c->mdl.mem_reserve ? " (" : "",
+                c->mdl.mem_reserve ? mb(budget, b[3], 32) : "", c->mdl.mem_reserve ? " less the reserve)" : "",
+                (long long)n, (long long)(n / (c->dp > 0 ? c->dp : 1)), (long long)c->dp);
     fprintf(o, "         step of rank %lld*: %s = max(compute %s, memory %s: %s read at %.3g GB/s) + communication %s; "
                "%s-bound\n", (long long)slow->rank, cli_seconds(slow->t_step, t[0], 24),
             cli_seconds(slow->t_compute, t[1], 24), cli_seconds(slow->t_memory, t[2], 24), mb(slow->read_bytes, b[2], 32),
@@ -371,10 +378,16 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
         fprintf(o, " + KV cache %s* of its %lld sequences x %lld positions", mb(mx->kv_bytes, b[3], 32),
                 (long long)(mx->kv_seq_bytes ? mx->kv_bytes / mx->kv_seq_bytes : 0), (long long)c->context);
     fprintf(o, ")\n");
-    if (budget)
+    uint64_t usable = hp_cost_usable(&c->mdl, budget); /* the budget less the runtime's reserve */
+    if (budget && !c->mdl.mem_reserve)
         fprintf(o, "budget   %s per rank: the most-loaded rank needs %.1f%% of it (%s)\n", mb(budget, b[0], 32),
                100.0 * (double)mx->total_bytes / (double)budget, mx->total_bytes <= budget ? "fits" : "does NOT fit");
-    if (budget && mx->total_bytes > budget) cli_fit_text(o, fa->fit, "cost", fa->argc, fa->argv);
+    else if (budget)
+        fprintf(o, "budget   %s per rank, less a reserve of %s for the runtime and fragmentation (--mem-reserve): the "
+                   "most-loaded rank needs %.1f%% of the %s left (%s)\n", mb(budget, b[0], 32),
+                mb(c->mdl.mem_reserve, b[1], 32), 100.0 * (double)mx->total_bytes / (double)(usable ? usable : 1),
+                mb(usable, b[2], 32), mx->total_bytes <= usable ? "fits" : "does NOT fit");
+    if (budget && mx->total_bytes > usable) cli_fit_text(o, fa->fit, "cost", fa->argc, fa->argv);
 
     if (c->decode) decode_text(o, c, budget);
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);

@@ -54,7 +54,7 @@ bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *o
 
 /* The model flags a hardware profile also sets: given explicitly, they win (cli_cost_flags_done). */
 enum { CLI_G_GEMM = 1, CLI_G_INTRA_BW = 2, CLI_G_INTER_BW = 4, CLI_G_INTRA_LAT = 8, CLI_G_INTER_LAT = 16,
-       CLI_G_RPN = 32, CLI_G_MEM_BW = 64 };
+       CLI_G_RPN = 32, CLI_G_MEM_BW = 64, CLI_G_RESERVE = 128 };
 
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
 {
@@ -64,7 +64,7 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     static const unsigned given_of[][2] = {{CLI_O_GEMM, CLI_G_GEMM},           {CLI_O_INTRA_BW, CLI_G_INTRA_BW},
                                            {CLI_O_INTER_BW, CLI_G_INTER_BW},   {CLI_O_INTRA_LAT, CLI_G_INTRA_LAT},
                                            {CLI_O_INTER_LAT, CLI_G_INTER_LAT}, {CLI_O_RPN, CLI_G_RPN},
-                                           {CLI_O_MEM_BW, CLI_G_MEM_BW}};
+                                           {CLI_O_MEM_BW, CLI_G_MEM_BW},       {CLI_O_RESERVE, CLI_G_RESERVE}};
     for (size_t i = 0; i < sizeof given_of / sizeof *given_of; i++)
         if ((unsigned)c == given_of[i][0]) f->given |= given_of[i][1];
     switch (c) {
@@ -173,6 +173,16 @@ int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f)
     case CLI_O_BUDGET:
         if (!cli_parse_size(cmd, "--mem-per-rank", arg, &f->budget)) return -1;
         return 1;
+    case CLI_O_RESERVE: { /* 0 (of any unit) is a size here: no reserve */
+        char *end;
+        double z = strtod(arg, &end);
+        if (end != arg && z == 0 && (!*end || !strcmp(end, "B") || !strcmp(end, "GiB") || !strcmp(end, "G") ||
+                                     !strcmp(end, "GB") || !strcmp(end, "MiB") || !strcmp(end, "M") || !strcmp(end, "MB")))
+            m->mem_reserve = 0;
+        else if (!cli_parse_size(cmd, "--mem-reserve", arg, &m->mem_reserve)) return -1;
+        f->reserve_given = true;
+        return 1;
+    }
     case CLI_O_FORMAT:
         if (strcmp(arg, "text") && strcmp(arg, "json") && strcmp(arg, "html"))
             return cli_usage_error(cmd, "--format expects text, json or html, got '%s'", arg), -1;
@@ -230,14 +240,26 @@ static bool flags_hardware(const char *cmd, cli_cost_flags *f)
     if (f->given & CLI_G_INTER_LAT) m->lat_inter = given.lat_inter;
     if (f->given & CLI_G_RPN) m->ranks_per_node = given.ranks_per_node;
     if (f->given & CLI_G_MEM_BW) m->mem_bw = given.mem_bw;
+    if (f->given & CLI_G_RESERVE) m->mem_reserve = given.mem_reserve;
     if (f->recompute_given) m->recompute = given.recompute;
     if (!f->budget) f->budget = hw->mem_bytes;
     return true;
 }
 
+/* The reserve must leave the budget something: a reserve of all of it would reject every mesh for no figure. */
+static bool flags_reserve(const char *cmd, const cli_cost_flags *f)
+{
+    char b[2][32];
+    if (!f->budget || f->co.mdl.mem_reserve < f->budget) return true;
+    return cli_usage_error(cmd, "--mem-reserve %s is all of the budget of %s per rank%s; give a smaller reserve (or "
+                           "--mem-reserve 0) or a larger --mem-per-rank",
+                           hp_format_bytes(f->co.mdl.mem_reserve, b[0], 32), hp_format_bytes(f->budget, b[1], 32),
+                           f->reserve_given ? "" : " (the default: a tenth of the GPU's memory)"), false;
+}
+
 bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f)
 {
-    return flags_hardware(cmd, f) && flags_mode(cmd, f) == HP_EXIT_OK;
+    return flags_hardware(cmd, f) && flags_reserve(cmd, f) && flags_mode(cmd, f) == HP_EXIT_OK;
 }
 
 void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train)
@@ -254,6 +276,20 @@ void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train)
             train ? hp_cost_recompute_name(m->recompute) : "");
 }
 
+void cli_cost_reserve_text(FILE *o, const hp_cost_model *m, uint64_t budget)
+{
+    char b[3][32];
+    if (!budget) return;
+    if (!m->mem_reserve) {
+        fprintf(o, "reserve  none (--mem-reserve): the figures may fill the whole %s per rank\n",
+                hp_format_bytes(budget, b[0], 32));
+        return;
+    }
+    fprintf(o, "reserve  %s per rank kept for the runtime and fragmentation (CUDA context, NCCL buffers, the "
+               "allocator; --mem-reserve): the figures must fit %s of %s\n", hp_format_bytes(m->mem_reserve, b[0], 32),
+            hp_format_bytes(hp_cost_usable(m, budget), b[1], 32), hp_format_bytes(budget, b[2], 32));
+}
+
 void cli_cost_engine_json(FILE *o, const hp_cost_model *m)
 {
     const hp_cost_hardware *h = m->hw;
@@ -266,8 +302,9 @@ void cli_cost_engine_json(FILE *o, const hp_cost_model *m)
                                         "inter_latency"};
     const double v[] = {m->gemm_flops, h ? h->hbm_bw : 0, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter};
     cli_json_reals(o, names, v, sizeof v / sizeof *v);
-    fprintf(o, ", \"ranks_per_node\": %lld, \"activation_bytes\": %d, \"recompute\": \"%s\", \"source\": ",
-            (long long)m->ranks_per_node, gpu ? 2 : 4, hp_cost_recompute_name(m->recompute));
+    fprintf(o, ", \"ranks_per_node\": %lld, \"activation_bytes\": %d, \"recompute\": \"%s\", \"mem_reserve\": %llu, "
+               "\"source\": ", (long long)m->ranks_per_node, gpu ? 2 : 4, hp_cost_recompute_name(m->recompute),
+            (unsigned long long)m->mem_reserve);
     cli_json_fstr(o, h ? h->source : "hyperpar bench run (docs/cost.md)");
     fprintf(o, "}");
 }
@@ -334,9 +371,15 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
 {
     char b[3][32];
     if (!f->binding) return;
-    fprintf(o, "\nbinding constraint: %s, %s of the most-loaded rank's %s (budget %s)\n", f->binding,
+    char rs[80] = "";
+    if (f->reserve) {
+        char r[2][32];
+        snprintf(rs, sizeof rs, ", less a reserve of %s: %s", hp_format_bytes(f->reserve, r[0], 32),
+                 hp_format_bytes(f->budget > f->reserve ? f->budget - f->reserve : 0, r[1], 32));
+    }
+    fprintf(o, "\nbinding constraint: %s, %s of the most-loaded rank's %s (budget %s%s)\n", f->binding,
             hp_format_bytes(f->binding_bytes, b[0], 32), hp_format_bytes(f->total_bytes, b[1], 32),
-            hp_format_bytes(f->budget, b[2], 32));
+            hp_format_bytes(f->budget, b[2], 32), rs);
     if (!f->n) {
         fprintf(o, "no single change found that fits (tried: %s)\n", f->tried[0] ? f->tried : "nothing");
         return;
@@ -362,8 +405,9 @@ void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
     }
     fprintf(o, "{\"binding\": ");
     cli_json_fstr(o, f->binding);
-    fprintf(o, ", \"binding_bytes\": %llu, \"total_bytes\": %llu, \"budget\": %llu, \"changes\": [",
-            (unsigned long long)f->binding_bytes, (unsigned long long)f->total_bytes, (unsigned long long)f->budget);
+    fprintf(o, ", \"binding_bytes\": %llu, \"total_bytes\": %llu, \"budget\": %llu, \"reserve\": %llu, \"changes\": [",
+            (unsigned long long)f->binding_bytes, (unsigned long long)f->total_bytes, (unsigned long long)f->budget,
+            (unsigned long long)f->reserve);
     for (int i = 0; i < f->n; i++) {
         char line[CLI_FIT_COMMAND_MAX];
         cli_fit_command(line, sizeof line, cmd, argc, argv, &f->ch[i]);
@@ -561,6 +605,9 @@ hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_
     hp_cost_opts o;
     hp_cost_opts_default(&o);
     o.B = B, o.S = S, o.train = train, o.n_ranks = 1, o.ranks = &R;
+    /* the forward runs the B rows as one micro-batch (each replica its rows), not cost's default of 1 row */
+    int64_t dp = hp_mesh_size(&p->mesh, "dp");
+    if (train && dp > 0 && B % dp == 0) o.micro_batch = B / dp;
     hp_cost *c = NULL;
     hp_err e;
     double need = 0; /* unknown (the runtime refuses the plan, or cost could not say): the allocations tell */

@@ -13,7 +13,7 @@ enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
     CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL,
-    CLI_O_CONTEXT, CLI_O_MEM_BW
+    CLI_O_CONTEXT, CLI_O_MEM_BW, CLI_O_RESERVE
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -24,8 +24,8 @@ enum {
     {"batch", CLI_O_BATCH, "B", "the batch of one step, all replicas (default: " bdef ")", 0, grp},                \
     {"global-batch", CLI_O_GLOBAL, "B", "the same as --batch (train: the rows of one optimizer step)", 0, grp},   \
     {"micro-batch", CLI_O_MICRO, "MB", "train: rows per replica per micro-batch; B / (MB x dp) micro-batches\n"   \
-                                       "(gradient accumulation) must be whole (default: one, of B / dp rows)", 0,  \
-     grp},                                                                                                          \
+                                       "(gradient accumulation) must be whole (default: 1 row, Megatron's; when\n"  \
+                                       "dp does not divide B, one micro-batch of each replica's rows)", 0, grp},    \
     {"hardware", CLI_O_HW, "HW", "cpu (default: hyperpar's own f32 runtime), or a GPU: H100 (H100-80G), H200,\n"   \
                                  "A100 (A100-80G), MI300X: its memory, bf16 rate and links (docs/cost.md);\n"     \
                                  "figures are then estimates for a bf16 GPU engine, not hyperpar's runtime", 0,   \
@@ -63,6 +63,9 @@ enum {
     {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"      \
                                            "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes (a GPU: its memory)",   \
      0, grp},                                                                                                       \
+    {"mem-reserve", CLI_O_RESERVE, "SIZE", "of the budget, kept for the runtime and fragmentation (CUDA context,\n" \
+                                           "NCCL buffers, allocator): the figures must fit the rest (default: a\n"    \
+                                           "GPU: a tenth of its memory, 8 GiB of an H100; cpu: 0)", 0, grp},          \
     {"format", CLI_O_FORMAT, "F", "text (default), json, or html (one self-contained page)", 0, grp},               \
     {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp}
 
@@ -77,7 +80,7 @@ typedef struct cli_cost_flags {
     bool runtime_given;      /* --train-state runtime */
     const hp_cost_hardware *hw; /* --hardware (NULL: cpu) */
     unsigned given;          /* the model flags given explicitly (bits of CLI_G_*): they override the profile */
-    bool recompute_given, global_given, micro_given;
+    bool recompute_given, global_given, micro_given, reserve_given;
     int64_t global_batch;    /* --global-batch */
     bool context_given;      /* --context */
     const char *train_only;  /* the first flag given that only a training step takes, NULL: none */
@@ -103,6 +106,8 @@ void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
 /* The text line and the JSON object that say which engine the figures describe. */
 void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train);
 void cli_cost_engine_json(FILE *o, const hp_cost_model *m);
+/* The "reserve" line of the text: how much of a budget (0: none, no line) m keeps for the runtime, and the rest. */
+void cli_cost_reserve_text(FILE *o, const hp_cost_model *m, uint64_t budget);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
 int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
 /* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken

@@ -75,12 +75,19 @@ typedef struct hp_cost_model {
     double bw_intra, bw_inter;   /* link bandwidth, bytes/s, inside a node and between nodes */
     double lat_intra, lat_inter; /* per message, seconds */
     int64_t ranks_per_node;      /* 0: every rank on one node */
+    uint64_t mem_reserve;        /* bytes of each device kept for the runtime and fragmentation (CUDA context,
+                                  * library workspaces, NCCL's buffers, the caching allocator's unused blocks):
+                                  * what the figures must fit is a budget less this (hp_cost_usable). A GPU
+                                  * profile: a tenth of its memory (docs/cost.md "Memory reserve"); cpu: 0 */
 } hp_cost_model;
 
 void hp_cost_model_default(hp_cost_model *m);
 /* Sets hw and the rates, bandwidths, latencies and ranks per node it states (a GPU: recompute selective, Megatron's
  * training state); the caller then applies the flags given explicitly over them. */
 void hp_cost_model_hardware(hp_cost_model *m, const hp_cost_hardware *hw);
+/* What a budget of mem_per_rank bytes leaves the figures: mem_per_rank less m's reserve, 0 when the reserve takes it
+ * all (then nothing fits; a budget of 0 is "no budget" for the callers, which test mem_per_rank for that). */
+uint64_t hp_cost_usable(const hp_cost_model *m, uint64_t mem_per_rank);
 /* Whether m describes a GPU engine rather than hyperpar's runtime. */
 bool hp_cost_model_gpu(const hp_cost_model *m);
 const char *hp_cost_recompute_name(hp_cost_recompute r);
@@ -89,8 +96,9 @@ typedef struct hp_cost_opts {
     int64_t B, S;               /* the batch of one step (all dp replicas together: the global batch); decode: B
                                    sequences of S = 1 new token each */
     int64_t micro_batch;        /* train: rows per dp replica in one micro-batch; B / (micro_batch · dp) micro-batches
-                                   (gradient accumulation) make the step and must be whole. 0: one micro-batch of
-                                   each replica's rows (B / dp) */
+                                   (gradient accumulation) make the step and must be whole. 0: the default, one
+                                   row per replica (Megatron's usual), B / dp micro-batches; when dp does not
+                                   divide B, one micro-batch of each replica's rows (hp_cost_default_micro_batch) */
     bool train;                 /* add training state and the backward's estimate */
     bool decode;                /* serving: one new token per sequence (S must be 1) against a KV cache of context
                                    positions per sequence (docs/cost.md "Decode"); not with train */
@@ -111,6 +119,10 @@ typedef struct hp_cost_opts {
 } hp_cost_opts;
 
 void hp_cost_opts_default(hp_cost_opts *o);
+/* The micro-batch o means on dp replicas (its rows per replica): o->micro_batch when given; in training by default 1
+ * row (Megatron's --micro-batch-size default), or, when dp does not divide o->B, 0: one micro-batch of each
+ * replica's rows; 0 outside training. cost and advise both take this one definition. */
+int64_t hp_cost_default_micro_batch(const hp_cost_opts *o, int64_t dp);
 
 /* One collective of one rank's forward step. */
 typedef struct hp_cost_event {
@@ -194,8 +206,9 @@ hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, co
  * floor((mem_per_rank - weights - activations) / kv_seq_bytes) (the activations hold the runtime's constant
  * scratch), 0 when those alone pass it; -1 when mem_per_rank is 0 (no budget). */
 int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank);
-/* Decode: the concurrent sequences the mesh serves in mem_per_rank: dp (replicas) times the fewest any evaluated
- * rank fits (every replica alike); -1 without a budget or when the figures are not derived. */
+/* Decode: the concurrent sequences the mesh serves in mem_per_rank less c's reserve (hp_cost_usable; 0 when the
+ * reserve takes it all): dp (replicas) times the fewest any evaluated rank fits (every replica alike); -1 without a
+ * budget or when the figures are not derived. */
 int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank);
 
 /* The same in two steps, for many meshes of one plan (advise): the plan's boundaries and the model's runtime
@@ -226,6 +239,8 @@ typedef struct hp_fit_change {
 typedef struct hp_fit {
     const char *binding;        /* the largest item of the most-loaded rank (hp_cost_rank_binding) */
     uint64_t binding_bytes, total_bytes, budget;
+    uint64_t reserve;           /* of budget, kept for the runtime (hp_cost_model.mem_reserve): the changes fit in
+                                   budget - reserve */
     char tried[256];            /* the kinds of change tried, as their flags ("--zero, --seq, ...") */
     int n;                      /* changes found, each the nearest of its kind, in the order tried: */
     hp_fit_change ch[HP_FIT_MAX]; /* a higher ZeRO, recompute, a smaller micro-batch (infer: batch), a shorter
@@ -233,7 +248,7 @@ typedef struct hp_fit {
 } hp_fit;
 
 /* The binding constraint of c's most-loaded rank (c from hp_cost_compute(m, p, o)) and, when its total is above
- * budget, the nearest change of o that fits, each kind tried on ranks 0, the most-loaded and the last. */
+ * what budget leaves after o's reserve (hp_cost_usable), the nearest change of o that fits, each kind tried on ranks 0, the most-loaded and the last. */
 hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, const hp_cost *c,
                       uint64_t budget, hp_err *err);
 
@@ -290,6 +305,10 @@ typedef struct hp_advise_opts {
     hp_plan_opts plan;          /* the planner's options (SP, loss-parallel, overrides; the mesh is advise's) */
     bool prefer_headroom;       /* decode: rank by concurrent sequences that fit (most first; needs mem_per_rank),
                                    then by step time; false: by step time */
+    /* Training, when no mesh fits: hp_advise tries smaller micro-batches (powers of two below cost.micro_batch that
+     * divide it, when it is above 1) and, on a GPU profile, stronger recompute (selective, then full) before it
+     * gives up; what it chose is hp_advice.chosen. A setting the caller fixed (the CLI: given explicitly) is kept. */
+    bool fixed_micro_batch, fixed_recompute;
 } hp_advise_opts;
 
 void hp_advise_opts_default(hp_advise_opts *o);
@@ -327,6 +346,8 @@ typedef struct hp_advise_cand {
     double t_memory;            /* decode: the memory-bandwidth bound of that rank's step */
     uint64_t kv_seq_bytes;      /* decode: one sequence's KV cache on that rank */
     int64_t seqs;               /* decode: concurrent sequences that fit (hp_cost_seqs), -1 without a budget */
+    int64_t micro_batch;        /* train, evaluated: rows per replica per micro-batch (hp_cost.micro_batch) */
+    int64_t n_micro;            /* train, evaluated: micro-batches per step */
 } hp_advise_cand;
 
 typedef struct hp_advice {
@@ -335,7 +356,11 @@ typedef struct hp_advice {
     int64_t B, S;
     bool train;
     hp_cost_model mdl;          /* the byte and time model the figures use (hardware, recompute, ZeRO) */
-    int64_t micro_batch;        /* train: opts.cost.micro_batch (0: one micro-batch of each replica's rows) */
+    int64_t micro_batch;        /* train: the micro-batch evaluated (hp_cost_default_micro_batch of the options: 1 by
+                                   default; 0: one micro-batch of each replica's rows, dp not dividing B) */
+    bool relaxed;               /* train: nothing fitted as asked, and advise changed the micro-batch or the
+                                   recompute (mdl, micro_batch: what it used) */
+    char chosen[640];           /* train: which micro-batch and recompute the figures use, and why */
     bool decode, prefer_headroom;
     int64_t context;            /* decode: the KV cache's positions per sequence */
     int n_cands, n_ok;          /* cands[0..n_ok) accepted, the rest rejected */

@@ -249,13 +249,17 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
         if (q->kv_seq_bytes > c->kv_seq_bytes) c->kv_seq_bytes = q->kv_seq_bytes;
     }
     c->seqs = k->decode ? hp_cost_seqs(k, x->o->mem_per_rank) : -1;
+    c->micro_batch = k->train ? k->micro_batch : 0, c->n_micro = k->train ? k->n_micro : 0;
     hp_cost_free(k);
-    uint64_t budget = x->o->mem_per_rank;
-    if (budget && c->max_bytes > budget) {
-        char b[6][32];
-        return reject(c, HP_ADVISE_MEMORY, "the most-loaded rank needs %s of %s (weights %s + activations %s + %s %s; "
-                      "the largest: %s %s)", hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(budget, b[1], 32),
-                      hp_format_bytes(c->weight_bytes, b[2], 32), hp_format_bytes(c->act_bytes, b[3], 32),
+    uint64_t budget = x->o->mem_per_rank, usable = hp_cost_usable(&co->mdl, budget);
+    if (budget && c->max_bytes > usable) {
+        char b[8][32], of[96] = "";
+        if (co->mdl.mem_reserve) /* the budget less the runtime's reserve is what the figures must fit */
+            snprintf(of, sizeof of, " (%s less a reserve of %s)", hp_format_bytes(budget, b[6], 32),
+                     hp_format_bytes(co->mdl.mem_reserve, b[7], 32));
+        return reject(c, HP_ADVISE_MEMORY, "the most-loaded rank needs %s of %s%s (weights %s + activations %s + %s %s; "
+                      "the largest: %s %s)", hp_format_bytes(c->max_bytes, b[0], 32), hp_format_bytes(usable, b[1], 32),
+                      of, hp_format_bytes(c->weight_bytes, b[2], 32), hp_format_bytes(c->act_bytes, b[3], 32),
                       co->train ? "training state" : "KV cache", hp_format_bytes(c->state_bytes, b[4], 32),
                       c->binding, hp_format_bytes(c->binding_bytes, b[5], 32));
     }
@@ -420,6 +424,22 @@ static void templates_free(tmpl *t, int n_t)
     free(t);
 }
 
+/* What the figures of o use, and where each setting comes from, into buf: "micro-batch 1 row per replica (the
+ * default, Megatron's), recompute selective (the GPU default)". */
+static void describe(char *buf, size_t cap, const hp_advise_opts *o)
+{
+    int64_t mb = hp_cost_default_micro_batch(&o->cost, 1);
+    bool gpu = hp_cost_model_gpu(&o->cost.mdl);
+    char m[96];
+    if (o->cost.micro_batch == 0)
+        snprintf(m, sizeof m, "micro-batch 1 row per replica (the default, Megatron's)");
+    else
+        snprintf(m, sizeof m, "micro-batch%s %lld row%s per replica (%s)", "", (long long)mb, mb == 1 ? "" : "s",
+                 o->fixed_micro_batch ? "as given" : "the caller's");
+    snprintf(buf, cap, "%s, recompute %s (%s)", m, hp_cost_recompute_name(o->cost.mdl.recompute),
+             !gpu ? "hyperpar's runtime recomputes nothing" : o->fixed_recompute ? "as given" : "the GPU default");
+}
+
 /* Every mesh of o->world ranks, each the cost of its template in t. */
 static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, int n_t, const hp_advise_opts *o,
                              hp_err *err)
@@ -441,9 +461,10 @@ static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, 
     a->world = o->world, a->mem_per_rank = o->mem_per_rank, a->B = o->cost.B, a->S = o->cost.S;
     a->train = o->cost.train;
     a->mdl = o->cost.mdl;
-    a->micro_batch = o->cost.train ? o->cost.micro_batch : 0;
+    a->micro_batch = hp_cost_default_micro_batch(&o->cost, 1); /* train: as given, else 1 row */
     a->decode = o->cost.decode, a->context = o->cost.decode ? o->cost.context : 0;
     a->prefer_headroom = o->prefer_headroom;
+    if (a->train) describe(a->chosen, sizeof a->chosen, o);
     a->batch_err.status = HP_OK;
     a->batch_err.msg[0] = '\0';
     struct timespec t0;
@@ -458,6 +479,68 @@ static hp_status advise_with(hp_advice **out, const hp_model *m, const tmpl *t, 
     }
     *out = a;
     return HP_OK;
+}
+
+/* ---- when nothing fits as asked: smaller micro-batches, then stronger recompute ----
+ *
+ * Training only, and only what the caller did not fix: for the recompute asked and then each stronger one (a GPU
+ * profile; hyperpar's runtime has none), the micro-batch asked and then each power of two below it that divides it,
+ * largest first (fewer, larger micro-batches run faster; recompute costs a forward more). The first setting under
+ * which some mesh fits replaces the advice, which says so (hp_advice.relaxed, .chosen); when none does, the advice
+ * as asked stands and says what was tried. */
+static void relax(hp_advice **a, const hp_model *m, const tmpl *t, int n_t, const hp_advise_opts *o)
+{
+    hp_advice *first = *a;
+    const hp_advise_cand *miss = first->n_cands ? &first->cands[0] : NULL;
+    if (!o->cost.train || first->n_ok > 0 || !miss || !miss->binding) return; /* no mesh was over memory alone */
+    bool gpu = hp_cost_model_gpu(&o->cost.mdl);
+    int r0 = (int)o->cost.mdl.recompute, r1 = gpu && !o->fixed_recompute ? (int)HP_COST_RECOMPUTE_FULL : r0;
+    int64_t mb0 = o->cost.micro_batch, mbs[64];
+    int n_mb = 0;
+    mbs[n_mb++] = mb0;
+    for (int64_t q = (int64_t)1 << 30; !o->fixed_micro_batch && mb0 >= 2 && q >= 1; q /= 2)
+        if (q < mb0 && mb0 % q == 0) mbs[n_mb++] = q;
+    char was[560], now[640], b[2][32];
+    snprintf(was, sizeof was, "nothing fitted with %.280s (the nearest: %.128s needs %s of %s)", first->chosen, miss->mesh,
+             hp_format_bytes(miss->max_bytes, b[0], 32),
+             hp_format_bytes(hp_cost_usable(&o->cost.mdl, o->mem_per_rank), b[1], 32));
+    for (int r = r0; r <= r1; r++) {
+        for (int i = 0; i < n_mb; i++) {
+            if (r == r0 && i == 0) continue; /* the advice as asked */
+            hp_advise_opts x = *o;
+            x.cost.mdl.recompute = (hp_cost_recompute)r;
+            x.cost.micro_batch = mbs[i];
+            hp_advice *nx = NULL;
+            hp_err e;
+            if (advise_with(&nx, m, t, n_t, &x, &e) == HP_OK && nx->n_ok > 0) {
+                nx->relaxed = true;
+                nx->search_seconds += first->search_seconds;
+                int64_t mb = nx->micro_batch;
+                snprintf(nx->chosen, sizeof nx->chosen, "micro-batch %lld row%s per replica, recompute %s: chosen by "
+                         "advise because %.500s", (long long)mb, mb == 1 ? "" : "s", hp_cost_recompute_name(x.cost.mdl.recompute),
+                         was);
+                hp_advice_free(first);
+                *a = nx;
+                return;
+            }
+            hp_advice_free(nx);
+        }
+    }
+    char tried[96] = "nothing else was tried", kept[160] = "";
+    if (r1 > r0 && n_mb > 1)
+        snprintf(tried, sizeof tried, "nor with micro-batch %lld or recompute %s", (long long)mbs[n_mb - 1],
+                 hp_cost_recompute_name((hp_cost_recompute)r1));
+    else if (r1 > r0)
+        snprintf(tried, sizeof tried, "nor with recompute %s", hp_cost_recompute_name((hp_cost_recompute)r1));
+    else if (n_mb > 1)
+        snprintf(tried, sizeof tried, "nor with micro-batch %lld", (long long)mbs[n_mb - 1]);
+    if (o->fixed_micro_batch || o->fixed_recompute)
+        snprintf(kept, sizeof kept, "; the %s%s%s given %s kept", o->fixed_micro_batch ? "--micro-batch" : "",
+                 o->fixed_micro_batch && o->fixed_recompute ? " and " : "", o->fixed_recompute ? "--recompute" : "",
+                 o->fixed_micro_batch && o->fixed_recompute ? "are" : "is");
+    snprintf(now, sizeof now, "%s", first->chosen);
+    snprintf(first->chosen, sizeof first->chosen, "%.400s; nothing fits, %s%s%s", now, tried, kept,
+             gpu ? "" : " (hyperpar's runtime has no recompute)");
 }
 
 hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o, hp_err *err)
@@ -475,6 +558,7 @@ hp_status hp_advise(hp_advice **out, const hp_model *m, const hp_advise_opts *o,
     struct hp__advise_tmpls *keep = st == HP_OK ? malloc(sizeof *keep) : NULL;
     if (st == HP_OK && !keep) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) st = advise_with(out, m, t, n_t, o, err);
+    if (st == HP_OK) relax(out, m, t, n_t, o);
     if (st != HP_OK) {
         free(keep);
         templates_free(t, n_t);
@@ -518,7 +602,7 @@ static bool advise_try(void *vx, const hp_cost_opts *co, int64_t world, hp_fit_c
 hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, const hp_advice *a, hp_err *err)
 {
     memset(f, 0, sizeof *f);
-    f->budget = a->mem_per_rank;
+    f->budget = a->mem_per_rank, f->reserve = a->mem_per_rank ? a->mdl.mem_reserve : 0;
     if (a->n_ok > 0 || !a->n_cands) return HP_OK;
     const hp_advise_cand *c = &a->cands[0]; /* the nearest miss */
     f->binding = c->binding, f->binding_bytes = c->binding_bytes, f->total_bytes = c->max_bytes;
@@ -531,7 +615,7 @@ hp_status hp_advise_fit(hp_fit *f, const hp_model *m, const hp_advise_opts *o, c
         /* B 0 (the default, a row per rank) stays 0: with more ranks the batch follows the world, as the printed
          * command's would */
         int64_t B = o->cost.B ? o->cost.B : o->world;
-        int64_t mb = o->cost.train && o->cost.micro_batch > 0 ? o->cost.micro_batch : B;
+        int64_t mb = !o->cost.train ? B : o->cost.micro_batch > 0 ? o->cost.micro_batch : 1; /* train: 1 row */
         hp__fit_search(f, &o->cost, mb, 0, 1, o->world, true, advise_try, &x);
     }
     if (!a->tmpls) templates_free(t, n_t);

@@ -39,6 +39,20 @@ void hp_cost_opts_default(hp_cost_opts *o)
     hp_cost_model_default(&o->mdl);
 }
 
+/* Megatron-LM's --micro-batch-size defaults to 1 and its global batch must divide into micro-batches of it on every
+ * replica; a batch dp does not divide keeps the older meaning, one micro-batch of each replica's (uneven) rows. */
+int64_t hp_cost_default_micro_batch(const hp_cost_opts *o, int64_t dp)
+{
+    if (!o->train) return 0;
+    if (o->micro_batch > 0) return o->micro_batch;
+    return dp > 0 && o->B % dp == 0 ? 1 : 0;
+}
+
+uint64_t hp_cost_usable(const hp_cost_model *m, uint64_t mem_per_rank)
+{
+    return mem_per_rank > m->mem_reserve ? mem_per_rank - m->mem_reserve : 0;
+}
+
 /* ---- what the walk needs of the plan, the same for every rank ---- */
 
 enum { HP__COST_EP_SHAPES = 64 };
@@ -147,6 +161,10 @@ struct hp_cost_plan {
      * and the ranks holding the same slice, world / that product, are the expert-data-parallel group that
      * reduces its gradients and shares its ZeRO state. */
     uint64_t expert_bytes[M_COUNT];
+    /* Of every parameter, and of the routed experts' (a part of it), the frozen ones (--freeze: not trainable):
+     * global bytes by the same masks. A frozen tensor gets no gradient, no optimizer state and no master in the
+     * byte model, as in hyperpar train (runtime_state). */
+    uint64_t frozen_bytes[M_COUNT], frozen_expert_bytes[M_COUNT];
     /* Every parameter's global bytes by decoder layer (index L: outside the layers) and the mask of the axes that
      * shard it: --zero 3 gathers one layer's weights at a time, the largest of which is its transient. */
     uint64_t (*layer_bytes)[M_COUNT];
@@ -176,9 +194,33 @@ static int mask_of(const hp_nplace *pl)
     return mask;
 }
 
-/* k->expert_bytes from the plan's boundaries (one pass over their parameter specs). */
-static void experts_scan(hp_cost_plan *k)
+/* The frozen tensors of spec ps of boundary b (its ep_stack's sources, or itself) into k->frozen_*bytes[mask], each
+ * parameter once (seen[i]: counted already). */
+static void frozen_of(hp_cost_plan *k, const hp_boundary *b, const hp_param_spec *ps, int mask, bool expert, bool *seen,
+                      char *full, size_t cap)
 {
+    const hp_model *m = k->m;
+    int n = 1;
+    const hp_ep_stack *st = NULL;
+    for (int q = 0; q < b->n_ep_stack && !st; q++)
+        if (!strcmp(b->ep_stack[q].name, ps->rel)) st = &b->ep_stack[q], n = st->n_src;
+    for (int e = 0; e < n; e++) {
+        snprintf(full, cap, "%s%s%s", b->fqn, b->fqn[0] ? "." : "", st ? st->src[e] : ps->rel);
+        const hp_param *par = hp_model_find_param(m, full);
+        if (!par || seen[par - m->params]) continue;
+        seen[par - m->params] = true;
+        if (par->trainable) continue;
+        k->frozen_bytes[mask] += par->nbytes;
+        if (expert) k->frozen_expert_bytes[mask] += par->nbytes;
+    }
+}
+
+/* k->expert_bytes from the plan's boundaries (one pass over their parameter specs); the frozen parameters' bytes
+ * too, those no boundary declares (written whole to every rank) by mask 0. */
+static bool experts_scan(hp_cost_plan *k)
+{
+    bool *seen = hp_calloc(k->m->n_params ? k->m->n_params : 1, sizeof *seen);
+    if (!seen) return false;
     const hp_model *m = k->m;
     const hp_plan *p = k->p;
     char full[1200];
@@ -208,12 +250,17 @@ static void experts_scan(hp_cost_plan *k)
                 bytes = par->nbytes;
             }
             if (expert) k->expert_bytes[mask] += bytes;
+            frozen_of(k, b, ps, mask, expert, seen, full, sizeof full);
             if (k->layer_bytes) {
                 int64_t l = layer_of(b->fqn);
                 k->layer_bytes[l >= 0 && l < k->n_layers ? l : k->n_layers][mask] += bytes;
             }
         }
     }
+    for (size_t i = 0; seen && i < m->n_params; i++) /* uncovered: whole on every rank */
+        if (!seen[i] && !m->params[i].trainable) k->frozen_bytes[0] += m->params[i].nbytes;
+    free(seen);
+    return true;
 }
 
 /* The EP index that holds each expert (the exchange's receivers). */
@@ -1003,29 +1050,39 @@ static uint64_t held_bytes(const walk *w)
  * reduces their gradients and shares their ZeRO state (mask: the axes that shard it; -1 the dense parameters). */
 typedef struct zclass {
     uint64_t numel;
+    uint64_t trained; /* of numel, the trainable elements (--freeze: the rest has no gradient, state or master) */
     int64_t group;
     int mask;
 } zclass;
 
+/* The product of the sizes of the axes of mask. */
+static int64_t mask_div(const walk *w, int mask)
+{
+    return ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
+}
+
 /* Rank r's classes (Megatron's model): the dense parameters, whose group is every rank with r's tp coordinate
  * (world / tp: dp, cp and an explicit ep axis), then the routed experts by the axes that shard them, whose group
  * is the ranks holding the same slice (world / (those axes' sizes): the expert-data-parallel group). Elements are
- * bytes / bytes(torch_dtype). Returns the count; z[0] is the dense class. */
+ * bytes / bytes(torch_dtype); each class's frozen elements are its frozen tensors' bytes divided likewise.
+ * Returns the count; z[0] is the dense class. */
 static int zero_classes(const walk *w, zclass *z)
 {
-    uint64_t pb = param_bytes(w->m), numel = w->w_full / held_bytes(w), ex = 0;
+    uint64_t pb = param_bytes(w->m), numel = w->w_full / held_bytes(w), ex = 0, fz = 0, fx = 0;
     int64_t world = hp_mesh_world(w->mesh);
     int n = 1;
     for (int mask = 0; mask < M_COUNT; mask++) {
-        uint64_t b = w->k->expert_bytes[mask];
+        uint64_t b = w->k->expert_bytes[mask], div = (uint64_t)mask_div(w, mask);
+        fz += w->k->frozen_bytes[mask] / div / pb; /* every frozen element of the rank, experts' too */
         if (!b) continue;
-        int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
-        uint64_t e = b / (uint64_t)div / pb;
+        uint64_t e = b / div / pb, f = w->k->frozen_expert_bytes[mask] / div / pb;
         if (e > numel - ex) e = numel - ex; /* a plan whose weights the layout counted otherwise: never below 0 */
-        z[n++] = (zclass){e, world / div > 0 ? world / div : 1, mask};
-        ex += e;
+        f = f < e ? f : e;
+        z[n++] = (zclass){e, e - f, world / (int64_t)div > 0 ? world / (int64_t)div : 1, mask};
+        ex += e, fx += f;
     }
-    z[0] = (zclass){numel - ex, world / w->tp > 0 ? world / w->tp : 1, -1};
+    uint64_t dense = numel - ex, fd = fz > fx ? fz - fx : 0;
+    z[0] = (zclass){dense, dense - (fd < dense ? fd : dense), world / w->tp > 0 ? world / w->tp : 1, -1};
     return n;
 }
 
@@ -1370,12 +1427,12 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int zero = o->mdl.zero;
     /* ZeRO-1 splits the optimizer state and the master weights over each class's data-parallel group, ZeRO-2 the
      * gradients too; a rank keeps ceil(elements / group) of a class (the shards are padded to whole elements) */
-    for (int i = 0; i < nz; i++) {
-        uint64_t n = z[i].numel, g1 = zero >= 1 ? (uint64_t)z[i].group : 1, g2 = zero >= 2 ? (uint64_t)z[i].group : 1;
+    for (int i = 0; i < nz; i++) { /* the state of the trained elements; ZeRO-3 shards every weight */
+        uint64_t n = z[i].trained, g1 = zero >= 1 ? (uint64_t)z[i].group : 1, g2 = zero >= 2 ? (uint64_t)z[i].group : 1;
         g = ck_addu(w, tb, g, ck_bytes(w, tb, (int64_t)((n + g2 - 1) / g2), (uint64_t)o->mdl.grad_bytes));
         op = ck_addu(w, tb, op, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.optim_bytes));
         if (pb != 4) ms = ck_addu(w, tb, ms, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.master_bytes));
-        wz = ck_addu(w, tb, wz, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), pb));
+        wz = ck_addu(w, tb, wz, ck_bytes(w, tb, (int64_t)((z[i].numel + g1 - 1) / g1), pb));
     }
     r->grad_bytes = g, r->optim_bytes = op, r->master_bytes = ms;
     if (zero >= 3) { /* FSDP: the weights sharded as the optimizer state, one layer gathered at a time */
@@ -1427,8 +1484,8 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
     zclass z[1 + M_COUNT];
     int nz = zero_classes(w, z);
     for (int i = 0; i < nz; i++) {
-        if (z[i].group <= 1 || !z[i].numel) continue;
-        uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].numel, (uint64_t)w->o->mdl.grad_bytes);
+        if (z[i].group <= 1 || !z[i].trained) continue; /* frozen tensors have no gradient to reduce */
+        uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].trained, (uint64_t)w->o->mdl.grad_bytes);
         hp_status st = add_event(w, -1, i ? "expert gradients" : "gradients", i ? "edp all-reduce" : "dp all-reduce",
                                  HP_RUN_ALL_REDUCE, i ? "edp" : "dp", z[i].group, 1, gb, true);
         if (st != HP_OK) return st;
@@ -1459,9 +1516,11 @@ int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank)
 int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank)
 {
     if (!mem_per_rank || c->refused[0] || c->n_ranks < 1) return -1;
+    uint64_t usable = hp_cost_usable(&c->mdl, mem_per_rank); /* the reserve is the runtime's, not the cache's */
+    if (!usable) return 0;
     int64_t fewest = INT64_MAX, all;
     for (int64_t i = 0; i < c->n_ranks; i++) {
-        int64_t n = hp_cost_rank_seqs(&c->ranks[i], mem_per_rank);
+        int64_t n = hp_cost_rank_seqs(&c->ranks[i], usable);
         fewest = n < fewest ? n : fewest;
     }
     return hp_mul_i64(fewest, c->dp, &all) ? all : INT64_MAX;
@@ -1493,8 +1552,10 @@ hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_pl
         free(k);
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
-    experts_scan(k);
-    (void)err;
+    if (!experts_scan(k)) {
+        hp_cost_plan_free(k);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
     *out = k;
     return HP_OK;
 }
@@ -1548,7 +1609,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
                           "least one row (use a smaller dp or a larger --batch)", (long long)o->B, (long long)w.dp);
     /* gradient accumulation: the walk is one micro-batch of every replica; the step runs n_micro of them */
-    int64_t n_micro = 1, mb = o->train ? o->micro_batch : 0;
+    int64_t n_micro = 1, mb = hp_cost_default_micro_batch(o, w.dp);
     hp_cost_opts om = *o;
     if (mb > 0) {
         if (mb > o->B / w.dp || o->B % (mb * w.dp))

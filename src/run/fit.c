@@ -146,15 +146,16 @@ hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_c
     memset(f, 0, sizeof *f);
     const hp_cost_rank *r = &c->ranks[c->max_rank];
     f->binding = hp_cost_rank_binding(r, c->train, &f->binding_bytes);
-    f->total_bytes = r->total_bytes, f->budget = budget;
-    if (!budget || c->refused[0] || r->total_bytes <= budget) return HP_OK;
+    f->total_bytes = r->total_bytes, f->budget = budget, f->reserve = budget ? o->mdl.mem_reserve : 0;
+    uint64_t usable = hp_cost_usable(&o->mdl, budget); /* the reserve is the runtime's: the figures fit the rest */
+    if (!budget || c->refused[0] || r->total_bytes <= usable) return HP_OK;
     hp_cost_plan *k = NULL;
     hp_status st = hp_cost_plan_create(&k, m, p, err);
     if (st != HP_OK) return st;
     int64_t ranks[3] = {0}, n = 1; /* rank 0, the most-loaded and the last, each once */
     if (r->rank != 0) ranks[n++] = r->rank;
     if (c->world - 1 != r->rank && c->world > 1) ranks[n++] = c->world - 1;
-    cost_ctx x = {.k = k, .ranks = ranks, .n_ranks = n, .budget = budget};
+    cost_ctx x = {.k = k, .ranks = ranks, .n_ranks = n, .budget = usable};
     int64_t dp = hp_mesh_size(&p->mesh, "dp"), cp = hp_mesh_size(&p->mesh, "cp");
     int64_t mb = c->train ? c->micro_batch : c->B;
     hp__fit_search(f, o, mb, c->train ? (c->B % dp ? -1 : c->B / dp) : 0, cp > 1 ? 2 * cp : 1, c->world, false,

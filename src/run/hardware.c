@@ -92,6 +92,11 @@ void hp_cost_model_hardware(hp_cost_model *m, const hp_cost_hardware *hw)
     m->lat_intra = hw->lat_intra, m->lat_inter = hw->lat_inter;
     m->ranks_per_node = hw->ranks_per_node;
     m->recompute = hw->gpu ? HP_COST_RECOMPUTE_SELECTIVE : HP_COST_RECOMPUTE_NONE;
+    /* A GPU process never gets its whole memory: the CUDA context and the libraries' workspaces (about 1 GiB), NCCL's
+     * buffers (a few MiB per channel and peer of every communicator: tp, dp, cp, ep) and the caching allocator's
+     * fragmentation (blocks reserved but not allocated, typically several % of the peak) come first. A tenth of
+     * the device (8 GiB of an H100) is the reserve assumed; --mem-reserve states another. */
+    m->mem_reserve = hw->gpu ? hw->mem_bytes / 10 : 0;
     if (hw->gpu) m->state = HP_COST_STATE_MEGATRON;
 }
 

@@ -8,11 +8,15 @@ D=data/configs
 # run_change LINE: runs a printed 'hyperpar ...' command line with this build (the words as a shell reads them)
 run_change() { eval "\"\$HP\" ${1#hyperpar }"; }
 
-# 1. DeepSeek-V3, 256 H100s, ZeRO-1, 4096 positions, a row per rank: the binding constraint and what fits
-out=$("$HP" advise $D/deepseek-v3.json --world 256 --hardware H100 --mode train --zero 1 --seq 4096 2>&1)
+# 1. DeepSeek-V3, 256 H100s, ZeRO-1, 4096 positions, a row per rank, micro-batches of 32 rows and selective
+# recompute given (both kept: advise changes neither): the binding constraint and what fits
+out=$("$HP" advise $D/deepseek-v3.json --world 256 --hardware H100 --mode train --zero 1 --seq 4096 --micro-batch 32 \
+      --recompute selective 2>&1)
 rc=$?
-check "DeepSeek-V3 x 256 H100 ZeRO-1: nothing fits at the default batch (exit 2)" test $rc -eq 2
-check "DeepSeek-V3: the binding constraint is named" grep -q "^binding constraint: saved activations" <<<"$out"
+check "DeepSeek-V3 x 256 H100 ZeRO-1 --micro-batch 32: nothing fits (exit 2)" test $rc -eq 2
+check "DeepSeek-V3: the --micro-batch and --recompute given are kept, and said so" \
+    grep -q "^chosen   micro-batch 32 rows per replica (as given), recompute selective (as given); nothing fits" <<<"$out"
+check "DeepSeek-V3: the binding constraint is named" grep -q "^binding constraint: gradients" <<<"$out"
 check "DeepSeek-V3: figures for another engine" grep -qF "figures for a bf16 GPU engine (Megatron-style accounting), not hyperpar's runtime" <<<"$out"
 cmds=$(grep -A1 -E "^  --(zero|recompute|micro-batch|seq|world|batch) " <<<"$out" | grep "^    hyperpar advise" | sed 's/^    //')
 check "DeepSeek-V3: at least one change printed" test -n "$cmds"
@@ -23,16 +27,18 @@ while IFS= read -r line; do
     check "the printed change fits when run: $line" test $rc -eq 0
     check "and has an accepted mesh: $line" grep -q "^  1 " <<<"$res"
 done <<<"$cmds"
-# the same question with micro-batches of one row, and the budget spelled out: meshes that fit
-for budget in "" "--mem-per-rank 80GiB"; do
+# the same question at the default (micro-batches of one row), with it given, and the budget spelled out: meshes
+# that fit, each within the 72 GiB left of 80 after the 8 GiB reserve
+for flags in "" "--micro-batch 1" "--mem-per-rank 80GiB"; do
     out=$("$HP" advise $D/deepseek-v3.json --world 256 --hardware H100 --mode train --zero 1 --seq 4096 \
-          --micro-batch 1 $budget --format json)
-    check "DeepSeek-V3 x 256 H100 ZeRO-1 --micro-batch 1 $budget: meshes that fit, each within 80 GiB" python3 -c '
+          $flags --format json)
+    check "DeepSeek-V3 x 256 H100 ZeRO-1 $flags: meshes that fit, each within 72 GiB" python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read())
 ok = [c for c in d["candidates"] if c["ok"]]
-sys.exit(0 if ok and all(c["max_bytes"] <= 80 << 30 for c in ok) and d["fit"] is None and d["engine"] == "estimate"
-         and d["mem_per_rank"] == 80 << 30 else 1)' <<<"$out"
+sys.exit(0 if ok and all(c["max_bytes"] <= 72 << 30 and c["micro_batch"] == 1 for c in ok) and d["fit"] is None
+         and d["engine"] == "estimate" and d["mem_per_rank"] == 80 << 30 and d["mem_usable"] == 72 << 30
+         and d["chosen"]["relaxed"] is False else 1)' <<<"$out"
 done
 
 # 2. the JSON of a request nothing meets: the binding item, every change with its mesh and command
@@ -48,7 +54,7 @@ expect 0 "best first" -- run_change "${line/--format json/--format text}"
 
 # 3. cost: a rank over its budget gets the binding item and the changes; each command, run, fits
 for req in "llama-3-8b.json --tp 2 --mode train --hardware H100 --batch 8 --recompute none" \
-           "llama-3-8b.json --tp 2 --dp 2 --mode train --hardware A100 --batch 8 --mem-per-rank 100GiB" \
+           "llama-3-8b.json --tp 2 --dp 2 --mode train --hardware A100 --batch 8 --micro-batch 4 --mem-per-rank 100GiB" \
            "mixtral-8x7b.json --dp 4 --tp 2 --ep 2 --mode train --batch 4 --seq 2048 --mem-per-rank 300GiB" \
            "llama-3-8b.json --tp 2 --batch 64 --seq 8192 --mem-per-rank 40GiB"; do
     set -- $req
@@ -92,10 +98,10 @@ check "advise --all: $nrej rejections, each with its reason" test "$(sed -n '/^r
 check "advise --all: every accepted mesh ranked ($nok)" test "$(grep -cE '^  [0-9]+ +dp=' <<<"$out")" -eq "$nok"
 check "some accepted, some rejected" test "$nok" -gt 0 -a "$nrej" -gt 12
 check "advise without --all: at most 12 rejections" test "$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 2>&1 | sed -n '/^rejected/,/^$/p' | grep -c '^  dp=')" -le 12
-# 5. no single change fits (Mixtral-8x7B training on 8 H100s: the experts' Adam state alone is past 80 GiB on any
-# 8-rank mesh, and ZeRO-1 has no expert-data-parallel group to shard it over): a change together with the lowest
-# higher ZeRO level that makes it fit, in the text, the JSON ("with") and a command that fits when run
-out=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train 2>&1)
+# 5. no single change fits (Mixtral-8x7B training on 8 H100s with 40 GiB each: the experts' Adam state alone is past
+# it on any 8-rank mesh, and ZeRO-1 has no expert-data-parallel group to shard it over): a change together with the
+# lowest higher ZeRO level that makes it fit, in the text, the JSON ("with") and a command that fits when run
+out=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB 2>&1)
 check "Mixtral x 8 H100: the pairs are announced" grep -q "none fits alone: each with the second flag" <<<"$out"
 cmds=$(grep -A1 -E "^  --[a-z-]+ [^ ]+ --zero [123] " <<<"$out" | grep "^    hyperpar advise" | sed 's/^    //')
 check "Mixtral x 8 H100: a change with --zero printed" test -n "$cmds"
@@ -105,12 +111,12 @@ while IFS= read -r line; do
     res=$(run_change "$line" 2>&1)
     check "the printed pair fits when run: $line" test $? -eq 0
 done <<<"$cmds"
-json=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --format json 2>/dev/null)
+json=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB --format json 2>/dev/null)
 check "advise JSON: each change's second flag under \"with\"" python3 -c '
 import json, sys
 f = json.loads(sys.argv[1])["fit"]
 sys.exit(0 if f["changes"] and all(c["with"] and c["with"]["flag"] == "--zero" and int(c["with"]["value"]) >= 1
-                                   and c["bytes"] <= 80 << 30 for c in f["changes"]) else 1)' "$json"
+                                   and c["bytes"] <= 32 << 30 for c in f["changes"]) else 1)' "$json"
 out=$("$HP" advise $D/llama-3-8b.json --world 1 --mem-per-rank 12GiB --batch 1 --seq 1024 --format json 2>/dev/null)
 check "a single change has \"with\": null" python3 -c '
 import json, sys

@@ -215,10 +215,12 @@ a = json.load(open(sys.argv[1] + "/h1.json")); b = json.load(open(sys.argv[1] + 
 ok = a["engine"] == "estimate" and a["model"]["mem_bw"] == 3.35e12 and b["model"]["mem_bw"] == 1e12
 r = a["ranks"][0]
 ok &= r["t_memory"] == r["read_bytes"] / 3.35e12 and b["ranks"][0]["t_memory"] == r["read_bytes"] / 1e12
-# 80 GiB budget: floor((budget - weights - activations) / KV per sequence) on every rank (the same here)
+# 80 GiB budget less the 8 GiB reserve: floor((budget - weights - activations) / KV per sequence) on every rank
 per = r["kv_seq_bytes"]
 ok &= per == 32 * 8192 * 2 * 1 * 128 * 2  # 32 layers, 1 kv head per rank at tp=8, head_dim 128, bf16
-ok &= a["seqs_fit"] == (80 * 2**30 - r["weight_bytes"] - r["activation_bytes"]) // per
+ok &= a["mem_reserve"] == 8 * 2**30 and a["mem_usable"] == 72 * 2**30
+ok &= a["seqs_fit"] == (72 * 2**30 - r["weight_bytes"] - r["activation_bytes"]) // per
+ok &= r["seqs_fit"] == (72 * 2**30 - r["weight_bytes"] - r["activation_bytes"]) // per
 sys.exit(0 if ok else 1)
 PY
 expect 2 "--recompute" -- "$HP" cost $C/llama-3-8b.json --mode decode --hardware H100 --recompute full

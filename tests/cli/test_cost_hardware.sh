@@ -73,6 +73,7 @@ t = tp
 f = t if sp and t > 1 else 1
 split = E and t > 1 and ep == 1            # no EP: the experts cut over tp; with --ep (TP-extend) they are whole
 b = MB if mode == "train" and MB else B // dp
+if mode == "train" and not MB and B % dp == 0: b = 1   # the default micro-batch: 1 row per replica (Megatron's)
 S_pad = S                                   # the cases below keep S a multiple of 2 cp
 s = S_pad // cp
 T = s * b
@@ -162,9 +163,10 @@ d = json.load(sys.stdin); r = d["ranks"][0]
 print(d["micro_batch"], d["micro_batches"], r["saved_bytes"], r["flops"], r["comm"]["calls"]["all-gather"])'; }
 read -r m1 n1 s1 f1 c1 <<<"$(mb --global-batch 16 --micro-batch 1)"
 read -r m2 n2 s2 f2 c2 <<<"$(mb --batch 16 --micro-batch 2)"
-read -r m8 n8 s8 f8 c8 <<<"$(mb --batch 16)"
-check "micro-batches: 16 / (1 x 2) = 8, 16 / (2 x 2) = 4, default one of 8 rows" \
-    test "$m1 $n1 $m2 $n2 $m8 $n8" = "1 8 2 4 8 1"
+read -r m8 n8 s8 f8 c8 <<<"$(mb --batch 16 --micro-batch 8)"
+read -r m0 n0 s0 f0 c0 <<<"$(mb --batch 16)"
+check "micro-batches: 16 / (1 x 2) = 8, 16 / (2 x 2) = 4, 16 / (8 x 2) = 1; default 1 row, 8 of them" \
+    test "$m1 $n1 $m2 $n2 $m8 $n8 $m0 $n0 $s0" = "1 8 2 4 8 1 1 8 $s1"
 check "activations per micro-batch: MB 2 keeps more than MB 1, less than MB 8" \
     python3 -c "import sys; sys.exit(0 if $s1 < $s2 < $s8 else 1)"
 check "the step's FLOPs cover every micro-batch (equal for any MB)" \
@@ -175,10 +177,11 @@ expect 2 "the global batch of 10 rows does not divide into micro-batches of 2 ro
 expect 2 "--micro-batch splits a training step" -- "$HP" cost $D/llama-3-8b.json --tp 2 --micro-batch 1
 expect 2 "--batch 8 and --global-batch 16 name the same batch" -- \
     "$HP" cost $D/llama-3-8b.json --tp 2 --mode train --batch 8 --global-batch 16
-# --batch alone keeps its meaning: one micro-batch per replica, as before
+# --batch alone: the default micro-batch of 1 row per replica (issue 36; formerly one micro-batch of each replica's
+# rows, now --micro-batch B/dp)
 a=$("$HP" cost $D/llama-3-8b.json --dp 2 --tp 2 --mode train --batch 8 --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ranks"])')
-b=$("$HP" cost $D/llama-3-8b.json --dp 2 --tp 2 --mode train --global-batch 8 --micro-batch 4 --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ranks"])')
-check "--batch 8 = --global-batch 8 --micro-batch 4 on dp=2" test "$a" = "$b"
+b=$("$HP" cost $D/llama-3-8b.json --dp 2 --tp 2 --mode train --global-batch 8 --micro-batch 1 --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["ranks"])')
+check "--batch 8 = --global-batch 8 --micro-batch 1 on dp=2" test "$a" = "$b"
 
 # 5. bad values
 expect 2 "--hardware expects cpu, H100 (H100-80G), H200, A100 (A100-80G) or MI300X, got 'foo'" -- \

@@ -44,7 +44,12 @@ while read -r fam np flags; do
     flags=${flags//@W/$WORK}
     $launch "$HP" train $G --input $I --steps 1 $flags $ov --stats-json "$WORK/t$n.json" >"$WORK/t$n.err" 2>&1 </dev/null
     check "$fam np=$np $flags: train ran (rc $?)" test -s "$WORK/t$n.json"
-    "$HP" cost $G --input $I --mode train $flags $ov --format json -o "$WORK/c$n.json" >"$WORK/c$n.err" 2>&1 </dev/null
+    # train runs an --input as one micro-batch of each replica's rows; cost's default is 1 row per replica
+    # (Megatron's), so it is given train's: the rows per replica, micro_batch x micro_batches of the default
+    rows=$("$HP" cost $G --input $I --mode train $flags $ov --format json 2>/dev/null </dev/null |
+           python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["micro_batch"] * d["micro_batches"])')
+    "$HP" cost $G --input $I --mode train --micro-batch ${rows:-1} $flags $ov --format json -o "$WORK/c$n.json" \
+        >"$WORK/c$n.err" 2>&1 </dev/null
     check "$fam np=$np $flags: cost ran" test -s "$WORK/c$n.json"
     check "$fam np=$np $flags: cost's training state = train's, every rank" same_state "$WORK/t$n.json" "$WORK/c$n.json"
 done <<'LIST'
