@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "costflags.h"
 #include "signals.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
@@ -169,6 +170,10 @@ static void usage(FILE *out)
             "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
             "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
             "as under mpirun).\n"
+            "Under mpirun every rank must be given the same options but --threads (inputs: the same files): a\n"
+            "difference exits 2 before any work, naming the rank and the option. A batch this machine cannot hold,\n"
+            "a token outside the vocabulary anywhere the run reads, and a last checkpoint that cannot be saved are\n"
+            "refused before step 1, creating nothing.\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
             TRAIN_GEMM_REPS);
 }
@@ -181,6 +186,7 @@ typedef struct train_args {
     hp_data_order order;
     hp_lr_schedule sched;
     bool data_opts, sched_given; /* a --data option / --schedule was given */
+    bool dtype_given, seed_given; /* --data-dtype, --seed was given (warn_no_effect) */
     cli_plan_flags pf;
     bool default_mesh, force;
     int64_t steps;
@@ -384,10 +390,17 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
 
 /* ---- --data and --eval-data ---- */
 
-/* Opens the training data (and the eval data) on every rank and sizes the batch buffers: ids [MB, row_len],
- * eval_ids [2·GB − 1, row_len] (evaluate's largest batch). */
-static hp_status open_data(const train_args *a, const hp_model *m, hp_data **data, hp_data **eval, int64_t **ids,
-                           int64_t **eval_ids, int64_t *B, int64_t *S, hp_err *err)
+/* --eval-data's batches in file order: GB windows each, the last remainder joined to the batch before it (so no
+ * batch has fewer rows than dp replicas unless the file does). The rows of the batch at window w0 of W. */
+static int64_t eval_batch(int64_t W, int64_t w0, int64_t gb) { return W - w0 < 2 * gb ? W - w0 : gb; }
+/* The largest of them: min(W, 2·GB − 1). */
+static int64_t eval_batch_max(int64_t W, int64_t gb) { return W < 2 * gb - 1 ? W : 2 * gb - 1; }
+
+/* Opens the training data (and the eval data) on every rank, reading their headers only, and checks what the
+ * plan needs of them before step 1: rows of one length, a vocabulary to check tokens against, and as many rows
+ * as dp replicas in every micro-batch and every --eval-data batch. *B: rows a micro-batch, *S: ids a row. */
+static hp_status open_data(const train_args *a, const hp_model *m, const hp_plan *p, hp_data **data, hp_data **eval,
+                           int64_t *B, int64_t *S, hp_err *err)
 {
     hp_status st = hp_data_open(data, a->data, a->dtype, a->seq, err);
     if (st == HP_OK && a->eval_data) st = hp_data_open(eval, a->eval_data, a->dtype, a->seq, err);
@@ -401,15 +414,42 @@ static hp_status open_data(const train_args *a, const hp_model *m, hp_data **dat
     if (m->cfg.vocab_size <= 0)
         return hp_err_set(err, HP_ERR_INPUT, "%s: the model's config gives no vocab_size; --data checks every token "
                           "against it", a->model);
-    *ids = hp_calloc((size_t)(a->mb * *S), sizeof **ids);
-    if (*eval) *eval_ids = hp_calloc((size_t)((2 * a->gb - 1) * *S), sizeof **eval_ids);
-    if (!*ids || (*eval && !*eval_ids)) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch");
+    int64_t dp = hp_mesh_size(&p->mesh, "dp");
+    if (a->mb < dp)
+        return hp_err_set(err, HP_ERR_INPUT, "--micro-batch %lld (with --global-batch %lld) is fewer windows than the "
+                          "dp=%lld replicas; every replica needs at least one: give a micro-batch of at least %lld, "
+                          "or a smaller dp", (long long)a->mb, (long long)a->gb, (long long)dp, (long long)dp);
+    if (*eval && hp_data_windows(*eval) < dp)
+        return hp_err_set(err, HP_ERR_INPUT, "--eval-data %s holds %lld window%s of --seq %lld, fewer than the dp=%lld "
+                          "replicas; every replica evaluates at least one: give a longer eval file or a smaller dp",
+                          a->eval_data, (long long)hp_data_windows(*eval), hp_data_windows(*eval) == 1 ? "" : "s",
+                          (long long)a->seq, (long long)dp);
     return HP_OK;
 }
 
-/* The mean loss over every window of ev in file order, forward only: batches of GB windows, the last remainder
- * joined to the batch before it (so no batch has fewer rows than dp replicas unless the file does); each batch's
- * mean weighted by its rows (every row scores the same number of positions). Collective. */
+/* Reads every token this run will read, checking each against the vocabulary (hp_data_rows, hp_data_batch: the
+ * reads of the run itself, the same messages): the training windows of steps k0 + 1 .. last (the whole file when
+ * they cover it) and all of --eval-data. ids [MB, S] and eval_ids [eval_batch_max, S] are the run's buffers. */
+static hp_status scan_data(const train_args *a, hp_data *data, hp_data *eval, int64_t k0, int64_t last, int64_t vocab,
+                           int64_t *ids, int64_t *eval_ids, hp_err *err)
+{
+    int64_t W = hp_data_windows(data);
+    hp_status st = HP_OK;
+    if ((double)(last - k0) * (double)a->gb >= (double)W)
+        for (int64_t w0 = 0; st == HP_OK && w0 < W; w0 += a->mb)
+            st = hp_data_rows(data, w0, W - w0 < a->mb ? W - w0 : a->mb, vocab, ids, err);
+    else
+        for (int64_t k = k0; st == HP_OK && k < last; k++)
+            for (int64_t j = 0; st == HP_OK && j < a->gb / a->mb; j++)
+                st = hp_data_batch(data, &a->order, k, j * a->mb, a->mb, vocab, ids, err);
+    int64_t We = eval ? hp_data_windows(eval) : 0;
+    for (int64_t w0 = 0; st == HP_OK && w0 < We; w0 += eval_batch(We, w0, a->gb))
+        st = hp_data_rows(eval, w0, eval_batch(We, w0, a->gb), vocab, eval_ids, err);
+    return st;
+}
+
+/* The mean loss over every window of ev in file order (eval_batch), forward only; each batch's mean weighted by
+ * its rows (every row scores the same number of positions). Collective. */
 static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int64_t vocab, int64_t *ids,
                           double *mean, hp_err *err)
 {
@@ -417,7 +457,7 @@ static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int
     double sum = 0;
     hp_status st = HP_OK;
     for (int64_t w0 = 0; st == HP_OK && w0 < W;) {
-        int64_t n = W - w0 < 2 * gb ? W - w0 : gb;
+        int64_t n = eval_batch(W, w0, gb);
         st = hp_data_rows(ev, w0, n, vocab, ids, err);
         st = hp_comm_agree(w, st, err);
         hp_run_output out = {0};
@@ -429,6 +469,59 @@ static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int
     }
     *mean = sum / (double)W;
     return st;
+}
+
+/* A step (or an evaluation) this node cannot hold is refused before its batch is read or allocated, by run's
+ * rule (cli_forward_memory_fits): B x S tokens forward and backward with the training state, and --eval-data's
+ * largest batch (eval_rows, 0: none) forward; rank 0 also gathers every parameter whole in f32 for --grad-out
+ * (the gradients) and --out (the weights). Collective; the verdict is agreed. */
+static hp_status memory_check(hp_comm *w, const train_args *a, const hp_model *m, const hp_plan *p, int64_t B,
+                              int64_t S, int64_t eval_rows, int local_ranks, hp_err *err)
+{
+    char what[PATH_MAX + 200];
+    double gathered = (double)hp_model_num_params(m) * sizeof(float) * ((a->grad_out ? 1 : 0) + (a->out ? 1 : 0));
+    snprintf(what, sizeof what, "train of %s on %s of %lld x %lld tokens", a->model,
+             a->data ? "micro-batches" : "a batch", (long long)B, (long long)S);
+    hp_status st = cli_forward_memory_fits(w, m, p, B, S, true, false, gathered, local_ranks, what,
+                                           a->data ? "give a smaller --micro-batch (each step still trains on "
+                                                     "--global-batch windows), a shorter --seq, or more ranks"
+                                                   : "give an --input of fewer rows or tokens, or more ranks", err);
+    if (st == HP_OK && eval_rows > B) {
+        snprintf(what, sizeof what, "train of %s evaluating --eval-data %s in batches of up to %lld x %lld tokens",
+                 a->model, a->eval_data, (long long)eval_rows, (long long)S);
+        st = cli_forward_memory_fits(w, m, p, eval_rows, S, false, false, gathered, local_ranks, what,
+                                     "give a smaller --global-batch (an evaluation's batches hold up to 2 x GB - 1 "
+                                     "windows), a shorter --seq, or more ranks", err);
+    }
+    return st;
+}
+
+/* The last step this run takes: --stop-after, else --steps. */
+static int64_t last_step(const train_args *a)
+{
+    return a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
+}
+
+/* A flag that changes nothing in this run: one warning each on rank 0, before step 1. */
+static void warn_no_effect(const train_args *a, const hp_model *m, const hp_plan *p, int world)
+{
+    int64_t last = last_step(a);
+    if (a->sched.min_lr > 0 && a->sched.kind == HP_LR_CONSTANT)
+        cli_warn_cmd("train", "--min-lr has no effect with --schedule constant (it is where linear and cosine end)");
+    if (a->eval_every > last)
+        cli_warn_cmd("train", "--eval-every %lld has no effect: it is past the last step this run takes (%lld), so "
+                     "--eval-data is never evaluated", (long long)a->eval_every, (long long)last);
+    if (a->dtype_given && a->data && hp_data_is_safetensors(a->data))
+        cli_warn_cmd("train", "--data-dtype has no effect with a safetensors --data (%s): its input_ids carry their "
+                     "own dtype", a->data);
+    if (a->seed_given && a->order.shuffle == HP_DATA_IN_ORDER)
+        cli_warn_cmd("train", "--seed has no effect with --shuffle none (it seeds the shuffle)");
+    if (a->to.zero && hp_mesh_size(&p->mesh, "dp") == 1 && (m->cfg.n_experts == 0 || world == 1))
+        cli_warn_cmd("train", "--zero 1 has no effect at dp=1: no other rank holds the same parameters to share "
+                     "AdamW's moments with");
+    if (a->stop_after && a->stop_after == a->steps)
+        cli_warn_cmd("train", "--stop-after %lld has no effect: it is --steps, the run's last step anyway",
+                     (long long)a->stop_after);
 }
 
 /* ---- what the user sees: the step lines, the progress line, --plot ---- */
@@ -696,6 +789,28 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
     return st;
 }
 
+/* The output folder of a checkpoint, out = "<--out>/step-<t>" (inputs: the run's six, what it must not touch). */
+static hp_outdir_spec ckpt_spec(const train_args *a, const char *out, const char *const *inputs)
+{
+    return (hp_outdir_spec){.cmd = "train", .out = out, .names = g_ckpt_names, .example = "run/step-100",
+                            .force = a->force, .inputs = inputs, .n_inputs = 6};
+}
+
+/* Before step 1, the checks the save of the run's last checkpoint (step `last`) will make, touching nothing: not
+ * an input nor in or around one (--out inside the model's folder), absent or (--force) an earlier output. The run
+ * folder may not exist yet: it is made just before step 1. */
+static hp_status check_checkpoint_out(const train_args *a, int64_t last, const char *const *inputs, hp_err *err)
+{
+    char out[PATH_MAX + 64];
+    snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)last);
+    hp_outdir_spec os = ckpt_spec(a, out, inputs);
+    os.make_parents = true;
+    hp_outdir *of = NULL;
+    hp_status st = hp_outdir_open(&of, &os, err);
+    hp_outdir_close(of);
+    return st;
+}
+
 /* Checkpoint step-<t> of the run folder a->out: every rank's training state, the model folder, state.json, as one
  * folder that appears whole or not at all. Collective. */
 static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model *m, hp_runner *r, int64_t step,
@@ -705,8 +820,7 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     char out[PATH_MAX + 64], tmp[PATH_MAX + 128] = "";
     snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)step);
     const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
-    hp_outdir_spec os = {.cmd = "train", .out = out, .names = g_ckpt_names, .example = "run/step-100",
-                         .force = a->force, .inputs = inputs, .n_inputs = 6};
+    hp_outdir_spec os = ckpt_spec(a, out, inputs);
     hp_outdir *of = NULL;
     hp_status st = HP_OK;
     if (root && (st = hp_outdir_open(&of, &os, err)) == HP_OK && (st = hp_outdir_begin(of, err)) == HP_OK)
@@ -740,7 +854,18 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     return st;
 }
 
-static int train(train_args *a, int *argc, char ***argv)
+/* --resume's identity for the ranks' agreement: the checkpoint it means (hp_train_ckpt_find), by its state.json,
+ * which records the step and the run's flags; 0 (not compared) when there is none. */
+static uint64_t resume_identity(const char *arg)
+{
+    char ckpt[PATH_MAX + 64], path[PATH_MAX + 80];
+    hp_err e;
+    if (hp_train_ckpt_find("--resume", arg, ckpt, sizeof ckpt, &e) != HP_OK) return 0;
+    snprintf(path, sizeof path, "%s/state.json", ckpt);
+    return cli_file_identity(path);
+}
+
+static int train(train_args *a, const cli_parser *cp, int *argc, char ***argv)
 {
     hp_err err;
     hp_err_clear(&err);
@@ -748,6 +873,13 @@ static int train(train_args *a, int *argc, char ***argv)
     if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
     int N = hp_comm_size(w);
     bool root = hp_comm_rank(w) == 0;
+    /* Before anything that differs by rank: every option but --threads as rank 0's, inputs by their identity. */
+    static const int free_vals[] = {'t'};
+    static const cli_agree_input agree_inputs[] = {{'i', cli_file_identity}, {O_DATA, cli_file_identity},
+                                                   {O_EVAL, cli_file_identity}, {O_PLAN, cli_file_identity},
+                                                   {CLI_O_OVERRIDES, cli_file_identity}, {O_RESUME, resume_identity}};
+    hp_status st = cli_agree_flags(w, cp, free_vals, 1, agree_inputs, 6, &err);
+    if (st != HP_OK) return finish(w, st, &err);
     hp_model *m = NULL;
     hp_plan *p = NULL;
     hp_overrides *ov = NULL;
@@ -755,7 +887,6 @@ static int train(train_args *a, int *argc, char ***argv)
     int64_t *ids = NULL, B = 0, S = 0;
     float *losses = NULL;
     tensor_list grads = {0}, params = {0};
-    hp_status st = HP_OK;
     char omsg[8400];
     hp_outdir *of = NULL;
     hp_data *data = NULL, *eval = NULL;
@@ -785,16 +916,11 @@ static int train(train_args *a, int *argc, char ***argv)
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
         st = hp_outdir_open(&of, &os, &err);
     }
-    if (st == HP_OK && a->out && a->save_every && root) { /* the run folder: made when absent */
-        struct stat sb;
-        if (stat(a->out, &sb) != 0 && mkdir(a->out, 0777) != 0)
-            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s: cannot create the run folder (%s)", a->out, strerror(errno));
-        else if (stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
-            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
-                            "checkpoints", a->out);
-        else /* what a killed run left there (a save it never finished) */
-            hp_outdir_remove_stale(a->out);
-    }
+    int64_t last = last_step(a);
+    struct stat sb; /* the run folder: made just before step 1 */
+    if (st == HP_OK && a->out && a->save_every && stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
+                        "checkpoints", a->out);
     char ckpt[PATH_MAX + 64] = "";
     int64_t k0 = 0; /* steps already taken (--resume) */
     if (st == HP_OK && a->resume) st = hp_train_ckpt_find("--resume", a->resume, ckpt, sizeof ckpt, &err);
@@ -817,20 +943,29 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK)
         st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
-    if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
+    if (st == HP_OK && a->data) st = open_data(a, m, p, &data, &eval, &B, &S, &err);
+    st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK) warn_no_effect(a, m, p, N);
+    cli_threads_info ti = {0};
+    if (st == HP_OK) {
+        char tb[128];
+        cli_threads(w, a->threads, &ti); /* collective: every rank asks */
+        if (root) fprintf(stderr, "train: threads: %s\n", cli_threads_str(&ti, tb, sizeof tb));
+    }
+    /* a batch this node cannot hold is refused before it is read or allocated */
+    int64_t eval_rows = eval ? eval_batch_max(hp_data_windows(eval), a->gb) : 0;
+    if (st == HP_OK) st = memory_check(w, a, m, p, B, S, eval_rows, ti.local_ranks, &err);
+    if (st == HP_OK && data) {
+        ids = hp_calloc((size_t)(a->mb * S), sizeof *ids);
+        if (eval) eval_ids = hp_calloc((size_t)(eval_rows * S), sizeof *eval_ids);
+        if (!ids || (eval && !eval_ids)) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for the batch");
+    }
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);
         if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
     }
     st = hp_comm_agree(w, st, &err);
-    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
-        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
-    st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        cli_threads_info ti;
-        char tb[128];
-        cli_threads(w, a->threads, &ti);
-        if (root) fprintf(stderr, "train: threads: %s\n", cli_threads_str(&ti, tb, sizeof tb));
         hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .compute = a->compute,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
@@ -843,10 +978,24 @@ static int train(train_args *a, int *argc, char ***argv)
         if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: resumed from %s at step %lld\n", ckpt, (long long)k0);
     }
-    int64_t last = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
     if (st == HP_OK && last <= k0)
         st = hp_err_set(&err, HP_ERR_INPUT, "--stop-after %lld: the run resumed at step %lld is already past it",
                         (long long)a->stop_after, (long long)k0);
+    /* Every token the run will read, before step 1: a bad one found at step k would end the run after k - 1 steps
+     * of work, and one in --eval-data after the first evaluation's; so would a last checkpoint it cannot save. */
+    if (st == HP_OK && a->out && a->save_every) st = check_checkpoint_out(a, last, inputs, &err);
+    if (st == HP_OK && data) st = scan_data(a, data, eval, k0, last, m->cfg.vocab_size, ids, eval_ids, &err);
+    st = hp_comm_agree(w, st, &err);
+    /* Only now, every check passed, does the run create anything: the run folder, the log. */
+    if (st == HP_OK && root && a->out && a->save_every) {
+        if (mkdir(a->out, 0777) != 0 && errno != EEXIST)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s: cannot create the run folder (%s)", a->out, strerror(errno));
+        else /* what a killed run left there (a save it never finished) */
+            hp_outdir_remove_stale(a->out);
+    }
+    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
+        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
+    st = hp_comm_agree(w, st, &err);
     a->sched.steps = a->steps;
     a->sched.lr = a->to.lr;
     /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions; the loss of
@@ -1026,7 +1175,7 @@ int cmd_train(int argc, char **argv)
         case O_DDTYPE:
             if (!hp_data_dtype_parse(optarg, &a.dtype))
                 return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", optarg);
-            a.data_opts = true;
+            a.data_opts = a.dtype_given = true;
             break;
         case O_SHUFFLE:
             if (!strcmp(optarg, "none")) a.order.shuffle = HP_DATA_IN_ORDER;
@@ -1041,7 +1190,7 @@ int cmd_train(int argc, char **argv)
             if (!*optarg || *end || errno || optarg[0] == '-')
                 return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", optarg);
             a.order.seed = (uint64_t)sv;
-            a.data_opts = true;
+            a.data_opts = a.seed_given = true;
             break;
         }
         case O_SEQ:
@@ -1155,5 +1304,5 @@ int cmd_train(int argc, char **argv)
         int rc = cli_plan_flags_mesh("train", &a.pf, 1);
         if (rc != HP_EXIT_OK) return rc;
     }
-    return train(&a, &argc, &argv);
+    return train(&a, &cp, &argc, &argv);
 }

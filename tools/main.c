@@ -105,6 +105,17 @@ void cli_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void cli_warn_cmd(const char *cmd, const char *fmt, ...)
+{
+    if (cli_rank_is_quiet()) return;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "hyperpar %.60s: warning: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    msg_print(prefix, fmt, ap);
+    va_end(ap);
+}
+
 int cli_fail(const hp_err *err)
 {
     cli_error("%s", err->msg);
