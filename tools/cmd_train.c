@@ -427,8 +427,8 @@ static hp_status open_data(const train_args *a, const hp_model *m, const hp_plan
     return HP_OK;
 }
 
-/* Reads every token this run will read, checking each against the vocabulary (hp_data_rows, hp_data_batch: the
- * reads of the run itself, the same messages): the training windows of steps k0 + 1 .. last (the whole file when
+/* Reads every token this run will read, checking each against the vocabulary (hp_data_rows, the read of the
+ * run's own hp_data_batch and evaluation: the same messages): the training windows of steps k0 + 1 .. last (the whole file when
  * they cover it) and all of --eval-data. ids [MB, S] and eval_ids [eval_batch_max, S] are the run's buffers. */
 static hp_status scan_data(const train_args *a, hp_data *data, hp_data *eval, int64_t k0, int64_t last, int64_t vocab,
                            int64_t *ids, int64_t *eval_ids, hp_err *err)
@@ -438,10 +438,10 @@ static hp_status scan_data(const train_args *a, hp_data *data, hp_data *eval, in
     if ((double)(last - k0) * (double)a->gb >= (double)W)
         for (int64_t w0 = 0; st == HP_OK && w0 < W; w0 += a->mb)
             st = hp_data_rows(data, w0, W - w0 < a->mb ? W - w0 : a->mb, vocab, ids, err);
-    else
-        for (int64_t k = k0; st == HP_OK && k < last; k++)
-            for (int64_t j = 0; st == HP_OK && j < a->gb / a->mb; j++)
-                st = hp_data_batch(data, &a->order, k, j * a->mb, a->mb, vocab, ids, err);
+    else /* the windows of positions k0·GB .. last·GB − 1 of the order, as hp_data_batch reads them */
+        for (int64_t q = k0 * a->gb, w; st == HP_OK && q < last * a->gb; q++)
+            if ((st = hp_data_window_at(data, &a->order, q, &w, err)) == HP_OK)
+                st = hp_data_rows(data, w, 1, vocab, ids, err);
     int64_t We = eval ? hp_data_windows(eval) : 0;
     for (int64_t w0 = 0; st == HP_OK && w0 < We; w0 += eval_batch(We, w0, a->gb))
         st = hp_data_rows(eval, w0, eval_batch(We, w0, a->gb), vocab, eval_ids, err);
@@ -893,7 +893,7 @@ static int train(train_args *a, const cli_parser *cp, int *argc, char ***argv)
     int64_t *eval_ids = NULL;
     FILE *log = NULL;
     const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
-    if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 3, omsg, sizeof omsg))
+    if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 6, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->log_json &&
         cli_output_problem("--log-json", a->log_json, a->model, inputs, 6, omsg, sizeof omsg))

@@ -44,7 +44,7 @@ mpmd "--steps 3" "--steps 4" "rank 1 was given --steps 4 where rank 0 has --step
 mpmd "--steps 3 --stop-after 2" "--steps 3" "rank 1 was given no --stop-after where rank 0 has --stop-after 2"
 mpmd "--lr 1e-3" "--lr 2e-3" "rank 1 was given --lr 2e-3 where rank 0 has --lr 1e-3"
 mpmd "--schedule linear --warmup 1" "--schedule linear" "rank 1 was given no --warmup where rank 0 has --warmup 1"
-mpmd "--beta1 0.8 --log-every 2" "--weight-decay 0" "rank 1 was given no --beta1 where rank 0 has --beta1 0.8"
+mpmd "--beta1 0.8" "--weight-decay 0" "rank 1 was given no --beta1 where rank 0 has --beta1 0.8"
 mpmd "--seed 1" "--seed 2" "rank 1 was given --seed 2 where rank 0 has --seed 1"
 mpmd "--zero 1" "" "rank 1 was given no --zero where rank 0 has --zero 1"
 mpmd "" "--freeze *embed*" "rank 1 was given --freeze *embed* where rank 0 has no --freeze"
@@ -52,7 +52,7 @@ mpmd "--eval-data tok.bin --eval-every 1" "--eval-data tok.bin --eval-every 2" "
 mpmd "--out o1" "--out o2" "rank 1 was given --out o2 where rank 0 has --out o1"
 mpmd "--out o1 --save-every 1" "--out o1" "rank 1 was given no --save-every where rank 0 has --save-every 1"
 mpmd "" "--grad-out g.safetensors" "rank 1 was given --grad-out g.safetensors where rank 0 has no --grad-out"
-mpmd "--stats-json s.json --plot p.html" "--plot p.html" "rank 1 was given no --stats-json where rank 0 has"
+mpmd "--stats-json s.json --plot p.html --log-every 2" "--plot p.html --log-every 2" "rank 1 was given no --stats-json where rank 0 has"
 check "nothing was written by the refused runs" bash -c '! ls -d o1 o2 g.safetensors s.json p.html 2>/dev/null'
 # The data file by its identity: the same name in two folders (other bytes) differs; two names of one file agree,
 # and --threads may differ.
@@ -79,6 +79,9 @@ check "no folder left in the model folder" bash -c '[ "$(ls M)" = "$(printf "con
 mkdir -p run/step-2 && touch run/step-2/x
 expect 2 "run/step-2" -- "$HP" train M $D --steps 2 --out run --save-every 1
 check "an earlier run's last checkpoint is named before step 1" bash -c '[ ! -e run/step-1 ]'
+cp tok.bin tok.keep
+expect 2 "--grad-out" -- "$HP" train M $D --grad-out tok.bin
+check "--grad-out naming the token file: refused, the file intact" cmp -s tok.bin tok.keep
 
 # ---- T11: a batch the machine cannot hold: refused at once with its figure, before anything is read ----
 start=$(date +%s)
