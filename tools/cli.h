@@ -23,6 +23,10 @@ int cli_fail(const hp_err *err);
 /* The same for an error every rank meets alike before MPI starts (the command line): printed on rank 0 only. */
 int cli_fail_once(const hp_err *err);
 /* Prints "hyperpar: error: <cmd>: <msg>" plus a hint to run --help (on rank 0 only under mpirun); returns 2. */
+/* With buf (cap bytes, "" on entry), the first usage error (cli_usage_error, cli_fail_once) is written to buf on
+ * every rank instead of printed, for a command that reports it after its ranks agreed on their options (a
+ * usage error of one rank alone would otherwise end the job unsaid: only rank 0 prints). NULL: printed again. */
+void cli_usage_defer(char *buf, size_t cap);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "hyperpar: error: <msg>", for errors that are not an hp_err. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

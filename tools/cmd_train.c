@@ -865,7 +865,7 @@ static uint64_t resume_identity(const char *arg)
     return cli_file_identity(path);
 }
 
-static int train(train_args *a, const cli_parser *cp, int *argc, char ***argv)
+static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int *argc, char ***argv)
 {
     hp_err err;
     hp_err_clear(&err);
@@ -879,6 +879,8 @@ static int train(train_args *a, const cli_parser *cp, int *argc, char ***argv)
                                                    {O_EVAL, cli_file_identity}, {O_PLAN, cli_file_identity},
                                                    {CLI_O_OVERRIDES, cli_file_identity}, {O_RESUME, resume_identity}};
     hp_status st = cli_agree_flags(w, cp, free_vals, 1, agree_inputs, 6, &err);
+    /* the same options: the same usage error on every rank, printed once */
+    if (st == HP_OK) st = hp_comm_agree(w, usage_msg ? hp_err_set(&err, HP_ERR_INPUT, "%s", usage_msg) : HP_OK, &err);
     if (st != HP_OK) return finish(w, st, &err);
     hp_model *m = NULL;
     hp_plan *p = NULL;
@@ -1137,28 +1139,29 @@ static bool parse_real(const char *opt, const char *s, double lo, bool lo_closed
     return true;
 }
 
-int cmd_train(int argc, char **argv)
+/* --help printed: exit 0 without training. */
+#define PARSE_HELP (-1)
+
+/* The command line into *a: HP_EXIT_OK, PARSE_HELP, or a usage error's exit code (the error printed, or deferred:
+ * cli_usage_defer). */
+static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
 {
-    train_args a = {.steps = 1, .log_every = 1};
-    hp_train_opts_default(&a.to);
-    cli_plan_flags_init(&a.pf);
     int64_t v;
     int c;
     optind = 1;
-    cli_parser cp = {.cmd = "train", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("train", c, optarg, &a.pf);
+    while ((c = cli_getopt(cp, argc, argv)) != -1) {
+        int pr = cli_plan_flag("train", c, optarg, &a->pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
         switch (c) {
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        case 'i': a.input = optarg; break;
-        case 'o': a.out = optarg; break;
-        case O_GRAD: a.grad_out = optarg; break;
-        case O_PLAN: a.plan = optarg; break;
-        case O_LOGJSON: a.log_json = optarg; break;
-        case O_STATS: a.stats_json = optarg; break;
-        case O_PLOT: a.plot = optarg; break;
+        case 'h': usage(stdout); return PARSE_HELP;
+        case 'i': a->input = optarg; break;
+        case 'o': a->out = optarg; break;
+        case O_GRAD: a->grad_out = optarg; break;
+        case O_PLAN: a->plan = optarg; break;
+        case O_LOGJSON: a->log_json = optarg; break;
+        case O_STATS: a->stats_json = optarg; break;
+        case O_PLOT: a->plot = optarg; break;
         case O_LOGEVERY: {
             char *end = NULL;
             errno = 0;
@@ -1167,21 +1170,21 @@ int cmd_train(int argc, char **argv)
                 return cli_usage_error("train", "--log-every expects a whole number of steps in [1, 1000000000], got "
                                        "'%s' (the last step's line is always printed, so a large N prints little "
                                        "else)", optarg);
-            a.log_every = n;
+            a->log_every = n;
             break;
         }
-        case O_DATA: a.data = optarg; break;
-        case O_EVAL: a.eval_data = optarg; a.data_opts = true; break;
+        case O_DATA: a->data = optarg; break;
+        case O_EVAL: a->eval_data = optarg; a->data_opts = true; break;
         case O_DDTYPE:
-            if (!hp_data_dtype_parse(optarg, &a.dtype))
+            if (!hp_data_dtype_parse(optarg, &a->dtype))
                 return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", optarg);
-            a.data_opts = a.dtype_given = true;
+            a->data_opts = a->dtype_given = true;
             break;
         case O_SHUFFLE:
-            if (!strcmp(optarg, "none")) a.order.shuffle = HP_DATA_IN_ORDER;
-            else if (!strcmp(optarg, "seeded")) a.order.shuffle = HP_DATA_SEEDED;
+            if (!strcmp(optarg, "none")) a->order.shuffle = HP_DATA_IN_ORDER;
+            else if (!strcmp(optarg, "seeded")) a->order.shuffle = HP_DATA_SEEDED;
             else return cli_usage_error("train", "--shuffle expects none or seeded, got '%s'", optarg);
-            a.data_opts = true;
+            a->data_opts = true;
             break;
         case O_SEED: {
             char *end = NULL;
@@ -1189,78 +1192,78 @@ int cmd_train(int argc, char **argv)
             unsigned long long sv = strtoull(optarg, &end, 10);
             if (!*optarg || *end || errno || optarg[0] == '-')
                 return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", optarg);
-            a.order.seed = (uint64_t)sv;
-            a.data_opts = a.seed_given = true;
+            a->order.seed = (uint64_t)sv;
+            a->data_opts = a->seed_given = true;
             break;
         }
         case O_SEQ:
-            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a.seq)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a->seq)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_GB:
-            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a.gb)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a->gb)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_MB:
-            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a.mb)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a->mb)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_EVERY:
-            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a.eval_every)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a->eval_every)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_SCHED:
-            if (!hp_lr_kind_parse(optarg, &a.sched.kind))
+            if (!hp_lr_kind_parse(optarg, &a->sched.kind))
                 return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", optarg);
-            a.sched_given = true;
+            a->sched_given = true;
             break;
         case O_WARMUP:
-            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a.sched.warmup)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a->sched.warmup)) return HP_EXIT_USAGE;
             break;
         case O_MINLR:
-            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.sched.min_lr))
+            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->sched.min_lr))
                 return HP_EXIT_USAGE;
             break;
-        case O_FORCE: a.force = true; break;
+        case O_FORCE: a->force = true; break;
         case O_CLIP:
-            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
+            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.clip)) return HP_EXIT_USAGE;
             break;
-        case O_SKIPNF: a.to.skip_nonfinite = true; break;
+        case O_SKIPNF: a->to.skip_nonfinite = true; break;
         case O_COMPUTE:
-            if (!cli_parse_compute("train", optarg, &a.compute)) return HP_EXIT_USAGE;
+            if (!cli_parse_compute("train", optarg, &a->compute)) return HP_EXIT_USAGE;
             break;
         case O_ZERO:
             if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
-            a.to.zero = (int)v;
+            a->to.zero = (int)v;
             break;
         case O_STEPS:
-            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a.steps)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a->steps)) return HP_EXIT_USAGE;
             break;
         case O_SAVE:
-            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a.save_every)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a->save_every)) return HP_EXIT_USAGE;
             break;
         case O_STOP:
-            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a.stop_after)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a->stop_after)) return HP_EXIT_USAGE;
             break;
-        case O_RESUME: a.resume = optarg; break;
+        case O_RESUME: a->resume = optarg; break;
         case 't':
             if (!cli_parse_i64("train", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
-            a.threads = (int)v;
+            a->threads = (int)v;
             break;
         case O_LR:
-            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.lr)) return HP_EXIT_USAGE;
+            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.lr)) return HP_EXIT_USAGE;
             break;
         case O_B1:
-            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta1)) return HP_EXIT_USAGE;
+            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta1)) return HP_EXIT_USAGE;
             break;
         case O_B2:
-            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta2)) return HP_EXIT_USAGE;
+            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta2)) return HP_EXIT_USAGE;
             break;
         case O_EPS:
-            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.eps)) return HP_EXIT_USAGE;
+            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.eps)) return HP_EXIT_USAGE;
             break;
         case O_WD:
-            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.to.weight_decay))
+            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->to.weight_decay))
                 return HP_EXIT_USAGE;
             break;
         default: return cli_bad_option("train", argv);
@@ -1268,41 +1271,63 @@ int cmd_train(int argc, char **argv)
     }
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
-    a.model = argv[optind];
-    if (!a.input && !a.data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
-    if (a.input && a.data)
+    a->model = argv[optind];
+    if (!a->input && !a->data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
+    if (a->input && a->data)
         return cli_usage_error("train", "give either --input (the same batch every step) or --data (a token file), "
                                "not both");
-    if (a.input && a.data_opts)
+    if (a->input && a->data_opts)
         return cli_usage_error("train", "--seq, --global-batch, --micro-batch, --data-dtype, --shuffle, --seed and "
                                "--eval-data/--eval-every go with --data, not --input");
-    if (a.data) {
-        if (!a.seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
-        if (!a.gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
-        if (!a.mb) a.mb = a.gb;
-        if (a.gb % a.mb)
+    if (a->data) {
+        if (!a->seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
+        if (!a->gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
+        if (!a->mb) a->mb = a->gb;
+        if (a->gb % a->mb)
             return cli_usage_error("train", "--micro-batch %lld does not divide --global-batch %lld",
-                                   (long long)a.mb, (long long)a.gb);
-        if (!a.eval_data != !a.eval_every)
+                                   (long long)a->mb, (long long)a->gb);
+        if (!a->eval_data != !a->eval_every)
             return cli_usage_error("train", "--eval-data and --eval-every go together");
-        a.order.global_batch = a.gb;
-    } else if (!a.sched_given) {
-        a.sched.kind = HP_LR_CONSTANT; /* --input: a constant lr unless a schedule is asked for, as before */
+        a->order.global_batch = a->gb;
+    } else if (!a->sched_given) {
+        a->sched.kind = HP_LR_CONSTANT; /* --input: a constant lr unless a schedule is asked for, as before */
     }
-    if (a.sched.min_lr > a.to.lr)
-        return cli_usage_error("train", "--min-lr %g is above --lr %g", a.sched.min_lr, a.to.lr);
-    if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
-    if (a.save_every && !a.out)
+    if (a->sched.min_lr > a->to.lr)
+        return cli_usage_error("train", "--min-lr %g is above --lr %g", a->sched.min_lr, a->to.lr);
+    if (a->force && !a->out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
+    if (a->save_every && !a->out)
         return cli_usage_error("train", "--save-every needs --out DIR: the run folder its checkpoints go in");
-    if (a.stop_after > a.steps)
-        return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a.stop_after,
-                               (long long)a.steps);
-    if (a.plan && a.pf.any)
+    if (a->stop_after > a->steps)
+        return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a->stop_after,
+                               (long long)a->steps);
+    if (a->plan && a->pf.any)
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
-    a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
-    if (!a.default_mesh) {
-        int rc = cli_plan_flags_mesh("train", &a.pf, 1);
+    a->default_mesh = !a->pf.mesh_spec && !a->pf.sizes_given && !a->pf.ep_given && !a->pf.ep_axis;
+    if (!a->default_mesh) {
+        int rc = cli_plan_flags_mesh("train", &a->pf, 1);
         if (rc != HP_EXIT_OK) return rc;
     }
-    return train(&a, &cp, &argc, &argv);
+    return HP_EXIT_OK;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_args a = {.steps = 1, .log_every = 1};
+    hp_train_opts_default(&a.to);
+    cli_plan_flags_init(&a.pf);
+    cli_parser cp = {.cmd = "train", .opts = g_opts};
+    /* Under a launcher a usage error is said after the ranks agreed on their options: one rank's bad value (an
+     * MPMD launch) is then named as the option that differs, where otherwise it would end the job unsaid. The
+     * options after the bad one are still read, so that every rank's list is whole. */
+    char usage_msg[HP_ERR_MSG_MAX] = "";
+    bool launched = hp_comm_launched();
+    if (launched) cli_usage_defer(usage_msg, sizeof usage_msg);
+    int rc = parse(&a, &cp, argc, argv), c;
+    while (rc > 0 && launched && (c = cli_getopt(&cp, argc, argv)) != -1 && c != '?') continue;
+    cli_usage_defer(NULL, 0);
+    if (rc == PARSE_HELP) return HP_EXIT_OK;
+    if (rc != HP_EXIT_OK && !launched) return rc;
+    if (rc != HP_EXIT_OK && !usage_msg[0]) /* every path above says why; this only guards the message */
+        snprintf(usage_msg, sizeof usage_msg, "train: bad usage; see 'hyperpar train --help'");
+    return train(&a, &cp, rc != HP_EXIT_OK ? usage_msg : NULL, &argc, &argv);
 }

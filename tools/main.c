@@ -65,6 +65,15 @@ static void usage(FILE *out)
  */
 /* Set when this rank kept an error to itself (rank 0 prints it). */
 static bool g_kept_quiet;
+/* cli_usage_defer's buffer: the first usage error goes there instead of stderr (NULL: printed). */
+static char *g_defer;
+static size_t g_defer_cap;
+
+void cli_usage_defer(char *buf, size_t cap)
+{
+    g_defer = buf;
+    g_defer_cap = cap;
+}
 
 bool cli_rank_is_quiet(void) { return hp_comm_launch_rank() > 0; }
 
@@ -124,6 +133,10 @@ int cli_fail(const hp_err *err)
 
 int cli_fail_once(const hp_err *err)
 {
+    if (g_defer) {
+        if (!*g_defer) snprintf(g_defer, g_defer_cap, "%s", err->msg);
+        return hp_status_exit_code(err->status);
+    }
     if (cli_rank_is_quiet()) g_kept_quiet = true;
     else cli_error("%s", err->msg);
     return hp_status_exit_code(err->status);
@@ -131,7 +144,7 @@ int cli_fail_once(const hp_err *err)
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
-    if (cli_rank_is_quiet()) {
+    if (cli_rank_is_quiet() && !g_defer) {
         g_kept_quiet = true;
         return HP_EXIT_USAGE;
     }
@@ -140,6 +153,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (g_defer) {
+        if (!*g_defer) snprintf(g_defer, g_defer_cap, "%s: %s\nRun 'hyperpar %s --help' for usage.", cmd, msg, cmd);
+        return HP_EXIT_USAGE;
+    }
     cli_error("%s: %s\nRun 'hyperpar %s --help' for usage.", cmd, msg, cmd);
     return HP_EXIT_USAGE;
 }

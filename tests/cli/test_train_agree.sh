@@ -32,6 +32,7 @@ D="--data tok.bin --seq 16 --global-batch 4"
 once() { [ "$(grep -c '^hyperpar: error:' "$1")" = 1 ]; }
 
 # ---- T1: ranks given other options: exit 2, one message naming rank 1 and the option with both values ----
+# (mpmd also checks that rank 0 printed exactly one error line)
 mpmd() { # mpmd "A flags" "B flags" NEEDLE: rank 0 gets A, rank 1 B
     local out="$WORK/mpmd.out"
     $MPI -np 1 "$HP" train M $D --dp 2 $1 : -np 1 "$HP" train M $D --dp 2 $2 >"$out" 2>&1 </dev/null
@@ -41,16 +42,17 @@ mpmd() { # mpmd "A flags" "B flags" NEEDLE: rank 0 gets A, rank 1 B
     else PASSED=$((PASSED + 1)); fi
 }
 mpmd "--steps 3" "--steps 4" "rank 1 was given --steps 4 where rank 0 has --steps 3; every rank must be given the same"
-mpmd "--steps 3 --stop-after 2" "--steps 3" "rank 1 was given no --stop-after where rank 0 has --stop-after 2"
-mpmd "--lr 1e-3" "--lr 2e-3" "rank 1 was given --lr 2e-3 where rank 0 has --lr 1e-3"
+# A value only one rank refuses: named as the option that differs (a usage error is said after the agreement).
+mpmd "--steps 3" "--steps 0" "rank 1 was given --steps 0 where rank 0 has --steps 3"
+mpmd "--steps 3" "--steps 3 --stop-after 5" "rank 1 was given --stop-after 5 where rank 0 has no --stop-after"
+expect 2 "train: --lr expects a finite number > 0, got '0'" -- $MPI -np 2 "$HP" train M $D --lr 0
+mpmd "--lr 1e-3 --beta1 0.8" "--lr 2e-3" "rank 1 was given --lr 2e-3 where rank 0 has --lr 1e-3"
 mpmd "--schedule linear --warmup 1" "--schedule linear" "rank 1 was given no --warmup where rank 0 has --warmup 1"
-mpmd "--beta1 0.8" "--weight-decay 0" "rank 1 was given no --beta1 where rank 0 has --beta1 0.8"
 mpmd "--seed 1" "--seed 2" "rank 1 was given --seed 2 where rank 0 has --seed 1"
 mpmd "--zero 1" "" "rank 1 was given no --zero where rank 0 has --zero 1"
 mpmd "" "--freeze *embed*" "rank 1 was given --freeze *embed* where rank 0 has no --freeze"
 mpmd "--eval-data tok.bin --eval-every 1" "--eval-data tok.bin --eval-every 2" "rank 1 was given --eval-every 2"
-mpmd "--out o1" "--out o2" "rank 1 was given --out o2 where rank 0 has --out o1"
-mpmd "--out o1 --save-every 1" "--out o1" "rank 1 was given no --save-every where rank 0 has --save-every 1"
+mpmd "--out o1 --save-every 1" "--out o2 --save-every 1" "rank 1 was given --out o2 where rank 0 has --out o1"
 mpmd "" "--grad-out g.safetensors" "rank 1 was given --grad-out g.safetensors where rank 0 has no --grad-out"
 mpmd "--stats-json s.json --plot p.html --log-every 2" "--plot p.html --log-every 2" "rank 1 was given no --stats-json where rank 0 has"
 check "nothing was written by the refused runs" bash -c '! ls -d o1 o2 g.safetensors s.json p.html 2>/dev/null'
@@ -94,27 +96,28 @@ expect 2 "give a smaller --micro-batch" -- "$HP" train M --data tok.bin --seq 16
     --micro-batch 5000000
 
 # ---- T16: flags that change nothing: one warning line on rank 0 ----
-warns() { # warns NEEDLE command...: exit 0, NEEDLE once
-    local needle="$1" out
-    shift
+warns() { # warns CODE NEEDLE command...: exit CODE, NEEDLE once (exit 2: the warning precedes a refusal)
+    local code="$1" needle="$2" out
+    shift 2
     out=$("$@" 2>&1 </dev/null)
     local rc=$?
-    if [ "$rc" -ne 0 ] || [ "$(grep -cF -- "$needle" <<<"$out")" != 1 ]; then
+    if [ "$rc" -ne "$code" ] || [ "$(grep -cF -- "$needle" <<<"$out")" != 1 ]; then
         echo "FAIL: '$*' exited $rc or lacks one '$needle'"; echo "$out" | head -20; FAILED=$((FAILED + 1))
     else PASSED=$((PASSED + 1)); fi
 }
-warns "hyperpar train: warning: --min-lr has no effect with --schedule constant" \
+# Big: a batch refused for memory right after the warnings, which come first (no step is needed to see them).
+Big="--data tok.bin --seq 16 --global-batch 10000000"
+warns 0 "hyperpar train: warning: --min-lr has no effect with --schedule constant" \
     "$HP" train M $D --schedule constant --min-lr 1e-5
-warns "hyperpar train: warning: --eval-every 5 has no effect" \
-    "$HP" train M $D --steps 2 --eval-data tok.bin --eval-every 5
-warns "hyperpar train: warning: --eval-every 2 has no effect" \
-    "$HP" train M $D --steps 3 --stop-after 1 --eval-data tok.bin --eval-every 2
-warns "hyperpar train: warning: --data-dtype has no effect with a safetensors --data" \
+warns 2 "hyperpar train: warning: --eval-every 5 has no effect" \
+    "$HP" train M $Big --steps 2 --eval-data tok.bin --eval-every 5
+warns 2 "hyperpar train: warning: --eval-every 2 has no effect" \
+    "$HP" train M $Big --steps 3 --stop-after 1 --eval-data tok.bin --eval-every 2
+warns 0 "hyperpar train: warning: --data-dtype has no effect with a safetensors --data" \
     "$HP" train M --data ids.safetensors --seq 16 --global-batch 4 --data-dtype uint16
-warns "hyperpar train: warning: --seed has no effect with --shuffle none" \
-    "$HP" train M $D --seed 5 --shuffle none
-warns "hyperpar train: warning: --stop-after 1 has no effect" "$HP" train M $D --stop-after 1
-warns "hyperpar train: warning: --zero 1 has no effect at dp=1" $MPI -np 2 "$HP" train M $D --tp 2 --zero 1
+warns 2 "hyperpar train: warning: --seed has no effect with --shuffle none" "$HP" train M $Big --seed 5 --shuffle none
+warns 2 "hyperpar train: warning: --stop-after 1 has no effect" "$HP" train M $Big --stop-after 1
+warns 0 "hyperpar train: warning: --zero 1 has no effect at dp=1" $MPI -np 2 "$HP" train M $D --tp 2 --zero 1
 check "no warning for flags that act" bash -c '! "'"$HP"'" train M '"$D"' --steps 2 --seed 5 --min-lr 1e-5 \
     2>&1 | grep -q warning'
 
