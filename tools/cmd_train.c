@@ -508,6 +508,10 @@ static void warn_no_effect(const train_args *a, const hp_model *m, const hp_plan
     int64_t last = last_step(a);
     if (a->sched.min_lr > 0 && a->sched.kind == HP_LR_CONSTANT)
         cli_warn_cmd("train", "--min-lr has no effect with --schedule constant (it is where linear and cosine end)");
+    else if (a->sched.kind != HP_LR_CONSTANT && a->sched.warmup >= a->steps && (a->sched.min_lr > 0 || a->sched_given))
+        cli_warn_cmd("train", "%s has no effect: --warmup %lld spans all --steps %lld, so the schedule never decays",
+                     a->sched.min_lr > 0 ? "--min-lr" : "--schedule", (long long)a->sched.warmup,
+                     (long long)a->steps);
     if (a->eval_every > last)
         cli_warn_cmd("train", "--eval-every %lld has no effect: it is past the last step this run takes (%lld), so "
                      "--eval-data is never evaluated", (long long)a->eval_every, (long long)last);

@@ -117,6 +117,8 @@ warns 0 "hyperpar train: warning: --data-dtype has no effect with a safetensors 
     "$HP" train M --data ids.safetensors --seq 16 --global-batch 4 --data-dtype uint16
 warns 2 "hyperpar train: warning: --seed has no effect with --shuffle none" "$HP" train M $Big --seed 5 --shuffle none
 warns 2 "hyperpar train: warning: --stop-after 1 has no effect" "$HP" train M $Big --stop-after 1
+warns 2 "hyperpar train: warning: --min-lr has no effect: --warmup 3 spans all --steps 3" \
+    "$HP" train M $Big --steps 3 --warmup 3 --min-lr 1e-5
 warns 0 "hyperpar train: warning: --zero 1 has no effect at dp=1" $MPI -np 2 "$HP" train M $D --tp 2 --zero 1
 check "no warning for flags that act" bash -c '! "'"$HP"'" train M '"$D"' --steps 2 --seed 5 --min-lr 1e-5 \
     2>&1 | grep -q warning'
