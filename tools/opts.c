@@ -101,8 +101,9 @@ int cli_getopt(cli_parser *p, int argc, char **argv)
     }
     const cli_opt *o = entry(p, c, li);
     if (o && (o->flags & CLI_REPEAT)) { /* kept too: every option given, in order, is what ranks agree on */
-        if (p->seen.n == CLI_MAX_GIVEN) {
-            cli_usage_error(p->cmd, "--%s is given more than %d times", o->name, CLI_MAX_GIVEN - CLI_MAX_OPTS);
+        if (p->seen.n >= CLI_MAX_GIVEN - CLI_MAX_OPTS) { /* room is kept for every distinct option */
+            cli_usage_error(p->cmd, "more than %d options given (the last --%s); give fewer", CLI_MAX_GIVEN - CLI_MAX_OPTS,
+                            o->name);
             g_opt_reported = true;
             return '?';
         }
