@@ -23,11 +23,17 @@ int cli_fail(const hp_err *err);
 /* The same for an error every rank meets alike before MPI starts (the command line): printed on rank 0 only. */
 int cli_fail_once(const hp_err *err);
 /* Prints "hyperpar: error: <cmd>: <msg>" plus a hint to run --help (on rank 0 only under mpirun); returns 2. */
+/* With buf (cap bytes, "" on entry), the first usage error (cli_usage_error, cli_fail_once) is written to buf on
+ * every rank instead of printed, for a command that reports it after its ranks agreed on their options (a
+ * usage error of one rank alone would otherwise end the job unsaid: only rank 0 prints). NULL: printed again. */
+void cli_usage_defer(char *buf, size_t cap);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "hyperpar: error: <msg>", for errors that are not an hp_err. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "hyperpar: warning: <msg>", on rank 0 only under mpirun (warnings are the same on every rank). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "hyperpar <cmd>: warning: <msg>", the same way: a flag that changes nothing in this command. */
+void cli_warn_cmd(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "hyperpar: note: ", the same way */
 /* Whether the launcher's environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK) names a rank other than 0:
  * such a rank keeps quiet about what every rank would print alike. False when no launcher says. */
@@ -122,6 +128,8 @@ bool cli_parse_router(const char *cmd, const char *s, bool *real);
 /* A finite number > 0; prints a usage error naming opt and returns false otherwise. */
 bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
 #define CLI_MAX_OPTS 64
+/* Options one command line may give, repeats counted: the distinct ones and 192 repeats. */
+#define CLI_MAX_GIVEN (4 * CLI_MAX_OPTS)
 /* One command's parser: declare it with its name and table, {.cmd = "run", .opts = g_opts}; the rest is built
  * on the first cli_getopt. */
 typedef struct cli_parser {
@@ -130,10 +138,10 @@ typedef struct cli_parser {
     bool built;
     struct option lo[CLI_MAX_OPTS + 1];
     char shortopts[3 * CLI_MAX_OPTS + 2];
-    struct { /* the options seen so far */
+    struct { /* the options given so far, in order (a repeatable one at each time it is given) */
         int n;
-        int val[CLI_MAX_OPTS];
-        const char *arg[CLI_MAX_OPTS];
+        int val[CLI_MAX_GIVEN];
+        const char *arg[CLI_MAX_GIVEN];
     } seen;
 } cli_parser;
 /* getopt_long for every command. An option given a second time is a usage error ("run: --input is given twice
@@ -142,6 +150,23 @@ typedef struct cli_parser {
  * unknown or ambiguous option, a missing value or a value given to a flag gets our one message (getopt's own are
  * off). On any such error it prints the message and returns '?', and cli_bad_option then returns 2. */
 int cli_getopt(cli_parser *p, int argc, char **argv);
+/* Every rank agrees that it was given the options rank 0 was (agreeflags.c): collective over w, called before the
+ * command's first collective that depends on them. Every option of cp's table is compared as given ("--lr 1e-3"
+ * and "--lr 0.001" differ) except --help and free_vals (what may differ per rank: --threads); an option of
+ * `inputs` by its file's identity instead of its path (identity 0: unreadable here, not compared; the command's
+ * own open says why). On a difference every rank returns HP_ERR_INPUT with one message naming the first rank
+ * that differs and the option, both values ("rank 1 was given --steps 4 where rank 0 has --steps 3"), and w is
+ * marked diverged (hp_comm_diverged). One process: HP_OK at once. */
+typedef struct cli_agree_input {
+    int val;                               /* the option (its cli_opt val) */
+    uint64_t (*identity)(const char *arg); /* the identity of what it names, 0 when it cannot be read */
+} cli_agree_input;
+struct hp_comm;
+hp_status cli_agree_flags(const struct hp_comm *w, const cli_parser *cp, const int *free_vals, int n_free,
+                          const cli_agree_input *inputs, int n_inputs, hp_err *err);
+/* A file's identity: a hash of its size and bytes (whole up to 1 MiB, else 16 windows of 4 KiB); 0 when it is
+ * not a readable regular file. */
+uint64_t cli_file_identity(const char *path);
 /* The exit code after cli_getopt returned '?' (2; the message is printed already). */
 int cli_bad_option(const char *cmd, char **argv);
 /* The option lines of --help, generated from the table: "  -o, --output FILE   help", aliases beside their

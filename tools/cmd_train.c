@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "costflags.h"
 #include "signals.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
@@ -169,6 +170,10 @@ static void usage(FILE *out)
             "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
             "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
             "as under mpirun).\n"
+            "Under mpirun every rank must be given the same options but --threads (inputs: the same files): a\n"
+            "difference exits 2 before any work, naming the rank and the option. A batch this machine cannot hold,\n"
+            "a token outside the vocabulary anywhere the run reads, and a last checkpoint that cannot be saved are\n"
+            "refused before step 1, creating nothing.\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
             TRAIN_GEMM_REPS);
 }
@@ -181,6 +186,7 @@ typedef struct train_args {
     hp_data_order order;
     hp_lr_schedule sched;
     bool data_opts, sched_given; /* a --data option / --schedule was given */
+    bool dtype_given, seed_given; /* --data-dtype, --seed was given (warn_no_effect) */
     cli_plan_flags pf;
     bool default_mesh, force;
     int64_t steps;
@@ -384,10 +390,17 @@ static hp_status write_folder(const train_args *a, const hp_model *m, const tens
 
 /* ---- --data and --eval-data ---- */
 
-/* Opens the training data (and the eval data) on every rank and sizes the batch buffers: ids [MB, row_len],
- * eval_ids [2·GB − 1, row_len] (evaluate's largest batch). */
-static hp_status open_data(const train_args *a, const hp_model *m, hp_data **data, hp_data **eval, int64_t **ids,
-                           int64_t **eval_ids, int64_t *B, int64_t *S, hp_err *err)
+/* --eval-data's batches in file order: GB windows each, the last remainder joined to the batch before it (so no
+ * batch has fewer rows than dp replicas unless the file does). The rows of the batch at window w0 of W. */
+static int64_t eval_batch(int64_t W, int64_t w0, int64_t gb) { return W - w0 < 2 * gb ? W - w0 : gb; }
+/* The largest of them: min(W, 2·GB − 1). */
+static int64_t eval_batch_max(int64_t W, int64_t gb) { return W < 2 * gb - 1 ? W : 2 * gb - 1; }
+
+/* Opens the training data (and the eval data) on every rank, reading their headers only, and checks what the
+ * plan needs of them before step 1: rows of one length, a vocabulary to check tokens against, and as many rows
+ * as dp replicas in every micro-batch and every --eval-data batch. *B: rows a micro-batch, *S: ids a row. */
+static hp_status open_data(const train_args *a, const hp_model *m, const hp_plan *p, hp_data **data, hp_data **eval,
+                           int64_t *B, int64_t *S, hp_err *err)
 {
     hp_status st = hp_data_open(data, a->data, a->dtype, a->seq, err);
     if (st == HP_OK && a->eval_data) st = hp_data_open(eval, a->eval_data, a->dtype, a->seq, err);
@@ -401,15 +414,42 @@ static hp_status open_data(const train_args *a, const hp_model *m, hp_data **dat
     if (m->cfg.vocab_size <= 0)
         return hp_err_set(err, HP_ERR_INPUT, "%s: the model's config gives no vocab_size; --data checks every token "
                           "against it", a->model);
-    *ids = hp_calloc((size_t)(a->mb * *S), sizeof **ids);
-    if (*eval) *eval_ids = hp_calloc((size_t)((2 * a->gb - 1) * *S), sizeof **eval_ids);
-    if (!*ids || (*eval && !*eval_ids)) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch");
+    int64_t dp = hp_mesh_size(&p->mesh, "dp");
+    if (a->mb < dp)
+        return hp_err_set(err, HP_ERR_INPUT, "--micro-batch %lld (with --global-batch %lld) is fewer windows than the "
+                          "dp=%lld replicas; every replica needs at least one: give a micro-batch of at least %lld, "
+                          "or a smaller dp", (long long)a->mb, (long long)a->gb, (long long)dp, (long long)dp);
+    if (*eval && hp_data_windows(*eval) < dp)
+        return hp_err_set(err, HP_ERR_INPUT, "--eval-data %s holds %lld window%s of --seq %lld, fewer than the dp=%lld "
+                          "replicas; every replica evaluates at least one: give a longer eval file or a smaller dp",
+                          a->eval_data, (long long)hp_data_windows(*eval), hp_data_windows(*eval) == 1 ? "" : "s",
+                          (long long)a->seq, (long long)dp);
     return HP_OK;
 }
 
-/* The mean loss over every window of ev in file order, forward only: batches of GB windows, the last remainder
- * joined to the batch before it (so no batch has fewer rows than dp replicas unless the file does); each batch's
- * mean weighted by its rows (every row scores the same number of positions). Collective. */
+/* Reads every token this run will read, checking each against the vocabulary (hp_data_rows, the read of the
+ * run's own hp_data_batch and evaluation: the same messages): the training windows of steps k0 + 1 .. last (the whole file when
+ * they cover it) and all of --eval-data. ids [MB, S] and eval_ids [eval_batch_max, S] are the run's buffers. */
+static hp_status scan_data(const train_args *a, hp_data *data, hp_data *eval, int64_t k0, int64_t last, int64_t vocab,
+                           int64_t *ids, int64_t *eval_ids, hp_err *err)
+{
+    int64_t W = hp_data_windows(data);
+    hp_status st = HP_OK;
+    if ((double)(last - k0) * (double)a->gb >= (double)W)
+        for (int64_t w0 = 0; st == HP_OK && w0 < W; w0 += a->mb)
+            st = hp_data_rows(data, w0, W - w0 < a->mb ? W - w0 : a->mb, vocab, ids, err);
+    else /* the windows of positions k0·GB .. last·GB − 1 of the order, as hp_data_batch reads them */
+        for (int64_t q = k0 * a->gb, w; st == HP_OK && q < last * a->gb; q++)
+            if ((st = hp_data_window_at(data, &a->order, q, &w, err)) == HP_OK)
+                st = hp_data_rows(data, w, 1, vocab, ids, err);
+    int64_t We = eval ? hp_data_windows(eval) : 0;
+    for (int64_t w0 = 0; st == HP_OK && w0 < We; w0 += eval_batch(We, w0, a->gb))
+        st = hp_data_rows(eval, w0, eval_batch(We, w0, a->gb), vocab, eval_ids, err);
+    return st;
+}
+
+/* The mean loss over every window of ev in file order (eval_batch), forward only; each batch's mean weighted by
+ * its rows (every row scores the same number of positions). Collective. */
 static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int64_t vocab, int64_t *ids,
                           double *mean, hp_err *err)
 {
@@ -417,7 +457,7 @@ static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int
     double sum = 0;
     hp_status st = HP_OK;
     for (int64_t w0 = 0; st == HP_OK && w0 < W;) {
-        int64_t n = W - w0 < 2 * gb ? W - w0 : gb;
+        int64_t n = eval_batch(W, w0, gb);
         st = hp_data_rows(ev, w0, n, vocab, ids, err);
         st = hp_comm_agree(w, st, err);
         hp_run_output out = {0};
@@ -429,6 +469,72 @@ static hp_status evaluate(hp_runner *r, hp_comm *w, hp_data *ev, int64_t gb, int
     }
     *mean = sum / (double)W;
     return st;
+}
+
+/* A step (or an evaluation) this node cannot hold is refused before its batch is read or allocated, by run's
+ * rule (cli_forward_memory_fits): B x S tokens forward and backward with the training state, and --eval-data's
+ * largest batch (eval_rows, 0: none) forward; rank 0 also gathers every parameter whole in f32 for --grad-out
+ * (the gradients) and --out (the weights). Collective; the verdict is agreed. */
+static hp_status memory_check(hp_comm *w, const train_args *a, const hp_model *m, const hp_plan *p, int64_t B,
+                              int64_t S, int64_t eval_rows, int local_ranks, hp_err *err)
+{
+    char what[PATH_MAX + 200];
+    double gathered = (double)hp_model_num_params(m) * sizeof(float) * ((a->grad_out ? 1 : 0) + (a->out ? 1 : 0));
+    snprintf(what, sizeof what, "train of %s on %s of %lld x %lld tokens", a->model,
+             a->data ? "micro-batches" : "a batch", (long long)B, (long long)S);
+    hp_status st = cli_forward_memory_fits(w, m, p, B, S, true, false, gathered, local_ranks, what,
+                                           a->data ? "give a smaller --micro-batch (each step still trains on "
+                                                     "--global-batch windows), a shorter --seq, or more ranks"
+                                                   : "give an --input of fewer rows or tokens, or more ranks", err);
+    if (st == HP_OK && eval_rows > B) {
+        snprintf(what, sizeof what, "train of %s evaluating --eval-data %s in batches of up to %lld x %lld tokens",
+                 a->model, a->eval_data, (long long)eval_rows, (long long)S);
+        st = cli_forward_memory_fits(w, m, p, eval_rows, S, false, false, gathered, local_ranks, what,
+                                     "give a smaller --global-batch (an evaluation's batches hold up to 2 x GB - 1 "
+                                     "windows), a shorter --seq, or more ranks", err);
+    }
+    return st;
+}
+
+/* The last step this run takes: --stop-after, else --steps. */
+static int64_t last_step(const train_args *a)
+{
+    return a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
+}
+
+/* A flag that changes nothing in this run: one warning each on rank 0, before step 1. */
+static void warn_no_effect(const train_args *a, const hp_model *m, const hp_plan *p, int world)
+{
+    int64_t last = last_step(a);
+    if (a->sched.min_lr > 0 && a->sched.kind == HP_LR_CONSTANT)
+        cli_warn_cmd("train", "--min-lr has no effect with --schedule constant (it is where linear and cosine end)");
+    else if (a->sched.kind != HP_LR_CONSTANT && a->sched.warmup >= a->steps && (a->sched.min_lr > 0 || a->sched_given))
+        cli_warn_cmd("train", "%s has no effect: --warmup %lld spans all --steps %lld, so the schedule never decays",
+                     a->sched.min_lr > 0 ? "--min-lr" : "--schedule", (long long)a->sched.warmup,
+                     (long long)a->steps);
+    if (a->eval_every > last)
+        cli_warn_cmd("train", "--eval-every %lld has no effect: it is past the last step this run takes (%lld), so "
+                     "--eval-data is never evaluated", (long long)a->eval_every, (long long)last);
+    if (a->dtype_given && a->data && hp_data_is_safetensors(a->data))
+        cli_warn_cmd("train", "--data-dtype has no effect with a safetensors --data (%s): its input_ids carry their "
+                     "own dtype", a->data);
+    if (a->seed_given && a->order.shuffle == HP_DATA_IN_ORDER)
+        cli_warn_cmd("train", "--seed has no effect with --shuffle none (it seeds the shuffle)");
+    if (a->to.zero && hp_mesh_size(&p->mesh, "dp") == 1 && (m->cfg.n_experts == 0 || world == 1))
+        cli_warn_cmd("train", "--zero 1 has no effect at dp=1: no other rank holds the same parameters to share "
+                     "AdamW's moments with");
+    if (a->stop_after && a->stop_after == a->steps)
+        cli_warn_cmd("train", "--stop-after %lld has no effect: it is --steps, the run's last step anyway",
+                     (long long)a->stop_after);
+    hp_lr_schedule ls = a->sched; /* a run whose every step has lr 0 writes the model unchanged (its gradients may
+                                     be what is wanted: --grad-out), so it is said, not refused */
+    ls.lr = a->to.lr, ls.steps = a->steps;
+    bool moves = false;
+    for (int64_t t = 1; t <= a->steps && !moves; t++) moves = hp_lr_at(&ls, t) > 0;
+    if (!moves)
+        cli_warn_cmd("train", "every step's learning rate is 0 (--schedule %s over --steps %lld ends at --min-lr %g%s): "
+                     "the weights will not change; give more --steps, a --min-lr above 0 or --schedule constant",
+                     hp_lr_kind_name(ls.kind), (long long)a->steps, ls.min_lr, a->steps == 1 ? " on its only step" : "");
 }
 
 /* ---- what the user sees: the step lines, the progress line, --plot ---- */
@@ -696,6 +802,28 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
     return st;
 }
 
+/* The output folder of a checkpoint, out = "<--out>/step-<t>" (inputs: the run's six, what it must not touch). */
+static hp_outdir_spec ckpt_spec(const train_args *a, const char *out, const char *const *inputs)
+{
+    return (hp_outdir_spec){.cmd = "train", .out = out, .names = g_ckpt_names, .example = "run/step-100",
+                            .force = a->force, .inputs = inputs, .n_inputs = 6};
+}
+
+/* Before step 1, the checks the save of the run's last checkpoint (step `last`) will make, touching nothing: not
+ * an input nor in or around one (--out inside the model's folder), absent or (--force) an earlier output. The run
+ * folder may not exist yet: it is made just before step 1. */
+static hp_status check_checkpoint_out(const train_args *a, int64_t last, const char *const *inputs, hp_err *err)
+{
+    char out[PATH_MAX + 64];
+    snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)last);
+    hp_outdir_spec os = ckpt_spec(a, out, inputs);
+    os.make_parents = true;
+    hp_outdir *of = NULL;
+    hp_status st = hp_outdir_open(&of, &os, err);
+    hp_outdir_close(of);
+    return st;
+}
+
 /* Checkpoint step-<t> of the run folder a->out: every rank's training state, the model folder, state.json, as one
  * folder that appears whole or not at all. Collective. */
 static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model *m, hp_runner *r, int64_t step,
@@ -705,8 +833,7 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     char out[PATH_MAX + 64], tmp[PATH_MAX + 128] = "";
     snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)step);
     const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
-    hp_outdir_spec os = {.cmd = "train", .out = out, .names = g_ckpt_names, .example = "run/step-100",
-                         .force = a->force, .inputs = inputs, .n_inputs = 6};
+    hp_outdir_spec os = ckpt_spec(a, out, inputs);
     hp_outdir *of = NULL;
     hp_status st = HP_OK;
     if (root && (st = hp_outdir_open(&of, &os, err)) == HP_OK && (st = hp_outdir_begin(of, err)) == HP_OK)
@@ -740,7 +867,18 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     return st;
 }
 
-static int train(train_args *a, int *argc, char ***argv)
+/* --resume's identity for the ranks' agreement: the checkpoint it means (hp_train_ckpt_find), by its state.json,
+ * which records the step and the run's flags; 0 (not compared) when there is none. */
+static uint64_t resume_identity(const char *arg)
+{
+    char ckpt[PATH_MAX + 64], path[PATH_MAX + 80];
+    hp_err e;
+    if (hp_train_ckpt_find("--resume", arg, ckpt, sizeof ckpt, &e) != HP_OK) return 0;
+    snprintf(path, sizeof path, "%s/state.json", ckpt);
+    return cli_file_identity(path);
+}
+
+static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int *argc, char ***argv)
 {
     hp_err err;
     hp_err_clear(&err);
@@ -748,6 +886,15 @@ static int train(train_args *a, int *argc, char ***argv)
     if (hp_comm_world(&w, argc, argv, &err) != HP_OK) return cli_fail(&err);
     int N = hp_comm_size(w);
     bool root = hp_comm_rank(w) == 0;
+    /* Before anything that differs by rank: every option but --threads as rank 0's, inputs by their identity. */
+    static const int free_vals[] = {'t'};
+    static const cli_agree_input agree_inputs[] = {{'i', cli_file_identity}, {O_DATA, cli_file_identity},
+                                                   {O_EVAL, cli_file_identity}, {O_PLAN, cli_file_identity},
+                                                   {CLI_O_OVERRIDES, cli_file_identity}, {O_RESUME, resume_identity}};
+    hp_status st = cli_agree_flags(w, cp, free_vals, 1, agree_inputs, 6, &err);
+    /* the same options: the same usage error on every rank, printed once */
+    if (st == HP_OK) st = hp_comm_agree(w, usage_msg ? hp_err_set(&err, HP_ERR_INPUT, "%s", usage_msg) : HP_OK, &err);
+    if (st != HP_OK) return finish(w, st, &err);
     hp_model *m = NULL;
     hp_plan *p = NULL;
     hp_overrides *ov = NULL;
@@ -755,14 +902,13 @@ static int train(train_args *a, int *argc, char ***argv)
     int64_t *ids = NULL, B = 0, S = 0;
     float *losses = NULL;
     tensor_list grads = {0}, params = {0};
-    hp_status st = HP_OK;
     char omsg[8400];
     hp_outdir *of = NULL;
     hp_data *data = NULL, *eval = NULL;
     int64_t *eval_ids = NULL;
     FILE *log = NULL;
     const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
-    if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 3, omsg, sizeof omsg))
+    if (a->grad_out && cli_output_problem("--grad-out", a->grad_out, a->model, inputs, 6, omsg, sizeof omsg))
         st = hp_err_set(&err, HP_ERR_INPUT, "%s", omsg);
     if (st == HP_OK && a->log_json &&
         cli_output_problem("--log-json", a->log_json, a->model, inputs, 6, omsg, sizeof omsg))
@@ -785,16 +931,11 @@ static int train(train_args *a, int *argc, char ***argv)
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
         st = hp_outdir_open(&of, &os, &err);
     }
-    if (st == HP_OK && a->out && a->save_every && root) { /* the run folder: made when absent */
-        struct stat sb;
-        if (stat(a->out, &sb) != 0 && mkdir(a->out, 0777) != 0)
-            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s: cannot create the run folder (%s)", a->out, strerror(errno));
-        else if (stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
-            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
-                            "checkpoints", a->out);
-        else /* what a killed run left there (a save it never finished) */
-            hp_outdir_remove_stale(a->out);
-    }
+    int64_t last = last_step(a);
+    struct stat sb; /* the run folder: made just before step 1 */
+    if (st == HP_OK && a->out && a->save_every && stat(a->out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--out %s is not a folder; with --save-every it holds the run's "
+                        "checkpoints", a->out);
     char ckpt[PATH_MAX + 64] = "";
     int64_t k0 = 0; /* steps already taken (--resume) */
     if (st == HP_OK && a->resume) st = hp_train_ckpt_find("--resume", a->resume, ckpt, sizeof ckpt, &err);
@@ -817,24 +958,33 @@ static int train(train_args *a, int *argc, char ***argv)
     if (st == HP_OK)
         st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
-    if (st == HP_OK && a->data) st = open_data(a, m, &data, &eval, &ids, &eval_ids, &B, &S, &err);
+    if (st == HP_OK && a->data) st = open_data(a, m, p, &data, &eval, &B, &S, &err);
     if (st == HP_OK && (data ? hp_data_row_scored(data) : S - 1) <= 0) /* S = 1: the loss is a mean of nothing */
         st = hp_err_set(&err, HP_ERR_INPUT, "%s: its rows are 1 token long, so no position is scored (each predicts "
                         "the next token) and a step would only decay the weights; give rows of 2 tokens or more",
                         data ? a->data : a->input);
+    st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK) warn_no_effect(a, m, p, N);
+    cli_threads_info ti = {0};
+    if (st == HP_OK) {
+        char tb[128];
+        cli_threads(w, a->threads, &ti); /* collective: every rank asks */
+        if (root) fprintf(stderr, "train: threads: %s\n", cli_threads_str(&ti, tb, sizeof tb));
+    }
+    /* a batch this node cannot hold is refused before it is read or allocated */
+    int64_t eval_rows = eval ? eval_batch_max(hp_data_windows(eval), a->gb) : 0;
+    if (st == HP_OK) st = memory_check(w, a, m, p, B, S, eval_rows, ti.local_ranks, &err);
+    if (st == HP_OK && data) {
+        ids = hp_calloc((size_t)(a->mb * S), sizeof *ids);
+        if (eval) eval_ids = hp_calloc((size_t)(eval_rows * S), sizeof *eval_ids);
+        if (!ids || (eval && !eval_ids)) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for the batch");
+    }
     if (st == HP_OK) {
         losses = hp_calloc((size_t)a->steps, sizeof *losses);
         if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
     }
     st = hp_comm_agree(w, st, &err);
-    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
-        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
-    st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
-        cli_threads_info ti;
-        char tb[128];
-        cli_threads(w, a->threads, &ti);
-        if (root) fprintf(stderr, "train: threads: %s\n", cli_threads_str(&ti, tb, sizeof tb));
         hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .compute = a->compute,
                           .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
@@ -847,10 +997,24 @@ static int train(train_args *a, int *argc, char ***argv)
         if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: resumed from %s at step %lld\n", ckpt, (long long)k0);
     }
-    int64_t last = a->stop_after > 0 && a->stop_after < a->steps ? a->stop_after : a->steps;
     if (st == HP_OK && last <= k0)
         st = hp_err_set(&err, HP_ERR_INPUT, "--stop-after %lld: the run resumed at step %lld is already past it",
                         (long long)a->stop_after, (long long)k0);
+    /* Every token the run will read, before step 1: a bad one found at step k would end the run after k - 1 steps
+     * of work, and one in --eval-data after the first evaluation's; so would a last checkpoint it cannot save. */
+    if (st == HP_OK && a->out && a->save_every) st = check_checkpoint_out(a, last, inputs, &err);
+    if (st == HP_OK && data) st = scan_data(a, data, eval, k0, last, m->cfg.vocab_size, ids, eval_ids, &err);
+    st = hp_comm_agree(w, st, &err);
+    /* Only now, every check passed, does the run create anything: the run folder, the log. */
+    if (st == HP_OK && root && a->out && a->save_every) {
+        if (mkdir(a->out, 0777) != 0 && errno != EEXIST)
+            st = hp_err_set(&err, HP_ERR_INPUT, "--out %s: cannot create the run folder (%s)", a->out, strerror(errno));
+        else /* what a killed run left there (a save it never finished) */
+            hp_outdir_remove_stale(a->out);
+    }
+    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
+        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
+    st = hp_comm_agree(w, st, &err);
     a->sched.steps = a->steps;
     a->sched.lr = a->to.lr;
     /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions; the loss of
@@ -992,28 +1156,29 @@ static bool parse_real(const char *opt, const char *s, double lo, bool lo_closed
     return true;
 }
 
-int cmd_train(int argc, char **argv)
+/* --help printed: exit 0 without training. */
+#define PARSE_HELP (-1)
+
+/* The command line into *a: HP_EXIT_OK, PARSE_HELP, or a usage error's exit code (the error printed, or deferred:
+ * cli_usage_defer). */
+static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
 {
-    train_args a = {.steps = 1, .log_every = 1};
-    hp_train_opts_default(&a.to);
-    cli_plan_flags_init(&a.pf);
     int64_t v;
     int c;
     optind = 1;
-    cli_parser cp = {.cmd = "train", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("train", c, optarg, &a.pf);
+    while ((c = cli_getopt(cp, argc, argv)) != -1) {
+        int pr = cli_plan_flag("train", c, optarg, &a->pf);
         if (pr < 0) return HP_EXIT_USAGE;
         if (pr > 0) continue;
         switch (c) {
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        case 'i': a.input = optarg; break;
-        case 'o': a.out = optarg; break;
-        case O_GRAD: a.grad_out = optarg; break;
-        case O_PLAN: a.plan = optarg; break;
-        case O_LOGJSON: a.log_json = optarg; break;
-        case O_STATS: a.stats_json = optarg; break;
-        case O_PLOT: a.plot = optarg; break;
+        case 'h': usage(stdout); return PARSE_HELP;
+        case 'i': a->input = optarg; break;
+        case 'o': a->out = optarg; break;
+        case O_GRAD: a->grad_out = optarg; break;
+        case O_PLAN: a->plan = optarg; break;
+        case O_LOGJSON: a->log_json = optarg; break;
+        case O_STATS: a->stats_json = optarg; break;
+        case O_PLOT: a->plot = optarg; break;
         case O_LOGEVERY: {
             char *end = NULL;
             errno = 0;
@@ -1022,21 +1187,21 @@ int cmd_train(int argc, char **argv)
                 return cli_usage_error("train", "--log-every expects a whole number of steps in [1, 1000000000], got "
                                        "'%s' (the last step's line is always printed, so a large N prints little "
                                        "else)", optarg);
-            a.log_every = n;
+            a->log_every = n;
             break;
         }
-        case O_DATA: a.data = optarg; break;
-        case O_EVAL: a.eval_data = optarg; a.data_opts = true; break;
+        case O_DATA: a->data = optarg; break;
+        case O_EVAL: a->eval_data = optarg; a->data_opts = true; break;
         case O_DDTYPE:
-            if (!hp_data_dtype_parse(optarg, &a.dtype))
+            if (!hp_data_dtype_parse(optarg, &a->dtype))
                 return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", optarg);
-            a.data_opts = true;
+            a->data_opts = a->dtype_given = true;
             break;
         case O_SHUFFLE:
-            if (!strcmp(optarg, "none")) a.order.shuffle = HP_DATA_IN_ORDER;
-            else if (!strcmp(optarg, "seeded")) a.order.shuffle = HP_DATA_SEEDED;
+            if (!strcmp(optarg, "none")) a->order.shuffle = HP_DATA_IN_ORDER;
+            else if (!strcmp(optarg, "seeded")) a->order.shuffle = HP_DATA_SEEDED;
             else return cli_usage_error("train", "--shuffle expects none or seeded, got '%s'", optarg);
-            a.data_opts = true;
+            a->data_opts = true;
             break;
         case O_SEED: {
             char *end = NULL;
@@ -1044,78 +1209,78 @@ int cmd_train(int argc, char **argv)
             unsigned long long sv = strtoull(optarg, &end, 10);
             if (!*optarg || *end || errno || optarg[0] == '-')
                 return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", optarg);
-            a.order.seed = (uint64_t)sv;
-            a.data_opts = true;
+            a->order.seed = (uint64_t)sv;
+            a->data_opts = a->seed_given = true;
             break;
         }
         case O_SEQ:
-            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a.seq)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a->seq)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_GB:
-            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a.gb)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a->gb)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_MB:
-            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a.mb)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a->mb)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_EVERY:
-            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a.eval_every)) return HP_EXIT_USAGE;
-            a.data_opts = true;
+            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a->eval_every)) return HP_EXIT_USAGE;
+            a->data_opts = true;
             break;
         case O_SCHED:
-            if (!hp_lr_kind_parse(optarg, &a.sched.kind))
+            if (!hp_lr_kind_parse(optarg, &a->sched.kind))
                 return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", optarg);
-            a.sched_given = true;
+            a->sched_given = true;
             break;
         case O_WARMUP:
-            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a.sched.warmup)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a->sched.warmup)) return HP_EXIT_USAGE;
             break;
         case O_MINLR:
-            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.sched.min_lr))
+            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->sched.min_lr))
                 return HP_EXIT_USAGE;
             break;
-        case O_FORCE: a.force = true; break;
+        case O_FORCE: a->force = true; break;
         case O_CLIP:
-            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.clip)) return HP_EXIT_USAGE;
+            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.clip)) return HP_EXIT_USAGE;
             break;
-        case O_SKIPNF: a.to.skip_nonfinite = true; break;
+        case O_SKIPNF: a->to.skip_nonfinite = true; break;
         case O_COMPUTE:
-            if (!cli_parse_compute("train", optarg, &a.compute)) return HP_EXIT_USAGE;
+            if (!cli_parse_compute("train", optarg, &a->compute)) return HP_EXIT_USAGE;
             break;
         case O_ZERO:
             if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
-            a.to.zero = (int)v;
+            a->to.zero = (int)v;
             break;
         case O_STEPS:
-            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a.steps)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a->steps)) return HP_EXIT_USAGE;
             break;
         case O_SAVE:
-            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a.save_every)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a->save_every)) return HP_EXIT_USAGE;
             break;
         case O_STOP:
-            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a.stop_after)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a->stop_after)) return HP_EXIT_USAGE;
             break;
-        case O_RESUME: a.resume = optarg; break;
+        case O_RESUME: a->resume = optarg; break;
         case 't':
             if (!cli_parse_i64("train", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
-            a.threads = (int)v;
+            a->threads = (int)v;
             break;
         case O_LR:
-            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.lr)) return HP_EXIT_USAGE;
+            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.lr)) return HP_EXIT_USAGE;
             break;
         case O_B1:
-            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta1)) return HP_EXIT_USAGE;
+            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta1)) return HP_EXIT_USAGE;
             break;
         case O_B2:
-            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a.to.beta2)) return HP_EXIT_USAGE;
+            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta2)) return HP_EXIT_USAGE;
             break;
         case O_EPS:
-            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a.to.eps)) return HP_EXIT_USAGE;
+            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.eps)) return HP_EXIT_USAGE;
             break;
         case O_WD:
-            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a.to.weight_decay))
+            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->to.weight_decay))
                 return HP_EXIT_USAGE;
             break;
         default: return cli_bad_option("train", argv);
@@ -1123,50 +1288,63 @@ int cmd_train(int argc, char **argv)
     }
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
-    a.model = argv[optind];
-    if (!a.input && !a.data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
-    if (a.input && a.data)
+    a->model = argv[optind];
+    if (!a->input && !a->data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
+    if (a->input && a->data)
         return cli_usage_error("train", "give either --input (the same batch every step) or --data (a token file), "
                                "not both");
-    if (a.input && a.data_opts)
+    if (a->input && a->data_opts)
         return cli_usage_error("train", "--seq, --global-batch, --micro-batch, --data-dtype, --shuffle, --seed and "
                                "--eval-data/--eval-every go with --data, not --input");
-    if (a.data) {
-        if (!a.seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
-        if (!a.gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
-        if (!a.mb) a.mb = a.gb;
-        if (a.gb % a.mb)
+    if (a->data) {
+        if (!a->seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
+        if (!a->gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
+        if (!a->mb) a->mb = a->gb;
+        if (a->gb % a->mb)
             return cli_usage_error("train", "--micro-batch %lld does not divide --global-batch %lld",
-                                   (long long)a.mb, (long long)a.gb);
-        if (!a.eval_data != !a.eval_every)
+                                   (long long)a->mb, (long long)a->gb);
+        if (!a->eval_data != !a->eval_every)
             return cli_usage_error("train", "--eval-data and --eval-every go together");
-        a.order.global_batch = a.gb;
-    } else if (!a.sched_given) {
-        a.sched.kind = HP_LR_CONSTANT; /* --input: a constant lr unless a schedule is asked for, as before */
+        a->order.global_batch = a->gb;
+    } else if (!a->sched_given) {
+        a->sched.kind = HP_LR_CONSTANT; /* --input: a constant lr unless a schedule is asked for, as before */
     }
-    if (a.sched.min_lr > a.to.lr)
-        return cli_usage_error("train", "--min-lr %g is above --lr %g", a.sched.min_lr, a.to.lr);
-    hp_lr_schedule ls = a.sched; /* a run whose every step has lr 0 writes the model unchanged (its gradients may
-                                     be what is wanted: --grad-out), so it is said, not refused */
-    ls.lr = a.to.lr, ls.steps = a.steps;
-    bool moves = false;
-    for (int64_t t = 1; t <= a.steps && !moves; t++) moves = hp_lr_at(&ls, t) > 0;
-    if (!moves)
-        cli_warn("train: every step's learning rate is 0 (--schedule %s over --steps %lld ends at --min-lr %g%s): "
-                 "the weights will not change; give more --steps, a --min-lr above 0 or --schedule constant",
-                 hp_lr_kind_name(ls.kind), (long long)a.steps, ls.min_lr, a.steps == 1 ? " on its only step" : "");
-    if (a.force && !a.out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
-    if (a.save_every && !a.out)
+    if (a->sched.min_lr > a->to.lr)
+        return cli_usage_error("train", "--min-lr %g is above --lr %g", a->sched.min_lr, a->to.lr);
+    if (a->force && !a->out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
+    if (a->save_every && !a->out)
         return cli_usage_error("train", "--save-every needs --out DIR: the run folder its checkpoints go in");
-    if (a.stop_after > a.steps)
-        return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a.stop_after,
-                               (long long)a.steps);
-    if (a.plan && a.pf.any)
+    if (a->stop_after > a->steps)
+        return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a->stop_after,
+                               (long long)a->steps);
+    if (a->plan && a->pf.any)
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
-    a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
-    if (!a.default_mesh) {
-        int rc = cli_plan_flags_mesh("train", &a.pf, 1);
+    a->default_mesh = !a->pf.mesh_spec && !a->pf.sizes_given && !a->pf.ep_given && !a->pf.ep_axis;
+    if (!a->default_mesh) {
+        int rc = cli_plan_flags_mesh("train", &a->pf, 1);
         if (rc != HP_EXIT_OK) return rc;
     }
-    return train(&a, &argc, &argv);
+    return HP_EXIT_OK;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_args a = {.steps = 1, .log_every = 1};
+    hp_train_opts_default(&a.to);
+    cli_plan_flags_init(&a.pf);
+    cli_parser cp = {.cmd = "train", .opts = g_opts};
+    /* Under a launcher a usage error is said after the ranks agreed on their options: one rank's bad value (an
+     * MPMD launch) is then named as the option that differs, where otherwise it would end the job unsaid. The
+     * options after the bad one are still read, so that every rank's list is whole. */
+    char usage_msg[HP_ERR_MSG_MAX] = "";
+    bool launched = hp_comm_launched();
+    if (launched) cli_usage_defer(usage_msg, sizeof usage_msg);
+    int rc = parse(&a, &cp, argc, argv), c;
+    while (rc > 0 && launched && (c = cli_getopt(&cp, argc, argv)) != -1 && c != '?') continue;
+    cli_usage_defer(NULL, 0);
+    if (rc == PARSE_HELP) return HP_EXIT_OK;
+    if (rc != HP_EXIT_OK && !launched) return rc;
+    if (rc != HP_EXIT_OK && !usage_msg[0]) /* every path above says why; this only guards the message */
+        snprintf(usage_msg, sizeof usage_msg, "train: bad usage; see 'hyperpar train --help'");
+    return train(&a, &cp, rc != HP_EXIT_OK ? usage_msg : NULL, &argc, &argv);
 }

@@ -65,6 +65,15 @@ static void usage(FILE *out)
  */
 /* Set when this rank kept an error to itself (rank 0 prints it). */
 static bool g_kept_quiet;
+/* cli_usage_defer's buffer: the first usage error goes there instead of stderr (NULL: printed). */
+static char *g_defer;
+static size_t g_defer_cap;
+
+void cli_usage_defer(char *buf, size_t cap)
+{
+    g_defer = buf;
+    g_defer_cap = cap;
+}
 
 bool cli_rank_is_quiet(void) { return hp_comm_launch_rank() > 0; }
 
@@ -105,6 +114,17 @@ void cli_warn(const char *fmt, ...)
     va_end(ap);
 }
 
+void cli_warn_cmd(const char *cmd, const char *fmt, ...)
+{
+    if (cli_rank_is_quiet()) return;
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "hyperpar: warning: %.60s: ", cmd); /* as cli_usage_error words its errors */
+    va_list ap;
+    va_start(ap, fmt);
+    msg_print(prefix, fmt, ap);
+    va_end(ap);
+}
+
 int cli_fail(const hp_err *err)
 {
     cli_error("%s", err->msg);
@@ -113,6 +133,10 @@ int cli_fail(const hp_err *err)
 
 int cli_fail_once(const hp_err *err)
 {
+    if (g_defer) {
+        if (!*g_defer) snprintf(g_defer, g_defer_cap, "%s", err->msg);
+        return hp_status_exit_code(err->status);
+    }
     if (cli_rank_is_quiet()) g_kept_quiet = true;
     else cli_error("%s", err->msg);
     return hp_status_exit_code(err->status);
@@ -120,7 +144,7 @@ int cli_fail_once(const hp_err *err)
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
-    if (cli_rank_is_quiet()) {
+    if (cli_rank_is_quiet() && !g_defer) {
         g_kept_quiet = true;
         return HP_EXIT_USAGE;
     }
@@ -129,6 +153,10 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (g_defer) {
+        if (!*g_defer) snprintf(g_defer, g_defer_cap, "%s: %s\nRun 'hyperpar %s --help' for usage.", cmd, msg, cmd);
+        return HP_EXIT_USAGE;
+    }
     cli_error("%s: %s\nRun 'hyperpar %s --help' for usage.", cmd, msg, cmd);
     return HP_EXIT_USAGE;
 }

@@ -100,7 +100,17 @@ int cli_getopt(cli_parser *p, int argc, char **argv)
         return '?';
     }
     const cli_opt *o = entry(p, c, li);
-    if (o && (o->flags & CLI_REPEAT)) return c;
+    if (o && (o->flags & CLI_REPEAT)) { /* kept too: every option given, in order, is what ranks agree on */
+        if (p->seen.n >= CLI_MAX_GIVEN - CLI_MAX_OPTS) { /* room is kept for every distinct option */
+            cli_usage_error(p->cmd, "more than %d options given (the last --%s); give fewer", CLI_MAX_GIVEN - CLI_MAX_OPTS,
+                            o->name);
+            g_opt_reported = true;
+            return '?';
+        }
+        p->seen.val[p->seen.n] = c;
+        p->seen.arg[p->seen.n++] = optarg;
+        return c;
+    }
     /* A short option is the long option with the same value (-o and --output); an alias is its target. */
     char name[80];
     if (o) snprintf(name, sizeof name, "--%.60s", o->name);
@@ -114,7 +124,7 @@ int cli_getopt(cli_parser *p, int argc, char **argv)
         g_opt_reported = true;
         return '?';
     }
-    HP_ASSERT(p->seen.n < CLI_MAX_OPTS); /* more distinct options than any table holds: our bug */
+    HP_ASSERT(p->seen.n < CLI_MAX_GIVEN); /* more distinct options than any table holds: our bug */
     p->seen.val[p->seen.n] = c;
     p->seen.arg[p->seen.n++] = optarg;
     return c;
