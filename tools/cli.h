@@ -32,7 +32,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "hyperpar: warning: <msg>", on rank 0 only under mpirun (warnings are the same on every rank). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* "hyperpar <cmd>: warning: <msg>", the same way: a flag that changes nothing in this command. */
+/* "hyperpar: warning: <cmd>: <msg>", the same way (as cli_usage_error words errors): a flag that changes nothing. */
 void cli_warn_cmd(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "hyperpar: note: ", the same way */
 /* Whether the launcher's environment (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK) names a rank other than 0:
