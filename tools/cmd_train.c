@@ -86,7 +86,8 @@ static const cli_opt g_opts[] = {
     {"seq", O_SEQ, "S", "window length: a stream's window is S + 1 tokens (S scored positions);\n"
                         "a safetensors input_ids must be [N, S]", 0, G_DATA},
     {"global-batch", O_GB, "GB", "windows per step (every rank reads the same; dp splits them)", 0, G_DATA},
-    {"micro-batch", O_MB, "MB", "windows per forward/backward; divides GB (default GB): GB/MB accumulated", 0,
+    {"micro-batch", O_MB, "MB", "rows per dp replica in one forward/backward (Megatron's and cost's meaning); MB x dp\n"
+                                "divides GB: GB/(MB x dp) accumulated (default: GB/dp, one micro-batch a step)", 0,
      G_DATA},
     {"shuffle", O_SHUFFLE, "M", "seeded (default: each epoch's windows shuffled from --seed) or none", 0, G_DATA},
     {"seed", O_SEED, "N", "the shuffle's seed, an unsigned 64-bit integer (default 0)", 0, G_DATA},
@@ -182,7 +183,8 @@ typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
     const char *data, *eval_data, *log_json, *stats_json, *plot;
     hp_data_dtype dtype;
-    int64_t seq, gb, mb, eval_every;
+    int64_t seq, gb, mb, eval_every; /* mb: windows of one micro-step over all replicas (--micro-batch × dp) */
+    int64_t mb_rows;                 /* --micro-batch as given: rows per replica (0: one micro-batch a step) */
     hp_data_order order;
     hp_lr_schedule sched;
     bool data_opts, sched_given; /* a --data option / --schedule was given */
@@ -399,13 +401,12 @@ static int64_t eval_batch_max(int64_t W, int64_t gb) { return W < 2 * gb - 1 ? W
 /* Opens the training data (and the eval data) on every rank, reading their headers only, and checks what the
  * plan needs of them before step 1: rows of one length, a vocabulary to check tokens against, and as many rows
  * as dp replicas in every micro-batch and every --eval-data batch. *B: rows a micro-batch, *S: ids a row. */
-static hp_status open_data(const train_args *a, const hp_model *m, const hp_plan *p, hp_data **data, hp_data **eval,
+static hp_status open_data(train_args *a, const hp_model *m, const hp_plan *p, hp_data **data, hp_data **eval,
                            int64_t *B, int64_t *S, hp_err *err)
 {
     hp_status st = hp_data_open(data, a->data, a->dtype, a->seq, err);
     if (st == HP_OK && a->eval_data) st = hp_data_open(eval, a->eval_data, a->dtype, a->seq, err);
     if (st != HP_OK) return st;
-    *B = a->mb;
     *S = hp_data_row_len(*data);
     if (*eval && hp_data_row_len(*eval) != *S)
         return hp_err_set(err, HP_ERR_INPUT, "--eval-data %s gives rows of %lld ids and --data %s rows of %lld; "
@@ -415,10 +416,18 @@ static hp_status open_data(const train_args *a, const hp_model *m, const hp_plan
         return hp_err_set(err, HP_ERR_INPUT, "%s: the model's config gives no vocab_size; --data checks every token "
                           "against it", a->model);
     int64_t dp = hp_mesh_size(&p->mesh, "dp");
-    if (a->mb < dp)
-        return hp_err_set(err, HP_ERR_INPUT, "--micro-batch %lld (with --global-batch %lld) is fewer windows than the "
-                          "dp=%lld replicas; every replica needs at least one: give a micro-batch of at least %lld, "
-                          "or a smaller dp", (long long)a->mb, (long long)a->gb, (long long)dp, (long long)dp);
+    if (a->gb < dp)
+        return hp_err_set(err, HP_ERR_INPUT, "--global-batch %lld is fewer windows than the dp=%lld replicas; every "
+                          "replica needs at least one: give a global batch of at least %lld, or a smaller dp",
+                          (long long)a->gb, (long long)dp, (long long)dp);
+    /* --micro-batch is rows per replica (as cost's and Megatron's): a micro-step takes MB x dp windows */
+    if (a->mb_rows && (a->mb_rows > a->gb / dp || a->gb % (a->mb_rows * dp)))
+        return hp_err_set(err, HP_ERR_INPUT, "--micro-batch %lld rows per replica x dp=%lld = %lld windows a "
+                          "micro-step, which does not divide --global-batch %lld; give a --micro-batch that divides "
+                          "%lld%s", (long long)a->mb_rows, (long long)dp, (long long)(a->mb_rows * dp),
+                          (long long)a->gb, (long long)(a->gb / dp), a->gb % dp ? " and a global batch dp divides" : "");
+    a->mb = a->mb_rows ? a->mb_rows * dp : a->gb;
+    *B = a->mb;
     if (*eval && hp_data_windows(*eval) < dp)
         return hp_err_set(err, HP_ERR_INPUT, "--eval-data %s holds %lld window%s of --seq %lld, fewer than the dp=%lld "
                           "replicas; every replica evaluates at least one: give a longer eval file or a smaller dp",
@@ -762,7 +771,7 @@ static json_t *run_flags(const train_args *a, int world)
     json_object_set_new(o, "data", json_string(a->data ? a->data : a->input ? a->input : ""));
     json_object_set_new(o, "seq", json_integer((json_int_t)a->seq));
     json_object_set_new(o, "global_batch", json_integer((json_int_t)a->gb));
-    json_object_set_new(o, "micro_batch", json_integer((json_int_t)a->mb));
+    json_object_set_new(o, "micro_batch", json_integer((json_int_t)a->mb_rows)); /* per replica, as given */
     json_object_set_new(o, "shuffle", json_integer((json_int_t)a->order.shuffle));
     json_object_set_new(o, "seed", json_integer((json_int_t)a->order.seed));
     return o;
@@ -1222,7 +1231,7 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
             a->data_opts = true;
             break;
         case O_MB:
-            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a->mb)) return HP_EXIT_USAGE;
+            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a->mb_rows)) return HP_EXIT_USAGE;
             a->data_opts = true;
             break;
         case O_EVERY:
@@ -1299,10 +1308,7 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     if (a->data) {
         if (!a->seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
         if (!a->gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
-        if (!a->mb) a->mb = a->gb;
-        if (a->gb % a->mb)
-            return cli_usage_error("train", "--micro-batch %lld does not divide --global-batch %lld",
-                                   (long long)a->mb, (long long)a->gb);
+        a->mb = a->gb; /* one micro-step a step until the plan's dp sets it (open_data) */
         if (!a->eval_data != !a->eval_every)
             return cli_usage_error("train", "--eval-data and --eval-every go together");
         a->order.global_batch = a->gb;

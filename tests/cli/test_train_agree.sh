@@ -1,6 +1,6 @@
 # hyperpar train, trusted before step 1 (issue 36): ranks given other options (mpirun's MPMD form) exit 2 at once
 # with one message naming the rank and the option, inputs compared by identity, not path, and --threads free;
-# a bad token anywhere the run reads, an --eval-data with fewer windows than dp, a micro-batch below dp and a
+# a bad token anywhere the run reads, an --eval-data with fewer windows than dp, a global batch below dp and a
 # --save-every --out inside the model are refused before step 1, creating nothing; a batch the machine cannot
 # hold is refused at once with its figure; flags that change nothing warn once.
 source "$(dirname "$0")/lib.sh"
@@ -73,8 +73,10 @@ expect 2 "outside the vocabulary [0, 128)" -- $MPI -np 2 "$HP" train M $D --dp 2
     --eval-every 2 --steps 2 --log-json ev.jsonl
 expect 2 "--eval-data e1.bin holds 1 window of --seq 16, fewer than the dp=2 replicas" -- \
     $MPI -np 2 "$HP" train M $D --dp 2 --eval-data e1.bin --eval-every 1 --plot ev.html
-expect 2 "--micro-batch 1 (with --global-batch 4) is fewer windows than the dp=2 replicas" -- \
-    $MPI -np 2 "$HP" train M $D --dp 2 --micro-batch 1
+expect 2 "--global-batch 1 is fewer windows than the dp=2 replicas" -- \
+    $MPI -np 2 "$HP" train M ${D/--global-batch 4/--global-batch 1} --dp 2
+expect 2 "--micro-batch 3 rows per replica x dp=2 = 6 windows a micro-step, which does not divide --global-batch 4" -- \
+    $MPI -np 2 "$HP" train M $D --dp 2 --micro-batch 3
 check "no log or page of the refused runs" bash -c '! ls ev.jsonl ev.html 2>/dev/null'
 expect 2 "--out M/run/step-2 lies inside the input M" -- "$HP" train M $D --steps 2 --out M/run --save-every 1
 check "no folder left in the model folder" bash -c '[ "$(ls M)" = "$(printf "config.json\nmodel.safetensors")" ]'

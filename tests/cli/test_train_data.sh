@@ -53,14 +53,19 @@ expect 0 "train: step 6/6 loss" -- "$HP" train $M $D --micro-batch 4 --log-json 
 check "no accumulation: the same losses" same "$WORK/mb4.jsonl"
 expect 0 "train: step 6/6 loss" -- "$HP" train $M $D --log-json "$WORK/mbd.jsonl"
 check "--micro-batch defaults to the global batch" same "$WORK/mbd.jsonl"
+# --micro-batch is rows per dp replica (issue 36 T15, as cost's and Megatron's): at dp 2, 1 row a replica is 2
+# windows a micro-step, so GB 4 takes 2 micro-steps, as --micro-batch 2 does at dp 1
 while read -r tag flags; do
-    expect 0 "train: step 6/6 loss" -- $MPI -np 2 "$HP" train $M $D --micro-batch 2 $flags --log-json "$WORK/$tag.jsonl"
+    expect 0 "train: step 6/6 loss" -- $MPI -np 2 "$HP" train $M $D $flags --log-json "$WORK/$tag.jsonl"
     check "$flags: the same losses" same "$WORK/$tag.jsonl"
 done <<'LIST'
-dp2 --dp 2
-tp2 --tp 2
-zero --dp 2 --zero 1
+dp2 --dp 2 --micro-batch 1
+tp2 --tp 2 --micro-batch 2
+zero --dp 2 --zero 1 --micro-batch 1
+dp2mb2 --dp 2 --micro-batch 2
 LIST
+expect 2 "--micro-batch 2 rows per replica x dp=2 = 4 windows a micro-step, which does not divide --global-batch 6" -- \
+    $MPI -np 2 "$HP" train $M ${D/--global-batch 4/--global-batch 6} --dp 2 --micro-batch 2
 # uint32 holds the same tokens: the same run.
 expect 0 "train: step 6/6 loss" -- "$HP" train $M ${D/f.bin/f32.bin} --data-dtype uint32 --log-json "$WORK/u32.jsonl"
 check "a uint32 file of the same tokens: the same losses" same "$WORK/u32.jsonl"
@@ -93,7 +98,8 @@ assert a == b and a[0] != c[0], (a, b, c)
 EOF
 
 # Errors: one message, exit 2.
-expect 2 "--micro-batch 3 does not divide --global-batch 4" -- "$HP" train $M $D --micro-batch 3
+expect 2 "--micro-batch 3 rows per replica x dp=1 = 3 windows a micro-step, which does not divide --global-batch 4" -- \
+    "$HP" train $M $D --micro-batch 3
 expect 2 "not both" -- "$HP" train $M $D --input $M/forward_io.safetensors
 expect 2 "token 100 (byte offset 200) is 128, outside the vocabulary [0, 128)" -- \
     "$HP" train $M ${D/f.bin/bad.bin}

@@ -16,7 +16,7 @@ python3 - "$WORK/tok.bin" <<'PY'
 import struct, sys
 open(sys.argv[1], "wb").write(struct.pack("<%dH" % 400, *[(i * 37 + 11) % 128 for i in range(400)]))
 PY
-D="--data $WORK/tok.bin --seq 15 --global-batch 4 --micro-batch 2 --steps 6 --lr 1e-3 --seed 5 --dp 2 --zero 1 --save-every 2"
+D="--data $WORK/tok.bin --seq 15 --global-batch 4 --micro-batch 1 --steps 6 --lr 1e-3 --seed 5 --dp 2 --zero 1 --save-every 2"
 merged_same() { # RUN: its last checkpoint merges to the bytes of the uninterrupted run's
     rm -rf "$WORK/cmp" && "$HP" merge "$1" --out "$WORK/cmp" >/dev/null 2>&1 &&
         cmp -s "$WORK/cmp/model.safetensors" "$WORK/ref.m/model.safetensors" &&

@@ -43,12 +43,12 @@ rm -rf "$WORK/b/step-9"
 expect 2 "--save-every needs --out" -- "$HP" train $G --input $I --save-every 2
 expect 2 "--stop-after 5 is past --steps 4" -- "$HP" train $G --input $I --steps 4 --stop-after 5
 
-# A token file, GB 4 in micro-batches of 2, ZeRO-1 over dp=2, shuffled by seed; then MoE with TP-extend-EP.
+# A token file, GB 4 in micro-steps of 1 row a replica (2 windows), ZeRO-1 over dp=2, shuffled by seed; then MoE with TP-extend-EP.
 python3 - "$WORK/tok.bin" <<'PY'
 import struct, sys
 open(sys.argv[1], "wb").write(struct.pack("<%dH" % 400, *[(i * 37 + 11) % 128 for i in range(400)]))
 PY
-D="--data $WORK/tok.bin --seq 15 --global-batch 4 --micro-batch 2 --steps 6 --warmup 2 --lr 1e-3 --seed 5"
+D="--data $WORK/tok.bin --seq 15 --global-batch 4 --micro-batch 1 --steps 6 --warmup 2 --lr 1e-3 --seed 5"
 $MPI -np 2 "$HP" train $G $D --dp 2 --zero 1 --save-every 3 --out "$WORK/e" >/dev/null 2>&1
 expect 0 "checkpoint" -- $MPI -np 2 "$HP" train $G $D --dp 2 --zero 1 --save-every 3 --stop-after 3 --out "$WORK/f"
 expect 0 "resumed" -- $MPI -np 2 "$HP" train $G $D --dp 2 --zero 1 --save-every 3 --resume "$WORK/f" --out "$WORK/f"
