@@ -113,8 +113,9 @@ static const cli_opt g_opts[] = {
     {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
                              "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
                              "the norm is printed every step (default: off)", 0, G_OPT},
-    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients are not all finite (no update; counted) instead\n"
-                                       "of ending the run with exit 3 naming the first such parameter", 0, G_OPT},
+    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients, or AdamW update, are not all finite (no\n"
+                                       "update: parameters and moments as they were; counted) instead of ending\n"
+                                       "the run with exit 3 naming the first such parameter", 0, G_OPT},
     {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every matrix product\n"
                                 "rounded to bf16, f32 sums, as torch.autocast(bfloat16) multiplies; f32 master\n"
                                 "weights, AdamW state, norms, softmax, router and loss", 0, G_OPT},
@@ -169,7 +170,7 @@ static void usage(FILE *out)
             "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
             "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
             "as under mpirun).\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
+            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient or update.\n",
             TRAIN_GEMM_REPS);
 }
 
