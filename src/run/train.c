@@ -1395,7 +1395,20 @@ static void state_key(char *buf, size_t cap, const char *kind, int i)
     snprintf(buf, cap, "%s.%d", kind, i);
 }
 
-hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
+/* A state file that names its rank (every one saved since it does) must be this rank's: two swapped files have
+ * the same sizes and names. */
+static hp_status state_rank_check(const hp_st_file *f, int rank, const char *path, hp_err *err)
+{
+    const char *rk = hp_st_metadata_get(f, "rank");
+    char want[32];
+    snprintf(want, sizeof want, "%d", rank);
+    if (rk && strcmp(rk, want))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the training state of rank %s, where rank %d's is needed (the rank "
+                          "files were swapped or renamed)", path, rk, rank);
+    return HP_OK;
+}
+
+hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *const *meta, int n_meta, hp_err *err)
 {
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
     if (st != HP_OK) return st;
@@ -1414,6 +1427,9 @@ hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "zero", val, err);
     snprintf(val, sizeof val, "%d", hp_comm_size(r->x.world));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
+    snprintf(val, sizeof val, "%d", hp_comm_rank(r->x.world));
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "rank", val, err);
+    for (int i = 0; i < n_meta && st == HP_OK; i++) st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         const tparam *q = &t->p[i];
         int64_t n = q->n, zn = q->zn;
@@ -1476,6 +1492,7 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
     if (st == HP_OK && (sv < 0 || (zv != 0 && zv != 1) || wv != hp_comm_size(r->x.world)))
         st = hp_err_set(err, HP_ERR_INPUT, "%s: not a training state of %d ranks (step %s, zero %s, world %s)", path,
                         hp_comm_size(r->x.world), step ? step : "?", zero ? zero : "?", world ? world : "?");
+    if (st == HP_OK) st = state_rank_check(f, hp_comm_rank(r->x.world), path, err);
     if (st == HP_OK) {
         t->step = sv;
         t->zero = (int)zv;
@@ -1515,4 +1532,9 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
 int64_t hp_runner_train_steps(const hp_runner *r)
 {
     return r->train ? r->train->step : 0;
+}
+
+hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
+{
+    return hp_runner_save_train_meta(r, dir, NULL, 0, err);
 }
