@@ -18,8 +18,9 @@
  * A checkpoint is complete when its state.json reads as above and every file it names is a regular file in the
  * folder; `RUN/step-<t>.tmp.<pid>` (a save in progress, or a dead run's) is never one. It is bound when state.json
  * names the run (run_id: random, made at the run's start, kept across resumes), each file has the size state.json
- * records, every rank file's metadata says its own rank, the step, the world and the run, and a step-<t> folder's
- * t is the step; hp_train_ckpt_verify adds the hash of the bytes. A run folder holds the checkpoints of one run.
+ * records, every rank file's metadata says its own rank, the step, the world and the run (and AdamW's step is at
+ * most the checkpoint's), and a step-<t> folder's t is the step; hp_train_ckpt_verify adds the hash of the bytes.
+ * A run folder holds the checkpoints of one run.
  */
 #ifndef HYPERPAR_TRAINCKPT_H
 #define HYPERPAR_TRAINCKPT_H

@@ -206,6 +206,10 @@ static hp_status ckpt_bound(const char *dir, json_t *root, hp_err *err)
         if (!what && (snprintf(want, sizeof want, "%lld", (long long)world), !mw || strcmp(mw, want)))
             what = "world", had = mw;
         if (!what && (!mu || strcmp(mu, run))) what = "run_id", had = mu, snprintf(want, sizeof want, "%s", run);
+        const char *sa = hp_st_metadata_get(sf, "step"); /* AdamW's steps: at most the run's (skipped ones take none) */
+        if (!what && (!sa || strspn(sa, "0123456789") != strlen(sa) || !*sa || strlen(sa) > 15 ||
+                      strtoll(sa, NULL, 10) > step))
+            what = "step", had = sa, snprintf(want, sizeof want, "at most %lld", (long long)step);
         if (what)
             st = hp_err_set(err, HP_ERR_INPUT, "%s: rank-%lld.safetensors says %s %s where this checkpoint (state.json: "
                             "step %lld of %lld ranks, run %s) needs %s; the file belongs to another %s: restore this "

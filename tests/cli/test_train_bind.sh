@@ -47,13 +47,21 @@ expect 2 "belongs to another rank" -- "$HP" merge t --out x
 tamper && sed -i 's/"step": 4/"step": 3/' t/state.json
 expect 2 "rank-0.safetensors says checkpoint_step 4 where this checkpoint (state.json: step 3" -- resume2 t
 expect 2 "says checkpoint_step 4" -- "$HP" merge t --out x
-# a rank file's metadata edited (same length: the size matches; its hash does not)
-tamper && python3 - <<'PY'
+# a rank file's metadata edited (same length: the size matches): AdamW's step past the run's, then below it (only
+# its hash tells)
+edit_step() { # VALUE: rank-1's "step" metadata (AdamW's steps, 4) replaced by one digit
+    python3 - "$1" <<'PY'
+import sys
 p = "t/rank-1.safetensors"
 raw = open(p, "rb").read()
 i = raw.index(b'"step":"4"')
-open(p, "wb").write(raw[:i] + b'"step":"5"' + raw[i + 10:])
+open(p, "wb").write(raw[:i] + b'"step":"' + sys.argv[1].encode() + b'"' + raw[i + 10:])
 PY
+}
+tamper && edit_step 5
+expect 2 "t: rank-1.safetensors says step 5 where this checkpoint (state.json: step 4 of 2 ranks" -- resume2 t
+expect 2 "needs at most 4" -- "$HP" merge t --out x
+tamper && edit_step 3
 expect 2 "t: rank-1.safetensors has XXH64" -- resume2 t
 expect 2 "it is not the file this checkpoint saved" -- "$HP" merge t --out x
 # model.safetensors replaced: by another size, then by the same size (another step's)

@@ -83,4 +83,23 @@ expect 2 "second moment is finite and >= 0" -- $T M $D --steps 4 --save-every 2 
 cp -r a/step-2 infp && poke infp/rank-0.safetensors param.0 inf
 expect 2 "infp/rank-0.safetensors: param.0 of 'model.embed_tokens.weight' holds inf" -- \
     $T M $D --steps 4 --save-every 2 --resume infp --out a
+# A step skipped after real steps (moments not zero): step-2 with one master and its first moment poked so that step
+# 3's update overflows (state.json's hashes rewritten, tests/cli/resum.py); --skip-nonfinite skips step 3 and its
+# checkpoint holds every master and moment of step-2 bit for bit, and AdamW's step count 2.
+cp -r a/step-2 big && poke big/rank-0.safetensors param.0 -3e38 && poke big/rank-0.safetensors adam_m.0 3e38 &&
+    python3 "$TESTS/cli/resum.py" big
+expect 3 "step 3: the AdamW update of model.embed_tokens.weight is not finite (element 0: -3e+38 would become -inf)" -- \
+    $T M $D --steps 4 --save-every 1 --resume big --out bigx
+check "no checkpoint of the poisoned step 3" test ! -e bigx/step-3
+expect 0 "(not finite: step skipped)" -- $T M $D --steps 4 --save-every 1 --stop-after 3 --skip-nonfinite --resume big --out bigs
+check "--skip-nonfinite after real steps: every master and moment exactly as before, AdamW at step 2" python3 - <<'PY'
+import json, struct
+def load(p):
+    raw = open(p, "rb").read(); (n,) = struct.unpack("<Q", raw[:8]); h = json.loads(raw[8:8 + n])
+    t = {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items() if k != "__metadata__"}
+    return t, h["__metadata__"]
+(a, ma), (b, mb) = load("big/rank-0.safetensors"), load("bigs/step-3/rank-0.safetensors")
+assert a.keys() == b.keys() and all(a[k] == b[k] for k in a), "a master or moment changed"
+assert ma["step"] == mb["step"] == "2", (ma["step"], mb["step"])
+PY
 finish
