@@ -870,8 +870,8 @@ static hp_status check_run_folder(const train_args *a, hp_err *err)
             st = remove_checkpoint(sub, err);
             continue;
         }
-        st = hp_err_set(err, HP_ERR_INPUT, "--out %s holds %s, a checkpoint of %s%s%s, and a run folder holds one run's "
-                        "checkpoints (merge and --resume take its last): %s", a->out, e->d_name,
+        st = hp_err_set(err, HP_ERR_INPUT, "--out %s holds %s, a checkpoint of %s%s%s, and a run folder holds one "
+                        "run's checkpoints (merge and --resume take its last): %s", a->out, e->d_name,
                         known ? "run " : "another run", known ? id : "", known ? (a->resume ? ", not this one" : "")
                                                                                 : " (or of none: no run_id)",
                         a->resume ? "resume into the run's own folder, choose another --out, or pass --force to "

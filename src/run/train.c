@@ -1429,7 +1429,8 @@ hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *c
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
     snprintf(val, sizeof val, "%d", hp_comm_rank(r->x.world));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "rank", val, err);
-    for (int i = 0; i < n_meta && st == HP_OK; i++) st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
+    for (int i = 0; i < n_meta && st == HP_OK; i++)
+        st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         const tparam *q = &t->p[i];
         int64_t n = q->n, zn = q->zn;

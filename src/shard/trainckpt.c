@@ -138,7 +138,9 @@ hp_status hp_train_file_sum(const char *path, uint64_t *bytes, uint64_t *xxh64, 
     bool nomem = !buf, bad = nomem || ferror(f);
     fclose(f);
     free(buf);
-    if (bad) return hp_err_set(err, nomem ? HP_ERR_NOMEM : HP_ERR_IO, "%s: %s", path, nomem ? "out of memory" : "read error");
+    if (bad)
+        return hp_err_set(err, nomem ? HP_ERR_NOMEM : HP_ERR_IO, "%s: %s", path,
+                          nomem ? "out of memory" : "read error");
     *bytes = n;
     *xxh64 = hp_hash64_final(&h);
     return HP_OK;
@@ -185,8 +187,8 @@ static hp_status ckpt_bound(const char *dir, json_t *root, hp_err *err)
                               "be checked, so it is not taken", dir, f);
         long long want = (long long)json_integer_value(json_object_get(e, "bytes"));
         if (stat(p, &sb) != 0 || (long long)sb.st_size != want)
-            return hp_err_set(err, HP_ERR_INPUT, "%s: %s is %lld bytes where state.json records %lld; it is not the file "
-                              "this checkpoint saved (replaced, truncated or from another checkpoint)", dir, f,
+            return hp_err_set(err, HP_ERR_INPUT, "%s: %s is %lld bytes where state.json records %lld; it is not the "
+                              "file this checkpoint saved (replaced, truncated or from another checkpoint)", dir, f,
                               (long long)sb.st_size, want);
     }
     for (int64_t r = 0; r < world; r++) {
@@ -211,12 +213,12 @@ static hp_status ckpt_bound(const char *dir, json_t *root, hp_err *err)
                       strtoll(sa, NULL, 10) > step))
             what = "step", had = sa, snprintf(want, sizeof want, "at most %lld", (long long)step);
         if (what)
-            st = hp_err_set(err, HP_ERR_INPUT, "%s: rank-%lld.safetensors says %s %s where this checkpoint (state.json: "
-                            "step %lld of %lld ranks, run %s) needs %s; the file belongs to another %s: restore this "
-                            "checkpoint's own file", dir, (long long)r, what, had ? had : "(none)", (long long)step,
-                            (long long)world, run, want,
-                            !strcmp(what, "run_id") ? "run" : !strcmp(what, "world") ? "mesh" : !strcmp(what, "rank") ? "rank"
-                            : "step");
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: rank-%lld.safetensors says %s %s where this checkpoint "
+                            "(state.json: step %lld of %lld ranks, run %s) needs %s; the file belongs to another %s: "
+                            "restore this checkpoint's own file", dir, (long long)r, what, had ? had : "(none)",
+                            (long long)step, (long long)world, run, want,
+                            !strcmp(what, "run_id") ? "run" : !strcmp(what, "world") ? "mesh"
+                            : !strcmp(what, "rank") ? "rank" : "step");
         hp_st_close(sf);
         if (st != HP_OK) return st;
     }
@@ -319,9 +321,9 @@ hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, siz
     }
     closedir(d);
     if (other_t >= 0)
-        return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds the checkpoints of two runs (step-%lld of run %s, step-%lld "
-                          "of run %s), so its last one need not be the run's; name the step-<t> folder to take", label,
-                          path, first_t, run, other_t, other);
+        return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds the checkpoints of two runs (step-%lld of run %s, "
+                          "step-%lld of run %s), so its last one need not be the run's; name the step-<t> folder to "
+                          "take", label, path, first_t, run, other_t, other);
     if (best < 0)
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds no complete checkpoint (a step-<t> folder whose state.json "
                           "names files that are all there)%s", label, path,
