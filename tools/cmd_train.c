@@ -63,8 +63,10 @@ static const cli_opt g_opts[] = {
                                 "ones intact); 'hyperpar merge DIR' turns the last into a Hugging Face folder",
      0, NULL},
     {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
-                                 "complete one) with the same flags: the same parameters, optimizer state and\n"
-                                 "step, so the result equals the uninterrupted run's bit for bit", 0, NULL},
+                                 "complete one) with the same flags, model config and data (by its bytes): the\n"
+                                 "same parameters, optimizer state and step, so the result equals the\n"
+                                 "uninterrupted run's bit for bit; every file is checked against the sizes and\n"
+                                 "hashes its state.json records", 0, NULL},
     {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
@@ -115,8 +117,9 @@ static const cli_opt g_opts[] = {
     {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
                              "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
                              "the norm is printed every step (default: off)", 0, G_OPT},
-    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients are not all finite (no update; counted) instead\n"
-                                       "of ending the run with exit 3 naming the first such parameter", 0, G_OPT},
+    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients, or AdamW update, are not all finite (no\n"
+                                       "update: parameters and moments as they were; counted) instead of ending\n"
+                                       "the run with exit 3 naming the first such parameter", 0, G_OPT},
     {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every matrix product\n"
                                 "rounded to bf16, f32 sums, as torch.autocast(bfloat16) multiplies; f32 master\n"
                                 "weights, AdamW state, norms, softmax, router and loss", 0, G_OPT},
@@ -175,7 +178,8 @@ static void usage(FILE *out)
             "difference exits 2 before any work, naming the rank and the option. A batch this machine cannot hold,\n"
             "a token outside the vocabulary anywhere the run reads, and a last checkpoint that cannot be saved are\n"
             "refused before step 1, creating nothing.\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage, 3 a non-finite gradient.\n",
+            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage (a checkpoint that is not the run's among\n"
+            "them), 3 a non-finite gradient or update.\n",
             TRAIN_GEMM_REPS);
 }
 
@@ -198,6 +202,10 @@ typedef struct train_args {
     int threads;
     hp_linalg_mode compute;
     hp_train_opts to;
+    char run_id[17];      /* the run's id (bind_start): made at its start, or the resumed checkpoint's */
+    char data_sum[17];    /* the XXH64 of --data's (--input's) bytes, and their count: the data's identity */
+    uint64_t data_bytes;
+    char *model_config;   /* the model's config as checkpoints record it (hp_train_model_config) */
 } train_args;
 
 /* ---- what rank 0 gathers: a list of whole tensors ---- */
@@ -768,13 +776,63 @@ static json_t *run_flags(const train_args *a, int world)
     json_object_set_new(o, "clip", json_real(a->to.clip));
     json_object_set_new(o, "zero", json_integer(a->to.zero));
     json_object_set_new(o, "compute", json_string(cli_compute_name(a->compute)));
-    json_object_set_new(o, "data", json_string(a->data ? a->data : a->input ? a->input : ""));
+    /* the data by what it holds, not by its spelling: another path to the same bytes is the same data */
+    const char *dp = a->data ? a->data : a->input ? a->input : "";
+    size_t dl = strlen(dp);
+    const char *kind = a->input || (dl >= 12 && !strcmp(dp + dl - 12, ".safetensors")) ? "input_ids"
+                       : a->dtype == HP_DATA_U32 ? "uint32" : "uint16";
+    json_object_set_new(o, "data", json_pack("{s:I, s:s, s:s}", "bytes", (json_int_t)a->data_bytes, "xxh64",
+                                             a->data_sum, "dtype", kind));
     json_object_set_new(o, "seq", json_integer((json_int_t)a->seq));
     json_object_set_new(o, "global_batch", json_integer((json_int_t)a->gb));
     json_object_set_new(o, "micro_batch", json_integer((json_int_t)a->mb_rows)); /* per replica, as given */
     json_object_set_new(o, "shuffle", json_integer((json_int_t)a->order.shuffle));
     json_object_set_new(o, "seed", json_integer((json_int_t)a->order.seed));
     return o;
+}
+
+/* A config value as a message shows it: a number as the user wrote it (1e-06, not 9.9999999999999995e-7). */
+static const char *value_text(json_t *v, char *buf, size_t cap)
+{
+    if (!v) snprintf(buf, cap, "(none)");
+    else if (json_is_real(v)) snprintf(buf, cap, "%.15g", json_real_value(v));
+    else {
+        char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(buf, cap, "%s", t ? t : "?");
+        free(t);
+    }
+    return buf;
+}
+
+/* The model of this run must be the saved run's: its config (hp_train_model_config) equal to the one state.json
+ * records, the first differing key named (another rms_norm_eps, rope_theta or family with the same shapes trains
+ * another model on the saved weights). */
+static hp_status same_model(const train_args *a, const char *ckpt, json_t *saved, hp_err *err)
+{
+    json_t *mine = a->model_config ? json_loads(a->model_config, 0, NULL) : NULL;
+    hp_status st = HP_OK;
+    if (!json_is_object(saved))
+        st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: state.json records no model_config; it cannot tell whether "
+                        "%s is the model it trained", ckpt, a->model);
+    else if (!mine) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int pass = 0; st == HP_OK && pass < 2; pass++) { /* keys of the saved config, then keys only this one has */
+        const char *key;
+        json_t *v;
+        json_object_foreach(pass ? mine : saved, key, v) {
+            json_t *o = json_object_get(pass ? saved : mine, key);
+            if (o && (json_is_number(o) && json_is_number(v) ? json_number_value(o) == json_number_value(v)
+                                                              : json_equal(o, v)))
+                continue; /* (10000 and 10000.0 are one rope_theta) */
+            json_t *had = pass ? o : v, *now = pass ? v : o;
+            char h[256], n[256];
+            st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run trained a model whose config.json has %s %s; %s's "
+                            "has %s: resume with the model the run began from", ckpt, key, value_text(had, h, sizeof h),
+                            a->model, value_text(now, n, sizeof n));
+            break;
+        }
+    }
+    json_decref(mine);
+    return st;
 }
 
 /* The step state.json of ckpt records, after checking that its flags are this run's (each difference named). */
@@ -797,11 +855,18 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
             if (had && json_equal(had, v)) continue;
             if (!had && !strcmp(key, "compute") && a->compute == HP_LINALG_EXACT) continue; /* saved before --compute */
             char *h = had ? json_dumps(had, JSON_ENCODE_ANY) : NULL, *n = json_dumps(v, JSON_ENCODE_ANY);
-            st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume "
-                            "with the saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
+            if (!strcmp(key, "data"))
+                st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved training on other data: %s there, "
+                                "%s %s has %s; resume with the saved run's data (its bytes, wherever the file is)",
+                                ckpt, h ? h : "(none)", a->data ? "--data" : "--input", a->data ? a->data : a->input,
+                                n ? n : "?");
+            else
+                st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume "
+                                "with the saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
             free(h), free(n);
             break;
         }
+    if (st == HP_OK) st = same_model(a, ckpt, json_object_get(root, "model_config"), err);
     if (st == HP_OK) *step = (int64_t)json_integer_value(js);
     if (st == HP_OK && (*step < 1 || *step >= a->steps))
         st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: it is at step %lld of %lld; nothing is left to train",
@@ -849,7 +914,11 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
         snprintf(tmp, sizeof tmp, "%s", hp_outdir_tmp(of));
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK) st = hp_comm_bcast(w, tmp, sizeof tmp, 0, err);
-    if (st == HP_OK) st = hp_runner_save_train(r, tmp, err);
+    char sv[32];
+    snprintf(sv, sizeof sv, "%lld", (long long)step);
+    /* "step" is AdamW's steps taken (a skipped step takes none); "checkpoint_step" the run's step, state.json's */
+    const char *const meta[4] = {"run_id", a->run_id, "checkpoint_step", sv};
+    if (st == HP_OK) st = hp_runner_save_train_meta(r, tmp, meta, 2, err);
     tensor_list params = {0};
     if (st == HP_OK) st = hp_runner_gather_params(r, false, keep, &params, err);
     st = hp_comm_agree(w, st, err);
@@ -857,7 +926,8 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     if (root && st == HP_OK) { /* last: it lists every file, so a folder with it is complete */
         json_t *flags = run_flags(a, hp_comm_size(w));
         char *text = flags ? json_dumps(flags, JSON_PRESERVE_ORDER) : NULL;
-        st = text ? hp_train_ckpt_write_state(tmp, step, hp_comm_size(w), text, err)
+        hp_train_ckpt_meta cm = {.run_id = a->run_id, .flags_json = text, .model_json = a->model_config};
+        st = text ? hp_train_ckpt_write_state(tmp, step, hp_comm_size(w), &cm, err)
                   : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         free(text);
         json_decref(flags);
@@ -885,6 +955,134 @@ static uint64_t resume_identity(const char *arg)
     if (hp_train_ckpt_find("--resume", arg, ckpt, sizeof ckpt, &e) != HP_OK) return 0;
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     return cli_file_identity(path);
+}
+
+/* "step-<t>": a checkpoint's name in a run folder (decimal digits, nothing after them). */
+static bool is_step_name(const char *nm)
+{
+    const char *num = nm + 5;
+    return !strncmp(nm, "step-", 5) && *num && strspn(num, "0123456789") == strlen(num);
+}
+
+/* Removes checkpoint folder dir of another run (--force): only when it holds the output marker and nothing but
+ * the files a checkpoint holds. */
+static hp_status remove_checkpoint(const char *dir, hp_err *err)
+{
+    char p[2 * PATH_MAX + 600];
+    snprintf(p, sizeof p, "%s/%s", dir, HP_OUTDIR_MARKER);
+    struct stat sb;
+    if (lstat(p, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return hp_err_set(err, HP_ERR_INPUT, "--force: %s holds no %s, so hyperpar did not write it; it is not "
+                          "removed: move it away or choose another --out", dir, HP_OUTDIR_MARKER);
+    DIR *d = opendir(dir);
+    if (!d) return hp_err_set(err, HP_ERR_IO, "--force: %s: cannot list it (%s)", dir, strerror(errno));
+    struct dirent *e;
+    hp_status st = HP_OK;
+    for (int pass = 0; pass < 2 && st == HP_OK; pass++, rewinddir(d)) /* first every name checked, then removed */
+        while (st == HP_OK && (e = readdir(d))) {
+            const char *nm = e->d_name;
+            if (!strcmp(nm, ".") || !strcmp(nm, "..")) continue;
+            bool ours = !strcmp(nm, HP_OUTDIR_MARKER) || !strcmp(nm, "config.json") || !strcmp(nm, "state.json") ||
+                        !strcmp(nm, "model.safetensors") ||
+                        (!strncmp(nm, "rank-", 5) && strlen(nm) > 17 && !strcmp(nm + strlen(nm) - 12, ".safetensors"));
+            if (!ours) st = hp_err_set(err, HP_ERR_INPUT, "--force: %s holds '%s', which hyperpar did not write; it is "
+                                       "not removed", dir, nm);
+            snprintf(p, sizeof p, "%s/%s", dir, nm);
+            if (pass == 1 && st == HP_OK && unlink(p) != 0)
+                st = hp_err_set(err, HP_ERR_IO, "--force: cannot remove %s (%s)", p, strerror(errno));
+        }
+    closedir(d);
+    if (st == HP_OK && rmdir(dir) != 0) st = hp_err_set(err, HP_ERR_IO, "--force: cannot remove %s (%s)", dir,
+                                                        strerror(errno));
+    if (st == HP_OK) fprintf(stderr, "train: --force: removed %s, a checkpoint of another run\n", dir);
+    return st;
+}
+
+/* The run folder (--out with --save-every) holds the checkpoints of one run, or `merge RUN` and `--resume RUN`
+ * could take another run's last step: a step-<t> of another run (any, for a new run; another run id, for a
+ * resumed one) is refused, or with --force removed. Rank 0. */
+static hp_status check_run_folder(const train_args *a, hp_err *err)
+{
+    DIR *d = opendir(a->out);
+    if (!d) return HP_OK; /* made at the start; a failure there was said */
+    hp_status st = HP_OK;
+    struct dirent *e;
+    while (st == HP_OK && (e = readdir(d))) {
+        if (!is_step_name(e->d_name)) continue;
+        char sub[PATH_MAX + 300], id[17] = "";
+        if ((size_t)snprintf(sub, sizeof sub, "%s/%s", a->out, e->d_name) >= sizeof sub) continue;
+        bool known = hp_train_ckpt_run_id(sub, id, sizeof id, NULL) == HP_OK;
+        if (a->resume && known && !strcmp(id, a->run_id)) continue; /* this run's own */
+        if (a->force) {
+            st = remove_checkpoint(sub, err);
+            continue;
+        }
+        st = hp_err_set(err, HP_ERR_INPUT, "--out %s holds %s, a checkpoint of %s%s%s, and a run folder holds one "
+                        "run's checkpoints (merge and --resume take its last): %s", a->out, e->d_name,
+                        known ? "run " : "another run", known ? id : "", known ? (a->resume ? ", not this one" : "")
+                                                                                : " (or of none: no run_id)",
+                        a->resume ? "resume into the run's own folder, choose another --out, or pass --force to "
+                                    "remove the other run's checkpoints"
+                                  : "continue that run with --resume, choose another --out, or pass --force to remove "
+                                    "its checkpoints");
+    }
+    closedir(d);
+    return st;
+}
+
+/* A new run's id: 64 random bits as 16 hex digits (the kernel's, else the clock's and the process's). */
+static void new_run_id(char out[17])
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec * 1000000007ull) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    }
+    if (f) fclose(f);
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* What binds this run's checkpoints (with --save-every or --resume): the run id (the resumed checkpoint's, else a
+ * new one), the data's identity (the size and XXH64 of its bytes, read by rank 0) and the model's config; then
+ * the run folder's other runs (check_run_folder). Collective. */
+static hp_status bind_start(train_args *a, hp_comm *w, const hp_model *m, const char *ckpt, hp_err *err)
+{
+    hp_status st = HP_OK;
+    const char *dp = a->data ? a->data : a->input;
+    if (hp_comm_rank(w) == 0) {
+        if (a->resume) st = hp_train_ckpt_run_id(ckpt, a->run_id, sizeof a->run_id, err);
+        else new_run_id(a->run_id);
+        uint64_t h = 0;
+        if (st == HP_OK) st = hp_train_file_sum(dp, &a->data_bytes, &h, err);
+        snprintf(a->data_sum, sizeof a->data_sum, "%016llx", (unsigned long long)h);
+        if (st == HP_OK && a->save_every) st = check_run_folder(a, err);
+    }
+    st = hp_comm_agree(w, st, err);
+    if (st == HP_OK) st = hp_comm_bcast(w, a->run_id, sizeof a->run_id, 0, err);
+    if (st == HP_OK) st = hp_comm_bcast(w, a->data_sum, sizeof a->data_sum, 0, err);
+    if (st == HP_OK) st = hp_comm_bcast(w, &a->data_bytes, sizeof a->data_bytes, 0, err);
+    char cfg[PATH_MAX + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : a->model);
+    if (st == HP_OK) st = m->has_config ? hp_train_model_config(cfg, &a->model_config, err)
+                                        : ((a->model_config = strdup("{}")) ? HP_OK
+                                           : hp_err_set(err, HP_ERR_NOMEM, "out of memory"));
+    return hp_comm_agree(w, st, err);
+}
+
+/* Before a resume restores anything: every file of the checkpoint is the one its run saved, byte for byte (rank r
+ * hashes its own state file, rank 0 also the model folder's two files). Collective. */
+static hp_status verify_resume(hp_comm *w, const char *ckpt, hp_err *err)
+{
+    char name[64];
+    int me = hp_comm_rank(w);
+    snprintf(name, sizeof name, "rank-%d.safetensors", me);
+    hp_status st = hp_train_ckpt_verify(ckpt, name, err);
+    if (st == HP_OK && me == 0) st = hp_train_ckpt_verify(ckpt, "config.json", err);
+    if (st == HP_OK && me == 0) st = hp_train_ckpt_verify(ckpt, "model.safetensors", err);
+    if (st != HP_OK) hp_err_prefix(err, "--resume");
+    return hp_comm_agree(w, st, err);
 }
 
 static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int *argc, char ***argv)
@@ -993,6 +1191,8 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         if (!losses) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)a->steps);
     }
     st = hp_comm_agree(w, st, &err);
+    if (st == HP_OK && (a->save_every || a->resume)) st = bind_start(a, w, m, ckpt, &err);
+    st = hp_comm_agree(w, st, &err);
     if (st == HP_OK) {
         hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .compute = a->compute,
@@ -1003,7 +1203,9 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     if (st == HP_OK && a->resume) {
         a->sched.lr = a->to.lr; /* as run_flags records it */
         st = hp_comm_agree(w, read_checkpoint(a, N, ckpt, &k0, &err), &err);
+        /* the load first: it names a tensor that is not finite; then every byte against state.json's hashes */
         if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
+        if (st == HP_OK) st = verify_resume(w, ckpt, &err);
         if (st == HP_OK && root) fprintf(stderr, "train: resumed from %s at step %lld\n", ckpt, (long long)k0);
     }
     if (st == HP_OK && last <= k0)
@@ -1148,6 +1350,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     hp_overrides_free(ov);
     hp_model_close(m);
     hp_outdir_close(of);
+    free(a->model_config);
     return finish(w, st, &err);
 }
 

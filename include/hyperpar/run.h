@@ -186,6 +186,9 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *grad_
  * the state is of this model, plan and world (every entry's name and size) and restores it; the next step is
  * then the one the saved run would have taken. Collective. */
 hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err);
+/* The same, with n_meta more metadata pairs (meta[2i] the key, meta[2i + 1] its value; e.g. "run_id") in each
+ * rank's file, beside "step", "zero", "world" and "rank" (the writing rank: load refuses another rank's file). */
+hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *const *meta, int n_meta, hp_err *err);
 hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err);
 /* AdamW steps taken (restored by hp_runner_load_train). */
 int64_t hp_runner_train_steps(const hp_runner *r);

@@ -95,4 +95,17 @@ typedef struct hp__adamw {
 void hp__adamw_step(float *param, const float *grad, float *m, float *v, int64_t n, const hp__adamw *opt,
                     int64_t step);
 
+/* What hp__adamw_step would store at the first element it would make not finite (or v < 0): the new p, m, v,
+ * the element's old value and gradient, and the decay factor 1 − lr·wd (to tell a weight decay from a step). */
+typedef struct hp__adamw_bad {
+    float param, m, v, old, grad;
+    double decay;
+} hp__adamw_bad;
+
+/* The index of the first element whose step would store a value that is not finite, or a negative v; n when
+ * there is none. Reads only, and computes each element exactly as hp__adamw_step does, so a step checked here
+ * first is taken or left whole. *bad (may be NULL): that element's values. */
+int64_t hp__adamw_check(const float *param, const float *grad, const float *m, const float *v, int64_t n,
+                        const hp__adamw *opt, int64_t step, hp__adamw_bad *bad);
+
 #endif

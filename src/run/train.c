@@ -1015,6 +1015,57 @@ static void sync_copies(tparam *q)
     }
 }
 
+/* Before AdamW's step t->step touches anything: whether it would store a value that is not finite (or a negative
+ * second moment) anywhere, agreed over the world. None: HP_OK. Otherwise, with opts->skip_nonfinite, the step
+ * is dropped (*skip, counted, t->step back) and every parameter and moment stays as it was; without it
+ * HP_ERR_VERIFY naming the step, the first such entry (in the program's order, any rank), its values and the
+ * likely cause. Collective. */
+static hp_status update_check(hp_runner *r, const hp__adamw *ao, const hp_train_opts *opts, bool *skip, hp_err *err)
+{
+    hp__train *t = r->train;
+    int fi = t->n;
+    int64_t fk = 0;
+    hp__adamw_bad bad = {0};
+    for (int i = 0; i < t->n && fi == t->n; i++) {
+        const tparam *q = &t->p[i];
+        int64_t lo = q->zc ? q->zlo : 0, n = q->zc ? q->zn : q->n;
+        int64_t k = hp__adamw_check(q->data + lo, q->g + lo, q->m, q->v, n, ao, t->step, &bad);
+        if (k < n) fi = i, fk = lo + k;
+    }
+    /* the lowest such entry over the world (entries are in the program's order; 1e9: none on this rank) */
+    double mine = fi < t->n ? (double)fi : 1e9, first = -mine;
+    hp_status st = hp_comm_allreduce_max_f64(r->x.world, &first, 1, err);
+    if (st != HP_OK) return st;
+    if (-first >= 1e9) return HP_OK;
+    if (opts->skip_nonfinite) { /* nothing was written: the step is left whole */
+        r->tr.stats.train_skipped++;
+        t->step--;
+        *skip = true;
+        return HP_OK;
+    }
+    if (mine == -first) { /* the ranks that hold it say it; the lowest one's message reaches every rank */
+        char cause[400];
+        double lw = ao->lr * ao->weight_decay;
+        if (!isfinite(bad.old))
+            snprintf(cause, sizeof cause, "the parameter's value was already not finite");
+        else if (!isfinite(bad.m) || !isfinite(bad.v) || bad.v < 0)
+            snprintf(cause, sizeof cause, "its gradient %g is too large for AdamW's f32 moments (the second moment "
+                     "would be %g); --clip NORM bounds it", (double)bad.grad, (double)bad.v);
+        else if (lw >= 1)
+            snprintf(cause, sizeof cause, "the learning rate or the weight decay is too large (--lr %g x "
+                     "--weight-decay %g = %g, so the decay factor 1 - lr*wd is %g); lower --lr or --weight-decay",
+                     ao->lr, ao->weight_decay, lw, bad.decay);
+        else
+            snprintf(cause, sizeof cause, "the learning rate is likely too large (--lr %g); lower --lr", ao->lr);
+        st = hp_err_set(err, HP_ERR_VERIFY, "step %lld: the AdamW update of %s is not finite (element %lld: %g "
+                        "would become %g); the parameters and the optimizer state were not updated and nothing "
+                        "of this step was saved: %s, or --skip-nonfinite to skip such steps", (long long)t->step,
+                        t->p[fi].name, (long long)fk, (double)bad.old, (double)bad.param, cause);
+    }
+    t->step--;
+    return hp_comm_agree(r->x.world, st, err);
+}
+
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_out, hp_err *err)
 {
     hp__train *t = r->train;
@@ -1068,6 +1119,8 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     if ((st = hp_comm_agree(r->x.world, opt_state(r, err), err)) != HP_OK) return st;
     hp__adamw ao = {.lr = opts->lr, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
                     .weight_decay = opts->weight_decay};
+    bool skip = false;
+    if ((st = update_check(r, &ao, opts, &skip, err)) != HP_OK || skip) return st;
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         tparam *q = &t->p[i];
         if (!q->zc) hp__adamw_step(q->data, q->g, q->m, q->v, q->n, &ao, t->step);
@@ -1312,7 +1365,20 @@ static void state_key(char *buf, size_t cap, const char *kind, int i)
     snprintf(buf, cap, "%s.%d", kind, i);
 }
 
-hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
+/* A state file that names its rank (every one saved since it does) must be this rank's: two swapped files have
+ * the same sizes and names. */
+static hp_status state_rank_check(const hp_st_file *f, int rank, const char *path, hp_err *err)
+{
+    const char *rk = hp_st_metadata_get(f, "rank");
+    char want[32];
+    snprintf(want, sizeof want, "%d", rank);
+    if (rk && strcmp(rk, want))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the training state of rank %s, where rank %d's is needed (the rank "
+                          "files were swapped or renamed)", path, rk, rank);
+    return HP_OK;
+}
+
+hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *const *meta, int n_meta, hp_err *err)
 {
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
     if (st != HP_OK) return st;
@@ -1331,6 +1397,10 @@ hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "zero", val, err);
     snprintf(val, sizeof val, "%d", hp_comm_size(r->x.world));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
+    snprintf(val, sizeof val, "%d", hp_comm_rank(r->x.world));
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "rank", val, err);
+    for (int i = 0; i < n_meta && st == HP_OK; i++)
+        st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         const tparam *q = &t->p[i];
         int64_t n = q->n, zn = q->zn;
@@ -1360,6 +1430,24 @@ static hp_status state_read(const hp_st_file *f, const char *key, const char *wh
     return hp_st_read(f, t, 0, dst, (size_t)n * sizeof *dst, err);
 }
 
+/* A restored entry's values must be finite, and its second moment >= 0: a state file holding anything else was
+ * not written by a step hyperpar took (AdamW never stores one), and training on from it would fail later with a
+ * message about the gradients. The file and the tensor are named. */
+static hp_status state_check(const tparam *q, int i, const char *path, hp_err *err)
+{
+    const float *arr[3] = {q->data, q->m, q->v};
+    const char *kind[3] = {"param", "adam_m", "adam_v"};
+    int64_t len[3] = {q->n, q->zn, q->zn};
+    for (int a = 0; a < 3; a++)
+        for (int64_t k = 0; k < len[a]; k++)
+            if (!isfinite(arr[a][k]) || (a == 2 && arr[a][k] < 0))
+                return hp_err_set(err, HP_ERR_INPUT, "%s: %s.%d of '%s' holds %g at element %lld, where %s; the file "
+                                  "is damaged or not a training state hyperpar wrote: resume from an earlier "
+                                  "checkpoint", path, kind[a], i, q->name, (double)arr[a][k], (long long)k,
+                                  a == 2 ? "AdamW's second moment is finite and >= 0" : "every value is finite");
+    return HP_OK;
+}
+
 hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
 {
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
@@ -1375,6 +1463,7 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
     if (st == HP_OK && (sv < 0 || (zv != 0 && zv != 1) || wv != hp_comm_size(r->x.world)))
         st = hp_err_set(err, HP_ERR_INPUT, "%s: not a training state of %d ranks (step %s, zero %s, world %s)", path,
                         hp_comm_size(r->x.world), step ? step : "?", zero ? zero : "?", world ? world : "?");
+    if (st == HP_OK) st = state_rank_check(f, hp_comm_rank(r->x.world), path, err);
     if (st == HP_OK) {
         t->step = sv;
         t->zero = (int)zv;
@@ -1401,6 +1490,7 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
         if (st == HP_OK) st = state_read(f, key, q->name, q->m, q->zn, path, err);
         state_key(key, sizeof key, "adam_v", i);
         if (st == HP_OK) st = state_read(f, key, q->name, q->v, q->zn, path, err);
+        if (st == HP_OK) st = state_check(q, i, path, err);
         if (st == HP_OK) sync_copies(q);
     }
     hp_st_close(f);
@@ -1413,4 +1503,9 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
 int64_t hp_runner_train_steps(const hp_runner *r)
 {
     return r->train ? r->train->step : 0;
+}
+
+hp_status hp_runner_save_train(hp_runner *r, const char *dir, hp_err *err)
+{
+    return hp_runner_save_train_meta(r, dir, NULL, 0, err);
 }

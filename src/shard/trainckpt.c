@@ -9,8 +9,14 @@
  *            widened to F32 (f32) or BF16 kept / F16 narrowed (bf16), others as stored──▶ OUT.tmp.<pid>/
  *            model.safetensors + config.json (torch_dtype of the dtype) ──rename──▶ OUT (hyperpar/outdir.h)
  *
- * Invariant: a checkpoint is only ever read once state.json lists every file and each is there; the merge reads
- * only config.json and model.safetensors, the parameters as trained (the rank files hold the optimizer state).
+ *   bound    state.json's run_id and "sums" (every file's bytes and XXH64, written last by write_state, which
+ *            hashes the files in place) ─▶ each file's size, each rank file's metadata (rank, checkpoint_step,
+ *            world, run_id) and a step-<t> folder's t (hp_train_ckpt_check: no hashing); the bytes themselves
+ *            by hp_train_ckpt_verify (merge: every file; --resume: each rank its own)
+ *
+ * Invariant: a checkpoint is only ever read once state.json lists every file and each is there and bound; the
+ * merge reads only config.json and model.safetensors, the parameters as trained (the rank files hold the optimizer
+ * state), after checking every file's bytes against state.json.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -66,7 +72,9 @@ static bool regular(const char *dir, const char *name)
     return lstat(p, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-hp_status hp_train_ckpt_check(const char *dir, int64_t *step, hp_err *err)
+/* Whether dir is complete (the first half of hp_train_ckpt_check): state.json reads, every file it names is
+ * there. *step on success. */
+static hp_status ckpt_complete(const char *dir, int64_t *step, hp_err *err)
 {
     char p[HP__PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/state.json", dir);
@@ -111,6 +119,174 @@ hp_status hp_train_ckpt_check(const char *dir, int64_t *step, hp_err *err)
     return st;
 }
 
+/* ---- what binds a checkpoint's files together ---- */
+
+hp_status hp_train_file_sum(const char *path, uint64_t *bytes, uint64_t *xxh64, hp_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return hp_err_set(err, HP_ERR_INPUT, "%s: cannot read it (%s)", path, strerror(errno));
+    enum { CHUNK = 1 << 20 }; /* 1 MiB reads: the hash runs at memory speed, the reads at the disk's */
+    char *buf = malloc(CHUNK);
+    hp_hash64 h;
+    hp_hash64_init(&h, 0);
+    uint64_t n = 0;
+    size_t k = 0;
+    while (buf && (k = fread(buf, 1, CHUNK, f)) > 0) {
+        hp_hash64_update(&h, buf, k);
+        n += k;
+    }
+    bool nomem = !buf, bad = nomem || ferror(f);
+    fclose(f);
+    free(buf);
+    if (bad)
+        return hp_err_set(err, nomem ? HP_ERR_NOMEM : HP_ERR_IO, "%s: %s", path,
+                          nomem ? "out of memory" : "read error");
+    *bytes = n;
+    *xxh64 = hp_hash64_final(&h);
+    return HP_OK;
+}
+
+/* state.json's record of file name: {"bytes": N, "xxh64": "<16 hex digits>"}, or NULL. */
+static json_t *sum_of(json_t *root, const char *name)
+{
+    json_t *e = json_object_get(json_object_get(root, "sums"), name);
+    json_t *b = json_object_get(e, "bytes"), *x = json_object_get(e, "xxh64");
+    return json_is_integer(b) && json_integer_value(b) >= 0 && json_is_string(x) &&
+           strlen(json_string_value(x)) == 16 ? e : NULL;
+}
+
+static bool hex16(const char *s) { return s && strlen(s) == 16 && strspn(s, "0123456789abcdef") == 16; }
+
+/* The second half of hp_train_ckpt_check, on a complete checkpoint: state.json names the run and records every
+ * file's size and hash, each file has its recorded size, a step-<t> folder's t is state.json's step, and every
+ * rank file's metadata says its rank, the step, the world and the run. Cheap: sizes and headers, no hashing. */
+static hp_status ckpt_bound(const char *dir, json_t *root, hp_err *err)
+{
+    int64_t step = (int64_t)json_integer_value(json_object_get(root, "step"));
+    int64_t world = (int64_t)json_integer_value(json_object_get(root, "world"));
+    const char *run = json_string_value(json_object_get(root, "run_id"));
+    json_t *files = json_object_get(root, "files");
+    if (!hex16(run))
+        return hp_err_set(err, HP_ERR_INPUT, "%s: state.json has no \"run_id\" (16 hex digits): it was written before "
+                          "checkpoints were bound to their run, or edited; it cannot be checked, so it is not taken",
+                          dir);
+    const char *base = strrchr(dir, '/');
+    base = base && base[1] ? base + 1 : dir;
+    long long t;
+    if (step_name(base, &t) && t != step)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: state.json says step %lld, the folder's name step %lld; a "
+                          "checkpoint's folder is not renamed, and its state.json not edited", dir, (long long)step, t);
+    for (size_t i = 0; i < json_array_size(files); i++) {
+        const char *f = json_string_value(json_array_get(files, i));
+        json_t *e = sum_of(root, f);
+        char p[HP__PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, f);
+        struct stat sb = {0};
+        if (!e)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: state.json records no size and hash of %s (\"sums\"); it cannot "
+                              "be checked, so it is not taken", dir, f);
+        long long want = (long long)json_integer_value(json_object_get(e, "bytes"));
+        if (stat(p, &sb) != 0 || (long long)sb.st_size != want)
+            return hp_err_set(err, HP_ERR_INPUT, "%s: %s is %lld bytes where state.json records %lld; it is not the "
+                              "file this checkpoint saved (replaced, truncated or from another checkpoint)", dir, f,
+                              (long long)sb.st_size, want);
+    }
+    for (int64_t r = 0; r < world; r++) {
+        char p[HP__PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s/rank-%lld.safetensors", dir, (long long)r);
+        hp_st_file *sf = NULL;
+        hp_status st = hp_st_open(&sf, p, err);
+        if (st != HP_OK) return st;
+        const char *mr = hp_st_metadata_get(sf, "rank"), *ms = hp_st_metadata_get(sf, "checkpoint_step");
+        const char *mw = hp_st_metadata_get(sf, "world"), *mu = hp_st_metadata_get(sf, "run_id");
+        char want[64];
+        const char *what = NULL, *had = NULL;
+        snprintf(want, sizeof want, "%lld", (long long)r);
+        if (!mr || strcmp(mr, want)) what = "rank", had = mr;
+        if (!what && (snprintf(want, sizeof want, "%lld", (long long)step), !ms || strcmp(ms, want)))
+            what = "checkpoint_step", had = ms;
+        if (!what && (snprintf(want, sizeof want, "%lld", (long long)world), !mw || strcmp(mw, want)))
+            what = "world", had = mw;
+        if (!what && (!mu || strcmp(mu, run))) what = "run_id", had = mu, snprintf(want, sizeof want, "%s", run);
+        const char *sa = hp_st_metadata_get(sf, "step"); /* AdamW's steps: at most the run's (skipped ones take none) */
+        if (!what && (!sa || strspn(sa, "0123456789") != strlen(sa) || !*sa || strlen(sa) > 15 ||
+                      strtoll(sa, NULL, 10) > step))
+            what = "step", had = sa, snprintf(want, sizeof want, "at most %lld", (long long)step);
+        if (what)
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: rank-%lld.safetensors says %s %s where this checkpoint "
+                            "(state.json: step %lld of %lld ranks, run %s) needs %s; the file belongs to another %s: "
+                            "restore this checkpoint's own file", dir, (long long)r, what, had ? had : "(none)",
+                            (long long)step, (long long)world, run, want,
+                            !strcmp(what, "run_id") ? "run" : !strcmp(what, "world") ? "mesh"
+                            : !strcmp(what, "rank") ? "rank" : "step");
+        hp_st_close(sf);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
+hp_status hp_train_ckpt_check(const char *dir, int64_t *step, hp_err *err)
+{
+    int64_t t = 0;
+    hp_status st = ckpt_complete(dir, &t, err);
+    char p[HP__PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    json_t *root = st == HP_OK ? json_load_file(p, 0, NULL) : NULL;
+    if (st == HP_OK && !root) st = hp_err_set(err, HP_ERR_INPUT, "%s: state.json changed while it was read", dir);
+    if (st == HP_OK) st = ckpt_bound(dir, root, err);
+    json_decref(root);
+    if (st == HP_OK && step) *step = t;
+    return st;
+}
+
+hp_status hp_train_ckpt_verify(const char *dir, const char *name, hp_err *err)
+{
+    char p[HP__PATH_MAX + 300];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    json_t *root = json_load_file(p, 0, NULL);
+    json_t *e = root ? sum_of(root, name) : NULL;
+    hp_status st = HP_OK;
+    if (!e) st = hp_err_set(err, HP_ERR_INPUT, "%s: state.json records no size and hash of %s", dir, name);
+    uint64_t bytes = 0, h = 0;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (st == HP_OK) st = hp_train_file_sum(p, &bytes, &h, err);
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h);
+    if (st == HP_OK && (bytes != (uint64_t)json_integer_value(json_object_get(e, "bytes")) ||
+                        strcmp(hx, json_string_value(json_object_get(e, "xxh64")))))
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: %s has XXH64 %s (%llu bytes) where state.json records %s (%lld bytes); "
+                        "it is not the file this checkpoint saved (changed since, or from another checkpoint)", dir,
+                        name, hx, (unsigned long long)bytes, json_string_value(json_object_get(e, "xxh64")),
+                        (long long)json_integer_value(json_object_get(e, "bytes")));
+    json_decref(root);
+    return st;
+}
+
+hp_status hp_train_ckpt_verify_all(const char *dir, hp_err *err)
+{
+    char p[HP__PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    json_t *root = json_load_file(p, 0, NULL), *files = root ? json_object_get(root, "files") : NULL;
+    hp_status st = json_is_array(files) ? HP_OK : hp_err_set(err, HP_ERR_INPUT, "%s: state.json lists no files", dir);
+    for (size_t i = 0; st == HP_OK && i < json_array_size(files); i++)
+        st = hp_train_ckpt_verify(dir, json_string_value(json_array_get(files, i)), err);
+    json_decref(root);
+    return st;
+}
+
+hp_status hp_train_ckpt_run_id(const char *dir, char *out, size_t cap, hp_err *err)
+{
+    char p[HP__PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    json_t *root = json_load_file(p, 0, NULL);
+    const char *run = root ? json_string_value(json_object_get(root, "run_id")) : NULL;
+    hp_status st = hex16(run) && cap > 16 ? HP_OK
+                   : hp_err_set(err, HP_ERR_INPUT, "%s: state.json names no run (\"run_id\")", dir);
+    if (st == HP_OK) snprintf(out, cap, "%s", run);
+    json_decref(root);
+    return st;
+}
+
 hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, size_t cap, hp_err *err)
 {
     if (has_state(path)) {
@@ -123,55 +299,94 @@ hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, siz
     DIR *d = opendir(path);
     if (!d) return hp_err_set(err, HP_ERR_INPUT, "%s %s: no such checkpoint or run folder (%s)", label, path,
                               strerror(errno));
-    long long best = -1;
+    long long best = -1, other_t = -1, first_t = -1;
     int skipped = 0;
+    char run[17] = "", other[17] = "";
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *nm = e->d_name;
         long long t;
         if (!step_name(nm, &t)) continue;
-        char sub[HP__PATH_MAX + 300];
+        char sub[HP__PATH_MAX + 300], id[17];
         snprintf(sub, sizeof sub, "%s/%s", path, nm);
-        if (t <= best) continue;
-        if (hp_train_ckpt_check(sub, NULL, NULL) == HP_OK) best = t;
-        else skipped++;
+        if (ckpt_complete(sub, NULL, NULL) != HP_OK) {
+            skipped++;
+            continue;
+        }
+        if (t > best) best = t;
+        /* every complete checkpoint of a run folder is of one run: a second run's would be mixed in */
+        if (hp_train_ckpt_run_id(sub, id, sizeof id, NULL) != HP_OK) snprintf(id, sizeof id, "(none)");
+        if (!*run) snprintf(run, sizeof run, "%s", id), first_t = t;
+        else if (strcmp(run, id) && other_t < 0) snprintf(other, sizeof other, "%s", id), other_t = t;
     }
     closedir(d);
+    if (other_t >= 0)
+        return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds the checkpoints of two runs (step-%lld of run %s, "
+                          "step-%lld of run %s), so its last one need not be the run's; name the step-<t> folder to "
+                          "take", label, path, first_t, run, other_t, other);
     if (best < 0)
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds no complete checkpoint (a step-<t> folder whose state.json "
                           "names files that are all there)%s", label, path,
                           skipped ? "; its step-<t> folders are incomplete" : "");
     if ((size_t)snprintf(out, cap, "%s/step-%lld", path, best) >= cap)
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: the path is too long", label, path);
-    return HP_OK;
+    return hp_train_ckpt_check(out, NULL, err); /* the last complete one must be bound, never passed over */
 }
 
-hp_status hp_train_ckpt_write_state(const char *dir, int64_t step, int world, const char *flags_json, hp_err *err)
+hp_status hp_train_ckpt_write_state(const char *dir, int64_t step, int world, const hp_train_ckpt_meta *meta,
+                                    hp_err *err)
 {
     json_error_t je;
-    json_t *flags = json_loads(flags_json, 0, &je), *files = json_array();
-    if (!flags || !json_is_object(flags) || !files) {
-        json_decref(flags);
-        json_decref(files);
-        return hp_err_set(err, HP_ERR_INPUT, "state.json: the run's flags are not a JSON object");
-    }
-    json_array_append_new(files, json_string("config.json"));
-    json_array_append_new(files, json_string("model.safetensors"));
-    for (int r = 0; r < world; r++) {
-        char name[64];
-        snprintf(name, sizeof name, "rank-%d.safetensors", r);
+    json_t *flags = json_loads(meta->flags_json, 0, &je), *files = json_array(), *sums = json_object();
+    json_t *model = meta->model_json ? json_loads(meta->model_json, 0, &je) : json_object();
+    hp_status st = HP_OK;
+    if (!flags || !json_is_object(flags) || !model || !json_is_object(model) || !files || !sums)
+        st = hp_err_set(err, HP_ERR_INPUT, "state.json: the run's flags or the model's config are not a JSON object");
+    else if (!hex16(meta->run_id))
+        st = hp_err_set(err, HP_ERR_INPUT, "state.json: the run id '%s' is not 16 hex digits",
+                        meta->run_id ? meta->run_id : "");
+    for (int r = -2; st == HP_OK && r < world; r++) {
+        char name[64], p[HP__PATH_MAX + 64], hx[17];
+        if (r < 0) snprintf(name, sizeof name, "%s", r == -2 ? "config.json" : "model.safetensors");
+        else snprintf(name, sizeof name, "rank-%d.safetensors", r);
         json_array_append_new(files, json_string(name));
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        uint64_t bytes = 0, h = 0;
+        st = hp_train_file_sum(p, &bytes, &h, err);
+        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)h);
+        if (st == HP_OK)
+            json_object_set_new(sums, name, json_pack("{s:I, s:s}", "bytes", (json_int_t)bytes, "xxh64", hx));
     }
-    json_t *root = json_pack("{s:s, s:I, s:i, s:o, s:o}", "format", HP_TRAIN_CKPT_FORMAT, "step", (json_int_t)step,
-                             "world", world, "files", files, "flags", flags);
+    json_t *root = st == HP_OK ? json_pack("{s:s, s:I, s:i, s:s, s:O, s:O, s:O, s:O}", "format", HP_TRAIN_CKPT_FORMAT,
+                                           "step", (json_int_t)step, "world", world, "run_id", meta->run_id,
+                                           "files", files, "sums", sums, "model_config", model, "flags", flags)
+                               : NULL;
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
+    json_decref(flags), json_decref(files), json_decref(sums), json_decref(model);
     char p[HP__PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/state.json", dir);
-    hp_status st = text ? hp_file_write_atomic(p, text, strlen(text), "state.json", err)
-                        : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    if (st == HP_OK)
+        st = text ? hp_file_write_atomic(p, text, strlen(text), "state.json", err)
+                  : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     free(text);
     return st;
+}
+
+hp_status hp_train_model_config(const char *path, char **out, hp_err *err)
+{
+    json_error_t je;
+    json_t *c = json_load_file(path, 0, &je);
+    if (!c || !json_is_object(c)) {
+        json_decref(c);
+        return hp_err_set(err, HP_ERR_INPUT, "%s: not a JSON object (%s, line %d)", path, je.text, je.line);
+    }
+    /* how the weights are stored is not the model: a checkpoint's own config.json says float32 */
+    json_object_del(c, "torch_dtype");
+    json_object_del(c, "dtype");
+    *out = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(c);
+    return *out ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
 }
 
 /* ---- config.json's dtype ---- */
@@ -364,6 +579,7 @@ hp_status hp_train_ckpt_merge(const char *ckpt, const char *out, const hp_train_
     hp_status st = hp_train_ckpt_find("merge", ckpt, dir, sizeof dir, err);
     int64_t step = 0;
     if (st == HP_OK) st = hp_train_ckpt_check(dir, &step, err);
+    if (st == HP_OK) st = hp_train_ckpt_verify_all(dir, err); /* every file is the one the run saved */
     if (st != HP_OK) return st;
     hp__outdir *od = hp_calloc(1, sizeof *od);
     if (!od) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
