@@ -81,7 +81,7 @@ check "no log or page of the refused runs" bash -c '! ls ev.jsonl ev.html 2>/dev
 expect 2 "--out M/run/step-2 lies inside the input M" -- "$HP" train M $D --steps 2 --out M/run --save-every 1
 check "no folder left in the model folder" bash -c '[ "$(ls M)" = "$(printf "config.json\nmodel.safetensors")" ]'
 mkdir -p run/step-2 && touch run/step-2/x
-expect 2 "run/step-2" -- "$HP" train M $D --steps 2 --out run --save-every 1
+expect 2 "--out run holds step-2, a checkpoint of another run" -- "$HP" train M $D --steps 2 --out run --save-every 1
 check "an earlier run's last checkpoint is named before step 1" bash -c '[ ! -e run/step-1 ]'
 cp tok.bin tok.keep
 expect 2 "--grad-out" -- "$HP" train M $D --grad-out tok.bin
