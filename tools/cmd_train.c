@@ -71,7 +71,8 @@ static const cli_opt g_opts[] = {
                                 "the schedule still follows --steps", 0, NULL},
     {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
                                     "(before clipping), lr, tokens_per_s, step_s, mfu (and eval_loss where\n"
-                                    "evaluated)", 0, NULL},
+                                    "evaluated, run_id with checkpoints); a new file (--force replaces one),\n"
+                                    "or after --resume the run's own log, continued", 0, NULL},
     {"log-every", O_LOGEVERY, "N", "rank 0 prints a step line every N steps (default 1), and always at the last\n"
                                    "step, a skipped one and one that evaluates; its tokens/s and mfu are over the\n"
                                    "steps since the previous line", 0, NULL},
@@ -104,7 +105,7 @@ static const cli_opt g_opts[] = {
                         "parameter after the last step as F32 (atomically; refused when DIR is not empty)", CLI_SHORT,
      NULL},
     {"force", O_FORCE, NULL, "replace an earlier 'hyperpar train' output in DIR (its marker and nothing but\n"
-                             "its files); never any other folder", 0, NULL},
+                             "its files; never any other folder), and an existing --log-json file", 0, NULL},
     {"grad-out", O_GRAD, "G", "rank 0 writes grad.<name> F32 (the first step's gradient of every trainable\n"
                               "parameter) and loss F32 [N] (each step's loss), atomically", 0, NULL},
     {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
@@ -206,6 +207,8 @@ typedef struct train_args {
     char data_sum[17];    /* the XXH64 of --data's (--input's) bytes, and their count: the data's identity */
     uint64_t data_bytes;
     char *model_config;   /* the model's config as checkpoints record it (hp_train_model_config) */
+    char cmdline[2048];   /* "hyperpar train ..." as given (shell-quoted), and the plan's mesh: what a checkpoint */
+    char mesh[160];       /* records, for a refused resume to print */
 } train_args;
 
 /* ---- what rank 0 gathers: a list of whole tensors ---- */
@@ -567,6 +570,7 @@ typedef struct train_view {
     int shown;                   /* characters of the progress line on the terminal (0: none) */
     /* --plot (rank 0): this run's steps */
     int64_t n_pts, n_eval;
+    int64_t n_prev;              /* of them, steps before --resume, read from --log-json */
     int64_t *step, *eval_step;   /* [last - k0] */
     double *loss, *norm, *eval;  /* [last - k0] */
 } train_view;
@@ -661,6 +665,97 @@ static void view_eval(train_view *v, int64_t t, double loss)
     v->eval[v->n_eval++] = loss;
 }
 
+/* --log-json of a run: a new run's log is a new file (another run's is never overwritten, but with --force); a
+ * resumed run continues its own log: the lines of steps 1..k0 kept (those after the checkpoint were of steps it
+ * takes again), every line of this run (its run_id, when it has one) and none missing. Rank 0. */
+typedef struct log_prev {
+    char *kept;       /* the kept lines' text */
+    size_t kept_len;
+    int64_t n;        /* steps 1..n */
+    double *loss, *norm, *eval; /* [n]; eval NaN where not evaluated */
+} log_prev;
+
+static void log_prev_free(log_prev *l)
+{
+    free(l->kept), free(l->loss), free(l->norm), free(l->eval);
+    memset(l, 0, sizeof *l);
+}
+
+static hp_status log_check(const train_args *a, int64_t k0, log_prev *prev, hp_err *err)
+{
+    memset(prev, 0, sizeof *prev);
+    struct stat sb;
+    if (stat(a->log_json, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return HP_OK; /* a new file */
+    if (!a->resume && !a->force)
+        return hp_err_set(err, HP_ERR_INPUT, "--log-json %s holds a log already (%lld bytes: another run's); name "
+                          "another file, or pass --force to replace it", a->log_json, (long long)sb.st_size);
+    if (!a->resume) return HP_OK;
+    FILE *f = fopen(a->log_json, "r");
+    if (!f) return hp_err_set(err, HP_ERR_IO, "--log-json %s: cannot read it (%s)", a->log_json, strerror(errno));
+    FILE *k = open_memstream(&prev->kept, &prev->kept_len);
+    hp_status st = k ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t want = 1;
+    for (int64_t no = 1; st == HP_OK && (len = getline(&line, &cap, f)) > 0; no++) {
+        json_error_t je;
+        json_t *o = json_loadb(line, (size_t)len, 0, &je), *js = json_object_get(o, "step");
+        json_t *id = json_object_get(o, "run_id");
+        int64_t t = json_is_integer(js) ? (int64_t)json_integer_value(js) : -1;
+        if (!json_is_object(o) || t < 1)
+            st = hp_err_set(err, HP_ERR_INPUT, "--log-json %s: line %lld is not a step's record; it is not this "
+                            "run's log: name another file", a->log_json, (long long)no);
+        else if (id && (!json_is_string(id) || strcmp(json_string_value(id), a->run_id)))
+            st = hp_err_set(err, HP_ERR_INPUT, "--log-json %s: line %lld is of run %s, not of the run resumed (%s); "
+                            "name another file", a->log_json, (long long)no,
+                            json_is_string(id) ? json_string_value(id) : "?", a->run_id);
+        else if (t <= k0 && t != want)
+            st = hp_err_set(err, HP_ERR_INPUT, "--log-json %s: line %lld records step %lld where step %lld follows; "
+                            "it is not this run's log (steps 1 to %lld): name another file", a->log_json,
+                            (long long)no, (long long)t, (long long)want, (long long)k0);
+        else if (t <= k0) {
+            fwrite(line, 1, (size_t)len, k);
+            if (line[len - 1] != '\n') fputc('\n', k);
+            double *l3[3];
+            for (int i = 0; i < 3; i++) {
+                double **arr = i == 0 ? &prev->loss : i == 1 ? &prev->norm : &prev->eval;
+                l3[i] = realloc(*arr, (size_t)want * sizeof **arr);
+                if (l3[i]) *arr = l3[i];
+            }
+            if (!l3[0] || !l3[1] || !l3[2]) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+            else {
+                json_t *ev = json_object_get(o, "eval_loss");
+                prev->loss[want - 1] = json_number_value(json_object_get(o, "loss"));
+                prev->norm[want - 1] = json_number_value(json_object_get(o, "grad_norm"));
+                prev->eval[want - 1] = json_is_number(ev) ? json_number_value(ev) : NAN;
+                prev->n = want++;
+            }
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    if (k) fclose(k);
+    if (st == HP_OK && prev->n != k0)
+        st = hp_err_set(err, HP_ERR_INPUT, "--log-json %s records steps 1 to %lld where the checkpoint resumed is at "
+                        "step %lld: it is not this run's whole log; name another file", a->log_json,
+                        (long long)prev->n, (long long)k0);
+    if (st != HP_OK) log_prev_free(prev);
+    return st;
+}
+
+/* Opens the log: a new file, or the resumed run's log rewritten to its kept lines (atomically), to append to. */
+static hp_status log_open(const train_args *a, const log_prev *prev, FILE **log, hp_err *err)
+{
+    hp_status st = HP_OK;
+    if (a->resume && prev->kept_len)
+        st = cli_write_atomic_err(a->log_json, prev->kept, prev->kept_len, "the log", err);
+    if (st == HP_OK && !(*log = fopen(a->log_json, a->resume && prev->kept_len ? "a" : "w")))
+        st = hp_err_set(err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
+    return st;
+}
+
 /* The model FLOPs of a step over `tokens` forwarded positions and the same-run GEMM limit (every rank at once),
  * into v; rank 0 says both once, with the kernels the limit ran on. Collective. */
 static hp_status measure_limit(hp_comm *w, const hp_model *m, int64_t tokens, hp_linalg_mode compute, train_view *v,
@@ -693,14 +788,18 @@ static hp_status write_plot(const train_args *a, const hp_model *m, const hp_pla
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
     snprintf(title, sizeof title, "%s on %s", m->path, mesh);
     int64_t n = v->n_pts;
-    snprintf(summary, sizeof summary, "Steps %lld to %lld of %lld, taken by this run on %d process%s%s; the last: "
-             "loss %.7g, gradient norm %.6g.", (long long)(n ? v->step[0] : 0), (long long)(n ? v->step[n - 1] : 0),
-             (long long)a->steps, world, world == 1 ? "" : "es", a->resume ? " after --resume" : "",
-             n ? v->loss[n - 1] : 0.0, n ? v->norm[n - 1] : 0.0);
+    char before[120] = "";
+    if (v->n_prev)
+        snprintf(before, sizeof before, " (steps 1 to %lld before --resume, from --log-json)", (long long)v->n_prev);
+    snprintf(summary, sizeof summary, "Steps %lld to %lld of %lld, taken on %d process%s%s%s; the last: loss %.7g, "
+             "gradient norm %.6g.", (long long)(n ? v->step[0] : 0), (long long)(n ? v->step[n - 1] : 0),
+             (long long)a->steps, world, world == 1 ? "" : "es", a->resume && !v->n_prev ? " after --resume" : "",
+             before, n ? v->loss[n - 1] : 0.0, n ? v->norm[n - 1] : 0.0);
     cli_train_curves c = {.n = n, .step = v->step, .loss = v->loss, .grad_norm = v->norm, .n_eval = v->n_eval,
                           .eval_step = v->eval_step, .eval_loss = v->eval, .clip = a->to.clip, .summary = summary,
-                          .note = "The steps this run took (after --resume, those after the checkpoint); "
-                                  "--log-json keeps every step's figures."};
+                          .note = "The steps this run took (after --resume, those after the checkpoint, and "
+                                  "the earlier ones when the run's --log-json is continued); --log-json keeps every "
+                                  "step's figures."};
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -835,9 +934,13 @@ static hp_status same_model(const train_args *a, const char *ckpt, json_t *saved
     return st;
 }
 
-/* The step state.json of ckpt records, after checking that its flags are this run's (each difference named). */
-static hp_status read_checkpoint(const train_args *a, int world, const char *ckpt, int64_t *step, hp_err *err)
+/* The step state.json of ckpt records, after checking that its flags are this run's (each difference named, with
+ * the command line and mesh that saved it). --steps may be raised: *saved_steps then gets the saved run's total
+ * (0 when the same), the schedule following the new one. */
+static hp_status read_checkpoint(const train_args *a, int world, const char *ckpt, int64_t *step, int64_t *saved_steps,
+                                 hp_err *err)
 {
+    *saved_steps = 0;
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     json_error_t je;
@@ -854,6 +957,10 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
             json_t *had = json_object_get(flags, key);
             if (had && json_equal(had, v)) continue;
             if (!had && !strcmp(key, "compute") && a->compute == HP_LINALG_EXACT) continue; /* saved before --compute */
+            if (had && json_is_integer(had) && !strcmp(key, "steps")) { /* another total: checked below */
+                *saved_steps = (int64_t)json_integer_value(had);
+                continue;
+            }
             char *h = had ? json_dumps(had, JSON_ENCODE_ANY) : NULL, *n = json_dumps(v, JSON_ENCODE_ANY);
             if (!strcmp(key, "data"))
                 st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved training on other data: %s there, "
@@ -864,13 +971,19 @@ static hp_status read_checkpoint(const train_args *a, int world, const char *ckp
                 st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume "
                                 "with the saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
             free(h), free(n);
+            json_t *cmd = json_object_get(root, "command"), *mesh = json_object_get(root, "mesh");
+            size_t l = strlen(err->msg);
+            if (json_is_string(cmd) && l < sizeof err->msg)
+                snprintf(err->msg + l, sizeof err->msg - l, "; it was saved by: %s%s%s", json_string_value(cmd),
+                         json_is_string(mesh) ? ", on mesh " : "", json_is_string(mesh) ? json_string_value(mesh) : "");
             break;
         }
     if (st == HP_OK) st = same_model(a, ckpt, json_object_get(root, "model_config"), err);
     if (st == HP_OK) *step = (int64_t)json_integer_value(js);
     if (st == HP_OK && (*step < 1 || *step >= a->steps))
-        st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: it is at step %lld of %lld; nothing is left to train",
-                        ckpt, (long long)*step, (long long)a->steps);
+        st = hp_err_set(err, HP_ERR_INPUT, "--resume %s: it is at step %lld of %lld; nothing is left to train: give a "
+                        "--steps above %lld to continue it (the schedule then follows the new total)", ckpt,
+                        (long long)*step, (long long)a->steps, (long long)*step);
     json_decref(root);
     json_decref(want);
     return st;
@@ -886,9 +999,20 @@ static hp_outdir_spec ckpt_spec(const train_args *a, const char *out, const char
 /* Before step 1, the checks the save of the run's last checkpoint (step `last`) will make, touching nothing: not
  * an input nor in or around one (--out inside the model's folder), absent or (--force) an earlier output. The run
  * folder may not exist yet: it is made just before step 1. */
-static hp_status check_checkpoint_out(const train_args *a, int64_t last, const char *const *inputs, hp_err *err)
+static hp_status check_checkpoint_out(const train_args *a, int64_t k0, int64_t last, const char *const *inputs,
+                                      hp_err *err)
 {
     char out[PATH_MAX + 64];
+    /* a resumed run saves after k0: a later step-<t> of its own already there would stop it at step t */
+    for (int64_t t = k0 + 1; t < last && !a->force; t++) {
+        struct stat sb;
+        if (t % a->save_every) continue;
+        snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)t);
+        if (stat(out, &sb) == 0)
+            return hp_err_set(err, HP_ERR_INPUT, "--out %s already holds step-%lld, which this run resumed at step "
+                              "%lld would save again: resume from its last checkpoint (--resume %s), or pass "
+                              "--force to replace the later ones", a->out, (long long)t, (long long)k0, a->out);
+    }
     snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)last);
     hp_outdir_spec os = ckpt_spec(a, out, inputs);
     os.make_parents = true;
@@ -926,7 +1050,8 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     if (root && st == HP_OK) { /* last: it lists every file, so a folder with it is complete */
         json_t *flags = run_flags(a, hp_comm_size(w));
         char *text = flags ? json_dumps(flags, JSON_PRESERVE_ORDER) : NULL;
-        hp_train_ckpt_meta cm = {.run_id = a->run_id, .flags_json = text, .model_json = a->model_config};
+        hp_train_ckpt_meta cm = {.run_id = a->run_id, .flags_json = text, .model_json = a->model_config,
+                                 .command = a->cmdline, .mesh = a->mesh};
         st = text ? hp_train_ckpt_write_state(tmp, step, hp_comm_size(w), &cm, err)
                   : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         free(text);
@@ -1133,6 +1258,14 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
                 if (cli_same_output(path[i], path[j]))
                     st = hp_err_set(&err, HP_ERR_INPUT, "%s and %s name the same file %s", name[i], name[j], path[i]);
     }
+    /* --resume into the run's own folder: it stays the run folder, with or without --save-every (the last step is
+     * then its one new checkpoint; hyperpar merge makes the Hugging Face folder) */
+    if (st == HP_OK && a->resume && a->out && !a->save_every && hp_train_ckpt_is(a->out)) {
+        a->save_every = a->steps;
+        if (root)
+            fprintf(stderr, "train: --out %s is a run folder: the run continues in it, its last step saved as a "
+                    "checkpoint there ('hyperpar merge %s' makes the Hugging Face folder)\n", a->out, a->out);
+    }
     if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
                              .force = a->force, .inputs = inputs, .n_inputs = 4};
@@ -1150,6 +1283,9 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     if (st == HP_OK && of && a->grad_out && inside_outdir(a->grad_out, of))
         st = hp_err_set(&err, HP_ERR_INPUT, "--grad-out %s is or lies inside --out %s; write it elsewhere", a->grad_out,
                         a->out);
+    if (st == HP_OK && of && a->log_json && inside_outdir(a->log_json, of))
+        st = hp_err_set(&err, HP_ERR_INPUT, "--log-json %s is or lies inside --out %s, whose folder replaces what is "
+                        "there when the model is written; write it elsewhere", a->log_json, a->out);
     if (st == HP_OK && of && a->plot && inside_outdir(a->plot, of))
         st = hp_err_set(&err, HP_ERR_INPUT, "--plot %s is or lies inside --out %s; write it elsewhere", a->plot,
                         a->out);
@@ -1164,6 +1300,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     /* --plan, the shard folder's own plan (the flags checked against it), or the one the flags derive */
     if (st == HP_OK)
         st = cli_plan_resolve(&a->pf, a->plan, shard ? a->model : NULL, a->default_mesh, N, m, &p, &ov, &err);
+    if (st == HP_OK) hp_mesh_str(&p->mesh, a->mesh, sizeof a->mesh);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &ids, &B, &S, &err);
     if (st == HP_OK && a->data) st = open_data(a, m, p, &data, &eval, &B, &S, &err);
     if (st == HP_OK && (data ? hp_data_row_scored(data) : S - 1) <= 0) /* S = 1: the loss is a mean of nothing */
@@ -1202,7 +1339,12 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     }
     if (st == HP_OK && a->resume) {
         a->sched.lr = a->to.lr; /* as run_flags records it */
-        st = hp_comm_agree(w, read_checkpoint(a, N, ckpt, &k0, &err), &err);
+        int64_t was = 0;
+        st = hp_comm_agree(w, read_checkpoint(a, N, ckpt, &k0, &was, &err), &err);
+        if (st == HP_OK && was && root)
+            fprintf(stderr, "train: --steps %lld where the run was saved with --steps %lld: the schedule of steps %lld.."
+                    "%lld follows the new total (the steps before it followed the old one)\n", (long long)a->steps,
+                    (long long)was, (long long)k0 + 1, (long long)a->steps);
         /* the load first: it names a tensor that is not finite; then every byte against state.json's hashes */
         if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
         if (st == HP_OK) st = verify_resume(w, ckpt, &err);
@@ -1213,8 +1355,10 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
                         (long long)a->stop_after, (long long)k0);
     /* Every token the run will read, before step 1: a bad one found at step k would end the run after k - 1 steps
      * of work, and one in --eval-data after the first evaluation's; so would a last checkpoint it cannot save. */
-    if (st == HP_OK && a->out && a->save_every) st = check_checkpoint_out(a, last, inputs, &err);
+    if (st == HP_OK && a->out && a->save_every) st = check_checkpoint_out(a, k0, last, inputs, &err);
     if (st == HP_OK && data) st = scan_data(a, data, eval, k0, last, m->cfg.vocab_size, ids, eval_ids, &err);
+    log_prev prev = {0};
+    if (st == HP_OK && root && a->log_json) st = log_check(a, k0, &prev, &err);
     st = hp_comm_agree(w, st, &err);
     /* Only now, every check passed, does the run create anything: the run folder, the log. */
     if (st == HP_OK && root && a->out && a->save_every) {
@@ -1223,8 +1367,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         else /* what a killed run left there (a save it never finished) */
             hp_outdir_remove_stale(a->out);
     }
-    if (st == HP_OK && root && a->log_json && !(log = fopen(a->log_json, "w")))
-        st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot create it (%s)", a->log_json, strerror(errno));
+    if (st == HP_OK && root && a->log_json) st = log_open(a, &prev, &log, &err);
     st = hp_comm_agree(w, st, &err);
     a->sched.steps = a->steps;
     a->sched.lr = a->to.lr;
@@ -1233,8 +1376,14 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     int64_t n_micro = data ? a->gb / a->mb : 1, rows = data ? a->mb : B;
     int64_t n_scored = data ? a->gb * hp_data_row_scored(data) : B * (S - 1);
     train_view v;
-    if (st == HP_OK) st = hp_comm_agree(w, view_init(&v, a, root, k0, last, &err), &err);
+    if (st == HP_OK) st = hp_comm_agree(w, view_init(&v, a, root, k0 - prev.n, last, &err), &err);
     else v = (train_view){0};
+    for (int64_t t = 1; st == HP_OK && t <= prev.n && v.step; t++) { /* --plot: the whole run, the log's steps too */
+        v.step[v.n_pts] = t, v.loss[v.n_pts] = prev.loss[t - 1], v.norm[v.n_pts++] = prev.norm[t - 1], v.n_prev++;
+        if (!isnan(prev.eval[t - 1])) view_eval(&v, t, prev.eval[t - 1]);
+    }
+    v.k0 = k0;
+    log_prev_free(&prev);
     if (st == HP_OK) st = measure_limit(w, m, n_micro * rows * S, a->compute, &v, &err);
     v.t0 = now_s();
     for (int64_t k = k0; st == HP_OK && k < last; k++) {
@@ -1273,9 +1422,13 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
             fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.17g, \"tokens_per_s\": %.6g, "
                     "\"step_s\": %.6g, \"mfu\": %.6g", (long long)(k + 1), loss, norm, a->to.lr, tps, dt, mfu);
             if (evaluated) fprintf(log, ", \"eval_loss\": %.9g", eval_loss);
+            if (a->run_id[0]) fprintf(log, ", \"run_id\": \"%s\"", a->run_id);
             fprintf(log, "}\n");
-            fflush(log);
+            if ((fflush(log) != 0 || ferror(log)) && st == HP_OK) /* a full disk: said now, not lost */
+                st = hp_err_set(&err, HP_ERR_IO, "--log-json %s: cannot write step %lld's line (%s)", a->log_json,
+                                (long long)(k + 1), strerror(errno ? errno : EIO));
         }
+        st = hp_comm_agree(w, st, &err);
         if (k == k0 && a->grad_out) {
             st = hp_runner_gather_params(r, true, keep, &grads, &err);
             st = hp_comm_agree(w, st, &err);
@@ -1520,7 +1673,8 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     }
     if (a->sched.min_lr > a->to.lr)
         return cli_usage_error("train", "--min-lr %g is above --lr %g", a->sched.min_lr, a->to.lr);
-    if (a->force && !a->out) return cli_usage_error("train", "--force replaces an earlier --out DIR; give --out");
+    if (a->force && !a->out && !a->log_json)
+        return cli_usage_error("train", "--force replaces an earlier --out DIR or --log-json FILE; give one");
     if (a->save_every && !a->out)
         return cli_usage_error("train", "--save-every needs --out DIR: the run folder its checkpoints go in");
     if (a->stop_after > a->steps)
@@ -1536,6 +1690,22 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     return HP_EXIT_OK;
 }
 
+/* "hyperpar train ARGS" as typed, each argument that needs it in single quotes: what a checkpoint records of the
+ * command that saved it. Cut at cap. */
+static void cmdline_of(int argc, char **argv, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "hyperpar train");
+    for (int i = 1; i < argc && n < cap; i++) {
+        const char *x = argv[i];
+        bool plain = *x && strspn(x, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,/:@+%") ==
+                               strlen(x);
+        n += (size_t)snprintf(out + n, cap - n, plain ? " %s" : " '", x);
+        for (const char *c = x; !plain && *c && n + 5 < cap; c++)
+            n += (size_t)(*c == '\'' ? snprintf(out + n, cap - n, "'\\''") : snprintf(out + n, cap - n, "%c", *c));
+        if (!plain && n < cap) n += (size_t)snprintf(out + n, cap - n, "'");
+    }
+}
+
 int cmd_train(int argc, char **argv)
 {
     train_args a = {.steps = 1, .log_every = 1};
@@ -1548,6 +1718,7 @@ int cmd_train(int argc, char **argv)
     char usage_msg[HP_ERR_MSG_MAX] = "";
     bool launched = hp_comm_launched();
     if (launched) cli_usage_defer(usage_msg, sizeof usage_msg);
+    cmdline_of(argc, argv, a.cmdline, sizeof a.cmdline);
     int rc = parse(&a, &cp, argc, argv), c;
     while (rc > 0 && launched && (c = cli_getopt(&cp, argc, argv)) != -1 && c != '?') continue;
     cli_usage_defer(NULL, 0);

@@ -12,6 +12,7 @@
  *                                         "run_id": "<16 hex digits>", "files": [every file above but the marker],
  *                                         "sums": {"<file>": {"bytes": B, "xxh64": "<16 hex digits>"}, ...},
  *                                         "model_config": {the model's config.json, torch_dtype/dtype removed},
+ *                                         "command": "hyperpar train ...", "mesh": "dp=2,cp=1,tp=1 (world 2)",
  *                                         "flags": {...; "data": {"bytes", "xxh64", "dtype"}: the data file's
  *                                         identity, not its path}}
  *
@@ -59,6 +60,8 @@ typedef struct hp_train_ckpt_meta {
     const char *run_id;     /* 16 lowercase hex digits */
     const char *flags_json; /* the run's flags, a JSON object's text */
     const char *model_json; /* the model's config (hp_train_model_config), a JSON object's text; NULL: {} */
+    const char *command;    /* the command line that saved it (NULL: not recorded) */
+    const char *mesh;       /* its mesh (hp_mesh_str), what a refused resume prints with it (NULL: not recorded) */
 } hp_train_ckpt_meta;
 /* Writes dir/state.json for step and world ranks atomically, with the size and XXH64 of config.json,
  * model.safetensors and every rank-<r>.safetensors, which must be in dir already (state.json is the last file). */

@@ -361,6 +361,8 @@ hp_status hp_train_ckpt_write_state(const char *dir, int64_t step, int world, co
                                            "step", (json_int_t)step, "world", world, "run_id", meta->run_id,
                                            "files", files, "sums", sums, "model_config", model, "flags", flags)
                                : NULL;
+    if (root && meta->command) json_object_set_new(root, "command", json_string(meta->command));
+    if (root && meta->mesh) json_object_set_new(root, "mesh", json_string(meta->mesh));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     json_decref(flags), json_decref(files), json_decref(sums), json_decref(model);

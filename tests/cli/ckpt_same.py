@@ -1,6 +1,7 @@
 """ckpt_same.py A B [FILE...]: exit 0 when the checkpoint files of folders A and B (default: every file of A but
 the output marker) are the same except for what names the run that wrote them: a rank file's "run_id" metadata,
-state.json's "run_id" and the sizes and hashes it records of the rank files (which hold the run id). Every tensor
+state.json's "run_id", the sizes and hashes it records of the rank files (which hold the run id) and the command
+line that saved it (a resumed run's differs). Every tensor
 byte, every other metadata value and every other state.json field must be equal; on a difference it prints it."""
 import json
 import os
@@ -21,6 +22,7 @@ def state(path):
     with open(path) as f:
         s = json.load(f)
     s.pop("run_id", None)
+    s.pop("command", None)
     for k in [k for k in s.get("sums", {}) if k.startswith("rank-")]:
         s["sums"].pop(k)
     return s

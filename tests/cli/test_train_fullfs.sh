@@ -29,4 +29,12 @@ check "only step-2 is left in the run folder (no temporary)" test "$(cat "$WORK/
 for f in config.json model.safetensors rank-0.safetensors state.json; do # (but for the run id: ckpt_same.py)
     check "step-2/$f is the uninterrupted run's" python3 "$TESTS/cli/ckpt_same.py" "$WORK/step-2" "$WORK/ref/step-2" $f
 done
+# --log-json on a full disk (issue 36 T9: its write errors were ignored, exit 0): a one-page tmpfs holds about 20 of
+# 60 lines; the step whose line does not fit ends the run, exit 1, naming the file and the cause.
+mkdir -p "$WORK/fs2"
+unshare -rm sh -c "mount -t tmpfs -o size=4k tmpfs '$WORK/fs2' &&
+    { '$HP' train $G --input $G/forward_io.safetensors --steps 60 --lr 1e-3 --log-json '$WORK/fs2/log.jsonl' \
+      >'$WORK/log2' 2>&1; echo \$? >'$WORK/rc2'; }"
+check "a log that no longer fits ends the run with exit 1 ($(cat "$WORK/rc2"))" test "$(cat "$WORK/rc2")" = 1
+check "the message names the log and the cause" grep -q -- "--log-json $WORK/fs2/log.jsonl: cannot write step [0-9]*'s line (No space left on device)" "$WORK/log2"
 finish

@@ -139,7 +139,7 @@ check "--stop-after 2: 2 points" page "$WORK/s.html" 2 2
 expect 0 "train: wrote $WORK/r.html (2 steps)" -- "$HP" train $M $I --steps 4 --save-every 2 --resume "$WORK/run" \
     --out "$WORK/run" --plot "$WORK/r.html"
 check "--resume: 2 points, steps 3 to 4" page "$WORK/r.html" 2 2
-check "--resume: the summary says so" grep -q "Steps 3 to 4 of 4, taken by this run on 1 process after --resume" "$WORK/r.html"
+check "--resume: the summary says so" grep -q "Steps 3 to 4 of 4, taken on 1 process after --resume" "$WORK/r.html"
 # (--grad-out with --save-every: the run folder is not renamed, so G may be anywhere)
 expect 0 "train: wrote $WORK/g.st" -- "$HP" train $M $I --steps 2 --save-every 1 --out "$WORK/run2" --grad-out "$WORK/g.st"
 
