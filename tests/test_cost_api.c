@@ -422,9 +422,8 @@ TEST(advise_moe_reasons_and_weights)
         c = find(a, 4, 2, 1, 1, false);
         CHECK(c && !c->ok && c->why == HP_ADVISE_MEMORY);
         if (c) CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense + experts));
-        /* TP-extend ep over the dense region and the explicit ep axis: the experts split over ep */
-        static const int64_t mesh[][5] = {{4, 1, 2, 4, 0}, {4, 2, 1, 8, 0}, {1, 1, 8, 8, 0}, {1, 1, 1, 8, 1},
-                                          {2, 1, 1, 4, 1}};
+        /* TP-extend ep over the dense region: the experts split over ep */
+        static const int64_t mesh[][5] = {{4, 1, 2, 4, 0}, {4, 2, 1, 8, 0}, {1, 1, 8, 8, 0}};
         for (size_t i = 0; i < sizeof mesh / sizeof *mesh; i++) {
             const int64_t *s = mesh[i];
             c = find(a, s[0], s[1], s[2], s[3], s[4] != 0);
@@ -432,6 +431,10 @@ TEST(advise_moe_reasons_and_weights)
             if (c)
                 CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense / (uint64_t)s[2] + experts / (uint64_t)s[3]));
         }
+        /* an explicit ep axis splits the batch with dp: dp x ep = 8 replicas above the 4 rows */
+        c = find(a, 1, 1, 1, 8, true);
+        CHECK(c && !c->ok && c->why == HP_ADVISE_DP_ROWS);
+        if (c) CHECK_STR_CONTAINS(c->reason, "dp x ep = 8 replicas but the batch has 4 rows");
         check_order(a);
         hp_advice_free(a);
     }
@@ -439,6 +442,16 @@ TEST(advise_moe_reasons_and_weights)
      * put into collectives would (the all-to-all keeps 1/ep of its bytes on the rank) */
     a = advise(m, 8, 0, 8, 64, true);
     if (a) {
+        /* the explicit ep axis at 8 rows: the experts split over ep */
+        uint64_t norms = l3_norms(), router = (uint64_t)L3_L * MX_E * L3_H;
+        uint64_t dense = 2ull * MX_V * L3_H + (uint64_t)L3_L * attn(), experts = (uint64_t)L3_L * MX_E * 3 * L3_H * L3_I;
+        static const int64_t axis[][4] = {{1, 1, 1, 8}, {2, 1, 1, 4}};
+        for (size_t i = 0; i < sizeof axis / sizeof *axis; i++) {
+            const int64_t *s = axis[i];
+            const hp_advise_cand *c = find(a, s[0], s[1], s[2], s[3], true);
+            CHECK_MSG(c && c->ok, "ep axis mesh %zu", i);
+            if (c) CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense + experts / (uint64_t)s[3]));
+        }
         check_order(a);
         int flips = 0;
         for (int i = 0; i + 1 < a->n_ok; i++) flips += a->cands[i].sent_bytes > a->cands[i + 1].sent_bytes;

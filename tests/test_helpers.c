@@ -1,5 +1,5 @@
-/* test_helpers.c — facts written once: the EP group size, the group base of an axis, the pp refusal (mesh and
- * plan API); and the lists for messages (families, archetypes) that live in no static buffer. */
+/* test_helpers.c — facts written once: the EP group size, the group base of an axis, the batch split, the pp
+ * refusal (mesh and plan API); and the lists for messages (families, archetypes) that live in no static buffer. */
 #include "hyperpar/model.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
@@ -76,6 +76,45 @@ TEST(ep_size_rule)
     p.mesh = parse("dp=2,ep=2,tp=2");
     p.ep = 2;
     CHECK_EQ_INT(hp_plan_ep_size(&p), 2);
+}
+
+/* The batch split: dp x an explicit ep axis (the ep axis is data parallelism outside the MoE blocks), dp alone
+ * otherwise (TP-extend-EP adds no ranks). Every index once; the group is the ranks of the same cp and tp
+ * coordinates, named by its lowest rank; the members' indexes are 0..n-1. */
+TEST(batch_index_splits_over_dp_and_the_ep_axis)
+{
+    static const struct {
+        const char *spec;
+        int64_t n;
+    } cases[] = {{"dp=2,tp=2,ep=2", 4}, {"dp=1,ep=2", 2}, {"tp=2,ep=2", 2}, {"dp=3,ep=2,tp=2", 6},
+                 {"dp=2,cp=2,tp=2", 2}, {"cp=2,dp=2,ep=2", 4}, {"tp=4", 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        hp_mesh m = parse(cases[k].spec);
+        int64_t world = hp_mesh_world(&m), seen[64] = {0};
+        CHECK_EQ_INT(hp_mesh_batch_split(&m), cases[k].n);
+        for (int64_t r = 0; r < world; r++) {
+            int64_t n, i, g;
+            hp_mesh_batch_index(&m, r, &n, &i, &g);
+            CHECK_EQ_INT(n, cases[k].n);
+            CHECK_MSG(i >= 0 && i < n, "%s rank %lld index %lld", cases[k].spec, (long long)r, (long long)i);
+            int64_t e = m.ep_axis ? hp_mesh_coord(&m, r, "ep") : 0;
+            CHECK_EQ_INT(i, hp_mesh_coord(&m, r, "dp") * (m.ep_axis ? hp_mesh_size(&m, "ep") : 1) + e);
+            CHECK_MSG(hp_mesh_coord(&m, g, "tp") == hp_mesh_coord(&m, r, "tp") &&
+                      hp_mesh_coord(&m, g, "cp") == hp_mesh_coord(&m, r, "cp") && hp_mesh_coord(&m, g, "dp") == 0 &&
+                      hp_mesh_coord(&m, g, "ep") == 0, "%s rank %lld group %lld", cases[k].spec, (long long)r,
+                      (long long)g);
+            seen[g * 8 + i]++;
+        }
+        for (int64_t j = 0; j < 64; j++) CHECK_MSG(seen[j] <= 1, "%s: slot %lld twice", cases[k].spec, (long long)j);
+    }
+    hp_mesh m;
+    hp_mesh_from_sizes(&m, 2, 1, 2, 4, false); /* TP-extend-EP: dp alone */
+    CHECK_EQ_INT(hp_mesh_batch_split(&m), 2);
+    hp_mesh_from_sizes(&m, 2, 1, 2, 4, true); /* --dp 2 --tp 2 --ep 4 --ep-axis */
+    int64_t n, i;
+    hp_mesh_batch_index(&m, 15, &n, &i, NULL);
+    CHECK_EQ_INT(n, 8);
+    CHECK_EQ_INT(i, 7);
 }
 
 TEST(pp_is_refused_in_one_sentence)

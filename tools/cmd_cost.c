@@ -541,8 +541,8 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
     else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
-    if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_size(&p->mesh, "dp"))
-        cf.co.B = hp_mesh_size(&p->mesh, "dp"); /* the default batch: a row per replica */
+    if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_batch_split(&p->mesh))
+        cf.co.B = hp_mesh_batch_split(&p->mesh); /* the default batch: a row per replica (dp x an ep axis) */
     cf.co.layout = l; /* built once: for the coordinates shown and the weights */
     if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
     hp_fit fit = {0};

@@ -403,7 +403,7 @@ static const char *rank_experts(const hp_cost_rank *k, const hp_mesh *mesh, cons
 static const char *rank_slices(const hp_cost_rank *k, const hp_mesh *mesh, const cli_html_model *md, char *buf,
                                size_t cap)
 {
-    int64_t tp = axis_size(mesh, "tp"), cp = axis_size(mesh, "cp"), dp = axis_size(mesh, "dp");
+    int64_t tp = axis_size(mesh, "tp"), cp = axis_size(mesh, "cp"), dp = mesh ? hp_mesh_batch_split(mesh) : 1; /* dp x an ep axis */
     size_t n = 0;
     buf[0] = '\0';
     int w = 0;

@@ -142,7 +142,7 @@ typedef struct hp_cost_event {
 } hp_cost_event;
 
 typedef struct hp_cost_rank {
-    int64_t rank, dp, cp, tp, ep; /* coordinates (ep: the EP group index) */
+    int64_t rank, dp, cp, tp, ep; /* coordinates (dp: its batch block, hp_mesh_batch_index; ep: the EP index) */
     uint64_t weight_bytes;        /* exact: its shard file's tensors */
     uint64_t bytes[HP_RUN_COLL_COUNT], calls[HP_RUN_COLL_COUNT]; /* exact communication of one forward */
     uint64_t sent_bytes;          /* of those, the bytes put into groups of more than one rank (not wire traffic:
@@ -185,7 +185,7 @@ typedef struct hp_cost {
     bool train;
     bool decode;                  /* B sequences of one new token, each with a KV cache of context positions */
     int64_t context;
-    int64_t dp;                   /* the mesh's data-parallel replicas */
+    int64_t dp;                   /* the data-parallel replicas: dp x an explicit ep axis (hp_mesh_batch_split) */
     hp_cost_model mdl;
     int64_t max_rank;             /* index into ranks of the one with the most total_bytes */
     char refused[2048];           /* non-empty: the runtime refuses the plan, and why; then only the weights are
@@ -319,7 +319,7 @@ typedef enum hp_advise_why {
     HP_ADVISE_COMPAT,      /* the planner's hp_plan_check_compat: tp vs heads (and moe_I with EP), S vs 2·cp, ep vs E */
     HP_ADVISE_PLAN,        /* the planner refuses the template that cuts the experts over tp (tp > 1 without EP, or
                               with an ep axis), e.g. a fused gate/up without packed_fused: its reason */
-    HP_ADVISE_DP_ROWS,     /* dp above the batch rows */
+    HP_ADVISE_DP_ROWS,     /* dp (dp x ep on an explicit ep axis) above the batch rows */
     HP_ADVISE_TP_NODE,     /* tp does not fit inside a node (cost.mdl.ranks_per_node) */
     HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */
     HP_ADVISE_EVAL,        /* the cost model refused it: the runtime refuses the plan, or the batch is past 64 bits */

@@ -186,6 +186,15 @@ int64_t hp_mesh_coord(const hp_mesh *m, int64_t rank, const char *axis);
  * every other coordinate), else TP-extend-EP's flat blocks of `ep` consecutive ranks (spec §10.1). The one
  * place that says which EP slot a rank is (the shard layout, the MoE runtime and the CLI ask here). */
 void hp_mesh_ep_index(const hp_mesh *m, int64_t ep, int64_t rank, int64_t *group, int64_t *index);
+/* Rank's share of the batch: the rows are split into n blocks and the rank computes block index. With an
+ * explicit ep axis the ep axis is data parallelism outside the MoE blocks (as Megatron and torchtitan carve EP
+ * out of DP): n = dp x ep, index = dp coordinate x ep + ep coordinate; else n = dp, index = the dp coordinate.
+ * *group (may be NULL) names the rank's batch-split group, the n ranks sharing its cp and tp coordinates (the
+ * lowest of them: a communicator split's colour), over which the dense gradients are summed. The one statement
+ * of the rule: the runtime, the gathers, cost and advise ask here. */
+void hp_mesh_batch_index(const hp_mesh *m, int64_t rank, int64_t *n, int64_t *index, int64_t *group);
+/* n of hp_mesh_batch_index: the blocks the batch is split into (every rank the same). */
+int64_t hp_mesh_batch_split(const hp_mesh *m);
 /* The experts EP slot `index` of `ep` holds: [first, first + count), block index of n_experts. */
 void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *first, int64_t *count);
 /* HP_ERR_INPUT unless 1..HP_MESH_MAX_DIMS axes with sizes in [1, HP_MESH_MAX_SIZE], product <= HP_MESH_MAX_WORLD,

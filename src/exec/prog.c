@@ -585,7 +585,7 @@ hp_status hp__prog_build(hp__prog *g, const hp_model *m, const hp_plan *p, const
     if (st == HP_OK) st = hp__rcfg_read(m, label, &g->cfg, err);
     if (st != HP_OK) return st;
     bld b = {.g = g, .m = m, .p = p, .mesh = mesh ? mesh : &p->mesh, .other = mesh && mesh != &p->mesh, .err = err};
-    g->tp = hp_mesh_size(b.mesh, "tp"), g->cp = hp_mesh_size(b.mesh, "cp"), g->dp = hp_mesh_size(b.mesh, "dp");
+    g->tp = hp_mesh_size(b.mesh, "tp"), g->cp = hp_mesh_size(b.mesh, "cp"), g->dp = hp_mesh_batch_split(b.mesh);
     g->ep = b.other ? hp_mesh_ep_size(b.mesh) : hp_plan_ep_size(p);
     b.pos = (hp__axes){{g->tp, g->cp}, {0, 0}};
     const hp_model_config *mc = &m->cfg;

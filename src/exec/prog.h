@@ -58,7 +58,7 @@ typedef struct hp__mla {
 typedef struct hp__prog {
     hp__rcfg cfg;
     hp__mla mla;
-    int64_t tp, cp, dp, ep; /* the mesh's axis sizes and EP group size */
+    int64_t tp, cp, dp, ep; /* the mesh's tp and cp sizes, the batch blocks (hp_mesh_batch_split), the EP size */
     bool embed_split;       /* the embedding's rows (vocabulary) are cut over tp */
     bool tied;              /* no lm_head.weight: the head is the embedding's slice */
     bool head_split;        /* the head's rows (vocabulary) are cut over tp */

@@ -224,6 +224,22 @@ void hp_mesh_ep_index(const hp_mesh *m, int64_t ep, int64_t rank, int64_t *group
     *index = rank % ep;
 }
 
+int64_t hp_mesh_batch_split(const hp_mesh *m)
+{
+    return hp_mesh_size(m, "dp") * (m->ep_axis ? hp_mesh_size(m, "ep") : 1);
+}
+
+void hp_mesh_batch_index(const hp_mesh *m, int64_t rank, int64_t *n, int64_t *index, int64_t *group)
+{
+    int64_t ep = m->ep_axis ? hp_mesh_size(m, "ep") : 1, e = m->ep_axis ? hp_mesh_coord(m, rank, "ep") : 0;
+    *n = hp_mesh_batch_split(m);
+    *index = hp_mesh_coord(m, rank, "dp") * ep + e;
+    if (group) {
+        int64_t g = hp_mesh_group_rank(m, rank, "dp", 0);
+        *group = m->ep_axis ? hp_mesh_group_rank(m, g, "ep", 0) : g;
+    }
+}
+
 void hp_ep_local_experts(int64_t n_experts, int64_t ep, int64_t index, int64_t *first, int64_t *count)
 {
     if (ep < 1) ep = 1;

@@ -188,9 +188,13 @@ static bool admissible(const ctx *x, const tmpl *t, hp_advise_cand *c)
     if (t->refused.status != HP_OK)
         return reject(c, HP_ADVISE_PLAN, "the planner refuses a plan that cuts the experts over tp%s: %s",
                       c->ep_axis ? " on an ep axis" : " without EP", t->refused.msg);
-    if (co->B < c->dp)
-        return reject(c, HP_ADVISE_DP_ROWS, "dp=%lld replicas but the batch has %lld rows", (long long)c->dp,
-                      (long long)co->B);
+    hp_mesh mesh;
+    hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep, c->ep_axis);
+    int64_t reps = hp_mesh_batch_split(&mesh); /* an explicit ep axis splits the batch with dp */
+    if (co->B < reps)
+        return reject(c, HP_ADVISE_DP_ROWS, c->ep_axis ? "dp x ep = %lld replicas but the batch has %lld rows"
+                                                      : "dp=%lld replicas but the batch has %lld rows",
+                      (long long)reps, (long long)co->B);
     if (rpn > 0 && (c->tp > rpn || rpn % c->tp))
         return reject(c, HP_ADVISE_TP_NODE, "tp=%lld does not fit inside a node of %lld ranks (TP stays inside a "
                       "node)", (long long)c->tp, (long long)rpn);

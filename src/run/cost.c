@@ -483,10 +483,9 @@ static uint64_t gathered_recv(walk *w, const dact *a)
     const hp_mesh *mesh = w->mesh;
     uint64_t tot = 0;
     for (int64_t r = 1; r < hp_mesh_world(mesh); r++) { /* rank 0 places its own block straight from a */
-        int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), dpi = hp_mesh_coord(mesh, r, "dp");
-        if ((a->lay.ax[HP__TP].kind == HP_PL_R && t) || (a->lay.ax[HP__CP].kind == HP_PL_R && c) ||
-            hp_mesh_coord(mesh, r, "ep"))
-            continue;
+        int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), nb, dpi;
+        hp_mesh_batch_index(mesh, r, &nb, &dpi, NULL);
+        if ((a->lay.ax[HP__TP].kind == HP_PL_R && t) || (a->lay.ax[HP__CP].kind == HP_PL_R && c)) continue;
         int64_t g[3] = {w->dp_rows[dpi + 1] - w->dp_rows[dpi], a->g[1], a->g[2]}, lo, n, cnt = 1;
         for (int d = 0; d < 3; d++) {
             hp__lay_range(&w->pos, &a->lay, g, d, t, c, &lo, &n);
@@ -670,9 +669,9 @@ static int64_t member_sends(walk *w, const hp__step *y, int64_t layer, const hp_
                             int64_t q, bool *est)
 {
     const hp_mesh *mesh = w->mesh;
-    int64_t b0, nb, s0, ns, K = w->K, E = w->E, P = w->ep, L = E / P;
-    rows_of(w, lay, hp_mesh_coord(mesh, rank, "dp"), hp_mesh_coord(mesh, rank, "tp"), hp_mesh_coord(mesh, rank, "cp"),
-            &b0, &nb, &s0, &ns);
+    int64_t b0, nb, s0, ns, K = w->K, E = w->E, P = w->ep, L = E / P, n_blk, blk;
+    hp_mesh_batch_index(mesh, rank, &n_blk, &blk, NULL);
+    rows_of(w, lay, blk, hp_mesh_coord(mesh, rank, "tp"), hp_mesh_coord(mesh, rank, "cp"), &b0, &nb, &s0, &ns);
     int64_t T = ck_mul(w, "MoE rows", nb, ns), cap = capacity_of(w, y, T), n = 0;
     const int32_t *rt = w->o->routing && layer < w->o->routing_layers ? w->o->routing[layer] : NULL;
     if (!rt) { /* the balanced router, in closed form */
@@ -883,8 +882,7 @@ static hp_status norm(walk *w, const hp__step *s, const dact *h, dact *t)
 /* The gather of an activation to rank 0 (hp__gather_full): a sender is the first holder of its block. */
 static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer)
 {
-    const hp_cost_rank *r = w->cr;
-    bool sender = hp_mesh_coord(w->mesh, r->rank, "ep") == 0;
+    bool sender = true;
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_R && w->pos.r[ax] != 0) sender = false;
     uint64_t b = sender ? ck_bytes(w, "gathers", local_count(w, a), sizeof(float)) : 0;
@@ -1601,22 +1599,24 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     hp__prog g = {0};
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
-    w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_size(mesh, "dp");
+    w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_batch_split(mesh);
     w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
     w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
     w.sI = m->cfg.shared_intermediate_size;
+    const char *dpn = mesh->ep_axis ? "dp x ep" : "dp"; /* an ep axis splits the rows with dp */
     if (o->B < w.dp)
-        return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
-                          "least one row (use a smaller dp or a larger --batch)", (long long)o->B, (long long)w.dp);
+        return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for %s=%lld replicas; every replica needs at "
+                          "least one row (use a smaller %s or a larger --batch)", (long long)o->B, dpn,
+                          (long long)w.dp, dpn);
     /* gradient accumulation: the walk is one micro-batch of every replica; the step runs n_micro of them */
     int64_t n_micro = 1, mb = hp_cost_default_micro_batch(o, w.dp);
     hp_cost_opts om = *o;
     if (mb > 0) {
         if (mb > o->B / w.dp || o->B % (mb * w.dp))
             return hp_err_set(err, HP_ERR_INPUT, "the global batch of %lld rows does not divide into micro-batches of "
-                              "%lld rows on each of dp=%lld replicas (%lld x %lld = %lld rows a round); give a "
+                              "%lld rows on each of %s=%lld replicas (%lld x %lld = %lld rows a round); give a "
                               "--micro-batch or a --global-batch that makes %lld a multiple of %lld",
-                              (long long)o->B, (long long)mb, (long long)w.dp, (long long)mb, (long long)w.dp,
+                              (long long)o->B, (long long)mb, dpn, (long long)w.dp, (long long)mb, (long long)w.dp,
                               (long long)(mb * w.dp), (long long)o->B, (long long)(mb * w.dp));
         n_micro = o->B / (mb * w.dp);
         om.B = mb * w.dp;
@@ -1666,9 +1666,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
         int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
         hp_cost_rank *r = &c->ranks[ri];
-        int64_t grp;
+        int64_t grp, nb;
         r->rank = rk;
-        r->dp = hp_mesh_coord(mesh, rk, "dp"), r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
+        hp_mesh_batch_index(mesh, rk, &nb, &r->dp, NULL);
+        r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
         hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
         r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
         if (gpu) r->weight_bytes = r->weight_bytes / param_bytes(m) * 2; /* a bf16 engine holds bf16 weights */

@@ -156,7 +156,7 @@ hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_c
     if (r->rank != 0) ranks[n++] = r->rank;
     if (c->world - 1 != r->rank && c->world > 1) ranks[n++] = c->world - 1;
     cost_ctx x = {.k = k, .ranks = ranks, .n_ranks = n, .budget = usable};
-    int64_t dp = hp_mesh_size(&p->mesh, "dp"), cp = hp_mesh_size(&p->mesh, "cp");
+    int64_t dp = hp_mesh_batch_split(&p->mesh), cp = hp_mesh_size(&p->mesh, "cp");
     int64_t mb = c->train ? c->micro_batch : c->B;
     hp__fit_search(f, o, mb, c->train ? (c->B % dp ? -1 : c->B / dp) : 0, cp > 1 ? 2 * cp : 1, c->world, false,
                    cost_try, &x);

@@ -362,12 +362,11 @@ static bool rank_box(const hp__ctx *x, const hp__act *a, int r, const int64_t *d
                      int64_t n[3])
 {
     const hp_mesh *mesh = x->mesh;
-    int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp");
-    *dpi = hp_mesh_coord(mesh, r, "dp");
+    int64_t t = hp_mesh_coord(mesh, r, "tp"), c = hp_mesh_coord(mesh, r, "cp"), nb;
+    hp_mesh_batch_index(mesh, r, &nb, dpi, NULL);
     int64_t g[3] = {dp_rows[*dpi + 1] - dp_rows[*dpi], a->g[1], a->g[2]};
     for (int d = 0; d < 3; d++) hp__lay_range(&x->pos, &a->lay, g, d, t, c, &lo[d], &n[d]);
-    return !(a->lay.ax[HP__TP].kind == HP_PL_R && t) && !(a->lay.ax[HP__CP].kind == HP_PL_R && c) &&
-           !hp_mesh_coord(mesh, r, "ep");
+    return !(a->lay.ax[HP__TP].kind == HP_PL_R && t) && !(a->lay.ax[HP__CP].kind == HP_PL_R && c);
 }
 
 /* Rank 0 holds its own block: it is placed straight from a (never through the gather's receive buffer); the
@@ -379,10 +378,9 @@ hp_status hp__gather_full(hp__ctx *x, const hp__act *a, int64_t B_all, const int
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P)
             return hp_err_set(err, HP_ERR_INPUT, "%s: a partial sum cannot be gathered (reduce it first)", x->where);
-    const hp_mesh *mesh = x->mesh;
     int world = hp_comm_size(x->world), me = hp_comm_rank(x->world);
     /* A rank sends its block when it is the first holder of it: index 0 on every axis that replicates. */
-    bool sender = hp_mesh_coord(mesh, me, "ep") == 0; /* an explicit ep axis replicates the dense activations */
+    bool sender = true;
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_R && x->pos.r[ax] != 0) sender = false;
     size_t mine = sender ? (size_t)hp__act_count(a) * sizeof(float) : 0;

@@ -42,8 +42,8 @@ typedef struct hp__ctx {
     const hp_mesh *mesh;
     hp_comm *axc[HP__NAX]; /* the axis groups: the ranks that differ only in that coordinate */
     hp__axes pos;          /* their sizes and this rank's index in each */
-    hp_comm *dp_c;
-    int64_t dp, dp_r;
+    hp_comm *dp_c;         /* the batch-split group: dp x an explicit ep axis (hp_mesh_batch_index) */
+    int64_t dp, dp_r;      /* its size (the replicas) and this rank's replica */
     hp__comm_stats st;
     bool sync;          /* a barrier before each collective (hp_run_opts.sync_collectives) */
     const char *where; /* the boundary being executed, for messages */

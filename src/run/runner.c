@@ -1012,8 +1012,11 @@ static hp_status check_ids(hp_runner *r, const int64_t *ids, int64_t B, int64_t 
                             "input_ids[%lld][%lld] = %lld is outside the vocabulary [0, %lld) of the model",
                             (long long)(i / S), (long long)(i % S), (long long)ids[i], (long long)r->g.cfg.V);
     if (st == HP_OK && B < r->x.dp)
-        st = hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for dp=%lld replicas; every replica needs at "
-                        "least one row (use a smaller dp or a larger batch)", (long long)B, (long long)r->x.dp);
+        st = hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for %s=%lld replicas%s; every replica needs at "
+                        "least one row (use a smaller %s or a larger batch)", (long long)B,
+                        r->p->mesh.ep_axis ? "dp x ep" : "dp", (long long)r->x.dp,
+                        r->p->mesh.ep_axis ? " (an explicit ep axis splits the rows with dp)" : "",
+                        r->p->mesh.ep_axis ? "dp x ep" : "dp");
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;
     int world = hp_comm_size(r->x.world);
@@ -1151,15 +1154,15 @@ static hp_status split_groups(hp_runner *r, hp_err *err)
 {
     const hp_mesh *mesh = &r->p->mesh;
     int64_t rank = hp_comm_rank(r->x.world);
-    int64_t tp = hp_mesh_size(mesh, "tp"), cp = hp_mesh_size(mesh, "cp"), dp = hp_mesh_size(mesh, "dp");
-    int64_t ti = hp_mesh_coord(mesh, rank, "tp"), ci = hp_mesh_coord(mesh, rank, "cp"),
-            di = hp_mesh_coord(mesh, rank, "dp");
+    int64_t tp = hp_mesh_size(mesh, "tp"), cp = hp_mesh_size(mesh, "cp"), dp, di, dg;
+    int64_t ti = hp_mesh_coord(mesh, rank, "tp"), ci = hp_mesh_coord(mesh, rank, "cp");
+    hp_mesh_batch_index(mesh, rank, &dp, &di, &dg); /* dp x an explicit ep axis split the rows */
     r->x.pos = (hp__axes){{tp, cp}, {ti, ci}};
     r->x.dp = dp;
     r->x.dp_r = di;
     hp_status st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "tp", 0), (int)ti, &r->x.axc[HP__TP], err);
     if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "cp", 0), (int)ci, &r->x.axc[HP__CP], err);
-    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)hp_mesh_group_rank(mesh, rank, "dp", 0), (int)di, &r->x.dp_c, err);
+    if (st == HP_OK) st = hp_comm_split(r->x.world, (int)dg, (int)di, &r->x.dp_c, err);
     return st;
 }
 

@@ -253,7 +253,8 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
     if (st == HP_OK) st = hp_comm_split(r->x.world, (int)color, (int)rank, &b->edp, err);
     if (st != HP_OK) return st;
     /* The group's EP groups (G holders times P members each) saw each distinct row block G·P / D times, D the
-     * number of distinct row blocks of the mesh (dp, and cp and tp where they split the rows). */
+     * number of distinct row blocks of the mesh (dp x an explicit ep axis, and cp and tp where they split the
+     * rows): 1 for TP-extend-EP and for an ep axis, whose members take rows of their own. */
     int64_t G = hp_comm_size(b->edp), P = r->ep;
     int64_t D = r->x.dp * (rows_split(s->run.ax[HP__CP]) ? r->x.pos.n[HP__CP] : 1) *
                 (rows_split(s->run.ax[HP__TP]) ? tp : 1);

@@ -160,7 +160,7 @@ static hp_status capacity_blocks(const hp_comm *world, const hp_run_stats *st, i
         if (s == HP_OK && !(*map = malloc((size_t)(B * S) * sizeof **map + 1)))
             s = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         for (int64_t k = 0; s == HP_OK && k < B * S; k++) (*map)[k] = -1;
-        /* ranks routing the same rows (tp without SP, the explicit ep axis) are one block; others must not overlap */
+        /* ranks routing the same rows (tp without SP) are one block; others must not overlap */
         for (int i = 0; s == HP_OK && i < n; i++) {
             const int64_t *q = all + 6 * i;
             int32_t id = i;

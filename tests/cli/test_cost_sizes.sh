@@ -15,8 +15,8 @@ for bs in "16777216 4194304" "2147483647 2147483647" "2147483647 16777216" "1677
 done
 # Other families and meshes, MoE exchange and MLA included.
 expect 2 "$PAST" -- "$HP" cost $D/deepseek-v3.json --dp 8 --tp 32 --ep 32 --batch 2147483647 --seq 2147483647
-expect 2 "$PAST" -- "$HP" cost $D/mixtral-8x7b.json --mesh dp=1,ep=8 --ep-axis --batch 4194304 --seq 4194304
-# (4194304 x 4194304 fits since inference's 48 sparse layers share one EP runtime: 4x the batch)
+expect 2 "$PAST" -- "$HP" cost $D/mixtral-8x7b.json --mesh dp=1,ep=8 --ep-axis --batch 33554432 --seq 4194304
+# (the ep axis splits the batch 8 ways, as dp does: 4194304 rows x 4194304 positions a rank)
 expect 2 "$PAST" -- "$HP" cost $D/qwen3-30b-a3b.json --cp 4 --tp 2 --ep 2 --batch 16777216 --seq 4194304
 expect 2 "$PAST" -- "$HP" cost $D/gpt-oss-20b.json --batch 2147483647 --seq 2147483647 --format json
 expect 2 "$PAST" -- "$HP" advise $D/llama-3-8b.json --world 8 --mem-per-rank 80GB --batch 4194304 --seq 4194304

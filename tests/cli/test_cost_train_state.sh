@@ -23,6 +23,18 @@ PY
 }
 "$HP" gen --family llama --dtype bf16 --out "$WORK/llama16" >/dev/null 2>&1
 "$HP" gen --family qwen3_moe --dtype bf16 --out "$WORK/moe16" >/dev/null 2>&1
+# dp 2 x an explicit ep axis of 2 splits the batch four ways (the ep axis is data parallelism outside the MoE
+# blocks): the golden's two rows, then the same rows reversed, as a batch of 4 (@B4 in the list).
+python3 - $F/qwen3_moe/forward_io.safetensors "$WORK/qwen3_moe.b4.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+t = h["input_ids"]; o = t["data_offsets"]; B, S = t["shape"]
+ids = struct.unpack("<%dq" % (B * S), b[8 + n + o[0]:8 + n + o[1]]) if t["dtype"] == "I64" else \
+    struct.unpack("<%di" % (B * S), b[8 + n + o[0]:8 + n + o[1]])
+ids = list(ids) + list(ids[::-1])
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [2 * B, S], "data_offsets": [0, 16 * B * S]}}).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<%dq" % len(ids), *ids))
+PY
 n=0
 while read -r fam np flags; do
     n=$((n + 1))
@@ -33,6 +45,7 @@ while read -r fam np flags; do
     esac
     I=$F/llama/forward_io.safetensors
     [ -f $G/forward_io.safetensors ] && I=$G/forward_io.safetensors
+    [[ "$flags" == *@B4* ]] && I=$WORK/$fam.b4.safetensors && flags=${flags//@B4/}
     ov=""
     case "$flags" in
     *--ep\ *)
@@ -64,7 +77,8 @@ deepseek_v3 2 --tp 2
 gpt_oss 2 --tp 2
 qwen3_moe 1
 qwen3_moe 2 --tp 2 --ep 2
-qwen3_moe 4 --dp 2 --ep 2 --ep-axis --zero 1
+qwen3_moe 4 --dp 2 --ep 2 --ep-axis --zero 1 @B4
+qwen3_moe 2 --mesh dp=1,ep=2 --ep-axis --zero 1
 mixtral 2 --dp 2 --ep 2 --zero 1
 qwen2_moe 2 --tp 2
 gpt_oss 2 --tp 2 --ep 2

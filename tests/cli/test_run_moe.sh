@@ -1,9 +1,9 @@
 # hyperpar run on MoE models (mixtral, qwen2_moe, qwen3_moe, glm4_moe with partial rotary, gpt_oss with sinks and
 # yarn, deepseek_v3 with MLA, interleaved rope and yarn's mscale): the sparse blocks run the EP runtime inside the
 # layer loop on each rank's SP/CP-local rows. Every golden at 1 process and under mpirun with TP-extend-EP
-# (tp=2 x ep=2, and ep=4 over dp=2 x tp=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis (ep 2, 4): logits 1e-4 * max|ref|, loss
-# 1e-5, moe.<l>.topk_idx exact; the distributed runs equal one process within 1e-5; from a shard folder;
-# validate; an EP compute that is not declared is refused with the YAML to add.
+# (tp=2 x ep=2, and ep=4 over dp=2 x tp=2), dp=2 x ep=2, SP off, cp=2 with EP and the explicit ep axis (ep 2; ep 4
+# on a random batch of 4, as dp x ep splits the rows): logits 1e-4 * max|ref|, loss 1e-5, moe.<l>.topk_idx exact;
+# the distributed runs equal one process within 1e-5; from a shard folder; validate; an EP compute that is not declared is refused with the YAML to add.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -26,8 +26,12 @@ for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
 4 --cp 2 --tp 2 --ep 2 --loss-parallel
 2 --mesh dp=1,ep=2 --ep-axis
 4 --dp 2 --tp 2 --ep 4
-4 --mesh dp=1,ep=4 --ep-axis
 LIST
+    # An explicit ep axis splits the batch with dp (the dense region is data parallel over dp x ep), so ep=4
+    # needs 4 rows where the golden has 2: a random batch of 4 against one process.
+    "$HP" run $G --random-input 4,16 --output "$WORK/$fam.one4.st" 2>/dev/null </dev/null
+    expect 0 "OK" -- $MPI -np 4 "$HP" run $G --random-input 4,16 --mesh dp=1,ep=4 --ep-axis --overrides $OV \
+        --compare "$WORK/$fam.one4.st" --compare-rtol 1e-5
 done
 # --overlap hides the shared expert behind the exchange: the same numbers (qwen2_moe's gated shared expert,
 # deepseek_v3's plain one).
@@ -105,15 +109,16 @@ for fam in mixtral qwen2_moe qwen3_moe glm4_moe gpt_oss deepseek_v3; do
 2 shard --tp 2
 LIST
 done
-# The explicit ep axis with tp from its own shard folder, and dp=2 x ep=2 x tp=2 on 8 ranks.
+# The explicit ep axis with tp from its own shard folder, and dp=2 x ep=2 x tp=2 on 8 ranks (4 rows: dp x ep
+# split the batch).
 "$HP" shard $F/qwen2_moe --mesh dp=1,ep=2,tp=2 --ep-axis --overrides data/overrides/qwen2_moe_ep.yaml \
     --out "$WORK/qwen2_moe.ept" --quiet >/dev/null 2>&1
 expect 0 "topk_idx 0 of" -- $MPI -np 4 "$HP" run "$WORK/qwen2_moe.ept" --input $F/qwen2_moe/forward_io.safetensors \
     --mesh dp=1,ep=2,tp=2 --ep-axis --overrides data/overrides/qwen2_moe_ep.yaml \
     --compare $F/qwen2_moe/forward_io.safetensors
-expect 0 "topk_idx 0 of" -- $MPI -np 8 "$HP" run $F/gpt_oss --input $F/gpt_oss/forward_io.safetensors \
+expect 0 "OK" -- $MPI -np 8 "$HP" run $F/gpt_oss --random-input 4,16 \
     --mesh dp=2,ep=2,tp=2 --ep-axis --overrides data/overrides/gpt_oss_ep.yaml \
-    --compare $F/gpt_oss/forward_io.safetensors
+    --compare "$WORK/gpt_oss.one4.st" --compare-rtol 1e-5
 # Equal to one process within 1e-5 (the reduction order is the only difference).
 expect 0 "OK" -- $MPI -np 2 "$HP" run $F/deepseek_v3 --input $F/deepseek_v3/forward_io.safetensors --tp 2 \
     --compare "$WORK/deepseek_v3.one.st" --compare-rtol 1e-5
