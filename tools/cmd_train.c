@@ -1034,6 +1034,10 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     hp_outdir_spec os = ckpt_spec(a, out, inputs);
     hp_outdir *of = NULL;
     hp_status st = HP_OK;
+    /* SIGINT/SIGTERM/SIGHUP during the save are recorded on every rank (mpirun forwards them): the writers stop at
+     * their next piece, the save fails, its temporary folder is removed (hp_outdir_close), and then the signal ends
+     * the process with its own status (T13: step-<t>.tmp.<pid> stayed behind) */
+    cli_signals_catch();
     if (root && (st = hp_outdir_open(&of, &os, err)) == HP_OK && (st = hp_outdir_begin(of, err)) == HP_OK)
         snprintf(tmp, sizeof tmp, "%s", hp_outdir_tmp(of));
     st = hp_comm_agree(w, st, err);
@@ -1068,6 +1072,10 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
     }
     hp_outdir_close(of); /* aborts what was not committed: the temporary folder, whoever wrote into it */
     if (st == HP_OK && root) fprintf(stderr, "train: step %lld: checkpoint %s\n", (long long)step, out);
+    if (hp_interrupted() && root)
+        fprintf(stderr, "train: interrupted while saving step %lld's checkpoint: %s; the earlier checkpoints are "
+                "intact\n", (long long)step, st == HP_OK ? "it was complete" : "its temporary folder is removed");
+    cli_signals_release(0); /* a signal recorded meanwhile ends the process now, with its status */
     return st;
 }
 

@@ -7,7 +7,8 @@
 #    uninterrupted run's;
 #  - a full disk while saving (HP_TEST_ENOSPC_AFTER: the writes fail with ENOSPC after that many bytes) on rank 1
 #    in its state file and on rank 0 in state.json: every rank fails with exit 1 naming the file and the cause,
-#    no temporary stays, step-2 is intact and resumes to the same bytes.
+#    no temporary stays, step-2 is intact and resumes to the same bytes;
+#  - SIGTERM, SIGHUP and SIGINT while saving (1 process): the temporary removed, the signal's exit status.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 G=data/forward/llama
@@ -113,5 +114,26 @@ for case in "1 $((R1 + R1 / 2)) step-4/rank-1.safetensors" "0 $((2 * T0 - S0 + 1
     check "full disk on rank $1: no step-4 and no temporary" test "$(ls -A "$run")" = "step-2"
     expect 0 "resumed from $run/step-2" -- $MPI "$HP" train $G $D --resume "$run" --out "$run"
     check "full disk on rank $1: resumed to the uninterrupted run's bytes" merged_same "$run"
+done
+# SIGTERM, SIGHUP and SIGINT in the middle of saving step 4's checkpoint (1 process; a Python parent, so SIGINT is
+# not ignored as in a shell's background job): the temporary folder is removed, step-2 stays, the exit status is
+# the signal's (issue 36 T13: step-4.tmp.<pid> stayed behind)
+for sig in TERM HUP INT; do
+    run="$WORK/sig$sig"
+    rc=$(python3 - "$HP" "$G" "$WORK/sig$sig" "$run" "$sig" ${D/--dp 2 --zero 1 /} <<'PY'
+import os, signal, subprocess, sys, time
+hp, g, pause, run, sig, *d = sys.argv[1:]
+env = dict(os.environ, HP_TEST_PAUSE_MID_WRITE=pause, HP_TEST_PAUSE_WRITE_OF="step-4.tmp")
+p = subprocess.Popen([hp, "train", g, *d, "--out", run], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(600):
+    if os.path.exists(pause + ".ready") or p.poll() is not None:
+        break
+    time.sleep(0.1)
+p.send_signal(getattr(signal, "SIG" + sig))
+print(p.wait(timeout=60))
+PY
+)
+    check "SIG$sig while saving: the process ends by the signal ($rc)" test "$rc" = "-$(kill -l $sig)"
+    check "SIG$sig while saving: no temporary left ($(ls -A "$run" | tr '\n' ' '))" test "$(ls -A "$run")" = "step-2"
 done
 finish
