@@ -17,6 +17,7 @@
  * end, the curves of the steps this run took (tools/html.c).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -41,6 +42,23 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 #include "hyperpar/trainckpt.h"
+
+/* A line of train's own on stderr (rank 0 calls it): "train: <fmt>" with the user's paths in it escaped as every
+ * message is (a newline or a control byte in a name shows as \xNN, never breaking or driving the terminal). */
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_buf_escape(&b, msg, 0);
+    fprintf(stderr, "train: %.*s\n", (int)b.len, b.data && !b.oom ? b.data : msg);
+    hp_buf_free(&b);
+}
 
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
@@ -885,8 +903,10 @@ static json_t *run_flags(const train_args *a, int world)
     json_object_set_new(o, "seq", json_integer((json_int_t)a->seq));
     json_object_set_new(o, "global_batch", json_integer((json_int_t)a->gb));
     json_object_set_new(o, "micro_batch", json_integer((json_int_t)a->mb_rows)); /* per replica, as given */
-    json_object_set_new(o, "shuffle", json_integer((json_int_t)a->order.shuffle));
-    json_object_set_new(o, "seed", json_integer((json_int_t)a->order.seed));
+    json_object_set_new(o, "shuffle", json_string(a->order.shuffle == HP_DATA_IN_ORDER ? "none" : "seeded"));
+    char seed[24]; /* the whole unsigned 64-bit range, as given */
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->order.seed);
+    json_object_set_new(o, "seed", json_string(seed));
     return o;
 }
 
@@ -1071,10 +1091,10 @@ static hp_status save_checkpoint(const train_args *a, hp_comm *w, const hp_model
                       (long long)step);
     }
     hp_outdir_close(of); /* aborts what was not committed: the temporary folder, whoever wrote into it */
-    if (st == HP_OK && root) fprintf(stderr, "train: step %lld: checkpoint %s\n", (long long)step, out);
+    if (st == HP_OK && root) say("step %lld: checkpoint %s", (long long)step, out);
     if (hp_interrupted() && root)
-        fprintf(stderr, "train: interrupted while saving step %lld's checkpoint: %s; the earlier checkpoints are "
-                "intact\n", (long long)step, st == HP_OK ? "it was complete" : "its temporary folder is removed");
+        say("interrupted while saving step %lld's checkpoint: %s; the earlier checkpoints are intact", (long long)step,
+            st == HP_OK ? "it was complete" : "its temporary folder is removed");
     cli_signals_release(0); /* a signal recorded meanwhile ends the process now, with its status */
     return st;
 }
@@ -1127,7 +1147,7 @@ static hp_status remove_checkpoint(const char *dir, hp_err *err)
     closedir(d);
     if (st == HP_OK && rmdir(dir) != 0) st = hp_err_set(err, HP_ERR_IO, "--force: cannot remove %s (%s)", dir,
                                                         strerror(errno));
-    if (st == HP_OK) fprintf(stderr, "train: --force: removed %s, a checkpoint of another run\n", dir);
+    if (st == HP_OK) say("--force: removed %s, a checkpoint of another run", dir);
     return st;
 }
 
@@ -1271,8 +1291,8 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     if (st == HP_OK && a->resume && a->out && !a->save_every && hp_train_ckpt_is(a->out)) {
         a->save_every = a->steps;
         if (root)
-            fprintf(stderr, "train: --out %s is a run folder: the run continues in it, its last step saved as a "
-                    "checkpoint there ('hyperpar merge %s' makes the Hugging Face folder)\n", a->out, a->out);
+            say("--out %s is a run folder: the run continues in it, its last step saved as a checkpoint there "
+                "('hyperpar merge %s' makes the Hugging Face folder)", a->out, a->out);
     }
     if (st == HP_OK && a->out && !a->save_every) { /* with --save-every DIR holds the checkpoints instead */
         hp_outdir_spec os = {.cmd = "train", .out = a->out, .names = g_out_names, .example = "trained",
@@ -1356,7 +1376,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         /* the load first: it names a tensor that is not finite; then every byte against state.json's hashes */
         if (st == HP_OK) st = hp_runner_load_train(r, ckpt, &err);
         if (st == HP_OK) st = verify_resume(w, ckpt, &err);
-        if (st == HP_OK && root) fprintf(stderr, "train: resumed from %s at step %lld\n", ckpt, (long long)k0);
+        if (st == HP_OK && root) say("resumed from %s at step %lld", ckpt, (long long)k0);
     }
     if (st == HP_OK && last <= k0)
         st = hp_err_set(&err, HP_ERR_INPUT, "--stop-after %lld: the run resumed at step %lld is already past it",
@@ -1423,7 +1443,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
             st = evaluate(r, w, eval, a->gb, m->cfg.vocab_size, eval_ids, &eval_loss, &err);
             if (st != HP_OK) break;
             view_eval(&v, k + 1, eval_loss);
-            if (root) fprintf(stderr, "train: step %lld/%lld eval loss %.7g (%s, %lld windows)\n", (long long)(k + 1),
+            if (root) say("step %lld/%lld eval loss %.7g (%s, %lld windows)", (long long)(k + 1),
                               (long long)a->steps, eval_loss, a->eval_data, (long long)hp_data_windows(eval));
         }
         if (log) {
@@ -1472,7 +1492,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         }
         if (st == HP_OK && root) st = write_folder(a, m, &params, of, NULL, &err);
         st = hp_comm_agree(w, st, &err);
-        if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d trained parameters, float32)\n", a->out, params.n);
+        if (st == HP_OK && root) say("wrote %s (%d trained parameters, float32)", a->out, params.n);
     }
     if (st == HP_OK && a->grad_out) {
         if (root && !caught) {
@@ -1482,7 +1502,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         }
         if (root) st = write_grads(a->grad_out, &grads, losses + k0, last - k0, &err);
         st = hp_comm_agree(w, st, &err);
-        if (st == HP_OK && root) fprintf(stderr, "train: wrote %s (%d gradients, %lld losses)\n", a->grad_out,
+        if (st == HP_OK && root) say("wrote %s (%d gradients, %lld losses)", a->grad_out,
                                          grads.n, (long long)(last - k0));
     }
     if (st == HP_OK && a->stats_json) st = cli_write_run_stats(w, r, a->stats_json, -1, &err);
@@ -1496,7 +1516,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
         if (root) st = write_plot(a, m, p, &v, N, &err);
         st = hp_comm_agree(w, st, &err);
         if (st == HP_OK && root)
-            fprintf(stderr, "train: wrote %s (%lld step%s)\n", a->plot, (long long)v.n_pts, v.n_pts == 1 ? "" : "s");
+            say("wrote %s (%lld step%s)", a->plot, (long long)v.n_pts, v.n_pts == 1 ? "" : "s");
     }
     view_free(&v);
     list_free(&grads);

@@ -513,12 +513,20 @@ hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_op
     char path[4200];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     struct stat sb;
+    char kind[160];
     if (st == HP_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        st = hp_err_set(err, HP_ERR_INPUT, "%s: no such folder; merge reads the folder 'hyperpar shard' wrote", dir);
-    if (st == HP_OK && stat(path, &sb) != 0)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s %s%s; merge reads the folder 'hyperpar shard' or 'hyperpar train "
+                        "--save-every' wrote", dir, hp_path_describe(dir, kind, sizeof kind),
+                        stat(dir, &sb) == 0 ? ", not a folder" : "");
+    if (st == HP_OK && stat(path, &sb) != 0) {
+        char sj[4200];
+        snprintf(sj, sizeof sj, "%s/state.json", dir);
+        bool odd = lstat(sj, &sb) == 0 && !S_ISREG(sb.st_mode); /* a state.json that is no file: say what it is */
         st = hp_err_set(err, HP_ERR_INPUT,
                         "%s: manifest.json is missing; this is not a complete 'hyperpar shard' output (nor a "
-                        "training checkpoint: it has no state.json and no step-<t> folder)", dir);
+                        "training checkpoint: %s%s)", dir, odd ? "its state.json " : "it has no state.json and no "
+                        "step-<t> folder", odd ? hp_path_describe(sj, kind, sizeof kind) : "");
+    }
     hp__manifest *man = NULL;
     if (st == HP_OK) st = hp__manifest_read(path, &man, err);
     if (st != HP_OK) {

@@ -78,6 +78,11 @@ static hp_status ckpt_complete(const char *dir, int64_t *step, hp_err *err)
 {
     char p[HP__PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/state.json", dir);
+    if (!regular(dir, "state.json")) { /* never opened unless a file: a FIFO would block the read */
+        char why[160];
+        return hp_err_set(err, HP_ERR_INPUT, "%s: its state.json %s; not a complete training checkpoint", dir,
+                          hp_path_describe(p, why, sizeof why));
+    }
     json_error_t je;
     json_t *root = json_load_file(p, 0, &je);
     if (!root)
@@ -98,9 +103,12 @@ static hp_status ckpt_complete(const char *dir, int64_t *step, hp_err *err)
         const char *f = json_string_value(json_array_get(files, i));
         if (!f || !*f || strchr(f, '/') || !strcmp(f, "..") || !strcmp(f, "."))
             st = hp_err_set(err, HP_ERR_INPUT, "%s: state.json's files[%zu] is not a file name", dir, i);
-        else if (!regular(dir, f))
-            st = hp_err_set(err, HP_ERR_INPUT, "%s: %s, which state.json names, is missing; the checkpoint is "
-                            "incomplete", dir, f);
+        else if (!regular(dir, f)) {
+            char fp[HP__PATH_MAX + 300], why[160];
+            snprintf(fp, sizeof fp, "%s/%s", dir, f);
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: %s, which state.json names, %s; the checkpoint is incomplete", dir,
+                            f, hp_path_describe(fp, why, sizeof why));
+        }
     }
     for (int64_t r = -3; st == HP_OK && r < world; r++) {
         char name[64];
@@ -301,6 +309,7 @@ hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, siz
                               strerror(errno));
     long long best = -1, other_t = -1, first_t = -1;
     int skipped = 0;
+    hp_err first_bad = {0}; /* the first incomplete step-<t>'s reason */
     char run[17] = "", other[17] = "";
     struct dirent *e;
     while ((e = readdir(d))) {
@@ -309,8 +318,9 @@ hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, siz
         if (!step_name(nm, &t)) continue;
         char sub[HP__PATH_MAX + 300], id[17];
         snprintf(sub, sizeof sub, "%s/%s", path, nm);
-        if (ckpt_complete(sub, NULL, NULL) != HP_OK) {
-            skipped++;
+        hp_err e1;
+        if (ckpt_complete(sub, NULL, &e1) != HP_OK) {
+            if (!skipped++) first_bad = e1;
             continue;
         }
         if (t > best) best = t;
@@ -324,10 +334,18 @@ hp_status hp_train_ckpt_find(const char *label, const char *path, char *out, siz
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds the checkpoints of two runs (step-%lld of run %s, "
                           "step-%lld of run %s), so its last one need not be the run's; name the step-<t> folder to "
                           "take", label, path, first_t, run, other_t, other);
-    if (best < 0)
+    if (best < 0) { /* a state.json that is there but is no file (a folder, a FIFO) is named for what it is */
+        char sp[HP__PATH_MAX + 32], why[160];
+        snprintf(sp, sizeof sp, "%s/state.json", path);
+        struct stat sb;
+        if (lstat(sp, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return hp_err_set(err, HP_ERR_INPUT, "%s %s: its state.json %s; a checkpoint's state.json is the file "
+                              "'hyperpar train' writes", label, path, hp_path_describe(sp, why, sizeof why));
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: it holds no complete checkpoint (a step-<t> folder whose state.json "
-                          "names files that are all there)%s", label, path,
-                          skipped ? "; its step-<t> folders are incomplete" : "");
+                          "names files that are all there)%s%s", label, path,
+                          skipped ? "; its step-<t> folders are incomplete, the first seen: " : "",
+                          skipped ? first_bad.msg : "");
+    }
     if ((size_t)snprintf(out, cap, "%s/step-%lld", path, best) >= cap)
         return hp_err_set(err, HP_ERR_INPUT, "%s %s: the path is too long", label, path);
     return hp_train_ckpt_check(out, NULL, err); /* the last complete one must be bound, never passed over */

@@ -52,4 +52,16 @@ check "--force: a new log" test "$(steps_of l3.jsonl)" = "1 2"
 mkdir o8
 expect 2 "--log-json o8/log.jsonl is or lies inside --out o8" -- "$HP" train M $D --steps 2 --out o8 --log-json o8/log.jsonl
 check "nothing written into --out" test -z "$(ls -A o8)"
+# T14: messages name what a thing is, print enum names, escape what they quote
+expect 2 "tok.bin is a regular file, not a folder; merge reads the folder" -- "$HP" merge tok.bin --out mm
+"$HP" train M $D --steps 4 --out r5 --save-every 2 --stop-after 2 --shuffle none >/dev/null 2>&1
+cp -r r5 r6 && rm r6/step-2/state.json && mkdir r6/step-2/state.json
+expect 2 "r6/step-2: its state.json is a folder" -- "$HP" train M $D --steps 4 --resume r6 --out r6 --shuffle none
+cp -r r5 r7 && rm r7/step-2/state.json && mkfifo r7/step-2/state.json
+expect 2 "its state.json is a FIFO (named pipe), not a regular file" -- timeout 20 "$HP" merge r7 --out m7
+cp -r r5 r8 && rm r8/step-2/rank-0.safetensors && mkfifo r8/step-2/rank-0.safetensors
+expect 2 "rank-0.safetensors, which state.json names, is a FIFO (named pipe)" -- timeout 20 "$HP" train M $D --steps 4 --resume r8/step-2 --out r8 --shuffle none
+expect 2 'the run was saved with shuffle "none", this one has "seeded"' -- "$HP" train M $D --steps 4 --resume r5 --out r5
+nl=$'o\nx'
+expect 0 'train: wrote o\x0Ax (' -- "$HP" train M $D --steps 2 --out "$nl"
 finish
