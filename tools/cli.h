@@ -6,6 +6,7 @@
 #ifndef HP_TOOLS_CLI_H
 #define HP_TOOLS_CLI_H
 
+#include <stdarg.h>
 #include <getopt.h>
 #include <stdio.h>
 
@@ -30,6 +31,9 @@ void cli_usage_defer(char *buf, size_t cap);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "hyperpar: error: <msg>", for errors that are not an hp_err. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* head, then fmt's text escaped (hp_buf_escape with esc: HP_ESC_KEEP_LINES for a message of several lines, 0 for
+ * one line whose quoted names must not break it), then a newline, on stderr: every message's one printer. */
+void cli_vsay(const char *head, unsigned esc, const char *fmt, va_list ap);
 /* "hyperpar: warning: <msg>", on rank 0 only under mpirun (warnings are the same on every rank). */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "hyperpar: warning: <cmd>: <msg>", the same way (as cli_usage_error words errors): a flag that changes nothing. */

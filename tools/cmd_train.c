@@ -48,16 +48,10 @@
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
-    char msg[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cli_vsay("train: ", 0, fmt, ap);
     va_end(ap);
-    hp_buf b;
-    hp_buf_init(&b);
-    hp_buf_escape(&b, msg, 0);
-    fprintf(stderr, "train: %.*s\n", (int)b.len, b.data && !b.oom ? b.data : msg);
-    hp_buf_free(&b);
 }
 
 enum {

@@ -77,16 +77,18 @@ void cli_usage_defer(char *buf, size_t cap)
 
 bool cli_rank_is_quiet(void) { return hp_comm_launch_rank() > 0; }
 
-static void msg_print(const char *head, const char *fmt, va_list ap)
+void cli_vsay(const char *head, unsigned esc, const char *fmt, va_list ap)
 {
     char msg[16384]; /* a usage error may quote a path of PATH_MAX bytes and more */
     vsnprintf(msg, sizeof msg, fmt, ap);
     hp_buf b;
     hp_buf_init(&b);
-    hp_buf_escape(&b, msg, HP_ESC_KEEP_LINES);
+    hp_buf_escape(&b, msg, esc);
     fprintf(stderr, "%s%.*s\n", head, (int)b.len, b.data && !b.oom ? b.data : msg);
     hp_buf_free(&b);
 }
+
+static void msg_print(const char *head, const char *fmt, va_list ap) { cli_vsay(head, HP_ESC_KEEP_LINES, fmt, ap); }
 
 void cli_error(const char *fmt, ...)
 {

@@ -515,9 +515,11 @@ hp_status hp_shard_merge(const char *dir, const char *out_dir, const hp_merge_op
     struct stat sb;
     char kind[160];
     if (st == HP_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-        st = hp_err_set(err, HP_ERR_INPUT, "%s %s%s; merge reads the folder 'hyperpar shard' or 'hyperpar train "
-                        "--save-every' wrote", dir, hp_path_describe(dir, kind, sizeof kind),
-                        stat(dir, &sb) == 0 ? ", not a folder" : "");
+        st = stat(dir, &sb) != 0
+                 ? hp_err_set(err, HP_ERR_INPUT, "%s: no such folder; merge reads the folder 'hyperpar shard' or "
+                              "'hyperpar train --save-every' wrote", dir)
+                 : hp_err_set(err, HP_ERR_INPUT, "%s %s, not a folder; merge reads the folder 'hyperpar shard' or "
+                              "'hyperpar train --save-every' wrote", dir, hp_path_describe(dir, kind, sizeof kind));
     if (st == HP_OK && stat(path, &sb) != 0) {
         char sj[4200];
         snprintf(sj, sizeof sj, "%s/state.json", dir);

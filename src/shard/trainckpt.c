@@ -106,8 +106,9 @@ static hp_status ckpt_complete(const char *dir, int64_t *step, hp_err *err)
         else if (!regular(dir, f)) {
             char fp[HP__PATH_MAX + 300], why[160];
             snprintf(fp, sizeof fp, "%s/%s", dir, f);
+            struct stat sb;
             st = hp_err_set(err, HP_ERR_INPUT, "%s: %s, which state.json names, %s; the checkpoint is incomplete", dir,
-                            f, hp_path_describe(fp, why, sizeof why));
+                            f, lstat(fp, &sb) != 0 ? "is missing" : hp_path_describe(fp, why, sizeof why));
         }
     }
     for (int64_t r = -3; st == HP_OK && r < world; r++) {

@@ -35,3 +35,16 @@ finish() {
     echo "$PASSED passed, $FAILED failed"
     [ "$FAILED" -eq 0 ] && [ "$PASSED" -gt 0 ]
 }
+
+# Writes, in the current folder, what the small training tests read: tok.bin (2000 uint16 tokens below 128) and
+# ids.safetensors (input_ids I64 [2, 8]).
+small_train_inputs() {
+    python3 - <<'PY'
+import json, struct
+open("tok.bin", "wb").write(struct.pack("<%dH" % 2000, *[(i * 37 + 11) % 128 for i in range(2000)]))
+B, S = 2, 8
+h = json.dumps({"input_ids": {"dtype": "I64", "shape": [B, S], "data_offsets": [0, 8 * B * S]}}).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open("ids.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<%dq" % (B * S), *[(i * 7) % 100 for i in range(B * S)]))
+PY
+}

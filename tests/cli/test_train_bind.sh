@@ -9,14 +9,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$WORK"
 MPI="timeout 120 mpirun --allow-run-as-root --oversubscribe"
 "$HP" gen --family llama --out M >/dev/null 2>&1
-python3 - <<'PY'
-import json, struct
-open("tok.bin", "wb").write(struct.pack("<%dH" % 2000, *[(i * 37 + 11) % 128 for i in range(2000)]))
-B, S = 2, 8
-h = json.dumps({"input_ids": {"dtype": "I64", "shape": [B, S], "data_offsets": [0, 8 * B * S]}}).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-open("ids.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<%dq" % (B * S), *[(i * 7) % 100 for i in range(B * S)]))
-PY
+small_train_inputs # tok.bin, ids.safetensors (lib.sh)
 D="--data tok.bin --seq 16 --global-batch 4"
 T="timeout 120 $HP train"
 

@@ -28,14 +28,7 @@ check "--skip-nonfinite: nothing updated (the same loss $l1 = $l2)" test -n "$l1
 # ---- an update that is not finite (finite gradients, AdamW storing inf): a tiny generated llama ----
 cd "$WORK"
 "$HP" gen --family llama --out M >/dev/null 2>&1
-python3 - <<'PY'
-import json, struct
-open("tok.bin", "wb").write(struct.pack("<%dH" % 2000, *[(i * 37 + 11) % 128 for i in range(2000)]))
-B, S = 2, 8
-h = json.dumps({"input_ids": {"dtype": "I64", "shape": [B, S], "data_offsets": [0, 8 * B * S]}}).encode()
-h += b" " * ((8 - len(h) % 8) % 8)
-open("ids.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<%dq" % (B * S), *[(i * 7) % 100 for i in range(B * S)]))
-PY
+small_train_inputs # tok.bin, ids.safetensors (lib.sh)
 D="--data tok.bin --seq 16 --global-batch 4"
 T="timeout 120 $HP train"
 expect 3 "step 1: the AdamW update of model.embed_tokens.weight is not finite" -- \
