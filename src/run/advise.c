@@ -543,7 +543,7 @@ static void relax(hp_advice **a, const hp_model *m, const tmpl *t, int n_t, cons
                  o->fixed_micro_batch && o->fixed_recompute ? " and " : "", o->fixed_recompute ? "--recompute" : "",
                  o->fixed_micro_batch && o->fixed_recompute ? "are" : "is");
     snprintf(now, sizeof now, "%s", first->chosen);
-    snprintf(first->chosen, sizeof first->chosen, "%.400s; nothing fits, %s%s%s", now, tried, kept,
+    snprintf(first->chosen, sizeof first->chosen, "%.300s; nothing fits, %s%s%s", now, tried, kept,
              gpu ? "" : " (hyperpar's runtime has no recompute)");
 }
 
