@@ -1018,9 +1018,8 @@ static hp_status check_checkpoint_out(const train_args *a, int64_t k0, int64_t l
 {
     char out[PATH_MAX + 64];
     /* a resumed run saves after k0: a later step-<t> of its own already there would stop it at step t */
-    for (int64_t t = k0 + 1; t < last && !a->force; t++) {
-        struct stat sb;
-        if (t % a->save_every) continue;
+    for (int64_t t = (k0 / a->save_every + 1) * a->save_every; t < last && !a->force; t += a->save_every) {
+        struct stat sb; /* the steps it saves: the multiples of --save-every after k0 (not every step up to last) */
         snprintf(out, sizeof out, "%s/step-%lld", a->out, (long long)t);
         if (stat(out, &sb) == 0)
             return hp_err_set(err, HP_ERR_INPUT, "--out %s already holds step-%lld, which this run resumed at step "
