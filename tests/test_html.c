@@ -67,7 +67,7 @@ static void free_cost(hp_cost *c)
 
 /* 5 candidates (3 accepted, 2 rejected) and their commands. */
 static hp_advise_cand cands5[5];
-static char cmds5[5][CLI_ADVISE_COMMAND_MAX];
+static char cmds5[5][HP_ADVISE_COMMAND_MAX];
 static const char *cmd_ptrs5[5];
 
 static void fake_cands(hp_advice *a, uint64_t budget)

@@ -10,6 +10,8 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "hyperpar/report.h"
+
 #include "hyperpar/core.h"
 
 #define HP_EXIT_OK 0
@@ -226,7 +228,6 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
 
 /* Prints s to stdout as a JSON string (quotes, backslashes and control characters escaped). */
 void cli_json_str(const char *s);
-void cli_json_fstr(FILE *f, const char *s); /* the same to f */
 
 /* ---- cost, advise and train pictures (html.c): one self-contained HTML page, inline SVG, no network ---- */
 struct hp_cost;
@@ -235,7 +236,6 @@ struct hp_mesh;
 struct hp_advice;
 
 /* Room for one candidate's `hyperpar plan ... && hyperpar shard ...` command line. */
-#define CLI_ADVISE_COMMAND_MAX 600
 
 /* `hyperpar cost --format html`: the mesh as a grid of ranks coloured by total memory against budget (0: against
  * the most-loaded rank), a stacked bar per rank (weights, activations, KV cache or training state), and per layer

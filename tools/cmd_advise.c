@@ -82,38 +82,10 @@ typedef struct ctx {
     char **argv;
 } ctx;
 
-/* The plan flags that make candidate c. With EP, the EP compute too (it is never chosen silently): --ep-compute as
- * given, else the family's suggestion unless --overrides (which may declare it) were given. */
-static void flags_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t cap)
-{
-    int n;
-    if (c->ep_axis)
-        n = snprintf(buf, cap, "--mesh dp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
-    else if (c->ep > 1)
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
-    else
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld", (long long)c->dp, (long long)c->cp, (long long)c->tp);
-    const char *ec = x->pf->ep_compute ? x->pf->ep_compute
-                     : !x->pf->overrides && hp_archetype_suggest(x->m) ? "suggested" : NULL;
-    if (c->ep > 1 && ec && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " --ep-compute %s", ec);
-}
-
-
-/* What the shard command reads: MODEL when it holds the weights; a config.json (meta mode) holds none, so the
- * command names a placeholder the user replaces (CKPT_NOTE says so), never a command that cannot run. */
-#define CKPT_PLACEHOLDER "CHECKPOINT"
-#define CKPT_NOTE "(MODEL is a config.json: shard needs the checkpoint folder with the weights; put it for CHECKPOINT)"
-
-/* The hyperpar plan + shard command line that makes candidate c. */
+/* The plan + shard command line that makes candidate c (hp_advise_command). */
 static void command_of(const ctx *x, const hp_advise_cand *c, char *buf, size_t cap)
 {
-    char fl[300];
-    flags_of(x, c, fl, sizeof fl);
-    snprintf(buf, cap, "hyperpar plan %s %s%s%s -o plan.json && hyperpar shard %s --plan plan.json --out shards",
-             x->model_arg, fl, x->pf->overrides ? " --overrides " : "", x->pf->overrides ? x->pf->overrides : "",
-             x->m->meta ? CKPT_PLACEHOLDER : x->model_arg);
+    hp_advise_command(buf, cap, x->m, c, x->model_arg, x->pf->ep_compute, x->pf->overrides);
 }
 
 /* ---- output ---- */
@@ -124,7 +96,7 @@ static void print_text(FILE *o, const ctx *x, int top)
     const hp_advise_cand *v = a->cands;
     int n = a->n_cands, ok = a->n_ok;
     char b[6][32];
-    const hp_cost_opts *co = &x->cf->co;
+    const hp_cost_opts *co = &x->cf->s.co;
     double secs = a->search_seconds;
     char dec[120];
     snprintf(dec, sizeof dec, "decode: one new token per sequence, a KV cache of %lld positions each",
@@ -163,11 +135,11 @@ static void print_text(FILE *o, const ctx *x, int top)
             if (a->decode) fprintf(o, " %10lld", (long long)c->seqs);
             fprintf(o, "\n");
         }
-        char cmd[CLI_ADVISE_COMMAND_MAX], fl[300];
+        char cmd[HP_ADVISE_COMMAND_MAX], fl[300];
         command_of(x, &v[0], cmd, sizeof cmd);
         fprintf(o, "\nmake the plan and the shards of #1:\n  %s\n", cmd);
-        if (x->m->meta) fprintf(o, "  %s\n", CKPT_NOTE);
-        flags_of(x, &v[0], fl, sizeof fl);
+        if (x->m->meta) fprintf(o, "  %s\n", HP_ADVISE_CKPT_NOTE);
+        hp_advise_flags(fl, sizeof fl, x->m, &v[0], x->pf->ep_compute, x->pf->overrides);
         char extra[200] = "";
         if (a->mdl.hw && a->mdl.hw->gpu)
             snprintf(extra, sizeof extra, " --hardware %s%s%s", a->mdl.hw->name, a->train ? " --recompute " : "",
@@ -180,10 +152,10 @@ static void print_text(FILE *o, const ctx *x, int top)
         snprintf(mode, sizeof mode, " --seq %lld%s", (long long)a->S, a->train ? " --mode train" : "");
         if (a->decode) snprintf(mode, sizeof mode, " --mode decode --context %lld", (long long)a->context);
         char budget_arg[32];
-        snprintf(budget_arg, sizeof budget_arg, "%lluB", (unsigned long long)x->cf->budget);
+        snprintf(budget_arg, sizeof budget_arg, "%lluB", (unsigned long long)x->cf->s.budget);
         fprintf(o, "its own plan's figures: hyperpar cost %s %s --batch %lld%s%s%s%s%s%s\n", x->model_arg, fl,
-                (long long)a->B, mode, a->decode && x->cf->budget ? " --mem-per-rank " : "",
-                a->decode && x->cf->budget ? budget_arg : "", x->pf->overrides ? " --overrides " : "",
+                (long long)a->B, mode, a->decode && x->cf->s.budget ? " --mem-per-rank " : "",
+                a->decode && x->cf->s.budget ? budget_arg : "", x->pf->overrides ? " --overrides " : "",
                 x->pf->overrides ? x->pf->overrides : "", extra);
     } else {
         fprintf(o, "no mesh of %lld ranks fits; the reasons follow\n", (long long)a->world);
@@ -199,79 +171,6 @@ static void print_text(FILE *o, const ctx *x, int top)
                "  template plan's cost at its sizes; 'hyperpar cost' with its flags gives its own plan's figures.\n");
 }
 
-static void print_json(FILE *o, const ctx *x)
-{
-    const hp_advice *a = x->a;
-    fprintf(o, "{\"model_path\": ");
-    cli_json_fstr(o, x->m->path);
-    fprintf(o, ", \"world\": %lld, \"mem_per_rank\": %llu, \"batch\": %lld, \"seq\": %lld, \"mode\": \"%s\", "
-               "\"seconds\": %.17g, \"micro_batch\": %lld, \"zero\": %d, \"context\": ",
-            (long long)a->world, (unsigned long long)a->mem_per_rank, (long long)a->B, (long long)a->S,
-            a->train ? "train" : a->decode ? "decode" : "infer", a->search_seconds, (long long)a->micro_batch,
-            a->mdl.zero);
-    if (a->decode) fprintf(o, "%lld", (long long)a->context);
-    else fprintf(o, "null");
-    fprintf(o, ", \"prefer\": \"%s\", \"mem_reserve\": %llu, \"mem_usable\": %llu, \"chosen\": ",
-            a->prefer_headroom ? "headroom" : "time", (unsigned long long)a->mdl.mem_reserve,
-            (unsigned long long)hp_cost_usable(&a->mdl, a->mem_per_rank));
-    if (a->train) {
-        fprintf(o, "{\"micro_batch\": %lld, \"recompute\": \"%s\", \"relaxed\": %s, \"reason\": ",
-                (long long)a->micro_batch, hp_cost_recompute_name(a->mdl.recompute), a->relaxed ? "true" : "false");
-        cli_json_fstr(o, a->chosen);
-        fprintf(o, "}, ");
-    } else {
-        fprintf(o, "null, ");
-    }
-    cli_cost_engine_json(o, &a->mdl);
-    fprintf(o, ", \"fit\": ");
-    if (!a->n_ok && x->fit) cli_fit_json(o, x->fit, "advise", x->argc, x->argv);
-    else fprintf(o, "null");
-    fprintf(o, ", \"candidates\": [");
-    for (int i = 0; i < a->n_cands; i++) {
-        const hp_advise_cand *c = &a->cands[i];
-        fprintf(o, "%s\n  {\"mesh\": ", i ? "," : "");
-        cli_json_fstr(o, c->mesh);
-        fprintf(o, ", \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ep\": %lld, \"ep_axis\": %s, \"ok\": %s",
-                (long long)c->dp, (long long)c->cp, (long long)c->tp, (long long)c->ep, c->ep_axis ? "true" : "false",
-                c->ok ? "true" : "false");
-        if (c->ok || c->max_bytes) {
-            fprintf(o, ", \"max_bytes\": %llu, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"state_bytes\": "
-                       "%llu, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"t_step\": %.17g, \"t_compute\": %.17g, "
-                       "\"t_comm\": %.17g",
-                    (unsigned long long)c->max_bytes, (unsigned long long)c->weight_bytes,
-                    (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
-                    (unsigned long long)c->sent_bytes, (unsigned long long)c->wire_bytes, c->t_step, c->t_compute,
-                    c->t_comm);
-            if (a->decode)
-                fprintf(o, ", \"t_memory\": %.17g, \"kv_seq_bytes\": %llu, \"seqs_fit\": %lld", c->t_memory,
-                        (unsigned long long)c->kv_seq_bytes, (long long)c->seqs);
-            if (a->train)
-                fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, \"recompute\": \"%s\"",
-                        (long long)c->micro_batch, (long long)c->n_micro, hp_cost_recompute_name(a->mdl.recompute));
-        }
-        if (c->ok) {
-            char cmd[CLI_ADVISE_COMMAND_MAX];
-            command_of(x, c, cmd, sizeof cmd);
-            fprintf(o, ", \"command\": ");
-            cli_json_fstr(o, cmd);
-            if (x->m->meta) {
-                fprintf(o, ", \"command_note\": ");
-                cli_json_fstr(o, CKPT_NOTE);
-            }
-        } else {
-            fprintf(o, ", \"reason\": ");
-            cli_json_fstr(o, c->reason);
-            if (c->binding) {
-                fprintf(o, ", \"binding\": ");
-                cli_json_fstr(o, c->binding);
-                fprintf(o, ", \"binding_bytes\": %llu", (unsigned long long)c->binding_bytes);
-            }
-        }
-        fprintf(o, "}");
-    }
-    fprintf(o, "\n]}\n");
-}
-
 /* The page: html.c draws the library's advice, with the commands made here. */
 static int print_html(FILE *o, const ctx *x)
 {
@@ -281,17 +180,17 @@ static int print_html(FILE *o, const ctx *x)
     snprintf(title, sizeof title, "%s on %lld ranks%s%s%s", x->m->path, (long long)a->world,
              gpu ? ": estimates for a bf16 GPU engine (" : "", gpu ? a->mdl.hw->name : "",
              gpu ? ", Megatron-style accounting), not hyperpar's runtime" : "");
-    char *cmds = calloc(a->n_cands ? (size_t)a->n_cands : 1, CLI_ADVISE_COMMAND_MAX);
+    char *cmds = calloc(a->n_cands ? (size_t)a->n_cands : 1, HP_ADVISE_COMMAND_MAX);
     const char **pc = calloc(a->n_cands ? (size_t)a->n_cands : 1, sizeof *pc);
     int rc = -1;
     if (cmds && pc) {
         for (int i = 0; i < a->n_cands; i++) {
-            pc[i] = cmds + (size_t)i * CLI_ADVISE_COMMAND_MAX;
+            pc[i] = cmds + (size_t)i * HP_ADVISE_COMMAND_MAX;
             if (!a->cands[i].ok) continue;
-            char *ci = cmds + (size_t)i * CLI_ADVISE_COMMAND_MAX;
-            command_of(x, &a->cands[i], ci, CLI_ADVISE_COMMAND_MAX);
+            char *ci = cmds + (size_t)i * HP_ADVISE_COMMAND_MAX;
+            command_of(x, &a->cands[i], ci, HP_ADVISE_COMMAND_MAX);
             size_t l = strlen(ci);
-            if (x->m->meta) snprintf(ci + l, CLI_ADVISE_COMMAND_MAX - l, "  # %s", CKPT_NOTE);
+            if (x->m->meta) snprintf(ci + l, HP_ADVISE_COMMAND_MAX - l, "  # %s", HP_ADVISE_CKPT_NOTE);
         }
         rc = cli_html_advise(o, title, a, pc);
     }
@@ -318,12 +217,12 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
     if (st == HP_OK) st = cli_cost_measure(cf, m, &err);
     if (st == HP_OK) {
         ao.world = N;
-        ao.mem_per_rank = cf->budget;
-        ao.cost = cf->co;
-        if (!cf->batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
+        ao.mem_per_rank = cf->s.budget;
+        ao.cost = cf->s.co;
+        if (!cf->s.batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
         ao.plan = pf->po;
         ao.prefer_headroom = prefer_headroom;
-        ao.fixed_micro_batch = cf->micro_given, ao.fixed_recompute = cf->recompute_given;
+        ao.fixed_micro_batch = cf->s.micro_given, ao.fixed_recompute = cf->s.recompute_given;
         st = hp_advise(&a, m, &ao, &err);
     }
     if (st == HP_OK && !a->n_ok && cf->format != 2) st = hp_advise_fit(&fit, m, &ao, a, &err);
@@ -336,7 +235,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         ctx x = {.m = m, .a = a, .cf = cf, .pf = pf, .model_arg = model_arg, .fit = &fit, .argc = argc, .argv = argv};
         if (!o) rc = HP_EXIT_RUNTIME;
         else {
-            if (cf->format == 1) print_json(o, &x);
+            if (cf->format == 1) hp_advice_json(o, m, a, &fit, model_arg, pf->ep_compute, pf->overrides, argc, argv);
             else if (cf->format == 2) rc = print_html(o, &x) == 0 ? HP_EXIT_OK : HP_EXIT_RUNTIME;
             else print_text(o, &x, top);
             fclose(o);
@@ -398,11 +297,11 @@ int cmd_advise(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("advise", "missing --world N (the number of ranks)");
     if (!cli_cost_flags_done("advise", &cf)) return HP_EXIT_USAGE;
-    if (!cf.budget)
+    if (!cf.s.budget)
         return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB), or a GPU --hardware whose memory "
                                "is the budget");
-    if (!cli_advise_rpn_divides("advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
-    if (prefer_headroom && !cf.co.decode)
+    if (!cli_advise_rpn_divides("advise", cf.s.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
+    if (prefer_headroom && !cf.s.co.decode)
         return cli_usage_error("advise", "--prefer headroom ranks by the concurrent sequences that fit: it belongs to "
                                "--mode decode");
     const char *const inputs[] = {pf.overrides};

@@ -507,7 +507,7 @@ int cmd_bench_advise(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("bench advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("bench advise", "missing --world N");
     if (!cli_cost_flags_done("bench advise", &cf)) return HP_EXIT_USAGE;
-    if (!cli_advise_rpn_divides("bench advise", cf.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
+    if (!cli_advise_rpn_divides("bench advise", cf.s.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
     hp_err err;
     hp_model *m = NULL;
     hp_overrides *ov = NULL;
@@ -516,9 +516,9 @@ int cmd_bench_advise(int argc, char **argv)
     hp_advise_opts ao;
     hp_advise_opts_default(&ao);
     ao.world = N;
-    ao.mem_per_rank = cf.budget; /* 0 without --mem-per-rank: every mesh the model takes is evaluated in full */
-    ao.cost = cf.co;
-    if (!cf.batch_given) ao.cost.B = 0; /* advise's default batch */
+    ao.mem_per_rank = cf.s.budget; /* 0 without --mem-per-rank: every mesh the model takes is evaluated in full */
+    ao.cost = cf.s.co;
+    if (!cf.s.batch_given) ao.cost.B = 0; /* advise's default batch */
     ao.plan = pf.po;
     double best_mesh = 0, best_plan = 0;
     int n = 0;
@@ -537,7 +537,7 @@ int cmd_bench_advise(int argc, char **argv)
     cli_cost_flags_free(&cf);
     if (st != HP_OK) return cli_fail(&err);
     printf("bench advise: %s, world %lld, batch %lld x %lld, %d meshes\n", argv[optind], (long long)N,
-           (long long)B, (long long)cf.co.S, n);
+           (long long)B, (long long)cf.s.co.S, n);
     printf("  one plan (the template, with its shard layout): %9.3f ms\n", best_plan * 1e3);
     printf("  advise, per mesh:                               %9.3f ms   (%.4f of one plan; best of %lld)\n",
            best_mesh * 1e3, best_plan > 0 ? best_mesh / best_plan : 0.0, (long long)reps);

@@ -104,147 +104,11 @@ static const char *mb(uint64_t b, char *buf, size_t cap)
     return hp_format_bytes(b, buf, cap);
 }
 
-static void json_model(FILE *o, const hp_cost_model *m)
-{
-    fprintf(o, "{\"state\": \"%s\", \"grad_bytes\": %d, \"master_bytes\": %d, \"optim_bytes\": %d, \"zero\": %d, "
-            "\"recompute\": \"%s\", \"kv_bytes\": %d",
-            m->state == HP_COST_STATE_MEGATRON || hp_cost_model_gpu(m) ? "megatron" : "runtime", m->grad_bytes,
-            m->master_bytes, m->optim_bytes, m->zero, hp_cost_recompute_name(m->recompute), m->kv_bytes);
-    static const char *const names[] = {"gemm_flops", "bw_intra", "bw_inter", "lat_intra", "lat_inter", "mem_bw"};
-    const double v[] = {m->gemm_flops, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter, m->mem_bw};
-    cli_json_reals(o, names, v, sizeof v / sizeof *v);
-    fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
-}
-
-static void json_kinds(FILE *o, const uint64_t *v)
-{
-    fprintf(o, "{");
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++)
-        fprintf(o, "%s\"%s\": %llu", k ? ", " : "", hp_run_coll_name((hp_run_coll)k), (unsigned long long)v[k]);
-    fprintf(o, "}");
-}
-
-/* ", "name": v", or null when the figure is not derived (the runtime refuses the plan). */
-static void json_u64(FILE *o, const char *name, uint64_t v, bool derived)
-{
-    if (derived) fprintf(o, ", \"%s\": %llu", name, (unsigned long long)v);
-    else fprintf(o, ", \"%s\": null", name);
-}
-
 typedef struct fit_args { /* the command line, for the changes' commands */
     const hp_fit *fit;
     int argc;
     char **argv;
 } fit_args;
-
-/* ", "name": n", null when n < 0 (no budget, or not derived). */
-static void json_i64(FILE *o, const char *name, int64_t n)
-{
-    if (n >= 0) fprintf(o, ", \"%s\": %lld", name, (long long)n);
-    else fprintf(o, ", \"%s\": null", name);
-}
-
-static const char *mode_name(const hp_cost *c)
-{
-    return c->train ? "train" : c->decode ? "decode" : "infer";
-}
-
-static void report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
-                        uint64_t budget, const fit_args *fa)
-{
-    char mesh[160], coords[160];
-    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
-    fprintf(o, "{\"model_path\": ");
-    cli_json_fstr(o, m->path);
-    fprintf(o, ", \"mesh\": ");
-    cli_json_fstr(o, mesh);
-    fprintf(o, ", \"world\": %lld, \"batch\": %lld, \"seq\": %lld, \"seq_padded\": %lld, \"mode\": \"%s\", "
-           "\"total_weight_bytes\": %llu, \"max_rank\": %lld, \"model\": ",
-           (long long)c->world, (long long)c->B, (long long)c->S, (long long)c->S_pad, mode_name(c),
-           (unsigned long long)hp_model_total_bytes(m), (long long)c->ranks[c->max_rank].rank);
-    json_model(o, &c->mdl);
-    fprintf(o, ", \"micro_batch\": %lld, \"micro_batches\": %lld, \"mem_per_rank\": %llu, \"mem_reserve\": %llu, "
-               "\"mem_usable\": %llu, ", (long long)c->micro_batch, (long long)c->n_micro, (unsigned long long)budget,
-            (unsigned long long)c->mdl.mem_reserve, (unsigned long long)hp_cost_usable(&c->mdl, budget));
-    cli_cost_engine_json(o, &c->mdl);
-    fprintf(o, ", \"fit\": ");
-    if (fa->fit->binding && fa->fit->budget && fa->fit->total_bytes > hp_cost_usable(&c->mdl, fa->fit->budget))
-        cli_fit_json(o, fa->fit, "cost", fa->argc, fa->argv);
-    else fprintf(o, "null");
-    if (c->decode) fprintf(o, ", \"context\": %lld", (long long)c->context);
-    else fprintf(o, ", \"context\": null");
-    json_i64(o, "seqs_fit", c->decode ? hp_cost_seqs(c, budget) : -1);
-    fprintf(o, ", \"refused\": ");
-    if (c->refused[0]) cli_json_fstr(o, c->refused);
-    else fprintf(o, "null");
-    fprintf(o, ", \"note\": ");
-    if (c->note[0]) cli_json_fstr(o, c->note);
-    else fprintf(o, "null");
-    fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\", "
-           "\"kv_seq_bytes\", \"read_bytes\", \"t_memory\", \"seqs_fit\"], \"ranks\": [");
-    for (int64_t i = 0; i < c->n_ranks; i++) {
-        const hp_cost_rank *r = &c->ranks[i];
-        fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
-        cli_json_fstr(o, hp_shard_coords_str(l, r->rank, coords, sizeof coords));
-        bool d = !c->refused[0]; /* refused: only the weights are derived, the rest is null, never 0 */
-        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu", (long long)r->ep, (unsigned long long)r->weight_bytes);
-        json_u64(o, "activation_bytes", r->act_bytes, d);
-        json_u64(o, "workspace_bytes", r->workspace_bytes, d);
-        json_u64(o, "window_bytes", r->window_bytes, d);
-        json_u64(o, "kv_cache_bytes", r->kv_bytes, d);
-        json_u64(o, "kv_seq_bytes", r->kv_seq_bytes, d);
-        json_u64(o, "grad_bytes", r->grad_bytes, d);
-        json_u64(o, "optim_bytes", r->optim_bytes, d);
-        json_u64(o, "master_bytes", r->master_bytes, d);
-        json_u64(o, "saved_bytes", r->saved_bytes, d);
-        json_u64(o, "gather_bytes", r->gather_bytes, d);
-        json_u64(o, "total_bytes", r->total_bytes, d);
-        fprintf(o, ", \"comm\": ");
-        if (d) {
-            fprintf(o, "{\"bytes\": ");
-            json_kinds(o, r->bytes);
-            fprintf(o, ", \"calls\": ");
-            json_kinds(o, r->calls);
-            fprintf(o, "}");
-        } else {
-            fprintf(o, "null");
-        }
-        json_u64(o, "sent_bytes", r->sent_bytes, d);
-        json_u64(o, "wire_bytes", r->wire_bytes, d);
-        json_u64(o, "net_bytes", r->sent_bytes, d); /* net_bytes: sent_bytes' old name */
-        fprintf(o, ", \"flops\": ");
-        cli_json_count(o, d ? r->flops : NAN);
-        fprintf(o, ", \"t_compute\": ");
-        cli_json_real(o, d ? r->t_compute : NAN);
-        fprintf(o, ", \"t_comm\": ");
-        cli_json_real(o, d ? r->t_comm : NAN);
-        fprintf(o, ", \"t_step\": ");
-        cli_json_real(o, d ? r->t_step : NAN);
-        if (c->decode) {
-            json_u64(o, "read_bytes", r->read_bytes, d);
-            fprintf(o, ", \"t_memory\": ");
-            cli_json_real(o, d ? r->t_memory : NAN);
-            uint64_t usable = hp_cost_usable(&c->mdl, budget);
-            json_i64(o, "seqs_fit", !d ? -1 : budget && !usable ? 0 : hp_cost_rank_seqs(r, usable));
-        }
-        fprintf(o, ", \"ep_estimated\": %s}", r->ep_estimated ? "true" : "false");
-    }
-    const hp_cost_rank *r = &c->ranks[ri];
-    fprintf(o, "\n], \"events_rank\": %lld, \"events\": [", (long long)r->rank);
-    for (size_t i = 0; i < r->n_ev; i++) {
-        const hp_cost_event *e = &r->ev[i];
-        fprintf(o, "%s\n  {\"layer\": %d, \"where\": ", i ? "," : "", e->layer);
-        cli_json_fstr(o, e->where);
-        fprintf(o, ", \"step\": \"%s\", \"kind\": \"%s\", \"axis\": \"%s\", \"group\": %d, \"calls\": %lld, \"bytes\": %llu, "
-               "\"wire_bytes\": %llu, \"estimated\": %s, \"seconds\": ",
-               e->step, hp_run_coll_name(e->kind), e->axis, e->group, (long long)e->calls, (unsigned long long)e->bytes,
-               (unsigned long long)e->wire_bytes, e->estimated ? "true" : "false");
-        cli_json_real(o, e->seconds);
-        fprintf(o, "}");
-    }
-    fprintf(o, "\n]}\n");
-}
 
 static void event_line(FILE *o, const hp_cost_event *e)
 {
@@ -498,10 +362,10 @@ int cmd_cost(int argc, char **argv)
     /* --seq with --input cuts a token stream (then --batch counts its rows); with --ids or --random-input, or a
      * safetensors --input, the input's shape is the batch */
     if (input) {
-        int irc = cli_input_check("cost", &in, in.input && cf.seq_given ? cf.co.S : 0,
-                                  in.input && cf.seq_given && cf.batch_given ? cf.co.B : 0);
+        int irc = cli_input_check("cost", &in, in.input && cf.s.seq_given ? cf.s.co.S : 0,
+                                  in.input && cf.s.seq_given && cf.s.batch_given ? cf.s.co.B : 0);
         if (irc != HP_EXIT_OK) return irc;
-        if (in.src.kind != HP_IDS_STREAM && (cf.batch_given || cf.seq_given))
+        if (in.src.kind != HP_IDS_STREAM && (cf.s.batch_given || cf.s.seq_given))
             return cli_usage_error("cost", "give either %s or --batch/--seq, not both",
                                    in.input ? "--input" : in.ids ? "--ids" : "--random-input");
     } else if (in.dtype || in.seed_given) {
@@ -524,11 +388,11 @@ int cmd_cost(int argc, char **argv)
     const char *shard = hp_shard_is_folder(argv[optind]) ? argv[optind] : NULL;
     hp_status st = shard ? HP_OK : cli_plan_flags_apply(&pf, NULL, &ov, &err);
     if (st == HP_OK) st = shard ? hp_moe_shard_config_open(&m, shard, &err) : hp_model_open(&m, argv[optind], NULL, &err);
-    if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.co.B, &cf.co.S, &err)) == HP_OK)
-        cf.batch_given = cf.seq_given = true;
-    if (st == HP_OK && input && cf.co.decode) { /* the input's rows are the sequences, its positions their context */
-        if (!cf.context_given) cf.co.context = cf.co.S;
-        cf.co.S = 1;
+    if (st == HP_OK && input && (st = hp_ids_load(&in.src, m->cfg.vocab_size, NULL, &cf.s.co.B, &cf.s.co.S, &err)) == HP_OK)
+        cf.s.batch_given = cf.s.seq_given = true;
+    if (st == HP_OK && input && cf.s.co.decode) { /* the input's rows are the sequences, its positions their context */
+        if (!cf.s.context_given) cf.s.co.context = cf.s.co.S;
+        cf.s.co.S = 1;
     }
     if (st == HP_OK && !shard) cli_plan_flags_freeze(&pf, m);
     if (st == HP_OK) st = cli_cost_measure(&cf, m, &err);
@@ -541,12 +405,12 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
     else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
-    if (st == HP_OK && !cf.batch_given && cf.co.B < hp_mesh_batch_split(&p->mesh))
-        cf.co.B = hp_mesh_batch_split(&p->mesh); /* the default batch: a row per replica (dp x an ep axis) */
-    cf.co.layout = l; /* built once: for the coordinates shown and the weights */
-    if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.co, &err);
+    if (st == HP_OK && !cf.s.batch_given && cf.s.co.B < hp_mesh_batch_split(&p->mesh))
+        cf.s.co.B = hp_mesh_batch_split(&p->mesh); /* the default batch: a row per replica (dp x an ep axis) */
+    cf.s.co.layout = l; /* built once: for the coordinates shown and the weights */
+    if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.s.co, &err);
     hp_fit fit = {0};
-    if (st == HP_OK && cf.format != 2) st = hp_cost_fit(&fit, m, p, &cf.co, cost, cf.budget, &err);
+    if (st == HP_OK && cf.format != 2) st = hp_cost_fit(&fit, m, p, &cf.s.co, cost, cf.s.budget, &err);
     for (int i = 0, k = 0; st == HP_OK && input && i < fit.n; i++) { /* the input's shape is the batch: keep it */
         if (strcmp(fit.ch[i].flag, "--seq") && strcmp(fit.ch[i].flag, "--batch")) fit.ch[k++] = fit.ch[i];
         if (i == fit.n - 1) fit.n = k;
@@ -557,14 +421,14 @@ int cmd_cost(int argc, char **argv)
                         (long long)cost->world);
     if (st == HP_OK) {
         int64_t ri = want_rank >= 0 ? want_rank : cost->max_rank;
-        if (cf.format == 2) st = write_html(cf.output, m, p, cost, cf.budget, &err);
+        if (cf.format == 2) st = write_html(cf.output, m, p, cost, cf.s.budget, &err);
         else {
             char *buf = NULL;
             size_t len = 0;
             FILE *mem = cf.output ? open_memstream(&buf, &len) : NULL, *o = mem ? mem : stdout;
             if (cf.output && !mem) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-            else if (cf.format == 1) report_json(o, m, p, l, cost, ri, cf.budget, &fa);
-            else report_text(o, m, p, l, cost, ri, detail, cf.budget, routing != NULL, &fa);
+            else if (cf.format == 1) hp_cost_report_json(o, m, p, l, cost, ri, cf.s.budget, &fit, argc, argv);
+            else report_text(o, m, p, l, cost, ri, detail, cf.s.budget, routing != NULL, &fa);
             if (mem) {
                 fclose(mem);
                 st = cli_write_atomic_err(cf.output, buf, len, "the report", &err);

@@ -58,13 +58,6 @@ static void shape_str(const hp_param *p, char *buf, size_t cap)
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-static int64_t count_sparse(const hp_model *m)
-{
-    int64_t n = 0;
-    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) n += hp_model_layer_is_sparse(m, l);
-    return n;
-}
-
 /* Subtree parameter totals, computed bottom-up (modules are in pre-order, children after parents). */
 static uint64_t *subtree_totals(const hp_model *m)
 {
@@ -126,65 +119,21 @@ static void print_tree(const hp_model *m, int max_depth)
     free(tot);
 }
 
-static void dtype_bytes(const hp_model *m, uint64_t by[HP_DT_COUNT])
-{
-    memset(by, 0, HP_DT_COUNT * sizeof *by);
-    for (size_t i = 0; i < m->n_params; i++) by[m->params[i].dtype] += m->params[i].nbytes;
-}
-
 static int print_json(const hp_model *m, bool tensors)
 {
-    uint64_t by[HP_DT_COUNT];
-    dtype_bytes(m, by);
-    json_t *o = json_object();
-    json_object_set_new(o, "path", json_string(m->path));
-    json_object_set_new(o, "mode", json_string(m->meta ? "meta" : "checkpoint"));
-    json_object_set_new(o, "architecture", json_string(m->architecture));
-    json_object_set_new(o, "model_type", json_string(m->model_type));
-    json_object_set_new(o, "arch", json_string(m->arch));
-    json_object_set_new(o, "family", m->family ? json_string(hp_family_name(m->family)) : json_null());
-    json_object_set_new(o, "num_params", json_integer((json_int_t)hp_model_num_params(m)));
-    json_object_set_new(o, "num_tensors", json_integer((json_int_t)m->n_params));
-    json_object_set_new(o, "total_bytes", json_integer((json_int_t)hp_model_total_bytes(m)));
-    json_t *d = json_object();
-    for (int t = 0; t < HP_DT_COUNT; t++)
-        if (by[t]) json_object_set_new(d, hp_dtype_name((hp_dtype)t), json_integer((json_int_t)by[t]));
-    json_object_set_new(o, "dtypes", d);
-    json_object_set_new(o, "layers", json_integer(m->cfg.num_hidden_layers));
-    json_object_set_new(o, "sparse_layers", json_integer(count_sparse(m)));
-    json_object_set_new(o, "experts", json_integer(m->cfg.n_experts));
-    json_object_set_new(o, "experts_per_tok", json_integer(m->cfg.num_experts_per_tok));
-    json_object_set_new(o, "expert_layout", json_string(hp_expert_layout_name(m->layout)));
-    json_object_set_new(o, "hidden_size", json_integer(m->cfg.hidden_size));
-    json_object_set_new(o, "num_modules", json_integer((json_int_t)m->n_modules));
-    if (m->ckpt) {
-        json_object_set_new(o, "weights", json_string(hp_ckpt_source(m->ckpt)));
-        const char *ign = hp_ckpt_ignored(m->ckpt);
-        json_object_set_new(o, "weights_ignored", ign ? json_string(ign) : json_null());
-    }
-    if (tensors) {
-        json_t *arr = json_array();
-        for (size_t i = 0; i < m->n_params; i++) {
-            const hp_param *p = &m->params[i];
-            json_t *shape = json_array();
-            for (int k = 0; k < p->n_dims; k++) json_array_append_new(shape, json_integer(p->shape[k]));
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", p->name, "dtype",
-                                                 hp_dtype_name(p->dtype), "shape", shape));
-        }
-        json_object_set_new(o, "tensors", arr);
-    }
-    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    if (!s) return HP_EXIT_RUNTIME;
-    puts(s);
-    free(s);
-    return HP_EXIT_OK;
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_err err;
+    int rc = hp_model_inspect_json(m, tensors, &b, &err) == HP_OK ? HP_EXIT_OK : cli_fail(&err);
+    if (rc == HP_EXIT_OK) fwrite(b.data, 1, b.len, stdout);
+    hp_buf_free(&b);
+    return rc;
 }
 
 static void print_summary(const hp_model *m)
 {
     uint64_t by[HP_DT_COUNT];
-    dtype_bytes(m, by);
+    hp_model_dtype_bytes(m, by);
     char a[48], b[48];
     hp_buf e1, e2;
     hp_buf_init(&e1);
@@ -209,13 +158,13 @@ static void print_summary(const hp_model *m)
     if (m->cfg.num_hidden_layers && mla)
         printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld, multi-head latent attention:\n%-13s q/k head dim "
                "%lld (nope %lld + rope %lld), v head dim %lld, kv_lora_rank %lld, q_lora_rank %lld\n", "layers",
-               (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
+               (long long)m->cfg.num_hidden_layers, (long long)hp_model_sparse_layers(m), (long long)m->cfg.hidden_size,
                (long long)m->cfg.num_attention_heads, "", (long long)(m->cfg.qk_nope_head_dim + m->cfg.qk_rope_head_dim),
                (long long)m->cfg.qk_nope_head_dim, (long long)m->cfg.qk_rope_head_dim, (long long)m->cfg.v_head_dim,
                (long long)m->cfg.kv_lora_rank, (long long)m->cfg.q_lora_rank);
     else if (m->cfg.num_hidden_layers)
         printf("%-13s %lld (%lld sparse), hidden %lld, heads %lld / kv %lld, head_dim %lld\n", "layers",
-               (long long)m->cfg.num_hidden_layers, (long long)count_sparse(m), (long long)m->cfg.hidden_size,
+               (long long)m->cfg.num_hidden_layers, (long long)hp_model_sparse_layers(m), (long long)m->cfg.hidden_size,
                (long long)m->cfg.num_attention_heads, (long long)m->cfg.num_key_value_heads,
                (long long)m->cfg.head_dim);
     if (m->cfg.n_experts)

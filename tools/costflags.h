@@ -70,20 +70,9 @@ enum {
     {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp}
 
 typedef struct cli_cost_flags {
-    hp_cost_opts co;
-    bool batch_given, seq_given;
-    uint64_t budget;    /* --mem-per-rank, 0 when not given */
+    hp_cost_settings s; /* what the flags say (hp_cost_setting) */
     int format;         /* 0 text, 1 json, 2 html */
     const char *output; /* -o */
-    bool measure;       /* --measure-gemm */
-    const char *megatron_by; /* the first flag that chose Megatron's byte model, NULL: none */
-    bool runtime_given;      /* --train-state runtime */
-    const hp_cost_hardware *hw; /* --hardware (NULL: cpu) */
-    unsigned given;          /* the model flags given explicitly (bits of CLI_G_*): they override the profile */
-    bool recompute_given, global_given, micro_given, reserve_given;
-    int64_t global_batch;    /* --global-batch */
-    bool context_given;      /* --context */
-    const char *train_only;  /* the first flag given that only a training step takes, NULL: none */
     int32_t **routing;  /* --routing: per layer, owned */
     int64_t n_routing;
 } cli_cost_flags;
@@ -94,18 +83,11 @@ void cli_cost_flags_init(cli_cost_flags *f);
  * no training flag, the context is --context, else the --seq given, else 4096, and the step one new token (S = 1);
  * --context needs decode. false: a usage error was printed. */
 bool cli_cost_flags_done(const char *cmd, cli_cost_flags *f);
-/* The command line that makes change ch: "hyperpar CMD" with argv[1..argc) (argv[0] is CMD), every occurrence of
- * ch's flag (and of --global-batch with --batch, of --train-state runtime with --zero 2 or 3) dropped and ch's
- * flag and value appended, each word quoted for a POSIX shell where it needs it. */
-void cli_fit_command(char *buf, size_t cap, const char *cmd, int argc, char **argv, const hp_fit_change *ch);
-/* The binding constraint and the changes of f (none: the line says nothing was found), as text or as the value of
- * a JSON "fit" key. */
+/* The binding constraint and the changes of f (none: the line says nothing was found), as text (the JSON:
+ * hp_fit_json, hyperpar/report.h). */
 void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv);
-void cli_fit_json(FILE *o, const hp_fit *f, const char *cmd, int argc, char **argv);
-#define CLI_FIT_COMMAND_MAX 8192
-/* The text line and the JSON object that say which engine the figures describe. */
+/* The text line that says which engine the figures describe (the JSON: hp_cost_engine_json). */
 void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train);
-void cli_cost_engine_json(FILE *o, const hp_cost_model *m);
 /* The "reserve" line of the text: how much of a budget (0: none, no line) m keeps for the runtime, and the rest. */
 void cli_cost_reserve_text(FILE *o, const hp_cost_model *m, uint64_t budget);
 /* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
@@ -123,10 +105,6 @@ hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err);
 /* JSON numbers of doubles, never rounded to a few digits: a count (FLOPs) as an integer while a double holds it
  * exactly, else with every digit a double has (17 significant); a real (seconds, rates) with 17 significant
  * digits, which read back to the same double. Not finite: null. */
-void cli_json_count(FILE *o, double v);
-void cli_json_real(FILE *o, double v);
-/* ", "name": v" for each of the n pairs, v as cli_json_real writes it. */
-void cli_json_reals(FILE *o, const char *const *names, const double *v, size_t n);
 /* "2.5 s", "12.3 ms" or "45 us". */
 const char *cli_seconds(double s, char *buf, size_t cap);
 

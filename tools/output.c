@@ -113,24 +113,9 @@ int cli_check_output_file(const char *cmd, const char *opt, const char *path, co
     return HP_EXIT_OK;
 }
 
-void cli_json_fstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 void cli_json_str(const char *s)
 {
-    cli_json_fstr(stdout, s);
+    hp_json_fstr(stdout, s);
 }
 
 /* Writes data to path atomically (hp_file_write_atomic), or to stdout when path is NULL. */

@@ -200,6 +200,38 @@ typedef struct hp_cost {
  * that neither divides the world nor holds it all, or a batch past what 64 bits hold ("... is past what the cost
  * model can hold"): every figure is computed with checked arithmetic, and every byte figure, the sum a rank's
  * report prints (total_bytes + kv_bytes, the communication bytes over all kinds) included, fits a uint64_t. */
+/* ---- the settings of a cost or advise request, by name (src/run/cost_settings.c) ----
+ * Names are the CLI's long options without "--" (batch, global-batch, micro-batch, seq, mode, context, hardware,
+ * recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, intra-bw, inter-bw, intra-latency-us,
+ * inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, optim-bytes, zero, kv-bytes,
+ * measure-gemm); values as typed there. The CLI and the JSON-in interface both read them here. */
+typedef struct hp_cost_settings {
+    hp_cost_opts co;
+    bool batch_given, seq_given;
+    uint64_t budget;            /* mem-per-rank, 0 when not given (a GPU --hardware: its memory) */
+    bool measure;               /* measure-gemm */
+    const char *megatron_by;    /* the first setting that chose Megatron's byte model, NULL: none */
+    bool runtime_given;         /* train-state runtime */
+    const hp_cost_hardware *hw; /* hardware (NULL: cpu) */
+    unsigned given;             /* the model settings given explicitly: they override the hardware's */
+    bool recompute_given, global_given, micro_given, reserve_given;
+    int64_t global_batch;       /* global-batch */
+    bool context_given;         /* context */
+    const char *train_only;     /* the first setting given that only a training step takes, NULL: none */
+} hp_cost_settings;
+
+void hp_cost_settings_init(hp_cost_settings *s);
+/* Reads one setting; *taken is false when name is not one of them (nothing changed, HP_OK). A bad value is
+ * HP_ERR_INPUT naming it as the CLI's flag ("--batch expects ..."). */
+hp_status hp_cost_setting(hp_cost_settings *s, const char *name, const char *value, bool *taken, hp_err *err);
+/* After the settings: applies the hardware under the settings given explicitly, its memory as the default budget,
+ * and checks what they say together (recompute under cpu, micro-batch outside training, ...); decode: no
+ * training setting, the context is context, else the seq given, else 4096, and the step one new token (S = 1). */
+hp_status hp_cost_settings_done(hp_cost_settings *s, hp_err *err);
+/* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken
+ * as 80 bytes). opt names the value in the message. */
+hp_status hp_parse_size(const char *opt, const char *s, uint64_t *out, hp_err *err);
+
 hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err);
 
 /* Decode: the sequences that fit beside rank r's weights and step activations in mem_per_rank bytes,

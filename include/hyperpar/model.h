@@ -179,6 +179,27 @@ void hp_model_close(hp_model *m);
 hp_status hp_model_from_config_text(hp_model **out, const char *text, size_t len, const char *label,
                                     const hp_model_opts *opts, hp_err *err);
 
+/* The number of sparse (MoE) layers; bytes by dtype; the model as `hyperpar inspect --json` prints it (with
+ * tensors: every tensor), ending in a newline. */
+int64_t hp_model_sparse_layers(const hp_model *m);
+void hp_model_dtype_bytes(const hp_model *m, uint64_t by[HP_DT_COUNT]);
+hp_status hp_model_inspect_json(const hp_model *m, bool tensors, hp_buf *out, hp_err *err);
+
+/* One tensor of a model held elsewhere (a live torch module): its name, dtype and shape. */
+typedef struct hp_tensor_desc {
+    const char *name;
+    hp_dtype dtype;
+    int n_dims;
+    int64_t shape[HP_MAX_DIMS];
+    bool trainable;
+} hp_tensor_desc;
+
+/* Builds a model from a config.json text and the tensors of a model held elsewhere (meta: no weights are read);
+ * label names it in messages. With a known family the tensors must be what the config describes (as for a
+ * checkpoint: hp_model_open). */
+hp_status hp_model_from_tensors(hp_model **out, const char *config_text, size_t len, const char *label,
+                                const hp_tensor_desc *t, size_t n, hp_err *err);
+
 const hp_param *hp_model_find_param(const hp_model *m, const char *name);
 int hp_model_find_module(const hp_model *m, const char *name); /* -1 when absent */
 /* Layers of the decoder stack that hold a sparse (MoE) block. */

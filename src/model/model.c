@@ -571,6 +571,52 @@ hp_status hp_model_from_config_text(hp_model **out, const char *text, size_t len
     return HP_OK;
 }
 
+hp_status hp_model_from_tensors(hp_model **out, const char *config_text, size_t len, const char *label,
+                                const hp_tensor_desc *t, size_t n, hp_err *err)
+{
+    *out = NULL;
+    hp_model *m = model_new(label);
+    if (!m || !m->path) {
+        hp_model_close(m);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    hp_status st = hp__config_parse(config_text, len, label, &m->arena, &m->cfg, &m->architecture, &m->model_type,
+                                    &m->family, err);
+    raw_list raw = {.arena = &m->arena};
+    for (size_t i = 0; st == HP_OK && i < n; i++) {
+        if (t[i].n_dims < 0 || t[i].n_dims > HP_MAX_DIMS) {
+            st = hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' has %d dimensions; at most %d are supported", label,
+                            t[i].name, t[i].n_dims, HP_MAX_DIMS);
+            break;
+        }
+        for (int d = 0; d < t[i].n_dims; d++)
+            if (t[i].shape[d] < 0)
+                st = hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' has a negative size", label, t[i].name);
+        if (st == HP_OK && (st = raw_push(&raw, t[i].name, t[i].dtype, t[i].n_dims, t[i].shape, err)) == HP_OK)
+            raw.v[raw.n - 1].trainable = t[i].trainable;
+    }
+    if (st == HP_OK && raw.n == 0)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: the model has no parameters; there is nothing to plan", label);
+    if (st != HP_OK) {
+        free(raw.v);
+        hp_model_close(m);
+        return st;
+    }
+    m->meta = true; /* shapes only: the weights stay where they are (a live module) */
+    m->has_config = true;
+    if ((st = build_table(m, &raw, err)) == HP_OK) {
+        m->layout = detect_layout(m);
+        if (m->family) st = hp__model_check_weights(m, label, err);
+    }
+    if (st != HP_OK) {
+        hp_model_close(m);
+        return st;
+    }
+    finish_names(m);
+    *out = m;
+    return HP_OK;
+}
+
 hp_status hp_model_open(hp_model **out, const char *path, const hp_model_opts *opts, hp_err *err)
 {
     *out = NULL;
