@@ -254,10 +254,12 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
 /* --ranks-per-node R must tile the world in whole nodes (R divides N), or hold it all (R >= N). */
 bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N)
 {
-    if (rpn <= 0 || rpn >= N || N % rpn == 0) return true;
-    cli_usage_error(cmd, "--ranks-per-node %lld does not divide --world %lld (the last node would hold %lld ranks); "
-                    "give a divisor of %lld, or %lld or more for one node", (long long)rpn, (long long)N,
-                    (long long)(N % rpn), (long long)N, (long long)N);
+    hp_cost_settings s;
+    hp_cost_settings_init(&s);
+    s.co.mdl.ranks_per_node = rpn, s.budget = 1;
+    hp_err err;
+    if (hp_advise_settings_check(&s, N, false, &err) == HP_OK) return true;
+    cli_usage_error(cmd, "%s", err.msg);
     return false;
 }
 
@@ -297,13 +299,8 @@ int cmd_advise(int argc, char **argv)
     if (optind != argc - 1) return cli_usage_error("advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("advise", "missing --world N (the number of ranks)");
     if (!cli_cost_flags_done("advise", &cf)) return HP_EXIT_USAGE;
-    if (!cf.s.budget)
-        return cli_usage_error("advise", "missing --mem-per-rank SIZE (e.g. 80GB), or a GPU --hardware whose memory "
-                               "is the budget");
-    if (!cli_advise_rpn_divides("advise", cf.s.co.mdl.ranks_per_node, N)) return HP_EXIT_USAGE;
-    if (prefer_headroom && !cf.s.co.decode)
-        return cli_usage_error("advise", "--prefer headroom ranks by the concurrent sequences that fit: it belongs to "
-                               "--mode decode");
+    hp_err err;
+    if (hp_advise_settings_check(&cf.s, N, prefer_headroom, &err) != HP_OK) return cli_usage_error("advise", "%s", err.msg);
     const char *const inputs[] = {pf.overrides};
     if (cf.output && cli_check_output_file("advise", "--output", cf.output, argv[optind], inputs, 1) != 0)
         return HP_EXIT_USAGE;

@@ -405,8 +405,7 @@ int cmd_cost(int argc, char **argv)
     if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
     else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
-    if (st == HP_OK && !cf.s.batch_given && cf.s.co.B < hp_mesh_batch_split(&p->mesh))
-        cf.s.co.B = hp_mesh_batch_split(&p->mesh); /* the default batch: a row per replica (dp x an ep axis) */
+    if (st == HP_OK) hp_cost_settings_batch(&cf.s, &p->mesh);
     cf.s.co.layout = l; /* built once: for the coordinates shown and the weights */
     if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.s.co, &err);
     hp_fit fit = {0};

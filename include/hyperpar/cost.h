@@ -231,6 +231,11 @@ hp_status hp_cost_settings_done(hp_cost_settings *s, hp_err *err);
 /* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken
  * as 80 bytes). opt names the value in the message. */
 hp_status hp_parse_size(const char *opt, const char *s, uint64_t *out, hp_err *err);
+/* cost's default batch on mesh when none was given: a row per replica (dp x an ep axis). */
+void hp_cost_settings_batch(hp_cost_settings *s, const hp_mesh *mesh);
+/* What advise needs of its settings for world ranks: a budget, ranks per node that tile the world, --prefer
+ * headroom only in decode. */
+hp_status hp_advise_settings_check(const hp_cost_settings *s, int64_t world, bool prefer_headroom, hp_err *err);
 
 hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err);
 

@@ -30,7 +30,7 @@ def model_source(model):
         for name, p in model.named_parameters():
             tensors.append({"name": name, "shape": list(p.shape), "dtype": _torch_dtype(p.dtype),
                             "trainable": bool(p.requires_grad)})
-        return {"config": cfg, "tensors": tensors}
+        return {"config": cfg, "tensors": tensors, "label": "%s.config" % type(model).__name__}
     raise TypeError("hyperpar: a model is a path, a config dict or a transformers model (torch.nn.Module with a "
                     ".config), got %s" % type(model).__name__)
 
@@ -164,21 +164,50 @@ def plan(model, mesh=None, **options):
     return Plan(_call(dict(req, format="json")), req)
 
 
-def cost(model, mesh=None, **options):
-    """`hyperpar cost --format json` as a dict. Cost options (mode, seq, batch, micro_batch, context, hardware,
-    mem_per_rank, recompute, ...) beside the plan options."""
-    plan_keys = _plan_options.__code__.co_varnames[1:_plan_options.__code__.co_argcount]
-    po = {k: options.pop(k) for k in list(options) if k in plan_keys}
-    req = {"command": "cost", "model": model_source(model), "options": _plan_options(mesh, **po), "cost": options}
-    return _json.loads(_call(req))
+_PLAN_KEYS = ("ep", "ep_axis", "sequence_parallel", "loss_parallel", "overrides", "ep_compute", "freeze",
+              "allow_uncovered", "packed_fused")
 
 
-def advise(model, world, **options):
-    """`hyperpar advise --format json` as a dict: the meshes for `world` ranks, best first."""
-    req = {"command": "advise", "model": model_source(model), "world": int(world), "cost": options}
-    return _json.loads(_call(req))
+def _split(options):
+    """Plan options (as hp.plan takes them) apart from the cost settings (the CLI's cost flags: mode, seq, batch,
+    micro_batch, global_batch, context, hardware, recompute, mem_per_rank, mem_reserve, zero, ...)."""
+    po = {k: options.pop(k) for k in list(options) if k in _PLAN_KEYS}
+    settings = {k.replace("_", "-"): v for k, v in options.items()}
+    return po, settings
+
+
+def cost(model, mesh=None, rank=None, **options):
+    """`hyperpar cost --format json` as a dict: every rank's memory, FLOPs, collectives and time for the plan of
+    model on mesh. Settings as the CLI's flags with _ for -: mode="train", seq=4096, batch=8, micro_batch=1,
+    hardware="H100", mem_per_rank="80GB", recompute="selective", zero=1, ...; plan options as hp.plan's.
+    rank: whose events are listed (default: the most-loaded rank)."""
+    return _json.loads(_call(_cost_request(model, mesh, rank, **options)))
+
+
+def _cost_request(model, mesh=None, rank=None, **options):
+    po, settings = _split(options)
+    req = {"command": "cost", "model": model_source(model), "options": _plan_options(mesh, **po), "cost": settings}
+    if rank is not None:
+        req["rank"] = int(rank)
+    return req
+
+
+def advise(model, world, prefer=None, **options):
+    """`hyperpar advise --format json` as a dict: every mesh of `world` ranks, the ones that fit first, best first.
+    Needs a budget: mem_per_rank="80GB" or a GPU hardware="H100". When none fits, hyperpar.Error is raised with the
+    CLI's message, and its .report holds the advice (the binding constraint and the nearest changes)."""
+    return _json.loads(_call(_advise_request(model, world, prefer, **options)))
+
+
+def _advise_request(model, world, prefer=None, **options):
+    po, settings = _split(options)
+    req = {"command": "advise", "model": model_source(model), "world": int(world),
+           "options": _plan_options(None, **po), "cost": settings}
+    if prefer is not None:
+        req["prefer"] = prefer
+    return req
 
 
 def inspect(model, tensors=False):
-    """`hyperpar inspect --format json` as a dict (tensors=True: every tensor, as --tensors)."""
+    """`hyperpar inspect --json` as a dict (tensors=True: every tensor, as --tensors)."""
     return _json.loads(_call({"command": "inspect", "model": model_source(model), "tensors": bool(tensors)}))

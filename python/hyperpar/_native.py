@@ -12,6 +12,7 @@ class Error(Exception):
     def __init__(self, message, code=2):
         super().__init__(message)
         self.code = code
+        self.report = None  # advise: the report printed beside the refusal
 
 
 def _candidates():
@@ -57,5 +58,11 @@ def call(request):
         lb.hp_api_free(out.value)
         lb.hp_api_free(err.value)
     if code != 0:
-        raise Error(msg or "hyperpar: the request failed", code)
+        e = Error(msg or "hyperpar: the request failed", code)
+        if text:
+            try:
+                e.report = json.loads(text)
+            except ValueError:
+                e.report = text
+        raise e
     return text

@@ -12,6 +12,8 @@
 #include "hyperpar/model.h"
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
+#include "hyperpar/report.h"
+#include "hyperpar/shard.h"
 
 #define REQ_MAX_TENSORS 1000000
 
@@ -140,9 +142,8 @@ static hp_status plan_options(json_t *o, plan_req *r, hp_err *err)
     hp_plan_opts_default(&r->po);
     r->ov = NULL;
     r->freeze = NULL;
-    if (!o) o = json_object(), json_decref(o); /* none given: an empty object's defaults */
     if (o && !json_is_object(o)) return bad(err, "the request's %s must be an object", "options");
-    hp_status st = o ? check_keys(o, "options", known, err) : HP_OK;
+    hp_status st = o ? check_keys(o, "options", known, err) : HP_OK; /* none given: the defaults */
     if (st != HP_OK) return st;
     int64_t dp = 1, cp = 1, tp = 1, ep = 1;
     bool ep_axis = flag(o, "ep_axis");
@@ -229,20 +230,228 @@ static hp_status do_plan(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_er
     return st;
 }
 
+/* ---- cost and advise: the settings by the CLI's names, and the command line their reports quote ---- */
+
+typedef struct argv_buf {
+    char *v[256];
+    int n;
+} argv_buf;
+
+static void arg_push(argv_buf *a, const char *s)
+{
+    if (a->n < (int)(sizeof a->v / sizeof *a->v) - 1) a->v[a->n++] = strdup(s);
+}
+
+static void arg_free(argv_buf *a)
+{
+    for (int i = 0; i < a->n; i++) free(a->v[i]);
+}
+
+/* The CLI command line equivalent to the request (the fit's changes quote it). */
+static void request_argv(argv_buf *a, const char *cmd, json_t *model, const plan_req *r, json_t *opts)
+{
+    char b[64];
+    arg_push(a, cmd);
+    json_t *path = json_object_get(model, "path");
+    arg_push(a, json_is_string(path) ? json_string_value(path) : "MODEL");
+    const hp_mesh *m = &r->po.mesh;
+    if (m->ep_axis || hp_mesh_size(m, "pp") > 1) {
+        arg_push(a, "--mesh");
+        arg_push(a, hp_mesh_str(m, b, sizeof b));
+        if (m->ep_axis) arg_push(a, "--ep-axis");
+    } else {
+        static const char *const axes[] = {"dp", "cp", "tp"};
+        for (int i = 0; i < 3; i++)
+            if (hp_mesh_size(m, axes[i]) > 1) {
+                snprintf(b, sizeof b, "--%s", axes[i]);
+                arg_push(a, b);
+                snprintf(b, sizeof b, "%lld", (long long)hp_mesh_size(m, axes[i]));
+                arg_push(a, b);
+            }
+        if (m->ep > 1) {
+            arg_push(a, "--ep");
+            snprintf(b, sizeof b, "%lld", (long long)m->ep);
+            arg_push(a, b);
+        }
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(opts, k, v) {
+        snprintf(b, sizeof b, "--%s", k);
+        arg_push(a, b);
+        if (json_is_string(v)) arg_push(a, json_string_value(v));
+        else if (json_is_integer(v)) snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v)), arg_push(a, b);
+        else if (json_is_real(v)) snprintf(b, sizeof b, "%.17g", json_real_value(v)), arg_push(a, b);
+    }
+}
+
+/* The "cost" object: {name: value} with the CLI's long names (hp_cost_setting); true for a flag. */
+static hp_status cost_settings(json_t *o, hp_cost_settings *s, hp_err *err)
+{
+    hp_cost_settings_init(s);
+    if (o && !json_is_object(o)) return bad(err, "the request's %s must be an object of settings", "cost");
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        char val[64];
+        if (json_is_string(v)) snprintf(val, sizeof val, "%s", json_string_value(v));
+        else if (json_is_integer(v)) snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_real(v)) snprintf(val, sizeof val, "%.17g", json_real_value(v));
+        else if (json_is_true(v)) val[0] = '\0';
+        else if (json_is_false(v) || json_is_null(v)) continue;
+        else return bad(err, "cost setting '%s' must be a string, a number or true", k);
+        if (json_is_string(v) && strlen(json_string_value(v)) >= sizeof val)
+            return bad(err, "cost setting '%s' is too long", k);
+        if (!strcmp(k, "measure-gemm"))
+            return bad(err, "%s measures the GEMM rate with the CLI (hyperpar cost --measure-gemm); give gemm-gflops",
+                       "measure-gemm");
+        bool taken = false;
+        hp_status st = hp_cost_setting(s, k, val, &taken, err);
+        if (st != HP_OK) return st;
+        if (!taken)
+            return bad(err, "'%s' is not a cost setting (batch, global-batch, micro-batch, seq, mode, context, "
+                       "hardware, recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, intra-bw, inter-bw, "
+                       "intra-latency-us, inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, "
+                       "optim-bytes, zero, kv-bytes)", k);
+    }
+    return hp_cost_settings_done(s, err);
+}
+
+/* A FILE writing into memory, its text then moved into out. */
+static hp_status memfile_done(FILE *f, char **buf, size_t *len, hp_buf *out, hp_err *err)
+{
+    if (fclose(f) != 0 || !*buf) {
+        free(*buf);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory writing the report");
+    }
+    hp_buf_append(out, *buf, *len);
+    free(*buf);
+    return HP_OK;
+}
+
+static hp_status do_cost(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_err *err)
+{
+    hp_cost_settings s;
+    json_t *opts = json_object_get(q, "cost");
+    hp_status st = cost_settings(opts, &s, err);
+    json_t *rv = json_object_get(q, "rank");
+    if (st == HP_OK && rv && (!json_is_integer(rv) || json_integer_value(rv) < 0))
+        st = bad(err, "%s is a rank index >= 0", "rank");
+    hp_plan *p = NULL;
+    hp_shard_layout *l = NULL;
+    hp_cost *c = NULL;
+    hp_fit fit = {0};
+    if (st == HP_OK) st = hp_plan_derive(&p, m, &r->po, err);
+    if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, err);
+    if (st == HP_OK) {
+        hp_cost_settings_batch(&s, &p->mesh);
+        s.co.layout = l;
+        st = hp_cost_compute(&c, m, p, &s.co, err);
+    }
+    if (st == HP_OK) st = hp_cost_fit(&fit, m, p, &s.co, c, s.budget, err);
+    if (st == HP_OK && rv && json_integer_value(rv) >= c->world)
+        st = hp_err_set(err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)json_integer_value(rv),
+                        (long long)c->world);
+    if (st == HP_OK) {
+        argv_buf a = {0};
+        request_argv(&a, "cost", json_object_get(q, "model"), r, opts);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else {
+            hp_cost_report_json(f, m, p, l, c, rv ? (int64_t)json_integer_value(rv) : c->max_rank, s.budget, &fit,
+                                a.n, a.v);
+            st = memfile_done(f, &buf, &len, out, err);
+        }
+        arg_free(&a);
+    }
+    hp_cost_free(c);
+    hp_shard_layout_free(l);
+    hp_plan_free(p);
+    return st;
+}
+
+static hp_status do_advise(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_err *err)
+{
+    hp_cost_settings s;
+    json_t *opts = json_object_get(q, "cost"), *wv = json_object_get(q, "world"), *pv = json_object_get(q, "prefer");
+    if (!json_is_integer(wv) || json_integer_value(wv) < 1 || json_integer_value(wv) > (1 << 20))
+        return bad(err, "--world expects an integer in [1, 1048576] (the number of ranks)%s", "");
+    const char *prefer = json_is_string(pv) ? json_string_value(pv) : "time";
+    if (strcmp(prefer, "time") && strcmp(prefer, "headroom"))
+        return bad(err, "--prefer expects time or headroom, got '%s'", prefer);
+    int64_t N = (int64_t)json_integer_value(wv);
+    hp_status st = cost_settings(opts, &s, err);
+    if (st == HP_OK) st = hp_advise_settings_check(&s, N, !strcmp(prefer, "headroom"), err);
+    if (st != HP_OK) return st;
+    hp_advise_opts ao;
+    hp_advise_opts_default(&ao);
+    ao.world = N;
+    ao.mem_per_rank = s.budget;
+    ao.cost = s.co;
+    if (!s.batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
+    ao.plan = r->po;
+    ao.prefer_headroom = !strcmp(prefer, "headroom");
+    ao.fixed_micro_batch = s.micro_given, ao.fixed_recompute = s.recompute_given;
+    hp_advice *a = NULL;
+    hp_fit fit = {0};
+    st = hp_advise(&a, m, &ao, err);
+    if (st == HP_OK && !a->n_ok) st = hp_advise_fit(&fit, m, &ao, a, err);
+    if (st == HP_OK) {
+        argv_buf av = {0};
+        request_argv(&av, "advise", json_object_get(q, "model"), r, opts);
+        char w[32];
+        snprintf(w, sizeof w, "%lld", (long long)N);
+        arg_push(&av, "--world");
+        arg_push(&av, w);
+        json_t *path = json_object_get(json_object_get(q, "model"), "path");
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else {
+            json_t *ec = json_object_get(json_object_get(q, "options"), "ep_compute");
+            json_t *ov = json_object_get(json_object_get(q, "options"), "overrides");
+            hp_advice_json(f, m, a, &fit, json_is_string(path) ? json_string_value(path) : "MODEL",
+                           json_is_string(ec) ? json_string_value(ec) : NULL,
+                           json_is_string(ov) ? json_string_value(ov) : NULL, av.n, av.v);
+            st = memfile_done(f, &buf, &len, out, err);
+        }
+        arg_free(&av);
+        /* the report lists every reason; when nothing fits, the request as given cannot be met (the report is
+         * still the reply: the caller gets both) */
+        if (st == HP_OK) st = hp_advice_verdict(a, err);
+    }
+    hp_advice_free(a);
+    return st;
+}
+
 static hp_status dispatch(json_t *q, hp_buf *out, hp_err *err)
 {
+    static const char *const known[] = {"command", "model", "options", "format", "fqn", "cost", "rank", "world",
+                                        "prefer", "tensors", "hf_version", NULL};
+    hp_status st = check_keys(q, "request", known, err);
+    if (st != HP_OK) return st;
     json_t *cv = json_object_get(q, "command");
     const char *cmd = json_is_string(cv) ? json_string_value(cv) : "";
-    bool is_plan = !strcmp(cmd, "plan"), is_inspect = !strcmp(cmd, "inspect");
-    if (!is_plan && !is_inspect)
-        return bad(err, "the request's command '%s' is not one of plan, inspect", cmd);
+    enum { PLAN, COST, ADVISE, INSPECT, NONE } c = !strcmp(cmd, "plan") ? PLAN : !strcmp(cmd, "cost") ? COST
+                                                 : !strcmp(cmd, "advise") ? ADVISE : !strcmp(cmd, "inspect") ? INSPECT
+                                                 : NONE;
+    if (c == NONE) return bad(err, "the request's command '%s' is not one of plan, cost, advise, inspect", cmd);
     plan_req r = {0};
-    hp_status st = is_plan ? plan_options(json_object_get(q, "options"), &r, err) : HP_OK;
+    st = c != INSPECT ? plan_options(json_object_get(q, "options"), &r, err) : HP_OK;
     hp_model *m = NULL;
     if (st == HP_OK) st = open_model(json_object_get(q, "model"), &m, err);
     if (st == HP_OK) freeze_model(&r, m);
-    if (st == HP_OK && is_plan) st = do_plan(q, m, &r, out, err);
-    if (st == HP_OK && is_inspect) st = hp_model_inspect_json(m, flag(q, "tensors"), out, err);
+    if (st == HP_OK) {
+        switch (c) {
+        case PLAN: st = do_plan(q, m, &r, out, err); break;
+        case COST: st = do_cost(q, m, &r, out, err); break;
+        case ADVISE: st = do_advise(q, m, &r, out, err); break;
+        default: st = hp_model_inspect_json(m, flag(q, "tensors"), out, err); break;
+        }
+    }
     hp_model_close(m);
     hp_overrides_free(r.ov);
     return st;
@@ -262,8 +471,8 @@ int hp_api_call(const char *request, char **out, char **err_msg)
         st = hp_err_set(&err, HP_ERR_INPUT, "the request is not a JSON object%s%s", q ? "" : ": ", q ? "" : je.text);
     else st = dispatch(q, &b, &err);
     json_decref(q);
-    if (st == HP_OK && b.oom) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK) {
+    if (b.oom) st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if (b.len && !b.oom) {
         *out = malloc(b.len + 1);
         if (*out) {
             memcpy(*out, b.data ? b.data : "", b.len);

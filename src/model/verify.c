@@ -365,7 +365,7 @@ hp_status hp__model_check_weights(const hp_model *m, const char *cfg_label, hp_e
                             "%s does not describe the weights beside it (%s)%s. Fix config.json to match the weights "
                             "(or use the weights it was written for): hyperpar will not plan or shard a model whose "
                             "two descriptions disagree",
-                            cfg_label, hp_ckpt_source(m->ckpt), msg.data);
+                            cfg_label, m->ckpt ? hp_ckpt_source(m->ckpt) : "the model's parameters", msg.data);
         hp_buf_free(&msg);
     }
     hp_buf_free(&head);

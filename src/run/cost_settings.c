@@ -262,3 +262,26 @@ hp_status hp_cost_settings_done(hp_cost_settings *s, hp_err *err)
     if (st == HP_OK) st = settle_mode(s, err);
     return st;
 }
+
+hp_status hp_advise_settings_check(const hp_cost_settings *s, int64_t world, bool prefer_headroom, hp_err *err)
+{
+    int64_t rpn = s->co.mdl.ranks_per_node;
+    if (!s->budget)
+        return hp_err_set(err, HP_ERR_INPUT, "missing --mem-per-rank SIZE (e.g. 80GB), or a GPU --hardware whose "
+                          "memory is the budget");
+    if (rpn > 0 && rpn < world && world % rpn != 0)
+        return hp_err_set(err, HP_ERR_INPUT, "--ranks-per-node %lld does not divide --world %lld (the last node "
+                          "would hold %lld ranks); give a divisor of %lld, or %lld or more for one node",
+                          (long long)rpn, (long long)world, (long long)(world % rpn), (long long)world,
+                          (long long)world);
+    if (prefer_headroom && !s->co.decode)
+        return hp_err_set(err, HP_ERR_INPUT, "--prefer headroom ranks by the concurrent sequences that fit: it "
+                          "belongs to --mode decode");
+    return HP_OK;
+}
+
+void hp_cost_settings_batch(hp_cost_settings *s, const hp_mesh *mesh)
+{
+    if (!s->batch_given && s->co.B < hp_mesh_batch_split(mesh))
+        s->co.B = hp_mesh_batch_split(mesh); /* the default batch: a row per replica (dp x an ep axis) */
+}
