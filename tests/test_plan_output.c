@@ -835,6 +835,30 @@ TEST(derived_replicate_and_per_expert)
     }
     hp_plan_free(p);
     hp_model_close(m);
+
+    /* EP over a per-expert checkpoint: hyperpar's stacks are not transformers' names, so the block's EP entries
+     * are listed, and distributed_config asks for no EP at all (rather than the model's own EP plan). */
+    CHECK(hp_model_open(&m, "data/forward/qwen2_moe", NULL, &err) == HP_OK);
+    if (!m) return;
+    hp_plan_opts_default(&o);
+    hp_mesh_from_sizes(&o.mesh, 1, 1, 2, 2, false);
+    o.ep_compute = "suggested";
+    p = NULL;
+    st = hp_plan_derive(&p, m, &o, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (p) {
+        char *text = render_hf(p, NULL);
+        json_t *j = parse(text);
+        CHECK_EQ_INT(json_object_size(json_object_get(j, "base_model_ep_plan")), 0);
+        json_t *dc = json_object_get(j, "distributed_config");
+        CHECK(json_object_get(dc, "ep_size") == NULL && json_object_get(dc, "ep_plan") == NULL);
+        CHECK_STR_CONTAINS(json_string_value(json_array_get(json_object_get(j, "unmapped"), 0)),
+                           "layers.*.mlp.experts.gate_proj: hyperpar's stack of per-expert tensors");
+        json_decref(j);
+        free(text);
+    }
+    hp_plan_free(p);
+    hp_model_close(m);
 }
 
 TEST_MAIN()

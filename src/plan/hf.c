@@ -133,13 +133,13 @@ static const char *param_key(hf_ctx *c, const char *full, bool lm_head, const ch
 }
 
 /* The parameter's role and rank (ndim), looked up in the model; stacked EP names (not model parameters)
- * take the rank of their first source plus one. Defaults: role HP_ROLE_COUNT (unknown; MOE_EXPERT for
- * stacked names), rank 2 (spec §6.3). */
+ * take the rank of their first source plus one (*stacked: such a name, hyperpar's stack of per-expert tensors).
+ * Defaults: role HP_ROLE_COUNT (unknown; MOE_EXPERT for stacked names), rank 2 (spec §6.3). */
 static void param_info(hf_ctx *c, const hp_boundary *b, const hp_param_spec *ps, const char *full, hp_role *role,
-                       int *ndim)
+                       int *ndim, bool *stacked)
 {
     const hp_plan *p = c->p;
-    *role = HP_ROLE_COUNT, *ndim = 2;
+    *role = HP_ROLE_COUNT, *ndim = 2, *stacked = false;
     const hp_param *mp = p->model ? hp_model_find_param(p->model, full) : NULL;
     if (mp) {
         *ndim = mp->n_dims;
@@ -149,6 +149,7 @@ static void param_info(hf_ctx *c, const hp_boundary *b, const hp_param_spec *ps,
     for (int i = 0; i < b->n_ep_stack; i++) {
         if (strcmp(b->ep_stack[i].name, ps->rel) != 0) continue;
         *role = HP_ROLE_MOE_EXPERT;
+        *stacked = true;
         if (p->model && b->ep_stack[i].n_src > 0) {
             const char *fqn = b->fqn ? b->fqn : "";
             char *src = hp_arena_printf(&c->arena, "%s%s%s", fqn, *fqn ? "." : "",
@@ -306,13 +307,15 @@ static void collect(hf_ctx *c, bool any_ep)
         const hp_boundary *b = &p->boundaries[bi];
         bool ep = boundary_ep_marked(b);
         const char *tp_container = NULL, *ep_container = NULL, *tp_prefix = "", *ep_prefix = "";
+        bool skip_ep_container = false;
         for (int i = 0; i < b->n_params; i++) {
             const hp_param_spec *ps = &b->params[i];
             if (is_bias(ps->rel)) continue;
             const char *full = b->fqn && *b->fqn ? hp_arena_printf(&c->arena, "%s.%s", b->fqn, ps->rel) : ps->rel;
             hp_role role;
             int ndim;
-            param_info(c, b, ps, full, &role, &ndim);
+            bool stacked;
+            param_info(c, b, ps, full, &role, &ndim, &stacked);
             bool lm = b->type == HP_BT_LM_HEAD || role == HP_ROLE_LM_HEAD;
             const char *prefix;
             const char *key = param_key(c, full, lm, &prefix);
@@ -327,11 +330,19 @@ static void collect(hf_ctx *c, bool any_ep)
             bool ep_param = any_ep && !lm && ep && ps->pl.ax[HP_AXIS_EP].kind == HP_PL_S;
             bool router = any_ep && !lm && ep && !ep_param && is_router(b, role, full);
             const char *generic = generalise(c, key);
-            if (era != HP__HF_ERA_REPLACE && (style || ep_param) && per_expert_key(generic)) {
-                note(c, hp_arena_printf(&c->arena, "%s: a per-expert name; transformers %s holds each block's experts "
-                                                   "batched (experts.gate_up_proj, experts.down_proj), so no module "
-                                                   "has this name; left out (plan the batched layout to export it)",
-                                        generic, c->t->text));
+            if (era != HP__HF_ERA_REPLACE && (style || ep_param) && (stacked || per_expert_key(generic))) {
+                note(c, stacked ? hp_arena_printf(&c->arena, "%s: hyperpar's stack of per-expert tensors, which "
+                                                             "transformers %s holds batched under its own names "
+                                                             "(experts.gate_up_proj, experts.down_proj); left out "
+                                                             "with its block (plan the batched layout to export it)",
+                                                  generic, c->t->text)
+                                : hp_arena_printf(&c->arena, "%s: a per-expert name; transformers %s holds each "
+                                                             "block's experts batched (experts.gate_up_proj, "
+                                                             "experts.down_proj), so no module has this name; left "
+                                                             "out (plan the batched layout to export it)",
+                                                  generic, c->t->text));
+                /* Without its expert tensors the experts module must not be split either. */
+                if (ep_param) skip_ep_container = true;
                 continue;
             }
             if (style && era == HP__HF_ERA_DISPATCH && strcmp(style, "sequence_parallel") == 0) {
@@ -374,7 +385,7 @@ static void collect(hf_ctx *c, bool any_ep)
             const char *st = target_style(c, hp__hf_style_name(HP__HF_MOE_TP_EXPERTS), generalise(c, tp_container));
             if (st) add_entry(c, tp_container, tp_prefix, st, PLAN_TP);
         }
-        if (ep_container) {
+        if (ep_container && !skip_ep_container) {
             int want = era == HP__HF_ERA_DISPATCH ? HP__HF_EP_DISPATCH_EXPERTS : HP__HF_MOE_TP_EXPERTS;
             const char *st = target_style(c, hp__hf_style_name(want), generalise(c, ep_container));
             if (st) add_entry(c, ep_container, ep_prefix, st, PLAN_EP);
@@ -480,6 +491,9 @@ static json_t *distributed_config(hf_ctx *c, bool any_ep)
     emit(c, PLAN_TP, tp_plan, true);
     emit(c, PLAN_LM, tp_plan, true);
     emit(c, PLAN_EP, ep_plan, true);
+    if (with_ep && json_object_size(ep_plan) == 0) { /* every EP entry unmapped: no EP rather than the model's own */
+        with_ep = false, fsdp = 1, rep = batch;
+    }
     int rc = json_object_set_new(dc, "tp_size", json_integer(tp));
     if (tp > 1) rc |= json_object_set(dc, "tp_plan", tp_plan);
     if (fsdp > 1) rc |= json_object_set_new(dc, "fsdp_size", json_integer(fsdp));
