@@ -8,6 +8,7 @@
  */
 #include <jansson.h>
 
+#include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 #include "testlib.h"
 
@@ -122,6 +123,18 @@ static char *render(int which, const hp_plan *p, const char *fqn)
     hp_status st = which == 0 ? hp_plan_to_json(p, &b, &err) : which == 1 ? hp_plan_explain(p, fqn, &b, &err)
                                                                           : hp_plan_to_hf(p, &b, &err);
     CHECK_EQ_INT(st, HP_OK);
+    hp_buf_append(&b, "", 1);
+    return b.data;
+}
+
+/* The transformers export for release version (NULL: the default) as a NUL-terminated string (caller frees). */
+static char *render_hf(const hp_plan *p, const char *version)
+{
+    hp_buf b;
+    hp_err err;
+    hp_buf_init(&b);
+    hp_status st = hp_plan_to_hf_target(p, version, &b, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
     hp_buf_append(&b, "", 1);
     return b.data;
 }
@@ -439,18 +452,33 @@ TEST(hf_dense_styles)
     char *text = render(2, &t.p, NULL);
     json_t *j = parse(text);
     CHECK_STR_EQ(json_string_value(json_object_get(j, "format")), "hyperpar-hf-tp-plan");
-    CHECK_EQ_INT(json_integer_value(json_object_get(j, "version")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "version")), 2);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "transformers_version")), "5.25.0");
     json_t *tp = json_object_get(j, "base_model_tp_plan");
     CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.self_attn.q_proj")), "colwise");
     CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.self_attn.o_proj")), "rowwise");
     CHECK_STR_EQ(json_string_value(json_object_get(tp, "embed_tokens")), "embedding_rowwise");
-    CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.input_layernorm")), "sequence_parallel");
+    /* 5.25 has no sequence-parallel norms: no key, and a note says why. */
+    CHECK(json_object_get(tp, "layers.*.input_layernorm") == NULL);
+    CHECK_STR_CONTAINS(json_string_value(json_array_get(json_object_get(j, "notes"), 0)),
+                       "sequence parallelism: transformers 5.25.0 has no sequence-parallel norms");
+    CHECK(json_object_get(j, "unmapped") == NULL);
     /* No concrete layer keys, no bias keys, no model. prefix, lm_head apart. */
     CHECK(json_object_get(tp, "layers.0.self_attn.q_proj") == NULL);
     CHECK(json_object_get(tp, "layers.*.self_attn.o_proj.bias") == NULL);
     CHECK(json_object_get(tp, "model.layers.*.self_attn.q_proj") == NULL);
     CHECK(json_object_get(tp, "lm_head") == NULL);
-    CHECK_EQ_INT(json_object_size(tp), 6);
+    CHECK_EQ_INT(json_object_size(tp), 5);
+    /* DistributedConfig: full module paths, lm_head in the same tp_plan, tp_size from the mesh. */
+    json_t *dc = json_object_get(j, "distributed_config");
+    CHECK_EQ_INT(json_integer_value(json_object_get(dc, "tp_size")), 2);
+    json_t *dtp = json_object_get(dc, "tp_plan");
+    CHECK_STR_EQ(json_string_value(json_object_get(dtp, "model.embed_tokens")), "embedding_rowwise");
+    CHECK_STR_EQ(json_string_value(json_object_get(dtp, "model.layers.*.self_attn.q_proj")), "colwise");
+    CHECK_STR_EQ(json_string_value(json_object_get(dtp, "lm_head")), "colwise_gather_output");
+    CHECK(json_object_get(dtp, "layers.*.self_attn.q_proj") == NULL);
+    CHECK_EQ_INT(json_object_size(dtp), 6);
+    CHECK(json_object_get(dc, "ep_size") == NULL && json_object_get(dc, "ep_plan") == NULL);
     CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "lm_head"), "lm_head")), "colwise_gather_output");
     CHECK(json_object_get(j, "base_model_ep_plan") == NULL);
     /* First appearance order. */
@@ -458,6 +486,17 @@ TEST(hf_dense_styles)
     json_t *v;
     json_object_foreach(tp, first, v) break;
     CHECK_STR_EQ(first, "embed_tokens");
+    json_decref(j);
+    free(text);
+
+    /* Before 5.23: the old output, norms sequence_parallel. */
+    text = render_hf(&t.p, "5.22");
+    j = parse(text);
+    tp = json_object_get(j, "base_model_tp_plan");
+    CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.input_layernorm")), "sequence_parallel");
+    CHECK_EQ_INT(json_object_size(tp), 6);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "transformers_version")), "5.22.0");
+    CHECK(json_object_get(j, "notes") == NULL);
     json_decref(j);
     free(text);
 
@@ -506,14 +545,113 @@ TEST(hf_ep_plan)
     char *text = render(2, &p, NULL);
     json_t *j = parse(text);
     json_t *tp = json_object_get(j, "base_model_tp_plan"), *ep = json_object_get(j, "base_model_ep_plan");
+    /* 5.25 (default): grouped_gemm + ep_dispatch_experts, no router key, no dense entries repeated. */
     CHECK(json_object_get(tp, "layers.*.mlp.experts.gate_up_proj") == NULL);
-    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.gate")), "ep_router");
+    CHECK(json_object_get(ep, "layers.*.mlp.gate") == NULL);
     CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts.gate_up_proj")), "grouped_gemm");
     CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts.down_proj")), "grouped_gemm");
-    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "moe_tp_experts");
-    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.self_attn.q_proj")), "colwise");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "ep_dispatch_experts");
+    CHECK_EQ_INT(json_object_size(ep), 3);
+    json_t *dc = json_object_get(j, "distributed_config");
+    CHECK_EQ_INT(json_integer_value(json_object_get(dc, "tp_size")), 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(dc, "ep_size")), 2);
+    CHECK(json_object_get(dc, "fsdp_size") == NULL && json_object_get(dc, "dp_replicate_size") == NULL);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(dc, "ep_plan"), "model.layers.*.mlp.experts")),
+                 "ep_dispatch_experts");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(dc, "tp_plan"), "model.layers.*.self_attn.q_proj")),
+                 "colwise");
+    /* Nothing 5.25 refuses: no ep_router anywhere, no moe_tp_experts in an EP plan. */
+    CHECK(strstr(text, "ep_router") == NULL);
+    CHECK(strstr(text, "moe_tp_experts") == NULL);
     json_decref(j);
     free(text);
+
+    /* 5.19-5.22: router masking (ep_router + moe_tp_experts), the EP plan beside the TP plan. */
+    text = render_hf(&p, "5.22.2");
+    j = parse(text);
+    ep = json_object_get(j, "base_model_ep_plan");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.gate")), "ep_router");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts.gate_up_proj")), "grouped_gemm");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "moe_tp_experts");
+    CHECK(json_object_get(ep, "layers.*.self_attn.q_proj") == NULL);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(json_object_get(j, "distributed_config"), "ep_plan"),
+                                                   "model.layers.*.mlp.gate")),
+                 "ep_router");
+    json_decref(j);
+    free(text);
+
+    /* Up to 5.18 the EP plan replaces the TP plan: it repeats the dense entries; no DistributedConfig form. */
+    text = render_hf(&p, "5.16");
+    j = parse(text);
+    ep = json_object_get(j, "base_model_ep_plan");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.gate")), "ep_router");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "moe_tp_experts");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.self_attn.q_proj")), "colwise");
+    CHECK(json_object_get(j, "distributed_config") == NULL);
+    json_decref(j);
+    free(text);
+}
+
+/* Each release's registry: a style it lacks is replaced by one that does the same, or listed as unmapped. */
+TEST(hf_target_registries)
+{
+    static hp_param_spec embed_cols[] = {{"weight", NP(S1, R_, NA), 0}};
+    toy t;
+    toy_init(&t, false, false);
+    t.b[0].params = embed_cols; /* embedding sharded on its hidden dim: embedding_colwise */
+    char *text = render_hf(&t.p, "5.21");
+    CHECK_STR_CONTAINS(text, "\"embed_tokens\": \"embedding_colwise\"");
+    free(text);
+    /* 5.16-5.20 have no embedding_colwise (5.17-5.19 lie between releases without it). */
+    const char *const without[] = {"5.16", "5.18.1", "5.20"};
+    for (int i = 0; i < 3; i++) {
+        text = render_hf(&t.p, without[i]);
+        json_t *j = parse(text);
+        CHECK(json_object_get(json_object_get(j, "base_model_tp_plan"), "embed_tokens") == NULL);
+        CHECK_STR_CONTAINS(json_string_value(json_array_get(json_object_get(j, "unmapped"), 0)),
+                           "embed_tokens: style 'embedding_colwise' is not in the registry of transformers");
+        CHECK(strstr(text, "embedding_colwise\"") == NULL);
+        json_decref(j);
+        free(text);
+    }
+    /* 5.0 has no colwise_gather_output, but its colwise_rep is the same (a colwise layer with a gathered output). */
+    text = render_hf(&t.p, "5.0.0");
+    json_t *j = parse(text);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "lm_head"), "lm_head")), "colwise_rep");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "base_model_tp_plan"),
+                                                   "layers.*.self_attn.q_proj")), "colwise");
+    json_decref(j);
+    free(text);
+    /* Newer than the newest release read: its names, less moe_tp_experts (announced removed in 5.28). */
+    text = render_hf(&t.p, "6.3");
+    CHECK_STR_CONTAINS(text, "\"transformers_version\": \"6.3.0\"");
+    CHECK_STR_CONTAINS(text, "\"lm_head\": \"colwise_gather_output\"");
+    free(text);
+}
+
+/* A version that does not parse, or predates every registry read, is an input error naming the accepted forms. */
+TEST(hf_bad_versions)
+{
+    toy t;
+    toy_init(&t, false, false);
+    const char *const bad[] = {"abc", "5.x", "5", "5.25.", "5..1", "", "v5.25", "5.26.0.dev0", "5.25.0.1",
+                               " 5.25", "5.25 ", "-5.25", "+5.25", "1234567.1", "5,25"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        hp_buf b;
+        hp_err err;
+        hp_buf_init(&b);
+        hp_status st = hp_plan_to_hf_target(&t.p, bad[i], &b, &err);
+        CHECK_MSG(st == HP_ERR_INPUT, "'%s' gave status %d", bad[i], (int)st);
+        CHECK_STR_CONTAINS(err.msg, "does not parse: give MAJOR.MINOR or MAJOR.MINOR.PATCH in plain digits");
+        CHECK_EQ_INT((long long)b.len, 0);
+        hp_buf_free(&b);
+        CHECK_EQ_INT(hp_plan_hf_version_check(bad[i], &err), HP_ERR_INPUT);
+    }
+    hp_err err;
+    CHECK_EQ_INT(hp_plan_hf_version_check("4.57", &err), HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "transformers 4.57.0 is older than 5.0, the oldest release");
+    const char *const good[] = {"5.25", "5.25.0", "5.22.2", "5.0", "5.17", "6.0", NULL};
+    for (int i = 0; i < 7; i++) CHECK_MSG(hp_plan_hf_version_check(good[i], &err) == HP_OK, "'%s': %s", good[i], err.msg);
 }
 
 /* ---- derived plans of a real checkpoint ---- */
@@ -584,8 +722,15 @@ TEST(derived_qwen3_moe_outputs)
     json_t *tp = json_object_get(j, "base_model_tp_plan"), *ep = json_object_get(j, "base_model_ep_plan");
     CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.self_attn.q_proj")), "colwise");
     CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.self_attn.q_norm")), "replicated_with_grad_allreduce");
-    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.gate")), "ep_router");
+    CHECK(json_object_get(ep, "layers.*.mlp.gate") == NULL);
     CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts.gate_up_proj")), "grouped_gemm");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "ep_dispatch_experts");
+    json_decref(j);
+    free(text);
+    text = render_hf(p, "5.20");
+    j = parse(text);
+    ep = json_object_get(j, "base_model_ep_plan");
+    CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.gate")), "ep_router");
     CHECK_STR_EQ(json_string_value(json_object_get(ep, "layers.*.mlp.experts")), "moe_tp_experts");
     json_decref(j);
     free(text);
@@ -614,6 +759,101 @@ TEST(derived_qwen3_moe_packed_tp_only)
         CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.mlp.experts.down_proj")), "rowwise");
         CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.mlp.experts")), "moe_tp_experts");
         CHECK(json_object_get(j, "base_model_ep_plan") == NULL);
+        json_decref(j);
+        free(text);
+        /* moe_tp_experts goes in 5.28 (announced by 5.25): from then the container is listed, not written. */
+        text = render_hf(p, "5.28");
+        j = parse(text);
+        tp = json_object_get(j, "base_model_tp_plan");
+        CHECK(json_object_get(tp, "layers.*.mlp.experts") == NULL);
+        CHECK_STR_EQ(json_string_value(json_object_get(tp, "layers.*.mlp.experts.gate_up_proj")), "packed_colwise");
+        CHECK_STR_CONTAINS(json_string_value(json_array_get(json_object_get(j, "unmapped"), 0)),
+                           "layers.*.mlp.experts: style 'moe_tp_experts' is not in the registry of transformers 5.28.0");
+        json_decref(j);
+        free(text);
+    }
+    hp_plan_free(p);
+    hp_model_close(m);
+}
+
+/* A module hyperpar keeps whole that transformers' own plans shard gets "replicate" in the DistributedConfig
+ * form (which merges into the model's plan), and per-expert names, which no transformers 5 module has, are
+ * listed instead of written. */
+TEST(derived_replicate_and_per_expert)
+{
+    hp_model *m = NULL;
+    hp_err err;
+    CHECK(hp_model_open(&m, "data/forward/llama", NULL, &err) == HP_OK);
+    hp_overrides *ov = NULL;
+    CHECK(hp_overrides_load(&ov, "data/overrides/mlp_replicated.yaml", &err) == HP_OK);
+    if (!m || !ov) {
+        hp_overrides_free(ov);
+        hp_model_close(m);
+        return;
+    }
+    hp_plan_opts o;
+    hp_plan_opts_default(&o);
+    hp_mesh_from_sizes(&o.mesh, 1, 1, 2, 1, false);
+    o.overrides = ov;
+    hp_plan *p = NULL;
+    hp_status st = hp_plan_derive(&p, m, &o, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (p) {
+        char *text = render_hf(p, NULL);
+        json_t *j = parse(text);
+        json_t *dtp = json_object_get(json_object_get(j, "distributed_config"), "tp_plan");
+        CHECK_STR_EQ(json_string_value(json_object_get(dtp, "model.layers.*.mlp.gate_proj")), "replicate");
+        CHECK_STR_EQ(json_string_value(json_object_get(dtp, "model.layers.*.mlp.down_proj")), "replicate");
+        CHECK_STR_EQ(json_string_value(json_object_get(dtp, "model.layers.*.self_attn.q_proj")), "colwise");
+        CHECK(json_object_get(dtp, "model.layers.*.input_layernorm") == NULL); /* norms: never default-sharded */
+        json_decref(j);
+        free(text);
+        /* 5.20 has no "replicate" style: nothing written for them. */
+        text = render_hf(p, "5.20");
+        CHECK(strstr(text, "\"replicate\"") == NULL);
+        free(text);
+    }
+    hp_plan_free(p);
+    hp_overrides_free(ov);
+    hp_model_close(m);
+
+    CHECK(hp_model_open(&m, "data/forward/mixtral", NULL, &err) == HP_OK);
+    if (!m) return;
+    hp_plan_opts_default(&o);
+    hp_mesh_from_sizes(&o.mesh, 1, 1, 2, 1, false);
+    p = NULL;
+    st = hp_plan_derive(&p, m, &o, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (p) {
+        char *text = render_hf(p, NULL);
+        CHECK(strstr(text, "experts.*.w1\": ") == NULL);
+        CHECK_STR_CONTAINS(text, "layers.*.block_sparse_moe.experts.*.w1: a per-expert name; transformers 5.25.0 holds");
+        free(text);
+        text = render_hf(p, "5.16"); /* the config-dictionary era keeps them, as before */
+        CHECK_STR_CONTAINS(text, "\"layers.*.block_sparse_moe.experts.*.w1\": \"colwise\"");
+        free(text);
+    }
+    hp_plan_free(p);
+    hp_model_close(m);
+
+    /* EP over a per-expert checkpoint: hyperpar's stacks are not transformers' names, so the block's EP entries
+     * are listed, and distributed_config asks for no EP at all (rather than the model's own EP plan). */
+    CHECK(hp_model_open(&m, "data/forward/qwen2_moe", NULL, &err) == HP_OK);
+    if (!m) return;
+    hp_plan_opts_default(&o);
+    hp_mesh_from_sizes(&o.mesh, 1, 1, 2, 2, false);
+    o.ep_compute = "suggested";
+    p = NULL;
+    st = hp_plan_derive(&p, m, &o, &err);
+    CHECK_MSG(st == HP_OK, "%s", err.msg);
+    if (p) {
+        char *text = render_hf(p, NULL);
+        json_t *j = parse(text);
+        CHECK_EQ_INT(json_object_size(json_object_get(j, "base_model_ep_plan")), 0);
+        json_t *dc = json_object_get(j, "distributed_config");
+        CHECK(json_object_get(dc, "ep_size") == NULL && json_object_get(dc, "ep_plan") == NULL);
+        CHECK_STR_CONTAINS(json_string_value(json_array_get(json_object_get(j, "unmapped"), 0)),
+                           "layers.*.mlp.experts.gate_proj: hyperpar's stack of per-expert tensors");
         json_decref(j);
         free(text);
     }

@@ -1,5 +1,5 @@
 /*
- * cmd_plan.c — `hyperpar plan MODEL [mesh flags] [--format json|explain|hf] [-o FILE]`.
+ * cmd_plan.c — `hyperpar plan MODEL [mesh flags] [--format json|explain|hf [--hf-version V]] [-o FILE]`.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
-enum { O_WORLD = 1000, O_FORMAT, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
+enum { O_WORLD = 1000, O_FORMAT, O_HFVER, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
 
 static const cli_opt g_opts[] = {
     CLI_OPTS_MESH(NULL),
@@ -20,7 +20,10 @@ static const cli_opt g_opts[] = {
     {"world", O_WORLD, "N", "check that the mesh has exactly N ranks", 0, NULL},
     CLI_OPTS_PLAN(NULL),
     {"format", O_FORMAT, "F", "json (default, docs/plan-format.md), explain (report with the compiled\n"
-                              "boundary collectives), hf (transformers base_model_tp_plan style)", 0, NULL},
+                              "boundary collectives), hf (transformers tp_plan/ep_plan and DistributedConfig)", 0, NULL},
+    {"hf-version", O_HFVER, "V", "with --format hf: the transformers release the plan is for, MAJOR.MINOR[.PATCH]\n"
+                                 "(default " HP_HF_DEFAULT_VERSION "; 5.0 or later): its style names, and no name it\n"
+                                 "refuses", 0, NULL},
     {"fqn", O_FQN, "FQN", "with --format explain: only this boundary (or the one declaring this\n"
                           "parameter or module)", 0, NULL},
     {"output", 'o', "FILE", "write there (atomically) instead of stdout; never over an input", CLI_SHORT, NULL},
@@ -39,7 +42,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hyperpar plan MODEL [--mesh dp=2,cp=1,tp=4 | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
             "                     [--world N] [--no-sequence-parallel] [--loss-parallel]\n"
-            "                     [--format json|explain|hf] [--fqn FQN] [-o FILE] [--freeze GLOB]...\n"
+            "                     [--format json|explain|hf [--hf-version V]] [--fqn FQN] [-o FILE]\n"
+            "                     [--freeze GLOB]...\n"
             "                     [--allow-uncovered] [--packed-fused] [--seq-len N]\n"
             "                     [--expert-layout per-expert|batched] [--overrides FILE] [--no-derive]\n"
             "                     [--suggest-overrides] [--ep-compute suggested|ARCHETYPE]\n"
@@ -153,7 +157,7 @@ int cmd_plan(int argc, char **argv)
     cli_plan_flags_init(&pf);
     hp_plan_opts *pp = &pf.po;
     hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    const char *format = "json", *fqn = NULL, *output = NULL;
+    const char *format = "json", *fqn = NULL, *output = NULL, *hf_version = NULL;
     bool suggest = false, format_given = false;
     int64_t world = 0;
     int c;
@@ -170,6 +174,7 @@ int cmd_plan(int argc, char **argv)
             format = optarg;
             format_given = true;
             break;
+        case O_HFVER: hf_version = optarg; break;
         case O_FQN:
             if (!optarg[0]) return cli_usage_error("plan", "--fqn needs a boundary name, got an empty string");
             fqn = optarg;
@@ -191,6 +196,14 @@ int cmd_plan(int argc, char **argv)
     if (fqn && (suggest || strcmp(format, "explain") != 0))
         return cli_usage_error("plan", "--fqn selects the boundary that --format explain reports; add --format "
                                "explain%s", suggest ? " and drop --suggest-overrides" : "");
+    if (hf_version && (suggest || strcmp(format, "hf") != 0))
+        return cli_usage_error("plan", "--hf-version names the transformers release that --format hf writes for; add "
+                               "--format hf%s", suggest ? " and drop --suggest-overrides" : "");
+    if (hf_version) {
+        hp_err verr;
+        if (hp_plan_hf_version_check(hf_version, &verr) != HP_OK)
+            return cli_usage_error("plan", "--hf-version: %s", verr.msg);
+    }
     if (suggest && format_given)
         return cli_usage_error("plan", "--suggest-overrides prints YAML overrides; it does not combine with --format");
     const char *overrides = pf.overrides;
@@ -240,7 +253,7 @@ int cmd_plan(int argc, char **argv)
         hp_status st = suggest                      ? hp_plan_suggest_overrides(p, &b, &err)
                        : !strcmp(format, "json")    ? hp_plan_to_json(p, &b, &err)
                        : !strcmp(format, "explain") ? hp_plan_explain(p, fqn, &b, &err)
-                                                    : hp_plan_to_hf(p, &b, &err);
+                                                    : hp_plan_to_hf_target(p, hf_version, &b, &err);
         if (st != HP_OK) rc = cli_fail(&err);
         else if (b.oom) rc = HP_EXIT_RUNTIME;
         else rc = cli_write_atomic(output, b.data ? b.data : "", b.len, "the plan");

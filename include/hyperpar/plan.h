@@ -273,7 +273,16 @@ const hp_boundary *hp_plan_param_placement(const hp_plan *p, const char *param_f
 /* Outputs (plan_json.c, explain.c, hf.c); out is appended to. */
 hp_status hp_plan_to_json(const hp_plan *p, hp_buf *out, hp_err *err);
 hp_status hp_plan_explain(const hp_plan *p, const char *fqn, hp_buf *out, hp_err *err);
+/* The transformers plan export (docs/plan-format.md, "Transformers plan export") for the style names and plan
+ * rules of transformers release hf_version: "MAJOR.MINOR" or "MAJOR.MINOR.PATCH" in plain digits, 5.0 or later
+ * (NULL: HP_HF_DEFAULT_VERSION). A version that does not parse, or is older than 5.0, is HP_ERR_INPUT. A shard
+ * that no style of the target expresses is listed under "unmapped", never written with a name the target
+ * refuses. hp_plan_to_hf is hp_plan_to_hf_target(p, NULL, ...). */
+#define HP_HF_DEFAULT_VERSION "5.25"
+hp_status hp_plan_to_hf_target(const hp_plan *p, const char *hf_version, hp_buf *out, hp_err *err);
 hp_status hp_plan_to_hf(const hp_plan *p, hp_buf *out, hp_err *err);
+/* Only the version check of hp_plan_to_hf_target (a CLI checks its flags before loading the model). */
+hp_status hp_plan_hf_version_check(const char *hf_version, hp_err *err);
 
 /* §8.9: heads, kv heads, expert width, experts, sequence length against the mesh. */
 hp_status hp_plan_check_compat(const hp_model *m, int64_t tp, int64_t cp, int64_t ep, int64_t seq_len,

@@ -51,4 +51,41 @@ uint32_t hp__memo_param_id(const hp__memo *m, size_t i);
 /* Phase 6: special handler name for a SPECIAL parameter. */
 const char *hp__special_handler(const char *fqn);
 
+/* The transformers parallel-style registries by release (hf_registry.c), for the plan export (hf.c). */
+enum {
+    HP__HF_COLWISE,
+    HP__HF_ROWWISE,
+    HP__HF_COLWISE_GATHER_OUTPUT,
+    HP__HF_COLWISE_REP,
+    HP__HF_PACKED_COLWISE,
+    HP__HF_PACKED_ROWWISE,
+    HP__HF_EMBEDDING_ROWWISE,
+    HP__HF_EMBEDDING_COLWISE,
+    HP__HF_SEQUENCE_PARALLEL,
+    HP__HF_REPLICATED_WITH_GRAD_ALLREDUCE,
+    HP__HF_REPLICATE,
+    HP__HF_GROUPED_GEMM,
+    HP__HF_EP_ROUTER,
+    HP__HF_MOE_TP_EXPERTS,
+    HP__HF_EP_DISPATCH_EXPERTS,
+    HP__HF_STYLE_COUNT
+};
+/* How a release combines its TP and EP plans: REPLACE (<= 5.18: the EP plan replaces the TP plan),
+ * SEPARATE (5.19-5.22: side by side, router masking with ep_router + moe_tp_experts), DISPATCH (>= 5.23:
+ * side by side, grouped_gemm + ep_dispatch_experts, no ep_router). */
+enum { HP__HF_ERA_REPLACE, HP__HF_ERA_SEPARATE, HP__HF_ERA_DISPATCH };
+typedef struct hp__hf_target {
+    int major, minor, patch;
+    char text[40];         /* "5.25.0" */
+    unsigned styles;       /* bit i: style i is in the release's registry */
+    int era;
+    bool newer_than_known; /* past the newest release read: taken as that release less announced removals */
+} hp__hf_target;
+/* version: "MAJOR.MINOR" or "MAJOR.MINOR.PATCH" in plain digits, >= 5.0; NULL is HP_HF_DEFAULT_VERSION.
+ * HP_ERR_INPUT with the accepted forms otherwise. */
+hp_status hp__hf_target_init(hp__hf_target *t, const char *version, hp_err *err);
+bool hp__hf_target_has(const hp__hf_target *t, int style);
+const char *hp__hf_style_name(int style);
+int hp__hf_style_parse(const char *name); /* -1 when not one of the styles above */
+
 #endif
