@@ -220,12 +220,14 @@ static hp_status do_plan(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_er
     const char *format = json_is_string(fv) ? json_string_value(fv) : "json";
     if (strcmp(format, "json") && strcmp(format, "explain") && strcmp(format, "hf"))
         return bad(err, "--format must be json, explain or hf, got '%s'", format);
+    json_t *hv = json_object_get(q, "hf_version");
+    if (hv && !json_is_null(hv) && !json_is_string(hv)) return bad(err, "%s is a string such as \"5.25\"", "hf_version");
     hp_plan *p = NULL;
     hp_status st = hp_plan_derive(&p, m, &r->po, err);
     if (st != HP_OK) return st;
     if (!strcmp(format, "json")) st = hp_plan_to_json(p, out, err);
     else if (!strcmp(format, "explain")) st = hp_plan_explain(p, json_is_string(fq) ? json_string_value(fq) : NULL, out, err);
-    else st = hp_plan_to_hf(p, out, err);
+    else st = hp_plan_to_hf_target(p, json_is_string(hv) ? json_string_value(hv) : NULL, out, err);
     hp_plan_free(p);
     return st;
 }
