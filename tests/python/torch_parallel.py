@@ -54,6 +54,7 @@ TOL = 1e-10
 DENSE = ["llama", "mistral", "qwen2", "qwen3"]
 BATCH, SEQ = 4, 12
 HP_BIN = None
+TMP = None
 
 
 def get_plan(folder, **flags):
@@ -92,11 +93,33 @@ def full(t):
 
 
 def make_model(family, seed=1234):
-    folder = os.path.join(ROOT, "tests", "data", "forward", family)
+    """A tiny random model of tests/data/forward/<family>/config.json, float64, the same on every rank. Biases and
+    norm weights (which transformers initialises to 0 and 1) get random values too, so that a bias added twice or a
+    norm weight taken from the wrong rank shows. FAMILY_bias: the family with attention_bias and mlp_bias on (the
+    row-parallel o_proj/down_proj biases are then deferred, D-22), its config written to a folder of its own."""
+    base, _, variant = family.partition("_bias") if family.endswith("_bias") else (family, "", "")
+    folder = os.path.join(ROOT, "tests", "data", "forward", base)
     config = transformers.AutoConfig.from_pretrained(folder)
+    if family.endswith("_bias"):
+        config.attention_bias = True
+        config.mlp_bias = True
+        folder = os.path.join(TMP, family)
+        os.makedirs(folder, exist_ok=True)
+        config.to_json_file(os.path.join(folder, "config.json"))
+        folder = os.path.join(folder, "config.json")
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    return model.to(torch.float64), folder
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    except ValueError:  # gpt-oss: no SDPA path in transformers (only the refusals build it)
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = model.to(torch.float64)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.1)
+    return model, folder
 
 
 def batch_ids(vocab, seed):
@@ -169,6 +192,10 @@ def run_model_case(spec, family):
     ref_params = dict(ref.named_parameters())
     par_params = dict(par.named_parameters())
     check(sorted(ref_params) == sorted(par_params), "parameter names differ after parallelize")
+    if family.endswith("_bias"):
+        for i, layer in enumerate(par.model.layers):
+            for lin in (layer.self_attn.o_proj, layer.mlp.down_proj):
+                check(type(lin).__name__ == "_NoBiasLinear", "layer %d: a row-parallel bias is not deferred" % i)
     n_dtensor = sum(isinstance(p, DTensor) for p in par_params.values())
     check(n_dtensor == len(par_params), "%d of %d parameters are DTensors" % (n_dtensor, len(par_params)))
     for step in range(3):
@@ -184,6 +211,8 @@ def run_model_case(spec, family):
         if step == 0:
             d["logits"] = maxdiff(logits_par, logits_ref[rows])
             d["loss"] = abs(loss_par.item() - loss_ref.item())
+            check(d["logits"] <= TOL, "logits differ by %.3g" % d["logits"])
+            check(d["loss"] <= TOL, "loss differs by %.3g" % d["loss"])
             for name, p in ref_params.items():
                 q = par_params[name]
                 check(q.grad is not None, "%s: no gradient on the parallelized model" % name)
@@ -326,6 +355,60 @@ def run_refuse():
             check(not isinstance(p, DTensor) and torch.equal(p.detach(), moe_snap[n]), "ep refusal changed %s" % n)
     else:
         say("note refuse     hyperpar.torch.ep is present: the ep refusal is its worker's to test")
+    # the glue to ep.py, with a stand-in module: NotImplementedError from the first block is a refusal naming it,
+    # with the model unchanged; otherwise apply_expert_parallel(model, boundary, plan, device_mesh) is called once
+    # per moe_mlp boundary, in plan order, before the dense styles
+    import types
+    real = sys.modules.get("hyperpar.torch.ep"), getattr(hpt, "ep", None)
+    calls = []
+
+    def not_yet(model, boundary, plan, device_mesh):
+        raise NotImplementedError("stand-in")
+
+    def record(model, boundary, plan, device_mesh):
+        calls.append((boundary["fqn"], plan is ep_plan, device_mesh is mesh,
+                      any(isinstance(p, DTensor) for p in model.parameters())))
+    try:
+        for fn in (not_yet, record):
+            fake = types.ModuleType("hyperpar.torch.ep")
+            fake.apply_expert_parallel = fn
+            sys.modules["hyperpar.torch.ep"] = fake
+            hpt.ep = fake
+            if fn is not_yet:
+                expect_error(lambda: hpt.parallelize(moe, mesh, ep_plan), [ep_b, "stand-in", "unchanged"],
+                             "ep.py raising NotImplementedError")
+                for n, p in moe.named_parameters():
+                    check(not isinstance(p, DTensor) and torch.equal(p.detach(), moe_snap[n]),
+                          "ep NotImplementedError changed %s" % n)
+            else:
+                hpt.parallelize(moe, mesh, ep_plan)
+                want = [b["fqn"] for b in ep_plan.boundaries if b["type"] == "moe_mlp"]
+                check([c[0] for c in calls] == want, "apply_expert_parallel calls %s, want %s" % (calls, want))
+                check(all(c[1] and c[2] and not c[3] for c in calls), "apply_expert_parallel arguments: %s" % calls)
+                say("ok   refuse     ep glue: apply_expert_parallel called for %s, before the dense styles" % want)
+    finally:
+        if real[0] is None:
+            sys.modules.pop("hyperpar.torch.ep", None)
+        else:
+            sys.modules["hyperpar.torch.ep"] = real[0]
+        if real[1] is None:
+            if hasattr(hpt, "ep"):
+                del hpt.ep
+        else:
+            hpt.ep = real[1]
+
+    # MoE models with a tp-only plan (ep_mode none): transformers 5 keeps the experts of a layer in one module of
+    # stacked tensors, which the plan can cut over tp only as packed halves (--packed-fused) and torch's styles do
+    # not express; gpt-oss's attention holds its sinks itself. Each is refused naming its boundary, model unchanged.
+    for fam, flags, where, why in (("qwen3_moe", {"packed_fused": True}, "model.layers.0.mlp", "TopKRouter"),
+                                   ("mixtral", {"packed_fused": True}, "model.layers.0.mlp", "TopKRouter"),
+                                   ("gpt_oss", {}, "model.layers.0.self_attn", "sinks")):
+        m, f = make_model(fam)
+        m_snap = snapshot(m)
+        p = get_plan(os.path.join(f, "config.json"), tp=2, expert_layout="batched", **flags)
+        expect_error(lambda: hpt.parallelize(m, mesh, p), [where, why], "%s tp-only" % fam)
+        for n, q in m.named_parameters():
+            check(not isinstance(q, DTensor) and torch.equal(q.detach(), m_snap[n]), "%s refusal changed %s" % (fam, n))
 
     # plan_styles: the same styles, from the plan alone
     styles = hpt.plan_styles(base, mesh)
@@ -419,7 +502,10 @@ def main():
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
+    global TMP
     HP_BIN = os.path.abspath(sys.argv[1])
+    import tempfile
+    TMP = tempfile.mkdtemp(prefix="hp_torch_parallel.")
     cases = sys.argv[2:]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     torch.set_num_threads(1)
@@ -449,6 +535,8 @@ def main():
     dist.all_reduce(ok, op=dist.ReduceOp.MIN)
     me = rank()
     dist.destroy_process_group()
+    import shutil
+    shutil.rmtree(TMP, ignore_errors=True)
     if failed or ok.item() != 1:
         if me == 0 or failed:
             print("torch_parallel: rank %d: %d failure(s) here%s" % (me, len(failed), "" if failed else

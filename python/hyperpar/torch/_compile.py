@@ -293,18 +293,29 @@ def _container(fqn, b, model, module):
     inputs, output = _io(fqn, b, module)
     deferred = _deferred(fqn, b, model)
     linears = {}  # child path -> {param name: Placement}
+    problems = []  # every parameter torch cannot express here, so that one message names them all
     for rel, pmap in (b.get("params") or {}).items():
         path, owner, name = _owner(model, fqn, rel)
         if path == fqn:
-            raise _berr(fqn, "parameter '%s' belongs to the %s module itself, which computes on local tensors; "
-                        "hyperpar.torch maps only parameters of its nn.Linear children here" % (rel, b.get("type")))
+            problems.append("parameter '%s' belongs to the %s module itself, which computes on local tensors; "
+                            "hyperpar.torch maps only parameters of its nn.Linear children here" % (rel, b.get("type")))
+            continue
         if owner is not None and type(owner) is not nn.Linear:
-            raise _berr(fqn, "parameter '%s' sits in a %s, not an nn.Linear; hyperpar.torch has no style for it"
-                        % (rel, type(owner).__name__))
+            try:
+                shown = " (placed %s)" % L.show(L.tp_of(pmap))
+            except L.Unmappable as e:
+                shown = " (%s)" % e
+            problems.append("parameter '%s'%s sits in a %s, not an nn.Linear; hyperpar.torch has no style for it"
+                            % (rel, shown, type(owner).__name__))
+            continue
         if name not in ("weight", "bias"):
-            raise _berr(fqn, "parameter '%s' is not a Linear's weight or bias" % rel)
+            problems.append("parameter '%s' is not a Linear's weight or bias" % rel)
+            continue
         child = path[len(fqn) + 1:] if fqn else path
         linears.setdefault(child, {})[name] = _placement(fqn, rel, pmap, owner, name)
+    if problems:
+        more = " (and %d more)" % (len(problems) - 3) if len(problems) > 3 else ""
+        raise _berr(fqn, "; ".join(problems[:3]) + more)
     modes = []
     for child, ps in linears.items():
         if module is not None:
