@@ -168,7 +168,8 @@ def forward_loss(model, ids, lp):
         return logits.full_tensor().detach(), full(loss).detach()
     logits = model(ids).logits
     if isinstance(logits, DTensor):
-        raise Failure("without loss-parallel the logits should come back whole, got a DTensor %s" % (logits.placements,))
+        raise Failure("without loss-parallel the logits should come back whole, got a DTensor %s"
+                      % (logits.placements,))
     loss = ce(logits, ids)
     loss.backward()
     return logits.detach(), loss.detach()
@@ -297,7 +298,8 @@ def run_refuse():
 
     def no_lowering(b, d):
         b["model.layers.0.self_attn"]["in_dst"] = {"hidden_states": {"tp": "S(2)"}}  # S(1) -> S(2): no lowering
-    expect_error(lambda: hpt.parallelize(model, mesh, edited(no_lowering)), ["model.layers.0.self_attn", "S(1) -> S(2)"],
+    expect_error(lambda: hpt.parallelize(model, mesh, edited(no_lowering)),
+                 ["model.layers.0.self_attn", "S(1) -> S(2)"],
                  "transition without a lowering")
     unchanged(model, snap, "transition without a lowering")
 
@@ -315,7 +317,8 @@ def run_refuse():
 
     def missing_param(b, d):
         b["model.layers.0.self_attn"]["params"]["q_proj.bias"] = {"tp": "S(0)"}
-    expect_error(lambda: hpt.parallelize(model, mesh, edited(missing_param)), ["model.layers.0.self_attn", "q_proj.bias"],
+    expect_error(lambda: hpt.parallelize(model, mesh, edited(missing_param)),
+                 ["model.layers.0.self_attn", "q_proj.bias"],
                  "parameter the model does not have")
     unchanged(model, snap, "parameter the model does not have")
 
@@ -410,11 +413,37 @@ def run_refuse():
         for n, q in m.named_parameters():
             check(not isinstance(q, DTensor) and torch.equal(q.detach(), m_snap[n]), "%s refusal changed %s" % (fam, n))
 
-    # plan_styles: the same styles, from the plan alone
+    # plan_styles: the same styles, from the plan alone, applied with torch's own parallelize_module
     styles = hpt.plan_styles(base, mesh)
     check("model.layers.0.self_attn.q_proj" in styles and "lm_head" in styles, "plan_styles misses entries")
     check(base.to_torch(mesh).keys() == styles.keys(), "Plan.to_torch differs from plan_styles")
     say("ok   refuse     plan_styles: %d styles, e.g. %r" % (len(styles), styles["model.layers.0.mlp"]))
+    from torch.distributed.tensor.parallel import parallelize_module
+    for fam in ("llama", "qwen2"):  # qwen2: the tied head, an entry on the root module
+        ref, f = make_model(fam)
+        par = copy.deepcopy(ref)
+        parallelize_module(par, mesh, hpt.plan_styles(get_plan(f, tp=2), mesh))
+        ids = batch_ids(ref.config.vocab_size, 3)
+        lr, lp = ref(ids).logits, par(ids).logits
+        ce(lr, ids).backward()
+        ce(lp, ids).backward()
+        dl = maxdiff(lp, lr)
+        dg = max(maxdiff(full(q.grad), p.grad)
+                 for (_, p), (_, q) in zip(ref.named_parameters(), par.named_parameters()))
+        check(dl <= TOL and dg <= TOL, "%s through parallelize_module(plan_styles): logits %.3g, grads %.3g"
+              % (fam, dl, dg))
+        say("ok   refuse     %s through parallelize_module(model, mesh, plan_styles(plan, mesh)): logits %.2e "
+            "grads %.2e" % (fam, dl, dg))
+
+    # generate() with a KV cache (greedy, 6 new tokens) under a plan without sequence parallelism
+    ref, f = make_model("llama")
+    par = hpt.parallelize(copy.deepcopy(ref), mesh, get_plan(f, tp=2, no_sequence_parallel=True))
+    prompt = batch_ids(ref.config.vocab_size, 5)[:2, :5]
+    with torch.no_grad():
+        g_ref = ref.generate(prompt, max_new_tokens=6, do_sample=False)
+        g_par = par.generate(prompt, max_new_tokens=6, do_sample=False)
+    check(torch.equal(g_ref, g_par), "generate differs: %s vs %s" % (g_par.tolist(), g_ref.tolist()))
+    say("ok   refuse     generate (tp=2, no SP, KV cache): the same %d tokens" % g_par.numel())
 
 
 # ---- the cost model against torch's collectives ------------------------------------------------------------------

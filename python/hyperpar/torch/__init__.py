@@ -6,7 +6,7 @@
 
     dist.init_process_group("gloo")                                   # or nccl; torchrun sets the rest
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    plan = hyperpar.plan(model, mesh=mesh)                             # or Plan.from_json(<hyperpar plan --format json>)
+    plan = hyperpar.plan(model, mesh=mesh)                             # or Plan.from_json(`hyperpar plan ...`)
     hyperpar.torch.parallelize(model, mesh, plan)                      # in place; returns model
     logits = model(input_ids_of_this_dp_rank).logits                   # whole logits (or a DTensor, loss-parallel)
 
@@ -16,8 +16,8 @@ S(0): vocab-parallel); each boundary's inputs go from in_src to in_dst and its o
 (all-gather, all-reduce, reduce-scatter or a local slice); deferred biases are added after the exit reduction; the
 tp-local head counts (tp_local_attrs) are set where the module keeps them; the residual stream between boundaries
 is a DTensor in the plan's layout (sequence-sharded with sequence parallelism). dp: gradients averaged over the dp
-dim, and every gradient in its parameter's layout after backward (_grads.py); each dp rank feeds its own rows. Context parallelism is refused, and so is anything torch cannot
-express, before the model is changed.
+dim, and every gradient in its parameter's layout after backward (_grads.py); each dp rank feeds its own rows.
+Context parallelism is refused, and so is anything torch cannot express, before the model is changed.
 """
 from .._native import Error
 from . import _compile

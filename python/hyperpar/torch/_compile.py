@@ -194,7 +194,8 @@ def _expect(fqn, what, got, want, ndim):
 
 def _embed(fqn, b, model, module):
     if module is not None and not isinstance(module, nn.Embedding):
-        raise _berr(fqn, "an embed boundary must be an nn.Embedding for hyperpar.torch (found %s)" % type(module).__name__)
+        raise _berr(fqn, "an embed boundary must be an nn.Embedding for hyperpar.torch (found %s)"
+                    % type(module).__name__)
     params = _leaf_params(fqn, b, model, module)
     w = L.norm(params.get("weight", Replicate()), 2)
     inputs, output = _io(fqn, b, module)
@@ -217,7 +218,8 @@ def _embed(fqn, b, model, module):
 
 def _head(fqn, b, model, module, loss_parallel):
     if module is not None and not isinstance(module, nn.Linear):
-        raise _berr(fqn, "an lm_head boundary must be an nn.Linear for hyperpar.torch (found %s)" % type(module).__name__)
+        raise _berr(fqn, "an lm_head boundary must be an nn.Linear for hyperpar.torch (found %s)"
+                    % type(module).__name__)
     params = _leaf_params(fqn, b, model, module)
     w = L.norm(params.get("weight", Replicate()), 2)
     has_bias = getattr(module, "bias", None) is not None if module is not None else "bias" in params
@@ -233,7 +235,8 @@ def _head(fqn, b, model, module, loss_parallel):
             raise _berr(fqn, "a column-parallel head (weight S(0)) computes on a Replicate input, the plan's in_dst is "
                         "%s" % L.show(dst))
         if has_bias and bias != Shard(0):
-            raise _berr(fqn, "a column-parallel head's bias must be S(0) with its weight, the plan says %s" % L.show(bias))
+            raise _berr(fqn, "a column-parallel head's bias must be S(0) with its weight, the plan says %s"
+                        % L.show(bias))
         produced = Shard(2)
     elif isinstance(w, Replicate):
         if has_bias and not isinstance(bias, Replicate):

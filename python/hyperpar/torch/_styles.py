@@ -2,11 +2,11 @@
 
 Layout of activations (the invariant every style keeps):
 
-    embed ──DTensor(out_dst)──> norm ──DTensor──> attention ──DTensor(out_dst)──> + residual ──> ... ──> lm_head
-                                                  │ entry: in_src -> in_dst (a DTensor)
-                                                  │ inside: colwise Linear -> local tensor (the rank's heads/width)
-                                                  │         rowwise Linear -> DTensor P (partial sums)
-                                                  │ exit:  out_src -> out_dst (+ deferred biases)
+    embed --DTensor(out_dst)--> norm --DTensor--> attention --DTensor(out_dst)--> + residual --> ... --> lm_head
+                                                  | entry: in_src -> in_dst (a DTensor; R->R: f)
+                                                  | inside: colwise Linear -> local tensor (the rank's heads/width)
+                                                  |         rowwise Linear -> DTensor P (partial sums)
+                                                  | exit:  out_src -> out_dst (+ deferred biases)
 
 Between boundaries the residual stream is a DTensor on the tp mesh in the layout the plan gives it (S(1) with
 sequence parallelism, R without), so the model's own code (shapes, position ids, the causal mask, the residual
@@ -15,8 +15,8 @@ transformers' `.view(*shape, -1, head_dim)` finds the rank's local heads. A boun
 except the last one (the logits) when it is Replicate: then it is the local (whole) tensor.
 
 Every style here is a ParallelStyle, so `parallelize_module(model, tp_mesh, plan_styles(plan, mesh))` applies the
-same thing as `hyperpar.torch.parallelize` (which also checks the plan first, re-ties tied weights, sets the
-tp-local attributes and adds data parallelism).
+same tensor parallelism as `hyperpar.torch.parallelize`, which also checks the plan against the model first, sets
+the tp-local attributes, puts every gradient in its parameter's layout and adds data parallelism (_grads.py).
 """
 import inspect
 
@@ -62,10 +62,10 @@ def _enter(x, mesh, src, dst, fqn, name):
     if not isinstance(x, torch.Tensor):
         return x
     if isinstance(x, DTensor):
-        if not L.same(x.placements[0], src, x.ndim):
-            raise Error("hyperpar.torch: boundary '%s': input '%s' arrives as %s on tp, but the plan's in_src says %s; "
-                        "the plan does not describe this model's data flow (fix the plan or its overrides)"
-                        % (fqn, name, L.show(x.placements[0]), L.show(src)))
+        # A DTensor knows its layout. It is in_src unless the model's own code re-laid it out between boundaries
+        # (generate's last-position slice hidden_states[:, -1:] gathers a sequence-sharded tensor); then it goes
+        # from the layout it has, and the entry's collective is the one that layout needs.
+        src = x.placements[0]
     else:
         x = DTensor.from_local(x, mesh, [L.norm(src, x.ndim)], run_check=False)
     if not L.same(src, dst, x.ndim):
@@ -311,4 +311,4 @@ def forward_args(module):
             if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
 
 
-__all__ = ["resolve_inputs", "BoundaryStyle", "LinearStyle", "NestedNormStyle", "TiedHeadStyle", "Partial", "Replicate", "Shard"]
+__all__ = ["resolve_inputs", "BoundaryStyle", "LinearStyle", "NestedNormStyle", "TiedHeadStyle"]
