@@ -1,1 +1,113 @@
-"""hyperpar.torch: a hyperpar plan applied to a transformers model under torch.distributed (DTensor)."""
+"""hyperpar.torch: a hyperpar plan applied to a transformers model under torch.distributed (DTensor).
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    import hyperpar, hyperpar.torch
+
+    dist.init_process_group("gloo")                                   # or nccl; torchrun sets the rest
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    plan = hyperpar.plan(model, mesh=mesh)                             # or Plan.from_json(`hyperpar plan ...`)
+    hyperpar.torch.parallelize(model, mesh, plan)                      # in place; returns model
+    logits = model(input_ids_of_this_dp_rank).logits                   # whole logits (or a DTensor, loss-parallel)
+
+What it does, per boundary of the plan (docs/python.md, "hyperpar.torch"): parameters become DTensors on the tp
+sub-mesh as the plan places them (S(0) on a Linear weight: colwise; S(1): rowwise; R: replicated; an embedding's
+S(0): vocab-parallel); each boundary's inputs go from in_src to in_dst and its output from out_src to out_dst
+(all-gather, all-reduce, reduce-scatter or a local slice); deferred biases are added after the exit reduction; the
+tp-local head counts (tp_local_attrs) are set where the module keeps them; the residual stream between boundaries
+is a DTensor in the plan's layout (sequence-sharded with sequence parallelism). dp: gradients averaged over the dp
+dim, and every gradient in its parameter's layout after backward (_grads.py); each dp rank feeds its own rows.
+Context parallelism is refused, and so is anything torch cannot express, before the model is changed.
+"""
+from .._native import Error
+from . import _compile
+
+__all__ = ["parallelize", "plan_styles", "loss_parallel", "Error"]
+
+
+def loss_parallel():
+    """torch.distributed.tensor.parallel.loss_parallel: the context to compute cross-entropy on vocab-sharded
+    logits (a plan with loss_parallel) and to run its backward in."""
+    from torch.distributed.tensor.parallel import loss_parallel as lp
+    return lp()
+
+
+def _plan_for(model, device_mesh, plan, options):
+    if plan is not None:
+        if options:
+            raise TypeError("hyperpar.torch.parallelize: plan options (%s) are for deriving a plan; this call was "
+                            "given a plan" % ", ".join(sorted(options)))
+        if isinstance(plan, (str, bytes)):
+            from .. import Plan
+            return Plan.from_json(plan.decode() if isinstance(plan, bytes) else plan)
+        if isinstance(plan, dict):
+            from .. import Plan
+            return Plan.from_json(plan)
+        return plan
+    from .. import plan as derive
+    return derive(model, mesh=device_mesh, **options)
+
+
+def plan_styles(plan, device_mesh, model=None):
+    """{module FQN: ParallelStyle} of the plan, for torch.distributed.tensor.parallel.parallelize_module(model,
+    tp_mesh, styles) with tp_mesh = device_mesh["tp"] (the mesh itself when it is 1-D). They are the styles
+    parallelize applies, in plan order (keep it: a tied head is an entry on the root module "" that must follow the
+    embedding's). With `model` the plan is checked against it first, as parallelize does; without, the styles come
+    from the plan alone and each checks its module when applied. Not in the styles: the tp-local attributes
+    (tp_local_attrs), dp gradient averaging and expert parallelism, which parallelize adds; a plan with
+    expert-parallel blocks is refused here. An empty dict when the mesh has no tp."""
+    plan = _plan_for(model, device_mesh, plan, {})
+    prog = _compile.compile(model, plan, device_mesh)
+    if prog.ep:
+        raise Error("hyperpar.torch: boundary '%s': expert-parallel blocks are applied by hyperpar.torch.parallelize "
+                    "(ep.apply_expert_parallel), not by a ParallelStyle" % prog.ep[0]["fqn"])
+    return dict(prog.styles) if prog.tp_mesh is not None else {}
+
+
+def parallelize(model, device_mesh, plan=None, *, src_data_rank=0, **plan_options):
+    """Applies a hyperpar plan to `model` (a transformers causal LM) under torch.distributed, in place, and returns it.
+
+    device_mesh: a DeviceMesh whose dim names are the plan's mesh axes (dp, tp; a plan dim of size 1 may be left
+    out), the same sizes in the same order. plan: a hyperpar.Plan (or its JSON text or dict); None derives one with
+    hyperpar.plan(model, mesh=device_mesh, **plan_options) (sequence_parallel=False, loss_parallel=True, ...).
+    src_data_rank: as torch's parallelize_module: 0 scatters tp rank 0's weights (default), None keeps each rank's own
+    (every rank must then hold the same weights).
+
+    Everything is checked before anything changes: a plan torch cannot express (an unknown placement or boundary
+    type, a placement with no torch style, a parameter the model does not have or that no boundary declares, a mesh
+    that is not the plan's, cp > 1) raises hyperpar.Error naming the boundary and leaves the model as it was.
+
+    After it: call the model as before, each dp rank with its own rows (the tp ranks of one dp rank with the same
+    rows). Without loss-parallel the logits come back whole (a plain tensor); with it they are a DTensor sharded on
+    the vocabulary: compute the loss and run its backward inside hyperpar.torch.loss_parallel():
+
+        with hyperpar.torch.loss_parallel():
+            logits = model(ids).logits
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+            loss.backward()
+
+    Parameters are DTensors afterwards (p.full_tensor() gathers one); torch.optim.AdamW steps them as they are.
+    """
+    plan = _plan_for(model, device_mesh, plan, plan_options)
+    prog = _compile.compile(model, plan, device_mesh)
+    if prog.ep:
+        from .ep import apply_expert_parallel
+        for i, b in enumerate(prog.ep):
+            try:
+                apply_expert_parallel(model, b, plan, device_mesh)
+            except NotImplementedError as e:
+                if i == 0:
+                    raise Error("hyperpar.torch: boundary '%s': expert parallelism is not implemented by "
+                                "hyperpar.torch.ep here (%s); the model is unchanged" % (b["fqn"], e))
+                raise Error("hyperpar.torch: boundary '%s': expert parallelism is not implemented by hyperpar.torch.ep "
+                            "here (%s), after %d block(s) were already made expert-parallel: discard this model"
+                            % (b["fqn"], e, i))
+    if prog.tp_mesh is not None and prog.styles:
+        from torch.distributed.tensor.parallel import parallelize_module
+        for fqn, style in prog.styles:
+            parallelize_module(model, prog.tp_mesh, {fqn: style} if fqn else style, src_data_rank=src_data_rank)
+    for fqn, attr, _, local in prog.attrs:
+        setattr(model.get_submodule(fqn), attr, local)
+    from ._grads import add_grad_hooks
+    add_grad_hooks(model, prog.dp_group, prog.dp)
+    return model
