@@ -10,15 +10,17 @@ copy's logits, loss, every gradient, and the parameters after two AdamW steps ar
 (max |difference| <= 1e-10).
 
 The dense region is not sharded here (that is hyperpar.torch.parallelize's part): data parallelism is done by
-hand (each rank its rows, gradients averaged), and a tp axis of a TP-extend-EP plan is emulated by running the
-dense region replicated on the tp ranks, which is what TP leaves at an MoE block's input: the same rows on every
-tp rank without sequence parallelism, and with it each tp rank's sequence block (a forward pre-hook slices it,
-a forward hook all-gathers the output back, each with its dual in the backward, as SP's transitions are).
+hand (each rank its rows, gradients averaged), and the tp and cp axes of a plan are emulated by running the
+dense region replicated on their ranks, which gives an MoE block the input TP and CP give it: the same rows on
+every tp rank without sequence parallelism, and with SP (or CP) each rank's sequence block (a forward pre-hook
+slices it, a forward hook all-gathers the output back, each with its dual in the backward, as SP's transitions
+are).
 
 Exit 0: all passed; 1: a failure (the message says which); 77: torch or transformers cannot be imported (or
 torchrun gave fewer processes than the case needs), unless HP_REQUIRE_TORCH=1.
 """
 import copy
+import itertools
 import os
 import subprocess
 import sys
@@ -27,7 +29,7 @@ import traceback
 TOL = 1e-10
 TOL32 = 1e-6  # float32 routers (DeepSeek-V3, GLM-4.5): relative gradient, absolute parameter difference
 FAMILIES = ["mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3", "glm4_moe", "gpt_oss"]
-B, S = 4, 8
+BATCH, SEQ = 4, 8
 
 # (label, plan flags, the experts implementation transformers dispatches to: the block's own local compute;
 # grouped_mm takes no float64 on CPU)
@@ -38,6 +40,12 @@ MESHES = {
         ("tp-extend-ep dp=2,ep=2", dict(dp=2, ep=2), "eager"),
         ("tp-extend-ep tp=2,ep=2 SP", dict(tp=2, ep=2), "eager"),
         ("tp-extend-ep tp=2,ep=2 no SP", dict(tp=2, ep=2, no_sequence_parallel=True), "eager"),
+        ("tp-extend-ep cp=2,ep=2", dict(cp=2, ep=2), "eager"),
+        # 21 rows over 2 tp copies: chunks of 10 and 11
+        ("tp-extend-ep tp=2,ep=2 no SP, batch 3x7", dict(tp=2, ep=2, no_sequence_parallel=True), "eager",
+         dict(batch=3, seq=7)),
+        # every token to EP index 0's experts: rank 1 receives no row, its experts get zero gradients
+        ("ep-axis dp=1,ep=2, all to EP index 0", dict(mesh="dp=1,ep=2", ep_axis=True), "eager", dict(skew=True)),
     ],
     "np4": [
         ("ep-axis dp=2,ep=2", dict(mesh="dp=2,ep=2", ep_axis=True), "eager"),
@@ -45,6 +53,8 @@ MESHES = {
         ("tp-extend-ep dp=2,tp=2,ep=2 no SP", dict(dp=2, tp=2, ep=2, no_sequence_parallel=True), "eager"),
         ("tp-extend-ep dp=2,tp=2,ep=4 SP", dict(dp=2, tp=2, ep=4), "eager"),
         ("tp-extend-ep tp=4,ep=2 SP", dict(tp=4, ep=2), "eager"),
+        ("tp-extend-ep cp=2,tp=2,ep=2 SP", dict(cp=2, tp=2, ep=2), "eager"),
+        ("ep-axis cp=2,ep=2", dict(mesh="cp=2,ep=2", ep_axis=True), "eager"),
     ],
 }
 
@@ -54,6 +64,9 @@ def skip(why):
         print("FAIL: %s (HP_REQUIRE_TORCH=1)" % why, flush=True)
         sys.exit(1)
     print("SKIP: %s" % why, flush=True)
+    if os.environ.get("HP_SKIP_FILE"):  # torchrun_test.sh: torchrun turns a child's 77 into 1
+        with open(os.environ["HP_SKIP_FILE"], "w") as f:
+            f.write(why)
     sys.exit(77)
 
 
@@ -76,6 +89,10 @@ if len(sys.argv) != 3 or sys.argv[2] not in MESHES:
     print("usage: torchrun --standalone --nproc_per_node N %s HYPERPAR_BINARY np2|np4" % sys.argv[0])
     sys.exit(2)
 BIN, CASE = sys.argv[1], sys.argv[2]
+if "RANK" not in os.environ:
+    print("%s runs under torchrun: torchrun --standalone --nproc_per_node %s %s %s %s"
+          % (sys.argv[0], CASE[2:], sys.argv[0], BIN, CASE))
+    sys.exit(2)
 
 
 def get_plan(folder, **flags):
@@ -105,7 +122,7 @@ def causal_lm_loss(logits, ids):
     return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, v), ids[:, 1:].reshape(-1))
 
 
-def build_model(folder, experts_impl="eager"):
+def build_model(folder, experts_impl="eager", skew=False):
     cfg = transformers.AutoConfig.from_pretrained(folder)
     torch.manual_seed(0)
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
@@ -121,6 +138,15 @@ def build_model(folder, experts_impl="eager"):
         for n, b in m.named_buffers():
             if n.endswith("e_score_correction_bias"):
                 b.copy_(0.05 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+                if skew:  # selection only: the first half of the experts wins
+                    b[: b.shape[0] // 2] += 10
+        skewed = any(n.endswith("e_score_correction_bias") for n, _ in m.named_buffers())
+        for n, mod in m.named_modules():
+            if skew and n.endswith("mlp.router") and getattr(mod, "bias", None) is not None:
+                mod.bias[: mod.bias.shape[0] // 2] += 10  # gpt-oss: the router's bias
+                skewed = True
+    if skew and not skewed:
+        return None
     m.train()
     return m
 
@@ -183,8 +209,12 @@ class Failure(Exception):
     pass
 
 
-def run_case(family, label, flags, impl, world, rank):
+def run_case(family, label, flags, impl, opts, world, rank):
     folder = os.path.join(TESTS, "data", "forward", family)
+    B, S = opts.get("batch", BATCH), opts.get("seq", SEQ)
+    ref = build_model(folder, impl, opts.get("skew", False))
+    if ref is None:
+        return None  # no router bias to skew
     plan = get_plan(folder, **flags)
     dims = [(d["name"], d["size"]) for d in plan.mesh["dims"]]
     mode = plan.mesh["ep_mode"]
@@ -194,10 +224,7 @@ def run_case(family, label, flags, impl, world, rank):
     dm = init_device_mesh("cpu", tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
     coord = dict(zip([n for n, _ in dims], dm.get_coordinate()))
     sizes = dict(dims)
-    tp = sizes.get("tp", 1)
-    sp = plan.data["sequence_parallel"]
 
-    ref = build_model(folder, impl)
     shard = copy.deepcopy(ref)
     bnds = [b for b in plan.boundaries if b["type"] == "moe_mlp"]
     if not bnds:
@@ -221,10 +248,28 @@ def run_case(family, label, flags, impl, world, rank):
             raise Failure("%s: experts [%d, +%d) on EP index %d of %d" % (
                 info.boundary, info.first_expert, info.n_local, info.ep_index, P))
 
-    tp_group = dm["tp"].get_group() if tp > 1 else None
-    if tp > 1 and sp:
+    # The axes whose ranks route rows of their own inside one batch block (SP's tp, cp): the test slices the
+    # sequence over them around each block (cp-major, as hyperpar nests them); the block's replicated tensors'
+    # gradients are then partial sums over them.
+    in_pm = next(iter(bnds[0]["in_dst"].values()))
+    split = [a for a in ("cp", "tp") if sizes.get(a, 1) > 1 and in_pm.get(a, "R") != "R"]
+    split_group = None
+    if split:
+        names = [n for n, _ in dims]
+        sax = [names.index(a) for a in split]
+        mine = tuple(c for j, c in enumerate(dm.get_coordinate()) if j not in sax)
+        sets = {}
+        for c in itertools.product(*[range(sz) for _, sz in dims]):
+            key = tuple(v for j, v in enumerate(c) if j not in sax)
+            sets.setdefault(key, []).append(int(dm.mesh[c]))
+        for key, members in sets.items():  # every rank makes every group, in one order
+            g = dist.new_group(members)
+            if key == mine:
+                split_group, members_me = g, members
+        if members_me != sorted(members_me):
+            raise Failure("the test's SP group %s is not in rank order" % members_me)
         for b in bnds:
-            add_sp(shard.get_submodule(b["fqn"]), tp_group, tp, coord["tp"])
+            add_sp(shard.get_submodule(b["fqn"]), split_group, len(members_me), members_me.index(rank))
     block_prefixes = tuple(b["fqn"] + "." for b in bnds)
 
     # The rows of this rank: hp_mesh_batch_index (dp x an explicit ep axis, else dp).
@@ -256,6 +301,11 @@ def run_case(family, label, flags, impl, world, rank):
         slogits = shard(input_ids=ids[lo:hi]).logits
         sloss = causal_lm_loss(slogits, ids[lo:hi])
         sloss.backward()
+        if opts.get("skew"):
+            for info in infos:
+                if info.ep_index != 0 and info.last_rows[1] != 0:
+                    raise Failure("%s: EP index %d received %d rows; the skewed router sends every token to EP "
+                                  "index 0" % (info.boundary, info.ep_index, info.last_rows[1]))
         dlog = (slogits - rlogits[lo:hi]).abs().max().item()
         loss = sloss.detach().clone()
         dist.all_reduce(loss)
@@ -271,14 +321,14 @@ def run_case(family, label, flags, impl, world, rank):
             rg = r.grad if r.grad is not None else torch.zeros_like(r)
             info = getattr(p, "_hp_ep", None)
             if info is not None:
-                if p._hp_ep_grad_group is not None:
-                    dist.all_reduce(p.grad, group=p._hp_ep_grad_group)
+                if info.grad_group is not None:
+                    dist.all_reduce(p.grad, group=info.grad_group)
                     p.grad /= len(info.grad_ranks)
                 f = info.first_expert
                 dexp = max(dexp, (p.grad - rg[f:f + info.n_local]).abs().max().item())
             else:
-                if tp > 1 and sp and n.startswith(block_prefixes):
-                    dist.all_reduce(p.grad, group=tp_group)
+                if split and n.startswith(block_prefixes):
+                    dist.all_reduce(p.grad, group=split_group)
                 dist.all_reduce(p.grad)
                 p.grad /= world
                 d = (p.grad - rg).abs().max().item()
@@ -341,6 +391,8 @@ def check_refusals(rank):
             "experts.w1": {"ep": "S(0)"}})), plan, dm, "does not hold"),
         ("a router cut over ep", dict(moe, params=dict(moe["params"], **{"gate.weight": {"ep": "S(0)"}})),
          plan, dm, "replicated"),
+        ("a capacity factor", dict(moe, local_compute_fn={"_target_": "deepseekv3_sigmoid_group_shared",
+                                                          "capacity_factor": 1.25}), plan, dm, "capacity_factor"),
         ("no expert parallelism in the plan", moe,
          data_with(lambda d: d["mesh"].update(ep_mode="none")), dm, "ep_mode"),
         ("a device mesh of other dims", moe, plan,
@@ -363,6 +415,12 @@ def check_refusals(rank):
     if {n: type(m) for n, m in model.named_modules()} != classes:
         raise Failure("a refused check changed the model's modules")
     apply_expert_parallel(model, moe, plan, dm)
+    # A deep copy of an expert-parallel model shares its process groups and computes the same.
+    twin = copy.deepcopy(model)
+    ids = torch.randint(0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(5 + rank))
+    with torch.no_grad():
+        if not torch.equal(model(input_ids=ids).logits, twin(input_ids=ids).logits):
+            raise Failure("a deep copy of the expert-parallel model computes other logits")
     try:
         check_expert_parallel(model, moe, plan, dm)
     except Error as e:
@@ -393,11 +451,17 @@ def main():
             failures.append("refusals: %s" % e)
             if rank == 0:
                 traceback.print_exc()
-    for label, flags, impl in MESHES[CASE]:
+    for entry in MESHES[CASE]:
+        label, flags, impl = entry[:3]
+        opts = entry[3] if len(entry) > 3 else {}
         label = "%s [%s]" % (label, impl)
         for fam in FAMILIES:
             try:
-                res = run_case(fam, label, flags, impl, world, rank)
+                res = run_case(fam, label, flags, impl, opts, world, rank)
+                if res is None:
+                    if rank == 0:
+                        print("n/a  %-12s %-46s no router bias or correction bias to skew" % (fam, label), flush=True)
+                    continue
             except RuntimeError as e:
                 if "hyperpar plan" in str(e) or "exit 2" in str(e):  # the planner refuses this mesh for fam
                     if rank == 0:

@@ -32,15 +32,17 @@ class ExpertParallelInfo:
     """What apply_expert_parallel did to one block; kept as `experts._hp_ep` and `block._hp_ep`.
 
     ep_mode, ep_size (P), ep_index (this rank's slot), n_experts (E, global), first_expert, n_local,
-    group_ranks (torch ranks of the EP group, EP index order), grad_ranks (ranks holding the same experts),
-    grad_scale (applied to the expert gradients, see docs/python-ep.md), replica_ranks (ranks holding the same
+    group_ranks (torch ranks of the EP group, EP index order), grad_ranks (ranks holding the same experts) and
+    grad_group (their process group, None for one rank): the expert gradients are averaged over it; grad_scale
+    (applied to the expert gradients in the backward, see docs/python-ep.md), replica_ranks (ranks holding the same
     rows that the experts' rows are split over: tp without sequence parallelism; () otherwise), rows_split_over
     (mesh axes whose ranks route different rows of one data-parallel block: their replicated block parameters'
-    gradients are partial sums over them).
+    gradients are partial sums over them), last_rows ((rows sent, rows received) by the last forward).
     """
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
+        self.last_rows = (0, 0)
         self.group = None
         self.grad_group = None
         self.replica_group = None
@@ -146,6 +148,15 @@ def _resolve(model, boundary, plan, device_mesh):
         raise _err(fqn, "the plan's ep is %r; expert parallelism needs ep >= 2" % mesh.get("ep"))
     if mode == "tp-extend-ep" and int(boundary.get("ep_size") or 0) not in (0, P):
         raise _err(fqn, "the boundary's ep_size %r differs from the plan's ep %d" % (boundary.get("ep_size"), P))
+    lcf = boundary.get("local_compute_fn")
+    if isinstance(lcf, dict):
+        if lcf.get("capacity_factor") is not None:
+            raise _err(fqn, "its local_compute_fn sets capacity_factor %r: hyperpar.torch runs the family's own "
+                       "router and experts, which drop no token; leave capacity_factor out"
+                       % lcf.get("capacity_factor"))
+        if lcf.get("fix_router"):
+            raise _err(fqn, "its local_compute_fn sets fix_router (the balanced benchmark router): hyperpar.torch "
+                       "runs the family's own router")
     if not (dist.is_available() and dist.is_initialized()):
         raise _err(fqn, "torch.distributed is not initialized")
 
@@ -201,7 +212,8 @@ def _resolve(model, boundary, plan, device_mesh):
             if rel in stacks and len(stacks[rel]) != E:
                 raise _err(fqn, "the plan stacks %d experts for %s; the model has %d" % (len(stacks[rel]), rel, E))
             if pm.get("ep") != "S(0)":
-                raise _err(fqn, "%s is %s on ep; expert parallelism splits the experts (ep S(0))" % (rel, pm.get("ep", "R")))
+                raise _err(fqn, "%s is %s on ep; expert parallelism splits the experts (ep S(0))"
+                           % (rel, pm.get("ep", "R")))
             for ax in ("tp", "cp"):
                 if pm.get(ax, "R") != "R":
                     raise _err(fqn, "%s is %s on %s: experts cut over %s (the explicit ep axis with %s > 1) are not "
@@ -282,7 +294,7 @@ def _resolve(model, boundary, plan, device_mesh):
     return ExpertParallelInfo(
         boundary=fqn, module_fqn=name, ep_mode=mode, ep_size=P, ep_index=i_me, n_experts=E,
         first_expert=i_me * nl, n_local=nl, group_ranks=tuple(group), grad_ranks=tuple(holders),
-        grad_scale=G / D, replica_ranks=tuple(rep) if len(rep) > 1 else (),
+        grad_scale=float(G) / float(D), replica_ranks=tuple(rep) if len(rep) > 1 else (),
         replica_index=rep.index(me) if len(rep) > 1 else 0, rows_split_over=tuple(rows_split),
         router=router, expert_params=tuple(eparams))
 
@@ -322,6 +334,19 @@ class _AllToAll(torch.autograd.Function):
         dist.all_to_all_single(gi, g.contiguous(), output_split_sizes=ctx.send, input_split_sizes=ctx.recv,
                                group=ctx.group)
         return gi, None, None, None
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the backward multiplies the gradient by s."""
+
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.s = s
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.s, None
 
 
 def _bounds(T, n):
@@ -377,7 +402,9 @@ def _dispatch_combine(experts, info, x, idx, w):
     H = x.shape[-1]
     P, nl = info.ep_size, info.n_local
     dev = x.device
-    key = info._key.to(dev) if info._key.device != dev else info._key
+    if info._key.device != dev:
+        info._key = info._key.to(dev)
+    key = info._key
     flat = idx.reshape(-1).long()
     k = key[flat]  # group rank of the owner * nl + local expert
     order = torch.argsort(k, stable=True)
@@ -390,6 +417,10 @@ def _dispatch_combine(experts, info, x, idx, w):
     recv = rc.sum(1).tolist()
     rows = _AllToAll.apply(send_rows, send, recv, info.group)
     N = rows.shape[0]
+    info.last_rows = (int(send_rows.shape[0]), N)  # (sent, received) by the last forward
+    s = info.grad_scale
+    if s != 1.0:  # the experts' gradients times s, the rows' unchanged (docs/python-ep.md, "Gradients")
+        rows = _ScaleGrad.apply(rows, 1.0 / s)
     if N:
         ids = torch.arange(nl, device=dev).repeat(P).repeat_interleave(rc.reshape(-1))
         ones = torch.ones((N, 1), dtype=w.dtype, device=dev)
@@ -404,6 +435,8 @@ def _dispatch_combine(experts, info, x, idx, w):
             if p.requires_grad:
                 z = z + p.reshape(-1)[:1].sum() * 0
         y = y + z.to(y.dtype)
+    if s != 1.0:
+        y = _ScaleGrad.apply(y, s)
     back = _AllToAll.apply(y, recv, send, info.group)
     inv = torch.empty_like(order)
     inv[order] = torch.arange(order.numel(), device=dev)
@@ -491,10 +524,6 @@ def apply_expert_parallel(model, boundary, plan, device_mesh):
         old = getattr(experts, pn)
         new = torch.nn.Parameter(old.detach()[lo:hi].clone(), requires_grad=old.requires_grad)
         new._hp_ep = info
-        new._hp_ep_grad_group = info.grad_group
-        if info.grad_scale != 1.0 and new.requires_grad:
-            s = float(info.grad_scale)
-            new.register_hook(lambda g, s=s: g * s)
         setattr(experts, pn, new)
     experts.num_experts = nl
     experts._hp_num_experts_global = E
