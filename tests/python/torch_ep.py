@@ -44,6 +44,8 @@ MESHES = {
         # 21 rows over 2 tp copies: chunks of 10 and 11
         ("tp-extend-ep tp=2,ep=2 no SP, batch 3x7", dict(tp=2, ep=2, no_sequence_parallel=True), "eager",
          dict(batch=3, seq=7)),
+        # the plan of the per-expert hub checkpoint: ep_stack names, Mixtral's block_sparse_moe
+        ("ep-axis dp=1,ep=2, plan of the checkpoint", dict(mesh="dp=1,ep=2", ep_axis=True, checkpoint=True), "eager"),
         # every token to EP index 0's experts: rank 1 receives no row, its experts get zero gradients
         ("ep-axis dp=1,ep=2, all to EP index 0", dict(mesh="dp=1,ep=2", ep_axis=True), "eager", dict(skew=True)),
     ],
@@ -95,14 +97,18 @@ if "RANK" not in os.environ:
     sys.exit(2)
 
 
-def get_plan(folder, **flags):
+def get_plan(folder, checkpoint=False, **flags):
     """`hyperpar plan` of a forward/ folder's config.json with transformers' batched expert names, as a
     hyperpar.Plan. flags are the CLI's plan flags (dp=2 -> --dp 2, ep_axis=True -> --ep-axis).
 
     The folder's checkpoint is per-expert with hub names (Mixtral's block_sparse_moe.experts.N.w1); the live
     transformers 5 model holds model.layers.N.mlp.experts.gate_up_proj, which is what meta mode with
-    --expert-layout batched names."""
-    args = [BIN, "plan", os.path.join(folder, "config.json"), "--expert-layout", "batched", "--format", "json"]
+    --expert-layout batched names. checkpoint=True plans the checkpoint itself (its stacked per-expert names and
+    Mixtral's block_sparse_moe), which apply_expert_parallel maps onto the live model."""
+    if checkpoint:
+        args = [BIN, "plan", folder, "--format", "json"]
+    else:
+        args = [BIN, "plan", os.path.join(folder, "config.json"), "--expert-layout", "batched", "--format", "json"]
     for k, v in flags.items():
         opt = "--" + k.replace("_", "-")
         if v is True:
@@ -268,9 +274,9 @@ def run_case(family, label, flags, impl, opts, world, rank):
                 split_group, members_me = g, members
         if members_me != sorted(members_me):
             raise Failure("the test's SP group %s is not in rank order" % members_me)
-        for b in bnds:
-            add_sp(shard.get_submodule(b["fqn"]), split_group, len(members_me), members_me.index(rank))
-    block_prefixes = tuple(b["fqn"] + "." for b in bnds)
+        for info in infos:
+            add_sp(shard.get_submodule(info.module_fqn), split_group, len(members_me), members_me.index(rank))
+    block_prefixes = tuple(info.module_fqn + "." for info in infos)
 
     # The rows of this rank: hp_mesh_batch_index (dp x an explicit ep axis, else dp).
     nblk = sizes.get("dp", 1) * (P if mode == "ep-axis" else 1)
