@@ -43,11 +43,8 @@ try:
     from transformers.distributed import DistributedConfig
     from torch.distributed.tensor import DTensor, Shard
 except Exception as e:  # ImportError, or a broken install that fails while importing
-    if os.environ.get("HP_REQUIRE_TORCH") == "1":
-        say("FAIL: torch/transformers/accelerate are required (HP_REQUIRE_TORCH=1) but do not import: %s" % e)
-        sys.exit(1)
-    say("SKIP: torch/transformers/accelerate do not import (%s)" % e)
-    sys.exit(77)
+    from hp_skip import skip
+    skip("torch_hf_plan", "torch/transformers/accelerate do not import (%s)" % e)
 
 
 def generic(name):

@@ -40,11 +40,8 @@ try:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-    if os.environ.get("HP_REQUIRE_TORCH") == "1":
-        print("torch_parallel: FAIL: torch/transformers not importable and HP_REQUIRE_TORCH=1: %s" % e)
-        sys.exit(1)
-    print("torch_parallel: SKIP: torch/transformers not importable: %s" % e)
-    sys.exit(77)
+    from hp_skip import skip
+    skip("torch_parallel", "torch/transformers not importable: %s" % e)
 
 import hyperpar
 import hyperpar.torch as hpt
