@@ -616,3 +616,13 @@ void hp__prog_free(hp__prog *g)
     free(g->steps);
     memset(g, 0, sizeof *g);
 }
+
+bool hp__rows_split(hp_placement p)
+{
+    return p.kind == HP_PL_S && (p.dim == 0 || p.dim == 1);
+}
+
+bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial)
+{
+    return tp > 1 && !cut && (hp__rows_split(s->run.ax[HP__TP]) || tp_partial);
+}

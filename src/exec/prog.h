@@ -80,6 +80,13 @@ hp_status hp__prog_build(hp__prog *g, const hp_model *m, const hp_plan *p, const
                          hp_err *err);
 void hp__prog_free(hp__prog *g);
 
+/* Whether step s runs on rows split over the axis whose placement is p (SP's sequence, CP's blocks). */
+bool hp__rows_split(hp_placement p);
+/* Whether the gradient of a parameter of step s is summed over tp after the backward (hyperpar train does it; cost
+ * counts it): tp > 1, the parameter not cut over tp, and s runs on rows split over tp (SP), or tp_partial (tp cuts
+ * the module but not the parameter: each rank's heads give a part of the q/k norms' gradients). */
+bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial);
+
 /* The sequence as the ranks hold it: padded to a multiple of 2·cp (the load-balanced halves) when cp > 1; false
  * past 64 bits. */
 bool hp__seq_pad(int64_t S, int64_t cp, int64_t *S_pad);

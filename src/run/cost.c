@@ -1466,16 +1466,42 @@ static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint
     r->flops *= (double)n;
 }
 
-/* Train: the backward runs every forward collective once more (its transpose: an all-gather's is a
- * reduce-scatter of the same bytes, and so on), and dp all-reduces the gradients (estimates, added as events). */
+/* Train: the backward runs each forward collective's transpose, of the same bytes: an entry's all-gather (the
+ * module then computes on whole rows with cut weights, so its input's gradient is a partial sum) is a
+ * reduce-scatter; an exit's all-gather (what follows runs whole on every rank, the loss among it, so the gradient
+ * is the same everywhere) is a slice and moves nothing; a reduce-scatter is an all-gather; an all-reduce stays one
+ * (an exit's transposes to nothing and the matching entry's identity to an all-reduce: the count is the same); an
+ * all-to-all is one back. Then dp all-reduces the gradients (estimates, added as events). */
 static hp_status train_events(walk *w, hp_cost_rank *r)
 {
     size_t n = r->n_ev;
     for (size_t i = 0; i < n; i++) {
         hp_cost_event e = r->ev[i];
+        hp_run_coll kind = e.kind;
         if (e.kind == HP_RUN_GATHER) continue;
-        hp_status st = add_event(w, e.layer, e.where, "backward", e.kind, e.axis, e.group, e.calls, e.bytes, true);
+        if (e.kind == HP_RUN_ALL_GATHER) {
+            if (!strcmp(e.step, "exit")) continue;
+            kind = HP_RUN_REDUCE_SCATTER;
+        } else if (e.kind == HP_RUN_REDUCE_SCATTER) {
+            kind = HP_RUN_ALL_GATHER;
+        }
+        hp_status st = add_event(w, e.layer, e.where, "backward", kind, e.axis, e.group, e.calls, e.bytes, true);
         if (st != HP_OK) return st;
+    }
+    /* the tp sums of the gradients hyperpar train runs, one call each (hp__grad_sum_tp): the norm weights on rows
+     * split over tp (SP), and the q/k norms of attention cut over tp */
+    for (size_t i = 0; i < w->g->n_steps; i++) {
+        const hp__step *s = &w->g->steps[i];
+        static const char *const qk[] = {"q_norm.weight", "k_norm.weight"};
+        for (int k = 0; k < (s->op == HP__OP_NORM ? 1 : s->op == HP__OP_ATTN ? 2 : 0); k++) {
+            char full[1200];
+            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", s->op == HP__OP_NORM ? "weight" : qk[k]);
+            const hp_param *par = hp_model_find_param(w->m, full);
+            if (!par || !par->trainable || !hp__grad_sum_tp(s, w->tp, false, s->op == HP__OP_ATTN && s->split)) continue;
+            uint64_t gb = ck_bytes(w, "gradient tp sum", par->n_elems, (uint64_t)w->o->mdl.grad_bytes);
+            hp_status st = add_event(w, s->layer, par->name, "backward", HP_RUN_ALL_REDUCE, "tp", w->tp, 1, gb, true);
+            if (st != HP_OK) return st;
+        }
     }
     /* the gradients' all-reduce: the dense parameters' over the data-parallel group, the experts' over the
      * expert-data-parallel group (the ranks holding the same experts) */

@@ -147,11 +147,6 @@ static float *fbuf(hp__train *t, int i, int64_t n, hp_err *err)
 
 /* ---- the parameters ---- */
 
-static bool rows_split(hp_placement p)
-{
-    return p.kind == HP_PL_S && (p.dim == 0 || p.dim == 1);
-}
-
 /* A new entry of n values at data (g: its gradient buffer, or NULL: one of its own), summed over dp, over cp
  * and tp where step s ran on other rows per rank (tp also when tp_partial), unless cut (tp holds slices). */
 static hp_status new_param(hp_runner *r, float *data, int64_t n, float *g, const hp__step *s, bool cut,
@@ -174,8 +169,8 @@ static hp_status new_param(hp_runner *r, float *data, int64_t n, float *g, const
     if (!q->g) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for a gradient of %s", s->c.fqn);
     t->n++;
     q->sum_dp = r->x.dp > 1;
-    q->sum_cp = r->x.pos.n[HP__CP] > 1 && rows_split(s->run.ax[HP__CP]);
-    q->sum_tp = r->x.pos.n[HP__TP] > 1 && !cut && (rows_split(s->run.ax[HP__TP]) || tp_partial);
+    q->sum_cp = r->x.pos.n[HP__CP] > 1 && hp__rows_split(s->run.ax[HP__CP]);
+    q->sum_tp = hp__grad_sum_tp(s, r->x.pos.n[HP__TP], cut, tp_partial);
     *out = q;
     return HP_OK;
 }
@@ -256,8 +251,8 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
      * number of distinct row blocks of the mesh (dp x an explicit ep axis, and cp and tp where they split the
      * rows): 1 for TP-extend-EP and for an ep axis, whose members take rows of their own. */
     int64_t G = hp_comm_size(b->edp), P = r->ep;
-    int64_t D = r->x.dp * (rows_split(s->run.ax[HP__CP]) ? r->x.pos.n[HP__CP] : 1) *
-                (rows_split(s->run.ax[HP__TP]) ? tp : 1);
+    int64_t D = r->x.dp * (hp__rows_split(s->run.ax[HP__CP]) ? r->x.pos.n[HP__CP] : 1) *
+                (hp__rows_split(s->run.ax[HP__TP]) ? tp : 1);
     b->escale = (double)D / (double)(G * P);
     hp_moe_grads *g = b->g;
     int64_t E = l->n_experts, H = l->n_hidden, n = l->n_local, I = l->d_expert, sI = l->d_shared;

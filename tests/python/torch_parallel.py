@@ -450,9 +450,9 @@ def run_comm():
     against `hyperpar cost --mode train`'s events for the same plan and batch (one micro-batch)."""
     from torch.distributed.tensor.debug import CommDebugMode
     check(dist.get_world_size() == 2, "comm runs on 2 processes")
-    for sp in (True, False):
+    for fam, sp in (("llama", True), ("llama", False), ("qwen3", True), ("qwen3", False)):
         mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("tp",))
-        model, folder = make_model("llama")
+        model, folder = make_model(fam)
         flags = {"tp": 2} if sp else {"tp": 2, "no_sequence_parallel": True}
         hpt.parallelize(model, mesh, get_plan(folder, **flags))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -475,7 +475,7 @@ def run_comm():
         for e in cost["events"]:
             phase = "backward" if e["step"] == "backward" else "forward"
             pred[(phase, e["kind"])] = pred.get((phase, e["kind"]), 0) + e["calls"]
-        name = "tp2 SP" if sp else "tp2 no SP"
+        name = fam + (" tp2 SP" if sp else " tp2 no SP")
         kinds = ["all-gather", "reduce-scatter", "all-reduce"]
         for phase in ("forward", "backward", "optimizer"):
             say("comm %-9s %-9s torch: %s | hyperpar cost: %s" % (
@@ -488,8 +488,15 @@ def run_comm():
             check(counts.get(("forward", k), 0) == pred.get(("forward", k), 0),
                   "%s forward: torch ran %d %s, hyperpar cost predicts %d" % (name, counts.get(("forward", k), 0), k,
                                                                             pred.get(("forward", k), 0)))
-        # backward and optimizer: the transposition rule (_torch_backward); how it differs from cost is reported
-        want = _torch_backward(model.config.num_hidden_layers, sp)
+        # the backward: cost counts each forward collective's transpose and the tp sums of the gradients of the
+        # norm weights that run on sequence-split rows (src/run/cost.c, train_events): torch runs the same kinds
+        # and counts.
+        L = model.config.num_hidden_layers
+        for k in kinds:
+            check(counts.get(("backward", k), 0) == pred.get(("backward", k), 0), "%s backward: torch ran %d %s, "
+                  "hyperpar cost predicts %d" % (name, counts.get(("backward", k), 0), k, pred.get(("backward", k), 0)))
+        # the rule itself (_torch_backward), and no collective in the optimizer step
+        want = _torch_backward(L, sp, qk=hasattr(model.model.layers[0].self_attn, "q_norm"))
         for phase in ("backward", "optimizer"):
             for k in kinds:
                 check(counts.get((phase, k), 0) == want[phase].get(k, 0), "%s %s: torch ran %d %s, the "
@@ -509,18 +516,20 @@ def _kind(op):
     return op
 
 
-def _torch_backward(L, sp):
+def _torch_backward(L, sp, qk=False):
     """The collectives torch's backward and the first AdamW step run for llama's plan of L layers, by the
     transposition rule: each forward all-gather whose gradient arrives partial becomes a reduce-scatter, each
     reduce-scatter an all-gather, an all-reduce nothing (the gradient of a replicated tensor is whole), a gather of
     the vocabulary (the head's exit, the loss replicated on every rank) a local slice; an identity entry R -> R whose
     gradient is partial (tp cuts the module) an all-reduce (hyperpar.torch's _ReplicateGrad). Replicated weights
     that saw other rows on each rank (the norms under SP: 2L + 1) have their gradients summed once, in backward
-    (_grads.py); the optimizer step then runs no collective."""
+    (_grads.py); so do the q/k norms of attention cut over tp (qk: Qwen3), whose heads differ per rank (2L); the
+    optimizer step then runs no collective."""
+    q = 2 * L if qk else 0
     if sp:
-        return {"backward": {"all-gather": 2 * L + 1, "reduce-scatter": 2 * L + 1, "all-reduce": 2 * L + 1},
+        return {"backward": {"all-gather": 2 * L + 1, "reduce-scatter": 2 * L + 1, "all-reduce": 2 * L + 1 + q},
                 "optimizer": {}}
-    return {"backward": {"all-reduce": 2 * L + 1}, "optimizer": {}}
+    return {"backward": {"all-reduce": 2 * L + 1 + q}, "optimizer": {}}
 
 
 def main():
