@@ -9,7 +9,7 @@ PACKAGES=(
   libdnnl-dev                        # oneDNN: the GEMM layer's backend (src/linalg)
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
-  python3                            # test scripts that hand-craft hostile files
+  python3 python3-venv python3-pip   # test scripts; the Python package's virtual environment (install-python.sh)
   strace                             # tests/cli/test_stdout.sh: every write(2) of stdout and stderr ends a line
   chromium                           # renders the HTML pages of cost and advise (tests/cli/test_html.sh)
 )

@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=$(nproc)
+# The Python tests run with .venv's python, torch and torchrun when scripts/install-python.sh made it (without
+# torch they skip, unless HP_REQUIRE_TORCH=1).
+VENV=${HP_VENV:-.venv}
+if [ -x "$VENV/bin/python" ]; then
+    export VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH"
+fi
 
 echo "== build (RelWithDebInfo, warnings as errors)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHP_WERROR=ON >/dev/null
