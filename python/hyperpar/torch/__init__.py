@@ -45,6 +45,9 @@ def _plan_for(model, device_mesh, plan, options):
             return Plan.from_json(plan)
         return plan
     from .. import plan as derive
+    names = tuple(getattr(device_mesh, "mesh_dim_names", None) or ())
+    if "ep" in names and "ep_axis" not in options:
+        options = dict(options, ep_axis=True)  # a device mesh with an ep dim: the explicit ep axis
     return derive(model, mesh=device_mesh, **options)
 
 
@@ -90,11 +93,12 @@ def parallelize(model, device_mesh, plan=None, *, src_data_rank=0, **plan_option
     """
     plan = _plan_for(model, device_mesh, plan, plan_options)
     prog = _compile.compile(model, plan, device_mesh)
+    infos = []
     if prog.ep:
         from .ep import apply_expert_parallel
         for i, b in enumerate(prog.ep):
             try:
-                apply_expert_parallel(model, b, plan, device_mesh)
+                infos.append(apply_expert_parallel(model, b, plan, device_mesh))
             except NotImplementedError as e:
                 if i == 0:
                     raise Error("hyperpar.torch: boundary '%s': expert parallelism is not implemented by "
@@ -108,6 +112,53 @@ def parallelize(model, device_mesh, plan=None, *, src_data_rank=0, **plan_option
             parallelize_module(model, prog.tp_mesh, {fqn: style} if fqn else style, src_data_rank=src_data_rank)
     for fqn, attr, _, local in prog.attrs:
         setattr(model.get_submodule(fqn), attr, local)
-    from ._grads import add_grad_hooks
-    add_grad_hooks(model, prog.dp_group, prog.dp)
+    from ._grads import add_expert_grad_hooks, add_grad_hooks
+    data = getattr(plan, "data", plan)
+    batch_group, batch = prog.dp_group, prog.dp
+    if data.get("mesh", {}).get("ep_mode") == "ep-axis":
+        # the explicit ep axis: outside the experts ep is data parallelism, the batch splits over dp x ep
+        batch_group, batch = _axes_group(device_mesh, ("dp", "ep"))
+    skip = set()
+    blocks = []
+    for info in infos:
+        if getattr(info, "module_fqn", None) is None:
+            continue  # a stand-in ep module (tests) that returns nothing
+        rows = None
+        if info.rows_split_over:  # the block's rows split over tp (sequence parallelism): partial gradients
+            rows, _ = _axes_group(device_mesh, tuple(info.rows_split_over))
+        blocks.append((info.module_fqn, rows))
+    if blocks:
+        _, skip = add_expert_grad_hooks(model, blocks, batch_group, batch)
+    add_grad_hooks(model, batch_group, batch, skip)
     return model
+
+
+_GROUPS = {}  # sorted ranks -> ProcessGroup, made once (every rank makes every group, in one order)
+
+
+def _axes_group(device_mesh, axes):
+    """(process group, size) of the ranks that differ only in the mesh dims `axes` (those of size 1 or absent
+    left out) and hold this rank's other coordinates; (None, 1) when that is this rank alone. Collective the
+    first time: every rank makes every such group, in the same order."""
+    import torch.distributed as dist
+    names = list(device_mesh.mesh_dim_names)
+    present = [i for i, n in enumerate(names) if n in axes and device_mesh.size(i) > 1]
+    if not present:
+        return None, 1
+    if len(present) == 1:
+        return device_mesh.get_group(names[present[0]]), device_mesh.size(present[0])
+    ranks = device_mesh.mesh
+    rest = [i for i in range(ranks.ndim) if i not in present]
+    k = 1
+    for i in present:
+        k *= device_mesh.size(i)
+    rows = ranks.permute(rest + present).reshape(-1, k)
+    me = dist.get_rank()
+    mine = None
+    for row in rows.tolist():
+        key = tuple(sorted(row))
+        if key not in _GROUPS:
+            _GROUPS[key] = dist.new_group(list(key))
+        if me in row:
+            mine = _GROUPS[key], len(row)
+    return mine
