@@ -13,16 +13,17 @@ glm4_moe, gpt_oss), or `refuse`. MESH (the plan options hp.plan gets; the device
     dp2-tp2-ep2    [dp=2, tp=2]  ep=2: the EP groups are the tp pairs                   4 processes
     dp2-ep2-axis   [dp=2, ep=2]  the explicit ep axis: the batch split over dp x ep     4 processes
 
-A MESH may end in `+plan` (the plan made first with hp.plan(model, mesh=...) on the live module and passed to
-parallelize; otherwise parallelize(model, mesh, **options) derives it itself, plan=None) and in `+bmm` (transformers'
-batched_mm experts instead of eager).
+A MESH may end in `+plan` (the plan made first with hyperpar.plan(model, mesh=...) on the live module and passed
+to parallelize; otherwise parallelize(model, mesh, **options) derives it itself, plan=None), in `+bmm`
+(transformers' batched_mm experts instead of eager) and in `+accum` (each rank's rows as two micro-batches, each
+loss halved, the gradients accumulated over the two backwards).
 
 Each model case: a tiny random model of tests/data/forward/<family>/config.json (the same seed on every rank; every
 parameter drawn at 0.15 scale, norms around 1, DeepSeek/GLM's correction bias too), deep-copied and parallelized;
 each rank feeds its rows of a 4 x 8 batch (the batch split: dp, or dp x ep on the ep axis); logits, loss and every
 parameter's gradient (DTensor.full_tensor(), expert slices all-gathered over the EP group) are compared with the
 unsharded model on the whole batch, then two AdamW steps on both and every parameter compared, and the logits and
-loss of the third forward. Bar: 1e-10 absolute, except DeepSeek-V3's and GLM-4.5's router weight, which
+loss of the third forward (the copy's AdamW over hyperpar.torch.param_groups with foreach=True). Bar: 1e-10 absolute, except DeepSeek-V3's and GLM-4.5's router weight, which
 transformers computes in float32 whatever the model's dtype: its gradient is compared relatively at 1e-6, its value
 after a step absolutely at 1e-6, and the copy then takes the reference's value so that the next step compares
 everything else from the same point (as tests/python/torch_ep.py does).
@@ -154,7 +155,7 @@ def parse(case):
     if mesh not in MESHES:
         raise SystemExit("torch_moe_parallel: unknown mesh %r" % mesh)
     extra = set(parts[1:])
-    bad = extra - {"plan", "bmm"}
+    bad = extra - {"plan", "bmm", "accum"}
     if bad:
         raise SystemExit("torch_moe_parallel: unknown modifier(s) %s" % sorted(bad))
     return mesh, extra, (fams.split(",") if fams else MOE)
@@ -199,7 +200,8 @@ def run_model_case(mesh_name, extra, family):
         check(n_dt > 0, "no DTensor parameter at tp=2")
     f32_router = {n + ".weight" for n, m in ref.named_modules() if hasattr(m, "e_score_correction_bias")}
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
-    opt_par = torch.optim.AdamW(par.parameters(), lr=1e-2, weight_decay=0.1)
+    # DTensor and plain parameters in separate groups, so that the foreach kernels (CUDA's default) run
+    opt_par = torch.optim.AdamW(hpt.param_groups(par), lr=1e-2, weight_decay=0.1, foreach=True)
     d = {"logits": 0.0, "loss": 0.0, "grad": 0.0, "param": 0.0, "router32_grad_rel": 0.0, "router32_param": 0.0}
     gen = torch.Generator().manual_seed(77)
     vocab = ref.config.vocab_size
@@ -217,6 +219,17 @@ def run_model_case(mesh_name, extra, family):
                 loss = ce(out, ids[rows])
                 loss.backward()
             logits, loss = out.full_tensor().detach(), full(loss).detach()
+        elif "accum" in extra:  # two micro-batches of the rank's rows, gradients accumulated
+            mine = ids[rows]
+            half = mine.shape[0] // 2
+            outs, loss = [], 0.0
+            for part in (mine[:half], mine[half:]):
+                out = par(part).logits
+                part_loss = ce(out, part) / 2
+                part_loss.backward()
+                outs.append(out.detach())
+                loss = loss + part_loss.detach()
+            logits = torch.cat(outs, 0)
         else:
             out = par(ids[rows]).logits
             check(not isinstance(out, DTensor), "the logits came back as a DTensor without loss-parallel")

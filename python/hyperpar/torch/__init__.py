@@ -22,7 +22,26 @@ Context parallelism is refused, and so is anything torch cannot express, before 
 from .._native import Error
 from . import _compile
 
-__all__ = ["parallelize", "plan_styles", "loss_parallel", "Error"]
+__all__ = ["parallelize", "plan_styles", "loss_parallel", "param_groups", "Error"]
+
+
+def param_groups(model, **options):
+    """The model's trainable parameters as optimizer parameter groups, the DTensors apart from the plain tensors:
+    [{"params": [DTensor parameters], **options}, {"params": [plain parameters], **options}] (an empty group left
+    out). After parallelize with expert parallelism and tp > 1 a model holds both (its expert slices and the MoE
+    blocks' routers stay plain tensors), and torch's foreach and fused optimizer kernels (the default on CUDA)
+    refuse a list that mixes them; they run per group:
+
+        torch.optim.AdamW(hyperpar.torch.param_groups(model), lr=1e-4)
+    """
+    from torch.distributed.tensor import DTensor
+    dt, plain, seen = [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (dt if isinstance(p, DTensor) else plain).append(p)
+    return [dict(options, params=g) for g in (dt, plain) if g]
 
 
 def loss_parallel():
