@@ -5,10 +5,10 @@
 For each tiny checkpoint of tests/data/forward (llama, qwen3, llama with its MLPs replicated by an override,
 qwen3_moe with ep=2), on CPU with gloo and in float64: the export comes from the Python API (hyperpar.plan(...)
 .to_hf(), for the installed transformers) and must equal the CLI's (`hyperpar plan FOLDER --tp 2 --format hf
---hf-version V`, the same flags); its `distributed_config` object goes to `DistributedConfig(**...)` unchanged, the model is loaded
-with it by `AutoModelForCausalLM.from_pretrained`, and its logits and loss are compared with the unsharded model
-loaded in the same process (within 1e-10). The check also asserts that the plan was applied: every parameter
-the plan shards is a DTensor sharded over the 2 ranks, and every parameter it leaves whole is not sharded.
+--hf-version V`, the same flags); its `distributed_config` object goes to `DistributedConfig(**...)` unchanged, the
+model is loaded with it by `AutoModelForCausalLM.from_pretrained`, and its logits and loss are compared with the
+unsharded model loaded in the same process (within 1e-10). The check also asserts that the plan was applied: every
+parameter the plan shards is a DTensor sharded over the 2 ranks, and every parameter it leaves whole is not sharded.
 
 Exit 0 when every model matches, 1 on a mismatch or a failure (with the reason), 77 when torch or transformers
 (or accelerate, which transformers needs to load with a distributed_config)

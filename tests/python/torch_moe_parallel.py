@@ -23,10 +23,11 @@ parameter drawn at 0.15 scale, norms around 1, DeepSeek/GLM's correction bias to
 each rank feeds its rows of a 4 x 8 batch (the batch split: dp, or dp x ep on the ep axis); logits, loss and every
 parameter's gradient (DTensor.full_tensor(), expert slices all-gathered over the EP group) are compared with the
 unsharded model on the whole batch, then two AdamW steps on both and every parameter compared, and the logits and
-loss of the third forward (the copy's AdamW over hyperpar.torch.param_groups with foreach=True). Bar: 1e-10 absolute, except DeepSeek-V3's and GLM-4.5's router weight, which
-transformers computes in float32 whatever the model's dtype: its gradient is compared relatively at 1e-6, its value
-after a step absolutely at 1e-6, and the copy then takes the reference's value so that the next step compares
-everything else from the same point (as tests/python/torch_ep.py does).
+loss of the third forward (the copy's AdamW over hyperpar.torch.param_groups with foreach=True). Bar: 1e-10
+absolute, except DeepSeek-V3's and GLM-4.5's router weight, which transformers computes in float32 whatever the
+model's dtype: its gradient is compared relatively at 1e-6, its value after a step absolutely at 1e-6, and the copy
+then takes the reference's value so that the next step compares everything else from the same point (as
+tests/python/torch_ep.py does).
 
 Exit 0 on success, 1 on a failure, 77 when torch or transformers cannot be imported (unless HP_REQUIRE_TORCH=1).
 """

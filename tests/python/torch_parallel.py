@@ -15,8 +15,9 @@ CASE is MESH or MESH:FAMILY[,FAMILY...] (default families: llama, mistral, qwen2
 
 Each model case: a tiny random model from tests/data/forward/<family>/config.json (same seed on every rank),
 deep-copied and parallelized with the plan of the live module (parallelize(model, mesh, **options) derives it with
-hyperpar.plan; the FAMILY_bias variants make it first with hyperpar.plan(model, mesh=mesh) and pass it); logits, loss and every parameter's gradient (DTensor.full_tensor()) compared with the
-unsharded model on the whole batch, then two AdamW steps on both and every parameter compared. Bar: 1e-10 absolute.
+hyperpar.plan; the FAMILY_bias variants make it first with hyperpar.plan(model, mesh=mesh) and pass it); logits,
+loss and every parameter's gradient (DTensor.full_tensor()) compared with the unsharded model on the whole batch,
+then two AdamW steps on both and every parameter compared. Bar: 1e-10 absolute.
 
 Exit 0 on success, 1 on a failure (the message says which case and what), 77 when torch or transformers cannot be
 imported (unless HP_REQUIRE_TORCH=1, then 1).

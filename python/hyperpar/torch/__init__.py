@@ -17,6 +17,12 @@ S(0): vocab-parallel); each boundary's inputs go from in_src to in_dst and its o
 tp-local head counts (tp_local_attrs) are set where the module keeps them; the residual stream between boundaries
 is a DTensor in the plan's layout (sequence-sharded with sequence parallelism). dp: gradients averaged over the dp
 dim, and every gradient in its parameter's layout after backward (_grads.py); each dp rank feeds its own rows.
+MoE models run with expert parallelism (a plan with ep_mode tp-extend-ep or ep-axis): each moe_mlp block goes to
+ep.apply_expert_parallel (its experts cut to the rank's and fed over all-to-all), takes its input as the rank's
+local rows and gives its output back in the plan's layout; its nested shared expert is tp-sharded on those rows,
+its router stays replicated; expert slices are averaged over the ranks holding them, the routers' gradients summed
+over the rows' split and averaged over the batch split (dp, or dp x ep on the explicit ep axis, where each rank
+feeds its own rows). docs/python.md, "MoE: expert parallelism".
 Context parallelism is refused, and so is anything torch cannot express, before the model is changed.
 """
 from .._native import Error
@@ -89,9 +95,10 @@ def plan_styles(plan, device_mesh, model=None):
 def parallelize(model, device_mesh, plan=None, *, src_data_rank=0, **plan_options):
     """Applies a hyperpar plan to `model` (a transformers causal LM) under torch.distributed, in place, and returns it.
 
-    device_mesh: a DeviceMesh whose dim names are the plan's mesh axes (dp, tp; a plan dim of size 1 may be left
-    out), the same sizes in the same order. plan: a hyperpar.Plan (or its JSON text or dict); None derives one with
-    hyperpar.plan(model, mesh=device_mesh, **plan_options) (sequence_parallel=False, loss_parallel=True, ...).
+    device_mesh: a DeviceMesh whose dim names are the plan's mesh axes (dp, tp, ep for the explicit ep axis; a plan
+    dim of size 1 may be left out), the same sizes in the same order. plan: a hyperpar.Plan (or its JSON text or
+    dict); None derives one with hyperpar.plan(model, mesh=device_mesh, **plan_options) (ep=2,
+    sequence_parallel=False, loss_parallel=True, ...; a mesh with an ep dim adds ep_axis=True).
     src_data_rank: as torch's parallelize_module: 0 scatters tp rank 0's weights (default), None keeps each rank's own
     (every rank must then hold the same weights).
 
@@ -109,6 +116,8 @@ def parallelize(model, device_mesh, plan=None, *, src_data_rank=0, **plan_option
             loss.backward()
 
     Parameters are DTensors afterwards (p.full_tensor() gathers one); torch.optim.AdamW steps them as they are.
+    With expert parallelism and tp > 1 the expert slices and routers stay plain tensors: build a foreach or fused
+    optimizer over param_groups(model).
     """
     plan = _plan_for(model, device_mesh, plan, plan_options)
     prog = _compile.compile(model, plan, device_mesh)
