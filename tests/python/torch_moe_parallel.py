@@ -241,8 +241,6 @@ def run_model_case(mesh_name, extra, family):
         dist.all_reduce(loss)  # every rank's mean over its rows; tp ranks hold the same value
         d["logits"] = max(d["logits"], allmax(maxdiff(logits, logits_ref[rows])))
         d["loss"] = max(d["loss"], allmax(abs(loss.item() / world - loss_ref.item())))
-        if os.environ.get("HP_DEBUG"):
-            say("  step %d: %s" % (step, d))
         if step == 2:
             break
         if step == 0:
@@ -258,11 +256,6 @@ def run_model_case(mesh_name, extra, family):
                     g = max(g, diff)
             d["grad"] = allmax(g)
             d["router32_grad_rel"] = allmax(g32)
-            if os.environ.get("HP_DEBUG"):
-                for n, p in rp.items():
-                    q = pp[n]
-                    want = p.grad if p.grad is not None else torch.zeros_like(p)
-                    say("    grad %-50s %.2e" % (n, allmax(maxdiff(whole(q, q.grad), want))))
         opt_ref.step()
         opt_par.step()
         pd, pd32 = 0.0, 0.0
