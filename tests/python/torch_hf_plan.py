@@ -1,12 +1,14 @@
-"""The transformers plan export (`hyperpar plan MODEL --tp 2 --format hf`) loaded by transformers itself.
+"""The transformers plan export (`hyperpar.plan(folder, mesh={"tp": 2}).to_hf()`) loaded by transformers itself.
 
     torchrun --standalone --nproc_per_node 2 tests/python/torch_hf_plan.py HYPERPAR_BINARY
 
 For each tiny checkpoint of tests/data/forward (llama, qwen3, llama with its MLPs replicated by an override,
-qwen3_moe with --ep 2), on CPU with gloo and in float64: the plan's `distributed_config` object goes to `DistributedConfig(**...)` unchanged, the model is loaded
-with it by `AutoModelForCausalLM.from_pretrained`, and its logits and loss are compared with the unsharded model
-loaded in the same process (within 1e-10). The check also asserts that the plan was applied: every parameter
-the plan shards is a DTensor sharded over the 2 ranks, and every parameter it leaves whole is not sharded.
+qwen3_moe with ep=2), on CPU with gloo and in float64: the export comes from the Python API (hyperpar.plan(...)
+.to_hf(), for the installed transformers) and must equal the CLI's (`hyperpar plan FOLDER --tp 2 --format hf
+--hf-version V`, the same flags); its `distributed_config` object goes to `DistributedConfig(**...)` unchanged, the
+model is loaded with it by `AutoModelForCausalLM.from_pretrained`, and its logits and loss are compared with the
+unsharded model loaded in the same process (within 1e-10). The check also asserts that the plan was applied: every
+parameter the plan shards is a DTensor sharded over the 2 ranks, and every parameter it leaves whole is not sharded.
 
 Exit 0 when every model matches, 1 on a mismatch or a failure (with the reason), 77 when torch or transformers
 (or accelerate, which transformers needs to load with a distributed_config)
@@ -24,10 +26,11 @@ FORWARD = os.path.join(HERE, "..", "data", "forward")
 # (label, folder, extra plan flags): the dense pair the plan export must serve; llama with its MLPs kept whole by
 # an override, which the export says with "replicate" (transformers merges a DistributedConfig plan into the
 # model's own, which shards the MLPs); and one MoE model with expert parallelism.
-CASES = [("llama", "llama", []), ("qwen3", "qwen3", []),
+# (label, folder, hyperpar.plan options; the CLI's flags are the same, --ep 2, --overrides FILE)
+CASES = [("llama", "llama", {}), ("qwen3", "qwen3", {}),
          ("llama+mlp_replicated", "llama",
-          ["--overrides", os.path.join(HERE, "..", "data", "overrides", "mlp_replicated.yaml")]),
-         ("qwen3_moe", "qwen3_moe", ["--ep", "2"])]
+          {"overrides": os.path.join(HERE, "..", "data", "overrides", "mlp_replicated.yaml")}),
+         ("qwen3_moe", "qwen3_moe", {"ep": 2})]
 
 
 def say(msg):
@@ -86,12 +89,19 @@ def check_applied(model, dc, rank):
     return seen
 
 
-def run_case(hp, folder, flags, rank):
-    out = subprocess.run([hp, "plan", folder, "--tp", "2", "--format", "hf"] + flags, capture_output=True,
-                         text=True)
+def run_case(hp, folder, options, rank):
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import hyperpar
+    exported = hyperpar.plan(folder, mesh={"tp": 2}, **options).to_hf()
+    flags = []
+    for k, v in options.items():
+        flags += ["--" + k.replace("_", "-"), str(v)]
+    cmd = [hp, "plan", folder, "--tp", "2", "--format", "hf", "--hf-version", transformers.__version__] + flags
+    out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        raise AssertionError("hyperpar plan %s failed (exit %d): %s" % (folder, out.returncode, out.stderr.strip()))
-    exported = json.loads(out.stdout)
+        raise AssertionError("%s failed (exit %d): %s" % (" ".join(cmd), out.returncode, out.stderr.strip()))
+    if json.loads(out.stdout) != exported:
+        raise AssertionError("hyperpar.plan(...).to_hf() differs from `%s`" % " ".join(cmd))
     if exported.get("unmapped"):
         raise AssertionError("the export lists unmapped shards: %s" % exported["unmapped"])
     dc = exported["distributed_config"]
@@ -143,13 +153,15 @@ def main():
     rank = dist.get_rank()
     torch.set_num_threads(1)
     failed = 0
-    for name, sub, flags in CASES:
+    for name, sub, options in CASES:
         folder = os.path.normpath(os.path.join(FORWARD, sub))
         try:
-            n, worst = run_case(hp, folder, flags, rank)
+            n, worst = run_case(hp, folder, options, rank)
             ok = 1
-            msg = ("%s (transformers %s, --tp 2 %s): %d sharded parameters; max |logits diff| %.3e, |loss diff| "
-                   "%.3e (no_grad), %.3e, %.3e (grad)" % (name, transformers.__version__, " ".join(flags[:2]), n,
+            msg = ("%s (transformers %s, hyperpar.plan(mesh={'tp': 2}%s).to_hf(), the CLI's export equal): %d sharded "
+                   "parameters; max |logits diff| %.3e, |loss diff| %.3e (no_grad), %.3e, %.3e (grad)"
+                   % (name, transformers.__version__, "".join(", %s=%s" % (k, os.path.basename(str(v)))
+                                                              for k, v in options.items()), n,
                                                          worst["no_grad"][0], worst["no_grad"][1], worst["grad"][0],
                                                          worst["grad"][1]))
         except Exception as e:  # report, then let every rank agree on the outcome

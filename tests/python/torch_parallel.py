@@ -10,12 +10,14 @@ CASE is MESH or MESH:FAMILY[,FAMILY...] (default families: llama, mistral, qwen2
     dp2-tp2      dp=2 x tp=2, each dp rank its half of the batch                4 processes
     dp2-tp2-lp   dp=2 x tp=2 with --loss-parallel                               4 processes
     refuse       refusals: bad placement / boundary type / packed shard (model unchanged), meshes that do not match
-                 the plan, cp, expert parallelism without ep.py                 2 processes
+                 the plan, cp, the glue to ep.py, MoE blocks without ep        2 processes
     comm         CommDebugMode's collectives of one forward+backward of llama at tp=2 against `hyperpar cost`
 
 Each model case: a tiny random model from tests/data/forward/<family>/config.json (same seed on every rank),
-deep-copied and parallelized; logits, loss and every parameter's gradient (DTensor.full_tensor()) compared with the
-unsharded model on the whole batch, then two AdamW steps on both and every parameter compared. Bar: 1e-10 absolute.
+deep-copied and parallelized with the plan of the live module (parallelize(model, mesh, **options) derives it with
+hyperpar.plan; the FAMILY_bias variants make it first with hyperpar.plan(model, mesh=mesh) and pass it); logits,
+loss and every parameter's gradient (DTensor.full_tensor()) compared with the unsharded model on the whole batch,
+then two AdamW steps on both and every parameter compared. Bar: 1e-10 absolute.
 
 Exit 0 on success, 1 on a failure (the message says which case and what), 77 when torch or transformers cannot be
 imported (unless HP_REQUIRE_TORCH=1, then 1).
@@ -55,8 +57,9 @@ TMP = None
 
 
 def get_plan(folder, **flags):
-    """The plan of `folder` for the mesh flags (tp=2, dp=2, cp=2, ep=2, ep_axis=True, no_sequence_parallel=True,
-    loss_parallel=True, expert_layout="batched"): the CLI's JSON, wrapped. (hp.plan(folder, ...) once merged.)"""
+    """The CLI's plan of `folder` for the mesh flags (tp=2, dp=2, cp=2, ep=2, ep_axis=True, no_sequence_parallel=True,
+    loss_parallel=True, expert_layout="batched"), wrapped: the refusals edit it, and `comm` compares it with
+    `hyperpar cost`. The model cases plan the live module with hyperpar.plan (run_model_case)."""
     cmd = [HP_BIN, "plan", folder, "--format", "json"]
     for k, v in flags.items():
         opt = "--" + k.replace("_", "-")
@@ -180,8 +183,17 @@ def run_model_case(spec, family):
     mesh, flags, dp, lp = mesh_of(spec)
     ref, folder = make_model(family)
     par = copy.deepcopy(ref)
-    plan = get_plan(folder, **flags)
-    hpt.parallelize(par, mesh, plan)
+    # the plan of the live module (hyperpar.plan reads its config and parameter names): derived by parallelize
+    # itself (plan=None), or, for the _bias variants, made first with hyperpar.plan and passed in
+    options = {}
+    if flags.get("no_sequence_parallel"):
+        options["sequence_parallel"] = False
+    if flags.get("loss_parallel"):
+        options["loss_parallel"] = True
+    if family.endswith("_bias"):
+        hpt.parallelize(par, mesh, hyperpar.plan(par, mesh=mesh, **options))
+    else:
+        hpt.parallelize(par, mesh, **options)
     dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
     rows = slice(dp_rank * BATCH // dp, (dp_rank + 1) * BATCH // dp)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1)
@@ -399,10 +411,11 @@ def run_refuse():
 
     # MoE models with a tp-only plan (ep_mode none): transformers 5 keeps the experts of a layer in one module of
     # stacked tensors, which the plan can cut over tp only as packed halves (--packed-fused) and torch's styles do
-    # not express; gpt-oss's attention holds its sinks itself. Each is refused naming its boundary, model unchanged.
+    # not express, and its router in a TopKRouter. Each is refused naming its boundary, model unchanged (with ep,
+    # tests/python/torch_moe_parallel.py runs them).
     for fam, flags, where, why in (("qwen3_moe", {"packed_fused": True}, "model.layers.0.mlp", "TopKRouter"),
                                    ("mixtral", {"packed_fused": True}, "model.layers.0.mlp", "TopKRouter"),
-                                   ("gpt_oss", {}, "model.layers.0.self_attn", "sinks")):
+                                   ("gpt_oss", {}, "model.layers.0.mlp", "without expert parallelism")):
         m, f = make_model(fam)
         m_snap = snapshot(m)
         p = get_plan(os.path.join(f, "config.json"), tp=2, expert_layout="batched", **flags)

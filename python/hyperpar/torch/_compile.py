@@ -31,7 +31,8 @@ from torch.distributed.tensor import Partial, Replicate, Shard
 
 from .._native import Error
 from . import _layout as L
-from ._styles import BoundaryStyle, LinearStyle, NestedNormStyle, TiedHeadStyle, forward_args, resolve_inputs
+from ._styles import (BoundaryStyle, ExpertBlockStyle, LinearStyle, NestedNormStyle, TiedHeadStyle, forward_args,
+                      resolve_inputs)
 
 # Attribute names transformers versions use for the head counts the plan divides (tp_local_attrs).
 _ALIASES = {
@@ -50,6 +51,7 @@ class Program:
         self.dp_group = None
         self.dp = 1
         self.notes = []
+        self.ep_roots = []
 
 
 def _berr(fqn, msg):
@@ -291,17 +293,36 @@ def _deferred(fqn, b, model):
     return out
 
 
-def _container(fqn, b, model, module):
-    """An attention or MLP boundary: every parameter sits in an nn.Linear child (or in a nested norm boundary)."""
+def _container(fqn, b, model, module, tp=2, nested=False):
+    """An attention or MLP boundary: every parameter sits in an nn.Linear child (or in a nested norm boundary), or,
+    in an attention, is a per-head tensor of the module itself placed S(0) (gpt-oss's sinks: the rank's heads).
+    nested: an MLP inside an expert-parallel block (a shared expert), called on the block's local rows: its input
+    arrives and its output leaves as local tensors ([B*S, H] rows too: Qwen2-MoE flattens them)."""
     inputs, output = _io(fqn, b, module)
     deferred = _deferred(fqn, b, model)
     linears = {}  # child path -> {param name: Placement}
+    own = {}  # the module's own per-head parameters -> Shard(0)
     problems = []  # every parameter torch cannot express here, so that one message names them all
     for rel, pmap in (b.get("params") or {}).items():
         path, owner, name = _owner(model, fqn, rel)
         if path == fqn:
-            problems.append("parameter '%s' belongs to the %s module itself, which computes on local tensors; "
-                            "hyperpar.torch maps only parameters of its nn.Linear children here" % (rel, b.get("type")))
+            try:
+                pl = L.tp_of(pmap)
+            except L.Unmappable as e:
+                problems.append("parameter '%s': %s" % (rel, e))
+                continue
+            if b.get("type") == "attention" and isinstance(pl, Shard) and L.norm(pl, 1) == Shard(0):
+                n0 = owner._parameters[name].shape[0] if owner is not None else None
+                if owner is not None and (owner._parameters[name].ndim < 1 or n0 % tp):
+                    problems.append("parameter '%s' (shape %s) of the attention module itself is placed S(0) but "
+                                    "its first dim does not split over tp=%d"
+                                    % (rel, list(owner._parameters[name].shape), tp))
+                    continue
+                own[name] = Shard(0)  # per-head (gpt-oss's sinks): the rank's heads, as the projections' S(0)
+                continue
+            problems.append("parameter '%s' belongs to the %s module itself (placed %s), which computes on local "
+                            "tensors; hyperpar.torch maps its nn.Linear children, and in an attention the module's "
+                            "own per-head tensors placed S(0)" % (rel, b.get("type"), L.show(pl)))
             continue
         if owner is not None and type(owner) is not nn.Linear:
             try:
@@ -374,10 +395,52 @@ def _container(fqn, b, model, module):
         _expect(fqn, "out_src", produced, output[0], 3)
     elif isinstance(produced, Partial):
         raise _berr(fqn, "the module produces partial sums (P) but the plan gives it no exit (out_src/out_dst null)")
-    styles = [(fqn, BoundaryStyle(fqn, inputs, output, {}, deferred, False))]
-    styles += [((fqn + "." if fqn else "") + child, LinearStyle(mode, has_bias, defer))
+    if own and "colwise" not in kinds:
+        raise _berr(fqn, "per-head parameters (%s) placed S(0) in an attention whose projections are not "
+                    "column-parallel" % ", ".join(sorted(own)))
+    if nested:
+        if len(inputs) != 1:
+            raise _berr(fqn, "a boundary nested in an expert-parallel block takes one input, the plan names %d"
+                        % len(inputs))
+        leave = output[1] if output is not None else produced
+        if not L.same(inputs[0][1], leave, 3):
+            raise _berr(fqn, "nested in an expert-parallel block, it is called on the block's local rows (in_src %s) "
+                        "and its output is added to the block's rows, so out_dst must be the same layout (the plan "
+                        "says %s)" % (L.show(inputs[0][1]), L.show(leave)))
+    styles = [(fqn, BoundaryStyle(fqn, inputs, output, {}, deferred, nested, local_params=own, rows2d=nested))]
+    partial = "colwise" in kinds and "replicate" in kinds  # MLA: replicated latents inside a tp-cut attention
+    styles += [((fqn + "." if fqn else "") + child, LinearStyle(mode, has_bias, defer, partial))
                for child, mode, has_bias, defer in modes]
     return styles
+
+
+def _ep_path(model, fqn):
+    """The live module path of an expert-parallel block (ep.py's lookup, with its aliases); fqn itself without a
+    model or when nothing is found (the caller then names the missing module)."""
+    if model is None:
+        return fqn
+    for cand in (fqn, fqn.replace(".block_sparse_moe", ".mlp")):
+        try:
+            model.get_submodule(cand)
+            return cand
+        except AttributeError:
+            pass
+    return fqn
+
+
+def _ep_block(fqn, b, module):
+    """The tp contract of an expert-parallel block: one input, taken as the rank's local rows in in_dst (R, or
+    split over batch or sequence), and the output leaving in the same layout (out_src = in_dst) -> out_dst."""
+    inputs, output = _io(fqn, b, module)
+    if len(inputs) != 1:
+        raise _berr(fqn, "an expert-parallel block takes one input, the plan names %d" % len(inputs))
+    name, src, dst = inputs[0]
+    if not (isinstance(dst, Replicate) or L.norm(dst, 3) in (Shard(0), Shard(1))):
+        raise _berr(fqn, "an expert-parallel block computes on whole rows: its in_dst is %s (R, S(0) or S(1))"
+                    % L.show(dst))
+    if output is not None:
+        _expect(fqn, "out_src", dst, output[0], 3)
+    return ExpertBlockStyle(fqn, name, src, dst, output)
 
 
 def _local_attrs(fqn, b, module, tp, prog):
@@ -445,7 +508,13 @@ def compile(model, plan, device_mesh):
         raise Error("hyperpar.torch: the plan has no boundaries")
     fqns = [b.get("fqn") for b in bounds if isinstance(b, dict)]
     attn = [b["fqn"] for b in bounds if isinstance(b, dict) and b.get("type") == "attention"]
-    ep_roots = []
+    # the expert-parallel blocks, plan fqn -> the live module's path (a Mixtral checkpoint's plan names
+    # block_sparse_moe, which transformers 5 calls mlp: ep.py's alias)
+    ep_roots = {}
+    if ep_mode != "none":
+        for b in bounds:
+            if isinstance(b, dict) and b.get("type") == "moe_mlp" and isinstance(b.get("fqn"), str):
+                ep_roots[b["fqn"]] = _ep_path(model, b["fqn"])
     declared = set()
     styles = []
     for b in bounds:
@@ -453,22 +522,51 @@ def compile(model, plan, device_mesh):
         btype = b.get("type")
         if not isinstance(fqn, str):
             raise Error("hyperpar.torch: a boundary without an fqn")
+        root = next((r for r in ep_roots if fqn.startswith(r + ".")), None)
+        live = ep_roots[root] + fqn[len(root):] if root is not None else ep_roots.get(fqn, fqn)
         module = None
         if model is not None:
             try:
-                module = model.get_submodule(fqn)
+                module = model.get_submodule(live)
             except AttributeError:
                 raise _berr(fqn, "no such module in this model")
         for rel in (b.get("params") or {}):
-            declared.add((fqn + "." if fqn else "") + rel)
-        if any(fqn.startswith(r + ".") for r in ep_roots):
-            continue  # inside an expert-parallel block: ep.apply_expert_parallel has the whole block
-        if ep_mode != "none" and btype == "moe_mlp":
-            ep_roots.append(fqn)
+            declared.add((live + "." if live else "") + rel)
+        if fqn in ep_roots:
+            # ep.apply_expert_parallel cuts its experts and runs them over the EP group; on the tp mesh the block
+            # gets its input as local rows (in_dst) and gives its output back as out_src -> out_dst
             prog.ep.append(b)
+            if tp > 1:
+                styles.append((live, _ep_block(fqn, b, module)))
             continue
-        if ep_mode != "none" and btype == "moe_gate":
-            continue  # the router of an EP block (gpt-oss registers it before its block): ep.py's
+        if btype == "moe_gate" and ep_mode != "none":
+            # the router of an EP block (gpt-oss registers it before its block): it runs inside the block, on the
+            # block's rows, with replicated (plain) tensors
+            if root is None:
+                raise _berr(fqn, "a moe_gate boundary outside every expert-parallel (moe_mlp) block")
+            for rel, pmap in (b.get("params") or {}).items():
+                path, owner, name = _owner(model, live, rel)
+                if not isinstance(_placement(fqn, rel, pmap, owner, name), Replicate):
+                    raise _berr(fqn, "the router of an expert-parallel block must be replicated on tp; '%s' is %s"
+                                % (rel, L.show(_placement(fqn, rel, pmap, owner, name))))
+            continue
+        if root is not None:
+            # a boundary inside an EP block: the shared expert's MLP, called on the block's local rows
+            if btype != "mlp":
+                raise _berr(fqn, "a %r boundary nested in the expert-parallel block '%s'; hyperpar.torch applies "
+                            "nested MLPs (shared experts) and skips nested routers only" % (btype, root))
+            if b.get("is_boundary") is False:
+                raise _berr(fqn, "a parameter-only spec (is_boundary false) has no I/O contract hyperpar.torch can "
+                            "run its parameters under")
+            if tp > 1:
+                styles.extend(_container(live, b, model, module, tp, nested=True))
+            else:
+                for rel, pmap in (b.get("params") or {}).items():
+                    path, owner, name = _owner(model, live, rel)
+                    p = _placement(fqn, rel, pmap, owner, name)
+                    if not isinstance(p, Replicate):
+                        raise _berr(fqn, "parameter '%s' is placed %s on a mesh without tp" % (rel, L.show(p)))
+            continue
         if b.get("is_boundary") is False:
             raise _berr(fqn, "a parameter-only spec (is_boundary false) has no I/O contract hyperpar.torch can run "
                         "its parameters under")
@@ -496,8 +594,16 @@ def compile(model, plan, device_mesh):
                 styles.append((fqn, NestedNormStyle()))
             else:
                 styles.append((fqn, _norm(fqn, b, model, module)))
-        elif btype in ("attention", "mlp", "moe_mlp", "moe_gate"):
-            styles.extend(_container(fqn, b, model, module))
+        elif btype in ("moe_mlp", "moe_gate"):
+            # without expert parallelism: only per-expert nn.Linear modules would map; transformers 5's stacked
+            # experts and its TopKRouter do not
+            try:
+                styles.extend(_container(fqn, b, model, module, tp))
+            except Error as e:
+                raise Error("%s (a MoE block in a plan without expert parallelism: hyperpar.torch runs transformers' "
+                            "MoE blocks with expert parallelism, plan with ep=N)" % e)
+        elif btype in ("attention", "mlp"):
+            styles.extend(_container(fqn, b, model, module, tp))
             if module is not None:
                 _local_attrs(fqn, b, module, tp, prog)
         else:
@@ -548,8 +654,8 @@ def compile(model, plan, device_mesh):
         for name, p in model.named_parameters():
             if name in declared or not p.requires_grad:
                 continue
-            if any(name.startswith(r + ".") for r in ep_roots):
-                continue
+            if any(name.startswith(r + ".") for r in ep_roots.values()):
+                continue  # the block's own tensors (router, shared gate, experts): replicated or ep.py's
             raise Error("hyperpar.torch: parameter '%s' is declared by no boundary of the plan; hyperpar.torch "
                         "places every parameter as the plan says and does not guess one (make the plan from this "
                         "model, or add the parameter to a boundary)" % name)
@@ -570,4 +676,5 @@ def compile(model, plan, device_mesh):
                 except NotImplementedError as e:
                     raise _berr(b["fqn"], "expert parallelism is not implemented by hyperpar.torch.ep here: %s" % e)
     prog.styles = styles
+    prog.ep_roots = list(ep_roots.values())
     return prog

@@ -36,12 +36,15 @@ def parse(text):
 
 def tp_of(pmap, axes=("tp",)):
     """The tp placement of a placement map (Replicate when tp is absent). Keys other than `axes` are refused:
-    cp never reaches here (cp > 1 is refused first), ep only on expert-parallel boundaries (handled by ep.py)."""
+    cp never reaches here (cp > 1 is refused first), ep only on expert-parallel boundaries (handled by ep.py) and,
+    as "R", on the explicit ep axis, over which everything outside the experts is replicated (data parallel)."""
     if pmap is None:
         return Replicate()
     if not isinstance(pmap, dict):
         raise Unmappable("placement map %r is not an object" % (pmap,))
     for k in pmap:
+        if k == "ep" and pmap[k] == "R":
+            continue
         if k not in axes:
             raise Unmappable("placement map %s has axis %r, which hyperpar.torch's tensor parallelism does not "
                              "handle here" % (_show(pmap), k))

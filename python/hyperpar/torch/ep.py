@@ -1,4 +1,5 @@
-"""Expert parallelism for a transformers MoE block, as a hyperpar plan lays it out (docs/python-ep.md).
+"""Expert parallelism for a transformers MoE block, as a hyperpar plan lays it out (docs/python.md, "MoE: expert
+parallelism").
 
     from hyperpar.torch.ep import check_expert_parallel, apply_expert_parallel
     check_expert_parallel(model, boundary, plan, device_mesh)   # raises hyperpar.Error, changes nothing
@@ -31,10 +32,10 @@ _GROUPS = {}  # sorted rank tuple -> ProcessGroup (every rank creates every grou
 class ExpertParallelInfo:
     """What apply_expert_parallel did to one block; kept as `experts._hp_ep` and `block._hp_ep`.
 
-    ep_mode, ep_size (P), ep_index (this rank's slot), n_experts (E, global), first_expert, n_local,
-    group_ranks (torch ranks of the EP group, EP index order), grad_ranks (ranks holding the same experts) and
-    grad_group (their process group, None for one rank): the expert gradients are averaged over it; grad_scale
-    (applied to the expert gradients in the backward, see docs/python-ep.md), replica_ranks (ranks holding the same
+    ep_mode, ep_size (P), ep_index (this rank's slot), n_experts (E, global), first_expert, n_local, group_ranks
+    (torch ranks of the EP group, EP index order), grad_ranks (ranks holding the same experts) and grad_group (their
+    process group, None for one rank): the expert gradients are averaged over it; grad_scale (applied to the expert
+    gradients in the backward, see docs/python.md, "MoE: expert parallelism"), replica_ranks (ranks holding the same
     rows that the experts' rows are split over: tp without sequence parallelism; () otherwise), rows_split_over
     (mesh axes whose ranks route different rows of one data-parallel block: their replicated block parameters'
     gradients are partial sums over them), last_rows ((rows sent, rows received) by the last forward).
@@ -419,7 +420,7 @@ def _dispatch_combine(experts, info, x, idx, w):
     N = rows.shape[0]
     info.last_rows = (int(send_rows.shape[0]), N)  # (sent, received) by the last forward
     s = info.grad_scale
-    if s != 1.0:  # the experts' gradients times s, the rows' unchanged (docs/python-ep.md, "Gradients")
+    if s != 1.0:  # the experts' gradients times s, the rows' unchanged (docs/python.md, "MoE: ...", "Gradients")
         rows = _ScaleGrad.apply(rows, 1.0 / s)
     if N:
         ids = torch.arange(nl, device=dev).repeat(P).repeat_interleave(rc.reshape(-1))
