@@ -84,6 +84,21 @@ for cfg in CONFIGS:
     strip = lambda s: re.sub(r'"seconds": [0-9.e+-]+', '"seconds": 0', s)
     check("advise %s" % name, rc == 0 and strip(text) == strip(out))
 
+# every plan option against its flag
+q3 = "data/configs/qwen3-30b-a3b.json"
+ov = "data/overrides/mlp_replicated.yaml"
+for kw, args in [(dict(mesh={"tp": 2}, sequence_parallel=False), ["--tp", "2", "--no-sequence-parallel"]),
+                 (dict(mesh={"tp": 2}, loss_parallel=True), ["--tp", "2", "--loss-parallel"]),
+                 (dict(mesh="dp=1,tp=2,ep=2", ep_axis=True), ["--mesh", "dp=1,tp=2,ep=2", "--ep-axis"]),
+                 (dict(mesh={"tp": 2, "ep": 2}, ep_compute="suggested"), ["--tp", "2", "--ep", "2", "--ep-compute", "suggested"]),
+                 (dict(mesh={"tp": 2}, freeze="model.embed_tokens.*"), ["--tp", "2", "--freeze", "model.embed_tokens.*"]),
+                 (dict(mesh={"tp": 2}, packed_fused=True), ["--tp", "2", "--packed-fused"])]:
+    check("plan option %s" % " ".join(args), hp.plan(q3, **kw).json == cli("plan", q3, *args)[1])
+check("plan --overrides FILE", hp.plan("data/forward/llama", mesh={"tp": 2}, overrides=ov).json ==
+      cli("plan", "data/forward/llama", "--tp", "2", "--overrides", ov)[1])
+check("overrides as YAML text", hp.plan("data/forward/llama", mesh={"tp": 2}, overrides=open(ov).read()).data["boundaries"]
+      == hp.plan("data/forward/llama", mesh={"tp": 2}, overrides=ov).data["boundaries"])
+
 llama = "data/configs/llama-3-8b.json"
 refuses_alike("tp=3 on 32 heads", lambda: hp.plan(llama, mesh={"tp": 3}), ["plan", llama, "--tp", "3"])
 refuses_alike("ep on a dense model", lambda: hp.plan(llama, mesh={"tp": 2, "ep": 2}), ["plan", llama, "--tp", "2", "--ep", "2"])
