@@ -27,14 +27,19 @@ static hp_status bad(hp_err *err, const char *fmt, const char *what)
     return hp_err_set(err, HP_ERR_INPUT, fmt, what);
 }
 
-/* An integer option in [1, HP_MESH_MAX_SIZE] (as the CLI's --tp/--dp/--cp/--ep). */
+/* A mesh size: an integer in [1, HP_MESH_MAX_SIZE], refused as the CLI refuses --tp, --dp, --cp, --ep. */
 static hp_status size_of(json_t *v, const char *name, int64_t *out, hp_err *err)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > HP_MESH_MAX_SIZE)
-        return hp_err_set(err, HP_ERR_INPUT, "mesh size '%s' must be an integer in [1, %lld]", name,
-                          (long long)HP_MESH_MAX_SIZE);
-    *out = (int64_t)json_integer_value(v);
-    return HP_OK;
+    if (json_is_integer(v) && json_integer_value(v) >= 1 && json_integer_value(v) <= HP_MESH_MAX_SIZE) {
+        *out = (int64_t)json_integer_value(v);
+        return HP_OK;
+    }
+    char *shown = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    hp_status st = hp_err_set(err, HP_ERR_INPUT, "--%s expects an integer in [1, %lld]%s, got '%s'", name,
+                              (long long)HP_MESH_MAX_SIZE, json_is_integer(v) ? "" : " written as plain digits",
+                              shown ? shown : "?");
+    free(shown);
+    return st;
 }
 
 static bool flag(json_t *o, const char *key)

@@ -104,6 +104,11 @@ refuses_alike("tp=3 on 32 heads", lambda: hp.plan(llama, mesh={"tp": 3}), ["plan
 refuses_alike("ep on a dense model", lambda: hp.plan(llama, mesh={"tp": 2, "ep": 2}), ["plan", llama, "--tp", "2", "--ep", "2"])
 refuses_alike("ep not dividing the experts", lambda: hp.plan("data/configs/mixtral-8x7b.json", mesh={"ep": 3}),
               ["plan", "data/configs/mixtral-8x7b.json", "--ep", "3"])
+refuses_alike("tp 0", lambda: hp.plan(llama, mesh={"tp": 0}), ["plan", llama, "--tp", "0"])
+refuses_alike("ep past the largest mesh", lambda: hp.plan(llama, ep=10 ** 9), ["plan", llama, "--ep", str(10 ** 9)])
+refuses_alike("a bad --mesh string", lambda: hp.plan(llama, mesh="tp=x"), ["plan", llama, "--mesh", "tp=x"])
+refuses_alike("a mesh whose world is too large", lambda: hp.plan(llama, mesh={"dp": 65536, "tp": 65536}),
+              ["plan", llama, "--dp", "65536", "--tp", "65536"])
 refuses_alike("bad mode", lambda: hp.cost(llama, mode="bogus"), ["cost", llama, "--mode", "bogus"])
 refuses_alike("bare size", lambda: hp.cost(llama, mem_per_rank="80"), ["cost", llama, "--mem-per-rank", "80"])
 refuses_alike("recompute on cpu", lambda: hp.cost(llama, mode="train", recompute="full"),
