@@ -626,3 +626,19 @@ bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial)
 {
     return tp > 1 && !cut && (hp__rows_split(s->run.ax[HP__TP]) || tp_partial);
 }
+
+const char *const *hp__tp_partial_params(hp__op op)
+{
+    static const char *const attn[] = {"q_norm.weight", "k_norm.weight", NULL};
+    static const char *const mla[] = {"q_a_proj.weight", "q_a_layernorm.weight", "kv_a_proj_with_mqa.weight",
+                                      "kv_a_layernorm.weight", NULL};
+    static const char *const none[] = {NULL};
+    return op == HP__OP_ATTN ? attn : op == HP__OP_MLA ? mla : none;
+}
+
+bool hp__is_tp_partial(hp__op op, const char *rel)
+{
+    for (const char *const *q = hp__tp_partial_params(op); *q; q++)
+        if (!strcmp(*q, rel)) return true;
+    return false;
+}

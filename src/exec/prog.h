@@ -86,6 +86,11 @@ bool hp__rows_split(hp_placement p);
  * counts it): tp > 1, the parameter not cut over tp, and s runs on rows split over tp (SP), or tp_partial (tp cuts
  * the module but not the parameter: each rank's heads give a part of the q/k norms' gradients). */
 bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial);
+/* The parameters (names relative to the module) of a step of op that stay whole on every tp rank while tp cuts
+ * the module (hp__step.split): they feed only the rank's heads, so their gradients are partial sums over tp: the
+ * q/k norms of attention; MLA's latent projections and their norms. NULL-terminated (empty for other ops). */
+const char *const *hp__tp_partial_params(hp__op op);
+bool hp__is_tp_partial(hp__op op, const char *rel);
 
 /* The sequence as the ranks hold it: padded to a multiple of 2·cp (the load-balanced halves) when cp > 1; false
  * past 64 bits. */

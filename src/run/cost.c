@@ -1489,15 +1489,16 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         if (st != HP_OK) return st;
     }
     /* the tp sums of the gradients hyperpar train runs, one call each (hp__grad_sum_tp): the norm weights on rows
-     * split over tp (SP), and the q/k norms of attention cut over tp */
+     * split over tp (SP), and the parameters whole on every tp rank of a module tp cuts (hp__tp_partial_params) */
     for (size_t i = 0; i < w->g->n_steps; i++) {
         const hp__step *s = &w->g->steps[i];
-        static const char *const qk[] = {"q_norm.weight", "k_norm.weight"};
-        for (int k = 0; k < (s->op == HP__OP_NORM ? 1 : s->op == HP__OP_ATTN ? 2 : 0); k++) {
+        static const char *const norm[] = {"weight", NULL};
+        const char *const *rel = s->op == HP__OP_NORM ? norm : hp__tp_partial_params(s->op);
+        for (; *rel; rel++) {
             char full[1200];
-            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", s->op == HP__OP_NORM ? "weight" : qk[k]);
+            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", *rel);
             const hp_param *par = hp_model_find_param(w->m, full);
-            if (!par || !par->trainable || !hp__grad_sum_tp(s, w->tp, false, s->op == HP__OP_ATTN && s->split)) continue;
+            if (!par || !par->trainable || !hp__grad_sum_tp(s, w->tp, false, s->op != HP__OP_NORM && s->split)) continue;
             uint64_t gb = ck_bytes(w, "gradient tp sum", par->n_elems, (uint64_t)w->o->mdl.grad_bytes);
             hp_status st = add_event(w, s->layer, par->name, "backward", HP_RUN_ALL_REDUCE, "tp", w->tp, 1, gb, true);
             if (st != HP_OK) return st;

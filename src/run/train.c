@@ -356,7 +356,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
                                  "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight",
                                  "sinks"};
             for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-                st = add_param(r, v[k], f, rel[k], s, s->split && (v[k] == &a->qn || v[k] == &a->kn), err);
+                st = add_param(r, v[k], f, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
             break;
         }
         case HP__OP_MLP: {
@@ -377,7 +377,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
                                  "o_proj.weight", "o_proj.bias"};
             /* the latent projections and norms are whole on every tp rank but feed only its heads */
             for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-                st = add_param(r, v[k], f, rel[k], s, s->split && k != 2 && k != 5 && k != 6 && k != 7, err);
+                st = add_param(r, v[k], f, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
             break;
         }
         case HP__OP_MOE: st = add_moe(r, s, &w->moe, err); break;
