@@ -497,10 +497,12 @@ def main():
     if failures:
         if rank == 0:
             print("FAILED %d:\n  %s" % (len(failures), "\n  ".join(failures)), flush=True)
-        sys.exit(1)
+        return 1
     if rank == 0:
         print("all passed (%s, tolerance %g)" % (CASE, TOL), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from hp_skip import end
+    end(main())

@@ -416,4 +416,5 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hp_skip import end
+    end(main())
