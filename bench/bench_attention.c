@@ -1,5 +1,5 @@
 /*
- * bench_attention.c — the fused attention kernel (hp__attention, src/run/attention.c) alone on random q, k and v:
+ * bench_attention.c — the fused attention kernel (hp__attention, src/kernels/attention.c) alone on random q, k and v:
  *
  *   bench_attention S NH NKV HD [exact|bf16] [WINDOW] [REPS]
  *
@@ -8,7 +8,7 @@
  * (query, key) pair (q·kᵀ and P·v), 1.5 times that in BF16 mode (its second q·kᵀ pass). CPU time is the figure to
  * compare on a shared machine: it does not count the time other jobs hold the cores.
  */
-#include "run/modules.h"
+#include "kernels/modules.h"
 
 #include <errno.h>
 #include <omp.h>

@@ -1,5 +1,5 @@
 /*
- * bench_gemm.c — the GEMM layer (src/linalg, oneDNN + the bf16 streaming kernel) against OpenBLAS's
+ * bench_gemm.c — the GEMM layer (src/kernels, oneDNN + the bf16 streaming kernel) against OpenBLAS's
  * cblas_sgemm on the same shapes, in the same run, and against a read-only memory sweep.
  *
  * Shapes: M ∈ {1, 16, 128, 512} rows × (N=768, K=2048) and (N=2048, K=768) — a Qwen3-30B-A3B expert's
@@ -30,7 +30,7 @@
 
 #include "hyperpar/linalg.h"
 #include "hyperpar/moe.h"
-#include "linalg/linalg_int.h" /* hp__linear_force: the crossover table */
+#include "kernels/linalg_int.h" /* hp__linear_force: the crossover table */
 
 /* --cpu-time: the process's CPU time instead of the wall clock (with --threads 1: less disturbed by other jobs) */
 static clockid_t clock_id = CLOCK_MONOTONIC;

@@ -6,7 +6,7 @@ PACKAGES=(
   libjansson-dev                     # JSON: config.json, safetensors headers, plans
   libyaml-dev                        # YAML plan overrides
   libopenblas-dev                    # GEMM for the MoE runtime
-  libdnnl-dev                        # oneDNN: the GEMM layer's backend (src/linalg)
+  libdnnl-dev                        # oneDNN: the GEMM layer's backend (src/kernels)
   libopenmpi-dev openmpi-bin         # MPI: expert-parallel runtime and its tests
   clang                              # libFuzzer targets
   python3 python3-venv python3-pip   # test scripts; the Python package's virtual environment (install-python.sh)

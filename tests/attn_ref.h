@@ -7,7 +7,7 @@
 #ifndef HP_TESTS_ATTN_REF_H
 #define HP_TESTS_ATTN_REF_H
 
-#include "run/modules.h"
+#include "kernels/modules.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -1,13 +1,13 @@
 /*
- * test_attention.c — the fused attention kernel (src/run/attention.c) against a plain f64 softmax attention
+ * test_attention.c — the fused attention kernel (src/kernels/attention.c) against a plain f64 softmax attention
  * written here (its own mask test, a whole score row at a time): causal at several lengths, GQA, MLA's
  * hd != hdv, sliding windows, sinks, CP's query offset, batch rows, both compute modes; non-finite inputs; the
  * blocked backward against an f64 backward over the same cases; and memory: the kernel's scratch does not
  * grow with S, and a long sequence's peak RSS stays far below one [S, S] matrix.
  */
-#include "run/backward.h"
+#include "kernels/backward.h"
 #include "attn_ref.h"
-#include "run/modules.h"
+#include "kernels/modules.h"
 #include "testlib.h"
 
 #include <omp.h>

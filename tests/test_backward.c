@@ -1,5 +1,5 @@
 /*
- * test_backward.c — the local backward kernels (src/run/backward.c) against central finite differences of an
+ * test_backward.c — the local backward kernels (src/kernels/backward.c) against central finite differences of an
  * f64 reference forward, and the AdamW step against PyTorch's (tests/data/forward/llama/train_io.safetensors).
  *
  * Each kernel test draws small random inputs, builds a scalar L = Σ dy·f(x) with a random dy, and compares the
@@ -16,7 +16,7 @@
 
 #include "attn_ref.h"
 #include "hyperpar/safetensors.h"
-#include "run/backward.h"
+#include "kernels/backward.h"
 #include "testlib.h"
 
 #define FD_H 1e-5

@@ -1,5 +1,5 @@
 /*
- * test_gemm.c — the GEMM layer (src/linalg) against the plain C f64 reference (hp__gemm_ref), on odd shapes:
+ * test_gemm.c — the GEMM layer (src/kernels) against the plain C f64 reference (hp__gemm_ref), on odd shapes:
  * M = 0, 1, 7, 33, 130; K = 19, 65, 200; N = 1, 23, 96 (none a multiple of 16); F32, BF16 and F16 weights
  * in stacks of 3; with and without bias; accumulate on and off; lda and ldc equal to and larger than K and N;
  * both numeric modes; the grouped form; and every path: the default choice, the streaming kernel of each
@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "hyperpar/linalg.h"
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 #include "testlib.h"
 
 enum { G = 3 }; /* matrices per stack: the tests use the last one, so the stack offsets are exercised */

@@ -1,5 +1,5 @@
 /*
- * test_vmath.c — src/linalg/vmath.c: the vector exp against glibc's exp and expf, and the two row functions
+ * test_vmath.c — src/kernels/vmath.c: the vector exp against glibc's exp and expf, and the two row functions
  * built on it (the loss's Σ exp(z − max), SwiGLU's silu(g)·u) against plain loops, on every instruction set
  * this CPU has (AVX-512F, AVX2+FMA, portable).
  */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "hyperpar/linalg.h"
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 #include "testlib.h"
 
 /* |a − b| in units of b's last place (the spacing of the format at b). */

@@ -12,7 +12,7 @@
  * hp_run_stats's train_fwd_s, train_bwd_s, train_bwd_comm_s (inside the backward) and train_opt_s. Each figure
  * is the median over reps of its own column, so the split need not sum exactly to the median step.
  *
- * Model FLOPs per step: 6 · W · B·T (hp_cost_train_flops, src/run/mfu.c, which says what W counts: the weights
+ * Model FLOPs per step: 6 · W · B·T (hp_cost_train_flops, src/cost/mfu.c, which says what W counts: the weights
  * one token goes through in the forward's GEMMs, MoE's active experts only; not the attention scores, norms,
  * AdamW or the backward's recomputation, so the figure is model FLOPs, as MFU counts them). Achieved GFLOP/s =
  * model FLOPs / the median step, over all ranks together.

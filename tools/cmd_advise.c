@@ -2,7 +2,7 @@
  * cmd_advise.c — `hyperpar advise MODEL --world N --mem-per-rank SIZE`: every mesh of N ranks the model
  * accepts, the others rejected with their reason, the accepted ranked by predicted step time (docs/cost.md).
  *
- * The search, the rejection rules and the ranking are the library's (hp_advise, src/run/advise.c); this file
+ * The search, the rejection rules and the ranking are the library's (hp_advise, src/cost/advise.c); this file
  * parses the flags, prints the advice as text, JSON or HTML (html.c), and writes the plan and shard command
  * lines of the candidates. `hyperpar cost` with the printed flags gives a candidate's figures from its own plan.
  */

@@ -3,7 +3,7 @@
  * plan costs each rank (docs/cost.md).
  *
  * Exact: the weight bytes (the rank's shard file) and the communication of one forward step (the dry executor
- * of src/run/cost.c: what `hyperpar run` counts, boundary by boundary). Estimates, marked so: activations, KV
+ * of src/cost/cost.c: what `hyperpar run` counts, boundary by boundary). Estimates, marked so: activations, KV
  * cache, training state, FLOPs and the predicted step time, and the MoE exchange of a real router (the
  * balanced router's, unless --routing gives the routing).
  */

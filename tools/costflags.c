@@ -1,6 +1,6 @@
 /*
  * costflags.c — the flags `hyperpar cost` and `hyperpar advise` share: the settings of the cost model, read by the
- * library (hp_cost_setting, src/run/cost_settings.c) under the flags' long names; --format, --output, the routing
+ * library (hp_cost_setting, src/cost/cost_settings.c) under the flags' long names; --format, --output, the routing
  * file and --measure-gemm's measurement here.
  */
 #include <math.h>

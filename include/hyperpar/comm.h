@@ -18,6 +18,18 @@
 extern "C" {
 #endif
 
+/* Collective kinds the runtime counts (bytes each rank sends into them). */
+typedef enum hp_run_coll {
+    HP_RUN_ALL_GATHER = 0,
+    HP_RUN_ALL_REDUCE,
+    HP_RUN_REDUCE_SCATTER,
+    HP_RUN_GATHER,   /* the logits (and validate's tensors) to rank 0 */
+    HP_RUN_ALL_TO_ALL, /* the MoE token exchange of the EP group: dispatch and return, 2 calls per sparse layer */
+    HP_RUN_COLL_COUNT
+} hp_run_coll;
+
+const char *hp_run_coll_name(hp_run_coll k); /* "all-gather", ... */
+
 typedef struct hp_comm hp_comm;
 typedef struct hp_comm_req hp_comm_req;
 

@@ -200,7 +200,7 @@ typedef struct hp_cost {
  * that neither divides the world nor holds it all, or a batch past what 64 bits hold ("... is past what the cost
  * model can hold"): every figure is computed with checked arithmetic, and every byte figure, the sum a rank's
  * report prints (total_bytes + kv_bytes, the communication bytes over all kinds) included, fits a uint64_t. */
-/* ---- the settings of a cost or advise request, by name (src/run/cost_settings.c) ----
+/* ---- the settings of a cost or advise request, by name (src/cost/cost_settings.c) ----
  * Names are the CLI's long options without "--" (batch, global-batch, micro-batch, seq, mode, context, hardware,
  * recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, intra-bw, inter-bw, intra-latency-us,
  * inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, optim-bytes, zero, kv-bytes,
@@ -260,7 +260,7 @@ void hp_cost_free(hp_cost *c);
  * "optimizer state", "master weights", "saved activations" or "gathered weights"; its bytes into *bytes. */
 const char *hp_cost_rank_binding(const hp_cost_rank *r, bool train, uint64_t *bytes);
 
-/* ---- when a rank does not fit: the nearest change that does (src/run/fit.c; docs/cost.md "When nothing fits") */
+/* ---- when a rank does not fit: the nearest change that does (src/cost/fit.c; docs/cost.md "When nothing fits") */
 
 /* One change of the request, a flag and its value, and what the most-loaded rank then needs. */
 typedef struct hp_fit_change {
@@ -289,7 +289,7 @@ typedef struct hp_fit {
 hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, const hp_cost *c,
                       uint64_t budget, hp_err *err);
 
-/* ---- what a training step is measured against (src/run/mfu.c; docs/train.md, "What the user sees") ----
+/* ---- what a training step is measured against (src/cost/mfu.c; docs/train.md, "What the user sees") ----
  *
  * MFU = hp_cost_train_flops / step seconds / hp_gemm_limit.sum_gflops (FLOP/s). */
 
@@ -321,7 +321,7 @@ typedef struct hp_gemm_limit {
 hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, int reps, hp_gemm_limit *out,
                              hp_err *err);
 
-/* ---- hyperpar advise: which mesh of N ranks to pick (src/run/advise.c, docs/cost.md "hyperpar advise") ----
+/* ---- hyperpar advise: which mesh of N ranks to pick (src/cost/advise.c, docs/cost.md "hyperpar advise") ----
  *
  *   hp_advise(&a, model, opts)   every dp x cp x tp (x ep) mesh of opts.world ranks, each accepted or rejected
  *                                with its reason, the accepted ranked best first

@@ -1,6 +1,6 @@
 /*
  * hyperpar/linalg.h — the GEMM layer: every matrix product of the runtimes goes through here, and only
- * src/linalg/ calls a BLAS (oneDNN).
+ * src/kernels/ calls a BLAS (oneDNN).
  *
  * A linear is one weight, or a stack of same-shape weights (the experts of a MoE layer), prepared once:
  *
@@ -164,7 +164,7 @@ float hp_linalg_round_bf16(float x);
  * value, at memory speed; dst may be a when lda == cols. What a BF16-mode kernel outside this layer multiplies. */
 void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst);
 /* Σ_i exp(z[i] − mx) over n floats, each term and the sum in f64: the loss's normalizer over a row of logits
- * (mx its max). On the vector units (src/linalg/vmath.c): at most a few ulp from glibc's exp per term. */
+ * (mx its max). On the vector units (src/kernels/vmath.c): at most a few ulp from glibc's exp per term. */
 double hp_linalg_sumexp(const float *z, int64_t n, float mx);
 /* x[i] = exp(x[i] − sub)·mul over n floats, f32, on the vector units: softmax's numerators (attention). Within 2
  * ulp of expf; an argument below −87 gives about 1e-38 instead of less (−inf included), NaN stays NaN. */
@@ -173,7 +173,7 @@ void hp_linalg_exp_rows(float *x, int64_t n, float sub, float mul);
  * may be g or u. */
 void hp_linalg_silu_mul(const float *g, const float *u, int64_t n, float *out);
 /* The arithmetic peak of this process's OpenMP threads in mode, GFLOP/s summed over them: every thread at once runs
- * multiply-adds on registers only for about `seconds` (src/linalg/peak.c). EXACT: f32 FMA (AVX-512F, else AVX2+FMA);
+ * multiply-adds on registers only for about `seconds` (src/kernels/peak.c). EXACT: f32 FMA (AVX-512F, else AVX2+FMA);
  * BF16: vdpbf16ps where the CPU has AVX512_BF16, else as EXACT (BF16 mode then multiplies f32 values). 0 on a CPU
  * without AVX2+FMA. A bound for benchmarks to print next to GEMM rates. */
 double hp_linalg_peak_gflops(hp_linalg_mode mode, double seconds);

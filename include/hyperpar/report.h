@@ -1,7 +1,7 @@
 /*
  * report.h — the JSON reports of `hyperpar cost` and `hyperpar advise` (`--format json`), written once for the
  * CLI and for the JSON-in interface (api.h); the command lines that make a plan fit, or that build an advised
- * mesh. src/run/report.c.
+ * mesh. src/cost/report.c.
  */
 #ifndef HYPERPAR_REPORT_H
 #define HYPERPAR_REPORT_H

@@ -22,17 +22,6 @@ extern "C" {
 
 typedef struct hp_runner hp_runner;
 
-/* Collective kinds the runtime counts (bytes each rank sends into them). */
-typedef enum hp_run_coll {
-    HP_RUN_ALL_GATHER = 0,
-    HP_RUN_ALL_REDUCE,
-    HP_RUN_REDUCE_SCATTER,
-    HP_RUN_GATHER,   /* the logits (and validate's tensors) to rank 0 */
-    HP_RUN_ALL_TO_ALL, /* the MoE token exchange of the EP group: dispatch and return, 2 calls per sparse layer */
-    HP_RUN_COLL_COUNT
-} hp_run_coll;
-
-const char *hp_run_coll_name(hp_run_coll k); /* "all-gather", ... */
 
 /* Called on rank 0 after a boundary's exit (validate mode): `what` is "<fqn>" or "<fqn>:in" (its input after
  * the entry redistribution); `t` is the whole tensor [B, S, X] of the batch, reassembled from every rank. */

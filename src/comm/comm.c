@@ -454,3 +454,10 @@ int hp_comm_node_size(const hp_comm *c)
     free(all);
     return same > 0 ? same : 1;
 }
+
+const char *hp_run_coll_name(hp_run_coll k)
+{
+    static const char *const n[HP_RUN_COLL_COUNT] = {"all-gather", "all-reduce", "reduce-scatter", "gather",
+                                                      "all-to-all"};
+    return (unsigned)k < HP_RUN_COLL_COUNT ? n[k] : "?";
+}

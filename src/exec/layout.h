@@ -8,7 +8,7 @@
 #define HP_EXEC_LAYOUT_H
 
 #include "hyperpar/plan.h"
-#include "hyperpar/run.h"
+#include "hyperpar/comm.h"
 
 /* The mesh axes an activation can be laid out over (dp splits the batch before anything runs). */
 enum { HP__TP = 0, HP__CP = 1, HP__NAX = 2 };
@@ -73,7 +73,7 @@ typedef struct hp__low {
 hp__low hp__lower_axis(const hp__axes *x, const hp__lay *from, const int64_t g[3], int ax, hp_placement dst);
 /* Whether an all-gather's member blocks along its dim (lo: their starts, n: their lengths; gn members) are even
  * and follow each other in member order, so that MPI receives them straight into the result (run/redist.c;
- * run/cost.c then sizes no scratch for it). */
+ * cost/cost.c then sizes no scratch for it). */
 bool hp__gather_in_place(const int64_t *lo, const int64_t *n, int64_t gn);
 /* Whether the rank at index 0 of both axes holds all of a tensor of global dims g laid out as lay (every dim
  * unsharded): its block is then the whole, and every other rank's a replica. */

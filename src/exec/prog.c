@@ -60,7 +60,7 @@ int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti)
  * 32k-token sequence, and a GEMM of 1024 rows runs at the rate of a longer one (a 4096-token forward of that layer
  * took no longer chunked: docs/run.md "Long prefill").
  * The outputs are the unchunked ones, bit for bit: chunks start at multiples of 1024, so BF16 mode's row pieces
- * (HP__ROW_CHUNK, 256, in src/linalg) fall where the unchunked call puts them, and a chunk is never so short (256
+ * (HP__ROW_CHUNK, 256, in src/kernels) fall where the unchunked call puts them, and a chunk is never so short (256
  * rows at least) that the GEMM layer would take its few-row path (at most 16 rows) for it. */
 int64_t hp__mlp_chunk_end(int64_t rows, int64_t r0, bool whole)
 {

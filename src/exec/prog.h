@@ -2,7 +2,7 @@
  * exec/prog.h — the forward pass of a plan as a program: the steps every rank executes, in order, each with
  * the layouts its activation arrives in, runs on, is computed in and leaves in, the module's local dims and
  * its MoE settings. Built once from (model, plan, mesh) by hp__prog_build; the runner executes it
- * (src/run/runner.c), cost walks it for any rank (src/run/cost.c), and the backward pass walks it in reverse.
+ * (src/run/runner.c), cost walks it for any rank (src/cost/cost.c), and the backward pass walks it in reverse.
  * The layouts are the same on every rank (a rank's block and bytes follow from them by exec/layout.h).
  * A plan the runtime cannot execute is refused here, once, with the reason (docs/design.md, "The program").
  * Pure: no MPI, no data, no linalg.

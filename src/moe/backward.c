@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/backward.h"
+#include "kernels/backward.h"
 
 /* Rows per chunk of the experts' and the shared expert's recomputation: bounds the scratch to a few
  * [chunk, 2·max(I, sI)] and [chunk, H] buffers whatever the token count. */

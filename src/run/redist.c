@@ -22,12 +22,6 @@
 #include <string.h>
 
 
-const char *hp_run_coll_name(hp_run_coll k)
-{
-    static const char *const n[HP_RUN_COLL_COUNT] = {"all-gather", "all-reduce", "reduce-scatter", "gather",
-                                                      "all-to-all"};
-    return (unsigned)k < HP_RUN_COLL_COUNT ? n[k] : "?";
-}
 
 void hp__act_shape(const hp__ctx *x, hp__act *a)
 {

@@ -12,7 +12,7 @@
 #include "exec/prog.h"
 #include "run/agree.h"
 #include "run/finite.h"
-#include "run/modules.h"
+#include "kernels/modules.h"
 #include "run/runner_int.h"
 
 #include "hyperpar/overrides.h"

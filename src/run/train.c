@@ -14,8 +14,8 @@
  * forward from it through the runner's own steps (so the intermediates are the forward's, bit for bit) and
  * then walks the layer's steps in reverse.
  */
-#include "run/backward.h"
-#include "run/modules.h"
+#include "kernels/backward.h"
+#include "kernels/modules.h"
 #include "run/runner_int.h"
 
 #include <math.h>

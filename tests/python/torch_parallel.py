@@ -502,7 +502,7 @@ def run_comm():
                   "%s forward: torch ran %d %s, hyperpar cost predicts %d" % (name, counts.get(("forward", k), 0), k,
                                                                             pred.get(("forward", k), 0)))
         # the backward: cost counts each forward collective's transpose and the tp sums of the gradients of the
-        # norm weights that run on sequence-split rows (src/run/cost.c, train_events): torch runs the same kinds
+        # norm weights that run on sequence-split rows (src/cost/cost.c, train_events): torch runs the same kinds
         # and counts.
         L = model.config.num_hidden_layers
         for k in kinds:

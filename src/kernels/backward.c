@@ -8,7 +8,7 @@
  * and adds the collectives that the layouts ask for. Reductions that decide a gradient's accuracy (the norm's
  * Σ w·dy·x, attention's D = Σ P·dP, the sinks' sums) run in double, like the forward's.
  */
-#include "run/backward.h"
+#include "kernels/backward.h"
 #include "hyperpar/linalg.h"
 
 #include <math.h>

@@ -26,7 +26,7 @@
  *   f32 ][ oneDNN scratchpad ][ blocked kernel: packed W and A blocks ]   (the middle two and the last only when
  *   the linear's mode, dtype and CPU need them)
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <omp.h>
 #include <pthread.h>

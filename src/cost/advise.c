@@ -19,7 +19,7 @@
  *   template tensors ──(mask of the axes that shard each: tp | cp | ep)──> bytes[mask]
  *   candidate (dp, cp, tp, ep) ──> its template ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget
  */
-#include "run/fit.h"
+#include "cost/fit.h"
 
 #include "hyperpar/cost.h"
 #include "hyperpar/model.h"

@@ -6,7 +6,7 @@
  * lowest higher ZeRO level under which one does. Each value is tried by evaluating the changed request, so a change
  * printed is one that was seen to fit.
  */
-#include "run/fit.h"
+#include "cost/fit.h"
 
 #include <stdio.h>
 #include <string.h>

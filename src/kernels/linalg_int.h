@@ -1,5 +1,5 @@
 /*
- * linalg_int.h — internal to src/linalg: the context and linear records, the oneDNN wrapper (gemm_dnnl.c,
+ * linalg_int.h — internal to src/kernels: the context and linear records, the oneDNN wrapper (gemm_dnnl.c,
  * the only file that includes <oneapi/dnnl/dnnl.h>), the streaming kernels (kernel.c), CPU detection
  * (cpu.c), the f64 reference (ref.c) and the test hooks.
  *

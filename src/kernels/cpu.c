@@ -13,7 +13,7 @@
  * (oneDNN asks for it itself when it uses AMX).
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <cpuid.h>
 #include <pthread.h>

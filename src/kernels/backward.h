@@ -11,7 +11,7 @@
 #ifndef HP_RUN_BACKWARD_H
 #define HP_RUN_BACKWARD_H
 
-#include "run/modules.h"
+#include "kernels/modules.h"
 
 /* RMSNorm backward for y = w · x · r, r = (mean(x²) + eps)^-½, over rows of H channels (also the per-head q/k
  * norm: rows = tokens·heads, H = head dim):

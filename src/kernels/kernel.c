@@ -22,7 +22,7 @@
  * -march flag and runs them only where hp__isa_available says the CPU and OS allow. The portable variant
  * sums each output in k order and is the reference the vector variants are tested against.
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  * Rows (tokens) are independent, so the loops over them run on the OpenMP threads when they are large (PAR_MIN
  * elements): each row's arithmetic is the same whatever the thread count, so results are bit-identical.
  */
-#include "run/modules.h"
+#include "kernels/modules.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * output, Σ|a·w|, is the scale that f32 rounding errors are measured against (an f32 sum of k products
  * is within about k·2^-24·Σ|a·w| of the exact value, and within far less on typical data).
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <math.h>
 

@@ -8,7 +8,7 @@
  * after each of those tensor operations instead; the difference is a few f32 ulps of the update, far inside the
  * end-to-end bar (1e-6·max|p| + 1e-7 per tensor, tests/test_backward.c).
  */
-#include "run/backward.h"
+#include "kernels/backward.h"
 
 #include <math.h>
 

@@ -36,8 +36,8 @@
  * and dv rows, so the units run in parallel without sharing a byte. Its slot adds dp, the packed dO rows and the
  * dq accumulator: O(rows·BK) again.
  */
-#include "run/backward.h"
-#include "run/modules.h"
+#include "kernels/backward.h"
+#include "kernels/modules.h"
 #include "hyperpar/linalg.h"
 
 #include <math.h>

@@ -20,7 +20,7 @@
  * buffers are the caller's. (gemm:jit, the only f32 matmul on AVX2, also mallocs its packing buffers
  * inside each execution, whatever the scratchpad mode: docs/kernels.md has the counts.)
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>

@@ -6,7 +6,7 @@
  *   hp_cost_gemm_limit(w, n, m, R) the same-run GEMM limit: an n×n×n product (f32, or bf16 in mode m) through the
  *                                  GEMM layer on every rank at once, best of R after a warm-up; the sum over ranks
  *                                  is the limit. Then the arithmetic peak of mode on every rank at once (registers
- *                                  only, src/linalg/peak.c), summed: what the limit itself sits under
+ *                                  only, src/kernels/peak.c), summed: what the limit itself sits under
  *
  * MFU = model FLOPs / step seconds / the limit's sum (FLOP/s). The forward counts 2 FLOPs per weight and token
  * and the backward 4 (the input's and the weight's gradient). W holds per decoder layer the attention

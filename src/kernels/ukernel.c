@@ -44,7 +44,7 @@
  * The functions are compiled with __attribute__((target(...))), so the library builds for any x86-64;
  * hp__uk_available says whether this CPU and OS run them.
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <immintrin.h>
 #include <omp.h>

@@ -1,12 +1,12 @@
 /*
- * blas.c — what hyperpar still asks of OpenBLAS, kept here so that src/linalg is the only place that calls a
+ * blas.c — what hyperpar still asks of OpenBLAS, kept here so that src/kernels is the only place that calls a
  * BLAS: the router's f64 product (top-k must not flip with the row count or the summation order, so routing
  * sums in f64 as the golden reference does; it is E·H per token, a small share of a layer's work), OpenBLAS's
  * thread count, the fallback of the plain products should oneDNN's sgemm refuse one (hp__blas_sgemm; gemm_dnnl.c
  * runs them), and the description benchmarks print, with a warning when OpenBLAS runs its generic kernels on a CPU
  * that has AVX2 or AVX-512 (Debian 12's 0.3.21 does not know every recent CPU).
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <cblas.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * spec §10.4.
  */
 #include "exec/prog.h"
-#include "run/modules.h"
+#include "kernels/modules.h"
 
 #include "hyperpar/comm.h"
 #include "hyperpar/cost.h"

@@ -15,7 +15,7 @@
  * The figure is a bound for benchmarks to print next to the GEMM rates (bench run, bench moe), not a
  * promise: memory, packing and edges keep real products below it.
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <immintrin.h>
 #include <omp.h>

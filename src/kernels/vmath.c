@@ -18,7 +18,7 @@
  * lo is −708: 3e-308, nothing next to the sum's largest term 1), above hi exp(hi) instead of overflow
  * (f32: 2.4e38). Measured against glibc's exp/expf over [lo, hi]: at most 2 ulp (tests/test_gemm.c).
  */
-#include "linalg/linalg_int.h"
+#include "kernels/linalg_int.h"
 
 #include <stdatomic.h>
 #include <string.h>
