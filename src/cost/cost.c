@@ -53,125 +53,7 @@ uint64_t hp_cost_usable(const hp_cost_model *m, uint64_t mem_per_rank)
     return mem_per_rank > m->mem_reserve ? mem_per_rank - m->mem_reserve : 0;
 }
 
-/* ---- what the walk needs of the plan, the same for every rank ---- */
-
-enum { HP__COST_EP_SHAPES = 64 };
-
-typedef struct walk {
-    const hp_cost_plan *k;
-    const hp_model *m;
-    const hp_plan *p;
-    const hp_cost_opts *o;
-    const hp__prog *g; /* the program the walk follows (exec/prog.h) */
-    int64_t tp, cp, dp, ep, E, K, mI, sI;
-    int64_t *owner;    /* [E]: the EP index holding expert e */
-    int64_t *ecnt;     /* [E]: scratch, slots per expert */
-    const hp_mesh *mesh; /* the plan's, or opts.mesh */
-    const hp_shard_layout *lay; /* the plan's cut of every tensor, or NULL (advise: the weights are given) */
-    int64_t *dp_rows;  /* [dp + 1] */
-    hp__axes pos;      /* the walked rank's position on tp and cp */
-    int64_t B_all, S_orig, S_pad; /* the batch, its sequence, and that padded for cp (hp__seq_pad) */
-    hp_cost_rank *cr;  /* the rank being walked */
-    size_t ev_cap;
-    hp_err *err;
-    /* the rank's working-set model (floats) */
-    int64_t w_hidden, w_wide, w_spare, w_kv, w_q, w_o, w_gu, w_h, w_s0, w_s1, w_moe;
-    int64_t w_saved;   /* train: the residual stream's local blocks the backward keeps (L layer inputs + final) */
-    double touched;    /* decode: Σ over sparse layers of the share of the rank's local experts some slot reaches */
-    int64_t n_sparse;  /* decode: sparse layers walked */
-    const char *ovf;   /* the first figure of the rank past 64 bits (NULL: none); hp_cost_eval refuses the batch */
-    /* The runner's workspace, buffer by buffer as the forward sizes it (capacities in floats, kept across the
-     * steps as the runner keeps them), and the counter its allocation wrapper keeps (hp__mem_*, bytes). */
-    int64_t c_spare, c_s0, c_s1, c_k, c_v, c_buf[4];
-    int64_t rope_pos0, rope_n;
-    uint64_t rope_b, m_cur, m_peak;
-    bool ws_ovf; /* a workspace figure passed 64 bits: workspace_bytes is UINT64_MAX */
-    /* The tp and cp groups' shared windows (hp_comm_window_size): whether a collective went through one, and the
-     * largest call's bytes per rank */
-    bool win_used[HP__NAX];
-    uint64_t win_max[HP__NAX];
-    int64_t ev_times;  /* trans counts each collective this many times (a row chunk standing for several); 0: none */
-    uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
-    /* Inference: the shapes (I, sI, shared-expert gate) of the EP runtimes counted so far; a sparse layer of one
-     * of them borrows that runtime's buffers (the runner's moe_runtime). */
-    int64_t ep_shape[HP__COST_EP_SHAPES][3];
-    int n_ep_shape;
-} walk;
-
-/* ---- checked size math ----
- *
- * Every product and sum of the batch's sizes (B, S and the widths they multiply) goes through these: a figure
- * that 64 bits cannot hold saturates and marks the walk with what it was, and hp_cost_eval refuses the batch
- * instead of printing a wrapped number. Estimates in FLOPs and seconds are doubles and need no check. */
-
-/* A figure past 64 bits: the workspace (a model of run's buffers, which run itself would refuse to size) saturates
- * and says so in its own figure; any other refuses the batch. */
-static void mark(walk *w, const char *what)
-{
-    if (!strcmp(what, "workspace") || !strcmp(what, "MoE workspace")) w->ws_ovf = true;
-    else if (!w->ovf) w->ovf = what;
-}
-
-static int64_t ck_mul(walk *w, const char *what, int64_t a, int64_t b)
-{
-    int64_t r;
-    if (hp_mul_i64(a, b, &r)) return r;
-    mark(w, what);
-    return INT64_MAX;
-}
-
-static int64_t ck_mul3(walk *w, const char *what, int64_t a, int64_t b, int64_t c)
-{
-    return ck_mul(w, what, ck_mul(w, what, a, b), c);
-}
-
-static int64_t ck_add(walk *w, const char *what, int64_t a, int64_t b)
-{
-    int64_t r;
-    if (hp_add_i64(a, b, &r)) return r;
-    mark(w, what);
-    return INT64_MAX;
-}
-
-/* Elements n as bytes of esize each, or UINT64_MAX (marked) past 64 bits. */
-static uint64_t ck_bytes(walk *w, const char *what, int64_t n, uint64_t esize)
-{
-    uint64_t r;
-    if (n >= 0 && !__builtin_mul_overflow((uint64_t)n, esize, &r)) return r;
-    mark(w, what);
-    return UINT64_MAX;
-}
-
-static uint64_t ck_addu(walk *w, const char *what, uint64_t a, uint64_t b)
-{
-    uint64_t r;
-    if (!__builtin_add_overflow(a, b, &r)) return r;
-    mark(w, what);
-    return UINT64_MAX;
-}
-
-/* The mask of the mesh axes that shard a tensor (experts_scan): bits of tp, cp and ep. */
-enum { M_TP = 1, M_CP = 2, M_EP = 4, M_COUNT = 8 };
-
-struct hp_cost_plan {
-    const hp_model *m;
-    const hp_plan *p;
-    /* The routed experts' tensors (an ep_stack, an ep placement or the MOE_EXPERT role): their global bytes by
-     * the mask of the axes that shard them. A rank holds bytes / (the product of those axes' sizes) of each,
-     * and the ranks holding the same slice, world / that product, are the expert-data-parallel group that
-     * reduces its gradients and shares its ZeRO state. */
-    uint64_t expert_bytes[M_COUNT];
-    /* Of every parameter, and of the routed experts' (a part of it), the frozen ones (--freeze: not trainable):
-     * global bytes by the same masks. A frozen tensor gets no gradient, no optimizer state and no master in the
-     * byte model, as in hyperpar train (runtime_state). */
-    uint64_t frozen_bytes[M_COUNT], frozen_expert_bytes[M_COUNT];
-    /* Every parameter's global bytes by decoder layer (index L: outside the layers) and the mask of the axes that
-     * shard it: --zero 3 gathers one layer's weights at a time, the largest of which is its transient. */
-    uint64_t (*layer_bytes)[M_COUNT];
-    int64_t n_layers;
-    /* The embedding table (untied), by the same masks: a decode step reads only its B rows of it. */
-    uint64_t embed_bytes[M_COUNT];
-};
+#include "cost/cost_int.h"
 
 /* The decoder layer a module's fqn lies in ("model.layers.7.mlp" -> 7), or -1. */
 static int64_t layer_of(const char *fqn)
@@ -217,7 +99,7 @@ static void frozen_of(hp_cost_plan *k, const hp_boundary *b, const hp_param_spec
 
 /* k->expert_bytes from the plan's boundaries (one pass over their parameter specs); the frozen parameters' bytes
  * too, those no boundary declares (written whole to every rank) by mask 0. */
-static bool experts_scan(hp_cost_plan *k)
+bool hp__cost_experts_scan(hp_cost_plan *k)
 {
     bool *seen = hp_calloc(k->m->n_params ? k->m->n_params : 1, sizeof *seen);
     if (!seen) return false;
@@ -264,7 +146,7 @@ static bool experts_scan(hp_cost_plan *k)
 }
 
 /* The EP index that holds each expert (the exchange's receivers). */
-static hp_status owners(walk *w)
+hp_status hp__cost_owners(walk *w)
 {
     if (w->E <= 0 || !w->m->family || !hp_family_is_moe(w->m->family)) return HP_OK;
     if (!(w->owner = hp_calloc((size_t)w->E * 2, sizeof *w->owner)))
@@ -280,11 +162,6 @@ static hp_status owners(walk *w)
 
 /* ---- the walk of one rank ---- */
 
-typedef struct dact {
-    int64_t g[3];
-    hp__lay lay;
-    int64_t cap; /* floats of the runner's buffer that holds it */
-} dact;
 
 static int64_t count_of(walk *w, const dact *a, int64_t tp_i, int64_t cp_i)
 {
@@ -340,7 +217,7 @@ static void transient(walk *w, uint64_t bytes)
 }
 
 /* Whether the group of rank on a mesh axis spans nodes (ranks_per_node R: node = rank / R; 0: one node). */
-static bool axis_spans_nodes(const walk *w, int64_t rank, const char *axis)
+bool hp__cost_axis_spans_nodes(const walk *w, int64_t rank, const char *axis)
 {
     int64_t R = w->o->mdl.ranks_per_node;
     const hp_mesh *m = w->mesh;
@@ -353,7 +230,7 @@ static bool axis_spans_nodes(const walk *w, int64_t rank, const char *axis)
  * (comm_mpi.c's shm_on): two ranks or more, on one node. */
 static bool window_on(const walk *w, int ax)
 {
-    return w->pos.n[ax] > 1 && !axis_spans_nodes(w, w->cr->rank, ax == HP__TP ? "tp" : "cp");
+    return w->pos.n[ax] > 1 && !hp__cost_axis_spans_nodes(w, w->cr->rank, ax == HP__TP ? "tp" : "cp");
 }
 
 /* A call of `bytes` per rank through ax's window: the window grows to the largest. */
@@ -541,7 +418,7 @@ static uint64_t wire_of(walk *w, hp_run_coll kind, int64_t group, uint64_t bytes
     }
 }
 
-static hp_status add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,
+hp_status hp__cost_add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,
                            const char *axis, int64_t group, int64_t calls, uint64_t bytes, bool est)
 {
     hp_cost_rank *r = w->cr;
@@ -594,7 +471,7 @@ static hp_status trans(walk *w, dact *a, const hp__lay *to, int32_t layer, const
         }
         hp_status st = HP_OK;
         if (k < HP_RUN_COLL_COUNT && w->ev_times > 0)
-            st = add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], w->ev_times,
+            st = hp__cost_add_event(w, layer, where, step, k, axn[ax], w->pos.n[ax], w->ev_times,
                            ck_bytes(w, "collective bytes", w->ev_times, lw.bytes), false);
         if (st != HP_OK) return st;
         a->lay.ax[ax] = to->ax[ax];
@@ -634,7 +511,7 @@ static void rows_of(const walk *w, const hp__lay *lay, int64_t dp_i, int64_t tp_
 
 /* The rank holding EP index i of rank's EP group (hp_mesh_ep_index's groups): the ep coordinate set to i on an
  * explicit ep axis, else the i-th of the group's consecutive ranks. */
-static int64_t ep_member(const hp_mesh *m, int64_t P, int64_t rank, int64_t i)
+int64_t hp__cost_ep_member(const hp_mesh *m, int64_t P, int64_t rank, int64_t i)
 {
     return m->ep_axis ? hp_mesh_group_rank(m, rank, "ep", i) : rank / P * P + i;
 }
@@ -710,7 +587,7 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
     int64_t sent = member_sends(w, y, layer, &t->lay, me, -1, &est), recv = 0;
     if (P == 1) recv = sent;
     for (int64_t i = 0; i < P && P > 1; i++) /* the members of this rank's EP group */
-        recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, ep_member(mesh, P, me, i), idx, &est));
+        recv = ck_add(w, "MoE exchange", recv, member_sends(w, y, layer, &t->lay, hp__cost_ep_member(mesh, P, me, i), idx, &est));
     int64_t H = w->g->cfg.H, T = local_count(w, t) / H;
     /* the rank's widths: its tp block of each expert's (hp_moe_load_opts.tp_size) */
     int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
@@ -738,7 +615,7 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
     int64_t Lx = w->E / P > 0 ? w->E / P : 1;
     w->touched += (double)(recv < Lx ? recv : Lx) / (double)Lx;
     w->n_sparse++;
-    return add_event(w, (int32_t)layer, y->c.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
+    return hp__cost_add_event(w, (int32_t)layer, y->c.fqn, "EP dispatch+return", HP_RUN_ALL_TO_ALL, "ep", P, 2,
                      ck_bytes(w, "MoE exchange", ck_mul(w, "MoE exchange",
                                                                     ck_add(w, "MoE exchange", sent, recv), H),
                               sizeof(float)),
@@ -747,7 +624,7 @@ static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const d
 
 /* The positions of layer l's KV cache a rank holds for one sequence of n positions: a sliding-window layer keeps
  * its last W (hp__rcfg.window), and cp splits them, the most-loaded member holding ceil(n / cp). */
-static int64_t cache_positions(const walk *w, int32_t l, int64_t n)
+int64_t hp__cost_cache_positions(const walk *w, int32_t l, int64_t n)
 {
     int64_t W = l >= 0 && l < w->g->cfg.L && w->g->cfg.window ? w->g->cfg.window[l] : 0;
     if (W > 0 && W < n) n = W;
@@ -798,7 +675,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     /* the keys each query row sees: the K block's rows per local batch row */
     hp__lay_range(&w->pos, &t->lay, t->g, 0, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &lb);
     int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
-    if (w->o->decode) sk = cache_positions(w, l, w->o->context); /* each new token attends over the cache */
+    if (w->o->decode) sk = hp__cost_cache_positions(w, l, w->o->context); /* each new token attends over the cache */
     double f;
     if (mla) {
         int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
@@ -886,7 +763,7 @@ static hp_status gather(walk *w, const dact *a, const char *where, int32_t layer
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_R && w->pos.r[ax] != 0) sender = false;
     uint64_t b = sender ? ck_bytes(w, "gathers", local_count(w, a), sizeof(float)) : 0;
-    return add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
+    return hp__cost_add_event(w, layer, where, "gather", HP_RUN_GATHER, "all", hp_mesh_world(w->mesh), 1, b, false);
 }
 
 /* lm_head on the final norm's output t: the logits z. */
@@ -919,10 +796,10 @@ static hp_status loss_events(walk *w, const hp__step *s, int64_t n, int64_t call
 {
     if (!s->split || calls <= 0) return HP_OK;
     const char *lb = "loss all-reduces";
-    hp_status st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
+    hp_status st = hp__cost_add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
                              ck_bytes(w, lb, ck_mul(w, lb, calls, n), sizeof(float)), false);
     if (st == HP_OK)
-        st = add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
+        st = hp__cost_add_event(w, -1, "loss", "loss", HP_RUN_ALL_REDUCE, "tp", w->tp, calls,
                        ck_bytes(w, lb, ck_mul(w, lb, calls, n), 2 * sizeof(double)), false);
     return st;
 }
@@ -974,49 +851,79 @@ static hp_status head_loss_chunks(walk *w, const hp__step *s, const hp__step *ls
 }
 
 /* One rank's walk of the program: h the residual stream, t a module's input, a its output (the runner's). */
-static hp_status walk_rank(walk *w)
+/* ---- the dry walk: one entry per op of the program, the cost half of its record (the runtime's is ops.c) ----
+ *
+ * Each entry walks its step for the rank being walked as the runner executes it: the same transitions lowered
+ * for bytes, the runner's buffers sized in the same order. h is the residual stream, t a module's input, a its
+ * output. Inference is run's without the logits taken (hp_run_opts.no_logits: nothing gathered, and the head and
+ * the loss in row chunks when the plan's head allows); training computes the loss on the whole logits. */
+typedef struct dio {
+    dact h, t, a;
+    bool chunks;
+    const hp__step *next;
+} dio;
+
+static hp_status dry_embed(walk *w, const hp__step *s, dio *io)
+{
+    int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
+    io->h = (dact){{Bl, w->S_pad, s->X}, s->out, 0};
+    act_grow(w, &io->h);
+    track(w, &io->h);
+    return leave(w, s, &io->h);
+}
+
+static hp_status dry_norm(walk *w, const hp__step *s, dio *io)
+{
+    if (s->keep) /* a layer's input (the final norm's): what the backward keeps */
+        w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &io->h));
+    return norm(w, s, &io->h, &io->t);
+}
+
+static hp_status dry_attn(walk *w, const hp__step *s, dio *io)
+{
+    return attention(w, s, &io->t, &io->a);
+}
+
+static hp_status dry_ffn(walk *w, const hp__step *s, dio *io)
+{
+    return feed_forward(w, s, &io->t, &io->a);
+}
+
+static hp_status dry_residual(walk *w, const hp__step *s, dio *io)
+{
+    return trans(w, &io->a, &s->leave, s->layer, s->c.fqn, "residual");
+}
+
+static hp_status dry_head(walk *w, const hp__step *s, dio *io)
+{
+    return io->chunks ? head_loss_chunks(w, s, io->next, &io->t, &io->a) : head(w, s, &io->t, &io->a);
+}
+
+static hp_status dry_loss(walk *w, const hp__step *s, dio *io)
+{
+    return io->chunks ? HP_OK : loss(w, s, &io->a);
+}
+
+static hp_status (*const dry[HP__OP_COUNT])(walk *w, const hp__step *s, dio *io) = {
+    [HP__OP_EMBED] = dry_embed, [HP__OP_NORM] = dry_norm,         [HP__OP_ATTN] = dry_attn,
+    [HP__OP_MLA] = dry_attn,    [HP__OP_MLP] = dry_ffn,           [HP__OP_MOE] = dry_ffn,
+    [HP__OP_RESIDUAL] = dry_residual, [HP__OP_HEAD] = dry_head, [HP__OP_LOSS] = dry_loss,
+};
+
+hp_status hp__cost_walk_rank(walk *w)
 {
     const hp__prog *g = w->g;
-    hp_cost_rank *r = w->cr;
     hp_status st = HP_OK;
-    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp];
-    dact h = {0}, t = {0}, a = {0};
-    bool chunks = !w->o->train && g->head_chunks;
+    dio io = {.chunks = !w->o->train && g->head_chunks};
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
-        const hp__step *s = &g->steps[i];
-        switch (s->op) {
-        case HP__OP_EMBED:
-            h = (dact){{Bl, w->S_pad, s->X}, s->out, 0};
-            act_grow(w, &h);
-            track(w, &h);
-            st = leave(w, s, &h);
-            break;
-        case HP__OP_NORM:
-            if (s->keep) /* a layer's input (the final norm's): what the backward keeps */
-                w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &h));
-            st = norm(w, s, &h, &t);
-            break;
-        case HP__OP_ATTN:
-        case HP__OP_MLA: st = attention(w, s, &t, &a); break;
-        case HP__OP_MLP:
-        case HP__OP_MOE: st = feed_forward(w, s, &t, &a); break;
-        case HP__OP_RESIDUAL: st = trans(w, &a, &s->leave, s->layer, s->c.fqn, "residual"); break;
-        /* inference is run's without the logits taken (hp_run_opts.no_logits: nothing gathered, and the head and
-         * the loss in row chunks when the plan's head allows); training computes the loss on the whole logits */
-        case HP__OP_HEAD:
-            st = chunks ? head_loss_chunks(w, s, &g->steps[i + 1], &t, &a) : head(w, s, &t, &a);
-            break;
-        case HP__OP_LOSS:
-            if (!chunks) st = loss(w, s, &a);
-            break;
-        default: break;
-        }
+        io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
+        st = dry[g->steps[i].op](w, &g->steps[i], &io);
     }
     return st;
 }
 
 /* The routing gathers (gather_topk) need each sparse layer's entry layout: a second, short pass. */
-static hp_status topk_gathers(walk *w, const hp__step *s)
+hp_status hp__cost_topk_gathers(walk *w, const hp__step *s)
 {
     const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
@@ -1029,758 +936,3 @@ static hp_status topk_gathers(walk *w, const hp__step *s)
     return gather(w, &tk, s->c.fqn, s->layer);
 }
 
-/* ---- the training state's classes ---- */
-
-/* Bytes of one parameter in the checkpoint's dtype (torch_dtype): stored bytes / this = elements. */
-static uint64_t param_bytes(const hp_model *m)
-{
-    int bits = hp_dtype_bits(m->cfg.dtype);
-    return bits >= 8 ? (uint64_t)bits / 8 : 2;
-}
-
-/* Bytes of one parameter as the rank holds it: the checkpoint's dtype, bf16 under a GPU profile. */
-static uint64_t held_bytes(const walk *w)
-{
-    return hp_cost_model_gpu(&w->o->mdl) ? 2 : param_bytes(w->m);
-}
-
-/* A class of a rank's weights for the training state: its elements on the rank, and the data-parallel group that
- * reduces their gradients and shares their ZeRO state (mask: the axes that shard it; -1 the dense parameters). */
-typedef struct zclass {
-    uint64_t numel;
-    uint64_t trained; /* of numel, the trainable elements (--freeze: the rest has no gradient, state or master) */
-    int64_t group;
-    int mask;
-} zclass;
-
-/* The product of the sizes of the axes of mask. */
-static int64_t mask_div(const walk *w, int mask)
-{
-    return ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
-}
-
-/* Rank r's classes (Megatron's model): the dense parameters, whose group is every rank with r's tp coordinate
- * (world / tp: dp, cp and an explicit ep axis), then the routed experts by the axes that shard them, whose group
- * is the ranks holding the same slice (world / (those axes' sizes): the expert-data-parallel group). Elements are
- * bytes / bytes(torch_dtype); each class's frozen elements are its frozen tensors' bytes divided likewise.
- * Returns the count; z[0] is the dense class. */
-static int zero_classes(const walk *w, zclass *z)
-{
-    uint64_t pb = param_bytes(w->m), numel = w->w_full / held_bytes(w), ex = 0, fz = 0, fx = 0;
-    int64_t world = hp_mesh_world(w->mesh);
-    int n = 1;
-    for (int mask = 0; mask < M_COUNT; mask++) {
-        uint64_t b = w->k->expert_bytes[mask], div = (uint64_t)mask_div(w, mask);
-        fz += w->k->frozen_bytes[mask] / div / pb; /* every frozen element of the rank, experts' too */
-        if (!b) continue;
-        uint64_t e = b / div / pb, f = w->k->frozen_expert_bytes[mask] / div / pb;
-        if (e > numel - ex) e = numel - ex; /* a plan whose weights the layout counted otherwise: never below 0 */
-        f = f < e ? f : e;
-        z[n++] = (zclass){e, e - f, world / (int64_t)div > 0 ? world / (int64_t)div : 1, mask};
-        ex += e, fx += f;
-    }
-    uint64_t dense = numel - ex, fd = fz > fx ? fz - fx : 0;
-    z[0] = (zclass){dense, dense - (fd < dense ? fd : dense), world / w->tp > 0 ? world / w->tp : 1, -1};
-    return n;
-}
-
-/* ---- predicted time ---- */
-
-static double coll_time(const walk *w, const hp_cost_event *e, bool inter)
-{
-    const hp_cost_model *md = &w->o->mdl;
-    int64_t n = e->group;
-    if (n <= 1 || e->bytes == 0) return 0;
-    double bw = inter ? md->bw_inter : md->bw_intra, a = inter ? md->lat_inter : md->lat_intra;
-    double b = (double)e->bytes, nn = (double)n;
-    switch (e->kind) {
-    case HP_RUN_ALL_GATHER: return (nn - 1) * (a + b / bw);                   /* ring: n-1 blocks in */
-    case HP_RUN_REDUCE_SCATTER: return (nn - 1) * (a + b / nn / bw);          /* ring: n-1 of n blocks */
-    case HP_RUN_ALL_REDUCE: return 2 * (nn - 1) * (a + b / nn / bw);          /* reduce-scatter + all-gather */
-    case HP_RUN_ALL_TO_ALL: return (double)e->calls * (nn - 1) * a + b / 2 * (nn - 1) / nn / bw; /* off-rank share */
-    case HP_RUN_GATHER: return a + b / bw;
-    default: return 0;
-    }
-}
-
-/* Whether rank's group of the event spans nodes (ranks_per_node R: node = rank / R). A tp, cp or dp group
- * is the ranks that differ from rank on that coordinate only (axis_spans_nodes); an EP group is
- * hp_mesh_ep_index's. */
-static bool spans_nodes(const walk *w, int64_t rank, const hp_cost_event *e)
-{
-    int64_t R = w->o->mdl.ranks_per_node;
-    const hp_mesh *m = w->mesh;
-    int64_t world = hp_mesh_world(m);
-    if (R <= 0 || e->group <= 1 || world <= R) return false;
-    if (!strcmp(e->axis, "all")) return true;
-    if (!strcmp(e->axis, "dp") || !strcmp(e->axis, "edp")) { /* the gradients' groups (zero_classes) */
-        zclass z[1 + M_COUNT];
-        int nz = zero_classes(w, z), c = 0;
-        for (int i = 1; i < nz && !strcmp(e->axis, "edp"); i++)
-            if (z[i].group == e->group) { c = i; break; }
-        int mask = z[c].mask < 0 ? M_TP : z[c].mask; /* dense: the ranks with rank's tp coordinate */
-        int64_t t = hp_mesh_coord(m, rank, "tp"), cc = hp_mesh_coord(m, rank, "cp"), g, q, q2;
-        hp_mesh_ep_index(m, w->ep, rank, &g, &q);
-        for (int64_t o = 0; o < world; o++) { /* a member on another node */
-            if (o / R == rank / R) continue;
-            if ((mask & M_TP) && hp_mesh_coord(m, o, "tp") != t) continue;
-            if ((mask & M_CP) && hp_mesh_coord(m, o, "cp") != cc) continue;
-            if (mask & M_EP) {
-                hp_mesh_ep_index(m, w->ep, o, &g, &q2);
-                if (q2 != q) continue;
-            }
-            return true;
-        }
-        return false;
-    }
-    if (!strcmp(e->axis, "ep")) {
-        for (int64_t i = 0; i < w->ep; i++)
-            if (ep_member(m, w->ep, rank, i) / R != rank / R) return true;
-        return false;
-    }
-    return axis_spans_nodes(w, rank, e->axis);
-}
-
-/* Bytes of the plan's tensors of bytes[mask] that one rank holds: each divided by the sizes of its axes. */
-static uint64_t rank_share(const walk *w, const uint64_t *bytes)
-{
-    uint64_t s = 0;
-    for (int mask = 0; mask < M_COUNT; mask++) {
-        int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
-        s += bytes[mask] / (uint64_t)(div > 0 ? div : 1);
-    }
-    return s;
-}
-
-/* Decode: what a step reads from memory. Every weight the rank holds once, less the embedding table (a step looks
- * up B rows of it) and the share of the routed experts no slot reaches (the balanced router's: w->touched), and the
- * batch's whole KV cache. */
-static uint64_t decode_reads(const walk *w, const hp_cost_rank *r)
-{
-    uint64_t wb = r->weight_bytes, emb = rank_share(w, w->k->embed_bytes), ex = rank_share(w, w->k->expert_bytes);
-    wb -= emb < wb ? emb : wb;
-    ex = ex < wb ? ex : wb;
-    if (w->n_sparse > 0) wb -= (uint64_t)((double)ex * (1.0 - w->touched / (double)w->n_sparse));
-    uint64_t s;
-    return __builtin_add_overflow(wb, r->kv_bytes, &s) ? UINT64_MAX : s;
-}
-
-static void predict(walk *w, hp_cost_rank *r)
-{
-    r->t_comm = 0;
-    for (size_t i = 0; i < r->n_ev; i++) {
-        hp_cost_event *e = &r->ev[i];
-        e->seconds = coll_time(w, e, spans_nodes(w, r->rank, e));
-        r->t_comm += e->seconds;
-    }
-    r->t_compute = w->o->mdl.gemm_flops > 0 ? r->flops / w->o->mdl.gemm_flops : 0;
-    r->t_step = r->t_compute + r->t_comm;
-    if (!w->o->decode) return;
-    /* decode is bound by memory more than by FLOPs: the step takes the longer of the two */
-    r->read_bytes = decode_reads(w, r);
-    r->t_memory = w->o->mdl.mem_bw > 0 ? (double)r->read_bytes / w->o->mdl.mem_bw : 0;
-    r->t_step = (r->t_compute > r->t_memory ? r->t_compute : r->t_memory) + r->t_comm;
-}
-
-/* ---- the training state as hyperpar train holds it (src/run/train.c) ---- */
-
-/* A member's share of n elements of AdamW's moments: ZeRO-1 over a group of P gives member k the block
- * [k·⌈n/P⌉, (k+1)·⌈n/P⌉) ∩ [0, n) (train.c's opt_state); P < 2: all of it. */
-static uint64_t zshare(uint64_t n, int64_t P, int64_t k)
-{
-    if (P < 2) return n;
-    uint64_t blk = (n + (uint64_t)P - 1) / (uint64_t)P, lo = (uint64_t)k * blk < n ? (uint64_t)k * blk : n;
-    return lo + blk <= n ? blk : n - lo;
-}
-
-/* The step whose module holds parameter name (its fqn and a dot lead the name), or -1: a tensor the program
- * does not use, which trains nowhere. A residual names the branch it adds, the module's own step comes first. */
-static int64_t owner_step(const hp__prog *g, const char *name)
-{
-    for (size_t i = 0; i < g->n_steps; i++) {
-        const char *f = g->steps[i].c.fqn;
-        size_t n = f ? strlen(f) : 0;
-        if (g->steps[i].op != HP__OP_RESIDUAL && n && !strncmp(name, f, n) && name[n] == '.') return (int64_t)i;
-    }
-    return -1;
-}
-
-/* grad_bytes, optim_bytes and master_bytes of rank r as train.c allocates them, from the rank's cut of every
- * tensor: each trainable tensor of a module of the program has an f32 gradient and AdamW's two f32 moments
- * (ZeRO-1: the rank's block over dp, or over the experts' expert-data-parallel group); the f32 masters: 4 bytes
- * per element of a tensor stored as bf16 (what the forward reads in exact compute; in BF16 compute a matrix's
- * bf16 copy, the weights, is its rounding), and 4 per router element always (the router is held in f64). An MoE block's routed experts train as four arrays (gate|up, down and their biases) and its
- * shared expert as two (gate|up, down), whose ZeRO blocks are cut whole; the expert gate gets no gradient. */
-static hp_status runtime_state(walk *w, hp_cost_rank *r)
-{
-    const hp__prog *g = w->g;
-    const hp_model *m = w->m;
-    const hp_shard_layout *L = w->lay;
-    int64_t world = hp_mesh_world(w->mesh), P1 = w->o->mdl.zero >= 1 ? w->dp : 1, k1 = r->dp;
-    /* per MoE step: routed experts' weights, their gate|up and down biases, the shared gate|up and down */
-    uint64_t (*acc)[5] = hp_calloc(g->n_steps + 1, sizeof *acc);
-    if (!acc) return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
-    uint64_t gb = 0, ob = 0, mb = 0;
-    hp_status st = HP_OK;
-    for (size_t i = 0; i < L->n_tensors && st == HP_OK; i++) {
-        hp_shard_tensor t;
-        if ((st = hp_shard_rank_tensor(L, r->rank, i, &t, w->err)) != HP_OK) break;
-        const hp_param *p = &m->params[t.params[0]];
-        size_t nl = strlen(p->name), sl = strlen("e_score_correction_bias");
-        if (!p->trainable || t.nbytes == 0 || (nl >= sl && !strcmp(p->name + nl - sl, "e_score_correction_bias")))
-            continue;
-        int64_t si = owner_step(g, p->name);
-        if (si < 0) continue;
-        uint64_t n = 1;
-        for (int d = 0; d < t.n_dims; d++) n *= (uint64_t)t.local_shape[d];
-        bool b16 = p->dtype == HP_DT_BF16;
-        hp_role role = w->p->roles ? w->p->roles[t.params[0]] : HP_ROLE_REPLICATED;
-        gb += 4 * n;
-        if (g->steps[si].op != HP__OP_MOE) { /* a dense slice */
-            mb += b16 ? 4 * n : 0;
-            ob += 8 * zshare(n, P1, k1);
-        } else if (role == HP_ROLE_MOE_GATE) { /* the router and its bias: an f32 master of the f64 held */
-            mb += 4 * n;
-            ob += 8 * zshare(n, P1, k1);
-        } else {
-            mb += b16 ? 4 * n : 0;
-            bool down = strstr(p->name, "down") || strstr(p->name, ".w2.");
-            bool bias = nl >= 4 && !strcmp(p->name + nl - 4, "bias");
-            if (role == HP_ROLE_MOE_EXPERT) acc[si][bias ? (down ? 2 : 1) : 0] += n;
-            else if (role == HP_ROLE_SHARED_EXPERT) acc[si][down ? 4 : 3] += n;
-            else ob += 8 * zshare(n, P1, k1); /* Qwen2-MoE's shared expert gate */
-        }
-    }
-    for (size_t si = 0; si < g->n_steps && st == HP_OK; si++) {
-        if (g->steps[si].op != HP__OP_MOE) continue;
-        /* the holders of r's experts: its EP index, and its tp index when tp cuts them (train.c's add_moe) */
-        bool cut = g->steps[si].split;
-        int64_t grp, q, q2, ti = r->tp, G = 0, k = 0;
-        hp_mesh_ep_index(w->mesh, w->ep, r->rank, &grp, &q);
-        for (int64_t o = 0; o < world; o++) {
-            hp_mesh_ep_index(w->mesh, w->ep, o, &grp, &q2);
-            if (q2 != q || (cut && hp_mesh_coord(w->mesh, o, "tp") != ti)) continue;
-            G++;
-            k += o < r->rank;
-        }
-        int64_t Pe = w->o->mdl.zero >= 1 ? G : 1;
-        uint64_t we = acc[si][0]; /* gate|up is two thirds of the experts' weights, down one third */
-        ob += 8 * (zshare(we - we / 3, Pe, k) + zshare(we / 3, Pe, k) + zshare(acc[si][1], Pe, k) +
-                   zshare(acc[si][2], Pe, k));
-        ob += 8 * (zshare(acc[si][3], P1, k1) + zshare(acc[si][4], P1, k1));
-    }
-    free(acc);
-    r->grad_bytes = gb, r->optim_bytes = ob, r->master_bytes = mb;
-    return st;
-}
-
-/* ---- memory ---- */
-
-/* The GEMM layer's scratch (a widened 2 MiB block of bf16 weights, oneDNN's scratchpad) and the libraries'
- * working memory: a constant, measured as the anonymous memory a forward of the smallest golden adds beyond its
- * buffers (docs/cost.md). */
-#define HP__COST_RUNTIME_SCRATCH ((uint64_t)4 << 20)
-
-/* ---- activations on a GPU engine (docs/cost.md, "Activations under a GPU profile") ----
- *
- * Megatron's accounting (Korthikanti et al. 2022), bf16, per decoder layer of the rank's micro-batch of b rows and
- * s = S_pad / cp positions (T = s·b tokens), tp = t, f = t under sequence parallelism (else 1: the norms, the
- * inputs of the first projections and the dropout masks are whole on every tp rank):
- *   attention  5·T·H/f + 2·T·(q + k + v + o) [+ MLA: 2·T·(q_lora + kv_lora + rope)]  kept
- *              5·a·b·s·S_pad                                                        scores (softmax, mask, dropout)
- *   dense MLP  5·T·H/f + 6·T·I                      (gated: gate|up 4·T·I, the down input 2·T·I)
- *   MoE        5·T·H/f + 4·Tm·E + Tm·K·(4·H + 6·mI) + 6·Tm·sI   (router f32; the routed rows in and out, their
- *              gated intermediate; the shared expert), Tm the rows the block routes on the rank
- * q, k, v, o, I, mI, sI and a are the rank's local widths and heads. With H = a·d, k = v = H and I = 8H/3 the
- * layer is s·b·h·(34 + 5·a·s/h)/t, Korthikanti's. After the layers: the final norm's and the head's inputs
- * 4·T·H/f and the f32 logits 4·T·V_local. */
-typedef struct gpu_acts {
-    int64_t kept, scores; /* one layer's: what recompute none keeps, and of it the attention scores' part */
-} gpu_acts;
-
-static void gpu_step(walk *w, const hp__step *y, int64_t b, gpu_acts *a)
-{
-    const hp__rcfg *c = &w->g->cfg;
-    const hp__mla *ml = &w->g->mla;
-    const char *ab = "activations";
-    int64_t s = w->S_pad / w->cp, T = ck_mul(w, ab, s, b), H = c->H, t = w->tp;
-    int64_t f = w->p->sequence_parallel && t > 1 ? t : 1, base = ck_mul3(w, ab, 5, T, H) / f, k = 0;
-    if (y->op == HP__OP_ATTN || y->op == HP__OP_MLA) {
-        bool mla = y->op == HP__OP_MLA;
-        int64_t q = y->nh * (mla ? ml->nope + ml->rope : c->hd), o = y->nh * (mla ? ml->vd : c->hd);
-        k = ck_mul3(w, ab, 2, T, q + y->kw + y->vw + o);
-        if (mla) k = ck_add(w, ab, k, ck_mul3(w, ab, 2, T, ml->ql + ml->kvl + ml->rope));
-        a->scores = ck_add(w, ab, a->scores, ck_mul(w, ab, ck_mul3(w, ab, 5, y->nh, b), ck_mul(w, ab, s, w->S_pad)));
-    } else if (y->op == HP__OP_MLP) {
-        k = ck_mul3(w, ab, 6, T, y->split ? y->I / t : y->I); /* the step's I is the global width */
-    } else if (y->op == HP__OP_MOE) {
-        /* cut over tp: every tp rank takes every token and a 1/t of each expert's columns; whole experts: the
-         * rank's rows (1/t of them under sequence parallelism), routed to whole experts */
-        int64_t Tm = y->split ? T : T / f, mI = y->split ? w->mI / t : w->mI, sI = y->split ? w->sI / t : w->sI;
-        k = ck_add(w, ab, ck_mul3(w, ab, 4, Tm, w->E), ck_mul3(w, ab, Tm, w->K, 4 * H + 6 * mI));
-        k = ck_add(w, ab, k, ck_mul3(w, ab, 6, Tm, sI));
-    } else {
-        return;
-    }
-    a->kept = ck_add(w, ab, a->kept, ck_add(w, ab, base, k));
-}
-
-/* saved_bytes and act_bytes of rank r under a GPU profile: training keeps every layer's activations as the
- * recompute mode says, plus the final norm's and the head's inputs and the logits; act_bytes is the transient the
- * backward rebuilds for one layer (full: the whole layer; selective: its scores; none: nothing). Inference keeps
- * nothing across layers: act_bytes is the largest layer's activations and the bf16 logits. */
-static void gpu_memory(walk *w, hp_cost_rank *r, int64_t b)
-{
-    const hp__prog *g = w->g;
-    const char *ab = "activations";
-    int64_t L = g->cfg.L, t = w->tp, f = w->p->sequence_parallel && t > 1 ? t : 1;
-    int64_t T = ck_mul(w, ab, w->S_pad / w->cp, b), V = g->head_split ? g->cfg.V / t : g->cfg.V;
-    int64_t kept = 0, biggest = 0, biggest_scores = 0;
-    hp_cost_recompute rc = w->o->mdl.recompute;
-    for (int64_t l = 0; l < L; l++) {
-        gpu_acts a = {0};
-        for (size_t i = 0; i < g->n_steps; i++)
-            if (g->steps[i].layer == l) gpu_step(w, &g->steps[i], b, &a);
-        int64_t all = ck_add(w, ab, a.kept, a.scores);
-        biggest = all > biggest ? all : biggest;
-        biggest_scores = a.scores > biggest_scores ? a.scores : biggest_scores;
-        int64_t keep = rc == HP_COST_RECOMPUTE_FULL ? ck_mul3(w, ab, 2, T, g->cfg.H) / f
-                       : rc == HP_COST_RECOMPUTE_SELECTIVE ? a.kept : all;
-        kept = ck_add(w, ab, kept, keep);
-    }
-    if (!w->o->train) {
-        r->act_bytes = (uint64_t)ck_add(w, ab, biggest, ck_mul3(w, ab, 2, T, V));
-        return;
-    }
-    int64_t tail = ck_add(w, ab, ck_mul3(w, ab, 4, T, g->cfg.H) / f, ck_mul3(w, ab, 4, T, V));
-    r->saved_bytes = (uint64_t)ck_add(w, ab, kept, tail);
-    r->act_bytes = rc == HP_COST_RECOMPUTE_FULL ? (uint64_t)biggest
-                   : rc == HP_COST_RECOMPUTE_SELECTIVE ? (uint64_t)biggest_scores : 0;
-}
-
-/* --zero 3: the largest layer's weights on the rank (the axes that shard each tensor divide it), in the held
- * dtype: gathered while the layer runs. */
-static uint64_t zero3_gather(const walk *w)
-{
-    const hp_cost_plan *k = w->k;
-    uint64_t best = 0, pb = param_bytes(w->m), hb = held_bytes(w);
-    for (int64_t l = 0; l <= k->n_layers; l++) {
-        uint64_t b = 0;
-        for (int mask = 0; mask < M_COUNT; mask++) {
-            int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
-            b += k->layer_bytes[l][mask] / (uint64_t)div / pb * hb;
-        }
-        best = b > best ? b : best;
-    }
-    return best;
-}
-
-static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
-{
-    bool gpu = hp_cost_model_gpu(&o->mdl);
-    const hp__rcfg *c = &w->g->cfg;
-    const hp_model_config *mc = &w->m->cfg;
-    /* h and t hold hidden-width blocks, a the widest block (the logits: one row chunk's in inference), the
-     * transitions' spare the largest block a transition started from; k, v; the module buffers; the collectives'
-     * two scratch blocks; the MoE buffers of every sparse layer; and the groups' shared windows on one node */
-    int64_t wide = w->w_wide > w->w_hidden ? w->w_wide : w->w_hidden;
-    int64_t spare = w->w_spare > w->w_hidden ? w->w_spare : w->w_hidden;
-    const char *ab = "activations", *kb = "KV cache", *tb = "total memory";
-    int64_t terms[] = {w->w_hidden, w->w_hidden, wide, spare, w->w_kv, w->w_q, w->w_o, w->w_gu, w->w_h, w->w_s0,
-                       w->w_s1, w->w_moe}, f = 0;
-    for (size_t i = 0; i < sizeof terms / sizeof *terms; i++) f = ck_add(w, ab, f, terms[i]);
-    r->act_bytes = ck_addu(w, ab, ck_addu(w, ab, ck_bytes(w, ab, f, sizeof(float)), HP__COST_RUNTIME_SCRATCH),
-                           r->window_bytes);
-    if (gpu) gpu_memory(w, r, w->dp_rows[r->dp + 1] - w->dp_rows[r->dp]);
-    /* KV cache: per layer, one sequence's K and V of the rank's cached positions (MLA: the latent and the rope key,
-     * not split by tp), times the rank's sequences */
-    int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], npos = o->decode ? o->context : w->S_pad, per_seq = 0;
-    for (size_t i = 0; i < w->g->n_steps; i++) {
-        const hp__step *y = &w->g->steps[i];
-        if (y->op != HP__OP_ATTN && y->op != HP__OP_MLA) continue;
-        int64_t width = y->op == HP__OP_MLA ? mc->kv_lora_rank + mc->qk_rope_head_dim : ck_mul3(w, kb, 2, y->nkv, c->hd);
-        per_seq = ck_add(w, kb, per_seq, ck_mul(w, kb, cache_positions(w, y->layer, npos), width));
-    }
-    r->kv_seq_bytes = ck_bytes(w, kb, per_seq, (uint64_t)o->mdl.kv_bytes);
-    r->kv_bytes = ck_bytes(w, kb, ck_mul(w, kb, per_seq, Bl), (uint64_t)o->mdl.kv_bytes);
-    r->total_bytes = ck_addu(w, tb, r->weight_bytes, r->act_bytes);
-    /* total: what counts against a budget, one meaning in cost, advise and the pages (docs/cost.md "Total");
-     * serving keeps the KV cache of the batch */
-    if (!o->train) {
-        r->total_bytes = ck_addu(w, tb, r->total_bytes, r->kv_bytes);
-        return;
-    }
-    /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
-     * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
-    if (!gpu) r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
-    if (!gpu && o->mdl.state == HP_COST_STATE_RUNTIME && w->lay && o->mdl.zero <= 1 && runtime_state(w, r) == HP_OK) {
-        uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes),
-                              ck_addu(w, tb, r->master_bytes, r->saved_bytes));
-        r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
-        return;
-    }
-    zclass z[1 + M_COUNT];
-    int nz = zero_classes(w, z);
-    uint64_t pb = held_bytes(w), g = 0, op = 0, ms = 0, wz = 0;
-    int zero = o->mdl.zero;
-    /* ZeRO-1 splits the optimizer state and the master weights over each class's data-parallel group, ZeRO-2 the
-     * gradients too; a rank keeps ceil(elements / group) of a class (the shards are padded to whole elements) */
-    for (int i = 0; i < nz; i++) { /* the state of the trained elements; ZeRO-3 shards every weight */
-        uint64_t n = z[i].trained, g1 = zero >= 1 ? (uint64_t)z[i].group : 1, g2 = zero >= 2 ? (uint64_t)z[i].group : 1;
-        g = ck_addu(w, tb, g, ck_bytes(w, tb, (int64_t)((n + g2 - 1) / g2), (uint64_t)o->mdl.grad_bytes));
-        op = ck_addu(w, tb, op, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.optim_bytes));
-        if (pb != 4) ms = ck_addu(w, tb, ms, ck_bytes(w, tb, (int64_t)((n + g1 - 1) / g1), (uint64_t)o->mdl.master_bytes));
-        wz = ck_addu(w, tb, wz, ck_bytes(w, tb, (int64_t)((z[i].numel + g1 - 1) / g1), pb));
-    }
-    r->grad_bytes = g, r->optim_bytes = op, r->master_bytes = ms;
-    if (zero >= 3) { /* FSDP: the weights sharded as the optimizer state, one layer gathered at a time */
-        r->gather_bytes = zero3_gather(w);
-        r->weight_bytes = wz;
-        r->total_bytes = ck_addu(w, tb, ck_addu(w, tb, wz, r->act_bytes), r->gather_bytes);
-    }
-    uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes), ck_addu(w, tb, r->master_bytes,
-                                                                                      r->saved_bytes));
-    r->total_bytes = ck_addu(w, tb, r->total_bytes, st);
-}
-
-/* The walk counted one forward of one micro-batch in hyperpar's f32: a step of n micro-batches runs each
- * collective n times, and a bf16 engine (a GPU profile) moves half the bytes (num / den = 1/2). */
-static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint64_t den)
-{
-    if (n == 1 && num == den) return;
-    memset(r->bytes, 0, sizeof r->bytes);
-    memset(r->calls, 0, sizeof r->calls);
-    r->sent_bytes = r->wire_bytes = 0;
-    const char *cb = "collective bytes";
-    for (size_t i = 0; i < r->n_ev; i++) {
-        hp_cost_event *e = &r->ev[i];
-        e->bytes = ck_bytes(w, cb, (int64_t)(e->bytes / den * num + e->bytes % den * num / den), (uint64_t)n);
-        e->wire_bytes = ck_bytes(w, cb, (int64_t)(e->wire_bytes / den * num + e->wire_bytes % den * num / den),
-                                 (uint64_t)n);
-        e->calls = ck_mul(w, "collective calls", e->calls, n); /* past 64 bits: the batch is refused */
-        r->bytes[e->kind] = ck_addu(w, cb, r->bytes[e->kind], e->bytes);
-        r->calls[e->kind] += (uint64_t)e->calls;
-        if (e->group > 1) r->sent_bytes = ck_addu(w, cb, r->sent_bytes, e->bytes);
-        r->wire_bytes = ck_addu(w, cb, r->wire_bytes, e->wire_bytes);
-    }
-    r->flops *= (double)n;
-}
-
-/* Train: the backward runs each forward collective's transpose, of the same bytes: an entry's all-gather (the
- * module then computes on whole rows with cut weights, so its input's gradient is a partial sum) is a
- * reduce-scatter; an exit's all-gather (what follows runs whole on every rank, the loss among it, so the gradient
- * is the same everywhere) is a slice and moves nothing; a reduce-scatter is an all-gather; an all-reduce stays one
- * (an exit's transposes to nothing and the matching entry's identity to an all-reduce: the count is the same); an
- * all-to-all is one back. Then dp all-reduces the gradients (estimates, added as events). */
-static hp_status train_events(walk *w, hp_cost_rank *r)
-{
-    size_t n = r->n_ev;
-    for (size_t i = 0; i < n; i++) {
-        hp_cost_event e = r->ev[i];
-        hp_run_coll kind = e.kind;
-        if (e.kind == HP_RUN_GATHER) continue;
-        if (e.kind == HP_RUN_ALL_GATHER) {
-            if (!strcmp(e.step, "exit")) continue;
-            kind = HP_RUN_REDUCE_SCATTER;
-        } else if (e.kind == HP_RUN_REDUCE_SCATTER) {
-            kind = HP_RUN_ALL_GATHER;
-        }
-        hp_status st = add_event(w, e.layer, e.where, "backward", kind, e.axis, e.group, e.calls, e.bytes, true);
-        if (st != HP_OK) return st;
-    }
-    /* the tp sums of the gradients hyperpar train runs, one call each (hp__grad_sum_tp): the norm weights on rows
-     * split over tp (SP), and the parameters whole on every tp rank of a module tp cuts (hp__tp_partial_params) */
-    for (size_t i = 0; i < w->g->n_steps; i++) {
-        const hp__step *s = &w->g->steps[i];
-        static const char *const norm[] = {"weight", NULL};
-        const char *const *rel = s->op == HP__OP_NORM ? norm : hp__tp_partial_params(s->op);
-        for (; *rel; rel++) {
-            char full[1200];
-            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", *rel);
-            const hp_param *par = hp_model_find_param(w->m, full);
-            if (!par || !par->trainable || !hp__grad_sum_tp(s, w->tp, false, s->op != HP__OP_NORM && s->split)) continue;
-            uint64_t gb = ck_bytes(w, "gradient tp sum", par->n_elems, (uint64_t)w->o->mdl.grad_bytes);
-            hp_status st = add_event(w, s->layer, par->name, "backward", HP_RUN_ALL_REDUCE, "tp", w->tp, 1, gb, true);
-            if (st != HP_OK) return st;
-        }
-    }
-    /* the gradients' all-reduce: the dense parameters' over the data-parallel group, the experts' over the
-     * expert-data-parallel group (the ranks holding the same experts) */
-    zclass z[1 + M_COUNT];
-    int nz = zero_classes(w, z);
-    for (int i = 0; i < nz; i++) {
-        if (z[i].group <= 1 || !z[i].trained) continue; /* frozen tensors have no gradient to reduce */
-        uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].trained, (uint64_t)w->o->mdl.grad_bytes);
-        hp_status st = add_event(w, -1, i ? "expert gradients" : "gradients", i ? "edp all-reduce" : "dp all-reduce",
-                                 HP_RUN_ALL_REDUCE, i ? "edp" : "dp", z[i].group, 1, gb, true);
-        if (st != HP_OK) return st;
-    }
-    return HP_OK;
-}
-
-/* ---- entry ---- */
-
-static const char *config_path(const hp_model *m, char *buf, size_t cap)
-{
-    size_t n = strlen(m->path);
-    if (m->meta && n > 5 && !strcmp(m->path + n - 5, ".json")) snprintf(buf, cap, "%s", m->path);
-    else snprintf(buf, cap, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : m->path);
-    return buf;
-}
-
-int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank)
-{
-    if (!mem_per_rank) return -1;
-    uint64_t fixed = r->weight_bytes + r->act_bytes; /* each below 2^64, as is their sum (hp_cost_eval checks it) */
-    if (fixed >= mem_per_rank) return 0;
-    if (!r->kv_seq_bytes) return INT64_MAX;
-    uint64_t n = (mem_per_rank - fixed) / r->kv_seq_bytes;
-    return n > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)n;
-}
-
-int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank)
-{
-    if (!mem_per_rank || c->refused[0] || c->n_ranks < 1) return -1;
-    uint64_t usable = hp_cost_usable(&c->mdl, mem_per_rank); /* the reserve is the runtime's, not the cache's */
-    if (!usable) return 0;
-    int64_t fewest = INT64_MAX, all;
-    for (int64_t i = 0; i < c->n_ranks; i++) {
-        int64_t n = hp_cost_rank_seqs(&c->ranks[i], usable);
-        fewest = n < fewest ? n : fewest;
-    }
-    return hp_mul_i64(fewest, c->dp, &all) ? all : INT64_MAX;
-}
-
-void hp_cost_free(hp_cost *c)
-{
-    if (!c) return;
-    for (int64_t r = 0; r < c->n_ranks && c->ranks; r++) free(c->ranks[r].ev);
-    free(c->ranks);
-    free(c);
-}
-
-void hp_cost_plan_free(hp_cost_plan *k)
-{
-    if (!k) return;
-    free(k->layer_bytes);
-    free(k);
-}
-
-hp_status hp_cost_plan_create(hp_cost_plan **out, const hp_model *m, const hp_plan *p, hp_err *err)
-{
-    *out = NULL;
-    hp_cost_plan *k = hp_calloc(1, sizeof *k);
-    if (!k) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    k->m = m, k->p = p;
-    k->n_layers = m->cfg.num_hidden_layers > 0 ? m->cfg.num_hidden_layers : 0;
-    if (!(k->layer_bytes = hp_calloc((size_t)k->n_layers + 1, sizeof *k->layer_bytes))) {
-        free(k);
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    }
-    if (!experts_scan(k)) {
-        hp_cost_plan_free(k);
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    }
-    *out = k;
-    return HP_OK;
-}
-
-hp_status hp_cost_compute(hp_cost **out, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, hp_err *err)
-{
-    hp_cost_plan *k = NULL;
-    hp_status st = hp_cost_plan_create(&k, m, p, err);
-    if (st == HP_OK) st = hp_cost_eval(out, k, o, err);
-    hp_cost_plan_free(k);
-    return st;
-}
-
-/* The refusal of a batch whose figures 64 bits cannot hold (what: the first such figure, of rank rk when >= 0). */
-static hp_status past_64_bits(const hp_cost_opts *o, int64_t rk, const char *what, hp_err *err)
-{
-    char who[48] = "";
-    if (rk >= 0) snprintf(who, sizeof who, "rank %lld's ", (long long)rk);
-    return hp_err_set(err, HP_ERR_INPUT, "the batch %lld x %lld (--batch x --seq) is past what the cost model can "
-                      "hold: %s%s would need more than 2^64 bytes (or 2^63 elements); use a smaller batch or sequence",
-                      (long long)o->B, (long long)o->S, who, what);
-}
-
-hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
-{
-    *out = NULL;
-    const hp_model *m = k->m;
-    const hp_plan *p = k->p;
-    if (o->B < 1 || o->S < 1)
-        return hp_err_set(err, HP_ERR_INPUT, "the batch is %lld x %lld; it needs at least one row and one position",
-                          (long long)o->B, (long long)o->S);
-    bool gpu = hp_cost_model_gpu(&o->mdl);
-    if (!gpu && o->mdl.recompute != HP_COST_RECOMPUTE_NONE)
-        return hp_err_set(err, HP_ERR_INPUT, "recompute %s describes a GPU engine's backward; hyperpar's runtime "
-                          "(--hardware cpu) keeps its activations (--recompute none); give a GPU --hardware",
-                          hp_cost_recompute_name(o->mdl.recompute));
-    if (o->mdl.zero < 0 || o->mdl.zero > 3)
-        return hp_err_set(err, HP_ERR_INPUT, "ZeRO level %d; give 0, 1, 2 or 3", o->mdl.zero);
-    if (o->decode && (o->train || o->S != 1 || o->context < 1))
-        return hp_err_set(err, HP_ERR_INPUT, "decode takes one new token per sequence (S = 1, here %lld) against a KV "
-                          "cache of at least one position (context %lld), and no training (%s)", (long long)o->S,
-                          (long long)o->context, o->train ? "train is set" : "not set");
-    const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
-    hp__prog g = {0};
-    walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
-    w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_batch_split(mesh);
-    w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
-    w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
-    w.sI = m->cfg.shared_intermediate_size;
-    const char *dpn = mesh->ep_axis ? "dp x ep" : "dp"; /* an ep axis splits the rows with dp */
-    if (o->B < w.dp)
-        return hp_err_set(err, HP_ERR_INPUT, "the batch has %lld rows for %s=%lld replicas; every replica needs at "
-                          "least one row (use a smaller %s or a larger --batch)", (long long)o->B, dpn,
-                          (long long)w.dp, dpn);
-    /* gradient accumulation: the walk is one micro-batch of every replica; the step runs n_micro of them */
-    int64_t n_micro = 1, mb = hp_cost_default_micro_batch(o, w.dp);
-    hp_cost_opts om = *o;
-    if (mb > 0) {
-        if (mb > o->B / w.dp || o->B % (mb * w.dp))
-            return hp_err_set(err, HP_ERR_INPUT, "the global batch of %lld rows does not divide into micro-batches of "
-                              "%lld rows on each of %s=%lld replicas (%lld x %lld = %lld rows a round); give a "
-                              "--micro-batch or a --global-batch that makes %lld a multiple of %lld",
-                              (long long)o->B, (long long)mb, dpn, (long long)w.dp, (long long)mb, (long long)w.dp,
-                              (long long)(mb * w.dp), (long long)o->B, (long long)(mb * w.dp));
-        n_micro = o->B / (mb * w.dp);
-        om.B = mb * w.dp;
-    }
-    const hp_cost_opts *oo = o; /* the global batch, for the report */
-    o = &om;
-    w.o = o;
-    int64_t rpn = o->mdl.ranks_per_node, world = hp_mesh_world(mesh);
-    if (rpn < 0 || (rpn > 0 && rpn < world && world % rpn))
-        return hp_err_set(err, HP_ERR_INPUT, "--ranks-per-node %lld does not divide the world of %lld ranks (the last "
-                          "node would hold %lld); give a divisor of %lld, or %lld or more for one node", (long long)rpn,
-                          (long long)world, (long long)(rpn > 0 ? world % rpn : 0), (long long)world,
-                          (long long)world);
-    int64_t S_pad;
-    if (!hp__seq_pad(o->S, w.cp, &S_pad)) return past_64_bits(oo, -1, "the padded sequence", err);
-    hp_status st = HP_OK;
-    hp_shard_layout *lay = NULL;
-    hp_cost *c = NULL;
-    const hp_shard_layout *lay_use = o->layout;
-    if (st == HP_OK && !o->weights_given && !lay_use && (st = hp_shard_layout_build(&lay, m, p, err)) == HP_OK)
-        lay_use = lay;
-    w.lay = lay_use;
-    int64_t n_eval = o->n_ranks > 0 ? o->n_ranks : world;
-    for (int64_t i = 0; st == HP_OK && o->n_ranks > 0 && i < o->n_ranks; i++)
-        if (o->ranks[i] < 0 || o->ranks[i] >= world)
-            st = hp_err_set(err, HP_ERR_INPUT, "rank %lld is outside the mesh of %lld ranks", (long long)o->ranks[i],
-                            (long long)world);
-    if (st == HP_OK && (!(c = hp_calloc(1, sizeof *c)) || !(c->ranks = hp_calloc((size_t)n_eval, sizeof *c->ranks)) ||
-                        !(w.dp_rows = hp_calloc((size_t)w.dp + 1, sizeof *w.dp_rows))))
-        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    if (st == HP_OK) {
-        c->world = world, c->n_ranks = n_eval, c->B = oo->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
-        c->n_micro = n_micro;
-        c->micro_batch = mb > 0 ? mb : (oo->B + w.dp - 1) / w.dp;
-        c->decode = o->decode, c->context = o->decode ? o->context : 0, c->dp = w.dp;
-        w.S_orig = o->S;
-        w.S_pad = S_pad;
-        w.B_all = o->B;
-        c->S_pad = w.S_pad;
-        hp__dp_rows(o->B, w.dp, w.dp_rows);
-    }
-    /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
-    char cfgp[4200];
-    hp_status wst = HP_OK;
-    if (st == HP_OK) wst = hp__prog_build(&g, m, p, o->mesh, config_path(m, cfgp, sizeof cfgp), err);
-    if (st == HP_OK && wst == HP_OK) wst = owners(&w);
-    for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
-        int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
-        hp_cost_rank *r = &c->ranks[ri];
-        int64_t grp, nb;
-        r->rank = rk;
-        hp_mesh_batch_index(mesh, rk, &nb, &r->dp, NULL);
-        r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
-        hp_mesh_ep_index(mesh, w.ep, rk, &grp, &r->ep);
-        r->weight_bytes = lay_use ? lay_use->ranks[rk].nbytes : o->weight_bytes;
-        if (gpu) r->weight_bytes = r->weight_bytes / param_bytes(m) * 2; /* a bf16 engine holds bf16 weights */
-        w.w_full = r->weight_bytes;
-        w.pos = (hp__axes){{w.tp, w.cp}, {r->tp, r->cp}};
-        w.cr = r;
-        w.ev_cap = 0;
-        w.w_hidden = w.w_wide = w.w_spare = w.w_kv = w.w_q = w.w_o = w.w_gu = w.w_h = w.w_s0 = w.w_s1 = w.w_moe = 0;
-        w.w_saved = 0;
-        w.touched = 0, w.n_sparse = 0, w.n_ep_shape = 0;
-        w.c_spare = w.c_s0 = w.c_s1 = w.c_k = w.c_v = 0;
-        memset(w.c_buf, 0, sizeof w.c_buf);
-        w.rope_b = w.m_cur = w.m_peak = 0;
-        w.ws_ovf = false;
-        memset(w.win_used, 0, sizeof w.win_used);
-        memset(w.win_max, 0, sizeof w.win_max);
-        w.ev_times = 1;
-        w.ovf = NULL;
-        r->total_bytes = r->weight_bytes;
-        if (wst == HP_OK) wst = walk_rank(&w);
-        /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry (an
-         * output of inference; training gathers none) */
-        for (size_t i = 0; wst == HP_OK && !o->train && i < g.n_steps; i++)
-            if (g.steps[i].op == HP__OP_MOE) wst = topk_gathers(&w, &g.steps[i]);
-        if (wst == HP_OK) r->workspace_bytes = w.ws_ovf ? UINT64_MAX : w.m_peak;
-        for (int ax = 0; wst == HP_OK && ax < HP__NAX; ax++) /* the windows run keeps beside its workspace */
-            if (w.win_used[ax])
-                r->window_bytes = ck_addu(&w, "workspace", r->window_bytes, hp_comm_window_size(w.win_max[ax]));
-        if (wst == HP_OK) scale_events(&w, r, n_micro, gpu ? 1 : 4, 4);
-        if (wst == HP_OK) memory(&w, r, o);
-        if (wst == HP_OK && o->train) {
-            r->flops *= 3; /* backward: twice the forward's GEMMs */
-            wst = train_events(&w, r);
-        }
-        if (wst == HP_OK) predict(&w, r);
-        if (w.ovf) { /* a batch too large to count is the caller's input, whatever the plan: not a refused plan */
-            st = past_64_bits(oo, rk, w.ovf, err);
-        }
-    }
-    if (st == HP_OK && wst == HP_OK && g.moe_whole)
-        snprintf(c->note, sizeof c->note, "the MoE blocks (%s, ...) take every token's whole hidden state on each of "
-                 "the tp=%lld ranks (sequence parallelism is off): every tp rank routes and runs the experts of every "
-                 "token, so the expert FLOPs and the token exchange are tp times what they are with sequence "
-                 "parallelism; plan without --no-sequence-parallel", g.moe_whole, (long long)w.tp);
-    if (st == HP_OK && wst != HP_OK) {
-        if (wst != HP_ERR_INPUT) st = wst;
-        snprintf(c->refused, sizeof c->refused, "%s", err->msg);
-        for (int64_t ri = 0; ri < n_eval; ri++) { /* only the weights stand */
-            hp_cost_rank *r = &c->ranks[ri];
-            free(r->ev);
-            uint64_t wb = r->weight_bytes;
-            int64_t rk = r->rank, d = r->dp, cc = r->cp, t = r->tp, e = r->ep;
-            memset(r, 0, sizeof *r);
-            r->rank = rk, r->dp = d, r->cp = cc, r->tp = t, r->ep = e;
-            r->weight_bytes = r->total_bytes = wb;
-        }
-        hp_err_clear(err);
-    }
-    if (st == HP_OK) {
-        for (int64_t ri = 1; ri < n_eval; ri++)
-            if (c->ranks[ri].total_bytes > c->ranks[c->max_rank].total_bytes) c->max_rank = ri;
-        *out = c;
-        c = NULL;
-    }
-    hp_cost_free(c);
-    hp_shard_layout_free(lay);
-    hp__prog_free(&g);
-    free(w.owner);
-    free(w.dp_rows);
-    return st;
-}
-
-const char *hp_cost_rank_binding(const hp_cost_rank *r, bool train, uint64_t *bytes)
-{
-    const struct {
-        const char *name;
-        uint64_t b;
-    } it[] = {{"weights", r->weight_bytes},          {"activations", r->act_bytes},
-              {"KV cache", train ? 0 : r->kv_bytes}, {"gradients", r->grad_bytes},
-              {"optimizer state", r->optim_bytes},   {"master weights", r->master_bytes},
-              {"saved activations", r->saved_bytes}, {"gathered weights", r->gather_bytes}};
-    size_t best = 0;
-    for (size_t i = 1; i < sizeof it / sizeof *it; i++)
-        if (it[i].b > it[best].b) best = i;
-    *bytes = it[best].b;
-    return it[best].name;
-}

@@ -97,10 +97,15 @@ static hp_status read_windows(const char *label, const hp_model *m, hp__rcfg *c,
         for (int64_t i = 0; i < L; i++) {
             if (w->layer_type[i] == HP_LAYER_OTHER)
                 return bad(label, "layer_types", "entries must be \"sliding_attention\" or \"full_attention\"", err);
+            if (w->layer_type[i] == HP_LAYER_SLIDING && W < 1)
+                return bad(label, "sliding_window", "must be a positive integer or null", err);
             c->window[i] = w->layer_type[i] == HP_LAYER_SLIDING ? W : 0;
         }
         return HP_OK;
     }
+    if (w->sliding_window == HP_CFG_VALUE && w->sliding_window_value == 0 &&
+        hp__family_window_used(m->family, &m->cfg, L))
+        return bad(label, "sliding_window", "must be a positive integer or null", err);
     for (int64_t i = 0; i < L; i++) c->window[i] = hp__family_layer_window(m->family, &m->cfg, i);
     return HP_OK;
 }

@@ -295,7 +295,8 @@ static hp_status read_forward(const json_t *root, hp_arena *arena, hp_model_conf
     const json_t *sw = json_object_get(root, "sliding_window");
     w->sliding_window = kind_of(sw);
     if (w->sliding_window == HP_CFG_VALUE) {
-        if (json_is_integer(sw) && json_integer_value(sw) > 0) w->sliding_window_value = json_integer_value(sw);
+        /* 0: no window (transformers 5 writes it for Qwen2-MoE without use_sliding_window) */
+        if (json_is_integer(sw) && json_integer_value(sw) >= 0) w->sliding_window_value = json_integer_value(sw);
         else w->sliding_window = HP_CFG_WRONG;
     }
     const json_t *lt = json_object_get(root, "layer_types");

@@ -161,13 +161,10 @@ double hp__family_partial_rotary(const hp_family *f, const hp_model_config *cfg)
     return f && f->partial_rotary > 0 ? f->partial_rotary : 1.0;
 }
 
-int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer)
+/* The window of layer if the config's sliding_window were W. */
+static int64_t layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer, int64_t W)
 {
     const hp_model_forward *w = &cfg->fwd;
-    if (!f) return 0;
-    int64_t W = w->sliding_window == HP_CFG_VALUE    ? w->sliding_window_value
-              : w->sliding_window == HP_CFG_ABSENT ? f->sliding_window
-                                                   : 0;
     int64_t mwl = w->max_window_layers.given ? (int64_t)w->max_window_layers.value : f->max_window_layers;
     bool use = w->use_sliding_window && W > 0;
     switch (f->window) {
@@ -179,6 +176,23 @@ int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, 
     case HP_WINDOW_ALTERNATE: return layer % 2 == 0 ? W : 0;
     }
     return 0;
+}
+
+int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer)
+{
+    const hp_model_forward *w = &cfg->fwd;
+    if (!f) return 0;
+    int64_t W = w->sliding_window == HP_CFG_VALUE    ? w->sliding_window_value
+              : w->sliding_window == HP_CFG_ABSENT ? f->sliding_window
+                                                   : 0;
+    return layer_window(f, cfg, layer, W);
+}
+
+bool hp__family_window_used(const hp_family *f, const hp_model_config *cfg, int64_t L)
+{
+    for (int64_t l = 0; f && l < L; l++)
+        if (layer_window(f, cfg, l, 1) > 0) return true;
+    return false;
 }
 
 bool hp_family_experts_transposed(const hp_family *f) { return f && f->experts == HP_EXPERTS_GPTOSS; }

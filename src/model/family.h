@@ -131,6 +131,9 @@ double hp__family_partial_rotary(const hp_family *f, const hp_model_config *cfg)
 /* Layer i's sliding window (keys j > q - W; 0: none) when config.json has no layer_types. The caller has
  * refused a sliding_window that is not a positive integer or null. */
 int64_t hp__family_layer_window(const hp_family *f, const hp_model_config *cfg, int64_t layer);
+/* Whether the family's rule gives some layer of L a window when the config's sliding_window is positive (whether a
+ * sliding_window of 0, which transformers writes for a window that is off, would be used). */
+bool hp__family_window_used(const hp_family *f, const hp_model_config *cfg, int64_t L);
 
 /* Whether layer i is sparse for this family and config. */
 bool hp__family_layer_sparse(const hp_family *f, const hp_model_config *cfg, int64_t layer);

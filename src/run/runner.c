@@ -311,9 +311,9 @@ static hp_status gather_shared(hp_runner *r, hp_err *err)
 {
     hp_status st = HP_OK;
     if (!r->o.shards || r->x.pos.n[HP__TP] <= 1) return HP_OK;
-    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++)
-        if (r->w.layers[l].sparse && !r->w.layers[l].moe.tp_cut)
-            st = hp_moe_layer_gather_shared(r->w.layers[l].moe.l, r->x.axc[HP__TP], err);
+    for (size_t i = 0; i < r->g.n_steps && st == HP_OK; i++)
+        if (r->g.steps[i].op == HP__OP_MOE && !r->w.sw[i].moe.tp_cut)
+            st = hp_moe_layer_gather_shared(r->w.sw[i].moe.l, r->x.axc[HP__TP], err);
     return st;
 }
 
@@ -334,34 +334,74 @@ static hp_status load_table(loader *L, const char *fqn, hp__w *w)
     return st;
 }
 
-static hp_status load_all(hp_runner *r, hp_err *err)
+/* The op record's load entries (ops.c). */
+hp_status hp__load_embed(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
 {
     loader L = {.r = r, .err = err};
+    hp_status st = load_table(&L, s->c.fqn, &w->table);
+    r->w.embed = &w->table;
+    return st;
+}
+
+hp_status hp__load_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    return load_norm(&L, s, &w->norm);
+}
+
+hp_status hp__load_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    return load_attn(&L, s, &w->at);
+}
+
+hp_status hp__load_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    return load_mlp(&L, s, &w->mlp);
+}
+
+hp_status hp__load_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    return load_moe(&L, s, &w->moe);
+}
+
+/* lm_head, or (tied) the embedding's slice under the column-parallel contract */
+hp_status hp__load_head(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    loader L = {.r = r, .err = err};
+    hp_status st = r->g.tied ? HP_OK : load_table(&L, s->c.fqn, &w->table);
+    if (st != HP_OK) return st;
+    r->w.head_w = r->g.tied ? r->w.embed : &w->table;
+    hp__w hcopy = *r->w.head_w;
+    return hp__r_linear(r, &hcopy, NULL, &r->w.head, err);
+}
+
+void hp__free_step_w(step_w *w)
+{
+    attn_w *a = &w->at;
+    hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
+    hp_linear_free(a->qa), hp_linear_free(a->kva), hp_linear_free(a->kvb);
+    mlp_w *m = &w->mlp;
+    hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
+    hp__w *v[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn, &a->sinks,
+                  &a->wqa, &a->qan, &a->wkva, &a->kvan, &a->wkvb, &m->wg, &m->wu, &m->wgu, &m->wd, &m->bg,
+                  &m->bu, &m->bgu, &m->bd, &w->norm.w, &w->table};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++) hp__w_free(v[i]);
+    hp_moe_layer_free(w->moe.l);
+    hp__act_free(&w->moe.topk);
+}
+
+static hp_status load_all(hp_runner *r, hp_err *err)
+{
     const hp__prog *g = &r->g;
-    r->w.layers = hp_calloc((size_t)g->cfg.L, sizeof *r->w.layers);
-    if (!r->w.layers) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    r->w.sw = hp_calloc(g->n_steps + 1, sizeof *r->w.sw);
+    if (!r->w.sw) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
-        const hp__step *s = &g->steps[i];
-        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
-        switch (s->op) {
-        case HP__OP_EMBED: st = load_table(&L, s->c.fqn, &r->w.embed); break;
-        case HP__OP_NORM: st = load_norm(&L, s, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post); break;
-        case HP__OP_ATTN:
-        case HP__OP_MLA: st = load_attn(&L, s, &w->at); break;
-        case HP__OP_MLP: st = load_mlp(&L, s, &w->mlp); break;
-        case HP__OP_MOE:
-            w->sparse = true;
-            st = load_moe(&L, s, &w->moe);
-            break;
-        case HP__OP_HEAD: { /* lm_head, or (tied) the embedding's slice under the column-parallel contract */
-            if (!g->tied && (st = load_table(&L, s->c.fqn, &r->w.head_w)) != HP_OK) break;
-            hp__w hcopy = g->tied ? r->w.embed : r->w.head_w;
-            st = hp__r_linear(r, &hcopy, NULL, &r->w.head, err);
-            break;
-        }
-        default: break;
-        }
+        const hp__op_rt *o = &hp__op_rt_table[g->steps[i].op];
+        if (o->load) st = o->load(r, &g->steps[i], &r->w.sw[i], err);
     }
     return st;
 }
@@ -606,8 +646,8 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
 void hp__r_moe_release(hp_runner *r)
 {
     for (int pass = 0; pass < 2; pass++) /* the borrowers, then the owners of the buffers */
-        for (int64_t l = 0; r->w.layers && l < r->g.cfg.L; l++) {
-            moe_w *m = &r->w.layers[l].moe;
+        for (size_t i = 0; r->w.sw && i < r->g.n_steps; i++) {
+            moe_w *m = &r->w.sw[i].moe;
             if (!m->ep || m->shared != (pass == 0)) continue;
             hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
             hp_moe_ep_destroy(m->ep);
@@ -626,8 +666,8 @@ static hp_status moe_runtime(hp_runner *r, moe_w *m, int64_t max_rows, int chunk
     if (m->ep) hp__r_moe_release(r); /* resized: every layer's, as they are made again in this forward */
     m->max_tokens = max_rows;
     m->chunks = chunks;
-    for (int64_t l = 0; !r->o.keep_activations && l < r->g.cfg.L; l++) {
-        moe_w *o = &r->w.layers[l].moe;
+    for (size_t i = 0; !r->o.keep_activations && i < r->g.n_steps; i++) {
+        moe_w *o = &r->w.sw[i].moe;
         if (o == m || !o->ep || o->shared || o->max_tokens != max_rows || o->chunks != chunks) continue;
         hp_err e;
         hp_status st = hp_moe_ep_create_shared(&m->ep, m->l, o->ep, &e);
@@ -659,15 +699,21 @@ static bool moe_runtime_serves(const moe_w *m, int64_t max_rows, int chunks)
     return (max_rows + chunks - 1) / chunks <= stage;
 }
 
+/* The program's first sparse block's weights, or NULL. */
+static const moe_w *first_moe(const hp_runner *r)
+{
+    for (size_t i = 0; i < r->g.n_steps; i++)
+        if (r->g.steps[i].op == HP__OP_MOE) return &r->w.sw[i].moe;
+    return NULL;
+}
+
 /* The rows a sparse block routes on this rank, into the statistics (hp_run_stats.moe_rows); under
  * hp_run_opts.moe_cap_block, the block of each local row (*blk, malloc'd) when the block limits capacity. */
 static hp_status moe_rows(hp_runner *r, const moe_w *m, const hp__act *t, int32_t **blk, hp_err *err)
 {
     hp_run_stats *rs = &r->tr.stats;
     int64_t b0 = r->x.dp_rows[r->x.dp_r] + t->lo[0], now[4] = {b0, t->n[0], t->lo[1], t->n[1]};
-    int64_t first = 0;
-    while (first < r->g.cfg.L && !r->w.layers[first].sparse) first++;
-    if (first < r->g.cfg.L && m == &r->w.layers[first].moe) { /* the forward's first sparse block */
+    if (m == first_moe(r)) { /* the forward's first sparse block */
         memcpy(rs->moe_rows, now, sizeof now);
         rs->moe_rows_vary = false;
         rs->moe_cap_factor = m->cf > 0 ? m->cf : 0;
@@ -724,10 +770,8 @@ hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t ma
         r->x.st.bytes[HP_RUN_ALL_TO_ALL] += (uint64_t)es->bytes_exchanged;
         r->x.st.calls[HP_RUN_ALL_TO_ALL] += 2;
         /* Phase times, summed over the sparse layers: the first one of the forward starts the sums. */
-        int64_t first = 0;
-        while (first < r->g.cfg.L && !r->w.layers[first].sparse) first++;
         double *ph = r->tr.stats.moe_phase_s;
-        if (first < r->g.cfg.L && m == &r->w.layers[first].moe) memset(ph, 0, sizeof r->tr.stats.moe_phase_s);
+        if (m == first_moe(r)) memset(ph, 0, sizeof r->tr.stats.moe_phase_s);
         ph[0] += es->t_route, ph[1] += es->t_dispatch, ph[2] += es->t_experts;
         ph[3] += es->t_return, ph[4] += es->t_combine, ph[5] += es->t_shared;
     }
@@ -768,7 +812,7 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
     int64_t H = r->g.cfg.H, dp_lo = r->x.dp_rows[r->x.dp_r], Bl = r->x.dp_rows[r->x.dp_r + 1] - dp_lo;
     hp_status st = hp__act_alloc(&r->x, h, Bl, r->x.S_pad, H, e->out, err); /* the ids' rows, as e->run cuts them */
     if (st != HP_OK) return st;
-    int64_t vlo = r->w.embed.lo[0], vn = r->w.embed.shape[0];
+    int64_t vlo = r->w.embed->lo[0], vn = r->w.embed->shape[0];
     for (int64_t b = 0; b < h->n[0]; b++)
         for (int64_t s = 0; s < h->n[1]; s++) {
             int64_t p = h->lo[1] + s;
@@ -778,8 +822,8 @@ static hp_status embed_apply(hp_runner *r, const hp__step *e, const int64_t *ids
                 memset(o, 0, (size_t)H * sizeof *o);
                 continue;
             }
-            if (r->w.embed.dt == HP_DT_F32) memcpy(o, (const float *)r->w.embed.d + (id - vlo) * H, (size_t)H * sizeof *o);
-            else if ((st = hp_dtype_to_f32(r->w.embed.dt, (const uint16_t *)r->w.embed.d + (id - vlo) * H, o, H, err)) != HP_OK)
+            if (r->w.embed->dt == HP_DT_F32) memcpy(o, (const float *)r->w.embed->d + (id - vlo) * H, (size_t)H * sizeof *o);
+            else if ((st = hp_dtype_to_f32(r->w.embed->dt, (const uint16_t *)r->w.embed->d + (id - vlo) * H, o, H, err)) != HP_OK)
                 return st;
         }
     if ((st = hp__r_leave(r, e, h, err)) != HP_OK) return st;
@@ -809,6 +853,23 @@ static hp_status loss_sums(hp_runner *r, int64_t n, float **mx, double **se, siz
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss");
     }
     hp__mem_count(&r->x, 0, *bytes);
+    return HP_OK;
+}
+
+/* A training runner keeps the loss's per-row max and Σexp for the backward's softmax. */
+static hp_status keep_loss(hp_runner *r, const float *mx, const double *se, int64_t rows, hp_err *err)
+{
+    if (rows + 1 > r->sc.loss_cap) {
+        float *a = realloc(r->sc.loss_mx, (size_t)(rows + 1) * sizeof *a);
+        if (a) r->sc.loss_mx = a;
+        double *b = a ? realloc(r->sc.loss_se, (size_t)(rows + 1) * sizeof *b) : NULL;
+        if (!a || !b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss's statistics");
+        r->sc.loss_se = b;
+        r->sc.loss_cap = rows + 1;
+    }
+    memcpy(r->sc.loss_mx, mx, (size_t)rows * sizeof *mx);
+    memcpy(r->sc.loss_se, se, (size_t)rows * sizeof *se);
+    r->sc.loss_rows = rows;
     return HP_OK;
 }
 
@@ -853,7 +914,7 @@ static hp_status loss_rows(hp_runner *r, const hp__step *ls, const hp__act *z, c
         r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)n * 2 * sizeof(double);
         r->x.st.calls[HP_RUN_ALL_REDUCE]++;
     }
-    if (st == HP_OK && r->train) st = hp__train_keep_loss(r->train, mx, se, n, err); /* the backward's softmax */
+    if (st == HP_OK && r->o.keep_activations) st = keep_loss(r, mx, se, n, err); /* the backward's softmax */
     bool contrib = r->x.pos.r[HP__TP] == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.pos.r[HP__CP] == 0);
     for (int64_t i = 0; st == HP_OK && contrib && i < n; i++) {
         int64_t p = z->lo[1] + (r0 + i) % z->n[1];
@@ -941,16 +1002,17 @@ static hp_status head_loss_chunks(hp_runner *r, const hp__step *s, const hp__ste
 static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     int n = 0;
-    for (int64_t l = 0; l < r->g.cfg.L; l++) n += r->w.layers[l].sparse;
+    for (size_t i = 0; i < r->g.n_steps; i++) n += r->g.steps[i].op == HP__OP_MOE;
     if (!n) return HP_OK;
     bool root = hp_comm_rank(r->x.world) == 0;
     if (root && (!(out->moe_layer = calloc((size_t)n, sizeof *out->moe_layer)) ||
                  !(out->topk_idx = calloc((size_t)n, sizeof *out->topk_idx))))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
-    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++) {
-        moe_w *m = &r->w.layers[l].moe;
-        if (!r->w.layers[l].sparse) continue;
+    for (size_t i = 0; i < r->g.n_steps && st == HP_OK; i++) {
+        if (r->g.steps[i].op != HP__OP_MOE) continue;
+        moe_w *m = &r->w.sw[i].moe;
+        int64_t l = r->g.steps[i].layer;
         float *full = NULL;
         int64_t K = m->l->top_k, Sp = r->x.S_pad;
         st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
@@ -1053,6 +1115,63 @@ static hp_status buffers_fit(const hp_runner *r, int64_t B, int64_t S, hp_err *e
                       (long long)B, (long long)S);
 }
 
+/* The op record's forward entries (ops.c): h is the residual stream, t a module's input, a its output. */
+hp_status hp__fwd_embed(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)w;
+    return embed_apply(r, s, io->ids, io->S, io->h, err);
+}
+
+hp_status hp__fwd_norm(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    hp_status st = HP_OK;
+    if (s->keep && r->sc.kept && !io->recompute) /* the layer's input (the final norm's: L), for a backward pass */
+        st = hp__r_act_copy(r, &r->sc.kept[s->layer >= 0 ? s->layer : r->g.cfg.L], io->h, err);
+    return st == HP_OK ? hp__r_norm(r, &w->norm, io->h, io->t, err) : st;
+}
+
+hp_status hp__fwd_attn(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    return hp__r_attn(r, s->layer, &w->at, io->t, io->a, err);
+}
+
+hp_status hp__fwd_mlp(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)s;
+    return hp__r_mlp(r, &w->mlp, io->t, io->a, err);
+}
+
+hp_status hp__fwd_moe(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)s;
+    return hp__r_moe(r, &w->moe, io->t, io->a, io->max_rows, err);
+}
+
+hp_status hp__fwd_residual(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)w;
+    hp_status st = hp__r_residual(r, s, io->h, io->a, err);
+    if (st == HP_OK && s->ends_layer) {
+        char key[64];
+        snprintf(key, sizeof key, "model.layers.%lld", (long long)s->layer);
+        st = hp__r_record(r, key, "residual add", io->h, err);
+    }
+    return st;
+}
+
+hp_status hp__fwd_head(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)w; /* the loss follows it */
+    return io->chunks ? head_loss_chunks(r, s, io->next, io->t, io->a, io->ids, io->S, io->loss, err)
+                      : head_apply(r, s, io->t, io->a, err);
+}
+
+hp_status hp__fwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
+{
+    (void)w;
+    return io->chunks ? HP_OK : loss_of(r, s, io->a, io->ids, io->S, io->loss, err);
+}
+
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -1076,38 +1195,11 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     r->sc.moe_rows = max_rows;
     /* the program, step by step: h is the residual stream, t a module's input, a its output */
     const hp__prog *g = &r->g;
-    bool chunks = head_in_chunks(r);
+    hp__fio io = {.ids = ids, .S = S, .h = h, .t = t, .a = a, .max_rows = max_rows, .chunks = head_in_chunks(r),
+                  .loss = &out->loss};
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
-        const hp__step *s = &g->steps[i];
-        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
-        switch (s->op) {
-        case HP__OP_EMBED: st = embed_apply(r, s, ids, S, h, err); break;
-        case HP__OP_NORM:
-            if (s->keep && r->sc.kept) /* the layer's input (the final norm's: L), for a backward pass */
-                st = hp__r_act_copy(r, &r->sc.kept[w ? s->layer : g->cfg.L], h, err);
-            if (st == HP_OK) st = hp__r_norm(r, !w ? &r->w.fnorm : s->keep ? &w->in : &w->post, h, t, err);
-            break;
-        case HP__OP_ATTN:
-        case HP__OP_MLA: st = hp__r_attn(r, s->layer, &w->at, t, a, err); break;
-        case HP__OP_MLP: st = hp__r_mlp(r, &w->mlp, t, a, err); break;
-        case HP__OP_MOE: st = hp__r_moe(r, &w->moe, t, a, max_rows, err); break;
-        case HP__OP_RESIDUAL:
-            st = hp__r_residual(r, s, h, a, err);
-            if (st == HP_OK && s->ends_layer) {
-                char key[64];
-                snprintf(key, sizeof key, "model.layers.%lld", (long long)s->layer);
-                st = hp__r_record(r, key, "residual add", h, err);
-            }
-            break;
-        case HP__OP_HEAD: /* the loss follows it */
-            st = chunks ? head_loss_chunks(r, s, &g->steps[i + 1], t, a, ids, S, &out->loss, err)
-                        : head_apply(r, s, t, a, err);
-            break;
-        case HP__OP_LOSS:
-            if (!chunks) st = loss_of(r, s, a, ids, S, &out->loss, err);
-            break;
-        default: break;
-        }
+        io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
+        st = hp__op_rt_table[g->steps[i].op].fwd(r, &g->steps[i], &r->w.sw[i], &io, err);
     }
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     float *full = NULL;
@@ -1264,38 +1356,12 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
     return HP_OK;
 }
 
-static void free_attn(attn_w *a)
-{
-    hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
-    hp_linear_free(a->qa), hp_linear_free(a->kva), hp_linear_free(a->kvb);
-    hp__w *w[] = {&a->wq, &a->wk, &a->wv, &a->wo, &a->bq, &a->bk, &a->bv, &a->bo, &a->qn, &a->kn, &a->sinks,
-                  &a->wqa, &a->qan, &a->wkva, &a->kvan, &a->wkvb};
-    for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
-}
-
-static void free_mlp(mlp_w *m)
-{
-    hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
-    hp__w *w[] = {&m->wg, &m->wu, &m->wgu, &m->wd, &m->bg, &m->bu, &m->bgu, &m->bd};
-    for (size_t i = 0; i < sizeof w / sizeof *w; i++) hp__w_free(w[i]);
-}
-
 void hp_runner_free(hp_runner *r)
 {
     if (!r) return;
     hp__r_moe_release(r);
-    for (int64_t l = 0; r->w.layers && l < r->g.cfg.L; l++) {
-        free_attn(&r->w.layers[l].at);
-        free_mlp(&r->w.layers[l].mlp);
-        hp_moe_layer_free(r->w.layers[l].moe.l);
-        hp__act_free(&r->w.layers[l].moe.topk);
-        hp__w_free(&r->w.layers[l].in.w);
-        hp__w_free(&r->w.layers[l].post.w);
-    }
-    free(r->w.layers);
-    hp__w_free(&r->w.fnorm.w);
-    hp__w_free(&r->w.embed);
-    hp__w_free(&r->w.head_w);
+    for (size_t i = 0; r->w.sw && i < r->g.n_steps; i++) hp__free_step_w(&r->w.sw[i]);
+    free(r->w.sw);
     hp_linear_free(r->w.head);
     hp_linalg_destroy(r->w.la);
     hp_shard_rank_close(r->w.rf);
@@ -1313,7 +1379,9 @@ void hp_runner_free(hp_runner *r)
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
     for (int i = 0; i < 4; i++) free(r->sc.buf[i]);
     free(r->sc.kept);
-    hp__train_free(r->train);
+    free(r->sc.loss_mx);
+    free(r->sc.loss_se);
+    if (r->train) r->train_free(r->train);
     hp__prog_free(&r->g); /* last: the layers and kept activations above are counted by its L */
     free(r);
 }

@@ -10,7 +10,8 @@
 #include "run/run_int.h"
 #include "run/weights.h"
 
-struct hp__train; /* the training state (train.c), NULL when the runner only runs forwards */
+struct hp__train; /* the training state (train.c), NULL when the runner only runs forwards; the runner frees it
+                     through train_free, so it calls nothing of train.c */
 
 typedef struct attn_w {
     const hp__step *s;
@@ -55,13 +56,14 @@ typedef struct moe_w {
     bool tp_cut;        /* experts (and the shared expert) cut over tp: the output is a partial sum (P) */
 } moe_w;
 
-typedef struct layer_w {
-    norm_w in, post;
-    attn_w at;
-    bool sparse;
-    mlp_w mlp;
-    moe_w moe;
-} layer_w;
+/* The weights of one step of the program (hp__prog.steps[i]), by its op: runner_weights.sw[i]. */
+typedef struct step_w {
+    norm_w norm; /* NORM */
+    attn_w at;   /* ATTN, MLA */
+    mlp_w mlp;   /* MLP */
+    moe_w moe;   /* MOE */
+    hp__w table; /* EMBED: the embedding; HEAD: lm_head (not present when tied: the head is the embedding) */
+} step_w;
 
 /* The rank's weights: where they come from and what the steps compute with. */
 typedef struct runner_weights {
@@ -69,10 +71,9 @@ typedef struct runner_weights {
     hp_shard_layout *layout;
     hp_shard_rank_file *rf;
     hp__wsrc ws;
-    hp__w embed;
-    layer_w *layers;
-    norm_w fnorm;
-    hp__w head_w; /* unused when tied (the embedding's slice is the head) */
+    step_w *sw;     /* [n_steps]: each step's weights */
+    hp__w *embed;   /* the EMBED step's table */
+    hp__w *head_w;  /* the head's matrix: lm_head's table, or (tied) the embedding */
     hp_linear *head;
     hp__wreg wreg; /* the rank's weights with their names (a non-finite activation's cause) */
 } runner_weights;
@@ -83,6 +84,9 @@ typedef struct runner_scratch {
     size_t rope_bytes;          /* of each table */
     int64_t rope_pos0, rope_n;
     hp__act *kept;              /* keep_activations: [L + 1] layer inputs of the last forward */
+    float *loss_mx;             /* keep_activations: the loss's per-row max and Σexp over the whole vocabulary of */
+    double *loss_se;            /* the last forward (after their all-reduces), what the backward's softmax reads */
+    int64_t loss_rows, loss_cap;
     hp__act h, t, a, k, v;      /* the residual stream, a module's input and output, K and V */
     float *buf[HP__NBUF];       /* the steps' module buffers (hp__step_row_widths) */
     size_t buf_cap[HP__NBUF];
@@ -113,6 +117,7 @@ struct hp_runner {
     runner_scratch sc;
     runner_trace tr;
     struct hp__train *train;
+    void (*train_free)(struct hp__train *t);
 };
 
 /* ---- the steps (runner.c) ---- */
@@ -142,10 +147,65 @@ void hp__r_moe_release(hp_runner *r);
 hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);
 hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
 
-/* ---- training (train.c) ---- */
+/* ---- the ops: one record per op of the program (exec/prog.h), in ops.c ---- */
 
-/* The loss's per-row max and Σexp over the whole vocabulary (after its all-reduces), kept for the backward. */
-hp_status hp__train_keep_loss(struct hp__train *t, const float *mx, const double *se, int64_t rows, hp_err *err);
-void hp__train_free(struct hp__train *t);
+/* What a step's forward reads and writes besides its weights: the batch, the residual stream h, a module's input t
+ * and output a (the runner's own, or the backward's recompute's), and the loss. */
+typedef struct hp__fio {
+    const int64_t *ids;
+    int64_t S;
+    hp__act *h, *t, *a;
+    int64_t max_rows;     /* the most rows any rank holds (the EP buffers') */
+    bool chunks;          /* lm_head and the loss in row chunks (hp__prog.head_chunks, no logits taken) */
+    bool recompute;       /* the backward's recompute of a layer: its input is kept already */
+    const hp__step *next; /* the step after this one (HEAD: its loss, when chunks) */
+    double *loss;
+} hp__fio;
+
+struct hp__bio; /* what a step's backward reads: train_int.h */
+
+/* An op's entries; NULL where the op has nothing to do (a residual loads no weights). load reads the step's
+ * weights for this rank and checks their local shapes against the step's dims; fwd executes it (runner.c); reg
+ * registers its trainable tensors, bwd runs its backward (bwd.c: the gradient of its output to its input's and
+ * its parameters'). The dry walk of the same op is cost's (src/cost/cost.c), above the runtime. */
+typedef struct hp__op_rt {
+    hp_status (*load)(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+    hp_status (*fwd)(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+    hp_status (*reg)(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+    hp_status (*bwd)(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+} hp__op_rt;
+extern const hp__op_rt hp__op_rt_table[HP__OP_COUNT];
+
+hp_status hp__load_embed(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__load_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__load_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__load_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__load_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__load_head(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+void hp__free_step_w(step_w *w);
+
+hp_status hp__fwd_embed(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_norm(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_attn(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_mlp(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_moe(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_residual(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_head(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+hp_status hp__fwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
+
+hp_status hp__reg_table(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__reg_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__reg_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__reg_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__reg_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+
+hp_status hp__bwd_embed(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_norm(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_attn(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_mlp(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_moe(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_residual(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_head(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
+hp_status hp__bwd_loss(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);
 
 #endif

@@ -1,113 +1,24 @@
 /*
- * train.c — the training step (docs/train.md): the backward of the program's steps in reverse, every
- * parameter's gradient summed over the ranks that saw other rows of it, and AdamW on each rank's slices.
- *
- * Gradients carry layouts like activations. The gradient of an activation laid out L is held in L with every
- * P read as R (the gradient of a partial sum is the whole sum's, on every rank); a computation's backward may
- * give its input's gradient as a partial sum (P on tp when tp cuts the module's heads or width; P on cp for
- * K and V, which every cp rank's queries read). Each forward transition F -> T then has one dual: the gradient
- * moves from T's gradient layout to F's by the same lowering table (S(d)->R all-gather becomes a slice or,
- * from a partial sum, a reduce-scatter; P->R all-reduce becomes the identity; P->S(d) reduce-scatter becomes an
- * all-gather; R->S(d) a slice becomes an all-gather). Nothing is decided per module.
- *
- * Memory: each layer's input is kept by the forward (keep_activations); its backward recomputes the layer's
- * forward from it through the runner's own steps (so the intermediates are the forward's, bit for bit) and
- * then walks the layer's steps in reverse.
+ * train.c — the training state (docs/train.md): every trainable slice registered in the program's order (the op
+ * record's reg entries), its gradient summed over the ranks that saw other rows of it, the global norm, AdamW on
+ * each rank's slices (ZeRO-1 over dp and the experts' groups), the state's save and load. The backward itself is
+ * bwd.c's.
  */
 #include "kernels/backward.h"
 #include "kernels/modules.h"
-#include "run/runner_int.h"
+#include "run/train_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The kinds of an MoE block's arrays: how their gradients are summed over the mesh (reduce_grads). */
-typedef enum {
-    K_DENSE,  /* a dense slice */
-    K_EXPERT, /* routed experts: summed over the expert-data-parallel group */
-    K_BDOWN,  /* gpt-oss's expert down bias: the same, but held by tp rank 0 alone when tp cuts the experts */
-    K_ROUTER, /* the router, its bias, Qwen2-MoE's shared gate: whole on every rank */
-    K_SHARED  /* the shared expert: whole, or cut over tp with the experts */
-} tkind;
-
-/* One trainable parameter slice of the rank: its values (what AdamW updates), its gradient and AdamW's moments,
- * and how its gradient is summed over the ranks. A dense slice is summed over each mesh axis whose ranks
- * computed it from other rows, once; an MoE block's routed experts over the ranks that hold the same experts
- * (the expert-data-parallel group), scaled by how often those ranks saw each row. */
-typedef struct tparam {
-    hp__w *w;        /* a dense slice, or NULL: an array of an MoE layer object */
-    float *data;     /* what AdamW updates: w->d, the layer's f32 array, or the router's f32 master */
-    double *wide;    /* the router's f64 copy the forward reads (rewritten after each update), or NULL */
-    bool b16;        /* stored as bf16: data is its f32 master (what trains; what the forward reads, or in BF16
-                        compute the bf16 copy w->d the products would round it to anyway) */
-    bool own;        /* data is this entry's own array (the router's master, a bf16 slice's master) */
-    int64_t n;
-    int moe;         /* 1 + the index of its MoE block in t->moe; 0: dense */
-    int slot;        /* an MoE array: which of the block's (add_moe's table: gate_up, down, b_gate_up, b_down,
-                        router, b_router, shared gate_up, shared down, shared gate) */
-    tkind kind;
-    char name[200];  /* dense: the checkpoint's name */
-    float *g, *m, *v;
-    bool own_g;      /* g is this entry's (an MoE array's lives in its block's hp_moe_grads) */
-    /* ZeRO-1: this rank's block [zlo, zlo + zn) of the optimizer state over zc (dp, or the expert-data-parallel
-     * group for experts); zc NULL: the whole state */
-    const hp_comm *zc;
-    int64_t zlo, zn, zblk;
-    bool sum_dp, sum_cp, sum_tp;
-} tparam;
-
-/* An MoE block of the rank in training: its gradients, and the expert-data-parallel group of its experts. */
-typedef struct tmoe {
-    int64_t layer;
-    moe_w *m;
-    hp_moe_grads *g;
-    hp_comm *edp;    /* the ranks holding the same experts (and the same tp block when cut) */
-    double escale;   /* 1 / how many times that group's EP groups saw each row */
-} tmoe;
-
-typedef struct hp__train {
-    tparam *p;
-    int n, cap;
-    tmoe *moe;
-    int n_moe;
-    int64_t step; /* AdamW steps taken */
-    int zero;     /* the ZeRO stage of the optimizer state (0 or 1), fixed at the first step */
-    int pending;  /* micro-batches accumulated since the last apply */
-    int64_t scored; /* the scored positions the step's loss is the mean over */
-    double fwd_s, bwd_s, bwd_comm_s; /* summed over the step's micro-batches */
-    float *mx;    /* the loss's per-row max and Σexp (hp__train_keep_loss) */
-    double *se;
-    int64_t rows, rows_cap;
-    hp__act dh, dt, da, x, ta, h1, dk, dv; /* gradients and recomputed inputs */
-    float *f[6];                           /* scratch blocks (4, 5: MLA's latent block and q_a's input, kept) */
-    size_t fcap[6];
-    bool grads; /* the gradients of a step are in p[].g */
-} hp__train;
-
 void hp_train_opts_default(hp_train_opts *o)
 {
     *o = (hp_train_opts){.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 1e-2};
 }
 
-hp_status hp__train_keep_loss(hp__train *t, const float *mx, const double *se, int64_t rows, hp_err *err)
-{
-    if (rows + 1 > t->rows_cap) {
-        float *a = realloc(t->mx, (size_t)(rows + 1) * sizeof *a);
-        if (a) t->mx = a;
-        double *b = a ? realloc(t->se, (size_t)(rows + 1) * sizeof *b) : NULL;
-        if (!a || !b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss's statistics");
-        t->se = b;
-        t->rows_cap = rows + 1;
-    }
-    memcpy(t->mx, mx, (size_t)rows * sizeof *mx);
-    memcpy(t->se, se, (size_t)rows * sizeof *se);
-    t->rows = rows;
-    return HP_OK;
-}
-
-void hp__train_free(hp__train *t)
+static void train_free(hp__train *t)
 {
     if (!t) return;
     for (int i = 0; i < t->n; i++) {
@@ -121,16 +32,12 @@ void hp__train_free(hp__train *t)
         hp_comm_free(t->moe[i].edp);
     }
     free(t->moe);
-    free(t->mx);
-    free(t->se);
-    hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->ta, &t->h1, &t->dk, &t->dv};
-    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
-    for (int i = 0; i < 6; i++) free(t->f[i]);
+    hp__bwd_free(t);
     free(t);
 }
 
 /* Scratch block i of at least n floats, kept across steps. */
-static float *fbuf(hp__train *t, int i, int64_t n, hp_err *err)
+float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
     if (want > t->fcap[i]) {
@@ -308,23 +215,74 @@ static hp_status add_moe(hp_runner *r, const hp__step *s, moe_w *mw, hp_err *err
     return st;
 }
 
-static float *grad_of(const hp_runner *r, const hp__w *w)
+float *hp__t_grad(const hp_runner *r, const hp__w *w)
 {
     return w->train_ix > 0 ? r->train->p[w->train_ix - 1].g : NULL;
 }
 
 /* A slice's values as the backward multiplies by them: f32 as held, or a bf16 slice's master (a bf16 slice is
  * held only in BF16 compute, whose products round the master to the bf16 copy's values). */
-static const float *W32(const hp_runner *r, const hp__w *w)
+const float *hp__t_w32(const hp_runner *r, const hp__w *w)
 {
     return w->dt == HP_DT_BF16 && w->train_ix > 0 ? r->train->p[w->train_ix - 1].data : w->d;
 }
 
-static tmoe *moe_of(const hp_runner *r, int64_t layer)
+tmoe *hp__t_moe(const hp_runner *r, int64_t layer)
 {
     for (int i = 0; i < r->train->n_moe; i++)
         if (r->train->moe[i].layer == layer) return &r->train->moe[i];
     return NULL;
+}
+
+/* The op record's registration entries (ops.c): each step's trainable tensors, in the program's order. */
+hp_status hp__reg_table(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    if (s->op == HP__OP_HEAD && r->g.tied) return HP_OK; /* the embedding's, registered by its step */
+    return add_param(r, &w->table, s->c.fqn, "weight", s, false, err);
+}
+
+hp_status hp__reg_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    return add_param(r, &w->norm.w, s->c.fqn, "weight", s, false, err);
+}
+
+hp_status hp__reg_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    attn_w *a = &w->at;
+    hp_status st = HP_OK;
+    if (s->op == HP__OP_MLA) {
+        bool ql = a->ql > 0;
+        hp__w *v[] = {&a->wqa, &a->qan, &a->wq, &a->wkva, &a->kvan, &a->wkvb, &a->wo, &a->bo};
+        const char *rel[] = {"q_a_proj.weight", "q_a_layernorm.weight", ql ? "q_b_proj.weight" : "q_proj.weight",
+                             "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
+                             "o_proj.weight", "o_proj.bias"};
+        /* the latent projections and norms are whole on every tp rank but feed only its heads */
+        for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
+            st = add_param(r, v[k], s->c.fqn, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
+        return st;
+    }
+    hp__w *v[] = {&a->wq, &a->bq, &a->wk, &a->bk, &a->wv, &a->bv, &a->wo, &a->bo, &a->qn, &a->kn, &a->sinks};
+    const char *rel[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
+                         "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight", "sinks"};
+    for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
+        st = add_param(r, v[k], s->c.fqn, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
+    return st;
+}
+
+hp_status hp__reg_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    mlp_w *m = &w->mlp;
+    hp__w *v[] = {&m->wgu, &m->bgu, &m->wg, &m->bg, &m->wu, &m->bu, &m->wd, &m->bd};
+    const char *rel[] = {"gate_up_proj.weight", "gate_up_proj.bias", "gate_proj.weight", "gate_proj.bias",
+                         "up_proj.weight", "up_proj.bias", "down_proj.weight", "down_proj.bias"};
+    hp_status st = HP_OK;
+    for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++) st = add_param(r, v[k], s->c.fqn, rel[k], s, false, err);
+    return st;
+}
+
+hp_status hp__reg_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+{
+    return add_moe(r, s, &w->moe, err);
 }
 
 /* The training state of r: its parameters in the program's order. What the backward cannot run yet is refused
@@ -336,470 +294,20 @@ static hp_status train_init(hp_runner *r, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "the runner keeps no activations: create it with keep_activations "
                           "to train");
     if (!(r->train = hp_calloc(1, sizeof *r->train))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    r->train_free = train_free;
     const hp__prog *g = &r->g;
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
-        const hp__step *s = &g->steps[i];
-        layer_w *w = s->layer >= 0 ? &r->w.layers[s->layer] : NULL;
-        const char *f = s->c.fqn;
-        switch (s->op) {
-        case HP__OP_EMBED: st = add_param(r, &r->w.embed, f, "weight", s, false, err); break;
-        case HP__OP_NORM: {
-            norm_w *n = !w ? &r->w.fnorm : s->keep ? &w->in : &w->post;
-            st = add_param(r, &n->w, f, "weight", s, false, err);
-            break;
-        }
-        case HP__OP_ATTN: {
-            attn_w *a = &w->at;
-            hp__w *v[] = {&a->wq, &a->bq, &a->wk, &a->bk, &a->wv, &a->bv, &a->wo, &a->bo, &a->qn, &a->kn, &a->sinks};
-            const char *rel[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
-                                 "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight",
-                                 "sinks"};
-            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-                st = add_param(r, v[k], f, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
-            break;
-        }
-        case HP__OP_MLP: {
-            mlp_w *m = &w->mlp;
-            hp__w *v[] = {&m->wgu, &m->bgu, &m->wg, &m->bg, &m->wu, &m->bu, &m->wd, &m->bd};
-            const char *rel[] = {"gate_up_proj.weight", "gate_up_proj.bias", "gate_proj.weight", "gate_proj.bias",
-                                 "up_proj.weight", "up_proj.bias", "down_proj.weight", "down_proj.bias"};
-            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-                st = add_param(r, v[k], f, rel[k], s, false, err);
-            break;
-        }
-        case HP__OP_MLA: {
-            attn_w *a = &w->at;
-            bool ql = a->ql > 0;
-            hp__w *v[] = {&a->wqa, &a->qan, &a->wq, &a->wkva, &a->kvan, &a->wkvb, &a->wo, &a->bo};
-            const char *rel[] = {"q_a_proj.weight", "q_a_layernorm.weight", ql ? "q_b_proj.weight" : "q_proj.weight",
-                                 "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
-                                 "o_proj.weight", "o_proj.bias"};
-            /* the latent projections and norms are whole on every tp rank but feed only its heads */
-            for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-                st = add_param(r, v[k], f, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
-            break;
-        }
-        case HP__OP_MOE: st = add_moe(r, s, &w->moe, err); break;
-        case HP__OP_HEAD:
-            if (!g->tied) st = add_param(r, &r->w.head_w, f, "weight", s, false, err);
-            break;
-        default: break;
-        }
+        const hp__op_rt *o = &hp__op_rt_table[g->steps[i].op];
+        if (o->reg) st = o->reg(r, &g->steps[i], &r->w.sw[i], err);
     }
     if (st != HP_OK) {
         for (int i = 0; i < r->train->n; i++)
             if (r->train->p[i].w) r->train->p[i].w->train_ix = 0;
-        hp__train_free(r->train);
+        train_free(r->train);
         r->train = NULL;
     }
     return st;
-}
-
-/* ---- gradients and their layouts ---- */
-
-/* The layout a gradient of an activation laid out l is held in: P read as R. */
-static hp__lay glay(hp__lay l)
-{
-    for (int ax = 0; ax < HP__NAX; ax++)
-        if (l.ax[ax].kind == HP_PL_P) l.ax[ax] = hp_pl_r();
-    return l;
-}
-
-/* The dual of a forward transition into `to`: the gradient g, held as `from` (P: a partial sum), moved to the
- * gradient layout of the forward's source `to` by the lowering table. */
-static hp_status dual(hp_runner *r, hp__act *g, hp__lay from, const hp__lay *to, const char *what, hp_err *err)
-{
-    g->lay = from; /* P and R hold the same block: only the meaning changes */
-    hp__act_shape(&r->x, g);
-    hp__lay want = glay(*to);
-    const char *coll;
-    return hp__redistribute(&r->x, g, &want, what, &coll, err);
-}
-
-/* An activation like a (global dims, layout), contents undefined. */
-static hp_status like(hp_runner *r, hp__act *dst, const hp__act *a, int64_t X, hp__lay lay, hp_err *err)
-{
-    return hp__act_alloc(&r->x, dst, a->g[0], a->g[1], X, lay, err);
-}
-
-static void add_into(hp__act *dst, const hp__act *src)
-{
-    int64_t n = hp__act_count(dst);
-    for (int64_t i = 0; i < n; i++) dst->d[i] += src->d[i];
-}
-
-/* dx = dy·W and dW += dyᵀ·x, db += Σ dy, with dx added into acc (the sum over several projections of x). */
-static hp_status lin_bwd_add(const hp_runner *r, hp__train *t, int64_t rows, int64_t N, int64_t K, const float *dy, int64_t ldy,
-                             const hp__w *W, float *gW, const hp__w *b, float *gb, const float *x, float *acc,
-                             bool first, hp_err *err)
-{
-    float *dx = first ? acc : fbuf(t, 3, rows * K, err);
-    if (!dx) return HP_ERR_NOMEM;
-    hp_status st = hp__linear_backward(r->o.compute, rows, N, K, dy, ldy, W32(r, W), x, K, dx, K, gW,
-                                       b && b->present ? gb : NULL, err);
-    if (st != HP_OK) return st;
-    if (!first)
-        for (int64_t i = 0; i < rows * K; i++) acc[i] += dx[i];
-    return HP_OK;
-}
-
-/* The normed input of a norm step: h moved to the layout the norm ran on (its entry, recomputed). */
-static hp_status norm_input(hp_runner *r, const hp__step *s, const hp__act *h, hp__act *x, hp_err *err)
-{
-    hp_status st = hp__r_act_copy(r, x, h, err);
-    return st == HP_OK ? hp__r_enter(r, s, x, err) : st;
-}
-
-/* A norm step's backward: dy (the gradient of its output, held as s->leave's gradient layout) becomes the
- * gradient of its input in the stream's layout, added into dh (add) or written there. */
-static hp_status norm_bwd(hp_runner *r, const hp__step *s, norm_w *n, const hp__act *h, hp__act *dy, hp__act *dh,
-                          bool add, hp_err *err)
-{
-    hp__train *t = r->train;
-    char what[200];
-    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
-    hp_status st = dual(r, dy, glay(s->leave), &s->out, what, err);
-    if (st == HP_OK) st = norm_input(r, s, h, &t->x, err);
-    if (st != HP_OK) return st;
-    int64_t rows = t->x.n[0] * t->x.n[1], H = r->g.cfg.H;
-    hp__rmsnorm_backward(t->x.d, rows, H, n->w.d, r->g.cfg.eps, dy->d, dy->d, grad_of(r, &n->w));
-    snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
-    if ((st = dual(r, dy, s->run, &s->in, what, err)) != HP_OK) return st;
-    if (add) add_into(dh, dy);
-    else st = hp__r_act_copy(r, dh, dy, err);
-    return st;
-}
-
-/* The attention core's backward shared by GQA and MLA: aa is the forward's call on the runner's K and V (q, k, v
- * set); dK and dV of every key this rank's queries saw come out in t->dk / t->dv, brought back to the keys' own
- * block by the reduce-scatter that is CP's K/V all-gather's dual. */
-static hp_status attn_core_bwd(hp_runner *r, const hp__step *s, const hp__attn_args *aa, const hp__act *ta,
-                               const float *d_o, float *dq, float *dsinks, hp_err *err)
-{
-    hp__train *t = r->train;
-    const hp__act *K = &r->sc.k, *V = &r->sc.v;
-    hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
-    if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
-    if (st == HP_OK) st = hp__attention_backward(aa, d_o, dq, t->dk.d, t->dv.d, dsinks, err);
-    hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
-    if (st != HP_OK || kl.ax[HP__CP].kind != HP_PL_S) return st;
-    char what[200];
-    snprintf(what, sizeof what, "%s (backward of the cp K/V all-gather)", s->c.fqn);
-    hp__lay part = {{hp_pl_r(), hp_pl_p()}};
-    if ((st = dual(r, &t->dk, part, &kl, what, err)) != HP_OK) return st;
-    return dual(r, &t->dv, part, &kl, what, err);
-}
-
-/* Attention's backward (GQA): da the gradient of its output (G(out)), ta its input on the run layout; the
- * forward's q (after rope), output, K and V are in the runner's buffers (recomputed). dt receives the input's
- * gradient: a partial sum over tp when tp cuts the heads. */
-static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__act *ta, const hp__act *da,
-                          hp__act *dt, hp_err *err)
-{
-    hp__train *t = r->train;
-    const hp__rcfg *c = &r->g.cfg;
-    int64_t Bl = ta->n[0], sq = ta->n[1], rows = Bl * sq, H = c->H, hd = c->hd, nh = a->nh, nkv = a->nkv;
-    const float *q = r->sc.buf[0], *o = r->sc.buf[1];
-    hp__act *K = &r->sc.k, *V = &r->sc.v;
-    float *d_o = fbuf(t, 0, rows * nh * hd, err), *dq = d_o ? fbuf(t, 1, rows * nh * hd, err) : NULL;
-    if (!dq) return HP_ERR_NOMEM;
-    /* o_proj */
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * hd, da->d, H, W32(r, &a->wo), o, nh * hd, d_o,
-                                       nh * hd, grad_of(r, &a->wo), a->bo.present ? grad_of(r, &a->bo) : NULL, err);
-    if (st != HP_OK) return st;
-    /* the attention itself */
-    hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = K->d,
-                        .v = V->d, .q_pos0 = ta->lo[1], .k_pos0 = K->lo[1], .window = c->window[s->layer],
-                        .out = NULL, .sinks = a->sinks.present ? a->sinks.d : NULL, .mode = r->o.compute};
-    st = attn_core_bwd(r, s, &aa, ta, d_o, dq, a->sinks.present ? grad_of(r, &a->sinks) : NULL, err);
-    if (st != HP_OK) return st;
-    /* rope (the tables of these positions are the forward's, rebuilt by its recompute) */
-    if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
-    for (int64_t b = 0; b < Bl; b++) {
-        hp__rope_backward(dq + b * sq * nh * hd, sq, nh, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
-        hp__rope_backward(t->dk.d + b * sq * nkv * hd, sq, nkv, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
-    }
-    /* q/k norms: their inputs are the projections, recomputed */
-    if (a->qn.present || a->kn.present) {
-        float *pre = fbuf(t, 2, rows * nh * hd, err);
-        if (!pre) return HP_ERR_NOMEM;
-        if (a->qn.present) {
-            if ((st = hp_linear_forward(a->q, 0, rows, ta->d, H, pre, nh * hd, false, err)) != HP_OK) return st;
-            hp__rmsnorm_backward(pre, rows * nh, hd, a->qn.d, c->eps, dq, dq, grad_of(r, &a->qn));
-        }
-        if (a->kn.present) {
-            if ((st = hp_linear_forward(a->k, 0, rows, ta->d, H, pre, nkv * hd, false, err)) != HP_OK) return st;
-            hp__rmsnorm_backward(pre, rows * nkv, hd, a->kn.d, c->eps, t->dk.d, t->dk.d, grad_of(r, &a->kn));
-        }
-    }
-    /* the projections: dt = dq·Wq + dk·Wk + dv·Wv */
-    if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
-        return st;
-    st = lin_bwd_add(r, t, rows, nh * hd, H, dq, nh * hd, &a->wq, grad_of(r, &a->wq), &a->bq, grad_of(r, &a->bq), ta->d,
-                     dt->d, true, err);
-    if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, grad_of(r, &a->wk), &a->bk,
-                         grad_of(r, &a->bk), ta->d, dt->d, false, err);
-    if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, grad_of(r, &a->wv), &a->bv,
-                         grad_of(r, &a->bv), ta->d, dt->d, false, err);
-    return st;
-}
-
-/* DeepSeek-V3's latent attention backward (the forward is runner.c's mla_apply): da the gradient of its output,
- * ta its input on the run layout; q (after rope) in buffer 0, the attention output in buffer 1, K and V in
- * sc.k / sc.v, and the latent block (kv_a's output with k_rot rotated, q_a's normed output, the normed latent,
- * kv_b's output) kept in scratch 4. dt receives the input's gradient (a partial sum over tp when tp cuts the
- * heads; the latent projections' gradients are then partial too, and summed over tp). */
-static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__act *ta, const hp__act *da,
-                         hp__act *dt, hp_err *err)
-{
-    hp__train *t = r->train;
-    const hp__rcfg *c = &r->g.cfg;
-    int64_t Bl = ta->n[0], sq = ta->n[1], rows = Bl * sq, H = c->H, nh = a->nh;
-    int64_t nope = a->nope, rope = a->rope, vd = a->vd, qk = nope + rope, kvl = a->kvl, lat = kvl + rope;
-    int64_t qa_n = a->ql > 0 ? a->ql : 0;
-    const float *q = r->sc.buf[0], *o = r->sc.buf[1], *tmp = t->f[4];
-    const float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n;
-    hp__act *K = &r->sc.k, *V = &r->sc.v;
-    float *d_o = fbuf(t, 0, rows * nh * vd, err), *dq = d_o ? fbuf(t, 1, rows * nh * qk, err) : NULL;
-    float *dlat = dq ? fbuf(t, 2, rows * (lat + qa_n + nh * (nope + vd)), err) : NULL;
-    if (!dlat) return HP_ERR_NOMEM;
-    float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * vd, da->d, H, W32(r, &a->wo), o, nh * vd, d_o,
-                                       nh * vd, grad_of(r, &a->wo), a->bo.present ? grad_of(r, &a->bo) : NULL, err);
-    if (st != HP_OK) return st;
-    hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
-                        .scale = hp__mla_scale(c, qk), .q = q, .k = K->d, .v = V->d, .q_pos0 = ta->lo[1],
-                        .k_pos0 = K->lo[1], .window = c->window[s->layer], .mode = r->o.compute};
-    st = attn_core_bwd(r, s, &aa, ta, d_o, dq, NULL, err);
-    if (st != HP_OK) return st;
-    /* K = [k_nope | k_rot broadcast to every head], V: back into kv_b's output and kv_a's rope channels */
-    memset(dkva, 0, (size_t)(rows * lat) * sizeof *dkva);
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t h = 0; h < nh; h++) {
-            const float *dk = t->dk.d + (i * nh + h) * qk;
-            float *dst = dkv + (i * nh + h) * (nope + vd);
-            memcpy(dst, dk, (size_t)nope * sizeof *dst);
-            memcpy(dst + nope, t->dv.d + (i * nh + h) * vd, (size_t)vd * sizeof *dst);
-            for (int64_t j = 0; j < rope; j++) dkva[i * lat + kvl + j] += dk[nope + j];
-        }
-    if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
-    for (int64_t b = 0; b < Bl; b++) {
-        float *kr = dkva + b * sq * lat + kvl, *qb = dq + b * sq * nh * qk;
-        if (c->interleave) {
-            hp__rope_backward_pairs(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_backward_pairs(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        } else {
-            hp__rope_backward_at(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_backward_at(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        }
-    }
-    /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
-    float *dckv = fbuf(t, 3, rows * kvl, err);
-    if (!dckv) return HP_ERR_NOMEM;
-    st = hp__linear_backward(r->o.compute, rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), W32(r, &a->wkvb), ckv,
-                             kvl, dckv, kvl, grad_of(r, &a->wkvb), NULL, err);
-    if (st != HP_OK) return st;
-    float *pre = fbuf(t, 5, rows * (kvl > qa_n ? kvl : qa_n), err);
-    if (!pre) return HP_ERR_NOMEM;
-    for (int64_t i = 0; i < rows; i++) memcpy(pre + i * kvl, kva + i * lat, (size_t)kvl * sizeof *pre);
-    hp__rmsnorm_backward(pre, rows, kvl, a->kvan.d, 1e-6, dckv, dckv, grad_of(r, &a->kvan)); /* in place */
-    for (int64_t i = 0; i < rows; i++) memcpy(dkva + i * lat, dckv + i * kvl, (size_t)kvl * sizeof *dkva);
-    /* dt = dkva·W_kva + (q's path) */
-    if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
-        return st;
-    st = lin_bwd_add(r, t, rows, lat, H, dkva, lat, &a->wkva, grad_of(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
-                     err);
-    if (st != HP_OK || a->ql <= 0)
-        return st == HP_OK ? lin_bwd_add(r, t, rows, nh * qk, H, dq, nh * qk, &a->wq, grad_of(r, &a->wq), NULL, NULL,
-                                         ta->d, dt->d, false, err)
-                           : st;
-    st = hp__linear_backward(r->o.compute, rows, nh * qk, a->ql, dq, nh * qk, W32(r, &a->wq), qa, a->ql, dqa, a->ql,
-                             grad_of(r, &a->wq), NULL, err);
-    if (st != HP_OK) return st;
-    /* q_a's norm: its input recomputed */
-    if ((st = hp_linear_forward(a->qa, 0, rows, ta->d, H, pre, a->ql, false, err)) != HP_OK) return st;
-    hp__rmsnorm_backward(pre, rows, a->ql, a->qan.d, 1e-6, dqa, dqa, grad_of(r, &a->qan));
-    return lin_bwd_add(r, t, rows, a->ql, H, dqa, a->ql, &a->wqa, grad_of(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
-                       err);
-}
-
-/* The MLP's backward: tm its input on the run layout (the runner's t after the recompute), gate|up in buffer 2
- * and the hidden in buffer 3; dt receives the input's gradient (a partial sum over tp when tp cuts the width). */
-static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__act *tm, const hp__act *da,
-                         hp__act *dt, hp_err *err)
-{
-    hp__train *t = r->train;
-    int64_t rows = tm->n[0] * tm->n[1], H = r->g.cfg.H, I = m->I;
-    const float *gu = r->sc.buf[2], *hid = r->sc.buf[3];
-    float *dhid = fbuf(t, 0, rows * I, err), *dgu = dhid ? fbuf(t, 1, rows * 2 * I, err) : NULL;
-    if (!dgu) return HP_ERR_NOMEM;
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, I, da->d, H, W32(r, &m->wd), hid, I, dhid, I,
-                                       grad_of(r, &m->wd), m->bd.present ? grad_of(r, &m->bd) : NULL, err);
-    if (st != HP_OK) return st;
-    hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
-    st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
-    if (st != HP_OK) return st;
-    if (s->fused)
-        return lin_bwd_add(r, t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, grad_of(r, &m->wgu), &m->bgu, grad_of(r, &m->bgu),
-                           tm->d, dt->d, true, err);
-    st = lin_bwd_add(r, t, rows, I, H, dgu, 2 * I, &m->wg, grad_of(r, &m->wg), &m->bg, grad_of(r, &m->bg), tm->d, dt->d,
-                     true, err);
-    if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, I, H, dgu + I, 2 * I, &m->wu, grad_of(r, &m->wu), &m->bu, grad_of(r, &m->bu), tm->d,
-                         dt->d, false, err);
-    return st;
-}
-
-/* The MoE block's backward: the EP runtime's reverse of its last forward (recomputed on these rows). dt receives
- * the input's gradient on the block's rows: a partial sum over tp when tp cuts the experts. */
-static hp_status moe_bwd(hp_runner *r, const hp__step *s, moe_w *m, const hp__act *tm, const hp__act *da,
-                         hp__act *dt, hp_err *err)
-{
-    tmoe *b = moe_of(r, s->layer);
-    if (!b) return hp_err_set(err, HP_ERR_INPUT, "internal error: %s has no training state", s->c.fqn);
-    hp__lay lay = tm->lay;
-    if (m->tp_cut) lay.ax[HP__TP] = hp_pl_p();
-    hp_status st = like(r, dt, tm, r->g.cfg.H, lay, err);
-    if (st == HP_OK) st = hp_moe_ep_backward(m->ep, tm->d, tm->n[0] * tm->n[1], da->d, dt->d, b->g, err);
-    return hp_comm_agree(r->x.world, st, err); /* the next collectives mix the EP groups */
-}
-
-/* A module step's backward between its boundaries: the gradient of the stream dh (G(stream)) through the
- * residual's and the exit's duals to the output, the module's backward, and its entry's dual. */
-static hp_status module_bwd(hp_runner *r, const hp__step *s, layer_w *w, const hp__act *tin, hp_err *err)
-{
-    hp__train *t = r->train;
-    char what[200];
-    snprintf(what, sizeof what, "the residual add after %s (backward)", s->c.fqn);
-    hp_status st = hp__r_act_copy(r, &t->da, &t->dh, err);
-    if (st == HP_OK) st = dual(r, &t->da, r->g.stream, &s->leave, what, err);
-    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
-    if (st == HP_OK) st = dual(r, &t->da, glay(s->leave), &s->out, what, err);
-    if (st != HP_OK) return st;
-    st = s->op == HP__OP_MLP   ? mlp_bwd(r, s, &w->mlp, tin, &t->da, &t->dt, err)
-         : s->op == HP__OP_MOE ? moe_bwd(r, s, &w->moe, tin, &t->da, &t->dt, err)
-         : s->op == HP__OP_MLA ? mla_bwd(r, s, &w->at, tin, &t->da, &t->dt, err)
-                               : attn_bwd(r, s, &w->at, tin, &t->da, &t->dt, err);
-    snprintf(what, sizeof what, "%s (backward of its entry)", s->c.fqn);
-    return st == HP_OK ? dual(r, &t->dt, t->dt.lay, &s->in, what, err) : st;
-}
-
-/* A gradient for validate --backward's tape (named "<what> (gradient)"), the recompute's records being off. */
-static hp_status grad_record(hp_runner *r, const char *what, const char *coll, hp__act *g, hp_err *err)
-{
-    char name[200];
-    snprintf(name, sizeof name, "%s (gradient)", what);
-    r->tr.quiet = false;
-    hp_status st = hp__r_record(r, name, coll, g, err);
-    r->tr.quiet = true;
-    return st;
-}
-
-/* Layer l's backward: its forward recomputed from the kept input, then its steps in reverse; t->dh holds the
- * gradient of its output on entry and of its input on return. */
-static hp_status layer_bwd(hp_runner *r, const hp__step *ls, hp_err *err)
-{
-    hp__train *t = r->train;
-    int64_t l = ls[0].layer;
-    layer_w *w = &r->w.layers[l];
-    const hp__act *h0 = &r->sc.kept[l];
-    hp__act *tt = &r->sc.t, *a = &r->sc.a;
-    /* recompute */
-    hp_status st = hp__r_norm(r, &w->in, h0, tt, err);
-    if (st == HP_OK) st = hp__r_attn(r, l, &w->at, tt, a, err);
-    if (st == HP_OK) st = hp__r_act_copy(r, &t->ta, tt, err);
-    if (st == HP_OK && ls[1].op == HP__OP_MLA) { /* its latent block, before the MLP reuses the buffer */
-        int64_t bw[HP__NBUF], rows = t->ta.n[0] * t->ta.n[1];
-        hp__step_row_widths(&r->g, &ls[1], r->x.pos.r[HP__TP], bw);
-        float *keep = fbuf(t, 4, rows * bw[2], err);
-        if (!keep) st = HP_ERR_NOMEM;
-        else memcpy(keep, r->sc.buf[2], (size_t)(rows * bw[2]) * sizeof *keep);
-    }
-    if (st == HP_OK) st = hp__r_act_copy(r, &t->h1, h0, err);
-    if (st == HP_OK) st = hp__r_residual(r, &ls[2], &t->h1, a, err);
-    if (st == HP_OK) st = hp__r_norm(r, &w->post, &t->h1, tt, err);
-    if (st == HP_OK)
-        st = ls[4].op == HP__OP_MOE ? hp__r_moe(r, &w->moe, tt, a, r->sc.moe_rows, err) : hp__r_mlp(r, &w->mlp, tt, a, err);
-    /* the feed-forward half, then the attention half: each module's input gradient and the stream's recorded */
-    if (st == HP_OK) st = module_bwd(r, &ls[4], w, tt, err);
-    if (st == HP_OK) st = grad_record(r, ls[4].c.fqn, "dual of its entry", &t->dt, err);
-    if (st == HP_OK) st = norm_bwd(r, &ls[3], &w->post, &t->h1, &t->dt, &t->dh, true, err);
-    if (st == HP_OK) st = grad_record(r, ls[3].c.fqn, "+ residual", &t->dh, err);
-    if (st == HP_OK) st = module_bwd(r, &ls[1], w, &t->ta, err);
-    if (st == HP_OK) st = grad_record(r, ls[1].c.fqn, "dual of its entry", &t->dt, err);
-    if (st == HP_OK) st = norm_bwd(r, &ls[0], &w->in, h0, &t->dt, &t->dh, true, err);
-    if (st == HP_OK) st = grad_record(r, ls[0].c.fqn, "+ residual", &t->dh, err);
-    return st;
-}
-
-/* The loss and the head: dz = (softmax − onehot) / scored positions on the logits' block, through the head's
- * exit, its linear and its entry; then the final norm. t->dh receives the gradient of the stream. */
-static hp_status head_bwd(hp_runner *r, const hp__step *fn, const hp__step *hs, const int64_t *ids, int64_t S,
-                          hp_err *err)
-{
-    hp__train *t = r->train;
-    const hp__act *z = &r->sc.a, *th = &r->sc.t;
-    int64_t rows = z->n[0] * z->n[1], vn = z->n[2], vlo = z->lo[2], H = r->g.cfg.H;
-    int64_t dp_lo = r->x.dp_rows[r->x.dp_r], scored = t->scored;
-    if (rows != t->rows)
-        return hp_err_set(err, HP_ERR_INPUT, "internal error: the loss kept %lld rows where the logits hold %lld",
-                          (long long)t->rows, (long long)rows);
-    int64_t *lab = hp_calloc((size_t)rows + 1, sizeof *lab);
-    if (!lab) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < rows; i++) {
-        int64_t b = i / z->n[1], p = z->lo[1] + i % z->n[1];
-        lab[i] = p + 1 < S ? ids[(dp_lo + z->lo[0] + b) * S + p + 1] : -1;
-    }
-    hp_status st = hp__act_alloc(&r->x, &t->da, z->g[0], z->g[1], z->g[2], z->lay, err);
-    if (st == HP_OK)
-        hp__xent_backward(z->d, vn, rows, vn, vlo, t->mx, t->se, lab, scored > 0 ? 1.0 / (double)scored : 0.0,
-                          t->da.d, vn);
-    free(lab);
-    char what[200];
-    snprintf(what, sizeof what, "%s (backward of its exit)", hs->c.fqn);
-    if (st == HP_OK) st = dual(r, &t->da, glay(hs->leave), &hs->out, what, err);
-    if (st != HP_OK) return st;
-    hp__w *W = r->g.tied ? &r->w.embed : &r->w.head_w;
-    if ((st = like(r, &t->dt, th, H, (hp__lay){{hs->split ? hp_pl_p() : hp_pl_r(), th->lay.ax[HP__CP]}}, err)) !=
-        HP_OK)
-        return st;
-    int64_t vl = t->da.n[2]; /* the rank's vocabulary block, as the head computed it */
-    if ((st = hp__linear_backward(r->o.compute, rows, vl, H, t->da.d, vl, W32(r, W), th->d, H, t->dt.d, H,
-                                  grad_of(r, W), NULL, err)) != HP_OK)
-        return st;
-    snprintf(what, sizeof what, "%s (backward of its entry)", hs->c.fqn);
-    if ((st = dual(r, &t->dt, t->dt.lay, &hs->in, what, err)) != HP_OK) return st;
-    return norm_bwd(r, fn, &r->w.fnorm, &r->sc.kept[r->g.cfg.L], &t->dt, &t->dh, false, err);
-}
-
-/* The embedding: the stream's gradient through its exit's dual, added into the rank's vocabulary rows. */
-static hp_status embed_bwd(hp_runner *r, const hp__step *s, const int64_t *ids, int64_t S, hp_err *err)
-{
-    hp__train *t = r->train;
-    char what[200];
-    snprintf(what, sizeof what, "%s (backward of its exit)", s->c.fqn);
-    hp_status st = dual(r, &t->dh, r->g.stream, &s->out, what, err);
-    if (st != HP_OK) return st;
-    const hp__act *d = &t->dh;
-    int64_t n = d->n[0] * d->n[1], dp_lo = r->x.dp_rows[r->x.dp_r];
-    int64_t *id = hp_calloc((size_t)n + 1, sizeof *id);
-    if (!id) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    /* The padding token's row gets no gradient from the embedding, as transformers' nn.Embedding(padding_idx =
-     * pad_token_id) of every family gives it none (a tied lm_head still adds its own). */
-    const int64_t pad = r->m->cfg.pad_token_id;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t b = i / d->n[1], p = d->lo[1] + i % d->n[1];
-        id[i] = p < S ? ids[(dp_lo + d->lo[0] + b) * S + p] : -1; /* a padded position (CP) reads no row */
-        if (id[i] == pad) id[i] = -1;
-    }
-    const hp__w *E = &r->w.embed;
-    float *gE = grad_of(r, E);
-    if (gE) hp__embedding_backward(id, n, d->d, r->g.cfg.H, E->lo[0], E->shape[0], gE);
-    free(id);
-    return HP_OK;
 }
 
 /* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis. */
@@ -832,9 +340,10 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
 static hp_status relink(hp_runner *r, hp_err *err)
 {
     hp_status st = HP_OK;
-    for (int64_t l = 0; l < r->g.cfg.L && st == HP_OK; l++) {
-        layer_w *w = &r->w.layers[l];
-        if (!w->sparse) {
+    for (size_t i = 0; i < r->g.n_steps && st == HP_OK; i++) {
+        hp__op op = r->g.steps[i].op;
+        step_w *w = &r->w.sw[i];
+        if (op == HP__OP_MLP) {
             mlp_w *m = &w->mlp;
             hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
             m->gate = m->up = m->gate_up = m->down = NULL;
@@ -845,8 +354,8 @@ static hp_status relink(hp_runner *r, hp_err *err)
             }
             if (st == HP_OK) st = hp__r_linear(r, &m->wd, NULL, &m->down, err);
         }
+        if (op != HP__OP_ATTN && op != HP__OP_MLA) continue;
         attn_w *a = &w->at;
-        if (st != HP_OK) continue;
         hp_linear_free(a->q), hp_linear_free(a->k), hp_linear_free(a->v), hp_linear_free(a->o);
         hp_linear_free(a->qa), hp_linear_free(a->kva), hp_linear_free(a->kvb);
         a->q = a->k = a->v = a->o = a->qa = a->kva = a->kvb = NULL;
@@ -866,7 +375,7 @@ static hp_status relink(hp_runner *r, hp_err *err)
     if (st == HP_OK) {
         hp_linear_free(r->w.head);
         r->w.head = NULL;
-        hp__w hw = r->g.tied ? r->w.embed : r->w.head_w;
+        hp__w hw = *r->w.head_w;
         st = hp__r_linear(r, &hw, NULL, &r->w.head, err);
     }
     return st;
@@ -950,14 +459,8 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
     *loss = out.loss;
     hp_run_output_free(&out);
     t->scored = n_scored > 0 ? n_scored : B * (S - 1);
-    const hp__prog *g = &r->g;
-    const hp__step *steps = g->steps;
-    size_t n = g->n_steps; /* ... final norm, head, loss */
     r->tr.quiet = true; /* the layers' recomputed forwards are not recorded again */
-    st = head_bwd(r, &steps[n - 3], &steps[n - 2], ids, S, err);
-    if (st == HP_OK) st = grad_record(r, steps[n - 3].c.fqn, "dual of its entry", &t->dh, err);
-    for (int64_t l = g->cfg.L - 1; st == HP_OK && l >= 0; l--) st = layer_bwd(r, &steps[1 + 6 * l], err);
-    if (st == HP_OK) st = embed_bwd(r, &steps[0], ids, S, err);
+    st = hp__backward(r, ids, S, err);
     r->tr.quiet = false;
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;
