@@ -474,14 +474,15 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         if (st != HP_OK) return st;
     }
     /* the tp sums of the gradients hyperpar train runs, one call each (hp__grad_sum_tp): the norm weights on rows
-     * split over tp (SP), and the parameters whole on every tp rank of a module tp cuts (hp__tp_partial_params) */
+     * split over tp (SP), and the parameters whole on every tp rank of a module tp cuts (HP__P_TP_PARTIAL) */
     for (size_t i = 0; i < w->g->n_steps; i++) {
         const hp__step *s = &w->g->steps[i];
-        static const char *const norm[] = {"weight", NULL};
-        const char *const *rel = s->op == HP__OP_NORM ? norm : hp__tp_partial_params(s->op);
-        for (; *rel; rel++) {
+        size_t np;
+        const hp__pdef *d = hp__op_params(s->op, &np);
+        for (size_t k = 0; k < np; k++) {
+            if (s->op != HP__OP_NORM && !(d[k].flags & HP__P_TP_PARTIAL)) continue;
             char full[1200];
-            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", *rel);
+            snprintf(full, sizeof full, "%s%s%s", s->c.fqn, s->c.fqn[0] ? "." : "", d[k].rel);
             const hp_param *par = hp_model_find_param(w->m, full);
             if (!par || !par->trainable || !hp__grad_sum_tp(s, w->tp, false, s->op != HP__OP_NORM && s->split)) continue;
             uint64_t gb = ck_bytes(w, "gradient tp sum", par->n_elems, (uint64_t)w->o->mdl.grad_bytes);

@@ -627,18 +627,55 @@ bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial)
     return tp > 1 && !cut && (hp__rows_split(s->run.ax[HP__TP]) || tp_partial);
 }
 
-const char *const *hp__tp_partial_params(hp__op op)
+const hp__pdef *hp__op_params(hp__op op, size_t *n)
 {
-    static const char *const attn[] = {"q_norm.weight", "k_norm.weight", NULL};
-    static const char *const mla[] = {"q_a_proj.weight", "q_a_layernorm.weight", "kv_a_proj_with_mqa.weight",
-                                      "kv_a_layernorm.weight", NULL};
-    static const char *const none[] = {NULL};
-    return op == HP__OP_ATTN ? attn : op == HP__OP_MLA ? mla : none;
+    enum { O = HP__P_OPT, V = HP__P_VEC, T = HP__P_TP_PARTIAL, QL = HP__P_QLORA, NQ = HP__P_NO_QLORA };
+    enum { F = HP__P_FUSED, U = HP__P_UNFUSED };
+    static const hp__pdef one[] = {{"weight", HP__PS_W, 0, HP__LEN_NONE}};
+    static const hp__pdef norm[] = {{"weight", HP__PS_W, V, HP__LEN_H}};
+    static const hp__pdef attn[] = {
+        {"q_proj.weight", HP__PS_Q, 0, HP__LEN_NONE},      {"q_proj.bias", HP__PS_BQ, O | V, HP__LEN_Q},
+        {"k_proj.weight", HP__PS_K, 0, HP__LEN_NONE},      {"k_proj.bias", HP__PS_BK, O | V, HP__LEN_KV},
+        {"v_proj.weight", HP__PS_V, 0, HP__LEN_NONE},      {"v_proj.bias", HP__PS_BV, O | V, HP__LEN_KV},
+        {"o_proj.weight", HP__PS_O, 0, HP__LEN_NONE},      {"o_proj.bias", HP__PS_BO, O | V, HP__LEN_H},
+        {"q_norm.weight", HP__PS_QN, O | V | T, HP__LEN_HD}, {"k_norm.weight", HP__PS_KN, O | V | T, HP__LEN_HD},
+        {"sinks", HP__PS_SINKS, O | V, HP__LEN_HEADS}, /* gpt-oss, cut with the heads */
+    };
+    static const hp__pdef mla[] = {
+        {"q_a_proj.weight", HP__PS_QA, QL | T, HP__LEN_NONE},
+        {"q_a_layernorm.weight", HP__PS_QAN, QL | V | T, HP__LEN_QL},
+        {"q_b_proj.weight", HP__PS_Q, QL, HP__LEN_NONE},
+        {"q_proj.weight", HP__PS_Q, NQ, HP__LEN_NONE},
+        {"kv_a_proj_with_mqa.weight", HP__PS_KVA, T, HP__LEN_NONE},
+        {"kv_a_layernorm.weight", HP__PS_KVAN, V | T, HP__LEN_KVL},
+        {"kv_b_proj.weight", HP__PS_KVB, 0, HP__LEN_NONE},
+        {"o_proj.weight", HP__PS_O, 0, HP__LEN_NONE},
+        {"o_proj.bias", HP__PS_BO, O | V, HP__LEN_H},
+    };
+    static const hp__pdef mlp[] = {
+        {"gate_up_proj.weight", HP__PS_GU, F, HP__LEN_NONE}, {"gate_up_proj.bias", HP__PS_BGU, F | O | V, HP__LEN_2I},
+        {"gate_proj.weight", HP__PS_G, U, HP__LEN_NONE},     {"gate_proj.bias", HP__PS_BG, U | O | V, HP__LEN_I},
+        {"up_proj.weight", HP__PS_U, U, HP__LEN_NONE},       {"up_proj.bias", HP__PS_BU, U | O | V, HP__LEN_I},
+        {"down_proj.weight", HP__PS_D, 0, HP__LEN_NONE},     {"down_proj.bias", HP__PS_BD, O | V, HP__LEN_H},
+    };
+#define HP__TAB(t) (*n = sizeof t / sizeof *t, t)
+    switch (op) {
+    case HP__OP_EMBED:
+    case HP__OP_HEAD: return HP__TAB(one);
+    case HP__OP_NORM: return HP__TAB(norm);
+    case HP__OP_ATTN: return HP__TAB(attn);
+    case HP__OP_MLA: return HP__TAB(mla);
+    case HP__OP_MLP: return HP__TAB(mlp);
+    default: *n = 0; return NULL;
+    }
+#undef HP__TAB
 }
 
-bool hp__is_tp_partial(hp__op op, const char *rel)
+bool hp__pdef_on(const hp__pdef *d, const hp__prog *g, const hp__step *s)
 {
-    for (const char *const *q = hp__tp_partial_params(op); *q; q++)
-        if (!strcmp(*q, rel)) return true;
-    return false;
+    if ((d->flags & HP__P_QLORA) && g->mla.ql <= 0) return false;
+    if ((d->flags & HP__P_NO_QLORA) && g->mla.ql > 0) return false;
+    if ((d->flags & HP__P_FUSED) && !s->fused) return false;
+    if ((d->flags & HP__P_UNFUSED) && s->fused) return false;
+    return true;
 }

@@ -86,11 +86,50 @@ bool hp__rows_split(hp_placement p);
  * counts it): tp > 1, the parameter not cut over tp, and s runs on rows split over tp (SP), or tp_partial (tp cuts
  * the module but not the parameter: each rank's heads give a part of the q/k norms' gradients). */
 bool hp__grad_sum_tp(const hp__step *s, int64_t tp, bool cut, bool tp_partial);
-/* The parameters (names relative to the module) of a step of op that stay whole on every tp rank while tp cuts
- * the module (hp__step.split): they feed only the rank's heads, so their gradients are partial sums over tp: the
- * q/k norms of attention; MLA's latent projections and their norms. NULL-terminated (empty for other ops). */
-const char *const *hp__tp_partial_params(hp__op op);
-bool hp__is_tp_partial(hp__op op, const char *rel);
+/* ---- each op's parameters: one table (prog.c) that the runner's load, training's registration and cost read ----
+ *
+ * An op's entries in the order training registers them (its optimizer state's order). A slot names the runtime's
+ * tensor of the op (the runner maps it to its field); flags say when the entry applies and how it trains. */
+enum {
+    HP__P_OPT = 1,        /* optional: a checkpoint may lack it */
+    HP__P_VEC = 2,        /* a vector of hp__pdef.len values (else a matrix, or the embedding's table) */
+    HP__P_TP_PARTIAL = 4, /* whole on every tp rank while tp cuts the module (hp__step.split): it feeds only the
+                             rank's heads, so its gradient is a partial sum over tp (q/k norms, MLA's latents) */
+    HP__P_QLORA = 8,      /* MLA with q_lora_rank > 0 only */
+    HP__P_NO_QLORA = 16,  /* MLA without q_lora_rank only */
+    HP__P_FUSED = 32,     /* an MLP with one gate_up_proj only */
+    HP__P_UNFUSED = 64    /* an MLP with gate_proj and up_proj only */
+};
+typedef enum hp__plen {
+    HP__LEN_NONE, /* a matrix */
+    HP__LEN_H,    /* hidden_size */
+    HP__LEN_Q,    /* the local query heads x head_dim */
+    HP__LEN_KV,   /* the local kv heads x head_dim */
+    HP__LEN_HD,   /* head_dim */
+    HP__LEN_HEADS,/* the local query heads */
+    HP__LEN_QL,   /* q_lora_rank */
+    HP__LEN_KVL,  /* kv_lora_rank */
+    HP__LEN_I,    /* the local intermediate width */
+    HP__LEN_2I    /* twice it (a fused gate|up bias) */
+} hp__plen;
+typedef enum hp__pslot {
+    HP__PS_W,                                       /* NORM, EMBED, HEAD: the weight (table) */
+    HP__PS_Q, HP__PS_K, HP__PS_V, HP__PS_O,         /* attention's projections (MLA: q is q_b_proj or q_proj) */
+    HP__PS_BQ, HP__PS_BK, HP__PS_BV, HP__PS_BO,     /* their biases */
+    HP__PS_QN, HP__PS_KN, HP__PS_SINKS,             /* q/k norms, gpt-oss's sinks */
+    HP__PS_QA, HP__PS_QAN, HP__PS_KVA, HP__PS_KVAN, HP__PS_KVB, /* MLA's latent path */
+    HP__PS_GU, HP__PS_BGU, HP__PS_G, HP__PS_BG, HP__PS_U, HP__PS_BU, HP__PS_D, HP__PS_BD /* the MLP */
+} hp__pslot;
+typedef struct hp__pdef {
+    const char *rel; /* the name relative to the module */
+    hp__pslot slot;
+    unsigned flags;
+    hp__plen len;
+} hp__pdef;
+/* op's entries (n of them; MOE and RESIDUAL, LOSS: none — an MoE block's tensors are the moe module's). */
+const hp__pdef *hp__op_params(hp__op op, size_t *n);
+/* Whether entry d applies to step s of g (q_lora, fused). */
+bool hp__pdef_on(const hp__pdef *d, const hp__prog *g, const hp__step *s);
 
 /* The sequence as the ranks hold it: padded to a multiple of 2·cp (the load-balanced halves) when cp > 1; false
  * past 64 bits. */

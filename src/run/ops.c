@@ -8,10 +8,10 @@
 
 const hp__op_rt hp__op_rt_table[HP__OP_COUNT] = {
     [HP__OP_EMBED] = {hp__load_embed, hp__fwd_embed, hp__reg_table, hp__bwd_embed},
-    [HP__OP_NORM] = {hp__load_norm, hp__fwd_norm, hp__reg_norm, hp__bwd_norm},
-    [HP__OP_ATTN] = {hp__load_attn, hp__fwd_attn, hp__reg_attn, hp__bwd_attn},
-    [HP__OP_MLA] = {hp__load_attn, hp__fwd_attn, hp__reg_attn, hp__bwd_attn},
-    [HP__OP_MLP] = {hp__load_mlp, hp__fwd_mlp, hp__reg_mlp, hp__bwd_mlp},
+    [HP__OP_NORM] = {hp__load_norm, hp__fwd_norm, hp__reg_params, hp__bwd_norm},
+    [HP__OP_ATTN] = {hp__load_attn, hp__fwd_attn, hp__reg_params, hp__bwd_attn},
+    [HP__OP_MLA] = {hp__load_attn, hp__fwd_attn, hp__reg_params, hp__bwd_attn},
+    [HP__OP_MLP] = {hp__load_mlp, hp__fwd_mlp, hp__reg_params, hp__bwd_mlp},
     [HP__OP_MOE] = {hp__load_moe, hp__fwd_moe, hp__reg_moe, hp__bwd_moe},
     [HP__OP_RESIDUAL] = {NULL, hp__fwd_residual, NULL, hp__bwd_residual},
     [HP__OP_HEAD] = {hp__load_head, hp__fwd_head, hp__reg_table, hp__bwd_head},

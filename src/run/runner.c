@@ -136,10 +136,81 @@ static hp_status load_vec(loader *L, const char *fqn, const char *rel, bool requ
     return st;
 }
 
-static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
+hp__w *hp__slot_w(step_w *w, hp__op op, hp__pslot slot)
+{
+    attn_w *a = &w->at;
+    mlp_w *m = &w->mlp;
+    switch (slot) {
+    case HP__PS_W: return op == HP__OP_NORM ? &w->norm.w : &w->table;
+    case HP__PS_Q: return &a->wq;
+    case HP__PS_K: return &a->wk;
+    case HP__PS_V: return &a->wv;
+    case HP__PS_O: return &a->wo;
+    case HP__PS_BQ: return &a->bq;
+    case HP__PS_BK: return &a->bk;
+    case HP__PS_BV: return &a->bv;
+    case HP__PS_BO: return &a->bo;
+    case HP__PS_QN: return &a->qn;
+    case HP__PS_KN: return &a->kn;
+    case HP__PS_SINKS: return &a->sinks;
+    case HP__PS_QA: return &a->wqa;
+    case HP__PS_QAN: return &a->qan;
+    case HP__PS_KVA: return &a->wkva;
+    case HP__PS_KVAN: return &a->kvan;
+    case HP__PS_KVB: return &a->wkvb;
+    case HP__PS_GU: return &m->wgu;
+    case HP__PS_BGU: return &m->bgu;
+    case HP__PS_G: return &m->wg;
+    case HP__PS_BG: return &m->bg;
+    case HP__PS_U: return &m->wu;
+    case HP__PS_BU: return &m->bu;
+    case HP__PS_D: return &m->wd;
+    case HP__PS_BD: return &m->bd;
+    }
+    return NULL;
+}
+
+/* A vector's local length on this rank (the parameter table's hp__plen). */
+static int64_t plen(const hp_runner *r, const hp__step *s, const step_w *w, hp__plen len)
+{
+    const hp__rcfg *c = &r->g.cfg;
+    switch (len) {
+    case HP__LEN_H: return c->H;
+    case HP__LEN_Q: return s->nh * c->hd;
+    case HP__LEN_KV: return s->nkv * c->hd;
+    case HP__LEN_HD: return c->hd;
+    case HP__LEN_HEADS: return s->nh;
+    case HP__LEN_QL: return r->g.mla.ql;
+    case HP__LEN_KVL: return r->g.mla.kvl;
+    case HP__LEN_I: return w->mlp.I;
+    case HP__LEN_2I: return 2 * w->mlp.I;
+    case HP__LEN_NONE: break;
+    }
+    return 0;
+}
+
+/* Step s's parameters from the op's table (exec/prog.h): the required ones, or (optional) the optional ones, whose
+ * lengths follow from the required ones' shapes. Matrices are read as the products read them (bf16 kept where
+ * training allows: load), vectors as f32 of their local length. */
+static hp_status load_params(loader *L, const hp__step *s, step_w *w, bool optional)
+{
+    size_t n;
+    const hp__pdef *d = hp__op_params(s->op, &n);
+    hp_status st = HP_OK;
+    for (size_t i = 0; i < n && st == HP_OK; i++) {
+        if (!hp__pdef_on(&d[i], &L->r->g, s) || !(d[i].flags & HP__P_OPT) != !optional) continue;
+        hp__w *t = hp__slot_w(w, s->op, d[i].slot);
+        st = d[i].flags & HP__P_VEC ? load_vec(L, s->c.fqn, d[i].rel, !optional, plen(L->r, s, w, d[i].len), t)
+                                    : load(L, s->c.fqn, d[i].rel, true, true, t);
+    }
+    return st;
+}
+
+static hp_status load_mla(loader *L, const hp__step *s, step_w *w)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
+    attn_w *a = &w->at;
     const hp_model_config *mc = &r->m->cfg;
     const char *fqn = s->c.fqn;
     int64_t H = r->g.cfg.H;
@@ -147,18 +218,7 @@ static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
     a->nope = mc->qk_nope_head_dim, a->rope = mc->qk_rope_head_dim, a->vd = mc->v_head_dim;
     a->ql = mc->q_lora_rank, a->kvl = mc->kv_lora_rank;
     int64_t qk = a->nope + a->rope;
-    hp_status st = HP_OK;
-    if (a->ql > 0) {
-        st = load(L, fqn, "q_a_proj.weight", true, true, &a->wqa);
-        if (st == HP_OK) st = load_vec(L, fqn, "q_a_layernorm.weight", true, a->ql, &a->qan);
-        if (st == HP_OK) st = load(L, fqn, "q_b_proj.weight", true, true, &a->wq);
-    } else {
-        st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
-    }
-    if (st == HP_OK) st = load(L, fqn, "kv_a_proj_with_mqa.weight", true, true, &a->wkva);
-    if (st == HP_OK) st = load_vec(L, fqn, "kv_a_layernorm.weight", true, a->kvl, &a->kvan);
-    if (st == HP_OK) st = load(L, fqn, "kv_b_proj.weight", true, true, &a->wkvb);
-    if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
+    hp_status st = load_params(L, s, w, false);
     if (st != HP_OK) return st;
     int64_t qin = a->ql > 0 ? a->ql : H;
     if ((a->ql > 0 && (a->wqa.shape[0] != a->ql || a->wqa.shape[1] != H)) || a->wq.shape[0] != a->nh * qk ||
@@ -169,7 +229,7 @@ static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
                           "nope %lld + rope %lld, v %lld, q_lora %lld, kv_lora %lld (check config.json)", fqn,
                           (long long)a->nh, (long long)a->nope, (long long)a->rope, (long long)a->vd,
                           (long long)a->ql, (long long)a->kvl);
-    if ((st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo)) != HP_OK) return st;
+    if ((st = load_params(L, s, w, true)) != HP_OK) return st;
     if (a->ql > 0 && (st = hp__r_linear(r, &a->wqa, NULL, &a->qa, err)) != HP_OK) return st;
     if ((st = hp__r_linear(r, &a->wq, NULL, &a->q, err)) != HP_OK) return st;
     if ((st = hp__r_linear(r, &a->wkva, NULL, &a->kva, err)) != HP_OK) return st;
@@ -177,19 +237,17 @@ static hp_status load_mla(loader *L, const hp__step *s, attn_w *a)
     return hp__r_linear(r, &a->wo, NULL, &a->o, err);
 }
 
-static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
+static hp_status load_attn(loader *L, const hp__step *s, step_w *w)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
+    attn_w *a = &w->at;
     const hp__rcfg *c = &r->g.cfg;
     const char *fqn = s->c.fqn;
     a->s = s;
     a->split = s->split, a->nh = s->nh, a->nkv = s->nkv, a->bo_deferred = s->bias_deferred;
-    if (s->op == HP__OP_MLA) return load_mla(L, s, a);
-    hp_status st = load(L, fqn, "q_proj.weight", true, true, &a->wq);
-    if (st == HP_OK) st = load(L, fqn, "k_proj.weight", true, true, &a->wk);
-    if (st == HP_OK) st = load(L, fqn, "v_proj.weight", true, true, &a->wv);
-    if (st == HP_OK) st = load(L, fqn, "o_proj.weight", true, true, &a->wo);
+    if (s->op == HP__OP_MLA) return load_mla(L, s, w);
+    hp_status st = load_params(L, s, w, false);
     if (st != HP_OK) return st;
     int64_t hd = c->hd, H = c->H;
     if (a->wq.shape[0] != a->nh * hd || a->wq.shape[1] != H || a->wk.shape[0] != a->nkv * hd || a->wk.shape[1] != H ||
@@ -200,13 +258,7 @@ static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
                           fqn, (long long)a->nh, (long long)hd, (long long)a->wq.shape[0], (long long)a->wq.shape[1],
                           (long long)a->wk.shape[0], (long long)a->wk.shape[1], (long long)a->wo.shape[0],
                           (long long)a->wo.shape[1]);
-    st = load_vec(L, fqn, "q_proj.bias", false, a->nh * hd, &a->bq);
-    if (st == HP_OK) st = load_vec(L, fqn, "k_proj.bias", false, a->nkv * hd, &a->bk);
-    if (st == HP_OK) st = load_vec(L, fqn, "v_proj.bias", false, a->nkv * hd, &a->bv);
-    if (st == HP_OK) st = load_vec(L, fqn, "o_proj.bias", false, H, &a->bo);
-    if (st == HP_OK) st = load_vec(L, fqn, "q_norm.weight", false, hd, &a->qn);
-    if (st == HP_OK) st = load_vec(L, fqn, "k_norm.weight", false, hd, &a->kn);
-    if (st == HP_OK) st = load_vec(L, fqn, "sinks", false, a->nh, &a->sinks); /* gpt-oss, cut with the heads */
+    st = load_params(L, s, w, true);
     if (st == HP_OK) st = hp__r_linear(r, &a->wq, &a->bq, &a->q, err);
     if (st == HP_OK) st = hp__r_linear(r, &a->wk, &a->bk, &a->k, err);
     if (st == HP_OK) st = hp__r_linear(r, &a->wv, &a->bv, &a->v, err);
@@ -214,22 +266,16 @@ static hp_status load_attn(loader *L, const hp__step *s, attn_w *a)
     return st;
 }
 
-static hp_status load_mlp(loader *L, const hp__step *s, mlp_w *m)
+static hp_status load_mlp(loader *L, const hp__step *s, step_w *w)
 {
     hp_runner *r = L->r;
     hp_err *err = L->err;
+    mlp_w *m = &w->mlp;
     const char *fqn = s->c.fqn;
     int64_t H = r->g.cfg.H;
     m->s = s;
     m->split = s->split, m->bd_deferred = s->bias_deferred;
-    hp_status st = HP_OK;
-    if (s->fused) {
-        st = load(L, fqn, "gate_up_proj.weight", true, true, &m->wgu);
-    } else {
-        st = load(L, fqn, "gate_proj.weight", true, true, &m->wg);
-        if (st == HP_OK) st = load(L, fqn, "up_proj.weight", true, true, &m->wu);
-    }
-    if (st == HP_OK) st = load(L, fqn, "down_proj.weight", true, true, &m->wd);
+    hp_status st = load_params(L, s, w, false);
     if (st != HP_OK) return st;
     if (s->fused) {
         m->I = m->wgu.shape[0] / 2;
@@ -250,13 +296,7 @@ static hp_status load_mlp(loader *L, const hp__step *s, mlp_w *m)
         return hp_err_set(err, HP_ERR_INPUT, "%s.down_proj.weight is [%lld, %lld] on this rank where [%lld, %lld] "
                           "is needed", fqn, (long long)m->wd.shape[0], (long long)m->wd.shape[1], (long long)H,
                           (long long)m->I);
-    if (s->fused) st = load_vec(L, fqn, "gate_up_proj.bias", false, 2 * m->I, &m->bgu);
-    else {
-        st = load_vec(L, fqn, "gate_proj.bias", false, m->I, &m->bg);
-        if (st == HP_OK) st = load_vec(L, fqn, "up_proj.bias", false, m->I, &m->bu);
-    }
-    if (st == HP_OK) st = load_vec(L, fqn, "down_proj.bias", false, H, &m->bd);
-    if (st != HP_OK) return st;
+    if ((st = load_params(L, s, w, true)) != HP_OK) return st;
     if (s->fused) st = hp__r_linear(r, &m->wgu, &m->bgu, &m->gate_up, err);
     else {
         st = hp__r_linear(r, &m->wg, &m->bg, &m->gate, err);
@@ -317,10 +357,10 @@ static hp_status gather_shared(hp_runner *r, hp_err *err)
     return st;
 }
 
-static hp_status load_norm(loader *L, const hp__step *s, norm_w *n)
+static hp_status load_norm(loader *L, const hp__step *s, step_w *w)
 {
-    n->s = s;
-    return load_vec(L, s->c.fqn, "weight", true, L->r->g.cfg.H, &n->w);
+    w->norm.s = s;
+    return load_params(L, s, w, false);
 }
 
 /* The embedding (or an untied head): [vocab_size, hidden_size], this rank's rows. */
@@ -346,19 +386,19 @@ hp_status hp__load_embed(hp_runner *r, const hp__step *s, step_w *w, hp_err *err
 hp_status hp__load_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
 {
     loader L = {.r = r, .err = err};
-    return load_norm(&L, s, &w->norm);
+    return load_norm(&L, s, w);
 }
 
 hp_status hp__load_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
 {
     loader L = {.r = r, .err = err};
-    return load_attn(&L, s, &w->at);
+    return load_attn(&L, s, w);
 }
 
 hp_status hp__load_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
 {
     loader L = {.r = r, .err = err};
-    return load_mlp(&L, s, &w->mlp);
+    return load_mlp(&L, s, w);
 }
 
 hp_status hp__load_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)

@@ -183,6 +183,8 @@ hp_status hp__load_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
 hp_status hp__load_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
 hp_status hp__load_head(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
 void hp__free_step_w(step_w *w);
+/* The runtime's tensor of a parameter table slot (exec/prog.h) in step weights w of op. */
+hp__w *hp__slot_w(step_w *w, hp__op op, hp__pslot slot);
 
 hp_status hp__fwd_embed(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
 hp_status hp__fwd_norm(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
@@ -194,9 +196,7 @@ hp_status hp__fwd_head(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, 
 hp_status hp__fwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err);
 
 hp_status hp__reg_table(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
-hp_status hp__reg_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
-hp_status hp__reg_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
-hp_status hp__reg_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
+hp_status hp__reg_params(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
 hp_status hp__reg_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err);
 
 hp_status hp__bwd_embed(hp_runner *r, const hp__step *s, step_w *w, struct hp__bio *b, hp_err *err);

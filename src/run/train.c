@@ -241,42 +241,17 @@ hp_status hp__reg_table(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
     return add_param(r, &w->table, s->c.fqn, "weight", s, false, err);
 }
 
-hp_status hp__reg_norm(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
+/* A step's tensors from the op's parameter table (exec/prog.h), in its order: what the checkpoint holds of them is
+ * registered (add_param skips the absent ones), each whole tensor of a module tp cuts as a partial sum over tp. */
+hp_status hp__reg_params(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
 {
-    return add_param(r, &w->norm.w, s->c.fqn, "weight", s, false, err);
-}
-
-hp_status hp__reg_attn(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
-{
-    attn_w *a = &w->at;
+    size_t n;
+    const hp__pdef *d = hp__op_params(s->op, &n);
     hp_status st = HP_OK;
-    if (s->op == HP__OP_MLA) {
-        bool ql = a->ql > 0;
-        hp__w *v[] = {&a->wqa, &a->qan, &a->wq, &a->wkva, &a->kvan, &a->wkvb, &a->wo, &a->bo};
-        const char *rel[] = {"q_a_proj.weight", "q_a_layernorm.weight", ql ? "q_b_proj.weight" : "q_proj.weight",
-                             "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
-                             "o_proj.weight", "o_proj.bias"};
-        /* the latent projections and norms are whole on every tp rank but feed only its heads */
-        for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-            st = add_param(r, v[k], s->c.fqn, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
-        return st;
-    }
-    hp__w *v[] = {&a->wq, &a->bq, &a->wk, &a->bk, &a->wv, &a->bv, &a->wo, &a->bo, &a->qn, &a->kn, &a->sinks};
-    const char *rel[] = {"q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias", "v_proj.weight",
-                         "v_proj.bias", "o_proj.weight", "o_proj.bias", "q_norm.weight", "k_norm.weight", "sinks"};
-    for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++)
-        st = add_param(r, v[k], s->c.fqn, rel[k], s, s->split && hp__is_tp_partial(s->op, rel[k]), err);
-    return st;
-}
-
-hp_status hp__reg_mlp(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
-{
-    mlp_w *m = &w->mlp;
-    hp__w *v[] = {&m->wgu, &m->bgu, &m->wg, &m->bg, &m->wu, &m->bu, &m->wd, &m->bd};
-    const char *rel[] = {"gate_up_proj.weight", "gate_up_proj.bias", "gate_proj.weight", "gate_proj.bias",
-                         "up_proj.weight", "up_proj.bias", "down_proj.weight", "down_proj.bias"};
-    hp_status st = HP_OK;
-    for (size_t k = 0; k < sizeof v / sizeof *v && st == HP_OK; k++) st = add_param(r, v[k], s->c.fqn, rel[k], s, false, err);
+    for (size_t i = 0; i < n && st == HP_OK; i++)
+        if (hp__pdef_on(&d[i], &r->g, s))
+            st = add_param(r, hp__slot_w(w, s->op, d[i].slot), s->c.fqn, d[i].rel, s,
+                           s->split && (d[i].flags & HP__P_TP_PARTIAL), err);
     return st;
 }
 
