@@ -220,6 +220,10 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
         for (int d = 0; d < t.n_dims; d++) n *= (uint64_t)t.local_shape[d];
         bool b16 = p->dtype == HP_DT_BF16;
         hp_role role = w->p->roles ? w->p->roles[t.params[0]] : HP_ROLE_REPLICATED;
+        /* TP-extend-EP: the plan cuts the shared expert over tp, but each rank runs it whole on its own rows (the
+         * runner's load_moe gathers it), and trains it whole */
+        if (role == HP_ROLE_SHARED_EXPERT && g->steps[si].op == HP__OP_MOE && !g->steps[si].split)
+            n = (uint64_t)p->n_elems;
         gb += 4 * n;
         if (g->steps[si].op != HP__OP_MOE) { /* a dense slice */
             mb += b16 ? 4 * n : 0;
