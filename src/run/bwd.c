@@ -503,18 +503,9 @@ static hp_status slots(hp__train *t, int n, hp_err *err)
 /* A copy of n floats of src in slot k (kept across layers). */
 static const float *save_buf(hp__train *t, size_t k, const float *src, int64_t n, hp_err *err)
 {
-    size_t want = (size_t)(n > 0 ? n : 1);
-    if (want > t->sv_cap[k]) {
-        float *p = realloc(t->sv_buf[k], want * sizeof *p);
-        if (!p) {
-            hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats of the backward's recompute", want);
-            return NULL;
-        }
-        t->sv_buf[k] = p;
-        t->sv_cap[k] = want;
-    }
-    memcpy(t->sv_buf[k], src, (size_t)n * sizeof *src);
-    return t->sv_buf[k];
+    float *p = hp__t_grow(&t->sv_buf[k], &t->sv_cap[k], n, err);
+    if (p) memcpy(p, src, (size_t)n * sizeof *src);
+    return p;
 }
 
 /* What module step i's backward reads after its forward in the recompute [f, e): its input and intermediates,

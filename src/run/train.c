@@ -36,20 +36,24 @@ static void train_free(hp__train *t)
     free(t);
 }
 
-/* Scratch block i of at least n floats, kept across steps. */
-float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err)
+float *hp__t_grow(float **buf, size_t *cap, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
-    if (want > t->fcap[i]) {
-        float *p = realloc(t->f[i], want * sizeof *p);
+    if (want > *cap) {
+        float *p = realloc(*buf, want * sizeof *p);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats of the backward", want);
             return NULL;
         }
-        t->f[i] = p;
-        t->fcap[i] = want;
+        *buf = p;
+        *cap = want;
     }
-    return t->f[i];
+    return *buf;
+}
+
+float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err)
+{
+    return hp__t_grow(&t->f[i], &t->fcap[i], n, err);
 }
 
 /* ---- the parameters ---- */

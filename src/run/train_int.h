@@ -84,6 +84,8 @@ typedef struct hp__train {
     bool grads; /* the gradients of a step are in p[].g */
 } hp__train;
 
+/* *buf grown to at least n floats (kept across steps; *cap its floats), or NULL and err. */
+float *hp__t_grow(float **buf, size_t *cap, int64_t n, hp_err *err);
 /* Scratch block i of at least n floats, kept across steps. */
 float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err);
 /* The gradient of a registered slice (NULL: not trained), and its values as the backward multiplies by them. */
