@@ -65,15 +65,21 @@ static void config(hp_train_config *c, seen *s, int64_t steps)
     c->command = "test_trainer";
 }
 
-/* open, prepare, run, write, end, close: the status of the first phase that failed. */
-static hp_status train(const hp_train_config *c, hp_train_info *info, hp_err *err)
+/* open, prepare, run, write, end, close: the status of the first phase that failed; *info (may be NULL) as
+ * prepare gave it, with run_id (whose string the trainer owns) copied into run_id[17]. */
+static hp_status train(const hp_train_config *c, hp_train_info *info, char *run_id, hp_err *err)
 {
     hp_comm *w = NULL;
     hp_status st = hp_comm_self(&w, err);
     hp_trainer *t = NULL;
     if (st == HP_OK) st = hp_train_open(&t, w, c, err);
     if (st == HP_OK) st = hp_train_prepare(t, 1, err);
-    if (st == HP_OK && info) *info = *hp_train_info_of(t);
+    if (st == HP_OK && info) {
+        *info = *hp_train_info_of(t);
+        snprintf(run_id, 17, "%s", info->run_id);
+        info->run_id = info->mesh = info->model_path = NULL; /* freed with the trainer */
+        info->logged_loss = info->logged_norm = info->logged_eval = NULL;
+    }
     if (st == HP_OK) st = hp_train_run(t, err);
     if (st == HP_OK) st = hp_train_write(t, err);
     if (st == HP_OK) st = hp_train_end(t, err);
@@ -106,7 +112,7 @@ static void rm_tree(void)
 TEST(steps_then_resume_equal_one_run)
 {
     hp_err err;
-    char run[128], grads[128], log[128];
+    char run[128], grads[128], log[128], id[17];
     /* three steps in one run */
     seen one = {0};
     hp_train_config c;
@@ -114,7 +120,7 @@ TEST(steps_then_resume_equal_one_run)
     c.grad_out = tmp("one.g.safetensors", grads, sizeof grads);
     c.log_json = tmp("one.jsonl", log, sizeof log);
     hp_train_info info;
-    CHECK_MSG(train(&c, &info, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(train(&c, &info, id, &err) == HP_OK, "%s", err.msg);
     CHECK_EQ_INT(info.k0, 0);
     CHECK_EQ_INT(info.last, 3);
     CHECK_EQ_INT(one.n_steps, 3);
@@ -132,11 +138,13 @@ TEST(steps_then_resume_equal_one_run)
     c.stop_after = 2;
     c.save_every = 1;
     c.out = tmp("run", run, sizeof run);
-    CHECK_MSG(train(&c, &info, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(train(&c, &info, id, &err) == HP_OK, "%s", err.msg);
     CHECK_EQ_INT(two.n_steps, 2);
     CHECK(two.loss[0] == one.loss[0] && two.loss[1] == one.loss[1]);
     CHECK_STR_CONTAINS(two.notes, "step 2: checkpoint");
-    CHECK(info.run_id && strlen(info.run_id) == 16);
+    CHECK_EQ_INT(strlen(id), 16);
+    char saved_id[17];
+    snprintf(saved_id, sizeof saved_id, "%s", id);
 
     /* the resume from the run folder takes step 3 as the one run did */
     seen three = {0};
@@ -144,8 +152,9 @@ TEST(steps_then_resume_equal_one_run)
     c.save_every = 1;
     c.out = run;
     c.resume = run;
-    CHECK_MSG(train(&c, &info, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(train(&c, &info, id, &err) == HP_OK, "%s", err.msg);
     CHECK_EQ_INT(info.k0, 2);
+    CHECK_STR_EQ(id, saved_id); /* the resumed run keeps the run's id */
     CHECK_EQ_INT(three.n_steps, 1);
     CHECK_EQ_INT(three.step[0], 3);
     CHECK_MSG(three.loss[0] == one.loss[2], "resumed %.17g, one run %.17g", three.loss[0], one.loss[2]);
@@ -157,7 +166,7 @@ TEST(steps_then_resume_equal_one_run)
     config(&c, &bad, 4);
     c.opt.lr = 2e-3;
     c.resume = run;
-    CHECK(train(&c, NULL, &err) == HP_ERR_INPUT);
+    CHECK(train(&c, NULL, NULL, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "the run was saved with lr");
     CHECK_STR_CONTAINS(err.msg, "it was saved by: test_trainer");
     CHECK_EQ_INT(bad.n_steps, 0);
@@ -177,14 +186,14 @@ TEST(warnings_and_the_callers_check)
     hp_train_config c;
     config(&c, &s, 1);
     c.stop_after = 1;
-    CHECK_MSG(train(&c, NULL, &err) == HP_OK, "%s", err.msg);
+    CHECK_MSG(train(&c, NULL, NULL, &err) == HP_OK, "%s", err.msg);
     CHECK_EQ_INT(s.n_warnings, 1);
     CHECK_STR_CONTAINS(s.warnings, "--stop-after 1 has no effect");
 
     seen r = {0};
     config(&c, &r, 1);
     c.check = refuse;
-    CHECK(train(&c, NULL, &err) == HP_ERR_INPUT);
+    CHECK(train(&c, NULL, NULL, &err) == HP_ERR_INPUT);
     CHECK_STR_EQ(err.msg, "the caller refuses");
     CHECK_EQ_INT(r.n_steps + r.n_notes + r.n_warnings, 0);
 
@@ -196,7 +205,7 @@ TEST(warnings_and_the_callers_check)
     c.seq = 4;
     c.global_batch = 1;
     c.order.global_batch = 1;
-    CHECK(train(&c, NULL, &err) != HP_OK);
+    CHECK(train(&c, NULL, NULL, &err) != HP_OK);
     CHECK_STR_CONTAINS(err.msg, "no-such-file.bin");
     CHECK_EQ_INT(m.n_steps, 0);
 }

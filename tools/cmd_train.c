@@ -188,12 +188,12 @@ typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
     const char *data, *eval_data, *log_json, *stats_json, *plot;
     hp_data_dtype dtype;
-    int64_t seq, gb, mb, eval_every; /* mb: windows of one micro-step over all replicas (--micro-batch × dp) */
+    int64_t seq, gb, mb, eval_every; /* mb: parse's placeholder (the trainer derives the micro-step from dp) */
     int64_t mb_rows;                 /* --micro-batch as given: rows per replica (0: one micro-batch a step) */
     hp_data_order order;
     hp_lr_schedule sched;
     bool data_opts, sched_given; /* a --data option / --schedule was given */
-    bool dtype_given, seed_given; /* --data-dtype, --seed was given (warn_no_effect) */
+    bool dtype_given, seed_given; /* --data-dtype, --seed was given (the trainer's warnings) */
     cli_plan_flags pf;
     bool default_mesh, force;
     int64_t steps;

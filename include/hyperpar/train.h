@@ -131,7 +131,7 @@ void hp_train_config_default(hp_train_config *c);
 
 typedef struct hp_trainer hp_trainer;
 
-/* What the run will do, known after hp_train_prepare. */
+/* What the run will do, known after hp_train_prepare; its pointers are the trainer's, valid until hp_train_close. */
 typedef struct hp_train_info {
     int64_t k0;            /* steps already taken: the resumed checkpoint's step (0 for a new run) */
     int64_t last;          /* the last step this run takes (stop_after, else steps) */
