@@ -10,6 +10,9 @@
  *   cnt_send  [P·L]           rows this rank sends to (dest, local expert of dest)
  *   cnt_recv  [P·L]           rows this rank receives from (source, local expert)
  *
+ * Every buffer (these and the small count arrays) is an entry of hp_moe_ep_layout (layout.c): ep_build allocates
+ * by walking that table, as `hyperpar cost` sums it.
+ *
  * The order of the rows a rank sends is fixed by hp_moe_dispatch_prepare (stable, expert-major), so the
  * rows that come back line up with slot_row and hp_moe_combine finishes exactly as in one process.
  *
