@@ -505,6 +505,82 @@ const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
 size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep);
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 
+/* ---- the runtime's arrays, described once ----
+ *
+ * One table lists every array an MoE runtime allocates, from the shapes alone: hp_moe_ws_create's workspace,
+ * and an EP runtime (hp_moe_ep_create, _chunked, _bounded): its workspace's arrays, then its own. The runtime
+ * allocates by walking the table, in its order, and its bytes (hp_moe_ws.bytes, hp_moe_ep_workspace_bytes) are
+ * the table's sum; `hyperpar cost` sums the same table for the workspace it predicts, with no runtime made. */
+
+/* The arrays, in the order they are allocated: the workspace's (hp_moe_ws's fields of the same names), then an
+ * EP runtime's own (src/moe/ep.c), from HP_MOE_ARR_EP_FIRST on. */
+typedef enum hp_moe_arr_id {
+    HP_MOE_ARR_X64 = 0,      /* f64 [T, H] */
+    HP_MOE_ARR_LOGITS,       /* f64 [T, E] */
+    HP_MOE_ARR_SEL,          /* f64 [2·E] */
+    HP_MOE_ARR_TOPK_IDX,     /* i32 [T·K] */
+    HP_MOE_ARR_TOPK_W,       /* f32 [T·K] */
+    HP_MOE_ARR_KEEP,         /* u8  [T·K] */
+    HP_MOE_ARR_CAP_SCRATCH,  /* i32 [hp_moe_capacity_scratch_count(T, K, E)] */
+    HP_MOE_ARR_COUNTS,       /* i64 [L] */
+    HP_MOE_ARR_OFFSETS,      /* i64 [L + 1] */
+    HP_MOE_ARR_ROW_SLOT,     /* i32 [T·K] */
+    HP_MOE_ARR_SLOT_ROW,     /* i32 [T·K] */
+    HP_MOE_ARR_ROWS,         /* f32 [T·K, H]     one process only */
+    HP_MOE_ARR_ACT,          /* f32 [Tr·K, 2·I] */
+    HP_MOE_ARR_GROUPS,       /* hp_linear_group [L] */
+    HP_MOE_ARR_PASS_ROW0,    /* i64 [L] */
+    HP_MOE_ARR_SHARED_ACT,   /* f32 [Tr, 2·sI]   with a shared expert */
+    HP_MOE_ARR_SHARED_OUT,   /* f32 [Tr, H]      with a shared expert */
+    HP_MOE_ARR_SHARED_G,     /* f32 [Tr]         with a shared expert and its gate */
+    HP_MOE_ARR_STAGE_CNT,    /* i64 [4·P·L]      chunked: two stages' cnt_send, cnt_recv */
+    HP_MOE_ARR_STAGE_SZ,     /* size_t [8·P]     chunked: two stages' sc, sd, rc, rd */
+    HP_MOE_ARR_COUNTS_ALL,   /* i64 [E] */
+    HP_MOE_ARR_OFFSETS_ALL,  /* i64 [E + 1] */
+    HP_MOE_ARR_CNT_SEND,     /* i64 [P·L] */
+    HP_MOE_ARR_CNT_RECV,     /* i64 [P·L] */
+    HP_MOE_ARR_CNT_LOCAL,    /* i64 [L] */
+    HP_MOE_ARR_SC,           /* size_t [4·P]     sc, then the views sd, rc, rd */
+    HP_MOE_ARR_SEND,         /* f32 [Tb·K, H] */
+    HP_MOE_ARR_RECV,         /* f32 [P·Tb·K, H] */
+    HP_MOE_ARR_XROWS,        /* f32 [P·Tb·K, H]  bounded: [P·Th·K, H] */
+    HP_MOE_ARR_Y_SHARED,     /* f32 [T, H]       with a shared expert */
+    HP_MOE_ARR_COUNT,
+    HP_MOE_ARR_EP_FIRST = HP_MOE_ARR_STAGE_CNT
+} hp_moe_arr_id;
+
+/* One array: hp__moe_alloc gives it n·elem_size zeroed bytes, at least 1. */
+typedef struct hp_moe_ep_array {
+    hp_moe_arr_id id;
+    const char *name;          /* the field's name: "x64", "send" */
+    int64_t n;                 /* elements; INT64_MAX when the count passes 64 bits (no allocation holds it) */
+    size_t elem_size;          /* bytes per element */
+} hp_moe_ep_array;
+
+/* What the arrays depend on: the layer's shapes, the tokens, the EP group and the dispatch chunks. */
+typedef struct hp_moe_ep_shape {
+    int64_t max_tokens;        /* T: local tokens (an EP runtime: the most any rank of the group holds) */
+    int64_t n_hidden, n_experts, top_k; /* H, E, K */
+    int64_t n_local;           /* L: local experts (an EP runtime: E / P) */
+    int64_t d_expert, d_shared; /* I, sI: the rank's expert widths (sI 0: no shared expert) */
+    bool shared_gate;          /* the shared expert has a gate (HP_MOE_SHARED_GATED) */
+    bool one_process;          /* hp_moe_ws_create's workspace: its rows, no EP buffer (the fields below unused) */
+    int64_t ep_size;           /* P: ranks of the EP group */
+    int64_t chunks;            /* dispatch chunks it is made for: hp_moe_ep_create_chunked's max_chunks,
+                                  _bounded's chunks; <= 1: hp_moe_ep_create */
+    bool bounded;              /* hp_moe_ep_create_bounded (with chunks > 1) */
+} hp_moe_ep_shape;
+
+/* The arrays the runtime of shape s allocates, in its order, into a; returns how many (at most HP_MOE_ARR_COUNT).
+ * Pure: no allocation, no check of the shapes beyond counting past 64 bits (the runtime refuses what it cannot
+ * run). With Tb the tokens the exchange holds (T; chunked: two stages of Th, Tb = 2·Th, Th = ceil((T + 1) / 2),
+ * bounded Th = ceil(T / chunks)) and Tr the tokens the per-row scratch holds (T; bounded: Th). */
+int hp_moe_ep_layout(const hp_moe_ep_shape *s, hp_moe_ep_array a[HP_MOE_ARR_COUNT]);
+/* The bytes a[0..n) take as allocated (each n·elem_size, at least 1) into *bytes: what hp_moe_ep_workspace_bytes
+ * (hp_moe_ws.bytes for hp_moe_ws_create) of that runtime is. false, and *bytes UINT64_MAX, when a count or the sum
+ * passes 64 bits. */
+bool hp_moe_ep_layout_bytes(const hp_moe_ep_array *a, int n, uint64_t *bytes);
+
 /* ---- threads and machine reference figures (benchmarks) ---- */
 
 /* Sets OpenMP and BLAS threads (n <= 0: leave as is); returns the BLAS thread count in effect. */

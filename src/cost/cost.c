@@ -301,13 +301,6 @@ static void rope_tables(walk *w, int64_t pos0, int64_t n)
     w->rope_pos0 = pos0, w->rope_n = n;
 }
 
-/* n elements of sz bytes as hp__moe_alloc allocates them (at least 1 byte). */
-static uint64_t moe_arr(walk *w, int64_t n, uint64_t sz)
-{
-    uint64_t b = ck_bytes(w, "MoE workspace", n, sz);
-    return b ? b : 1;
-}
-
 /* Whether a sparse layer of these shapes makes an EP runtime of its own: always in training (one per layer, each
  * backward reads its own), else only the first layer of each shape (the others borrow its buffers). */
 static bool ep_own_runtime(walk *w, const char *fqn, int64_t I, int64_t sI)
@@ -322,36 +315,23 @@ static bool ep_own_runtime(walk *w, const char *fqn, int64_t I, int64_t sI)
     return true;
 }
 
-/* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime (hp__moe_ws_make and ep_build): T the most rows any
- * rank of the group holds, in the runner's dispatch chunks (moe_chunks: hp__mlp_chunk_count; training one); with
- * C > 1 chunks the runtime is bounded (hp_moe_ep_create_bounded): the exchange holds two stages of
- * Th = ceil(T / C) tokens, the experts' rows, activations and the shared expert's scratch one chunk. P the EP
+/* hp_moe_ep_workspace_bytes of a sparse layer's EP runtime: the sum of its arrays (hp_moe_ep_layout, the table the
+ * runtime allocates by). T the most rows any rank of the group holds, in the runner's dispatch chunks (moe_chunks:
+ * hp__mlp_chunk_count; training one); with C > 1 chunks the runtime is bounded (hp_moe_ep_create_bounded). P the EP
  * group, L = E / P local experts, I and sI the rank's expert widths (fqn: the block). */
 static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
 {
-    int64_t P = w->ep, E = w->E, L = E / P, K = w->K, H = w->g->cfg.H;
-    const char *mb = "MoE workspace";
-    int64_t C = hp__mlp_chunk_count(T, w->o->train), Th = C > 1 ? T / C + (T % C != 0) : T;
-    int64_t tb = C > 1 ? ck_mul(w, mb, 2, Th) : T; /* tokens send holds; xrows holds Th of them */
-    int64_t TK = ck_mul(w, mb, T, K), TH = ck_mul(w, mb, T, H), rK = ck_mul(w, mb, Th, K);
-    int64_t sendf = ck_mul3(w, mb, tb, K, H), xf = ck_mul3(w, mb, P, ck_mul(w, mb, Th, K), H);
     char gate[160];
     snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", fqn);
-    uint64_t v[] = {moe_arr(w, TH, 8), moe_arr(w, ck_mul(w, mb, T, E), 8), moe_arr(w, 2 * E, 8), moe_arr(w, TK, 4),
-                    moe_arr(w, TK, 4), moe_arr(w, TK, 1), moe_arr(w, hp_moe_capacity_scratch_count(T, K, E), 4),
-                    moe_arr(w, L, 8), moe_arr(w, L + 1, 8), moe_arr(w, TK, 4), moe_arr(w, TK, 4),
-                    moe_arr(w, ck_mul3(w, mb, rK, 2, I), 4), moe_arr(w, L, sizeof(hp_linear_group)), moe_arr(w, L, 8),
-                    sI > 0 ? moe_arr(w, ck_mul3(w, mb, Th, 2, sI), 4) : 0,
-                    sI > 0 ? moe_arr(w, ck_mul(w, mb, Th, H), 4) : 0,
-                    sI > 0 && hp_model_find_param(w->m, gate) ? moe_arr(w, Th, 4) : 0,
-                    /* ep_build */
-                    C > 1 ? moe_arr(w, 4 * P * L, 8) : 0, C > 1 ? moe_arr(w, 8 * P, sizeof(size_t)) : 0,
-                    moe_arr(w, E, 8), moe_arr(w, E + 1, 8), moe_arr(w, P * L, 8), moe_arr(w, P * L, 8), moe_arr(w, L, 8),
-                    moe_arr(w, 4 * P, sizeof(size_t)), moe_arr(w, sendf, 4), moe_arr(w, ck_mul(w, mb, P, sendf), 4),
-                    moe_arr(w, C > 1 ? xf : ck_mul(w, mb, P, sendf), 4), sI > 0 ? moe_arr(w, TH, 4) : 0};
-    uint64_t s = 0;
-    for (size_t i = 0; i < sizeof v / sizeof *v; i++) s = ck_addu(w, mb, s, v[i]);
-    return s;
+    int64_t C = hp__mlp_chunk_count(T, w->o->train);
+    hp_moe_ep_shape s = {.max_tokens = T, .n_hidden = w->g->cfg.H, .n_experts = w->E, .top_k = w->K,
+                         .n_local = w->E / w->ep, .d_expert = I, .d_shared = sI,
+                         .shared_gate = sI > 0 && hp_model_find_param(w->m, gate), .ep_size = w->ep, .chunks = C,
+                         .bounded = C > 1};
+    hp_moe_ep_array a[HP_MOE_ARR_COUNT];
+    uint64_t bytes;
+    if (!hp_moe_ep_layout_bytes(a, hp_moe_ep_layout(&s, a), &bytes)) mark(w, "MoE workspace");
+    return bytes;
 }
 
 /* Rank 0's receive of hp__gather_full for a: the blocks of every other first holder (bytes). */

@@ -10,6 +10,9 @@
  *   cnt_send  [P·L]           rows this rank sends to (dest, local expert of dest)
  *   cnt_recv  [P·L]           rows this rank receives from (source, local expert)
  *
+ * Every buffer (these and the small count arrays) is an entry of hp_moe_ep_layout (layout.c): ep_build allocates
+ * by walking that table, as `hyperpar cost` sums it.
+ *
  * The order of the rows a rank sends is fixed by hp_moe_dispatch_prepare (stable, expert-major), so the
  * rows that come back line up with slot_row and hp_moe_combine finishes exactly as in one process.
  *
@@ -121,51 +124,48 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     ep->max_chunks = max_chunks > 1 ? max_chunks : 1;
     ep->bounded = bounded && ep->max_chunks > 1;
     /* Chunked: send and recv hold two stages of Th tokens; 2·Th >= Tmax + 1, so the plain path fits too, unless
-     * bounded: then Th = ceil(Tmax / C) and xrows and the per-row scratch hold one chunk. */
-    if (ep->max_chunks > 1)
-        ep->Th = ep->bounded ? (max_tokens + ep->max_chunks - 1) / ep->max_chunks : (max_tokens + 2) / 2;
-    if (ep->Th < 1 && ep->max_chunks > 1) ep->Th = 1;
-    hp_status st = hp__moe_ws_make(&ep->ws, l, max_tokens, ep->bounded ? ep->Th : max_tokens, false, err);
+     * bounded: then Th = ceil(Tmax / C) and xrows and the per-row scratch hold one chunk (hp_moe_ep_layout). */
+    hp_moe_ep_shape s = hp__moe_shape_of(l, max_tokens);
+    s.one_process = false;
+    s.ep_size = P;
+    s.chunks = ep->max_chunks;
+    s.bounded = ep->bounded;
+    ep->Th = hp__moe_ep_stage_tokens(&s);
+    hp_status st = hp__moe_ws_make(&ep->ws, l, &s, err);
     if (st != HP_OK) {
         hp_moe_ep_destroy(ep);
         return st;
     }
-    bool ok = true;
-    int64_t tb = max_tokens;
-    if (ep->max_chunks > 1) {
-        tb = 2 * ep->Th;
-        ep->stage_cnt = hp__moe_alloc_counted(4 * (int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
-        ep->stage_sz = hp__moe_alloc_counted(8 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
-    }
-    int64_t slots = 0, recv_rows = 0, x_rows = 0;
-    if (!hp_mul_i64(tb, ep->K, &slots)) ok = false;
-    if (!hp_mul_i64(slots, P, &recv_rows)) ok = false;
-    if (ok && !hp_mul_i64((int64_t)P * ep->K, ep->bounded ? ep->Th : tb, &x_rows)) ok = false;
-    ep->counts_all = hp__moe_alloc_counted(ep->E, sizeof(int64_t), &ok, &ep->bytes);
-    ep->offsets_all = hp__moe_alloc_counted(ep->E + 1, sizeof(int64_t), &ok, &ep->bytes);
-    ep->cnt_send = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
-    ep->cnt_recv = hp__moe_alloc_counted((int64_t)P * L, sizeof(int64_t), &ok, &ep->bytes);
-    ep->cnt_local = hp__moe_alloc_counted(L, sizeof(int64_t), &ok, &ep->bytes);
-    ep->sc = hp__moe_alloc_counted(4 * (int64_t)P, sizeof(size_t), &ok, &ep->bytes);
-    int64_t send_f = 0, recv_f = 0, x_f = 0;
-    if (ok && (!hp_mul_i64(slots, ep->H, &send_f) || !hp_mul_i64(recv_rows, ep->H, &recv_f) ||
-               !hp_mul_i64(x_rows, ep->H, &x_f)))
-        ok = false;
-    ep->send_rows = slots;
-    ep->x_rows = x_rows;
-    ep->send = hp__moe_alloc_counted(send_f, sizeof(float), &ok, &ep->bytes);
-    ep->recv = hp__moe_alloc_counted(recv_f, sizeof(float), &ok, &ep->bytes);
-    ep->xrows = hp__moe_alloc_counted(x_f, sizeof(float), &ok, &ep->bytes);
-    if (l->d_shared > 0) /* overlap's shared-expert output; without a shared expert there is nothing to overlap */
-        ep->y_shared = hp__moe_alloc_counted(max_tokens * ep->H, sizeof(float), &ok, &ep->bytes);
+    hp_moe_ep_array a[HP_MOE_ARR_COUNT];
+    int n = hp_moe_ep_layout(&s, a);
+    void *p[HP_MOE_ARR_COUNT] = {0};
+    bool ok = hp__moe_alloc_layout(a, n, HP_MOE_ARR_EP_FIRST, HP_MOE_ARR_COUNT, p, &ep->bytes);
+    ep->stage_cnt = p[HP_MOE_ARR_STAGE_CNT];
+    ep->stage_sz = p[HP_MOE_ARR_STAGE_SZ];
+    ep->counts_all = p[HP_MOE_ARR_COUNTS_ALL];
+    ep->offsets_all = p[HP_MOE_ARR_OFFSETS_ALL];
+    ep->cnt_send = p[HP_MOE_ARR_CNT_SEND];
+    ep->cnt_recv = p[HP_MOE_ARR_CNT_RECV];
+    ep->cnt_local = p[HP_MOE_ARR_CNT_LOCAL];
+    ep->sc = p[HP_MOE_ARR_SC];
+    ep->send = p[HP_MOE_ARR_SEND];
+    ep->recv = p[HP_MOE_ARR_RECV];
+    ep->xrows = p[HP_MOE_ARR_XROWS];
+    ep->y_shared = p[HP_MOE_ARR_Y_SHARED];
     if (!ok) {
         hp_moe_ep_destroy(ep);
         char b[32];
+        uint64_t recv_b = 0;
+        for (int i = 0; i < n; i++)
+            if (a[i].id == HP_MOE_ARR_RECV) (void)hp_moe_ep_layout_bytes(&a[i], 1, &recv_b);
         return hp_err_set(err, HP_ERR_NOMEM,
                           "out of memory sizing EP buffers for %lld local tokens over %d ranks (%s of receive rows); "
                           "lower the token count per call",
-                          (long long)max_tokens, P, hp_format_bytes((uint64_t)recv_f * 4, b, sizeof b));
+                          (long long)max_tokens, P, hp_format_bytes(recv_b, b, sizeof b));
     }
+    /* The rows send and xrows hold (the counts fit: their arrays were allocated). */
+    ep->send_rows = (ep->max_chunks > 1 ? 2 * ep->Th : max_tokens) * ep->K;
+    ep->x_rows = (int64_t)P * (ep->bounded ? ep->Th * ep->K : ep->send_rows);
     ep->sd = ep->sc + P;
     ep->rc = ep->sd + P;
     ep->rd = ep->rc + P;

@@ -101,28 +101,50 @@ static hp_status linears_init(hp_moe_ws *ws, const hp_moe_layer *l, hp_err *err)
 
 hp_status hp_moe_ws_create(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, hp_err *err)
 {
-    return hp__moe_ws_make(out, l, max_tokens, max_tokens, true, err);
+    hp_moe_ep_shape s = hp__moe_shape_of(l, max_tokens);
+    return hp__moe_ws_make(out, l, &s, err);
 }
 
-hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, int64_t row_tokens, bool rows,
-                          hp_err *err)
+/* The workspace's fields from p, indexed by hp_moe_arr_id (NULL where its layout has no such array). */
+static void ws_bind(hp_moe_ws *ws, void *const p[HP_MOE_ARR_COUNT])
+{
+    ws->x64 = p[HP_MOE_ARR_X64];
+    ws->logits = p[HP_MOE_ARR_LOGITS];
+    ws->sel = p[HP_MOE_ARR_SEL];
+    ws->topk_idx = p[HP_MOE_ARR_TOPK_IDX];
+    ws->topk_w = p[HP_MOE_ARR_TOPK_W];
+    ws->keep = p[HP_MOE_ARR_KEEP];
+    ws->cap_scratch = p[HP_MOE_ARR_CAP_SCRATCH];
+    ws->counts = p[HP_MOE_ARR_COUNTS];
+    ws->offsets = p[HP_MOE_ARR_OFFSETS];
+    ws->row_slot = p[HP_MOE_ARR_ROW_SLOT];
+    ws->slot_row = p[HP_MOE_ARR_SLOT_ROW];
+    ws->rows = p[HP_MOE_ARR_ROWS];
+    ws->act = p[HP_MOE_ARR_ACT];
+    ws->groups = p[HP_MOE_ARR_GROUPS];
+    ws->pass_row0 = p[HP_MOE_ARR_PASS_ROW0];
+    ws->shared_act = p[HP_MOE_ARR_SHARED_ACT];
+    ws->shared_out = p[HP_MOE_ARR_SHARED_OUT];
+    ws->shared_g = p[HP_MOE_ARR_SHARED_G];
+}
+
+hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, const hp_moe_ep_shape *s, hp_err *err)
 {
     *out = NULL;
-    int64_t T = max_tokens, H = l->n_hidden, E = l->n_experts, K = l->top_k, I = l->d_expert, sI = l->d_shared;
-    int64_t Tr = row_tokens < 1 || row_tokens > T ? T : row_tokens;
+    int64_t T = s->max_tokens, H = l->n_hidden, E = l->n_experts, K = l->top_k, I = l->d_expert, sI = l->d_shared;
     if (T < 1 || H < 1 || E < 1 || K < 1 || K > E || l->n_local < 1 || l->n_local > E || I < 1 || sI < 0)
         return hp_err_set(err, HP_ERR_INPUT,
                           "workspace for %lld tokens of a layer with H %lld, E %lld, K %lld, %lld local experts of "
                           "width %lld: every count must be positive (K and the local experts at most E)",
                           (long long)T, (long long)H, (long long)E, (long long)K, (long long)l->n_local, (long long)I);
     /* Slot and row indices are int32 (row_slot, slot_row) and BLAS takes int dimensions and leading
-     * dimensions (H, E, 2I, 2sI, and chunks of at most T rows); every buffer size is overflow-checked. */
-    int64_t slots, rows_f, n_th, n_rh, n_logits, n_act, n_sact, n_cap;
+     * dimensions (H, E, 2I, 2sI, and chunks of at most T rows); every array's count must fit (its layout). */
+    hp_moe_ep_array a[HP_MOE_ARR_COUNT];
+    int n = hp_moe_ep_layout(s, a);
+    int64_t slots, rows_f;
     bool fits = H <= INT32_MAX && E <= INT32_MAX && I <= INT32_MAX / 2 && sI <= INT32_MAX / 2 &&
-                hp_mul_i64(T, K, &slots) && slots <= INT32_MAX && hp_mul_i64(slots, H, &rows_f) &&
-                hp_mul_i64(T, H, &n_th) && hp_mul_i64(Tr, H, &n_rh) && hp_mul_i64(T, E, &n_logits) &&
-                hp_mul_i64(Tr * K, 2 * I, &n_act) && hp_mul_i64(Tr, 2 * sI, &n_sact) &&
-                (n_cap = hp_moe_capacity_scratch_count(T, K, E)) > 0;
+                hp_mul_i64(T, K, &slots) && slots <= INT32_MAX && hp_mul_i64(slots, H, &rows_f);
+    for (int i = 0; i < n; i++) fits = fits && (a[i].id >= HP_MOE_ARR_EP_FIRST || a[i].n != INT64_MAX);
     if (!fits)
         return hp_err_set(err, HP_ERR_INPUT,
                           "workspace for %lld tokens of a layer with H %lld, E %lld, K %lld, I %lld: too large "
@@ -131,8 +153,8 @@ hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_to
                           (long long)T, (long long)H, (long long)E, (long long)K, (long long)I);
     hp_moe_ws *ws = hp_calloc(1, sizeof *ws);
     if (!ws) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    ws->max_tokens = max_tokens;
-    ws->row_tokens = Tr;
+    ws->max_tokens = T;
+    ws->row_tokens = hp__moe_ep_row_tokens(s);
     ws->n_hidden = l->n_hidden;
     ws->n_experts = l->n_experts;
     ws->top_k = l->top_k;
@@ -140,28 +162,10 @@ hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_to
     ws->d_expert = l->d_expert;
     ws->d_shared = l->d_shared;
     ws->fwd_tokens = -1;
-    bool ok = true;
-    ws->x64 = hp__moe_alloc_counted(n_th, sizeof(double), &ok, &ws->bytes);
-    ws->logits = hp__moe_alloc_counted(n_logits, sizeof(double), &ok, &ws->bytes);
-    ws->sel = hp__moe_alloc_counted(2 * E, sizeof(double), &ok, &ws->bytes);
-    ws->topk_idx = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
-    ws->topk_w = hp__moe_alloc_counted(slots, sizeof(float), &ok, &ws->bytes);
-    ws->keep = hp__moe_alloc_counted(slots, 1, &ok, &ws->bytes);
-    ws->cap_scratch = hp__moe_alloc_counted(n_cap, sizeof(int32_t), &ok, &ws->bytes);
-    ws->counts = hp__moe_alloc_counted(l->n_local, sizeof(int64_t), &ok, &ws->bytes);
-    ws->offsets = hp__moe_alloc_counted(l->n_local + 1, sizeof(int64_t), &ok, &ws->bytes);
-    ws->row_slot = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
-    ws->slot_row = hp__moe_alloc_counted(slots, sizeof(int32_t), &ok, &ws->bytes);
-    if (rows) ws->rows = hp__moe_alloc_counted(rows_f, sizeof(float), &ok, &ws->bytes);
-    ws->act_rows = Tr * K;
-    ws->act = hp__moe_alloc_counted(n_act, sizeof(float), &ok, &ws->bytes);
-    ws->groups = hp__moe_alloc_counted(l->n_local, sizeof(hp_linear_group), &ok, &ws->bytes);
-    ws->pass_row0 = hp__moe_alloc_counted(l->n_local, sizeof(int64_t), &ok, &ws->bytes);
-    if (sI > 0) {
-        ws->shared_act = hp__moe_alloc_counted(n_sact, sizeof(float), &ok, &ws->bytes);
-        ws->shared_out = hp__moe_alloc_counted(n_rh, sizeof(float), &ok, &ws->bytes);
-        if (l->ws_gate) ws->shared_g = hp__moe_alloc_counted(Tr, sizeof(float), &ok, &ws->bytes);
-    }
+    ws->act_rows = ws->row_tokens * K;
+    void *p[HP_MOE_ARR_COUNT] = {0};
+    bool ok = hp__moe_alloc_layout(a, n, HP_MOE_ARR_X64, HP_MOE_ARR_EP_FIRST, p, &ws->bytes);
+    ws_bind(ws, p);
     if (!ok) {
         hp_moe_ws_destroy(ws);
         char b[32];

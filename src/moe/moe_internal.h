@@ -32,15 +32,18 @@ const hp__moe_archetype_info *hp__moe_archetype_info_of(hp_moe_archetype a);
  * once *ok is false, so a run of allocations needs one check at the end). */
 void *hp__moe_alloc(int64_t n, size_t sz, bool *ok);
 
-/* hp__moe_alloc that adds what it allocated (n·sz bytes, at least 1) to *bytes: the workspaces' sizes
- * (hp_moe_ws.bytes, hp_moe_ep_workspace_bytes) are the sums of what they allocated. */
-static inline void *hp__moe_alloc_counted(int64_t n, size_t sz, bool *ok, size_t *bytes)
-{
-    void *p = hp__moe_alloc(n, sz, ok);
-    size_t b = (size_t)n * sz;
-    if (p) *bytes += b > 0 ? b : 1;
-    return p;
-}
+/* layout.c: allocates, each by its entry and in their order, the arrays of a[0..n) whose ids are in [first, end)
+ * into p[id] (the others untouched), adding the bytes of each one allocated to *bytes by hp_moe_ep_layout_bytes'
+ * rule. false when one failed (the caller frees p's arrays, as it would its own). */
+bool hp__moe_alloc_layout(const hp_moe_ep_array *a, int n, hp_moe_arr_id first, hp_moe_arr_id end,
+                          void *p[HP_MOE_ARR_COUNT], size_t *bytes);
+/* layout.c: the tokens one stage of the exchange holds (Th; 0 unless chunked) and those the per-row scratch
+ * holds (Tr: T, or Th when bounded), as hp_moe_ep_layout counts them. */
+int64_t hp__moe_ep_stage_tokens(const hp_moe_ep_shape *s);
+int64_t hp__moe_ep_row_tokens(const hp_moe_ep_shape *s);
+/* layout.c: the shape of l's one-process workspace for max_tokens tokens (an EP runtime sets one_process false,
+ * ep_size, chunks and bounded). */
+hp_moe_ep_shape hp__moe_shape_of(const hp_moe_layer *l, int64_t max_tokens);
 
 /* n zeroed floats / doubles, overflow-checked; NULL on failure. */
 static inline float *hp__moe_alloc_f32(int64_t n)
@@ -101,17 +104,17 @@ typedef struct hp__moe_bwd {
     float *wgu, *wd;
 } hp__moe_bwd;
 
-/* ws->bwd, (re)allocated to hold at least rows_max rows. */
-/* hp_moe_ws_create with the per-row scratch (act, shared_*) for row_tokens tokens (clamped to [1, max_tokens])
- * and without rows unless `rows` (an EP runtime gathers into its own buffers). */
-hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, int64_t max_tokens, int64_t row_tokens, bool rows,
-                          hp_err *err);
+/* The workspace of shape s for layer l (s: hp__moe_shape_of(l, T), and an EP runtime's settings): its arrays,
+ * those of hp_moe_ep_layout(s) before HP_MOE_ARR_EP_FIRST — rows only in one process (an EP runtime gathers
+ * into its own buffers), the per-row scratch (act, shared_*) for hp__moe_ep_row_tokens(s) tokens. */
+hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, const hp_moe_ep_shape *s, hp_err *err);
 /* A workspace for layer l on owner's arrays and GEMM context (owner: one that owns them, or one that borrows
  * them, which stands for its owner); only l's linears are its own. The caller checks l's shapes against
  * owner's. Destroy it before the owner. */
 hp_status hp__moe_ws_share(hp_moe_ws **out, const hp_moe_layer *l, hp_moe_ws *owner, hp_err *err);
-hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err);
 void hp__moe_bwd_free(hp__moe_bwd *b);
+/* ws->bwd, (re)allocated to hold at least rows_max rows. */
+hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err);
 /* The last forward on ws routed n_tokens with the real router, and g fits l: else HP_ERR_INPUT. */
 hp_status hp__moe_bwd_check(const hp_moe_layer *l, const hp_moe_ws *ws, int64_t n_tokens, const hp_moe_grads *g,
                             hp_err *err);
