@@ -63,6 +63,7 @@ enum {
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 #define G_DATA "token data (docs/train.md, \"Data, batches and schedule\")"
 #define G_SCHED "the learning-rate schedule, for step t = 1..N"
+/* The table of train's options is below, after train_args (g_opts): its entries store into it. */
 
 /* The GEMM limit MFU is measured against: 512³ (268 MFLOP, 3 MiB of f32 operands per rank) takes a few ms
  * a product at tens to hundreds of GFLOP/s, so measuring it costs a training run a fraction of a second; best of
