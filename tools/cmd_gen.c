@@ -44,6 +44,7 @@ static const cli_opt g_opts[] = {
     DIM("vocab", 'V', "vocabulary size", vocab, HP_GEN_MAX_DIM),
     {0},
 };
+#undef DIM
 #define N_OPTS (sizeof g_opts / sizeof *g_opts - 1)
 
 static void about(FILE *out)

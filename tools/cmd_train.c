@@ -1512,6 +1512,10 @@ static const cli_opt g_opts[] = {
      CLI_STR(train_args, plan)},
     {0},
 };
+#undef STEPS
+#undef POSITIVE
+#undef NONNEGATIVE
+#undef BETA
 
 static void epilog(FILE *out)
 {
