@@ -30,40 +30,53 @@ typedef struct ep_args {
     bool json, overlap, real_router;
 } ep_args;
 
+enum { MAX_REPS = 50 };
+
+static const cli_enum g_router = {NULL, {{"balanced", 0, false}, {"real", 1, false}}}; /* into real_router */
+
 static const cli_opt g_opts[] = {
-    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL},
-    {"tokens", 'T', "T", "local tokens per rank per forward", 0, NULL},
-    {"router", 'r', "R", "balanced (default: every rank receives the same rows; benchmark only) or real", 0, NULL},
-    {"reps", 'R', "R", "timed forwards (5)", 0, NULL},
-    {"overlap", 'o', NULL, "also run with the shared expert computed during the row exchange", 0, NULL},
+    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL, CLI_STR(ep_args, preset)},
+    {"tokens", 'T', "T", "local tokens per rank per forward", 0, NULL, CLI_INT(ep_args, tokens, 1, 1 << 20)},
+    {"router", 'r', "R", "balanced (default: every rank receives the same rows; benchmark only) or real", 0, NULL,
+     CLI_ENUM(ep_args, real_router, g_router)},
+    {"reps", 'R', "R", "timed forwards (5)", 0, NULL, CLI_INT(ep_args, reps, 1, MAX_REPS)},
+    {"overlap", 'o', NULL, "also run with the shared expert computed during the row exchange", 0, NULL,
+     CLI_FLAG(ep_args, overlap)},
     {"dispatch-chunks", 'D', "C", "also run with the tokens exchanged in C pipelined chunks (1..64; with\n"
-                                  "--overlap, overlapped too) and compare with one chunk", 0, NULL},
+                                  "--overlap, overlapped too) and compare with one chunk", 0, NULL,
+     CLI_INT(ep_args, chunks, 1, 64)},
     {"threads", 't', "N", "BLAS / OpenMP threads per rank (default: OMP_NUM_THREADS when set, else this\n"
-                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL},
-    {"max-gib", 'm', "G", "expert weights allowed per rank (6); a preset above it is refused", 0, NULL},
+                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL,
+     CLI_INT(ep_args, threads, 1, 4096)},
+    {"max-gib", 'm', "G", "expert weights allowed per rank (6); a preset above it is refused", 0, NULL,
+     CLI_POSITIVE(ep_args, max_gib)},
     {"local-experts", 'L', "L", "hold L experts per rank (the layer gets L*N experts; shapes, top-k, shared\n"
-                                "expert unchanged) so a preset too large for this machine still runs", 0, NULL},
-    {"json", 'j', NULL, "one JSON line instead of text", 0, NULL},
+                                "expert unchanged) so a preset too large for this machine still runs", 0, NULL,
+     CLI_INT(ep_args, local_experts, 1, 1 << 16)},
+    {"json", 'j', NULL, "one JSON line instead of text", 0, NULL, CLI_FLAG(ep_args, json)},
     CLI_OPT_HELP,
     {0},
 };
 
-static void usage(FILE *out)
+static void presets(FILE *out)
 {
-    fprintf(out,
-            "usage: mpirun -np N hyperpar bench ep --preset P --tokens T [--json] [--overlap] [--reps R]\n"
-            "                                      [--router balanced|real] [--threads N] [--max-gib G]\n"
-            "                                      [--local-experts L] [--dispatch-chunks C]\n"
-            "\n"
-            "Runs one MoE layer expert-parallel over all N ranks (each holds E/N experts and T local tokens) and\n"
-            "prints the dispatch + return exchange time next to a bare all-to-all of the same bytes measured in\n"
-            "the same run (ratio), bytes moved, resident expert bytes per rank and, with --overlap, the share of\n"
-            "the shared expert's time hidden behind the exchange. Also runs as one process without mpirun.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-    fprintf(out, "\npresets:\n");
+    fprintf(out, "presets:\n");
     cli_print_presets(out, true);
 }
+
+const cli_command cli_cmd_bench_ep = {
+    .cmd = "bench",
+    .name = "bench ep",
+    .summary = "the expert-parallel layer over MPI ranks against a bare all-to-all",
+    .forms = {{"mpirun -np N", "--preset --tokens"}},
+    .about = "Runs one MoE layer expert-parallel over all N ranks (each holds E/N experts and T local tokens) and\n"
+             "prints the dispatch + return exchange time next to a bare all-to-all of the same bytes measured in\n"
+             "the same run (ratio), bytes moved, resident expert bytes per rank and, with --overlap, the share of\n"
+             "the shared expert's time hidden behind the exchange. Also runs as one process without mpirun.\n",
+    .opts = g_opts,
+    .epilog_more = presets,
+    .run = cmd_bench_ep,
+};
 
 /* Deterministic value in [-a, a) for element i of stream seed (splitmix64 finaliser). */
 static inline float hval(uint64_t i, uint64_t seed, float a)
@@ -102,7 +115,6 @@ enum { PH_ROUTE, PH_DISPATCH, PH_EXPERTS, PH_RETURN, PH_COMBINE, PH_SHARED, PH_W
        PH_N };
 static const char *const g_ph_names[PH_N] = {"route", "dispatch", "experts", "return", "combine",
                                               "shared", "wait", "comm", "total", "comm_last"};
-enum { MAX_REPS = 50 };
 
 /* Warm-up, then reps forwards; med[PH_N] gets the median over reps of the slowest rank's phase times. */
 static hp_status time_forward(hp_comm *c, hp_moe_ep *ep, const float *x, int64_t T, float *y,
@@ -426,39 +438,9 @@ done:
 int cmd_bench_ep(int argc, char **argv)
 {
     ep_args a = {.max_gib = 6.0};
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "bench", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'p': a.preset = optarg; break;
-        case 'T':
-            if (!cli_parse_i64("bench", "--tokens", optarg, 1, 1 << 20, &a.tokens)) return HP_EXIT_USAGE;
-            break;
-        case 'j': a.json = true; break;
-        case 'o': a.overlap = true; break;
-        case 'R':
-            if (!cli_parse_i64("bench", "--reps", optarg, 1, MAX_REPS, &a.reps)) return HP_EXIT_USAGE;
-            break;
-        case 'r':
-            if (!cli_parse_router("bench", optarg, &a.real_router)) return HP_EXIT_USAGE;
-            break;
-        case 't':
-            if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
-            break;
-        case 'm':
-            if (!cli_parse_positive("bench", "--max-gib", optarg, &a.max_gib)) return HP_EXIT_USAGE;
-            break;
-        case 'L':
-            if (!cli_parse_i64("bench", "--local-experts", optarg, 1, 1 << 16, &a.local_experts)) return HP_EXIT_USAGE;
-            break;
-        case 'D':
-            if (!cli_parse_i64("bench", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;
-            break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("bench", argv);
-        }
-    }
+    cli_parser cp = {.command = &cli_cmd_bench_ep};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     const cli_preset *p = cli_preset_arg("bench", a.preset, true);
     if (!p) return HP_EXIT_USAGE;

@@ -75,59 +75,72 @@ enum {
     O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT,
     O_COMPUTE
 };
+
+/* What the command line says: the arguments, the preset's name and the test-only shapes (0: the preset's). */
+typedef struct rb_opts {
+    rb_args a;
+    const char *preset;
+    int64_t shape[5]; /* --hidden, --intermediate, --heads, --kv-heads, --head-dim */
+} rb_opts;
+
+static const cli_enum g_dtypes = {"must be", {{"bf16", HP_DT_BF16, false}, {"f32", HP_DT_F32, false}}};
+static const cli_enum g_formats = {NULL, {{"text", 0, false}, {"json", 1, false}}}; /* into json */
+
 #define G_TEST "test-only: replace the preset's shapes (for MoE presets --intermediate replaces the dense and\n" \
                "the expert width)"
 static const cli_opt g_opts[] = {
-    {"preset", 'p', "P", "a preset, listed below", 0, NULL},
-    {"layers", 'L', "L", "decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)", 0, NULL},
-    {"tokens", 'T', "T", "sequence length T of the batch [B, T] (256)", 0, NULL},
-    {"seq", 'T', "T", NULL, 0, NULL},
+    {"preset", 'p', "P", "a preset, listed below", 0, NULL, CLI_STR(rb_opts, preset)},
+    {"layers", 'L', "L", "decoder layers (1; deepseek-v3: 4, its 3 dense layers and one sparse)", 0, NULL,
+     CLI_INT(rb_opts, a.layers, 1, 1024)},
+    {"tokens", 'T', "T", "sequence length T of the batch [B, T] (256)", 0, NULL, CLI_INT(rb_opts, a.tokens, 1, 65536)},
+    {"seq", 'T', "T", NULL, 0, NULL, CLI_ALIAS},
     {"batch", O_BATCH, "B", "rows B of the global batch [B, T], at least dp (default dp: one row per dp replica)",
-     0, NULL},
+     0, NULL, CLI_INT(rb_opts, a.batch, 1, 65536)},
     {"vocab", 'V', "V", "vocabulary instead of the preset's: the embedding and lm_head are V x H, so a\n"
                         "smaller V makes the checkpoint smaller and its generation faster (one bf16 layer\n"
-                        "with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)", 0, NULL},
-    {"tp", O_TP, "N", "the mesh's tp (default: the number of processes)", 0, NULL},
-    {"dp", O_DP, "N", "the mesh's dp (1)", 0, NULL},
-    {"cp", O_CP, "N", "the mesh's cp (1)", 0, NULL},
+                        "with vocab 128256 is ~2.5 GB; --vocab 32000 is ~1 GB)", 0, NULL,
+     CLI_INT(rb_opts, a.vocab, 1, MAX_VOCAB)},
+    {"tp", O_TP, "N", "the mesh's tp (default: the number of processes)", 0, NULL,
+     CLI_INT(rb_opts, a.tp, 1, HP_MESH_MAX_SIZE), CLI_MARK(rb_opts, a.tp_given)},
+    {"dp", O_DP, "N", "the mesh's dp (1)", 0, NULL, CLI_INT(rb_opts, a.dp, 1, HP_MESH_MAX_SIZE)},
+    {"cp", O_CP, "N", "the mesh's cp (1)", 0, NULL, CLI_INT(rb_opts, a.cp, 1, HP_MESH_MAX_SIZE)},
     {"ep", O_EP, "N", "MoE presets: expert parallelism, TP-extend-EP over groups of N consecutive ranks\n"
                       "(default: N = tp, the experts spread over the tp group); with N > 1 the EP compute is\n"
                       "declared as 'hyperpar plan MODEL --tp N --ep N --suggest-overrides' prints it. With\n"
-                      "ep 1 and tp > 1 the experts are cut over tp (the resident figure assumes whole experts)", 0, NULL},
+                      "ep 1 and tp > 1 the experts are cut over tp (the resident figure assumes whole experts)",
+     0, NULL, CLI_INT(rb_opts, a.ep, 1, HP_MESH_MAX_SIZE)},
     {"experts", O_EXPERTS, "E", "MoE presets: routed experts per sparse layer instead of the preset's (its top-k,\n"
                                 "widths and shared expert unchanged), a multiple of ep. DeepSeek-V3's real sparse\n"
                                 "layer is ~21 GiB in bf16 (256 x 3 x 7168 x 2048) and does not fit a 24 GiB machine:\n"
                                 "shrink it, e.g. --experts 16 (routing groups: min(8, E/2), half of them picked)",
-     0, NULL},
-    {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL},
-    {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL},
+     0, NULL, CLI_INT(rb_opts, a.experts, 1, HP_GEN_MAX_EXPERTS)},
+    {"dense-layers", O_DENSE, "N", "deepseek-v3: leading dense layers instead of first_k_dense_replace 3", 0, NULL,
+     CLI_INT(rb_opts, a.first_dense, 0, 1023)},
+    {"dtype", 'd', "D", "dtype the weights are generated and held in: bf16 (default) or f32", 0, NULL,
+     CLI_ENUM(rb_opts, a.dtype, g_dtypes)},
     {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every product rounded to\n"
                                 "bf16, f32 sums (oneDNN bf16 x bf16 where the CPU has it); the GEMM limit and\n"
-                                "PyTorch (a bf16 model for run, autocast for train) follow it", 0, NULL},
+                                "PyTorch (a bf16 model for run, autocast for train) follow it", 0, NULL,
+     CLI_ENUM(rb_opts, a.compute, cli_enum_compute)},
     {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
-                      "reported", 0, NULL},
+                      "reported", 0, NULL, CLI_INT(rb_opts, a.reps, 1, MAX_REPS)},
     {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OMP_NUM_THREADS when set,\n"
-                          "else this process's cores divided by the ranks on this node)", 0, NULL},
-    {"format", O_FORMAT, "F", "text (default) or json: one JSON object", 0, NULL},
-    {"json", 'j', NULL, "the same as --format json", 0, NULL},
+                          "else this process's cores divided by the ranks on this node)", 0, NULL,
+     CLI_INT(rb_opts, a.threads, 1, 1024)},
+    {"format", O_FORMAT, "F", "text (default) or json: one JSON object", 0, NULL, CLI_ENUM(rb_opts, a.json, g_formats)},
+    {"json", 'j', NULL, "the same as --format json", 0, NULL, CLI_FLAG(rb_opts, a.json)},
     CLI_OPT_HELP,
-    {"hidden", O_HIDDEN, "N", "hidden size", 0, G_TEST},
-    {"intermediate", O_INTER, "N", "dense MLP width", 0, G_TEST},
-    {"heads", O_HEADS, "N", "attention heads", 0, G_TEST},
-    {"kv-heads", O_KV, "N", "key/value heads", 0, G_TEST},
-    {"head-dim", O_HD, "N", "head dimension", 0, G_TEST},
+    {"hidden", O_HIDDEN, "N", "hidden size", 0, G_TEST, CLI_INT(rb_opts, shape[0], 1, HP_GEN_MAX_DIM)},
+    {"intermediate", O_INTER, "N", "dense MLP width", 0, G_TEST, CLI_INT(rb_opts, shape[1], 1, HP_GEN_MAX_DIM)},
+    {"heads", O_HEADS, "N", "attention heads", 0, G_TEST, CLI_INT(rb_opts, shape[2], 1, HP_GEN_MAX_DIM)},
+    {"kv-heads", O_KV, "N", "key/value heads", 0, G_TEST, CLI_INT(rb_opts, shape[3], 1, HP_GEN_MAX_DIM)},
+    {"head-dim", O_HD, "N", "head dimension", 0, G_TEST, CLI_INT(rb_opts, shape[4], 1, HP_GEN_MAX_DIM)},
     {0},
 };
 
-static void usage(FILE *out, bool train)
+/* What bench run (train: bench train) measures and against what; the targets are this file's constants. */
+static void about(FILE *out, bool train)
 {
-    fprintf(out,
-            "usage: [mpirun -np N] hyperpar bench %s --preset P [--layers L] [--tokens|--seq T] [--batch B]\n"
-            "                                           [--vocab V] [--tp N] [--dp N] [--cp N] [--ep N] [--experts E]\n"
-            "                                           [--dense-layers N] [--dtype bf16|f32] [--reps R]\n"
-            "                                           [--threads N] [--format text|json]\n"
-            "\n",
-            train ? "train" : "run");
     if (train)
         fprintf(out,
                 "Runs training steps (hp_runner_train_step: the forward, the backward with the gradient sums, AdamW\n"
@@ -156,11 +169,38 @@ static void usage(FILE *out, bool train)
                  "every rank must see it. Also runs as one process without mpirun.\n"
                  "HP_GEMM=onednn in the environment runs every large product of the GEMM layer on oneDNN, and\n"
                  "HP_GEMM=hyperpar every one on hyperpar's blocked AVX-512 kernel where the CPU has it, to compare\n"
-                 "the two with the default choice (docs/kernels.md).\n\n");
-    cli_print_options(out, g_opts);
-    fprintf(out, "\npresets:\n");
+                 "the two with the default choice (docs/kernels.md).\n");
+}
+static void about_run(FILE *out) { about(out, false); }
+static void about_train(FILE *out) { about(out, true); }
+
+static void presets(FILE *out)
+{
+    fprintf(out, "presets:\n");
     cli_print_presets(out, false);
 }
+
+const cli_command cli_cmd_bench_run = {
+    .cmd = "bench",
+    .name = "bench run",
+    .summary = "the runtime's whole forward pass over MPI ranks against bare collectives",
+    .forms = {{"[mpirun -np N]", "--preset"}},
+    .about_more = about_run,
+    .opts = g_opts,
+    .epilog_more = presets,
+    .run = cmd_bench_run,
+};
+
+const cli_command cli_cmd_bench_train = {
+    .cmd = "bench",
+    .name = "bench train",
+    .summary = "the training step over MPI ranks against the same-run GEMM rate",
+    .forms = {{"[mpirun -np N]", "--preset"}},
+    .about_more = about_train,
+    .opts = g_opts,
+    .epilog_more = presets,
+    .run = cmd_bench_train,
+};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -854,6 +894,100 @@ static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan
                                    "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks", err);
 }
 
+/* Refused first when this node cannot hold the run, so that such a run writes nothing: cost's figures need only
+ * the config, so every rank builds the model the checkpoint's config.json describes (meta, no weights), and its
+ * plan. Collective; agreed. */
+static hp_status check_fits(const hp_comm *w, const rb_args *a, const cli_threads_info *ti, hp_err *err)
+{
+    hp_gen_opts g = gen_opts_of(a);
+    char *cfg = NULL;
+    hp_model *m = NULL;
+    hp_plan *p = NULL;
+    hp_overrides *ov = NULL;
+    hp_status st = config_text(a, &g, &cfg, err);
+    if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, err);
+    free(cfg);
+    if (st == HP_OK) st = derive_plan(m, a, &p, &ov, err);
+    if ((st = hp_comm_agree(w, st, err)) == HP_OK) st = memory_check(w, m, p, a, ti, err);
+    hp_plan_free(p);
+    hp_overrides_free(ov);
+    hp_model_close(m);
+    return st;
+}
+
+/* What the runtime's collectives moved in its last forward (the same every forward; the largest rank's bytes and
+ * calls), the resident weights against the plan's share, and the bare collectives of the same bytes and calls on
+ * the group each kind mostly ran on (in->group: tp's, cp's or the world), also paired with synchronized forwards.
+ * Collective; every failure agreed. */
+static hp_status measure_collectives(const hp_comm *w, hp_runner *r, const hp_model *m, const hp_plan *p,
+                                     const rb_args *a, const int64_t *ids, rb_result *res, rb_info *in, hp_err *err)
+{
+    const int P = hp_comm_size(w), R = hp_comm_rank(w);
+    const int64_t B = a->batch, T = a->tokens;
+    hp_comm *tpg = NULL, *cpg = NULL, *epg = NULL;
+    hp_status st = HP_OK;
+    /* Bytes and calls of the last forward (the same every forward), the largest rank's; resident bytes. */
+    const hp_run_stats *s = hp_runner_stats(r);
+    double v[2 * HP_RUN_COLL_COUNT + 2];
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        v[k] = (double)s->bytes[k];
+        v[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
+    }
+    v[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
+    v[2 * HP_RUN_COLL_COUNT + 1] = (double)s->share_bytes;
+    if ((st = hp_comm_allreduce_max_f64(w, v, 2 * HP_RUN_COLL_COUNT + 2, err))) goto out;
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        res->bytes[k] = v[k];
+        res->calls[k] = v[HP_RUN_COLL_COUNT + k];
+    }
+    res->resident = v[2 * HP_RUN_COLL_COUNT];
+    res->share = v[2 * HP_RUN_COLL_COUNT + 1];
+    res->total = (double)hp_model_total_bytes(m);
+    for (size_t i = 0; i < m->n_params; i++)
+        if (strstr(m->params[i].name, ".experts.")) res->expert_bytes += (double)m->params[i].nbytes;
+    res->expect = (res->total - res->expert_bytes) / (double)a->tp + res->expert_bytes / (double)(a->ep > 1 ? a->ep : 1);
+
+    /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
+    const hp_mesh *pm = &p->mesh;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "tp", 0), (int)hp_mesh_coord(pm, R, "tp"), &tpg, err)))
+        goto out;
+    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "cp", 0), (int)hp_mesh_coord(pm, R, "cp"), &cpg, err)))
+        goto out;
+    const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
+    snprintf(in->group, sizeof in->group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");
+    /* The EP group, as the runner splits it (TP-extend-EP: ep consecutive ranks; the tp group when ep = tp). */
+    int64_t ep_n = hp_plan_ep_size(p), eg, ei;
+    hp_mesh_ep_index(&p->mesh, ep_n, R, &eg, &ei);
+    if ((st = hp_comm_split(w, (int)eg, (int)ei, &epg, err))) goto out;
+    size_t per_call[HP_RUN_COLL_COUNT];
+    const hp_comm *bg[HP_RUN_COLL_COUNT];
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
+        double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
+        per_call[k] = res->calls[k] > 0 ? (size_t)ceil(k == HP_RUN_GATHER ? own : res->bytes[k] / res->calls[k]) : 0;
+        bg[k] = k == HP_RUN_GATHER ? w : k == HP_RUN_ALL_TO_ALL ? epg : g;
+    }
+    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
+        if (res->calls[k] == 0) continue;
+        double med[2];
+        if ((st = time_bare(w, bg[k], (hp_run_coll)k, (int64_t)res->calls[k], per_call[k], (int)a->reps, med, err)))
+            goto out;
+        res->bare[k] = med[0];
+        res->bare_min[k] = med[1];
+    }
+    /* Again with a barrier before each collective: the collectives' own cost, without the wait for a slower
+     * rank's compute (hp_run_opts.sync_collectives; the barrier time is not in coll_s). Each forward is
+     * followed at once by the bare collectives of every kind, so that a ratio's two halves see the same load
+     * (on a shared machine it moves within a minute). */
+    if (P > 1 && (st = time_sync_paired(w, r, ids, B, T, a, bg, per_call, res, err))) goto out;
+
+out:
+    hp_comm_free(epg);
+    hp_comm_free(cpg);
+    hp_comm_free(tpg);
+    return st;
+}
+
 static int run(rb_args *a, int *argc, char ***argv)
 {
     /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
@@ -875,7 +1009,6 @@ static int run(rb_args *a, int *argc, char ***argv)
     hp_model *m = NULL;
     hp_plan *p = NULL;
     hp_runner *r = NULL;
-    hp_comm *tpg = NULL, *cpg = NULL, *epg = NULL;
     hp_overrides *ov = NULL;
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
@@ -898,21 +1031,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     const int64_t B = a->batch, T = a->tokens;
     if ((st = hp_comm_agree(w, st, &err))) goto done;
 
-    /* Refused first when this node cannot hold the run, so that such a run writes nothing: cost's figures need only
-     * the config, so every rank builds the model the checkpoint's config.json describes (meta, no weights). */
-    {
-        hp_gen_opts g = gen_opts_of(a);
-        char *cfg = NULL;
-        st = config_text(a, &g, &cfg, &err);
-        if (st == HP_OK) st = hp_model_from_config_text(&m, cfg, strlen(cfg), "bench config.json", NULL, &err);
-        free(cfg);
-        if (st == HP_OK) st = derive_plan(m, a, &p, &ov, &err);
-        if ((st = hp_comm_agree(w, st, &err)) || (st = memory_check(w, m, p, a, &ti, &err))) goto done;
-        hp_plan_free(p);
-        hp_overrides_free(ov);
-        hp_model_close(m);
-        p = NULL, ov = NULL, m = NULL;
-    }
+    if ((st = check_fits(w, a, &ti, &err))) goto done;
 
     /* Rank 0 writes the checkpoint while the others wait in the agreement; then they learn its folder. */
     if (R == 0) st = make_checkpoint(a, root, dir, sizeof dir, &made, &in.gen_s, &err);
@@ -947,60 +1066,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     /* The GEMM limit of the forward's compute mode, on every rank at once, as bench train measures it. */
     if ((st = hp_cost_gemm_limit(w, CLI_BENCH_GEMM_N, a->compute, CLI_BENCH_GEMM_REPS, &res.gemm, &err))) goto done;
 
-    /* Bytes and calls of the last forward (the same every forward), the largest rank's; resident bytes. */
-    const hp_run_stats *s = hp_runner_stats(r);
-    double v[2 * HP_RUN_COLL_COUNT + 2];
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        v[k] = (double)s->bytes[k];
-        v[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
-    }
-    v[2 * HP_RUN_COLL_COUNT] = (double)s->resident_bytes;
-    v[2 * HP_RUN_COLL_COUNT + 1] = (double)s->share_bytes;
-    if ((st = hp_comm_allreduce_max_f64(w, v, 2 * HP_RUN_COLL_COUNT + 2, &err))) goto done;
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        res.bytes[k] = v[k];
-        res.calls[k] = v[HP_RUN_COLL_COUNT + k];
-    }
-    res.resident = v[2 * HP_RUN_COLL_COUNT];
-    res.share = v[2 * HP_RUN_COLL_COUNT + 1];
-    res.total = (double)hp_model_total_bytes(m);
-    for (size_t i = 0; i < m->n_params; i++)
-        if (strstr(m->params[i].name, ".experts.")) res.expert_bytes += (double)m->params[i].nbytes;
-    res.expect = (res.total - res.expert_bytes) / (double)a->tp + res.expert_bytes / (double)(a->ep > 1 ? a->ep : 1);
-
-    /* The bare collectives, on the group the runtime's collectives of that kind mostly ran on. */
-    const hp_mesh *pm = &p->mesh;
-    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "tp", 0), (int)hp_mesh_coord(pm, R, "tp"), &tpg, &err)))
-        goto done;
-    if ((st = hp_comm_split(w, (int)hp_mesh_group_rank(pm, R, "cp", 0), (int)hp_mesh_coord(pm, R, "cp"), &cpg, &err)))
-        goto done;
-    const hp_comm *g = a->tp > 1 ? tpg : a->cp > 1 ? cpg : w;
-    snprintf(in.group, sizeof in.group, "%s", a->tp > 1 ? "tp group" : a->cp > 1 ? "cp group" : "world");
-    /* The EP group, as the runner splits it (TP-extend-EP: ep consecutive ranks; the tp group when ep = tp). */
-    int64_t ep_n = hp_plan_ep_size(p), eg, ei;
-    hp_mesh_ep_index(&p->mesh, ep_n, R, &eg, &ei);
-    if ((st = hp_comm_split(w, (int)eg, (int)ei, &epg, &err))) goto done;
-    size_t per_call[HP_RUN_COLL_COUNT];
-    const hp_comm *bg[HP_RUN_COLL_COUNT];
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        /* Every rank of a group runs the same collectives; the gather's ranks each send their own bytes. */
-        double own = s->calls[k] ? (double)s->bytes[k] / (double)s->calls[k] : 0.0;
-        per_call[k] = res.calls[k] > 0 ? (size_t)ceil(k == HP_RUN_GATHER ? own : res.bytes[k] / res.calls[k]) : 0;
-        bg[k] = k == HP_RUN_GATHER ? w : k == HP_RUN_ALL_TO_ALL ? epg : g;
-    }
-    for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
-        if (res.calls[k] == 0) continue;
-        double med[2];
-        if ((st = time_bare(w, bg[k], (hp_run_coll)k, (int64_t)res.calls[k], per_call[k], (int)a->reps, med, &err)))
-            goto done;
-        res.bare[k] = med[0];
-        res.bare_min[k] = med[1];
-    }
-    /* Again with a barrier before each collective: the collectives' own cost, without the wait for a slower
-     * rank's compute (hp_run_opts.sync_collectives; the barrier time is not in coll_s). Each forward is
-     * followed at once by the bare collectives of every kind, so that a ratio's two halves see the same load
-     * (on a shared machine it moves within a minute). */
-    if (P > 1 && (st = time_sync_paired(w, r, ids, B, T, a, bg, per_call, &res, &err))) goto done;
+    if ((st = measure_collectives(w, r, m, p, a, ids, &res, &in, &err))) goto done;
 
     /* PyTorch last: the same batch and checkpoint, the node's cores. */
     if (R == 0) describe(w, p, a, &in, &la);
@@ -1015,9 +1081,6 @@ done:
     free(rows);
     free(ids);
     hp_linalg_destroy(la);
-    hp_comm_free(epg);
-    hp_comm_free(cpg);
-    hp_comm_free(tpg);
     hp_runner_free(r);
     hp_plan_free(p);
     hp_overrides_free(ov);
@@ -1041,77 +1104,14 @@ done:
 /* bench run and bench train: one option table, one parser. */
 static int bench_main(int argc, char **argv, bool train)
 {
-    rb_args a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16,
-                 .train = train};
-    int64_t shape[5] = {0}; /* hidden, intermediate, heads, kv heads, head dim: 0 = the preset's */
-    const char *preset_name = NULL;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "bench", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'p': preset_name = optarg; break;
-        case 'L':
-            if (!cli_parse_i64("bench", "--layers", optarg, 1, 1024, &a.layers)) return HP_EXIT_USAGE;
-            break;
-        case 'T':
-            if (!cli_parse_i64("bench", "--tokens", optarg, 1, 65536, &a.tokens)) return HP_EXIT_USAGE;
-            break;
-        case 'V':
-            if (!cli_parse_i64("bench", "--vocab", optarg, 1, MAX_VOCAB, &a.vocab)) return HP_EXIT_USAGE;
-            break;
-        case O_COMPUTE:
-            if (!cli_parse_compute("bench", optarg, &a.compute)) return HP_EXIT_USAGE;
-            break;
-        case O_TP:
-            if (!cli_parse_i64("bench", "--tp", optarg, 1, HP_MESH_MAX_SIZE, &a.tp)) return HP_EXIT_USAGE;
-            a.tp_given = true;
-            break;
-        case O_DP:
-            if (!cli_parse_i64("bench", "--dp", optarg, 1, HP_MESH_MAX_SIZE, &a.dp)) return HP_EXIT_USAGE;
-            break;
-        case O_CP:
-            if (!cli_parse_i64("bench", "--cp", optarg, 1, HP_MESH_MAX_SIZE, &a.cp)) return HP_EXIT_USAGE;
-            break;
-        case O_EP:
-            if (!cli_parse_i64("bench", "--ep", optarg, 1, HP_MESH_MAX_SIZE, &a.ep)) return HP_EXIT_USAGE;
-            break;
-        case O_EXPERTS:
-            if (!cli_parse_i64("bench", "--experts", optarg, 1, HP_GEN_MAX_EXPERTS, &a.experts)) return HP_EXIT_USAGE;
-            break;
-        case O_DENSE:
-            if (!cli_parse_i64("bench", "--dense-layers", optarg, 0, 1023, &a.first_dense)) return HP_EXIT_USAGE;
-            break;
-        case 'd': {
-            static const hp_dtype dts[] = {HP_DT_BF16, HP_DT_F32};
-            if (!cli_parse_dtype("bench", optarg, dts, 2, &a.dtype)) return HP_EXIT_USAGE;
-            break;
-        }
-        case 'R':
-            if (!cli_parse_i64("bench", "--reps", optarg, 1, MAX_REPS, &a.reps)) return HP_EXIT_USAGE;
-            break;
-        case 't':
-            if (!cli_parse_i64("bench", "--threads", optarg, 1, 1024, &a.threads)) return HP_EXIT_USAGE;
-            break;
-        case 'j': a.json = true; break;
-        case O_FORMAT:
-            if (strcmp(optarg, "text") && strcmp(optarg, "json"))
-                return cli_usage_error("bench", "--format expects text or json, got '%s'", optarg);
-            a.json = !strcmp(optarg, "json");
-            break;
-        case O_BATCH:
-            if (!cli_parse_i64("bench", "--batch", optarg, 1, 65536, &a.batch)) return HP_EXIT_USAGE;
-            break;
-        case O_HIDDEN: case O_INTER: case O_HEADS: case O_KV: case O_HD: {
-            static const char *const names[] = {"--hidden", "--intermediate", "--heads", "--kv-heads", "--head-dim"};
-            if (!cli_parse_i64("bench", names[c - O_HIDDEN], optarg, 1, HP_GEN_MAX_DIM, &shape[c - O_HIDDEN]))
-                return HP_EXIT_USAGE;
-            break;
-        }
-        case 'h': usage(stdout, train); return HP_EXIT_OK;
-        default: return cli_bad_option("bench", argv);
-        }
-    }
+    rb_opts o = {.a = {.tokens = 256, .first_dense = -1, .dp = 1, .cp = 1, .tp = 1, .reps = 3, .dtype = HP_DT_BF16,
+                       .train = train}};
+    cli_parser cp = {.command = train ? &cli_cmd_bench_train : &cli_cmd_bench_run};
+    int prc = cli_parse(&cp, &o, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    rb_args a = o.a;
+    const int64_t *shape = o.shape;
+    const char *preset_name = o.preset;
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (!(a.p = cli_preset_arg("bench", preset_name, false))) return HP_EXIT_USAGE;
     a.hidden = shape[0] ? shape[0] : a.p->hidden;

@@ -7,6 +7,7 @@
 #define HP_TOOLS_CLI_H
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <getopt.h>
 #include <stdio.h>
 
@@ -51,68 +52,210 @@ bool cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t min,
 struct hp_mesh;
 int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis,
              struct hp_mesh *out);
-/* ---- the plan and mesh flags plan, shard, moe and run share (planflags.c) ---- */
+/* ---- option tables (opts.c): one per command ----
+ *
+ * A command is described once, by a cli_command: its name, the synopsis lines, a one-line summary ('hyperpar
+ * --help' lists it), the text of its --help and ONE table of its options (cli_opt). From the table come getopt's
+ * long and short options, the option lines of --help and what each option does with its value, so that an option
+ * cannot be taken without being listed, listed without being taken, or parsed in two ways:
+ *
+ *     static const cli_opt g_opts[] = {
+ *         {"steps", O_STEPS, "N", "training steps (default 1)", 0, NULL, CLI_INT(train_args, steps, 1, 1000000000)},
+ *         {"force", O_FORCE, NULL, "replace an earlier output", 0, NULL, CLI_FLAG(train_args, force)},
+ *         ...
+ *     };
+ *     cli_parse(&(cli_parser){.command = &cmd}, &args, argc, argv) fills args, or prints the refusal.
+ *
+ * An entry's kind says what its value becomes in the command's args struct (a byte offset, the target's size);
+ * fn does what no kind does (a value parsed by the library, two fields set), after the kind's store. Every
+ * refusal is a usage error in the words of cli_usage_error: "run: --seq expects an integer in [1, 2147483647],
+ * got '0'". */
 enum {
-    CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
-    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_EP_COMPUTE, CLI_O_END
+    CLI_REPEAT = 1, /* may be given more than once */
+    CLI_SHORT = 2,  /* -val is the same option */
 };
-/* ---- option tables (opts.c): one per command; getopt_long's table, the short options and --help come from it ---- */
-enum { CLI_REPEAT = 1, CLI_SHORT = 2 };
+/* What an option's value does: stored into the command's args struct at cli_opt.off (cli_opt.size bytes). */
+typedef enum cli_kind {
+    CLI_K_NONE = 0, /* nothing stored: fn does it, or the command asks cli_given */
+    CLI_K_HELP,     /* prints the command's --help (cli_help) on stdout: cli_parse returns CLI_HELP */
+    CLI_K_CONST,    /* a flag: the integer lo into a bool, int or int64_t */
+    CLI_K_STR,      /* the value as given (const char *); with want, an empty one is refused: "--x needs <want>, got an
+                       empty string" */
+    CLI_K_INT,      /* a decimal integer in [lo, hi] into an int or int64_t (cli_parse_i64's words) */
+    CLI_K_DIGITS,   /* the same written as plain digits, no sign or space: "--x expects an integer in [lo, hi] written
+                       as plain digits, got 'v'" */
+    CLI_K_REAL,     /* a finite double in [flo, fhi] (an end open with CLI_LO_OPEN, CLI_HI_OPEN): "--x expects <want>,
+                       got 'v'" */
+    CLI_K_ENUM,     /* one of names' words, its value into a bool, int or enum: "--x expects a, b or c, got 'v'" */
+} cli_kind;
+enum { CLI_LO_OPEN = 1, CLI_HI_OPEN = 2 }; /* cli_opt.open of a CLI_K_REAL */
+
+/* The words of a CLI_K_ENUM and the values they stand for. */
+typedef struct cli_enum {
+    const char *verb;  /* the refusal's verb: NULL "expects", or "must be" */
+    struct {
+        const char *word;
+        int value;
+        bool alias;    /* taken, but not named in the refusal (float32 beside f32) */
+    } names[8];        /* ended by a NULL word */
+} cli_enum;
+extern const cli_enum cli_enum_compute; /* --compute exact|bf16 (hp_linalg_mode), one list for every command */
+
+struct cli_opt;
+/* An option's value as a handler sees it. */
+typedef struct cli_ctx {
+    const char *cmd;            /* the command's name in messages */
+    const struct cli_opt *opt;  /* the option's entry (an alias's target) */
+    const char *arg;            /* its value; NULL for a flag */
+    void *args;                 /* the command's args struct */
+} cli_ctx;
+/* A handler: false after printing a usage error (cli_usage_error). */
+typedef bool (*cli_fn)(const cli_ctx *x);
+/* The option's target in the command's args struct (cli_opt.off). */
+void *cli_target(const cli_ctx *x);
+
 typedef struct cli_opt {
     const char *name;  /* the long name, without "--" */
     int val;           /* what cli_getopt returns; with CLI_SHORT also the short option -val */
     const char *arg;   /* the value's name in --help ("FILE"); NULL: a flag without a value */
-    const char *help;  /* --help text, lines separated by '\n'; NULL: an alias, listed with its target (same val) */
-    unsigned flags;    /* CLI_REPEAT: may be given more than once; CLI_SHORT: -val is the same option */
+    const char *help;  /* --help text, lines separated by '\n'; NULL: an alias, listed and parsed as its target (the
+                          first entry of the same val) */
+    unsigned flags;    /* CLI_REPEAT, CLI_SHORT */
     const char *group; /* a heading printed above the first option of a new group; NULL: none */
+    /* What the value does (the CLI_INT(...) macros below set these): */
+    cli_kind kind;
+    size_t off, size;  /* the target: its offset in the args struct and its bytes */
+    size_t mark;       /* 1 + the offset of a bool set true when the option is given (CLI_MARK); 0: none */
+    int64_t lo, hi;    /* CLI_K_INT, CLI_K_DIGITS: the bounds; CLI_K_CONST: the value */
+    double flo, fhi;   /* CLI_K_REAL: the bounds */
+    unsigned open;     /* CLI_K_REAL: CLI_LO_OPEN, CLI_HI_OPEN */
+    const char *want;  /* CLI_K_REAL: what it expects ("a number in (0, 1]"); CLI_K_STR: what an empty one lacks */
+    const cli_enum *names; /* CLI_K_ENUM */
+    cli_fn fn;         /* called after the kind's store with the same target; false: refused (printed) */
 } cli_opt;
 
-/* The shared plan and mesh flags (parsed by cli_plan_flag), for a command's table. */
-#define CLI_OPTS_MESH(grp)                                                                                          \
+/* An entry's action, after its six leading fields: T is the command's args struct, m a member (a path such as
+ * pf.po.loss_parallel). */
+#define CLI_AT(T, m) .off = offsetof(T, m), .size = sizeof(((T *)0)->m)
+#define CLI_FLAG(T, m) .kind = CLI_K_CONST, CLI_AT(T, m), .lo = 1
+#define CLI_CONST(T, m, v) .kind = CLI_K_CONST, CLI_AT(T, m), .lo = (v)
+#define CLI_STR(T, m) .kind = CLI_K_STR, CLI_AT(T, m)
+#define CLI_STR_NONEMPTY(T, m, w) .kind = CLI_K_STR, CLI_AT(T, m), .want = (w)
+#define CLI_INT(T, m, l, h) .kind = CLI_K_INT, CLI_AT(T, m), .lo = (l), .hi = (h)
+#define CLI_DIGITS(T, m, l, h) .kind = CLI_K_DIGITS, CLI_AT(T, m), .lo = (l), .hi = (h)
+#define CLI_REAL(T, m, l, h, o, w) .kind = CLI_K_REAL, CLI_AT(T, m), .flo = (l), .fhi = (h), .open = (o), .want = (w)
+#define CLI_ENUM(T, m, e) .kind = CLI_K_ENUM, CLI_AT(T, m), .names = &(e)
+#define CLI_FN(T, m, f) CLI_AT(T, m), .fn = (f)
+#define CLI_MARK(T, m) .mark = offsetof(T, m) + 1
+#define CLI_ALIAS .kind = CLI_K_NONE
+/* --compare-rtol / --rtol R: a number in (0, 1]. */
+#define CLI_RTOL(T, m) CLI_REAL(T, m, 0, 1, CLI_LO_OPEN, "a number in (0, 1]")
+/* A finite number > 0 (bench's --max-gib). */
+#define CLI_POSITIVE(T, m) CLI_REAL(T, m, 0, 1e300, CLI_LO_OPEN, "a positive number")
+#define CLI_OPT_HELP {"help", 'h', NULL, "print this help and exit", CLI_SHORT, NULL, .kind = CLI_K_HELP}
+
+/* A positional argument's line of --help ("  MODEL   a checkpoint folder ..."). */
+typedef struct cli_arg {
+    const char *name, *help;
+} cli_arg;
+/* One synopsis line: "usage: [launcher] hyperpar <name> <words> [options]". Each word of `words` that starts with
+ * "--" (inside [ ] too) is an option of the table, written with its value's name from there ("--out" becomes
+ * "--out DIR"); the others (MODEL) are written as they are. */
+typedef struct cli_form {
+    const char *launcher; /* "[mpirun -np N]", "mpirun -np N" or NULL */
+    const char *words;
+} cli_form;
+typedef struct cli_command {
+    const char *cmd;        /* the name its messages give (cli_usage_error): "run", "bench" for every benchmark */
+    const char *name;       /* the words after "hyperpar" in its synopsis ("bench run"); NULL: cmd */
+    const char *summary;    /* one line ('\n' where it wraps) of 'hyperpar --help' */
+    cli_form forms[3];      /* the synopsis: one line per form ("usage:", then "   or:"); a NULL words ends them */
+    const char *about;      /* the text under the synopsis: what the command does */
+    void (*about_more)(FILE *out); /* what about cannot hold as a literal (a list of families); NULL: none */
+    const cli_arg *args;    /* its positional arguments' lines above the options, ended by a NULL name; NULL: none */
+    const cli_opt *opts;    /* ended by an entry with a NULL name */
+    const char *epilog;     /* the text under the options; NULL: none */
+    void (*epilog_more)(FILE *out);
+    int (*run)(int argc, char **argv); /* its entry point: argv[0] is its last name word ("run") */
+    const struct cli_command *const *subs; /* a group (bench): its commands, ended by NULL; else NULL */
+} cli_command;
+/* The whole --help of c: the synopsis, about, the argument and option lines, the epilog. Every word of a form that
+ * names an option must be one of the table (an assertion: a form names its own table's options only). */
+void cli_help(FILE *out, const cli_command *c);
+/* The option lines of --help, generated from the table: "  -o, --output FILE   help", aliases beside their
+ * target, a heading where the group changes. */
+void cli_print_options(FILE *out, const cli_opt *opts);
+
+/* ---- the plan and mesh flags plan, shard, cost, advise, run, validate and train share (planflags.c) ---- */
+enum {
+    CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
+    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_EP_COMPUTE, CLI_O_END
+};
+/* Handlers of the plan flags (planflags.c): --freeze appends a checked glob, --ep-compute sets both fields. */
+bool cli_plan_freeze_fn(const cli_ctx *x);
+bool cli_plan_ep_compute_fn(const cli_ctx *x);
+/* The shared plan and mesh flags for a command's table: into the cli_plan_flags member m of the args struct T. */
+#define CLI_OPTS_MESH(grp, T, m)                                                                                    \
     {"mesh", CLI_O_MESH, "SPEC", "mesh axes in order with sizes; the product is the world size. Axes: dp,\n"        \
                                  "cp, tp, ep (an explicit EP axis: it adds ranks, --ep-axis implied; the\n"      \
-                                 "experts split over it, cut over tp when tp > 1), pp (refused when > 1)", 0, grp}, \
-    {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp},                       \
-    {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp},                    \
-    {"tp", CLI_O_TP, "N", "tensor-parallel size of a mesh given by sizes", 0, grp}
-#define CLI_OPTS_EP(grp)                                                                                            \
+                                 "experts split over it, cut over tp when tp > 1), pp (refused when > 1)", 0, grp, \
+     CLI_STR(T, m.mesh_spec)},                                                                                      \
+    {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp,                        \
+     CLI_DIGITS(T, m.dp, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.dp_given)},                                            \
+    {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp,                     \
+     CLI_DIGITS(T, m.cp, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.cp_given)},                                            \
+    {"tp", CLI_O_TP, "N", "tensor-parallel size of a mesh given by sizes", 0, grp,                                  \
+     CLI_DIGITS(T, m.tp, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.tp_given)}
+#define CLI_OPTS_EP(grp, T, m)                                                                                      \
     {"ep", CLI_O_EP, "N", "expert parallelism: by default TP-extend-EP (D-10), EP groups of N consecutive\n"        \
                           "ranks of the dense region: it rides on the dp/cp/tp ranks and adds none\n"        \
-                          "(--dp 2 --tp 2 --ep 2 is 4 ranks); with --ep-axis an explicit ep mesh axis", 0, grp},   \
-    {"ep-axis", CLI_O_EP_AXIS, NULL, "EP as an explicit ep axis of --mesh (an ep axis in --mesh is one anyway)", 0, grp}
-#define CLI_OPTS_PLAN(grp)                                                                                          \
-    {"no-sequence-parallel", CLI_O_NOSP, NULL, "contracts without sequence parallelism (default: on)", 0, grp},     \
-    {"loss-parallel", CLI_O_LP, NULL, "keep lm_head logits vocab-sharded", 0, grp},                                 \
-    {"freeze", CLI_O_FREEZE, "GLOB", "mark matching parameters non-trainable (repeatable)", CLI_REPEAT, grp},      \
-    {"allow-uncovered", CLI_O_UNCOV, NULL, "uncovered trainable parameters warn instead of failing", 0, grp},       \
+                          "(--dp 2 --tp 2 --ep 2 is 4 ranks); with --ep-axis an explicit ep mesh axis", 0, grp,    \
+     CLI_DIGITS(T, m.ep, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.ep_given)},                                            \
+    {"ep-axis", CLI_O_EP_AXIS, NULL, "EP as an explicit ep axis of --mesh (an ep axis in --mesh is one anyway)", 0, \
+     grp, CLI_FLAG(T, m.ep_axis)}
+#define CLI_OPTS_PLAN(grp, T, m)                                                                                    \
+    {"no-sequence-parallel", CLI_O_NOSP, NULL, "contracts without sequence parallelism (default: on)", 0, grp,      \
+     CLI_CONST(T, m.po.sequence_parallel, 0)},                                                                      \
+    {"loss-parallel", CLI_O_LP, NULL, "keep lm_head logits vocab-sharded", 0, grp, CLI_FLAG(T, m.po.loss_parallel)}, \
+    {"freeze", CLI_O_FREEZE, "GLOB", "mark matching parameters non-trainable (repeatable)", CLI_REPEAT, grp,       \
+     CLI_FN(T, m, cli_plan_freeze_fn)},                                                                             \
+    {"allow-uncovered", CLI_O_UNCOV, NULL, "uncovered trainable parameters warn instead of failing", 0, grp,        \
+     CLI_FLAG(T, m.po.allow_uncovered)},                                                                            \
     {"packed-fused", CLI_O_PACKED, NULL, "fused gate/up weights get a packed S(d)x2 placement instead of an\n"      \
-                                         "error", 0, grp},                                                          \
+                                         "error", 0, grp, CLI_FLAG(T, m.po.packed_fused)},                          \
     {"overrides", CLI_O_OVERRIDES, "FILE", "plan overrides (YAML or JSON list of entries: match, when, params,\n"  \
                                            "in_src, in_dst, out_src, out_dst, out_names, tp_divide_attrs,\n"       \
                                            "is_boundary, region_dispatch, local_compute_fn {_target_: ARCHETYPE,\n" \
-                                           "...}; docs/overrides.md)", 0, grp},                                     \
+                                           "...}; docs/overrides.md)", 0, grp,                                      \
+     CLI_STR_NONEMPTY(T, m.overrides, "a file name")},                                                              \
     {"ep-compute", CLI_O_EP_COMPUTE, "A", "the EP compute of every MoE block the overrides leave without one:\n" \
                                           "suggested (the family's archetype) or an ARCHETYPE (docs/overrides.md);\n" \
-                                          "never chosen unless given. Refused for a dense model", 0, grp}
-#define CLI_OPT_HELP {"help", 'h', NULL, "print this help and exit", CLI_SHORT, NULL}
+                                          "never chosen unless given. Refused for a dense model", 0, grp,         \
+     CLI_FN(T, m, cli_plan_ep_compute_fn)}
 
 #include "hyperpar/plan.h"
+/* What the plan flags say; which were given is read from the values (cli_plan_flags_any). */
 typedef struct cli_plan_flags {
     const char *mesh_spec, *overrides, *ep_compute;
     int64_t dp, cp, tp, ep;
-    bool sizes_given, ep_given, ep_axis;
+    bool ep_given, ep_axis;
     bool dp_given, cp_given, tp_given; /* which sizes were given (a shard folder's mesh fills the others) */
-    bool shaping;             /* a flag that shapes the plan beyond its mesh was given (--overrides, --ep-compute,
-                                 --no-sequence-parallel, --loss-parallel, --packed-fused, --allow-uncovered) */
-    bool any;                 /* some plan flag was given (they exclude --plan FILE) */
     const char *freeze[64];
     int n_freeze;
-    hp_plan_opts po;          /* sequence_parallel, loss_parallel, allow_uncovered, packed_fused; mesh after _mesh */
+    hp_plan_opts po;          /* sequence_parallel, loss_parallel, allow_uncovered, packed_fused, ep_compute; mesh
+                                 after cli_plan_flags_mesh */
 } cli_plan_flags;
 
 void cli_plan_flags_init(cli_plan_flags *f);
-/* Option c of getopt_long with its argument: 1 taken, 0 not a plan flag, -1 a usage error (printed). */
-int cli_plan_flag(const char *cmd, int c, const char *arg, cli_plan_flags *f);
+/* Whether some plan flag was given (they exclude --plan FILE). */
+bool cli_plan_flags_any(const cli_plan_flags *f);
+/* Whether a flag that shapes the plan beyond its mesh was given (--overrides, --ep-compute, --no-sequence-parallel,
+ * --loss-parallel, --packed-fused, --allow-uncovered). */
+bool cli_plan_flags_shaping(const cli_plan_flags *f);
+/* Whether a size of the mesh was given (--dp, --cp, --tp). */
+bool cli_plan_flags_sizes(const cli_plan_flags *f);
+/* Whether no mesh flag was given (--mesh, a size, --ep, --ep-axis): a command's default mesh. */
+bool cli_plan_flags_default_mesh(const cli_plan_flags *f);
 /* The mesh into f->po.mesh (default_tp when neither --mesh nor sizes are given); prints; an exit code. */
 int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp);
 /* Loads --overrides into *ov (freed by the caller) and f->po, and applies --freeze to m. */
@@ -129,16 +272,13 @@ void cli_plan_flags_freeze(const cli_plan_flags *f, hp_model *m);
 hp_status cli_plan_resolve(cli_plan_flags *f, const char *plan_path, const char *shard_dir, bool default_mesh,
                            int64_t n_procs, hp_model *m, hp_plan **p, struct hp_overrides **ov, hp_err *err);
 
-/* --router balanced|real (benchmarks): *real set for "real"; prints a usage error and returns false otherwise. */
-bool cli_parse_router(const char *cmd, const char *s, bool *real);
-/* A finite number > 0; prints a usage error naming opt and returns false otherwise. */
-bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out);
 #define CLI_MAX_OPTS 64
 /* Options one command line may give, repeats counted: the distinct ones and 192 repeats. */
 #define CLI_MAX_GIVEN (4 * CLI_MAX_OPTS)
-/* One command's parser: declare it with its name and table, {.cmd = "run", .opts = g_opts}; the rest is built
- * on the first cli_getopt. */
+/* One command's parser: declare it with its command, {.command = &g_cmd}; the rest is built on the first
+ * cli_getopt (cmd and opts from the command, unless set). */
 typedef struct cli_parser {
+    const cli_command *command;
     const char *cmd;
     const cli_opt *opts; /* ended by an entry with a NULL name */
     bool built;
@@ -154,8 +294,16 @@ typedef struct cli_parser {
  * ('A' and 'B'); give it once"), since the last would silently win; only CLI_REPEAT entries repeat. A short option
  * counts as the long option of the same value (-o and --output), and aliases of one value as one option. An
  * unknown or ambiguous option, a missing value or a value given to a flag gets our one message (getopt's own are
- * off). On any such error it prints the message and returns '?', and cli_bad_option then returns 2. */
+ * off). On any such error it prints the message and returns '?'. */
 int cli_getopt(cli_parser *p, int argc, char **argv);
+/* cli_parse's result when --help was printed: the command exits 0 without doing anything. */
+#define CLI_HELP (-1)
+/* Every option of argv (from argv[1]; optind reset) through p's table, in the order given: each value stored or
+ * handed to its entry's fn, --help printed. Returns HP_EXIT_OK with optind at the first positional argument,
+ * CLI_HELP, or HP_EXIT_USAGE after the first refusal (printed): an unknown option, a bad value, ... */
+int cli_parse(cli_parser *p, void *args, int argc, char **argv);
+/* Whether option val was given (parsed by p so far). */
+bool cli_given(const cli_parser *p, int val);
 /* Every rank agrees that it was given the options rank 0 was (agreeflags.c): collective over w, called before the
  * command's first collective that depends on them. Every option of cp's table is compared as given ("--lr 1e-3"
  * and "--lr 0.001" differ) except --help and free_vals (what may differ per rank: --threads); an option of
@@ -173,21 +321,14 @@ hp_status cli_agree_flags(const struct hp_comm *w, const cli_parser *cp, const i
 /* A file's identity: a hash of its size and bytes (whole up to 1 MiB, else 16 windows of 4 KiB); 0 when it is
  * not a readable regular file. */
 uint64_t cli_file_identity(const char *path);
-/* The exit code after cli_getopt returned '?' (2; the message is printed already). */
-int cli_bad_option(const char *cmd, char **argv);
-/* The option lines of --help, generated from the table: "  -o, --output FILE   help", aliases beside their
- * target, a heading where the group changes. */
-void cli_print_options(FILE *out, const cli_opt *opts);
 
 /* The values several commands take, each parsed in one place (opts.c); a usage error is printed, false returned. */
 #include "hyperpar/linalg.h"
-bool cli_parse_compute(const char *cmd, const char *s, hp_linalg_mode *out);   /* --compute exact|bf16 */
 const char *cli_compute_name(hp_linalg_mode m);                                /* "exact", "bf16" */
-/* --dtype: one of allowed[] by its lower-case name (f32, bf16, f16). */
-bool cli_parse_dtype(const char *cmd, const char *s, const hp_dtype *allowed, int n_allowed, hp_dtype *out);
-const char *cli_dtype_name(hp_dtype dt);                                       /* "bf16" */
 /* --compare-rtol / --rtol R: a number in (0, 1]; opt names the option in the message. */
 bool cli_parse_rtol(const char *cmd, const char *opt, const char *s, double *out);
+/* --expert-layout L (plan, inspect, gen): per-expert or batched, into an hp_expert_layout. */
+bool cli_layout_fn(const cli_ctx *x);
 
 /* An output FILE name (plan -o, moe --output) checked before any work: not empty, not a folder or device, in
  * an existing folder that takes a new file (probed), and none of the inputs (MODEL, a name in MODEL's folder the reader would pick up, or
@@ -349,5 +490,10 @@ int cmd_bench(int argc, char **argv);
 int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 int cmd_bench_train(int argc, char **argv); /* bench_run.c (the options and setup) and bench_train.c */
 int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
+/* The commands, each described in its file: 'hyperpar --help' lists them (main.c), bench dispatches to its own. */
+extern const cli_command cli_cmd_inspect, cli_cmd_plan, cli_cmd_gen, cli_cmd_demo, cli_cmd_shard, cli_cmd_merge,
+    cli_cmd_moe, cli_cmd_run, cli_cmd_validate, cli_cmd_train, cli_cmd_cost, cli_cmd_advise, cli_cmd_bench;
+extern const cli_command cli_cmd_bench_moe, cli_cmd_bench_ep, cli_cmd_bench_run, cli_cmd_bench_train,
+    cli_cmd_bench_advise;
 
 #endif

@@ -16,60 +16,62 @@
 #include "hyperpar/plan.h"
 
 enum { O_WORLD = 1000, O_TOP, O_ALL, O_PREFER };
+
+typedef struct advise_args {
+    cli_plan_flags pf;
+    cli_cost_flags cf;
+    int64_t world, top;
+    bool prefer_headroom;
+} advise_args;
+
+static const cli_enum g_prefer = {NULL, {{"time", 0, false}, {"headroom", 1, false}}};
+
 static const cli_opt g_opts[] = {
-    {"world", O_WORLD, "N", "ranks in all", 0, NULL},
-    {"top", O_TOP, "K", "candidates printed (5)", 0, NULL},
+    {"world", O_WORLD, "N", "ranks in all", 0, NULL, CLI_INT(advise_args, world, 1, 1 << 20)},
+    {"top", O_TOP, "K", "candidates printed (5)", 0, NULL, CLI_INT(advise_args, top, 1, 1000)},
     {"all", O_ALL, NULL, "print every candidate: each accepted mesh and each rejected one with its reason", 0,
-     NULL},
+     NULL, CLI_CONST(advise_args, top, 0)},
     {"prefer", O_PREFER, "P", "decode: time (default: the fastest step first) or headroom (the most\n"
-                              "concurrent sequences that fit first, then time)", 0, NULL},
+                              "concurrent sequences that fit first, then time)", 0, NULL,
+     CLI_ENUM(advise_args, prefer_headroom, g_prefer)},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
-    CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')"),
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH, advise_args, cf),
+    CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')", advise_args, pf),
     {0},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar advise MODEL --world N --mem-per-rank SIZE [--batch B --seq S] [--mode infer|train]\n"
-            "                       [--hardware cpu|H100|H200|A100|MI300X] [--recompute none|selective|full]\n"
-            "                       [--micro-batch MB] [--zero 0|1|2|3] [--mem-reserve SIZE] [--freeze GLOB]...\n"
-            "                       [--mode decode [--context C] [--prefer time|headroom] [--mem-bw G]]\n"
-            "                       [--ranks-per-node R] [--intra-bw G --inter-bw G] [model flags]\n"
-            "                       [--overrides F] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
-            "                       [--loss-parallel] [--top K | --all]\n"
-            "                       [--format text|json|html] [-o FILE]\n"
-            "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-latency-us/\n"
-            "         --inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/--optim-bytes N,\n"
-            "         --kv-bytes N, --mem-bw G (listed below); given, they override --hardware's figures\n"
-            "\n"
-            "Every mesh of N ranks for MODEL (a checkpoint or a config.json): dp x cp x tp, with expert parallelism\n"
-            "for MoE models both over the dense region (TP-extend-EP, --ep) and as its own axis (--ep-axis). A\n"
-            "mesh the model or the runtime cannot take is rejected with the reason (tp does not divide the KV\n"
-            "heads, ep does not divide the experts, the most-loaded rank needs more than SIZE, tp spans nodes,\n"
-            "...); the rest are ranked by predicted step time, then by the bytes each rank sends over links (ring\n"
-            "algorithms: the wire bytes, next to the bytes it puts into collectives). Prints the best K\n"
-            "with their per-rank memory and communication, and the commands that make the plan and the shards\n"
-            "of the first. Memory: weights exact, activations and state estimated (docs/cost.md).\n"
-            "A GPU --hardware (H100, H200, A100, MI300X) states the memory (then --mem-per-rank may be left out),\n"
-            "the bf16 rate and the links; the figures are then estimates for a bf16 GPU engine (Megatron-style\n"
-            "accounting), not hyperpar's runtime; the figures must fit SIZE less --mem-reserve (a GPU: a tenth\n"
-            "of its memory by default, for the runtime and fragmentation).\n"
-            "--mode train: micro-batches of 1 row per replica (Megatron's default). When no mesh fits, advise\n"
-            "first tries smaller micro-batches (from a larger --micro-batch) and, on a GPU, stronger recompute\n"
-            "(selective, then full), and says which it chose and why; a --micro-batch or --recompute given is\n"
-            "kept. When still none fits, it prints the binding constraint and the nearest changes that fit (a\n"
-            "ZeRO level, recompute, a smaller micro-batch, a shorter sequence, more ranks), each as a command\n"
-            "line, and exits 2. --freeze GLOB: the matching tensors train without gradient, optimizer state or\n"
-            "master weights.\n"
-            "--mode decode (serving): --batch sequences of one new token against a KV cache of --context\n"
-            "positions each; every mesh also gets the concurrent sequences that fit in SIZE, and the ranking is\n"
-            "by step time (max(compute, memory reads / --mem-bw) + communication) or, with --prefer headroom,\n"
-            "by the sequences that fit.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-}
+const cli_command cli_cmd_advise = {
+    .cmd = "advise",
+    .summary = "which mesh of N ranks to pick: every mesh ranked, the others rejected with why",
+    .forms = {{NULL, "MODEL --world --mem-per-rank"}},
+    .about = "Every mesh of N ranks for MODEL (a checkpoint or a config.json): dp x cp x tp, with expert parallelism\n"
+             "for MoE models both over the dense region (TP-extend-EP, --ep) and as its own axis (--ep-axis). A\n"
+             "mesh the model or the runtime cannot take is rejected with the reason (tp does not divide the KV\n"
+             "heads, ep does not divide the experts, the most-loaded rank needs more than SIZE, tp spans nodes,\n"
+             "...); the rest are ranked by predicted step time, then by the bytes each rank sends over links (ring\n"
+             "algorithms: the wire bytes, next to the bytes it puts into collectives). Prints the best K\n"
+             "with their per-rank memory and communication, and the commands that make the plan and the shards\n"
+             "of the first. Memory: weights exact, activations and state estimated (docs/cost.md).\n"
+             "A GPU --hardware (H100, H200, A100, MI300X) states the memory (then --mem-per-rank may be left out),\n"
+             "the bf16 rate and the links; the figures are then estimates for a bf16 GPU engine (Megatron-style\n"
+             "accounting), not hyperpar's runtime; the figures must fit SIZE less --mem-reserve (a GPU: a tenth\n"
+             "of its memory by default, for the runtime and fragmentation).\n"
+             "--mode train: micro-batches of 1 row per replica (Megatron's default). When no mesh fits, advise\n"
+             "first tries smaller micro-batches (from a larger --micro-batch) and, on a GPU, stronger recompute\n"
+             "(selective, then full), and says which it chose and why; a --micro-batch or --recompute given is\n"
+             "kept. When still none fits, it prints the binding constraint and the nearest changes that fit (a\n"
+             "ZeRO level, recompute, a smaller micro-batch, a shorter sequence, more ranks), each as a command\n"
+             "line, and exits 2. --freeze GLOB: the matching tensors train without gradient, optimizer state or\n"
+             "master weights.\n"
+             "--mode decode (serving): --batch sequences of one new token against a KV cache of --context\n"
+             "positions each; every mesh also gets the concurrent sequences that fit in SIZE, and the ranking is\n"
+             "by step time (max(compute, memory reads / --mem-bw) + communication) or, with --prefer headroom,\n"
+             "by the sequences that fit.\n"
+             "The flags of the byte and time model (--gemm-gflops ... --kv-bytes, listed below), given, override\n"
+             "--hardware's figures.\n",
+    .opts = g_opts,
+    .run = cmd_advise,
+};
 
 typedef struct ctx {
     const hp_model *m;
@@ -265,37 +267,16 @@ bool cli_advise_rpn_divides(const char *cmd, int64_t rpn, int64_t N)
 
 int cmd_advise(int argc, char **argv)
 {
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
-    cli_cost_flags cf;
-    cli_cost_flags_init(&cf);
-    int64_t N = 0, top = 5;
-    bool prefer_headroom = false;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "advise", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("advise", c, optarg, &pf);
-        if (pr == 0) pr = cli_cost_flag("advise", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case O_WORLD:
-            if (!cli_parse_i64("advise", "--world", optarg, 1, 1 << 20, &N)) return HP_EXIT_USAGE;
-            break;
-        case O_PREFER:
-            if (strcmp(optarg, "time") && strcmp(optarg, "headroom"))
-                return cli_usage_error("advise", "--prefer expects time or headroom, got '%s'", optarg);
-            prefer_headroom = !strcmp(optarg, "headroom");
-            break;
-        case O_TOP:
-            if (!cli_parse_i64("advise", "--top", optarg, 1, 1000, &top)) return HP_EXIT_USAGE;
-            break;
-        case O_ALL: top = 0; break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("advise", argv);
-        }
-    }
+    advise_args a = {.top = 5};
+    cli_plan_flags_init(&a.pf);
+    cli_cost_flags_init(&a.cf);
+    cli_parser cp = {.command = &cli_cmd_advise};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    cli_plan_flags pf = a.pf;
+    cli_cost_flags cf = a.cf;
+    int64_t N = a.world, top = a.top;
+    bool prefer_headroom = a.prefer_headroom;
     if (optind != argc - 1) return cli_usage_error("advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("advise", "missing --world N (the number of ranks)");
     if (!cli_cost_flags_done("advise", &cf)) return HP_EXIT_USAGE;

@@ -31,50 +31,71 @@
 #include "hyperpar/moe.h"
 #include "hyperpar/overrides.h"
 
+typedef struct bench_args {
+    const cli_preset *p;
+    const char *preset;
+    int64_t tokens, threads, reps, ep;
+    double max_gib;
+    hp_dtype dtype;
+    hp_linalg_mode compute;
+    bool json, real_router;
+} bench_args;
+
+static const cli_enum g_dtypes = {"must be", {{"bf16", HP_DT_BF16, false}, {"f32", HP_DT_F32, false}}};
+static const cli_enum g_router = {NULL, {{"balanced", 0, false}, {"real", 1, false}}}; /* into real_router */
+
 static const cli_opt g_opts[] = {
-    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL},
-    {"tokens", 'T', "T", "tokens per forward", 0, NULL},
-    {"dtype", 'd', "D", "dtype the expert weights are generated and held in (f32 default; bf16 stays bf16)", 0, NULL},
+    {"preset", 'p', "P", "a MoE preset, listed below", 0, NULL, CLI_STR(bench_args, preset)},
+    {"tokens", 'T', "T", "tokens per forward", 0, NULL, CLI_INT(bench_args, tokens, 1, 1 << 20)},
+    {"dtype", 'd', "D", "dtype the expert weights are generated and held in (f32 default; bf16 stays bf16)", 0, NULL,
+     CLI_ENUM(bench_args, dtype, g_dtypes)},
     {"compute", 'X', "M", "exact (default: f32 activations, bf16 weights widened exactly, f32 sums) or bf16\n"
-                          "(activations rounded to bf16 for the products, f32 sums)", 0, NULL},
+                          "(activations rounded to bf16 for the products, f32 sums)", 0, NULL,
+     CLI_ENUM(bench_args, compute, cli_enum_compute)},
     {"router", 'r', "R", "balanced (default: T*K/E slots per expert, benchmark only) or real (the\n"
-                         "archetype's router on random weights)", 0, NULL},
-    {"reps", 'R', "R", "timed forwards (default: as many as fit in ~2 s, 3 to 50)", 0, NULL},
-    {"max-gib", 'm', "G", "expert weights allowed in memory (6); above it, run one rank of ep ranks", 0, NULL},
-    {"ep", 'e', "N", "force the simulated expert-parallel group size", 0, NULL},
+                         "archetype's router on random weights)", 0, NULL, CLI_ENUM(bench_args, real_router, g_router)},
+    {"reps", 'R', "R", "timed forwards (default: as many as fit in ~2 s, 3 to 50)", 0, NULL,
+     CLI_INT(bench_args, reps, 1, 50)},
+    {"max-gib", 'm', "G", "expert weights allowed in memory (6); above it, run one rank of ep ranks", 0, NULL,
+     CLI_POSITIVE(bench_args, max_gib)},
+    {"ep", 'e', "N", "force the simulated expert-parallel group size", 0, NULL, CLI_INT(bench_args, ep, 1, 1 << 16)},
     {"threads", 't', "N", "OpenMP threads (oneDNN, the kernels and the MoE loop share one pool; default:\n"
                           "OMP_NUM_THREADS when set, else this process's cores divided by the ranks the\n"
-                          "launcher started on this node)", 0, NULL},
-    {"json", 'j', NULL, "one JSON object instead of text", 0, NULL},
+                          "launcher started on this node)", 0, NULL, CLI_INT(bench_args, threads, 1, 4096)},
+    {"json", 'j', NULL, "one JSON object instead of text", 0, NULL, CLI_FLAG(bench_args, json)},
     CLI_OPT_HELP,
     {0},
 };
 
-static void usage(FILE *out)
+/* The presets, then the other benchmarks (bench --help is bench moe's). */
+static void bench_moe_epilog(FILE *out)
 {
-    fprintf(out,
-            "usage: hyperpar bench moe --preset P --tokens T [--dtype bf16|f32] [--compute exact|bf16] [--json]\n"
-            "                          [--threads N] [--router balanced|real] [--reps R] [--max-gib G] [--ep N]\n"
-            "\n"
-            "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
-            "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
-            "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s). When\n"
-            "$HP_BENCH_PYTHON (default python3) can import torch, it also times PyTorch eager's sparse block of the\n"
-            "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
-            "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
-            "not for a simulated expert-parallel rank. HP_GEMM=onednn|hyperpar runs every large product on oneDNN,\n"
-            "or on hyperpar's blocked AVX-512 kernel (docs/kernels.md).\n"
-            "\n");
-    cli_print_options(out, g_opts);
-    fprintf(out, "\npresets:\n");
+    fprintf(out, "presets:\n");
     cli_print_presets(out, true);
-    fprintf(out,
-            "\n"
-            "hyperpar bench ep --help: the expert-parallel layer over MPI ranks against a bare all-to-all.\n"
-            "hyperpar bench run --help: the runtime's whole forward pass over MPI ranks against bare collectives.\n"
-            "hyperpar bench train --help: the training step over MPI ranks against the same-run GEMM rate.\n"
-            "hyperpar bench advise --help: hyperpar advise's time per mesh against one plan derivation.\n");
+    fprintf(out, "\n");
+    for (const cli_command *const *b = cli_cmd_bench.subs; *b; b++)
+        if (*b != &cli_cmd_bench_moe) fprintf(out, "hyperpar %s --help: %s.\n", (*b)->name, (*b)->summary);
 }
+
+static int bench_moe(int argc, char **argv);
+
+const cli_command cli_cmd_bench_moe = {
+    .cmd = "bench",
+    .name = "bench moe",
+    .summary = "one MoE layer against a dense GEMM and a memory sweep",
+    .forms = {{NULL, "--preset --tokens"}},
+    .about = "Times one MoE layer at a real model's shapes with random weights built in memory, and prints it\n"
+             "next to limits measured in the same run: one dense GEMM with the layer's FLOPs through the same\n"
+             "backend, dtype and compute mode (GFLOP/s), and a read-only sweep over 512 MiB (GB/s). When\n"
+             "$HP_BENCH_PYTHON (default python3) can import torch, it also times PyTorch eager's sparse block of the\n"
+             "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
+             "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
+             "not for a simulated expert-parallel rank. HP_GEMM=onednn|hyperpar runs every large product on oneDNN,\n"
+             "or on hyperpar's blocked AVX-512 kernel (docs/kernels.md).\n",
+    .opts = g_opts,
+    .epilog_more = bench_moe_epilog,
+    .run = bench_moe,
+};
 
 static double now_s(void)
 {
@@ -119,14 +140,6 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-typedef struct bench_args {
-    const cli_preset *p;
-    int64_t tokens, threads, reps, ep;
-    double max_gib;
-    hp_dtype dtype;
-    hp_linalg_mode compute;
-    bool json, real_router;
-} bench_args;
 
 /* One rank's forward through the stages (ep > 1), or hp_moe_forward (ep == 1). */
 static hp_status forward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, int64_t T, float *y, bool balanced,
@@ -190,6 +203,8 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
 
 /* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
 #define READ_SWEEP_BYTES ((size_t)512 << 20)
+/* Runs of each limit (the dense product, the read sweep); the best is reported. */
+enum { LIMIT_REPS = 3 };
 
 /* PyTorch eager's sparse block of the preset's family on the same shapes and threads (bench_torch.c): a bf16 block
  * for bf16 weights, autocast for f32 weights with --compute bf16, else f32. At most 5 timed forwards. */
@@ -204,115 +219,134 @@ static void torch_moe(const bench_args *a, int threads, int reps, cli_torch_eage
     cli_bench_torch_moe(&m, pt);
 }
 
-static int run(const bench_args *a)
+/* What one bench moe run measured, for the report. */
+typedef struct moe_result {
+    cli_threads_info ti;
+    int threads, reps;
+    int64_t ep, nl;                     /* the simulated EP group, the experts this rank holds */
+    double expert_gib, t_build;         /* all experts' GiB; seconds to build the layer */
+    double med, tok_s, gflops, bytes, gbps; /* the layer's median forward and its rates */
+    int64_t n_rows, n_active;           /* routed rows, experts that got any */
+    int64_t dense_m;                    /* rows of the dense limit */
+    char dense_path[512];               /* hp_linear_info.large_path: up to 511 characters */
+    double dense, read, peak;           /* the limits: GFLOP/s, GB/s, GFLOP/s (< 0: not measured) */
+    cli_torch_eager pt;
+    char blas[1024];
+    bool generic;                       /* OpenBLAS runs its generic kernels */
+    hp_linear_info gu_info, dn_info;
+    double owned, resident, stored;     /* expert bytes: owned by the GEMM layer, resident, as stored */
+} moe_result;
+
+/* Refuses (HP_ERR_INPUT) a run this machine cannot hold, before any of it is allocated (it would be killed for
+ * memory): the local experts and router, x and y, the workspace, the shared expert, the dense limit, the sweep. */
+static hp_status check_memory(const bench_args *a, int64_t ep, double expert_gib, hp_err *err)
 {
     const cli_preset *p = a->p;
-    hp_err err;
-    cli_threads_info ti;
-    char tb[128];
-    int threads = cli_threads(NULL, a->threads, &ti);
-    const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
-    double expert_gib = (double)p->experts * 3.0 * (double)p->hidden * (double)p->moe_intermediate * wbytes / (1u << 30);
-    int64_t ep = a->ep;
-    if (ep <= 0)
-        for (ep = 1; ep < p->experts && expert_gib / (double)ep > a->max_gib; ep *= 2) {
-        }
-    if (p->experts % ep)
-        return cli_usage_error("bench", "--ep %lld does not divide the %lld experts of %s", (long long)ep,
-                               (long long)p->experts, p->name);
-    { /* what the run holds at once, refused before any of it is allocated (would be killed for memory) */
-        double T = (double)a->tokens, H = (double)p->hidden, I = (double)p->moe_intermediate,
-               sI = (double)p->shared_intermediate, E = (double)p->experts, slots = T * (double)p->top_k;
-        double need = expert_gib * (double)(1u << 30) / (double)ep + E * H * 4   /* the local experts, the router */
-                      + 2 * T * H * 4                                            /* x, y */
-                      + T * H * 8 + T * E * 8 + slots * 17 + slots * (H + 2 * I) * 4 /* the workspace (routing, rows) */
-                      + (sI > 0 ? T * (2 * sI + H + 1) * 4 : 0)                  /* the shared expert's */
-                      + slots * (2 * H + 2 * I) * 4 + (double)READ_SWEEP_BYTES;   /* the dense limit, the read sweep */
-        char what[160];
-        snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
-                 (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
-                 a->dtype == HP_DT_BF16 ? "bf16" : "f32");
-        hp_status ms = cli_memory_fits(what, need, 1,
-                                       "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", &err);
-        if (ms != HP_OK) return cli_fail(&err);
-    }
+    double T = (double)a->tokens, H = (double)p->hidden, I = (double)p->moe_intermediate,
+           sI = (double)p->shared_intermediate, E = (double)p->experts, slots = T * (double)p->top_k;
+    double need = expert_gib * (double)(1u << 30) / (double)ep + E * H * 4   /* the local experts, the router */
+                  + 2 * T * H * 4                                            /* x, y */
+                  + T * H * 8 + T * E * 8 + slots * 17 + slots * (H + 2 * I) * 4 /* the workspace (routing, rows) */
+                  + (sI > 0 ? T * (2 * sI + H + 1) * 4 : 0)                  /* the shared expert's */
+                  + slots * (2 * H + 2 * I) * 4 + (double)READ_SWEEP_BYTES;   /* the dense limit, the read sweep */
+    char what[160];
+    snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
+             (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
+             a->dtype == HP_DT_BF16 ? "bf16" : "f32");
+    return cli_memory_fits(what, need, 1, "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", err);
+}
+
+/* The layer of a's preset holding its first experts / ep experts, random weights in a's dtype (*l), and the
+ * seconds its weights took (*t_build). */
+static hp_status build_layer(const bench_args *a, int64_t ep, hp_moe_layer **l, double *t_build, hp_err *err)
+{
+    const cli_preset *p = a->p;
     hp_moe_dims d = cli_preset_moe_dims(p);
     d.n_local = p->experts / ep;
     d.bf16_weights = a->dtype == HP_DT_BF16;
-    hp_moe_layer *l = NULL;
-    hp_moe_ws *ws = NULL;
-    float *x = NULL, *y = NULL;
-    hp_status st = hp_moe_layer_create(&l, p->archetype, &d, &err);
-    double t_build = now_s();
-    int64_t H = p->hidden, I = p->moe_intermediate, T = a->tokens, nl = l ? l->n_local : 0;
+    hp_status st = hp_moe_layer_create(l, p->archetype, &d, err);
+    double t0 = now_s();
+    int64_t H = p->hidden, I = p->moe_intermediate, nl = *l ? (*l)->n_local : 0;
     if (!st) {
+        hp_moe_layer *m = *l;
         float gu = 1.0f / sqrtf((float)H), dn = 1.0f / sqrtf((float)I);
         for (int64_t e = 0; e < nl && !st; e++) {
             size_t el = a->dtype == HP_DT_BF16 ? 2 : 4;
-            st = fill((char *)l->w_gate_up + (size_t)(e * 2 * I * H) * el, 2 * I * H, gu, 100 + (uint64_t)e, a->dtype,
-                      &err);
-            if (!st) st = fill((char *)l->w_down + (size_t)(e * H * I) * el, H * I, dn, 900 + (uint64_t)e, a->dtype, &err);
+            st = fill((char *)m->w_gate_up + (size_t)(e * 2 * I * H) * el, 2 * I * H, gu, 100 + (uint64_t)e, a->dtype,
+                      err);
+            if (!st) st = fill((char *)m->w_down + (size_t)(e * H * I) * el, H * I, dn, 900 + (uint64_t)e, a->dtype, err);
         }
         uint64_t s = 7;
-        for (int64_t i = 0; i < p->experts * H; i++) l->w_router[i] = urand(&s, gu);
-        if (l->b_gate_up)
-            for (int64_t i = 0; i < nl * 2 * I; i++) ((float *)l->b_gate_up)[i] = urand(&s, 0.1f);
-        if (l->b_down)
-            for (int64_t i = 0; i < nl * H; i++) ((float *)l->b_down)[i] = urand(&s, 0.1f);
-        if (l->ws_gate_up) {
-            for (int64_t i = 0; i < 2 * p->shared_intermediate * H; i++) l->ws_gate_up[i] = urand(&s, gu);
-            for (int64_t i = 0; i < p->shared_intermediate * H; i++) l->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->shared_intermediate));
+        for (int64_t i = 0; i < p->experts * H; i++) m->w_router[i] = urand(&s, gu);
+        if (m->b_gate_up)
+            for (int64_t i = 0; i < nl * 2 * I; i++) ((float *)m->b_gate_up)[i] = urand(&s, 0.1f);
+        if (m->b_down)
+            for (int64_t i = 0; i < nl * H; i++) ((float *)m->b_down)[i] = urand(&s, 0.1f);
+        if (m->ws_gate_up) {
+            for (int64_t i = 0; i < 2 * p->shared_intermediate * H; i++) m->ws_gate_up[i] = urand(&s, gu);
+            for (int64_t i = 0; i < p->shared_intermediate * H; i++) m->ws_down[i] = urand(&s, 1.0f / sqrtf((float)p->shared_intermediate));
         }
         /* The numerics of the workspace's products: set before the workspace prepares them. */
-        l->compute = a->compute;
+        m->compute = a->compute;
     }
-    t_build = now_s() - t_build;
-    if (!st) st = hp_moe_ws_create(&ws, l, T, &err);
-    if (!st && (!(x = malloc((size_t)(T * H) * sizeof *x)) || !(y = malloc((size_t)(T * H) * sizeof *y))))
-        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    if (st) goto done;
-    uint64_t s = 99;
-    for (int64_t i = 0; i < T * H; i++) x[i] = urand(&s, 1.0f);
+    *t_build = now_s() - t0;
+    return st;
+}
+
+/* A warm-up (threads, page faults of the workspace), then the timed forwards of l on x [T, H]: r->med, r->reps,
+ * and the work of one forward (rows, active experts, FLOPs, expert bytes read). */
+static hp_status time_layer(const bench_args *a, const hp_moe_layer *l, hp_moe_ws *ws, const float *x, float *y,
+                            moe_result *r, hp_err *err)
+{
+    const cli_preset *p = a->p;
+    int64_t H = p->hidden, I = p->moe_intermediate, T = a->tokens;
     bool balanced = !a->real_router;
-    /* Warm-up (threads, page faults of the workspace), then timed forwards. */
-    if ((st = forward(l, ws, x, T, y, balanced, &err))) goto done;
+    hp_status st = forward(l, ws, x, T, y, balanced, err);
     enum { MAXR = 50 };
     double times[MAXR];
     int reps = 0;
     double t_all = now_s();
-    while (reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || now_s() - t_all < 2.0))) {
+    while (!st && reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || now_s() - t_all < 2.0))) {
         double t0 = now_s();
-        if ((st = forward(l, ws, x, T, y, balanced, &err))) goto done;
+        if ((st = forward(l, ws, x, T, y, balanced, err))) break;
         times[reps++] = now_s() - t0;
     }
+    if (st) return st;
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
-    double med = times[reps / 2];
-    int64_t n_rows = ws->stats.n_rows, n_active = ws->stats.n_active;
+    const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
+    r->reps = reps;
+    r->med = times[reps / 2];
+    r->n_rows = ws->stats.n_rows, r->n_active = ws->stats.n_active;
     /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
-    double flops = 6.0 * (double)H * (double)I * (double)n_rows + 6.0 * (double)H * (double)p->shared_intermediate * (double)T;
-    double gflops = flops / med * 1e-9;
-    double bytes = (double)n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->shared_intermediate * 4.0;
-    double gbps = bytes / med * 1e-9;
-    /* The limits, measured after the layer so that they do not disturb its timings. The dense product has the
-     * layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert (whose weights are f32). */
-    enum { LIMIT_REPS = 3 };
-    int64_t dense_m = n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
-    char dense_path[512]; /* hp_linear_info.large_path: up to 511 characters */
-    double dense = hp_moe_ref_dense_gflops(dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, dense_path,
-                                           sizeof dense_path);
-    double read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
-    double peak = hp_linalg_peak_gflops(a->compute, 0.25);
-    cli_torch_eager pt = {0};
-    if (ep == 1)
-        torch_moe(a, threads, reps, &pt);
+    double flops = 6.0 * (double)H * (double)I * (double)r->n_rows + 6.0 * (double)H * (double)p->shared_intermediate * (double)T;
+    r->gflops = flops / r->med * 1e-9;
+    r->bytes = (double)r->n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->shared_intermediate * 4.0;
+    r->gbps = r->bytes / r->med * 1e-9;
+    r->tok_s = (double)T / r->med;
+    return HP_OK;
+}
+
+/* The limits, measured after the layer so that they do not disturb its timings, PyTorch, the kernels and the
+ * resident bytes. The dense product has the layer's FLOPs: its routed rows, plus T·sI/I rows for a shared expert
+ * (whose weights are f32). */
+static void measure_limits(const bench_args *a, const hp_moe_layer *l, const hp_moe_ws *ws, moe_result *r)
+{
+    const cli_preset *p = a->p;
+    int64_t H = p->hidden, I = p->moe_intermediate, T = a->tokens;
+    r->dense_m = r->n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
+    r->dense = hp_moe_ref_dense_gflops(r->dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, r->dense_path,
+                                       sizeof r->dense_path);
+    r->read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    r->peak = hp_linalg_peak_gflops(a->compute, 0.25);
+    if (r->ep == 1)
+        torch_moe(a, r->threads, r->reps, &r->pt);
     else
-        snprintf(pt.note, sizeof pt.note, "PyTorch eager: not measured (the layer runs as one rank of a simulated "
+        snprintf(r->pt.note, sizeof r->pt.note, "PyTorch eager: not measured (the layer runs as one rank of a simulated "
                  "expert-parallel group; PyTorch would hold all %lld experts)", (long long)p->experts);
-    char blas[1024], openblas[512];
-    bool generic = false;
-    hp_moe_blas_info(blas, sizeof blas);
-    hp_linalg_blas_describe(openblas, sizeof openblas, &generic);
-    if (generic) {
+    char openblas[512];
+    hp_moe_blas_info(r->blas, sizeof r->blas);
+    hp_linalg_blas_describe(openblas, sizeof openblas, &r->generic);
+    if (r->generic) {
         /* hp_linalg_blas_describe starts "OpenBLAS <core> kernels". */
         char core[64] = "?";
         sscanf(openblas, "OpenBLAS %63s kernels", core);
@@ -321,93 +355,139 @@ static int run(const bench_args *a)
                  "OPENBLAS_CORETYPE=Haswell (AVX2) or SkylakeX (AVX-512), or use an OpenBLAS that knows the CPU",
                  core);
     }
-    hp_linear_info gu_info, dn_info;
-    hp_linear_get_info(ws->lin_gate_up, &gu_info);
-    hp_linear_get_info(ws->lin_down, &dn_info);
+    hp_linear_get_info(ws->lin_gate_up, &r->gu_info);
+    hp_linear_get_info(ws->lin_down, &r->dn_info);
     /* Resident: the layer's expert weights plus whatever the GEMM layer copied (packed layouts, biases),
      * against the bytes the generated dtype stores (a checkpoint's expert bytes in that dtype). */
-    double owned = (double)gu_info.owned_bytes + (double)dn_info.owned_bytes;
-    double resident = (double)hp_moe_layer_expert_bytes(l) + owned;
-    double stored = (double)nl * 3.0 * (double)H * (double)I * wbytes;
-    double tok_s = (double)T / med;
+    const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0;
+    r->owned = (double)r->gu_info.owned_bytes + (double)r->dn_info.owned_bytes;
+    r->resident = (double)hp_moe_layer_expert_bytes(l) + r->owned;
+    r->stored = (double)r->nl * 3.0 * (double)H * (double)I * wbytes;
+}
+
+static void print_json(const bench_args *a, const moe_result *r)
+{
+    const cli_preset *p = a->p;
     const char *dt = a->dtype == HP_DT_BF16 ? "bf16" : "f32", *cm = a->compute == HP_LINALG_BF16 ? "bf16" : "exact";
-    char r1[16], r2[16], r3[16], r4[16], b1[32], b2[32], b3[32];
-    if (a->json) {
-        printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
-               "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g, "
-               "\"tokens_per_s\": %.6g, \"gflops\": %.6g",
-               p->name, hp_moe_archetype_name(p->archetype), (long long)T, (long long)ep, (long long)nl,
-               balanced ? "balanced" : "real", dt, cm, reps, med, tok_s, gflops);
-        json_num("dense_gflops", dense);
-        json_num("dense_ratio", ratio(gflops, dense));
-        json_num("peak_gflops", peak);
-        json_num("peak_ratio", ratio(gflops, peak));
-        printf(", \"dense_rows\": %lld, \"dense_path\": ", (long long)dense_m);
-        cli_json_str(dense_path);
-        printf(", \"expert_bytes\": %.6g, \"expert_gbps\": %.6g", bytes, gbps);
-        json_num("read_gbps", read);
-        json_num("read_ratio", ratio(gbps, read));
-        printf(", \"read_sweep_bytes\": %zu, \"resident_expert_bytes\": %.0f, \"stored_expert_bytes\": %.0f, "
-               "\"resident_ratio\": %.4f, \"linear_owned_bytes\": %.0f, \"linear_borrowed_bytes\": %.0f, "
-               "\"small_m_max\": %lld, \"gate_up_small_path\": ",
-               READ_SWEEP_BYTES, resident, stored, resident / stored, owned,
-               (double)gu_info.borrowed_bytes + (double)dn_info.borrowed_bytes, (long long)gu_info.small_m_max);
-        cli_json_str(gu_info.small_path);
-        printf(", \"gate_up_large_path\": ");
-        cli_json_str(gu_info.large_path);
-        printf(", \"down_small_path\": ");
-        cli_json_str(dn_info.small_path);
-        printf(", \"down_large_path\": ");
-        cli_json_str(dn_info.large_path);
-        printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)n_rows, (long long)n_active);
-        cli_json_str(blas);
-        printf(", \"openblas_generic_fallback\": %s, \"threads\": %d", generic ? "true" : "false", threads);
-        cli_bench_torch_json(&pt, tok_s);
-        printf("}\n");
-    } else {
-        printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
-               hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->experts, (long long)p->top_k, (long long)I,
-               p->shared_intermediate ? ", shared expert" : "", (long long)T);
-        if (ep > 1)
-            printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
-                   "--max-gib %.1f)\n",
-                   (long long)nl, (long long)p->experts, (long long)ep, (long long)p->experts, expert_gib, a->max_gib);
-        printf("  weights  : %s generated and held, built in %.1f s; resident %s of experts = %.2f x their %s "
-               "bytes (the GEMM layer owns %s of it)\n",
-               dt, t_build, hp_format_bytes((uint64_t)(resident), b1, sizeof b1), resident / stored, dt,
-               hp_format_bytes((uint64_t)(owned), b2, sizeof b2));
-        printf("  compute  : %s (%s)\n", cm,
-               a->compute == HP_LINALG_BF16 ? "activations rounded to bf16 for the products, f32 sums"
-                                            : "f32 activations, bf16 weights widened exactly, f32 sums");
-        printf("  router   : %s\n", balanced ? "balanced (benchmark only: every expert gets T*K/E slots)"
-                                              : "real (archetype router, random weights)");
-        printf("  threads  : %s\n", cli_threads_str(&ti, tb, sizeof tb));
-        printf("  kernels  : %s\n", blas);
-        print_paths("gate/up", &gu_info, 2 * I, H, nl);
-        print_paths("down", &dn_info, H, I, nl);
-        printf("  layer    : %.3f ms median of %d -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld experts)\n",
-               med * 1e3, reps, tok_s, gflops, (long long)n_rows, (long long)n_active);
-        if (dense >= 0)
-            printf("  dense    : %.1f GFLOP/s, one %lld-row gate/up + down, %s %s, best of %d (%s)   ratio %s\n",
-                   dense, (long long)dense_m, dt, cm, LIMIT_REPS, dense_path,
-                   fmt_ratio(r1, sizeof r1, ratio(gflops, dense)));
-        else
-            printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
-        if (peak > 0)
-            printf("  cpu peak : %.1f GFLOP/s, %s on registers only, every thread at once   ratio %s (dense %s)\n",
-                   peak, hp_linalg_peak_name(a->compute), fmt_ratio(r3, sizeof r3, ratio(gflops, peak)),
-                   fmt_ratio(r4, sizeof r4, ratio(dense, peak)));
-        printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ", hp_format_bytes((uint64_t)(bytes), b3, sizeof b3),
-               gbps);
-        if (read >= 0)
-            printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", read,
-                   hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
-                   fmt_ratio(r2, sizeof r2, ratio(gbps, read)));
-        else
-            printf("read sweep n/a (out of memory)\n");
-        cli_bench_torch_text(&pt, tok_s, "tokens/s");
+    printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
+           "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g, "
+           "\"tokens_per_s\": %.6g, \"gflops\": %.6g",
+           p->name, hp_moe_archetype_name(p->archetype), (long long)a->tokens, (long long)r->ep, (long long)r->nl,
+           a->real_router ? "real" : "balanced", dt, cm, r->reps, r->med, r->tok_s, r->gflops);
+    json_num("dense_gflops", r->dense);
+    json_num("dense_ratio", ratio(r->gflops, r->dense));
+    json_num("peak_gflops", r->peak);
+    json_num("peak_ratio", ratio(r->gflops, r->peak));
+    printf(", \"dense_rows\": %lld, \"dense_path\": ", (long long)r->dense_m);
+    cli_json_str(r->dense_path);
+    printf(", \"expert_bytes\": %.6g, \"expert_gbps\": %.6g", r->bytes, r->gbps);
+    json_num("read_gbps", r->read);
+    json_num("read_ratio", ratio(r->gbps, r->read));
+    printf(", \"read_sweep_bytes\": %zu, \"resident_expert_bytes\": %.0f, \"stored_expert_bytes\": %.0f, "
+           "\"resident_ratio\": %.4f, \"linear_owned_bytes\": %.0f, \"linear_borrowed_bytes\": %.0f, "
+           "\"small_m_max\": %lld, \"gate_up_small_path\": ",
+           READ_SWEEP_BYTES, r->resident, r->stored, r->resident / r->stored, r->owned,
+           (double)r->gu_info.borrowed_bytes + (double)r->dn_info.borrowed_bytes, (long long)r->gu_info.small_m_max);
+    cli_json_str(r->gu_info.small_path);
+    printf(", \"gate_up_large_path\": ");
+    cli_json_str(r->gu_info.large_path);
+    printf(", \"down_small_path\": ");
+    cli_json_str(r->dn_info.small_path);
+    printf(", \"down_large_path\": ");
+    cli_json_str(r->dn_info.large_path);
+    printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)r->n_rows, (long long)r->n_active);
+    cli_json_str(r->blas);
+    printf(", \"openblas_generic_fallback\": %s, \"threads\": %d", r->generic ? "true" : "false", r->threads);
+    cli_bench_torch_json(&r->pt, r->tok_s);
+    printf("}\n");
+}
+
+static void print_text(const bench_args *a, const moe_result *r)
+{
+    const cli_preset *p = a->p;
+    int64_t H = p->hidden, I = p->moe_intermediate;
+    const char *dt = a->dtype == HP_DT_BF16 ? "bf16" : "f32", *cm = a->compute == HP_LINALG_BF16 ? "bf16" : "exact";
+    char r1[16], r2[16], r3[16], r4[16], b1[32], b2[32], b3[32], tb[128];
+    printf("bench moe: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens\n", p->name,
+           hp_moe_archetype_name(p->archetype), (long long)H, (long long)p->experts, (long long)p->top_k, (long long)I,
+           p->shared_intermediate ? ", shared expert" : "", (long long)a->tokens);
+    if (r->ep > 1)
+        printf("  experts  : %lld of %lld local: rank 0 of a simulated ep = %lld (all %lld would need %.1f GiB > "
+               "--max-gib %.1f)\n",
+               (long long)r->nl, (long long)p->experts, (long long)r->ep, (long long)p->experts, r->expert_gib,
+               a->max_gib);
+    printf("  weights  : %s generated and held, built in %.1f s; resident %s of experts = %.2f x their %s "
+           "bytes (the GEMM layer owns %s of it)\n",
+           dt, r->t_build, hp_format_bytes((uint64_t)(r->resident), b1, sizeof b1), r->resident / r->stored, dt,
+           hp_format_bytes((uint64_t)(r->owned), b2, sizeof b2));
+    printf("  compute  : %s (%s)\n", cm,
+           a->compute == HP_LINALG_BF16 ? "activations rounded to bf16 for the products, f32 sums"
+                                        : "f32 activations, bf16 weights widened exactly, f32 sums");
+    printf("  router   : %s\n", a->real_router ? "real (archetype router, random weights)"
+                                               : "balanced (benchmark only: every expert gets T*K/E slots)");
+    printf("  threads  : %s\n", cli_threads_str(&r->ti, tb, sizeof tb));
+    printf("  kernels  : %s\n", r->blas);
+    print_paths("gate/up", &r->gu_info, 2 * I, H, r->nl);
+    print_paths("down", &r->dn_info, H, I, r->nl);
+    printf("  layer    : %.3f ms median of %d -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld experts)\n",
+           r->med * 1e3, r->reps, r->tok_s, r->gflops, (long long)r->n_rows, (long long)r->n_active);
+    if (r->dense >= 0)
+        printf("  dense    : %.1f GFLOP/s, one %lld-row gate/up + down, %s %s, best of %d (%s)   ratio %s\n",
+               r->dense, (long long)r->dense_m, dt, cm, LIMIT_REPS, r->dense_path,
+               fmt_ratio(r1, sizeof r1, ratio(r->gflops, r->dense)));
+    else
+        printf("  dense    : n/a (no rows, or the dense product could not be prepared)\n");
+    if (r->peak > 0)
+        printf("  cpu peak : %.1f GFLOP/s, %s on registers only, every thread at once   ratio %s (dense %s)\n",
+               r->peak, hp_linalg_peak_name(a->compute), fmt_ratio(r3, sizeof r3, ratio(r->gflops, r->peak)),
+               fmt_ratio(r4, sizeof r4, ratio(r->dense, r->peak)));
+    printf("  memory   : %s of expert weights read per forward, %.1f GB/s; ",
+           hp_format_bytes((uint64_t)(r->bytes), b3, sizeof b3), r->gbps);
+    if (r->read >= 0)
+        printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", r->read,
+               hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
+               fmt_ratio(r2, sizeof r2, ratio(r->gbps, r->read)));
+    else
+        printf("read sweep n/a (out of memory)\n");
+    cli_bench_torch_text(&r->pt, r->tok_s, "tokens/s");
+}
+
+/* bench moe: the layer of a->p at a->tokens tokens, timed, next to its limits; printed as text or JSON. */
+static int run(const bench_args *a)
+{
+    const cli_preset *p = a->p;
+    hp_err err;
+    moe_result r = {0};
+    r.threads = cli_threads(NULL, a->threads, &r.ti);
+    const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
+    r.expert_gib = (double)p->experts * 3.0 * (double)p->hidden * (double)p->moe_intermediate * wbytes / (1u << 30);
+    r.ep = a->ep;
+    if (r.ep <= 0)
+        for (r.ep = 1; r.ep < p->experts && r.expert_gib / (double)r.ep > a->max_gib; r.ep *= 2) {
+        }
+    if (p->experts % r.ep)
+        return cli_usage_error("bench", "--ep %lld does not divide the %lld experts of %s", (long long)r.ep,
+                               (long long)p->experts, p->name);
+    if (check_memory(a, r.ep, r.expert_gib, &err) != HP_OK) return cli_fail(&err);
+    hp_moe_layer *l = NULL;
+    hp_moe_ws *ws = NULL;
+    float *x = NULL, *y = NULL;
+    int64_t H = p->hidden, T = a->tokens;
+    hp_status st = build_layer(a, r.ep, &l, &r.t_build, &err);
+    r.nl = l ? l->n_local : 0;
+    if (!st) st = hp_moe_ws_create(&ws, l, T, &err);
+    if (!st && (!(x = malloc((size_t)(T * H) * sizeof *x)) || !(y = malloc((size_t)(T * H) * sizeof *y))))
+        st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
+    if (!st) {
+        uint64_t s = 99;
+        for (int64_t i = 0; i < T * H; i++) x[i] = urand(&s, 1.0f);
+        st = time_layer(a, l, ws, x, y, &r, &err);
     }
-done:
+    if (!st) {
+        measure_limits(a, l, ws, &r);
+        if (a->json) print_json(a, &r);
+        else print_text(a, &r);
+    }
     free(x);
     free(y);
     hp_moe_ws_destroy(ws);
@@ -418,42 +498,10 @@ done:
 static int bench_moe(int argc, char **argv)
 {
     bench_args a = {.dtype = HP_DT_F32, .compute = HP_LINALG_EXACT, .max_gib = 6.0};
-    const char *preset_name = NULL;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "bench", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'p': preset_name = optarg; break;
-        case 'T':
-            if (!cli_parse_i64("bench", "--tokens", optarg, 1, 1 << 20, &a.tokens)) return HP_EXIT_USAGE;
-            break;
-        case 'd': {
-            static const hp_dtype dts[] = {HP_DT_BF16, HP_DT_F32};
-            if (!cli_parse_dtype("bench", optarg, dts, 2, &a.dtype)) return HP_EXIT_USAGE;
-            break;
-        }
-        case 'X': if (!cli_parse_compute("bench", optarg, &a.compute)) return HP_EXIT_USAGE; break;
-        case 'j': a.json = true; break;
-        case 't':
-            if (!cli_parse_i64("bench", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
-            break;
-        case 'r':
-            if (!cli_parse_router("bench", optarg, &a.real_router)) return HP_EXIT_USAGE;
-            break;
-        case 'R':
-            if (!cli_parse_i64("bench", "--reps", optarg, 1, 50, &a.reps)) return HP_EXIT_USAGE;
-            break;
-        case 'm':
-            if (!cli_parse_positive("bench", "--max-gib", optarg, &a.max_gib)) return HP_EXIT_USAGE;
-            break;
-        case 'e':
-            if (!cli_parse_i64("bench", "--ep", optarg, 1, 1 << 16, &a.ep)) return HP_EXIT_USAGE;
-            break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("bench", argv);
-        }
-    }
+    cli_parser cp = {.command = &cli_cmd_bench_moe};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    const char *preset_name = a.preset;
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
     if (!(a.p = cli_preset_arg("bench", preset_name, true))) return HP_EXIT_USAGE;
     if (!a.tokens) return cli_usage_error("bench", "missing --tokens T");
@@ -461,13 +509,32 @@ static int bench_moe(int argc, char **argv)
 }
 
 enum { O_WORLD = 1000, O_REPS };
+
+typedef struct advise_args {
+    cli_plan_flags pf;
+    cli_cost_flags cf;
+    int64_t world, reps;
+} advise_args;
+
 static const cli_opt g_advise_opts[] = {
-    {"world", O_WORLD, "N", "ranks in all", 0, NULL},
-    {"reps", O_REPS, "R", "runs of the search; the best is reported (3)", 0, NULL},
+    {"world", O_WORLD, "N", "ranks in all", 0, NULL, CLI_INT(advise_args, world, 1, 1 << 20)},
+    {"reps", O_REPS, "R", "runs of the search; the best is reported (3)", 0, NULL, CLI_INT(advise_args, reps, 1, 100)},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("advise's flags: the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH),
-    CLI_OPTS_PLAN("advise's flags: the plan flags of every candidate"),
+    CLI_OPTS_COST("advise's flags: the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH,
+                  advise_args, cf),
+    CLI_OPTS_PLAN("advise's flags: the plan flags of every candidate", advise_args, pf),
     {0},
+};
+
+const cli_command cli_cmd_bench_advise = {
+    .cmd = "bench advise",
+    .name = "bench advise",
+    .summary = "hyperpar advise's time per mesh against one plan derivation",
+    .forms = {{NULL, "MODEL --world"}},
+    .about = "Times 'hyperpar advise' over every mesh of N ranks (the best of R runs) against one plan\n"
+             "derivation of MODEL in the same run, and prints both and their ratio.\n",
+    .opts = g_advise_opts,
+    .run = cmd_bench_advise,
 };
 
 /* `hyperpar bench advise MODEL --world N [advise flags]`: the time hp_advise takes per mesh against one plan
@@ -475,35 +542,15 @@ static const cli_opt g_advise_opts[] = {
  * them (hp_advice.plan_seconds, search_seconds). */
 int cmd_bench_advise(int argc, char **argv)
 {
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
-    cli_cost_flags cf;
-    cli_cost_flags_init(&cf);
-    int64_t N = 0, reps = 3;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "bench advise", .opts = g_advise_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("bench advise", c, optarg, &pf);
-        if (pr == 0) pr = cli_cost_flag("bench advise", c, optarg, &cf);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case O_WORLD:
-            if (!cli_parse_i64("bench advise", "--world", optarg, 1, 1 << 20, &N)) return HP_EXIT_USAGE;
-            break;
-        case O_REPS:
-            if (!cli_parse_i64("bench advise", "--reps", optarg, 1, 100, &reps)) return HP_EXIT_USAGE;
-            break;
-        case 'h':
-            printf("usage: hyperpar bench advise MODEL --world N [--reps R] [advise flags]\n\n"
-                   "Times 'hyperpar advise' over every mesh of N ranks (the best of R runs) against one plan\n"
-                   "derivation of MODEL in the same run, and prints both and their ratio.\n\n");
-            cli_print_options(stdout, g_advise_opts);
-            return HP_EXIT_OK;
-        default: return cli_bad_option("bench advise", argv);
-        }
-    }
+    advise_args o = {.reps = 3};
+    cli_plan_flags_init(&o.pf);
+    cli_cost_flags_init(&o.cf);
+    cli_parser cp = {.command = &cli_cmd_bench_advise};
+    int prc = cli_parse(&cp, &o, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    cli_plan_flags pf = o.pf;
+    cli_cost_flags cf = o.cf;
+    int64_t N = o.world, reps = o.reps;
     if (optind != argc - 1) return cli_usage_error("bench advise", "expected exactly one MODEL");
     if (N < 1) return cli_usage_error("bench advise", "missing --world N");
     if (!cli_cost_flags_done("bench advise", &cf)) return HP_EXIT_USAGE;
@@ -544,17 +591,29 @@ int cmd_bench_advise(int argc, char **argv)
     return HP_EXIT_OK;
 }
 
+static const cli_command *const g_benches[] = {&cli_cmd_bench_moe, &cli_cmd_bench_ep, &cli_cmd_bench_run,
+                                                &cli_cmd_bench_train, &cli_cmd_bench_advise, NULL};
+
+const cli_command cli_cmd_bench = {
+    .cmd = "bench",
+    .summary = "benchmarks, each next to a limit measured in the same run:",
+    .run = cmd_bench,
+    .subs = g_benches,
+};
+
+/* `hyperpar bench NAME ...`: the benchmark of that name; --help is bench moe's (it lists the others). */
 int cmd_bench(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
+        cli_help(stdout, &cli_cmd_bench_moe);
         return HP_EXIT_OK;
     }
-    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (moe, ep, run, train, advise)");
-    if (!strcmp(argv[1], "moe")) return bench_moe(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "ep")) return cmd_bench_ep(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "run")) return cmd_bench_run(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "train")) return cmd_bench_train(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "advise")) return cmd_bench_advise(argc - 1, argv + 1);
-    return cli_usage_error("bench", "unknown benchmark '%s'; known: moe, ep, run, train, advise", argv[1]);
+    char names[128] = "";
+    for (const cli_command *const *b = g_benches; *b; b++) {
+        const char *nm = (*b)->name + strlen("bench ");
+        if (argc >= 2 && !strcmp(argv[1], nm)) return (*b)->run(argc - 1, argv + 1);
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", names[0] ? ", " : "", nm);
+    }
+    if (argc < 2) return cli_usage_error("bench", "missing the benchmark name (%s)", names);
+    return cli_usage_error("bench", "unknown benchmark '%s'; known: %s", argv[1], names);
 }

@@ -23,81 +23,78 @@
 
 enum { O_PLAN = 1000, O_ROUTING, O_RANK, O_DETAIL };
 #define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
+
+typedef struct cost_args {
+    cli_plan_flags pf;
+    cli_cost_flags cf;
+    cli_input_flags in;
+    const char *plan, *routing;
+    int64_t rank;
+    bool detail;
+} cost_args;
+
 static const cli_opt g_opts[] = {
     {"routing", O_ROUTING, "FILE", "the routed experts: moe.<layer>.topk_idx I32 [B*S, K] (a forward_io file\n"
                                    "or 'hyperpar run --output'); B and S from its input_ids when it has them",
-     0, NULL},
-    {"rank", O_RANK, "R", "the rank whose collectives are listed (default: the most-loaded)", 0, NULL},
-    {"detail", O_DETAIL, NULL, "list every layer's collectives (default: the first layers, then sums)", 0, NULL},
+     0, NULL, CLI_STR(cost_args, routing)},
+    {"rank", O_RANK, "R", "the rank whose collectives are listed (default: the most-loaded)", 0, NULL,
+     CLI_INT(cost_args, rank, 0, HP_MESH_MAX_WORLD)},
+    {"detail", O_DETAIL, NULL, "list every layer's collectives (default: the first layers, then sums)", 0, NULL,
+     CLI_FLAG(cost_args, detail)},
     CLI_OPT_HELP,
-    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", "one row per dp replica"),
+    CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", "one row per dp replica", cost_args, cf),
     CLI_OPTS_INPUT("B and S from an input instead of --batch/--seq (one of --input, --ids, --random-input; all\n"
-                   "as 'hyperpar run' takes them, checked against the vocabulary)"),
-    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},
-    CLI_OPTS_MESH(G_PLAN), CLI_OPTS_EP(G_PLAN), CLI_OPTS_PLAN(G_PLAN),
+                   "as 'hyperpar run' takes them, checked against the vocabulary)", cost_args, in),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN,
+     CLI_STR(cost_args, plan)},
+    CLI_OPTS_MESH(G_PLAN, cost_args, pf), CLI_OPTS_EP(G_PLAN, cost_args, pf), CLI_OPTS_PLAN(G_PLAN, cost_args, pf),
     {0},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar cost MODEL [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
-            "                     [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--packed-fused]\n"
-            "                     [--allow-uncovered] [--freeze GLOB]... [--ep-compute suggested|ARCHETYPE]\n"
-            "                     [--plan plan.json]\n"
-            "                     [--batch B --seq S | INPUT] [--routing FILE] [--mode infer|train|decode]\n"
-            "                     [--context C] [--hardware cpu|H100|H200|A100|MI300X]\n"
-            "                     [--recompute none|selective|full] [--micro-batch MB] [--zero 0|1|2|3]\n"
-            "                     [--mem-per-rank SIZE] [--mem-reserve SIZE]\n"
-            "                     [model flags] [--rank R] [--detail] [--format text|json|html] [-o FILE]\n"
-            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] | --ids \"1,2;3,4\"\n"
-            "         | --random-input B,S (as 'hyperpar run' takes them)\n"
-            "  model flags: the byte and time model's --gemm-gflops G | --measure-gemm, --intra-bw/--inter-bw G,\n"
-            "         --intra-latency-us/--inter-latency-us L, --train-state M, --grad-bytes/--master-bytes/\n"
-            "         --optim-bytes N, --kv-bytes N, --mem-bw G (listed below); given, they override --hardware's\n"
-            "         figures\n"
-            "\n"
-            "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
-            "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
-            "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors), and the communication\n"
-            "and workspace of one forward step, boundary by boundary (each collective's kind, group and bytes):\n"
-            "what 'hyperpar run' counts on the same batch without --output or --compare. That run takes no\n"
-            "logits: lm_head and the loss run in row chunks, and only the MoE routing is gathered to rank 0; a run\n"
-            "with --output also holds every row's logits and gathers them to rank 0 (docs/cost.md,\n"
-            "\"Which run\"). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
-            "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
-            "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
-            "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
-            "Megatron-style activations and state), --freeze honoured (no gradient, optimizer state or master).\n"
-            "With --mem-per-rank (a GPU: its memory, less --mem-reserve, a tenth by default) and a rank that\n"
-            "does not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
-            "--mode train runs micro-batches of 1 row per replica unless --micro-batch says otherwise.\n"
-            "--mode decode (serving): --batch sequences, one new token each, each with a KV cache of --context\n"
-            "positions: the KV cache per sequence and for the batch, how many sequences fit beside the weights\n"
-            "and the step's activations in --mem-per-rank, and the step time max(compute, memory reads / --mem-bw)\n"
-            "+ communication (the collectives of that B x 1 batch, as 'hyperpar run' would count them).\n"
-            "\n"
-            "\n");
-    cli_print_options(out, g_opts);
-    fprintf(out,
-            "\n"
-            "JSON: {\"world\", \"batch\", \"micro_batch\", \"micro_batches\", \"seq\", \"mode\", \"max_rank\", \"engine\"\n"
-            "       \"mem_per_rank\", \"mem_reserve\", \"mem_usable\" (the budget less the reserve),\n"
-            "       (\"hyperpar\" or \"estimate\"), \"hardware\": {the profile}, \"model\": {the byte and time model},\n"
-            "       \"note\", \"fit\" (null, or with --mem-per-rank: {\"binding\", \"binding_bytes\", \"changes\":\n"
-            "       [{\"flag\", \"value\", \"bytes\", \"command\"}]}),\n"
-            "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
-            "       (exact: the high-water mark of run's buffers in its forward), \"window_bytes\" (exact: the\n"
-            "       shared-memory windows of its tp and cp groups on one node), \"kv_cache_bytes\",\n"
-            "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"gather_bytes\",\n"
-            "       \"total_bytes\",\n"
-            "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
-            "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-            "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
-            "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
-            "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
-            "       \"events\": [the listed rank's collectives]}\n");
-}
+const cli_command cli_cmd_cost = {
+    .cmd = "cost",
+    .summary = "what a plan costs each rank: memory, communication, FLOPs, step time",
+    .forms = {{NULL, "MODEL"}},
+    .about = "What MODEL's plan costs each rank of the mesh. MODEL is a checkpoint, a config.json (meta mode) or a\n"
+             "folder written by 'hyperpar shard' (its mesh and plan, as run takes them).\n"
+             "Exact: the weight bytes of every rank (its 'hyperpar shard' file's tensors), and the communication\n"
+             "and workspace of one forward step, boundary by boundary (each collective's kind, group and bytes):\n"
+             "what 'hyperpar run' counts on the same batch without --output or --compare. That run takes no\n"
+             "logits: lm_head and the loss run in row chunks, and only the MoE routing is gathered to rank 0; a run\n"
+             "with --output also holds every row's logits and gathers them to rank 0 (docs/cost.md,\n"
+             "\"Which run\"). Estimates, marked *: activations, KV cache, training state, FLOPs and a\n"
+             "predicted step time, from the stated model of docs/cost.md; the MoE token exchange is exact for a\n"
+             "given routing or 'hyperpar run --router balanced', and the balanced router's estimate otherwise.\n"
+             "With a GPU --hardware every figure but the weights' layout is an estimate for another engine (bf16,\n"
+             "Megatron-style activations and state), --freeze honoured (no gradient, optimizer state or master).\n"
+             "With --mem-per-rank (a GPU: its memory, less --mem-reserve, a tenth by default) and a rank that\n"
+             "does not fit, it prints the binding constraint and the nearest changes that fit, as command lines.\n"
+             "--mode train runs micro-batches of 1 row per replica unless --micro-batch says otherwise.\n"
+             "--mode decode (serving): --batch sequences, one new token each, each with a KV cache of --context\n"
+             "positions: the KV cache per sequence and for the batch, how many sequences fit beside the weights\n"
+             "and the step's activations in --mem-per-rank, and the step time max(compute, memory reads / --mem-bw)\n"
+             "+ communication (the collectives of that B x 1 batch, as 'hyperpar run' would count them).\n"
+             "The flags of the byte and time model (--gemm-gflops ... --kv-bytes, listed below), given, override\n"
+             "--hardware's figures.\n",
+    .opts = g_opts,
+    .epilog = "JSON: {\"world\", \"batch\", \"micro_batch\", \"micro_batches\", \"seq\", \"mode\", \"max_rank\", \"engine\"\n"
+              "       \"mem_per_rank\", \"mem_reserve\", \"mem_usable\" (the budget less the reserve),\n"
+              "       (\"hyperpar\" or \"estimate\"), \"hardware\": {the profile}, \"model\": {the byte and time model},\n"
+              "       \"note\", \"fit\" (null, or with --mem-per-rank: {\"binding\", \"binding_bytes\", \"changes\":\n"
+              "       [{\"flag\", \"value\", \"bytes\", \"command\"}]}),\n"
+              "       \"ranks\": [{\"rank\", \"coords\", \"weight_bytes\", \"activation_bytes\", \"workspace_bytes\"\n"
+              "       (exact: the high-water mark of run's buffers in its forward), \"window_bytes\" (exact: the\n"
+              "       shared-memory windows of its tp and cp groups on one node), \"kv_cache_bytes\",\n"
+              "       \"grad_bytes\", \"optim_bytes\", \"master_bytes\", \"saved_bytes\", \"gather_bytes\",\n"
+              "       \"total_bytes\",\n"
+              "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
+              "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
+              "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
+              "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
+              "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
+              "       \"events\": [the listed rank's collectives]}\n",
+    .run = cmd_cost,
+};
 
 static const char *mb(uint64_t b, char *buf, size_t cap)
 {
@@ -327,36 +324,20 @@ static hp_status write_html(const char *path, const hp_model *m, const hp_plan *
 
 int cmd_cost(int argc, char **argv)
 {
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
-    cli_cost_flags cf;
-    cli_cost_flags_init(&cf);
-    const char *plan_path = NULL, *routing = NULL;
-    cli_input_flags in = {0};
-    int64_t want_rank = -1;
-    bool detail = false;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = "cost", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("cost", c, optarg, &pf);
-        if (pr == 0) pr = cli_cost_flag("cost", c == 'o' ? CLI_O_OUT : c, optarg, &cf);
-        if (pr == 0) pr = cli_input_flag("cost", c, optarg, &in);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case O_PLAN: plan_path = optarg; break;
-        case O_ROUTING: routing = optarg; break;
-        case O_DETAIL: detail = true; break;
-        case O_RANK:
-            if (!cli_parse_i64("cost", "--rank", optarg, 0, HP_MESH_MAX_WORLD, &want_rank)) return HP_EXIT_USAGE;
-            break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("cost", argv);
-        }
-    }
+    cost_args a = {.rank = -1};
+    cli_plan_flags_init(&a.pf);
+    cli_cost_flags_init(&a.cf);
+    cli_parser cp = {.command = &cli_cmd_cost};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    cli_plan_flags pf = a.pf;
+    cli_cost_flags cf = a.cf;
+    cli_input_flags in = a.in;
+    const char *plan_path = a.plan, *routing = a.routing;
+    int64_t want_rank = a.rank;
+    bool detail = a.detail;
     if (optind != argc - 1) return cli_usage_error("cost", "expected exactly one MODEL");
-    if (plan_path && pf.any)
+    if (plan_path && cli_plan_flags_any(&pf))
         return cli_usage_error("cost", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
     bool input = in.input || in.ids || in.random;
     /* --seq with --input cuts a token stream (then --batch counts its rows); with --ids or --random-input, or a
@@ -401,7 +382,7 @@ int cmd_cost(int argc, char **argv)
             st = hp_err_set(&err, HP_ERR_INPUT, "--routing: %s is a dense model; it has no routing", m->path);
         else st = cli_cost_read_routing(&cf, m, routing, &err);
     }
-    bool default_mesh = !pf.mesh_spec && !pf.sizes_given && !pf.ep_given && !pf.ep_axis;
+    bool default_mesh = cli_plan_flags_default_mesh(&pf);
     if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
     else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
     if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);

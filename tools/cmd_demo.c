@@ -29,23 +29,28 @@
 #include "hyperpar/run.h"
 #include "hyperpar/model.h"
 
+typedef struct demo_args {
+    const char *out;
+    hp_gen_opts g;
+} demo_args;
+
 static const cli_opt g_opts[] = {
-    {"out", 'o', "DIR", "keep the files in DIR (default: a temporary folder, removed afterwards)", 0, NULL},
-    {"family", 'f', "F", "the MoE family to generate (default qwen3_moe)", 0, NULL},
+    {"out", 'o', "DIR", "keep the files in DIR (default: a temporary folder, removed afterwards)", 0, NULL,
+     CLI_STR(demo_args, out)},
+    {"family", 'f', "F", "the MoE family to generate (default qwen3_moe)", 0, NULL, CLI_STR(demo_args, g.family)},
     CLI_OPT_HELP,
     {0},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar demo [--out DIR] [--family F]\n"
-            "\n"
-            "Generates a tiny MoE checkpoint (qwen3_moe by default) and walks through what hyperpar does\n"
-            "with it. Without --out the files go to a temporary folder that is removed afterwards.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-}
+const cli_command cli_cmd_demo = {
+    .cmd = "demo",
+    .summary = "generate a tiny MoE model and show what hyperpar does with it",
+    .forms = {{NULL, ""}},
+    .about = "Generates a tiny MoE checkpoint (qwen3_moe by default) and walks through what hyperpar does\n"
+             "with it. Without --out the files go to a temporary folder that is removed afterwards.\n",
+    .opts = g_opts,
+    .run = cmd_demo,
+};
 
 static void step(int n, const char *what) { printf("\n== step %d: %s\n", n, what); }
 
@@ -540,21 +545,108 @@ static int prepare_out(const char *out)
     return HP_EXIT_OK;
 }
 
+/* Steps 2 and 3: the checkpoint, then the same model from its config.json alone, which must list the same tensors. */
+static int inspect_steps(const char *model_dir, const char *cfg)
+{
+    step(2, "inspect the checkpoint");
+    printf("$ hyperpar inspect %s --tree --depth 4\n", model_dir);
+    fflush(stdout);
+    char *args2[] = {"inspect", (char *)model_dir, "--tree", "--depth", "4", NULL};
+    optind = 1;
+    int rc = cmd_inspect(5, args2);
+    if (rc != HP_EXIT_OK) return rc;
+
+    step(3, "meta mode: the same model from config.json alone");
+    printf("$ hyperpar inspect %s\n", cfg);
+    fflush(stdout);
+    char *args3[] = {"inspect", (char *)cfg, NULL};
+    optind = 1;
+    if ((rc = cmd_inspect(2, args3)) != HP_EXIT_OK) return rc;
+    hp_err err;
+    hp_model *real = NULL, *meta = NULL;
+    if (hp_model_open(&real, model_dir, NULL, &err) != HP_OK || hp_model_open(&meta, cfg, NULL, &err) != HP_OK)
+        rc = cli_fail(&err);
+    else
+        rc = compare_tables(real, meta);
+    hp_model_close(real);
+    hp_model_close(meta);
+    return rc;
+}
+
+/* Step 4: the EP compute declared (ep_yaml), then the plan's explain report of one MoE block. */
+static int plan_step(const char *model_dir, const char *ep_yaml)
+{
+    step(4, "plan: tp=2 with TP-extend-EP over 2 ranks; the EP compute is declared explicitly");
+    printf("$ hyperpar plan %s --tp 2 --ep 2 --suggest-overrides -o %s\n", model_dir, ep_yaml);
+    fflush(stdout);
+    char *args[] = {"plan", (char *)model_dir, "--tp", "2", "--ep", "2", "--suggest-overrides", "-o", (char *)ep_yaml,
+                    NULL};
+    optind = 1;
+    int rc = cmd_plan(9, args);
+    if (rc != HP_EXIT_OK) return rc;
+    FILE *f = fopen(ep_yaml, "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) printf("    %s", line);
+    if (f) fclose(f);
+    printf("$ hyperpar plan %s --tp 2 --ep 2 --overrides %s --format explain --fqn model.layers.0.mlp\n", model_dir,
+           ep_yaml);
+    fflush(stdout);
+    char *args2[] = {"plan", (char *)model_dir, "--tp", "2", "--ep", "2", "--overrides", (char *)ep_yaml, "--format",
+                     "explain", "--fqn", "model.layers.0.mlp", NULL};
+    optind = 1;
+    return cmd_plan(12, args2);
+}
+
+/* Step 5: shard for dp=2 x ep=2, merge back, and the merged file byte for byte the source's. */
+static int shard_step(const char *out, const char *model_dir)
+{
+    step(5, "shard: per-rank files for dp=2 with TP-extend-EP over 2 ranks, then merge back");
+    char shards[600], merged[600], src_file[700], merged_file[700];
+    snprintf(shards, sizeof shards, "%s/shards", out);
+    snprintf(merged, sizeof merged, "%s/merged", out);
+    printf("$ hyperpar shard %s --dp 2 --ep 2 --out %s --force\n", model_dir, shards);
+    fflush(stdout);
+    char *args[] = {"shard", (char *)model_dir, "--dp", "2", "--ep", "2", "--out", shards, "--force", "--quiet", NULL};
+    optind = 1;
+    int rc = cmd_shard(10, args);
+    if (rc != HP_EXIT_OK) return rc;
+    printf("$ hyperpar merge %s --out %s --force\n", shards, merged);
+    fflush(stdout);
+    char *args2[] = {"merge", shards, "--out", merged, "--force", "--quiet", NULL};
+    optind = 1;
+    if ((rc = cmd_merge(6, args2)) != HP_EXIT_OK) return rc;
+    snprintf(src_file, sizeof src_file, "%s/model.safetensors", model_dir);
+    snprintf(merged_file, sizeof merged_file, "%s/model.safetensors", merged);
+    return same_tensors(src_file, merged_file);
+}
+
+/* Step 6: the layer-0 MoE block in one process, then over 2 MPI ranks, compared. */
+static int moe_step(const char *out, const char *model_dir, const char *ep_yaml, int64_t hidden)
+{
+    step(6, "moe: the layer-0 MoE block in one process, then over 2 MPI ranks");
+    char xfile[700], y1[700];
+    snprintf(xfile, sizeof xfile, "%s/x.safetensors", out);
+    snprintf(y1, sizeof y1, "%s/y_one.safetensors", out);
+    int rc = write_input(xfile, 16, hidden);
+    if (rc != HP_EXIT_OK) return rc;
+    printf("$ hyperpar moe %s --layer 0 --archetype qwen3moe_topk_router --input %s --output %s\n", model_dir, xfile, y1);
+    fflush(stdout);
+    char *args[] = {"moe", (char *)model_dir, "--layer", "0", "--archetype", "qwen3moe_topk_router", "--input", xfile,
+                    "--output", y1, NULL};
+    optind = 1;
+    if ((rc = cmd_moe(10, args)) != HP_EXIT_OK) return rc;
+    return run_mpi_moe(model_dir, ep_yaml, xfile, y1);
+}
+
 int cmd_demo(int argc, char **argv)
 {
-    const char *out = NULL;
-    hp_gen_opts g;
-    hp_gen_opts_default(&g);
-    int c;
-    cli_parser cp = {.cmd = "demo", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'f': g.family = optarg; break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("demo", argv);
-        }
-    }
+    demo_args a = {0};
+    hp_gen_opts_default(&a.g);
+    cli_parser cp = {.command = &cli_cmd_demo};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    const char *out = a.out;
+    hp_gen_opts g = a.g;
     if (optind != argc) return cli_usage_error("demo", "unexpected argument '%s'", argv[optind]);
 
     char tmp[256] = "";
@@ -571,117 +663,35 @@ int cmd_demo(int argc, char **argv)
         if (orc != HP_EXIT_OK) return orc;
     }
     g.force = true;
-    char model_dir[512], cfg[600];
+    char model_dir[512], cfg[600], ep_yaml[700];
     snprintf(model_dir, sizeof model_dir, "%s/model", out);
     snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
+    snprintf(ep_yaml, sizeof ep_yaml, "%s/ep.yaml", out);
 
     int rc = HP_EXIT_OK;
     hp_err err;
-    hp_model *real = NULL, *meta = NULL;
     step(1, "gen: a tiny random checkpoint");
     printf("$ hyperpar gen --family %s --out %s\n", g.family, model_dir);
-    if (hp_gen_checkpoint(&g, model_dir, &err) != HP_OK) {
-        rc = cli_fail(&err);
-        goto done;
-    }
+    if (hp_gen_checkpoint(&g, model_dir, &err) != HP_OK) rc = cli_fail(&err);
     fflush(stdout);
-
-    step(2, "inspect the checkpoint");
-    printf("$ hyperpar inspect %s --tree --depth 4\n", model_dir);
-    fflush(stdout);
-    {
-        char *args[] = {"inspect", model_dir, "--tree", "--depth", "4", NULL};
-        optind = 1;
-        if ((rc = cmd_inspect(5, args)) != HP_EXIT_OK) goto done;
+    if (rc == HP_EXIT_OK) rc = inspect_steps(model_dir, cfg);
+    if (rc == HP_EXIT_OK) rc = plan_step(model_dir, ep_yaml);
+    if (rc == HP_EXIT_OK) rc = shard_step(out, model_dir);
+    if (rc == HP_EXIT_OK) rc = moe_step(out, model_dir, ep_yaml, g.hidden);
+    if (rc == HP_EXIT_OK) {
+        step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate; 3 "
+                "training steps");
+        rc = run_dense(out);
     }
-
-    step(3, "meta mode: the same model from config.json alone");
-    printf("$ hyperpar inspect %s\n", cfg);
-    fflush(stdout);
-    {
-        char *args[] = {"inspect", cfg, NULL};
-        optind = 1;
-        if ((rc = cmd_inspect(2, args)) != HP_EXIT_OK) goto done;
+    if (rc == HP_EXIT_OK) {
+        step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate; train it, on a "
+                "token file with a checkpoint and a resume");
+        rc = run_moe_model(out, model_dir, ep_yaml, g.vocab);
     }
-    if (hp_model_open(&real, model_dir, NULL, &err) != HP_OK || hp_model_open(&meta, cfg, NULL, &err) != HP_OK) {
-        rc = cli_fail(&err);
-        goto done;
+    if (rc == HP_EXIT_OK) {
+        step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");
+        rc = cost_step(out, model_dir, ep_yaml);
     }
-    if ((rc = compare_tables(real, meta)) != HP_EXIT_OK) goto done;
-
-    step(4, "plan: tp=2 with TP-extend-EP over 2 ranks; the EP compute is declared explicitly");
-    char ep_yaml[700];
-    snprintf(ep_yaml, sizeof ep_yaml, "%s/ep.yaml", out);
-    printf("$ hyperpar plan %s --tp 2 --ep 2 --suggest-overrides -o %s\n", model_dir, ep_yaml);
-    fflush(stdout);
-    {
-        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--suggest-overrides", "-o", ep_yaml, NULL};
-        optind = 1;
-        if ((rc = cmd_plan(9, args)) != HP_EXIT_OK) goto done;
-        FILE *f = fopen(ep_yaml, "r");
-        char line[256];
-        while (f && fgets(line, sizeof line, f)) printf("    %s", line);
-        if (f) fclose(f);
-    }
-    printf("$ hyperpar plan %s --tp 2 --ep 2 --overrides %s --format explain --fqn model.layers.0.mlp\n", model_dir,
-           ep_yaml);
-    fflush(stdout);
-    {
-        char *args[] = {"plan", model_dir, "--tp", "2", "--ep", "2", "--overrides", ep_yaml, "--format", "explain",
-                        "--fqn", "model.layers.0.mlp", NULL};
-        optind = 1;
-        if ((rc = cmd_plan(12, args)) != HP_EXIT_OK) goto done;
-    }
-
-    step(5, "shard: per-rank files for dp=2 with TP-extend-EP over 2 ranks, then merge back");
-    char shards[600], merged[600], src_file[700], merged_file[700];
-    snprintf(shards, sizeof shards, "%s/shards", out);
-    snprintf(merged, sizeof merged, "%s/merged", out);
-    printf("$ hyperpar shard %s --dp 2 --ep 2 --out %s --force\n", model_dir, shards);
-    fflush(stdout);
-    {
-        char *args[] = {"shard", model_dir, "--dp", "2", "--ep", "2", "--out", shards, "--force", "--quiet", NULL};
-        optind = 1;
-        if ((rc = cmd_shard(10, args)) != HP_EXIT_OK) goto done;
-    }
-    printf("$ hyperpar merge %s --out %s --force\n", shards, merged);
-    fflush(stdout);
-    {
-        char *args[] = {"merge", shards, "--out", merged, "--force", "--quiet", NULL};
-        optind = 1;
-        if ((rc = cmd_merge(6, args)) != HP_EXIT_OK) goto done;
-    }
-    snprintf(src_file, sizeof src_file, "%s/model.safetensors", model_dir);
-    snprintf(merged_file, sizeof merged_file, "%s/model.safetensors", merged);
-    if ((rc = same_tensors(src_file, merged_file)) != HP_EXIT_OK) goto done;
-
-    step(6, "moe: the layer-0 MoE block in one process, then over 2 MPI ranks");
-    char xfile[700], y1[700];
-    snprintf(xfile, sizeof xfile, "%s/x.safetensors", out);
-    snprintf(y1, sizeof y1, "%s/y_one.safetensors", out);
-    if ((rc = write_input(xfile, 16, g.hidden)) != HP_EXIT_OK) goto done;
-    printf("$ hyperpar moe %s --layer 0 --archetype qwen3moe_topk_router --input %s --output %s\n", model_dir, xfile, y1);
-    fflush(stdout);
-    {
-        char *args[] = {"moe", model_dir, "--layer", "0", "--archetype", "qwen3moe_topk_router", "--input", xfile,
-                        "--output", y1, NULL};
-        optind = 1;
-        if ((rc = cmd_moe(10, args)) != HP_EXIT_OK) goto done;
-    }
-    if ((rc = run_mpi_moe(model_dir, ep_yaml, xfile, y1)) != HP_EXIT_OK) goto done;
-
-    step(7, "run: the whole forward pass of a dense decoder, one process, then over 2 MPI ranks; validate; 3 training steps");
-    if ((rc = run_dense(out)) != HP_EXIT_OK) goto done;
-
-    step(8, "run: the whole MoE model, one process, then tp=2 x ep=2 over 2 MPI ranks; validate; train it, on a "
-            "token file with a checkpoint and a resume");
-    if ((rc = run_moe_model(out, model_dir, ep_yaml, g.vocab)) != HP_EXIT_OK) goto done;
-
-    step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");
-    rc = cost_step(out, model_dir, ep_yaml);
-done:
-    hp_model_close(real);
-    hp_model_close(meta);
     fflush(stdout);
     if (tmp[0]) {
         char cmd[600];

@@ -10,34 +10,42 @@
 #include "hyperpar/model.h"
 #include "hyperpar/shard.h"
 
+typedef struct inspect_args {
+    bool json, tree, tensors;
+    int64_t depth, rank;
+    hp_model_opts mo;
+} inspect_args;
+
 static const cli_opt g_opts[] = {
     {"json", 'j', NULL, "one JSON object: architecture, model_type, num_params, num_tensors,\n"
-                        "total_bytes, dtypes (dtype -> bytes), layers, experts, ...", 0, NULL},
-    {"tree", 't', NULL, "the module tree with parameter counts per module", 0, NULL},
-    {"depth", 'd', "N", "limit --tree to N levels below the root", 0, NULL},
-    {"tensors", 'T', NULL, "list every tensor: name, dtype, shape", 0, NULL},
-    {"expert-layout", 'L', "L", "meta mode: per-expert (hub names, default) or batched", 0, NULL},
-    {"rank", 'r', "N", "a shard folder: only rank N (default: every rank)", 0, NULL},
+                        "total_bytes, dtypes (dtype -> bytes), layers, experts, ...", 0, NULL,
+     CLI_FLAG(inspect_args, json)},
+    {"tree", 't', NULL, "the module tree with parameter counts per module", 0, NULL, CLI_FLAG(inspect_args, tree)},
+    {"depth", 'd', "N", "limit --tree to N levels below the root", 0, NULL, CLI_INT(inspect_args, depth, 0, 1000)},
+    {"tensors", 'T', NULL, "list every tensor: name, dtype, shape", 0, NULL, CLI_FLAG(inspect_args, tensors)},
+    {"expert-layout", 'L', "L", "meta mode: per-expert (hub names, default) or batched", 0, NULL,
+     CLI_FN(inspect_args, mo.layout, cli_layout_fn)},
+    {"rank", 'r', "N", "a shard folder: only rank N (default: every rank)", 0, NULL,
+     CLI_INT(inspect_args, rank, 0, HP_SHARD_MAX_WORLD - 1)},
     CLI_OPT_HELP,
     {0},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors]\n"
-            "                        [--expert-layout per-expert|batched]\n"
-            "       hyperpar inspect SHARDS [--rank N] [--json]\n"
-            "\n"
-            "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
-            "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
-            "SHARDS, a folder written by 'hyperpar shard' (or one rank-NNNNN.safetensors file inside it: that\n"
-            "rank), lists what each rank holds: its coordinates, its file, and every tensor with its dtype, local\n"
-            "shape, global shape, the slice it keeps of each cut dim ([offset, end) of dim d) and the experts of\n"
-            "an expert stack, from the rank files checked against manifest.json.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-}
+const cli_command cli_cmd_inspect = {
+    .cmd = "inspect",
+    .summary = "summarise a checkpoint folder, .safetensors file or config.json; or\n"
+               "what each rank of a shard folder holds",
+    .forms = {{NULL, "PATH"}, {NULL, "SHARDS"}},
+    .about = "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
+             "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
+             "SHARDS, a folder written by 'hyperpar shard' (or one rank-NNNNN.safetensors file inside it: that\n"
+             "rank), lists what each rank holds: its coordinates, its file, and every tensor with its dtype, local\n"
+             "shape, global shape, the slice it keeps of each cut dim ([offset, end) of dim d) and the experts of\n"
+             "an expert stack, from the rank files checked against manifest.json; of the options only --rank and\n"
+             "--json apply to it.\n",
+    .opts = g_opts,
+    .run = cmd_inspect,
+};
 
 /* Names come from files: a tensor name may hold escape sequences that would drive the terminal. Text output
  * shows them escaped (hp_buf_escape), a backslash doubled so that the output is unambiguous. JSON output needs
@@ -312,30 +320,13 @@ static bool shard_rank_path(const char *path, char *dir, size_t cap, int64_t *ra
 
 int cmd_inspect(int argc, char **argv)
 {
-    bool json = false, tree = false, tensors = false;
-    int64_t depth = -1, rank = -1;
-    hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    int c;
-    cli_parser cp = {.cmd = "inspect", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'j': json = true; break;
-        case 't': tree = true; break;
-        case 'T': tensors = true; break;
-        case 'd':
-            if (!cli_parse_i64("inspect", "--depth", optarg, 0, 1000, &depth)) return HP_EXIT_USAGE;
-            break;
-        case 'L':
-            if (!hp_expert_layout_parse(optarg, &mo.layout))
-                return cli_usage_error("inspect", "--expert-layout must be per-expert or batched, got '%s'", optarg);
-            break;
-        case 'r':
-            if (!cli_parse_i64("inspect", "--rank", optarg, 0, HP_SHARD_MAX_WORLD - 1, &rank)) return HP_EXIT_USAGE;
-            break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("inspect", argv);
-        }
-    }
+    inspect_args a = {.depth = -1, .rank = -1, .mo = {.layout = HP_LAYOUT_PER_EXPERT}};
+    cli_parser cp = {.command = &cli_cmd_inspect};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    bool json = a.json, tree = a.tree, tensors = a.tensors;
+    int64_t depth = a.depth, rank = a.rank;
+    hp_model_opts mo = a.mo;
     if (optind != argc - 1) return cli_usage_error("inspect", "expected exactly one PATH");
     if (depth >= 0 && !tree) return cli_usage_error("inspect", "--depth limits the --tree listing; add --tree");
     const char *path = argv[optind];

@@ -18,64 +18,102 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
+typedef struct moe_args {
+    const char *model, *input, *output, *compare, *prefix, *archetype, *cf_text;
+    const char *mesh, *overrides;
+    int64_t layer, threads, ep, chunks;
+    double cf, rtol;
+    hp_moe_cap_policy policy;
+    hp_linalg_mode compute;
+    bool overlap;
+} moe_args;
+
+static bool cf_fn(const cli_ctx *x);
+
+static bool policy_fn(const cli_ctx *x);
+
 #define G_EP "expert parallelism (under mpirun)"
 static const cli_opt g_opts[] = {
-    {"layer", 'l', "L", "decoder layer index (must be sparse)", 0, NULL},
-    {"input", 'i', "X", "safetensors file holding 'x'", 0, NULL},
-    {"output", 'o', "Y", "output file (written atomically); optional with --compare", 0, NULL},
+    {"layer", 'l', "L", "decoder layer index (must be sparse)", 0, NULL, CLI_INT(moe_args, layer, 0, 1 << 20)},
+    {"input", 'i', "X", "safetensors file holding 'x'", 0, NULL, CLI_STR(moe_args, input)},
+    {"output", 'o', "Y", "output file (written atomically); optional with --compare", 0, NULL,
+     CLI_STR(moe_args, output)},
     {"archetype", 'a', "A", "the EP compute archetype, one of those listed below\n"
-                            "(default: the family's suggestion, printed)", 0, NULL},
-    {"capacity-factor", 'c', "F", "capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)", 0, NULL},
-    {"capacity-policy", 'p', "P", "score (keep the heaviest slots, default) or first (token order)", 0, NULL},
+                            "(default: the family's suggestion, printed)", 0, NULL, CLI_STR(moe_args, archetype)},
+    {"capacity-factor", 'c', "F", "capacity = ceil(F*T*K/E) slots per expert; 0 = off (default)", 0, NULL,
+     CLI_REAL(moe_args, cf, 0, HUGE_VAL, CLI_HI_OPEN, "a non-negative number"), .fn = cf_fn},
+    {"capacity-policy", 'p', "P", "score (keep the heaviest slots, default) or first (token order)", 0, NULL,
+     CLI_FN(moe_args, policy, policy_fn)},
     {"threads", 't', "N", "OpenMP and BLAS threads per rank (default: OMP_NUM_THREADS when set, else this\n"
-                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL},
+                          "process's cores divided by the ranks the launcher started on this node)", 0, NULL,
+     CLI_INT(moe_args, threads, 1, 4096)},
     {"compute", 'X', "M", "exact (default: f32 activations, bf16 weights widened exactly, f32 sums)\n"
                           "or bf16 (activations rounded to bf16 for the expert products, f32 sums;\n"
-                          "what PyTorch does for a bf16 model; docs/kernels.md gives its error)", 0, NULL},
+                          "what PyTorch does for a bf16 model; docs/kernels.md gives its error)", 0, NULL,
+     CLI_ENUM(moe_args, compute, cli_enum_compute)},
     {"compare", 'C', "REF", "verify against REF's <P>y (or <P>y_cf<F>), <P>topk_idx, <P>topk_w:\n"
-                            "|y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not", 0, NULL},
-    {"ref-prefix", 'P', "P", "key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)", 0, NULL},
-    {"compare-rtol", 'R', "R", "tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5", 0, NULL},
+                            "|y-ref| <= 1e-4*max|ref|, topk_idx equal, |topk_w-ref| <= 1e-5; exit 3 if not", 0, NULL,
+     CLI_STR(moe_args, compare)},
+    {"ref-prefix", 'P', "P", "key prefix in REF (default 'layers.L.'; '' for an output of hyperpar moe)", 0, NULL,
+     CLI_STR(moe_args, prefix)},
+    {"compare-rtol", 'R', "R", "tolerances R*max|ref| for y and R for topk_w instead of 1e-4 / 1e-5", 0, NULL,
+     CLI_RTOL(moe_args, rtol)},
     CLI_OPT_HELP,
-    {"ep", CLI_O_EP, "E", "EP group size (default: every rank)", 0, G_EP},
-    {"mesh", CLI_O_MESH, "SPEC", "the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N", 0, G_EP},
+    {"ep", CLI_O_EP, "E", "EP group size (default: every rank)", 0, G_EP,
+     CLI_DIGITS(moe_args, ep, 1, HP_MESH_MAX_SIZE)},
+    {"mesh", CLI_O_MESH, "SPEC", "the mesh, e.g. dp=2,tp=2 (default dp=N); its product must equal N", 0, G_EP,
+     CLI_STR(moe_args, mesh)},
     {"overrides", CLI_O_OVERRIDES, "FILE", "plan overrides declaring the layer's local_compute_fn (the archetype);\n"
                                            "with --ep > 1 the archetype must be chosen explicitly: --archetype or\n"
-                                           "this", 0, G_EP},
-    {"overlap", 'v', NULL, "non-blocking token exchange; the shared expert runs while it is in flight", 0, G_EP},
+                                           "this", 0, G_EP, CLI_STR_NONEMPTY(moe_args, overrides, "a file name")},
+    {"overlap", 'v', NULL, "non-blocking token exchange; the shared expert runs while it is in flight", 0, G_EP,
+     CLI_FLAG(moe_args, overlap)},
     {"dispatch-chunks", 'D', "C", "exchange the local tokens in C chunks (1..64, default 1), chunk c+1's rows\n"
                                   "in flight while chunk c's experts run; same routing and capacity, y within\n"
-                                  "1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)", 0, G_EP},
+                                  "1e-6*max|y| of one chunk (BLAS rounds differently for other row counts)", 0, G_EP,
+     CLI_INT(moe_args, chunks, 1, 64)},
     {0},
 };
 
-static void usage(FILE *out)
+static void archetypes(FILE *out)
 {
     fprintf(out,
-            "usage: hyperpar moe MODEL --layer L --input X.safetensors --output Y.safetensors\n"
-            "                    [--archetype A] [--capacity-factor F] [--capacity-policy score|first]\n"
-            "                    [--threads N] [--compare REF.safetensors [--ref-prefix P]]\n"
-            "       mpirun -np N hyperpar moe MODEL --layer L --ep E [--mesh SPEC] [--overrides FILE]\n"
-            "                    [--overlap] [--dispatch-chunks C] --input X --output Y [...]\n"
-            "\n"
-            "Runs the MoE block of sparse layer L of a checkpoint on the rows of X's tensor 'x' [T, H] (f32)\n"
-            "and writes 'y' [T, H] f32, 'topk_idx' [T, K] i32 and 'topk_w' [T, K] f32 (each row sorted by\n"
-            "expert id ascending). Statistics go to stderr. MODEL may also be a folder written by 'hyperpar\n"
-            "shard' (it holds manifest.json): each rank then loads its own rank file (docs/moe.md).\n"
-            "\n"
-            "Expert parallelism (under mpirun): every rank reads the same X and MODEL (checked: rows, a hash\n"
-            "of X and of the weights) and takes the r-th contiguous block of rows, the first T mod N ranks one\n"
-            "row more (ranks past the end of a short X hold none); EP groups are E consecutive ranks of the\n"
-            "mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads only its E/ep experts and\n"
-            "applies the capacity factor to its own block; rank 0 writes the output rows in the original order.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-    fprintf(out,
-            "\n"
             "Archetypes: %s.\n"
             "A non-finite output is an error naming the row and its likely cause (exit 2).\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
             hp_moe_archetype_list());
+}
+
+const cli_command cli_cmd_moe = {
+    .cmd = "moe",
+    .summary = "run one sparse (MoE) layer of a checkpoint on an input file",
+    .forms = {{NULL, "MODEL --layer --input --output"}, {"mpirun -np N", "MODEL --layer --ep --input --output"}},
+    .about = "Runs the MoE block of sparse layer L of a checkpoint on the rows of X's tensor 'x' [T, H] (f32)\n"
+             "and writes 'y' [T, H] f32, 'topk_idx' [T, K] i32 and 'topk_w' [T, K] f32 (each row sorted by\n"
+             "expert id ascending). Statistics go to stderr. MODEL may also be a folder written by 'hyperpar\n"
+             "shard' (it holds manifest.json): each rank then loads its own rank file (docs/moe.md).\n"
+             "\n"
+             "Expert parallelism (under mpirun): every rank reads the same X and MODEL (checked: rows, a hash\n"
+             "of X and of the weights) and takes the r-th contiguous block of rows, the first T mod N ranks one\n"
+             "row more (ranks past the end of a short X hold none); EP groups are E consecutive ranks of the\n"
+             "mesh (TP-extend-EP) or the mesh's explicit ep axis; each rank loads only its E/ep experts and\n"
+             "applies the capacity factor to its own block; rank 0 writes the output rows in the original order.\n",
+    .opts = g_opts,
+    .epilog_more = archetypes,
+    .run = cmd_moe,
+};
+
+static bool policy_fn(const cli_ctx *x)
+{
+    if (hp_moe_cap_policy_parse(x->arg, cli_target(x))) return true;
+    return cli_usage_error(x->cmd, "--capacity-policy expects score or first, got '%s'", x->arg), false;
+}
+
+/* --capacity-factor: its text too, as the reference's key names it (y_cf<F>). */
+static bool cf_fn(const cli_ctx *x)
+{
+    ((moe_args *)x->args)->cf_text = x->arg;
+    return true;
 }
 
 static double now_s(void)
@@ -123,15 +161,6 @@ static hp_status load_layer(const char *path, const hp_model *m, int64_t rank, i
                               : hp_moe_layer_load(l, m, layer, lo, err);
 }
 
-typedef struct moe_args {
-    const char *model, *input, *output, *compare, *prefix, *archetype, *cf_text;
-    const char *mesh, *overrides;
-    int64_t layer, threads, ep, chunks;
-    double cf, rtol;
-    hp_moe_cap_policy policy;
-    hp_linalg_mode compute;
-    bool overlap;
-} moe_args;
 
 /* Compares the outputs with the reference; HP_ERR_VERIFY with the figures on a mismatch. */
 static hp_status compare(const moe_args *a, const hp_moe_ws *ws, const float *y, int64_t T, int64_t H, int64_t K,
@@ -397,51 +426,9 @@ static int run_ep(moe_args *a, int *argc, char ***argv)
 int cmd_moe(int argc, char **argv)
 {
     moe_args a = {.layer = -1};
-    int c;
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
-    cli_parser cp = {.cmd = "moe", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'l':
-            if (!cli_parse_i64("moe", "--layer", optarg, 0, 1 << 20, &a.layer)) return HP_EXIT_USAGE;
-            break;
-        case 'i': a.input = optarg; break;
-        case 'o': a.output = optarg; break;
-        case 'a': a.archetype = optarg; break;
-        case 'c': {
-            char *end = NULL;
-            a.cf = strtod(optarg, &end);
-            a.cf_text = optarg;
-            if (!*optarg || *end || !isfinite(a.cf) || a.cf < 0)
-                return cli_usage_error("moe", "--capacity-factor expects a non-negative number, got '%s'", optarg);
-            break;
-        }
-        case 'p':
-            if (!hp_moe_cap_policy_parse(optarg, &a.policy))
-                return cli_usage_error("moe", "--capacity-policy expects score or first, got '%s'", optarg);
-            break;
-        case 't':
-            if (!cli_parse_i64("moe", "--threads", optarg, 1, 4096, &a.threads)) return HP_EXIT_USAGE;
-            break;
-        case 'C': a.compare = optarg; break;
-        case 'P': a.prefix = optarg; break;
-        case CLI_O_EP: case CLI_O_MESH: case CLI_O_OVERRIDES: /* the shared plan-flag parser */
-            if (cli_plan_flag("moe", c, optarg, &pf) < 0) return HP_EXIT_USAGE;
-            a.ep = pf.ep_given ? pf.ep : 0;
-            a.mesh = pf.mesh_spec;
-            a.overrides = pf.overrides;
-            break;
-        case 'v': a.overlap = true; break;
-        case 'D':
-            if (!cli_parse_i64("moe", "--dispatch-chunks", optarg, 1, 64, &a.chunks)) return HP_EXIT_USAGE;
-            break;
-        case 'R': if (!cli_parse_rtol("moe", "--compare-rtol", optarg, &a.rtol)) return HP_EXIT_USAGE; break;
-        case 'X': if (!cli_parse_compute("moe", optarg, &a.compute)) return HP_EXIT_USAGE; break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("moe", argv);
-        }
-    }
+    cli_parser cp = {.command = &cli_cmd_moe};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
     if (optind >= argc) return cli_usage_error("moe", "missing MODEL");
     if (optind + 1 != argc) return cli_usage_error("moe", "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];

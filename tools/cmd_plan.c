@@ -13,59 +13,58 @@
 #include "hyperpar/plan.h"
 
 enum { O_WORLD = 1000, O_FORMAT, O_HFVER, O_FQN, O_SEQ, O_LAYOUT, O_NODERIVE, O_SUGGEST, O_END };
+enum { F_JSON, F_EXPLAIN, F_HF }; /* --format */
+
+typedef struct plan_args {
+    cli_plan_flags pf;
+    hp_model_opts mo;
+    const char *fqn, *output, *hf_version;
+    int format;
+    bool suggest;
+    int64_t world;
+} plan_args;
+
+static const cli_enum g_formats = {"must be", {{"json", F_JSON, false}, {"explain", F_EXPLAIN, false},
+                                               {"hf", F_HF, false}}};
 
 static const cli_opt g_opts[] = {
-    CLI_OPTS_MESH(NULL),
-    CLI_OPTS_EP(NULL),
-    {"world", O_WORLD, "N", "check that the mesh has exactly N ranks", 0, NULL},
-    CLI_OPTS_PLAN(NULL),
+    CLI_OPTS_MESH(NULL, plan_args, pf),
+    CLI_OPTS_EP(NULL, plan_args, pf),
+    {"world", O_WORLD, "N", "check that the mesh has exactly N ranks", 0, NULL,
+     CLI_DIGITS(plan_args, world, 1, HP_MESH_MAX_WORLD)},
+    CLI_OPTS_PLAN(NULL, plan_args, pf),
     {"format", O_FORMAT, "F", "json (default, docs/plan-format.md), explain (report with the compiled\n"
-                              "boundary collectives), hf (transformers tp_plan/ep_plan and DistributedConfig)", 0, NULL},
+                              "boundary collectives), hf (transformers tp_plan/ep_plan and DistributedConfig)", 0, NULL,
+     CLI_ENUM(plan_args, format, g_formats)},
     {"hf-version", O_HFVER, "V", "with --format hf: the transformers release the plan is for, MAJOR.MINOR[.PATCH]\n"
                                  "(default " HP_HF_DEFAULT_VERSION "; 5.0 or later): its style names, and no name it\n"
-                                 "refuses", 0, NULL},
+                                 "refuses", 0, NULL, CLI_STR(plan_args, hf_version)},
     {"fqn", O_FQN, "FQN", "with --format explain: only this boundary (or the one declaring this\n"
-                          "parameter or module)", 0, NULL},
-    {"output", 'o', "FILE", "write there (atomically) instead of stdout; never over an input", CLI_SHORT, NULL},
-    {"seq-len", O_SEQ, "N", "also check the sequence length against cp (divisible by 2*cp)", 0, NULL},
-    {"expert-layout", O_LAYOUT, "L", "meta mode: per-expert (default) or batched expert names", 0, NULL},
-    {"no-derive", O_NODERIVE, NULL, "derive=false: the plan holds only the overrides (needs --overrides)", 0, NULL},
+                          "parameter or module)", 0, NULL, CLI_STR_NONEMPTY(plan_args, fqn, "a boundary name")},
+    {"output", 'o', "FILE", "write there (atomically) instead of stdout; never over an input", CLI_SHORT, NULL,
+     CLI_STR(plan_args, output)},
+    {"seq-len", O_SEQ, "N", "also check the sequence length against cp (divisible by 2*cp)", 0, NULL,
+     CLI_DIGITS(plan_args, pf.po.seq_len, 1, INT64_MAX / 4)},
+    {"expert-layout", O_LAYOUT, "L", "meta mode: per-expert (default) or batched expert names", 0, NULL,
+     CLI_FN(plan_args, mo.layout, cli_layout_fn)},
+    {"no-derive", O_NODERIVE, NULL, "derive=false: the plan holds only the overrides (needs --overrides)", 0, NULL,
+     CLI_CONST(plan_args, pf.po.derive, 0)},
     {"suggest-overrides", O_SUGGEST, NULL, "print the YAML that declares the EP compute of every EP-marked boundary\n"
                                            "(the family's suggested archetype); review it, then pass it with\n"
-                                           "--overrides", 0, NULL},
+                                           "--overrides", 0, NULL, CLI_FLAG(plan_args, suggest)},
     CLI_OPT_HELP,
     {0},
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar plan MODEL [--mesh dp=2,cp=1,tp=4 | --dp N --cp N --tp N] [--ep N [--ep-axis]]\n"
-            "                     [--world N] [--no-sequence-parallel] [--loss-parallel]\n"
-            "                     [--format json|explain|hf [--hf-version V]] [--fqn FQN] [-o FILE]\n"
-            "                     [--freeze GLOB]...\n"
-            "                     [--allow-uncovered] [--packed-fused] [--seq-len N]\n"
-            "                     [--expert-layout per-expert|batched] [--overrides FILE] [--no-derive]\n"
-            "                     [--suggest-overrides] [--ep-compute suggested|ARCHETYPE]\n"
-            "\n"
-            "Derives the tensor/sequence/context/expert-parallel sharding plan of MODEL (a checkpoint folder,\n"
-            ".safetensors file or config.json) for a device mesh. Same input, byte-identical output.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-}
-
-/* cli_parse_i64 for plan's counts, which are plain digits: strtoll would also take " 2" and "+2". */
-static bool parse_count(const char *opt, const char *s, int64_t min, int64_t max, int64_t *out)
-{
-    bool digits = s[0] != '\0';
-    for (const char *q = s; *q && digits; q++) digits = *q >= '0' && *q <= '9';
-    if (!digits) {
-        cli_usage_error("plan", "%s expects an integer in [%lld, %lld] written as plain digits, got '%s'", opt,
-                        (long long)min, (long long)max, s);
-        return false;
-    }
-    return cli_parse_i64("plan", opt, s, min, max, out);
-}
+const cli_command cli_cmd_plan = {
+    .cmd = "plan",
+    .summary = "derive the sharding plan for a mesh (json, explain, hf)",
+    .forms = {{NULL, "MODEL"}},
+    .about = "Derives the tensor/sequence/context/expert-parallel sharding plan of MODEL (a checkpoint folder,\n"
+             ".safetensors file or config.json) for a device mesh. Same input, byte-identical output.\n",
+    .opts = g_opts,
+    .run = cmd_plan,
+};
 
 /* Edit distance of a and b, or limit + 1 when it is larger than limit (names of at most 255 bytes). */
 static size_t distance(const char *a, const char *b, size_t limit)
@@ -153,50 +152,24 @@ static const char *resolve_fqn(const hp_plan *p, const hp_model *m, const char *
 
 int cmd_plan(int argc, char **argv)
 {
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
+    plan_args a = {.mo = {.layout = HP_LAYOUT_PER_EXPERT}, .format = F_JSON};
+    cli_plan_flags_init(&a.pf);
+    cli_parser cp = {.command = &cli_cmd_plan};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    cli_plan_flags pf = a.pf;
     hp_plan_opts *pp = &pf.po;
-    hp_model_opts mo = {.layout = HP_LAYOUT_PER_EXPERT};
-    const char *format = "json", *fqn = NULL, *output = NULL, *hf_version = NULL;
-    bool suggest = false, format_given = false;
-    int64_t world = 0;
-    int c;
-    cli_parser cp = {.cmd = "plan", .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("plan", c, optarg, &pf);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case O_WORLD: if (!parse_count("--world", optarg, 1, HP_MESH_MAX_WORLD, &world)) return HP_EXIT_USAGE; break;
-        case O_FORMAT:
-            if (strcmp(optarg, "json") && strcmp(optarg, "explain") && strcmp(optarg, "hf"))
-                return cli_usage_error("plan", "--format must be json, explain or hf, got '%s'", optarg);
-            format = optarg;
-            format_given = true;
-            break;
-        case O_HFVER: hf_version = optarg; break;
-        case O_FQN:
-            if (!optarg[0]) return cli_usage_error("plan", "--fqn needs a boundary name, got an empty string");
-            fqn = optarg;
-            break;
-        case 'o': output = optarg; break;
-        case O_SEQ: if (!parse_count("--seq-len", optarg, 1, INT64_MAX / 4, &pp->seq_len)) return HP_EXIT_USAGE; break;
-        case O_LAYOUT:
-            if (!hp_expert_layout_parse(optarg, &mo.layout))
-                return cli_usage_error("plan", "--expert-layout must be per-expert or batched, got '%s'", optarg);
-            break;
-        case O_NODERIVE: pp->derive = false; break;
-        case O_SUGGEST: suggest = true; break;
-        case 'h': usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("plan", argv);
-        }
-    }
+    hp_model_opts mo = a.mo;
+    const char *fqn = a.fqn, *output = a.output, *hf_version = a.hf_version;
+    int format = a.format;
+    bool suggest = a.suggest, format_given = cli_given(&cp, O_FORMAT);
+    int64_t world = a.world;
     if (optind == argc) return cli_usage_error("plan", "expected a MODEL (a checkpoint folder or config.json)");
     if (optind != argc - 1) return cli_usage_error("plan", "expected exactly one MODEL, got '%s' too", argv[optind + 1]);
-    if (fqn && (suggest || strcmp(format, "explain") != 0))
+    if (fqn && (suggest || format != F_EXPLAIN))
         return cli_usage_error("plan", "--fqn selects the boundary that --format explain reports; add --format "
                                "explain%s", suggest ? " and drop --suggest-overrides" : "");
-    if (hf_version && (suggest || strcmp(format, "hf") != 0))
+    if (hf_version && (suggest || format != F_HF))
         return cli_usage_error("plan", "--hf-version names the transformers release that --format hf writes for; add "
                                "--format hf%s", suggest ? " and drop --suggest-overrides" : "");
     if (hf_version) {
@@ -250,10 +223,10 @@ int cmd_plan(int argc, char **argv)
     } else {
         hp_buf b;
         hp_buf_init(&b);
-        hp_status st = suggest                      ? hp_plan_suggest_overrides(p, &b, &err)
-                       : !strcmp(format, "json")    ? hp_plan_to_json(p, &b, &err)
-                       : !strcmp(format, "explain") ? hp_plan_explain(p, fqn, &b, &err)
-                                                    : hp_plan_to_hf_target(p, hf_version, &b, &err);
+        hp_status st = suggest                ? hp_plan_suggest_overrides(p, &b, &err)
+                       : format == F_JSON    ? hp_plan_to_json(p, &b, &err)
+                       : format == F_EXPLAIN ? hp_plan_explain(p, fqn, &b, &err)
+                                             : hp_plan_to_hf_target(p, hf_version, &b, &err);
         if (st != HP_OK) rc = cli_fail(&err);
         else if (b.oom) rc = HP_EXIT_RUNTIME;
         else rc = cli_write_atomic(output, b.data ? b.data : "", b.len, "the plan");

@@ -26,84 +26,6 @@ enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD
 #define G_INPUT "the input: one of --input, --ids, --random-input (docs/run.md, \"Inputs\")"
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 
-/* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
-static const cli_opt g_opts[] = {
-    CLI_OPT_HELP,
-    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
-                          "process's cores divided by the ranks on its node)", 0, NULL},
-    {"overlap", O_OVERLAP, NULL, "MoE blocks run the shared expert while their tokens are exchanged (also\n"
-                                 "when the declared compute sets overlap_shared_expert); the same numbers", 0, NULL},
-    {"compare-rtol", O_RTOL, "R", "run --compare: tolerances R * max|ref| for the logits and R * |ref| for the\n"
-                                  "loss instead of 1e-4 and 1e-5; validate: a boundary diverges when\n"
-                                  "max|diff| > R * max|one-process output| (1e-5)", 0, NULL},
-    {"rtol", O_RTOL, "R", NULL, 0, NULL},
-    CLI_OPTS_INPUT(G_INPUT),
-    {"seq", O_SEQ, "S", "--input is a token stream cut into rows of S tokens", 0, G_INPUT},
-    {"batch", O_BATCH, "B", "rows of S tokens read from the stream (default 1)", 0, G_INPUT},
-    CLI_OPTS_MESH(G_PLAN),
-    CLI_OPTS_EP(G_PLAN),
-    CLI_OPTS_PLAN(G_PLAN),
-    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0,
-     G_PLAN},
-    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V], loss F32 [] and, for every sparse layer\n"
-                           "l, its routed experts moe.<l>.topk_idx I32 [B*S, K] (atomically)", CLI_SHORT, "run only"},
-    {"compare", 'C', "REF", "check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
-                            "against REF's 'logits' and 'loss', and the routed experts of every\n"
-                            "moe.<l>.topk_idx REF has (exactly); exit 3 on a mismatch", 0, "run only"},
-    {"compute", O_COMPUTE, "M", "exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
-                                "(activations rounded to bf16 for the GEMMs)", 0, "run only"},
-    {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
-                              "expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
-                              "model's): for benchmarks and to check 'hyperpar cost' exchange bytes", 0, "run only"},
-    {"backward", O_BACKWARD, NULL, "compare every parameter's gradient of one training step (no update) with\n"
-                                   "one process's instead of the forward's boundaries: the first parameter\n"
-                                   "whose gradient diverges is named (a wrong dual or a missed sum)", 0,
-     "validate only"},
-    {"stats-json", O_STATS, "FILE", "rank 0 writes the loss (17 digits) and every rank's statistics (bytes and\n"
-                                    "calls per collective kind, resident weights, workspace, anonymous memory\n"
-                                    "grown) as JSON, atomically", 0, "run only"},
-    {0},
-};
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: [mpirun -np N] hyperpar run MODEL INPUT [--output OUT.safetensors]\n"
-            "                      [--compare REF.safetensors] [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                      [--ep N [--ep-axis]] [--ep-compute suggested|ARCHETYPE] [--no-sequence-parallel]\n"
-            "                      [--loss-parallel] [--overrides F]\n"
-            "                      [--freeze GLOB] [--allow-uncovered] [--packed-fused] [--plan plan.json]\n"
-            "                      [--compute exact|bf16] [--overlap] [--threads N]\n"
-            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
-            "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"
-            "\n"
-            "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
-            "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
-            "collective is the one a boundary's contract asks for (docs/run.md). Families (MoE ones marked *):\n");
-    int col = 0;
-    for (size_t i = 0; i < hp_family_count(); i++) {
-        const hp_family *f = hp_family_at(i);
-        if (!hp_family_runs(f)) continue;
-        const char *name = hp_family_name(f);
-        int w = (int)strlen(name) + (hp_family_is_moe(f) ? 1 : 0) + 2;
-        if (col && col + w > 104) fprintf(out, "\n"), col = 0;
-        col += fprintf(out, "%s%s%s", col ? " " : "", name, hp_family_is_moe(f) ? "*" : "") ;
-    }
-    fprintf(out,
-            "\n"
-            "Under expert parallelism (--ep) a MoE model's expert compute is declared, never chosen silently\n"
-            "(--overrides with local_compute_fn; docs/moe.md); the refusal prints the YAML to declare.\n"
-            "\n"
-            "  MODEL                   a checkpoint folder (each rank slices it through its mapping), or a folder\n"
-            "                          written by 'hyperpar shard' (each rank reads its file): it brings its mesh\n"
-            "                          and plan, and a plan flag that contradicts them is refused\n");
-    cli_print_options(out, g_opts);
-    fprintf(out,
-            "\n"
-            "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n");
-}
-
 typedef struct run_args {
     const char *model, *output, *compare, *plan;
     cli_plan_flags pf;  /* the shared plan and mesh flags */
@@ -119,6 +41,121 @@ typedef struct run_args {
     bool backward;          /* validate --backward */
     const char *stats_json; /* --stats-json FILE */
 } run_args;
+
+static bool rtol_fn(const cli_ctx *x);
+static const cli_enum g_router = {NULL, {{"balanced", 1, false}, {"real", 0, false}}}; /* into run_args.balanced */
+
+/* run's and validate's options: one table (validate refuses the "run only" group after parsing). */
+static const cli_opt g_opts[] = {
+    CLI_OPT_HELP,
+    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks on its node)", 0, NULL,
+     CLI_INT(run_args, threads, 1, 1024)},
+    {"overlap", O_OVERLAP, NULL, "MoE blocks run the shared expert while their tokens are exchanged (also\n"
+                                 "when the declared compute sets overlap_shared_expert); the same numbers", 0, NULL,
+     CLI_FLAG(run_args, overlap)},
+    {"compare-rtol", O_RTOL, "R", "run --compare: tolerances R * max|ref| for the logits and R * |ref| for the\n"
+                                  "loss instead of 1e-4 and 1e-5; validate: a boundary diverges when\n"
+                                  "max|diff| > R * max|one-process output| (1e-5)", 0, NULL,
+     CLI_FN(run_args, rtol, rtol_fn)},
+    {"rtol", O_RTOL, "R", NULL, 0, NULL, CLI_ALIAS},
+    CLI_OPTS_INPUT(G_INPUT, run_args, in),
+    {"seq", O_SEQ, "S", "--input is a token stream cut into rows of S tokens", 0, G_INPUT,
+     CLI_INT(run_args, seq, 1, INT32_MAX)},
+    {"batch", O_BATCH, "B", "rows of S tokens read from the stream (default 1)", 0, G_INPUT,
+     CLI_INT(run_args, batch, 1, INT32_MAX)},
+    CLI_OPTS_MESH(G_PLAN, run_args, pf),
+    CLI_OPTS_EP(G_PLAN, run_args, pf),
+    CLI_OPTS_PLAN(G_PLAN, run_args, pf),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN,
+     CLI_STR(run_args, plan)},
+    {"output", 'o', "OUT", "rank 0 writes logits F32 [B, S, V], loss F32 [] and, for every sparse layer\n"
+                           "l, its routed experts moe.<l>.topk_idx I32 [B*S, K] (atomically)", CLI_SHORT, "run only",
+     CLI_STR(run_args, output)},
+    {"compare", 'C', "REF", "check logits (|d| <= 1e-4 * max|ref|) and loss (|d| <= 1e-5 * |ref|)\n"
+                            "against REF's 'logits' and 'loss', and the routed experts of every\n"
+                            "moe.<l>.topk_idx REF has (exactly); exit 3 on a mismatch", 0, "run only",
+     CLI_STR(run_args, compare)},
+    {"compute", O_COMPUTE, "M", "exact (default: f32 activations, bf16 weights widened exactly) or bf16\n"
+                                "(activations rounded to bf16 for the GEMMs)", 0, "run only",
+     CLI_ENUM(run_args, compute, cli_enum_compute)},
+    {"router", O_ROUTER, "R", "real (default) or balanced: MoE blocks route slot s of a rank's tokens to\n"
+                              "expert (s mod Q)*L + (s div Q) mod L (spec 10.4; the outputs are not the\n"
+                              "model's): for benchmarks and to check 'hyperpar cost' exchange bytes", 0, "run only",
+     CLI_ENUM(run_args, balanced, g_router)},
+    {"backward", O_BACKWARD, NULL, "compare every parameter's gradient of one training step (no update) with\n"
+                                   "one process's instead of the forward's boundaries: the first parameter\n"
+                                   "whose gradient diverges is named (a wrong dual or a missed sum)", 0,
+     "validate only", CLI_FLAG(run_args, backward)},
+    {"stats-json", O_STATS, "FILE", "rank 0 writes the loss (17 digits) and every rank's statistics (bytes and\n"
+                                    "calls per collective kind, resident weights, workspace, anonymous memory\n"
+                                    "grown) as JSON, atomically", 0, "run only", CLI_STR(run_args, stats_json)},
+    {0},
+};
+
+/* --compare-rtol of run, --rtol of validate: either spelling, named as the command's own in a refusal. */
+static bool rtol_fn(const cli_ctx *x)
+{
+    return cli_parse_rtol(x->cmd, strcmp(x->cmd, "validate") ? "--compare-rtol" : "--rtol", x->arg, cli_target(x));
+}
+
+/* The families run takes, MoE ones marked *, and the rule of their expert compute. */
+static void families(FILE *out)
+{
+    int col = 0;
+    for (size_t i = 0; i < hp_family_count(); i++) {
+        const hp_family *f = hp_family_at(i);
+        if (!hp_family_runs(f)) continue;
+        const char *name = hp_family_name(f);
+        int w = (int)strlen(name) + (hp_family_is_moe(f) ? 1 : 0) + 2;
+        if (col && col + w > 104) fprintf(out, "\n"), col = 0;
+        col += fprintf(out, "%s%s%s", col ? " " : "", name, hp_family_is_moe(f) ? "*" : "") ;
+    }
+    fprintf(out,
+            "\n"
+            "Under expert parallelism (--ep) a MoE model's expert compute is declared, never chosen silently\n"
+            "(--overrides with local_compute_fn; docs/moe.md); the refusal prints the YAML to declare.\n");
+}
+
+static const cli_arg g_args[] = {
+    {"MODEL", "a checkpoint folder (each rank slices it through its mapping), or a folder\n"
+              "written by 'hyperpar shard' (each rank reads its file): it brings its mesh\n"
+              "and plan, and a plan flag that contradicts them is refused"},
+    {NULL, NULL},
+};
+
+const cli_command cli_cmd_run = {
+    .cmd = "run",
+    .summary = "run the whole forward pass across MPI ranks as the plan says",
+    .forms = {{"[mpirun -np N]", "MODEL --input"}, {"[mpirun -np N]", "MODEL --ids"},
+              {"[mpirun -np N]", "MODEL --random-input"}},
+    .about = "Runs MODEL's whole forward pass (embedding, every decoder layer, final norm, lm_head, loss) across\n"
+             "the ranks exactly as its plan says: each rank loads only its slices of the weights, and every\n"
+             "collective is the one a boundary's contract asks for (docs/run.md). Families (MoE ones marked *):\n",
+    .about_more = families,
+    .args = g_args,
+    .opts = g_opts,
+    .epilog = "stderr: tokens/s, compute vs communication time, bytes per collective kind, resident weight bytes.\n"
+              "Exit codes: 0 ok, 1 runtime failure, 2 bad input, 3 --compare mismatch.\n",
+    .run = cmd_run,
+};
+
+const cli_command cli_cmd_validate = {
+    .cmd = "validate",
+    .summary = "run the plan distributed and in one process, compare every boundary",
+    .forms = {{"[mpirun -np N]", "MODEL --input"}, {"[mpirun -np N]", "MODEL --ids"},
+              {"[mpirun -np N]", "MODEL --random-input"}},
+    .about = "Checks a plan against one process: runs MODEL's plan across the ranks and, on rank 0, the one-process\n"
+             "model on the same input; every boundary's output (and each layer's residual stream) is reassembled to\n"
+             "the full layout and compared. Prints a table (boundary, its exit collective, max error) and names the\n"
+             "first boundary that diverges, so a wrong override or placement is found in one run. With --backward\n"
+             "it compares every parameter's gradient of one training step instead. The options are 'hyperpar\n"
+             "run's; those under \"run only\" are refused.\n",
+    .opts = g_opts,
+    .epilog = "Exit codes: 0 every boundary agrees, 1 runtime failure, 2 bad input, 3 a boundary diverges.\n",
+    .run = cmd_validate,
+};
+
 
 static hp_status write_output(const char *path, const hp_run_output *o, hp_err *err)
 {
@@ -407,73 +444,15 @@ static int run(run_args *a, int *argc, char ***argv)
     return finish(w, st, &err);
 }
 
-static void usage_validate(FILE *out)
-{
-    fprintf(out,
-            "usage: [mpirun -np N] hyperpar validate MODEL INPUT [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                           [--ep N [--ep-axis]] [--ep-compute suggested|ARCHETYPE]\n"
-            "                           [--no-sequence-parallel] [--loss-parallel]\n"
-            "                           [--overrides F] [--plan plan.json] [--rtol R] [--threads N] [--backward]\n"
-            "  INPUT: --input IDS.safetensors | --input TOKENS.bin --seq S [--batch B] [--data-dtype T]\n"
-            "         | --ids \"1,2,3;4,5,6\" | --random-input B,S [--seed N]\n"
-            "\n"
-            "Checks a plan against one process: runs MODEL's plan across the ranks and, on rank 0, the one-process\n"
-            "model on the same input; every boundary's output (and each layer's residual stream) is reassembled to\n"
-            "the full layout and compared. Prints a table (boundary, its exit collective, max error) and names the\n"
-            "first boundary that diverges, so a wrong override or placement is found in one run. With --backward\n"
-            "it compares every parameter's gradient of one training step instead. The options are 'hyperpar\n"
-            "run's; those under \"run only\" are refused.\n"
-            "\n");
-    cli_print_options(out, g_opts);
-    fprintf(out, "\n"
-            "Exit codes: 0 every boundary agrees, 1 runtime failure, 2 bad input, 3 a boundary diverges.\n");
-}
 
 static int parse(int argc, char **argv, bool validate)
 {
     const char *cmd = validate ? "validate" : "run";
     run_args a = {.validate = validate};
     cli_plan_flags_init(&a.pf);
-    int64_t v;
-    int c;
-    optind = 1;
-    cli_parser cp = {.cmd = cmd, .opts = g_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag(cmd, c, optarg, &a.pf);
-        if (pr == 0) pr = cli_input_flag(cmd, c, optarg, &a.in);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case 'h': validate ? usage_validate(stdout) : usage(stdout); return HP_EXIT_OK;
-        case O_SEQ:
-            if (!cli_parse_i64(cmd, "--seq", optarg, 1, INT32_MAX, &a.seq)) return HP_EXIT_USAGE;
-            break;
-        case O_BATCH:
-            if (!cli_parse_i64(cmd, "--batch", optarg, 1, INT32_MAX, &a.batch)) return HP_EXIT_USAGE;
-            break;
-        case 'o': a.output = optarg; break;
-        case 'C': a.compare = optarg; break;
-        case 't':
-            if (!cli_parse_i64(cmd, "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
-            a.threads = (int)v;
-            break;
-        case O_PLAN: a.plan = optarg; break;
-        case O_OVERLAP: a.overlap = true; break;
-        case O_STATS: a.stats_json = optarg; break;
-        case O_BACKWARD: a.backward = true; break;
-        case O_ROUTER: {
-            bool real;
-            if (!cli_parse_router(cmd, optarg, &real)) return HP_EXIT_USAGE;
-            a.balanced = !real;
-            break;
-        }
-        case O_COMPUTE: if (!cli_parse_compute(cmd, optarg, &a.compute)) return HP_EXIT_USAGE; break;
-        case O_RTOL:
-            if (!cli_parse_rtol(cmd, validate ? "--rtol" : "--compare-rtol", optarg, &a.rtol)) return HP_EXIT_USAGE;
-            break;
-        default: return cli_bad_option(cmd, argv);
-        }
-    }
+    cli_parser cp = {.command = validate ? &cli_cmd_validate : &cli_cmd_run};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
     if (optind >= argc) return cli_usage_error(cmd, "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     a.model = argv[optind];
@@ -484,9 +463,9 @@ static int parse(int argc, char **argv, bool validate)
     if (!validate && a.backward) return cli_usage_error(cmd, "--backward belongs to 'hyperpar validate'");
     if (a.balanced && a.compare)
         return cli_usage_error(cmd, "--router balanced changes the outputs; it cannot be --compare'd with a reference");
-    if (a.plan && a.pf.any)
+    if (a.plan && cli_plan_flags_any(&a.pf))
         return cli_usage_error(cmd, "give either --plan or the plan flags (--mesh, --tp, ...), not both");
-    a.default_mesh = !a.pf.mesh_spec && !a.pf.sizes_given && !a.pf.ep_given && !a.pf.ep_axis;
+    a.default_mesh = cli_plan_flags_default_mesh(&a.pf);
     if (!a.default_mesh) {
         int rc = cli_plan_flags_mesh(cmd, &a.pf, 1);
         if (rc != HP_EXIT_OK) return rc;

@@ -18,71 +18,99 @@
 enum { O_PLAN = 1000, O_THREADS, O_FORCE, O_QUIET, O_MAX, O_VERIFY, O_DTYPE };
 #define G_PLAN "the plan, derived as 'hyperpar plan' does (see its --help), unless --plan"
 
+typedef struct shard_args {
+    cli_plan_flags pf;
+    const char *plan, *out;
+    int64_t threads;
+    bool force, quiet;
+} shard_args;
+
 static const cli_opt g_shard_opts[] = {
     CLI_OPT_HELP,
-    {"out", 'o', "DIR", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL},
-    {"threads", O_THREADS, "N", "threads over rank files, or over the tensors of a file (1)", 0, NULL},
+    {"out", 'o', "DIR", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL,
+     CLI_STR(shard_args, out)},
+    {"threads", O_THREADS, "N", "threads over rank files, or over the tensors of a file (1)", 0, NULL,
+     CLI_INT(shard_args, threads, 1, 256)},
     {"force", O_FORCE, NULL, "replace an earlier hyperpar output in DIR (one holding its .hyperpar-output\n"
                              "marker and nothing else); never any other folder. The old one is removed\n"
-                             "after the new one is complete", 0, NULL},
-    {"quiet", O_QUIET, NULL, "no progress line (it is shown only on a terminal anyway)", 0, NULL},
-    {"plan", O_PLAN, "FILE", "a plan written by 'hyperpar plan --format json' for this checkpoint", 0, G_PLAN},
-    CLI_OPTS_MESH(G_PLAN), CLI_OPTS_EP(G_PLAN), CLI_OPTS_PLAN(G_PLAN),
+                             "after the new one is complete", 0, NULL, CLI_FLAG(shard_args, force)},
+    {"quiet", O_QUIET, NULL, "no progress line (it is shown only on a terminal anyway)", 0, NULL,
+     CLI_FLAG(shard_args, quiet)},
+    {"plan", O_PLAN, "FILE", "a plan written by 'hyperpar plan --format json' for this checkpoint", 0, G_PLAN,
+     CLI_STR(shard_args, plan)},
+    CLI_OPTS_MESH(G_PLAN, shard_args, pf), CLI_OPTS_EP(G_PLAN, shard_args, pf), CLI_OPTS_PLAN(G_PLAN, shard_args, pf),
     {0},
 };
+
+const cli_command cli_cmd_shard = {
+    .cmd = "shard",
+    .summary = "write per-rank safetensors files for a mesh (from a plan)",
+    .forms = {{NULL, "MODEL --out"}},
+    .about = "Writes DIR/rank-XXXXX.safetensors for every rank of the mesh (world = product of the mesh, dp\n"
+             "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
+             "DIR/manifest.json (docs/shard-format.md), config.json and plan.json: run and train on DIR use its\n"
+             "mesh and plan without flags. dp replicas are hard links to one file. The plan is --plan FILE or\n"
+             "derived from the plan flags, not both.\n"
+             "The source is read through mmap, one streaming pass; DIR appears only when complete.\n",
+    .opts = g_shard_opts,
+    .epilog = "DIR may not be, contain or lie inside MODEL, its files, --plan or --overrides. SIGINT / SIGTERM stop\n"
+              "the run and remove its unfinished output.\n",
+    .run = cmd_shard,
+};
+
+typedef struct merge_args {
+    const char *out;
+    uint64_t max_shard_size;
+    hp_dtype dtype;
+    bool force, quiet, verify;
+} merge_args;
+
+static bool max_size_fn(const cli_ctx *x);
+
+static const cli_enum g_merge_dtypes = {NULL, {{"f32", HP_DT_F32, false}, {"float32", HP_DT_F32, true},
+                                               {"bf16", HP_DT_BF16, false}, {"bfloat16", HP_DT_BF16, true}}};
 
 static const cli_opt g_merge_opts[] = {
     CLI_OPT_HELP,
-    {"out", 'o', "OUT", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL},
-    {"max-shard-size", O_MAX, "S", "bytes per output file: 5GB (default), 500MB, 2GiB, ...", 0, NULL},
+    {"out", 'o', "OUT", "output folder (refused when non-empty unless --force)", CLI_SHORT, NULL,
+     CLI_STR(merge_args, out)},
+    {"max-shard-size", O_MAX, "S", "bytes per output file: 5GB (default), 500MB, 2GiB, ...", 0, NULL,
+     CLI_FN(merge_args, max_shard_size, max_size_fn)},
     {"verify", O_VERIFY, NULL, "also check every rank file's checksum from manifest.json (reads each rank\n"
-                               "file once more); without it, identity, sizes, shapes and layouts are checked", 0, NULL},
-    {"force", O_FORCE, NULL, "replace an earlier hyperpar output in OUT (never any other folder)", 0, NULL},
-    {"quiet", O_QUIET, NULL, "no progress line", 0, NULL},
+                               "file once more); without it, identity, sizes, shapes and layouts are checked", 0, NULL,
+     CLI_FLAG(merge_args, verify)},
+    {"force", O_FORCE, NULL, "replace an earlier hyperpar output in OUT (never any other folder)", 0, NULL,
+     CLI_FLAG(merge_args, force)},
+    {"quiet", O_QUIET, NULL, "no progress line", 0, NULL, CLI_FLAG(merge_args, quiet)},
     {"dtype", O_DTYPE, "T", "a training checkpoint only: f32 (default: the f32 masters as trained) or bf16\n"
-                            "(rounded to nearest even); config.json's torch_dtype says which", 0, NULL},
+                            "(rounded to nearest even); config.json's torch_dtype says which", 0, NULL,
+     CLI_ENUM(merge_args, dtype, g_merge_dtypes)},
     {0},
 };
 
-static void shard_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: hyperpar shard MODEL --out DIR (--plan plan.json | [--mesh SPEC | --dp N --cp N --tp N]\n"
-            "                      [--ep N [--ep-axis]] [--no-sequence-parallel] [--packed-fused]\n"
-            "                      [--allow-uncovered] [--freeze GLOB]... [--overrides FILE]\n"
-            "                      [--ep-compute suggested|ARCHETYPE]) [--threads N]\n"
-            "                      [--force] [--quiet]\n"
-            "\n"
-            "Writes DIR/rank-XXXXX.safetensors for every rank of the mesh (world = product of the mesh, dp\n"
-            "included), each holding exactly the tensors that rank needs at their local shapes, plus\n"
-            "DIR/manifest.json (docs/shard-format.md), config.json and plan.json: run and train on DIR use its\n"
-            "mesh and plan without flags. dp replicas are hard links to one file.\n"
-            "The source is read through mmap, one streaming pass; DIR appears only when complete.\n"
-            "\n");
-    cli_print_options(out, g_shard_opts);
-    fprintf(out,
-            "\n"
-            "DIR may not be, contain or lie inside MODEL, its files, --plan or --overrides. SIGINT / SIGTERM stop\n"
-            "the run and remove its unfinished output.\n");
-}
+const cli_command cli_cmd_merge = {
+    .cmd = "merge",
+    .summary = "rebuild the original checkpoint from a shard folder",
+    .forms = {{NULL, "DIR --out"}, {NULL, "RUN[/step-<t>] --out"}},
+    .about = "Rebuilds the original checkpoint from a 'hyperpar shard' folder: every rank file is validated,\n"
+             "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
+             "Writes OUT/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json\n"
+             "when the total is over --max-shard-size, plus config.json. --max-shard-size and --verify go with a\n"
+             "shard folder.\n"
+             "\n"
+             "Or turns a training checkpoint ('hyperpar train --save-every K --out RUN' wrote RUN/step-<t>; RUN\n"
+             "alone means its last complete one) into a Hugging Face folder: OUT/config.json and\n"
+             "OUT/model.safetensors, the parameters as trained (--dtype), the same bytes from the same checkpoint.\n"
+             "An incomplete checkpoint (a file its state.json names is missing) is refused.\n",
+    .opts = g_merge_opts,
+    .run = cmd_merge,
+};
 
-static void merge_usage(FILE *out)
+static bool max_size_fn(const cli_ctx *x)
 {
-    fprintf(out,
-            "usage: hyperpar merge DIR --out OUT [--max-shard-size 5GB] [--verify] [--force] [--quiet]\n"
-            "   or: hyperpar merge RUN[/step-<t>] --out OUT [--dtype f32|bf16] [--force]\n"
-            "\n"
-            "Rebuilds the original checkpoint from a 'hyperpar shard' folder: every rank file is validated,\n"
-            "every tensor reassembled from its slices with the original names, shapes, dtypes and bytes.\n"
-            "Writes OUT/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json\n"
-            "when the total is over --max-shard-size, plus config.json.\n"
-            "\n"
-            "Or turns a training checkpoint ('hyperpar train --save-every K --out RUN' wrote RUN/step-<t>; RUN\n"
-            "alone means its last complete one) into a Hugging Face folder: OUT/config.json and\n"
-            "OUT/model.safetensors, the parameters as trained, the same bytes from the same checkpoint. An\n"
-            "incomplete checkpoint (a file its state.json names is missing) is refused.\n"
-            "\n");
-    cli_print_options(out, g_merge_opts);
+    if (hp_shard_parse_size(x->arg, cli_target(x))) return true;
+    cli_usage_error(x->cmd, "--max-shard-size expects a size such as 5GB, 500MB or 2GiB, got '%s'", x->arg);
+    return false;
 }
 
 static int report(const char *what, const char *out, const hp_shard_stats *s)
@@ -99,31 +127,19 @@ static int report(const char *what, const char *out, const hp_shard_stats *s)
 
 int cmd_shard(int argc, char **argv)
 {
-    cli_plan_flags pf;
-    cli_plan_flags_init(&pf);
-    hp_shard_opts so = {.threads = 1, .progress = isatty(2)};
-    const char *plan_path = NULL, *out = NULL;
-    int64_t threads = 1;
+    shard_args a = {.threads = 1};
+    cli_plan_flags_init(&a.pf);
     hp_err err;
-    int c;
-    cli_parser cp = {.cmd = "shard", .opts = g_shard_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("shard", c, optarg, &pf);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case O_PLAN: plan_path = optarg; break;
-        case O_THREADS: if (!cli_parse_i64("shard", "--threads", optarg, 1, 256, &threads)) return HP_EXIT_USAGE; break;
-        case 'o': out = optarg; break;
-        case O_FORCE: so.force = true; break;
-        case O_QUIET: so.progress = false; break;
-        case 'h': shard_usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("shard", argv);
-        }
-    }
+    cli_parser cp = {.command = &cli_cmd_shard};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    cli_plan_flags pf = a.pf;
+    hp_shard_opts so = {.threads = 1, .progress = isatty(2) && !a.quiet, .force = a.force};
+    const char *plan_path = a.plan, *out = a.out;
+    int64_t threads = a.threads;
     if (optind != argc - 1) return cli_usage_error("shard", "expected exactly one MODEL");
     if (!out) return cli_usage_error("shard", "--out DIR is required");
-    if (plan_path && pf.any)
+    if (plan_path && cli_plan_flags_any(&pf))
         return cli_usage_error("shard", "give either --plan or the plan flags (--mesh, --tp, --ep, ...), not both");
     so.threads = (int)threads;
     int mrc = cli_plan_flags_mesh("shard", &pf, 1);
@@ -176,34 +192,16 @@ int cmd_shard(int argc, char **argv)
 
 int cmd_merge(int argc, char **argv)
 {
-    hp_merge_opts mo = {.progress = isatty(2)};
-    hp_train_merge_opts to = {.dtype = HP_DT_F32};
-    const char *out = NULL;
-    bool shard_only = false, dtype_given = false; /* options that belong to one kind of input */
-    int c;
-    cli_parser cp = {.cmd = "merge", .opts = g_merge_opts};
-    while ((c = cli_getopt(&cp, argc, argv)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case O_MAX:
-            if (!hp_shard_parse_size(optarg, &mo.max_shard_size))
-                return cli_usage_error("merge", "--max-shard-size expects a size such as 5GB, 500MB or 2GiB, got '%s'",
-                                       optarg);
-            shard_only = true;
-            break;
-        case O_FORCE: mo.force = to.force = true; break;
-        case O_QUIET: mo.progress = false; break;
-        case O_VERIFY: mo.verify = shard_only = true; break;
-        case O_DTYPE:
-            if (!strcmp(optarg, "f32") || !strcmp(optarg, "float32")) to.dtype = HP_DT_F32;
-            else if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16")) to.dtype = HP_DT_BF16;
-            else return cli_usage_error("merge", "--dtype expects f32 or bf16, got '%s'", optarg);
-            dtype_given = true;
-            break;
-        case 'h': merge_usage(stdout); return HP_EXIT_OK;
-        default: return cli_bad_option("merge", argv);
-        }
-    }
+    merge_args a = {.dtype = HP_DT_F32}; /* max_shard_size 0: hp_shard_merge's default */
+    cli_parser cp = {.command = &cli_cmd_merge};
+    int prc = cli_parse(&cp, &a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc == CLI_HELP ? HP_EXIT_OK : prc;
+    hp_merge_opts mo = {.progress = isatty(2) && !a.quiet, .force = a.force, .verify = a.verify,
+                         .max_shard_size = a.max_shard_size};
+    hp_train_merge_opts to = {.dtype = a.dtype, .force = a.force};
+    const char *out = a.out;
+    /* options that belong to one kind of input */
+    bool shard_only = cli_given(&cp, O_MAX) || cli_given(&cp, O_VERIFY), dtype_given = cli_given(&cp, O_DTYPE);
     if (optind != argc - 1)
         return cli_usage_error("merge", "expected exactly one shard folder or training checkpoint DIR");
     if (!out) return cli_usage_error("merge", "--out OUT is required");

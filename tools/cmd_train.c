@@ -54,135 +54,10 @@ enum {
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
 #define G_DATA "token data (docs/train.md, \"Data, batches and schedule\")"
 #define G_SCHED "the learning-rate schedule, for step t = 1..N"
-
-static const cli_opt g_opts[] = {
-    CLI_OPT_HELP,
-    {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank; every\n"
-                          "step trains on this batch", CLI_SHORT, NULL},
-    {"steps", O_STEPS, "N", "training steps (default 1); the schedule runs over them", 0, NULL},
-    {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
-                                "model folder (config.json, model.safetensors) and every rank's training state,\n"
-                                "written whole or not at all (a kill or a full disk mid-save leaves the earlier\n"
-                                "ones intact); 'hyperpar merge DIR' turns the last into a Hugging Face folder",
-     0, NULL},
-    {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
-                                 "complete one) with the same flags, model config and data (by its bytes): the\n"
-                                 "same parameters, optimizer state and step, so the result equals the\n"
-                                 "uninterrupted run's bit for bit; every file is checked against the sizes and\n"
-                                 "hashes its state.json records", 0, NULL},
-    {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
-                                "the schedule still follows --steps", 0, NULL},
-    {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
-                                    "(before clipping), lr, tokens_per_s, step_s, mfu (and eval_loss where\n"
-                                    "evaluated, run_id with checkpoints); a new file (--force replaces one),\n"
-                                    "or after --resume the run's own log, continued", 0, NULL},
-    {"log-every", O_LOGEVERY, "N", "rank 0 prints a step line every N steps (default 1), and always at the last\n"
-                                   "step, a skipped one and one that evaluates; its tokens/s and mfu are over the\n"
-                                   "steps since the previous line", 0, NULL},
-    {"plot", O_PLOT, "FILE.html", "rank 0 writes the loss (and eval loss) and gradient-norm curves of the steps\n"
-                                  "this run took as one self-contained page (inline SVG, no network), atomically,\n"
-                                  "when the run ends well", 0, NULL},
-    {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics after the last step, run's\n"
-                                    "--stats-json with the training state's bytes (grad_bytes, optim_bytes,\n"
-                                    "master_bytes, saved_bytes: what 'hyperpar cost --mode train' predicts)", 0, NULL},
-    {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
-                             "(.bin, see --data-dtype) or a .safetensors with input_ids I64/I32 [N, S]",
-     0, G_DATA},
-    {"data-dtype", O_DDTYPE, "T", "uint16 (default) or uint32: the stream's token type", 0, G_DATA},
-    {"seq", O_SEQ, "S", "window length: a stream's window is S + 1 tokens (S scored positions);\n"
-                        "a safetensors input_ids must be [N, S]", 0, G_DATA},
-    {"global-batch", O_GB, "GB", "windows per step (every rank reads the same; dp splits them)", 0, G_DATA},
-    {"micro-batch", O_MB, "MB", "rows per dp replica in one forward/backward (Megatron's and cost's meaning); MB x dp\n"
-                                "divides GB: GB/(MB x dp) accumulated (default: GB/dp, one micro-batch a step)", 0,
-     G_DATA},
-    {"shuffle", O_SHUFFLE, "M", "seeded (default: each epoch's windows shuffled from --seed) or none", 0, G_DATA},
-    {"seed", O_SEED, "N", "the shuffle's seed, an unsigned 64-bit integer (default 0)", 0, G_DATA},
-    {"eval-data", O_EVAL, "FILE", "a held-out token file (same --data-dtype and --seq): every --eval-every\n"
-                                  "K steps, its mean loss over all its windows (forward only)", 0, G_DATA},
-    {"eval-every", O_EVERY, "K", "steps between evaluations of --eval-data", 0, G_DATA},
-    {"schedule", O_SCHED, "KIND", "cosine (default with --data), linear or constant (default with --input)", 0,
-     G_SCHED},
-    {"warmup", O_WARMUP, "W", "warmup steps: lr·t/W for t <= W (default 0)", 0, G_SCHED},
-    {"min-lr", O_MINLR, "X", "where cosine and linear end at step N, in [0, --lr] (default 0)", 0, G_SCHED},
-    {"out", 'o', "DIR", "rank 0 writes a checkpoint folder: config.json and model.safetensors, every\n"
-                        "parameter after the last step as F32 (atomically; refused when DIR is not empty)", CLI_SHORT,
-     NULL},
-    {"force", O_FORCE, NULL, "replace an earlier 'hyperpar train' output in DIR (its marker and nothing but\n"
-                             "its files; never any other folder), and an existing --log-json file", 0, NULL},
-    {"grad-out", O_GRAD, "G", "rank 0 writes grad.<name> F32 (the first step's gradient of every trainable\n"
-                              "parameter) and loss F32 [N] (each step's loss), atomically", 0, NULL},
-    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
-                          "process's cores divided by the ranks on its node)", 0, NULL},
-    {"lr", O_LR, "X", "learning rate, > 0 (1e-3)", 0, G_OPT},
-    {"beta1", O_B1, "X", "first moment decay, in [0, 1) (0.9)", 0, G_OPT},
-    {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT},
-    {"eps", O_EPS, "X", "added to the denominator, > 0 (1e-8)", 0, G_OPT},
-    {"weight-decay", O_WD, "X", "decoupled weight decay, >= 0 (0.01)", 0, G_OPT},
-    {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
-                             "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
-                             "the norm is printed every step (default: off)", 0, G_OPT},
-    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients, or AdamW update, are not all finite (no\n"
-                                       "update: parameters and moments as they were; counted) instead of ending\n"
-                                       "the run with exit 3 naming the first such parameter", 0, G_OPT},
-    {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every matrix product\n"
-                                "rounded to bf16, f32 sums, as torch.autocast(bfloat16) multiplies; f32 master\n"
-                                "weights, AdamW state, norms, softmax, router and loss", 0, G_OPT},
-    {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
-                          "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
-                          "group); the same numbers", 0, G_OPT},
-    CLI_OPTS_MESH(G_PLAN),
-    CLI_OPTS_EP(G_PLAN),
-    CLI_OPTS_PLAN(G_PLAN),
-    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN},
-    {0},
-};
+/* The table of train's options is below, after train_args (g_opts): its entries store into it. */
 
 /* --help says how the GEMM limit MFU is measured against is taken (hyperpar/train.h: HP_TRAIN_GEMM_N, _REPS). */
 #define TRAIN_GEMM_REPS HP_TRAIN_GEMM_REPS
-
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: [mpirun -np N] hyperpar train MODEL --input IDS.safetensors [--steps N] [--out DIR [--force]]\n"
-            "   or: [mpirun -np N] hyperpar train MODEL --data FILE [--data-dtype uint16|uint32] --seq S\n"
-            "                        --global-batch GB [--micro-batch MB] [--shuffle none|seeded] [--seed N]\n"
-            "                        [--eval-data FILE --eval-every K] [--steps N] [--out DIR [--force]]\n"
-            "       common options:  [--save-every K] [--resume CKPT] [--stop-after K] [--skip-nonfinite]\n"
-            "                        [--schedule constant|linear|cosine] [--warmup W] [--min-lr X] [--log-json F]\n"
-            "                        [--log-every N] [--plot F.html]\n"
-            "                        [--grad-out G.safetensors] [--lr X] [--beta1 X] [--beta2 X] [--eps X]\n"
-            "                        [--weight-decay X] [--clip NORM] [--zero 0|1] [--compute exact|bf16]\n"
-            "                        [--threads N]\n"
-            "                        [--mesh SPEC | --dp N --cp N --tp N] [--ep N [--ep-axis]] [--packed-fused]\n"
-            "                        [--no-sequence-parallel] [--loss-parallel] [--overrides F] [--freeze GLOB]\n"
-            "                        [--ep-compute suggested|ARCHETYPE] [--plan plan.json]\n"
-            "\n"
-            "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
-            "(--data), across the ranks exactly as its plan says: each step runs\n"
-            "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
-            "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
-            "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
-            "--help).\n"
-            "\n"
-            "  MODEL                   a checkpoint folder, or a folder written by 'hyperpar shard' for the mesh\n");
-    cli_print_options(out, g_opts);
-    fprintf(out,
-            "\n"
-            "stderr (rank 0): first the model FLOPs per step and the GEMM limit MFU is measured against (an f32\n"
-            "512x512x512 product through the GEMM layer, best of %d, on every rank at once, summed over the ranks;\n"
-            "a fraction of a second, and its kernels); then a line every --log-every steps: the step's loss, gradient\n"
-            "norm and lr, and over the steps since the previous line tokens/s (scored positions per second) and\n"
-            "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
-            "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
-            "as under mpirun).\n"
-            "Under mpirun every rank must be given the same options but --threads (inputs: the same files): a\n"
-            "difference exits 2 before any work, naming the rank and the option. A batch this machine cannot hold,\n"
-            "a token outside the vocabulary anywhere the run reads, and a last checkpoint that cannot be saved are\n"
-            "refused before step 1, creating nothing.\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage (a checkpoint that is not the run's among\n"
-            "them), 3 a non-finite gradient or update.\n",
-            TRAIN_GEMM_REPS);
-}
 
 typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
@@ -575,150 +450,212 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     return finish(w, st, &err);
 }
 
-/* A number for opt in [lo, hi) (hi_open) or [lo, hi] with lo itself allowed when lo_closed; else a usage error. */
-static bool parse_real(const char *opt, const char *s, double lo, bool lo_closed, double hi, const char *want,
-                       double *out)
+static bool log_every_fn(const cli_ctx *x);
+static bool data_dtype_fn(const cli_ctx *x);
+static bool seed_fn(const cli_ctx *x);
+static bool schedule_fn(const cli_ctx *x);
+
+static const cli_enum g_shuffle = {NULL, {{"none", HP_DATA_IN_ORDER, false}, {"seeded", HP_DATA_SEEDED, false}}};
+#define STEPS(m) CLI_INT(train_args, m, 1, 1000000000)
+#define POSITIVE(m) CLI_REAL(train_args, m, 0, HUGE_VAL, CLI_LO_OPEN | CLI_HI_OPEN, "a finite number > 0")
+#define NONNEGATIVE(m) CLI_REAL(train_args, m, 0, HUGE_VAL, CLI_HI_OPEN, "a finite number >= 0")
+#define BETA(m) CLI_REAL(train_args, m, 0, 1, CLI_HI_OPEN, "a number in [0, 1)")
+
+static const cli_opt g_opts[] = {
+    CLI_OPT_HELP,
+    {"input", 'i', "IDS", "safetensors with input_ids I64 (or I32) [B, S]; the same file on every rank; every\n"
+                          "step trains on this batch", CLI_SHORT, NULL, CLI_STR(train_args, input)},
+    {"steps", O_STEPS, "N", "training steps (default 1); the schedule runs over them", 0, NULL, STEPS(steps)},
+    {"save-every", O_SAVE, "K", "with --out DIR: every K steps (and at the last one) a checkpoint DIR/step-<t>: a\n"
+                                "model folder (config.json, model.safetensors) and every rank's training state,\n"
+                                "written whole or not at all (a kill or a full disk mid-save leaves the earlier\n"
+                                "ones intact); 'hyperpar merge DIR' turns the last into a Hugging Face folder",
+     0, NULL, STEPS(save_every)},
+    {"resume", O_RESUME, "CKPT", "continue the run of checkpoint CKPT (a DIR/step-<t> folder, or DIR: its last\n"
+                                 "complete one) with the same flags, model config and data (by its bytes): the\n"
+                                 "same parameters, optimizer state and step, so the result equals the\n"
+                                 "uninterrupted run's bit for bit; every file is checked against the sizes and\n"
+                                 "hashes its state.json records", 0, NULL, CLI_STR(train_args, resume)},
+    {"stop-after", O_STOP, "K", "end after step K (with --save-every: its checkpoint), as a time limit would;\n"
+                                "the schedule still follows --steps", 0, NULL, STEPS(stop_after)},
+    {"log-json", O_LOGJSON, "FILE", "rank 0 writes one JSON object per line and step: step, loss, grad_norm\n"
+                                    "(before clipping), lr, tokens_per_s, step_s, mfu (and eval_loss where\n"
+                                    "evaluated, run_id with checkpoints); a new file (--force replaces one),\n"
+                                    "or after --resume the run's own log, continued", 0, NULL,
+     CLI_STR(train_args, log_json)},
+    {"log-every", O_LOGEVERY, "N", "rank 0 prints a step line every N steps (default 1), and always at the last\n"
+                                   "step, a skipped one and one that evaluates; its tokens/s and mfu are over the\n"
+                                   "steps since the previous line", 0, NULL,
+     CLI_FN(train_args, log_every, log_every_fn)},
+    {"plot", O_PLOT, "FILE.html", "rank 0 writes the loss (and eval loss) and gradient-norm curves of the steps\n"
+                                  "this run took as one self-contained page (inline SVG, no network), atomically,\n"
+                                  "when the run ends well", 0, NULL, CLI_STR(train_args, plot)},
+    {"stats-json", O_STATS, "FILE", "rank 0 writes every rank's statistics after the last step, run's\n"
+                                    "--stats-json with the training state's bytes (grad_bytes, optim_bytes,\n"
+                                    "master_bytes, saved_bytes: what 'hyperpar cost --mode train' predicts)", 0, NULL,
+     CLI_STR(train_args, stats_json)},
+    {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
+                             "(.bin, see --data-dtype) or a .safetensors with input_ids I64/I32 [N, S]",
+     0, G_DATA, CLI_STR(train_args, data)},
+    {"data-dtype", O_DDTYPE, "T", "uint16 (default) or uint32: the stream's token type", 0, G_DATA,
+     CLI_FN(train_args, dtype, data_dtype_fn)},
+    {"seq", O_SEQ, "S", "window length: a stream's window is S + 1 tokens (S scored positions);\n"
+                        "a safetensors input_ids must be [N, S]", 0, G_DATA,
+     CLI_INT(train_args, seq, 1, (int64_t)1 << 30)},
+    {"global-batch", O_GB, "GB", "windows per step (every rank reads the same; dp splits them)", 0, G_DATA,
+     CLI_INT(train_args, gb, 1, (int64_t)1 << 30)},
+    {"micro-batch", O_MB, "MB", "rows per dp replica in one forward/backward (Megatron's and cost's meaning); MB x dp\n"
+                                "divides GB: GB/(MB x dp) accumulated (default: GB/dp, one micro-batch a step)", 0,
+     G_DATA, CLI_INT(train_args, mb_rows, 1, (int64_t)1 << 30)},
+    {"shuffle", O_SHUFFLE, "M", "seeded (default: each epoch's windows shuffled from --seed) or none", 0, G_DATA,
+     CLI_ENUM(train_args, order.shuffle, g_shuffle)},
+    {"seed", O_SEED, "N", "the shuffle's seed, an unsigned 64-bit integer (default 0)", 0, G_DATA,
+     CLI_FN(train_args, order.seed, seed_fn)},
+    {"eval-data", O_EVAL, "FILE", "a held-out token file (same --data-dtype and --seq): every --eval-every\n"
+                                  "K steps, its mean loss over all its windows (forward only)", 0, G_DATA,
+     CLI_STR(train_args, eval_data)},
+    {"eval-every", O_EVERY, "K", "steps between evaluations of --eval-data", 0, G_DATA, STEPS(eval_every)},
+    {"schedule", O_SCHED, "KIND", "cosine (default with --data), linear or constant (default with --input)", 0,
+     G_SCHED, CLI_FN(train_args, sched.kind, schedule_fn)},
+    {"warmup", O_WARMUP, "W", "warmup steps: lr·t/W for t <= W (default 0)", 0, G_SCHED,
+     CLI_INT(train_args, sched.warmup, 0, 1000000000)},
+    {"min-lr", O_MINLR, "X", "where cosine and linear end at step N, in [0, --lr] (default 0)", 0, G_SCHED,
+     NONNEGATIVE(sched.min_lr)},
+    {"out", 'o', "DIR", "rank 0 writes a checkpoint folder: config.json and model.safetensors, every\n"
+                        "parameter after the last step as F32 (atomically; refused when DIR is not empty)", CLI_SHORT,
+     NULL, CLI_STR(train_args, out)},
+    {"force", O_FORCE, NULL, "replace an earlier 'hyperpar train' output in DIR (its marker and nothing but\n"
+                             "its files; never any other folder), and an existing --log-json file", 0, NULL,
+     CLI_FLAG(train_args, force)},
+    {"grad-out", O_GRAD, "G", "rank 0 writes grad.<name> F32 (the first step's gradient of every trainable\n"
+                              "parameter) and loss F32 [N] (each step's loss), atomically", 0, NULL,
+     CLI_STR(train_args, grad_out)},
+    {"threads", 't', "N", "threads per rank for the GEMMs (default: OMP_NUM_THREADS when set, else this\n"
+                          "process's cores divided by the ranks on its node)", 0, NULL,
+     CLI_INT(train_args, threads, 1, 1024)},
+    {"lr", O_LR, "X", "learning rate, > 0 (1e-3)", 0, G_OPT, POSITIVE(to.lr)},
+    {"beta1", O_B1, "X", "first moment decay, in [0, 1) (0.9)", 0, G_OPT, BETA(to.beta1)},
+    {"beta2", O_B2, "X", "second moment decay, in [0, 1) (0.999)", 0, G_OPT, BETA(to.beta2)},
+    {"eps", O_EPS, "X", "added to the denominator, > 0 (1e-8)", 0, G_OPT, POSITIVE(to.eps)},
+    {"weight-decay", O_WD, "X", "decoupled weight decay, >= 0 (0.01)", 0, G_OPT, NONNEGATIVE(to.weight_decay)},
+    {"clip", O_CLIP, "NORM", "scale the gradients by NORM / (norm + 1e-6) when their global norm (every\n"
+                             "element counted once over the ranks) exceeds NORM, as torch's clip_grad_norm_;\n"
+                             "the norm is printed every step (default: off)", 0, G_OPT, POSITIVE(to.clip)},
+    {"skip-nonfinite", O_SKIPNF, NULL, "skip a step whose gradients, or AdamW update, are not all finite (no\n"
+                                       "update: parameters and moments as they were; counted) instead of ending\n"
+                                       "the run with exit 3 naming the first such parameter", 0, G_OPT,
+     CLI_FLAG(train_args, to.skip_nonfinite)},
+    {"compute", O_COMPUTE, "M", "exact (default: f32 products) or bf16: both operands of every matrix product\n"
+                                "rounded to bf16, f32 sums, as torch.autocast(bfloat16) multiplies; f32 master\n"
+                                "weights, AdamW state, norms, softmax, router and loss", 0, G_OPT,
+     CLI_ENUM(train_args, compute, cli_enum_compute)},
+    {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
+                          "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
+                          "group); the same numbers", 0, G_OPT, CLI_INT(train_args, to.zero, 0, 1)},
+    CLI_OPTS_MESH(G_PLAN, train_args, pf),
+    CLI_OPTS_EP(G_PLAN, train_args, pf),
+    CLI_OPTS_PLAN(G_PLAN, train_args, pf),
+    {"plan", O_PLAN, "plan.json", "a plan written by 'hyperpar plan' instead of deriving one", 0, G_PLAN,
+     CLI_STR(train_args, plan)},
+    {0},
+};
+#undef STEPS
+#undef POSITIVE
+#undef NONNEGATIVE
+#undef BETA
+
+static void epilog(FILE *out)
+{
+    fprintf(out,
+              "stderr (rank 0): first the model FLOPs per step and the GEMM limit MFU is measured against (an f32\n"
+              "512x512x512 product through the GEMM layer, best of %d, on every rank at once, summed over the ranks;\n"
+              "a fraction of a second, and its kernels); then a line every --log-every steps: the step's loss, gradient\n"
+              "norm and lr, and over the steps since the previous line tokens/s (scored positions per second) and\n"
+              "mfu (model FLOPs per second over the limit; a measured limit, so it may pass 1); on a terminal a\n"
+              "progress line with the elapsed time and the ETA, rewritten in place (never when stderr is not one,\n"
+              "as under mpirun).\n"
+              "Under mpirun every rank must be given the same options but --threads (inputs: the same files): a\n"
+              "difference exits 2 before any work, naming the rank and the option. A batch this machine cannot hold,\n"
+              "a token outside the vocabulary anywhere the run reads, and a last checkpoint that cannot be saved are\n"
+              "refused before step 1, creating nothing.\n"
+              "Exit codes: 0 ok, 1 runtime failure, 2 bad input or usage (a checkpoint that is not the run's among\n"
+              "them), 3 a non-finite gradient or update.\n",
+            TRAIN_GEMM_REPS);
+}
+
+static const cli_arg g_args[] = {
+    {"MODEL", "a checkpoint folder, or a folder written by 'hyperpar shard' for the mesh"},
+    {NULL, NULL},
+};
+
+const cli_command cli_cmd_train = {
+    .cmd = "train",
+    .summary = "train a checkpoint (dense or MoE) for N AdamW steps across MPI ranks",
+    .forms = {{"[mpirun -np N]", "MODEL --input"}, {"[mpirun -np N]", "MODEL --data --seq --global-batch"}},
+    .about = "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
+             "(--data), across the ranks exactly as its plan says: each step runs\n"
+             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
+             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
+             "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
+             "--help).\n",
+    .args = g_args,
+    .opts = g_opts,
+    .epilog_more = epilog,
+    .run = cmd_train,
+};
+
+/* --log-every N: a whole number of steps, its refusal saying what a large N does. */
+static bool log_every_fn(const cli_ctx *x)
 {
     char *end = NULL;
-    double v = strtod(s, &end);
-    if (!*s || *end || !isfinite(v) || v < lo || (!lo_closed && v == lo) || v >= hi) {
-        cli_usage_error("train", "%s expects %s, got '%s'", opt, want, s);
-        return false;
-    }
-    *out = v;
+    errno = 0;
+    long long n = strtoll(x->arg, &end, 10);
+    if (!*x->arg || *end || errno || n < 1 || n > 1000000000)
+        return cli_usage_error("train", "--log-every expects a whole number of steps in [1, 1000000000], got '%s' (the "
+                               "last step's line is always printed, so a large N prints little else)", x->arg), false;
+    *(int64_t *)cli_target(x) = n;
     return true;
 }
 
+static bool data_dtype_fn(const cli_ctx *x)
+{
+    if (hp_data_dtype_parse(x->arg, cli_target(x))) return true;
+    return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", x->arg), false;
+}
+
+/* --seed: strtoull's unsigned 64-bit integer, no sign. */
+static bool seed_fn(const cli_ctx *x)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(x->arg, &end, 10);
+    if (!*x->arg || *end || errno || x->arg[0] == '-')
+        return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", x->arg), false;
+    *(uint64_t *)cli_target(x) = (uint64_t)v;
+    return true;
+}
+
+static bool schedule_fn(const cli_ctx *x)
+{
+    if (hp_lr_kind_parse(x->arg, cli_target(x))) return true;
+    return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", x->arg), false;
+}
+
 /* --help printed: exit 0 without training. */
-#define PARSE_HELP (-1)
+#define PARSE_HELP CLI_HELP
 
 /* The command line into *a: HP_EXIT_OK, PARSE_HELP, or a usage error's exit code (the error printed, or deferred:
  * cli_usage_defer). */
 static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
 {
-    int64_t v;
-    int c;
-    optind = 1;
-    while ((c = cli_getopt(cp, argc, argv)) != -1) {
-        int pr = cli_plan_flag("train", c, optarg, &a->pf);
-        if (pr < 0) return HP_EXIT_USAGE;
-        if (pr > 0) continue;
-        switch (c) {
-        case 'h': usage(stdout); return PARSE_HELP;
-        case 'i': a->input = optarg; break;
-        case 'o': a->out = optarg; break;
-        case O_GRAD: a->grad_out = optarg; break;
-        case O_PLAN: a->plan = optarg; break;
-        case O_LOGJSON: a->log_json = optarg; break;
-        case O_STATS: a->stats_json = optarg; break;
-        case O_PLOT: a->plot = optarg; break;
-        case O_LOGEVERY: {
-            char *end = NULL;
-            errno = 0;
-            long long n = strtoll(optarg, &end, 10);
-            if (!*optarg || *end || errno || n < 1 || n > 1000000000)
-                return cli_usage_error("train", "--log-every expects a whole number of steps in [1, 1000000000], got "
-                                       "'%s' (the last step's line is always printed, so a large N prints little "
-                                       "else)", optarg);
-            a->log_every = n;
-            break;
-        }
-        case O_DATA: a->data = optarg; break;
-        case O_EVAL: a->eval_data = optarg; a->data_opts = true; break;
-        case O_DDTYPE:
-            if (!hp_data_dtype_parse(optarg, &a->dtype))
-                return cli_usage_error("train", "--data-dtype expects uint16 or uint32, got '%s'", optarg);
-            a->data_opts = a->dtype_given = true;
-            break;
-        case O_SHUFFLE:
-            if (!strcmp(optarg, "none")) a->order.shuffle = HP_DATA_IN_ORDER;
-            else if (!strcmp(optarg, "seeded")) a->order.shuffle = HP_DATA_SEEDED;
-            else return cli_usage_error("train", "--shuffle expects none or seeded, got '%s'", optarg);
-            a->data_opts = true;
-            break;
-        case O_SEED: {
-            char *end = NULL;
-            errno = 0;
-            unsigned long long sv = strtoull(optarg, &end, 10);
-            if (!*optarg || *end || errno || optarg[0] == '-')
-                return cli_usage_error("train", "--seed expects an unsigned 64-bit integer, got '%s'", optarg);
-            a->order.seed = (uint64_t)sv;
-            a->data_opts = a->seed_given = true;
-            break;
-        }
-        case O_SEQ:
-            if (!cli_parse_i64("train", "--seq", optarg, 1, (int64_t)1 << 30, &a->seq)) return HP_EXIT_USAGE;
-            a->data_opts = true;
-            break;
-        case O_GB:
-            if (!cli_parse_i64("train", "--global-batch", optarg, 1, (int64_t)1 << 30, &a->gb)) return HP_EXIT_USAGE;
-            a->data_opts = true;
-            break;
-        case O_MB:
-            if (!cli_parse_i64("train", "--micro-batch", optarg, 1, (int64_t)1 << 30, &a->mb_rows)) return HP_EXIT_USAGE;
-            a->data_opts = true;
-            break;
-        case O_EVERY:
-            if (!cli_parse_i64("train", "--eval-every", optarg, 1, 1000000000, &a->eval_every)) return HP_EXIT_USAGE;
-            a->data_opts = true;
-            break;
-        case O_SCHED:
-            if (!hp_lr_kind_parse(optarg, &a->sched.kind))
-                return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", optarg);
-            a->sched_given = true;
-            break;
-        case O_WARMUP:
-            if (!cli_parse_i64("train", "--warmup", optarg, 0, 1000000000, &a->sched.warmup)) return HP_EXIT_USAGE;
-            break;
-        case O_MINLR:
-            if (!parse_real("--min-lr", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->sched.min_lr))
-                return HP_EXIT_USAGE;
-            break;
-        case O_FORCE: a->force = true; break;
-        case O_CLIP:
-            if (!parse_real("--clip", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.clip)) return HP_EXIT_USAGE;
-            break;
-        case O_SKIPNF: a->to.skip_nonfinite = true; break;
-        case O_COMPUTE:
-            if (!cli_parse_compute("train", optarg, &a->compute)) return HP_EXIT_USAGE;
-            break;
-        case O_ZERO:
-            if (!cli_parse_i64("train", "--zero", optarg, 0, 1, &v)) return HP_EXIT_USAGE;
-            a->to.zero = (int)v;
-            break;
-        case O_STEPS:
-            if (!cli_parse_i64("train", "--steps", optarg, 1, 1000000000, &a->steps)) return HP_EXIT_USAGE;
-            break;
-        case O_SAVE:
-            if (!cli_parse_i64("train", "--save-every", optarg, 1, 1000000000, &a->save_every)) return HP_EXIT_USAGE;
-            break;
-        case O_STOP:
-            if (!cli_parse_i64("train", "--stop-after", optarg, 1, 1000000000, &a->stop_after)) return HP_EXIT_USAGE;
-            break;
-        case O_RESUME: a->resume = optarg; break;
-        case 't':
-            if (!cli_parse_i64("train", "--threads", optarg, 1, 1024, &v)) return HP_EXIT_USAGE;
-            a->threads = (int)v;
-            break;
-        case O_LR:
-            if (!parse_real("--lr", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.lr)) return HP_EXIT_USAGE;
-            break;
-        case O_B1:
-            if (!parse_real("--beta1", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta1)) return HP_EXIT_USAGE;
-            break;
-        case O_B2:
-            if (!parse_real("--beta2", optarg, 0, true, 1, "a number in [0, 1)", &a->to.beta2)) return HP_EXIT_USAGE;
-            break;
-        case O_EPS:
-            if (!parse_real("--eps", optarg, 0, false, HUGE_VAL, "a finite number > 0", &a->to.eps)) return HP_EXIT_USAGE;
-            break;
-        case O_WD:
-            if (!parse_real("--weight-decay", optarg, 0, true, HUGE_VAL, "a finite number >= 0", &a->to.weight_decay))
-                return HP_EXIT_USAGE;
-            break;
-        default: return cli_bad_option("train", argv);
-        }
-    }
+    cp->command = &cli_cmd_train;
+    int prc = cli_parse(cp, a, argc, argv);
+    if (prc != HP_EXIT_OK) return prc; /* CLI_HELP is PARSE_HELP */
+    static const int data_opts[] = {O_EVAL, O_DDTYPE, O_SHUFFLE, O_SEED, O_SEQ, O_GB, O_MB, O_EVERY};
+    for (size_t i = 0; i < sizeof data_opts / sizeof *data_opts; i++) a->data_opts |= cli_given(cp, data_opts[i]);
+    a->dtype_given = cli_given(cp, O_DDTYPE);
+    a->seed_given = cli_given(cp, O_SEED);
+    a->sched_given = cli_given(cp, O_SCHED);
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
@@ -748,9 +685,9 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     if (a->stop_after > a->steps)
         return cli_usage_error("train", "--stop-after %lld is past --steps %lld", (long long)a->stop_after,
                                (long long)a->steps);
-    if (a->plan && a->pf.any)
+    if (a->plan && cli_plan_flags_any(&a->pf))
         return cli_usage_error("train", "give either --plan or the plan flags (--mesh, --tp, ...), not both");
-    a->default_mesh = !a->pf.mesh_spec && !a->pf.sizes_given && !a->pf.ep_given && !a->pf.ep_axis;
+    a->default_mesh = cli_plan_flags_default_mesh(&a->pf);
     if (!a->default_mesh) {
         int rc = cli_plan_flags_mesh("train", &a->pf, 1);
         if (rc != HP_EXIT_OK) return rc;

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "cli.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
 
@@ -20,54 +21,78 @@ enum {
 /* The default batch of advise's help: one batch for every candidate (hp_advise_opts.cost.B). */
 #define CLI_ADVISE_BATCH "one row per rank, N rows: every dp divides it"
 /* bdef: the default batch, in the words of the command's help. */
-#define CLI_OPTS_COST(grp, bdef)                                                                                    \
-    {"batch", CLI_O_BATCH, "B", "the batch of one step, all replicas (default: " bdef ")", 0, grp},                \
-    {"global-batch", CLI_O_GLOBAL, "B", "the same as --batch (train: the rows of one optimizer step)", 0, grp},   \
-    {"micro-batch", CLI_O_MICRO, "MB", "train: rows per replica per micro-batch; B / (MB x dp) micro-batches\n"   \
+/* The action of every cost flag but --format and --output: a setting of the library's by its long name. */
+#define CLI_COST_SET(T, m) CLI_FN(T, m, cli_cost_fn)
+#define CLI_OPTS_COST(grp, bdef, T, m)                                                                              \
+    {"batch", CLI_O_BATCH, "B", "the batch of one step, all replicas (default: " bdef ")", 0, grp,                  \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"global-batch", CLI_O_GLOBAL, "B", "the same as --batch (train: the rows of one optimizer step)", 0, grp,      \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"micro-batch", CLI_O_MICRO, "MB", "train: rows per replica per micro-batch; B / (MB x dp) micro-batches\n"     \
                                        "(gradient accumulation) must be whole (default: 1 row, Megatron's; when\n"  \
-                                       "dp does not divide B, one micro-batch of each replica's rows)", 0, grp},    \
-    {"hardware", CLI_O_HW, "HW", "cpu (default: hyperpar's own f32 runtime), or a GPU: H100 (H100-80G), H200,\n"   \
-                                 "A100 (A100-80G), MI300X: its memory, bf16 rate and links (docs/cost.md);\n"     \
-                                 "figures are then estimates for a bf16 GPU engine, not hyperpar's runtime", 0,   \
-     grp},                                                                                                          \
-    {"recompute", CLI_O_RECOMPUTE, "R", "train, GPU: none, selective (default: the attention scores) or full\n"    \
-                                        "(only each layer's input kept); cpu: none only", 0, grp},                  \
-    {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp},                              \
-    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache), train (adds gradients,\n"          \
-                              "optimizer state, master weights, saved activations, the backward) or\n"            \
-                              "decode (serving: one new token per sequence of --batch against a KV\n"             \
-                              "cache of --context positions; the sequences that fit, the step bound\n"            \
-                              "by FLOPs or by memory bandwidth)", 0, grp},                                          \
-    {"context", CLI_O_CONTEXT, "C", "decode: KV cache positions per sequence (default: --seq, else 4096)", 0, grp}, \
-    {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100; a GPU: its own)",  \
-     0, grp},                                                                                                       \
-    {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",    \
-     0, grp},                                                                                                       \
-    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (10: what a core of a\n"              \
-                                  "2-core CPU machine moved with memcpy, docs/cost.md; a GPU: its HBM's)", 0, grp}, \
-    {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp},                         \
-    {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp},                       \
-    {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp},                   \
-    {"inter-latency-us", CLI_O_INTER_LAT, "L", "latency per message between nodes (20)", 0, grp},                  \
-    {"ranks-per-node", CLI_O_RPN, "R", "ranks 0..R-1 share a node, and so on: a divisor of the world, or at\n"     \
-                                       "least the world (one node); default: all on one node (a GPU: 8)", 0, grp},  \
-    {"train-state", CLI_O_STATE, "M", "train: runtime (default: what 'hyperpar train' holds, to the byte) or\n"   \
-                                      "megatron (Megatron-LM's byte model, set by the four flags below)", 0, grp},  \
-    {"grad-bytes", CLI_O_GRAD, "N", "train, megatron: gradient bytes per parameter (4)", 0, grp},                   \
-    {"master-bytes", CLI_O_MASTER, "N", "train, megatron: master-weight bytes per parameter (4)", 0, grp},          \
-    {"optim-bytes", CLI_O_OPTIM, "N", "train, megatron: optimizer-state bytes per parameter (8)", 0, grp},          \
-    {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state (and megatron's master weights) over the\n"        \
-                              "data-parallel group (experts: the ranks holding the same experts); 2\n"            \
-                              "(megatron) gradients too; 3 (megatron, FSDP) the weights too", 0, grp},            \
-    {"kv-bytes", CLI_O_KV, "N", "KV cache bytes per element (2)", 0, grp},                                          \
-    {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"      \
+                                       "dp does not divide B, one micro-batch of each replica's rows)", 0, grp,     \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"hardware", CLI_O_HW, "HW", "cpu (default: hyperpar's own f32 runtime), or a GPU: H100 (H100-80G), H200,\n"    \
+                                 "A100 (A100-80G), MI300X: its memory, bf16 rate and links (docs/cost.md);\n"       \
+                                 "figures are then estimates for a bf16 GPU engine, not hyperpar's runtime", 0,     \
+     grp, CLI_COST_SET(T, m)},                                                                                      \
+    {"recompute", CLI_O_RECOMPUTE, "R", "train, GPU: none, selective (default: the attention scores) or full\n"     \
+                                        "(only each layer's input kept); cpu: none only", 0, grp,                   \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp,                                 \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"mode", CLI_O_MODE, "M", "infer (default: weights, activations, KV cache), train (adds gradients,\n"           \
+                              "optimizer state, master weights, saved activations, the backward) or\n"              \
+                              "decode (serving: one new token per sequence of --batch against a KV\n"               \
+                              "cache of --context positions; the sequences that fit, the step bound\n"              \
+                              "by FLOPs or by memory bandwidth)", 0, grp,                                           \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"context", CLI_O_CONTEXT, "C", "decode: KV cache positions per sequence (default: --seq, else 4096)", 0, grp,  \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100; a GPU: its own)",     \
+     0, grp, CLI_COST_SET(T, m)},                                                                                   \
+    {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",     \
+     0, grp, CLI_COST_SET(T, m)},                                                                                   \
+    {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (10: what a core of a\n"               \
+                                  "2-core CPU machine moved with memcpy, docs/cost.md; a GPU: its HBM's)", 0, grp,  \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"intra-bw", CLI_O_INTRA_BW, "G", "link bandwidth in GB/s inside a node (10)", 0, grp,                          \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"inter-bw", CLI_O_INTER_BW, "G", "link bandwidth in GB/s between nodes (1.25)", 0, grp,                        \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"intra-latency-us", CLI_O_INTRA_LAT, "L", "latency per message inside a node (5)", 0, grp,                     \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"inter-latency-us", CLI_O_INTER_LAT, "L", "latency per message between nodes (20)", 0, grp,                    \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"ranks-per-node", CLI_O_RPN, "R", "ranks 0..R-1 share a node, and so on: a divisor of the world, or at\n"      \
+                                       "least the world (one node); default: all on one node (a GPU: 8)", 0, grp,   \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"train-state", CLI_O_STATE, "M", "train: runtime (default: what 'hyperpar train' holds, to the byte) or\n"     \
+                                      "megatron (Megatron-LM's byte model, set by the four flags below)", 0, grp,   \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"grad-bytes", CLI_O_GRAD, "N", "train, megatron: gradient bytes per parameter (4)", 0, grp,                    \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"master-bytes", CLI_O_MASTER, "N", "train, megatron: master-weight bytes per parameter (4)", 0, grp,           \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"optim-bytes", CLI_O_OPTIM, "N", "train, megatron: optimizer-state bytes per parameter (8)", 0, grp,           \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"zero", CLI_O_ZERO, "Z", "train: 1 splits optimizer state (and megatron's master weights) over the\n"          \
+                              "data-parallel group (experts: the ranks holding the same experts); 2\n"              \
+                              "(megatron) gradients too; 3 (megatron, FSDP) the weights too", 0, grp,               \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"kv-bytes", CLI_O_KV, "N", "KV cache bytes per element (2)", 0, grp,                                           \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"mem-per-rank", CLI_O_BUDGET, "SIZE", "the memory budget of a rank, with its unit: 80GB = 80e9 bytes,\n"       \
                                            "80GiB = 80G = 80*2^30 bytes, 4096B = 4096 bytes (a GPU: its memory)",   \
-     0, grp},                                                                                                       \
+     0, grp, CLI_COST_SET(T, m)},                                                                                   \
     {"mem-reserve", CLI_O_RESERVE, "SIZE", "of the budget, kept for the runtime and fragmentation (CUDA context,\n" \
-                                           "NCCL buffers, allocator): the figures must fit the rest (default: a\n"    \
-                                           "GPU: a tenth of its memory, 8 GiB of an H100; cpu: 0)", 0, grp},          \
-    {"format", CLI_O_FORMAT, "F", "text (default), json, or html (one self-contained page)", 0, grp},               \
-    {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp}
+                                           "NCCL buffers, allocator): the figures must fit the rest (default: a\n"  \
+                                           "GPU: a tenth of its memory, 8 GiB of an H100; cpu: 0)", 0, grp,         \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"format", CLI_O_FORMAT, "F", "text (default), json, or html (one self-contained page)", 0, grp,                \
+     CLI_ENUM(T, m.format, cli_enum_cost_format)},                                                                  \
+    {"output", 'o', "FILE", "write there (atomically) instead of stdout", CLI_SHORT, grp,                           \
+     CLI_STR(T, m.output)}
 
 typedef struct cli_cost_flags {
     hp_cost_settings s; /* what the flags say (hp_cost_setting) */
@@ -90,11 +115,9 @@ void cli_fit_text(FILE *o, const hp_fit *f, const char *cmd, int argc, char **ar
 void cli_cost_engine_text(FILE *o, const hp_cost_model *m, bool train);
 /* The "reserve" line of the text: how much of a budget (0: none, no line) m keeps for the runtime, and the rest. */
 void cli_cost_reserve_text(FILE *o, const hp_cost_model *m, uint64_t budget);
-/* Option c with its argument: 1 taken, 0 not one of these, -1 a usage error (printed). */
-int cli_cost_flag(const char *cmd, int c, const char *arg, cli_cost_flags *f);
-/* "80GB" (1000s), "80GiB" or "80G" (1024s), "4096B" bytes: a unit is required (a bare "80" is refused, not taken
- * as 80 bytes); prints a usage error and returns false otherwise. */
-bool cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
+/* A cost flag's value through hp_cost_setting under the option's long name; its refusal as a usage error. */
+bool cli_cost_fn(const cli_ctx *x);
+extern const cli_enum cli_enum_cost_format; /* --format text|json|html: 0, 1, 2 */
 hp_status cli_cost_read_routing(cli_cost_flags *f, const hp_model *m, const char *path, hp_err *err);
 void cli_cost_flags_free(cli_cost_flags *f);
 /* The GEMM layer's rate on this machine at the model's hidden size (512 rows x H x 4H, its dtype), into *flops

@@ -7,25 +7,23 @@
 
 #include "inputflags.h"
 
-int cli_input_flag(const char *cmd, int c, const char *arg, cli_input_flags *f)
+bool cli_input_dtype_fn(const cli_ctx *x)
 {
+    cli_input_flags *f = cli_target(x);
+    if (!hp_data_dtype_parse(x->arg, &f->src.dtype))
+        return cli_usage_error(x->cmd, "--data-dtype expects uint16 or uint32, got '%s'", x->arg), false;
+    f->dtype = x->arg;
+    return true;
+}
+
+bool cli_input_seed_fn(const cli_ctx *x)
+{
+    cli_input_flags *f = cli_target(x);
     int64_t v;
-    switch (c) {
-    case CLI_O_INPUT: f->input = arg; return 1;
-    case CLI_O_IDS: f->ids = arg; return 1;
-    case CLI_O_RANDOM: f->random = arg; return 1;
-    case CLI_O_DDTYPE:
-        if (!hp_data_dtype_parse(arg, &f->src.dtype))
-            return cli_usage_error(cmd, "--data-dtype expects uint16 or uint32, got '%s'", arg), -1;
-        f->dtype = arg;
-        return 1;
-    case CLI_O_SEED:
-        if (!cli_parse_i64(cmd, "--seed", arg, 0, INT64_MAX, &v)) return -1;
-        f->src.seed = (uint64_t)v;
-        f->seed_given = true;
-        return 1;
-    default: return 0;
-    }
+    if (!cli_parse_i64(x->cmd, "--seed", x->arg, 0, INT64_MAX, &v)) return false;
+    f->src.seed = (uint64_t)v;
+    f->seed_given = true;
+    return true;
 }
 
 int cli_input_check(const char *cmd, cli_input_flags *f, int64_t seq, int64_t batch)

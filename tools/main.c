@@ -11,31 +11,22 @@
 #include "hyperpar/comm.h"
 #include "hyperpar/plan.h"
 
-typedef struct command {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} command;
-
-static const command g_commands[] = {
-    {"inspect", cmd_inspect, "summarise a checkpoint folder, .safetensors file or config.json; or\n"
-                             "             what each rank of a shard folder holds"},
-    {"plan", cmd_plan, "derive the sharding plan for a mesh (json, explain, hf)"},
-    {"gen", cmd_gen, "write a tiny random checkpoint of a supported family"},
-    {"demo", cmd_demo, "generate a tiny MoE model and show what hyperpar does with it"},
-    {"shard", cmd_shard, "write per-rank safetensors files for a mesh (from a plan)"},
-    {"merge", cmd_merge, "rebuild the original checkpoint from a shard folder"},
-    {"moe", cmd_moe, "run one sparse (MoE) layer of a checkpoint on an input file"},
-    {"run", cmd_run, "run the whole forward pass across MPI ranks as the plan says"},
-    {"train", cmd_train, "train a checkpoint (dense or MoE) for N AdamW steps across MPI ranks"},
-    {"validate", cmd_validate, "run the plan distributed and in one process, compare every boundary"},
-    {"cost", cmd_cost, "what a plan costs each rank: memory, communication, FLOPs, step time"},
-    {"advise", cmd_advise, "which mesh of N ranks to pick: every mesh ranked, the others rejected with why"},
-    {"bench", cmd_bench, "benchmarks, each next to a limit measured in the same run: bench moe (one MoE\n"
-                         "             layer vs a dense GEMM and a memory sweep), bench ep (the expert-parallel layer\n"
-                         "             vs a bare all-to-all), bench run (the forward pass vs bare collectives), bench\n"
-                         "             train (a training step vs the same-run GEMM rate)"},
+/* The commands, in the order 'hyperpar --help' lists them; each file describes its own (cli_command). */
+static const cli_command *const g_commands[] = {
+    &cli_cmd_inspect, &cli_cmd_plan, &cli_cmd_gen, &cli_cmd_demo, &cli_cmd_shard, &cli_cmd_merge, &cli_cmd_moe,
+    &cli_cmd_run, &cli_cmd_train, &cli_cmd_validate, &cli_cmd_cost, &cli_cmd_advise, &cli_cmd_bench,
 };
+#define N_COMMANDS (sizeof g_commands / sizeof *g_commands)
+
+/* A summary's lines under one another, from column `col`. */
+static void print_summary(FILE *out, const char *s, int col)
+{
+    for (; *s; s++) {
+        fputc(*s, out);
+        if (*s == '\n' && s[1]) fprintf(out, "%*s", col, "");
+    }
+    fputc('\n', out);
+}
 
 static void usage(FILE *out)
 {
@@ -45,8 +36,15 @@ static void usage(FILE *out)
             "Plans, shards and runs Hugging Face transformer checkpoints across ranks.\n"
             "\n"
             "commands:\n");
-    for (size_t i = 0; i < sizeof g_commands / sizeof *g_commands; i++)
-        fprintf(out, "  %-10s %s\n", g_commands[i].name, g_commands[i].summary);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        const cli_command *c = g_commands[i];
+        fprintf(out, "  %-10s ", c->cmd);
+        print_summary(out, c->summary, 13);
+        for (const cli_command *const *sub = c->subs; sub && *sub; sub++) { /* a group: its commands */
+            fprintf(out, "%13s%-13s ", "", (*sub)->name);
+            print_summary(out, (*sub)->summary, 27);
+        }
+    }
     fprintf(out,
             "\n"
             "Run 'hyperpar <command> --help' for a command's options.\n"
@@ -197,28 +195,6 @@ int cli_mesh(const char *cmd, const char *mesh_spec, int64_t dp, int64_t cp, int
     return HP_EXIT_OK;
 }
 
-bool cli_parse_router(const char *cmd, const char *s, bool *real)
-{
-    if (!strcmp(s, "real") || !strcmp(s, "balanced")) {
-        *real = !strcmp(s, "real");
-        return true;
-    }
-    cli_usage_error(cmd, "--router expects balanced or real, got '%s'", s);
-    return false;
-}
-
-bool cli_parse_positive(const char *cmd, const char *opt, const char *s, double *out)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (!*s || *end || !(v > 0) || v > 1e300) {
-        cli_usage_error(cmd, "%s expects a positive number, got '%s'", opt, s);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
 /* A usage error of the tool itself (no command, or an unknown one): the message, then the usage. */
 static int main_usage_error(const char *fmt, const char *arg)
 {
@@ -255,10 +231,10 @@ static int run_main(int argc, char **argv)
         usage(stdout);
         return HP_EXIT_OK;
     }
-    for (size_t c = 0; c < sizeof g_commands / sizeof *g_commands; c++)
-        if (!strcmp(argv[i], g_commands[c].name)) {
+    for (size_t c = 0; c < N_COMMANDS; c++)
+        if (!strcmp(argv[i], g_commands[c]->cmd)) {
             optind = 1;
-            return g_commands[c].run(argc - i, argv + i);
+            return g_commands[c]->run(argc - i, argv + i);
         }
     return main_usage_error("unknown command '%s'", argv[i]);
 }

@@ -1,9 +1,10 @@
 /*
- * planflags.c — the one parser of the plan and mesh flags that plan, shard, moe and run share: --mesh,
+ * planflags.c — the plan and mesh flags that plan, shard, cost, advise, run, validate and train share: --mesh,
  * --dp/--cp/--tp, --ep, --ep-axis, --no-sequence-parallel, --loss-parallel, --freeze, --allow-uncovered,
- * --packed-fused, --overrides, --ep-compute; and the plan a command that executes one runs (cli_plan_resolve:
- * --plan, a shard folder's own plan, or derived). Sizes are plain digits in [1, HP_MESH_MAX_SIZE]. An option given twice is
- * refused by cli_getopt, which every command parses with (--freeze is the one that repeats).
+ * --packed-fused, --overrides, --ep-compute (their table entries: CLI_OPTS_MESH, CLI_OPTS_EP, CLI_OPTS_PLAN in
+ * cli.h, parsed by cli_parse; the two that need code are here); and the plan a command that executes one runs
+ * (cli_plan_resolve: --plan, a shard folder's own plan, or derived). Sizes are plain digits in
+ * [1, HP_MESH_MAX_SIZE]. An option given twice is refused by cli_getopt (--freeze is the one that repeats).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -20,63 +21,54 @@ void cli_plan_flags_init(cli_plan_flags *f)
     hp_plan_opts_default(&f->po);
 }
 
-/* Plain digits in [min, max] (strtoll alone would also take " 2" and "+2"). */
-static bool count(const char *cmd, const char *opt, const char *s, int64_t max, int64_t *out)
+bool cli_plan_flags_sizes(const cli_plan_flags *f) { return f->dp_given || f->cp_given || f->tp_given; }
+
+bool cli_plan_flags_shaping(const cli_plan_flags *f)
 {
-    bool digits = s[0] != '\0';
-    for (const char *q = s; *q && digits; q++) digits = *q >= '0' && *q <= '9';
-    if (!digits) {
-        cli_usage_error(cmd, "%s expects an integer in [1, %lld] written as plain digits, got '%s'", opt,
-                        (long long)max, s);
-        return false;
-    }
-    return cli_parse_i64(cmd, opt, s, 1, max, out);
+    const hp_plan_opts *o = &f->po;
+    return f->overrides || f->ep_compute || !o->sequence_parallel || o->loss_parallel || o->packed_fused ||
+           o->allow_uncovered;
 }
 
-int cli_plan_flag(const char *cmd, int c, const char *arg, cli_plan_flags *f)
+bool cli_plan_flags_default_mesh(const cli_plan_flags *f)
 {
-    if (c < CLI_O_MESH || c >= CLI_O_END) return 0;
-    f->any = true;
-    switch (c) {
-    case CLI_O_MESH: f->mesh_spec = arg; break;
-    case CLI_O_DP: if (!count(cmd, "--dp", arg, HP_MESH_MAX_SIZE, &f->dp)) return -1; f->sizes_given = f->dp_given = true; break;
-    case CLI_O_CP: if (!count(cmd, "--cp", arg, HP_MESH_MAX_SIZE, &f->cp)) return -1; f->sizes_given = f->cp_given = true; break;
-    case CLI_O_TP: if (!count(cmd, "--tp", arg, HP_MESH_MAX_SIZE, &f->tp)) return -1; f->sizes_given = f->tp_given = true; break;
-    case CLI_O_EP: if (!count(cmd, "--ep", arg, HP_MESH_MAX_SIZE, &f->ep)) return -1; f->ep_given = true; break;
-    case CLI_O_EP_AXIS: f->ep_axis = true; break;
-    case CLI_O_NOSP: f->po.sequence_parallel = false; f->shaping = true; break;
-    case CLI_O_LP: f->po.loss_parallel = true; f->shaping = true; break;
-    case CLI_O_FREEZE: {
-        size_t bad = 0;
-        const char *why = NULL;
-        if (f->n_freeze == 64) return cli_usage_error(cmd, "at most 64 --freeze patterns"), -1;
-        if (!arg[0]) return cli_usage_error(cmd, "--freeze needs a glob, got an empty string"), -1;
-        if (!hp_glob_valid(arg, &bad, &why))
-            return cli_usage_error(cmd, "--freeze '%s' is not a valid glob: %s at character %zu", arg, why, bad + 1), -1;
-        f->freeze[f->n_freeze++] = arg;
-        break;
-    }
-    case CLI_O_UNCOV: f->po.allow_uncovered = true; f->shaping = true; break;
-    case CLI_O_PACKED: f->po.packed_fused = true; f->shaping = true; break;
-    case CLI_O_OVERRIDES:
-        if (!arg[0]) return cli_usage_error(cmd, "--overrides needs a file name, got an empty string"), -1;
-        f->overrides = arg;
-        f->shaping = true;
-        break;
-    case CLI_O_EP_COMPUTE:
-        /* checked against the model when the plan is derived (hp_plan_opts.ep_compute): the same for every command */
-        if (!arg[0]) return cli_usage_error(cmd, "--ep-compute needs suggested or an archetype, got an empty string"), -1;
-        f->ep_compute = f->po.ep_compute = arg;
-        f->shaping = true;
-        break;
-    }
-    return 1;
+    return !f->mesh_spec && !cli_plan_flags_sizes(f) && !f->ep_given && !f->ep_axis;
+}
+
+bool cli_plan_flags_any(const cli_plan_flags *f)
+{
+    return !cli_plan_flags_default_mesh(f) || cli_plan_flags_shaping(f) || f->n_freeze > 0;
+}
+
+bool cli_plan_freeze_fn(const cli_ctx *x)
+{
+    cli_plan_flags *f = cli_target(x);
+    size_t bad = 0;
+    const char *why = NULL;
+    if (f->n_freeze == 64) return cli_usage_error(x->cmd, "at most 64 --freeze patterns"), false;
+    if (!x->arg[0]) return cli_usage_error(x->cmd, "--freeze needs a glob, got an empty string"), false;
+    if (!hp_glob_valid(x->arg, &bad, &why))
+        return cli_usage_error(x->cmd, "--freeze '%s' is not a valid glob: %s at character %zu", x->arg, why, bad + 1),
+               false;
+    f->freeze[f->n_freeze++] = x->arg;
+    return true;
+}
+
+/* Checked against the model when the plan is derived (hp_plan_opts.ep_compute): the same for every command. */
+bool cli_plan_ep_compute_fn(const cli_ctx *x)
+{
+    cli_plan_flags *f = cli_target(x);
+    if (!x->arg[0])
+        return cli_usage_error(x->cmd, "--ep-compute needs suggested or an archetype, got an empty string"), false;
+    f->ep_compute = f->po.ep_compute = x->arg;
+    return true;
 }
 
 int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp)
 {
-    if (f->mesh_spec && f->sizes_given) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp, not both");
-    int64_t tp = f->sizes_given || f->mesh_spec ? f->tp : default_tp;
+    bool sizes = cli_plan_flags_sizes(f);
+    if (f->mesh_spec && sizes) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp, not both");
+    int64_t tp = sizes || f->mesh_spec ? f->tp : default_tp;
     int rc = cli_mesh(cmd, f->mesh_spec, f->dp, f->cp, tp, f->ep, f->ep_axis, &f->po.mesh);
     if (rc != HP_EXIT_OK) return rc;
     hp_err err;
@@ -196,7 +188,7 @@ hp_status cli_plan_resolve(cli_plan_flags *f, const char *plan_path, const char 
         hp_mesh fm;
         st = hp_shard_folder_plan(&fp, &fm, m, shard_dir, err);
         if (st == HP_OK && !default_mesh) st = check_mesh(f, &fm, shard_dir, err);
-        if (st == HP_OK && fp && !f->shaping) { /* the folder's own plan; --freeze still marks m */
+        if (st == HP_OK && fp && !cli_plan_flags_shaping(f)) { /* the folder's own plan; --freeze still marks m */
             cli_plan_flags_freeze(f, m);
             *p = fp;
             return HP_OK;

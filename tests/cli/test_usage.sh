@@ -19,14 +19,20 @@ expect 2 "--router expects balanced or real, got 'fast'" -- "$HP" bench moe --pr
 expect 2 "--compute expects exact or bf16, got 'fp8'" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --compute fp8
 expect 2 "--max-gib expects a positive number, got '-1'" -- "$HP" bench ep --preset qwen3-30b-a3b --tokens 4 --max-gib -1
 
-# One option table per command: --help lists every option (generated from the table the parser uses), so each
-# long option --help names is accepted by the parser, and every command's help has its option lines.
+# One descriptor per command: --help lists every option (generated from the table the parser uses), so each
+# long option --help names is accepted by the parser, and every command's help has its option lines. The synopsis
+# is generated from the same table: every option it names is one of the listed ones.
 for cmd in inspect plan gen demo shard merge moe run validate train cost advise "bench moe" "bench ep" "bench run" \
-           "bench advise"; do
+           "bench train" "bench advise"; do
     help=$("$HP" $cmd --help 2>&1)
     opts=$(grep -oE '^  (-[a-zA-Z], )?--[a-z][a-z0-9-]*' <<<"$help" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
     check "$cmd --help lists options" test "$(wc -l <<<"$opts")" -ge 2
     check "$cmd --help lists --help" grep -qx -- "--help" <<<"$opts"
+    synopsis=$(grep -E '^(usage|   or): ' <<<"$help")
+    check "$cmd --help starts with its synopsis" grep -q "^usage: .*hyperpar $cmd.* \[options\]$" <<<"$help"
+    for o in $(grep -oE -- '--[a-z][a-z0-9-]*' <<<"$synopsis" | sort -u); do
+        check "$cmd synopsis names $o, one of the options --help lists" grep -qx -- "$o" <<<"$opts"
+    done
     for o in $opts; do
         [ "$o" = "--help" ] && continue
         out=$("$HP" $cmd "$o" 2>&1 </dev/null)
