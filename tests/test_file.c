@@ -1,6 +1,6 @@
 /* test_file.c — hp_open_regular and hp_path_describe: inputs that are not regular files are refused at once
  * (a FIFO never blocks), with a sentence naming what the path is; hp_file_write_atomic writes whole or not at
- * all, also when the disk fills (the HP_TEST_ENOSPC_AFTER hook, set for this process below). */
+ * all, also when the disk fills (the full-disk test hook, hp_test_hooks.full_disk, installed by that test). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -110,12 +110,12 @@ static bool file_is(const char *p, const char *text)
     return f && !strcmp(buf, text);
 }
 
-/* The process may write 10 bytes through the writers (core/guard.h's full-disk hook): 6 + 3 pass, 5 more fail. */
-__attribute__((constructor)) static void small_disk(void) { setenv("HP_TEST_ENOSPC_AFTER", "10", 1); }
-
 TEST(atomic_write_is_whole_or_nothing_and_names_the_file)
 {
     make_dir();
+    /* The process may write 10 bytes through the writers (the full-disk test hook): 6 + 3 pass, 5 more fail. */
+    hp_test_hooks small_disk = {.full_disk = true, .enospc_after = 10};
+    hp_test_hooks_install(&small_disk);
     const char *p = path_in("atomic");
     char tmp[160];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
@@ -134,6 +134,9 @@ TEST(atomic_write_is_whole_or_nothing_and_names_the_file)
     CHECK(strstr(err.msg, "cannot create a file in its folder") != NULL);
     CHECK(hp_file_sync_dir(g_dir, &err) == HP_OK);
     CHECK(hp_file_sync_dir(path_in("no"), &err) == HP_ERR_IO);
+    hp_test_hooks_install(NULL); /* the disk has room again */
+    CHECK(hp_file_write_atomic(p, "12345", 5, "the test file", &err) == HP_OK);
+    CHECK(file_is(p, "12345"));
 }
 
 static void remove_dir(void)

@@ -32,6 +32,7 @@
 #include "cli.h"
 #include "costflags.h"
 #include "signals.h"
+#include "testhooks.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
 #include "hyperpar/data.h"
@@ -1354,7 +1355,7 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     if (st == HP_OK) {
         hp_run_opts ro = {.command = "train", .shards = shard ? a->model : NULL, .keep_activations = true,
                           .compute = a->compute,
-                          .test_nan_grad = getenv("HP_TEST_NAN_GRAD")}; /* the non-finite test's hook */
+                          .test_nan_grad = cli_test_env_get().nan_grad}; /* the non-finite test's hook (testhooks.c) */
         st = hp_runner_create(&r, w, m, p, &ro, &err);
         st = hp_comm_agree(w, st, &err);
     }
