@@ -13,11 +13,11 @@
 #include "hyperpar/core.h"
 #include "testlib.h"
 
-static char g_dir[64];
+static char g_dir[200];
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][128];
+    static char buf[4][256];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
@@ -26,9 +26,7 @@ static const char *path_in(const char *name)
 
 static void make_dir(void)
 {
-    if (g_dir[0]) return;
-    snprintf(g_dir, sizeof g_dir, "/tmp/hp_file_XXXXXX");
-    if (!mkdtemp(g_dir)) abort();
+    if (!g_dir[0] && !test_tmpdir(g_dir, sizeof g_dir)) abort();
 }
 
 TEST(regular_file_opens_and_blocks_again)
@@ -138,15 +136,5 @@ TEST(atomic_write_is_whole_or_nothing_and_names_the_file)
     CHECK(hp_file_write_atomic(p, "12345", 5, "the test file", &err) == HP_OK);
     CHECK(file_is(p, "12345"));
 }
-
-static void remove_dir(void)
-{
-    if (!g_dir[0]) return;
-    const char *names[] = {"reg", "fifo", "loop_a", "loop_b", "sock", "atomic"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(path_in(names[i]));
-    rmdir(g_dir);
-}
-
-__attribute__((constructor)) static void register_cleanup(void) { atexit(remove_dir); }
 
 TEST_MAIN()

@@ -335,18 +335,11 @@ done:
     hp_model_close(m);
 }
 
+/* A fresh scratch folder (testlib.h), in a static buffer. */
 static char *tmpdir(void)
 {
-    static char buf[64];
-    snprintf(buf, sizeof buf, "/tmp/hp_moe_test_XXXXXX");
-    return mkdtemp(buf);
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    static char buf[200];
+    return test_tmpdir(buf, sizeof buf);
 }
 
 /* Runs every sparse layer of a model on deterministic input; fills y [layers, T, H] and topk. */
@@ -467,7 +460,7 @@ TEST(per_expert_and_batched_checkpoints_agree)
         CHECK_MSG(hp_gen_checkpoint(&o, b, &err) == HP_OK, "%s", err.msg);
         compare_layouts(families[i], a, b, i % 2 == 0); /* zero copy on and off */
     }
-    rm_rf(base);
+    test_rm_rf(base);
 }
 
 /* gpt-oss exists only batched; bf16 storage loads too (widened) and stays close to f32. */
@@ -495,7 +488,7 @@ TEST(gen_gpt_oss_and_bf16_load)
     CHECK(na == 2 && nb == 2);
     double d = max_diff(ya, yb, na * 16 * 64), mx = max_abs(ya, na * 16 * 64);
     CHECK_MSG(mx > 0 && d < 0.1 * mx, "bf16 vs f32: %.3g of %.3g", d, mx);
-    rm_rf(base);
+    test_rm_rf(base);
 }
 
 /* ---- errors ---- */
@@ -642,7 +635,7 @@ TEST(error_missing_tensor)
         CHECK_STR_CONTAINS(err.msg, want[k]);
         hp_model_close(m);
     }
-    rm_rf(base);
+    test_rm_rf(base);
 }
 
 TEST(error_meta_model)

@@ -302,11 +302,7 @@ static void resume_bit_identical(void)
 {
     int N = hp_comm_size(g_world), R = hp_comm_rank(g_world);
     char state[512] = "";
-    const char *tmp = getenv("TMPDIR");
-    if (R == 0) {
-        snprintf(state, sizeof state, "%s/hp-train-state-XXXXXX", tmp ? tmp : "/tmp");
-        if (!mkdtemp(state)) state[0] = 0;
-    }
+    if (R == 0) test_tmpdir(state, sizeof state); /* rank 0's scratch folder (testlib.h), under $TMPDIR */
     hp_err err;
     CHECK(hp_comm_bcast(g_world, state, sizeof state, 0, &err) == HP_OK);
     CHECK(state[0] != 0);
@@ -345,14 +341,7 @@ static void resume_bit_identical(void)
     hp_runner_free(r);
     hp_plan_free(p);
     hp_model_close(m);
-    if (R == 0) {
-        char path[600];
-        for (int k = 0; k < N; k++) {
-            snprintf(path, sizeof path, "%s/rank-%d.safetensors", state, k);
-            unlink(path);
-        }
-        rmdir(state);
-    }
+    if (R == 0) test_rm_rf(state);
 }
 
 int main(int argc, char **argv)
