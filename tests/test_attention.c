@@ -69,12 +69,10 @@ static double run_case(hp__attn_args a, bool sinks, double *exact_err)
     CHECK(hp__attention(&a, &err) == HP_OK);
     bool bf = a.mode == HP_LINALG_BF16;
     reference(&a, bf, ref);
-    double e = 0;
-    for (int64_t i = 0; i < no; i++) e = fmax(e, isnan(o[i]) ? INFINITY : fabs(o[i] - ref[i]));
+    double e = test_max_abs_diff(o, ref, no); /* a NaN (an element never written) is +inf */
     if (exact_err) {
         reference(&a, false, ref);
-        *exact_err = 0;
-        for (int64_t i = 0; i < no; i++) *exact_err = fmax(*exact_err, fabs(o[i] - ref[i]));
+        *exact_err = test_max_abs_diff(o, ref, no);
     }
     free(q), free(k), free(v), free(sk), free(o), free(ref);
     return e;
@@ -277,14 +275,11 @@ static void reference_backward(const hp__attn_args *a, bool bf, const float *go,
     free(p), free(dp);
 }
 
+/* max |x - ref| / max(max |ref|, 1); a NaN is +inf. */
 static double max_err(const float *x, const double *ref, int64_t n)
 {
-    double e = 0, mx = 0;
-    for (int64_t i = 0; i < n; i++) {
-        e = fmax(e, isnan(x[i]) ? INFINITY : fabs(x[i] - ref[i]));
-        mx = fmax(mx, fabs(ref[i]));
-    }
-    return e / (mx > 1 ? mx : 1);
+    test_diff d = test_compare(x, ref, n);
+    return d.max_diff / (d.max_ref > 1 ? d.max_ref : 1);
 }
 
 static void check_backward(hp__attn_args a, bool sinks, const char *label)
@@ -305,8 +300,10 @@ static void check_backward(hp__attn_args a, bool sinks, const char *label)
         hp_err err;
         CHECK(hp__attention_backward(&a, go, dq, dk, dv, sinks ? dsk : NULL, &err) == HP_OK);
         reference_backward(&a, mode == 1, go, rq, rk, rv, rs);
-        double e[4] = {max_err(dq, rq, nq), max_err(dk, rk, nk), max_err(dv, rv, nv), 0};
-        for (int64_t h = 0; sinks && h < a.nh; h++) e[3] = fmax(e[3], fabs(dsk[h] - 0.5 - rs[h]));
+        double dsk_added[16]; /* what the backward added to the sinks' gradient */
+        for (int64_t h = 0; h < a.nh; h++) dsk_added[h] = dsk[h] - 0.5;
+        double e[4] = {max_err(dq, rq, nq), max_err(dk, rk, nk), max_err(dv, rv, nv),
+                       sinks ? test_max_abs_diff(dsk_added, rs, a.nh) : 0};
         for (int i = 0; i < 4; i++) {
             if (!(e[i] < tol)) fprintf(stderr, "  %s %s: %s err %g\n", label, mode ? "bf16" : "exact",
                                        (const char *[]){"dq", "dk", "dv", "dsinks"}[i], e[i]);
@@ -386,9 +383,7 @@ TEST(long_sequence_peak_rss)
     hp__attn_args last = a;
     last.q = q + (S - 1) * hd, last.sq = 1, last.q_pos0 = S - 1;
     reference(&last, false, ref);
-    double e = 0;
-    for (int64_t c = 0; c < hd; c++) e = fmax(e, fabs(ref[c] - o[(S - 1) * hd + c]));
-    CHECK(e < 2e-5);
+    CHECK_CLOSE(o + (S - 1) * hd, ref, hd, 2e-5, 0);
     free(q), free(k), free(v), free(o);
 }
 

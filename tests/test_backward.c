@@ -40,10 +40,13 @@ static void fill(float *f, double *d, int64_t n, double amp)
 
 typedef double (*loss_fn)(void *ctx);
 
-/* max|an − fd| / max|fd| over x[0..n), perturbing x (a double copy the loss reads) one element at a time. */
+/* max|an − fd| / max|fd| over x[0..n) (max|an − fd| when fd is all zero; a NaN is +inf), perturbing x (a double
+ * copy the loss reads) one element at a time. */
 static double fd_err(double *x, int64_t n, loss_fn L, void *ctx, const float *an, const char *what)
 {
-    double md = 0, mr = 0;
+    double *fd = malloc((size_t)(n > 0 ? n : 1) * sizeof *fd);
+    CHECK(fd != NULL);
+    if (!fd) return INFINITY;
     for (int64_t i = 0; i < n; i++) {
         double x0 = x[i];
         x[i] = x0 + FD_H;
@@ -51,20 +54,13 @@ static double fd_err(double *x, int64_t n, loss_fn L, void *ctx, const float *an
         x[i] = x0 - FD_H;
         double lm = L(ctx);
         x[i] = x0;
-        double fd = (lp - lm) / (2 * FD_H);
-        md = fmax(md, fabs(an[i] - fd));
-        mr = fmax(mr, fabs(fd));
+        fd[i] = (lp - lm) / (2 * FD_H);
     }
-    double e = mr > 0 ? md / mr : md;
-    printf("  %-28s rel err %.2e (max|fd| %.3g)\n", what, e, mr);
+    test_diff d = test_compare(an, fd, n);
+    free(fd);
+    double e = d.max_ref > 0 ? d.max_diff / d.max_ref : d.max_diff;
+    printf("  %-28s rel err %.2e (max|fd| %.3g, worst at [%lld])\n", what, e, d.max_ref, (long long)d.at);
     return e;
-}
-
-static double max_abs_diff(const float *a, const double *b, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(a[i] - b[i]));
-    return m;
 }
 
 /* ---------------- RMSNorm ---------------- */
@@ -102,7 +98,7 @@ static void check_rmsnorm(int64_t rows, int64_t H, const char *label)
     norm_ctx c = {rows, H, 1e-5, xd, wd, dyd};
     hp__rmsnorm(x, rows, H, w, c.eps, y);
     rmsnorm_ref(&c, yd);
-    CHECK(max_abs_diff(y, yd, rows * H) < 1e-5);
+    CHECK_CLOSE(y, yd, rows * H, 1e-5, 0);
     hp__rmsnorm_backward(x, rows, H, w, c.eps, dy, dx, dw);
     for (int64_t i = 0; i < H; i++) dw[i] -= 0.5f;
     char what[64];
@@ -179,7 +175,7 @@ static void check_rope(int kind, int64_t stride, int64_t off, int64_t rot, const
         hp__rope_apply_pairs(y, tokens, heads, stride, off, rot, cs, sn);
         hp__rope_backward_pairs(dx, tokens, heads, stride, off, rot, cs, sn);
     }
-    CHECK(max_abs_diff(y, yd, n) < 1e-6);
+    CHECK_CLOSE(y, yd, n, 1e-6, 0);
     CHECK(fd_err(xd, n, rope_loss, &c, dx, label) < BAR);
 }
 
@@ -240,7 +236,7 @@ static void check_attention(hp__attn_args a, bool sinks, const char *label)
     hp_err err;
     CHECK(hp__attention(&a, &err) == HP_OK);
     attn_ref(&c, od);
-    CHECK(max_abs_diff(o, od, no) < 1e-5);
+    CHECK_CLOSE(o, od, no, 1e-5, 0);
     CHECK(hp__attention_backward(&a, go, dq, dk, dv, sinks ? dsk : NULL, &err) == HP_OK);
     char what[96];
     snprintf(what, sizeof what, "%s dq", label);
@@ -325,7 +321,7 @@ static void check_glu(bool clamped, const char *label)
         hp__swiglu(gu, 2 * N, gu + N, 2 * N, R, N, out, N);
         double ref[R * N];
         for (int64_t i = 0; i < R * N; i++) ref[i] = glu_ref(&c, g[i], u[i]);
-        CHECK(max_abs_diff(out, ref, R * N) < 1e-5);
+        CHECK_CLOSE(out, ref, R * N, 1e-5, 0);
         hp__swiglu_backward(gu, 2 * N, gu + N, 2 * N, dy, N, R, N, dg, N, du, N);
     }
     char what[64];
@@ -374,7 +370,7 @@ TEST(xent_backward_vocab_slice)
     xent_ctx c = {zd, label, 1.0 / 3.0};
     hp__xent_backward(z + XLO, XV, XR, XN, XLO, mx, se, label, c.scale, dz, XN);
     /* Finite differences over the whole row; compare the slice's columns. */
-    double md = 0, mr = 0;
+    double fd[XR * XN];
     for (int64_t r = 0; r < XR; r++)
         for (int64_t j = 0; j < XN; j++) {
             double *x = &zd[r * XV + XLO + j], x0 = *x;
@@ -383,12 +379,12 @@ TEST(xent_backward_vocab_slice)
             *x = x0 - FD_H;
             double lm = xent_loss(&c);
             *x = x0;
-            double fd = (lp - lm) / (2 * FD_H);
-            md = fmax(md, fabs(dz[r * XN + j] - fd));
-            mr = fmax(mr, fabs(fd));
+            fd[r * XN + j] = (lp - lm) / (2 * FD_H);
         }
-    printf("  %-28s rel err %.2e (max|fd| %.3g)\n", "xent slice dz", md / mr, mr);
-    CHECK(md / mr < BAR);
+    test_diff d = test_compare(dz, fd, XR * XN);
+    double rel = d.max_diff / d.max_ref;
+    printf("  %-28s rel err %.2e (max|fd| %.3g)\n", "xent slice dz", rel, d.max_ref);
+    CHECK(rel < BAR);
     for (int64_t j = 0; j < XN; j++) CHECK(dz[2 * XN + j] == 0.0f); /* the unscored row */
     CHECK(dz[0 * XN + 5 - XLO] < 0); /* the label's column carries the −1 */
 }
@@ -430,30 +426,31 @@ TEST(linear_backward_vs_loops)
         for (int64_t i = 0; i < N; i++) db[i] = -0.25f;
         hp_err err;
         CHECK(hp__linear_backward(mode, M, N, K, dy, LDY, W, x, LDX, dx[md], K, dW[md], db, &err) == HP_OK);
-        double e = 0;
+        double rdx[M * K], rdW[N * K], rdb[N]; /* the loops' dx, dW and db */
         for (int64_t r = 0; r < M; r++)
             for (int64_t i = 0; i < K; i++) {
                 double s = 0;
                 for (int64_t j = 0; j < N; j++) s += opnd(mode, dy[r * LDY + j]) * opnd(mode, W[j * K + i]);
-                e = fmax(e, fabs(dx[md][r * K + i] - s));
+                rdx[r * K + i] = s;
             }
         for (int64_t j = 0; j < N; j++)
             for (int64_t i = 0; i < K; i++) {
                 double s = 0.5;
                 for (int64_t r = 0; r < M; r++) s += opnd(mode, dy[r * LDY + j]) * opnd(mode, x[r * LDX + i]);
-                e = fmax(e, fabs(dW[md][j * K + i] - s));
+                rdW[j * K + i] = s;
             }
         for (int64_t j = 0; j < N; j++) {
             double s = -0.25;
             for (int64_t r = 0; r < M; r++) s += dy[r * LDY + j]; /* a sum, not a product: never rounded */
-            e = fmax(e, fabs(db[j] - s));
+            rdb[j] = s;
         }
+        double e = fmax(test_max_abs_diff(dx[md], rdx, M * K),
+                        fmax(test_max_abs_diff(dW[md], rdW, N * K), test_max_abs_diff(db, rdb, N)));
         printf("  linear backward (%s) max abs err %.2e\n", md ? "bf16" : "exact", e);
         CHECK(e < 1e-5); /* sums of ≤ 9 products of O(1) values in f32 */
     }
     /* the rounding is visible: bf16 operands move the products by far more than f32 sums do */
-    double d = 0;
-    for (int64_t i = 0; i < M * K; i++) d = fmax(d, fabs(dx[1][i] - dx[0][i]));
+    double d = test_max_abs_diff(dx[1], dx[0], M * K);
     printf("  bf16 vs exact dx: max abs diff %.2e\n", d);
     CHECK(d > 1e-4);
 }
@@ -556,14 +553,11 @@ static int adamw_golden(double weight_decay, int *n_seen)
         CHECK(p && g && want && m && v);
         if (p && g && want && m && v) {
             hp__adamw_step(p, g, m, v, n, &opt, 1);
-            double mx = 0, md = 0;
-            for (int64_t j = 0; j < n; j++) {
-                mx = fmax(mx, fabs(want[j]));
-                md = fmax(md, fabs(p[j] - want[j]));
-            }
-            if (!(md <= 1e-6 * mx + 1e-7)) bad++;
-            if (weight_decay > 0 && !(md <= 1e-6 * mx + 1e-7))
-                fprintf(stderr, "  %s: max diff %.3g > bar %.3g\n", name, md, 1e-6 * mx + 1e-7);
+            test_diff d = test_compare(p, want, n);
+            if (!(d.max_diff <= 1e-6 * d.max_ref + 1e-7)) bad++;
+            if (weight_decay > 0 && !(d.max_diff <= 1e-6 * d.max_ref + 1e-7))
+                fprintf(stderr, "  %s: max diff %.3g > bar %.3g at [%lld]\n", name, d.max_diff, 1e-6 * d.max_ref + 1e-7,
+                        (long long)d.at);
             (*n_seen)++;
         }
         free(p), free(g), free(want), free(m), free(v);

@@ -7,34 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmpdir[64];
+/* The current test's scratch folder (testlib.h). */
+static char tmpdir[200];
 
-static const char *make_tmpdir(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hp_test_XXXXXX");
-    CHECK(mkdtemp(tmpdir) != NULL);
-    return tmpdir;
-}
+static const char *make_tmpdir(void) { return test_tmpdir(tmpdir, sizeof tmpdir); }
 
-static void clear_tmpdir(void)
-{
-    DIR *d = opendir(tmpdir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-}
-
-static void remove_tmpdir(void)
-{
-    clear_tmpdir();
-    CHECK(rmdir(tmpdir) == 0);
-}
+static void remove_tmpdir(void) { CHECK(test_rm_rf(tmpdir)); }
 
 static void put_text(const char *name, const char *text)
 {

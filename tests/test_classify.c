@@ -144,19 +144,18 @@ static void check_partition(const grouped *x, bool allow_excluded)
 }
 
 /* Writes a tiny safetensors checkpoint (every tensor F32 [2]) with an optional config.json into a fresh
- * temporary folder; returns the folder (static buffer) or NULL. */
+ * scratch folder (testlib.h); returns the folder (static buffer) or NULL. */
 static const char *write_tiny(const char *const *names, size_t n, const char *config_json)
 {
-    static char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/hp_classify_XXXXXX");
-    if (!mkdtemp(dir)) return NULL;
+    static char dir[200];
+    if (!test_tmpdir(dir, sizeof dir)) return NULL;
     static const float data[2] = {1.0f, 2.0f};
     int64_t shape[1] = {2};
     hp_st_writer *w = hp_st_writer_create();
     hp_err err;
     bool ok = w != NULL;
     for (size_t i = 0; ok && i < n; i++) ok = hp_st_writer_add(w, names[i], HP_DT_F32, 1, shape, data, &err) == HP_OK;
-    char path[128];
+    char path[256];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (ok) ok = hp_st_writer_write(w, path, &err) == HP_OK;
     hp_st_writer_destroy(w);
@@ -170,15 +169,7 @@ static const char *write_tiny(const char *const *names, size_t n, const char *co
     return ok ? dir : NULL;
 }
 
-static void remove_tiny(const char *dir)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    CHECK(rmdir(dir) == 0);
-}
+static void remove_tiny(const char *dir) { CHECK(test_rm_rf(dir)); }
 
 /* Builds and groups a synthetic model from a name list. */
 static bool tiny_grouped(grouped *x, const char *const *names, size_t n, const char *config_json)
@@ -186,7 +177,7 @@ static bool tiny_grouped(grouped *x, const char *const *names, size_t n, const c
     memset(x, 0, sizeof *x);
     const char *dir = write_tiny(names, n, config_json);
     if (!dir) return false;
-    char copy[64];
+    char copy[200];
     snprintf(copy, sizeof copy, "%s", dir);
     bool ok = open_and_group(x, copy);
     remove_tiny(copy);
@@ -782,7 +773,7 @@ TEST(memo_templates)
     };
     const char *dir = write_tiny(names, N_OF(names), NULL);
     if (!dir) return;
-    char copy[64];
+    char copy[200];
     snprintf(copy, sizeof copy, "%s", dir);
     hp_model *m = NULL;
     hp_err err;

@@ -120,13 +120,13 @@ static bool variant_line(const char *family, const char *v, char *buf, size_t ca
 {
     char *text = variant_text(family, v);
     if (!text) return false;
-    char path[] = "/tmp/hp_test_family_runtime_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/cfg.json", test_work_dir("family_runtime"));
+    FILE *f = fopen(path, "w");
+    if (!f) {
         free(text);
         return false;
     }
-    FILE *f = fdopen(fd, "w");
     fputs(text, f);
     fclose(f);
     hp_model *m = NULL;

@@ -1,6 +1,6 @@
 /* test_file.c — hp_open_regular and hp_path_describe: inputs that are not regular files are refused at once
  * (a FIFO never blocks), with a sentence naming what the path is; hp_file_write_atomic writes whole or not at
- * all, also when the disk fills (the HP_TEST_ENOSPC_AFTER hook, set for this process below). */
+ * all, also when the disk fills (the full-disk test hook, hp_test_hooks.full_disk, installed by that test). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdlib.h>
@@ -13,11 +13,11 @@
 #include "hyperpar/core.h"
 #include "testlib.h"
 
-static char g_dir[64];
+static char g_dir[200];
 
 static const char *path_in(const char *name)
 {
-    static char buf[4][128];
+    static char buf[4][256];
     static int k;
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
@@ -26,9 +26,7 @@ static const char *path_in(const char *name)
 
 static void make_dir(void)
 {
-    if (g_dir[0]) return;
-    snprintf(g_dir, sizeof g_dir, "/tmp/hp_file_XXXXXX");
-    if (!mkdtemp(g_dir)) abort();
+    if (!g_dir[0] && !test_tmpdir(g_dir, sizeof g_dir)) abort();
 }
 
 TEST(regular_file_opens_and_blocks_again)
@@ -110,12 +108,12 @@ static bool file_is(const char *p, const char *text)
     return f && !strcmp(buf, text);
 }
 
-/* The process may write 10 bytes through the writers (core/guard.h's full-disk hook): 6 + 3 pass, 5 more fail. */
-__attribute__((constructor)) static void small_disk(void) { setenv("HP_TEST_ENOSPC_AFTER", "10", 1); }
-
 TEST(atomic_write_is_whole_or_nothing_and_names_the_file)
 {
     make_dir();
+    /* The process may write 10 bytes through the writers (the full-disk test hook): 6 + 3 pass, 5 more fail. */
+    hp_test_hooks small_disk = {.full_disk = true, .enospc_after = 10};
+    hp_test_hooks_install(&small_disk);
     const char *p = path_in("atomic");
     char tmp[160];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
@@ -134,16 +132,9 @@ TEST(atomic_write_is_whole_or_nothing_and_names_the_file)
     CHECK(strstr(err.msg, "cannot create a file in its folder") != NULL);
     CHECK(hp_file_sync_dir(g_dir, &err) == HP_OK);
     CHECK(hp_file_sync_dir(path_in("no"), &err) == HP_ERR_IO);
+    hp_test_hooks_install(NULL); /* the disk has room again */
+    CHECK(hp_file_write_atomic(p, "12345", 5, "the test file", &err) == HP_OK);
+    CHECK(file_is(p, "12345"));
 }
-
-static void remove_dir(void)
-{
-    if (!g_dir[0]) return;
-    const char *names[] = {"reg", "fifo", "loop_a", "loop_b", "sock", "atomic"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(path_in(names[i]));
-    rmdir(g_dir);
-}
-
-__attribute__((constructor)) static void register_cleanup(void) { atexit(remove_dir); }
 
 TEST_MAIN()

@@ -332,19 +332,14 @@ TEST(open_errors)
     CHECK_STR_CONTAINS(err.msg, "neither *.safetensors files nor a config.json");
 }
 
+/* A fresh scratch folder (testlib.h), in a static buffer. */
 static char *tmpdir(void)
 {
-    static char buf[64];
-    snprintf(buf, sizeof buf, "/tmp/hp_model_test_XXXXXX");
-    return mkdtemp(buf);
+    static char buf[200];
+    return test_tmpdir(buf, sizeof buf);
 }
 
-static void rm_rf(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
-}
+static void rm_rf(const char *dir) { CHECK(test_rm_rf(dir)); }
 
 TEST(gen_every_family_matches_meta_mode)
 {

@@ -37,20 +37,6 @@ static int32_t *read_i32(const hp_st_file *f, const char *name)
     return p;
 }
 
-static double max_abs(const float *a, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fabs(a[i]) > m ? fabs(a[i]) : m;
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, int64_t n)
-{
-    double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fabs((double)a[i] - b[i]) > m ? fabs((double)a[i] - b[i]) : m;
-    return m;
-}
-
 /* Runs every sparse layer of one golden folder; returns the number of layers checked. */
 /* How check_golden_folder loads and judges: load options (NULL: defaults) and the tolerance on y, as a
  * multiple of max|ref|. worst gets the largest relative difference seen (may be NULL). */
@@ -118,8 +104,7 @@ static int check_golden_folder_with(const char *name, const golden_run *gr)
             int bad = 0;
             for (int64_t s = 0; s < T * K; s++) bad += ri[s] != ws->topk_idx[s];
             CHECK_MSG(bad == 0, "%s layer %lld: %d topk_idx entries differ", name, (long long)L, bad);
-            double dw = max_diff(ws->topk_w, rw, T * K);
-            CHECK_MSG(dw <= 1e-5, "%s layer %lld: max|topk_w - ref| = %.3g", name, (long long)L, dw);
+            CHECK_CLOSE_MSG(ws->topk_w, rw, T * K, 1e-5, 0, "%s layer %lld: topk_w", name, (long long)L);
         }
         free(ri);
         free(rw);
@@ -280,7 +265,7 @@ static void run_threads_case(hp_moe_archetype a, bool bf16_weights, hp_linalg_mo
             CHECK_MSG(memcmp(y[0], y[th - 1], (size_t)(T * H) * sizeof *y[0]) == 0,
                       "%s, %s weights, compute %s: y at %d threads differs from 1 thread (max diff %.3g)",
                       hp_moe_archetype_name(a), bf16_weights ? "bf16" : "f32", compute ? "bf16" : "exact", th,
-                      max_diff(y[0], y[th - 1], T * H));
+                      test_max_abs_diff(y[th - 1], y[0], T * H));
     }
     hp_moe_set_threads(was);
     for (int th = 1; ws && th <= 3; th++) free(y[th - 1]);
@@ -335,18 +320,11 @@ done:
     hp_model_close(m);
 }
 
+/* A fresh scratch folder (testlib.h), in a static buffer. */
 static char *tmpdir(void)
 {
-    static char buf[64];
-    snprintf(buf, sizeof buf, "/tmp/hp_moe_test_XXXXXX");
-    return mkdtemp(buf);
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    static char buf[200];
+    return test_tmpdir(buf, sizeof buf);
 }
 
 /* Runs every sparse layer of a model on deterministic input; fills y [layers, T, H] and topk. */
@@ -432,7 +410,7 @@ static void compare_layouts(const char *fam, const char *a, const char *b, bool 
         CHECK(hp_moe_forward(lb, wb, x, T, H, yb, NULL, &err) == HP_OK);
         CHECK_MSG(memcmp(ya, yb, sizeof ya) == 0, "%s layer %lld: outputs differ", fam, (long long)L);
         CHECK(memcmp(wa->topk_idx, wb->topk_idx, (size_t)(T * la->top_k) * sizeof(int32_t)) == 0);
-        CHECK(max_abs(ya, T * H) > 0);
+        CHECK(test_max_abs(ya, T * H) > 0);
         layers++;
     next:
         hp_moe_ws_destroy(wa);
@@ -467,7 +445,7 @@ TEST(per_expert_and_batched_checkpoints_agree)
         CHECK_MSG(hp_gen_checkpoint(&o, b, &err) == HP_OK, "%s", err.msg);
         compare_layouts(families[i], a, b, i % 2 == 0); /* zero copy on and off */
     }
-    rm_rf(base);
+    test_rm_rf(base);
 }
 
 /* gpt-oss exists only batched; bf16 storage loads too (widened) and stays close to f32. */
@@ -493,9 +471,10 @@ TEST(gen_gpt_oss_and_bf16_load)
     CHECK(run_all_layers(a, 16, ya, ia, &na, true));
     CHECK(run_all_layers(b, 16, yb, ib, &nb, true));
     CHECK(na == 2 && nb == 2);
-    double d = max_diff(ya, yb, na * 16 * 64), mx = max_abs(ya, na * 16 * 64);
-    CHECK_MSG(mx > 0 && d < 0.1 * mx, "bf16 vs f32: %.3g of %.3g", d, mx);
-    rm_rf(base);
+    test_diff d = test_compare(yb, ya, na * 16 * 64);
+    CHECK_MSG(d.max_ref > 0 && d.max_diff < 0.1 * d.max_ref, "bf16 vs f32: %.3g of %.3g at [%lld]", d.max_diff,
+              d.max_ref, (long long)d.at);
+    test_rm_rf(base);
 }
 
 /* ---- errors ---- */
@@ -642,7 +621,7 @@ TEST(error_missing_tensor)
         CHECK_STR_CONTAINS(err.msg, want[k]);
         hp_model_close(m);
     }
-    rm_rf(base);
+    test_rm_rf(base);
 }
 
 TEST(error_meta_model)

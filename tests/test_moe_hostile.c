@@ -17,28 +17,8 @@
 #include "hyperpar/moe.h"
 #include "testlib.h"
 
-static char g_base[64]; /* one temporary folder for the whole run */
-
-/* Removes the temporary folder when the process exits (registered by base(); a TEST doing this would be
- * counted as a pass while asserting nothing). */
-static void cleanup(void)
-{
-    if (g_base[0]) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_base);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_base);
-    }
-}
-
-static const char *base(void)
-{
-    if (!g_base[0]) {
-        snprintf(g_base, sizeof g_base, "/tmp/hp_moe_hostile_XXXXXX");
-        if (!mkdtemp(g_base)) g_base[0] = 0;
-        else atexit(cleanup);
-    }
-    return g_base;
-}
+/* One scratch folder for the whole run, removed at exit (testlib.h). */
+static const char *base(void) { return test_work_dir("moe_hostile"); }
 
 /* A fresh checkpoint of `family` in base()/name; returns its folder (static buffer) or NULL. */
 static const char *gen(const char *family, hp_expert_layout layout, const char *name)

@@ -17,7 +17,6 @@
 
 #define GOLDEN "data/golden"
 
-#define rm_rf test_rm_rf
 static const char *work(void) { return test_work_dir("moe_shard"); }
 
 /* Shards model_dir for the mesh dp x tp with ep (TP-extend-EP) into out; false (with a failed check) when the
@@ -144,7 +143,7 @@ TEST(golden_ep2_ranks_equal_full_checkpoint)
         int n = compare_folder(src, out, 2);
         CHECK_MSG(n >= 2, "%s: only %d layer/rank pairs compared", folders[i], n);
         pairs += n;
-        rm_rf(out);
+        test_rm_rf(out);
     }
     printf("compared %d layer/rank pairs\n", pairs);
     CHECK(pairs >= 18); /* 6 folders, at least one sparse layer each, 2 ranks */
@@ -160,7 +159,7 @@ TEST(one_process_from_ep1_folder)
         snprintf(out, sizeof out, "%s/%s_ep1", work(), folders[i]);
         if (!shard(src, 2, 1, 1, out)) continue;
         CHECK(compare_folder(src, out, 1) >= 1);
-        rm_rf(out);
+        test_rm_rf(out);
     }
 }
 
@@ -259,7 +258,7 @@ TEST(tp_sliced_shared_expert_is_refused)
     expect_error(out, 0, 1, 0, 4, needles);
     const char *const needles1[] = {"rank-00001.safetensors", "dim 0 [32, 64)", NULL};
     expect_error(out, 1, 1, 4, 4, needles1);
-    rm_rf(out);
+    test_rm_rf(out);
 }
 
 TEST(ep_mismatch_names_both_ranges)
@@ -271,7 +270,7 @@ TEST(ep_mismatch_names_both_ranges)
     const char *const needles[] = {"rank 1's file holds experts [2, 4)", "needs experts [4, 8)", "ep=2",
                                    "--ep 4", NULL};
     expect_error(out, 1, 1, 4, 4, needles);
-    rm_rf(out);
+    test_rm_rf(out);
 
     /* Batched: the same check reads the ep-cut tensor. */
     snprintf(out, sizeof out, "%s/qwen3_ep4", work());
@@ -282,7 +281,7 @@ TEST(ep_mismatch_names_both_ranges)
     const char *const needles_one[] = {"rank 0's file holds experts [0, 4)", "needs experts [0, 16)",
                                        "a run without mpirun needs every expert", "shard with ep=1", NULL};
     expect_error(out, 0, 0, 0, 0, needles_one);
-    rm_rf(out);
+    test_rm_rf(out);
 }
 
 TEST(missing_pieces_are_named)
@@ -316,7 +315,7 @@ TEST(missing_pieces_are_named)
     /* Not a shard folder. */
     const char *const man[] = {"manifest.json is missing", NULL};
     expect_error(GOLDEN "/mixtral_per_expert_f32", 0, 0, 0, 4, man);
-    rm_rf(out);
+    test_rm_rf(out);
 }
 
 TEST_MAIN()

@@ -14,21 +14,13 @@
 #include "plan/planner_int.h"
 #include "testlib.h"
 
-static char g_tmp[64];
-
-static const char *tmp_base(void)
-{
-    if (!g_tmp[0]) {
-        snprintf(g_tmp, sizeof g_tmp, "/tmp/hp_plan_test_XXXXXX");
-        if (!mkdtemp(g_tmp)) abort();
-    }
-    return g_tmp;
-}
+/* One scratch folder for the whole run, removed at exit (testlib.h). */
+static const char *tmp_base(void) { return test_work_dir("plan"); }
 
 /* tiny_llama of §11: hidden 16, 4 heads, 4 kv heads, 2 layers, vocab 32, intermediate 32. */
 static const char *tiny_llama(void)
 {
-    static char dir[128];
+    static char dir[256];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "%s/tiny_llama", tmp_base());
         hp_gen_opts o;
@@ -715,9 +707,6 @@ TEST(deterministic_json)
     CHECK(a.len > 1000 && a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
     hp_buf_free(&a);
     hp_buf_free(&b);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_base());
-    CHECK(system(cmd) == 0);
     hp_model_close(g_kept_model);
     g_kept_model = NULL;
 }

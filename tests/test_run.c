@@ -35,10 +35,10 @@ static bool windows(const char *text, int64_t *w, int64_t L)
 {
     hp_model *m = NULL;
     hp_err err;
-    char path[] = "/tmp/hp_test_run_XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) return false;
-    FILE *f = fdopen(fd, "w");
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", test_work_dir("run"));
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
     fputs(text, f);
     fclose(f);
     bool ok = hp_model_from_config_text(&m, text, strlen(text), path, NULL, &err) == HP_OK;

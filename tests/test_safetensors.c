@@ -12,29 +12,14 @@
 
 /* ---- helpers ---- */
 
+/* A fresh scratch folder (testlib.h), in a static buffer. */
 static char *make_tmpdir(void)
 {
-    static char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/hp_test_XXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
-    return dir;
+    static char dir[200];
+    return test_tmpdir(dir, sizeof dir);
 }
 
-/* Removes the files in dir (one level), then dir. */
-static void remove_tmpdir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    CHECK(rmdir(dir) == 0);
-}
+static void remove_tmpdir(const char *dir) { CHECK(test_rm_rf(dir)); }
 
 static int count_files(const char *dir)
 {
@@ -653,8 +638,7 @@ TEST(open_from_disk_errors)
         CHECK(mkfifo(fifo, 0600) == 0);
         CHECK(hp_st_open(&f, fifo, &e) == HP_ERR_INPUT && f == NULL);
         CHECK_STR_CONTAINS(e.msg, "pipe.safetensors: cannot open: the path is a FIFO (named pipe)");
-        unlink(fifo);
-        rmdir(fd);
+        test_rm_rf(fd);
     }
     char *dir = make_tmpdir();
     char p[256];

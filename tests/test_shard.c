@@ -36,18 +36,6 @@ static void mesh_opts(int which, hp_plan_opts *o)
     }
 }
 
-static char *tmpdir(char *buf)
-{
-    strcpy(buf, "/tmp/hp_shard_XXXXXX");
-    return mkdtemp(buf);
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
 
 /* Every tensor of the merged checkpoint equals the source's: names in model order, dtypes, shapes, bytes. */
 static void check_same(const hp_model *m, const char *merged, const char *label)
@@ -168,8 +156,8 @@ static bool round_trip(const char *model_dir, int mesh, bool deep)
             return false;
         }
     }
-    char work[64], shards[128], merged[128], label[512];
-    CHECK(tmpdir(work) != NULL);
+    char work[160], shards[200], merged[200], label[512];
+    CHECK(test_tmpdir(work, sizeof work) != NULL);
     snprintf(shards, sizeof shards, "%s/shards", work);
     snprintf(merged, sizeof merged, "%s/merged", work);
     snprintf(label, sizeof label, "%s [%s]", model_dir, g_mesh_names[mesh]);
@@ -190,7 +178,7 @@ static bool round_trip(const char *model_dir, int mesh, bool deep)
     snprintf(cfg, sizeof cfg, "%s/config.json", merged);
     CHECK(access(cfg, R_OK) == 0);
     hp_shard_layout_free(l);
-    rm_rf(work);
+    test_rm_rf(work);
     hp_plan_free(p);
     hp_model_close(m);
     g_exercised[mesh]++;
@@ -208,8 +196,8 @@ TEST(round_trip_golden_all_meshes)
 
 TEST(round_trip_generated_every_family)
 {
-    char work[64];
-    CHECK(tmpdir(work) != NULL);
+    char work[160];
+    CHECK(test_tmpdir(work, sizeof work) != NULL);
     int families = 0;
     for (size_t f = 0; f < hp_family_count(); f++) {
         const hp_family *fam = hp_family_at(f);
@@ -231,7 +219,7 @@ TEST(round_trip_generated_every_family)
         families++;
     }
     CHECK(families >= 10);
-    rm_rf(work);
+    test_rm_rf(work);
 }
 
 TEST(every_mesh_exercised_by_several_models)
@@ -339,8 +327,8 @@ TEST(dp_replicas_are_hard_links)
     hp_mesh_from_sizes(&po.mesh, 2, 1, 2, 1, false);
     hp_plan *p = NULL;
     CHECK(hp_plan_derive(&p, m, &po, &err) == HP_OK);
-    char work[64], out[128];
-    CHECK(tmpdir(work) != NULL);
+    char work[160], out[200];
+    CHECK(test_tmpdir(work, sizeof work) != NULL);
     snprintf(out, sizeof out, "%s/shards", work);
     hp_shard_stats stats;
     CHECK_MSG(hp_shard_write(m, p, out, NULL, &stats, &err) == HP_OK, "%s", err.msg);
@@ -363,7 +351,7 @@ TEST(dp_replicas_are_hard_links)
         CHECK_STR_EQ(hp_st_metadata_get(f, "format"), "pt");
         hp_st_close(f);
     }
-    rm_rf(work);
+    test_rm_rf(work);
     hp_plan_free(p);
     hp_model_close(m);
 }

@@ -69,9 +69,9 @@ static hp_status write_with(const char *path, int threads, int fail_tensor, hp_e
 
 TEST(parallel_writer_matches_sequential)
 {
-    char dir[] = "/tmp/hp_wt_XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    char a[64], b[64];
+    char dir[200];
+    if (!test_tmpdir(dir, sizeof dir)) return;
+    char a[256], b[256];
     snprintf(a, sizeof a, "%s/a.safetensors", dir);
     snprintf(b, sizeof b, "%s/b.safetensors", dir);
     hp_err err;
@@ -86,17 +86,16 @@ TEST(parallel_writer_matches_sequential)
     CHECK(hp_st_open(&f, b, &err) == HP_OK && hp_st_count(f) == 40);
     hp_st_close(f);
     /* A failing fill in the parallel path: error names the tensor, no file and no temporary remain. */
-    char c[64];
+    char c[256];
     snprintf(c, sizeof c, "%s/c.safetensors", dir);
     CHECK(write_with(c, 3, 7, &err) != HP_OK);
     CHECK_STR_CONTAINS(err.msg, "tensor 't.7'");
     CHECK_STR_CONTAINS(err.msg, "fill failed on purpose");
     CHECK(access(c, F_OK) != 0);
-    char cmd[128];
+    char cmd[512];
     snprintf(cmd, sizeof cmd, "test -z \"$(ls %s | grep tmp)\"", dir);
     CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(test_rm_rf(dir));
 }
 
 TEST_MAIN()

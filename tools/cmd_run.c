@@ -21,6 +21,7 @@
 #include "hyperpar/safetensors.h"
 #include "hyperpar/shard.h"
 #include "inputflags.h"
+#include "testhooks.h"
 
 enum { O_PLAN = 300, O_COMPUTE, O_RTOL, O_OVERLAP, O_ROUTER, O_STATS, O_BACKWARD, O_SEQ, O_BATCH };
 #define G_INPUT "the input: one of --input, --ids, --random-input (docs/run.md, \"Inputs\")"
@@ -390,9 +391,9 @@ static int run(run_args *a, int *argc, char ***argv)
         cli_threads(w, a->threads, &ti);
         hp_run_opts ro = {.command = a->validate ? "validate" : "run", .shards = shard ? a->model : NULL,
                           .compute = a->compute, .overlap = a->overlap, .balanced_router = a->balanced,
-                          .test_perturb_boundary = getenv("HP_TEST_PERTURB_BOUNDARY"), /* validate's test hooks */
-                          .test_perturb_grad = getenv("HP_TEST_PERTURB_GRAD"),
-                          .test_mlp_whole = getenv("HP_TEST_MLP_WHOLE") && !strcmp(getenv("HP_TEST_MLP_WHOLE"), "1"),
+                          .test_perturb_boundary = cli_test_env_get().perturb_boundary, /* testhooks.c */
+                          .test_perturb_grad = cli_test_env_get().perturb_grad,
+                          .test_mlp_whole = cli_test_env_get().mlp_whole,
                           /* only --output and --compare read the logits: without them none are kept whole */
                           .no_logits = !a->output && !a->compare};
         if (a->validate) {

@@ -27,6 +27,7 @@
 
 #include "cli.h"
 #include "signals.h"
+#include "testhooks.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/data.h"
 #include "hyperpar/overrides.h"
@@ -344,7 +345,7 @@ static void config_of(train_cli *c, hp_train_config *cfg)
     cfg->plan_file = a->plan, cfg->overrides = a->pf.overrides;
     cfg->sched_given = a->sched_given, cfg->dtype_given = a->dtype_given, cfg->seed_given = a->seed_given;
     cfg->command = a->cmdline;
-    cfg->test_nan_grad = getenv("HP_TEST_NAN_GRAD"); /* the non-finite test's hook: the library reads no env */
+    cfg->test_nan_grad = cli_test_env_get().nan_grad; /* the non-finite test's hook (testhooks.c) */
     cfg->plan = resolve_plan, cfg->check = check_output_files, cfg->on_event = on_event;
     cfg->signals_catch = signals_catch, cfg->signals_release = signals_release, cfg->ctx = c;
 }

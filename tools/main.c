@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "testhooks.h"
 #include "hyperpar/comm.h"
 #include "hyperpar/plan.h"
 
@@ -243,6 +244,7 @@ static int run_main(int argc, char **argv)
  * command's stdout is flushed and closed here, and a write error turns a success into exit 1. */
 int main(int argc, char **argv)
 {
+    cli_test_hooks_install(); /* the HP_TEST_* environment, for hyperpar's own tests (testhooks.c) */
     /* Both streams line-buffered, whatever they are: each line reaches the file in one write, so when stdout and
      * stderr share a pipe (2>&1 | tee) a block of stdout never ends mid-line with a stderr line after it (a fully
      * buffered stdout flushed every 4 KiB did), and a line printed in pieces is not split by the other stream.

@@ -184,6 +184,37 @@ void hp_interrupt(int sig);
 /* The signal recorded by hp_interrupt, 0 when none. */
 int hp_interrupted(void);
 
+/* ---- test hooks: FOR TESTS ONLY, not part of the API ----
+ * Points where hyperpar's own tests make a process pause, or its writes fail, on purpose, so that a test can
+ * kill, signal or starve it at exactly that point instead of guessing with sleeps. The library reads no
+ * environment variable for them: a program installs them. The CLI does, once, first thing in main, from the
+ * HP_TEST_* environment (tools/testhooks.c; docs/reliability.md lists the variables), which is how the shell
+ * tests set them; the C unit tests call hp_test_hooks_install themselves. A zeroed struct turns every hook off.
+ *
+ * A pause at a path P creates P.ready holding the process id (so a test kills exactly the process that paused),
+ * then waits until P.go exists, a signal was recorded (hp_interrupted) or 120 s passed. */
+typedef struct hp_test_hooks {
+    bool one_rank;                   /* the hooks below act only in the process of world rank only_rank (as
+                                        hp_comm_world found it; a process without a launcher is rank 0) */
+    int only_rank;                   /* with one_rank; -1 matches no process */
+    bool full_disk;                  /* the file writers (the safetensors writer, hp_file_write_atomic, the output
+                                        folder's small files) fail with ENOSPC once enospc_after bytes in all were
+                                        written in this process; the write that crosses the limit fails whole */
+    long long enospc_after;          /* with full_disk: >= 0 */
+    const char *pause_before_read;   /* P: the first read of a mapped safetensors file pauses (once a process) */
+    const char *pause_read_of;       /* with pause_before_read: only a file whose path holds this text counts */
+    const char *pause_mid_write;     /* P: the safetensors writer pauses with its temporary holding the header */
+    const char *pause_write_of;      /* with pause_mid_write: only a file whose path holds this text */
+    const char *pause_before_commit; /* P: an output folder pauses complete in its temporary, before its rename */
+    const char *pause_in_step;       /* P: the read of step pause_step's first rows of a dataset pauses */
+    long long pause_step;            /* with pause_in_step: the step, 1 for the first */
+} hp_test_hooks;
+
+/* Copies h (its strings too) into the library's one hook table, replacing what was there; NULL turns every hook
+ * off. Not thread-safe: call it before any other library call, or between tests while no other thread is inside
+ * the library. */
+void hp_test_hooks_install(const hp_test_hooks *h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -169,7 +169,7 @@ hp_status hp_comm_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
     *out = NULL;
     hp_status st = hp_comm_launched() ? hp__mpi_world(out, argc, argv, err) : hp_comm_self(out, err);
     if (st == HP_OK && !hp_comm_launched()) (*out)->world = true;
-    if (st == HP_OK) hp__test_set_rank((*out)->rank); /* HP_TEST_ONLY_RANK's rank (core/guard.h) */
+    if (st == HP_OK) hp__test_set_rank((*out)->rank); /* the test hooks' rank (hp_test_hooks.only_rank, core/guard.h) */
     return st;
 }
 

@@ -8,7 +8,7 @@
  * what it is: a folder, a FIFO, a device, a socket, a symbolic-link loop, a missing path.
  *
  * Small outputs go through hp_file_write_atomic: a temporary beside the file, synced, renamed; a full disk (or
- * HP_TEST_ENOSPC_AFTER, core/guard.h) fails it with the path and the cause.
+ * the full-disk test hook, hp_test_hooks.full_disk in hyperpar/core.h) fails it with the path and the cause.
  */
 #define _GNU_SOURCE
 #include <errno.h>

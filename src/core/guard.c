@@ -1,5 +1,6 @@
 /*
- * guard.c — reading mapped inputs safely, the interrupt flag, and the test pause points.
+ * guard.c — reading mapped inputs safely, the interrupt flag, and the test hooks (the table
+ * hp_test_hooks_install fills: pause points and the full-disk budget).
  *
  * Inputs (safetensors files, shard rank files) are read through mmap. When another process truncates a file
  * meanwhile, touching a page past its new end raises SIGBUS in the thread that touched it, which used to kill
@@ -173,28 +174,46 @@ hp_status hp__interrupt_error(hp_err *err)
                       strsignal(s));
 }
 
-/* ---- test pause points ---- */
+/* ---- test hooks ---- */
 
+/* The table hp_test_hooks_install fills (it owns copies of the strings) and the state derived from it. Written
+ * only by the install, before the work it affects starts; read from any thread. */
+static hp_test_hooks g_hooks;
+/* Whether a `once` pause already happened since the install. */
+static _Atomic int g_paused_once;
+/* The full-disk budget left: -1 not worked out yet (the rank is not known at the install), -2 no limit. The
+ * budget is process-wide (writer threads share it). */
+static _Atomic long long g_write_left = -1;
 /* This process's world rank, as hp_comm_world found it (0 before, and without a launcher). */
 static _Atomic int g_test_rank;
 
-void hp__test_set_rank(int rank) { atomic_store(&g_test_rank, rank); }
-
-bool hp__test_rank_selected(void)
+void hp_test_hooks_install(const hp_test_hooks *h)
 {
-    const char *want = getenv("HP_TEST_ONLY_RANK");
-    if (!want || !*want) return true;
-    char *end = NULL;
-    long r = strtol(want, &end, 10);
-    return !*end && r == atomic_load(&g_test_rank);
+    const char *const old[] = {g_hooks.pause_before_read, g_hooks.pause_read_of,       g_hooks.pause_mid_write,
+                               g_hooks.pause_write_of,    g_hooks.pause_before_commit, g_hooks.pause_in_step};
+    for (size_t i = 0; i < sizeof old / sizeof *old; i++) free((char *)old[i]);
+    hp_test_hooks t = {0};
+    if (h) t = *h;
+    /* Owned copies; an empty string is no hook, and one that cannot be copied leaves its hook off (the test that
+     * set it then fails visibly: it never pauses). */
+    const char **const s[] = {&t.pause_before_read, &t.pause_read_of,       &t.pause_mid_write,
+                              &t.pause_write_of,    &t.pause_before_commit, &t.pause_in_step};
+    for (size_t i = 0; i < sizeof s / sizeof *s; i++) *s[i] = *s[i] && **s[i] ? strdup(*s[i]) : NULL;
+    g_hooks = t;
+    atomic_store(&g_paused_once, 0);
+    atomic_store(&g_write_left, -1);
 }
 
-void hp__test_pause(const char *env, bool once)
+const hp_test_hooks *hp__test_hooks(void) { return &g_hooks; }
+
+void hp__test_set_rank(int rank) { atomic_store(&g_test_rank, rank); }
+
+bool hp__test_rank_selected(void) { return !g_hooks.one_rank || g_hooks.only_rank == atomic_load(&g_test_rank); }
+
+void hp__test_pause(const char *p, bool once)
 {
-    static _Atomic int paused;
-    const char *p = getenv(env);
     if (!p || !*p || strlen(p) > 4000 || !hp__test_rank_selected()) return;
-    if (once && atomic_exchange(&paused, 1)) return;
+    if (once && atomic_exchange(&g_paused_once, 1)) return;
     char ready[4100], tmp[4140], go[4100], pid[32];
     snprintf(ready, sizeof ready, "%s.ready", p);
     snprintf(tmp, sizeof tmp, "%s.ready.%ld", p, (long)getpid());
@@ -213,25 +232,20 @@ void hp__test_pause(const char *env, bool once)
 
 int hp__test_write_fault(size_t n)
 {
-    /* -1: not read yet; -2: no limit. The budget is process-wide (writer threads share it). */
-    static _Atomic long long left = -1;
-    long long l = atomic_load(&left);
-    if (l == -1) {
-        const char *v = getenv("HP_TEST_ENOSPC_AFTER");
-        char *end = NULL;
-        long long b = v && *v && hp__test_rank_selected() ? strtoll(v, &end, 10) : -2;
-        if (b != -2 && (!end || *end || b < 0)) b = -2;
+    long long l = atomic_load(&g_write_left);
+    if (l == -1) { /* worked out at the first write, once hp_comm_world has recorded the rank */
+        long long b = g_hooks.full_disk && g_hooks.enospc_after >= 0 && hp__test_rank_selected() ? g_hooks.enospc_after : -2;
         long long expected = -1;
-        atomic_compare_exchange_strong(&left, &expected, b);
-        l = atomic_load(&left);
+        atomic_compare_exchange_strong(&g_write_left, &expected, b);
+        l = atomic_load(&g_write_left);
     }
     if (l == -2) return 0;
     for (;;) {
         if ((unsigned long long)l < n) {
-            atomic_store(&left, 0);
+            atomic_store(&g_write_left, 0);
             errno = ENOSPC;
             return ENOSPC;
         }
-        if (atomic_compare_exchange_weak(&left, &l, l - (long long)n)) return 0;
+        if (atomic_compare_exchange_weak(&g_write_left, &l, l - (long long)n)) return 0;
     }
 }

@@ -5,7 +5,8 @@
  * page past its new end. hp__guarded_copy turns that into a false return (the caller reports "changed while
  * reading"); mappings registered with hp__guard_map are also covered where a pointer into them is used
  * directly (a zero-copy GEMM operand): a fault there prints the file's name and ends the process with exit
- * status 1 instead of a bare "Bus error" (135). See guard.c for the mechanism.
+ * status 1 instead of a bare "Bus error" (135). See guard.c for the mechanism. The test hooks' table lives
+ * here too.
  */
 #ifndef HP_CORE_GUARD_H
 #define HP_CORE_GUARD_H
@@ -30,19 +31,22 @@ void hp__guard_unmap(int slot);
  * recorded. */
 hp_status hp__interrupt_error(hp_err *err);
 
-/* Test hook: when the environment variable `env` names a path P, creates P.ready (holding the process id, so a
- * test can kill exactly the process that paused) and waits until P.go exists, a signal was recorded
- * (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a signal at exactly this point instead
- * of guessing with sleeps. With `once`, only the first such call in the process pauses. Under mpirun,
- * HP_TEST_ONLY_RANK=R limits every HP_TEST_* hook of this file to the process of world rank R. */
-void hp__test_pause(const char *env, bool once);
-/* Test hook: whether this process is the one HP_TEST_ONLY_RANK selects (true when it is unset): its world rank
- * as hp_comm_world recorded it with hp__test_set_rank (0 until then). */
+/* The test hooks (hyperpar/core.h, hp_test_hooks): the table hp_test_hooks_install filled, all off until then.
+ * The library reads it, never the environment. */
+const hp_test_hooks *hp__test_hooks(void);
+/* Test hook: when path (a hook's value) is a non-empty path P and this process is the one the hooks select,
+ * creates P.ready (holding the process id, so a test can kill exactly the process that paused) and waits until
+ * P.go exists, a signal was recorded (hp_interrupted) or 120 s passed. Tests truncate an input or deliver a
+ * signal at exactly this point instead of guessing with sleeps. With `once`, only the first such call in the
+ * process (since the hooks were installed) pauses. */
+void hp__test_pause(const char *path, bool once);
+/* Test hook: whether this process is the one hp_test_hooks.only_rank selects (true without one_rank): its world
+ * rank as hp_comm_world recorded it with hp__test_set_rank (0 until then). */
 bool hp__test_rank_selected(void);
 void hp__test_set_rank(int rank);
-/* Test hook for a full disk: with HP_TEST_ENOSPC_AFTER=BYTES, the process's file writers (the safetensors
- * writer, hp_file_write_atomic, the output folder's small files) account every write here and fail with
- * ENOSPC once BYTES in all have been written (the write that crosses the limit fails whole). Returns 0, or
+/* Test hook for a full disk (hp_test_hooks.full_disk): the process's file writers (the safetensors writer,
+ * hp_file_write_atomic, the output folder's small files) account every write here and fail with ENOSPC once
+ * enospc_after bytes in all have been written (the write that crosses the limit fails whole). Returns 0, or
  * ENOSPC with errno set. */
 int hp__test_write_fault(size_t n);
 

@@ -288,10 +288,10 @@ hp_status hp_data_batch(hp_data *d, const hp_data_order *o, int64_t step, int64_
         return hp_err_set(err, HP_ERR_INPUT, "step %lld of a global batch of %lld overflows the window count",
                           (long long)step, (long long)GB);
     q0 -= row0 + rows;
-    /* Test hook: HP_TEST_PAUSE_IN_STEP=P with HP_TEST_PAUSE_STEP=T pauses the read of step T's first rows
+    /* Test hook (hp_test_hooks.pause_in_step, pause_step T): pauses the read of step T's first rows
      * (hp__test_pause), so a test kills a rank inside a step, the others waiting in its collectives. */
-    const char *pause_at = row0 == 0 ? getenv("HP_TEST_PAUSE_STEP") : NULL;
-    if (pause_at && atoll(pause_at) == step + 1) hp__test_pause("HP_TEST_PAUSE_IN_STEP", false);
+    const hp_test_hooks *hk = hp__test_hooks();
+    if (row0 == 0 && hk->pause_in_step && hk->pause_step == step + 1) hp__test_pause(hk->pause_in_step, false);
     for (int64_t r = 0; r < rows; r++) {
         int64_t w;
         hp_status st = hp_data_window_at(d, o, q0 + row0 + r, &w, err);

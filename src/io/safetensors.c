@@ -589,11 +589,12 @@ hp_status hp_st_read(const hp_st_file *f, const hp_st_tensor *t, uint64_t off, v
                           "%s: tensor '%s': bytes [%llu, %llu) asked for are outside its %llu bytes.", f->label,
                           t->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)bytes);
     if (n == 0) return HP_OK;
-    /* Test hook: HP_TEST_PAUSE_BEFORE_READ=P pauses the first read of a mapped file (P.ready, then P.go), so a
-     * test truncates the file at exactly this point; with HP_TEST_PAUSE_READ_OF=NAME only a file whose path
-     * holds NAME counts (the input ids are read before a shard folder's rank file is opened). */
-    const char *of = getenv("HP_TEST_PAUSE_READ_OF");
-    if (f->map && (!of || strstr(hp_st_path(f), of))) hp__test_pause("HP_TEST_PAUSE_BEFORE_READ", true);
+    /* Test hook (hp_test_hooks.pause_before_read = P): pauses the first read of a mapped file (P.ready, then
+     * P.go), so a test truncates the file at exactly this point; with pause_read_of = NAME only a file whose
+     * path holds NAME counts (the input ids are read before a shard folder's rank file is opened). */
+    const hp_test_hooks *hk = hp__test_hooks();
+    if (hk->pause_before_read && f->map && (!hk->pause_read_of || strstr(hp_st_path(f), hk->pause_read_of)))
+        hp__test_pause(hk->pause_before_read, true);
     if (fetch(f, f->data_offset + t->begin + off, dst, n)) return HP_OK;
     char what[600];
     snprintf(what, sizeof what, "tensor '%s'", t->name);

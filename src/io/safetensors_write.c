@@ -407,11 +407,12 @@ hp_status hp_st_writer_write(hp_st_writer *w, const char *path, hp_err *err)
         st = write_error(tmp, "write", errno, err);
         goto out;
     }
-    /* Test hook: HP_TEST_PAUSE_MID_WRITE=P pauses with the temporary holding its header (P.ready, then P.go or
-     * a signal), so tests interrupt or kill a writer at exactly this point; with HP_TEST_PAUSE_WRITE_OF=TEXT only
-     * a file whose path holds TEXT (e.g. "step-4.tmp": the second checkpoint of a run). */
-    const char *pause_of = getenv("HP_TEST_PAUSE_WRITE_OF");
-    if (!pause_of || strstr(path, pause_of)) hp__test_pause("HP_TEST_PAUSE_MID_WRITE", false);
+    /* Test hook (hp_test_hooks.pause_mid_write = P): pauses with the temporary holding its header (P.ready,
+     * then P.go or a signal), so tests interrupt or kill a writer at exactly this point; with pause_write_of =
+     * TEXT only a file whose path holds TEXT (e.g. "step-4.tmp": the second checkpoint of a run). */
+    const hp_test_hooks *hk = hp__test_hooks();
+    if (hk->pause_mid_write && (!hk->pause_write_of || strstr(path, hk->pause_write_of)))
+        hp__test_pause(hk->pause_mid_write, false);
     if (w->threads > 1 && w->n > 1)
         st = write_parallel(w, fp, 8 + (uint64_t)padded, path, tmp, chunk_size, err);
     for (size_t i = 0; i < w->n && st == HP_OK && !(w->threads > 1 && w->n > 1); i++) {

@@ -192,30 +192,27 @@ static void build_name_hash(hp_model *m)
     m->name_hash_mask = cap - 1;
 }
 
-/* Orders raw params and builds modules into m. Consumes raw (its array is freed). */
-static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
+/* The trie of every dotted prefix of raw's names (t's arrays allocated here; the caller frees them, also on
+ * failure), each node's children in registration-rank then natural order (docs/design.md, "The model"). kids
+ * gets a scratch array of t->n ints, which the walk reuses. */
+static hp_status trie_build(trie *t, const raw_list *raw, int **kids, hp_err *err)
 {
-    hp_status st = HP_OK;
     size_t n_seg = 1;
     for (size_t i = 0; i < raw->n; i++) {
         size_t segs = 1;
         for (const char *c = raw->v[i].name; *c; c++) segs += *c == '.';
         n_seg += segs;
     }
-    trie t = {0};
-    t.cap = n_seg;
-    t.n_slots = 16;
-    while (t.n_slots < 2 * n_seg) t.n_slots *= 2;
-    t.nodes = malloc(t.cap * sizeof *t.nodes);
-    t.slots = malloc(t.n_slots * sizeof *t.slots);
-    int *order = NULL, *stack = NULL, *kids = NULL;
-    if (!t.nodes || !t.slots) {
-        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
-        goto done;
-    }
-    memset(t.slots, 0xff, t.n_slots * sizeof *t.slots);
+    t->cap = n_seg;
+    t->n_slots = 16;
+    while (t->n_slots < 2 * n_seg) t->n_slots *= 2;
+    t->nodes = malloc(t->cap * sizeof *t->nodes);
+    t->slots = malloc(t->n_slots * sizeof *t->slots);
+    if (!t->nodes || !t->slots) return hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
+    memset(t->slots, 0xff, t->n_slots * sizeof *t->slots);
     bool added;
-    int root = trie_get_or_add(&t, "", 0, -1, &added);
+    int root = trie_get_or_add(t, "", 0, -1, &added);
+    HP_ASSERT(root == 0);
 
     for (size_t i = 0; i < raw->n; i++) {
         const char *name = raw->v[i].name;
@@ -223,62 +220,53 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
         int parent = root;
         for (size_t e = 0; e <= len; e++) {
             if (e < len && name[e] != '.') continue;
-            int k = trie_get_or_add(&t, name, e, parent, &added);
+            int k = trie_get_or_add(t, name, e, parent, &added);
             if (added) {
-                node *p = &t.nodes[parent];
-                t.nodes[k].next_sibling = p->first_child; /* reversed now, sorted below */
+                node *p = &t->nodes[parent];
+                t->nodes[k].next_sibling = p->first_child; /* reversed now, sorted below */
                 p->first_child = k;
                 p->n_children++;
             }
             parent = k;
         }
-        if (t.nodes[parent].param >= 0) {
-            st = hp_err_set(err, HP_ERR_INPUT, "parameter '%s' appears twice in the checkpoint", name);
-            goto done;
-        }
-        t.nodes[parent].param = (int)i;
+        if (t->nodes[parent].param >= 0)
+            return hp_err_set(err, HP_ERR_INPUT, "parameter '%s' appears twice in the checkpoint", name);
+        t->nodes[parent].param = (int)i;
     }
 
     /* Sort every node's children. */
-    kids = malloc(t.n * sizeof *kids);
-    if (!kids) {
-        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory sorting the module tree");
-        goto done;
-    }
-    g_sort_nodes = t.nodes;
-    for (size_t k = 0; k < t.n; k++) {
-        node *nd = &t.nodes[k];
+    *kids = malloc(t->n * sizeof **kids);
+    if (!*kids) return hp_err_set(err, HP_ERR_NOMEM, "out of memory sorting the module tree");
+    int *kd = *kids;
+    g_sort_nodes = t->nodes;
+    for (size_t k = 0; k < t->n; k++) {
+        node *nd = &t->nodes[k];
         if (nd->n_children < 1) continue;
         int c = 0;
-        for (int ch = nd->first_child; ch >= 0; ch = t.nodes[ch].next_sibling) kids[c++] = ch;
-        qsort(kids, (size_t)c, sizeof *kids, child_cmp);
-        nd->first_child = kids[0];
-        for (int j = 0; j < c; j++) t.nodes[kids[j]].next_sibling = j + 1 < c ? kids[j + 1] : -1;
+        for (int ch = nd->first_child; ch >= 0; ch = t->nodes[ch].next_sibling) kd[c++] = ch;
+        qsort(kd, (size_t)c, sizeof *kd, child_cmp);
+        nd->first_child = kd[0];
+        for (int j = 0; j < c; j++) t->nodes[kd[j]].next_sibling = j + 1 < c ? kd[j + 1] : -1;
     }
+    return HP_OK;
+}
 
-    /* Count modules: the root and every node with children. */
-    size_t n_modules = 0;
-    for (size_t k = 0; k < t.n; k++)
-        if (k == (size_t)root || t.nodes[k].n_children > 0) n_modules++;
-    m->modules = hp_arena_alloc(&m->arena, n_modules * sizeof *m->modules);
-    m->params = hp_arena_alloc(&m->arena, (raw->n ? raw->n : 1) * sizeof *m->params);
-    int *owned = hp_arena_alloc(&m->arena, (raw->n ? raw->n : 1) * sizeof *owned);
-    stack = malloc(t.n * sizeof *stack);
-    if (!m->modules || !m->params || !owned || !stack) {
-        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
-        goto done;
-    }
-
-    /* Pre-order walk: modules and params in final order. */
+/* The pre-order walk of t from its root (node 0): m->params and m->modules in their final order, each module's
+ * name, leaf, parent and depth. n_modules is the number of modules the walk meets (the root and every node with
+ * children); stack and kids are scratch arrays of t->n ints. */
+static hp_status walk_modules(hp_model *m, trie *t, const raw_list *raw, size_t n_modules, int *stack, int *kids,
+                              hp_err *err)
+{
+    const int root = 0;
     size_t n_mod = 0, n_par = 0, sp = 0;
     stack[sp++] = root;
     while (sp > 0) {
         int k = stack[--sp];
-        node *nd = &t.nodes[k];
+        node *nd = &t->nodes[k];
         if (nd->param >= 0) {
             hp_param *p = &m->params[n_par];
             *p = raw->v[nd->param];
-            p->module = t.nodes[nd->parent].module;
+            p->module = t->nodes[nd->parent].module;
             n_par++;
         }
         if (k == root || nd->n_children > 0) {
@@ -286,26 +274,28 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
             nd->module = (int)n_mod;
             mod->name = k == root ? "" : hp_arena_strndup(&m->arena, nd->fqn, nd->fqn_len);
             mod->leaf = k == root ? "" : hp_arena_strndup(&m->arena, nd->seg, nd->seg_len);
-            if (!mod->name || !mod->leaf) {
-                st = hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
-                goto done;
-            }
-            mod->parent = k == root ? -1 : t.nodes[nd->parent].module;
+            if (!mod->name || !mod->leaf) return hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
+            mod->parent = k == root ? -1 : t->nodes[nd->parent].module;
             mod->depth = k == root ? 0 : m->modules[mod->parent].depth + 1;
             mod->first_child = mod->next_sibling = -1;
             n_mod++;
         }
         /* Push children in reverse so the first child is visited first. */
         int c = 0;
-        for (int ch = nd->first_child; ch >= 0; ch = t.nodes[ch].next_sibling) kids[c++] = ch;
+        for (int ch = nd->first_child; ch >= 0; ch = t->nodes[ch].next_sibling) kids[c++] = ch;
         for (int j = c - 1; j >= 0; j--) stack[sp++] = kids[j];
     }
     HP_ASSERT(n_par == raw->n && n_mod == n_modules);
     m->n_params = n_par;
     m->n_modules = n_mod;
+    return HP_OK;
+}
 
-    /* Module children links (in walk order) and owned-parameter lists. */
-    int *last_child = stack; /* reuse: n_modules <= t.n */
+/* After the walk: each module's children links (in walk order), its owned-parameter list (into owned, one int per
+ * parameter) and its subtree's parameter range. last_child is scratch of m->n_modules ints. */
+static void link_modules(hp_model *m, int *owned, int *last_child)
+{
+    size_t n_mod = m->n_modules, n_par = m->n_params;
     for (size_t i = 0; i < n_mod; i++) last_child[i] = -1;
     for (size_t i = 1; i < n_mod; i++) {
         hp_module *mod = &m->modules[i];
@@ -338,7 +328,33 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
     }
     for (size_t i = 0; i < n_mod; i++)
         if (m->modules[i].subtree_end < 0) m->modules[i].subtree_first = m->modules[i].subtree_end = 0;
+}
 
+/* Orders raw params and builds modules into m: the trie of the names (trie_build), the pre-order walk
+ * (walk_modules), the links (link_modules), then the name index and hash. Consumes raw (its array is freed). */
+static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
+{
+    trie t = {0};
+    int *stack = NULL, *kids = NULL;
+    hp_status st = trie_build(&t, raw, &kids, err);
+    if (st != HP_OK) goto done;
+
+    /* Count modules: the root and every node with children. */
+    size_t n_modules = 0;
+    for (size_t k = 0; k < t.n; k++)
+        if (k == 0 || t.nodes[k].n_children > 0) n_modules++;
+    m->modules = hp_arena_alloc(&m->arena, n_modules * sizeof *m->modules);
+    m->params = hp_arena_alloc(&m->arena, (raw->n ? raw->n : 1) * sizeof *m->params);
+    int *owned = hp_arena_alloc(&m->arena, (raw->n ? raw->n : 1) * sizeof *owned);
+    stack = malloc(t.n * sizeof *stack);
+    if (!m->modules || !m->params || !owned || !stack) {
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
+        goto done;
+    }
+    if ((st = walk_modules(m, &t, raw, n_modules, stack, kids, err)) != HP_OK) goto done;
+    link_modules(m, owned, stack); /* the stack is reused: n_modules <= t.n */
+
+    size_t n_par = m->n_params;
     int *index = hp_arena_alloc(&m->arena, (n_par ? n_par : 1) * sizeof *index);
     if (!index) {
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory indexing parameter names");
@@ -353,7 +369,6 @@ static hp_status build_table(hp_model *m, raw_list *raw, hp_err *err)
 done:
     free(t.nodes);
     free(t.slots);
-    free(order);
     free(stack);
     free(kids);
     free(raw->v);

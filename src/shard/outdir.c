@@ -536,10 +536,10 @@ static bool same_node(const char *p, uint64_t dev, uint64_t ino)
     return lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && (uint64_t)sb.st_dev == dev && (uint64_t)sb.st_ino == ino;
 }
 
-/* Test hook: HP_TEST_PAUSE_BEFORE_COMMIT=P makes a run pause with its output complete in its temporary folder
- * (hp__test_pause: P.ready, then wait for P.go or a signal). Tests deliver a signal or change --out at exactly
- * this point instead of guessing with sleeps. */
-static void test_pause_point(void) { hp__test_pause("HP_TEST_PAUSE_BEFORE_COMMIT", false); }
+/* Test hook (hp_test_hooks.pause_before_commit = P): a run pauses with its output complete in its temporary
+ * folder (hp__test_pause: P.ready, then wait for P.go or a signal). Tests deliver a signal or change --out at
+ * exactly this point instead of guessing with sleeps. */
+static void test_pause_point(void) { hp__test_pause(hp__test_hooks()->pause_before_commit, false); }
 
 static hp_status install(hp__outdir *o, hp_err *err);
 

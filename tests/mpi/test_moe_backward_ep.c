@@ -46,13 +46,8 @@ static bool g_need_nz;
 /* max |a − b| <= 1e-5 · max |b|, and b not all zero (when g_need_nz). */
 static void check_close(const char *what, const char *name, const float *a, const float *b, int64_t n)
 {
-    double mx = 0, d = 0;
-    for (int64_t i = 0; i < n; i++) {
-        mx = fmax(mx, fabs(b[i]));
-        d = fmax(d, fabs((double)a[i] - b[i]));
-    }
-    CHECK_MSG(d <= 1e-5 * mx, "rank %d: %s: %s differs by %.3g (max %.3g)", hp_comm_rank(W), what, name, d, mx);
-    CHECK_MSG(mx > 0 || n == 0 || !g_need_nz, "rank %d: %s: %s is zero", hp_comm_rank(W), what, name);
+    CHECK_CLOSE_MSG(a, b, n, 0, 1e-5, "rank %d: %s: %s", hp_comm_rank(W), what, name);
+    CHECK_MSG(test_max_abs(b, n) > 0 || n == 0 || !g_need_nz, "rank %d: %s: %s is zero", hp_comm_rank(W), what, name);
 }
 
 static void run_case(const char *what, hp_moe_archetype a, hp_moe_dims d, int64_t T_all, const hp_moe_run_opts *ro,

@@ -43,13 +43,8 @@ static void check_chunks(hp_moe_ep *ep, const char *what, int64_t layer, double 
         for (int ov = 0; ov < 2; ov++) {
             float *out = ov ? yv : yo;
             CHECK_MSG(hp_moe_ep_forward_chunks(ep, x, T, out, ro, ov, C, &err) == HP_OK, "%s", err.msg);
-            double mx = 0, d = 0;
-            for (int64_t i = 0; i < T * H; i++) {
-                mx = fmax(mx, fabs(y[i]));
-                d = fmax(d, fabs((double)out[i] - y[i]));
-            }
-            CHECK_MSG(d <= 1e-6 * mx, "%s layer %lld cf %.1f: %d chunks%s: max diff %.3g vs %.3g", what,
-                      (long long)layer, cf, C, ov ? " with overlap" : "", d, 1e-6 * mx);
+            CHECK_CLOSE_MSG(out, y, T * H, 0, 1e-6, "%s layer %lld cf %.1f: %d chunks%s", what, (long long)layer, cf, C,
+                            ov ? " with overlap" : "");
             CHECK(memcmp(topk_ref, hp_moe_ep_ws(ep)->topk_idx, (size_t)(T * K) * sizeof(int32_t)) == 0);
             if (rows_sent >= 0) CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->rows_sent, rows_sent);
         }
@@ -87,13 +82,8 @@ static void check_layer(hp_comm *g, const hp_model *m, int64_t layer, const floa
         hp_moe_run_opts ro = {.capacity_factor = factors[f], .policy = HP_MOE_CAP_SCORE};
         if (Tl > 0) CHECK(hp_moe_forward(full, ws, x + lo_row * H, Tl, H, yref, &ro, &err) == HP_OK);
         CHECK_MSG(hp_moe_ep_forward(ep, x + lo_row * H, Tl, y, &ro, false, &err) == HP_OK, "%s", err.msg);
-        double mx = 0, d = 0;
-        for (int64_t i = 0; i < Tl * H; i++) {
-            mx = fmax(mx, fabs(yref[i]));
-            d = fmax(d, fabs((double)y[i] - yref[i]));
-        }
-        CHECK_MSG(d <= 1e-5 * mx, "%s layer %lld cf %.1f rank %d/%d: max diff %.3g vs %.3g", m->path, (long long)layer,
-                  factors[f], r, P, d, 1e-5 * mx);
+        CHECK_CLOSE_MSG(y, yref, Tl * H, 0, 1e-5, "%s layer %lld cf %.1f rank %d/%d", m->path, (long long)layer,
+                        factors[f], r, P);
         CHECK(memcmp(ws->topk_idx, hp_moe_ep_ws(ep)->topk_idx, (size_t)(Tl * K) * sizeof(int32_t)) == 0);
         if (factors[f] > 0) CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->n_dropped, ws->stats.n_dropped);
         /* --overlap: the same numbers. */
@@ -200,19 +190,13 @@ static void test_chunks_uneven(void)
         hp_moe_run_opts ro = {.capacity_factor = factors[fi]};
         if (T > 0) CHECK(hp_moe_forward(full, ws, x, T, H, yref, &ro, &err) == HP_OK);
         CHECK_MSG(hp_moe_ep_forward(ep, x, T, y, &ro, false, &err) == HP_OK, "%s", err.msg);
-        double mx = 0, d = 0;
-        for (int64_t i = 0; i < T * H; i++) {
-            mx = fmax(mx, fabs(yref[i]));
-            d = fmax(d, fabs((double)y[i] - yref[i]));
-        }
-        CHECK_MSG(d <= 1e-5 * mx, "uneven rank %d cf %.1f: max diff %.3g", r, factors[fi], d);
+        double mx = test_max_abs(yref, T * H);
+        CHECK_CLOSE_MSG(y, yref, T * H, 0, 1e-5, "uneven rank %d cf %.1f", r, factors[fi]);
         int64_t rows = hp_moe_ep_get_stats(ep)->rows_sent;
         check_chunks(ep, "uneven", 0, factors[fi], x, T, y, ws->topk_idx, K, H, &ro, rows, yo);
         /* More chunks than a rank has tokens: empty chunks still join every exchange. */
         CHECK_MSG(hp_moe_ep_forward_chunks(ep, x, T, yo, &ro, true, 8, &err) == HP_OK, "%s", err.msg);
-        d = 0;
-        for (int64_t i = 0; i < T * H; i++) d = fmax(d, fabs((double)yo[i] - y[i]));
-        CHECK_MSG(d <= 1e-6 * mx, "uneven rank %d: 8 chunks: max diff %.3g", r, d);
+        CHECK_CLOSE_MSG(yo, y, T * H, 1e-6 * mx, 0, "uneven rank %d: 8 chunks (1e-6 of max |yref|)", r);
         CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->rows_sent, rows);
     }
     free(yref);
@@ -422,15 +406,11 @@ static void test_bounded(void)
         hp_moe_run_opts ro = {.capacity_factor = factors[fi], .policy = HP_MOE_CAP_SCORE};
         CHECK(hp_moe_ep_forward(un, x, T, y, &ro, false, &err) == HP_OK);
         memcpy(topk, hp_moe_ep_ws(un)->topk_idx, (size_t)(T * K) * sizeof *topk);
-        double mx = 0;
-        for (int64_t i = 0; i < T * H; i++) mx = fmax(mx, fabs(y[i]));
         for (int C = 3; C <= 5; C += 2)
             for (int ov = 0; ov < 2; ov++) {
                 CHECK_MSG(hp_moe_ep_forward_chunks(bd, x, T, yb, &ro, ov, C, &err) == HP_OK, "%s", err.msg);
-                double d = 0;
-                for (int64_t i = 0; i < T * H; i++) d = fmax(d, fabs((double)yb[i] - y[i]));
-                CHECK_MSG(d <= 1e-6 * mx, "bounded rank %d cf %.1f %d chunks%s: max diff %.3g vs %.3g", r,
-                          factors[fi], C, ov ? " overlap" : "", d, 1e-6 * mx);
+                CHECK_CLOSE_MSG(yb, y, T * H, 0, 1e-6, "bounded rank %d cf %.1f %d chunks%s", r, factors[fi], C,
+                                ov ? " overlap" : "");
                 CHECK(!memcmp(topk, hp_moe_ep_ws(bd)->topk_idx, (size_t)(T * K) * sizeof *topk));
             }
     }

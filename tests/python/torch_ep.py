@@ -24,7 +24,9 @@ import itertools
 import os
 import subprocess
 import sys
-import traceback
+
+import hp_torchtest as tt
+from hp_torchtest import Failure, allmax
 
 TOL = 1e-10
 TOL32 = 1e-6  # float32 routers (DeepSeek-V3, GLM-4.5): relative gradient, absolute parameter difference
@@ -61,22 +63,11 @@ MESHES = {
 }
 
 
-def skip(why):
-    from hp_skip import skip as hp_skip
-    hp_skip("torch_ep", why)
+tt.need("torch_ep")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
 
-
-try:
-    import torch
-    import torch.distributed as dist
-    import transformers
-    from torch.distributed.device_mesh import init_device_mesh
-except Exception as e:  # noqa: BLE001 - any import failure means: cannot run here
-    skip("torch/transformers not importable: %s" % e)
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(TESTS), "python"))
 import hyperpar  # noqa: E402
 from hyperpar._native import Error  # noqa: E402
 from hyperpar.torch.ep import apply_expert_parallel, check_expert_parallel  # noqa: E402
@@ -115,32 +106,21 @@ def get_plan(folder, checkpoint=False, **flags):
     return hyperpar.Plan.from_json(r.stdout)
 
 
-def causal_lm_loss(logits, ids):
-    """transformers' causal LM loss (mean cross-entropy of every position against the next id) in the logits'
-    dtype: transformers itself upcasts to float32, which would hide float64 differences."""
-    v = logits.shape[-1]
-    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, v), ids[:, 1:].reshape(-1))
+causal_lm_loss = tt.ce
 
 
 def build_model(folder, experts_impl="eager", skew=False):
-    cfg = transformers.AutoConfig.from_pretrained(folder)
-    torch.manual_seed(0)
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager",
-                                                      experts_implementation=experts_impl)
-    m = m.to(torch.float64)
-    g = torch.Generator().manual_seed(1234)
+    """The family's tiny model (eager attention, the experts run by experts_impl), every parameter drawn anew
+    (hp_torchtest.redraw), in training mode. skew: every token routed to the first half of the experts (a
+    selection-only correction bias, or gpt-oss's router bias); None when the family has neither."""
+    m = tt.redraw(tt.tiny_model(folder, 0, "eager", experts_impl), 1234)
     with torch.no_grad():
-        for n, p in m.named_parameters():
-            if n.endswith("norm.weight") or "layernorm" in n:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+        skewed = False
         for n, b in m.named_buffers():
             if n.endswith("e_score_correction_bias"):
-                b.copy_(0.05 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+                skewed = True
                 if skew:  # selection only: the first half of the experts wins
                     b[: b.shape[0] // 2] += 10
-        skewed = any(n.endswith("e_score_correction_bias") for n, _ in m.named_buffers())
         for n, mod in m.named_modules():
             if skew and n.endswith("mlp.router") and getattr(mod, "bias", None) is not None:
                 mod.bias[: mod.bias.shape[0] // 2] += 10  # gpt-oss: the router's bias
@@ -199,18 +179,8 @@ def add_sp(block, group, n, i):
 
 # --- comparison ---------------------------------------------------------------------------------------------
 
-def allmax(v):
-    t = torch.tensor([float(v)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
-
-
-class Failure(Exception):
-    pass
-
-
 def run_case(family, label, flags, impl, opts, world, rank):
-    folder = os.path.join(TESTS, "data", "forward", family)
+    folder = os.path.join(tt.FORWARD, family)
     B, S = opts.get("batch", BATCH), opts.get("seq", SEQ)
     ref = build_model(folder, impl, opts.get("skew", False))
     if ref is None:
@@ -306,7 +276,7 @@ def run_case(family, label, flags, impl, opts, world, rank):
                 if info.ep_index != 0 and info.last_rows[1] != 0:
                     raise Failure("%s: EP index %d received %d rows; the skewed router sends every token to EP "
                                   "index 0" % (info.boundary, info.ep_index, info.last_rows[1]))
-        dlog = (slogits - rlogits[lo:hi]).abs().max().item()
+        dlog = tt.max_abs_diff(slogits, rlogits[lo:hi])
         loss = sloss.detach().clone()
         dist.all_reduce(loss)
         dloss = abs(loss.item() / world - rloss.item())
@@ -325,13 +295,13 @@ def run_case(family, label, flags, impl, opts, world, rank):
                     dist.all_reduce(p.grad, group=info.grad_group)
                     p.grad /= len(info.grad_ranks)
                 f = info.first_expert
-                dexp = max(dexp, (p.grad - rg[f:f + info.n_local]).abs().max().item())
+                dexp = max(dexp, tt.max_abs_diff(p.grad, rg[f:f + info.n_local]))
             else:
                 if split and n.startswith(block_prefixes):
                     dist.all_reduce(p.grad, group=split_group)
                 dist.all_reduce(p.grad)
                 p.grad /= world
-                d = (p.grad - rg).abs().max().item()
+                d = tt.max_abs_diff(p.grad, rg)
                 if n in f32_router:
                     d32 = max(d32, d / max(rg.abs().max().item(), 1e-300))
                 else:
@@ -344,7 +314,7 @@ def run_case(family, label, flags, impl, opts, world, rank):
             info = getattr(p, "_hp_ep", None)
             if info is not None:
                 r = r[info.first_expert:info.first_expert + info.n_local]
-            d = (p.detach() - r).abs().max().item()
+            d = tt.max_abs_diff(p, r)
             if n in f32_router:
                 dpar32 = max(dpar32, d)
                 with torch.no_grad():  # step 2 starts from the same router: its float32 rounding is not EP's
@@ -360,7 +330,7 @@ def run_case(family, label, flags, impl, opts, world, rank):
 
 def check_refusals(rank):
     """check_expert_parallel refuses what it cannot express, naming the boundary, and changes nothing."""
-    folder = os.path.join(TESTS, "data", "forward", "deepseek_v3")
+    folder = os.path.join(tt.FORWARD, "deepseek_v3")
     plan = get_plan(folder, mesh="dp=1,ep=2", ep_axis=True)
     dims = [(d["name"], d["size"]) for d in plan.mesh["dims"]]
     dm = init_device_mesh("cpu", tuple(s for _, s in dims), mesh_dim_names=tuple(n for n, _ in dims))
@@ -432,77 +402,49 @@ def check_refusals(rank):
         raise Failure("check_expert_parallel accepted a block already expert-parallel")
 
 
+def model_case(fam, label, flags, impl, opts, world, rank):
+    """One family at one mesh: run_case, then the bars; the line to report."""
+    try:
+        res = run_case(fam, label, flags, impl, opts, world, rank)
+    except RuntimeError as e:
+        if "hyperpar plan" in str(e) or "exit 2" in str(e):  # the planner refuses this mesh for fam
+            raise tt.NotApplicable("the planner refuses: %s" % str(e).split(": ", 2)[-1])
+        raise Failure(str(e))
+    if res is None:
+        raise tt.NotApplicable("no router bias or correction bias to skew")
+    worst = max(v for k, v in res.items() if not k.startswith("router32"))
+    worst32 = max(v for k, v in res.items() if k.startswith("router32"))
+    line = ("logits %.1e loss %.1e grad %.1e expert grad %.1e | after 2 AdamW steps: params %.1e (step 2: logits %.1e "
+            "loss %.1e grad %.1e expert grad %.1e)%s" % (
+                res["logits1"], res["loss1"], res["grad1"], res["expert_grad1"], res["param2"], res["logits2"],
+                res["loss2"], res["grad2"], res["expert_grad2"],
+                "; float32 router: grad %.1e relative, params %.1e" % (
+                    max(res["router32_grad_rel1"], res["router32_grad_rel2"]), res["router32_param2"])
+                if worst32 else ""))
+    tt.check(worst <= TOL and worst32 <= TOL32, "max diff %.3g (tolerance %g), float32 router %.3g (tolerance %g): %s"
+             % (worst, TOL, worst32, TOL32, line))
+    return line
+
+
 def main():
-    torch.set_num_threads(1)
-    transformers.logging.set_verbosity_error()
-    dist.init_process_group("gloo")
+    tt.start()
     world, rank = dist.get_world_size(), dist.get_rank()
     need = 2 if CASE == "np2" else 4
     if world != need:
         dist.destroy_process_group()
-        skip("case %s needs %d processes, torchrun gave %d" % (CASE, need, world))
-    failures = []
+        tt.skip("torch_ep", "case %s needs %d processes, torchrun gave %d" % (CASE, need, world))
+    cases = []
     if CASE == "np2":
-        try:
-            check_refusals(rank)
-            if rank == 0:
-                print("PASS refusals (check_expert_parallel names the boundary, changes nothing)", flush=True)
-        except Exception as e:  # noqa: BLE001
-            failures.append("refusals: %s" % e)
-            if rank == 0:
-                traceback.print_exc()
+        cases.append(("refusals (check_expert_parallel names the boundary, changes nothing)",
+                      lambda: check_refusals(rank)))
     for entry in MESHES[CASE]:
         label, flags, impl = entry[:3]
         opts = entry[3] if len(entry) > 3 else {}
         label = "%s [%s]" % (label, impl)
-        for fam in FAMILIES:
-            try:
-                res = run_case(fam, label, flags, impl, opts, world, rank)
-                if res is None:
-                    if rank == 0:
-                        print("n/a  %-12s %-46s no router bias or correction bias to skew" % (fam, label), flush=True)
-                    continue
-            except RuntimeError as e:
-                if "hyperpar plan" in str(e) or "exit 2" in str(e):  # the planner refuses this mesh for fam
-                    if rank == 0:
-                        print("n/a  %-12s %-46s the planner refuses: %s" % (fam, label, str(e).split(": ", 2)[-1]),
-                              flush=True)
-                    continue
-                failures.append("%s %s: %s" % (fam, label, e))
-                if rank == 0:
-                    traceback.print_exc()
-                continue
-            except Exception as e:  # noqa: BLE001
-                failures.append("%s %s: %s" % (fam, label, e))
-                if rank == 0:
-                    traceback.print_exc()
-                continue
-            worst = max(v for k, v in res.items() if not k.startswith("router32"))
-            worst32 = max(v for k, v in res.items() if k.startswith("router32"))
-            ok = worst <= TOL and worst32 <= TOL32
-            if not ok:
-                failures.append("%s %s: max diff %.3g (tolerance %g), float32 router %.3g (tolerance %g): %s"
-                                % (fam, label, worst, TOL, worst32, TOL32, res))
-            if rank == 0:
-                print("%s %-12s %-46s logits %.1e loss %.1e grad %.1e expert grad %.1e | after 2 AdamW steps: "
-                      "params %.1e (step 2: logits %.1e loss %.1e grad %.1e expert grad %.1e)%s" % (
-                          "PASS" if ok else "FAIL", fam, label, res["logits1"], res["loss1"], res["grad1"],
-                          res["expert_grad1"], res["param2"], res["logits2"], res["loss2"], res["grad2"],
-                          res["expert_grad2"],
-                          "; float32 router: grad %.1e relative, params %.1e" % (
-                              max(res["router32_grad_rel1"], res["router32_grad_rel2"]), res["router32_param2"])
-                          if worst32 else ""), flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    if failures:
-        if rank == 0:
-            print("FAILED %d:\n  %s" % (len(failures), "\n  ".join(failures)), flush=True)
-        return 1
-    if rank == 0:
-        print("all passed (%s, tolerance %g)" % (CASE, TOL), flush=True)
-    return 0
+        cases += [("%-12s %s" % (fam, label), lambda f=fam, la=label, fl=flags, i=impl, o=opts:
+                   model_case(f, la, fl, i, o, world, rank)) for fam in FAMILIES]
+    return tt.run_cases("torch_ep %s (tolerance %g)" % (CASE, TOL), cases)
 
 
 if __name__ == "__main__":
-    from hp_skip import end
-    end(main())
+    tt.end(main())

@@ -20,6 +20,8 @@ import re
 import subprocess
 import sys
 
+import hp_torchtest as tt
+
 TOL = 1e-10
 HERE = os.path.dirname(os.path.abspath(__file__))
 FORWARD = os.path.join(HERE, "..", "data", "forward")
@@ -37,17 +39,16 @@ def say(msg):
     print("torch_hf_plan: " + msg, flush=True)
 
 
-try:
-    import torch
-    import torch.distributed as dist
-    import accelerate  # noqa: F401  (transformers loads a distributed_config model through it)
-    import transformers
-    from transformers import AutoModelForCausalLM
-    from transformers.distributed import DistributedConfig
-    from torch.distributed.tensor import DTensor, Shard
-except Exception as e:  # ImportError, or a broken install that fails while importing
-    from hp_skip import skip
-    skip("torch_hf_plan", "torch/transformers/accelerate do not import (%s)" % e)
+# accelerate: transformers loads a distributed_config model through it
+tt.need("torch_hf_plan", "accelerate", "transformers.distributed")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import transformers  # noqa: E402
+from torch.distributed.tensor import DTensor, Shard  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers.distributed import DistributedConfig  # noqa: E402
+
+import hyperpar  # noqa: E402
 
 
 def generic(name):
@@ -75,23 +76,21 @@ def check_applied(model, dc, rank):
         is_sharded = isinstance(p, DTensor) and any(isinstance(pl, Shard) or "Shard" in type(pl).__name__
                                                     for pl in p.placements)
         if shards and not is_sharded:
-            raise AssertionError("%s: the plan says %s but the loaded parameter is not sharded (%s)"
-                                 % (name, style, type(p).__name__))
+            raise tt.Failure("%s: the plan says %s but the loaded parameter is not sharded (%s)"
+                             % (name, style, type(p).__name__))
         if not shards and is_sharded:
-            raise AssertionError("%s: the plan leaves it whole (%s) but it is sharded %s"
-                                 % (name, style, p.placements))
+            raise tt.Failure("%s: the plan leaves it whole (%s) but it is sharded %s"
+                             % (name, style, p.placements))
         if shards:
             local = p.to_local()
             if local.numel() * 2 != p.numel():
-                raise AssertionError("%s: rank %d holds %d of %d elements, not half"
-                                     % (name, rank, local.numel(), p.numel()))
+                raise tt.Failure("%s: rank %d holds %d of %d elements, not half"
+                                 % (name, rank, local.numel(), p.numel()))
             seen += 1
     return seen
 
 
 def run_case(hp, folder, options, rank):
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-    import hyperpar
     exported = hyperpar.plan(folder, mesh={"tp": 2}, **options).to_hf()
     flags = []
     for k, v in options.items():
@@ -99,11 +98,11 @@ def run_case(hp, folder, options, rank):
     cmd = [hp, "plan", folder, "--tp", "2", "--format", "hf", "--hf-version", transformers.__version__] + flags
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        raise AssertionError("%s failed (exit %d): %s" % (" ".join(cmd), out.returncode, out.stderr.strip()))
+        raise tt.Failure("%s failed (exit %d): %s" % (" ".join(cmd), out.returncode, out.stderr.strip()))
     if json.loads(out.stdout) != exported:
-        raise AssertionError("hyperpar.plan(...).to_hf() differs from `%s`" % " ".join(cmd))
+        raise tt.Failure("hyperpar.plan(...).to_hf() differs from `%s`" % " ".join(cmd))
     if exported.get("unmapped"):
-        raise AssertionError("the export lists unmapped shards: %s" % exported["unmapped"])
+        raise tt.Failure("the export lists unmapped shards: %s" % exported["unmapped"])
     dc = exported["distributed_config"]
 
     torch.manual_seed(0)
@@ -118,7 +117,7 @@ def run_case(hp, folder, options, rank):
     model.eval()
     n_sharded = check_applied(model, dc, rank)
     if n_sharded == 0:
-        raise AssertionError("no parameter was sharded: the plan was not applied")
+        raise tt.Failure("no parameter was sharded: the plan was not applied")
 
     worst = {}
     for mode in ("no_grad", "grad"):
@@ -126,14 +125,12 @@ def run_case(hp, folder, options, rank):
         with ctx:
             want = ref(input_ids=ids, labels=ids)
             got = model(input_ids=ids, labels=ids)
-            logits = got.logits.full_tensor() if isinstance(got.logits, DTensor) else got.logits
-            loss = got.loss.full_tensor() if isinstance(got.loss, DTensor) else got.loss
-            dl = (logits.detach() - want.logits.detach()).abs().max().item()
+            logits, loss = tt.full(got.logits), tt.full(got.loss)
+            dl = tt.max_abs_diff(logits, want.logits)
             dloss = abs(loss.detach().item() - want.loss.detach().item())
         worst[mode] = (dl, dloss)
         if not (dl <= TOL and dloss <= TOL):
-            raise AssertionError("%s: max |logits diff| %.3e, |loss diff| %.3e exceed %.0e"
-                                 % (mode, dl, dloss, TOL))
+            raise tt.Failure("%s: max |logits diff| %.3e, |loss diff| %.3e exceed %.0e" % (mode, dl, dloss, TOL))
     return n_sharded, worst
 
 
@@ -148,38 +145,19 @@ def main():
     if "WORLD_SIZE" not in os.environ or os.environ["WORLD_SIZE"] != "2":
         say("FAIL: run under torchrun with 2 processes (WORLD_SIZE=%s)" % os.environ.get("WORLD_SIZE"))
         return 1
-    if not dist.is_initialized():
-        dist.init_process_group("gloo")
+    tt.start()
     rank = dist.get_rank()
-    torch.set_num_threads(1)
-    failed = 0
-    for name, sub, options in CASES:
+
+    def case(name, sub, options):
         folder = os.path.normpath(os.path.join(FORWARD, sub))
-        try:
-            n, worst = run_case(hp, folder, options, rank)
-            ok = 1
-            msg = ("%s (transformers %s, hyperpar.plan(mesh={'tp': 2}%s).to_hf(), the CLI's export equal): %d sharded "
-                   "parameters; max |logits diff| %.3e, |loss diff| %.3e (no_grad), %.3e, %.3e (grad)"
-                   % (name, transformers.__version__, "".join(", %s=%s" % (k, os.path.basename(str(v)))
-                                                              for k, v in options.items()), n,
-                                                         worst["no_grad"][0], worst["no_grad"][1], worst["grad"][0],
-                                                         worst["grad"][1]))
-        except Exception as e:  # report, then let every rank agree on the outcome
-            ok = 0
-            msg = "%s: FAIL on rank %d: %s: %s" % (name, rank, type(e).__name__, e)
-        flag = torch.tensor([ok], dtype=torch.int64)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if ok == 0 or rank == 0:
-            say(msg)
-        if flag.item() == 0:
-            failed += 1
-    dist.barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        say("%d passed, %d failed" % (len(CASES) - failed, failed))
-    return 1 if failed else 0
+        n, worst = run_case(hp, folder, options, rank)
+        return ("%s (transformers %s, hyperpar.plan(mesh={'tp': 2}%s).to_hf(), the CLI's export equal): %d sharded "
+                "parameters; max |logits diff| %.3e, |loss diff| %.3e (no_grad), %.3e, %.3e (grad)"
+                % (name, transformers.__version__, "".join(", %s=%s" % (k, os.path.basename(str(v)))
+                                                           for k, v in options.items()), n,
+                   worst["no_grad"][0], worst["no_grad"][1], worst["grad"][0], worst["grad"][1]))
+    return tt.run_cases("torch_hf_plan", [(c[0], lambda c=c: case(*c)) for c in CASES])
 
 
 if __name__ == "__main__":
-    from hp_skip import end
-    end(main())
+    tt.end(main())

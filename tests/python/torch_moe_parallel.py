@@ -32,31 +32,22 @@ tests/python/torch_ep.py does).
 Exit 0 on success, 1 on a failure, 77 when torch or transformers cannot be imported (unless HP_REQUIRE_TORCH=1).
 """
 import copy
-import datetime
 import json
 import os
 import sys
-import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, HERE)
+import hp_torchtest as tt
+from hp_torchtest import Failure, allmax, ce, check, full, say
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    import transformers
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
-except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-    from hp_skip import skip
-    skip("torch_moe_parallel", "torch/transformers not importable: %s" % e)
+tt.need("torch_moe_parallel")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
 
-import hyperpar
-import hyperpar.torch as hpt
-from hyperpar import Error
+import hyperpar  # noqa: E402
+import hyperpar.torch as hpt  # noqa: E402
+from hyperpar import Error  # noqa: E402
 
 TOL = 1e-10
 TOL32 = 1e-6
@@ -75,58 +66,12 @@ MESHES = {
 }
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def rank():
-    return dist.get_rank()
-
-
-def say(msg):
-    if rank() == 0:
-        print(msg, flush=True)
-
-
-def allmax(v):
-    t = torch.tensor([float(v)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
-
-
 def make_model(family, impl="eager", seed=0):
-    folder = os.path.join(ROOT, "tests", "data", "forward", family)
-    cfg = transformers.AutoConfig.from_pretrained(folder)
-    torch.manual_seed(seed)
-    attn = "eager" if family == "gpt_oss" else "sdpa"  # gpt-oss has no SDPA path in transformers
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, experts_implementation=impl)
-    m = m.to(torch.float64)
-    g = torch.Generator().manual_seed(seed + 1234)
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if n.endswith("norm.weight") or "layernorm" in n:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-        for n, b in m.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                b.copy_(0.05 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+    """The family's tiny model (sdpa attention, eager for gpt-oss which has none; the experts run by impl), every
+    parameter drawn anew (hp_torchtest.redraw), in training mode."""
+    m = tt.redraw(tt.tiny_model(os.path.join(tt.FORWARD, family), seed, "sdpa", impl), seed + 1234)
     m.train()
     return m
-
-
-def ce(logits, ids):
-    """Mean next-token cross-entropy in the logits' dtype (transformers' own loss upcasts to float32)."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
-
-
-def full(t):
-    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def gather_experts(t, info):
@@ -145,8 +90,7 @@ def whole(p, t):
     return full(t)
 
 
-def maxdiff(a, b):
-    return (a.detach().double() - b.detach().double()).abs().max().item() if a.numel() else 0.0
+maxdiff = tt.max_abs_diff
 
 
 def parse(case):
@@ -274,12 +218,10 @@ def run_model_case(mesh_name, extra, family):
         check(d[k] <= TOL, "%s differs by %.3g (bar %.0e)" % (k, d[k], TOL))
     for k in ("router32_grad_rel", "router32_param"):
         check(d[k] <= TOL32, "float32 router: %s %.3g (bar %.0e)" % (k, d[k], TOL32))
-    label = mesh_name + "".join("+" + e for e in sorted(extra))
-    say("ok   %-18s %-12s max|diff| logits %.2e  loss %.2e  grads %.2e  params after 2 AdamW steps %.2e%s"
-        % (label, family, d["logits"], d["loss"], d["grad"], d["param"],
-           "  (float32 router: grad %.1e rel, param %.1e)" % (d["router32_grad_rel"], d["router32_param"])
-           if family in ("deepseek_v3", "glm4_moe") else ""))
-    return d
+    return ("max|diff| logits %.2e  loss %.2e  grads %.2e  params after 2 AdamW steps %.2e%s"
+            % (d["logits"], d["loss"], d["grad"], d["param"],
+               "  (float32 router: grad %.1e rel, param %.1e)" % (d["router32_grad_rel"], d["router32_param"])
+               if family in ("deepseek_v3", "glm4_moe") else ""))
 
 
 # ---- refusals ----------------------------------------------------------------------------------------------------
@@ -377,44 +319,18 @@ def main():
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
-    cases = sys.argv[2:]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
-    torch.set_num_threads(1)
-    transformers.logging.set_verbosity_error()
-    failed = []
-    for case in cases:
-        try:
-            if case == "refuse":
-                run_refuse()
-                continue
-            mesh_name, extra, fams = parse(case)
-            for fam in fams:
-                try:
-                    run_model_case(mesh_name, extra, fam)
-                except Failure as e:
-                    failed.append("%s %s: %s" % (case, fam, e))
-                    say("FAIL %s %s: %s" % (case, fam, e))
-        except Failure as e:
-            failed.append("%s: %s" % (case, e))
-            say("FAIL %s: %s" % (case, e))
-        except Exception:  # noqa: BLE001 - report it with the case, then stop (the ranks may be out of step)
-            failed.append("%s: %s" % (case, traceback.format_exc()))
-            print("FAIL %s (rank %d):\n%s" % (case, rank(), traceback.format_exc()), flush=True)
-            break
-    ok = torch.tensor([0 if failed else 1])
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    me = rank()
-    dist.destroy_process_group()
-    if failed or ok.item() != 1:
-        if me == 0 or failed:
-            print("torch_moe_parallel: rank %d: %d failure(s) here%s" % (me, len(failed), "" if failed else
-                  " (another rank failed)"), flush=True)
-        return 1
-    if me == 0:
-        print("torch_moe_parallel: all %d case(s) passed" % len(cases), flush=True)
-    return 0
+    tt.start()
+    cases = []
+    for case in sys.argv[2:]:
+        if case == "refuse":
+            cases.append((case, run_refuse))
+            continue
+        mesh_name, extra, fams = parse(case)
+        label = mesh_name + "".join("+" + e for e in sorted(extra))
+        cases += [("%s %s" % (label, fam), lambda m=mesh_name, e=extra, f=fam: run_model_case(m, e, f))
+                  for fam in fams]
+    return tt.run_cases("torch_moe_parallel", cases)
 
 
 if __name__ == "__main__":
-    from hp_skip import end
-    end(main())
+    tt.end(main())

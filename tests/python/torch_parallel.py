@@ -23,31 +23,26 @@ Exit 0 on success, 1 on a failure (the message says which case and what), 77 whe
 imported (unless HP_REQUIRE_TORCH=1, then 1).
 """
 import copy
-import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
-import traceback
+import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+import hp_torchtest as tt
+from hp_torchtest import Failure, ce, check, full, rank, say
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    import transformers
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor
-except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-    from hp_skip import skip
-    skip("torch_parallel", "torch/transformers not importable: %s" % e)
+tt.need("torch_parallel")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import transformers  # noqa: E402
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.tensor import DTensor  # noqa: E402
 
-import hyperpar
-import hyperpar.torch as hpt
-from hyperpar import Error, Plan
+import hyperpar  # noqa: E402
+import hyperpar.torch as hpt  # noqa: E402
+from hyperpar import Error, Plan  # noqa: E402
 
 TOL = 1e-10
 DENSE = ["llama", "mistral", "qwen2", "qwen3"]
@@ -70,35 +65,13 @@ def get_plan(folder, **flags):
     return Plan.from_json(subprocess.check_output(cmd).decode())
 
 
-def rank():
-    return dist.get_rank()
-
-
-def say(msg):
-    if rank() == 0:
-        print(msg, flush=True)
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-def full(t):
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
 def make_model(family, seed=1234):
     """A tiny random model of tests/data/forward/<family>/config.json, float64, the same on every rank. Biases and
     norm weights (which transformers initialises to 0 and 1) get random values too, so that a bias added twice or a
     norm weight taken from the wrong rank shows. FAMILY_bias: the family with attention_bias and mlp_bias on (the
     row-parallel o_proj/down_proj biases are then deferred, D-22), its config written to a folder of its own."""
-    base, _, variant = family.partition("_bias") if family.endswith("_bias") else (family, "", "")
-    folder = os.path.join(ROOT, "tests", "data", "forward", base)
+    base = family[:-len("_bias")] if family.endswith("_bias") else family
+    folder = os.path.join(tt.FORWARD, base)
     config = transformers.AutoConfig.from_pretrained(folder)
     if family.endswith("_bias"):
         config.attention_bias = True
@@ -107,29 +80,13 @@ def make_model(family, seed=1234):
         os.makedirs(folder, exist_ok=True)
         config.to_json_file(os.path.join(folder, "config.json"))
         folder = os.path.join(folder, "config.json")
-    torch.manual_seed(seed)
-    try:
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    except ValueError:  # gpt-oss: no SDPA path in transformers (only the refusals build it)
-        torch.manual_seed(seed)
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    model = model.to(torch.float64)
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for _, p in model.named_parameters():
-            if p.ndim == 1:
-                p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.1)
-    return model, folder
+    # sdpa (gpt-oss, which only the refusals build, has no SDPA path: eager)
+    return tt.perturb_vectors(tt.tiny_model(config, seed), seed + 1), folder
 
 
 def batch_ids(vocab, seed):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab, (BATCH, SEQ), generator=g)
-
-
-def ce(logits, ids):
-    """Mean next-token cross-entropy (float64 throughout; transformers' own loss upcasts to float32)."""
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
 
 
 def mesh_of(spec):
@@ -175,8 +132,7 @@ def forward_loss(model, ids, lp):
     return logits.detach(), loss.detach()
 
 
-def maxdiff(a, b):
-    return (a.detach().double() - b.detach().double()).abs().max().item() if a.numel() else 0.0
+maxdiff = tt.max_abs_diff
 
 
 def run_model_case(spec, family):
@@ -242,9 +198,8 @@ def run_model_case(spec, family):
     d["loss"] = max(d["loss"], abs(loss_par.item() - loss_ref.item()))
     for k, v in d.items():
         check(v <= TOL, "%s differs by %.3g (bar %.0e)" % (k, v, TOL))
-    say("ok   %-10s %-8s max|diff| logits %.2e  loss %.2e  grads %.2e  params after 2 AdamW steps %.2e"
-        % (spec, family, d["logits"], d["loss"], d["grad"], d["param"]))
-    return d
+    return ("max|diff| logits %.2e  loss %.2e  grads %.2e  params after 2 AdamW steps %.2e (rank 0)"
+            % (d["logits"], d["loss"], d["grad"], d["param"]))
 
 
 # ---- refusals ----------------------------------------------------------------------------------------------------
@@ -546,55 +501,28 @@ def _torch_backward(L, sp, qk=False):
 
 
 def main():
-    global HP_BIN
+    global HP_BIN, TMP
     if len(sys.argv) < 3:
         print(__doc__)
         return 2
-    global TMP
     HP_BIN = os.path.abspath(sys.argv[1])
-    import tempfile
     TMP = tempfile.mkdtemp(prefix="hp_torch_parallel.")
-    cases = sys.argv[2:]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
-    torch.set_num_threads(1)
-    failed = []
-    for case in cases:
+    tt.start()
+    cases = []
+    for case in sys.argv[2:]:
         spec, _, fams = case.partition(":")
-        try:
-            if spec == "refuse":
-                run_refuse()
-            elif spec == "comm":
-                run_comm()
-            else:
-                for fam in (fams.split(",") if fams else DENSE):
-                    try:
-                        run_model_case(spec, fam)
-                    except Failure as e:
-                        failed.append("%s %s: %s" % (spec, fam, e))
-                        say("FAIL %s %s: %s" % (spec, fam, e))
-        except Failure as e:
-            failed.append("%s: %s" % (case, e))
-            say("FAIL %s: %s" % (case, e))
-        except Exception:  # noqa: BLE001 - report it with the case, then fail
-            failed.append("%s: %s" % (case, traceback.format_exc()))
-            print("FAIL %s (rank %d):\n%s" % (case, rank(), traceback.format_exc()), flush=True)
-            break
-    ok = torch.tensor([0 if failed else 1])
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    me = rank()
-    dist.destroy_process_group()
-    import shutil
-    shutil.rmtree(TMP, ignore_errors=True)
-    if failed or ok.item() != 1:
-        if me == 0 or failed:
-            print("torch_parallel: rank %d: %d failure(s) here%s" % (me, len(failed), "" if failed else
-                  " (another rank failed)"), flush=True)
-        return 1
-    if me == 0:
-        print("torch_parallel: all %d case(s) passed" % len(cases), flush=True)
-    return 0
+        if spec == "refuse":
+            cases.append((case, run_refuse))
+        elif spec == "comm":
+            cases.append((case, run_comm))
+        else:
+            cases += [("%s %s" % (spec, fam), lambda s=spec, f=fam: run_model_case(s, f))
+                      for fam in (fams.split(",") if fams else DENSE)]
+    try:
+        return tt.run_cases("torch_parallel", cases)
+    finally:
+        shutil.rmtree(TMP, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    from hp_skip import end
-    end(main())
+    tt.end(main())
