@@ -160,9 +160,10 @@ static inline void hp__test_remove_work(void)
     if (hp__test_work[0] && getpid() == hp__test_work_owner) test_rm_rf(hp__test_work);
 }
 
-/* The run's one scratch folder, $TMPDIR/hp_<tag>_XXXXXX (/tmp without TMPDIR or with a long one), made on first use and removed with
- * all it holds when the program ends (atexit), whichever tests ran: a cleanup "test" would assert nothing and
- * count as a pass. The first call's tag names it; test_tmpdir makes it with the tag "test". */
+/* The run's one scratch folder, $TMPDIR/hp_<tag>_XXXXXX (/tmp without TMPDIR, or with one over 80 bytes), made on
+ * first use and removed with all it holds when the program ends (atexit), whichever tests ran: a cleanup "test"
+ * would assert nothing and count as a pass. The first call's tag names it; test_tmpdir makes it with the tag
+ * "test". The MPI tests' ctest entries give each test a TMPDIR of its own. */
 static inline const char *test_work_dir(const char *tag)
 {
     if (!hp__test_work[0]) {
@@ -195,8 +196,8 @@ static inline char *test_tmpdir(char *out, size_t cap)
 typedef struct test_diff {
     double max_diff; /* max |a[i] - b[i]|: +inf where either value is NaN (a NaN never passes) */
     double max_ref;  /* max |b[i]| */
-    int64_t at;      /* the element of max_diff (the first NaN), -1 when n == 0 */
-    double a_at, b_at;
+    int64_t at;      /* the first element with the largest difference, -1 when n == 0 */
+    double a_at, b_at; /* a[at], b[at] */
 } test_diff;
 
 static inline double hp__test_elem(const void *p, int f64, int64_t i)

@@ -234,7 +234,8 @@ int hp__test_write_fault(size_t n)
 {
     long long l = atomic_load(&g_write_left);
     if (l == -1) { /* worked out at the first write, once hp_comm_world has recorded the rank */
-        long long b = g_hooks.full_disk && g_hooks.enospc_after >= 0 && hp__test_rank_selected() ? g_hooks.enospc_after : -2;
+        bool on = g_hooks.full_disk && g_hooks.enospc_after >= 0 && hp__test_rank_selected();
+        long long b = on ? g_hooks.enospc_after : -2;
         long long expected = -1;
         atomic_compare_exchange_strong(&g_write_left, &expected, b);
         l = atomic_load(&g_write_left);

@@ -274,7 +274,8 @@ static hp_status walk_modules(hp_model *m, trie *t, const raw_list *raw, size_t 
             nd->module = (int)n_mod;
             mod->name = k == root ? "" : hp_arena_strndup(&m->arena, nd->fqn, nd->fqn_len);
             mod->leaf = k == root ? "" : hp_arena_strndup(&m->arena, nd->seg, nd->seg_len);
-            if (!mod->name || !mod->leaf) return hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
+            if (!mod->name || !mod->leaf)
+                return hp_err_set(err, HP_ERR_NOMEM, "out of memory building the module tree");
             mod->parent = k == root ? -1 : t->nodes[nd->parent].module;
             mod->depth = k == root ? 0 : m->modules[mod->parent].depth + 1;
             mod->first_child = mod->next_sibling = -1;

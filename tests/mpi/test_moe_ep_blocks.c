@@ -93,9 +93,10 @@ static void check_blocks(bool shared)
                     hp_status st = hp_moe_ep_forward_chunks(ep, x + lo * H, n, y, &ro, mode == 1, mode == 2 ? 3 : 1, &err);
                     CHECK_MSG(st == HP_OK, "T %lld rank %d/%d: %s", (long long)T, r, P, err.msg);
                     if (st != HP_OK) continue;
-                    CHECK_CLOSE_MSG(y, yref, n * H, 0, 1e-5, "%s T %lld rank %d/%d rows [%lld, %lld) cf %.1f %s mode %d",
-                                    shared ? "shared" : "routed", (long long)T, r, P, (long long)lo, (long long)(lo + n),
-                                    factors[f], pol ? "first" : "score", mode);
+                    CHECK_CLOSE_MSG(y, yref, n * H, 0, 1e-5,
+                                    "%s T %lld rank %d/%d rows [%lld, %lld) cf %.1f %s mode %d",
+                                    shared ? "shared" : "routed", (long long)T, r, P, (long long)lo,
+                                    (long long)(lo + n), factors[f], pol ? "first" : "score", mode);
                     const hp_moe_ws *ews = hp_moe_ep_ws(ep);
                     CHECK(n == 0 || memcmp(ews->topk_idx, ws->topk_idx, (size_t)(n * K) * sizeof(int32_t)) == 0);
                     if (n > 0) CHECK_EQ_INT(hp_moe_ep_get_stats(ep)->n_dropped, ws->stats.n_dropped);
