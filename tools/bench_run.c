@@ -881,7 +881,7 @@ static hp_status derive_plan(const hp_model *m, const rb_args *a, hp_plan **p, h
     return st;
 }
 
-/* A run this node cannot hold is refused before any of it is allocated (cli_forward_memory_fits), and before
+/* A run this node cannot hold is refused before any of it is allocated (hp_cost_forward_fits), and before
  * the checkpoint is written: m may be the meta model of its config. */
 static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan *p, const rb_args *a,
                               const cli_threads_info *ti, hp_err *err)
@@ -890,7 +890,7 @@ static hp_status memory_check(const hp_comm *w, const hp_model *m, const hp_plan
     snprintf(what, sizeof what, "bench %s of %s at batch %lld x %lld tokens (%lld layer%s, vocab %lld)",
              a->train ? "train" : "run", a->p->name, (long long)a->batch, (long long)a->tokens, (long long)a->layers,
              a->layers == 1 ? "" : "s", (long long)a->vocab);
-    return cli_forward_memory_fits(w, m, p, a->batch, a->tokens, a->train, false, 0, ti->local_ranks, what,
+    return hp_cost_forward_fits(w, m, p, a->batch, a->tokens, a->train, false, 0, ti->local_ranks, what,
                                    "give fewer --tokens, --batch or --layers, a smaller --vocab, or more ranks", err);
 }
 

@@ -354,12 +354,6 @@ hp_status cli_write_atomic_err(const char *path, const char *data, size_t len, c
 /* This process's anonymous resident memory (RssAnon of /proc/self/status) in KiB after giving freed heap back,
  * or -1 where there is none. */
 int64_t cli_anon_kib(void);
-/* The memory this machine can still give (MemAvailable of /proc/meminfo) in bytes; 0 where unknown. */
-uint64_t cli_mem_available(void);
-/* Refuses (HP_ERR_INPUT, naming what, the bytes and remedy) a run whose ranks on this node would need more than
- * cli_mem_available(): need bytes per rank times ranks. need is a double, so that the callers' sums of byte counts
- * cannot wrap: from 2^64 on it is named "more than 16 EiB". HP_OK where unknown (or need is NaN). */
-hp_status cli_memory_fits(const char *what, double need, int ranks, const char *remedy, hp_err *err);
 /* --stats-json of run and train: the last forward's loss (17 digits; null when not finite) and every rank's
  * statistics (bytes and calls per collective kind, resident weights, the forward's workspace, anon_kib_grown,
  * seconds; after a training step its state's bytes: grad_bytes, optim_bytes, master_bytes, saved_bytes) to rank 0,

@@ -253,7 +253,7 @@ static hp_status check_memory(const bench_args *a, int64_t ep, double expert_gib
     snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
              (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
              a->dtype == HP_DT_BF16 ? "bf16" : "f32");
-    return cli_memory_fits(what, need, 1, "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", err);
+    return hp_memory_fits(what, need, 1, "give fewer --tokens, or hold fewer experts (--ep N, --max-gib G)", err);
 }
 
 /* The layer of a's preset holding its first experts / ep experts, random weights in a's dtype (*l), and the

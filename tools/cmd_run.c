@@ -380,7 +380,7 @@ static int run(run_args *a, int *argc, char ***argv)
         char what[160];
         snprintf(what, sizeof what, "--random-input %lld,%lld (its ids alone)", (long long)a->in.src.B,
                  (long long)a->in.src.S);
-        st = cli_memory_fits(what, (double)id_bytes, 1, "give fewer rows or tokens", &err);
+        st = hp_memory_fits(what, (double)id_bytes, 1, "give fewer rows or tokens", &err);
     }
     if (st == HP_OK) st = hp_ids_load(&a->in.src, m->cfg.vocab_size, &ids, &B, &S, &err);
     if (st == HP_OK && a->compare && hp_comm_rank(w) == 0) /* rank 0 compares: a wrong reference costs no run */
@@ -420,7 +420,7 @@ static int run(run_args *a, int *argc, char ***argv)
             snprintf(what, sizeof what, "run of %s on a batch of %lld x %lld tokens", a->model, (long long)B,
                      (long long)S);
             double lg = a->output || a->compare ? (double)B * (double)S * (double)m->cfg.vocab_size * 4.0 : 0.0;
-            st = cli_forward_memory_fits(w, m, p, B, S, false, true, lg, ti.local_ranks, what,
+            st = hp_cost_forward_fits(w, m, p, B, S, false, true, lg, ti.local_ranks, what,
                                          "give a shorter input, fewer rows, or more ranks", &err);
         }
     }

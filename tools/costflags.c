@@ -224,35 +224,3 @@ hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err)
     return st;
 }
 
-hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_plan *p, int64_t B, int64_t S,
-                                  bool train, bool weights_held, double root_extra, int local_ranks, const char *what,
-                                  const char *remedy, hp_err *err)
-{
-    int64_t R = hp_comm_rank(w);
-    hp_cost_opts o;
-    hp_cost_opts_default(&o);
-    o.B = B, o.S = S, o.train = train, o.n_ranks = 1, o.ranks = &R;
-    /* the forward runs the B rows as one micro-batch (each replica its rows), not cost's default of 1 row */
-    int64_t dp = hp_mesh_size(&p->mesh, "dp");
-    if (train && dp > 0 && B % dp == 0) o.micro_batch = B / dp;
-    hp_cost *c = NULL;
-    hp_err e;
-    double need = 0; /* unknown (the runtime refuses the plan, or cost could not say): the allocations tell */
-    hp_status cs = hp_cost_compute(&c, m, p, &o, &e);
-    if (cs == HP_OK && !c->refused[0]) {
-        const hp_cost_rank *k = &c->ranks[0];
-        need = k->workspace_bytes == UINT64_MAX ? 0x1p64 /* past 64 bits */
-                                                : (double)k->workspace_bytes + (weights_held ? 0.0 : (double)k->weight_bytes);
-        need += (double)k->window_bytes; /* the groups' shared windows: memory beside the workspace */
-        if (train && (double)k->total_bytes > need) need = (double)k->total_bytes;
-        if (R == 0) need += root_extra;
-    } /* else unknown too: a batch past 64-bit sizes is the runtime's own refusal (exit 2) */
-    hp_cost_free(c);
-    hp_status st = hp_comm_allreduce_max_f64(w, &need, 1, err);
-    if (st != HP_OK || need <= 0) return st;
-    char rem[400];
-    snprintf(rem, sizeof rem, "%s ('hyperpar cost' on the same model, mesh and --batch/--seq prints each rank's "
-             "figures)", remedy);
-    /* nodes may hold other numbers of ranks: the verdict is agreed, so that no rank goes on alone */
-    return hp_comm_agree(w, cli_memory_fits(what, need, local_ranks > 0 ? local_ranks : 1, rem, err), err);
-}

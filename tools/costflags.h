@@ -131,14 +131,5 @@ hp_status cli_cost_measure(cli_cost_flags *f, const hp_model *m, hp_err *err);
 /* "2.5 s", "12.3 ms" or "45 us". */
 const char *cli_seconds(double s, char *buf, size_t cap);
 
-/* Refuses (HP_ERR_INPUT, through cli_memory_fits) a forward of [B, S] this node cannot hold, before any of it
- * is allocated: each rank's weights (unless weights_held: loaded already, so no longer available) and workspace
- * as `hyperpar cost` counts them (exact for the logits-free
- * forward; train: cost's estimate with the training state when larger; rank 0: root_extra more, such as the
- * gathered logits), the largest rank's times local_ranks, against MemAvailable. A lower bound of what the run
- * holds, so a run that fits is never refused. Collective over w. */
-hp_status cli_forward_memory_fits(const hp_comm *w, const hp_model *m, const hp_plan *p, int64_t B, int64_t S,
-                                  bool train, bool weights_held, double root_extra, int local_ranks, const char *what,
-                                  const char *remedy, hp_err *err);
 
 #endif

@@ -151,31 +151,6 @@ int64_t cli_anon_kib(void)
     return v;
 }
 
-uint64_t cli_mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu", &kib) == 1) break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
-hp_status cli_memory_fits(const char *what, double need, int ranks, const char *remedy, hp_err *err)
-{
-    uint64_t avail = cli_mem_available();
-    if (!avail || ranks < 1) return HP_OK; /* unknown: the allocations themselves tell */
-    if (!(need * (double)ranks > (double)avail)) return HP_OK; /* NaN: unknown too */
-    char b1[32] = "more than 16 EiB", b2[32], on[64] = "";
-    if (need < 0x1p64) hp_format_bytes((uint64_t)need, b1, sizeof b1); /* the one place need saturates */
-    if (ranks > 1) snprintf(on, sizeof on, " x %d ranks on this node", ranks);
-    return hp_err_set(err, HP_ERR_INPUT, "%s needs %s of memory per rank%s, but this machine has %s available "
-                      "(MemAvailable, /proc/meminfo), so it would be killed for memory; %s",
-                      what, b1, on, hp_format_bytes(avail, b2, sizeof b2), remedy);
-}
-
 hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
                              hp_err *err)
 {

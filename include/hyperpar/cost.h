@@ -428,4 +428,22 @@ void hp_advice_free(hp_advice *a);
 #ifdef __cplusplus
 }
 #endif
+/* ---- whether a run fits this node (memfit.c) ---- */
+
+/* The memory this machine can still give (MemAvailable of /proc/meminfo) in bytes; 0 where unknown. */
+uint64_t hp_mem_available(void);
+/* Refuses (HP_ERR_INPUT, naming what, the bytes and remedy) a run whose ranks on this node would need more than
+ * hp_mem_available(): need bytes per rank times ranks. need is a double, so that the callers' sums of byte counts
+ * cannot wrap: from 2^64 on it is named "more than 16 EiB". HP_OK where unknown (or need is NaN). */
+hp_status hp_memory_fits(const char *what, double need, int ranks, const char *remedy, hp_err *err);
+/* Refuses (through hp_memory_fits) a forward of [B, S] this node cannot hold, before any of it is allocated: each
+ * rank's weights (unless weights_held: loaded already, so no longer available) and workspace as `hyperpar cost`
+ * counts them (exact for the logits-free forward; train: cost's figure with the training state when larger; rank 0:
+ * root_extra more, such as the gathered logits), the largest rank's times local_ranks, against MemAvailable. A lower
+ * bound of what the run holds, so a run that fits is never refused. Collective over w; the verdict is agreed. */
+struct hp_comm;
+hp_status hp_cost_forward_fits(const struct hp_comm *w, const hp_model *m, const hp_plan *p, int64_t B, int64_t S,
+                               bool train, bool weights_held, double root_extra, int local_ranks, const char *what,
+                               const char *remedy, hp_err *err);
+
 #endif

@@ -102,70 +102,6 @@ hp_status hp__trn_evaluate(hp_trainer *t, double *mean, hp_err *err)
 
 /* ---- memory ---- */
 
-/* The memory this machine can still give (MemAvailable of /proc/meminfo) in bytes; 0 where unknown. */
-static uint64_t mem_available(void)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu", &kib) == 1) break;
-    fclose(f);
-    return (uint64_t)kib * 1024;
-}
-
-/* Refuses (HP_ERR_INPUT, naming what, the bytes and the remedy) a run whose ranks on this node would need more
- * than mem_available(): need bytes per rank times ranks. need is a double, so that sums of byte counts cannot
- * wrap: from 2^64 on it is named "more than 16 EiB". HP_OK where unknown (or need is NaN). */
-static hp_status memory_fits(const char *what, double need, int ranks, const char *remedy, hp_err *err)
-{
-    uint64_t avail = mem_available();
-    if (!avail || ranks < 1) return HP_OK; /* unknown: the allocations themselves tell */
-    if (!(need * (double)ranks > (double)avail)) return HP_OK; /* NaN: unknown too */
-    char b1[32] = "more than 16 EiB", b2[32], on[64] = "";
-    if (need < 0x1p64) hp_format_bytes((uint64_t)need, b1, sizeof b1); /* the one place need saturates */
-    if (ranks > 1) snprintf(on, sizeof on, " x %d ranks on this node", ranks);
-    return hp_err_set(err, HP_ERR_INPUT, "%s needs %s of memory per rank%s, but this machine has %s available "
-                      "(MemAvailable, /proc/meminfo), so it would be killed for memory; %s",
-                      what, b1, on, hp_format_bytes(avail, b2, sizeof b2), remedy);
-}
-
-/* The memory a forward (train: and backward, with the training state) of B x S tokens needs on this rank, by
- * cost's figures for the plan, root_extra more on rank 0, checked against what this node has (the same rule as
- * the CLI's run and bench). Collective; the verdict is agreed. */
-static hp_status forward_fits(const hp_trainer *t, int64_t B, int64_t S, bool train, double root_extra,
-                              int local_ranks, const char *what, const char *remedy, hp_err *err)
-{
-    int64_t R = hp_comm_rank(t->w);
-    hp_cost_opts o;
-    hp_cost_opts_default(&o);
-    o.B = B, o.S = S, o.train = train, o.n_ranks = 1, o.ranks = &R;
-    /* the forward runs the B rows as one micro-batch (each replica its rows), not cost's default of 1 row */
-    int64_t dp = hp_mesh_size(&t->p->mesh, "dp");
-    if (train && dp > 0 && B % dp == 0) o.micro_batch = B / dp;
-    hp_cost *c = NULL;
-    hp_err e;
-    double need = 0; /* unknown (the runtime refuses the plan, or cost could not say): the allocations tell */
-    hp_status cs = hp_cost_compute(&c, t->m, t->p, &o, &e);
-    if (cs == HP_OK && !c->refused[0]) {
-        const hp_cost_rank *k = &c->ranks[0];
-        need = k->workspace_bytes == UINT64_MAX ? 0x1p64 /* past 64 bits */
-                                                : (double)k->workspace_bytes + (double)k->weight_bytes;
-        need += (double)k->window_bytes; /* the groups' shared windows: memory beside the workspace */
-        if (train && (double)k->total_bytes > need) need = (double)k->total_bytes;
-        if (R == 0) need += root_extra;
-    } /* else unknown too: a batch past 64-bit sizes is the runtime's own refusal (exit 2) */
-    hp_cost_free(c);
-    hp_status st = hp_comm_allreduce_max_f64(t->w, &need, 1, err);
-    if (st != HP_OK || need <= 0) return st;
-    char rem[400];
-    snprintf(rem, sizeof rem, "%s ('hyperpar cost' on the same model, mesh and --batch/--seq prints each rank's "
-             "figures)", remedy);
-    /* nodes may hold other numbers of ranks: the verdict is agreed, so that no rank goes on alone */
-    return hp_comm_agree(t->w, memory_fits(what, need, local_ranks > 0 ? local_ranks : 1, rem, err), err);
-}
-
 /* A step (or an evaluation) this node cannot hold is refused before its batch is read or allocated: B x S tokens
  * forward and backward with the training state, and --eval-data's largest batch (eval_rows, 0: none) forward;
  * rank 0 also gathers every parameter whole in f32 for --grad-out (the gradients) and --out (the weights).
@@ -177,14 +113,14 @@ hp_status hp__trn_memory_check(hp_trainer *t, int local_ranks, hp_err *err)
     double gathered = (double)hp_model_num_params(t->m) * sizeof(float) * ((a->grad_out ? 1 : 0) + (a->out ? 1 : 0));
     snprintf(what, sizeof what, "train of %s on %s of %lld x %lld tokens", a->model,
              a->data ? "micro-batches" : "a batch", (long long)t->B, (long long)t->S);
-    hp_status st = forward_fits(t, t->B, t->S, true, gathered, local_ranks, what,
+    hp_status st = hp_cost_forward_fits(t->w, t->m, t->p, t->B, t->S, true, false, gathered, local_ranks, what,
                                 a->data ? "give a smaller --micro-batch (each step still trains on --global-batch "
                                           "windows), a shorter --seq, or more ranks"
                                         : "give an --input of fewer rows or tokens, or more ranks", err);
     if (st == HP_OK && t->eval_rows > t->B) {
         snprintf(what, sizeof what, "train of %s evaluating --eval-data %s in batches of up to %lld x %lld tokens",
                  a->model, a->eval_data, (long long)t->eval_rows, (long long)t->S);
-        st = forward_fits(t, t->eval_rows, t->S, false, gathered, local_ranks, what,
+        st = hp_cost_forward_fits(t->w, t->m, t->p, t->eval_rows, t->S, false, false, gathered, local_ranks, what,
                           "give a smaller --global-batch (an evaluation's batches hold up to 2 x GB - 1 windows), a "
                           "shorter --seq, or more ranks", err);
     }
