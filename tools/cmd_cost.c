@@ -363,8 +363,6 @@ int cmd_cost(int argc, char **argv)
     hp_overrides *ov = NULL;
     hp_model *m = NULL;
     hp_plan *p = NULL;
-    hp_shard_layout *l = NULL;
-    hp_cost *cost = NULL;
     /* a shard folder: its config.json (meta mode) and the plan it records, the flags checked against it */
     const char *shard = hp_shard_is_folder(argv[optind]) ? argv[optind] : NULL;
     hp_status st = shard ? HP_OK : cli_plan_flags_apply(&pf, NULL, &ov, &err);
@@ -385,12 +383,11 @@ int cmd_cost(int argc, char **argv)
     bool default_mesh = cli_plan_flags_default_mesh(&pf);
     if (st == HP_OK && shard) st = cli_plan_resolve(&pf, plan_path, shard, default_mesh, 1, m, &p, &ov, &err);
     else if (st == HP_OK) st = plan_path ? hp_shard_read_plan(&p, m, plan_path, NULL, &err) : hp_plan_derive(&p, m, &pf.po, &err);
-    if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, &err);
-    if (st == HP_OK) hp_cost_settings_batch(&cf.s, &p->mesh);
-    cf.s.co.layout = l; /* built once: for the coordinates shown and the weights */
-    if (st == HP_OK) st = hp_cost_compute(&cost, m, p, &cf.s.co, &err);
-    hp_fit fit = {0};
-    if (st == HP_OK && cf.format != 2) st = hp_cost_fit(&fit, m, p, &cf.s.co, cost, cf.s.budget, &err);
+    hp_cost_result res = {0};
+    if (st == HP_OK) st = hp_cost_evaluate(&res, m, p, &cf.s, cf.format != 2, &err);
+    const hp_shard_layout *l = res.layout;
+    const hp_cost *cost = res.cost;
+    hp_fit fit = res.fit;
     for (int i = 0, k = 0; st == HP_OK && input && i < fit.n; i++) { /* the input's shape is the batch: keep it */
         if (strcmp(fit.ch[i].flag, "--seq") && strcmp(fit.ch[i].flag, "--batch")) fit.ch[k++] = fit.ch[i];
         if (i == fit.n - 1) fit.n = k;
@@ -417,8 +414,7 @@ int cmd_cost(int argc, char **argv)
         }
     }
     rc = st == HP_OK ? HP_EXIT_OK : cli_fail(&err);
-    hp_cost_free(cost);
-    hp_shard_layout_free(l);
+    hp_cost_result_free(&res);
     hp_plan_free(p);
     hp_model_close(m);
     hp_overrides_free(ov);

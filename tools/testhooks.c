@@ -19,6 +19,9 @@
  *   HP_TEST_PERTURB_GRAD=<fqn>      validate --backward: nudge this parameter's gradient
  *   HP_TEST_MLP_WHOLE=1             run: the dense MLP on all rows at once, as training does
  *   HP_TEST_NAN_GRAD=<fqn>          train: this parameter's gradient becomes NaN after its sums
+ *   HP_MPI_CHUNK_BYTES=N            the MPI backend sends messages of at most N bytes (1 GiB by default)
+ *   HP_MPI_FORCE_PIECES=1           every collective goes as such messages, none through a shared window
+ *   HP_MPI_SHM_AVAIL=BYTES          /dev/shm is taken to have BYTES free (the windows' fallback)
  *
  * A pause at P creates P.ready (holding the pid) and waits for P.go, a signal, or 120 s.
  */
@@ -34,6 +37,15 @@ static const char *env(const char *name)
 {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+/* The MPI backend's hooks, HP_MPI_*. */
+static void mpi_hooks(hp_test_hooks *h)
+{
+    const char *v;
+    if ((v = env("HP_MPI_CHUNK_BYTES"))) h->mpi_chunk_bytes = atoll(v);
+    h->mpi_force_pieces = (v = env("HP_MPI_FORCE_PIECES")) && !strcmp(v, "1");
+    if ((v = env("HP_MPI_SHM_AVAIL"))) h->mpi_shm_set = true, h->mpi_shm_avail = atoll(v);
 }
 
 void cli_test_hooks_install(void)
@@ -59,6 +71,7 @@ void cli_test_hooks_install(void)
     h.pause_before_commit = env("HP_TEST_PAUSE_BEFORE_COMMIT");
     h.pause_in_step = env("HP_TEST_PAUSE_IN_STEP");
     if ((v = env("HP_TEST_PAUSE_STEP"))) h.pause_step = atoll(v);
+    mpi_hooks(&h);
     hp_test_hooks_install(&h);
 }
 

@@ -8,8 +8,8 @@
 
 #include <stdbool.h>
 
-/* Reads HP_TEST_ONLY_RANK, HP_TEST_ENOSPC_AFTER and the HP_TEST_PAUSE_* variables and installs them as the
- * library's test hooks (hyperpar/core.h, hp_test_hooks). main calls it once, before anything else. */
+/* Reads HP_TEST_ONLY_RANK, HP_TEST_ENOSPC_AFTER, the HP_TEST_PAUSE_* and HP_MPI_* variables and installs them as
+ * the library's test hooks (hyperpar/core.h, hp_test_hooks). main calls it once, before anything else. */
 void cli_test_hooks_install(void);
 
 /* The runner's test hooks (hp_run_opts' test_* fields), from the environment; NULL / false when unset. */

@@ -208,6 +208,12 @@ typedef struct hp_test_hooks {
     const char *pause_before_commit; /* P: an output folder pauses complete in its temporary, before its rename */
     const char *pause_in_step;       /* P: the read of step pause_step's first rows of a dataset pauses */
     long long pause_step;            /* with pause_in_step: the step, 1 for the first */
+    /* The MPI backend's (read when hp_comm_world makes the world, in every process: only_rank does not apply) */
+    long long mpi_chunk_bytes;       /* > 0 (at most 1 GiB): the largest message a collective sends, else 1 GiB */
+    bool mpi_force_pieces;           /* every collective goes as messages of mpi_chunk_bytes, none through a
+                                        shared window */
+    bool mpi_shm_set;                /* /dev/shm is taken to have mpi_shm_avail bytes free (>= 0) */
+    long long mpi_shm_avail;
 } hp_test_hooks;
 
 /* Copies h (its strings too) into the library's one hook table, replacing what was there; NULL turns every hook

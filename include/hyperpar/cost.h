@@ -289,6 +289,19 @@ typedef struct hp_fit {
 hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_cost_opts *o, const hp_cost *c,
                       uint64_t budget, hp_err *err);
 
+/* `hyperpar cost`'s one flow for plan p (the CLI's and the JSON interface's): p's shard layout (built once, for
+ * the weights and the coordinates shown), the default batch on p's mesh (hp_cost_settings_batch), the evaluation
+ * (hp_cost_compute) and, with fit, the nearest changes that fit s->budget (hp_cost_fit). *r is zeroed first;
+ * free it with hp_cost_result_free, on failure too. */
+typedef struct hp_cost_result {
+    struct hp_shard_layout *layout;
+    hp_cost *cost;
+    hp_fit fit;
+} hp_cost_result;
+hp_status hp_cost_evaluate(hp_cost_result *r, const hp_model *m, const hp_plan *p, hp_cost_settings *s, bool fit,
+                           hp_err *err);
+void hp_cost_result_free(hp_cost_result *r);
+
 /* ---- what a training step is measured against (src/cost/mfu.c; docs/train.md, "What the user sees") ----
  *
  * MFU = hp_cost_train_flops / step seconds / hp_gemm_limit.sum_gflops (FLOP/s). */

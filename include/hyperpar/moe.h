@@ -503,6 +503,8 @@ const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep);
  * communicators not included): what the runner counts as the block's workspace. 0 for a runtime that borrows
  * its buffers (hp_moe_ep_create_shared). */
 size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep);
+/* The bytes of the backward's scratch its workspace holds (hp_moe_bwd_layout): 0 before its first backward. */
+size_t hp_moe_ep_backward_bytes(const hp_moe_ep *ep);
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep);
 
 /* ---- the runtime's arrays, described once ----
@@ -545,8 +547,23 @@ typedef enum hp_moe_arr_id {
     HP_MOE_ARR_RECV,         /* f32 [P·Tb·K, H] */
     HP_MOE_ARR_XROWS,        /* f32 [P·Tb·K, H]  bounded: [P·Th·K, H] */
     HP_MOE_ARR_Y_SHARED,     /* f32 [T, H]       with a shared expert */
+    /* the backward's scratch (hp_moe_bwd_layout), made by a workspace's first backward: R the rows it receives
+     * (one process: T·K; an EP runtime: xrows'), C its chunk of rows (256), w = max(I, sI) */
+    HP_MOE_ARR_BWD_DROWS,    /* f32 [R, H] */
+    HP_MOE_ARR_BWD_DW,       /* f64 [T·K] */
+    HP_MOE_ARR_BWD_DLOG,     /* f64 [T, E] */
+    HP_MOE_ARR_BWD_G,        /* f32 [C, 2·w] */
+    HP_MOE_ARR_BWD_DG,       /* f32 [C, 2·w] */
+    HP_MOE_ARR_BWD_A,        /* f32 [C, w] */
+    HP_MOE_ARR_BWD_DA,       /* f32 [C, w] */
+    HP_MOE_ARR_BWD_O,        /* f32 [C, H] */
+    HP_MOE_ARR_BWD_DXC,      /* f32 [C, H] */
+    HP_MOE_ARR_BWD_SDO,      /* f32 [C, H] */
+    HP_MOE_ARR_BWD_WGU,      /* f32 [2·I, H]     bf16 experts: one expert's gate|up widened */
+    HP_MOE_ARR_BWD_WD,       /* f32 [H, I]       bf16 experts: its down widened */
     HP_MOE_ARR_COUNT,
-    HP_MOE_ARR_EP_FIRST = HP_MOE_ARR_STAGE_CNT
+    HP_MOE_ARR_EP_FIRST = HP_MOE_ARR_STAGE_CNT,
+    HP_MOE_ARR_BWD_FIRST = HP_MOE_ARR_BWD_DROWS
 } hp_moe_arr_id;
 
 /* One array: hp__moe_alloc gives it n·elem_size zeroed bytes, at least 1. */
@@ -569,6 +586,7 @@ typedef struct hp_moe_ep_shape {
     int64_t chunks;            /* dispatch chunks it is made for: hp_moe_ep_create_chunked's max_chunks,
                                   _bounded's chunks; <= 1: hp_moe_ep_create */
     bool bounded;              /* hp_moe_ep_create_bounded (with chunks > 1) */
+    bool bf16_experts;         /* the experts are held in bf16 (the backward widens one at a time) */
 } hp_moe_ep_shape;
 
 /* The arrays the runtime of shape s allocates, in its order, into a; returns how many (at most HP_MOE_ARR_COUNT).
@@ -580,6 +598,10 @@ int hp_moe_ep_layout(const hp_moe_ep_shape *s, hp_moe_ep_array a[HP_MOE_ARR_COUN
  * (hp_moe_ws.bytes for hp_moe_ws_create) of that runtime is. false, and *bytes UINT64_MAX, when a count or the sum
  * passes 64 bits. */
 bool hp_moe_ep_layout_bytes(const hp_moe_ep_array *a, int n, uint64_t *bytes);
+/* The arrays of the backward's scratch of a runtime of shape s (from HP_MOE_ARR_BWD_FIRST on), in the order
+ * the first backward allocates them; returns how many. hp_moe_ep_backward_bytes of that runtime after a backward
+ * is their hp_moe_ep_layout_bytes. */
+int hp_moe_bwd_layout(const hp_moe_ep_shape *s, hp_moe_ep_array a[HP_MOE_ARR_COUNT]);
 
 /* ---- threads and machine reference figures (benchmarks) ---- */
 

@@ -73,7 +73,9 @@ typedef struct hp_run_stats {
                                             unpacking), what a bare MPI collective of the same bytes is compared to */
     double wait_s;                       /* sync_collectives: time in the barriers before them */
     uint64_t workspace_bytes;            /* the forward's high-water mark of activation, scratch and
-                                            communication buffers (weights excluded; docs/run.md) */
+                                            communication buffers (weights excluded; docs/run.md); a training
+                                            runner's: of every step so far, backward and optimizer included
+                                            (docs/cost.md "A training step") */
     uint64_t window_bytes;               /* the shared-memory windows of the tp and cp groups at the forward's
                                             end (hp_comm_window_bytes: one node's collectives; not in
                                             workspace_bytes, and shared memory, not anonymous) */

@@ -345,17 +345,10 @@ static hp_status do_cost(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_er
     if (st == HP_OK && rv && (!json_is_integer(rv) || json_integer_value(rv) < 0))
         st = bad(err, "%s is a rank index >= 0", "rank");
     hp_plan *p = NULL;
-    hp_shard_layout *l = NULL;
-    hp_cost *c = NULL;
-    hp_fit fit = {0};
+    hp_cost_result res = {0};
     if (st == HP_OK) st = hp_plan_derive(&p, m, &r->po, err);
-    if (st == HP_OK) st = hp_shard_layout_build(&l, m, p, err);
-    if (st == HP_OK) {
-        hp_cost_settings_batch(&s, &p->mesh);
-        s.co.layout = l;
-        st = hp_cost_compute(&c, m, p, &s.co, err);
-    }
-    if (st == HP_OK) st = hp_cost_fit(&fit, m, p, &s.co, c, s.budget, err);
+    if (st == HP_OK) st = hp_cost_evaluate(&res, m, p, &s, true, err);
+    const hp_cost *c = res.cost;
     if (st == HP_OK && rv && json_integer_value(rv) >= c->world)
         st = hp_err_set(err, HP_ERR_INPUT, "--rank %lld: the mesh has %lld ranks", (long long)json_integer_value(rv),
                         (long long)c->world);
@@ -367,14 +360,13 @@ static hp_status do_cost(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_er
         FILE *f = open_memstream(&buf, &len);
         if (!f) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
         else {
-            hp_cost_report_json(f, m, p, l, c, rv ? (int64_t)json_integer_value(rv) : c->max_rank, s.budget, &fit,
-                                a.n, a.v);
+            hp_cost_report_json(f, m, p, res.layout, c, rv ? (int64_t)json_integer_value(rv) : c->max_rank, s.budget,
+                                &res.fit, a.n, a.v);
             st = memfile_done(f, &buf, &len, out, err);
         }
         arg_free(&a);
     }
-    hp_cost_free(c);
-    hp_shard_layout_free(l);
+    hp_cost_result_free(&res);
     hp_plan_free(p);
     return st;
 }

@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 
 #include "comm/comm_int.h"
+#include "core/guard.h"
 #include "core/rows.h"
 
 /* 1 GiB pieces: far below INT_MAX, large enough that the per-message overhead is negligible. Tests lower it
@@ -508,10 +509,9 @@ hp_status hp__mpi_world(hp_comm **out, int *argc, char ***argv, hp_err *err)
     MPI_Initialized(&inited);
     if (!inited && MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return hp_err_set(err, HP_ERR_IO, "MPI_Init failed; is this process started by mpirun?");
-    const char *chunk = getenv("HP_MPI_CHUNK_BYTES");
-    if (chunk && atoll(chunk) > 0 && (size_t)atoll(chunk) <= ((size_t)1 << 30)) g_chunk = (size_t)atoll(chunk);
-    g_force_pieces = getenv("HP_MPI_FORCE_PIECES") && !strcmp(getenv("HP_MPI_FORCE_PIECES"), "1");
-    const char *avail = getenv("HP_MPI_SHM_AVAIL");
-    if (avail && atoll(avail) >= 0) g_shm_avail = (double)atoll(avail);
+    const hp_test_hooks *h = hp__test_hooks(); /* the callers' (hp_test_hooks_install): no environment here */
+    if (h->mpi_chunk_bytes > 0 && h->mpi_chunk_bytes <= 1LL << 30) g_chunk = (size_t)h->mpi_chunk_bytes;
+    g_force_pieces = h->mpi_force_pieces;
+    if (h->mpi_shm_set && h->mpi_shm_avail >= 0) g_shm_avail = (double)h->mpi_shm_avail;
     return wrap(MPI_COMM_WORLD, true, out, err);
 }

@@ -12,6 +12,7 @@
  * spec §10.4.
  */
 #include "exec/prog.h"
+#include "kernels/backward.h"
 #include "kernels/modules.h"
 
 #include "hyperpar/comm.h"
@@ -319,15 +320,20 @@ static bool ep_own_runtime(walk *w, const char *fqn, int64_t I, int64_t sI)
  * runtime allocates by). T the most rows any rank of the group holds, in the runner's dispatch chunks (moe_chunks:
  * hp__mlp_chunk_count; training one); with C > 1 chunks the runtime is bounded (hp_moe_ep_create_bounded). P the EP
  * group, L = E / P local experts, I and sI the rank's expert widths (fqn: the block). */
-static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
+static hp_moe_ep_shape ep_shape(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
 {
     char gate[160];
     snprintf(gate, sizeof gate, "%s.shared_expert_gate.weight", fqn);
     int64_t C = hp__mlp_chunk_count(T, w->o->train);
-    hp_moe_ep_shape s = {.max_tokens = T, .n_hidden = w->g->cfg.H, .n_experts = w->E, .top_k = w->K,
-                         .n_local = w->E / w->ep, .d_expert = I, .d_shared = sI,
-                         .shared_gate = sI > 0 && hp_model_find_param(w->m, gate), .ep_size = w->ep, .chunks = C,
-                         .bounded = C > 1};
+    return (hp_moe_ep_shape){.max_tokens = T, .n_hidden = w->g->cfg.H, .n_experts = w->E, .top_k = w->K,
+                             .n_local = w->E / w->ep, .d_expert = I, .d_shared = sI,
+                             .shared_gate = sI > 0 && hp_model_find_param(w->m, gate), .ep_size = w->ep,
+                             .chunks = C, .bounded = C > 1};
+}
+
+static uint64_t ep_workspace(walk *w, const char *fqn, int64_t T, int64_t I, int64_t sI)
+{
+    hp_moe_ep_shape s = ep_shape(w, fqn, T, I, sI);
     hp_moe_ep_array a[HP_MOE_ARR_COUNT];
     uint64_t bytes;
     if (!hp_moe_ep_layout_bytes(a, hp_moe_ep_layout(&s, a), &bytes)) mark(w, "MoE workspace");
@@ -645,6 +651,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
         if ((st = trans(w, &v, &whole, l, y->c.fqn, "cp K/V")) != HP_OK) return st;
     }
     w->c_k = k.cap, w->c_v = v.cap;
+    w->fk = k, w->fv = v; /* what the backward's dK and dV are shaped like */
     /* hp__attention's block scratch while it runs: the kernel's own figure for these shapes */
     hp__attn_args sh = {.B = local_dim(w, t, 0), .sq = sq, .sk = local_dim(w, &k, 1), .nh = y->nh, .nkv = y->nkv,
                         .hd = c->hd};
@@ -688,6 +695,17 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     return leave(w, y, out);
 }
 
+/* A sparse block's EP runtime's rows (the most any rank holds) and the rank's expert widths (its tp block of each
+ * expert's when tp cuts them: hp_moe_load_opts.tp_size). */
+static int64_t moe_dims(walk *w, const hp__step *y, int64_t *I, int64_t *sI)
+{
+    int64_t T = 0;
+    for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
+    int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
+    *I = w->mI * (tr + 1) / tn - w->mI * tr / tn, *sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
+    return ck_mul(w, "MoE workspace", T, w->S_pad);
+}
+
 static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
 {
     int64_t H = w->g->cfg.H, l = y->layer;
@@ -696,17 +714,13 @@ static hp_status feed_forward(walk *w, const hp__step *y, dact *t, dact *out)
     int64_t rows = local_count(w, t) / H;
     if (y->op == HP__OP_MOE) {
         /* the EP runtime, created at the layer's first forward for the most rows any rank holds */
-        int64_t T = 0;
-        for (int64_t i = 0; i < w->dp; i++) T = w->dp_rows[i + 1] - w->dp_rows[i] > T ? w->dp_rows[i + 1] - w->dp_rows[i] : T;
-        T = ck_mul(w, "MoE workspace", T, w->S_pad);
-        int64_t tr = y->split ? w->pos.r[HP__TP] : 0, tn = y->split ? w->tp : 1;
-        int64_t I = w->mI * (tr + 1) / tn - w->mI * tr / tn, sI = w->sI * (tr + 1) / tn - w->sI * tr / tn;
-        if (ep_own_runtime(w, y->c.fqn, I, sI)) mem_count(w, 0, ep_workspace(w, y->c.fqn, T, I, sI));
+        int64_t I, sI, T = moe_dims(w, y, &I, &sI);
+        if (!w->recompute && ep_own_runtime(w, y->c.fqn, I, sI)) mem_count(w, 0, ep_workspace(w, y->c.fqn, T, I, sI));
         if ((st = moe_exchange(w, y, l, t)) != HP_OK) return st;
         output_of(y, t, out);
         act_grow(w, out);
         dact tk = {{t->g[0], t->g[1], w->K}, t->lay, 0}; /* the routed experts, kept for gather_topk */
-        act_grow(w, &tk);
+        if (!w->recompute) act_grow(w, &tk);
     } else {
         /* the rank's block of the intermediate width (the shard layout's cut) */
         int64_t bw[HP__NBUF], I = hp__step_local_I(w->g, y, w->pos.r[HP__TP]);
@@ -788,7 +802,14 @@ static hp_status loss_events(walk *w, const hp__step *s, int64_t n, int64_t call
 static hp_status loss(walk *w, const hp__step *s, const dact *z)
 {
     int64_t lrows = ck_mul(w, "workspace", local_dim(w, z, 0), local_dim(w, z, 1));
-    transient(w, loss_sums(w, lrows));
+    uint64_t sums = loss_sums(w, lrows);
+    mem_count(w, 0, sums);
+    if (w->o->train && lrows + 1 > w->loss_cap) { /* keep_loss: the backward's max and Σexp, a float and a double */
+        uint64_t had = ck_bytes(w, "workspace", w->loss_cap, sizeof(float) + sizeof(double));
+        mem_count(w, had, ck_bytes(w, "workspace", lrows + 1, sizeof(float) + sizeof(double)));
+        w->loss_cap = lrows + 1;
+    }
+    mem_count(w, sums, 0);
     return loss_events(w, s, lrows, 1);
 }
 
@@ -854,8 +875,15 @@ static hp_status dry_embed(walk *w, const hp__step *s, dio *io)
 
 static hp_status dry_norm(walk *w, const hp__step *s, dio *io)
 {
-    if (s->keep) /* a layer's input (the final norm's): what the backward keeps */
+    if (s->keep && !w->recompute) { /* a layer's input (the final norm's): what the backward keeps */
         w->w_saved = ck_add(w, "saved activations", w->w_saved, local_count(w, &io->h));
+        if (w->kept) {
+            dact *k = &w->kept[s->layer >= 0 ? s->layer : w->g->cfg.L];
+            *k = io->h;
+            k->cap = 0;
+            act_grow(w, k);
+        }
+    }
     return norm(w, s, &io->h, &io->t);
 }
 
@@ -890,15 +918,330 @@ static hp_status (*const dry[HP__OP_COUNT])(walk *w, const hp__step *s, dio *io)
     [HP__OP_RESIDUAL] = dry_residual, [HP__OP_HEAD] = dry_head, [HP__OP_LOSS] = dry_loss,
 };
 
+/* ---- the backward's dry walk (training): src/run/bwd.c's buffers, sized in its order ----
+ *
+ * The backward walks the program in reverse; at a layer's last step it walks the layer's forward again from its
+ * kept input (the recompute: the same dry entries, creating nothing twice), saving what a later step of the layer
+ * overwrites (hp__recompute_overwrites, the rule bwd.c saves by). Each op's entry then sizes the gradients (dh the
+ * stream's, dt a module input's, da a module output's), the backward's scratch blocks, and moves each gradient
+ * through its transitions' duals: the buffers those take are trans's. The collectives' bytes are the training
+ * events' (cost_eval.c), so the walk adds no event (ev_times 0). */
+
+enum { N_FBUF = 6 };
+
+typedef struct bwalk {
+    dact dh, dt, da, x, h1, dk, dv; /* bwd.c's hp__train fields of the same names */
+    int64_t f[N_FBUF];              /* its scratch blocks (hp__t_fbuf), floats */
+    int n_pos;                      /* the recompute's slots: per position in the layer */
+    dact *sv_h, *sv_t;              /* a norm's input stream, a module's input, copied */
+    int64_t *sv_buf;                /* [n_pos · HP__NBUF] a module's buffers, copied (floats) */
+    dact *hin, *tin;                /* what each position's backward reads (dims and layout) */
+    bool dh_live;
+} bwalk;
+
+/* The layout a gradient of an activation laid out l is held in: P read as R (bwd.c's glay). */
+static hp__lay glay(hp__lay l)
+{
+    for (int ax = 0; ax < HP__NAX; ax++)
+        if (l.ax[ax].kind == HP_PL_P) l.ax[ax] = hp_pl_r();
+    return l;
+}
+
+/* bwd.c's dual: g, held as from, moved to the gradient layout of to. */
+static hp_status dual(walk *w, const hp__step *s, dact *g, hp__lay from, const hp__lay *to)
+{
+    g->lay = from;
+    hp__lay want = glay(*to);
+    return trans(w, g, &want, s->layer, s->c.fqn, "backward");
+}
+
+/* An activation like a (its rows) of width X laid out lay, in buffer d (bwd.c's like, hp__r_act_copy). */
+static void like(walk *w, dact *d, const dact *a, int64_t X, hp__lay lay)
+{
+    d->g[0] = a->g[0], d->g[1] = a->g[1], d->g[2] = X;
+    d->lay = lay;
+    act_grow(w, d);
+}
+
+static int64_t rows_of_act(walk *w, const dact *a)
+{
+    return ck_mul(w, "workspace", local_dim(w, a, 0), local_dim(w, a, 1));
+}
+
+static void fbuf(walk *w, bwalk *b, int i, int64_t rows, int64_t width)
+{
+    grow(w, &b->f[i], ck_mul(w, "workspace", rows, width));
+}
+
+/* The parameter of slot in step s's table, when the model has it (a checkpoint may lack an optional one). */
+static const hp_param *step_param(walk *w, const hp__step *s, hp__pslot slot)
+{
+    size_t n;
+    const hp__pdef *d = hp__op_params(s->op, &n);
+    for (size_t i = 0; i < n; i++)
+        if (d[i].slot == slot) {
+            char name[400];
+            snprintf(name, sizeof name, "%s.%s", s->c.fqn, d[i].rel);
+            return hp_model_find_param(w->m, name);
+        }
+    return NULL;
+}
+
+/* attn_core_bwd: dK and dV of every key the rank's queries saw, the kernel's scratch while it runs, and the
+ * reduce-scatter back to the keys' own block under cp. */
+static hp_status core_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin, hp__attn_args aa, bool dsinks)
+{
+    b->dk.g[0] = w->fk.g[0], b->dk.g[1] = w->fk.g[1], b->dk.g[2] = w->fk.g[2], b->dk.lay = w->fk.lay;
+    b->dv.g[0] = w->fv.g[0], b->dv.g[1] = w->fv.g[1], b->dv.g[2] = w->fv.g[2], b->dv.lay = w->fv.lay;
+    act_grow(w, &b->dk);
+    act_grow(w, &b->dv);
+    aa.B = local_dim(w, tin, 0), aa.sq = local_dim(w, tin, 1), aa.sk = local_dim(w, &w->fk, 1);
+    transient(w, hp__attention_backward_scratch_bytes(&aa, dsinks));
+    hp__lay kl = {{hp_pl_r(), tin->lay.ax[HP__CP]}}, part = {{hp_pl_r(), hp_pl_p()}};
+    if (kl.ax[HP__CP].kind != HP_PL_S) return HP_OK;
+    hp_status st = dual(w, s, &b->dk, part, &kl);
+    return st == HP_OK ? dual(w, s, &b->dv, part, &kl) : st;
+}
+
+/* The module's input's gradient: like its input, a partial sum over tp when tp cuts the module. */
+static void module_dt(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+{
+    like(w, &b->dt, tin, w->g->cfg.H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tin->lay.ax[HP__CP]}});
+}
+
+static hp_status attn_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+{
+    const hp__rcfg *c = &w->g->cfg;
+    int64_t rows = rows_of_act(w, tin), nh = s->nh, hd = c->hd;
+    fbuf(w, b, 0, rows, nh * hd);
+    fbuf(w, b, 1, rows, nh * hd);
+    const hp_param *sk = step_param(w, s, HP__PS_SINKS);
+    hp_status st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = nh, .nkv = s->nkv, .hd = hd}, sk && sk->trainable);
+    if (st != HP_OK) return st;
+    if (step_param(w, s, HP__PS_QN) || step_param(w, s, HP__PS_KN)) fbuf(w, b, 2, rows, nh * hd);
+    module_dt(w, b, s, tin);
+    fbuf(w, b, 3, rows, c->H); /* k's and v's dx, added into q's */
+    return HP_OK;
+}
+
+static hp_status mla_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+{
+    const hp__mla *a = &w->g->mla;
+    int64_t rows = rows_of_act(w, tin), nh = s->nh, qk = a->nope + a->rope, qa_n = a->ql > 0 ? a->ql : 0;
+    fbuf(w, b, 0, rows, nh * a->vd);
+    fbuf(w, b, 1, rows, nh * qk);
+    fbuf(w, b, 2, rows, a->kvl + a->rope + qa_n + nh * (a->nope + a->vd));
+    hp_status st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = nh, .nkv = nh, .hd = qk, .hdv = a->vd}, false);
+    if (st != HP_OK) return st;
+    fbuf(w, b, 3, rows, a->kvl);
+    fbuf(w, b, 5, rows, a->kvl > qa_n ? a->kvl : qa_n);
+    module_dt(w, b, s, tin);
+    fbuf(w, b, 3, rows, w->g->cfg.H); /* q's path's dx, added into the latent's */
+    return HP_OK;
+}
+
+static hp_status mlp_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+{
+    int64_t rows = rows_of_act(w, tin), I = hp__step_local_I(w->g, s, w->pos.r[HP__TP]);
+    fbuf(w, b, 0, rows, I);
+    fbuf(w, b, 1, rows, 2 * I);
+    module_dt(w, b, s, tin);
+    if (!s->fused) fbuf(w, b, 3, rows, w->g->cfg.H); /* up's dx, added into gate's */
+    return HP_OK;
+}
+
+/* The sparse block: its input's gradient, then the EP runtime's backward scratch (made by the layer's first
+ * backward after its runtime was made: every step, as the optimizer step releases the runtimes). */
+static hp_status moe_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+{
+    hp__lay lay = tin->lay;
+    if (s->split) lay.ax[HP__TP] = hp_pl_p();
+    like(w, &b->dt, tin, w->g->cfg.H, lay);
+    int64_t I, sI, T = moe_dims(w, s, &I, &sI);
+    hp_moe_ep_shape sh = ep_shape(w, s->c.fqn, T, I, sI);
+    hp_moe_ep_array a[HP_MOE_ARR_COUNT];
+    uint64_t bytes;
+    if (!hp_moe_ep_layout_bytes(a, hp_moe_bwd_layout(&sh, a), &bytes)) mark(w, "MoE workspace");
+    mem_count(w, 0, bytes);
+    return HP_OK;
+}
+
+/* A backward entry: s's step, hin / tin what it reads (a norm's input stream, a module's or the head's input). */
+typedef hp_status (*bdry_fn)(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io);
+
+static hp_status bdry_loss(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)s, (void)hin, (void)tin;
+    const dact *z = &io->a;
+    uint64_t lab = ck_bytes(w, "workspace", ck_add(w, "workspace", rows_of_act(w, z), 1), sizeof(int64_t));
+    mem_count(w, 0, lab); /* the targets, while dz is formed */
+    like(w, &b->da, z, z->g[2], z->lay);
+    mem_count(w, lab, 0);
+    return HP_OK;
+}
+
+static hp_status bdry_head(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)hin, (void)io;
+    hp_status st = dual(w, s, &b->da, glay(s->leave), &s->out);
+    if (st != HP_OK) return st;
+    module_dt(w, b, s, tin);
+    return dual(w, s, &b->dt, b->dt.lay, &s->in);
+}
+
+static hp_status bdry_norm(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)tin, (void)io;
+    hp_status st = dual(w, s, &b->dt, glay(s->leave), &s->out);
+    if (st != HP_OK) return st;
+    like(w, &b->x, hin, hin->g[2], hin->lay); /* the normed input: the stream copied, then entered */
+    if ((st = enter(w, s, &b->x)) != HP_OK) return st;
+    if ((st = dual(w, s, &b->dt, s->run, &s->in)) != HP_OK) return st;
+    if (!b->dh_live) like(w, &b->dh, &b->dt, b->dt.g[2], b->dt.lay);
+    b->dh_live = true;
+    return HP_OK;
+}
+
+static hp_status bdry_residual(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)hin, (void)tin, (void)io;
+    like(w, &b->da, &b->dh, b->dh.g[2], b->dh.lay);
+    return dual(w, s, &b->da, w->g->stream, &s->in);
+}
+
+static hp_status bdry_module(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)hin, (void)io;
+    hp_status st = dual(w, s, &b->da, glay(s->leave), &s->out);
+    if (st != HP_OK) return st;
+    st = s->op == HP__OP_ATTN ? attn_bwd(w, b, s, tin)
+       : s->op == HP__OP_MLA  ? mla_bwd(w, b, s, tin)
+       : s->op == HP__OP_MLP  ? mlp_bwd(w, b, s, tin)
+                              : moe_bwd(w, b, s, tin);
+    return st == HP_OK ? dual(w, s, &b->dt, b->dt.lay, &s->in) : st;
+}
+
+static hp_status bdry_embed(walk *w, bwalk *b, const hp__step *s, const dact *hin, const dact *tin, dio *io)
+{
+    (void)hin, (void)tin, (void)io;
+    hp_status st = dual(w, s, &b->dh, w->g->stream, &s->out);
+    if (st == HP_OK) /* the ids of the gradient's rows, while they are added into the table */
+        transient(w, ck_bytes(w, "workspace", ck_add(w, "workspace", rows_of_act(w, &b->dh), 1), sizeof(int64_t)));
+    return st;
+}
+
+static const bdry_fn bdry[HP__OP_COUNT] = {
+    [HP__OP_EMBED] = bdry_embed,   [HP__OP_NORM] = bdry_norm,         [HP__OP_ATTN] = bdry_module,
+    [HP__OP_MLA] = bdry_module,    [HP__OP_MLP] = bdry_module,        [HP__OP_MOE] = bdry_module,
+    [HP__OP_RESIDUAL] = bdry_residual, [HP__OP_HEAD] = bdry_head,     [HP__OP_LOSS] = bdry_loss,
+};
+
+/* The recompute of layer steps [f, e] (bwd.c's recompute): the forward's dry entries from the kept input, the
+ * copies of what a later step overwrites, and each position's hin / tin. */
+static hp_status recompute(walk *w, bwalk *b, dio *io, size_t f, size_t e)
+{
+    const hp__prog *g = w->g;
+    size_t end = g->steps[e].op == HP__OP_RESIDUAL ? e : e + 1;
+    int64_t ti = w->pos.r[HP__TP];
+    dact kept = w->kept[g->steps[f].layer];
+    dio r = *io;
+    r.h = kept;
+    bool on_kept = true;
+    hp_status st = HP_OK;
+    w->recompute = true;
+    for (size_t i = f; i < end && st == HP_OK; i++) {
+        const hp__step *s = &g->steps[i];
+        size_t p = i - f;
+        if (s->op == HP__OP_RESIDUAL && on_kept) { /* the stream's own copy from here on */
+            b->h1.g[0] = kept.g[0], b->h1.g[1] = kept.g[1], b->h1.g[2] = kept.g[2], b->h1.lay = kept.lay;
+            act_grow(w, &b->h1);
+            r.h.cap = 0;
+            on_kept = false;
+        }
+        if (s->op == HP__OP_NORM) {
+            b->hin[p] = r.h;
+            if (!on_kept && hp__recompute_overwrites(g, i, end, HP__OP_RESIDUAL, -1, ti))
+                like(w, &b->sv_h[p], &r.h, r.h.g[2], r.h.lay);
+        }
+        r.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
+        st = dry[s->op](w, s, &r);
+        if (st != HP_OK || !hp__op_is_module(s->op)) continue;
+        b->tin[p] = r.t;
+        if (hp__recompute_overwrites(g, i, end, HP__OP_NORM, -1, ti)) like(w, &b->sv_t[p], &r.t, r.t.g[2], r.t.lay);
+        int64_t bw[HP__NBUF], rows = rows_of_act(w, &r.t);
+        hp__step_row_widths(g, s, ti, bw);
+        for (int k = 0; k < HP__NBUF; k++)
+            if (bw[k] > 0 && hp__recompute_overwrites(g, i, end, HP__OP_COUNT, k, ti))
+                grow(w, &b->sv_buf[p * HP__NBUF + (size_t)k], ck_mul(w, "workspace", rows, bw[k]));
+    }
+    w->recompute = false;
+    io->t.cap = r.t.cap, io->a.cap = r.a.cap; /* the runner's t and a, as the recompute left them */
+    return st;
+}
+
+/* The backward of the whole program after its forward (io: the forward's activations as it left them). The walk's
+ * estimates (FLOPs, events, the working-set model) are the forward's: the recompute's are put back. */
+static hp_status backward(walk *w, dio *io)
+{
+    const hp__prog *g = w->g;
+    size_t most = 1; /* the most steps of a layer */
+    for (size_t i = 0, f = 0; i < g->n_steps; i++) {
+        if (i > 0 && g->steps[i].layer != g->steps[i - 1].layer) f = i;
+        if (i - f + 1 > most) most = i - f + 1;
+    }
+    bwalk b = {.n_pos = (int)most};
+    b.sv_h = hp_calloc(most, sizeof *b.sv_h), b.sv_t = hp_calloc(most, sizeof *b.sv_t);
+    b.hin = hp_calloc(most, sizeof *b.hin), b.tin = hp_calloc(most, sizeof *b.tin);
+    b.sv_buf = hp_calloc(most * HP__NBUF, sizeof *b.sv_buf);
+    hp_cost_rank keep_r = *w->cr;
+    walk keep_w = *w;
+    hp_status st = b.sv_h && b.sv_t && b.hin && b.tin && b.sv_buf ? HP_OK
+                                                                  : hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
+    w->ev_times = 0;
+    size_t f = 0;
+    for (size_t i = g->n_steps; st == HP_OK && i-- > 0;) {
+        const hp__step *s = &g->steps[i];
+        dact hin = w->kept[g->cfg.L], tin = io->t;
+        if (s->layer >= 0) {
+            if (i + 1 == g->n_steps || g->steps[i + 1].layer != s->layer) {
+                for (f = i; f > 0 && g->steps[f - 1].layer == s->layer;) f--;
+                if ((st = recompute(w, &b, io, f, i)) != HP_OK) break;
+            }
+            hin = b.hin[i - f], tin = b.tin[i - f];
+        }
+        st = bdry[s->op](w, &b, s, &hin, &tin, io);
+    }
+    /* the estimates as the forward left them; the buffers' and windows' figures as the backward grew them */
+    hp_cost_event *ev = w->cr->ev;
+    size_t cap = w->ev_cap;
+    *w->cr = keep_r;
+    w->cr->ev = ev;
+    w->ev_cap = cap;
+    w->w_hidden = keep_w.w_hidden, w->w_wide = keep_w.w_wide, w->w_spare = keep_w.w_spare, w->w_kv = keep_w.w_kv;
+    w->w_q = keep_w.w_q, w->w_o = keep_w.w_o, w->w_gu = keep_w.w_gu, w->w_h = keep_w.w_h, w->w_s0 = keep_w.w_s0;
+    w->w_s1 = keep_w.w_s1, w->w_moe = keep_w.w_moe, w->w_saved = keep_w.w_saved, w->touched = keep_w.touched;
+    w->n_sparse = keep_w.n_sparse;
+    w->ev_times = 1;
+    free(b.sv_h), free(b.sv_t), free(b.hin), free(b.tin), free(b.sv_buf);
+    return st;
+}
+
 hp_status hp__cost_walk_rank(walk *w)
 {
     const hp__prog *g = w->g;
     hp_status st = HP_OK;
     dio io = {.chunks = !w->o->train && g->head_chunks};
+    w->loss_cap = 0;
+    w->kept = NULL;
+    if (w->o->train && !(w->kept = hp_calloc((size_t)g->cfg.L + 1, sizeof *w->kept)))
+        return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
     for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
         io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
         st = dry[g->steps[i].op](w, &g->steps[i], &io);
     }
+    if (st == HP_OK && w->o->train) st = backward(w, &io);
+    free(w->kept);
+    w->kept = NULL;
     return st;
 }
 

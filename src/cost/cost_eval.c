@@ -178,6 +178,15 @@ static uint64_t zshare(uint64_t n, int64_t P, int64_t k)
     return lo + blk <= n ? blk : n - lo;
 }
 
+/* zero_step's buffers for an array of n elements ZeRO-1 shards over P: the rank's block and the gathered blocks,
+ * each with train.c's one spare float, into the largest so far (*mx). */
+static void zero_tmp(uint64_t *mx, uint64_t n, int64_t P)
+{
+    if (P < 2) return;
+    uint64_t blk = (n + (uint64_t)P - 1) / (uint64_t)P, b = (blk + 1 + (uint64_t)P * blk + 1) * sizeof(float);
+    if (b > *mx) *mx = b;
+}
+
 /* The step whose module holds parameter name (its fqn and a dot lead the name), or -1: a tensor the program
  * does not use, which trains nowhere. A residual names the branch it adds, the module's own step comes first. */
 static int64_t owner_step(const hp__prog *g, const char *name)
@@ -205,7 +214,7 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
     /* per MoE step: routed experts' weights, their gate|up and down biases, the shared gate|up and down */
     uint64_t (*acc)[5] = hp_calloc(g->n_steps + 1, sizeof *acc);
     if (!acc) return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
-    uint64_t gb = 0, ob = 0, mb = 0;
+    uint64_t gb = 0, ob = 0, mb = 0, zt = 0;
     hp_status st = HP_OK;
     for (size_t i = 0; i < L->n_tensors && st == HP_OK; i++) {
         hp_shard_tensor t;
@@ -228,16 +237,21 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
         if (g->steps[si].op != HP__OP_MOE) { /* a dense slice */
             mb += b16 ? 4 * n : 0;
             ob += 8 * zshare(n, P1, k1);
+            zero_tmp(&zt, n, P1);
         } else if (role == HP_ROLE_MOE_GATE) { /* the router and its bias: an f32 master of the f64 held */
             mb += 4 * n;
             ob += 8 * zshare(n, P1, k1);
+            zero_tmp(&zt, n, P1);
         } else {
             mb += b16 ? 4 * n : 0;
             bool down = strstr(p->name, "down") || strstr(p->name, ".w2.");
             bool bias = nl >= 4 && !strcmp(p->name + nl - 4, "bias");
             if (role == HP_ROLE_MOE_EXPERT) acc[si][bias ? (down ? 2 : 1) : 0] += n;
             else if (role == HP_ROLE_SHARED_EXPERT) acc[si][down ? 4 : 3] += n;
-            else ob += 8 * zshare(n, P1, k1); /* Qwen2-MoE's shared expert gate */
+            else { /* Qwen2-MoE's shared expert gate */
+                ob += 8 * zshare(n, P1, k1);
+                zero_tmp(&zt, n, P1);
+            }
         }
     }
     for (size_t si = 0; si < g->n_steps && st == HP_OK; si++) {
@@ -257,9 +271,15 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
         ob += 8 * (zshare(we - we / 3, Pe, k) + zshare(we / 3, Pe, k) + zshare(acc[si][1], Pe, k) +
                    zshare(acc[si][2], Pe, k));
         ob += 8 * (zshare(acc[si][3], P1, k1) + zshare(acc[si][4], P1, k1));
+        uint64_t arr[] = {we - we / 3, we / 3, acc[si][1], acc[si][2]};
+        for (int a = 0; a < 4; a++)
+            if (arr[a]) zero_tmp(&zt, arr[a], Pe);
+        for (int a = 3; a < 5; a++)
+            if (acc[si][a]) zero_tmp(&zt, acc[si][a], P1);
     }
     free(acc);
     r->grad_bytes = gb, r->optim_bytes = ob, r->master_bytes = mb;
+    w->zero_tmp = zt;
     return st;
 }
 
@@ -654,7 +674,10 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
         if (w->win_used[ax])
             r->window_bytes = ck_addu(w, "workspace", r->window_bytes, hp_comm_window_size(w->win_max[ax]));
     if (wst == HP_OK) scale_events(w, r, n_micro, gpu ? 1 : 4, 4);
+    w->zero_tmp = 0;
     if (wst == HP_OK) memory(w, r, o);
+    /* the optimizer step, after the micro-batches released their buffers (train.c): ZeRO's all-gathers alone */
+    if (wst == HP_OK && !w->ws_ovf && w->zero_tmp > r->workspace_bytes) r->workspace_bytes = w->zero_tmp;
     if (wst == HP_OK && o->train) {
         r->flops *= 3; /* backward: twice the forward's GEMMs */
         wst = train_events(w, r);

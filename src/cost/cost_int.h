@@ -12,6 +12,13 @@
 
 #include <string.h>
 
+/* An activation as the walk follows it: its global dims, its layout, and the runner's buffer's floats. */
+typedef struct dact {
+    int64_t g[3];
+    hp__lay lay;
+    int64_t cap; /* floats of the runner's buffer that holds it */
+} dact;
+
 /* ---- what the walk needs of the plan, the same for every rank ---- */
 
 enum { HP__COST_EP_SHAPES = 64 };
@@ -55,6 +62,15 @@ typedef struct walk {
      * of them borrows that runtime's buffers (the runner's moe_runtime). */
     int64_t ep_shape[HP__COST_EP_SHAPES][3];
     int n_ep_shape;
+    /* Training: the backward's walk (cost.c) reads what the forward's left. recompute: the backward's recompute of a
+     * layer is walking its forward again (nothing is created twice, nothing counted twice); kept: [L + 1] the layer
+     * inputs the forward keeps (dims and layout); fk, fv: the last attention's K and V as it left them; loss_cap:
+     * the rows the kept loss statistics hold. */
+    bool recompute;
+    dact *kept;
+    dact fk, fv;
+    int64_t loss_cap;
+    uint64_t zero_tmp; /* the optimizer step's largest ZeRO-1 all-gather buffers (train.c's zero_step), bytes */
 } walk;
 
 /* ---- checked size math ----
@@ -131,12 +147,6 @@ struct hp_cost_plan {
     /* The embedding table (untied), by the same masks: a decode step reads only its B rows of it. */
     uint64_t embed_bytes[M_COUNT];
 };
-
-typedef struct dact {
-    int64_t g[3];
-    hp__lay lay;
-    int64_t cap; /* floats of the runner's buffer that holds it */
-} dact;
 
 /* The walk's steps shared by the two files (cost.c). */
 hp_status hp__cost_add_event(walk *w, int32_t layer, const char *where, const char *step, hp_run_coll kind,

@@ -7,6 +7,7 @@
  * printed is one that was seen to fit.
  */
 #include "cost/fit.h"
+#include "hyperpar/shard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -162,4 +163,27 @@ hp_status hp_cost_fit(hp_fit *f, const hp_model *m, const hp_plan *p, const hp_c
                    cost_try, &x);
     hp_cost_plan_free(k);
     return HP_OK;
+}
+
+/* ---- hp_cost_evaluate: cost's one flow ---- */
+
+hp_status hp_cost_evaluate(hp_cost_result *r, const hp_model *m, const hp_plan *p, hp_cost_settings *s, bool fit,
+                           hp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    hp_status st = hp_shard_layout_build(&r->layout, m, p, err);
+    if (st != HP_OK) return st;
+    hp_cost_settings_batch(s, &p->mesh);
+    s->co.layout = r->layout;
+    st = hp_cost_compute(&r->cost, m, p, &s->co, err);
+    if (st == HP_OK && fit) st = hp_cost_fit(&r->fit, m, p, &s->co, r->cost, s->budget, err);
+    s->co.layout = NULL; /* the caller's settings outlive r */
+    return st;
+}
+
+void hp_cost_result_free(hp_cost_result *r)
+{
+    hp_cost_free(r->cost);
+    hp_shard_layout_free(r->layout);
+    memset(r, 0, sizeof *r);
 }

@@ -104,6 +104,26 @@ void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64
     }
 }
 
+bool hp__recompute_overwrites(const hp__prog *g, size_t i, size_t e, hp__op op, int buf, int64_t ti)
+{
+    int64_t w0[HP__NBUF], w1[HP__NBUF];
+    if (buf >= 0) hp__step_row_widths(g, &g->steps[i], ti, w0);
+    for (size_t j = i + 1; j < e; j++) {
+        const hp__step *s = &g->steps[j];
+        if (buf < 0 && s->op == op) return true;
+        if (buf >= 0 && hp__op_is_module(s->op)) {
+            hp__step_row_widths(g, s, ti, w1);
+            if (w0[buf] > 0 && w1[buf] > 0) return true;
+        }
+    }
+    return false;
+}
+
+bool hp__op_is_module(hp__op op)
+{
+    return op == HP__OP_ATTN || op == HP__OP_MLA || op == HP__OP_MLP || op == HP__OP_MOE;
+}
+
 /* ---- the plan's facts ---- */
 
 static const hp_boundary *planned(const bld *b, const char *fqn)

@@ -141,6 +141,13 @@ void hp__dp_rows(int64_t B, int64_t dp, int64_t *rows);
  * counts them so. 0: the step does not use that buffer. */
 enum { HP__NBUF = 4 };
 void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBUF]);
+/* A module between boundaries: attention (GQA, MLA), the MLP, the sparse block. */
+bool hp__op_is_module(hp__op op);
+/* The backward's recompute of a layer runs steps [i, e) forward again: whether a step of (i, e) overwrites what
+ * step i's backward reads (src/run/bwd.c): the stream (op RESIDUAL, buf -1), a module's input (op NORM, buf -1),
+ * or module buffer buf of step i (a later module that sizes it; ti the rank's tp index). What it overwrites, the
+ * recompute saves: the backward allocates those copies and cost counts them by this one rule. */
+bool hp__recompute_overwrites(const hp__prog *g, size_t i, size_t e, hp__op op, int buf, int64_t ti);
 /* An MLP step's intermediate width on the rank at tp index ti: the shard layout's block when tp cuts it. */
 int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti);
 /* The dense MLP's row chunks (a long prefill): the forward runs gate|up -> silu·mul -> down on one chunk of rows

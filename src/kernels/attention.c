@@ -530,6 +530,13 @@ static void bwd_unit(const bwd_ctx *c, int64_t b, int64_t g)
     }
 }
 
+size_t hp__attention_backward_scratch_bytes(const hp__attn_args *a, bool dsinks)
+{
+    bwd_layout L = bwd_layout_of(a);
+    size_t b = L.floats * (size_t)L.slots * sizeof(float);
+    return dsinks ? b + ((size_t)(a->B * a->nh) + 1) * sizeof(double) : b;
+}
+
 hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
                                  float *dsinks, hp_err *err)
 {

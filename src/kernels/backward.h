@@ -46,6 +46,9 @@ void hp__rope_backward_pairs(float *dx, int64_t tokens, int64_t heads, int64_t s
  * allocated. */
 hp_status hp__attention_backward(const hp__attn_args *a, const float *dout, float *dq, float *dk, float *dv,
                                  float *dsinks, hp_err *err);
+/* The bytes hp__attention_backward allocates while it runs: its block scratch, and the sinks' f64 sums when
+ * dsinks (a has sinks and their gradient is wanted). */
+size_t hp__attention_backward_scratch_bytes(const hp__attn_args *a, bool dsinks);
 
 /* SwiGLU backward for out = silu(g)·u, σ = sigmoid(g):
  *   dg = dy · u · σ·(1 + g·(1 − σ)),   du = dy · g·σ     (=; dg may be g and du may be u) */

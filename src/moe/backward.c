@@ -28,7 +28,7 @@
  *             experts'), dg = dy·S(x[t]), dw_sg += dg·g(1−g)·x[t], dx[t] += dg·g(1−g)·w_sg
  *
  * Scratch (hp__moe_bwd): one per workspace, allocated by the first backward for the most rows it must hold,
- * and kept; the expert and shared products run in chunks of at most HP__BWD_CHUNK rows.
+ * and kept; the expert and shared products run in chunks of at most HP__MOE_BWD_CHUNK rows.
  */
 #include "moe/moe_internal.h"
 
@@ -37,10 +37,6 @@
 #include <string.h>
 
 #include "kernels/backward.h"
-
-/* Rows per chunk of the experts' and the shared expert's recomputation: bounds the scratch to a few
- * [chunk, 2·max(I, sI)] and [chunk, H] buffers whatever the token count. */
-#define HP__BWD_CHUNK 256
 
 void hp__moe_bwd_free(hp__moe_bwd *b)
 {
@@ -60,8 +56,9 @@ void hp__moe_bwd_free(hp__moe_bwd *b)
     free(b);
 }
 
-hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err)
+hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_ep_shape *s, hp__moe_bwd **out, hp_err *err)
 {
+    const int64_t rows_max = hp__moe_ep_x_rows(s);
     if (ws->bwd && ws->bwd->rows_max >= rows_max) {
         *out = ws->bwd;
         return HP_OK;
@@ -70,25 +67,23 @@ hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max
     ws->bwd = NULL;
     hp__moe_bwd *b = hp_calloc(1, sizeof *b);
     if (!b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    int64_t H = l->n_hidden, I = l->d_expert, sI = l->d_shared, w = I > sI ? I : sI, C = HP__BWD_CHUNK;
-    int64_t n_rows = 0, n_slots = 0, n_log = 0;
-    bool ok = hp_mul_i64(rows_max, H, &n_rows) && hp_mul_i64(ws->max_tokens, l->top_k, &n_slots) &&
-              hp_mul_i64(ws->max_tokens, l->n_experts, &n_log);
+    hp_moe_ep_array a[HP_MOE_ARR_COUNT];
+    void *p[HP_MOE_ARR_COUNT] = {0};
+    int n = hp_moe_bwd_layout(s, a);
+    bool ok = hp__moe_alloc_layout(a, n, HP_MOE_ARR_BWD_FIRST, HP_MOE_ARR_COUNT, p, &b->bytes);
     b->rows_max = rows_max;
-    b->drows = hp__moe_alloc(n_rows, sizeof(float), &ok);
-    b->dw = hp__moe_alloc(n_slots, sizeof(double), &ok);
-    b->dlog = hp__moe_alloc(n_log, sizeof(double), &ok);
-    b->g = hp__moe_alloc(C * 2 * w, sizeof(float), &ok);
-    b->dg = hp__moe_alloc(C * 2 * w, sizeof(float), &ok);
-    b->a = hp__moe_alloc(C * w, sizeof(float), &ok);
-    b->da = hp__moe_alloc(C * w, sizeof(float), &ok);
-    b->o = hp__moe_alloc(C * H, sizeof(float), &ok);
-    b->dxc = hp__moe_alloc(C * H, sizeof(float), &ok);
-    b->sdo = hp__moe_alloc(C * H, sizeof(float), &ok);
-    if (l->w_dtype == HP_DT_BF16) {
-        b->wgu = hp__moe_alloc(2 * I * H, sizeof(float), &ok);
-        b->wd = hp__moe_alloc(H * I, sizeof(float), &ok);
-    }
+    b->drows = p[HP_MOE_ARR_BWD_DROWS];
+    b->dw = p[HP_MOE_ARR_BWD_DW];
+    b->dlog = p[HP_MOE_ARR_BWD_DLOG];
+    b->g = p[HP_MOE_ARR_BWD_G];
+    b->dg = p[HP_MOE_ARR_BWD_DG];
+    b->a = p[HP_MOE_ARR_BWD_A];
+    b->da = p[HP_MOE_ARR_BWD_DA];
+    b->o = p[HP_MOE_ARR_BWD_O];
+    b->dxc = p[HP_MOE_ARR_BWD_DXC];
+    b->sdo = p[HP_MOE_ARR_BWD_SDO];
+    b->wgu = p[HP_MOE_ARR_BWD_WGU];
+    b->wd = p[HP_MOE_ARR_BWD_WD];
     if (!ok) {
         hp__moe_bwd_free(b);
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory sizing the MoE backward's scratch for %lld rows",
@@ -172,7 +167,7 @@ hp_status hp__moe_experts_backward(const hp_moe_layer *l, hp__moe_bwd *b, float 
         const float *Wgu = expert_matrix(l, l->w_gate_up, e, 2 * I * H, b->wgu);
         const float *Wd = expert_matrix(l, l->w_down, e, H * I, b->wd);
         for (int64_t done = 0; done < counts[e];) {
-            int64_t m = counts[e] - done < HP__BWD_CHUNK ? counts[e] - done : HP__BWD_CHUNK;
+            int64_t m = counts[e] - done < HP__MOE_BWD_CHUNK ? counts[e] - done : HP__MOE_BWD_CHUNK;
             float *X = rows + (r0 + done) * H, *dO = drows + (r0 + done) * H;
             hp_status st = mlp_backward(l, b, l->act, m, I, X, dO, Wgu, l->b_gate_up ? l->b_gate_up + e * 2 * I : NULL,
                                         Wd, l->b_down ? l->b_down + e * H : NULL, g->d_gate_up + e * 2 * I * H,
@@ -294,8 +289,8 @@ hp_status hp__moe_shared_backward(const hp_moe_layer *l, hp__moe_bwd *b, const f
     if (l->shared == HP_MOE_SHARED_NONE || !l->ws_gate_up || l->d_shared < 1) return HP_OK;
     bool r16 = l->compute == HP_LINALG_BF16; /* the gate's product as the forward's linear multiplied */
     int64_t H = l->n_hidden, sI = l->d_shared;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += HP__BWD_CHUNK) {
-        int64_t m = n_tokens - t0 < HP__BWD_CHUNK ? n_tokens - t0 : HP__BWD_CHUNK;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += HP__MOE_BWD_CHUNK) {
+        int64_t m = n_tokens - t0 < HP__MOE_BWD_CHUNK ? n_tokens - t0 : HP__MOE_BWD_CHUNK;
         const float *xt = x + t0 * H, *dyt = dy + t0 * H;
         /* The gate g_t (1 without one) scales dS; the recomputed S comes back in b->o. Without a gate dO is dy. */
         const float *dO = dyt;
@@ -429,7 +424,8 @@ hp_status hp_moe_backward(const hp_moe_layer *l, hp_moe_ws *ws, const float *x, 
                           (long long)l->n_experts);
     hp_status st = hp__moe_bwd_check(l, ws, T, g, err);
     hp__moe_bwd *b = NULL;
-    if (st == HP_OK) st = hp__moe_bwd_get(ws, l, ws->max_tokens * K, &b, err);
+    hp_moe_ep_shape sh = hp__moe_shape_of(l, ws->max_tokens);
+    if (st == HP_OK) st = hp__moe_bwd_get(ws, &sh, &b, err);
     if (st != HP_OK) return st;
     memset(dx, 0, (size_t)(T * H) * sizeof(float));
     if (T == 0) return HP_OK;

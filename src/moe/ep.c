@@ -39,6 +39,7 @@
 
 struct hp_moe_ep {
     const hp_moe_layer *l;
+    hp_moe_ep_shape shape;             /* what its arrays were made for (hp_moe_ep_layout, hp_moe_bwd_layout) */
     hp_comm *comm;
     int P, rank;
     int64_t E, L, K, H, Tmax;
@@ -131,6 +132,7 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     s.chunks = ep->max_chunks;
     s.bounded = ep->bounded;
     ep->Th = hp__moe_ep_stage_tokens(&s);
+    ep->shape = s;
     hp_status st = hp__moe_ws_make(&ep->ws, l, &s, err);
     if (st != HP_OK) {
         hp_moe_ep_destroy(ep);
@@ -165,7 +167,7 @@ static hp_status ep_build(hp_moe_ep **out, const hp_moe_layer *l, hp_comm *comm,
     }
     /* The rows send and xrows hold (the counts fit: their arrays were allocated). */
     ep->send_rows = (ep->max_chunks > 1 ? 2 * ep->Th : max_tokens) * ep->K;
-    ep->x_rows = (int64_t)P * (ep->bounded ? ep->Th * ep->K : ep->send_rows);
+    ep->x_rows = hp__moe_ep_x_rows(&s);
     ep->sd = ep->sc + P;
     ep->rc = ep->sd + P;
     ep->rd = ep->rc + P;
@@ -240,6 +242,7 @@ hp_status hp_moe_ep_create_shared(hp_moe_ep **out, const hp_moe_layer *l, hp_moe
 
 const hp_moe_ws *hp_moe_ep_ws(const hp_moe_ep *ep) { return ep->ws; }
 size_t hp_moe_ep_workspace_bytes(const hp_moe_ep *ep) { return ep ? ep->bytes + ep->ws->bytes : 0; }
+size_t hp_moe_ep_backward_bytes(const hp_moe_ep *ep) { return ep && ep->ws->bwd ? ep->ws->bwd->bytes : 0; }
 const hp_moe_ep_stats *hp_moe_ep_get_stats(const hp_moe_ep *ep) { return &ep->stats; }
 
 /* The shared expert runs in HP_EP_SHARED_CHUNKS pieces of rows in both schedules, so that overlapping it
@@ -719,7 +722,7 @@ hp_status hp_moe_ep_backward(hp_moe_ep *ep, const float *x, int64_t n_tokens, co
         st = hp_err_set(err, HP_ERR_INPUT, "MoE backward: %lld local tokens exceed the %lld the EP runtime's buffers "
                         "hold in one exchange (it was made for dispatch chunks of %lld tokens)", (long long)T,
                         (long long)(ep->send_rows / K), (long long)ep->Th);
-    if (st == HP_OK) st = hp__moe_bwd_get(ws, l, recv_max, &b, err);
+    if (st == HP_OK) st = hp__moe_bwd_get(ws, &ep->shape, &b, err);
     if ((st = hp_comm_agree(ep->comm, st, err)) != HP_OK) return st;
 
     int64_t n_send = hp_moe_dispatch_prepare(ws->topk_idx, ws->fwd_keep ? ws->keep : NULL, T, K, 0, E,

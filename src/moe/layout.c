@@ -40,7 +40,7 @@ hp_moe_ep_shape hp__moe_shape_of(const hp_moe_layer *l, int64_t max_tokens)
     return (hp_moe_ep_shape){.max_tokens = max_tokens, .n_hidden = l->n_hidden, .n_experts = l->n_experts,
                              .top_k = l->top_k, .n_local = l->n_local, .d_expert = l->d_expert,
                              .d_shared = l->d_shared, .shared_gate = l->ws_gate != NULL, .one_process = true,
-                             .ep_size = 1, .chunks = 1};
+                             .ep_size = 1, .chunks = 1, .bf16_experts = l->w_dtype == HP_DT_BF16};
 }
 
 int64_t hp__moe_ep_stage_tokens(const hp_moe_ep_shape *s)
@@ -104,6 +104,38 @@ int hp_moe_ep_layout(const hp_moe_ep_shape *s, hp_moe_ep_array a[HP_MOE_ARR_COUN
         sizeof(float));
     if (sI > 0) /* overlap's shared-expert output; without a shared expert there is nothing to overlap */
         ARR(HP_MOE_ARR_Y_SHARED, "y_shared", TH, sizeof(float));
+#undef ARR
+    return n;
+}
+
+int64_t hp__moe_ep_x_rows(const hp_moe_ep_shape *s)
+{
+    const int64_t K = s->top_k, P = s->ep_size;
+    if (s->one_process) return mul(s->max_tokens, K);
+    const int64_t Th = hp__moe_ep_stage_tokens(s), Tb = s->chunks > 1 ? mul(2, Th) : s->max_tokens;
+    return mul(P, mul(s->chunks > 1 && s->bounded ? Th : Tb, K));
+}
+
+int hp_moe_bwd_layout(const hp_moe_ep_shape *s, hp_moe_ep_array a[HP_MOE_ARR_COUNT])
+{
+    const int64_t T = s->max_tokens, H = s->n_hidden, I = s->d_expert, sI = s->d_shared, C = HP__MOE_BWD_CHUNK;
+    const int64_t w = I > sI ? I : sI;
+    int n = 0;
+#define ARR(id_, field, count, size) a[n++] = (hp_moe_ep_array){(id_), (field), (count), (size)}
+    ARR(HP_MOE_ARR_BWD_DROWS, "drows", mul(hp__moe_ep_x_rows(s), H), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_DW, "dw", mul(T, s->top_k), sizeof(double));
+    ARR(HP_MOE_ARR_BWD_DLOG, "dlog", mul(T, s->n_experts), sizeof(double));
+    ARR(HP_MOE_ARR_BWD_G, "g", mul3(C, 2, w), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_DG, "dg", mul3(C, 2, w), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_A, "a", mul(C, w), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_DA, "da", mul(C, w), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_O, "o", mul(C, H), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_DXC, "dxc", mul(C, H), sizeof(float));
+    ARR(HP_MOE_ARR_BWD_SDO, "sdo", mul(C, H), sizeof(float));
+    if (s->bf16_experts) {
+        ARR(HP_MOE_ARR_BWD_WGU, "wgu", mul3(2, I, H), sizeof(float));
+        ARR(HP_MOE_ARR_BWD_WD, "wd", mul(H, I), sizeof(float));
+    }
 #undef ARR
     return n;
 }

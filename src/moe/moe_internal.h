@@ -41,6 +41,11 @@ bool hp__moe_alloc_layout(const hp_moe_ep_array *a, int n, hp_moe_arr_id first, 
  * holds (Tr: T, or Th when bounded), as hp_moe_ep_layout counts them. */
 int64_t hp__moe_ep_stage_tokens(const hp_moe_ep_shape *s);
 int64_t hp__moe_ep_row_tokens(const hp_moe_ep_shape *s);
+/* The rows an EP runtime's xrows holds (one process: T·K, its rows'): what its backward receives. */
+int64_t hp__moe_ep_x_rows(const hp_moe_ep_shape *s);
+/* Rows per chunk of the backward's recomputed expert and shared-expert products: bounds its scratch to a few
+ * [chunk, 2·max(I, sI)] and [chunk, H] buffers whatever the token count. */
+#define HP__MOE_BWD_CHUNK 256
 /* layout.c: the shape of l's one-process workspace for max_tokens tokens (an EP runtime sets one_process false,
  * ep_size, chunks and bounded). */
 hp_moe_ep_shape hp__moe_shape_of(const hp_moe_layer *l, int64_t max_tokens);
@@ -98,6 +103,7 @@ hp_status hp__moe_check_output(const hp_moe_layer *l, const float *x, const floa
  * expert's weights widened to f32 when the layer holds bf16. */
 typedef struct hp__moe_bwd {
     int64_t rows_max;
+    size_t bytes; /* of the arrays (hp_moe_bwd_layout) */
     float *drows;
     double *dw, *dlog;
     float *g, *dg, *a, *da, *o, *dxc, *sdo;
@@ -113,8 +119,8 @@ hp_status hp__moe_ws_make(hp_moe_ws **out, const hp_moe_layer *l, const hp_moe_e
  * owner's. Destroy it before the owner. */
 hp_status hp__moe_ws_share(hp_moe_ws **out, const hp_moe_layer *l, hp_moe_ws *owner, hp_err *err);
 void hp__moe_bwd_free(hp__moe_bwd *b);
-/* ws->bwd, (re)allocated to hold at least rows_max rows. */
-hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_layer *l, int64_t rows_max, hp__moe_bwd **out, hp_err *err);
+/* ws->bwd, allocated by hp_moe_bwd_layout(s) (s: the shape ws was made for) unless it holds those rows already. */
+hp_status hp__moe_bwd_get(hp_moe_ws *ws, const hp_moe_ep_shape *s, hp__moe_bwd **out, hp_err *err);
 /* The last forward on ws routed n_tokens with the real router, and g fits l: else HP_ERR_INPUT. */
 hp_status hp__moe_bwd_check(const hp_moe_layer *l, const hp_moe_ws *ws, int64_t n_tokens, const hp_moe_grads *g,
                             hp_err *err);

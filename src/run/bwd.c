@@ -109,7 +109,10 @@ static hp_status attn_core_bwd(hp_runner *r, const hp__step *s, const hp__attn_a
     const hp__act *K = &r->sc.k, *V = &r->sc.v;
     hp_status st = hp__act_alloc(&r->x, &t->dk, K->g[0], K->g[1], K->g[2], K->lay, err);
     if (st == HP_OK) st = hp__act_alloc(&r->x, &t->dv, V->g[0], V->g[1], V->g[2], V->lay, err);
+    size_t sc = hp__attention_backward_scratch_bytes(aa, dsinks && aa->sinks); /* held while it runs */
+    hp__mem_count(&r->x, 0, sc);
     if (st == HP_OK) st = hp__attention_backward(aa, d_o, dq, t->dk.d, t->dv.d, dsinks, err);
+    hp__mem_count(&r->x, sc, 0);
     hp__lay kl = {{hp_pl_r(), ta->lay.ax[HP__CP]}};
     if (st != HP_OK || kl.ax[HP__CP].kind != HP_PL_S) return st;
     char what[200];
@@ -295,7 +298,9 @@ static hp_status moe_bwd(hp_runner *r, const hp__step *s, moe_w *m, const hp__bi
     hp__lay lay = tm->lay;
     if (m->tp_cut) lay.ax[HP__TP] = hp_pl_p();
     hp_status st = like(r, dt, tm, r->g.cfg.H, lay, err);
+    size_t had = hp_moe_ep_backward_bytes(m->ep); /* its scratch, made by the layer's first backward and kept */
     if (st == HP_OK) st = hp_moe_ep_backward(m->ep, tm->d, tm->n[0] * tm->n[1], da->d, dt->d, b->g, err);
+    hp__mem_count(&r->x, had, hp_moe_ep_backward_bytes(m->ep));
     return hp_comm_agree(r->x.world, st, err); /* the next collectives mix the EP groups */
 }
 
@@ -327,7 +332,8 @@ hp_status hp__bwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, h
     if (rows != r->sc.loss_rows)
         return hp_err_set(err, HP_ERR_INPUT, "internal error: the loss kept %lld rows where the logits hold %lld",
                           (long long)r->sc.loss_rows, (long long)rows);
-    int64_t *lab = hp_calloc((size_t)rows + 1, sizeof *lab);
+    size_t lab_b = ((size_t)rows + 1) * sizeof(int64_t);
+    int64_t *lab = hp__mem_realloc(&r->x, NULL, 0, lab_b);
     if (!lab) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < rows; i++) {
         int64_t bb = i / z->n[1], p = z->lo[1] + i % z->n[1];
@@ -337,7 +343,7 @@ hp_status hp__bwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, h
     if (st == HP_OK)
         hp__xent_backward(z->d, vn, rows, vn, vlo, r->sc.loss_mx, r->sc.loss_se, lab,
                           scored > 0 ? 1.0 / (double)scored : 0.0, t->da.d, vn);
-    free(lab);
+    hp__mem_free(&r->x, lab, lab_b);
     return st;
 }
 
@@ -443,7 +449,8 @@ hp_status hp__bwd_embed(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, 
     if (st != HP_OK) return st;
     const hp__act *d = &t->dh;
     int64_t n = d->n[0] * d->n[1], dp_lo = r->x.dp_rows[r->x.dp_r], S = b->S;
-    int64_t *id = hp_calloc((size_t)n + 1, sizeof *id);
+    size_t id_b = ((size_t)n + 1) * sizeof(int64_t);
+    int64_t *id = hp__mem_realloc(&r->x, NULL, 0, id_b);
     if (!id) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     /* The padding token's row gets no gradient from the embedding, as transformers' nn.Embedding(padding_idx =
      * pad_token_id) of every family gives it none (a tied lm_head still adds its own). */
@@ -456,46 +463,39 @@ hp_status hp__bwd_embed(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, 
     const hp__w *E = &w->table;
     float *gE = hp__t_grad(r, E);
     if (gE) hp__embedding_backward(id, n, d->d, r->g.cfg.H, E->lo[0], E->shape[0], gE);
-    free(id);
+    hp__mem_free(&r->x, id, id_b);
     return HP_OK;
 }
 
 /* ---- the walk ---- */
 
-static bool is_module(hp__op op)
-{
-    return op == HP__OP_ATTN || op == HP__OP_MLA || op == HP__OP_MLP || op == HP__OP_MOE;
-}
-
-/* Whether a step of [i + 1, e) (the rest of a layer's recompute) would overwrite what step i's backward reads: the
- * stream (a residual), a module's input (a norm), a module buffer of step i (a module that sizes it). */
 static bool later(const hp_runner *r, size_t i, size_t e, hp__op op, int buf)
 {
-    int64_t w0[HP__NBUF], w1[HP__NBUF];
-    if (buf >= 0) hp__step_row_widths(&r->g, &r->g.steps[i], r->x.pos.r[HP__TP], w0);
-    for (size_t j = i + 1; j < e; j++) {
-        const hp__step *s = &r->g.steps[j];
-        if (buf < 0 && s->op == op) return true;
-        if (buf >= 0 && is_module(s->op)) {
-            hp__step_row_widths(&r->g, s, r->x.pos.r[HP__TP], w1);
-            if (w0[buf] > 0 && w1[buf] > 0) return true;
-        }
-    }
-    return false;
+    return hp__recompute_overwrites(&r->g, i, e, op, buf, r->x.pos.r[HP__TP]);
 }
 
-/* The recompute's slots for n positions of a layer. */
+/* The recompute's slots for n positions of a layer, grown keeping what the earlier positions hold (a layer with
+ * more steps than those undone so far). */
 static hp_status slots(hp__train *t, int n, hp_err *err)
 {
     if (n <= t->n_pos) return HP_OK;
-    hp__bwd_free_slots(t);
-    t->src = hp_calloc((size_t)n, sizeof *t->src);
-    t->sv_h = hp_calloc((size_t)n, sizeof *t->sv_h);
-    t->sv_t = hp_calloc((size_t)n, sizeof *t->sv_t);
-    t->sv_buf = hp_calloc((size_t)n * HP__NBUF, sizeof *t->sv_buf);
-    t->sv_cap = hp_calloc((size_t)n * HP__NBUF, sizeof *t->sv_cap);
-    if (!t->src || !t->sv_h || !t->sv_t || !t->sv_buf || !t->sv_cap)
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the backward's recompute");
+    size_t o = (size_t)t->n_pos, k = (size_t)n;
+    hp__bio *src = realloc(t->src, k * sizeof *src);
+    if (src) t->src = src;
+    hp__act *h = src ? realloc(t->sv_h, k * sizeof *h) : NULL;
+    if (h) t->sv_h = h;
+    hp__act *tt = h ? realloc(t->sv_t, k * sizeof *tt) : NULL;
+    if (tt) t->sv_t = tt;
+    float **b = tt ? realloc(t->sv_buf, k * HP__NBUF * sizeof *b) : NULL;
+    if (b) t->sv_buf = b;
+    size_t *c = b ? realloc(t->sv_cap, k * HP__NBUF * sizeof *c) : NULL;
+    if (c) t->sv_cap = c;
+    if (!c) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the backward's recompute");
+    memset(t->src + o, 0, (k - o) * sizeof *t->src);
+    memset(t->sv_h + o, 0, (k - o) * sizeof *t->sv_h);
+    memset(t->sv_t + o, 0, (k - o) * sizeof *t->sv_t);
+    memset(t->sv_buf + o * HP__NBUF, 0, (k - o) * HP__NBUF * sizeof *t->sv_buf);
+    memset(t->sv_cap + o * HP__NBUF, 0, (k - o) * HP__NBUF * sizeof *t->sv_cap);
     t->n_pos = n;
     return HP_OK;
 }
@@ -503,7 +503,7 @@ static hp_status slots(hp__train *t, int n, hp_err *err)
 /* A copy of n floats of src in slot k (kept across layers). */
 static const float *save_buf(hp__train *t, size_t k, const float *src, int64_t n, hp_err *err)
 {
-    float *p = hp__t_grow(&t->sv_buf[k], &t->sv_cap[k], n, err);
+    float *p = hp__t_grow(t, &t->sv_buf[k], &t->sv_cap[k], n, err);
     if (p) memcpy(p, src, (size_t)n * sizeof *src);
     return p;
 }
@@ -561,7 +561,7 @@ static hp_status recompute(hp_runner *r, size_t f, size_t e, hp_err *err)
         }
         io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
         st = hp__op_rt_table[s->op].fwd(r, s, &r->w.sw[i], &io, err);
-        if (st == HP_OK && is_module(s->op)) st = module_src(r, f, i, end, &io, err);
+        if (st == HP_OK && hp__op_is_module(s->op)) st = module_src(r, f, i, end, &io, err);
     }
     return st;
 }
@@ -598,22 +598,27 @@ hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err)
     return st;
 }
 
-void hp__bwd_free_slots(hp__train *t)
+static void free_slots(hp__train *t)
 {
     for (int i = 0; i < t->n_pos; i++) {
-        hp__act_free(&t->sv_h[i]);
-        hp__act_free(&t->sv_t[i]);
-        for (int k = 0; k < HP__NBUF; k++) free(t->sv_buf[(size_t)i * HP__NBUF + (size_t)k]);
+        hp__act_release(t->ctx, &t->sv_h[i]);
+        hp__act_release(t->ctx, &t->sv_t[i]);
+        for (size_t k = (size_t)i * HP__NBUF; k < (size_t)(i + 1) * HP__NBUF; k++)
+            hp__mem_free(t->ctx, t->sv_buf[k], t->sv_cap[k] * sizeof(float));
     }
     free(t->src), free(t->sv_h), free(t->sv_t), free(t->sv_buf), free(t->sv_cap);
     t->src = NULL, t->sv_h = t->sv_t = NULL, t->sv_buf = NULL, t->sv_cap = NULL;
     t->n_pos = 0;
 }
 
-void hp__bwd_free(hp__train *t)
+void hp__bwd_release(hp__train *t)
 {
-    hp__bwd_free_slots(t);
+    free_slots(t);
     hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->h1, &t->dk, &t->dv};
-    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_free(acts[i]);
-    for (int i = 0; i < 6; i++) free(t->f[i]);
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_release(t->ctx, acts[i]);
+    for (int i = 0; i < 6; i++) {
+        hp__mem_free(t->ctx, t->f[i], t->fcap[i] * sizeof(float));
+        t->f[i] = NULL;
+        t->fcap[i] = 0;
+    }
 }

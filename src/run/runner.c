@@ -689,11 +689,35 @@ void hp__r_moe_release(hp_runner *r)
         for (size_t i = 0; r->w.sw && i < r->g.n_steps; i++) {
             moe_w *m = &r->w.sw[i].moe;
             if (!m->ep || m->shared != (pass == 0)) continue;
-            hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep), 0);
+            hp__mem_count(&r->x, hp_moe_ep_workspace_bytes(m->ep) + hp_moe_ep_backward_bytes(m->ep), 0);
             hp_moe_ep_destroy(m->ep);
             m->ep = NULL;
             m->shared = false;
         }
+}
+
+void hp__r_release(hp_runner *r)
+{
+    hp__r_moe_release(r);
+    for (size_t i = 0; r->w.sw && i < r->g.n_steps; i++)
+        if (r->g.steps[i].op == HP__OP_MOE) hp__act_release(&r->x, &r->w.sw[i].moe.topk);
+    hp__act *acts[] = {&r->sc.h, &r->sc.t, &r->sc.a, &r->sc.k, &r->sc.v};
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_release(&r->x, acts[i]);
+    for (int64_t l = 0; r->sc.kept && l <= r->g.cfg.L; l++) hp__act_release(&r->x, &r->sc.kept[l]);
+    for (int i = 0; i < HP__NBUF; i++) {
+        hp__mem_free(&r->x, r->sc.buf[i], r->sc.buf_cap[i] * sizeof(float));
+        r->sc.buf[i] = NULL;
+        r->sc.buf_cap[i] = 0;
+    }
+    hp__mem_free(&r->x, r->sc.rope_cos, r->sc.rope_bytes);
+    hp__mem_free(&r->x, r->sc.rope_sin, r->sc.rope_bytes);
+    r->sc.rope_cos = r->sc.rope_sin = NULL;
+    r->sc.rope_bytes = 0, r->sc.rope_n = 0;
+    hp__mem_free(&r->x, r->sc.loss_mx, (size_t)r->sc.loss_cap * sizeof *r->sc.loss_mx);
+    hp__mem_free(&r->x, r->sc.loss_se, (size_t)r->sc.loss_cap * sizeof *r->sc.loss_se);
+    r->sc.loss_mx = NULL, r->sc.loss_se = NULL;
+    r->sc.loss_cap = r->sc.loss_rows = 0;
+    hp__ctx_free(&r->x);
 }
 
 /* Layer m's EP runtime for max_rows local rows in `chunks` dispatch chunks (> 1: its buffers hold one chunk,
@@ -899,10 +923,11 @@ static hp_status loss_sums(hp_runner *r, int64_t n, float **mx, double **se, siz
 /* A training runner keeps the loss's per-row max and Σexp for the backward's softmax. */
 static hp_status keep_loss(hp_runner *r, const float *mx, const double *se, int64_t rows, hp_err *err)
 {
-    if (rows + 1 > r->sc.loss_cap) {
-        float *a = realloc(r->sc.loss_mx, (size_t)(rows + 1) * sizeof *a);
+    if (rows + 1 > r->sc.loss_cap) { /* counted: (rows + 1) floats and doubles */
+        size_t had = (size_t)r->sc.loss_cap, want = (size_t)rows + 1;
+        float *a = hp__mem_realloc(&r->x, r->sc.loss_mx, had * sizeof *a, want * sizeof *a);
         if (a) r->sc.loss_mx = a;
-        double *b = a ? realloc(r->sc.loss_se, (size_t)(rows + 1) * sizeof *b) : NULL;
+        double *b = a ? hp__mem_realloc(&r->x, r->sc.loss_se, had * sizeof *b, want * sizeof *b) : NULL;
         if (!a || !b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss's statistics");
         r->sc.loss_se = b;
         r->sc.loss_cap = rows + 1;
@@ -992,17 +1017,17 @@ static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, con
 }
 
 /* Whether the forward hands the logits on (to rank 0): unless the caller takes none (hp_run_opts.no_logits) and
- * no backward or validate reads them. */
+ * validate does not record them (a backward reads the rank's own block, kept in a). */
 static bool logits_taken(const hp_runner *r)
 {
-    return !r->o.no_logits || r->o.keep_activations || r->o.record;
+    return !r->o.no_logits || r->o.record;
 }
 
-/* Whether it runs lm_head and the loss in row chunks: no logits taken, and the plan's head allows it
- * (hp__prog.head_chunks). */
+/* Whether it runs lm_head and the loss in row chunks: no logits taken, no backward to read them (it reads the
+ * whole block and the loss's sums), and the plan's head allows it (hp__prog.head_chunks). */
 static bool head_in_chunks(const hp_runner *r)
 {
-    return !logits_taken(r) && r->g.head_chunks;
+    return !logits_taken(r) && !r->o.keep_activations && r->g.head_chunks;
 }
 
 /* lm_head and the loss one row chunk at a time (hp__mlp_chunk_end; docs/run.md "Long prefill"): each chunk's
@@ -1217,7 +1242,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memset(out, 0, sizeof *out);
     double t0 = hp_comm_wtime();
     memset(&r->x.st, 0, sizeof r->x.st);
-    r->x.mem.peak = r->x.mem.cur; /* this forward's high-water mark */
+    if (!r->train) r->x.mem.peak = r->x.mem.cur; /* this forward's high-water mark; training's: every step's */
     hp_status st = check_ids(r, ids, B, S, err);
     if (st != HP_OK) return st;
     hp__nf_reset(&r->tr.nf);
@@ -1257,7 +1282,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         out->logits = full;
     }
     out->B = B, out->S = S, out->V = r->g.cfg.V;
-    if (st == HP_OK) st = gather_topk(r, B, S, out, err);
+    /* the routing too, unless this is a training forward (its caller reads the loss alone) */
+    if (st == HP_OK && (logits_taken(r) || !r->o.keep_activations)) st = gather_topk(r, B, S, out, err);
     st = hp__nf_verdict(r->x.world, &r->tr.nf, &r->w.wreg, r->tr.desc, st, err);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) {

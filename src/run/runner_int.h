@@ -142,6 +142,10 @@ hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *er
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err);
 /* Destroys every sparse layer's EP runtime (those that borrow buffers first), uncounting their bytes. */
 void hp__r_moe_release(hp_runner *r);
+/* Frees every buffer of the forward counted in r->x.mem (activations, kept inputs, module buffers, rotary tables,
+ * the loss's statistics, the transitions' spare and scratch, the EP runtimes): a training micro-batch starts from
+ * none, so each one allocates what the first did (the figure cost --mode train gives). */
+void hp__r_release(hp_runner *r);
 /* A boundary's output (or, in the backward, a gradient) for validate's tape: gathered whole onto rank 0 and handed
  * to hp_run_opts.record (collective; partial sums are skipped), and watched for non-finite values. */
 hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);

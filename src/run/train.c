@@ -32,15 +32,15 @@ static void train_free(hp__train *t)
         hp_comm_free(t->moe[i].edp);
     }
     free(t->moe);
-    hp__bwd_free(t);
+    hp__bwd_release(t);
     free(t);
 }
 
-float *hp__t_grow(float **buf, size_t *cap, int64_t n, hp_err *err)
+float *hp__t_grow(hp__train *t, float **buf, size_t *cap, int64_t n, hp_err *err)
 {
     size_t want = (size_t)(n > 0 ? n : 1);
     if (want > *cap) {
-        float *p = realloc(*buf, want * sizeof *p);
+        float *p = hp__mem_realloc(t->ctx, *buf, *cap * sizeof *p, want * sizeof *p);
         if (!p) {
             hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu floats of the backward", want);
             return NULL;
@@ -53,7 +53,7 @@ float *hp__t_grow(float **buf, size_t *cap, int64_t n, hp_err *err)
 
 float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err)
 {
-    return hp__t_grow(&t->f[i], &t->fcap[i], n, err);
+    return hp__t_grow(t, &t->f[i], &t->fcap[i], n, err);
 }
 
 /* ---- the parameters ---- */
@@ -274,6 +274,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
                           "to train");
     if (!(r->train = hp_calloc(1, sizeof *r->train))) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     r->train_free = train_free;
+    r->train->ctx = &r->x;
     const hp__prog *g = &r->g;
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
@@ -391,7 +392,7 @@ static void state_bytes(hp_runner *r)
 {
     const hp__train *t = r->train;
     hp_run_stats *rs = &r->tr.stats;
-    uint64_t g = 0, o = 0, ms = 0, sv = 0;
+    uint64_t g = 0, o = 0, ms = 0;
     for (int i = 0; i < t->n; i++) {
         const tparam *q = &t->p[i];
         uint64_t n = (uint64_t)q->n * sizeof(float);
@@ -399,8 +400,7 @@ static void state_bytes(hp_runner *r)
         o += q->m ? 2 * (uint64_t)q->zn * sizeof(float) : 0;
         ms += q->b16 || q->wide ? n : 0;
     }
-    for (int64_t l = 0; r->sc.kept && l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);
-    rs->train_grad_bytes = g, rs->train_optim_bytes = o, rs->train_master_bytes = ms, rs->train_saved_bytes = sv;
+    rs->train_grad_bytes = g, rs->train_optim_bytes = o, rs->train_master_bytes = ms;
 }
 
 /* ZeRO-1: AdamW on this rank's block, then the updated blocks all-gathered over the group. */
@@ -408,15 +408,16 @@ static hp_status zero_step(hp_runner *r, tparam *q, const hp__adamw *ao, hp_err 
 {
     int64_t P = hp_comm_size(q->zc);
     hp__adamw_step(q->data + q->zlo, q->g + q->zlo, q->m, q->v, q->zn, ao, r->train->step);
-    float *send = hp_calloc((size_t)q->zblk + 1, sizeof *send), *all = hp_calloc((size_t)(P * q->zblk) + 1, sizeof *all);
+    size_t sb = ((size_t)q->zblk + 1) * sizeof(float), ab = ((size_t)(P * q->zblk) + 1) * sizeof(float);
+    float *send = hp__mem_realloc(&r->x, NULL, 0, sb), *all = send ? hp__mem_realloc(&r->x, NULL, 0, ab) : NULL;
     hp_status st = send && all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory for ZeRO's all-gather");
     if (st == HP_OK) {
         memcpy(send, q->data + q->zlo, (size_t)q->zn * sizeof *send);
         st = hp_comm_allgather(q->zc, send, (size_t)q->zblk * sizeof *send, all, err);
     }
     if (st == HP_OK) memcpy(q->data, all, (size_t)q->n * sizeof *all);
-    free(send);
-    free(all);
+    hp__mem_free(&r->x, send, sb);
+    hp__mem_free(&r->x, all, ab);
     return st;
 }
 
@@ -426,6 +427,7 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
+    hp__r_release(r); /* what an evaluation's forward left: every micro-batch starts from no buffer */
     if (!t->pending) { /* the step's first micro-batch */
         t->grads = false;
         for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
@@ -441,12 +443,21 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
     r->tr.quiet = true; /* the layers' recomputed forwards are not recorded again */
     st = hp__backward(r, ids, S, err);
     r->tr.quiet = false;
+    uint64_t sv = 0; /* the kept activations' bytes (hp_run_stats.train_saved_bytes) */
+    for (int64_t l = 0; l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);
+    r->tr.stats.train_saved_bytes = sv;
+    hp__bwd_release(t); /* the micro-batch's buffers: the next one allocates what this one did */
+    hp__r_release(r);
+    if (st == HP_OK && r->x.mem.cur != 0) /* every counted buffer is one of those: the count must be back at 0 */
+        st = hp_err_set(err, HP_ERR_INPUT, "internal error: %zu bytes of the step's buffers are counted after they "
+                        "were all freed", (size_t)r->x.mem.cur);
     st = hp_comm_agree(r->x.world, st, err);
     if (st != HP_OK) return st;
     t->pending++;
     t->fwd_s += t1 - t0;
     t->bwd_s += hp_comm_wtime() - t1;
     t->bwd_comm_s += r->x.st.comm_s - c1;
+    r->tr.stats.workspace_bytes = r->x.mem.peak; /* the training's high-water mark (hp_runner_forward) */
     return HP_OK;
 }
 
@@ -607,9 +618,9 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     }
     if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
     state_bytes(r);
-    hp__r_moe_release(r); /* the EP runtimes made their linears from the old experts: made again at the next forward */
     st = hp_comm_agree(r->x.world, relink(r, err), err);
     rs->train_opt_s = hp_comm_wtime() - t3;
+    rs->workspace_bytes = r->x.mem.peak; /* ZeRO's all-gathers included */
     return st;
 }
 

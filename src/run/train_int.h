@@ -62,6 +62,7 @@ typedef struct tmoe {
 } tmoe;
 
 typedef struct hp__train {
+    hp__ctx *ctx; /* the runner's: every buffer of the backward is counted in ctx->mem */
     tparam *p;
     int n, cap;
     tmoe *moe;
@@ -84,8 +85,8 @@ typedef struct hp__train {
     bool grads; /* the gradients of a step are in p[].g */
 } hp__train;
 
-/* *buf grown to at least n floats (kept across steps; *cap its floats), or NULL and err. */
-float *hp__t_grow(float **buf, size_t *cap, int64_t n, hp_err *err);
+/* *buf grown to at least n floats (kept across steps; *cap its floats; counted in t->ctx), or NULL and err. */
+float *hp__t_grow(hp__train *t, float **buf, size_t *cap, int64_t n, hp_err *err);
 /* Scratch block i of at least n floats, kept across steps. */
 float *hp__t_fbuf(hp__train *t, int i, int64_t n, hp_err *err);
 /* The gradient of a registered slice (NULL: not trained), and its values as the backward multiplies by them. */
@@ -95,7 +96,8 @@ const float *hp__t_w32(const hp_runner *r, const hp__w *w);
 tmoe *hp__t_moe(const hp_runner *r, int64_t layer);
 /* The backward of the program's steps in reverse, from the gradient of the loss (bwd.c). */
 hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err);
-void hp__bwd_free(hp__train *t);
-void hp__bwd_free_slots(hp__train *t);
+/* Frees the backward's buffers (gradients, scratch blocks, the recompute's copies), uncounting them; the state
+ * stays usable: the next backward allocates them again. */
+void hp__bwd_release(hp__train *t);
 
 #endif

@@ -267,7 +267,7 @@ hp_status hp_train_prepare(hp_trainer *t, int local_ranks, hp_err *err)
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK) {
         hp_run_opts ro = {.command = "train", .shards = t->shard ? a->model : NULL, .keep_activations = true,
-                          .compute = a->compute, .test_nan_grad = a->test_nan_grad};
+                          .no_logits = true, .compute = a->compute, .test_nan_grad = a->test_nan_grad};
         st = hp_runner_create(&t->r, w, t->m, t->p, &ro, err);
         st = hp_comm_agree(w, st, err);
     }

@@ -1,8 +1,9 @@
 # Memory is exact on the meshes issue 38 names, for each of the ten golden families: at 1 process, tp=2, cp=2,
 # dp=2 with ZeRO-1, and (MoE) tp=2 x ep=2, `hyperpar cost`'s workspace_bytes and window_bytes of every rank equal
-# what `hyperpar run --stats-json` allocated in its forward, and `hyperpar cost --mode train`'s grad_bytes,
-# optim_bytes, master_bytes and saved_bytes equal what `hyperpar train --stats-json` allocated, to the byte.
-# Under the sanitizers (HP_SANITIZED=1) every third case runs.
+# what `hyperpar run --stats-json` allocated in its forward, and `hyperpar cost --mode train`'s workspace_bytes
+# (the forward, the backward and the optimizer step), window_bytes, grad_bytes, optim_bytes, master_bytes and
+# saved_bytes equal what `hyperpar train --stats-json` allocated, to the byte; so do two steps of two accumulated
+# micro-batches from a token file. Under the sanitizers (HP_SANITIZED=1) every third case runs.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -59,11 +60,30 @@ for fam in llama mistral qwen2 qwen3 mixtral qwen2_moe qwen3_moe glm4_moe gpt_os
             </dev/null
         "$HP" cost $G --input $I --mode train --micro-batch ${rows:-1} $flags --format json -o "$WORK/ct$n.json" \
             >/dev/null 2>"$WORK/ct$n.err" </dev/null
-        check "$fam np=$np $flags: cost's training state = train's" same "$WORK/t$n.json" "$WORK/ct$n.json" \
-            grad_bytes optim_bytes master_bytes saved_bytes
+        check "$fam np=$np $flags: cost's training memory = train's" same "$WORK/t$n.json" "$WORK/ct$n.json" \
+            workspace_bytes window_bytes grad_bytes optim_bytes master_bytes saved_bytes
         IFS='|'
     done
     IFS=' '
 done
 check "every family and mesh ran ($n cases)" test $n -ge 46
+
+# Two steps of two micro-batches each (gradient accumulation) from a token file: every micro-batch starts from no
+# buffer, so the run's high-water mark is one micro-batch's, what cost walks. A window is --seq + 1 tokens.
+python3 -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<4000H", *((i * 37 + 11) % 97 for i in range(4000))))' \
+    "$WORK/tok.bin"
+for c in "llama:1:" "qwen3_moe:1:" "deepseek_v3:2:--tp 2" "mixtral:2:--tp 2 --ep 2 --ep-compute suggested" "qwen2:2:--dp 2 --zero 1"; do
+    fam=${c%%:*}; rest=${c#*:}; np=${rest%%:*}; flags=${rest#*:}
+    G=$F/$fam
+    n=$((n + 1))
+    if [ "${HP_SANITIZED:-0}" = 1 ] && [ $((n % 3)) != 1 ]; then continue; fi
+    dp=1
+    [[ "$flags" == *"--dp 2"* ]] && dp=2
+    $(launch $np) "$HP" train $G --data "$WORK/tok.bin" --seq 16 --global-batch $((4 * dp)) --micro-batch 2 --steps 2 \
+        $flags --stats-json "$WORK/ga$n.json" >/dev/null 2>"$WORK/ga$n.err" </dev/null
+    "$HP" cost $G --batch $((4 * dp)) --seq 17 --mode train --micro-batch 2 $flags --format json -o "$WORK/cga$n.json" \
+        >/dev/null 2>"$WORK/cga$n.err" </dev/null
+    check "$fam np=$np $flags, 2 steps of 2 micro-batches: cost's training memory = train's" same "$WORK/ga$n.json" \
+        "$WORK/cga$n.json" workspace_bytes window_bytes grad_bytes optim_bytes saved_bytes
+done
 finish

@@ -331,6 +331,12 @@ out:
 int main(int argc, char **argv)
 {
     hp_err err;
+    /* tests/CMakeLists.txt runs this program again with the MPI backend's hooks in the environment (as the CLI
+     * takes them, tools/testhooks.c): installed before the world is made */
+    const char *chunk = getenv("HP_MPI_CHUNK_BYTES"), *avail = getenv("HP_MPI_SHM_AVAIL");
+    hp_test_hooks h = {.mpi_chunk_bytes = chunk ? atoll(chunk) : 0, .mpi_force_pieces = getenv("HP_MPI_FORCE_PIECES"),
+                       .mpi_shm_set = avail != NULL, .mpi_shm_avail = avail ? atoll(avail) : 0};
+    hp_test_hooks_install(&h);
     if (hp_comm_world(&W, &argc, &argv, &err) != HP_OK) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;

@@ -139,7 +139,7 @@ TEST(bytes_by_hand)
     hp_moe_ep_shape s = shape(2, 5, 2, 2, true);
     hp_moe_ep_array a[HP_MOE_ARR_COUNT];
     int n = hp_moe_ep_layout(&s, a);
-    CHECK_EQ_INT(n, HP_MOE_ARR_COUNT - 1); /* everything but the one-process rows */
+    CHECK_EQ_INT(n, HP_MOE_ARR_BWD_FIRST - 1); /* everything but the one-process rows and the backward's */
     const uint64_t T = 5, L = 4, P = 2, Th = 3, Tb = 6, Tr = 3, cap = 2 * T * K + E + 1;
     uint64_t want = T * H * 8 + T * E * 8 + 2 * E * 8 + T * K * (4 + 4 + 1) + cap * 4 + L * 8 + (L + 1) * 8 +
                     T * K * 4 * 2 + Tr * K * 2 * I * 4 + L * sizeof(hp_linear_group) + L * 8 + Tr * 2 * SI * 4 +
@@ -157,6 +157,19 @@ TEST(bytes_by_hand)
     /* An array of 0 elements still takes a byte, as hp__moe_alloc allocates it. */
     hp_moe_ep_array z = {HP_MOE_ARR_SEL, "sel", 0, 8};
     CHECK(hp_moe_ep_layout_bytes(&z, 1, &b) && b == 1);
+    /* The backward's scratch of the same runtime: dOut rows as xrows holds them, dw and dlog in f64, and 256-row
+     * chunks of the wider expert's (w = max(I, sI)) products; bf16 experts add one expert widened. */
+    const uint64_t C = 256, Wd = SI > I ? SI : I;
+    uint64_t bwd = P * Th * K * H * 4 + T * K * 8 + T * E * 8 + 2 * (C * 2 * Wd * 4) + 2 * (C * Wd * 4) + 3 * (C * H * 4);
+    n = hp_moe_bwd_layout(&s, a);
+    CHECK_EQ_INT(n, HP_MOE_ARR_BWD_WGU - HP_MOE_ARR_BWD_FIRST);
+    CHECK(hp_moe_ep_layout_bytes(a, n, &b));
+    CHECK_MSG(b == bwd, "backward: %llu bytes, by hand %llu", (unsigned long long)b, (unsigned long long)bwd);
+    s.bf16_experts = true;
+    n = hp_moe_bwd_layout(&s, a);
+    CHECK(hp_moe_ep_layout_bytes(a, n, &b));
+    CHECK(n == HP_MOE_ARR_COUNT - HP_MOE_ARR_BWD_FIRST && b == bwd + 3 * I * H * 4);
+    CHECK(a[0].id == HP_MOE_ARR_BWD_FIRST && !strcmp(a[n - 1].name, "wd"));
 }
 
 TEST(past_64_bits)
