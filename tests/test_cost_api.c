@@ -18,7 +18,9 @@
 #define L3 "data/configs/llama-3-8b.json"
 #define MIXTRAL "data/configs/mixtral-8x7b.json"
 
-/* llama-3-8b: hidden 4096, 32 layers, vocab 128256, 32 heads, 8 KV heads of 128, MLP 14336, bf16, untied. */
+/* llama-3-8b: hidden 4096, 32 layers, vocab 128256, 32 heads, 8 KV heads of 128, MLP 14336, bf16, untied. The
+ * runtime holds its bf16 matrices as stored, its norm weights widened to f32 (4 bytes each) and a MoE block's router
+ * in f64 (8 bytes each): the weights below count them so. */
 enum { L3_H = 4096, L3_L = 32, L3_V = 128256, L3_KV = 8 * 128, L3_I = 14336 };
 /* mixtral-8x7b: the same attention widths, vocab 32000, 8 experts of 14336 and a router per layer. */
 enum { MX_V = 32000, MX_E = 8 };
@@ -176,7 +178,7 @@ TEST(weights_kv_and_training_state_by_hand)
         for (int64_t tp = 1; tp <= 8; tp *= 2) {
             hp_cost *c = cost_at(m, 1, 1, tp, 0, true, 2, 64, false, 0);
             if (!c) continue;
-            CHECK_EQ_INT(c->ranks[0].weight_bytes, 2 * (l3_norms() + sharded / (uint64_t)tp));
+            CHECK_EQ_INT(c->ranks[0].weight_bytes, 4 * l3_norms() + 2 * (sharded / (uint64_t)tp));
             /* K and V of every layer, the rank's KV heads, bf16 */
             CHECK_EQ_INT(c->ranks[0].kv_bytes, 2ull * L3_L * 2 * 64 * (uint64_t)(L3_KV / tp) * 2);
             hp_cost_free(c);
@@ -211,7 +213,7 @@ TEST(weights_kv_and_training_state_by_hand)
     hp_cost *c = cost_at(m, 2, 1, 2, 4, true, 4, 32, false, 0);
     if (c) {
         for (int64_t ri = 0; ri < c->n_ranks; ri++)
-            CHECK_EQ_INT(c->ranks[ri].weight_bytes, 2 * (norms + router + dense / 2 + experts / 4));
+            CHECK_EQ_INT(c->ranks[ri].weight_bytes, 4 * norms + 8 * router + 2 * (dense / 2 + experts / 4));
         hp_cost_free(c);
     }
     hp_model_close(m);
@@ -334,8 +336,8 @@ TEST(advise_dense_reasons_figures_and_order)
             if (k) {
                 const hp_cost_rank *r0 = &k->ranks[0], *rl = &k->ranks[k->n_ranks - 1];
                 CHECK_EQ_INT(c->weight_bytes, k->ranks[k->max_rank].weight_bytes);
-                CHECK_EQ_INT(c->weight_bytes, 2 * (l3_norms() + (2ull * L3_V * L3_H + (uint64_t)L3_L *
-                                                                 (attn() + 3ull * L3_H * L3_I)) / 8));
+                CHECK_EQ_INT(c->weight_bytes, 4 * l3_norms() + 2 * ((2ull * L3_V * L3_H + (uint64_t)L3_L *
+                                                                     (attn() + 3ull * L3_H * L3_I)) / 8));
                 CHECK_EQ_INT(c->state_bytes, r0->kv_bytes);
                 CHECK_EQ_INT(c->wire_bytes, r0->wire_bytes > rl->wire_bytes ? r0->wire_bytes : rl->wire_bytes);
                 CHECK_EQ_INT(c->sent_bytes, r0->sent_bytes > rl->sent_bytes ? r0->sent_bytes : rl->sent_bytes);
@@ -412,8 +414,8 @@ TEST(advise_moe_reasons_and_weights)
             c = find(a, s[0], s[1], s[2], s[3], s[4] != 0);
             CHECK_MSG(c && c->ok, "cut mesh %zu", i);
             if (c)
-                CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense / (uint64_t)s[2] +
-                                                   experts / (uint64_t)(s[2] * s[3])));
+                CHECK_EQ_INT(c->weight_bytes, 4 * norms + 8 * router + 2 * (dense / (uint64_t)s[2] +
+                                                                            experts / (uint64_t)(s[2] * s[3])));
             if (c) CHECK(c->sent_bytes > 0 && c->wire_bytes > 0 && c->t_step > 0);
         }
         c = find(a, 8, 1, 1, 2, false);
@@ -421,7 +423,7 @@ TEST(advise_moe_reasons_and_weights)
         /* no EP: every rank holds all 8 experts, past 80 GB */
         c = find(a, 4, 2, 1, 1, false);
         CHECK(c && !c->ok && c->why == HP_ADVISE_MEMORY);
-        if (c) CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense + experts));
+        if (c) CHECK_EQ_INT(c->weight_bytes, 4 * norms + 8 * router + 2 * (dense + experts));
         /* TP-extend ep over the dense region: the experts split over ep */
         static const int64_t mesh[][5] = {{4, 1, 2, 4, 0}, {4, 2, 1, 8, 0}, {1, 1, 8, 8, 0}};
         for (size_t i = 0; i < sizeof mesh / sizeof *mesh; i++) {
@@ -429,7 +431,8 @@ TEST(advise_moe_reasons_and_weights)
             c = find(a, s[0], s[1], s[2], s[3], s[4] != 0);
             CHECK_MSG(c && c->ok, "mesh %zu", i);
             if (c)
-                CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense / (uint64_t)s[2] + experts / (uint64_t)s[3]));
+                CHECK_EQ_INT(c->weight_bytes,
+                             4 * norms + 8 * router + 2 * (dense / (uint64_t)s[2] + experts / (uint64_t)s[3]));
         }
         /* an explicit ep axis splits the batch with dp: dp x ep = 8 replicas above the 4 rows */
         c = find(a, 1, 1, 1, 8, true);
@@ -450,7 +453,7 @@ TEST(advise_moe_reasons_and_weights)
             const int64_t *s = axis[i];
             const hp_advise_cand *c = find(a, s[0], s[1], s[2], s[3], true);
             CHECK_MSG(c && c->ok, "ep axis mesh %zu", i);
-            if (c) CHECK_EQ_INT(c->weight_bytes, 2 * (norms + router + dense + experts / (uint64_t)s[3]));
+            if (c) CHECK_EQ_INT(c->weight_bytes, 4 * norms + 8 * router + 2 * (dense + experts / (uint64_t)s[3]));
         }
         check_order(a);
         int flips = 0;

@@ -114,7 +114,8 @@ typedef struct hp_cost_opts {
     int64_t n_ranks;            /* 0: every rank; else ranks[0..n_ranks) */
     const int64_t *ranks;
     bool weights_given;
-    uint64_t weight_bytes;      /* every evaluated rank's, when weights_given */
+    uint64_t weight_bytes;      /* every evaluated rank's as stored, when weights_given */
+    uint64_t held_weight_bytes; /* those weights as hyperpar's runtime holds them (0: as stored) */
     const struct hp_shard_layout *layout; /* p's shard layout when the caller has built it (NULL: built here) */
 } hp_cost_opts;
 
@@ -143,7 +144,10 @@ typedef struct hp_cost_event {
 
 typedef struct hp_cost_rank {
     int64_t rank, dp, cp, tp, ep; /* coordinates (dp: its batch block, hp_mesh_batch_index; ep: the EP index) */
-    uint64_t weight_bytes;        /* exact: its shard file's tensors */
+    uint64_t weight_bytes;        /* exact: its weights as the runtime holds them (`run --stats-json`'s
+                                     resident_bytes; docs/cost.md "Weights per rank"); bf16 under a GPU profile,
+                                     as stored under Megatron-LM's byte model (--train-state megatron) */
+    uint64_t stored_bytes;        /* exact: its weights as stored, the tensor bytes of its shard file */
     uint64_t bytes[HP_RUN_COLL_COUNT], calls[HP_RUN_COLL_COUNT]; /* exact communication of one forward */
     uint64_t sent_bytes;          /* of those, the bytes put into groups of more than one rank (not wire traffic:
                                      a reduce-scatter counts its whole input; formerly net_bytes) */

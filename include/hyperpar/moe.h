@@ -201,6 +201,11 @@ void hp_moe_layer_free(hp_moe_layer *l);
 
 /* Bytes of local routed-expert weights the layer holds (resident, in w_dtype). */
 uint64_t hp_moe_layer_expert_bytes(const hp_moe_layer *l);
+/* Bytes of every weight array the layer holds, each in its resident dtype: the router and its biases (f64), the
+ * local routed experts (w_dtype, whether owned or mapped) and their biases (f32), and the shared expert and its
+ * gate (f32) at the width the layer holds (the whole width while a sliced shared expert awaits
+ * hp_moe_layer_gather_shared). */
+uint64_t hp_moe_layer_resident_bytes(const hp_moe_layer *l);
 
 /* ---- workspace and run options ---- */
 

@@ -20,6 +20,7 @@
  *   candidate (dp, cp, tp, ep) ──> its template ──> rules 1..6 ──> hp_cost_eval(ranks 0, N-1) ──> budget
  */
 #include "cost/fit.h"
+#include "cost/held.h"
 
 #include "hyperpar/cost.h"
 #include "hyperpar/model.h"
@@ -60,6 +61,8 @@ typedef struct tmpl {
     hp_plan *p;
     hp_cost_plan *k;    /* the dry executor's view of p */
     uint64_t bytes[8];  /* global bytes of the tensors sharded on exactly the axes of the mask */
+    uint64_t held[2][8]; /* the same as hyperpar's runtime holds them in inference and in training (held.c), a
+                            tensor it holds whole under mask 0; all 0 when the runtime refuses the template */
     dimreq req[MAX_REQ];
     int n_req;
 } tmpl;
@@ -100,6 +103,12 @@ static hp_status build_template(tmpl *t, int kind, const hp_model *m, const hp_p
     hp_shard_layout *l = NULL;
     if ((st = hp_cost_plan_create(&t->k, m, t->p, err)) != HP_OK) return st;
     if ((st = hp_shard_layout_build(&l, m, t->p, err)) != HP_OK) return st;
+    hp__cost_held *held = NULL;
+    hp_err herr;
+    if ((st = hp__cost_held_of(m, t->p, l, &held, &herr)) == HP_ERR_NOMEM) {
+        hp_shard_layout_free(l);
+        return hp_err_set(err, st, "%s", herr.msg);
+    }
     for (size_t i = 0; i < l->n_tensors; i++) {
         const hp_shard_tensor *x = &l->tensors[i];
         int mask = 0;
@@ -115,12 +124,16 @@ static hp_status build_template(tmpl *t, int kind, const hp_model *m, const hp_p
         int64_t nb = 0, n = 1;
         for (int d = 0; d < x->n_dims; d++) n *= x->global_shape[d]; /* the layout checked these sizes */
         if (hp_dtype_nbytes(x->dtype, n, &nb)) t->bytes[mask] += (uint64_t)nb;
+        for (int md = 0; held && md < 2; md++)
+            t->held[md][held[i].whole ? 0 : mask] += (uint64_t)n * held[i].el[md];
     }
+    free(held);
     hp_shard_layout_free(l);
     return HP_OK;
 }
 
-static uint64_t weight_bytes(const tmpl *t, int64_t tp, int64_t cp, int64_t ep)
+/* A rank's share of bytes[mask]: each divided by the sizes of the axes of its mask. */
+static uint64_t weight_bytes(const uint64_t *bytes, int64_t tp, int64_t cp, int64_t ep)
 {
     uint64_t w = 0;
     for (int mask = 0; mask < 8; mask++) {
@@ -128,7 +141,7 @@ static uint64_t weight_bytes(const tmpl *t, int64_t tp, int64_t cp, int64_t ep)
         if (mask & M_TP) d *= (uint64_t)tp;
         if (mask & M_CP) d *= (uint64_t)cp;
         if (mask & M_EP) d *= (uint64_t)ep;
-        w += t->bytes[mask] / d;
+        w += bytes[mask] / d;
     }
     return w;
 }
@@ -224,7 +237,8 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     o.ranks = ranks;
     o.n_ranks = world > 1 ? 2 : 1;
     o.weights_given = true;
-    o.weight_bytes = weight_bytes(t, c->tp, c->cp, c->ep);
+    o.weight_bytes = weight_bytes(t->bytes, c->tp, c->cp, c->ep);
+    o.held_weight_bytes = weight_bytes(t->held[co->train], c->tp, c->cp, c->ep);
     o.layout = NULL;
     hp_cost *k = NULL;
     hp_err err;

@@ -23,6 +23,13 @@ static uint64_t param_bytes(const hp_model *m)
     return bits >= 8 ? (uint64_t)bits / 8 : 2;
 }
 
+/* Whether a rank's weights are counted as hyperpar's runtime holds them (held.c): not under a GPU profile, whose
+ * engine holds bf16 weights, nor under Megatron-LM's byte model of the training state, which counts them as stored. */
+static bool runtime_weights(const hp_cost_opts *o)
+{
+    return !hp_cost_model_gpu(&o->mdl) && o->mdl.state == HP_COST_STATE_RUNTIME;
+}
+
 /* Bytes of one parameter as the rank holds it: the checkpoint's dtype, bf16 under a GPU profile. */
 static uint64_t held_bytes(const walk *w)
 {
@@ -530,7 +537,7 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
 
 /* ---- entry ---- */
 
-static const char *config_path(const hp_model *m, char *buf, size_t cap)
+const char *hp__cost_config_path(const hp_model *m, char *buf, size_t cap)
 {
     size_t n = strlen(m->path);
     if (m->meta && n > 5 && !strcmp(m->path + n - 5, ".json")) snprintf(buf, cap, "%s", m->path);
@@ -646,9 +653,15 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
     hp_mesh_batch_index(mesh, rk, &nb, &r->dp, NULL);
     r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
     hp_mesh_ep_index(mesh, w->ep, rk, &grp, &r->ep);
-    r->weight_bytes = w->lay ? w->lay->ranks[rk].nbytes : o->weight_bytes;
+    r->weight_bytes = r->stored_bytes = w->lay ? w->lay->ranks[rk].nbytes : o->weight_bytes;
     if (gpu) r->weight_bytes = r->weight_bytes / param_bytes(w->m) * 2; /* a bf16 engine holds bf16 weights */
     w->w_full = r->weight_bytes;
+    /* hyperpar's runtime holds some tensors in another dtype than stored, or whole where the layout cuts them, so
+     * the rank's weights are what it holds (held.c). The bytes as stored (w_full) still count the elements that
+     * the training state's classes divide. */
+    if (w->held && wst == HP_OK)
+        wst = hp__cost_held_rank(w->m, w->lay, w->held, o->train, rk, &r->weight_bytes, w->err);
+    else if (o->weights_given && o->held_weight_bytes && runtime_weights(o)) r->weight_bytes = o->held_weight_bytes;
     w->pos = (hp__axes){{w->tp, w->cp}, {r->tp, r->cp}};
     w->cr = r;
     w->ev_cap = 0;
@@ -757,8 +770,12 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
     char cfgp[4200];
     hp_status wst = HP_OK;
-    if (st == HP_OK) wst = hp__prog_build(&g, m, p, o->mesh, config_path(m, cfgp, sizeof cfgp), err);
+    if (st == HP_OK) wst = hp__prog_build(&g, m, p, o->mesh, hp__cost_config_path(m, cfgp, sizeof cfgp), err);
     if (st == HP_OK && wst == HP_OK) wst = hp__cost_owners(&w);
+    hp__cost_held *held = NULL;
+    if (st == HP_OK && wst == HP_OK && lay_use && runtime_weights(o))
+        wst = hp__cost_held_plan(m, &g, lay_use, &held, err);
+    w.held = held;
     for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
         int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
         wst = eval_rank(&w, &c->ranks[ri], rk, n_micro, wst);
@@ -776,11 +793,12 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         for (int64_t ri = 0; ri < n_eval; ri++) { /* only the weights stand */
             hp_cost_rank *r = &c->ranks[ri];
             free(r->ev);
-            uint64_t wb = r->weight_bytes;
+            uint64_t wb = r->weight_bytes, sb = r->stored_bytes;
             int64_t rk = r->rank, d = r->dp, cc = r->cp, t = r->tp, e = r->ep;
             memset(r, 0, sizeof *r);
             r->rank = rk, r->dp = d, r->cp = cc, r->tp = t, r->ep = e;
             r->weight_bytes = r->total_bytes = wb;
+            r->stored_bytes = sb;
         }
         hp_err_clear(err);
     }
@@ -794,6 +812,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     hp_shard_layout_free(lay);
     hp__prog_free(&g);
     free(w.owner);
+    free(held);
     free(w.dp_rows);
     return st;
 }

@@ -5,6 +5,7 @@
 #ifndef HP_COST_COST_INT_H
 #define HP_COST_COST_INT_H
 
+#include "cost/held.h"
 #include "exec/prog.h"
 
 #include "hyperpar/cost.h"
@@ -57,7 +58,8 @@ typedef struct walk {
     bool win_used[HP__NAX];
     uint64_t win_max[HP__NAX];
     int64_t ev_times;  /* trans counts each collective this many times (a row chunk standing for several); 0: none */
-    uint64_t w_full;   /* the rank's weights as held (bf16 under a GPU profile), before --zero 3 shards them */
+    uint64_t w_full;   /* the rank's weights as stored (bf16 under a GPU profile), before --zero 3 shards them */
+    const hp__cost_held *held; /* [lay->n_tensors]: how hyperpar's runtime holds each (held.c); NULL: as stored */
     /* Inference: the shapes (I, sI, shared-expert gate) of the EP runtimes counted so far; a sparse layer of one
      * of them borrows that runtime's buffers (the runner's moe_runtime). */
     int64_t ep_shape[HP__COST_EP_SHAPES][3];

@@ -243,7 +243,8 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
         hp_json_fstr(o, hp_shard_coords_str(l, r->rank, coords, sizeof coords));
         bool d = !c->refused[0]; /* refused: only the weights are derived, the rest is null, never 0 */
-        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu", (long long)r->ep, (unsigned long long)r->weight_bytes);
+        fprintf(o, ", \"ep_index\": %lld, \"weight_bytes\": %llu, \"stored_bytes\": %llu", (long long)r->ep,
+                (unsigned long long)r->weight_bytes, (unsigned long long)r->stored_bytes);
         json_u64(o, "activation_bytes", r->act_bytes, d);
         json_u64(o, "workspace_bytes", r->workspace_bytes, d);
         json_u64(o, "window_bytes", r->window_bytes, d);

@@ -51,6 +51,22 @@ uint64_t hp_moe_layer_expert_bytes(const hp_moe_layer *l)
     return (uint64_t)l->n_local * (uint64_t)(3 * l->d_expert) * (uint64_t)l->n_hidden * el;
 }
 
+uint64_t hp_moe_layer_resident_bytes(const hp_moe_layer *l)
+{
+    const uint64_t E = (uint64_t)l->n_experts, H = (uint64_t)l->n_hidden, n = (uint64_t)l->n_local;
+    const uint64_t I = (uint64_t)l->d_expert, sI = (uint64_t)l->d_shared, f = sizeof(float), d = sizeof(double);
+    uint64_t b = hp_moe_layer_expert_bytes(l);
+    b += l->w_router ? E * H * d : 0;
+    b += l->b_router ? E * d : 0;
+    b += l->b_correction ? E * d : 0;
+    b += l->b_gate_up ? n * 2 * I * f : 0;
+    b += l->b_down ? n * H * f : 0;
+    b += l->ws_gate_up ? 2 * sI * H * f : 0;
+    b += l->ws_down ? H * sI * f : 0;
+    b += l->ws_gate ? H * f : 0;
+    return b;
+}
+
 hp_status hp__moe_layer_check_router(const hp_moe_layer *l, hp_err *err)
 {
     if (l->top_k < 1 || l->top_k > l->n_experts)

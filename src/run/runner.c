@@ -339,7 +339,9 @@ static hp_status load_moe(loader *L, const hp__step *s, moe_w *w)
     if (st != HP_OK) return st;
     w->cf = s->cf;
     w->overlap = r->o.overlap || s->overlap;
-    r->w.ws.resident += hp_moe_layer_expert_bytes(w->l);
+    /* The resident figure counts every array the layer holds, each in its resident dtype (the router in f64, a
+     * shared expert whole under TP-extend-EP); the share as stored counts its routed experts only. */
+    r->w.ws.resident += hp_moe_layer_resident_bytes(w->l);
     r->w.ws.share += hp_moe_layer_expert_bytes(w->l);
     return HP_OK;
 }

@@ -1,6 +1,7 @@
-# hyperpar cost (first slice of issue 14): every rank's weight bytes equal the tensor bytes of its
+# hyperpar cost (first slice of issue 14): every rank's weights as stored (stored_bytes) equal the tensor bytes of its
 # `hyperpar shard` file — dense and MoE, TP, EP (TP-extend and the explicit axis), packed fused weights, tied
-# embeddings — in text and JSON; meta mode from config.json alone; bad input exits 2.
+# embeddings — in text and JSON; meta mode from config.json alone; bad input exits 2. (weight_bytes, the weights as
+# the runtime holds them, is checked against run's resident_bytes by test_cost_resident.sh.)
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -17,7 +18,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/rank-*.safetensors")):
 PY
 }
 cost_bytes() {
-    python3 -c 'import json,sys; d=json.load(sys.stdin); [print(r["rank"], r["weight_bytes"]) for r in d["ranks"]]'
+    python3 -c 'import json,sys; d=json.load(sys.stdin); [print(r["rank"], r["stored_bytes"]) for r in d["ranks"]]'
 }
 n=0
 while read -r model flags; do
