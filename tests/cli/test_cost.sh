@@ -1,7 +1,7 @@
 # hyperpar cost (first slice of issue 14): every rank's weights as stored (stored_bytes) equal the tensor bytes of its
 # `hyperpar shard` file — dense and MoE, TP, EP (TP-extend and the explicit axis), packed fused weights, tied
 # embeddings — in text and JSON; meta mode from config.json alone; bad input exits 2. (weight_bytes, the weights as
-# the runtime holds them, is checked against run's resident_bytes by test_cost_resident.sh.)
+# the runtime holds them, is checked against run's resident_bytes by test_cost_exact.sh.)
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
