@@ -927,11 +927,9 @@ static hp_status (*const dry[HP__OP_COUNT])(walk *w, const hp__step *s, dio *io)
  * through its transitions' duals: the buffers those take are trans's. The collectives' bytes are the training
  * events' (cost_eval.c), so the walk adds no event (ev_times 0). */
 
-enum { N_FBUF = 6 };
-
 typedef struct bwalk {
     dact dh, dt, da, x, h1, dk, dv; /* bwd.c's hp__train fields of the same names */
-    int64_t f[N_FBUF];              /* its scratch blocks (hp__t_fbuf), floats */
+    int64_t f[HP__NBWD];            /* its scratch blocks (hp__step_bwd_widths), floats */
     int n_pos;                      /* the recompute's slots: per position in the layer */
     dact *sv_h, *sv_t;              /* a norm's input stream, a module's input, copied */
     int64_t *sv_buf;                /* [n_pos · HP__NBUF] a module's buffers, copied (floats) */
@@ -968,9 +966,13 @@ static int64_t rows_of_act(walk *w, const dact *a)
     return ck_mul(w, "workspace", local_dim(w, a, 0), local_dim(w, a, 1));
 }
 
-static void fbuf(walk *w, bwalk *b, int i, int64_t rows, int64_t width)
+/* The step's backward scratch blocks for rows rows (hp__step_bwd_widths), reserved at its backward's start. */
+static void reserve(walk *w, bwalk *b, const hp__step *s, int64_t rows)
 {
-    grow(w, &b->f[i], ck_mul(w, "workspace", rows, width));
+    int64_t bw[HP__NBWD];
+    hp__step_bwd_widths(w->g, s, w->pos.r[HP__TP], bw);
+    for (int k = 0; k < HP__NBWD; k++)
+        if (bw[k] > 0) grow(w, &b->f[k], ck_mul(w, "workspace", rows, bw[k]));
 }
 
 /* The parameter of slot in step s's table, when the model has it (a checkpoint may lack an optional one). */
@@ -1009,45 +1011,23 @@ static void module_dt(walk *w, bwalk *b, const hp__step *s, const dact *tin)
     like(w, &b->dt, tin, w->g->cfg.H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tin->lay.ax[HP__CP]}});
 }
 
-static hp_status attn_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
+/* A module's backward (bwd.c's attn_bwd, mla_bwd, mlp_bwd): its scratch blocks, attention's dK, dV and block
+ * scratch, its input's gradient. */
+static hp_status dense_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
 {
-    const hp__rcfg *c = &w->g->cfg;
-    int64_t rows = rows_of_act(w, tin), nh = s->nh, hd = c->hd;
-    fbuf(w, b, 0, rows, nh * hd);
-    fbuf(w, b, 1, rows, nh * hd);
-    const hp_param *sk = step_param(w, s, HP__PS_SINKS);
-    hp_status st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = nh, .nkv = s->nkv, .hd = hd}, sk && sk->trainable);
-    if (st != HP_OK) return st;
-    if (step_param(w, s, HP__PS_QN) || step_param(w, s, HP__PS_KN)) fbuf(w, b, 2, rows, nh * hd);
-    module_dt(w, b, s, tin);
-    fbuf(w, b, 3, rows, c->H); /* k's and v's dx, added into q's */
-    return HP_OK;
-}
-
-static hp_status mla_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
-{
-    const hp__mla *a = &w->g->mla;
-    int64_t rows = rows_of_act(w, tin), nh = s->nh, qk = a->nope + a->rope, qa_n = a->ql > 0 ? a->ql : 0;
-    fbuf(w, b, 0, rows, nh * a->vd);
-    fbuf(w, b, 1, rows, nh * qk);
-    fbuf(w, b, 2, rows, a->kvl + a->rope + qa_n + nh * (a->nope + a->vd));
-    hp_status st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = nh, .nkv = nh, .hd = qk, .hdv = a->vd}, false);
-    if (st != HP_OK) return st;
-    fbuf(w, b, 3, rows, a->kvl);
-    fbuf(w, b, 5, rows, a->kvl > qa_n ? a->kvl : qa_n);
-    module_dt(w, b, s, tin);
-    fbuf(w, b, 3, rows, w->g->cfg.H); /* q's path's dx, added into the latent's */
-    return HP_OK;
-}
-
-static hp_status mlp_bwd(walk *w, bwalk *b, const hp__step *s, const dact *tin)
-{
-    int64_t rows = rows_of_act(w, tin), I = hp__step_local_I(w->g, s, w->pos.r[HP__TP]);
-    fbuf(w, b, 0, rows, I);
-    fbuf(w, b, 1, rows, 2 * I);
-    module_dt(w, b, s, tin);
-    if (!s->fused) fbuf(w, b, 3, rows, w->g->cfg.H); /* up's dx, added into gate's */
-    return HP_OK;
+    reserve(w, b, s, rows_of_act(w, tin));
+    hp_status st = HP_OK;
+    if (s->op == HP__OP_ATTN) {
+        const hp_param *sk = step_param(w, s, HP__PS_SINKS);
+        st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = s->nh, .nkv = s->nkv, .hd = w->g->cfg.hd},
+                      sk && sk->trainable);
+    } else if (s->op == HP__OP_MLA) {
+        const hp__mla *a = &w->g->mla;
+        st = core_bwd(w, b, s, tin, (hp__attn_args){.nh = s->nh, .nkv = s->nh, .hd = a->nope + a->rope, .hdv = a->vd},
+                      false);
+    }
+    if (st == HP_OK) module_dt(w, b, s, tin);
+    return st;
 }
 
 /* The sparse block: its input's gradient, then the EP runtime's backward scratch (made by the layer's first
@@ -1114,10 +1094,7 @@ static hp_status bdry_module(walk *w, bwalk *b, const hp__step *s, const dact *h
     (void)hin, (void)io;
     hp_status st = dual(w, s, &b->da, glay(s->leave), &s->out);
     if (st != HP_OK) return st;
-    st = s->op == HP__OP_ATTN ? attn_bwd(w, b, s, tin)
-       : s->op == HP__OP_MLA  ? mla_bwd(w, b, s, tin)
-       : s->op == HP__OP_MLP  ? mlp_bwd(w, b, s, tin)
-                              : moe_bwd(w, b, s, tin);
+    st = s->op == HP__OP_MOE ? moe_bwd(w, b, s, tin) : dense_bwd(w, b, s, tin);
     return st == HP_OK ? dual(w, s, &b->dt, b->dt.lay, &s->in) : st;
 }
 

@@ -104,6 +104,30 @@ void hp__step_row_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64
     }
 }
 
+void hp__step_bwd_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBWD])
+{
+    const hp__rcfg *c = &g->cfg;
+    memset(w, 0, HP__NBWD * sizeof *w);
+    if (s->op == HP__OP_ATTN) {
+        w[0] = w[1] = s->nh * c->hd;
+        w[2] = s->qk_norm ? s->nh * c->hd : 0;
+        w[3] = c->H;
+    } else if (s->op == HP__OP_MLA) {
+        const hp__mla *a = &g->mla;
+        int64_t qa = a->ql > 0 ? a->ql : 0;
+        w[0] = s->nh * a->vd;
+        w[1] = s->nh * (a->nope + a->rope);
+        w[2] = a->kvl + a->rope + qa + s->nh * (a->nope + a->vd);
+        w[3] = a->kvl > c->H ? a->kvl : c->H;
+        w[5] = a->kvl > qa ? a->kvl : qa;
+    } else if (s->op == HP__OP_MLP) {
+        int64_t I = hp__step_local_I(g, s, ti);
+        w[0] = I;
+        w[1] = 2 * I;
+        w[3] = s->fused ? 0 : c->H;
+    }
+}
+
 bool hp__recompute_overwrites(const hp__prog *g, size_t i, size_t e, hp__op op, int buf, int64_t ti)
 {
     int64_t w0[HP__NBUF], w1[HP__NBUF];
@@ -386,6 +410,7 @@ static hp_status attn_facts(bld *b, const hp_boundary *x, hp__step *s)
                               "(%lld/%lld heads on this rank)",
                               fqn, (long long)an, (long long)ak, (long long)s->nh, (long long)s->nkv);
         s->kw = s->vw = s->nkv * c->hd;
+        s->qk_norm = has_param(b, fqn, "q_norm.weight") || has_param(b, fqn, "k_norm.weight");
     }
     s->bias_deferred = deferred(x, "o_proj.bias");
     return HP_OK;

@@ -43,6 +43,7 @@ typedef struct hp__step {
     int64_t kw, vw;     /* attention: local K and V widths per token */
     int64_t I;          /* MLP: the local intermediate width */
     bool fused;         /* MLP: one gate_up_proj */
+    bool qk_norm;       /* ATTN: a q_norm or k_norm (Qwen3's), whose backward recomputes its input */
     bool bias_deferred; /* o_proj / down_proj bias added after the exit (D-08) */
     int archetype;      /* MoE: the boundary's hp_moe_archetype, -1: the family's own */
     double cf;          /* MoE: the capacity factor (0: off) */
@@ -148,6 +149,13 @@ bool hp__op_is_module(hp__op op);
  * or module buffer buf of step i (a later module that sizes it; ti the rank's tp index). What it overwrites, the
  * recompute saves: the backward allocates those copies and cost counts them by this one rule. */
 bool hp__recompute_overwrites(const hp__prog *g, size_t i, size_t e, hp__op op, int buf, int64_t ti);
+/* The backward's scratch blocks a module step takes (src/run/bwd.c reserves them at its backward's start, cost
+ * counts them so), in floats per local token row, for the rank at tp index ti; 0: not used. Attention: the output's
+ * and q's gradients, the q/k norms' input, a projection's dx; MLA: the output's and q's gradients, the latent
+ * block's gradients, kv_b's input gradient then a projection's dx, -, the latent norms' input; the MLP: the
+ * hidden's and gate|up's gradients, -, up's dx (unfused). */
+enum { HP__NBWD = 6 };
+void hp__step_bwd_widths(const hp__prog *g, const hp__step *s, int64_t ti, int64_t w[HP__NBWD]);
 /* An MLP step's intermediate width on the rank at tp index ti: the shard layout's block when tp cuts it. */
 int64_t hp__step_local_I(const hp__prog *g, const hp__step *s, int64_t ti);
 /* The dense MLP's row chunks (a long prefill): the forward runs gate|up -> silu·mul -> down on one chunk of rows

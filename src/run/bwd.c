@@ -57,13 +57,25 @@ static void add_into(hp__act *dst, const hp__act *src)
     for (int64_t i = 0; i < n; i++) dst->d[i] += src->d[i];
 }
 
-/* dx = dy·W and dW += dyᵀ·x, db += Σ dy, with dx added into acc (the sum over several projections of x). */
-static hp_status lin_bwd_add(const hp_runner *r, hp__train *t, int64_t rows, int64_t N, int64_t K, const float *dy, int64_t ldy,
-                             const hp__w *W, float *gW, const hp__w *b, float *gb, const float *x, float *acc,
-                             bool first, hp_err *err)
+/* The step's backward scratch blocks (hp__step_bwd_widths) for rows rows, reserved at its backward's start. */
+static hp_status reserve(hp_runner *r, const hp__step *s, int64_t rows, float *f[HP__NBWD], hp_err *err)
 {
-    float *dx = first ? acc : hp__t_fbuf(t, 3, rows * K, err);
-    if (!dx) return HP_ERR_NOMEM;
+    int64_t w[HP__NBWD];
+    hp__step_bwd_widths(&r->g, s, r->x.pos.r[HP__TP], w);
+    for (int k = 0; k < HP__NBWD; k++) {
+        f[k] = NULL;
+        if (w[k] > 0 && !(f[k] = hp__t_fbuf(r->train, k, rows * w[k], err))) return HP_ERR_NOMEM;
+    }
+    return HP_OK;
+}
+
+/* dx = dy·W and dW += dyᵀ·x, db += Σ dy, with dx added into acc (the sum over several projections of x): written
+ * there when first, else through scratch [rows, K]. */
+static hp_status lin_bwd_add(const hp_runner *r, float *scratch, int64_t rows, int64_t N, int64_t K, const float *dy,
+                             int64_t ldy, const hp__w *W, float *gW, const hp__w *b, float *gb, const float *x,
+                             float *acc, bool first, hp_err *err)
+{
+    float *dx = first ? acc : scratch;
     hp_status st = hp__linear_backward(r->o.compute, rows, N, K, dy, ldy, hp__t_w32(r, W), x, K, dx, K, gW,
                                        b && b->present ? gb : NULL, err);
     if (st != HP_OK) return st;
@@ -134,10 +146,12 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     const hp__act *ta = bi->tin;
     const float *q = bi->buf[0], *o = bi->buf[1];
     hp__act *K = &r->sc.k, *V = &r->sc.v;
-    float *d_o = hp__t_fbuf(t, 0, rows * nh * hd, err), *dq = d_o ? hp__t_fbuf(t, 1, rows * nh * hd, err) : NULL;
-    if (!dq) return HP_ERR_NOMEM;
+    float *f[HP__NBWD];
+    hp_status st = reserve(r, s, rows, f, err);
+    if (st != HP_OK) return st;
+    float *d_o = f[0], *dq = f[1];
     /* o_proj */
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * hd, da->d, H, hp__t_w32(r, &a->wo), o, nh * hd, d_o,
+    st = hp__linear_backward(r->o.compute, rows, H, nh * hd, da->d, H, hp__t_w32(r, &a->wo), o, nh * hd, d_o,
                                        nh * hd, hp__t_grad(r, &a->wo), a->bo.present ? hp__t_grad(r, &a->bo) : NULL, err);
     if (st != HP_OK) return st;
     /* the attention itself */
@@ -154,8 +168,7 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     }
     /* q/k norms: their inputs are the projections, recomputed */
     if (a->qn.present || a->kn.present) {
-        float *pre = hp__t_fbuf(t, 2, rows * nh * hd, err);
-        if (!pre) return HP_ERR_NOMEM;
+        float *pre = f[2];
         if (a->qn.present) {
             if ((st = hp_linear_forward(a->q, 0, rows, ta->d, H, pre, nh * hd, false, err)) != HP_OK) return st;
             hp__rmsnorm_backward(pre, rows * nh, hd, a->qn.d, c->eps, dq, dq, hp__t_grad(r, &a->qn));
@@ -168,13 +181,13 @@ static hp_status attn_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__
     /* the projections: dt = dq·Wq + dk·Wk + dv·Wv */
     if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
         return st;
-    st = lin_bwd_add(r, t, rows, nh * hd, H, dq, nh * hd, &a->wq, hp__t_grad(r, &a->wq), &a->bq, hp__t_grad(r, &a->bq), ta->d,
+    st = lin_bwd_add(r, f[3], rows, nh * hd, H, dq, nh * hd, &a->wq, hp__t_grad(r, &a->wq), &a->bq, hp__t_grad(r, &a->bq), ta->d,
                      dt->d, true, err);
     if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, hp__t_grad(r, &a->wk), &a->bk,
+        st = lin_bwd_add(r, f[3], rows, nkv * hd, H, t->dk.d, nkv * hd, &a->wk, hp__t_grad(r, &a->wk), &a->bk,
                          hp__t_grad(r, &a->bk), ta->d, dt->d, false, err);
     if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, hp__t_grad(r, &a->wv), &a->bv,
+        st = lin_bwd_add(r, f[3], rows, nkv * hd, H, t->dv.d, nkv * hd, &a->wv, hp__t_grad(r, &a->wv), &a->bv,
                          hp__t_grad(r, &a->bv), ta->d, dt->d, false, err);
     return st;
 }
@@ -196,11 +209,12 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__b
     const float *q = bi->buf[0], *o = bi->buf[1], *tmp = bi->buf[2];
     const float *kva = tmp, *qa = kva + rows * lat, *ckv = qa + rows * qa_n;
     hp__act *K = &r->sc.k, *V = &r->sc.v;
-    float *d_o = hp__t_fbuf(t, 0, rows * nh * vd, err), *dq = d_o ? hp__t_fbuf(t, 1, rows * nh * qk, err) : NULL;
-    float *dlat = dq ? hp__t_fbuf(t, 2, rows * (lat + qa_n + nh * (nope + vd)), err) : NULL;
-    if (!dlat) return HP_ERR_NOMEM;
+    float *f[HP__NBWD];
+    hp_status st = reserve(r, s, rows, f, err);
+    if (st != HP_OK) return st;
+    float *d_o = f[0], *dq = f[1], *dlat = f[2];
     float *dkva = dlat, *dqa = dkva + rows * lat, *dkv = dqa + rows * qa_n;
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, nh * vd, da->d, H, hp__t_w32(r, &a->wo), o, nh * vd, d_o,
+    st = hp__linear_backward(r->o.compute, rows, H, nh * vd, da->d, H, hp__t_w32(r, &a->wo), o, nh * vd, d_o,
                                        nh * vd, hp__t_grad(r, &a->wo), a->bo.present ? hp__t_grad(r, &a->bo) : NULL, err);
     if (st != HP_OK) return st;
     hp__attn_args aa = {.B = Bl, .sq = sq, .sk = K->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
@@ -230,23 +244,21 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__b
         }
     }
     /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
-    float *dckv = hp__t_fbuf(t, 3, rows * kvl, err);
-    if (!dckv) return HP_ERR_NOMEM;
+    float *dckv = f[3];
     st = hp__linear_backward(r->o.compute, rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), hp__t_w32(r, &a->wkvb), ckv,
                              kvl, dckv, kvl, hp__t_grad(r, &a->wkvb), NULL, err);
     if (st != HP_OK) return st;
-    float *pre = hp__t_fbuf(t, 5, rows * (kvl > qa_n ? kvl : qa_n), err);
-    if (!pre) return HP_ERR_NOMEM;
+    float *pre = f[5];
     for (int64_t i = 0; i < rows; i++) memcpy(pre + i * kvl, kva + i * lat, (size_t)kvl * sizeof *pre);
     hp__rmsnorm_backward(pre, rows, kvl, a->kvan.d, 1e-6, dckv, dckv, hp__t_grad(r, &a->kvan)); /* in place */
     for (int64_t i = 0; i < rows; i++) memcpy(dkva + i * lat, dckv + i * kvl, (size_t)kvl * sizeof *dkva);
     /* dt = dkva·W_kva + (q's path) */
     if ((st = like(r, dt, ta, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), ta->lay.ax[HP__CP]}}, err)) != HP_OK)
         return st;
-    st = lin_bwd_add(r, t, rows, lat, H, dkva, lat, &a->wkva, hp__t_grad(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
+    st = lin_bwd_add(r, f[3], rows, lat, H, dkva, lat, &a->wkva, hp__t_grad(r, &a->wkva), NULL, NULL, ta->d, dt->d, true,
                      err);
     if (st != HP_OK || a->ql <= 0)
-        return st == HP_OK ? lin_bwd_add(r, t, rows, nh * qk, H, dq, nh * qk, &a->wq, hp__t_grad(r, &a->wq), NULL, NULL,
+        return st == HP_OK ? lin_bwd_add(r, f[3], rows, nh * qk, H, dq, nh * qk, &a->wq, hp__t_grad(r, &a->wq), NULL, NULL,
                                          ta->d, dt->d, false, err)
                            : st;
     st = hp__linear_backward(r->o.compute, rows, nh * qk, a->ql, dq, nh * qk, hp__t_w32(r, &a->wq), qa, a->ql, dqa, a->ql,
@@ -255,7 +267,7 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__b
     /* q_a's norm: its input recomputed */
     if ((st = hp_linear_forward(a->qa, 0, rows, ta->d, H, pre, a->ql, false, err)) != HP_OK) return st;
     hp__rmsnorm_backward(pre, rows, a->ql, a->qan.d, 1e-6, dqa, dqa, hp__t_grad(r, &a->qan));
-    return lin_bwd_add(r, t, rows, a->ql, H, dqa, a->ql, &a->wqa, hp__t_grad(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
+    return lin_bwd_add(r, f[3], rows, a->ql, H, dqa, a->ql, &a->wqa, hp__t_grad(r, &a->wqa), NULL, NULL, ta->d, dt->d, false,
                        err);
 }
 
@@ -264,25 +276,26 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__b
 static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__bio *bi, const hp__act *da,
                          hp__act *dt, hp_err *err)
 {
-    hp__train *t = r->train;
     const hp__act *tm = bi->tin;
     int64_t rows = tm->n[0] * tm->n[1], H = r->g.cfg.H, I = m->I;
     const float *gu = bi->buf[2], *hid = bi->buf[3];
-    float *dhid = hp__t_fbuf(t, 0, rows * I, err), *dgu = dhid ? hp__t_fbuf(t, 1, rows * 2 * I, err) : NULL;
-    if (!dgu) return HP_ERR_NOMEM;
-    hp_status st = hp__linear_backward(r->o.compute, rows, H, I, da->d, H, hp__t_w32(r, &m->wd), hid, I, dhid, I,
+    float *f[HP__NBWD];
+    hp_status st = reserve(r, s, rows, f, err);
+    if (st != HP_OK) return st;
+    float *dhid = f[0], *dgu = f[1];
+    st = hp__linear_backward(r->o.compute, rows, H, I, da->d, H, hp__t_w32(r, &m->wd), hid, I, dhid, I,
                                        hp__t_grad(r, &m->wd), m->bd.present ? hp__t_grad(r, &m->bd) : NULL, err);
     if (st != HP_OK) return st;
     hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
     st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
     if (st != HP_OK) return st;
     if (s->fused)
-        return lin_bwd_add(r, t, rows, 2 * I, H, dgu, 2 * I, &m->wgu, hp__t_grad(r, &m->wgu), &m->bgu, hp__t_grad(r, &m->bgu),
+        return lin_bwd_add(r, f[3], rows, 2 * I, H, dgu, 2 * I, &m->wgu, hp__t_grad(r, &m->wgu), &m->bgu, hp__t_grad(r, &m->bgu),
                            tm->d, dt->d, true, err);
-    st = lin_bwd_add(r, t, rows, I, H, dgu, 2 * I, &m->wg, hp__t_grad(r, &m->wg), &m->bg, hp__t_grad(r, &m->bg), tm->d, dt->d,
+    st = lin_bwd_add(r, f[3], rows, I, H, dgu, 2 * I, &m->wg, hp__t_grad(r, &m->wg), &m->bg, hp__t_grad(r, &m->bg), tm->d, dt->d,
                      true, err);
     if (st == HP_OK)
-        st = lin_bwd_add(r, t, rows, I, H, dgu + I, 2 * I, &m->wu, hp__t_grad(r, &m->wu), &m->bu, hp__t_grad(r, &m->bu), tm->d,
+        st = lin_bwd_add(r, f[3], rows, I, H, dgu + I, 2 * I, &m->wu, hp__t_grad(r, &m->wu), &m->bu, hp__t_grad(r, &m->bu), tm->d,
                          dt->d, false, err);
     return st;
 }
@@ -616,7 +629,7 @@ void hp__bwd_release(hp__train *t)
     free_slots(t);
     hp__act *acts[] = {&t->dh, &t->dt, &t->da, &t->x, &t->h1, &t->dk, &t->dv};
     for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) hp__act_release(t->ctx, acts[i]);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < HP__NBWD; i++) {
         hp__mem_free(t->ctx, t->f[i], t->fcap[i] * sizeof(float));
         t->f[i] = NULL;
         t->fcap[i] = 0;

@@ -74,8 +74,8 @@ typedef struct hp__train {
     double fwd_s, bwd_s, bwd_comm_s; /* summed over the step's micro-batches */
     hp__act dh, dt, da, x, h1, dk, dv; /* gradients; the recompute's stream (h1) */
     bool dh_live;                      /* dh holds the stream's gradient (a norm's backward adds into it) */
-    float *f[6];                       /* scratch blocks of the backward */
-    size_t fcap[6];
+    float *f[HP__NBWD];                /* the backward's scratch blocks (hp__step_bwd_widths) */
+    size_t fcap[HP__NBWD];
     /* the recompute of a layer: per position in the layer, what a later step of the layer would overwrite */
     hp__bio *src;                      /* [n_pos] what each step's backward reads */
     hp__act *sv_h, *sv_t;              /* [n_pos] a norm's input stream, a module's input */
