@@ -121,12 +121,13 @@ TEST(pp_is_refused_in_one_sentence)
 {
     hp_err e;
     hp_mesh m = parse("pp=2,tp=2");
-    CHECK(hp_mesh_check_pp(&m, &e) == HP_ERR_INPUT);
-    CHECK_STR_EQ(e.msg, "pipeline parallelism (pp=2) is not supported; drop pp from the mesh");
+    CHECK(hp_mesh_check_pp(&m, "run", &e) == HP_ERR_INPUT);
+    CHECK_STR_EQ(e.msg, "pipeline parallelism (pp=2): plan, explain, shard and merge take it, but run does not execute "
+                        "or model a pipeline yet; drop pp from the mesh (docs/pipeline.md)");
     m = parse("pp=1,tp=2");
-    CHECK(hp_mesh_check_pp(&m, &e) == HP_OK);
+    CHECK(hp_mesh_check_pp(&m, "run", &e) == HP_OK);
     m = parse("dp=2,tp=2");
-    CHECK(hp_mesh_check_pp(&m, &e) == HP_OK);
+    CHECK(hp_mesh_check_pp(&m, "run", &e) == HP_OK);
 }
 
 /* The family list goes into the caller's buffer: whole at HP_FAMILY_LIST_MAX, cut short (and terminated) in a

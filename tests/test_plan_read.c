@@ -223,11 +223,18 @@ TEST(mesh_dim_names_follow_the_mesh)
     j = json_deep_copy(f.j);
     json_object_set_new(j, "mesh_dim_names", json_array());
     REFUSED(j, "mesh_dim_names: [], but");
-    /* pp > 1 is refused here, not at write time. */
+    /* A pp axis must be the outermost and come with the pipeline's stages; a pipeline without one is refused. */
     j = json_deep_copy(f.j);
     json_array_append_new(json_object_get(mesh(j), "dims"), json_pack("{s:s,s:i}", "name", "pp", "size", 2));
     json_object_set_new(mesh(j), "world", json_integer(4));
-    REFUSED(j, "pipeline parallelism (pp=2) is not supported");
+    REFUSED(j, "pp is not the first (outermost) axis");
+    j = json_deep_copy(f.j);
+    json_array_insert_new(json_object_get(mesh(j), "dims"), 0, json_pack("{s:s,s:i}", "name", "pp", "size", 2));
+    json_object_set_new(mesh(j), "world", json_integer(4));
+    REFUSED(j, "pipeline: missing or not");
+    j = json_deep_copy(f.j);
+    json_object_set_new(j, "pipeline", json_pack("{s:i}", "pp", 2));
+    REFUSED(j, "pipeline: present, but the mesh has no pp axis");
     done(&f);
 }
 

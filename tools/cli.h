@@ -189,17 +189,28 @@ void cli_print_options(FILE *out, const cli_opt *opts);
 /* ---- the plan and mesh flags plan, shard, cost, advise, run, validate and train share (planflags.c) ---- */
 enum {
     CLI_O_MESH = 0x4000, CLI_O_DP, CLI_O_CP, CLI_O_TP, CLI_O_EP, CLI_O_EP_AXIS, CLI_O_NOSP, CLI_O_LP, CLI_O_FREEZE,
-    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_EP_COMPUTE, CLI_O_END
+    CLI_O_UNCOV, CLI_O_PACKED, CLI_O_OVERRIDES, CLI_O_EP_COMPUTE, CLI_O_PP, CLI_O_PP_VIRTUAL, CLI_O_PP_LAYERS, CLI_O_END
 };
 /* Handlers of the plan flags (planflags.c): --freeze appends a checked glob, --ep-compute sets both fields. */
 bool cli_plan_freeze_fn(const cli_ctx *x);
 bool cli_plan_ep_compute_fn(const cli_ctx *x);
+/* --pp-layers N,N,..: plain-digit counts, at most 1024, into cli_plan_flags.pp_layers and hp_plan_opts. */
+bool cli_plan_pp_layers_fn(const cli_ctx *x);
 /* The shared plan and mesh flags for a command's table: into the cli_plan_flags member m of the args struct T. */
 #define CLI_OPTS_MESH(grp, T, m)                                                                                    \
     {"mesh", CLI_O_MESH, "SPEC", "mesh axes in order with sizes; the product is the world size. Axes: dp,\n"        \
                                  "cp, tp, ep (an explicit EP axis: it adds ranks, --ep-axis implied; the\n"      \
-                                 "experts split over it, cut over tp when tp > 1), pp (refused when > 1)", 0, grp, \
+                                 "experts split over it, cut over tp when tp > 1), pp (pipeline stages: the\n"  \
+                                 "first, outermost axis)", 0, grp,                                                \
      CLI_STR(T, m.mesh_spec)},                                                                                      \
+    {"pp", CLI_O_PP, "N", "pipeline stages of a mesh given by sizes (default 1): the outermost axis;\n"            \
+                          "plan, explain, shard and merge take it (docs/pipeline.md)", 0, grp,                     \
+     CLI_DIGITS(T, m.pp, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.pp_given)},                                            \
+    {"pp-virtual", CLI_O_PP_VIRTUAL, "V", "virtual stages per pipeline stage (interleaved chunks, round robin;\n"   \
+                                          "default 1)", 0, grp, CLI_DIGITS(T, m.po.pp_virtual, 1, 1024)},        \
+    {"pp-layers", CLI_O_PP_LAYERS, "N,N,..", "decoder layers of each pipeline chunk, stage order (default: even,\n"\
+                                             "the embedding and the loss counted as a layer each)", 0, grp,       \
+     CLI_FN(T, m, cli_plan_pp_layers_fn)},                                                                          \
     {"dp", CLI_O_DP, "N", "data-parallel size of a mesh given by sizes (default 1)", 0, grp,                        \
      CLI_DIGITS(T, m.dp, 1, HP_MESH_MAX_SIZE), CLI_MARK(T, m.dp_given)},                                            \
     {"cp", CLI_O_CP, "N", "context-parallel size of a mesh given by sizes (default 1)", 0, grp,                     \
@@ -237,8 +248,9 @@ bool cli_plan_ep_compute_fn(const cli_ctx *x);
 /* What the plan flags say; which were given is read from the values (cli_plan_flags_any). */
 typedef struct cli_plan_flags {
     const char *mesh_spec, *overrides, *ep_compute;
-    int64_t dp, cp, tp, ep;
-    bool ep_given, ep_axis;
+    int64_t dp, cp, tp, ep, pp;
+    bool ep_given, ep_axis, pp_given;
+    int64_t pp_layers[1024];  /* --pp-layers: hp_plan_opts.pp_layers */
     bool dp_given, cp_given, tp_given; /* which sizes were given (a shard folder's mesh fills the others) */
     const char *freeze[64];
     int n_freeze;

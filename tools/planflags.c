@@ -17,11 +17,11 @@
 void cli_plan_flags_init(cli_plan_flags *f)
 {
     memset(f, 0, sizeof *f);
-    f->dp = f->cp = f->tp = f->ep = 1;
+    f->dp = f->cp = f->tp = f->ep = f->pp = 1;
     hp_plan_opts_default(&f->po);
 }
 
-bool cli_plan_flags_sizes(const cli_plan_flags *f) { return f->dp_given || f->cp_given || f->tp_given; }
+bool cli_plan_flags_sizes(const cli_plan_flags *f) { return f->dp_given || f->cp_given || f->tp_given || f->pp_given; }
 
 bool cli_plan_flags_shaping(const cli_plan_flags *f)
 {
@@ -54,6 +54,29 @@ bool cli_plan_freeze_fn(const cli_ctx *x)
     return true;
 }
 
+bool cli_plan_pp_layers_fn(const cli_ctx *x)
+{
+    cli_plan_flags *f = cli_target(x);
+    const char *s = x->arg;
+    int n = 0;
+    while (*s) {
+        char *end = NULL;
+        if (*s < '0' || *s > '9' || n == (int)(sizeof f->pp_layers / sizeof *f->pp_layers))
+            return cli_usage_error(x->cmd, "--pp-layers '%s': expected at most 1024 layer counts separated by commas, "
+                                   "such as 5,6,6,5", x->arg), false;
+        long long v = strtoll(s, &end, 10);
+        if (v > HP_MESH_MAX_SIZE || (*end && *end != ',') || (*end == ',' && !end[1]))
+            return cli_usage_error(x->cmd, "--pp-layers '%s': expected layer counts separated by commas, such as "
+                                   "5,6,6,5", x->arg), false;
+        f->pp_layers[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    if (!n) return cli_usage_error(x->cmd, "--pp-layers needs layer counts, such as 5,6,6,5"), false;
+    f->po.pp_layers = f->pp_layers;
+    f->po.n_pp_layers = n;
+    return true;
+}
+
 /* Checked against the model when the plan is derived (hp_plan_opts.ep_compute): the same for every command. */
 bool cli_plan_ep_compute_fn(const cli_ctx *x)
 {
@@ -67,11 +90,12 @@ bool cli_plan_ep_compute_fn(const cli_ctx *x)
 int cli_plan_flags_mesh(const char *cmd, cli_plan_flags *f, int64_t default_tp)
 {
     bool sizes = cli_plan_flags_sizes(f);
-    if (f->mesh_spec && sizes) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp, not both");
+    if (f->mesh_spec && sizes) return cli_usage_error(cmd, "give either --mesh or --dp/--cp/--tp/--pp, not both");
     int64_t tp = sizes || f->mesh_spec ? f->tp : default_tp;
     int rc = cli_mesh(cmd, f->mesh_spec, f->dp, f->cp, tp, f->ep, f->ep_axis, &f->po.mesh);
     if (rc != HP_EXIT_OK) return rc;
     hp_err err;
+    if (f->pp_given && f->pp > 1 && hp_mesh_add_pp(&f->po.mesh, f->pp, &err) != HP_OK) return cli_fail_once(&err);
     if (hp_mesh_check(&f->po.mesh, &err) != HP_OK) return cli_fail_once(&err);
     return HP_EXIT_OK;
 }

@@ -176,6 +176,9 @@ typedef struct hp_mesh {
 /* "dp=2,cp=1,tp=4" (names in order; product = world). Strict: known axis names, each once; sizes plain
  * digits in [1, HP_MESH_MAX_SIZE]; product <= HP_MESH_MAX_WORLD; no spaces, no empty items. */
 hp_status hp_mesh_parse(const char *spec, hp_mesh *out, hp_err *err);
+/* Prepends a pp axis of size pp (the outermost, as Megatron orders it); HP_ERR_INPUT when m has one already or
+ * the world would pass HP_MESH_MAX_WORLD. */
+hp_status hp_mesh_add_pp(hp_mesh *m, int64_t pp, hp_err *err);
 /* Builds (dp, cp, tp) [+ ep when ep_axis] from sizes; sizes of 1 are kept. */
 void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis);
 int64_t hp_mesh_size(const hp_mesh *m, const char *name); /* 1 when absent */
@@ -213,9 +216,41 @@ int64_t hp_mesh_ep_size(const hp_mesh *m);
  * coordinate on axis is coord. coord 0 gives the group's base, the same for every member: it names the group
  * (a communicator split's colour). rank itself when the mesh has no such axis (a group of one). */
 int64_t hp_mesh_group_rank(const hp_mesh *m, int64_t rank, const char *axis, int64_t coord);
-/* HP_ERR_INPUT "pipeline parallelism (pp=N) is not supported; drop pp from the mesh" when the mesh has a pp axis
- * of size > 1: the one refusal of pp (plan, plan files, shard, run, moe). */
-hp_status hp_mesh_check_pp(const hp_mesh *m, hp_err *err);
+/* HP_ERR_INPUT when the mesh has a pp axis of size > 1 and `what` (a command: "run", "train", "moe") does not
+ * execute a pipeline yet: the one refusal of pp. plan, plan files, explain, shard and merge take a pp axis
+ * (docs/pipeline.md). */
+hp_status hp_mesh_check_pp(const hp_mesh *m, const char *what, hp_err *err);
+
+/* ---- pipeline parallelism (docs/pipeline.md) ----
+ *
+ * The pp axis cuts the decoder into contiguous layer ranges. With V virtual stages (interleaved) the layers are
+ * cut into pp·V chunks, chunk c on stage c mod pp (Megatron's round robin). The embedding lives with chunk 0 and
+ * the final norm, lm_head and the loss with the last chunk (stage pp − 1); a tied lm_head reads the embedding, so
+ * both the first and the last stage hold it. */
+struct hp_plan;
+typedef struct hp_pipeline {
+    int64_t pp;              /* stages: the pp axis's size (1: no pipeline) */
+    int64_t virt;            /* virtual stages per stage (1: none) */
+    int64_t n_chunks;        /* pp · virt */
+    int64_t *first, *count;  /* [n_chunks]: chunk c holds decoder layers [first[c], first[c] + count[c]) */
+    bool given;              /* the counts were given (--pp-layers), not split evenly */
+} hp_pipeline;
+
+/* The split of L decoder layers into pp · virt chunks (arrays in arena a). counts (n of them, NULL: none): the
+ * layers of each chunk as given (--pp-layers: n = pp · virt, each >= 0, summing to L). Else even: the embedding
+ * and the loss count as one layer each (Megatron's account_for_embedding_in_pipeline_split and
+ * account_for_loss_in_pipeline_split), the L + 2 units are cut into chunks that differ by at most one (the later
+ * chunks take the extra), and chunk 0 and the last chunk give their unit to the embedding and the loss; fewer
+ * units than chunks is refused. HP_ERR_INPUT with the reason. */
+hp_status hp_pipeline_split(hp_pipeline *out, int64_t L, int64_t pp, int64_t virt, const int64_t *counts, int n,
+                            hp_arena *a, hp_err *err);
+/* The chunk holding decoder layer l (0 <= l < L), and its stage (chunk mod pp). */
+int64_t hp_pipeline_chunk_of(const hp_pipeline *q, int64_t l);
+int64_t hp_pipeline_stage_of(const hp_pipeline *q, int64_t l);
+/* The stages holding parameter `name` of p's model into st (1 or 2 of them; returns how many): a decoder layer's
+ * its chunk's stage; the embedding stage 0 (and pp − 1 when lm_head is tied to it); everything else (the final
+ * norm, lm_head, layers past the decoder such as multi-token prediction) the last stage. */
+int hp_pipeline_param_stages(const struct hp_plan *p, const char *name, int64_t st[2]);
 
 /* ---- planning ---- */
 typedef struct hp_plan_opts {
@@ -227,6 +262,10 @@ typedef struct hp_plan_opts {
     bool derive;              /* default true; false = the plan holds only overrides (issue 4) */
     int64_t seq_len;          /* for compatibility checks (cp); 0 = not given */
     const struct hp_overrides *overrides; /* plan overrides (hyperpar/overrides.h), or NULL */
+    int64_t pp_virtual;       /* virtual stages per pipeline stage (0 or 1: none) */
+    const int64_t *pp_layers; /* the decoder layers of each pipeline chunk (--pp-layers), n_pp_layers of them;
+                                 NULL: an even split (hp_pipeline_split) */
+    int n_pp_layers;
     const char *ep_compute;   /* the EP compute of every EP-marked boundary the overrides leave without one: an
                                * archetype key (or factory path), or "suggested" (the family's); NULL: none. As
                                * the YAML {match, when: ep, region_dispatch: false, local_compute_fn: {_target_}}
@@ -257,6 +296,7 @@ typedef struct hp_plan {
     const char *tied[1][2];      /* (embed, lm_head) */
     int n_warnings;
     const char **warnings;
+    hp_pipeline pipe;            /* the pipeline stages' layers (pipe.pp 1: none) */
     hp_arena arena;
 } hp_plan;
 

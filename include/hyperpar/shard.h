@@ -64,6 +64,9 @@ typedef struct hp_shard_tensor {
     uint64_t nbytes;                    /* local bytes */
     hp_nplace pl; /* the plan's placement (all absent when the plan leaves the tensor uncovered) */
     int ep_size;  /* the ep group size that applies to this tensor (1 when none) */
+    int n_stages; /* the pipeline stages holding it (hp_pipeline_param_stages; 0: every rank, no pipeline) */
+    int64_t stages[2];
+    bool absent;  /* hp_shard_rank_tensor: this rank's stage does not hold it (nothing else set; nbytes 0) */
 } hp_shard_tensor;
 
 typedef struct hp_shard_rank {

@@ -621,6 +621,8 @@ hp_status hp__prog_build(hp__prog *g, const hp_model *m, const hp_plan *p, const
                          hp_err *err)
 {
     memset(g, 0, sizeof *g);
+    hp_status pst = hp_mesh_check_pp(mesh ? mesh : &p->mesh, "run, train, validate or cost", err);
+    if (pst != HP_OK) return pst;
     if (!m->has_config)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: config.json is missing; the runtime needs the model's hyperparameters (family, "

@@ -79,10 +79,9 @@ static int src_cmp(const void *a, const void *b)
 
 hp_status hp__validate_ep_extend(const hp_plan *p, hp_err *err)
 {
-    hp_status st = hp_mesh_check_pp(&p->mesh, err);
-    if (st != HP_OK) return st;
-    int64_t domain = 1; /* the whole mesh: a pp axis, refused above, would not belong to it */
-    for (int i = 0; i < p->mesh.n_dims; i++) domain *= p->mesh.sizes[i];
+    int64_t domain = 1; /* one pipeline stage's ranks: every axis but pp */
+    for (int i = 0; i < p->mesh.n_dims; i++)
+        if (strcmp(p->mesh.names[i], "pp")) domain *= p->mesh.sizes[i];
     if (p->ep > domain || domain % p->ep != 0)
         return hp_err_set(err, HP_ERR_INPUT,
                           "ep_size (%lld) must not exceed and must divide the dense region (dp_replicate x dp_cp x "

@@ -314,6 +314,33 @@ static void put_boundary(hp_buf *out, const hp_plan *p, size_t bi)
     }
 }
 
+/* The pipeline's stages: each one's ranks and its chunks' decoder layers, and where the embedding and the head live
+ * (hyperpar's own addition to the report; nothing without a pp axis). */
+static void put_pipeline(hp_buf *out, const hp_plan *p)
+{
+    const hp_pipeline *q = &p->pipe;
+    if (q->pp <= 1) return;
+    int64_t per = hp_mesh_world(&p->mesh) / q->pp;
+    hp_buf_printf(out, "pipeline: pp=%lld, %lld virtual stage%s per stage, layers %s\n", (long long)q->pp,
+                  (long long)q->virt, q->virt == 1 ? "" : "s", q->given ? "as given (--pp-layers)" :
+                  "split evenly (the embedding and the loss counted as a layer each)");
+    for (int64_t s = 0; s < q->pp; s++) {
+        hp_buf_printf(out, "  stage %lld (ranks %lld-%lld):", (long long)s, (long long)(s * per),
+                      (long long)((s + 1) * per - 1));
+        if (s == 0) hp_buf_puts(out, " embedding,");
+        for (int64_t c = s; c < q->n_chunks; c += q->pp) {
+            if (q->count[c] == 0) hp_buf_printf(out, " chunk %lld: no layer;", (long long)c);
+            else hp_buf_printf(out, " chunk %lld: layers %lld-%lld (%lld);", (long long)c, (long long)q->first[c],
+                               (long long)(q->first[c] + q->count[c] - 1), (long long)q->count[c]);
+        }
+        if (s == q->pp - 1)
+            hp_buf_puts(out, hp_model_find_param(p->model, "lm_head.weight")
+                                 ? " final norm, lm_head and the loss"
+                                 : " final norm, the embedding again (lm_head is tied to it) and the loss");
+        hp_buf_puts(out, "\n");
+    }
+}
+
 /* Appends the §1.5 report for every boundary (fqn NULL) or for the one named fqn. An fqn that names no
  * boundary gives the `[!]` line after the header and HP_OK: the report says so, nothing failed. */
 hp_status hp_plan_explain(const hp_plan *p, const char *fqn, hp_buf *out, hp_err *err)
@@ -329,6 +356,7 @@ hp_status hp_plan_explain(const hp_plan *p, const char *fqn, hp_buf *out, hp_err
     for (int i = 0; i < p->n_tied && i < 1; i++)
         hp_buf_printf(out, "%s%s<->%s", i ? ", " : "", p->tied[i][0], p->tied[i][1]);
     hp_buf_puts(out, "\n");
+    put_pipeline(out, p);
 
     if (fqn) {
         size_t i = 0;

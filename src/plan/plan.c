@@ -168,6 +168,22 @@ hp_status hp_mesh_check(const hp_mesh *m, hp_err *err)
     return HP_OK;
 }
 
+hp_status hp_mesh_add_pp(hp_mesh *m, int64_t pp, hp_err *err)
+{
+    if (hp_mesh_size(m, "pp") > 1 || m->n_dims >= HP_MESH_MAX_DIMS)
+        return hp_err_set(err, HP_ERR_INPUT, "--pp %lld: the mesh has a pp axis already (give pp once)", (long long)pp);
+    int64_t w = hp_mesh_world(m);
+    if (pp < 1 || pp > HP_MESH_MAX_SIZE || !hp_mul_i64(w, pp, &w) || w > HP_MESH_MAX_WORLD)
+        return hp_err_set(err, HP_ERR_INPUT, "--pp %lld: the world would pass %d ranks", (long long)pp,
+                          HP_MESH_MAX_WORLD);
+    memmove(m->names[1], m->names[0], (size_t)m->n_dims * sizeof m->names[0]);
+    memmove(&m->sizes[1], &m->sizes[0], (size_t)m->n_dims * sizeof m->sizes[0]);
+    snprintf(m->names[0], sizeof m->names[0], "pp");
+    m->sizes[0] = pp;
+    m->n_dims++;
+    return HP_OK;
+}
+
 void hp_mesh_from_sizes(hp_mesh *out, int64_t dp, int64_t cp, int64_t tp, int64_t ep, bool ep_axis)
 {
     memset(out, 0, sizeof *out);
@@ -264,12 +280,13 @@ int64_t hp_mesh_group_rank(const hp_mesh *m, int64_t rank, const char *axis, int
     return rank;
 }
 
-hp_status hp_mesh_check_pp(const hp_mesh *m, hp_err *err)
+hp_status hp_mesh_check_pp(const hp_mesh *m, const char *what, hp_err *err)
 {
     int64_t pp = hp_mesh_size(m, "pp");
     if (pp <= 1) return HP_OK;
-    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld) is not supported; drop pp from the mesh",
-                      (long long)pp);
+    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld): plan, explain, shard and merge take it, but "
+                      "%s does not execute or model a pipeline yet; drop pp from the mesh (docs/pipeline.md)",
+                      (long long)pp, what);
 }
 
 int64_t hp_mesh_world(const hp_mesh *m)
@@ -422,7 +439,9 @@ static hp_status setup_mesh(hp_plan *p, const hp_plan_opts *o, hp_err *err)
     p->tp = hp_mesh_size(&o->mesh, "tp");
     p->cp = hp_mesh_size(&o->mesh, "cp");
     p->ep = hp_mesh_ep_size(&o->mesh);
-    if ((st = hp_mesh_check_pp(&o->mesh, err)) != HP_OK) return st;
+    if (hp_mesh_size(&o->mesh, "pp") > 1 && strcmp(o->mesh.names[0], "pp"))
+        return hp_err_set(err, HP_ERR_INPUT, "pp must be the mesh's first (outermost) axis, as Megatron orders it (tp "
+                          "innermost, pp outermost): e.g. --mesh pp=4,dp=2,tp=8");
     for (int i = 0; i < o->mesh.n_dims; i++) {
         const char *n = o->mesh.names[i];
         hp_axis a = strcmp(n, "tp") == 0 ? HP_AXIS_TP : strcmp(n, "cp") == 0 ? HP_AXIS_CP
@@ -515,6 +534,9 @@ hp_status hp_plan_derive(hp_plan **out, const hp_model *m, const hp_plan_opts *o
     p->loss_parallel = o->loss_parallel;
     p->allow_uncovered = o->allow_uncovered;
     hp_status st = setup_mesh(p, o, err);
+    if (st == HP_OK)
+        st = hp_pipeline_split(&p->pipe, m->cfg.num_hidden_layers, hp_mesh_size(&o->mesh, "pp"), o->pp_virtual,
+                               o->pp_layers, o->n_pp_layers, &p->arena, err);
     if (st == HP_OK && p->ep > 1 && !o->mesh.ep_axis) st = hp__validate_ep_extend(p, err);
     if (st == HP_OK) st = hp_plan_check_compat(m, p->tp, p->cp, p->ep, o->seq_len, err);
     if (st == HP_OK) {

@@ -174,6 +174,38 @@ static json_t *mesh_json(jb *b, const hp_mesh *m)
     return o;
 }
 
+/* The pipeline's stages (pp > 1): each stage's ranks (pp is the mesh's outermost axis: a contiguous block), its
+ * chunks' decoder layers, and whether it holds the embedding and the head. */
+static json_t *pipeline_json(jb *b, const hp_plan *p)
+{
+    const hp_pipeline *q = &p->pipe;
+    json_t *o = jb_obj(b), *stages = jb_arr(b);
+    jb_set(b, o, "pp", jb_int(b, q->pp));
+    jb_set(b, o, "virtual", jb_int(b, q->virt));
+    jb_set(b, o, "layers_given", jb_chk(b, json_boolean(q->given)));
+    int64_t per = hp_mesh_world(&p->mesh) / q->pp;
+    for (int64_t s = 0; s < q->pp; s++) {
+        json_t *st = jb_obj(b), *ranks = jb_arr(b), *chunks = jb_arr(b);
+        jb_set(b, st, "stage", jb_int(b, s));
+        jb_push(b, ranks, jb_int(b, s * per));
+        jb_push(b, ranks, jb_int(b, (s + 1) * per));
+        jb_set(b, st, "ranks", ranks);
+        for (int64_t c = s; c < q->n_chunks; c += q->pp) {
+            json_t *ch = jb_obj(b);
+            jb_set(b, ch, "chunk", jb_int(b, c));
+            jb_set(b, ch, "first_layer", jb_int(b, q->first[c]));
+            jb_set(b, ch, "layers", jb_int(b, q->count[c]));
+            jb_push(b, chunks, ch);
+        }
+        jb_set(b, st, "chunks", chunks);
+        jb_set(b, st, "embedding", jb_chk(b, json_boolean(s == 0)));
+        jb_set(b, st, "head", jb_chk(b, json_boolean(s == q->pp - 1)));
+        jb_push(b, stages, st);
+    }
+    jb_set(b, o, "stages", stages);
+    return o;
+}
+
 /* Serialises the plan (docs/plan-format.md) and appends it, with a final newline, to out. */
 hp_status hp_plan_to_json(const hp_plan *p, hp_buf *out, hp_err *err)
 {
@@ -188,6 +220,7 @@ hp_status hp_plan_to_json(const hp_plan *p, hp_buf *out, hp_err *err)
     json_t *dims = jb_arr(&b);
     for (int i = 0; i < p->n_dims; i++) jb_push(&b, dims, jb_str(&b, hp_axis_name(p->dims[i])));
     jb_set(&b, root, "mesh_dim_names", dims);
+    if (p->pipe.pp > 1) jb_set(&b, root, "pipeline", pipeline_json(&b, p));
     jb_set(&b, root, "sequence_parallel", jb_chk(&b, json_boolean(p->sequence_parallel)));
     jb_set(&b, root, "loss_parallel", jb_chk(&b, json_boolean(p->loss_parallel)));
     if (p->allow_uncovered) jb_set(&b, root, "allow_uncovered_params", jb_chk(&b, json_true()));

@@ -159,7 +159,7 @@ static hp_status mesh_of(const hp_run_moe_opts *o, int N, hp_mesh *mesh, int64_t
                             (long long)mesh->ep);
         *ep = mesh->ep;
     }
-    if (st == HP_OK) st = hp_mesh_check_pp(mesh, err);
+    if (st == HP_OK) st = hp_mesh_check_pp(mesh, "moe", err);
     if (st == HP_OK && *ep <= 0) *ep = N;
     if (st == HP_OK && !mesh->ep_axis) mesh->ep = *ep;
     if (st == HP_OK) hp_mesh_str(mesh, mstr, cap);

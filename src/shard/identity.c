@@ -66,12 +66,13 @@ hp_status hp__identity(const hp_model *m, const hp_shard_layout *l, char *out, h
         h_i64(&h[k], l->ep);
     }
     for (int64_t r = 0; r < l->world && st == HP_OK; r++) {
+        size_t held = 0;
         for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
             hp_shard_tensor t;
             st = hp_shard_rank_tensor(l, r, i, &t, err);
-            if (st == HP_OK) hp__mtensor_from(&t, &mts[i]);
+            if (st == HP_OK && !t.absent) hp__mtensor_from(&t, &mts[held++]);
         }
-        uint64_t d = hp__rank_layout(globals, mts, l->n_tensors);
+        uint64_t d = hp__rank_layout(globals, mts, held);
         for (int k = 0; st == HP_OK && k < 2; k++) hp_hash64_update(&h[k], &d, sizeof d);
     }
     free(mts);

@@ -133,6 +133,16 @@ hp_status hp_shard_rank_tensor(const hp_shard_layout *l, int64_t rank, size_t i,
 {
     HP_ASSERT(rank >= 0 && rank < l->world && i < l->n_tensors);
     *out = l->tensors[i];
+    if (out->n_stages > 0) { /* a pipeline: only the stages that hold it */
+        int64_t stage = hp_mesh_coord(&l->mesh, rank, "pp");
+        out->absent = true;
+        for (int k = 0; k < out->n_stages; k++) out->absent = out->absent && out->stages[k] != stage;
+        if (out->absent) {
+            out->nbytes = 0;
+            out->n_slices = 0;
+            return HP_OK;
+        }
+    }
     hp__segs s;
     hp_status st = hp__segs_from_tensor(out, &s, err);
     if (st != HP_OK) return st;
@@ -259,11 +269,11 @@ static hp_status assign_file_ranks(hp_shard_layout *l, hp_err *err)
     rkey *keys = malloc((size_t)l->world * sizeof *keys);
     if (!keys) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int64_t r = 0; r < l->world; r++) {
-        int64_t key = 0, size, idx;
+        int64_t key = hp_mesh_coord(&l->mesh, r, "pp"), size, idx; /* pipeline stages hold other tensors */
         for (int a = 0; a < HP_AXIS_COUNT; a++) {
             if (!used[a]) continue;
             axis_index(l, a == HP_AXIS_EP ? &l->tensors[ep_probe] : &l->tensors[0], r, a, &size, &idx);
-            key = key * (l->world + 1) + idx; /* each idx < world; at most 3 axes of world <= 2^16 fit */
+            key = key * size + idx; /* mixed radix: pp x tp x cp x ep sizes, each <= 2^16, fit */
         }
         keys[r] = (rkey){key, r};
     }
@@ -324,6 +334,7 @@ static hp_status fill_tensor(hp_shard_layout *l, const hp_model *m, const hp_pla
         globals[e] = m->params[pi].name;
         params[e] = pi;
     }
+    if (p->pipe.pp > 1) t->n_stages = hp_pipeline_param_stages(p, globals[0], t->stages);
     t->n_globals = n;
     t->globals = globals;
     t->params = params;
@@ -350,8 +361,6 @@ hp_status hp_shard_layout_build(hp_shard_layout **out, const hp_model *m, const 
                               "the mesh has more than %d ranks; rank files are numbered with five "
                               "digits",
                               HP_SHARD_MAX_WORLD);
-    hp_status pst = hp_mesh_check_pp(&p->mesh, err);
-    if (pst != HP_OK) return pst;
     hp_shard_layout *l = hp_calloc(1, sizeof *l);
     pinfo *info = hp_calloc(m->n_params ? m->n_params : 1, sizeof *info);
     bool *emitted = NULL;

@@ -170,7 +170,7 @@ hp_status hp__manifest_write(const hp_shard_layout *l, const hp_model *m, const 
         for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
             hp_shard_tensor t;
             st = hp_shard_rank_tensor(l, r, i, &t, err);
-            if (st == HP_OK) push(&b, ts, rank_tensor_json(&b, &t));
+            if (st == HP_OK && !t.absent) push(&b, ts, rank_tensor_json(&b, &t));
         }
         set(&b, o, "tensors", ts);
         push(&b, ranks, o);

@@ -32,7 +32,7 @@ typedef struct piece {
 } piece;
 
 typedef struct vtensor {   /* one rank-file tensor name, across ranks */
-    const hp__mtensor *mt; /* rank 0's description */
+    const hp__mtensor *mt; /* the first rank's description that lists it */
     int n_pieces;
     piece *pieces;
 } vtensor;
@@ -176,17 +176,72 @@ static int find_named(const named *v, size_t n, const char *name)
     return -1;
 }
 
-/* Groups the rank tensors by name (every rank must list the same tensors as rank 0) and maps globals. */
+/* A rank tensor's listing: its name, its rank and its index in the rank's list. */
+typedef struct listing {
+    const char *name;
+    size_t rank, k;
+} listing;
+
+static int listing_cmp(const void *a, const void *b)
+{
+    const listing *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* The rank tensors grouped by name: every rank lists a slice of every tensor, or (a pipeline) of its stage's
+ * tensors; the first rank listing a name describes it. *lst (malloc'd, n_lst of them) sorted by name then rank. */
+static hp_status group_names(merge_ctx *c, hp_arena *a, listing **lst, size_t *n_lst, hp_err *err)
+{
+    const hp__manifest *m = c->man;
+    size_t total = 0;
+    for (size_t r = 0; r < m->n_ranks; r++) total += m->ranks[r].n_tensors;
+    listing *l = malloc((total + 1) * sizeof *l);
+    c->vt = hp_arena_alloc(a, (total + 1) * sizeof *c->vt);
+    if (!l || !c->vt) {
+        free(l);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    size_t n = 0;
+    for (size_t r = 0; r < m->n_ranks; r++)
+        for (size_t k = 0; k < m->ranks[r].n_tensors; k++) l[n++] = (listing){m->ranks[r].tensors[k].name, r, k};
+    qsort(l, n, sizeof *l, listing_cmp);
+    c->n_vt = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && !strcmp(l[i - 1].name, l[i].name)) {
+            if (l[i - 1].rank == l[i].rank) {
+                free(l);
+                return hp_err_set(err, HP_ERR_INPUT, "manifest.json: rank %zu lists tensor '%s' twice", l[i].rank,
+                                  l[i].name);
+            }
+            continue;
+        }
+        vtensor *v = &c->vt[c->n_vt++];
+        v->mt = &m->ranks[l[i].rank].tensors[l[i].k];
+        v->n_pieces = 0;
+        v->pieces = hp_arena_alloc(a, (size_t)m->world * sizeof *v->pieces);
+        if (!v->pieces) {
+            free(l);
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        }
+    }
+    *lst = l, *n_lst = n;
+    return HP_OK;
+}
+
+/* Groups the rank tensors by name and maps globals. */
 static hp_status build_pieces(merge_ctx *c, hp_arena *a, hp_err *err)
 {
     const hp__manifest *m = c->man;
-    const hp__mrank *r0 = &m->ranks[0];
-    c->n_vt = r0->n_tensors;
-    c->vt = hp_arena_alloc(a, (c->n_vt + 1) * sizeof *c->vt);
+    listing *lst = NULL;
+    size_t n_lst = 0;
+    hp_status gs = group_names(c, a, &lst, &n_lst, err);
+    if (gs != HP_OK) return gs;
     c->gm = hp_arena_alloc(a, (m->n_globals + 1) * sizeof *c->gm);
     named *idx = malloc((m->n_globals + 1) * sizeof *idx);
-    if (!c->vt || !c->gm || !idx) {
+    if (!c->gm || !idx) {
         free(idx);
+        free(lst);
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
     for (size_t g = 0; g < m->n_globals; g++) {
@@ -200,10 +255,7 @@ static hp_status build_pieces(merge_ctx *c, hp_arena *a, hp_err *err)
             st =
                 hp_err_set(err, HP_ERR_INPUT, "manifest.json: tensor '%s' is listed twice in \"tensors\"", idx[g].name);
     for (size_t v = 0; v < c->n_vt && st == HP_OK; v++) {
-        const hp__mtensor *mt = &r0->tensors[v];
-        c->vt[v].mt = mt;
-        c->vt[v].pieces = hp_arena_alloc(a, (size_t)m->world * sizeof *c->vt[v].pieces);
-        if (!c->vt[v].pieces) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        const hp__mtensor *mt = c->vt[v].mt;
         for (int e = 0; e < mt->n_globals && st == HP_OK; e++) {
             int g = find_named(idx, m->n_globals, mt->globals[e]);
             const hp__mglobal *gl = g >= 0 ? &m->globals[g] : NULL;
@@ -230,22 +282,17 @@ static hp_status build_pieces(merge_ctx *c, hp_arena *a, hp_err *err)
                             "the checkpoint",
                             m->globals[g].name);
     free(idx);
-    for (size_t r = 0; r < m->n_ranks && st == HP_OK; r++) {
-        const hp__mrank *rk = &m->ranks[r];
-        if (rk->n_tensors != c->n_vt)
-            return hp_err_set(err, HP_ERR_INPUT,
-                              "manifest.json: rank %zu lists %zu tensors but rank 0 lists %zu; every "
-                              "rank holds a slice of every tensor",
-                              r, rk->n_tensors, c->n_vt);
-        for (size_t v = 0; v < c->n_vt && st == HP_OK; v++) {
-            if (!same_desc(&rk->tensors[v], c->vt[v].mt))
-                return hp_err_set(err, HP_ERR_INPUT,
-                                  "manifest.json: rank %zu tensor %zu ('%s') disagrees with rank 0 "
-                                  "('%s') in name, dtype, global shape or global names",
-                                  r, v, rk->tensors[v].name, c->vt[v].mt->name);
-            st = add_piece(&c->vt[v], &rk->tensors[v], (int64_t)r, err);
-        }
+    for (size_t i = 0, v = 0; i < n_lst && st == HP_OK; i++) { /* the listings in the vtensors' order */
+        if (i > 0 && strcmp(lst[i - 1].name, lst[i].name)) v++;
+        const hp__mtensor *mt = &m->ranks[lst[i].rank].tensors[lst[i].k];
+        if (!same_desc(mt, c->vt[v].mt))
+            st = hp_err_set(err, HP_ERR_INPUT,
+                            "manifest.json: rank %zu's tensor '%s' disagrees with the other ranks' in dtype, global "
+                            "shape or global names",
+                            lst[i].rank, mt->name);
+        else st = add_piece(&c->vt[v], mt, (int64_t)lst[i].rank, err);
     }
+    free(lst);
     /* Every tensor's distinct pieces tile it exactly once. */
     const hp__segs **segs = malloc(((size_t)m->world + 1) * sizeof *segs);
     int64_t *ranks = malloc(((size_t)m->world + 1) * sizeof *ranks);

@@ -744,6 +744,59 @@ static hp_status check_boundary(hp_plan *p, const hp_model *m, const char *path,
 }
 
 /* After compare(): the plan is for this checkpoint; now it must agree with itself, field by field. */
+/* The pipeline's stages (plan_json.c's "pipeline"): present exactly when the mesh has a pp axis of size > 1, its
+ * outermost; each stage's rank block and chunks as hp_pipeline_split lays them out, the counts checked by it. */
+static hp_status read_pipeline(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
+{
+    int64_t pp = hp_mesh_size(&p->mesh, "pp"), L = m->cfg.num_hidden_layers;
+    json_t *pj = json_object_get(root, "pipeline");
+    if (pp <= 1) {
+        if (pj) return fail(err, path, "pipeline", "present, but the mesh has no pp axis of size > 1");
+        return hp_pipeline_split(&p->pipe, L, 1, 1, NULL, 0, &p->arena, err);
+    }
+    if (strcmp(p->mesh.names[0], "pp"))
+        return fail(err, path, "mesh.dims", "pp is not the first (outermost) axis; hyperpar orders pp outermost");
+    json_t *stages = json_object_get(pj, "stages"), *v = json_object_get(pj, "virtual");
+    if (!json_is_object(pj) || !json_is_integer(json_object_get(pj, "pp")) || !json_is_integer(v) ||
+        !json_is_array(stages))
+        return fail(err, path, "pipeline", "missing or not {\"pp\", \"virtual\", \"stages\": [...]} (the mesh has a pp axis)");
+    if (json_integer_value(json_object_get(pj, "pp")) != pp || (int64_t)json_array_size(stages) != pp)
+        return failf(err, path, "pipeline", "pp or its stages are not the mesh's pp=%lld", (long long)pp);
+    int64_t virt = json_integer_value(v), per = hp_mesh_world(&p->mesh) / pp;
+    if (virt < 1 || virt > HP_MESH_MAX_SIZE || pp * virt > (1 << 20))
+        return fail(err, path, "pipeline.virtual", "not a count of virtual stages in [1, 2^20 / pp]");
+    int64_t n = pp * virt, *counts = hp_arena_alloc(&p->arena, (size_t)n * sizeof *counts), *firsts = hp_arena_alloc(&p->arena, (size_t)n * sizeof *firsts);
+    if (!counts || !firsts) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int64_t s = 0; s < pp; s++) {
+        json_t *st = json_array_get(stages, (size_t)s), *ch = json_object_get(st, "chunks"), *rk = json_object_get(st, "ranks");
+        char w[64];
+        snprintf(w, sizeof w, "pipeline.stages[%lld]", (long long)s);
+        if (json_integer_value(json_object_get(st, "stage")) != s || !json_is_array(ch) ||
+            (int64_t)json_array_size(ch) != virt || json_integer_value(json_array_get(rk, 0)) != s * per ||
+            json_integer_value(json_array_get(rk, 1)) != (s + 1) * per)
+            return failf(err, path, w, "not stage %lld of ranks [%lld, %lld) with %lld chunks", (long long)s,
+                         (long long)(s * per), (long long)((s + 1) * per), (long long)virt);
+        for (int64_t k = 0; k < virt; k++) {
+            json_t *c = json_array_get(ch, (size_t)k), *f = json_object_get(c, "first_layer"), *l = json_object_get(c, "layers");
+            int64_t ci = s + k * pp;
+            if (json_integer_value(json_object_get(c, "chunk")) != ci || !json_is_integer(f) || !json_is_integer(l))
+                return failf(err, path, w, "chunk %lld: expected {\"chunk\": %lld, \"first_layer\", \"layers\"}",
+                             (long long)k, (long long)ci);
+            counts[ci] = json_integer_value(l), firsts[ci] = json_integer_value(f);
+        }
+    }
+    hp_err e;
+    if (hp_pipeline_split(&p->pipe, L, pp, virt, counts, (int)n, &p->arena, &e) != HP_OK)
+        return fail(err, path, "pipeline", e.msg);
+    for (int64_t c = 0; c < n; c++)
+        if (p->pipe.first[c] != firsts[c])
+            return failf(err, path, "pipeline", "chunk %lld starts at layer %lld, but the chunks before it hold %lld "
+                         "layers; the chunks are contiguous", (long long)c, (long long)firsts[c],
+                         (long long)p->pipe.first[c]);
+    p->pipe.given = json_is_true(json_object_get(pj, "layers_given"));
+    return HP_OK;
+}
+
 static hp_status validate(hp_plan *p, const hp_model *m, const char *path, json_t *root, hp_err *err)
 {
     static const char *const flags[] = {"sequence_parallel", "loss_parallel", "allow_uncovered_params"};
@@ -788,8 +841,8 @@ static hp_status validate(hp_plan *p, const hp_model *m, const char *path, json_
         return failf(err, path, "mesh.world", "%s%lld, but the product of mesh.dims sizes is %lld; the world size "
                      "is that product", json_is_integer(w) ? "" : "not an integer: ",
                      json_is_integer(w) ? (long long)json_integer_value(w) : 0LL, (long long)world);
-    hp_err pp_err;
-    if (hp_mesh_check_pp(&p->mesh, &pp_err) != HP_OK) return fail(err, path, "mesh.dims", pp_err.msg);
+    hp_status pst = read_pipeline(p, m, path, root, err);
+    if (pst != HP_OK) return pst;
     const char *mode = json_string_value(json_object_get(mesh, "ep_mode"));
     int64_t ep_json = json_integer_value(json_object_get(mesh, "ep"));
     if (p->mesh.ep_axis && ep_json != p->ep)

@@ -82,19 +82,21 @@ static hp_status write_rank(const job *j, int64_t rank, int *why, hp_err *err)
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_mesh", mesh, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_coords", coords.data, err);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_identity", j->identity, err);
+    size_t held = 0; /* the tensors this rank holds (a pipeline stage holds its layers') */
     for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
         hp_shard_tensor t;
         st = hp_shard_rank_tensor(l, rank, i, &t, err);
-        if (st == HP_OK) hp__mtensor_from(&t, &mts[i]);
+        if (st == HP_OK && !t.absent) hp__mtensor_from(&t, &mts[held++]);
     }
     char layout[17];
-    hp__hex64(hp__rank_layout(j->globals, mts, l->n_tensors), layout);
+    hp__hex64(hp__rank_layout(j->globals, mts, held), layout);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "hyperpar_layout", layout, err);
     for (size_t i = 0; i < l->n_tensors && st == HP_OK; i++) {
         hp_shard_tensor t;
         hp__segs s;
         hp__geom geom;
         st = hp_shard_rank_tensor(l, rank, i, &t, err);
+        if (st == HP_OK && t.absent) continue;
         if (st == HP_OK) st = hp__segs_from_tensor(&t, &s, err);
         if (st == HP_OK) st = hp__geom_make(t.name, t.dtype, &s, &geom, err);
         const uint8_t *base = NULL;

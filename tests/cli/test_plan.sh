@@ -26,7 +26,7 @@ expect 2 "num_experts (8) must be divisible by" -- "$HP" plan "$D/configs/mixtra
 expect 2 "EP>1 requires MoE model" -- "$HP" plan "$D/configs/llama-3-8b.json" --tp 2 --ep 2
 expect 2 "has 8 ranks but the world size is 6" -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh dp=2,tp=4 --world 6
 expect 2 "unknown axis 'tq'" -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh tq=2
-expect 2 "pipeline parallelism" -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh pp=2,tp=2
+expect 2 "pp must be the mesh's first (outermost) axis" -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh tp=2,pp=2
 expect 2 "fused gate/up" -- "$HP" plan "$D/golden/mixtral_batched_bf16" --tp 2
 expect 2 "sequence length 10 is not divisible by 2*cp" -- "$HP" plan "$D/configs/llama-3-8b.json" --cp 2 --seq-len 10
 expect 2 "either --mesh or --dp" -- "$HP" plan "$D/configs/llama-3-8b.json" --mesh tp=2 --tp 2

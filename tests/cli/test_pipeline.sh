@@ -1,0 +1,110 @@
+# Pipeline parallelism in plan, explain, shard and merge (docs/pipeline.md): --pp N puts a pp axis outermost; the
+# plan records each stage's ranks and layers; shard writes each rank only its stage's tensors (the embedding on the
+# first stage, the final norm and lm_head on the last, a tied embedding on both); merge restores the checkpoint to
+# the byte. run, train and cost refuse a pipeline by name until they execute one.
+source "$(dirname "$0")/lib.sh"
+cd "$TESTS"
+F=data/forward
+
+same_tensors() { # ORIGINAL_FOLDER MERGED_FOLDER: every tensor equal in dtype, shape and bytes
+    python3 - "$1" "$2" <<'PY'
+import glob, json, struct, sys
+def tensors(folder):  # the checkpoint's own files (a golden folder also holds its reference outputs)
+    out = {}
+    for path in glob.glob(folder + "/model*.safetensors"):
+        raw = open(path, "rb").read()
+        n = struct.unpack("<Q", raw[:8])[0]
+        head = json.loads(raw[8:8 + n])
+        for k, v in head.items():
+            if k == "__metadata__":
+                continue
+            a, b = v["data_offsets"]
+            out[k] = (v["dtype"], v["shape"], raw[8 + n + a:8 + n + b])
+    return out
+x, y = tensors(sys.argv[1]), tensors(sys.argv[2])
+bad = [k for k in x if k not in y or x[k] != y[k]] + [k for k in y if k not in x]
+print(" ".join(bad[:5]))
+sys.exit(1 if bad else 0)
+PY
+}
+
+stages_hold() { # SHARD_FOLDER: each rank holds only tensors of its stage (plan.json's pipeline), and something
+    python3 - "$1" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+plan, man = json.load(open(d + "/plan.json")), json.load(open(d + "/manifest.json"))
+pipe = plan["pipeline"]
+last = pipe["pp"] - 1
+stage_of_rank, stage_of_layer = {}, {}
+for s in pipe["stages"]:
+    for r in range(*s["ranks"]):
+        stage_of_rank[r] = s["stage"]
+    for c in s["chunks"]:
+        for l in range(c["first_layer"], c["first_layer"] + c["layers"]):
+            stage_of_layer[l] = s["stage"]
+tied = "lm_head.weight" not in [t["name"] for t in man["tensors"]]
+def stages(name):  # a stack of experts is named under its layer too
+    m = re.search(r"(?:^|\.)layers\.(\d+)\.", name)
+    if m:
+        return {stage_of_layer.get(int(m.group(1)), last)}
+    if "embed_tokens" in name:
+        return {0, last} if tied else {0}
+    return {last}
+ok = True
+for r in man["ranks"]:
+    s = stage_of_rank[r["rank"]]
+    names = [t["name"] for t in r["tensors"]]
+    if not names:
+        print("rank", r["rank"], "holds nothing")
+        ok = False
+    for n in names:
+        if s not in stages(n):
+            print("rank", r["rank"], "of stage", s, "holds", n)
+            ok = False
+sys.exit(0 if ok else 1)
+PY
+}
+
+n=0
+for c in "llama:--pp 2 --tp 2" "qwen2:--pp 2" "mixtral:--pp 2 --tp 2 --ep 2 --packed-fused" "qwen2_moe:--pp 2 --pp-virtual 2" \
+         "deepseek_v3:--pp 3" "gpt_oss:--pp 2 --pp-layers 1,1 --dp 2"; do
+    fam=${c%%:*}
+    flags=${c#*:}
+    n=$((n + 1))
+    G=$F/$fam
+    IFS=' ' read -r -a fl <<<"$flags"
+    expect 0 "" -- "$HP" shard $G "${fl[@]}" --out "$WORK/s$n"
+    check "$fam $flags: each rank holds its stage's tensors only" stages_hold "$WORK/s$n"
+    expect 0 "" -- "$HP" merge "$WORK/s$n" --out "$WORK/m$n"
+    check "$fam $flags: merge restores the checkpoint to the byte" same_tensors $G "$WORK/m$n"
+done
+
+# The plan file carries the stages; shard --plan takes them, and explain prints them
+G=$F/llama
+expect 0 "" -- "$HP" plan $G --pp 2 --tp 2 -o "$WORK/pp.json"
+check "the plan records the pipeline" python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["pipeline"]; \
+    sys.exit(0 if p["pp"] == 2 and [s["ranks"] for s in p["stages"]] == [[0, 2], [2, 4]] else 1)' "$WORK/pp.json"
+expect 0 "" -- "$HP" shard $G --plan "$WORK/pp.json" --out "$WORK/fromplan"
+expect 0 "stage 1 (ranks 2-3): chunk 1: layers 1-1 (1); final norm, lm_head and the loss" -- \
+    "$HP" plan $G --pp 2 --tp 2 --format explain
+expect 0 "the embedding again (lm_head is tied to it)" -- "$HP" plan $F/qwen2 --pp 2 --format explain
+
+# A hand-edited plan whose stages do not cover the layers is refused by name
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); p["pipeline"]["stages"][1]["chunks"][0]["layers"] = 2; \
+    json.dump(p, open(sys.argv[2], "w"))' "$WORK/pp.json" "$WORK/bad.json"
+expect 2 "the counts sum to 3, but the model has 2 decoder layers" -- "$HP" shard $G --plan "$WORK/bad.json" \
+    --out "$WORK/bad"
+check "nothing written for a refused plan" test ! -e "$WORK/bad"
+
+# Bad pipeline flags: exit 2 with the reason
+expect 2 "gives 3 counts; pp=2 x 1 virtual stages has 2 chunks" -- "$HP" plan $G --pp 2 --pp-layers 1,1,0
+expect 2 "makes 8 chunks, but the model has only 2 decoder layers" -- "$HP" plan $G --pp 4 --pp-virtual 2
+expect 2 "pp must be the mesh's first (outermost) axis" -- "$HP" plan $G --mesh tp=2,pp=2
+expect 2 "give either --mesh or --dp/--cp/--tp/--pp" -- "$HP" plan $G --mesh pp=2 --pp 2
+expect 2 "expected layer counts separated by commas" -- "$HP" plan $G --pp 2 --pp-layers 1,
+# What does not execute a pipeline yet says so (cost reports the weights it knows, and why the rest is not derived)
+expect 0 "but run, train, validate or cost does not execute or model a pipeline yet" -- \
+    "$HP" cost $G --pp 2 --batch 2 --seq 8
+expect 2 "does not execute or model a pipeline yet" -- timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    "$HP" run $G --input $G/forward_io.safetensors --pp 2
+finish
