@@ -127,6 +127,12 @@ hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *s
                                                 hp_err *err);
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err);
+/* Point to point (a pipeline's activations between stages): bytes to rank dst of c, or from rank src into buf,
+ * blocking, under tag (0..32767). The two ranks agree on bytes and tag beforehand (the schedule says them); a
+ * receive of another size is HP_ERR_INPUT naming both sizes. A rank cannot send to itself (a one-rank
+ * communicator has no peer): HP_ERR_INPUT. */
+hp_status hp_comm_send(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err);
+hp_status hp_comm_recv(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err);
 
 #ifdef __cplusplus
 }

@@ -103,7 +103,7 @@ static void self_free(hp_comm *c) { free(c); }
 
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
                                        self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
-                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL, NULL,
+                                       self_reduce_scatter_f32, self_gatherv, NULL, NULL, NULL, NULL, NULL,
                                        self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
@@ -364,6 +364,28 @@ hp_status hp_comm_reduce_scatter_sum_f32_shared(const hp_comm *c, const float *s
 /* Every rank's byte count is checked against the root's rcounts before any data moves (an allgather of the
  * counts, then an agreement): a rank sending more than the root expects would overrun recv, one sending less
  * would leave the root waiting. A mismatch fails every rank with the same HP_ERR_INPUT. */
+/* The peer of a point-to-point call: another rank of c, with a backend that has peers. */
+static hp_status p2p_check(const hp_comm *c, int peer, int tag, bool can, const char *what, hp_err *err)
+{
+    if (peer < 0 || peer >= c->size || peer == c->rank || !can)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: rank %d is not another rank of this %d-rank communicator (rank %d)",
+                          what, peer, c->size, c->rank);
+    if (tag < 0 || tag > 32767) return hp_err_set(err, HP_ERR_INPUT, "%s: tag %d is outside [0, 32767]", what, tag);
+    return HP_OK;
+}
+
+hp_status hp_comm_send(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err)
+{
+    hp_status st = p2p_check(c, dst, tag, c->ops->send != NULL, "send", err);
+    return st == HP_OK ? c->ops->send(c, dst, buf, bytes, tag, err) : st;
+}
+
+hp_status hp_comm_recv(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err)
+{
+    hp_status st = p2p_check(c, src, tag, c->ops->recv != NULL, "receive", err);
+    return st == HP_OK ? c->ops->recv(c, src, buf, bytes, tag, err) : st;
+}
+
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,
                           const size_t *rdispls, int root, hp_err *err)
 {

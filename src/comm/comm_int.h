@@ -32,6 +32,9 @@ typedef struct hp_comm_ops {
     /* hp_comm_reduce_scatter_sum_f32_shared through that memory (NULL: none); *done as above. */
     hp_status (*reduce_scatter_shared)(const hp_comm *c, const float *send, float *recv, size_t n, bool *done,
                                        hp_err *err);
+    /* hp_comm_send / hp_comm_recv to or from another rank (NULL: no peer, one process) */
+    hp_status (*send)(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err);
+    hp_status (*recv)(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err);
     /* hp_comm_window_bytes (NULL: none, 0) */
     uint64_t (*window_bytes)(const hp_comm *c);
     void (*free)(hp_comm *c);

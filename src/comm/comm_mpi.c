@@ -448,12 +448,41 @@ static hp_status mpi_gatherv(const hp_comm *c, const void *send, size_t bytes, v
     return HP_OK;
 }
 
+/* In pieces of HP_MPI_CHUNK bytes (at least one, so that an empty message is a message too), all under tag: MPI
+ * keeps the order of one sender's messages of one tag. */
+static hp_status mpi_send(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err)
+{
+    for (size_t off = 0; off == 0 || off < bytes; off += HP_MPI_CHUNK) {
+        size_t len = bytes - off < HP_MPI_CHUNK ? bytes - off : HP_MPI_CHUNK;
+        int code = MPI_Send((const char *)buf + off, (int)len, MPI_BYTE, dst, tag, mc(c));
+        if (code != MPI_SUCCESS) return mpi_fail(err, code, "Send");
+        if (bytes == 0) break;
+    }
+    return HP_OK;
+}
+
+static hp_status mpi_recv(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err)
+{
+    for (size_t off = 0; off == 0 || off < bytes; off += HP_MPI_CHUNK) {
+        size_t len = bytes - off < HP_MPI_CHUNK ? bytes - off : HP_MPI_CHUNK;
+        MPI_Status s;
+        int got = 0, code = MPI_Recv((char *)buf + off, (int)len, MPI_BYTE, src, tag, mc(c), &s);
+        if (code == MPI_SUCCESS) code = MPI_Get_count(&s, MPI_BYTE, &got);
+        if (code != MPI_SUCCESS) return mpi_fail(err, code, "Recv");
+        if ((size_t)got != len)
+            return hp_err_set(err, HP_ERR_INPUT, "receive from rank %d: a piece of %d bytes where %zu were expected "
+                              "(the ranks disagree on the message's %zu bytes)", src, got, len, bytes);
+        if (bytes == 0) break;
+    }
+    return HP_OK;
+}
+
 static uint64_t mpi_window_bytes(const hp_comm *c) { return ((const mpi_impl *)c->impl)->shm.bytes; }
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
                                       mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows,
-                                      mpi_reduce_scatter_shared, mpi_window_bytes, mpi_free};
+                                      mpi_reduce_scatter_shared, mpi_send, mpi_recv, mpi_window_bytes, mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {

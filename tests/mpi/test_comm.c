@@ -328,6 +328,48 @@ out:
     free(all);
 }
 
+/* Point to point: a message passed along the ranks 0 -> 1 -> ... -> n-1 (the way a pipeline's activations go),
+ * each rank adding its rank to every element; an empty message; a receive of the wrong size; no peer alone. */
+static void test_send_recv(void)
+{
+    hp_err err;
+    int r = hp_comm_rank(W), n = hp_comm_size(W);
+    size_t count = getenv("HP_MPI_FORCE_PIECES") ? 250 : 300000; /* forced pieces are 3 bytes: 10^3 messages */
+    int32_t *buf = calloc(count, sizeof *buf);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    if (n == 1) {
+        CHECK(hp_comm_send(W, 0, buf, 4, 0, &err) == HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "is not another rank");
+        free(buf);
+        return;
+    }
+    if (r > 0) CHECK(hp_comm_recv(W, r - 1, buf, count * sizeof *buf, 7, &err) == HP_OK);
+    for (size_t i = 0; i < count; i++) buf[i] += r + (r == 0 ? (int32_t)i : 0);
+    if (r + 1 < n) CHECK(hp_comm_send(W, r + 1, buf, count * sizeof *buf, 7, &err) == HP_OK);
+    int32_t sum = (int32_t)(n * (n - 1) / 2);
+    for (size_t i = 0; r == n - 1 && i < count; i++)
+        if (buf[i] != (int32_t)i + sum) {
+            CHECK_MSG(false, "element %zu: %d, want %d", i, buf[i], (int)i + sum);
+            break;
+        }
+    /* an empty message is a message */
+    if (r == 0) CHECK(hp_comm_send(W, 1, NULL, 0, 3, &err) == HP_OK);
+    if (r == 1) CHECK(hp_comm_recv(W, 0, buf, 0, 3, &err) == HP_OK);
+    /* a receive that expects more than was sent says both sizes (one piece: not with forced 3-byte pieces) */
+    bool one_piece = !getenv("HP_MPI_FORCE_PIECES");
+    if (r == 0 && one_piece) CHECK(hp_comm_send(W, 1, buf, 8, 4, &err) == HP_OK);
+    if (r == 1 && one_piece) {
+        CHECK(hp_comm_recv(W, 0, buf, 16, 4, &err) == HP_ERR_INPUT);
+        CHECK_STR_CONTAINS(err.msg, "a piece of 8 bytes where 16 were expected");
+    }
+    CHECK(hp_comm_send(W, r, buf, 4, 0, &err) == HP_ERR_INPUT); /* not to itself */
+    CHECK(hp_comm_send(W, (r + 1) % n, buf, 4, 40000, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "tag 40000");
+    free(buf);
+    CHECK(hp_comm_barrier(W, &err) == HP_OK);
+}
+
 int main(int argc, char **argv)
 {
     hp_err err;
@@ -355,7 +397,8 @@ int main(int argc, char **argv)
                  {"split", test_split},
                  {"agree", test_agree},
                  {"agree_names_rank_once", test_agree_names_rank_once},
-                 {"gatherv_count_mismatch", test_gatherv_count_mismatch}};
+                 {"gatherv_count_mismatch", test_gatherv_count_mismatch},
+                 {"send_recv", test_send_recv}};
     int rc = mpi_run_tests(W, tests, sizeof tests / sizeof *tests);
     hp_comm_free(W);
     return rc;
