@@ -154,7 +154,7 @@ int64_t cli_anon_kib(void)
 hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *path, int64_t anon_kib_grown,
                              hp_err *err)
 {
-    enum { NV = 2 * HP_RUN_COLL_COUNT + 9 };
+    enum { NV = 2 * HP_RUN_COLL_COUNT + 11 };
     const hp_run_stats *s = hp_runner_stats(r);
     double mine[NV];
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) mine[k] = (double)s->bytes[k], mine[HP_RUN_COLL_COUNT + k] = (double)s->calls[k];
@@ -167,12 +167,16 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
     mine[2 * HP_RUN_COLL_COUNT + 6] = (double)s->train_master_bytes;
     mine[2 * HP_RUN_COLL_COUNT + 7] = (double)s->train_saved_bytes;
     mine[2 * HP_RUN_COLL_COUNT + 8] = (double)s->window_bytes; /* exact: below 2^53 */
+    mine[2 * HP_RUN_COLL_COUNT + 9] = (double)s->p2p_bytes;
+    mine[2 * HP_RUN_COLL_COUNT + 10] = (double)s->p2p_calls;
     bool train = hp_runner_train_steps(r) > 0;
     int n = hp_comm_size(w);
     double *all = hp_calloc((size_t)n * NV, sizeof *all);
     hp_status st = all ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK) st = hp_comm_allgather(w, mine, sizeof mine, all, err);
+    bool p2p = false; /* a pipeline's transfers, listed when there are some */
+    for (int i = 0; st == HP_OK && i < n; i++) p2p = p2p || all[(size_t)i * NV + 2 * HP_RUN_COLL_COUNT + 10] > 0;
     if (st == HP_OK && hp_comm_rank(w) == 0) {
         char *buf = NULL;
         size_t len = 0;
@@ -197,6 +201,9 @@ hp_status cli_write_run_stats(const hp_comm *w, const hp_runner *r, const char *
                 fprintf(f, ", \"grad_bytes\": %.0f, \"optim_bytes\": %.0f, \"master_bytes\": %.0f, \"saved_bytes\": %.0f",
                         v[2 * HP_RUN_COLL_COUNT + 4], v[2 * HP_RUN_COLL_COUNT + 5], v[2 * HP_RUN_COLL_COUNT + 6],
                         v[2 * HP_RUN_COLL_COUNT + 7]);
+            if (p2p)
+                fprintf(f, ", \"p2p_bytes\": %.0f, \"p2p_calls\": %.0f", v[2 * HP_RUN_COLL_COUNT + 9],
+                        v[2 * HP_RUN_COLL_COUNT + 10]);
             fprintf(f, "}");
         }
         if (f) {

@@ -770,7 +770,9 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
     char cfgp[4200];
     hp_status wst = HP_OK;
-    if (st == HP_OK) wst = hp__prog_build(&g, m, p, o->mesh, hp__cost_config_path(m, cfgp, sizeof cfgp), err);
+    if (st == HP_OK) wst = hp_mesh_check_pp(mesh, "cost", err); /* a pipeline's cost is not modelled yet */
+    if (st == HP_OK && wst == HP_OK)
+        wst = hp__prog_build(&g, m, p, o->mesh, hp__cost_config_path(m, cfgp, sizeof cfgp), err);
     if (st == HP_OK && wst == HP_OK) wst = hp__cost_owners(&w);
     hp__cost_held *held = NULL;
     if (st == HP_OK && wst == HP_OK && lay_use && runtime_weights(o))

@@ -249,6 +249,9 @@ static hp__step *push(bld *b, hp__op op, int64_t layer, const char *fqn)
     s->c.fqn = fqn;
     s->X = g->cfg.H;
     s->archetype = -1;
+    const hp_pipeline *q = &b->p->pipe;
+    if (q->n_chunks > 1)
+        s->chunk = (int32_t)(layer >= 0 ? hp_pipeline_chunk_of(q, layer) : op == HP__OP_EMBED ? 0 : q->n_chunks - 1);
     return s;
 }
 
@@ -621,8 +624,6 @@ hp_status hp__prog_build(hp__prog *g, const hp_model *m, const hp_plan *p, const
                          hp_err *err)
 {
     memset(g, 0, sizeof *g);
-    hp_status pst = hp_mesh_check_pp(mesh ? mesh : &p->mesh, "run, train, validate or cost", err);
-    if (pst != HP_OK) return pst;
     if (!m->has_config)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: config.json is missing; the runtime needs the model's hyperparameters (family, "

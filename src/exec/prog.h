@@ -48,6 +48,8 @@ typedef struct hp__step {
     int archetype;      /* MoE: the boundary's hp_moe_archetype, -1: the family's own */
     double cf;          /* MoE: the capacity factor (0: off) */
     bool overlap;       /* MoE: the plan hides the shared expert behind the exchange */
+    int32_t chunk;      /* the pipeline chunk it runs in (hp_plan.pipe): the embedding 0, a layer's its layer's,
+                           the final norm, head and loss the last; 0 without a pipeline */
 } hp__step;
 
 /* DeepSeek-V3's latent attention dims (config.json; 0 for the other families). */

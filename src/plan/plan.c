@@ -284,7 +284,7 @@ hp_status hp_mesh_check_pp(const hp_mesh *m, const char *what, hp_err *err)
 {
     int64_t pp = hp_mesh_size(m, "pp");
     if (pp <= 1) return HP_OK;
-    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld): plan, explain, shard and merge take it, but "
+    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld): plan, explain, shard, merge and run take it, but "
                       "%s does not execute or model a pipeline yet; drop pp from the mesh (docs/pipeline.md)",
                       (long long)pp, what);
 }

@@ -28,6 +28,7 @@ typedef struct hp__comm_stats {
     uint64_t calls[HP_RUN_COLL_COUNT];
     double coll_s[HP_RUN_COLL_COUNT];
     double wait_s;
+    uint64_t p2p_bytes, p2p_calls; /* a pipeline's point-to-point transfers this rank sent or received */
 } hp__comm_stats;
 
 /* The forward's workspace, counted by the one allocation wrapper every activation, scratch and communication

@@ -442,8 +442,12 @@ static hp_status load_all(hp_runner *r, hp_err *err)
     if (!r->w.sw) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
-        const hp__op_rt *o = &hp__op_rt_table[g->steps[i].op];
-        if (o->load) st = o->load(r, &g->steps[i], &r->w.sw[i], err);
+        const hp__step *s = &g->steps[i];
+        const hp__op_rt *o = &hp__op_rt_table[s->op];
+        /* a pipeline stage loads its chunks' steps, and the last one a tied head's embedding */
+        bool mine = r->pipe.pp == 1 || s->chunk % r->pipe.pp == r->pipe.stage ||
+                    (s->op == HP__OP_EMBED && g->tied && r->pipe.stage == r->pipe.pp - 1);
+        if (o->load && mine) st = o->load(r, s, &r->w.sw[i], err);
     }
     return st;
 }
@@ -907,117 +911,6 @@ static hp_status head_apply(hp_runner *r, const hp__step *s, hp__act *t, hp__act
     return hp__r_record(r, s->c.fqn, r->tr.exit_coll, out, err);
 }
 
-/* The loss's per-row sums for n rows (loss_rows): the max (f32) and the sum-exp and target (f64), counted. */
-static hp_status loss_sums(hp_runner *r, int64_t n, float **mx, double **se, size_t *bytes, hp_err *err)
-{
-    *bytes = ((size_t)n + 1) * sizeof **mx + ((size_t)n * 2 + 2) * sizeof **se;
-    *mx = hp_calloc((size_t)n + 1, sizeof **mx);
-    *se = hp_calloc((size_t)n * 2 + 2, sizeof **se);
-    if (!*mx || !*se) {
-        free(*mx), free(*se);
-        *mx = NULL, *se = NULL;
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss");
-    }
-    hp__mem_count(&r->x, 0, *bytes);
-    return HP_OK;
-}
-
-/* A training runner keeps the loss's per-row max and Σexp for the backward's softmax. */
-static hp_status keep_loss(hp_runner *r, const float *mx, const double *se, int64_t rows, hp_err *err)
-{
-    if (rows + 1 > r->sc.loss_cap) { /* counted: (rows + 1) floats and doubles */
-        size_t had = (size_t)r->sc.loss_cap, want = (size_t)rows + 1;
-        float *a = hp__mem_realloc(&r->x, r->sc.loss_mx, had * sizeof *a, want * sizeof *a);
-        if (a) r->sc.loss_mx = a;
-        double *b = a ? hp__mem_realloc(&r->x, r->sc.loss_se, had * sizeof *b, want * sizeof *b) : NULL;
-        if (!a || !b) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the loss's statistics");
-        r->sc.loss_se = b;
-        r->sc.loss_cap = rows + 1;
-    }
-    memcpy(r->sc.loss_mx, mx, (size_t)rows * sizeof *mx);
-    memcpy(r->sc.loss_se, se, (size_t)rows * sizeof *se);
-    r->sc.loss_rows = rows;
-    return HP_OK;
-}
-
-/* Rows [r0, r0 + n) of the loss on z's local rows (z: the logits' geometry as the loss step sees them), their
- * logits in zd [n, z->n[2]]: each row's max, sum-exp and target (the vocab-parallel max and sums all-reduced over
- * tp when z is cut along the vocabulary; docs/run.md, loss-parallel) into mx [n] and se [2n], and the rows this
- * rank scores added to acc (cross-entropy, count) in row order. */
-static hp_status loss_rows(hp_runner *r, const hp__step *ls, const hp__act *z, const float *zd, int64_t r0, int64_t n,
-                           const int64_t *ids, int64_t S, float *mx, double *se, double acc[2], hp_err *err)
-{
-    int64_t vn = z->n[2], vlo = z->lo[2];
-    int64_t dp_lo = r->x.dp_rows[r->x.dp_r];
-    bool vsplit = ls->split; /* the logits are cut over tp along the vocabulary */
-    double *tg = se + n;
-#pragma omp parallel for schedule(static) if (n * vn >= HP__PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        int64_t b = (r0 + i) / z->n[1], s = (r0 + i) % z->n[1], p = z->lo[1] + s;
-        const float *zr = zd + i * vn;
-        float m = -INFINITY;
-        for (int64_t j = 0; j < vn; j++) m = zr[j] > m ? zr[j] : m;
-        mx[i] = m;
-        tg[i] = 0;
-        if (p + 1 < S) {
-            int64_t lab = ids[(dp_lo + z->lo[0] + b) * S + p + 1];
-            if (lab >= vlo && lab < vlo + vn) tg[i] = zr[lab - vlo];
-        }
-    }
-    hp_status st = HP_OK;
-    if (vsplit) st = hp__allreduce_max(&r->x, r->x.axc[HP__TP], mx, (size_t)n, err);
-    if (st == HP_OK) {
-#pragma omp parallel for schedule(static) if (n * vn >= HP__PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float m;
-            hp__row_max_sumexp(zd + i * vn, vn, mx[i], true, &m, &se[i]);
-        }
-    }
-    if (st == HP_OK && vsplit) {
-        double t0 = hp_comm_wtime();
-        st = hp_comm_allreduce_sum_f64(r->x.axc[HP__TP], se, (size_t)n * 2, err);
-        r->x.st.comm_s += hp_comm_wtime() - t0;
-        r->x.st.coll_s[HP_RUN_ALL_REDUCE] += hp_comm_wtime() - t0;
-        r->x.st.bytes[HP_RUN_ALL_REDUCE] += (uint64_t)n * 2 * sizeof(double);
-        r->x.st.calls[HP_RUN_ALL_REDUCE]++;
-    }
-    if (st == HP_OK && r->o.keep_activations) st = keep_loss(r, mx, se, n, err); /* the backward's softmax */
-    bool contrib = r->x.pos.r[HP__TP] == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.pos.r[HP__CP] == 0);
-    for (int64_t i = 0; st == HP_OK && contrib && i < n; i++) {
-        int64_t p = z->lo[1] + (r0 + i) % z->n[1];
-        if (p + 1 >= S) continue;
-        acc[0] += (double)mx[i] + log(se[i]) - tg[i];
-        acc[1] += 1;
-    }
-    return st;
-}
-
-/* The mean over the whole batch from every rank's acc (an all-reduce over the world); frees loss_sums'. */
-static hp_status loss_total(hp_runner *r, hp_status st, double acc[2], float *mx, double *se, size_t bytes,
-                            double *loss, hp_err *err)
-{
-    if (st == HP_OK) st = hp_comm_allreduce_sum_f64(r->x.world, acc, 2, err);
-    free(mx);
-    free(se);
-    hp__mem_count(&r->x, bytes, 0);
-    *loss = acc[1] > 0 ? acc[0] / acc[1] : NAN;
-    return st;
-}
-
-/* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
-static hp_status loss_of(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, int64_t S,
-                         double *loss, hp_err *err)
-{
-    int64_t rows = z->n[0] * z->n[1];
-    float *mx;
-    double *se, acc[2] = {0, 0};
-    size_t bytes;
-    hp_status st = loss_sums(r, rows, &mx, &se, &bytes, err);
-    if (st != HP_OK) return st;
-    st = loss_rows(r, ls, z, z->d, 0, rows, ids, S, mx, se, acc, err);
-    return loss_total(r, st, acc, mx, se, bytes, loss, err);
-}
-
 /* Whether the forward hands the logits on (to rank 0): unless the caller takes none (hp_run_opts.no_logits) and
  * validate does not record them (a backward reads the rank's own block, kept in a). */
 static bool logits_taken(const hp_runner *r)
@@ -1030,39 +923,6 @@ static bool logits_taken(const hp_runner *r)
 static bool head_in_chunks(const hp_runner *r)
 {
     return !logits_taken(r) && !r->o.keep_activations && r->g.head_chunks;
-}
-
-/* lm_head and the loss one row chunk at a time (hp__mlp_chunk_end; docs/run.md "Long prefill"): each chunk's
- * logits [n, V_local] go through the head's exit (it moves the vocabulary's tp placement only) into the loss, so
- * a holds one chunk's logits, never the whole [T, V_local]. The same sums in the same order as head_apply then
- * loss_of: the loss is the same to the bit. */
-static hp_status head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step *ls, hp__act *t, hp__act *a,
-                                  const int64_t *ids, int64_t S, double *loss, hp_err *err)
-{
-    hp_status st = hp__r_enter(r, s, t, err);
-    if (st != HP_OK) return st;
-    int64_t rows = t->n[0] * t->n[1], H = r->g.cfg.H;
-    hp__act z = {.g = {t->g[0], t->g[1], s->X}, .lay = s->leave}; /* the whole logits as the loss sees them */
-    hp__act_shape(&r->x, &z);
-    float *mx;
-    double *se, acc[2] = {0, 0};
-    size_t bytes;
-    if ((st = loss_sums(r, hp__mlp_chunk_rows(rows, false), &mx, &se, &bytes, err)) != HP_OK) return st;
-    /* a chunk is [1, n, V]: its rows are the same on every tp rank, so its layout is the vocabulary's alone */
-    hp__lay cl = {{s->out.ax[HP__TP], hp_pl_r()}}, cx = {{s->leave.ax[HP__TP], hp_pl_r()}};
-    char what[200];
-    snprintf(what, sizeof what, "boundary %s (exit)", s->c.fqn);
-    int64_t visit = r->tr.nf.n_visit++, dp_lo = r->x.dp_rows[r->x.dp_r];
-    for (int64_t r0 = 0, r1; st == HP_OK && r0 < rows; r0 = r1) {
-        r1 = hp__mlp_chunk_end(rows, r0, false);
-        const char *coll;
-        st = hp__act_alloc(&r->x, a, 1, r1 - r0, s->X, cl, err);
-        if (st == HP_OK) st = lin_fwd(r->w.head, r1 - r0, t->d + r0 * H, H, a->d, a->n[2], err);
-        if (st == HP_OK && s->c.has_out) st = hp__redistribute(&r->x, a, &cx, what, &coll, err);
-        if (st == HP_OK) hp__nf_watch_rows(&r->tr.nf, visit, s->c.fqn, &z, a->d, r0, r1 - r0, dp_lo);
-        if (st == HP_OK) st = loss_rows(r, ls, &z, a->d, r0, r1 - r0, ids, S, mx, se, acc, err);
-    }
-    return loss_total(r, st, acc, mx, se, bytes, loss, err);
 }
 
 /* Rank 0 gets every sparse layer's routed experts as moe.<l>.topk_idx [B·S, K]. Collective. */
@@ -1229,14 +1089,25 @@ hp_status hp__fwd_residual(hp_runner *r, const hp__step *s, step_w *w, hp__fio *
 hp_status hp__fwd_head(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
 {
     (void)w; /* the loss follows it */
-    return io->chunks ? head_loss_chunks(r, s, io->next, io->t, io->a, io->ids, io->S, io->loss, err)
+    return io->chunks ? hp__r_head_loss_chunks(r, s, io->next, io->t, io->a, io->ids, io->S, io->loss, err)
                       : head_apply(r, s, io->t, io->a, err);
 }
 
 hp_status hp__fwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
 {
     (void)w;
-    return io->chunks ? HP_OK : loss_of(r, s, io->a, io->ids, io->S, io->loss, err);
+    return io->chunks ? HP_OK : hp__r_loss(r, s, io->a, io->ids, io->S, io->loss, err);
+}
+
+hp_status hp__r_steps(hp_runner *r, hp__fio *io, size_t lo, size_t hi, hp_err *err)
+{
+    const hp__prog *g = &r->g;
+    hp_status st = HP_OK;
+    for (size_t i = lo; st == HP_OK && i < hi; i++) {
+        io->next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
+        st = hp__op_rt_table[g->steps[i].op].fwd(r, &g->steps[i], &r->w.sw[i], io, err);
+    }
+    return st;
 }
 
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
@@ -1264,16 +1135,18 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     const hp__prog *g = &r->g;
     hp__fio io = {.ids = ids, .S = S, .h = h, .t = t, .a = a, .max_rows = max_rows, .chunks = head_in_chunks(r),
                   .loss = &out->loss};
-    for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
-        io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
-        st = hp__op_rt_table[g->steps[i].op].fwd(r, &g->steps[i], &r->w.sw[i], &io, err);
+    float *full = NULL;
+    if (r->pipe.pp > 1) { /* the stages in turn; the loss and the logits from the last one */
+        st = hp__pipe_finish(r, hp__pipe_steps(r, &io, err), B, logits_taken(r) ? &full : NULL, &out->loss, err);
+        if (st == HP_OK && full) out->logits = full;
+    } else {
+        st = hp__r_steps(r, &io, 0, g->n_steps, err);
     }
     if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
-    float *full = NULL;
     /* handed to the caller (unless it takes none); a backward (keep_activations) reads the logits again: a copy
      * then */
     size_t a_cap = a->cap;
-    if (st == HP_OK && logits_taken(r))
+    if (st == HP_OK && logits_taken(r) && r->pipe.pp == 1)
         st = hp__gather_out(&r->x, a, B, r->x.dp_rows, !r->o.keep_activations, &full, err);
     r->sc.handed = st == HP_OK && full && !a->d ? full : NULL; /* the buffer itself went (hp_runner_recycle_output) */
     r->sc.handed_cap = r->sc.handed ? a_cap : 0;
@@ -1284,10 +1157,12 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         out->logits = full;
     }
     out->B = B, out->S = S, out->V = r->g.cfg.V;
-    /* the routing too, unless this is a training forward (its caller reads the loss alone) */
-    if (st == HP_OK && (logits_taken(r) || !r->o.keep_activations)) st = gather_topk(r, B, S, out, err);
+    /* the routing too, unless this is a training forward (its caller reads the loss alone) or a pipeline's (its
+     * sparse layers are on several stages: not gathered yet) */
+    if (st == HP_OK && (logits_taken(r) || !r->o.keep_activations) && r->pipe.pp == 1)
+        st = gather_topk(r, B, S, out, err);
     st = hp__nf_verdict(r->x.world, &r->tr.nf, &r->w.wreg, r->tr.desc, st, err);
-    st = hp_comm_agree(r->x.world, st, err);
+    st = hp_comm_agree(r->pipe.all, st, err);
     if (st != HP_OK) {
         hp_run_output_free(out);
         return st;
@@ -1299,6 +1174,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     memcpy(s->bytes, r->x.st.bytes, sizeof s->bytes);
     memcpy(s->calls, r->x.st.calls, sizeof s->calls);
     memcpy(s->coll_s, r->x.st.coll_s, sizeof s->coll_s);
+    s->p2p_bytes = r->x.st.p2p_bytes, s->p2p_calls = r->x.st.p2p_calls;
     s->tokens = B * S;
     s->loss = out->loss;
     s->wait_s = r->x.st.wait_s;
@@ -1349,6 +1225,8 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
+    if (o->keep_activations || o->record) /* training and validate do not run a pipeline yet */
+        if ((st = hp_mesh_check_pp(&p->mesh, o->keep_activations ? "train" : "validate", err)) != HP_OK) return st;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
     st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;
@@ -1371,7 +1249,13 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
 {
     const hp_plan *p = r->p;
     int world = hp_comm_size(r->x.world);
-    hp_status st = split_groups(r, err);
+    hp_status st = HP_OK;
+    if (r->pipe.pp > 1) { /* the runner of this stage's ranks (runner_pipe) */
+        st = hp_comm_split(r->pipe.all, (int)r->pipe.stage, hp_comm_rank(r->pipe.all), &r->pipe.stage_c, err);
+        if (st != HP_OK) return st;
+        r->x.world = r->pipe.stage_c;
+    }
+    st = split_groups(r, err);
     if (st != HP_OK) return st;
     int64_t group;
     r->ep = hp_plan_ep_size(p);
@@ -1381,15 +1265,19 @@ static hp_status create(hp_runner *r, const hp_run_opts *o, hp_err *err)
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if ((st = hp_linalg_create(&r->w.la, err)) != HP_OK) return st;
     if ((st = hp_shard_layout_build(&r->w.layout, r->m, p, err)) != HP_OK) return st;
-    int64_t rank = hp_comm_rank(r->x.world);
+    int64_t rank = hp_comm_rank(r->pipe.all); /* the layout's: its stage's tensors */
     r->w.ws = (hp__wsrc){.m = r->m, .layout = r->w.layout, .rank = rank, .rf = r->w.rf};
     if ((st = load_all(r, err)) != HP_OK) return st;
     if (o->keep_activations && !(r->sc.kept = hp_calloc((size_t)r->g.cfg.L + 1, sizeof *r->sc.kept)))
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     r->tr.stats.resident_bytes = r->w.ws.resident;
     r->tr.stats.share_bytes = r->w.ws.share;
-    snprintf(r->tr.desc, sizeof r->tr.desc, "rank %lld of %d (dp %lld, cp %lld, tp %lld)", (long long)rank, world,
-             (long long)r->x.dp_r, (long long)r->x.pos.r[HP__CP], (long long)r->x.pos.r[HP__TP]);
+    char stage[32] = ""; /* a pipeline's stage, when there is one */
+    if (r->pipe.pp > 1) snprintf(stage, sizeof stage, "pp %lld, ", (long long)r->pipe.stage);
+    snprintf(r->tr.desc, sizeof r->tr.desc, "rank %lld of %d (%sdp %lld, cp %lld, tp %lld)", (long long)rank,
+             hp_comm_size(r->pipe.all), stage, (long long)r->x.dp_r, (long long)r->x.pos.r[HP__CP],
+             (long long)r->x.pos.r[HP__TP]);
+    (void)world;
     return HP_OK;
 }
 
@@ -1403,6 +1291,10 @@ hp_status hp_runner_create(hp_runner **out, const hp_comm *world, const hp_model
     hp_status st = r ? HP_OK : hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
         r->x.world = world;
+        r->pipe.all = world;
+        r->pipe.pp = hp_mesh_size(&p->mesh, "pp");
+        r->pipe.per = hp_comm_size(world) / r->pipe.pp;
+        r->pipe.stage = r->pipe.per > 0 ? hp_comm_rank(world) / r->pipe.per : 0;
         r->m = m;
         r->p = p;
         r->o = *o;
@@ -1438,6 +1330,7 @@ void hp_runner_free(hp_runner *r)
     for (int ax = 0; ax < HP__NAX; ax++) hp_comm_free(r->x.axc[ax]);
     hp_comm_free(r->x.dp_c);
     hp_comm_free(r->ep_grp);
+    hp_comm_free(r->pipe.stage_c);
     free(r->x.dp_rows);
     hp__ctx_free(&r->x);
     free(r->sc.rope_cos);

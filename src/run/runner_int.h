@@ -105,12 +105,22 @@ typedef struct runner_trace {
     char desc[160];
 } runner_trace;
 
+/* The rank's pipeline stage (docs/pipeline.md). Inside a stage the runner is a runner of the stage's ranks: x.world
+ * is the stage's communicator (pp is the outermost axis, so a stage-local rank has the mesh coordinates of its
+ * world rank on every other axis); the stream goes point to point between stages over `all`. */
+typedef struct runner_pipe {
+    const hp_comm *all;  /* every rank (the caller's world) */
+    hp_comm *stage_c;    /* the stage's ranks (NULL without a pipeline: x.world is all) */
+    int64_t pp, stage, per; /* stages, this rank's, ranks per stage */
+} runner_pipe;
+
 struct hp_runner {
     const hp_model *m;
     const hp_plan *p;
     hp_run_opts o;
     hp__prog g;         /* the program this runner executes (exec/prog.h) */
     hp__ctx x;          /* communication: the axis groups, the collectives' buffers and counters */
+    runner_pipe pipe;
     hp_comm *ep_grp;    /* the rank's EP group (hp_mesh_ep_index); a group of one without EP */
     int64_t ep, ep_index;
     runner_weights w;
@@ -150,6 +160,27 @@ void hp__r_release(hp_runner *r);
  * to hp_run_opts.record (collective; partial sums are skipped), and watched for non-finite values. */
 hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);
 hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
+/* Steps [lo, hi) of the program through their forward entries. */
+struct hp__fio;
+hp_status hp__r_steps(hp_runner *r, struct hp__fio *io, size_t lo, size_t hi, hp_err *err);
+
+/* ---- the loss (loss.c) ---- */
+
+/* The mean next-token cross-entropy of ids over the logits z (ls: the loss step) into *loss, every rank of x.world
+ * the same; a training runner keeps the rows' max and Σexp for its backward. */
+hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, int64_t S, double *loss,
+                     hp_err *err);
+/* lm_head (step s, on t) and the loss (step ls) one row chunk at a time, the logits of one chunk in a. */
+hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step *ls, hp__act *t, hp__act *a,
+                                 const int64_t *ids, int64_t S, double *loss, hp_err *err);
+
+/* ---- the pipeline (pipe.c; docs/pipeline.md) ---- */
+
+/* The rank's chunks of the program in chunk order, the stream received before and sent after each. */
+hp_status hp__pipe_steps(hp_runner *r, struct hp__fio *io, hp_err *err);
+/* After the steps: every rank agrees on st, gets the loss from the last stage, and rank 0 the logits (when
+ * logits is not NULL: *logits malloc'd [B, S_pad, V] + 1 floats on rank 0). */
+hp_status hp__pipe_finish(hp_runner *r, hp_status st, int64_t B, float **logits, double *loss, hp_err *err);
 
 /* ---- the ops: one record per op of the program (exec/prog.h), in ops.c ---- */
 

@@ -103,8 +103,59 @@ expect 2 "pp must be the mesh's first (outermost) axis" -- "$HP" plan $G --mesh 
 expect 2 "give either --mesh or --dp/--cp/--tp/--pp" -- "$HP" plan $G --mesh pp=2 --pp 2
 expect 2 "expected layer counts separated by commas" -- "$HP" plan $G --pp 2 --pp-layers 1,
 # What does not execute a pipeline yet says so (cost reports the weights it knows, and why the rest is not derived)
-expect 0 "but run, train, validate or cost does not execute or model a pipeline yet" -- \
+expect 0 "but cost does not execute or model a pipeline yet" -- \
     "$HP" cost $G --pp 2 --batch 2 --seq 8
-expect 2 "does not execute or model a pipeline yet" -- timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-    "$HP" run $G --input $G/forward_io.safetensors --pp 2
+MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
+I=$G/forward_io.safetensors
+expect 2 "but train does not execute" -- $MPI -np 2 "$HP" train $G --input $I --pp 2
+expect 2 "but validate does not execute" -- $MPI -np 2 "$HP" validate $G --input $I --pp 2
+
+# run across stages: the stream goes point to point between stages, the loss and the logits come from the last
+# stage; a stage computes what the same ranks compute without the pipeline, so the logits are those of the inner
+# mesh to the bit, and the stream's bytes are each rank's block of it
+pp_run() { # FAMILY INNER_NP INNER_FLAGS PP_FLAGS
+    local fam=$1 np=$2 inner=$3 ppf=$4 G2=$F/$1 router=""
+    grep -q '"num_local_experts"\|"num_experts"\|"n_routed_experts"' $G2/config.json && router="--router balanced"
+    local pp=${ppf#--pp }
+    pp=${pp%% *}
+    local L1=""
+    [ "$np" -gt 1 ] && L1="$MPI -np $np"
+    $L1 "$HP" run $G2 --input $G2/forward_io.safetensors $inner $router --output "$WORK/a.safetensors" >/dev/null 2>&1 &&
+        $MPI -np $((np * pp)) "$HP" run $G2 --input $G2/forward_io.safetensors $inner $ppf $router \
+            --output "$WORK/b.safetensors" --stats-json "$WORK/b.json" >/dev/null 2>"$WORK/b.err" &&
+        python3 - "$WORK/a.safetensors" "$WORK/b.safetensors" "$WORK/b.json" <<'PY'
+import json, struct, sys
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+a, b, s = load(sys.argv[1]), load(sys.argv[2]), json.load(open(sys.argv[3]))
+a, b = {k: a[k] for k in ("logits", "loss")}, {k: b.get(k) for k in ("logits", "loss")}  # a pipeline hands no routing yet
+ok = a == b and all(r["p2p_calls"] > 0 and r["p2p_bytes"] > 0 for r in s["ranks"])
+if not ok:
+    print("logits equal:", a == b, [(r["p2p_bytes"], r["p2p_calls"]) for r in s["ranks"]])
+sys.exit(0 if ok else 1)
+PY
+}
+check "run llama pp=2: the logits of one process, to the bit" pp_run llama 1 "" "--pp 2"
+check "run qwen2 (tied) pp=2" pp_run qwen2 1 "" "--pp 2"
+check "run llama pp=2 x tp=2: tp=2's logits" pp_run llama 2 "--tp 2" "--pp 2"
+check "run mistral pp=2 x cp=2: cp=2's logits" pp_run mistral 2 "--cp 2" "--pp 2"
+check "run qwen3 pp=2 x dp=2: dp=2's logits" pp_run qwen3 2 "--dp 2" "--pp 2"
+check "run mixtral pp=2 x tp=2 x ep=2" pp_run mixtral 2 "--tp 2 --ep 2 --ep-compute suggested" "--pp 2"
+check "run qwen2_moe pp=2 with 2 virtual stages (the stream goes round twice)" pp_run qwen2_moe 1 "" "--pp 2 --pp-virtual 2"
+check "run deepseek_v3 pp=3" pp_run deepseek_v3 1 "" "--pp 3"
+check "run gpt_oss pp=2, a stage of no layer (--pp-layers 2,0)" pp_run gpt_oss 1 "" "--pp 2 --pp-layers 2,0"
+# from a shard folder sharded for the pipeline: the same logits
+expect 0 "" -- $MPI -np 4 "$HP" run "$WORK/fromplan" --input $I --output "$WORK/c.safetensors"
+expect 0 "" -- $MPI -np 4 "$HP" run $G --input $I --pp 2 --tp 2 --output "$WORK/d.safetensors"
+check "run from the pipeline's shard folder = run from the checkpoint" cmp -s "$WORK/c.safetensors" "$WORK/d.safetensors"
+# the stream's bytes: llama's [2, 16, 64] f32 block, from stage 0 to stage 1 (its logits' from the last stage to rank 0)
+expect 0 "" -- $MPI -np 2 "$HP" run $G --input $I --pp 2 --output "$WORK/e.safetensors" --stats-json "$WORK/e.json"
+check "the stream's and the logits' bytes, counted on both ends" python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))["ranks"]
+want = 2 * 16 * 64 * 4 + (2 * 16 * 128 + 1) * 4
+sys.exit(0 if [x["p2p_bytes"] for x in r] == [want, want] and [x["p2p_calls"] for x in r] == [2, 2] else 1)' \
+    "$WORK/e.json"
 finish
