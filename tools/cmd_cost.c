@@ -90,9 +90,13 @@ const cli_command cli_cmd_cost = {
               "       \"total_bytes\",\n"
               "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
               "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-              "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
-              "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
+              "       \"t_comm\", \"t_step\", \"attn_flops\", \"recompute_flops\", \"t_overlap\" (the dp gradient\n"
+              "       reduction beside the backward), \"t_exposed\" (the communication the step waits for),\n"
+              "       \"t_bubble\" (0: no pipeline parallelism), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
+              "       cache), in train \"mfu\", and in decode \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without\n"
+              "       --mem-per-rank)}, ...],\n"
               "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
+              "       in train \"model_flops\" and \"mfu\" (the step's, against its slowest rank),\n"
               "       \"events\": [the listed rank's collectives]}\n",
     .run = cmd_cost,
 };

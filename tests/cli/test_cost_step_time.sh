@@ -8,7 +8,8 @@
 #  4. MFU: printed, in (0, 1], model_flops / (slowest t_step x world x peak), and model_flops = mfu.c's 6·W·T plus
 #     the attention scores' 12·L·heads·head_dim·S per token;
 #  5. the cpu profile is unchanged: the figures of a training step equal those before this work (golden numbers
-#     from the commit before it), t_step = t_compute + t_comm, nothing overlapped, no recompute.
+#     from the commit before it), t_step = t_compute + t_comm, nothing overlapped, no recompute;
+#  6. the predictions docs/cost.md compares with llm-foundry's published MPT-7B runs are the ones cost prints.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 C=data/configs/llama-3-8b.json
@@ -103,6 +104,27 @@ want(0 < cpu["mfu"] <= 1, f"cpu mfu {cpu['mfu']}")
 for f in fails: print("  ", f)
 sys.exit(1 if fails else 0)
 PY
+
+# docs/cost.md's check against llm-foundry's published MPT-7B runs (FSDP, 8 GPUs, no pipeline): the predictions the
+# table prints, for MPT-7B as a llama-shaped config of the same FLOPs (its 2·H·4H MLP as a gated 3·H·10923)
+cat >"$WORK/mpt-7b-shape.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 10923,
+ "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 50432,
+ "tie_word_embeddings": true, "torch_dtype": "bfloat16", "rms_norm_eps": 1e-05, "max_position_embeddings": 4096,
+ "hidden_act": "silu"}
+JSON
+mpt() { # HARDWARE RECOMPUTE BATCH MICRO SEQ TOKENS/S/GPU MFU
+    "$HP" cost "$WORK/mpt-7b-shape.json" --mode train --dp 8 --zero 3 --hardware "$1" --recompute "$2" --batch "$3" \
+        --micro-batch "$4" --seq "$5" --format json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+t = max(k["t_step"] for k in j["ranks"])
+tok = j["batch"] * j["seq"] / j["world"] / t
+sys.exit(0 if round(tok) == int(sys.argv[1]) and abs(j["mfu"] - float(sys.argv[2])) < 5e-4 else 1)' "$6" "$7"
+}
+check "MPT-7B H100 seq 2048: 17,204 tokens/s/GPU, MFU 75.0%" mpt H100 none 48 6 2048 17204 0.75
+check "MPT-7B A100 seq 2048: 5,789 tokens/s/GPU, MFU 80.0%" mpt A100 none 96 6 2048 5789 0.80
+check "MPT-7B H100 seq 4096, full recompute: 12,006 tokens/s/GPU, MFU 56.3%" mpt H100 full 256 16 4096 12006 0.5625
 
 # the text prints the efficiencies, the overlap, the bubble and MFU
 expect 0 "75% of 9.89e+05" -- "$HP" cost "$C" "${GPU[@]}"
