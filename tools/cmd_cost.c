@@ -90,9 +90,13 @@ const cli_command cli_cmd_cost = {
               "       \"total_bytes\",\n"
               "       \"comm\": {\"bytes\": {kind: n}, \"calls\": {kind: n}}, \"sent_bytes\" (into groups of more than one\n"
               "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
-              "       \"t_comm\", \"t_step\", \"ep_estimated\", \"kv_seq_bytes\" (one sequence's cache), and in decode\n"
-              "       \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without --mem-per-rank)}, ...],\n"
+              "       \"t_comm\", \"t_step\", \"attn_flops\", \"recompute_flops\", \"t_overlap\" (the dp gradient\n"
+              "       reduction beside the backward), \"t_exposed\" (the communication the step waits for),\n"
+              "       \"t_bubble\" (0: no pipeline parallelism), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
+              "       cache), in train \"mfu\", and in decode \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without\n"
+              "       --mem-per-rank)}, ...],\n"
               "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
+              "       in train \"model_flops\" and \"mfu\" (the step's, against its slowest rank),\n"
               "       \"events\": [the listed rank's collectives]}\n",
     .run = cmd_cost,
 };
@@ -288,12 +292,30 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     fprintf(o, "\n  = %s, of which %s in groups of more than one rank; %s over links (ring algorithms)\n",
             mb(tot, b[0], 32), mb(r->sent_bytes, b[1], 32), mb(r->wire_bytes, b[2], 32));
     char t1[24], t2[24], t3[24];
-    char t4[24];
-    fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP at %.3g GFLOP/s)%s%s%s + communication %s\n",
-           (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
-           cli_seconds(r->t_compute, t2, sizeof t2), r->flops / 1e9, c->mdl.gemm_flops / 1e9,
-           c->decode ? ", memory " : "", c->decode ? cli_seconds(r->t_memory, t4, sizeof t4) : "", c->decode ? ")" : "",
-           cli_seconds(r->t_comm, t3, sizeof t3));
+    char t4[24], t5[24], t6[24], t7[24];
+    if (!hp_cost_model_gpu(&c->mdl)) /* hyperpar's runtime: its measured rates, nothing overlapped */
+        fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP at %.3g GFLOP/s)%s%s%s + communication "
+                   "%s\n", (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
+                cli_seconds(r->t_compute, t2, sizeof t2), r->flops / 1e9, c->mdl.gemm_flops / 1e9,
+                c->decode ? ", memory " : "", c->decode ? cli_seconds(r->t_memory, t4, sizeof t4) : "",
+                c->decode ? ")" : "", cli_seconds(r->t_comm, t3, sizeof t3));
+    else
+        fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP%s at %.3g GFLOP/s: %.3g%% of "
+                   "%.3g)%s%s%s + communication %s exposed (of %s, links at %.3g%%; %s of dp gradient reduction beside the "
+                   "backward) + pipeline bubble %s\n",
+                (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
+                cli_seconds(r->t_compute, t2, sizeof t2), r->flops / 1e9,
+                !c->train ? "" : c->mdl.recompute == HP_COST_RECOMPUTE_FULL ? " with full recompute"
+                               : c->mdl.recompute == HP_COST_RECOMPUTE_SELECTIVE ? " with selective recompute" : "",
+                c->mdl.gemm_flops * c->mdl.gemm_eff / 1e9, c->mdl.gemm_eff * 100, c->mdl.gemm_flops / 1e9,
+                c->decode ? ", memory " : "", c->decode ? cli_seconds(r->t_memory, t4, sizeof t4) : "",
+                c->decode ? ")" : "", cli_seconds(r->t_exposed, t3, sizeof t3), cli_seconds(r->t_comm, t5, sizeof t5),
+                c->mdl.link_eff * 100, cli_seconds(r->t_overlap, t6, sizeof t6),
+                cli_seconds(r->t_bubble, t7, sizeof t7));
+    if (c->train && !c->refused[0])
+        fprintf(o, "MFU*: %.1f%% (model FLOPs %.4g = 6 x active weights x tokens + the attention scores', no "
+                   "recompute, over the slowest step x %lld ranks x %.4g GFLOP/s)\n",
+                c->mfu * 100, c->model_flops, (long long)c->world, c->mdl.gemm_flops / 1e9);
     fprintf(o, "\n* estimate, from the model stated in docs/cost.md (adjust it with the model flags, see --help)%s\n",
            mx->ep_estimated ? "; the MoE exchange assumes the balanced router (give --routing for the exact bytes)" : "");
 }

@@ -14,7 +14,7 @@ enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
     CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL,
-    CLI_O_CONTEXT, CLI_O_MEM_BW, CLI_O_RESERVE
+    CLI_O_CONTEXT, CLI_O_MEM_BW, CLI_O_RESERVE, CLI_O_GEMM_EFF, CLI_O_LINK_EFF
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -51,6 +51,12 @@ enum {
      CLI_COST_SET(T, m)},                                                                                           \
     {"gemm-gflops", CLI_O_GEMM, "G", "GEMM rate per rank for the predicted time (default 100; a GPU: its own)",     \
      0, grp, CLI_COST_SET(T, m)},                                                                                   \
+    {"gemm-eff", CLI_O_GEMM_EFF, "F", "the fraction of that rate the step's GEMMs sustain, in (0, 1] (cpu: 1;\n"  \
+                                      "a GPU: its profile's, H100 0.75, docs/cost.md)", 0, grp,                    \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"link-eff", CLI_O_LINK_EFF, "F", "the fraction of the link bandwidths collectives reach, in (0, 1]\n"        \
+                                      "(cpu: 1; a GPU: its profile's, 0.8)", 0, grp,                               \
+     CLI_COST_SET(T, m)},                                                                                           \
     {"measure-gemm", CLI_O_MEASURE, NULL, "measure it here instead: the GEMM layer at the model's hidden size",     \
      0, grp, CLI_COST_SET(T, m)},                                                                                   \
     {"mem-bw", CLI_O_MEM_BW, "G", "decode: memory bandwidth per rank in GB/s (10: what a core of a\n"               \

@@ -44,6 +44,11 @@ typedef struct hp_cost_hardware {
     double lat_intra, lat_inter; /* per message, seconds */
     int64_t ranks_per_node;    /* 0: every rank on one node */
     const char *source;        /* where the figures come from */
+    double gemm_eff;           /* the fraction of flops that a training step's large GEMMs sustain (cpu: 1, its rate
+                                * is measured, not a datasheet's) */
+    double link_eff;           /* the fraction of the link bandwidths that collectives reach (NCCL's bus bandwidth
+                                * over the nominal one; cpu: 1) */
+    const char *eff_source;    /* where the two efficiencies come from, or that they are assumptions */
 } hp_cost_hardware;
 
 /* The profile called name (case-insensitive; "H100-80G", "A100-80G" and "H200-141G" spellings too), or NULL. */
@@ -69,7 +74,9 @@ typedef struct hp_cost_model {
                             * (experts: the expert-data-parallel group); 2 gradients too; 3 (FSDP) the weights
                             * too, plus the largest layer's gathered weights while it runs */
     int kv_bytes;          /* KV cache bytes per element (2: bf16) */
-    double gemm_flops;     /* per rank, FLOP/s */
+    double gemm_flops;     /* per rank, FLOP/s: the peak (a GPU: the datasheet's dense bf16 rate) */
+    double gemm_eff;       /* of gemm_flops, the fraction the step's FLOPs run at (--gemm-eff; the profile's) */
+    double link_eff;       /* of bw_intra and bw_inter, the fraction collectives reach (--link-eff; the profile's) */
     double mem_bw;         /* decode: a rank's memory bandwidth, bytes/s (the bound of a step that reads every
                             * weight and the KV cache once); a hardware profile sets it with gemm_flops */
     double bw_intra, bw_inter;   /* link bandwidth, bytes/s, inside a node and between nodes */
@@ -171,8 +178,22 @@ typedef struct hp_cost_rank {
     uint64_t gather_bytes;        /* --zero 3: the largest layer's weights gathered while it runs (transient) */
     uint64_t total_bytes;         /* what counts against a budget: weights + activations + the KV cache of the
                                      batch (inference) or the training state (train); docs/cost.md "Total" */
-    double flops;                 /* forward (x3 with train), estimate */
-    double t_compute, t_comm, t_step; /* predicted seconds; decode: t_step = max(t_compute, t_memory) + t_comm */
+    double flops;                 /* forward (train: x3, plus recompute_flops), estimate: what the rank computes */
+    double attn_flops;            /* of one forward's flops, the attention core (the scores Q·Kᵀ and P·V), which
+                                     selective recompute repeats */
+    double recompute_flops;       /* train: the forward FLOPs the backward repeats (full: the whole forward;
+                                     selective: attn_flops; none, and cpu: 0) */
+    double t_compute, t_comm, t_step; /* predicted seconds: t_compute = flops / (gemm_flops · gemm_eff), t_comm every
+                                     collective's time, t_step = t_compute + t_exposed + t_bubble (decode:
+                                     max(t_compute, t_memory) + t_comm) */
+    double t_overlap;             /* train, GPU: the data-parallel gradient reduction's seconds, which run beside the
+                                     backward's compute (docs/cost.md "Overlap") */
+    double t_exposed;             /* of t_comm, what the step waits for: t_comm - t_overlap + max(0, t_overlap -
+                                     the backward's compute seconds); t_comm when nothing overlaps */
+    double t_bubble;              /* the pipeline bubble: 0, there is no pipeline parallelism yet (cost_eval.c's
+                                     bubble) */
+    double mfu;                   /* train: the step's model FLOPs (hp_cost.model_flops) / world over t_step times
+                                     gemm_flops; 0 otherwise */
     uint64_t read_bytes;          /* decode: bytes a step reads from memory: the weights (less the embedding table
                                      and the routed experts no token reaches) and the batch's KV cache */
     double t_memory;              /* decode: read_bytes / mem_bw (0 otherwise) */
@@ -192,6 +213,9 @@ typedef struct hp_cost {
     int64_t dp;                   /* the data-parallel replicas: dp x an explicit ep axis (hp_mesh_batch_split) */
     hp_cost_model mdl;
     int64_t max_rank;             /* index into ranks of the one with the most total_bytes */
+    double model_flops;           /* train: the step's model FLOPs (hp_cost_train_flops + hp_cost_attn_train_flops
+                                     over the global batch), no recompute; 0 otherwise */
+    double mfu;                   /* train: model_flops / (the slowest rank's t_step · world · gemm_flops) */
     char refused[2048];           /* non-empty: the runtime refuses the plan, and why; then only the weights are
                                      derived (everything else is 0) */
     char note[768];               /* non-empty: a warning about the plan's cost (MoE blocks that every tp rank runs
@@ -206,9 +230,9 @@ typedef struct hp_cost {
  * report prints (total_bytes + kv_bytes, the communication bytes over all kinds) included, fits a uint64_t. */
 /* ---- the settings of a cost or advise request, by name (src/cost/cost_settings.c) ----
  * Names are the CLI's long options without "--" (batch, global-batch, micro-batch, seq, mode, context, hardware,
- * recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, intra-bw, inter-bw, intra-latency-us,
- * inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, optim-bytes, zero, kv-bytes,
- * measure-gemm); values as typed there. The CLI and the JSON-in interface both read them here. */
+ * recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, gemm-eff, link-eff, intra-bw, inter-bw,
+ * intra-latency-us, inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, optim-bytes, zero,
+ * kv-bytes, measure-gemm); values as typed there. The CLI and the JSON-in interface both read them here. */
 typedef struct hp_cost_settings {
     hp_cost_opts co;
     bool batch_given, seq_given;
@@ -318,6 +342,10 @@ double hp_cost_gemm_weights(const hp_model *m);
  * weight in the forward and 4 in the backward. Not counted: the attention scores, norms, rope, the embedding
  * lookup, AdamW and the backward's recomputation of the forward. */
 double hp_cost_train_flops(const hp_model *m, int64_t tokens);
+/* The attention scores' model FLOPs of a training step over B rows of S positions: 3 x (Q·Kᵀ and P·V of every
+ * query over every key of its row, 4·S²·heads·head_dim per row and layer; MLA: 2·S²·heads·(qk + v head dims)),
+ * causal masking not subtracted, as cost counts them and as PaLM's MFU (6N + 12·L·H·S per token) does. */
+double hp_cost_attn_train_flops(const hp_model *m, int64_t B, int64_t S);
 
 /* The same-run GEMM limit: every rank of w at once (after a barrier) runs an n×n×n product through the GEMM layer
  * in mode, the compute the step runs in (hp_moe_ref_gemm_gflops, best of reps after a warm-up): f32, or bf16

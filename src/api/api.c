@@ -317,9 +317,9 @@ static hp_status cost_settings(json_t *o, hp_cost_settings *s, hp_err *err)
         if (st != HP_OK) return st;
         if (!taken)
             return bad(err, "'%s' is not a cost setting (batch, global-batch, micro-batch, seq, mode, context, "
-                       "hardware, recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, intra-bw, inter-bw, "
-                       "intra-latency-us, inter-latency-us, ranks-per-node, train-state, grad-bytes, master-bytes, "
-                       "optim-bytes, zero, kv-bytes)", k);
+                       "hardware, recompute, mem-per-rank, mem-reserve, mem-bw, gemm-gflops, gemm-eff, link-eff, "
+                       "intra-bw, inter-bw, intra-latency-us, inter-latency-us, ranks-per-node, train-state, "
+                       "grad-bytes, master-bytes, optim-bytes, zero, kv-bytes)", k);
     }
     return hp_cost_settings_done(s, err);
 }

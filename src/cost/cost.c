@@ -663,7 +663,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     hp__lay_range(&w->pos, &t->lay, t->g, 0, w->pos.r[HP__TP], w->pos.r[HP__CP], &lo, &lb);
     int64_t sk = lb > 0 && y->kw > 0 ? local_count(w, &k) / y->kw / lb : 0;
     if (w->o->decode) sk = hp__cost_cache_positions(w, l, w->o->context); /* each new token attends over the cache */
-    double f;
+    double f, core; /* per row: the projections' FLOPs, and the attention core's (the scores and P·V) */
     if (mla) {
         int64_t ql = mc->q_lora_rank > 0 ? mc->q_lora_rank : 0, kvl = mc->kv_lora_rank, rope = mc->qk_rope_head_dim;
         int64_t qk = mc->qk_nope_head_dim + rope, vd = mc->v_head_dim, nh = y->nh;
@@ -673,7 +673,7 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
             2.0 * (double)kvl * dnh * (double)(mc->qk_nope_head_dim + vd) + 2.0 * dnh * dvd * dH;
         /* the scores and values: decode attends in the latent space (the up-projections absorbed into q and the
          * output, the terms above), over kvl + rope channels per key for the scores and kvl for the values */
-        f += w->o->decode ? 2.0 * (double)sk * dnh * (double)(2 * kvl + rope) : 2.0 * (double)sk * dnh * (dqk + dvd);
+        core = w->o->decode ? 2.0 * (double)sk * dnh * (double)(2 * kvl + rope) : 2.0 * (double)sk * dnh * (dqk + dvd);
         const char *ab = "attention buffers";
         int64_t q = ck_mul3(w, ab, rows, nh, qk), o = ck_mul3(w, ab, rows, nh, vd);
         int64_t tmp = ck_mul(w, ab, rows, kvl + rope + ql + kvl + nh * (mc->qk_nope_head_dim + vd));
@@ -683,12 +683,14 @@ static hp_status attention(walk *w, const hp__step *y, dact *t, dact *out)
     } else {
         int64_t nh = y->nh, hd = c->hd;
         const double dH = (double)H, dnh = (double)nh, dhd = (double)hd;
-        f = 2.0 * dH * (double)(nh + 2 * y->nkv) * dhd + 4.0 * (double)sk * dnh * dhd + 2.0 * dnh * dhd * dH;
+        f = 2.0 * dH * (double)(nh + 2 * y->nkv) * dhd + 2.0 * dnh * dhd * dH;
+        core = 4.0 * (double)sk * dnh * dhd;
         int64_t q = ck_mul3(w, "attention buffers", rows, nh, hd);
         w->w_q = q > w->w_q ? q : w->w_q;
         w->w_o = w->w_q;
     }
-    w->cr->flops += f * (double)rows;
+    w->cr->flops += (f + core) * (double)rows;
+    w->cr->attn_flops += core * (double)rows;
     output_of(y, t, out);
     act_grow(w, out);
     track(w, out);

@@ -83,7 +83,7 @@ static double coll_time(const walk *w, const hp_cost_event *e, bool inter)
     const hp_cost_model *md = &w->o->mdl;
     int64_t n = e->group;
     if (n <= 1 || e->bytes == 0) return 0;
-    double bw = inter ? md->bw_inter : md->bw_intra, a = inter ? md->lat_inter : md->lat_intra;
+    double bw = (inter ? md->bw_inter : md->bw_intra) * md->link_eff, a = inter ? md->lat_inter : md->lat_intra;
     double b = (double)e->bytes, nn = (double)n;
     switch (e->kind) {
     case HP_RUN_ALL_GATHER: return (nn - 1) * (a + b / bw);                   /* ring: n-1 blocks in */
@@ -157,16 +157,38 @@ static uint64_t decode_reads(const walk *w, const hp_cost_rank *r)
     return __builtin_add_overflow(wb, r->kv_bytes, &s) ? UINT64_MAX : s;
 }
 
+/* The pipeline bubble of rank r's step: the seconds its stage waits while the pipeline fills and drains. There is
+ * no pipeline parallelism yet, so it is 0; the pipeline's schedule (stages, micro-batches) will say it here. */
+static double bubble(const walk *w, const hp_cost_rank *r)
+{
+    (void)w, (void)r;
+    return 0;
+}
+
+/* The step time (docs/cost.md "FLOPs and step time"): the FLOPs at the sustained rate, the collectives at the
+ * links' reachable bandwidth, and of those what the step waits for. A GPU engine (Megatron-LM's distributed
+ * optimizer, PyTorch DDP/FSDP) reduces the gradients over dp in buckets while the backward still computes, so the
+ * dp and edp events hide behind the backward's compute and only their excess is exposed; tp, cp and ep
+ * collectives sit on the critical path. hyperpar's own runtime (cpu) reduces after the backward: nothing hides. */
 static void predict(walk *w, hp_cost_rank *r)
 {
-    r->t_comm = 0;
+    const hp_cost_model *md = &w->o->mdl;
+    r->t_comm = r->t_overlap = 0;
+    bool overlaps = w->o->train && hp_cost_model_gpu(md);
     for (size_t i = 0; i < r->n_ev; i++) {
         hp_cost_event *e = &r->ev[i];
         e->seconds = coll_time(w, e, spans_nodes(w, r->rank, e));
         r->t_comm += e->seconds;
+        if (overlaps && (!strcmp(e->axis, "dp") || !strcmp(e->axis, "edp"))) r->t_overlap += e->seconds;
     }
-    r->t_compute = w->o->mdl.gemm_flops > 0 ? r->flops / w->o->mdl.gemm_flops : 0;
-    r->t_step = r->t_compute + r->t_comm;
+    double rate = md->gemm_flops * md->gemm_eff;
+    r->t_compute = rate > 0 ? r->flops / rate : 0;
+    /* the backward's share of the FLOPs: twice the forward's GEMMs and what it recomputes (flops = 3 F + rc) */
+    double fwd = (r->flops - r->recompute_flops) / 3, t_bwd = rate > 0 && w->o->train ? (r->flops - fwd) / rate : 0;
+    double hidden = r->t_overlap < t_bwd ? r->t_overlap : t_bwd;
+    r->t_exposed = r->t_comm - hidden;
+    r->t_bubble = bubble(w, r);
+    r->t_step = r->t_compute + r->t_exposed + r->t_bubble;
     if (!w->o->decode) return;
     /* decode is bound by memory more than by FLOPs: the step takes the longer of the two */
     r->read_bytes = decode_reads(w, r);
@@ -480,6 +502,7 @@ static void scale_events(walk *w, hp_cost_rank *r, int64_t n, uint64_t num, uint
         r->wire_bytes = ck_addu(w, cb, r->wire_bytes, e->wire_bytes);
     }
     r->flops *= (double)n;
+    r->attn_flops *= (double)n;
 }
 
 /* Train: the backward runs each forward collective's transpose, of the same bytes: an entry's all-gather (the
@@ -692,11 +715,32 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
     /* the optimizer step, after the micro-batches released their buffers (train.c): ZeRO's all-gathers alone */
     if (wst == HP_OK && !w->ws_ovf && w->zero_tmp > r->workspace_bytes) r->workspace_bytes = w->zero_tmp;
     if (wst == HP_OK && o->train) {
-        r->flops *= 3; /* backward: twice the forward's GEMMs */
+        /* the backward: twice the forward's GEMMs, and under a GPU engine what it recomputes of the forward, the
+         * whole forward (full) or the attention core (selective: the scores and P·V, Korthikanti et al. 2022) */
+        hp_cost_recompute rc = gpu ? o->mdl.recompute : HP_COST_RECOMPUTE_NONE;
+        r->recompute_flops = rc == HP_COST_RECOMPUTE_FULL        ? r->flops
+                             : rc == HP_COST_RECOMPUTE_SELECTIVE ? r->attn_flops
+                                                                 : 0;
+        r->flops = 3 * r->flops + r->recompute_flops;
         wst = train_events(w, r);
     }
     if (wst == HP_OK) predict(w, r);
     return wst;
+}
+
+/* MFU of a training step of B rows of S positions: the model's FLOPs (mfu.c's 6·W·T and the attention scores',
+ * no recompute) over what the world's peak (gemm_flops, not the sustained rate) does in the step's time; each rank
+ * against an equal share of them, the step against its slowest rank. */
+static void step_mfu(hp_cost *c, const hp_model *m, int64_t B, int64_t S)
+{
+    c->model_flops = hp_cost_train_flops(m, B * S) + hp_cost_attn_train_flops(m, B, S);
+    double peak = c->mdl.gemm_flops * (double)c->world, slowest = 0;
+    for (int64_t i = 0; i < c->n_ranks; i++) {
+        hp_cost_rank *r = &c->ranks[i];
+        r->mfu = r->t_step > 0 && peak > 0 ? c->model_flops / (r->t_step * peak) : 0;
+        slowest = r->t_step > slowest ? r->t_step : slowest;
+    }
+    c->mfu = slowest > 0 && peak > 0 ? c->model_flops / (slowest * peak) : 0;
 }
 
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
@@ -804,6 +848,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         }
         hp_err_clear(err);
     }
+    if (st == HP_OK && o->train && !c->refused[0]) step_mfu(c, m, oo->B, o->S);
     if (st == HP_OK) {
         for (int64_t ri = 1; ri < n_eval; ri++)
             if (c->ranks[ri].total_bytes > c->ranks[c->max_rank].total_bytes) c->max_rank = ri;

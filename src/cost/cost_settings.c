@@ -66,9 +66,21 @@ static hp_status positive(const char *opt, const char *s, double *out, hp_err *e
     return HP_OK;
 }
 
+/* A fraction of a rate: an efficiency in (0, 1]; a rate above the peak it is a fraction of would be a wrong peak. */
+static hp_status fraction(const char *opt, const char *s, double *out, hp_err *err)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (!*s || *end || !(v > 0) || v > 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s expects a fraction in (0, 1] (0.75: three quarters of the peak), got "
+                          "'%s'; a rate above the profile's peak is --gemm-gflops, --intra-bw or --inter-bw", opt, s);
+    *out = v;
+    return HP_OK;
+}
+
 /* The settings a hardware profile also sets: given explicitly, they win (hp_cost_settings_done). */
 enum { G_GEMM = 1, G_INTRA_BW = 2, G_INTER_BW = 4, G_INTRA_LAT = 8, G_INTER_LAT = 16, G_RPN = 32, G_MEM_BW = 64,
-       G_RESERVE = 128 };
+       G_RESERVE = 128, G_GEMM_EFF = 256, G_LINK_EFF = 512 };
 
 /* A training-state setting: the first one given is named when a mode refuses it. */
 static void train_only(hp_cost_settings *s, const char *flag)
@@ -121,6 +133,10 @@ hp_status hp_cost_setting(hp_cost_settings *s, const char *name, const char *arg
         if ((st = positive("--mem-bw", arg, &d, err)) == HP_OK) m->mem_bw = d * 1e9, s->given |= G_MEM_BW;
     } else if (IS("gemm-gflops")) {
         if ((st = positive("--gemm-gflops", arg, &d, err)) == HP_OK) m->gemm_flops = d * 1e9, s->given |= G_GEMM;
+    } else if (IS("gemm-eff")) {
+        if ((st = fraction("--gemm-eff", arg, &d, err)) == HP_OK) m->gemm_eff = d, s->given |= G_GEMM_EFF;
+    } else if (IS("link-eff")) {
+        if ((st = fraction("--link-eff", arg, &d, err)) == HP_OK) m->link_eff = d, s->given |= G_LINK_EFF;
     } else if (IS("intra-bw")) {
         if ((st = positive("--intra-bw", arg, &d, err)) == HP_OK) m->bw_intra = d * 1e9, s->given |= G_INTRA_BW;
     } else if (IS("inter-bw")) {
@@ -215,6 +231,8 @@ static hp_status settle_hardware(hp_cost_settings *s, hp_err *err)
                           "GPU's rate (override it with --gemm-gflops)", hw->name);
     hp_cost_model_hardware(m, hw);
     if (s->given & G_GEMM) m->gemm_flops = given.gemm_flops;
+    if (s->given & G_GEMM_EFF) m->gemm_eff = given.gemm_eff;
+    if (s->given & G_LINK_EFF) m->link_eff = given.link_eff;
     if (s->given & G_INTRA_BW) m->bw_intra = given.bw_intra;
     if (s->given & G_INTER_BW) m->bw_inter = given.bw_inter;
     if (s->given & G_INTRA_LAT) m->lat_intra = given.lat_intra;

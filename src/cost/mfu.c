@@ -3,6 +3,9 @@
  *
  *   hp_cost_gemm_weights(m)        W, the weights one token goes through in the forward's GEMMs
  *   hp_cost_train_flops(m, T)      model FLOPs of a training step over T tokens: 6·W·T
+ *   hp_cost_attn_train_flops(m, B, S) the attention scores' model FLOPs of a step of B rows of S positions,
+ *                                  which cost's MFU adds to 6·W·T (PaLM's 6N + 12·L·H·S per token; train's MFU
+ *                                  leaves them out)
  *   hp_cost_gemm_limit(w, n, m, R) the same-run GEMM limit: an n×n×n product (f32, or bf16 in mode m) through the
  *                                  GEMM layer on every rank at once, best of R after a warm-up; the sum over ranks
  *                                  is the limit. Then the arithmetic peak of mode on every rank at once (registers
@@ -56,6 +59,17 @@ double hp_cost_gemm_weights(const hp_model *m)
 double hp_cost_train_flops(const hp_model *m, int64_t tokens)
 {
     return 6.0 * hp_cost_gemm_weights(m) * (double)tokens;
+}
+
+double hp_cost_attn_train_flops(const hp_model *m, int64_t B, int64_t S)
+{
+    const hp_model_config *c = &m->cfg;
+    double nh = (double)c->num_attention_heads, per_key; /* FLOPs per query, key and layer: Q·Kᵀ and P·V */
+    if (c->kv_lora_rank > 0) per_key = 2.0 * nh * (double)(c->qk_nope_head_dim + c->qk_rope_head_dim + c->v_head_dim);
+    else per_key = 4.0 * nh * (double)c->head_dim;
+    /* forward and backward (the backward's two products per forward one): 3 x, every key of the row */
+    double L = (double)(c->num_hidden_layers > 0 ? c->num_hidden_layers : 0);
+    return 3.0 * per_key * (double)S * (double)S * (double)B * L;
 }
 
 static double now_s(void)

@@ -141,6 +141,11 @@ void hp_cost_engine_json(FILE *o, const hp_cost_model *m)
                "\"source\": ", (long long)m->ranks_per_node, gpu ? 2 : 4, hp_cost_recompute_name(m->recompute),
             (unsigned long long)m->mem_reserve);
     hp_json_fstr(o, h ? h->source : "hyperpar bench run (docs/cost.md)");
+    static const char *const effs[] = {"gemm_eff", "link_eff"};
+    const double e[] = {m->gemm_eff, m->link_eff};
+    hp_json_reals(o, effs, e, sizeof e / sizeof *e);
+    fprintf(o, ", \"eff_source\": ");
+    hp_json_fstr(o, h ? h->eff_source : "1: the rates are hyperpar bench's measurements, not a datasheet's");
     fprintf(o, "}");
 }
 
@@ -171,8 +176,10 @@ static void json_model(FILE *o, const hp_cost_model *m)
             "\"recompute\": \"%s\", \"kv_bytes\": %d",
             m->state == HP_COST_STATE_MEGATRON || hp_cost_model_gpu(m) ? "megatron" : "runtime", m->grad_bytes,
             m->master_bytes, m->optim_bytes, m->zero, hp_cost_recompute_name(m->recompute), m->kv_bytes);
-    static const char *const names[] = {"gemm_flops", "bw_intra", "bw_inter", "lat_intra", "lat_inter", "mem_bw"};
-    const double v[] = {m->gemm_flops, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter, m->mem_bw};
+    static const char *const names[] = {"gemm_flops", "gemm_eff", "link_eff", "bw_intra", "bw_inter", "lat_intra",
+                                        "lat_inter", "mem_bw"};
+    const double v[] = {m->gemm_flops, m->gemm_eff, m->link_eff, m->bw_intra, m->bw_inter, m->lat_intra, m->lat_inter,
+                        m->mem_bw};
     hp_json_reals(o, names, v, sizeof v / sizeof *v);
     fprintf(o, ", \"ranks_per_node\": %lld}", (long long)m->ranks_per_node);
 }
@@ -235,9 +242,16 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
     fprintf(o, ", \"note\": ");
     if (c->note[0]) hp_json_fstr(o, c->note);
     else fprintf(o, "null");
+    if (c->train) { /* MFU is a training step's measure */
+        fprintf(o, ", \"model_flops\": ");
+        hp_json_count(o, c->refused[0] ? NAN : c->model_flops);
+        fprintf(o, ", \"mfu\": ");
+        hp_json_real(o, c->refused[0] ? NAN : c->mfu);
+    }
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
-           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"t_compute\", \"t_comm\", \"t_step\", "
-           "\"kv_seq_bytes\", \"read_bytes\", \"t_memory\", \"seqs_fit\"], \"ranks\": [");
+           "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"attn_flops\", \"recompute_flops\", "
+           "\"t_compute\", \"t_comm\", \"t_overlap\", \"t_exposed\", \"t_bubble\", \"t_step\", \"model_flops\", "
+           "\"mfu\", \"kv_seq_bytes\", \"read_bytes\", \"t_memory\", \"seqs_fit\"], \"ranks\": [");
     for (int64_t i = 0; i < c->n_ranks; i++) {
         const hp_cost_rank *r = &c->ranks[i];
         fprintf(o, "%s\n  {\"rank\": %lld, \"coords\": ", i ? "," : "", (long long)r->rank);
@@ -277,6 +291,17 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
         hp_json_real(o, d ? r->t_comm : NAN);
         fprintf(o, ", \"t_step\": ");
         hp_json_real(o, d ? r->t_step : NAN);
+        static const char *const tn[] = {"attn_flops", "recompute_flops", "t_overlap", "t_exposed", "t_bubble"};
+        const double tv[] = {r->attn_flops, r->recompute_flops, r->t_overlap, r->t_exposed, r->t_bubble};
+        for (size_t k = 0; k < sizeof tv / sizeof *tv; k++) {
+            fprintf(o, ", \"%s\": ", tn[k]);
+            if (k < 2) hp_json_count(o, d ? tv[k] : NAN);
+            else hp_json_real(o, d ? tv[k] : NAN);
+        }
+        if (c->train) {
+            fprintf(o, ", \"mfu\": ");
+            hp_json_real(o, d ? r->mfu : NAN);
+        }
         if (c->decode) {
             json_u64(o, "read_bytes", r->read_bytes, d);
             fprintf(o, ", \"t_memory\": ");
