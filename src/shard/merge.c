@@ -210,9 +210,10 @@ static hp_status group_names(merge_ctx *c, hp_arena *a, listing **lst, size_t *n
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && !strcmp(l[i - 1].name, l[i].name)) {
             if (l[i - 1].rank == l[i].rank) {
+                hp_err_set(err, HP_ERR_INPUT, "manifest.json: rank %zu lists tensor '%s' twice", l[i].rank,
+                           l[i].name);
                 free(l);
-                return hp_err_set(err, HP_ERR_INPUT, "manifest.json: rank %zu lists tensor '%s' twice", l[i].rank,
-                                  l[i].name);
+                return HP_ERR_INPUT;
             }
             continue;
         }
