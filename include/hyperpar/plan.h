@@ -252,6 +252,49 @@ int64_t hp_pipeline_stage_of(const hp_pipeline *q, int64_t l);
  * norm, lm_head, layers past the decoder such as multi-token prediction) the last stage. */
 int hp_pipeline_param_stages(const struct hp_plan *p, const char *name, int64_t st[2]);
 
+/* ---- pipeline schedules (src/plan/schedule.c; docs/pipeline.md) ----
+ *
+ * A training step runs m micro-batches through the chunks. Each stage executes its own list of operations, a
+ * forward or a backward of one chunk on one micro-batch, in the order its schedule gives:
+ *   - gpipe: every forward (micro-batch order), then every backward (micro-batch order);
+ *   - 1f1b (PipeDream-flush, Megatron's default): min(pp − s − 1, m) warm-up forwards on stage s, then one
+ *     forward and one backward in turn, then the remaining backwards;
+ *   - interleaved (Megatron's interleaved 1F1B, virt >= 2 and m a multiple of pp): groups of pp micro-batches go
+ *     through the stage's chunks in turn; (pp − s − 1)·2 + (virt − 1)·pp warm-up forwards (all of them when
+ *     m == pp), then one forward and one backward in turn.
+ * Every schedule runs each chunk's backwards in micro-batch order, so the gradients sum the micro-batches in the
+ * order one process sums them. The runtime walks these lists (src/run/pipe_train.c), cost simulates them. */
+typedef enum { HP_PP_1F1B, HP_PP_GPIPE, HP_PP_INTERLEAVED } hp_pp_sched;
+const char *hp_pp_sched_name(hp_pp_sched k);
+/* "1f1b", "gpipe", "interleaved": true and *k; else false. */
+bool hp_pp_sched_parse(const char *s, hp_pp_sched *k);
+/* The schedule a pipeline runs when none is given: interleaved with virtual stages, else 1f1b. */
+hp_pp_sched hp_pp_sched_default(const hp_pipeline *q);
+typedef struct hp_pp_op {
+    bool bwd;      /* a backward (else a forward) */
+    int64_t chunk; /* the chunk (global index: stage chunk mod pp) */
+    int64_t mb;    /* the micro-batch */
+    bool joined;   /* the backward of a steady-state pair: it runs with the forward before it as one unit, their
+                      sends and the next unit's receives exchanged together (Megatron's
+                      send_forward_backward_recv_forward_backward), which keeps the interleaved schedule free of
+                      deadlock under rendezvous sends */
+} hp_pp_op;
+/* Whether schedule k runs m micro-batches on pipeline q: HP_ERR_INPUT naming why not (1f1b and gpipe run one
+ * chunk per stage; interleaved needs virtual stages and m a multiple of pp; m >= 1). */
+hp_status hp_pp_sched_check(const hp_pipeline *q, hp_pp_sched k, int64_t m, hp_err *err);
+/* Stage s's operations in the order it runs them: 2 · virt · m of them into ops (the check passed). */
+void hp_pp_sched_ops(const hp_pipeline *q, hp_pp_sched k, int64_t m, int64_t s, hp_pp_op *ops);
+/* The most of bytes[chunk] summed over the (chunk, micro-batch) pairs of stage s whose forward ran and whose
+ * backward has not yet (bytes NULL: 1 each, the most forwards in flight): the activations a stage keeps. */
+double hp_pp_sched_in_flight(const hp_pipeline *q, hp_pp_sched k, int64_t m, int64_t s, const double *bytes);
+/* The step's time on the pipeline: every stage runs its list, an operation starting when the stage is free and
+ * its input has arrived (the previous chunk's forward, or the next chunk's backward, t_p2p after it ended);
+ * tf[c] and tb[c] each chunk's forward and backward time per micro-batch. *makespan: when the last operation
+ * ends; *busy (may be NULL): the largest sum of a stage's own operation times, so the bubble is
+ * makespan − busy. HP_ERR_INPUT (internal) if the lists cannot finish. */
+hp_status hp_pp_sched_simulate(const hp_pipeline *q, hp_pp_sched k, int64_t m, const double *tf, const double *tb,
+                               double t_p2p, double *makespan, double *busy, hp_err *err);
+
 /* ---- planning ---- */
 typedef struct hp_plan_opts {
     hp_mesh mesh;
