@@ -72,8 +72,9 @@ typedef struct hp_run_stats {
     double coll_s[HP_RUN_COLL_COUNT];    /* time in each kind: the whole transition (packing, the MPI call,
                                             unpacking), what a bare MPI collective of the same bytes is compared to */
     double wait_s;                       /* sync_collectives: time in the barriers before them */
-    uint64_t p2p_bytes, p2p_calls;       /* a pipeline's point-to-point transfers (the stream between stages, the
-                                            logits to rank 0) this rank sent or received, last forward */
+    uint64_t p2p_bytes, p2p_calls;       /* a pipeline's point-to-point transfers this rank sent or received: the
+                                            stream between stages (and in training its gradient), not the logits'
+                                            delivery to rank 0; last forward, or last training step */
     uint64_t workspace_bytes;            /* the forward's high-water mark of activation, scratch and
                                             communication buffers (weights excluded; docs/run.md); a training
                                             runner's: of every step so far, backward and optimizer included

@@ -151,11 +151,12 @@ check "run gpt_oss pp=2, a stage of no layer (--pp-layers 2,0)" pp_run gpt_oss 1
 expect 0 "" -- $MPI -np 4 "$HP" run "$WORK/fromplan" --input $I --output "$WORK/c.safetensors"
 expect 0 "" -- $MPI -np 4 "$HP" run $G --input $I --pp 2 --tp 2 --output "$WORK/d.safetensors"
 check "run from the pipeline's shard folder = run from the checkpoint" cmp -s "$WORK/c.safetensors" "$WORK/d.safetensors"
-# the stream's bytes: llama's [2, 16, 64] f32 block, from stage 0 to stage 1 (its logits' from the last stage to rank 0)
+# the stream's bytes: llama's [2, 16, 64] f32 block, from stage 0 to stage 1 (the logits' delivery to rank 0 is not
+# the pipeline's traffic)
 expect 0 "" -- $MPI -np 2 "$HP" run $G --input $I --pp 2 --output "$WORK/e.safetensors" --stats-json "$WORK/e.json"
-check "the stream's and the logits' bytes, counted on both ends" python3 -c 'import json, sys
+check "the stream's bytes, counted on both ends" python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))["ranks"]
-want = 2 * 16 * 64 * 4 + (2 * 16 * 128 + 1) * 4
-sys.exit(0 if [x["p2p_bytes"] for x in r] == [want, want] and [x["p2p_calls"] for x in r] == [2, 2] else 1)' \
+want = 2 * 16 * 64 * 4
+sys.exit(0 if [x["p2p_bytes"] for x in r] == [want, want] and [x["p2p_calls"] for x in r] == [1, 1] else 1)' \
     "$WORK/e.json"
 finish
