@@ -133,6 +133,19 @@ hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void
  * communicator has no peer): HP_ERR_INPUT. */
 hp_status hp_comm_send(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err);
 hp_status hp_comm_recv(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err);
+/* One message of hp_comm_exchange: bytes to (send) or from peer, under tag (0..32767). A receive into buf NULL
+ * takes the bytes and drops them (a stage that failed still takes what its peer sends it). */
+typedef struct hp_comm_msg {
+    int peer;
+    bool send;
+    void *buf;
+    size_t bytes;
+    int tag;
+} hp_comm_msg;
+/* Posts every message (sends and receives, in the backend's pieces), then waits for all of them: they complete
+ * in any order, so two ranks that each send to the other in the same exchange do not deadlock (what Megatron's
+ * batched isend/irecv does between pipeline stages). Sizes checked as hp_comm_recv checks them. */
+hp_status hp_comm_exchange(const hp_comm *c, const hp_comm_msg *msgs, int n, hp_err *err);
 
 #ifdef __cplusplus
 }

@@ -104,7 +104,7 @@ static void self_free(hp_comm *c) { free(c); }
 static const hp_comm_ops g_self_ops = {self_name, self_split, self_barrier, self_bcast, self_allgather,
                                        self_ialltoallv, self_wait, self_test, self_allreduce, self_allreduce_f32,
                                        self_reduce_scatter_f32, self_gatherv, NULL, NULL, NULL, NULL, NULL,
-                                       self_free};
+                                       NULL, self_free};
 
 hp_status hp_comm_self(hp_comm **out, hp_err *err)
 {
@@ -384,6 +384,16 @@ hp_status hp_comm_recv(const hp_comm *c, int src, void *buf, size_t bytes, int t
 {
     hp_status st = p2p_check(c, src, tag, c->ops->recv != NULL, "receive", err);
     return st == HP_OK ? c->ops->recv(c, src, buf, bytes, tag, err) : st;
+}
+
+hp_status hp_comm_exchange(const hp_comm *c, const hp_comm_msg *msgs, int n, hp_err *err)
+{
+    for (int i = 0; i < n; i++) {
+        hp_status st = p2p_check(c, msgs[i].peer, msgs[i].tag, c->ops->exchange != NULL,
+                                 msgs[i].send ? "send" : "receive", err);
+        if (st != HP_OK) return st;
+    }
+    return n > 0 ? c->ops->exchange(c, msgs, n, err) : HP_OK;
 }
 
 hp_status hp_comm_gatherv(const hp_comm *c, const void *send, size_t bytes, void *recv, const size_t *rcounts,

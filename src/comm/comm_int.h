@@ -35,6 +35,8 @@ typedef struct hp_comm_ops {
     /* hp_comm_send / hp_comm_recv to or from another rank (NULL: no peer, one process) */
     hp_status (*send)(const hp_comm *c, int dst, const void *buf, size_t bytes, int tag, hp_err *err);
     hp_status (*recv)(const hp_comm *c, int src, void *buf, size_t bytes, int tag, hp_err *err);
+    /* hp_comm_exchange (NULL: no peer) */
+    hp_status (*exchange)(const hp_comm *c, const hp_comm_msg *msgs, int n, hp_err *err);
     /* hp_comm_window_bytes (NULL: none, 0) */
     uint64_t (*window_bytes)(const hp_comm *c);
     void (*free)(hp_comm *c);

@@ -477,12 +477,63 @@ static hp_status mpi_recv(const hp_comm *c, int src, void *buf, size_t bytes, in
     return HP_OK;
 }
 
+/* Every message's pieces posted (MPI_Isend / MPI_Irecv), then one MPI_Waitall; the receives' sizes checked. */
+static hp_status mpi_exchange(const hp_comm *c, const hp_comm_msg *msgs, int n, hp_err *err)
+{
+    size_t np = 0;
+    for (int i = 0; i < n; i++) np += msgs[i].bytes ? (msgs[i].bytes + HP_MPI_CHUNK - 1) / HP_MPI_CHUNK : 1;
+    MPI_Request *rq = malloc((np + 1) * sizeof *rq);
+    MPI_Status *ss = malloc((np + 1) * sizeof *ss);
+    size_t *want = malloc((np + 1) * sizeof *want);
+    int *who = malloc((np + 1) * sizeof *who);
+    char **drop = calloc((size_t)n + 1, sizeof *drop);
+    hp_status st = HP_OK;
+    size_t k = 0;
+    if (!rq || !ss || !want || !who || !drop) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && st == HP_OK; i++) {
+        const hp_comm_msg *m = &msgs[i];
+        char *buf = m->buf;
+        if (!m->send && !buf && m->bytes && !(buf = drop[i] = malloc(m->bytes))) {
+            st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for %zu bytes from rank %d", m->bytes, m->peer);
+            break;
+        }
+        for (size_t off = 0; off == 0 || off < m->bytes; off += HP_MPI_CHUNK) {
+            size_t len = m->bytes - off < HP_MPI_CHUNK ? m->bytes - off : HP_MPI_CHUNK;
+            int code = m->send ? MPI_Isend(buf + off, (int)len, MPI_BYTE, m->peer, m->tag, mc(c), &rq[k])
+                               : MPI_Irecv(buf + off, (int)len, MPI_BYTE, m->peer, m->tag, mc(c), &rq[k]);
+            if (code != MPI_SUCCESS) {
+                st = mpi_fail(err, code, m->send ? "Isend" : "Irecv");
+                break;
+            }
+            want[k] = m->send ? SIZE_MAX : len, who[k] = m->peer;
+            k++;
+            if (m->bytes == 0) break;
+        }
+    }
+    if (k > 0) { /* what was posted completes, even after a failure to post the rest */
+        int code = MPI_Waitall((int)k, rq, ss);
+        if (code != MPI_SUCCESS && st == HP_OK) st = mpi_fail(err, code, "Waitall");
+    }
+    for (size_t i = 0; i < k && st == HP_OK; i++) {
+        int got = 0;
+        if (want[i] == SIZE_MAX) continue;
+        MPI_Get_count(&ss[i], MPI_BYTE, &got);
+        if ((size_t)got != want[i])
+            st = hp_err_set(err, HP_ERR_INPUT, "receive from rank %d: a piece of %d bytes where %zu were expected (the "
+                            "ranks disagree on the message's size)", who[i], got, want[i]);
+    }
+    for (int i = 0; drop && i < n; i++) free(drop[i]);
+    free(rq), free(ss), free(want), free(who), free(drop);
+    return st;
+}
+
 static uint64_t mpi_window_bytes(const hp_comm *c) { return ((const mpi_impl *)c->impl)->shm.bytes; }
 
 static const hp_comm_ops g_mpi_ops = {mpi_name, mpi_split, mpi_barrier, mpi_bcast, mpi_allgather,
                                       mpi_ialltoallv, mpi_wait, mpi_test, mpi_allreduce, mpi_allreduce_f32,
                                       mpi_reduce_scatter_f32, mpi_gatherv, mpi_allgather_rows,
-                                      mpi_reduce_scatter_shared, mpi_send, mpi_recv, mpi_window_bytes, mpi_free};
+                                      mpi_reduce_scatter_shared, mpi_send, mpi_recv, mpi_exchange, mpi_window_bytes,
+                                      mpi_free};
 
 static hp_status wrap(MPI_Comm comm, bool world, hp_comm **out, hp_err *err)
 {
