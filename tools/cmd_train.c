@@ -48,7 +48,7 @@ static void say(const char *fmt, ...)
 
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
-    O_SEQ, O_GB, O_MB, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
+    O_SEQ, O_GB, O_MB, O_PPSCHED, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
     O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT, O_COMPUTE
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
@@ -78,6 +78,8 @@ typedef struct train_args {
     const char *resume;
     int threads;
     hp_linalg_mode compute;
+    hp_pp_sched pp_sched;
+    bool pp_sched_given;
     hp_train_opts to;
     char cmdline[2048];   /* "hyperpar train ..." as given (shell-quoted): what a checkpoint records */
 } train_args;
@@ -340,6 +342,7 @@ static void config_of(train_cli *c, hp_train_config *cfg)
     cfg->micro_batch = a->mb_rows, cfg->eval_every = a->eval_every;
     cfg->steps = a->steps, cfg->stop_after = a->stop_after, cfg->sched = a->sched, cfg->opt = a->to;
     cfg->compute = a->compute;
+    cfg->pp_sched = a->pp_sched, cfg->pp_sched_given = a->pp_sched_given;
     cfg->out = a->out, cfg->save_every = a->save_every, cfg->resume = a->resume, cfg->grad_out = a->grad_out;
     cfg->log_json = a->log_json, cfg->force = a->force, cfg->plot = a->plot, cfg->stats_json = a->stats_json;
     cfg->plan_file = a->plan, cfg->overrides = a->pf.overrides;
@@ -455,6 +458,7 @@ static bool log_every_fn(const cli_ctx *x);
 static bool data_dtype_fn(const cli_ctx *x);
 static bool seed_fn(const cli_ctx *x);
 static bool schedule_fn(const cli_ctx *x);
+static bool pp_sched_fn(const cli_ctx *x);
 
 static const cli_enum g_shuffle = {NULL, {{"none", HP_DATA_IN_ORDER, false}, {"seeded", HP_DATA_SEEDED, false}}};
 #define STEPS(m) CLI_INT(train_args, m, 1, 1000000000)
@@ -553,6 +557,11 @@ static const cli_opt g_opts[] = {
     {"zero", O_ZERO, "S", "0 (default) or 1: ZeRO-1, each rank keeps AdamW's moments of its block of what it\n"
                           "shares with the other dp ranks (routed experts: with their expert-data-parallel\n"
                           "group); the same numbers", 0, G_OPT, CLI_INT(train_args, to.zero, 0, 1)},
+    {"pp-schedule", O_PPSCHED, "K", "a pipeline's schedule (pp > 1) over the step's micro-batches: 1f1b (default;\n"
+                                    "min(pp - s, m) in flight on stage s), gpipe (every forward, then every\n"
+                                    "backward) or interleaved (the default with --pp-virtual; m a multiple of pp);\n"
+                                    "the same gradients as one process (docs/pipeline.md)", 0, G_PLAN,
+     CLI_FN(train_args, pp_sched, pp_sched_fn)},
     CLI_OPTS_MESH(G_PLAN, train_args, pf),
     CLI_OPTS_EP(G_PLAN, train_args, pf),
     CLI_OPTS_PLAN(G_PLAN, train_args, pf),
@@ -642,6 +651,12 @@ static bool schedule_fn(const cli_ctx *x)
     return cli_usage_error("train", "--schedule expects constant, linear or cosine, got '%s'", x->arg), false;
 }
 
+static bool pp_sched_fn(const cli_ctx *x)
+{
+    if (hp_pp_sched_parse(x->arg, cli_target(x))) return true;
+    return cli_usage_error("train", "--pp-schedule expects 1f1b, gpipe or interleaved, got '%s'", x->arg), false;
+}
+
 /* --help printed: exit 0 without training. */
 #define PARSE_HELP CLI_HELP
 
@@ -657,6 +672,7 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     a->dtype_given = cli_given(cp, O_DDTYPE);
     a->seed_given = cli_given(cp, O_SEED);
     a->sched_given = cli_given(cp, O_SCHED);
+    a->pp_sched_given = cli_given(cp, O_PPSCHED);
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];

@@ -173,6 +173,13 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err);
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *grad_norm, hp_err *err);
+/* m micro-batches ids [m][B, S] accumulated as m calls of hp_runner_accumulate would (n_scored over the step;
+ * <= 0: all m·B·(S−1)), losses[j] micro-batch j's own mean on every rank. Under a pipeline (pp > 1) every stage
+ * walks schedule sched's list of its chunks' forwards and backwards (hp_pp_sched_ops; docs/pipeline.md), the
+ * stream and its gradient point to point between stages; the gradients are those of one process, each chunk's
+ * micro-batches summed in order. Collective over every rank. */
+hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, int64_t m, int64_t B, int64_t S,
+                                    int64_t n_scored, hp_pp_sched sched, double *losses, hp_err *err);
 
 /* The training state, for a resume that continues bit for bit: every trained slice's f32 values (the masters),
  * AdamW's moments (as ZeRO lays them out) and the step count, each rank into dir/rank-<r>.safetensors (written

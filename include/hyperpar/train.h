@@ -99,6 +99,9 @@ typedef struct hp_train_config {
     hp_lr_schedule sched;   /* kind, warmup, min_lr (lr is opt.lr, steps is `steps`) */
     hp_train_opts opt;      /* AdamW, clip, ZeRO-1, skip_nonfinite; opt.lr the peak learning rate */
     hp_linalg_mode compute; /* exact or bf16 products */
+    hp_pp_sched pp_sched;   /* --pp-schedule: a pipeline's schedule (with pp_sched_given; else the pipeline's
+                               default, hp_pp_sched_default) */
+    bool pp_sched_given;
     /* ---- outputs and checkpoints ---- */
     const char *out;        /* --out DIR: the trained model's folder, or with save_every the run folder; or NULL */
     int64_t save_every;     /* 0, or a checkpoint every K steps (and at the last) in out/step-<t> */

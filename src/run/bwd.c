@@ -581,12 +581,17 @@ static hp_status recompute(hp_runner *r, size_t f, size_t e, hp_err *err)
 
 hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err)
 {
+    r->train->dh_live = false;
+    return hp__backward_steps(r, ids, S, 0, r->g.n_steps, err);
+}
+
+hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, int64_t S, size_t lo, size_t hi, hp_err *err)
+{
     hp__train *t = r->train;
     const hp__prog *g = &r->g;
     hp_status st = HP_OK;
     size_t f = 0; /* the first step of the layer being undone */
-    t->dh_live = false;
-    for (size_t i = g->n_steps; st == HP_OK && i-- > 0;) {
+    for (size_t i = hi; st == HP_OK && i-- > lo;) {
         const hp__step *s = &g->steps[i];
         hp__bio b = {0};
         if (s->layer >= 0) {

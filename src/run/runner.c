@@ -444,12 +444,15 @@ static hp_status load_all(hp_runner *r, hp_err *err)
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
         const hp__step *s = &g->steps[i];
         const hp__op_rt *o = &hp__op_rt_table[s->op];
-        /* a pipeline stage loads its chunks' steps, and the last one a tied head's embedding */
-        bool mine = r->pipe.pp == 1 || s->chunk % r->pipe.pp == r->pipe.stage ||
-                    (s->op == HP__OP_EMBED && g->tied && r->pipe.stage == r->pipe.pp - 1);
-        if (o->load && mine) st = o->load(r, s, &r->w.sw[i], err);
+        if (o->load && hp__r_step_loaded(r, s)) st = o->load(r, s, &r->w.sw[i], err);
     }
     return st;
+}
+
+bool hp__r_step_loaded(const hp_runner *r, const hp__step *s)
+{
+    return r->pipe.pp == 1 || s->chunk % r->pipe.pp == r->pipe.stage ||
+           (s->op == HP__OP_EMBED && r->g.tied && r->pipe.stage == r->pipe.pp - 1);
 }
 
 /* ---- forward ---- */
@@ -1110,13 +1113,13 @@ hp_status hp__r_steps(hp_runner *r, hp__fio *io, size_t lo, size_t hi, hp_err *e
     return st;
 }
 
-hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
+hp_status hp__r_begin(hp_runner *r, const int64_t *ids, int64_t n_batches, int64_t B, int64_t S, int64_t *max_rows,
+                      hp_err *err)
 {
-    memset(out, 0, sizeof *out);
-    double t0 = hp_comm_wtime();
     memset(&r->x.st, 0, sizeof r->x.st);
     if (!r->train) r->x.mem.peak = r->x.mem.cur; /* this forward's high-water mark; training's: every step's */
-    hp_status st = check_ids(r, ids, B, S, err);
+    hp_status st = HP_OK;
+    for (int64_t k = 0; k < n_batches && st == HP_OK; k++) st = check_ids(r, ids + k * B * S, B, S, err);
     if (st != HP_OK) return st;
     hp__nf_reset(&r->tr.nf);
     int64_t cp = r->x.pos.n[HP__CP];
@@ -1125,12 +1128,22 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     if (!hp__seq_pad(S, cp, &r->x.S_pad)) r->x.S_pad = S; /* buffers_fit refuses it */
     if ((st = buffers_fit(r, B, S, err)) != HP_OK) return st;
     hp__dp_rows(B, r->x.dp, r->x.dp_rows);
-    hp__act *h = &r->sc.h, *t = &r->sc.t, *a = &r->sc.a; /* kept across forwards: warm pages */
-    int64_t max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */
+    *max_rows = 0; /* the most rows any rank holds: every replica's rows times the whole sequence */
     for (int64_t i = 0; i < r->x.dp; i++)
-        if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > max_rows) max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
-    max_rows *= r->x.S_pad;
-    r->sc.moe_rows = max_rows;
+        if (r->x.dp_rows[i + 1] - r->x.dp_rows[i] > *max_rows) *max_rows = r->x.dp_rows[i + 1] - r->x.dp_rows[i];
+    *max_rows *= r->x.S_pad;
+    r->sc.moe_rows = *max_rows;
+    return HP_OK;
+}
+
+hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    double t0 = hp_comm_wtime();
+    int64_t max_rows = 0;
+    hp_status st = hp__r_begin(r, ids, 1, B, S, &max_rows, err);
+    if (st != HP_OK) return st;
+    hp__act *h = &r->sc.h, *t = &r->sc.t, *a = &r->sc.a; /* kept across forwards: warm pages */
     /* the program, step by step: h is the residual stream, t a module's input, a its output */
     const hp__prog *g = &r->g;
     hp__fio io = {.ids = ids, .S = S, .h = h, .t = t, .a = a, .max_rows = max_rows, .chunks = head_in_chunks(r),
@@ -1225,8 +1238,8 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
-    if (o->keep_activations || o->record) /* training and validate do not run a pipeline yet */
-        if ((st = hp_mesh_check_pp(&p->mesh, o->keep_activations ? "train" : "validate", err)) != HP_OK) return st;
+    if (o->record) /* validate's tape does not cross stages yet */
+        if ((st = hp_mesh_check_pp(&p->mesh, "validate", err)) != HP_OK) return st;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
     st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;

@@ -132,6 +132,10 @@ struct hp_runner {
 
 /* ---- the steps (runner.c) ---- */
 
+/* Whether this rank holds step s's weights: every step without a pipeline; a stage its chunks' steps, and the
+ * last stage a tied head's embedding too. */
+bool hp__r_step_loaded(const hp_runner *r, const hp__step *s);
+
 /* The activation arrives as the program says; the entry moves it to the layout the computation runs on. */
 hp_status hp__r_enter(hp_runner *r, const hp__step *s, hp__act *a, hp_err *err);
 /* The computation's output, as the program says, moved to the layout it leaves in. */
@@ -160,6 +164,11 @@ void hp__r_release(hp_runner *r);
  * to hp_run_opts.record (collective; partial sums are skipped), and watched for non-finite values. */
 hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act *a, hp_err *err);
 hp_status hp__r_residual(hp_runner *r, const hp__step *s, hp__act *h, hp__act *br, hp_err *err);
+/* A forward's set-up for batches of B rows of S tokens (n_batches of them at ids, each one's ids checked): the
+ * statistics reset, the sequence's padding, the buffers' bound, the dp rows; *max_rows the most rows any rank
+ * holds (the EP buffers'). */
+hp_status hp__r_begin(hp_runner *r, const int64_t *ids, int64_t n_batches, int64_t B, int64_t S, int64_t *max_rows,
+                      hp_err *err);
 /* Steps [lo, hi) of the program through their forward entries. */
 struct hp__fio;
 hp_status hp__r_steps(hp_runner *r, struct hp__fio *io, size_t lo, size_t hi, hp_err *err);

@@ -121,6 +121,7 @@ static hp_status add_param(hp_runner *r, hp__w *w, const char *fqn, const char *
         return st;
     }
     q->w = w;
+    q->tied_pp = s->op == HP__OP_EMBED && r->g.tied && r->pipe.pp > 1;
     q->own = master != w->d;
     q->b16 = w->dt == HP_DT_BF16 || (mp && mp->dtype == HP_DT_BF16);
     w->train_ix = r->train->n; /* 1 + its index: new_param appended it */
@@ -279,7 +280,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
     hp_status st = HP_OK;
     for (size_t i = 0; i < g->n_steps && st == HP_OK; i++) {
         const hp__op_rt *o = &hp__op_rt_table[g->steps[i].op];
-        if (o->reg) st = o->reg(r, &g->steps[i], &r->w.sw[i], err);
+        if (o->reg && hp__r_step_loaded(r, &g->steps[i])) st = o->reg(r, &g->steps[i], &r->w.sw[i], err);
     }
     if (st != HP_OK) {
         for (int i = 0; i < r->train->n; i++)
@@ -290,7 +291,27 @@ static hp_status train_init(hp_runner *r, hp_err *err)
     return st;
 }
 
-/* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis. */
+/* A tied embedding under a pipeline: the first stage's gradient (the embedding's) and the last stage's (the
+ * head's) summed, each rank with the rank at its position in the other stage; both add in the same order (a + b
+ * = b + a), so both hold the same sum. */
+static hp_status tied_sum(hp_runner *r, tparam *q, hp_err *err)
+{
+    int64_t other = r->pipe.stage == 0 ? r->pipe.pp - 1 : 0;
+    int peer = (int)(other * r->pipe.per + hp_comm_rank(r->x.world));
+    size_t bytes = (size_t)q->n * sizeof *q->g;
+    float *in = hp__mem_realloc(&r->x, NULL, 0, bytes + sizeof *in);
+    if (!in) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the tied embedding's gradient");
+    hp_comm_msg m[2] = {{peer, true, q->g, bytes, 32767}, {peer, false, in, bytes, 32767}};
+    double t0 = hp_comm_wtime();
+    hp_status st = hp_comm_exchange(r->pipe.all, m, 2, err);
+    r->x.st.comm_s += hp_comm_wtime() - t0;
+    for (int64_t k = 0; st == HP_OK && k < q->n; k++) q->g[k] += in[k];
+    hp__mem_free(&r->x, in, bytes + sizeof *in);
+    return st;
+}
+
+/* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis (and a tied
+ * embedding's over the two stages that hold it). */
 static hp_status reduce_grads(hp_runner *r, hp_err *err)
 {
     hp__train *t = r->train;
@@ -312,6 +333,7 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
         if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->x.world) > 1)
             q->g[0] += 1e-2f * (1.0f + fabsf(q->g[0]));
         if (r->o.test_nan_grad && !strcmp(r->o.test_nan_grad, q->name) && q->n > 0) q->g[q->n - 1] = NAN;
+        if (st == HP_OK && q->tied_pp) st = tied_sum(r, q, err);
     }
     return st;
 }
@@ -323,6 +345,7 @@ static hp_status relink(hp_runner *r, hp_err *err)
     for (size_t i = 0; i < r->g.n_steps && st == HP_OK; i++) {
         hp__op op = r->g.steps[i].op;
         step_w *w = &r->w.sw[i];
+        if (!hp__r_step_loaded(r, &r->g.steps[i])) continue; /* another stage's */
         if (op == HP__OP_MLP) {
             mlp_w *m = &w->mlp;
             hp_linear_free(m->gate), hp_linear_free(m->up), hp_linear_free(m->gate_up), hp_linear_free(m->down);
@@ -352,7 +375,7 @@ static hp_status relink(hp_runner *r, hp_err *err)
         if (st == HP_OK) st = hp__r_linear(r, &a->wv, &a->bv, &a->v, err);
         if (st == HP_OK) st = hp__r_linear(r, &a->wo, NULL, &a->o, err);
     }
-    if (st == HP_OK) {
+    if (st == HP_OK && r->w.head_w && r->w.head_w->present) {
         hp_linear_free(r->w.head);
         r->w.head = NULL;
         hp__w hw = *r->w.head_w;
@@ -421,10 +444,9 @@ static hp_status zero_step(hp_runner *r, tparam *q, const hp__adamw *ao, hp_err 
     return st;
 }
 
-hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
-                               double *loss, hp_err *err)
+hp_status hp__train_begin(hp_runner *r, hp_err *err)
 {
-    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    hp_status st = hp_comm_agree(r->pipe.all, train_init(r, err), err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     hp__r_release(r); /* what an evaluation's forward left: every micro-batch starts from no buffer */
@@ -433,6 +455,34 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
         for (int i = 0; i < t->n; i++) memset(t->p[i].g, 0, (size_t)t->p[i].n * sizeof *t->p[i].g);
         t->fwd_s = t->bwd_s = t->bwd_comm_s = 0;
     }
+    return HP_OK;
+}
+
+hp_status hp__train_end(hp_runner *r, hp_status st, int64_t n_micro, double fwd_s, double bwd_s, double bwd_comm_s,
+                        hp_err *err)
+{
+    hp__train *t = r->train;
+    hp__bwd_release(t); /* the micro-batch's buffers: the next one allocates what this one did */
+    hp__r_release(r);
+    if (st == HP_OK && r->x.mem.cur != 0) /* every counted buffer is one of those: the count must be back at 0 */
+        st = hp_err_set(err, HP_ERR_INPUT, "internal error: %zu bytes of the step's buffers are counted after they "
+                        "were all freed", (size_t)r->x.mem.cur);
+    st = hp_comm_agree(r->pipe.all, st, err);
+    if (st != HP_OK) return st;
+    t->pending += (int)n_micro;
+    t->fwd_s += fwd_s;
+    t->bwd_s += bwd_s;
+    t->bwd_comm_s += bwd_comm_s;
+    r->tr.stats.workspace_bytes = r->x.mem.peak; /* the training's high-water mark (hp_runner_forward) */
+    return HP_OK;
+}
+
+hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
+                               double *loss, hp_err *err)
+{
+    hp_status st = hp__train_begin(r, err);
+    if (st != HP_OK) return st;
+    hp__train *t = r->train;
     hp_run_output out;
     double t0 = hp_comm_wtime();
     if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
@@ -446,23 +496,12 @@ hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int6
     uint64_t sv = 0; /* the kept activations' bytes (hp_run_stats.train_saved_bytes) */
     for (int64_t l = 0; l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);
     r->tr.stats.train_saved_bytes = sv;
-    hp__bwd_release(t); /* the micro-batch's buffers: the next one allocates what this one did */
-    hp__r_release(r);
-    if (st == HP_OK && r->x.mem.cur != 0) /* every counted buffer is one of those: the count must be back at 0 */
-        st = hp_err_set(err, HP_ERR_INPUT, "internal error: %zu bytes of the step's buffers are counted after they "
-                        "were all freed", (size_t)r->x.mem.cur);
-    st = hp_comm_agree(r->x.world, st, err);
-    if (st != HP_OK) return st;
-    t->pending++;
-    t->fwd_s += t1 - t0;
-    t->bwd_s += hp_comm_wtime() - t1;
-    t->bwd_comm_s += r->x.st.comm_s - c1;
-    r->tr.stats.workspace_bytes = r->x.mem.peak; /* the training's high-water mark (hp_runner_forward) */
-    return HP_OK;
+    return hp__train_end(r, st, 1, t1 - t0, hp_comm_wtime() - t1, r->x.st.comm_s - c1, err);
 }
 
 /* The global gradient norm, every element counted once: each rank's sum of squares weighted by 1 / the ranks that
- * hold the same (already summed) slice, added over the world. */
+ * hold the same (already summed) slice, added over the world (every stage: a tied embedding, on two of them, by
+ * halves). */
 static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
 {
     const hp__train *t = r->train;
@@ -477,9 +516,9 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
         } else if (q->kind == K_SHARED && t->moe[q->moe - 1].m->tp_cut) holders = world / tp;
         double s2 = 0;
         for (int64_t k = 0; k < q->n; k++) s2 += (double)q->g[k] * q->g[k];
-        sum += s2 / holders;
+        sum += s2 / (q->tied_pp ? 2 * holders : holders);
     }
-    hp_status st = hp_comm_allreduce_sum_f64(r->x.world, &sum, 1, err);
+    hp_status st = hp_comm_allreduce_sum_f64(r->pipe.all, &sum, 1, err);
     *norm = sqrt(sum);
     return st;
 }
@@ -523,7 +562,7 @@ static hp_status update_check(hp_runner *r, const hp__adamw *ao, const hp_train_
     }
     /* the lowest such entry over the world (entries are in the program's order; 1e9: none on this rank) */
     double mine = fi < t->n ? (double)fi : 1e9, first = -mine;
-    hp_status st = hp_comm_allreduce_max_f64(r->x.world, &first, 1, err);
+    hp_status st = hp_comm_allreduce_max_f64(r->pipe.all, &first, 1, err);
     if (st != HP_OK) return st;
     if (-first >= 1e9) return HP_OK;
     if (opts->skip_nonfinite) { /* nothing was written: the step is left whole */
@@ -552,7 +591,7 @@ static hp_status update_check(hp_runner *r, const hp__adamw *ao, const hp_train_
                         t->p[fi].name, (long long)fk, (double)bad.old, (double)bad.param, cause);
     }
     t->step--;
-    return hp_comm_agree(r->x.world, st, err);
+    return hp_comm_agree(r->pipe.all, st, err);
 }
 
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_out, hp_err *err)
@@ -561,7 +600,7 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     if (!t || !t->pending)
         return hp_err_set(err, HP_ERR_INPUT, "no gradients to apply: accumulate a micro-batch first");
     double t2 = hp_comm_wtime();
-    hp_status st = hp_comm_agree(r->x.world, reduce_grads(r, err), err);
+    hp_status st = hp_comm_agree(r->pipe.all, reduce_grads(r, err), err);
     t->pending = 0;
     if (st != HP_OK) return st;
     t->grads = true;
@@ -577,7 +616,7 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
                     break;
                 }
         first = -first;
-        if ((st = hp_comm_allreduce_max_f64(r->x.world, &first, 1, err)) != HP_OK) return st;
+        if ((st = hp_comm_allreduce_max_f64(r->pipe.all, &first, 1, err)) != HP_OK) return st;
         int fi = (int)-first;
         const char *name = fi < t->n ? t->p[fi].name : "?";
         if (opts && opts->skip_nonfinite) { /* no update; the gradients start again at the next step */
@@ -605,7 +644,7 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
     else if (opts->zero != t->zero)
         return hp_err_set(err, HP_ERR_INPUT, "--zero %d after steps with --zero %d: the optimizer state is laid out "
                           "once", opts->zero, t->zero);
-    if ((st = hp_comm_agree(r->x.world, opt_state(r, err), err)) != HP_OK) return st;
+    if ((st = hp_comm_agree(r->pipe.all, opt_state(r, err), err)) != HP_OK) return st;
     hp__adamw ao = {.lr = opts->lr, .beta1 = opts->beta1, .beta2 = opts->beta2, .eps = opts->eps,
                     .weight_decay = opts->weight_decay};
     bool skip = false;
@@ -616,9 +655,9 @@ hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *norm_
         else st = zero_step(r, q, &ao, err);
         sync_copies(q);
     }
-    if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    if ((st = hp_comm_agree(r->pipe.all, st, err)) != HP_OK) return st;
     state_bytes(r);
-    st = hp_comm_agree(r->x.world, relink(r, err), err);
+    st = hp_comm_agree(r->pipe.all, relink(r, err), err);
     rs->train_opt_s = hp_comm_wtime() - t3;
     rs->workspace_bytes = r->x.mem.peak; /* ZeRO's all-gathers included */
     return st;
@@ -798,7 +837,9 @@ static hp_status gather_moe(hp_runner *r, const tmoe *b, int first_param, bool g
     return hp_comm_agree(r->x.world, st, err);
 }
 
-hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err)
+/* The parameters of the rank's stage (every parameter without a pipeline) whole on the stage's first rank, handed
+ * to fn there. Collective over the stage. */
+static hp_status stage_gather(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err)
 {
     hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
     if (st == HP_OK && grads && !r->train->grads)
@@ -806,10 +847,12 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     int world = hp_comm_size(r->x.world), me = hp_comm_rank(r->x.world);
+    int64_t base = r->pipe.stage * r->pipe.per; /* the layout's ranks are the world's */
     size_t *cnt = hp_calloc((size_t)world * 2, sizeof *cnt), *dsp = cnt ? cnt + world : NULL;
     if (!cnt) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < t->n && (st = hp_comm_agree(r->x.world, st, err)) == HP_OK; i++) {
         const tparam *q = &t->p[i];
+        if (q->tied_pp && r->pipe.stage != 0) continue; /* the first stage hands it */
         if (q->moe) { /* the block's entries, together */
             st = gather_moe(r, &t->moe[q->moe - 1], i, grads, fn, ctx, err);
             while (i + 1 < t->n && t->p[i + 1].moe == q->moe) i++;
@@ -820,7 +863,7 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
         size_t total = 0, gn = 1;
         if (me == 0) { /* every rank's cut of this parameter, from the plan's layout */
             for (int k = 0; k < world && st == HP_OK; k++) {
-                st = hp__w_cut(&r->w.ws, q->name, k, cut, err);
+                st = hp__w_cut(&r->w.ws, q->name, base + k, cut, err);
                 dsp[k] = total;
                 size_t ln = 1;
                 for (int d = 0; d < cut->n_dims; d++) ln *= (size_t)cut->local_shape[d];
@@ -835,7 +878,7 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
         const float *mine = grads ? q->g : q->data; /* the f32 master of a bf16 slice */
         if (st == HP_OK) st = hp_comm_gatherv(r->x.world, mine, (size_t)q->w->n * sizeof(float), all, cnt, dsp, 0, err);
         for (int k = 0; me == 0 && st == HP_OK && k < world; k++) {
-            if ((st = hp__w_cut(&r->w.ws, q->name, k, cut, err)) == HP_OK)
+            if ((st = hp__w_cut(&r->w.ws, q->name, base + k, cut, err)) == HP_OK)
                 hp__w_place(cut, (const float *)((const char *)all + dsp[k]), whole);
         }
         if (me == 0 && st == HP_OK) st = fn(ctx, q->name, whole, q->w->global, q->w->n_dims, err);
@@ -844,6 +887,81 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
     }
     free(cnt);
     return hp_comm_agree(r->x.world, st, err);
+}
+
+/* A whole tensor from a stage's first rank to world rank 0 (a pipeline's gather): this header, then the values. */
+typedef struct relay_head {
+    int32_t end, status, n_dims, pad;
+    int64_t shape[8];
+    char name[200];
+} relay_head;
+
+typedef struct relay {
+    hp_runner *r;
+    hp_param_fn fn;
+    void *ctx;
+} relay;
+
+static hp_status relay_send(void *c, const char *name, const float *d, const int64_t *shape, int nd, hp_err *err)
+{
+    const relay *rl = c;
+    relay_head h = {.n_dims = nd};
+    size_t n = 1;
+    if (nd > 8) return hp_err_set(err, HP_ERR_INPUT, "internal error: %s has %d dimensions", name, nd);
+    for (int k = 0; k < nd; k++) n *= (size_t)(h.shape[k] = shape[k]);
+    snprintf(h.name, sizeof h.name, "%s", name);
+    hp_status st = hp_comm_send(rl->r->pipe.all, 0, &h, sizeof h, 1, err);
+    return st == HP_OK ? hp_comm_send(rl->r->pipe.all, 0, d, n * sizeof *d, 2, err) : st;
+}
+
+/* World rank 0: the tensors stage s's first rank relays, handed to fn until its end marker (fn's first failure
+ * kept; the rest still received). */
+static hp_status relay_recv(hp_runner *r, int64_t s, hp_param_fn fn, void *ctx, hp_err *err)
+{
+    int from = (int)(s * r->pipe.per);
+    hp_status st = HP_OK;
+    for (;;) {
+        relay_head h;
+        hp_status rs = hp_comm_recv(r->pipe.all, from, &h, sizeof h, 1, err);
+        if (rs != HP_OK) return rs;
+        if (h.end) return st != HP_OK ? st : h.status == HP_OK ? HP_OK : HP_ERR_INPUT;
+        size_t n = 1;
+        for (int k = 0; k < h.n_dims && k < 8; k++) n *= (size_t)h.shape[k];
+        float *d = malloc(n * sizeof *d + 1);
+        if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory gathering %s", h.name);
+        if ((rs = hp_comm_recv(r->pipe.all, from, d, n * sizeof *d, 2, err)) == HP_OK && st == HP_OK) {
+            h.name[sizeof h.name - 1] = '\0';
+            st = fn(ctx, h.name, d, h.shape, h.n_dims, err);
+        }
+        free(d);
+        if (rs != HP_OK) return rs;
+    }
+}
+
+hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void *ctx, hp_err *err)
+{
+    if (r->pipe.pp == 1) return stage_gather(r, grads, fn, ctx, err);
+    /* a pipeline: stage by stage, each gathered on its first rank, relayed to world rank 0 */
+    hp_status st = HP_OK;
+    int me = hp_comm_rank(r->pipe.all);
+    for (int64_t s = 0; s < r->pipe.pp; s++) {
+        hp_status ss = HP_OK;
+        if (r->pipe.stage == s && s == 0) {
+            ss = stage_gather(r, grads, fn, ctx, err);
+        } else if (r->pipe.stage == s) {
+            relay rl = {r, fn, ctx};
+            ss = stage_gather(r, grads, relay_send, &rl, err);
+            if (me == s * r->pipe.per) { /* the end marker, with the stage's status */
+                relay_head h = {.end = 1, .status = (int32_t)ss};
+                hp_status es = hp_comm_send(r->pipe.all, 0, &h, sizeof h, 1, err);
+                if (ss == HP_OK) ss = es;
+            }
+        } else if (me == 0) {
+            ss = relay_recv(r, s, fn, ctx, err);
+        }
+        if ((st = hp_comm_agree(r->pipe.all, ss, err)) != HP_OK) return st;
+    }
+    return st;
 }
 
 /* ---- the training state, saved and restored (a resumed run continues bit for bit) ---- */
@@ -869,24 +987,24 @@ static hp_status state_rank_check(const hp_st_file *f, int rank, const char *pat
 
 hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *const *meta, int n_meta, hp_err *err)
 {
-    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    hp_status st = hp_comm_agree(r->pipe.all, train_init(r, err), err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     if (t->pending) st = hp_err_set(err, HP_ERR_INPUT, "a step is half accumulated; save after hp_runner_apply");
-    st = hp_comm_agree(r->x.world, st, err);
+    st = hp_comm_agree(r->pipe.all, st, err);
     if (st != HP_OK) return st;
-    if ((st = hp_comm_agree(r->x.world, opt_state(r, err), err)) != HP_OK) return st;
+    if ((st = hp_comm_agree(r->pipe.all, opt_state(r, err), err)) != HP_OK) return st;
     hp_st_writer *w = hp_st_writer_create();
     char path[4200], key[64], val[64];
-    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->x.world));
+    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->pipe.all));
     if (!w) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     snprintf(val, sizeof val, "%lld", (long long)t->step);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "step", val, err);
     snprintf(val, sizeof val, "%d", t->zero);
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "zero", val, err);
-    snprintf(val, sizeof val, "%d", hp_comm_size(r->x.world));
+    snprintf(val, sizeof val, "%d", hp_comm_size(r->pipe.all));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
-    snprintf(val, sizeof val, "%d", hp_comm_rank(r->x.world));
+    snprintf(val, sizeof val, "%d", hp_comm_rank(r->pipe.all));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "rank", val, err);
     for (int i = 0; i < n_meta && st == HP_OK; i++)
         st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
@@ -904,7 +1022,7 @@ hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *c
     }
     if (st == HP_OK) st = hp_st_writer_write(w, path, err);
     hp_st_writer_destroy(w);
-    return hp_comm_agree(r->x.world, st, err);
+    return hp_comm_agree(r->pipe.all, st, err);
 }
 
 /* Copies tensor key of f (n f32 values) into dst; a missing or other-sized tensor is the folder's error. */
@@ -939,20 +1057,20 @@ static hp_status state_check(const tparam *q, int i, const char *path, hp_err *e
 
 hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
 {
-    hp_status st = hp_comm_agree(r->x.world, train_init(r, err), err);
+    hp_status st = hp_comm_agree(r->pipe.all, train_init(r, err), err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     char path[4200], key[64];
-    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->x.world));
+    snprintf(path, sizeof path, "%s/rank-%d.safetensors", dir, hp_comm_rank(r->pipe.all));
     hp_st_file *f = NULL;
     st = hp_st_open(&f, path, err);
     const char *step = f ? hp_st_metadata_get(f, "step") : NULL, *zero = f ? hp_st_metadata_get(f, "zero") : NULL;
     const char *world = f ? hp_st_metadata_get(f, "world") : NULL;
     long long wv = world ? atoll(world) : -1, sv = step ? atoll(step) : -1, zv = zero ? atoll(zero) : -1;
-    if (st == HP_OK && (sv < 0 || (zv != 0 && zv != 1) || wv != hp_comm_size(r->x.world)))
+    if (st == HP_OK && (sv < 0 || (zv != 0 && zv != 1) || wv != hp_comm_size(r->pipe.all)))
         st = hp_err_set(err, HP_ERR_INPUT, "%s: not a training state of %d ranks (step %s, zero %s, world %s)", path,
-                        hp_comm_size(r->x.world), step ? step : "?", zero ? zero : "?", world ? world : "?");
-    if (st == HP_OK) st = state_rank_check(f, hp_comm_rank(r->x.world), path, err);
+                        hp_comm_size(r->pipe.all), step ? step : "?", zero ? zero : "?", world ? world : "?");
+    if (st == HP_OK) st = state_rank_check(f, hp_comm_rank(r->pipe.all), path, err);
     if (st == HP_OK) {
         t->step = sv;
         t->zero = (int)zv;
@@ -983,10 +1101,10 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
         if (st == HP_OK) sync_copies(q);
     }
     hp_st_close(f);
-    if ((st = hp_comm_agree(r->x.world, st, err)) != HP_OK) return st;
+    if ((st = hp_comm_agree(r->pipe.all, st, err)) != HP_OK) return st;
     state_bytes(r);
     hp__r_moe_release(r); /* as after a step */
-    return hp_comm_agree(r->x.world, relink(r, err), err);
+    return hp_comm_agree(r->pipe.all, relink(r, err), err);
 }
 
 int64_t hp_runner_train_steps(const hp_runner *r)

@@ -50,6 +50,8 @@ typedef struct tparam {
     const hp_comm *zc;
     int64_t zlo, zn, zblk;
     bool sum_dp, sum_cp, sum_tp;
+    bool tied_pp;    /* the tied embedding under a pipeline: held by the first and the last stage, its gradient the
+                        sum of both (the embedding's and the head's) */
 } tparam;
 
 /* An MoE block of the rank in training: its gradients, and the expert-data-parallel group of its experts. */
@@ -96,6 +98,15 @@ const float *hp__t_w32(const hp_runner *r, const hp__w *w);
 tmoe *hp__t_moe(const hp_runner *r, int64_t layer);
 /* The backward of the program's steps in reverse, from the gradient of the loss (bwd.c). */
 hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err);
+/* The backward of steps [lo, hi) in reverse (whole layers: a pipeline chunk), from the gradient state as it is
+ * (t->dh the stream's when t->dh_live). */
+hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, int64_t S, size_t lo, size_t hi, hp_err *err);
+/* A micro-batch's (or a pipeline step's) start: the training state made (agreed over every rank), the buffers
+ * released, the gradients zeroed at a step's first. Its end: every buffer freed (the count checked back at 0),
+ * agreed, n_micro more micro-batches pending, the times added. */
+hp_status hp__train_begin(hp_runner *r, hp_err *err);
+hp_status hp__train_end(hp_runner *r, hp_status st, int64_t n_micro, double fwd_s, double bwd_s, double bwd_comm_s,
+                        hp_err *err);
 /* Frees the backward's buffers (gradients, scratch blocks, the recompute's copies), uncounting them; the state
  * stays usable: the next backward allocates them again. */
 void hp__bwd_release(hp__train *t);

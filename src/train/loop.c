@@ -64,15 +64,19 @@ static hp_status take_step(hp_trainer *t, int64_t k, int64_t n_micro, int64_t ro
     const hp_train_config *a = &t->c;
     hp_status st = HP_OK;
     t->to.lr = hp_lr_at(&t->sched, k + 1);
-    for (int64_t j = 0; st == HP_OK && j < n_micro; j++) {
-        double lj = 0;
-        if (a->data) {
-            st = hp_data_batch(t->data, &a->order, k, j * t->mb, t->mb, t->m->cfg.vocab_size, t->ids, err);
-            st = hp_comm_agree(t->w, st, err);
-        }
-        if (st == HP_OK) st = hp_runner_accumulate(t->r, t->ids, rows, t->S, a->data ? n_scored : 0, &lj, err);
-        *loss += n_scored > 0 ? lj * (double)(rows * (t->S - 1)) / (double)n_scored : lj;
-    }
+    for (int64_t j = 0; a->data && st == HP_OK && j < n_micro; j++)
+        st = hp_data_batch(t->data, &a->order, k, j * t->mb, t->mb, t->m->cfg.vocab_size, t->ids + j * rows * t->S,
+                           err);
+    st = hp_comm_agree(t->w, st, err);
+    double *lj = st == HP_OK ? hp_calloc((size_t)n_micro, sizeof *lj) : NULL;
+    if (st == HP_OK && !lj) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    /* the micro-batches in turn, or through the pipeline's schedule */
+    if (st == HP_OK)
+        st = hp_runner_accumulate_pipe(t->r, t->ids, n_micro, rows, t->S, a->data ? n_scored : 0, t->pp_sched, lj,
+                                       err);
+    for (int64_t j = 0; st == HP_OK && j < n_micro; j++)
+        *loss += n_scored > 0 ? lj[j] * (double)(rows * (t->S - 1)) / (double)n_scored : lj[j];
+    free(lj);
     int64_t skipped0 = hp_runner_stats(t->r)->train_skipped;
     if (st == HP_OK) st = hp_runner_apply(t->r, &t->to, norm, err);
     st = hp_comm_agree(t->w, st, err);

@@ -185,6 +185,8 @@ static void warn_no_effect(hp_trainer *t)
     if (a->opt.zero && hp_mesh_size(&t->p->mesh, "dp") == 1 && (t->m->cfg.n_experts == 0 || t->world == 1))
         hp__trn_warn(t, "--zero 1 has no effect at dp=1: no other rank holds the same parameters to share AdamW's "
                      "moments with");
+    if (a->pp_sched_given && hp_mesh_size(&t->p->mesh, "pp") < 2)
+        hp__trn_warn(t, "--pp-schedule has no effect: the mesh has no pipeline (pp=1)");
     if (a->stop_after && a->stop_after == a->steps)
         hp__trn_warn(t, "--stop-after %lld has no effect: it is --steps, the run's last step anyway",
                      (long long)a->stop_after);
@@ -230,7 +232,8 @@ hp_status hp_train_open(hp_trainer **out, const hp_comm *w, const hp_train_confi
 static hp_status alloc_buffers(hp_trainer *t, hp_err *err)
 {
     if (t->data) {
-        t->ids = hp_calloc((size_t)(t->mb * t->S), sizeof *t->ids);
+        /* every micro-batch of a step: a pipeline takes them together (hp_runner_accumulate_pipe) */
+        t->ids = hp_calloc((size_t)(t->c.global_batch * t->S), sizeof *t->ids);
         if (t->eval) t->eval_ids = hp_calloc((size_t)(t->eval_rows * t->S), sizeof *t->eval_ids);
         if (!t->ids || (t->eval && !t->eval_ids)) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch");
     }
@@ -261,6 +264,10 @@ hp_status hp_train_prepare(hp_trainer *t, int local_ranks, hp_err *err)
     /* a batch this node cannot hold is refused before it is read or allocated */
     t->eval_rows = t->eval ? hp__trn_eval_batch_max(hp_data_windows(t->eval), a->global_batch) : 0;
     hp_status st = hp__trn_memory_check(t, local_ranks, err);
+    /* a pipeline's schedule must run the step's micro-batches (interleaved: a multiple of pp) */
+    t->pp_sched = a->pp_sched_given ? a->pp_sched : hp_pp_sched_default(&t->p->pipe);
+    if (st == HP_OK && t->p->pipe.pp > 1)
+        st = hp_pp_sched_check(&t->p->pipe, t->pp_sched, t->data ? a->global_batch / t->mb : 1, err);
     if (st == HP_OK) st = alloc_buffers(t, err);
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK && (t->save_every || a->resume)) st = hp__trn_bind_start(t, err);

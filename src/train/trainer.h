@@ -56,6 +56,7 @@ struct hp_trainer {
     int64_t *ids, *eval_ids;    /* [mb or B, S], [eval_rows, S] */
     int64_t B, S, mb;           /* rows a micro-batch, ids a row; mb: windows of one micro-step (MB x dp) */
     int64_t eval_rows;          /* the largest --eval-data batch */
+    hp_pp_sched pp_sched;       /* a pipeline's schedule (c.pp_sched, or the pipeline's default) */
     float *losses;              /* [steps] */
     hp__trn_list grads, params; /* rank 0: the first step's gradients; the parameters for --out */
     FILE *log;                  /* rank 0's --log-json */
