@@ -1006,6 +1006,8 @@ hp_status hp_runner_save_train_meta(hp_runner *r, const char *dir, const char *c
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "world", val, err);
     snprintf(val, sizeof val, "%d", hp_comm_rank(r->pipe.all));
     if (st == HP_OK) st = hp_st_writer_set_metadata(w, "rank", val, err);
+    snprintf(val, sizeof val, "%lld", (long long)r->pipe.pp);
+    if (st == HP_OK) st = hp_st_writer_set_metadata(w, "pp", val, err);
     for (int i = 0; i < n_meta && st == HP_OK; i++)
         st = hp_st_writer_set_metadata(w, meta[2 * i], meta[2 * i + 1], err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
@@ -1071,6 +1073,12 @@ hp_status hp_runner_load_train(hp_runner *r, const char *dir, hp_err *err)
         st = hp_err_set(err, HP_ERR_INPUT, "%s: not a training state of %d ranks (step %s, zero %s, world %s)", path,
                         hp_comm_size(r->pipe.all), step ? step : "?", zero ? zero : "?", world ? world : "?");
     if (st == HP_OK) st = state_rank_check(f, hp_comm_rank(r->pipe.all), path, err);
+    const char *pp = f ? hp_st_metadata_get(f, "pp") : NULL; /* a state saved before pipelines: pp 1 */
+    if (st == HP_OK && (pp ? atoll(pp) : 1) != r->pipe.pp)
+        st = hp_err_set(err, HP_ERR_INPUT, "%s: a training state saved under pipeline parallelism pp=%s, where this "
+                        "run has pp=%lld: each rank holds its stage's parameters, so resume with the same --pp "
+                        "(hyperpar does not reshard a training state across pipelines)", path, pp ? pp : "1",
+                        (long long)r->pipe.pp);
     if (st == HP_OK) {
         t->step = sv;
         t->zero = (int)zv;

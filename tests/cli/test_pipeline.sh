@@ -1,7 +1,7 @@
 # Pipeline parallelism in plan, explain, shard and merge (docs/pipeline.md): --pp N puts a pp axis outermost; the
 # plan records each stage's ranks and layers; shard writes each rank only its stage's tensors (the embedding on the
 # first stage, the final norm and lm_head on the last, a tied embedding on both); merge restores the checkpoint to
-# the byte. run, train and cost refuse a pipeline by name until they execute one.
+# the byte; run executes one (train: test_pipeline_train.sh); validate refuses one by name.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -107,7 +107,6 @@ expect 0 "but cost does not execute or model a pipeline yet" -- \
     "$HP" cost $G --pp 2 --batch 2 --seq 8
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 I=$G/forward_io.safetensors
-expect 2 "but train does not execute" -- $MPI -np 2 "$HP" train $G --input $I --pp 2
 expect 2 "but validate does not execute" -- $MPI -np 2 "$HP" validate $G --input $I --pp 2
 
 # run across stages: the stream goes point to point between stages, the loss and the logits come from the last
