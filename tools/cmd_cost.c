@@ -92,11 +92,14 @@ const cli_command cli_cmd_cost = {
               "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
               "       \"t_comm\", \"t_step\", \"attn_flops\", \"recompute_flops\", \"t_overlap\" (the dp gradient\n"
               "       reduction beside the backward), \"t_exposed\" (the communication the step waits for),\n"
-              "       \"t_bubble\" (0: no pipeline parallelism), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
+              "       \"t_bubble\" (a pipeline's wait; 0 without pp), \"stage\", \"p2p_bytes\", \"p2p_calls\",\n"
+              "       \"in_flight\", \"t_busy\" (its stage's own seconds), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
               "       cache), in train \"mfu\", and in decode \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without\n"
               "       --mem-per-rank)}, ...],\n"
               "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
               "       in train \"model_flops\" and \"mfu\" (the step's, against its slowest rank),\n"
+              "       \"pipeline\" (null without pp: pp, virtual, schedule, t_makespan, stages: [each stage's ranks,\n"
+              "       layers and its most-loaded rank's bytes, in_flight, p2p_bytes, t_busy]),\n"
               "       \"events\": [the listed rank's collectives]}\n",
     .run = cmd_cost,
 };
@@ -163,6 +166,34 @@ static void decode_text(FILE *o, const hp_cost *c, uint64_t budget)
             c->mdl.mem_bw / 1e9, cli_seconds(slow->t_comm, t[3], 24), slow->t_memory >= slow->t_compute ? "memory" : "compute");
 }
 
+/* The table of ranks: each one's weights and, unless the plan is refused, the rest (the first 64). */
+static void ranks_text(FILE *o, const hp_shard_layout *l, const hp_cost *c)
+{
+    char coords[160], b[8][32];
+    if (c->refused[0])
+        fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
+    else
+        fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights",
+                "activations*", c->train ? "state*" : "KV cache*", "total", "comm/step", "wire/step", "GFLOP*", "step*");
+    int64_t shown = c->n_ranks < 64 ? c->n_ranks : 64;
+    for (int64_t i = 0; i < shown && c->refused[0]; i++) /* only the weights are derived: no 0 B / 0 ms */
+        fprintf(o, "  rank %-8lld %-22.22s %10s %11s\n", (long long)c->ranks[i].rank,
+                hp_shard_coords_str(l, c->ranks[i].rank, coords, sizeof coords), mb(c->ranks[i].weight_bytes, b[0], 32),
+                "not derived");
+    for (int64_t i = 0; i < shown && !c->refused[0]; i++) {
+        const hp_cost_rank *r = &c->ranks[i];
+        uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes +
+                                          r->gather_bytes : r->kv_bytes;
+        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
+        char ts[24];
+        fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %10s\n", (long long)r->rank,
+               hp_shard_coords_str(l, r->rank, coords, sizeof coords), mb(r->weight_bytes, b[0], 32),
+               mb(r->act_bytes, b[1], 32), mb(st, b[2], 32), mb(r->total_bytes, b[3], 32), mb(all, b[4], 32),
+               mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
+    }
+    if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
+}
+
 /* A pipeline's stages: one line each, the worst of its evaluated ranks (docs/cost.md "Pipeline parallelism"). */
 static void pipeline_text(FILE *o, const hp_cost *c)
 {
@@ -198,7 +229,7 @@ static void pipeline_text(FILE *o, const hp_cost *c)
 static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
                         bool detail, uint64_t budget, bool routed, const fit_args *fa)
 {
-    char mesh[160], coords[160], b[8][32];
+    char mesh[160], b[8][32];
     hp_mesh_str(&p->mesh, mesh, sizeof mesh);
     char what[120];
     if (c->decode)
@@ -216,28 +247,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                    "micro-batch's\n", (long long)c->n_micro, c->n_micro == 1 ? "" : "es", (long long)c->micro_batch,
                 c->micro_batch == 1 ? "" : "s");
     cli_cost_engine_text(o, &c->mdl, c->train);
-    if (c->refused[0])
-        fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
-    else
-        fprintf(o, "\nper rank        %-22s %10s %11s %10s %11s %10s %10s %9s %9s\n", "coords", "weights",
-                "activations*", c->train ? "state*" : "KV cache*", "total", "comm/step", "wire/step", "GFLOP*", "step*");
-    int64_t shown = c->n_ranks < 64 ? c->n_ranks : 64;
-    for (int64_t i = 0; i < shown && c->refused[0]; i++) /* only the weights are derived: no 0 B / 0 ms */
-        fprintf(o, "  rank %-8lld %-22.22s %10s %11s\n", (long long)c->ranks[i].rank,
-                hp_shard_coords_str(l, c->ranks[i].rank, coords, sizeof coords), mb(c->ranks[i].weight_bytes, b[0], 32),
-                "not derived");
-    for (int64_t i = 0; i < shown && !c->refused[0]; i++) {
-        const hp_cost_rank *r = &c->ranks[i];
-        uint64_t all = 0, st = c->train ? r->grad_bytes + r->optim_bytes + r->master_bytes + r->saved_bytes +
-                                          r->gather_bytes : r->kv_bytes;
-        for (int k = 0; k < HP_RUN_COLL_COUNT; k++) all += r->bytes[k];
-        char ts[24];
-        fprintf(o, "  rank %-8lld %-22.22s %10s %11s %10s %11s %10s %10s %9.3g %10s\n", (long long)r->rank,
-               hp_shard_coords_str(l, r->rank, coords, sizeof coords), mb(r->weight_bytes, b[0], 32),
-               mb(r->act_bytes, b[1], 32), mb(st, b[2], 32), mb(r->total_bytes, b[3], 32), mb(all, b[4], 32),
-               mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
-    }
-    if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
+    ranks_text(o, l, c);
     if (!c->refused[0] && !hp_cost_model_gpu(&c->mdl)) { /* hyperpar run's own buffers: not a GPU engine's */
         int64_t wi = 0;
         for (int64_t i = 1; i < c->n_ranks; i++)

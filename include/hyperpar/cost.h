@@ -130,6 +130,7 @@ typedef struct hp_cost_opts {
     const hp_pipeline *pipe;    /* advise: the stages' layers for opts.mesh's pp (NULL: the plan's) */
     const uint64_t *stage_weight_bytes; /* advise, with weights_given and pp > 1: [pp] each stage's weights as
                                            stored (weight_bytes is then unused) */
+    const uint64_t *stage_held_bytes;   /* the same as hyperpar's runtime holds them (held_weight_bytes's) */
 } hp_cost_opts;
 
 void hp_cost_opts_default(hp_cost_opts *o);
@@ -424,6 +425,7 @@ typedef struct hp_advise_opts {
      * divide it, when it is above 1) and, on a GPU profile, stronger recompute (selective, then full) before it
      * gives up; what it chose is hp_advice.chosen. A setting the caller fixed (the CLI: given explicitly) is kept. */
     bool fixed_micro_batch, fixed_recompute;
+    int64_t max_pp;             /* the most pipeline stages a candidate has (0: any divisor of world; 1: none) */
 } hp_advise_opts;
 
 void hp_advise_opts_default(hp_advise_opts *o);
@@ -439,12 +441,17 @@ typedef enum hp_advise_why {
     HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */
     HP_ADVISE_EVAL,        /* the cost model refused it: the runtime refuses the plan, or the batch is past 64 bits */
     HP_ADVISE_MEMORY,      /* the most-loaded rank needs more than mem_per_rank */
+    HP_ADVISE_PIPE,        /* the pipeline cannot be cut or scheduled: more chunks than units (layers + embedding +
+                              loss), or a schedule the micro-batches do not fit (hp_pp_sched_check) */
+    HP_ADVISE_BUBBLE,      /* train: the pipeline's bubble is longer than its stages' own work (it idles more than it
+                              computes: more micro-batches or fewer stages) */
 } hp_advise_why;
 
 /* One mesh advise considered. Figures are set once the mesh was evaluated (accepted, or HP_ADVISE_MEMORY);
  * else they are 0. Every figure is the worst of ranks 0 and N-1. */
 typedef struct hp_advise_cand {
     int64_t dp, cp, tp, ep;     /* ep: 1 when there is no expert parallelism */
+    int64_t pp, pp_virtual;     /* pipeline stages (the outermost axis) and virtual stages per stage; 1, 1: none */
     bool ep_axis;               /* ep is its own mesh axis (else TP-extend-EP over dp x tp, or none) */
     bool ok;                    /* accepted; else why and reason say why not */
     hp_advise_why why;
@@ -456,6 +463,7 @@ typedef struct hp_advise_cand {
     uint64_t sent_bytes;        /* bytes per step into collectives of more than one rank (hp_cost_rank.sent_bytes) */
     uint64_t wire_bytes;        /* bytes per step sent over links, ring algorithms (hp_cost_rank.wire_bytes) */
     double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
+    double t_bubble, t_busy;    /* with pp > 1: of the slowest rank, its bubble and its stage's own seconds */
     const char *binding;        /* evaluated: the largest item of max_bytes (hp_cost_rank_binding), else NULL */
     uint64_t binding_bytes;
     double t_memory;            /* decode: the memory-bandwidth bound of that rank's step */

@@ -438,7 +438,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], npos = o->decode ? o->context : w->S_pad, per_seq = 0;
     for (size_t i = 0; i < w->g->n_steps; i++) {
         const hp__step *y = &w->g->steps[i];
-        if (y->op != HP__OP_ATTN && y->op != HP__OP_MLA) continue;
+        if ((y->op != HP__OP_ATTN && y->op != HP__OP_MLA) || y->chunk % w->pp != w->stage) continue;
         int64_t width = y->op == HP__OP_MLA ? mc->kv_lora_rank + mc->qk_rope_head_dim : ck_mul3(w, kb, 2, y->nkv, c->hd);
         per_seq = ck_add(w, kb, per_seq, ck_mul(w, kb, hp__cost_cache_positions(w, y->layer, npos), width));
     }
@@ -701,6 +701,8 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
      * the training state's classes divide. */
     if (w->held && wst == HP_OK)
         wst = hp__cost_held_rank(w->m, w->lay, w->held, o->train, rk, &r->weight_bytes, w->err);
+    else if (o->weights_given && w->pp > 1 && o->stage_held_bytes && o->stage_held_bytes[r->stage] && runtime_weights(o))
+        r->weight_bytes = o->stage_held_bytes[r->stage];
     else if (o->weights_given && o->held_weight_bytes && runtime_weights(o)) r->weight_bytes = o->held_weight_bytes;
     w->pos = (hp__axes){{w->tp, w->cp}, {r->tp, r->cp}};
     w->cr = r;
@@ -765,6 +767,30 @@ static void step_mfu(hp_cost *c, const hp_model *m, int64_t B, int64_t S)
     c->mfu = slowest > 0 && peak > 0 ? c->model_flops / (slowest * peak) : 0;
 }
 
+/* A pipeline: each rank is walked as a rank of its stage's mesh (inner: the plan's less pp), on its stage's chunks;
+ * opts' pipeline (advise) replaces the plan's in pq. */
+static hp_status pipe_setup(walk *w, hp_plan *pq, hp_mesh *inner, hp_err *err)
+{
+    const hp_cost_opts *o = w->o;
+    w->pipe = o->pipe ? o->pipe : &w->p->pipe, w->pp = hp_mesh_size(w->mesh, "pp");
+    if (w->pp > 1 && w->pipe->pp != w->pp)
+        return hp_err_set(err, HP_ERR_INPUT, "the mesh has pp=%lld but the pipeline's split has %lld stages",
+                          (long long)w->pp, (long long)w->pipe->pp);
+    if (w->pp > 1 && o->decode)
+        return hp_err_set(err, HP_ERR_INPUT, "cost --mode decode does not model a pipeline (pp=%lld) yet: a decode "
+                          "step's figures are per token through every stage; use --mode infer or train, or drop pp",
+                          (long long)w->pp);
+    if (o->pipe) {
+        *pq = *w->p;
+        pq->pipe = *o->pipe;
+        w->p = pq;
+    }
+    hp__cost_stage_mesh(w->mesh, inner);
+    w->mesh = inner;
+    w->per = hp_mesh_world(inner);
+    return HP_OK;
+}
+
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
 {
     *out = NULL;
@@ -775,25 +801,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     hp__prog g = {0};
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
-    /* a pipeline: each rank is walked as a rank of its stage's mesh (the plan's less pp), on its stage's chunks */
     hp_plan pq; /* the plan with another pipeline's chunks (advise) */
     hp_mesh inner;
-    w.pipe = o->pipe ? o->pipe : &p->pipe, w.pp = hp_mesh_size(mesh, "pp");
-    if (w.pp > 1 && w.pipe->pp != w.pp)
-        return hp_err_set(err, HP_ERR_INPUT, "the mesh has pp=%lld but the pipeline's split has %lld stages",
-                          (long long)w.pp, (long long)w.pipe->pp);
-    if (w.pp > 1 && o->decode)
-        return hp_err_set(err, HP_ERR_INPUT, "cost --mode decode does not model a pipeline (pp=%lld) yet: a decode "
-                          "step's figures are per token through every stage; use --mode infer or train, or drop pp",
-                          (long long)w.pp);
-    if (o->pipe) {
-        pq = *p;
-        pq.pipe = *o->pipe;
-        p = w.p = &pq;
-    }
-    hp__cost_stage_mesh(mesh, &inner);
-    w.mesh = mesh = &inner;
-    w.per = hp_mesh_world(&inner);
+    if ((st = pipe_setup(&w, &pq, &inner, err)) != HP_OK) return st;
+    p = w.p, mesh = w.mesh;
     w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_batch_split(mesh);
     w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
     w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;

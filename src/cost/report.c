@@ -377,14 +377,19 @@ void hp_advise_flags(char *buf, size_t cap, const hp_model *m, const hp_advise_c
                      const char *overrides)
 {
     int n;
+    char pp[48] = "", ppm[48] = "", virt[48] = "";
+    if (c->pp > 1) snprintf(pp, sizeof pp, " --pp %lld", (long long)c->pp);
+    if (c->pp > 1) snprintf(ppm, sizeof ppm, "pp=%lld,", (long long)c->pp);
+    if (c->pp_virtual > 1) snprintf(virt, sizeof virt, " --pp-virtual %lld", (long long)c->pp_virtual);
     if (c->ep_axis)
-        n = snprintf(buf, cap, "--mesh dp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
+        n = snprintf(buf, cap, "--mesh %sdp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis%s", ppm, (long long)c->dp,
+                     (long long)c->cp, (long long)c->tp, (long long)c->ep, virt);
     else if (c->ep > 1)
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld%s%s", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, (long long)c->ep, pp, virt);
     else
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld", (long long)c->dp, (long long)c->cp, (long long)c->tp);
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld%s%s", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, pp, virt);
     const char *ec = ep_compute ? ep_compute
                      : !overrides && hp_archetype_suggest(m) ? "suggested" : NULL;
     if (c->ep > 1 && ec && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " --ep-compute %s", ec);
@@ -438,9 +443,10 @@ void hp_advice_json(FILE *o, const hp_model *m, const hp_advice *a, const hp_fit
         const hp_advise_cand *c = &a->cands[i];
         fprintf(o, "%s\n  {\"mesh\": ", i ? "," : "");
         hp_json_fstr(o, c->mesh);
-        fprintf(o, ", \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ep\": %lld, \"ep_axis\": %s, \"ok\": %s",
+        fprintf(o, ", \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ep\": %lld, \"ep_axis\": %s, \"pp\": %lld, "
+                   "\"pp_virtual\": %lld, \"ok\": %s",
                 (long long)c->dp, (long long)c->cp, (long long)c->tp, (long long)c->ep, c->ep_axis ? "true" : "false",
-                c->ok ? "true" : "false");
+                (long long)c->pp, (long long)c->pp_virtual, c->ok ? "true" : "false");
         if (c->ok || c->max_bytes) {
             fprintf(o, ", \"max_bytes\": %llu, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"state_bytes\": "
                        "%llu, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"t_step\": %.17g, \"t_compute\": %.17g, "
@@ -449,6 +455,7 @@ void hp_advice_json(FILE *o, const hp_model *m, const hp_advice *a, const hp_fit
                     (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
                     (unsigned long long)c->sent_bytes, (unsigned long long)c->wire_bytes, c->t_step, c->t_compute,
                     c->t_comm);
+            if (c->pp > 1) fprintf(o, ", \"t_bubble\": %.17g, \"t_busy\": %.17g", c->t_bubble, c->t_busy);
             if (a->decode)
                 fprintf(o, ", \"t_memory\": %.17g, \"kv_seq_bytes\": %llu, \"seqs_fit\": %lld", c->t_memory,
                         (unsigned long long)c->kv_seq_bytes, (long long)c->seqs);
