@@ -379,7 +379,7 @@ TEST(advise_dense_reasons_figures_and_order)
         hp_err err;
         CHECK_EQ_INT(a->n_ok, 0);
         CHECK(hp_advice_verdict(a, &err) == HP_ERR_INPUT);
-        CHECK_STR_CONTAINS(err.msg, "no mesh of 2 ranks fits in 953.67 MiB per rank (all 3 rejected; the nearest: "
+        CHECK_STR_CONTAINS(err.msg, "no mesh of 2 ranks fits in 953.67 MiB per rank (all 4 rejected; the nearest: "
                                     "the most-loaded rank needs");
         hp_advice_free(a);
     }

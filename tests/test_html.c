@@ -20,13 +20,13 @@
 #define TITLE_ESC "tiny &lt;llama&gt; &amp; &#39;q&#39; &quot;x&quot;"
 
 static hp_cost_event events[] = {
-    {-1, "model.embed_tokens", "exit", HP_RUN_ALL_REDUCE, "tp", 4, 1, 4096, false, 1e-5, 0},
-    {0, "model.layers.0.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1000, false, 1e-5, 0},
-    {0, "model.layers.0.mlp", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 24, false, 1e-5, 0},
-    {0, "model.layers.0.self_attn", "exit", HP_RUN_REDUCE_SCATTER, "tp", 4, 2, 2048, false, 1e-5, 0},
-    {1, "model.layers.1.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1024, false, 1e-5, 0},
-    {1, "model.layers.1.mlp", "EP dispatch+return", HP_RUN_ALL_TO_ALL, "tp", 4, 2, 8192, true, 1e-4, 0},
-    {-1, "logits", "gather", HP_RUN_GATHER, "all", 8, 1, 65536, false, 1e-4, 0},
+    {-1, "model.embed_tokens", "exit", HP_RUN_ALL_REDUCE, "tp", 4, 1, 4096, false, 1e-5, 0, 0},
+    {0, "model.layers.0.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1000, false, 1e-5, 0, 0},
+    {0, "model.layers.0.mlp", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 24, false, 1e-5, 0, 0},
+    {0, "model.layers.0.self_attn", "exit", HP_RUN_REDUCE_SCATTER, "tp", 4, 2, 2048, false, 1e-5, 0, 0},
+    {1, "model.layers.1.self_attn", "entry", HP_RUN_ALL_GATHER, "tp", 4, 1, 1024, false, 1e-5, 0, 0},
+    {1, "model.layers.1.mlp", "EP dispatch+return", HP_RUN_ALL_TO_ALL, "tp", 4, 2, 8192, true, 1e-4, 0, 0},
+    {-1, "logits", "gather", HP_RUN_GATHER, "all", 8, 1, 65536, false, 1e-4, 0, 0},
 };
 
 /* 8 ranks of dp=2,tp=4, rank 5 the most loaded (over a 2 GiB budget); the events on every rank. */

@@ -15,12 +15,12 @@
 #include "hyperpar/overrides.h"
 #include "hyperpar/plan.h"
 
-enum { O_WORLD = 1000, O_TOP, O_ALL, O_PREFER };
+enum { O_WORLD = 1000, O_TOP, O_ALL, O_PREFER, O_MAX_PP };
 
 typedef struct advise_args {
     cli_plan_flags pf;
     cli_cost_flags cf;
-    int64_t world, top;
+    int64_t world, top, max_pp;
     bool prefer_headroom;
 } advise_args;
 
@@ -34,6 +34,8 @@ static const cli_opt g_opts[] = {
     {"prefer", O_PREFER, "P", "decode: time (default: the fastest step first) or headroom (the most\n"
                               "concurrent sequences that fit first, then time)", 0, NULL,
      CLI_ENUM(advise_args, prefer_headroom, g_prefer)},
+    {"max-pp", O_MAX_PP, "P", "the most pipeline stages a candidate may have (default: any; 1: no pipeline)", 0,
+     NULL, CLI_INT(advise_args, max_pp, 1, 1 << 20)},
     CLI_OPT_HELP,
     CLI_OPTS_COST("the batch and the byte and time model (docs/cost.md)", CLI_ADVISE_BATCH, advise_args, cf),
     CLI_OPTS_PLAN("the plan flags of every candidate (as 'hyperpar plan')", advise_args, pf),
@@ -44,7 +46,8 @@ const cli_command cli_cmd_advise = {
     .cmd = "advise",
     .summary = "which mesh of N ranks to pick: every mesh ranked, the others rejected with why",
     .forms = {{NULL, "MODEL --world --mem-per-rank"}},
-    .about = "Every mesh of N ranks for MODEL (a checkpoint or a config.json): dp x cp x tp, with expert parallelism\n"
+    .about = "Every mesh of N ranks for MODEL (a checkpoint or a config.json): pp x dp x cp x tp (pp: pipeline\n"
+             "stages, outermost, with 2 virtual stages too in training; --max-pp caps it), with expert parallelism\n"
              "for MoE models both over the dense region (TP-extend-EP, --ep) and as its own axis (--ep-axis). A\n"
              "mesh the model or the runtime cannot take is rejected with the reason (tp does not divide the KV\n"
              "heads, ep does not divide the experts, the most-loaded rank needs more than SIZE, tp spans nodes,\n"
@@ -204,7 +207,7 @@ static int print_html(FILE *o, const ctx *x)
 /* ---- the command ---- */
 
 static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_flags *cf, int64_t N, int top, int argc,
-                          char **argv, bool prefer_headroom)
+                          char **argv, bool prefer_headroom, int64_t max_pp)
 {
     hp_err err;
     hp_model *m = NULL;
@@ -224,6 +227,7 @@ static int cli_advise_run(const char *model_arg, cli_plan_flags *pf, cli_cost_fl
         if (!cf->s.batch_given) ao.cost.B = 0; /* the default: a row per rank (hp_advise) */
         ao.plan = pf->po;
         ao.prefer_headroom = prefer_headroom;
+        ao.max_pp = max_pp;
         ao.fixed_micro_batch = cf->s.micro_given, ao.fixed_recompute = cf->s.recompute_given;
         st = hp_advise(&a, m, &ao, &err);
     }
@@ -285,7 +289,7 @@ int cmd_advise(int argc, char **argv)
     const char *const inputs[] = {pf.overrides};
     if (cf.output && cli_check_output_file("advise", "--output", cf.output, argv[optind], inputs, 1) != 0)
         return HP_EXIT_USAGE;
-    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top, argc, argv, prefer_headroom);
+    int rc = cli_advise_run(argv[optind], &pf, &cf, N, (int)top, argc, argv, prefer_headroom, a.max_pp);
     cli_cost_flags_free(&cf);
     return rc;
 }

@@ -92,11 +92,14 @@ const cli_command cli_cmd_cost = {
               "       rank; alias net_bytes), \"wire_bytes\" (sent over links, ring algorithms), \"flops\", \"t_compute\",\n"
               "       \"t_comm\", \"t_step\", \"attn_flops\", \"recompute_flops\", \"t_overlap\" (the dp gradient\n"
               "       reduction beside the backward), \"t_exposed\" (the communication the step waits for),\n"
-              "       \"t_bubble\" (0: no pipeline parallelism), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
+              "       \"t_bubble\" (a pipeline's wait; 0 without pp), \"stage\", \"p2p_bytes\", \"p2p_calls\",\n"
+              "       \"in_flight\", \"t_busy\" (its stage's own seconds), \"ep_estimated\", \"kv_seq_bytes\" (one sequence's\n"
               "       cache), in train \"mfu\", and in decode \"read_bytes\", \"t_memory\", \"seqs_fit\" (null without\n"
               "       --mem-per-rank)}, ...],\n"
               "       \"context\" and \"seqs_fit\" (decode: the mesh's concurrent sequences; else null),\n"
               "       in train \"model_flops\" and \"mfu\" (the step's, against its slowest rank),\n"
+              "       \"pipeline\" (null without pp: pp, virtual, schedule, t_makespan, stages: [each stage's ranks,\n"
+              "       layers and its most-loaded rank's bytes, in_flight, p2p_bytes, t_busy]),\n"
               "       \"events\": [the listed rank's collectives]}\n",
     .run = cmd_cost,
 };
@@ -163,27 +166,10 @@ static void decode_text(FILE *o, const hp_cost *c, uint64_t budget)
             c->mdl.mem_bw / 1e9, cli_seconds(slow->t_comm, t[3], 24), slow->t_memory >= slow->t_compute ? "memory" : "compute");
 }
 
-static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
-                        bool detail, uint64_t budget, bool routed, const fit_args *fa)
+/* The table of ranks: each one's weights and, unless the plan is refused, the rest (the first 64). */
+static void ranks_text(FILE *o, const hp_shard_layout *l, const hp_cost *c)
 {
-    char mesh[160], coords[160], b[8][32];
-    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
-    char what[120];
-    if (c->decode)
-        snprintf(what, sizeof what, "decode: one new token per sequence, a KV cache of %lld positions each",
-                 (long long)c->context);
-    fprintf(o, "model    %s (%s)\nmesh     %s\nbatch    %lld x %lld (%s)%s; the MoE exchange: %s\n", m->path,
-           m->model_type[0] ? m->model_type : "?", mesh, (long long)c->B, (long long)c->S,
-           c->train ? "training step: forward and backward" : c->decode ? what : "inference: one forward",
-           c->S_pad != c->S ? " (padded for cp)" : "",
-           !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
-           : routed                                    ? "the given routing (exact)"
-                                                       : "the balanced router's (estimate*)");
-    if (c->train)
-        fprintf(o, "step     %lld micro-batch%s of %lld row%s per replica (gradient accumulation); activations are one "
-                   "micro-batch's\n", (long long)c->n_micro, c->n_micro == 1 ? "" : "es", (long long)c->micro_batch,
-                c->micro_batch == 1 ? "" : "s");
-    cli_cost_engine_text(o, &c->mdl, c->train);
+    char coords[160], b[8][32];
     if (c->refused[0])
         fprintf(o, "\nper rank        %-22s %10s %11s\n", "coords", "weights", "the rest");
     else
@@ -206,6 +192,62 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
                mb(r->wire_bytes, b[5], 32), r->flops / 1e9, cli_seconds(r->t_step, ts, sizeof ts));
     }
     if (shown < c->n_ranks) fprintf(o, "  ... %lld more ranks (--format json lists them all)\n", (long long)(c->n_ranks - shown));
+}
+
+/* A pipeline's stages: one line each, the worst of its evaluated ranks (docs/cost.md "Pipeline parallelism"). */
+static void pipeline_text(FILE *o, const hp_cost *c)
+{
+    char b[6][32], t[3][24];
+    if (c->train)
+        fprintf(o, "\npipeline pp=%lld x %lld virtual, schedule %s, %lld micro-batches: the step's timeline %s* "
+                   "(simulated)\n", (long long)c->pp, (long long)c->pp_virtual, hp_pp_sched_name(c->pp_sched),
+                (long long)c->n_micro, cli_seconds(c->t_makespan, t[0], 24));
+    else
+        fprintf(o, "\npipeline pp=%lld x %lld virtual: one batch through the stages in turn, %s*\n", (long long)c->pp,
+                (long long)c->pp_virtual, cli_seconds(c->t_makespan, t[0], 24));
+    fprintf(o, "  %5s %-15s %-16s %10s %12s %12s %9s %10s %10s %9s\n", "stage", "ranks", "layers", "weights",
+            "activations*", c->train ? "saved*" : "", c->train ? "in flight" : "", "total", "p2p/step", "busy*");
+    for (int64_t s = 0; s < c->pp; s++) {
+        const hp_cost_stage *g = &c->stages[s];
+        char rk[40], ly[48];
+        snprintf(rk, sizeof rk, "%lld..%lld", (long long)g->rank_lo, (long long)g->rank_hi - 1);
+        snprintf(ly, sizeof ly, "%lld%s%s", (long long)g->n_layers, g->embedding ? " +embed" : "", g->head ? " +head" : "");
+        if (!g->evaluated) {
+            fprintf(o, "  %5lld %-15s %-16s %10s\n", (long long)s, rk, ly, "not evaluated");
+            continue;
+        }
+        char inf[24] = "";
+        if (c->train) snprintf(inf, sizeof inf, "%lld", (long long)g->in_flight);
+        fprintf(o, "  %5lld %-15s %-16s %10s %12s %12s %9s %10s %10s %9s\n", (long long)s, rk, ly,
+                mb(g->weight_bytes, b[0], 32), mb(g->act_bytes, b[1], 32), c->train ? mb(g->saved_bytes, b[2], 32) : "",
+                inf, mb(g->total_bytes, b[3], 32), mb(g->p2p_bytes, b[4], 32), cli_seconds(g->t_busy, t[1], 24));
+    }
+    fprintf(o, "  (each stage's most-loaded rank; p2p: the residual stream's blocks sent and received between stages%s)\n",
+            c->train ? ", forward and backward" : "");
+}
+
+static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c, int64_t ri,
+                        bool detail, uint64_t budget, bool routed, const fit_args *fa)
+{
+    char mesh[160], b[8][32];
+    hp_mesh_str(&p->mesh, mesh, sizeof mesh);
+    char what[120];
+    if (c->decode)
+        snprintf(what, sizeof what, "decode: one new token per sequence, a KV cache of %lld positions each",
+                 (long long)c->context);
+    fprintf(o, "model    %s (%s)\nmesh     %s\nbatch    %lld x %lld (%s)%s; the MoE exchange: %s\n", m->path,
+           m->model_type[0] ? m->model_type : "?", mesh, (long long)c->B, (long long)c->S,
+           c->train ? "training step: forward and backward" : c->decode ? what : "inference: one forward",
+           c->S_pad != c->S ? " (padded for cp)" : "",
+           !(m->family && hp_family_is_moe(m->family)) ? "none (dense)"
+           : routed                                    ? "the given routing (exact)"
+                                                       : "the balanced router's (estimate*)");
+    if (c->train)
+        fprintf(o, "step     %lld micro-batch%s of %lld row%s per replica (gradient accumulation); activations are one "
+                   "micro-batch's\n", (long long)c->n_micro, c->n_micro == 1 ? "" : "es", (long long)c->micro_batch,
+                c->micro_batch == 1 ? "" : "s");
+    cli_cost_engine_text(o, &c->mdl, c->train);
+    ranks_text(o, l, c);
     if (!c->refused[0] && !hp_cost_model_gpu(&c->mdl)) { /* hyperpar run's own buffers: not a GPU engine's */
         int64_t wi = 0;
         for (int64_t i = 1; i < c->n_ranks; i++)
@@ -256,6 +298,7 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     if (budget && mx->total_bytes > usable) cli_fit_text(o, fa->fit, "cost", fa->argc, fa->argv);
 
     if (c->decode) decode_text(o, c, budget);
+    if (c->pp > 1 && c->stages) pipeline_text(o, c);
     if (c->note[0]) fprintf(o, "\nnote: %s\n", c->note);
     const hp_cost_rank *r = &c->ranks[ri];
     fprintf(o, "\ncollectives of rank %lld per %s (%s; times*)\n", (long long)r->rank,
@@ -295,10 +338,11 @@ static void report_text(FILE *o, const hp_model *m, const hp_plan *p, const hp_s
     char t4[24], t5[24], t6[24], t7[24];
     if (!hp_cost_model_gpu(&c->mdl)) /* hyperpar's runtime: its measured rates, nothing overlapped */
         fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP at %.3g GFLOP/s)%s%s%s + communication "
-                   "%s\n", (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
+                   "%s%s%s\n", (long long)r->rank, cli_seconds(r->t_step, t1, sizeof t1), c->decode ? "max(" : "",
                 cli_seconds(r->t_compute, t2, sizeof t2), r->flops / 1e9, c->mdl.gemm_flops / 1e9,
                 c->decode ? ", memory " : "", c->decode ? cli_seconds(r->t_memory, t4, sizeof t4) : "",
-                c->decode ? ")" : "", cli_seconds(r->t_comm, t3, sizeof t3));
+                c->decode ? ")" : "", cli_seconds(r->t_comm, t3, sizeof t3), c->pp > 1 ? " + pipeline bubble " : "",
+                c->pp > 1 ? cli_seconds(r->t_bubble, t7, sizeof t7) : "");
     else
         fprintf(o, "predicted step of rank %lld*: %s = %scompute %s (%.3g GFLOP%s at %.3g GFLOP/s: %.3g%% of "
                    "%.3g)%s%s%s + communication %s exposed (of %s, links at %.3g%%; %s of dp gradient reduction beside the "

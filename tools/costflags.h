@@ -14,7 +14,7 @@ enum {
     CLI_O_BATCH = 0x5000, CLI_O_SEQ, CLI_O_MODE, CLI_O_GEMM, CLI_O_INTRA_BW, CLI_O_INTER_BW, CLI_O_INTRA_LAT,
     CLI_O_INTER_LAT, CLI_O_RPN, CLI_O_GRAD, CLI_O_MASTER, CLI_O_OPTIM, CLI_O_ZERO, CLI_O_KV, CLI_O_BUDGET,
     CLI_O_FORMAT, CLI_O_OUT, CLI_O_MEASURE, CLI_O_STATE, CLI_O_HW, CLI_O_RECOMPUTE, CLI_O_MICRO, CLI_O_GLOBAL,
-    CLI_O_CONTEXT, CLI_O_MEM_BW, CLI_O_RESERVE, CLI_O_GEMM_EFF, CLI_O_LINK_EFF
+    CLI_O_CONTEXT, CLI_O_MEM_BW, CLI_O_RESERVE, CLI_O_GEMM_EFF, CLI_O_LINK_EFF, CLI_O_PP_SCHED
 };
 
 /* The cost model's flags, for a command's option table (cli_opt, cli.h); parsed by cli_cost_flag. */
@@ -38,6 +38,9 @@ enum {
      grp, CLI_COST_SET(T, m)},                                                                                      \
     {"recompute", CLI_O_RECOMPUTE, "R", "train, GPU: none, selective (default: the attention scores) or full\n"     \
                                         "(only each layer's input kept); cpu: none only", 0, grp,                   \
+     CLI_COST_SET(T, m)},                                                                                           \
+    {"pp-schedule", CLI_O_PP_SCHED, "K", "train with a pp axis: 1f1b, gpipe or interleaved (default: interleaved\n" \
+                                         "with --pp-virtual, else 1f1b), as 'hyperpar train' runs it", 0, grp,      \
      CLI_COST_SET(T, m)},                                                                                           \
     {"seq", CLI_O_SEQ, "S", "positions per row of the step (default 4096)", 0, grp,                                 \
      CLI_COST_SET(T, m)},                                                                                           \

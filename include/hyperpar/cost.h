@@ -124,6 +124,13 @@ typedef struct hp_cost_opts {
     uint64_t weight_bytes;      /* every evaluated rank's as stored, when weights_given */
     uint64_t held_weight_bytes; /* those weights as hyperpar's runtime holds them (0: as stored) */
     const struct hp_shard_layout *layout; /* p's shard layout when the caller has built it (NULL: built here) */
+    /* A pipeline (a pp axis in the mesh; docs/cost.md "Pipeline parallelism"). */
+    hp_pp_sched pp_sched;       /* train: the schedule, when pp_sched_given; else hp_pp_sched_default */
+    bool pp_sched_given;
+    const hp_pipeline *pipe;    /* advise: the stages' layers for opts.mesh's pp (NULL: the plan's) */
+    const uint64_t *stage_weight_bytes; /* advise, with weights_given and pp > 1: [pp] each stage's weights as
+                                           stored (weight_bytes is then unused) */
+    const uint64_t *stage_held_bytes;   /* the same as hyperpar's runtime holds them (held_weight_bytes's) */
 } hp_cost_opts;
 
 void hp_cost_opts_default(hp_cost_opts *o);
@@ -147,6 +154,8 @@ typedef struct hp_cost_event {
     uint64_t wire_bytes;  /* the bytes this rank sends over links for it under the ring algorithms (docs/cost.md
                              "Wire bytes"): all-gather (n-1)·bytes, reduce-scatter (n-1)/n·bytes, all-reduce
                              2(n-1)/n·bytes, all-to-all (n-1)/n·bytes, gather bytes (0 on the root); 0 when n = 1 */
+    int32_t chunk;        /* the pipeline chunk whose forward or backward runs it (0 without a pipeline); -1: after
+                             the micro-batches (the gradients' data-parallel reduction) */
 } hp_cost_event;
 
 typedef struct hp_cost_rank {
@@ -190,8 +199,17 @@ typedef struct hp_cost_rank {
                                      backward's compute (docs/cost.md "Overlap") */
     double t_exposed;             /* of t_comm, what the step waits for: t_comm - t_overlap + max(0, t_overlap -
                                      the backward's compute seconds); t_comm when nothing overlaps */
-    double t_bubble;              /* the pipeline bubble: 0, there is no pipeline parallelism yet (cost_eval.c's
-                                     bubble) */
+    double t_bubble;              /* the pipeline bubble: the step's makespan under the schedule's simulation less
+                                     this rank's stage's own busy seconds (hp_pp_sched_simulate; docs/cost.md
+                                     "Pipeline parallelism"); 0 without a pipeline */
+    int64_t stage;                /* its pipeline stage (0 without a pipeline) */
+    uint64_t p2p_bytes, p2p_calls; /* exact: the residual stream's blocks it sends and receives between pipeline
+                                     stages in one step (run --stats-json's p2p_bytes and p2p_calls; train: the
+                                     backward's gradients too); bf16 (half) under a GPU profile */
+    int64_t in_flight;            /* train with a pipeline: the most micro-batches its stage holds activations of
+                                     (hp_pp_sched_in_flight); 1 otherwise */
+    double t_busy;                /* with a pipeline: its stage's own seconds (forwards, backwards and their tp, cp
+                                     and ep collectives over every micro-batch) */
     double mfu;                   /* train: the step's model FLOPs (hp_cost.model_flops) / world over t_step times
                                      gemm_flops; 0 otherwise */
     uint64_t read_bytes;          /* decode: bytes a step reads from memory: the weights (less the embedding table
@@ -201,6 +219,18 @@ typedef struct hp_cost_rank {
     hp_cost_event *ev;
     size_t n_ev;
 } hp_cost_rank;
+
+/* One pipeline stage: the worst of its evaluated ranks (evaluated false: none of its ranks was; advise). */
+typedef struct hp_cost_stage {
+    int64_t stage, rank_lo, rank_hi;      /* its ranks [rank_lo, rank_hi) */
+    int64_t n_chunks, first_layer, n_layers; /* its chunks; the first chunk's first layer; its layers in all */
+    bool embedding, head;                 /* it holds the embedding, the head (and the loss) */
+    bool evaluated;
+    int64_t max_rank;                     /* index into hp_cost.ranks of its most-loaded evaluated rank */
+    uint64_t weight_bytes, act_bytes, saved_bytes, total_bytes, p2p_bytes; /* of that rank */
+    int64_t in_flight;
+    double t_busy;
+} hp_cost_stage;
 
 typedef struct hp_cost {
     int64_t world;
@@ -216,6 +246,10 @@ typedef struct hp_cost {
     double model_flops;           /* train: the step's model FLOPs (hp_cost_train_flops + hp_cost_attn_train_flops
                                      over the global batch), no recompute; 0 otherwise */
     double mfu;                   /* train: model_flops / (the slowest rank's t_step · world · gemm_flops) */
+    int64_t pp, pp_virtual;       /* the pipeline: stages and virtual stages per stage (1, 1: none) */
+    hp_pp_sched pp_sched;         /* train with pp > 1: the schedule simulated */
+    double t_makespan;            /* with pp > 1: the step's pipeline timeline (the slowest rank position's) */
+    struct hp_cost_stage *stages; /* [pp] with pp > 1, else NULL */
     char refused[2048];           /* non-empty: the runtime refuses the plan, and why; then only the weights are
                                      derived (everything else is 0) */
     char note[768];               /* non-empty: a warning about the plan's cost (MoE blocks that every tp rank runs
@@ -391,6 +425,7 @@ typedef struct hp_advise_opts {
      * divide it, when it is above 1) and, on a GPU profile, stronger recompute (selective, then full) before it
      * gives up; what it chose is hp_advice.chosen. A setting the caller fixed (the CLI: given explicitly) is kept. */
     bool fixed_micro_batch, fixed_recompute;
+    int64_t max_pp;             /* the most pipeline stages a candidate has (0: any divisor of world; 1: none) */
 } hp_advise_opts;
 
 void hp_advise_opts_default(hp_advise_opts *o);
@@ -406,12 +441,17 @@ typedef enum hp_advise_why {
     HP_ADVISE_SPLIT,       /* a tensor dim the template's placements cannot split */
     HP_ADVISE_EVAL,        /* the cost model refused it: the runtime refuses the plan, or the batch is past 64 bits */
     HP_ADVISE_MEMORY,      /* the most-loaded rank needs more than mem_per_rank */
+    HP_ADVISE_PIPE,        /* the pipeline cannot be cut or scheduled: more chunks than units (layers + embedding +
+                              loss), or a schedule the micro-batches do not fit (hp_pp_sched_check) */
+    HP_ADVISE_BUBBLE,      /* train: the pipeline's bubble is longer than its stages' own work (it idles more than it
+                              computes: more micro-batches or fewer stages) */
 } hp_advise_why;
 
 /* One mesh advise considered. Figures are set once the mesh was evaluated (accepted, or HP_ADVISE_MEMORY);
  * else they are 0. Every figure is the worst of ranks 0 and N-1. */
 typedef struct hp_advise_cand {
     int64_t dp, cp, tp, ep;     /* ep: 1 when there is no expert parallelism */
+    int64_t pp, pp_virtual;     /* pipeline stages (the outermost axis) and virtual stages per stage; 1, 1: none */
     bool ep_axis;               /* ep is its own mesh axis (else TP-extend-EP over dp x tp, or none) */
     bool ok;                    /* accepted; else why and reason say why not */
     hp_advise_why why;
@@ -423,6 +463,7 @@ typedef struct hp_advise_cand {
     uint64_t sent_bytes;        /* bytes per step into collectives of more than one rank (hp_cost_rank.sent_bytes) */
     uint64_t wire_bytes;        /* bytes per step sent over links, ring algorithms (hp_cost_rank.wire_bytes) */
     double t_step, t_compute, t_comm; /* predicted seconds per step (estimates) */
+    double t_bubble, t_busy;    /* with pp > 1: of the slowest rank, its bubble and its stage's own seconds */
     const char *binding;        /* evaluated: the largest item of max_bytes (hp_cost_rank_binding), else NULL */
     uint64_t binding_bytes;
     double t_memory;            /* decode: the memory-bandwidth bound of that rank's step */

@@ -56,7 +56,17 @@ typedef struct dimreq { /* a dim some tensor shards: its length must divide by (
     char name[200];
 } dimreq;
 
+/* One tensor of a template: the axes that shard it, its bytes as stored and as hyperpar's runtime holds them (a
+ * tensor it holds whole under hmask 0), for the stages a pipeline puts it on (hp_pipeline_param_stages). */
+typedef struct ttensor {
+    const char *name; /* the model's parameter name (outlives the template) */
+    int mask, hmask;
+    uint64_t bytes, held[2];
+} ttensor;
+
 typedef struct tmpl {
+    ttensor *tt;
+    size_t n_tt;
     hp_err refused;     /* status HP_OK, or the planner's refusal of this template (p and k are then NULL) */
     hp_plan *p;
     hp_cost_plan *k;    /* the dry executor's view of p */
@@ -109,6 +119,12 @@ static hp_status build_template(tmpl *t, int kind, const hp_model *m, const hp_p
         hp_shard_layout_free(l);
         return hp_err_set(err, st, "%s", herr.msg);
     }
+    if (!(t->tt = calloc(l->n_tensors ? l->n_tensors : 1, sizeof *t->tt))) {
+        free(held);
+        hp_shard_layout_free(l);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    }
+    t->n_tt = l->n_tensors;
     for (size_t i = 0; i < l->n_tensors; i++) {
         const hp_shard_tensor *x = &l->tensors[i];
         int mask = 0;
@@ -126,24 +142,47 @@ static hp_status build_template(tmpl *t, int kind, const hp_model *m, const hp_p
         if (hp_dtype_nbytes(x->dtype, n, &nb)) t->bytes[mask] += (uint64_t)nb;
         for (int md = 0; held && md < 2; md++)
             t->held[md][held[i].whole ? 0 : mask] += (uint64_t)n * held[i].el[md];
+        ttensor *y = &t->tt[i];
+        *y = (ttensor){m->params[x->params[0]].name, mask, held && held[i].whole ? 0 : mask, (uint64_t)nb, {0, 0}};
+        for (int md = 0; held && md < 2; md++) y->held[md] = (uint64_t)n * held[i].el[md];
     }
     free(held);
     hp_shard_layout_free(l);
     return HP_OK;
 }
 
+/* The product of the sizes of the axes of mask. */
+static uint64_t mask_div(int mask, int64_t tp, int64_t cp, int64_t ep)
+{
+    return (uint64_t)((mask & M_TP) ? tp : 1) * (uint64_t)((mask & M_CP) ? cp : 1) * (uint64_t)((mask & M_EP) ? ep : 1);
+}
+
 /* A rank's share of bytes[mask]: each divided by the sizes of the axes of its mask. */
 static uint64_t weight_bytes(const uint64_t *bytes, int64_t tp, int64_t cp, int64_t ep)
 {
     uint64_t w = 0;
-    for (int mask = 0; mask < 8; mask++) {
-        uint64_t d = 1;
-        if (mask & M_TP) d *= (uint64_t)tp;
-        if (mask & M_CP) d *= (uint64_t)cp;
-        if (mask & M_EP) d *= (uint64_t)ep;
-        w += bytes[mask] / d;
-    }
+    for (int mask = 0; mask < 8; mask++) w += bytes[mask] / mask_div(mask, tp, cp, ep);
     return w;
+}
+
+/* With a pipeline q: each stage's weights as stored (sw) and as the runtime holds them (sh, train: held[1]), each
+ * tensor on the stages hp_pipeline_param_stages puts it on (the template's plan with q's chunks). */
+static void stage_weights(const tmpl *t, const hp_pipeline *q, const hp_advise_cand *c, bool train, uint64_t *sw,
+                          uint64_t *sh)
+{
+    hp_plan pq = *t->p;
+    pq.pipe = *q;
+    memset(sw, 0, (size_t)q->pp * sizeof *sw);
+    memset(sh, 0, (size_t)q->pp * sizeof *sh);
+    for (size_t i = 0; i < t->n_tt; i++) {
+        const ttensor *y = &t->tt[i];
+        int64_t st[2];
+        int n = hp_pipeline_param_stages(&pq, y->name, st);
+        for (int k = 0; k < n; k++) {
+            sw[st[k]] += y->bytes / mask_div(y->mask, c->tp, c->cp, c->ep);
+            sh[st[k]] += y->held[train] / mask_div(y->hmask, c->tp, c->cp, c->ep);
+        }
+    }
 }
 
 /* ---- candidates ---- */
@@ -167,17 +206,30 @@ static bool reject(hp_advise_cand *c, hp_advise_why why, const char *fmt, ...)
     return false;
 }
 
+static void name_inner(const hp_advise_cand *c, char *buf, size_t cap);
+
 static void name_mesh(hp_advise_cand *c)
 {
+    char pp[48] = "";
+    if (c->pp > 1 && c->pp_virtual > 1) snprintf(pp, sizeof pp, "pp=%lld(v%lld),", (long long)c->pp, (long long)c->pp_virtual);
+    else if (c->pp > 1) snprintf(pp, sizeof pp, "pp=%lld,", (long long)c->pp);
+    size_t n = strlen(pp);
+    memcpy(c->mesh, pp, n + 1);
+    name_inner(c, c->mesh + n, sizeof c->mesh - n);
+}
+
+/* The mesh without pp ("dp=2,cp=1,tp=4 ep=8 (TP-extend)") into buf. */
+static void name_inner(const hp_advise_cand *c, char *buf, size_t cap)
+{
     if (c->ep_axis)
-        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld,ep=%lld (ep axis)", (long long)c->dp,
+        snprintf(buf, cap, "dp=%lld,cp=%lld,tp=%lld,ep=%lld (ep axis)", (long long)c->dp,
                  (long long)c->cp, (long long)c->tp, (long long)c->ep);
     else if (c->ep > 1) /* at tp = 1 the EP group rides on dp alone: nothing is extended */
-        snprintf(c->mesh, sizeof c->mesh, c->tp > 1 ? "dp=%lld,cp=%lld,tp=%lld ep=%lld (TP-extend)"
+        snprintf(buf, cap, c->tp > 1 ? "dp=%lld,cp=%lld,tp=%lld ep=%lld (TP-extend)"
                                                      : "dp=%lld,cp=%lld,tp=%lld ep=%lld", (long long)c->dp,
                  (long long)c->cp, (long long)c->tp, (long long)c->ep);
     else
-        snprintf(c->mesh, sizeof c->mesh, "dp=%lld,cp=%lld,tp=%lld", (long long)c->dp, (long long)c->cp,
+        snprintf(buf, cap, "dp=%lld,cp=%lld,tp=%lld", (long long)c->dp, (long long)c->cp,
                  (long long)c->tp);
 }
 
@@ -222,6 +274,24 @@ static bool admissible(const ctx *x, const tmpl *t, hp_advise_cand *c)
     return true;
 }
 
+/* c's pipeline (pp > 1): the split of the layers into pp x virtual chunks, the pp axis on mesh, and in training
+ * the schedule for c's micro-batches (the one asked, else hp_pp_sched_default); false (c rejected) when the layers
+ * cannot be cut so or the schedule cannot run them. */
+static bool pipeline_of(const ctx *x, hp_advise_cand *c, hp_mesh *mesh, hp_pipeline *q, hp_arena *ar)
+{
+    const hp_cost_opts *co = &x->o->cost;
+    hp_err err;
+    if (hp_pipeline_split(q, x->m->cfg.num_hidden_layers, c->pp, c->pp_virtual, NULL, 0, ar, &err) != HP_OK ||
+        hp_mesh_add_pp(mesh, c->pp, &err) != HP_OK)
+        return reject(c, HP_ADVISE_PIPE, "%s", err.msg);
+    if (!co->train) return true;
+    int64_t reps = hp_mesh_batch_split(mesh), mb = hp_cost_default_micro_batch(co, reps), n = 1;
+    if (mb > 0 && co->B % (mb * reps) == 0) n = co->B / (mb * reps);
+    if (hp_pp_sched_check(q, co->pp_sched_given ? co->pp_sched : hp_pp_sched_default(q), n, &err) != HP_OK)
+        return reject(c, HP_ADVISE_PIPE, "%lld micro-batches: %s", (long long)n, err.msg);
+    return true;
+}
+
 /* Evaluates candidate c (sizes set): accepted, or rejected with the reason. */
 static bool evaluate(const ctx *x, hp_advise_cand *c)
 {
@@ -232,17 +302,41 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
     hp_mesh mesh;
     hp_mesh_from_sizes(&mesh, c->dp, c->cp, c->tp, c->ep, c->ep_axis);
     hp_cost_opts o = *co;
-    int64_t world = hp_mesh_world(&mesh), ranks[2] = {0, world - 1};
+    hp_arena ar;
+    hp_arena_init(&ar);
+    hp_pipeline pipe;
+    if (c->pp > 1 && !pipeline_of(x, c, &mesh, &pipe, &ar)) {
+        hp_arena_free(&ar);
+        return false;
+    }
+    /* ranks 0 and N-1; with a pipeline, the first and last rank of every stage (a middle stage may hold the most) */
+    int64_t world = hp_mesh_world(&mesh), per = world / c->pp, n_r = 0;
+    int64_t *ranks = malloc((size_t)(2 * c->pp) * sizeof *ranks);
+    uint64_t *sw = c->pp > 1 ? malloc((size_t)(2 * c->pp) * sizeof *sw) : NULL;
+    if (!ranks || (c->pp > 1 && !sw)) {
+        free(ranks), free(sw), hp_arena_free(&ar);
+        return reject(c, HP_ADVISE_EVAL, "out of memory");
+    }
+    for (int64_t g = 0; g < c->pp; g++) {
+        ranks[n_r++] = g * per;
+        if (per > 1) ranks[n_r++] = g * per + per - 1;
+    }
     o.mesh = &mesh;
     o.ranks = ranks;
-    o.n_ranks = world > 1 ? 2 : 1;
+    o.n_ranks = n_r;
     o.weights_given = true;
     o.weight_bytes = weight_bytes(t->bytes, c->tp, c->cp, c->ep);
     o.held_weight_bytes = weight_bytes(t->held[co->train], c->tp, c->cp, c->ep);
+    if (c->pp > 1) {
+        stage_weights(t, &pipe, c, co->train, sw, sw + c->pp);
+        o.pipe = &pipe, o.stage_weight_bytes = sw, o.stage_held_bytes = sw + c->pp;
+    }
     o.layout = NULL;
     hp_cost *k = NULL;
     hp_err err;
-    if (hp_cost_eval(&k, t->k, &o, &err) != HP_OK) {
+    hp_status est = hp_cost_eval(&k, t->k, &o, &err);
+    free(ranks), free(sw), hp_arena_free(&ar);
+    if (est != HP_OK) {
         if (err.status == HP_ERR_INPUT && x->batch_err->status == HP_OK) *x->batch_err = err;
         return reject(c, HP_ADVISE_EVAL, "%s", err.msg);
     }
@@ -262,8 +356,10 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
         const hp_cost_rank *q = &k->ranks[i];
         if (q->sent_bytes > c->sent_bytes) c->sent_bytes = q->sent_bytes;
         if (q->wire_bytes > c->wire_bytes) c->wire_bytes = q->wire_bytes;
-        if (q->t_step > c->t_step)
-            c->t_step = q->t_step, c->t_compute = q->t_compute, c->t_comm = q->t_comm, c->t_memory = q->t_memory;
+        /* the slowest rank; a pipeline's ranks all take the makespan (to rounding): then its busiest stage's */
+        if (q->t_step > c->t_step * (1 + 1e-12) || (q->t_step >= c->t_step * (1 - 1e-12) && q->t_busy > c->t_busy))
+            c->t_step = q->t_step, c->t_compute = q->t_compute, c->t_comm = q->t_comm, c->t_memory = q->t_memory,
+            c->t_bubble = q->t_bubble, c->t_busy = q->t_busy;
         if (q->kv_seq_bytes > c->kv_seq_bytes) c->kv_seq_bytes = q->kv_seq_bytes;
     }
     c->seqs = k->decode ? hp_cost_seqs(k, x->o->mem_per_rank) : -1;
@@ -280,6 +376,13 @@ static bool evaluate(const ctx *x, hp_advise_cand *c)
                       of, hp_format_bytes(c->weight_bytes, b[2], 32), hp_format_bytes(c->act_bytes, b[3], 32),
                       co->train ? "training state" : "KV cache", hp_format_bytes(c->state_bytes, b[4], 32),
                       c->binding, hp_format_bytes(c->binding_bytes, b[5], 32));
+    }
+    if (co->train && c->pp > 1 && c->t_bubble > c->t_busy) {
+        char tb[2][24];
+        return reject(c, HP_ADVISE_BUBBLE, "the pipeline bubble (%s) is longer than the stage's own work (%s) over %lld "
+                      "micro-batches: the stages idle more than they compute; more micro-batches (a smaller "
+                      "--micro-batch or a larger --batch) or fewer stages", hp_format_seconds(c->t_bubble, tb[0], 24),
+                      hp_format_seconds(c->t_busy, tb[1], 24), (long long)c->n_micro);
     }
     c->ok = true;
     c->why = HP_ADVISE_OK;
@@ -346,18 +449,23 @@ static hp_status enumerate(const ctx *x, int64_t N, hp_advice *a, hp_err *err)
         free(dv);
         return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     }
+    /* pp outermost (its stages' mesh is the rest, N / pp ranks), with 2 virtual stages too in training */
+    for (int z = 0; z < nd * 2; z++) {
+        int64_t pp = dv[z / 2], virt = 1 + z % 2, Np = N / pp;
+        if ((virt == 2 && (pp < 2 || !x->o->cost.train)) || (x->o->max_pp > 0 && pp > x->o->max_pp)) continue;
     for (int i = 0; i < nd; i++) {
         int64_t tp = dv[i];
+        if (Np % tp) continue;
         for (int j = 0; j < nd; j++) {
             int64_t cp = dv[j];
-            if ((N / tp) % cp) continue;
-            int64_t rest = N / tp / cp; /* dp, or dp x ep on its own axis */
+            if ((Np / tp) % cp) continue;
+            int64_t rest = Np / tp / cp; /* dp, or dp x ep on its own axis */
             for (int q = 0; q < (moe ? nd : 1); q++) {
                 int64_t e = dv[q];
                 for (int axis = 0; axis < 2; axis++) {
-                    hp_advise_cand c = {.cp = cp, .tp = tp, .ep = e, .ep_axis = axis == 1};
+                    hp_advise_cand c = {.cp = cp, .tp = tp, .ep = e, .ep_axis = axis == 1, .pp = pp, .pp_virtual = virt};
                     if (axis == 0) { /* ep = 1, or TP-extend-EP over the whole dense region */
-                        if (N % e) continue;
+                        if (Np % e) continue;
                         c.dp = rest;
                     } else {
                         if (e < 2 || rest % e) continue;
@@ -378,6 +486,7 @@ static hp_status enumerate(const ctx *x, int64_t N, hp_advice *a, hp_err *err)
                 }
             }
         }
+    }
     }
     free(dv);
     qsort(v, n, sizeof *v, by_rank);
@@ -438,6 +547,7 @@ static void templates_free(tmpl *t, int n_t)
     for (int i = 0; t && i < n_t; i++) {
         hp_cost_plan_free(t[i].k);
         hp_plan_free(t[i].p);
+        free(t[i].tt);
     }
     free(t);
 }

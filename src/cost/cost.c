@@ -231,7 +231,7 @@ bool hp__cost_axis_spans_nodes(const walk *w, int64_t rank, const char *axis)
  * (comm_mpi.c's shm_on): two ranks or more, on one node. */
 static bool window_on(const walk *w, int ax)
 {
-    return w->pos.n[ax] > 1 && !hp__cost_axis_spans_nodes(w, w->cr->rank, ax == HP__TP ? "tp" : "cp");
+    return w->pos.n[ax] > 1 && !hp__cost_axis_spans_nodes(w, w->lrank, ax == HP__TP ? "tp" : "cp");
 }
 
 /* A call of `bytes` per rank through ax's window: the window grows to the largest. */
@@ -418,7 +418,7 @@ hp_status hp__cost_add_event(walk *w, int32_t layer, const char *where, const ch
     uint64_t wire = wire_of(w, kind, group, bytes);
     r->ev[r->n_ev++] = (hp_cost_event){.layer = layer, .where = where, .step = step, .kind = kind, .axis = axis,
                                        .group = (int32_t)group, .calls = calls, .bytes = bytes, .estimated = est,
-                                       .wire_bytes = wire};
+                                       .chunk = w->cur_chunk, .wire_bytes = wire};
     r->bytes[kind] = ck_addu(w, "collective bytes", r->bytes[kind], bytes);
     r->calls[kind] += (uint64_t)calls;
     if (group > 1) r->sent_bytes = ck_addu(w, "collective bytes", r->sent_bytes, bytes);
@@ -567,7 +567,7 @@ static int64_t member_sends(walk *w, const hp__step *y, int64_t layer, const hp_
 static hp_status moe_exchange(walk *w, const hp__step *y, int64_t layer, const dact *t)
 {
     const hp_mesh *mesh = w->mesh;
-    int64_t me = w->cr->rank, P = w->ep, grp, idx;
+    int64_t me = w->lrank, P = w->ep, grp, idx;
     hp_mesh_ep_index(mesh, P, me, &grp, &idx);
     bool est = false;
     int64_t sent = member_sends(w, y, layer, &t->lay, me, -1, &est), recv = 0;
@@ -865,6 +865,28 @@ typedef struct dio {
     bool chunks;
     const hp__step *next;
 } dio;
+
+/* One end of a pipeline boundary: the stream's local block (its layout on this rank, f32) that src/run/pipe.c
+ * sends after a chunk or receives before one, one transfer each (hp_run_stats.p2p_bytes and p2p_calls). */
+static void p2p(walk *w, const dact *h)
+{
+    int64_t n = local_count(w, h);
+    const char *pb = "point-to-point bytes";
+    w->cr->p2p_bytes = ck_addu(w, pb, w->cr->p2p_bytes, ck_bytes(w, pb, n, sizeof(float)));
+    w->cr->p2p_calls++;
+    w->p2p_block = n > w->p2p_block ? n : w->p2p_block;
+}
+
+/* The stream arriving from the previous chunk's stage, in the stream's layout: the rank's block of its replica's
+ * rows [B_r, S_pad, H], into the runner's stream buffer (recv_stream's hp__act_alloc). */
+static void recv_stream(walk *w, dio *io)
+{
+    int64_t cap = io->h.cap;
+    io->h = (dact){{w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp], w->S_pad, w->g->cfg.H}, w->g->stream, cap};
+    act_grow(w, &io->h);
+    track(w, &io->h);
+    p2p(w, &io->h);
+}
 
 static hp_status dry_embed(walk *w, const hp__step *s, dio *io)
 {
@@ -1178,8 +1200,15 @@ static hp_status backward(walk *w, dio *io)
                                                                   : hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
     w->ev_times = 0;
     size_t f = 0;
+    int64_t C = w->pipe->n_chunks > 1 ? w->pipe->n_chunks : 1, cur = -1;
     for (size_t i = g->n_steps; st == HP_OK && i-- > 0;) {
         const hp__step *s = &g->steps[i];
+        if (s->chunk % w->pp != w->stage) continue; /* another stage's */
+        if (s->chunk != cur && (cur = s->chunk) + 1 < C) { /* the stream's gradient from the next chunk's stage */
+            dact h = {{w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp], w->S_pad, g->cfg.H}, g->stream, 0};
+            like(w, &b.dh, &h, g->cfg.H, g->stream);
+            b.dh_live = true;
+        }
         dact hin = w->kept[g->cfg.L], tin = io->t;
         if (s->layer >= 0) {
             if (i + 1 == g->n_steps || g->steps[i + 1].layer != s->layer) {
@@ -1211,12 +1240,26 @@ hp_status hp__cost_walk_rank(walk *w)
     hp_status st = HP_OK;
     dio io = {.chunks = !w->o->train && g->head_chunks};
     w->loss_cap = 0;
+    w->cur_chunk = 0;
     w->kept = NULL;
     if (w->o->train && !(w->kept = hp_calloc((size_t)g->cfg.L + 1, sizeof *w->kept)))
         return hp_err_set(w->err, HP_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; st == HP_OK && i < g->n_steps; i++) {
-        io.next = i + 1 < g->n_steps ? &g->steps[i + 1] : NULL;
-        st = dry[g->steps[i].op](w, &g->steps[i], &io);
+    /* the chunks in order, as src/run/pipe.c runs them: a stage walks its own, receiving the stream before each
+     * (but the first) and sending it after each (but the last); without a pipeline, one chunk of every step */
+    int64_t C = w->pipe->n_chunks > 1 ? w->pipe->n_chunks : 1;
+    for (size_t i = 0, lo, c = 0; st == HP_OK && (int64_t)c < C; c++) {
+        w->cur_chunk = (int32_t)c;
+        for (lo = i; i < g->n_steps && g->steps[i].chunk == (int32_t)c;) i++;
+        if ((int64_t)c % w->pp != w->stage) continue;
+        double f0 = w->cr->flops, a0 = w->cr->attn_flops;
+        int64_t s0 = w->w_saved;
+        if (c > 0) recv_stream(w, &io);
+        for (size_t j = lo; st == HP_OK && j < i; j++) {
+            io.next = j + 1 < g->n_steps ? &g->steps[j + 1] : NULL;
+            st = dry[g->steps[j].op](w, &g->steps[j], &io);
+        }
+        if ((int64_t)c + 1 < C) p2p(w, &io.h);
+        w->ch_flops[c] = w->cr->flops - f0, w->ch_attn[c] = w->cr->attn_flops - a0, w->ch_saved[c] = w->w_saved - s0;
     }
     if (st == HP_OK && w->o->train) st = backward(w, &io);
     free(w->kept);

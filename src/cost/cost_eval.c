@@ -157,14 +157,6 @@ static uint64_t decode_reads(const walk *w, const hp_cost_rank *r)
     return __builtin_add_overflow(wb, r->kv_bytes, &s) ? UINT64_MAX : s;
 }
 
-/* The pipeline bubble of rank r's step: the seconds its stage waits while the pipeline fills and drains. There is
- * no pipeline parallelism yet, so it is 0; the pipeline's schedule (stages, micro-batches) will say it here. */
-static double bubble(const walk *w, const hp_cost_rank *r)
-{
-    (void)w, (void)r;
-    return 0;
-}
-
 /* The step time (docs/cost.md "FLOPs and step time"): the FLOPs at the sustained rate, the collectives at the
  * links' reachable bandwidth, and of those what the step waits for. A GPU engine (Megatron-LM's distributed
  * optimizer, PyTorch DDP/FSDP) reduces the gradients over dp in buckets while the backward still computes, so the
@@ -177,7 +169,7 @@ static void predict(walk *w, hp_cost_rank *r)
     bool overlaps = w->o->train && hp_cost_model_gpu(md);
     for (size_t i = 0; i < r->n_ev; i++) {
         hp_cost_event *e = &r->ev[i];
-        e->seconds = coll_time(w, e, spans_nodes(w, r->rank, e));
+        e->seconds = coll_time(w, e, spans_nodes(w, w->lrank, e));
         r->t_comm += e->seconds;
         if (overlaps && (!strcmp(e->axis, "dp") || !strcmp(e->axis, "edp"))) r->t_overlap += e->seconds;
     }
@@ -187,7 +179,7 @@ static void predict(walk *w, hp_cost_rank *r)
     double fwd = (r->flops - r->recompute_flops) / 3, t_bwd = rate > 0 && w->o->train ? (r->flops - fwd) / rate : 0;
     double hidden = r->t_overlap < t_bwd ? r->t_overlap : t_bwd;
     r->t_exposed = r->t_comm - hidden;
-    r->t_bubble = bubble(w, r);
+    r->t_bubble = 0; /* a pipeline's: set once every stage's times are known (pipe.c) */
     r->t_step = r->t_compute + r->t_exposed + r->t_bubble;
     if (!w->o->decode) return;
     /* decode is bound by memory more than by FLOPs: the step takes the longer of the two */
@@ -288,12 +280,12 @@ static hp_status runtime_state(walk *w, hp_cost_rank *r)
         /* the holders of r's experts: its EP index, and its tp index when tp cuts them (train.c's add_moe) */
         bool cut = g->steps[si].split;
         int64_t grp, q, q2, ti = r->tp, G = 0, k = 0;
-        hp_mesh_ep_index(w->mesh, w->ep, r->rank, &grp, &q);
+        hp_mesh_ep_index(w->mesh, w->ep, w->lrank, &grp, &q);
         for (int64_t o = 0; o < world; o++) {
             hp_mesh_ep_index(w->mesh, w->ep, o, &grp, &q2);
             if (q2 != q || (cut && hp_mesh_coord(w->mesh, o, "tp") != ti)) continue;
             G++;
-            k += o < r->rank;
+            k += o < w->lrank;
         }
         int64_t Pe = w->o->mdl.zero >= 1 ? G : 1;
         uint64_t we = acc[si][0]; /* gate|up is two thirds of the experts' weights, down one third */
@@ -373,9 +365,12 @@ static void gpu_memory(walk *w, hp_cost_rank *r, int64_t b)
     const char *ab = "activations";
     int64_t L = g->cfg.L, t = w->tp, f = w->p->sequence_parallel && t > 1 ? t : 1;
     int64_t T = ck_mul(w, ab, w->S_pad / w->cp, b), V = g->head_split ? g->cfg.V / t : g->cfg.V;
-    int64_t kept = 0, biggest = 0, biggest_scores = 0;
+    int64_t kept = 0, biggest = 0, biggest_scores = 0, C = w->pipe->n_chunks > 1 ? w->pipe->n_chunks : 1;
+    bool last = (C - 1) % w->pp == w->stage; /* the stage of the head */
     hp_cost_recompute rc = w->o->mdl.recompute;
+    memset(w->ch_gpu_saved, 0, (size_t)C * sizeof *w->ch_gpu_saved);
     for (int64_t l = 0; l < L; l++) {
+        if (w->pp > 1 && hp_pipeline_stage_of(w->pipe, l) != w->stage) continue; /* another stage's layer */
         gpu_acts a = {0};
         for (size_t i = 0; i < g->n_steps; i++)
             if (g->steps[i].layer == l) gpu_step(w, &g->steps[i], b, &a);
@@ -385,13 +380,20 @@ static void gpu_memory(walk *w, hp_cost_rank *r, int64_t b)
         int64_t keep = rc == HP_COST_RECOMPUTE_FULL ? ck_mul3(w, ab, 2, T, g->cfg.H) / f
                        : rc == HP_COST_RECOMPUTE_SELECTIVE ? a.kept : all;
         kept = ck_add(w, ab, kept, keep);
+        int64_t c = w->pp > 1 ? hp_pipeline_chunk_of(w->pipe, l) : 0;
+        w->ch_gpu_saved[c] = (uint64_t)ck_add(w, ab, (int64_t)w->ch_gpu_saved[c], keep);
     }
     if (!w->o->train) {
-        r->act_bytes = (uint64_t)ck_add(w, ab, biggest, ck_mul3(w, ab, 2, T, V));
+        r->act_bytes = (uint64_t)ck_add(w, ab, biggest, last ? ck_mul3(w, ab, 2, T, V) : 0);
         return;
     }
-    int64_t tail = ck_add(w, ab, ck_mul3(w, ab, 4, T, g->cfg.H) / f, ck_mul3(w, ab, 4, T, V));
+    int64_t tail = last ? ck_add(w, ab, ck_mul3(w, ab, 4, T, g->cfg.H) / f, ck_mul3(w, ab, 4, T, V)) : 0;
+    w->ch_gpu_saved[C - 1] = (uint64_t)ck_add(w, ab, (int64_t)w->ch_gpu_saved[C - 1], tail);
     r->saved_bytes = (uint64_t)ck_add(w, ab, kept, tail);
+    if (w->pp > 1) { /* each chunk's, times the micro-batches the schedule keeps in flight */
+        for (int64_t c = 0; c < C; c++) w->ch_by[c] = (double)w->ch_gpu_saved[c];
+        r->saved_bytes = hp__cost_in_flight(w, r, w->ch_by);
+    }
     r->act_bytes = rc == HP_COST_RECOMPUTE_FULL ? (uint64_t)biggest
                    : rc == HP_COST_RECOMPUTE_SELECTIVE ? (uint64_t)biggest_scores : 0;
 }
@@ -403,6 +405,7 @@ static uint64_t zero3_gather(const walk *w)
     const hp_cost_plan *k = w->k;
     uint64_t best = 0, pb = param_bytes(w->m), hb = held_bytes(w);
     for (int64_t l = 0; l <= k->n_layers; l++) {
+        if (w->pp > 1 && l < k->n_layers && hp_pipeline_stage_of(w->pipe, l) != w->stage) continue;
         uint64_t b = 0;
         for (int mask = 0; mask < M_COUNT; mask++) {
             int64_t div = ((mask & M_TP) ? w->tp : 1) * ((mask & M_CP) ? w->cp : 1) * ((mask & M_EP) ? w->ep : 1);
@@ -435,7 +438,7 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     int64_t Bl = w->dp_rows[r->dp + 1] - w->dp_rows[r->dp], npos = o->decode ? o->context : w->S_pad, per_seq = 0;
     for (size_t i = 0; i < w->g->n_steps; i++) {
         const hp__step *y = &w->g->steps[i];
-        if (y->op != HP__OP_ATTN && y->op != HP__OP_MLA) continue;
+        if ((y->op != HP__OP_ATTN && y->op != HP__OP_MLA) || y->chunk % w->pp != w->stage) continue;
         int64_t width = y->op == HP__OP_MLA ? mc->kv_lora_rank + mc->qk_rope_head_dim : ck_mul3(w, kb, 2, y->nkv, c->hd);
         per_seq = ck_add(w, kb, per_seq, ck_mul(w, kb, hp__cost_cache_positions(w, y->layer, npos), width));
     }
@@ -451,6 +454,10 @@ static void memory(walk *w, hp_cost_rank *r, const hp_cost_opts *o)
     /* activations kept for the backward: every layer's input and the final norm's, the residual stream's local
      * block as the runtime keeps it (hp_run_opts.keep_activations; sharded on tp under sequence parallelism) */
     if (!gpu) r->saved_bytes = ck_bytes(w, "saved activations", w->w_saved, sizeof(float));
+    if (!gpu && w->pp > 1) { /* each chunk's, times the micro-batches the schedule keeps in flight */
+        for (int64_t k = 0; k < w->pipe->n_chunks; k++) w->ch_by[k] = (double)w->ch_saved[k] * sizeof(float);
+        r->saved_bytes = hp__cost_in_flight(w, r, w->ch_by);
+    }
     if (!gpu && o->mdl.state == HP_COST_STATE_RUNTIME && w->lay && o->mdl.zero <= 1 && runtime_state(w, r) == HP_OK) {
         uint64_t st = ck_addu(w, tb, ck_addu(w, tb, r->grad_bytes, r->optim_bytes),
                               ck_addu(w, tb, r->master_bytes, r->saved_bytes));
@@ -524,6 +531,7 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
         } else if (e.kind == HP_RUN_REDUCE_SCATTER) {
             kind = HP_RUN_ALL_GATHER;
         }
+        w->cur_chunk = e.chunk;
         hp_status st = hp__cost_add_event(w, e.layer, e.where, "backward", kind, e.axis, e.group, e.calls, e.bytes, true);
         if (st != HP_OK) return st;
     }
@@ -531,6 +539,8 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
      * split over tp (SP), and the parameters whole on every tp rank of a module tp cuts (HP__P_TP_PARTIAL) */
     for (size_t i = 0; i < w->g->n_steps; i++) {
         const hp__step *s = &w->g->steps[i];
+        if (s->chunk % w->pp != w->stage) continue; /* another stage's parameters */
+        w->cur_chunk = s->chunk;
         size_t np;
         const hp__pdef *d = hp__op_params(s->op, &np);
         for (size_t k = 0; k < np; k++) {
@@ -548,6 +558,7 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
      * expert-data-parallel group (the ranks holding the same experts) */
     zclass z[1 + M_COUNT];
     int nz = zero_classes(w, z);
+    w->cur_chunk = -1; /* after the micro-batches */
     for (int i = 0; i < nz; i++) {
         if (z[i].group <= 1 || !z[i].trained) continue; /* frozen tensors have no gradient to reduce */
         uint64_t gb = ck_bytes(w, "gradient all-reduce", (int64_t)z[i].trained, (uint64_t)w->o->mdl.grad_bytes);
@@ -594,6 +605,7 @@ int64_t hp_cost_seqs(const hp_cost *c, uint64_t mem_per_rank)
 void hp_cost_free(hp_cost *c)
 {
     if (!c) return;
+    free(c->stages);
     for (int64_t r = 0; r < c->n_ranks && c->ranks; r++) free(c->ranks[r].ev);
     free(c->ranks);
     free(c);
@@ -673,10 +685,15 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
     bool gpu = hp_cost_model_gpu(&o->mdl);
     int64_t grp, nb;
     r->rank = rk;
-    hp_mesh_batch_index(mesh, rk, &nb, &r->dp, NULL);
-    r->cp = hp_mesh_coord(mesh, rk, "cp"), r->tp = hp_mesh_coord(mesh, rk, "tp");
-    hp_mesh_ep_index(mesh, w->ep, rk, &grp, &r->ep);
-    r->weight_bytes = r->stored_bytes = w->lay ? w->lay->ranks[rk].nbytes : o->weight_bytes;
+    w->stage = r->stage = rk / w->per, w->lrank = rk % w->per; /* the walk's mesh is the stage's */
+    hp_mesh_batch_index(mesh, w->lrank, &nb, &r->dp, NULL);
+    r->cp = hp_mesh_coord(mesh, w->lrank, "cp"), r->tp = hp_mesh_coord(mesh, w->lrank, "tp");
+    hp_mesh_ep_index(mesh, w->ep, w->lrank, &grp, &r->ep);
+    r->weight_bytes = r->stored_bytes = w->lay                                   ? w->lay->ranks[rk].nbytes
+                                        : o->stage_weight_bytes && w->pp > 1 ? o->stage_weight_bytes[r->stage]
+                                                                             : o->weight_bytes;
+    r->in_flight = 1;
+    w->p2p_block = 0;
     if (gpu) r->weight_bytes = r->weight_bytes / param_bytes(w->m) * 2; /* a bf16 engine holds bf16 weights */
     w->w_full = r->weight_bytes;
     /* hyperpar's runtime holds some tensors in another dtype than stored, or whole where the layout cuts them, so
@@ -684,6 +701,8 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
      * the training state's classes divide. */
     if (w->held && wst == HP_OK)
         wst = hp__cost_held_rank(w->m, w->lay, w->held, o->train, rk, &r->weight_bytes, w->err);
+    else if (o->weights_given && w->pp > 1 && o->stage_held_bytes && o->stage_held_bytes[r->stage] && runtime_weights(o))
+        r->weight_bytes = o->stage_held_bytes[r->stage];
     else if (o->weights_given && o->held_weight_bytes && runtime_weights(o)) r->weight_bytes = o->held_weight_bytes;
     w->pos = (hp__axes){{w->tp, w->cp}, {r->tp, r->cp}};
     w->cr = r;
@@ -703,13 +722,18 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
     if (wst == HP_OK) wst = hp__cost_walk_rank(w);
     /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry (an output
      * of inference; training gathers none) */
-    for (size_t i = 0; wst == HP_OK && !o->train && i < g->n_steps; i++)
+    for (size_t i = 0; wst == HP_OK && !o->train && w->pp == 1 && i < g->n_steps; i++) /* a pipeline gathers none */
         if (g->steps[i].op == HP__OP_MOE) wst = hp__cost_topk_gathers(w, &g->steps[i]);
     if (wst == HP_OK) r->workspace_bytes = w->ws_ovf ? UINT64_MAX : w->m_peak;
     for (int ax = 0; wst == HP_OK && ax < HP__NAX; ax++) /* the windows run keeps beside its workspace */
         if (w->win_used[ax])
             r->window_bytes = ck_addu(w, "workspace", r->window_bytes, hp_comm_window_size(w->win_max[ax]));
     if (wst == HP_OK) scale_events(w, r, n_micro, gpu ? 1 : 4, 4);
+    if (wst == HP_OK) { /* the stream per micro-batch, and in training its gradient back; a bf16 engine's half */
+        int64_t k = o->train ? 2 * n_micro : n_micro;
+        r->p2p_bytes = ck_bytes(w, "point-to-point bytes", (int64_t)(gpu ? r->p2p_bytes / 2 : r->p2p_bytes), (uint64_t)k);
+        r->p2p_calls = ck_bytes(w, "point-to-point calls", (int64_t)r->p2p_calls, (uint64_t)k);
+    }
     w->zero_tmp = 0;
     if (wst == HP_OK) memory(w, r, o);
     /* the optimizer step, after the micro-batches released their buffers (train.c): ZeRO's all-gathers alone */
@@ -743,6 +767,30 @@ static void step_mfu(hp_cost *c, const hp_model *m, int64_t B, int64_t S)
     c->mfu = slowest > 0 && peak > 0 ? c->model_flops / (slowest * peak) : 0;
 }
 
+/* A pipeline: each rank is walked as a rank of its stage's mesh (inner: the plan's less pp), on its stage's chunks;
+ * opts' pipeline (advise) replaces the plan's in pq. */
+static hp_status pipe_setup(walk *w, hp_plan *pq, hp_mesh *inner, hp_err *err)
+{
+    const hp_cost_opts *o = w->o;
+    w->pipe = o->pipe ? o->pipe : &w->p->pipe, w->pp = hp_mesh_size(w->mesh, "pp");
+    if (w->pp > 1 && w->pipe->pp != w->pp)
+        return hp_err_set(err, HP_ERR_INPUT, "the mesh has pp=%lld but the pipeline's split has %lld stages",
+                          (long long)w->pp, (long long)w->pipe->pp);
+    if (w->pp > 1 && o->decode)
+        return hp_err_set(err, HP_ERR_INPUT, "cost --mode decode does not model a pipeline (pp=%lld) yet: a decode "
+                          "step's figures are per token through every stage; use --mode infer or train, or drop pp",
+                          (long long)w->pp);
+    if (o->pipe) {
+        *pq = *w->p;
+        pq->pipe = *o->pipe;
+        w->p = pq;
+    }
+    hp__cost_stage_mesh(w->mesh, inner);
+    w->mesh = inner;
+    w->per = hp_mesh_world(inner);
+    return HP_OK;
+}
+
 hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts *o, hp_err *err)
 {
     *out = NULL;
@@ -753,6 +801,10 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     const hp_mesh *mesh = o->mesh ? o->mesh : &p->mesh;
     hp__prog g = {0};
     walk w = {.k = k, .m = m, .p = p, .o = o, .err = err, .mesh = mesh, .g = &g};
+    hp_plan pq; /* the plan with another pipeline's chunks (advise) */
+    hp_mesh inner;
+    if ((st = pipe_setup(&w, &pq, &inner, err)) != HP_OK) return st;
+    p = w.p, mesh = w.mesh;
     w.tp = hp_mesh_size(mesh, "tp"), w.cp = hp_mesh_size(mesh, "cp"), w.dp = hp_mesh_batch_split(mesh);
     w.ep = o->mesh ? hp_mesh_ep_size(mesh) : hp_plan_ep_size(p);
     w.E = m->cfg.n_experts, w.K = m->cfg.num_experts_per_tok, w.mI = m->cfg.moe_intermediate_size;
@@ -775,10 +827,13 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         n_micro = o->B / (mb * w.dp);
         om.B = mb * w.dp;
     }
+    w.n_micro = n_micro;
+    w.sched = o->pp_sched_given ? o->pp_sched : hp_pp_sched_default(w.pipe);
+    if (w.pp > 1 && o->train && (st = hp_pp_sched_check(w.pipe, w.sched, n_micro, err)) != HP_OK) return st;
     const hp_cost_opts *oo = o; /* the global batch, for the report */
     o = &om;
     w.o = o;
-    int64_t rpn = o->mdl.ranks_per_node, world = hp_mesh_world(mesh);
+    int64_t rpn = o->mdl.ranks_per_node, world = hp_mesh_world(mesh) * w.pp;
     if (rpn < 0 || (rpn > 0 && rpn < world && world % rpn))
         return hp_err_set(err, HP_ERR_INPUT, "--ranks-per-node %lld does not divide the world of %lld ranks (the last "
                           "node would hold %lld); give a divisor of %lld, or %lld or more for one node", (long long)rpn,
@@ -797,14 +852,19 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
         if (o->ranks[i] < 0 || o->ranks[i] >= world)
             st = hp_err_set(err, HP_ERR_INPUT, "rank %lld is outside the mesh of %lld ranks", (long long)o->ranks[i],
                             (long long)world);
+    size_t nc = (size_t)(w.pipe->n_chunks > 1 ? w.pipe->n_chunks : 1);
     if (st == HP_OK && (!(c = hp_calloc(1, sizeof *c)) || !(c->ranks = hp_calloc((size_t)n_eval, sizeof *c->ranks)) ||
-                        !(w.dp_rows = hp_calloc((size_t)w.dp + 1, sizeof *w.dp_rows))))
+                        !(w.dp_rows = hp_calloc((size_t)w.dp + 1, sizeof *w.dp_rows)) ||
+                        !(w.ch_flops = hp_calloc(nc, sizeof *w.ch_flops)) || !(w.ch_attn = hp_calloc(nc, sizeof *w.ch_attn)) ||
+                        !(w.ch_saved = hp_calloc(nc, sizeof *w.ch_saved)) || !(w.ch_by = hp_calloc(nc, sizeof *w.ch_by)) ||
+                        !(w.ch_gpu_saved = hp_calloc(nc, sizeof *w.ch_gpu_saved))))
         st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     if (st == HP_OK) {
         c->world = world, c->n_ranks = n_eval, c->B = oo->B, c->S = o->S, c->train = o->train, c->mdl = o->mdl;
         c->n_micro = n_micro;
         c->micro_batch = mb > 0 ? mb : (oo->B + w.dp - 1) / w.dp;
         c->decode = o->decode, c->context = o->decode ? o->context : 0, c->dp = w.dp;
+        c->pp = w.pp, c->pp_virtual = w.pp > 1 ? w.pipe->virt : 1, c->pp_sched = w.sched;
         w.S_orig = o->S;
         w.S_pad = S_pad;
         w.B_all = o->B;
@@ -814,7 +874,6 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     /* A plan the runtime refuses still has its weights: the rest is not derived, and says why. */
     char cfgp[4200];
     hp_status wst = HP_OK;
-    if (st == HP_OK) wst = hp_mesh_check_pp(mesh, "cost", err); /* a pipeline's cost is not modelled yet */
     if (st == HP_OK && wst == HP_OK)
         wst = hp__prog_build(&g, m, p, o->mesh, hp__cost_config_path(m, cfgp, sizeof cfgp), err);
     if (st == HP_OK && wst == HP_OK) wst = hp__cost_owners(&w);
@@ -825,6 +884,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     for (int64_t ri = 0; st == HP_OK && ri < n_eval; ri++) {
         int64_t rk = o->n_ranks > 0 ? o->ranks[ri] : ri;
         wst = eval_rank(&w, &c->ranks[ri], rk, n_micro, wst);
+        if (wst == HP_OK && w.pp > 1 && (st = hp__cost_pipe_record(&w, &c->ranks[ri])) != HP_OK) break;
         if (w.ovf) /* a batch too large to count is the caller's input, whatever the plan: not a refused plan */
             st = past_64_bits(oo, rk, w.ovf, err);
     }
@@ -840,14 +900,15 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
             hp_cost_rank *r = &c->ranks[ri];
             free(r->ev);
             uint64_t wb = r->weight_bytes, sb = r->stored_bytes;
-            int64_t rk = r->rank, d = r->dp, cc = r->cp, t = r->tp, e = r->ep;
+            int64_t rk = r->rank, d = r->dp, cc = r->cp, t = r->tp, e = r->ep, sg = r->stage;
             memset(r, 0, sizeof *r);
-            r->rank = rk, r->dp = d, r->cp = cc, r->tp = t, r->ep = e;
+            r->rank = rk, r->dp = d, r->cp = cc, r->tp = t, r->ep = e, r->stage = sg;
             r->weight_bytes = r->total_bytes = wb;
             r->stored_bytes = sb;
         }
         hp_err_clear(err);
     }
+    if (st == HP_OK && !c->refused[0] && w.pp > 1) st = hp__cost_pipe_finish(&w, c, eval_rank);
     if (st == HP_OK && o->train && !c->refused[0]) step_mfu(c, m, oo->B, o->S);
     if (st == HP_OK) {
         for (int64_t ri = 1; ri < n_eval; ri++)
@@ -861,6 +922,8 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     free(w.owner);
     free(held);
     free(w.dp_rows);
+    hp__cost_pipe_free(&w);
+    free(w.ch_flops), free(w.ch_attn), free(w.ch_saved), free(w.ch_by), free(w.ch_gpu_saved);
     return st;
 }
 

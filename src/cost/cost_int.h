@@ -73,6 +73,19 @@ typedef struct walk {
     dact fk, fv;
     int64_t loss_cap;
     uint64_t zero_tmp; /* the optimizer step's largest ZeRO-1 all-gather buffers (train.c's zero_step), bytes */
+    /* A pipeline (pipe.c; docs/cost.md "Pipeline parallelism"). The walk runs on the stage's own mesh (mesh: the
+     * plan's less its pp axis, so every group lies inside a stage) and walks the rank's stage's chunks only. */
+    const hp_pipeline *pipe; /* the stages' layers (pipe->pp 1: none) */
+    int64_t pp, per, stage, lrank; /* stages, ranks per stage, the walked rank's stage and its rank in it */
+    int32_t cur_chunk;       /* the chunk being walked: the events' */
+    double *ch_flops, *ch_attn; /* [n_chunks]: one micro-batch's forward FLOPs of each chunk, and their attention core */
+    int64_t *ch_saved;       /* [n_chunks]: floats the backward keeps of each chunk per micro-batch (cpu) */
+    uint64_t *ch_gpu_saved;  /* [n_chunks]: bytes the same under a GPU profile (gpu_memory) */
+    double *ch_by;           /* [n_chunks]: scratch */
+    int64_t p2p_block;       /* floats of the largest stream block the rank sends or receives */
+    hp_pp_sched sched;       /* train: the schedule */
+    int64_t n_micro;         /* the micro-batches of the step */
+    struct hp__cost_tab *tab;         /* pipe.c's chunk times by stage-local rank */
 } walk;
 
 /* ---- checked size math ----
@@ -160,5 +173,18 @@ bool hp__cost_experts_scan(hp_cost_plan *k);
 hp_status hp__cost_owners(walk *w);
 hp_status hp__cost_topk_gathers(walk *w, const hp__step *s);
 hp_status hp__cost_walk_rank(walk *w);
+
+/* The pipeline (pipe.c). */
+void hp__cost_stage_mesh(const hp_mesh *m, hp_mesh *out);
+/* The activations rank r's stage keeps: bytes[c] per micro-batch of each of its chunks c, times the micro-batches
+ * the schedule keeps in flight (hp_pp_sched_in_flight); r->in_flight set. */
+uint64_t hp__cost_in_flight(walk *w, hp_cost_rank *r, const double *bytes);
+/* Each evaluated rank's bubble and step (every stage's chunk times at its position in the stage, walking ranks of
+ * the other stages with eval where none was evaluated), and c's stages. */
+typedef hp_status (*hp__cost_eval_fn)(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro, hp_status wst);
+/* After rank r's evaluation (the walk still holds its chunk figures): its chunks' seconds and its t_busy. */
+hp_status hp__cost_pipe_record(walk *w, hp_cost_rank *r);
+hp_status hp__cost_pipe_finish(walk *w, hp_cost *c, hp__cost_eval_fn eval);
+void hp__cost_pipe_free(walk *w);
 
 #endif

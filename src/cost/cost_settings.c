@@ -120,6 +120,11 @@ hp_status hp_cost_setting(hp_cost_settings *s, const char *name, const char *arg
         else return hp_err_set(err, HP_ERR_INPUT, "--recompute expects none, selective or full, got '%s'", arg);
         s->recompute_given = true;
         train_only(s, "--recompute");
+    } else if (IS("pp-schedule")) {
+        if (!hp_pp_sched_parse(arg, &s->co.pp_sched))
+            return hp_err_set(err, HP_ERR_INPUT, "--pp-schedule expects 1f1b, gpipe or interleaved, got '%s'", arg);
+        s->co.pp_sched_given = true;
+        train_only(s, "--pp-schedule");
     } else if (IS("seq")) {
         if ((st = int_in("--seq", arg, 1, INT32_MAX, &v, err)) == HP_OK) s->co.S = v, s->seq_given = true;
     } else if (IS("mode")) {

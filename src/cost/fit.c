@@ -171,6 +171,13 @@ hp_status hp_cost_evaluate(hp_cost_result *r, const hp_model *m, const hp_plan *
                            hp_err *err)
 {
     memset(r, 0, sizeof *r);
+    if (s->co.pp_sched_given && hp_mesh_size(&p->mesh, "pp") < 2)
+        return hp_err_set(err, HP_ERR_INPUT, "--pp-schedule %s orders a pipeline's micro-batches, and the mesh has no pp "
+                          "axis; give --pp N (N >= 2) or drop --pp-schedule", hp_pp_sched_name(s->co.pp_sched));
+    if (s->co.pp_sched_given && !s->co.train)
+        return hp_err_set(err, HP_ERR_INPUT, "--pp-schedule %s orders a training step's micro-batches; an inference step "
+                          "is one batch through the stages in turn: give --mode train or drop --pp-schedule",
+                          hp_pp_sched_name(s->co.pp_sched));
     hp_status st = hp_shard_layout_build(&r->layout, m, p, err);
     if (st != HP_OK) return st;
     hp_cost_settings_batch(s, &p->mesh);

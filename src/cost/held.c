@@ -122,6 +122,7 @@ hp_status hp__cost_held_rank(const hp_model *m, const hp_shard_layout *L, const 
         hp_shard_tensor t;
         hp_status st = hp_shard_rank_tensor(L, rk, i, &t, err);
         if (st != HP_OK) return st;
+        if (t.absent) continue; /* another pipeline stage's */
         uint64_t n = 1;
         for (int d = 0; d < t.n_dims; d++) n *= (uint64_t)t.local_shape[d];
         if (h[i].whole) n = (uint64_t)m->params[t.params[0]].n_elems;

@@ -211,6 +211,44 @@ static const char *cost_mode_name(const hp_cost *c)
     return c->train ? "train" : c->decode ? "decode" : "infer";
 }
 
+/* "pipeline": null without pp; else the stages, the schedule, the step's makespan and each stage's worst
+ * evaluated rank (null figures for a stage none of whose ranks was evaluated). */
+static void json_pipeline(FILE *o, const hp_cost *c)
+{
+    fprintf(o, ", \"pipeline\": ");
+    if (c->pp <= 1 || !c->stages) {
+        fprintf(o, "null");
+        return;
+    }
+    fprintf(o, "{\"pp\": %lld, \"virtual\": %lld, \"schedule\": ", (long long)c->pp, (long long)c->pp_virtual);
+    if (c->train) fprintf(o, "\"%s\"", hp_pp_sched_name(c->pp_sched));
+    else fprintf(o, "null");
+    fprintf(o, ", \"t_makespan\": ");
+    hp_json_real(o, c->t_makespan);
+    fprintf(o, ", \"stages\": [");
+    for (int64_t s = 0; s < c->pp; s++) {
+        const hp_cost_stage *g = &c->stages[s];
+        bool d = g->evaluated;
+        fprintf(o, "%s\n  {\"stage\": %lld, \"ranks\": [%lld, %lld], \"chunks\": %lld, \"first_layer\": %lld, "
+                   "\"layers\": %lld, \"embedding\": %s, \"head\": %s, \"rank\": ",
+                s ? "," : "", (long long)s, (long long)g->rank_lo, (long long)g->rank_hi, (long long)g->n_chunks,
+                (long long)g->first_layer, (long long)g->n_layers, g->embedding ? "true" : "false",
+                g->head ? "true" : "false");
+        if (d) fprintf(o, "%lld", (long long)c->ranks[g->max_rank].rank);
+        else fprintf(o, "null");
+        json_u64(o, "weight_bytes", g->weight_bytes, d);
+        json_u64(o, "activation_bytes", g->act_bytes, d);
+        json_u64(o, "saved_bytes", g->saved_bytes, d);
+        json_u64(o, "total_bytes", g->total_bytes, d);
+        json_u64(o, "p2p_bytes", g->p2p_bytes, d);
+        json_i64(o, "in_flight", d ? g->in_flight : -1);
+        fprintf(o, ", \"t_busy\": ");
+        hp_json_real(o, d ? g->t_busy : NAN);
+        fprintf(o, "}");
+    }
+    fprintf(o, "\n]}");
+}
+
 void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_shard_layout *l, const hp_cost *c,
                          int64_t ri, uint64_t budget, const hp_fit *fit, int argc, char **argv)
 {
@@ -248,6 +286,7 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
         fprintf(o, ", \"mfu\": ");
         hp_json_real(o, c->refused[0] ? NAN : c->mfu);
     }
+    json_pipeline(o, c);
     fprintf(o, ", \"estimates\": [\"activation_bytes\", \"kv_cache_bytes\", \"grad_bytes\", \"optim_bytes\", "
            "\"master_bytes\", \"saved_bytes\", \"gather_bytes\", \"flops\", \"attn_flops\", \"recompute_flops\", "
            "\"t_compute\", \"t_comm\", \"t_overlap\", \"t_exposed\", \"t_bubble\", \"t_step\", \"model_flops\", "
@@ -270,6 +309,10 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
         json_u64(o, "saved_bytes", r->saved_bytes, d);
         json_u64(o, "gather_bytes", r->gather_bytes, d);
         json_u64(o, "total_bytes", r->total_bytes, d);
+        fprintf(o, ", \"stage\": %lld", (long long)r->stage);
+        json_u64(o, "p2p_bytes", r->p2p_bytes, d);
+        json_u64(o, "p2p_calls", r->p2p_calls, d);
+        json_i64(o, "in_flight", d ? r->in_flight : -1);
         fprintf(o, ", \"comm\": ");
         if (d) {
             fprintf(o, "{\"bytes\": ");
@@ -291,8 +334,8 @@ void hp_cost_report_json(FILE *o, const hp_model *m, const hp_plan *p, const hp_
         hp_json_real(o, d ? r->t_comm : NAN);
         fprintf(o, ", \"t_step\": ");
         hp_json_real(o, d ? r->t_step : NAN);
-        static const char *const tn[] = {"attn_flops", "recompute_flops", "t_overlap", "t_exposed", "t_bubble"};
-        const double tv[] = {r->attn_flops, r->recompute_flops, r->t_overlap, r->t_exposed, r->t_bubble};
+        static const char *const tn[] = {"attn_flops", "recompute_flops", "t_overlap", "t_exposed", "t_bubble", "t_busy"};
+        const double tv[] = {r->attn_flops, r->recompute_flops, r->t_overlap, r->t_exposed, r->t_bubble, r->t_busy};
         for (size_t k = 0; k < sizeof tv / sizeof *tv; k++) {
             fprintf(o, ", \"%s\": ", tn[k]);
             if (k < 2) hp_json_count(o, d ? tv[k] : NAN);
@@ -334,14 +377,19 @@ void hp_advise_flags(char *buf, size_t cap, const hp_model *m, const hp_advise_c
                      const char *overrides)
 {
     int n;
+    char pp[48] = "", ppm[48] = "", virt[48] = "";
+    if (c->pp > 1) snprintf(pp, sizeof pp, " --pp %lld", (long long)c->pp);
+    if (c->pp > 1) snprintf(ppm, sizeof ppm, "pp=%lld,", (long long)c->pp);
+    if (c->pp_virtual > 1) snprintf(virt, sizeof virt, " --pp-virtual %lld", (long long)c->pp_virtual);
     if (c->ep_axis)
-        n = snprintf(buf, cap, "--mesh dp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
+        n = snprintf(buf, cap, "--mesh %sdp=%lld,cp=%lld,tp=%lld,ep=%lld --ep-axis%s", ppm, (long long)c->dp,
+                     (long long)c->cp, (long long)c->tp, (long long)c->ep, virt);
     else if (c->ep > 1)
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld", (long long)c->dp, (long long)c->cp,
-                     (long long)c->tp, (long long)c->ep);
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld --ep %lld%s%s", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, (long long)c->ep, pp, virt);
     else
-        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld", (long long)c->dp, (long long)c->cp, (long long)c->tp);
+        n = snprintf(buf, cap, "--dp %lld --cp %lld --tp %lld%s%s", (long long)c->dp, (long long)c->cp,
+                     (long long)c->tp, pp, virt);
     const char *ec = ep_compute ? ep_compute
                      : !overrides && hp_archetype_suggest(m) ? "suggested" : NULL;
     if (c->ep > 1 && ec && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " --ep-compute %s", ec);
@@ -395,9 +443,10 @@ void hp_advice_json(FILE *o, const hp_model *m, const hp_advice *a, const hp_fit
         const hp_advise_cand *c = &a->cands[i];
         fprintf(o, "%s\n  {\"mesh\": ", i ? "," : "");
         hp_json_fstr(o, c->mesh);
-        fprintf(o, ", \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ep\": %lld, \"ep_axis\": %s, \"ok\": %s",
+        fprintf(o, ", \"dp\": %lld, \"cp\": %lld, \"tp\": %lld, \"ep\": %lld, \"ep_axis\": %s, \"pp\": %lld, "
+                   "\"pp_virtual\": %lld, \"ok\": %s",
                 (long long)c->dp, (long long)c->cp, (long long)c->tp, (long long)c->ep, c->ep_axis ? "true" : "false",
-                c->ok ? "true" : "false");
+                (long long)c->pp, (long long)c->pp_virtual, c->ok ? "true" : "false");
         if (c->ok || c->max_bytes) {
             fprintf(o, ", \"max_bytes\": %llu, \"weight_bytes\": %llu, \"activation_bytes\": %llu, \"state_bytes\": "
                        "%llu, \"sent_bytes\": %llu, \"wire_bytes\": %llu, \"t_step\": %.17g, \"t_compute\": %.17g, "
@@ -406,6 +455,7 @@ void hp_advice_json(FILE *o, const hp_model *m, const hp_advice *a, const hp_fit
                     (unsigned long long)c->act_bytes, (unsigned long long)c->state_bytes,
                     (unsigned long long)c->sent_bytes, (unsigned long long)c->wire_bytes, c->t_step, c->t_compute,
                     c->t_comm);
+            if (c->pp > 1) fprintf(o, ", \"t_bubble\": %.17g, \"t_busy\": %.17g", c->t_bubble, c->t_busy);
             if (a->decode)
                 fprintf(o, ", \"t_memory\": %.17g, \"kv_seq_bytes\": %llu, \"seqs_fit\": %lld", c->t_memory,
                         (unsigned long long)c->kv_seq_bytes, (long long)c->seqs);

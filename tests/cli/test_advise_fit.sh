@@ -42,6 +42,7 @@ sys.exit(0 if ok and all(c["max_bytes"] <= 72 << 30 and c["micro_batch"] == 1 fo
 done
 
 # 2. the JSON of a request nothing meets: the binding item, every change with its mesh and command
+expect 2 "--world 32 " -- "$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB
 out=$("$HP" advise $D/llama-3-8b.json --world 1 --mem-per-rank 12GiB --batch 1 --seq 1024 --format json 2>/dev/null)
 check "advise JSON: fit with the binding item and a --world change" python3 -c '
 import json, sys
@@ -92,16 +93,17 @@ out=$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode t
 json=$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 --format json 2>/dev/null)
 read -r nok nrej <<<"$(python3 -c '
 import json, sys
-c = json.loads(sys.argv[1])["candidates"]
-print(sum(x["ok"] for x in c), sum(not x["ok"] for x in c))' "$json")"
-check "advise --all: $nrej rejections, each with its reason" test "$(sed -n '/^rejected (all/,/^$/p' <<<"$out" | grep -c '^  dp=')" -eq "$nrej"
-check "advise --all: every accepted mesh ranked ($nok)" test "$(grep -cE '^  [0-9]+ +dp=' <<<"$out")" -eq "$nok"
+c = json.load(sys.stdin)["candidates"]
+print(sum(x["ok"] for x in c), sum(not x["ok"] for x in c))' <<<"$json")"
+check "advise --all: $nrej rejections, each with its reason" test "$(sed -n '/^rejected (all/,/^$/p' <<<"$out" | grep -cE '^  (pp=[^,]*,)?dp=')" -eq "$nrej"
+check "advise --all: every accepted mesh ranked ($nok)" test "$(grep -cE '^  [0-9]+ +(pp=[^,]*,)?dp=' <<<"$out")" -eq "$nok"
 check "some accepted, some rejected" test "$nok" -gt 0 -a "$nrej" -gt 12
-check "advise without --all: at most 12 rejections" test "$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 2>&1 | sed -n '/^rejected/,/^$/p' | grep -c '^  dp=')" -le 12
+check "advise without --all: at most 12 rejections" test "$("$HP" advise $D/mixtral-8x7b.json --world 16 --mem-per-rank 70GiB --mode train --hardware H100 --micro-batch 1 2>&1 | sed -n '/^rejected/,/^$/p' | grep -cE '^  (pp=[^,]*,)?dp=')" -le 12
 # 5. no single change fits (Mixtral-8x7B training on 8 H100s with 40 GiB each: the experts' Adam state alone is past
 # it on any 8-rank mesh, and ZeRO-1 has no expert-data-parallel group to shard it over): a change together with the
-# lowest higher ZeRO level that makes it fit, in the text, the JSON ("with") and a command that fits when run
-out=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB 2>&1)
+# lowest higher ZeRO level that makes it fit, in the text, the JSON ("with") and a command that fits when run.
+# Without pipelines (--max-pp 1): a pipeline splits the experts over its stages, so with pp --world 32 alone fits.
+out=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB --max-pp 1 2>&1)
 check "Mixtral x 8 H100: the pairs are announced" grep -q "none fits alone: each with the second flag" <<<"$out"
 cmds=$(grep -A1 -E "^  --[a-z-]+ [^ ]+ --zero [123] " <<<"$out" | grep "^    hyperpar advise" | sed 's/^    //')
 check "Mixtral x 8 H100: a change with --zero printed" test -n "$cmds"
@@ -111,12 +113,14 @@ while IFS= read -r line; do
     res=$(run_change "$line" 2>&1)
     check "the printed pair fits when run: $line" test $? -eq 0
 done <<<"$cmds"
-json=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB --format json 2>/dev/null)
+json=$("$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB --max-pp 1 \
+    --format json 2>/dev/null)
 check "advise JSON: each change's second flag under \"with\"" python3 -c '
 import json, sys
 f = json.loads(sys.argv[1])["fit"]
 sys.exit(0 if f["changes"] and all(c["with"] and c["with"]["flag"] == "--zero" and int(c["with"]["value"]) >= 1
                                    and c["bytes"] <= 32 << 30 for c in f["changes"]) else 1)' "$json"
+expect 2 "--world 32 " -- "$HP" advise $D/mixtral-8x7b.json --world 8 --hardware H100 --mode train --mem-per-rank 40GiB
 out=$("$HP" advise $D/llama-3-8b.json --world 1 --mem-per-rank 12GiB --batch 1 --seq 1024 --format json 2>/dev/null)
 check "a single change has \"with\": null" python3 -c '
 import json, sys

@@ -19,7 +19,9 @@ expect 2 "$PAST" -- "$HP" cost $D/mixtral-8x7b.json --mesh dp=1,ep=8 --ep-axis -
 # (the ep axis splits the batch 8 ways, as dp does: 4194304 rows x 4194304 positions a rank)
 expect 2 "$PAST" -- "$HP" cost $D/qwen3-30b-a3b.json --cp 4 --tp 2 --ep 2 --batch 16777216 --seq 4194304
 expect 2 "$PAST" -- "$HP" cost $D/gpt-oss-20b.json --batch 2147483647 --seq 2147483647 --format json
-expect 2 "$PAST" -- "$HP" advise $D/llama-3-8b.json --world 8 --mem-per-rank 80GB --batch 4194304 --seq 4194304
+# without pipelines every mesh's figures pass 64 bits; a pp=8 stage holds 4 of the 32 layers, whose figures fit
+expect 2 "$PAST" -- "$HP" advise $D/llama-3-8b.json --world 8 --mem-per-rank 80GB --batch 4194304 --seq 4194304 --max-pp 1
+expect 2 "no mesh of 8 ranks fits" -- "$HP" advise $D/llama-3-8b.json --world 8 --mem-per-rank 80GB --batch 4194304 --seq 4194304
 expect 2 "$PAST" -- "$HP" advise $D/qwen3-30b-a3b.json --world 16 --mem-per-rank 80GB --batch 2147483647 \
     --seq 2147483647 --mode train
 # Accepted, near the edge: every byte figure positive, and exactly 8x the figures of a batch 8x smaller (the

@@ -139,5 +139,5 @@ expect 2 "--link-eff expects a fraction in (0, 1]" -- "$HP" cost "$C" "${GPU[@]}
 check "advise takes --gemm-eff" bash -c "
     a=\$('$HP' advise '$C' --world 8 --hardware H100 --mode train --batch 8 --seq 4096 --format json --gemm-eff 0.5)
     b=\$('$HP' advise '$C' --world 8 --hardware H100 --mode train --batch 8 --seq 4096 --format json --gemm-eff 1)
-    python3 -c 'import json,sys; a,b=(json.loads(x) for x in sys.argv[1:]); ta=[c[\"t_compute\"] for c in a[\"candidates\"] if c.get(\"ok\")]; tb=[c[\"t_compute\"] for c in b[\"candidates\"] if c.get(\"ok\")]; sys.exit(0 if ta and all(abs(x-2*y)<=1e-12*x for x,y in zip(ta,tb)) else 1)' \"\$a\" \"\$b\""
+    python3 -c 'import json,sys; a,b=(json.loads(x) for x in sys.argv[1:]); ta={c[\"mesh\"]: c[\"t_compute\"] for c in a[\"candidates\"] if c.get(\"ok\")}; tb={c[\"mesh\"]: c[\"t_compute\"] for c in b[\"candidates\"] if c.get(\"ok\")}; sys.exit(0 if ta and all(abs(ta[k]-2*tb[k])<=1e-12*ta[k] for k in ta if k in tb) else 1)' \"\$a\" \"\$b\""
 finish

@@ -1,7 +1,7 @@
 # Pipeline parallelism in plan, explain, shard and merge (docs/pipeline.md): --pp N puts a pp axis outermost; the
 # plan records each stage's ranks and layers; shard writes each rank only its stage's tensors (the embedding on the
 # first stage, the final norm and lm_head on the last, a tied embedding on both); merge restores the checkpoint to
-# the byte; run executes one (train: test_pipeline_train.sh); validate refuses one by name.
+# the byte; run executes one (train: test_pipeline_train.sh; cost: test_cost_pp.sh); validate refuses one by name.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -102,9 +102,8 @@ expect 2 "makes 8 chunks, but the model has only 2 decoder layers" -- "$HP" plan
 expect 2 "pp must be the mesh's first (outermost) axis" -- "$HP" plan $G --mesh tp=2,pp=2
 expect 2 "give either --mesh or --dp/--cp/--tp/--pp" -- "$HP" plan $G --mesh pp=2 --pp 2
 expect 2 "expected layer counts separated by commas" -- "$HP" plan $G --pp 2 --pp-layers 1,
-# What does not execute a pipeline yet says so (cost reports the weights it knows, and why the rest is not derived)
-expect 0 "but cost does not execute or model a pipeline yet" -- \
-    "$HP" cost $G --pp 2 --batch 2 --seq 8
+# cost takes a pipeline (tests/cli/test_cost_pp.sh checks its figures against run's)
+expect 0 "pipeline pp=2 x 1 virtual" -- "$HP" cost $G --pp 2 --batch 2 --seq 8
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
 I=$G/forward_io.safetensors
 expect 2 "but validate does not execute" -- $MPI -np 2 "$HP" validate $G --input $I --pp 2

@@ -75,6 +75,31 @@ ok = [x["p2p_bytes"] for x in r] == [8 * 4352] * 2 and [x["p2p_calls"] for x in 
 print([(x["p2p_bytes"], x["p2p_calls"], x["saved_bytes"]) for x in r]) if not ok else None
 sys.exit(0 if ok else 1)' "$WORK/s.json"
 
+# cost --mode train predicts the same point-to-point bytes and calls, and the same activations kept in flight, on
+# every rank (the schedule's in-flight counts)
+cost_same() { # FAMILY NP GB MB FLAGS...
+    local fam=$1 np=$2 gb=$3 mb=$4
+    shift 4
+    n=$((n + 1))
+    expect 0 "" -- $MPI -np $np "$HP" train $F/$fam $D --global-batch $gb --micro-batch $mb "$@" \
+        --stats-json "$WORK/t$n.json"
+    expect 0 "" -- "$HP" cost $F/$fam --mode train --batch $gb --seq 17 --micro-batch $mb "$@" --format json \
+        -o "$WORK/c$n.json"
+    check "$fam $*, $gb/$mb: cost's p2p bytes, calls and kept activations are train's on every rank" python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1]))["ranks"]; c = json.load(open(sys.argv[2]))["ranks"]
+key = lambda r: (r["p2p_bytes"], r["p2p_calls"], r["saved_bytes"])
+ok = [key(r) for r in t] == [key(r) for r in c]
+print("train", [key(r) for r in t], "cost", [key(r) for r in c]) if not ok else None
+sys.exit(0 if ok else 1)' "$WORK/t$n.json" "$WORK/c$n.json"
+}
+cost_same llama 2 4 1 --pp 2
+cost_same llama 2 4 2 --pp 2 --pp-schedule gpipe
+cost_same qwen3 4 4 1 --pp 4
+cost_same qwen2 4 4 1 --pp 2 --dp 2 --zero 1
+cost_same mistral 4 4 2 --pp 2 --cp 2
+cost_same qwen2_moe 2 4 1 --pp 2 --pp-virtual 2
+
 # a checkpoint resumes bit for bit; another pp is refused by name
 G=$F/qwen3_moe
 R="--data $WORK/tok.bin --seq 16 --global-batch 4 --micro-batch 1 --steps 4"
