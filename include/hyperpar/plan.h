@@ -279,8 +279,10 @@ typedef struct hp_pp_op {
                       send_forward_backward_recv_forward_backward), which keeps the interleaved schedule free of
                       deadlock under rendezvous sends */
 } hp_pp_op;
+/* The most operations a step's lists hold over all stages (2 · virt · m · pp). */
+#define HP_PP_MAX_OPS ((int64_t)1 << 22)
 /* Whether schedule k runs m micro-batches on pipeline q: HP_ERR_INPUT naming why not (1f1b and gpipe run one
- * chunk per stage; interleaved needs virtual stages and m a multiple of pp; m >= 1). */
+ * chunk per stage; interleaved needs virtual stages and m a multiple of pp; 1 <= m, 2·virt·m·pp <= HP_PP_MAX_OPS). */
 hp_status hp_pp_sched_check(const hp_pipeline *q, hp_pp_sched k, int64_t m, hp_err *err);
 /* Stage s's operations in the order it runs them: 2 · virt · m of them into ops (the check passed). */
 void hp_pp_sched_ops(const hp_pipeline *q, hp_pp_sched k, int64_t m, int64_t s, hp_pp_op *ops);

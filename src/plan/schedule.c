@@ -33,6 +33,11 @@ hp_pp_sched hp_pp_sched_default(const hp_pipeline *q)
 hp_status hp_pp_sched_check(const hp_pipeline *q, hp_pp_sched k, int64_t m, hp_err *err)
 {
     if (m < 1) return hp_err_set(err, HP_ERR_INPUT, "a pipeline step needs at least one micro-batch (got %lld)", (long long)m);
+    /* every stage's list is held (and cost simulates them all): a bound on the operations of a step */
+    if (m > HP_PP_MAX_OPS / (2 * q->virt * q->pp))
+        return hp_err_set(err, HP_ERR_INPUT, "%lld micro-batches over pp=%lld x %lld virtual stages is more than a "
+                          "pipeline step schedules (at most %lld operations over all stages); use larger "
+                          "micro-batches", (long long)m, (long long)q->pp, (long long)q->virt, (long long)HP_PP_MAX_OPS);
     if (k == HP_PP_INTERLEAVED) {
         if (q->virt < 2)
             return hp_err_set(err, HP_ERR_INPUT, "--pp-schedule interleaved runs virtual stages: the plan has none "
