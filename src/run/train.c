@@ -27,6 +27,7 @@ static void train_free(hp__train *t)
         if (t->p[i].own) free(t->p[i].data);
     }
     free(t->p);
+    free(t->flat);
     for (int i = 0; i < t->n_moe; i++) {
         hp_moe_grads_free(t->moe[i].g);
         hp_comm_free(t->moe[i].edp);
@@ -265,6 +266,37 @@ hp_status hp__reg_moe(hp_runner *r, const hp__step *s, step_w *w, hp_err *err)
     return add_moe(r, s, &w->moe, err);
 }
 
+/* The dense gradients summed over cp and dp (the usual case: every one a rank's rows touch) moved into one flat
+ * array in registration order, so one all-reduce per axis sums them all, as a GPU engine's gradient buffer does;
+ * a gradient summed over other axes than those keeps its own calls. The gradients are still zero here. */
+static bool flat_member(const hp_runner *r, const tparam *q)
+{
+    bool cp = r->x.pos.n[HP__CP] > 1, dp = r->x.dp > 1;
+    return q->own_g && (cp || dp) && q->sum_cp == cp && q->sum_dp == dp;
+}
+
+static hp_status flatten_grads(hp_runner *r, hp_err *err)
+{
+    hp__train *t = r->train;
+    int64_t n = 0;
+    for (int i = 0; i < t->n; i++)
+        if (flat_member(r, &t->p[i])) n += t->p[i].n;
+    if (n == 0) return HP_OK;
+    if (!(t->flat = hp_calloc((size_t)n + 1, sizeof *t->flat)))
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld gradients summed in one call", (long long)n);
+    t->flat_n = n;
+    int64_t off = 0;
+    for (int i = 0; i < t->n; i++) {
+        tparam *q = &t->p[i];
+        if (!flat_member(r, q)) continue;
+        free(q->g);
+        q->g = t->flat + off;
+        q->own_g = false, q->in_flat = true;
+        off += q->n;
+    }
+    return HP_OK;
+}
+
 /* The training state of r: its parameters in the program's order. What the backward cannot run yet is refused
  * here, before any step, on every rank alike. */
 static hp_status train_init(hp_runner *r, hp_err *err)
@@ -282,6 +314,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
         const hp__op_rt *o = &hp__op_rt_table[g->steps[i].op];
         if (o->reg && hp__r_step_loaded(r, &g->steps[i])) st = o->reg(r, &g->steps[i], &r->w.sw[i], err);
     }
+    if (st == HP_OK) st = flatten_grads(r, err);
     if (st != HP_OK) {
         for (int i = 0; i < r->train->n; i++)
             if (r->train->p[i].w) r->train->p[i].w->train_ix = 0;
@@ -310,30 +343,44 @@ static hp_status tied_sum(hp_runner *r, tparam *q, hp_err *err)
     return st;
 }
 
-/* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis (and a tied
- * embedding's over the two stages that hold it). */
+/* One parameter's gradient summed over tp, cp and dp (the flat array's: over tp only); an MoE array's over its
+ * group. */
+static hp_status reduce_one(hp_runner *r, tparam *q, hp_err *err)
+{
+    size_t n = (size_t)q->n;
+    hp_status st = HP_OK;
+    if (q->kind == K_EXPERT || q->kind == K_BDOWN) {
+        const tmoe *b = &r->train->moe[q->moe - 1];
+        if (q->kind == K_BDOWN && b->m->tp_cut && r->x.pos.r[HP__TP] != 0)
+            memset(q->g, 0, n * sizeof *q->g); /* tp rank 0 holds the bias; the others keep zeros */
+        if (hp_comm_size(b->edp) > 1) st = hp__allreduce(&r->x, b->edp, q->g, n, err);
+        if (b->escale != 1.0)
+            for (size_t k = 0; k < n; k++) q->g[k] = (float)(q->g[k] * b->escale);
+    }
+    if (st == HP_OK && q->sum_tp) st = hp__allreduce(&r->x, r->x.axc[HP__TP], q->g, n, err);
+    if (q->in_flat) return st; /* its cp and dp sums are the flat array's */
+    if (st == HP_OK && q->sum_cp) st = hp__allreduce(&r->x, r->x.axc[HP__CP], q->g, n, err);
+    if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
+    return st;
+}
+
+/* Every parameter's gradient summed over the ranks that computed it from other rows, once per axis in the order
+ * tp, cp, dp (the flat array's cp and dp sums one call each), and a tied embedding's over the two stages that
+ * hold it. */
 static hp_status reduce_grads(hp_runner *r, hp_err *err)
 {
     hp__train *t = r->train;
     hp_status st = HP_OK;
+    for (int i = 0; i < t->n && st == HP_OK; i++) st = reduce_one(r, &t->p[i], err);
+    if (st == HP_OK && t->flat && r->x.pos.n[HP__CP] > 1)
+        st = hp__allreduce(&r->x, r->x.axc[HP__CP], t->flat, (size_t)t->flat_n, err);
+    if (st == HP_OK && t->flat && r->x.dp > 1) st = hp__allreduce(&r->x, r->x.dp_c, t->flat, (size_t)t->flat_n, err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         tparam *q = &t->p[i];
-        size_t n = (size_t)q->n;
-        if (q->kind == K_EXPERT || q->kind == K_BDOWN) {
-            const tmoe *b = &t->moe[q->moe - 1];
-            if (q->kind == K_BDOWN && b->m->tp_cut && r->x.pos.r[HP__TP] != 0)
-                memset(q->g, 0, n * sizeof *q->g); /* tp rank 0 holds the bias; the others keep zeros */
-            if (hp_comm_size(b->edp) > 1) st = hp__allreduce(&r->x, b->edp, q->g, n, err);
-            if (b->escale != 1.0)
-                for (size_t k = 0; k < n; k++) q->g[k] = (float)(q->g[k] * b->escale);
-        }
-        if (q->sum_tp) st = hp__allreduce(&r->x, r->x.axc[HP__TP], q->g, n, err);
-        if (st == HP_OK && q->sum_cp) st = hp__allreduce(&r->x, r->x.axc[HP__CP], q->g, n, err);
-        if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
         if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->x.world) > 1)
             q->g[0] += 1e-2f * (1.0f + fabsf(q->g[0]));
         if (r->o.test_nan_grad && !strcmp(r->o.test_nan_grad, q->name) && q->n > 0) q->g[q->n - 1] = NAN;
-        if (st == HP_OK && q->tied_pp) st = tied_sum(r, q, err);
+        if (q->tied_pp) st = tied_sum(r, q, err);
     }
     return st;
 }

@@ -45,6 +45,7 @@ typedef struct tparam {
     char name[200];  /* dense: the checkpoint's name */
     float *g, *m, *v;
     bool own_g;      /* g is this entry's (an MoE array's lives in its block's hp_moe_grads) */
+    bool in_flat;    /* g lies in the training state's flat array (its cp and dp sums one call for all) */
     /* ZeRO-1: this rank's block [zlo, zlo + zn) of the optimizer state over zc (dp, or the expert-data-parallel
      * group for experts); zc NULL: the whole state */
     const hp_comm *zc;
@@ -69,6 +70,9 @@ typedef struct hp__train {
     int n, cap;
     tmoe *moe;
     int n_moe;
+    float *flat;  /* the dense gradients summed over cp and dp, one after another in registration order (train.c's
+                     flatten_grads; NULL: none) */
+    int64_t flat_n;
     int64_t step; /* AdamW steps taken */
     int zero;     /* the ZeRO stage of the optimizer state (0 or 1), fixed at the first step */
     int pending;  /* micro-batches accumulated since the last apply */
