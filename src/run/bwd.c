@@ -233,16 +233,7 @@ static hp_status mla_bwd(hp_runner *r, const hp__step *s, attn_w *a, const hp__b
             for (int64_t j = 0; j < rope; j++) dkva[i * lat + kvl + j] += dk[nope + j];
         }
     if ((st = hp__r_rope(r, ta->lo[1], sq, err)) != HP_OK) return st;
-    for (int64_t b = 0; b < Bl; b++) {
-        float *kr = dkva + b * sq * lat + kvl, *qb = dq + b * sq * nh * qk;
-        if (c->interleave) {
-            hp__rope_backward_pairs(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_backward_pairs(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        } else {
-            hp__rope_backward_at(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_backward_at(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        }
-    }
+    hp__mla_rope(r, c->interleave, dkva + kvl, lat, dq, nh, qk, nope, rope, Bl, sq, true);
     /* kv_b, then the latent's norm (its input: kv_a's first kvl channels, as the forward left them) */
     float *dckv = f[3];
     st = hp__linear_backward(r->o.compute, rows, nh * (nope + vd), kvl, dkv, nh * (nope + vd), hp__t_w32(r, &a->wkvb), ckv,

@@ -12,6 +12,7 @@
 #include "exec/prog.h"
 #include "run/agree.h"
 #include "run/finite.h"
+#include "kernels/backward.h"
 #include "kernels/modules.h"
 #include "run/runner_int.h"
 
@@ -501,6 +502,31 @@ hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, h
     return hp__r_record(r, n->s->c.fqn, r->tr.exit_coll, out, err);
 }
 
+/* MLA's rope, forward (rotate) or backward (rotate back) over Bl rows of sq positions: the one rope head kr (channels
+ * [0, rope) of rows of kstride floats) and q's rope channels [nope, nope + rope) of nh heads of qk; the tables are
+ * hp__r_rope's, made for these positions. */
+void hp__mla_rope(hp_runner *r, bool interleave, float *kr, int64_t kstride, float *q, int64_t nh, int64_t qk,
+                  int64_t nope, int64_t rope, int64_t Bl, int64_t sq, bool backward)
+{
+    const float *cs = r->sc.rope_cos, *sn = r->sc.rope_sin;
+    for (int64_t b = 0; b < Bl; b++) {
+        float *kb = kr + b * sq * kstride, *qb = q + b * sq * nh * qk;
+        if (interleave && backward) {
+            hp__rope_backward_pairs(kb, sq, 1, kstride, 0, rope, cs, sn);
+            hp__rope_backward_pairs(qb, sq, nh, qk, nope, rope, cs, sn);
+        } else if (interleave) {
+            hp__rope_apply_pairs(kb, sq, 1, kstride, 0, rope, cs, sn);
+            hp__rope_apply_pairs(qb, sq, nh, qk, nope, rope, cs, sn);
+        } else if (backward) {
+            hp__rope_backward_at(kb, sq, 1, kstride, 0, rope, cs, sn);
+            hp__rope_backward_at(qb, sq, nh, qk, nope, rope, cs, sn);
+        } else {
+            hp__rope_apply_at(kb, sq, 1, kstride, 0, rope, cs, sn);
+            hp__rope_apply_at(qb, sq, nh, qk, nope, rope, cs, sn);
+        }
+    }
+}
+
 hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 {
     if (r->sc.rope_cos && r->sc.rope_pos0 == pos0 && r->sc.rope_n == n) return HP_OK;
@@ -560,17 +586,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     if ((st = lin_fwd(a->kvb, rows, ckv, kvl, kv, nh * (nope + vd), err)) != HP_OK) return st;
     if ((st = hp__r_rope(r, t->lo[1], sq, err)) != HP_OK) return st;
     /* k_rot: one head, rotated, then broadcast to every head; q's rope channels rotated per head */
-    for (int64_t b = 0; b < Bl; b++) {
-        float *kr = kva + b * sq * lat + kvl;
-        float *qb = q + b * sq * nh * qk;
-        if (c->interleave) {
-            hp__rope_apply_pairs(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_apply_pairs(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        } else {
-            hp__rope_apply_at(kr, sq, 1, lat, 0, rope, r->sc.rope_cos, r->sc.rope_sin);
-            hp__rope_apply_at(qb, sq, nh, qk, nope, rope, r->sc.rope_cos, r->sc.rope_sin);
-        }
-    }
+    hp__mla_rope(r, c->interleave, kva + kvl, lat, q, nh, qk, nope, rope, Bl, sq, false);
     if ((st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nh * qk, kl, err)) != HP_OK) return st;
     if ((st = hp__act_alloc(&r->x, v, t->g[0], t->g[1], nh * vd, kl, err)) != HP_OK) return st;
     for (int64_t i = 0; i < rows; i++)

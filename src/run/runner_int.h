@@ -146,6 +146,8 @@ float *hp__r_buf(hp_runner *r, int i, int64_t n, hp_err *err);
 hp_status hp__r_linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **out, hp_err *err);
 /* The rotary tables of positions [pos0, pos0 + n) in r->sc.rope_cos / rope_sin. */
 hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err);
+void hp__mla_rope(hp_runner *r, bool interleave, float *kr, int64_t kstride, float *q, int64_t nh, int64_t qk,
+                  int64_t nope, int64_t rope, int64_t Bl, int64_t sq, bool backward);
 /* The modules: in is the step's input as it arrives; t (attention, MLP) is moved to the step's run layout in
  * place; after the call the runner's buffers hold the step's intermediates (attention: q after rope in buf 0,
  * its output in buf 1, K and V in sc.k / sc.v; MLP: gate|up in buf 2, the hidden in buf 3, of every row in a
