@@ -102,6 +102,10 @@ typedef struct hp_model_config {
     int64_t mlp_only_layers[64];   /* qwen2/3-moe: layers forced dense */
     int64_t n_nextn_layers;        /* num_nextn_predict_layers: MTP layers after the stack (DeepSeek, GLM) */
     int64_t pad_token_id;          /* -1: none. transformers' embedding (padding_idx) gives its row no gradient */
+    int64_t bos_token_id;          /* -1: none */
+    int n_eos;                     /* eos_token_id: an id or a list of at most 8 (generation stops at any); -1:
+                                      written otherwise (generation refuses it) */
+    int64_t eos_token_id[8];
     bool quantized;                /* config.json has a quantization_config (weights may be packed) */
     bool explicit_shape;           /* config.json itself gives hidden_size and num_hidden_layers */
     bool explicit_experts;         /* config.json itself gives the routed-expert count */

@@ -138,6 +138,32 @@ const hp_run_stats *hp_runner_stats(const hp_runner *r);
 /* Turns hp_run_opts.sync_collectives on or off for the next forwards. */
 void hp_runner_sync_collectives(hp_runner *r, bool on);
 
+/* ---- generation (docs/generate.md) ---- */
+
+typedef struct hp_generate_opts {
+    int64_t max_new;    /* tokens to add to each row at most (default 32) */
+    double temperature; /* 0 (default): greedy (the first largest logit); > 0: sampled */
+    int64_t top_k;      /* sampled: keep the logits at least the k-th largest (0: all) */
+    double top_p;       /* sampled: keep the smallest set of most likely tokens whose probability passes p (1: all) */
+    uint64_t seed;      /* sampled: splitmix64's start; the same seed draws the same tokens on every mesh */
+    int n_eos;          /* a row ends at the first of these ids it produces (included) */
+    int64_t eos[8];
+} hp_generate_opts;
+/* max_new 32, greedy, top_k 0, top_p 1, seed 0, no eos (the caller sets the model's). */
+void hp_generate_opts_default(hp_generate_opts *o);
+/* o's end ids as transformers' generate takes them: generation_config.json's eos_token_id beside the model when
+ * it has one, else config.json's. HP_ERR_INPUT for a generation_config.json that is not JSON or whose
+ * eos_token_id is not an id or a list of at most 8. */
+hp_status hp_generate_default_eos(const hp_model *m, hp_generate_opts *o, hp_err *err);
+/* Called on rank 0 for each token as it is produced: row and id. */
+typedef void (*hp_generate_token_fn)(void *ctx, int64_t row, int64_t token);
+/* Generates from B prompts of S0 tokens each (the same on every rank): each step runs the rows forward under r's
+ * plan, rank 0 picks each unfinished row's next token from its last position and every rank receives them; stops
+ * when every row has produced an eos id or after max_new tokens. *out: [B, *out_len] ids (malloc'd, every rank),
+ * each row's prompt, its tokens and, after its eos, that eos repeated. Collective. */
+hp_status hp_generate(hp_runner *r, const int64_t *prompt, int64_t B, int64_t S0, const hp_generate_opts *o,
+                      hp_generate_token_fn fn, void *ctx, int64_t **out, int64_t *out_len, hp_err *err);
+
 /* ---- training (docs/train.md) ---- */
 
 /* AdamW's hyperparameters, as torch.optim.AdamW takes them. */

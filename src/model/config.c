@@ -324,8 +324,30 @@ static hp_status read_forward(const json_t *root, hp_arena *arena, hp_model_conf
     return HP_OK;
 }
 
-/* Parses the config text; fills cfg, the architecture / model_type strings (arena-owned) and the family
- * (NULL when neither names a known one). */
+/* eos_token_id as transformers writes it: absent or null (none), an id, or a list of ids; a negative id is none,
+ * as for pad_token_id. Anything else (or more than 8 ids) is n_eos = -1: only generation reads it, and refuses. */
+static void config_eos(hp_model_config *cfg, const json_t *v)
+{
+    cfg->n_eos = 0;
+    if (!v || json_is_null(v)) return;
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) >= 0) cfg->eos_token_id[cfg->n_eos++] = json_integer_value(v);
+        return;
+    }
+    if (!json_is_array(v) || json_array_size(v) > 8) {
+        cfg->n_eos = -1;
+        return;
+    }
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e)) {
+            cfg->n_eos = -1;
+            return;
+        }
+        if (json_integer_value(e) >= 0) cfg->eos_token_id[cfg->n_eos++] = json_integer_value(e);
+    }
+}
+
 hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_arena *arena, hp_model_config *cfg,
                            const char **architecture, const char **model_type, const hp_family **family,
                            hp_err *err)
@@ -417,6 +439,9 @@ hp_status hp__config_parse(const char *text, size_t len, const char *label, hp_a
     /* Absent, null or negative (some configs write -1): no padding row. */
     json_t *pad = json_object_get(root, "pad_token_id");
     cfg->pad_token_id = json_is_integer(pad) && json_integer_value(pad) >= 0 ? json_integer_value(pad) : -1;
+    json_t *bos = json_object_get(root, "bos_token_id");
+    cfg->bos_token_id = json_is_integer(bos) && json_integer_value(bos) >= 0 ? json_integer_value(bos) : -1;
+    config_eos(cfg, json_object_get(root, "eos_token_id"));
     json_t *mol = json_object_get(root, "mlp_only_layers");
     if (st == HP_OK && mol && !json_is_null(mol)) {
         if (!json_is_array(mol) || json_array_size(mol) > 64) {

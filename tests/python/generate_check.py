@@ -1,0 +1,121 @@
+"""generate_check.py HYPERPAR — `hyperpar generate` against transformers' `generate` (issue 41 item 3).
+
+For each of the ten forward goldens: two prompts (the first 8 ids of forward_io's two rows) grow by 32 greedy
+tokens in transformers (float32, its own KV cache, the model's eos) and in hyperpar at 1 process, tp=2, cp=2 and,
+for MoE models, tp=2 x ep=2; each row must be the same ids up to and including its eos. Seeded sampling
+(temperature, top-k, top-p) gives the same ids at 1 process and at tp=2. Exits 77 (skipped) without
+torch/transformers unless HP_REQUIRE_TORCH=1."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hp_skip import skip  # noqa: E402
+
+WHO = "generate_check"
+try:
+    import torch
+    import transformers
+except Exception as e:  # noqa: BLE001
+    skip(WHO, "torch/transformers do not import: %s" % e)
+
+HP = os.path.abspath(sys.argv[1])
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe", "glm4_moe", "gpt_oss",
+            "deepseek_v3"]
+MPI = ["timeout", "300", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+NEW = 32
+failed = 0
+
+
+def read_ids(path, key="input_ids"):
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    t = h[key]
+    lo, hi = t["data_offsets"]
+    fmt = {"I64": "q", "I32": "i"}[t["dtype"]]
+    vals = struct.unpack("<%d%s" % ((hi - lo) // struct.calcsize(fmt), fmt), b[8 + n + lo:8 + n + hi])
+    B, S = t["shape"]
+    return [list(vals[i * S:(i + 1) * S]) for i in range(B)]
+
+
+def cut(row, start, eos):
+    """The new tokens of row from start, up to and including the first eos."""
+    out = []
+    for t in row[start:]:
+        out.append(t)
+        if t in eos:
+            break
+    return out
+
+
+def check(name, ok, detail=""):
+    global failed
+    print("%s: %s%s" % ("ok" if ok else "FAIL", name, "" if ok else " -- " + detail), flush=True)
+    failed += 0 if ok else 1
+
+
+def eos_of(folder):
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    e = cfg.get("eos_token_id")
+    return set(e if isinstance(e, list) else [] if e is None else [e])
+
+
+def hyperpar(folder, prompts, out, launch, flags):
+    ids = ";".join(",".join(str(t) for t in row) for row in prompts)
+    cmd = launch + [HP, "generate", folder, "--ids", ids, "-n", str(NEW), "-o", out] + flags
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr[-600:]
+    return read_ids(out), ""
+
+
+def main():
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as work:
+        for fam in FAMILIES:
+            folder = os.path.join(HERE, "data", "forward", fam)
+            prompts = [row[:8] for row in read_ids(os.path.join(folder, "forward_io.safetensors"))]
+            eos = eos_of(folder)
+            model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+            model.eval()
+            with torch.no_grad():
+                ref = model.generate(torch.tensor(prompts), max_new_tokens=NEW, do_sample=False,
+                                     pad_token_id=0, attention_mask=torch.ones(len(prompts), 8, dtype=torch.long))
+            want = [cut(row, 8, eos) for row in ref.tolist()]
+            moe = any(k in json.load(open(os.path.join(folder, "config.json")))
+                      for k in ("num_local_experts", "num_experts", "n_routed_experts"))
+            packed = subprocess.run([HP, "plan", folder, "--tp", "2"], capture_output=True).returncode != 0
+            tp = ["--tp", "2"] + (["--packed-fused"] if packed else [])
+            meshes = [("1 process", [], []), ("tp=2", MPI, tp), ("cp=2", MPI, ["--cp", "2"])]
+            if moe:  # TP-extend-EP on the two ranks
+                meshes.append(("tp=2 x ep=2", MPI, tp + ["--ep", "2", "--ep-compute", "suggested"]))
+            for label, launch, flags in meshes:
+                got, err = hyperpar(folder, prompts, os.path.join(work, "g.st"), launch, flags)
+                if got is None:
+                    check("%s %s: generate runs" % (fam, label), False, err)
+                    continue
+                have = [cut(row, 8, eos) for row in got]
+                check("%s %s: greedy ids = transformers' generate" % (fam, label), have == want,
+                      "got %s want %s" % (have, want))
+        # seeded sampling: the same draws on every mesh
+        folder = os.path.join(HERE, "data", "forward", "llama")
+        prompts = [row[:8] for row in read_ids(os.path.join(folder, "forward_io.safetensors"))]
+        samp = ["--temperature", "0.9", "--top-k", "40", "--top-p", "0.9", "--seed", "7"]
+        a, _ = hyperpar(folder, prompts, os.path.join(work, "s1.st"), [], samp)
+        b, _ = hyperpar(folder, prompts, os.path.join(work, "s2.st"), MPI, samp + ["--tp", "2"])
+        c, _ = hyperpar(folder, prompts, os.path.join(work, "s3.st"), [], samp[:-1] + ["8"])
+        g, _ = hyperpar(folder, prompts, os.path.join(work, "s4.st"), [], [])
+        check("sampling: the same seed draws the same ids at 1 process and tp=2", a is not None and a == b)
+        check("sampling: another seed draws other ids", a is not None and c is not None and a != c)
+        check("sampling differs from greedy", a is not None and g is not None and a != g)
+    print("%d failed" % failed)
+    sys.exit(1 if failed else 0)
+
+
+main()
