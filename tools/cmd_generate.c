@@ -14,7 +14,7 @@
 #include "hyperpar/shard.h"
 #include "inputflags.h"
 
-enum { O_MAXNEW = 300, O_TEMP, O_TOPK, O_TOPP, O_EOS, O_COMPUTE, O_PLAN };
+enum { O_MAXNEW = 300, O_TEMP, O_TOPK, O_TOPP, O_EOS, O_COMPUTE, O_PLAN, O_NOKV };
 #define G_INPUT "the prompts: one of --input, --ids, --random-input (rows of the same length)"
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 #define G_GEN "generation"
@@ -23,7 +23,7 @@ typedef struct gen_args {
     const char *model, *plan, *output, *eos;
     cli_plan_flags pf;
     cli_input_flags in;
-    bool default_mesh;
+    bool default_mesh, no_kv;
     int threads;
     hp_linalg_mode compute;
     hp_generate_opts o;
@@ -45,7 +45,10 @@ static const cli_opt g_opts[] = {
      G_GEN, CLI_STR(gen_args, eos)},
     {"output", 'o', "OUT", "rank 0 writes the rows, prompt and tokens, as input_ids I64 [B, S] (atomically;\n"
                            "a row that ended early repeats its eos)", CLI_SHORT, G_GEN, CLI_STR(gen_args, output)},
-    {"threads", 't', "N", "threads per rank for the GEMMs", 0, NULL, CLI_INT(gen_args, threads, 1, 1024)},
+    {"no-kv-cache", O_NOKV, NULL, "run the whole rows at every step instead of the new token over a KV cache\n"
+                                  "(the same ids; the reference the cache is checked against)", 0, G_GEN,
+     CLI_FLAG(gen_args, no_kv)},
+    {"threads", 't', "N", "threads per rank for the GEMMs", CLI_SHORT, NULL, CLI_INT(gen_args, threads, 1, 1024)},
     {"compute", O_COMPUTE, "M", "exact (default) or bf16 (activations rounded to bf16 for the GEMMs)", 0, NULL,
      CLI_ENUM(gen_args, compute, cli_enum_compute)},
     CLI_OPTS_INPUT(G_INPUT, gen_args, in),
@@ -69,7 +72,8 @@ const cli_command cli_cmd_generate = {
              "sampled with --temperature, --top-k and --top-p from splitmix64 seeded by --seed: the same seed\n"
              "draws the same tokens on every mesh), and repeats until every row produced an eos id or\n"
              "--max-new-tokens. One prompt: its new tokens print on stdout as they are produced; several: one\n"
-             "line per row at the end. Each step runs the whole rows again (no KV cache yet; docs/generate.md).\n",
+             "line per row at the end. The prompts run once (prefill); each step then runs one new token per\n"
+             "row over a KV cache of every earlier position (docs/generate.md).\n",
     .args = g_args,
     .opts = g_opts,
     .epilog = "Exit codes: 0 ok, 1 runtime failure, 2 bad input.\n",
@@ -175,7 +179,8 @@ static int generate(gen_args *a, const cli_parser *cp, int *argc, char ***argv)
     if (st == HP_OK) {
         cli_threads_info ti;
         cli_threads(w, a->threads, &ti);
-        hp_run_opts ro = {.command = "generate", .shards = shard ? a->model : NULL, .compute = a->compute};
+        hp_run_opts ro = {.command = "generate", .shards = shard ? a->model : NULL, .compute = a->compute,
+                          .kv_cache = a->no_kv ? 0 : S0 + a->o.max_new};
         st = hp_runner_create(&r, w, m, p, &ro, &err);
     }
     stream sm = {.one = B == 1};

@@ -62,6 +62,8 @@ typedef struct hp_run_opts {
                                      apply it to the rows they route; NULL: all rows one block */
     double moe_cap_factor;           /* with moe_cap_block: the capacity factor of every sparse block (the
                                         distributed plan's, which a one-process plan does not declare) */
+    int64_t kv_cache;        /* generation: positions per row of a KV cache (hp_runner_forward_at); 0: none. Not with
+                                keep_activations or record */
 } hp_run_opts;
 
 typedef struct hp_run_stats {
@@ -106,6 +108,7 @@ typedef struct hp_run_stats {
     int64_t moe_rows[4];
     bool moe_rows_vary;
     double moe_cap_factor;
+    uint64_t kv_bytes;   /* generation's KV cache this rank holds (hp_run_opts.kv_cache; not in workspace_bytes) */
 } hp_run_stats;
 
 typedef struct hp_run_output {
@@ -133,6 +136,14 @@ void hp_runner_free(hp_runner *r);
 
 /* ids [B, S] row-major, the same on every rank. Ids outside [0, V) are HP_ERR_INPUT naming row and position. */
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err);
+/* With hp_run_opts.kv_cache: ids [B, S] are positions [pos0, pos0 + S) of rows whose positions before pos0 the
+ * runner's KV cache holds from the forwards before (pos0 = 0 starts a new batch; otherwise pos0 must be where the
+ * last forward of the same B rows ended, and pos0 + S at most kv_cache). Each attention step appends this
+ * forward's keys and values and attends over every cached position, so a decode step runs S = 1 token per row.
+ * out: the logits of these S positions; its loss is over them alone. Without a cache: hp_runner_forward (pos0 0).
+ * Collective. */
+hp_status hp_runner_forward_at(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t pos0,
+                               hp_run_output *out, hp_err *err);
 
 const hp_run_stats *hp_runner_stats(const hp_runner *r);
 /* Turns hp_run_opts.sync_collectives on or off for the next forwards. */

@@ -142,23 +142,36 @@ static bool is_eos(const hp_generate_opts *o, int64_t t)
     return false;
 }
 
-/* Rank 0's picks for every row from the logits [B, S, V]: each row's last position. Finished rows repeat their
- * last token (never read). */
-static void pick(const hp_generate_opts *o, const float *logits, int64_t B, int64_t S, int64_t V, const bool *done,
-                 const int64_t *ids, uint64_t *rng, cand *c, int64_t *next)
+/* Rank 0's picks for every row from the logits [B, n, V]: each row's last position. A finished row keeps its last
+ * pick (its eos; never read). */
+static void pick(const hp_generate_opts *o, const float *logits, int64_t B, int64_t n, int64_t V, const bool *done,
+                 uint64_t *rng, cand *c, int64_t *next)
 {
     for (int64_t b = 0; b < B; b++) {
-        const float *x = logits + ((b * S) + (S - 1)) * V;
-        if (done[b]) next[b] = ids[b * S + S - 1];
-        else next[b] = o->temperature > 0 ? sample(x, V, o, rng, c) : argmax(x, V);
+        const float *x = logits + ((b * n) + (n - 1)) * V;
+        if (!done[b]) next[b] = o->temperature > 0 ? sample(x, V, o, rng, c) : argmax(x, V);
     }
+}
+
+/* The step's forward: with a KV cache, the positions not yet cached (the prompts, then each row's last pick) at
+ * their position; without, the whole rows. *n: the positions it ran. */
+static hp_status step_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t cached, int64_t *feed,
+                              hp_run_output *ro, int64_t *n, hp_err *err)
+{
+    if (cached < 0) {
+        *n = S;
+        return hp_runner_forward(r, ids, B, S, ro, err);
+    }
+    *n = S - cached;
+    for (int64_t b = 0; b < B; b++) memcpy(feed + b * *n, ids + b * S + cached, (size_t)*n * sizeof *feed);
+    return hp_runner_forward_at(r, feed, B, *n, cached, ro, err);
 }
 
 hp_status hp_generate(hp_runner *r, const int64_t *prompt, int64_t B, int64_t S0, const hp_generate_opts *o,
                       hp_generate_token_fn fn, void *ctx, int64_t **out, int64_t *out_len, hp_err *err)
 {
     *out = NULL, *out_len = 0;
-    const hp_comm *w = r->x.world;
+    const hp_comm *w = r->pipe.all; /* every rank (x.world is a pipeline stage's) */
     bool root = hp_comm_rank(w) == 0;
     /* the loop's length and its ends are rank 0's on every rank: ranks given others cannot hang the steps */
     hp_generate_opts o0 = *o;
@@ -179,16 +192,21 @@ hp_status hp_generate(hp_runner *r, const int64_t *prompt, int64_t B, int64_t S0
                        ? HP_OK
                        : hp_err_set(err, HP_ERR_NOMEM, "out of memory for generation");
     for (int64_t b = 0; st == HP_OK && b < B; b++) memcpy(ids + b * S0, prompt + b * S0, (size_t)S0 * sizeof *ids);
+    /* with a cache long enough for every row, each step feeds the new positions only */
+    bool use_kv = r->o.kv_cache >= Smax;
+    int64_t *feed = use_kv ? calloc((size_t)(B * S0) + 1, sizeof *feed) : NULL;
+    if (st == HP_OK && use_kv && !feed) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory for generation");
     uint64_t rng = o->seed;
-    int64_t S = S0;
+    int64_t S = S0, cached = use_kv ? 0 : -1, n = 0;
     hp_run_output ro = {0};
     while (st == HP_OK && S < Smax) {
-        /* rows of S tokens: the buffer holds B rows of S after the compaction below */
-        st = hp_runner_forward(r, ids, B, S, &ro, err);
-        if (st == HP_OK && root) pick(o, ro.logits, B, S, V, done, ids, &rng, c, nxt);
+        /* the buffer holds B rows of S ids */
+        st = step_forward(r, ids, B, S, cached, feed, &ro, &n, err);
+        if (st == HP_OK && root) pick(o, ro.logits, B, n, V, done, &rng, c, nxt);
         hp_runner_recycle_output(r, &ro);
         if (st == HP_OK) st = hp_comm_bcast(w, nxt, (size_t)B * sizeof *nxt, 0, err);
         if (st != HP_OK) break;
+        if (use_kv) cached = S;
         /* widen each row by one: row b moves from b·S to b·(S + 1), last row first */
         for (int64_t b = B - 1; b >= 0; b--) {
             memmove(ids + b * (S + 1), ids + b * S, (size_t)S * sizeof *ids);
@@ -203,6 +221,7 @@ hp_status hp_generate(hp_runner *r, const int64_t *prompt, int64_t B, int64_t S0
         S++;
         if (all) break;
     }
+    free(feed);
     free(nxt), free(done), free(c);
     if (st != HP_OK) {
         free(ids);

@@ -547,7 +547,7 @@ hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err)
 }
 
 /* hp__attention with its block scratch (hp__attention_scratch_bytes, held while it runs) counted. */
-static hp_status attention(hp_runner *r, const hp__attn_args *aa, hp_err *err)
+hp_status hp__r_attention(hp_runner *r, const hp__attn_args *aa, hp_err *err)
 {
     size_t sc = hp__attention_scratch_bytes(aa);
     hp__mem_count(&r->x, 0, sc);
@@ -584,7 +584,8 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     for (int64_t i = 0; i < rows; i++) memcpy(ckv + i * kvl, kva + i * lat, (size_t)kvl * sizeof *ckv);
     hp__rmsnorm(ckv, rows, kvl, a->kvan.d, 1e-6, ckv);
     if ((st = lin_fwd(a->kvb, rows, ckv, kvl, kv, nh * (nope + vd), err)) != HP_OK) return st;
-    if ((st = hp__r_rope(r, t->lo[1], sq, err)) != HP_OK) return st;
+    int64_t p0 = r->kv.pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
+    if ((st = hp__r_rope(r, p0, sq, err)) != HP_OK) return st;
     /* k_rot: one head, rotated, then broadcast to every head; q's rope channels rotated per head */
     hp__mla_rope(r, c->interleave, kva + kvl, lat, q, nh, qk, nope, rope, Bl, sq, false);
     if ((st = hp__act_alloc(&r->x, k, t->g[0], t->g[1], nh * qk, kl, err)) != HP_OK) return st;
@@ -605,10 +606,9 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     double scale = hp__mla_scale(c, qk);
     if (st == HP_OK) {
-        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nh, .hd = qk, .hdv = vd,
-                            .scale = scale, .q = q, .k = k->d, .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1],
-                            .window = c->window[layer], .out = o, .mode = r->o.compute};
-        st = attention(r, &aa, err);
+        hp__attn_args aa = {.B = Bl, .sq = sq, .nh = nh, .nkv = nh, .hd = qk, .hdv = vd, .scale = scale, .q = q,
+                            .q_pos0 = p0, .window = c->window[layer], .out = o, .mode = r->o.compute};
+        st = hp__kv_attend(r, a->s, &aa, k, v, err);
     }
     if (st == HP_OK) st = out_of(r, a->s, t, out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * vd, out->d, H, err);
@@ -641,7 +641,8 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v->d, nkv * hd, err);
     if (st == HP_OK && a->qn.present) hp__rmsnorm(q, rows * nh, hd, a->qn.d, c->eps, q);
     if (st == HP_OK && a->kn.present) hp__rmsnorm(k->d, rows * nkv, hd, a->kn.d, c->eps, k->d);
-    if (st == HP_OK) st = hp__r_rope(r, t->lo[1], sq, err);
+    int64_t p0 = r->kv.pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
+    if (st == HP_OK) st = hp__r_rope(r, p0, sq, err);
     if (st == HP_OK)
         for (int64_t b = 0; b < Bl; b++) {
             hp__rope_apply(q + b * sq * nh * hd, sq, nh, hd, c->rot, r->sc.rope_cos, r->sc.rope_sin);
@@ -655,10 +656,10 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, k, &whole, what, &coll, err);
     if (st == HP_OK && kl.ax[HP__CP].kind == HP_PL_S) st = hp__redistribute(&r->x, v, &whole, what, &coll, err);
     if (st == HP_OK) {
-        hp__attn_args aa = {.B = Bl, .sq = sq, .sk = k->n[1], .nh = nh, .nkv = nkv, .hd = hd, .q = q, .k = k->d,
-                            .v = v->d, .q_pos0 = t->lo[1], .k_pos0 = k->lo[1], .window = c->window[layer], .out = o,
-                            .sinks = a->sinks.present ? a->sinks.d : NULL, .mode = r->o.compute};
-        st = attention(r, &aa, err);
+        hp__attn_args aa = {.B = Bl, .sq = sq, .nh = nh, .nkv = nkv, .hd = hd, .q = q, .q_pos0 = p0,
+                            .window = c->window[layer], .out = o, .sinks = a->sinks.present ? a->sinks.d : NULL,
+                            .mode = r->o.compute};
+        st = hp__kv_attend(r, a->s, &aa, k, v, err);
     }
     if (st == HP_OK) st = out_of(r, a->s, t, out, err);
     if (st == HP_OK) st = lin_fwd(a->o, rows, o, nh * hd, out->d, H, err);
@@ -1371,6 +1372,7 @@ void hp_runner_free(hp_runner *r)
     free(r->sc.kept);
     free(r->sc.loss_mx);
     free(r->sc.loss_se);
+    hp__kv_free(r);
     if (r->train) r->train_free(r->train);
     hp__prog_free(&r->g); /* last: the layers and kept activations above are counted by its L */
     free(r);

@@ -6,6 +6,7 @@
 #define HP_RUN_RUNNER_INT_H
 
 #include "exec/prog.h"
+#include "kernels/modules.h"
 #include "run/finite.h"
 #include "run/run_int.h"
 #include "run/weights.h"
@@ -114,6 +115,17 @@ typedef struct runner_pipe {
     int64_t pp, stage, per; /* stages, this rank's, ranks per stage */
 } runner_pipe;
 
+/* Generation's KV cache (hp_run_opts.kv_cache; kv.c, docs/generate.md): per attention step, the keys and values
+ * of every position of this rank's rows so far, [rows, cap, width] (the rank's heads; whole over cp). */
+typedef struct runner_kv {
+    int64_t cap;      /* positions per row it holds (kv_cache + the cp padding's slack); 0: none made yet */
+    int64_t rows, B;  /* this rank's rows, the batch's (what the cache was made for) */
+    int64_t len;      /* positions filled by the forwards so far */
+    int64_t pos0;     /* the forward in progress: the position of its first token (0 without a cache) */
+    float **k, **v;   /* [n_steps]: an attention step's, NULL for the others */
+    uint64_t bytes;
+} runner_kv;
+
 struct hp_runner {
     const hp_model *m;
     const hp_plan *p;
@@ -126,6 +138,7 @@ struct hp_runner {
     runner_weights w;
     runner_scratch sc;
     runner_trace tr;
+    runner_kv kv;
     struct hp__train *train;
     void (*train_free)(struct hp__train *t);
 };
@@ -148,6 +161,14 @@ hp_status hp__r_linear(hp_runner *r, hp__w *w, const hp__w *bias, hp_linear **ou
 hp_status hp__r_rope(hp_runner *r, int64_t pos0, int64_t n, hp_err *err);
 void hp__mla_rope(hp_runner *r, bool interleave, float *kr, int64_t kstride, float *q, int64_t nh, int64_t qk,
                   int64_t nope, int64_t rope, int64_t Bl, int64_t sq, bool backward);
+/* hp__attention with its block scratch counted (runner.c). */
+hp_status hp__r_attention(hp_runner *r, const hp__attn_args *aa, hp_err *err);
+/* Attention of step s on aa's queries (aa without keys: q, out, B, sq, heads, q_pos0, window, ...) over k and v,
+ * this forward's keys and values (whole over cp): directly, or with a KV cache appended to it and over every cached
+ * position (kv.c). */
+hp_status hp__kv_attend(hp_runner *r, const hp__step *s, hp__attn_args *aa, const hp__act *k, const hp__act *v,
+                        hp_err *err);
+void hp__kv_free(hp_runner *r);
 /* The modules: in is the step's input as it arrives; t (attention, MLP) is moved to the step's run layout in
  * place; after the call the runner's buffers hold the step's intermediates (attention: q after rope in buf 0,
  * its output in buf 1, K and V in sc.k / sc.v; MLP: gate|up in buf 2, the hidden in buf 3, of every row in a

@@ -1,8 +1,9 @@
 """generate_check.py HYPERPAR — `hyperpar generate` against transformers' `generate` (issue 41 item 3).
 
 For each of the ten forward goldens: two prompts (the first 8 ids of forward_io's two rows) grow by 32 greedy
-tokens in transformers (float32, its own KV cache, the model's eos) and in hyperpar at 1 process, tp=2, cp=2 and,
-for MoE models, tp=2 x ep=2; each row must be the same ids up to and including its eos. Seeded sampling
+tokens in transformers (float32, its own KV cache, the model's eos) and in hyperpar (its KV cache: the prompt's
+prefill, then one token per step) at 1 process, tp=2, cp=2, pp=2 and, for MoE models, tp=2 x ep=2, and without
+the cache (the whole rows each step) at 1 process; each row must be the same ids up to and including its eos. Seeded sampling
 (temperature, top-k, top-p) gives the same ids at 1 process and at tp=2. Exits 77 (skipped) without
 torch/transformers unless HP_REQUIRE_TORCH=1."""
 import json
@@ -92,7 +93,8 @@ def main():
                       for k in ("num_local_experts", "num_experts", "n_routed_experts"))
             packed = subprocess.run([HP, "plan", folder, "--tp", "2"], capture_output=True).returncode != 0
             tp = ["--tp", "2"] + (["--packed-fused"] if packed else [])
-            meshes = [("1 process", [], []), ("tp=2", MPI, tp), ("cp=2", MPI, ["--cp", "2"])]
+            meshes = [("1 process", [], []), ("1 process without the KV cache", [], ["--no-kv-cache"]),
+                      ("tp=2", MPI, tp), ("cp=2", MPI, ["--cp", "2"]), ("pp=2", MPI, ["--pp", "2"])]
             if moe:  # TP-extend-EP on the two ranks
                 meshes.append(("tp=2 x ep=2", MPI, tp + ["--ep", "2", "--ep-compute", "suggested"]))
             for label, launch, flags in meshes:
