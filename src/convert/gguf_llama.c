@@ -337,10 +337,10 @@ static hp_status unknown_tensor(const hp_gguf_file *f, const hp_gguf_tensor *t, 
         return hp_err_set(err, HP_ERR_INPUT, "%s: tensor 'rope_freqs.weight' holds per-frequency rotary factors "
                           "(Llama 3.1 style rope scaling), whose parameters the metadata does not carry; convert "
                           "cannot write them as transformers' rope_scaling.", lab);
-    return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' has no transformers name in the llama mapping (%lld "
-                      "layers: token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm / "
-                      "ffn_gate / ffn_up / ffn_down, output_norm, output); convert refuses what it cannot place.", lab,
-                      hp_escape(t->name, a, sizeof a), (long long)m->layers);
+    return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' has no transformers name in the llama mapping "
+                      "(token_embd, blk.N.attn_norm / attn_q / attn_k / attn_v / attn_output / ffn_norm / ffn_gate / "
+                      "ffn_up / ffn_down for N < llama.block_count = %lld, output_norm, output); convert refuses what "
+                      "it cannot place.", lab, hp_escape(t->name, a, sizeof a), (long long)m->layers);
 }
 
 /* Maps the tensor of slot s (the layers' N_BLOCK slots each, then the N_TOP top-level ones) or reports it
@@ -362,9 +362,8 @@ static hp_status place(hp_gguf_model *g, const llama_meta *m, const hp_gguf_tens
     char gg[96];
     if (layer >= 0) snprintf(gg, sizeof gg, "blk.%lld.%s", (long long)layer, r->gguf);
     else snprintf(gg, sizeof gg, "%s", r->gguf);
-    return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' is missing; a llama model of %lld layers needs it "
-                      "(transformers' %s%s).", hp_gguf_path(g->file), gg, (long long)m->layers,
-                      layer >= 0 ? "model.layers.N." : "", r->hf);
+    return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' is missing; a llama model needs it (transformers' %s%s).",
+                      hp_gguf_path(g->file), gg, layer >= 0 ? "model.layers.N." : "", r->hf);
 }
 
 /* Every GGUF tensor placed once; the expected ones present. Fills g->tensors in transformers' order: the
