@@ -13,6 +13,7 @@ typedef struct convert_args {
     const char *out;
     hp_dtype dtype;
     int64_t threads;
+    bool force;
 } convert_args;
 
 static const cli_enum g_dtypes = {"must be", {{"bf16", HP_DT_BF16, false}, {"f32", HP_DT_F32, false}}};
@@ -22,6 +23,8 @@ static const cli_opt g_opts[] = {
     {"dtype", 't', "bf16|f32", "the weights' dtype (bf16)", 0, NULL, CLI_ENUM(convert_args, dtype, g_dtypes)},
     {"threads", 'j', "N", "tensors written in parallel (default: one per core, at most 8)", 0, NULL,
      CLI_INT(convert_args, threads, 1, 256)},
+    {"force", 'F', NULL, "replace an earlier 'hyperpar convert' output in DIR (nothing else)", 0, NULL,
+     CLI_FLAG(convert_args, force)},
     CLI_OPT_HELP,
     {0},
 };
@@ -29,7 +32,7 @@ static const cli_opt g_opts[] = {
 const cli_command cli_cmd_convert = {
     .cmd = "convert",
     .summary = "a GGUF model (llama.cpp) as a Hugging Face folder",
-    .forms = {{NULL, "MODEL.gguf --out DIR"}},
+    .forms = {{NULL, "MODEL.gguf --out"}},
     .about = "Writes DIR/config.json, generation_config.json, model.safetensors, tokenizer.json and\n"
              "tokenizer_config.json from a GGUF file: the weights dequantized (F32, F16, BF16, Q8_0, Q4_0, Q4_1,\n"
              "Q4_K, Q6_K) and cast to --dtype, under transformers' names with llama.cpp's rotary row order of\n"
@@ -56,6 +59,7 @@ int cmd_convert(int argc, char **argv)
     o.out = a.out;
     o.dtype = a.dtype;
     o.threads = (int)a.threads;
+    o.force = a.force;
     hp_err err;
     hp_convert_stats s;
     /* SIGINT / SIGTERM / SIGHUP: the writer stops within one piece, the temporary folder goes, and the signal is

@@ -61,6 +61,7 @@ typedef struct hp_convert_opts {
     const char *out;  /* the folder to create: absent or empty */
     hp_dtype dtype;   /* HP_DT_BF16 (hp_convert_opts_default) or HP_DT_F32 */
     int threads;      /* tensors written in parallel (0: one per core, at most 8) */
+    bool force;       /* replace an earlier `hyperpar convert` output folder (only that: hyperpar/outdir.h) */
 } hp_convert_opts;
 
 void hp_convert_opts_default(hp_convert_opts *o);
@@ -74,8 +75,8 @@ typedef struct hp_convert_stats {
 
 /* Writes o->out/{config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
  * from the GGUF file at path. The folder appears whole or not at all (a temporary folder beside it, renamed at
- * the end; hyperpar/outdir.h): an --out that exists and is not empty is HP_ERR_INPUT, and a failure or a signal
- * (hp_interrupt) leaves nothing. stats may be NULL. */
+ * the end; hyperpar/outdir.h): an --out that exists and is not empty is HP_ERR_INPUT (with force, unless it is an
+ * earlier convert output), and a failure or a signal (hp_interrupt) leaves nothing. stats may be NULL. */
 hp_status hp_convert_gguf(const char *path, const hp_convert_opts *o, hp_convert_stats *stats, hp_err *err);
 
 #ifdef __cplusplus

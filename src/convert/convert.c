@@ -146,7 +146,7 @@ hp_status hp_convert_gguf(const char *path, const hp_convert_opts *o, hp_convert
     if (!o->out || !*o->out) return hp_err_set(err, HP_ERR_INPUT, "convert: --out names no folder");
     const char *inputs[1] = {path};
     hp_outdir_spec spec = {.cmd = "convert", .out = o->out, .names = g_names, .example = "model-hf",
-                           .make_parents = true, .inputs = inputs, .n_inputs = 1};
+                           .force = o->force, .make_parents = true, .inputs = inputs, .n_inputs = 1};
     hp_outdir *od = NULL;
     hp_gguf_file *f = NULL;
     hp_gguf_model *g = NULL;
