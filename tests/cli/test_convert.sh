@@ -88,4 +88,18 @@ expect 2 "not the GGUF magic 'GGUF'; not a GGUF file" -- "$HP" convert notgguf.g
 expect 2 "missing.gguf: cannot open" -- "$HP" convert missing.gguf --out x
 check "nothing left behind" test ! -e x
 check "no temporary folder" test -z "$(ls -d ./*.tmp.* 2>/dev/null)"
+# A signal while model.safetensors is written (HP_TEST_PAUSE_MID_WRITE holds the writer at that point): the
+# signal's exit status, and neither the folder nor its temporary stays.
+set -m # background runs keep SIGINT
+for sig in INT TERM; do
+    HP_TEST_PAUSE_MID_WRITE="$WORK/p$sig" "$HP" convert tiny.gguf --out "sig$sig" >"p$sig.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [ -e "$WORK/p$sig.ready" ] || ! kill -0 $pid 2>/dev/null && break; sleep 0.1; done
+    check "SIG$sig: convert reached the pause point" test -e "$WORK/p$sig.ready"
+    kill -s $sig $pid
+    wait $pid; rc=$?
+    check "SIG$sig: exit status $((128 + $(kill -l $sig))) (got $rc)" test "$rc" -eq $((128 + $(kill -l $sig)))
+    check "SIG$sig: says it was interrupted" grep -q "interrupted by signal" "p$sig.log"
+    check "SIG$sig: no folder, no temporary" test ! -e "sig$sig" -a -z "$(ls -d ./sig$sig.tmp.* 2>/dev/null)"
+done
 finish
