@@ -26,6 +26,12 @@ enum {
     T_BAD_MERGE = 2048,  /* merge "a c" */
     T_SPM = 4096,        /* tokenizer.ggml.model "llama" */
     T_LAYER_1 = 8192,    /* a blk.1.attn_q.weight in a one-layer model */
+    T_VOCAB_KEY = 1 << 14,   /* llama.vocab_size 5 for 4 tokens */
+    T_ROPE_LINEAR = 1 << 15, /* llama.rope.scaling.type linear, factor 4, original context 32 */
+    T_ROPE_WEIRD = 1 << 16,  /* llama.rope.scaling.type "longrope" */
+    T_BAD_UTF8 = 1 << 17,    /* token 1 is the byte 0xff */
+    T_VALUE_LEN = 1 << 18,   /* llama.attention.value_length 32 with a head dim of 64 */
+    T_TYPES_SHORT = 1 << 19, /* token_type with 3 entries for 4 tokens */
 };
 
 /* hidden 256, 4 heads of 64, 2 kv heads, feed-forward 512, one layer; a vocabulary of 4 tokens; every tensor F32
@@ -43,13 +49,20 @@ static unsigned char *tiny(size_t *len, unsigned flags)
     gf_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gf_kv_f32(&g, "llama.rope.freq_base", 500000.0f);
     if (flags & T_EXPERTS) gf_kv_u32(&g, "llama.expert_count", 4);
+    if (flags & T_VOCAB_KEY) gf_kv_u32(&g, "llama.vocab_size", 5);
+    if (flags & T_VALUE_LEN) gf_kv_u32(&g, "llama.attention.value_length", 32);
+    if (flags & (T_ROPE_LINEAR | T_ROPE_WEIRD)) {
+        gf_kv_str(&g, "llama.rope.scaling.type", flags & T_ROPE_LINEAR ? "linear" : "longrope");
+        gf_kv_f32(&g, "llama.rope.scaling.factor", 4.0f);
+        gf_kv_u32(&g, "llama.rope.scaling.original_context_length", 32);
+    }
     gf_kv_str(&g, "tokenizer.ggml.model", flags & T_SPM ? "llama" : "gpt2");
     gf_kv_str(&g, "tokenizer.ggml.pre", flags & T_PRE_WEIRD ? "weird" : "smollm");
-    const char *tokens[] = {"a", "b", "ab", flags & T_DUP_TOKEN ? "a" : "<s>"};
+    const char *tokens[] = {"a", flags & T_BAD_UTF8 ? "\xff" : "b", "ab", flags & T_DUP_TOKEN ? "a" : "<s>"};
     gf_kv_strs(&g, "tokenizer.ggml.tokens", tokens, 4);
     const int32_t types[] = {1, 1, 1, 3};
-    gf_kv_i32s(&g, "tokenizer.ggml.token_type", types, 4);
-    const char *merges[] = {flags & T_BAD_MERGE ? "a c" : "a b"};
+    gf_kv_i32s(&g, "tokenizer.ggml.token_type", types, flags & T_TYPES_SHORT ? 3 : 4);
+    const char *merges[] = {flags & (T_BAD_MERGE | T_BAD_UTF8) ? "a c" : "a b"};
     gf_kv_strs(&g, "tokenizer.ggml.merges", merges, 1);
     gf_kv_u32(&g, "tokenizer.ggml.bos_token_id", 3);
     gf_kv_u32(&g, "tokenizer.ggml.eos_token_id", 3);
@@ -177,6 +190,29 @@ TEST(llama_mapping_refusals)
                                   "512, 4 tokens) make model.layers.0.self_attn.k_proj.weight [128, 256]");
     expect_map_error(T_Q5K, "tensor 'blk.0.ffn_down.weight' is Q5_K, which hyperpar cannot dequantize");
     expect_map_error(T_EXPERTS, "llama.expert_count is 4: a mixture-of-experts model");
+    expect_map_error(T_VOCAB_KEY, "llama.vocab_size is 5 but tokenizer.ggml.tokens holds 4 tokens");
+    expect_map_error(T_ROPE_WEIRD, "llama.rope.scaling.type is 'longrope'; convert carries over 'linear', 'yarn' and "
+                                   "'none'");
+    expect_map_error(T_VALUE_LEN, "llama.attention.value_length 32 differs from the head dim 64");
+}
+
+TEST(rope_scaling_carries_over)
+{
+    unsigned char *img;
+    hp_gguf_file *f = open_tiny(T_ROPE_LINEAR, &img);
+    hp_gguf_model *g = NULL;
+    hp_err e;
+    CHECK_MSG(f && hp_gguf_model_map(&g, f, HP_DT_BF16, &e) == HP_OK, "%s", e.msg);
+    if (g) {
+        json_t *c = json_loads(g->config_json, 0, NULL), *r = json_object_get(c, "rope_scaling");
+        CHECK_STR_EQ(json_string_value(json_object_get(r, "rope_type")), "linear");
+        CHECK(json_real_value(json_object_get(r, "factor")) == 4.0);
+        CHECK_EQ_INT(json_integer_value(json_object_get(r, "original_max_position_embeddings")), 32);
+        json_decref(c);
+    }
+    hp_gguf_model_free(g);
+    hp_gguf_close(f);
+    free(img);
 }
 
 /* hp_gguf_tokenizer of tiny(flags): HP_OK with the texts, or HP_ERR_INPUT naming needle. */
@@ -231,6 +267,9 @@ TEST(tokenizer_texts)
     tokenizer_of(T_DUP_TOKEN, &tj, &tc, HP_ERR_INPUT, "tokenizer.ggml.tokens: token 3 'a' is also token 0");
     tokenizer_of(T_BAD_MERGE, &tj, &tc, HP_ERR_INPUT, "tokenizer.ggml.merges: merge 0 'a c' is not two tokens of the "
                                                       "vocabulary");
+    tokenizer_of(T_BAD_UTF8, &tj, &tc, HP_ERR_INPUT, "m.gguf: token 1 ('\\xFF') is not valid UTF-8 text without NUL "
+                                                     "bytes; tokenizer.json cannot hold it");
+    tokenizer_of(T_TYPES_SHORT, &tj, &tc, HP_ERR_INPUT, "tokenizer.ggml.token_type has 3 entries for 4 tokens");
     CHECK(tj == NULL && tc == NULL);
 }
 

@@ -172,11 +172,17 @@ static hp_status read_meta(const hp_gguf_file *f, llama_meta *m, hp_err *err)
                           "attention.head_count %lld and attention.key_length is absent.", lab, (long long)m->hidden,
                           (long long)m->heads);
     m->head_dim = key_len > 0 ? key_len : m->hidden / m->heads;
-    if ((val_len > 0 && val_len != m->head_dim) || (rope_dims > 0 && rope_dims != m->head_dim) || m->head_dim % 2)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: head dim %lld with attention.value_length %lld and "
-                          "rope.dimension_count %lld: transformers' llama needs one even head dim for keys, values "
-                          "and the rotary embedding.", lab, (long long)m->head_dim, (long long)val_len,
-                          (long long)rope_dims);
+    if (val_len > 0 && val_len != m->head_dim)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: llama.attention.value_length %lld differs from the head dim %lld; "
+                          "transformers' llama has one head dim for keys and values.", lab, (long long)val_len,
+                          (long long)m->head_dim);
+    if (rope_dims > 0 && rope_dims != m->head_dim)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: llama.rope.dimension_count %lld differs from the head dim %lld: a "
+                          "partial rotary embedding, which transformers' llama does not have.", lab,
+                          (long long)rope_dims, (long long)m->head_dim);
+    if (m->head_dim % 2)
+        return hp_err_set(err, HP_ERR_INPUT, "%s: the head dim %lld is odd; the rotary embedding needs an even one.",
+                          lab, (long long)m->head_dim);
     const hp_gguf_kv *tokens = NULL;
     if ((st = hp_gguf_get_array(f, "tokenizer.ggml.tokens", HP_GGUF_STRING, &tokens, err))) return st;
     if (!tokens)
