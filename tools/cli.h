@@ -478,6 +478,7 @@ void cli_print_presets(FILE *out, bool moe_only);
 
 int cmd_inspect(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_shard(int argc, char **argv);
@@ -498,8 +499,8 @@ int cmd_bench_run(int argc, char **argv); /* bench_run.c */
 int cmd_bench_train(int argc, char **argv); /* bench_run.c (the options and setup) and bench_train.c */
 int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
 /* The commands, each described in its file: 'hyperpar --help' lists them (main.c), bench dispatches to its own. */
-extern const cli_command cli_cmd_inspect, cli_cmd_plan, cli_cmd_gen, cli_cmd_demo, cli_cmd_shard, cli_cmd_merge,
-    cli_cmd_moe, cli_cmd_run, cli_cmd_validate, cli_cmd_train, cli_cmd_cost, cli_cmd_advise, cli_cmd_bench,
+extern const cli_command cli_cmd_inspect, cli_cmd_plan, cli_cmd_gen, cli_cmd_convert, cli_cmd_demo, cli_cmd_shard,
+    cli_cmd_merge, cli_cmd_moe, cli_cmd_run, cli_cmd_validate, cli_cmd_train, cli_cmd_cost, cli_cmd_advise, cli_cmd_bench,
     cli_cmd_generate;
 extern const cli_command cli_cmd_bench_moe, cli_cmd_bench_ep, cli_cmd_bench_run, cli_cmd_bench_train,
     cli_cmd_bench_advise;

@@ -1,5 +1,6 @@
 /*
  * cmd_inspect.c — `hyperpar inspect PATH [--json] [--tree [--depth N]] [--tensors] [--rank N]`: a model's summary,
+ * what a GGUF file holds (the model `hyperpar convert` would write from it, with each tensor's GGUF name and type),
  * or what each rank of a shard folder holds (its tensors at their local shapes, read from the checked rank files).
  */
 #include <jansson.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "hyperpar/convert.h"
 #include "hyperpar/model.h"
 #include "hyperpar/shard.h"
 
@@ -33,11 +35,13 @@ static const cli_opt g_opts[] = {
 
 const cli_command cli_cmd_inspect = {
     .cmd = "inspect",
-    .summary = "summarise a checkpoint folder, .safetensors file or config.json; or\n"
-               "what each rank of a shard folder holds",
+    .summary = "summarise a checkpoint folder, .safetensors file, config.json or GGUF\n"
+               "file; or what each rank of a shard folder holds",
     .forms = {{NULL, "PATH"}, {NULL, "SHARDS"}},
     .about = "Summarises a model. PATH is a checkpoint folder (model.safetensors or an index with shards),\n"
-             "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights).\n"
+             "a .safetensors file, or a config.json (meta mode: shapes synthesised, no weights). A GGUF file\n"
+             "(llama.cpp) is read directly: the model 'hyperpar convert' writes from it, each tensor under its\n"
+             "transformers name and shape with its GGUF name and type (--tensors), and the bytes by GGUF type.\n"
              "SHARDS, a folder written by 'hyperpar shard' (or one rank-NNNNN.safetensors file inside it: that\n"
              "rank), lists what each rank holds: its coordinates, its file, and every tensor with its dtype, local\n"
              "shape, global shape, the slice it keeps of each cut dim ([offset, end) of dim d) and the experts of\n"
@@ -318,6 +322,135 @@ static bool shard_rank_path(const char *path, char *dir, size_t cap, int64_t *ra
     return true;
 }
 
+/* ---- a GGUF file: the model convert writes from it ---- */
+
+/* Bytes and tensors of each GGUF type in the file. */
+static void gguf_type_totals(const hp_gguf_file *f, uint64_t bytes[HP_GGML_TYPE_END], size_t count[HP_GGML_TYPE_END])
+{
+    memset(bytes, 0, HP_GGML_TYPE_END * sizeof *bytes);
+    memset(count, 0, HP_GGML_TYPE_END * sizeof *count);
+    for (size_t i = 0; i < hp_gguf_tensor_count(f); i++) {
+        const hp_gguf_tensor *t = hp_gguf_tensor_at(f, i);
+        bytes[t->type] += t->nbytes;
+        count[t->type]++;
+    }
+}
+
+static void print_gguf_summary(const hp_gguf_model *g)
+{
+    const hp_gguf_file *f = g->file;
+    const hp_model *m = g->model;
+    uint64_t bytes[HP_GGML_TYPE_END];
+    size_t count[HP_GGML_TYPE_END];
+    gguf_type_totals(f, bytes, count);
+    char a[48], b[48];
+    hp_buf e;
+    hp_buf_init(&e);
+    printf("%-13s %s  (GGUF version %u, %zu metadata keys, %zu tensors)\n", "model", esc(&e, hp_gguf_path(f)),
+           hp_gguf_version(f), hp_gguf_kv_count(f), hp_gguf_tensor_count(f));
+    printf("%-13s %s (model_type %s, family %s; GGUF architecture %s)\n", "architecture", esc(&e, m->architecture),
+           m->model_type, m->family ? hp_family_name(m->family) : "unknown", g->arch);
+    hp_buf_free(&e);
+    printf("%-13s %lld, hidden %lld, heads %lld / kv %lld, head_dim %lld, vocab %lld%s\n", "layers",
+           (long long)m->cfg.num_hidden_layers, (long long)m->cfg.hidden_size, (long long)m->cfg.num_attention_heads,
+           (long long)m->cfg.num_key_value_heads, (long long)m->cfg.head_dim, (long long)m->cfg.vocab_size,
+           g->tied ? ", tied embeddings" : "");
+    printf("%-13s %s\n", "parameters", hp_format_count(hp_model_num_params(m), a, sizeof a));
+    printf("%-13s %zu in %zu modules (transformers' names, as 'hyperpar convert' writes them)\n", "tensors",
+           m->n_params, m->n_modules);
+    printf("%-13s %s (%s bytes)\n", "file size", hp_format_bytes(hp_gguf_file_size(f), a, sizeof a),
+           hp_format_count(hp_gguf_file_size(f), b, sizeof b));
+    for (unsigned t = 0; t < HP_GGML_TYPE_END; t++)
+        if (count[t])
+            printf("%-13s   %-6s %s in %zu tensor%s\n", "", hp_ggml_type_name(t),
+                   hp_format_bytes(bytes[t], a, sizeof a), count[t], count[t] == 1 ? "" : "s");
+    printf("%-13s %s as BF16, %s as F32\n", "converted", hp_format_bytes(hp_model_num_params(m) * 2, a, sizeof a),
+           hp_format_bytes(hp_model_num_params(m) * 4, b, sizeof b));
+}
+
+/* inspect --json of a GGUF file: the model's object, plus "gguf": the file's version and bytes by type, and with
+ * --tensors each tensor's GGUF name, type and dims. */
+static int print_gguf_json(const hp_gguf_model *g, bool tensors)
+{
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_err err;
+    if (hp_model_inspect_json(g->model, tensors, &b, &err) != HP_OK) {
+        hp_buf_free(&b);
+        return cli_fail(&err);
+    }
+    json_t *o = json_loadb(b.data, b.len, 0, NULL);
+    hp_buf_free(&b);
+    if (!o) return HP_EXIT_RUNTIME;
+    uint64_t bytes[HP_GGML_TYPE_END];
+    size_t count[HP_GGML_TYPE_END];
+    gguf_type_totals(g->file, bytes, count);
+    json_t *types = json_object(), *list = json_array();
+    for (unsigned t = 0; t < HP_GGML_TYPE_END; t++)
+        if (count[t]) json_object_set_new(types, hp_ggml_type_name(t), json_integer((json_int_t)bytes[t]));
+    for (size_t i = 0; tensors && i < g->n_tensors; i++) {
+        const hp_gguf_mapped *mt = &g->tensors[i];
+        json_t *ne = json_array();
+        for (int d = 0; d < mt->src->n_dims; d++) json_array_append_new(ne, json_integer(mt->src->ne[d]));
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:o, s:b}", "name", mt->name, "gguf_name", mt->src->name,
+                                              "gguf_type", hp_ggml_type_name(mt->src->type), "gguf_dims", ne,
+                                              "rotary_rows_permuted", mt->permute_heads > 0));
+    }
+    json_t *gg = json_pack("{s:i, s:s, s:I, s:I, s:o}", "version", (int)hp_gguf_version(g->file), "architecture",
+                           g->arch, "file_size", (json_int_t)hp_gguf_file_size(g->file), "tensor_count",
+                           (json_int_t)hp_gguf_tensor_count(g->file), "bytes_by_type", types);
+    if (tensors) json_object_set_new(gg, "tensors", list);
+    else json_decref(list);
+    json_object_set_new(o, "mode", json_string("gguf")); /* shapes from the GGUF file, weights not read */
+    json_object_set_new(o, "gguf", gg);
+    char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s) return HP_EXIT_RUNTIME;
+    puts(s);
+    free(s);
+    return HP_EXIT_OK;
+}
+
+static int inspect_gguf(const char *path, bool json, bool tree, bool tensors, int64_t depth)
+{
+    hp_err err;
+    hp_gguf_file *f = NULL;
+    hp_gguf_model *g = NULL;
+    if (hp_gguf_open(&f, path, &err) != HP_OK || hp_gguf_model_map(&g, f, HP_DT_BF16, &err) != HP_OK) {
+        hp_gguf_close(f);
+        return cli_fail(&err);
+    }
+    int rc = HP_EXIT_OK;
+    if (json) {
+        rc = print_gguf_json(g, tensors);
+    } else {
+        print_gguf_summary(g);
+        if (tree) {
+            printf("\n");
+            print_tree(g->model, (int)depth);
+        }
+        if (tensors) {
+            char shp[128];
+            hp_buf b, c;
+            hp_buf_init(&b);
+            hp_buf_init(&c);
+            printf("\n");
+            for (size_t i = 0; i < g->n_tensors; i++) {
+                const hp_gguf_mapped *mt = &g->tensors[i];
+                const hp_param *p = hp_model_find_param(g->model, mt->name);
+                shape_str(p, shp, sizeof shp);
+                printf("%s %s %s <- %s%s\n", esc(&b, mt->name), hp_ggml_type_name(mt->src->type), shp,
+                       esc(&c, mt->src->name), mt->permute_heads ? " (rotary rows permuted)" : "");
+            }
+            hp_buf_free(&b);
+            hp_buf_free(&c);
+        }
+    }
+    hp_gguf_model_free(g);
+    hp_gguf_close(f);
+    return rc;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     inspect_args a = {.depth = -1, .rank = -1, .mo = {.layout = HP_LAYOUT_PER_EXPERT}};
@@ -344,6 +477,11 @@ int cmd_inspect(int argc, char **argv)
         return cli_usage_error("inspect", "--rank picks a rank of a shard folder; %s is not one", path);
     if (folder) return inspect_shards(path, rank, json);
     if (rank_file) return inspect_shards(dir, file_rank, json);
+    if (hp_gguf_is_gguf(path)) {
+        if (mo.layout != HP_LAYOUT_PER_EXPERT)
+            return cli_usage_error("inspect", "%s is a GGUF file; --expert-layout describes a config.json", path);
+        return inspect_gguf(path, json, tree, tensors, depth);
+    }
 
     hp_err err;
     hp_model *m = NULL;
