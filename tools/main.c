@@ -16,6 +16,7 @@
 static const cli_command *const g_commands[] = {
     &cli_cmd_inspect, &cli_cmd_plan, &cli_cmd_gen, &cli_cmd_demo, &cli_cmd_shard, &cli_cmd_merge, &cli_cmd_moe,
     &cli_cmd_run, &cli_cmd_train, &cli_cmd_validate, &cli_cmd_cost, &cli_cmd_advise, &cli_cmd_bench,
+    &cli_cmd_tokenize,
 };
 #define N_COMMANDS (sizeof g_commands / sizeof *g_commands)
 
