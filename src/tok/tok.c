@@ -71,6 +71,7 @@ void hp_tok_free(hp_tok *t)
     hp__bpe_free(t);
     for (int i = 0; i < HP__PRE_MAX; i++) free(t->scratch[i].p);
     for (int b = 0; b < 256; b++) free(t->added_first[b]);
+    free(t->added);
     free(t->tok);
     hp_arena_free(&t->arena);
     free(t);
