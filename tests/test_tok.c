@@ -264,6 +264,34 @@ TEST(json_added_tokens)
     hp_tok_free(t);
 }
 
+/* The NFC normalizer: decomposed and composed forms give the same ids; Hangul jamo compose; invalid bytes pass. */
+TEST(json_nfc)
+{
+    hp_err err;
+    hp_tok *t;
+    char *text = json_text(g_added, g_merges, g_pre, g_post);
+    char *at = strstr(text, "\"normalizer\": null");
+    CHECK(at != NULL);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp_buf_append(&b, text, (size_t)(at - text));
+    hp_buf_puts(&b, "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}]}");
+    hp_buf_puts(&b, at + strlen("\"normalizer\": null"));
+    CHECK(hp_tok_load_json(b.data, b.len, "tokenizer.json", &t, &err) == HP_OK);
+    hp_buf_free(&b);
+    free(text);
+    if (!t) return;
+    CHECK_STR_EQ(ids_of(t, "e\xcc\x81", false), "195 169");          /* e + U+0301 -> U+00E9 */
+    CHECK_STR_EQ(ids_of(t, "\xc3\xa9", false), "195 169");
+    CHECK_STR_EQ(ids_of(t, "\xe1\x84\x80\xe1\x85\xa1", false), "234 176 128"); /* U+1100 U+1161 -> U+AC00 */
+    CHECK_STR_EQ(ids_of(t, "a\xcc\x88\xcc\xa3", false), "225 186 161 204 136"); /* a ̈ ̣: reordered, U+1EA1 ̈ */
+    CHECK_STR_EQ(ids_of(t, "\xff" "e\xcc\x81", false), "255 195 169");
+    CHECK_STR_EQ(ids_of(t, "\xe2\x84\xab", false), "195 133"); /* U+212B ANGSTROM SIGN -> U+00C5 */
+    char d[256];
+    CHECK_STR_CONTAINS(hp_tok_describe(t, d, sizeof d), "NFC, pre-tokenizer");
+    hp_tok_free(t);
+}
+
 TEST(json_invalid_utf8_round_trip)
 {
     hp_err err;

@@ -13,8 +13,8 @@
  *
  *   1. the added tokens that are not `normalized` are found in the text, leftmost first and the longest at a
  *      position (their lstrip/rstrip take the whitespace beside them);
- *   2. in the text between them, the `normalized` added tokens the same way (no normalizer is supported, so the
- *      text is the same);
+ *   2. the text between them is normalized (NFC, or nothing), and in it the `normalized` added tokens are found
+ *      the same way;
  *   3. the text between those is pre-tokenized (pretok.c) and each piece merged (bpe.c);
  *   4. with add_special, the post-processor's template puts its tokens before and after.
  */
@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok/nfc.h"
 #include "tok/tok_int.h"
 
 /* Largest id taken: 16,777,216 tokens (the largest vocabularies are about 256K); a file naming id 2·10^9 would
@@ -337,9 +338,9 @@ bool hp_tok_is_special(const hp_tok *t, int32_t id)
 const char *hp_tok_describe(const hp_tok *t, char *buf, size_t cap)
 {
     char v[32], m[32];
-    int n = snprintf(buf, cap, "BPE, %s ids, %s merges, %d added tokens, pre-tokenizer ",
+    int n = snprintf(buf, cap, "BPE, %s ids, %s merges, %d added tokens, %spre-tokenizer ",
                      hp_format_count((uint64_t)t->n_vocab, v, sizeof v),
-                     hp_format_count((uint64_t)t->n_merges, m, sizeof m), t->n_added);
+                     hp_format_count((uint64_t)t->n_merges, m, sizeof m), t->n_added, t->nfc ? "NFC, " : "");
     for (int i = 0; i < t->n_pre && n >= 0 && (size_t)n < cap; i++) {
         const hp__pre_step *s = &t->pre[i];
         const char *sep = i ? " + " : "";
@@ -389,6 +390,21 @@ static bool space_before(const uint8_t *s, size_t p, size_t *start)
     return hp__uc_class(cp) == HP__UC_S;
 }
 
+static hp_status split_added(hp_tok *t, const uint8_t *s, size_t n, bool normalized, hp_err *err);
+
+/* The text between the added tokens that are not `normalized`: normalized, then the second pass. */
+static hp_status normalize_then_split(hp_tok *t, const uint8_t *s, size_t n, hp_err *err)
+{
+    if (!t->nfc || hp__nfc_quick(s, n)) return split_added(t, s, n, true, err);
+    hp_buf b;
+    hp_buf_init(&b);
+    hp__nfc(s, n, &b);
+    hp_status st = b.oom ? hp_err_set(err, HP_ERR_NOMEM, "tokenizer: out of memory normalizing %zu bytes", n)
+                         : split_added(t, (const uint8_t *)b.data, b.len, true, err);
+    hp_buf_free(&b);
+    return st;
+}
+
 /* The added tokens of one pass (normalized or not) in s [n]; the text between goes to the next pass, or is
  * encoded after the second. */
 static hp_status split_added(hp_tok *t, const uint8_t *s, size_t n, bool normalized, hp_err *err)
@@ -414,13 +430,13 @@ static hp_status split_added(hp_tok *t, const uint8_t *s, size_t n, bool normali
                 stop += len;
             }
         hp_status st = normalized ? encode_plain(t, s + done, start - done, err)
-                                  : split_added(t, s + done, start - done, true, err);
+                                  : normalize_then_split(t, s + done, start - done, err);
         if (st != HP_OK) return st;
         hp__out_push(t, hit->id);
         done = stop;
         p = stop - 1;
     }
-    return normalized ? encode_plain(t, s + done, n - done, err) : split_added(t, s + done, n - done, true, err);
+    return normalized ? encode_plain(t, s + done, n - done, err) : normalize_then_split(t, s + done, n - done, err);
 }
 
 hp_status hp_tok_encode(hp_tok *t, const void *text, size_t len, bool add_special, int32_t **ids, int64_t *n,

@@ -7,6 +7,7 @@
  *   pretok.c     the pre-tokenizer steps: the GPT-2, Llama-3 and Qwen2 patterns as hand-written matchers, Digits,
  *                ByteLevel; UTF-8 decoding and the character classes
  *   bpe.c        the hash maps, the merges by rank over a linked list of symbols, the cache of pieces
+ *   nfc.c        the NFC normalizer (its tables in unicode_nfc.c)
  *
  * BPE works in bytes: a byte-level token string ("Ġthe") is kept with the bytes it stands for (" the"), every
  * initial symbol is one byte of the piece, and a merge joins two ids into one. A token whose string has a
@@ -133,6 +134,7 @@ struct hp_tok {
     int32_t unk_id;          /* -1: none (a byte without a token is then an error) */
     bool fuse_unk;           /* consecutive unknown bytes make one unk */
     bool ignore_merges;
+    bool nfc;                /* the normalizer: NFC (nfc.c), else none */
     hp__pre_step pre[HP__PRE_MAX];
     int n_pre;
     hp__added *added;        /* [n_added] */

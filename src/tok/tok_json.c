@@ -4,7 +4,7 @@
  * Taken (docs/tokenizer.md, "Supported"):
  *   model            BPE: vocab {token: id}, merges as "a b" strings or [a, b] pairs, ignore_merges, unk_token,
  *                    fuse_unk; dropout null or 0, byte_fallback false, no subword prefix or word suffix
- *   normalizer       null (or an empty Sequence)
+ *   normalizer       null, NFC (or a Sequence of at most NFC)
  *   pre_tokenizer    null, ByteLevel (use_regex, add_prefix_space), Split (a known Regex pattern,
  *                    behavior Isolated, invert false), Digits (individual_digits), Sequence of these
  *   post_processor   null, ByteLevel, TemplateProcessing (its single template), Sequence of these
@@ -213,6 +213,7 @@ static hp_status load_added(const jctx *c, const json_t *root)
 
 /* ---- normalizer, pre-tokenizer ---- */
 
+/* null, NFC, or a Sequence of at most NFC (an empty one, or [NFC]). */
 static hp_status load_normalizer(const jctx *c, const json_t *root)
 {
     const json_t *n = json_object_get(root, "normalizer");
@@ -220,9 +221,18 @@ static hp_status load_normalizer(const jctx *c, const json_t *root)
     const char *ty = type_of(c, n, "normalizer", "normalizer");
     if (!ty) return c->err->status;
     const json_t *list = json_object_get(n, "normalizers");
-    if (!strcmp(ty, "Sequence") && json_is_array(list) && json_array_size(list) == 0) return HP_OK;
-    return bad(c, "normalizer", NULL, "the normalizer %s is not supported (only none); hyperpar would not give "
-               "Hugging Face's ids", ty);
+    if (!strcmp(ty, "Sequence") && json_is_array(list) && json_array_size(list) <= 1) {
+        if (json_array_size(list) == 0) return HP_OK;
+        n = json_array_get(list, 0);
+        ty = type_of(c, n, "normalizer", "normalizer.normalizers[0]");
+        if (!ty) return c->err->status;
+    }
+    if (!strcmp(ty, "NFC")) {
+        c->t->nfc = true;
+        return HP_OK;
+    }
+    return bad(c, "normalizer", NULL, "the normalizer %s is not supported (only none and NFC); hyperpar would not "
+               "give Hugging Face's ids", ty);
 }
 
 static hp_status pre_step(const jctx *c, const json_t *p, const char *where, int depth);
