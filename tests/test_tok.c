@@ -162,8 +162,17 @@ TEST(byte_missing_and_decode)
     hp_tok *t = tiny(m, 1, false, &err);
     int32_t *ids;
     int64_t n;
-    CHECK(hp_tok_encode(t, "abz", 3, false, &ids, &n, &err) == HP_ERR_INPUT);
-    CHECK_STR_CONTAINS(err.msg, "byte 0x7A has no token");
+    /* A byte without a token is left out (no unk_token), its neighbours merged as if adjacent: Hugging Face's way. */
+    CHECK_STR_EQ(ids_of(t, "abz", false), "4");
+    int first;
+    CHECK(hp_tok_dropped(t, &first) == 1 && first == 'z');
+    CHECK_STR_EQ(ids_of(t, "azzb", false), "4");
+    CHECK(hp_tok_dropped(t, &first) == 2);
+    CHECK_STR_EQ(ids_of(t, "azzb", false), "4"); /* not from the cache: counted again */
+    CHECK(hp_tok_dropped(t, NULL) == 2);
+    CHECK_STR_EQ(ids_of(t, "zz", false), "");
+    CHECK_STR_EQ(ids_of(t, "ab", false), "4");
+    CHECK(hp_tok_dropped(t, &first) == 0 && first == -1);
     int32_t in[] = {11, 4, 3, 6, 12};
     char *text;
     size_t len;

@@ -78,6 +78,12 @@ static int encode(hp_tok *tok, const tok_args *a, int id_bytes)
     double t0 = now_s();
     if (hp_tok_encode_file(tok, a->text, !a->no_special, &ids, &n, &bytes, &err) != HP_OK) return cli_fail(&err);
     double dt = now_s() - t0;
+    int first;
+    int64_t dropped = hp_tok_dropped(tok, &first);
+    if (dropped)
+        cli_warn("tokenize: %lld bytes of %s have no token in the vocabulary (the first: 0x%02X) and were left out, "
+                 "as Hugging Face tokenizers leaves them out; decoding will not give them back", (long long)dropped,
+                 a->text, (unsigned)first);
     int rc = HP_EXIT_OK;
     if (a->out) {
         if (hp_tok_write_ids(a->out, ids, n, id_bytes, &err) != HP_OK) rc = cli_fail(&err);

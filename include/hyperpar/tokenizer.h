@@ -9,7 +9,8 @@
  *   Digits, ByteLevel)──▶ pieces ──BPE merges by rank──▶ ids ──post-processor (a BOS template)──▶ ids
  *
  * Decoding maps each id back to its bytes (the byte-level alphabet undone) and concatenates them; decode(encode(x))
- * == x for every x unless an added token's text is itself in the byte-level alphabet (as Hugging Face, see the doc).
+ * == x unless the normalizer changed x (NFC), a prefix space was added, a byte had no token (hp_tok_dropped), or an
+ * added token's text is itself in the byte-level alphabet (all as Hugging Face; docs/tokenizer.md).
  *
  * What the library does not implement (normalizers other than none, other model types, unknown pre-tokenizer
  * patterns, BPE dropout, byte fallback, single_word added tokens, ...) is refused by name at load, HP_ERR_INPUT,
@@ -78,6 +79,11 @@ const char *hp_tok_pre_names(void);
  * *n. add_special: the post-processor's tokens (a BOS) are added, as Hugging Face's add_special_tokens=True. */
 hp_status hp_tok_encode(hp_tok *tok, const void *text, size_t len, bool add_special, int32_t **ids, int64_t *n,
                         hp_err *err);
+
+/* The bytes the last hp_tok_encode left out: a byte the vocabulary has no token for (SmolLM2's has none for 21 of
+ * the 256, 0x1D among them) and no unk_token to stand for it is dropped, as Hugging Face's BPE drops it (its
+ * neighbours then merge as if adjacent). *first_byte (may be NULL) gets the first such byte, -1 for none. */
+int64_t hp_tok_dropped(const hp_tok *tok, int *first_byte);
 
 /* The bytes of ids [n] into *out (malloc'd, NUL-terminated after *len bytes). skip_special: special added tokens
  * give nothing. HP_ERR_INPUT naming the position for an id outside [0, hp_tok_n_vocab) or one with no token. */

@@ -222,17 +222,19 @@ static void push_pair(const hp_tok *t, hp__heap_item *h, size_t *n, int32_t pos)
         heap_push(h, n, (hp__heap_item){rank, pos, made});
 }
 
-/* The initial symbols of s [n]: one per byte; a byte without a token is unk (consecutive ones fused with
- * fuse_unk) or an error. */
-static hp_status init_symbols(hp_tok *t, const uint8_t *s, size_t n, int32_t *n_sym, hp_err *err)
+/* The initial symbols of s [n]: one per byte. A byte without a token is unk (consecutive ones fused with fuse_unk)
+ * or, without an unk_token, left out and counted (t->n_dropped), as Hugging Face's BPE leaves out a character it
+ * has no token for: its neighbours become adjacent. *n_sym may be 0. */
+static void init_symbols(hp_tok *t, const uint8_t *s, size_t n, int32_t *n_sym)
 {
     int32_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[s[i]];
         if (id < 0) {
-            if (t->unk_id < 0)
-                return hp_err_set(err, HP_ERR_INPUT, "tokenizer: byte 0x%02X has no token in the vocabulary and there "
-                                  "is no unk_token; the tokenizer cannot encode this text", s[i]);
+            if (t->unk_id < 0) {
+                if (!t->n_dropped++) t->first_dropped = s[i];
+                continue;
+            }
             id = t->unk_id;
             if (t->fuse_unk && k > 0 && t->sym[k - 1].id == id) {
                 t->sym[k - 1].len++;
@@ -242,9 +244,8 @@ static hp_status init_symbols(hp_tok *t, const uint8_t *s, size_t n, int32_t *n_
         t->sym[k] = (hp__sym){id, k - 1, k + 1, 1};
         k++;
     }
-    t->sym[k - 1].next = -1;
+    if (k) t->sym[k - 1].next = -1;
     *n_sym = k;
-    return HP_OK;
 }
 
 static hp_status merge_all(hp_tok *t, const uint8_t *s, size_t n, hp_err *err)
@@ -259,8 +260,8 @@ static hp_status merge_all(hp_tok *t, const uint8_t *s, size_t n, hp_err *err)
         t->cap_sym = cap;
     }
     int32_t n_sym;
-    hp_status st = init_symbols(t, s, n, &n_sym, err);
-    if (st != HP_OK) return st;
+    init_symbols(t, s, n, &n_sym);
+    if (!n_sym) return HP_OK;
     hp__sym *sym = t->sym;
     size_t nh = 0;
     for (int32_t i = 0; i + 1 < n_sym; i++) push_pair(t, t->heap, &nh, i);
@@ -345,8 +346,9 @@ hp_status hp__bpe_piece(hp_tok *t, const uint8_t *s, size_t n, hp_err *err)
         return HP_OK;
     }
     size_t from = t->n_out;
+    int64_t dropped = t->n_dropped;
     hp_status st = merge_all(t, s, n, err);
-    if (st != HP_OK || t->out_oom) return st;
+    if (st != HP_OK || t->out_oom || t->n_dropped != dropped) return st; /* a piece with a dropped byte: not kept */
     if (2 * (t->cache_n + 1) > HP__CACHE_SLOTS) {
         cache_clear(t);
         e = cache_slot(t, h, s, n);

