@@ -13,5 +13,7 @@ fi
 # torch, transformers and accelerate (transformers loads a DistributedConfig model through accelerate): the
 # versions the tests were written against, or newer.
 "$VENV/bin/python" -m pip install -q "torch>=2.4" "transformers>=5.0" accelerate
+# tokenizers: tests/python/test_tokenize.py compares `hyperpar tokenize` with it (transformers brings it too).
+"$VENV/bin/python" -m pip install -q "tokenizers>=0.23"
 "$VENV/bin/python" -m pip install -q ./python
 echo "install-python: $("$VENV/bin/python" -c 'import torch, transformers, hyperpar; print("torch", torch.__version__, "transformers", transformers.__version__, "hyperpar", hyperpar.__file__)')"

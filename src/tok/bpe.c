@@ -22,24 +22,6 @@
 
 #include "tok/tok_int.h"
 
-uint64_t hp__hash_bytes(const void *p, size_t n)
-{
-    const uint8_t *s = p;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
-    }
-    uint64_t w = 0;
-    for (size_t k = 0; i < n; i++, k++) w |= (uint64_t)s[i] << (8 * k);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 29;
-    return h;
-}
-
 /* ---- byte strings -> ids ---- */
 
 static bool key_eq(const hp_tok *t, bool bytes, int32_t id, const void *key, size_t n)
@@ -71,7 +53,7 @@ int32_t hp__idmap_find(const hp__idmap *m, const hp_tok *t, bool bytes, const vo
 {
     if (!m->cap) return -1;
     size_t mask = m->cap - 1;
-    for (size_t i = (size_t)hp__hash_bytes(key, n) & mask;; i = (i + 1) & mask) {
+    for (size_t i = (size_t)hp_hash64_bytes(key, n, 0) & mask;; i = (i + 1) & mask) {
         int32_t id = m->slot[i];
         if (id < 0) return -1;
         if (key_eq(t, bytes, id, key, n)) return id;
@@ -92,7 +74,7 @@ bool hp__idmap_put(hp__idmap *m, const hp_tok *t, bool bytes, int32_t id)
     const void *key = bytes ? (const void *)k->bytes : (const void *)k->str;
     size_t n = bytes ? k->n_bytes : strlen(k->str);
     size_t mask = m->cap - 1;
-    size_t i = (size_t)hp__hash_bytes(key, n) & mask;
+    size_t i = (size_t)hp_hash64_bytes(key, n, 0) & mask;
     while (m->slot[i] >= 0) i = (i + 1) & mask;
     m->slot[i] = id;
     m->n++;
@@ -338,7 +320,7 @@ hp_status hp__bpe_piece(hp_tok *t, const uint8_t *s, size_t n, hp_err *err)
     if (n > HP__CACHE_MAX_PIECE) return merge_all(t, s, n, err);
     if (!t->cache) t->cache = calloc(HP__CACHE_SLOTS, sizeof *t->cache); /* NULL: no cache, still correct */
     if (!t->cache) return merge_all(t, s, n, err);
-    uint64_t h = hp__hash_bytes(s, n) | 1u;
+    uint64_t h = hp_hash64_bytes(s, n, 0) | 1u;
     hp__cache_entry *e = cache_slot(t, h, s, n);
     if (e->hash) {
         const int32_t *ids = cache_ids(e);

@@ -84,8 +84,6 @@ typedef struct hp__mergemap {
     size_t cap, n;
 } hp__mergemap;
 
-uint64_t hp__hash_bytes(const void *p, size_t n);
-
 /* One BPE symbol of the piece being merged: a doubly linked list in place (symbol i starts at byte i). */
 typedef struct hp__sym {
     int32_t id;
