@@ -470,6 +470,18 @@ TEST(json_hostile)
         hp_buf_free(&b);
         free(text);
     }
+    refused(g_added, g_merges, g_pre, "{\"type\": \"TemplateProcessing\", \"single\": [{\"Sequence\": {\"id\": \"B\"}}], "
+            "\"special_tokens\": {}}", "is sequence B; a single template has $A only");
+    refused(g_added, g_merges, g_pre, "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {}}], "
+            "\"special_tokens\": {}}", "single[0] must be a SpecialToken or a Sequence with an id");
+    refused(g_added, g_merges, g_pre, "{\"type\": \"TemplateProcessing\"}", "needs a \"single\" array");
+    refused(g_added, g_merges, "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Digits\"}, {\"type\": "
+            "\"Digits\"}, {\"type\": \"Digits\"}, {\"type\": \"Digits\"}, {\"type\": \"Digits\"}, {\"type\": \"Digits\"}, "
+            "{\"type\": \"Digits\"}, {\"type\": \"Digits\"}, {\"type\": \"Digits\"}]}", g_post,
+            "more than 8 pre-tokenizer steps");
+    refused(g_added, g_merges, "{\"type\": \"Sequence\", \"pretokenizers\": 3}", g_post,
+            "pre_tokenizer.pretokenizers must be an array");
+    refused(g_added, g_merges, "{\"type\": 3}", g_post, "pre_tokenizer.type must be a string, found integer 3");
     /* Located: the message carries the line:col of the key. */
     refused(g_added, g_merges, g_pre, "{\"type\": \"BertProcessing\"}", "tokenizer.json:5:");
 }
@@ -489,6 +501,54 @@ TEST(json_truncation_sweep)
     }
     CHECK(ok <= 1); /* the file without its last line break */
     free(text);
+}
+
+/* tokenizer_config.json beside the file names BOS and EOS; one that names no token is refused. A gap decodes to
+ * an error. */
+TEST(config_and_gaps)
+{
+    char dir[512], path[600];
+    test_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char *text = json_text(g_added, g_merges, g_pre, g_post);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    hp_err err;
+    hp_tok *t;
+    CHECK(hp_tok_load(dir, &t, &err) == HP_OK && hp_tok_bos(t) == 261 && hp_tok_eos(t) == -1);
+    /* 264 ("\n\n") is the last id */
+    int32_t gap[] = {264, 265};
+    char *out;
+    size_t len;
+    CHECK(hp_tok_decode(t, gap, 2, false, &out, &len, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "id 265 at position 1 is outside the vocabulary");
+    hp_tok_free(t);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    f = fopen(path, "w");
+    fputs("{\"bos_token\": {\"content\": \"<m>\"}, \"eos_token\": \"<|eot|>x\"}", f);
+    fclose(f);
+    CHECK(hp_tok_load(dir, &t, &err) == HP_OK && hp_tok_bos(t) == 263 && hp_tok_eos(t) == 262);
+    hp_tok_free(t);
+    f = fopen(path, "w");
+    fputs("{\"eos_token\": \"</s>\"}", f);
+    fclose(f);
+    t = (hp_tok *)1;
+    CHECK(hp_tok_load(dir, &t, &err) == HP_ERR_INPUT && t == NULL);
+    CHECK_STR_CONTAINS(err.msg, "eos_token \"</s>\" is not a token of the tokenizer.json beside it");
+    snprintf(path, sizeof path, "%s/none", dir);
+    CHECK(hp_tok_load(path, &t, &err) == HP_ERR_INPUT);
+    CHECK(hp_tok_load(test_work_dir("tok"), &t, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "the folder has no tokenizer.json");
+    /* A vocabulary with a gap: id 1 has no token. */
+    hp_tok_spec s = {.n_vocab = 3, .tokens = (const char *const[]){"a", NULL, "b"}, .pre = "qwen2", .bos_id = -1,
+                     .eos_id = -1};
+    CHECK(hp_tok_create(&s, &t, &err) == HP_OK);
+    int32_t ids[] = {0, 1};
+    CHECK(hp_tok_decode(t, ids, 2, false, &out, &len, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "id 1 at position 1 is no token");
+    hp_tok_free(t);
 }
 
 TEST(token_files)
@@ -531,6 +591,17 @@ TEST(token_files)
     fputs("1 99999999999", f);
     fclose(f);
     CHECK(hp_tok_read_ids_text(txt, &back, &n, &err) == HP_ERR_INPUT);
+    f = fopen(txt, "w");
+    fputs("[1 2] 3", f);
+    fclose(f);
+    CHECK(hp_tok_read_ids_text(txt, &back, &n, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "text after the closing ']' at byte 6");
+    uint32_t huge = 0x80000000u;
+    f = fopen(path, "wb");
+    fwrite(&huge, 4, 1, f);
+    fclose(f);
+    CHECK(hp_tok_read_ids(path, 4, &back, &n, &err) == HP_ERR_INPUT);
+    CHECK_STR_CONTAINS(err.msg, "id 2147483648 at position 0 is past 2^31 - 1");
 }
 
 TEST_MAIN()
