@@ -292,8 +292,8 @@ static hp_status create(hp_tok *t, const hp_tok_spec *spec, hp_err *err)
     }
     for (int64_t i = 0; i < spec->n_merges && st == HP_OK; i++) st = spec_merge(t, spec->merges[i], i, err);
     if (st != HP_OK) return st;
-    t->bos_id = spec->bos_id < 0 ? -1 : spec->bos_id >= HP_TOK_MAX_ID ? HP_TOK_MAX_ID : spec->bos_id;
-    t->eos_id = spec->eos_id < 0 ? -1 : spec->eos_id >= HP_TOK_MAX_ID ? HP_TOK_MAX_ID : spec->eos_id;
+    t->bos_id = spec->bos_id < 0 ? -1 : spec->bos_id; /* hp__tok_finish checks them */
+    t->eos_id = spec->eos_id < 0 ? -1 : spec->eos_id;
     if (spec->add_bos && t->bos_id >= 0) {
         t->prefix_ids = hp_arena_alloc(&t->arena, sizeof(int32_t));
         if (!t->prefix_ids) return hp_err_set(err, HP_ERR_NOMEM, "tokenizer: out of memory");

@@ -311,8 +311,11 @@ static hp_status template_ids(const jctx *c, const json_t *specials, const char 
         return bad(c, "post_processor", NULL, "post_processor.special_tokens[\"%s\"].ids must be an array of ids",
                    hp_escape(name, d, sizeof d));
     size_t k = json_array_size(list);
+    if (k > 64 || *n > 64)
+        return bad(c, "post_processor", NULL, "post_processor: more than 64 ids in a template (\"%s\")",
+                   hp_escape(name, d, sizeof d));
     int32_t *p = hp_arena_alloc(&c->t->arena, (size_t)(*n + (int)k + 1) * sizeof *p);
-    if (!p || k > 64) return bad(c, "post_processor", NULL, "post_processor: too many template ids");
+    if (!p) return hp_err_set(c->err, HP_ERR_NOMEM, "%s: out of memory", c->label);
     if (*n) memcpy(p, *ids, (size_t)*n * sizeof *p);
     for (size_t i = 0; i < k; i++) {
         const json_t *v = json_array_get(list, i);
