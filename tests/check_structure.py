@@ -12,11 +12,11 @@ import re
 import sys
 
 # Low to high: a folder may include its own headers and those of any folder before it.
-LAYERS = ["core", "io", "data", "comm", "kernels", "model", "plan", "shard", "convert", "moe", "exec", "run", "cost",
-          "train", "api"]
+LAYERS = ["core", "io", "tok", "data", "comm", "kernels", "model", "plan", "shard", "convert", "moe", "exec", "run",
+          "cost", "train", "api"]
 # Each public header's owner (the folder that implements it).
 PUBLIC = {
-    "core.h": "core", "safetensors.h": "io", "data.h": "data", "comm.h": "comm", "linalg.h": "kernels",
+    "core.h": "core", "safetensors.h": "io", "tokenizer.h": "tok", "data.h": "data", "comm.h": "comm", "linalg.h": "kernels",
     "model.h": "model", "gen.h": "model", "plan.h": "plan", "overrides.h": "plan", "shard.h": "shard",
     "outdir.h": "shard", "trainckpt.h": "shard", "gguf.h": "io", "convert.h": "convert", "moe.h": "moe",
     "run.h": "run", "cost.h": "cost",

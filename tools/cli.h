@@ -490,6 +490,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_advise(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_bench_advise(int argc, char **argv); /* cmd_bench.c */
 /* --ranks-per-node R tiles --world N in whole nodes (R divides N) or holds it all (R >= N); else a usage error of
  * cmd, printed (cmd_advise.c). */
@@ -501,7 +502,7 @@ int cmd_bench_ep(int argc, char **argv); /* bench_ep.c */
 /* The commands, each described in its file: 'hyperpar --help' lists them (main.c), bench dispatches to its own. */
 extern const cli_command cli_cmd_inspect, cli_cmd_plan, cli_cmd_gen, cli_cmd_convert, cli_cmd_demo, cli_cmd_shard,
     cli_cmd_merge, cli_cmd_moe, cli_cmd_run, cli_cmd_validate, cli_cmd_train, cli_cmd_cost, cli_cmd_advise, cli_cmd_bench,
-    cli_cmd_generate;
+    cli_cmd_generate, cli_cmd_tokenize;
 extern const cli_command cli_cmd_bench_moe, cli_cmd_bench_ep, cli_cmd_bench_run, cli_cmd_bench_train,
     cli_cmd_bench_advise;
 

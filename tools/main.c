@@ -14,9 +14,9 @@
 
 /* The commands, in the order 'hyperpar --help' lists them; each file describes its own (cli_command). */
 static const cli_command *const g_commands[] = {
-    &cli_cmd_inspect, &cli_cmd_plan, &cli_cmd_gen, &cli_cmd_convert, &cli_cmd_demo, &cli_cmd_shard, &cli_cmd_merge,
-    &cli_cmd_moe, &cli_cmd_run, &cli_cmd_generate, &cli_cmd_train, &cli_cmd_validate, &cli_cmd_cost, &cli_cmd_advise,
-    &cli_cmd_bench,
+    &cli_cmd_inspect, &cli_cmd_plan, &cli_cmd_gen, &cli_cmd_convert, &cli_cmd_tokenize, &cli_cmd_demo, &cli_cmd_shard,
+    &cli_cmd_merge, &cli_cmd_moe, &cli_cmd_run, &cli_cmd_generate, &cli_cmd_train, &cli_cmd_validate, &cli_cmd_cost,
+    &cli_cmd_advise, &cli_cmd_bench,
 };
 #define N_COMMANDS (sizeof g_commands / sizeof *g_commands)
 

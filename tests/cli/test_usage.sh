@@ -22,7 +22,7 @@ expect 2 "--max-gib expects a positive number, got '-1'" -- "$HP" bench ep --pre
 # One descriptor per command: --help lists every option (generated from the table the parser uses), so each
 # long option --help names is accepted by the parser, and every command's help has its option lines. The synopsis
 # is generated from the same table: every option it names is one of the listed ones.
-for cmd in inspect plan gen convert demo shard merge moe run validate train cost advise "bench moe" "bench ep" "bench run" \
+for cmd in inspect plan gen convert demo shard merge moe run generate validate train cost advise tokenize "bench moe" "bench ep" "bench run" \
            "bench train" "bench advise"; do
     help=$("$HP" $cmd --help 2>&1)
     opts=$(grep -oE '^  (-[a-zA-Z], )?--[a-z][a-z0-9-]*' <<<"$help" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)
