@@ -99,6 +99,14 @@ const char *hp_tok_token(const hp_tok *tok, int32_t id);
 bool hp_tok_is_special(const hp_tok *tok, int32_t id);
 int32_t hp_tok_bos(const hp_tok *tok); /* -1: none */
 int32_t hp_tok_eos(const hp_tok *tok); /* -1: none */
+/* tokenizer_config.json's chat_template beside the tokenizer.json, or NULL. */
+const char *hp_tok_chat_template(const hp_tok *tok);
+/* A one-turn chat prompt in the model's format, ready to encode without special tokens added (as transformers'
+ * apply_chat_template(add_generation_prompt=True) gives it): the system message (NULL: the template's own default,
+ * if it writes one), the user's message, then the assistant's turn opened. Renders ChatML templates
+ * (<|im_start|>ROLE\nTEXT<|im_end|>\n: SmolLM2, Qwen2); another template, or none, is HP_ERR_INPUT by name.
+ * *out malloc'd. */
+hp_status hp_tok_chat(const hp_tok *tok, const char *system, const char *user, char **out, hp_err *err);
 /* One line for messages: "BPE, 2,000 ids, 1,743 merges, 3 added tokens, pre-tokenizer llama3 split + byte-level". */
 const char *hp_tok_describe(const hp_tok *tok, char *buf, size_t cap);
 

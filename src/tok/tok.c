@@ -74,6 +74,7 @@ void hp_tok_free(hp_tok *t)
     for (int b = 0; b < 256; b++) free(t->added_first[b]);
     free(t->added);
     free(t->tok);
+    free(t->chat_template);
     hp_arena_free(&t->arena);
     free(t);
 }

@@ -141,6 +141,7 @@ struct hp_tok {
     int32_t *prefix_ids, *suffix_ids; /* the post-processor's single template around the sequence */
     int n_prefix, n_suffix;
     int32_t bos_id, eos_id;
+    char *chat_template; /* tokenizer_config.json's chat_template (malloc'd), or NULL */
     /* workspaces, grown as needed (encode is one thread at a time) */
     hp__sym *sym;
     hp__heap_item *heap;

@@ -474,7 +474,7 @@ static const char *config_token(const json_t *cfg, const char *key)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-/* bos_token and eos_token of the tokenizer_config.json in dir, when there is one. */
+/* bos_token, eos_token and chat_template of the tokenizer_config.json in dir, when there is one. */
 static hp_status load_config(hp_tok *t, const char *dir, hp_err *err)
 {
     char path[4200], shown[96];
@@ -500,6 +500,9 @@ static hp_status load_config(hp_tok *t, const char *dir, hp_err *err)
                             keys[i], hp_escape(name, shown, sizeof shown));
         *ids[i] = id;
     }
+    const json_t *tpl = json_object_get(cfg, "chat_template");
+    if (st == HP_OK && json_is_string(tpl) && !(t->chat_template = strdup(json_string_value(tpl))))
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     json_decref(cfg);
     return st;
 }

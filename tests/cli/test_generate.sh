@@ -54,6 +54,37 @@ mkdir "$WORK/e" && cp $G/model.safetensors "$WORK/e/" && sed 's/"eos_token_id": 
 expect 0 "" -- "$HP" plan "$WORK/e"
 expect 2 "eos_token_id is not an id or a list of at most 8 ids (give --eos)" -- "$HP" generate "$WORK/e" --ids 1,2
 expect 0 "2 prompt tokens:" -- "$HP" generate "$WORK/e" --ids 1,2 --eos 2 -n 3
+# text prompts: the refusals (tests/python/generate_check.py runs SmolLM2's text and chat)
+expect 2 "--prompt and --ids are two prompts" -- "$HP" generate $G --prompt hi --ids 1,2
+expect 2 "--chat, --system and --tokenizer belong to --prompt TEXT" -- "$HP" generate $G --ids 1,2 --chat
+expect 2 "--system is a chat's: give --chat too" -- "$HP" generate $G --prompt hi --system x
+expect 2 "the folder has no tokenizer.json" -- "$HP" generate $G --prompt hi
+# a tiny byte-level tokenizer beside the model: the prompt encodes, and --chat without a chat template is refused
+python3 - "$WORK/m" <<'PY'
+import json, sys
+d = sys.argv[1]
+byte = {}
+n = 0
+for b in list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256)):
+    byte[b] = chr(b)
+for b in range(256):
+    if b not in byte:
+        byte[b] = chr(256 + n); n += 1
+vocab = {byte[b]: i for i, b in enumerate(range(128))}
+tok = {"version": "1.0", "added_tokens": [], "normalizer": None,
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+       "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                             "use_regex": True},
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                 "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                 "vocab": vocab, "merges": []}}
+json.dump(tok, open(d + "/tokenizer.json", "w"))
+json.dump({"eos_token_id": 2}, open(d + "/generation_config.json", "w"))
+PY
+expect 0 "hello" -- "$HP" generate "$WORK/m" --prompt "hello" -n 4
+expect 2 "the tokenizer has no chat_template" -- "$HP" generate "$WORK/m" --prompt "hello" --chat
+printf '{"chat_template": "{{ messages }}"}' > "$WORK/m/tokenizer_config.json"
+expect 2 "not a ChatML one" -- "$HP" generate "$WORK/m" --prompt "hello" --chat
 expect 2 "rank 1 was given --max-new-tokens 5 where rank 0 has --max-new-tokens 4" -- \
     $MPI -np 1 "$HP" generate $G --ids 1,2,3 -n 4 : -np 1 "$HP" generate $G --ids 1,2,3 -n 5
 finish

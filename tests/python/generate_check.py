@@ -133,6 +133,28 @@ def main():
                 have = cut(got[0], len(prompt), eos) if got else None
                 check("SmolLM2 %s: %d greedy ids = transformers' generate" % (label, len(want)), have == want,
                       "got %s want %s %s" % (have, want, err))
+            # text in: --prompt through hyperpar's tokenizer, --chat through the ChatML template, as transformers'
+            # tokenizer and apply_chat_template give the ids; the answer the same greedy ids
+            msgs = [{"role": "user", "content": "What is the capital of France?"}]
+            chat = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            chat = chat["input_ids"] if isinstance(chat, dict) or hasattr(chat, "keys") else chat
+            with torch.no_grad():
+                ref = model.generate(torch.tensor([chat]), max_new_tokens=NEW, do_sample=False)
+            want_chat = ref[0].tolist()[:len(chat)] + cut(ref[0].tolist(), len(chat), eos)
+            for label, extra, want_ids in [("--prompt", [], prompt + want),
+                                           ("--prompt --chat", ["--chat"], want_chat)]:
+                text = "The capital of France is" if not extra else "What is the capital of France?"
+                out = os.path.join(work, "text.st")
+                r = subprocess.run([HP, "generate", smol, "--prompt", text, "-n", str(NEW), "-o", out] + extra,
+                                   capture_output=True, text=True)
+                got = read_ids(out)[0] if r.returncode == 0 else None
+                n0 = len(want_ids) - len(cut(want_ids, len(chat) if extra else len(prompt), eos))
+                have = got[:n0] + cut(got, n0, eos) if got else None
+                check("SmolLM2 %s: the prompt's ids and the answer = transformers'" % label, have == want_ids,
+                      "got %s want %s %s" % (have, want_ids, r.stderr[-300:]))
+                check("SmolLM2 %s: the text printed is the answer's" % label,
+                      r.returncode == 0 and tok.decode(want_ids[n0:], skip_special_tokens=True).strip() in r.stdout,
+                      r.stdout[-300:])
         # seeded sampling: the same draws on every mesh
         folder = os.path.join(HERE, "data", "forward", "llama")
         prompts = [row[:8] for row in read_ids(os.path.join(folder, "forward_io.safetensors"))]
