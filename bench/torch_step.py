@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """torch_step.py — PyTorch eager on the shapes of `hyperpar bench train` / `bench run`, timed in the same run.
 
-    python3 bench/torch_step.py MODEL --mode train|forward --batch B --tokens T --threads N --reps R [--dtype f32|bf16|autocast]
+    python3 bench/torch_step.py MODEL --mode train|forward|decode --batch B --tokens T --threads N --reps R
+                                [--dtype f32|bf16|autocast] [--new-tokens N]
 
 MODEL is the bench's own random checkpoint folder, so the model has the preset's shapes (and the same weights,
 widened to float32, or bf16 with --dtype bf16 in forward mode): transformers' AutoModelForCausalLM with eager
@@ -26,7 +27,9 @@ import time
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
-    ap.add_argument("--mode", choices=["train", "forward"], default="train")
+    ap.add_argument("--mode", choices=["train", "forward", "decode"], default="train")
+    ap.add_argument("--new-tokens", type=int, default=0,
+                    help="decode: transformers' generate of this many greedy tokens after the batch (KV cache)")
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--threads", type=int, required=True)
@@ -73,6 +76,9 @@ def main():
             return float(loss)
 
         model.train(a.mode == "train")
+        if a.mode == "decode":
+            decode(model, ids, a, kind)
+            return
         first = step()
         times = []
         for _ in range(a.reps):
@@ -87,6 +93,36 @@ def main():
     except Exception as e:  # the bench prints why, and goes on without the comparison
         msg = (type(e).__name__ + ": " + str(e)).replace("\n", " ")[:300]
         print(json.dumps({"error": msg}))
+
+
+def decode(model, ids, a, kind):
+    """transformers' generate, greedy, exactly N new tokens (no eos stop), its KV cache: one decode step's time
+    is (t(N) - t(1)) / (N - 1), t(k) the median of generate with k new tokens (the prefill and first token in
+    both)."""
+    import torch
+    if not hasattr(model, "generate"):
+        raise RuntimeError("decode needs a transformers model (this family runs on the plain-torch fallback)")
+    N = max(a.new_tokens, 2)
+
+    def gen(k):
+        with torch.no_grad():
+            model.generate(ids, max_new_tokens=k, min_new_tokens=k, do_sample=False,
+                           attention_mask=torch.ones_like(ids), pad_token_id=0)
+
+    def med(k):
+        ts = []
+        for _ in range(a.reps):
+            t0 = time.perf_counter()
+            gen(k)
+            ts.append(time.perf_counter() - t0)
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    gen(2)  # warm-up
+    step = (med(N) - med(1)) / (N - 1)
+    print(json.dumps({"median_s": step, "tokens_per_s": a.batch / step, "reps": a.reps, "mode": "decode",
+                      "dtype": a.dtype, "model": kind, "torch": torch.__version__,
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

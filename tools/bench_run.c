@@ -72,7 +72,7 @@ typedef cli_bench_info rb_info;
 static bool is_moe(const rb_args *a) { return a->p->experts > 0; }
 
 enum {
-    O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT,
+    O_HIDDEN = 300, O_INTER, O_HEADS, O_KV, O_HD, O_DP, O_CP, O_TP, O_EP, O_EXPERTS, O_DENSE, O_BATCH, O_FORMAT, O_DECODE,
     O_COMPUTE
 };
 
@@ -124,6 +124,10 @@ static const cli_opt g_opts[] = {
      CLI_ENUM(rb_opts, a.compute, cli_enum_compute)},
     {"reps", 'R', "R", "timed forwards (run) or training steps (train) after one warm-up (3); the median is\n"
                       "reported", 0, NULL, CLI_INT(rb_opts, a.reps, 1, MAX_REPS)},
+    {"decode", O_DECODE, "N", "run only: after the batch's prefill, N decode steps of one token per row over the\n"
+                              "KV cache (generate's), against the memory-bandwidth floor, cost --mode decode\n"
+                              "and PyTorch's generate (docs/generate.md)", 0, NULL,
+     CLI_INT(rb_opts, a.decode, 1, 65536)},
     {"threads", 't', "N", "threads per rank for the GEMMs and OpenBLAS (default: OMP_NUM_THREADS when set,\n"
                           "else this process's cores divided by the ranks on this node)", 0, NULL,
      CLI_INT(rb_opts, a.threads, 1, 1024)},
@@ -1050,6 +1054,7 @@ static int run(rb_args *a, int *argc, char ***argv)
         st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory for %lld ids", (long long)(B * T));
     if ((st = hp_comm_agree(w, st, &err))) goto done;
     hp_run_opts ro = {.compute = a->compute, .keep_activations = a->train, .no_logits = true}; /* timed only */
+    if (a->decode) ro.no_logits = false, ro.kv_cache = T + a->decode; /* generation's: each step's logits taken */
     if ((st = hp_runner_create(&r, w, m, p, &ro, &err))) goto done;
 
     /* ids [B, T]: deterministic, spread over the vocabulary, all < V. */
@@ -1059,6 +1064,11 @@ static int run(rb_args *a, int *argc, char ***argv)
     if (a->train) {
         if (R == 0) describe(w, p, a, &in, &la);
         st = cli_bench_train(w, r, ids, a, &in, &err);
+        goto done;
+    }
+    if (a->decode) {
+        if (R == 0) describe(w, p, a, &in, &la);
+        st = cli_bench_decode(w, r, m, p, ids, a, &in, &err);
         goto done;
     }
     if ((st = time_forward(w, r, ids, B, T, (int)a->reps, true, rows, &err))) goto done;
@@ -1113,6 +1123,7 @@ static int bench_main(int argc, char **argv, bool train)
     const int64_t *shape = o.shape;
     const char *preset_name = o.preset;
     if (optind != argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    if (train && a.decode) return cli_usage_error("bench", "--decode belongs to 'hyperpar bench run'");
     if (!(a.p = cli_preset_arg("bench", preset_name, false))) return HP_EXIT_USAGE;
     a.hidden = shape[0] ? shape[0] : a.p->hidden;
     a.intermediate = shape[1] ? shape[1] : a.p->intermediate;

@@ -26,6 +26,7 @@ typedef struct cli_bench_args {
     int64_t hidden, intermediate, heads, kv_heads, head_dim;
     int64_t experts, moe_intermediate, first_dense, ep; /* MoE presets; ep 0: = tp */
     int64_t n_group, topk_group;                         /* DeepSeek-V3's routing groups for `experts` */
+    int64_t decode;                                      /* bench run --decode N: N decode steps after the prefill */
     bool tp_given, json, train;                          /* train: bench train (the runner keeps activations) */
     hp_dtype dtype;
     hp_linalg_mode compute;                              /* --compute: the runner's products (exact by default) */
@@ -59,6 +60,14 @@ void cli_bench_json_head(const char *name, const cli_bench_args *a, const cli_be
  * failure agreed. */
 hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
                           const cli_bench_info *in, hp_err *err);
+
+/* bench run --decode (bench_decode.c): a->reps × (the prefill of ids [a->batch, a->tokens], a->decode one-token
+ * steps) on r (created with a KV cache of tokens + decode positions), the read sweep, cost --mode decode's
+ * prediction, PyTorch's generate; the report on rank 0. Collective. */
+struct hp_model;
+struct hp_plan;
+hp_status cli_bench_decode(const hp_comm *w, hp_runner *r, const struct hp_model *m, const struct hp_plan *p,
+                           const int64_t *ids, const cli_bench_args *a, const cli_bench_info *in, hp_err *err);
 
 /* PyTorch eager on the same checkpoint and batch, timed in the same run (bench_torch.c). */
 typedef struct cli_torch_eager {

@@ -216,13 +216,16 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
     long local = ls ? strtol(ls, NULL, 10) : 1;
     snprintf(N, sizeof N, "%ld", (long)in->threads * (local > 0 ? local : 1));
     snprintf(R, sizeof R, "%d", in->reps);
-    const char *mode = a->train ? "train" : "forward";
+    const char *mode = a->train ? "train" : a->decode ? "decode" : "forward";
     /* The forward runs in the bench's dtype; the training step in f32, or under autocast with --compute bf16 (the
      * mixed precision PyTorch users train with). */
     const char *dt = a->train ? (a->compute == HP_LINALG_BF16 ? "autocast" : "f32") : a->dtype == HP_DT_BF16 ? "bf16" : "f32";
+    char D[32];
+    snprintf(D, sizeof D, "%lld", (long long)a->decode);
     char *args[] = {(char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B, "--tokens", T, "--threads", N,
-                    "--reps", R, "--dtype", (char *)dt, NULL};
-    run_script(cli_torch_step_py, args, a->batch * a->tokens, dt, t);
+                    "--reps", R, "--dtype", (char *)dt, "--new-tokens", D, NULL};
+    /* decode: the median is of one decode step of B tokens */
+    run_script(cli_torch_step_py, args, a->decode ? a->batch : a->batch * a->tokens, dt, t);
 }
 
 void cli_bench_torch_moe(const cli_torch_moe *m, cli_torch_eager *t)

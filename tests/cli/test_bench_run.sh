@@ -49,6 +49,20 @@ check "1 process: --json has the GEMM share" python3 -c 'import json,sys; d=json
 check "1 process: --json has the CPU's peak and its instruction" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=d["peak_instruction"]; assert i in ("avx512 vfmadd231ps", "avx2 vfmadd231ps", "none (no avx2+fma)"), i; assert (d["peak_gflops"] > 0) == (i != "none (no avx2+fma)")' "$WORK/one.json"
 check "1 process: --json: no PyTorch figures" grep -q '"pytorch_eager": null, "ratio_over_pytorch": null, "pytorch_note": "PyTorch eager: not measured here' "$WORK/one.json"
 expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
+# --decode: the prefill, then one-token steps over the KV cache, against the read sweep and cost --mode decode
+"$HP" bench run $SMALL --decode 4 --reps 1 --json >"$WORK/dec.json" 2>/dev/null </dev/null
+check "decode: --json has the step, the read sweep and cost's prediction" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1])); x = d["decode"]
+assert x["new_tokens"] == 4 and x["step_s"] > 0 and x["prefill_s"] > 0 and x["read_gbps"] > 0, x
+assert x["tokens_per_s"] > 0 and x["kv_bytes"] > 0 and x["weight_bytes"] > 0, x
+assert x["cost_read_bytes"] > 0 and x["cost_step_s"] > 0, x
+assert x["cost_step_s"] >= x["cost_read_bytes"] / (x["read_gbps"] * 1e9) * (1 - 1e-9), x' "$WORK/dec.json"
+out=$("$HP" bench run $SMALL --decode 3 --reps 1 2>&1 </dev/null)
+check "decode: text lines" grep -q "decode    : .* ms per step median .* tokens/s" <<<"$out"
+check "decode: limit line" grep -q "limit     : read sweep .* GB/s .* decode at .* of it" <<<"$out"
+check "decode: the temporary checkpoint is gone" left
+expect 2 "--decode belongs to 'hyperpar bench run'" -- "$HP" bench train $SMALL --decode 3
 # A vocabulary above gen's 65536 (Llama-3's 128256 is): the bench writes that checkpoint itself.
 expect 0 "vocab above gen's limit" -- "$HP" bench run $(but "$SMALL" --vocab) --vocab 70000 --reps 1
 check "big vocab: the temporary checkpoint is gone" left
