@@ -11,10 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The world rank at this rank's position in stage t. */
-static int peer(const hp_runner *r, int64_t t)
+int hp__pipe_peer(const hp_runner *r, int64_t stage)
 {
-    return (int)(t * r->pipe.per + hp_comm_rank(r->x.world));
+    return (int)(stage * r->pipe.per + hp_comm_rank(r->x.world));
+}
+
+int hp__pipe_first(const hp_runner *r, int64_t stage)
+{
+    return (int)(stage * r->pipe.per);
 }
 
 /* Counts a point-to-point transfer of bytes on either end (hp_run_stats.p2p_*: the stream's payloads between
@@ -32,10 +36,10 @@ static hp_status send_stream(hp_runner *r, const hp__act *h, int64_t to, bool ok
     int32_t flag = ok;
     int tag = (int)(to % 32768);
     double t0 = hp_comm_wtime();
-    hp_status st = hp_comm_send(r->pipe.all, peer(r, to % r->pipe.pp), &flag, sizeof flag, tag, err);
+    hp_status st = hp_comm_send(r->pipe.all, hp__pipe_peer(r, to % r->pipe.pp), &flag, sizeof flag, tag, err);
     if (st == HP_OK && ok) {
         size_t bytes = (size_t)hp__act_count(h) * sizeof(float);
-        st = hp_comm_send(r->pipe.all, peer(r, to % r->pipe.pp), h->d, bytes, tag, err);
+        st = hp_comm_send(r->pipe.all, hp__pipe_peer(r, to % r->pipe.pp), h->d, bytes, tag, err);
         count_p2p(r, bytes, t0);
     }
     return st;
@@ -47,7 +51,7 @@ static hp_status recv_stream(hp_runner *r, hp__act *h, int64_t c, hp_err *err)
 {
     const hp__prog *g = &r->g;
     int32_t flag = 0;
-    int tag = (int)(c % 32768), from = peer(r, (c - 1) % r->pipe.pp);
+    int tag = (int)(c % 32768), from = hp__pipe_peer(r, (c - 1) % r->pipe.pp);
     double t0 = hp_comm_wtime();
     hp_status st = hp_comm_recv(r->pipe.all, from, &flag, sizeof flag, tag, err);
     if (st != HP_OK) return st;
@@ -88,7 +92,7 @@ hp_status hp__pipe_steps(hp_runner *r, hp__fio *io, hp_err *err)
 hp_status hp__pipe_finish(hp_runner *r, hp_status st, int64_t B, float **logits, double *loss, hp_err *err)
 {
     int64_t last = r->pipe.pp - 1;
-    int root = (int)(last * r->pipe.per), me = hp_comm_rank(r->pipe.all);
+    int root = hp__pipe_first(r, last), me = hp_comm_rank(r->pipe.all);
     st = hp_comm_agree(r->pipe.all, st, err);
     if (st == HP_OK) st = hp_comm_bcast(r->pipe.all, loss, sizeof *loss, root, err);
     if (st != HP_OK || !logits) return st;

@@ -65,11 +65,6 @@ typedef struct pstep {
     double fwd_s, bwd_s;  /* the operations' wall time (the exchanges' is the statistics' comm_s) */
 } pstep;
 
-static int peer_of(const hp_runner *r, int64_t chunk)
-{
-    return (int)((chunk % r->pipe.pp) * r->pipe.per + hp_comm_rank(r->x.world));
-}
-
 /* Tag pairs (status, payload) per message: the direction, the chunk boundary and the micro-batch. */
 static int tag_of(const pstep *p, bool bwd, int64_t boundary, int64_t mb)
 {
@@ -130,7 +125,7 @@ static hp_status want_input(pstep *p, const hp_pp_op *o, hp_err *err)
     if (bwd ? o->chunk + 1 >= p->C : o->chunk == 0) return HP_OK;
     pmsg *g = &p->in[bwd];
     g->live = true;
-    g->peer = peer_of(p->r, bwd ? o->chunk + 1 : o->chunk - 1);
+    g->peer = hp__pipe_peer(p->r, (bwd ? o->chunk + 1 : o->chunk - 1) % p->r->pipe.pp);
     g->tag = tag_of(p, bwd, bwd ? o->chunk : o->chunk - 1, o->mb);
     return HP_OK;
 }
@@ -142,7 +137,7 @@ static void give_output(pstep *p, const hp_pp_op *o)
     if (bwd ? o->chunk == 0 : o->chunk + 1 >= p->C) return;
     pmsg *g = &p->out[bwd];
     g->live = true;
-    g->peer = peer_of(p->r, bwd ? o->chunk - 1 : o->chunk + 1);
+    g->peer = hp__pipe_peer(p->r, (bwd ? o->chunk - 1 : o->chunk + 1) % p->r->pipe.pp);
     g->tag = tag_of(p, bwd, bwd ? o->chunk - 1 : o->chunk, o->mb);
 }
 
@@ -349,7 +344,7 @@ hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, int64_t m,
     st = hp_comm_agree(r->pipe.all, st, err);
     /* the losses are the last stage's */
     if (st == HP_OK)
-        st = hp_comm_bcast(r->pipe.all, losses, (size_t)m * sizeof *losses, (int)((r->pipe.pp - 1) * r->pipe.per), err);
+        st = hp_comm_bcast(r->pipe.all, losses, (size_t)m * sizeof *losses, hp__pipe_first(r, r->pipe.pp - 1), err);
     r->tr.stats.train_saved_bytes = p.saved_peak;
     r->tr.stats.p2p_bytes = r->x.st.p2p_bytes, r->tr.stats.p2p_calls = r->x.st.p2p_calls;
     return hp__train_end(r, st, m, p.fwd_s, p.bwd_s, r->x.st.comm_s, err);

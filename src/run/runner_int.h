@@ -185,6 +185,12 @@ hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step
 
 /* ---- the pipeline (pipe.c; docs/pipeline.md) ---- */
 
+/* The world rank at this rank's position (its rank in the stage's communicator) in stage `stage`: the peer of
+ * every point-to-point transfer between stages (pp is the outermost axis: stage s holds ranks [s·per, (s+1)·per)). */
+int hp__pipe_peer(const hp_runner *r, int64_t stage);
+/* The world rank of stage `stage`'s first rank (its stage-local rank 0: where the stage's gathers land). */
+int hp__pipe_first(const hp_runner *r, int64_t stage);
+
 /* The rank's chunks of the program in chunk order, the stream received before and sent after each. */
 hp_status hp__pipe_steps(hp_runner *r, struct hp__fio *io, hp_err *err);
 /* After the steps: every rank agrees on st, gets the loss from the last stage, and rank 0 the logits (when

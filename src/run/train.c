@@ -297,7 +297,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
 static hp_status tied_sum(hp_runner *r, tparam *q, hp_err *err)
 {
     int64_t other = r->pipe.stage == 0 ? r->pipe.pp - 1 : 0;
-    int peer = (int)(other * r->pipe.per + hp_comm_rank(r->x.world));
+    int peer = hp__pipe_peer(r, other);
     size_t bytes = (size_t)q->n * sizeof *q->g;
     float *in = hp__mem_realloc(&r->x, NULL, 0, bytes + sizeof *in);
     if (!in) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the tied embedding's gradient");
@@ -918,7 +918,7 @@ static hp_status relay_send(void *c, const char *name, const float *d, const int
  * kept; the rest still received). */
 static hp_status relay_recv(hp_runner *r, int64_t s, hp_param_fn fn, void *ctx, hp_err *err)
 {
-    int from = (int)(s * r->pipe.per);
+    int from = hp__pipe_first(r, s);
     hp_status st = HP_OK;
     for (;;) {
         relay_head h;
@@ -951,7 +951,7 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
         } else if (r->pipe.stage == s) {
             relay rl = {r, fn, ctx};
             ss = stage_gather(r, grads, relay_send, &rl, err);
-            if (me == s * r->pipe.per) { /* the end marker, with the stage's status */
+            if (me == hp__pipe_first(r, s)) { /* the end marker, with the stage's status */
                 relay_head h = {.end = 1, .status = (int32_t)ss};
                 hp_status es = hp_comm_send(r->pipe.all, 0, &h, sizeof h, 1, err);
                 if (ss == HP_OK) ss = es;
