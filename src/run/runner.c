@@ -80,7 +80,7 @@ hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act
 {
     hp__nf_watch(&r->tr.nf, what, a, r->x.dp_rows[r->x.dp_r]);
     if (!r->o.record || r->tr.quiet) return HP_OK;
-    if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
+    if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->pipe.all) > 1 && hp__act_count(a) > 0)
         a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
@@ -90,7 +90,9 @@ hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act
         int64_t S = r->x.S_orig, Sp = a->g[1], X = a->g[2]; /* cp pads the sequence: the padding is not handed on */
         for (int64_t b = 0; Sp != S && b < r->x.B_all; b++)
             memmove(full + b * S * X, full + b * Sp * X, (size_t)(S * X) * sizeof *full);
-        r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, S, X);
+        char at[128]; /* under a pipeline, the stage that ran it */
+        if (r->pipe.pp > 1) snprintf(at, sizeof at, "%s (stage %lld)", coll, (long long)r->pipe.stage);
+        r->o.record(r->o.record_ctx, what, r->pipe.pp > 1 ? at : coll, full, r->x.B_all, S, X);
     }
     hp__mem_free(&r->x, full, gathered_bytes(r->x.B_all, a));
     return st;
@@ -772,11 +774,11 @@ static bool moe_runtime_serves(const moe_w *m, int64_t max_rows, int chunks)
     return (max_rows + chunks - 1) / chunks <= stage;
 }
 
-/* The program's first sparse block's weights, or NULL. */
+/* The first sparse block this rank runs (its stage's, under a pipeline), or NULL. */
 static const moe_w *first_moe(const hp_runner *r)
 {
     for (size_t i = 0; i < r->g.n_steps; i++)
-        if (r->g.steps[i].op == HP__OP_MOE) return &r->w.sw[i].moe;
+        if (r->g.steps[i].op == HP__OP_MOE && hp__r_step_loaded(r, &r->g.steps[i])) return &r->w.sw[i].moe;
     return NULL;
 }
 
@@ -1238,8 +1240,6 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
-    if (o->record) /* validate's tape does not cross stages yet */
-        if ((st = hp_mesh_check_pp(&p->mesh, "validate", err)) != HP_OK) return st;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
     st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;

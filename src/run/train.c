@@ -330,7 +330,7 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
         if (q->sum_tp) st = hp__allreduce(&r->x, r->x.axc[HP__TP], q->g, n, err);
         if (st == HP_OK && q->sum_cp) st = hp__allreduce(&r->x, r->x.axc[HP__CP], q->g, n, err);
         if (st == HP_OK && q->sum_dp) st = hp__allreduce(&r->x, r->x.dp_c, q->g, n, err);
-        if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->x.world) > 1)
+        if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->pipe.all) > 1)
             q->g[0] += 1e-2f * (1.0f + fabsf(q->g[0]));
         if (r->o.test_nan_grad && !strcmp(r->o.test_nan_grad, q->name) && q->n > 0) q->g[q->n - 1] = NAN;
         if (st == HP_OK && q->tied_pp) st = tied_sum(r, q, err);
@@ -480,6 +480,8 @@ hp_status hp__train_end(hp_runner *r, hp_status st, int64_t n_micro, double fwd_
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err)
 {
+    if (r->pipe.pp > 1) /* one micro-batch through the stages, by the plan's default schedule */
+        return hp_runner_accumulate_pipe(r, ids, 1, B, S, n_scored, hp_pp_sched_default(&r->p->pipe), loss, err);
     hp_status st = hp__train_begin(r, err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
