@@ -146,3 +146,40 @@ hp_status hp__pipe_finish(hp_runner *r, hp_status st, int64_t B, float **logits,
     }
     return st;
 }
+
+/* The header of a relayed array: the sender's status and the array's columns. */
+typedef struct relay_head {
+    int32_t status, pad;
+    int64_t cols;
+} relay_head;
+
+hp_status hp__pipe_relay_i32(hp_runner *r, int64_t stage, hp_status st, int32_t **v, int64_t *cols, int64_t rows,
+                             hp_err *err)
+{
+    int from = hp__pipe_first(r, stage), me = hp_comm_rank(r->pipe.all);
+    if (from == 0 || (me != from && me != 0)) return st;
+    relay_head h = {.status = (int32_t)st, .cols = *cols};
+    hp_err quiet, *e = st == HP_OK ? err : &quiet; /* a failed stage keeps its own message */
+    double t0 = hp_comm_wtime();
+    hp_status ss;
+    if (me == from) { /* the header, then (its status good) the values */
+        ss = hp_comm_send(r->pipe.all, 0, &h, sizeof h, 5, e);
+        if (ss == HP_OK && st == HP_OK)
+            ss = hp_comm_send(r->pipe.all, 0, *v, (size_t)(rows * *cols) * sizeof **v, 6, e);
+        free(*v);
+        *v = NULL;
+    } else if ((ss = hp_comm_recv(r->pipe.all, from, &h, sizeof h, 5, e)) == HP_OK && h.status != HP_OK) {
+        ss = hp_err_set(e, HP_ERR_INPUT, "pipeline stage %lld (rank %d) failed gathering the routing; its error is "
+                        "reported by that rank", (long long)stage, from);
+    } else if (ss == HP_OK) { /* into a buffer handed to the caller (counted as the stage's own gather counts it) */
+        size_t bytes = (size_t)(rows * h.cols) * sizeof **v;
+        if ((*v = malloc(bytes + 1))) hp__mem_count(&r->x, 0, bytes + 1), hp__mem_count(&r->x, bytes + 1, 0);
+        hp_comm_msg m = {from, false, *v, bytes, 6}; /* NULL: taken and dropped */
+        ss = hp_comm_exchange(r->pipe.all, &m, 1, e);
+        if (ss == HP_OK && !*v) ss = hp_err_set(e, HP_ERR_NOMEM, "out of memory for the routing of stage %lld",
+                                                (long long)stage);
+        *cols = h.cols;
+    }
+    r->x.st.comm_s += hp_comm_wtime() - t0; /* the output's delivery, not the pipeline's traffic (p2p_*) */
+    return st != HP_OK ? st : ss;
+}

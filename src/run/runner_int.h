@@ -212,6 +212,12 @@ hp_status hp__pipe_exchange(hp_runner *r, hp__pipe_msg *const *m, int n, hp_stat
 /* The stream's local block in floats (the rank's rows of its replica, [B_r, S_pad, H] in the stream's layout):
  * every payload's size. */
 int64_t hp__pipe_block(const hp_runner *r);
+/* An int32 array [rows, *cols] from stage `stage`'s first rank (*v, malloc'd there: freed once sent) to world rank 0
+ * (*v malloc'd, *cols set), behind the sender's status st: run's routing, gathered on its stage (pipe.c). Only those
+ * two ranks take part; stage 0's first rank is world rank 0 (nothing moves). Returns st, else the transfer's or
+ * the sender's failure (on rank 0). */
+hp_status hp__pipe_relay_i32(hp_runner *r, int64_t stage, hp_status st, int32_t **v, int64_t *cols, int64_t rows,
+                             hp_err *err);
 /* The rank's chunks of the program in chunk order, the stream received before and sent after each. */
 hp_status hp__pipe_steps(hp_runner *r, struct hp__fio *io, hp_err *err);
 /* After the steps: every rank agrees on st, gets the loss from the last stage, and rank 0 the logits (when

@@ -6,7 +6,9 @@
 #     order, each ok, the later stages named as the recorders of their layers;
 #   - validate --backward at pp=2 (a tied head, MLA and MoE, pp=2 x tp=2) and pp=4; virtual stages refused by reason;
 #   - a boundary perturbed on stage 1 (HP_TEST_PERTURB_BOUNDARY), a gradient of a stage-1 parameter
-#     (HP_TEST_PERTURB_GRAD) and a boundary's gradient on stage 1: exit 3, named first, the rows before it ok.
+#     (HP_TEST_PERTURB_GRAD) and a boundary's gradient on stage 1: exit 3, named first, the rows before it ok;
+#   - run --output under a pipeline writes each sparse layer's routing (moe.<l>.topk_idx, relayed from its stage to
+#     rank 0): every tensor of the file equals the inner mesh's to the byte (qwen2_moe, mixtral, deepseek_v3).
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 F=data/forward
@@ -113,4 +115,34 @@ check "the error names it" grep -q "gradients diverge from one process first at 
     "$WORK/p4.err"
 check "the forward and the gradients before it agree" grep -q "^model.norm (gradient) .*(stage 1) .* ok$" <<<"$out"
 
+# run --output under a pipeline: the routing of every sparse layer, relayed to rank 0 from its stage; the file's
+# tensors (logits, loss, moe.<l>.topk_idx) are the inner mesh's to the byte, with the model's own router
+same_output() { # FAMILY INNER_NP INNER_FLAGS PP_NP PP_FLAGS
+    local G=$F/$1 L1=""
+    [ "$2" -gt 1 ] && L1="$MPI -np $2"
+    $L1 "$HP" run $G --input $G/forward_io.safetensors $3 --output "$WORK/a.safetensors" >/dev/null 2>&1 </dev/null &&
+        $MPI -np $4 "$HP" run $G --input $G/forward_io.safetensors $5 --output "$WORK/b.safetensors" \
+            >/dev/null 2>"$WORK/b.err" </dev/null || { grep -m2 error "$WORK/b.err"; return 1; }
+    python3 - "$WORK/a.safetensors" "$WORK/b.safetensors" <<'PY'
+import json, struct, sys
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+routing = [k for k in a if k.endswith(".topk_idx")]
+ok = a == b and len(routing) >= 2
+if not ok:
+    print("routing in the reference:", routing, "differ:", sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)))
+sys.exit(0 if ok else 1)
+PY
+}
+check "run --output qwen2_moe pp=2 = one process's, routing included" same_output qwen2_moe 1 "" 2 "--pp 2"
+check "run --output mixtral pp=2 = one process's" same_output mixtral 1 "" 2 "--pp 2"
+check "run --output deepseek_v3 pp=2 = one process's" same_output deepseek_v3 1 "" 2 "--pp 2"
+check "run --output deepseek_v3 pp=3 = one process's" same_output deepseek_v3 1 "" 3 "--pp 3"
+check "run --output qwen2_moe pp=2 x 2 virtual stages = one process's" same_output qwen2_moe 1 "" 2 "--pp 2 --pp-virtual 2"
+check "run --output mixtral pp=2 x tp=2 = tp=2's" same_output mixtral 2 "--tp 2" 4 "--pp 2 --tp 2"
 finish
