@@ -262,18 +262,27 @@ static hp_status grads_of(const hp_comm *c, const hp_model *m, const hp_plan *p,
 
 /* A capacity limit is applied by each rank to the rows it routes; the one-process reference applies it within the
  * same blocks of rows (hp_run_opts.moe_cap_block) or the comparison is not defined. Collective: every rank's rows
- * (hp_run_stats.moe_rows) to every rank; *map ([B·S], malloc'd) on rank 0 when a block limited capacity. */
+ * (hp_run_stats.moe_rows) and factor to every rank; *map ([B·S], malloc'd) on rank 0 when a block limited
+ * capacity, *factor the factor (under a pipeline the ranks of a stage without sparse layers report none). */
 static hp_status capacity_blocks(const hp_comm *world, const hp_run_stats *st, int64_t B, int64_t S, int32_t **map,
-                                 hp_err *err)
+                                 double *factor, hp_err *err)
 {
     int n = hp_comm_size(world);
-    int64_t mine[6] = {st->moe_rows[0], st->moe_rows[1], st->moe_rows[2], st->moe_rows[3], st->moe_rows_vary,
-                       st->moe_cap_factor > 0};
+    int64_t mine[7] = {st->moe_rows[0], st->moe_rows[1], st->moe_rows[2], st->moe_rows[3], st->moe_rows_vary,
+                       st->moe_cap_factor > 0, 0};
+    memcpy(&mine[6], &st->moe_cap_factor, sizeof(double));
     int64_t *all = malloc((size_t)n * sizeof mine);
     if (!all) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     hp_status s = hp_comm_allgather(world, mine, sizeof mine, all, err);
     bool cap = false, vary = false;
-    for (int i = 0; s == HP_OK && i < n; i++) cap = cap || all[6 * i + 5], vary = vary || all[6 * i + 4];
+    *factor = 0;
+    for (int i = 0; s == HP_OK && i < n; i++) {
+        double f;
+        memcpy(&f, &all[7 * i + 6], sizeof f);
+        if (all[7 * i + 5] && *factor > 0 && f != *factor) vary = true; /* stages of other factors */
+        if (all[7 * i + 5]) *factor = f;
+        cap = cap || all[7 * i + 5], vary = vary || all[7 * i + 4];
+    }
     if (s == HP_OK && cap && hp_comm_rank(world) == 0) {
         if (vary)
             s = hp_err_set(err, HP_ERR_INPUT, "the comparison is not defined: a capacity factor limits each rank's "
@@ -285,10 +294,10 @@ static hp_status capacity_blocks(const hp_comm *world, const hp_run_stats *st, i
         for (int64_t k = 0; s == HP_OK && k < B * S; k++) (*map)[k] = -1;
         /* ranks routing the same rows (tp without SP) are one block; others must not overlap */
         for (int i = 0; s == HP_OK && i < n; i++) {
-            const int64_t *q = all + 6 * i;
+            const int64_t *q = all + 7 * i;
             int32_t id = i;
             for (int j = 0; j < i; j++)
-                if (!memcmp(all + 6 * j, q, 4 * sizeof *q)) id = j;
+                if (!memcmp(all + 7 * j, q, 4 * sizeof *q)) id = j;
             for (int64_t b = q[0]; s == HP_OK && b < q[0] + q[1]; b++)
                 for (int64_t x = q[2]; s == HP_OK && x < q[2] + q[3]; x++) {
                     int32_t *c = &(*map)[b * S + x];
@@ -321,13 +330,14 @@ static hp_status validate_with(tape_fn run, const hp_comm *world, const hp_model
     int32_t *cap_map = NULL;
     hp_status st = hp_comm_agree(world, run(world, m, p, o, &dist, ids, B, S, &rep->loss, &rep->stats, err), err);
     if (st == HP_OK) st = relay_tapes(world, p, &dist, err);
-    if (st == HP_OK) st = capacity_blocks(world, &rep->stats, B, S, &cap_map, err);
+    double cap_factor = 0;
+    if (st == HP_OK) st = capacity_blocks(world, &rep->stats, B, S, &cap_map, &cap_factor, err);
     if (st == HP_OK && hp_comm_rank(world) == 0) {
         hp_comm *self = NULL;
         hp_run_opts o1 = *o;
         o1.shards = NULL; /* the one-process model reads the checkpoint whole */
         o1.moe_cap_block = cap_map;
-        o1.moe_cap_factor = rep->stats.moe_cap_factor;
+        o1.moe_cap_factor = cap_factor;
         st = hp_comm_self(&self, err);
         if (st == HP_OK) st = run(self, m, p1, &o1, &one, ids, B, S, &rep->loss_ref, NULL, err);
         hp_comm_free(self);
