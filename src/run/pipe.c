@@ -84,8 +84,9 @@ static hp_status stream_xfer(hp_runner *r, hp__act *h, int64_t c, bool send, hp_
         if (st == HP_OK && hp__act_count(h) != block)
             st = hp_err_set(err, HP_ERR_INPUT, "internal error: chunk %lld's output holds %lld floats, the stream's "
                             "block %lld", (long long)(c - 1), (long long)hp__act_count(h), (long long)block);
+        static float none; /* what a stage that failed before h held anything sends: no bytes */
         have = h->d ? h->cap * sizeof(float) : 0;
-        g.d = h->d;
+        g.d = h->d ? h->d : &none;
         if (have < bytes) g.bytes = have; /* a failed stage's (st is not HP_OK: the count above) */
     } else {
         hp_err quiet; /* a stage that failed keeps its first error */
