@@ -121,9 +121,10 @@ TEST(pp_is_refused_in_one_sentence)
 {
     hp_err e;
     hp_mesh m = parse("pp=2,tp=2");
-    CHECK(hp_mesh_check_pp(&m, "run", &e) == HP_ERR_INPUT);
-    CHECK_STR_EQ(e.msg, "pipeline parallelism (pp=2): plan, explain, shard, merge and run take it, but run does not execute "
-                        "or model a pipeline yet; drop pp from the mesh (docs/pipeline.md)");
+    CHECK(hp_mesh_check_pp(&m, "moe", &e) == HP_ERR_INPUT);
+    CHECK_STR_EQ(e.msg, "pipeline parallelism (pp=2): plan, explain, shard, merge, run, validate, train, cost and "
+                        "advise take it, but moe does not execute or model a pipeline yet; drop pp from the mesh "
+                        "(docs/pipeline.md)");
     m = parse("pp=1,tp=2");
     CHECK(hp_mesh_check_pp(&m, "run", &e) == HP_OK);
     m = parse("dp=2,tp=2");

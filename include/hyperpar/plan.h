@@ -216,9 +216,8 @@ int64_t hp_mesh_ep_size(const hp_mesh *m);
  * coordinate on axis is coord. coord 0 gives the group's base, the same for every member: it names the group
  * (a communicator split's colour). rank itself when the mesh has no such axis (a group of one). */
 int64_t hp_mesh_group_rank(const hp_mesh *m, int64_t rank, const char *axis, int64_t coord);
-/* HP_ERR_INPUT when the mesh has a pp axis of size > 1 and `what` (a command: "run", "train", "moe") does not
- * execute a pipeline yet: the one refusal of pp. plan, plan files, explain, shard and merge take a pp axis
- * (docs/pipeline.md). */
+/* HP_ERR_INPUT when the mesh has a pp axis of size > 1 and `what` (a command: "moe") does not execute a
+ * pipeline yet: the one refusal of pp. Every other command takes a pp axis (docs/pipeline.md). */
 hp_status hp_mesh_check_pp(const hp_mesh *m, const char *what, hp_err *err);
 
 /* ---- pipeline parallelism (docs/pipeline.md) ----

@@ -206,6 +206,8 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
  * <= 0: this micro-batch's), and *loss receives this micro-batch's own mean. hp_runner_apply then sums the
  * gradients over the mesh, computes their global norm with every element counted once (*grad_norm, may be NULL),
  * clips (opts->clip) and takes the AdamW step (opts NULL: gradients only). hp_runner_train_step is one of each.
+ * Under a pipeline hp_runner_accumulate is hp_runner_accumulate_pipe of one micro-batch by the plan's default
+ * schedule (1f1b; with virtual stages interleaved, which refuses one micro-batch).
  * Collective. */
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err);

@@ -363,7 +363,7 @@ static uint64_t gathered_recv(walk *w, const dact *a)
  * returns the bytes of the whole. */
 static uint64_t gather_buffers(walk *w, const dact *a)
 {
-    if (w->cr->rank != 0) return 0;
+    if (w->lrank != 0) return 0; /* the stage's first rank */
     uint64_t full = ck_bytes(w, "workspace", ck_add(w, "workspace", ck_mul3(w, "workspace", w->B_all, a->g[1],
                                                                             a->g[2]), 1), sizeof(float));
     mem_count(w, 0, full);
@@ -399,7 +399,7 @@ static uint64_t wire_of(walk *w, hp_run_coll kind, int64_t group, uint64_t bytes
     case HP_RUN_REDUCE_SCATTER: return share(bytes, n);
     case HP_RUN_ALL_REDUCE: return ck_addu(w, "wire bytes", share(bytes, n), share(bytes, n));
     case HP_RUN_ALL_TO_ALL: return share(bytes, n);
-    case HP_RUN_GATHER: return w->cr->rank == 0 ? 0 : bytes;
+    case HP_RUN_GATHER: return w->lrank == 0 ? 0 : bytes; /* the gather's root: the stage's first rank */
     default: return 0;
     }
 }
@@ -1267,16 +1267,22 @@ hp_status hp__cost_walk_rank(walk *w)
     return st;
 }
 
-/* The routing gathers (gather_topk) need each sparse layer's entry layout: a second, short pass. */
+/* The routing gathers (gather_topk) need each sparse layer's entry layout: a second, short pass. Each layer is
+ * gathered over its stage onto the stage's first rank; under a pipeline that rank relays the int32 routing to world
+ * rank 0 (output, not the pipeline's traffic: no p2p counted), which holds it as its own stage's first rank does. */
 hp_status hp__cost_topk_gathers(walk *w, const hp__step *s)
 {
+    uint64_t ti = ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->B_all, w->S_orig, w->K),
+                                                   sizeof(int32_t)), 1); /* the int32 routing [B, S, K] */
+    if (s->chunk % w->pp != w->stage) { /* another stage's layer: world rank 0 receives it */
+        if (w->cr->rank == 0) transient(w, ti);
+        return HP_OK;
+    }
     const hp__lay *moe_lay = &s->run; /* the block's input after its entry: how the routing is laid out */
     int64_t Bl = w->dp_rows[w->cr->dp + 1] - w->dp_rows[w->cr->dp];
     dact tk = {{Bl, w->S_pad, w->K}, *moe_lay, 0};
     uint64_t full = gather_buffers(w, &tk);
-    if (w->cr->rank == 0) /* the int32 routing [B, S, K] handed to the caller */
-        transient(w, ck_addu(w, "workspace", ck_bytes(w, "workspace", ck_mul3(w, "workspace", w->B_all, w->S_orig,
-                                                                              w->K), sizeof(int32_t)), 1));
+    if (w->lrank == 0) transient(w, ti); /* handed to the caller, or (a later stage's) relayed to rank 0 */
     mem_count(w, full, 0);
     return gather(w, &tk, s->c.fqn, s->layer);
 }

@@ -721,8 +721,8 @@ static hp_status eval_rank(walk *w, hp_cost_rank *r, int64_t rk, int64_t n_micro
     r->total_bytes = r->weight_bytes;
     if (wst == HP_OK) wst = hp__cost_walk_rank(w);
     /* gather_topk: the routed experts of each sparse layer, laid out as the block's input after entry (an output
-     * of inference; training gathers none) */
-    for (size_t i = 0; wst == HP_OK && !o->train && w->pp == 1 && i < g->n_steps; i++) /* a pipeline gathers none */
+     * of inference; training gathers none), on its stage */
+    for (size_t i = 0; wst == HP_OK && !o->train && i < g->n_steps; i++)
         if (g->steps[i].op == HP__OP_MOE) wst = hp__cost_topk_gathers(w, &g->steps[i]);
     if (wst == HP_OK) r->workspace_bytes = w->ws_ovf ? UINT64_MAX : w->m_peak;
     for (int ax = 0; wst == HP_OK && ax < HP__NAX; ax++) /* the windows run keeps beside its workspace */

@@ -284,9 +284,9 @@ hp_status hp_mesh_check_pp(const hp_mesh *m, const char *what, hp_err *err)
 {
     int64_t pp = hp_mesh_size(m, "pp");
     if (pp <= 1) return HP_OK;
-    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld): plan, explain, shard, merge and run take it, but "
-                      "%s does not execute or model a pipeline yet; drop pp from the mesh (docs/pipeline.md)",
-                      (long long)pp, what);
+    return hp_err_set(err, HP_ERR_INPUT, "pipeline parallelism (pp=%lld): plan, explain, shard, merge, run, validate, "
+                      "train, cost and advise take it, but %s does not execute or model a pipeline yet; drop pp from "
+                      "the mesh (docs/pipeline.md)", (long long)pp, what);
 }
 
 int64_t hp_mesh_world(const hp_mesh *m)

@@ -44,15 +44,6 @@ static void slot_swap(hp_runner *r, pslot *p, bool head)
     p->t = t, p->a = a, p->loss_mx = mx, p->loss_se = se, p->loss_rows = rows, p->loss_cap = cap;
 }
 
-/* One direction's message of an exchange: a buffer of the stream's block (counted), its status and peer. */
-typedef struct pmsg {
-    bool live;   /* part of the exchange in progress */
-    int peer, tag;
-    float *d;
-    size_t cap;  /* bytes */
-    int32_t ok;  /* sent: this stage's status; received: the peer's */
-} pmsg;
-
 typedef struct pstep {
     hp_runner *r;
     const int64_t *ids;
@@ -60,15 +51,10 @@ typedef struct pstep {
     size_t *lo, *hi;      /* [C] each chunk's steps */
     pslot *slots;         /* [m] */
     double *losses;       /* [m] */
-    pmsg out[2], in[2];   /* [0] the forward's stream, [1] the backward's gradient */
+    hp__pipe_msg out[2], in[2]; /* [0] the forward's stream, [1] the backward's gradient */
     uint64_t saved, saved_peak;
     double fwd_s, bwd_s;  /* the operations' wall time (the exchanges' is the statistics' comm_s) */
 } pstep;
-
-static int peer_of(const hp_runner *r, int64_t chunk)
-{
-    return (int)((chunk % r->pipe.pp) * r->pipe.per + hp_comm_rank(r->x.world));
-}
 
 /* Tag pairs (status, payload) per message: the direction, the chunk boundary and the micro-batch. */
 static int tag_of(const pstep *p, bool bwd, int64_t boundary, int64_t mb)
@@ -76,9 +62,10 @@ static int tag_of(const pstep *p, bool bwd, int64_t boundary, int64_t mb)
     return (int)((((bwd ? p->C : 0) + boundary) * p->m + mb) % 16384) * 2;
 }
 
-static hp_status grow(pstep *p, pmsg *g, hp_err *err)
+static hp_status grow(pstep *p, hp__pipe_msg *g, hp_err *err)
 {
     size_t want = (size_t)p->block * sizeof(float) + sizeof(float);
+    g->bytes = (size_t)p->block * sizeof(float);
     if (g->cap >= want) return HP_OK;
     float *d = hp__mem_realloc(&p->r->x, g->d, g->cap, want);
     if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the pipeline's stream buffers");
@@ -86,41 +73,12 @@ static hp_status grow(pstep *p, pmsg *g, hp_err *err)
     return HP_OK;
 }
 
-/* The exchange between two units: the finished unit's outputs (out[]) and the next unit's inputs (in[]), each a
- * status word and the payload, all posted at once (one phase: a status and its payload never wait on each other;
- * a failed stage sends its buffer's stale contents behind a bad status). A bad status received fails this stage. */
+/* The exchange between two units: the finished unit's outputs (out[]) and the next unit's inputs (in[]), all
+ * posted at once (hp__pipe_exchange: a failed stage sends its buffer's stale contents behind a bad status). */
 static hp_status exchange(pstep *p, hp_status st, hp_err *err)
 {
-    hp_runner *r = p->r;
-    hp_comm_msg msg[8];
-    int n = 0;
-    size_t bytes = (size_t)p->block * sizeof(float);
-    for (int k = 0; k < 2; k++) {
-        pmsg *o = &p->out[k], *i = &p->in[k];
-        if (o->live) {
-            o->ok = st == HP_OK;
-            msg[n++] = (hp_comm_msg){o->peer, true, &o->ok, sizeof o->ok, o->tag};
-            msg[n++] = (hp_comm_msg){o->peer, true, o->d, bytes, o->tag + 1};
-        }
-        if (i->live) {
-            msg[n++] = (hp_comm_msg){i->peer, false, &i->ok, sizeof i->ok, i->tag};
-            msg[n++] = (hp_comm_msg){i->peer, false, i->d, bytes, i->tag + 1};
-        }
-    }
-    double t0 = hp_comm_wtime();
-    hp_status es = hp_comm_exchange(r->pipe.all, msg, n, err);
-    r->x.st.comm_s += hp_comm_wtime() - t0;
-    if (es == HP_OK) {
-        r->x.st.p2p_bytes += (uint64_t)(n / 2) * bytes;
-        r->x.st.p2p_calls += (uint64_t)(n / 2);
-    }
-    if (st == HP_OK) st = es;
-    for (int k = 0; k < 2 && st == HP_OK; k++)
-        if (p->in[k].live && !p->in[k].ok)
-            st = hp_err_set(err, HP_ERR_INPUT, "pipeline stage %lld (rank %d) failed; its error is reported by that "
-                            "rank", (long long)((p->in[k].peer / r->pipe.per)), p->in[k].peer);
-    for (int k = 0; k < 2; k++) p->out[k].live = p->in[k].live = false;
-    return st;
+    hp__pipe_msg *m[HP__PIPE_MSGS] = {&p->out[0], &p->in[0], &p->out[1], &p->in[1]};
+    return hp__pipe_exchange(p->r, m, HP__PIPE_MSGS, st, err);
 }
 
 /* Marks op's input as expected in the next exchange. */
@@ -128,9 +86,9 @@ static hp_status want_input(pstep *p, const hp_pp_op *o, hp_err *err)
 {
     bool bwd = o->bwd;
     if (bwd ? o->chunk + 1 >= p->C : o->chunk == 0) return HP_OK;
-    pmsg *g = &p->in[bwd];
+    hp__pipe_msg *g = &p->in[bwd];
     g->live = true;
-    g->peer = peer_of(p->r, bwd ? o->chunk + 1 : o->chunk - 1);
+    g->peer = hp__pipe_peer(p->r, (bwd ? o->chunk + 1 : o->chunk - 1) % p->r->pipe.pp);
     g->tag = tag_of(p, bwd, bwd ? o->chunk : o->chunk - 1, o->mb);
     return HP_OK;
 }
@@ -140,9 +98,9 @@ static void give_output(pstep *p, const hp_pp_op *o)
 {
     bool bwd = o->bwd;
     if (bwd ? o->chunk == 0 : o->chunk + 1 >= p->C) return;
-    pmsg *g = &p->out[bwd];
+    hp__pipe_msg *g = &p->out[bwd];
     g->live = true;
-    g->peer = peer_of(p->r, bwd ? o->chunk - 1 : o->chunk + 1);
+    g->peer = hp__pipe_peer(p->r, (bwd ? o->chunk - 1 : o->chunk + 1) % p->r->pipe.pp);
     g->tag = tag_of(p, bwd, bwd ? o->chunk - 1 : o->chunk, o->mb);
 }
 
@@ -294,14 +252,12 @@ static hp_status step_init(pstep *p, hp_err *err)
     for (int64_t j = 0; j < p->m; j++)
         if (!(p->slots[j].kept = calloc((size_t)p->L + 1, sizeof *p->slots[j].kept)))
             return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    hp__act probe = {0};
-    int64_t Bl = r->x.dp_rows[r->x.dp_r + 1] - r->x.dp_rows[r->x.dp_r];
-    probe.g[0] = Bl, probe.g[1] = r->x.S_pad, probe.g[2] = g->cfg.H, probe.lay = g->stream;
-    hp__act_shape(&r->x, &probe);
-    p->block = hp__act_count(&probe);
+    p->block = hp__pipe_block(r);
     hp_status st = HP_OK; /* the four stream buffers, before any exchange: a failure is agreed, nothing sent */
-    for (int k = 0; k < 2 && st == HP_OK; k++)
+    for (int k = 0; k < 2 && st == HP_OK; k++) {
+        p->out[k].send = true, p->in[k].send = false;
         if ((st = grow(p, &p->out[k], err)) == HP_OK) st = grow(p, &p->in[k], err);
+    }
     return st;
 }
 
@@ -349,7 +305,7 @@ hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, int64_t m,
     st = hp_comm_agree(r->pipe.all, st, err);
     /* the losses are the last stage's */
     if (st == HP_OK)
-        st = hp_comm_bcast(r->pipe.all, losses, (size_t)m * sizeof *losses, (int)((r->pipe.pp - 1) * r->pipe.per), err);
+        st = hp_comm_bcast(r->pipe.all, losses, (size_t)m * sizeof *losses, hp__pipe_first(r, r->pipe.pp - 1), err);
     r->tr.stats.train_saved_bytes = p.saved_peak;
     r->tr.stats.p2p_bytes = r->x.st.p2p_bytes, r->tr.stats.p2p_calls = r->x.st.p2p_calls;
     return hp__train_end(r, st, m, p.fwd_s, p.bwd_s, r->x.st.comm_s, err);

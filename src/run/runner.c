@@ -81,7 +81,7 @@ hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act
 {
     hp__nf_watch(&r->tr.nf, what, a, r->x.dp_rows[r->x.dp_r]);
     if (!r->o.record || r->tr.quiet) return HP_OK;
-    if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->x.world) > 1 && hp__act_count(a) > 0)
+    if (r->tr.perturb && !strcmp(r->tr.perturb, what) && hp_comm_size(r->pipe.all) > 1 && hp__act_count(a) > 0)
         a->d[0] += 1e-2f; /* a wrong collective in miniature: validate must name this boundary first */
     for (int ax = 0; ax < HP__NAX; ax++)
         if (a->lay.ax[ax].kind == HP_PL_P) return HP_OK; /* nothing to compare until it is reduced */
@@ -91,7 +91,9 @@ hp_status hp__r_record(hp_runner *r, const char *what, const char *coll, hp__act
         int64_t S = r->x.S_orig, Sp = a->g[1], X = a->g[2]; /* cp pads the sequence: the padding is not handed on */
         for (int64_t b = 0; Sp != S && b < r->x.B_all; b++)
             memmove(full + b * S * X, full + b * Sp * X, (size_t)(S * X) * sizeof *full);
-        r->o.record(r->o.record_ctx, what, coll, full, r->x.B_all, S, X);
+        char at[128]; /* under a pipeline, the stage that ran it */
+        if (r->pipe.pp > 1) snprintf(at, sizeof at, "%s (stage %lld)", coll, (long long)r->pipe.stage);
+        r->o.record(r->o.record_ctx, what, r->pipe.pp > 1 ? at : coll, full, r->x.B_all, S, X);
     }
     hp__mem_free(&r->x, full, gathered_bytes(r->x.B_all, a));
     return st;
@@ -789,11 +791,11 @@ static bool moe_runtime_serves(const moe_w *m, int64_t max_rows, int chunks)
     return (max_rows + chunks - 1) / chunks <= stage;
 }
 
-/* The program's first sparse block's weights, or NULL. */
+/* The first sparse block this rank runs (its stage's, under a pipeline), or NULL. */
 static const moe_w *first_moe(const hp_runner *r)
 {
     for (size_t i = 0; i < r->g.n_steps; i++)
-        if (r->g.steps[i].op == HP__OP_MOE) return &r->w.sw[i].moe;
+        if (r->g.steps[i].op == HP__OP_MOE && hp__r_step_loaded(r, &r->g.steps[i])) return &r->w.sw[i].moe;
     return NULL;
 }
 
@@ -945,37 +947,55 @@ static bool head_in_chunks(const hp_runner *r)
     return !logits_taken(r) && !r->o.keep_activations && r->g.head_chunks;
 }
 
-/* Rank 0 gets every sparse layer's routed experts as moe.<l>.topk_idx [B·S, K]. Collective. */
+/* Sparse layer m's routed experts gathered onto its stage's first rank as int32 [B·S, K] (*ti, malloc'd there, handed
+ * on: counted only while the gathered floats are), the cp padding cut. Collective over the stage. */
+static hp_status topk_of(hp_runner *r, moe_w *m, int64_t B, int64_t S, int32_t **ti, hp_err *err)
+{
+    float *full = NULL;
+    int64_t K = m->l->top_k, Sp = r->x.S_pad;
+    hp_status st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
+    if (st == HP_OK && full) {
+        size_t ti_b = (size_t)(B * S * K) * sizeof(int32_t) + 1;
+        if (!(*ti = malloc(ti_b))) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+        else hp__mem_count(&r->x, 0, ti_b), hp__mem_count(&r->x, ti_b, 0); /* handed to the caller */
+        for (int64_t b = 0; *ti && b < B; b++)
+            for (int64_t s = 0; s < S; s++)
+                for (int64_t k = 0; k < K; k++) (*ti)[(b * S + s) * K + k] = (int32_t)full[(b * Sp + s) * K + k];
+    }
+    hp__mem_free(&r->x, full, gathered_bytes(B, &m->topk));
+    return st;
+}
+
+/* World rank 0 gets every sparse layer's routed experts as moe.<l>.topk_idx [B·S, K], in the program's order. Each
+ * layer is gathered on its stage's first rank (every rank without a pipeline: one stage), which relays it to world
+ * rank 0 under a pipeline (hp__pipe_relay_i32). Collective over every rank; a failure is kept and the layers still
+ * go round, so no rank waits for one that stopped. */
 static hp_status gather_topk(hp_runner *r, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
     int n = 0;
     for (size_t i = 0; i < r->g.n_steps; i++) n += r->g.steps[i].op == HP__OP_MOE;
     if (!n) return HP_OK;
-    bool root = hp_comm_rank(r->x.world) == 0;
+    bool root = hp_comm_rank(r->pipe.all) == 0;
+    hp_status st = HP_OK;
     if (root && (!(out->moe_layer = calloc((size_t)n, sizeof *out->moe_layer)) ||
                  !(out->topk_idx = calloc((size_t)n, sizeof *out->topk_idx))))
-        return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-    hp_status st = HP_OK;
-    for (size_t i = 0; i < r->g.n_steps && st == HP_OK; i++) {
-        if (r->g.steps[i].op != HP__OP_MOE) continue;
-        moe_w *m = &r->w.sw[i].moe;
-        int64_t l = r->g.steps[i].layer;
-        float *full = NULL;
-        int64_t K = m->l->top_k, Sp = r->x.S_pad;
-        st = hp__gather_full(&r->x, &m->topk, B, r->x.dp_rows, &full, err);
-        if (st == HP_OK && root) {
-            size_t ti_b = (size_t)(B * S * K) * sizeof(int32_t) + 1;
-            int32_t *ti = malloc(ti_b);
-            if (!ti) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
-            else hp__mem_count(&r->x, 0, ti_b), hp__mem_count(&r->x, ti_b, 0); /* handed to the caller */
-            for (int64_t b = 0; ti && b < B; b++)
-                for (int64_t s = 0; s < S; s++)
-                    for (int64_t k = 0; k < K; k++) ti[(b * S + s) * K + k] = (int32_t)full[(b * Sp + s) * K + k];
-            out->moe_layer[out->n_moe] = l;
+        st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < r->g.n_steps; i++) {
+        const hp__step *s = &r->g.steps[i];
+        if (s->op != HP__OP_MOE) continue;
+        int32_t *ti = NULL;
+        hp_err quiet, *e = st == HP_OK ? err : &quiet; /* the first failure's message is kept */
+        int64_t K = hp__r_step_loaded(r, s) ? r->w.sw[i].moe.l->top_k : 0;
+        hp_status ls = K > 0 ? topk_of(r, &r->w.sw[i].moe, B, S, &ti, e) : HP_OK;
+        if (r->pipe.pp > 1) ls = hp__pipe_relay_i32(r, s->chunk % r->pipe.pp, ls, &ti, &K, B * S, e);
+        if (st == HP_OK) st = ls;
+        if (root && st == HP_OK) {
+            out->moe_layer[out->n_moe] = s->layer;
             out->topk_idx[out->n_moe++] = ti;
             out->K = K;
+        } else {
+            free(ti);
         }
-        hp__mem_free(&r->x, full, gathered_bytes(B, &m->topk));
     }
     return st;
 }
@@ -1187,9 +1207,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
         out->logits = full;
     }
     out->B = B, out->S = S, out->V = r->g.cfg.V;
-    /* the routing too, unless this is a training forward (its caller reads the loss alone) or a pipeline's (its
-     * sparse layers are on several stages: not gathered yet) */
-    if (st == HP_OK && (logits_taken(r) || !r->o.keep_activations) && r->pipe.pp == 1)
+    /* the routing too, unless this is a training forward (its caller reads the loss alone) */
+    if (st == HP_OK && (logits_taken(r) || !r->o.keep_activations))
         st = gather_topk(r, B, S, out, err);
     st = hp__nf_verdict(r->x.world, &r->tr.nf, &r->w.wreg, r->tr.desc, st, err);
     st = hp_comm_agree(r->pipe.all, st, err);
@@ -1255,8 +1274,6 @@ static hp_status prepare(hp_runner *r, const hp_run_opts *o, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "%s is a dense model; expert parallelism (ep=%lld) has nothing to split",
                           m->path, (long long)hp_plan_ep_size(p));
     r->x.mesh = &p->mesh;
-    if (o->record) /* validate's tape does not cross stages yet */
-        if ((st = hp_mesh_check_pp(&p->mesh, "validate", err)) != HP_OK) return st;
     /* An EP-marked block runs the compute its boundary declares, never one chosen silently (spec §9.4). */
     st = moe && hp_plan_ep_size(p) > 1 ? hp_plan_preflight(p, o->command ? o->command : "run", err) : HP_OK;
     if (st != HP_OK) return st;

@@ -208,6 +208,39 @@ hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step
 
 /* ---- the pipeline (pipe.c; docs/pipeline.md) ---- */
 
+/* The world rank at this rank's position (its rank in the stage's communicator) in stage `stage`: the peer of
+ * every point-to-point transfer between stages (pp is the outermost axis: stage s holds ranks [s·per, (s+1)·per)). */
+int hp__pipe_peer(const hp_runner *r, int64_t stage);
+/* The world rank of stage `stage`'s first rank (its stage-local rank 0: where the stage's gathers land). */
+int hp__pipe_first(const hp_runner *r, int64_t stage);
+
+/* One message of an exchange between stages: a status word under tag, then `bytes` of payload under tag + 1, to
+ * or from world rank peer. */
+typedef struct hp__pipe_msg {
+    bool live;   /* part of the next exchange */
+    bool send;
+    int peer, tag;
+    float *d;    /* the payload (a receive into NULL drops it) */
+    size_t bytes;
+    size_t cap;  /* the bytes d holds, where the message owns its buffer (training's) */
+    int32_t ok;  /* sent: this stage's status; received: the peer's */
+} hp__pipe_msg;
+#define HP__PIPE_MSGS 4 /* the most messages of one exchange: training's stream and gradient, each both ways */
+
+/* Posts every live message of m[0, n) (sends carrying st's verdict) in one hp_comm_exchange and waits for them all;
+ * counts the payloads (hp_run_stats.p2p_bytes, p2p_calls: what cost predicts) and the wait (comm_s). Returns st,
+ * else the exchange's failure, else a failure naming the stage that sent a bad status. The messages are no longer
+ * live afterwards. */
+hp_status hp__pipe_exchange(hp_runner *r, hp__pipe_msg *const *m, int n, hp_status st, hp_err *err);
+/* The stream's local block in floats (the rank's rows of its replica, [B_r, S_pad, H] in the stream's layout):
+ * every payload's size. */
+int64_t hp__pipe_block(const hp_runner *r);
+/* An int32 array [rows, *cols] from stage `stage`'s first rank (*v, malloc'd there: freed once sent) to world rank 0
+ * (*v malloc'd, *cols set), behind the sender's status st: run's routing, gathered on its stage (pipe.c). Only those
+ * two ranks take part; stage 0's first rank is world rank 0 (nothing moves). Returns st, else the transfer's or
+ * the sender's failure (on rank 0). */
+hp_status hp__pipe_relay_i32(hp_runner *r, int64_t stage, hp_status st, int32_t **v, int64_t *cols, int64_t rows,
+                             hp_err *err);
 /* The rank's chunks of the program in chunk order, the stream received before and sent after each. */
 hp_status hp__pipe_steps(hp_runner *r, struct hp__fio *io, hp_err *err);
 /* After the steps: every rank agrees on st, gets the loss from the last stage, and rank 0 the logits (when

@@ -330,7 +330,7 @@ static hp_status train_init(hp_runner *r, hp_err *err)
 static hp_status tied_sum(hp_runner *r, tparam *q, hp_err *err)
 {
     int64_t other = r->pipe.stage == 0 ? r->pipe.pp - 1 : 0;
-    int peer = (int)(other * r->pipe.per + hp_comm_rank(r->x.world));
+    int peer = hp__pipe_peer(r, other);
     size_t bytes = (size_t)q->n * sizeof *q->g;
     float *in = hp__mem_realloc(&r->x, NULL, 0, bytes + sizeof *in);
     if (!in) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the tied embedding's gradient");
@@ -377,7 +377,7 @@ static hp_status reduce_grads(hp_runner *r, hp_err *err)
     if (st == HP_OK && t->flat && r->x.dp > 1) st = hp__allreduce(&r->x, r->x.dp_c, t->flat, (size_t)t->flat_n, err);
     for (int i = 0; i < t->n && st == HP_OK; i++) {
         tparam *q = &t->p[i];
-        if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->x.world) > 1)
+        if (r->o.test_perturb_grad && !strcmp(r->o.test_perturb_grad, q->name) && hp_comm_size(r->pipe.all) > 1)
             q->g[0] += 1e-2f * (1.0f + fabsf(q->g[0]));
         if (r->o.test_nan_grad && !strcmp(r->o.test_nan_grad, q->name) && q->n > 0) q->g[q->n - 1] = NAN;
         if (q->tied_pp) st = tied_sum(r, q, err);
@@ -527,6 +527,8 @@ hp_status hp__train_end(hp_runner *r, hp_status st, int64_t n_micro, double fwd_
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err)
 {
+    if (r->pipe.pp > 1) /* one micro-batch through the stages, by the plan's default schedule */
+        return hp_runner_accumulate_pipe(r, ids, 1, B, S, n_scored, hp_pp_sched_default(&r->p->pipe), loss, err);
     hp_status st = hp__train_begin(r, err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
@@ -965,7 +967,7 @@ static hp_status relay_send(void *c, const char *name, const float *d, const int
  * kept; the rest still received). */
 static hp_status relay_recv(hp_runner *r, int64_t s, hp_param_fn fn, void *ctx, hp_err *err)
 {
-    int from = (int)(s * r->pipe.per);
+    int from = hp__pipe_first(r, s);
     hp_status st = HP_OK;
     for (;;) {
         relay_head h;
@@ -998,7 +1000,7 @@ hp_status hp_runner_gather_params(hp_runner *r, bool grads, hp_param_fn fn, void
         } else if (r->pipe.stage == s) {
             relay rl = {r, fn, ctx};
             ss = stage_gather(r, grads, relay_send, &rl, err);
-            if (me == s * r->pipe.per) { /* the end marker, with the stage's status */
+            if (me == hp__pipe_first(r, s)) { /* the end marker, with the stage's status */
                 relay_head h = {.end = 1, .status = (int32_t)ss};
                 hp_status es = hp_comm_send(r->pipe.all, 0, &h, sizeof h, 1, err);
                 if (ss == HP_OK) ss = es;

@@ -78,7 +78,7 @@ expect 2 "rank 1: $WORK/nothing: no such file or folder" -- $MPI \
 expect 2 "disagrees with rank 0" -- $MPI \
     -np 1 "$HP" moe "$G" --layer 1 --ep 2 --archetype qwen3moe_topk_router --input "$G/moe_io.safetensors" --output "$WORK/y.st" : \
     -np 1 "$HP" moe "$G" --layer 0 --ep 2 --archetype qwen3moe_topk_router --input "$G/moe_io.safetensors" --output "$WORK/y.st"
-expect 2 "pipeline parallelism (pp=2): plan, explain, shard, merge and run take it, but moe does not" -- $MPI -np 2 "$HP" moe "$G" --layer 1 --mesh pp=2 --ep 1 \
+expect 2 "pipeline parallelism (pp=2): plan, explain, shard, merge, run, validate, train, cost and advise take it, but moe does not" -- $MPI -np 2 "$HP" moe "$G" --layer 1 --mesh pp=2 --ep 1 \
     --archetype qwen3moe_topk_router --input "$G/moe_io.safetensors" --output "$WORK/y.st"
 check "no output left behind by failed runs" test ! -e "$WORK/y.st"
 # --compute bf16 under EP: equal to the one-process bf16 run, within its bound of the golden, and agreed on.

@@ -1,6 +1,7 @@
 # validate with a capacity factor (issue 36): each rank limits the slots of the rows it routes, and validate's
 # one-process reference applies the same factor within the same blocks of rows, so a correct plan validates (it
-# said DIVERGES before); where no such reference exists validate says the comparison is not defined (exit 2).
+# said DIVERGES before); where no such reference exists validate says the comparison is not defined (exit 2). Under
+# a pipeline (pp=2: the sparse layers on stage 1 only, rank 0's stage has none) the factor and the blocks are stage 1's.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
 MPI="timeout 300 mpirun --allow-run-as-root --oversubscribe"
@@ -23,6 +24,9 @@ done <<'LIST'
 2 --tp 2 --ep 2 --no-sequence-parallel
 2 --mesh dp=1,ep=2 --ep-axis
 4 --dp 2 --tp 2 --ep 2
+4 --pp 2 --tp 2 --ep 2
+4 --pp 2 --tp 2 --ep 2 --backward
+4 --mesh pp=2,dp=1,ep=2 --ep-axis
 LIST
 # cp pads 15 positions to 16: the padding takes capacity on rank 1, which one process has no row for
 expect 2 "the comparison is not defined" -- $MPI -np 2 "$HP" validate $M --random-input 2,15 --cp 2 --ep 2 $OV
