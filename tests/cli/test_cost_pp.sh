@@ -7,7 +7,8 @@
 #   - the bubble of even stages is (p - 1) / (v m) of the ideal step (simulated);
 #   - Llama 3 405B at TP8 x PP16 x DP128 on 16,384 H100: MFU within 1.25x of the reported 41% and a fit in 80 GB,
 #     in one configuration;
-#   - advise searches pp and says why a pp is rejected; DeepSeek-V3 on 2,048 ranks gets pp x ep meshes;
+#   - advise searches pp and says why a pp is rejected; Llama 3 405B on 16,384 H100 gets pp=16 meshes, DeepSeek-V3 on
+#     2,048 ranks pp x ep meshes;
 #   - bad schedules are refused (exit 2) with the schedule's own reason.
 source "$(dirname "$0")/lib.sh"
 cd "$TESTS"
@@ -108,6 +109,11 @@ check "advise: pp meshes accepted, with their plan command" \
 check "advise: a pp rejected for its bubble" \
     fld "$WORK/a3.json" 'exit(0 if any(not c["ok"] and c["pp"] > 1 and "pipeline bubble" in c["reason"] for c in d["candidates"]) else 1)'
 expect 0 "makes 8 chunks, but the model has only 2 decoder layers" -- "$HP" advise $G --world 8 --mem-per-rank 1TB --all
+# advise for Llama 3 405B on 16,384 H100-80GB at sequence 8192 (16M-token batches) accepts pp=16 meshes
+"$HP" advise data/configs/llama-3.1-405b.json --world 16384 --mode train --hardware H100 --seq 8192 --batch 2048 \
+    --zero 1 --format json -o "$WORK/a405.json"
+check "advise Llama 3 405B on 16,384 H100: a pp=16 mesh accepted" \
+    fld "$WORK/a405.json" 'exit(0 if any(c["ok"] and c["pp"] == 16 for c in d["candidates"]) else 1)'
 # DeepSeek-V3 on 2,048 GPUs (trained at PP16 x EP64, ZeRO-1, on 2,048 H800): advise evaluates and accepts pp x ep
 "$HP" advise data/configs/deepseek-v3.json --world 2048 --mode train --hardware H100 --zero 1 --seq 4096 --batch 2048 \
     --format json -o "$WORK/a2.json"
