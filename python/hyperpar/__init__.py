@@ -192,19 +192,22 @@ def _cost_request(model, mesh=None, rank=None, **options):
     return req
 
 
-def advise(model, world, prefer=None, **options):
+def advise(model, world, prefer=None, max_pp=None, **options):
     """`hyperpar advise --format json` as a dict: every mesh of `world` ranks, the ones that fit first, best first.
+    max_pp caps the pipeline stages a candidate may have (advise's --max-pp; None: any, 1: no pipeline).
     Needs a budget: mem_per_rank="80GB" or a GPU hardware="H100". When none fits, hyperpar.Error is raised with the
     CLI's message, and its .report holds the advice (the binding constraint and the nearest changes)."""
-    return _json.loads(_call(_advise_request(model, world, prefer, **options)))
+    return _json.loads(_call(_advise_request(model, world, prefer, max_pp, **options)))
 
 
-def _advise_request(model, world, prefer=None, **options):
+def _advise_request(model, world, prefer=None, max_pp=None, **options):
     po, settings = _split(options)
     req = {"command": "advise", "model": model_source(model), "world": int(world),
            "options": _plan_options(None, **po), "cost": settings}
     if prefer is not None:
         req["prefer"] = prefer
+    if max_pp is not None:
+        req["max_pp"] = max_pp
     return req
 
 

@@ -381,6 +381,15 @@ static hp_status do_advise(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_
     if (strcmp(prefer, "time") && strcmp(prefer, "headroom"))
         return bad(err, "--prefer expects time or headroom, got '%s'", prefer);
     int64_t N = (int64_t)json_integer_value(wv);
+    json_t *mv = json_object_get(q, "max_pp");
+    if (mv && !json_is_null(mv) &&
+        (!json_is_integer(mv) || json_integer_value(mv) < 1 || json_integer_value(mv) > (1 << 20))) {
+        char *shown = json_dumps(mv, JSON_ENCODE_ANY);
+        hp_status bs = bad(err, "--max-pp expects an integer in [1, 1048576], got '%s'", shown ? shown : "?");
+        free(shown);
+        return bs;
+    }
+    int64_t max_pp = json_is_integer(mv) ? (int64_t)json_integer_value(mv) : 0;
     hp_status st = cost_settings(opts, &s, err);
     if (st == HP_OK) st = hp_advise_settings_check(&s, N, !strcmp(prefer, "headroom"), err);
     if (st != HP_OK) return st;
@@ -393,6 +402,7 @@ static hp_status do_advise(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_
     ao.plan = r->po;
     ao.prefer_headroom = !strcmp(prefer, "headroom");
     ao.fixed_micro_batch = s.micro_given, ao.fixed_recompute = s.recompute_given;
+    ao.max_pp = max_pp;
     hp_advice *a = NULL;
     hp_fit fit = {0};
     st = hp_advise(&a, m, &ao, err);
@@ -404,6 +414,9 @@ static hp_status do_advise(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_
         snprintf(w, sizeof w, "%lld", (long long)N);
         arg_push(&av, "--world");
         arg_push(&av, w);
+        char mp[32];
+        snprintf(mp, sizeof mp, "%lld", (long long)max_pp);
+        if (max_pp > 0) arg_push(&av, "--max-pp"), arg_push(&av, mp);
         json_t *path = json_object_get(json_object_get(q, "model"), "path");
         char *buf = NULL;
         size_t len = 0;
@@ -429,7 +442,7 @@ static hp_status do_advise(json_t *q, hp_model *m, plan_req *r, hp_buf *out, hp_
 static hp_status dispatch(json_t *q, hp_buf *out, hp_err *err)
 {
     static const char *const known[] = {"command", "model", "options", "format", "fqn", "cost", "rank", "world",
-                                        "prefer", "tensors", "hf_version", NULL};
+                                        "prefer", "tensors", "hf_version", "max_pp", NULL};
     hp_status st = check_keys(q, "request", known, err);
     if (st != HP_OK) return st;
     json_t *cv = json_object_get(q, "command");

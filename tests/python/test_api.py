@@ -84,6 +84,20 @@ for cfg in CONFIGS:
     strip = lambda s: re.sub(r'"seconds": [0-9.e+-]+', '"seconds": 0', s)
     check("advise %s" % name, rc == 0 and strip(text) == strip(out))
 
+# advise's max_pp: the same bytes as --max-pp, every candidate within it
+l8 = "data/configs/llama-3-8b.json"
+for mp in (1, 2):
+    rc, out, err = cli("advise", l8, "--world", "8", "--hardware", "H100", "--mode", "train", "--seq", "4096",
+                       "--max-pp", str(mp), "--format", "json")
+    text = _native.call(hp._advise_request(l8, 8, max_pp=mp, hardware="H100", mode="train", seq=4096))
+    strip = lambda s: re.sub(r'"seconds": [0-9.e+-]+', '"seconds": 0', s)
+    d = json.loads(text)
+    check("advise max_pp=%d = --max-pp %d" % (mp, mp), rc == 0 and strip(text) == strip(out))
+    check("advise max_pp=%d: no candidate has more stages" % mp,
+          all(c["pp"] <= mp for c in d["candidates"]) and any(c["pp"] == mp for c in d["candidates"]))
+refuses_alike("advise max_pp 0", lambda: hp.advise(l8, 8, max_pp=0, hardware="H100"),
+              ["advise", l8, "--world", "8", "--hardware", "H100", "--max-pp", "0"])
+
 # every plan option against its flag
 q3 = "data/configs/qwen3-30b-a3b.json"
 ov = "data/overrides/mlp_replicated.yaml"
