@@ -171,25 +171,32 @@ TEST(typed_lookups)
     free(b);
 }
 
+/* A sweep's try (testlib.h): the file opens with its invariants, or fails with HP_ERR_INPUT naming it ("t.gguf"). */
+static int open_or_refuse(const unsigned char *b, size_t len)
+{
+    hp_gguf_file *f = (hp_gguf_file *)1;
+    hp_err e;
+    e.msg[0] = 0;
+    hp_status st = hp_gguf_open_memory(&f, b, len, "t.gguf", &e);
+    if (st != HP_OK) {
+        if (st == HP_ERR_INPUT && f == NULL && strncmp(e.msg, "t.gguf: ", 8) == 0) return 0;
+        fprintf(stderr, "  %zu bytes: status %d: %s\n", len, (int)st, e.msg);
+        return -1;
+    }
+    int wrong = 0;
+    for (size_t i = 0; i < hp_gguf_tensor_count(f); i++) {
+        const hp_gguf_tensor *t = hp_gguf_tensor_at(f, i);
+        wrong += hp_gguf_find_tensor(f, t->name) != t || hp_gguf_data_offset(f) + t->offset + t->nbytes > len;
+    }
+    hp_gguf_close(f);
+    return wrong ? -1 : 1;
+}
+
 TEST(truncation_sweep)
 {
     size_t len;
     unsigned char *b = sample(&len, NULL);
-    int bad = 0;
-    for (size_t n = 0; n < len; n++) {
-        unsigned char *c = malloc(n ? n : 1); /* exactly n bytes: ASan sees any read past the end */
-        memcpy(c, b, n);
-        hp_gguf_file *f = (hp_gguf_file *)1;
-        hp_err e;
-        e.msg[0] = 0;
-        hp_status st = hp_gguf_open_memory(&f, c, n, "t.gguf", &e);
-        if (st != HP_ERR_INPUT || f != NULL || strncmp(e.msg, "t.gguf: ", 8) != 0) {
-            bad++;
-            fprintf(stderr, "  prefix %zu: status %d: %s\n", n, (int)st, e.msg);
-        }
-        free(c);
-    }
-    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(test_prefix_sweep(b, len, open_or_refuse), 0);
     free(b);
 }
 
@@ -199,33 +206,9 @@ TEST(header_byte_corruption_sweep)
 {
     size_t len, at;
     unsigned char *b = sample(&len, &at);
-    int opened = 0, failed = 0, wrong = 0;
-    for (size_t pos = 0; pos < at; pos += TEST_SANITIZED ? 3 : 1) {
-        unsigned char orig = b[pos];
-        for (int v = 0; v < 256; v++) {
-            if (v == orig) continue;
-            b[pos] = (unsigned char)v;
-            hp_gguf_file *f = NULL;
-            hp_err e;
-            e.msg[0] = 0;
-            hp_status st = hp_gguf_open_memory(&f, b, len, "c", &e);
-            if (st == HP_OK) {
-                opened++;
-                for (size_t i = 0; i < hp_gguf_tensor_count(f); i++) {
-                    const hp_gguf_tensor *t = hp_gguf_tensor_at(f, i);
-                    wrong += hp_gguf_find_tensor(f, t->name) != t ||
-                             hp_gguf_data_offset(f) + t->offset + t->nbytes > len;
-                }
-                hp_gguf_close(f);
-            } else {
-                failed++;
-                wrong += st != HP_ERR_INPUT || f != NULL || strncmp(e.msg, "c: ", 3) != 0;
-            }
-        }
-        b[pos] = orig;
-    }
-    CHECK_EQ_INT(wrong, 0);
-    CHECK(opened > 0 && failed > opened);
+    test_sweep s = test_byte_sweep(b, len, at, TEST_SANITIZED ? 3 : 1, open_or_refuse);
+    CHECK_EQ_INT(s.wrong, 0);
+    CHECK(s.opened > 0 && s.refused > s.opened);
     free(b);
 }
 

@@ -12,6 +12,8 @@
  *                    test_max_abs_diff, test_max_rel_diff, test_max_abs; CHECK_CLOSE(a, b, n, atol, rtol) and
  *                    CHECK_CLOSE_MSG: max|a - b| <= atol + rtol * max|b|, naming the worst element when not
  *                    (float or double arrays, any pairing; a NaN never passes)
+ *   parser sweeps    test_prefix_sweep(b, len, try): every truncation refused; test_byte_sweep(b, len, end, stride,
+ *                    try): every value of every byte in [0, end), each opened consistently or refused
  */
 #ifndef HP_TESTLIB_H
 #define HP_TESTLIB_H
@@ -266,6 +268,49 @@ static inline bool hp__test_close(const char *file, int line, const char *what, 
     hp__test_close(__FILE__, __LINE__, #a " ~ " #b, test_compare((a), (b), (n)), (atol), (rtol), "%s", "")
 #define CHECK_CLOSE_MSG(a, b, n, atol, rtol, ...)                                                           \
     hp__test_close(__FILE__, __LINE__, #a " ~ " #b, test_compare((a), (b), (n)), (atol), (rtol), __VA_ARGS__)
+
+/* ---- sweeps over a parser's input ---- */
+
+/* One try of a sweep: the parser under test given b[0, len). Returns 1 when it opened the bytes and what it handed
+ * out holds together, 0 when it refused them as it must (its input status, no output, a message naming the
+ * input), -1 for anything else (it may print why). */
+typedef int (*test_try_fn)(const unsigned char *b, size_t len);
+
+/* Tries every proper prefix of b[0, len), each in a fresh allocation of exactly its size so that ASan sees any
+ * read past its end; returns how many were not refused as they must be (try returned other than 0). */
+static inline int test_prefix_sweep(const unsigned char *b, size_t len, test_try_fn try)
+{
+    int bad = 0;
+    for (size_t n = 0; n < len; n++) {
+        unsigned char *c = malloc(n ? n : 1);
+        if (n) memcpy(c, b, n);
+        bad += try(c, n) != 0;
+        free(c);
+    }
+    return bad;
+}
+
+typedef struct test_sweep {
+    int opened, refused, wrong; /* how many tries returned 1, 0 and -1 */
+} test_sweep;
+
+/* Sets each byte b[pos], pos in [0, end) by stride, to each of its 255 other values in turn (restoring it after)
+ * and tries b[0, len) each time. A parser that checks its input shows wrong == 0, and refused > opened > 0. */
+static inline test_sweep test_byte_sweep(unsigned char *b, size_t len, size_t end, size_t stride, test_try_fn try)
+{
+    test_sweep s = {0, 0, 0};
+    for (size_t pos = 0; pos < end; pos += stride) {
+        unsigned char orig = b[pos];
+        for (int v = 0; v < 256; v++) {
+            if (v == orig) continue;
+            b[pos] = (unsigned char)v;
+            int r = try(b, len);
+            s.opened += r == 1, s.refused += r == 0, s.wrong += r < 0;
+        }
+        b[pos] = orig;
+    }
+    return s;
+}
 
 /* ---- shell steps ---- */
 

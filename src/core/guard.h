@@ -14,8 +14,8 @@
 #include "hyperpar/core.h"
 
 /* Installs the SIGBUS handler (nested calls count; the last leave restores the previous action). Both are
- * thread-safe. hp_st_open enters for every mapped file and hp_st_close leaves, so reads of an open file are
- * always covered; shard and merge also enter around their copy loops. */
+ * thread-safe. The readers' opens (hp_st_open, hp_gguf_open: io/mapped.c) enter for every mapped file and their
+ * closes leave, so reads of an open file are always covered; shard and merge also enter around their copy loops. */
 void hp__guard_enter(void);
 void hp__guard_leave(void);
 /* memcpy from a mapping; false when the mapping faulted (the file shrank under us). Needs the guard entered. */

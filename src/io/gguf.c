@@ -25,16 +25,12 @@
  */
 #include "hyperpar/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/guard.h"
+#include "io/mapped.h"
 
 /* The spec's default when general.alignment is absent. */
 #define DEFAULT_ALIGNMENT 32u
@@ -47,12 +43,7 @@
 #define MIN_TENSOR_BYTES 25u
 
 struct hp_gguf_file {
-    char *label;
-    const uint8_t *buf;
-    size_t size;
-    void *map;      /* non-NULL when buf is our own mapping (the SIGBUS guard is entered while it lives) */
-    int guard_slot; /* -1 when none */
-    int fd;         /* the mapped file, kept open to re-check its size on reads (-1: none) */
+    hp__mapped m; /* the bytes, the label (path or caller's label) and the arena of values, names and strings */
     uint32_t version;
     uint64_t alignment, data_offset;
     hp_gguf_kv *kvs; /* [n_kv], file order */
@@ -61,7 +52,6 @@ struct hp_gguf_file {
     size_t n_tensors;
     const hp_gguf_kv **kv_sorted;         /* by key */
     const hp_gguf_tensor **tensor_sorted; /* by name */
-    hp_arena arena;
 };
 
 static const char *const g_vtype_names[HP_GGUF_VTYPE_COUNT] = {
@@ -83,42 +73,20 @@ typedef struct cur {
     hp_err *err;
 } cur;
 
-static bool still_holds(const hp_gguf_file *f, uint64_t end)
-{
-    struct stat sb;
-    return f->fd < 0 || (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size >= end);
-}
-
-static bool fetch(const hp_gguf_file *f, uint64_t off, void *dst, size_t n)
-{
-    if (!f->map) {
-        memcpy(dst, f->buf + off, n);
-        return true;
-    }
-    return hp__guarded_copy(dst, f->buf + off, n);
-}
-
-static hp_status changed_error(const hp_gguf_file *f, const char *what, hp_err *err)
-{
-    return hp_err_set(err, HP_ERR_IO,
-                      "%s changed while reading (truncated or rewritten by another process): reading %s faulted. "
-                      "Run again once no other program writes to it.", f->label, what);
-}
-
 /* Copies the next n bytes into dst (NULL: skips them). where/field name the field for the message: "metadata
  * key 7 ('general.name')" and "its string length"; idx >= 0 is appended to field as an element index. */
 static hp_status take(cur *c, void *dst, uint64_t n, const char *where, const char *field, int64_t idx)
 {
-    const uint64_t left = c->f->size - c->pos;
+    const uint64_t left = c->f->m.size - c->pos;
     if (n > left) {
         char ix[32] = "";
         if (idx >= 0) snprintf(ix, sizeof ix, " %lld", (long long)idx);
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: %s%s needs %llu bytes at byte %llu but the file ends at byte %llu; the file is "
-                          "truncated or the field before it is corrupt.", c->f->label, where, field, ix,
-                          (unsigned long long)n, (unsigned long long)c->pos, (unsigned long long)c->f->size);
+                          "truncated or the field before it is corrupt.", c->f->m.label, where, field, ix,
+                          (unsigned long long)n, (unsigned long long)c->pos, (unsigned long long)c->f->m.size);
     }
-    if (dst && n && !fetch(c->f, c->pos, dst, (size_t)n)) return changed_error(c->f, where, c->err);
+    if (dst && n && !hp__mapped_copy(&c->f->m, c->pos, dst, (size_t)n)) return hp__mapped_changed(&c->f->m, where, c->err);
     c->pos += n;
     return HP_OK;
 }
@@ -151,7 +119,7 @@ static hp_status take_u64(cur *c, uint64_t *v, const char *where, const char *fi
 static hp_status take_str(cur *c, hp_gguf_str *out, uint64_t max, const char *where, const char *what, int64_t idx)
 {
     uint64_t len;
-    if (c->f->size - c->pos < 8) { /* the message's field name is built only when it is needed */
+    if (c->f->m.size - c->pos < 8) { /* the message's field name is built only when it is needed */
         char field[96];
         snprintf(field, sizeof field, "%s's length", what);
         return take(c, NULL, 8, where, field, idx);
@@ -161,10 +129,10 @@ static hp_status take_str(cur *c, hp_gguf_str *out, uint64_t max, const char *wh
     if (max && len > max)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: %s is %llu bytes, more than the %llu the GGUF specification allows; the file is "
-                          "corrupt.", c->f->label, where, what, (unsigned long long)len, (unsigned long long)max);
-    if (len > c->f->size - c->pos) return take(c, NULL, len, where, what, idx);
-    char *s = hp_arena_alloc(&c->f->arena, (size_t)len + 1);
-    if (!s) return hp_err_set(c->err, HP_ERR_NOMEM, "%s: out of memory for a %llu-byte string.", c->f->label,
+                          "corrupt.", c->f->m.label, where, what, (unsigned long long)len, (unsigned long long)max);
+    if (len > c->f->m.size - c->pos) return take(c, NULL, len, where, what, idx);
+    char *s = hp_arena_alloc(&c->f->m.arena, (size_t)len + 1);
+    if (!s) return hp_err_set(c->err, HP_ERR_NOMEM, "%s: out of memory for a %llu-byte string.", c->f->m.label,
                               (unsigned long long)len);
     st = take(c, s, len, where, what, idx);
     out->s = s;
@@ -211,7 +179,7 @@ static hp_status take_scalar(cur *c, hp_gguf_vtype t, hp_gguf_kv *kv, void *arr,
             if (arr) snprintf(ix, sizeof ix, " (element %llu)", (unsigned long long)i);
             return hp_err_set(c->err, HP_ERR_INPUT,
                               "%s: %s: a BOOL%s holds the byte %llu; booleans must be 0 or 1. The file is corrupt.",
-                              c->f->label, where, ix, (unsigned long long)u);
+                              c->f->m.label, where, ix, (unsigned long long)u);
         }
         if (arr) ((bool *)arr)[i] = u == 1; else kv->v.b = u == 1;
         break;
@@ -228,7 +196,7 @@ static hp_status unknown_vtype(cur *c, uint32_t t, const char *where, const char
     return hp_err_set(c->err, HP_ERR_INPUT,
                       "%s: %s: unknown %s %u; GGUF value types are 0..12 (UINT8, INT8, UINT16, INT16, UINT32, INT32, "
                       "FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64). The file is corrupt or from a newer "
-                      "GGUF version.", c->f->label, where, what, t);
+                      "GGUF version.", c->f->m.label, where, what, t);
 }
 
 static hp_status take_array(cur *c, hp_gguf_kv *kv, const char *where)
@@ -240,19 +208,19 @@ static hp_status take_array(cur *c, hp_gguf_kv *kv, const char *where)
     if (et == HP_GGUF_ARRAY)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: an array of arrays; nested arrays are not supported (llama.cpp does not read them "
-                          "either).", c->f->label, where);
+                          "either).", c->f->m.label, where);
     kv->elem = (hp_gguf_vtype)et;
     st = take_u64(c, &kv->n, where, "the array's element count", -1);
     if (st) return st;
-    const uint64_t min = et == HP_GGUF_STRING ? 8 : g_vtype_file_bytes[et], left = c->f->size - c->pos;
+    const uint64_t min = et == HP_GGUF_STRING ? 8 : g_vtype_file_bytes[et], left = c->f->m.size - c->pos;
     if (kv->n > left / min)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: the array claims %llu elements of %s (at least %llu bytes each) but only %llu bytes "
-                          "are left in the file; the count is corrupt or the file is truncated.", c->f->label, where,
+                          "are left in the file; the count is corrupt or the file is truncated.", c->f->m.label, where,
                           (unsigned long long)kv->n, g_vtype_names[et], (unsigned long long)min,
                           (unsigned long long)left);
-    void *arr = hp_arena_alloc(&c->f->arena, (size_t)(kv->n ? kv->n : 1) * g_vtype_mem_bytes[et]);
-    if (!arr) return hp_err_set(c->err, HP_ERR_NOMEM, "%s: %s: out of memory for %llu array elements.", c->f->label,
+    void *arr = hp_arena_alloc(&c->f->m.arena, (size_t)(kv->n ? kv->n : 1) * g_vtype_mem_bytes[et]);
+    if (!arr) return hp_err_set(c->err, HP_ERR_NOMEM, "%s: %s: out of memory for %llu array elements.", c->f->m.label,
                                 where, (unsigned long long)kv->n);
     kv->arr = arr;
     for (uint64_t i = 0; i < kv->n; i++) {
@@ -262,19 +230,41 @@ static hp_status take_array(cur *c, hp_gguf_kv *kv, const char *where)
     return HP_OK;
 }
 
+/* What take_name reads: a key/value's key or a tensor info's name. */
+typedef struct name_rule {
+    const char *entry;        /* the entry, as where names it before its name is known: "tensor info" 3 */
+    const char *field, *noun; /* the name's field in take_str's messages; the subject of the refusal */
+    const char *rule;         /* the refusal's end */
+    uint64_t max;             /* the longest name allowed */
+} name_rule;
+
+static const name_rule KEY_NAME = {"metadata key/value", "the key", "the key",
+                                   "keys must be non-empty text. The file is corrupt.", MAX_KEY};
+static const name_rule TENSOR_NAME = {"tensor info", "the name", "the tensor name", "the file is corrupt.",
+                                      HP_GGUF_MAX_NAME};
+
+/* The name that begins entry i: a string of 1..r->max bytes without NUL, copied into the arena (*out). where[cap]
+ * is set to "ENTRY I" for the messages; the caller renames it by the name once it has it. */
+static hp_status take_name(cur *c, const name_rule *r, uint64_t i, char *where, size_t cap, const char **out)
+{
+    snprintf(where, cap, "%s %llu", r->entry, (unsigned long long)i);
+    hp_gguf_str s;
+    hp_status st = take_str(c, &s, r->max, where, r->field, -1);
+    if (st) return st;
+    if (s.len == 0 || strlen(s.s) != s.len)
+        return hp_err_set(c->err, HP_ERR_INPUT, "%s: %s: %s is %s; %s", c->f->m.label, where, r->noun,
+                          s.len ? "holds a NUL byte" : "empty", r->rule);
+    *out = s.s;
+    return HP_OK;
+}
+
 static hp_status take_kv(cur *c, hp_gguf_kv *kv, uint64_t i)
 {
     char where[160], name[96];
-    snprintf(where, sizeof where, "metadata key/value %llu", (unsigned long long)i);
-    hp_gguf_str key;
-    hp_status st = take_str(c, &key, MAX_KEY, where, "the key", -1);
+    hp_status st = take_name(c, &KEY_NAME, i, where, sizeof where, &kv->key);
     if (st) return st;
-    if (key.len == 0 || strlen(key.s) != key.len)
-        return hp_err_set(c->err, HP_ERR_INPUT, "%s: %s: the key is %s; keys must be non-empty text. The file is "
-                          "corrupt.", c->f->label, where, key.len ? "holds a NUL byte" : "empty");
-    kv->key = key.s;
     snprintf(where, sizeof where, "metadata key %llu ('%s')", (unsigned long long)i,
-             hp_escape(key.s, name, sizeof name));
+             hp_escape(kv->key, name, sizeof name));
     uint32_t t;
     st = take_u32(c, &t, where, "the value type");
     if (st) return st;
@@ -289,20 +279,14 @@ static hp_status take_kv(cur *c, hp_gguf_kv *kv, uint64_t i)
 static hp_status take_tensor(cur *c, hp_gguf_tensor *t, uint64_t i)
 {
     char where[160], name[96];
-    snprintf(where, sizeof where, "tensor info %llu", (unsigned long long)i);
-    hp_gguf_str nm;
-    hp_status st = take_str(c, &nm, HP_GGUF_MAX_NAME, where, "the name", -1);
+    hp_status st = take_name(c, &TENSOR_NAME, i, where, sizeof where, &t->name);
     if (st) return st;
-    if (nm.len == 0 || strlen(nm.s) != nm.len)
-        return hp_err_set(c->err, HP_ERR_INPUT, "%s: %s: the tensor name is %s; the file is corrupt.", c->f->label,
-                          where, nm.len ? "holds a NUL byte" : "empty");
-    t->name = nm.s;
-    snprintf(where, sizeof where, "tensor '%s'", hp_escape(nm.s, name, sizeof name));
+    snprintf(where, sizeof where, "tensor '%s'", hp_escape(t->name, name, sizeof name));
     uint32_t nd;
     if ((st = take_u32(c, &nd, where, "n_dims"))) return st;
     if (nd > HP_GGUF_MAX_DIMS)
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: %s: n_dims is %u, more than ggml's %d; the file is corrupt.",
-                          c->f->label, where, nd, HP_GGUF_MAX_DIMS);
+                          c->f->m.label, where, nd, HP_GGUF_MAX_DIMS);
     t->n_dims = (int)nd;
     t->n_elems = 1;
     for (int d = 0; d < HP_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
@@ -312,30 +296,30 @@ static hp_status take_tensor(cur *c, hp_gguf_tensor *t, uint64_t i)
         if (v > (uint64_t)INT64_MAX || !hp_mul_i64(t->n_elems, (int64_t)v, &t->n_elems))
             return hp_err_set(c->err, HP_ERR_INPUT,
                               "%s: %s: dimension %d is %llu; the element count overflows a 64-bit integer. The file "
-                              "is corrupt.", c->f->label, where, d, (unsigned long long)v);
+                              "is corrupt.", c->f->m.label, where, d, (unsigned long long)v);
         t->ne[d] = (int64_t)v;
     }
     if ((st = take_u32(c, &t->type, where, "the type"))) return st;
     int64_t be, bb, nbytes;
     if (!hp_ggml_type_block(t->type, &be, &bb))
         return hp_err_set(c->err, HP_ERR_INPUT,
-                          "%s: %s: unknown ggml type %u; the file is from a newer ggml or corrupt.", c->f->label,
+                          "%s: %s: unknown ggml type %u; the file is from a newer ggml or corrupt.", c->f->m.label,
                           where, t->type);
     if (t->ne[0] % be)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: the row length ne[0] = %lld is not a multiple of %s's block of %lld elements; the "
-                          "file is corrupt.", c->f->label, where, (long long)t->ne[0], hp_ggml_type_name(t->type),
+                          "file is corrupt.", c->f->m.label, where, (long long)t->ne[0], hp_ggml_type_name(t->type),
                           (long long)be);
     if (!hp_mul_i64(t->n_elems / be, bb, &nbytes))
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: %s: the byte size of %lld %s elements overflows a 64-bit "
-                          "integer; the file is corrupt.", c->f->label, where, (long long)t->n_elems,
+                          "integer; the file is corrupt.", c->f->m.label, where, (long long)t->n_elems,
                           hp_ggml_type_name(t->type));
     t->nbytes = (uint64_t)nbytes;
     if ((st = take_u64(c, &t->offset, where, "the offset", -1))) return st;
     if (t->offset % c->f->alignment)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: %s: offset %llu is not a multiple of the alignment %llu; the file is corrupt.",
-                          c->f->label, where, (unsigned long long)t->offset, (unsigned long long)c->f->alignment);
+                          c->f->m.label, where, (unsigned long long)t->offset, (unsigned long long)c->f->alignment);
     return HP_OK;
 }
 
@@ -368,10 +352,10 @@ static hp_status read_alignment(hp_gguf_file *f, hp_err *err)
         if (strcmp(kv->key, "general.alignment") != 0) continue;
         if (kv->type != HP_GGUF_U32)
             return hp_err_set(err, HP_ERR_INPUT, "%s: general.alignment is a %s; it must be a UINT32. The file is "
-                              "corrupt.", f->label, g_vtype_names[kv->type]);
+                              "corrupt.", f->m.label, g_vtype_names[kv->type]);
         if (kv->v.u == 0 || (kv->v.u & (kv->v.u - 1)))
             return hp_err_set(err, HP_ERR_INPUT, "%s: general.alignment is %llu; it must be a power of two. The "
-                              "file is corrupt.", f->label, (unsigned long long)kv->v.u);
+                              "file is corrupt.", f->m.label, (unsigned long long)kv->v.u);
         f->alignment = kv->v.u;
     }
     return HP_OK;
@@ -384,12 +368,12 @@ static hp_status check_unique(hp_gguf_file *f, hp_err *err)
     for (size_t i = 1; i < f->n_kv; i++)
         if (strcmp(f->kv_sorted[i - 1]->key, f->kv_sorted[i]->key) == 0)
             return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' appears twice; keys must be unique. The file "
-                              "is corrupt.", f->label, hp_escape(f->kv_sorted[i]->key, a, sizeof a));
+                              "is corrupt.", f->m.label, hp_escape(f->kv_sorted[i]->key, a, sizeof a));
     qsort(f->tensor_sorted, f->n_tensors, sizeof *f->tensor_sorted, cmp_tensor_name);
     for (size_t i = 1; i < f->n_tensors; i++)
         if (strcmp(f->tensor_sorted[i - 1]->name, f->tensor_sorted[i]->name) == 0)
             return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' appears twice; names must be unique. The file is "
-                              "corrupt.", f->label, hp_escape(f->tensor_sorted[i]->name, a, sizeof a));
+                              "corrupt.", f->m.label, hp_escape(f->tensor_sorted[i]->name, a, sizeof a));
     return HP_OK;
 }
 
@@ -397,23 +381,23 @@ static hp_status check_unique(hp_gguf_file *f, hp_err *err)
 static hp_status check_data(hp_gguf_file *f, hp_err *err)
 {
     char a[96], b[96];
-    const uint64_t data = f->data_offset <= f->size ? f->size - f->data_offset : 0;
-    if (f->n_tensors && f->data_offset > f->size)
+    const uint64_t data = f->data_offset <= f->m.size ? f->m.size - f->data_offset : 0;
+    if (f->n_tensors && f->data_offset > f->m.size)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the data section begins at byte %llu (the end of the tensor infos aligned to %llu) "
-                          "but the file ends at byte %zu; the file is truncated.", f->label,
-                          (unsigned long long)f->data_offset, (unsigned long long)f->alignment, f->size);
+                          "but the file ends at byte %zu; the file is truncated.", f->m.label,
+                          (unsigned long long)f->data_offset, (unsigned long long)f->alignment, f->m.size);
     for (size_t i = 0; i < f->n_tensors; i++) {
         const hp_gguf_tensor *t = &f->tensors[i];
         if (t->offset > data || t->nbytes > data - t->offset)
             return hp_err_set(err, HP_ERR_INPUT,
                               "%s: tensor '%s': its %llu bytes at offset %llu run past the end of the %llu-byte data "
-                              "section; the file is truncated or the offset is corrupt.", f->label,
+                              "section; the file is truncated or the offset is corrupt.", f->m.label,
                               hp_escape(t->name, a, sizeof a), (unsigned long long)t->nbytes,
                               (unsigned long long)t->offset, (unsigned long long)data);
     }
     const hp_gguf_tensor **s = hp_calloc(f->n_tensors, sizeof *s);
-    if (!s) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory sorting %zu tensors.", f->label, f->n_tensors);
+    if (!s) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory sorting %zu tensors.", f->m.label, f->n_tensors);
     for (size_t i = 0; i < f->n_tensors; i++) s[i] = &f->tensors[i];
     qsort(s, f->n_tensors, sizeof *s, cmp_tensor_offset);
     hp_status st = HP_OK;
@@ -421,7 +405,7 @@ static hp_status check_data(hp_gguf_file *f, hp_err *err)
         if (s[i]->nbytes && s[i - 1]->offset + s[i - 1]->nbytes > s[i]->offset)
             st = hp_err_set(err, HP_ERR_INPUT,
                             "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap in the data section; the "
-                            "file is corrupt.", f->label, hp_escape(s[i - 1]->name, a, sizeof a),
+                            "file is corrupt.", f->m.label, hp_escape(s[i - 1]->name, a, sizeof a),
                             (unsigned long long)s[i - 1]->offset, (unsigned long long)(s[i - 1]->offset + s[i - 1]->nbytes),
                             hp_escape(s[i]->name, b, sizeof b), (unsigned long long)s[i]->offset,
                             (unsigned long long)(s[i]->offset + s[i]->nbytes));
@@ -434,23 +418,23 @@ static hp_status check_head(cur *c)
 {
     hp_gguf_file *f = c->f;
     uint8_t m[4] = {0};
-    if (f->size < 4)
+    if (f->m.size < 4)
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: the file is %zu bytes, too small to hold the GGUF magic; not a "
-                          "GGUF file.", f->label, f->size);
+                          "GGUF file.", f->m.label, f->m.size);
     hp_status st = take(c, m, 4, "the header", "the magic", -1);
     if (st) return st;
     if (memcmp(m, "GGUF", 4) != 0)
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: the file begins with the bytes %02x %02x %02x %02x, not the "
-                          "GGUF magic 'GGUF'; not a GGUF file.", f->label, m[0], m[1], m[2], m[3]);
+                          "GGUF magic 'GGUF'; not a GGUF file.", f->m.label, m[0], m[1], m[2], m[3]);
     if ((st = take_u32(c, &f->version, "the header", "the version"))) return st;
     if (f->version == 2 || f->version == 3) return HP_OK;
     if (f->version == 1)
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: GGUF version 1 (32-bit counts) is not supported; versions 2 "
-                          "and 3 are. Convert the file again with a current llama.cpp.", f->label);
+                          "and 3 are. Convert the file again with a current llama.cpp.", f->m.label);
     if (f->version == 0x02000000u || f->version == 0x03000000u)
         return hp_err_set(c->err, HP_ERR_INPUT, "%s: the version field reads %u when read little-endian: this is a "
-                          "big-endian GGUF file, which is not supported.", f->label, f->version);
-    return hp_err_set(c->err, HP_ERR_INPUT, "%s: unknown GGUF version %u; versions 2 and 3 are supported.", f->label,
+                          "big-endian GGUF file, which is not supported.", f->m.label, f->version);
+    return hp_err_set(c->err, HP_ERR_INPUT, "%s: unknown GGUF version %u; versions 2 and 3 are supported.", f->m.label,
                       f->version);
 }
 
@@ -460,13 +444,13 @@ static hp_status take_counts(cur *c, uint64_t *n_tensors, uint64_t *n_kv)
     hp_status st = take_u64(c, n_tensors, "the header", "tensor_count", -1);
     if (!st) st = take_u64(c, n_kv, "the header", "metadata_kv_count", -1);
     if (st) return st;
-    const uint64_t left = c->f->size - c->pos;
+    const uint64_t left = c->f->m.size - c->pos;
     if (*n_kv > left / MIN_KV_BYTES || *n_tensors > left / MIN_TENSOR_BYTES ||
         *n_kv * MIN_KV_BYTES > left - *n_tensors * MIN_TENSOR_BYTES)
         return hp_err_set(c->err, HP_ERR_INPUT,
                           "%s: the header claims %llu tensors and %llu metadata key/values, which cannot fit in the "
                           "%llu bytes after it (each key/value takes at least %u bytes, each tensor info %u); the "
-                          "counts are corrupt or the file is truncated.", c->f->label, (unsigned long long)*n_tensors,
+                          "counts are corrupt or the file is truncated.", c->f->m.label, (unsigned long long)*n_tensors,
                           (unsigned long long)*n_kv, (unsigned long long)left, MIN_KV_BYTES, MIN_TENSOR_BYTES);
     return HP_OK;
 }
@@ -483,7 +467,7 @@ static hp_status parse(hp_gguf_file *f, hp_err *err)
     f->tensors = hp_calloc((size_t)n_tensors, sizeof *f->tensors);
     f->tensor_sorted = hp_calloc((size_t)n_tensors, sizeof *f->tensor_sorted);
     if (!f->kvs || !f->kv_sorted || !f->tensors || !f->tensor_sorted)
-        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory for %llu key/values and %llu tensors.", f->label,
+        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory for %llu key/values and %llu tensors.", f->m.label,
                           (unsigned long long)n_kv, (unsigned long long)n_tensors);
     for (uint64_t i = 0; i < n_kv; i++, f->n_kv++) {
         if ((st = take_kv(&c, &f->kvs[i], i))) return st;
@@ -498,104 +482,48 @@ static hp_status parse(hp_gguf_file *f, hp_err *err)
      * overflow: size and alignment are far below 2^63). */
     f->data_offset = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
     if ((st = check_unique(f, err)) || (st = check_data(f, err))) return st;
-    if (!still_holds(f, f->size)) return changed_error(f, "the header", err);
+    if (!hp__mapped_still_holds(&f->m, f->m.size)) return hp__mapped_changed(&f->m, "the header", err);
     return HP_OK;
 }
 
 /* ---- open / close ---- */
 
-static hp_gguf_file *file_new(const char *label)
+/* Parses f once its bytes are set (st: how setting them went), handing it out in *out or closing it. */
+static hp_status finish_open(hp_gguf_file *f, hp_status st, hp_gguf_file **out, hp_err *err)
 {
-    hp_gguf_file *f = hp_calloc(1, sizeof *f);
-    if (!f) return NULL;
-    hp_arena_init(&f->arena);
-    f->guard_slot = -1;
-    f->fd = -1;
-    f->alignment = DEFAULT_ALIGNMENT;
-    f->label = hp_strdup(label ? label : "(memory)");
-    if (!f->label) {
-        free(f);
-        return NULL;
+    if (st == HP_OK) st = parse(f, err);
+    if (st) {
+        hp_gguf_close(f);
+        return st;
     }
-    return f;
+    *out = f;
+    return HP_OK;
 }
 
 hp_status hp_gguf_open_memory(hp_gguf_file **out, const void *buf, size_t len, const char *label, hp_err *err)
 {
     *out = NULL;
-    hp_gguf_file *f = file_new(label);
-    if (!f) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", label ? label : "(memory)");
-    f->buf = buf ? buf : (const void *)"";
-    f->size = buf ? len : 0;
-    hp_status st = parse(f, err);
-    if (st) {
-        hp_gguf_close(f);
-        return st;
-    }
-    *out = f;
-    return HP_OK;
+    hp_gguf_file *f = hp_calloc(1, sizeof *f);
+    if (!f) return hp__mapped_nomem(label, err);
+    return finish_open(f, hp__mapped_open_memory(&f->m, buf, len, label, err), out, err);
 }
 
 hp_status hp_gguf_open(hp_gguf_file **out, const char *path, hp_err *err)
 {
     *out = NULL;
-    int fd = -1;
-    hp_status st = hp_open_regular(path, &fd, err); /* never blocks on a FIFO */
-    if (st) return st;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return hp_err_set(err, HP_ERR_IO, "%s: cannot stat: %s.", path, strerror(e));
-    }
-    hp_gguf_file *f = file_new(path);
-    if (!f) {
-        close(fd);
-        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", path);
-    }
-    f->size = (size_t)sb.st_size;
-    f->buf = (const uint8_t *)"";
-    if (f->size > 0) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            hp_gguf_close(f);
-            return hp_err_set(err, HP_ERR_IO, "%s: cannot map %zu bytes: %s.", path, (size_t)sb.st_size,
-                              strerror(e));
-        }
-        f->map = m;
-        f->buf = m;
-        hp__guard_enter();
-        f->guard_slot = hp__guard_map(m, f->size, path);
-        f->fd = fd;
-    } else {
-        close(fd);
-    }
-    st = parse(f, err);
-    if (st) {
-        hp_gguf_close(f);
-        return st;
-    }
-    *out = f;
-    return HP_OK;
+    hp_gguf_file *f = hp_calloc(1, sizeof *f);
+    if (!f) return hp__mapped_nomem(path, err);
+    return finish_open(f, hp__mapped_open(&f->m, path, 1, err), out, err); /* an empty file is not mapped */
 }
 
 void hp_gguf_close(hp_gguf_file *f)
 {
     if (!f) return;
-    if (f->map) {
-        hp__guard_unmap(f->guard_slot);
-        munmap(f->map, f->size);
-        hp__guard_leave();
-    }
-    if (f->fd >= 0) close(f->fd);
+    hp__mapped_close(&f->m);
     free(f->kvs);
     free(f->kv_sorted);
     free(f->tensors);
     free(f->tensor_sorted);
-    hp_arena_free(&f->arena);
-    free(f->label);
     free(f);
 }
 
@@ -610,9 +538,9 @@ bool hp_gguf_is_gguf(const char *path)
     return yes;
 }
 
-const char *hp_gguf_path(const hp_gguf_file *f) { return f->label; }
+const char *hp_gguf_path(const hp_gguf_file *f) { return f->m.label; }
 uint32_t hp_gguf_version(const hp_gguf_file *f) { return f->version; }
-uint64_t hp_gguf_file_size(const hp_gguf_file *f) { return f->size; }
+uint64_t hp_gguf_file_size(const hp_gguf_file *f) { return f->m.size; }
 uint64_t hp_gguf_alignment(const hp_gguf_file *f) { return f->alignment; }
 uint64_t hp_gguf_data_offset(const hp_gguf_file *f) { return f->data_offset; }
 size_t hp_gguf_kv_count(const hp_gguf_file *f) { return f->n_kv; }
@@ -646,9 +574,9 @@ static hp_status wrong_type(const hp_gguf_file *f, const hp_gguf_kv *kv, const c
 {
     char k[96];
     if (kv->type == HP_GGUF_ARRAY)
-        return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is an ARRAY of %s; expected %s.", f->label,
+        return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is an ARRAY of %s; expected %s.", f->m.label,
                           hp_escape(kv->key, k, sizeof k), g_vtype_names[kv->elem], want);
-    return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is a %s; expected %s.", f->label,
+    return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is a %s; expected %s.", f->m.label,
                       hp_escape(kv->key, k, sizeof k), g_vtype_names[kv->type], want);
 }
 
@@ -668,7 +596,7 @@ hp_status hp_gguf_get_int(const hp_gguf_file *f, const char *key, int64_t *out, 
     default: return wrong_type(f, kv, "an integer", err);
     }
     char k[96];
-    return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is %llu, beyond a 64-bit signed integer.", f->label,
+    return hp_err_set(err, HP_ERR_INPUT, "%s: metadata key '%s' is %llu, beyond a 64-bit signed integer.", f->m.label,
                       hp_escape(key, k, sizeof k), (unsigned long long)kv->v.u);
 }
 
@@ -725,18 +653,14 @@ hp_status hp_gguf_read(const hp_gguf_file *f, const hp_gguf_tensor *t, uint64_t 
     char a[96];
     if (off > t->nbytes || n > t->nbytes - off)
         return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s': bytes [%llu, %llu) asked for are outside its %llu "
-                          "bytes.", f->label, hp_escape(t->name, a, sizeof a), (unsigned long long)off,
+                          "bytes.", f->m.label, hp_escape(t->name, a, sizeof a), (unsigned long long)off,
                           (unsigned long long)off + n, (unsigned long long)t->nbytes);
     if (n == 0) return HP_OK;
     const uint64_t at = f->data_offset + t->offset + off;
-    if (!f->map) {
-        memcpy(dst, f->buf + at, n);
-        return HP_OK;
-    }
-    if (still_holds(f, at + n) && hp__guarded_copy(dst, f->buf + at, n) && still_holds(f, at + n)) return HP_OK;
+    if (hp__mapped_read(&f->m, at, dst, n)) return HP_OK;
     char what[160];
     snprintf(what, sizeof what, "tensor '%s'", hp_escape(t->name, a, sizeof a));
-    return changed_error(f, what, err);
+    return hp__mapped_changed(&f->m, what, err);
 }
 
 /* The raw bytes are read into the end of dst and dequantized forwards, block by block through a small copy:
@@ -749,13 +673,13 @@ hp_status hp_gguf_read_f32(const hp_gguf_file *f, const hp_gguf_tensor *t, int64
     int64_t be, bb;
     if (!hp_ggml_type_dequantizable(t->type))
         return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s' is %s, which hyperpar cannot dequantize (it reads %s).",
-                          f->label, hp_escape(t->name, a, sizeof a), hp_ggml_type_name(t->type),
+                          f->m.label, hp_escape(t->name, a, sizeof a), hp_ggml_type_name(t->type),
                           hp_ggml_dequantizable_list());
     hp_ggml_type_block(t->type, &be, &bb);
     const int64_t cols = t->ne[0], rows = cols ? t->n_elems / cols : 0;
     if (row < 0 || n_rows < 0 || row > rows || n_rows > rows - row)
         return hp_err_set(err, HP_ERR_INPUT, "%s: tensor '%s': rows [%lld, %lld) asked for are outside its %lld rows.",
-                          f->label, hp_escape(t->name, a, sizeof a), (long long)row, (long long)(row + n_rows),
+                          f->m.label, hp_escape(t->name, a, sizeof a), (long long)row, (long long)(row + n_rows),
                           (long long)rows);
     const uint64_t row_bytes = (uint64_t)(cols / be * bb), raw = row_bytes * (uint64_t)n_rows;
     const int64_t n = cols * n_rows;

@@ -22,32 +22,22 @@
  */
 #include "hyperpar/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/guard.h"
+#include "io/mapped.h"
 
 struct hp_st_file {
-    char *label;              /* path or caller's label, for messages and hp_st_path */
-    const unsigned char *buf; /* the whole file */
-    size_t size;
-    void *map; /* non-NULL when buf is our own mapping: the SIGBUS guard is entered while it lives */
-    int guard_slot; /* the mapping's entry in the guard's registry (hp__guard_map), -1 when none */
-    int fd;         /* the mapped file, kept open: each read checks it still holds the bytes (-1: none) */
+    hp__mapped m; /* the bytes, the label (path or caller's label, for messages and hp_st_path) and the arena */
     uint64_t data_offset;
     hp_st_tensor *tensors; /* [n_tensors], header order */
     size_t n_tensors;
     const hp_st_tensor **by_name; /* [n_tensors], sorted by strcmp on name */
     const char **meta_keys, **meta_values; /* [n_meta], header order */
     size_t n_meta;
-    hp_arena arena;
 };
 
 /* ---- reader ---- */
@@ -238,7 +228,7 @@ static int cmp_by_name(const void *a, const void *b)
 /* Checks that the tensors, sorted by begin, tile [0, data_size) exactly. */
 static hp_status check_layout(hp_st_file *f, uint64_t data_size, hp_err *err)
 {
-    const char *lab = f->label;
+    const char *lab = f->m.label;
     size_t n = f->n_tensors;
     const hp_st_tensor **s = hp_calloc(n, sizeof *s);
     if (!s) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory sorting %zu tensors.", lab, n);
@@ -298,12 +288,12 @@ static hp_status parse_metadata(hp_st_file *f, const json_t *m, hp_err *err)
     if (!json_is_object(m))
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: __metadata__ is a JSON %s, but it must be an object of string values; the file is "
-                          "corrupt.", f->label, json_kind(m));
+                          "corrupt.", f->m.label, json_kind(m));
     size_t n = json_object_size(m);
-    f->meta_keys = hp_arena_alloc(&f->arena, (n ? n : 1) * sizeof *f->meta_keys);
-    f->meta_values = hp_arena_alloc(&f->arena, (n ? n : 1) * sizeof *f->meta_values);
+    f->meta_keys = hp_arena_alloc(&f->m.arena, (n ? n : 1) * sizeof *f->meta_keys);
+    f->meta_values = hp_arena_alloc(&f->m.arena, (n ? n : 1) * sizeof *f->meta_values);
     if (!f->meta_keys || !f->meta_values)
-        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->label);
+        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->m.label);
     const char *k;
     json_t *v;
     char mk[256];
@@ -311,54 +301,29 @@ static hp_status parse_metadata(hp_st_file *f, const json_t *m, hp_err *err)
         if (!json_is_string(v))
             return hp_err_set(err, HP_ERR_INPUT,
                               "%s: __metadata__ key '%s' holds a JSON %s, but metadata values must be strings; "
-                              "the file is corrupt.", f->label, hp_escape(k, mk, sizeof mk), json_kind(v));
-        const char *ks = hp_arena_strdup(&f->arena, k);
-        const char *vs = hp_arena_strdup(&f->arena, json_string_value(v));
-        if (!ks || !vs) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->label);
+                              "the file is corrupt.", f->m.label, hp_escape(k, mk, sizeof mk), json_kind(v));
+        const char *ks = hp_arena_strdup(&f->m.arena, k);
+        const char *vs = hp_arena_strdup(&f->m.arena, json_string_value(v));
+        if (!ks || !vs)
+            return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory reading __metadata__.", f->m.label);
         f->meta_keys[f->n_meta] = ks;
         f->meta_values[f->n_meta++] = vs;
     }
     return HP_OK;
 }
 
-/* Copies n bytes at byte offset off of the file into dst; false when the mapping faulted (the file was
- * truncated since it was mapped). */
-/* Whether the mapped file still holds [0, end): a file truncated inside the mapping's last page reads as zeros
- * there (no SIGBUS), so its size is asked before and after each copy. */
-static bool still_holds(const hp_st_file *f, uint64_t end)
-{
-    struct stat sb;
-    return f->fd < 0 || (fstat(f->fd, &sb) == 0 && (uint64_t)sb.st_size >= end);
-}
-
-static bool fetch(const hp_st_file *f, uint64_t off, void *dst, size_t n)
-{
-    if (!f->map) {
-        memcpy(dst, f->buf + off, n);
-        return true;
-    }
-    return still_holds(f, off + n) && hp__guarded_copy(dst, f->buf + off, n) && still_holds(f, off + n);
-}
-
-static hp_status changed_error(const hp_st_file *f, const char *what, hp_err *err)
-{
-    return hp_err_set(err, HP_ERR_IO,
-                      "%s changed while reading (truncated or rewritten by another process): reading %s faulted. "
-                      "Run again once no other program writes to it.", f->label, what);
-}
-
-/* Parses and validates the file f->buf[0, f->size). The length and the JSON header are copied out of the
+/* Parses and validates the file f->m.buf[0, f->m.size). The length and the JSON header are copied out of the
  * mapping first (guarded), so a file truncated between open and parse is an error, not SIGBUS. */
 static hp_status parse(hp_st_file *f, hp_err *err)
 {
-    const char *lab = f->label;
-    if (f->size < 8)
+    const char *lab = f->m.label;
+    if (f->m.size < 8)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: the file is %zu bytes, smaller than the 8-byte header length; not a safetensors "
-                          "file.", lab, f->size);
+                          "file.", lab, f->m.size);
     unsigned char b[9] = {0}; /* the length field and the header's first byte */
-    const size_t nb = f->size < sizeof b ? f->size : sizeof b;
-    if (!fetch(f, 0, b, nb)) return changed_error(f, "the header length", err);
+    const size_t nb = f->m.size < sizeof b ? f->m.size : sizeof b;
+    if (!hp__mapped_read(&f->m, 0, b, nb)) return hp__mapped_changed(&f->m, "the header length", err);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | b[i];
     if (n > HP_ST_MAX_HEADER)
@@ -366,10 +331,10 @@ static hp_status parse(hp_st_file *f, hp_err *err)
                           "%s: header length %llu is larger than the %llu-byte limit; the file is corrupt or not a "
                           "safetensors file.%s", lab, (unsigned long long)n, HP_ST_MAX_HEADER,
                           magic_hint(b, nb));
-    if (n > f->size - 8)
+    if (n > f->m.size - 8)
         return hp_err_set(err, HP_ERR_INPUT,
                           "%s: header length %llu runs past the end of the file (%zu bytes, %zu after the length "
-                          "field); the file looks truncated.%s", lab, (unsigned long long)n, f->size, f->size - 8,
+                          "field); the file looks truncated.%s", lab, (unsigned long long)n, f->m.size, f->m.size - 8,
                           magic_hint(b, nb));
     if (n == 0 || b[8] != '{') /* n > 0: the file has at least 9 bytes, so b[8] was read */
         return hp_err_set(err, HP_ERR_INPUT,
@@ -377,14 +342,14 @@ static hp_status parse(hp_st_file *f, hp_err *err)
                           n == 0 ? "it is empty" : "it does not", magic_hint(b, nb));
     f->data_offset = 8 + n;
     char *copy = NULL;
-    const char *hdr = (const char *)f->buf + 8;
-    if (f->map) {
+    const char *hdr = (const char *)f->m.buf + 8;
+    if (f->m.map) {
         copy = malloc((size_t)n);
         if (!copy) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory for the %llu-byte header.", lab,
                                      (unsigned long long)n);
-        if (!fetch(f, 8, copy, (size_t)n)) {
+        if (!hp__mapped_read(&f->m, 8, copy, (size_t)n)) {
             free(copy);
-            return changed_error(f, "the JSON header", err);
+            return hp__mapped_changed(&f->m, "the JSON header", err);
         }
         hdr = copy;
     }
@@ -437,7 +402,7 @@ static hp_status parse(hp_st_file *f, hp_err *err)
         hp_st_tensor *t = &f->tensors[f->n_tensors];
         st = parse_tensor(lab, key, v, t, err);
         if (st) goto done;
-        t->name = hp_arena_strdup(&f->arena, key);
+        t->name = hp_arena_strdup(&f->m.arena, key);
         if (!t->name) {
             st = hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory for tensor names.", lab);
             goto done;
@@ -445,7 +410,7 @@ static hp_status parse(hp_st_file *f, hp_err *err)
         f->by_name[f->n_tensors] = t;
         f->n_tensors++;
     }
-    st = check_layout(f, f->size - f->data_offset, err);
+    st = check_layout(f, f->m.size - f->data_offset, err);
     if (st) goto done;
     qsort(f->by_name, f->n_tensors, sizeof *f->by_name, cmp_by_name);
     for (size_t i = 1; i < f->n_tensors; i++) {
@@ -461,101 +426,46 @@ done:
     return st;
 }
 
-static hp_st_file *file_new(const char *label)
+/* Parses f once its bytes are set (st: how setting them went), handing it out in *out or closing it. */
+static hp_status finish_open(hp_st_file *f, hp_status st, hp_st_file **out, hp_err *err)
 {
-    hp_st_file *f = hp_calloc(1, sizeof *f);
-    if (!f) return NULL;
-    hp_arena_init(&f->arena);
-    f->guard_slot = -1;
-    f->fd = -1;
-    f->label = hp_strdup(label ? label : "(memory)");
-    if (!f->label) {
-        free(f);
-        return NULL;
+    if (st == HP_OK) st = parse(f, err);
+    if (st) {
+        hp_st_close(f);
+        return st;
     }
-    return f;
+    *out = f;
+    return HP_OK;
 }
 
 hp_status hp_st_open_memory(hp_st_file **out, const void *buf, size_t len, const char *label, hp_err *err)
 {
     *out = NULL;
-    hp_st_file *f = file_new(label);
-    if (!f) return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", label ? label : "(memory)");
-    f->buf = buf ? buf : (const void *)"";
-    f->size = buf ? len : 0;
-    hp_status st = parse(f, err);
-    if (st) {
-        hp_st_close(f);
-        return st;
-    }
-    *out = f;
-    return HP_OK;
+    hp_st_file *f = hp_calloc(1, sizeof *f);
+    if (!f) return hp__mapped_nomem(label, err);
+    return finish_open(f, hp__mapped_open_memory(&f->m, buf, len, label, err), out, err);
 }
 
 hp_status hp_st_open(hp_st_file **out, const char *path, hp_err *err)
 {
     *out = NULL;
-    /* Never a blocking open: a FIFO given as a checkpoint would hang forever; it is refused by name. */
-    int fd = -1;
-    hp_status ost = hp_open_regular(path, &fd, err);
-    if (ost != HP_OK) return ost;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return hp_err_set(err, HP_ERR_IO, "%s: cannot stat: %s.", path, strerror(e));
-    }
-    hp_st_file *f = file_new(path);
-    if (!f) {
-        close(fd);
-        return hp_err_set(err, HP_ERR_NOMEM, "%s: out of memory.", path);
-    }
-    f->size = (size_t)sb.st_size;
-    f->buf = (const unsigned char *)"";
-    if (f->size >= 8) { /* mmap of 0 bytes fails; parse rejects smaller files without reading them */
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            hp_st_close(f);
-            return hp_err_set(err, HP_ERR_IO, "%s: cannot map %zu bytes: %s.", path, (size_t)sb.st_size,
-                              strerror(e));
-        }
-        f->map = m;
-        f->buf = m;
-        hp__guard_enter();
-        f->guard_slot = hp__guard_map(m, f->size, path);
-        f->fd = fd;
-    } else {
-        close(fd);
-    }
-    hp_status st = parse(f, err);
-    if (st) {
-        hp_st_close(f);
-        return st;
-    }
-    *out = f;
-    return HP_OK;
+    hp_st_file *f = hp_calloc(1, sizeof *f);
+    if (!f) return hp__mapped_nomem(path, err);
+    /* Files under 8 bytes are not mapped: parse refuses them by their size without reading them. */
+    return finish_open(f, hp__mapped_open(&f->m, path, 8, err), out, err);
 }
 
 void hp_st_close(hp_st_file *f)
 {
     if (!f) return;
-    if (f->map) {
-        hp__guard_unmap(f->guard_slot);
-        munmap(f->map, f->size);
-        hp__guard_leave();
-    }
-    if (f->fd >= 0) close(f->fd);
+    hp__mapped_close(&f->m);
     free(f->tensors);
     free(f->by_name);
-    hp_arena_free(&f->arena);
-    free(f->label);
     free(f);
 }
 
-const char *hp_st_path(const hp_st_file *f) { return f->label; }
-uint64_t hp_st_file_size(const hp_st_file *f) { return f->size; }
+const char *hp_st_path(const hp_st_file *f) { return f->m.label; }
+uint64_t hp_st_file_size(const hp_st_file *f) { return f->m.size; }
 uint64_t hp_st_data_offset(const hp_st_file *f) { return f->data_offset; }
 size_t hp_st_count(const hp_st_file *f) { return f->n_tensors; }
 
@@ -579,26 +489,26 @@ const hp_st_tensor *hp_st_find(const hp_st_file *f, const char *name)
     return NULL;
 }
 
-const void *hp_st_data(const hp_st_file *f, const hp_st_tensor *t) { return f->buf + f->data_offset + t->begin; }
+const void *hp_st_data(const hp_st_file *f, const hp_st_tensor *t) { return f->m.buf + f->data_offset + t->begin; }
 
 hp_status hp_st_read(const hp_st_file *f, const hp_st_tensor *t, uint64_t off, void *dst, size_t n, hp_err *err)
 {
     const uint64_t bytes = t->end - t->begin;
     if (off > bytes || n > bytes - off)
         return hp_err_set(err, HP_ERR_INPUT,
-                          "%s: tensor '%s': bytes [%llu, %llu) asked for are outside its %llu bytes.", f->label,
+                          "%s: tensor '%s': bytes [%llu, %llu) asked for are outside its %llu bytes.", f->m.label,
                           t->name, (unsigned long long)off, (unsigned long long)off + n, (unsigned long long)bytes);
     if (n == 0) return HP_OK;
     /* Test hook (hp_test_hooks.pause_before_read = P): pauses the first read of a mapped file (P.ready, then
      * P.go), so a test truncates the file at exactly this point; with pause_read_of = NAME only a file whose
      * path holds NAME counts (the input ids are read before a shard folder's rank file is opened). */
     const hp_test_hooks *hk = hp__test_hooks();
-    if (hk->pause_before_read && f->map && (!hk->pause_read_of || strstr(hp_st_path(f), hk->pause_read_of)))
+    if (hk->pause_before_read && f->m.map && (!hk->pause_read_of || strstr(hp_st_path(f), hk->pause_read_of)))
         hp__test_pause(hk->pause_before_read, true);
-    if (fetch(f, f->data_offset + t->begin + off, dst, n)) return HP_OK;
+    if (hp__mapped_read(&f->m, f->data_offset + t->begin + off, dst, n)) return HP_OK;
     char what[600];
     snprintf(what, sizeof what, "tensor '%s'", t->name);
-    return changed_error(f, what, err);
+    return hp__mapped_changed(&f->m, what, err);
 }
 
 size_t hp_st_metadata_count(const hp_st_file *f) { return f->n_meta; }

@@ -237,6 +237,22 @@ static hp_status load_normalizer(const jctx *c, const json_t *root)
 
 static hp_status pre_step(const jctx *c, const json_t *p, const char *where, int depth);
 
+/* A step of a pre-tokenizer or post-processor; depth counts the Sequences around it. */
+typedef hp_status (*step_fn)(const jctx *c, const json_t *p, const char *where, int depth);
+
+/* A Sequence's steps: step on each element of list, named where.key[i], one level deeper. */
+static hp_status each_step(const jctx *c, const json_t *list, const char *where, const char *key, int depth,
+                           step_fn step)
+{
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char w[256];
+        snprintf(w, sizeof w, "%s.%s[%zu]", where, key, i);
+        hp_status st = step(c, json_array_get(list, i), w, depth + 1);
+        if (st != HP_OK) return st;
+    }
+    return HP_OK;
+}
+
 static hp_status add_step(const jctx *c, hp__pre_step s, const char *where)
 {
     if (c->t->n_pre == HP__PRE_MAX)
@@ -274,13 +290,7 @@ static hp_status pre_step(const jctx *c, const json_t *p, const char *where, int
         const json_t *list = json_object_get(p, "pretokenizers");
         if (!json_is_array(list) || depth > 4)
             return bad(c, "pre_tokenizer", NULL, "%s.pretokenizers must be an array (nested at most 4 deep)", where);
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.pretokenizers[%zu]", where, i);
-            hp_status st = pre_step(c, json_array_get(list, i), w, depth + 1);
-            if (st != HP_OK) return st;
-        }
-        return HP_OK;
+        return each_step(c, list, where, "pretokenizers", depth, pre_step);
     }
     hp__pre_step s = {HP__PRE_BYTELEVEL, HP__RX_GPT2, false, false, false};
     if (!strcmp(ty, "ByteLevel")) {
@@ -379,15 +389,8 @@ static hp_status post_step(const jctx *c, const json_t *p, const char *where, in
     if (!strcmp(ty, "ByteLevel")) return HP_OK; /* offsets only */
     if (!strcmp(ty, "TemplateProcessing")) return post_template(c, p, where);
     const json_t *list = json_object_get(p, "processors");
-    if (!strcmp(ty, "Sequence") && json_is_array(list) && depth < 4) {
-        for (size_t i = 0; i < json_array_size(list); i++) {
-            char w[256];
-            snprintf(w, sizeof w, "%s.processors[%zu]", where, i);
-            hp_status st = post_step(c, json_array_get(list, i), w, depth + 1);
-            if (st != HP_OK) return st;
-        }
-        return HP_OK;
-    }
+    if (!strcmp(ty, "Sequence") && json_is_array(list) && depth < 4)
+        return each_step(c, list, where, "processors", depth, post_step);
     return bad(c, "post_processor", NULL, "%s: the post-processor %s is not supported (ByteLevel, TemplateProcessing, "
                "Sequence)", where, ty);
 }

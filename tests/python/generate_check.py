@@ -10,13 +10,13 @@ scripts/install-python.sh fetches, converted) answers "The capital of France is"
 torch/transformers unless HP_REQUIRE_TORCH=1."""
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hp_skip import skip  # noqa: E402
+from hp_torchtest import st_tensors  # noqa: E402
 
 WHO = "generate_check"
 try:
@@ -35,15 +35,8 @@ failed = 0
 
 
 def read_ids(path, key="input_ids"):
-    with open(path, "rb") as f:
-        b = f.read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    t = h[key]
-    lo, hi = t["data_offsets"]
-    fmt = {"I64": "q", "I32": "i"}[t["dtype"]]
-    vals = struct.unpack("<%d%s" % ((hi - lo) // struct.calcsize(fmt), fmt), b[8 + n + lo:8 + n + hi])
-    B, S = t["shape"]
+    """The rows of the [B, S] I32 or I64 tensor key of a safetensors file, as lists of ids."""
+    _, (B, S), vals = st_tensors(path)[key]
     return [list(vals[i * S:(i + 1) * S]) for i in range(B)]
 
 

@@ -17,12 +17,16 @@ torch_hf_plan.py, torch_runtimes.py), so that each script holds only its cases:
 - Failure / NotApplicable / check, rank(), say(), allmax(), full(), max_abs_diff(), ce(): small shared pieces;
 - tiny_model(config, seed, ...), perturb_vectors(model, seed), redraw(model, seed): the tiny float64 models built
   alike on every rank from tests/data/forward/<family>/config.json.
+- st_tensors(path), read_st(path), write_ids(path, ids): safetensors files read and written without the
+  safetensors package (also used by generate_check.py and train_variant.py, which run hyperpar, not torchrun).
 
 Importing this module also puts this tree's Python package (ROOT/python) first on sys.path.
 """
 import datetime
 import importlib
+import json
 import os
+import struct
 import sys
 import traceback
 
@@ -213,3 +217,43 @@ def redraw(model, seed):
             if n.endswith("e_score_correction_bias"):
                 b.copy_(0.05 * torch.randn(b.shape, generator=g, dtype=b.dtype))
     return model
+
+
+# ---- safetensors files ----
+
+_ST_FORMATS = {"F32": "f", "I32": "i", "I64": "q"}  # the dtypes st_tensors unpacks, as struct formats
+
+
+def st_tensors(path):
+    """The tensors of a safetensors file whose dtype is F32, I32 or I64, by name: (dtype, shape, the flat tuple of
+    values); tensors of other dtypes and the __metadata__ are left out."""
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    out = {}
+    for k, v in h.items():
+        fmt = _ST_FORMATS.get(v["dtype"])
+        if fmt is None:
+            continue
+        lo, hi = v["data_offsets"]
+        vals = struct.unpack("<%d%s" % ((hi - lo) // struct.calcsize(fmt), fmt), b[8 + n + lo:8 + n + hi])
+        out[k] = (v["dtype"], v["shape"], vals)
+    return out
+
+
+def read_st(path):
+    """The F32 tensors of a safetensors file, by name, as float32 torch tensors of their shapes."""
+    import torch
+    return {k: torch.tensor(vals, dtype=torch.float32).reshape(shape)
+            for k, (dtype, shape, vals) in st_tensors(path).items() if dtype == "F32"}
+
+
+def write_ids(path, ids):
+    """Writes the int64 tensor ids as a safetensors file holding input_ids alone (hyperpar's --ids input)."""
+    raw = struct.pack("<%dq" % ids.numel(), *ids.flatten().tolist())
+    head = json.dumps({"input_ids": {"dtype": "I64", "shape": list(ids.shape), "data_offsets": [0, len(raw)]}})
+    head = head.encode() + b" " * (-len(head) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(head)) + head + raw)

@@ -6,16 +6,15 @@ list it is given. The model is built by transformers (seeded), saved, trained on
 --grad-out at 1 process, tp=2 and tp=2 x ep=2 (TP-extend-EP), and every gradient is compared with torch autograd's
 on the same batch: per tensor max|d| <= 1e-4·max|ref| + 1e-7, train_check.py's bar. Exits 77 (skipped) without
 torch/transformers unless HP_REQUIRE_TORCH=1."""
-import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hp_skip import skip  # noqa: E402
+from hp_torchtest import read_st, write_ids  # noqa: E402
 
 WHO = "train_variant"
 try:
@@ -23,30 +22,6 @@ try:
     import transformers
 except Exception as e:  # noqa: BLE001
     skip(WHO, "torch/transformers do not import: %s" % e)
-
-
-def read_st(path):
-    with open(path, "rb") as f:
-        b = f.read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    out = {}
-    for k, v in h.items():
-        lo, hi = v["data_offsets"]
-        if v["dtype"] != "F32":
-            continue
-        vals = struct.unpack("<%df" % ((hi - lo) // 4), b[8 + n + lo:8 + n + hi])
-        out[k] = torch.tensor(vals, dtype=torch.float32).reshape(v["shape"])
-    return out
-
-
-def write_ids(path, ids):
-    raw = struct.pack("<%dq" % ids.numel(), *ids.flatten().tolist())
-    head = json.dumps({"input_ids": {"dtype": "I64", "shape": list(ids.shape), "data_offsets": [0, len(raw)]}})
-    head = head.encode() + b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head + raw)
 
 
 def torch_grads(model):
