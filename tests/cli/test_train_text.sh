@@ -121,6 +121,19 @@ rc=$?
 grep "torch:\|FAIL\|SKIP" "$WORK/ref.log"
 check "--loss-mask: transformers' loss and gradients with labels -100 outside the assistant mask (exit $rc)" \
     torch_or_skip $rc
+# --eval-data with --loss-mask: the mean over every assistant target of its windows, before any update (--steps 1
+# with cosine: lr 0), as transformers computes it; the same at dp=2.
+E="--text $WORK/chat.jsonl --tokenizer $T --loss-mask --seq 24 --global-batch 3 --eval-data $WORK/chat.jsonl --eval-every 1"
+expect 0 "eval loss" -- "$HP" train $M $E --log-json "$WORK/e1.log"
+expect 0 "eval loss" -- $MPI -np 2 "$HP" train $M $E --dp 2 --log-json "$WORK/e2.log"
+ev=$(python3 -c "import json, sys; print(json.loads(open(sys.argv[1]).readline())['eval_loss'])" "$WORK/e1.log")
+check "--eval-data at dp=2: the same eval loss" python3 -c "
+import json, sys; a, b = (json.loads(open(p).readline())['eval_loss'] for p in sys.argv[1:])
+assert abs(a - b) <= 1e-6 * abs(a), (a, b)" "$WORK/e1.log" "$WORK/e2.log"
+$REF eval $M $T "$WORK/chat.jsonl" 24 "$ev" > "$WORK/ref.log" 2>&1
+rc=$?
+grep "torch:\|SKIP" "$WORK/ref.log"
+check "--eval-data --loss-mask: transformers' mean over the assistant targets (exit $rc)" torch_or_skip $rc
 # The mask changes the loss: without it (every target) step 1's loss is another.
 expect 0 "step 2/2" -- "$HP" train $M ${L/--loss-mask/} --grad-out "$WORK/nm.g"
 check "without --loss-mask: another loss" python3 -c "

@@ -13,6 +13,9 @@ usage:
       batch (transformers' ForCausalLMLoss: the sum over them / their number); its loss and every gradient against
       GRAD_OUT (hyperpar's --grad-out): per tensor max|d| <= 1e-4 * max|ref| + 1e-7 (train_check.py's bar), the
       loss within 1e-5 relative.
+  python3 train_text_ref.py eval MODEL TOKDIR FILE.jsonl SEQ LOSS
+      the mean loss over every labelled target of every window of FILE.jsonl's stream (the assistant mask), as
+      `--eval-data FILE.jsonl --loss-mask` evaluates it before any update, against LOSS within 1e-5 relative.
 Prints what it compared; exits 1 on a difference, 77 (skipped) when transformers or torch do not import.
 """
 import json
@@ -97,6 +100,22 @@ def grads(model_dir, tokdir, path, seq, gb, grad_out):
     return 1 if bad else 0
 
 
+def evaluate(model_dir, tokdir, path, seq, want):
+    import torch
+    from transformers import AutoModelForCausalLM
+    ids, mask = stream(hf_tokenizer(tokdir), path, True)
+    W = (len(ids) - 1) // seq
+    x = torch.tensor([ids[w * seq:w * seq + seq + 1] for w in range(W)])
+    m = torch.tensor([mask[w * seq:w * seq + seq + 1] for w in range(W)])
+    labels = torch.where(m.bool(), x, torch.full_like(x, -100))
+    n_items = int((labels[:, 1:] != -100).sum())
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        loss = model(input_ids=x, labels=labels, num_items_in_batch=torch.tensor(n_items)).loss.item()
+    print("torch: eval over %d windows, %d targets: %.7f; hyperpar %.7f" % (W, n_items, loss, want))
+    return 0 if abs(loss - want) <= 1e-5 * abs(loss) else 1
+
+
 def main():
     try:
         import torch  # noqa: F401
@@ -110,6 +129,9 @@ def main():
         open(out, "wb").write(struct.pack("<%dH" % len(ids), *ids))
         print("transformers: %d tokens" % len(ids))
         return 0
+    if sys.argv[1] == "eval":
+        model_dir, tokdir, path, seq, want = sys.argv[2:7]
+        return evaluate(model_dir, tokdir, path, int(seq), float(want))
     model_dir, tokdir, path, seq, gb, grad_out = sys.argv[2:8]
     return grads(model_dir, tokdir, path, int(seq), int(gb), grad_out)
 
