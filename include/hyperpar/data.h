@@ -3,8 +3,10 @@
  * batches (in order or shuffled per epoch from a seed), and the learning-rate schedule (docs/train.md, "Data,
  * batches and schedule").
  *
- * A source is either a flat little-endian token stream (uint16 or uint32, no header: nanoGPT's .bin) or a
- * safetensors file with input_ids I64/I32 [N, S]. Every window becomes one ids row the runner takes:
+ * A source is either a flat little-endian token stream (uint16 or uint32, no header: nanoGPT's .bin), a
+ * safetensors file with input_ids I64/I32 [N, S], or a token stream in memory (hp_data_open_ids: what train --text
+ * tokenizes, hp_data_text; with a mask of the tokens that count as targets, --loss-mask). Every window becomes one
+ * ids row the runner takes:
  *
  *   stream, --seq S:       window i = tokens [i·S, i·S + S] (S + 1 ids), W = floor((n_tokens − 1) / S);
  *                          the runner scores positions 0..S−1 against ids[p + 1]: S scored positions per row

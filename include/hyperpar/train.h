@@ -1,8 +1,8 @@
 /*
  * hyperpar/train.h — the library trainer behind `hyperpar train` (docs/train.md, "The library trainer"): N
  * training steps of a model across the ranks of a communicator, as its plan says, on one batch (input) or on the
- * global batches of a token file (data), with the learning-rate schedule, evaluation, a log, checkpoints and
- * resume.
+ * global batches of a token file (data) or of a text tokenized on every rank (text, optionally with the assistant
+ * loss mask), with the learning-rate schedule, evaluation, a log, checkpoints and resume.
  *
  *   hp_train_config_default(&c); c.model = ...;   the caller's options (the CLI fills them from its flags)
  *   hp_train_open(&t, world, &c)                   checks, the model, the plan, the data (headers)   collective

@@ -9,6 +9,9 @@
  *                     |--win 1-|
  *                                              |--win W−1---|
  *
+ * A stream in memory (hp_data_open_ids, train --text) is cut the same way, its mask (when it has one) window by
+ * window beside the ids: window i's mask is that of tokens [i·S, i·S + S], and it scores the targets 1..S marked.
+ *
  * The same streams (and safetensors input_ids, an --ids list, --random-input) are the token inputs of run, validate
  * and cost: hp_ids_load, at the end of this file, cuts a stream into rows without overlap instead of windows.
  *
