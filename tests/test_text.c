@@ -208,6 +208,39 @@ TEST(text_errors)
     hp_tok_free(t);
 }
 
+/* Every prefix of a .jsonl of conversations either tokenizes (a cut at a line's end) or is HP_ERR_INPUT naming a
+ * line, with nothing returned; never a crash or a leak. */
+TEST(jsonl_truncation_sweep)
+{
+    hp_tok *t = load();
+    const char *chat = "{\"messages\": [{\"role\": \"system\", \"content\": \"be a cat.\"}, {\"role\": \"user\", "
+                       "\"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"mew\\n\"}]}\n"
+                       "{\"messages\": [{\"role\": \"user\", \"content\": \"\\u00e9?\"}, {\"role\": \"assistant\", "
+                       "\"content\": \"no.\"}]}\n";
+    size_t len = strlen(chat);
+    char *buf = malloc(len + 1);
+    int ok = 0;
+    for (size_t k = 1; buf && k < len; k++) {
+        memcpy(buf, chat, k);
+        buf[k] = '\0';
+        hp_err err;
+        hp_text_tokens tt;
+        hp_status st = hp_data_text(t, file_of("cut.jsonl", buf), true, &tt, &err);
+        if (st == HP_OK) {
+            ok++;
+            CHECK(tt.n_docs >= 1 && tt.mask != NULL);
+            hp_text_tokens_free(&tt);
+        } else {
+            CHECK_EQ_INT(st, HP_ERR_INPUT);
+            CHECK_STR_CONTAINS(err.msg, "cut.jsonl: line ");
+            CHECK(tt.ids == NULL && tt.mask == NULL);
+        }
+    }
+    CHECK(ok == 2); /* the first line whole, without and with its newline */
+    free(buf);
+    hp_tok_free(t);
+}
+
 TEST(memory_source)
 {
     hp_err err;
