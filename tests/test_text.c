@@ -37,6 +37,19 @@ static const char *file_of(const char *name, const char *text)
     return s;
 }
 
+/* tokenizer.json named as a file reads the tokenizer_config.json beside it, as its folder does (its EOS, its
+ * template). */
+TEST(load_file_or_folder)
+{
+    hp_tok *a = load(), *b = NULL;
+    hp_err err;
+    CHECK_EQ_INT(hp_tok_load(TOKDIR "/tokenizer.json", &b, &err), HP_OK);
+    CHECK(a && b && hp_tok_eos(a) == 2 && hp_tok_eos(b) == 2);
+    CHECK(b && hp_tok_chat_template(b) && !strcmp(hp_tok_chat_template(a), hp_tok_chat_template(b)));
+    hp_tok_free(a);
+    hp_tok_free(b);
+}
+
 TEST(chat_render_spans)
 {
     hp_tok *t = load();

@@ -187,5 +187,18 @@ expect 2 "fewer than one window of --seq 400" -- "$HP" train $M --text "$WORK/bi
 expect 2 "hold no assistant token" -- "$HP" train $M --text "$WORK/chat.jsonl" --tokenizer $T --loss-mask --seq 4 \
     --global-batch 1 --shuffle none --out "$WORK/never"
 expect 2 "bad.jsonl: line 2, column 12: not JSON" -- $MPI -np 2 "$HP" train $M --text "$WORK/bad.jsonl" --tokenizer $T $S --dp 2
+# Every rank must be given the same text and tokenizer, compared by identity (mpirun's MPMD form): other files
+# differ, the same bytes under another name (a copy; the tokenizer's folder or its tokenizer.json) agree.
+cp "$WORK/plain.txt" "$WORK/same.txt"
+mkdir -p "$WORK/tk2" && cp $T/tokenizer.json "$WORK/tk2/" && sed 's/<|im_end|>"/<|endoftext|>"/' \
+    $T/tokenizer_config.json > "$WORK/tk2/tokenizer_config.json"
+A="train $M --tokenizer $T --seq 4 --global-batch 2 --out $WORK/never"
+expect 2 "rank 1 was given --text $WORK/docs.jsonl where rank 0 has --text $WORK/plain.txt" -- \
+    $MPI -np 1 "$HP" $A --text "$WORK/plain.txt" : -np 1 "$HP" $A --text "$WORK/docs.jsonl"
+expect 2 "rank 1 was given --tokenizer $WORK/tk2 where rank 0 has --tokenizer $T" -- $MPI -np 1 "$HP" train $M --text "$WORK/plain.txt" --tokenizer $T \
+    --seq 4 --global-batch 2 --out "$WORK/never" : -np 1 "$HP" train $M --text "$WORK/plain.txt" --tokenizer \
+    "$WORK/tk2" --seq 4 --global-batch 2 --out "$WORK/never"
+expect 0 "step 1/1" -- $MPI -np 1 "$HP" train $M --text "$WORK/plain.txt" --tokenizer $T --seq 4 --global-batch 2 : \
+    -np 1 "$HP" train $M --text "$WORK/same.txt" --tokenizer "$TESTS/$T/tokenizer.json" --seq 4 --global-batch 2
 check "nothing was written" test ! -e "$WORK/never"
 finish
