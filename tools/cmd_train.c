@@ -1,6 +1,6 @@
 /*
- * cmd_train.c — `hyperpar train MODEL (--input IDS | --data FILE | --text FILE [--tokenizer T] [--loss-mask]) --seq S
- * --global-batch GB) [--steps N] [--out DIR]
+ * cmd_train.c — `hyperpar train MODEL (--input IDS | (--data FILE | --text FILE [--tokenizer T] [--loss-mask]) --seq
+ * S --global-batch GB) [--steps N] [--out DIR]
  * [--grad-out G] [AdamW] [schedule] [mesh flags]`: the command line of the library trainer (hyperpar/train.h,
  * src/train: the loop, the data, the schedule, evaluation, checkpoints, resume, the memory check; docs/train.md).
  * This file holds the options, their parsing into the trainer's config, the ranks' agreement on them, the hooks
@@ -637,11 +637,10 @@ const cli_command cli_cmd_train = {
               {"[mpirun -np N]", "MODEL --text [--loss-mask] --seq --global-batch"}},
     .about = "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
              "(--data) or of a text tokenized on the fly (--text), across the ranks exactly as its plan says:\n"
-             "each step runs\n"
-             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
-             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
-             "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
-             "--help).\n",
+             "each step runs the forward, the backward of every boundary in reverse (each collective by its\n"
+             "dual), sums every parameter's gradient over the ranks that saw other rows of it, and takes an\n"
+             "AdamW step on each rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE\n"
+             "(listed in its --help).\n",
     .args = g_args,
     .opts = g_opts,
     .epilog_more = epilog,
