@@ -223,7 +223,7 @@ static void measure(const cli_bench_args *a, const cli_bench_info *in, cli_torch
     char D[32];
     snprintf(D, sizeof D, "%lld", (long long)a->decode);
     char *args[] = {(char *)in->ckpt_dir, "--mode", (char *)mode, "--batch", B, "--tokens", T, "--threads", N,
-                    "--reps", R, "--dtype", (char *)dt, "--new-tokens", D, NULL};
+                    "--reps", R, "--dtype", (char *)dt, a->decode ? "--new-tokens" : NULL, D, NULL};
     /* decode: the median is of one decode step of B tokens */
     run_script(cli_torch_step_py, args, a->decode ? a->batch : a->batch * a->tokens, dt, t);
 }

@@ -1,5 +1,6 @@
 /*
- * cmd_train.c — `hyperpar train MODEL (--input IDS | --data FILE --seq S --global-batch GB) [--steps N] [--out DIR]
+ * cmd_train.c — `hyperpar train MODEL (--input IDS | (--data FILE | --text FILE [--tokenizer T] [--loss-mask]) --seq
+ * S --global-batch GB) [--steps N] [--out DIR]
  * [--grad-out G] [AdamW] [schedule] [mesh flags]`: the command line of the library trainer (hyperpar/train.h,
  * src/train: the loop, the data, the schedule, evaluation, checkpoints, resume, the memory check; docs/train.md).
  * This file holds the options, their parsing into the trainer's config, the ranks' agreement on them, the hooks
@@ -49,7 +50,7 @@ static void say(const char *fmt, ...)
 enum {
     O_PLAN = 300, O_STEPS, O_OUT, O_GRAD, O_LR, O_B1, O_B2, O_EPS, O_WD, O_FORCE, O_ZERO, O_CLIP, O_DATA, O_DDTYPE,
     O_SEQ, O_GB, O_MB, O_PPSCHED, O_SHUFFLE, O_SEED, O_WARMUP, O_SCHED, O_MINLR, O_EVAL, O_EVERY, O_LOGJSON, O_SKIPNF,
-    O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT, O_COMPUTE
+    O_SAVE, O_RESUME, O_STOP, O_STATS, O_LOGEVERY, O_PLOT, O_COMPUTE, O_TEXT, O_TOK, O_LMASK
 };
 #define G_PLAN "the plan (as 'hyperpar plan' derives it; default: a shard folder's own, else --tp = the processes)"
 #define G_OPT "AdamW (torch.optim.AdamW's defaults)"
@@ -63,6 +64,8 @@ enum {
 typedef struct train_args {
     const char *model, *input, *out, *grad_out, *plan;
     const char *data, *eval_data, *log_json, *stats_json, *plot;
+    const char *text, *tokenizer; /* --text, --tokenizer */
+    bool loss_mask;               /* --loss-mask */
     hp_data_dtype dtype;
     int64_t seq, gb, mb, eval_every; /* mb: parse's placeholder (the trainer derives the micro-step from dp) */
     int64_t mb_rows;                 /* --micro-batch as given: rows per replica (0: one micro-batch a step) */
@@ -303,14 +306,15 @@ static hp_status resolve_plan(void *ctx, hp_model *m, const char *shard_dir, int
 static hp_status check_output_files(void *ctx, hp_err *err)
 {
     const train_args *a = ((train_cli *)ctx)->a;
-    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data};
+    const char *const inputs[] = {a->input, a->pf.overrides, a->plan, a->model, a->data, a->eval_data, a->text,
+                                  a->tokenizer};
     const char *name[] = {"--plot", "--log-json", "--grad-out", "--stats-json"};
     const char *path[] = {a->plot, a->log_json, a->grad_out, a->stats_json};
     static const int order[] = {2, 1, 0, 3}; /* --grad-out, --log-json, --plot, --stats-json */
     char omsg[8400];
     for (int k = 0; k < 4; k++) {
         int i = order[k];
-        if (path[i] && cli_output_problem(name[i], path[i], a->model, inputs, 6, omsg, sizeof omsg))
+        if (path[i] && cli_output_problem(name[i], path[i], a->model, inputs, 8, omsg, sizeof omsg))
             return hp_err_set(err, HP_ERR_INPUT, "%s", omsg);
     }
     for (int i = 0; i < 4; i++)
@@ -338,6 +342,7 @@ static void config_of(train_cli *c, hp_train_config *cfg)
     const train_args *a = c->a;
     hp_train_config_default(cfg);
     cfg->model = a->model, cfg->input = a->input, cfg->data = a->data, cfg->eval_data = a->eval_data;
+    cfg->text = a->text, cfg->tokenizer = a->tokenizer, cfg->loss_mask = a->loss_mask;
     cfg->dtype = a->dtype, cfg->order = a->order, cfg->seq = a->seq, cfg->global_batch = a->gb;
     cfg->micro_batch = a->mb_rows, cfg->eval_every = a->eval_every;
     cfg->steps = a->steps, cfg->stop_after = a->stop_after, cfg->sched = a->sched, cfg->opt = a->to;
@@ -369,6 +374,21 @@ static uint64_t resume_identity(const char *arg)
     if (hp_train_ckpt_find("--resume", arg, ckpt, sizeof ckpt, &e) != HP_OK) return 0;
     snprintf(path, sizeof path, "%s/state.json", ckpt);
     return cli_file_identity(path);
+}
+
+/* --tokenizer's identity for the ranks' agreement: its tokenizer.json (the file, or the one in the folder) and the
+ * tokenizer_config.json beside it (its EOS and chat template); 0 (not compared) when there is no tokenizer.json. */
+static uint64_t tokenizer_identity(const char *arg)
+{
+    char json[PATH_MAX + 32], cfg[PATH_MAX + 32];
+    size_t n = strlen(arg);
+    bool file = n >= 5 && !strcmp(arg + n - 5, ".json");
+    const char *slash = strrchr(arg, '/');
+    snprintf(json, sizeof json, file ? "%s" : "%s/tokenizer.json", arg);
+    if (file) snprintf(cfg, sizeof cfg, "%.*stokenizer_config.json", slash ? (int)(slash - arg) + 1 : 0, arg);
+    else snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", arg);
+    uint64_t a = cli_file_identity(json), b = cli_file_identity(cfg);
+    return a ? a ^ (b * 0x9E3779B97F4A7C15ull) : 0;
 }
 
 /* The view of the run prepare describes: --plot's points of the steps the resumed run's log records first. */
@@ -419,8 +439,10 @@ static int train(train_args *a, const cli_parser *cp, const char *usage_msg, int
     static const int free_vals[] = {'t'};
     static const cli_agree_input agree_inputs[] = {{'i', cli_file_identity}, {O_DATA, cli_file_identity},
                                                    {O_EVAL, cli_file_identity}, {O_PLAN, cli_file_identity},
-                                                   {CLI_O_OVERRIDES, cli_file_identity}, {O_RESUME, resume_identity}};
-    hp_status st = cli_agree_flags(w, cp, free_vals, 1, agree_inputs, 6, &err);
+                                                   {CLI_O_OVERRIDES, cli_file_identity}, {O_RESUME, resume_identity},
+                                                   {O_TEXT, cli_file_identity}, {O_TOK, tokenizer_identity}};
+    hp_status st = cli_agree_flags(w, cp, free_vals, 1, agree_inputs,
+                                   (int)(sizeof agree_inputs / sizeof *agree_inputs), &err);
     /* the same options: the same usage error on every rank, printed once */
     if (st == HP_OK) st = hp_comm_agree(w, usage_msg ? hp_err_set(&err, HP_ERR_INPUT, "%s", usage_msg) : HP_OK, &err);
     if (st != HP_OK) return finish(w, st, &err);
@@ -502,6 +524,15 @@ static const cli_opt g_opts[] = {
     {"data", O_DATA, "FILE", "train on a token file instead of --input: a flat little-endian token stream\n"
                              "(.bin, see --data-dtype) or a .safetensors with input_ids I64/I32 [N, S]",
      0, G_DATA, CLI_STR(train_args, data)},
+    {"text", O_TEXT, "FILE", "train on text instead: FILE tokenized with the model's tokenizer.json into the\n"
+                             "token stream --data would read, EOS after each document; one document, or a\n"
+                             "FILE.jsonl of one {\"text\": ...} or {\"messages\": [...]} (ChatML) a line", 0, G_DATA,
+     CLI_STR_NONEMPTY(train_args, text, "a file")},
+    {"tokenizer", O_TOK, "PATH", "--text's tokenizer.json (or its folder; default: MODEL's)", 0, G_DATA,
+     CLI_STR_NONEMPTY(train_args, tokenizer, "a tokenizer.json or its folder")},
+    {"loss-mask", O_LMASK, NULL, "with --text FILE.jsonl of {\"messages\": [...]}: only the assistant messages'\n"
+                                 "tokens (content and <|im_end|>) count in the loss, the mean over them", 0, G_DATA,
+     CLI_FLAG(train_args, loss_mask)},
     {"data-dtype", O_DDTYPE, "T", "uint16 (default) or uint32: the stream's token type", 0, G_DATA,
      CLI_FN(train_args, dtype, data_dtype_fn)},
     {"seq", O_SEQ, "S", "window length: a stream's window is S + 1 tokens (S scored positions);\n"
@@ -516,8 +547,9 @@ static const cli_opt g_opts[] = {
      CLI_ENUM(train_args, order.shuffle, g_shuffle)},
     {"seed", O_SEED, "N", "the shuffle's seed, an unsigned 64-bit integer (default 0)", 0, G_DATA,
      CLI_FN(train_args, order.seed, seed_fn)},
-    {"eval-data", O_EVAL, "FILE", "a held-out token file (same --data-dtype and --seq): every --eval-every\n"
-                                  "K steps, its mean loss over all its windows (forward only)", 0, G_DATA,
+    {"eval-data", O_EVAL, "FILE", "a held-out token file (same --data-dtype and --seq; with --text a text file,\n"
+                                  "read as --text is): every --eval-every K steps, its mean loss over all its\n"
+                                  "windows (forward only)", 0, G_DATA,
      CLI_STR(train_args, eval_data)},
     {"eval-every", O_EVERY, "K", "steps between evaluations of --eval-data", 0, G_DATA, STEPS(eval_every)},
     {"schedule", O_SCHED, "KIND", "cosine (default with --data), linear or constant (default with --input)", 0,
@@ -601,13 +633,14 @@ static const cli_arg g_args[] = {
 const cli_command cli_cmd_train = {
     .cmd = "train",
     .summary = "train a checkpoint (dense or MoE) for N AdamW steps across MPI ranks",
-    .forms = {{"[mpirun -np N]", "MODEL --input"}, {"[mpirun -np N]", "MODEL --data --seq --global-batch"}},
+    .forms = {{"[mpirun -np N]", "MODEL --input"}, {"[mpirun -np N]", "MODEL --data --seq --global-batch"},
+              {"[mpirun -np N]", "MODEL --text [--loss-mask] --seq --global-batch"}},
     .about = "Trains MODEL for N steps, on the same batch (--input) or on the global batches of a token file\n"
-             "(--data), across the ranks exactly as its plan says: each step runs\n"
-             "the forward, the backward of every boundary in reverse (each collective by its dual), sums every\n"
-             "parameter's gradient over the ranks that saw other rows of it, and takes an AdamW step on each\n"
-             "rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE (listed in its\n"
-             "--help).\n",
+             "(--data) or of a text tokenized on the fly (--text), across the ranks exactly as its plan says:\n"
+             "each step runs the forward, the backward of every boundary in reverse (each collective by its\n"
+             "dual), sums every parameter's gradient over the ranks that saw other rows of it, and takes an\n"
+             "AdamW step on each rank's slices (docs/train.md). Every family 'hyperpar run' runs, dense and MoE\n"
+             "(listed in its --help).\n",
     .args = g_args,
     .opts = g_opts,
     .epilog_more = epilog,
@@ -667,7 +700,8 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     cp->command = &cli_cmd_train;
     int prc = cli_parse(cp, a, argc, argv);
     if (prc != HP_EXIT_OK) return prc; /* CLI_HELP is PARSE_HELP */
-    static const int data_opts[] = {O_EVAL, O_DDTYPE, O_SHUFFLE, O_SEED, O_SEQ, O_GB, O_MB, O_EVERY};
+    static const int data_opts[] = {O_EVAL, O_DDTYPE, O_SHUFFLE, O_SEED, O_SEQ, O_GB, O_MB, O_EVERY, O_TOK,
+                                    O_LMASK};
     for (size_t i = 0; i < sizeof data_opts / sizeof *data_opts; i++) a->data_opts |= cli_given(cp, data_opts[i]);
     a->dtype_given = cli_given(cp, O_DDTYPE);
     a->seed_given = cli_given(cp, O_SEED);
@@ -676,16 +710,23 @@ static int parse(train_args *a, cli_parser *cp, int argc, char **argv)
     if (optind >= argc) return cli_usage_error("train", "missing MODEL");
     if (optind + 1 < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
-    if (!a->input && !a->data) return cli_usage_error("train", "missing --input IDS.safetensors or --data FILE");
-    if (a->input && a->data)
-        return cli_usage_error("train", "give either --input (the same batch every step) or --data (a token file), "
-                               "not both");
+    if (!a->input && !a->data && !a->text)
+        return cli_usage_error("train", "missing --input IDS.safetensors, --data FILE or --text FILE");
+    if ((a->input != NULL) + (a->data != NULL) + (a->text != NULL) > 1)
+        return cli_usage_error("train", "give one of --input (the same batch every step), --data (a token file) and "
+                               "--text (a text file, tokenized), not %s", a->input && a->data && a->text ? "all three"
+                                                                          : "both");
     if (a->input && a->data_opts)
         return cli_usage_error("train", "--seq, --global-batch, --micro-batch, --data-dtype, --shuffle, --seed and "
-                               "--eval-data/--eval-every go with --data, not --input");
-    if (a->data) {
-        if (!a->seq) return cli_usage_error("train", "--data needs --seq S (the window length)");
-        if (!a->gb) return cli_usage_error("train", "--data needs --global-batch GB (windows per step)");
+                               "--eval-data/--eval-every go with --data or --text, not --input");
+    if (!a->text && (a->tokenizer || a->loss_mask))
+        return cli_usage_error("train", "%s goes with --text FILE", a->tokenizer ? "--tokenizer" : "--loss-mask");
+    if (a->text && a->dtype_given)
+        return cli_usage_error("train", "--data-dtype goes with --data: --text makes its tokens itself");
+    if (a->data || a->text) {
+        const char *src = a->data ? "--data" : "--text";
+        if (!a->seq) return cli_usage_error("train", "%s needs --seq S (the window length)", src);
+        if (!a->gb) return cli_usage_error("train", "%s needs --global-batch GB (windows per step)", src);
         a->mb = a->gb; /* one micro-step a step until the plan's dp sets it (open_data) */
         if (!a->eval_data != !a->eval_every)
             return cli_usage_error("train", "--eval-data and --eval-every go together");

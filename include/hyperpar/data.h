@@ -3,8 +3,10 @@
  * batches (in order or shuffled per epoch from a seed), and the learning-rate schedule (docs/train.md, "Data,
  * batches and schedule").
  *
- * A source is either a flat little-endian token stream (uint16 or uint32, no header: nanoGPT's .bin) or a
- * safetensors file with input_ids I64/I32 [N, S]. Every window becomes one ids row the runner takes:
+ * A source is either a flat little-endian token stream (uint16 or uint32, no header: nanoGPT's .bin), a
+ * safetensors file with input_ids I64/I32 [N, S], or a token stream in memory (hp_data_open_ids: what train --text
+ * tokenizes, hp_data_text; with a mask of the tokens that count as targets, --loss-mask). Every window becomes one
+ * ids row the runner takes:
  *
  *   stream, --seq S:       window i = tokens [i·S, i·S + S] (S + 1 ids), W = floor((n_tokens − 1) / S);
  *                          the runner scores positions 0..S−1 against ids[p + 1]: S scored positions per row
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "hyperpar/core.h"
+#include "hyperpar/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,10 +48,24 @@ typedef struct hp_data hp_data;
 hp_status hp_data_open(hp_data **out, const char *path, hp_data_dtype dt, int64_t seq, hp_err *err);
 void hp_data_close(hp_data *d);
 
+/* An in-memory token stream (what train --text tokenizes), cut into windows as a stream file is: ids [n] (each in
+ * [0, 2^31)) and mask [n] (NULL: none), both copied. mask[i] != 0: token i counts as a target (the loss of the
+ * position before it); 0: it is still an input, but no loss is taken on it (transformers' label -100). label
+ * names the source in messages ("--text chat.jsonl"). HP_ERR_INPUT for fewer than seq + 1 tokens. */
+hp_status hp_data_open_ids(hp_data **out, const char *label, const int32_t *ids, const uint8_t *mask, int64_t n,
+                           int64_t seq, hp_err *err);
+
 int64_t hp_data_windows(const hp_data *d);   /* W */
 int64_t hp_data_row_len(const hp_data *d);   /* ids per row: seq + 1 for a stream, seq for safetensors */
 int64_t hp_data_row_scored(const hp_data *d); /* scored positions per row: row_len − 1 */
 const char *hp_data_path(const hp_data *d);
+/* Whether the source has a mask (hp_data_open_ids). */
+bool hp_data_masked(const hp_data *d);
+/* Window w's mask, parallel to its ids row: row [hp_data_row_len(d)], 1 where the token counts as a target (every
+ * token without a mask); and the targets it scores: positions 0..row_len − 2 whose next token counts (row_len − 1
+ * without a mask). 0 <= w < W. */
+void hp_data_window_mask(const hp_data *d, int64_t w, uint8_t *row);
+int64_t hp_data_window_scored(const hp_data *d, int64_t w);
 
 typedef enum hp_data_shuffle {
     HP_DATA_SEEDED = 0, /* the default: each epoch's window order a permutation from the seed */
@@ -127,6 +144,34 @@ hp_status hp_ids_load(const hp_ids_source *src, int64_t vocab, int64_t **ids, in
 /* The safetensors file's input_ids I64/I32 [B, S] (B, S >= 1) into *ids (malloc'd; ids NULL: only the shape is
  * read), whatever the file's name; vocab > 0 also checks every id against [0, vocab). */
 hp_status hp_data_read_input_ids(const char *path, int64_t vocab, int64_t **ids, int64_t *B, int64_t *S, hp_err *err);
+
+/* ---- text: the token stream of train --text (docs/train.md, "Text") ----
+ *
+ * A file named *.jsonl holds one document a line, {"text": "..."} or {"messages": [{"role", "content"}, ...]}
+ * (a conversation in the model's ChatML format, hp_tok_chat_render); blank lines are skipped. Any other file is
+ * one document, the whole of it. A text document is encoded as `hyperpar tokenize` encodes a file (the
+ * post-processor's tokens added), a conversation as apply_chat_template gives it (none added); each is followed
+ * by the tokenizer's EOS id. */
+typedef struct hp_text_tokens {
+    int32_t *ids;          /* [n] */
+    uint8_t *mask;         /* [n] with loss_mask (1: an assistant message's token, its <|im_end|> included), else
+                              NULL */
+    int64_t n, n_docs;
+    int64_t n_marked;      /* tokens the mask marks */
+    uint64_t bytes;        /* the file's */
+    int64_t n_dropped;     /* bytes the tokenizer left out (no token for them: hp_tok_dropped) */
+    int first_dropped;     /* the first of them, -1: none */
+} hp_text_tokens;
+
+/* Whether path names a JSON Lines file (its name ends in .jsonl). */
+bool hp_data_is_jsonl(const char *path);
+/* The token stream of the text file at path (at most HP_TOK_MAX_TEXT bytes) into *out. loss_mask: path must be
+ * a .jsonl of conversations, and out->mask marks the assistant's tokens. HP_ERR_INPUT naming the file (and the
+ * line of a .jsonl) for an empty file, a line that is not one of those objects, a role other than system, user
+ * and assistant, a conversation whose tokens cannot be mapped back to its text (hp_tok_encode_marked), no
+ * document, a tokenizer without an EOS token or without a ChatML template for a conversation. */
+hp_status hp_data_text(hp_tok *tok, const char *path, bool loss_mask, hp_text_tokens *out, hp_err *err);
+void hp_text_tokens_free(hp_text_tokens *t);
 
 /* ---- the learning-rate schedule ---- */
 

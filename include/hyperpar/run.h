@@ -114,7 +114,7 @@ typedef struct hp_run_stats {
 typedef struct hp_run_output {
     float *logits;  /* rank 0: [B, S, V] (malloc'd); NULL elsewhere and under hp_run_opts.no_logits */
     int64_t B, S, V;
-    double loss;    /* every rank: mean next-token cross-entropy over B·(S−1) positions */
+    double loss;    /* every rank: mean next-token cross-entropy over B·(S−1) positions (those a mask marks) */
     /* MoE models, rank 0: the routed experts of every sparse layer, moe.<l>.topk_idx as in forward_io */
     int n_moe;
     int64_t K;
@@ -136,6 +136,12 @@ void hp_runner_free(hp_runner *r);
 
 /* ids [B, S] row-major, the same on every rank. Ids outside [0, V) are HP_ERR_INPUT naming row and position. */
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err);
+/* The same, the loss over the targets mask marks: mask [B, S] parallel to ids (the same on every rank), mask[b][s]
+ * != 0 when token s of row b counts as the target of position s − 1; the others are left out of the loss as
+ * transformers' label −100 is. out->loss is the mean over the marked targets of the whole batch (NaN when there
+ * is none); NULL: every target, as hp_runner_forward. */
+hp_status hp_runner_forward_masked(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t B, int64_t S,
+                                   hp_run_output *out, hp_err *err);
 /* With hp_run_opts.kv_cache: ids [B, S] are positions [pos0, pos0 + S) of rows whose positions before pos0 the
  * runner's KV cache holds from the forwards before (pos0 = 0 starts a new batch; otherwise pos0 must be where the
  * last forward of the same B rows ended, and pos0 + S at most kv_cache). Each attention step appends this
@@ -211,14 +217,21 @@ hp_status hp_runner_train_step(hp_runner *r, const int64_t *ids, int64_t B, int6
  * Collective. */
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err);
+/* hp_runner_accumulate with a loss mask (hp_runner_forward_masked): a target the mask leaves out contributes
+ * nothing, to the loss or to any gradient, and n_scored counts the marked targets of the whole step (<= 0: this
+ * micro-batch's), as transformers' ignore_index −100 with num_items_in_batch. mask NULL: every target. */
+hp_status hp_runner_accumulate_masked(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t B, int64_t S,
+                                      int64_t n_scored, double *loss, hp_err *err);
 hp_status hp_runner_apply(hp_runner *r, const hp_train_opts *opts, double *grad_norm, hp_err *err);
-/* m micro-batches ids [m][B, S] accumulated as m calls of hp_runner_accumulate would (n_scored over the step;
- * <= 0: all m·B·(S−1)), losses[j] micro-batch j's own mean on every rank. Under a pipeline (pp > 1) every stage
+/* m micro-batches ids [m][B, S] (and their mask [m][B, S], or NULL) accumulated as m calls of
+ * hp_runner_accumulate_masked would (n_scored over the step; <= 0: every target of the m micro-batches the mask
+ * marks, all m·B·(S−1) without one), losses[j] micro-batch j's own mean on every rank. Under a pipeline (pp > 1)
+ * every stage
  * walks schedule sched's list of its chunks' forwards and backwards (hp_pp_sched_ops; docs/pipeline.md), the
  * stream and its gradient point to point between stages; the gradients are those of one process, each chunk's
  * micro-batches summed in order. Collective over every rank. */
-hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, int64_t m, int64_t B, int64_t S,
-                                    int64_t n_scored, hp_pp_sched sched, double *losses, hp_err *err);
+hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t m, int64_t B,
+                                    int64_t S, int64_t n_scored, hp_pp_sched sched, double *losses, hp_err *err);
 
 /* The training state, for a resume that continues bit for bit: every trained slice's f32 values (the masters),
  * AdamW's moments (as ZeRO lays them out) and the step count, each rank into dir/rank-<r>.safetensors (written

@@ -107,6 +107,27 @@ const char *hp_tok_chat_template(const hp_tok *tok);
  * (<|im_start|>ROLE\nTEXT<|im_end|>\n: SmolLM2, Qwen2); another template, or none, is HP_ERR_INPUT by name.
  * *out malloc'd. */
 hp_status hp_tok_chat(const hp_tok *tok, const char *system, const char *user, char **out, hp_err *err);
+/* One message of a conversation: role "system", "user" or "assistant"; content [len] bytes. */
+typedef struct hp_tok_message {
+    const char *role;
+    const char *content;
+    size_t len;
+} hp_tok_message;
+/* A whole conversation msgs [n] in the model's ChatML format, as transformers' apply_chat_template renders it:
+ * the template's default system message first when msgs[0] is not a system one, then <|im_start|>ROLE\nCONTENT
+ * <|im_end|>\n per message, then <|im_start|>assistant\n with add_generation_prompt. *out (malloc'd, NUL after
+ * *len bytes) is to be encoded without special tokens added. spans (may be NULL): *spans [2 * *n_spans] (malloc'd)
+ * the byte ranges [start, end) of every assistant message's content and its <|im_end|>, in order: what a
+ * template's {% generation %} block wraps (return_assistant_tokens_mask). HP_ERR_INPUT: no ChatML template (by
+ * name, as hp_tok_chat), a role other than those three. */
+hp_status hp_tok_chat_render(const hp_tok *tok, const hp_tok_message *msgs, int64_t n, bool add_generation_prompt,
+                             char **out, size_t *len, int64_t **spans, int64_t *n_spans, hp_err *err);
+/* hp_tok_encode, and *mask [*n] (malloc'd): 1 for the tokens of each byte range spans [2 * n_spans] (in order) —
+ * from the token holding its first byte to the one holding its last, transformers' char_to_token rule — else 0.
+ * HP_ERR_INPUT when the ids do not decode to text itself (a normalizer changed it, a prefix space, a byte without
+ * a token, a post-processor's token): the ranges then have no tokens to map to. */
+hp_status hp_tok_encode_marked(hp_tok *tok, const void *text, size_t len, bool add_special, const int64_t *spans,
+                               int64_t n_spans, int32_t **ids, uint8_t **mask, int64_t *n, hp_err *err);
 /* One line for messages: "BPE, 2,000 ids, 1,743 merges, 3 added tokens, pre-tokenizer llama3 split + byte-level". */
 const char *hp_tok_describe(const hp_tok *tok, char *buf, size_t cap);
 

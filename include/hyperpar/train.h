@@ -1,8 +1,8 @@
 /*
  * hyperpar/train.h — the library trainer behind `hyperpar train` (docs/train.md, "The library trainer"): N
  * training steps of a model across the ranks of a communicator, as its plan says, on one batch (input) or on the
- * global batches of a token file (data), with the learning-rate schedule, evaluation, a log, checkpoints and
- * resume.
+ * global batches of a token file (data) or of a text tokenized on every rank (text, optionally with the assistant
+ * loss mask), with the learning-rate schedule, evaluation, a log, checkpoints and resume.
  *
  *   hp_train_config_default(&c); c.model = ...;   the caller's options (the CLI fills them from its flags)
  *   hp_train_open(&t, world, &c)                   checks, the model, the plan, the data (headers)   collective
@@ -86,7 +86,12 @@ typedef struct hp_train_config {
     const char *model;      /* MODEL: a checkpoint folder, or a shard folder written for the mesh */
     const char *input;      /* --input: safetensors input_ids [B, S], the batch of every step; or NULL */
     const char *data;       /* --data: a token file (hyperpar/data.h), global batch k for step k + 1; or NULL */
-    const char *eval_data;  /* --eval-data: a held-out token file, its mean loss every eval_every steps; or NULL */
+    const char *text;       /* --text: a text file (or .jsonl of documents) tokenized with `tokenizer` into the
+                               token stream data would be (hyperpar/data.h, hp_data_text); or NULL */
+    const char *tokenizer;  /* with text: a tokenizer.json or its folder (NULL: the model's folder) */
+    bool loss_mask;         /* with text: a .jsonl of conversations, only the assistant's tokens count in the loss */
+    const char *eval_data;  /* --eval-data: a held-out token file (with text: a text file, read as text is), its
+                               mean loss every eval_every steps; or NULL */
     hp_data_dtype dtype;    /* a stream's token type (--data-dtype) */
     hp_data_order order;    /* the windows' order; order.global_batch = global_batch */
     int64_t seq;            /* --seq S: the window length */

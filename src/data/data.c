@@ -9,6 +9,9 @@
  *                     |--win 1-|
  *                                              |--win W−1---|
  *
+ * A stream in memory (hp_data_open_ids, train --text) is cut the same way, its mask (when it has one) window by
+ * window beside the ids: window i's mask is that of tokens [i·S, i·S + S], and it scores the targets 1..S marked.
+ *
  * The same streams (and safetensors input_ids, an --ids list, --random-input) are the token inputs of run, validate
  * and cost: hp_ids_load, at the end of this file, cuts a stream into rows without overlap instead of windows.
  *
@@ -37,6 +40,8 @@ struct hp_data {
     size_t es;           /* bytes per token */
     hp_data_dtype dt;
     int64_t seq, n_tokens, windows, row_len;
+    int32_t *mem;        /* an in-memory stream (hp_data_open_ids): its ids [n_tokens], or NULL */
+    uint8_t *mask;       /* its mask [n_tokens] (1: the token counts as a target), or NULL: every token does */
     int64_t *perm;       /* [windows]: the order of epoch perm_epoch (seeded only), or NULL */
     uint64_t perm_epoch;
     uint64_t perm_seed;
@@ -144,9 +149,43 @@ hp_status hp_data_open(hp_data **out, const char *path, hp_data_dtype dt, int64_
     return HP_OK;
 }
 
+hp_status hp_data_open_ids(hp_data **out, const char *label, const int32_t *ids, const uint8_t *mask, int64_t n,
+                           int64_t seq, hp_err *err)
+{
+    *out = NULL;
+    if (seq < 1 || seq > ((int64_t)1 << 40))
+        return hp_err_set(err, HP_ERR_INPUT, "--seq %lld: expected a window length in [1, 2^40]", (long long)seq);
+    if (n < seq + 1)
+        return hp_err_set(err, HP_ERR_INPUT, "%s gives %lld tokens, fewer than one window of --seq %lld (%lld tokens: "
+                          "the inputs and the label of the last one); give a longer text or a shorter --seq", label,
+                          (long long)n, (long long)seq, (long long)(seq + 1));
+    hp_data *d = hp_calloc(1, sizeof *d);
+    if (!d) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    d->fd = -1;
+    d->dt = HP_DATA_U32;
+    d->es = sizeof *d->mem;
+    d->seq = seq;
+    d->n_tokens = n;
+    d->windows = (n - 1) / seq;
+    d->row_len = seq + 1;
+    d->path = strdup(label);
+    d->mem = malloc((size_t)n * sizeof *d->mem);
+    d->mask = mask ? malloc((size_t)n) : NULL;
+    if (!d->path || !d->mem || (mask && !d->mask)) {
+        hp_data_close(d);
+        return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+    }
+    memcpy(d->mem, ids, (size_t)n * sizeof *d->mem);
+    if (mask) memcpy(d->mask, mask, (size_t)n);
+    *out = d;
+    return HP_OK;
+}
+
 void hp_data_close(hp_data *d)
 {
     if (!d) return;
+    free(d->mem);
+    free(d->mask);
     if (d->fd >= 0) close(d->fd);
     hp_st_close(d->st);
     free(d->perm);
@@ -159,6 +198,22 @@ int64_t hp_data_windows(const hp_data *d) { return d->windows; }
 int64_t hp_data_row_len(const hp_data *d) { return d->row_len; }
 int64_t hp_data_row_scored(const hp_data *d) { return d->row_len - 1; }
 const char *hp_data_path(const hp_data *d) { return d->path; }
+bool hp_data_masked(const hp_data *d) { return d->mask != NULL; }
+
+/* A stream's window w starts at token w·seq; a safetensors row has no mask. */
+void hp_data_window_mask(const hp_data *d, int64_t w, uint8_t *row)
+{
+    if (d->mask) memcpy(row, d->mask + w * d->seq, (size_t)d->row_len);
+    else memset(row, 1, (size_t)d->row_len);
+}
+
+int64_t hp_data_window_scored(const hp_data *d, int64_t w)
+{
+    if (!d->mask) return d->row_len - 1;
+    int64_t n = 0;
+    for (int64_t s = 1; s < d->row_len; s++) n += d->mask[w * d->seq + s] != 0;
+    return n;
+}
 
 /* ---- order ---- */
 
@@ -213,6 +268,17 @@ hp_status hp_data_window_at(hp_data *d, const hp_data_order *o, int64_t q, int64
 
 static hp_status read_window(hp_data *d, int64_t w, int64_t vocab, int64_t *row, hp_err *err)
 {
+    if (d->mem) { /* an in-memory stream: its ids were made by a tokenizer, maybe not the model's */
+        const int32_t *src = d->mem + w * d->seq;
+        for (int64_t s = 0; s < d->row_len; s++) {
+            if (src[s] < 0 || src[s] >= vocab)
+                return hp_err_set(err, HP_ERR_INPUT, "%s: token %lld of its token stream is %d, outside the "
+                                  "vocabulary [0, %lld) of the model; the tokenizer is not the model's", d->path,
+                                  (long long)(w * d->seq + s), src[s], (long long)vocab);
+            row[s] = src[s];
+        }
+        return HP_OK;
+    }
     size_t nb = (size_t)d->row_len * d->es;
     if (d->st) {
         hp_status st = hp_st_read(d->st, d->t, (uint64_t)w * nb, d->buf, nb, err);

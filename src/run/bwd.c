@@ -325,7 +325,8 @@ static hp_status grad_record(hp_runner *r, const char *what, const char *coll, h
  * input's. Walking the program in reverse, each entry takes the gradient of its step's output and leaves its
  * input's, exactly the duals of the forward's transitions in reverse order. */
 
-/* The loss: dz = (softmax − onehot) / scored positions on the logits' block, into t->da. */
+/* The loss: dz = (softmax − onehot) / scored positions on the logits' block, into t->da; a target the mask leaves
+ * out (label −1) gets 0, as transformers' ignore_index. */
 hp_status hp__bwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, hp_err *err)
 {
     (void)s, (void)w;
@@ -341,7 +342,8 @@ hp_status hp__bwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__bio *b, h
     if (!lab) return hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < rows; i++) {
         int64_t bb = i / z->n[1], p = z->lo[1] + i % z->n[1];
-        lab[i] = p + 1 < S ? b->ids[(dp_lo + z->lo[0] + bb) * S + p + 1] : -1;
+        int64_t at = (dp_lo + z->lo[0] + bb) * S + p + 1;
+        lab[i] = p + 1 < S && (!b->mask || b->mask[at]) ? b->ids[at] : -1;
     }
     hp_status st = hp__act_alloc(&r->x, &t->da, z->g[0], z->g[1], z->g[2], z->lay, err);
     if (st == HP_OK)
@@ -570,13 +572,14 @@ static hp_status recompute(hp_runner *r, size_t f, size_t e, hp_err *err)
     return st;
 }
 
-hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err)
+hp_status hp__backward(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t S, hp_err *err)
 {
     r->train->dh_live = false;
-    return hp__backward_steps(r, ids, S, 0, r->g.n_steps, err);
+    return hp__backward_steps(r, ids, mask, S, 0, r->g.n_steps, err);
 }
 
-hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, int64_t S, size_t lo, size_t hi, hp_err *err)
+hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t S, size_t lo, size_t hi,
+                             hp_err *err)
 {
     hp__train *t = r->train;
     const hp__prog *g = &r->g;
@@ -600,7 +603,7 @@ hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, int64_t S, size_t
             b.hin = &r->sc.kept[g->cfg.L];
             b.tin = &r->sc.t;
         }
-        b.ids = ids, b.S = S;
+        b.ids = ids, b.mask = mask, b.S = S;
         const hp__op_rt *o = &hp__op_rt_table[s->op];
         if (o->bwd) st = o->bwd(r, s, &r->w.sw[i], &b, err);
     }

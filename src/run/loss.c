@@ -2,6 +2,10 @@
  * loss.c — the mean next-token cross-entropy on the logits as the plan lays them out (vocab-parallel when the head
  * cuts the vocabulary over tp: the row max and Σexp all-reduced over tp; docs/run.md, loss-parallel), lm_head and
  * the loss in row chunks (a long prefill without logits taken), and the statistics a backward's softmax keeps.
+ *
+ * Position p of row b is scored against ids[b][p + 1] when p + 1 < S and, with a mask (hp_runner_forward_masked),
+ * mask[b][p + 1] != 0: the mean is over those targets of the whole batch, every rank indexing the batch's own
+ * [B, S] mask by global row and position, so the mesh (dp rows, cp positions, tp vocabulary) changes nothing.
  */
 #include "kernels/modules.h"
 #include "run/runner_int.h"
@@ -10,6 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int64_t hp__r_scored(const uint8_t *mask, int64_t B, int64_t S)
+{
+    if (!mask) return B * (S - 1);
+    int64_t n = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t s = 1; s < S; s++) n += mask[b * S + s] != 0;
+    return n;
+}
 
 /* The loss's per-row sums for n rows (loss_rows): the max (f32) and the sum-exp and target (f64), counted. */
 static hp_status loss_sums(hp_runner *r, int64_t n, float **mx, double **se, size_t *bytes, hp_err *err)
@@ -49,7 +62,8 @@ static hp_status keep_loss(hp_runner *r, const float *mx, const double *se, int6
  * tp when z is cut along the vocabulary; docs/run.md, loss-parallel) into mx [n] and se [2n], and the rows this
  * rank scores added to acc (cross-entropy, count) in row order. */
 static hp_status loss_rows(hp_runner *r, const hp__step *ls, const hp__act *z, const float *zd, int64_t r0, int64_t n,
-                           const int64_t *ids, int64_t S, float *mx, double *se, double acc[2], hp_err *err)
+                           const int64_t *ids, const uint8_t *mask, int64_t S, float *mx, double *se, double acc[2],
+                           hp_err *err)
 {
     int64_t vn = z->n[2], vlo = z->lo[2];
     int64_t dp_lo = r->x.dp_rows[r->x.dp_r];
@@ -63,8 +77,9 @@ static hp_status loss_rows(hp_runner *r, const hp__step *ls, const hp__act *z, c
         for (int64_t j = 0; j < vn; j++) m = zr[j] > m ? zr[j] : m;
         mx[i] = m;
         tg[i] = 0;
-        if (p + 1 < S) {
-            int64_t lab = ids[(dp_lo + z->lo[0] + b) * S + p + 1];
+        int64_t at = (dp_lo + z->lo[0] + b) * S + p + 1;
+        if (p + 1 < S && (!mask || mask[at])) {
+            int64_t lab = ids[at];
             if (lab >= vlo && lab < vlo + vn) tg[i] = zr[lab - vlo];
         }
     }
@@ -88,8 +103,8 @@ static hp_status loss_rows(hp_runner *r, const hp__step *ls, const hp__act *z, c
     if (st == HP_OK && r->o.keep_activations) st = keep_loss(r, mx, se, n, err); /* the backward's softmax */
     bool contrib = r->x.pos.r[HP__TP] == 0 && (z->lay.ax[HP__CP].kind == HP_PL_S || r->x.pos.r[HP__CP] == 0);
     for (int64_t i = 0; st == HP_OK && contrib && i < n; i++) {
-        int64_t p = z->lo[1] + (r0 + i) % z->n[1];
-        if (p + 1 >= S) continue;
+        int64_t b = (r0 + i) / z->n[1], p = z->lo[1] + (r0 + i) % z->n[1];
+        if (p + 1 >= S || (mask && !mask[(dp_lo + z->lo[0] + b) * S + p + 1])) continue;
         acc[0] += (double)mx[i] + log(se[i]) - tg[i];
         acc[1] += 1;
     }
@@ -109,8 +124,8 @@ static hp_status loss_total(hp_runner *r, hp_status st, double acc[2], float *mx
 }
 
 /* Mean next-token cross-entropy over the whole batch (docs/run.md, loss-parallel). */
-hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, int64_t S, double *loss,
-                     hp_err *err)
+hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, const uint8_t *mask,
+                     int64_t S, double *loss, hp_err *err)
 {
     int64_t rows = z->n[0] * z->n[1];
     float *mx;
@@ -118,7 +133,7 @@ hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const i
     size_t bytes;
     hp_status st = loss_sums(r, rows, &mx, &se, &bytes, err);
     if (st != HP_OK) return st;
-    st = loss_rows(r, ls, z, z->d, 0, rows, ids, S, mx, se, acc, err);
+    st = loss_rows(r, ls, z, z->d, 0, rows, ids, mask, S, mx, se, acc, err);
     return loss_total(r, st, acc, mx, se, bytes, loss, err);
 }
 
@@ -127,7 +142,7 @@ hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const i
  * a holds one chunk's logits, never the whole [T, V_local]. The same sums in the same order as head_apply then
  * hp__r_loss: the loss is the same to the bit. */
 hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step *ls, hp__act *t, hp__act *a,
-                                 const int64_t *ids, int64_t S, double *loss, hp_err *err)
+                                 const int64_t *ids, const uint8_t *mask, int64_t S, double *loss, hp_err *err)
 {
     hp_status st = hp__r_enter(r, s, t, err);
     if (st != HP_OK) return st;
@@ -150,7 +165,7 @@ hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step
         if (st == HP_OK) st = hp_linear_forward(r->w.head, 0, r1 - r0, t->d + r0 * H, H, a->d, a->n[2], false, err);
         if (st == HP_OK && s->c.has_out) st = hp__redistribute(&r->x, a, &cx, what, &coll, err);
         if (st == HP_OK) hp__nf_watch_rows(&r->tr.nf, visit, s->c.fqn, &z, a->d, r0, r1 - r0, dp_lo);
-        if (st == HP_OK) st = loss_rows(r, ls, &z, a->d, r0, r1 - r0, ids, S, mx, se, acc, err);
+        if (st == HP_OK) st = loss_rows(r, ls, &z, a->d, r0, r1 - r0, ids, mask, S, mx, se, acc, err);
     }
     return loss_total(r, st, acc, mx, se, bytes, loss, err);
 }

@@ -47,6 +47,7 @@ static void slot_swap(hp_runner *r, pslot *p, bool head)
 typedef struct pstep {
     hp_runner *r;
     const int64_t *ids;
+    const uint8_t *mask;  /* [m][B, S] parallel to ids, or NULL */
     int64_t m, B, S, C, L, max_rows, block; /* block: the stream's local floats */
     size_t *lo, *hi;      /* [C] each chunk's steps */
     pslot *slots;         /* [m] */
@@ -128,8 +129,8 @@ static hp_status op_forward(pstep *p, int64_t c, int64_t j, hp_err *err)
     bool head = c + 1 == p->C;
     slot_swap(r, &p->slots[j], head);
     uint64_t before = kept_bytes(r);
-    hp__fio io = {.ids = ids, .S = p->S, .h = h, .t = &r->sc.t, .a = &r->sc.a, .max_rows = p->max_rows,
-                  .loss = &p->losses[j]};
+    hp__fio io = {.ids = ids, .mask = p->mask ? p->mask + j * p->B * p->S : NULL, .S = p->S, .h = h,
+                  .t = &r->sc.t, .a = &r->sc.a, .max_rows = p->max_rows, .loss = &p->losses[j]};
     st = hp__r_steps(r, &io, p->lo[c], p->hi[c], err);
     p->saved += kept_bytes(r) - before;
     if (p->saved > p->saved_peak) p->saved_peak = p->saved;
@@ -182,7 +183,8 @@ static hp_status op_backward(pstep *p, int64_t c, int64_t j, hp_err *err)
     bool head = c + 1 == p->C;
     slot_swap(r, &p->slots[j], head);
     r->tr.quiet = true;
-    st = hp__backward_steps(r, p->ids + j * p->B * p->S, p->S, p->lo[c], p->hi[c], err);
+    st = hp__backward_steps(r, p->ids + j * p->B * p->S, p->mask ? p->mask + j * p->B * p->S : NULL, p->S, p->lo[c],
+                            p->hi[c], err);
     r->tr.quiet = false;
     release_chunk(p, c);
     slot_swap(r, &p->slots[j], head);
@@ -279,25 +281,26 @@ static void step_free(pstep *p)
     free(p->slots), free(p->lo), free(p->hi);
 }
 
-hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, int64_t m, int64_t B, int64_t S,
-                                    int64_t n_scored, hp_pp_sched sched, double *losses, hp_err *err)
+hp_status hp_runner_accumulate_pipe(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t m, int64_t B,
+                                    int64_t S, int64_t n_scored, hp_pp_sched sched, double *losses, hp_err *err)
 {
+    if (n_scored <= 0) n_scored = hp__r_scored(mask, m * B, S); /* the whole step's */
     if (r->pipe.pp == 1) { /* no pipeline: the micro-batches in turn */
         hp_status st = HP_OK;
         for (int64_t j = 0; j < m && st == HP_OK; j++)
-            st = hp_runner_accumulate(r, ids + j * B * S, B, S, n_scored > 0 ? n_scored : m * B * (S - 1),
-                                      &losses[j], err);
+            st = hp_runner_accumulate_masked(r, ids + j * B * S, mask ? mask + j * B * S : NULL, B, S, n_scored,
+                                             &losses[j], err);
         return st;
     }
     hp_status st = hp_comm_agree(r->pipe.all, hp_pp_sched_check(&r->p->pipe, sched, m, err), err);
     if (st == HP_OK) st = hp__train_begin(r, err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
-    pstep p = {.r = r, .ids = ids, .m = m, .B = B, .S = S, .C = r->p->pipe.n_chunks, .L = r->g.cfg.L,
+    pstep p = {.r = r, .ids = ids, .mask = mask, .m = m, .B = B, .S = S, .C = r->p->pipe.n_chunks, .L = r->g.cfg.L,
                .losses = losses};
     memset(losses, 0, (size_t)m * sizeof *losses);
     st = hp__r_begin(r, ids, m, B, S, &p.max_rows, err);
-    t->scored = n_scored > 0 ? n_scored : m * B * (S - 1);
+    t->scored = n_scored;
     if (st == HP_OK) st = step_init(&p, err);
     st = hp_comm_agree(r->pipe.all, st, err);
     if (st == HP_OK) st = step_run(&p, sched, err);

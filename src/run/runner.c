@@ -1129,14 +1129,14 @@ hp_status hp__fwd_residual(hp_runner *r, const hp__step *s, step_w *w, hp__fio *
 hp_status hp__fwd_head(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
 {
     (void)w; /* the loss follows it */
-    return io->chunks ? hp__r_head_loss_chunks(r, s, io->next, io->t, io->a, io->ids, io->S, io->loss, err)
+    return io->chunks ? hp__r_head_loss_chunks(r, s, io->next, io->t, io->a, io->ids, io->mask, io->S, io->loss, err)
                       : head_apply(r, s, io->t, io->a, err);
 }
 
 hp_status hp__fwd_loss(hp_runner *r, const hp__step *s, step_w *w, hp__fio *io, hp_err *err)
 {
     (void)w;
-    return io->chunks ? HP_OK : hp__r_loss(r, s, io->a, io->ids, io->S, io->loss, err);
+    return io->chunks ? HP_OK : hp__r_loss(r, s, io->a, io->ids, io->mask, io->S, io->loss, err);
 }
 
 hp_status hp__r_steps(hp_runner *r, hp__fio *io, size_t lo, size_t hi, hp_err *err)
@@ -1175,6 +1175,12 @@ hp_status hp__r_begin(hp_runner *r, const int64_t *ids, int64_t n_batches, int64
 
 hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, hp_run_output *out, hp_err *err)
 {
+    return hp_runner_forward_masked(r, ids, NULL, B, S, out, err);
+}
+
+hp_status hp_runner_forward_masked(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t B, int64_t S,
+                                   hp_run_output *out, hp_err *err)
+{
     memset(out, 0, sizeof *out);
     double t0 = hp_comm_wtime();
     int64_t max_rows = 0;
@@ -1183,8 +1189,8 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     hp__act *h = &r->sc.h, *t = &r->sc.t, *a = &r->sc.a; /* kept across forwards: warm pages */
     /* the program, step by step: h is the residual stream, t a module's input, a its output */
     const hp__prog *g = &r->g;
-    hp__fio io = {.ids = ids, .S = S, .h = h, .t = t, .a = a, .max_rows = max_rows, .chunks = head_in_chunks(r),
-                  .loss = &out->loss};
+    hp__fio io = {.ids = ids, .mask = mask, .S = S, .h = h, .t = t, .a = a, .max_rows = max_rows,
+                  .chunks = head_in_chunks(r), .loss = &out->loss};
     float *full = NULL;
     if (r->pipe.pp > 1) { /* the stages in turn; the loss and the logits from the last one */
         st = hp__pipe_finish(r, hp__pipe_steps(r, &io, err), B, logits_taken(r) ? &full : NULL, &out->loss, err);
@@ -1192,7 +1198,7 @@ hp_status hp_runner_forward(hp_runner *r, const int64_t *ids, int64_t B, int64_t
     } else {
         st = hp__r_steps(r, &io, 0, g->n_steps, err);
     }
-    if (st == HP_OK && B * (S - 1) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
+    if (st == HP_OK && hp__r_scored(mask, B, S) > 0) hp__nf_watch_scalar(&r->tr.nf, "the loss", out->loss);
     /* handed to the caller (unless it takes none); a backward (keep_activations) reads the logits again: a copy
      * then */
     size_t a_cap = a->cap;

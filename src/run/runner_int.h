@@ -200,11 +200,13 @@ hp_status hp__r_steps(hp_runner *r, struct hp__fio *io, size_t lo, size_t hi, hp
 
 /* The mean next-token cross-entropy of ids over the logits z (ls: the loss step) into *loss, every rank of x.world
  * the same; a training runner keeps the rows' max and Σexp for its backward. */
-hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, int64_t S, double *loss,
-                     hp_err *err);
+hp_status hp__r_loss(hp_runner *r, const hp__step *ls, const hp__act *z, const int64_t *ids, const uint8_t *mask,
+                     int64_t S, double *loss, hp_err *err);
+/* The targets the loss scores in ids [B, S]: B·(S − 1), or with a mask those whose token it marks. */
+int64_t hp__r_scored(const uint8_t *mask, int64_t B, int64_t S);
 /* lm_head (step s, on t) and the loss (step ls) one row chunk at a time, the logits of one chunk in a. */
 hp_status hp__r_head_loss_chunks(hp_runner *r, const hp__step *s, const hp__step *ls, hp__act *t, hp__act *a,
-                                 const int64_t *ids, int64_t S, double *loss, hp_err *err);
+                                 const int64_t *ids, const uint8_t *mask, int64_t S, double *loss, hp_err *err);
 
 /* ---- the pipeline (pipe.c; docs/pipeline.md) ---- */
 
@@ -253,6 +255,7 @@ hp_status hp__pipe_finish(hp_runner *r, hp_status st, int64_t B, float **logits,
  * and output a (the runner's own, or the backward's recompute's), and the loss. */
 typedef struct hp__fio {
     const int64_t *ids;
+    const uint8_t *mask;  /* [B, S] parallel to ids, or NULL: the tokens that count as targets (forward_masked) */
     int64_t S;
     hp__act *h, *t, *a;
     int64_t max_rows;     /* the most rows any rank holds (the EP buffers') */

@@ -527,20 +527,27 @@ hp_status hp__train_end(hp_runner *r, hp_status st, int64_t n_micro, double fwd_
 hp_status hp_runner_accumulate(hp_runner *r, const int64_t *ids, int64_t B, int64_t S, int64_t n_scored,
                                double *loss, hp_err *err)
 {
+    return hp_runner_accumulate_masked(r, ids, NULL, B, S, n_scored, loss, err);
+}
+
+hp_status hp_runner_accumulate_masked(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t B, int64_t S,
+                                      int64_t n_scored, double *loss, hp_err *err)
+{
     if (r->pipe.pp > 1) /* one micro-batch through the stages, by the plan's default schedule */
-        return hp_runner_accumulate_pipe(r, ids, 1, B, S, n_scored, hp_pp_sched_default(&r->p->pipe), loss, err);
+        return hp_runner_accumulate_pipe(r, ids, mask, 1, B, S, n_scored, hp_pp_sched_default(&r->p->pipe), loss,
+                                         err);
     hp_status st = hp__train_begin(r, err);
     if (st != HP_OK) return st;
     hp__train *t = r->train;
     hp_run_output out;
     double t0 = hp_comm_wtime();
-    if ((st = hp_runner_forward(r, ids, B, S, &out, err)) != HP_OK) return st;
+    if ((st = hp_runner_forward_masked(r, ids, mask, B, S, &out, err)) != HP_OK) return st;
     double t1 = hp_comm_wtime(), c1 = r->x.st.comm_s;
     *loss = out.loss;
     hp_run_output_free(&out);
-    t->scored = n_scored > 0 ? n_scored : B * (S - 1);
+    t->scored = n_scored > 0 ? n_scored : hp__r_scored(mask, B, S);
     r->tr.quiet = true; /* the layers' recomputed forwards are not recorded again */
-    st = hp__backward(r, ids, S, err);
+    st = hp__backward(r, ids, mask, S, err);
     r->tr.quiet = false;
     uint64_t sv = 0; /* the kept activations' bytes (hp_run_stats.train_saved_bytes) */
     for (int64_t l = 0; l <= r->g.cfg.L; l++) sv += (uint64_t)hp__act_count(&r->sc.kept[l]) * sizeof(float);

@@ -11,6 +11,7 @@
  * step's forward values, either the forward's own (outside the layers) or the recompute's (src/run/bwd.c). */
 typedef struct hp__bio {
     const int64_t *ids;
+    const uint8_t *mask;        /* the loss's targets (hp__fio.mask), or NULL: all */
     int64_t S;
     const hp__act *hin;         /* NORM: its input, the stream as it arrived */
     const hp__act *tin;         /* a module, HEAD: its input on the layout it ran on */
@@ -101,10 +102,11 @@ const float *hp__t_w32(const hp_runner *r, const hp__w *w);
 /* The training block of the MoE step of layer, or NULL. */
 tmoe *hp__t_moe(const hp_runner *r, int64_t layer);
 /* The backward of the program's steps in reverse, from the gradient of the loss (bwd.c). */
-hp_status hp__backward(hp_runner *r, const int64_t *ids, int64_t S, hp_err *err);
+hp_status hp__backward(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t S, hp_err *err);
 /* The backward of steps [lo, hi) in reverse (whole layers: a pipeline chunk), from the gradient state as it is
  * (t->dh the stream's when t->dh_live). */
-hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, int64_t S, size_t lo, size_t hi, hp_err *err);
+hp_status hp__backward_steps(hp_runner *r, const int64_t *ids, const uint8_t *mask, int64_t S, size_t lo, size_t hi,
+                             hp_err *err);
 /* A micro-batch's (or a pipeline step's) start: the training state made (agreed over every rank), the buffers
  * released, the gradients zeroed at a step's first. Its end: every buffer freed (the count checked back at 0),
  * agreed, n_micro more micro-batches pending, the times added. */

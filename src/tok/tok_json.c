@@ -524,9 +524,10 @@ hp_status hp_tok_load(const char *path, hp_tok **out, hp_err *err)
             return hp_err_set(err, HP_ERR_INPUT, "%s: the folder has no tokenizer.json; give a folder with one, or the "
                               "file itself", path);
     } else {
+        char copy[4200]; /* dirname may return a pointer into its argument: never print it into itself */
         snprintf(file, sizeof file, "%s", path);
-        snprintf(dir, sizeof dir, "%s", path);
-        snprintf(dir, sizeof dir, "%s", dirname(dir));
+        snprintf(copy, sizeof copy, "%s", path);
+        snprintf(dir, sizeof dir, "%s", dirname(copy));
     }
     char *text;
     size_t len;

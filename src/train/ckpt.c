@@ -44,10 +44,12 @@ static json_t *run_flags(const hp_trainer *t)
     json_object_set_new(o, "clip", json_real(t->to.clip));
     json_object_set_new(o, "zero", json_integer(t->to.zero));
     json_object_set_new(o, "compute", json_string(compute_name(a->compute)));
-    /* the data by what it holds, not by its spelling: another path to the same bytes is the same data */
+    /* the data by what it holds, not by its spelling: another path to the same bytes is the same data (--text:
+     * the token stream it was tokenized into, and its mask) */
     const char *dp = a->data ? a->data : a->input ? a->input : "";
     size_t dl = strlen(dp);
-    const char *kind = a->input || (dl >= 12 && !strcmp(dp + dl - 12, ".safetensors")) ? "input_ids"
+    const char *kind = a->text ? (a->loss_mask ? "text tokens, loss mask" : "text tokens")
+                       : a->input || (dl >= 12 && !strcmp(dp + dl - 12, ".safetensors")) ? "input_ids"
                        : a->dtype == HP_DATA_U32 ? "uint32" : "uint16";
     json_object_set_new(o, "data", json_pack("{s:I, s:s, s:s}", "bytes", (json_int_t)t->data_bytes, "xxh64",
                                              t->data_sum, "dtype", kind));
@@ -125,7 +127,8 @@ static hp_status same_flags(const hp_trainer *t, const char *ckpt, json_t *root,
         if (!strcmp(key, "data"))
             hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved training on other data: %s there, %s %s has "
                        "%s; resume with the saved run's data (its bytes, wherever the file is)", ckpt, h ? h : "(none)",
-                       a->data ? "--data" : "--input", a->data ? a->data : a->input, n ? n : "?");
+                       a->data ? "--data" : a->text ? "--text" : "--input", a->data ? a->data : a->text ? a->text
+                       : a->input, n ? n : "?");
         else
             hp_err_set(err, HP_ERR_INPUT, "--resume %s: the run was saved with %s %s, this one has %s; resume with the "
                        "saved run's flags", ckpt, key, h ? h : "(none)", n ? n : "?");
@@ -200,11 +203,11 @@ hp_status hp__trn_resume(hp_trainer *t, hp_err *err)
     return st;
 }
 
-/* The output folder of a checkpoint, out = "<--out>/step-<t>" (inputs: the run's six, what it must not touch). */
+/* The output folder of a checkpoint, out = "<--out>/step-<t>" (inputs: the run's eight, what it must not touch). */
 static hp_outdir_spec ckpt_spec(const hp_trainer *t, const char *out)
 {
     return (hp_outdir_spec){.cmd = "train", .out = out, .names = hp__trn_ckpt_names, .example = "run/step-100",
-                            .force = t->c.force, .inputs = t->inputs, .n_inputs = 6};
+                            .force = t->c.force, .inputs = t->inputs, .n_inputs = 8};
 }
 
 /* Before step 1, the checks the save of the run's last checkpoint (step `last`) will make, touching nothing: not
@@ -397,9 +400,9 @@ hp_status hp__trn_bind_start(hp_trainer *t, hp_err *err)
     if (t->root) {
         if (a->resume) st = hp_train_ckpt_run_id(t->ckpt, t->run_id, sizeof t->run_id, err);
         else new_run_id(t->run_id);
-        uint64_t h = 0;
-        if (st == HP_OK) st = hp_train_file_sum(dp, &t->data_bytes, &h, err);
-        snprintf(t->data_sum, sizeof t->data_sum, "%016llx", (unsigned long long)h);
+        uint64_t h = 0; /* --text's identity is its token stream's, hashed when it was made */
+        if (st == HP_OK && !a->text) st = hp_train_file_sum(dp, &t->data_bytes, &h, err);
+        if (!a->text) snprintf(t->data_sum, sizeof t->data_sum, "%016llx", (unsigned long long)h);
         if (st == HP_OK && t->save_every) st = check_run_folder(t, err);
     }
     st = hp_comm_agree(w, st, err);

@@ -57,26 +57,29 @@ static hp_status log_line(hp_trainer *t, int64_t step, double loss, double norm,
 }
 
 /* Step k + 1's micro-batches and update: *loss its loss, *norm the gradient norm, *skipped whether it was skipped
- * (not finite). Collective; the status agreed. */
-static hp_status take_step(hp_trainer *t, int64_t k, int64_t n_micro, int64_t rows, int64_t n_scored, double *loss,
+ * (not finite), *n_scored the targets it scored (--data: over its global batch, a mask's marked ones only; --input:
+ * B·(S − 1)). Collective; the status agreed. */
+static hp_status take_step(hp_trainer *t, int64_t k, int64_t n_micro, int64_t rows, int64_t *n_scored, double *loss,
                            double *norm, bool *skipped, hp_err *err)
 {
-    const hp_train_config *a = &t->c;
     hp_status st = HP_OK;
     t->to.lr = hp_lr_at(&t->sched, k + 1);
-    for (int64_t j = 0; a->data && st == HP_OK && j < n_micro; j++)
-        st = hp_data_batch(t->data, &a->order, k, j * t->mb, t->mb, t->m->cfg.vocab_size, t->ids + j * rows * t->S,
-                           err);
+    double *lj = hp_calloc((size_t)n_micro, sizeof *lj);
+    int64_t *sj = hp_calloc((size_t)n_micro, sizeof *sj);
+    if (!lj || !sj) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
+    *n_scored = t->B * (t->S - 1);
+    if (st == HP_OK && t->data) st = hp__trn_batch(t, k, n_micro, sj, n_scored, err);
     st = hp_comm_agree(t->w, st, err);
-    double *lj = st == HP_OK ? hp_calloc((size_t)n_micro, sizeof *lj) : NULL;
-    if (st == HP_OK && !lj) st = hp_err_set(err, HP_ERR_NOMEM, "out of memory");
     /* the micro-batches in turn, or through the pipeline's schedule */
     if (st == HP_OK)
-        st = hp_runner_accumulate_pipe(t->r, t->ids, n_micro, rows, t->S, a->data ? n_scored : 0, t->pp_sched, lj,
-                                       err);
-    for (int64_t j = 0; st == HP_OK && j < n_micro; j++)
-        *loss += n_scored > 0 ? lj[j] * (double)(rows * (t->S - 1)) / (double)n_scored : lj[j];
+        st = hp_runner_accumulate_pipe(t->r, t->ids, t->mask, n_micro, rows, t->S, t->data ? *n_scored : 0,
+                                       t->pp_sched, lj, err);
+    for (int64_t j = 0; st == HP_OK && j < n_micro; j++) { /* a micro-batch that scores nothing adds nothing */
+        double wj = t->data ? (double)sj[j] : (double)(rows * (t->S - 1));
+        *loss += wj > 0 ? lj[j] * wj / (double)*n_scored : 0;
+    }
     free(lj);
+    free(sj);
     int64_t skipped0 = hp_runner_stats(t->r)->train_skipped;
     if (st == HP_OK) st = hp_runner_apply(t->r, &t->to, norm, err);
     st = hp_comm_agree(t->w, st, err);
@@ -88,15 +91,14 @@ hp_status hp_train_run(hp_trainer *t, hp_err *err)
 {
     const hp_train_config *a = &t->c;
     const hp_comm *w = t->w;
-    /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions; the loss of
-     * every micro-batch's gradients is the mean over the whole step's n_scored. */
-    int64_t n_micro = t->data ? a->global_batch / t->mb : 1, rows = t->data ? t->mb : t->B;
-    int64_t n_scored = t->data ? a->global_batch * hp_data_row_scored(t->data) : t->B * (t->S - 1);
+    /* With --data: GB/MB micro-batches of MB rows, each row scoring hp_data_row_scored positions (a mask's marked
+     * ones); the loss of every micro-batch's gradients is the mean over the whole step's n_scored. */
+    int64_t n_micro = t->data ? a->global_batch / t->mb : 1, rows = t->data ? t->mb : t->B, n_scored = 0;
     hp_status st = measure_limit(t, n_micro * rows * t->S, err);
     for (int64_t k = t->k0; st == HP_OK && k < t->last; k++) {
         double loss = 0, norm = 0, t0 = now_s();
         bool skipped = false;
-        st = take_step(t, k, n_micro, rows, n_scored, &loss, &norm, &skipped, err);
+        st = take_step(t, k, n_micro, rows, &n_scored, &loss, &norm, &skipped, err);
         if (st != HP_OK) break;
         double dt = now_s() - t0, tps = dt > 0 ? (double)n_scored / dt : 0;
         double mfu = t->limit > 0 && dt > 0 ? t->flop_step / dt / t->limit : 0;

@@ -131,6 +131,18 @@ static hp_status check_outputs(hp_trainer *t, hp_err *err)
     return st;
 }
 
+/* What the batch comes from: exactly one of input, data and text; the text's options with text only. */
+static hp_status check_sources(const hp_train_config *a, hp_err *err)
+{
+    if ((a->input != NULL) + (a->data != NULL) + (a->text != NULL) != 1)
+        return hp_err_set(err, HP_ERR_INPUT, "give one of --input (the same batch every step), --data (a token file) "
+                          "and --text (a text file, tokenized), not %s", a->input || a->data || a->text ? "several"
+                                                                                                           : "none");
+    if (!a->text && (a->tokenizer || a->loss_mask))
+        return hp_err_set(err, HP_ERR_INPUT, "%s goes with --text", a->tokenizer ? "--tokenizer" : "--loss-mask");
+    return HP_OK;
+}
+
 /* The plan without a caller's callback: derived at its defaults, tp = the world. */
 static hp_status default_plan(hp_model *m, int world, hp_plan **p, hp_err *err)
 {
@@ -156,11 +168,11 @@ static hp_status open_model(hp_trainer *t, hp_err *err)
                      : default_plan(t->m, t->world, &t->p, err);
     if (st == HP_OK) hp_mesh_str(&t->p->mesh, t->mesh, sizeof t->mesh);
     if (st == HP_OK && a->input) st = hp_data_read_input_ids(a->input, 0, &t->ids, &t->B, &t->S, err);
-    if (st == HP_OK && a->data) st = hp__trn_open_data(t, err);
+    if (st == HP_OK && (a->data || a->text)) st = hp__trn_open_data(t, err);
     if (st == HP_OK && (t->data ? hp_data_row_scored(t->data) : t->S - 1) <= 0) /* S = 1: a mean of nothing */
         st = hp_err_set(err, HP_ERR_INPUT, "%s: its rows are 1 token long, so no position is scored (each predicts "
                         "the next token) and a step would only decay the weights; give rows of 2 tokens or more",
-                        t->data ? a->data : a->input);
+                        t->data ? hp_data_path(t->data) : a->input);
     return st;
 }
 
@@ -177,6 +189,8 @@ static void warn_no_effect(hp_trainer *t)
     if (a->eval_every > last)
         hp__trn_warn(t, "--eval-every %lld has no effect: it is past the last step this run takes (%lld), so "
                      "--eval-data is never evaluated", (long long)a->eval_every, (long long)last);
+    if (a->dtype_given && a->text)
+        hp__trn_warn(t, "--data-dtype has no effect with --text: its tokens are made in memory");
     if (a->dtype_given && a->data && hp_data_is_safetensors(a->data))
         hp__trn_warn(t, "--data-dtype has no effect with a safetensors --data (%s): its input_ids carry their own "
                      "dtype", a->data);
@@ -213,13 +227,16 @@ hp_status hp_train_open(hp_trainer **out, const hp_comm *w, const hp_train_confi
     t->to = cfg->opt;
     t->sched = cfg->sched;
     t->save_every = cfg->save_every;
-    const char *inputs[6] = {cfg->input, cfg->overrides, cfg->plan_file, cfg->model, cfg->data, cfg->eval_data};
+    const char *inputs[8] = {cfg->input, cfg->overrides, cfg->plan_file, cfg->model, cfg->data, cfg->eval_data,
+                             cfg->text, cfg->tokenizer};
     memcpy(t->inputs, inputs, sizeof inputs);
-    hp_status st = cfg->check ? cfg->check(cfg->ctx, err) : HP_OK;
+    hp_status st = check_sources(cfg, err);
+    if (st == HP_OK && cfg->check) st = cfg->check(cfg->ctx, err);
     if (st == HP_OK) st = check_outputs(t, err);
     t->last = hp__trn_last_step(t);
     if (st == HP_OK) st = open_model(t, err);
     st = hp_comm_agree(w, st, err);
+    if (st == HP_OK && cfg->text) st = hp__trn_same_text(t, err);
     if (st == HP_OK) warn_no_effect(t);
     if (st != HP_OK) hp_train_close(t);
     else *out = t;
@@ -236,6 +253,11 @@ static hp_status alloc_buffers(hp_trainer *t, hp_err *err)
         t->ids = hp_calloc((size_t)(t->c.global_batch * t->S), sizeof *t->ids);
         if (t->eval) t->eval_ids = hp_calloc((size_t)(t->eval_rows * t->S), sizeof *t->eval_ids);
         if (!t->ids || (t->eval && !t->eval_ids)) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch");
+        /* a masked source's masks, parallel to the ids */
+        if (hp_data_masked(t->data) && !(t->mask = hp_calloc((size_t)(t->c.global_batch * t->S), 1)))
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the batch's mask");
+        if (t->eval && hp_data_masked(t->eval) && !(t->eval_mask = hp_calloc((size_t)(t->eval_rows * t->S), 1)))
+            return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the evaluation's mask");
     }
     t->losses = hp_calloc((size_t)t->c.steps, sizeof *t->losses);
     if (!t->losses) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for %lld losses", (long long)t->c.steps);
@@ -315,6 +337,8 @@ void hp_train_close(hp_trainer *t)
     free(t->eval_ids);
     free(t->losses);
     free(t->ids);
+    free(t->mask);
+    free(t->eval_mask);
     hp_runner_free(t->r);
     hp_plan_free(t->p);
     hp_model_close(t->m);

@@ -46,7 +46,8 @@ struct hp_trainer {
     hp_lr_schedule sched;       /* c.sched with lr and steps */
     int64_t save_every;         /* c.save_every, or steps for a resume into its run folder */
     int64_t last, k0;           /* the steps this run takes: k0 + 1 .. last */
-    const char *inputs[6];      /* what no output may be: input, overrides, plan, model, data, eval_data */
+    const char *inputs[8];      /* what no output may be: input, overrides, plan, model, data, eval_data, text,
+                                   tokenizer */
     hp_model *m;
     hp_plan *p;
     hp_runner *r;
@@ -54,6 +55,7 @@ struct hp_trainer {
     hp_outdir *of;              /* --out without --save-every */
     hp_data *data, *eval;
     int64_t *ids, *eval_ids;    /* [mb or B, S], [eval_rows, S] */
+    uint8_t *mask, *eval_mask;  /* a masked source's (--loss-mask): the same rows' masks, else NULL */
     int64_t B, S, mb;           /* rows a micro-batch, ids a row; mb: windows of one micro-step (MB x dp) */
     int64_t eval_rows;          /* the largest --eval-data batch */
     hp_pp_sched pp_sched;       /* a pipeline's schedule (c.pp_sched, or the pipeline's default) */
@@ -86,6 +88,8 @@ extern const char *const hp__trn_ckpt_names[];
 int64_t hp__trn_eval_batch(int64_t W, int64_t w0, int64_t gb);
 int64_t hp__trn_eval_batch_max(int64_t W, int64_t gb);
 hp_status hp__trn_open_data(hp_trainer *t, hp_err *err);
+hp_status hp__trn_same_text(hp_trainer *t, hp_err *err);
+hp_status hp__trn_batch(hp_trainer *t, int64_t k, int64_t n_micro, int64_t *scored, int64_t *n_scored, hp_err *err);
 hp_status hp__trn_scan_data(hp_trainer *t, hp_err *err);
 hp_status hp__trn_evaluate(hp_trainer *t, double *mean, hp_err *err);
 hp_status hp__trn_memory_check(hp_trainer *t, int local_ranks, hp_err *err);
