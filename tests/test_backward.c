@@ -17,6 +17,7 @@
 #include "attn_ref.h"
 #include "hyperpar/safetensors.h"
 #include "kernels/backward.h"
+#include "kernels/linalg_int.h"
 #include "testlib.h"
 
 #define FD_H 1e-5
@@ -595,6 +596,64 @@ TEST(adamw_second_step_bias_correction)
     }
     CHECK(fabs(p - P) < 1e-7);
     CHECK(fabs(m - M) < 1e-8 && fabs(v - V) < 1e-9);
+}
+
+/* A uniform double in [0, 1) from a 64-bit LCG state (Knuth's MMIX constants). */
+static double unif(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(*s >> 11) * 0x1p-53;
+}
+
+/* The AVX-512, AVX2 and plain C forms of the step store the same bits, and the check finds the same first bad
+ * element (inside a vector, in the tail, in a later block) on each. */
+TEST(adamw_every_isa_stores_the_same_bits)
+{
+    enum { N = 3 * (1 << 14) + 21 }; /* three whole blocks and a tail that is no multiple of 8 */
+    float *p0 = malloc(N * sizeof *p0), *g = malloc(N * sizeof *g), *m0 = malloc(N * sizeof *m0),
+          *v0 = malloc(N * sizeof *v0), *p = malloc(N * sizeof *p), *m = malloc(N * sizeof *m),
+          *v = malloc(N * sizeof *v), *pw = malloc(N * sizeof *pw), *mw = malloc(N * sizeof *mw),
+          *vw = malloc(N * sizeof *vw);
+    CHECK(p0 && g && m0 && v0 && p && m && v && pw && mw && vw);
+    if (!(p0 && g && m0 && v0 && p && m && v && pw && mw && vw)) return;
+    uint64_t s = 12345;
+    for (int i = 0; i < N; i++) {
+        p0[i] = (float)(unif(&s) - 0.5);
+        g[i] = (float)((unif(&s) - 0.5) * pow(10.0, (double)(i % 7) - 3));
+        m0[i] = (float)((unif(&s) - 0.5) * 1e-2);
+        v0[i] = (float)(unif(&s) * 1e-4);
+    }
+    hp__adamw opt = {.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    const hp__isa isas[3] = {HP__ISA_PORTABLE, HP__ISA_AVX2, HP__ISA_AVX512};
+    int ran = 0;
+    for (int a = 0; a < 3; a++) {
+        if (!hp__isa_available(isas[a])) continue;
+        hp__adamw_force(isas[a]);
+        memcpy(p, p0, N * sizeof *p), memcpy(m, m0, N * sizeof *m), memcpy(v, v0, N * sizeof *v);
+        CHECK_EQ_INT((int)hp__adamw_check(p, g, m, v, N, &opt, 3, NULL), N);
+        hp__adamw_step(p, g, m, v, N, &opt, 3);
+        if (ran++ == 0) {
+            memcpy(pw, p, N * sizeof *p), memcpy(mw, m, N * sizeof *m), memcpy(vw, v, N * sizeof *v);
+        } else {
+            CHECK_MSG(memcmp(p, pw, N * sizeof *p) == 0 && memcmp(m, mw, N * sizeof *m) == 0 &&
+                          memcmp(v, vw, N * sizeof *v) == 0, "%s", hp__isa_name(isas[a]));
+        }
+        /* the first bad element: a huge gradient (v overflows), a NaN moment, an infinite parameter */
+        const int at[4] = {N - 3, 3 * (1 << 14) + 2, 20000 + 5, 13};
+        float *const arr[4] = {g, m0, p0, g};
+        const float bad[4] = {3e30f, NAN, INFINITY, -4e30f};
+        for (int b = 0; b < 4; b++) {
+            float keep = arr[b][at[b]];
+            arr[b][at[b]] = bad[b];
+            hp__adamw_bad info;
+            CHECK_EQ_INT((int)hp__adamw_check(p0, g, m0, v0, N, &opt, 3, &info), at[b]);
+            arr[b][at[b]] = keep;
+        }
+    }
+    hp__adamw_force(hp__isa_best());
+    CHECK(ran >= 1);
+    printf("  adamw forms compared: %d\n", ran);
+    free(p0), free(g), free(m0), free(v0), free(p), free(m), free(v), free(pw), free(mw), free(vw);
 }
 
 TEST_MAIN()

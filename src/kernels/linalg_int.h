@@ -262,6 +262,8 @@ hp_status hp__linear_force_large(hp_linear *lin, hp__force how, hp_err *err);
 
 /* ---- vmath.c's exp, one value, and its instruction set (tests; the caller checks hp__isa_available) ---- */
 void hp__vmath_force(hp__isa isa);
+/* adamw.c's instruction set for every later step and check (tests; the caller checks hp__isa_available). */
+void hp__adamw_force(hp__isa isa);
 double hp__exp_f64_ref(double x);
 float hp__exp_f32_ref(float x);
 
