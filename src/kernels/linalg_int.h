@@ -200,8 +200,10 @@ struct hp_linear {
     char small_desc[64], large_desc[512];
 };
 
-/* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch. */
-#define HP__ROW_CHUNK 256
+/* Rows of A per pass when A must be rounded to bf16 first (BF16 mode): bounds the scratch (512 × K f32 per thread).
+ * 512, not 256: oneDNN 2.6 runs llama-3-8b's gate/up product (N 14336, K 4096) on gemm:jit at 256 fixed rows and
+ * on brgemm at 512 (issue 40). */
+#define HP__ROW_CHUNK 512
 /* Groups of a grouped call with more rows than small_m_max and at most this many run one per thread when there
  * are two or more (linear.c, run_large_groups): above it oneDNN's own threads split one product efficiently. A
  * fixed bound, not one derived from the thread count, so that which path a group takes never depends on it. */

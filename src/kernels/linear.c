@@ -112,16 +112,22 @@ static bool key_eq(const hp__dnnl_mm_key *a, const hp__dnnl_mm_key *b)
 }
 
 /* The cached primitive of key, made on first use; *unsupported (may be NULL) as hp__dnnl_mm_create sets it. */
+/* The cached primitive of key, if ctx has made it. */
+static bool find_mm(const hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out)
+{
+    for (int64_t i = 0; i < ctx->n_mms; i++)
+        if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), key)) {
+            *out = ctx->mms[i];
+            return true;
+        }
+    return false;
+}
+
 static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out, bool *unsupported,
                         hp_err *err)
 {
     if (unsupported) *unsupported = false;
-    for (int64_t i = 0; i < ctx->n_mms; i++) {
-        if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), key)) {
-            *out = ctx->mms[i];
-            return HP_OK;
-        }
-    }
+    if (find_mm(ctx, key, out)) return HP_OK;
     if (ctx->n_mms == ctx->cap_mms) {
         int64_t cap = ctx->cap_mms ? 2 * ctx->cap_mms : 8;
         hp__dnnl_mm **p = realloc(ctx->mms, (size_t)cap * sizeof *p);
@@ -185,8 +191,16 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     bool acc = beta != 0.0f;
     hp__dnnl_mm_key key = {.src = HP_DT_BF16, .wei = HP_DT_BF16, .n = HP__DNNL_RUNTIME_N, .k = k, .beta = acc};
     const hp__dnnl_mm *mm = NULL;
+    /* A large product takes a primitive of its own shape (brgemm; with a runtime M oneDNN 2.6 runs gemm:jit, which
+     * measured 150-175 GFLOP/s against brgemm's ~400 on the backward of a llama-3-8b layer); refused or past the
+     * bound, the runtime-shape one. The operands are packed in scratch: lda = k. */
+    hp__dnnl_mm_key fixed = key;
+    fixed.n = n, fixed.m = m, fixed.lda = k, fixed.ldc = ldc;
+    if (m >= HP__FIXED_M_MIN && (find_mm(g_plain, &fixed, &mm) ||
+                                 (g_plain->n_fixed < HP__FIXED_MAX && get_mm(g_plain, &fixed, &mm, NULL, &err) == HP_OK)))
+        key = fixed;
     bool unsupported = false;
-    if (get_mm(g_plain, &key, &mm, &unsupported, &err) != HP_OK) {
+    if (!mm && get_mm(g_plain, &key, &mm, &unsupported, &err) != HP_OK) {
         g_plain_off = unsupported;
         return false;
     }
@@ -596,10 +610,8 @@ static const hp__dnnl_mm *shaped(hp_linear *lin, bool beta, bool may_fix, int64_
     hp__dnnl_mm_key key = *hp__dnnl_mm_key_of(mm);
     key.m = m, key.lda = lda, key.ldc = ldc;
     const hp__dnnl_mm *f = NULL;
-    for (int64_t i = 0; i < ctx->n_mms && !f; i++)
-        if (key_eq(hp__dnnl_mm_key_of(ctx->mms[i]), &key)) f = ctx->mms[i];
     hp_err e;
-    if (!f && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
+    if (!find_mm(ctx, &key, &f) && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
     if (reserve_scratch(ctx, layout_of(lin).dnnl + hp__dnnl_mm_scratch_bytes(f), &e) != HP_OK) return mm;
     if (!lin->fixed_impl) {
         lin->fixed_impl = hp__dnnl_mm_impl(f);
