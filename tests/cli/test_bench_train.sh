@@ -29,10 +29,18 @@ assert abs(d["tokens_per_s"] * d["step_s"] - d["batch"] * d["tokens"]) < 1e-3 * 
 w = d["weights_per_token"]
 assert abs(d["model_gflop"] - 6 * w * d["batch"] * d["tokens"] * 1e-9) <= 1e-4 * d["model_gflop"]
 assert abs(d["achieved_gflops"] - d["model_gflop"] / d["step_s"]) <= 1e-3 * d["achieved_gflops"]
+# issue 40: each median with its min and max over the reps, the host's load at the start and the end
+for k in ("step", "forward", "backward", "backward_comm", "optimizer"):
+    assert 0 <= d[k + "_min_s"] <= d[k + "_s"] <= d[k + "_max_s"], (k, d)
+assert d["step_min_s"] > 0, d
+for k in ("load_start", "load_end"):
+    assert d[k] >= 0 or d[k] == -1, (k, d[k])
 EOF
 }
-TEXT_LINES=("optimizer : AdamW, PyTorch's defaults" "step      : .* ms median of [0-9]* (slowest rank) -> .* training tokens/s"
-            "split     : forward .* ms, backward .* ms (communication .* ms of it), optimizer .* ms; sum .* of the step"
+TEXT_LINES=("optimizer : AdamW, PyTorch's defaults"
+            "step      : .* ms median of [0-9]* (min [0-9.]*, max [0-9.]*; slowest rank) -> .* training tokens/s"
+            "split     : forward .* ms (min .*, max .*), backward .* ms (min .*, max .*) (communication .* ms of it: min .*, max .*), optimizer .* ms (min .*, max .*); sum of the medians .* of the step"
+            "load      : 1-minute load average .* at start, .* at end ([0-9]* cores\\?)"
             "model     : 6 x .* G weights per token x .* tokens = .* GFLOP per step -> .* GFLOP/s achieved"
             "gemm      : .* GFLOP/s per rank (f32 2048x2048x2048 through the GEMM layer.*ratio achieved/gemm"
             "kernels   : " "mesh      : ")
