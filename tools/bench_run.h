@@ -100,6 +100,8 @@ hp_status cli_bench_decode(const hp_comm *w, hp_runner *r, const struct hp_model
 typedef struct cli_torch_eager {
     bool measured;
     double median_s, tokens_per_s;
+    double min_s, max_s; /* the least and the greatest timed call, when has_spread (the script printed them) */
+    bool has_spread;
     int threads;
     char model[256], version[64], dtype[16];
     char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */

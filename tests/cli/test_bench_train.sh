@@ -95,7 +95,7 @@ cat >"$WORK/fakepy" <<'EOF'
 [[ -n ${FAKE_ERROR:-} ]] && { echo "{\"error\": \"$FAKE_ERROR\"}"; exit 0; }
 shift 6
 echo 'Loading weights' # anything before the last JSON object is ignored
-echo "{\"median_s\": 0.25, \"tokens_per_s\": 64, \"threads\": 3, \"model\": \"src=$src ckpt=$ckpt $*\", \"torch\": \"9.9\"}"
+echo "{\"median_s\": 0.25, \"min_s\": 0.2, \"max_s\": 0.375, \"tokens_per_s\": 64, \"threads\": 3, \"model\": \"src=$src ckpt=$ckpt $*\", \"torch\": \"9.9\"}"
 EOF
 chmod +x "$WORK/fakepy"
 HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 --threads 2 --json >"$WORK/pt.json" 2>/dev/null </dev/null
@@ -104,12 +104,13 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 pt = d["pytorch_eager"]
 assert pt["median_s"] == 0.25 and pt["tokens_per_s"] == 64 and pt["threads"] == 3 and pt["dtype"] == "f32", pt
+assert pt["min_s"] == 0.2 and pt["max_s"] == 0.375, pt
 assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 64) <= 1e-5 * d["ratio_over_pytorch"], d
 assert pt["model"] == "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 2 --dtype f32", pt
 assert pt["torch"] == "9.9" and "9.9" in d["pytorch_note"], d
 EOF
 out=$(HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 2>&1 </dev/null)
-check "pytorch: the text line" grep -q "pytorch   : 250.000 ms median of the same batch -> 64.0 training tokens/s (PyTorch eager f32, src=yes ckpt=yes .*torch 9.9, 3 threads; the same run, rank 0)   ratio hyperpar/pytorch [0-9.]*$" <<<"$out"
+check "pytorch: the text line" grep -q "pytorch   : 250.000 ms median (min 200.000, max 375.000) of the same batch -> 64.0 training tokens/s (PyTorch eager f32, src=yes ckpt=yes .*torch 9.9, 3 threads; the same run, rank 0)   ratio hyperpar/pytorch [0-9.]*$" <<<"$out"
 out=$(FAKE_ERROR="no module named transformers" HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
 check "pytorch: a failed step is named, the bench goes on" grep -q "PyTorch eager: not measured (.*fakepy failed: no module named transformers)" <<<"$out"
 check "pytorch: the temporary checkpoint is gone" left
