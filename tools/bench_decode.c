@@ -14,9 +14,6 @@
 #include "hyperpar/cost.h"
 #include "hyperpar/moe.h"
 
-/* Bytes of the read sweep: larger than any last-level cache this runs on, so it reads memory. */
-#define SWEEP_BYTES ((size_t)512 << 20)
-
 typedef struct dec_result {
     cli_bench_spread prefill, step;               /* over the reps' prefills; over every decode step of every rep */
     double read_gbps;                             /* the read sweep, best of reps */
@@ -98,7 +95,7 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
            read / 1048576.0, mid, d->pred_read ? "cost --mode decode's read_bytes" : "weights + the whole cache",
            (double)d->weight_bytes / 1048576.0, (double)d->kv_bytes / 1048576.0);
     printf("  limit     : read sweep %.1f GB/s (%zu MiB, best of %lld) -> %.3f ms per step; decode at %.2f of it\n",
-           d->read_gbps, SWEEP_BYTES >> 20, (long long)a->reps, floor_s * 1e3, floor_s / d->step.med);
+           d->read_gbps, CLI_BENCH_SWEEP_BYTES >> 20, (long long)a->reps, floor_s * 1e3, floor_s / d->step.med);
     if (d->cost_note[0]) printf("  %s\n", d->cost_note);
     else
         printf("  cost      : --mode decode predicts %.3f ms per step at the measured bandwidth (measured/predicted "
@@ -130,7 +127,7 @@ hp_status cli_bench_decode(const hp_comm *w, hp_runner *r, const hp_model *m, co
     dec_result d = {0};
     hp_status st = time_decode(w, r, ids, a, &d, err);
     if (st != HP_OK) return st;
-    d.read_gbps = hp_moe_ref_read_gbps(SWEEP_BYTES, (int)a->reps);
+    d.read_gbps = hp_moe_ref_read_gbps(CLI_BENCH_SWEEP_BYTES, (int)a->reps);
     if (hp_comm_rank(w) == 0 && d.read_gbps > 0) predict(m, p, a, &d);
     cli_torch_eager pt;
     if ((st = cli_bench_torch(w, a, in, &pt, err)) != HP_OK) return st;

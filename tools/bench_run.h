@@ -20,6 +20,10 @@ enum { CLI_BENCH_MAX_REPS = 50 };
  * short enough for a test run. Best of CLI_BENCH_GEMM_REPS after a warm-up. */
 enum { CLI_BENCH_GEMM_N = 2048, CLI_BENCH_GEMM_REPS = 3 };
 
+/* Bytes of the read sweep (hp_moe_ref_read_gbps) of bench moe and the decode bench, the memory limit they
+ * compare with: 512 MiB, larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
+#define CLI_BENCH_SWEEP_BYTES ((size_t)512 << 20)
+
 /* One figure over its repetitions: the least, the median (the mean of the two middle values for an even
  * count) and the greatest. Every bench prints the median with this spread beside it (issue 40). */
 typedef struct cli_bench_spread {

@@ -198,8 +198,6 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
     printf("%s\n", in->packed ? " (packed at init)" : "");
 }
 
-/* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
-#define READ_SWEEP_BYTES ((size_t)512 << 20)
 /* Runs of each limit (the dense product, the read sweep); the best is reported. */
 enum { LIMIT_REPS = 3 };
 
@@ -247,7 +245,7 @@ static hp_status check_memory(const bench_args *a, int64_t ep, double expert_gib
                   + 2 * T * H * 4                                            /* x, y */
                   + T * H * 8 + T * E * 8 + slots * 17 + slots * (H + 2 * I) * 4 /* the workspace (routing, rows) */
                   + (sI > 0 ? T * (2 * sI + H + 1) * 4 : 0)                  /* the shared expert's */
-                  + slots * (2 * H + 2 * I) * 4 + (double)READ_SWEEP_BYTES;   /* the dense limit, the read sweep */
+                  + slots * (2 * H + 2 * I) * 4 + (double)CLI_BENCH_SWEEP_BYTES; /* the dense limit, the sweep */
     char what[160];
     snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
              (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
@@ -334,7 +332,7 @@ static void measure_limits(const bench_args *a, const hp_moe_layer *l, const hp_
     r->dense_m = r->n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
     r->dense = hp_moe_ref_dense_gflops(r->dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, r->dense_path,
                                        sizeof r->dense_path);
-    r->read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    r->read = hp_moe_ref_read_gbps(CLI_BENCH_SWEEP_BYTES, LIMIT_REPS);
     r->peak = hp_linalg_peak_gflops(a->compute, 0.25);
     if (r->ep == 1)
         torch_moe(a, r->threads, r->reps, &r->pt);
@@ -385,7 +383,7 @@ static void print_json(const bench_args *a, const moe_result *r)
     printf(", \"read_sweep_bytes\": %zu, \"resident_expert_bytes\": %.0f, \"stored_expert_bytes\": %.0f, "
            "\"resident_ratio\": %.4f, \"linear_owned_bytes\": %.0f, \"linear_borrowed_bytes\": %.0f, "
            "\"small_m_max\": %lld, \"gate_up_small_path\": ",
-           READ_SWEEP_BYTES, r->resident, r->stored, r->resident / r->stored, r->owned,
+           CLI_BENCH_SWEEP_BYTES, r->resident, r->stored, r->resident / r->stored, r->owned,
            (double)r->gu_info.borrowed_bytes + (double)r->dn_info.borrowed_bytes, (long long)r->gu_info.small_m_max);
     cli_json_str(r->gu_info.small_path);
     printf(", \"gate_up_large_path\": ");
@@ -448,7 +446,7 @@ static void print_text(const bench_args *a, const moe_result *r)
            hp_format_bytes((uint64_t)(r->bytes), b3, sizeof b3), r->gbps);
     if (r->read >= 0)
         printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", r->read,
-               hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
+               hp_format_bytes((uint64_t)((double)CLI_BENCH_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
                fmt_ratio(r2, sizeof r2, ratio(r->gbps, r->read)));
     else
         printf("read sweep n/a (out of memory)\n");
