@@ -22,7 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_run.h"
 #include "cli.h"
@@ -99,13 +98,6 @@ const cli_command cli_cmd_bench_moe = {
     .epilog_more = bench_moe_epilog,
     .run = bench_moe,
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* xorshift64* uniform in [-a, a). */
 static float urand(uint64_t *s, float a)
@@ -262,7 +254,7 @@ static hp_status build_layer(const bench_args *a, int64_t ep, hp_moe_layer **l, 
     d.n_local = p->experts / ep;
     d.bf16_weights = a->dtype == HP_DT_BF16;
     hp_status st = hp_moe_layer_create(l, p->archetype, &d, err);
-    double t0 = now_s();
+    double t0 = hp_comm_wtime();
     int64_t H = p->hidden, I = p->moe_intermediate, nl = *l ? (*l)->n_local : 0;
     if (!st) {
         hp_moe_layer *m = *l;
@@ -286,7 +278,7 @@ static hp_status build_layer(const bench_args *a, int64_t ep, hp_moe_layer **l, 
         /* The numerics of the workspace's products: set before the workspace prepares them. */
         m->compute = a->compute;
     }
-    *t_build = now_s() - t0;
+    *t_build = hp_comm_wtime() - t0;
     return st;
 }
 
@@ -302,11 +294,11 @@ static hp_status time_layer(const bench_args *a, const hp_moe_layer *l, hp_moe_w
     enum { MAXR = CLI_BENCH_MAX_REPS };
     double times[MAXR];
     int reps = 0;
-    double t_all = now_s();
-    while (!st && reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || now_s() - t_all < 2.0))) {
-        double t0 = now_s();
+    double t_all = hp_comm_wtime();
+    while (!st && reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || hp_comm_wtime() - t_all < 2.0))) {
+        double t0 = hp_comm_wtime();
         if ((st = forward(l, ws, x, T, y, balanced, err))) break;
-        times[reps++] = now_s() - t0;
+        times[reps++] = hp_comm_wtime() - t0;
     }
     if (st) return st;
     r->layer = cli_bench_spread_sort(times, (size_t)reps);
