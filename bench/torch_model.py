@@ -5,7 +5,8 @@ importable and builds the family; otherwise (or with plain=True) the plain-torch
 dense llama, mistral, qwen2 and qwen3 families (llama3 rope scaling, sliding window, q/k/v biases, per-head q/k
 norms, tied embeddings) and the softmax-routed MoE families qwen3_moe, qwen2_moe and mixtral (a loop over the
 experts, as transformers' eager code runs them). Weights are read from the folder's *.safetensors, widened to
-float32. Nothing here needs numpy or the safetensors package.
+float32. Nothing here needs numpy or the safetensors package. spread(times) is the timing summary both bench
+scripts print (min_s, median_s, max_s).
 """
 import json
 import math
@@ -15,6 +16,14 @@ import struct
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+def spread(times):
+    """(min, median, max) of the timed calls' seconds; the median of an even count is the mean of the two middle
+    values, as hyperpar's benches take theirs (cli_bench_spread_sort in tools/bench_run.c)."""
+    t = sorted(times)
+    n = len(t)
+    return t[0], t[n // 2] if n % 2 else 0.5 * (t[n // 2 - 1] + t[n // 2]), t[-1]
+
 
 _DT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32,
        "F64": torch.float64}

@@ -11,7 +11,8 @@ plain-torch MoE (the same loop) for the softmax-routed families. Weights are ran
 so the router routes as hyperpar's real router does on random weights, not as the balanced benchmark router. x is
 [1, T, H] normal. --dtype bf16: the block in bfloat16 (PyTorch's bf16 model); autocast: f32 weights, the forward
 under torch.autocast('cpu', bfloat16). Under torch.no_grad(), one warm-up, then R timed; prints one JSON object:
-the median seconds, tokens/s (T over it), the model, torch's version and threads; or {"error": "..."}.
+the median seconds with the least and the greatest (min_s, max_s), tokens/s (T over the median), the model, torch's
+version and threads; or {"error": "..."}.
 
 `hyperpar bench moe` carries this file and bench/torch_model.py inside its binary (CMake embeds them) and runs
 them as bench_torch.c says; run by hand it imports torch_model.py from its own folder.
@@ -80,6 +81,7 @@ def main():
         import torch
         if "torch_model" not in sys.modules:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_model
         torch.set_num_threads(a.threads)
         torch.manual_seed(0)
         block, kind = transformers_block(a)
@@ -104,9 +106,9 @@ def main():
             t0 = time.perf_counter()
             step()
             times.append(time.perf_counter() - t0)
-        times.sort()
-        med = times[len(times) // 2]
-        print(json.dumps({"median_s": med, "tokens_per_s": a.tokens / med, "model": "%s, %s" % (kind, a.dtype),
+        lo, med, hi = torch_model.spread(times)
+        print(json.dumps({"median_s": med, "min_s": lo, "max_s": hi, "tokens_per_s": a.tokens / med,
+                          "model": "%s, %s" % (kind, a.dtype),
                           "torch": torch.__version__, "threads": torch.get_num_threads()}))
     except Exception as e:  # the bench reports it as a note
         print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))

@@ -11,7 +11,8 @@ the bench's: ids[i] = (i * 2654435761 + 1) mod V over [B, T]. train: one step is
 next-token cross-entropy over B*(T-1) positions, backward and torch.optim.AdamW.step() at its defaults; forward:
 the forward and the loss under torch.no_grad(). --dtype autocast (train, hyperpar's --compute bf16): the same
 step with the forward under torch.autocast('cpu', torch.bfloat16), f32 weights and optimizer. One warm-up, then R timed; prints one JSON object: the median
-seconds, tokens/s (B*T over it), the model, torch's version and threads; or {"error": "..."}.
+seconds with the least and the greatest (min_s, max_s), tokens/s (B*T over the median), the model, torch's version and
+threads; or {"error": "..."}.
 
 `hyperpar bench` carries this file and bench/torch_model.py inside its binary (CMake embeds them) and runs them
 with `$HP_BENCH_PYTHON` (default python3) as `python3 -B -c BOOT MODEL_SRC STEP_SRC args...`, so no file is
@@ -85,9 +86,9 @@ def main():
             t0 = time.perf_counter()
             last = step()
             times.append(time.perf_counter() - t0)
-        times.sort()
-        med = times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
-        print(json.dumps({"median_s": med, "tokens_per_s": n / med, "reps": a.reps, "mode": a.mode, "dtype": a.dtype,
+        lo, med, hi = torch_model.spread(times)
+        print(json.dumps({"median_s": med, "min_s": lo, "max_s": hi, "tokens_per_s": n / med, "reps": a.reps,
+                          "mode": a.mode, "dtype": a.dtype,
                           "model": kind, "torch": torch.__version__, "threads": torch.get_num_threads(),
                           "loss_first": first, "loss_last": last}))
     except Exception as e:  # the bench prints why, and goes on without the comparison
@@ -98,8 +99,9 @@ def main():
 def decode(model, ids, a, kind):
     """transformers' generate, greedy, exactly N new tokens (no eos stop), its KV cache: one decode step's time
     is (t(N) - t(1)) / (N - 1), t(k) the median of generate with k new tokens (the prefill and first token in
-    both)."""
+    both); min_s and max_s put the least and the greatest t(N) in place of its median."""
     import torch
+    import torch_model
     if not hasattr(model, "generate"):
         raise RuntimeError("decode needs a transformers model (this family runs on the plain-torch fallback)")
     N = max(a.new_tokens, 2)
@@ -109,18 +111,20 @@ def decode(model, ids, a, kind):
             model.generate(ids, max_new_tokens=k, min_new_tokens=k, do_sample=False,
                            attention_mask=torch.ones_like(ids), pad_token_id=0)
 
-    def med(k):
+    def timed(k):
         ts = []
         for _ in range(a.reps):
             t0 = time.perf_counter()
             gen(k)
             ts.append(time.perf_counter() - t0)
-        ts.sort()
-        return ts[len(ts) // 2]
+        return torch_model.spread(ts)
 
     gen(2)  # warm-up
-    step = (med(N) - med(1)) / (N - 1)
-    print(json.dumps({"median_s": step, "tokens_per_s": a.batch / step, "reps": a.reps, "mode": "decode",
+    lo, med, hi = timed(N)
+    one = timed(1)[1]
+    step = (med - one) / (N - 1)
+    print(json.dumps({"median_s": step, "min_s": (lo - one) / (N - 1), "max_s": (hi - one) / (N - 1),
+                      "tokens_per_s": a.batch / step, "reps": a.reps, "mode": "decode",
                       "dtype": a.dtype, "model": kind, "torch": torch.__version__,
                       "threads": torch.get_num_threads()}))
 

@@ -117,7 +117,7 @@ def write_nfc(path):
         " */",
         '#include "tok/nfc.h"',
         "",
-        "const hp__nfc_run hp__nfc_ccc[] = {",
+        "const hp__cp_range hp__nfc_ccc[] = {",
     ]
     table(lines, ["{0x%X, 0x%X, %d}," % (lo, hi, v) for lo, hi, v in ccc])
     lines += ["};", "const size_t hp__nfc_n_ccc = sizeof hp__nfc_ccc / sizeof *hp__nfc_ccc;", "",
@@ -127,7 +127,7 @@ def write_nfc(path):
               "const hp__nfc_pair hp__nfc_comp[] = {"]
     table(lines, ["{0x%X, 0x%X, 0x%X}," % t for t in comp])
     lines += ["};", "const size_t hp__nfc_n_comp = sizeof hp__nfc_comp / sizeof *hp__nfc_comp;", "",
-              "const hp__nfc_run hp__nfc_unsafe[] = {"]
+              "const hp__cp_range hp__nfc_unsafe[] = {"]
     table(lines, ["{0x%X, 0x%X, 1}," % (lo, hi) for lo, hi, _ in unsafe])
     lines += ["};", "const size_t hp__nfc_n_unsafe = sizeof hp__nfc_unsafe / sizeof *hp__nfc_unsafe;", ""]
     with open(path, "w") as f:
@@ -155,7 +155,7 @@ def main():
         " */",
         '#include "tok/tok_int.h"',
         "",
-        "const hp__uc_range hp__uc_ranges[] = {",
+        "const hp__cp_range hp__uc_ranges[] = {",
     ]
     row = "   "
     for lo, hi, c in rs:

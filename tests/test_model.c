@@ -9,6 +9,7 @@
 
 #include "hyperpar/gen.h"
 #include "hyperpar/model.h"
+#include "model/model_int.h"
 #include "testlib.h"
 
 static const struct {
@@ -460,6 +461,41 @@ TEST(gen_rejects_bad_options)
     CHECK(hp_gen_config_text(&o, &text, &err) == HP_ERR_INPUT);
     CHECK_STR_CONTAINS(err.msg, "multiple of --kv-heads");
     CHECK(text == NULL);
+}
+
+/* hp__model_dir / hp__model_config_path (generate's generation_config.json, cost's config.json): one rule for
+ * every form hp_model_open takes. */
+TEST(model_dir_and_config_path)
+{
+    static const struct {
+        const char *open, *dir, *cfg;
+    } cases[] = {
+        {"data/golden/mixtral_batched_bf16", "data/golden/mixtral_batched_bf16",
+         "data/golden/mixtral_batched_bf16/config.json"},
+        {"data/golden/mixtral_batched_bf16/model.safetensors", "data/golden/mixtral_batched_bf16",
+         "data/golden/mixtral_batched_bf16/config.json"},
+        {"data/golden/mixtral_batched_bf16/config.json", "data/golden/mixtral_batched_bf16",
+         "data/golden/mixtral_batched_bf16/config.json"},
+        {"data/configs/llama-3-8b.json", "data/configs", "data/configs/llama-3-8b.json"},
+    };
+    char dir[4096], cfg[4096];
+    hp_err err;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        hp_model *m = NULL;
+        CHECK_MSG(hp_model_open(&m, cases[i].open, NULL, &err) == HP_OK, "%s: %s", cases[i].open, err.msg);
+        if (!m) continue;
+        CHECK_STR_EQ(hp__model_dir(m, dir, sizeof dir), cases[i].dir);
+        CHECK_STR_EQ(hp__model_config_path(m, cfg, sizeof cfg), cases[i].cfg);
+        hp_model_close(m);
+    }
+    hp_model *m = open_text("{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+                            "\"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"vocab_size\": 32}", &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    if (m) { /* config text labelled "config.json": the label is the file, its folder the current one */
+        CHECK_STR_EQ(hp__model_dir(m, dir, sizeof dir), ".");
+        CHECK_STR_EQ(hp__model_config_path(m, cfg, sizeof cfg), "config.json");
+    }
+    hp_model_close(m);
 }
 
 TEST_MAIN()

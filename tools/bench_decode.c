@@ -14,23 +14,14 @@
 #include "hyperpar/cost.h"
 #include "hyperpar/moe.h"
 
-/* Bytes of the read sweep: larger than any last-level cache this runs on, so it reads memory. */
-#define SWEEP_BYTES ((size_t)512 << 20)
-
 typedef struct dec_result {
-    double prefill_s, step_s, step_min, step_max; /* median prefill; median, min and max decode step */
+    cli_bench_spread prefill, step;               /* over the reps' prefills; over every decode step of every rep */
     double read_gbps;                             /* the read sweep, best of reps */
     uint64_t kv_bytes, weight_bytes;              /* rank 0's */
     uint64_t pred_read;                           /* cost --mode decode: rank 0's read_bytes at the mid context */
     double pred_step;                             /* and its step time with the measured bandwidth */
     char cost_note[256];
 } dec_result;
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* reps × (a prefill of ids [B, T], then N one-token steps); the step times of every rep pooled. */
 static hp_status time_decode(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
@@ -56,10 +47,8 @@ static hp_status time_decode(const hp_comm *w, hp_runner *r, const int64_t *ids,
     }
     st = hp_comm_agree(w, st, err);
     if (st == HP_OK) {
-        qsort(pre, (size_t)reps, sizeof *pre, cmp_d);
-        qsort(steps, (size_t)(reps * N), sizeof *steps, cmp_d);
-        d->prefill_s = pre[reps / 2];
-        d->step_s = steps[reps * N / 2], d->step_min = steps[0], d->step_max = steps[reps * N - 1];
+        d->prefill = cli_bench_spread_sort(pre, (size_t)reps);
+        d->step = cli_bench_spread_sort(steps, (size_t)(reps * N));
         const hp_run_stats *s = hp_runner_stats(r);
         d->kv_bytes = s->kv_bytes;
         d->weight_bytes = s->resident_bytes;
@@ -93,23 +82,24 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
                        const cli_torch_eager *pt)
 {
     cli_bench_print_head("decode", a, in);
-    double tps = (double)a->batch / d->step_s, mid = (double)a->tokens + (double)a->decode / 2;
+    double tps = (double)a->batch / d->step.med, mid = (double)a->tokens + (double)a->decode / 2;
     /* the bytes a step reads: cost's (the weights a token goes through and the filled cache at the mid-point) */
     double read = d->pred_read ? (double)d->pred_read : (double)(d->weight_bytes + d->kv_bytes);
     double floor_s = read / (d->read_gbps * 1e9);
-    printf("  prefill   : %lld x %lld tokens in %.3f ms (median of %lld)\n", (long long)a->batch, (long long)a->tokens,
-           d->prefill_s * 1e3, (long long)a->reps);
+    printf("  prefill   : %lld x %lld tokens in %.3f ms (median of %lld; min %.3f, max %.3f)\n", (long long)a->batch,
+           (long long)a->tokens, d->prefill.med * 1e3, (long long)a->reps, d->prefill.min * 1e3,
+           d->prefill.max * 1e3);
     printf("  decode    : %.3f ms per step median (min %.3f, max %.3f; %lld steps x %lld reps) -> %.1f tokens/s\n",
-           d->step_s * 1e3, d->step_min * 1e3, d->step_max * 1e3, (long long)a->decode, (long long)a->reps, tps);
+           d->step.med * 1e3, d->step.min * 1e3, d->step.max * 1e3, (long long)a->decode, (long long)a->reps, tps);
     printf("  read      : %.2f MiB per step at context %.0f (%s; weights held %.2f MiB, KV cache %.2f MiB)\n",
            read / 1048576.0, mid, d->pred_read ? "cost --mode decode's read_bytes" : "weights + the whole cache",
            (double)d->weight_bytes / 1048576.0, (double)d->kv_bytes / 1048576.0);
     printf("  limit     : read sweep %.1f GB/s (%zu MiB, best of %lld) -> %.3f ms per step; decode at %.2f of it\n",
-           d->read_gbps, SWEEP_BYTES >> 20, (long long)a->reps, floor_s * 1e3, floor_s / d->step_s);
+           d->read_gbps, CLI_BENCH_SWEEP_BYTES >> 20, (long long)a->reps, floor_s * 1e3, floor_s / d->step.med);
     if (d->cost_note[0]) printf("  %s\n", d->cost_note);
     else
         printf("  cost      : --mode decode predicts %.3f ms per step at the measured bandwidth (measured/predicted "
-               "%.2f)\n", d->pred_step * 1e3, d->step_s / d->pred_step);
+               "%.2f)\n", d->pred_step * 1e3, d->step.med / d->pred_step);
     cli_bench_torch_text(pt, tps, "tokens/s (generate, decode steps)");
 }
 
@@ -117,11 +107,14 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
                        const cli_torch_eager *pt)
 {
     cli_bench_json_head("decode", a, in);
-    double tps = (double)a->batch / d->step_s;
-    printf(", \"decode\": {\"new_tokens\": %lld, \"prefill_s\": %.6g, \"step_s\": %.6g, \"step_min_s\": %.6g, "
-           "\"step_max_s\": %.6g, \"tokens_per_s\": %.6g, \"weight_bytes\": %llu, \"kv_bytes\": %llu, "
-           "\"read_gbps\": %.6g, \"cost_read_bytes\": %llu, \"cost_step_s\": %.6g}",
-           (long long)a->decode, d->prefill_s, d->step_s, d->step_min, d->step_max, tps,
+    double tps = (double)a->batch / d->step.med;
+    printf(", \"decode\": {\"new_tokens\": %lld, \"prefill_s\": %.6g", (long long)a->decode, d->prefill.med);
+    cli_bench_spread_json("prefill_", &d->prefill);
+    printf(", \"step_s\": %.6g", d->step.med);
+    cli_bench_spread_json("step_", &d->step);
+    printf(", \"tokens_per_s\": %.6g, \"weight_bytes\": %llu, \"kv_bytes\": %llu, \"read_gbps\": %.6g, "
+           "\"cost_read_bytes\": %llu, \"cost_step_s\": %.6g}",
+           tps,
            (unsigned long long)d->weight_bytes, (unsigned long long)d->kv_bytes, d->read_gbps,
            (unsigned long long)d->pred_read, d->pred_step);
     cli_bench_torch_json(pt, tps);
@@ -129,15 +122,16 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
 }
 
 hp_status cli_bench_decode(const hp_comm *w, hp_runner *r, const hp_model *m, const hp_plan *p, const int64_t *ids,
-                           const cli_bench_args *a, const cli_bench_info *in, hp_err *err)
+                           const cli_bench_args *a, cli_bench_info *in, hp_err *err)
 {
     dec_result d = {0};
     hp_status st = time_decode(w, r, ids, a, &d, err);
     if (st != HP_OK) return st;
-    d.read_gbps = hp_moe_ref_read_gbps(SWEEP_BYTES, (int)a->reps);
+    d.read_gbps = hp_moe_ref_read_gbps(CLI_BENCH_SWEEP_BYTES, (int)a->reps);
     if (hp_comm_rank(w) == 0 && d.read_gbps > 0) predict(m, p, a, &d);
     cli_torch_eager pt;
     if ((st = cli_bench_torch(w, a, in, &pt, err)) != HP_OK) return st;
+    in->load.end = cli_bench_loadavg();
     if (hp_comm_rank(w) == 0) {
         if (d.read_gbps <= 0) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the read sweep");
         if (a->json) print_json(a, in, &d, &pt);

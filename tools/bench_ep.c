@@ -12,13 +12,15 @@
  *   - resident expert bytes per rank next to the whole layer's.
  *
  * Weights are small deterministic values (a hash of the element index), the same on every rank for the
- * router. Times are the slowest rank's (max over ranks) per rep, then the median over reps. Only rank 0
+ * router. Times are the slowest rank's (max over ranks) per rep, then the median over reps, printed with the
+ * least and the greatest rep; the host's load average at the start and the end goes with them. Only rank 0
  * prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_run.h"
 #include "cli.h"
 #include "hyperpar/moe.h"
 #include "hyperpar/plan.h"
@@ -30,7 +32,7 @@ typedef struct ep_args {
     bool json, overlap, real_router;
 } ep_args;
 
-enum { MAX_REPS = 50 };
+enum { MAX_REPS = CLI_BENCH_MAX_REPS };
 
 static const cli_enum g_router = {NULL, {{"balanced", 0, false}, {"real", 1, false}}}; /* into real_router */
 
@@ -72,7 +74,11 @@ const cli_command cli_cmd_bench_ep = {
     .about = "Runs one MoE layer expert-parallel over all N ranks (each holds E/N experts and T local tokens) and\n"
              "prints the dispatch + return exchange time next to a bare all-to-all of the same bytes measured in\n"
              "the same run (ratio), bytes moved, resident expert bytes per rank and, with --overlap, the share of\n"
-             "the shared expert's time hidden behind the exchange. Also runs as one process without mpirun.\n",
+             "the shared expert's time hidden behind the exchange. Also runs as one process without mpirun. The\n"
+             "forward, the exchange and the bare all-to-all are printed with the least and the greatest of their reps\n"
+             "(JSON: each phase's and the bare exchange's X_s with X_min_s and X_max_s, and the forward totals of\n"
+             "overlap and chunks), and the host's 1-minute load average at the start and the end (load_start,\n"
+             "load_end).\n",
     .opts = g_opts,
     .epilog_more = presets,
     .run = cmd_bench_ep,
@@ -93,21 +99,6 @@ static void fill(float *dst, int64_t n, uint64_t seed, float a)
     for (int64_t i = 0; i < n; i++) dst[i] = hval((uint64_t)i, seed, a);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median over reps of column c of rows [reps][ncol]. */
-static double median_col(const double *rows, int reps, int ncol, int c)
-{
-    double v[64];
-    for (int i = 0; i < reps; i++) v[i] = rows[i * ncol + c];
-    qsort(v, (size_t)reps, sizeof *v, cmp_double);
-    return reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
-}
-
 /* PH_COMM_LAST: dispatch + return of the rank that reached each exchange last (min over ranks per phase),
  * i.e. the exchange itself without the wait for a slower rank's routing or experts, which the slowest-rank
  * figures (max over ranks) include. */
@@ -116,9 +107,11 @@ enum { PH_ROUTE, PH_DISPATCH, PH_EXPERTS, PH_RETURN, PH_COMBINE, PH_SHARED, PH_W
 static const char *const g_ph_names[PH_N] = {"route", "dispatch", "experts", "return", "combine",
                                               "shared", "wait", "comm", "total", "comm_last"};
 
-/* Warm-up, then reps forwards; med[PH_N] gets the median over reps of the slowest rank's phase times. */
+/* Warm-up, then reps forwards; med[PH_N] gets the median over reps of the slowest rank's phase times, spread[PH_N]
+ * their min, median and max. */
 static hp_status time_forward(hp_comm *c, hp_moe_ep *ep, const float *x, int64_t T, float *y,
-                              const hp_moe_run_opts *ro, bool overlap, int chunks, int reps, double *med, hp_err *err)
+                              const hp_moe_run_opts *ro, bool overlap, int chunks, int reps, double *med,
+                              cli_bench_spread *spread, hp_err *err)
 {
     double rows[MAX_REPS * PH_N];
     hp_status st = hp_moe_ep_forward_chunks(ep, x, T, y, ro, overlap, chunks, err);
@@ -145,16 +138,19 @@ static hp_status time_forward(hp_comm *c, hp_moe_ep *ep, const float *x, int64_t
         if ((st = hp_comm_allreduce_max_f64(c, mn, 2, err))) return st;
         v[PH_COMM_LAST] = -mn[0] - mn[1];
     }
-    for (int k = 0; k < PH_N; k++) med[k] = median_col(rows, reps, PH_N, k);
+    for (int k = 0; k < PH_N; k++) {
+        spread[k] = cli_bench_spread_col(rows, reps, PH_N, k);
+        med[k] = spread[k].med;
+    }
     return HP_OK;
 }
 
 /* The bare baseline: the forward exchange's per-peer byte counts (from the routing of the last forward),
- * exchanged with hp_comm_alltoallv there and back, warm-up then reps; med[0] the median slowest-rank time,
- * med[1] the median of (min over ranks of each exchange) summed, as PH_COMM_LAST; *bytes this rank's bytes
- * sent in both directions. */
-static hp_status time_bare(hp_comm *c, const hp_moe_ep *ep, const hp_moe_layer *l, int64_t T, int reps, double *med,
-                           double *bytes, hp_err *err)
+ * exchanged with hp_comm_alltoallv there and back, warm-up then reps; spread[0] the slowest-rank time over the
+ * reps, spread[1] (min over ranks of each exchange) summed, as PH_COMM_LAST; *bytes this rank's bytes sent in both
+ * directions. */
+static hp_status time_bare(hp_comm *c, const hp_moe_ep *ep, const hp_moe_layer *l, int64_t T, int reps,
+                           cli_bench_spread *spread, double *bytes, hp_err *err)
 {
     const int P = hp_comm_size(c);
     const hp_moe_ws *ws = hp_moe_ep_ws(ep);
@@ -197,8 +193,8 @@ static hp_status time_bare(hp_comm *c, const hp_moe_ep *ep, const hp_moe_layer *
         }
     }
     if (st == HP_OK) {
-        med[0] = median_col(t, reps, 2, 0);
-        med[1] = median_col(t, reps, 2, 1);
+        spread[0] = cli_bench_spread_col(t, reps, 2, 0);
+        spread[1] = cli_bench_spread_col(t, reps, 2, 1);
     }
     free(sbuf);
     free(rbuf);
@@ -220,21 +216,27 @@ static double hidden_exchange(const double *no, const double *ov)
 }
 
 typedef struct ep_result {
-    double ph[PH_N], ph_ov[PH_N], ph_ch[PH_N], bare[2], bytes_ep, bytes_bare, resident, layer_bytes;
+    double ph[PH_N], ph_ov[PH_N], ph_ch[PH_N];            /* medians: one forward, with overlap, chunked */
+    cli_bench_spread sp[PH_N], sp_ov[PH_N], sp_ch[PH_N];  /* the same with their min and max over the reps */
+    cli_bench_spread bare[2];                             /* time_bare's: the slowest rank's, the last-in */
+    double bytes_ep, bytes_bare, resident, layer_bytes;
     double rows_recv_max, rows_recv_min;
+    cli_bench_load load;
 } ep_result;
 
 static void print_text(const ep_args *a, const char *name, hp_moe_archetype arch, const hp_moe_layer *l, int P,
                        int64_t E_preset, const char *backend, const char *blas, int threads, int reps,
                        const ep_result *r)
 {
-    const double *ph = r->ph;
+    const double *ph = r->ph, bare = r->bare[0].med, bare_last = r->bare[1].med;
+    const cli_bench_spread *fw = &r->sp[PH_TOTAL], *ex = &r->sp[PH_COMM], *bs = &r->bare[0];
     char b1[32], b2[32];
     printf("bench ep: %s (%s) H %lld, E %lld, K %lld, I %lld%s; %lld tokens per rank, %d rank%s\n", name,
            hp_moe_archetype_name(arch), (long long)l->n_hidden, (long long)E_preset, (long long)l->top_k,
            (long long)l->d_expert, l->d_shared ? ", shared expert" : "", (long long)a->tokens, P, P == 1 ? "" : "s");
     printf("  comm     : %s, ep = %d (EP group = all ranks)\n", backend, P);
     printf("  BLAS     : %s, %d thread%s per rank\n", blas, threads, threads == 1 ? "" : "s");
+    cli_bench_load_text(&r->load, 9);
     if (l->n_experts != E_preset)
         printf("  experts  : %lld per rank (--local-experts): the layer has %lld experts instead of %lld; shapes, top-k "
                "and shared expert unchanged\n",
@@ -244,18 +246,19 @@ static void print_text(const ep_args *a, const char *name, hp_moe_archetype arch
                           : "balanced (benchmark only: every rank receives the same number of rows)",
            r->rows_recv_min, r->rows_recv_max);
     printf("  phases   : median of %d, slowest rank, ms: route %.3f, dispatch %.3f, experts %.3f, return %.3f, "
-           "combine %.3f, shared %.3f; forward %.3f\n",
+           "combine %.3f, shared %.3f; forward %.3f (min %.3f, max %.3f)\n",
            reps, ph[PH_ROUTE] * 1e3, ph[PH_DISPATCH] * 1e3, ph[PH_EXPERTS] * 1e3, ph[PH_RETURN] * 1e3,
-           ph[PH_COMBINE] * 1e3, ph[PH_SHARED] * 1e3, ph[PH_TOTAL] * 1e3);
-    printf("  exchange : dispatch + return %.3f ms, %s, %.2f GB/s\n", ph[PH_COMM] * 1e3,
-           hp_format_bytes((uint64_t)r->bytes_ep, b1, sizeof b1), r->bytes_ep / ph[PH_COMM] * 1e-9);
-    printf("  bare     : alltoallv there and back %.3f ms, %s, %.2f GB/s (same bytes, same run)   ratio bare/ep "
-           "%.2f\n",
-           r->bare[0] * 1e3, hp_format_bytes((uint64_t)r->bytes_bare, b2, sizeof b2), r->bytes_bare / r->bare[0] * 1e-9,
-           r->bare[0] / ph[PH_COMM]);
+           ph[PH_COMBINE] * 1e3, ph[PH_SHARED] * 1e3, fw->med * 1e3, fw->min * 1e3, fw->max * 1e3);
+    printf("  exchange : dispatch + return %.3f ms (min %.3f, max %.3f), %s, %.2f GB/s\n", ex->med * 1e3,
+           ex->min * 1e3, ex->max * 1e3, hp_format_bytes((uint64_t)r->bytes_ep, b1, sizeof b1),
+           r->bytes_ep / ex->med * 1e-9);
+    printf("  bare     : alltoallv there and back %.3f ms (min %.3f, max %.3f), %s, %.2f GB/s (same bytes, same run)   "
+           "ratio bare/ep %.2f\n",
+           bare * 1e3, bs->min * 1e3, bs->max * 1e3, hp_format_bytes((uint64_t)r->bytes_bare, b2, sizeof b2),
+           r->bytes_bare / bare * 1e-9, bare / ex->med);
     printf("  last in  : the rank reaching each exchange last (no wait for a slower rank's experts): ep %.3f ms, "
            "bare %.3f ms   ratio bare/ep %.2f\n",
-           ph[PH_COMM_LAST] * 1e3, r->bare[1] * 1e3, r->bare[1] / ph[PH_COMM_LAST]);
+           ph[PH_COMM_LAST] * 1e3, bare_last * 1e3, bare_last / ph[PH_COMM_LAST]);
     printf("  resident : %s of experts per rank, layer %s   ratio %.4f (1/ep = %.4f)",
            hp_format_bytes((uint64_t)r->resident, b1, sizeof b1), hp_format_bytes((uint64_t)r->layer_bytes, b2, sizeof b2),
            r->resident / r->layer_bytes, 1.0 / P);
@@ -301,17 +304,28 @@ static void print_json(const ep_args *a, const char *name, hp_moe_archetype arch
            name, hp_moe_archetype_name(arch), P, P, backend, blas, threads, (long long)a->tokens,
            a->real_router ? "real" : "balanced", reps, (long long)l->n_experts, (long long)E_preset,
            (long long)l->n_local, r->rows_recv_max);
-    for (int k = 0; k < PH_N; k++) printf(", \"%s_s\": %.6g", g_ph_names[k], r->ph[k]);
-    printf(", \"bytes\": %.0f, \"ep_gbps\": %.6g, \"bare_s\": %.6g, \"bare_bytes\": %.0f, \"bare_gbps\": %.6g, "
-           "\"ratio_bare_over_ep\": %.4f, \"bare_last_s\": %.6g, \"ratio_last_bare_over_ep\": %.4f, "
-           "\"resident_expert_bytes\": %.0f, \"layer_expert_bytes\": %.0f, \"resident_ratio\": %.6f",
-           r->bytes_ep, r->bytes_ep / r->ph[PH_COMM] * 1e-9, r->bare[0], r->bytes_bare,
-           r->bytes_bare / r->bare[0] * 1e-9, r->bare[0] / r->ph[PH_COMM], r->bare[1],
-           r->bare[1] / r->ph[PH_COMM_LAST], r->resident, r->layer_bytes, r->resident / r->layer_bytes);
+    cli_bench_load_json(&r->load);
+    char key[32];
+    for (int k = 0; k < PH_N; k++) {
+        printf(", \"%s_s\": %.6g", g_ph_names[k], r->ph[k]);
+        snprintf(key, sizeof key, "%s_", g_ph_names[k]);
+        cli_bench_spread_json(key, &r->sp[k]);
+    }
+    const double bare = r->bare[0].med, bare_last = r->bare[1].med;
+    printf(", \"bytes\": %.0f, \"ep_gbps\": %.6g, \"bare_s\": %.6g", r->bytes_ep, r->bytes_ep / r->ph[PH_COMM] * 1e-9,
+           bare);
+    cli_bench_spread_json("bare_", &r->bare[0]);
+    printf(", \"bare_bytes\": %.0f, \"bare_gbps\": %.6g, \"ratio_bare_over_ep\": %.4f, \"bare_last_s\": %.6g",
+           r->bytes_bare, r->bytes_bare / bare * 1e-9, bare / r->ph[PH_COMM], bare_last);
+    cli_bench_spread_json("bare_last_", &r->bare[1]);
+    printf(", \"ratio_last_bare_over_ep\": %.4f, \"resident_expert_bytes\": %.0f, \"layer_expert_bytes\": %.0f, "
+           "\"resident_ratio\": %.6f",
+           bare_last / r->ph[PH_COMM_LAST], r->resident, r->layer_bytes, r->resident / r->layer_bytes);
     if (a->overlap) {
-        printf(", \"overlap\": {\"shared_expert\": %s, \"total_no_overlap_s\": %.6g, \"total_overlap_s\": %.6g, "
-               "\"shared_s\": %.6g, \"wait_no_overlap_s\": %.6g, \"wait_overlap_s\": %.6g",
-               l->d_shared ? "true" : "false", r->ph[PH_TOTAL], r->ph_ov[PH_TOTAL], r->ph[PH_SHARED],
+        printf(", \"overlap\": {\"shared_expert\": %s, \"total_no_overlap_s\": %.6g, \"total_overlap_s\": %.6g",
+               l->d_shared ? "true" : "false", r->ph[PH_TOTAL], r->ph_ov[PH_TOTAL]);
+        cli_bench_spread_json("total_overlap_", &r->sp_ov[PH_TOTAL]);
+        printf(", \"shared_s\": %.6g, \"wait_no_overlap_s\": %.6g, \"wait_overlap_s\": %.6g", r->ph[PH_SHARED],
                r->ph[PH_WAIT], r->ph_ov[PH_WAIT]);
         if (l->d_shared)
             printf(", \"hidden_of_shared\": %.4f, \"hidden_bound\": %.4f, \"hidden_of_exchange\": %.4f, "
@@ -323,18 +337,21 @@ static void print_json(const ep_args *a, const char *name, hp_moe_archetype arch
     }
     if (a->chunks > 1) {
         const double *one = a->overlap ? r->ph_ov : r->ph, *ch = r->ph_ch;
-        printf(", \"chunks\": {\"n\": %lld, \"overlap\": %s, \"total_s\": %.6g, \"total_one_s\": %.6g, "
-               "\"ratio_one_over_chunked\": %.4f, \"wait_s\": %.6g, \"wait_one_s\": %.6g, \"wait_removed\": %.4f, "
-               "\"comm_s\": %.6g, \"comm_one_s\": %.6g, \"experts_s\": %.6g, \"experts_one_s\": %.6g}",
-               (long long)a->chunks, a->overlap ? "true" : "false", ch[PH_TOTAL], one[PH_TOTAL],
-               one[PH_TOTAL] / ch[PH_TOTAL], ch[PH_WAIT], one[PH_WAIT], hidden_exchange(one, ch), ch[PH_COMM],
-               one[PH_COMM], ch[PH_EXPERTS], one[PH_EXPERTS]);
+        printf(", \"chunks\": {\"n\": %lld, \"overlap\": %s, \"total_s\": %.6g", (long long)a->chunks,
+               a->overlap ? "true" : "false", ch[PH_TOTAL]);
+        cli_bench_spread_json("total_", &r->sp_ch[PH_TOTAL]);
+        printf(", \"total_one_s\": %.6g, \"ratio_one_over_chunked\": %.4f, \"wait_s\": %.6g, \"wait_one_s\": %.6g, "
+               "\"wait_removed\": %.4f, \"comm_s\": %.6g, \"comm_one_s\": %.6g, \"experts_s\": %.6g, "
+               "\"experts_one_s\": %.6g}",
+               one[PH_TOTAL], one[PH_TOTAL] / ch[PH_TOTAL], ch[PH_WAIT], one[PH_WAIT], hidden_exchange(one, ch),
+               ch[PH_COMM], one[PH_COMM], ch[PH_EXPERTS], one[PH_EXPERTS]);
     }
     printf("}\n");
 }
 
 static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, int *argc, char ***argv)
 {
+    const double load_start = cli_bench_loadavg(); /* before any work, MPI's start included */
     hp_err err;
     hp_err_clear(&err);
     hp_comm *c = NULL;
@@ -343,7 +360,7 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
     hp_moe_layer *l = NULL;
     hp_moe_ep *ep = NULL;
     float *x = NULL, *y = NULL;
-    ep_result res = {0};
+    ep_result res = {.load = {load_start, -1}};
     hp_status st = HP_OK;
     const int64_t H = pd->n_hidden, I = pd->d_expert, T = a->tokens, reps = a->reps ? a->reps : 5;
     int threads = cli_threads(NULL, a->threads, NULL);
@@ -397,7 +414,7 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
     if ((st = hp_comm_agree(c, st, &err))) goto done;
 
     hp_moe_run_opts ro = {.balanced_router = !a->real_router};
-    if ((st = time_forward(c, ep, x, T, y, &ro, false, 1, (int)reps, res.ph, &err))) goto done;
+    if ((st = time_forward(c, ep, x, T, y, &ro, false, 1, (int)reps, res.ph, res.sp, &err))) goto done;
     const hp_moe_ep_stats *s = hp_moe_ep_get_stats(ep);
     double agg[3] = {(double)s->bytes_exchanged, (double)hp_moe_layer_expert_bytes(l), 0};
     double rr[2] = {(double)s->rows_recv, -(double)s->rows_recv};
@@ -411,11 +428,13 @@ static int run(const ep_args *a, hp_moe_archetype arch, const hp_moe_dims *pd, i
     if ((st = time_bare(c, ep, l, T, (int)reps, res.bare, &agg[2], &err))) goto done;
     if ((st = hp_comm_allreduce_sum_f64(c, &agg[2], 1, &err))) goto done;
     res.bytes_bare = agg[2];
-    if (a->overlap && (st = time_forward(c, ep, x, T, y, &ro, true, 1, (int)reps, res.ph_ov, &err))) goto done;
+    if (a->overlap && (st = time_forward(c, ep, x, T, y, &ro, true, 1, (int)reps, res.ph_ov, res.sp_ov, &err)))
+        goto done;
     if (a->chunks > 1 &&
-        (st = time_forward(c, ep, x, T, y, &ro, a->overlap, (int)a->chunks, (int)reps, res.ph_ch, &err)))
+        (st = time_forward(c, ep, x, T, y, &ro, a->overlap, (int)a->chunks, (int)reps, res.ph_ch, res.sp_ch, &err)))
         goto done;
 
+    res.load.end = cli_bench_loadavg();
     if (R == 0) {
         char blas[256];
         hp_moe_blas_info(blas, sizeof blas);

@@ -32,8 +32,9 @@
  * world, each rank sending its own bytes per call; the
  * all-to-all runs on the EP group (hp_mesh_ep_index, as the runner splits it), per_call / G bytes to each rank.
  * Bytes per call are each kind's bytes / calls (its mean), so the bare run moves the same total bytes in the
- * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps.
- * Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
+ * same number of calls. Times are the slowest rank's (max over ranks) per rep, then the median over reps (the
+ * forward's with the least and the greatest rep beside it). The host's 1-minute load average is read before any
+ * work and again after PyTorch, and printed with the report (issue 40). Only rank 0 prints; every failure goes through hp_comm_agree so that no rank is left in a collective.
  *
  * `hyperpar bench train` (bench_train.c) is parsed and set up here too, with the same options, checkpoint, plan
  * and mesh; its runner keeps the activations, and once it exists run() hands the timing and the report to
@@ -169,6 +170,9 @@ static void about(FILE *out, bool train)
                  "same checkpoint and batch with this node's threads (%s) and prints\n"
                  "its tokens/s and the ratio hyperpar/PyTorch; otherwise a note says why.\n",
             train ? "a forward+backward+AdamW step, f32" : "the forward, in the checkpoint's dtype");
+    fprintf(out, "Every median is printed with the least and the greatest of its reps (JSON: *_min_s, *_max_s beside\n"
+                 "it), and the report gives the host's 1-minute load average at the start and the end (load_start,\n"
+                 "load_end; -1 when unreadable), so that a loaded run can be told from a quiet one.\n");
     fprintf(out, "Rank 0 writes the checkpoint into a temporary folder under $TMPDIR (or /tmp), removed at the end;\n"
                  "every rank must see it. Also runs as one process without mpirun.\n"
                  "HP_GEMM=onednn in the environment runs every large product of the GEMM layer on oneDNN, and\n"
@@ -212,12 +216,53 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-double cli_bench_median(const double *rows, int reps, int ncol, int c)
+cli_bench_spread cli_bench_spread_sort(double *v, size_t n)
+{
+    if (n == 0) return (cli_bench_spread){0, 0, 0};
+    qsort(v, n, sizeof *v, cmp_double);
+    double med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return (cli_bench_spread){v[0], med, v[n - 1]};
+}
+
+cli_bench_spread cli_bench_spread_col(const double *rows, int reps, int ncol, int c)
 {
     double v[MAX_REPS];
-    for (int i = 0; i < reps; i++) v[i] = rows[i * ncol + c];
-    qsort(v, (size_t)reps, sizeof *v, cmp_double);
-    return reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+    int n = reps < MAX_REPS ? reps : MAX_REPS;
+    for (int i = 0; i < n; i++) v[i] = rows[i * ncol + c];
+    return cli_bench_spread_sort(v, n > 0 ? (size_t)n : 0);
+}
+
+void cli_bench_spread_json(const char *prefix, const cli_bench_spread *s)
+{
+    printf(", \"%smin_s\": %.6g, \"%smax_s\": %.6g", prefix, s->min, prefix, s->max);
+}
+
+double cli_bench_loadavg(void)
+{
+    double l;
+    return getloadavg(&l, 1) == 1 ? l : -1.0;
+}
+
+/* "0.82", or "unknown" when the load could not be read. */
+static const char *load_str(double l, char *buf, size_t cap)
+{
+    if (l < 0) snprintf(buf, cap, "unknown");
+    else snprintf(buf, cap, "%.2f", l);
+    return buf;
+}
+
+void cli_bench_load_text(const cli_bench_load *l, int width)
+{
+    char s[32], e[32];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("  %-*s: 1-minute load average %s at start, %s at end (%ld core%s)\n", width, "load",
+           load_str(l->start, s, sizeof s), load_str(l->end, e, sizeof e), cores, cores == 1 ? "" : "s");
+}
+
+void cli_bench_load_json(const cli_bench_load *l)
+{
+    /* two decimals, as /proc/loadavg has them; -1 when unreadable */
+    printf(", \"load_start\": %.2f, \"load_end\": %.2f", l->start < 0 ? -1.0 : l->start, l->end < 0 ? -1.0 : l->end);
 }
 
 /* ---- the temporary checkpoint ---- */
@@ -511,6 +556,7 @@ static const char *const g_phase_names[6] = {"route", "dispatch", "experts", "re
 
 typedef struct rb_result {
     double med[C_N];                    /* medians over reps of the slowest rank's figures */
+    cli_bench_spread wall;              /* the forward's (C_WALL) min, median and max over reps */
     double bytes[HP_RUN_COLL_COUNT];    /* per rank per forward (max over ranks) */
     double calls[HP_RUN_COLL_COUNT];    /* per forward (max over ranks) */
     double bare[HP_RUN_COLL_COUNT];     /* bare collectives: median slowest-rank time of all calls */
@@ -619,7 +665,7 @@ static hp_status time_bare(const hp_comm *world, const hp_comm *g, hp_run_coll k
         if ((st = hp_comm_allreduce_max_f64(world, dt, 2, err))) break;
         if (r >= 0) t[2 * r] = dt[0], t[2 * r + 1] = -dt[1];
     }
-    if (st == HP_OK) med[0] = cli_bench_median(t, reps, 2, 0), med[1] = cli_bench_median(t, reps, 2, 1);
+    if (st == HP_OK) med[0] = cli_bench_spread_col(t, reps, 2, 0).med, med[1] = cli_bench_spread_col(t, reps, 2, 1).med;
     free(send);
     free(recv);
     free(cnt);
@@ -649,8 +695,8 @@ static hp_status time_sync_paired(const hp_comm *w, hp_runner *r, const int64_t 
     }
     hp_runner_sync_collectives(r, false);
     for (int k = 0; st == HP_OK && k < HP_RUN_COLL_COUNT; k++) {
-        res->sync[k] = cli_bench_median(rows, reps, C_N, C_COLL + k);
-        res->sync_bare[k] = cli_bench_median(bare, reps, HP_RUN_COLL_COUNT, k);
+        res->sync[k] = cli_bench_spread_col(rows, reps, C_N, C_COLL + k).med;
+        res->sync_bare[k] = cli_bench_spread_col(bare, reps, HP_RUN_COLL_COUNT, k).med;
     }
 out:
     free(rows);
@@ -683,6 +729,7 @@ void cli_bench_print_head(const char *name, const rb_args *a, const rb_info *in)
            in->backend, cli_compute_name(a->compute));
     char tb[128];
     printf("  threads   : %s\n", cli_threads_str(&in->ti, tb, sizeof tb));
+    cli_bench_load_text(&in->load, 10);
     if (is_moe(a)) {
         printf("  moe       : %lld experts%s, top-%lld, expert width %lld%s, %lld sparse layer%s of %lld; ep %lld", (long long)a->experts,
                a->experts == a->p->experts ? "" : " (--experts; the preset has more)", (long long)a->p->top_k,
@@ -707,10 +754,10 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, 
     char b1[32], b2[32], b3[32], b4[32], b5[32];
     double expect = r->expect;
     cli_bench_print_head("run", a, in);
-    printf("  forward   : %.3f ms median of %d (slowest rank) -> %.1f tokens/s prefill; GEMM work %.1f GFLOP -> "
-           "%.1f GFLOP/s over all ranks\n",
-           m[C_WALL] * 1e3, in->reps, (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9,
-           in->gemm_flop / m[C_WALL] * 1e-9);
+    printf("  forward   : %.3f ms median of %d (min %.3f, max %.3f; slowest rank) -> %.1f tokens/s prefill; GEMM work "
+           "%.1f GFLOP -> %.1f GFLOP/s over all ranks\n",
+           m[C_WALL] * 1e3, in->reps, r->wall.min * 1e3, r->wall.max * 1e3, (double)(a->batch * a->tokens) / m[C_WALL],
+           in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9);
     double fwd = in->gemm_flop / m[C_WALL] * 1e-9;
     printf("  gemm limit: %.1f GFLOP/s summed over the ranks (slowest %.1f): a %lld^3 product through the GEMM layer "
            "in %s on every rank at once, best of %d; the forward's GEMM rate is %.2f of it (target >= %.1f)\n",
@@ -782,6 +829,7 @@ void cli_bench_json_head(const char *name, const rb_args *a, const rb_info *in)
     cli_json_str(in->kernels);
     printf(", \"blas\": ");
     cli_json_str(in->blas);
+    cli_bench_load_json(&in->load);
 }
 
 static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, const cli_torch_eager *pt)
@@ -797,9 +845,11 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, 
         for (int j = 0; j < 6; j++) printf("%s\"%s\": %.6g", j ? ", " : "", g_phase_names[j], m[C_PHASE + j]);
         printf("}}");
     }
-    printf(", \"median_s\": %.6g, \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, "
-           "\"compute_s\": %.6g, \"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, ",
-           m[C_WALL], (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
+    printf(", \"median_s\": %.6g", m[C_WALL]);
+    cli_bench_spread_json("", &r->wall);
+    printf(", \"tokens_per_s\": %.6g, \"gemm_gflop\": %.6g, \"gflops\": %.6g, \"runner_s\": %.6g, \"compute_s\": %.6g, "
+           "\"comm_s\": %.6g, \"bare_group\": \"%s\", \"ratio_target\": %.2f, ",
+           (double)(a->batch * a->tokens) / m[C_WALL], in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9,
            m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
     printf("\"gemm_limit_n\": %lld, \"gemm_limit_gflops\": %.6g, \"gemm_limit_gflops_min_rank\": %.6g, "
            "\"gemm_share\": %.4f, \"gemm_share_target\": %.2f, \"peak_gflops\": %.6g, \"peak_instruction\": \"%s\", "
@@ -994,6 +1044,8 @@ out:
 
 static int run(rb_args *a, int *argc, char ***argv)
 {
+    /* The host's load before any work: the probe, the checkpoint, the runs. */
+    const double load_start = cli_bench_loadavg();
     /* Whether PyTorch can be measured (rank 0 only), asked before MPI starts. */
     char torch_why[400] = "not probed on this rank";
     bool torch = hp_comm_launch_rank() <= 0 && cli_bench_torch_probe(torch_why, sizeof torch_why);
@@ -1017,7 +1069,8 @@ static int run(rb_args *a, int *argc, char ***argv)
     int64_t *ids = NULL;
     hp_linalg *la = NULL;
     rb_result res = {0};
-    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ti = ti, .ckpt_dir = dir};
+    rb_info in = {.ranks = P, .reps = (int)a->reps, .torch = torch, .ti = ti, .ckpt_dir = dir,
+                  .load = {load_start, -1}};
     snprintf(in.torch_why, sizeof in.torch_why, "%s", torch_why);
     double *rows = NULL;
     hp_status st = HP_OK;
@@ -1072,7 +1125,8 @@ static int run(rb_args *a, int *argc, char ***argv)
         goto done;
     }
     if ((st = time_forward(w, r, ids, B, T, (int)a->reps, true, rows, &err))) goto done;
-    for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_median(rows, (int)a->reps, C_N, c);
+    for (int c = 0; c < C_N; c++) res.med[c] = cli_bench_spread_col(rows, (int)a->reps, C_N, c).med;
+    res.wall = cli_bench_spread_col(rows, (int)a->reps, C_N, C_WALL);
     /* The GEMM limit of the forward's compute mode, on every rank at once, as bench train measures it. */
     if ((st = hp_cost_gemm_limit(w, CLI_BENCH_GEMM_N, a->compute, CLI_BENCH_GEMM_REPS, &res.gemm, &err))) goto done;
 
@@ -1082,6 +1136,7 @@ static int run(rb_args *a, int *argc, char ***argv)
     if (R == 0) describe(w, p, a, &in, &la);
     cli_torch_eager pt;
     if ((st = cli_bench_torch(w, a, &in, &pt, &err))) goto done;
+    in.load.end = cli_bench_loadavg();
     if (R == 0) {
         if (a->json) print_json(a, &in, &res, &pt);
         else print_text(a, &in, &res, &pt);

@@ -3,6 +3,8 @@
  * folder, the plan and the runner over the ranks of mpirun, the header of the report) and `hyperpar bench train`
  * (bench_train.c: the timed training steps and their report) share. bench_run.c parses both commands with one
  * option table and sets up both runs; once the runner exists it hands a training run to cli_bench_train.
+ * Every bench (also bench moe, ep and advise: cmd_bench.c, bench_ep.c) takes from here the spread of its
+ * repetitions and the host's load average (bench_run.c defines them).
  */
 #ifndef HP_TOOLS_BENCH_RUN_H
 #define HP_TOOLS_BENCH_RUN_H
@@ -17,6 +19,36 @@ enum { CLI_BENCH_MAX_REPS = 50 };
  * operands per rank) keeps a core busy for a good fraction of a second, long enough to reach the kernel's rate,
  * short enough for a test run. Best of CLI_BENCH_GEMM_REPS after a warm-up. */
 enum { CLI_BENCH_GEMM_N = 2048, CLI_BENCH_GEMM_REPS = 3 };
+
+/* Bytes of the read sweep (hp_moe_ref_read_gbps) of bench moe and the decode bench, the memory limit they
+ * compare with: 512 MiB, larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
+#define CLI_BENCH_SWEEP_BYTES ((size_t)512 << 20)
+
+/* One figure over its repetitions: the least, the median (the mean of the two middle values for an even
+ * count) and the greatest. Every bench prints the median with this spread beside it (issue 40). */
+typedef struct cli_bench_spread {
+    double min, med, max;
+} cli_bench_spread;
+/* The spread of v[n], which it sorts in place (n 0: all zero). */
+cli_bench_spread cli_bench_spread_sort(double *v, size_t n);
+/* The spread of column c of rows [reps][ncol] (reps <= CLI_BENCH_MAX_REPS; rows unchanged). */
+cli_bench_spread cli_bench_spread_col(const double *rows, int reps, int ncol, int c);
+/* The JSON pair beside a median key: ", \"<prefix>min_s\": min, \"<prefix>max_s\": max" (seconds). */
+void cli_bench_spread_json(const char *prefix, const cli_bench_spread *s);
+
+/* The host's 1-minute load average, read once when a bench starts (before any work, the checkpoint included)
+ * and once at its end (after PyTorch, before the report), so that a reader can tell a quiet run from a loaded
+ * one (issue 40). */
+typedef struct cli_bench_load {
+    double start, end; /* -1: unreadable */
+} cli_bench_load;
+/* The 1-minute load average (getloadavg: /proc/loadavg), or -1 when it cannot be read. Every bench reads it here. */
+double cli_bench_loadavg(void);
+/* The report's line "  load<pad>: 1-minute load average 0.82 at start, 1.09 at end (2 cores)", the label padded
+ * to width as its neighbours are ("unknown" for an unreadable figure), or the JSON pair
+ * ", \"load_start\": 0.82, \"load_end\": 1.09" (-1 when unreadable). */
+void cli_bench_load_text(const cli_bench_load *l, int width);
+void cli_bench_load_json(const cli_bench_load *l);
 
 /* The parsed options, the preset's shapes with the test-only replacements applied. */
 typedef struct cli_bench_args {
@@ -46,33 +78,34 @@ typedef struct cli_bench_info {
     double train_flop; /* model FLOPs of one training step over the batch (hp_cost_train_flops: 6 x W x B x T) */
     double gen_s;      /* seconds rank 0 took to write the checkpoint */
     uint64_t ckpt_bytes;
+    cli_bench_load load; /* the host's load average at the start and the end of the bench */
 } cli_bench_info;
 
-/* Median over reps of column c of rows [reps][ncol]. */
-double cli_bench_median(const double *rows, int reps, int ncol, int c);
-/* The report's first lines (text: "bench <name>: preset ..., checkpoint, mesh, moe, kernels, attention"; JSON:
- * from "{" through "blas", without the closing brace). */
+/* The report's first lines (text: "bench <name>: preset ..., checkpoint, mesh, threads, load, moe, kernels,
+ * attention"; JSON: from "{" through "blas", "load_start" and "load_end", without the closing brace). */
 void cli_bench_print_head(const char *name, const cli_bench_args *a, const cli_bench_info *in);
 void cli_bench_json_head(const char *name, const cli_bench_args *a, const cli_bench_info *in);
 
 /* bench train (bench_train.c): warm-up and a->reps timed training steps of r (created with keep_activations)
- * on ids [a->batch, a->tokens], the same-run GEMM rate, the report on rank 0 (in: rank 0's). Collective; every
- * failure agreed. */
+ * on ids [a->batch, a->tokens], the same-run GEMM rate, PyTorch's step, in->load.end, the report on rank 0 (in:
+ * rank 0's). Collective; every failure agreed. */
 hp_status cli_bench_train(const hp_comm *w, hp_runner *r, const int64_t *ids, const cli_bench_args *a,
-                          const cli_bench_info *in, hp_err *err);
+                          cli_bench_info *in, hp_err *err);
 
 /* bench run --decode (bench_decode.c): a->reps × (the prefill of ids [a->batch, a->tokens], a->decode one-token
  * steps) on r (created with a KV cache of tokens + decode positions), the read sweep, cost --mode decode's
- * prediction, PyTorch's generate; the report on rank 0. Collective. */
+ * prediction, PyTorch's generate, in->load.end; the report on rank 0. Collective. */
 struct hp_model;
 struct hp_plan;
 hp_status cli_bench_decode(const hp_comm *w, hp_runner *r, const struct hp_model *m, const struct hp_plan *p,
-                           const int64_t *ids, const cli_bench_args *a, const cli_bench_info *in, hp_err *err);
+                           const int64_t *ids, const cli_bench_args *a, cli_bench_info *in, hp_err *err);
 
 /* PyTorch eager on the same checkpoint and batch, timed in the same run (bench_torch.c). */
 typedef struct cli_torch_eager {
     bool measured;
     double median_s, tokens_per_s;
+    double min_s, max_s; /* the least and the greatest timed call, when has_spread (the script printed them) */
+    bool has_spread;
     int threads;
     char model[256], version[64], dtype[16];
     char note[512]; /* measured: what ran; else why not ("PyTorch eager: not measured ...") */

@@ -161,7 +161,8 @@ bool cli_bench_torch_probe(char *why, size_t cap)
 }
 
 /* Spawns $HP_BENCH_PYTHON -B -c BOOT MODEL_SRC script args... (args NULL-terminated) and reads the last JSON
- * object it prints into t: the median of one timed call of `tokens` tokens; t->note says what ran, or why not. */
+ * object it prints into t: the median, least and greatest of the timed calls of `tokens` tokens each; t->note says
+ * what ran, or why not. */
 static void run_script(const unsigned char *script, char *const args[], int64_t tokens, const char *dt,
                        cli_torch_eager *t)
 {
@@ -186,6 +187,11 @@ static void run_script(const unsigned char *script, char *const args[], int64_t 
     }
     t->measured = true;
     t->median_s = med;
+    /* The least and the greatest timed call (bench/torch_*.py print them beside the median). */
+    json_t *lo = json_object_get(o, "min_s"), *hi = json_object_get(o, "max_s");
+    t->has_spread = json_is_number(lo) && json_is_number(hi);
+    t->min_s = t->has_spread ? json_number_value(lo) : 0;
+    t->max_s = t->has_spread ? json_number_value(hi) : 0;
     t->tokens_per_s = (double)tokens / med;
     t->threads = (int)json_integer_value(json_object_get(o, "threads"));
     snprintf(t->model, sizeof t->model, "%s", or_q(json_string_value(json_object_get(o, "model"))));
@@ -285,17 +291,22 @@ void cli_bench_torch_text(const cli_torch_eager *t, double tokens_per_s, const c
         printf("  %s\n", t->note);
         return;
     }
-    printf("  pytorch   : %.3f ms median of the same batch -> %.1f %s (%s; the same run, rank 0)   ratio "
+    char spread[80] = "";
+    if (t->has_spread)
+        snprintf(spread, sizeof spread, " (min %.3f, max %.3f)", t->min_s * 1e3, t->max_s * 1e3);
+    printf("  pytorch   : %.3f ms median%s of the same batch -> %.1f %s (%s; the same run, rank 0)   ratio "
            "hyperpar/pytorch %.2f\n",
-           t->median_s * 1e3, t->tokens_per_s, what, t->note, tokens_per_s / t->tokens_per_s);
+           t->median_s * 1e3, spread, t->tokens_per_s, what, t->note, tokens_per_s / t->tokens_per_s);
 }
 
 void cli_bench_torch_json(const cli_torch_eager *t, double tokens_per_s)
 {
     if (t->measured) {
-        printf(", \"pytorch_eager\": {\"median_s\": %.6g, \"tokens_per_s\": %.6g, \"threads\": %d, \"dtype\": \"%s\", "
-               "\"model\": ",
-               t->median_s, t->tokens_per_s, t->threads, t->dtype);
+        printf(", \"pytorch_eager\": {\"median_s\": %.6g", t->median_s);
+        if (t->has_spread) cli_bench_spread_json("", &(cli_bench_spread){t->min_s, t->median_s, t->max_s});
+        else printf(", \"min_s\": null, \"max_s\": null");
+        printf(", \"tokens_per_s\": %.6g, \"threads\": %d, \"dtype\": \"%s\", \"model\": ", t->tokens_per_s, t->threads,
+               t->dtype);
         cli_json_str(t->model);
         printf(", \"torch\": ");
         cli_json_str(t->version);

@@ -10,7 +10,8 @@
  * It also prints which kernels ran (oneDNN's implementation, the streaming kernel's ISA, OpenBLAS's core
  * for the router, with a warning on stderr when OpenBLAS runs a generic kernel on an AVX2/AVX-512 CPU) and
  * the resident expert bytes, and times PyTorch eager on the same shapes when python imports torch
- * (bench_torch.c, bench/torch_moe.py). Benchmarks print ratios, never pass/fail.
+ * (bench_torch.c, bench/torch_moe.py). The layer's median is printed with the least and the greatest of its
+ * forwards, and the host's load average at the start and the end. Benchmarks print ratios, never pass/fail.
  *
  * Memory: expert weights are resident in the generated dtype (--dtype bf16 holds bf16, as a bf16 checkpoint
  * is held; f32 stays f32). A preset whose experts exceed --max-gib (default 6) is run as one rank of an
@@ -21,7 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_run.h"
 #include "cli.h"
@@ -91,18 +91,13 @@ const cli_command cli_cmd_bench_moe = {
              "preset's family (transformers' own, or a plain-torch loop over the experts) on the same shapes and\n"
              "threads, in the weights' dtype (autocast for f32 weights with --compute bf16), and prints the ratio;\n"
              "not for a simulated expert-parallel rank. HP_GEMM=onednn|hyperpar runs every large product on oneDNN,\n"
-             "or on hyperpar's blocked AVX-512 kernel (docs/kernels.md).\n",
+             "or on hyperpar's blocked AVX-512 kernel (docs/kernels.md). The layer's median is printed with the\n"
+             "least and the greatest of its reps (JSON: min_s, max_s), and the host's 1-minute load average at the\n"
+             "start and the end (load_start, load_end).\n",
     .opts = g_opts,
     .epilog_more = bench_moe_epilog,
     .run = bench_moe,
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* xorshift64* uniform in [-a, a). */
 static float urand(uint64_t *s, float a)
@@ -132,12 +127,6 @@ static hp_status fill(void *dst, int64_t n, float a, uint64_t seed, hp_dtype dt,
         if (st) return st;
     }
     return HP_OK;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 
@@ -201,8 +190,6 @@ static void print_paths(const char *what, const hp_linear_info *in, int64_t n, i
     printf("%s\n", in->packed ? " (packed at init)" : "");
 }
 
-/* Bytes of the read sweep: larger than any last-level cache this runs on (32 MiB here), so it reads memory. */
-#define READ_SWEEP_BYTES ((size_t)512 << 20)
 /* Runs of each limit (the dense product, the read sweep); the best is reported. */
 enum { LIMIT_REPS = 3 };
 
@@ -225,7 +212,8 @@ typedef struct moe_result {
     int threads, reps;
     int64_t ep, nl;                     /* the simulated EP group, the experts this rank holds */
     double expert_gib, t_build;         /* all experts' GiB; seconds to build the layer */
-    double med, tok_s, gflops, bytes, gbps; /* the layer's median forward and its rates */
+    cli_bench_spread layer;             /* the layer's forward over the reps */
+    double tok_s, gflops, bytes, gbps;  /* the rates of its median */
     int64_t n_rows, n_active;           /* routed rows, experts that got any */
     int64_t dense_m;                    /* rows of the dense limit */
     char dense_path[512];               /* hp_linear_info.large_path: up to 511 characters */
@@ -235,6 +223,7 @@ typedef struct moe_result {
     bool generic;                       /* OpenBLAS runs its generic kernels */
     hp_linear_info gu_info, dn_info;
     double owned, resident, stored;     /* expert bytes: owned by the GEMM layer, resident, as stored */
+    cli_bench_load load;                /* the host's load at the start and the end */
 } moe_result;
 
 /* Refuses (HP_ERR_INPUT) a run this machine cannot hold, before any of it is allocated (it would be killed for
@@ -248,7 +237,7 @@ static hp_status check_memory(const bench_args *a, int64_t ep, double expert_gib
                   + 2 * T * H * 4                                            /* x, y */
                   + T * H * 8 + T * E * 8 + slots * 17 + slots * (H + 2 * I) * 4 /* the workspace (routing, rows) */
                   + (sI > 0 ? T * (2 * sI + H + 1) * 4 : 0)                  /* the shared expert's */
-                  + slots * (2 * H + 2 * I) * 4 + (double)READ_SWEEP_BYTES;   /* the dense limit, the read sweep */
+                  + slots * (2 * H + 2 * I) * 4 + (double)CLI_BENCH_SWEEP_BYTES; /* the dense limit, the sweep */
     char what[160];
     snprintf(what, sizeof what, "bench moe of %s at %lld tokens (%lld of %lld experts held, %s)", p->name,
              (long long)a->tokens, (long long)(p->experts / ep), (long long)p->experts,
@@ -265,7 +254,7 @@ static hp_status build_layer(const bench_args *a, int64_t ep, hp_moe_layer **l, 
     d.n_local = p->experts / ep;
     d.bf16_weights = a->dtype == HP_DT_BF16;
     hp_status st = hp_moe_layer_create(l, p->archetype, &d, err);
-    double t0 = now_s();
+    double t0 = hp_comm_wtime();
     int64_t H = p->hidden, I = p->moe_intermediate, nl = *l ? (*l)->n_local : 0;
     if (!st) {
         hp_moe_layer *m = *l;
@@ -289,11 +278,11 @@ static hp_status build_layer(const bench_args *a, int64_t ep, hp_moe_layer **l, 
         /* The numerics of the workspace's products: set before the workspace prepares them. */
         m->compute = a->compute;
     }
-    *t_build = now_s() - t0;
+    *t_build = hp_comm_wtime() - t0;
     return st;
 }
 
-/* A warm-up (threads, page faults of the workspace), then the timed forwards of l on x [T, H]: r->med, r->reps,
+/* A warm-up (threads, page faults of the workspace), then the timed forwards of l on x [T, H]: r->layer, r->reps,
  * and the work of one forward (rows, active experts, FLOPs, expert bytes read). */
 static hp_status time_layer(const bench_args *a, const hp_moe_layer *l, hp_moe_ws *ws, const float *x, float *y,
                             moe_result *r, hp_err *err)
@@ -302,27 +291,26 @@ static hp_status time_layer(const bench_args *a, const hp_moe_layer *l, hp_moe_w
     int64_t H = p->hidden, I = p->moe_intermediate, T = a->tokens;
     bool balanced = !a->real_router;
     hp_status st = forward(l, ws, x, T, y, balanced, err);
-    enum { MAXR = 50 };
+    enum { MAXR = CLI_BENCH_MAX_REPS };
     double times[MAXR];
     int reps = 0;
-    double t_all = now_s();
-    while (!st && reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || now_s() - t_all < 2.0))) {
-        double t0 = now_s();
+    double t_all = hp_comm_wtime();
+    while (!st && reps < MAXR && (a->reps ? reps < a->reps : (reps < 3 || hp_comm_wtime() - t_all < 2.0))) {
+        double t0 = hp_comm_wtime();
         if ((st = forward(l, ws, x, T, y, balanced, err))) break;
-        times[reps++] = now_s() - t0;
+        times[reps++] = hp_comm_wtime() - t0;
     }
     if (st) return st;
-    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    r->layer = cli_bench_spread_sort(times, (size_t)reps);
     const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
     r->reps = reps;
-    r->med = times[reps / 2];
     r->n_rows = ws->stats.n_rows, r->n_active = ws->stats.n_active;
     /* Work of one forward: 6·H·I flops per routed row, 6·H·sI per token for the shared expert. */
     double flops = 6.0 * (double)H * (double)I * (double)r->n_rows + 6.0 * (double)H * (double)p->shared_intermediate * (double)T;
-    r->gflops = flops / r->med * 1e-9;
+    r->gflops = flops / r->layer.med * 1e-9;
     r->bytes = (double)r->n_active * 3.0 * (double)H * (double)I * wbytes + 3.0 * (double)H * (double)p->shared_intermediate * 4.0;
-    r->gbps = r->bytes / r->med * 1e-9;
-    r->tok_s = (double)T / r->med;
+    r->gbps = r->bytes / r->layer.med * 1e-9;
+    r->tok_s = (double)T / r->layer.med;
     return HP_OK;
 }
 
@@ -336,7 +324,7 @@ static void measure_limits(const bench_args *a, const hp_moe_layer *l, const hp_
     r->dense_m = r->n_rows + (p->shared_intermediate ? (T * p->shared_intermediate + I - 1) / I : 0);
     r->dense = hp_moe_ref_dense_gflops(r->dense_m, H, I, a->dtype, a->compute, LIMIT_REPS, r->dense_path,
                                        sizeof r->dense_path);
-    r->read = hp_moe_ref_read_gbps(READ_SWEEP_BYTES, LIMIT_REPS);
+    r->read = hp_moe_ref_read_gbps(CLI_BENCH_SWEEP_BYTES, LIMIT_REPS);
     r->peak = hp_linalg_peak_gflops(a->compute, 0.25);
     if (r->ep == 1)
         torch_moe(a, r->threads, r->reps, &r->pt);
@@ -370,10 +358,11 @@ static void print_json(const bench_args *a, const moe_result *r)
     const cli_preset *p = a->p;
     const char *dt = a->dtype == HP_DT_BF16 ? "bf16" : "f32", *cm = a->compute == HP_LINALG_BF16 ? "bf16" : "exact";
     printf("{\"preset\": \"%s\", \"archetype\": \"%s\", \"tokens\": %lld, \"ep\": %lld, \"local_experts\": %lld, "
-           "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g, "
-           "\"tokens_per_s\": %.6g, \"gflops\": %.6g",
+           "\"router\": \"%s\", \"dtype\": \"%s\", \"compute\": \"%s\", \"reps\": %d, \"median_s\": %.6g",
            p->name, hp_moe_archetype_name(p->archetype), (long long)a->tokens, (long long)r->ep, (long long)r->nl,
-           a->real_router ? "real" : "balanced", dt, cm, r->reps, r->med, r->tok_s, r->gflops);
+           a->real_router ? "real" : "balanced", dt, cm, r->reps, r->layer.med);
+    cli_bench_spread_json("", &r->layer);
+    printf(", \"tokens_per_s\": %.6g, \"gflops\": %.6g", r->tok_s, r->gflops);
     json_num("dense_gflops", r->dense);
     json_num("dense_ratio", ratio(r->gflops, r->dense));
     json_num("peak_gflops", r->peak);
@@ -386,7 +375,7 @@ static void print_json(const bench_args *a, const moe_result *r)
     printf(", \"read_sweep_bytes\": %zu, \"resident_expert_bytes\": %.0f, \"stored_expert_bytes\": %.0f, "
            "\"resident_ratio\": %.4f, \"linear_owned_bytes\": %.0f, \"linear_borrowed_bytes\": %.0f, "
            "\"small_m_max\": %lld, \"gate_up_small_path\": ",
-           READ_SWEEP_BYTES, r->resident, r->stored, r->resident / r->stored, r->owned,
+           CLI_BENCH_SWEEP_BYTES, r->resident, r->stored, r->resident / r->stored, r->owned,
            (double)r->gu_info.borrowed_bytes + (double)r->dn_info.borrowed_bytes, (long long)r->gu_info.small_m_max);
     cli_json_str(r->gu_info.small_path);
     printf(", \"gate_up_large_path\": ");
@@ -398,6 +387,7 @@ static void print_json(const bench_args *a, const moe_result *r)
     printf(", \"rows\": %lld, \"active_experts\": %lld, \"blas\": ", (long long)r->n_rows, (long long)r->n_active);
     cli_json_str(r->blas);
     printf(", \"openblas_generic_fallback\": %s, \"threads\": %d", r->generic ? "true" : "false", r->threads);
+    cli_bench_load_json(&r->load);
     cli_bench_torch_json(&r->pt, r->tok_s);
     printf("}\n");
 }
@@ -426,11 +416,14 @@ static void print_text(const bench_args *a, const moe_result *r)
     printf("  router   : %s\n", a->real_router ? "real (archetype router, random weights)"
                                                : "balanced (benchmark only: every expert gets T*K/E slots)");
     printf("  threads  : %s\n", cli_threads_str(&r->ti, tb, sizeof tb));
+    cli_bench_load_text(&r->load, 9);
     printf("  kernels  : %s\n", r->blas);
     print_paths("gate/up", &r->gu_info, 2 * I, H, r->nl);
     print_paths("down", &r->dn_info, H, I, r->nl);
-    printf("  layer    : %.3f ms median of %d -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld experts)\n",
-           r->med * 1e3, r->reps, r->tok_s, r->gflops, (long long)r->n_rows, (long long)r->n_active);
+    printf("  layer    : %.3f ms median of %d (min %.3f, max %.3f) -> %.0f tokens/s, %.1f GFLOP/s (%lld rows on %lld "
+           "experts)\n",
+           r->layer.med * 1e3, r->reps, r->layer.min * 1e3, r->layer.max * 1e3, r->tok_s, r->gflops,
+           (long long)r->n_rows, (long long)r->n_active);
     if (r->dense >= 0)
         printf("  dense    : %.1f GFLOP/s, one %lld-row gate/up + down, %s %s, best of %d (%s)   ratio %s\n",
                r->dense, (long long)r->dense_m, dt, cm, LIMIT_REPS, r->dense_path,
@@ -445,7 +438,7 @@ static void print_text(const bench_args *a, const moe_result *r)
            hp_format_bytes((uint64_t)(r->bytes), b3, sizeof b3), r->gbps);
     if (r->read >= 0)
         printf("read sweep %.1f GB/s (%s, best of %d)   ratio %s\n", r->read,
-               hp_format_bytes((uint64_t)((double)READ_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
+               hp_format_bytes((uint64_t)((double)CLI_BENCH_SWEEP_BYTES), b2, sizeof b2), LIMIT_REPS,
                fmt_ratio(r2, sizeof r2, ratio(r->gbps, r->read)));
     else
         printf("read sweep n/a (out of memory)\n");
@@ -457,7 +450,7 @@ static int run(const bench_args *a)
 {
     const cli_preset *p = a->p;
     hp_err err;
-    moe_result r = {0};
+    moe_result r = {.load = {cli_bench_loadavg(), -1}}; /* before any work */
     r.threads = cli_threads(NULL, a->threads, &r.ti);
     const double wbytes = a->dtype == HP_DT_BF16 ? 2.0 : 4.0; /* resident bytes per expert weight */
     r.expert_gib = (double)p->experts * 3.0 * (double)p->hidden * (double)p->moe_intermediate * wbytes / (1u << 30);
@@ -485,6 +478,7 @@ static int run(const bench_args *a)
     }
     if (!st) {
         measure_limits(a, l, ws, &r);
+        r.load.end = cli_bench_loadavg(); /* after PyTorch, the last of the limits */
         if (a->json) print_json(a, &r);
         else print_text(a, &r);
     }
@@ -532,7 +526,8 @@ const cli_command cli_cmd_bench_advise = {
     .summary = "hyperpar advise's time per mesh against one plan derivation",
     .forms = {{NULL, "MODEL --world"}},
     .about = "Times 'hyperpar advise' over every mesh of N ranks (the best of R runs) against one plan\n"
-             "derivation of MODEL in the same run, and prints both and their ratio.\n",
+             "derivation of MODEL in the same run, and prints both and their ratio, each with the median and the\n"
+             "greatest of the R runs, and the host's 1-minute load average at the start and the end.\n",
     .opts = g_advise_opts,
     .run = cmd_bench_advise,
 };
@@ -542,6 +537,7 @@ const cli_command cli_cmd_bench_advise = {
  * them (hp_advice.plan_seconds, search_seconds). */
 int cmd_bench_advise(int argc, char **argv)
 {
+    cli_bench_load load = {cli_bench_loadavg(), -1}; /* before any work */
     advise_args o = {.reps = 3};
     cli_plan_flags_init(&o.pf);
     cli_cost_flags_init(&o.cf);
@@ -567,15 +563,14 @@ int cmd_bench_advise(int argc, char **argv)
     ao.cost = cf.s.co;
     if (!cf.s.batch_given) ao.cost.B = 0; /* advise's default batch */
     ao.plan = pf.po;
-    double best_mesh = 0, best_plan = 0;
+    double per_mesh[100], plan[100]; /* --reps is at most 100 */
     int n = 0;
     int64_t B = 0;
     for (int64_t i = 0; st == HP_OK && i < reps; i++) {
         hp_advice *a = NULL;
         if ((st = hp_advise(&a, m, &ao, &err)) != HP_OK) break;
-        double per = a->n_cands ? a->search_seconds / a->n_cands : 0;
-        if (!i || per < best_mesh) best_mesh = per;
-        if (!i || a->plan_seconds < best_plan) best_plan = a->plan_seconds;
+        per_mesh[i] = a->n_cands ? a->search_seconds / a->n_cands : 0;
+        plan[i] = a->plan_seconds;
         n = a->n_cands, B = a->B;
         hp_advice_free(a);
     }
@@ -583,11 +578,18 @@ int cmd_bench_advise(int argc, char **argv)
     hp_overrides_free(ov);
     cli_cost_flags_free(&cf);
     if (st != HP_OK) return cli_fail(&err);
+    /* The best of the runs is the figure; the median and the greatest show how far the others were from it. */
+    const cli_bench_spread sm = cli_bench_spread_sort(per_mesh, (size_t)reps);
+    const cli_bench_spread sp = cli_bench_spread_sort(plan, (size_t)reps);
+    load.end = cli_bench_loadavg();
     printf("bench advise: %s, world %lld, batch %lld x %lld, %d meshes\n", argv[optind], (long long)N,
            (long long)B, (long long)cf.s.co.S, n);
-    printf("  one plan (the template, with its shard layout): %9.3f ms\n", best_plan * 1e3);
-    printf("  advise, per mesh:                               %9.3f ms   (%.4f of one plan; best of %lld)\n",
-           best_mesh * 1e3, best_plan > 0 ? best_mesh / best_plan : 0.0, (long long)reps);
+    cli_bench_load_text(&load, 0); /* "  load: ...", as "  advise, per mesh:" has its colon */
+    printf("  one plan (the template, with its shard layout): %9.3f ms   (best of %lld; median %.3f, max %.3f)\n",
+           sp.min * 1e3, (long long)reps, sp.med * 1e3, sp.max * 1e3);
+    printf("  advise, per mesh:                               %9.3f ms   (%.4f of one plan; best of %lld; median %.3f, "
+           "max %.3f)\n",
+           sm.min * 1e3, sp.min > 0 ? sm.min / sp.min : 0.0, (long long)reps, sm.med * 1e3, sm.max * 1e3);
     return HP_EXIT_OK;
 }
 

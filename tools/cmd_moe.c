@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "cli.h"
 #include "hyperpar/comm.h"
@@ -114,13 +113,6 @@ static bool cf_fn(const cli_ctx *x)
 {
     ((moe_args *)x->args)->cf_text = x->arg;
     return true;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Reads tensor `name` of f into a malloc'd buffer of n_elems elements of dtype dt and the given rank. */
@@ -310,11 +302,11 @@ static int run(const moe_args *a)
     if (!st) st = hp_moe_ws_create(&ws, l, T, &err);
     if (!st && !(y = malloc((size_t)(T * l->n_hidden) * sizeof *y)))
         st = hp_err_set(&err, HP_ERR_NOMEM, "out of memory");
-    double t0 = now_s(), t1 = t0;
+    double t0 = hp_comm_wtime(), t1 = t0;
     if (!st) {
         hp_moe_run_opts ro = {.capacity_factor = a->cf, .policy = a->policy};
         st = hp_moe_forward(l, ws, x, T, l->n_hidden, y, &ro, &err);
-        t1 = now_s();
+        t1 = hp_comm_wtime();
         if (st) hp_err_prefix(&err, "%s", a->input);
     }
     if (!st) print_stats(l, ws, a, t1 - t0);

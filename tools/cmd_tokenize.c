@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
+#include "hyperpar/comm.h"
 #include "hyperpar/tokenizer.h"
 
 typedef struct tok_args {
@@ -55,13 +55,6 @@ const cli_command cli_cmd_tokenize = {
     .run = cmd_tokenize,
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The ids on stdout, separated by spaces, a line break at the end. */
 static void print_ids(const int32_t *ids, int64_t n)
 {
@@ -75,9 +68,9 @@ static int encode(hp_tok *tok, const tok_args *a, int id_bytes)
     int32_t *ids;
     int64_t n;
     uint64_t bytes;
-    double t0 = now_s();
+    double t0 = hp_comm_wtime();
     if (hp_tok_encode_file(tok, a->text, !a->no_special, &ids, &n, &bytes, &err) != HP_OK) return cli_fail(&err);
-    double dt = now_s() - t0;
+    double dt = hp_comm_wtime() - t0;
     int first;
     int64_t dropped = hp_tok_dropped(tok, &first);
     if (dropped)

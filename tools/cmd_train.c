@@ -23,7 +23,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -243,13 +242,6 @@ typedef struct train_cli {
     hp_overrides *ov;
 } train_cli;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The trainer's events, printed as train always printed them (rank 0; warnings once). */
 static void on_event(void *ctx, const hp_train_event *ev)
 {
@@ -275,7 +267,7 @@ static void on_event(void *ctx, const hp_train_event *ev)
                 a->compute == HP_LINALG_BF16 ? " bf16" : "n f32", (long long)lim->n, lim->reps, N, N == 1 ? "" : "s",
                 lim->min_gflops, lim->seconds);
         fprintf(stderr, "train: GEMM kernels: %s\n", hp_linalg_describe(NULL, kernels, sizeof kernels));
-        v->t0 = now_s();
+        v->t0 = hp_comm_wtime();
         break;
     }
     case HP_TRAIN_EV_STEP:
@@ -289,7 +281,7 @@ static void on_event(void *ctx, const hp_train_event *ev)
         say("step %lld/%lld eval loss %.7g (%s, %lld windows)", (long long)ev->step, (long long)a->steps, ev->loss,
             a->eval_data, (long long)ev->windows);
         break;
-    case HP_TRAIN_EV_STEP_END: view_progress(v, ev->step, now_s()); break;
+    case HP_TRAIN_EV_STEP_END: view_progress(v, ev->step, hp_comm_wtime()); break;
     }
 }
 

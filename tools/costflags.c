@@ -8,12 +8,12 @@
 #include <string.h>
 
 #include "cli.h"
+#include "hyperpar/comm.h"
 #include "costflags.h"
 #include "hyperpar/linalg.h"
 #include "hyperpar/data.h"
 #include "hyperpar/safetensors.h"
 
-#include <time.h>
 
 void cli_cost_flags_init(cli_cost_flags *f)
 {
@@ -167,13 +167,6 @@ const char *cli_seconds(double s, char *buf, size_t cap)
     return hp_format_seconds(s, buf, cap);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t cap, hp_err *err)
 {
     int64_t K = m->cfg.hidden_size > 0 ? m->cfg.hidden_size : 1024, N = 4 * K, M = 512;
@@ -191,9 +184,9 @@ hp_status cli_measure_gemm(const hp_model *m, double *flops, char *desc, size_t 
     if (st == HP_OK) st = hp_linear_init(&lin, la, &d, err);
     double best = 0;
     for (int rep = 0; st == HP_OK && rep < 5; rep++) {
-        double t0 = now_s();
+        double t0 = hp_comm_wtime();
         st = hp_linear_forward(lin, 0, M, a, K, c, N, false, err);
-        double dt_s = now_s() - t0;
+        double dt_s = hp_comm_wtime() - t0;
         double flop = 2.0 * (double)M * (double)N * (double)K;
         if (st == HP_OK && rep > 0 && dt_s > 0 && flop / dt_s > best) best = flop / dt_s; /* rep 0 warms up */
     }

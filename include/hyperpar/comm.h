@@ -56,6 +56,8 @@ int hp_comm_size(const hp_comm *c);
 bool hp_comm_is_mpi(const hp_comm *c);
 /* "MPI (Open MPI 4.1.4)" or "single process". */
 const char *hp_comm_backend(const hp_comm *c);
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC), for intervals; needs no communicator and no MPI start, so
+ * commands without one (tokenize, bench moe, cost --measure) time with it too. */
 double hp_comm_wtime(void);
 
 /* How many ranks of c run on this rank's node (the same host name), at least 1. Collective. */

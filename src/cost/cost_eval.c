@@ -5,6 +5,7 @@
  */
 #include "cost/cost_int.h"
 #include "kernels/modules.h"
+#include "model/model_int.h"
 
 #include "hyperpar/comm.h"
 #include "hyperpar/linalg.h"
@@ -571,14 +572,6 @@ static hp_status train_events(walk *w, hp_cost_rank *r)
 
 /* ---- entry ---- */
 
-const char *hp__cost_config_path(const hp_model *m, char *buf, size_t cap)
-{
-    size_t n = strlen(m->path);
-    if (m->meta && n > 5 && !strcmp(m->path + n - 5, ".json")) snprintf(buf, cap, "%s", m->path);
-    else snprintf(buf, cap, "%s/config.json", m->ckpt ? hp_ckpt_dir(m->ckpt) : m->path);
-    return buf;
-}
-
 int64_t hp_cost_rank_seqs(const hp_cost_rank *r, uint64_t mem_per_rank)
 {
     if (!mem_per_rank) return -1;
@@ -875,7 +868,7 @@ hp_status hp_cost_eval(hp_cost **out, const hp_cost_plan *k, const hp_cost_opts 
     char cfgp[4200];
     hp_status wst = HP_OK;
     if (st == HP_OK && wst == HP_OK)
-        wst = hp__prog_build(&g, m, p, o->mesh, hp__cost_config_path(m, cfgp, sizeof cfgp), err);
+        wst = hp__prog_build(&g, m, p, o->mesh, hp__model_config_path(m, cfgp, sizeof cfgp), err);
     if (st == HP_OK && wst == HP_OK) wst = hp__cost_owners(&w);
     hp__cost_held *held = NULL;
     if (st == HP_OK && wst == HP_OK && lay_use && runtime_weights(o))

@@ -14,6 +14,7 @@
 #include "cost/cost_int.h"
 
 #include "hyperpar/moe.h"
+#include "model/model_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +107,7 @@ hp_status hp__cost_held_of(const hp_model *m, const hp_plan *p, const hp_shard_l
     *out = NULL;
     hp__prog g = {0};
     char cfg[4200];
-    hp_status st = hp__prog_build(&g, m, p, NULL, hp__cost_config_path(m, cfg, sizeof cfg), err);
+    hp_status st = hp__prog_build(&g, m, p, NULL, hp__model_config_path(m, cfg, sizeof cfg), err);
     if (st == HP_OK) st = hp__cost_held_plan(m, &g, L, out, err);
     hp__prog_free(&g);
     return st;

@@ -27,7 +27,5 @@ hp_status hp__cost_held_of(const hp_model *m, const hp_plan *p, const hp_shard_l
 /* Rank rk's weights as the runtime holds them (train: as hyperpar train holds them) into *out. */
 hp_status hp__cost_held_rank(const hp_model *m, const hp_shard_layout *L, const hp__cost_held *h, bool train,
                              int64_t rk, uint64_t *out, hp_err *err);
-/* config.json of m, the program's configuration (hp__prog_build). */
-const char *hp__cost_config_path(const hp_model *m, char *buf, size_t cap);
 
 #endif

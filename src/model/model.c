@@ -23,6 +23,7 @@
 
 #include "io/json.h"
 #include "model/family.h"
+#include "model/model_int.h"
 
 /* Meta mode refuses configs that would synthesise far more tensors than any published model has
  * (DeepSeek-V3 per-expert has 45k): 4M rows already take about 1 GB for the table. Fuzz targets lower it. */
@@ -495,6 +496,35 @@ static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* ---- where its files are (model_int.h) ---- */
+
+/* Whether m's path names its config.json itself (meta mode from a .json path, or config text's label). */
+static bool path_is_config(const hp_model *m) { return m->meta && ends_with(m->path, ".json"); }
+
+const char *hp__model_dir(const hp_model *m, char *buf, size_t cap)
+{
+    if (m->ckpt) {
+        snprintf(buf, cap, "%s", hp_ckpt_dir(m->ckpt));
+    } else if (path_is_config(m)) {
+        const char *slash = strrchr(m->path, '/');
+        snprintf(buf, cap, "%.*s", slash ? (int)(slash - m->path) : 1, slash ? m->path : ".");
+    } else {
+        snprintf(buf, cap, "%s", m->path);
+    }
+    return buf;
+}
+
+const char *hp__model_config_path(const hp_model *m, char *buf, size_t cap)
+{
+    if (path_is_config(m)) {
+        snprintf(buf, cap, "%s", m->path);
+    } else {
+        char dir[4096];
+        snprintf(buf, cap, "%s/config.json", hp__model_dir(m, dir, sizeof dir));
+    }
+    return buf;
 }
 
 static hp_expert_layout detect_layout(const hp_model *m)

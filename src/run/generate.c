@@ -14,22 +14,11 @@
 
 #include "hyperpar/data.h"
 #include "io/json.h"
+#include "model/model_int.h"
 
 void hp_generate_opts_default(hp_generate_opts *o)
 {
     *o = (hp_generate_opts){.max_new = 32, .temperature = 0.0, .top_k = 0, .top_p = 1.0, .seed = 0};
-}
-
-/* The folder the model was opened from (a config.json's own folder). */
-static void model_dir(const hp_model *m, char *buf, size_t cap)
-{
-    size_t n = strlen(m->path);
-    if (n > 5 && !strcmp(m->path + n - 5, ".json")) {
-        const char *slash = strrchr(m->path, '/');
-        snprintf(buf, cap, "%.*s", slash ? (int)(slash - m->path) : 1, slash ? m->path : ".");
-    } else {
-        snprintf(buf, cap, "%s", m->path);
-    }
 }
 
 hp_status hp_generate_default_eos(const hp_model *m, hp_generate_opts *o, hp_err *err)
@@ -37,7 +26,7 @@ hp_status hp_generate_default_eos(const hp_model *m, hp_generate_opts *o, hp_err
     o->n_eos = m->cfg.n_eos > 0 ? m->cfg.n_eos : 0;
     memcpy(o->eos, m->cfg.eos_token_id, sizeof o->eos);
     char dir[4096], path[4200];
-    model_dir(m, dir, sizeof dir);
+    hp__model_dir(m, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     if (access(path, F_OK) != 0) { /* none there: config.json's */
         if (m->cfg.n_eos < 0)

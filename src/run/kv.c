@@ -12,9 +12,7 @@ void hp__kv_free(hp_runner *r)
 {
     for (size_t i = 0; r->kv.k && i < r->g.n_steps; i++) free(r->kv.k[i]), free(r->kv.v[i]);
     free(r->kv.k), free(r->kv.v);
-    int64_t pos0 = r->kv.pos0;
     memset(&r->kv, 0, sizeof r->kv);
-    r->kv.pos0 = pos0;
 }
 
 /* Step i's cache of rows × cap × width floats, made at its first use. */
@@ -50,7 +48,7 @@ hp_status hp__kv_attend(hp_runner *r, const hp__step *s, hp__attn_args *aa, cons
     if (!r->kv.rows) r->kv.rows = k->n[0]; /* the rank's rows of the batch (every attention step's) */
     float *ck = kv_buf(r, &r->kv.k[i], kw, err), *cv = ck ? kv_buf(r, &r->kv.v[i], vw, err) : NULL;
     if (!cv) return HP_ERR_NOMEM;
-    int64_t at = r->kv.pos0 + k->lo[1], n = k->n[1];
+    int64_t at = r->pos0 + k->lo[1], n = k->n[1];
     if (k->n[0] != r->kv.rows || at + n > r->kv.cap)
         return hp_err_set(err, HP_ERR_INPUT, "KV cache of %lld rows x %lld positions given %lld rows at %lld..%lld",
                           (long long)r->kv.rows, (long long)r->kv.cap, (long long)k->n[0], (long long)at,
@@ -103,9 +101,9 @@ hp_status hp_runner_forward_at(hp_runner *r, const int64_t *ids, int64_t B, int6
         /* the cp padding of the last forward's tokens lies past its positions: slack for it */
         r->kv.cap = cap + 2 * r->x.pos.n[HP__CP];
     }
-    r->kv.pos0 = pos0;
+    r->pos0 = pos0;
     hp_status st = hp_runner_forward(r, ids, B, S, out, err);
-    r->kv.pos0 = 0;
+    r->pos0 = 0;
     r->kv.len = st == HP_OK ? pos0 + S : 0; /* a failed forward leaves no usable cache: start again at 0 */
     if (st != HP_OK) r->kv.B = 0;
     r->tr.stats.kv_bytes = r->kv.bytes;

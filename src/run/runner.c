@@ -586,7 +586,7 @@ static hp_status mla_apply(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, h
     for (int64_t i = 0; i < rows; i++) memcpy(ckv + i * kvl, kva + i * lat, (size_t)kvl * sizeof *ckv);
     hp__rmsnorm(ckv, rows, kvl, a->kvan.d, 1e-6, ckv);
     if ((st = lin_fwd(a->kvb, rows, ckv, kvl, kv, nh * (nope + vd), err)) != HP_OK) return st;
-    int64_t p0 = r->kv.pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
+    int64_t p0 = r->pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
     if ((st = hp__r_rope(r, p0, sq, err)) != HP_OK) return st;
     /* k_rot: one head, rotated, then broadcast to every head; q's rope channels rotated per head */
     hp__mla_rope(r, c->interleave, kva + kvl, lat, q, nh, qk, nope, rope, Bl, sq, false);
@@ -643,7 +643,7 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
     if (st == HP_OK) st = lin_fwd(a->v, rows, t->d, H, v->d, nkv * hd, err);
     if (st == HP_OK && a->qn.present) hp__rmsnorm(q, rows * nh, hd, a->qn.d, c->eps, q);
     if (st == HP_OK && a->kn.present) hp__rmsnorm(k->d, rows * nkv, hd, a->kn.d, c->eps, k->d);
-    int64_t p0 = r->kv.pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
+    int64_t p0 = r->pos0 + t->lo[1]; /* the first query's position (after a KV cache's) */
     if (st == HP_OK) st = hp__r_rope(r, p0, sq, err);
     if (st == HP_OK)
         for (int64_t b = 0; b < Bl; b++) {

@@ -121,7 +121,6 @@ typedef struct runner_kv {
     int64_t cap;      /* positions per row it holds (kv_cache + the cp padding's slack); 0: none made yet */
     int64_t rows, B;  /* this rank's rows, the batch's (what the cache was made for) */
     int64_t len;      /* positions filled by the forwards so far */
-    int64_t pos0;     /* the forward in progress: the position of its first token (0 without a cache) */
     float **k, **v;   /* [n_steps]: an attention step's, NULL for the others */
     uint64_t bytes;
 } runner_kv;
@@ -138,7 +137,9 @@ struct hp_runner {
     runner_weights w;
     runner_scratch sc;
     runner_trace tr;
-    runner_kv kv;
+    runner_kv kv;       /* the cache only: hp__kv_free resets all of it */
+    int64_t pos0;       /* the forward in progress: the position of its first token (hp_runner_forward_at; 0
+                           without a cache). Outside kv, as it belongs to the forward, not to the cache. */
     struct hp__train *train;
     void (*train_free)(struct hp__train *t);
 };
@@ -168,6 +169,7 @@ hp_status hp__r_attention(hp_runner *r, const hp__attn_args *aa, hp_err *err);
  * position (kv.c). */
 hp_status hp__kv_attend(hp_runner *r, const hp__step *s, hp__attn_args *aa, const hp__act *k, const hp__act *v,
                         hp_err *err);
+/* Frees the KV cache and resets r->kv to "none made" (r->pos0 is the forward's, never touched here). */
 void hp__kv_free(hp_runner *r);
 /* The modules: in is the step's input as it arrives; t (attention, MLP) is moved to the step's run layout in
  * place; after the call the runner's buffers hold the step's intermediates (attention: q after rope in buf 0,

@@ -30,19 +30,10 @@
 #define NCOUNT (VCOUNT * TCOUNT)
 #define SCOUNT (LCOUNT * NCOUNT)
 
-static int run_value(const hp__nfc_run *r, size_t n, uint32_t cp)
+static int ccc(uint32_t cp)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (cp < r[mid].lo) hi = mid;
-        else if (cp > r[mid].hi) lo = mid + 1;
-        else return r[mid].v;
-    }
-    return 0;
+    return cp < 0x300 || cp >= BAD_BASE ? 0 : hp__cp_range_value(hp__nfc_ccc, hp__nfc_n_ccc, cp);
 }
-
-static int ccc(uint32_t cp) { return cp < 0x300 || cp >= BAD_BASE ? 0 : run_value(hp__nfc_ccc, hp__nfc_n_ccc, cp); }
 
 bool hp__nfc_quick(const uint8_t *s, size_t n)
 {
@@ -53,7 +44,7 @@ bool hp__nfc_quick(const uint8_t *s, size_t n)
         }
         uint32_t cp;
         p += hp__utf8_next(s + p, n - p, &cp);
-        if (cp != HP__UTF8_BAD && cp >= 0x300 && run_value(hp__nfc_unsafe, hp__nfc_n_unsafe, cp)) return false;
+        if (cp != HP__UTF8_BAD && cp >= 0x300 && hp__cp_range_value(hp__nfc_unsafe, hp__nfc_n_unsafe, cp)) return false;
     }
     return true;
 }

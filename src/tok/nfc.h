@@ -10,11 +10,8 @@
 #include <stdint.h>
 
 #include "hyperpar/core.h"
+#include "tok/tok_int.h"
 
-typedef struct hp__nfc_run {
-    uint32_t lo, hi; /* inclusive */
-    uint8_t v;       /* the combining class (hp__nfc_ccc), 1 (hp__nfc_unsafe) */
-} hp__nfc_run;
 typedef struct hp__nfc_decomp_entry {
     uint32_t cp;
     uint8_t n;       /* 1..4 */
@@ -24,7 +21,7 @@ typedef struct hp__nfc_pair {
     uint32_t a, b, c; /* a followed by b composes to c */
 } hp__nfc_pair;
 
-extern const hp__nfc_run hp__nfc_ccc[], hp__nfc_unsafe[];
+extern const hp__cp_range hp__nfc_ccc[], hp__nfc_unsafe[]; /* the combining class; 1 (tok_int.h's runs) */
 extern const size_t hp__nfc_n_ccc, hp__nfc_n_unsafe;
 extern const hp__nfc_decomp_entry hp__nfc_decomp[];
 extern const size_t hp__nfc_n_decomp;

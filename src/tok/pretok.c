@@ -72,14 +72,19 @@ int hp__uc_class(uint32_t cp)
         if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return HP__UC_S;
         return HP__UC_NONE;
     }
-    size_t lo = 0, hi = hp__uc_n_ranges;
+    return hp__cp_range_value(hp__uc_ranges, hp__uc_n_ranges, cp); /* HP__UC_NONE (0) outside the table */
+}
+
+uint8_t hp__cp_range_value(const hp__cp_range *r, size_t n, uint32_t cp)
+{
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cp < hp__uc_ranges[mid].lo) hi = mid;
-        else if (cp > hp__uc_ranges[mid].hi) lo = mid + 1;
-        else return hp__uc_ranges[mid].cls;
+        if (cp < r[mid].lo) hi = mid;
+        else if (cp > r[mid].hi) lo = mid + 1;
+        else return r[mid].v;
     }
-    return HP__UC_NONE;
+    return 0;
 }
 
 /* One character: its code point, bytes and class. */

@@ -5,7 +5,8 @@
  *                driver (added tokens, post-processor) and decode
  *   tok_json.c   tokenizer.json -> the builder calls below
  *   pretok.c     the pre-tokenizer steps: the GPT-2, Llama-3 and Qwen2 patterns as hand-written matchers, Digits,
- *                ByteLevel; UTF-8 decoding and the character classes
+ *                ByteLevel; UTF-8 decoding, the character classes and the lookup of a code point in the
+ *                generated runs (hp__cp_range_value, nfc.c's too)
  *   bpe.c        the hash maps, the merges by rank over a linked list of symbols, the cache of pieces
  *   nfc.c        the NFC normalizer (its tables in unicode_nfc.c)
  *
@@ -24,13 +25,17 @@
 #include "hyperpar/core.h"
 #include "hyperpar/tokenizer.h"
 
-/* ---- Unicode (pretok.c, unicode_table.c) ---- */
-enum { HP__UC_NONE = 0, HP__UC_L = 1, HP__UC_N = 2, HP__UC_S = 3 };
-typedef struct hp__uc_range {
+/* ---- Unicode (pretok.c, unicode_table.c; nfc.c's tables in unicode_nfc.c) ---- */
+/* A run of code points [lo, hi] that share one small value. The generated tables (scripts/gen_unicode.py) are
+ * sorted, disjoint runs, and every code point outside them has the value 0. */
+typedef struct hp__cp_range {
     uint32_t lo, hi; /* inclusive */
-    uint8_t cls;     /* HP__UC_L, HP__UC_N or HP__UC_S */
-} hp__uc_range;
-extern const hp__uc_range hp__uc_ranges[];
+    uint8_t v;       /* hp__uc_ranges: the class; hp__nfc_ccc: the combining class; hp__nfc_unsafe: 1 */
+} hp__cp_range;
+/* The value of the run of r [n] that holds cp, or 0 when none does (a binary search). */
+uint8_t hp__cp_range_value(const hp__cp_range *r, size_t n, uint32_t cp);
+enum { HP__UC_NONE = 0, HP__UC_L = 1, HP__UC_N = 2, HP__UC_S = 3 };
+extern const hp__cp_range hp__uc_ranges[]; /* the classes HP__UC_L, HP__UC_N, HP__UC_S */
 extern const size_t hp__uc_n_ranges;
 /* The class of a code point (HP__UC_NONE for one outside the table, and for HP__UTF8_BAD). */
 int hp__uc_class(uint32_t cp);

@@ -149,6 +149,15 @@ check "the printed command runs" bash -c "$cmd >/dev/null 2>&1 && test -f $WORK/
 expect 0 "1485 considered" -- "$HP" advise data/configs/deepseek-v3.json --world 256 --mem-per-rank 80GB --seq 4096 \
     --batch 1
 expect 0 "advise, per mesh" -- "$HP" bench advise data/configs/deepseek-v3.json --world 256 --seq 4096 --reps 1
+out=$("$HP" bench advise data/configs/deepseek-v3.json --world 8 --seq 4096 --reps 3 2>&1)
+check "bench advise: the load line" grep -q "^  load: 1-minute load average .* at start, .* at end (" <<<"$out"
+check "bench advise: best <= median <= max" python3 -c '
+import re, sys
+found = re.findall(r"([0-9.]+) ms   \(.*best of 3; median ([0-9.]+), max ([0-9.]+)\)", sys.stdin.read())
+assert len(found) == 2, found  # one plan, advise per mesh
+for f in found:
+    best, med, hi = map(float, f)
+    assert best <= med <= hi, f' <<<"$out"
 # Usage errors.
 expect 2 "missing --world" -- "$HP" advise $L3 --mem-per-rank 80GB
 expect 2 "missing --mem-per-rank" -- "$HP" advise $L3 --world 8

@@ -34,7 +34,14 @@ expect 0 "hyperpar bench run --help" -- "$HP" bench --help
 # One process: no collective (the bench takes no logits: nothing is gathered to rank 0).
 out=$("$HP" bench run $SMALL --reps 2 2>&1 </dev/null)
 check "1 process: exit 0" test $? -eq 0
-check "1 process: tokens/s line" grep -q "forward   : .* ms median of 2 (slowest rank) -> .* tokens/s prefill" <<<"$out"
+check "1 process: tokens/s line" grep -q "forward   : .* ms median of 2 (min [0-9.]*, max [0-9.]*; slowest rank) -> .* tokens/s prefill" <<<"$out"
+# Issue 40: the host's load at the start and the end, and the spread of the reps beside each median.
+check "1 process: load line" grep -Eq "^  load      : 1-minute load average ([0-9]+\.[0-9]{2}|unknown) at start, ([0-9]+\.[0-9]{2}|unknown) at end \([0-9]+ cores?\)$" <<<"$out"
+check "1 process: min <= median <= max in the text" python3 -c '
+import re, sys
+m = re.search(r"forward   : ([0-9.]+) ms median of 2 \(min ([0-9.]+), max ([0-9.]+);", sys.stdin.read())
+med, lo, hi = map(float, m.groups())
+assert lo <= med <= hi, (lo, med, hi)' <<<"$out"
 check "1 process: no gather (no logits taken)" grep -q "gather         : none in this forward" <<<"$out"
 check "1 process: GEMM limit line" grep -q "gemm limit: [0-9.]* GFLOP/s summed over the ranks (slowest [0-9.]*): a 2048^3 product through the GEMM layer in f32 .* the forward's GEMM rate is [0-9.]* of it (target >= 0.7)" <<<"$out"
 grep -q "avx2 fma" <<<"$out" && check "1 process: cpu peak line" grep -q "cpu peak  : [0-9.]* GFLOP/s summed over the ranks: avx[0-9]* vfmadd231ps on registers only, every thread at once; the GEMM limit is [0-9.]* of it, the forward's GEMM rate [0-9.]*" <<<"$out"
@@ -48,6 +55,19 @@ check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0'
 check "1 process: --json has the GEMM share" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gemm_limit_n"] == 2048 and d["gemm_limit_gflops"] > 0 and d["gemm_share"] > 0 and abs(d["gemm_share"] - d["gflops"] / d["gemm_limit_gflops"]) < 1e-3' "$WORK/one.json"
 check "1 process: --json has the CPU's peak and its instruction" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=d["peak_instruction"]; assert i in ("avx512 vfmadd231ps", "avx2 vfmadd231ps", "none (no avx2+fma)"), i; assert (d["peak_gflops"] > 0) == (i != "none (no avx2+fma)")' "$WORK/one.json"
 check "1 process: --json: no PyTorch figures" grep -q '"pytorch_eager": null, "ratio_over_pytorch": null, "pytorch_note": "PyTorch eager: not measured here' "$WORK/one.json"
+# spread FILE: the load pair and min <= median <= max of the forward (--reps 3, so the three can differ).
+spread() {
+    python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("load_start", "load_end"):
+    assert isinstance(d[k], (int, float)) and (d[k] >= 0 or d[k] == -1), (k, d[k])
+assert 0 < d["min_s"] <= d["median_s"] <= d["max_s"], d
+assert d["reps"] == 3, d["reps"]
+EOF
+}
+"$HP" bench run $SMALL --json --reps 3 >"$WORK/three.json" 2>/dev/null </dev/null
+check "1 process: --json has the load and the forward's spread" spread "$WORK/three.json"
 expect 0 "dtype\": \"f32\"" -- "$HP" bench run $SMALL --dtype f32 --reps 1 --json
 # --decode: the prefill, then one-token steps over the KV cache, against the read sweep and cost --mode decode
 "$HP" bench run $SMALL --decode 4 --reps 1 --json >"$WORK/dec.json" 2>/dev/null </dev/null
@@ -57,9 +77,14 @@ d = json.load(open(sys.argv[1])); x = d["decode"]
 assert x["new_tokens"] == 4 and x["step_s"] > 0 and x["prefill_s"] > 0 and x["read_gbps"] > 0, x
 assert x["tokens_per_s"] > 0 and x["kv_bytes"] > 0 and x["weight_bytes"] > 0, x
 assert x["cost_read_bytes"] > 0 and x["cost_step_s"] > 0, x
-assert x["cost_step_s"] >= x["cost_read_bytes"] / (x["read_gbps"] * 1e9) * (1 - 1e-4), x  # 6 digits printed' "$WORK/dec.json"
+assert x["cost_step_s"] >= x["cost_read_bytes"] / (x["read_gbps"] * 1e9) * (1 - 1e-4), x  # 6 digits printed
+assert 0 < x["prefill_min_s"] <= x["prefill_s"] <= x["prefill_max_s"], x
+assert 0 < x["step_min_s"] <= x["step_s"] <= x["step_max_s"], x
+assert d["load_start"] >= 0 or d["load_start"] == -1, d' "$WORK/dec.json"
 out=$("$HP" bench run $SMALL --decode 3 --reps 1 2>&1 </dev/null)
 check "decode: text lines" grep -q "decode    : .* ms per step median .* tokens/s" <<<"$out"
+check "decode: prefill line with its spread" grep -q "prefill   : 1 x 16 tokens in [0-9.]* ms (median of 1; min [0-9.]*, max [0-9.]*)" <<<"$out"
+check "decode: load line" grep -q "load      : 1-minute load average .* at start, .* at end" <<<"$out"
 check "decode: limit line" grep -q "limit     : read sweep .* GB/s .* decode at .* of it" <<<"$out"
 check "decode: the temporary checkpoint is gone" left
 expect 2 "--decode belongs to 'hyperpar bench run'" -- "$HP" bench train $SMALL --decode 3
@@ -85,6 +110,8 @@ check "2 ranks: the temporary checkpoint is gone" left
 $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --json >"$WORK/two.json" 2>/dev/null </dev/null
 check "2 ranks: --json parses" python3 -m json.tool "$WORK/two.json" >/dev/null
 check "2 ranks: --json has the all-gather ratio" grep -q '"all-gather": {"bytes": [0-9]*, "calls": [1-9]' "$WORK/two.json"
+$MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 3 --json >"$WORK/two3.json" 2>/dev/null </dev/null
+check "2 ranks: --json has the load and the forward's spread (rank 0's, once)" spread "$WORK/two3.json"
 expect 0 "mesh      : dp=2,cp=1,tp=1" -- $MPI -np 2 "$HP" bench run $SMALL --threads 1 --reps 1 --dp 2
 # Without --threads (and without OMP_NUM_THREADS) the ranks of a node share its cores: never oversubscribed
 # (test_threads.sh checks the counts).

@@ -29,10 +29,18 @@ assert abs(d["tokens_per_s"] * d["step_s"] - d["batch"] * d["tokens"]) < 1e-3 * 
 w = d["weights_per_token"]
 assert abs(d["model_gflop"] - 6 * w * d["batch"] * d["tokens"] * 1e-9) <= 1e-4 * d["model_gflop"]
 assert abs(d["achieved_gflops"] - d["model_gflop"] / d["step_s"]) <= 1e-3 * d["achieved_gflops"]
+# issue 40: each median with its min and max over the reps, the host's load at the start and the end
+for k in ("step", "forward", "backward", "backward_comm", "optimizer"):
+    assert 0 <= d[k + "_min_s"] <= d[k + "_s"] <= d[k + "_max_s"], (k, d)
+assert d["step_min_s"] > 0, d
+for k in ("load_start", "load_end"):
+    assert d[k] >= 0 or d[k] == -1, (k, d[k])
 EOF
 }
-TEXT_LINES=("optimizer : AdamW, PyTorch's defaults" "step      : .* ms median of [0-9]* (slowest rank) -> .* training tokens/s"
-            "split     : forward .* ms, backward .* ms (communication .* ms of it), optimizer .* ms; sum .* of the step"
+TEXT_LINES=("optimizer : AdamW, PyTorch's defaults"
+            "step      : .* ms median of [0-9]* (min [0-9.]*, max [0-9.]*; slowest rank) -> .* training tokens/s"
+            "split     : forward .* ms (min .*, max .*), backward .* ms (min .*, max .*) (communication .* ms of it: min .*, max .*), optimizer .* ms (min .*, max .*); sum of the medians .* of the step"
+            "load      : 1-minute load average .* at start, .* at end ([0-9]* cores\\?)"
             "model     : 6 x .* G weights per token x .* tokens = .* GFLOP per step -> .* GFLOP/s achieved"
             "gemm      : .* GFLOP/s per rank (f32 2048x2048x2048 through the GEMM layer.*ratio achieved/gemm"
             "kernels   : " "mesh      : ")
@@ -87,7 +95,7 @@ cat >"$WORK/fakepy" <<'EOF'
 [[ -n ${FAKE_ERROR:-} ]] && { echo "{\"error\": \"$FAKE_ERROR\"}"; exit 0; }
 shift 6
 echo 'Loading weights' # anything before the last JSON object is ignored
-echo "{\"median_s\": 0.25, \"tokens_per_s\": 64, \"threads\": 3, \"model\": \"src=$src ckpt=$ckpt $*\", \"torch\": \"9.9\"}"
+echo "{\"median_s\": 0.25, \"min_s\": 0.2, \"max_s\": 0.375, \"tokens_per_s\": 64, \"threads\": 3, \"model\": \"src=$src ckpt=$ckpt $*\", \"torch\": \"9.9\"}"
 EOF
 chmod +x "$WORK/fakepy"
 HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 --threads 2 --json >"$WORK/pt.json" 2>/dev/null </dev/null
@@ -96,12 +104,13 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 pt = d["pytorch_eager"]
 assert pt["median_s"] == 0.25 and pt["tokens_per_s"] == 64 and pt["threads"] == 3 and pt["dtype"] == "f32", pt
+assert pt["min_s"] == 0.2 and pt["max_s"] == 0.375, pt
 assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 64) <= 1e-5 * d["ratio_over_pytorch"], d
 assert pt["model"] == "src=yes ckpt=yes --mode train --batch 1 --tokens 16 --threads 2 --reps 2 --dtype f32", pt
 assert pt["torch"] == "9.9" and "9.9" in d["pytorch_note"], d
 EOF
 out=$(HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 2 2>&1 </dev/null)
-check "pytorch: the text line" grep -q "pytorch   : 250.000 ms median of the same batch -> 64.0 training tokens/s (PyTorch eager f32, src=yes ckpt=yes .*torch 9.9, 3 threads; the same run, rank 0)   ratio hyperpar/pytorch [0-9.]*$" <<<"$out"
+check "pytorch: the text line" grep -q "pytorch   : 250.000 ms median (min 200.000, max 375.000) of the same batch -> 64.0 training tokens/s (PyTorch eager f32, src=yes ckpt=yes .*torch 9.9, 3 threads; the same run, rank 0)   ratio hyperpar/pytorch [0-9.]*$" <<<"$out"
 out=$(FAKE_ERROR="no module named transformers" HP_BENCH_PYTHON="$WORK/fakepy" "$HP" bench train $SMALL --reps 1 2>&1 </dev/null)
 check "pytorch: a failed step is named, the bench goes on" grep -q "PyTorch eager: not measured (.*fakepy failed: no module named transformers)" <<<"$out"
 check "pytorch: the temporary checkpoint is gone" left

@@ -60,6 +60,16 @@ expect 2 "unknown benchmark 'mpi'" -- "$HP" bench mpi
 expect 0 "compute  : bf16 (activations rounded to bf16" -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1
 expect 0 '"compute": "bf16", "reps": 1' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --compute bf16 --ep 64 --reps 1 --json
 expect 0 '"resident_ratio": 1.0000, "linear_owned_bytes": 0' -- "$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 1 --json
+# Issue 40: the layer's median with its min and max over the reps, and the host's load at the start and the end.
+"$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 3 --json >"$WORK/bm3.json" 2>/dev/null </dev/null
+check "bench moe: the layer's spread and the load" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["reps"] == 3 and 0 < d["min_s"] <= d["median_s"] <= d["max_s"], d
+assert all(d[k] >= 0 or d[k] == -1 for k in ("load_start", "load_end")), d' "$WORK/bm3.json"
+out=$("$HP" bench moe --preset qwen3-30b-a3b --tokens 4 --dtype bf16 --ep 64 --reps 3 2>&1 </dev/null)
+check "bench moe: the layer line has its spread" grep -q "layer    : [0-9.]* ms median of 3 (min [0-9.]*, max [0-9.]*) -> " <<<"$out"
+check "bench moe: the load line" grep -q "^  load     : 1-minute load average .* at start, .* at end (" <<<"$out"
 # bench moe times PyTorch eager's block on the same shapes when python imports torch. A fake python checks that it
 # gets the embedded scripts (torch_model.py, then torch_moe.py) and the preset's dimensions, and prints a fixed
 # 0.5 s forward: the ratio is hyperpar's tokens/s over 4 / 0.5 = 8. A simulated EP rank is not compared.
@@ -80,6 +90,7 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 pt = d["pytorch_eager"]
 assert pt["median_s"] == 0.5 and pt["tokens_per_s"] == 8 and pt["dtype"] == "bf16", pt
+assert pt["min_s"] is None and pt["max_s"] is None, pt  # this stand-in prints no spread: null, never made up
 assert pt["model"] == ("src=yes --family qwen3_moe --hidden 2048 --experts 128 --top-k 8 --intermediate 768 "
                        "--shared 0 --groups 1 --topk-group 1 --tokens 4 --threads 2 --reps 1 --dtype bf16"), pt
 assert abs(d["ratio_over_pytorch"] - d["tokens_per_s"] / 8) <= 1e-5 * d["ratio_over_pytorch"], d

@@ -61,6 +61,20 @@ expect 2 "rank 1 disagrees with rank 0" -- $MPI \
 # bench ep --dispatch-chunks: the chunked forward timed next to one chunk.
 expect 0 '"chunks": {"n": 3, "overlap": true' -- $MPI -np 2 "$HP" bench ep --preset qwen3-30b-a3b --tokens 16 \
     --local-experts 4 --reps 1 --overlap --dispatch-chunks 3 --json
+# Issue 40: every median with its min and max over the reps, and the host's load at the start and the end.
+$MPI -np 2 "$HP" bench ep --preset qwen3-30b-a3b --tokens 16 --local-experts 4 --reps 3 --overlap --dispatch-chunks 2 \
+    --json >"$WORK/ep3.json" 2>/dev/null </dev/null
+check "bench ep: spreads and the load" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("route", "dispatch", "experts", "return", "combine", "shared", "wait", "comm", "total", "comm_last", "bare",
+          "bare_last"):
+    assert 0 <= d[k + "_min_s"] <= d[k + "_s"] <= d[k + "_max_s"], (k, d)
+o, c = d["overlap"], d["chunks"]
+assert 0 < o["total_overlap_min_s"] <= o["total_overlap_s"] <= o["total_overlap_max_s"], o
+assert 0 < c["total_min_s"] <= c["total_s"] <= c["total_max_s"], c
+assert all(d[k] >= 0 or d[k] == -1 for k in ("load_start", "load_end")), d' "$WORK/ep3.json"
+expect 0 "load     : 1-minute load average" -- "$HP" bench ep --preset qwen3-30b-a3b --tokens 8 --local-experts 8 --reps 2
 expect 0 "chunks   : 2 dispatch chunks: forward" -- $MPI -np 2 "$HP" bench ep --preset gpt-oss-20b --tokens 8 \
     --local-experts 2 --reps 1 --dispatch-chunks 2
 # The EP compute is chosen explicitly: without --archetype or --overrides, preflight prints the YAML.
