@@ -56,11 +56,53 @@ float hp_linalg_round_bf16(float x)
     return hp__bf16_to_f32(hp__bf16_from_f32(x));
 }
 
+/* One row of n values rounded to bf16 bits (ROUND16) or to bf16 values held as f32 (ROUND32), written once and
+ * compiled for AVX-512, AVX2 and plain C: round_bits is branch-free, so `omp simd` turns it into vector integer
+ * operations (at -O2 too), the same bits on every instruction set. */
+#define ROUND16_BODY                                                                                                    \
+    {                                                                                                                   \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                           \
+            uint32_t u;                                                                                                 \
+            memcpy(&u, &a[i], sizeof u);                                                                                \
+            dst[i] = (uint16_t)(round_bits(u) >> 16);                                                                   \
+        }                                                                                                               \
+    }
+#define ROUND32_BODY                                                                                                    \
+    {                                                                                                                   \
+        _Pragma("omp simd") for (int64_t i = 0; i < n; i++) {                                                           \
+            uint32_t u;                                                                                                 \
+            memcpy(&u, &a[i], sizeof u);                                                                                \
+            u = round_bits(u);                                                                                          \
+            memcpy(&dst[i], &u, sizeof u);                                                                              \
+        }                                                                                                               \
+    }
+__attribute__((target("avx512f"))) static void round16_avx512(const float *a, int64_t n, uint16_t *dst)
+    ROUND16_BODY
+__attribute__((target("avx2"))) static void round16_avx2(const float *a, int64_t n, uint16_t *dst) ROUND16_BODY
+static void round16_portable(const float *a, int64_t n, uint16_t *dst) ROUND16_BODY
+__attribute__((target("avx512f"))) static void round32_avx512(const float *a, int64_t n, float *dst) ROUND32_BODY
+__attribute__((target("avx2"))) static void round32_avx2(const float *a, int64_t n, float *dst) ROUND32_BODY
+static void round32_portable(const float *a, int64_t n, float *dst) ROUND32_BODY
+
+static void round16_row(hp__isa isa, const float *a, int64_t n, uint16_t *dst)
+{
+    if (isa == HP__ISA_AVX512) round16_avx512(a, n, dst);
+    else if (isa == HP__ISA_AVX2) round16_avx2(a, n, dst);
+    else round16_portable(a, n, dst);
+}
+
+static void round32_row(hp__isa isa, const float *a, int64_t n, float *dst)
+{
+    if (isa == HP__ISA_AVX512) round32_avx512(a, n, dst);
+    else if (isa == HP__ISA_AVX2) round32_avx2(a, n, dst);
+    else round32_portable(a, n, dst);
+}
+
 void hp__round_rows_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst)
 {
+    hp__isa isa = hp__isa_best();
 #pragma omp parallel for schedule(static) if (m * k >= (int64_t)1 << 16)
-    for (int64_t r = 0; r < m; r++)
-        for (int64_t i = 0; i < k; i++) dst[r * k + i] = hp__bf16_from_f32(a[r * lda + i]);
+    for (int64_t r = 0; r < m; r++) round16_row(isa, a + r * lda, k, dst + r * k);
 }
 
 void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint16_t *dst)
@@ -78,17 +120,8 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
 
 void hp__round_rows_bf16_f32(int64_t m, int64_t k, const float *a, int64_t lda, float *dst)
 {
-    for (int64_t r = 0; r < m; r++) {
-        const float *ar = a + r * lda;
-        float *dr = dst + r * k;
-#pragma omp simd
-        for (int64_t i = 0; i < k; i++) {
-            uint32_t u;
-            memcpy(&u, &ar[i], sizeof u);
-            u = round_bits(u);
-            memcpy(&dr[i], &u, sizeof u);
-        }
-    }
+    hp__isa isa = hp__isa_best();
+    for (int64_t r = 0; r < m; r++) round32_row(isa, a + r * lda, k, dst + r * k);
 }
 
 void hp_linalg_round_rows_bf16(int64_t rows, int64_t cols, const float *a, int64_t lda, float *dst)

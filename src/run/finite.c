@@ -60,7 +60,16 @@ void hp__nf_watch_rows(hp__nf *nf, int64_t visit, const char *what, const hp__ac
 {
     if (nf->idx >= 0) return;
     const int64_t X = a->n[2], n = rows * X;
-    for (int64_t i = 0; i < n; i++)
+    enum { BLOCK = 1024 };
+    int64_t i = 0;
+    for (; i < n; i += BLOCK) { /* x·0 is 0 for a finite x and NaN for ±Inf and NaN: a block's sum says if it has one */
+        int64_t e = n - i < BLOCK ? n - i : BLOCK;
+        float z = 0;
+#pragma omp simd reduction(+ : z)
+        for (int64_t j = 0; j < e; j++) z += d[i + j] * 0.0f;
+        if (z != 0) break;
+    }
+    for (; i < n; i++)
         if (!isfinite(d[i])) {
             int64_t x = i % X, row = r0 + i / X, s = row % a->n[1], b = row / a->n[1];
             nf->idx = visit;
