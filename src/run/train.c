@@ -5,6 +5,7 @@
  * bwd.c's.
  */
 #include "kernels/backward.h"
+#include "kernels/linalg_int.h"
 #include "kernels/modules.h"
 #include "run/train_int.h"
 
@@ -583,20 +584,16 @@ static hp_status grad_norm(hp_runner *r, double *norm, hp_err *err)
  * master rounded to nearest even). */
 static void sync_copies(tparam *q)
 {
-    bool r16 = q->w && q->w->dt == HP_DT_BF16;
-    if (!r16 && !q->wide) return;
-    /* element-wise, so the threads split the elements (a bf16 model's copies are a pass over every weight) */
-#pragma omp parallel for schedule(static) if (q->n > 65536)
-    for (int64_t k = 0; k < q->n; k++) {
-        float v = q->data[k];
-        if (q->wide) q->wide[k] = v;
-        if (r16) {
-            uint32_t u; /* the rounded value is a bf16 value: its top half is the bf16 bits */
-            v = hp_linalg_round_bf16(v);
-            memcpy(&u, &v, sizeof u);
-            ((uint16_t *)q->w->d)[k] = (uint16_t)(u >> 16);
-        }
-    }
+    if (q->wide) /* the router: E x H, small */
+        for (int64_t k = 0; k < q->n; k++) q->wide[k] = q->data[k];
+    if (!q->w || q->w->dt != HP_DT_BF16) return;
+    /* a bf16 model's copies are a pass over every weight: the vector rounding of the GEMM layer, over rows of
+     * 4096 that the threads split, and the rest as one row */
+    enum { ROW = 4096 };
+    int64_t rows = q->n / ROW, rest = q->n - rows * ROW;
+    uint16_t *dst = q->w->d;
+    hp__round_rows_bf16(rows, ROW, q->data, ROW, dst);
+    if (rest) hp__round_rows_bf16(1, rest, q->data + rows * ROW, rest, dst + rows * ROW);
 }
 
 /* Before AdamW's step t->step touches anything: whether it would store a value that is not finite (or a negative
