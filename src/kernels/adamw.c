@@ -81,68 +81,47 @@ static inline bool elem_bad(float po, float mo, float vo)
     ADAMW_LANES(__m256d, __m128, L256, W256, N256, _mm256_set1_pd, _mm256_add_pd, _mm256_sub_pd, _mm256_mul_pd,  \
                 _mm256_div_pd, _mm256_sqrt_pd, k, p_, g_, m_, v_, po, mo, vo)
 
-/* Each range function does its vector part, then the tail element by element with adamw_elem. */
-__attribute__((target("avx512f"))) static int64_t step_avx512(const adamw_k *k, float *p, const float *g, float *m,
-                                                             float *v, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 po, mo, vo;
-        LANES512(k, p + i, g + i, m + i, v + i, po, mo, vo);
-        _mm256_storeu_ps(p + i, po), _mm256_storeu_ps(m + i, mo), _mm256_storeu_ps(v + i, vo);
-    }
-    return i;
-}
-
-__attribute__((target("avx2"))) static int64_t step_avx2(const adamw_k *k, float *p, const float *g, float *m,
-                                                        float *v, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        __m128 po, mo, vo;
-        LANES256(k, p + i, g + i, m + i, v + i, po, mo, vo);
-        _mm_storeu_ps(p + i, po), _mm_storeu_ps(m + i, mo), _mm_storeu_ps(v + i, vo);
-    }
-    return i;
-}
-
-/* The first index of [0, n) whose vector holds a bad lane, rounded down to its vector; the elements before it
- * are good. The caller finds the lane element by element. */
-/* Whether every lane of (po, mo, vo) is good: |x| < inf is false for inf and NaN; v >= 0 false for negatives, NaN. */
-#define GOOD128(po, mo, vo, inf, zero, sign)                                                                     \
+/* Whether every lane of (po, mo, vo) is good: |x| < inf is false for inf and NaN; v >= 0 false for negatives, NaN.
+ * GOOD4 tests 4 lanes (__m128), GOOD8 8 (__m256, as two halves). inf, zero and sign are the caller's constants. */
+#define GOOD4(po, mo, vo)                                                                                        \
     (_mm_movemask_ps(_mm_and_ps(_mm_and_ps(_mm_cmplt_ps(_mm_andnot_ps(sign, po), inf),                           \
                                            _mm_cmplt_ps(_mm_andnot_ps(sign, mo), inf)),                          \
                                 _mm_and_ps(_mm_cmpge_ps(vo, zero), _mm_cmplt_ps(vo, inf)))) == 0xf)
+#define GOOD8(po, mo, vo)                                                                                        \
+    (GOOD4(_mm256_castps256_ps128(po), _mm256_castps256_ps128(mo), _mm256_castps256_ps128(vo)) &&                \
+     GOOD4(_mm256_extractf128_ps(po, 1), _mm256_extractf128_ps(mo, 1), _mm256_extractf128_ps(vo, 1)))
 
-__attribute__((target("avx512f"))) static int64_t check_avx512(const adamw_k *k, const float *p, const float *g,
-                                                              const float *m, const float *v, int64_t n)
-{
-    const __m128 inf = _mm_set1_ps(INFINITY), zero = _mm_setzero_ps(), sign = _mm_set1_ps(-0.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 po, mo, vo;
-        LANES512(k, p + i, g + i, m + i, v + i, po, mo, vo);
-        if (!GOOD128(_mm256_castps256_ps128(po), _mm256_castps256_ps128(mo), _mm256_castps256_ps128(vo), inf, zero,
-                     sign) ||
-            !GOOD128(_mm256_extractf128_ps(po, 1), _mm256_extractf128_ps(mo, 1), _mm256_extractf128_ps(vo, 1), inf,
-                     zero, sign))
-            break;
+/* The range functions of one instruction set, W lanes of S floats at a time: NAME_step stores the vector part of
+ * [0, n) and returns where it stopped (the caller does the tail element by element with adamw_elem); NAME_check
+ * returns the first index whose vector holds a bad lane, rounded down to its vector (the elements before it are
+ * good; the caller finds the lane element by element). */
+#define RANGE_FNS(NAME, TARGET, W, S, LANES, STORE, GOOD)                                                       \
+    __attribute__((target(TARGET))) static int64_t NAME##_step(const adamw_k *k, float *p, const float *g,      \
+                                                               float *m, float *v, int64_t n)                  \
+    {                                                                                                            \
+        int64_t i = 0;                                                                                           \
+        for (; i + W <= n; i += W) {                                                                             \
+            S po, mo, vo;                                                                                        \
+            LANES(k, p + i, g + i, m + i, v + i, po, mo, vo);                                                    \
+            STORE(p + i, po), STORE(m + i, mo), STORE(v + i, vo);                                                \
+        }                                                                                                        \
+        return i;                                                                                                \
+    }                                                                                                            \
+    __attribute__((target(TARGET))) static int64_t NAME##_check(const adamw_k *k, const float *p, const float *g, \
+                                                                const float *m, const float *v, int64_t n)      \
+    {                                                                                                            \
+        const __m128 inf = _mm_set1_ps(INFINITY), zero = _mm_setzero_ps(), sign = _mm_set1_ps(-0.0f);           \
+        int64_t i = 0;                                                                                           \
+        for (; i + W <= n; i += W) {                                                                             \
+            S po, mo, vo;                                                                                        \
+            LANES(k, p + i, g + i, m + i, v + i, po, mo, vo);                                                    \
+            if (!GOOD(po, mo, vo)) break;                                                                        \
+        }                                                                                                        \
+        return i;                                                                                                \
     }
-    return i;
-}
 
-__attribute__((target("avx2"))) static int64_t check_avx2(const adamw_k *k, const float *p, const float *g,
-                                                         const float *m, const float *v, int64_t n)
-{
-    const __m128 inf = _mm_set1_ps(INFINITY), zero = _mm_setzero_ps(), sign = _mm_set1_ps(-0.0f);
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        __m128 po, mo, vo;
-        LANES256(k, p + i, g + i, m + i, v + i, po, mo, vo);
-        if (!GOOD128(po, mo, vo, inf, zero, sign)) break;
-    }
-    return i;
-}
+RANGE_FNS(avx512, "avx512f", 8, __m256, LANES512, _mm256_storeu_ps, GOOD8)
+RANGE_FNS(avx2, "avx2", 4, __m128, LANES256, _mm_storeu_ps, GOOD4)
 
 /* 0: not yet known; else 1 + the hp__isa to use. */
 static _Atomic int adamw_isa;
@@ -162,7 +141,7 @@ void hp__adamw_force(hp__isa v) { atomic_store_explicit(&adamw_isa, 1 + (int)v, 
 static void step_range(const adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n)
 {
     hp__isa a = isa();
-    int64_t i = a == HP__ISA_AVX512 ? step_avx512(k, p, g, m, v, n) : a == HP__ISA_AVX2 ? step_avx2(k, p, g, m, v, n)
+    int64_t i = a == HP__ISA_AVX512 ? avx512_step(k, p, g, m, v, n) : a == HP__ISA_AVX2 ? avx2_step(k, p, g, m, v, n)
                                                                                      : 0;
     for (; i < n; i++) adamw_elem(k, p[i], g[i], m[i], v[i], &p[i], &m[i], &v[i]);
 }
@@ -171,8 +150,8 @@ static void step_range(const adamw_k *k, float *p, const float *g, float *m, flo
 static int64_t check_range(const adamw_k *k, const float *p, const float *g, const float *m, const float *v, int64_t n)
 {
     hp__isa a = isa();
-    int64_t i = a == HP__ISA_AVX512 ? check_avx512(k, p, g, m, v, n)
-                : a == HP__ISA_AVX2 ? check_avx2(k, p, g, m, v, n)
+    int64_t i = a == HP__ISA_AVX512 ? avx512_check(k, p, g, m, v, n)
+                : a == HP__ISA_AVX2 ? avx2_check(k, p, g, m, v, n)
                                     : 0;
     for (; i < n; i++) {
         float po, mo, vo;
