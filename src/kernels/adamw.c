@@ -123,20 +123,12 @@ static inline bool elem_bad(float po, float mo, float vo)
 RANGE_FNS(avx512, "avx512f", 8, __m256, LANES512, _mm256_storeu_ps, GOOD8)
 RANGE_FNS(avx2, "avx2", 4, __m128, LANES256, _mm_storeu_ps, GOOD4)
 
-/* 0: not yet known; else 1 + the hp__isa to use. */
+/* 0: not yet known; else 1 + the hp__isa to use (hp__isa_cached). */
 static _Atomic int adamw_isa;
 
-static hp__isa isa(void)
-{
-    int v = atomic_load_explicit(&adamw_isa, memory_order_relaxed);
-    if (!v) {
-        v = 1 + (int)hp__isa_best();
-        atomic_store_explicit(&adamw_isa, v, memory_order_relaxed);
-    }
-    return (hp__isa)(v - 1);
-}
+static hp__isa isa(void) { return hp__isa_cached(&adamw_isa); }
 
-void hp__adamw_force(hp__isa v) { atomic_store_explicit(&adamw_isa, 1 + (int)v, memory_order_relaxed); }
+void hp__adamw_force(hp__isa isa_) { hp__isa_force(&adamw_isa, isa_); }
 
 static void step_range(const adamw_k *k, float *p, const float *g, float *m, float *v, int64_t n)
 {

@@ -15,6 +15,8 @@
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "kernels/linalg_int.h"
 
+#include <stdatomic.h>
+
 #include <cpuid.h>
 #include <pthread.h>
 #include <sched.h>
@@ -104,6 +106,18 @@ hp__isa hp__isa_best(void)
     if (hp__isa_available(HP__ISA_AVX2)) return HP__ISA_AVX2;
     return HP__ISA_PORTABLE;
 }
+
+hp__isa hp__isa_cached(_Atomic int *slot)
+{
+    int v = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!v) {
+        v = 1 + (int)hp__isa_best();
+        atomic_store_explicit(slot, v, memory_order_relaxed);
+    }
+    return (hp__isa)(v - 1);
+}
+
+void hp__isa_force(_Atomic int *slot, hp__isa isa) { atomic_store_explicit(slot, 1 + (int)isa, memory_order_relaxed); }
 
 const char *hp_linalg_cpu_isa(char *buf, size_t cap)
 {

@@ -36,6 +36,10 @@ typedef enum hp__isa {
 bool hp__isa_available(hp__isa isa);
 const char *hp__isa_name(hp__isa isa);
 hp__isa hp__isa_best(void);
+/* A module's instruction set held in *slot (0: not yet known, else 1 + the hp__isa): hp__isa_best at the first call,
+ * or what a test forced with hp__isa_force. Relaxed atomics: every thread computes the same answer. */
+hp__isa hp__isa_cached(_Atomic int *slot);
+void hp__isa_force(_Atomic int *slot, hp__isa isa);
 
 /* ---- streaming kernels (kernel.c) ---- */
 /* C[r, j] = Σ_k A[r, k]·W[j, k] (C += with accumulate) for r < m, j < n. W holds n rows of k elements of

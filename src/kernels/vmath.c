@@ -108,18 +108,10 @@ __attribute__((target("avx512f"))) static void exp_avx512(float *x, int64_t n, f
 __attribute__((target("avx2,fma"))) static void exp_avx2(float *x, int64_t n, float sub, float mul) EXP_ROWS_BODY
 static void exp_portable(float *x, int64_t n, float sub, float mul) EXP_ROWS_BODY
 
-/* 0: not yet known; else 1 + the hp__isa to use. */
+/* 0: not yet known; else 1 + the hp__isa to use (hp__isa_cached). */
 static _Atomic int vmath_isa;
 
-static hp__isa isa(void)
-{
-    int v = atomic_load_explicit(&vmath_isa, memory_order_relaxed);
-    if (!v) {
-        v = 1 + (int)hp__isa_best();
-        atomic_store_explicit(&vmath_isa, v, memory_order_relaxed);
-    }
-    return (hp__isa)(v - 1);
-}
+static hp__isa isa(void) { return hp__isa_cached(&vmath_isa); }
 
 double hp_linalg_sumexp(const float *z, int64_t n, float mx)
 {
@@ -148,7 +140,7 @@ void hp_linalg_silu_mul(const float *g, const float *u, int64_t n, float *out)
     }
 }
 
-void hp__vmath_force(hp__isa v) { atomic_store_explicit(&vmath_isa, 1 + (int)v, memory_order_relaxed); }
+void hp__vmath_force(hp__isa isa_) { hp__isa_force(&vmath_isa, isa_); }
 
 double hp__exp_f64_ref(double x) { return exp_f64(x); }
 float hp__exp_f32_ref(float x) { return exp_f32(x); }
