@@ -109,12 +109,15 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
 {
     enum { T = 32 }; /* tiles of T x T: both sides stay in cache */
     int64_t tm = (m + T - 1) / T, tk = (k + T - 1) / T;
+    hp__isa isa = hp__isa_best();
 #pragma omp parallel for schedule(static) if (m * k >= (int64_t)1 << 16)
     for (int64_t t = 0; t < tm * tk; t++) {
         int64_t r0 = t / tk * T, i0 = t % tk * T;
         int64_t r1 = r0 + T < m ? r0 + T : m, i1 = i0 + T < k ? i0 + T : k;
+        uint16_t tile[T][T]; /* the tile's rows rounded in vectors, then written transposed */
+        for (int64_t r = r0; r < r1; r++) round16_row(isa, a + r * lda + i0, i1 - i0, tile[r - r0]);
         for (int64_t i = i0; i < i1; i++)
-            for (int64_t r = r0; r < r1; r++) dst[i * m + r] = hp__bf16_from_f32(a[r * lda + i]);
+            for (int64_t r = r0; r < r1; r++) dst[i * m + r] = tile[r - r0][i - i0];
     }
 }
 

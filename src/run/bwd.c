@@ -277,16 +277,18 @@ static hp_status mlp_bwd(hp_runner *r, const hp__step *s, mlp_w *m, const hp__bi
     st = hp__linear_backward(r->o.compute, rows, H, I, da->d, H, hp__t_w32(r, &m->wd), hid, I, dhid, I,
                                        hp__t_grad(r, &m->wd), m->bd.present ? hp__t_grad(r, &m->bd) : NULL, err);
     if (st != HP_OK) return st;
-    hp__swiglu_backward(gu, 2 * I, gu + I, 2 * I, dhid, I, rows, I, dgu, 2 * I, dgu + I, 2 * I);
+    int64_t ld, up; /* gate|up's layout, as the forward wrote it (dgu takes the same) */
+    hp__gu_layout(s->fused, rows, I, &ld, &up);
+    hp__swiglu_backward(gu, ld, gu + up, ld, dhid, I, rows, I, dgu, ld, dgu + up, ld);
     st = like(r, dt, tm, H, (hp__lay){{s->split ? hp_pl_p() : hp_pl_r(), tm->lay.ax[HP__CP]}}, err);
     if (st != HP_OK) return st;
     if (s->fused)
         return lin_bwd_add(r, f[3], rows, 2 * I, H, dgu, 2 * I, &m->wgu, hp__t_grad(r, &m->wgu), &m->bgu, hp__t_grad(r, &m->bgu),
                            tm->d, dt->d, true, err);
-    st = lin_bwd_add(r, f[3], rows, I, H, dgu, 2 * I, &m->wg, hp__t_grad(r, &m->wg), &m->bg, hp__t_grad(r, &m->bg), tm->d, dt->d,
+    st = lin_bwd_add(r, f[3], rows, I, H, dgu, ld, &m->wg, hp__t_grad(r, &m->wg), &m->bg, hp__t_grad(r, &m->bg), tm->d, dt->d,
                      true, err);
     if (st == HP_OK)
-        st = lin_bwd_add(r, f[3], rows, I, H, dgu + I, 2 * I, &m->wu, hp__t_grad(r, &m->wu), &m->bu, hp__t_grad(r, &m->bu), tm->d,
+        st = lin_bwd_add(r, f[3], rows, I, H, dgu + up, ld, &m->wu, hp__t_grad(r, &m->wu), &m->bu, hp__t_grad(r, &m->bu), tm->d,
                          dt->d, false, err);
     return st;
 }

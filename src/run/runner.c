@@ -483,6 +483,12 @@ hp_status hp__r_act_copy(hp_runner *r, hp__act *dst, const hp__act *src, hp_err 
     return st;
 }
 
+void hp__gu_layout(bool fused, int64_t rows, int64_t I, int64_t *ld, int64_t *up)
+{
+    *ld = fused ? 2 * I : I;
+    *up = fused ? I : rows * I;
+}
+
 static hp_status lin_fwd(hp_linear *l, int64_t rows, const float *a, int64_t lda, float *c, int64_t ldc, hp_err *err)
 {
     return hp_linear_forward(l, 0, rows, a, lda, c, ldc, false, err);
@@ -673,17 +679,20 @@ hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act
 }
 
 /* gate|up, silu(gate)·up and down on rows [r0, r0 + n) of t into the same rows of out; the intermediates of those
- * rows in gu [n, 2I] and h [n, I]. */
+ * rows in gu and h [n, I]. gu holds 2I floats per row: a fused gate_up weight writes rows [n, 2I] (gate, then up,
+ * in each row); separate gate and up weights write two blocks [n, I], gate then up (hp__gu_layout), each product
+ * with dense rows: oneDNN 2.6 runs brgemm only when C's rows are dense (with ldc = 2I it ran gemm:jit, issue 40). */
 static hp_status mlp_rows(mlp_w *m, int64_t r0, int64_t n, int64_t H, const float *t, float *gu, float *h, float *out,
                           hp_err *err)
 {
-    int64_t I = m->I;
+    int64_t I = m->I, ld, up;
+    hp__gu_layout(m->gate_up != NULL, n, I, &ld, &up);
     const float *x = t + r0 * H;
     hp_status st = HP_OK;
     if (m->gate_up) st = lin_fwd(m->gate_up, n, x, H, gu, 2 * I, err);
-    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, n, x, H, gu, 2 * I, err);
-    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, n, x, H, gu + I, 2 * I, err);
-    if (st == HP_OK) hp__swiglu(gu, 2 * I, gu + I, 2 * I, n, I, h, I);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->gate, n, x, H, gu, ld, err);
+    if (st == HP_OK && !m->gate_up) st = lin_fwd(m->up, n, x, H, gu + up, ld, err);
+    if (st == HP_OK) hp__swiglu(gu, ld, gu + up, ld, n, I, h, I);
     if (st == HP_OK) st = lin_fwd(m->down, n, h, I, out + r0 * H, H, err);
     return st;
 }

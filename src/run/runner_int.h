@@ -178,6 +178,10 @@ void hp__kv_free(hp_runner *r);
 hp_status hp__r_norm(hp_runner *r, norm_w *n, const hp__act *in, hp__act *out, hp_err *err);
 hp_status hp__r_attn(hp_runner *r, int64_t layer, attn_w *a, hp__act *t, hp__act *out, hp_err *err);
 hp_status hp__r_mlp(hp_runner *r, mlp_w *m, hp__act *t, hp__act *out, hp_err *err);
+/* Where the MLP's gate and up of `rows` rows sit in its 2I floats per row (buffer 2), and their gradients in the
+ * backward: row stride *ld, up at offset *up from gate. Fused (one gate_up weight): rows [rows, 2I], *ld = 2I,
+ * *up = I. Separate weights: two dense blocks [rows, I], *ld = I, *up = rows·I. */
+void hp__gu_layout(bool fused, int64_t rows, int64_t I, int64_t *ld, int64_t *up);
 hp_status hp__r_moe(hp_runner *r, moe_w *m, hp__act *t, hp__act *out, int64_t max_rows, hp_err *err);
 /* Destroys every sparse layer's EP runtime (those that borrow buffers first), uncounting their bytes. */
 void hp__r_moe_release(hp_runner *r);
