@@ -760,9 +760,10 @@ static void print_text(const rb_args *a, const rb_info *in, const rb_result *r, 
            in->gemm_flop * 1e-9, in->gemm_flop / m[C_WALL] * 1e-9);
     double fwd = in->gemm_flop / m[C_WALL] * 1e-9;
     printf("  gemm limit: %.1f GFLOP/s summed over the ranks (slowest %.1f): a %lld^3 product through the GEMM layer "
-           "in %s on every rank at once, best of %d; the forward's GEMM rate is %.2f of it (target >= %.1f)\n",
-           r->gemm.sum_gflops, r->gemm.min_gflops, (long long)r->gemm.n, a->compute == HP_LINALG_BF16 ? "bf16 x bf16" : "f32", r->gemm.reps,
-           fwd / r->gemm.sum_gflops, GEMM_SHARE_TARGET);
+           "in %s (rank 0: %s) on every rank at once, best of %d; the forward's GEMM rate is %.2f of it (target >= "
+           "%.1f)\n",
+           r->gemm.sum_gflops, r->gemm.min_gflops, (long long)r->gemm.n, a->compute == HP_LINALG_BF16 ? "bf16 x bf16" : "f32",
+           r->gemm.impl[0] ? r->gemm.impl : "?", r->gemm.reps, fwd / r->gemm.sum_gflops, GEMM_SHARE_TARGET);
     if (r->gemm.peak_gflops > 0)
         printf("  cpu peak  : %.1f GFLOP/s summed over the ranks: %s on registers only, every thread at once; the GEMM "
                "limit is %.2f of it, the forward's GEMM rate %.2f\n",
@@ -853,10 +854,12 @@ static void print_json(const rb_args *a, const rb_info *in, const rb_result *r, 
            m[C_SECONDS], m[C_COMPUTE], m[C_COMM], in->group, RATIO_TARGET);
     printf("\"gemm_limit_n\": %lld, \"gemm_limit_gflops\": %.6g, \"gemm_limit_gflops_min_rank\": %.6g, "
            "\"gemm_share\": %.4f, \"gemm_share_target\": %.2f, \"peak_gflops\": %.6g, \"peak_instruction\": \"%s\", "
-           "\"collectives\": {",
+           "\"gemm_limit_impl\": ",
            (long long)r->gemm.n, r->gemm.sum_gflops, r->gemm.min_gflops,
            in->gemm_flop / m[C_WALL] * 1e-9 / r->gemm.sum_gflops, GEMM_SHARE_TARGET, r->gemm.peak_gflops,
            r->gemm.peak_name);
+    cli_json_str(r->gemm.impl);
+    printf(", \"collectives\": {");
     for (int k = 0; k < HP_RUN_COLL_COUNT; k++) {
         printf("%s\"%s\": {\"bytes\": %.0f, \"calls\": %.0f, \"runtime_s\": %.6g", k ? ", " : "",
                hp_run_coll_name((hp_run_coll)k), r->bytes[k], r->calls[k], m[C_COLL + k]);

@@ -39,6 +39,7 @@ typedef struct bt_result {
     double flop;                  /* model FLOPs per step, 6 W B T */
     double gemm_rank, gemm_min;   /* GFLOP/s: rank 0's reference GEMM, the slowest rank's */
     double gemm_sum;              /* over all ranks */
+    char gemm_impl[128];          /* what ran rank 0's reference GEMM (hp_gemm_limit.impl) */
 } bt_result;
 
 /* Warm-up, then reps steps on ids [B, T]; rows[r][C_N] the slowest rank's figures of rep r. */
@@ -74,6 +75,7 @@ static hp_status time_gemm(const hp_comm *w, hp_linalg_mode compute, bt_result *
     res->gemm_rank = lim.rank_gflops;
     res->gemm_min = lim.min_gflops;
     res->gemm_sum = lim.sum_gflops;
+    snprintf(res->gemm_impl, sizeof res->gemm_impl, "%s", lim.impl[0] ? lim.impl : "?");
     return st;
 }
 
@@ -108,10 +110,10 @@ static void print_text(const cli_bench_args *a, const cli_bench_info *in, const 
     printf("  model     : 6 x %.4g G weights per token x %.0f tokens = %.4g GFLOP per step -> %.4g GFLOP/s achieved "
            "over all ranks\n",
            in->weights * 1e-9, tokens, r->flop * 1e-9, achieved);
-    printf("  gemm      : %.1f GFLOP/s per rank (%s %dx%dx%d through the GEMM layer, best of %d, all ranks at once; "
-           "slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
+    printf("  gemm      : %.1f GFLOP/s per rank (%s %dx%dx%d through the GEMM layer, rank 0: %s, best of %d, all ranks "
+           "at once; slowest rank %.1f), %.1f GFLOP/s over %d rank%s   ratio achieved/gemm %.3f\n",
            r->gemm_rank, a->compute == HP_LINALG_BF16 ? "bf16" : "f32", CLI_BENCH_GEMM_N, CLI_BENCH_GEMM_N,
-           CLI_BENCH_GEMM_N, CLI_BENCH_GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
+           CLI_BENCH_GEMM_N, r->gemm_impl, CLI_BENCH_GEMM_REPS, r->gemm_min, r->gemm_sum, in->ranks,
            in->ranks == 1 ? "" : "s", per(achieved, r->gemm_sum));
     cli_bench_torch_text(pt, per(tokens, step), "training tokens/s");
 }
@@ -142,6 +144,8 @@ static void print_json(const cli_bench_args *a, const cli_bench_info *in, const 
            "\"ratio_achieved_over_gemm\": %.6g",
            in->weights, r->flop * 1e-9, achieved, CLI_BENCH_GEMM_N, r->gemm_rank, r->gemm_min, r->gemm_sum,
            per(achieved, r->gemm_sum));
+    printf(", \"gemm_impl\": ");
+    cli_json_str(r->gemm_impl);
     cli_bench_torch_json(pt, per(tokens, step));
     printf("}\n");
 }

@@ -395,6 +395,7 @@ typedef struct hp_gemm_limit {
     double peak_gflops;  /* the arithmetic peak in mode summed over the ranks (hp_linalg_peak_gflops, every rank at
                             once after the product): the bound the limit itself sits under */
     const char *peak_name; /* hp_linalg_peak_name(mode) */
+    char impl[128];        /* what ran this rank's product (hp_moe_ref_gemm_run), e.g. "oneDNN brg:avx512_core_bf16" */
 } hp_gemm_limit;
 /* Collective; every failure agreed: HP_ERR_INPUT for n or reps < 1, HP_ERR_NOMEM when a rank cannot run it. */
 hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, int reps, hp_gemm_limit *out,

@@ -89,6 +89,8 @@ typedef struct hp_linear_info {
     const char *small_path;  /* e.g. "avx2+fma bf16 dot" ("none" when small_m_max is 0) */
     const char *large_path;  /* e.g. "oneDNN gemm:jit f32, bf16 widened in blocks of 256 rows", or "hyperpar
                                 avx512 f32 6x64 blocked, ... at >= 128 rows; below: oneDNN ..." */
+    const char *fixed_impl;  /* oneDNN's implementation of the first fixed-shape product this linear ran (e.g.
+                                "brg:avx512_core_bf16"), or NULL when none has run */
 } hp_linear_info;
 
 /* ---- the context ---- */

@@ -619,6 +619,9 @@ const char *hp_moe_blas_info(char *buf, size_t cap);
  * bf16, f32 sums) (best of reps), GFLOP/s; memcpy of nbytes, GB/s (best of reps). Both allocate: call them outside
  * timed regions. Return < 0 when out of memory. */
 double hp_moe_ref_gemm_gflops(int64_t n, hp_linalg_mode mode, int reps);
+/* The same, and the path that ran it into impl (cap bytes; may be NULL): oneDNN's implementation of the product,
+ * e.g. "oneDNN brg:avx512_core_bf16", which names the instruction set the limit came from. */
+double hp_moe_ref_gemm_run(int64_t n, hp_linalg_mode mode, int reps, char *impl, size_t cap);
 double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps);
 /* The same-run dense limit of a layer's experts: m rows through one gate/up product [m, H]·[2I, H]ᵀ and one
  * down product [m, I]·[H, I]ᵀ (the down input read at row stride 2I, as the layer reads it), 6·m·H·I flops,

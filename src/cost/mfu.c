@@ -89,7 +89,7 @@ hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, i
     /* After a barrier, so that the ranks of one node share its cores as they do in a step. */
     hp_status st = hp_comm_barrier(w, err);
     if (st) return st;
-    double t0 = now_s(), g = hp_moe_ref_gemm_gflops(n, mode, reps), v[2] = {-g, now_s() - t0};
+    double t0 = now_s(), g = hp_moe_ref_gemm_run(n, mode, reps, out->impl, sizeof out->impl), v[2] = {-g, now_s() - t0};
     st = hp_comm_agree(w, g > 0 ? HP_OK
                                 : hp_err_set(err, HP_ERR_NOMEM, "rank %d: the %lldx%lldx%lld reference GEMM could not "
                                              "run (out of memory?)", hp_comm_rank(w), (long long)n, (long long)n,

@@ -531,6 +531,7 @@ void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info)
     info->small_m_max = lin->small_m_max;
     info->small_path = lin->small_desc;
     info->large_path = lin->large_desc;
+    info->fixed_impl = lin->fixed_impl;
 }
 
 hp_status hp__linear_force(hp_linear *lin, hp__isa isa, int64_t small_m_max, hp_err *err)

@@ -43,6 +43,12 @@ const char *hp_moe_blas_info(char *buf, size_t cap)
 
 double hp_moe_ref_gemm_gflops(int64_t n, hp_linalg_mode mode, int reps)
 {
+    return hp_moe_ref_gemm_run(n, mode, reps, NULL, 0);
+}
+
+double hp_moe_ref_gemm_run(int64_t n, hp_linalg_mode mode, int reps, char *impl, size_t cap)
+{
+    if (impl && cap) impl[0] = '\0';
     /* n·n floats must be a valid size; otherwise there is no figure. The product runs through the GEMM layer:
      * the same backend, and so the same limit, as the layer's own products. */
     size_t sz, bytes;
@@ -65,6 +71,10 @@ double hp_moe_ref_gemm_gflops(int64_t n, hp_linalg_mode mode, int reps)
             double g = 2.0 * (double)n * (double)n * (double)n / (now_s() - t0) * 1e-9;
             if (r > 0 && g > best) best = g;
         }
+        hp_linear_info li;
+        hp_linear_get_info(lin, &li);
+        if (impl && cap && best > 0) /* the fixed-shape primitive that ran, else the layer's large path */
+            snprintf(impl, cap, "%s%s", li.fixed_impl ? "oneDNN " : "", li.fixed_impl ? li.fixed_impl : li.large_path);
     }
     hp_linear_free(lin);
     hp_linalg_destroy(la);

@@ -53,6 +53,7 @@ check "1 process: the temporary checkpoint is gone" left
 check "1 process: --json parses" python3 -m json.tool "$WORK/one.json" >/dev/null
 check "1 process: --json has the resident ratio" grep -q '"resident_ratio": 1.0' "$WORK/one.json"
 check "1 process: --json has the GEMM share" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["gemm_limit_n"] == 2048 and d["gemm_limit_gflops"] > 0 and d["gemm_share"] > 0 and abs(d["gemm_share"] - d["gflops"] / d["gemm_limit_gflops"]) < 1e-3' "$WORK/one.json"
+check "1 process: --json names what ran the GEMM limit" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=d["gemm_limit_impl"]; assert i.startswith(("oneDNN ", "hyperpar ")) and len(i) > 8, i' "$WORK/one.json"
 check "1 process: --json has the CPU's peak and its instruction" python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); i=d["peak_instruction"]; assert i in ("avx512 vfmadd231ps", "avx2 vfmadd231ps", "none (no avx2+fma)"), i; assert (d["peak_gflops"] > 0) == (i != "none (no avx2+fma)")' "$WORK/one.json"
 check "1 process: --json: no PyTorch figures" grep -q '"pytorch_eager": null, "ratio_over_pytorch": null, "pytorch_note": "PyTorch eager: not measured here' "$WORK/one.json"
 # spread FILE: the load pair and min <= median <= max of the forward (--reps 3, so the three can differ).

@@ -35,6 +35,8 @@ for k in ("step", "forward", "backward", "backward_comm", "optimizer"):
 assert d["step_min_s"] > 0, d
 for k in ("load_start", "load_end"):
     assert d[k] >= 0 or d[k] == -1, (k, d[k])
+# issue 40: the reference GEMM names what ran it (oneDNN's implementation, hence its instruction set)
+assert d["gemm_impl"].startswith(("oneDNN ", "hyperpar ")) and len(d["gemm_impl"]) > 8, d["gemm_impl"]
 EOF
 }
 TEXT_LINES=("optimizer : AdamW, PyTorch's defaults"
