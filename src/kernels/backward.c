@@ -9,6 +9,7 @@
  * Σ w·dy·x, attention's D = Σ P·dP, the sinks' sums) run in double, like the forward's.
  */
 #include "kernels/backward.h"
+#include "kernels/linalg_int.h"
 #include "hyperpar/linalg.h"
 
 #include <math.h>
@@ -141,8 +142,10 @@ hp_status hp__linear_backward(hp_linalg_mode mode, int64_t M, int64_t N, int64_t
                               hp_err *err)
 {
     hp_status st = HP_OK;
-    if (dx) st = hp_linalg_gemm(mode, false, false, M, K, N, 1.0f, dy, ldy, W, K, 0.0f, dx, lddx, err);
-    if (dW && st == HP_OK) st = hp_linalg_gemm(mode, true, false, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K, err);
+    /* a dense linear's shapes repeat step after step: its large products may take fixed-shape primitives */
+    if (dx) st = hp__linalg_gemm(mode, true, false, false, M, K, N, 1.0f, dy, ldy, W, K, 0.0f, dx, lddx, err);
+    if (dW && st == HP_OK)
+        st = hp__linalg_gemm(mode, true, true, false, N, K, M, 1.0f, dy, ldy, x, ldx, 1.0f, dW, K, err);
     if (st != HP_OK) return st;
     if (db)
         for (int64_t j = 0; j < N; j++) {

@@ -359,11 +359,18 @@ hp_status hp_linalg_gemm(hp_linalg_mode mode, bool trans_a, bool trans_b, int64_
                          float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                          int64_t ldc, hp_err *err)
 {
+    return hp__linalg_gemm(mode, false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, err);
+}
+
+hp_status hp__linalg_gemm(hp_linalg_mode mode, bool fixed, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                          float *c, int64_t ldc, hp_err *err)
+{
     if (mode != HP_LINALG_BF16 || m <= 0 || n <= 0 || k <= 0) {
         sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return HP_OK;
     }
-    if (hp__plain_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return HP_OK;
+    if (hp__plain_bf16(fixed, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return HP_OK;
     /* Without oneDNN's bf16 matmul: products of bf16 values are exact in f32, so an f32 product of the rounded
      * operands is a bf16 product with f32 sums, on any CPU. */
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;

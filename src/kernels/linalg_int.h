@@ -59,8 +59,16 @@ void hp__round_cols_bf16(int64_t m, int64_t k, const float *a, int64_t lda, uint
  * matmul (f32 sums), through a process-wide context made at the first call (its primitive cache and scratch live
  * to the process's end). false, with nothing written, when this CPU's oneDNN has no bf16 matmul or memory runs
  * out: the caller then multiplies rounded f32 copies (the same numbers at the f32 rate). linear.c. */
-bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+bool hp__plain_bf16(bool fixed, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* hp_linalg_gemm with `fixed` (hp__plain_bf16's): a BF16-mode product of HP__FIXED_M_MIN rows or more may take a
+ * primitive made for its shape (brgemm). Only for callers whose shapes are a small set that repeats (the dense
+ * backward: hp__linear_backward): the cache is bounded (HP__FIXED_MAX) and filled in call order, so with shapes
+ * that vary from call to call (a MoE's experts) which path a product takes would depend on the calls before it,
+ * and a resumed run would not repeat an uninterrupted one to the bit. hp_linalg_gemm passes false. */
+hp_status hp__linalg_gemm(hp_linalg_mode mode, bool fixed, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                          int64_t k, float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                          float *c, int64_t ldc, hp_err *err);
 
 /* ---- the blocked AVX-512 kernel for large products (ukernel.c) ---- */
 typedef enum hp__uk_kind {

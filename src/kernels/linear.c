@@ -178,8 +178,8 @@ static void scale_rows(int64_t m, int64_t n, float s, float *c, int64_t ldc)
         for (int64_t j = 0; j < n; j++) c[r * ldc + j] *= s;
 }
 
-bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+bool hp__plain_bf16(bool fixed_ok, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     hp_err err;
     if (g_plain_off) return false;
@@ -191,12 +191,12 @@ bool hp__plain_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     bool acc = beta != 0.0f;
     hp__dnnl_mm_key key = {.src = HP_DT_BF16, .wei = HP_DT_BF16, .n = HP__DNNL_RUNTIME_N, .k = k, .beta = acc};
     const hp__dnnl_mm *mm = NULL;
-    /* A large product takes a primitive of its own shape (brgemm; with a runtime M oneDNN 2.6 runs gemm:jit, which
+    /* With fixed_ok (hp__linalg_gemm), a large product takes a primitive of its own shape (brgemm; with a runtime M oneDNN 2.6 runs gemm:jit, which
      * measured 150-175 GFLOP/s against brgemm's ~400 on the backward of a llama-3-8b layer); refused or past the
      * bound, the runtime-shape one. The operands are packed in scratch: lda = k. */
     hp__dnnl_mm_key fixed = key;
     fixed.n = n, fixed.m = m, fixed.lda = k, fixed.ldc = ldc;
-    if (m >= HP__FIXED_M_MIN && (find_mm(g_plain, &fixed, &mm) ||
+    if (fixed_ok && m >= HP__FIXED_M_MIN && (find_mm(g_plain, &fixed, &mm) ||
                                  (g_plain->n_fixed < HP__FIXED_MAX && get_mm(g_plain, &fixed, &mm, NULL, &err) == HP_OK)))
         key = fixed;
     bool unsupported = false;
