@@ -22,12 +22,10 @@
  * The limit is a measurement on this machine, not a datasheet peak, so a step's GEMMs can beat it (their
  * shapes may suit the kernel better, or the machine was busier while it was measured): MFU may pass 1.
  */
+#include "hyperpar/comm.h"
 #include "hyperpar/cost.h"
-#include "hyperpar/moe.h"
-
-#include <time.h>
-
 #include "hyperpar/linalg.h"
+#include "hyperpar/moe.h"
 
 /* How long the peak's register loop runs on each rank. */
 #define PEAK_SECONDS 0.25
@@ -72,13 +70,6 @@ double hp_cost_attn_train_flops(const hp_model *m, int64_t B, int64_t S)
     return 3.0 * per_key * (double)S * (double)S * (double)B * L;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, int reps, hp_gemm_limit *out,
                              hp_err *err)
 {
@@ -89,7 +80,7 @@ hp_status hp_cost_gemm_limit(const hp_comm *w, int64_t n, hp_linalg_mode mode, i
     /* After a barrier, so that the ranks of one node share its cores as they do in a step. */
     hp_status st = hp_comm_barrier(w, err);
     if (st) return st;
-    double t0 = now_s(), g = hp_moe_ref_gemm_run(n, mode, reps, out->impl, sizeof out->impl), v[2] = {-g, now_s() - t0};
+    double t0 = hp_comm_wtime(), g = hp_moe_ref_gemm_run(n, mode, reps, out->impl, sizeof out->impl), v[2] = {-g, hp_comm_wtime() - t0};
     st = hp_comm_agree(w, g > 0 ? HP_OK
                                 : hp_err_set(err, HP_ERR_NOMEM, "rank %d: the %lldx%lldx%lld reference GEMM could not "
                                              "run (out of memory?)", hp_comm_rank(w), (long long)n, (long long)n,

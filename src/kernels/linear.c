@@ -111,7 +111,6 @@ static bool key_eq(const hp__dnnl_mm_key *a, const hp__dnnl_mm_key *b)
            a->packed == b->packed && a->m == b->m && a->lda == b->lda && a->ldc == b->ldc;
 }
 
-/* The cached primitive of key, made on first use; *unsupported (may be NULL) as hp__dnnl_mm_create sets it. */
 /* The cached primitive of key, if ctx has made it. */
 static bool find_mm(const hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out)
 {
@@ -123,6 +122,7 @@ static bool find_mm(const hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__
     return false;
 }
 
+/* The cached primitive of key, made on first use; *unsupported (may be NULL) as hp__dnnl_mm_create sets it. */
 static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out, bool *unsupported,
                         hp_err *err)
 {
@@ -142,6 +142,15 @@ static hp_status get_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dn
     ctx->n_fixed += key->m > 0;
     *out = mm;
     return HP_OK;
+}
+
+/* The primitive of a fixed shape (key->m > 0, see HP__FIXED_M_MIN): cached, or made while ctx holds fewer than
+ * HP__FIXED_MAX of them. False past the bound or when oneDNN refuses the shape: the caller then runs its
+ * runtime-shape primitive. */
+static bool fixed_mm(hp_linalg *ctx, const hp__dnnl_mm_key *key, const hp__dnnl_mm **out)
+{
+    hp_err e;
+    return find_mm(ctx, key, out) || (ctx->n_fixed < HP__FIXED_MAX && get_mm(ctx, key, out, NULL, &e) == HP_OK);
 }
 
 /* Scratch of at least `bytes` for each of the OpenMP threads a call may use (and as many oneDNN streams). */
@@ -191,14 +200,12 @@ bool hp__plain_bf16(bool fixed_ok, bool trans_a, bool trans_b, int64_t m, int64_
     bool acc = beta != 0.0f;
     hp__dnnl_mm_key key = {.src = HP_DT_BF16, .wei = HP_DT_BF16, .n = HP__DNNL_RUNTIME_N, .k = k, .beta = acc};
     const hp__dnnl_mm *mm = NULL;
-    /* With fixed_ok (hp__linalg_gemm), a large product takes a primitive of its own shape (brgemm; with a runtime M oneDNN 2.6 runs gemm:jit, which
-     * measured 150-175 GFLOP/s against brgemm's ~400 on the backward of a llama-3-8b layer); refused or past the
-     * bound, the runtime-shape one. The operands are packed in scratch: lda = k. */
+    /* With fixed_ok (hp__linalg_gemm), a large product takes a primitive of its own shape (brgemm; with a runtime
+     * M oneDNN 2.6 runs gemm:jit, which measured 150-175 GFLOP/s against brgemm's ~400 on the backward of a
+     * llama-3-8b layer); refused or past the bound, the runtime-shape one. The operands are packed in scratch: lda = k. */
     hp__dnnl_mm_key fixed = key;
     fixed.n = n, fixed.m = m, fixed.lda = k, fixed.ldc = ldc;
-    if (fixed_ok && m >= HP__FIXED_M_MIN && (find_mm(g_plain, &fixed, &mm) ||
-                                 (g_plain->n_fixed < HP__FIXED_MAX && get_mm(g_plain, &fixed, &mm, NULL, &err) == HP_OK)))
-        key = fixed;
+    if (fixed_ok && m >= HP__FIXED_M_MIN && fixed_mm(g_plain, &fixed, &mm)) key = fixed;
     bool unsupported = false;
     if (!mm && get_mm(g_plain, &key, &mm, &unsupported, &err) != HP_OK) {
         g_plain_off = unsupported;
@@ -612,7 +619,7 @@ static const hp__dnnl_mm *shaped(hp_linear *lin, bool beta, bool may_fix, int64_
     key.m = m, key.lda = lda, key.ldc = ldc;
     const hp__dnnl_mm *f = NULL;
     hp_err e;
-    if (!find_mm(ctx, &key, &f) && (ctx->n_fixed >= HP__FIXED_MAX || get_mm(ctx, &key, &f, NULL, &e) != HP_OK)) return mm;
+    if (!fixed_mm(ctx, &key, &f)) return mm;
     if (reserve_scratch(ctx, layout_of(lin).dnnl + hp__dnnl_mm_scratch_bytes(f), &e) != HP_OK) return mm;
     if (!lin->fixed_impl) {
         lin->fixed_impl = hp__dnnl_mm_impl(f);

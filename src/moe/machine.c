@@ -13,19 +13,12 @@
  * Nothing here calls a BLAS: every product goes through hyperpar/linalg.h.
  */
 #include "moe/moe_internal.h"
+#include "hyperpar/comm.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int hp_moe_set_threads(int n)
 {
@@ -66,9 +59,9 @@ double hp_moe_ref_gemm_run(int64_t n, hp_linalg_mode mode, int reps, char *impl,
             b[i] = (float)((i * 5) % 11) * 0.01f;
         }
         for (int r = 0; r < reps + 1; r++) { /* the first run warms the threads and caches up */
-            double t0 = now_s();
+            double t0 = hp_comm_wtime();
             if (hp_linear_forward(lin, 0, n, a, n, c, n, false, &err) != HP_OK) break;
-            double g = 2.0 * (double)n * (double)n * (double)n / (now_s() - t0) * 1e-9;
+            double g = 2.0 * (double)n * (double)n * (double)n / (hp_comm_wtime() - t0) * 1e-9;
             if (r > 0 && g > best) best = g;
         }
         hp_linear_info li;
@@ -93,7 +86,7 @@ double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps)
         memset(a, 1, nbytes);
         memset(b, 2, nbytes);
         for (int r = 0; r < reps + 1; r++) {
-            double t0 = now_s();
+            double t0 = hp_comm_wtime();
             /* Every OpenMP thread copies its share, as the layer reads weights with every thread. */
 #pragma omp parallel
             {
@@ -102,7 +95,7 @@ double hp_moe_ref_memcpy_gbps(size_t nbytes, int reps)
                 memcpy(b + lo, a + lo, hi - lo);
             }
             /* Bytes read per second: the figure compared with expert bytes read by the layer. */
-            double g = (double)nbytes / (now_s() - t0) * 1e-9;
+            double g = (double)nbytes / (hp_comm_wtime() - t0) * 1e-9;
             if (r > 0 && g > best) best = g;
             a[(size_t)r % nbytes] ^= b[((size_t)r * 31) % nbytes]; /* keep the copies observable */
         }
@@ -155,7 +148,7 @@ double hp_moe_ref_dense_gflops(int64_t m, int64_t n_hidden, int64_t d_inner, hp_
         }
         double flops = 6.0 * (double)m * (double)H * (double)I;
         for (int r = 0; r < reps + 1; r++) { /* the first run warms the threads and caches up */
-            double t0 = now_s();
+            double t0 = hp_comm_wtime();
             /* The down product reads the first I columns of the gate/up result, at its row stride 2I, as the
              * layer reads its activations. */
             if (hp_linear_forward(gate_up, 0, m, a, H, c1, 2 * I, false, &err) != HP_OK ||
@@ -163,7 +156,7 @@ double hp_moe_ref_dense_gflops(int64_t m, int64_t n_hidden, int64_t d_inner, hp_
                 best = -1.0;
                 break;
             }
-            double g = flops / (now_s() - t0) * 1e-9;
+            double g = flops / (hp_comm_wtime() - t0) * 1e-9;
             if (r > 0 && g > best) best = g;
         }
     }
@@ -193,7 +186,7 @@ double hp_moe_ref_read_gbps(size_t nbytes, int reps)
     if (reps < 1) reps = 1;
     volatile float sink = 0.0f;
     for (int r = 0; r < reps + 1; r++) {
-        double t0 = now_s();
+        double t0 = hp_comm_wtime();
         float total = 0.0f;
         const size_t nb = n / 16;
 #pragma omp parallel for reduction(+ : total) schedule(static)
@@ -204,7 +197,7 @@ double hp_moe_ref_read_gbps(size_t nbytes, int reps)
             total += (t[0] + t[1]) + (t[2] + t[3]);
         }
         for (size_t i = 16 * nb; i < n; i++) total += x[i];
-        double g = (double)(n * sizeof *x) / (now_s() - t0) * 1e-9;
+        double g = (double)(n * sizeof *x) / (hp_comm_wtime() - t0) * 1e-9;
         sink += total;
         if (r > 0 && g > best) best = g;
     }
