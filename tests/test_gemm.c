@@ -201,14 +201,16 @@ TEST(every_shape_dtype_mode_and_path)
     for (size_t ki = 0; ki < 3; ki++)
         for (size_t ni = 0; ni < 3; ni++)
             for (size_t di = 0; di < 3; di++)
-                for (int mode = 0; mode < 2; mode++)
+                for (int mode = 0; mode < 3; mode++) /* EXACT; BF16 on vdpbf16ps, then widened to f32 FMA */
                     for (int bias = 0; bias < 2; bias++) {
                         /* sanitized: with or without bias by turns (each shape, dtype and mode still runs) */
                         if (TEST_SANITIZED && (ki + ni + di + (size_t)mode + (size_t)bias) % 2) continue;
-                        run_linear(ctx, Ks[ki], Ns[ni], dts[di], (hp_linalg_mode)mode, bias);
+                        hp__bf16_dot_force(mode);
+                        run_linear(ctx, Ks[ki], Ns[ni], dts[di], mode ? HP_LINALG_BF16 : HP_LINALG_EXACT, bias);
                         if (hp__failed_checks - before > 20) goto out; /* enough to diagnose */
                     }
 out:
+    hp__bf16_dot_force(0);
     hp_linalg_destroy(ctx);
 }
 
@@ -658,18 +660,23 @@ typedef struct uk_variant {
     hp_dtype dt;
     hp_linalg_mode mode;
     hp__uk_kind kind;
+    int dot; /* hp__bf16_dot_force: BF16 mode on vdpbf16ps (1) or widened to f32 FMA (2); 0 in EXACT mode */
 } uk_variant;
 
 static const uk_variant UK_VARIANTS[] = {
-    {"f32 W, exact", HP_DT_F32, HP_LINALG_EXACT, HP__UK_F32},
-    {"bf16 W, exact", HP_DT_BF16, HP_LINALG_EXACT, HP__UK_WIDEN},
-    {"bf16 W, bf16 mode", HP_DT_BF16, HP_LINALG_BF16, HP__UK_BF16},
-    {"f32 W, bf16 mode", HP_DT_F32, HP_LINALG_BF16, HP__UK_BF16},
+    {"f32 W, exact", HP_DT_F32, HP_LINALG_EXACT, HP__UK_F32, 0},
+    {"bf16 W, exact", HP_DT_BF16, HP_LINALG_EXACT, HP__UK_WIDEN, 0},
+    {"bf16 W, bf16 mode", HP_DT_BF16, HP_LINALG_BF16, HP__UK_BF16, 1},
+    {"f32 W, bf16 mode", HP_DT_F32, HP_LINALG_BF16, HP__UK_BF16, 1},
+    {"bf16 W, bf16 mode widened", HP_DT_BF16, HP_LINALG_BF16, HP__UK_WIDEN, 2},
+    {"f32 W, bf16 mode widened", HP_DT_F32, HP_LINALG_BF16, HP__UK_WIDEN, 2},
 };
 enum { N_UK_VARIANTS = sizeof UK_VARIANTS / sizeof UK_VARIANTS[0] };
 
+/* Whether v runs on this CPU; if so, BF16 mode's path is set to v's for the linears made next (uk_end resets it). */
 static bool uk_runs(const uk_variant *v)
 {
+    hp__bf16_dot_force(v->dot);
     if (hp__uk_available(v->kind)) return true;
     printf("  skipped: no avx512f/avx512bw%s on this CPU: the blocked kernel's %s variant does not run here\n",
            v->kind == HP__UK_BF16 ? "/avx512_bf16" : "", v->name);
@@ -776,6 +783,7 @@ TEST(blocked_kernel_every_edge_against_reference)
             }
     }
 out:
+    hp__bf16_dot_force(0);
     hp_linalg_destroy(ctx);
 }
 
@@ -829,8 +837,8 @@ static void run_uk_invariant(hp_linalg *ctx, const uk_variant *v, bool acc)
                   (long long)j0);
         hp_linear_free(lh);
     }
-    /* a bf16 weight in EXACT mode equals its f32 widening */
-    if (v->kind == HP__UK_WIDEN) {
+    /* a bf16 weight in EXACT mode (or BF16 mode widened) equals its f32 widening */
+    if (v->kind == HP__UK_WIDEN && v->dt == HP_DT_BF16) {
         float *wf = malloc((size_t)(G * n * k) * sizeof *wf);
         hp_dtype_to_f32(HP_DT_BF16, w, wf, G * n * k, NULL);
         hp_linear_desc df = d;
@@ -860,6 +868,7 @@ TEST(blocked_kernel_sums_in_an_order_fixed_by_k)
     for (int vi = 0; vi < N_UK_VARIANTS; vi++)
         if (uk_runs(&UK_VARIANTS[vi]))
             for (int acc = 0; acc < 2; acc++) run_uk_invariant(ctx, &UK_VARIANTS[vi], acc);
+    hp__bf16_dot_force(0);
     hp_linalg_destroy(ctx);
     hp_linalg_set_threads(was);
 }
@@ -962,6 +971,7 @@ TEST(blocked_kernel_nests_are_byte_equal)
         for (int i = 0; i < 3; i++) free(c[i]);
     }
 out:
+    hp__bf16_dot_force(0);
     hp_linalg_destroy(ctx);
     hp_linalg_set_threads(was);
 }
@@ -1030,6 +1040,88 @@ TEST(blocked_kernel_grouped_equals_per_group_calls)
         free(c);
         free(c1);
     }
+    hp__bf16_dot_force(0);
+    hp_linalg_destroy(ctx);
+}
+
+/* Where f32 FMA outruns vdpbf16ps (hp__bf16_dot_native false), BF16 mode is "A rounded to bf16, then the EXACT
+ * path": byte-equal to an EXACT-mode linear on A rounded first, at every row count (the streaming kernel, both
+ * nests of the blocked kernel, oneDNN on widened blocks), for a bf16 weight and for an f32 weight (rounded at
+ * init, as an EXACT linear on its bf16 rounding). And the plain products (hp_linalg_gemm) equal an f32 product of
+ * both operands rounded, whatever their transposes. Forced, so that it runs on every host. */
+TEST(bf16_mode_widened_is_the_exact_path_on_rounded_operands)
+{
+    static const int64_t ms[] = {1, 16, 17, 40, 64, 65, 100, 127, 128, 300, 600};
+    const int64_t n = 150, k = 1100, mmax = 600;
+    hp_linalg *ctx = ctx_or_die();
+    hp_err err;
+    hp__bf16_dot_force(2);
+    float *a = make_f(mmax * k, 0.043, 1.0), *ar = malloc((size_t)(mmax * k) * sizeof *ar);
+    float *c1 = malloc((size_t)(mmax * n) * sizeof *c1), *c2 = malloc((size_t)(mmax * n) * sizeof *c2);
+    hp_linalg_round_rows_bf16(mmax, k, a, k, ar);
+    for (int dt = 0; dt < 2; dt++) {
+        hp_dtype wdt = dt ? HP_DT_F32 : HP_DT_BF16;
+        void *w = make_w(wdt, n, k);
+        uint16_t *w16 = malloc((size_t)(G * n * k) * sizeof *w16); /* the f32 weight's rounding */
+        if (dt) {
+            float *r = malloc((size_t)(G * n * k) * sizeof *r);
+            hp_linalg_round_rows_bf16(G * n, k, w, k, r);
+            for (int64_t i = 0; i < G * n * k; i++) {
+                uint32_t u;
+                memcpy(&u, &r[i], sizeof u);
+                w16[i] = (uint16_t)(u >> 16);
+            }
+            free(r);
+        }
+        float *bias = make_f(G * n, 0.37, 0.25);
+        hp_linear_desc db = {.n_out = n, .n_in = k, .n_mats = G, .dtype = wdt, .w = w, .bias = bias,
+                             .mode = HP_LINALG_BF16};
+        hp_linear_desc de = {.n_out = n, .n_in = k, .n_mats = G, .dtype = HP_DT_BF16, .w = dt ? (void *)w16 : w,
+                             .bias = bias, .mode = HP_LINALG_EXACT};
+        hp_linear *lb = NULL, *le = NULL;
+        CHECK_MSG(hp_linear_init(&lb, ctx, &db, &err) == HP_OK, "%s", err.msg);
+        CHECK_MSG(hp_linear_init(&le, ctx, &de, &err) == HP_OK, "%s", err.msg);
+        if (lb) {
+            hp_linear_info info;
+            hp_linear_get_info(lb, &info);
+            CHECK_STR_CONTAINS(info.large_path, "A rounded to bf16");
+            CHECK_MSG(!strstr(info.large_path, "vdpbf16ps") && !strstr(info.large_path, "bf16 x bf16"),
+                      "widened BF16 mode still names a bf16 product: %s", info.large_path);
+        }
+        for (size_t mi = 0; lb && le && mi < sizeof ms / sizeof ms[0]; mi++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t m = ms[mi];
+                for (int64_t i = 0; i < m * n; i++) c1[i] = c2[i] = val(i, 0.29, 2.0);
+                CHECK(hp_linear_forward(lb, 1, m, a, k, c1, n, acc, &err) == HP_OK);
+                CHECK(hp_linear_forward(le, 1, m, ar, k, c2, n, acc, &err) == HP_OK);
+                CHECK_MSG(memcmp(c1, c2, (size_t)(m * n) * sizeof *c1) == 0,
+                          "%s W, M=%lld, accumulate %d: widened BF16 mode differs from EXACT on rounded A",
+                          dt ? "f32" : "bf16", (long long)m, acc);
+            }
+        hp_linear_free(lb);
+        hp_linear_free(le);
+        free(w);
+        free(w16);
+        free(bias);
+    }
+    /* the plain products: C = 0.5·op(A)·op(B) + 0.25·C on operands rounded by hand */
+    const int64_t pm = 300, pn = 70, pk = 260;
+    float *pa = make_f(pm * pk, 0.031, 1.0), *pb = make_f(pk * pn, 0.057, 1.0);
+    float *ra = malloc((size_t)(pm * pk) * sizeof *ra), *rb = malloc((size_t)(pk * pn) * sizeof *rb);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        int64_t ar_ = ta ? pk : pm, ac = ta ? pm : pk, br = tb ? pn : pk, bc = tb ? pk : pn;
+        hp_linalg_round_rows_bf16(ar_, ac, pa, ac, ra);
+        hp_linalg_round_rows_bf16(br, bc, pb, bc, rb);
+        for (int64_t i = 0; i < pm * pn; i++) c1[i] = c2[i] = val(i, 0.21, 1.0);
+        CHECK(hp_linalg_gemm(HP_LINALG_BF16, ta, tb, pm, pn, pk, 0.5f, pa, ac, pb, bc, 0.25f, c1, pn, &err) == HP_OK);
+        CHECK(hp_linalg_gemm(HP_LINALG_EXACT, ta, tb, pm, pn, pk, 0.5f, ra, ac, rb, bc, 0.25f, c2, pn, &err) == HP_OK);
+        CHECK_MSG(memcmp(c1, c2, (size_t)(pm * pn) * sizeof *c1) == 0,
+                  "hp_linalg_gemm trans %d%d: widened BF16 mode differs from the f32 product of rounded operands",
+                  ta, tb);
+    }
+    hp__bf16_dot_force(0);
+    free(pa), free(pb), free(ra), free(rb), free(a), free(ar), free(c1), free(c2);
     hp_linalg_destroy(ctx);
 }
 

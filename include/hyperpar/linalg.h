@@ -92,6 +92,9 @@ typedef struct hp_linear_info {
     const char *fixed_impl;  /* oneDNN's implementation of the first fixed-shape product this linear ran (e.g.
                                 "brg:avx512_core_bf16"), or NULL when none has run */
 } hp_linear_info;
+/* The name of hyperpar's blocked kernel when a product of m rows runs on it (e.g. "hyperpar avx512 f32 6x64
+ * blocked, bf16 W widened while packed per call"), else NULL: the streaming kernel or oneDNN (hp_linear_info). */
+const char *hp_linear_blocked_path(const hp_linear *lin, int64_t m);
 
 /* ---- the context ---- */
 hp_status hp_linalg_create(hp_linalg **out, hp_err *err);
@@ -181,6 +184,9 @@ void hp_linalg_silu_mul(const float *g, const float *u, int64_t n, float *out);
 double hp_linalg_peak_gflops(hp_linalg_mode mode, double seconds);
 /* The instruction hp_linalg_peak_gflops times in mode, e.g. "avx512_bf16 vdpbf16ps". */
 const char *hp_linalg_peak_name(hp_linalg_mode mode);
+/* What BF16 mode's products run on in this process, into buf: "vdpbf16ps (vdpbf16ps measured at 2.00 of the f32
+ * FMA rate)", or "f32 FMA on widened bf16 (... 0.49 ...)" where vdpbf16ps is the slower (src/kernels/peak.c). */
+const char *hp_linalg_bf16_products(char *buf, size_t cap);
 /* "OpenBLAS Haswell kernels (OpenBLAS 0.3.21 ..., 2 threads)", with a warning appended (and *generic_fallback
  * set, when not NULL) when OpenBLAS runs a generic kernel on a CPU that has AVX2 or AVX-512. */
 const char *hp_linalg_blas_describe(char *buf, size_t cap, bool *generic_fallback);

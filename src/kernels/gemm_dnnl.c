@@ -351,7 +351,11 @@ void hp_linalg_sgemm_tn(int64_t m, int64_t n, int64_t k, float alpha, const floa
 static float *rounded(int64_t rows, int64_t cols, const float *a, int64_t lda)
 {
     float *r = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *r);
-    if (r) hp__round_rows_bf16_f32(rows, cols, a, lda, r);
+    if (!r) return NULL;
+    enum { BLOCK = 64 }; /* rows per task */
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t)1 << 16)
+    for (int64_t r0 = 0; r0 < rows; r0 += BLOCK)
+        hp__round_rows_bf16_f32(rows - r0 < BLOCK ? rows - r0 : BLOCK, cols, a + r0 * lda, lda, r + r0 * cols);
     return r;
 }
 
@@ -371,8 +375,8 @@ hp_status hp__linalg_gemm(hp_linalg_mode mode, bool fixed, bool trans_a, bool tr
         return HP_OK;
     }
     if (hp__plain_bf16(fixed, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return HP_OK;
-    /* Without oneDNN's bf16 matmul: products of bf16 values are exact in f32, so an f32 product of the rounded
-     * operands is a bf16 product with f32 sums, on any CPU. */
+    /* Without oneDNN's bf16 matmul, or where f32 FMA outruns vdpbf16ps (hp__bf16_dot_native): products of bf16
+     * values are exact in f32, so an f32 product of the rounded operands is a bf16 product with f32 sums. */
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
     float *ra = rounded(ar, ac, a, lda), *rb = ra ? rounded(br, bc, b, ldb) : NULL;
     if (!rb) {

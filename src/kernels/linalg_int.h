@@ -41,6 +41,12 @@ hp__isa hp__isa_best(void);
 hp__isa hp__isa_cached(_Atomic int *slot);
 void hp__isa_force(_Atomic int *slot, hp__isa isa);
 
+/* Whether BF16 mode multiplies on the CPU's bf16 instructions (vdpbf16ps, oneDNN's bf16 × bf16), or, where
+ * vdpbf16ps gives fewer flops than f32 FMA, as f32 FMA on the bf16 operands widened exactly (peak.c): measured once
+ * per process. hp__bf16_dot_force (a test hook): 0 measure, 1 native, 2 widened; set it before any linear exists. */
+bool hp__bf16_dot_native(void);
+void hp__bf16_dot_force(int how);
+
 /* ---- streaming kernels (kernel.c) ---- */
 /* C[r, j] = Σ_k A[r, k]·W[j, k] (C += with accumulate) for r < m, j < n. W holds n rows of k elements of
  * wdt (HP_DT_F32 or HP_DT_BF16), contiguous; A [m, lda] f32. Sums are f32; products are exact for bf16 W. */
@@ -96,6 +102,7 @@ typedef struct hp__uk_call {
     const float *bias;
     bool acc;
     int64_t min_m[HP__UK_ALGOS], max_m[HP__UK_ALGOS];
+    bool round_a; /* F32, WIDEN: A rounded to bf16 first (BF16 mode on widened weights) */
     char *scratch;
     size_t slot_bytes;
     int threads;

@@ -99,9 +99,10 @@ const char *hp_linalg_describe(const hp_linalg *ctx, char *buf, size_t cap)
     hp__cpu cpu;
     hp__cpu_detect(&cpu);
     hp_linalg_cpu_isa(isa, sizeof isa);
-    snprintf(buf, cap, "%s, cpu %s [%s], bf16 kernel %s, %d OpenMP threads", hp__dnnl_version(v, sizeof v),
-             cpu.brand[0] ? cpu.brand : "unknown", isa[0] ? isa : "no avx2", hp__isa_name(hp__isa_best()),
-             omp_get_max_threads());
+    char prod[160];
+    snprintf(buf, cap, "%s, cpu %s [%s], bf16 kernel %s, bf16 products %s, %d OpenMP threads",
+             hp__dnnl_version(v, sizeof v), cpu.brand[0] ? cpu.brand : "unknown", isa[0] ? isa : "no avx2",
+             hp__isa_name(hp__isa_best()), hp_linalg_bf16_products(prod, sizeof prod), omp_get_max_threads());
     return buf;
 }
 
@@ -191,7 +192,7 @@ bool hp__plain_bf16(bool fixed_ok, bool trans_a, bool trans_b, int64_t m, int64_
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     hp_err err;
-    if (g_plain_off) return false;
+    if (g_plain_off || !hp__bf16_dot_native()) return false; /* the caller's f32 product of rounded operands */
     if (!g_plain && hp_linalg_create(&g_plain, &err) != HP_OK) {
         g_plain_off = true;
         return false;
@@ -277,14 +278,16 @@ static void describe(hp_linear *lin)
         int64_t lo = lin->uk_min_m[a] > lo_all ? lin->uk_min_m[a] : lo_all, hi = lin->uk_max_m[a];
         if (lo < next) lo = next; /* the rows from lo_all to next are the algos' before */
         if (lin->uk_min_m[a] == INT64_MAX || lo > hi) continue;
+        const char *name = hp__uk_name(lin->uk_kind, (hp__uk_algo)a);
+        const char *uk_round = lin->uk_kind != HP__UK_BF16 ? round : ""; /* the BF16 kind's name says it */
         if (lo <= next && hi == INT64_MAX && d == lin->large_desc) { /* every large row count */
-            snprintf(d, cap, "%s", hp__uk_name(lin->uk_kind, (hp__uk_algo)a));
+            snprintf(d, cap, "%s%s", name, uk_round);
             return;
         }
         if (lo <= next && hi == INT64_MAX) rest = false;
-        const char *name = hp__uk_name(lin->uk_kind, (hp__uk_algo)a);
-        int w = hi == INT64_MAX ? snprintf(d, cap, "%s at >= %lld rows; ", name, (long long)lo)
-                                : snprintf(d, cap, "%s at %lld..%lld rows; ", name, (long long)lo, (long long)hi);
+        int w = hi == INT64_MAX ? snprintf(d, cap, "%s%s at >= %lld rows; ", name, uk_round, (long long)lo)
+                                : snprintf(d, cap, "%s%s at %lld..%lld rows; ", name, uk_round, (long long)lo,
+                                           (long long)hi);
         if (lo <= next) next = hi == INT64_MAX ? INT64_MAX : hi + 1;
         if (w < 0 || (size_t)w >= cap) return;
         d += w;
@@ -388,7 +391,9 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
         return hp_err_set(err, HP_ERR_INPUT, "HP_GEMM='%s' in the environment is neither 'onednn' nor 'hyperpar'; "
                           "unset it for the default choice of kernel by row count", v);
     }
-    lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : lin->mode == HP_LINALG_BF16 ? HP__UK_BF16 : HP__UK_WIDEN;
+    /* BF16 mode on a CPU whose vdpbf16ps is slower than f32 FMA: A rounded, then the EXACT path (WIDEN) */
+    bool native = lin->mode == HP_LINALG_BF16 && hp__bf16_dot_native();
+    lin->uk_kind = lin->wdt == HP_DT_F32 ? HP__UK_F32 : native ? HP__UK_BF16 : HP__UK_WIDEN;
     lin->uk_ok = hp__uk_available(lin->uk_kind);
     for (int a = 0; a < HP__UK_ALGOS; a++) lin->uk_min_m[a] = lin->uk_max_m[a] = INT64_MAX;
     bool set[HP__UK_ALGOS] = {false};
@@ -404,10 +409,11 @@ static hp_status prepare_large(hp_linear *lin, hp_linear_pack pack, hp_err *err)
     lin->large = HP__LARGE_F32;
     if (lin->wdt == HP_DT_BF16) {
         key.src = key.wei = HP_DT_BF16;
-        if (lin->mode == HP_LINALG_BF16 && hp__dnnl_preferred(ctx->dnnl, &key) != HP__LAYOUT_UNSUPPORTED) {
+        if (native && hp__dnnl_preferred(ctx->dnnl, &key) != HP__LAYOUT_UNSUPPORTED) {
             lin->large = HP__LARGE_BF16;
         } else {
-            /* oneDNN 2.6 has no f32 × bf16 matmul (and no bf16 one without avx512_core): widen. */
+            /* oneDNN 2.6 has no f32 × bf16 matmul (and no bf16 one without avx512_core), and BF16 mode may
+             * multiply in f32 (hp__bf16_dot_native): widen. */
             lin->large = HP__LARGE_WIDEN;
             key.src = key.wei = HP_DT_F32;
             key.n = HP__DNNL_RUNTIME_N;
@@ -523,6 +529,14 @@ void hp_linear_free(hp_linear *lin)
     free(lin->packed);
     free(lin->bias);
     free(lin);
+}
+
+const char *hp_linear_blocked_path(const hp_linear *lin, int64_t m)
+{
+    if (m <= lin->small_m_max) return NULL;
+    for (int a = 0; a < HP__UK_ALGOS; a++) /* on_dnnl's rule: the first algo whose rows hold m */
+        if (m >= lin->uk_min_m[a] && m <= lin->uk_max_m[a]) return hp__uk_name(lin->uk_kind, (hp__uk_algo)a);
+    return NULL;
 }
 
 void hp_linear_get_info(const hp_linear *lin, hp_linear_info *info)
@@ -750,7 +764,7 @@ static hp_status run_large_groups(hp_linear *lin, const hp_linear_group *groups,
         hp_linalg *ctx = lin->ctx;
         int nt = omp_get_max_threads() < ctx->n_slots ? omp_get_max_threads() : ctx->n_slots;
         hp__uk_call call = {.kind = lin->uk_kind, .n = lin->n, .k = lin->k, .w = lin->w, .bias = lin->bias,
-                            .acc = acc, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
+                            .acc = acc, .round_a = lin->mode == HP_LINALG_BF16 && lin->uk_kind != HP__UK_BF16, .scratch = (char *)ctx->scratch + layout_of(lin).uk,
                             .slot_bytes = ctx->slot_bytes, .threads = nt};
         for (int a = 0; a < HP__UK_ALGOS; a++) {
             call.min_m[a] = lin->uk_min_m[a] == INT64_MAX           ? INT64_MAX /* none */

@@ -19,6 +19,9 @@
 
 #include <immintrin.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <time.h>
 
 enum { ACC = 12 };
@@ -78,11 +81,87 @@ __attribute__((target("avx512f,avx512bf16"))) static float loop_bf16(long n)
 
 typedef enum { PEAK_NONE, PEAK_AVX2, PEAK_AVX512, PEAK_BF16 } peak_kind;
 
+/* ---- which instruction BF16 mode multiplies with ----
+ *
+ * vdpbf16ps does twice the work of an f32 FMA per instruction, but not every core issues it as often: the 2-core
+ * AMD EPYC (Zen 4) runs it at 2.0x the FMA's flops, the 2-core Intel Xeon (family 6 model 207, no AMX exposed) at
+ * 0.49x (docs/kernels.md). Where it is slower, BF16 mode's products run as f32 FMA on the bf16 operands widened
+ * exactly (a product of two bf16 values is exact in f32, so only the summation order differs). The choice is made
+ * once per process (pthread_once), by timing both loops on the calling thread in its own CPU time (a thread that is
+ * preempted or descheduled does not count the time it waits): the best of TRIES interleaved runs of DOT_ITERS
+ * iterations each (a fraction of a millisecond), with the threshold at equal flops, halfway (in ratio) between the
+ * measured 2x and 0.5x. A CPU with AMX tiles keeps its bf16 paths (oneDNN's brgemm runs the tiles), as one
+ * without avx512_bf16 keeps its own (oneDNN decides). */
+enum { DOT_ITERS = 1 << 17, TRIES = 5 };
+
+static float run_loop(peak_kind k, long n);
+
+static pthread_once_t g_dot_once = PTHREAD_ONCE_INIT;
+static bool g_dot_native = true; /* written once, under g_dot_once */
+static double g_dot_ratio;       /* vdpbf16ps flops / FMA flops as measured (0: not measured) */
+static _Atomic int g_force;      /* hp__bf16_dot_force: 0 measure, 1 native, 2 widened */
+
+static double thread_seconds(peak_kind k)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    volatile float sink = run_loop(k, DOT_ITERS);
+    (void)sink;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+static void measure_dot(void)
+{
+    hp__cpu cpu;
+    hp__cpu_detect(&cpu);
+    if (!cpu.avx512f || !cpu.avx512_bf16 || (cpu.amx_bf16 && cpu.amx_tile)) return;
+    double tb = 0, tf = 0;
+    for (int t = 0; t < TRIES; t++) {
+        double b = thread_seconds(PEAK_BF16), f = thread_seconds(PEAK_AVX512);
+        if (t == 0 || b < tb) tb = b;
+        if (t == 0 || f < tf) tf = f;
+    }
+    /* per iteration: ACC x 64 flops (vdpbf16ps) against ACC x 32 (FMA) */
+    g_dot_ratio = tb > 0 ? 2.0 * tf / tb : 0.0;
+    g_dot_native = tb <= 0 || g_dot_ratio >= 1.0;
+}
+
+bool hp__bf16_dot_native(void)
+{
+    int f = atomic_load_explicit(&g_force, memory_order_relaxed);
+    if (f) return f == 1;
+    pthread_once(&g_dot_once, measure_dot);
+    return g_dot_native;
+}
+
+void hp__bf16_dot_force(int how)
+{
+    atomic_store_explicit(&g_force, how, memory_order_relaxed);
+}
+
+const char *hp_linalg_bf16_products(char *buf, size_t cap)
+{
+    bool native = hp__bf16_dot_native();
+    hp__cpu cpu;
+    hp__cpu_detect(&cpu);
+    if (atomic_load_explicit(&g_force, memory_order_relaxed))
+        snprintf(buf, cap, "%s (forced)", native ? "bf16 instructions" : "f32 FMA on widened bf16");
+    else if (g_dot_ratio > 0)
+        snprintf(buf, cap, "%s (vdpbf16ps measured at %.2f of the f32 FMA rate)",
+                 native ? "vdpbf16ps" : "f32 FMA on widened bf16", g_dot_ratio);
+    else
+        snprintf(buf, cap, "%s", cpu.amx_bf16 && cpu.amx_tile ? "AMX tiles (oneDNN) and vdpbf16ps"
+                                 : cpu.avx512_bf16           ? "vdpbf16ps"
+                                                              : "oneDNN's bf16 where it has one, else f32 FMA");
+    return buf;
+}
+
 static peak_kind kind_of(hp_linalg_mode mode)
 {
     hp__cpu cpu;
     hp__cpu_detect(&cpu);
-    if (mode == HP_LINALG_BF16 && cpu.avx512f && cpu.avx512_bf16) return PEAK_BF16;
+    if (mode == HP_LINALG_BF16 && cpu.avx512f && cpu.avx512_bf16 && hp__bf16_dot_native()) return PEAK_BF16;
     if (cpu.avx512f) return PEAK_AVX512;
     if (cpu.avx2 && cpu.fma) return PEAK_AVX2;
     return PEAK_NONE;

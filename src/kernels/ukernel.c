@@ -20,7 +20,8 @@
  *       pack W[j0.., pc] into this thread's scratch     a 16×16 32-bit transpose per 16 rows × 16 words
  *       for each row block ic of MC rows
  *         (BF16: round A[ic, pc] into this thread's scratch)
- *         (F32, WIDEN: copy A[ic, pc] there, rows KC apart: no cache-set conflicts whatever lda)
+ *         (F32, WIDEN: copy A[ic, pc] there, rows KC apart: no cache-set conflicts whatever lda; with round_a,
+ *          BF16 mode where vdpbf16ps is slower than FMA, the copy is A rounded to bf16 values, still f32)
  *         for each panel of 64 columns, for each MR rows: microkernel: the block's sum from zero in registers,
  *         then C = C + sum (C's lines prefetched when the tile starts), or C = sum in the first block without
  *         a start value
@@ -492,10 +493,15 @@ static HP__UK void run_item_a(const hp__uk_call *call, const hp_linear_group *gr
             int64_t mb = m - i0 < MC ? m - i0 : MC;
             const float *a = gr->a + i0 * gr->lda + k0;
             if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, is.a16, 2 * kw);
+            int64_t lda = gr->lda;
+            if (kind != HP__UK_BF16 && call->round_a) { /* A's block rounded to bf16 values, kept in f32 */
+                hp__round_rows_bf16_f32(mb, kel, a, lda, (float *)is.a16);
+                a = (const float *)is.a16, lda = kel;
+            }
             for (int64_t q0 = 0; q0 < mb; q0 += 64) { /* 64-row panels of A: [kw][64] words each */
                 int64_t nr = mb - q0 < 64 ? mb - q0 : 64;
                 if (kind == HP__UK_BF16) pack_panel(kind, is.a16 + q0 * 2 * kw, 2 * kw, nr, kel, ap + q0 * kw);
-                else pack_panel(HP__UK_F32, a + q0 * gr->lda, gr->lda, nr, kel, ap + q0 * kw);
+                else pack_panel(HP__UK_F32, a + q0 * lda, lda, nr, kel, ap + q0 * kw);
             }
             for (int64_t c0 = 0; c0 < nc; c0 += NB) {
                 int ncol = nc - c0 < NB ? (int)(nc - c0) : NB;
@@ -534,6 +540,8 @@ static HP__UK void run_item(const hp__uk_call *call, const hp_linear_group *gr, 
             int64_t mb = m - i0 < MC ? m - i0 : MC;
             const float *a = gr->a + i0 * gr->lda + k0;
             if (kind == HP__UK_BF16) round_block(mb, kel, a, gr->lda, is.a16, 2 * kw);
+            else if (call->round_a) /* rounded to bf16 values, kept in f32, rows kel apart as below */
+                hp__round_rows_bf16_f32(mb, kel, a, gr->lda, a32);
             else /* rows kel apart: no cache-set conflicts between the tile's rows, whatever lda */
                 for (int64_t r = 0; r < mb; r++) memcpy(a32 + r * kel, a + r * gr->lda, (size_t)kel * sizeof *a32);
             for (int64_t p0 = 0; p0 < nc; p0 += NR) {

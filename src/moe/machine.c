@@ -66,8 +66,10 @@ double hp_moe_ref_gemm_run(int64_t n, hp_linalg_mode mode, int reps, char *impl,
         }
         hp_linear_info li;
         hp_linear_get_info(lin, &li);
-        if (impl && cap && best > 0) /* the fixed-shape primitive that ran, else the layer's large path */
-            snprintf(impl, cap, "%s%s", li.fixed_impl ? "oneDNN " : "", li.fixed_impl ? li.fixed_impl : li.large_path);
+        const char *uk = hp_linear_blocked_path(lin, n);
+        if (impl && cap && best > 0) /* hyperpar's blocked kernel, the fixed-shape primitive, or the large path */
+            snprintf(impl, cap, "%s%s", uk || !li.fixed_impl ? "" : "oneDNN ",
+                     uk ? uk : li.fixed_impl ? li.fixed_impl : li.large_path);
     }
     hp_linear_free(lin);
     hp_linalg_destroy(la);

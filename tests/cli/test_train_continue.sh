@@ -22,7 +22,7 @@ check "merge takes the continued run's last step" test -f merged/model.safetenso
 out=$("$HP" train M $D --steps 6 --resume r2/step-2 --out r2 --save-every 2 2>&1); rc=$?
 check "resuming step 2 under step-4 and step-6: exit 2 ($rc)" test $rc -eq 2
 check "the message names step-4 and how to continue" grep -q "already holds step-4, which this run resumed at step 2 would save again: resume from its last checkpoint (--resume r2), or pass --force" <<<"$out"
-check "no step ran" bash -c "! grep -q 'train: step 3/' <<<'$out'"
+check "no step ran" bash -c '! grep -q "train: step 3/" <<<"$1"' _ "$out"
 # 3. another flag: refused naming the saved command line and mesh
 expect 2 "it was saved by: hyperpar train M --data tok.bin --seq 16 --global-batch 4 --lr 1e-3 --steps 6 --out r2 --save-every 2, on mesh dp=1,cp=1,tp=1" -- \
     "$HP" train M ${D/1e-3/2e-3} --steps 6 --resume r2 --out r2 --save-every 2

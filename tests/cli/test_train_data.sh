@@ -121,7 +121,7 @@ expect 0 "warning: train: every step's learning rate is 0 (--schedule cosine ove
 expect 0 "every step's learning rate is 0 (--schedule linear over --steps 1" -- \
     "$HP" train $M --data "$WORK/f.bin" --seq 15 --global-batch 4 --schedule linear
 out=$("$HP" train $M --data "$WORK/f.bin" --seq 15 --global-batch 4 --steps 2 2>&1)
-check "2 cosine steps: no lr-0 warning" bash -c "! grep -q 'learning rate is 0' <<<'$out'"
+check "2 cosine steps: no lr-0 warning" bash -c '! grep -q "learning rate is 0" <<<"$1"' _ "$out"
 python3 - "$WORK/one.safetensors" <<'PY'
 import json, struct, sys
 h = json.dumps({"input_ids": {"dtype": "I64", "shape": [2, 1], "data_offsets": [0, 16]}}).encode()
