@@ -432,6 +432,19 @@ static hp_status relink(hp_runner *r, hp_err *err)
     return st;
 }
 
+/* n zero floats, written here: calloc's untouched pages map the shared zero page, and AdamW's first step reads m
+ * and v (the check) before it writes them, so each page would then be copied on write with a TLB shootdown on
+ * every thread (perf: do_wp_page, ptep_clear_flush in the first step's AdamW). */
+static float *zeroed(size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    if (!p) return NULL;
+    enum { CHUNK = 1 << 16 }; /* floats per task; the loop also keeps the compiler from making this a calloc */
+#pragma omp parallel for schedule(static) if (n >= 4 * (size_t)CHUNK)
+    for (size_t i = 0; i < n; i += CHUNK) memset(p + i, 0, (n - i < CHUNK ? n - i : CHUNK) * sizeof *p);
+    return p;
+}
+
 /* AdamW's moments, allocated at the first step: whole, or (ZeRO-1) this rank's block over the ranks that hold
  * the same slice of the parameter: dp for a dense slice, the expert-data-parallel group for routed experts. */
 static hp_status opt_state(hp_runner *r, hp_err *err)
@@ -451,8 +464,8 @@ static hp_status opt_state(hp_runner *r, hp_err *err)
             q->zn = q->zlo + q->zblk <= q->n ? q->zblk : q->n - q->zlo;
         }
         q->zc = zc;
-        q->m = hp_calloc((size_t)q->zn + 1, sizeof *q->m);
-        q->v = hp_calloc((size_t)q->zn + 1, sizeof *q->v);
+        q->m = zeroed((size_t)q->zn + 1);
+        q->v = zeroed((size_t)q->zn + 1);
         if (!q->m || !q->v) return hp_err_set(err, HP_ERR_NOMEM, "out of memory for the optimizer state");
     }
     return HP_OK;
